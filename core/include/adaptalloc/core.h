@@ -1,0 +1,331 @@
+/*
+ * adaptalloc/core.h — the slab allocator core.
+ *
+ * Glossary (outermost first):
+ *   backend     where memory comes from: host (mmap), CUDA device, CUDA pinned
+ *               host, or a user-supplied one (the replay simulator). It also
+ *               provides stream events for stream-ordered reuse.
+ *   pool        one allocator over one backend: a class table, slabs, per-class
+ *               free lists, per-thread caches, and a large-allocation path.
+ *   size class  a block size (a multiple of 512 B). Requests up to the largest
+ *               class are rounded up to the smallest class that fits.
+ *   slab        a backend allocation (default 2 MiB) carved into equal blocks of
+ *               one class. Slab metadata lives on the host, never inside the
+ *               memory handed out.
+ *   block       what aa_alloc returns. The allocator never reads or writes it.
+ *   segment     a large-path backend allocation; split and coalesced best-fit.
+ *   stream      an opaque handle (a cudaStream_t for CUDA backends). A block
+ *               freed on stream S is reused on S at once, on another stream only
+ *               after an event recorded on S at free time has completed.
+ *
+ * Threads: every function here is thread-safe unless said otherwise. The class
+ * table can change (add, retire, set) while other threads allocate and free.
+ */
+#ifndef ADAPTALLOC_CORE_H
+#define ADAPTALLOC_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "adaptalloc/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef void *aa_stream; /* opaque; NULL is the default stream */
+
+/* ------------------------------------------------------------------ backends */
+
+typedef enum aa_backend_kind {
+  AA_BACKEND_HOST = 0,   /* mmap'd host memory */
+  AA_BACKEND_DEVICE = 1, /* CUDA device memory (cudaMalloc / cudaMallocAsync) */
+  AA_BACKEND_PINNED = 2, /* CUDA page-locked host memory (cudaHostAlloc) */
+  AA_BACKEND_CUSTOM = 3  /* user-supplied, e.g. the replay simulator */
+} aa_backend_kind;
+
+typedef struct aa_backend aa_backend;
+
+/* The primitive interface a backend implements. All functions may be called
+ * from any thread concurrently. */
+typedef struct aa_backend_ops {
+  /* Reserve `size` bytes (a multiple of 4 KiB). On success *out is the base
+   * address, aligned to at least 4 KiB; on failure *out is NULL and the return
+   * is AA_ENOMEM (really out of memory) or another negative code. */
+  int (*alloc)(aa_backend *b, size_t size, void **out);
+  /* Give back a region obtained from alloc with the same size. */
+  void (*free)(aa_backend *b, void *ptr, size_t size);
+  /* Record an event on `stream` now; *event_out is an opaque handle. May be
+   * NULL when the backend has no streams (then cross-stream reuse is
+   * immediate). */
+  int (*event_record)(aa_backend *b, aa_stream stream, void **event_out);
+  /* AA_OK when the event has completed, AA_EAGAIN while pending, <0 error. */
+  int (*event_query)(aa_backend *b, void *event);
+  /* Return an event handle to the backend (which may pool it). */
+  void (*event_release)(aa_backend *b, void *event);
+  /* Wait for all outstanding work on all streams. Used by the OOM path before
+   * the retry. May be NULL. */
+  int (*synchronize)(aa_backend *b);
+  /* Free the backend itself (called by aa_backend_destroy). May be NULL. */
+  void (*destroy)(aa_backend *b);
+} aa_backend_ops;
+
+/* A backend is a value: the ops table, its private context, what it is. A
+ * custom backend fills one of these in and keeps it alive for as long as any
+ * pool uses it. */
+struct aa_backend {
+  const aa_backend_ops *ops;
+  void *ctx;
+  aa_backend_kind kind;
+  int device;       /* CUDA ordinal, -1 for host memory */
+  const char *name; /* "host", "cuda", "pinned", ... (static string) */
+};
+
+/* The host backend: mmap/munmap, with events that tests can hold pending and a
+ * fault-injection hook. *out is owned by the caller: aa_backend_destroy. */
+AA_EXTERN int aa_backend_host_new(aa_backend **out);
+
+/* Fault injection on the host backend: the `n`th alloc call from now (1 = the
+ * next one) fails with AA_ENOMEM; with `every` true, every call from the nth on
+ * fails. n = 0 disables. */
+AA_EXTERN void aa_backend_host_fail_nth(aa_backend *b, uint64_t n, bool every);
+/* While `hold` is true, host events recorded and not yet queried complete
+ * stay pending; setting it false completes every outstanding event. */
+AA_EXTERN void aa_backend_host_hold_events(aa_backend *b, bool hold);
+/* Calls made so far: allocs, frees, and bytes currently mapped. */
+AA_EXTERN void aa_backend_host_counts(const aa_backend *b, uint64_t *allocs,
+                                      uint64_t *frees, uint64_t *bytes_mapped);
+
+/* CUDA device memory on `device` (slabs via cudaMalloc; the large path via
+ * cudaMalloc or a cudaMallocAsync pool as configured). AA_ENOTSUP when built
+ * without CUDA, AA_ENODEV when there is no such GPU at run time. */
+AA_EXTERN int aa_backend_cuda_new(int device, aa_backend **out);
+/* CUDA pinned host memory (cudaHostAlloc arenas, portable + mapped). */
+AA_EXTERN int aa_backend_pinned_new(aa_backend **out);
+/* Number of CUDA devices usable now (0 without CUDA or without a GPU). */
+AA_EXTERN int aa_cuda_device_count(void);
+
+/* Destroys a backend made by one of the constructors above. NULL is a no-op.
+ * Every pool over it must be destroyed first. */
+AA_EXTERN void aa_backend_destroy(aa_backend *b);
+
+/* ------------------------------------------------------------------ pools */
+
+typedef struct aa_pool aa_pool;
+
+typedef enum aa_large_mode {
+  AA_LARGE_CACHE = 0,      /* cache segments, best-fit reuse, split/coalesce */
+  AA_LARGE_PASSTHROUGH = 1 /* straight to the backend every time */
+} aa_large_mode;
+
+/* What an invalid free looked like, for the error callback. */
+typedef enum aa_misuse {
+  AA_MISUSE_FOREIGN = 1,     /* pointer not owned by this pool */
+  AA_MISUSE_DOUBLE_FREE = 2, /* block already free */
+  AA_MISUSE_BAD_SIZE = 3,    /* size argument contradicts the block */
+  AA_MISUSE_INTERIOR = 4     /* pointer inside a block, not at its start */
+} aa_misuse;
+
+/* Called (from the freeing thread, no pool lock held) for each detected
+ * misuse. Must not call back into the same pool's free. */
+typedef void (*aa_error_fn)(void *user, aa_pool *pool, aa_misuse what,
+                            const void *ptr, size_t size, const char *message);
+
+/* One trace event (ADAPTALLOC_TRACE). op: 'a' alloc, 'f' free, 'x' failed
+ * alloc. Delivered from the allocating/freeing thread; the callee must not
+ * block (copy into a ring buffer and return). */
+typedef struct aa_trace_event {
+  uint64_t time_ns;
+  uint64_t ptr;
+  uint64_t size; /* requested size for 'a'/'x', the size passed (or 0) for 'f' */
+  uint64_t stream;
+  uint64_t thread;
+  char op;
+} aa_trace_event;
+typedef void (*aa_trace_fn)(void *user, const aa_trace_event *ev);
+
+#define AA_POOL_CONFIG_VERSION 1
+
+typedef struct aa_pool_config {
+  uint32_t version;         /* AA_POOL_CONFIG_VERSION */
+  const char *name;         /* for stats ("device0", "pinned", "host"); copied */
+  aa_backend *backend;      /* borrowed; must outlive the pool */
+  size_t slab_size;         /* default 2 MiB; a multiple of 64 KiB */
+  size_t min_block;         /* default 512 */
+  size_t max_small;         /* largest class, default 1 MiB */
+  uint32_t classes_per_doubling; /* default ladder density, default 4 */
+  uint32_t tcache_blocks;   /* per-thread cache bound per class (default 32) */
+  size_t tcache_bytes;      /* per-thread cache bound in bytes, all classes (default 4 MiB) */
+  aa_large_mode large_mode; /* default AA_LARGE_CACHE */
+  size_t large_cache_bytes; /* cached large segments above this are released (0 = no bound) */
+  size_t limit_bytes;       /* cap on reserved bytes (0 = none); over it = OOM */
+  bool telemetry;           /* histogram + heavy hitters on (default true) */
+  aa_error_fn on_error;     /* optional */
+  void *on_error_user;
+} aa_pool_config;
+
+/* Fills in the defaults above (backend NULL). */
+AA_EXTERN void aa_pool_config_init(aa_pool_config *cfg);
+
+/* Creates a pool with the default class ladder (min_block .. max_small, about
+ * classes_per_doubling per doubling, multiples of 512). *out is owned by the
+ * caller: aa_pool_destroy. On failure *out is NULL. */
+AA_EXTERN int aa_pool_new(const aa_pool_config *cfg, aa_pool **out);
+
+/* Returns every slab and segment to the backend, including blocks still in
+ * use (they become invalid). Thread caches of live threads are dropped. No
+ * other call on the pool may be in flight. NULL is a no-op. */
+AA_EXTERN void aa_pool_destroy(aa_pool *pool);
+
+/* Allocates `size` bytes (0 is treated as 1) usable on `stream`. Returns NULL
+ * when out of memory after releasing cached memory and retrying once. */
+AA_EXTERN void *aa_alloc(aa_pool *pool, size_t size, aa_stream stream);
+
+/* Frees a block. `size` is the size asked for, or 0 when unknown; a size that
+ * contradicts the block is reported as AA_MISUSE_BAD_SIZE and the block is
+ * NOT freed. NULL ptr is a no-op. Invalid frees are counted and reported
+ * through on_error; they never corrupt the pool. Returns AA_OK or AA_EINVAL. */
+AA_EXTERN int aa_free(aa_pool *pool, void *ptr, size_t size, aa_stream stream);
+
+/* Marks a live block as used on another stream too (torch record_stream):
+ * when it is freed, events are recorded on each such stream and it is reused
+ * only after all have completed. */
+AA_EXTERN int aa_record_stream(aa_pool *pool, void *ptr, aa_stream stream);
+
+/* Size of the block that holds ptr (its class size or large size), 0 if the
+ * pool does not own it. */
+AA_EXTERN size_t aa_block_size(aa_pool *pool, const void *ptr);
+
+/* Returns cached memory to the backend: free blocks in this thread's cache and
+ * the central lists, empty slabs, cached large segments (torch empty_cache).
+ * Blocks pending on events are kept. Returns bytes released. */
+AA_EXTERN size_t aa_pool_release(aa_pool *pool);
+
+/* Releases empty slabs and cached segments until reserved - in_use <= keep
+ * bytes. Returns bytes released. */
+AA_EXTERN size_t aa_pool_trim(aa_pool *pool, size_t keep_bytes);
+
+AA_EXTERN void aa_pool_set_telemetry(aa_pool *pool, bool on);
+AA_EXTERN void aa_pool_set_trace(aa_pool *pool, aa_trace_fn fn, void *user);
+AA_EXTERN void aa_pool_set_limit(aa_pool *pool, size_t limit_bytes);
+AA_EXTERN const char *aa_pool_name(const aa_pool *pool);
+AA_EXTERN aa_backend *aa_pool_backend(const aa_pool *pool);
+
+/* ------------------------------------------------------------------ classes */
+
+#define AA_MAX_CLASSES 128
+#define AA_BLOCK_ALIGN 512
+
+typedef struct aa_class_spec {
+  size_t block_size;    /* multiple of AA_BLOCK_ALIGN, <= max_small */
+  uint32_t cache_limit; /* per-thread cache bound for this class (0 = pool default) */
+  uint32_t prefill;     /* blocks to keep carved and free ahead of demand */
+} aa_class_spec;
+
+/* Current class table, ascending. *n gets the count; up to cap are copied.
+ * *version gets the table version (bumped by every change); may be NULL. */
+AA_EXTERN int aa_pool_classes(aa_pool *pool, aa_class_spec *out, size_t cap,
+                              size_t *n, uint64_t *version);
+/* Adds a class. AA_EEXIST if that size exists, AA_ELIMIT at AA_MAX_CLASSES,
+ * AA_EINVAL for a bad size. */
+AA_EXTERN int aa_pool_class_add(aa_pool *pool, const aa_class_spec *spec);
+/* Retires a class: no new allocations use it; its live blocks drain (free
+ * still works) and its slabs go back once empty. AA_ENOENT if absent. The last
+ * class covering max_small cannot be retired (AA_EBUSY). */
+AA_EXTERN int aa_pool_class_retire(aa_pool *pool, size_t block_size);
+/* Changes cache_limit and prefill of an existing class. */
+AA_EXTERN int aa_pool_class_set(aa_pool *pool, const aa_class_spec *spec);
+/* Makes the table exactly `specs` (adds, retires, sets as needed), validated
+ * whole first: on any error nothing changes. The largest block_size must equal
+ * max_small. */
+AA_EXTERN int aa_pool_set_classes(aa_pool *pool, const aa_class_spec *specs,
+                                  size_t n);
+
+/* ------------------------------------------------------------------ stats */
+
+#define AA_STATS_VERSION 1
+#define AA_HIST_BUCKETS 192 /* quarter doublings: bucket(size) below */
+#define AA_HH_MAX 32        /* heavy-hitter exact sizes reported */
+
+/* Histogram bucket of a request size: about four buckets per doubling.
+ * aa_hist_bucket_lower(i) is the smallest size in bucket i. */
+AA_EXTERN unsigned aa_hist_bucket(size_t size);
+AA_EXTERN uint64_t aa_hist_bucket_lower(unsigned bucket);
+
+typedef struct aa_class_stats {
+  uint64_t block_size;
+  uint32_t cache_limit;
+  uint32_t prefill;
+  uint32_t retiring;        /* 1 while draining after retire */
+  uint32_t reserved0;
+  uint64_t slabs;           /* slabs currently held */
+  uint64_t blocks_in_use;
+  uint64_t blocks_free;     /* carved, free (central + thread caches + pending) */
+  uint64_t bytes_in_use;    /* blocks_in_use * block_size */
+  uint64_t bytes_requested; /* sum of requested sizes of live blocks */
+  uint64_t bytes_reserved;  /* slabs * slab_size */
+  uint64_t peak_bytes_in_use;
+  uint64_t allocs;
+  uint64_t frees;
+  uint64_t hits;            /* served from a thread cache or free list */
+  uint64_t misses;          /* needed a new slab */
+} aa_class_stats;
+
+typedef struct aa_size_count {
+  uint64_t size;
+  uint64_t count;
+} aa_size_count;
+
+typedef struct aa_pool_stats {
+  uint32_t version;         /* AA_STATS_VERSION */
+  uint32_t size;            /* sizeof(aa_pool_stats) */
+  char name[32];
+  char backend[16];
+  int32_t device;
+  uint32_t telemetry;
+  uint64_t time_ns;         /* aa_now_ns() when taken */
+  uint64_t class_table_version;
+
+  uint64_t bytes_in_use;    /* handed out (block sizes), small + large */
+  uint64_t bytes_requested; /* asked for, live */
+  uint64_t bytes_reserved;  /* held from the backend */
+  uint64_t peak_bytes_in_use;
+  uint64_t peak_bytes_reserved;
+  uint64_t limit_bytes;
+  uint64_t allocs;
+  uint64_t frees;
+  uint64_t cache_hits;
+  uint64_t cache_misses;
+  uint64_t backend_allocs;
+  uint64_t backend_frees;
+  uint64_t backend_failures;
+  uint64_t ooms;            /* aa_alloc calls that returned NULL */
+  uint64_t oom_retries;     /* releases-and-retries done */
+  uint64_t invalid_frees;
+  uint64_t pending_blocks;  /* freed, waiting for a stream event */
+  uint64_t large_allocs;
+  uint64_t large_bytes_in_use;
+  uint64_t large_bytes_reserved;
+  uint64_t large_segments;
+
+  uint32_t class_count;
+  uint32_t hh_count;
+  aa_class_stats classes[AA_MAX_CLASSES];
+  uint64_t hist[AA_HIST_BUCKETS];  /* request counts per bucket since start */
+  aa_size_count hh[AA_HH_MAX];     /* most frequent exact sizes, descending */
+} aa_pool_stats;
+
+/* Takes a snapshot. Counters are per thread and summed here; no allocation
+ * lock is held for more than a copy. */
+AA_EXTERN int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out);
+
+/* Writes a snapshot as one JSON object into buf (NUL-terminated). Returns the
+ * length that the whole object needs (excluding NUL), like snprintf: a result
+ * >= cap means it was truncated. Field names are documented in docs/stats.md. */
+AA_EXTERN size_t aa_pool_stats_json(const aa_pool_stats *st, char *buf, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ADAPTALLOC_CORE_H */

@@ -1,0 +1,66 @@
+/*
+ * adaptalloc/runtime.h — the embedding glue.
+ *
+ * The runtime reads the ADAPTALLOC_* environment (see README "Environment"),
+ * creates pools on demand (one per CUDA device, one pinned, one host), loads
+ * the policy, and starts the store's writer thread, the policy loop and the
+ * HTTP server. Everything starts on first use; nothing it does can make an
+ * allocation fail: a store, policy or server that cannot start is logged once
+ * and left off.
+ *
+ * Ownership: the runtime is a process-wide singleton; pools it returns are
+ * owned by it and live until aa_runtime_shutdown().
+ */
+#ifndef ADAPTALLOC_RUNTIME_H
+#define ADAPTALLOC_RUNTIME_H
+
+#include "adaptalloc/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AA_RUNTIME_CONFIG_VERSION 1
+
+/* Overrides for the environment (NULL/0 fields fall back to the environment,
+ * then to the defaults). */
+typedef struct aa_runtime_config {
+  uint32_t version;        /* AA_RUNTIME_CONFIG_VERSION */
+  const char *model;       /* ADAPTALLOC_MODEL */
+  const char *policy_path; /* ADAPTALLOC_POLICY */
+  const char *policy_dir;  /* ADAPTALLOC_POLICY_DIR */
+  const char *db;          /* ADAPTALLOC_DB ("off" disables) */
+  const char *http;        /* ADAPTALLOC_HTTP ("off" disables) */
+  const char *token;       /* ADAPTALLOC_TOKEN */
+  int trace;               /* ADAPTALLOC_TRACE: -1 = from env, 0/1 */
+  bool quiet;              /* no log lines on stderr except errors */
+} aa_runtime_config;
+
+AA_EXTERN void aa_runtime_config_init(aa_runtime_config *cfg);
+
+/* Starts the runtime once (later calls return the first call's result).
+ * cfg may be NULL (environment only). Returns AA_OK even when optional parts
+ * (store, server, policy) failed to start; those failures are logged and
+ * visible in /stats. */
+AA_EXTERN int aa_runtime_init(const aa_runtime_config *cfg);
+
+/* The pool for a backend kind (AA_BACKEND_DEVICE with device >= 0,
+ * AA_BACKEND_PINNED, AA_BACKEND_HOST), created on first use; starts the
+ * runtime if needed. NULL if that backend cannot be had (no GPU, no CUDA). */
+AA_EXTERN aa_pool *aa_runtime_pool(aa_backend_kind kind, int device);
+
+/* The HTTP server's bound port (0 when off or not started). */
+AA_EXTERN int aa_runtime_http_port(void);
+
+/* Store run id for this process (0 when the store is off). */
+AA_EXTERN int64_t aa_runtime_run_id(void);
+
+/* Stops the server, the loop and the store (flushing it), destroys the
+ * pools. After this, pointers from runtime pools are invalid. Safe to call
+ * when never started. */
+AA_EXTERN void aa_runtime_shutdown(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ADAPTALLOC_RUNTIME_H */
