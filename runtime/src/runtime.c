@@ -1,0 +1,241 @@
+/*
+ * runtime.c — the process-wide runtime: configuration from the environment,
+ * the pools (one per CUDA device, one pinned, one host) created on first use,
+ * and the start/stop of the optional services (runtime_services.c).
+ *
+ * Entry points: aa_runtime_init, aa_runtime_pool, aa_runtime_shutdown.
+ * The hot path is aa_runtime_pool(): one acquire load once the pool exists.
+ */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "adaptalloc/runtime.h"
+#include "runtime_internal.h"
+
+aa__runtime aa__rt;
+
+static pthread_once_t rt_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t rt_lock = PTHREAD_MUTEX_INITIALIZER;
+static const aa_runtime_config *rt_pending_cfg;
+
+void aa_runtime_config_init(aa_runtime_config *cfg) {
+  memset(cfg, 0, sizeof(*cfg));
+  cfg->version = AA_RUNTIME_CONFIG_VERSION;
+  cfg->trace = -1;
+}
+
+void aa__rt_log(const char *fmt, ...) {
+  va_list ap;
+  char line[512];
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof(line), fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "adaptalloc: %s\n", line);
+}
+
+static const char *pick(const char *explicit_value, const char *env_name,
+                        const char *fallback) {
+  const char *v = explicit_value;
+  if (v == NULL || v[0] == '\0')
+    v = getenv(env_name);
+  if (v == NULL || v[0] == '\0')
+    v = fallback;
+  return v;
+}
+
+static void copy_str(char *dst, size_t cap, const char *src) {
+  snprintf(dst, cap, "%s", src ? src : "");
+}
+
+static void rt_read_config(const aa_runtime_config *cfg) {
+  aa_runtime_config empty;
+  if (cfg == NULL) {
+    aa_runtime_config_init(&empty);
+    cfg = &empty;
+  }
+  copy_str(aa__rt.model, sizeof(aa__rt.model),
+           pick(cfg->model, "ADAPTALLOC_MODEL", "default"));
+  copy_str(aa__rt.policy_path, sizeof(aa__rt.policy_path),
+           pick(cfg->policy_path, "ADAPTALLOC_POLICY", ""));
+  copy_str(aa__rt.policy_dir, sizeof(aa__rt.policy_dir),
+           pick(cfg->policy_dir, "ADAPTALLOC_POLICY_DIR", "./policies"));
+  copy_str(aa__rt.db, sizeof(aa__rt.db),
+           pick(cfg->db, "ADAPTALLOC_DB", "./adaptalloc.db"));
+  copy_str(aa__rt.http, sizeof(aa__rt.http),
+           pick(cfg->http, "ADAPTALLOC_HTTP", "127.0.0.1:9100"));
+  copy_str(aa__rt.token, sizeof(aa__rt.token),
+           pick(cfg->token, "ADAPTALLOC_TOKEN", ""));
+  if (cfg->trace >= 0) {
+    aa__rt.trace = cfg->trace != 0;
+  } else {
+    const char *t = getenv("ADAPTALLOC_TRACE");
+    aa__rt.trace = t != NULL && strcmp(t, "1") == 0;
+  }
+  aa__rt.quiet = cfg->quiet;
+  if (getenv("ADAPTALLOC_QUIET") != NULL)
+    aa__rt.quiet = true;
+}
+
+static void rt_init_once(void) {
+  rt_read_config(rt_pending_cfg);
+  aa__rt.started_ns = aa_now_ns();
+  aa__rt_services_start();
+  atomic_store_explicit(&aa__rt.ready, 1, memory_order_release);
+}
+
+int aa_runtime_init(const aa_runtime_config *cfg) {
+  if (cfg != NULL && cfg->version != AA_RUNTIME_CONFIG_VERSION)
+    return AA_EINVAL;
+  pthread_mutex_lock(&rt_lock);
+  rt_pending_cfg = cfg;
+  pthread_once(&rt_once, rt_init_once);
+  rt_pending_cfg = NULL;
+  pthread_mutex_unlock(&rt_lock);
+  return AA_OK;
+}
+
+static _Atomic(aa_pool *) *pool_slot(aa_backend_kind kind, int device) {
+  switch (kind) {
+  case AA_BACKEND_DEVICE:
+    if (device < 0 || device >= AA_RT_MAX_DEVICES)
+      return NULL;
+    return &aa__rt.device_pools[device];
+  case AA_BACKEND_PINNED:
+    return &aa__rt.pinned_pool;
+  case AA_BACKEND_HOST:
+    return &aa__rt.host_pool;
+  default:
+    return NULL;
+  }
+}
+
+static int rt_make_backend(aa_backend_kind kind, int device, aa_backend **out) {
+  switch (kind) {
+  case AA_BACKEND_DEVICE:
+    return aa_backend_cuda_new(device, out);
+  case AA_BACKEND_PINNED:
+    return aa_backend_pinned_new(out);
+  case AA_BACKEND_HOST:
+    return aa_backend_host_new(out);
+  default:
+    *out = NULL;
+    return AA_EINVAL;
+  }
+}
+
+static const char *policy_pool_name(aa_backend_kind kind) {
+  switch (kind) {
+  case AA_BACKEND_DEVICE:
+    return "device";
+  case AA_BACKEND_PINNED:
+    return "pinned";
+  default:
+    return "host";
+  }
+}
+
+/* Creates the pool for (kind, device). Called with rt_lock held. */
+static aa_pool *rt_create_pool(aa_backend_kind kind, int device) {
+  aa_backend *backend = NULL;
+  aa_pool *pool = NULL;
+  aa_pool_config cfg;
+  char name[32];
+  int rc;
+
+  if (aa__rt.failed[kind][device < 0 ? 0 : device])
+    return NULL; /* tried before and it cannot be had; do not retry per call */
+  rc = rt_make_backend(kind, device, &backend);
+  if (rc != AA_OK) {
+    aa__rt.failed[kind][device < 0 ? 0 : device] = true;
+    aa__rt_log("cannot create the %s backend (device %d): %s",
+               policy_pool_name(kind), device, aa_strerror(rc));
+    goto done;
+  }
+  aa_pool_config_init(&cfg);
+  if (kind == AA_BACKEND_DEVICE)
+    snprintf(name, sizeof(name), "device%d", device);
+  else
+    snprintf(name, sizeof(name), "%s", policy_pool_name(kind));
+  cfg.name = name;
+  cfg.backend = backend;
+  rc = aa__rt_pool_config(policy_pool_name(kind), &cfg);
+  if (rc != AA_OK)
+    goto done;
+  rc = aa_pool_new(&cfg, &pool);
+  if (rc != AA_OK) {
+    aa__rt_log("cannot create pool %s: %s", name, aa_strerror(rc));
+    goto done;
+  }
+  aa__rt_pool_created(pool, policy_pool_name(kind));
+  aa__rt.backends[aa__rt.nbackends++] = backend;
+  backend = NULL;
+done:
+  if (backend != NULL)
+    aa_backend_destroy(backend);
+  return pool;
+}
+
+aa_pool *aa_runtime_pool(aa_backend_kind kind, int device) {
+  _Atomic(aa_pool *) *slot = pool_slot(kind, device);
+  aa_pool *pool;
+
+  if (slot == NULL)
+    return NULL;
+  pool = atomic_load_explicit(slot, memory_order_acquire);
+  if (pool != NULL)
+    return pool;
+  if (!atomic_load_explicit(&aa__rt.ready, memory_order_acquire))
+    aa_runtime_init(NULL);
+  pthread_mutex_lock(&rt_lock);
+  pool = atomic_load_explicit(slot, memory_order_relaxed);
+  if (pool == NULL && !aa__rt.shut_down) {
+    pool = rt_create_pool(kind, device);
+    if (pool != NULL) {
+      aa__rt.pools[aa__rt.npools++] = pool;
+      atomic_store_explicit(slot, pool, memory_order_release);
+    }
+  }
+  pthread_mutex_unlock(&rt_lock);
+  return pool;
+}
+
+size_t aa__rt_pools_snapshot(aa_pool **out, size_t cap) {
+  size_t n;
+  pthread_mutex_lock(&rt_lock);
+  n = aa__rt.npools < cap ? aa__rt.npools : cap;
+  memcpy(out, aa__rt.pools, n * sizeof(*out));
+  pthread_mutex_unlock(&rt_lock);
+  return n;
+}
+
+void aa_runtime_shutdown(void) {
+  size_t i;
+  if (!atomic_load_explicit(&aa__rt.ready, memory_order_acquire))
+    return;
+  pthread_mutex_lock(&rt_lock);
+  if (aa__rt.shut_down) {
+    pthread_mutex_unlock(&rt_lock);
+    return;
+  }
+  aa__rt.shut_down = true;
+  pthread_mutex_unlock(&rt_lock);
+
+  aa__rt_services_stop(); /* server, loop, snapshots, store — before pools go */
+
+  pthread_mutex_lock(&rt_lock);
+  for (i = 0; i < AA_RT_MAX_DEVICES; i++)
+    atomic_store(&aa__rt.device_pools[i], NULL);
+  atomic_store(&aa__rt.pinned_pool, NULL);
+  atomic_store(&aa__rt.host_pool, NULL);
+  for (i = aa__rt.npools; i-- > 0;)
+    aa_pool_destroy(aa__rt.pools[i]);
+  aa__rt.npools = 0;
+  for (i = aa__rt.nbackends; i-- > 0;)
+    aa_backend_destroy(aa__rt.backends[i]);
+  aa__rt.nbackends = 0;
+  pthread_mutex_unlock(&rt_lock);
+}

@@ -1,0 +1,57 @@
+/*
+ * runtime_internal.h — state shared by runtime.c (pools, configuration) and
+ * runtime_services.c (policy, store, loop, server).
+ */
+#ifndef AA_RUNTIME_INTERNAL_H
+#define AA_RUNTIME_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "adaptalloc/runtime.h"
+
+#define AA_RT_MAX_DEVICES 16
+#define AA_RT_MAX_POOLS (AA_RT_MAX_DEVICES + 2)
+
+typedef struct aa__runtime {
+  atomic_int ready;
+  bool shut_down;
+  bool quiet;
+  bool trace;
+  uint64_t started_ns;
+  char model[128];
+  char policy_path[1024];
+  char policy_dir[1024];
+  char db[1024];
+  char http[256];
+  char token[256];
+
+  _Atomic(aa_pool *) device_pools[AA_RT_MAX_DEVICES];
+  _Atomic(aa_pool *) pinned_pool;
+  _Atomic(aa_pool *) host_pool;
+  bool failed[4][AA_RT_MAX_DEVICES]; /* [aa_backend_kind][device] */
+
+  aa_pool *pools[AA_RT_MAX_POOLS]; /* creation order, for destroy */
+  size_t npools;
+  aa_backend *backends[AA_RT_MAX_POOLS];
+  size_t nbackends;
+} aa__runtime;
+
+extern aa__runtime aa__rt;
+
+/* printf-style line on stderr, prefixed "adaptalloc: ". */
+void aa__rt_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Copies up to cap of the live pools into out; returns how many. */
+size_t aa__rt_pools_snapshot(aa_pool **out, size_t cap);
+
+/* runtime_services.c */
+void aa__rt_services_start(void);
+void aa__rt_services_stop(void);
+/* Applies the policy's settings for pool kind "device"/"pinned"/"host" to cfg
+ * before the pool is created. Never fails the pool for a policy problem. */
+int aa__rt_pool_config(const char *kind, aa_pool_config *cfg);
+/* Hooks a new pool into the policy, the loop, the store and traces. */
+void aa__rt_pool_created(aa_pool *pool, const char *kind);
+
+#endif
