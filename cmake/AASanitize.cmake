@@ -11,3 +11,14 @@ if(DEFINED _aa_san)
   add_link_options(${_aa_san})
   add_compile_definitions(AA_SANITIZER_BUILD=1)
 endif()
+
+# Fuzz builds instrument the whole library for coverage (libFuzzer) and run
+# it under ASan+UBSan.
+if(AA_BUILD_FUZZ)
+  if(NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "AA_BUILD_FUZZ needs clang (CC=clang CXX=clang++)")
+  endif()
+  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=address,undefined)
+  add_compile_definitions(AA_FUZZING=1)
+endif()
