@@ -1,0 +1,312 @@
+/*
+ * cuda_common.c — what both CUDA backends share: the device guard, the
+ * error mapping, the pooled events and the event ops, the counters.
+ *
+ * Entry points: aa_cuda_device_count, aa_backend_cuda_counts,
+ * aa_pinned_device_ptr; internal aa__cuda_* (see cuda_internal.h).
+ *
+ * Events: every event is created with cudaEventDisableTiming (cheapest to
+ * record and query) and lives on a per-device free list; a free in the pool
+ * takes one from the list and gives it back after its query says done, so
+ * the number created is bounded by the most outstanding at once, never one
+ * per free.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+int aa__cuda_err(cudaError_t e) {
+  if (e == cudaSuccess)
+    return AA_OK;
+  (void)cudaGetLastError(); /* clear it so it does not leak into torch */
+  switch (e) {
+  case cudaErrorMemoryAllocation:
+    return AA_ENOMEM;
+  case cudaErrorNoDevice:
+  case cudaErrorInvalidDevice:
+  case cudaErrorInsufficientDriver:
+    return AA_ENODEV;
+  case cudaErrorInvalidValue:
+    return AA_EINVAL;
+  case cudaErrorNotReady:
+    return AA_EAGAIN;
+  default:
+    return AA_EBACKEND;
+  }
+}
+
+int aa__cuda_enter(int device, int *prev) {
+  int cur = -1;
+  cudaError_t e = cudaGetDevice(&cur);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    cur = -1;
+  }
+  *prev = cur;
+  if (cur == device)
+    return AA_OK;
+  e = cudaSetDevice(device);
+  if (e != cudaSuccess) {
+    *prev = -1;
+    return aa__cuda_err(e);
+  }
+  return AA_OK;
+}
+
+void aa__cuda_leave(int device, int prev) {
+  if (prev >= 0 && prev != device) {
+    if (cudaSetDevice(prev) != cudaSuccess)
+      (void)cudaGetLastError();
+  }
+}
+
+int aa_cuda_device_count(void) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n < 0 ? 0 : n;
+}
+
+/* ------------------------------------------------------------- event pool */
+
+int aa__cuda_evpool_init(aa__cuda_evpool *p, int device) {
+  memset(p, 0, sizeof *p);
+  p->device = device;
+  if (pthread_mutex_init(&p->lock, NULL) != 0)
+    return AA_ENOMEM;
+  return AA_OK;
+}
+
+static int evpool_take(aa__cuda_evpool *p, aa__cuda_event **out) {
+  aa__cuda_event *e = NULL;
+  int rc = AA_OK;
+  int prev = -1;
+
+  *out = NULL;
+  pthread_mutex_lock(&p->lock);
+  e = p->free;
+  if (e) {
+    p->free = e->next;
+    p->nfree--;
+  }
+  pthread_mutex_unlock(&p->lock);
+  if (e) {
+    e->next = NULL;
+    *out = e;
+    return AA_OK;
+  }
+
+  e = calloc(1, sizeof *e);
+  if (!e)
+    return AA_ENOMEM;
+  rc = aa__cuda_enter(p->device, &prev);
+  if (rc != AA_OK)
+    goto fail;
+  rc = aa__cuda_err(cudaEventCreateWithFlags(&e->ev, cudaEventDisableTiming));
+  aa__cuda_leave(p->device, prev);
+  if (rc != AA_OK)
+    goto fail;
+  e->device = p->device;
+  pthread_mutex_lock(&p->lock);
+  e->all_next = p->all;
+  p->all = e;
+  p->created++;
+  pthread_mutex_unlock(&p->lock);
+  *out = e;
+  return AA_OK;
+fail:
+  free(e);
+  return rc;
+}
+
+void aa__cuda_evpool_put(aa__cuda_evpool *p, aa__cuda_event *e) {
+  if (!e)
+    return;
+  pthread_mutex_lock(&p->lock);
+  e->next = p->free;
+  p->free = e;
+  p->nfree++;
+  pthread_mutex_unlock(&p->lock);
+}
+
+int aa__cuda_evpool_record(aa__cuda_evpool *p, cudaStream_t stream,
+                           aa__cuda_event **out) {
+  aa__cuda_event *e = NULL;
+  int rc = evpool_take(p, &e);
+
+  *out = NULL;
+  if (rc != AA_OK)
+    return rc;
+  rc = aa__cuda_err(cudaEventRecord(e->ev, stream));
+  if (rc != AA_OK) {
+    aa__cuda_evpool_put(p, e);
+    return rc;
+  }
+  *out = e;
+  return AA_OK;
+}
+
+int aa__cuda_event_query(const aa__cuda_event *e) {
+  cudaError_t r;
+  if (!e)
+    return AA_OK;
+  r = cudaEventQuery(e->ev);
+  if (r == cudaSuccess)
+    return AA_OK;
+  if (r == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return AA_EAGAIN;
+  }
+  return aa__cuda_err(r);
+}
+
+void aa__cuda_evpool_fini(aa__cuda_evpool *p) {
+  aa__cuda_event *e = p->all;
+  while (e) {
+    aa__cuda_event *n = e->all_next;
+    /* Errors here (cudaErrorCudartUnloading at process exit) are harmless. */
+    if (cudaEventDestroy(e->ev) != cudaSuccess)
+      (void)cudaGetLastError();
+    free(e);
+    e = n;
+  }
+  p->all = NULL;
+  p->free = NULL;
+  p->nfree = 0;
+  pthread_mutex_destroy(&p->lock);
+}
+
+/* ------------------------------------------------------------- event ops */
+
+aa__cuda_backend *aa__cuda_from(const aa_backend *b) {
+  aa__cuda_backend *cb;
+  if (!b || !b->ctx)
+    return NULL;
+  if (b->kind != AA_BACKEND_DEVICE && b->kind != AA_BACKEND_PINNED)
+    return NULL;
+  cb = (aa__cuda_backend *)b->ctx;
+  if (cb->magic != AA__CUDA_MAGIC)
+    return NULL;
+  return cb;
+}
+
+/* Which event pool serves events recorded on `stream`. */
+static int pool_for_stream(aa__cuda_backend *cb, cudaStream_t stream,
+                           aa__cuda_evpool **out) {
+  int dev = 0;
+  *out = NULL;
+  if (cb->base.kind == AA_BACKEND_DEVICE) {
+    *out = &cb->evpools[0];
+    return AA_OK;
+  }
+  /* Pinned memory is used from streams of any device. */
+  if (stream == NULL) {
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess)
+      return aa__cuda_err(e);
+  } else {
+    cudaError_t e = cudaStreamGetDevice(stream, &dev);
+    if (e != cudaSuccess)
+      return aa__cuda_err(e);
+  }
+  if (dev < 0 || dev >= cb->ndev)
+    return AA_ENODEV;
+  *out = &cb->evpools[dev];
+  return AA_OK;
+}
+
+int aa__cuda_op_event_record(aa_backend *b, aa_stream stream, void **out) {
+  aa__cuda_backend *cb = (aa__cuda_backend *)b->ctx;
+  aa__cuda_evpool *p = NULL;
+  aa__cuda_event *e = NULL;
+  int rc;
+
+  *out = NULL;
+  if (stream == AA_STREAM_HOST)
+    return AA_OK; /* no GPU work to wait for */
+  rc = pool_for_stream(cb, (cudaStream_t)stream, &p);
+  if (rc != AA_OK)
+    return rc;
+  rc = aa__cuda_evpool_record(p, (cudaStream_t)stream, &e);
+  if (rc != AA_OK)
+    return rc;
+  atomic_fetch_add_explicit(&cb->events_recorded, 1, memory_order_relaxed);
+  *out = e;
+  return AA_OK;
+}
+
+int aa__cuda_op_event_query(aa_backend *b, void *event) {
+  (void)b;
+  return aa__cuda_event_query((const aa__cuda_event *)event);
+}
+
+void aa__cuda_op_event_release(aa_backend *b, void *event) {
+  aa__cuda_backend *cb = (aa__cuda_backend *)b->ctx;
+  aa__cuda_event *e = (aa__cuda_event *)event;
+  if (!e)
+    return;
+  if (cb->base.kind == AA_BACKEND_DEVICE)
+    aa__cuda_evpool_put(&cb->evpools[0], e);
+  else if (e->device >= 0 && e->device < cb->ndev)
+    aa__cuda_evpool_put(&cb->evpools[e->device], e);
+}
+
+/* ------------------------------------------------------------- counters */
+
+int aa_backend_cuda_counts(const aa_backend *b, aa_cuda_counts *out) {
+  aa__cuda_backend *cb = aa__cuda_from(b);
+  int i;
+  if (!out)
+    return AA_EINVAL;
+  memset(out, 0, sizeof *out);
+  out->version = AA_CUDA_COUNTS_VERSION;
+  out->size = (uint32_t)sizeof *out;
+  if (!cb)
+    return AA_EINVAL;
+  out->allocs = atomic_load(&cb->allocs);
+  out->frees = atomic_load(&cb->frees);
+  out->failures = atomic_load(&cb->failures);
+  out->ooms = atomic_load(&cb->ooms);
+  out->bytes_mapped = atomic_load(&cb->bytes_mapped);
+  out->events_recorded = atomic_load(&cb->events_recorded);
+  for (i = 0; i < cb->ndev; i++) {
+    aa__cuda_evpool *p = &cb->evpools[i];
+    pthread_mutex_lock(&p->lock);
+    out->events_created += p->created;
+    out->events_free += p->nfree;
+    pthread_mutex_unlock(&p->lock);
+  }
+  return AA_OK;
+}
+
+int aa_pinned_device_ptr(const void *host, void **dev_out) {
+  struct cudaPointerAttributes attr;
+  cudaError_t e;
+  void *d = NULL;
+
+  if (dev_out)
+    *dev_out = NULL;
+  if (!host || !dev_out)
+    return AA_EINVAL;
+  memset(&attr, 0, sizeof attr);
+  e = cudaPointerGetAttributes(&attr, host);
+  if (e != cudaSuccess)
+    return aa__cuda_err(e);
+  if (attr.type != cudaMemoryTypeHost)
+    return AA_EINVAL;
+  /* For an interior pointer, cudaHostGetDevicePointer wants the exact
+   * pointer cudaHostAlloc returned only on old drivers; attr.devicePointer
+   * is already offset correctly. Prefer it, fall back to the call. */
+  d = attr.devicePointer;
+  if (!d) {
+    e = cudaHostGetDevicePointer(&d, (void *)(uintptr_t)host, 0);
+    if (e != cudaSuccess)
+      return aa__cuda_err(e);
+  }
+  *dev_out = d;
+  return AA_OK;
+}

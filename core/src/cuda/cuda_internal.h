@@ -1,0 +1,98 @@
+/*
+ * cuda_internal.h — shared by the CUDA backend files (never installed).
+ *
+ *   device guard   aa__cuda_enter / aa__cuda_leave: make `device` current for
+ *                  one call and restore the caller's device afterwards.
+ *   event pool     a free list of cudaEvent_t (cudaEventDisableTiming), one
+ *                  per device; events are created only when the list is
+ *                  empty and destroyed only with the backend.
+ *   backend ctx    aa__cuda_backend: what both CUDA backends share (counters,
+ *                  event pools); the first member is the aa_backend value so
+ *                  a backend pointer is also a context pointer.
+ */
+#ifndef AA_CUDA_INTERNAL_H
+#define AA_CUDA_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#include "adaptalloc/core.h"
+#include "adaptalloc/cuda.h"
+
+#define AA__CUDA_MAX_DEVICES 64
+
+/* Makes `device` current; *prev gets the caller's device (-1 if none could
+ * be read). AA_EBACKEND when cudaSetDevice fails (error cleared). */
+int aa__cuda_enter(int device, int *prev);
+/* Restores the device saved by aa__cuda_enter. */
+void aa__cuda_leave(int device, int prev);
+/* Maps a cudaError_t to an aa_err, clearing the runtime's last error. */
+int aa__cuda_err(cudaError_t e);
+
+/* ------------------------------------------------------------- event pool */
+
+typedef struct aa__cuda_event {
+  cudaEvent_t ev;
+  int device;
+  struct aa__cuda_event *next;     /* free list */
+  struct aa__cuda_event *all_next; /* every event ever made, for destroy */
+} aa__cuda_event;
+
+typedef struct aa__cuda_evpool {
+  pthread_mutex_t lock;
+  aa__cuda_event *free;
+  aa__cuda_event *all;
+  int device;
+  uint64_t created;
+  uint64_t nfree;
+} aa__cuda_evpool;
+
+int aa__cuda_evpool_init(aa__cuda_evpool *p, int device);
+/* Takes an event from the pool (creating one on `device` if none is free)
+ * and records it on `stream`. */
+int aa__cuda_evpool_record(aa__cuda_evpool *p, cudaStream_t stream,
+                           aa__cuda_event **out);
+/* AA_OK done, AA_EAGAIN pending, <0 error. */
+int aa__cuda_event_query(const aa__cuda_event *e);
+void aa__cuda_evpool_put(aa__cuda_evpool *p, aa__cuda_event *e);
+/* Destroys every event the pool ever made. Outstanding handles die too. */
+void aa__cuda_evpool_fini(aa__cuda_evpool *p);
+
+/* --------------------------------------------------------- backend context */
+
+#define AA__CUDA_MAGIC 0x41414355u /* "AACU" */
+
+typedef struct aa__cuda_backend {
+  aa_backend base; /* must be first */
+  uint32_t magic;
+  _Atomic uint64_t allocs;
+  _Atomic uint64_t frees;
+  _Atomic uint64_t failures;
+  _Atomic uint64_t ooms;
+  _Atomic uint64_t bytes_mapped;
+  _Atomic uint64_t events_recorded;
+  int ndev;                                  /* event pools below */
+  aa__cuda_evpool evpools[AA__CUDA_MAX_DEVICES];
+  /* device backend only: allocations cudaMalloc returned under 4 KiB
+   * alignment, re-made larger and aligned by hand (rare). */
+  pthread_mutex_t mis_lock;
+  struct aa__cuda_misaligned {
+    void *aligned;
+    void *raw;
+  } *mis;
+  size_t nmis, capmis;
+} aa__cuda_backend;
+
+/* Event ops common to both backends. */
+int aa__cuda_op_event_record(aa_backend *b, aa_stream stream, void **out);
+int aa__cuda_op_event_query(aa_backend *b, void *event);
+void aa__cuda_op_event_release(aa_backend *b, void *event);
+
+/* NULL unless b is one of ours. */
+aa__cuda_backend *aa__cuda_from(const aa_backend *b);
+
+#endif /* AA_CUDA_INTERNAL_H */

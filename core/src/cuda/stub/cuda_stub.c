@@ -1,0 +1,97 @@
+/*
+ * cuda_stub.c — the CUDA API when built with -DAA_WITH_CUDA=OFF: every
+ * constructor returns AA_ENOTSUP with its out-parameter cleared, getters
+ * return NULL or 0, so callers need no #ifdef.
+ */
+#include <string.h>
+
+#include "adaptalloc/core.h"
+#include "adaptalloc/cuda.h"
+
+int aa_backend_cuda_new(int device, aa_backend **out) {
+  (void)device;
+  if (out)
+    *out = NULL;
+  return AA_ENOTSUP;
+}
+
+int aa_backend_pinned_new(aa_backend **out) {
+  if (out)
+    *out = NULL;
+  return AA_ENOTSUP;
+}
+
+int aa_cuda_device_count(void) { return 0; }
+
+int aa_backend_cuda_counts(const aa_backend *b, aa_cuda_counts *out) {
+  (void)b;
+  if (out) {
+    memset(out, 0, sizeof *out);
+    out->version = AA_CUDA_COUNTS_VERSION;
+    out->size = (uint32_t)sizeof *out;
+  }
+  return AA_ENOTSUP;
+}
+
+void *aa_staging_get(aa_pool *pinned, size_t size) {
+  (void)pinned;
+  (void)size;
+  return NULL;
+}
+
+int aa_staging_put(aa_pool *pinned, void *buf, size_t size, aa_stream last_use) {
+  (void)pinned;
+  (void)buf;
+  (void)size;
+  (void)last_use;
+  return AA_ENOTSUP;
+}
+
+int aa_pinned_device_ptr(const void *host, void **dev_out) {
+  (void)host;
+  if (dev_out)
+    *dev_out = NULL;
+  return AA_ENOTSUP;
+}
+
+int aa_packer_new(aa_pool *pinned, size_t capacity, aa_packer **out) {
+  (void)pinned;
+  (void)capacity;
+  if (out)
+    *out = NULL;
+  return AA_ENOTSUP;
+}
+
+int aa_packer_add(aa_packer *pk, const void *src, size_t n, size_t *offset) {
+  (void)pk;
+  (void)src;
+  (void)n;
+  if (offset)
+    *offset = 0;
+  return AA_ENOTSUP;
+}
+
+size_t aa_packer_used(const aa_packer *pk) {
+  (void)pk;
+  return 0;
+}
+
+int aa_packer_flush(aa_packer *pk, void *dst, aa_stream copy_stream) {
+  (void)pk;
+  (void)dst;
+  (void)copy_stream;
+  return AA_ENOTSUP;
+}
+
+int aa_packer_wait(aa_packer *pk, aa_stream stream) {
+  (void)pk;
+  (void)stream;
+  return AA_ENOTSUP;
+}
+
+int aa_packer_sync(aa_packer *pk) {
+  (void)pk;
+  return AA_ENOTSUP;
+}
+
+void aa_packer_destroy(aa_packer *pk) { (void)pk; }
