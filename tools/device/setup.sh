@@ -32,7 +32,6 @@ cmake -S "$root" -B "$build" -G Ninja \
   -DCMAKE_PREFIX_PATH="$prefix/usr" \
   -DCMAKE_LIBRARY_PATH="$libdir" \
   -DCMAKE_BUILD_RPATH="$libdir" \
-  -DCMAKE_CUDA_ARCHITECTURES=90 \
   "$@"
 cmake --build "$build" -j "$jobs"
 

@@ -1,0 +1,211 @@
+/*
+ * aa_torch.c — libadaptalloc_torch.so, the PyTorch plugin: the C functions
+ * torch.cuda.memory.CUDAPluggableAllocator calls, and its optional hooks.
+ *
+ * Entry points (declared in adaptalloc/cuda.h):
+ *   aa_torch_alloc / aa_torch_free      alloc_fn / free_fn
+ *   aa_torch_init                       set_init_fn            void(int)
+ *   aa_torch_reset                      set_reset_fn           void(void)
+ *   aa_torch_memory_fraction            set_memory_fraction_fn void(double,int)
+ *   aa_torch_record_stream              set_record_stream_fn   void(void*,stream)
+ *   aa_torch_set_limit, aa_torch_stat, aa_torch_stats_json   for ctypes users
+ *
+ * Pools are the runtime's (aa_runtime_pool(AA_BACKEND_DEVICE, device)), which
+ * starts the store, the policy loop and the HTTP server on first use. The hot
+ * path is one relaxed atomic load of the cached pool pointer and aa_alloc /
+ * aa_free; no lock and no CUDA call of ours.
+ *
+ * PyTorch does not check the pointer alloc_fn returns: NULL (out of memory
+ * after the pool released its cache and retried) reaches torch as a tensor
+ * without storage. We print one line to stderr for each such failure so the
+ * cause is visible; `ooms` in /stats counts them.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "adaptalloc/core.h"
+#include "adaptalloc/cuda.h"
+#include "adaptalloc/runtime.h"
+
+#define AA_TORCH_MAX_DEVICES 64
+
+static _Atomic(aa_pool *) g_pools[AA_TORCH_MAX_DEVICES];
+
+static aa_pool *pool_for(int device) {
+  aa_pool *p;
+  if (device < 0 || device >= AA_TORCH_MAX_DEVICES)
+    return NULL;
+  p = atomic_load_explicit(&g_pools[device], memory_order_acquire);
+  if (p)
+    return p;
+  /* The runtime creates each pool once (it holds its own lock); racing
+   * threads get the same pointer. */
+  p = aa_runtime_pool(AA_BACKEND_DEVICE, device);
+  if (p)
+    atomic_store_explicit(&g_pools[device], p, memory_order_release);
+  return p;
+}
+
+/* The pool already made for a device, without creating one. */
+static aa_pool *pool_if_made(int device) {
+  if (device < 0 || device >= AA_TORCH_MAX_DEVICES)
+    return NULL;
+  return atomic_load_explicit(&g_pools[device], memory_order_acquire);
+}
+
+void *aa_torch_alloc(size_t size, int device, aa_stream stream) {
+  aa_pool *p = pool_for(device);
+  void *ptr;
+  if (!p) {
+    fprintf(stderr, "adaptalloc: no pool for CUDA device %d (no GPU or no CUDA)\n",
+            device);
+    return NULL;
+  }
+  ptr = aa_alloc(p, size, stream);
+  if (!ptr)
+    fprintf(stderr, "adaptalloc: out of memory on device %d allocating %zu bytes\n",
+            device, size);
+  return ptr;
+}
+
+void aa_torch_free(void *ptr, size_t size, int device, aa_stream stream) {
+  aa_pool *p;
+  if (!ptr)
+    return;
+  p = pool_for(device);
+  if (p)
+    (void)aa_free(p, ptr, size, stream);
+}
+
+void aa_torch_init(int device_count) {
+  (void)device_count; /* pools are made lazily, per device, on first use */
+  (void)aa_runtime_init(NULL);
+}
+
+void aa_torch_reset(void) {
+  int d;
+  for (d = 0; d < AA_TORCH_MAX_DEVICES; d++) {
+    aa_pool *p = pool_if_made(d);
+    if (p)
+      (void)aa_pool_release(p);
+  }
+}
+
+void aa_torch_memory_fraction(double fraction, int device) {
+  aa_pool *p;
+  size_t free_b = 0, total_b = 0;
+  int prev = -1;
+  cudaError_t e;
+
+  if (!(fraction >= 0.0 && fraction <= 1.0)) {
+    fprintf(stderr, "adaptalloc: memory fraction %g out of [0, 1], ignored\n",
+            fraction);
+    return;
+  }
+  p = pool_for(device);
+  if (!p)
+    return;
+  if (cudaGetDevice(&prev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    prev = -1;
+  }
+  if (prev != device && cudaSetDevice(device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  e = cudaMemGetInfo(&free_b, &total_b);
+  if (e != cudaSuccess)
+    (void)cudaGetLastError();
+  if (prev >= 0 && prev != device && cudaSetDevice(prev) != cudaSuccess)
+    (void)cudaGetLastError();
+  if (e != cudaSuccess)
+    return;
+  /* fraction 1.0 means "the whole card", which is no cap at all. */
+  aa_pool_set_limit(p, fraction >= 1.0 ? 0 : (size_t)(fraction * (double)total_b));
+}
+
+void aa_torch_record_stream(void *ptr, aa_stream stream) {
+  int d;
+  if (!ptr)
+    return;
+  for (d = 0; d < AA_TORCH_MAX_DEVICES; d++) {
+    aa_pool *p = pool_if_made(d);
+    if (p && aa_block_size(p, ptr) != 0) {
+      (void)aa_record_stream(p, ptr, stream);
+      return;
+    }
+  }
+}
+
+int aa_torch_set_limit(int device, size_t bytes) {
+  aa_pool *p = pool_for(device);
+  if (!p)
+    return AA_ENODEV;
+  aa_pool_set_limit(p, bytes);
+  return AA_OK;
+}
+
+static aa_pool_stats g_stats_buf; /* ~20 KiB: static, guarded by g_stats_mu */
+static pthread_mutex_t g_stats_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void stats_lock(void) { pthread_mutex_lock(&g_stats_mu); }
+static void stats_unlock(void) { pthread_mutex_unlock(&g_stats_mu); }
+
+uint64_t aa_torch_stat(int device, const char *name) {
+  aa_pool *p = pool_if_made(device);
+  aa_pool_stats *s = &g_stats_buf;
+  uint64_t v = 0;
+  if (!p || !name)
+    return 0;
+  stats_lock();
+  if (aa_pool_stats_get(p, s) == AA_OK) {
+    if (!strcmp(name, "in_use"))
+      v = s->bytes_in_use;
+    else if (!strcmp(name, "reserved"))
+      v = s->bytes_reserved;
+    else if (!strcmp(name, "peak_in_use"))
+      v = s->peak_bytes_in_use;
+    else if (!strcmp(name, "peak_reserved"))
+      v = s->peak_bytes_reserved;
+    else if (!strcmp(name, "requested"))
+      v = s->bytes_requested;
+    else if (!strcmp(name, "allocs"))
+      v = s->allocs;
+    else if (!strcmp(name, "frees"))
+      v = s->frees;
+    else if (!strcmp(name, "ooms"))
+      v = s->ooms;
+    else if (!strcmp(name, "oom_retries"))
+      v = s->oom_retries;
+    else if (!strcmp(name, "pending"))
+      v = s->pending_blocks;
+    else if (!strcmp(name, "backend_allocs"))
+      v = s->backend_allocs;
+    else if (!strcmp(name, "backend_frees"))
+      v = s->backend_frees;
+    else if (!strcmp(name, "limit"))
+      v = s->limit_bytes;
+    else if (!strcmp(name, "classes"))
+      v = s->class_count;
+    else if (!strcmp(name, "invalid_frees"))
+      v = s->invalid_frees;
+  }
+  stats_unlock();
+  return v;
+}
+
+size_t aa_torch_stats_json(int device, char *buf, size_t cap) {
+  aa_pool *p = pool_if_made(device);
+  size_t n = 0;
+  if (!p)
+    return 0;
+  stats_lock();
+  if (aa_pool_stats_get(p, &g_stats_buf) == AA_OK)
+    n = aa_pool_stats_json(&g_stats_buf, buf, cap);
+  stats_unlock();
+  return n;
+}
