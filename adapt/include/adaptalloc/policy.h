@@ -1,0 +1,172 @@
+/*
+ * adaptalloc/policy.h — the policy model: JSON parse, validate, serialise,
+ * merge patch, and what a policy means for a pool, the loop and telemetry.
+ *
+ * A policy is a JSON document (format and every field: docs/policy.md; JSON
+ * Schema: policies/schema.json). It holds, per pool ("device", "pinned",
+ * "host"): slab size, largest small class, the class table (explicit sizes,
+ * explicit {size, cache_limit, prefill} objects, or a ladder spec), thread
+ * cache bounds, the large path and a reserve limit; the adapt loop's
+ * parameters; telemetry settings. Every field has a default, so "{}" is a
+ * valid policy (the built-in default).
+ *
+ * Validation is whole-document and happens before anything is returned: on
+ * any error *out is NULL, nothing changes, and err (when non-NULL) gets one
+ * NUL-terminated message naming the JSON path and the rule, for example
+ *   pools.device.classes[3]: 1000 is not a multiple of 512
+ * Documents over AA_POLICY_MAX_BYTES or nested deeper than AA_POLICY_MAX_DEPTH
+ * are refused before cJSON sees them; so are invalid UTF-8, duplicate keys,
+ * unknown keys, wrong types, non-integers where integers are due, numbers
+ * negative or beyond 2^53, out-of-range and contradictory values.
+ *
+ * Ownership: every aa_policy * returned here is owned by the caller and freed
+ * with aa_policy_free(). A policy is immutable except for its version, so one
+ * policy may be read from many threads at once; aa_policy_set_version must
+ * not race with readers.
+ *
+ * Version: a uint64 that the owner of the policy in force (the runtime) bumps
+ * on every change. It is serialised as "version" and parsed back, but
+ * aa_policy_equal ignores it (it compares content).
+ */
+#ifndef ADAPTALLOC_POLICY_H
+#define ADAPTALLOC_POLICY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "adaptalloc/common.h"
+#include "adaptalloc/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AA_POLICY_MAX_BYTES (64u * 1024u) /* larger documents are refused */
+#define AA_POLICY_MAX_DEPTH 32            /* deeper nesting is refused */
+#define AA_POLICY_ERR_CAP 256             /* a buffer this big holds any message */
+
+typedef struct aa_policy aa_policy; /* opaque */
+
+/* The adapt loop's knobs (policy "adapt" object; defaults in docs/policy.md).
+ * Fractions are in [0, 1]; counts of intervals are loop steps. */
+typedef struct aa_adapt_params {
+  bool enabled;                  /* run the loop at all (default true) */
+  uint32_t interval_ms;          /* time between steps (default 1000) */
+  uint32_t max_classes;          /* never add a class beyond this many (default 64) */
+  uint32_t max_adds_per_interval;/* exact classes added per step at most (default 4) */
+  uint64_t min_requests;         /* a size or class needs this many requests in the
+                                    interval before any rule looks at it (default 64) */
+  double hot_fraction;           /* a size is hot at this share of the interval's
+                                    small requests (default 0.05) */
+  double waste_threshold;        /* add an exact class when the serving class wastes
+                                    more than this of a hot size (default 0.10) */
+  double miss_rate_threshold;    /* grow/prefill a class whose misses/allocs in the
+                                    interval exceed this (default 0.10) */
+  uint64_t prefill_max_bytes;    /* a grown class's prefill is capped at this (default 64 MiB) */
+  uint32_t cold_intervals;       /* an added class with no allocations for this many
+                                    intervals is retired (default 10) */
+  uint64_t trim_threshold_bytes; /* trim when reserved - in_use exceeds this; 0 = never
+                                    (default 256 MiB) */
+  uint32_t min_class_age;        /* hysteresis: an added class is kept at least this many
+                                    intervals (default 5) */
+  uint32_t readd_cooldown;       /* hysteresis: a retired size is not re-added for this many
+                                    intervals (default 20) */
+  uint32_t grow_cooldown;        /* hysteresis: a class is grown at most once per this many
+                                    intervals (default 5) */
+} aa_adapt_params;
+
+/* Telemetry settings (policy "telemetry" object). */
+typedef struct aa_telemetry_params {
+  uint32_t snapshot_interval_ms; /* store snapshot period (default 1000) */
+  bool trace;                    /* record every alloc/free event (default false) */
+  bool histogram;                /* histogram + heavy hitters on (default true) */
+  uint64_t retention_bytes;      /* store size bound, 0 = none (default 1 GiB) */
+  uint64_t retention_age_s;      /* store age bound, 0 = none (default 7 days) */
+} aa_telemetry_params;
+
+/* The built-in default policy (the same as parsing "{}"). Returns AA_OK or
+ * AA_ENOMEM; *out is NULL on failure. */
+AA_EXTERN int aa_policy_default(aa_policy **out);
+
+/* Parses and validates a document of len bytes (need not be NUL-terminated).
+ * Returns AA_OK; AA_EPARSE for malformed JSON, bad UTF-8, too big or too deep;
+ * AA_EINVAL for a document that parses but breaks a rule; AA_ENOMEM. On error
+ * *out is NULL and err (errcap bytes, may be NULL/0) gets the message. */
+AA_EXTERN int aa_policy_parse(const char *json, size_t len, aa_policy **out,
+                              char *err, size_t errcap);
+
+/* Reads a file and parses it as above. AA_EIO (with the errno text in err) when
+ * the file cannot be read; AA_EPARSE when it is over AA_POLICY_MAX_BYTES.
+ * Messages are prefixed with the path. */
+AA_EXTERN int aa_policy_load_file(const char *path, aa_policy **out, char *err,
+                                  size_t errcap);
+
+/* Serialises a policy as a pretty-printed JSON object, every field explicit
+ * (defaults included), "version" first. malloc'd, NUL-terminated; the caller
+ * free()s it. NULL on out of memory. Parsing the result gives an equal policy
+ * with the same version. */
+AA_EXTERN char *aa_policy_to_json(const aa_policy *p);
+
+/* RFC 7386 JSON merge patch: applies `patch` (len bytes) to base's JSON form
+ * and validates the result as a whole document. A null member deletes the
+ * field, which then takes its default. The result keeps base's version unless
+ * the patch sets "version". Errors as for aa_policy_parse; base is unchanged. */
+AA_EXTERN int aa_policy_merge_patch(const aa_policy *base, const char *patch,
+                                    size_t len, aa_policy **out, char *err,
+                                    size_t errcap);
+
+/* True when a and b have the same content (the version is not compared).
+ * Two NULLs are equal. */
+AA_EXTERN bool aa_policy_equal(const aa_policy *a, const aa_policy *b);
+
+/* A deep copy (version included), or NULL on out of memory. */
+AA_EXTERN aa_policy *aa_policy_clone(const aa_policy *p);
+
+/* NULL is a no-op. */
+AA_EXTERN void aa_policy_free(aa_policy *p);
+
+AA_EXTERN uint64_t aa_policy_version(const aa_policy *p);
+AA_EXTERN void aa_policy_set_version(aa_policy *p, uint64_t v);
+
+/* The policy's "name" (the model it was written for; "" when absent). The
+ * string lives as long as p. */
+AA_EXTERN const char *aa_policy_name(const aa_policy *p);
+
+/* What the policy says for one pool: pool is "device", "pinned" or "host".
+ * cfg: on entry the caller's defaults (aa_pool_config_init plus backend and
+ * name); on return slab_size, min_block, max_small, classes_per_doubling,
+ * tcache_blocks, tcache_bytes, large_mode, large_cache_bytes, limit_bytes and
+ * telemetry are set from the policy (other fields untouched). cfg may be NULL.
+ * classes: the explicit class table the policy implies (a ladder spec is
+ * expanded), ascending, its last block_size equal to max_small; *n gets the
+ * full count, up to cap entries are copied (classes may be NULL when cap is 0;
+ * n may be NULL). Returns AA_OK, AA_EINVAL for a NULL policy or an unknown pool
+ * name, AA_ERANGE when cap is smaller than the count (cfg and the first cap
+ * entries are still filled in). */
+AA_EXTERN int aa_policy_pool_config(const aa_policy *p, const char *pool,
+                                    aa_pool_config *cfg, aa_class_spec *classes,
+                                    size_t cap, size_t *n);
+
+/* Applies the policy's class table (with per-class cache limits and prefill)
+ * and limit_bytes to a live pool through aa_pool_set_classes, which validates
+ * the whole table first: on error nothing changes. slab_size, max_small and
+ * the thread-cache bounds only take effect when a pool is created
+ * (aa_policy_pool_config); a pool whose max_small differs from the policy's
+ * gets AA_EINVAL. */
+AA_EXTERN int aa_policy_apply(const aa_policy *p, const char *pool,
+                              aa_pool *target);
+
+/* The adapt and telemetry sections as value types. p NULL gives the defaults. */
+AA_EXTERN void aa_policy_adapt_params(const aa_policy *p, aa_adapt_params *out);
+AA_EXTERN void aa_policy_telemetry_params(const aa_policy *p,
+                                          aa_telemetry_params *out);
+
+/* The built-in defaults without building a policy. */
+AA_EXTERN void aa_adapt_params_default(aa_adapt_params *out);
+AA_EXTERN void aa_telemetry_params_default(aa_telemetry_params *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ADAPTALLOC_POLICY_H */

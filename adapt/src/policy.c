@@ -1,0 +1,374 @@
+/*
+ * policy.c — the policy model: defaults, the ladder, accessors, equality,
+ * clone, and what a policy means for a pool (aa_policy_pool_config), the
+ * adapt loop and telemetry.
+ *
+ * Entry points: aa_policy_default, aa_policy_parse, aa_policy_load_file,
+ * aa_policy_equal, aa_policy_clone, aa_policy_pool_config.
+ * Parsing and validation live in policy_parse.c, the writer and merge patch in
+ * policy_json.c, aa_policy_apply (the only part that calls the core) in
+ * policy_apply.c.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "policy_model.h"
+
+const char *const aa__policy_pool_names[AA__POLICY_POOLS] = {"device", "pinned",
+                                                            "host"};
+
+int aa__policy_pool_index(const char *pool) {
+  if (pool == NULL)
+    return -1;
+  for (int i = 0; i < AA__POLICY_POOLS; i++) {
+    if (strcmp(pool, aa__policy_pool_names[i]) == 0)
+      return i;
+  }
+  return -1;
+}
+
+void aa__policy_errf(char *err, size_t errcap, const char *fmt, ...) {
+  va_list ap;
+  if (err == NULL || errcap == 0)
+    return;
+  va_start(ap, fmt);
+  vsnprintf(err, errcap, fmt, ap);
+  va_end(ap);
+}
+
+void aa_adapt_params_default(aa_adapt_params *out) {
+  if (out == NULL)
+    return;
+  memset(out, 0, sizeof *out);
+  out->enabled = true;
+  out->interval_ms = 1000;
+  out->max_classes = 64;
+  out->max_adds_per_interval = 4;
+  out->min_requests = 64;
+  out->hot_fraction = 0.05;
+  out->waste_threshold = 0.10;
+  out->miss_rate_threshold = 0.10;
+  out->prefill_max_bytes = 64u * 1024u * 1024u;
+  out->cold_intervals = 10;
+  out->trim_threshold_bytes = 256u * 1024u * 1024u;
+  out->min_class_age = 5;
+  out->readd_cooldown = 20;
+  out->grow_cooldown = 5;
+}
+
+void aa_telemetry_params_default(aa_telemetry_params *out) {
+  if (out == NULL)
+    return;
+  memset(out, 0, sizeof *out);
+  out->snapshot_interval_ms = 1000;
+  out->trace = false;
+  out->histogram = true;
+  out->retention_bytes = 1024u * 1024u * 1024u;
+  out->retention_age_s = 7u * 24u * 3600u;
+}
+
+void aa__policy_defaults(aa_policy *p) {
+  memset(p, 0, sizeof *p);
+  for (int i = 0; i < AA__POLICY_POOLS; i++) {
+    aa__pool_policy *pp = &p->pools[i];
+    pp->slab_size = AA__DEF_SLAB_SIZE;
+    pp->max_small = AA__DEF_MAX_SMALL;
+    pp->classes_kind = AA__CLASSES_LADDER;
+    pp->ladder_min = AA__DEF_LADDER_MIN;
+    pp->ladder_per_doubling = AA__DEF_PER_DOUBLING;
+    pp->tcache_blocks = AA__DEF_TCACHE_BLOCKS;
+    pp->tcache_bytes = AA__DEF_TCACHE_BYTES;
+    pp->large_mode = AA_LARGE_CACHE;
+    pp->large_cache_bytes = 0;
+    pp->limit_bytes = 0;
+  }
+  aa_adapt_params_default(&p->adapt);
+  aa_telemetry_params_default(&p->telemetry);
+}
+
+static uint64_t round_up_align(uint64_t v) {
+  return (v + AA_BLOCK_ALIGN - 1) / AA_BLOCK_ALIGN * AA_BLOCK_ALIGN;
+}
+
+size_t aa__ladder_expand(uint64_t min, uint64_t max, uint32_t per_doubling,
+                         aa_class_spec *out, size_t cap) {
+  size_t n = 0;
+  uint64_t prev = 0;
+  uint64_t first = round_up_align(min < AA_BLOCK_ALIGN ? AA_BLOCK_ALIGN : min);
+  if (per_doubling == 0)
+    per_doubling = 1;
+  if (first <= max) {
+    if (n < cap)
+      out[n] = (aa_class_spec){first, 0, 0};
+    n++;
+    prev = first;
+  }
+  for (uint64_t base = AA_BLOCK_ALIGN; base < max; base *= 2) {
+    for (uint32_t j = 0; j < per_doubling; j++) {
+      uint64_t s = round_up_align(base + (uint64_t)j * base / per_doubling);
+      if (s <= prev || s >= max)
+        continue;
+      if (n < cap)
+        out[n] = (aa_class_spec){s, 0, 0};
+      n++;
+      prev = s;
+    }
+  }
+  if (max > prev) {
+    if (n < cap)
+      out[n] = (aa_class_spec){max, 0, 0};
+    n++;
+  }
+  return n;
+}
+
+int aa_policy_default(aa_policy **out) {
+  aa_policy *p;
+  if (out == NULL)
+    return AA_EINVAL;
+  *out = NULL;
+  p = malloc(sizeof *p);
+  if (p == NULL)
+    return AA_ENOMEM;
+  aa__policy_defaults(p);
+  *out = p;
+  return AA_OK;
+}
+
+int aa_policy_parse(const char *json, size_t len, aa_policy **out, char *err,
+                    size_t errcap) {
+  cJSON *root = NULL;
+  aa_policy *p = NULL;
+  int rc;
+
+  if (err != NULL && errcap > 0)
+    err[0] = '\0';
+  if (out == NULL) {
+    aa__policy_errf(err, errcap, "(root): no output pointer given");
+    return AA_EINVAL;
+  }
+  *out = NULL;
+  if (json == NULL) {
+    aa__policy_errf(err, errcap, "(root): no document given");
+    return AA_EINVAL;
+  }
+  rc = aa__policy_parse_tree(json, len, &root, err, errcap);
+  if (rc != AA_OK)
+    goto done;
+  p = malloc(sizeof *p);
+  if (p == NULL) {
+    aa__policy_errf(err, errcap, "(root): out of memory");
+    rc = AA_ENOMEM;
+    goto done;
+  }
+  rc = aa__policy_from_tree(root, p, err, errcap);
+  if (rc != AA_OK)
+    goto done;
+  *out = p;
+  p = NULL;
+done:
+  free(p);
+  cJSON_Delete(root);
+  return rc;
+}
+
+int aa_policy_load_file(const char *path, aa_policy **out, char *err,
+                        size_t errcap) {
+  FILE *f = NULL;
+  char *buf = NULL;
+  size_t len = 0;
+  char inner[AA_POLICY_ERR_CAP];
+  int rc = AA_OK;
+
+  if (err != NULL && errcap > 0)
+    err[0] = '\0';
+  if (out == NULL || path == NULL) {
+    aa__policy_errf(err, errcap, "(root): no path or output pointer given");
+    return AA_EINVAL;
+  }
+  *out = NULL;
+  f = fopen(path, "rb");
+  if (f == NULL) {
+    aa__policy_errf(err, errcap, "%s: cannot open: %s", path, strerror(errno));
+    rc = AA_EIO;
+    goto done;
+  }
+  /* Read one byte past the limit so an oversized file is recognised. */
+  buf = malloc(AA_POLICY_MAX_BYTES + 1);
+  if (buf == NULL) {
+    aa__policy_errf(err, errcap, "%s: out of memory", path);
+    rc = AA_ENOMEM;
+    goto done;
+  }
+  len = fread(buf, 1, AA_POLICY_MAX_BYTES + 1, f);
+  if (ferror(f)) {
+    aa__policy_errf(err, errcap, "%s: read error: %s", path, strerror(errno));
+    rc = AA_EIO;
+    goto done;
+  }
+  if (len > AA_POLICY_MAX_BYTES) {
+    aa__policy_errf(err, errcap,
+                    "%s: document is over the %u-byte limit", path,
+                    (unsigned)AA_POLICY_MAX_BYTES);
+    rc = AA_EPARSE;
+    goto done;
+  }
+  inner[0] = '\0';
+  rc = aa_policy_parse(buf, len, out, inner, sizeof inner);
+  if (rc != AA_OK)
+    aa__policy_errf(err, errcap, "%s: %s", path, inner);
+done:
+  free(buf);
+  if (f != NULL)
+    fclose(f);
+  return rc;
+}
+
+static bool pool_equal(const aa__pool_policy *a, const aa__pool_policy *b) {
+  if (a->slab_size != b->slab_size || a->max_small != b->max_small ||
+      a->classes_kind != b->classes_kind || a->tcache_blocks != b->tcache_blocks ||
+      a->tcache_bytes != b->tcache_bytes || a->large_mode != b->large_mode ||
+      a->large_cache_bytes != b->large_cache_bytes ||
+      a->limit_bytes != b->limit_bytes)
+    return false;
+  if (a->classes_kind == AA__CLASSES_LADDER)
+    return a->ladder_min == b->ladder_min &&
+           a->ladder_per_doubling == b->ladder_per_doubling;
+  if (a->n_explicit != b->n_explicit)
+    return false;
+  for (uint32_t i = 0; i < a->n_explicit; i++) {
+    const aa_class_spec *x = &a->explicit_classes[i];
+    const aa_class_spec *y = &b->explicit_classes[i];
+    if (x->block_size != y->block_size || x->cache_limit != y->cache_limit ||
+        x->prefill != y->prefill)
+      return false;
+  }
+  return true;
+}
+
+static bool adapt_equal(const aa_adapt_params *a, const aa_adapt_params *b) {
+  return a->enabled == b->enabled && a->interval_ms == b->interval_ms &&
+         a->max_classes == b->max_classes &&
+         a->max_adds_per_interval == b->max_adds_per_interval &&
+         a->min_requests == b->min_requests &&
+         a->hot_fraction == b->hot_fraction &&
+         a->waste_threshold == b->waste_threshold &&
+         a->miss_rate_threshold == b->miss_rate_threshold &&
+         a->prefill_max_bytes == b->prefill_max_bytes &&
+         a->cold_intervals == b->cold_intervals &&
+         a->trim_threshold_bytes == b->trim_threshold_bytes &&
+         a->min_class_age == b->min_class_age &&
+         a->readd_cooldown == b->readd_cooldown &&
+         a->grow_cooldown == b->grow_cooldown;
+}
+
+bool aa_policy_equal(const aa_policy *a, const aa_policy *b) {
+  if (a == NULL || b == NULL)
+    return a == b;
+  if (strcmp(a->name, b->name) != 0 ||
+      strcmp(a->description, b->description) != 0)
+    return false;
+  for (int i = 0; i < AA__POLICY_POOLS; i++) {
+    if (!pool_equal(&a->pools[i], &b->pools[i]))
+      return false;
+  }
+  if (!adapt_equal(&a->adapt, &b->adapt))
+    return false;
+  return a->telemetry.snapshot_interval_ms == b->telemetry.snapshot_interval_ms &&
+         a->telemetry.trace == b->telemetry.trace &&
+         a->telemetry.histogram == b->telemetry.histogram &&
+         a->telemetry.retention_bytes == b->telemetry.retention_bytes &&
+         a->telemetry.retention_age_s == b->telemetry.retention_age_s;
+}
+
+aa_policy *aa_policy_clone(const aa_policy *p) {
+  aa_policy *c;
+  if (p == NULL)
+    return NULL;
+  c = malloc(sizeof *c);
+  if (c == NULL)
+    return NULL;
+  memcpy(c, p, sizeof *c);
+  return c;
+}
+
+void aa_policy_free(aa_policy *p) { free(p); }
+
+uint64_t aa_policy_version(const aa_policy *p) {
+  return p == NULL ? 0 : p->version;
+}
+
+void aa_policy_set_version(aa_policy *p, uint64_t v) {
+  if (p != NULL)
+    p->version = v;
+}
+
+const char *aa_policy_name(const aa_policy *p) {
+  return p == NULL ? "" : p->name;
+}
+
+/* The class table of one pool section: *n gets the full count. */
+static size_t pool_classes(const aa__pool_policy *pp, aa_class_spec *out,
+                           size_t cap) {
+  if (pp->classes_kind == AA__CLASSES_LADDER)
+    return aa__ladder_expand(pp->ladder_min, pp->max_small,
+                             pp->ladder_per_doubling, out, cap);
+  for (size_t i = 0; i < pp->n_explicit && i < cap; i++)
+    out[i] = pp->explicit_classes[i];
+  return pp->n_explicit;
+}
+
+int aa_policy_pool_config(const aa_policy *p, const char *pool,
+                          aa_pool_config *cfg, aa_class_spec *classes,
+                          size_t cap, size_t *n) {
+  const aa__pool_policy *pp;
+  size_t count;
+  int idx = aa__policy_pool_index(pool);
+
+  if (n != NULL)
+    *n = 0;
+  if (p == NULL || idx < 0 || (classes == NULL && cap > 0))
+    return AA_EINVAL;
+  pp = &p->pools[idx];
+  if (cfg != NULL) {
+    cfg->slab_size = (size_t)pp->slab_size;
+    cfg->max_small = (size_t)pp->max_small;
+    if (pp->classes_kind == AA__CLASSES_LADDER) {
+      cfg->min_block = (size_t)pp->ladder_min;
+      cfg->classes_per_doubling = pp->ladder_per_doubling;
+    } else {
+      cfg->min_block = (size_t)pp->explicit_classes[0].block_size;
+    }
+    cfg->tcache_blocks = pp->tcache_blocks;
+    cfg->tcache_bytes = (size_t)pp->tcache_bytes;
+    cfg->large_mode = pp->large_mode;
+    cfg->large_cache_bytes = (size_t)pp->large_cache_bytes;
+    cfg->limit_bytes = (size_t)pp->limit_bytes;
+    cfg->telemetry = p->telemetry.histogram;
+  }
+  count = pool_classes(pp, classes, cap);
+  if (n != NULL)
+    *n = count;
+  return count > cap ? AA_ERANGE : AA_OK;
+}
+
+void aa_policy_adapt_params(const aa_policy *p, aa_adapt_params *out) {
+  if (out == NULL)
+    return;
+  if (p == NULL)
+    aa_adapt_params_default(out);
+  else
+    *out = p->adapt;
+}
+
+void aa_policy_telemetry_params(const aa_policy *p, aa_telemetry_params *out) {
+  if (out == NULL)
+    return;
+  if (p == NULL)
+    aa_telemetry_params_default(out);
+  else
+    *out = p->telemetry;
+}

@@ -1,0 +1,97 @@
+/*
+ * policy_model.h — the in-memory policy (private to adapt/).
+ *
+ * Glossary: a policy has three pool sections (device, pinned, host), an adapt
+ * section and a telemetry section. A pool section's class table is either a
+ * ladder spec (min, per_doubling; its top is always max_small) or an explicit
+ * list of aa_class_spec. Every field holds a value: defaults are filled in at
+ * parse time, so two policies are equal exactly when their fields are.
+ *
+ * Files: policy.c (model, accessors, pool config/apply), policy_parse.c
+ * (pre-scan, cJSON tree validation), policy_json.c (writer, merge patch).
+ */
+#ifndef ADAPTALLOC_POLICY_MODEL_H
+#define ADAPTALLOC_POLICY_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "adaptalloc/policy.h"
+
+#include "cJSON.h"
+
+#define AA__POLICY_POOLS 3 /* device, pinned, host (this order) */
+#define AA__POLICY_NAME_MAX 128
+#define AA__POLICY_DESC_MAX 1024
+
+/* Defaults (the same as aa_pool_config_init's). */
+#define AA__DEF_SLAB_SIZE (2u * 1024u * 1024u)
+#define AA__DEF_MAX_SMALL (1024u * 1024u)
+#define AA__DEF_LADDER_MIN 512u
+#define AA__DEF_PER_DOUBLING 4u
+#define AA__DEF_TCACHE_BLOCKS 32u
+#define AA__DEF_TCACHE_BYTES (4u * 1024u * 1024u)
+
+typedef enum aa__classes_kind {
+  AA__CLASSES_LADDER = 0,
+  AA__CLASSES_EXPLICIT = 1
+} aa__classes_kind;
+
+typedef struct aa__pool_policy {
+  uint64_t slab_size;
+  uint64_t max_small;
+  aa__classes_kind classes_kind;
+  uint64_t ladder_min;
+  uint32_t ladder_per_doubling;
+  uint32_t n_explicit;
+  aa_class_spec explicit_classes[AA_MAX_CLASSES];
+  uint32_t tcache_blocks;
+  uint64_t tcache_bytes;
+  aa_large_mode large_mode;
+  uint64_t large_cache_bytes;
+  uint64_t limit_bytes;
+} aa__pool_policy;
+
+struct aa_policy {
+  uint64_t version;
+  char name[AA__POLICY_NAME_MAX];
+  char description[AA__POLICY_DESC_MAX];
+  aa__pool_policy pools[AA__POLICY_POOLS];
+  aa_adapt_params adapt;
+  aa_telemetry_params telemetry;
+};
+
+extern const char *const aa__policy_pool_names[AA__POLICY_POOLS];
+
+/* Index of a pool name, or -1. */
+int aa__policy_pool_index(const char *pool);
+
+/* Fills every field with its default (version 0, empty name). */
+void aa__policy_defaults(aa_policy *p);
+
+/* Expands a ladder: min, about per_doubling classes per doubling, multiples of
+ * AA_BLOCK_ALIGN, top class exactly max. Writes up to cap entries (out may be
+ * NULL when cap is 0) and returns the full count. */
+size_t aa__ladder_expand(uint64_t min, uint64_t max, uint32_t per_doubling,
+                         aa_class_spec *out, size_t cap);
+
+/* Pre-scan (size, NUL, UTF-8, depth), bounded parse, trailing bytes, duplicate
+ * keys. On success *out is the tree (caller: cJSON_Delete). Errors: AA_EPARSE
+ * or AA_ENOMEM with err filled in. */
+int aa__policy_parse_tree(const char *json, size_t len, cJSON **out, char *err,
+                          size_t errcap);
+
+/* Validates a whole tree into *out (which it fills from the defaults first).
+ * AA_EINVAL with err on a rule violation. */
+int aa__policy_from_tree(const cJSON *root, aa_policy *out, char *err,
+                         size_t errcap);
+
+/* printf into err (when err && errcap). */
+void aa__policy_errf(char *err, size_t errcap, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+#endif /* ADAPTALLOC_POLICY_MODEL_H */

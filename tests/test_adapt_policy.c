@@ -1,0 +1,564 @@
+/*
+ * test_adapt_policy.c — the policy model: defaults, a table of bad documents
+ * each with its exact error, round trips, RFC 7386 merge patch, the class
+ * table a policy implies, and every example under policies/.
+ */
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "adaptalloc/policy.h"
+
+static aa_policy *parse_ok(const char *doc) {
+  char err[AA_POLICY_ERR_CAP] = "";
+  aa_policy *p = NULL;
+  int rc = aa_policy_parse(doc, strlen(doc), &p, err, sizeof err);
+  if (rc != AA_OK)
+    print_error("unexpected parse error: %s\n  doc: %s\n", err, doc);
+  assert_int_equal(rc, AA_OK);
+  assert_non_null(p);
+  return p;
+}
+
+static void test_adapt_policy_default_is_empty_object(void **state) {
+  aa_policy *d = NULL, *e;
+  aa_adapt_params a;
+  aa_telemetry_params t;
+  (void)state;
+  assert_int_equal(aa_policy_default(&d), AA_OK);
+  e = parse_ok("{}");
+  assert_true(aa_policy_equal(d, e));
+  assert_int_equal(aa_policy_version(d), 0);
+  aa_policy_adapt_params(d, &a);
+  assert_true(a.enabled);
+  assert_int_equal(a.interval_ms, 1000);
+  assert_int_equal(a.max_classes, 64);
+  assert_true(a.waste_threshold > 0.09 && a.waste_threshold < 0.11);
+  aa_policy_telemetry_params(d, &t);
+  assert_int_equal(t.snapshot_interval_ms, 1000);
+  assert_false(t.trace);
+  assert_true(t.histogram);
+  assert_int_equal(t.retention_bytes, 1024ull * 1024 * 1024);
+  assert_int_equal(t.retention_age_s, 7ull * 24 * 3600);
+  aa_policy_adapt_params(NULL, &a);
+  assert_int_equal(a.interval_ms, 1000);
+  aa_policy_free(d);
+  aa_policy_free(e);
+}
+
+typedef struct bad_doc {
+  const char *doc;
+  int rc;
+  const char *msg; /* exact substring of the error */
+} bad_doc;
+
+#define POOL(x) "{\"pools\": {\"device\": " x "}}"
+
+static const bad_doc bad_docs[] = {
+    {"", AA_EPARSE, "(root): empty document"},
+    {"{", AA_EPARSE, "(root): malformed JSON at line 1, column 1"},
+    {"{\n  \"name\": \"x\",\n  ]\n}", AA_EPARSE,
+     "(root): malformed JSON at line 3, column 4"},
+    {"{\"name\": \"x\"} x", AA_EPARSE,
+     "(root): unexpected data after the document at line 1, column 15"},
+    {"{\"name\": \"a\xff\"}", AA_EPARSE, "(root): invalid UTF-8 at byte offset 11"},
+    {"{\"name\": \"\xc0\xaf\"}", AA_EPARSE, "(root): invalid UTF-8 at byte offset 10"},
+    {"{\"name\": \"\xed\xa0\x80\"}", AA_EPARSE,
+     "(root): invalid UTF-8 at byte offset 10"},
+    {"{\"name\": \"\xe2\x82\"}", AA_EPARSE, "(root): invalid UTF-8 at byte offset 10"},
+    {"[]", AA_EINVAL, "(root): expected an object, got an array"},
+    {"42", AA_EINVAL, "(root): expected an object, got a number"},
+    {POOL("{\"slab_size\": 2097152, \"slab_size\": 2097152}"), AA_EINVAL,
+     "pools.device.slab_size: duplicate key"},
+    {"{\"name\": \"a\", \"n\\u0061me\": \"b\"}", AA_EINVAL, "name: duplicate key"},
+    {"{\"pool\": {}}", AA_EINVAL, "pool: unknown key (did you mean \"pools\"?)"},
+    {POOL("{\"slab_sise\": 2097152}"), AA_EINVAL,
+     "pools.device.slab_sise: unknown key (did you mean \"slab_size\"?)"},
+    {"{\"pools\": {\"gpu\": {}}}", AA_EINVAL, "pools.gpu: unknown key"},
+    {"{\"pools\": []}", AA_EINVAL, "pools: expected an object, got an array"},
+    {POOL("{\"slab_size\": \"2M\"}"), AA_EINVAL,
+     "pools.device.slab_size: expected an integer, got a string"},
+    {POOL("{\"slab_size\": 1.5}"), AA_EINVAL,
+     "pools.device.slab_size: 1.5 is not an integer"},
+    {POOL("{\"slab_size\": -65536}"), AA_EINVAL,
+     "pools.device.slab_size: -65536 is negative"},
+    {POOL("{\"slab_size\": 1e300}"), AA_EINVAL,
+     "pools.device.slab_size: 1e+300 is beyond 2^53"},
+    {POOL("{\"limit_bytes\": 9007199254740994}"), AA_EINVAL,
+     "pools.device.limit_bytes: 9007199254740994 is beyond 2^53"},
+    {POOL("{\"slab_size\": 100000}"), AA_EINVAL,
+     "pools.device.slab_size: 100000 is not a multiple of 65536"},
+    {POOL("{\"slab_size\": 4294967296}"), AA_EINVAL,
+     "pools.device.slab_size: 4294967296 is out of range [65536, 1073741824]"},
+    {POOL("{\"classes\": [512, 1024, 1536, 1000, 1048576]}"), AA_EINVAL,
+     "pools.device.classes[3]: 1000 is not a multiple of 512"},
+    {POOL("{\"classes\": [512, 2048, 1024]}"), AA_EINVAL,
+     "pools.device.classes[2]: 1024 is not larger than the previous class 2048"},
+    {POOL("{\"classes\": []}"), AA_EINVAL, "pools.device.classes: the class list is empty"},
+    {POOL("{\"max_small\": 524288, \"classes\": [512, 1048576]}"), AA_EINVAL,
+     "pools.device.classes[1]: the largest class 1048576 is not max_small 524288"},
+    {POOL("{\"classes\": \"ladder\"}"), AA_EINVAL,
+     "pools.device.classes: expected an array of block sizes or a ladder object"},
+    {POOL("{\"classes\": [512, true]}"), AA_EINVAL,
+     "pools.device.classes[1]: expected a block size or a {size, cache_limit, "
+     "prefill} object, got a boolean"},
+    {POOL("{\"classes\": [{\"cache_limit\": 3}]}"), AA_EINVAL,
+     "pools.device.classes[0]: missing required key \"size\""},
+    {POOL("{\"classes\": [{\"size\": 512, \"prefil\": 3}]}"), AA_EINVAL,
+     "pools.device.classes[0].prefil: unknown key (did you mean \"prefill\"?)"},
+    {POOL("{\"classes\": [{\"size\": 700}]}"), AA_EINVAL,
+     "pools.device.classes[0].size: 700 is not a multiple of 512"},
+    {POOL("{\"slab_size\": 524288}"), AA_EINVAL,
+     "pools.device.slab_size: 524288 is smaller than the largest class 1048576"},
+    {POOL("{\"max_small\": 4194304}"), AA_EINVAL,
+     "pools.device.max_small: 4194304 is larger than slab_size 2097152"},
+    {POOL("{\"classes\": {\"min\": 1024, \"max\": 524288}, \"max_small\": 1048576}"),
+     AA_EINVAL, "pools.device.classes.max: 524288 is not max_small 1048576"},
+    {POOL("{\"classes\": {\"per_doubling\": 0}}"), AA_EINVAL,
+     "pools.device.classes.per_doubling: 0 is out of range [1, 16]"},
+    {POOL("{\"slab_size\": 1073741824, \"classes\": {\"max\": 1073741824, "
+          "\"per_doubling\": 16}}"),
+     AA_EINVAL, "pools.device.classes: the ladder has 288 classes, more than 128"},
+    {POOL("{\"classes\": {\"min\": 2097152}}"), AA_EINVAL,
+     "pools.device.classes.min: 2097152 is larger than max_small 1048576"},
+    {"{\"pools\": {\"host\": {\"large\": {\"mode\": \"lru\"}}}}", AA_EINVAL,
+     "pools.host.large.mode: \"lru\" is not one of \"cache\", \"passthrough\""},
+    {POOL("{\"limit_bytes\": 1000}"), AA_EINVAL,
+     "pools.device.limit_bytes: 1000 is below one slab (slab_size 2097152)"},
+    {POOL("{\"limit_bytes\": 4194304, \"classes\": [{\"size\": 1048576, "
+          "\"prefill\": 100}]}"),
+     AA_EINVAL,
+     "pools.device.classes[0].prefill: prefill brings the pool's prefilled bytes "
+     "to 104857600, over limit_bytes 4194304"},
+    {POOL("{\"tcache\": {\"blocks\": 1000000}}"), AA_EINVAL,
+     "pools.device.tcache.blocks: 1000000 is out of range [0, 65536]"},
+    {"{\"adapt\": {\"hot_fraction\": 0}}", AA_EINVAL,
+     "adapt.hot_fraction: 0 is out of range (0, 1]"},
+    {"{\"adapt\": {\"waste_threshold\": 1.5}}", AA_EINVAL,
+     "adapt.waste_threshold: 1.5 is out of range [0, 1)"},
+    {"{\"adapt\": {\"interval_ms\": 5}}", AA_EINVAL,
+     "adapt.interval_ms: 5 is out of range [10, 3600000]"},
+    {"{\"adapt\": {\"interval_ms\": null}}", AA_EINVAL,
+     "adapt.interval_ms: expected an integer, got null"},
+    {"{\"adapt\": {\"enabled\": \"yes\"}}", AA_EINVAL,
+     "adapt.enabled: expected true or false, got a string"},
+    {"{\"adapt\": {\"hysteresis\": {\"readd_cooldwn\": 3}}}", AA_EINVAL,
+     "adapt.hysteresis.readd_cooldwn: unknown key (did you mean \"readd_cooldown\"?)"},
+    {"{\"telemetry\": {\"histogram\": false}}", AA_EINVAL,
+     "adapt.enabled: the loop needs telemetry.histogram (heavy hitters) to be true"},
+    {"{\"telemetry\": {\"retention\": {\"max_bytes\": 1000}}}", AA_EINVAL,
+     "telemetry.retention.max_bytes: 1000 is below the 1 MiB minimum"},
+    {"{\"telemetry\": {\"snapshot_interval_ms\": 99}}", AA_EINVAL,
+     "telemetry.snapshot_interval_ms: 99 is out of range [100, 86400000]"},
+    {"{\"version\": -1}", AA_EINVAL, "version: -1 is negative"},
+    {"{\"version\": 1e16}", AA_EINVAL, "version: 10000000000000000 is beyond 2^53"},
+    {"{\"$schema\": 3}", AA_EINVAL, "$schema: expected a string, got a number"},
+};
+
+static void test_adapt_policy_bad_documents(void **state) {
+  size_t n = sizeof bad_docs / sizeof bad_docs[0];
+  (void)state;
+  assert_true(n >= 30);
+  for (size_t i = 0; i < n; i++) {
+    char err[AA_POLICY_ERR_CAP] = "";
+    aa_policy *p = (aa_policy *)&err; /* must be cleared */
+    int rc = aa_policy_parse(bad_docs[i].doc, strlen(bad_docs[i].doc), &p, err,
+                             sizeof err);
+    if (rc != bad_docs[i].rc || strstr(err, bad_docs[i].msg) == NULL)
+      print_error("case %zu: rc %d (want %d)\n  got:  %s\n  want: %s\n", i, rc,
+                  bad_docs[i].rc, err, bad_docs[i].msg);
+    assert_int_equal(rc, bad_docs[i].rc);
+    assert_non_null(strstr(err, bad_docs[i].msg));
+    assert_null(p);
+  }
+}
+
+static void test_adapt_policy_limits_before_parse(void **state) {
+  char err[AA_POLICY_ERR_CAP];
+  aa_policy *p = NULL;
+  size_t big = AA_POLICY_MAX_BYTES + 1;
+  char *doc = malloc(big);
+  char deep[2 * (AA_POLICY_MAX_DEPTH + 1) + 16];
+  size_t k = 0;
+  (void)state;
+  assert_non_null(doc);
+  memset(doc, ' ', big);
+  doc[0] = '{';
+  doc[big - 1] = '}';
+  assert_int_equal(aa_policy_parse(doc, big, &p, err, sizeof err), AA_EPARSE);
+  assert_non_null(strstr(err, "document is 65537 bytes, over the 65536-byte limit"));
+  assert_null(p);
+  /* Exactly at the limit is fine. */
+  doc[big - 2] = '}';
+  assert_int_equal(aa_policy_parse(doc, big - 1, &p, err, sizeof err), AA_OK);
+  aa_policy_free(p);
+  p = NULL;
+  free(doc);
+
+  /* 33 levels: refused by the pre-scan; 32 levels pass the scan (and then
+   * fail validation: "name" must be a string). */
+  deep[k++] = '{';
+  memcpy(deep + k, "\"name\":", 7);
+  k += 7;
+  for (int i = 0; i < AA_POLICY_MAX_DEPTH; i++)
+    deep[k++] = '[';
+  for (int i = 0; i < AA_POLICY_MAX_DEPTH; i++)
+    deep[k++] = ']';
+  deep[k++] = '}';
+  assert_int_equal(aa_policy_parse(deep, k, &p, err, sizeof err), AA_EPARSE);
+  assert_non_null(strstr(err, "nested deeper than 32 levels"));
+  /* Brackets inside strings do not count. */
+  {
+    char s[200];
+    int n = snprintf(s, sizeof s, "{\"name\": \"%s\"}",
+                     "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\\\"{{{");
+    p = parse_ok(s);
+    aa_policy_free(p);
+    p = NULL;
+    (void)n;
+  }
+  /* A NUL byte inside the given length is refused; the length bounds the
+   * parse (no NUL terminator needed). */
+  assert_int_equal(aa_policy_parse("{}\0{}", 5, &p, err, sizeof err), AA_EPARSE);
+  assert_non_null(strstr(err, "NUL byte at byte offset 2"));
+  assert_int_equal(aa_policy_parse("{}garbage", 2, &p, err, sizeof err), AA_OK);
+  aa_policy_free(p);
+  p = NULL;
+  /* Null arguments. */
+  assert_int_equal(aa_policy_parse(NULL, 0, &p, err, sizeof err), AA_EINVAL);
+  assert_int_equal(aa_policy_parse("{}", 2, NULL, err, sizeof err), AA_EINVAL);
+  /* A tiny error buffer is truncated, still NUL-terminated. */
+  {
+    char small[8];
+    assert_int_equal(aa_policy_parse("[]", 2, &p, small, sizeof small), AA_EINVAL);
+    assert_int_equal(strlen(small), 7);
+    assert_int_equal(aa_policy_parse("[]", 2, &p, NULL, 0), AA_EINVAL);
+  }
+}
+
+static const char *full_doc =
+    "{\n"
+    "  \"$schema\": \"./schema.json\",\n"
+    "  \"version\": 9007199254740992,\n"
+    "  \"name\": \"t\\\"est \\u00e9\\n\",\n"
+    "  \"description\": \"round trip\",\n"
+    "  \"pools\": {\n"
+    "    \"device\": {\"slab_size\": 4194304, \"classes\": [512, {\"size\": 3072, "
+    "\"cache_limit\": 64, \"prefill\": 16}, {\"size\": 8192}, 2097152],\n"
+    "                \"tcache\": {\"blocks\": 7, \"bytes\": 65536}, \"large\": "
+    "{\"mode\": \"passthrough\", \"cache_bytes\": 123456789012345},\n"
+    "                \"limit_bytes\": 9007199254740991},\n"
+    "    \"pinned\": {\"max_small\": 262144, \"classes\": {\"min\": 1024, "
+    "\"per_doubling\": 2}},\n"
+    "    \"host\": {\"classes\": {\"max\": 524288}}\n"
+    "  },\n"
+    "  \"adapt\": {\"enabled\": false, \"interval_ms\": 250, \"max_classes\": 100,\n"
+    "            \"hot_fraction\": 0.123456789, \"waste_threshold\": 0.1, "
+    "\"miss_rate_threshold\": 1,\n"
+    "            \"cold_intervals\": 3, \"trim_threshold_bytes\": 0,\n"
+    "            \"hysteresis\": {\"min_class_age\": 0, \"readd_cooldown\": 7}},\n"
+    "  \"telemetry\": {\"histogram\": false, \"trace\": true, \"retention\": "
+    "{\"max_bytes\": 0, \"max_age_s\": 60}}\n"
+    "}\n";
+
+static void test_adapt_policy_round_trip(void **state) {
+  aa_policy *p, *q, *c, *d = NULL;
+  char *j1, *j2;
+  (void)state;
+  p = parse_ok(full_doc);
+  assert_int_equal(aa_policy_version(p), 9007199254740992ull);
+  assert_string_equal(aa_policy_name(p), "t\"est \xc3\xa9\n");
+  j1 = aa_policy_to_json(p);
+  assert_non_null(j1);
+  q = parse_ok(j1);
+  assert_true(aa_policy_equal(p, q));
+  assert_int_equal(aa_policy_version(q), aa_policy_version(p));
+  j2 = aa_policy_to_json(q);
+  assert_string_equal(j1, j2); /* the writer is deterministic */
+  assert_non_null(strstr(j1, "\"limit_bytes\": 9007199254740991"));
+  assert_non_null(strstr(j1, "\"cache_bytes\": 123456789012345"));
+  assert_non_null(strstr(j1, "\"hot_fraction\": 0.123456789"));
+  assert_non_null(strstr(j1, "\"waste_threshold\": 0.1,"));
+  /* The host ladder's max is max_small and is written as max_small. */
+  assert_non_null(strstr(j1, "\"max_small\": 524288"));
+
+  c = aa_policy_clone(p);
+  assert_true(aa_policy_equal(p, c));
+  assert_int_equal(aa_policy_version(c), aa_policy_version(p));
+  aa_policy_set_version(c, 3);
+  assert_int_equal(aa_policy_version(c), 3);
+  assert_true(aa_policy_equal(p, c)); /* version is not content */
+
+  assert_int_equal(aa_policy_default(&d), AA_OK);
+  assert_false(aa_policy_equal(p, d));
+  assert_true(aa_policy_equal(NULL, NULL));
+  assert_false(aa_policy_equal(p, NULL));
+  free(j1);
+  free(j2);
+  aa_policy_free(p);
+  aa_policy_free(q);
+  aa_policy_free(c);
+  aa_policy_free(d);
+  aa_policy_free(NULL);
+}
+
+static void test_adapt_policy_default_round_trip(void **state) {
+  aa_policy *d = NULL, *q;
+  char *j;
+  (void)state;
+  assert_int_equal(aa_policy_default(&d), AA_OK);
+  aa_policy_set_version(d, 41);
+  j = aa_policy_to_json(d);
+  assert_non_null(j);
+  q = parse_ok(j);
+  assert_true(aa_policy_equal(d, q));
+  assert_int_equal(aa_policy_version(q), 41);
+  free(j);
+  aa_policy_free(d);
+  aa_policy_free(q);
+}
+
+static void test_adapt_policy_pool_config(void **state) {
+  aa_policy *p;
+  aa_pool_config cfg;
+  aa_class_spec cl[AA_MAX_CLASSES];
+  size_t n = 0;
+  (void)state;
+  p = parse_ok(full_doc);
+  memset(&cfg, 0, sizeof cfg);
+  cfg.slab_size = 1;
+  assert_int_equal(aa_policy_pool_config(p, "device", &cfg, cl, AA_MAX_CLASSES, &n),
+                   AA_OK);
+  assert_int_equal(cfg.slab_size, 4194304);
+  assert_int_equal(cfg.max_small, 2097152);
+  assert_int_equal(cfg.tcache_blocks, 7);
+  assert_int_equal(cfg.tcache_bytes, 65536);
+  assert_int_equal(cfg.large_mode, AA_LARGE_PASSTHROUGH);
+  assert_int_equal(cfg.large_cache_bytes, 123456789012345ull);
+  assert_int_equal(cfg.limit_bytes, 9007199254740991ull);
+  assert_false(cfg.telemetry);
+  assert_int_equal(n, 4);
+  assert_int_equal(cl[0].block_size, 512);
+  assert_int_equal(cl[1].block_size, 3072);
+  assert_int_equal(cl[1].cache_limit, 64);
+  assert_int_equal(cl[1].prefill, 16);
+  assert_int_equal(cl[2].block_size, 8192);
+  assert_int_equal(cl[3].block_size, 2097152);
+
+  /* pinned: a ladder 1024 .. 256 KiB, two per doubling. */
+  assert_int_equal(aa_policy_pool_config(p, "pinned", &cfg, cl, AA_MAX_CLASSES, &n),
+                   AA_OK);
+  assert_int_equal(cfg.min_block, 1024);
+  assert_int_equal(cfg.classes_per_doubling, 2);
+  assert_int_equal(cfg.max_small, 262144);
+  assert_int_equal(cl[0].block_size, 1024);
+  assert_int_equal(cl[1].block_size, 1536);
+  assert_int_equal(cl[2].block_size, 2048);
+  assert_int_equal(cl[n - 1].block_size, 262144);
+  for (size_t i = 1; i < n; i++) {
+    assert_true(cl[i].block_size > cl[i - 1].block_size);
+    assert_int_equal(cl[i].block_size % AA_BLOCK_ALIGN, 0);
+  }
+
+  /* Too small a buffer: AA_ERANGE, the count, the first entries. */
+  assert_int_equal(aa_policy_pool_config(p, "pinned", NULL, cl, 2, &n), AA_ERANGE);
+  assert_true(n > 2);
+  assert_int_equal(aa_policy_pool_config(p, "pinned", NULL, NULL, 0, &n), AA_ERANGE);
+  assert_int_equal(aa_policy_pool_config(p, "gpu", &cfg, cl, AA_MAX_CLASSES, &n),
+                   AA_EINVAL);
+  assert_int_equal(aa_policy_pool_config(NULL, "host", &cfg, cl, AA_MAX_CLASSES, &n),
+                   AA_EINVAL);
+  aa_policy_free(p);
+
+  /* The default ladder: 512 .. 1 MiB, about four per doubling. */
+  p = parse_ok("{}");
+  assert_int_equal(aa_policy_pool_config(p, "host", NULL, cl, AA_MAX_CLASSES, &n),
+                   AA_OK);
+  assert_int_equal(n, 40);
+  assert_int_equal(cl[0].block_size, 512);
+  assert_int_equal(cl[1].block_size, 1024);
+  assert_int_equal(cl[3].block_size, 2048);
+  assert_int_equal(cl[4].block_size, 2560);
+  assert_int_equal(cl[n - 1].block_size, 1048576);
+  aa_policy_free(p);
+}
+
+static aa_policy *patch_ok(const aa_policy *base, const char *patch) {
+  char err[AA_POLICY_ERR_CAP] = "";
+  aa_policy *p = NULL;
+  int rc = aa_policy_merge_patch(base, patch, strlen(patch), &p, err, sizeof err);
+  if (rc != AA_OK)
+    print_error("unexpected patch error: %s\n  patch: %s\n", err, patch);
+  assert_int_equal(rc, AA_OK);
+  return p;
+}
+
+static void test_adapt_policy_merge_patch(void **state) {
+  char err[AA_POLICY_ERR_CAP];
+  aa_policy *base, *p, *q, *e = NULL;
+  aa_adapt_params a;
+  aa_class_spec cl[AA_MAX_CLASSES];
+  size_t n;
+  (void)state;
+  base = parse_ok(full_doc);
+  aa_policy_set_version(base, 5);
+
+  /* Empty patch: the same policy, the same version. */
+  p = patch_ok(base, "{}");
+  assert_true(aa_policy_equal(base, p));
+  assert_int_equal(aa_policy_version(p), 5);
+  aa_policy_free(p);
+
+  /* A member replaces, siblings stay (objects merge recursively). */
+  p = patch_ok(base, "{\"adapt\": {\"interval_ms\": 500}}");
+  aa_policy_adapt_params(p, &a);
+  assert_int_equal(a.interval_ms, 500);
+  assert_int_equal(a.cold_intervals, 3);
+  assert_false(a.enabled);
+  aa_policy_free(p);
+
+  /* null deletes: the field falls back to its default. */
+  p = patch_ok(base, "{\"adapt\": {\"interval_ms\": null, \"hysteresis\": null}}");
+  aa_policy_adapt_params(p, &a);
+  assert_int_equal(a.interval_ms, 1000);
+  assert_int_equal(a.readd_cooldown, 20);
+  assert_int_equal(a.cold_intervals, 3);
+  aa_policy_free(p);
+
+  /* Deleting a whole pool or everything gives the defaults back. */
+  p = patch_ok(base, "{\"pools\": {\"device\": null}}");
+  assert_int_equal(aa_policy_pool_config(p, "device", NULL, cl, AA_MAX_CLASSES, &n),
+                   AA_OK);
+  assert_int_equal(n, 40);
+  aa_policy_free(p);
+  p = patch_ok(base, "{\"$schema\": null, \"name\": null, \"description\": null, "
+                     "\"pools\": null, \"adapt\": null, \"telemetry\": null}");
+  assert_int_equal(aa_policy_default(&e), AA_OK);
+  assert_true(aa_policy_equal(p, e));
+  assert_int_equal(aa_policy_version(p), 5);
+  aa_policy_free(p);
+
+  /* Arrays replace; null for an absent key is a no-op. */
+  p = patch_ok(base, "{\"pools\": {\"device\": {\"classes\": [1024, 2097152]}}, "
+                     "\"nothing\": null}");
+  assert_int_equal(aa_policy_pool_config(p, "device", NULL, cl, AA_MAX_CLASSES, &n),
+                   AA_OK);
+  assert_int_equal(n, 2);
+  assert_int_equal(cl[0].block_size, 1024);
+  aa_policy_free(p);
+
+  /* An object replaces a non-object (RFC 7386: the target becomes {} first,
+   * and nulls inside the patch object are dropped). */
+  p = patch_ok(base, "{\"pools\": {\"device\": {\"classes\": {\"per_doubling\": 8, "
+                     "\"min\": null}}}}");
+  assert_int_equal(aa_policy_pool_config(p, "device", NULL, cl, AA_MAX_CLASSES, &n),
+                   AA_OK);
+  assert_int_equal(cl[0].block_size, 512);
+  assert_int_equal(cl[n - 1].block_size, 2097152); /* max_small kept */
+  aa_policy_free(p);
+
+  /* Version can be patched. */
+  p = patch_ok(base, "{\"version\": 77}");
+  assert_int_equal(aa_policy_version(p), 77);
+  aa_policy_free(p);
+
+  /* A patch that breaks a rule: named error, no result, base unchanged. */
+  q = aa_policy_clone(base);
+  p = (aa_policy *)&err;
+  {
+    const char *typo = "{\"adapt\": {\"max_clases\": 3}}";
+    assert_int_equal(
+        aa_policy_merge_patch(base, typo, strlen(typo), &p, err, sizeof err),
+        AA_EINVAL);
+  }
+  assert_null(p);
+  assert_non_null(strstr(err, "adapt.max_clases: unknown key (did you mean \"max_classes\"?)"));
+  assert_true(aa_policy_equal(base, q));
+  {
+    const char *bad = "{\"pools\": {\"device\": {\"max_small\": 1048576}}}";
+    assert_int_equal(aa_policy_merge_patch(base, bad, strlen(bad), &p, err, sizeof err),
+                     AA_EINVAL);
+    assert_non_null(strstr(err, "pools.device.classes[3]: the largest class 2097152 "
+                                "is not max_small 1048576"));
+  }
+  /* A non-object patch replaces the whole document, which must be an object. */
+  assert_int_equal(aa_policy_merge_patch(base, "[1]", 3, &p, err, sizeof err),
+                   AA_EINVAL);
+  assert_non_null(strstr(err, "(root): expected an object, got an array"));
+  /* The patch itself goes through the same pre-scan. */
+  assert_int_equal(aa_policy_merge_patch(base, "{\"a\":1,\"a\":2}", 13, &p, err,
+                                         sizeof err),
+                   AA_EINVAL);
+  assert_non_null(strstr(err, "a: duplicate key"));
+  assert_int_equal(aa_policy_merge_patch(base, "{\"a\":", 5, &p, err, sizeof err),
+                   AA_EPARSE);
+  assert_int_equal(aa_policy_merge_patch(NULL, "{}", 2, &p, err, sizeof err),
+                   AA_EINVAL);
+  aa_policy_free(q);
+  aa_policy_free(e);
+  aa_policy_free(base);
+}
+
+static void test_adapt_policy_example_files(void **state) {
+  const char *src = getenv("AA_TEST_SOURCE_DIR");
+  char dir[1024], path[1400], err[AA_POLICY_ERR_CAP + 1400];
+  DIR *d;
+  struct dirent *de;
+  int parsed = 0;
+  (void)state;
+  if (src == NULL)
+    src = ".";
+  snprintf(dir, sizeof dir, "%s/policies", src);
+  d = opendir(dir);
+  assert_non_null(d);
+  for (de = readdir(d); de != NULL; de = readdir(d)) {
+    size_t l = strlen(de->d_name);
+    aa_policy *p = NULL, *q = NULL;
+    char *j;
+    if (l < 6 || strcmp(de->d_name + l - 5, ".json") != 0 ||
+        strcmp(de->d_name, "schema.json") == 0)
+      continue;
+    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    err[0] = '\0';
+    if (aa_policy_load_file(path, &p, err, sizeof err) != AA_OK)
+      print_error("%s\n", err);
+    assert_non_null(p);
+    j = aa_policy_to_json(p);
+    q = parse_ok(j);
+    assert_true(aa_policy_equal(p, q));
+    free(j);
+    aa_policy_free(p);
+    aa_policy_free(q);
+    parsed++;
+  }
+  closedir(d);
+  assert_true(parsed >= 3);
+
+  {
+    aa_policy *p = NULL;
+    snprintf(path, sizeof path, "%s/no-such-policy.json", dir);
+    assert_int_equal(aa_policy_load_file(path, &p, err, sizeof err), AA_EIO);
+    assert_non_null(strstr(err, "no-such-policy.json: cannot open"));
+    assert_null(p);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_adapt_policy_default_is_empty_object),
+      cmocka_unit_test(test_adapt_policy_bad_documents),
+      cmocka_unit_test(test_adapt_policy_limits_before_parse),
+      cmocka_unit_test(test_adapt_policy_round_trip),
+      cmocka_unit_test(test_adapt_policy_default_round_trip),
+      cmocka_unit_test(test_adapt_policy_pool_config),
+      cmocka_unit_test(test_adapt_policy_merge_patch),
+      cmocka_unit_test(test_adapt_policy_example_files),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
