@@ -1,0 +1,405 @@
+/*
+ * store_read.c — the readers: runs, snapshot history and the policy audit log
+ * as JSON, trace events and the latest histogram for the replay tool.
+ *
+ * Every reader opens its own read-only connection for the call (WAL lets it
+ * read while a writer commits) and closes it before returning. JSON is built
+ * by SQLite's JSON functions, so strings are escaped by SQLite and stored
+ * JSON documents (run config, policies) are embedded as JSON when valid.
+ * Entry points: aa_store_runs_json, aa_store_history_json,
+ * aa_store_policy_log_json, aa_store_trace_foreach, aa_store_histogram_latest.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "store_internal.h"
+
+#define AA__DETAIL_MAX_LIMIT 1000
+
+/* In shared-cache memory databases a table lock held by the writer shows up
+ * as SQLITE_LOCKED, which busy_timeout does not cover: retry for a while. */
+static bool locked(int rc) {
+  return (rc & 0xff) == SQLITE_LOCKED || (rc & 0xff) == SQLITE_BUSY;
+}
+
+static void nap(void) {
+  struct timespec ts = {0, 1000000};
+  nanosleep(&ts, NULL);
+}
+
+static int rd_prepare(sqlite3 *db, const char *sql, sqlite3_stmt **out) {
+  int rc;
+  for (int i = 0;; i++) {
+    rc = sqlite3_prepare_v2(db, sql, -1, out, NULL);
+    if (!locked(rc) || i >= 2000) break;
+    nap();
+  }
+  return rc;
+}
+
+static int rd_step(sqlite3_stmt *s) {
+  int rc;
+  for (int i = 0;; i++) {
+    rc = sqlite3_step(s);
+    if (!locked(rc) || i >= 2000) break;
+    sqlite3_reset(s);
+    nap();
+  }
+  return rc;
+}
+
+static int rd_open(const char *path, sqlite3 **db) {
+  *db = NULL;
+  if (path == NULL || path[0] == '\0') return AA_EINVAL;
+  int err = aa__store_db_open_ro(path, db);
+  if (err == AA_OK && strncmp(path, "file:", 5) == 0 &&
+      strstr(path, "mode=memory") != NULL) {
+    sqlite3_exec(*db, "PRAGMA read_uncommitted=1", NULL, NULL, NULL);
+  }
+  return err;
+}
+
+/* Resolves run_id (<= 0: the latest). *out = 0 when there are no runs.
+ * AA_ENOENT for an explicit id that does not exist. */
+static int resolve_run(sqlite3 *db, int64_t run_id, int64_t *out) {
+  sqlite3_stmt *s = NULL;
+  int err = AA_OK;
+  *out = 0;
+  int rc = rd_prepare(db,
+                      run_id > 0 ? "SELECT id FROM runs WHERE id = ?1"
+                                 : "SELECT max(id) FROM runs",
+                      &s);
+  if (rc != SQLITE_OK) goto sqlfail;
+  if (run_id > 0) sqlite3_bind_int64(s, 1, run_id);
+  rc = rd_step(s);
+  if (rc == SQLITE_ROW) {
+    *out = sqlite3_column_int64(s, 0);
+  } else if (rc == SQLITE_DONE) {
+    if (run_id > 0) err = AA_ENOENT;
+  } else {
+    goto sqlfail;
+  }
+  goto out;
+sqlfail:
+  err = aa__store_err_from_sqlite(rc);
+  if (err == AA_OK) err = AA_EIO;
+out:
+  sqlite3_finalize(s);
+  return err;
+}
+
+/* Runs a query whose single row, single column is the JSON text. */
+static int json_result(sqlite3_stmt *s, char **json) {
+  int rc = rd_step(s);
+  if (rc != SQLITE_ROW) {
+    int err = aa__store_err_from_sqlite(rc);
+    return err == AA_OK ? AA_EIO : err;
+  }
+  const unsigned char *t = sqlite3_column_text(s, 0);
+  int n = sqlite3_column_bytes(s, 0);
+  if (t == NULL) return AA_EIO;
+  char *out = malloc((size_t)n + 1);
+  if (out == NULL) return AA_ENOMEM;
+  memcpy(out, t, (size_t)n);
+  out[n] = '\0';
+  *json = out;
+  return AA_OK;
+}
+
+static int query_check(const aa_store_query *q, char **json) {
+  if (json == NULL) return AA_EINVAL;
+  *json = NULL;
+  if (q == NULL || q->version != AA_STORE_QUERY_VERSION) return AA_EINVAL;
+  if (q->limit > AA_STORE_QUERY_MAX_LIMIT) return AA_ERANGE;
+  if (q->detail && q->limit > AA__DETAIL_MAX_LIMIT) return AA_ERANGE;
+  if (q->pool != NULL && strlen(q->pool) >= 32) return AA_EINVAL;
+  return AA_OK;
+}
+
+#define JSON_OR_TEXT(col)                                                   \
+  "CASE WHEN " col " IS NULL THEN NULL WHEN json_valid(" col ") THEN json(" \
+  col ") ELSE " col " END"
+
+int aa_store_runs_json(const char *db_path, uint32_t limit, char **json) {
+  sqlite3 *db = NULL;
+  sqlite3_stmt *s = NULL;
+  int err = AA_OK;
+  if (json == NULL) return AA_EINVAL;
+  *json = NULL;
+  if (limit > AA_STORE_QUERY_MAX_LIMIT) return AA_ERANGE;
+  if (limit == 0) limit = 100;
+  err = rd_open(db_path, &db);
+  if (err != AA_OK) goto out;
+  static const char sql[] =
+      "SELECT json_object('runs', json(coalesce(json_group_array(json(j)), '[]')))"
+      " FROM (SELECT json_object("
+      "  'id', id, 'model', model, 'started_ms', started_ms,"
+      "  'ended_ms', ended_ms, 'pid', pid, 'host', host, 'rank', rank,"
+      "  'policy_version', policy_version, 'library_version', library_version,"
+      "  'mono_origin_ns', mono_origin_ns,"
+      "  'config', " JSON_OR_TEXT("config") ","
+      "  'snapshots', (SELECT count(*) FROM snapshots s WHERE s.run_id = r.id),"
+      "  'pools', (SELECT json_group_array(pool) FROM"
+      "            (SELECT DISTINCT pool FROM snapshots s WHERE s.run_id = r.id"
+      "             ORDER BY pool)),"
+      "  'snapshots_written', snapshots_written,"
+      "  'snapshots_dropped', snapshots_dropped,"
+      "  'events_written', events_written, 'events_dropped', events_dropped,"
+      "  'policy_changes', (SELECT count(*) FROM policy_changes p"
+      "                     WHERE p.run_id = r.id)"
+      " ) AS j FROM runs r ORDER BY id DESC LIMIT ?1)";
+  int rc = rd_prepare(db, sql, &s);
+  if (rc != SQLITE_OK) {
+    err = aa__store_err_from_sqlite(rc);
+    goto out;
+  }
+  sqlite3_bind_int64(s, 1, limit);
+  err = json_result(s, json);
+out:
+  sqlite3_finalize(s);
+  sqlite3_close_v2(db);
+  return err;
+}
+
+#define SNAP_FIELDS                                                          \
+  "'id', s.id, 'run', s.run_id, 'ts_ms', s.ts_ms, 'time_ns', s.time_ns,"     \
+  " 'pool', s.pool, 'backend', s.backend, 'device', s.device,"               \
+  " 'telemetry', s.telemetry, 'class_table_version', s.class_table_version," \
+  " 'bytes_in_use', s.bytes_in_use, 'bytes_requested', s.bytes_requested,"   \
+  " 'bytes_reserved', s.bytes_reserved,"                                     \
+  " 'peak_bytes_in_use', s.peak_bytes_in_use,"                               \
+  " 'peak_bytes_reserved', s.peak_bytes_reserved,"                           \
+  " 'limit_bytes', s.limit_bytes, 'allocs', s.allocs, 'frees', s.frees,"     \
+  " 'cache_hits', s.cache_hits, 'cache_misses', s.cache_misses,"             \
+  " 'backend_allocs', s.backend_allocs, 'backend_frees', s.backend_frees,"   \
+  " 'backend_failures', s.backend_failures, 'ooms', s.ooms,"                 \
+  " 'oom_retries', s.oom_retries, 'invalid_frees', s.invalid_frees,"         \
+  " 'pending_blocks', s.pending_blocks, 'large_allocs', s.large_allocs,"     \
+  " 'large_bytes_in_use', s.large_bytes_in_use,"                             \
+  " 'large_bytes_reserved', s.large_bytes_reserved,"                         \
+  " 'large_segments', s.large_segments, 'class_count', s.class_count,"       \
+  " 'hh_count', s.hh_count"
+
+#define SNAP_DETAIL                                                          \
+  ", 'classes', (SELECT json_group_array(json_object("                       \
+  "    'block_size', c.block_size, 'cache_limit', c.cache_limit,"            \
+  "    'prefill', c.prefill, 'retiring', c.retiring, 'slabs', c.slabs,"      \
+  "    'blocks_in_use', c.blocks_in_use, 'blocks_free', c.blocks_free,"      \
+  "    'bytes_in_use', c.bytes_in_use, 'bytes_requested', c.bytes_requested," \
+  "    'bytes_reserved', c.bytes_reserved,"                                  \
+  "    'peak_bytes_in_use', c.peak_bytes_in_use, 'allocs', c.allocs,"        \
+  "    'frees', c.frees, 'hits', c.hits, 'misses', c.misses))"               \
+  "  FROM (SELECT * FROM class_stats c WHERE c.snapshot_id = s.id"           \
+  "        ORDER BY c.idx) c),"                                              \
+  " 'hist', (SELECT json_group_array(json_object('bucket', h.bucket,"        \
+  "    'lower', h.lower_bytes, 'count', h.count))"                           \
+  "  FROM (SELECT * FROM histograms h WHERE h.snapshot_id = s.id"            \
+  "        ORDER BY h.bucket) h),"                                           \
+  " 'hh', (SELECT json_group_array(json_object('size', x.size,"              \
+  "    'count', x.count))"                                                   \
+  "  FROM (SELECT * FROM heavy_hitters x WHERE x.snapshot_id = s.id"         \
+  "        ORDER BY x.rank) x)"
+
+/* Shared by history and the policy log: the WHERE clause binds ?1 all runs,
+ * ?2 run, ?3 since_ms, ?4 after_id, ?5 limit, ?6 pool. */
+static int run_list_query(const char *db_path, const aa_store_query *q,
+                          const char *head, const char *fields,
+                          const char *tail, char **json) {
+  sqlite3 *db = NULL;
+  sqlite3_stmt *s = NULL;
+  char *sql = NULL;
+  int64_t run = 0;
+  int err = rd_open(db_path, &db);
+  if (err != AA_OK) goto out;
+  if (!q->all_runs) {
+    err = resolve_run(db, q->run_id, &run);
+    if (err != AA_OK) goto out;
+  }
+  size_t nh = strlen(head), nf = strlen(fields), nt = strlen(tail);
+  sql = malloc(nh + nf + nt + 1);
+  if (sql == NULL) {
+    err = AA_ENOMEM;
+    goto out;
+  }
+  memcpy(sql, head, nh);
+  memcpy(sql + nh, fields, nf);
+  memcpy(sql + nh + nf, tail, nt + 1);
+  int rc = rd_prepare(db, sql, &s);
+  if (rc != SQLITE_OK) {
+    err = aa__store_err_from_sqlite(rc);
+    if (err == AA_OK) err = AA_EIO;
+    goto out;
+  }
+  sqlite3_bind_int(s, 1, q->all_runs ? 1 : 0);
+  if (q->all_runs || run == 0) {
+    sqlite3_bind_null(s, 2);
+  } else {
+    sqlite3_bind_int64(s, 2, run);
+  }
+  sqlite3_bind_int64(s, 3, q->since_ms);
+  sqlite3_bind_int64(s, 4, q->after_id);
+  sqlite3_bind_int64(s, 5, q->limit == 0 ? 100 : q->limit);
+  if (q->pool != NULL) {
+    sqlite3_bind_text(s, 6, q->pool, -1, SQLITE_STATIC);
+  } else {
+    sqlite3_bind_null(s, 6);
+  }
+  err = json_result(s, json);
+out:
+  sqlite3_finalize(s);
+  free(sql);
+  sqlite3_close_v2(db);
+  return err;
+}
+
+int aa_store_history_json(const char *db_path, const aa_store_query *q,
+                          char **json) {
+  int err = query_check(q, json);
+  if (err != AA_OK) return err;
+  static const char head[] =
+      "SELECT json_object('run', ?2, 'count', count(*),"
+      " 'snapshots', json(coalesce(json_group_array(json(j)), '[]')))"
+      " FROM (SELECT id, j FROM (SELECT s.id AS id, json_object(";
+  static const char tail[] =
+      ") AS j FROM snapshots s"
+      "   WHERE (?1 OR s.run_id = ?2) AND s.ts_ms >= ?3 AND s.id > ?4"
+      "     AND (?6 IS NULL OR s.pool = ?6)"
+      "   ORDER BY s.id DESC LIMIT ?5) ORDER BY id ASC)";
+  return run_list_query(db_path, q, head,
+                        q->detail ? SNAP_FIELDS SNAP_DETAIL : SNAP_FIELDS,
+                        tail, json);
+}
+
+int aa_store_policy_log_json(const char *db_path, const aa_store_query *q,
+                             char **json) {
+  int err = query_check(q, json);
+  if (err != AA_OK) return err;
+  static const char head[] =
+      "SELECT json_object('run', ?2, 'count', count(*),"
+      " 'changes', json(coalesce(json_group_array(json(j)), '[]')))"
+      " FROM (SELECT id, j FROM (SELECT p.id AS id, json_object(";
+  static const char tail[] =
+      ") AS j FROM policy_changes p"
+      "   WHERE (?1 OR p.run_id IS ?2) AND p.ts_ms >= ?3 AND p.id > ?4"
+      "   ORDER BY p.id DESC LIMIT ?5) ORDER BY id ASC)";
+  static const char base[] =
+      "'id', p.id, 'run', p.run_id, 'ts_ms', p.ts_ms, 'source', p.source,"
+      " 'old_version', p.old_version, 'new_version', p.new_version,"
+      " 'reason', p.reason";
+  static const char detail[] =
+      "'id', p.id, 'run', p.run_id, 'ts_ms', p.ts_ms, 'source', p.source,"
+      " 'old_version', p.old_version, 'new_version', p.new_version,"
+      " 'reason', p.reason, 'policy', " JSON_OR_TEXT("p.policy");
+  return run_list_query(db_path, q, head, q->detail ? detail : base, tail,
+                        json);
+}
+
+int aa_store_trace_foreach(const char *db_path, int64_t run_id,
+                           aa_store_trace_cb cb, void *user) {
+  sqlite3 *db = NULL;
+  sqlite3_stmt *s = NULL;
+  int64_t run = 0;
+  int err = AA_OK;
+  if (cb == NULL) return AA_EINVAL;
+  err = rd_open(db_path, &db);
+  if (err != AA_OK) goto out;
+  err = resolve_run(db, run_id, &run);
+  if (err != AA_OK) goto out;
+  if (run == 0) {
+    err = AA_ENOENT;
+    goto out;
+  }
+  int rc = rd_prepare(db,
+                      "SELECT time_ns, op, ptr, size, stream, thread"
+                      " FROM trace_events WHERE run_id = ?1 ORDER BY id",
+                      &s);
+  if (rc != SQLITE_OK) goto sqlfail;
+  sqlite3_bind_int64(s, 1, run);
+  for (;;) {
+    rc = rd_step(s);
+    if (rc == SQLITE_DONE) break;
+    if (rc != SQLITE_ROW) goto sqlfail;
+    aa_trace_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.time_ns = (uint64_t)sqlite3_column_int64(s, 0);
+    const unsigned char *op = sqlite3_column_text(s, 1);
+    ev.op = op != NULL ? (char)op[0] : '?';
+    ev.ptr = (uint64_t)sqlite3_column_int64(s, 2);
+    ev.size = (uint64_t)sqlite3_column_int64(s, 3);
+    ev.stream = (uint64_t)sqlite3_column_int64(s, 4);
+    ev.thread = (uint64_t)sqlite3_column_int64(s, 5);
+    int r = cb(user, &ev);
+    if (r != 0) {
+      err = r;
+      goto out;
+    }
+  }
+  goto out;
+sqlfail:
+  err = aa__store_err_from_sqlite(rc);
+  if (err == AA_OK) err = AA_EIO;
+out:
+  sqlite3_finalize(s);
+  sqlite3_close_v2(db);
+  return err;
+}
+
+int aa_store_histogram_latest(const char *db_path, int64_t run_id,
+                              const char *pool_name,
+                              uint64_t hist[AA_HIST_BUCKETS]) {
+  sqlite3 *db = NULL;
+  sqlite3_stmt *s = NULL;
+  int64_t run = 0, snaps = 0;
+  int err = AA_OK;
+  if (hist == NULL) return AA_EINVAL;
+  memset(hist, 0, sizeof(uint64_t) * AA_HIST_BUCKETS);
+  err = rd_open(db_path, &db);
+  if (err != AA_OK) goto out;
+  err = resolve_run(db, run_id, &run);
+  if (err != AA_OK) goto out;
+  if (run == 0) {
+    err = AA_ENOENT;
+    goto out;
+  }
+  /* Which snapshots: the latest one of the pool, or of every pool. */
+  static const char one[] =
+      "WITH pick AS (SELECT max(id) AS id FROM snapshots"
+      "              WHERE run_id = ?1 AND pool = ?2)";
+  static const char all[] =
+      "WITH pick AS (SELECT max(id) AS id FROM snapshots"
+      "              WHERE run_id = ?1 GROUP BY pool)";
+  char sql[512];
+  snprintf(sql, sizeof sql,
+           "%s SELECT -1, count(*) FROM pick WHERE id IS NOT NULL"
+           " UNION ALL SELECT h.bucket, sum(h.count) FROM histograms h"
+           " WHERE h.snapshot_id IN (SELECT id FROM pick) GROUP BY h.bucket",
+           pool_name != NULL ? one : all);
+  int rc = rd_prepare(db, sql, &s);
+  if (rc != SQLITE_OK) goto sqlfail;
+  sqlite3_bind_int64(s, 1, run);
+  if (pool_name != NULL) sqlite3_bind_text(s, 2, pool_name, -1, SQLITE_STATIC);
+  for (;;) {
+    rc = rd_step(s);
+    if (rc == SQLITE_DONE) break;
+    if (rc != SQLITE_ROW) goto sqlfail;
+    int64_t b = sqlite3_column_int64(s, 0);
+    int64_t v = sqlite3_column_int64(s, 1);
+    if (b < 0) {
+      snaps = v;
+    } else if (b < AA_HIST_BUCKETS) {
+      hist[b] += (uint64_t)v;
+    }
+  }
+  if (snaps == 0) err = AA_ENOENT;
+  goto out;
+sqlfail:
+  err = aa__store_err_from_sqlite(rc);
+  if (err == AA_OK) err = AA_EIO;
+out:
+  if (err != AA_OK) memset(hist, 0, sizeof(uint64_t) * AA_HIST_BUCKETS);
+  sqlite3_finalize(s);
+  sqlite3_close_v2(db);
+  return err;
+}

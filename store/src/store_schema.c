@@ -1,0 +1,481 @@
+/*
+ * store_schema.c — the schema, its migrations and connection setup.
+ *
+ * Owns the list of migration steps (kMigrations: step i brings PRAGMA
+ * user_version from i-1 to i; all pending steps run in one transaction),
+ * the pragmas every write connection gets, the read-only open used by the
+ * readers, the SQLite -> aa_err mapping and the fault-injection counter.
+ * Entry points: aa__store_db_open_rw, aa__store_db_open_ro.
+ *
+ * The schema is part of the user interface: docs/store.md documents every
+ * table and column. Never edit a shipped step; append a new one.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "store_internal.h"
+
+/* ------------------------------------------------------------------ schema */
+
+static const char *const kSchemaV1[] = {
+    "CREATE TABLE meta ("
+    "  key   TEXT PRIMARY KEY,"
+    "  value TEXT NOT NULL"
+    ") WITHOUT ROWID;",
+    "CREATE TABLE runs ("
+    "  id                INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  model             TEXT    NOT NULL,"
+    "  started_ms        INTEGER NOT NULL,"
+    "  ended_ms          INTEGER,"
+    "  pid               INTEGER NOT NULL,"
+    "  host              TEXT    NOT NULL,"
+    "  rank              INTEGER,"
+    "  policy_version    INTEGER NOT NULL DEFAULT 0,"
+    "  config            TEXT,"
+    "  library_version   TEXT    NOT NULL,"
+    "  mono_origin_ns    INTEGER NOT NULL,"
+    "  snapshots_written INTEGER NOT NULL DEFAULT 0,"
+    "  snapshots_dropped INTEGER NOT NULL DEFAULT 0,"
+    "  events_written    INTEGER NOT NULL DEFAULT 0,"
+    "  events_dropped    INTEGER NOT NULL DEFAULT 0"
+    ");",
+    "CREATE TABLE snapshots ("
+    "  id                   INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  run_id               INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    "  ts_ms                INTEGER NOT NULL,"
+    "  time_ns              INTEGER NOT NULL,"
+    "  pool                 TEXT    NOT NULL,"
+    "  backend              TEXT    NOT NULL,"
+    "  device               INTEGER NOT NULL,"
+    "  telemetry            INTEGER NOT NULL,"
+    "  class_table_version  INTEGER NOT NULL,"
+    "  bytes_in_use         INTEGER NOT NULL,"
+    "  bytes_requested      INTEGER NOT NULL,"
+    "  bytes_reserved       INTEGER NOT NULL,"
+    "  peak_bytes_in_use    INTEGER NOT NULL,"
+    "  peak_bytes_reserved  INTEGER NOT NULL,"
+    "  limit_bytes          INTEGER NOT NULL,"
+    "  allocs               INTEGER NOT NULL,"
+    "  frees                INTEGER NOT NULL,"
+    "  cache_hits           INTEGER NOT NULL,"
+    "  cache_misses         INTEGER NOT NULL,"
+    "  backend_allocs       INTEGER NOT NULL,"
+    "  backend_frees        INTEGER NOT NULL,"
+    "  backend_failures     INTEGER NOT NULL,"
+    "  ooms                 INTEGER NOT NULL,"
+    "  oom_retries          INTEGER NOT NULL,"
+    "  invalid_frees        INTEGER NOT NULL,"
+    "  pending_blocks       INTEGER NOT NULL,"
+    "  large_allocs         INTEGER NOT NULL,"
+    "  large_bytes_in_use   INTEGER NOT NULL,"
+    "  large_bytes_reserved INTEGER NOT NULL,"
+    "  large_segments       INTEGER NOT NULL,"
+    "  class_count          INTEGER NOT NULL,"
+    "  hh_count             INTEGER NOT NULL"
+    ");",
+    "CREATE INDEX snapshots_run_pool ON snapshots(run_id, pool, id);",
+    "CREATE INDEX snapshots_ts ON snapshots(ts_ms);",
+    "CREATE TABLE class_stats ("
+    "  snapshot_id       INTEGER NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,"
+    "  idx               INTEGER NOT NULL,"
+    "  block_size        INTEGER NOT NULL,"
+    "  cache_limit       INTEGER NOT NULL,"
+    "  prefill           INTEGER NOT NULL,"
+    "  retiring          INTEGER NOT NULL,"
+    "  slabs             INTEGER NOT NULL,"
+    "  blocks_in_use     INTEGER NOT NULL,"
+    "  blocks_free       INTEGER NOT NULL,"
+    "  bytes_in_use      INTEGER NOT NULL,"
+    "  bytes_requested   INTEGER NOT NULL,"
+    "  bytes_reserved    INTEGER NOT NULL,"
+    "  peak_bytes_in_use INTEGER NOT NULL,"
+    "  allocs            INTEGER NOT NULL,"
+    "  frees             INTEGER NOT NULL,"
+    "  hits              INTEGER NOT NULL,"
+    "  misses            INTEGER NOT NULL,"
+    "  PRIMARY KEY (snapshot_id, idx)"
+    ") WITHOUT ROWID;",
+    "CREATE TABLE histograms ("
+    "  snapshot_id INTEGER NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,"
+    "  bucket      INTEGER NOT NULL,"
+    "  lower_bytes INTEGER NOT NULL,"
+    "  count       INTEGER NOT NULL,"
+    "  PRIMARY KEY (snapshot_id, bucket)"
+    ") WITHOUT ROWID;",
+    "CREATE TABLE heavy_hitters ("
+    "  snapshot_id INTEGER NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,"
+    "  rank        INTEGER NOT NULL,"
+    "  size        INTEGER NOT NULL,"
+    "  count       INTEGER NOT NULL,"
+    "  PRIMARY KEY (snapshot_id, rank)"
+    ") WITHOUT ROWID;",
+    "CREATE TABLE policy_changes ("
+    "  id          INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  run_id      INTEGER REFERENCES runs(id) ON DELETE SET NULL,"
+    "  ts_ms       INTEGER NOT NULL,"
+    "  source      TEXT    NOT NULL,"
+    "  old_version INTEGER NOT NULL,"
+    "  new_version INTEGER NOT NULL,"
+    "  reason      TEXT    NOT NULL,"
+    "  policy      TEXT"
+    ");",
+    "CREATE INDEX policy_changes_run ON policy_changes(run_id, id);",
+    "CREATE INDEX policy_changes_ts ON policy_changes(ts_ms);",
+    "CREATE TABLE trace_events ("
+    "  id      INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  run_id  INTEGER NOT NULL,"
+    "  time_ns INTEGER NOT NULL,"
+    "  op      TEXT    NOT NULL,"
+    "  ptr     INTEGER NOT NULL,"
+    "  size    INTEGER NOT NULL,"
+    "  stream  INTEGER NOT NULL,"
+    "  thread  INTEGER NOT NULL"
+    ");",
+    "CREATE INDEX trace_events_run ON trace_events(run_id, id);",
+    "CREATE TABLE trace_batches ("
+    "  id       INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  run_id   INTEGER NOT NULL,"
+    "  ts_ms    INTEGER NOT NULL,"
+    "  first_id INTEGER NOT NULL,"
+    "  last_id  INTEGER NOT NULL,"
+    "  events   INTEGER NOT NULL"
+    ");",
+    "CREATE INDEX trace_batches_ts ON trace_batches(ts_ms);",
+    "CREATE VIEW latest_snapshots AS"
+    "  SELECT s.* FROM snapshots s"
+    "  WHERE s.id = (SELECT max(id) FROM snapshots t"
+    "                WHERE t.run_id = s.run_id AND t.pool = s.pool);",
+    NULL};
+
+typedef struct migration {
+  int version;
+  const char *const *sql; /* statements, NULL-terminated */
+} migration;
+
+/* Append only. The last entry's version is AA_STORE_SCHEMA_VERSION. */
+static const migration kMigrations[] = {
+    {1, kSchemaV1},
+};
+#define AA__N_MIGRATIONS (sizeof kMigrations / sizeof kMigrations[0])
+
+_Static_assert(sizeof kMigrations / sizeof kMigrations[0] ==
+                   AA_STORE_SCHEMA_VERSION,
+               "one migration step per schema version");
+
+/* ------------------------------------------------------------------ faults */
+
+bool aa__store_fault_hit(aa__store_fault *f) {
+  if (f == NULL) return false;
+  uint64_t r = atomic_load_explicit(&f->remaining, memory_order_relaxed);
+  while (r != 0) {
+    uint64_t next = r - 1;
+    if (atomic_compare_exchange_weak_explicit(&f->remaining, &r, next,
+                                              memory_order_relaxed,
+                                              memory_order_relaxed)) {
+      if (r == 1) {
+        atomic_store_explicit(&f->fired, true, memory_order_relaxed);
+        return true;
+      }
+      return false;
+    }
+  }
+  return false;
+}
+
+void aa__store_fault_message(const aa__store_fault *f, sqlite3 *db, int rc,
+                             const char *what, const char *path, char *msg,
+                             size_t cap) {
+  if (msg == NULL || cap == 0) return;
+  bool injected = f != NULL && rc == AA__STORE_FAULT_RC &&
+                  atomic_load_explicit(&f->fired, memory_order_relaxed);
+  const char *detail = injected ? "database or disk is full (injected fault)"
+                       : db != NULL ? sqlite3_errmsg(db)
+                                    : sqlite3_errstr(rc);
+  snprintf(msg, cap, "%s failed on %s: %s (%s)", what, path, detail,
+           aa__store_sqlite_code_name(rc));
+}
+
+int aa__store_exec(sqlite3 *db, aa__store_fault *fault, const char *sql) {
+  if (aa__store_fault_hit(fault)) return AA__STORE_FAULT_RC;
+  return sqlite3_exec(db, sql, NULL, NULL, NULL);
+}
+
+int aa__store_step(sqlite3_stmt *stmt, aa__store_fault *fault) {
+  if (aa__store_fault_hit(fault)) return AA__STORE_FAULT_RC;
+  return sqlite3_step(stmt);
+}
+
+/* ------------------------------------------------------------------ errors */
+
+int aa__store_err_from_sqlite(int rc) {
+  switch (rc & 0xff) {
+  case SQLITE_OK:
+  case SQLITE_DONE:
+  case SQLITE_ROW:
+    return AA_OK;
+  case SQLITE_NOMEM:
+    return AA_ENOMEM;
+  case SQLITE_READONLY:
+  case SQLITE_PERM:
+  case SQLITE_AUTH:
+    return AA_EPERM;
+  case SQLITE_BUSY:
+  case SQLITE_LOCKED:
+    return AA_EBUSY;
+  case SQLITE_CANTOPEN:
+    return AA_ENOENT;
+  case SQLITE_MISUSE:
+  case SQLITE_RANGE:
+    return AA_EINVAL;
+  default:
+    return AA_EIO;
+  }
+}
+
+const char *aa__store_sqlite_code_name(int rc) {
+  switch (rc & 0xff) {
+#define C(x) \
+  case x:    \
+    return #x;
+    C(SQLITE_OK) C(SQLITE_ERROR) C(SQLITE_INTERNAL) C(SQLITE_PERM)
+    C(SQLITE_ABORT) C(SQLITE_BUSY) C(SQLITE_LOCKED) C(SQLITE_NOMEM)
+    C(SQLITE_READONLY) C(SQLITE_INTERRUPT) C(SQLITE_IOERR) C(SQLITE_CORRUPT)
+    C(SQLITE_NOTFOUND) C(SQLITE_FULL) C(SQLITE_CANTOPEN) C(SQLITE_PROTOCOL)
+    C(SQLITE_EMPTY) C(SQLITE_SCHEMA) C(SQLITE_TOOBIG) C(SQLITE_CONSTRAINT)
+    C(SQLITE_MISMATCH) C(SQLITE_MISUSE) C(SQLITE_NOLFS) C(SQLITE_AUTH)
+    C(SQLITE_FORMAT) C(SQLITE_RANGE) C(SQLITE_NOTADB) C(SQLITE_ROW)
+    C(SQLITE_DONE)
+#undef C
+  default:
+    return "SQLITE_UNKNOWN";
+  }
+}
+
+int64_t aa__store_wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+/* Reads one integer pragma (user_version, page_count...). */
+static int pragma_int(sqlite3 *db, aa__store_fault *fault, const char *sql,
+                      int64_t *out) {
+  sqlite3_stmt *stmt = NULL;
+  int rc = sqlite3_prepare_v2(db, sql, -1, &stmt, NULL);
+  if (rc != SQLITE_OK) goto out;
+  rc = aa__store_step(stmt, fault);
+  if (rc == SQLITE_ROW) {
+    *out = sqlite3_column_int64(stmt, 0);
+    rc = SQLITE_OK;
+  } else if (rc == SQLITE_DONE) {
+    *out = 0;
+    rc = SQLITE_OK;
+  }
+out:
+  sqlite3_finalize(stmt);
+  return rc;
+}
+
+/* Reads PRAGMA journal_mode=WAL's answer. */
+static int set_wal(sqlite3 *db, aa__store_fault *fault, bool *is_wal) {
+  sqlite3_stmt *stmt = NULL;
+  *is_wal = false;
+  int rc = sqlite3_prepare_v2(db, "PRAGMA journal_mode=WAL", -1, &stmt, NULL);
+  if (rc != SQLITE_OK) goto out;
+  rc = aa__store_step(stmt, fault);
+  if (rc == SQLITE_ROW) {
+    const unsigned char *mode = sqlite3_column_text(stmt, 0);
+    *is_wal = mode != NULL && strcmp((const char *)mode, "wal") == 0;
+    rc = SQLITE_OK;
+  }
+out:
+  sqlite3_finalize(stmt);
+  return rc;
+}
+
+static int migrate(sqlite3 *db, aa__store_fault *fault, const char *path,
+                   char *msg, size_t cap) {
+  int64_t have = 0;
+  int err = AA_OK;
+  const char *what = "reading the schema version";
+  int rc = pragma_int(db, fault, "PRAGMA user_version", &have);
+  if (rc != SQLITE_OK) goto sqlfail;
+  if (have > AA_STORE_SCHEMA_VERSION) goto newer;
+  if (have == AA_STORE_SCHEMA_VERSION) goto out;
+
+  what = "starting the migration";
+  rc = aa__store_exec(db, fault, "BEGIN IMMEDIATE");
+  if (rc != SQLITE_OK) goto sqlfail;
+  /* Another process may have migrated between the read and the lock. */
+  what = "reading the schema version";
+  rc = pragma_int(db, fault, "PRAGMA user_version", &have);
+  if (rc != SQLITE_OK) goto rollback;
+  if (have > AA_STORE_SCHEMA_VERSION) {
+    aa__store_exec(db, NULL, "ROLLBACK");
+    goto newer;
+  }
+  for (size_t i = 0; i < AA__N_MIGRATIONS; i++) {
+    if (kMigrations[i].version <= have) continue;
+    what = "applying a schema migration";
+    for (const char *const *q = kMigrations[i].sql; *q != NULL; q++) {
+      rc = aa__store_exec(db, fault, *q);
+      if (rc != SQLITE_OK) goto rollback;
+    }
+    char sql[64];
+    snprintf(sql, sizeof sql, "PRAGMA user_version=%d", kMigrations[i].version);
+    rc = aa__store_exec(db, fault, sql);
+    if (rc != SQLITE_OK) goto rollback;
+  }
+  what = "recording the schema version";
+  {
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "INSERT OR REPLACE INTO meta(key, value) VALUES"
+             " ('schema_version', '%d'),"
+             " ('library_version', '%d.%d.%d'),"
+             " ('migrated_ms', '%lld')",
+             AA_STORE_SCHEMA_VERSION, AA_VERSION_MAJOR, AA_VERSION_MINOR,
+             AA_VERSION_PATCH, (long long)aa__store_wall_ms());
+    rc = aa__store_exec(db, fault, sql);
+    if (rc != SQLITE_OK) goto rollback;
+    if (have == 0) {
+      snprintf(sql, sizeof sql,
+               "INSERT OR IGNORE INTO meta(key, value) VALUES"
+               " ('created_ms', '%lld')",
+               (long long)aa__store_wall_ms());
+      rc = aa__store_exec(db, fault, sql);
+      if (rc != SQLITE_OK) goto rollback;
+    }
+  }
+  what = "committing the migration";
+  rc = aa__store_exec(db, fault, "COMMIT");
+  if (rc != SQLITE_OK) goto rollback;
+  goto out;
+
+newer:
+  snprintf(msg, cap,
+           "%s has schema version %lld, newer than this adaptalloc supports "
+           "(%d); upgrade adaptalloc or point ADAPTALLOC_DB at another file",
+           path, (long long)have, AA_STORE_SCHEMA_VERSION);
+  err = AA_ESTALE;
+  goto out;
+rollback:
+  aa__store_fault_message(fault, db, rc, what, path, msg, cap);
+  err = aa__store_err_from_sqlite(rc);
+  aa__store_exec(db, NULL, "ROLLBACK");
+  goto out;
+sqlfail:
+  aa__store_fault_message(fault, db, rc, what, path, msg, cap);
+  err = aa__store_err_from_sqlite(rc);
+out:
+  return err;
+}
+
+/* ------------------------------------------------------------------ opens */
+
+int aa__store_db_open_rw(const char *path, bool uri, uint32_t busy_timeout_ms,
+                         aa__store_fault *fault, sqlite3 **out, char *msg,
+                         size_t cap) {
+  sqlite3 *db = NULL;
+  int err = AA_OK;
+  const char *what = "opening";
+  int64_t tables = 0;
+  bool is_wal = false;
+  int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+              SQLITE_OPEN_NOMUTEX | (uri ? SQLITE_OPEN_URI : 0);
+
+  *out = NULL;
+  int rc = sqlite3_open_v2(path, &db, flags, NULL);
+  if (rc != SQLITE_OK) goto sqlfail;
+  sqlite3_extended_result_codes(db, 1);
+  sqlite3_busy_timeout(db, (int)busy_timeout_ms);
+  if (sqlite3_db_readonly(db, "main") == 1) {
+    snprintf(msg, cap, "%s is read-only: cannot write telemetry", path);
+    err = AA_EPERM;
+    goto out;
+  }
+  /* Incremental auto-vacuum lets retention give pages back to the file
+   * system; it can only be chosen before the first table exists. */
+  what = "reading the schema";
+  rc = pragma_int(db, fault, "SELECT count(*) FROM sqlite_master", &tables);
+  if (rc != SQLITE_OK) goto sqlfail;
+  if (tables == 0) {
+    what = "setting auto_vacuum";
+    rc = aa__store_exec(db, fault, "PRAGMA auto_vacuum=INCREMENTAL");
+    if (rc != SQLITE_OK) goto sqlfail;
+  }
+  if (!uri) {
+    what = "switching to WAL";
+    rc = set_wal(db, fault, &is_wal);
+    if (rc != SQLITE_OK) goto sqlfail;
+    if (!is_wal) {
+      snprintf(msg, cap, "%s: cannot switch to WAL journal mode", path);
+      err = AA_EIO;
+      goto out;
+    }
+  }
+  what = "setting pragmas";
+  rc = aa__store_exec(db, fault,
+                      "PRAGMA synchronous=NORMAL;"
+                      "PRAGMA foreign_keys=ON;"
+                      "PRAGMA journal_size_limit=8388608;");
+  if (rc != SQLITE_OK) goto sqlfail;
+  err = migrate(db, fault, path, msg, cap);
+  goto out;
+
+sqlfail:
+  aa__store_fault_message(fault, db, rc, what, path, msg, cap);
+  err = aa__store_err_from_sqlite(rc);
+  if (err == AA_ENOENT && db != NULL) {
+    /* SQLITE_CANTOPEN: say whether the directory is missing or read-only. */
+    int e = sqlite3_system_errno(db);
+    if (e == EACCES || e == EPERM || e == EROFS) err = AA_EPERM;
+  }
+out:
+  if (err != AA_OK) {
+    sqlite3_close_v2(db);
+  } else {
+    *out = db;
+  }
+  return err;
+}
+
+int aa__store_db_open_ro(const char *path, sqlite3 **out) {
+  sqlite3 *db = NULL;
+  int64_t ver = 0;
+  int err = AA_OK;
+
+  *out = NULL;
+  int rc = sqlite3_open_v2(path, &db,
+                           SQLITE_OPEN_READONLY | SQLITE_OPEN_URI |
+                               SQLITE_OPEN_NOMUTEX,
+                           NULL);
+  if (rc != SQLITE_OK) {
+    err = (rc & 0xff) == SQLITE_CANTOPEN ? AA_ENOENT
+                                         : aa__store_err_from_sqlite(rc);
+    goto out;
+  }
+  sqlite3_busy_timeout(db, 2000);
+  rc = pragma_int(db, NULL, "PRAGMA user_version", &ver);
+  if (rc != SQLITE_OK) {
+    err = (rc & 0xff) == SQLITE_NOTADB ? AA_ENOENT
+                                       : aa__store_err_from_sqlite(rc);
+    goto out;
+  }
+  if (ver == 0) {
+    err = AA_ENOENT; /* empty or not an adaptalloc database */
+  } else if (ver > AA_STORE_SCHEMA_VERSION) {
+    err = AA_ESTALE;
+  }
+out:
+  if (err != AA_OK) {
+    sqlite3_close_v2(db);
+  } else {
+    *out = db;
+  }
+  return err;
+}
