@@ -1,0 +1,190 @@
+/*
+ * buf.c — the growable string the server builds every response in, and the
+ * JSON string escaper. Entry points: aa__buf_append, aa__buf_printf,
+ * aa__buf_json_str, aa__buf_take.
+ *
+ * An allocation failure marks the buffer failed; later appends do nothing and
+ * aa__buf_take reports AA_ENOMEM, so callers check once at the end.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http_internal.h"
+
+void aa__buf_init(aa__buf *b) { memset(b, 0, sizeof *b); }
+
+void aa__buf_free(aa__buf *b) {
+  free(b->data);
+  aa__buf_init(b);
+}
+
+static bool buf_reserve(aa__buf *b, size_t extra) {
+  size_t need;
+  size_t cap;
+  char *p;
+
+  if (b->failed)
+    return false;
+  if (extra > SIZE_MAX / 2 - b->len) {
+    b->failed = true;
+    return false;
+  }
+  need = b->len + extra + 1;
+  if (need <= b->cap)
+    return true;
+  cap = b->cap ? b->cap : 256;
+  while (cap < need)
+    cap *= 2;
+  p = realloc(b->data, cap);
+  if (p == NULL) {
+    b->failed = true;
+    return false;
+  }
+  b->data = p;
+  b->cap = cap;
+  return true;
+}
+
+void aa__buf_append(aa__buf *b, const char *s, size_t n) {
+  if (!buf_reserve(b, n))
+    return;
+  if (n > 0)
+    memcpy(b->data + b->len, s, n);
+  b->len += n;
+  b->data[b->len] = '\0';
+}
+
+void aa__buf_puts(aa__buf *b, const char *s) { aa__buf_append(b, s, strlen(s)); }
+
+void aa__buf_printf(aa__buf *b, const char *fmt, ...) {
+  va_list ap;
+  int n;
+  size_t room;
+
+  if (!buf_reserve(b, 64))
+    return;
+  room = b->cap - b->len;
+  va_start(ap, fmt);
+  n = vsnprintf(b->data + b->len, room, fmt, ap);
+  va_end(ap);
+  if (n < 0) {
+    b->failed = true;
+    return;
+  }
+  if ((size_t)n >= room) {
+    if (!buf_reserve(b, (size_t)n))
+      return;
+    va_start(ap, fmt);
+    n = vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+      b->failed = true;
+      return;
+    }
+  }
+  b->len += (size_t)n;
+}
+
+/* Length of a valid UTF-8 sequence starting at s (at most n bytes), or 0. */
+static size_t utf8_seq(const unsigned char *s, size_t n) {
+  size_t len;
+  uint32_t cp;
+  size_t i;
+
+  if (s[0] < 0x80)
+    return 1;
+  if (s[0] >= 0xC2 && s[0] <= 0xDF) {
+    len = 2;
+    cp = s[0] & 0x1Fu;
+  } else if (s[0] >= 0xE0 && s[0] <= 0xEF) {
+    len = 3;
+    cp = s[0] & 0x0Fu;
+  } else if (s[0] >= 0xF0 && s[0] <= 0xF4) {
+    len = 4;
+    cp = s[0] & 0x07u;
+  } else {
+    return 0;
+  }
+  if (len > n)
+    return 0;
+  for (i = 1; i < len; i++) {
+    if ((s[i] & 0xC0u) != 0x80u)
+      return 0;
+    cp = (cp << 6) | (s[i] & 0x3Fu);
+  }
+  if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+      cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+    return 0;
+  return len;
+}
+
+void aa__buf_json_str(aa__buf *b, const char *s, size_t n) {
+  const unsigned char *u = (const unsigned char *)s;
+  size_t i = 0;
+  size_t run;
+
+  aa__buf_append(b, "\"", 1);
+  while (i < n) {
+    unsigned char c = u[i];
+    size_t k;
+    if (c == '"' || c == '\\') {
+      aa__buf_append(b, "\\", 1);
+      aa__buf_append(b, (const char *)&u[i], 1);
+      i++;
+      continue;
+    }
+    if (c < 0x20 || c == 0x7F) {
+      switch (c) {
+      case '\n': aa__buf_puts(b, "\\n"); break;
+      case '\r': aa__buf_puts(b, "\\r"); break;
+      case '\t': aa__buf_puts(b, "\\t"); break;
+      default: aa__buf_printf(b, "\\u%04x", (unsigned)c); break;
+      }
+      i++;
+      continue;
+    }
+    k = utf8_seq(u + i, n - i);
+    if (k == 0) {
+      aa__buf_puts(b, "\\ufffd");
+      i++;
+      continue;
+    }
+    /* copy a run of plain bytes in one append */
+    run = k;
+    while (i + run < n) {
+      unsigned char d = u[i + run];
+      size_t k2;
+      if (d == '"' || d == '\\' || d < 0x20 || d == 0x7F)
+        break;
+      k2 = utf8_seq(u + i + run, n - i - run);
+      if (k2 == 0)
+        break;
+      run += k2;
+    }
+    aa__buf_append(b, (const char *)u + i, run);
+    i += run;
+  }
+  aa__buf_append(b, "\"", 1);
+}
+
+int aa__buf_take(aa__buf *b, char **out, size_t *len) {
+  *out = NULL;
+  if (len != NULL)
+    *len = 0;
+  if (b->failed) {
+    aa__buf_free(b);
+    return AA_ENOMEM;
+  }
+  if (b->data == NULL) {
+    b->data = malloc(1);
+    if (b->data == NULL)
+      return AA_ENOMEM;
+    b->data[0] = '\0';
+  }
+  *out = b->data;
+  if (len != NULL)
+    *len = b->len;
+  aa__buf_init(b);
+  return AA_OK;
+}

@@ -1,0 +1,155 @@
+/*
+ * http_internal.h — what the files of http/ share.
+ *
+ * Glossary:
+ *   server    aa_http: the libmicrohttpd daemon (server.c) around a state.
+ *   state     aa__http_state: config, token, provider, counters, the /stats
+ *             cache. Usable without any socket (the fuzzer drives it).
+ *   request   aa__http_req: method, decoded path, query arguments, the few
+ *             headers that matter, the body. Filled by server.c from MHD, or
+ *             by the fuzzer from bytes.
+ *   response  aa__http_resp: status, type, body, the extra headers.
+ *   router    aa__http_route (router.c): request -> response, no I/O.
+ *   buffer    aa__buf: a growable byte string (buf.c).
+ *   asset     an embedded web/ file (web_assets.h, generated at configure
+ *             time by cmake/AAEmbed.cmake).
+ */
+#ifndef AA_HTTP_INTERNAL_H
+#define AA_HTTP_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "adaptalloc/http.h"
+
+/* ------------------------------------------------------------ buffer */
+
+typedef struct aa__buf {
+  char *data; /* NUL-terminated when non-NULL; malloc'd, owned */
+  size_t len;
+  size_t cap;
+  bool failed; /* an allocation failed; further appends do nothing */
+} aa__buf;
+
+void aa__buf_init(aa__buf *b);
+void aa__buf_free(aa__buf *b);
+void aa__buf_append(aa__buf *b, const char *s, size_t n);
+void aa__buf_puts(aa__buf *b, const char *s);
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+void aa__buf_printf(aa__buf *b, const char *fmt, ...);
+/* Appends s (n bytes) as a JSON string with quotes; control characters are
+ * escaped and invalid UTF-8 bytes become U+FFFD, so the result is always
+ * valid JSON. */
+void aa__buf_json_str(aa__buf *b, const char *s, size_t n);
+/* Hands the data over: *out gets the malloc'd string (free()), *len its
+ * length; the buffer is reset. AA_ENOMEM (and *out NULL) if any append
+ * failed. */
+int aa__buf_take(aa__buf *b, char **out, size_t *len);
+
+/* ------------------------------------------------------------ assets */
+
+typedef struct aa__web_asset {
+  const char *path;         /* "/static/app.js" (index.html is also "/") */
+  const char *content_type; /* "text/javascript; charset=utf-8" */
+  const char *etag;         /* "\"<16 hex of SHA-256>\"" */
+  const unsigned char *data;
+  size_t size;
+} aa__web_asset;
+
+extern const aa__web_asset aa__web_assets[];
+extern const size_t aa__web_asset_count;
+
+/* ------------------------------------------------------------ request */
+
+#define AA__HTTP_MAX_ARGS 16
+
+typedef struct aa__http_arg {
+  const char *key;
+  const char *value; /* NULL for "?key" without '=' */
+} aa__http_arg;
+
+typedef struct aa__http_req {
+  const char *method;        /* "GET" ... */
+  const char *path;          /* decoded, without the query */
+  aa__http_arg args[AA__HTTP_MAX_ARGS];
+  size_t nargs;
+  bool too_many_args;
+  const char *authorization; /* header values, NULL when absent */
+  const char *if_match;
+  const char *if_none_match;
+  const char *host;
+  const char *body;          /* not NUL-terminated */
+  size_t body_len;
+  bool body_too_large;       /* over the limit: answer 413 */
+  const char *client;        /* "127.0.0.1" */
+} aa__http_req;
+
+#define AA__HTTP_MAX_HEADERS 6
+
+typedef struct aa__http_resp {
+  int status;
+  const char *content_type;  /* static string */
+  char *body;                /* malloc'd unless body_static */
+  size_t len;
+  bool body_static;          /* body points at constant data */
+  char etag[48];             /* "" = none */
+  const char *allow;         /* Allow header for 405 (static) */
+  bool www_authenticate;     /* 401 */
+  unsigned retry_after;      /* seconds, 0 = none */
+  const char *cache_control; /* static string, NULL = "no-store" */
+  bool is_asset;             /* a dashboard file (gets its CSP header) */
+} aa__http_resp;
+
+void aa__http_resp_free(aa__http_resp *r);
+
+/* ------------------------------------------------------------ state */
+
+typedef struct aa__http_state {
+  aa_http_config cfg;
+  char *token;        /* NULL when none; owned */
+  size_t token_len;
+  aa_http_provider prov;
+  int port;           /* bound port, for the error text and Host checks */
+
+  /* Cache of the last /stats (no filter) and /metrics answers; touched only
+   * from the polling thread. */
+  char *stats_cache;
+  size_t stats_cache_len;
+  uint64_t stats_cache_ns;
+  char *metrics_cache;
+  size_t metrics_cache_len;
+  uint64_t metrics_cache_ns;
+
+  _Atomic uint64_t requests;
+  _Atomic uint64_t status_2xx;
+  _Atomic uint64_t status_3xx;
+  _Atomic uint64_t status_4xx;
+  _Atomic uint64_t status_5xx;
+  _Atomic uint64_t policy_changes;
+} aa__http_state;
+
+/* Copies cfg (defaults when NULL) and prov into *st. AA_ENOMEM. */
+int aa__http_state_init(aa__http_state *st, const aa_http_config *cfg,
+                        const aa_http_provider *prov);
+void aa__http_state_fini(aa__http_state *st);
+
+/* Answers one request (router.c). Never fails: out of memory gives a 500
+ * with a static body. The caller frees resp with aa__http_resp_free. */
+void aa__http_route(aa__http_state *st, const aa__http_req *req,
+                    aa__http_resp *resp);
+
+/* Constant-time comparison of a presented token with the expected one; the
+ * time depends only on the expected token's length. */
+bool aa__http_token_equal(const char *given, size_t given_len,
+                          const char *expected, size_t expected_len);
+
+/* Parses a decimal int64 in [min, max] (no sign for non-negative ranges, no
+ * spaces, no trailing bytes). AA_EINVAL / AA_ERANGE. */
+int aa__http_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
+
+#endif /* AA_HTTP_INTERNAL_H */
