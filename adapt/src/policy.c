@@ -57,6 +57,7 @@ void aa_adapt_params_default(aa_adapt_params *out) {
   out->min_class_age = 5;
   out->readd_cooldown = 20;
   out->grow_cooldown = 5;
+  out->trim_cooldown = 5;
 }
 
 void aa_telemetry_params_default(aa_telemetry_params *out) {
@@ -262,7 +263,8 @@ static bool adapt_equal(const aa_adapt_params *a, const aa_adapt_params *b) {
          a->trim_threshold_bytes == b->trim_threshold_bytes &&
          a->min_class_age == b->min_class_age &&
          a->readd_cooldown == b->readd_cooldown &&
-         a->grow_cooldown == b->grow_cooldown;
+         a->grow_cooldown == b->grow_cooldown &&
+         a->trim_cooldown == b->trim_cooldown;
 }
 
 bool aa_policy_equal(const aa_policy *a, const aa_policy *b) {

@@ -175,8 +175,9 @@ char *aa_policy_to_json(const aa_policy *p) {
   sb_u64(&b, a->trim_threshold_bytes);
   sb_printf(&b,
             ",\n    \"hysteresis\": {\"min_class_age\": %u, \"readd_cooldown\": "
-            "%u, \"grow_cooldown\": %u}",
-            a->min_class_age, a->readd_cooldown, a->grow_cooldown);
+            "%u, \"grow_cooldown\": %u, \"trim_cooldown\": %u}",
+            a->min_class_age, a->readd_cooldown, a->grow_cooldown,
+            a->trim_cooldown);
   sb_printf(&b, "\n  },\n  \"telemetry\": {\n    \"snapshot_interval_ms\": %u",
             t->snapshot_interval_ms);
   sb_printf(&b, ",\n    \"trace\": %s", t->trace ? "true" : "false");

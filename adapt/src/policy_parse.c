@@ -797,7 +797,7 @@ static int adapt_from(vctx *v, const cJSON *obj, const char *path,
                                      "hysteresis",
                                      NULL};
   static const char *const hkeys[] = {"min_class_age", "readd_cooldown",
-                                      "grow_cooldown", NULL};
+                                      "grow_cooldown", "trim_cooldown", NULL};
   char p1[PATH_CAP];
   const cJSON *it;
   int rc;
@@ -843,6 +843,8 @@ static int adapt_from(vctx *v, const cJSON *obj, const char *path,
       rc = opt_u32(v, it, p1, "readd_cooldown", 0, 1000000, &a->readd_cooldown);
     if (rc == AA_OK)
       rc = opt_u32(v, it, p1, "grow_cooldown", 0, 1000000, &a->grow_cooldown);
+    if (rc == AA_OK)
+      rc = opt_u32(v, it, p1, "trim_cooldown", 0, 1000000, &a->trim_cooldown);
   }
   return rc;
 }

@@ -74,6 +74,8 @@ typedef struct aa_adapt_params {
                                     intervals (default 20) */
   uint32_t grow_cooldown;        /* hysteresis: a class is grown at most once per this many
                                     intervals (default 5) */
+  uint32_t trim_cooldown;        /* hysteresis: a pool is trimmed at most once per this many
+                                    intervals (default 5) */
 } aa_adapt_params;
 
 /* Telemetry settings (policy "telemetry" object). */

@@ -1,0 +1,208 @@
+/*
+ * adaptalloc/adapt.h — the policy loop: watch a pool's stats, reshape its
+ * class table.
+ *
+ * Two layers.
+ *   aa_adapt_decide   a pure, deterministic function: given the loop's
+ *                     parameters, its state (hysteresis memory), the previous
+ *                     and current stats snapshots of a pool and the pool's
+ *                     current class table, it returns what to do. It calls
+ *                     nothing and allocates nothing; tests drive it with
+ *                     synthetic stats.
+ *   aa_adapt_loop     a background thread that, every params.interval_ms,
+ *                     takes each registered pool's stats, decides, applies the
+ *                     decisions through the core's public API and reports each
+ *                     one (with the result of applying it) to a callback. The
+ *                     runtime routes that to the store's audit log and stats
+ *                     and owns policy versions.
+ *
+ * Rules (details, numbers and the reason strings: docs/adapt.md), in the
+ * order decisions are emitted within one step:
+ *   retire_class     a class the loop added that has had no allocations for
+ *                    cold_intervals steps (and is at least min_class_age old);
+ *   add_class        a hot request size (heavy hitters over the interval:
+ *                    >= min_requests and >= hot_fraction of the small
+ *                    requests) that its serving class wastes more than
+ *                    waste_threshold of gets an exact class (the size rounded
+ *                    up to 512), at most max_adds_per_interval a step, never
+ *                    beyond max_classes, never a size retired less than
+ *                    readd_cooldown steps ago;
+ *   grow_or_prefill  a class whose misses/allocs over the interval exceed
+ *                    miss_rate_threshold gets its prefill doubled (at least
+ *                    one slab's worth, at most prefill_max_bytes), at most once
+ *                    per grow_cooldown steps;
+ *   trim             cached bytes (reserved - in use) above
+ *                    trim_threshold_bytes are trimmed to half of it, or to 0
+ *                    when reserved is within 10% of the pool's limit; at most
+ *                    once per trim_cooldown steps.
+ */
+#ifndef ADAPTALLOC_ADAPT_H
+#define ADAPTALLOC_ADAPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "adaptalloc/common.h"
+#include "adaptalloc/core.h"
+#include "adaptalloc/policy.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------ decisions */
+
+typedef enum aa_adapt_kind {
+  AA_ADAPT_ADD_CLASS = 1,
+  AA_ADAPT_GROW_OR_PREFILL = 2,
+  AA_ADAPT_RETIRE_CLASS = 3,
+  AA_ADAPT_TRIM = 4
+} aa_adapt_kind;
+
+/* "add_class", "grow_or_prefill", "retire_class", "trim" ("unknown"). */
+AA_EXTERN const char *aa_adapt_kind_name(aa_adapt_kind kind);
+
+#define AA_ADAPT_REASON_CAP 224
+/* The most decisions one step can return for one pool. */
+#define AA_ADAPT_MAX_DECISIONS (2 * AA_MAX_CLASSES + 1)
+
+typedef struct aa_adapt_decision {
+  aa_adapt_kind kind;
+  int result;            /* AA_OK from aa_adapt_decide; the loop sets the result
+                            of applying it (a core error code on failure) */
+  uint64_t block_size;   /* add/grow/retire: the class; trim: 0 */
+  uint64_t request_size; /* add: the hot request size; otherwise 0 */
+  uint64_t amount;       /* add: requests of that size in the interval;
+                            grow: the new prefill (blocks);
+                            retire: intervals without allocations;
+                            trim: bytes to keep cached (aa_pool_trim's keep) */
+  uint64_t released;     /* trim: bytes released (set by the loop) */
+  uint64_t interval;     /* the step (aa_adapt_state.interval) it was made in */
+  char reason[AA_ADAPT_REASON_CAP]; /* human-readable, with the numbers */
+} aa_adapt_decision;
+
+/* The decision function's memory. A value type: zero it with
+ * aa_adapt_state_init, keep one per pool, pass it to every step. */
+typedef struct aa_adapt_class_state {
+  uint64_t block_size;
+  uint64_t added_at;     /* the step the loop added it (valid when added) */
+  uint64_t last_grow_at; /* the step of its last grow (valid when grown) */
+  uint32_t cold;         /* consecutive steps without allocations */
+  uint8_t added;         /* the loop added it (only those are retired) */
+  uint8_t grown;
+  uint16_t reserved0;
+} aa_adapt_class_state;
+
+typedef struct aa_adapt_cooldown {
+  uint64_t block_size;
+  uint64_t since; /* the step it was retired (or its add failed) */
+} aa_adapt_cooldown;
+
+typedef struct aa_adapt_state {
+  uint64_t interval; /* steps decided so far; the current step's number */
+  uint64_t last_trim_at;
+  uint8_t trimmed;   /* last_trim_at is valid */
+  uint8_t reserved0[7];
+  uint32_t n_classes;
+  uint32_t n_cooldown;
+  uint64_t suppressed_by_bound;    /* adds skipped: max_classes reached */
+  uint64_t suppressed_by_cooldown; /* adds skipped: size retired recently */
+  aa_adapt_class_state classes[AA_MAX_CLASSES];
+  aa_adapt_cooldown cooldown[AA_MAX_CLASSES];
+} aa_adapt_state;
+
+AA_EXTERN void aa_adapt_state_init(aa_adapt_state *st);
+
+/* One step. prev may be NULL (counters are then taken from zero). classes is
+ * the pool's current class table (aa_pool_classes), ascending; its largest
+ * entry is max_small. Writes up to cap decisions into out and returns how
+ * many; the state is advanced as if every returned decision is applied.
+ * Returns 0 when params->enabled is false (the state is then unchanged) or
+ * when an argument is NULL. */
+AA_EXTERN size_t aa_adapt_decide(const aa_adapt_params *params,
+                                 aa_adapt_state *st, const aa_pool_stats *prev,
+                                 const aa_pool_stats *cur,
+                                 const aa_class_spec *classes, size_t n_classes,
+                                 aa_adapt_decision *out, size_t cap);
+
+/* Tells the state that applying d failed: a failed add puts its size on the
+ * re-add cooldown (so it is not retried every step) and forgets the class; a
+ * failed retire keeps tracking the class. */
+AA_EXTERN void aa_adapt_state_note_failure(aa_adapt_state *st,
+                                           const aa_adapt_decision *d);
+
+/* ------------------------------------------------------------ the loop */
+
+typedef struct aa_adapt_loop aa_adapt_loop;
+
+/* Called once per decision, after it was applied (d->result says how that
+ * went), from the loop thread or from the aa_adapt_loop_step caller, with the
+ * loop's lock held: it must not call aa_adapt_loop_* functions. d is valid
+ * only during the call. */
+typedef void (*aa_adapt_decision_fn)(void *user, aa_pool *pool,
+                                     const aa_adapt_decision *d);
+
+#define AA_ADAPT_LOOP_CONFIG_VERSION 1
+
+typedef struct aa_adapt_loop_config {
+  uint32_t version;               /* AA_ADAPT_LOOP_CONFIG_VERSION */
+  aa_adapt_params params;         /* aa_adapt_params_default() by init */
+  aa_adapt_decision_fn on_decision; /* optional */
+  void *user;
+  bool dry_run;                   /* decide and report, apply nothing */
+} aa_adapt_loop_config;
+
+AA_EXTERN void aa_adapt_loop_config_init(aa_adapt_loop_config *cfg);
+
+/* Creates a stopped loop with no pools. *out is owned by the caller:
+ * aa_adapt_loop_destroy. AA_EINVAL for a bad config, AA_ENOMEM. */
+AA_EXTERN int aa_adapt_loop_new(const aa_adapt_loop_config *cfg,
+                                aa_adapt_loop **out);
+
+/* Registers a pool (borrowed: it must outlive its registration) and takes its
+ * baseline snapshot. AA_EEXIST if already registered, AA_ELIMIT beyond
+ * AA_ADAPT_LOOP_MAX_POOLS. */
+#define AA_ADAPT_LOOP_MAX_POOLS 64
+AA_EXTERN int aa_adapt_loop_add_pool(aa_adapt_loop *loop, aa_pool *pool);
+/* Unregisters a pool; when this returns the loop no longer touches it.
+ * AA_ENOENT if it was not registered. */
+AA_EXTERN int aa_adapt_loop_remove_pool(aa_adapt_loop *loop, aa_pool *pool);
+
+/* Replaces the parameters (a new policy); the interval takes effect at the
+ * next wait. AA_EINVAL for an interval of 0. */
+AA_EXTERN int aa_adapt_loop_set_params(aa_adapt_loop *loop,
+                                       const aa_adapt_params *params);
+
+/* Starts the background thread (AA_EBUSY if running). */
+AA_EXTERN int aa_adapt_loop_start(aa_adapt_loop *loop);
+/* Stops and joins the thread; a no-op when not running. */
+AA_EXTERN void aa_adapt_loop_stop(aa_adapt_loop *loop);
+
+/* Runs one step now for every registered pool, in the caller's thread (for
+ * tests, and for the runtime at shutdown). Returns the number of decisions
+ * made, or a negative error. Serialised with the thread's steps. When
+ * params.enabled is false it only refreshes the baselines and returns 0. */
+AA_EXTERN int aa_adapt_loop_step(aa_adapt_loop *loop);
+
+typedef struct aa_adapt_counters {
+  uint64_t steps;           /* steps run (all pools each) */
+  uint64_t decisions;       /* decisions made */
+  uint64_t classes_added;   /* add_class applied successfully */
+  uint64_t classes_retired; /* retire_class applied successfully */
+  uint64_t grows;           /* grow_or_prefill applied successfully */
+  uint64_t trims;           /* trim applied */
+  uint64_t bytes_trimmed;   /* bytes released by trims */
+  uint64_t apply_failures;  /* decisions the core refused */
+} aa_adapt_counters;
+
+AA_EXTERN void aa_adapt_loop_counters(aa_adapt_loop *loop,
+                                      aa_adapt_counters *out);
+
+/* Stops the thread and frees the loop. NULL is a no-op. Pools are untouched. */
+AA_EXTERN void aa_adapt_loop_destroy(aa_adapt_loop *loop);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ADAPTALLOC_ADAPT_H */
