@@ -1,0 +1,305 @@
+/*
+ * adaptalloc/replay.h — offline replay: event sources, the simulator that
+ * drives the real core over a simulated backend, its figures, and the tuner
+ * behind `adaptalloc-replay suggest`. Format and field definitions:
+ * docs/replay.md.
+ *
+ * Pipeline: a source (CSV reader, histogram synthesiser, or the caller's own
+ * loop over a store trace) produces batches of aa_replay_event and hands them
+ * to a sink; aa_replay_sim_feed is a sink. One parse can feed several
+ * simulators (compare).
+ *
+ * Threads: nothing here is thread-safe; one simulator is driven by one thread
+ * at a time. Different simulators are independent.
+ *
+ * Ownership: every object returned through an out-parameter is owned by the
+ * caller and freed by the matching *_free; out-parameters are cleared on
+ * failure. Error messages go into caller buffers (err, errcap; may be NULL/0)
+ * and name the line (or event) number of the input.
+ */
+#ifndef ADAPTALLOC_REPLAY_H
+#define ADAPTALLOC_REPLAY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "adaptalloc/common.h"
+#include "adaptalloc/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AA_REPLAY_ERR_CAP 256 /* a buffer this big holds any message */
+
+/* ------------------------------------------------------------------ events */
+
+/* One input event. op: 'a' allocate, 'f' free, 'x' an allocation that failed
+ * in the recorded program. ptr is the recorded pointer, used only as an id.
+ * line: 1-based line of a CSV input, or the 1-based event index of other
+ * sources (0 when unknown); error messages quote it. */
+typedef struct aa_replay_event {
+  uint64_t time_ns;
+  uint64_t ptr;
+  uint64_t size;
+  uint64_t stream;
+  uint64_t thread;
+  uint64_t line;
+  char op;
+} aa_replay_event;
+
+/* Receives a batch of n events (n >= 1). Returns AA_OK to go on; any other
+ * value stops the source, which returns it. */
+typedef int (*aa_replay_sink)(void *user, const aa_replay_event *ev, size_t n);
+
+/* What to do with bad input: stop at the first problem (the default), or
+ * count it, skip the event and go on. */
+typedef enum aa_replay_on_error {
+  AA_REPLAY_STOP = 0,
+  AA_REPLAY_COUNT = 1
+} aa_replay_on_error;
+
+/* Bad-input counters (all zero under AA_REPLAY_STOP unless it stopped). */
+typedef struct aa_replay_diag {
+  uint64_t malformed;      /* CSV line that does not parse */
+  uint64_t unknown_action; /* CSV Action other than the three known ones */
+  uint64_t unknown_free;   /* free of a pointer that is not live */
+  uint64_t duplicate_ptr;  /* allocate of a pointer that is already live */
+  uint64_t size_mismatch;  /* free whose size differs from its allocate
+                              (a warning only: the free is replayed) */
+  uint64_t first_line;     /* line/event of the first problem, 0 if none */
+  char first_error[AA_REPLAY_ERR_CAP]; /* its message, "" if none */
+} aa_replay_diag;
+
+/* ------------------------------------------------------------------ CSV */
+
+/* Reads an RMM logging_resource_adaptor CSV log (docs/replay.md "CSV"):
+ * header `Thread,Time,Action,Pointer,Size,Stream` (optional; columns in any
+ * order, unknown columns ignored), actions `allocate`, `deallocate`,
+ * `allocate failure`. Accepts LF or CRLF, blank lines, `#` comment lines,
+ * spaces around fields, and fields in double quotes without embedded quotes.
+ * Numbers: decimal or 0x-hex. Time: seconds with a fraction (`1634567890.5`),
+ * `HH:MM:SS.ffffff`, or an integer followed by `ns` / `us`.
+ *
+ * Events go to sink in batches. A bad line stops the parse with AA_EPARSE and
+ * "line N: <what>" in err under AA_REPLAY_STOP; under AA_REPLAY_COUNT it is
+ * counted in diag (may be NULL) and skipped. A sink's non-AA_OK return stops
+ * the parse and is returned. progress (may be NULL) is called between
+ * batches with bytes consumed so far and len. */
+typedef void (*aa_replay_progress_fn)(void *user, uint64_t done, uint64_t total);
+
+typedef struct aa_replay_csv_options {
+  aa_replay_on_error on_error;
+  aa_replay_progress_fn progress;
+  void *progress_user;
+} aa_replay_csv_options;
+
+AA_EXTERN int aa_replay_csv_parse(const char *buf, size_t len,
+                                  const aa_replay_csv_options *opt,
+                                  aa_replay_sink sink, void *user,
+                                  aa_replay_diag *diag, char *err,
+                                  size_t errcap);
+
+/* The same over a file (mapped, not copied; "-" reads standard input).
+ * AA_EIO with the errno text when it cannot be read. */
+AA_EXTERN int aa_replay_csv_parse_file(const char *path,
+                                       const aa_replay_csv_options *opt,
+                                       aa_replay_sink sink, void *user,
+                                       aa_replay_diag *diag, char *err,
+                                       size_t errcap);
+
+/* Writes one event as a CSV line in the format above (no header), returns
+ * the length like snprintf. */
+AA_EXTERN size_t aa_replay_csv_format(const aa_replay_event *ev, char *buf,
+                                      size_t cap);
+#define AA_REPLAY_CSV_HEADER "Thread,Time,Action,Pointer,Size,Stream"
+
+/* ------------------------------------------------------------------ histogram */
+
+/* A recorded size distribution: hist[] counts per core histogram bucket
+ * (aa_hist_bucket), plus optional exact sizes with counts (heavy hitters).
+ * Exact counts are part of, not in addition to, the bucket counts when both
+ * describe the same requests: see aa_replay_synth. */
+typedef struct aa_replay_hist {
+  uint64_t hist[AA_HIST_BUCKETS];
+  aa_size_count *exact; /* malloc'd, owned: aa_replay_hist_clear */
+  size_t nexact;
+} aa_replay_hist;
+
+AA_EXTERN void aa_replay_hist_clear(aa_replay_hist *h);
+
+/* Parses a histogram document (docs/replay.md "Histogram files"): JSON
+ * {"hist": [192 counts], "sizes": [{"size": S, "count": C}, ...]} (either
+ * member optional; a core stats object with "hist"/"hh" is accepted too), or
+ * CSV lines `size,count` (exact sizes) / `bucket:I,count`. On error *h is
+ * left cleared and err names the line or JSON member. */
+AA_EXTERN int aa_replay_hist_parse(const char *buf, size_t len,
+                                   aa_replay_hist *h, char *err, size_t errcap);
+AA_EXTERN int aa_replay_hist_load_file(const char *path, aa_replay_hist *h,
+                                       char *err, size_t errcap);
+
+typedef struct aa_replay_synth_config {
+  uint64_t events;      /* events to produce (allocs + frees), > 0 */
+  uint64_t seed;        /* same seed, same histogram -> same stream */
+  uint64_t live_target; /* mean live blocks in steady state (default 1024) */
+  uint64_t time_step_ns;/* time between events (default 1000) */
+  bool free_at_end;     /* free what is still live at the end (extra events) */
+} aa_replay_synth_config;
+
+AA_EXTERN void aa_replay_synth_config_init(aa_replay_synth_config *cfg);
+
+/* Synthesises a request stream from h: each allocation's size is drawn from
+ * the exact sizes with their counts' weight and from the buckets with the
+ * rest of the weight (a bucket's count minus the exact counts that fall in
+ * it, floored at 0), uniformly within a bucket. Lifetimes: while k blocks
+ * are live the next event allocates with probability 1 - k/(2*live_target)
+ * and otherwise frees a uniformly chosen live block. Deterministic for a
+ * seed (xoshiro256**, no global state). AA_EINVAL for an empty histogram. */
+AA_EXTERN int aa_replay_synth(const aa_replay_hist *h,
+                              const aa_replay_synth_config *cfg,
+                              aa_replay_sink sink, void *user, char *err,
+                              size_t errcap);
+
+/* ------------------------------------------------------------------ simulator */
+
+/* Costs of the simulated backend (docs/replay.md "Cost model"). Defaults
+ * from the H200 anchors in DESIGN.md: cudaMalloc+cudaFree about 86 us a
+ * pair, so 43 us each; a pool hit costs nothing. */
+typedef struct aa_replay_costs {
+  double alloc_us;         /* per backend alloc call (default 43) */
+  double free_us;          /* per backend free call (default 43) */
+  double alloc_us_per_gib; /* extra per GiB allocated (default 0) */
+  double hit_ns;           /* per pool hit (default 0) */
+  double event_ns;         /* per event record (default 0) */
+} aa_replay_costs;
+
+#define AA_REPLAY_CONFIG_VERSION 1
+
+typedef struct aa_replay_config {
+  uint32_t version;         /* AA_REPLAY_CONFIG_VERSION */
+  aa_pool_config pool;      /* backend is ignored: the simulator's own is used */
+  const aa_class_spec *classes; /* the class table to install; NULL = the
+                                   pool's default ladder. Copied. */
+  size_t nclasses;
+  aa_replay_costs costs;
+  aa_replay_on_error on_error;
+  uint64_t capacity_bytes;  /* simulated device memory, 0 = unbounded */
+  uint64_t event_delay_ns;  /* a stream event completes this long (trace time)
+                               after it is recorded; 0 = at once */
+  bool ignore_streams;      /* replay everything on the default stream */
+  bool replay_failures;     /* also try the recorded failed allocations ('x') */
+  bool collect_sizes;       /* keep per-size counts (for suggest) */
+  const char *position_name;/* what messages call ev->line: "line" (default,
+                               CSV) or "event" (store traces, synthesis) */
+} aa_replay_config;
+
+/* Fills in defaults: aa_pool_config_init, default costs, everything else 0. */
+AA_EXTERN void aa_replay_config_init(aa_replay_config *cfg);
+
+/* Figures of one replay (definitions: docs/replay.md "Output fields"). */
+typedef struct aa_replay_result {
+  uint64_t events;          /* events fed (good ones) */
+  uint64_t requests;        /* allocation requests replayed */
+  uint64_t allocs;          /* that succeeded */
+  uint64_t frees;
+  uint64_t failures;        /* aa_alloc returned NULL in the replay */
+  uint64_t trace_failures;  /* 'x' events in the input */
+  uint64_t cache_hits;
+  uint64_t cache_misses;
+  double hit_rate;          /* hits / (hits + misses), 0 when none */
+  uint64_t backend_allocs;
+  uint64_t backend_frees;
+  uint64_t backend_calls;   /* allocs + frees */
+  uint64_t backend_failures;
+  uint64_t event_records;
+  uint64_t peak_requested;  /* max over time of live requested bytes */
+  uint64_t peak_in_use;     /* max over time of live block bytes */
+  uint64_t peak_reserved;   /* max over time of bytes held from the backend */
+  uint64_t requested_at_peak_in_use;
+  uint64_t in_use_at_peak_reserved;
+  double int_frag_peak;     /* 1 - requested/in_use at peak in use */
+  double int_frag_avg;      /* 1 - integral(requested)/integral(in_use) */
+  double ext_frag_peak;     /* 1 - in_use/reserved at peak reserved */
+  double ext_frag_avg;      /* 1 - integral(in_use)/integral(reserved) */
+  double sim_backend_us;    /* cost model applied to the counts */
+  uint64_t live_at_end;     /* blocks never freed by the input */
+  uint64_t live_bytes_at_end;
+  uint64_t trace_span_ns;   /* last - first event time */
+  uint32_t class_count;     /* classes in the table at the end */
+  aa_replay_diag diag;
+} aa_replay_result;
+
+typedef struct aa_replay_sim aa_replay_sim;
+
+/* Creates a pool over a fresh simulated backend. AA_EINVAL (message in err)
+ * when the pool configuration or class table is refused by the core. */
+AA_EXTERN int aa_replay_sim_new(const aa_replay_config *cfg,
+                                aa_replay_sim **out, char *err, size_t errcap);
+
+/* An aa_replay_sink: replays n events. On bad input (free of a pointer that
+ * is not live, an allocate of a live pointer) returns AA_EPARSE under
+ * AA_REPLAY_STOP (message: aa_replay_sim_error) or counts it. */
+AA_EXTERN int aa_replay_sim_feed(void *sim, const aa_replay_event *ev, size_t n);
+
+/* The message of the error that stopped feed ("" if none). */
+AA_EXTERN const char *aa_replay_sim_error(const aa_replay_sim *sim);
+
+/* Computes the figures so far (may be called more than once). */
+AA_EXTERN void aa_replay_sim_result(aa_replay_sim *sim, aa_replay_result *out);
+
+/* The pool being driven (borrowed; valid until aa_replay_sim_free). */
+AA_EXTERN aa_pool *aa_replay_sim_pool(aa_replay_sim *sim);
+
+/* Per requested size, when collect_sizes was set. */
+typedef struct aa_replay_size_stat {
+  uint64_t size;
+  uint64_t allocs;
+  uint64_t live;     /* now */
+  uint64_t max_live; /* most blocks of this size live at once */
+} aa_replay_size_stat;
+
+/* Copies the per-size table, ascending by size, into a malloc'd array the
+ * caller free()s. *out NULL and *n 0 when empty or not collected. */
+AA_EXTERN int aa_replay_sim_sizes(const aa_replay_sim *sim,
+                                  aa_replay_size_stat **out, size_t *n);
+
+/* Destroys the pool (releasing everything) and the backend. NULL is a no-op. */
+AA_EXTERN void aa_replay_sim_free(aa_replay_sim *sim);
+
+/* Writes the result as one JSON object (fields as in the struct, plus the
+ * diag counters under "input_errors"); snprintf-style return. */
+AA_EXTERN size_t aa_replay_result_json(const aa_replay_result *r, char *buf,
+                                       size_t cap);
+
+/* ------------------------------------------------------------------ suggest */
+
+typedef struct aa_replay_suggest_config {
+  size_t max_classes;    /* table size bound (default AA_MAX_CLASSES) */
+  size_t slab_size;      /* the pool's slab size (default 2 MiB) */
+  size_t max_small;      /* the pool's largest class (default 1 MiB) */
+  double min_gain_slabs; /* add an exact class only when it saves at least
+                            this many slabs' worth of bytes at the size's peak
+                            live count (default 0.5) */
+} aa_replay_suggest_config;
+
+AA_EXTERN void aa_replay_suggest_config_init(aa_replay_suggest_config *cfg);
+
+/* Derives a class table from per-size figures of a run over `base` (the table
+ * the run used, ascending, last = max_small): keeps the base ladder and adds
+ * exact classes (size rounded up to 512) for the sizes whose rounding waste
+ * at their peak live count is largest, best first, while the table stays
+ * within max_classes and each addition saves at least min_gain_slabs slabs.
+ * out gets the new table (cap entries at most; *nout the count). Returns
+ * AA_OK, AA_EINVAL for bad arguments, AA_ERANGE when cap is too small. */
+AA_EXTERN int aa_replay_suggest_classes(const aa_replay_size_stat *sizes,
+                                        size_t nsizes,
+                                        const aa_class_spec *base, size_t nbase,
+                                        const aa_replay_suggest_config *cfg,
+                                        aa_class_spec *out, size_t cap,
+                                        size_t *nout);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ADAPTALLOC_REPLAY_H */

@@ -1,0 +1,329 @@
+/*
+ * input.c — adaptalloc-replay's event sources behind one call (input_feed):
+ * an RMM CSV log, a run's trace in the store, a histogram file or a run's
+ * stored histogram (synthesised with a seed). Also `import` (input_import),
+ * which writes any of them into a store database as a new run's trace
+ * through the store's own writer (aa_store_trace_push), so that `run --db`
+ * reads it back with aa_store_trace_foreach.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "adaptalloc/store.h"
+#include "replay_tool.h"
+
+#define BATCH 1024
+
+static const char *store_err(int rc) {
+  return rc == AA_ENOTSUP ? "this adaptalloc-replay was built without the "
+                            "store (-DAA_WITH_STORE=OFF); use --csv or "
+                            "--histogram instead"
+         : rc == AA_ENOENT ? "no such run, or not an adaptalloc database"
+         : rc == AA_ESTALE ? "the database was written by a newer adaptalloc"
+                           : aa_strerror(rc);
+}
+
+/* ------------------------------------------------------------------ store */
+
+typedef struct trace_ctx {
+  aa_replay_sink sink;
+  void *user;
+  tool_progress *prog;
+  aa_replay_event batch[BATCH];
+  size_t n;
+  uint64_t index;
+  int rc; /* the sink's error */
+} trace_ctx;
+
+static int trace_cb(void *user, const aa_trace_event *ev) {
+  trace_ctx *t = user;
+  aa_replay_event *e = &t->batch[t->n++];
+
+  e->time_ns = ev->time_ns;
+  e->ptr = ev->ptr;
+  e->size = ev->size;
+  e->stream = ev->stream;
+  e->thread = ev->thread;
+  e->line = ++t->index;
+  e->op = ev->op;
+  if (t->n == BATCH) {
+    t->rc = t->sink(t->user, t->batch, t->n);
+    t->n = 0;
+    if (t->rc != AA_OK)
+      return 1;
+    if (t->prog != NULL && (t->index & 0xffff) == 0)
+      progress_update(t->prog, t->index, 0);
+  }
+  return 0;
+}
+
+static int feed_store_trace(const tool_input *in, aa_replay_sink sink,
+                            void *user, tool_progress *prog, char *err,
+                            size_t errcap) {
+  trace_ctx *t = calloc(1, sizeof *t);
+  int rc;
+
+  if (t == NULL) {
+    snprintf(err, errcap, "out of memory");
+    return AA_ENOMEM;
+  }
+  t->sink = sink;
+  t->user = user;
+  t->prog = prog;
+  rc = aa_store_trace_foreach(in->path, in->run_id, trace_cb, t);
+  if (rc != AA_OK && t->rc != AA_OK) {
+    rc = t->rc;
+    err[0] = '\0'; /* the sink has the message */
+  } else if (rc != AA_OK) {
+    snprintf(err, errcap, "%s: cannot read the trace: %s", in->path,
+             store_err(rc));
+  } else if (t->n > 0) {
+    rc = sink(user, t->batch, t->n);
+    if (rc != AA_OK)
+      err[0] = '\0';
+  }
+  if (rc == AA_OK && t->index == 0) {
+    snprintf(err, errcap, "%s: the run has no trace events (record one with "
+             "ADAPTALLOC_TRACE=1, or import a CSV)", in->path);
+    rc = AA_ENOENT;
+  }
+  free(t);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ csv */
+
+static void csv_progress(void *user, uint64_t done, uint64_t total) {
+  progress_update(user, done, total);
+}
+
+/* ------------------------------------------------------------------ feed */
+
+typedef struct synth_prog {
+  aa_replay_sink sink;
+  void *user;
+  tool_progress *prog;
+  uint64_t done, total;
+} synth_prog;
+
+static int synth_sink(void *user, const aa_replay_event *ev, size_t n) {
+  synth_prog *s = user;
+  int rc = s->sink(s->user, ev, n);
+
+  s->done += n;
+  if (s->prog != NULL && (s->done & 0xffff) < n)
+    progress_update(s->prog, s->done, s->total);
+  return rc;
+}
+
+int input_feed(const tool_input *in, aa_replay_on_error mode,
+               aa_replay_sink sink, void *user, tool_progress *prog,
+               aa_replay_diag *diag, char *err, size_t errcap) {
+  aa_replay_hist h;
+  aa_replay_csv_options opt;
+  synth_prog sp;
+  char inner[AA_REPLAY_ERR_CAP];
+  int rc;
+
+  err[0] = '\0';
+  memset(&h, 0, sizeof h);
+  switch (in->kind) {
+  case IN_CSV:
+    memset(&opt, 0, sizeof opt);
+    opt.on_error = mode;
+    opt.progress = prog != NULL && prog->on ? csv_progress : NULL;
+    opt.progress_user = prog;
+    rc = aa_replay_csv_parse_file(in->path, &opt, sink, user, diag, inner,
+                                  sizeof inner);
+    if (rc != AA_OK && inner[0] != '\0')
+      snprintf(err, errcap, "%s: %s", in->path, inner);
+    return rc;
+  case IN_DB_TRACE:
+    return feed_store_trace(in, sink, user, prog, err, errcap);
+  case IN_HIST:
+    rc = aa_replay_hist_load_file(in->path, &h, err, errcap);
+    if (rc != AA_OK)
+      return rc;
+    break;
+  case IN_DB_HIST:
+    rc = aa_store_histogram_latest(in->path, in->run_id, in->hist_pool, h.hist);
+    if (rc != AA_OK) {
+      snprintf(err, errcap, "%s: cannot read the histogram%s%s: %s", in->path,
+               in->hist_pool != NULL ? " of pool " : "",
+               in->hist_pool != NULL ? in->hist_pool : "", store_err(rc));
+      return rc;
+    }
+    break;
+  default:
+    snprintf(err, errcap, "no input given");
+    return AA_EINVAL;
+  }
+  sp.sink = sink;
+  sp.user = user;
+  sp.prog = prog;
+  sp.done = 0;
+  sp.total = in->synth.events;
+  rc = aa_replay_synth(&h, &in->synth, synth_sink, &sp, inner, sizeof inner);
+  if (rc != AA_OK && inner[0] != '\0')
+    snprintf(err, errcap, "%s: %s", in->path, inner);
+  aa_replay_hist_clear(&h);
+  return rc;
+}
+
+void input_describe(const tool_input *in, char *buf, size_t cap) {
+  char run[32];
+
+  if (in->run_id > 0)
+    snprintf(run, sizeof run, "run %lld", (long long)in->run_id);
+  else
+    snprintf(run, sizeof run, "latest run");
+  switch (in->kind) {
+  case IN_CSV:
+    snprintf(buf, cap, "CSV %s", in->path);
+    break;
+  case IN_DB_TRACE:
+    snprintf(buf, cap, "store trace %s (%s)", in->path, run);
+    break;
+  case IN_HIST:
+    snprintf(buf, cap, "histogram %s (%llu events, seed %llu, live %llu)",
+             in->path, (unsigned long long)in->synth.events,
+             (unsigned long long)in->synth.seed,
+             (unsigned long long)in->synth.live_target);
+    break;
+  case IN_DB_HIST:
+    snprintf(buf, cap, "stored histogram %s (%s, pool %s; %llu events, seed "
+             "%llu, live %llu)", in->path, run,
+             in->hist_pool != NULL ? in->hist_pool : "all",
+             (unsigned long long)in->synth.events,
+             (unsigned long long)in->synth.seed,
+             (unsigned long long)in->synth.live_target);
+    break;
+  default:
+    snprintf(buf, cap, "(none)");
+    break;
+  }
+}
+
+const char *input_position_name(const tool_input *in) {
+  return in->kind == IN_CSV ? "line" : "event";
+}
+
+/* ------------------------------------------------------------------ import */
+
+#define IMPORT_RING (1u << 20)
+#define IMPORT_FLUSH_EVERY (IMPORT_RING / 2)
+
+typedef struct import_ctx {
+  aa_store *st;
+  uint64_t n;
+  tool_progress *prog;
+} import_ctx;
+
+static int import_sink(void *user, const aa_replay_event *ev, size_t n) {
+  import_ctx *c = user;
+  size_t i;
+
+  for (i = 0; i < n; i++) {
+    aa_trace_event t;
+    t.time_ns = ev[i].time_ns;
+    t.ptr = ev[i].ptr;
+    t.size = ev[i].size;
+    t.stream = ev[i].stream;
+    t.thread = ev[i].thread;
+    t.op = ev[i].op;
+    aa_store_trace_push(c->st, &t);
+    c->n++;
+    if (c->n % IMPORT_FLUSH_EVERY == 0) {
+      int rc = aa_store_flush(c->st, 0);
+      if (rc != AA_OK)
+        return rc;
+    }
+  }
+  if (c->prog != NULL)
+    c->prog->events = c->n;
+  return AA_OK;
+}
+
+int input_import(const tool_input *in, aa_replay_on_error mode,
+                 const char *db_path, tool_progress *prog, aa_replay_diag *diag,
+                 uint64_t *events, int64_t *run_id, char *err, size_t errcap) {
+  aa_store_config sc;
+  aa_store_run_info info;
+  aa_store_stats ss;
+  aa_store *st = NULL;
+  import_ctx c;
+  char desc[512], cfgjson[1024];
+  int rc, crc;
+
+  *events = 0;
+  *run_id = 0;
+  err[0] = '\0';
+  aa_store_config_init(&sc);
+  sc.path = db_path;
+  sc.trace_capacity = IMPORT_RING;
+  sc.quiet = true;
+  rc = aa_store_open(&sc, &st);
+  if (rc != AA_OK) {
+    snprintf(err, errcap, "%s: cannot open the store: %s", db_path,
+             store_err(rc));
+    return rc;
+  }
+  input_describe(in, desc, sizeof desc);
+  {
+    FILE *mf = fmemopen(cfgjson, sizeof cfgjson, "w");
+    if (mf != NULL) {
+      fputs("{\"imported_by\":\"adaptalloc-replay\",\"source\":", mf);
+      print_json_string(mf, desc);
+      fputs("}", mf);
+      fputc('\0', mf);
+      fclose(mf);
+    } else {
+      snprintf(cfgjson, sizeof cfgjson, "{}");
+    }
+    cfgjson[sizeof cfgjson - 1] = '\0';
+  }
+  memset(&info, 0, sizeof info);
+  info.model = "replay-import";
+  info.rank = -1;
+  info.config_json = cfgjson;
+  rc = aa_store_begin_run(st, &info, run_id);
+  if (rc != AA_OK) {
+    snprintf(err, errcap, "%s: cannot start a run: %s", db_path, store_err(rc));
+    goto out;
+  }
+  c.st = st;
+  c.n = 0;
+  c.prog = prog;
+  rc = input_feed(in, mode, import_sink, &c, prog, diag, err, errcap);
+  if (rc != AA_OK) {
+    if (err[0] == '\0')
+      snprintf(err, errcap, "%s: writing the trace failed: %s", db_path,
+               store_err(rc));
+    goto out;
+  }
+  rc = aa_store_flush(st, 0);
+  if (rc == AA_OK)
+    rc = aa_store_stats_get(st, &ss);
+  if (rc != AA_OK) {
+    snprintf(err, errcap, "%s: writing the trace failed: %s", db_path,
+             store_err(rc));
+    goto out;
+  }
+  if (ss.events_dropped > 0 || !ss.enabled) {
+    snprintf(err, errcap, "%s: the store dropped %llu of %llu events%s%s",
+             db_path, (unsigned long long)ss.events_dropped,
+             (unsigned long long)c.n, ss.last_error_msg[0] ? ": " : "",
+             ss.last_error_msg);
+    rc = AA_EIO;
+    goto out;
+  }
+  *events = c.n;
+out:
+  crc = aa_store_close(st);
+  if (rc == AA_OK && crc != AA_OK) {
+    snprintf(err, errcap, "%s: closing the store failed: %s", db_path,
+             store_err(crc));
+    rc = crc;
+  }
+  return rc;
+}

@@ -1,0 +1,965 @@
+/*
+ * main.c — adaptalloc-replay: replays recorded allocation traces (or
+ * histograms) through the real allocator core over a simulated backend.
+ *
+ *   adaptalloc-replay run     [--policy P.json] INPUT
+ *   adaptalloc-replay compare P1.json P2.json ... INPUT
+ *   adaptalloc-replay suggest [--policy BASE.json] INPUT -o tuned.json
+ *   adaptalloc-replay import  INPUT -o out.db
+ *
+ * Entry point main(); one function per command (cmd_run covers run and
+ * compare: one parse of the input feeds one simulator per policy). Usage,
+ * formats and exit codes: docs/replay.md, and `adaptalloc-replay --help`.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cJSON.h>
+
+#include "adaptalloc/policy.h"
+#include "adaptalloc/replay.h"
+#include "replay_tool.h"
+
+#define MAX_POLICIES 16
+
+typedef struct options {
+  const char *cmd;
+  tool_input in;
+  const char *policies[MAX_POLICIES];
+  size_t npolicies;
+  const char *pool;
+  const char *out;
+  bool json;
+  int progress; /* -1 auto (tty), 0 off, 1 on */
+  bool bench;
+  aa_replay_on_error on_error;
+  aa_replay_costs costs;
+  uint64_t capacity;
+  uint64_t event_delay_ns;
+  bool ignore_streams;
+  bool replay_failures;
+  size_t max_classes; /* 0 = from the policy's adapt.max_classes */
+  double min_gain_slabs;
+  bool have_events;
+} options;
+
+static const char usage_text[] =
+    "usage: adaptalloc-replay <command> [options] [INPUT]\n"
+    "\n"
+    "commands:\n"
+    "  run      replay INPUT under one policy and report its figures\n"
+    "  compare  replay INPUT under several policies (P.json ... or 'default')\n"
+    "  suggest  derive a tuned policy for INPUT (-o tuned.json)\n"
+    "  import   store INPUT as a new run's trace in a database (-o out.db)\n"
+    "\n"
+    "input (one of):\n"
+    "  --csv FILE             RMM logging_resource_adaptor CSV ('-' = stdin)\n"
+    "  --db FILE [--run ID]   a run's event trace in an adaptalloc database\n"
+    "  --histogram FILE       synthesise requests from a histogram file\n"
+    "  --db FILE --from-histogram [--hist-pool NAME]\n"
+    "                         synthesise from a run's stored histogram\n"
+    "  a bare INPUT is a database when it starts like one, else a CSV file\n"
+    "  synthesis: --events N (default 1000000) --seed S (1) --live N (1024)\n"
+    "\n"
+    "options:\n"
+    "  --policy FILE          policy file (run, suggest; repeatable for compare)\n"
+    "  --pool NAME            which pool of the policy: device (default),\n"
+    "                         pinned or host\n"
+    "  --json                 machine-readable output on stdout\n"
+    "  --progress, --no-progress  the progress bar on stderr (default: when\n"
+    "                         stderr is a terminal)\n"
+    "  --on-error stop|count  bad input: stop at the first (default) or count\n"
+    "  --bench                print events/s on stderr (always in --json)\n"
+    "  --cost-alloc-us X      simulated cost of a backend alloc (43)\n"
+    "  --cost-free-us X       of a backend free (43)\n"
+    "  --cost-alloc-us-per-gib X  extra per GiB allocated (0)\n"
+    "  --cost-hit-ns X        of a pool hit (0)\n"
+    "  --cost-event-ns X      of a stream event record (0)\n"
+    "  --capacity BYTES       simulated device memory (K/M/G/T suffixes; 0 =\n"
+    "                         unbounded)\n"
+    "  --event-delay-us N     stream events complete N us of trace time after\n"
+    "                         they are recorded (0)\n"
+    "  --ignore-streams       replay everything on the default stream\n"
+    "  --replay-failures      also try allocations that failed in the trace\n"
+    "  -o FILE                output file (suggest, import)\n"
+    "  --max-classes N        suggest: class table bound (policy's\n"
+    "                         adapt.max_classes)\n"
+    "  --min-gain-slabs X     suggest: least saving per added class (0.5)\n"
+    "\n"
+    "exit codes: 0 ok, 1 input error, 2 usage error, 3 internal error\n";
+
+static int usage_error(const char *fmt, const char *arg)
+    __attribute__((format(printf, 1, 0)));
+
+/* fmt has exactly one %s, filled with arg. */
+static int usage_error(const char *fmt, const char *arg) {
+  const char *pct = strstr(fmt, "%s");
+
+  fprintf(stderr, "adaptalloc-replay: ");
+  if (pct != NULL) {
+    fwrite(fmt, 1, (size_t)(pct - fmt), stderr);
+    fputs(arg, stderr);
+    fputs(pct + 2, stderr);
+  } else {
+    fputs(fmt, stderr);
+  }
+  fprintf(stderr, "\n(adaptalloc-replay --help for usage)\n");
+  return EXIT_USAGE;
+}
+
+static bool parse_u64_arg(const char *s, uint64_t *out, bool suffixes) {
+  char *end = NULL;
+  unsigned long long v;
+  uint64_t mul = 1;
+
+  if (s == NULL || *s == '\0' || *s == '-')
+    return false;
+  errno = 0;
+  v = strtoull(s, &end, 0);
+  if (errno != 0 || end == s)
+    return false;
+  if (*end != '\0') {
+    if (!suffixes)
+      return false;
+    switch (*end) {
+    case 'k': case 'K': mul = 1ull << 10; break;
+    case 'm': case 'M': mul = 1ull << 20; break;
+    case 'g': case 'G': mul = 1ull << 30; break;
+    case 't': case 'T': mul = 1ull << 40; break;
+    default: return false;
+    }
+    end++;
+    if (strcmp(end, "") != 0 && strcmp(end, "B") != 0 && strcmp(end, "iB") != 0)
+      return false;
+    if (v > UINT64_MAX / mul)
+      return false;
+  }
+  *out = (uint64_t)v * mul;
+  return true;
+}
+
+static bool parse_double_arg(const char *s, double *out) {
+  char *end = NULL;
+  double d;
+
+  if (s == NULL || *s == '\0')
+    return false;
+  errno = 0;
+  d = strtod(s, &end);
+  if (errno != 0 || *end != '\0' || !(d >= 0.0) || d > 1e12)
+    return false;
+  *out = d;
+  return true;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t a = strlen(s), b = strlen(suffix);
+  return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* A database starts with "SQLite format 3\0". */
+static bool looks_like_db(const char *path) {
+  char head[16];
+  FILE *f = fopen(path, "rb");
+  bool yes = false;
+
+  if (f == NULL)
+    return ends_with(path, ".db") || ends_with(path, ".sqlite");
+  if (fread(head, 1, sizeof head, f) == sizeof head)
+    yes = memcmp(head, "SQLite format 3", 16) == 0;
+  fclose(f);
+  return yes;
+}
+
+enum {
+  OPT_CSV = 256, OPT_DB, OPT_RUN, OPT_HISTOGRAM, OPT_FROM_HIST, OPT_HIST_POOL,
+  OPT_EVENTS, OPT_SEED, OPT_LIVE, OPT_POLICY, OPT_POOL, OPT_JSON, OPT_PROGRESS,
+  OPT_NO_PROGRESS, OPT_ON_ERROR, OPT_BENCH, OPT_COST_ALLOC, OPT_COST_FREE,
+  OPT_COST_GIB, OPT_COST_HIT, OPT_COST_EVENT, OPT_CAPACITY, OPT_DELAY,
+  OPT_IGNORE_STREAMS, OPT_REPLAY_FAILURES, OPT_MAX_CLASSES, OPT_MIN_GAIN,
+  OPT_HELP
+};
+
+static const struct option long_opts[] = {
+    {"csv", required_argument, NULL, OPT_CSV},
+    {"db", required_argument, NULL, OPT_DB},
+    {"run", required_argument, NULL, OPT_RUN},
+    {"histogram", required_argument, NULL, OPT_HISTOGRAM},
+    {"from-histogram", no_argument, NULL, OPT_FROM_HIST},
+    {"hist-pool", required_argument, NULL, OPT_HIST_POOL},
+    {"events", required_argument, NULL, OPT_EVENTS},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"live", required_argument, NULL, OPT_LIVE},
+    {"policy", required_argument, NULL, OPT_POLICY},
+    {"pool", required_argument, NULL, OPT_POOL},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"progress", no_argument, NULL, OPT_PROGRESS},
+    {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+    {"on-error", required_argument, NULL, OPT_ON_ERROR},
+    {"bench", no_argument, NULL, OPT_BENCH},
+    {"cost-alloc-us", required_argument, NULL, OPT_COST_ALLOC},
+    {"cost-free-us", required_argument, NULL, OPT_COST_FREE},
+    {"cost-alloc-us-per-gib", required_argument, NULL, OPT_COST_GIB},
+    {"cost-hit-ns", required_argument, NULL, OPT_COST_HIT},
+    {"cost-event-ns", required_argument, NULL, OPT_COST_EVENT},
+    {"capacity", required_argument, NULL, OPT_CAPACITY},
+    {"event-delay-us", required_argument, NULL, OPT_DELAY},
+    {"ignore-streams", no_argument, NULL, OPT_IGNORE_STREAMS},
+    {"replay-failures", no_argument, NULL, OPT_REPLAY_FAILURES},
+    {"max-classes", required_argument, NULL, OPT_MAX_CLASSES},
+    {"min-gain-slabs", required_argument, NULL, OPT_MIN_GAIN},
+    {"output", required_argument, NULL, 'o'},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0}};
+
+static int set_input(options *o, tool_input_kind k, const char *path) {
+  if (o->in.kind != IN_NONE && !(o->in.kind == IN_DB_TRACE && k == IN_DB_TRACE))
+    return usage_error("more than one input given (at %s)", path);
+  if (o->in.kind == IN_DB_TRACE && o->in.path != NULL)
+    return usage_error("--db given twice (%s)", path);
+  o->in.kind = k;
+  o->in.path = path;
+  return 0;
+}
+
+/* Parses argv[2..]. Returns 0, or an exit code. */
+static int parse_args(int argc, char **argv, options *o) {
+  uint64_t u;
+  int c, rc;
+
+  memset(o, 0, sizeof *o);
+  o->cmd = argv[1];
+  o->pool = "device";
+  o->progress = -1;
+  o->on_error = AA_REPLAY_STOP;
+  o->min_gain_slabs = -1.0;
+  {
+    aa_replay_config d;
+    aa_replay_config_init(&d);
+    o->costs = d.costs;
+  }
+  aa_replay_synth_config_init(&o->in.synth);
+  optind = 2;
+  opterr = 0;
+  for (;;) {
+    c = getopt_long(argc, argv, ":o:", long_opts, NULL);
+    if (c == -1)
+      break;
+    switch (c) {
+    case OPT_CSV:
+      rc = set_input(o, IN_CSV, optarg);
+      if (rc != 0)
+        return rc;
+      break;
+    case OPT_DB:
+      rc = set_input(o, IN_DB_TRACE, optarg);
+      if (rc != 0)
+        return rc;
+      break;
+    case OPT_HISTOGRAM:
+      rc = set_input(o, IN_HIST, optarg);
+      if (rc != 0)
+        return rc;
+      break;
+    case OPT_RUN:
+      if (!parse_u64_arg(optarg, &u, false) || u == 0 || u > INT64_MAX)
+        return usage_error("--run: '%s' is not a run id (a positive integer)",
+                           optarg);
+      o->in.run_id = (int64_t)u;
+      break;
+    case OPT_FROM_HIST:
+      o->in.from_histogram = true;
+      break;
+    case OPT_HIST_POOL:
+      o->in.hist_pool = optarg;
+      break;
+    case OPT_EVENTS:
+      if (!parse_u64_arg(optarg, &o->in.synth.events, true) ||
+          o->in.synth.events == 0)
+        return usage_error("--events: '%s' is not a positive count", optarg);
+      o->have_events = true;
+      break;
+    case OPT_SEED:
+      if (!parse_u64_arg(optarg, &o->in.synth.seed, false))
+        return usage_error("--seed: '%s' is not a non-negative integer", optarg);
+      break;
+    case OPT_LIVE:
+      if (!parse_u64_arg(optarg, &o->in.synth.live_target, true) ||
+          o->in.synth.live_target == 0)
+        return usage_error("--live: '%s' is not a positive count", optarg);
+      break;
+    case OPT_POLICY:
+      if (o->npolicies == MAX_POLICIES)
+        return usage_error("at most 16 policies (at %s)", optarg);
+      o->policies[o->npolicies++] = optarg;
+      break;
+    case OPT_POOL:
+      if (strcmp(optarg, "device") != 0 && strcmp(optarg, "pinned") != 0 &&
+          strcmp(optarg, "host") != 0)
+        return usage_error("--pool: '%s' is not device, pinned or host", optarg);
+      o->pool = optarg;
+      break;
+    case OPT_JSON:
+      o->json = true;
+      break;
+    case OPT_PROGRESS:
+      o->progress = 1;
+      break;
+    case OPT_NO_PROGRESS:
+      o->progress = 0;
+      break;
+    case OPT_ON_ERROR:
+      if (strcmp(optarg, "stop") == 0)
+        o->on_error = AA_REPLAY_STOP;
+      else if (strcmp(optarg, "count") == 0)
+        o->on_error = AA_REPLAY_COUNT;
+      else
+        return usage_error("--on-error: '%s' is not stop or count", optarg);
+      break;
+    case OPT_BENCH:
+      o->bench = true;
+      break;
+    case OPT_COST_ALLOC:
+    case OPT_COST_FREE:
+    case OPT_COST_GIB:
+    case OPT_COST_HIT:
+    case OPT_COST_EVENT: {
+      double d;
+      if (!parse_double_arg(optarg, &d))
+        return usage_error("cost: '%s' is not a non-negative number", optarg);
+      if (c == OPT_COST_ALLOC)
+        o->costs.alloc_us = d;
+      else if (c == OPT_COST_FREE)
+        o->costs.free_us = d;
+      else if (c == OPT_COST_GIB)
+        o->costs.alloc_us_per_gib = d;
+      else if (c == OPT_COST_HIT)
+        o->costs.hit_ns = d;
+      else
+        o->costs.event_ns = d;
+      break;
+    }
+    case OPT_CAPACITY:
+      if (!parse_u64_arg(optarg, &o->capacity, true))
+        return usage_error("--capacity: '%s' is not a byte count", optarg);
+      break;
+    case OPT_DELAY:
+      if (!parse_u64_arg(optarg, &u, false) || u > UINT64_MAX / 1000)
+        return usage_error("--event-delay-us: '%s' is not a count of us", optarg);
+      o->event_delay_ns = u * 1000;
+      break;
+    case OPT_IGNORE_STREAMS:
+      o->ignore_streams = true;
+      break;
+    case OPT_REPLAY_FAILURES:
+      o->replay_failures = true;
+      break;
+    case OPT_MAX_CLASSES:
+      if (!parse_u64_arg(optarg, &u, false) || u == 0 || u > AA_MAX_CLASSES)
+        return usage_error("--max-classes: '%s' is not in 1..128", optarg);
+      o->max_classes = (size_t)u;
+      break;
+    case OPT_MIN_GAIN:
+      if (!parse_double_arg(optarg, &o->min_gain_slabs))
+        return usage_error("--min-gain-slabs: '%s' is not a non-negative "
+                           "number", optarg);
+      break;
+    case 'o':
+      o->out = optarg;
+      break;
+    case OPT_HELP:
+      fputs(usage_text, stdout);
+      exit(EXIT_OK);
+    case ':':
+      return usage_error("option %s needs an argument", argv[optind - 1]);
+    default:
+      return usage_error("unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  for (; optind < argc; optind++) {
+    const char *a = argv[optind];
+    if (strcmp(o->cmd, "compare") == 0 &&
+        (ends_with(a, ".json") || strcmp(a, "default") == 0)) {
+      if (o->npolicies == MAX_POLICIES)
+        return usage_error("at most 16 policies (at %s)", a);
+      o->policies[o->npolicies++] = a;
+      continue;
+    }
+    rc = set_input(o, strcmp(a, "-") != 0 && looks_like_db(a) ? IN_DB_TRACE
+                                                              : IN_CSV, a);
+    if (rc != 0)
+      return rc;
+  }
+  if (o->in.kind == IN_NONE)
+    return usage_error("no input given%s", " (--csv FILE, --db FILE or "
+                       "--histogram FILE)");
+  if (o->in.from_histogram) {
+    if (o->in.kind != IN_DB_TRACE)
+      return usage_error("--from-histogram needs --db FILE%s", "");
+    o->in.kind = IN_DB_HIST;
+  }
+  if (o->in.hist_pool != NULL && o->in.kind != IN_DB_HIST)
+    return usage_error("--hist-pool goes with --db FILE --from-histogram%s", "");
+  if (o->in.run_id > 0 && o->in.kind != IN_DB_TRACE && o->in.kind != IN_DB_HIST)
+    return usage_error("--run goes with --db FILE%s", "");
+  if (o->have_events && o->in.kind != IN_HIST && o->in.kind != IN_DB_HIST)
+    return usage_error("--events goes with a histogram input%s", "");
+  return 0;
+}
+
+/* ------------------------------------------------------------------ policies */
+
+typedef struct loaded {
+  const char *label;
+  aa_policy *policy;
+  aa_pool_config pc;
+  aa_class_spec classes[AA_MAX_CLASSES];
+  size_t nclasses;
+  aa_replay_sim *sim;
+  aa_replay_result res;
+} loaded;
+
+static const char *base_name(const char *p) {
+  const char *s = strrchr(p, '/');
+  return s != NULL ? s + 1 : p;
+}
+
+static int load_policy(const options *o, const char *path, loaded *l) {
+  char err[AA_POLICY_ERR_CAP];
+  int rc;
+
+  memset(l, 0, sizeof *l);
+  if (path == NULL || strcmp(path, "default") == 0) {
+    l->label = "default";
+    rc = aa_policy_default(&l->policy);
+  } else {
+    l->label = base_name(path);
+    rc = aa_policy_load_file(path, &l->policy, err, sizeof err);
+    if (rc != AA_OK) {
+      fprintf(stderr, "adaptalloc-replay: %s\n", err);
+      return rc == AA_ENOMEM ? EXIT_INTERNAL : EXIT_INPUT;
+    }
+  }
+  if (rc != AA_OK) {
+    fprintf(stderr, "adaptalloc-replay: out of memory\n");
+    return EXIT_INTERNAL;
+  }
+  aa_pool_config_init(&l->pc);
+  l->pc.name = o->pool;
+  rc = aa_policy_pool_config(l->policy, o->pool, &l->pc, l->classes,
+                             AA_MAX_CLASSES, &l->nclasses);
+  if (rc != AA_OK) {
+    fprintf(stderr, "adaptalloc-replay: %s: pool %s: %s\n", l->label, o->pool,
+            aa_strerror(rc));
+    return EXIT_INPUT;
+  }
+  return 0;
+}
+
+static int make_sim(const options *o, loaded *l, bool collect_sizes) {
+  aa_replay_config rc;
+  char err[AA_REPLAY_ERR_CAP];
+  int r;
+
+  aa_replay_config_init(&rc);
+  rc.pool = l->pc;
+  rc.classes = l->classes;
+  rc.nclasses = l->nclasses;
+  rc.costs = o->costs;
+  rc.on_error = o->on_error;
+  rc.capacity_bytes = o->capacity;
+  rc.event_delay_ns = o->event_delay_ns;
+  rc.ignore_streams = o->ignore_streams;
+  rc.replay_failures = o->replay_failures;
+  rc.collect_sizes = collect_sizes;
+  rc.position_name = input_position_name(&o->in);
+  r = aa_replay_sim_new(&rc, &l->sim, err, sizeof err);
+  if (r != AA_OK) {
+    fprintf(stderr, "adaptalloc-replay: %s: %s\n", l->label, err);
+    return r == AA_ENOMEM ? EXIT_INTERNAL : EXIT_INPUT;
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------ replay */
+
+typedef struct fanout {
+  loaded *l;
+  size_t n;
+  tool_progress *prog;
+  size_t failed; /* index of the simulator that stopped the input */
+} fanout;
+
+static int fanout_sink(void *user, const aa_replay_event *ev, size_t n) {
+  fanout *f = user;
+  size_t i;
+
+  for (i = 0; i < f->n; i++) {
+    int rc = aa_replay_sim_feed(f->l[i].sim, ev, n);
+    if (rc != AA_OK) {
+      f->failed = i;
+      return rc;
+    }
+  }
+  f->prog->events += n;
+  return AA_OK;
+}
+
+typedef struct timing {
+  double wall_s;
+  double events_per_s;
+  uint64_t events;
+} timing;
+
+/* Replays the input through every simulator in l[0..n). Returns 0 or an
+ * exit code (message printed). */
+static int replay_all(const options *o, loaded *l, size_t n, timing *t) {
+  tool_progress prog;
+  fanout f;
+  aa_replay_diag diag;
+  char err[512];
+  uint64_t t0, t1;
+  size_t i;
+  int rc;
+
+  progress_init(&prog, o->progress == 1 || (o->progress == -1 && isatty(2)));
+  memset(&diag, 0, sizeof diag);
+  f.l = l;
+  f.n = n;
+  f.prog = &prog;
+  f.failed = 0;
+  t0 = aa_now_ns();
+  rc = input_feed(&o->in, o->on_error, fanout_sink, &f, &prog, &diag, err,
+                  sizeof err);
+  t1 = aa_now_ns();
+  progress_end(&prog);
+  if (rc != AA_OK) {
+    if (err[0] != '\0')
+      fprintf(stderr, "adaptalloc-replay: %s\n", err);
+    else
+      fprintf(stderr, "adaptalloc-replay: %s\n",
+              aa_replay_sim_error(l[f.failed].sim));
+    return rc == AA_ENOMEM ? EXIT_INTERNAL : EXIT_INPUT;
+  }
+  t->events = prog.events;
+  t->wall_s = (double)(t1 - t0) / 1e9;
+  t->events_per_s = t->wall_s > 0 ? (double)t->events / t->wall_s : 0.0;
+  for (i = 0; i < n; i++) {
+    aa_replay_result *r = &l[i].res;
+    aa_replay_sim_result(l[i].sim, r);
+    /* Parse problems are the input's, counted once for every policy. */
+    r->diag.malformed += diag.malformed;
+    r->diag.unknown_action += diag.unknown_action;
+    if (diag.first_error[0] != '\0' &&
+        (r->diag.first_error[0] == '\0' || diag.first_line < r->diag.first_line)) {
+      r->diag.first_line = diag.first_line;
+      snprintf(r->diag.first_error, sizeof r->diag.first_error, "%s",
+               diag.first_error);
+    }
+  }
+  if (o->bench)
+    fprintf(stderr, "bench: %llu events in %.3f s = %.2f M events/s (%zu "
+            "polic%s)\n", (unsigned long long)t->events, t->wall_s,
+            t->events_per_s / 1e6, n, n == 1 ? "y" : "ies");
+  return 0;
+}
+
+static void free_loaded(loaded *l, size_t n) {
+  size_t i;
+
+  for (i = 0; i < n; i++) {
+    aa_replay_sim_free(l[i].sim);
+    aa_policy_free(l[i].policy);
+  }
+  free(l);
+}
+
+static void print_json_result(FILE *f, const aa_replay_result *r) {
+  char buf[4096];
+  size_t len = aa_replay_result_json(r, buf, sizeof buf);
+
+  if (len >= sizeof buf) {
+    char *big = malloc(len + 1);
+    if (big != NULL) {
+      aa_replay_result_json(r, big, len + 1);
+      fputs(big, f);
+      free(big);
+      return;
+    }
+  }
+  fputs(buf, f);
+}
+
+static void print_json_head(FILE *f, const options *o, const timing *t) {
+  char desc[512];
+
+  input_describe(&o->in, desc, sizeof desc);
+  fprintf(f, "{\"command\":");
+  print_json_string(f, o->cmd);
+  fprintf(f, ",\"input\":");
+  print_json_string(f, desc);
+  fprintf(f, ",\"pool\":");
+  print_json_string(f, o->pool);
+  fprintf(f, ",\"events\":%llu,\"wall_s\":%.6f,\"events_per_s\":%.0f",
+          (unsigned long long)t->events, t->wall_s, t->events_per_s);
+}
+
+static int cmd_run(const options *o, bool compare) {
+  size_t n = compare ? o->npolicies : 1, i;
+  loaded *l;
+  timing t;
+  int rc = 0;
+
+  if (!compare && o->npolicies > 1)
+    return usage_error("run takes one --policy (use compare for several)%s", "");
+  if (compare && n < 1)
+    return usage_error("compare needs policies: P1.json P2.json ... (or "
+                       "'default')%s", "");
+  if (o->out != NULL)
+    return usage_error("-o is for suggest and import%s", "");
+  l = calloc(n, sizeof *l);
+  if (l == NULL) {
+    fprintf(stderr, "adaptalloc-replay: out of memory\n");
+    return EXIT_INTERNAL;
+  }
+  for (i = 0; i < n && rc == 0; i++) {
+    rc = load_policy(o, o->npolicies > 0 ? o->policies[i] : NULL, &l[i]);
+    if (rc == 0)
+      rc = make_sim(o, &l[i], false);
+  }
+  if (rc == 0)
+    rc = replay_all(o, l, n, &t);
+  if (rc == 0 && o->json) {
+    print_json_head(stdout, o, &t);
+    if (!compare) {
+      fprintf(stdout, ",\"policy\":");
+      print_json_string(stdout, l[0].label);
+      fprintf(stdout, ",\"result\":");
+      print_json_result(stdout, &l[0].res);
+    } else {
+      fprintf(stdout, ",\"runs\":[");
+      for (i = 0; i < n; i++) {
+        fprintf(stdout, "%s{\"policy\":", i > 0 ? "," : "");
+        print_json_string(stdout, l[i].label);
+        fprintf(stdout, ",\"result\":");
+        print_json_result(stdout, &l[i].res);
+        fprintf(stdout, "}");
+      }
+      fprintf(stdout, "]");
+    }
+    fprintf(stdout, "}\n");
+  } else if (rc == 0) {
+    char desc[512];
+    input_describe(&o->in, desc, sizeof desc);
+    printf("input             %s, %llu events, pool %s\n", desc,
+           (unsigned long long)t.events, o->pool);
+    if (!compare) {
+      print_result_text(stdout, l[0].label, &l[0].res);
+    } else {
+      const char *labels[MAX_POLICIES];
+      aa_replay_result res[MAX_POLICIES];
+      for (i = 0; i < n; i++) {
+        labels[i] = l[i].label;
+        res[i] = l[i].res;
+      }
+      printf("\n");
+      print_compare_table(stdout, labels, res, n);
+    }
+  }
+  free_loaded(l, n);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ suggest */
+
+/* The tuned policy document: base's JSON with pools.<pool>.classes replaced. */
+static char *tuned_json(const aa_policy *base, const char *pool,
+                        const aa_class_spec *cls, size_t n, const char *source,
+                        char *err, size_t errcap) {
+  char *text = aa_policy_to_json(base);
+  cJSON *root = NULL, *pools, *pp, *arr;
+  char *out = NULL;
+  char buf[700];
+  size_t i;
+
+  if (text == NULL) {
+    snprintf(err, errcap, "out of memory");
+    return NULL;
+  }
+  root = cJSON_Parse(text);
+  free(text);
+  pools = cJSON_GetObjectItemCaseSensitive(root, "pools");
+  pp = cJSON_GetObjectItemCaseSensitive(pools, pool);
+  if (root == NULL || pp == NULL) {
+    snprintf(err, errcap, "the base policy's JSON has no pools.%s", pool);
+    goto out;
+  }
+  arr = cJSON_CreateArray();
+  if (arr == NULL)
+    goto oom;
+  for (i = 0; i < n; i++) {
+    cJSON *e;
+    if (cls[i].cache_limit == 0 && cls[i].prefill == 0) {
+      e = cJSON_CreateNumber((double)cls[i].block_size);
+    } else {
+      e = cJSON_CreateObject();
+      if (e != NULL) {
+        cJSON_AddNumberToObject(e, "size", (double)cls[i].block_size);
+        cJSON_AddNumberToObject(e, "cache_limit", cls[i].cache_limit);
+        cJSON_AddNumberToObject(e, "prefill", cls[i].prefill);
+      }
+    }
+    if (e == NULL) {
+      cJSON_Delete(arr);
+      goto oom;
+    }
+    cJSON_AddItemToArray(arr, e);
+  }
+  if (cJSON_GetObjectItemCaseSensitive(pp, "classes") != NULL)
+    cJSON_ReplaceItemInObjectCaseSensitive(pp, "classes", arr);
+  else
+    cJSON_AddItemToObject(pp, "classes", arr);
+  snprintf(buf, sizeof buf, "%s-tuned",
+           aa_policy_name(base)[0] != '\0' ? aa_policy_name(base) : "default");
+  if (cJSON_GetObjectItemCaseSensitive(root, "name") != NULL)
+    cJSON_ReplaceItemInObjectCaseSensitive(root, "name", cJSON_CreateString(buf));
+  snprintf(buf, sizeof buf, "Suggested by adaptalloc-replay from %.500s: exact "
+           "classes for the sizes that waste most, the base ladder elsewhere.",
+           source);
+  if (cJSON_GetObjectItemCaseSensitive(root, "description") != NULL)
+    cJSON_ReplaceItemInObjectCaseSensitive(root, "description",
+                                           cJSON_CreateString(buf));
+  out = cJSON_Print(root);
+  if (out == NULL)
+    goto oom;
+  goto out;
+oom:
+  snprintf(err, errcap, "out of memory");
+out:
+  cJSON_Delete(root);
+  return out;
+}
+
+static int cmd_suggest(const options *o) {
+  loaded *l = NULL;
+  aa_replay_size_stat *sizes = NULL;
+  size_t nsizes = 0, nnew = 0, i;
+  aa_class_spec used[AA_MAX_CLASSES], tuned[AA_MAX_CLASSES];
+  size_t nused = 0;
+  aa_replay_suggest_config sc;
+  aa_adapt_params ap;
+  aa_policy *check = NULL;
+  char *doc = NULL;
+  char err[AA_POLICY_ERR_CAP + 256], desc[512];
+  timing t0, t1;
+  FILE *f = NULL;
+  int rc;
+
+  if (o->out == NULL)
+    return usage_error("suggest needs -o FILE for the tuned policy%s", "");
+  if (o->npolicies > 1)
+    return usage_error("suggest takes one --policy (the base)%s", "");
+  l = calloc(2, sizeof *l);
+  if (l == NULL) {
+    fprintf(stderr, "adaptalloc-replay: out of memory\n");
+    return EXIT_INTERNAL;
+  }
+  rc = load_policy(o, o->npolicies > 0 ? o->policies[0] : NULL, &l[0]);
+  if (rc == 0)
+    rc = make_sim(o, &l[0], true);
+  if (rc == 0)
+    rc = replay_all(o, l, 1, &t0);
+  if (rc != 0)
+    goto out;
+  if (aa_pool_classes(aa_replay_sim_pool(l[0].sim), used, AA_MAX_CLASSES,
+                      &nused, NULL) != AA_OK ||
+      aa_replay_sim_sizes(l[0].sim, &sizes, &nsizes) != AA_OK) {
+    fprintf(stderr, "adaptalloc-replay: cannot read the run's classes/sizes\n");
+    rc = EXIT_INTERNAL;
+    goto out;
+  }
+  aa_replay_suggest_config_init(&sc);
+  aa_policy_adapt_params(l[0].policy, &ap);
+  sc.max_classes = o->max_classes > 0 ? o->max_classes : ap.max_classes;
+  sc.slab_size = l[0].pc.slab_size;
+  sc.max_small = l[0].pc.max_small;
+  if (o->min_gain_slabs >= 0)
+    sc.min_gain_slabs = o->min_gain_slabs;
+  rc = aa_replay_suggest_classes(sizes, nsizes, used, nused, &sc, tuned,
+                                 AA_MAX_CLASSES, &nnew);
+  if (rc != AA_OK) {
+    fprintf(stderr, "adaptalloc-replay: suggest: %s\n", aa_strerror(rc));
+    rc = EXIT_INTERNAL;
+    goto out;
+  }
+  input_describe(&o->in, desc, sizeof desc);
+  doc = tuned_json(l[0].policy, o->pool, tuned, nnew, desc, err, sizeof err);
+  if (doc == NULL) {
+    fprintf(stderr, "adaptalloc-replay: %s\n", err);
+    rc = EXIT_INTERNAL;
+    goto out;
+  }
+  rc = aa_policy_parse(doc, strlen(doc), &check, err, sizeof err);
+  if (rc != AA_OK) {
+    fprintf(stderr, "adaptalloc-replay: the tuned policy does not validate "
+            "(a bug): %s\n", err);
+    rc = EXIT_INTERNAL;
+    goto out;
+  }
+  f = fopen(o->out, "w");
+  if (f == NULL || fputs(doc, f) < 0 || fputc('\n', f) == EOF) {
+    fprintf(stderr, "adaptalloc-replay: %s: %s\n", o->out, strerror(errno));
+    rc = EXIT_INPUT;
+    goto out;
+  }
+  if (fclose(f) != 0) {
+    f = NULL;
+    fprintf(stderr, "adaptalloc-replay: %s: %s\n", o->out, strerror(errno));
+    rc = EXIT_INPUT;
+    goto out;
+  }
+  f = NULL;
+  /* Show the tuned policy on the same input. */
+  l[1].label = base_name(o->out);
+  l[1].policy = check;
+  check = NULL;
+  aa_pool_config_init(&l[1].pc);
+  l[1].pc.name = o->pool;
+  rc = aa_policy_pool_config(l[1].policy, o->pool, &l[1].pc, l[1].classes,
+                             AA_MAX_CLASSES, &l[1].nclasses);
+  if (rc != AA_OK) {
+    fprintf(stderr, "adaptalloc-replay: tuned policy: %s\n", aa_strerror(rc));
+    rc = EXIT_INTERNAL;
+    goto out;
+  }
+  rc = make_sim(o, &l[1], false);
+  if (rc == 0)
+    rc = replay_all(o, &l[1], 1, &t1);
+  if (rc != 0)
+    goto out;
+  if (o->json) {
+    print_json_head(stdout, o, &t0);
+    fprintf(stdout, ",\"output\":");
+    print_json_string(stdout, o->out);
+    fprintf(stdout, ",\"classes\":[");
+    for (i = 0; i < nnew; i++)
+      fprintf(stdout, "%s%zu", i > 0 ? "," : "", tuned[i].block_size);
+    fprintf(stdout, "],\"added\":[");
+    {
+      size_t j = 0, k = 0;
+      bool first = true;
+      for (i = 0; i < nnew; i++) {
+        while (j < nused && used[j].block_size < tuned[i].block_size)
+          j++;
+        if (j >= nused || used[j].block_size != tuned[i].block_size) {
+          fprintf(stdout, "%s%zu", first ? "" : ",", tuned[i].block_size);
+          first = false;
+          k++;
+        }
+      }
+      (void)k;
+    }
+    fprintf(stdout, "],\"base\":{\"policy\":");
+    print_json_string(stdout, l[0].label);
+    fprintf(stdout, ",\"result\":");
+    print_json_result(stdout, &l[0].res);
+    fprintf(stdout, "},\"tuned\":{\"policy\":");
+    print_json_string(stdout, l[1].label);
+    fprintf(stdout, ",\"result\":");
+    print_json_result(stdout, &l[1].res);
+    fprintf(stdout, "}}\n");
+  } else {
+    const char *labels[2] = {l[0].label, l[1].label};
+    aa_replay_result res[2] = {l[0].res, l[1].res};
+    printf("input             %s, %llu events, pool %s\n", desc,
+           (unsigned long long)t0.events, o->pool);
+    printf("wrote             %s (%zu classes, %zu before)\n\n", o->out, nnew,
+           nused);
+    print_compare_table(stdout, labels, res, 2);
+  }
+out:
+  if (f != NULL)
+    fclose(f);
+  aa_policy_free(check);
+  free(doc);
+  free(sizes);
+  free_loaded(l, 2);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ import */
+
+static int cmd_import(const options *o) {
+  tool_progress prog;
+  aa_replay_diag diag;
+  uint64_t n = 0;
+  int64_t run = 0;
+  char err[512];
+  int rc;
+
+  if (o->out == NULL)
+    return usage_error("import needs -o FILE.db%s", "");
+  if (o->in.kind == IN_DB_TRACE && o->in.path != NULL &&
+      strcmp(o->in.path, o->out) == 0)
+    return usage_error("import: input and output are the same file (%s)",
+                       o->out);
+  progress_init(&prog, o->progress == 1 || (o->progress == -1 && isatty(2)));
+  memset(&diag, 0, sizeof diag);
+  rc = input_import(&o->in, o->on_error, o->out, &prog, &diag, &n, &run, err,
+                    sizeof err);
+  progress_end(&prog);
+  if (rc != AA_OK) {
+    fprintf(stderr, "adaptalloc-replay: %s\n", err);
+    return rc == AA_ENOMEM ? EXIT_INTERNAL : EXIT_INPUT;
+  }
+  if (o->json) {
+    fprintf(stdout, "{\"command\":\"import\",\"output\":");
+    print_json_string(stdout, o->out);
+    fprintf(stdout, ",\"run\":%lld,\"events\":%llu,\"malformed\":%llu,"
+            "\"unknown_action\":%llu}\n", (long long)run, (unsigned long long)n,
+            (unsigned long long)diag.malformed,
+            (unsigned long long)diag.unknown_action);
+  } else {
+    printf("imported %llu events into %s as run %lld", (unsigned long long)n,
+           o->out, (long long)run);
+    if (diag.malformed + diag.unknown_action > 0)
+      printf(" (%llu bad lines skipped; first: %s)",
+             (unsigned long long)(diag.malformed + diag.unknown_action),
+             diag.first_error);
+    printf("\n");
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  options o;
+  int rc;
+
+  if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+      strcmp(argv[1], "help") == 0) {
+    fputs(usage_text, argc < 2 ? stderr : stdout);
+    return argc < 2 ? EXIT_USAGE : EXIT_OK;
+  }
+  if (strcmp(argv[1], "--version") == 0) {
+    printf("adaptalloc-replay %d.%d.%d\n", AA_VERSION_MAJOR, AA_VERSION_MINOR,
+           AA_VERSION_PATCH);
+    return EXIT_OK;
+  }
+  if (strcmp(argv[1], "run") != 0 && strcmp(argv[1], "compare") != 0 &&
+      strcmp(argv[1], "suggest") != 0 && strcmp(argv[1], "import") != 0)
+    return usage_error("unknown command '%s' (run, compare, suggest, import)",
+                       argv[1]);
+  rc = parse_args(argc, argv, &o);
+  if (rc != 0)
+    return rc;
+  if (strcmp(o.cmd, "run") == 0)
+    return cmd_run(&o, false);
+  if (strcmp(o.cmd, "compare") == 0)
+    return cmd_run(&o, true);
+  if (strcmp(o.cmd, "suggest") == 0)
+    return cmd_suggest(&o);
+  return cmd_import(&o);
+}

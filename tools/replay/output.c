@@ -1,0 +1,207 @@
+/*
+ * output.c — adaptalloc-replay's human output: the progress bar on stderr,
+ * byte formatting, the run report and the compare table.
+ */
+#include <string.h>
+
+#include "replay_tool.h"
+
+void progress_init(tool_progress *p, bool on) {
+  memset(p, 0, sizeof *p);
+  p->on = on;
+  p->start_ns = aa_now_ns();
+  p->last_ns = p->start_ns;
+}
+
+void progress_update(tool_progress *p, uint64_t done, uint64_t total) {
+  uint64_t now;
+  double secs, rate;
+
+  if (!p->on)
+    return;
+  now = aa_now_ns();
+  if (now - p->last_ns < 100000000ull && done != total)
+    return;
+  p->last_ns = now;
+  secs = (double)(now - p->start_ns) / 1e9;
+  rate = secs > 0 ? (double)p->events / secs / 1e6 : 0.0;
+  if (total > 0) {
+    int width = 30, fill = (int)((double)done / (double)total * width), i;
+    char bar[32];
+    if (fill > width)
+      fill = width;
+    for (i = 0; i < width; i++)
+      bar[i] = i < fill ? '#' : '.';
+    bar[width] = '\0';
+    fprintf(stderr, "\r[%s] %5.1f%%  %llu events  %.1f M events/s ", bar,
+            100.0 * (double)done / (double)total,
+            (unsigned long long)p->events, rate);
+  } else {
+    fprintf(stderr, "\r%llu events  %.1f M events/s ",
+            (unsigned long long)p->events, rate);
+  }
+  p->drawn = true;
+}
+
+void progress_end(tool_progress *p) {
+  if (p->on && p->drawn)
+    fprintf(stderr, "\r%-78s\r", "");
+  p->drawn = false;
+}
+
+void fmt_bytes(uint64_t v, char *buf, size_t cap) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double d = (double)v;
+  int u = 0;
+
+  while (d >= 1024.0 && u < 5) {
+    d /= 1024.0;
+    u++;
+  }
+  if (u == 0)
+    snprintf(buf, cap, "%llu B", (unsigned long long)v);
+  else
+    snprintf(buf, cap, "%.2f %s", d, units[u]);
+}
+
+static void fmt_us(double us, char *buf, size_t cap) {
+  if (us >= 1e6)
+    snprintf(buf, cap, "%.3f s", us / 1e6);
+  else if (us >= 1e3)
+    snprintf(buf, cap, "%.3f ms", us / 1e3);
+  else
+    snprintf(buf, cap, "%.1f us", us);
+}
+
+void print_result_text(FILE *f, const char *label, const aa_replay_result *r) {
+  char a[32], b[32], c[32];
+
+  fprintf(f, "policy            %s (%u classes at the end)\n", label,
+          r->class_count);
+  fprintf(f, "requests          %llu (allocs %llu, frees %llu, failures %llu; "
+          "failed in the trace %llu)\n",
+          (unsigned long long)r->requests, (unsigned long long)r->allocs,
+          (unsigned long long)r->frees, (unsigned long long)r->failures,
+          (unsigned long long)r->trace_failures);
+  fprintf(f, "hit rate          %.2f %% (%llu hits, %llu misses)\n",
+          100.0 * r->hit_rate, (unsigned long long)r->cache_hits,
+          (unsigned long long)r->cache_misses);
+  fprintf(f, "backend calls     %llu (%llu allocs, %llu frees, %llu failed)\n",
+          (unsigned long long)r->backend_calls,
+          (unsigned long long)r->backend_allocs,
+          (unsigned long long)r->backend_frees,
+          (unsigned long long)r->backend_failures);
+  fmt_bytes(r->peak_in_use, a, sizeof a);
+  fmt_bytes(r->peak_reserved, b, sizeof b);
+  fmt_bytes(r->peak_requested, c, sizeof c);
+  fprintf(f, "peak              in use %s, reserved %s, requested %s\n", a, b, c);
+  fprintf(f, "internal frag     %.2f %% at peak in use, %.2f %% time-averaged\n",
+          100.0 * r->int_frag_peak, 100.0 * r->int_frag_avg);
+  fprintf(f, "external frag     %.2f %% at peak reserved, %.2f %% time-averaged\n",
+          100.0 * r->ext_frag_peak, 100.0 * r->ext_frag_avg);
+  fmt_us(r->sim_backend_us, a, sizeof a);
+  fprintf(f, "sim backend time  %s\n", a);
+  fmt_bytes(r->live_bytes_at_end, a, sizeof a);
+  fprintf(f, "live at end       %llu blocks, %s requested\n",
+          (unsigned long long)r->live_at_end, a);
+  if (r->diag.malformed + r->diag.unknown_action + r->diag.unknown_free +
+          r->diag.duplicate_ptr + r->diag.size_mismatch > 0) {
+    fprintf(f, "input problems    malformed %llu, unknown action %llu, unknown "
+            "free %llu, duplicate pointer %llu, size mismatch %llu\n",
+            (unsigned long long)r->diag.malformed,
+            (unsigned long long)r->diag.unknown_action,
+            (unsigned long long)r->diag.unknown_free,
+            (unsigned long long)r->diag.duplicate_ptr,
+            (unsigned long long)r->diag.size_mismatch);
+    if (r->diag.first_error[0] != '\0')
+      fprintf(f, "first problem     %s\n", r->diag.first_error);
+  }
+}
+
+typedef enum cell { C_U64, C_PCT, C_BYTES, C_US } cell;
+
+static void put_cell(FILE *f, cell k, double v, int width) {
+  char buf[40];
+
+  switch (k) {
+  case C_U64:
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)v);
+    break;
+  case C_PCT:
+    snprintf(buf, sizeof buf, "%.2f %%", 100.0 * v);
+    break;
+  case C_BYTES:
+    fmt_bytes((uint64_t)v, buf, sizeof buf);
+    break;
+  case C_US:
+    fmt_us(v, buf, sizeof buf);
+    break;
+  }
+  fprintf(f, "  %*s", width, buf);
+}
+
+void print_compare_table(FILE *f, const char *const *labels,
+                         const aa_replay_result *r, size_t n) {
+  int width = 12;
+  size_t i, row;
+  static const struct {
+    const char *name;
+    cell kind;
+  } rows[] = {
+      {"requests", C_U64},         {"failures", C_U64},
+      {"hit rate", C_PCT},         {"backend calls", C_U64},
+      {"peak in use", C_BYTES},    {"peak reserved", C_BYTES},
+      {"peak requested", C_BYTES}, {"int frag peak", C_PCT},
+      {"int frag avg", C_PCT},     {"ext frag peak", C_PCT},
+      {"ext frag avg", C_PCT},     {"sim backend", C_US},
+      {"classes", C_U64},
+  };
+
+  for (i = 0; i < n; i++) {
+    int l = (int)strlen(labels[i]);
+    if (l > width)
+      width = l;
+  }
+  fprintf(f, "%-16s", "");
+  for (i = 0; i < n; i++)
+    fprintf(f, "  %*s", width, labels[i]);
+  fprintf(f, "\n");
+  for (row = 0; row < sizeof rows / sizeof rows[0]; row++) {
+    fprintf(f, "%-16s", rows[row].name);
+    for (i = 0; i < n; i++) {
+      const aa_replay_result *x = &r[i];
+      double v = 0;
+      switch (row) {
+      case 0: v = (double)x->requests; break;
+      case 1: v = (double)x->failures; break;
+      case 2: v = x->hit_rate; break;
+      case 3: v = (double)x->backend_calls; break;
+      case 4: v = (double)x->peak_in_use; break;
+      case 5: v = (double)x->peak_reserved; break;
+      case 6: v = (double)x->peak_requested; break;
+      case 7: v = x->int_frag_peak; break;
+      case 8: v = x->int_frag_avg; break;
+      case 9: v = x->ext_frag_peak; break;
+      case 10: v = x->ext_frag_avg; break;
+      case 11: v = x->sim_backend_us; break;
+      default: v = (double)x->class_count; break;
+      }
+      put_cell(f, rows[row].kind, v, width);
+    }
+    fprintf(f, "\n");
+  }
+}
+
+void print_json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s != '\0'; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      fprintf(f, "\\%c", c);
+    else if (c < 0x20)
+      fprintf(f, "\\u%04x", c);
+    else
+      fputc(c, f);
+  }
+  fputc('"', f);
+}

@@ -1,0 +1,91 @@
+/*
+ * replay_tool.h — what the files of adaptalloc-replay share: the input
+ * selection, the progress bar, the text/JSON output helpers.
+ *
+ * main.c    command line, the four commands (run, compare, suggest, import)
+ * input.c   event sources behind one call: CSV, store trace, histograms
+ * output.c  the progress bar, byte/percent formatting, tables
+ */
+#ifndef ADAPTALLOC_REPLAY_TOOL_H
+#define ADAPTALLOC_REPLAY_TOOL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "adaptalloc/replay.h"
+
+/* Exit codes (docs/replay.md "Exit codes"). */
+#define EXIT_OK 0
+#define EXIT_INPUT 1    /* unreadable or malformed input, policy or database */
+#define EXIT_USAGE 2    /* bad command line */
+#define EXIT_INTERNAL 3 /* out of memory, or the core refused to work */
+
+/* ------------------------------------------------------------------ progress */
+
+typedef struct tool_progress {
+  bool on;
+  uint64_t start_ns;
+  uint64_t last_ns;
+  uint64_t events; /* updated by the sink */
+  bool drawn;
+} tool_progress;
+
+void progress_init(tool_progress *p, bool on);
+/* done/total in the source's unit (bytes for CSV, events otherwise); total 0
+ * when unknown. Draws at most every 100 ms. */
+void progress_update(tool_progress *p, uint64_t done, uint64_t total);
+/* Clears the bar line. */
+void progress_end(tool_progress *p);
+
+/* ------------------------------------------------------------------ input */
+
+typedef enum tool_input_kind {
+  IN_NONE = 0,
+  IN_CSV,      /* --csv FILE */
+  IN_DB_TRACE, /* --db FILE [--run ID] */
+  IN_HIST,     /* --histogram FILE */
+  IN_DB_HIST   /* --db FILE --from-histogram */
+} tool_input_kind;
+
+typedef struct tool_input {
+  tool_input_kind kind;
+  const char *path;
+  int64_t run_id;        /* <= 0: latest */
+  const char *hist_pool; /* NULL: all pools summed */
+  bool from_histogram;
+  aa_replay_synth_config synth;
+} tool_input;
+
+/* Streams the input's events to sink. diag collects parse problems (CSV).
+ * Returns AA_OK or an error with err filled in ("" when the sink failed and
+ * has its own message). */
+int input_feed(const tool_input *in, aa_replay_on_error mode,
+               aa_replay_sink sink, void *user, tool_progress *prog,
+               aa_replay_diag *diag, char *err, size_t errcap);
+
+/* "CSV trace.csv", "store trace out.db (latest run)", ... */
+void input_describe(const tool_input *in, char *buf, size_t cap);
+
+/* What messages call an event's position: "line" or "event". */
+const char *input_position_name(const tool_input *in);
+
+/* Writes every event of the input into a new run of the store at db_path.
+ * *events gets the count, *run_id the run. */
+int input_import(const tool_input *in, aa_replay_on_error mode,
+                 const char *db_path, tool_progress *prog, aa_replay_diag *diag,
+                 uint64_t *events, int64_t *run_id, char *err, size_t errcap);
+
+/* ------------------------------------------------------------------ output */
+
+/* "12.0 MiB" style. */
+void fmt_bytes(uint64_t v, char *buf, size_t cap);
+/* The text report of one run. */
+void print_result_text(FILE *f, const char *label, const aa_replay_result *r);
+/* A table of several results side by side. */
+void print_compare_table(FILE *f, const char *const *labels,
+                         const aa_replay_result *r, size_t n);
+/* A JSON string literal. */
+void print_json_string(FILE *f, const char *s);
+
+#endif /* ADAPTALLOC_REPLAY_TOOL_H */
