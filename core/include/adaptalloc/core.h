@@ -96,6 +96,10 @@ AA_EXTERN void aa_backend_host_hold_events(aa_backend *b, bool hold);
 /* Calls made so far: allocs, frees, and bytes currently mapped. */
 AA_EXTERN void aa_backend_host_counts(const aa_backend *b, uint64_t *allocs,
                                       uint64_t *frees, uint64_t *bytes_mapped);
+/* Host events recorded so far, and those not yet released (outstanding) —
+ * for leak checks in tests. */
+AA_EXTERN void aa_backend_host_event_counts(const aa_backend *b, uint64_t *recorded,
+                                            uint64_t *outstanding);
 
 /* CUDA device memory on `device` (slabs via cudaMalloc; the large path via
  * cudaMalloc or a cudaMallocAsync pool as configured). AA_ENOTSUP when built

@@ -1,0 +1,1135 @@
+/*
+ * alloc.c — the small-block paths: aa_alloc, aa_free, aa_record_stream,
+ * aa_block_size; thread caches (tcaches) and the thread registry; per-class
+ * central free lists with stream-ordered reuse; slab carving and release.
+ *
+ * Fast paths (a tcache hit) take no lock and do no atomic read-modify-write:
+ * the tcache is found through one initial-exec TLS pointer, counters are
+ * relaxed load+store, block state is a relaxed byte store. Everything else
+ * goes through the *_slow functions under the class mutex.
+ */
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "core_internal.h"
+
+/* ------------------------------------------------------------ registry */
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static pthread_key_t g_key;
+static bool g_key_ok;
+static aa_pool *g_slots[AA__MAX_POOL_SLOTS];
+static _Atomic uint64_t g_pool_ids;
+
+static _Thread_local aa__thread *tl_thr __attribute__((tls_model("initial-exec")));
+static _Thread_local uint64_t tl_tid __attribute__((tls_model("initial-exec")));
+
+static void thread_exit(void *arg);
+
+static void once_init(void) { g_key_ok = pthread_key_create(&g_key, thread_exit) == 0; }
+
+uint64_t aa__thread_id(void) {
+  if (AA__UNLIKELY(tl_tid == 0))
+    tl_tid = (uint64_t)syscall(SYS_gettid);
+  return tl_tid;
+}
+
+void aa__slot_acquire(aa_pool *pool) {
+  pthread_once(&g_once, once_init);
+  pool->slot = -1;
+  pool->id = atomic_fetch_add(&g_pool_ids, 1) + 1;
+  if (!g_key_ok)
+    return;
+  pthread_mutex_lock(&g_mu);
+  for (int i = 0; i < AA__MAX_POOL_SLOTS; i++) {
+    if (g_slots[i] == NULL) {
+      g_slots[i] = pool;
+      pool->slot = i;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&g_mu);
+}
+
+/* ------------------------------------------------------------ block lists */
+
+static int blist_reserve(aa__blist *l, uint32_t need) {
+  if (need <= l->cap)
+    return AA_OK;
+  uint32_t cap = l->cap ? l->cap : 64;
+  while (cap < need)
+    cap *= 2;
+  aa__blk *v = realloc(l->v, (size_t)cap * sizeof *v);
+  if (v == NULL)
+    return AA_ENOMEM;
+  l->v = v;
+  l->cap = cap;
+  return AA_OK;
+}
+
+static void blist_free(aa__blist *l) {
+  free(l->v);
+  l->v = NULL;
+  l->n = l->cap = 0;
+}
+
+static void blist_filter_dying(aa__blist *l) {
+  uint32_t j = 0;
+  for (uint32_t i = 0; i < l->n; i++) {
+    if (l->v[i].s->dying == 0)
+      l->v[j++] = l->v[i];
+  }
+  l->n = j;
+}
+
+static inline void *blk_ptr(aa__blk b) {
+  return (void *)(b.s->h.base + (uintptr_t)b.idx * b.s->block_size);
+}
+
+/* ------------------------------------------------------------ events */
+
+/* Queries events, releasing the completed ones (array compacted). Returns 1
+ * when none is left pending. */
+int aa__events_done(aa_pool *pool, void **ev, uint32_t *n) {
+  aa_backend *b = pool->backend;
+  uint32_t j = 0;
+  for (uint32_t i = 0; i < *n; i++) {
+    int q = b->ops->event_query ? b->ops->event_query(b, ev[i]) : AA_OK;
+    if (q == AA_EAGAIN) {
+      ev[j++] = ev[i];
+    } else if (b->ops->event_release) {
+      b->ops->event_release(b, ev[i]);
+    }
+  }
+  *n = j;
+  return j == 0;
+}
+
+static void event_release(aa_pool *pool, void *ev) {
+  aa_backend *b = pool->backend;
+  if (ev && b->ops->event_release)
+    b->ops->event_release(b, ev);
+}
+
+/* ------------------------------------------------------------ central lists */
+
+static aa__slist *slist_find(aa__class *c, aa_stream s) {
+  for (uint32_t i = 0; i < c->nsl; i++) {
+    if (c->sl[i].stream == s)
+      return &c->sl[i];
+  }
+  return NULL;
+}
+
+static aa__slist *slist_get(aa__class *c, aa_stream s) {
+  aa__slist *l = slist_find(c, s);
+  if (l)
+    return l;
+  /* reuse an idle slot */
+  for (uint32_t i = 0; i < c->nsl; i++) {
+    l = &c->sl[i];
+    if (l->fresh.n == 0 && l->infl.n == 0 && l->ev == NULL) {
+      l->stream = s;
+      return l;
+    }
+  }
+  if (c->nsl == c->capsl) {
+    uint32_t cap = c->capsl ? c->capsl * 2 : 4;
+    aa__slist *v = realloc(c->sl, (size_t)cap * sizeof *v);
+    if (v == NULL)
+      return NULL;
+    c->sl = v;
+    c->capsl = cap;
+  }
+  l = &c->sl[c->nsl++];
+  memset(l, 0, sizeof *l);
+  l->stream = s;
+  return l;
+}
+
+/* Moves a completed in-flight batch to `any`. */
+static void infl_to_any(aa__class *c, aa__slist *l) {
+  for (uint32_t i = 0; i < l->infl.n; i++) {
+    l->infl.v[i].s->npending--;
+    c->any.v[c->any.n++] = l->infl.v[i];
+  }
+  c->npending -= l->infl.n;
+  l->infl.n = 0;
+}
+
+/* Polls pending batches and record_stream'd blocks; with `start`, records an
+ * event on every stream that has fresh blocks and no batch in flight. */
+static void poll_pending(aa_pool *pool, aa__class *c, aa_stream except, bool start) {
+  aa_backend *b = pool->backend;
+  for (uint32_t i = 0; i < c->nsl; i++) {
+    aa__slist *l = &c->sl[i];
+    if (l->ev == NULL && start && l->fresh.n > 0 && l->stream != except && l->infl.n == 0) {
+      void *ev = NULL;
+      if (b->ops->event_record(b, l->stream, &ev) == AA_OK) {
+        aa__blist t = l->infl;
+        l->infl = l->fresh;
+        l->fresh = t;
+        l->ev = ev;
+        for (uint32_t j = 0; j < l->infl.n; j++)
+          l->infl.v[j].s->npending++;
+        c->npending += l->infl.n;
+      }
+    }
+    if (l->ev != NULL) {
+      uint32_t one = 1;
+      if (aa__events_done(pool, &l->ev, &one)) {
+        l->ev = NULL;
+        infl_to_any(c, l);
+      }
+    }
+  }
+  uint32_t j = 0;
+  for (uint32_t i = 0; i < c->nmulti; i++) {
+    aa__multi *m = &c->multi[i];
+    if (aa__events_done(pool, m->ev, &m->nev)) {
+      free(m->ev);
+      m->b.s->npending--;
+      c->npending--;
+      c->any.v[c->any.n++] = m->b;
+    } else {
+      c->multi[j++] = *m;
+    }
+  }
+  c->nmulti = j;
+}
+
+/* Pushes blocks freed on `stream` into the central lists. Under c->mu. */
+static void central_push(aa_pool *pool, aa__class *c, const aa__blk *v, uint32_t n,
+                         aa_stream stream) {
+  aa__blist *dst = &c->any;
+  if (pool->has_events) {
+    aa__slist *l = slist_get(c, stream);
+    if (l && blist_reserve(&l->fresh, l->fresh.n + n) == AA_OK) {
+      dst = &l->fresh;
+    } else if (pool->backend->ops->synchronize) {
+      /* no memory for a list: make the blocks safe everywhere instead */
+      pool->backend->ops->synchronize(pool->backend);
+    }
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    v[i].s->nfree++;
+    dst->v[dst->n++] = v[i];
+  }
+  c->nfree += n;
+  atomic_fetch_sub_explicit(&pool->out_bytes, (uint64_t)n * v[0].s->block_size, AA__RLX);
+  if (atomic_load_explicit(&c->state, AA__RLX) == AA__CLS_RETIRING)
+    aa__retire_check(pool, c);
+}
+
+static uint32_t take(aa__class *c, aa__blist *l, aa__blk *out, uint32_t want) {
+  uint32_t k = 0;
+  while (k < want && l->n > 0) {
+    aa__blk b = l->v[--l->n];
+    b.s->nfree--;
+    out[k++] = b;
+  }
+  c->nfree -= k;
+  return k;
+}
+
+/* Takes up to `want` blocks usable on `stream`. Under c->mu. */
+static uint32_t central_pop(aa_pool *pool, aa__class *c, aa_stream stream, aa__blk *out,
+                            uint32_t want) {
+  uint32_t got = 0;
+  aa__slist *l = pool->has_events ? slist_find(c, stream) : NULL;
+  if (l) {
+    got += take(c, &l->fresh, out + got, want - got);
+    if (got < want && l->infl.n > 0) {
+      uint32_t k = take(c, &l->infl, out + got, want - got);
+      for (uint32_t i = 0; i < k; i++)
+        out[got + i].s->npending--;
+      c->npending -= k;
+      got += k;
+      if (l->infl.n == 0 && l->ev) {
+        event_release(pool, l->ev);
+        l->ev = NULL;
+      }
+    }
+  }
+  if (got < want)
+    got += take(c, &c->any, out + got, want - got);
+  if (got == 0 && pool->has_events && (c->nsl > 0 || c->nmulti > 0)) {
+    poll_pending(pool, c, stream, true);
+    got += take(c, &c->any, out + got, want - got);
+  }
+  return got;
+}
+
+/* ------------------------------------------------------------ slabs */
+
+static inline uint32_t slab_index(const aa__slab *s, uintptr_t off) {
+  return (uint32_t)(((uint64_t)(off >> 9) * s->div_magic) >> 42);
+}
+
+static void slab_free_header(aa__slab *s) { free(s); }
+
+/* Carves one new slab into the class's `any` list. Under c->mu. */
+static int carve(aa_pool *pool, aa__class *c) {
+  size_t bs = atomic_load_explicit(&c->block_size, AA__RLX);
+  size_t slab_size = pool->cfg.slab_size;
+  uint32_t nb = c->nblocks;
+  aa__slab *s = NULL;
+  void *mem = NULL;
+  int rc = blist_reserve(&c->any, (uint32_t)((c->nslabs + 1) * nb));
+  if (rc != AA_OK)
+    goto fail;
+  s = calloc(1, sizeof *s + (size_t)nb * (sizeof(uint32_t) + 1));
+  if (s == NULL) {
+    rc = AA_ENOMEM;
+    goto fail;
+  }
+  rc = aa__backend_alloc(pool, slab_size, &mem);
+  if (rc != AA_OK)
+    goto fail;
+  s->h.base = (uintptr_t)mem;
+  s->h.end = (uintptr_t)mem + slab_size;
+  s->h.kind = AA__SPAN_SLAB;
+  s->cls = (uint32_t)(c - pool->classes);
+  s->nblocks = nb;
+  s->block_size = bs;
+  s->div_magic = c->div_magic;
+  s->req = (_Atomic uint32_t *)(s + 1);
+  s->state = (_Atomic uint8_t *)(s->req + nb);
+  rc = aa__pm_insert(pool, &s->h);
+  if (rc != AA_OK)
+    goto fail;
+  s->next = c->slabs;
+  if (c->slabs)
+    c->slabs->prev = s;
+  c->slabs = s;
+  c->nslabs++;
+  for (uint32_t i = nb; i-- > 0;) {
+    c->any.v[c->any.n++] = (aa__blk){s, i};
+  }
+  s->nfree = nb;
+  c->nfree += nb;
+  return AA_OK;
+fail:
+  if (mem)
+    aa__backend_free(pool, mem, slab_size);
+  free(s);
+  return rc;
+}
+
+/* Releases slabs whose blocks are all free and none pending, up to `want`
+ * bytes, keeping `prefill` free blocks if asked. Under c->mu. */
+static size_t class_release_locked(aa_pool *pool, aa__class *c, size_t want, bool keep_prefill) {
+  size_t slab_size = pool->cfg.slab_size;
+  size_t released = 0;
+  uint64_t keep = keep_prefill ? atomic_load_explicit(&c->prefill, AA__RLX) : 0;
+  uint32_t ndying = 0;
+  if (c->nsl > 0 || c->nmulti > 0)
+    poll_pending(pool, c, NULL, false);
+  uint64_t nfree = c->nfree;
+  for (aa__slab *s = c->slabs; s && released < want; s = s->next) {
+    if (s->nfree == s->nblocks && s->npending == 0 && nfree - s->nblocks >= keep) {
+      s->dying = 1;
+      ndying++;
+      nfree -= s->nblocks;
+      released += slab_size;
+    }
+  }
+  if (ndying == 0)
+    return 0;
+  blist_filter_dying(&c->any);
+  for (uint32_t i = 0; i < c->nsl; i++)
+    blist_filter_dying(&c->sl[i].fresh);
+  aa__slab *s = c->slabs;
+  while (s) {
+    aa__slab *next = s->next;
+    if (s->dying) {
+      if (s->prev)
+        s->prev->next = s->next;
+      else
+        c->slabs = s->next;
+      if (s->next)
+        s->next->prev = s->prev;
+      c->nslabs--;
+      c->nfree -= s->nblocks;
+      aa__pm_remove(pool, &s->h);
+      aa__backend_free(pool, (void *)s->h.base, slab_size);
+      slab_free_header(s);
+    }
+    s = next;
+  }
+  return released;
+}
+
+void aa__retire_check(aa_pool *pool, aa__class *c) {
+  bool any_empty = false;
+  for (aa__slab *s = c->slabs; s; s = s->next) {
+    if (s->nfree == s->nblocks && s->npending == 0) {
+      any_empty = true;
+      break;
+    }
+  }
+  if (any_empty || c->npending > 0)
+    class_release_locked(pool, c, SIZE_MAX, false);
+  if (c->nslabs == 0 && atomic_load_explicit(&c->state, AA__RLX) == AA__CLS_RETIRING) {
+    /* drained: the slot can be reused */
+    for (uint32_t i = 0; i < c->nsl; i++) {
+      event_release(pool, c->sl[i].ev);
+      blist_free(&c->sl[i].fresh);
+      blist_free(&c->sl[i].infl);
+    }
+    free(c->sl);
+    c->sl = NULL;
+    c->nsl = c->capsl = 0;
+    blist_free(&c->any);
+    atomic_store_explicit(&c->state, AA__CLS_EMPTY, memory_order_release);
+    atomic_fetch_add_explicit(&c->gen, 1, memory_order_release);
+  }
+}
+
+size_t aa__class_release(aa_pool *pool, aa__class *c, size_t want, bool keep_prefill) {
+  pthread_mutex_lock(&c->mu);
+  size_t r = 0;
+  if (atomic_load_explicit(&c->state, AA__RLX) != AA__CLS_EMPTY) {
+    r = class_release_locked(pool, c, want, keep_prefill);
+    if (atomic_load_explicit(&c->state, AA__RLX) == AA__CLS_RETIRING)
+      aa__retire_check(pool, c);
+  }
+  pthread_mutex_unlock(&c->mu);
+  return r;
+}
+
+int aa__class_prefill(aa_pool *pool, aa__class *c) {
+  int rc = AA_OK;
+  pthread_mutex_lock(&c->mu);
+  uint32_t want = atomic_load_explicit(&c->prefill, AA__RLX);
+  while (atomic_load_explicit(&c->state, AA__RLX) == AA__CLS_ACTIVE &&
+         c->nfree - c->npending < want) {
+    rc = carve(pool, c);
+    if (rc != AA_OK)
+      break;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+/* Frees everything of a class at pool destroy (no locks needed). */
+void aa__class_destroy(aa_pool *pool, aa__class *c) {
+  aa__slab *s = c->slabs;
+  while (s) {
+    aa__slab *next = s->next;
+    aa__pm_remove(pool, &s->h);
+    aa__backend_free(pool, (void *)s->h.base, pool->cfg.slab_size);
+    slab_free_header(s);
+    s = next;
+  }
+  c->slabs = NULL;
+  for (uint32_t i = 0; i < c->nsl; i++) {
+    event_release(pool, c->sl[i].ev);
+    blist_free(&c->sl[i].fresh);
+    blist_free(&c->sl[i].infl);
+  }
+  free(c->sl);
+  for (uint32_t i = 0; i < c->nmulti; i++) {
+    for (uint32_t j = 0; j < c->multi[i].nev; j++)
+      event_release(pool, c->multi[i].ev[j]);
+    free(c->multi[i].ev);
+  }
+  free(c->multi);
+  blist_free(&c->any);
+  pthread_mutex_destroy(&c->mu);
+}
+
+/* ------------------------------------------------------------ tcaches */
+
+static uint32_t bin_limit(aa_pool *pool, aa__class *c) {
+  if (atomic_load_explicit(&c->state, AA__RLX) != AA__CLS_ACTIVE)
+    return 0;
+  uint32_t lim = atomic_load_explicit(&c->cache_limit, AA__RLX);
+  if (lim == 0)
+    lim = pool->cfg.tcache_blocks;
+  size_t bs = atomic_load_explicit(&c->block_size, AA__RLX);
+  size_t by = pool->cfg.tcache_bytes / bs;
+  if (by < lim)
+    lim = (uint32_t)by;
+  return lim;
+}
+
+/* Returns the bin's blocks [0, n) to the central lists. Under c->mu. */
+static void bin_flush_n(aa_pool *pool, aa__tcache *tc, aa__bin *bin, aa__class *c, uint32_t n) {
+  if (n == 0)
+    return;
+  central_push(pool, c, bin->items, n, bin->stream);
+  memmove(bin->items, bin->items + n, (size_t)(bin->n - n) * sizeof *bin->items);
+  bin->n -= n;
+  tc->cached_bytes -= (size_t)n * bin->bsize;
+}
+
+/* Brings a bin in line with its class slot. Under c->mu. */
+static void bin_sync(aa_pool *pool, aa__tcache *tc, aa__bin *bin, aa__class *c) {
+  uint32_t gen = atomic_load_explicit(&c->gen, memory_order_acquire);
+  if (bin->gen == gen)
+    return;
+  bin_flush_n(pool, tc, bin, c, bin->n);
+  uint32_t lim = bin_limit(pool, c);
+  if (lim > bin->cap) {
+    aa__blk *v = realloc(bin->items, (size_t)lim * sizeof *v);
+    if (v == NULL) {
+      lim = bin->cap;
+    } else {
+      bin->items = v;
+      bin->cap = lim;
+    }
+  }
+  bin->lim = lim;
+  bin->bsize = atomic_load_explicit(&c->block_size, AA__RLX);
+  bin->gen = gen;
+}
+
+static void tcache_sync(aa__tcache *tc) {
+  aa_pool *pool = tc->pool;
+  uint32_t ep = atomic_load_explicit(&pool->epoch, memory_order_acquire);
+  for (uint32_t k = 0; k < AA_MAX_CLASSES; k++) {
+    aa__bin *bin = &tc->bins[k];
+    aa__class *c = &pool->classes[k];
+    if (bin->n > 0 && bin->gen != atomic_load_explicit(&c->gen, memory_order_acquire)) {
+      pthread_mutex_lock(&c->mu);
+      bin_sync(pool, tc, bin, c);
+      pthread_mutex_unlock(&c->mu);
+    }
+  }
+  tc->epoch = ep;
+}
+
+void aa__tcache_flush_all(aa__tcache *tc) {
+  aa_pool *pool = tc->pool;
+  for (uint32_t k = 0; k < AA_MAX_CLASSES; k++) {
+    aa__bin *bin = &tc->bins[k];
+    if (bin->n == 0)
+      continue;
+    aa__class *c = &pool->classes[k];
+    pthread_mutex_lock(&c->mu);
+    bin_flush_n(pool, tc, bin, c, bin->n);
+    pthread_mutex_unlock(&c->mu);
+  }
+}
+
+static void fold_hh(aa_pool *pool, const aa__hh_slot *t, size_t n);
+
+/* Folds a tcache's counters into the pool's dead-thread totals, unlinks and
+ * frees it. Caller holds g_mu (or is destroying the pool); bins are empty. */
+static void tcache_retire(aa__tcache *tc, bool flush) {
+  aa_pool *pool = tc->pool;
+  if (flush)
+    aa__tcache_flush_all(tc);
+  pthread_mutex_lock(&pool->tc_mu);
+  for (uint32_t k = 0; k < AA_MAX_CLASSES; k++) {
+    aa__bin *b = &tc->bins[k];
+    aa__ccount *d = &pool->dead[k];
+    aa__cadd(&d->frees, aa__cget(&b->frees));
+    aa__cadd(&d->hits, aa__cget(&b->hits));
+    aa__cadd(&d->misses, aa__cget(&b->misses));
+    aa__cadd(&d->req_add, aa__cget(&b->req_add));
+    aa__cadd(&d->req_sub, aa__cget(&b->req_sub));
+    free(b->items);
+  }
+  for (uint32_t i = 0; i < AA_HIST_BUCKETS; i++)
+    aa__cadd(&pool->dead_hist[i], aa__cget(&tc->hist[i]));
+  fold_hh(pool, tc->hh, AA__HH_SLOTS);
+  if (tc->prev)
+    tc->prev->next = tc->next;
+  else
+    pool->tcaches = tc->next;
+  if (tc->next)
+    tc->next->prev = tc->prev;
+  pthread_mutex_unlock(&pool->tc_mu);
+  free(tc);
+}
+
+static void thread_exit(void *arg) {
+  aa__thread *thr = arg;
+  pthread_mutex_lock(&g_mu);
+  for (int i = 0; i < AA__MAX_POOL_SLOTS; i++) {
+    aa__tcache *tc = atomic_load_explicit(&thr->caches[i], AA__RLX);
+    if (tc) {
+      atomic_store_explicit(&thr->caches[i], NULL, AA__RLX);
+      tcache_retire(tc, true);
+    }
+  }
+  pthread_mutex_unlock(&g_mu);
+  tl_thr = NULL;
+  free(thr);
+}
+
+aa__tcache *aa__tcache_get(aa_pool *pool) {
+  if (pool->slot < 0)
+    return NULL;
+  aa__thread *thr = tl_thr;
+  if (thr == NULL) {
+    thr = calloc(1, sizeof *thr);
+    if (thr == NULL)
+      return NULL;
+    if (pthread_setspecific(g_key, thr) != 0) {
+      free(thr);
+      return NULL;
+    }
+    thr->tid = aa__thread_id();
+    tl_thr = thr;
+  }
+  aa__tcache *tc = atomic_load_explicit(&thr->caches[pool->slot], AA__RLX);
+  if (tc)
+    return tc;
+  tc = calloc(1, sizeof *tc);
+  if (tc == NULL)
+    return NULL;
+  tc->pool = pool;
+  tc->thr = thr;
+  tc->tid = thr->tid;
+  tc->epoch = atomic_load_explicit(&pool->epoch, memory_order_acquire);
+  pthread_mutex_lock(&g_mu);
+  pthread_mutex_lock(&pool->tc_mu);
+  tc->next = pool->tcaches;
+  if (pool->tcaches)
+    pool->tcaches->prev = tc;
+  pool->tcaches = tc;
+  pthread_mutex_unlock(&pool->tc_mu);
+  atomic_store_explicit(&thr->caches[pool->slot], tc, AA__RLX);
+  pthread_mutex_unlock(&g_mu);
+  return tc;
+}
+
+/* Pool destroy: frees every tcache of the pool and clears its slot in the
+ * owning threads. The pool's slabs are about to go, so no flush. */
+void aa__pool_drop_tcaches(aa_pool *pool) {
+  pthread_mutex_lock(&g_mu);
+  while (pool->tcaches) {
+    aa__tcache *tc = pool->tcaches;
+    atomic_store_explicit(&tc->thr->caches[pool->slot], NULL, AA__RLX);
+    for (uint32_t k = 0; k < AA_MAX_CLASSES; k++)
+      tc->bins[k].n = 0;
+    tcache_retire(tc, false);
+  }
+  if (pool->slot >= 0)
+    g_slots[pool->slot] = NULL;
+  pthread_mutex_unlock(&g_mu);
+}
+
+/* ------------------------------------------------------------ telemetry */
+
+void aa__hh_add(aa__hh_slot *t, size_t nslots, uint64_t size, uint64_t count) {
+  size_t mask = nslots - 1;
+  size_t h = (size_t)((size * 0x9E3779B97F4A7C15ull) >> 40) & mask;
+  aa__hh_slot *a = &t[h], *b = &t[h ^ 1];
+  uint64_t as = aa__cget(&a->size), bs = aa__cget(&b->size);
+  uint64_t ac = aa__cget(&a->count), bc = aa__cget(&b->count);
+  if (as == size && ac > 0) {
+    atomic_store_explicit(&a->count, ac + count, AA__RLX);
+  } else if (bs == size && bc > 0) {
+    atomic_store_explicit(&b->count, bc + count, AA__RLX);
+  } else if (ac == 0) {
+    atomic_store_explicit(&a->size, size, AA__RLX);
+    atomic_store_explicit(&a->count, count, AA__RLX);
+  } else if (bc == 0) {
+    atomic_store_explicit(&b->size, size, AA__RLX);
+    atomic_store_explicit(&b->count, count, AA__RLX);
+  } else {
+    /* both taken by other sizes: decay the smaller (Misra-Gries style);
+     * a size that keeps coming takes the slot over */
+    aa__hh_slot *m = ac <= bc ? a : b;
+    uint64_t mc = ac <= bc ? ac : bc;
+    if (mc <= count) {
+      atomic_store_explicit(&m->size, size, AA__RLX);
+      atomic_store_explicit(&m->count, count - mc + 1, AA__RLX);
+    } else {
+      atomic_store_explicit(&m->count, mc - count, AA__RLX);
+    }
+  }
+}
+
+static void fold_hh(aa_pool *pool, const aa__hh_slot *t, size_t n) {
+  if (pool->dead_hh == NULL)
+    return;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t c = aa__cget(&t[i].count);
+    if (c)
+      aa__hh_add(pool->dead_hh, pool->dead_hh_n, aa__cget(&t[i].size), c);
+  }
+}
+
+void aa__trace(aa_pool *pool, char op, const void *p, size_t size, aa_stream s) {
+  aa__trace_cb *t = atomic_load_explicit(&pool->trace, memory_order_acquire);
+  if (t == NULL || t->fn == NULL)
+    return;
+  aa_trace_event ev;
+  ev.time_ns = aa_now_ns();
+  ev.ptr = (uint64_t)(uintptr_t)p;
+  ev.size = size;
+  ev.stream = (uint64_t)(uintptr_t)s;
+  ev.thread = aa__thread_id();
+  ev.op = op;
+  t->fn(t->user, &ev);
+}
+
+static inline void telemetry_alloc(aa_pool *pool, aa__tcache *tc, void *p, size_t size,
+                                   aa_stream s) {
+  if (tc) {
+    aa__cadd(&tc->hist[aa_hist_bucket(size)], 1);
+    aa__hh_add(tc->hh, AA__HH_SLOTS, size, 1);
+  } else {
+    atomic_fetch_add_explicit(&pool->dead_hist[aa_hist_bucket(size)], 1, AA__RLX);
+  }
+  if (AA__UNLIKELY(atomic_load_explicit(&pool->trace, AA__RLX) != NULL))
+    aa__trace(pool, 'a', p, size, s);
+}
+
+void aa__telemetry_alloc(aa_pool *pool, aa__tcache *tc, void *p, size_t size, aa_stream s) {
+  telemetry_alloc(pool, tc, p, size, s);
+}
+
+/* ------------------------------------------------------------ alloc */
+
+static inline void mark_used(aa__blk b, size_t size) {
+  atomic_store_explicit(&b.s->req[b.idx], (uint32_t)size, AA__RLX);
+  atomic_store_explicit(&b.s->state[b.idx], AA__BLK_USED, AA__RLX);
+}
+
+static void count_alloc(aa_pool *pool, aa__tcache *tc, uint32_t k, size_t size, bool hit) {
+  if (tc) {
+    aa__bin *bin = &tc->bins[k];
+    aa__cadd(hit ? &bin->hits : &bin->misses, 1);
+    aa__cadd(&bin->req_add, size);
+  } else {
+    aa__ccount *d = &pool->dead[k];
+    atomic_fetch_add_explicit(hit ? &d->hits : &d->misses, 1, AA__RLX);
+    atomic_fetch_add_explicit(&d->req_add, size, AA__RLX);
+  }
+}
+
+void *aa__small_alloc_slow(aa_pool *pool, size_t size, aa_stream stream) {
+  aa__tcache *tc = aa__tcache_get(pool);
+  bool retried = false;
+  if (tc && tc->epoch != atomic_load_explicit(&pool->epoch, AA__RLX))
+    tcache_sync(tc);
+  for (;;) {
+    uint32_t k = atomic_load_explicit(&pool->size2cls[(size - 1) >> 9], memory_order_acquire);
+    aa__class *c = &pool->classes[k];
+    pthread_mutex_lock(&c->mu);
+    if (atomic_load_explicit(&c->state, AA__RLX) != AA__CLS_ACTIVE ||
+        atomic_load_explicit(&c->block_size, AA__RLX) < size) {
+      /* retired under us: the table was rewritten first, look again */
+      pthread_mutex_unlock(&c->mu);
+      continue;
+    }
+    size_t bs = atomic_load_explicit(&c->block_size, AA__RLX);
+    aa__bin *bin = tc ? &tc->bins[k] : NULL;
+    aa__blk one;
+    aa__blk *buf = &one;
+    uint32_t want = 1;
+    if (bin) {
+      bin_sync(pool, tc, bin, c);
+      if (bin->n > 0 && bin->stream == stream) {
+        /* e.g. the fast path was skipped for an epoch change */
+        aa__blk b = bin->items[--bin->n];
+        tc->cached_bytes -= bs;
+        pthread_mutex_unlock(&c->mu);
+        mark_used(b, size);
+        count_alloc(pool, tc, k, size, true);
+        return blk_ptr(b);
+      }
+      bin_flush_n(pool, tc, bin, c, bin->n);
+      if (bin->lim > 1) {
+        want = bin->lim / 2;
+        size_t room = pool->cfg.tcache_bytes > tc->cached_bytes
+                          ? (pool->cfg.tcache_bytes - tc->cached_bytes) / bs
+                          : 0;
+        if (want > room + 1)
+          want = (uint32_t)room + 1;
+        if (want < 1)
+          want = 1;
+        buf = bin->items;
+      }
+    }
+    bool hit = true;
+    uint32_t got = central_pop(pool, c, stream, buf, want);
+    if (got == 0) {
+      hit = false;
+      int rc = carve(pool, c);
+      if (rc != AA_OK) {
+        pthread_mutex_unlock(&c->mu);
+        if (!retried) {
+          retried = true;
+          atomic_fetch_add_explicit(&pool->oom_retries, 1, AA__RLX);
+          aa__release_cached(pool, true);
+          continue;
+        }
+        atomic_fetch_add_explicit(&pool->ooms, 1, AA__RLX);
+        return NULL;
+      }
+      got = central_pop(pool, c, stream, buf, want);
+      aa__assert(got > 0);
+    }
+    uint64_t out = c->nslabs * c->nblocks - c->nfree;
+    if (out > c->peak_out)
+      c->peak_out = out;
+    uint32_t pf = atomic_load_explicit(&c->prefill, AA__RLX);
+    if (pf && c->nfree - c->npending < pf)
+      (void)carve(pool, c); /* best effort: keep `prefill` blocks ahead */
+    aa__blk b = buf[got - 1];
+    if (buf != &one) {
+      bin->n = got - 1;
+      bin->stream = stream;
+      tc->cached_bytes += (size_t)(got - 1) * bs;
+    }
+    pthread_mutex_unlock(&c->mu);
+    uint64_t ob = atomic_fetch_add_explicit(&pool->out_bytes, (uint64_t)got * bs, AA__RLX) +
+                  (uint64_t)got * bs;
+    aa__atomic_max(&pool->peak_out_bytes, ob);
+    mark_used(b, size);
+    count_alloc(pool, tc, k, size, hit);
+    return blk_ptr(b);
+  }
+}
+
+void *aa_alloc(aa_pool *pool, size_t size, aa_stream stream) {
+  void *p;
+  if (AA__UNLIKELY(pool == NULL))
+    return NULL;
+  if (size == 0)
+    size = 1;
+  if (AA__LIKELY(size <= pool->cfg.max_small)) {
+    aa__thread *thr = tl_thr;
+    if (AA__LIKELY(thr != NULL && pool->slot >= 0)) {
+      aa__tcache *tc = atomic_load_explicit(&thr->caches[pool->slot], AA__RLX);
+      if (AA__LIKELY(tc != NULL && tc->epoch == atomic_load_explicit(&pool->epoch, AA__RLX))) {
+        uint32_t k = atomic_load_explicit(&pool->size2cls[(size - 1) >> 9], AA__RLX);
+        aa__bin *bin = &tc->bins[k];
+        if (AA__LIKELY(bin->n != 0 && bin->stream == stream && size <= bin->bsize &&
+                       bin->gen == atomic_load_explicit(&pool->classes[k].gen, AA__RLX))) {
+          aa__blk b = bin->items[--bin->n];
+          tc->cached_bytes -= bin->bsize;
+          mark_used(b, size);
+          aa__cadd(&bin->hits, 1);
+          aa__cadd(&bin->req_add, size);
+          p = blk_ptr(b);
+          if (atomic_load_explicit(&pool->telemetry, AA__RLX))
+            telemetry_alloc(pool, tc, p, size, stream);
+          return p;
+        }
+      }
+    }
+    p = aa__small_alloc_slow(pool, size, stream);
+  } else {
+    p = aa__large_alloc(pool, size, stream);
+  }
+  if (atomic_load_explicit(&pool->telemetry, AA__RLX)) {
+    aa__tcache *tc = aa__tcache_get(pool);
+    if (p)
+      telemetry_alloc(pool, tc, p, size, stream);
+    else {
+      if (tc)
+        aa__cadd(&tc->hist[aa_hist_bucket(size)], 1);
+      if (atomic_load_explicit(&pool->trace, AA__RLX) != NULL)
+        aa__trace(pool, 'x', NULL, size, stream);
+    }
+  }
+  return p;
+}
+
+/* ------------------------------------------------------------ free */
+
+static void count_free(aa_pool *pool, aa__tcache *tc, uint32_t k, uint32_t rq) {
+  if (tc) {
+    aa__cadd(&tc->bins[k].frees, 1);
+    aa__cadd(&tc->bins[k].req_sub, rq);
+  } else {
+    atomic_fetch_add_explicit(&pool->dead[k].frees, 1, AA__RLX);
+    atomic_fetch_add_explicit(&pool->dead[k].req_sub, rq, AA__RLX);
+  }
+}
+
+/* Takes the record_stream set of a small block (NULL if none). */
+static aa__rsrec *rs_take(aa_pool *pool, const void *p) {
+  size_t h = ((uintptr_t)p >> 9) & (AA__RS_BUCKETS - 1);
+  pthread_mutex_lock(&pool->rs_mu);
+  aa__rsrec **pp = &pool->rs[h];
+  while (*pp && (*pp)->p != p)
+    pp = &(*pp)->next;
+  aa__rsrec *r = *pp;
+  if (r)
+    *pp = r->next;
+  pthread_mutex_unlock(&pool->rs_mu);
+  return r;
+}
+
+/* Records events for a freed record_stream'd block. Returns the number of
+ * events (0: none needed, free as usual). *evs owned by the caller. */
+static uint32_t rs_events(aa_pool *pool, aa__rsrec *r, aa_stream stream, void ***evs) {
+  aa_backend *b = pool->backend;
+  *evs = NULL;
+  if (r == NULL || !pool->has_events)
+    return 0;
+  void **ev = calloc((size_t)r->n + 1, sizeof *ev);
+  uint32_t n = 0;
+  bool failed = ev == NULL;
+  for (uint32_t i = 0; i <= r->n && !failed; i++) {
+    aa_stream s = i < r->n ? r->s[i] : stream;
+    if (i < r->n && s == stream)
+      continue;
+    if (i == r->n && n == 0)
+      break; /* every extra stream was the free stream itself */
+    if (b->ops->event_record(b, s, &ev[n]) == AA_OK)
+      n++;
+    else
+      failed = true;
+  }
+  if (failed) {
+    /* cannot track it: wait for all work instead */
+    for (uint32_t i = 0; i < n; i++)
+      event_release(pool, ev[i]);
+    free(ev);
+    if (b->ops->synchronize)
+      b->ops->synchronize(b);
+    return 0;
+  }
+  if (n == 0) {
+    free(ev);
+    return 0;
+  }
+  *evs = ev;
+  return n;
+}
+
+static int free_slow(aa_pool *pool, aa__tcache *tc, aa__blk b, aa_stream stream, bool recorded) {
+  aa__class *c = &pool->classes[b.s->cls];
+  void **evs = NULL;
+  uint32_t nev = 0;
+  if (recorded) {
+    aa__rsrec *r = rs_take(pool, blk_ptr(b));
+    nev = rs_events(pool, r, stream, &evs);
+    if (r) {
+      free(r->s);
+      free(r);
+    }
+  }
+  pthread_mutex_lock(&c->mu);
+  if (nev > 0) {
+    if (c->nmulti == c->capmulti) {
+      uint32_t cap = c->capmulti ? c->capmulti * 2 : 16;
+      aa__multi *v = realloc(c->multi, (size_t)cap * sizeof *v);
+      if (v == NULL) {
+        /* no room to track it: wait for the streams instead */
+        for (uint32_t i = 0; i < nev; i++)
+          event_release(pool, evs[i]);
+        free(evs);
+        nev = 0;
+        if (pool->backend->ops->synchronize)
+          pool->backend->ops->synchronize(pool->backend);
+      } else {
+        c->multi = v;
+        c->capmulti = cap;
+      }
+    }
+  }
+  if (nev > 0) {
+    aa__multi *m = &c->multi[c->nmulti++];
+    m->b = b;
+    m->ev = evs;
+    m->nev = nev;
+    b.s->nfree++;
+    b.s->npending++;
+    c->nfree++;
+    c->npending++;
+    atomic_fetch_sub_explicit(&pool->out_bytes, b.s->block_size, AA__RLX);
+    pthread_mutex_unlock(&c->mu);
+    return AA_OK;
+  }
+  if (tc && atomic_load_explicit(&c->state, AA__RLX) == AA__CLS_ACTIVE) {
+    aa__bin *bin = &tc->bins[b.s->cls];
+    bin_sync(pool, tc, bin, c);
+    if (bin->n > 0 && bin->stream != stream)
+      bin_flush_n(pool, tc, bin, c, bin->n);
+    if (bin->lim > 0) {
+      if (bin->n >= bin->lim)
+        bin_flush_n(pool, tc, bin, c, (bin->n + 1) / 2);
+      if (tc->cached_bytes + bin->bsize > pool->cfg.tcache_bytes)
+        bin_flush_n(pool, tc, bin, c, bin->n);
+      if (tc->cached_bytes + bin->bsize <= pool->cfg.tcache_bytes && bin->n < bin->lim) {
+        bin->items[bin->n++] = b;
+        bin->stream = stream;
+        tc->cached_bytes += bin->bsize;
+        pthread_mutex_unlock(&c->mu);
+        return AA_OK;
+      }
+    }
+  }
+  central_push(pool, c, &b, 1, stream);
+  pthread_mutex_unlock(&c->mu);
+  return AA_OK;
+}
+
+int aa_free(aa_pool *pool, void *ptr, size_t size, aa_stream stream) {
+  if (ptr == NULL)
+    return AA_OK;
+  if (AA__UNLIKELY(pool == NULL))
+    return AA_EINVAL;
+  uintptr_t p = (uintptr_t)ptr;
+  aa__span *sp = aa__pm_lookup(&pool->map, p);
+  if (AA__UNLIKELY(sp == NULL)) {
+    aa__misuse(pool, AA_MISUSE_FOREIGN, ptr, size, "pointer not owned by this pool");
+    return AA_EINVAL;
+  }
+  if (sp->kind != AA__SPAN_SLAB)
+    return aa__large_free(pool, (aa__seg *)sp, ptr, size, stream);
+  aa__slab *s = (aa__slab *)sp;
+  uintptr_t off = p - s->h.base;
+  uint32_t idx = slab_index(s, off);
+  if (AA__UNLIKELY(idx >= s->nblocks)) {
+    aa__misuse(pool, AA_MISUSE_FOREIGN, ptr, size, "pointer in a slab's unused tail");
+    return AA_EINVAL;
+  }
+  if (AA__UNLIKELY((uintptr_t)idx * s->block_size != off)) {
+    aa__misuse(pool, AA_MISUSE_INTERIOR, ptr, size, "pointer inside a block, not at its start");
+    return AA_EINVAL;
+  }
+  uint8_t st = atomic_load_explicit(&s->state[idx], AA__RLX);
+  if (AA__UNLIKELY((st & AA__BLK_USED) == 0)) {
+    aa__misuse(pool, AA_MISUSE_DOUBLE_FREE, ptr, size, "block already free");
+    return AA_EINVAL;
+  }
+  uint32_t rq = atomic_load_explicit(&s->req[idx], AA__RLX);
+  if (AA__UNLIKELY(size != 0 && size != rq)) {
+    aa__misuse(pool, AA_MISUSE_BAD_SIZE, ptr, size, "size differs from the size allocated");
+    return AA_EINVAL;
+  }
+  atomic_store_explicit(&s->state[idx], AA__BLK_FREE, AA__RLX);
+  aa__blk b = {s, idx};
+  uint32_t k = s->cls;
+  aa__thread *thr = tl_thr;
+  aa__tcache *tc = NULL;
+  if (AA__LIKELY(thr != NULL && pool->slot >= 0)) {
+    tc = atomic_load_explicit(&thr->caches[pool->slot], AA__RLX);
+    if (AA__LIKELY(tc != NULL && st == AA__BLK_USED &&
+                   tc->epoch == atomic_load_explicit(&pool->epoch, AA__RLX))) {
+      aa__bin *bin = &tc->bins[k];
+      if (AA__LIKELY(bin->n < bin->lim && bin->stream == stream &&
+                     tc->cached_bytes + bin->bsize <= pool->cfg.tcache_bytes &&
+                     bin->gen == atomic_load_explicit(&pool->classes[k].gen, AA__RLX))) {
+        bin->items[bin->n++] = b;
+        tc->cached_bytes += bin->bsize;
+        aa__cadd(&bin->frees, 1);
+        aa__cadd(&bin->req_sub, rq);
+        if (AA__UNLIKELY(atomic_load_explicit(&pool->trace, AA__RLX) != NULL) &&
+            atomic_load_explicit(&pool->telemetry, AA__RLX))
+          aa__trace(pool, 'f', ptr, size, stream);
+        return AA_OK;
+      }
+    }
+  }
+  if (tc == NULL)
+    tc = aa__tcache_get(pool);
+  if (tc && tc->epoch != atomic_load_explicit(&pool->epoch, AA__RLX))
+    tcache_sync(tc);
+  count_free(pool, tc, k, rq);
+  free_slow(pool, tc, b, stream, (st & AA__BLK_RECORDED) != 0);
+  if (AA__UNLIKELY(atomic_load_explicit(&pool->trace, AA__RLX) != NULL) &&
+      atomic_load_explicit(&pool->telemetry, AA__RLX))
+    aa__trace(pool, 'f', ptr, size, stream);
+  return AA_OK;
+}
+
+/* ------------------------------------------------------------ others */
+
+int aa_record_stream(aa_pool *pool, void *ptr, aa_stream stream) {
+  if (pool == NULL || ptr == NULL)
+    return AA_EINVAL;
+  uintptr_t p = (uintptr_t)ptr;
+  aa__span *sp = aa__pm_lookup(&pool->map, p);
+  if (sp == NULL)
+    return AA_EINVAL;
+  if (sp->kind != AA__SPAN_SLAB)
+    return aa__large_record(pool, (aa__seg *)sp, ptr, stream);
+  aa__slab *s = (aa__slab *)sp;
+  uintptr_t off = p - s->h.base;
+  uint32_t idx = slab_index(s, off);
+  if (idx >= s->nblocks || (uintptr_t)idx * s->block_size != off)
+    return AA_EINVAL;
+  if ((atomic_load_explicit(&s->state[idx], AA__RLX) & AA__BLK_USED) == 0)
+    return AA_EINVAL;
+  if (!pool->has_events)
+    return AA_OK;
+  int rc = AA_OK;
+  size_t h = (p >> 9) & (AA__RS_BUCKETS - 1);
+  pthread_mutex_lock(&pool->rs_mu);
+  aa__rsrec *r = pool->rs[h];
+  while (r && r->p != ptr)
+    r = r->next;
+  if (r == NULL) {
+    r = calloc(1, sizeof *r);
+    if (r == NULL) {
+      rc = AA_ENOMEM;
+      goto out;
+    }
+    r->p = ptr;
+    r->next = pool->rs[h];
+    pool->rs[h] = r;
+  }
+  for (uint32_t i = 0; i < r->n; i++) {
+    if (r->s[i] == stream)
+      goto out;
+  }
+  aa_stream *v = realloc(r->s, (size_t)(r->n + 1) * sizeof *v);
+  if (v == NULL) {
+    rc = AA_ENOMEM;
+    goto out;
+  }
+  r->s = v;
+  r->s[r->n++] = stream;
+  atomic_store_explicit(&s->state[idx], AA__BLK_USED | AA__BLK_RECORDED, AA__RLX);
+out:
+  pthread_mutex_unlock(&pool->rs_mu);
+  return rc;
+}
+
+size_t aa_block_size(aa_pool *pool, const void *ptr) {
+  if (pool == NULL || ptr == NULL)
+    return 0;
+  uintptr_t p = (uintptr_t)ptr;
+  aa__span *sp = aa__pm_lookup(&pool->map, p);
+  if (sp == NULL)
+    return 0;
+  if (sp->kind != AA__SPAN_SLAB)
+    return aa__large_block_size(pool, (aa__seg *)sp, ptr);
+  aa__slab *s = (aa__slab *)sp;
+  uint32_t idx = slab_index(s, p - s->h.base);
+  if (idx >= s->nblocks)
+    return 0;
+  return s->block_size;
+}
+
+/* Frees record_stream records at destroy. */
+void aa__rs_destroy(aa_pool *pool) {
+  if (pool->rs == NULL)
+    return;
+  for (size_t i = 0; i < AA__RS_BUCKETS; i++) {
+    aa__rsrec *r = pool->rs[i];
+    while (r) {
+      aa__rsrec *n = r->next;
+      free(r->s);
+      free(r);
+      r = n;
+    }
+  }
+  free(pool->rs);
+  pool->rs = NULL;
+}
+
+/* Flushes the calling thread's cache of this pool (aa_pool_release). */
+void aa__tcache_flush_mine(aa_pool *pool) {
+  aa__thread *thr = tl_thr;
+  if (thr == NULL || pool->slot < 0)
+    return;
+  aa__tcache *tc = atomic_load_explicit(&thr->caches[pool->slot], AA__RLX);
+  if (tc)
+    aa__tcache_flush_all(tc);
+}

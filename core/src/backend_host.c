@@ -1,0 +1,222 @@
+/*
+ * backend_host.c — the host backend (mmap/munmap) and aa_backend_destroy.
+ *
+ * Entry points: aa_backend_host_new, aa_backend_host_fail_nth (fault
+ * injection: fail the nth alloc call), aa_backend_host_hold_events (keep
+ * recorded events pending so tests can observe stream-ordered reuse),
+ * aa_backend_host_counts, aa_backend_host_event_counts.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#include "core_internal.h"
+
+typedef struct host_event {
+  struct host_event *next, *prev;
+  int pending;
+} host_event;
+
+typedef struct host_ctx {
+  pthread_mutex_t mu;
+  _Atomic uint64_t calls;   /* alloc calls seen (for fail_nth) */
+  _Atomic uint64_t fail_at; /* 0 = off */
+  _Atomic bool fail_every;
+  _Atomic uint64_t allocs, frees, bytes_mapped;
+  _Atomic uint64_t ev_recorded;
+  bool hold;          /* under mu */
+  host_event *events; /* outstanding (recorded, not released), under mu */
+  uint64_t ev_outstanding;
+} host_ctx;
+
+static int host_alloc(aa_backend *b, size_t size, void **out) {
+  host_ctx *h = b->ctx;
+  *out = NULL;
+  if (size == 0 || size % 4096 != 0)
+    return AA_EINVAL;
+  uint64_t c = atomic_fetch_add(&h->calls, 1) + 1;
+  uint64_t at = atomic_load(&h->fail_at);
+  if (at != 0 && (c == at || (c > at && atomic_load(&h->fail_every))))
+    return AA_ENOMEM;
+  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    return AA_ENOMEM;
+  atomic_fetch_add(&h->allocs, 1);
+  atomic_fetch_add(&h->bytes_mapped, size);
+  *out = p;
+  return AA_OK;
+}
+
+static void host_free(aa_backend *b, void *ptr, size_t size) {
+  host_ctx *h = b->ctx;
+  if (ptr == NULL)
+    return;
+  munmap(ptr, size);
+  atomic_fetch_add(&h->frees, 1);
+  atomic_fetch_sub(&h->bytes_mapped, size);
+}
+
+static int host_event_record(aa_backend *b, aa_stream stream, void **event_out) {
+  host_ctx *h = b->ctx;
+  (void)stream;
+  *event_out = NULL;
+  host_event *e = calloc(1, sizeof *e);
+  if (e == NULL)
+    return AA_ENOMEM;
+  pthread_mutex_lock(&h->mu);
+  e->pending = h->hold;
+  e->next = h->events;
+  if (h->events)
+    h->events->prev = e;
+  h->events = e;
+  h->ev_outstanding++;
+  pthread_mutex_unlock(&h->mu);
+  atomic_fetch_add(&h->ev_recorded, 1);
+  *event_out = e;
+  return AA_OK;
+}
+
+static int host_event_query(aa_backend *b, void *event) {
+  host_ctx *h = b->ctx;
+  host_event *e = event;
+  if (e == NULL)
+    return AA_EINVAL;
+  pthread_mutex_lock(&h->mu);
+  int pending = e->pending;
+  pthread_mutex_unlock(&h->mu);
+  return pending ? AA_EAGAIN : AA_OK;
+}
+
+static void host_event_release(aa_backend *b, void *event) {
+  host_ctx *h = b->ctx;
+  host_event *e = event;
+  if (e == NULL)
+    return;
+  pthread_mutex_lock(&h->mu);
+  if (e->prev)
+    e->prev->next = e->next;
+  else
+    h->events = e->next;
+  if (e->next)
+    e->next->prev = e->prev;
+  h->ev_outstanding--;
+  pthread_mutex_unlock(&h->mu);
+  free(e);
+}
+
+static int host_synchronize(aa_backend *b) {
+  (void)b; /* host memory has no queued work; held events stay held */
+  return AA_OK;
+}
+
+static void host_destroy(aa_backend *b) {
+  host_ctx *h = b->ctx;
+  host_event *e = h->events;
+  while (e) {
+    host_event *n = e->next;
+    free(e);
+    e = n;
+  }
+  pthread_mutex_destroy(&h->mu);
+  free(h);
+  free(b);
+}
+
+static const aa_backend_ops host_ops = {
+    .alloc = host_alloc,
+    .free = host_free,
+    .event_record = host_event_record,
+    .event_query = host_event_query,
+    .event_release = host_event_release,
+    .synchronize = host_synchronize,
+    .destroy = host_destroy,
+};
+
+int aa_backend_host_new(aa_backend **out) {
+  int rc = AA_ENOMEM;
+  aa_backend *b = NULL;
+  host_ctx *h = NULL;
+  if (out == NULL)
+    return AA_EINVAL;
+  *out = NULL;
+  b = calloc(1, sizeof *b);
+  if (b == NULL)
+    goto fail;
+  h = calloc(1, sizeof *h);
+  if (h == NULL)
+    goto fail;
+  if (pthread_mutex_init(&h->mu, NULL) != 0)
+    goto fail;
+  b->ops = &host_ops;
+  b->ctx = h;
+  b->kind = AA_BACKEND_HOST;
+  b->device = -1;
+  b->name = "host";
+  *out = b;
+  return AA_OK;
+fail:
+  free(h);
+  free(b);
+  return rc;
+}
+
+static host_ctx *host_of(const aa_backend *b) {
+  if (b == NULL || b->ops != &host_ops)
+    return NULL;
+  return b->ctx;
+}
+
+void aa_backend_host_fail_nth(aa_backend *b, uint64_t n, bool every) {
+  host_ctx *h = host_of(b);
+  if (h == NULL)
+    return;
+  atomic_store(&h->fail_every, every);
+  atomic_store(&h->fail_at, n == 0 ? 0 : atomic_load(&h->calls) + n);
+}
+
+void aa_backend_host_hold_events(aa_backend *b, bool hold) {
+  host_ctx *h = host_of(b);
+  if (h == NULL)
+    return;
+  pthread_mutex_lock(&h->mu);
+  h->hold = hold;
+  if (!hold) {
+    for (host_event *e = h->events; e; e = e->next)
+      e->pending = 0;
+  }
+  pthread_mutex_unlock(&h->mu);
+}
+
+void aa_backend_host_counts(const aa_backend *b, uint64_t *allocs, uint64_t *frees,
+                            uint64_t *bytes_mapped) {
+  host_ctx *h = host_of(b);
+  if (allocs)
+    *allocs = h ? atomic_load(&h->allocs) : 0;
+  if (frees)
+    *frees = h ? atomic_load(&h->frees) : 0;
+  if (bytes_mapped)
+    *bytes_mapped = h ? atomic_load(&h->bytes_mapped) : 0;
+}
+
+void aa_backend_host_event_counts(const aa_backend *b, uint64_t *recorded,
+                                  uint64_t *outstanding) {
+  host_ctx *h = host_of(b);
+  if (recorded)
+    *recorded = h ? atomic_load(&h->ev_recorded) : 0;
+  if (outstanding) {
+    *outstanding = 0;
+    if (h) {
+      pthread_mutex_lock(&h->mu);
+      *outstanding = h->ev_outstanding;
+      pthread_mutex_unlock(&h->mu);
+    }
+  }
+}
+
+void aa_backend_destroy(aa_backend *b) {
+  if (b == NULL || b->ops == NULL || b->ops->destroy == NULL)
+    return;
+  b->ops->destroy(b);
+}

@@ -1,0 +1,378 @@
+/*
+ * core_internal.h — private types of the allocator core, shared by the files
+ * in core/src/. Nothing here is public; names shared across files are aa__.
+ *
+ * Glossary (outermost first; docs/core.md has the full design):
+ *   pool     -> class table (AA_MAX_CLASSES fixed slots, a size->slot table)
+ *            -> per class: central free lists (per stream), slabs
+ *            -> slab: one backend region carved into equal blocks; its header
+ *               (state byte + requested size per block) lives on the host
+ *            -> block: what aa_alloc returns; never read or written by us
+ *   tcache   one per (thread, pool): a bounded stack of free blocks per class,
+ *            tagged by stream, plus this thread's counters. Touched only by
+ *            its owner thread without locks or atomic RMW.
+ *   span     what the page map points at: a slab or a large segment.
+ *   pagemap  two-level radix map from address>>16 (64 KiB granules) to spans;
+ *            free finds its slab in O(1) through it.
+ *   large    requests above max_small: segments split/coalesced best-fit.
+ *
+ * Locks (outer before inner): g_mu (thread registry, global) -> pool->class_mu
+ * (class-table changes) -> pool->tc_mu (tcache list) -> class->mu -> pool->map_mu.
+ * pool->large_mu is taken alone (or after class locks in the release path);
+ * backend calls may be made under class->mu or large_mu.
+ */
+#ifndef AA_CORE_INTERNAL_H
+#define AA_CORE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "adaptalloc/core.h"
+
+/* ------------------------------------------------------------ assertions */
+#ifndef AA_DEBUG
+#define AA_DEBUG 1
+#endif
+
+void aa__assert_fail(const char *expr, const char *file, int line);
+
+#if AA_DEBUG >= 1
+#define aa__assert(e) ((e) ? (void)0 : aa__assert_fail(#e, __FILE__, __LINE__))
+#else
+#define aa__assert(e) ((void)0)
+#endif
+#if AA_DEBUG >= 2
+#define aa__assert_internal(e) aa__assert(e)
+#else
+#define aa__assert_internal(e) ((void)0)
+#endif
+#if AA_DEBUG >= 3
+#define aa__assert_expensive(e) aa__assert(e)
+#else
+#define aa__assert_expensive(e) ((void)0)
+#endif
+
+#define AA__LIKELY(x) __builtin_expect(!!(x), 1)
+#define AA__UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* Relaxed atomics for per-thread counters: a load and a store by the owner
+ * (plain mov/add), loads by readers. No read-modify-write. */
+#define AA__RLX memory_order_relaxed
+static inline void aa__cadd(_Atomic uint64_t *c, uint64_t v) {
+  atomic_store_explicit(c, atomic_load_explicit(c, AA__RLX) + v, AA__RLX);
+}
+static inline uint64_t aa__cget(const _Atomic uint64_t *c) {
+  return atomic_load_explicit((_Atomic uint64_t *)c, AA__RLX);
+}
+static inline void aa__atomic_max(_Atomic uint64_t *m, uint64_t v) {
+  uint64_t cur = atomic_load_explicit(m, AA__RLX);
+  while (cur < v && !atomic_compare_exchange_weak_explicit(m, &cur, v, AA__RLX, AA__RLX)) {
+  }
+}
+
+/* ------------------------------------------------------------ constants */
+#define AA__GRANULE_SHIFT 16 /* page map granule: 64 KiB */
+#define AA__GRANULE ((size_t)1 << AA__GRANULE_SHIFT)
+#define AA__ADDR_BITS 48
+#define AA__LEAF_BITS 14
+#define AA__ROOT_BITS (AA__ADDR_BITS - AA__GRANULE_SHIFT - AA__LEAF_BITS)
+#define AA__MAX_POOL_SLOTS 64 /* pools with thread caches at one time */
+#define AA__HH_SLOTS 256      /* per-thread heavy-hitter table (power of 2) */
+#define AA__LARGE_ALIGN ((size_t)4096)
+#define AA__LARGE_SEG ((size_t)2 << 20) /* segments rounded to 2 MiB */
+#define AA__LARGE_BINS 96
+#define AA__RS_BUCKETS 1024
+
+/* Block states (one byte per block in the slab header). */
+enum { AA__BLK_FREE = 0, AA__BLK_USED = 1, AA__BLK_RECORDED = 2 /* flag: record_stream */ };
+
+/* Class slot states. */
+enum { AA__CLS_EMPTY = 0, AA__CLS_ACTIVE = 1, AA__CLS_RETIRING = 2 };
+
+/* ------------------------------------------------------------ spans */
+enum { AA__SPAN_SLAB = 1, AA__SPAN_LARGE = 2 };
+
+typedef struct aa__span {
+  uintptr_t base, end; /* [base, end), end - base a multiple of 64 KiB */
+  int kind;
+} aa__span;
+
+typedef struct aa__slab aa__slab;
+
+/* A free block as the lists hold it: the address and its slab. */
+typedef struct aa__blk {
+  aa__slab *s;
+  uint32_t idx;
+} aa__blk;
+
+/* A growable stack of free blocks. */
+typedef struct aa__blist {
+  aa__blk *v;
+  uint32_t n, cap;
+} aa__blist;
+
+struct aa__slab {
+  aa__span h;
+  aa__slab *next, *prev; /* the class's slab list */
+  uint32_t cls;          /* class slot (immutable while the slab lives) */
+  uint32_t nblocks;
+  size_t block_size;
+  uint64_t div_magic; /* (off>>9) * magic >> 42 == block index */
+  uint32_t nfree;     /* blocks of this slab in central lists (incl. pending) */
+  uint32_t npending;  /* of which waiting for stream events */
+  int dying;          /* marked for release (class_release) */
+  _Atomic uint8_t *state; /* per block AA__BLK_* */
+  _Atomic uint32_t *req;  /* per block requested size */
+};
+
+/* Blocks freed on one stream. fresh: no event yet (usable on `stream` only).
+ * infl: an event (ev) was recorded on `stream` after they were freed; usable
+ * on `stream`, and on any stream once ev completes. */
+typedef struct aa__slist {
+  aa_stream stream;
+  aa__blist fresh;
+  aa__blist infl;
+  void *ev;
+} aa__slist;
+
+/* A block freed with record_stream'd extra streams: usable anywhere once
+ * every event completed. */
+typedef struct aa__multi {
+  aa__blk b;
+  uint32_t nev;
+  void **ev;
+} aa__multi;
+
+typedef struct aa__class {
+  pthread_mutex_t mu;
+  _Atomic uint32_t state; /* AA__CLS_* */
+  _Atomic uint32_t gen;   /* bumped by every change to this slot */
+  _Atomic size_t block_size;
+  _Atomic uint32_t cache_limit; /* 0 = pool default */
+  _Atomic uint32_t prefill;
+  /* under mu: */
+  uint32_t nblocks; /* blocks per slab */
+  uint64_t div_magic;
+  aa__slab *slabs; /* all slabs of this class */
+  uint64_t nslabs;
+  uint64_t nfree;    /* blocks in central lists (incl. pending) */
+  uint64_t npending; /* blocks waiting on events */
+  uint64_t peak_out; /* high-water of blocks out of the central lists */
+  aa__blist any;     /* usable on every stream */
+  aa__slist *sl;     /* per-stream lists */
+  uint32_t nsl, capsl;
+  aa__multi *multi;
+  uint32_t nmulti, capmulti;
+} aa__class;
+
+/* One bin of a thread cache: free blocks of one class, all freed on (or
+ * refilled for) `stream`. */
+typedef struct aa__bin {
+  uint32_t n, lim, cap, gen;
+  size_t bsize;
+  aa_stream stream;
+  aa__blk *items;
+  /* this thread's counters for the class */
+  _Atomic uint64_t allocs, frees, hits, misses, req_add, req_sub;
+} aa__bin;
+
+typedef struct aa__hh_slot {
+  _Atomic uint64_t size, count;
+} aa__hh_slot;
+
+typedef struct aa__thread aa__thread;
+
+typedef struct aa__tcache {
+  aa_pool *pool;
+  aa__thread *thr;
+  struct aa__tcache *next, *prev; /* pool's tcache list (tc_mu) */
+  uint32_t epoch;
+  size_t cached_bytes;
+  uint64_t tid;
+  _Atomic uint64_t large_allocs, large_frees;
+  _Atomic uint64_t hist[AA_HIST_BUCKETS];
+  aa__hh_slot hh[AA__HH_SLOTS];
+  aa__bin bins[AA_MAX_CLASSES];
+} aa__tcache;
+
+struct aa__thread {
+  _Atomic(aa__tcache *) caches[AA__MAX_POOL_SLOTS];
+  uint64_t tid;
+};
+
+/* Counters folded from dead threads (and from the no-tcache path). */
+typedef struct aa__ccount {
+  _Atomic uint64_t allocs, frees, hits, misses, req_add, req_sub;
+} aa__ccount;
+
+/* Counter baselines of a slot (its counts before the current class moved
+ * in), and the totals of classes that left; under tc_mu. */
+typedef struct aa__cbase {
+  uint64_t frees, hits, misses, req_add, req_sub;
+} aa__cbase;
+
+/* The large path. */
+typedef struct aa__chunk aa__chunk;
+typedef struct aa__seg {
+  aa__span h;
+  aa__chunk *first;
+  struct aa__seg *next, *prev;
+} aa__seg;
+
+struct aa__chunk {
+  aa__seg *seg;
+  uintptr_t base;
+  size_t size;
+  size_t req;
+  aa__chunk *prev, *next;   /* address order within the segment */
+  aa__chunk *fnext, *fprev; /* free bin list */
+  aa__chunk *hnext;         /* live-chunk hash chain */
+  int free;
+  int any;          /* free: usable on every stream */
+  aa_stream stream; /* free: the stream it was freed on */
+  void *ev;         /* free, !any: event recorded on stream, or NULL */
+  void **xev;       /* free: record_stream events, all must complete */
+  uint32_t nxev;
+  aa_stream *xs; /* live: record_stream'd extra streams */
+  uint32_t nxs;
+};
+
+typedef struct aa__trace_cb {
+  aa_trace_fn fn;
+  void *user;
+  struct aa__trace_cb *older;
+} aa__trace_cb;
+
+typedef struct aa__rsrec {
+  void *p;
+  aa_stream *s;
+  uint32_t n;
+  struct aa__rsrec *next;
+} aa__rsrec;
+
+typedef struct aa__pagemap {
+  _Atomic(struct aa__pm_entry *) *root;
+} aa__pagemap;
+
+typedef struct aa__pm_entry {
+  _Atomic(aa__span *) lo; /* span covering the granule's first byte */
+  _Atomic(aa__span *) hi; /* span starting inside the granule */
+} aa__pm_entry;
+
+struct aa_pool {
+  char name[32];
+  aa_backend *backend;
+  aa_pool_config cfg; /* normalised copy (name points at this->name) */
+  int slot;           /* thread-cache slot, -1 = none */
+  uint64_t id;
+  bool has_events;
+
+  _Atomic uint32_t epoch;
+  _Atomic uint8_t *size2cls; /* index (size-1)>>9 */
+  size_t ntable;
+  _Atomic uint64_t table_version;
+  pthread_mutex_t class_mu;
+  aa__class classes[AA_MAX_CLASSES];
+
+  pthread_mutex_t map_mu;
+  aa__pagemap map;
+
+  /* tcaches */
+  pthread_mutex_t tc_mu;
+  aa__tcache *tcaches;
+  aa__ccount dead[AA_MAX_CLASSES];
+  aa__cbase base[AA_MAX_CLASSES];
+  aa__cbase retired;
+  _Atomic uint64_t dead_hist[AA_HIST_BUCKETS];
+  aa__hh_slot *dead_hh; /* merged table of dead threads, AA__HH_SLOTS*4 */
+  size_t dead_hh_n;
+  uint64_t dead_large_allocs, dead_large_frees;
+
+  /* pool-level counters (slow paths, atomic RMW) */
+  _Atomic uint64_t bytes_reserved, peak_reserved;
+  _Atomic uint64_t out_bytes, peak_out_bytes;
+  _Atomic uint64_t backend_allocs, backend_frees, backend_failures;
+  _Atomic uint64_t ooms, oom_retries, invalid_frees;
+  _Atomic size_t limit;
+  _Atomic bool telemetry;
+  _Atomic(aa__trace_cb *) trace;
+  aa__trace_cb *trace_all; /* every record ever set (class_mu) */
+
+  /* record_stream of small blocks */
+  pthread_mutex_t rs_mu;
+  aa__rsrec **rs; /* AA__RS_BUCKETS chains */
+
+  /* large path */
+  pthread_mutex_t large_mu;
+  aa__seg *segs;
+  aa__chunk *lbins[AA__LARGE_BINS];
+  aa__chunk **lhash;
+  size_t lhash_cap, lhash_n;
+  uint64_t large_in_use, large_reserved, large_free_bytes, nsegs;
+  uint64_t large_req;
+  uint64_t large_allocs, large_frees;
+};
+
+/* ------------------------------------------------------------ functions */
+/* pagemap.c */
+int aa__pm_init(aa__pagemap *m);
+void aa__pm_fini(aa__pagemap *m);
+int aa__pm_insert(aa_pool *pool, aa__span *s);
+void aa__pm_remove(aa_pool *pool, aa__span *s);
+static inline aa__span *aa__pm_lookup(const aa__pagemap *m, uintptr_t p) {
+  if (AA__UNLIKELY(p >> AA__ADDR_BITS))
+    return NULL;
+  uintptr_t g = p >> AA__GRANULE_SHIFT;
+  aa__pm_entry *leaf = atomic_load_explicit(&m->root[g >> AA__LEAF_BITS], memory_order_acquire);
+  if (AA__UNLIKELY(leaf == NULL))
+    return NULL;
+  aa__pm_entry *e = &leaf[g & (((uintptr_t)1 << AA__LEAF_BITS) - 1)];
+  aa__span *lo = atomic_load_explicit(&e->lo, memory_order_acquire);
+  if (lo && p < lo->end)
+    return lo;
+  aa__span *hi = atomic_load_explicit(&e->hi, memory_order_acquire);
+  if (hi && p >= hi->base)
+    return hi;
+  return NULL;
+}
+
+/* pool.c: backend calls with accounting, limit and counters */
+int aa__backend_alloc(aa_pool *pool, size_t size, void **out);
+void aa__backend_free(aa_pool *pool, void *p, size_t size);
+size_t aa__release_cached(aa_pool *pool, bool sync);
+void aa__misuse(aa_pool *pool, aa_misuse what, const void *ptr, size_t size, const char *msg);
+void aa__fill_table(aa_pool *pool);
+uint64_t aa__pool_in_use(aa_pool *pool);
+void aa__slot_rebase(aa_pool *pool, int slot);
+uint64_t aa__thread_id(void);
+
+/* alloc.c */
+void *aa__small_alloc_slow(aa_pool *pool, size_t size, aa_stream stream);
+size_t aa__class_release(aa_pool *pool, aa__class *c, size_t want, bool keep_prefill);
+void aa__class_destroy(aa_pool *pool, aa__class *c);
+int aa__class_prefill(aa_pool *pool, aa__class *c);
+void aa__tcache_flush_all(aa__tcache *tc);
+aa__tcache *aa__tcache_get(aa_pool *pool);
+void aa__pool_drop_tcaches(aa_pool *pool);
+void aa__slot_acquire(aa_pool *pool);
+void aa__rs_destroy(aa_pool *pool);
+void aa__tcache_flush_mine(aa_pool *pool);
+void aa__retire_check(aa_pool *pool, aa__class *c);
+void aa__hh_add(aa__hh_slot *t, size_t nslots, uint64_t size, uint64_t count);
+void aa__telemetry_alloc(aa_pool *pool, aa__tcache *tc, void *p, size_t size, aa_stream s);
+void aa__trace(aa_pool *pool, char op, const void *p, size_t size, aa_stream s);
+int aa__events_done(aa_pool *pool, void **ev, uint32_t *n);
+
+/* large.c */
+void *aa__large_alloc(aa_pool *pool, size_t size, aa_stream stream);
+int aa__large_free(aa_pool *pool, aa__seg *seg, void *p, size_t size, aa_stream stream);
+size_t aa__large_block_size(aa_pool *pool, aa__seg *seg, const void *p);
+int aa__large_record(aa_pool *pool, aa__seg *seg, void *p, aa_stream stream);
+size_t aa__large_release(aa_pool *pool, size_t want);
+void aa__large_destroy(aa_pool *pool);
+void aa__large_stats(aa_pool *pool, uint64_t *in_use, uint64_t *reserved, uint64_t *segs,
+                     uint64_t *req);
+
+#endif /* AA_CORE_INTERNAL_H */

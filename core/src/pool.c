@@ -1,0 +1,579 @@
+/*
+ * pool.c — pool life cycle and the class table.
+ *
+ * Entry points: aa_pool_config_init, aa_pool_new, aa_pool_destroy; the class
+ * table API (aa_pool_classes, aa_pool_class_add/retire/set,
+ * aa_pool_set_classes); aa_pool_release / aa_pool_trim; the setters.
+ * Also the accounting wrapper around backend calls (limit_bytes, counters)
+ * and the misuse reporter used by the free paths.
+ *
+ * Class-table changes are serialised by pool->class_mu. The size->slot table
+ * is rewritten entry by entry with atomic stores *before* a retiring slot is
+ * marked, so that a thread that sees a slot retiring and looks again finds a
+ * live class. Every change to a slot bumps its gen (thread-cache bins resync)
+ * and the pool epoch (thread caches look at stale bins on next touch).
+ */
+#include <string.h>
+
+#include "core_internal.h"
+
+void aa__assert_fail(const char *expr, const char *file, int line) {
+  fprintf(stderr, "adaptalloc: assertion failed: %s (%s:%d)\n", expr, file, line);
+  abort();
+}
+
+/* ------------------------------------------------------------ backend calls */
+
+int aa__backend_alloc(aa_pool *pool, size_t size, void **out) {
+  *out = NULL;
+  size_t lim = atomic_load_explicit(&pool->limit, AA__RLX);
+  if (lim != 0 && atomic_load_explicit(&pool->bytes_reserved, AA__RLX) + size > lim)
+    return AA_ELIMIT;
+  int rc = pool->backend->ops->alloc(pool->backend, size, out);
+  if (rc != AA_OK || *out == NULL) {
+    *out = NULL;
+    atomic_fetch_add_explicit(&pool->backend_failures, 1, AA__RLX);
+    return rc != AA_OK ? rc : AA_EBACKEND;
+  }
+  atomic_fetch_add_explicit(&pool->backend_allocs, 1, AA__RLX);
+  uint64_t r = atomic_fetch_add_explicit(&pool->bytes_reserved, size, AA__RLX) + size;
+  aa__atomic_max(&pool->peak_reserved, r);
+  return AA_OK;
+}
+
+void aa__backend_free(aa_pool *pool, void *p, size_t size) {
+  pool->backend->ops->free(pool->backend, p, size);
+  atomic_fetch_add_explicit(&pool->backend_frees, 1, AA__RLX);
+  atomic_fetch_sub_explicit(&pool->bytes_reserved, size, AA__RLX);
+}
+
+void aa__misuse(aa_pool *pool, aa_misuse what, const void *ptr, size_t size, const char *msg) {
+  atomic_fetch_add_explicit(&pool->invalid_frees, 1, AA__RLX);
+  if (pool->cfg.on_error)
+    pool->cfg.on_error(pool->cfg.on_error_user, pool, what, ptr, size, msg);
+}
+
+/* ------------------------------------------------------------ config */
+
+void aa_pool_config_init(aa_pool_config *cfg) {
+  if (cfg == NULL)
+    return;
+  memset(cfg, 0, sizeof *cfg);
+  cfg->version = AA_POOL_CONFIG_VERSION;
+  cfg->name = "pool";
+  cfg->slab_size = (size_t)2 << 20;
+  cfg->min_block = 512;
+  cfg->max_small = (size_t)1 << 20;
+  cfg->classes_per_doubling = 4;
+  cfg->tcache_blocks = 32;
+  cfg->tcache_bytes = (size_t)4 << 20;
+  cfg->large_mode = AA_LARGE_CACHE;
+  cfg->large_cache_bytes = 0;
+  cfg->limit_bytes = 0;
+  cfg->telemetry = true;
+}
+
+#define MAX_SLAB ((size_t)1 << 30)
+#define MAX_SMALL_LIMIT ((size_t)256 << 20)
+
+static int normalise(const aa_pool_config *in, aa_pool_config *c) {
+  *c = *in;
+  if (c->slab_size == 0)
+    c->slab_size = (size_t)2 << 20;
+  if (c->min_block == 0)
+    c->min_block = 512;
+  if (c->max_small == 0)
+    c->max_small = (size_t)1 << 20;
+  if (c->classes_per_doubling == 0)
+    c->classes_per_doubling = 4;
+  if (c->slab_size % AA__GRANULE != 0 || c->slab_size > MAX_SLAB)
+    return AA_EINVAL;
+  if (c->min_block % AA_BLOCK_ALIGN != 0 || c->max_small % AA_BLOCK_ALIGN != 0 ||
+      c->min_block > c->max_small || c->max_small > c->slab_size ||
+      c->max_small > MAX_SMALL_LIMIT)
+    return AA_EINVAL;
+  if (c->classes_per_doubling > 16 || c->tcache_blocks > 65536)
+    return AA_EINVAL;
+  if (c->large_mode != AA_LARGE_CACHE && c->large_mode != AA_LARGE_PASSTHROUGH)
+    return AA_EINVAL;
+  return AA_OK;
+}
+
+/* The default ladder: min_block, then steps of a 1/cpd of the current power
+ * of two rounded up to 512, ending exactly at max_small. */
+static int ladder(const aa_pool_config *c, size_t *out, size_t *n) {
+  size_t k = 0;
+  size_t s = c->min_block;
+  while (s < c->max_small) {
+    if (k == AA_MAX_CLASSES - 1)
+      return AA_EINVAL;
+    out[k++] = s;
+    size_t p2 = 1;
+    while (p2 * 2 <= s)
+      p2 *= 2;
+    size_t step = p2 / c->classes_per_doubling;
+    size_t next = (s + step + AA_BLOCK_ALIGN - 1) / AA_BLOCK_ALIGN * AA_BLOCK_ALIGN;
+    if (next <= s)
+      next = s + AA_BLOCK_ALIGN;
+    s = next;
+  }
+  out[k++] = c->max_small;
+  *n = k;
+  return AA_OK;
+}
+
+/* ------------------------------------------------------------ class slots */
+
+static uint64_t magic_of(size_t bs) {
+  uint64_t d = bs >> 9;
+  return (((uint64_t)1 << 42) + d - 1) / d;
+}
+
+/* Makes slot c hold a class. Under class_mu; takes c->mu. */
+static void slot_activate(aa_pool *pool, aa__class *c, const aa_class_spec *spec) {
+  if (atomic_load_explicit(&c->state, AA__RLX) == AA__CLS_EMPTY)
+    aa__slot_rebase(pool, (int)(c - pool->classes)); /* counts start at 0 */
+  pthread_mutex_lock(&c->mu);
+  if (atomic_load_explicit(&c->state, AA__RLX) == AA__CLS_EMPTY) {
+    atomic_store_explicit(&c->block_size, spec->block_size, AA__RLX);
+    c->nblocks = (uint32_t)(pool->cfg.slab_size / spec->block_size);
+    c->div_magic = magic_of(spec->block_size);
+    c->peak_out = 0;
+  }
+  atomic_store_explicit(&c->cache_limit, spec->cache_limit, AA__RLX);
+  atomic_store_explicit(&c->prefill, spec->prefill, AA__RLX);
+  atomic_store_explicit(&c->state, AA__CLS_ACTIVE, memory_order_release);
+  atomic_fetch_add_explicit(&c->gen, 1, memory_order_release);
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* Rewrites the size->slot table from the ACTIVE slots not in `skip`. */
+static void fill_table(aa_pool *pool, const bool *skip) {
+  int order[AA_MAX_CLASSES];
+  size_t bs[AA_MAX_CLASSES];
+  int n = 0;
+  for (int i = 0; i < AA_MAX_CLASSES; i++) {
+    aa__class *c = &pool->classes[i];
+    if (atomic_load_explicit(&c->state, AA__RLX) != AA__CLS_ACTIVE || (skip && skip[i]))
+      continue;
+    size_t b = atomic_load_explicit(&c->block_size, AA__RLX);
+    int j = n++;
+    while (j > 0 && bs[j - 1] > b) {
+      bs[j] = bs[j - 1];
+      order[j] = order[j - 1];
+      j--;
+    }
+    bs[j] = b;
+    order[j] = i;
+  }
+  aa__assert(n > 0 && bs[n - 1] == pool->cfg.max_small);
+  int j = 0;
+  for (size_t u = 0; u < pool->ntable; u++) {
+    size_t size = (u + 1) * AA_BLOCK_ALIGN;
+    while (j < n - 1 && bs[j] < size)
+      j++;
+    uint8_t v = (uint8_t)order[j];
+    if (atomic_load_explicit(&pool->size2cls[u], AA__RLX) != v)
+      atomic_store_explicit(&pool->size2cls[u], v, memory_order_release);
+  }
+}
+
+void aa__fill_table(aa_pool *pool) { fill_table(pool, NULL); }
+
+static void bump(aa_pool *pool) {
+  atomic_fetch_add_explicit(&pool->table_version, 1, memory_order_release);
+  atomic_fetch_add_explicit(&pool->epoch, 1, memory_order_release);
+}
+
+static aa__class *find_state(aa_pool *pool, size_t bs, uint32_t state) {
+  for (int i = 0; i < AA_MAX_CLASSES; i++) {
+    aa__class *c = &pool->classes[i];
+    if (atomic_load_explicit(&c->state, AA__RLX) == state &&
+        atomic_load_explicit(&c->block_size, AA__RLX) == bs)
+      return c;
+  }
+  return NULL;
+}
+
+/* Drains what can be drained of retiring classes; returns free slots. */
+static int free_slots(aa_pool *pool, bool poll) {
+  int n = 0;
+  for (int i = 0; i < AA_MAX_CLASSES; i++) {
+    aa__class *c = &pool->classes[i];
+    if (poll && atomic_load_explicit(&c->state, AA__RLX) == AA__CLS_RETIRING)
+      aa__class_release(pool, c, SIZE_MAX, false);
+    if (atomic_load_explicit(&c->state, AA__RLX) == AA__CLS_EMPTY)
+      n++;
+  }
+  return n;
+}
+
+static aa__class *empty_slot(aa_pool *pool) {
+  for (int i = 0; i < AA_MAX_CLASSES; i++) {
+    if (atomic_load_explicit(&pool->classes[i].state, AA__RLX) == AA__CLS_EMPTY)
+      return &pool->classes[i];
+  }
+  return NULL;
+}
+
+static int check_spec(const aa_pool *pool, const aa_class_spec *s) {
+  if (s == NULL || s->block_size == 0 || s->block_size % AA_BLOCK_ALIGN != 0 ||
+      s->block_size > pool->cfg.max_small || s->cache_limit > 65536 || s->prefill > (1u << 24))
+    return AA_EINVAL;
+  return AA_OK;
+}
+
+/* Marks a slot retiring (table already rewritten) and drains what it can. */
+static void slot_retire(aa_pool *pool, aa__class *c) {
+  pthread_mutex_lock(&c->mu);
+  atomic_store_explicit(&c->state, AA__CLS_RETIRING, memory_order_release);
+  atomic_fetch_add_explicit(&c->gen, 1, memory_order_release);
+  aa__retire_check(pool, c);
+  pthread_mutex_unlock(&c->mu);
+}
+
+int aa_pool_classes(aa_pool *pool, aa_class_spec *out, size_t cap, size_t *n, uint64_t *version) {
+  if (n)
+    *n = 0;
+  if (version)
+    *version = 0;
+  if (pool == NULL || n == NULL || (out == NULL && cap > 0))
+    return AA_EINVAL;
+  aa_class_spec v[AA_MAX_CLASSES];
+  size_t k = 0;
+  pthread_mutex_lock(&pool->class_mu);
+  for (int i = 0; i < AA_MAX_CLASSES; i++) {
+    aa__class *c = &pool->classes[i];
+    if (atomic_load_explicit(&c->state, AA__RLX) != AA__CLS_ACTIVE)
+      continue;
+    aa_class_spec s = {atomic_load_explicit(&c->block_size, AA__RLX),
+                       atomic_load_explicit(&c->cache_limit, AA__RLX),
+                       atomic_load_explicit(&c->prefill, AA__RLX)};
+    size_t j = k++;
+    while (j > 0 && v[j - 1].block_size > s.block_size) {
+      v[j] = v[j - 1];
+      j--;
+    }
+    v[j] = s;
+  }
+  if (version)
+    *version = atomic_load_explicit(&pool->table_version, AA__RLX);
+  pthread_mutex_unlock(&pool->class_mu);
+  for (size_t i = 0; i < k && i < cap; i++)
+    out[i] = v[i];
+  *n = k;
+  return AA_OK;
+}
+
+int aa_pool_class_add(aa_pool *pool, const aa_class_spec *spec) {
+  if (pool == NULL || check_spec(pool, spec) != AA_OK)
+    return AA_EINVAL;
+  int rc = AA_OK;
+  aa__class *c;
+  pthread_mutex_lock(&pool->class_mu);
+  if (find_state(pool, spec->block_size, AA__CLS_ACTIVE)) {
+    rc = AA_EEXIST;
+    goto out;
+  }
+  c = find_state(pool, spec->block_size, AA__CLS_RETIRING);
+  if (c == NULL) {
+    c = empty_slot(pool);
+    if (c == NULL && free_slots(pool, true) > 0)
+      c = empty_slot(pool);
+    if (c == NULL) {
+      rc = AA_ELIMIT;
+      goto out;
+    }
+  }
+  slot_activate(pool, c, spec);
+  fill_table(pool, NULL);
+  bump(pool);
+out:
+  pthread_mutex_unlock(&pool->class_mu);
+  if (rc == AA_OK && spec->prefill > 0)
+    (void)aa__class_prefill(pool, c);
+  return rc;
+}
+
+int aa_pool_class_retire(aa_pool *pool, size_t block_size) {
+  if (pool == NULL)
+    return AA_EINVAL;
+  int rc = AA_OK;
+  bool skip[AA_MAX_CLASSES] = {false};
+  pthread_mutex_lock(&pool->class_mu);
+  aa__class *c = find_state(pool, block_size, AA__CLS_ACTIVE);
+  if (c == NULL) {
+    rc = AA_ENOENT;
+    goto out;
+  }
+  if (block_size == pool->cfg.max_small) {
+    rc = AA_EBUSY;
+    goto out;
+  }
+  skip[c - pool->classes] = true;
+  fill_table(pool, skip);
+  slot_retire(pool, c);
+  bump(pool);
+out:
+  pthread_mutex_unlock(&pool->class_mu);
+  return rc;
+}
+
+int aa_pool_class_set(aa_pool *pool, const aa_class_spec *spec) {
+  if (pool == NULL || check_spec(pool, spec) != AA_OK)
+    return AA_EINVAL;
+  int rc = AA_OK;
+  pthread_mutex_lock(&pool->class_mu);
+  aa__class *c = find_state(pool, spec->block_size, AA__CLS_ACTIVE);
+  if (c == NULL) {
+    rc = AA_ENOENT;
+    goto out;
+  }
+  slot_activate(pool, c, spec);
+  bump(pool);
+out:
+  pthread_mutex_unlock(&pool->class_mu);
+  if (rc == AA_OK && spec->prefill > 0)
+    (void)aa__class_prefill(pool, c);
+  return rc;
+}
+
+static int cmp_spec(const void *a, const void *b) {
+  size_t x = ((const aa_class_spec *)a)->block_size, y = ((const aa_class_spec *)b)->block_size;
+  return x < y ? -1 : x > y;
+}
+
+int aa_pool_set_classes(aa_pool *pool, const aa_class_spec *specs, size_t n) {
+  if (pool == NULL || specs == NULL || n == 0 || n > AA_MAX_CLASSES)
+    return AA_EINVAL;
+  aa_class_spec v[AA_MAX_CLASSES];
+  for (size_t i = 0; i < n; i++) {
+    if (check_spec(pool, &specs[i]) != AA_OK)
+      return AA_EINVAL;
+    v[i] = specs[i];
+  }
+  qsort(v, n, sizeof v[0], cmp_spec);
+  for (size_t i = 1; i < n; i++) {
+    if (v[i].block_size == v[i - 1].block_size)
+      return AA_EINVAL;
+  }
+  if (v[n - 1].block_size != pool->cfg.max_small)
+    return AA_EINVAL;
+  int rc = AA_OK;
+  bool keep[AA_MAX_CLASSES] = {false};
+  bool skip[AA_MAX_CLASSES] = {false};
+  aa__class *target[AA_MAX_CLASSES];
+  pthread_mutex_lock(&pool->class_mu);
+  /* validate: enough free slots for the new sizes */
+  int need = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!find_state(pool, v[i].block_size, AA__CLS_ACTIVE) &&
+        !find_state(pool, v[i].block_size, AA__CLS_RETIRING))
+      need++;
+  }
+  if (need > free_slots(pool, false) && need > free_slots(pool, true)) {
+    rc = AA_ELIMIT;
+    goto out;
+  }
+  /* apply: set / reactivate / add, then retire the rest */
+  for (size_t i = 0; i < n; i++) {
+    aa__class *c = find_state(pool, v[i].block_size, AA__CLS_ACTIVE);
+    if (c == NULL)
+      c = find_state(pool, v[i].block_size, AA__CLS_RETIRING);
+    if (c == NULL)
+      c = empty_slot(pool);
+    aa__assert(c != NULL);
+    slot_activate(pool, c, &v[i]);
+    keep[c - pool->classes] = true;
+    target[i] = c;
+  }
+  for (int i = 0; i < AA_MAX_CLASSES; i++) {
+    if (!keep[i] && atomic_load_explicit(&pool->classes[i].state, AA__RLX) == AA__CLS_ACTIVE)
+      skip[i] = true;
+  }
+  fill_table(pool, skip);
+  for (int i = 0; i < AA_MAX_CLASSES; i++) {
+    if (skip[i])
+      slot_retire(pool, &pool->classes[i]);
+  }
+  bump(pool);
+out:
+  pthread_mutex_unlock(&pool->class_mu);
+  if (rc == AA_OK) {
+    for (size_t i = 0; i < n; i++) {
+      if (v[i].prefill > 0)
+        (void)aa__class_prefill(pool, target[i]);
+    }
+  }
+  return rc;
+}
+
+/* ------------------------------------------------------------ life cycle */
+
+int aa_pool_new(const aa_pool_config *cfg, aa_pool **out) {
+  int rc = AA_EINVAL;
+  aa_pool *pool = NULL;
+  aa_pool_config c;
+  size_t sizes[AA_MAX_CLASSES];
+  size_t nsizes = 0;
+  if (out == NULL)
+    return AA_EINVAL;
+  *out = NULL;
+  if (cfg == NULL || cfg->version != AA_POOL_CONFIG_VERSION || cfg->backend == NULL ||
+      cfg->backend->ops == NULL || cfg->backend->ops->alloc == NULL ||
+      cfg->backend->ops->free == NULL)
+    return AA_EINVAL;
+  rc = normalise(cfg, &c);
+  if (rc != AA_OK)
+    return rc;
+  rc = ladder(&c, sizes, &nsizes);
+  if (rc != AA_OK)
+    return rc;
+  pool = calloc(1, sizeof *pool);
+  if (pool == NULL)
+    return AA_ENOMEM;
+  snprintf(pool->name, sizeof pool->name, "%s", c.name ? c.name : "pool");
+  c.name = pool->name;
+  pool->cfg = c;
+  pool->backend = c.backend;
+  pool->has_events = c.backend->ops->event_record != NULL && c.backend->ops->event_query != NULL;
+  pthread_mutex_init(&pool->class_mu, NULL);
+  pthread_mutex_init(&pool->map_mu, NULL);
+  pthread_mutex_init(&pool->tc_mu, NULL);
+  pthread_mutex_init(&pool->rs_mu, NULL);
+  pthread_mutex_init(&pool->large_mu, NULL);
+  for (int i = 0; i < AA_MAX_CLASSES; i++)
+    pthread_mutex_init(&pool->classes[i].mu, NULL);
+  atomic_store(&pool->limit, c.limit_bytes);
+  atomic_store(&pool->telemetry, c.telemetry);
+  atomic_store(&pool->epoch, 1);
+  atomic_store(&pool->table_version, 1);
+  rc = AA_ENOMEM;
+  if (aa__pm_init(&pool->map) != AA_OK)
+    goto fail;
+  pool->ntable = c.max_small / AA_BLOCK_ALIGN;
+  pool->size2cls = calloc(pool->ntable, sizeof *pool->size2cls);
+  pool->rs = calloc(AA__RS_BUCKETS, sizeof *pool->rs);
+  pool->dead_hh_n = AA__HH_SLOTS * 4;
+  pool->dead_hh = calloc(pool->dead_hh_n, sizeof *pool->dead_hh);
+  if (pool->size2cls == NULL || pool->rs == NULL || pool->dead_hh == NULL)
+    goto fail;
+  for (size_t i = 0; i < nsizes; i++) {
+    aa_class_spec s = {sizes[i], 0, 0};
+    slot_activate(pool, &pool->classes[i], &s);
+  }
+  fill_table(pool, NULL);
+  aa__slot_acquire(pool);
+  *out = pool;
+  return AA_OK;
+fail:
+  aa_pool_destroy(pool);
+  return rc;
+}
+
+void aa_pool_destroy(aa_pool *pool) {
+  if (pool == NULL)
+    return;
+  aa__pool_drop_tcaches(pool);
+  aa__large_destroy(pool);
+  for (int i = 0; i < AA_MAX_CLASSES; i++)
+    aa__class_destroy(pool, &pool->classes[i]);
+  aa__rs_destroy(pool);
+  aa__pm_fini(&pool->map);
+  aa__trace_cb *t = pool->trace_all;
+  while (t) {
+    aa__trace_cb *o = t->older;
+    free(t);
+    t = o;
+  }
+  free((void *)pool->size2cls);
+  free(pool->dead_hh);
+  pthread_mutex_destroy(&pool->class_mu);
+  pthread_mutex_destroy(&pool->map_mu);
+  pthread_mutex_destroy(&pool->tc_mu);
+  pthread_mutex_destroy(&pool->rs_mu);
+  pthread_mutex_destroy(&pool->large_mu);
+  free(pool);
+}
+
+/* ------------------------------------------------------------ release */
+
+size_t aa__release_cached(aa_pool *pool, bool sync) {
+  size_t r = 0;
+  aa_backend *b = pool->backend;
+  if (sync && b->ops->synchronize)
+    b->ops->synchronize(b);
+  aa__tcache_flush_mine(pool);
+  for (int i = 0; i < AA_MAX_CLASSES; i++) {
+    if (atomic_load_explicit(&pool->classes[i].state, AA__RLX) != AA__CLS_EMPTY)
+      r += aa__class_release(pool, &pool->classes[i], SIZE_MAX, false);
+  }
+  r += aa__large_release(pool, SIZE_MAX);
+  return r;
+}
+
+size_t aa_pool_release(aa_pool *pool) {
+  if (pool == NULL)
+    return 0;
+  return aa__release_cached(pool, false);
+}
+
+size_t aa_pool_trim(aa_pool *pool, size_t keep_bytes) {
+  if (pool == NULL)
+    return 0;
+  size_t r = 0;
+  uint64_t in_use = aa__pool_in_use(pool);
+  uint64_t reserved = atomic_load(&pool->bytes_reserved);
+  if (reserved <= in_use + keep_bytes)
+    return 0;
+  size_t excess = (size_t)(reserved - in_use - keep_bytes);
+  r += aa__large_release(pool, excess);
+  for (int i = 0; i < AA_MAX_CLASSES && r < excess; i++) {
+    if (atomic_load_explicit(&pool->classes[i].state, AA__RLX) != AA__CLS_EMPTY)
+      r += aa__class_release(pool, &pool->classes[i], excess - r, true);
+  }
+  return r;
+}
+
+/* ------------------------------------------------------------ setters */
+
+void aa_pool_set_telemetry(aa_pool *pool, bool on) {
+  if (pool)
+    atomic_store_explicit(&pool->telemetry, on, AA__RLX);
+}
+
+void aa_pool_set_trace(aa_pool *pool, aa_trace_fn fn, void *user) {
+  if (pool == NULL)
+    return;
+  /* Records are never freed before the pool (a racing allocator may hold
+   * one); an identical (fn, user) pair reuses its record, so the chain stays
+   * as long as the number of distinct callbacks ever set. */
+  pthread_mutex_lock(&pool->class_mu);
+  aa__trace_cb *t = NULL;
+  if (fn != NULL) {
+    for (t = pool->trace_all; t; t = t->older) {
+      if (t->fn == fn && t->user == user)
+        break;
+    }
+    if (t == NULL) {
+      t = calloc(1, sizeof *t);
+      if (t) {
+        t->fn = fn;
+        t->user = user;
+        t->older = pool->trace_all;
+        pool->trace_all = t;
+      }
+    }
+  }
+  atomic_store_explicit(&pool->trace, t, memory_order_release);
+  pthread_mutex_unlock(&pool->class_mu);
+}
+
+void aa_pool_set_limit(aa_pool *pool, size_t limit_bytes) {
+  if (pool)
+    atomic_store(&pool->limit, limit_bytes);
+}
+
+const char *aa_pool_name(const aa_pool *pool) { return pool ? pool->name : ""; }
+
+aa_backend *aa_pool_backend(const aa_pool *pool) { return pool ? pool->backend : NULL; }

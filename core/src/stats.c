@@ -1,0 +1,415 @@
+/*
+ * stats.c — statistics snapshots: aa_pool_stats_get sums the per-thread
+ * counters of live threads and the folded totals of dead ones;
+ * aa_pool_stats_json writes a snapshot as JSON by hand (docs/stats.md lists
+ * every field); aa_hist_bucket / aa_hist_bucket_lower define the request-size
+ * histogram (four buckets per doubling). Heavy hitters are merged here from
+ * the per-thread tables.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include "core_internal.h"
+
+/* ------------------------------------------------------------ histogram */
+
+unsigned aa_hist_bucket(size_t size) {
+  if (size < 4)
+    return (unsigned)size;
+  unsigned l = 63u - (unsigned)__builtin_clzll((unsigned long long)size);
+  unsigned b = 4u * (l - 1u) + (unsigned)((size >> (l - 2u)) & 3u);
+  return b < AA_HIST_BUCKETS ? b : AA_HIST_BUCKETS - 1;
+}
+
+uint64_t aa_hist_bucket_lower(unsigned bucket) {
+  if (bucket >= AA_HIST_BUCKETS)
+    bucket = AA_HIST_BUCKETS - 1;
+  if (bucket < 4)
+    return bucket;
+  unsigned l = bucket / 4u + 1u, m = bucket % 4u;
+  return (uint64_t)(4u + m) << (l - 2u);
+}
+
+/* ------------------------------------------------------------ sums */
+
+typedef struct csum {
+  uint64_t frees, hits, misses, req_add, req_sub;
+} csum;
+
+static void add_ccount(csum *s, const aa__ccount *c) {
+  s->frees += aa__cget(&c->frees);
+  s->hits += aa__cget(&c->hits);
+  s->misses += aa__cget(&c->misses);
+  s->req_add += aa__cget(&c->req_add);
+  s->req_sub += aa__cget(&c->req_sub);
+}
+
+static void add_bin(csum *s, const aa__bin *b) {
+  s->frees += aa__cget(&b->frees);
+  s->hits += aa__cget(&b->hits);
+  s->misses += aa__cget(&b->misses);
+  s->req_add += aa__cget(&b->req_add);
+  s->req_sub += aa__cget(&b->req_sub);
+}
+
+/* Per-slot sums since the slot's current class was activated. tc_mu held. */
+static void slot_sums(aa_pool *pool, csum *out) {
+  for (int i = 0; i < AA_MAX_CLASSES; i++) {
+    memset(&out[i], 0, sizeof out[i]);
+    add_ccount(&out[i], &pool->dead[i]);
+  }
+  for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next) {
+    for (int i = 0; i < AA_MAX_CLASSES; i++)
+      add_bin(&out[i], &tc->bins[i]);
+  }
+  for (int i = 0; i < AA_MAX_CLASSES; i++) {
+    const aa__cbase *b = &pool->base[i];
+    out[i].frees -= b->frees;
+    out[i].hits -= b->hits;
+    out[i].misses -= b->misses;
+    out[i].req_add -= b->req_add;
+    out[i].req_sub -= b->req_sub;
+  }
+}
+
+void aa__slot_rebase(aa_pool *pool, int slot) {
+  csum s[AA_MAX_CLASSES];
+  pthread_mutex_lock(&pool->tc_mu);
+  slot_sums(pool, s);
+  aa__cbase *b = &pool->base[slot];
+  pool->retired.frees += s[slot].frees;
+  pool->retired.hits += s[slot].hits;
+  pool->retired.misses += s[slot].misses;
+  pool->retired.req_add += s[slot].req_add;
+  pool->retired.req_sub += s[slot].req_sub;
+  b->frees += s[slot].frees;
+  b->hits += s[slot].hits;
+  b->misses += s[slot].misses;
+  b->req_add += s[slot].req_add;
+  b->req_sub += s[slot].req_sub;
+  pthread_mutex_unlock(&pool->tc_mu);
+}
+
+uint64_t aa__pool_in_use(aa_pool *pool) {
+  csum s[AA_MAX_CLASSES];
+  uint64_t total = 0;
+  pthread_mutex_lock(&pool->tc_mu);
+  slot_sums(pool, s);
+  pthread_mutex_unlock(&pool->tc_mu);
+  for (int i = 0; i < AA_MAX_CLASSES; i++) {
+    aa__class *c = &pool->classes[i];
+    if (atomic_load_explicit(&c->state, AA__RLX) == AA__CLS_EMPTY)
+      continue;
+    uint64_t allocs = s[i].hits + s[i].misses;
+    if (allocs > s[i].frees)
+      total += (allocs - s[i].frees) * atomic_load_explicit(&c->block_size, AA__RLX);
+  }
+  uint64_t li, lr, ls, lq;
+  aa__large_stats(pool, &li, &lr, &ls, &lq);
+  return total + li;
+}
+
+/* ------------------------------------------------------------ heavy hitters */
+
+static int cmp_size(const void *a, const void *b) {
+  uint64_t x = ((const aa_size_count *)a)->size, y = ((const aa_size_count *)b)->size;
+  return x < y ? -1 : x > y;
+}
+
+static int cmp_count_desc(const void *a, const void *b) {
+  const aa_size_count *x = a, *y = b;
+  if (x->count != y->count)
+    return x->count > y->count ? -1 : 1;
+  return x->size < y->size ? -1 : x->size > y->size;
+}
+
+static size_t collect(aa_size_count *v, size_t k, const aa__hh_slot *t, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint64_t c = aa__cget(&t[i].count);
+    if (c) {
+      v[k].size = aa__cget(&t[i].size);
+      v[k].count = c;
+      k++;
+    }
+  }
+  return k;
+}
+
+/* Merges heavy-hitter tables (tc_mu held) into out[AA_HH_MAX]. */
+static uint32_t merge_hh(aa_pool *pool, aa_size_count *out) {
+  size_t ntc = 0;
+  for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next)
+    ntc++;
+  size_t cap = pool->dead_hh_n + ntc * AA__HH_SLOTS;
+  aa_size_count *v = malloc(cap * sizeof *v);
+  if (v == NULL)
+    return 0;
+  size_t k = collect(v, 0, pool->dead_hh, pool->dead_hh_n);
+  for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next)
+    k = collect(v, k, tc->hh, AA__HH_SLOTS);
+  qsort(v, k, sizeof *v, cmp_size);
+  size_t m = 0;
+  for (size_t i = 0; i < k; i++) {
+    if (m > 0 && v[m - 1].size == v[i].size)
+      v[m - 1].count += v[i].count;
+    else
+      v[m++] = v[i];
+  }
+  qsort(v, m, sizeof *v, cmp_count_desc);
+  uint32_t n = (uint32_t)(m < AA_HH_MAX ? m : AA_HH_MAX);
+  memcpy(out, v, n * sizeof *v);
+  free(v);
+  return n;
+}
+
+/* ------------------------------------------------------------ snapshot */
+
+int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out) {
+  if (out == NULL)
+    return AA_EINVAL;
+  memset(out, 0, sizeof *out);
+  if (pool == NULL)
+    return AA_EINVAL;
+  csum s[AA_MAX_CLASSES];
+  out->version = AA_STATS_VERSION;
+  out->size = (uint32_t)sizeof *out;
+  snprintf(out->name, sizeof out->name, "%s", pool->name);
+  snprintf(out->backend, sizeof out->backend, "%s",
+           pool->backend->name ? pool->backend->name : "custom");
+  out->device = pool->backend->device;
+  out->telemetry = atomic_load_explicit(&pool->telemetry, AA__RLX) ? 1 : 0;
+  out->time_ns = aa_now_ns();
+  out->class_table_version = atomic_load_explicit(&pool->table_version, memory_order_acquire);
+
+  pthread_mutex_lock(&pool->tc_mu);
+  slot_sums(pool, s);
+  for (int i = 0; i < AA_HIST_BUCKETS; i++)
+    out->hist[i] = aa__cget(&pool->dead_hist[i]);
+  for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next) {
+    for (int i = 0; i < AA_HIST_BUCKETS; i++)
+      out->hist[i] += aa__cget(&tc->hist[i]);
+  }
+  out->hh_count = merge_hh(pool, out->hh);
+  csum ret = {pool->retired.frees, pool->retired.hits, pool->retired.misses,
+              pool->retired.req_add, pool->retired.req_sub};
+  pthread_mutex_unlock(&pool->tc_mu);
+
+  uint64_t small_in_use = 0, small_req = 0;
+  uint64_t allocs = ret.hits + ret.misses, frees = ret.frees;
+  uint64_t hits = ret.hits, misses = ret.misses;
+  uint32_t nc = 0;
+  for (int i = 0; i < AA_MAX_CLASSES; i++) {
+    aa__class *c = &pool->classes[i];
+    aa_class_stats cs;
+    memset(&cs, 0, sizeof cs);
+    pthread_mutex_lock(&c->mu);
+    uint32_t state = atomic_load_explicit(&c->state, AA__RLX);
+    cs.block_size = atomic_load_explicit(&c->block_size, AA__RLX);
+    cs.cache_limit = atomic_load_explicit(&c->cache_limit, AA__RLX);
+    cs.prefill = atomic_load_explicit(&c->prefill, AA__RLX);
+    cs.retiring = state == AA__CLS_RETIRING;
+    cs.slabs = c->nslabs;
+    uint64_t carved = c->nslabs * c->nblocks;
+    uint64_t peak_out = c->peak_out;
+    out->pending_blocks += c->npending;
+    pthread_mutex_unlock(&c->mu);
+    cs.allocs = s[i].hits + s[i].misses;
+    cs.frees = s[i].frees;
+    cs.hits = s[i].hits;
+    cs.misses = s[i].misses;
+    allocs += cs.allocs;
+    frees += cs.frees;
+    hits += cs.hits;
+    misses += cs.misses;
+    if (state == AA__CLS_EMPTY)
+      continue;
+    uint64_t live = cs.allocs > cs.frees ? cs.allocs - cs.frees : 0;
+    if (live > carved)
+      live = carved; /* counters read while others run */
+    cs.blocks_in_use = live;
+    cs.blocks_free = carved - live;
+    cs.bytes_in_use = live * cs.block_size;
+    cs.bytes_requested = s[i].req_add > s[i].req_sub ? s[i].req_add - s[i].req_sub : 0;
+    cs.bytes_reserved = cs.slabs * pool->cfg.slab_size;
+    cs.peak_bytes_in_use = peak_out * cs.block_size;
+    if (cs.peak_bytes_in_use < cs.bytes_in_use)
+      cs.peak_bytes_in_use = cs.bytes_in_use;
+    small_in_use += cs.bytes_in_use;
+    small_req += cs.bytes_requested;
+    /* ascending block size; a retiring class sorts before an active twin */
+    uint32_t j = nc++;
+    while (j > 0 && out->classes[j - 1].block_size > cs.block_size) {
+      out->classes[j] = out->classes[j - 1];
+      j--;
+    }
+    out->classes[j] = cs;
+  }
+  out->class_count = nc;
+
+  uint64_t li, lr, ls, lq;
+  pthread_mutex_lock(&pool->large_mu);
+  li = pool->large_in_use;
+  lr = pool->large_reserved;
+  ls = pool->nsegs;
+  lq = pool->large_req;
+  out->large_allocs = pool->large_allocs;
+  uint64_t lfrees = pool->large_frees;
+  pthread_mutex_unlock(&pool->large_mu);
+
+  out->bytes_in_use = small_in_use + li;
+  out->bytes_requested = small_req + lq;
+  out->bytes_reserved = atomic_load(&pool->bytes_reserved);
+  out->peak_bytes_in_use = atomic_load(&pool->peak_out_bytes);
+  if (out->peak_bytes_in_use < out->bytes_in_use)
+    out->peak_bytes_in_use = out->bytes_in_use;
+  out->peak_bytes_reserved = atomic_load(&pool->peak_reserved);
+  if (out->peak_bytes_reserved < out->bytes_reserved)
+    out->peak_bytes_reserved = out->bytes_reserved;
+  out->limit_bytes = atomic_load(&pool->limit);
+  out->allocs = allocs + out->large_allocs;
+  out->frees = frees + lfrees;
+  out->cache_hits = hits;
+  out->cache_misses = misses;
+  out->backend_allocs = atomic_load(&pool->backend_allocs);
+  out->backend_frees = atomic_load(&pool->backend_frees);
+  out->backend_failures = atomic_load(&pool->backend_failures);
+  out->ooms = atomic_load(&pool->ooms);
+  out->oom_retries = atomic_load(&pool->oom_retries);
+  out->invalid_frees = atomic_load(&pool->invalid_frees);
+  out->large_bytes_in_use = li;
+  out->large_bytes_reserved = lr;
+  out->large_segments = ls;
+  return AA_OK;
+}
+
+/* ------------------------------------------------------------ JSON */
+
+typedef struct jw {
+  char *buf;
+  size_t cap, len;
+} jw;
+
+static void jw_raw(jw *w, const char *s, size_t n) {
+  if (w->len < w->cap) {
+    size_t room = w->cap - w->len;
+    memcpy(w->buf + w->len, s, n < room ? n : room);
+  }
+  w->len += n;
+}
+
+static void jw_fmt(jw *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void jw_fmt(jw *w, const char *fmt, ...) {
+  char tmp[128];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  if (n > 0)
+    jw_raw(w, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+static void jw_str(jw *w, const char *s) {
+  jw_raw(w, "\"", 1);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\') {
+      char e[2] = {'\\', (char)*p};
+      jw_raw(w, e, 2);
+    } else if (*p < 0x20 || *p == 0x7f) {
+      jw_fmt(w, "\\u%04x", *p);
+    } else {
+      jw_raw(w, (const char *)p, 1);
+    }
+  }
+  jw_raw(w, "\"", 1);
+}
+
+static void jw_u64(jw *w, const char *key, uint64_t v) { jw_fmt(w, ",\"%s\":%" PRIu64, key, v); }
+
+size_t aa_pool_stats_json(const aa_pool_stats *st, char *buf, size_t cap) {
+  jw w = {buf, cap, 0};
+  if (buf == NULL)
+    w.cap = 0;
+  else if (cap > 0)
+    w.cap = cap - 1; /* room for the NUL */
+  if (st == NULL) {
+    jw_raw(&w, "null", 4);
+    goto done;
+  }
+  /* name and backend are fixed-size arrays: never read past them */
+  char name[sizeof st->name + 1], backend[sizeof st->backend + 1];
+  memcpy(name, st->name, sizeof st->name);
+  name[sizeof st->name] = 0;
+  memcpy(backend, st->backend, sizeof st->backend);
+  backend[sizeof st->backend] = 0;
+  jw_fmt(&w, "{\"version\":%" PRIu32 ",\"name\":", st->version);
+  jw_str(&w, name);
+  jw_raw(&w, ",\"backend\":", 11);
+  jw_str(&w, backend);
+  jw_fmt(&w, ",\"device\":%" PRId32 ",\"telemetry\":%s", st->device,
+         st->telemetry ? "true" : "false");
+  jw_u64(&w, "time_ns", st->time_ns);
+  jw_u64(&w, "class_table_version", st->class_table_version);
+  jw_u64(&w, "bytes_in_use", st->bytes_in_use);
+  jw_u64(&w, "bytes_requested", st->bytes_requested);
+  jw_u64(&w, "bytes_reserved", st->bytes_reserved);
+  jw_u64(&w, "peak_bytes_in_use", st->peak_bytes_in_use);
+  jw_u64(&w, "peak_bytes_reserved", st->peak_bytes_reserved);
+  jw_u64(&w, "limit_bytes", st->limit_bytes);
+  jw_u64(&w, "allocs", st->allocs);
+  jw_u64(&w, "frees", st->frees);
+  jw_u64(&w, "cache_hits", st->cache_hits);
+  jw_u64(&w, "cache_misses", st->cache_misses);
+  jw_u64(&w, "backend_allocs", st->backend_allocs);
+  jw_u64(&w, "backend_frees", st->backend_frees);
+  jw_u64(&w, "backend_failures", st->backend_failures);
+  jw_u64(&w, "ooms", st->ooms);
+  jw_u64(&w, "oom_retries", st->oom_retries);
+  jw_u64(&w, "invalid_frees", st->invalid_frees);
+  jw_u64(&w, "pending_blocks", st->pending_blocks);
+  jw_u64(&w, "large_allocs", st->large_allocs);
+  jw_u64(&w, "large_bytes_in_use", st->large_bytes_in_use);
+  jw_u64(&w, "large_bytes_reserved", st->large_bytes_reserved);
+  jw_u64(&w, "large_segments", st->large_segments);
+  uint32_t nc = st->class_count < AA_MAX_CLASSES ? st->class_count : AA_MAX_CLASSES;
+  jw_fmt(&w, ",\"class_count\":%" PRIu32 ",\"classes\":[", nc);
+  for (uint32_t i = 0; i < nc; i++) {
+    const aa_class_stats *c = &st->classes[i];
+    jw_fmt(&w, "%s{\"block_size\":%" PRIu64, i ? "," : "", c->block_size);
+    jw_u64(&w, "cache_limit", c->cache_limit);
+    jw_u64(&w, "prefill", c->prefill);
+    jw_fmt(&w, ",\"retiring\":%s", c->retiring ? "true" : "false");
+    jw_u64(&w, "slabs", c->slabs);
+    jw_u64(&w, "blocks_in_use", c->blocks_in_use);
+    jw_u64(&w, "blocks_free", c->blocks_free);
+    jw_u64(&w, "bytes_in_use", c->bytes_in_use);
+    jw_u64(&w, "bytes_requested", c->bytes_requested);
+    jw_u64(&w, "bytes_reserved", c->bytes_reserved);
+    jw_u64(&w, "peak_bytes_in_use", c->peak_bytes_in_use);
+    jw_u64(&w, "allocs", c->allocs);
+    jw_u64(&w, "frees", c->frees);
+    jw_u64(&w, "hits", c->hits);
+    jw_u64(&w, "misses", c->misses);
+    jw_raw(&w, "}", 1);
+  }
+  jw_raw(&w, "],\"hist\":[", 10);
+  bool first = true;
+  for (unsigned i = 0; i < AA_HIST_BUCKETS; i++) {
+    if (st->hist[i] == 0)
+      continue;
+    jw_fmt(&w, "%s{\"bucket\":%u,\"lower\":%" PRIu64 ",\"count\":%" PRIu64 "}", first ? "" : ",",
+           i, aa_hist_bucket_lower(i), st->hist[i]);
+    first = false;
+  }
+  uint32_t nh = st->hh_count < AA_HH_MAX ? st->hh_count : AA_HH_MAX;
+  jw_raw(&w, "],\"hh\":[", 8);
+  for (uint32_t i = 0; i < nh; i++) {
+    jw_fmt(&w, "%s{\"size\":%" PRIu64 ",\"count\":%" PRIu64 "}", i ? "," : "", st->hh[i].size,
+           st->hh[i].count);
+  }
+  jw_raw(&w, "]}", 2);
+done:
+  if (buf != NULL && cap > 0)
+    buf[w.len < w.cap ? w.len : w.cap] = 0;
+  return w.len;
+}
