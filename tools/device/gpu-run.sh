@@ -1,0 +1,80 @@
+#!/bin/bash
+# tools/device/gpu-run.sh — runs ON the device machine: build with CUDA (via
+# setup.sh), the cmocka suite, compute-sanitizer on the CUDA tests, the
+# PyTorch plugin's GPU tests and the GPU benchmarks. Each stage has its own
+# time limit and a failing stage does not stop the next.
+#
+# Usage: tools/device/gpu-run.sh [STAGE...]     (default: all stages)
+#   stages: info build ctest sanitize example gputests pair pinned scenarios
+#           bert maxbatch gpt2
+# Output: $OUT/log.txt (everything) and $OUT/results.tar.gz (JSON, CSV);
+# without $OUT, into ./gpu-out/.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+out=${OUT:-$root/gpu-out}
+res=/tmp/aa-results
+mkdir -p "$out" "$res"
+build=${AA_BUILD_DIR:-$root/build-device}
+export PYTHONUNBUFFERED=1
+export ADAPTALLOC_DB=${ADAPTALLOC_DB:-off}
+export ADAPTALLOC_HTTP=${ADAPTALLOC_HTTP:-off}
+export AA_BENCH_BUILD=/tmp/aa-bench
+t_start=$(date +%s)
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(info build ctest sanitize example gputests pair pinned scenarios bert maxbatch gpt2)
+budget=${AA_GPU_BUDGET_S:-560}   # stop starting stages after this many seconds
+
+stage() { # name limit_s command...
+  local name=$1 lim=$2
+  shift 2
+  local el=$(( $(date +%s) - t_start ))
+  if [ $(( el + 10 )) -ge "$budget" ]; then
+    echo "=== $name: SKIPPED (elapsed ${el}s, budget ${budget}s)"
+    return 0
+  fi
+  echo "=== $name (limit ${lim}s, elapsed ${el}s) $(date -u +%H:%M:%S)"
+  local t0=$(date +%s)
+  timeout -k 5 "$lim" "$@"
+  local rc=$?
+  echo "=== $name: rc=$rc in $(( $(date +%s) - t0 ))s"
+}
+
+want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+
+{
+  if want info; then
+    nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv
+    python3 -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__)'
+    nproc; uname -r
+  fi
+  want build && stage build 240 tools/device/setup.sh -DAA_BUILD_BENCH=ON
+  [ -f "$build/env.sh" ] && source "$build/env.sh"
+  if want ctest; then
+    stage ctest-cuda 120 ctest --test-dir "$build" -L cuda --output-on-failure --timeout 60
+    stage ctest-all 150 ctest --test-dir "$build" -j 16 --timeout 90 -LE cuda
+  fi
+  if want sanitize && command -v compute-sanitizer >/dev/null; then
+    for t in test_cuda_backend test_cuda_pinned; do
+      stage "memcheck-$t" 90 compute-sanitizer --tool memcheck --error-exitcode 3 "$build/tests/$t"
+    done
+  fi
+  if want example; then
+    stage example-process 60 python3 examples/torch_pluggable.py process
+    stage example-mempool 60 python3 examples/torch_pluggable.py mempool
+  fi
+  want gputests && stage gputests 300 python3 tests/gpu/test_torch_plugin.py
+  want pair && stage pair 120 python3 bench/gpu/bench_pair.py --reps 7 --out $res/pair.json
+  if want pinned; then
+    gcc -O2 -std=c11 bench/gpu/bench_pinned.c -Icore/include -I/usr/local/cuda/include \
+      "$build/libadaptalloc_static.a" -L/usr/local/cuda/lib64 -lcudart -lpthread -lm \
+      -o /tmp/bench_pinned && stage pinned 120 /tmp/bench_pinned 7 $res/timeline.csv
+  fi
+  want scenarios && stage scenarios 150 python3 bench/gpu/bench_scenarios.py --reps 5 --out $res/scenarios.json
+  want bert && stage bert 200 python3 bench/gpu/bench_bert.py latency --reps 3 --out $res/bert.json
+  want maxbatch && stage maxbatch 200 python3 bench/gpu/bench_bert.py maxbatch --cap-gib 2 --start 128 --step 32 --out $res/maxbatch.json
+  want gpt2 && stage gpt2 200 python3 bench/gpu/bench_gpt2.py --steps 200 --out $res/gpt2.json --stats-out $res/gpt2_stats.json
+  echo "=== done in $(( $(date +%s) - t_start ))s"
+} 2>&1 | tee "$out/log.txt"
+tar -czf "$out/results.tar.gz" -C "$res" . 2>/dev/null
+exit 0
