@@ -26,14 +26,17 @@ done
 libdir="$prefix/usr/lib/x86_64-linux-gnu"
 echo "setup: unpacked $(ls "$root"/.deps/*.deb | wc -l) packages into $prefix"
 
-cmake -S "$root" -B "$build" -G Ninja \
+if command -v ninja >/dev/null; then gen=Ninja; keep="-k 0"; else gen="Unix Makefiles"; keep="-k"; fi
+cmake -S "$root" -B "$build" -G "$gen" \
   -DCMAKE_BUILD_TYPE=Release \
   -DAA_WITH_CUDA=ON \
   -DCMAKE_PREFIX_PATH="$prefix/usr" \
   -DCMAKE_LIBRARY_PATH="$libdir" \
   -DCMAKE_BUILD_RPATH="$libdir" \
   "$@"
-cmake --build "$build" -j "$jobs"
+# -k 0: keep building the other targets when one fails (another module's
+# half-written code must not stop the CUDA targets from being built).
+cmake --build "$build" -j "$jobs" -- $keep || echo "setup: some targets failed to build (see above)"
 
 cat > "$build/env.sh" <<ENV
 export LD_LIBRARY_PATH="$libdir:$build:$build/core/torch\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
