@@ -1,0 +1,77 @@
+/*
+ * bench.h — private to adaptalloc-bench: the allocators under test, loaded
+ * side by side into one process, and the subcommand entry points.
+ *
+ * Glossary: an "allocator" here is one row of a result table (adaptalloc with
+ * telemetry, adaptalloc without, glibc, jemalloc, mimalloc); a "case" is one
+ * workload (pair_64 ... batch_mixed_2t); a "rep" is one timed run of every
+ * allocator on every case, allocators interleaved.
+ */
+#ifndef ADAPTALLOC_BENCH_H
+#define ADAPTALLOC_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "adaptalloc/core.h"
+
+/* How an allocator is called. Each kind has its own timed loop so that the
+ * call sequence in the loop is what a real caller would write. */
+typedef enum bench_kind {
+  BENCH_AA = 0,   /* aa_alloc / aa_free (size passed) on a host pool */
+  BENCH_LIBC = 1, /* glibc malloc / free, resolved inside libc.so.6 */
+  BENCH_JE = 2,   /* jemalloc mallocx / sdallocx, dlopen'd RTLD_LOCAL */
+  BENCH_MI = 3    /* mimalloc mi_malloc / mi_free, dlopen'd RTLD_LOCAL */
+} bench_kind;
+
+typedef void *(*bench_aa_alloc_fn)(aa_pool *pool, size_t size, aa_stream s);
+typedef int (*bench_aa_free_fn)(aa_pool *pool, void *ptr, size_t size, aa_stream s);
+typedef void *(*bench_malloc_fn)(size_t size);
+typedef void (*bench_free_fn)(void *ptr);
+typedef void *(*bench_mallocx_fn)(size_t size, int flags);
+typedef void (*bench_sdallocx_fn)(void *ptr, size_t size, int flags);
+
+typedef struct bench_allocator {
+  const char *name; /* the JSON "allocator" value (static string) */
+  bench_kind kind;
+  bool available;   /* false when its library could not be loaded */
+  char where[256];  /* shared object the alloc function resolves into */
+  void *handle;     /* dlopen handle (jemalloc, mimalloc, libc), or NULL */
+  /* BENCH_AA: the pool (owned: bench_allocators_close) over its backend. */
+  aa_backend *backend;
+  aa_pool *pool;
+  bench_aa_alloc_fn aa_alloc_fn;
+  bench_aa_free_fn aa_free_fn;
+  /* BENCH_LIBC, BENCH_MI */
+  bench_malloc_fn malloc_fn;
+  bench_free_fn free_fn;
+  /* BENCH_JE */
+  bench_mallocx_fn mallocx_fn;
+  bench_sdallocx_fn sdallocx_fn;
+} bench_allocator;
+
+#define BENCH_ALLOCATORS 5
+
+/* Loads the five allocators into `out` (order: adaptalloc,
+ * adaptalloc_notelemetry, glibc, jemalloc, mimalloc) and prints on stderr
+ * which shared object each alloc function resolves into. An allocator whose
+ * library is missing is marked unavailable (and said so on stderr); the
+ * others still run. Returns AA_OK, or a negative aa_err when adaptalloc
+ * itself cannot be set up. Release with bench_allocators_close. */
+int bench_allocators_open(bench_allocator out[BENCH_ALLOCATORS], bool verbose);
+void bench_allocators_close(bench_allocator a[BENCH_ALLOCATORS]);
+
+/* True when dlopen of jemalloc fails only for want of static TLS space (its
+ * TLS model is initial-exec); main() then re-executes itself once with more
+ * optional static TLS (GLIBC_TUNABLES). */
+bool bench_need_tls_reexec(void);
+
+/* Subcommands. argv[0] is the subcommand name. Return the exit status. */
+int bench_host_main(int argc, char **argv);
+
+/* Keeps a pointer alive in the eyes of the compiler without touching the
+ * memory it points to, so alloc/free pairs cannot be elided. */
+#define BENCH_SINK(p) __asm__ __volatile__("" : : "r"(p) : "memory")
+
+#endif /* ADAPTALLOC_BENCH_H */

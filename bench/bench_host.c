@@ -1,0 +1,625 @@
+/*
+ * bench_host.c — `adaptalloc-bench host`: adaptalloc (telemetry on and off),
+ * glibc, jemalloc and mimalloc side by side in one process.
+ *
+ * Cases:
+ *   pair_64 pair_512 pair_4096 pair_65536
+ *       alloc+free of one size, repeated; the memory is never touched (the
+ *       pointer is only passed to an empty asm so the pair is not elided).
+ *   batch_mixed     1000 blocks of mixed sizes (log-uniform 16 B .. 256 KiB,
+ *                   fixed seed) allocated, then freed in a random order
+ *                   (eight precomputed permutations, rotated).
+ *   batch_mixed_2t  the same on 2 threads at once, each with its own sizes.
+ *
+ * ns_per_op is nanoseconds per alloc+free pair. For batch_mixed_2t it is the
+ * wall time of the two threads divided by the pairs done by ONE thread, so
+ * perfect scaling shows the same figure as batch_mixed.
+ *
+ * Within each repetition every case runs every allocator once, the
+ * allocator order rotating from one repetition to the next; after all
+ * repetitions the median (and min, max) per case and allocator is reported.
+ *
+ * Entry point: bench_host_main.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+#define BATCH_N 1000
+#define BATCH_PERMS 8
+#define MAX_REPS 1000
+
+typedef enum case_kind { CASE_PAIR, CASE_BATCH } case_kind;
+
+typedef struct bench_case {
+  const char *name;
+  case_kind kind;
+  size_t size;      /* pair cases */
+  int threads;      /* batch cases */
+  uint64_t ops;     /* alloc+free pairs per measurement (per thread), at scale 1 */
+} bench_case;
+
+static const bench_case g_cases[] = {
+    {"pair_64", CASE_PAIR, 64, 1, 2000000},
+    {"pair_512", CASE_PAIR, 512, 1, 2000000},
+    {"pair_4096", CASE_PAIR, 4096, 1, 2000000},
+    {"pair_65536", CASE_PAIR, 65536, 1, 2000000},
+    {"batch_mixed", CASE_BATCH, 0, 1, 200000},
+    {"batch_mixed_2t", CASE_BATCH, 0, 2, 200000},
+};
+#define N_CASES (sizeof g_cases / sizeof g_cases[0])
+
+/* One thread's batch workload: sizes and free orders. */
+typedef struct batch_plan {
+  size_t sizes[BATCH_N];
+  uint16_t perm[BATCH_PERMS][BATCH_N];
+  void *ptrs[BATCH_N];
+} batch_plan;
+
+/* ------------------------------------------------------------ randomness */
+
+static uint64_t rng_next(uint64_t *s) {
+  /* splitmix64 */
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static void plan_init(batch_plan *p, uint64_t seed) {
+  uint64_t s = seed;
+  int i;
+  int k;
+  memset(p, 0, sizeof *p);
+  for (i = 0; i < BATCH_N; i++) {
+    /* log-uniform in [16, 256 KiB): 4 .. 18 bits, fractional part from rng */
+    double bits = 4.0 + 14.0 * (double)(rng_next(&s) >> 11) / 9007199254740992.0;
+    double v = 1.0;
+    int whole = (int)bits;
+    double frac = bits - whole;
+    int b;
+    for (b = 0; b < whole; b++) {
+      v *= 2.0;
+    }
+    v *= 1.0 + frac; /* a piecewise-linear 2^frac: good enough here */
+    p->sizes[i] = (size_t)v;
+  }
+  for (k = 0; k < BATCH_PERMS; k++) {
+    for (i = 0; i < BATCH_N; i++) {
+      p->perm[k][i] = (uint16_t)i;
+    }
+    for (i = BATCH_N - 1; i > 0; i--) {
+      int j = (int)(rng_next(&s) % (uint64_t)(i + 1));
+      uint16_t t = p->perm[k][i];
+      p->perm[k][i] = p->perm[k][j];
+      p->perm[k][j] = t;
+    }
+  }
+}
+
+/* ------------------------------------------------------------ timed loops */
+
+/* Each loop is written out per allocator kind so that what is timed is the
+ * call a real caller makes, through a function pointer held in a local. */
+
+#define PAIR_LOOP(ALLOC, FREE)                                                 \
+  do {                                                                         \
+    for (uint64_t i_ = 0; i_ < n; i_++) {                                      \
+      void *p_ = (ALLOC);                                                      \
+      if (p_ == NULL) {                                                        \
+        failed = true;                                                         \
+        break;                                                                 \
+      }                                                                        \
+      BENCH_SINK(p_);                                                          \
+      FREE;                                                                    \
+    }                                                                          \
+  } while (0)
+
+/* Returns elapsed ns, or 0 on allocation failure. */
+static uint64_t run_pair(const bench_allocator *a, size_t size, uint64_t n) {
+  bool failed = false;
+  uint64_t t0;
+  uint64_t t1;
+
+  t0 = aa_now_ns();
+  switch (a->kind) {
+  case BENCH_AA: {
+    aa_pool *pool = a->pool;
+    bench_aa_alloc_fn al = a->aa_alloc_fn;
+    bench_aa_free_fn fr = a->aa_free_fn;
+    PAIR_LOOP(al(pool, size, NULL), fr(pool, p_, size, NULL));
+    break;
+  }
+  case BENCH_LIBC:
+  case BENCH_MI: {
+    bench_malloc_fn al = a->malloc_fn;
+    bench_free_fn fr = a->free_fn;
+    PAIR_LOOP(al(size), fr(p_));
+    break;
+  }
+  case BENCH_JE: {
+    bench_mallocx_fn al = a->mallocx_fn;
+    bench_sdallocx_fn fr = a->sdallocx_fn;
+    PAIR_LOOP(al(size, 0), fr(p_, size, 0));
+    break;
+  }
+  }
+  t1 = aa_now_ns();
+  return failed ? 0 : t1 - t0;
+}
+
+#define BATCH_LOOP(ALLOC, FREE)                                                \
+  do {                                                                         \
+    for (uint64_t b_ = 0; b_ < batches && !failed; b_++) {                     \
+      const uint16_t *perm_ = plan->perm[b_ % BATCH_PERMS];                    \
+      for (int i_ = 0; i_ < BATCH_N; i_++) {                                   \
+        size_t sz_ = plan->sizes[i_];                                          \
+        void *p_ = (ALLOC);                                                    \
+        if (p_ == NULL) {                                                      \
+          failed = true;                                                       \
+        }                                                                      \
+        BENCH_SINK(p_);                                                        \
+        plan->ptrs[i_] = p_;                                                   \
+      }                                                                        \
+      for (int j_ = 0; j_ < BATCH_N; j_++) {                                   \
+        int k_ = perm_[j_];                                                    \
+        size_t sz_ = plan->sizes[k_];                                          \
+        void *p_ = plan->ptrs[k_];                                             \
+        if (p_ != NULL) {                                                      \
+          FREE;                                                                \
+        }                                                                      \
+      }                                                                        \
+    }                                                                          \
+  } while (0)
+
+/* Runs `batches` batches of the plan; returns false on allocation failure. */
+static bool run_batches(const bench_allocator *a, batch_plan *plan, uint64_t batches) {
+  bool failed = false;
+  switch (a->kind) {
+  case BENCH_AA: {
+    aa_pool *pool = a->pool;
+    bench_aa_alloc_fn al = a->aa_alloc_fn;
+    bench_aa_free_fn fr = a->aa_free_fn;
+    BATCH_LOOP(al(pool, sz_, NULL), fr(pool, p_, sz_, NULL));
+    break;
+  }
+  case BENCH_LIBC:
+  case BENCH_MI: {
+    bench_malloc_fn al = a->malloc_fn;
+    bench_free_fn fr = a->free_fn;
+    BATCH_LOOP(al(sz_), ((void)sz_, fr(p_)));
+    break;
+  }
+  case BENCH_JE: {
+    bench_mallocx_fn al = a->mallocx_fn;
+    bench_sdallocx_fn fr = a->sdallocx_fn;
+    BATCH_LOOP(al(sz_, 0), fr(p_, sz_, 0));
+    break;
+  }
+  }
+  return !failed;
+}
+
+typedef struct batch_thread {
+  const bench_allocator *a;
+  batch_plan *plan;
+  uint64_t batches;
+  pthread_barrier_t *barrier;
+  uint64_t t0;
+  uint64_t t1;
+  bool ok;
+} batch_thread;
+
+static void *batch_thread_main(void *arg) {
+  batch_thread *t = arg;
+  pthread_barrier_wait(t->barrier);
+  t->t0 = aa_now_ns();
+  t->ok = run_batches(t->a, t->plan, t->batches);
+  t->t1 = aa_now_ns();
+  return NULL;
+}
+
+#define MAX_THREADS 8
+
+/* Returns elapsed wall ns over all threads, 0 on failure. */
+static uint64_t run_batch_case(const bench_allocator *a, batch_plan *plans, int threads,
+                               uint64_t batches) {
+  pthread_t tid[MAX_THREADS];
+  batch_thread bt[MAX_THREADS];
+  pthread_barrier_t barrier;
+  uint64_t t0 = UINT64_MAX;
+  uint64_t t1 = 0;
+  bool ok = true;
+  int started = 0;
+  int i;
+
+  if (threads == 1) {
+    uint64_t s = aa_now_ns();
+    if (!run_batches(a, &plans[0], batches)) {
+      return 0;
+    }
+    return aa_now_ns() - s;
+  }
+  if (pthread_barrier_init(&barrier, NULL, (unsigned)threads) != 0) {
+    return 0;
+  }
+  for (i = 0; i < threads; i++) {
+    bt[i].a = a;
+    bt[i].plan = &plans[i];
+    bt[i].batches = batches;
+    bt[i].barrier = &barrier;
+    bt[i].ok = false;
+    if (pthread_create(&tid[i], NULL, batch_thread_main, &bt[i]) != 0) {
+      ok = false;
+      break;
+    }
+    started++;
+  }
+  if (!ok) {
+    /* The started threads wait on the barrier forever; this is a benchmark
+     * tool, so give up loudly rather than leave them hanging silently. */
+    fprintf(stderr, "bench: pthread_create failed\n");
+    exit(1);
+  }
+  for (i = 0; i < started; i++) {
+    pthread_join(tid[i], NULL);
+    ok = ok && bt[i].ok;
+    if (bt[i].t0 < t0) {
+      t0 = bt[i].t0;
+    }
+    if (bt[i].t1 > t1) {
+      t1 = bt[i].t1;
+    }
+  }
+  pthread_barrier_destroy(&barrier);
+  return ok ? t1 - t0 : 0;
+}
+
+/* ------------------------------------------------------------ statistics */
+
+static int cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x;
+  double b = *(const double *)y;
+  return (a > b) - (a < b);
+}
+
+typedef struct summary {
+  double median;
+  double min;
+  double max;
+} summary;
+
+static summary summarise(const double *v, int n) {
+  double tmp[MAX_REPS];
+  summary s = {0.0, 0.0, 0.0};
+  if (n <= 0) {
+    return s;
+  }
+  memcpy(tmp, v, sizeof(double) * (size_t)n);
+  qsort(tmp, (size_t)n, sizeof(double), cmp_double);
+  s.min = tmp[0];
+  s.max = tmp[n - 1];
+  s.median = (n % 2 == 1) ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
+  return s;
+}
+
+/* ------------------------------------------------------------ driver */
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: adaptalloc-bench host [--json] [--reps N] [--case NAME[,NAME...]]\n"
+          "                             [--allocator NAME[,NAME...]] [--scale F]\n"
+          "  Runs adaptalloc (telemetry on/off), glibc, jemalloc and mimalloc side by\n"
+          "  side in this one process and reports the median ns per alloc+free pair.\n"
+          "  --json       one JSON object per line on stdout instead of a table\n"
+          "  --reps N     repetitions (default 7, at least 1); median, min, max over them\n"
+          "  --case       only these cases: pair_64 pair_512 pair_4096 pair_65536\n"
+          "               batch_mixed batch_mixed_2t\n"
+          "  --allocator  only these: adaptalloc adaptalloc_notelemetry glibc jemalloc mimalloc\n"
+          "  --scale F    multiply the operations per measurement by F (default 1)\n"
+          "  --quiet      do not print the library resolution lines on stderr\n");
+}
+
+/* True when `name` is in the comma-separated `list` (NULL list: all). */
+static bool in_list(const char *list, const char *name) {
+  size_t len = strlen(name);
+  const char *p = list;
+  if (list == NULL) {
+    return true;
+  }
+  while (*p != '\0') {
+    const char *end = strchr(p, ',');
+    size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
+    if (n == len && strncmp(p, name, len) == 0) {
+      return true;
+    }
+    if (end == NULL) {
+      break;
+    }
+    p = end + 1;
+  }
+  return false;
+}
+
+/* Every name in `list` must be one of `names`; prints the bad one. */
+static bool list_valid(const char *list, const char *const *names, size_t count,
+                       const char *what) {
+  const char *p = list;
+  if (list == NULL) {
+    return true;
+  }
+  while (1) {
+    const char *end = strchr(p, ',');
+    size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
+    bool found = false;
+    size_t i;
+    for (i = 0; i < count; i++) {
+      if (strlen(names[i]) == n && strncmp(p, names[i], n) == 0) {
+        found = true;
+      }
+    }
+    if (!found) {
+      fprintf(stderr, "adaptalloc-bench host: unknown %s '%.*s'\n", what, (int)n, p);
+      return false;
+    }
+    if (end == NULL) {
+      return true;
+    }
+    p = end + 1;
+  }
+}
+
+static bool parse_long(const char *s, long lo, long hi, long *out) {
+  char *end = NULL;
+  long v;
+  if (s == NULL || *s == '\0') {
+    return false;
+  }
+  v = strtol(s, &end, 10);
+  if (*end != '\0' || v < lo || v > hi) {
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+static bool parse_double(const char *s, double lo, double hi, double *out) {
+  char *end = NULL;
+  double v;
+  if (s == NULL || *s == '\0') {
+    return false;
+  }
+  v = strtod(s, &end);
+  if (*end != '\0' || !(v >= lo && v <= hi)) {
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+static const char *fmt_ratio(char *buf, size_t cap, double num, double den) {
+  if (num > 0.0 && den > 0.0) {
+    snprintf(buf, cap, "%.2f", num / den);
+  } else {
+    snprintf(buf, cap, "-");
+  }
+  return buf;
+}
+
+int bench_host_main(int argc, char **argv) {
+  static const char *const alloc_names[BENCH_ALLOCATORS] = {
+      "adaptalloc", "adaptalloc_notelemetry", "glibc", "jemalloc", "mimalloc"};
+  const char *case_names[N_CASES];
+  bench_allocator al[BENCH_ALLOCATORS];
+  bool json = false;
+  bool quiet = false;
+  long reps = 7;
+  double scale = 1.0;
+  const char *case_list = NULL;
+  const char *alloc_list = NULL;
+  double(*res)[BENCH_ALLOCATORS][MAX_REPS] = NULL; /* [case][alloc][rep] ns/op */
+  batch_plan *plans = NULL;
+  bool run_case[N_CASES];
+  bool run_alloc[BENCH_ALLOCATORS];
+  bool opened = false;
+  int status = 1;
+  int i;
+  size_t c;
+  long r;
+
+  for (c = 0; c < N_CASES; c++) {
+    case_names[c] = g_cases[c].name;
+  }
+  for (i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "--json") == 0) {
+      json = true;
+    } else if (strcmp(a, "--quiet") == 0) {
+      quiet = true;
+    } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      usage(stdout);
+      status = 0;
+      goto out;
+    } else if (strcmp(a, "--reps") == 0) {
+      if (!parse_long(v, 1, MAX_REPS, &reps)) {
+        fprintf(stderr, "adaptalloc-bench host: --reps needs an integer 1..%d\n", MAX_REPS);
+        goto out;
+      }
+      i++;
+    } else if (strcmp(a, "--scale") == 0) {
+      if (!parse_double(v, 0.001, 1000.0, &scale)) {
+        fprintf(stderr, "adaptalloc-bench host: --scale needs a number 0.001..1000\n");
+        goto out;
+      }
+      i++;
+    } else if (strcmp(a, "--case") == 0) {
+      if (v == NULL || !list_valid(v, case_names, N_CASES, "case")) {
+        if (v == NULL) {
+          fprintf(stderr, "adaptalloc-bench host: --case needs a name\n");
+        }
+        goto out;
+      }
+      case_list = v;
+      i++;
+    } else if (strcmp(a, "--allocator") == 0) {
+      if (v == NULL || !list_valid(v, alloc_names, BENCH_ALLOCATORS, "allocator")) {
+        if (v == NULL) {
+          fprintf(stderr, "adaptalloc-bench host: --allocator needs a name\n");
+        }
+        goto out;
+      }
+      alloc_list = v;
+      i++;
+    } else {
+      fprintf(stderr, "adaptalloc-bench host: unknown option '%s'\n", a);
+      usage(stderr);
+      goto out;
+    }
+  }
+
+  if (bench_allocators_open(al, !quiet) != AA_OK) {
+    goto out;
+  }
+  opened = true;
+  for (i = 0; i < BENCH_ALLOCATORS; i++) {
+    run_alloc[i] = al[i].available && in_list(alloc_list, al[i].name);
+  }
+  for (c = 0; c < N_CASES; c++) {
+    run_case[c] = in_list(case_list, g_cases[c].name);
+  }
+
+  res = calloc(N_CASES, sizeof *res);
+  plans = calloc(MAX_THREADS, sizeof *plans);
+  if (res == NULL || plans == NULL) {
+    fprintf(stderr, "adaptalloc-bench host: out of memory\n");
+    goto out;
+  }
+  for (i = 0; i < MAX_THREADS; i++) {
+    plan_init(&plans[i], 0x5eed0000u + (uint64_t)i);
+  }
+
+  /* Warm-up: one short untimed pass of every case on every allocator, so
+   * that first-touch page faults and lazy initialisation are not timed. */
+  for (c = 0; c < N_CASES; c++) {
+    const bench_case *bc = &g_cases[c];
+    if (!run_case[c]) {
+      continue;
+    }
+    for (i = 0; i < BENCH_ALLOCATORS; i++) {
+      if (!run_alloc[i]) {
+        continue;
+      }
+      if (bc->kind == CASE_PAIR) {
+        (void)run_pair(&al[i], bc->size, bc->ops / 10 + 1);
+      } else {
+        (void)run_batch_case(&al[i], plans, bc->threads, bc->ops / BATCH_N / 10 + 1);
+      }
+    }
+  }
+
+  for (r = 0; r < reps; r++) {
+    for (c = 0; c < N_CASES; c++) {
+      const bench_case *bc = &g_cases[c];
+      uint64_t ops = (uint64_t)((double)bc->ops * scale);
+      int k;
+      if (!run_case[c]) {
+        continue;
+      }
+      if (ops < BATCH_N) {
+        ops = BATCH_N;
+      }
+      for (k = 0; k < BENCH_ALLOCATORS; k++) {
+        int ai = (int)((k + r) % BENCH_ALLOCATORS); /* rotate the order */
+        uint64_t ns;
+        uint64_t done;
+        if (!run_alloc[ai]) {
+          continue;
+        }
+        if (bc->kind == CASE_PAIR) {
+          done = ops;
+          ns = run_pair(&al[ai], bc->size, ops);
+        } else {
+          uint64_t batches = ops / BATCH_N;
+          done = batches * BATCH_N;
+          ns = run_batch_case(&al[ai], plans, bc->threads, batches);
+        }
+        if (ns == 0) {
+          fprintf(stderr, "adaptalloc-bench host: %s: %s: allocation failed\n", bc->name,
+                  al[ai].name);
+          goto out;
+        }
+        res[c][ai][r] = (double)ns / (double)done;
+      }
+    }
+  }
+
+  if (json) {
+    for (c = 0; c < N_CASES; c++) {
+      const bench_case *bc = &g_cases[c];
+      uint64_t ops = (uint64_t)((double)bc->ops * scale);
+      if (!run_case[c]) {
+        continue;
+      }
+      if (bc->kind == CASE_BATCH) {
+        ops = ops / BATCH_N * BATCH_N;
+      }
+      for (i = 0; i < BENCH_ALLOCATORS; i++) {
+        summary s;
+        if (!run_alloc[i]) {
+          continue;
+        }
+        s = summarise(res[c][i], (int)reps);
+        printf("{\"case\": \"%s\", \"allocator\": \"%s\", \"ns_per_op\": %.2f, "
+               "\"ns_min\": %.2f, \"ns_max\": %.2f, \"reps\": %ld, \"ops\": %llu, "
+               "\"threads\": %d, \"size\": %zu}\n",
+               bc->name, al[i].name, s.median, s.min, s.max, reps, (unsigned long long)ops,
+               bc->threads, bc->size);
+      }
+    }
+  } else {
+    printf("adaptalloc-bench host: median ns per alloc+free pair over %ld reps%s\n", reps,
+           reps < 5 ? " (fewer than 5: not a benchmark figure)" : "");
+    printf("%-15s %10s %10s %10s %10s %10s | %7s %8s %7s\n", "case", "adaptalloc",
+           "aa_notelem", "glibc", "jemalloc", "mimalloc", "aa/mi", "aa/glibc", "telem");
+    for (c = 0; c < N_CASES; c++) {
+      summary s[BENCH_ALLOCATORS];
+      char cell[BENCH_ALLOCATORS][16];
+      char r1[16];
+      char r2[16];
+      char r3[16];
+      if (!run_case[c]) {
+        continue;
+      }
+      for (i = 0; i < BENCH_ALLOCATORS; i++) {
+        if (run_alloc[i]) {
+          s[i] = summarise(res[c][i], (int)reps);
+          snprintf(cell[i], sizeof cell[i], "%.2f", s[i].median);
+        } else {
+          s[i].median = 0.0;
+          snprintf(cell[i], sizeof cell[i], "-");
+        }
+      }
+      printf("%-15s %10s %10s %10s %10s %10s | %7s %8s %7s\n", g_cases[c].name, cell[0],
+             cell[1], cell[2], cell[3], cell[4],
+             fmt_ratio(r1, sizeof r1, s[0].median, s[4].median),
+             fmt_ratio(r2, sizeof r2, s[0].median, s[2].median),
+             fmt_ratio(r3, sizeof r3, s[0].median, s[1].median));
+    }
+    printf("aa/mi, aa/glibc: adaptalloc (telemetry on) over mimalloc, glibc; "
+           "telem: telemetry on over off\n");
+  }
+  fflush(stdout);
+  status = 0;
+
+out:
+  if (opened) {
+    bench_allocators_close(al);
+  }
+  free(plans);
+  free(res);
+  return status;
+}

@@ -1,0 +1,72 @@
+/*
+ * bench_main.c — adaptalloc-bench: picks the subcommand.
+ *
+ *   adaptalloc-bench host [...]   allocator comparison on the host (bench_host.c)
+ *
+ * jemalloc uses the initial-exec TLS model, so dlopen'ing it next to
+ * everything else can fail with "cannot allocate memory in static TLS
+ * block". When that happens, main() re-executes the program once with
+ * GLIBC_TUNABLES=glibc.rtld.optional_static_tls raised; the environment
+ * variable ADAPTALLOC_BENCH_REEXEC guards against a loop.
+ *
+ * Entry point: main.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+#define TLS_TUNABLE "glibc.rtld.optional_static_tls=65536"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: adaptalloc-bench <command> [options]\n"
+          "commands:\n"
+          "  host    adaptalloc vs glibc, jemalloc, mimalloc on the host, one process\n"
+          "          (adaptalloc-bench host --help for its options)\n");
+}
+
+/* Re-executes this program with more optional static TLS. Returns only when
+ * that cannot be done (then the caller goes on without jemalloc). */
+static void reexec_with_tls(char **argv) {
+  const char *old = getenv("GLIBC_TUNABLES");
+  char buf[1024];
+  if (getenv("ADAPTALLOC_BENCH_REEXEC") != NULL) {
+    return;
+  }
+  if (old != NULL && old[0] != '\0') {
+    snprintf(buf, sizeof buf, "%s:%s", old, TLS_TUNABLE);
+  } else {
+    snprintf(buf, sizeof buf, "%s", TLS_TUNABLE);
+  }
+  if (setenv("GLIBC_TUNABLES", buf, 1) != 0 || setenv("ADAPTALLOC_BENCH_REEXEC", "1", 1) != 0) {
+    return;
+  }
+  fflush(NULL);
+  execv("/proc/self/exe", argv);
+  fprintf(stderr, "adaptalloc-bench: re-exec for jemalloc's static TLS failed; "
+                  "jemalloc will be skipped\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+      strcmp(argv[1], "help") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  if (strcmp(argv[1], "host") == 0) {
+    if (bench_need_tls_reexec()) {
+      reexec_with_tls(argv);
+    }
+    return bench_host_main(argc - 1, argv + 1);
+  }
+  fprintf(stderr, "adaptalloc-bench: unknown command '%s'\n", argv[1]);
+  usage(stderr);
+  return 2;
+}

@@ -1,0 +1,638 @@
+/*
+ * demo.c — adaptalloc-demo, the main job: a trainer-like workload on the
+ * runtime's pool (the CUDA device pool when a GPU is present, else the host
+ * pool), with a one-line progress summary every second.
+ *
+ * The workload is a small transformer trained data-parallel by --threads
+ * workers that share one pool:
+ *   - weights, their gradients and two optimiser states are allocated once;
+ *   - each step runs a forward pass that allocates, per layer, the layer-norm
+ *     output and statistics, Q, K, V, the attention scores (freed once the
+ *     softmax exists), the softmax, the attention output, the MLP hidden and
+ *     activated tensors, and keeps them for the backward pass; the backward
+ *     pass walks the layers in reverse, allocating and freeing gradient
+ *     temporaries and freeing that layer's saved activations;
+ *   - the sequence length follows a schedule (128, 256, 64, 192, 384 tokens,
+ *     the next one every --phase seconds) with a little jitter per step, so
+ *     the request sizes move while the program runs, which is what the
+ *     policy loop is there to follow.
+ * The memory handed out is never touched (it may be device memory); a
+ * --compute-us sleep per step stands in for the kernels.
+ *
+ * Runs for --seconds N or until SIGINT/SIGTERM (a second signal exits at
+ * once with 130), then frees everything, shuts the runtime down, exits 0.
+ *
+ * Entry point: main.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "adaptalloc/core.h"
+#include "adaptalloc/runtime.h"
+
+#define DEMO_MAX_THREADS 64
+#define DEMO_LAYERS 4
+#define DEMO_HIDDEN 512
+#define DEMO_HEADS 8
+#define DEMO_BATCH 4
+#define DEMO_VOCAB 8192
+#define DEMO_ELEM 2 /* fp16 */
+#define DEMO_MAX_TENSORS 256
+
+static const int g_seq_schedule[] = {128, 256, 64, 192, 384};
+#define DEMO_PHASES (sizeof g_seq_schedule / sizeof g_seq_schedule[0])
+
+typedef struct demo_opts {
+  double seconds;     /* <= 0: until a signal */
+  int threads;
+  bool quiet;
+  long compute_us;    /* simulated compute per step */
+  double phase_s;     /* seconds per sequence-length phase */
+} demo_opts;
+
+/* One live tensor. */
+typedef struct tensor {
+  void *ptr;
+  size_t size;
+} tensor;
+
+/* What a worker keeps between the forward and the backward pass. */
+typedef struct layer_saved {
+  tensor ln_out, ln_mean, ln_rstd, q, k, v, softmax, attn_out, mlp_hidden, mlp_act;
+} layer_saved;
+
+typedef struct worker {
+  pthread_t tid;
+  int index;
+  aa_pool *pool;
+  const demo_opts *opts;
+  uint64_t rng;
+  _Atomic uint64_t steps;
+  _Atomic uint64_t failed_allocs;
+} worker;
+
+static volatile sig_atomic_t g_signalled;
+static atomic_int g_stop;
+static atomic_int g_seq_base; /* current phase's sequence length */
+static uint64_t g_start_ns;
+
+/* ------------------------------------------------------------ signals */
+
+static void on_signal(int sig) {
+  (void)sig;
+  if (g_signalled) {
+    _exit(130);
+  }
+  g_signalled = 1;
+}
+
+static int install_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(SIGINT, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0) {
+    return -1;
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------ helpers */
+
+static uint64_t rng_next(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static void sleep_ns(uint64_t ns) {
+  struct timespec ts;
+  ts.tv_sec = (time_t)(ns / 1000000000u);
+  ts.tv_nsec = (long)(ns % 1000000000u);
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR && !atomic_load(&g_stop)) {
+  }
+}
+
+/* Stands in for the kernels of a step: a sleep, so the demo stays light on
+ * a shared machine. */
+static void simulate_compute(long us) {
+  if (us > 0) {
+    sleep_ns((uint64_t)us * 1000u);
+  }
+}
+
+static tensor t_alloc(worker *w, size_t size) {
+  tensor t;
+  t.size = size;
+  t.ptr = aa_alloc(w->pool, size, NULL);
+  if (t.ptr == NULL) {
+    atomic_fetch_add_explicit(&w->failed_allocs, 1, memory_order_relaxed);
+  }
+  return t;
+}
+
+static void t_free(worker *w, tensor *t) {
+  if (t->ptr != NULL) {
+    (void)aa_free(w->pool, t->ptr, t->size, NULL);
+  }
+  t->ptr = NULL;
+  t->size = 0;
+}
+
+/* ------------------------------------------------------------ the model */
+
+/* Long-lived tensors: per layer W_qkv, W_o, W_1, W_2, two layer-norm
+ * parameter pairs, biases; the embedding. Each with a gradient and two
+ * optimiser states (Adam m and v, fp32). */
+typedef struct model {
+  tensor t[DEMO_LAYERS * 8 * 4 + 4];
+  int n;
+  size_t bytes;
+} model;
+
+static int model_alloc(aa_pool *pool, model *m) {
+  const size_t h = DEMO_HIDDEN;
+  size_t shapes[9];
+  int ns = 0;
+  int l;
+  int i;
+  int k;
+
+  memset(m, 0, sizeof *m);
+  for (l = 0; l < DEMO_LAYERS; l++) {
+    shapes[0] = 3 * h * h;   /* W_qkv */
+    shapes[1] = h * h;       /* W_o */
+    shapes[2] = 4 * h * h;   /* W_1 */
+    shapes[3] = 4 * h * h;   /* W_2 */
+    shapes[4] = 2 * h;       /* ln1 gamma, beta */
+    shapes[5] = 2 * h;       /* ln2 */
+    shapes[6] = 3 * h + h;   /* qkv and o biases */
+    shapes[7] = 4 * h + h;   /* mlp biases */
+    ns = 8;
+    for (i = 0; i < ns; i++) {
+      /* the weight (fp16), its gradient (fp16), Adam m and v (fp32) */
+      size_t sz[4] = {shapes[i] * DEMO_ELEM, shapes[i] * DEMO_ELEM, shapes[i] * 4, shapes[i] * 4};
+      for (k = 0; k < 4; k++) {
+        void *p = aa_alloc(pool, sz[k], NULL);
+        if (p == NULL) {
+          return AA_ENOMEM;
+        }
+        m->t[m->n].ptr = p;
+        m->t[m->n].size = sz[k];
+        m->n++;
+        m->bytes += sz[k];
+      }
+    }
+  }
+  shapes[8] = (size_t)DEMO_VOCAB * h * DEMO_ELEM; /* embedding (tied output) */
+  for (k = 0; k < 2; k++) {
+    void *p = aa_alloc(pool, shapes[8], NULL);
+    if (p == NULL) {
+      return AA_ENOMEM;
+    }
+    m->t[m->n].ptr = p;
+    m->t[m->n].size = shapes[8];
+    m->n++;
+    m->bytes += shapes[8];
+  }
+  return AA_OK;
+}
+
+static void model_free(aa_pool *pool, model *m) {
+  int i;
+  for (i = m->n - 1; i >= 0; i--) {
+    if (m->t[i].ptr != NULL) {
+      (void)aa_free(pool, m->t[i].ptr, m->t[i].size, NULL);
+    }
+  }
+  memset(m, 0, sizeof *m);
+}
+
+/* One training step at sequence length s. */
+static void train_step(worker *w, int s) {
+  const size_t b = DEMO_BATCH;
+  const size_t h = DEMO_HIDDEN;
+  const size_t tok = b * (size_t)s;
+  const size_t act = tok * h * DEMO_ELEM;              /* [B, S, H] fp16 */
+  const size_t stat = tok * 4;                         /* [B, S] fp32 */
+  const size_t att = b * DEMO_HEADS * (size_t)s * (size_t)s * DEMO_ELEM; /* [B, h, S, S] */
+  const size_t mlp = tok * 4 * h * DEMO_ELEM;          /* [B, S, 4H] */
+  layer_saved saved[DEMO_LAYERS];
+  tensor ids;
+  tensor x;
+  tensor logits;
+  tensor loss;
+  int l;
+
+  ids = t_alloc(w, tok * 8);     /* int64 token ids */
+  x = t_alloc(w, act);           /* embedding output */
+  for (l = 0; l < DEMO_LAYERS; l++) {
+    layer_saved *ls = &saved[l];
+    tensor scores;
+    tensor proj;
+    tensor mlp_out;
+    ls->ln_out = t_alloc(w, act);
+    ls->ln_mean = t_alloc(w, stat);
+    ls->ln_rstd = t_alloc(w, stat);
+    ls->q = t_alloc(w, act);
+    ls->k = t_alloc(w, act);
+    ls->v = t_alloc(w, act);
+    scores = t_alloc(w, att);
+    ls->softmax = t_alloc(w, att);
+    t_free(w, &scores);
+    ls->attn_out = t_alloc(w, act);
+    proj = t_alloc(w, act);
+    ls->mlp_hidden = t_alloc(w, mlp);
+    ls->mlp_act = t_alloc(w, mlp);
+    mlp_out = t_alloc(w, act);
+    t_free(w, &proj);
+    t_free(w, &mlp_out);
+  }
+  logits = t_alloc(w, tok * 1024 * DEMO_ELEM); /* a vocabulary shard */
+  loss = t_alloc(w, 4);
+  t_free(w, &logits);
+  /* the forward kernels ran meanwhile: this is where memory use peaks */
+  simulate_compute(w->opts->compute_us / 2);
+
+  for (l = DEMO_LAYERS - 1; l >= 0; l--) {
+    layer_saved *ls = &saved[l];
+    tensor d_mlp = t_alloc(w, mlp);
+    tensor d_act = t_alloc(w, act);
+    tensor d_scores;
+    tensor dq;
+    tensor dk;
+    tensor dv;
+    t_free(w, &ls->mlp_act);
+    t_free(w, &ls->mlp_hidden);
+    t_free(w, &d_mlp);
+    d_scores = t_alloc(w, att);
+    t_free(w, &ls->softmax);
+    dq = t_alloc(w, act);
+    dk = t_alloc(w, act);
+    dv = t_alloc(w, act);
+    t_free(w, &d_scores);
+    t_free(w, &ls->attn_out);
+    t_free(w, &ls->v);
+    t_free(w, &ls->k);
+    t_free(w, &ls->q);
+    t_free(w, &dv);
+    t_free(w, &dk);
+    t_free(w, &dq);
+    t_free(w, &ls->ln_rstd);
+    t_free(w, &ls->ln_mean);
+    t_free(w, &ls->ln_out);
+    t_free(w, &d_act);
+  }
+  t_free(w, &loss);
+  t_free(w, &x);
+  t_free(w, &ids);
+  simulate_compute(w->opts->compute_us - w->opts->compute_us / 2); /* backward, optimiser */
+}
+
+static void *worker_main(void *arg) {
+  worker *w = arg;
+  while (!atomic_load_explicit(&g_stop, memory_order_relaxed)) {
+    int base = atomic_load_explicit(&g_seq_base, memory_order_relaxed);
+    int s = base - 8 * (int)(rng_next(&w->rng) % 4); /* padding jitter */
+    train_step(w, s);
+    atomic_fetch_add_explicit(&w->steps, 1, memory_order_relaxed);
+  }
+  return NULL;
+}
+
+/* ------------------------------------------------------------ reporting */
+
+/* Class sizes in a snapshot, not counting the ones draining after retire. */
+static size_t live_classes(const aa_pool_stats *st, uint64_t *out) {
+  size_t n = 0;
+  uint32_t i;
+  for (i = 0; i < st->class_count && i < AA_MAX_CLASSES; i++) {
+    if (!st->classes[i].retiring) {
+      out[n++] = st->classes[i].block_size;
+    }
+  }
+  return n;
+}
+
+static bool has_size(const uint64_t *v, size_t n, uint64_t x) {
+  size_t i;
+  for (i = 0; i < n; i++) {
+    if (v[i] == x) {
+      return true;
+    }
+  }
+  return false;
+}
+
+static double mib(uint64_t b) {
+  return (double)b / (1024.0 * 1024.0);
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: adaptalloc-demo [--seconds N] [--threads N] [--compute-us N] [--phase S]\n"
+          "                       [--quiet] [--help]\n"
+          "  A trainer-like workload on the adaptalloc runtime's pool (CUDA device 0\n"
+          "  when a GPU is present, else the host pool): weights allocated once, each\n"
+          "  step allocating Q/K/V, attention scores, softmax and activations sized by a\n"
+          "  sequence length that changes during the run. Prints one line a second.\n"
+          "  --seconds N     run N seconds (default: until Ctrl-C / SIGTERM)\n"
+          "  --threads N     workers sharing the pool (default 2, 1..%d)\n"
+          "  --compute-us N  simulated compute per step in microseconds (default 1000;\n"
+          "                  0 makes the run allocation-bound)\n"
+          "  --phase S       seconds per sequence length (default 4)\n"
+          "  --quiet         only the final summary line\n"
+          "The runtime reads ADAPTALLOC_* from the environment (see README).\n",
+          DEMO_MAX_THREADS);
+}
+
+static bool parse_num(const char *s, double lo, double hi, double *out) {
+  char *end = NULL;
+  double v;
+  if (s == NULL || *s == '\0') {
+    return false;
+  }
+  errno = 0;
+  v = strtod(s, &end);
+  if (errno != 0 || *end != '\0' || !(v >= lo && v <= hi)) {
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+/* Returns 0 to run, 1 for --help, -1 for a bad command line. */
+static int parse_args(int argc, char **argv, demo_opts *o) {
+  int i;
+  o->seconds = 0.0;
+  o->threads = 2;
+  o->quiet = false;
+  o->compute_us = 1000;
+  o->phase_s = 4.0;
+  for (i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    double d = 0.0;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      return 1;
+    } else if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
+      o->quiet = true;
+    } else if (strcmp(a, "--seconds") == 0) {
+      if (!parse_num(v, 0.0, 1e9, &d)) {
+        fprintf(stderr, "adaptalloc-demo: --seconds needs a number >= 0 (0 = until Ctrl-C)\n");
+        return -1;
+      }
+      o->seconds = d;
+      i++;
+    } else if (strcmp(a, "--threads") == 0) {
+      if (!parse_num(v, 1, DEMO_MAX_THREADS, &d) || d != (double)(int)d) {
+        fprintf(stderr, "adaptalloc-demo: --threads needs an integer 1..%d\n", DEMO_MAX_THREADS);
+        return -1;
+      }
+      o->threads = (int)d;
+      i++;
+    } else if (strcmp(a, "--compute-us") == 0) {
+      if (!parse_num(v, 0, 10000000, &d) || d != (double)(long)d) {
+        fprintf(stderr, "adaptalloc-demo: --compute-us needs an integer 0..10000000\n");
+        return -1;
+      }
+      o->compute_us = (long)d;
+      i++;
+    } else if (strcmp(a, "--phase") == 0) {
+      if (!parse_num(v, 0.1, 1e6, &d)) {
+        fprintf(stderr, "adaptalloc-demo: --phase needs a number of seconds >= 0.1\n");
+        return -1;
+      }
+      o->phase_s = d;
+      i++;
+    } else {
+      fprintf(stderr, "adaptalloc-demo: unknown option '%s' (try --help)\n", a);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* The runtime's pool: the first GPU when there is one, else the host. */
+static aa_pool *open_pool(const char **where) {
+  aa_pool *pool = NULL;
+  if (aa_cuda_device_count() > 0) {
+    pool = aa_runtime_pool(AA_BACKEND_DEVICE, 0);
+    *where = "cuda device 0";
+    if (pool == NULL) {
+      fprintf(stderr, "adaptalloc-demo: no pool for CUDA device 0; using the host pool\n");
+    }
+  }
+  if (pool == NULL) {
+    pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
+    *where = "host";
+  }
+  return pool;
+}
+
+int main(int argc, char **argv) {
+  demo_opts opts;
+  aa_runtime_config rcfg;
+  worker *workers = NULL;
+  aa_pool_stats *st = NULL;
+  uint64_t *cls_prev = NULL;
+  uint64_t *cls_now = NULL;
+  size_t n_prev = 0;
+  aa_pool *pool = NULL;
+  const char *where = "?";
+  model m;
+  bool model_ok = false;
+  bool runtime_on = false;
+  int started = 0;
+  int status = 1;
+  int rc;
+  int i;
+  uint64_t last_ns;
+  uint64_t last_steps = 0;
+  uint64_t last_allocs = 0;
+  uint64_t last_hits = 0;
+  uint64_t last_misses = 0;
+  uint64_t added = 0;
+  uint64_t retired = 0;
+  uint64_t total_steps = 0;
+  uint64_t failed = 0;
+  double elapsed_s = 0.0;
+
+  memset(&m, 0, sizeof m);
+  rc = parse_args(argc, argv, &opts);
+  if (rc != 0) {
+    usage(rc > 0 ? stdout : stderr);
+    return rc > 0 ? 0 : 2;
+  }
+  if (install_signals() != 0) {
+    perror("adaptalloc-demo: sigaction");
+    return 1;
+  }
+  st = malloc(sizeof *st);
+  cls_prev = calloc(AA_MAX_CLASSES, sizeof *cls_prev);
+  cls_now = calloc(AA_MAX_CLASSES, sizeof *cls_now);
+  workers = calloc((size_t)opts.threads, sizeof *workers);
+  if (st == NULL || cls_prev == NULL || cls_now == NULL || workers == NULL) {
+    fprintf(stderr, "adaptalloc-demo: out of memory\n");
+    goto out;
+  }
+
+  aa_runtime_config_init(&rcfg);
+  rcfg.quiet = opts.quiet;
+  rc = aa_runtime_init(&rcfg);
+  if (rc != AA_OK) {
+    fprintf(stderr, "adaptalloc-demo: aa_runtime_init: %s\n", aa_strerror(rc));
+    goto out;
+  }
+  runtime_on = true;
+  pool = open_pool(&where);
+  if (pool == NULL) {
+    fprintf(stderr, "adaptalloc-demo: the runtime has no pool for the host either\n");
+    goto out;
+  }
+  rc = model_alloc(pool, &m);
+  model_ok = true; /* model_free frees what was allocated, even after a failure */
+  if (rc != AA_OK) {
+    fprintf(stderr, "adaptalloc-demo: allocating the weights: %s\n", aa_strerror(rc));
+    goto out;
+  }
+  if (aa_pool_stats_get(pool, st) == AA_OK) {
+    n_prev = live_classes(st, cls_prev);
+  }
+  if (!opts.quiet) {
+    int port = aa_runtime_http_port();
+    printf("adaptalloc-demo: pool '%s' on %s, %d threads, %d layers, hidden %d, batch %d, "
+           "weights+optimiser %.1f MiB, seq",
+           aa_pool_name(pool), where, opts.threads, DEMO_LAYERS, DEMO_HIDDEN, DEMO_BATCH,
+           mib(m.bytes));
+    for (i = 0; i < (int)DEMO_PHASES; i++) {
+      printf("%c%d", i == 0 ? ' ' : ',', g_seq_schedule[i]);
+    }
+    printf(" (next every %.1f s)", opts.phase_s);
+    if (port > 0) {
+      printf(", http://127.0.0.1:%d/", port);
+    }
+    printf("\n");
+    fflush(stdout);
+  }
+
+  atomic_store(&g_seq_base, g_seq_schedule[0]);
+  g_start_ns = aa_now_ns();
+  for (i = 0; i < opts.threads; i++) {
+    workers[i].index = i;
+    workers[i].pool = pool;
+    workers[i].opts = &opts;
+    workers[i].rng = 0x64656d6fu + (uint64_t)i * 7919u;
+    atomic_init(&workers[i].steps, 0);
+    atomic_init(&workers[i].failed_allocs, 0);
+    if (pthread_create(&workers[i].tid, NULL, worker_main, &workers[i]) != 0) {
+      fprintf(stderr, "adaptalloc-demo: pthread_create failed\n");
+      goto stop;
+    }
+    started++;
+  }
+
+  last_ns = g_start_ns;
+  while (!g_signalled) {
+    uint64_t now;
+    uint64_t steps = 0;
+    uint64_t dh;
+    uint64_t dm;
+    size_t n_now;
+    size_t k;
+    double dt;
+    double since = 0.0;
+    size_t phase;
+
+    sleep_ns(50u * 1000u * 1000u);
+    now = aa_now_ns();
+    since = (double)(now - g_start_ns) / 1e9;
+    phase = (size_t)(since / opts.phase_s) % DEMO_PHASES;
+    atomic_store_explicit(&g_seq_base, g_seq_schedule[phase], memory_order_relaxed);
+    if (opts.seconds > 0.0 && since >= opts.seconds) {
+      break;
+    }
+    if (now - last_ns < 1000000000u) {
+      continue;
+    }
+    dt = (double)(now - last_ns) / 1e9;
+    last_ns = now;
+    for (i = 0; i < started; i++) {
+      steps += atomic_load_explicit(&workers[i].steps, memory_order_relaxed);
+    }
+    if (aa_pool_stats_get(pool, st) != AA_OK) {
+      continue;
+    }
+    n_now = live_classes(st, cls_now);
+    for (k = 0; k < n_now; k++) {
+      added += has_size(cls_prev, n_prev, cls_now[k]) ? 0 : 1;
+    }
+    for (k = 0; k < n_prev; k++) {
+      retired += has_size(cls_now, n_now, cls_prev[k]) ? 0 : 1;
+    }
+    memcpy(cls_prev, cls_now, n_now * sizeof *cls_now);
+    n_prev = n_now;
+    dh = st->cache_hits - last_hits;
+    dm = st->cache_misses - last_misses;
+    if (!opts.quiet) {
+      printf("[%5.0fs] steps/s %7.1f  allocs/s %8.0f  seq %3d  in_use %8.1f MiB  "
+             "reserved %8.1f MiB  hit %5.1f%%  classes %u (+%llu -%llu)  ooms %llu\n",
+             since, (double)(steps - last_steps) / dt, (double)(st->allocs - last_allocs) / dt,
+             atomic_load_explicit(&g_seq_base, memory_order_relaxed), mib(st->bytes_in_use),
+             mib(st->bytes_reserved), dh + dm > 0 ? 100.0 * (double)dh / (double)(dh + dm) : 100.0,
+             (unsigned)n_now, (unsigned long long)added, (unsigned long long)retired,
+             (unsigned long long)st->ooms);
+      fflush(stdout);
+    }
+    last_steps = steps;
+    last_allocs = st->allocs;
+    last_hits = st->cache_hits;
+    last_misses = st->cache_misses;
+  }
+
+stop:
+  atomic_store(&g_stop, 1);
+  for (i = 0; i < started; i++) {
+    pthread_join(workers[i].tid, NULL);
+    total_steps += atomic_load(&workers[i].steps);
+    failed += atomic_load(&workers[i].failed_allocs);
+  }
+  elapsed_s = (double)(aa_now_ns() - g_start_ns) / 1e9;
+  if (started == opts.threads) {
+    status = 0;
+  }
+  if (aa_pool_stats_get(pool, st) == AA_OK) {
+    printf("adaptalloc-demo: %s%llu steps in %.1f s (%.1f steps/s), %llu allocs, "
+           "peak in_use %.1f MiB, peak reserved %.1f MiB, hit %.1f%%, failed allocs %llu, "
+           "invalid frees %llu\n",
+           g_signalled ? "interrupted; " : "", (unsigned long long)total_steps, elapsed_s,
+           elapsed_s > 0 ? (double)total_steps / elapsed_s : 0.0, (unsigned long long)st->allocs,
+           mib(st->peak_bytes_in_use), mib(st->peak_bytes_reserved),
+           st->cache_hits + st->cache_misses > 0
+               ? 100.0 * (double)st->cache_hits / (double)(st->cache_hits + st->cache_misses)
+               : 100.0,
+           (unsigned long long)failed, (unsigned long long)st->invalid_frees);
+    fflush(stdout);
+  }
+
+out:
+  if (model_ok) {
+    model_free(pool, &m);
+  }
+  if (runtime_on) {
+    aa_runtime_shutdown();
+  }
+  free(workers);
+  free(cls_now);
+  free(cls_prev);
+  free(st);
+  return status;
+}
