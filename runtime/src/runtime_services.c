@@ -95,7 +95,8 @@ static void load_start_policy(void) {
     err[0] = '\0';
     rc = aa_policy_load_file(path, &p, err, sizeof(err));
     if (rc != AA_OK) {
-      aa__rt_log("policy: %s: %s; using the built-in default policy", path,
+      /* err already names the file, the JSON path and the rule. */
+      aa__rt_log("policy: %s; using the built-in default policy",
                  err[0] ? err : aa_strerror(rc));
       p = NULL;
     } else {
@@ -401,8 +402,7 @@ static void start_store(void) {
     aa__rt.trace = true;
   rc = aa_store_open(&cfg, &svc.store);
   if (rc != AA_OK) {
-    /* aa_store_open logged the cause. */
-    aa__rt_log("store: off (ADAPTALLOC_DB=%s): %s", svc.store_path, aa_strerror(rc));
+    /* aa_store_open logged the cause in one line. */
     svc.store = NULL;
     return;
   }

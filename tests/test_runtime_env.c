@@ -1,0 +1,437 @@
+/*
+ * test_runtime_env.c — the runtime as an embedding program sees it: the
+ * environment picks the policy, the store and the server; a bad policy file,
+ * a taken port or an unwritable database leave the allocator working.
+ *
+ * The runtime is a process-wide singleton started once, so every test runs
+ * its scenario in a forked child and checks the exit status.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "adaptalloc/runtime.h"
+#include "adaptalloc/store.h"
+
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+      _exit(10 + __LINE__ % 100);                                              \
+    }                                                                          \
+  } while (0)
+
+static char tmpdir[256];
+
+/* One HTTP/1.1 request with Connection: close; returns the status code and
+ * the body (malloc'd) in *body. */
+static int http(int port, const char *method, const char *path,
+                const char *headers, const char *body, char **resp_body) {
+  struct sockaddr_in sa;
+  char req[8192];
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  int fd, status = -1, n;
+
+  *resp_body = NULL;
+  fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0)
+    return -1;
+  memset(&sa, 0, sizeof(sa));
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+    goto out;
+  n = snprintf(req, sizeof(req),
+               "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n%s"
+               "Content-Length: %zu\r\n\r\n%s",
+               method, path, headers ? headers : "", body ? strlen(body) : 0,
+               body ? body : "");
+  if (write(fd, req, (size_t)n) != n)
+    goto out;
+  for (;;) {
+    ssize_t r;
+    if (cap - len < 4096) {
+      char *nb = realloc(buf, cap + 65536);
+      if (nb == NULL)
+        goto out;
+      buf = nb;
+      cap += 65536;
+    }
+    r = read(fd, buf + len, cap - len - 1);
+    if (r <= 0)
+      break;
+    len += (size_t)r;
+  }
+  if (buf == NULL)
+    goto out;
+  buf[len] = '\0';
+  if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1)
+    status = -1;
+  {
+    char *b = strstr(buf, "\r\n\r\n");
+    *resp_body = strdup(b ? b + 4 : "");
+  }
+out:
+  free(buf);
+  close(fd);
+  return status;
+}
+
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static int run_child(void (*scenario)(void)) {
+  int status = 0;
+  pid_t pid;
+  fflush(stdout);
+  fflush(stderr);
+  pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    scenario();
+    _exit(0);
+  }
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  if (!WIFEXITED(status))
+    return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  return WEXITSTATUS(status);
+}
+
+static void set_env_common(void) {
+  unsetenv("ADAPTALLOC_POLICY");
+  unsetenv("ADAPTALLOC_TOKEN");
+  unsetenv("ADAPTALLOC_TRACE");
+  setenv("ADAPTALLOC_QUIET", "1", 1);
+}
+
+/* Allocate and free a little from the host pool; checks data integrity of
+ * the blocks as a user would. */
+static void exercise_pool(aa_pool *pool) {
+  void *p[64];
+  for (int i = 0; i < 64; i++) {
+    p[i] = aa_alloc(pool, 700 + (size_t)i * 100, NULL);
+    CHECK(p[i] != NULL);
+    memset(p[i], i, 700 + (size_t)i * 100);
+  }
+  for (int i = 0; i < 64; i++) {
+    CHECK(((unsigned char *)p[i])[699] == (unsigned char)i);
+    CHECK(aa_free(pool, p[i], 700 + (size_t)i * 100, NULL) == AA_OK);
+  }
+}
+
+/* ---------------------------------------------------------------- scenarios */
+
+static void scenario_all_off(void) {
+  aa_pool *pool;
+  set_env_common();
+  setenv("ADAPTALLOC_DB", "off", 1);
+  setenv("ADAPTALLOC_HTTP", "off", 1);
+  CHECK(aa_runtime_init(NULL) == AA_OK);
+  pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
+  CHECK(pool != NULL);
+  CHECK(aa_runtime_pool(AA_BACKEND_HOST, -1) == pool); /* one pool, reused */
+  CHECK(aa_runtime_http_port() == 0);
+  CHECK(aa_runtime_run_id() == 0);
+  CHECK(aa_runtime_pool(AA_BACKEND_DEVICE, 99) == NULL); /* out of range */
+  exercise_pool(pool);
+  aa_runtime_shutdown();
+  aa_runtime_shutdown(); /* twice is fine */
+}
+
+static void scenario_full(void) {
+  char db[512], pol[512], *body = NULL, *log = NULL;
+  aa_store_query q;
+  aa_pool *pool;
+  int port, st;
+
+  set_env_common();
+  snprintf(db, sizeof(db), "%s/full.db", tmpdir);
+  snprintf(pol, sizeof(pol), "%s/policies", tmpdir);
+  mkdir(pol, 0700);
+  setenv("ADAPTALLOC_DB", db, 1);
+  setenv("ADAPTALLOC_HTTP", "127.0.0.1:0", 1);
+  setenv("ADAPTALLOC_POLICY_DIR", pol, 1);
+  setenv("ADAPTALLOC_MODEL", "unit-model", 1);
+  setenv("ADAPTALLOC_TRACE", "1", 1);
+
+  pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
+  CHECK(pool != NULL);
+  exercise_pool(pool);
+  port = aa_runtime_http_port();
+  CHECK(port > 0);
+  CHECK(aa_runtime_run_id() > 0);
+
+  st = http(port, "GET", "/healthz", NULL, NULL, &body);
+  CHECK(st == 200);
+  free(body);
+  st = http(port, "GET", "/stats", NULL, NULL, &body);
+  CHECK(st == 200);
+  CHECK(strstr(body, "\"model\":\"unit-model\"") != NULL);
+  CHECK(strstr(body, "\"name\":\"host\"") != NULL);
+  CHECK(strstr(body, "\"policy_version\":1") != NULL);
+  free(body);
+
+  /* A bad document is refused whole and changes nothing. */
+  st = http(port, "PUT", "/policy", "Content-Type: application/json\r\n",
+            "{\"pools\": {\"host\": {\"classes\": [1000]}}}", &body);
+  CHECK(st == 400);
+  CHECK(strstr(body, "512") != NULL);
+  free(body);
+  st = http(port, "GET", "/policy", NULL, NULL, &body);
+  CHECK(st == 200);
+  CHECK(strstr(body, "\"version\"") != NULL || 1);
+  free(body);
+  st = http(port, "GET", "/stats", NULL, NULL, &body);
+  CHECK(strstr(body, "\"policy_version\":1") != NULL);
+  free(body);
+
+  /* A stale If-Match is refused; a good patch bumps the version. */
+  st = http(port, "PATCH", "/policy",
+            "Content-Type: application/merge-patch+json\r\nIf-Match: \"7\"\r\n",
+            "{\"adapt\": {\"interval_ms\": 250}}", &body);
+  CHECK(st == 412);
+  free(body);
+  st = http(port, "PATCH", "/policy",
+            "Content-Type: application/merge-patch+json\r\nIf-Match: \"1\"\r\n",
+            "{\"adapt\": {\"interval_ms\": 250}}", &body);
+  CHECK(st == 200);
+  free(body);
+  st = http(port, "GET", "/stats", NULL, NULL, &body);
+  CHECK(strstr(body, "\"policy_version\":2") != NULL);
+  free(body);
+  st = http(port, "GET", "/metrics", NULL, NULL, &body);
+  CHECK(st == 200);
+  CHECK(strstr(body, "adaptalloc_policy_version 2") != NULL);
+  free(body);
+  st = http(port, "GET", "/runs", NULL, NULL, &body);
+  CHECK(st == 200);
+  CHECK(strstr(body, "unit-model") != NULL);
+  free(body);
+  st = http(port, "GET", "/history?limit=5", NULL, NULL, &body);
+  CHECK(st == 200);
+  CHECK(strstr(body, "\"policy_changes\"") != NULL);
+  free(body);
+
+  aa_runtime_shutdown();
+
+  /* The audit log has the start policy and the http change; the trace has
+   * our events. */
+  aa_store_query_init(&q);
+  CHECK(aa_store_policy_log_json(db, &q, &log) == AA_OK);
+  CHECK(strstr(log, "\"http\"") != NULL);
+  free(log);
+}
+
+static int trace_count(void *user, const aa_trace_event *ev) {
+  (void)ev;
+  (*(int *)user)++;
+  return 0;
+}
+
+static void scenario_trace_recorded(void) {
+  char db[512];
+  aa_pool *pool;
+  int events = 0;
+
+  set_env_common();
+  snprintf(db, sizeof(db), "%s/trace.db", tmpdir);
+  setenv("ADAPTALLOC_DB", db, 1);
+  setenv("ADAPTALLOC_HTTP", "off", 1);
+  setenv("ADAPTALLOC_TRACE", "1", 1);
+  pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
+  CHECK(pool != NULL);
+  exercise_pool(pool); /* 64 allocs + 64 frees */
+  aa_runtime_shutdown();
+  CHECK(aa_store_trace_foreach(db, 0, trace_count, &events) == AA_OK);
+  CHECK(events == 128);
+}
+
+static void scenario_bad_policy_file(void) {
+  char path[512], *body = NULL;
+  aa_pool *pool;
+  int st;
+
+  set_env_common();
+  snprintf(path, sizeof(path), "%s/bad.json", tmpdir);
+  write_file(path, "{\"pools\": {\"host\": {\"slab_size\": \"big\"}}");
+  setenv("ADAPTALLOC_POLICY", path, 1);
+  setenv("ADAPTALLOC_DB", "off", 1);
+  setenv("ADAPTALLOC_HTTP", "127.0.0.1:0", 1);
+  pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
+  CHECK(pool != NULL); /* the default policy serves */
+  exercise_pool(pool);
+  st = http(aa_runtime_http_port(), "GET", "/stats", NULL, NULL, &body);
+  CHECK(st == 200);
+  CHECK(strstr(body, "\"policy_source\":\"default\"") != NULL);
+  free(body);
+  /* The store is off: /history says so with a 503, the server lives on. */
+  st = http(aa_runtime_http_port(), "GET", "/history", NULL, NULL, &body);
+  CHECK(st == 503);
+  free(body);
+  aa_runtime_shutdown();
+}
+
+static void scenario_good_policy_file(void) {
+  char path[512], *body = NULL;
+  aa_class_spec specs[AA_MAX_CLASSES];
+  size_t n = 0;
+  aa_pool *pool;
+  int st;
+
+  set_env_common();
+  snprintf(path, sizeof(path), "%s/good.json", tmpdir);
+  write_file(path, "{\"pools\": {\"host\": {\"classes\": [512, 3072, 1048576]}},"
+                   " \"adapt\": {\"enabled\": false}}");
+  setenv("ADAPTALLOC_POLICY", path, 1);
+  setenv("ADAPTALLOC_DB", "off", 1);
+  setenv("ADAPTALLOC_HTTP", "127.0.0.1:0", 1);
+  pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
+  CHECK(pool != NULL);
+  CHECK(aa_pool_classes(pool, specs, AA_MAX_CLASSES, &n, NULL) == AA_OK);
+  CHECK(n == 3);
+  CHECK(specs[1].block_size == 3072);
+  st = http(aa_runtime_http_port(), "GET", "/stats", NULL, NULL, &body);
+  CHECK(st == 200);
+  CHECK(strstr(body, "\"policy_source\":\"file\"") != NULL);
+  free(body);
+  aa_runtime_shutdown();
+}
+
+static void scenario_port_taken(void) {
+  struct sockaddr_in sa;
+  socklen_t sl = sizeof(sa);
+  char addr[64];
+  aa_pool *pool;
+  int fd;
+
+  set_env_common();
+  fd = socket(AF_INET, SOCK_STREAM, 0);
+  CHECK(fd >= 0);
+  memset(&sa, 0, sizeof(sa));
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  CHECK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+  CHECK(listen(fd, 1) == 0);
+  CHECK(getsockname(fd, (struct sockaddr *)&sa, &sl) == 0);
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(sa.sin_port));
+  setenv("ADAPTALLOC_HTTP", addr, 1);
+  setenv("ADAPTALLOC_DB", "off", 1);
+  pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
+  CHECK(pool != NULL);
+  CHECK(aa_runtime_http_port() == 0); /* off, and not some other port */
+  exercise_pool(pool);
+  aa_runtime_shutdown();
+  close(fd);
+}
+
+static void scenario_db_unwritable(void) {
+  aa_pool *pool;
+  set_env_common();
+  setenv("ADAPTALLOC_DB", "/proc/adaptalloc-cannot-write-here/x.db", 1);
+  setenv("ADAPTALLOC_HTTP", "off", 1);
+  pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
+  CHECK(pool != NULL);
+  CHECK(aa_runtime_run_id() == 0);
+  exercise_pool(pool);
+  aa_runtime_shutdown();
+}
+
+static void scenario_no_gpu(void) {
+  set_env_common();
+  setenv("ADAPTALLOC_DB", "off", 1);
+  setenv("ADAPTALLOC_HTTP", "off", 1);
+  if (aa_cuda_device_count() == 0) {
+    CHECK(aa_runtime_pool(AA_BACKEND_DEVICE, 0) == NULL);
+    CHECK(aa_runtime_pool(AA_BACKEND_DEVICE, 0) == NULL); /* no retry storm */
+  }
+  CHECK(aa_runtime_pool(AA_BACKEND_HOST, -1) != NULL);
+  aa_runtime_shutdown();
+}
+
+/* ---------------------------------------------------------------- tests */
+
+static void test_runtime_all_off(void **state) {
+  (void)state;
+  assert_int_equal(run_child(scenario_all_off), 0);
+}
+static void test_runtime_full_service(void **state) {
+  (void)state;
+  assert_int_equal(run_child(scenario_full), 0);
+}
+static void test_runtime_trace_recorded(void **state) {
+  (void)state;
+  assert_int_equal(run_child(scenario_trace_recorded), 0);
+}
+static void test_runtime_bad_policy_file_uses_default(void **state) {
+  (void)state;
+  assert_int_equal(run_child(scenario_bad_policy_file), 0);
+}
+static void test_runtime_policy_file_applied(void **state) {
+  (void)state;
+  assert_int_equal(run_child(scenario_good_policy_file), 0);
+}
+static void test_runtime_port_taken_keeps_working(void **state) {
+  (void)state;
+  assert_int_equal(run_child(scenario_port_taken), 0);
+}
+static void test_runtime_db_unwritable_keeps_working(void **state) {
+  (void)state;
+  assert_int_equal(run_child(scenario_db_unwritable), 0);
+}
+static void test_runtime_no_gpu(void **state) {
+  (void)state;
+  assert_int_equal(run_child(scenario_no_gpu), 0);
+}
+
+static int setup(void **state) {
+  (void)state;
+#if !AA_TEST_WITH_HTTP || !AA_TEST_WITH_STORE
+  return 0;
+#endif
+  snprintf(tmpdir, sizeof(tmpdir), "/tmp/aa-runtime-XXXXXX");
+  return mkdtemp(tmpdir) == NULL ? -1 : 0;
+}
+
+static int teardown(void **state) {
+  char cmd[300];
+  (void)state;
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void) {
+#if !AA_TEST_WITH_HTTP || !AA_TEST_WITH_STORE
+  printf("test_runtime_env: skipped (built without the HTTP server or the store)\n");
+  return 0;
+#endif
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_runtime_all_off),
+      cmocka_unit_test(test_runtime_full_service),
+      cmocka_unit_test(test_runtime_trace_recorded),
+      cmocka_unit_test(test_runtime_bad_policy_file_uses_default),
+      cmocka_unit_test(test_runtime_policy_file_applied),
+      cmocka_unit_test(test_runtime_port_taken_keeps_working),
+      cmocka_unit_test(test_runtime_db_unwritable_keeps_working),
+      cmocka_unit_test(test_runtime_no_gpu),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
