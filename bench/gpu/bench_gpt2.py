@@ -7,7 +7,8 @@ transformers.GPT2LMHeadModel(GPT2Config()) (124M parameters, random init,
 fp32 weights, bf16 autocast), AdamW lr 3e-4, batch 8, sequence length drawn
 per step from {64, 128, 192, 256, 384, 512} with a fixed seed (the same
 sequence of shapes and tokens in both runs). One child process per
-allocator, ours first. Reported: the loss curve (max |difference| between
+allocator, ours first, then the default twice (the second default run gives
+the run-to-run noise floor: some CUDA backward kernels use atomics). Reported: the loss curve (max |difference| between
 the runs), step time, peak reserved, reserved memory sampled every 10 steps
 (flat after warm-up?), and for ours the pool's /stats at the end (class
 table size, which the policy loop changes) fetched from the embedded HTTP
@@ -107,11 +108,12 @@ def main():
     if a.child:
         return child(a.child, a.steps, a.stats_out)
     res = {}
-    for m in ("ours", "default"):
+    for m in ("ours", "default", "default2"):
         env = dict(os.environ)
         if m == "ours":
             env.setdefault("ADAPTALLOC_HTTP", "127.0.0.1:0")
-        cmd = [sys.executable, os.path.abspath(__file__), "--child", m, "--steps", str(a.steps)]
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", m.rstrip("2"),
+               "--steps", str(a.steps)]
         if a.stats_out and m == "ours":
             cmd += ["--stats-out", a.stats_out]
         r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
@@ -132,6 +134,10 @@ def main():
                   f"{r['losses'][-1]:.3f}, peak reserved {r['peak_reserved'] / 2**20:.0f} MiB, "
                   f"reserved after warm-up {min(tail) / 2**20:.0f}..{max(tail) / 2**20:.0f} MiB")
         print(f"max |loss ours - loss default| over {len(lo)} steps = {diff:.3g}")
+        if "losses" in res.get("default2", {}):
+            noise = max(abs(x - y) for x, y in zip(ld, res["default2"]["losses"]))
+            res["max_loss_diff_default_vs_default"] = noise
+            print(f"noise floor: max |loss default - loss default (2nd run)| = {noise:.3g}")
         print(f"peak reserved ratio ours/default = "
               f"{res['ours']['peak_reserved'] / res['default']['peak_reserved']:.3f}")
         if "classes_end" in res["ours"]:

@@ -223,6 +223,7 @@ int aa__cuda_op_event_record(aa_backend *b, aa_stream stream, void **out) {
   aa__cuda_backend *cb = (aa__cuda_backend *)b->ctx;
   aa__cuda_evpool *p = NULL;
   aa__cuda_event *e = NULL;
+  int prev = -1;
   int rc;
 
   *out = NULL;
@@ -231,7 +232,14 @@ int aa__cuda_op_event_record(aa_backend *b, aa_stream stream, void **out) {
   rc = pool_for_stream(cb, (cudaStream_t)stream, &p);
   if (rc != AA_OK)
     return rc;
+  /* The legacy default stream (NULL) and cudaStreamPerThread mean "of the
+   * current device": make the event's device current so that a device-1
+   * pool used from a thread on device 0 records on device 1's stream. */
+  rc = aa__cuda_enter(p->device, &prev);
+  if (rc != AA_OK)
+    return rc;
   rc = aa__cuda_evpool_record(p, (cudaStream_t)stream, &e);
+  aa__cuda_leave(p->device, prev);
   if (rc != AA_OK)
     return rc;
   atomic_fetch_add_explicit(&cb->events_recorded, 1, memory_order_relaxed);
