@@ -39,6 +39,7 @@ static const char *const col_names[] = {"", "Thread", "Time", "Action",
 typedef struct csv_state {
   unsigned char cols[MAX_COLS];
   unsigned ncols;
+  bool default_layout; /* exactly Thread,Time,Action,Pointer,Size,Stream */
   bool have_header;
   const char *header; /* the header line, to skip repeats of it */
   size_t header_len;
@@ -235,20 +236,22 @@ static void set_default_cols(csv_state *st) {
                                       COL_POINTER, COL_SIZE, COL_STREAM};
   memcpy(st->cols, def, sizeof def);
   st->ncols = 6;
+  st->default_layout = true;
 }
 
 /* A header line: names the columns. */
 static int parse_header(csv_state *st, const char *s, const char *e,
                         char *msg, size_t msgcap) {
-  unsigned n = 0, seen = 0;
+  unsigned n = 0, seen = 0, c;
   const char *f = s;
   char q[48];
 
   memset(st->cols, 0, sizeof st->cols);
+  st->default_layout = false;
   for (;;) {
     const char *fe = memchr(f, ',', (size_t)(e - f));
     const char *fs = f;
-    unsigned c, which = COL_IGNORE;
+    unsigned which = COL_IGNORE;
     if (fe == NULL)
       fe = e;
     f = fe;
@@ -278,6 +281,11 @@ static int parse_header(csv_state *st, const char *s, const char *e,
     f++; /* past the comma */
   }
   st->ncols = n;
+  st->default_layout = n == 6;
+  for (c = 0; c < n && c < 6; c++) {
+    if (st->cols[c] != (unsigned char)(COL_THREAD + c))
+      st->default_layout = false;
+  }
   if (!(seen & (1u << COL_ACTION)) || !(seen & (1u << COL_POINTER)) ||
       !(seen & (1u << COL_SIZE))) {
     snprintf(msg, msgcap, "header lacks column %s",
@@ -400,6 +408,199 @@ static bool looks_like_header(const char *s, const char *e) {
   return s < e && ((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z'));
 }
 
+/* ---------------------------------------------------------------- fast path */
+
+/* The fast path parses a plain line (no quotes, no spaces, the usual number
+ * forms) in one pass without looking for the line end first. Anything else
+ * returns false and the line goes through parse_line, which accepts every
+ * documented form and writes the error messages. */
+
+static inline bool fast_dec(const char **pp, const char *e, uint64_t *out) {
+  const char *p = *pp;
+  uint64_t v = 0;
+  int n = 0;
+
+  while (p < e && (unsigned)(*p - '0') < 10u && n < 19) {
+    v = v * 10 + (uint64_t)(*p - '0');
+    p++;
+    n++;
+  }
+  if (n == 0 || (p < e && (unsigned)(*p - '0') < 10u))
+    return false;
+  *pp = p;
+  *out = v;
+  return true;
+}
+
+static inline bool fast_hex(const char **pp, const char *e, uint64_t *out) {
+  const char *p = *pp;
+  uint64_t v = 0;
+  int n = 0, d;
+
+  if (e - p < 3 || p[0] != '0' || p[1] != 'x')
+    return false;
+  p += 2;
+  while (p < e && n <= 16) {
+    d = hexdig((unsigned char)*p);
+    if (d < 0)
+      break;
+    v = (v << 4) | (uint64_t)d;
+    p++;
+    n++;
+  }
+  if (n == 0 || n > 16)
+    return false;
+  *pp = p;
+  *out = v;
+  return true;
+}
+
+static inline bool fast_id(const char **pp, const char *e, uint64_t *out) {
+  if (e - *pp >= 2 && (*pp)[0] == '0' && (*pp)[1] == 'x')
+    return fast_hex(pp, e, out);
+  return fast_dec(pp, e, out);
+}
+
+/* "S", "S.F", "H:M:S" or "H:M:S.F" with up to 9 fraction digits. */
+static inline bool fast_time(const char **pp, const char *e, uint64_t *out) {
+  const char *p = *pp;
+  uint64_t a, m, sec, frac = 0;
+  int n = 0;
+
+  if (!fast_dec(&p, e, &a))
+    return false;
+  if (p < e && *p == ':') {
+    p++;
+    if (!fast_dec(&p, e, &m) || p >= e || *p != ':' || m > 59)
+      return false;
+    p++;
+    if (!fast_dec(&p, e, &sec) || sec > 60 || a > 1000000)
+      return false;
+    sec += a * 3600 + m * 60;
+  } else {
+    sec = a;
+  }
+  if (p < e && *p == '.') {
+    p++;
+    while (p < e && (unsigned)(*p - '0') < 10u && n < 9) {
+      frac = frac * 10 + (uint64_t)(*p - '0');
+      p++;
+      n++;
+    }
+    if (n == 0 || (p < e && (unsigned)(*p - '0') < 10u))
+      return false;
+    for (; n < 9; n++)
+      frac *= 10;
+  }
+  if (sec > (UINT64_MAX - frac) / 1000000000ull)
+    return false;
+  *out = sec * 1000000000ull + frac;
+  *pp = p;
+  return true;
+}
+
+static inline bool fast_action(const char **pp, const char *e, char *op) {
+  const char *p = *pp;
+
+  if (e - p >= 10 && memcmp(p, "deallocate", 10) == 0) {
+    *op = 'f';
+    *pp = p + 10;
+    return true;
+  }
+  if (e - p >= 8 && memcmp(p, "allocate", 8) == 0) {
+    if (e - p >= 16 && memcmp(p + 8, " failure", 8) == 0) {
+      *op = 'x';
+      *pp = p + 16;
+    } else {
+      *op = 'a';
+      *pp = p + 8;
+    }
+    return true;
+  }
+  return false;
+}
+
+static inline bool fast_eol(const char *p, const char *e, const char **next) {
+  if (p < e && *p == '\r')
+    p++;
+  if (p < e) {
+    if (*p != '\n')
+      return false;
+    p++;
+  }
+  *next = p;
+  return true;
+}
+
+static inline bool fast_comma(const char **pp, const char *e) {
+  if (*pp >= e || **pp != ',')
+    return false;
+  (*pp)++;
+  return true;
+}
+
+/* The usual Thread,Time,Action,Pointer,Size,Stream order, straight-line. */
+static inline bool fast_line_default(const char *p, const char *e,
+                                     aa_replay_event *ev, const char **next) {
+  return fast_id(&p, e, &ev->thread) && fast_comma(&p, e) &&
+         fast_time(&p, e, &ev->time_ns) && fast_comma(&p, e) &&
+         fast_action(&p, e, &ev->op) && fast_comma(&p, e) &&
+         fast_id(&p, e, &ev->ptr) && fast_comma(&p, e) &&
+         fast_id(&p, e, &ev->size) && fast_comma(&p, e) &&
+         fast_id(&p, e, &ev->stream) && fast_eol(p, e, next);
+}
+
+/* On success *next is the start of the following line. */
+static bool fast_line(const csv_state *st, const char *p, const char *e,
+                      aa_replay_event *ev, const char **next) {
+  unsigned i;
+  bool ok = true;
+
+  if (AA__LIKELY(st->default_layout))
+    return fast_line_default(p, e, ev, next);
+
+  ev->time_ns = 0;
+  ev->ptr = 0;
+  ev->size = 0;
+  ev->stream = 0;
+  ev->thread = 0;
+  ev->op = 0;
+  for (i = 0; i < st->ncols; i++) {
+    if (i > 0) {
+      if (p >= e || *p != ',')
+        return false;
+      p++;
+    }
+    switch (st->cols[i]) {
+    case COL_THREAD:
+      ok = fast_id(&p, e, &ev->thread);
+      break;
+    case COL_TIME:
+      ok = fast_time(&p, e, &ev->time_ns);
+      break;
+    case COL_ACTION:
+      ok = fast_action(&p, e, &ev->op);
+      break;
+    case COL_POINTER:
+      ok = fast_id(&p, e, &ev->ptr);
+      break;
+    case COL_SIZE:
+      ok = fast_id(&p, e, &ev->size);
+      break;
+    case COL_STREAM:
+      ok = fast_id(&p, e, &ev->stream);
+      break;
+    default:
+      return false; /* ignored columns: the general path skips them */
+    }
+    if (!ok)
+      return false;
+  }
+  if (ev->op == 0)
+    return false;
+  return fast_eol(p, e, next);
+}
+
 /* ---------------------------------------------------------------- parse */
 
 int aa_replay_csv_parse(const char *buf, size_t len,
@@ -433,13 +634,32 @@ int aa_replay_csv_parse(const char *buf, size_t len,
     goto out;
   }
   while (p < end) {
-    const char *nl = memchr(p, '\n', (size_t)(end - p));
-    const char *le = nl != NULL ? nl : end;
-    const char *ls = p;
+    const char *nl;
+    const char *le;
+    const char *ls;
     const char *t;
     bool unknown = false;
     int lrc;
 
+    if (AA__LIKELY(!first) && fast_line(&st, p, end, &batch[nb], &nl)) {
+      line++;
+      p = nl;
+      batch[nb].line = line;
+      nb++;
+      if (nb == BATCH) {
+        rc = sink(user, batch, nb);
+        nb = 0;
+        if (rc != AA_OK)
+          goto out;
+        if (opt != NULL && opt->progress != NULL &&
+            ++batches % PROGRESS_EVERY == 0)
+          opt->progress(opt->progress_user, (uint64_t)(p - buf), len);
+      }
+      continue;
+    }
+    nl = memchr(p, '\n', (size_t)(end - p));
+    le = nl != NULL ? nl : end;
+    ls = p;
     line++;
     p = nl != NULL ? nl + 1 : end;
     if (le > ls && le[-1] == '\r')

@@ -6,6 +6,7 @@
  *   adaptalloc-replay compare P1.json P2.json ... INPUT
  *   adaptalloc-replay suggest [--policy BASE.json] INPUT -o tuned.json
  *   adaptalloc-replay import  INPUT -o out.db
+ *   adaptalloc-replay export  INPUT -o out.csv
  *
  * Entry point main(); one function per command (cmd_run covers run and
  * compare: one parse of the input feeds one simulator per policy). Usage,
@@ -54,6 +55,7 @@ static const char usage_text[] =
     "  compare  replay INPUT under several policies (P.json ... or 'default')\n"
     "  suggest  derive a tuned policy for INPUT (-o tuned.json)\n"
     "  import   store INPUT as a new run's trace in a database (-o out.db)\n"
+    "  export   write INPUT as an RMM-format CSV (-o out.csv, '-' = stdout)\n"
     "\n"
     "input (one of):\n"
     "  --csv FILE             RMM logging_resource_adaptor CSV ('-' = stdin)\n"
@@ -890,6 +892,71 @@ out:
   return rc;
 }
 
+/* ------------------------------------------------------------------ export */
+
+typedef struct export_ctx {
+  FILE *f;
+  tool_progress *prog;
+  char *buf;
+} export_ctx;
+
+static int export_sink(void *user, const aa_replay_event *ev, size_t n) {
+  export_ctx *c = user;
+  size_t i, len = 0;
+
+  for (i = 0; i < n; i++)
+    len += aa_replay_csv_format(&ev[i], c->buf + len, 128);
+  if (fwrite(c->buf, 1, len, c->f) != len)
+    return AA_EIO;
+  c->prog->events += n;
+  return AA_OK;
+}
+
+static int cmd_export(const options *o) {
+  tool_progress prog;
+  aa_replay_diag diag;
+  export_ctx c;
+  char err[512];
+  int rc;
+
+  if (o->out == NULL)
+    return usage_error("export needs -o FILE.csv ('-' = stdout)%s", "");
+  c.f = strcmp(o->out, "-") == 0 ? stdout : fopen(o->out, "w");
+  if (c.f == NULL) {
+    fprintf(stderr, "adaptalloc-replay: %s: %s\n", o->out, strerror(errno));
+    return EXIT_INPUT;
+  }
+  c.buf = malloc(1024 * 128); /* one batch; a line is under 128 bytes */
+  if (c.buf == NULL) {
+    if (c.f != stdout)
+      fclose(c.f);
+    fprintf(stderr, "adaptalloc-replay: out of memory\n");
+    return EXIT_INTERNAL;
+  }
+  progress_init(&prog, o->progress == 1 || (o->progress == -1 && isatty(2)));
+  c.prog = &prog;
+  memset(&diag, 0, sizeof diag);
+  fprintf(c.f, "%s\n", AA_REPLAY_CSV_HEADER);
+  rc = input_feed(&o->in, o->on_error, export_sink, &c, &prog, &diag, err,
+                  sizeof err);
+  progress_end(&prog);
+  free(c.buf);
+  if (c.f != stdout) {
+    if (fclose(c.f) != 0 && rc == AA_OK) {
+      fprintf(stderr, "adaptalloc-replay: %s: %s\n", o->out, strerror(errno));
+      return EXIT_INPUT;
+    }
+  } else if (fflush(stdout) != 0 && rc == AA_OK) {
+    rc = AA_EIO;
+  }
+  if (rc != AA_OK) {
+    fprintf(stderr, "adaptalloc-replay: %s\n",
+            err[0] != '\0' ? err : "writing the CSV failed");
+    return rc == AA_ENOMEM ? EXIT_INTERNAL : EXIT_INPUT;
+  }
+  return 0;
+}
+
 /* ------------------------------------------------------------------ import */
 
 static int cmd_import(const options *o) {
@@ -949,9 +1016,10 @@ int main(int argc, char **argv) {
     return EXIT_OK;
   }
   if (strcmp(argv[1], "run") != 0 && strcmp(argv[1], "compare") != 0 &&
-      strcmp(argv[1], "suggest") != 0 && strcmp(argv[1], "import") != 0)
-    return usage_error("unknown command '%s' (run, compare, suggest, import)",
-                       argv[1]);
+      strcmp(argv[1], "suggest") != 0 && strcmp(argv[1], "import") != 0 &&
+      strcmp(argv[1], "export") != 0)
+    return usage_error("unknown command '%s' (run, compare, suggest, import, "
+                       "export)", argv[1]);
   rc = parse_args(argc, argv, &o);
   if (rc != 0)
     return rc;
@@ -961,5 +1029,7 @@ int main(int argc, char **argv) {
     return cmd_run(&o, true);
   if (strcmp(o.cmd, "suggest") == 0)
     return cmd_suggest(&o);
+  if (strcmp(o.cmd, "export") == 0)
+    return cmd_export(&o);
   return cmd_import(&o);
 }

@@ -1,0 +1,357 @@
+/*
+ * test_replay_sim.c — the simulator over the real core: hand-computed
+ * figures on a small trace, bad input in stop and count modes, simulated
+ * out-of-memory, per-size figures, streams with delayed events, the JSON
+ * writer.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "adaptalloc/replay.h"
+
+#define MIB (1024ull * 1024ull)
+
+/* A table with 1024 and 4096 below the default max_small (1 MiB). */
+static const aa_class_spec small_table[] = {
+    {1024, 0, 0}, {4096, 0, 0}, {65536, 0, 0}, {1048576, 0, 0}};
+
+static aa_replay_sim *new_sim(aa_replay_on_error mode, uint64_t capacity,
+                              bool sizes) {
+  aa_replay_config cfg;
+  aa_replay_sim *s = NULL;
+  char err[AA_REPLAY_ERR_CAP];
+
+  aa_replay_config_init(&cfg);
+  cfg.classes = small_table;
+  cfg.nclasses = 4;
+  cfg.on_error = mode;
+  cfg.capacity_bytes = capacity;
+  cfg.collect_sizes = sizes;
+  if (aa_replay_sim_new(&cfg, &s, err, sizeof err) != AA_OK)
+    fail_msg("aa_replay_sim_new: %s", err);
+  return s;
+}
+
+static aa_replay_event ev(char op, uint64_t t, uint64_t ptr, uint64_t size,
+                          uint64_t line) {
+  aa_replay_event e;
+
+  memset(&e, 0, sizeof e);
+  e.op = op;
+  e.time_ns = t;
+  e.ptr = ptr;
+  e.size = size;
+  e.line = line;
+  return e;
+}
+
+/* The trace behind the hand-computed figures (docs/replay.md works the same
+ * example):
+ *   t=0  alloc A 1000 -> class 1024     t=30 alloc C 1000 -> 1024 (reuse)
+ *   t=10 alloc B 3000 -> class 4096     t=40 free B
+ *   t=20 free A                         t=50 free C */
+static void feed_small(aa_replay_sim *s) {
+  aa_replay_event e[6];
+
+  e[0] = ev('a', 0, 0xA000, 1000, 2);
+  e[1] = ev('a', 10, 0xB000, 3000, 3);
+  e[2] = ev('f', 20, 0xA000, 1000, 4);
+  e[3] = ev('a', 30, 0xC000, 1000, 5);
+  e[4] = ev('f', 40, 0xB000, 3000, 6);
+  e[5] = ev('f', 50, 0xC000, 1000, 7);
+  assert_int_equal(aa_replay_sim_feed(s, e, 6), AA_OK);
+}
+
+static void test_replay_sim_hand_computed(void **state) {
+  aa_replay_sim *s = new_sim(AA_REPLAY_STOP, 0, false);
+  aa_replay_result r;
+  double int_avg, ext_avg;
+  (void)state;
+
+  feed_small(s);
+  aa_replay_sim_result(s, &r);
+  assert_int_equal(r.events, 6);
+  assert_int_equal(r.requests, 3);
+  assert_int_equal(r.allocs, 3);
+  assert_int_equal(r.frees, 3);
+  assert_int_equal(r.failures, 0);
+  assert_int_equal(r.class_count, 4);
+  /* Peak in use at t=10: 1024 + 4096 for 1000 + 3000 requested. */
+  assert_int_equal(r.peak_in_use, 5120);
+  assert_int_equal(r.requested_at_peak_in_use, 4000);
+  assert_int_equal(r.peak_requested, 4000);
+  assert_true(r.int_frag_peak > 0.21874 && r.int_frag_peak < 0.21876);
+  /* One 2 MiB slab per class used; the second is taken at t=10. */
+  assert_int_equal(r.backend_allocs, 2);
+  assert_int_equal(r.backend_frees, 0);
+  assert_int_equal(r.backend_calls, 2);
+  assert_int_equal(r.peak_reserved, 4 * MIB);
+  assert_int_equal(r.in_use_at_peak_reserved, 5120);
+  assert_true(r.ext_frag_peak > 1.0 - 5120.0 / (4.0 * MIB) - 1e-9 &&
+              r.ext_frag_peak < 1.0 - 5120.0 / (4.0 * MIB) + 1e-9);
+  /* Integrals over [0, 50): requested 130000, in use 163840 byte-ns;
+   * reserved 2 MiB for 10 ns then 4 MiB for 40 ns. */
+  int_avg = 1.0 - 130000.0 / 163840.0;
+  ext_avg = 1.0 - 163840.0 / (10.0 * 2 * MIB + 40.0 * 4 * MIB);
+  assert_true(r.int_frag_avg > int_avg - 1e-9 && r.int_frag_avg < int_avg + 1e-9);
+  assert_true(r.ext_frag_avg > ext_avg - 1e-9 && r.ext_frag_avg < ext_avg + 1e-9);
+  /* C reuses A's block: one hit, two misses (new slabs). */
+  assert_int_equal(r.cache_hits + r.cache_misses, 3);
+  assert_true(r.cache_hits >= 1);
+  /* 2 backend allocs at 43 us each. */
+  assert_true(r.sim_backend_us > 85.99 && r.sim_backend_us < 86.01);
+  assert_int_equal(r.live_at_end, 0);
+  assert_int_equal(r.trace_span_ns, 50);
+  aa_replay_sim_free(s);
+}
+
+static void test_replay_sim_event_count_fallback(void **state) {
+  aa_replay_sim *s = new_sim(AA_REPLAY_STOP, 0, false);
+  aa_replay_event e[3];
+  aa_replay_result r;
+  (void)state;
+
+  /* No times: the averages weigh each event's state equally. */
+  e[0] = ev('a', 0, 1, 1000, 1);
+  e[1] = ev('a', 0, 2, 1000, 2);
+  e[2] = ev('f', 0, 1, 0, 3);
+  assert_int_equal(aa_replay_sim_feed(s, e, 3), AA_OK);
+  aa_replay_sim_result(s, &r);
+  /* States before events 2 and 3: (1000,1024), (2000,2048). */
+  assert_true(r.int_frag_avg > 1.0 - 3000.0 / 3072.0 - 1e-9 &&
+              r.int_frag_avg < 1.0 - 3000.0 / 3072.0 + 1e-9);
+  assert_int_equal(r.live_at_end, 1);
+  assert_int_equal(r.live_bytes_at_end, 1000);
+  assert_int_equal(r.diag.size_mismatch, 0);
+  aa_replay_sim_free(s);
+}
+
+static void test_replay_sim_bad_input_stop(void **state) {
+  aa_replay_sim *s = new_sim(AA_REPLAY_STOP, 0, false);
+  aa_replay_event e[3];
+  aa_replay_result r;
+  (void)state;
+
+  e[0] = ev('a', 0, 0x10, 100, 7);
+  e[1] = ev('f', 1, 0x20, 100, 8); /* never allocated */
+  e[2] = ev('f', 2, 0x10, 100, 9);
+  assert_int_equal(aa_replay_sim_feed(s, e, 3), AA_EPARSE);
+  assert_string_equal(aa_replay_sim_error(s),
+                      "line 8: free of a not live pointer 0x20 (size 100)");
+  aa_replay_sim_result(s, &r);
+  assert_int_equal(r.events, 1);
+  assert_int_equal(r.diag.unknown_free, 1);
+  assert_int_equal(r.diag.first_line, 8);
+  aa_replay_sim_free(s);
+
+  s = new_sim(AA_REPLAY_STOP, 0, false);
+  e[1] = ev('a', 1, 0x10, 100, 12); /* duplicate live pointer */
+  assert_int_equal(aa_replay_sim_feed(s, e, 2), AA_EPARSE);
+  assert_string_equal(aa_replay_sim_error(s),
+                      "line 12: allocate of an already live pointer 0x10 "
+                      "(size 100)");
+  aa_replay_sim_free(s);
+}
+
+static void test_replay_sim_bad_input_count(void **state) {
+  aa_replay_sim *s = new_sim(AA_REPLAY_COUNT, 0, false);
+  aa_replay_event e[5];
+  aa_replay_result r;
+  char json[4096];
+  size_t len;
+  (void)state;
+
+  e[0] = ev('a', 0, 0x10, 100, 1);
+  e[1] = ev('f', 1, 0x20, 100, 2); /* unknown */
+  e[2] = ev('a', 2, 0x10, 100, 3); /* duplicate */
+  e[3] = ev('f', 3, 0x10, 200, 4); /* size differs: warning, still freed */
+  e[4] = ev('f', 4, 0x10, 100, 5); /* now unknown again */
+  assert_int_equal(aa_replay_sim_feed(s, e, 5), AA_OK);
+  assert_string_equal(aa_replay_sim_error(s), "");
+  aa_replay_sim_result(s, &r);
+  assert_int_equal(r.events, 5);
+  assert_int_equal(r.allocs, 1);
+  assert_int_equal(r.frees, 1);
+  assert_int_equal(r.diag.unknown_free, 2);
+  assert_int_equal(r.diag.duplicate_ptr, 1);
+  assert_int_equal(r.diag.size_mismatch, 1);
+  assert_int_equal(r.diag.first_line, 2);
+  assert_non_null(strstr(r.diag.first_error, "line 2: free of a not live"));
+  len = aa_replay_result_json(&r, json, sizeof json);
+  assert_true(len < sizeof json);
+  assert_non_null(strstr(json, "\"unknown_free\":2"));
+  assert_non_null(strstr(json, "\"duplicate_ptr\":1"));
+  assert_non_null(strstr(json, "\"first_error\":\"line 2: free"));
+  assert_int_equal(json[0], '{');
+  assert_int_equal(json[len - 1], '}');
+  /* Truncation reports the full length like snprintf. */
+  assert_int_equal(aa_replay_result_json(&r, json, 10), len);
+  assert_int_equal(strlen(json), 9);
+  aa_replay_sim_free(s);
+}
+
+static void test_replay_sim_out_of_memory(void **state) {
+  /* Room for one slab: the second class cannot get one. */
+  aa_replay_sim *s = new_sim(AA_REPLAY_STOP, 2 * MIB, false);
+  aa_replay_event e[4];
+  aa_replay_result r;
+  (void)state;
+
+  e[0] = ev('a', 0, 0xA, 1000, 1);
+  e[1] = ev('a', 1, 0xB, 3000, 2); /* fails in the replay */
+  e[2] = ev('f', 2, 0xB, 3000, 3); /* its free is expected, not an error */
+  e[3] = ev('f', 3, 0xA, 1000, 4);
+  assert_int_equal(aa_replay_sim_feed(s, e, 4), AA_OK);
+  aa_replay_sim_result(s, &r);
+  assert_int_equal(r.requests, 2);
+  assert_int_equal(r.allocs, 1);
+  assert_int_equal(r.failures, 1);
+  assert_true(r.backend_failures >= 1);
+  assert_true(r.peak_reserved <= 2 * MIB);
+  assert_int_equal(r.live_at_end, 0);
+  assert_int_equal(r.diag.unknown_free, 0);
+  aa_replay_sim_free(s);
+}
+
+static void test_replay_sim_trace_failures(void **state) {
+  aa_replay_config cfg;
+  aa_replay_sim *s = NULL;
+  aa_replay_event e = ev('x', 0, 0, 5000, 1);
+  aa_replay_result r;
+  char err[AA_REPLAY_ERR_CAP];
+  (void)state;
+
+  aa_replay_config_init(&cfg);
+  assert_int_equal(aa_replay_sim_new(&cfg, &s, err, sizeof err), AA_OK);
+  assert_int_equal(aa_replay_sim_feed(s, &e, 1), AA_OK);
+  aa_replay_sim_result(s, &r);
+  assert_int_equal(r.trace_failures, 1);
+  assert_int_equal(r.requests, 0);
+  aa_replay_sim_free(s);
+
+  cfg.replay_failures = true;
+  assert_int_equal(aa_replay_sim_new(&cfg, &s, err, sizeof err), AA_OK);
+  assert_int_equal(aa_replay_sim_feed(s, &e, 1), AA_OK);
+  aa_replay_sim_result(s, &r);
+  assert_int_equal(r.trace_failures, 1);
+  assert_int_equal(r.requests, 1);
+  assert_int_equal(r.allocs, 1);
+  assert_int_equal(r.frees, 1);
+  assert_int_equal(r.live_at_end, 0);
+  aa_replay_sim_free(s);
+}
+
+static void test_replay_sim_sizes(void **state) {
+  aa_replay_sim *s = new_sim(AA_REPLAY_STOP, 0, true);
+  aa_replay_size_stat *v = NULL;
+  size_t n = 0;
+  (void)state;
+
+  feed_small(s);
+  assert_int_equal(aa_replay_sim_sizes(s, &v, &n), AA_OK);
+  assert_int_equal(n, 2);
+  assert_int_equal(v[0].size, 1000);
+  assert_int_equal(v[0].allocs, 2);
+  assert_int_equal(v[0].max_live, 1);
+  assert_int_equal(v[0].live, 0);
+  assert_int_equal(v[1].size, 3000);
+  assert_int_equal(v[1].allocs, 1);
+  free(v);
+  aa_replay_sim_free(s);
+}
+
+static void test_replay_sim_large_and_many(void **state) {
+  aa_replay_sim *s = new_sim(AA_REPLAY_STOP, 0, false);
+  aa_replay_event *e = malloc(20000 * sizeof *e);
+  aa_replay_result r;
+  size_t i, n = 0;
+  (void)state;
+
+  assert_non_null(e);
+  /* Many live pointers (the map grows), a large request, then all freed. */
+  for (i = 0; i < 9000; i++)
+    e[n++] = ev('a', i, 0x7f0000000000ull + i * 512, 100 + (i % 7) * 300, i + 1);
+  e[n++] = ev('a', 9000, 0x1, 3 * MIB + 5, 9001);
+  for (i = 0; i < 9000; i++)
+    e[n++] = ev('f', 9001 + i, 0x7f0000000000ull + i * 512, 0, 9002 + i);
+  e[n++] = ev('f', 18001, 0x1, 0, 18002);
+  assert_int_equal(aa_replay_sim_feed(s, e, n), AA_OK);
+  aa_replay_sim_result(s, &r);
+  assert_int_equal(r.allocs, 9001);
+  assert_int_equal(r.frees, 9001);
+  assert_int_equal(r.live_at_end, 0);
+  assert_true(r.peak_in_use >= 3 * MIB + 5);
+  assert_true(r.peak_reserved >= r.peak_in_use);
+  assert_true(r.int_frag_peak >= 0.0 && r.int_frag_peak < 1.0);
+  free(e);
+  aa_replay_sim_free(s);
+}
+
+static void test_replay_sim_streams(void **state) {
+  aa_replay_config cfg;
+  aa_replay_sim *s = NULL;
+  aa_replay_event e[4];
+  aa_replay_result r;
+  char err[AA_REPLAY_ERR_CAP];
+  (void)state;
+
+  aa_replay_config_init(&cfg);
+  cfg.event_delay_ns = 1000;
+  assert_int_equal(aa_replay_sim_new(&cfg, &s, err, sizeof err), AA_OK);
+  e[0] = ev('a', 0, 0x10, 4096, 1);
+  e[0].stream = 1;
+  e[1] = ev('f', 1, 0x10, 4096, 2);
+  e[1].stream = 1;
+  e[2] = ev('a', 2, 0x20, 4096, 3); /* another stream, event still pending */
+  e[2].stream = 2;
+  e[3] = ev('a', 5000, 0x30, 4096, 4); /* later: the event has completed */
+  e[3].stream = 2;
+  assert_int_equal(aa_replay_sim_feed(s, e, 4), AA_OK);
+  aa_replay_sim_result(s, &r);
+  assert_int_equal(r.allocs, 3);
+  assert_int_equal(r.live_at_end, 2);
+  /* Two blocks live at the end: at least 2 x 4096 in use at the peak. */
+  assert_true(r.peak_in_use >= 2 * 4096);
+  aa_replay_sim_free(s);
+}
+
+static void test_replay_sim_bad_config(void **state) {
+  aa_replay_config cfg;
+  aa_replay_sim *s = (aa_replay_sim *)&cfg;
+  char err[AA_REPLAY_ERR_CAP];
+  static const aa_class_spec bad[] = {{1000, 0, 0}, {1048576, 0, 0}};
+  (void)state;
+
+  aa_replay_config_init(&cfg);
+  cfg.classes = bad;
+  cfg.nclasses = 2;
+  assert_int_not_equal(aa_replay_sim_new(&cfg, &s, err, sizeof err), AA_OK);
+  assert_null(s);
+  assert_non_null(strstr(err, "class table"));
+  cfg.version = 99;
+  assert_int_equal(aa_replay_sim_new(&cfg, &s, err, sizeof err), AA_EINVAL);
+  aa_replay_sim_free(NULL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_replay_sim_hand_computed),
+      cmocka_unit_test(test_replay_sim_event_count_fallback),
+      cmocka_unit_test(test_replay_sim_bad_input_stop),
+      cmocka_unit_test(test_replay_sim_bad_input_count),
+      cmocka_unit_test(test_replay_sim_out_of_memory),
+      cmocka_unit_test(test_replay_sim_trace_failures),
+      cmocka_unit_test(test_replay_sim_sizes),
+      cmocka_unit_test(test_replay_sim_large_and_many),
+      cmocka_unit_test(test_replay_sim_streams),
+      cmocka_unit_test(test_replay_sim_bad_config),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

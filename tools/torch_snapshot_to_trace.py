@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Convert a PyTorch CUDA memory snapshot into an adaptalloc-replay CSV trace.
+
+The snapshot is the pickle written by torch.cuda.memory._dump_snapshot() (or
+a pickle of torch.cuda.memory._snapshot()) after recording history with
+torch.cuda.memory._record_memory_history(). It holds only plain Python data
+(dicts, lists, ints, strings), so this script needs no torch: it runs with a
+bare python3 and unpickles with every class lookup refused (a snapshot from
+an untrusted source cannot run code here).
+
+Output: the RMM logging_resource_adaptor CSV format that adaptalloc-replay
+reads (header Thread,Time,Action,Pointer,Size,Stream; see docs/replay.md).
+
+Mapping of device_traces entries (per device, in order):
+  alloc                          -> allocate
+  free_requested                 -> deallocate   (the program's free; default)
+  free_completed                 -> deallocate   with --free-event completed,
+                                    or when no free_requested came first
+  free (older torch)             -> deallocate
+  oom                            -> allocate failure
+  segment_*, snapshot, others    -> skipped (the allocator's own traffic)
+A free of a block allocated before the trace window began cannot be replayed
+and is dropped (counted on stderr) unless --keep-unmatched.
+
+Exit codes: 0 ok, 1 unreadable or malformed snapshot, 2 usage.
+"""
+
+import argparse
+import io
+import pickle
+import sys
+
+
+class _NoGlobals(pickle.Unpickler):
+    """Unpickler that refuses every class or function reference."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(
+            "refusing to load %s.%s: a memory snapshot holds only plain data"
+            % (module, name))
+
+
+def load_snapshot(path):
+    with open(path, "rb") as f:
+        return _NoGlobals(f).load()
+
+
+def _time_field(entry, index):
+    t = entry.get("time_us")
+    if isinstance(t, int) and t >= 0:
+        return "%d.%06d" % (t // 1000000, t % 1000000)
+    return "%dus" % index  # no clock in this torch version: keep the order
+
+
+def convert(snap, out, device="all", free_event="requested",
+            keep_unmatched=False):
+    """Writes the CSV to `out`; returns a dict of counts."""
+    if not isinstance(snap, dict) or "device_traces" not in snap:
+        raise ValueError("no device_traces in the snapshot: record it after "
+                         "torch.cuda.memory._record_memory_history()")
+    traces = snap["device_traces"]
+    if not isinstance(traces, list):
+        raise ValueError("device_traces is not a list")
+    counts = {"allocate": 0, "deallocate": 0, "allocate failure": 0,
+              "skipped": 0, "unmatched_frees": 0, "devices": 0}
+    out.write("Thread,Time,Action,Pointer,Size,Stream\n")
+    for dev, trace in enumerate(traces):
+        if device != "all" and dev != device:
+            continue
+        if not isinstance(trace, list):
+            raise ValueError("device_traces[%d] is not a list" % dev)
+        counts["devices"] += 1
+        live = {}        # addr -> size of blocks allocated in the window
+        requested = set()  # addrs whose free_requested was written
+        for i, e in enumerate(trace):
+            if not isinstance(e, dict) or "action" not in e:
+                raise ValueError("device_traces[%d][%d] is not an entry" %
+                                 (dev, i))
+            action = e["action"]
+            addr = e.get("addr", 0)
+            size = e.get("size", 0)
+            stream = e.get("stream", 0)
+            if not all(isinstance(v, int) and v >= 0
+                       for v in (addr, size, stream)):
+                raise ValueError("device_traces[%d][%d]: addr, size and "
+                                 "stream must be non-negative integers" %
+                                 (dev, i))
+            kind = None
+            if action == "alloc":
+                kind = "allocate"
+                live[addr] = size
+                requested.discard(addr)
+            elif action in ("free_requested", "free_completed", "free"):
+                explicit = (action == "free" or
+                            (action == "free_requested") ==
+                            (free_event == "requested"))
+                late = (action == "free_completed" and
+                        free_event == "requested" and
+                        addr in live and addr not in requested)
+                if not (explicit or late):
+                    counts["skipped"] += 1
+                    continue
+                if addr not in live:
+                    if not keep_unmatched:
+                        counts["unmatched_frees"] += 1
+                        continue
+                else:
+                    alloc_size = live.pop(addr)
+                    if size == 0:
+                        size = alloc_size
+                if action == "free_requested":
+                    requested.add(addr)
+                kind = "deallocate"
+            elif action == "oom":
+                kind = "allocate failure"
+                addr = 0
+            else:
+                counts["skipped"] += 1
+                continue
+            out.write("%d,%s,%s,0x%x,%d,0x%x\n" %
+                      (dev, _time_field(e, i), kind, addr, size, stream))
+            counts[kind] += 1
+    return counts
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        description="Convert a torch.cuda.memory snapshot pickle into an "
+                    "adaptalloc-replay CSV trace.")
+    ap.add_argument("snapshot", help="pickle from torch.cuda.memory."
+                    "_dump_snapshot()")
+    ap.add_argument("-o", "--output", default="-",
+                    help="CSV file to write (default: stdout)")
+    ap.add_argument("--device", default="all",
+                    help="device index to convert, or 'all' (default)")
+    ap.add_argument("--free-event", choices=("requested", "completed"),
+                    default="requested",
+                    help="which event is the free: the program's "
+                         "free_requested (default) or the allocator's "
+                         "free_completed")
+    ap.add_argument("--keep-unmatched", action="store_true",
+                    help="keep frees of blocks allocated before the window")
+    args = ap.parse_args(argv)
+    device = args.device
+    if device != "all":
+        try:
+            device = int(device)
+        except ValueError:
+            ap.error("--device: %r is not an index or 'all'" % args.device)
+    try:
+        snap = load_snapshot(args.snapshot)
+    except (OSError, pickle.UnpicklingError, EOFError, ValueError) as exc:
+        print("torch_snapshot_to_trace: %s: %s" % (args.snapshot, exc),
+              file=sys.stderr)
+        return 1
+    buf = io.StringIO()
+    try:
+        counts = convert(snap, buf, device, args.free_event,
+                         args.keep_unmatched)
+    except ValueError as exc:
+        print("torch_snapshot_to_trace: %s: %s" % (args.snapshot, exc),
+              file=sys.stderr)
+        return 1
+    try:
+        if args.output == "-":
+            sys.stdout.write(buf.getvalue())
+        else:
+            with open(args.output, "w") as f:
+                f.write(buf.getvalue())
+    except OSError as exc:
+        print("torch_snapshot_to_trace: %s: %s" % (args.output, exc),
+              file=sys.stderr)
+        return 1
+    print("torch_snapshot_to_trace: %d device(s): %d allocate, %d deallocate, "
+          "%d allocate failure; %d entries skipped, %d unmatched frees dropped"
+          % (counts["devices"], counts["allocate"], counts["deallocate"],
+             counts["allocate failure"], counts["skipped"],
+             counts["unmatched_frees"]), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
