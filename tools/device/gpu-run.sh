@@ -20,6 +20,7 @@ export PYTHONUNBUFFERED=1
 export ADAPTALLOC_DB=${ADAPTALLOC_DB:-off}
 export ADAPTALLOC_HTTP=${ADAPTALLOC_HTTP:-off}
 export AA_BENCH_BUILD=/tmp/aa-bench
+export ADAPTALLOC_POLICY_DIR=${ADAPTALLOC_POLICY_DIR:-$root/policies}
 t_start=$(date +%s)
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(info build ctest sanitize example gputests pair pinned scenarios bert maxbatch gpt2)
@@ -71,9 +72,12 @@ want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done;
       -o /tmp/bench_pinned && stage pinned 120 /tmp/bench_pinned 7 $res/timeline.csv
   fi
   want scenarios && stage scenarios 150 python3 bench/gpu/bench_scenarios.py --reps 5 --out $res/scenarios.json
-  want bert && stage bert 200 python3 bench/gpu/bench_bert.py latency --reps 3 --out $res/bert.json
-  want maxbatch && stage maxbatch 200 python3 bench/gpu/bench_bert.py maxbatch --cap-gib 2 --start 128 --step 32 --out $res/maxbatch.json
-  want gpt2 && stage gpt2 200 python3 bench/gpu/bench_gpt2.py --steps 200 --out $res/gpt2.json --stats-out $res/gpt2_stats.json
+  want bert && stage bert 200 env ADAPTALLOC_MODEL=bert-base \
+    python3 bench/gpu/bench_bert.py latency --reps 3 --out $res/bert.json
+  want maxbatch && stage maxbatch 200 env ADAPTALLOC_MODEL=bert-base \
+    python3 bench/gpu/bench_bert.py maxbatch --cap-gib 2 --start 128 --step 32 --out $res/maxbatch.json
+  want gpt2 && stage gpt2 200 env ADAPTALLOC_MODEL=gpt2-small ADAPTALLOC_DB=/tmp/aa-results/gpt2.db ADAPTALLOC_HTTP=127.0.0.1:0 \
+    python3 bench/gpu/bench_gpt2.py --steps 200 --out $res/gpt2.json --stats-out $res/gpt2_stats.json
   echo "=== done in $(( $(date +%s) - t_start ))s"
 } 2>&1 | tee "$out/log.txt"
 tar -czf "$out/results.tar.gz" -C "$res" . 2>/dev/null
