@@ -984,9 +984,14 @@ int aa_store_open(const aa_store_config *cfg, aa_store **out) {
   }
   {
     int64_t used = 0;
-    if (db_used_bytes(st, &used) == SQLITE_OK && used > 0) {
-      atomic_store(&st->db_bytes, (uint64_t)used);
+    rc = db_used_bytes(st, &used);
+    if (rc != SQLITE_OK) {
+      aa__store_fault_message(&st->fault, st->db, rc, "measuring the database",
+                              st->path, msg, sizeof msg);
+      err = aa__store_err_from_sqlite(rc);
+      goto out;
     }
+    atomic_store(&st->db_bytes, (uint64_t)(used > 0 ? used : 0));
   }
   atomic_store(&st->enabled, 1);
   if (pthread_create(&st->thread, NULL, writer_main, st) != 0) {

@@ -12,8 +12,10 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "store_internal.h"
 
@@ -430,10 +432,26 @@ int aa__store_db_open_rw(const char *path, bool uri, uint32_t busy_timeout_ms,
 sqlfail:
   aa__store_fault_message(fault, db, rc, what, path, msg, cap);
   err = aa__store_err_from_sqlite(rc);
-  if (err == AA_ENOENT && db != NULL) {
-    /* SQLITE_CANTOPEN: say whether the directory is missing or read-only. */
-    int e = sqlite3_system_errno(db);
-    if (e == EACCES || e == EPERM || e == EROFS) err = AA_EPERM;
+  if (err == AA_ENOENT && !uri) {
+    /* SQLITE_CANTOPEN: a missing directory (AA_ENOENT) or one we may not
+     * write (AA_EPERM)? */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL) {
+      snprintf(dir, sizeof dir, ".");
+    } else if (slash == dir) {
+      dir[1] = '\0';
+    } else {
+      *slash = '\0';
+    }
+    int e = db != NULL ? sqlite3_system_errno(db) : 0;
+    if (e == EACCES || e == EPERM || e == EROFS ||
+        (access(dir, F_OK) == 0 && access(dir, W_OK) != 0)) {
+      err = AA_EPERM;
+      snprintf(msg, cap, "cannot create %s: directory %s is read-only", path,
+               dir);
+    }
   }
 out:
   if (err != AA_OK) {
@@ -444,7 +462,32 @@ out:
   return err;
 }
 
-int aa__store_db_open_ro(const char *path, sqlite3 **out) {
+/* "file:<percent-encoded path>?immutable=1" for a read-only copy. */
+static char *immutable_uri(const char *path) {
+  static const char hex[] = "0123456789ABCDEF";
+  size_t n = strlen(path);
+  char *u = malloc(5 + 3 * n + 13);
+  if (u == NULL) return NULL;
+  char *w = u;
+  memcpy(w, "file:", 5);
+  w += 5;
+  for (const unsigned char *p = (const unsigned char *)path; *p != '\0'; p++) {
+    unsigned char ch = *p;
+    if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+        (ch >= '0' && ch <= '9') || ch == '/' || ch == '-' || ch == '_' ||
+        ch == '.' || ch == '~') {
+      *w++ = (char)ch;
+    } else {
+      *w++ = '%';
+      *w++ = hex[ch >> 4];
+      *w++ = hex[ch & 15];
+    }
+  }
+  memcpy(w, "?immutable=1", 13);
+  return u;
+}
+
+static int open_ro_once(const char *path, sqlite3 **out, int *sqlite_rc) {
   sqlite3 *db = NULL;
   int64_t ver = 0;
   int err = AA_OK;
@@ -454,28 +497,52 @@ int aa__store_db_open_ro(const char *path, sqlite3 **out) {
                            SQLITE_OPEN_READONLY | SQLITE_OPEN_URI |
                                SQLITE_OPEN_NOMUTEX,
                            NULL);
-  if (rc != SQLITE_OK) {
-    err = (rc & 0xff) == SQLITE_CANTOPEN ? AA_ENOENT
-                                         : aa__store_err_from_sqlite(rc);
-    goto out;
+  if (rc == SQLITE_OK) {
+    sqlite3_busy_timeout(db, 2000);
+    rc = pragma_int(db, NULL, "PRAGMA user_version", &ver);
   }
-  sqlite3_busy_timeout(db, 2000);
-  rc = pragma_int(db, NULL, "PRAGMA user_version", &ver);
+  *sqlite_rc = rc;
   if (rc != SQLITE_OK) {
-    err = (rc & 0xff) == SQLITE_NOTADB ? AA_ENOENT
-                                       : aa__store_err_from_sqlite(rc);
-    goto out;
-  }
-  if (ver == 0) {
+    switch (rc & 0xff) {
+    case SQLITE_CANTOPEN:
+    case SQLITE_NOTADB:
+      err = AA_ENOENT; /* missing, or not a database */
+      break;
+    default:
+      err = aa__store_err_from_sqlite(rc);
+      if (err == AA_OK) err = AA_EIO;
+    }
+  } else if (ver == 0) {
     err = AA_ENOENT; /* empty or not an adaptalloc database */
   } else if (ver > AA_STORE_SCHEMA_VERSION) {
     err = AA_ESTALE;
   }
-out:
   if (err != AA_OK) {
     sqlite3_close_v2(db);
   } else {
     *out = db;
+  }
+  return err;
+}
+
+int aa__store_db_open_ro(const char *path, sqlite3 **out) {
+  int rc = SQLITE_OK;
+  int err = open_ro_once(path, out, &rc);
+  /* A WAL database in a directory we cannot write (a copy on read-only
+   * media, another user's file) cannot get its -shm file. With no -wal file
+   * beside it and no way to create one, nobody can be writing it: read it as
+   * immutable. */
+  if (err != AA_OK &&
+      ((rc & 0xff) == SQLITE_CANTOPEN || (rc & 0xff) == SQLITE_READONLY) &&
+      strncmp(path, "file:", 5) != 0 && access(path, R_OK) == 0) {
+    char wal[4200];
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    if (access(wal, F_OK) != 0) {
+      char *uri = immutable_uri(path);
+      if (uri == NULL) return AA_ENOMEM;
+      err = open_ro_once(uri, out, &rc);
+      free(uri);
+    }
   }
   return err;
 }
