@@ -45,16 +45,22 @@ static uint64_t round_up_align(uint64_t v) {
   return (v + AA_BLOCK_ALIGN - 1) / AA_BLOCK_ALIGN * AA_BLOCK_ALIGN;
 }
 
+/* The stats of the active class of that size (a retiring twin that is still
+ * draining only when there is no active one). */
 static const aa_class_stats *class_stats(const aa_pool_stats *s, uint64_t size) {
+  const aa_class_stats *draining = NULL;
   uint32_t n;
   if (s == NULL)
     return NULL;
   n = s->class_count < AA_MAX_CLASSES ? s->class_count : AA_MAX_CLASSES;
   for (uint32_t i = 0; i < n; i++) {
-    if (s->classes[i].block_size == size)
+    if (s->classes[i].block_size != size)
+      continue;
+    if (!s->classes[i].retiring)
       return &s->classes[i];
+    draining = &s->classes[i];
   }
-  return NULL;
+  return draining;
 }
 
 static int track_find(const aa_adapt_state *st, uint64_t size) {
@@ -351,6 +357,9 @@ static void grow_rule(const aa_adapt_params *p, aa_adapt_state *st,
                       const eff_table *eff, aa_adapt_decision *out, size_t *nd,
                       size_t cap) {
   uint64_t now = st->interval;
+  uint64_t prefill_bytes = 0;
+  for (size_t i = 0; i < n; i++)
+    prefill_bytes += (uint64_t)classes[i].prefill * classes[i].block_size;
   for (size_t i = 0; i < n && *nd < cap; i++) {
     uint64_t size = classes[i].block_size;
     const aa_class_stats *c = class_stats(cur, size);
@@ -382,10 +391,17 @@ static void grow_rule(const aa_adapt_params *p, aa_adapt_state *st,
     if (want < per_slab)
       want = per_slab;
     cap_blocks = p->prefill_max_bytes / size;
+    if (cur->limit_bytes > 0) {
+      /* All classes' prefill together stays within the pool's limit. */
+      uint64_t others = prefill_bytes - (uint64_t)classes[i].prefill * size;
+      uint64_t room = cur->limit_bytes > others ? cur->limit_bytes - others : 0;
+      if (room / size < cap_blocks)
+        cap_blocks = room / size;
+    }
+    if (cap_blocks > AA_ADAPT_PREFILL_MAX)
+      cap_blocks = AA_ADAPT_PREFILL_MAX;
     if (want > cap_blocks)
       want = cap_blocks;
-    if (want > UINT32_MAX)
-      want = UINT32_MAX;
     if (want <= classes[i].prefill)
       continue;
     d = emit(out, nd, AA_ADAPT_GROW_OR_PREFILL, now);

@@ -29,7 +29,8 @@
  *                    readd_cooldown steps ago;
  *   grow_or_prefill  a class whose misses/allocs over the interval exceed
  *                    miss_rate_threshold gets its prefill doubled (at least
- *                    one slab's worth, at most prefill_max_bytes), at most once
+ *                    one slab's worth, at most prefill_max_bytes, and all
+ *                    prefill together within the pool's limit), at most once
  *                    per grow_cooldown steps;
  *   trim             cached bytes (reserved - in use) above
  *                    trim_threshold_bytes are trimmed to half of it, or to 0
@@ -64,6 +65,9 @@ typedef enum aa_adapt_kind {
 AA_EXTERN const char *aa_adapt_kind_name(aa_adapt_kind kind);
 
 #define AA_ADAPT_REASON_CAP 224
+/* A grown class's prefill never exceeds this many blocks (the policy's
+ * per-class bound), nor, with all classes' prefill together, limit_bytes. */
+#define AA_ADAPT_PREFILL_MAX (1u << 20)
 /* The most decisions one step can return for one pool. */
 #define AA_ADAPT_MAX_DECISIONS (2 * AA_MAX_CLASSES + 1)
 

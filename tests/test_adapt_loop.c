@@ -1,0 +1,390 @@
+/*
+ * test_adapt_loop.c — the policy loop closed over a real pool on the host
+ * backend: a workload dominated by one odd size drives internal waste from
+ * the ladder's figure to <= 3% within 3 intervals; when the workload moves
+ * on, the cold exact class is retired after the cold period and the new hot
+ * size gets its own class. Also the loop's API (registration, dry run, the
+ * thread, counters) and aa_policy_apply on a live pool.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "adaptalloc/adapt.h"
+
+#define HOT_N 1000
+#define OTHER_N 100
+#define MAX_LIVE (HOT_N + OTHER_N)
+
+typedef struct env {
+  aa_backend *be;
+  aa_pool *pool;
+  void *live[MAX_LIVE];
+  size_t live_size[MAX_LIVE];
+  size_t nlive;
+  aa_adapt_decision seen[64];
+  size_t nseen;
+} env;
+
+static int setup(void **state) {
+  env *e = calloc(1, sizeof *e);
+  aa_pool_config cfg;
+  if (e == NULL)
+    return -1;
+  if (aa_backend_host_new(&e->be) != AA_OK)
+    return -1;
+  aa_pool_config_init(&cfg);
+  cfg.name = "host";
+  cfg.backend = e->be;
+  if (aa_pool_new(&cfg, &e->pool) != AA_OK)
+    return -1;
+  *state = e;
+  return 0;
+}
+
+static void free_all(env *e) {
+  for (size_t i = 0; i < e->nlive; i++)
+    assert_int_equal(aa_free(e->pool, e->live[i], e->live_size[i], NULL), AA_OK);
+  e->nlive = 0;
+}
+
+static int teardown(void **state) {
+  env *e = *state;
+  free_all(e);
+  aa_pool_destroy(e->pool);
+  aa_backend_destroy(e->be);
+  free(e);
+  return 0;
+}
+
+static void alloc_n(env *e, size_t size, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    void *p = aa_alloc(e->pool, size, NULL);
+    assert_non_null(p);
+    assert_true(e->nlive < MAX_LIVE);
+    e->live[e->nlive] = p;
+    e->live_size[e->nlive] = size;
+    e->nlive++;
+  }
+}
+
+/* One interval of the workload: the previous interval's blocks are freed,
+ * HOT_N blocks of `hot` and OTHER_N of assorted sizes that the ladder serves
+ * well are allocated and stay live. */
+static void interval(env *e, size_t hot) {
+  static const size_t others[4] = {1000, 3000, 8000, 500};
+  free_all(e);
+  alloc_n(e, hot, HOT_N);
+  for (size_t i = 0; i < OTHER_N; i++)
+    alloc_n(e, others[i % 4], 1);
+}
+
+/* Internal waste over the small classes: 1 - requested / in use. */
+static double waste(env *e) {
+  aa_pool_stats *st = calloc(1, sizeof *st);
+  uint64_t req = 0, used = 0;
+  assert_non_null(st);
+  assert_int_equal(aa_pool_stats_get(e->pool, st), AA_OK);
+  for (uint32_t i = 0; i < st->class_count; i++) {
+    req += st->classes[i].bytes_requested;
+    used += st->classes[i].bytes_in_use;
+  }
+  free(st);
+  assert_true(used > 0);
+  return 1.0 - (double)req / (double)used;
+}
+
+static bool has_class(env *e, size_t size) {
+  aa_class_spec cl[AA_MAX_CLASSES];
+  size_t n = 0;
+  assert_int_equal(aa_pool_classes(e->pool, cl, AA_MAX_CLASSES, &n, NULL), AA_OK);
+  for (size_t i = 0; i < n; i++) {
+    if (cl[i].block_size == size)
+      return true;
+  }
+  return false;
+}
+
+/* A size just above a ladder class at least 16 KiB, far from the next one:
+ * the ladder wastes > 15% on it, an exact class (rounded to 512) < 1%. */
+static size_t odd_size(env *e, size_t above) {
+  aa_class_spec cl[AA_MAX_CLASSES];
+  size_t n = 0;
+  assert_int_equal(aa_pool_classes(e->pool, cl, AA_MAX_CLASSES, &n, NULL), AA_OK);
+  for (size_t i = 0; i + 1 < n; i++) {
+    size_t a = cl[i].block_size, b = cl[i + 1].block_size;
+    if (a >= above && b - a >= a / 5 && 1.0 - (double)(a + 500) / (double)b > 0.15)
+      return a + 500;
+  }
+  fail_msg("no odd size above %zu", above);
+  return 0;
+}
+
+static void on_decision(void *user, aa_pool *pool, const aa_adapt_decision *d) {
+  env *e = user;
+  (void)pool;
+  if (e->nseen < sizeof e->seen / sizeof e->seen[0])
+    e->seen[e->nseen++] = *d;
+}
+
+static aa_adapt_loop *make_loop(env *e, bool dry_run) {
+  aa_adapt_loop_config cfg;
+  aa_adapt_loop *loop = NULL;
+  aa_adapt_loop_config_init(&cfg);
+  cfg.params.cold_intervals = 3;
+  cfg.params.min_class_age = 2;
+  cfg.params.readd_cooldown = 10;
+  cfg.params.trim_threshold_bytes = 0;
+  cfg.on_decision = on_decision;
+  cfg.user = e;
+  cfg.dry_run = dry_run;
+  assert_int_equal(aa_adapt_loop_new(&cfg, &loop), AA_OK);
+  assert_int_equal(aa_adapt_loop_add_pool(loop, e->pool), AA_OK);
+  return loop;
+}
+
+static void test_adapt_loop_closed_loop(void **state) {
+  env *e = *state;
+  aa_adapt_loop *loop = make_loop(e, false);
+  aa_adapt_counters c;
+  size_t hot = odd_size(e, 16384), hot2 = odd_size(e, 65536);
+  size_t exact = (hot + 511) / 512 * 512, exact2 = (hot2 + 511) / 512 * 512;
+  double w0, w = 1.0;
+  int reached = 0;
+
+  /* The ladder's figure. */
+  interval(e, hot);
+  w0 = waste(e);
+  print_message("hot size %zu B: ladder waste %.1f%%\n", hot, w0 * 100);
+  assert_true(w0 > 0.10);
+
+  /* Within 3 intervals the waste is <= 3%. */
+  for (int k = 1; k <= 3 && !reached; k++) {
+    assert_true(aa_adapt_loop_step(loop) >= 0);
+    interval(e, hot);
+    w = waste(e);
+    print_message("after step %d: waste %.2f%%\n", k, w * 100);
+    if (w <= 0.03)
+      reached = k;
+  }
+  assert_true(reached >= 1);
+  assert_true(w <= 0.03);
+  assert_true(has_class(e, exact));
+  assert_true(e->nseen >= 1);
+  assert_int_equal(e->seen[0].kind, AA_ADAPT_ADD_CLASS);
+  assert_int_equal(e->seen[0].block_size, exact);
+  assert_int_equal(e->seen[0].request_size, hot);
+  assert_int_equal(e->seen[0].result, AA_OK);
+  assert_non_null(strstr(e->seen[0].reason, "hot size"));
+  aa_adapt_loop_counters(loop, &c);
+  assert_int_equal(c.classes_added, 1);
+  assert_int_equal(c.apply_failures, 0);
+
+  /* Steady state: no more decisions. */
+  e->nseen = 0;
+  for (int k = 0; k < 3; k++) {
+    assert_int_equal(aa_adapt_loop_step(loop), 0);
+    interval(e, hot);
+  }
+  assert_int_equal(e->nseen, 0);
+
+  /* The workload moves to another odd size. The new size gets its class at
+   * the next step; the old exact class, now cold, is retired once it has had
+   * no allocations for cold_intervals (3) steps. Step 1 of the new workload
+   * still sees the last hot interval's allocations; steps 2, 3, 4 count 1, 2,
+   * 3 cold intervals, so the retire comes at step 4, not before. */
+  interval(e, hot2);
+  for (int k = 1; k <= 4; k++) {
+    int nd;
+    e->nseen = 0;
+    nd = aa_adapt_loop_step(loop);
+    interval(e, hot2);
+    if (k == 1) {
+      assert_int_equal(nd, 1);
+      assert_int_equal(e->seen[0].kind, AA_ADAPT_ADD_CLASS);
+      assert_int_equal(e->seen[0].block_size, exact2);
+    } else if (k < 4) {
+      assert_int_equal(nd, 0);
+      assert_true(has_class(e, exact));
+    } else {
+      assert_int_equal(nd, 1);
+      assert_int_equal(e->seen[0].kind, AA_ADAPT_RETIRE_CLASS);
+      assert_int_equal(e->seen[0].block_size, exact);
+      assert_int_equal(e->seen[0].result, AA_OK);
+      assert_non_null(strstr(e->seen[0].reason, "no allocations for 3 intervals"));
+    }
+  }
+  assert_false(has_class(e, exact));
+  assert_true(has_class(e, exact2));
+  assert_true(waste(e) <= 0.03);
+  aa_adapt_loop_counters(loop, &c);
+  assert_int_equal(c.classes_added, 2);
+  assert_int_equal(c.classes_retired, 1);
+  assert_int_equal(c.decisions, 3);
+  assert_int_equal(c.steps, (uint64_t)reached + 3 + 4);
+
+  /* The old size comes back: it is not re-added while on cooldown
+   * (readd_cooldown 10), so the loop does not oscillate. */
+  e->nseen = 0;
+  for (int k = 0; k < 3; k++) {
+    interval(e, hot);
+    assert_int_equal(aa_adapt_loop_step(loop), 0);
+  }
+  assert_false(has_class(e, exact));
+  aa_adapt_loop_destroy(loop);
+}
+
+static void test_adapt_loop_dry_run_changes_nothing(void **state) {
+  env *e = *state;
+  aa_adapt_loop *loop = make_loop(e, true);
+  aa_adapt_counters c;
+  size_t hot = odd_size(e, 16384);
+  uint64_t v0 = 0, v1 = 0;
+  aa_class_spec cl[AA_MAX_CLASSES];
+  size_t n0 = 0, n1 = 0;
+  assert_int_equal(aa_pool_classes(e->pool, cl, AA_MAX_CLASSES, &n0, &v0), AA_OK);
+  interval(e, hot);
+  assert_int_equal(aa_adapt_loop_step(loop), 1);
+  assert_int_equal(e->nseen, 1);
+  assert_int_equal(e->seen[0].kind, AA_ADAPT_ADD_CLASS);
+  assert_int_equal(aa_pool_classes(e->pool, cl, AA_MAX_CLASSES, &n1, &v1), AA_OK);
+  assert_int_equal(n1, n0);
+  assert_true(v1 == v0);
+  aa_adapt_loop_counters(loop, &c);
+  assert_int_equal(c.classes_added, 0);
+  assert_int_equal(c.decisions, 1);
+  aa_adapt_loop_destroy(loop);
+}
+
+static void test_adapt_loop_api(void **state) {
+  env *e = *state;
+  aa_adapt_loop_config cfg;
+  aa_adapt_loop *loop = NULL;
+  aa_adapt_params p;
+  (void)e;
+  aa_adapt_loop_config_init(&cfg);
+  assert_int_equal(aa_adapt_loop_new(NULL, &loop), AA_EINVAL);
+  assert_int_equal(aa_adapt_loop_new(&cfg, NULL), AA_EINVAL);
+  cfg.params.interval_ms = 0;
+  assert_int_equal(aa_adapt_loop_new(&cfg, &loop), AA_EINVAL);
+  assert_null(loop);
+  cfg.params.interval_ms = 10;
+  cfg.version = 99;
+  assert_int_equal(aa_adapt_loop_new(&cfg, &loop), AA_EINVAL);
+  cfg.version = AA_ADAPT_LOOP_CONFIG_VERSION;
+  assert_int_equal(aa_adapt_loop_new(&cfg, &loop), AA_OK);
+  assert_int_equal(aa_adapt_loop_add_pool(loop, e->pool), AA_OK);
+  assert_int_equal(aa_adapt_loop_add_pool(loop, e->pool), AA_EEXIST);
+  assert_int_equal(aa_adapt_loop_add_pool(loop, NULL), AA_EINVAL);
+  assert_int_equal(aa_adapt_loop_remove_pool(loop, e->pool), AA_OK);
+  assert_int_equal(aa_adapt_loop_remove_pool(loop, e->pool), AA_ENOENT);
+  assert_int_equal(aa_adapt_loop_step(loop), 0); /* no pools */
+  aa_adapt_params_default(&p);
+  p.interval_ms = 0;
+  assert_int_equal(aa_adapt_loop_set_params(loop, &p), AA_EINVAL);
+  p.interval_ms = 20;
+  assert_int_equal(aa_adapt_loop_set_params(loop, &p), AA_OK);
+  /* Disabled: steps refresh baselines only. */
+  assert_int_equal(aa_adapt_loop_add_pool(loop, e->pool), AA_OK);
+  p.enabled = false;
+  assert_int_equal(aa_adapt_loop_set_params(loop, &p), AA_OK);
+  interval(e, odd_size(e, 16384));
+  assert_int_equal(aa_adapt_loop_step(loop), 0);
+  aa_adapt_loop_stop(loop); /* not running: no-op */
+  aa_adapt_loop_destroy(loop);
+  aa_adapt_loop_destroy(NULL);
+}
+
+/* The thread: allocations keep running in this thread while the loop
+ * reshapes the table from its own; wait (bounded) for it to add the class. */
+static void test_adapt_loop_thread(void **state) {
+  env *e = *state;
+  aa_adapt_loop_config cfg;
+  aa_adapt_loop *loop = NULL;
+  aa_adapt_counters c;
+  size_t hot = odd_size(e, 16384);
+  struct timespec ts = {0, 2 * 1000 * 1000};
+  int spins = 0;
+  aa_adapt_loop_config_init(&cfg);
+  cfg.params.interval_ms = 10;
+  assert_int_equal(aa_adapt_loop_new(&cfg, &loop), AA_OK);
+  assert_int_equal(aa_adapt_loop_add_pool(loop, e->pool), AA_OK);
+  assert_int_equal(aa_adapt_loop_start(loop), AA_OK);
+  assert_int_equal(aa_adapt_loop_start(loop), AA_EBUSY);
+  do {
+    interval(e, hot);
+    nanosleep(&ts, NULL);
+    aa_adapt_loop_counters(loop, &c);
+  } while (c.classes_added == 0 && ++spins < 5000);
+  assert_int_equal(c.classes_added, 1);
+  assert_true(c.steps >= 1);
+  /* A new interval while running re-arms the wait. */
+  cfg.params.interval_ms = 15;
+  assert_int_equal(aa_adapt_loop_set_params(loop, &cfg.params), AA_OK);
+  aa_adapt_loop_stop(loop);
+  aa_adapt_loop_stop(loop);
+  /* Restartable. */
+  assert_int_equal(aa_adapt_loop_start(loop), AA_OK);
+  aa_adapt_loop_destroy(loop); /* stops it */
+  interval(e, hot);
+  assert_true(waste(e) <= 0.03);
+}
+
+static void test_adapt_policy_apply_live_pool(void **state) {
+  env *e = *state;
+  char err[AA_POLICY_ERR_CAP];
+  aa_policy *p = NULL;
+  aa_class_spec want[AA_MAX_CLASSES], got[AA_MAX_CLASSES];
+  size_t nw = 0, ng = 0;
+  const char *doc = "{\"pools\": {\"host\": {\"classes\": [512, 4096, "
+                    "{\"size\": 16896, \"cache_limit\": 8, \"prefill\": 4}, 1048576],"
+                    " \"limit_bytes\": 1073741824}}}";
+  const char *bad = "{\"pools\": {\"host\": {\"max_small\": 524288}}}";
+  free_all(e);
+  assert_int_equal(aa_policy_parse(doc, strlen(doc), &p, err, sizeof err), AA_OK);
+  assert_int_equal(aa_policy_apply(p, "host", e->pool), AA_OK);
+  assert_int_equal(aa_policy_pool_config(p, "host", NULL, want, AA_MAX_CLASSES, &nw),
+                   AA_OK);
+  assert_int_equal(aa_pool_classes(e->pool, got, AA_MAX_CLASSES, &ng, NULL), AA_OK);
+  assert_int_equal(ng, nw);
+  for (size_t i = 0; i < ng; i++) {
+    assert_int_equal(got[i].block_size, want[i].block_size);
+    assert_int_equal(got[i].cache_limit, want[i].cache_limit);
+    assert_int_equal(got[i].prefill, want[i].prefill);
+  }
+  aa_policy_free(p);
+  /* A policy whose max_small differs from the live pool's: refused, and the
+   * table is unchanged. */
+  assert_int_equal(aa_policy_parse(bad, strlen(bad), &p, err, sizeof err), AA_OK);
+  assert_int_equal(aa_policy_apply(p, "host", e->pool), AA_EINVAL);
+  assert_int_equal(aa_pool_classes(e->pool, got, AA_MAX_CLASSES, &ng, NULL), AA_OK);
+  assert_int_equal(ng, nw);
+  assert_int_equal(aa_policy_apply(p, "gpu", e->pool), AA_EINVAL);
+  assert_int_equal(aa_policy_apply(p, "host", NULL), AA_EINVAL);
+  aa_policy_free(p);
+  /* And back to the default ladder. */
+  assert_int_equal(aa_policy_default(&p), AA_OK);
+  assert_int_equal(aa_policy_apply(p, "host", e->pool), AA_OK);
+  assert_int_equal(aa_pool_classes(e->pool, got, AA_MAX_CLASSES, &ng, NULL), AA_OK);
+  assert_int_equal(ng, 40);
+  aa_policy_free(p);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_adapt_loop_closed_loop, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_adapt_loop_dry_run_changes_nothing, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_adapt_loop_api, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_adapt_loop_thread, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_adapt_policy_apply_live_pool, setup,
+                                      teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
