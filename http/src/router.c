@@ -402,11 +402,9 @@ static void ep_stats(aa__http_state *st, const aa__http_req *req,
   set_body(r, 200, CT_JSON, out, len);
 }
 
+/* The server's own families. The policy version and the runtime's counters
+ * come from the provider's metrics_extra. */
 static void server_metrics(aa__http_state *st, aa__buf *b) {
-  char *pj = NULL;
-  size_t pl = 0;
-  uint64_t version = 0;
-
   aa__buf_printf(b,
                  "# HELP adaptalloc_build_info Version of adaptalloc.\n"
                  "# TYPE adaptalloc_build_info gauge\n"
@@ -431,16 +429,6 @@ static void server_metrics(aa__http_state *st, aa__buf *b) {
                  "# TYPE adaptalloc_http_policy_changes_total counter\n"
                  "adaptalloc_http_policy_changes_total %llu\n",
                  (unsigned long long)atomic_load(&st->policy_changes));
-  if (st->prov.policy_get != NULL &&
-      st->prov.policy_get(st->prov.user, &pj, &pl, &version) == AA_OK) {
-    aa__buf_printf(b,
-                   "# HELP adaptalloc_policy_version Version of the policy in "
-                   "force.\n"
-                   "# TYPE adaptalloc_policy_version gauge\n"
-                   "adaptalloc_policy_version %llu\n",
-                   (unsigned long long)version);
-  }
-  free(pj);
 }
 
 static void ep_metrics(aa__http_state *st, const aa__http_req *req,

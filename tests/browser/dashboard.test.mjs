@@ -1,0 +1,205 @@
+// dashboard.test.mjs — the dashboard in headless Chromium (playwright-core
+// driving Debian's /usr/bin/chromium): the page loads and goes live, both
+// charts draw data, a policy edit without the token is refused with the
+// server's message, a valid edit takes effect (the version bumps), an invalid
+// one shows the validator's error and changes nothing. Saves a screenshot.
+//
+//   node tests/browser/dashboard.test.mjs --server build/tests/aa_http_testserver \
+//        --out build/browser
+//   node tests/browser/dashboard.test.mjs --url http://127.0.0.1:9100/ --token T
+//
+// --server starts that program (aa_http_testserver or anything that prints
+// "PORT <n>" and accepts --token and --watch-stdin); --url uses a running
+// server (adaptalloc-demo, say). Exit 0 pass, 1 fail, 77 skipped (no
+// playwright-core or no chromium).
+import { spawn } from "node:child_process";
+import { existsSync, mkdirSync } from "node:fs";
+import { join } from "node:path";
+
+const SKIP = 77;
+const args = process.argv.slice(2);
+const opt = (name, dflt) => {
+  const i = args.indexOf("--" + name);
+  return i >= 0 && i + 1 < args.length ? args[i + 1] : dflt;
+};
+const serverBin = opt("server", process.env.AA_TESTSERVER || "");
+let baseUrl = opt("url", process.env.AA_DASHBOARD_URL || "");
+const outDir = opt("out", process.env.AA_TEST_BINARY_DIR ? join(process.env.AA_TEST_BINARY_DIR, "browser") : "build-browser");
+const chromiumPath = opt("chromium", process.env.CHROMIUM || "/usr/bin/chromium");
+const token = opt("token", serverBin ? "browser-test-token" : process.env.ADAPTALLOC_TOKEN || "");
+
+function log(...a) { console.log("[dashboard]", ...a); }
+function fail(msg) { throw new Error(msg); }
+
+let chromium;
+try {
+  ({ chromium } = await import("playwright-core"));
+} catch (e) {
+  log("SKIP: playwright-core is not installed (npm ci --prefix tests/browser):", e.message);
+  process.exit(SKIP);
+}
+if (!existsSync(chromiumPath)) {
+  log("SKIP: no chromium at", chromiumPath, "(apt-get install chromium)");
+  process.exit(SKIP);
+}
+if (!serverBin && !baseUrl) {
+  log("usage: --server PROGRAM | --url URL");
+  process.exit(2);
+}
+
+let server = null;
+let browser = null;
+const watchdog = setTimeout(() => { log("FAIL: timed out"); cleanup(); process.exit(1); }, 120000);
+
+function cleanup() {
+  if (server && server.exitCode === null) server.kill("SIGTERM");
+}
+
+async function startServer() {
+  const argv = ["--watch-stdin"];
+  if (token) argv.push("--token", token);
+  server = spawn(serverBin, argv, { stdio: ["pipe", "pipe", "inherit"] });
+  return await new Promise((resolve, reject) => {
+    let buf = "";
+    server.stdout.on("data", (d) => {
+      buf += d.toString();
+      const m = buf.match(/PORT (\d+)/);
+      if (m) resolve(`http://127.0.0.1:${m[1]}/`);
+    });
+    server.on("exit", (code) => reject(new Error("server exited early with " + code)));
+    server.on("error", reject);
+  });
+}
+
+async function until(page, what, fn, arg, timeout = 20000) {
+  try {
+    await page.waitForFunction(fn, arg, { timeout, polling: 200 });
+  } catch (e) {
+    fail("timed out waiting for " + what);
+  }
+}
+
+async function main() {
+  if (serverBin) baseUrl = await startServer();
+  log("dashboard at", baseUrl);
+  browser = await chromium.launch({
+    executablePath: chromiumPath,
+    headless: true,
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+      "--disable-component-update", "--disable-sync", "--no-first-run"],
+  });
+  const page = await browser.newPage({ viewport: { width: 1440, height: 1000 } });
+  const consoleErrors = [];
+  // refused requests (401, 400) are logged by Chromium as "Failed to load
+  // resource"; those are expected here, anything else is a bug in app.js
+  page.on("console", (m) => {
+    if (m.type() === "error" && !/Failed to load resource/.test(m.text())) consoleErrors.push(m.text());
+  });
+  page.on("pageerror", (e) => consoleErrors.push(String(e)));
+
+  // 1. the page loads and goes live
+  const resp = await page.goto(baseUrl, { waitUntil: "load" });
+  if (!resp || resp.status() !== 200) fail("GET / answered " + (resp && resp.status()));
+  if ((await page.title()) !== "adaptalloc") fail("unexpected title " + (await page.title()));
+  await until(page, "the live indicator", () => document.getElementById("conn").textContent === "live");
+
+  // 2. the charts draw data: several points on the memory chart, histogram
+  //    bars and class boundaries, and pixels in the series colours
+  await until(page, "3 points on the memory chart", () => Number(document.getElementById("chart-mem").dataset.points) >= 3);
+  await until(page, "histogram bars", () => Number(document.getElementById("chart-hist").dataset.bars) > 0);
+  const painted = await page.evaluate(() => {
+    const count = (id, rgb) => {
+      const c = document.getElementById(id);
+      const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+      let n = 0;
+      for (let i = 0; i < d.length; i += 4) {
+        if (Math.abs(d[i] - rgb[0]) < 40 && Math.abs(d[i + 1] - rgb[1]) < 40 && Math.abs(d[i + 2] - rgb[2]) < 40 && d[i + 3] > 200) n++;
+      }
+      return n;
+    };
+    return {
+      inUse: count("chart-mem", [37, 99, 235]),
+      reserved: count("chart-mem", [245, 158, 11]),
+      bars: count("chart-hist", [15, 118, 110]),
+      classes: Number(document.getElementById("chart-hist").dataset.classes),
+      rows: document.querySelectorAll("#classes tbody tr").length,
+      inUseCard: document.getElementById("c-inuse").textContent,
+    };
+  });
+  log("painted", JSON.stringify(painted));
+  if (painted.inUse < 50) fail("the in-use line is not drawn");
+  if (painted.reserved < 50) fail("the reserved line is not drawn");
+  if (painted.bars < 50) fail("no histogram bars drawn");
+  if (painted.classes < 1 || painted.rows < 1) fail("no size classes shown");
+  if (!/(B|KiB|MiB|GiB)$/.test(painted.inUseCard)) fail("in-use card without a unit: " + painted.inUseCard);
+
+  // 3. the editor holds the policy in force
+  await until(page, "the policy text", () => document.getElementById("policy-text").value.includes("pools"));
+  const v0 = Number(await page.textContent("#policy-version"));
+  const policy = JSON.parse(await page.inputValue("#policy-text"));
+  log("policy version", v0);
+
+  // 4. without the token the edit is refused with the server's message
+  if (token) {
+    await page.fill("#token", "");
+    await page.fill("#policy-text", JSON.stringify(policy, null, 2));
+    await page.click("#apply");
+    await until(page, "the 401 message", () => /401/.test(document.getElementById("policy-msg").textContent));
+    await page.fill("#token", token);
+  }
+
+  // 5. a valid edit takes effect: a coarser ladder for the device pool
+  const good = structuredClone(policy);
+  good.pools.device.classes = { min: 512, per_doubling: 2 };
+  delete good.version;
+  await page.fill("#policy-text", JSON.stringify(good, null, 2));
+  await page.click("#apply");
+  await until(page, "the success message", () => document.getElementById("policy-msg").className.includes("ok"));
+  await until(page, "the version to bump", (v) => Number(document.getElementById("policy-version").textContent) > v, v0);
+  const v1 = Number(await page.textContent("#policy-version"));
+  log("applied, version", v0, "->", v1);
+  const served = await page.evaluate(async () => (await fetch("/policy")).json());
+  if (!served.pools || JSON.stringify(served.pools.device.classes) !== JSON.stringify(good.pools.device.classes)) {
+    fail("the server does not hold the edited policy: " + JSON.stringify(served.pools && served.pools.device.classes));
+  }
+  await until(page, "the change log entry", () => /PUT/.test(document.getElementById("changes").textContent), undefined, 15000);
+
+  // 6. an invalid edit shows the validator's error; nothing changes
+  const bad = structuredClone(served);
+  bad.pools.device.slab_size = 1000;
+  await page.fill("#policy-text", JSON.stringify(bad, null, 2));
+  await page.click("#apply");
+  await until(page, "the error message", () => document.getElementById("policy-msg").className.includes("err"));
+  const msg = await page.textContent("#policy-msg");
+  log("refused with:", msg);
+  if (!/400/.test(msg) || !/slab_size/.test(msg)) fail("the error does not name the rule: " + msg);
+  await page.fill("#policy-text", "{ not json");
+  await page.click("#apply");
+  await until(page, "the parse error", () => /400/.test(document.getElementById("policy-msg").textContent) && !/slab_size/.test(document.getElementById("policy-msg").textContent));
+  const after = await page.evaluate(async () => { const r = await fetch("/policy"); return { etag: r.headers.get("ETag"), body: await r.json() }; });
+  if (after.etag !== `"${v1}"`) fail("the version moved after refused edits: " + after.etag);
+  if (after.body.pools.device.slab_size === 1000) fail("the refused value is in force");
+
+  // put the valid one back in the editor for the screenshot
+  await page.click("#reload");
+  await page.waitForTimeout(1500);
+  mkdirSync(outDir, { recursive: true });
+  const shot = join(outDir, "dashboard.png");
+  await page.screenshot({ path: shot, fullPage: true });
+  log("screenshot", shot);
+  if (consoleErrors.length) fail("console errors: " + consoleErrors.join(" | "));
+}
+
+let code = 0;
+try {
+  await main();
+  log("PASS");
+} catch (e) {
+  log("FAIL:", e.message);
+  code = 1;
+} finally {
+  clearTimeout(watchdog);
+  if (browser) await browser.close().catch(() => {});
+  cleanup();
+}
+process.exit(code);

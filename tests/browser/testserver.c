@@ -1,0 +1,540 @@
+/*
+ * testserver.c — aa_http_testserver: the real HTTP server over real core
+ * pools on the host backend, with a workload thread allocating and freeing
+ * so the dashboard has something to draw, and a provider whose policy
+ * handling is adapt's real parser, merge patch and aa_policy_apply. For the
+ * browser test (tests/browser/dashboard.test.mjs) and for trying the page by
+ * hand; not the runtime (adaptalloc-demo serves the same page for real).
+ *
+ *   aa_http_testserver [--address 127.0.0.1:0] [--token T] [--seconds N]
+ *                      [--watch-stdin]
+ *
+ * Prints "PORT <n>" on stdout once listening; runs until SIGTERM/SIGINT,
+ * --seconds have passed, or (with --watch-stdin) stdin closes, so a parent
+ * that dies takes it along.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "adaptalloc/core.h"
+#include "adaptalloc/http.h"
+#include "adaptalloc/policy.h"
+
+#define NPOOLS 2
+#define NLIVE 2048
+#define NSNAP 600
+#define NCHANGE 200
+
+typedef struct change {
+  int64_t time_ms;
+  uint64_t old_version;
+  uint64_t new_version;
+  char source[16];
+  char reason[128];
+} change;
+
+typedef struct snap {
+  int64_t time_ms;
+  int pool;
+  uint64_t in_use;
+  uint64_t reserved;
+} snap;
+
+typedef struct server {
+  aa_backend *backend;
+  aa_pool *pools[NPOOLS];
+  const char *policy_names[NPOOLS]; /* the policy's pool section of each */
+  pthread_mutex_t mu;               /* policy, history */
+  aa_policy *policy;
+  change changes[NCHANGE];
+  size_t nchanges;
+  snap snaps[NSNAP];
+  size_t nsnaps;
+  atomic_bool stop;
+} server;
+
+static server S;
+static volatile sig_atomic_t got_signal;
+
+static void on_signal(int sig) {
+  (void)sig;
+  got_signal = 1;
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static char *dup_n(const char *s, size_t n) {
+  char *p = malloc(n + 1);
+  if (p != NULL) {
+    memcpy(p, s, n);
+    p[n] = '\0';
+  }
+  return p;
+}
+
+/* ------------------------------------------------------------ workload */
+
+static uint64_t rng(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+/* A mix: an odd hot size (3000 B), a spread of small sizes, some mid ones,
+ * the occasional large one; the number of live blocks swings slowly so the
+ * memory chart moves. */
+static size_t pick_size(uint64_t *s) {
+  uint64_t r = rng(s) % 100;
+  if (r < 40)
+    return 3000;
+  if (r < 75)
+    return 256 + rng(s) % 8192;
+  if (r < 99)
+    return 16384 + rng(s) % (256 * 1024);
+  return (size_t)(1u << 20) + rng(s) % (2u << 20);
+}
+
+static void *workload(void *arg) {
+  static void *live[NPOOLS][NLIVE];
+  static size_t sizes[NPOOLS][NLIVE];
+  uint64_t seed = 0x9e3779b97f4a7c15ull;
+  unsigned tick = 0;
+  (void)arg;
+  while (!atomic_load(&S.stop)) {
+    /* target fill follows a slow triangle wave */
+    unsigned phase = tick % 120;
+    unsigned target = (phase < 60 ? phase : 120 - phase) * (NLIVE / 60);
+    int p;
+    for (p = 0; p < NPOOLS; p++) {
+      unsigned i;
+      for (i = 0; i < 600; i++) {
+        size_t k = rng(&seed) % NLIVE;
+        bool want = k < target + (p ? NLIVE / 8 : 0);
+        if (live[p][k] != NULL && (!want || rng(&seed) % 4 == 0)) {
+          aa_free(S.pools[p], live[p][k], sizes[p][k], NULL);
+          live[p][k] = NULL;
+        }
+        if (live[p][k] == NULL && want) {
+          sizes[p][k] = pick_size(&seed);
+          live[p][k] = aa_alloc(S.pools[p], sizes[p][k], NULL);
+        }
+      }
+    }
+    tick++;
+    usleep(50 * 1000);
+  }
+  for (int p = 0; p < NPOOLS; p++)
+    for (size_t k = 0; k < NLIVE; k++)
+      if (live[p][k] != NULL)
+        aa_free(S.pools[p], live[p][k], sizes[p][k], NULL);
+  return NULL;
+}
+
+/* ------------------------------------------------------------ provider */
+
+static int pool_stats(void *user, aa_pool_stats **out, size_t *n) {
+  aa_pool_stats *a = calloc(NPOOLS, sizeof *a);
+  int p;
+  (void)user;
+  *out = NULL;
+  *n = 0;
+  if (a == NULL)
+    return AA_ENOMEM;
+  for (p = 0; p < NPOOLS; p++) {
+    int rc = aa_pool_stats_get(S.pools[p], &a[p]);
+    if (rc != AA_OK) {
+      free(a);
+      return rc;
+    }
+  }
+  *out = a;
+  *n = NPOOLS;
+  return AA_OK;
+}
+
+static uint64_t policy_version(void) {
+  uint64_t v;
+  pthread_mutex_lock(&S.mu);
+  v = aa_policy_version(S.policy);
+  pthread_mutex_unlock(&S.mu);
+  return v;
+}
+
+static int stats_json(void *user, const char *pool, char **out, size_t *len) {
+  aa_pool_stats *a = NULL;
+  size_t n = 0;
+  size_t cap = 1 << 20;
+  size_t off = 0;
+  char *buf;
+  size_t i;
+  bool found = pool == NULL;
+  int rc = pool_stats(user, &a, &n);
+
+  *out = NULL;
+  if (rc != AA_OK)
+    return rc;
+  buf = malloc(cap);
+  if (buf == NULL) {
+    free(a);
+    return AA_ENOMEM;
+  }
+  off += (size_t)snprintf(buf + off, cap - off,
+                          "{\"model\":\"testserver\",\"policy_version\":%llu,"
+                          "\"pools\":[",
+                          (unsigned long long)policy_version());
+  for (i = 0; i < n; i++) {
+    if (pool != NULL && strcmp(pool, a[i].name) != 0)
+      continue;
+    if (i > 0 && pool == NULL)
+      buf[off++] = ',';
+    found = true;
+    off += aa_pool_stats_json(&a[i], buf + off, cap - off - 8);
+    if (off >= cap - 8) {
+      free(a);
+      free(buf);
+      return AA_ENOMEM;
+    }
+  }
+  off += (size_t)snprintf(buf + off, cap - off, "]}");
+  free(a);
+  if (!found) {
+    free(buf);
+    return AA_ENOENT;
+  }
+  *out = buf;
+  *len = off;
+  return AA_OK;
+}
+
+static int metrics_extra(void *user, char **out, size_t *len) {
+  char buf[256];
+  int n;
+  (void)user;
+  n = snprintf(buf, sizeof buf,
+               "# HELP adaptalloc_policy_version Version of the policy in "
+               "force.\n# TYPE adaptalloc_policy_version gauge\n"
+               "adaptalloc_policy_version %llu\n",
+               (unsigned long long)policy_version());
+  *out = dup_n(buf, (size_t)n);
+  *len = (size_t)n;
+  return *out != NULL ? AA_OK : AA_ENOMEM;
+}
+
+static int policy_get(void *user, char **json, size_t *len, uint64_t *version) {
+  (void)user;
+  pthread_mutex_lock(&S.mu);
+  *json = aa_policy_to_json(S.policy);
+  *version = aa_policy_version(S.policy);
+  pthread_mutex_unlock(&S.mu);
+  if (*json == NULL)
+    return AA_ENOMEM;
+  *len = strlen(*json);
+  return AA_OK;
+}
+
+static void log_change(uint64_t old_v, uint64_t new_v, const char *source,
+                       const char *reason) {
+  change *c;
+  if (S.nchanges == NCHANGE) {
+    memmove(&S.changes[0], &S.changes[1], (NCHANGE - 1) * sizeof S.changes[0]);
+    S.nchanges--;
+  }
+  c = &S.changes[S.nchanges++];
+  c->time_ms = now_ms();
+  c->old_version = old_v;
+  c->new_version = new_v;
+  snprintf(c->source, sizeof c->source, "%s", source);
+  snprintf(c->reason, sizeof c->reason, "%s", reason);
+}
+
+/* Validates next against every pool first, then applies; S.mu held. */
+static int install(aa_policy *next, const aa_http_policy_change *ch,
+                   const char *what, uint64_t *nv, char *err, size_t errcap) {
+  uint64_t old_v = aa_policy_version(S.policy);
+  char reason[128];
+  int p;
+  int rc = AA_OK;
+
+  if (ch->has_if_match && ch->if_match != old_v) {
+    snprintf(err, errcap, "version %llu is stale: version %llu is in force",
+             (unsigned long long)ch->if_match, (unsigned long long)old_v);
+    return AA_ESTALE;
+  }
+  for (p = 0; p < NPOOLS; p++) {
+    aa_class_spec specs[AA_MAX_CLASSES];
+    size_t n = 0;
+    rc = aa_policy_pool_config(next, S.policy_names[p], NULL, specs,
+                               AA_MAX_CLASSES, &n);
+    if (rc != AA_OK) {
+      snprintf(err, errcap, "pools.%s: %s", S.policy_names[p], aa_strerror(rc));
+      return rc;
+    }
+  }
+  for (p = 0; p < NPOOLS && rc == AA_OK; p++) {
+    rc = aa_policy_apply(next, S.policy_names[p], S.pools[p]);
+    if (rc != AA_OK)
+      snprintf(err, errcap, "pools.%s: cannot apply to the live pool: %s",
+               S.policy_names[p], aa_strerror(rc));
+  }
+  if (rc != AA_OK)
+    return rc;
+  aa_policy_set_version(next, old_v + 1);
+  aa_policy_free(S.policy);
+  S.policy = next;
+  *nv = old_v + 1;
+  snprintf(reason, sizeof reason, "%s /policy from %s", what,
+           ch->client != NULL ? ch->client : "?");
+  log_change(old_v, old_v + 1, ch->source, reason);
+  return AA_OK;
+}
+
+static int policy_put(void *user, const aa_http_policy_change *ch, uint64_t *nv,
+                      char *err, size_t errcap) {
+  aa_policy *next = NULL;
+  int rc;
+  (void)user;
+  rc = aa_policy_parse(ch->body, ch->len, &next, err, errcap);
+  if (rc != AA_OK)
+    return rc;
+  pthread_mutex_lock(&S.mu);
+  rc = install(next, ch, "PUT", nv, err, errcap);
+  pthread_mutex_unlock(&S.mu);
+  if (rc != AA_OK)
+    aa_policy_free(next);
+  return rc;
+}
+
+static int policy_patch(void *user, const aa_http_policy_change *ch,
+                        uint64_t *nv, char *err, size_t errcap) {
+  aa_policy *next = NULL;
+  int rc;
+  (void)user;
+  pthread_mutex_lock(&S.mu);
+  rc = aa_policy_merge_patch(S.policy, ch->body, ch->len, &next, err, errcap);
+  if (rc == AA_OK)
+    rc = install(next, ch, "PATCH", nv, err, errcap);
+  pthread_mutex_unlock(&S.mu);
+  if (rc != AA_OK)
+    aa_policy_free(next);
+  return rc;
+}
+
+static int history_json(void *user, const aa_http_history_query *q, char **out,
+                        size_t *len) {
+  size_t cap = 256 + (size_t)NSNAP * 160 + (size_t)NCHANGE * 300;
+  char *buf = malloc(cap);
+  size_t off = 0;
+  size_t i;
+  size_t first;
+  size_t shown = 0;
+  (void)user;
+  *out = NULL;
+  if (buf == NULL)
+    return AA_ENOMEM;
+  if (q->run > 1) {
+    free(buf);
+    return AA_ENOENT;
+  }
+  pthread_mutex_lock(&S.mu);
+  off += (size_t)snprintf(buf + off, cap - off, "{\"run\":1,\"snapshots\":[");
+  first = S.nsnaps > (size_t)q->limit ? S.nsnaps - (size_t)q->limit : 0;
+  for (i = first; i < S.nsnaps; i++) {
+    const snap *s = &S.snaps[i];
+    if (q->since >= 0 && s->time_ms < q->since)
+      continue;
+    off += (size_t)snprintf(
+        buf + off, cap - off,
+        "%s{\"time_ms\":%lld,\"pool\":\"%s\",\"bytes_in_use\":%llu,"
+        "\"bytes_reserved\":%llu}",
+        shown++ ? "," : "", (long long)s->time_ms, aa_pool_name(S.pools[s->pool]),
+        (unsigned long long)s->in_use, (unsigned long long)s->reserved);
+  }
+  off += (size_t)snprintf(buf + off, cap - off, "],\"policy_changes\":[");
+  first = S.nchanges > (size_t)q->limit ? S.nchanges - (size_t)q->limit : 0;
+  shown = 0;
+  for (i = first; i < S.nchanges; i++) {
+    const change *c = &S.changes[i];
+    if (q->since >= 0 && c->time_ms < q->since)
+      continue;
+    off += (size_t)snprintf(
+        buf + off, cap - off,
+        "%s{\"time_ms\":%lld,\"source\":\"%s\",\"old_version\":%llu,"
+        "\"new_version\":%llu,\"reason\":\"%s\"}",
+        shown++ ? "," : "", (long long)c->time_ms, c->source,
+        (unsigned long long)c->old_version, (unsigned long long)c->new_version,
+        c->reason);
+  }
+  pthread_mutex_unlock(&S.mu);
+  off += (size_t)snprintf(buf + off, cap - off, "]}");
+  *out = buf;
+  *len = off;
+  return AA_OK;
+}
+
+static int runs_json(void *user, char **out, size_t *len) {
+  const char *t = "{\"runs\":[{\"id\":1,\"model\":\"testserver\"}]}";
+  (void)user;
+  *out = dup_n(t, strlen(t));
+  *len = strlen(t);
+  return *out != NULL ? AA_OK : AA_ENOMEM;
+}
+
+static void take_snapshots(void) {
+  int p;
+  pthread_mutex_lock(&S.mu);
+  for (p = 0; p < NPOOLS; p++) {
+    aa_pool_stats *st = malloc(sizeof *st);
+    if (st == NULL || aa_pool_stats_get(S.pools[p], st) != AA_OK) {
+      free(st);
+      continue;
+    }
+    if (S.nsnaps == NSNAP) {
+      memmove(&S.snaps[0], &S.snaps[1], (NSNAP - 1) * sizeof S.snaps[0]);
+      S.nsnaps--;
+    }
+    S.snaps[S.nsnaps].time_ms = now_ms();
+    S.snaps[S.nsnaps].pool = p;
+    S.snaps[S.nsnaps].in_use = st->bytes_in_use;
+    S.snaps[S.nsnaps].reserved = st->bytes_reserved;
+    S.nsnaps++;
+    free(st);
+  }
+  pthread_mutex_unlock(&S.mu);
+}
+
+/* ------------------------------------------------------------ main */
+
+int main(int argc, char **argv) {
+  const char *address = "127.0.0.1:0";
+  const char *token = NULL;
+  long seconds = 0;
+  bool watch_stdin = false;
+  aa_http_config cfg;
+  aa_http_provider prov;
+  aa_http *srv = NULL;
+  pthread_t worker;
+  char err[512];
+  int i;
+  int rc;
+  int64_t start = now_ms();
+  int64_t last_snap = 0;
+
+  for (i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--address") == 0 && i + 1 < argc) {
+      address = argv[++i];
+    } else if (strcmp(argv[i], "--token") == 0 && i + 1 < argc) {
+      token = argv[++i];
+    } else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
+      seconds = strtol(argv[++i], NULL, 10);
+    } else if (strcmp(argv[i], "--watch-stdin") == 0) {
+      watch_stdin = true;
+    } else {
+      fprintf(stderr,
+              "usage: %s [--address A] [--token T] [--seconds N] "
+              "[--watch-stdin]\n",
+              argv[0]);
+      return 2;
+    }
+  }
+  signal(SIGTERM, on_signal);
+  signal(SIGINT, on_signal);
+  signal(SIGPIPE, SIG_IGN);
+  pthread_mutex_init(&S.mu, NULL);
+
+  rc = aa_policy_default(&S.policy);
+  if (rc == AA_OK)
+    rc = aa_backend_host_new(&S.backend);
+  if (rc != AA_OK) {
+    fprintf(stderr, "testserver: %s\n", aa_strerror(rc));
+    return 1;
+  }
+  aa_policy_set_version(S.policy, 1);
+  S.policy_names[0] = "device";
+  S.policy_names[1] = "host";
+  for (i = 0; i < NPOOLS; i++) {
+    aa_pool_config pc;
+    aa_pool_config_init(&pc);
+    pc.backend = S.backend;
+    pc.name = i == 0 ? "device0" : "host";
+    rc = aa_policy_pool_config(S.policy, S.policy_names[i], &pc, NULL, 0, NULL);
+    if (rc != AA_OK && rc != AA_ERANGE) {
+      fprintf(stderr, "testserver: policy: %s\n", aa_strerror(rc));
+      return 1;
+    }
+    rc = aa_pool_new(&pc, &S.pools[i]);
+    if (rc == AA_OK)
+      rc = aa_policy_apply(S.policy, S.policy_names[i], S.pools[i]);
+    if (rc != AA_OK) {
+      fprintf(stderr, "testserver: pool %d: %s\n", i, aa_strerror(rc));
+      return 1;
+    }
+  }
+  log_change(0, 1, "default", "built-in default policy at start");
+
+  memset(&prov, 0, sizeof prov);
+  prov.version = AA_HTTP_PROVIDER_VERSION;
+  prov.user = &S;
+  prov.stats_json = stats_json;
+  prov.pool_stats = pool_stats;
+  prov.metrics_extra = metrics_extra;
+  prov.policy_get = policy_get;
+  prov.policy_put = policy_put;
+  prov.policy_patch = policy_patch;
+  prov.history_json = history_json;
+  prov.runs_json = runs_json;
+  aa_http_config_init(&cfg);
+  cfg.address = address;
+  cfg.token = token;
+  rc = aa_http_new(&cfg, &prov, &srv, err, sizeof err);
+  if (rc != AA_OK) {
+    fprintf(stderr, "testserver: %s\n", err);
+    return 1;
+  }
+  if (pthread_create(&worker, NULL, workload, NULL) != 0) {
+    fprintf(stderr, "testserver: cannot start the workload\n");
+    aa_http_destroy(srv);
+    return 1;
+  }
+  printf("PORT %d\n", aa_http_port(srv));
+  fflush(stdout);
+  fprintf(stderr, "testserver: http://%s/\n", aa_http_bound_address(srv));
+
+  while (!got_signal) {
+    struct pollfd pfd = {watch_stdin ? 0 : -1, POLLIN, 0};
+    int64_t t = now_ms();
+    if (seconds > 0 && t - start >= seconds * 1000)
+      break;
+    if (t - last_snap >= 1000) {
+      take_snapshots();
+      last_snap = t;
+    }
+    if (poll(&pfd, 1, 200) > 0) {
+      char b[64];
+      ssize_t n = read(0, b, sizeof b);
+      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+        break; /* stdin closed: the parent went away */
+    }
+  }
+  atomic_store(&S.stop, true);
+  pthread_join(worker, NULL);
+  aa_http_destroy(srv);
+  for (i = 0; i < NPOOLS; i++)
+    aa_pool_destroy(S.pools[i]);
+  aa_backend_destroy(S.backend);
+  aa_policy_free(S.policy);
+  pthread_mutex_destroy(&S.mu);
+  return 0;
+}
