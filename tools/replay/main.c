@@ -542,7 +542,8 @@ static int replay_all(const options *o, loaded *l, size_t n, timing *t) {
     if (err[0] != '\0')
       fprintf(stderr, "adaptalloc-replay: %s\n", err);
     else
-      fprintf(stderr, "adaptalloc-replay: %s\n",
+      fprintf(stderr, "adaptalloc-replay: %s: %s\n",
+              o->in.path != NULL ? o->in.path : "input",
               aa_replay_sim_error(l[f.failed].sim));
     return rc == AA_ENOMEM ? EXIT_INTERNAL : EXIT_INPUT;
   }
@@ -728,12 +729,16 @@ static char *tuned_json(const aa_policy *base, const char *pool,
            aa_policy_name(base)[0] != '\0' ? aa_policy_name(base) : "default");
   if (cJSON_GetObjectItemCaseSensitive(root, "name") != NULL)
     cJSON_ReplaceItemInObjectCaseSensitive(root, "name", cJSON_CreateString(buf));
+  else
+    cJSON_AddStringToObject(root, "name", buf);
   snprintf(buf, sizeof buf, "Suggested by adaptalloc-replay from %.500s: exact "
            "classes for the sizes that waste most, the base ladder elsewhere.",
            source);
   if (cJSON_GetObjectItemCaseSensitive(root, "description") != NULL)
     cJSON_ReplaceItemInObjectCaseSensitive(root, "description",
                                            cJSON_CreateString(buf));
+  else
+    cJSON_AddStringToObject(root, "description", buf);
   out = cJSON_Print(root);
   if (out == NULL)
     goto oom;
@@ -808,6 +813,14 @@ static int cmd_suggest(const options *o) {
   if (rc != AA_OK) {
     fprintf(stderr, "adaptalloc-replay: the tuned policy does not validate "
             "(a bug): %s\n", err);
+    rc = EXIT_INTERNAL;
+    goto out;
+  }
+  /* Written in the policy module's own canonical form. */
+  free(doc);
+  doc = aa_policy_to_json(check);
+  if (doc == NULL) {
+    fprintf(stderr, "adaptalloc-replay: out of memory\n");
     rc = EXIT_INTERNAL;
     goto out;
   }

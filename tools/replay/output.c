@@ -44,9 +44,18 @@ void progress_update(tool_progress *p, uint64_t done, uint64_t total) {
 }
 
 void progress_end(tool_progress *p) {
-  if (p->on && p->drawn)
+  double secs;
+
+  if (!p->on)
+    return;
+  secs = (double)(aa_now_ns() - p->start_ns) / 1e9;
+  if (p->drawn)
     fprintf(stderr, "\r%-78s\r", "");
+  fprintf(stderr, "%llu events in %.2f s (%.1f M events/s)\n",
+          (unsigned long long)p->events, secs,
+          secs > 0 ? (double)p->events / secs / 1e6 : 0.0);
   p->drawn = false;
+  p->on = false;
 }
 
 void fmt_bytes(uint64_t v, char *buf, size_t cap) {

@@ -35,7 +35,7 @@ void progress_init(tool_progress *p, bool on);
 /* done/total in the source's unit (bytes for CSV, events otherwise); total 0
  * when unknown. Draws at most every 100 ms. */
 void progress_update(tool_progress *p, uint64_t done, uint64_t total);
-/* Clears the bar line. */
+/* Clears the bar line and, when the bar is on, prints a one-line summary. */
 void progress_end(tool_progress *p);
 
 /* ------------------------------------------------------------------ input */

@@ -1,0 +1,515 @@
+/*
+ * test_replay_tool.c — the adaptalloc-replay program end to end: exit codes,
+ * run on the sample inputs with known figures, bad input in stop and count
+ * modes, suggest + compare beating the default, import into a store and run
+ * from it, export round trip, synthesis determinism, and the PyTorch
+ * snapshot converter on a synthetic pickle (skipped without python3).
+ *
+ * Finds the program through AA_TEST_BINARY_DIR and the data through
+ * AA_TEST_SOURCE_DIR (set by ctest).
+ */
+#include <setjmp.h>
+#include <stdbool.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cJSON.h>
+#include <cmocka.h>
+
+static char g_bin[1024];
+static char g_src[1024];
+static char g_tmp[256];
+
+static int setup(void **state) {
+  const char *b = getenv("AA_TEST_BINARY_DIR");
+  const char *s = getenv("AA_TEST_SOURCE_DIR");
+
+  (void)state;
+  snprintf(g_bin, sizeof g_bin, "%s/tools/adaptalloc-replay", b ? b : "..");
+  snprintf(g_src, sizeof g_src, "%s", s ? s : "../..");
+  snprintf(g_tmp, sizeof g_tmp, "/tmp/aa_replay_tool_XXXXXX");
+  if (mkdtemp(g_tmp) == NULL)
+    return -1;
+  return 0;
+}
+
+static int teardown(void **state) {
+  char cmd[512];
+
+  (void)state;
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  char *buf;
+  long n;
+
+  if (f == NULL)
+    return NULL;
+  fseek(f, 0, SEEK_END);
+  n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  buf = malloc((size_t)n + 1);
+  if (buf != NULL) {
+    size_t r = fread(buf, 1, (size_t)n, f);
+    buf[r] = '\0';
+  }
+  fclose(f);
+  return buf;
+}
+
+/* Runs the shell command `args` (with {BIN}, {SRC}, {TMP} expanded) and
+ * returns its exit status; stdout/stderr land in *out / *err (malloc'd). */
+static int sh(char **out, char **err, const char *fmt, ...) {
+  char tmpl[4096], cmd[8192], op[400], ep[400];
+  const char *p;
+  size_t o = 0;
+  va_list ap;
+  int st;
+
+  va_start(ap, fmt);
+  vsnprintf(tmpl, sizeof tmpl, fmt, ap);
+  va_end(ap);
+  for (p = tmpl; *p != '\0' && o + 1100 < sizeof cmd; p++) {
+    if (strncmp(p, "{BIN}", 5) == 0) {
+      o += (size_t)snprintf(cmd + o, sizeof cmd - o, "'%s'", g_bin);
+      p += 4;
+    } else if (strncmp(p, "{SRC}", 5) == 0) {
+      o += (size_t)snprintf(cmd + o, sizeof cmd - o, "%s", g_src);
+      p += 4;
+    } else if (strncmp(p, "{TMP}", 5) == 0) {
+      o += (size_t)snprintf(cmd + o, sizeof cmd - o, "%s", g_tmp);
+      p += 4;
+    } else {
+      cmd[o++] = *p;
+    }
+  }
+  cmd[o] = '\0';
+  snprintf(op, sizeof op, "%s/out.txt", g_tmp);
+  snprintf(ep, sizeof ep, "%s/err.txt", g_tmp);
+  {
+    char full[9600];
+    snprintf(full, sizeof full, "(%s) >'%s' 2>'%s' </dev/null", cmd, op, ep);
+    st = system(full);
+  }
+  if (out != NULL)
+    *out = slurp(op);
+  if (err != NULL)
+    *err = slurp(ep);
+  if (st == -1 || !WIFEXITED(st))
+    return -1;
+  return WEXITSTATUS(st);
+}
+
+static bool have_binary(void) {
+  struct stat sb;
+  return stat(g_bin, &sb) == 0;
+}
+
+static const cJSON *get(const cJSON *o, const char *path) {
+  char buf[128];
+  char *tok, *save = NULL;
+
+  snprintf(buf, sizeof buf, "%s", path);
+  for (tok = strtok_r(buf, ".", &save); tok != NULL && o != NULL;
+       tok = strtok_r(NULL, ".", &save)) {
+    if (*tok >= '0' && *tok <= '9')
+      o = cJSON_GetArrayItem(o, atoi(tok));
+    else
+      o = cJSON_GetObjectItemCaseSensitive(o, tok);
+  }
+  return o;
+}
+
+static double num(const cJSON *o, const char *path) {
+  const cJSON *v = get(o, path);
+  if (!cJSON_IsNumber(v))
+    fail_msg("no number at %s", path);
+  return v->valuedouble;
+}
+
+static void test_replay_tool_usage(void **state) {
+  char *out = NULL, *err = NULL;
+  (void)state;
+
+  if (!have_binary())
+    skip();
+  assert_int_equal(sh(NULL, &err, "{BIN}"), 2);
+  assert_non_null(strstr(err, "usage:"));
+  free(err);
+  assert_int_equal(sh(&out, NULL, "{BIN} --help"), 0);
+  assert_non_null(strstr(out, "exit codes"));
+  free(out);
+  assert_int_equal(sh(NULL, &err, "{BIN} frobnicate x.csv"), 2);
+  assert_non_null(strstr(err, "unknown command 'frobnicate'"));
+  free(err);
+  assert_int_equal(sh(NULL, &err, "{BIN} run"), 2);
+  assert_non_null(strstr(err, "no input given"));
+  free(err);
+  assert_int_equal(sh(NULL, &err, "{BIN} run --on-error maybe x.csv"), 2);
+  assert_non_null(strstr(err, "'maybe' is not stop or count"));
+  free(err);
+  assert_int_equal(sh(NULL, &err, "{BIN} run --bogus x.csv"), 2);
+  assert_non_null(strstr(err, "unknown option '--bogus'"));
+  free(err);
+  assert_int_equal(sh(NULL, &err, "{BIN} run --csv a.csv --csv b.csv"), 2);
+  free(err);
+  assert_int_equal(sh(NULL, &err, "{BIN} suggest {SRC}/tests/data/replay/small.csv"), 2);
+  assert_non_null(strstr(err, "-o FILE"));
+  free(err);
+  assert_int_equal(sh(NULL, &err, "{BIN} run --events 5 x.csv"), 2);
+  free(err);
+}
+
+static void test_replay_tool_run_small(void **state) {
+  char *out = NULL, *err = NULL;
+  cJSON *j;
+  (void)state;
+
+  if (!have_binary())
+    skip();
+  assert_int_equal(sh(&out, &err, "{BIN} run --json "
+                      "{SRC}/tests/data/replay/small.csv"), 0);
+  j = cJSON_Parse(out);
+  assert_non_null(j);
+  /* Default ladder: 1000 -> 1024, 3000 -> 3072; two 2 MiB slabs. */
+  assert_int_equal((int)num(j, "result.requests"), 3);
+  assert_int_equal((int)num(j, "result.peak_in_use"), 4096);
+  assert_int_equal((int)num(j, "result.peak_requested"), 4000);
+  assert_int_equal((int)num(j, "result.peak_reserved"), 4 << 20);
+  assert_int_equal((int)num(j, "result.backend_calls"), 2);
+  assert_true(num(j, "result.sim_backend_us") > 85.9 &&
+              num(j, "result.sim_backend_us") < 86.1);
+  assert_true(num(j, "events_per_s") > 0);
+  assert_int_equal((int)num(j, "events"), 6);
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+
+  /* Costs are configurable. */
+  assert_int_equal(sh(&out, &err, "{BIN} run --json --cost-alloc-us 1000 "
+                      "{SRC}/tests/data/replay/small.csv"), 0);
+  j = cJSON_Parse(out);
+  assert_true(num(j, "result.sim_backend_us") > 1999.9 &&
+              num(j, "result.sim_backend_us") < 2000.1);
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+
+  /* Text output and the wall-clock CRLF sample. */
+  assert_int_equal(sh(&out, &err, "{BIN} run {SRC}/tests/data/replay/"
+                      "rmm_hhmmss.csv"), 0);
+  assert_non_null(strstr(out, "failed in the trace 1"));
+  assert_non_null(strstr(out, "peak "));
+  free(out);
+  free(err);
+}
+
+static void test_replay_tool_bad_input(void **state) {
+  char *out = NULL, *err = NULL;
+  cJSON *j;
+  (void)state;
+
+  if (!have_binary())
+    skip();
+  /* Stop (the default): exit 1 at the first bad line, named. */
+  assert_int_equal(sh(&out, &err, "{BIN} run {SRC}/tests/data/replay/"
+                      "malformed.csv"), 1);
+  assert_non_null(strstr(err, "malformed.csv: line 3: expected 6 fields, got 5"));
+  free(out);
+  free(err);
+  /* Count: exit 0 with the counts. */
+  assert_int_equal(sh(&out, &err, "{BIN} run --json --on-error count "
+                      "{SRC}/tests/data/replay/malformed.csv"), 0);
+  j = cJSON_Parse(out);
+  assert_non_null(j);
+  assert_int_equal((int)num(j, "result.input_errors.malformed"), 2);
+  assert_int_equal((int)num(j, "result.input_errors.unknown_action"), 1);
+  assert_int_equal((int)num(j, "result.input_errors.first_line"), 3);
+  assert_int_equal((int)num(j, "result.allocs"), 1);
+  assert_int_equal((int)num(j, "result.frees"), 1);
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+  /* A free of a pointer that is not live. */
+  assert_int_equal(sh(&out, &err, "{BIN} run {SRC}/tests/data/replay/"
+                      "bad_free.csv"), 1);
+  assert_non_null(strstr(err, "line 3: free of a not live pointer 0x9000"));
+  free(out);
+  free(err);
+  assert_int_equal(sh(&out, &err, "{BIN} run --on-error count --json "
+                      "{SRC}/tests/data/replay/bad_free.csv"), 0);
+  j = cJSON_Parse(out);
+  assert_int_equal((int)num(j, "result.input_errors.unknown_free"), 1);
+  assert_int_equal((int)num(j, "result.input_errors.duplicate_ptr"), 1);
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+  /* Unreadable inputs and policies. */
+  assert_int_equal(sh(NULL, &err, "{BIN} run {TMP}/missing.csv"), 1);
+  assert_non_null(strstr(err, "missing.csv: No such file"));
+  free(err);
+  assert_int_equal(sh(NULL, &err, "{BIN} run --policy {TMP}/nope.json "
+                      "{SRC}/tests/data/replay/small.csv"), 1);
+  assert_non_null(strstr(err, "nope.json"));
+  free(err);
+  assert_int_equal(sh(NULL, &err, "echo '{\"pools\": 5}' > {TMP}/bad.json && "
+                      "{BIN} run --policy {TMP}/bad.json "
+                      "{SRC}/tests/data/replay/small.csv"), 1);
+  assert_non_null(strstr(err, "pools"));
+  free(err);
+  assert_int_equal(sh(NULL, &err, "{BIN} run --histogram {TMP}/missing.json"), 1);
+  free(err);
+}
+
+static void test_replay_tool_suggest_compare(void **state) {
+  char *out = NULL, *err = NULL;
+  cJSON *j;
+  double d_res, t_res, d_frag, t_frag, d_calls, t_calls;
+  (void)state;
+
+  if (!have_binary())
+    skip();
+  assert_int_equal(sh(&out, &err, "{BIN} export --histogram "
+                      "{SRC}/tests/data/replay/hist_skewed.json --events 60000 "
+                      "--live 8000 --seed 5 -o {TMP}/skew.csv"), 0);
+  free(out);
+  free(err);
+  assert_int_equal(sh(&out, &err, "{BIN} suggest --json {TMP}/skew.csv -o "
+                      "{TMP}/tuned.json"), 0);
+  j = cJSON_Parse(out);
+  assert_non_null(j);
+  assert_true(cJSON_GetArraySize(get(j, "added")) >= 1);
+  assert_int_equal((int)num(j, "added.0"), 4608);
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+  /* The written policy validates (run loads it) and beats the default. */
+  assert_int_equal(sh(&out, &err, "{BIN} compare --json default "
+                      "{TMP}/tuned.json {TMP}/skew.csv"), 0);
+  j = cJSON_Parse(out);
+  assert_non_null(j);
+  assert_string_equal(get(j, "runs.0.policy")->valuestring, "default");
+  assert_string_equal(get(j, "runs.1.policy")->valuestring, "tuned.json");
+  d_res = num(j, "runs.0.result.peak_reserved");
+  t_res = num(j, "runs.1.result.peak_reserved");
+  d_frag = num(j, "runs.0.result.int_frag_peak");
+  t_frag = num(j, "runs.1.result.int_frag_peak");
+  d_calls = num(j, "runs.0.result.backend_calls");
+  t_calls = num(j, "runs.1.result.backend_calls");
+  assert_true(t_res < d_res);
+  assert_true(t_frag < d_frag);
+  assert_true(t_calls <= d_calls);
+  assert_true(num(j, "runs.0.result.requests") ==
+              num(j, "runs.1.result.requests"));
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+  /* The table form. */
+  assert_int_equal(sh(&out, &err, "{BIN} compare default {TMP}/tuned.json "
+                      "--csv {TMP}/skew.csv"), 0);
+  assert_non_null(strstr(out, "peak reserved"));
+  assert_non_null(strstr(out, "tuned.json"));
+  free(out);
+  free(err);
+}
+
+static void test_replay_tool_import_run_db(void **state) {
+  char *out = NULL, *err = NULL, *a, *b;
+  cJSON *ja, *jb;
+  int rc;
+  (void)state;
+
+  if (!have_binary())
+    skip();
+  rc = sh(&out, &err, "{BIN} import {SRC}/tests/data/replay/small.csv -o "
+          "{TMP}/t.db");
+  if (rc == 1 && err != NULL && strstr(err, "without the store") != NULL) {
+    free(out);
+    free(err);
+    skip(); /* -DAA_WITH_STORE=OFF: the message is the documented one */
+  }
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(out, "imported 6 events"));
+  free(out);
+  free(err);
+  assert_int_equal(sh(&out, &err, "{BIN} run --json "
+                      "{SRC}/tests/data/replay/small.csv"), 0);
+  ja = cJSON_Parse(out);
+  free(out);
+  free(err);
+  assert_int_equal(sh(&out, &err, "{BIN} run --json --db {TMP}/t.db"), 0);
+  jb = cJSON_Parse(out);
+  free(out);
+  free(err);
+  assert_non_null(ja);
+  assert_non_null(jb);
+  /* The same figures from the database as from the CSV. */
+  a = cJSON_PrintUnformatted(get(ja, "result"));
+  b = cJSON_PrintUnformatted(get(jb, "result"));
+  assert_string_equal(a, b);
+  free(a);
+  free(b);
+  cJSON_Delete(ja);
+  cJSON_Delete(jb);
+  /* A bare path that is a database is read as one; a run id that does not
+   * exist is an input error. */
+  assert_int_equal(sh(&out, &err, "{BIN} run {TMP}/t.db"), 0);
+  free(out);
+  free(err);
+  assert_int_equal(sh(NULL, &err, "{BIN} run --db {TMP}/t.db --run 99"), 1);
+  assert_non_null(strstr(err, "t.db"));
+  free(err);
+}
+
+static void test_replay_tool_export_and_seed(void **state) {
+  char *out = NULL, *err = NULL, *a = NULL, *b = NULL;
+  cJSON *ja, *jb, *jc;
+  char *ra, *rb, *rc;
+  (void)state;
+
+  if (!have_binary())
+    skip();
+  /* export of a CSV reproduces its figures. */
+  assert_int_equal(sh(&out, &err, "{BIN} export {SRC}/tests/data/replay/small.csv "
+                      "-o {TMP}/again.csv && {BIN} run --json {TMP}/again.csv"), 0);
+  a = out;
+  free(err);
+  assert_int_equal(sh(&out, &err, "{BIN} run --json "
+                      "{SRC}/tests/data/replay/small.csv"), 0);
+  b = out;
+  free(err);
+  ja = cJSON_Parse(a);
+  jb = cJSON_Parse(b);
+  ra = cJSON_PrintUnformatted(get(ja, "result"));
+  rb = cJSON_PrintUnformatted(get(jb, "result"));
+  assert_string_equal(ra, rb);
+  free(ra);
+  free(rb);
+  cJSON_Delete(ja);
+  cJSON_Delete(jb);
+  free(a);
+  free(b);
+
+  /* Same seed, same figures; another seed, another stream. */
+  assert_int_equal(sh(&a, &err, "{BIN} run --json --histogram "
+                      "{SRC}/tests/data/replay/hist.csv --events 20000 --seed 7"), 0);
+  free(err);
+  assert_int_equal(sh(&b, &err, "{BIN} run --json --histogram "
+                      "{SRC}/tests/data/replay/hist.csv --events 20000 --seed 7"), 0);
+  free(err);
+  assert_int_equal(sh(&out, &err, "{BIN} run --json --histogram "
+                      "{SRC}/tests/data/replay/hist.csv --events 20000 --seed 8"), 0);
+  free(err);
+  ja = cJSON_Parse(a);
+  jb = cJSON_Parse(b);
+  jc = cJSON_Parse(out);
+  ra = cJSON_PrintUnformatted(get(ja, "result"));
+  rb = cJSON_PrintUnformatted(get(jb, "result"));
+  rc = cJSON_PrintUnformatted(get(jc, "result"));
+  assert_string_equal(ra, rb);
+  assert_string_not_equal(ra, rc);
+  assert_int_equal((int)num(ja, "events"), 20000);
+  free(ra);
+  free(rb);
+  free(rc);
+  cJSON_Delete(ja);
+  cJSON_Delete(jb);
+  cJSON_Delete(jc);
+  free(a);
+  free(b);
+  free(out);
+
+  /* --progress draws on stderr without changing stdout. */
+  assert_int_equal(sh(&out, &err, "{BIN} run --progress --histogram "
+                      "{SRC}/tests/data/replay/hist_mixed.json --events 200000"), 0);
+  assert_non_null(strstr(err, "events"));
+  assert_non_null(strstr(out, "requests"));
+  free(out);
+  free(err);
+}
+
+static void test_replay_tool_torch_converter(void **state) {
+  char *out = NULL, *err = NULL;
+  cJSON *j;
+  (void)state;
+
+  if (!have_binary())
+    skip();
+  if (sh(NULL, NULL, "python3 -c 'import pickle'") != 0)
+    skip(); /* no python3 here */
+  assert_int_equal(sh(NULL, &err,
+      "python3 -c \"import pickle; pickle.dump({'segments': [], "
+      "'device_traces': [["
+      "{'action': 'segment_alloc', 'addr': 0x7f0000000000, 'size': 2097152, "
+      "'stream': 0, 'frames': []},"
+      "{'action': 'alloc', 'addr': 0x7f0000000000, 'size': 1000, 'stream': 0, "
+      "'time_us': 10, 'frames': [{'filename': 'a.py', 'line': 1, 'name': 'f'}]},"
+      "{'action': 'alloc', 'addr': 0x7f0000000400, 'size': 3000, 'stream': 0, "
+      "'time_us': 20, 'frames': []},"
+      "{'action': 'free_requested', 'addr': 0x7f0000000000, 'size': 1000, "
+      "'stream': 0, 'time_us': 30, 'frames': []},"
+      "{'action': 'free_completed', 'addr': 0x7f0000000000, 'size': 1000, "
+      "'stream': 0, 'time_us': 31, 'frames': []},"
+      "{'action': 'free_requested', 'addr': 0x7e0000000000, 'size': 64, "
+      "'stream': 0, 'time_us': 32, 'frames': []},"
+      "{'action': 'oom', 'addr': 0, 'size': 1 << 40, 'stream': 0, "
+      "'device_free': 5, 'time_us': 40, 'frames': []},"
+      "{'action': 'free_completed', 'addr': 0x7f0000000400, 'size': 3000, "
+      "'stream': 0, 'time_us': 50, 'frames': []}"
+      "]]}, open('{TMP}/snap.pickle', 'wb'))\""), 0);
+  free(err);
+  assert_int_equal(sh(&out, &err, "python3 {SRC}/tools/torch_snapshot_to_trace.py "
+                      "{TMP}/snap.pickle -o {TMP}/snap.csv && cat {TMP}/snap.csv"), 0);
+  assert_non_null(strstr(out, "Thread,Time,Action,Pointer,Size,Stream\n"));
+  assert_non_null(strstr(out, "0,0.000010,allocate,0x7f0000000000,1000,0x0\n"));
+  assert_non_null(strstr(out, "allocate failure"));
+  assert_non_null(strstr(err, "1 unmatched frees dropped"));
+  free(out);
+  free(err);
+  assert_int_equal(sh(&out, &err, "{BIN} run --json {TMP}/snap.csv"), 0);
+  j = cJSON_Parse(out);
+  assert_non_null(j);
+  assert_int_equal((int)num(j, "result.requests"), 2);
+  assert_int_equal((int)num(j, "result.frees"), 2);
+  assert_int_equal((int)num(j, "result.trace_failures"), 1);
+  assert_int_equal((int)num(j, "result.peak_in_use"), 4096);
+  assert_int_equal((int)num(j, "result.live_at_end"), 0);
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+  /* A pickle that names a class is refused, not loaded. */
+  assert_int_equal(sh(NULL, &err,
+      "python3 -c \"import pickle, collections; pickle.dump("
+      "collections.OrderedDict(a=1), open('{TMP}/evil.pickle', 'wb'))\" && "
+      "python3 {SRC}/tools/torch_snapshot_to_trace.py {TMP}/evil.pickle"), 1);
+  assert_non_null(strstr(err, "refusing to load collections.OrderedDict"));
+  free(err);
+  assert_int_equal(sh(NULL, &err, "python3 -c \"import pickle; pickle.dump([1], "
+      "open('{TMP}/list.pickle', 'wb'))\" && python3 "
+      "{SRC}/tools/torch_snapshot_to_trace.py {TMP}/list.pickle"), 1);
+  assert_non_null(strstr(err, "no device_traces"));
+  free(err);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_replay_tool_usage),
+      cmocka_unit_test(test_replay_tool_run_small),
+      cmocka_unit_test(test_replay_tool_bad_input),
+      cmocka_unit_test(test_replay_tool_suggest_compare),
+      cmocka_unit_test(test_replay_tool_import_run_db),
+      cmocka_unit_test(test_replay_tool_export_and_seed),
+      cmocka_unit_test(test_replay_tool_torch_converter),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
