@@ -15,6 +15,8 @@
 
 #include "adaptalloc/policy.h"
 
+#include "cJSON.h"
+
 static aa_policy *parse_ok(const char *doc) {
   char err[AA_POLICY_ERR_CAP] = "";
   aa_policy *p = NULL;
@@ -369,7 +371,11 @@ static void test_adapt_policy_pool_config(void **state) {
   /* Too small a buffer: AA_ERANGE, the count, the first entries. */
   assert_int_equal(aa_policy_pool_config(p, "pinned", NULL, cl, 2, &n), AA_ERANGE);
   assert_true(n > 2);
-  assert_int_equal(aa_policy_pool_config(p, "pinned", NULL, NULL, 0, &n), AA_ERANGE);
+  /* No buffer: only the count (and cfg). */
+  n = 0;
+  assert_int_equal(aa_policy_pool_config(p, "pinned", &cfg, NULL, 0, &n), AA_OK);
+  assert_true(n > 2);
+  assert_int_equal(cfg.max_small, 262144);
   assert_int_equal(aa_policy_pool_config(p, "gpu", &cfg, cl, AA_MAX_CLASSES, &n),
                    AA_EINVAL);
   assert_int_equal(aa_policy_pool_config(NULL, "host", &cfg, cl, AA_MAX_CLASSES, &n),
@@ -549,6 +555,135 @@ static void test_adapt_policy_example_files(void **state) {
   }
 }
 
+
+/* Reads a whole file (malloc'd, NUL-terminated) or fails the test. */
+static char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  char *buf;
+  long n;
+  assert_non_null(f);
+  assert_int_equal(fseek(f, 0, SEEK_END), 0);
+  n = ftell(f);
+  assert_true(n > 0);
+  rewind(f);
+  buf = malloc((size_t)n + 1);
+  assert_non_null(buf);
+  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+  buf[n] = '\0';
+  fclose(f);
+  *len = (size_t)n;
+  return buf;
+}
+
+/* For every property of the schema that has a "default", a document setting
+ * just that property to that default must parse (the parser knows the key and
+ * accepts the value) and equal the built-in default (the defaults agree). */
+static int schema_walk(const cJSON *root, const cJSON *node, const char **path,
+                       int depth, const aa_policy *def) {
+  const cJSON *props, *ref;
+  int checked = 0;
+  ref = cJSON_GetObjectItemCaseSensitive(node, "$ref");
+  if (cJSON_IsString(ref)) {
+    /* Only local "#/$defs/<name>" references are used. */
+    assert_memory_equal(ref->valuestring, "#/$defs/", 8);
+    node = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(root, "$defs"), ref->valuestring + 8);
+    assert_non_null(node);
+  }
+  props = cJSON_GetObjectItemCaseSensitive(node, "properties");
+  if (props == NULL)
+    return 0;
+  assert_true(depth < 6);
+  for (const cJSON *pr = props->child; pr != NULL; pr = pr->next) {
+    const cJSON *dflt = cJSON_GetObjectItemCaseSensitive(pr, "default");
+    path[depth] = pr->string;
+    if (dflt != NULL) {
+      cJSON *doc = cJSON_CreateObject(), *at = doc;
+      char err[AA_POLICY_ERR_CAP] = "";
+      aa_policy *p = NULL;
+      char *text;
+      for (int i = 0; i < depth; i++)
+        at = cJSON_AddObjectToObject(at, path[i]);
+      cJSON_AddItemToObject(at, pr->string, cJSON_Duplicate(dflt, 1));
+      text = cJSON_PrintUnformatted(doc);
+      assert_non_null(text);
+      if (aa_policy_parse(text, strlen(text), &p, err, sizeof err) != AA_OK ||
+          !aa_policy_equal(p, def))
+        print_error("schema default not the parser's: %s (%s)\n", text, err);
+      assert_non_null(p);
+      assert_true(aa_policy_equal(p, def));
+      aa_policy_free(p);
+      free(text);
+      cJSON_Delete(doc);
+      checked++;
+    }
+    checked += schema_walk(root, pr, path, depth + 1, def);
+  }
+  return checked;
+}
+
+
+/* Every key the writer emits is a property in the schema (resolving $ref;
+ * below a "oneOf" the check stops). */
+static void keys_in_schema(const cJSON *root, const cJSON *node,
+                           const cJSON *json) {
+  const cJSON *ref = cJSON_GetObjectItemCaseSensitive(node, "$ref");
+  const cJSON *props;
+  if (cJSON_IsString(ref))
+    node = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(root, "$defs"), ref->valuestring + 8);
+  if (!cJSON_IsObject(json) || node == NULL)
+    return;
+  props = cJSON_GetObjectItemCaseSensitive(node, "properties");
+  if (props == NULL)
+    return;
+  for (const cJSON *m = json->child; m != NULL; m = m->next) {
+    const cJSON *sub = cJSON_GetObjectItemCaseSensitive(props, m->string);
+    if (sub == NULL)
+      print_error("key \"%s\" written but not in the schema\n", m->string);
+    assert_non_null(sub);
+    keys_in_schema(root, sub, m);
+  }
+}
+
+static void test_adapt_policy_schema_matches_parser(void **state) {
+  const char *src = getenv("AA_TEST_SOURCE_DIR");
+  char path[1200];
+  const char *keys[8];
+  size_t len = 0;
+  char *text;
+  cJSON *schema;
+  aa_policy *def = NULL;
+  int checked;
+  (void)state;
+  snprintf(path, sizeof path, "%s/policies/schema.json", src ? src : ".");
+  text = slurp(path, &len);
+  schema = cJSON_ParseWithLength(text, len);
+  assert_non_null(schema);
+  assert_string_equal(
+      cJSON_GetObjectItemCaseSensitive(schema, "$schema")->valuestring,
+      "https://json-schema.org/draft/2020-12/schema");
+  assert_int_equal(aa_policy_default(&def), AA_OK);
+  checked = schema_walk(schema, schema, keys, 0, def);
+  /* version; 3 pools x (slab_size, max_small, classes, 2 tcache, 2 large,
+   * limit_bytes); 11 adapt + 4 hysteresis; 5 telemetry. (Defaults under
+   * "oneOf" — class entries, ladder fields — are not walked.) */
+  assert_int_equal(checked, 1 + 3 * 8 + 15 + 5);
+  {
+    aa_policy *p = parse_ok(full_doc);
+    char *j = aa_policy_to_json(p);
+    cJSON *tree = cJSON_Parse(j);
+    assert_non_null(tree);
+    keys_in_schema(schema, schema, tree);
+    cJSON_Delete(tree);
+    free(j);
+    aa_policy_free(p);
+  }
+  aa_policy_free(def);
+  cJSON_Delete(schema);
+  free(text);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_adapt_policy_default_is_empty_object),
@@ -559,6 +694,7 @@ int main(void) {
       cmocka_unit_test(test_adapt_policy_pool_config),
       cmocka_unit_test(test_adapt_policy_merge_patch),
       cmocka_unit_test(test_adapt_policy_example_files),
+      cmocka_unit_test(test_adapt_policy_schema_matches_parser),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -354,6 +354,9 @@ int aa_policy_pool_config(const aa_policy *p, const char *pool,
   count = pool_classes(pp, classes, cap);
   if (n != NULL)
     *n = count;
+  /* classes NULL with cap 0 asks for cfg and the count only. */
+  if (classes == NULL)
+    return AA_OK;
   return count > cap ? AA_ERANGE : AA_OK;
 }
 

@@ -142,10 +142,11 @@ AA_EXTERN const char *aa_policy_name(const aa_policy *p);
  * telemetry are set from the policy (other fields untouched). cfg may be NULL.
  * classes: the explicit class table the policy implies (a ladder spec is
  * expanded), ascending, its last block_size equal to max_small; *n gets the
- * full count, up to cap entries are copied (classes may be NULL when cap is 0;
- * n may be NULL). Returns AA_OK, AA_EINVAL for a NULL policy or an unknown pool
- * name, AA_ERANGE when cap is smaller than the count (cfg and the first cap
- * entries are still filled in). */
+ * full count, up to cap entries are copied (classes may be NULL when cap is 0:
+ * then only cfg and *n are filled in; n may be NULL). Returns AA_OK, AA_EINVAL
+ * for a NULL policy or an unknown pool name, AA_ERANGE when classes is given
+ * and cap is smaller than the count (cfg and the first cap entries are still
+ * filled in). */
 AA_EXTERN int aa_policy_pool_config(const aa_policy *p, const char *pool,
                                     aa_pool_config *cfg, aa_class_spec *classes,
                                     size_t cap, size_t *n);
