@@ -1,0 +1,261 @@
+/*
+ * test_http_metrics.c — the Prometheus renderer (aa_http_render_metrics):
+ * families with HELP and TYPE once each, labels and their escaping, exact
+ * cumulative histogram buckets built from core's quarter-doubling buckets
+ * (le inclusive, +Inf equal to _count), the approximate _sum, snapshots of a
+ * real pool, and `promtool check metrics` when promtool is installed.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "adaptalloc/core.h"
+#include "adaptalloc/http.h"
+
+static void init_pool(aa_pool_stats *st, const char *name, const char *backend,
+                      int device) {
+  memset(st, 0, sizeof *st);
+  st->version = AA_STATS_VERSION;
+  st->size = sizeof *st;
+  snprintf(st->name, sizeof st->name, "%s", name);
+  snprintf(st->backend, sizeof st->backend, "%s", backend);
+  st->device = device;
+  st->telemetry = 1;
+}
+
+/* The value of the sample whose line starts with prefix (-1 if none). */
+static double sample(const char *text, const char *prefix) {
+  const char *p = text;
+  size_t n = strlen(prefix);
+  while (p != NULL && *p != '\0') {
+    if (strncmp(p, prefix, n) == 0 && p[n] == ' ')
+      return strtod(p + n + 1, NULL);
+    p = strchr(p, '\n');
+    if (p != NULL)
+      p++;
+  }
+  return -1;
+}
+
+static size_t count_lines(const char *text, const char *prefix) {
+  size_t c = 0;
+  const char *p = text;
+  size_t n = strlen(prefix);
+  while (p != NULL && *p != '\0') {
+    if (strncmp(p, prefix, n) == 0)
+      c++;
+    p = strchr(p, '\n');
+    if (p != NULL)
+      p++;
+  }
+  return c;
+}
+
+static void promtool_check(const char *text) {
+  const char *promtool = "/usr/bin/promtool";
+  char path[] = "/tmp/aa_http_prom_XXXXXX";
+  char cmd[256];
+  int fd;
+  int st;
+  size_t len = strlen(text);
+  if (access(promtool, X_OK) != 0) {
+    print_message("promtool not installed: skipping promtool check metrics\n");
+    return;
+  }
+  fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, text, len), (ssize_t)len);
+  close(fd);
+  snprintf(cmd, sizeof cmd, "%s check metrics < %s", promtool, path);
+  st = system(cmd);
+  unlink(path);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    fail_msg("promtool check metrics failed on:\n%s", text);
+}
+
+static void test_http_metrics_families_and_labels(void **state) {
+  aa_pool_stats p[2];
+  char *text = NULL;
+  size_t len = 0;
+  (void)state;
+  init_pool(&p[0], "device0", "cuda", 0);
+  init_pool(&p[1], "we\"ird\\name\n", "host", -1);
+  p[0].bytes_in_use = 123456;
+  p[0].allocs = 77;
+  p[0].class_count = 2;
+  p[0].classes[0].block_size = 512;
+  p[0].classes[0].hits = 5;
+  p[0].classes[1].block_size = 1024;
+  p[0].classes[1].slabs = 3;
+  assert_int_equal(aa_http_render_metrics(p, 2, &text, &len), AA_OK);
+  assert_non_null(text);
+  assert_int_equal(strlen(text), len);
+  /* one HELP and one TYPE per family */
+  assert_int_equal(count_lines(text, "# TYPE adaptalloc_in_use_bytes "), 1);
+  assert_int_equal(count_lines(text, "# HELP adaptalloc_in_use_bytes "), 1);
+  assert_int_equal(count_lines(text, "adaptalloc_in_use_bytes{"), 2);
+  assert_true(sample(text, "adaptalloc_in_use_bytes{pool=\"device0\","
+                           "backend=\"cuda\",device=\"0\"}") == 123456);
+  assert_true(sample(text, "adaptalloc_allocs_total{pool=\"device0\","
+                           "backend=\"cuda\",device=\"0\"}") == 77);
+  /* escaping: quote, backslash, newline */
+  assert_non_null(strstr(text, "pool=\"we\\\"ird\\\\name\\n\",backend=\"host\","
+                               "device=\"cpu\""));
+  /* per-class samples, only the classes that exist */
+  assert_int_equal(count_lines(text, "adaptalloc_class_slabs{"), 2);
+  assert_true(sample(text, "adaptalloc_class_slabs{pool=\"device0\","
+                           "backend=\"cuda\",device=\"0\",class=\"1024\"}") ==
+              3);
+  assert_true(sample(text, "adaptalloc_class_hits_total{pool=\"device0\","
+                           "backend=\"cuda\",device=\"0\",class=\"512\"}") == 5);
+  /* counters end in _total, gauges do not */
+  assert_non_null(strstr(text, "# TYPE adaptalloc_cache_hits_total counter\n"));
+  assert_non_null(strstr(text, "# TYPE adaptalloc_reserved_bytes gauge\n"));
+  promtool_check(text);
+  free(text);
+}
+
+static void test_http_metrics_histogram_exact(void **state) {
+  aa_pool_stats p;
+  char *text = NULL;
+  size_t len = 0;
+  static const size_t sizes[] = {1, 3, 511, 512, 513, 1023, 1024, 3000, 4096,
+                                 65535, 65536, 1u << 20, (1u << 20) + 1,
+                                 (size_t)1 << 33};
+  size_t i;
+  uint64_t want_le_1023 = 0;
+  uint64_t want_le_65535 = 0;
+  double prev = -1;
+  const char *line;
+  const char *pfx = "adaptalloc_request_size_bytes_bucket{pool=\"h\","
+                    "backend=\"host\",device=\"cpu\",le=\"";
+  (void)state;
+  init_pool(&p, "h", "host", -1);
+  for (i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    p.hist[aa_hist_bucket(sizes[i])] += 10;
+    if (sizes[i] <= 1023)
+      want_le_1023 += 10;
+    if (sizes[i] <= 65535)
+      want_le_65535 += 10;
+  }
+  assert_int_equal(aa_http_render_metrics(&p, 1, &text, &len), AA_OK);
+  {
+    char key[256];
+    snprintf(key, sizeof key, "%s1023\"}", pfx);
+    assert_true(sample(text, key) == (double)want_le_1023);
+    snprintf(key, sizeof key, "%s65535\"}", pfx);
+    assert_true(sample(text, key) == (double)want_le_65535);
+    snprintf(key, sizeof key, "%s511\"}", pfx);
+    assert_true(sample(text, key) == 30); /* 1, 3, 511 */
+    snprintf(key, sizeof key, "%s+Inf\"}", pfx);
+    assert_true(sample(text, key) == 10.0 * (double)(sizeof sizes / sizeof sizes[0]));
+  }
+  assert_true(sample(text, "adaptalloc_request_size_bytes_count{pool=\"h\","
+                           "backend=\"host\",device=\"cpu\"}") ==
+              10.0 * (double)(sizeof sizes / sizeof sizes[0]));
+  /* cumulative: never decreasing */
+  for (line = strstr(text, pfx); line != NULL; line = strstr(line + 1, pfx)) {
+    const char *v = strchr(line, '}');
+    double d = strtod(v + 2, NULL);
+    assert_true(d >= prev);
+    prev = d;
+  }
+  /* the sum is approximate but close: every request within its bucket */
+  {
+    double exact = 0;
+    double sum = sample(text, "adaptalloc_request_size_bytes_sum{pool=\"h\","
+                              "backend=\"host\",device=\"cpu\"}");
+    for (i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+      exact += 10.0 * (double)sizes[i];
+    assert_true(sum > exact * 0.85 && sum < exact * 1.15);
+  }
+  promtool_check(text);
+  free(text);
+}
+
+static void test_http_metrics_edge_cases(void **state) {
+  aa_pool_stats *p;
+  char *text = (char *)"x";
+  size_t len = 9;
+  (void)state;
+  /* no pools: still valid exposition (HELP/TYPE only) */
+  assert_int_equal(aa_http_render_metrics(NULL, 0, &text, &len), AA_OK);
+  assert_non_null(text);
+  assert_null(strstr(text, "{"));
+  promtool_check(text);
+  free(text);
+  assert_int_equal(aa_http_render_metrics(NULL, 1, &text, &len), AA_EINVAL);
+  assert_null(text);
+  assert_int_equal(len, 0);
+  assert_int_equal(aa_http_render_metrics(NULL, 0, NULL, NULL), AA_EINVAL);
+  /* garbage counts are clamped, names without NUL are bounded */
+  p = calloc(1, sizeof *p);
+  assert_non_null(p);
+  memset(p->name, 'n', sizeof p->name);
+  memset(p->backend, 'b', sizeof p->backend);
+  p->class_count = 100000;
+  p->hist[AA_HIST_BUCKETS - 1] = UINT64_MAX / 4;
+  assert_int_equal(aa_http_render_metrics(p, 1, &text, &len), AA_OK);
+  assert_int_equal(count_lines(text, "adaptalloc_class_slabs{"), AA_MAX_CLASSES);
+  free(text);
+  free(p);
+}
+
+static void test_http_metrics_real_pool(void **state) {
+  aa_backend *b = NULL;
+  aa_pool *pool = NULL;
+  aa_pool_config cfg;
+  aa_pool_stats *st;
+  void *ptrs[64];
+  char *text = NULL;
+  size_t len = 0;
+  int i;
+  (void)state;
+  assert_int_equal(aa_backend_host_new(&b), AA_OK);
+  aa_pool_config_init(&cfg);
+  cfg.backend = b;
+  cfg.name = "host";
+  assert_int_equal(aa_pool_new(&cfg, &pool), AA_OK);
+  for (i = 0; i < 64; i++) {
+    ptrs[i] = aa_alloc(pool, (size_t)(100 + i * 700), NULL);
+    assert_non_null(ptrs[i]);
+  }
+  for (i = 0; i < 32; i++)
+    assert_int_equal(aa_free(pool, ptrs[i], 0, NULL), AA_OK);
+  st = malloc(sizeof *st);
+  assert_non_null(st);
+  assert_int_equal(aa_pool_stats_get(pool, st), AA_OK);
+  assert_int_equal(aa_http_render_metrics(st, 1, &text, &len), AA_OK);
+  assert_true(sample(text, "adaptalloc_allocs_total{pool=\"host\","
+                           "backend=\"host\",device=\"cpu\"}") == 64);
+  assert_true(sample(text, "adaptalloc_frees_total{pool=\"host\","
+                           "backend=\"host\",device=\"cpu\"}") == 32);
+  assert_true(sample(text, "adaptalloc_request_size_bytes_count{pool=\"host\","
+                           "backend=\"host\",device=\"cpu\"}") == 64);
+  assert_true(count_lines(text, "adaptalloc_class_in_use_bytes{") >= 10);
+  promtool_check(text);
+  free(text);
+  free(st);
+  for (i = 32; i < 64; i++)
+    aa_free(pool, ptrs[i], 0, NULL);
+  aa_pool_destroy(pool);
+  aa_backend_destroy(b);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_http_metrics_families_and_labels),
+      cmocka_unit_test(test_http_metrics_histogram_exact),
+      cmocka_unit_test(test_http_metrics_edge_cases),
+      cmocka_unit_test(test_http_metrics_real_pool),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
