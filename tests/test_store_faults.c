@@ -210,7 +210,9 @@ static void test_store_fault_disables_once(void **state) {
   assert_int_equal(s.snapshots_written, 1);
   assert_int_equal(s.snapshots_dropped, 51);
   assert_int_equal(s.policy_changes_dropped, 50);
-  assert_int_equal(s.events_dropped, 110);
+  /* An event pushed while the fault was being handled may still sit in the
+   * ring, to be counted when the writer next drains it. */
+  assert_int_equal(s.events_dropped + s.events_queued, 110);
   assert_int_equal(count_lines(err, "adaptalloc: store:"), 1);
   assert_non_null(strstr(err, "adaptalloc: store: disabled: writing a snapshot failed on"));
   assert_non_null(strstr(err, "SQLITE_FULL"));
