@@ -112,8 +112,9 @@ static int sim_alloc(aa_backend *be, size_t size, void **out) {
   if (size == 0)
     return AA_EINVAL;
   pthread_mutex_lock(&b->mu);
-  if (b->capacity != 0 && atomic_load_explicit(&b->held, memory_order_relaxed) +
-                                  size > b->capacity) {
+  if (size > SIM_ADDR_LIMIT - SIM_BASE_ADDR ||
+      (b->capacity != 0 &&
+       size > b->capacity - atomic_load_explicit(&b->held, memory_order_relaxed))) {
     rc = AA_ENOMEM;
     goto out;
   }
