@@ -336,6 +336,59 @@ static void test_adapt_loop_thread(void **state) {
   assert_true(waste(e) <= 0.03);
 }
 
+
+/* grow_or_prefill and trim applied to a real pool. */
+static void test_adapt_loop_grow_and_trim_apply(void **state) {
+  env *e = *state;
+  aa_adapt_loop_config cfg;
+  aa_adapt_loop *loop = NULL;
+  aa_adapt_counters c;
+  aa_class_spec cl[AA_MAX_CLASSES];
+  aa_pool_stats *st = calloc(1, sizeof *st);
+  size_t n = 0;
+  uint64_t reserved_before;
+  assert_non_null(st);
+  aa_adapt_loop_config_init(&cfg);
+  cfg.params.trim_threshold_bytes = 4u << 20;
+  cfg.on_decision = on_decision;
+  cfg.user = e;
+  assert_int_equal(aa_adapt_loop_new(&cfg, &loop), AA_OK);
+  assert_int_equal(aa_adapt_loop_add_pool(loop, e->pool), AA_OK);
+
+  /* 200 fresh 1 MiB blocks, two per 2 MiB slab: every other one misses. */
+  alloc_n(e, 1u << 20, 200);
+  assert_int_equal(aa_adapt_loop_step(loop), 1);
+  assert_int_equal(e->seen[0].kind, AA_ADAPT_GROW_OR_PREFILL);
+  assert_int_equal(e->seen[0].block_size, 1u << 20);
+  assert_int_equal(e->seen[0].amount, 2);
+  assert_int_equal(e->seen[0].result, AA_OK);
+  assert_int_equal(aa_pool_classes(e->pool, cl, AA_MAX_CLASSES, &n, NULL), AA_OK);
+  assert_int_equal(cl[n - 1].block_size, 1u << 20);
+  assert_int_equal(cl[n - 1].prefill, 2);
+
+  /* All freed: ~200 MiB cached, over the 4 MiB threshold: trim to 2 MiB. */
+  free_all(e);
+  assert_int_equal(aa_pool_stats_get(e->pool, st), AA_OK);
+  reserved_before = st->bytes_reserved;
+  assert_true(reserved_before >= 200u << 20);
+  e->nseen = 0;
+  assert_int_equal(aa_adapt_loop_step(loop), 1);
+  assert_int_equal(e->seen[0].kind, AA_ADAPT_TRIM);
+  assert_int_equal(e->seen[0].amount, 2u << 20);
+  assert_true(e->seen[0].released >= 100u << 20);
+  assert_int_equal(aa_pool_stats_get(e->pool, st), AA_OK);
+  assert_true(st->bytes_reserved + e->seen[0].released <= reserved_before);
+  aa_adapt_loop_counters(loop, &c);
+  assert_int_equal(c.grows, 1);
+  assert_int_equal(c.trims, 1);
+  assert_int_equal(c.bytes_trimmed, e->seen[0].released);
+  assert_int_equal(c.apply_failures, 0);
+  /* trim_cooldown: not again at once. */
+  assert_int_equal(aa_adapt_loop_step(loop), 0);
+  aa_adapt_loop_destroy(loop);
+  free(st);
+}
+
 static void test_adapt_policy_apply_live_pool(void **state) {
   env *e = *state;
   char err[AA_POLICY_ERR_CAP];
@@ -383,6 +436,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_adapt_loop_api, setup, teardown),
       cmocka_unit_test_setup_teardown(test_adapt_loop_thread, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_adapt_loop_grow_and_trim_apply, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_adapt_policy_apply_live_pool, setup,
                                       teardown),
   };
