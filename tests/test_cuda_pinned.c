@@ -96,6 +96,12 @@ static void test_cuda_pinned_bad_arguments(void **state) {
   assert_int_equal(aa_packer_add(NULL, &x, 4, &off), AA_EINVAL);
   assert_int_equal(off, 0);
   assert_int_equal(aa_packer_used(NULL), 0);
+  {
+    const void *srcs[1] = {&x};
+    size_t lens[1] = {4}, offs[1] = {9};
+    assert_int_equal(aa_packer_add_many(NULL, srcs, lens, 1, offs), AA_EINVAL);
+    assert_int_equal(aa_packer_set_threads(NULL, 3), 1);
+  }
   assert_int_equal(aa_packer_flush(NULL, &x, NULL), AA_EINVAL);
   assert_int_equal(aa_packer_sync(NULL), AA_EINVAL);
   aa_packer_destroy(NULL);
@@ -254,6 +260,64 @@ static void test_cuda_pinned_packer_round_trip_hostalloc(void **state) {
   pack_round_trip(NULL);
 }
 
+/* add_many: a 4 MiB batch copied by 3 threads lands where the offsets say;
+ * a batch that does not fit is refused whole. */
+static void test_cuda_pinned_packer_add_many(void **state) {
+  enum { N = 1000, CAP = 8 << 20 };
+  fixture *f = *state;
+  aa_packer *pk = NULL;
+  const void **srcs;
+  size_t *lens, *offs;
+  unsigned char *data, *back;
+  void *dev = NULL;
+  size_t used, i;
+  NEED_GPU();
+  srcs = malloc(N * sizeof *srcs);
+  lens = malloc(N * sizeof *lens);
+  offs = malloc(N * sizeof *offs);
+  data = malloc((size_t)N * 4096);
+  back = malloc(CAP);
+  assert_non_null(srcs);
+  assert_non_null(lens);
+  assert_non_null(offs);
+  assert_non_null(data);
+  assert_non_null(back);
+  for (i = 0; i < (size_t)N * 4096; i++)
+    data[i] = (unsigned char)(i * 13 + 1);
+  for (i = 0; i < N; i++) {
+    srcs[i] = data + i * 4096;
+    lens[i] = 4096 - (i % 7) * 100;
+  }
+  assert_int_equal(cudaMalloc(&dev, CAP), cudaSuccess);
+  assert_int_equal(aa_packer_new(f->pool, CAP, &pk), AA_OK);
+  assert_int_equal(aa_packer_set_threads(pk, 3), 3);
+  assert_int_equal(aa_packer_add_many(pk, srcs, lens, N, offs), AA_OK);
+  used = aa_packer_used(pk);
+  assert_int_equal(used, offs[N - 1] + lens[N - 1]);
+  for (i = 0; i < N; i++)
+    assert_int_equal(offs[i] % AA_PACKER_ALIGN, 0);
+  /* Too much for what is left: refused whole, nothing changes. */
+  {
+    const void *big[2] = {data, data};
+    size_t bl[2] = {4096, CAP - 4096}, bo[2] = {1, 1};
+    assert_int_equal(aa_packer_add_many(pk, big, bl, 2, bo), AA_ELIMIT);
+    assert_int_equal(bo[0], 0);
+    assert_int_equal(aa_packer_used(pk), used);
+  }
+  assert_int_equal(aa_packer_flush(pk, dev, NULL), AA_OK);
+  assert_int_equal(aa_packer_sync(pk), AA_OK);
+  assert_int_equal(cudaMemcpy(back, dev, used, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (i = 0; i < N; i++)
+    assert_memory_equal(back + offs[i], srcs[i], lens[i]);
+  aa_packer_destroy(pk);
+  assert_int_equal(cudaFree(dev), cudaSuccess);
+  free(back);
+  free(data);
+  free(offs);
+  free(lens);
+  free(srcs);
+}
+
 static void test_cuda_pinned_packer_rejects_device_pool(void **state) {
   aa_backend *b = NULL;
   aa_pool *pool = NULL;
@@ -280,6 +344,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_pinned_staging_waits_for_copy),
       cmocka_unit_test(test_cuda_pinned_packer_round_trip_pool),
       cmocka_unit_test(test_cuda_pinned_packer_round_trip_hostalloc),
+      cmocka_unit_test(test_cuda_pinned_packer_add_many),
       cmocka_unit_test(test_cuda_pinned_packer_rejects_device_pool),
   };
   return cmocka_run_group_tests(tests, setup_pool, teardown_pool);

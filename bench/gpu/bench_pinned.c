@@ -3,8 +3,9 @@
  *
  *   1 getput     aa_staging_get/put (pinned pool) vs cudaHostAlloc/cudaFreeHost
  *   2 pack       4096 x 4 KiB host tensors: packed into one pinned buffer and
- *                sent with one cudaMemcpyAsync (aa_packer) vs 4096 separate
- *                copies (from pageable memory, and from pinned memory)
+ *                sent with one cudaMemcpyAsync (aa_packer_add one by one, and
+ *                aa_packer_add_many with 4 and 8 copying threads) vs 4096
+ *                separate copies (from pageable memory, and from pinned memory)
  *   3 bandwidth  256 MiB host-to-device from a pool buffer vs from a plain
  *                cudaHostAlloc buffer vs from pageable memory
  *   4 overlap    16 batches of 64 MiB copies on a copy stream, double
@@ -150,8 +151,10 @@ int main(int argc, char **argv) {
     unsigned char **src = malloc(N * sizeof *src);
     unsigned char *pin_src = NULL, *dev = NULL;
     aa_packer *pk = NULL;
-    double sep_pageable[MAXR], sep_pinned[MAXR], packed[MAXR];
+    double sep_pageable[MAXR], sep_pinned[MAXR], packed[MAXR], many4[MAXR], many8[MAXR];
     size_t off;
+    size_t *lens = malloc(N * sizeof *lens), *offs = malloc(N * sizeof *offs);
+    unsigned tdef;
     for (int i = 0; i < N; i++) {
       src[i] = malloc(SZ);
       memset(src[i], i & 0xff, SZ);
@@ -161,6 +164,9 @@ int main(int argc, char **argv) {
     CK(cudaMalloc((void **)&dev, (size_t)N * SZ * 2));
     if (aa_packer_new(pool, (size_t)N * SZ, &pk) != AA_OK)
       return 3;
+    for (int i = 0; i < N; i++)
+      lens[i] = SZ;
+    tdef = aa_packer_set_threads(pk, 0);
     printf("2 pack: 4096 x 4 KiB host tensors to the device (ms, until synced)\n");
     for (r = 0; r < reps; r++) {
       double t0 = now_s();
@@ -183,6 +189,17 @@ int main(int argc, char **argv) {
       if (aa_packer_sync(pk) != AA_OK)
         return 6;
       packed[r] = (now_s() - t0) * 1e3;
+      for (int k = 0; k < 2; k++) {
+        aa_packer_set_threads(pk, k == 0 ? tdef : 8);
+        t0 = now_s();
+        if (aa_packer_add_many(pk, (const void *const *)src, lens, N, offs) != AA_OK)
+          return 4;
+        if (aa_packer_flush(pk, dev, cs) != AA_OK)
+          return 5;
+        if (aa_packer_sync(pk) != AA_OK)
+          return 6;
+        (k == 0 ? many4 : many8)[r] = (now_s() - t0) * 1e3;
+      }
     }
     /* correctness: tensor 4095 landed at its offset */
     {
@@ -194,15 +211,28 @@ int main(int argc, char **argv) {
     report("4096 separate cudaMemcpyAsync from pageable", "ms", sep_pageable, reps);
     report("4096 separate cudaMemcpyAsync from pinned", "ms", sep_pinned, reps);
     report("packed: 4096 aa_packer_add + 1 copy", "ms", packed, reps);
-    printf("  => speed-up vs pageable %.1fx, vs pinned-separate %.1fx\n",
-           median(sep_pageable, reps) / median(packed, reps),
-           median(sep_pinned, reps) / median(packed, reps));
+    {
+      char name[96];
+      snprintf(name, sizeof name, "packed: aa_packer_add_many, %u threads + 1 copy", tdef);
+      report(name, "ms", many4, reps);
+    }
+    report("packed: aa_packer_add_many, 8 threads + 1 copy", "ms", many8, reps);
+    printf("  => speed-up vs pageable: add %.1fx, add_many(%u) %.1fx, add_many(8) %.1fx; "
+           "vs pinned-separate: %.1fx, %.1fx, %.1fx\n",
+           median(sep_pageable, reps) / median(packed, reps), tdef,
+           median(sep_pageable, reps) / median(many4, reps),
+           median(sep_pageable, reps) / median(many8, reps),
+           median(sep_pinned, reps) / median(packed, reps),
+           median(sep_pinned, reps) / median(many4, reps),
+           median(sep_pinned, reps) / median(many8, reps));
     aa_packer_destroy(pk);
     CK(cudaFree(dev));
     CK(cudaFreeHost(pin_src));
     for (int i = 0; i < N; i++)
       free(src[i]);
     free(src);
+    free(lens);
+    free(offs);
   }
 
   /* --------------------------------------------------------- 3 bandwidth */

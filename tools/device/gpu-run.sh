@@ -53,11 +53,11 @@ want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done;
   [ -f "$build/env.sh" ] && source "$build/env.sh"
   if want ctest; then
     stage ctest-cuda 120 ctest --test-dir "$build" -L cuda --output-on-failure --timeout 60
-    stage ctest-all 150 ctest --test-dir "$build" -j 16 --timeout 90 -LE cuda
+    stage ctest-all 150 ctest --test-dir "$build" -j 16 --timeout 90 -LE cuda --output-on-failure
   fi
   if want sanitize && command -v compute-sanitizer >/dev/null; then
     for t in test_cuda_backend test_cuda_pinned; do
-      stage "memcheck-$t" 90 compute-sanitizer --tool memcheck --error-exitcode 3 "$build/tests/$t"
+      stage "memcheck-$t" 90 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 "$build/tests/$t"
     done
   fi
   if want example; then

@@ -102,6 +102,20 @@ AA_EXTERN int aa_packer_new(aa_pool *pinned, size_t capacity, aa_packer **out);
 AA_EXTERN int aa_packer_add(aa_packer *pk, const void *src, size_t n,
                             size_t *offset);
 
+/* Packs `count` host tensors at once: offsets[i] gets where src[i] (n[i]
+ * bytes) lands, as with aa_packer_add. All or nothing: AA_ELIMIT, with
+ * nothing packed, when they do not all fit; AA_EINVAL for a NULL array, a
+ * NULL src[i] or an n[i] of 0. Batches of 2 MiB or more are copied into the
+ * pinned buffer by up to aa_packer_set_threads() threads (the caller's
+ * included), because one CPU thread's memcpy, not the PCIe copy, is what
+ * bounds packing. */
+AA_EXTERN int aa_packer_add_many(aa_packer *pk, const void *const *src,
+                                 const size_t *n, size_t count, size_t *offsets);
+
+/* Threads aa_packer_add_many may use (1 = the caller only; 0 = the default,
+ * min(4, online CPUs / 2), at least 1). Returns the number now in force. */
+AA_EXTERN unsigned aa_packer_set_threads(aa_packer *pk, unsigned threads);
+
 /* Bytes used in the current buffer (the length the next flush copies). */
 AA_EXTERN size_t aa_packer_used(const aa_packer *pk);
 

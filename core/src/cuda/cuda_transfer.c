@@ -13,11 +13,19 @@
  * finished yet.
  *
  * A packer is used by one thread at a time (no lock inside).
+ * aa_packer_add_many copies large batches with a few short-lived threads
+ * (one CPU thread's memcpy into pinned memory runs at about 7 GB/s on the
+ * H200 machine, below the 55 GB/s of the PCIe copy that follows).
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cuda_internal.h"
+
+#define AA__PACK_PAR_MIN ((size_t)2 << 20) /* below this one thread copies */
+#define AA__PACK_MAX_THREADS 16
 
 /* ---------------------------------------------------------------- staging */
 
@@ -59,6 +67,7 @@ typedef struct packer_buf {
 struct aa_packer {
   aa_pool *pool; /* NULL: buffers from cudaHostAlloc */
   size_t cap;
+  unsigned threads; /* for aa_packer_add_many */
   packer_buf b[2];
   int cur;
   int last; /* buffer of the last flush, -1 none */
@@ -128,6 +137,7 @@ int aa_packer_new(aa_pool *pinned, size_t capacity, aa_packer **out) {
   pk->pool = pinned;
   pk->cap = capacity;
   pk->last = -1;
+  (void)aa_packer_set_threads(pk, 0);
   for (i = 0; i < 2; i++)
     pk->b[i].ev_device = -1;
   for (i = 0; i < 2; i++) {
@@ -171,6 +181,112 @@ int aa_packer_add(aa_packer *pk, const void *src, size_t n, size_t *offset) {
   memcpy(pb->host + off, src, n);
   pb->used = off + n;
   *offset = off;
+  return AA_OK;
+}
+
+unsigned aa_packer_set_threads(aa_packer *pk, unsigned threads) {
+  if (!pk)
+    return 1;
+  if (threads == 0) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    threads = ncpu > 1 ? (unsigned)(ncpu / 2) : 1;
+    if (threads > 4)
+      threads = 4;
+  }
+  if (threads > AA__PACK_MAX_THREADS)
+    threads = AA__PACK_MAX_THREADS;
+  pk->threads = threads;
+  return threads;
+}
+
+/* One worker's share of an aa_packer_add_many copy: items [lo, hi). */
+typedef struct pack_job {
+  unsigned char *base;
+  const void *const *src;
+  const size_t *n;
+  const size_t *off;
+  size_t lo, hi;
+} pack_job;
+
+static void pack_copy(const pack_job *j) {
+  for (size_t i = j->lo; i < j->hi; i++)
+    memcpy(j->base + j->off[i], j->src[i], j->n[i]);
+}
+
+static void *pack_thread(void *arg) {
+  pack_copy(arg);
+  return NULL;
+}
+
+int aa_packer_add_many(aa_packer *pk, const void *const *src, const size_t *n,
+                       size_t count, size_t *offsets) {
+  packer_buf *pb;
+  size_t used, total = 0;
+  size_t i;
+  int rc;
+
+  if (!pk || !src || !n || !offsets)
+    return AA_EINVAL;
+  if (count == 0)
+    return AA_OK;
+  for (i = 0; i < count; i++) {
+    if (!src[i] || n[i] == 0 || n[i] > pk->cap)
+      return AA_EINVAL;
+  }
+  pb = &pk->b[pk->cur];
+  /* Offsets first: nothing is written unless everything fits. */
+  used = pb->used;
+  for (i = 0; i < count; i++) {
+    size_t off = (used + (AA_PACKER_ALIGN - 1)) & ~(size_t)(AA_PACKER_ALIGN - 1);
+    if (off > pk->cap || n[i] > pk->cap - off) {
+      memset(offsets, 0, count * sizeof *offsets);
+      return AA_ELIMIT;
+    }
+    offsets[i] = off;
+    used = off + n[i];
+    total += n[i];
+  }
+  rc = buf_wait(pb);
+  if (rc != AA_OK) {
+    memset(offsets, 0, count * sizeof *offsets);
+    return rc;
+  }
+  {
+    unsigned t = pk->threads;
+    pack_job jobs[AA__PACK_MAX_THREADS];
+    pthread_t tid[AA__PACK_MAX_THREADS];
+    bool started[AA__PACK_MAX_THREADS];
+    size_t per, acc = 0, k = 0;
+    unsigned w;
+
+    if (total < AA__PACK_PAR_MIN || t <= 1 || count < 2)
+      t = 1;
+    if (t > count)
+      t = (unsigned)count;
+    per = total / t + 1;
+    /* Contiguous ranges of about equal bytes. */
+    for (w = 0; w < t; w++) {
+      jobs[w].base = pb->host;
+      jobs[w].src = src;
+      jobs[w].n = n;
+      jobs[w].off = offsets;
+      jobs[w].lo = k;
+      while (k < count && (w == t - 1 || acc < per * (w + 1)))
+        acc += n[k++];
+      jobs[w].hi = k;
+      started[w] = false;
+    }
+    for (w = 1; w < t; w++)
+      started[w] = pthread_create(&tid[w], NULL, pack_thread, &jobs[w]) == 0;
+    pack_copy(&jobs[0]);
+    for (w = 1; w < t; w++) {
+      if (started[w])
+        pthread_join(tid[w], NULL);
+      else
+        pack_copy(&jobs[w]); /* no thread: do its share here */
+    }
+  }
+  pb->used = used;
   return AA_OK;
 }
 

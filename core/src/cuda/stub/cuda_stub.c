@@ -71,6 +71,22 @@ int aa_packer_add(aa_packer *pk, const void *src, size_t n, size_t *offset) {
   return AA_ENOTSUP;
 }
 
+int aa_packer_add_many(aa_packer *pk, const void *const *src, const size_t *n,
+                       size_t count, size_t *offsets) {
+  (void)pk;
+  (void)src;
+  (void)n;
+  (void)count;
+  (void)offsets;
+  return AA_ENOTSUP;
+}
+
+unsigned aa_packer_set_threads(aa_packer *pk, unsigned threads) {
+  (void)pk;
+  (void)threads;
+  return 1;
+}
+
 size_t aa_packer_used(const aa_packer *pk) {
   (void)pk;
   return 0;
