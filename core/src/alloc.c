@@ -39,6 +39,7 @@ uint64_t aa__thread_id(void) {
 void aa__slot_acquire(aa_pool *pool) {
   pthread_once(&g_once, once_init);
   pool->slot = -1;
+  pool->slot_ix = AA__MAX_POOL_SLOTS;
   pool->id = atomic_fetch_add(&g_pool_ids, 1) + 1;
   if (!g_key_ok)
     return;
@@ -47,6 +48,7 @@ void aa__slot_acquire(aa_pool *pool) {
     if (g_slots[i] == NULL) {
       g_slots[i] = pool;
       pool->slot = i;
+      pool->slot_ix = i;
       break;
     }
   }
@@ -280,7 +282,7 @@ static int carve(aa_pool *pool, aa__class *c) {
   int rc = blist_reserve(&c->any, (uint32_t)((c->nslabs + 1) * nb));
   if (rc != AA_OK)
     goto fail;
-  s = calloc(1, sizeof *s + (size_t)nb * (sizeof(uint32_t) + 1));
+  s = calloc(1, sizeof *s + (size_t)nb * (sizeof(uint32_t) + 1) + 4);
   if (s == NULL) {
     rc = AA_ENOMEM;
     goto fail;
@@ -295,8 +297,7 @@ static int carve(aa_pool *pool, aa__class *c) {
   s->nblocks = nb;
   s->block_size = bs;
   s->div_magic = c->div_magic;
-  s->req = (_Atomic uint32_t *)(s + 1);
-  s->state = (_Atomic uint8_t *)(s->req + nb);
+  s->req = (_Atomic uint32_t *)((uintptr_t)(s->state + nb + 3) & ~(uintptr_t)3);
   rc = aa__pm_insert(pool, &s->h);
   if (rc != AA_OK)
     goto fail;
@@ -516,6 +517,7 @@ void aa__tcache_flush_all(aa__tcache *tc) {
 }
 
 static void fold_hh(aa_pool *pool, const aa__hh_slot *t, size_t n);
+static void run_restart(aa__tcache *tc, aa__bin *bin, uint64_t fresh);
 
 /* Folds a tcache's counters into the pool's dead-thread totals, unlinks and
  * frees it. Caller holds g_mu (or is destroying the pool); bins are empty. */
@@ -524,6 +526,8 @@ static void tcache_retire(aa__tcache *tc, bool flush) {
   if (flush)
     aa__tcache_flush_all(tc);
   pthread_mutex_lock(&pool->tc_mu);
+  for (uint32_t k = 0; k < AA_MAX_CLASSES; k++)
+    run_restart(tc, &tc->bins[k], 0);
   for (uint32_t k = 0; k < AA_MAX_CLASSES; k++) {
     aa__bin *b = &tc->bins[k];
     aa__ccount *d = &pool->dead[k];
@@ -587,6 +591,7 @@ aa__tcache *aa__tcache_get(aa_pool *pool) {
   tc->thr = thr;
   tc->tid = thr->tid;
   tc->epoch = atomic_load_explicit(&pool->epoch, memory_order_acquire);
+  tc->max_bytes = pool->cfg.tcache_bytes;
   pthread_mutex_lock(&g_mu);
   pthread_mutex_lock(&pool->tc_mu);
   tc->next = pool->tcaches;
@@ -679,12 +684,24 @@ static inline void telemetry_alloc(aa_pool *pool, aa__tcache *tc, void *p, size_
   } else {
     atomic_fetch_add_explicit(&pool->dead_hist[aa_hist_bucket(size)], 1, AA__RLX);
   }
-  if (AA__UNLIKELY(atomic_load_explicit(&pool->trace, AA__RLX) != NULL))
+  if (AA__UNLIKELY(atomic_load_explicit(&pool->tflags, AA__RLX) & AA__TF_TRACE))
     aa__trace(pool, 'a', p, size, s);
 }
 
-void aa__telemetry_alloc(aa_pool *pool, aa__tcache *tc, void *p, size_t size, aa_stream s) {
-  telemetry_alloc(pool, tc, p, size, s);
+/* Folds a bin's run into the thread's histogram and heavy hitters and
+ * starts a new one. Owner only. The run word is replaced before the
+ * histogram grows, so a reader (hist first, then run) never counts a run
+ * twice; it may miss one for a moment. */
+static void run_restart(aa__tcache *tc, aa__bin *bin, uint64_t fresh) {
+  uint64_t w = atomic_load_explicit(&bin->run, AA__RLX);
+  atomic_store_explicit(&bin->run, fresh, memory_order_release);
+  uint64_t n = w >> 32;
+  if (n) {
+    uint64_t size = w & 0xFFFFFFFFu;
+    _Atomic uint64_t *h = &tc->hist[aa_hist_bucket((size_t)size)];
+    atomic_store_explicit(h, atomic_load_explicit(h, AA__RLX) + n, memory_order_release);
+    aa__hh_add(tc->hh, AA__HH_SLOTS, size, n);
+  }
 }
 
 /* ------------------------------------------------------------ alloc */
@@ -791,49 +808,71 @@ void *aa__small_alloc_slow(aa_pool *pool, size_t size, aa_stream stream) {
   }
 }
 
-void *aa_alloc(aa_pool *pool, size_t size, aa_stream stream) {
+/* Everything but a thread-cache hit: NULL pool, size 0, the large path, a
+ * miss; then telemetry. */
+__attribute__((noinline)) static void *alloc_slow(aa_pool *pool, size_t size, aa_stream stream) {
   void *p;
-  if (AA__UNLIKELY(pool == NULL))
+  if (pool == NULL)
     return NULL;
   if (size == 0)
     size = 1;
-  if (AA__LIKELY(size <= pool->cfg.max_small)) {
-    aa__thread *thr = tl_thr;
-    if (AA__LIKELY(thr != NULL && pool->slot >= 0)) {
-      aa__tcache *tc = atomic_load_explicit(&thr->caches[pool->slot], AA__RLX);
-      if (AA__LIKELY(tc != NULL && tc->epoch == atomic_load_explicit(&pool->epoch, AA__RLX))) {
-        uint32_t k = atomic_load_explicit(&pool->size2cls[(size - 1) >> 9], AA__RLX);
-        aa__bin *bin = &tc->bins[k];
-        if (AA__LIKELY(bin->n != 0 && bin->stream == stream && size <= bin->bsize &&
-                       bin->gen == atomic_load_explicit(&pool->classes[k].gen, AA__RLX))) {
-          aa__blk b = bin->items[--bin->n];
-          tc->cached_bytes -= bin->bsize;
-          mark_used(b, size);
-          aa__cadd(&bin->hits, 1);
-          aa__cadd(&bin->req_add, size);
-          p = blk_ptr(b);
-          if (atomic_load_explicit(&pool->telemetry, AA__RLX))
-            telemetry_alloc(pool, tc, p, size, stream);
-          return p;
-        }
-      }
-    }
+  if (size <= pool->cfg.max_small)
     p = aa__small_alloc_slow(pool, size, stream);
-  } else {
+  else
     p = aa__large_alloc(pool, size, stream);
-  }
-  if (atomic_load_explicit(&pool->telemetry, AA__RLX)) {
+  if (atomic_load_explicit(&pool->tflags, AA__RLX) & AA__TF_TELEMETRY) {
     aa__tcache *tc = aa__tcache_get(pool);
-    if (p)
+    if (p) {
       telemetry_alloc(pool, tc, p, size, stream);
-    else {
+    } else {
       if (tc)
         aa__cadd(&tc->hist[aa_hist_bucket(size)], 1);
-      if (atomic_load_explicit(&pool->trace, AA__RLX) != NULL)
+      if (atomic_load_explicit(&pool->tflags, AA__RLX) & AA__TF_TRACE)
         aa__trace(pool, 'x', NULL, size, stream);
     }
   }
   return p;
+}
+
+__attribute__((noinline)) static void *alloc_hit_telemetry(aa_pool *pool, aa__tcache *tc,
+                                                           aa__bin *bin, void *p, size_t size,
+                                                           aa_stream stream) {
+  run_restart(tc, bin, ((uint64_t)1 << 32) | size);
+  if (atomic_load_explicit(&pool->tflags, AA__RLX) & AA__TF_TRACE)
+    aa__trace(pool, 'a', p, size, stream);
+  return p;
+}
+
+void *aa_alloc(aa_pool *pool, size_t size, aa_stream stream) {
+  aa__thread *thr = tl_thr;
+  /* size - 1 wraps for 0, which takes the slow path */
+  if (AA__LIKELY(thr != NULL && pool != NULL && size - 1 < pool->cfg.max_small)) {
+    aa__tcache *tc = atomic_load_explicit(&thr->caches[pool->slot_ix], AA__RLX);
+    if (AA__LIKELY(tc != NULL && tc->epoch == atomic_load_explicit(&pool->epoch, AA__RLX))) {
+      uint32_t k = atomic_load_explicit(&pool->size2cls[(size - 1) >> 9], AA__RLX);
+      aa__bin *bin = &tc->bins[k];
+      if (AA__LIKELY(bin->n != 0 && bin->stream == stream && size <= bin->bsize &&
+                     bin->gen == atomic_load_explicit(&pool->classes[k].gen, AA__RLX))) {
+        aa__blk b = bin->items[--bin->n];
+        tc->cached_bytes -= bin->bsize;
+        mark_used(b, size);
+        aa__cadd(&bin->hits, 1);
+        aa__cadd(&bin->req_add, size);
+        void *p = blk_ptr(b);
+        uint32_t tf = atomic_load_explicit(&pool->tflags, AA__RLX);
+        if (AA__UNLIKELY(tf & AA__TF_TELEMETRY)) {
+          /* the common case: the same size as last time in this class */
+          uint64_t w = atomic_load_explicit(&bin->run, AA__RLX);
+          if (AA__LIKELY(tf == AA__TF_TELEMETRY && (uint32_t)w == size && (w >> 32) < AA__RUN_MAX))
+            atomic_store_explicit(&bin->run, w + ((uint64_t)1 << 32), AA__RLX);
+          else
+            return alloc_hit_telemetry(pool, tc, bin, p, size, stream);
+        }
+        return p;
+      }
+    }
+  }
+  return alloc_slow(pool, size, stream);
 }
 
 /* ------------------------------------------------------------ free */
@@ -968,74 +1007,110 @@ static int free_slow(aa_pool *pool, aa__tcache *tc, aa__blk b, aa_stream stream,
   return AA_OK;
 }
 
-int aa_free(aa_pool *pool, void *ptr, size_t size, aa_stream stream) {
-  if (ptr == NULL)
-    return AA_OK;
-  if (AA__UNLIKELY(pool == NULL))
-    return AA_EINVAL;
+static int free_odd(aa_pool *pool, void *ptr, size_t size, aa_stream stream, aa__span *sp);
+
+/* A free that the fast path did not take (nothing changed yet): checks
+ * again, then the locked path. */
+__attribute__((noinline)) static int free_rest(aa_pool *pool, void *ptr, size_t size,
+                                               aa_stream stream) {
   uintptr_t p = (uintptr_t)ptr;
   aa__span *sp = aa__pm_lookup(&pool->map, p);
-  if (AA__UNLIKELY(sp == NULL)) {
+  if (sp == NULL || sp->kind != AA__SPAN_SLAB)
+    return free_odd(pool, ptr, size, stream, sp);
+  aa__slab *s = (aa__slab *)sp;
+  uintptr_t off = p - s->h.base;
+  uint32_t idx = slab_index(s, off);
+  if (idx >= s->nblocks || (uintptr_t)idx * s->block_size != off)
+    return free_odd(pool, ptr, size, stream, sp);
+  uint8_t st = atomic_load_explicit(&s->state[idx], AA__RLX);
+  uint32_t rq = atomic_load_explicit(&s->req[idx], AA__RLX);
+  if ((st & AA__BLK_USED) == 0 || (size != 0 && size != rq))
+    return free_odd(pool, ptr, size, stream, sp);
+  atomic_store_explicit(&s->state[idx], AA__BLK_FREE, AA__RLX);
+  aa__blk b = {s, idx};
+  aa__tcache *tc = aa__tcache_get(pool);
+  if (tc && tc->epoch != atomic_load_explicit(&pool->epoch, AA__RLX))
+    tcache_sync(tc);
+  count_free(pool, tc, b.s->cls, rq);
+  free_slow(pool, tc, b, stream, (st & AA__BLK_RECORDED) != 0);
+  if (AA__UNLIKELY(atomic_load_explicit(&pool->tflags, AA__RLX) ==
+                   (AA__TF_TELEMETRY | AA__TF_TRACE)))
+    aa__trace(pool, 'f', ptr, size, stream);
+  return AA_OK;
+}
+
+/* NULL, foreign and large pointers, and every misuse. */
+__attribute__((noinline)) static int free_odd(aa_pool *pool, void *ptr, size_t size,
+                                              aa_stream stream, aa__span *sp) {
+  if (ptr == NULL)
+    return AA_OK;
+  if (pool == NULL)
+    return AA_EINVAL;
+  if (sp == NULL) {
     aa__misuse(pool, AA_MISUSE_FOREIGN, ptr, size, "pointer not owned by this pool");
     return AA_EINVAL;
   }
   if (sp->kind != AA__SPAN_SLAB)
     return aa__large_free(pool, (aa__seg *)sp, ptr, size, stream);
   aa__slab *s = (aa__slab *)sp;
+  uintptr_t off = (uintptr_t)ptr - s->h.base;
+  uint32_t idx = slab_index(s, off);
+  if (idx >= s->nblocks) {
+    aa__misuse(pool, AA_MISUSE_FOREIGN, ptr, size, "pointer in a slab's unused tail");
+  } else if ((uintptr_t)idx * s->block_size != off) {
+    aa__misuse(pool, AA_MISUSE_INTERIOR, ptr, size, "pointer inside a block, not at its start");
+  } else if ((atomic_load_explicit(&s->state[idx], AA__RLX) & AA__BLK_USED) == 0) {
+    aa__misuse(pool, AA_MISUSE_DOUBLE_FREE, ptr, size, "block already free");
+  } else {
+    aa__misuse(pool, AA_MISUSE_BAD_SIZE, ptr, size, "size differs from the size allocated");
+  }
+  return AA_EINVAL;
+}
+
+__attribute__((noinline)) static int free_hit_trace(aa_pool *pool, void *ptr, size_t size,
+                                                    aa_stream stream) {
+  aa__trace(pool, 'f', ptr, size, stream);
+  return AA_OK;
+}
+
+int aa_free(aa_pool *pool, void *ptr, size_t size, aa_stream stream) {
+  if (AA__UNLIKELY(pool == NULL))
+    return free_odd(pool, ptr, size, stream, NULL);
+  uintptr_t p = (uintptr_t)ptr;
+  aa__span *sp = aa__pm_lookup(&pool->map, p);
+  if (AA__UNLIKELY(sp == NULL || sp->kind != AA__SPAN_SLAB))
+    return free_odd(pool, ptr, size, stream, sp);
+  aa__slab *s = (aa__slab *)sp;
   uintptr_t off = p - s->h.base;
   uint32_t idx = slab_index(s, off);
-  if (AA__UNLIKELY(idx >= s->nblocks)) {
-    aa__misuse(pool, AA_MISUSE_FOREIGN, ptr, size, "pointer in a slab's unused tail");
-    return AA_EINVAL;
-  }
-  if (AA__UNLIKELY((uintptr_t)idx * s->block_size != off)) {
-    aa__misuse(pool, AA_MISUSE_INTERIOR, ptr, size, "pointer inside a block, not at its start");
-    return AA_EINVAL;
-  }
+  if (AA__UNLIKELY(idx >= s->nblocks || (uintptr_t)idx * s->block_size != off))
+    return free_odd(pool, ptr, size, stream, sp);
   uint8_t st = atomic_load_explicit(&s->state[idx], AA__RLX);
-  if (AA__UNLIKELY((st & AA__BLK_USED) == 0)) {
-    aa__misuse(pool, AA_MISUSE_DOUBLE_FREE, ptr, size, "block already free");
-    return AA_EINVAL;
-  }
   uint32_t rq = atomic_load_explicit(&s->req[idx], AA__RLX);
-  if (AA__UNLIKELY(size != 0 && size != rq)) {
-    aa__misuse(pool, AA_MISUSE_BAD_SIZE, ptr, size, "size differs from the size allocated");
-    return AA_EINVAL;
-  }
-  atomic_store_explicit(&s->state[idx], AA__BLK_FREE, AA__RLX);
-  aa__blk b = {s, idx};
-  uint32_t k = s->cls;
+  if (AA__UNLIKELY((st & AA__BLK_USED) == 0 || (size != 0 && size != rq)))
+    return free_odd(pool, ptr, size, stream, sp);
   aa__thread *thr = tl_thr;
-  aa__tcache *tc = NULL;
-  if (AA__LIKELY(thr != NULL && pool->slot >= 0)) {
-    tc = atomic_load_explicit(&thr->caches[pool->slot], AA__RLX);
-    if (AA__LIKELY(tc != NULL && st == AA__BLK_USED &&
-                   tc->epoch == atomic_load_explicit(&pool->epoch, AA__RLX))) {
+  if (AA__LIKELY(thr != NULL && st == AA__BLK_USED)) {
+    aa__tcache *tc = atomic_load_explicit(&thr->caches[pool->slot_ix], AA__RLX);
+    if (AA__LIKELY(tc != NULL && tc->epoch == atomic_load_explicit(&pool->epoch, AA__RLX))) {
+      uint32_t k = s->cls;
       aa__bin *bin = &tc->bins[k];
       if (AA__LIKELY(bin->n < bin->lim && bin->stream == stream &&
-                     tc->cached_bytes + bin->bsize <= pool->cfg.tcache_bytes &&
+                     tc->cached_bytes + bin->bsize <= tc->max_bytes &&
                      bin->gen == atomic_load_explicit(&pool->classes[k].gen, AA__RLX))) {
-        bin->items[bin->n++] = b;
+        atomic_store_explicit(&s->state[idx], AA__BLK_FREE, AA__RLX);
+        bin->items[bin->n++] = (aa__blk){s, idx};
         tc->cached_bytes += bin->bsize;
         aa__cadd(&bin->frees, 1);
         aa__cadd(&bin->req_sub, rq);
-        if (AA__UNLIKELY(atomic_load_explicit(&pool->trace, AA__RLX) != NULL) &&
-            atomic_load_explicit(&pool->telemetry, AA__RLX))
-          aa__trace(pool, 'f', ptr, size, stream);
+        if (AA__UNLIKELY(atomic_load_explicit(&pool->tflags, AA__RLX) ==
+                         (AA__TF_TELEMETRY | AA__TF_TRACE)))
+          return free_hit_trace(pool, ptr, size, stream);
         return AA_OK;
       }
     }
   }
-  if (tc == NULL)
-    tc = aa__tcache_get(pool);
-  if (tc && tc->epoch != atomic_load_explicit(&pool->epoch, AA__RLX))
-    tcache_sync(tc);
-  count_free(pool, tc, k, rq);
-  free_slow(pool, tc, b, stream, (st & AA__BLK_RECORDED) != 0);
-  if (AA__UNLIKELY(atomic_load_explicit(&pool->trace, AA__RLX) != NULL) &&
-      atomic_load_explicit(&pool->telemetry, AA__RLX))
-    aa__trace(pool, 'f', ptr, size, stream);
-  return AA_OK;
+  return free_rest(pool, ptr, size, stream);
 }
 
 /* ------------------------------------------------------------ others */

@@ -85,6 +85,10 @@ static inline void aa__atomic_max(_Atomic uint64_t *m, uint64_t v) {
 #define AA__LARGE_BINS 96
 #define AA__RS_BUCKETS 1024
 
+/* pool->tflags */
+enum { AA__TF_TELEMETRY = 1, AA__TF_TRACE = 2 };
+#define AA__RUN_MAX 0xFFFFFFFFu
+
 /* Block states (one byte per block in the slab header). */
 enum { AA__BLK_FREE = 0, AA__BLK_USED = 1, AA__BLK_RECORDED = 2 /* flag: record_stream */ };
 
@@ -123,8 +127,8 @@ struct aa__slab {
   uint32_t nfree;     /* blocks of this slab in central lists (incl. pending) */
   uint32_t npending;  /* of which waiting for stream events */
   int dying;          /* marked for release (class_release) */
-  _Atomic uint8_t *state; /* per block AA__BLK_* */
-  _Atomic uint32_t *req;  /* per block requested size */
+  _Atomic uint32_t *req;  /* per block requested size (after state[]) */
+  _Atomic uint8_t state[]; /* per block AA__BLK_* */
 };
 
 /* Blocks freed on one stream. fresh: no event yet (usable on `stream` only).
@@ -174,8 +178,11 @@ typedef struct aa__bin {
   size_t bsize;
   aa_stream stream;
   aa__blk *items;
+  /* telemetry run: (count << 32) | size of the latest run of equal sizes,
+   * folded into hist/hh when the size changes or when read */
+  _Atomic uint64_t run;
   /* this thread's counters for the class */
-  _Atomic uint64_t allocs, frees, hits, misses, req_add, req_sub;
+  _Atomic uint64_t frees, hits, misses, req_add, req_sub;
 } aa__bin;
 
 typedef struct aa__hh_slot {
@@ -190,6 +197,7 @@ typedef struct aa__tcache {
   struct aa__tcache *next, *prev; /* pool's tcache list (tc_mu) */
   uint32_t epoch;
   size_t cached_bytes;
+  size_t max_bytes; /* cfg.tcache_bytes */
   uint64_t tid;
   _Atomic uint64_t large_allocs, large_frees;
   _Atomic uint64_t hist[AA_HIST_BUCKETS];
@@ -198,7 +206,7 @@ typedef struct aa__tcache {
 } aa__tcache;
 
 struct aa__thread {
-  _Atomic(aa__tcache *) caches[AA__MAX_POOL_SLOTS];
+  _Atomic(aa__tcache *) caches[AA__MAX_POOL_SLOTS + 1]; /* last: always NULL */
   uint64_t tid;
 };
 
@@ -266,6 +274,7 @@ struct aa_pool {
   aa_backend *backend;
   aa_pool_config cfg; /* normalised copy (name points at this->name) */
   int slot;           /* thread-cache slot, -1 = none */
+  int slot_ix;        /* slot, or AA__MAX_POOL_SLOTS (a NULL entry) when none */
   uint64_t id;
   bool has_events;
 
@@ -297,6 +306,7 @@ struct aa_pool {
   _Atomic uint64_t ooms, oom_retries, invalid_frees;
   _Atomic size_t limit;
   _Atomic bool telemetry;
+  _Atomic uint32_t tflags; /* AA__TF_*: what the hot path must do */
   _Atomic(aa__trace_cb *) trace;
   aa__trace_cb *trace_all; /* every record ever set (class_mu) */
 
@@ -361,7 +371,6 @@ void aa__rs_destroy(aa_pool *pool);
 void aa__tcache_flush_mine(aa_pool *pool);
 void aa__retire_check(aa_pool *pool, aa__class *c);
 void aa__hh_add(aa__hh_slot *t, size_t nslots, uint64_t size, uint64_t count);
-void aa__telemetry_alloc(aa_pool *pool, aa__tcache *tc, void *p, size_t size, aa_stream s);
 void aa__trace(aa_pool *pool, char op, const void *p, size_t size, aa_stream s);
 int aa__events_done(aa_pool *pool, void **ev, uint32_t *n);
 

@@ -19,6 +19,9 @@
 
 #define SPLIT_MIN ((size_t)64 << 10)
 
+static bool merge_ok(const aa__chunk *a, const aa__chunk *b);
+static void absorb(aa_pool *pool, aa__chunk *a, aa__chunk *b);
+
 static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 static unsigned bin_of(size_t size) {
@@ -169,11 +172,34 @@ static bool seg_releasable(aa_pool *pool, aa__seg *s) {
   return usable(pool, c, (aa_stream)(uintptr_t)-1) && c->any;
 }
 
+/* Free chunks whose events completed become usable anywhere and merge with
+ * their free neighbours, so that a segment freed piecewise on several
+ * streams can go back whole. */
+static void seg_settle(aa_pool *pool, aa__seg *s) {
+  for (aa__chunk *c = s->first; c; c = c->next) {
+    if (c->free && !c->any && pool->has_events)
+      (void)usable(pool, c, (aa_stream)(uintptr_t)-1);
+  }
+  aa__chunk *c = s->first;
+  while (c) {
+    aa__chunk *n = c->next;
+    if (n && merge_ok(c, n) && c->any == n->any) {
+      bin_remove(pool, c);
+      absorb(pool, c, n);
+      bin_insert(pool, c);
+      continue; /* try the new neighbour */
+    }
+    c = n;
+  }
+}
+
 static size_t release_locked(aa_pool *pool, size_t want) {
   size_t released = 0;
   aa__seg *s = pool->segs;
   while (s && released < want) {
     aa__seg *n = s->next;
+    if (s->first->next != NULL)
+      seg_settle(pool, s);
     if (seg_releasable(pool, s)) {
       size_t sz = s->h.end - s->h.base;
       bin_remove(pool, s->first);

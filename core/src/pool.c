@@ -446,6 +446,7 @@ int aa_pool_new(const aa_pool_config *cfg, aa_pool **out) {
     pthread_mutex_init(&pool->classes[i].mu, NULL);
   atomic_store(&pool->limit, c.limit_bytes);
   atomic_store(&pool->telemetry, c.telemetry);
+  atomic_store(&pool->tflags, c.telemetry ? AA__TF_TELEMETRY : 0);
   atomic_store(&pool->epoch, 1);
   atomic_store(&pool->table_version, 1);
   rc = AA_ENOMEM;
@@ -537,9 +538,21 @@ size_t aa_pool_trim(aa_pool *pool, size_t keep_bytes) {
 
 /* ------------------------------------------------------------ setters */
 
+/* Recomputes the hot-path flags. Under class_mu. */
+static void update_tflags(aa_pool *pool) {
+  uint32_t f = atomic_load(&pool->telemetry) ? AA__TF_TELEMETRY : 0;
+  if (atomic_load(&pool->trace) != NULL)
+    f |= AA__TF_TRACE;
+  atomic_store_explicit(&pool->tflags, f, memory_order_release);
+}
+
 void aa_pool_set_telemetry(aa_pool *pool, bool on) {
-  if (pool)
-    atomic_store_explicit(&pool->telemetry, on, AA__RLX);
+  if (pool == NULL)
+    return;
+  pthread_mutex_lock(&pool->class_mu);
+  atomic_store_explicit(&pool->telemetry, on, AA__RLX);
+  update_tflags(pool);
+  pthread_mutex_unlock(&pool->class_mu);
 }
 
 void aa_pool_set_trace(aa_pool *pool, aa_trace_fn fn, void *user) {
@@ -566,6 +579,7 @@ void aa_pool_set_trace(aa_pool *pool, aa_trace_fn fn, void *user) {
     }
   }
   atomic_store_explicit(&pool->trace, t, memory_order_release);
+  update_tflags(pool);
   pthread_mutex_unlock(&pool->class_mu);
 }
 

@@ -141,13 +141,22 @@ static uint32_t merge_hh(aa_pool *pool, aa_size_count *out) {
   size_t ntc = 0;
   for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next)
     ntc++;
-  size_t cap = pool->dead_hh_n + ntc * AA__HH_SLOTS;
+  size_t cap = pool->dead_hh_n + ntc * (AA__HH_SLOTS + AA_MAX_CLASSES);
   aa_size_count *v = malloc(cap * sizeof *v);
   if (v == NULL)
     return 0;
   size_t k = collect(v, 0, pool->dead_hh, pool->dead_hh_n);
-  for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next)
+  for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next) {
     k = collect(v, k, tc->hh, AA__HH_SLOTS);
+    for (int c = 0; c < AA_MAX_CLASSES; c++) {
+      uint64_t w = atomic_load_explicit(&tc->bins[c].run, memory_order_acquire);
+      if (w >> 32) {
+        v[k].size = w & 0xFFFFFFFFu;
+        v[k].count = w >> 32;
+        k++;
+      }
+    }
+  }
   qsort(v, k, sizeof *v, cmp_size);
   size_t m = 0;
   for (size_t i = 0; i < k; i++) {
@@ -188,7 +197,13 @@ int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out) {
     out->hist[i] = aa__cget(&pool->dead_hist[i]);
   for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next) {
     for (int i = 0; i < AA_HIST_BUCKETS; i++)
-      out->hist[i] += aa__cget(&tc->hist[i]);
+      out->hist[i] += atomic_load_explicit(&tc->hist[i], memory_order_acquire);
+    /* runs still open (read after the histogram: see run_restart) */
+    for (int k = 0; k < AA_MAX_CLASSES; k++) {
+      uint64_t w = atomic_load_explicit(&tc->bins[k].run, memory_order_acquire);
+      if (w >> 32)
+        out->hist[aa_hist_bucket((size_t)(w & 0xFFFFFFFFu))] += w >> 32;
+    }
   }
   out->hh_count = merge_hh(pool, out->hh);
   csum ret = {pool->retired.frees, pool->retired.hits, pool->retired.misses,

@@ -1,0 +1,218 @@
+/*
+ * test_core_stream.c — stream-ordered reuse with host events held pending: a
+ * block freed on stream A is reused on A at once but reaches stream B only
+ * after an event recorded on A has completed; record_stream'd blocks wait for
+ * every stream; the large path follows the same rules; nothing leaks events.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "adaptalloc/core.h"
+
+#define SA ((aa_stream)(uintptr_t)0x1000)
+#define SB ((aa_stream)(uintptr_t)0x2000)
+#define SC ((aa_stream)(uintptr_t)0x3000)
+
+typedef struct fx {
+  aa_backend *b;
+  aa_pool *p;
+} fx;
+
+static int setup_cfg(void **state, uint32_t tcache_blocks) {
+  fx *f = calloc(1, sizeof *f);
+  assert_int_equal(aa_backend_host_new(&f->b), AA_OK);
+  aa_pool_config cfg;
+  aa_pool_config_init(&cfg);
+  cfg.backend = f->b;
+  cfg.tcache_blocks = tcache_blocks;
+  assert_int_equal(aa_pool_new(&cfg, &f->p), AA_OK);
+  *state = f;
+  return 0;
+}
+static int setup(void **state) { return setup_cfg(state, 32); }
+static int setup_nocache(void **state) { return setup_cfg(state, 0); }
+
+static int teardown(void **state) {
+  fx *f = *state;
+  aa_pool_destroy(f->p);
+  uint64_t mapped, rec, outstanding;
+  aa_backend_host_counts(f->b, NULL, NULL, &mapped);
+  aa_backend_host_event_counts(f->b, &rec, &outstanding);
+  assert_int_equal(mapped, 0);
+  assert_int_equal(outstanding, 0);
+  aa_backend_destroy(f->b);
+  free(f);
+  return 0;
+}
+
+enum { N = 16 };
+#define BIG ((size_t)256 << 10) /* 8 blocks a slab: the free lists run dry quickly */
+
+static int contains(void **v, int n, void *p) {
+  for (int i = 0; i < n; i++)
+    if (v[i] == p)
+      return 1;
+  return 0;
+}
+
+/* Blocks freed on A: B never sees them while events are held; A does. */
+static void test_core_stream_cross_stream_waits(void **state) {
+  fx *f = *state;
+  void *a[N], *b[N], *again[N];
+  aa_backend_host_hold_events(f->b, true);
+  for (int i = 0; i < N; i++)
+    a[i] = aa_alloc(f->p, BIG, SA);
+  for (int i = 0; i < N; i++)
+    assert_int_equal(aa_free(f->p, a[i], BIG, SA), AA_OK);
+  for (int i = 0; i < N; i++) {
+    b[i] = aa_alloc(f->p, BIG, SB);
+    assert_non_null(b[i]);
+    assert_false(contains(a, N, b[i]));
+  }
+  aa_pool_stats st;
+  aa_pool_stats_get(f->p, &st);
+  assert_true(st.pending_blocks > 0); /* B tried to take A's blocks */
+  /* reuse on A is immediate */
+  for (int i = 0; i < N; i++) {
+    again[i] = aa_alloc(f->p, BIG, SA);
+    assert_true(contains(a, N, again[i]));
+  }
+  for (int i = 0; i < N; i++) {
+    assert_int_equal(aa_free(f->p, again[i], 0, SA), AA_OK);
+    assert_int_equal(aa_free(f->p, b[i], 0, SB), AA_OK);
+  }
+  /* complete the events: B may now take A's blocks */
+  aa_backend_host_hold_events(f->b, false);
+  int from_a = 0;
+  void *c[3 * N];
+  for (int i = 0; i < 3 * N; i++) {
+    c[i] = aa_alloc(f->p, BIG, SC);
+    from_a += contains(a, N, c[i]);
+  }
+  assert_true(from_a > 0);
+  for (int i = 0; i < 3 * N; i++)
+    aa_free(f->p, c[i], 0, SC);
+  aa_pool_stats_get(f->p, &st);
+  assert_int_equal(st.bytes_in_use, 0);
+}
+
+/* Same without thread caches: every block goes through the central lists. */
+static void test_core_stream_central_lists(void **state) {
+  fx *f = *state;
+  aa_backend_host_hold_events(f->b, true);
+  const size_t sz = (size_t)1 << 20; /* two blocks a slab */
+  void *a = aa_alloc(f->p, sz, SA);
+  assert_int_equal(aa_free(f->p, a, 0, SA), AA_OK);
+  void *b = aa_alloc(f->p, sz, SB);
+  assert_ptr_not_equal(a, b);
+  void *a2 = aa_alloc(f->p, sz, SA);
+  assert_ptr_equal(a, a2);
+  assert_int_equal(aa_free(f->p, a2, 0, SA), AA_OK);
+  assert_int_equal(aa_free(f->p, b, 0, SB), AA_OK);
+  /* still held: B gets its own block back, then new ones, never a */
+  void *b2 = aa_alloc(f->p, sz, SB);
+  assert_ptr_equal(b2, b);
+  void *b3 = aa_alloc(f->p, sz, SB);
+  void *b4 = aa_alloc(f->p, sz, SB);
+  assert_ptr_not_equal(b3, a);
+  assert_ptr_not_equal(b4, a);
+  aa_pool_stats st;
+  aa_pool_stats_get(f->p, &st);
+  assert_int_equal(st.pending_blocks, 1);
+  aa_backend_host_hold_events(f->b, false);
+  void *b5 = aa_alloc(f->p, sz, SB);
+  assert_ptr_equal(b5, a); /* now a completed event covers it */
+  aa_pool_stats_get(f->p, &st);
+  assert_int_equal(st.pending_blocks, 0);
+  aa_free(f->p, b2, 0, SB);
+  aa_free(f->p, b3, 0, SB);
+  aa_free(f->p, b4, 0, SB);
+  aa_free(f->p, b5, 0, SB);
+}
+
+static void test_core_stream_record_stream(void **state) {
+  fx *f = *state;
+  aa_backend_host_hold_events(f->b, true);
+  void *a = aa_alloc(f->p, 2048, SA);
+  assert_int_equal(aa_record_stream(f->p, a, SB), AA_OK);
+  assert_int_equal(aa_record_stream(f->p, a, SB), AA_OK); /* twice is fine */
+  assert_int_equal(aa_free(f->p, a, 2048, SA), AA_OK);
+  /* not even A may reuse it before B's work is done */
+  void *x = aa_alloc(f->p, 2048, SA);
+  void *y = aa_alloc(f->p, 2048, SB);
+  assert_ptr_not_equal(x, a);
+  assert_ptr_not_equal(y, a);
+  aa_pool_stats st;
+  aa_pool_stats_get(f->p, &st);
+  assert_int_equal(st.pending_blocks, 1);
+  aa_backend_host_hold_events(f->b, false);
+  aa_pool_release(f->p); /* polls pending work */
+  aa_pool_stats_get(f->p, &st);
+  assert_int_equal(st.pending_blocks, 0);
+  aa_free(f->p, x, 0, SA);
+  aa_free(f->p, y, 0, SB);
+  /* record_stream on a free or foreign pointer is refused */
+  int local;
+  assert_int_equal(aa_record_stream(f->p, &local, SB), AA_EINVAL);
+  assert_int_equal(aa_record_stream(f->p, a, SB), AA_EINVAL);
+}
+
+static void test_core_stream_large(void **state) {
+  fx *f = *state;
+  aa_backend_host_hold_events(f->b, true);
+  void *a = aa_alloc(f->p, 3u << 20, SA);
+  assert_int_equal(aa_free(f->p, a, 0, SA), AA_OK);
+  void *b = aa_alloc(f->p, 3u << 20, SB);
+  assert_ptr_not_equal(a, b);
+  void *a2 = aa_alloc(f->p, 3u << 20, SA);
+  assert_ptr_equal(a, a2);
+  aa_free(f->p, a2, 0, SA);
+  aa_backend_host_hold_events(f->b, false);
+  void *c = aa_alloc(f->p, 3u << 20, SC);
+  assert_ptr_equal(c, a);
+  aa_free(f->p, c, 0, SC);
+  /* record_stream on a large block */
+  aa_backend_host_hold_events(f->b, true);
+  void *d = aa_alloc(f->p, 5u << 20, SA);
+  assert_int_equal(aa_record_stream(f->p, d, SB), AA_OK);
+  aa_free(f->p, d, 0, SA);
+  void *e = aa_alloc(f->p, 5u << 20, SA);
+  assert_ptr_not_equal(e, d);
+  aa_backend_host_hold_events(f->b, false);
+  void *g = aa_alloc(f->p, 5u << 20, SC);
+  assert_ptr_equal(g, d);
+  aa_free(f->p, e, 0, SA);
+  aa_free(f->p, g, 0, SC);
+  aa_free(f->p, b, 0, SB);
+}
+
+/* Held events at destroy are released, nothing leaks. */
+static void test_core_stream_destroy_pending(void **state) {
+  fx *f = *state;
+  aa_backend_host_hold_events(f->b, true);
+  for (int i = 0; i < 10; i++) {
+    void *a = aa_alloc(f->p, 1000 + (size_t)i * 1000, SA);
+    aa_free(f->p, a, 0, SA);
+    void *b = aa_alloc(f->p, 1000 + (size_t)i * 1000, SB);
+    aa_record_stream(f->p, b, SC);
+    aa_free(f->p, b, 0, SB);
+  }
+  /* teardown checks that no event and no byte is left */
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_core_stream_cross_stream_waits, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_core_stream_central_lists, setup_nocache, teardown),
+      cmocka_unit_test_setup_teardown(test_core_stream_record_stream, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_core_stream_large, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_core_stream_destroy_pending, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
