@@ -65,19 +65,19 @@ want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done;
     stage example-mempool 60 python3 examples/torch_pluggable.py mempool
   fi
   want gputests && stage gputests 300 python3 tests/gpu/test_torch_plugin.py
-  want pair && stage pair 120 python3 bench/gpu/bench_pair.py --reps 7 --out $res/pair.json
+  want pair && stage pair 120 python3 bench/gpu/bench_pair.py --reps ${AA_REPS_PAIR:-7} --out $res/pair.json
   if want pinned; then
     gcc -O2 -std=c11 bench/gpu/bench_pinned.c -Icore/include -I/usr/local/cuda/include \
       "$build/libadaptalloc_static.a" -L/usr/local/cuda/lib64 -lcudart -lpthread -lm \
       -o /tmp/bench_pinned && stage pinned 120 /tmp/bench_pinned 7 $res/timeline.csv
   fi
-  want scenarios && stage scenarios 150 python3 bench/gpu/bench_scenarios.py --reps 5 --out $res/scenarios.json
+  want scenarios && stage scenarios 150 python3 bench/gpu/bench_scenarios.py --reps ${AA_REPS_SCEN:-5} --out $res/scenarios.json
   want bert && stage bert 200 env ADAPTALLOC_MODEL=bert-base \
-    python3 bench/gpu/bench_bert.py latency --reps 3 --out $res/bert.json
+    python3 bench/gpu/bench_bert.py latency --reps ${AA_REPS_BERT:-3} --out $res/bert.json
   want maxbatch && stage maxbatch 200 env ADAPTALLOC_MODEL=bert-base \
-    python3 bench/gpu/bench_bert.py maxbatch --cap-gib 2 --start 128 --step 32 --out $res/maxbatch.json
+    python3 bench/gpu/bench_bert.py maxbatch --cap-gib 2 --start ${AA_MB_START:-128} --step ${AA_MB_STEP:-32} --out $res/maxbatch.json
   want gpt2 && stage gpt2 200 env ADAPTALLOC_MODEL=gpt2-small ADAPTALLOC_DB=/tmp/aa-results/gpt2.db ADAPTALLOC_HTTP=127.0.0.1:0 \
-    python3 bench/gpu/bench_gpt2.py --steps 200 --out $res/gpt2.json --stats-out $res/gpt2_stats.json
+    python3 bench/gpu/bench_gpt2.py --steps ${AA_GPT2_STEPS:-200} --out $res/gpt2.json --stats-out $res/gpt2_stats.json
   echo "=== done in $(( $(date +%s) - t_start ))s"
 } 2>&1 | tee "$out/log.txt"
 tar -czf "$out/results.tar.gz" -C "$res" . 2>/dev/null
