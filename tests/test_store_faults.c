@@ -475,6 +475,58 @@ static void test_store_fault_disk_full(void **state) {
   assert_true(sql_int(path, "SELECT count(*) FROM snapshots") > 0);
 }
 
+/* A fork()ed child (a DataLoader worker, say) inherits a copy of the handle:
+ * the copy must be inert — no writer thread, and the parent's connection is
+ * never touched — while the parent keeps writing. */
+static void test_store_fork_child_copy_is_inert(void **state) {
+  (void)state;
+  char path[300];
+  aa_pool_stats p;
+  db_file(path, sizeof path, "fork.db");
+  aa_store_config cfg;
+  aa_store_config_init(&cfg);
+  cfg.path = path;
+  cfg.commit_interval_ms = 5;
+  aa_store *st = NULL;
+  assert_int_equal(aa_store_open(&cfg, &st), AA_OK);
+  assert_true(begin(st) > 0);
+  fill_stats(&p, 1, 2);
+  assert_int_equal(aa_store_snapshot(st, &p), AA_OK);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    int code = 0;
+    if (aa_store_snapshot(st, &p) != AA_ECLOSED) code = 1;
+    if (aa_store_policy_change(st, "api", 1, 2, NULL, NULL) != AA_ECLOSED) code = 2;
+    push_events(st, 10);
+    if (aa_store_flush(st, 1000) != AA_ECLOSED) code = 3;
+    int64_t id = 0;
+    aa_store_run_info info = {.rank = -1};
+    if (aa_store_begin_run(st, &info, &id) != AA_ECLOSED) code = 4;
+    if (aa_store_end_run(st) != AA_ECLOSED) code = 5;
+    aa_store_stats s;
+    if (aa_store_stats_get(st, &s) != AA_OK || s.enabled != 0) code = 6;
+    if (aa_store_close(st) != AA_ECLOSED) code = 7;
+    _exit(code);
+  }
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  fill_stats(&p, 2, 2);
+  assert_int_equal(aa_store_snapshot(st, &p), AA_OK);
+  assert_int_equal(aa_store_flush(st, 0), AA_OK);
+  aa_store_stats s;
+  assert_int_equal(aa_store_stats_get(st, &s), AA_OK);
+  assert_int_equal(s.enabled, 1);
+  assert_int_equal(s.snapshots_written, 2);
+  assert_int_equal(aa_store_close(st), AA_OK);
+  assert_string_equal(integrity(path), "ok");
+  assert_int_equal(sql_int(path, "SELECT count(*) FROM snapshots"), 2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_store_fault_disables_once),
@@ -482,6 +534,7 @@ int main(void) {
       cmocka_unit_test(test_store_fault_locked_database),
       cmocka_unit_test(test_store_fault_read_only_file),
       cmocka_unit_test(test_store_fault_disk_full),
+      cmocka_unit_test(test_store_fork_child_copy_is_inert),
   };
   return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }

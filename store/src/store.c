@@ -102,6 +102,7 @@ struct aa_store {
   uint64_t flush_req; /* flush generations asked for */
   uint64_t flush_done;
 
+  uint64_t fork_gen; /* g_fork_gen at open */
   _Atomic int64_t run_id;
   _Atomic int enabled;
   _Atomic int last_error;
@@ -132,6 +133,19 @@ struct aa_store {
 };
 
 static _Atomic uint64_t g_memory_counter;
+
+/* Bumped in the child of every fork(). A handle opened in another
+ * generation belongs to the parent: its writer thread does not exist here and
+ * its SQLite connection must not be touched (SQLite forbids carrying a
+ * connection across fork), so the child's copy is inert. */
+static _Atomic uint64_t g_fork_gen;
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+
+static void on_fork_child(void) { atomic_fetch_add(&g_fork_gen, 1); }
+
+static void atfork_register(void) {
+  pthread_atfork(NULL, NULL, on_fork_child);
+}
 
 /* ------------------------------------------------------------------ small */
 
@@ -174,8 +188,19 @@ static void deadline_after(struct timespec *ts, uint32_t ms) {
   }
 }
 
+static bool forked_copy(const aa_store *st) {
+  return atomic_load_explicit(&g_fork_gen, memory_order_relaxed) != st->fork_gen;
+}
+
 static bool is_enabled(const aa_store *st) {
-  return atomic_load_explicit(&st->enabled, memory_order_acquire) != 0;
+  return atomic_load_explicit(&st->enabled, memory_order_acquire) != 0 &&
+         !forked_copy(st);
+}
+
+/* The queue length at which the writer is woken early. */
+static uint32_t wake_mark(const aa_store *st) {
+  uint32_t half = st->cfg.queue_capacity / 2;
+  return half > 0 ? half : 1;
 }
 
 static void store_log(const aa_store_config *cfg, const char *line) {
@@ -875,7 +900,7 @@ static void *writer_main(void *arg) {
   for (;;) {
     bool work = st->stop || st->begins != NULL ||
                 st->flush_req != st->flush_done ||
-                st->queued >= st->cfg.queue_capacity / 2;
+                st->queued >= wake_mark(st);
     if (!work) {
       struct timespec ts;
       deadline_after(&ts, st->cfg.commit_interval_ms);
@@ -959,6 +984,8 @@ int aa_store_open(const aa_store_config *cfg, aa_store **out) {
   }
   st->cfg.path = st->path;
   st->ring_cap = c.trace_capacity;
+  pthread_once(&g_atfork_once, atfork_register);
+  st->fork_gen = atomic_load(&g_fork_gen);
   atomic_store(&st->fault.remaining, c.fault_nth);
   if (st->path == NULL || st->reader_path == NULL) {
     err = AA_ENOMEM;
@@ -1044,6 +1071,8 @@ int aa_store_begin_run(aa_store *st, const aa_store_run_info *info,
        strnlen(info->config_json, AA__STORE_MAX_JSON + 1) > AA__STORE_MAX_JSON)) {
     return AA_EINVAL;
   }
+  if (forked_copy(st)) return AA_ECLOSED; /* the mutex may be held by a
+                                             thread of the parent */
   memset(&req, 0, sizeof req);
   req.info = info;
   pthread_mutex_lock(&st->mu);
@@ -1065,6 +1094,10 @@ unlock:
 /* Appends an item; takes ownership of it in every case. */
 static int enqueue(aa_store *st, item *it, bool need_run) {
   int err = AA_OK;
+  if (forked_copy(st)) {
+    err = AA_ECLOSED;
+    goto dropped;
+  }
   pthread_mutex_lock(&st->mu);
   if (!is_enabled(st) || st->stop) {
     err = AA_ECLOSED;
@@ -1088,11 +1121,12 @@ static int enqueue(aa_store *st, item *it, bool need_run) {
   st->tail = it;
   st->queued++;
   if (it->kind == ITEM_SNAPSHOT) atomic_fetch_add(&st->snapshots_queued, 1);
-  if (st->queued >= st->cfg.queue_capacity / 2) wake_writer(st);
+  if (st->queued >= wake_mark(st)) wake_writer(st);
   if (it->kind == ITEM_END_RUN) atomic_store(&st->run_id, 0);
   it = NULL;
 unlock:
   pthread_mutex_unlock(&st->mu);
+dropped:
   if (it != NULL) {
     count_dropped(st, it);
     item_free(it);
@@ -1259,6 +1293,7 @@ int aa_store_flush(aa_store *st, uint32_t timeout_ms) {
   int err = AA_OK;
   struct timespec ts;
   if (st == NULL) return AA_EINVAL;
+  if (forked_copy(st)) return AA_ECLOSED;
   if (timeout_ms > 0) deadline_after(&ts, timeout_ms);
   pthread_mutex_lock(&st->mu);
   if (!is_enabled(st)) goto disabled;
@@ -1285,6 +1320,21 @@ unlock:
 int aa_store_close(aa_store *st) {
   int err = AA_OK;
   if (st == NULL) return AA_OK;
+  if (forked_copy(st)) {
+    /* The parent's handle: no writer thread here, and the parent's SQLite
+     * connection must not be used or closed from this process. Free only
+     * our memory (the connection's memory is leaked on purpose). */
+    for (item *it = st->head; it != NULL;) {
+      item *next = it->next;
+      item_free(it);
+      it = next;
+    }
+    free(atomic_load(&st->ring));
+    free(st->reader_path);
+    free(st->path);
+    free(st);
+    return AA_ECLOSED;
+  }
   if (atomic_load(&st->run_id) > 0) aa_store_end_run(st);
   err = aa_store_flush(st, st->cfg.close_timeout_ms);
   pthread_mutex_lock(&st->mu);
