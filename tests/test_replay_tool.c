@@ -23,6 +23,9 @@
 #include <cJSON.h>
 #include <cmocka.h>
 
+#include "adaptalloc/core.h"
+#include "adaptalloc/store.h"
+
 static char g_bin[1024];
 static char g_src[1024];
 static char g_tmp[256];
@@ -501,6 +504,77 @@ static void test_replay_tool_torch_converter(void **state) {
   free(err);
 }
 
+
+/* A run's stored histogram (written through the store API from a real
+ * host pool's snapshot) drives a synthesised replay. */
+static void test_replay_tool_db_histogram(void **state) {
+  aa_store_config sc;
+  aa_store_run_info info;
+  aa_store *st = NULL;
+  aa_backend *be = NULL;
+  aa_pool_config pc;
+  aa_pool *pool = NULL;
+  aa_pool_stats *stats = calloc(1, sizeof *stats);
+  void *blocks[150];
+  char db[400], *out = NULL, *err = NULL;
+  int64_t run = 0;
+  int i, rc;
+  cJSON *j;
+  (void)state;
+
+  assert_non_null(stats);
+  if (!have_binary()) {
+    free(stats);
+    skip();
+  }
+  snprintf(db, sizeof db, "%s/hist.db", g_tmp);
+  aa_store_config_init(&sc);
+  sc.path = db;
+  sc.quiet = true;
+  rc = aa_store_open(&sc, &st);
+  if (rc == AA_ENOTSUP) {
+    free(stats);
+    skip(); /* built without the store */
+  }
+  assert_int_equal(rc, AA_OK);
+  memset(&info, 0, sizeof info);
+  info.model = "replay-test";
+  info.rank = -1;
+  assert_int_equal(aa_store_begin_run(st, &info, &run), AA_OK);
+  assert_int_equal(aa_backend_host_new(&be), AA_OK);
+  aa_pool_config_init(&pc);
+  pc.backend = be;
+  pc.name = "device0";
+  assert_int_equal(aa_pool_new(&pc, &pool), AA_OK);
+  for (i = 0; i < 150; i++)
+    blocks[i] = aa_alloc(pool, i < 100 ? 4100 : 512, NULL);
+  assert_int_equal(aa_pool_stats_get(pool, stats), AA_OK);
+  assert_int_equal(aa_store_snapshot(st, stats), AA_OK);
+  assert_int_equal(aa_store_flush(st, 0), AA_OK);
+  assert_int_equal(aa_store_close(st), AA_OK);
+  for (i = 0; i < 150; i++)
+    aa_free(pool, blocks[i], 0, NULL);
+  aa_pool_destroy(pool);
+  aa_backend_destroy(be);
+  free(stats);
+
+  assert_int_equal(sh(&out, &err, "{BIN} run --json --db %s --from-histogram "
+                      "--events 5000 --seed 3 --live 100", db), 0);
+  j = cJSON_Parse(out);
+  assert_non_null(j);
+  assert_non_null(strstr(get(j, "input")->valuestring, "stored histogram"));
+  assert_int_equal((int)num(j, "events"), 5000);
+  assert_true(num(j, "result.requests") > 2000);
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+  assert_int_equal(sh(&out, &err, "{BIN} run --db %s --from-histogram "
+                      "--hist-pool nosuch", db), 1);
+  assert_non_null(strstr(err, "cannot read the histogram of pool nosuch"));
+  free(out);
+  free(err);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_replay_tool_usage),
@@ -508,6 +582,7 @@ int main(void) {
       cmocka_unit_test(test_replay_tool_bad_input),
       cmocka_unit_test(test_replay_tool_suggest_compare),
       cmocka_unit_test(test_replay_tool_import_run_db),
+      cmocka_unit_test(test_replay_tool_db_histogram),
       cmocka_unit_test(test_replay_tool_export_and_seed),
       cmocka_unit_test(test_replay_tool_torch_converter),
   };

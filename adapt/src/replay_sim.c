@@ -54,7 +54,6 @@ typedef struct simbk {
   size_t nall, capall;
   _Atomic uint64_t now_ns;
   _Atomic uint64_t held;
-  _Atomic uint64_t peak_held;
   _Atomic uint64_t allocs, frees, failures, alloc_bytes;
   _Atomic uint64_t event_records;
 } simbk;
@@ -130,11 +129,7 @@ static int sim_alloc(aa_backend *be, size_t size, void **out) {
     addr = b->next_addr;
     b->next_addr += span;
   }
-  {
-    uint64_t h = atomic_fetch_add_explicit(&b->held, size, memory_order_relaxed) + size;
-    if (h > atomic_load_explicit(&b->peak_held, memory_order_relaxed))
-      atomic_store_explicit(&b->peak_held, h, memory_order_relaxed);
-  }
+  atomic_fetch_add_explicit(&b->held, size, memory_order_relaxed);
   atomic_fetch_add_explicit(&b->allocs, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&b->alloc_bytes, size, memory_order_relaxed);
   *out = (void *)(uintptr_t)addr;
