@@ -310,11 +310,12 @@ static summary summarise(const double *v, int n) {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: adaptalloc-bench host [--json] [--reps N] [--case NAME[,NAME...]]\n"
+          "usage: adaptalloc-bench host [--json|--markdown] [--reps N] [--case NAME[,NAME...]]\n"
           "                             [--allocator NAME[,NAME...]] [--scale F]\n"
           "  Runs adaptalloc (telemetry on/off), glibc, jemalloc and mimalloc side by\n"
           "  side in this one process and reports the median ns per alloc+free pair.\n"
           "  --json       one JSON object per line on stdout instead of a table\n"
+          "  --markdown   the table as Markdown (medians, min-max, ratios), for BENCHMARKS.md\n"
           "  --reps N     repetitions (default 7, at least 1); median, min, max over them\n"
           "  --case       only these cases: pair_64 pair_512 pair_4096 pair_65536\n"
           "               batch_mixed batch_mixed_2t\n"
@@ -409,12 +410,54 @@ static const char *fmt_ratio(char *buf, size_t cap, double num, double den) {
   return buf;
 }
 
+/* The result table as Markdown: one row per case, median ns per pair with
+ * the min-max range, then the ratios the targets are stated in. */
+static void print_markdown(const bench_allocator *al, const bool *run_alloc, const bool *run_case,
+                           double (*res)[BENCH_ALLOCATORS][MAX_REPS], int reps) {
+  size_t c;
+  int i;
+  printf("| case |");
+  for (i = 0; i < BENCH_ALLOCATORS; i++) {
+    if (run_alloc[i]) {
+      printf(" %s |", al[i].name);
+    }
+  }
+  printf(" adaptalloc / mimalloc | adaptalloc / glibc | telemetry on / off |\n|---|");
+  for (i = 0; i < BENCH_ALLOCATORS; i++) {
+    if (run_alloc[i]) {
+      printf("---:|");
+    }
+  }
+  printf("---:|---:|---:|\n");
+  for (c = 0; c < N_CASES; c++) {
+    summary s[BENCH_ALLOCATORS];
+    char r1[16];
+    char r2[16];
+    char r3[16];
+    if (!run_case[c]) {
+      continue;
+    }
+    printf("| `%s` |", g_cases[c].name);
+    for (i = 0; i < BENCH_ALLOCATORS; i++) {
+      s[i].median = 0.0;
+      if (run_alloc[i]) {
+        s[i] = summarise(res[c][i], reps);
+        printf(" %.1f <sub>%.1f-%.1f</sub> |", s[i].median, s[i].min, s[i].max);
+      }
+    }
+    printf(" %s | %s | %s |\n", fmt_ratio(r1, sizeof r1, s[0].median, s[4].median),
+           fmt_ratio(r2, sizeof r2, s[0].median, s[2].median),
+           fmt_ratio(r3, sizeof r3, s[0].median, s[1].median));
+  }
+}
+
 int bench_host_main(int argc, char **argv) {
   static const char *const alloc_names[BENCH_ALLOCATORS] = {
       "adaptalloc", "adaptalloc_notelemetry", "glibc", "jemalloc", "mimalloc"};
   const char *case_names[N_CASES];
   bench_allocator al[BENCH_ALLOCATORS];
   bool json = false;
+  bool markdown = false;
   bool quiet = false;
   long reps = 7;
   double scale = 1.0;
@@ -438,6 +481,8 @@ int bench_host_main(int argc, char **argv) {
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(a, "--json") == 0) {
       json = true;
+    } else if (strcmp(a, "--markdown") == 0) {
+      markdown = true;
     } else if (strcmp(a, "--quiet") == 0) {
       quiet = true;
     } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -506,6 +551,7 @@ int bench_host_main(int argc, char **argv) {
    * that first-touch page faults and lazy initialisation are not timed. */
   for (c = 0; c < N_CASES; c++) {
     const bench_case *bc = &g_cases[c];
+    uint64_t warm = (uint64_t)((double)bc->ops * scale / 10.0) + 1;
     if (!run_case[c]) {
       continue;
     }
@@ -514,9 +560,9 @@ int bench_host_main(int argc, char **argv) {
         continue;
       }
       if (bc->kind == CASE_PAIR) {
-        (void)run_pair(&al[i], bc->size, bc->ops / 10 + 1);
+        (void)run_pair(&al[i], bc->size, warm);
       } else {
-        (void)run_batch_case(&al[i], plans, bc->threads, bc->ops / BATCH_N / 10 + 1);
+        (void)run_batch_case(&al[i], plans, bc->threads, warm / BATCH_N + 1);
       }
     }
   }
@@ -580,6 +626,8 @@ int bench_host_main(int argc, char **argv) {
                bc->threads, bc->size);
       }
     }
+  } else if (markdown) {
+    print_markdown(al, run_alloc, run_case, res, (int)reps);
   } else {
     printf("adaptalloc-bench host: median ns per alloc+free pair over %ld reps%s\n", reps,
            reps < 5 ? " (fewer than 5: not a benchmark figure)" : "");
