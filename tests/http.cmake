@@ -7,6 +7,17 @@
 #    chromium exist; it skips (exit 77) without tests/browser/node_modules
 #    (npm ci --prefix tests/browser). Screenshot: <build>/browser/dashboard.png.
 if(NOT AA_WITH_HTTP)
+  # tests/fuzz/fuzz_http.c drives the server's internals, which a build
+  # without HTTP does not have: keep its targets out of "all" and its corpus
+  # test disabled.
+  foreach(t fuzz_http fuzz_http_corpus)
+    if(TARGET ${t})
+      set_target_properties(${t} PROPERTIES EXCLUDE_FROM_ALL TRUE)
+    endif()
+  endforeach()
+  if(TEST test_fuzz_http_corpus)
+    set_tests_properties(test_fuzz_http_corpus PROPERTIES DISABLED TRUE)
+  endif()
   return()
 endif()
 add_executable(aa_http_testserver ${CMAKE_CURRENT_LIST_DIR}/browser/testserver.c)
