@@ -1050,8 +1050,13 @@ __attribute__((noinline)) static int free_odd(aa_pool *pool, void *ptr, size_t s
     aa__misuse(pool, AA_MISUSE_FOREIGN, ptr, size, "pointer not owned by this pool");
     return AA_EINVAL;
   }
-  if (sp->kind != AA__SPAN_SLAB)
-    return aa__large_free(pool, (aa__seg *)sp, ptr, size, stream);
+  if (sp->kind != AA__SPAN_SLAB) {
+    int rc = aa__large_free(pool, (aa__seg *)sp, ptr, size, stream);
+    if (rc == AA_OK &&
+        atomic_load_explicit(&pool->tflags, AA__RLX) == (AA__TF_TELEMETRY | AA__TF_TRACE))
+      aa__trace(pool, 'f', ptr, size, stream);
+    return rc;
+  }
   aa__slab *s = (aa__slab *)sp;
   uintptr_t off = (uintptr_t)ptr - s->h.base;
   uint32_t idx = slab_index(s, off);

@@ -1,0 +1,313 @@
+/*
+ * test_core_stats.c — snapshots and telemetry: per-class numbers, the
+ * request histogram and heavy hitters (also from exited threads), telemetry
+ * switched off at run time, the trace callback, and aa_pool_stats_json
+ * (valid JSON, escaped name, snprintf-style truncation).
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+#include <cmocka.h>
+
+#include "adaptalloc/core.h"
+
+typedef struct fx {
+  aa_backend *b;
+  aa_pool *p;
+} fx;
+
+static int setup_named(void **state, const char *name) {
+  fx *f = calloc(1, sizeof *f);
+  assert_int_equal(aa_backend_host_new(&f->b), AA_OK);
+  aa_pool_config cfg;
+  aa_pool_config_init(&cfg);
+  cfg.backend = f->b;
+  cfg.name = name;
+  assert_int_equal(aa_pool_new(&cfg, &f->p), AA_OK);
+  *state = f;
+  return 0;
+}
+static int setup(void **state) { return setup_named(state, "stats"); }
+
+static int teardown(void **state) {
+  fx *f = *state;
+  aa_pool_destroy(f->p);
+  aa_backend_destroy(f->b);
+  free(f);
+  return 0;
+}
+
+static uint64_t hist_total(const aa_pool_stats *st) {
+  uint64_t t = 0;
+  for (int i = 0; i < AA_HIST_BUCKETS; i++)
+    t += st->hist[i];
+  return t;
+}
+
+static void test_core_stats_header_and_classes(void **state) {
+  fx *f = *state;
+  aa_pool_stats st;
+  assert_int_equal(aa_pool_stats_get(f->p, &st), AA_OK);
+  assert_int_equal(st.version, AA_STATS_VERSION);
+  assert_int_equal(st.size, sizeof st);
+  assert_string_equal(st.name, "stats");
+  assert_string_equal(st.backend, "host");
+  assert_int_equal(st.device, -1);
+  assert_int_equal(st.telemetry, 1);
+  assert_true(st.time_ns > 0);
+  assert_true(st.class_count > 20);
+  void *v[10];
+  for (int i = 0; i < 10; i++)
+    v[i] = aa_alloc(f->p, 700, NULL);
+  assert_int_equal(aa_pool_stats_get(f->p, &st), AA_OK);
+  const aa_class_stats *c = NULL;
+  for (uint32_t i = 0; i < st.class_count; i++)
+    if (st.classes[i].block_size == 1024)
+      c = &st.classes[i];
+  assert_non_null(c);
+  assert_int_equal(c->allocs, 10);
+  assert_int_equal(c->blocks_in_use, 10);
+  assert_int_equal(c->bytes_in_use, 10240);
+  assert_int_equal(c->bytes_requested, 7000);
+  assert_int_equal(c->slabs, 1);
+  assert_int_equal(c->bytes_reserved, 2u << 20);
+  assert_int_equal(c->blocks_free, 2048 - 10);
+  assert_int_equal(c->misses, 1);
+  assert_int_equal(c->hits, 9);
+  assert_int_equal(st.bytes_in_use, 10240);
+  assert_int_equal(st.backend_allocs, 1);
+  for (int i = 0; i < 10; i++)
+    aa_free(f->p, v[i], 700, NULL);
+  assert_int_equal(aa_pool_stats_get(f->p, &st), AA_OK);
+  for (uint32_t i = 0; i < st.class_count; i++)
+    if (st.classes[i].block_size == 1024)
+      c = &st.classes[i];
+  assert_int_equal(c->frees, 10);
+  assert_int_equal(c->blocks_in_use, 0);
+  assert_int_equal(c->peak_bytes_in_use >= 10240, 1);
+  assert_int_equal(aa_pool_stats_get(NULL, &st), AA_EINVAL);
+  assert_int_equal(aa_pool_stats_get(f->p, NULL), AA_EINVAL);
+}
+
+static void test_core_stats_hist_and_hh(void **state) {
+  fx *f = *state;
+  for (int i = 0; i < 1000; i++)
+    aa_free(f->p, aa_alloc(f->p, 777, NULL), 777, NULL);
+  for (int i = 0; i < 500; i++) {
+    void *a = aa_alloc(f->p, 1234, NULL);
+    void *b = aa_alloc(f->p, 100, NULL);
+    aa_free(f->p, a, 0, NULL);
+    aa_free(f->p, b, 0, NULL);
+  }
+  void *l = aa_alloc(f->p, 3u << 20, NULL);
+  aa_free(f->p, l, 0, NULL);
+  aa_pool_stats st;
+  aa_pool_stats_get(f->p, &st);
+  assert_int_equal(hist_total(&st), 2001);
+  assert_int_equal(st.hist[aa_hist_bucket(777)], 1000);
+  assert_int_equal(st.hist[aa_hist_bucket(1234)], 500);
+  assert_int_equal(st.hist[aa_hist_bucket(3u << 20)], 1);
+  assert_true(st.hh_count >= 3);
+  assert_int_equal(st.hh[0].size, 777);
+  assert_int_equal(st.hh[0].count, 1000);
+  /* 1234 and 100 tie at 500: both next */
+  assert_int_equal(st.hh[1].count, 500);
+  assert_int_equal(st.hh[2].count, 500);
+  assert_true(st.hh[1].size == 100 || st.hh[1].size == 1234);
+}
+
+static void *hist_thread(void *arg) {
+  aa_pool *p = arg;
+  for (int i = 0; i < 300; i++)
+    aa_free(p, aa_alloc(p, 4321, NULL), 0, NULL);
+  return NULL;
+}
+
+static void test_core_stats_dead_threads_fold(void **state) {
+  fx *f = *state;
+  pthread_t t[3];
+  for (int i = 0; i < 3; i++)
+    pthread_create(&t[i], NULL, hist_thread, f->p);
+  for (int i = 0; i < 3; i++)
+    pthread_join(t[i], NULL);
+  aa_pool_stats st;
+  aa_pool_stats_get(f->p, &st);
+  assert_int_equal(st.allocs, 900);
+  assert_int_equal(st.frees, 900);
+  assert_int_equal(st.hist[aa_hist_bucket(4321)], 900);
+  assert_int_equal(st.hh[0].size, 4321);
+  assert_int_equal(st.hh[0].count, 900);
+}
+
+static void test_core_stats_telemetry_off(void **state) {
+  fx *f = *state;
+  aa_pool_set_telemetry(f->p, false);
+  for (int i = 0; i < 100; i++)
+    aa_free(f->p, aa_alloc(f->p, 2000, NULL), 0, NULL);
+  aa_pool_stats st;
+  aa_pool_stats_get(f->p, &st);
+  assert_int_equal(st.telemetry, 0);
+  assert_int_equal(hist_total(&st), 0);
+  assert_int_equal(st.hh_count, 0);
+  assert_int_equal(st.allocs, 100); /* plain counters keep counting */
+  aa_pool_set_telemetry(f->p, true);
+  for (int i = 0; i < 10; i++)
+    aa_free(f->p, aa_alloc(f->p, 2000, NULL), 0, NULL);
+  aa_pool_stats_get(f->p, &st);
+  assert_int_equal(hist_total(&st), 10);
+}
+
+typedef struct tr {
+  int a, f, x;
+  uint64_t last_ptr, last_size;
+} tr;
+
+static void on_trace(void *user, const aa_trace_event *ev) {
+  tr *t = user;
+  if (ev->op == 'a')
+    t->a++;
+  else if (ev->op == 'f')
+    t->f++;
+  else if (ev->op == 'x')
+    t->x++;
+  t->last_ptr = ev->ptr;
+  t->last_size = ev->size;
+  assert_true(ev->time_ns > 0);
+  assert_true(ev->thread != 0);
+}
+
+static void test_core_stats_trace(void **state) {
+  fx *f = *state;
+  tr t;
+  memset(&t, 0, sizeof t);
+  aa_pool_set_trace(f->p, on_trace, &t);
+  void *p = aa_alloc(f->p, 555, (aa_stream)(uintptr_t)7);
+  assert_int_equal(t.a, 1);
+  assert_int_equal(t.last_ptr, (uint64_t)(uintptr_t)p);
+  assert_int_equal(t.last_size, 555);
+  aa_free(f->p, p, 555, (aa_stream)(uintptr_t)7);
+  assert_int_equal(t.f, 1);
+  void *q = aa_alloc(f->p, 555, (aa_stream)(uintptr_t)7);
+  aa_free(f->p, q, 0, (aa_stream)(uintptr_t)7);
+  void *l = aa_alloc(f->p, 5u << 20, NULL);
+  aa_free(f->p, l, 0, NULL);
+  assert_int_equal(t.a, 3);
+  assert_int_equal(t.f, 3);
+  aa_pool_set_limit(f->p, 1);
+  assert_null(aa_alloc(f->p, 9u << 20, NULL)); /* more than the cached 6 MiB */
+  assert_int_equal(t.x, 1);
+  aa_pool_set_limit(f->p, 0);
+  /* telemetry off silences the trace */
+  aa_pool_set_telemetry(f->p, false);
+  aa_free(f->p, aa_alloc(f->p, 555, NULL), 0, NULL);
+  assert_int_equal(t.a, 3);
+  aa_pool_set_telemetry(f->p, true);
+  aa_pool_set_trace(f->p, NULL, NULL);
+  aa_free(f->p, aa_alloc(f->p, 555, NULL), 0, NULL);
+  assert_int_equal(t.a, 3);
+  /* setting it again reuses the record */
+  for (int i = 0; i < 100; i++) {
+    aa_pool_set_trace(f->p, on_trace, &t);
+    aa_pool_set_trace(f->p, NULL, NULL);
+  }
+}
+
+static void test_core_stats_json_valid(void **state) {
+  fx *f = *state;
+  void *a = aa_alloc(f->p, 1000, NULL);
+  void *l = aa_alloc(f->p, 3u << 20, NULL);
+  aa_pool_stats st;
+  aa_pool_stats_get(f->p, &st);
+  size_t need = aa_pool_stats_json(&st, NULL, 0);
+  assert_true(need > 100);
+  char *buf = malloc(need + 1);
+  assert_int_equal(aa_pool_stats_json(&st, buf, need + 1), need);
+  assert_int_equal(strlen(buf), need);
+  cJSON *j = cJSON_Parse(buf);
+  assert_non_null(j);
+  assert_string_equal(cJSON_GetObjectItem(j, "name")->valuestring, "stats");
+  assert_string_equal(cJSON_GetObjectItem(j, "backend")->valuestring, "host");
+  assert_true(cJSON_IsTrue(cJSON_GetObjectItem(j, "telemetry")));
+  assert_int_equal(cJSON_GetObjectItem(j, "allocs")->valuedouble, 2);
+  assert_int_equal(cJSON_GetObjectItem(j, "large_allocs")->valuedouble, 1);
+  assert_int_equal(cJSON_GetObjectItem(j, "bytes_in_use")->valuedouble, (double)st.bytes_in_use);
+  static const char *keys[] = {"version", "device", "time_ns", "class_table_version",
+                               "bytes_requested", "bytes_reserved", "peak_bytes_in_use",
+                               "peak_bytes_reserved", "limit_bytes", "frees", "cache_hits",
+                               "cache_misses", "backend_allocs", "backend_frees",
+                               "backend_failures", "ooms", "oom_retries", "invalid_frees",
+                               "pending_blocks", "large_bytes_in_use", "large_bytes_reserved",
+                               "large_segments", "class_count"};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    assert_true(cJSON_IsNumber(cJSON_GetObjectItem(j, keys[i])));
+  cJSON *classes = cJSON_GetObjectItem(j, "classes");
+  assert_true(cJSON_IsArray(classes));
+  assert_int_equal(cJSON_GetArraySize(classes), st.class_count);
+  cJSON *c0 = cJSON_GetArrayItem(classes, 0);
+  assert_int_equal(cJSON_GetObjectItem(c0, "block_size")->valuedouble, 512);
+  assert_true(cJSON_IsBool(cJSON_GetObjectItem(c0, "retiring")));
+  cJSON *hist = cJSON_GetObjectItem(j, "hist");
+  assert_int_equal(cJSON_GetArraySize(hist), 2);
+  cJSON *h0 = cJSON_GetArrayItem(hist, 0);
+  assert_int_equal(cJSON_GetObjectItem(h0, "bucket")->valuedouble, aa_hist_bucket(1000));
+  assert_int_equal(cJSON_GetObjectItem(h0, "lower")->valuedouble,
+                   aa_hist_bucket_lower(aa_hist_bucket(1000)));
+  assert_int_equal(cJSON_GetObjectItem(h0, "count")->valuedouble, 1);
+  cJSON *hh = cJSON_GetObjectItem(j, "hh");
+  assert_int_equal(cJSON_GetArraySize(hh), 2);
+  cJSON_Delete(j);
+  /* truncation: like snprintf */
+  char small[40];
+  memset(small, 'x', sizeof small);
+  assert_int_equal(aa_pool_stats_json(&st, small, sizeof small), need);
+  assert_int_equal(strlen(small), sizeof small - 1);
+  assert_int_equal(strncmp(small, buf, sizeof small - 1), 0);
+  char one[1] = {'x'};
+  assert_int_equal(aa_pool_stats_json(&st, one, 1), need);
+  assert_int_equal(one[0], 0);
+  free(buf);
+  aa_free(f->p, a, 0, NULL);
+  aa_free(f->p, l, 0, NULL);
+}
+
+static int setup_odd(void **state) { return setup_named(state, "we\"ird\\na\nme\t\x01"); }
+
+static void test_core_stats_json_escapes_name(void **state) {
+  fx *f = *state;
+  aa_pool_stats st;
+  aa_pool_stats_get(f->p, &st);
+  char buf[65536];
+  size_t n = aa_pool_stats_json(&st, buf, sizeof buf);
+  assert_true(n < sizeof buf);
+  cJSON *j = cJSON_Parse(buf);
+  assert_non_null(j);
+  assert_string_equal(cJSON_GetObjectItem(j, "name")->valuestring, "we\"ird\\na\nme\t\x01");
+  cJSON_Delete(j);
+  /* a name longer than the field is cut, still valid */
+  aa_pool_stats st2 = st;
+  memset(st2.name, 'n', sizeof st2.name); /* no NUL at all */
+  n = aa_pool_stats_json(&st2, buf, sizeof buf);
+  j = cJSON_Parse(buf);
+  assert_non_null(j);
+  assert_int_equal(strlen(cJSON_GetObjectItem(j, "name")->valuestring), sizeof st2.name);
+  cJSON_Delete(j);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_core_stats_header_and_classes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_core_stats_hist_and_hh, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_core_stats_dead_threads_fold, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_core_stats_telemetry_off, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_core_stats_trace, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_core_stats_json_valid, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_core_stats_json_escapes_name, setup_odd, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
