@@ -229,6 +229,12 @@ static void test_adapt_policy_limits_before_parse(void **state) {
    * parse (no NUL terminator needed). */
   assert_int_equal(aa_policy_parse("{}\0{}", 5, &p, err, sizeof err), AA_EPARSE);
   assert_non_null(strstr(err, "NUL byte at byte offset 2"));
+  /* A byte-order mark is skipped; a BOM alone is no document. */
+  assert_int_equal(aa_policy_parse("\xef\xbb\xbf{}", 5, &p, err, sizeof err), AA_OK);
+  aa_policy_free(p);
+  p = NULL;
+  assert_int_equal(aa_policy_parse("\xef\xbb\xbf", 3, &p, err, sizeof err),
+                   AA_EPARSE);
   assert_int_equal(aa_policy_parse("{}garbage", 2, &p, err, sizeof err), AA_OK);
   aa_policy_free(p);
   p = NULL;

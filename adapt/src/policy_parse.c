@@ -291,6 +291,11 @@ int aa__policy_parse_tree(const char *json, size_t len, cJSON **out, char *err,
   rc = prescan(json, len, err, errcap);
   if (rc != AA_OK)
     return rc;
+  /* A UTF-8 byte-order mark (some editors write one) is skipped. */
+  if (len >= 3 && memcmp(json, "\xef\xbb\xbf", 3) == 0) {
+    json += 3;
+    len -= 3;
+  }
   root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
   if (root == NULL) {
     unsigned l, c;
