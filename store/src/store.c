@@ -579,9 +579,22 @@ static bool ring_pop(aa_store *st, ring *r, aa_trace_event *ev,
   return true;
 }
 
+/* Records the batch [first, last] of run in trace_batches. */
+static int write_batch(aa_store *st, int64_t run, sqlite3_int64 first,
+                       sqlite3_int64 last) {
+  sqlite3_stmt *b = st->ws.ins_batch;
+  sqlite3_bind_int64(b, 1, run);
+  sqlite3_bind_int64(b, 2, aa__store_wall_ms());
+  sqlite3_bind_int64(b, 3, first);
+  sqlite3_bind_int64(b, 4, last);
+  sqlite3_bind_int64(b, 5, last - first + 1);
+  return w_step(st, b);
+}
+
 /* Writes the trace events pushed so far (up to the enqueue position seen at
- * entry) into the open transaction. *n gets how many rows were inserted (on
- * failure: including the one that failed). */
+ * entry) into the open transaction, with one trace_batches row per run in
+ * it. *n gets how many rows were inserted (on failure: including the one
+ * that failed). */
 static int write_trace(aa_store *st, uint64_t *n) {
   ring *r = atomic_load_explicit(&st->ring, memory_order_acquire);
   int rc = SQLITE_OK;
@@ -603,8 +616,13 @@ static int write_trace(aa_store *st, uint64_t *n) {
       atomic_fetch_add(&st->events_dropped, 1);
       continue;
     }
+    if (run != batch_run && first != 0) {
+      rc = write_batch(st, batch_run, first, last);
+      if (rc != SQLITE_OK) return rc;
+      first = 0;
+    }
+    batch_run = run;
     (*n)++;
-    if (batch_run == 0) batch_run = run;
     sqlite3_stmt *s = st->ws.ins_trace;
     char op[2] = {ev.op, '\0'};
     sqlite3_bind_int64(s, 1, run);
@@ -619,15 +637,7 @@ static int write_trace(aa_store *st, uint64_t *n) {
     last = sqlite3_last_insert_rowid(st->db);
     if (first == 0) first = last;
   }
-  if (first != 0) {
-    sqlite3_stmt *b = st->ws.ins_batch;
-    sqlite3_bind_int64(b, 1, batch_run);
-    sqlite3_bind_int64(b, 2, aa__store_wall_ms());
-    sqlite3_bind_int64(b, 3, first);
-    sqlite3_bind_int64(b, 4, last);
-    sqlite3_bind_int64(b, 5, last - first + 1);
-    rc = w_step(st, b);
-  }
+  if (first != 0) rc = write_batch(st, batch_run, first, last);
   return rc;
 }
 

@@ -311,9 +311,15 @@ int aa_store_trace_foreach(const char *db_path, int64_t run_id,
     err = AA_ENOENT;
     goto out;
   }
+  /* trace_batches gives the id range of the run's events; the range scan
+   * on the rowid skips other runs' rows without an index on trace_events. */
   int rc = rd_prepare(db,
                       "SELECT time_ns, op, ptr, size, stream, thread"
-                      " FROM trace_events WHERE run_id = ?1 ORDER BY id",
+                      " FROM trace_events"
+                      " WHERE id BETWEEN"
+                      "   (SELECT min(first_id) FROM trace_batches WHERE run_id = ?1)"
+                      "   AND (SELECT max(last_id) FROM trace_batches WHERE run_id = ?1)"
+                      "  AND run_id = ?1 ORDER BY id",
                       &s);
   if (rc != SQLITE_OK) goto sqlfail;
   sqlite3_bind_int64(s, 1, run);

@@ -125,8 +125,10 @@ static const char *const kSchemaV1[] = {
     ");",
     "CREATE INDEX policy_changes_run ON policy_changes(run_id, id);",
     "CREATE INDEX policy_changes_ts ON policy_changes(ts_ms);",
+    /* No AUTOINCREMENT and no index: this is the volume table. Events of
+     * a run are found through trace_batches (first_id..last_id). */
     "CREATE TABLE trace_events ("
-    "  id      INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  id      INTEGER PRIMARY KEY,"
     "  run_id  INTEGER NOT NULL,"
     "  time_ns INTEGER NOT NULL,"
     "  op      TEXT    NOT NULL,"
@@ -135,7 +137,6 @@ static const char *const kSchemaV1[] = {
     "  stream  INTEGER NOT NULL,"
     "  thread  INTEGER NOT NULL"
     ");",
-    "CREATE INDEX trace_events_run ON trace_events(run_id, id);",
     "CREATE TABLE trace_batches ("
     "  id       INTEGER PRIMARY KEY AUTOINCREMENT,"
     "  run_id   INTEGER NOT NULL,"
@@ -145,6 +146,7 @@ static const char *const kSchemaV1[] = {
     "  events   INTEGER NOT NULL"
     ");",
     "CREATE INDEX trace_batches_ts ON trace_batches(ts_ms);",
+    "CREATE INDEX trace_batches_run ON trace_batches(run_id, first_id);",
     "CREATE VIEW latest_snapshots AS"
     "  SELECT s.* FROM snapshots s"
     "  WHERE s.id = (SELECT max(id) FROM snapshots t"
