@@ -5,7 +5,9 @@
  * list, the policy-change log, histogram_latest and queue-full drops.
  * Stats are built by hand: nothing here needs the core allocator.
  */
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -675,6 +677,77 @@ static void test_store_queue_full_drops(void **state) {
   assert_int_equal(sql_int(path, "SELECT snapshots_written FROM runs"), ok);
 }
 
+/* Readers run on their own connections while the writer commits. */
+typedef struct reader_ctx {
+  const char *path;
+  _Atomic int stop;
+  int calls;
+  int errors;
+  int went_back;
+} reader_ctx;
+
+static void *reader_main(void *arg) {
+  reader_ctx *c = arg;
+  int last = 0;
+  while (!atomic_load(&c->stop)) {
+    aa_store_query q;
+    aa_store_query_init(&q);
+    q.limit = 1000;
+    char *json = NULL;
+    int rc = aa_store_history_json(c->path, &q, &json);
+    c->calls++;
+    if (rc != AA_OK) {
+      c->errors++;
+      continue;
+    }
+    const char *k = strstr(json, "\"count\":");
+    int n = k != NULL ? atoi(k + 8) : -1;
+    if (n < last) c->went_back++;
+    last = n;
+    free(json);
+    rc = aa_store_runs_json(c->path, 0, &json);
+    if (rc != AA_OK) c->errors++;
+    free(json);
+    uint64_t h[AA_HIST_BUCKETS];
+    rc = aa_store_histogram_latest(c->path, 0, NULL, h);
+    if (rc != AA_OK && rc != AA_ENOENT) c->errors++;
+  }
+  return NULL;
+}
+
+static void readers_while_writing(const char *path) {
+  aa_store *st = open_store(path, 0);
+  begin(st, "concurrent");
+  reader_ctx c;
+  memset(&c, 0, sizeof c);
+  c.path = aa_store_db_path(st);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, reader_main, &c), 0);
+  aa_pool_stats p;
+  for (int i = 1; i <= 300; i++) {
+    fill_stats(&p, "host", (uint64_t)i, 4, 2);
+    assert_int_equal(aa_store_snapshot(st, &p), AA_OK);
+    if (i % 20 == 0) assert_int_equal(aa_store_flush(st, 0), AA_OK);
+  }
+  atomic_store(&c.stop, 1);
+  pthread_join(th, NULL);
+  assert_true(c.calls > 0);
+  assert_int_equal(c.errors, 0);
+  assert_int_equal(c.went_back, 0);
+  aa_store_stats s;
+  assert_int_equal(aa_store_stats_get(st, &s), AA_OK);
+  assert_int_equal(s.snapshots_written, 300);
+  assert_int_equal(aa_store_close(st), AA_OK);
+}
+
+static void test_store_readers_while_writing(void **state) {
+  (void)state;
+  char path[300];
+  db_file(path, sizeof path, "concurrent.db");
+  readers_while_writing(path);
+  readers_while_writing(":memory:");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_store_migrates_empty_file),
@@ -687,6 +760,7 @@ int main(void) {
       cmocka_unit_test(test_store_histogram_latest),
       cmocka_unit_test(test_store_memory_database),
       cmocka_unit_test(test_store_queue_full_drops),
+      cmocka_unit_test(test_store_readers_while_writing),
   };
   return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }
