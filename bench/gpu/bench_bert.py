@@ -81,13 +81,13 @@ def child_maxbatch(mode, cap, start, step, stop):
     import torch
 
     tp = None
-    _, total = torch.cuda.mem_get_info()
     if mode == "ours":
         import torch_pluggable as tp
 
-        tp.install()
+        tp.install()  # before anything touches CUDA memory
         tp.set_limit(cap)
     else:
+        _, total = torch.cuda.mem_get_info()
         torch.cuda.set_per_process_memory_fraction(cap / total)
     model = make_model()
     best = 0
@@ -130,8 +130,11 @@ def main():
     ap.add_argument("--start", type=int, default=64)
     ap.add_argument("--step", type=int, default=64)
     ap.add_argument("--stop", type=int, default=8192)
+    ap.add_argument("--modes", default="ours,default",
+                    help="which allocators to run (latency/maxbatch)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
+    modes = a.modes.split(",")
     batches = [int(x) for x in a.batches.split(",")]
     cap = int(a.cap_gib * (1 << 30))
     if a.what == "child-latency":
@@ -141,14 +144,21 @@ def main():
 
     result = {}
     if a.what == "latency":
-        runs = {"ours": [], "default": []}
+        runs = {m: [] for m in modes}
         for rep in range(a.reps):
-            for m in (["ours", "default"] if rep % 2 == 0 else ["default", "ours"]):
+            for m in (modes if rep % 2 == 0 else modes[::-1]):
                 rc, lines, err = run(["child-latency", "--mode", m, "--batches", a.batches])
                 if rc != 0 or not lines:
                     raise RuntimeError(f"{m} failed rc={rc}: {err[-3000:]}")
                 runs[m].append(json.loads(lines[-1]))
-        result = {"runs": runs, "summary": {}}
+        result = {"runs": runs, "summary": {}, "policy": os.environ.get("ADAPTALLOC_MODEL", "default")}
+        if len(modes) == 1:
+            for b in batches:
+                v = [r["batches"][str(b)] for r in runs[modes[0]]]
+                print(f"{modes[0]} batch {b}: ms {[round(x['ms'], 3) for x in v]} peak reserved MiB "
+                      f"{[x['peak_reserved'] >> 20 for x in v]} peak in use MiB "
+                      f"{[x['peak_in_use'] >> 20 for x in v]}")
+            batches = []
         print(f"{'batch':>6} {'ours ms':>20} {'default ms':>20} {'ratio':>8} "
               f"{'peak res ours MiB':>18} {'default MiB':>12} {'ratio':>6}")
         for b in batches:
@@ -169,7 +179,7 @@ def main():
                   f"{statistics.median(ro) / 2**20:18.1f} {statistics.median(rd) / 2**20:12.1f} "
                   f"{mem_ratio:6.3f}")
     else:
-        for m in ("default", "ours"):
+        for m in modes[::-1]:
             rc, lines, err = run(["child-maxbatch", "--mode", m, "--cap-gib", str(a.cap_gib),
                                   "--start", str(a.start), "--step", str(a.step),
                                   "--stop", str(a.stop)])
@@ -177,7 +187,7 @@ def main():
             best = max(oks) if oks else 0
             result[m] = {"max_batch": best, "rc": rc, "stderr_tail": err[-600:]}
             print(f"{m:>8}: max batch {best} under {a.cap_gib} GiB (rc={rc})", flush=True)
-        if result["default"]["max_batch"]:
+        if "default" in result and "ours" in result and result["default"]["max_batch"]:
             result["ratio"] = result["ours"]["max_batch"] / result["default"]["max_batch"]
             print(f"ratio ours/default = {result['ratio']:.3f}")
     if a.out:

@@ -123,13 +123,16 @@ def main():
             print(f"{m}: FAILED rc={r.returncode}\n{r.stderr[-3000:]}")
             continue
         res[m] = json.loads(lines[-1])
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=1)
     if "losses" in res.get("ours", {}) and "losses" in res.get("default", {}):
         lo, ld = res["ours"]["losses"], res["default"]["losses"]
         diff = max(abs(x - y) for x, y in zip(lo, ld))
         res["max_loss_diff"] = diff
         for m in ("ours", "default"):
             r = res[m]
-            tail = r["reserved"][3:]
+            tail = r["reserved"][3:] or r["reserved"]
             print(f"{m:>8}: step {r['step_ms_median']:.2f} ms, loss {r['losses'][0]:.3f} -> "
                   f"{r['losses'][-1]:.3f}, peak reserved {r['peak_reserved'] / 2**20:.0f} MiB, "
                   f"reserved after warm-up {min(tail) / 2**20:.0f}..{max(tail) / 2**20:.0f} MiB")

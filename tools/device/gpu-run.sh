@@ -6,7 +6,9 @@
 #
 # Usage: tools/device/gpu-run.sh [STAGE...]     (default: all stages)
 #   stages: info build ctest sanitize example gputests pair pinned scenarios
-#           bert maxbatch gpt2
+#           bert maxbatch gpt2, and (not in the default list) bertpolicy and
+#           maxbatchpolicy: ours only, with the default policy instead of
+#           policies/bert-base.json
 # Output: $OUT/log.txt (everything) and $OUT/results.tar.gz (JSON, CSV);
 # without $OUT, into ./gpu-out/.
 set -uo pipefail
@@ -76,6 +78,10 @@ want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done;
     python3 bench/gpu/bench_bert.py latency --reps ${AA_REPS_BERT:-3} --out $res/bert.json
   want maxbatch && stage maxbatch 200 env ADAPTALLOC_MODEL=bert-base \
     python3 bench/gpu/bench_bert.py maxbatch --cap-gib 2 --start ${AA_MB_START:-128} --step ${AA_MB_STEP:-32} --out $res/maxbatch.json
+  want bertpolicy && stage bertpolicy 150 env ADAPTALLOC_MODEL=default \
+    python3 bench/gpu/bench_bert.py latency --modes ours --reps ${AA_REPS_BERTPOL:-2} --out $res/bert_defaultpolicy.json
+  want maxbatchpolicy && stage maxbatchpolicy 150 env ADAPTALLOC_MODEL=default \
+    python3 bench/gpu/bench_bert.py maxbatch --modes ours --cap-gib 2 --start ${AA_MB_START:-128} --step ${AA_MB_STEP:-32} --out $res/maxbatch_defaultpolicy.json
   want gpt2 && stage gpt2 200 env ADAPTALLOC_MODEL=gpt2-small ADAPTALLOC_DB=/tmp/aa-results/gpt2.db ADAPTALLOC_HTTP=127.0.0.1:0 \
     python3 bench/gpu/bench_gpt2.py --steps ${AA_GPT2_STEPS:-200} --out $res/gpt2.json --stats-out $res/gpt2_stats.json
   echo "=== done in $(( $(date +%s) - t_start ))s"
