@@ -289,6 +289,29 @@ static void test_store_rejects_bad_config(void **state) {
 
 /* ------------------------------------------------------------------ round trip */
 
+/* A file that is someone else's database is refused before anything in it
+ * changes (not even the journal mode). */
+static void test_store_foreign_database_untouched(void **state) {
+  (void)state;
+  char path[300];
+  db_file(path, sizeof path, "foreign.db");
+  sql_exec(path, "CREATE TABLE runs(x TEXT); INSERT INTO runs VALUES ('mine');");
+  char txt[32];
+  aa_store_config cfg;
+  aa_store_config_init(&cfg);
+  cfg.path = path;
+  cfg.quiet = true;
+  aa_store *st = NULL;
+  assert_int_equal(aa_store_open(&cfg, &st), AA_EEXIST);
+  assert_null(st);
+  assert_int_equal(sql_int(path, "PRAGMA user_version"), 0);
+  sql_text(path, "PRAGMA journal_mode", txt, sizeof txt);
+  assert_string_equal(txt, "delete");
+  assert_int_equal(sql_int(path, "SELECT count(*) FROM sqlite_master WHERE type='table'"), 1);
+  sql_text(path, "SELECT x FROM runs", txt, sizeof txt);
+  assert_string_equal(txt, "mine");
+}
+
 static void test_store_snapshot_round_trip(void **state) {
   (void)state;
   char path[300];
@@ -754,6 +777,7 @@ int main(void) {
       cmocka_unit_test(test_store_reopen_keeps_data),
       cmocka_unit_test(test_store_refuses_newer_schema),
       cmocka_unit_test(test_store_rejects_bad_config),
+      cmocka_unit_test(test_store_foreign_database_untouched),
       cmocka_unit_test(test_store_snapshot_round_trip),
       cmocka_unit_test(test_store_history_filters),
       cmocka_unit_test(test_store_runs_and_policy_log),

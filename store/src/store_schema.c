@@ -407,6 +407,22 @@ int aa__store_db_open_rw(const char *path, bool uri, uint32_t busy_timeout_ms,
   what = "reading the schema";
   rc = pragma_int(db, fault, "SELECT count(*) FROM sqlite_master", &tables);
   if (rc != SQLITE_OK) goto sqlfail;
+  if (tables > 0) {
+    /* Tables but no schema version: somebody else's database. Refuse
+     * before anything (journal mode included) is changed in it. */
+    int64_t ver = 0;
+    what = "reading the schema version";
+    rc = pragma_int(db, fault, "PRAGMA user_version", &ver);
+    if (rc != SQLITE_OK) goto sqlfail;
+    if (ver == 0) {
+      snprintf(msg, cap,
+               "%s is not an adaptalloc database (it has %lld tables and no "
+               "schema version); point ADAPTALLOC_DB at another file",
+               path, (long long)tables);
+      err = AA_EEXIST;
+      goto out;
+    }
+  }
   if (tables == 0) {
     what = "setting auto_vacuum";
     rc = aa__store_exec(db, fault, "PRAGMA auto_vacuum=INCREMENTAL");

@@ -83,6 +83,8 @@ AA_EXTERN void aa_store_config_init(aa_store_config *cfg);
  *   AA_EINVAL   bad config (NULL, wrong version, empty path)
  *   AA_ESTALE   the database was written by a newer adaptalloc (user_version
  *               greater than AA_STORE_SCHEMA_VERSION)
+ *   AA_EEXIST   the file is some other database (tables, no schema version);
+ *               it is left untouched
  *   AA_EPERM    the file or its directory is read-only
  *   AA_EBUSY    another process holds a lock past busy_timeout_ms
  *   AA_EIO      any other SQLite failure (not a database, disk full, ...)
