@@ -7,13 +7,21 @@
  * hand; not the runtime (adaptalloc-demo serves the same page for real).
  *
  *   aa_http_testserver [--address 127.0.0.1:0] [--token T] [--seconds N]
- *                      [--watch-stdin]
+ *                      [--watch-stdin] [--stats-cache-ms MS]
+ *                      [--hot] [--hot-cpu C] [--server-cpu C]
+ *
+ * --hot replaces the paced workload by a hot allocation loop (alloc/free of
+ * a few small sizes on pool device0, as fast as it goes) that prints
+ * "HOT <unix ms> <ops per wall second> <ops per CPU second>" once a second: bench/wrk/run.sh measures
+ * its slowdown while wrk hammers /stats. --hot-cpu / --server-cpu pin the
+ * loop and the server's polling thread to one CPU each.
  *
  * Prints "PORT <n>" on stdout once listening; runs until SIGTERM/SIGINT,
  * --seconds have passed, or (with --watch-stdin) stdin closes, so a parent
  * that dies takes it along.
  */
 #include <errno.h>
+#include <sched.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -105,6 +113,67 @@ static size_t pick_size(uint64_t *s) {
   if (r < 99)
     return 16384 + rng(s) % (256 * 1024);
   return (size_t)(1u << 20) + rng(s) % (2u << 20);
+}
+
+static int hot_cpu = -1;
+
+static void pin_to(int cpu) {
+  cpu_set_t set;
+  if (cpu < 0)
+    return;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (sched_setaffinity(0, sizeof set, &set) != 0)
+    fprintf(stderr, "testserver: cannot pin to CPU %d: %s\n", cpu,
+            strerror(errno));
+}
+
+static double thread_cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The allocator's hot path: a window of 64 live blocks of a few small sizes,
+ * one free and one alloc per step. */
+static void *hot_loop(void *arg) {
+  static const size_t sizes[8] = {512, 1024, 3000, 4096, 700, 8192, 2048, 1536};
+  void *live[64] = {0};
+  uint64_t ops = 0;
+  uint64_t i = 0;
+  int64_t t0 = now_ms();
+  double c0 = thread_cpu_s();
+  (void)arg;
+  pin_to(hot_cpu);
+  while (!atomic_load_explicit(&S.stop, memory_order_relaxed)) {
+    unsigned k;
+    for (k = 0; k < 4096; k++, i++) {
+      size_t slot = i & 63;
+      if (live[slot] != NULL)
+        aa_free(S.pools[0], live[slot], 0, NULL);
+      live[slot] = aa_alloc(S.pools[0], sizes[(i >> 6) & 7], NULL);
+    }
+    ops += 4096;
+    {
+      int64_t t = now_ms();
+      if (t - t0 >= 1000) {
+        double c = thread_cpu_s();
+        /* per wall second, and per second of this thread's CPU time (which
+         * leaves out time the scheduler gave to other processes) */
+        printf("HOT %lld %.0f %.0f\n", (long long)t,
+               (double)ops * 1000.0 / (double)(t - t0),
+               c > c0 ? (double)ops / (c - c0) : 0.0);
+        fflush(stdout);
+        ops = 0;
+        t0 = t;
+        c0 = c;
+      }
+    }
+  }
+  for (i = 0; i < 64; i++)
+    if (live[i] != NULL)
+      aa_free(S.pools[0], live[i], 0, NULL);
+  return NULL;
 }
 
 static void *workload(void *arg) {
@@ -422,6 +491,9 @@ int main(int argc, char **argv) {
   const char *token = NULL;
   long seconds = 0;
   bool watch_stdin = false;
+  bool hot = false;
+  int server_cpu = -1;
+  unsigned stats_cache_ms = 0;
   aa_http_config cfg;
   aa_http_provider prov;
   aa_http *srv = NULL;
@@ -441,10 +513,19 @@ int main(int argc, char **argv) {
       seconds = strtol(argv[++i], NULL, 10);
     } else if (strcmp(argv[i], "--watch-stdin") == 0) {
       watch_stdin = true;
+    } else if (strcmp(argv[i], "--hot") == 0) {
+      hot = true;
+    } else if (strcmp(argv[i], "--hot-cpu") == 0 && i + 1 < argc) {
+      hot_cpu = atoi(argv[++i]);
+    } else if (strcmp(argv[i], "--server-cpu") == 0 && i + 1 < argc) {
+      server_cpu = atoi(argv[++i]);
+    } else if (strcmp(argv[i], "--stats-cache-ms") == 0 && i + 1 < argc) {
+      stats_cache_ms = (unsigned)strtoul(argv[++i], NULL, 10);
     } else {
       fprintf(stderr,
               "usage: %s [--address A] [--token T] [--seconds N] "
-              "[--watch-stdin]\n",
+              "[--watch-stdin] [--stats-cache-ms MS] [--hot] [--hot-cpu C] "
+              "[--server-cpu C]\n",
               argv[0]);
       return 2;
     }
@@ -498,12 +579,14 @@ int main(int argc, char **argv) {
   aa_http_config_init(&cfg);
   cfg.address = address;
   cfg.token = token;
+  cfg.stats_cache_ms = stats_cache_ms;
+  pin_to(server_cpu); /* the polling thread inherits this affinity */
   rc = aa_http_new(&cfg, &prov, &srv, err, sizeof err);
   if (rc != AA_OK) {
     fprintf(stderr, "testserver: %s\n", err);
     return 1;
   }
-  if (pthread_create(&worker, NULL, workload, NULL) != 0) {
+  if (pthread_create(&worker, NULL, hot ? hot_loop : workload, NULL) != 0) {
     fprintf(stderr, "testserver: cannot start the workload\n");
     aa_http_destroy(srv);
     return 1;
