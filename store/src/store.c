@@ -980,6 +980,12 @@ int aa_store_open(const aa_store_config *cfg, aa_store **out) {
     err = AA_ENOMEM;
     goto out;
   }
+  pthread_mutex_init(&st->mu, NULL);
+  pthread_condattr_init(&ca);
+  ca_init = true;
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&st->wake, &ca);
+  pthread_cond_init(&st->done, &ca);
   st->cfg = c;
   st->path = strdup(c.path);
   st->memory = strcmp(c.path, ":memory:") == 0;
@@ -1001,12 +1007,6 @@ int aa_store_open(const aa_store_config *cfg, aa_store **out) {
     err = AA_ENOMEM;
     goto out;
   }
-  pthread_mutex_init(&st->mu, NULL);
-  pthread_condattr_init(&ca);
-  ca_init = true;
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&st->wake, &ca);
-  pthread_cond_init(&st->done, &ca);
 
   err = aa__store_db_open_rw(st->memory ? st->reader_path : st->path,
                              st->memory, c.busy_timeout_ms, &st->fault,
@@ -1041,7 +1041,7 @@ int aa_store_open(const aa_store_config *cfg, aa_store **out) {
 out:
   if (ca_init) pthread_condattr_destroy(&ca);
   if (err != AA_OK) {
-    if (msg[0] == '\0') snprintf(msg, sizeof msg, "cannot open: %s", aa_strerror(err));
+    if (msg[0] == '\0') snprintf(msg, sizeof msg, "%s", aa_strerror(err));
     if (!(cfg != NULL && cfg->quiet)) {
       fprintf(stderr, "adaptalloc: store: cannot open: %s (%s); the store is off\n",
               msg, aa_errname(err));
