@@ -115,6 +115,49 @@ static void event_release(aa_pool *pool, void *ev) {
     b->ops->event_release(b, ev);
 }
 
+/* ------------------------------------------------------------ invariants */
+
+#if AA_DEBUG >= 3
+static uint64_t count_list(const aa__blist *l, uint64_t *bad) {
+  for (uint32_t i = 0; i < l->n; i++) {
+    const aa__blk *b = &l->v[i];
+    if (b->idx >= b->s->nblocks || atomic_load_explicit(&b->s->state[b->idx], AA__RLX) != 0)
+      (*bad)++;
+  }
+  return l->n;
+}
+
+/* Full walk of a class (AA_DEBUG 3): the counts agree with the lists and
+ * every listed block is free. Under c->mu. */
+static void class_check(const aa__class *c) {
+  uint64_t nfree = 0, npend = 0, nslabs = 0, bad = 0, listed = 0, pending = 0;
+  for (const aa__slab *s = c->slabs; s; s = s->next) {
+    nslabs++;
+    nfree += s->nfree;
+    npend += s->npending;
+    aa__assert(s->nfree <= s->nblocks && s->npending <= s->nfree);
+  }
+  listed += count_list(&c->any, &bad);
+  for (uint32_t i = 0; i < c->nsl; i++) {
+    listed += count_list(&c->sl[i].fresh, &bad);
+    pending += count_list(&c->sl[i].infl, &bad);
+  }
+  for (uint32_t i = 0; i < c->nmulti; i++) {
+    const aa__blk *b = &c->multi[i].b;
+    if (atomic_load_explicit(&b->s->state[b->idx], AA__RLX) != 0)
+      bad++;
+    pending++;
+  }
+  aa__assert(nslabs == c->nslabs);
+  aa__assert(nfree == c->nfree && npend == c->npending);
+  aa__assert(listed + pending == c->nfree && pending == c->npending);
+  aa__assert(bad == 0);
+}
+#define CLASS_CHECK(c) class_check(c)
+#else
+#define CLASS_CHECK(c) ((void)0)
+#endif
+
 /* ------------------------------------------------------------ central lists */
 
 static aa__slist *slist_find(aa__class *c, aa_stream s) {
@@ -220,15 +263,19 @@ static void central_push(aa_pool *pool, aa__class *c, const aa__blk *v, uint32_t
     dst->v[dst->n++] = v[i];
   }
   c->nfree += n;
+  aa__assert_internal(c->nfree <= c->nslabs * c->nblocks);
   atomic_fetch_sub_explicit(&pool->out_bytes, (uint64_t)n * v[0].s->block_size, AA__RLX);
   if (atomic_load_explicit(&c->state, AA__RLX) == AA__CLS_RETIRING)
     aa__retire_check(pool, c);
+  CLASS_CHECK(c);
 }
 
 static uint32_t take(aa__class *c, aa__blist *l, aa__blk *out, uint32_t want) {
   uint32_t k = 0;
   while (k < want && l->n > 0) {
     aa__blk b = l->v[--l->n];
+    aa__assert_internal(b.s->nfree > 0);
+    aa__assert_internal(atomic_load_explicit(&b.s->state[b.idx], AA__RLX) == AA__BLK_FREE);
     b.s->nfree--;
     out[k++] = b;
   }
@@ -261,6 +308,7 @@ static uint32_t central_pop(aa_pool *pool, aa__class *c, aa_stream stream, aa__b
     poll_pending(pool, c, stream, true);
     got += take(c, &c->any, out + got, want - got);
   }
+  CLASS_CHECK(c);
   return got;
 }
 
@@ -360,6 +408,7 @@ static size_t class_release_locked(aa_pool *pool, aa__class *c, size_t want, boo
     }
     s = next;
   }
+  CLASS_CHECK(c);
   return released;
 }
 
