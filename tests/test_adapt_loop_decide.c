@@ -201,6 +201,12 @@ static void test_adapt_loop_decide_add_thresholds(void **state) {
   hh_add(&f->cur, 17000, 100000);
   request(f, 17000, 10, 0);
   assert_int_equal(step(f), 0);
+  /* A heavy-hitter count that went down (the core's table decays) gives no
+   * requests for the interval, even when the classes saw many. */
+  hh_add(&f->prev, 17500, 5000);
+  request(f, 17500, 1000, 0);
+  f->cur.hh[f->cur.hh_count - 1].count = 1000;
+  assert_int_equal(step(f), 0);
   /* 9700 B in 10240 B wastes 5.3%: under the default 10%, over 1%. */
   request(f, 9700, 1000, 0);
   assert_int_equal(step(f), 0);

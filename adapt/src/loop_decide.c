@@ -284,7 +284,10 @@ static void add_rule(const aa_adapt_params *p, aa_adapt_state *st,
       }
     }
     hot[nh].size = cur->hh[j].size;
-    hot[nh].count = delta(cur->hh[j].count, before);
+    /* The core's heavy-hitter counts can go down (its table decays the
+     * smaller of two contending sizes): a count below the previous one
+     * gives nothing for this interval rather than a guess. */
+    hot[nh].count = cur->hh[j].count >= before ? cur->hh[j].count - before : 0;
     nh++;
   }
   /* Insertion sort: most requests first, then the smaller size. */
