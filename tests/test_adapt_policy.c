@@ -124,9 +124,11 @@ static const bad_doc bad_docs[] = {
      AA_EINVAL, "pools.device.classes.max: 524288 is not max_small 1048576"},
     {POOL("{\"classes\": {\"per_doubling\": 0}}"), AA_EINVAL,
      "pools.device.classes.per_doubling: 0 is out of range [1, 16]"},
-    {POOL("{\"slab_size\": 1073741824, \"classes\": {\"max\": 1073741824, "
+    {POOL("{\"slab_size\": 268435456, \"classes\": {\"max\": 268435456, "
           "\"per_doubling\": 16}}"),
-     AA_EINVAL, "pools.device.classes: the ladder has 288 classes, more than 128"},
+     AA_EINVAL, "pools.device.classes: the ladder has 256 classes, more than 128"},
+    {POOL("{\"slab_size\": 1073741824, \"max_small\": 536870912}"), AA_EINVAL,
+     "pools.device.max_small: 536870912 is out of range [512, 268435456]"},
     {POOL("{\"classes\": {\"min\": 2097152}}"), AA_EINVAL,
      "pools.device.classes.min: 2097152 is larger than max_small 1048576"},
     {"{\"pools\": {\"host\": {\"large\": {\"mode\": \"lru\"}}}}", AA_EINVAL,

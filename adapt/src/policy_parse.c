@@ -20,6 +20,7 @@
 #define TWO_POW_53 9007199254740992.0
 #define MAX_U53 ((uint64_t)9007199254740992ull)
 #define GIB (1024ull * 1024ull * 1024ull)
+#define MAX_CLASS (256ull * 1024ull * 1024ull) /* the core's largest max_small */
 #define MIB (1024ull * 1024ull)
 #define PATH_CAP 256
 
@@ -520,7 +521,7 @@ static int classes_from(vctx *v, const cJSON *cl, const char *path,
     pp->classes_kind = AA__CLASSES_LADDER;
     it = FIELD(cl, "min", p1, path);
     if (it != NULL) {
-      rc = get_uint(v, it, p1, AA_BLOCK_ALIGN, GIB, &pp->ladder_min);
+      rc = get_uint(v, it, p1, AA_BLOCK_ALIGN, MAX_CLASS, &pp->ladder_min);
       if (rc != AA_OK)
         return rc;
       if (pp->ladder_min % AA_BLOCK_ALIGN != 0)
@@ -529,7 +530,7 @@ static int classes_from(vctx *v, const cJSON *cl, const char *path,
     }
     it = FIELD(cl, "max", p1, path);
     if (it != NULL) {
-      rc = get_uint(v, it, p1, AA_BLOCK_ALIGN, GIB, ladder_max);
+      rc = get_uint(v, it, p1, AA_BLOCK_ALIGN, MAX_CLASS, ladder_max);
       if (rc != AA_OK)
         return rc;
       if (*ladder_max % AA_BLOCK_ALIGN != 0)
@@ -599,7 +600,7 @@ static int classes_from(vctx *v, const cJSON *cl, const char *path,
                     "object, got %s",
                     type_name(it));
       }
-      rc = get_uint(v, sz, sizepath, AA_BLOCK_ALIGN, GIB, &u);
+      rc = get_uint(v, sz, sizepath, AA_BLOCK_ALIGN, MAX_CLASS, &u);
       if (rc != AA_OK)
         return rc;
       if (u % AA_BLOCK_ALIGN != 0)
@@ -645,7 +646,7 @@ static int pool_from(vctx *v, const cJSON *obj, const char *path,
   }
   it = FIELD(obj, "max_small", p1, path);
   if (it != NULL) {
-    rc = get_uint(v, it, p1, AA_BLOCK_ALIGN, GIB, &pp->max_small);
+    rc = get_uint(v, it, p1, AA_BLOCK_ALIGN, MAX_CLASS, &pp->max_small);
     if (rc != AA_OK)
       return rc;
     if (pp->max_small % AA_BLOCK_ALIGN != 0)
