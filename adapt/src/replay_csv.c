@@ -411,194 +411,255 @@ static bool looks_like_header(const char *s, const char *e) {
 /* ---------------------------------------------------------------- fast path */
 
 /* The fast path parses a plain line (no quotes, no spaces, the usual number
- * forms) in one pass without looking for the line end first. Anything else
- * returns false and the line goes through parse_line, which accepts every
- * documented form and writes the error messages. */
+ * forms) in one pass without looking for the line end first. Each helper
+ * takes the cursor and returns the cursor after what it read, or NULL when
+ * the text is not in its plain form; anything not plain goes through
+ * parse_line, which accepts every documented form and writes the error
+ * messages. */
 
-static inline bool fast_dec(const char **pp, const char *e, uint64_t *out) {
-  const char *p = *pp;
+#if defined(__GNUC__) || defined(__clang__)
+#define FX static inline __attribute__((always_inline))
+#else
+#define FX static inline
+#endif
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+/* Eight ASCII digits at p (first digit in the lowest byte) as a number, or
+ * false when any of the eight is not a digit. Pairs, then quads, then the
+ * whole are combined with multiplies inside the 64-bit word. */
+FX bool swar8(const char *p, uint64_t *out) {
+  uint64_t v;
+
+  memcpy(&v, p, 8);
+  if ((v & 0xf0f0f0f0f0f0f0f0ull) != 0x3030303030303030ull ||
+      ((v + 0x0606060606060606ull) & 0xf0f0f0f0f0f0f0f0ull) !=
+          0x3030303030303030ull)
+    return false;
+  v -= 0x3030303030303030ull;
+  v = v * 10 + (v >> 8); /* 2-digit values in bytes 0, 2, 4, 6 */
+  v = (v & 0x000000ff000000ffull) * (100 + (1000000ull << 32)) +
+      ((v >> 16) & 0x000000ff000000ffull) * (1 + (10000ull << 32));
+  *out = v >> 32;
+  return true;
+}
+#define AA__HAVE_SWAR8 1
+#endif
+
+/* 1..19 decimal digits. */
+FX const char *fx_dec(const char *p, const char *e, uint64_t *out) {
+  const char *s = p;
   uint64_t v = 0;
-  int n = 0;
 
-  while (p < e && (unsigned)(*p - '0') < 10u && n < 19) {
+  while (p < e && (unsigned)(*p - '0') < 10u) {
     v = v * 10 + (uint64_t)(*p - '0');
     p++;
-    n++;
   }
-  if (n == 0 || (p < e && (unsigned)(*p - '0') < 10u))
-    return false;
-  *pp = p;
+  if (p == s || p - s > 19)
+    return NULL; /* none, or it may not fit: the general path decides */
   *out = v;
-  return true;
+  return p;
 }
 
-static inline bool fast_hex(const char **pp, const char *e, uint64_t *out) {
-  const char *p = *pp;
+/* The same for runs that are often long (thread ids, fractions): eight
+ * digits at a time first. *ndig gets the digit count. */
+FX const char *fx_dec_long(const char *p, const char *e, uint64_t *out,
+                           int *ndig) {
+  const char *s = p;
   uint64_t v = 0;
-  int n = 0, d;
+#ifdef AA__HAVE_SWAR8
+  uint64_t c;
 
-  if (e - p < 3 || p[0] != '0' || p[1] != 'x')
-    return false;
-  p += 2;
-  while (p < e && n <= 16) {
-    d = hexdig((unsigned char)*p);
-    if (d < 0)
-      break;
-    v = (v << 4) | (uint64_t)d;
-    p++;
-    n++;
+  if (e - p >= 8 && swar8(p, &c)) {
+    v = c;
+    p += 8;
+    if (e - p >= 8 && swar8(p, &c)) {
+      v = v * 100000000ull + c;
+      p += 8;
+    }
   }
-  if (n == 0 || n > 16)
-    return false;
-  *pp = p;
+#endif
+  while (p < e && (unsigned)(*p - '0') < 10u) {
+    v = v * 10 + (uint64_t)(*p - '0');
+    p++;
+  }
+  if (p == s || p - s > 19)
+    return NULL;
   *out = v;
-  return true;
+  *ndig = (int)(p - s);
+  return p;
 }
 
-static inline bool fast_id(const char **pp, const char *e, uint64_t *out) {
-  if (e - *pp >= 2 && (*pp)[0] == '0' && (*pp)[1] == 'x')
-    return fast_hex(pp, e, out);
-  return fast_dec(pp, e, out);
+/* Hex digit value + 1, 0 for anything else. */
+static const unsigned char hexv1[256] = {
+    ['0'] = 1,  ['1'] = 2,  ['2'] = 3,  ['3'] = 4,  ['4'] = 5,  ['5'] = 6,
+    ['6'] = 7,  ['7'] = 8,  ['8'] = 9,  ['9'] = 10, ['a'] = 11, ['b'] = 12,
+    ['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16, ['A'] = 11, ['B'] = 12,
+    ['C'] = 13, ['D'] = 14, ['E'] = 15, ['F'] = 16};
+
+/* An id or size: 0x-hex (1..16 digits) or decimal. */
+FX const char *fx_id(const char *p, const char *e, uint64_t *out) {
+  if (e - p > 2 && p[0] == '0' && p[1] == 'x') {
+    const char *s = p + 2;
+    uint64_t v = 0;
+    unsigned d;
+    p = s;
+    while (p < e) {
+      d = hexv1[(unsigned char)*p];
+      if (d == 0)
+        break;
+      v = (v << 4) | (d - 1);
+      p++;
+    }
+    if (p == s || p - s > 16)
+      return NULL;
+    *out = v;
+    return p;
+  }
+  return fx_dec(p, e, out);
 }
 
 /* "S", "S.F", "H:M:S" or "H:M:S.F" with up to 9 fraction digits. */
-static inline bool fast_time(const char **pp, const char *e, uint64_t *out) {
-  const char *p = *pp;
+FX const char *fx_time(const char *p, const char *e, uint64_t *out) {
+  static const uint64_t scale[10] = {1000000000ull, 100000000ull, 10000000ull,
+                                     1000000ull,    100000ull,    10000ull,
+                                     1000ull,       100ull,       10ull, 1ull};
   uint64_t a, m, sec, frac = 0;
-  int n = 0;
+  int n;
 
-  if (!fast_dec(&p, e, &a))
-    return false;
+  p = fx_dec(p, e, &a);
+  if (p == NULL)
+    return NULL;
   if (p < e && *p == ':') {
-    p++;
-    if (!fast_dec(&p, e, &m) || p >= e || *p != ':' || m > 59)
-      return false;
-    p++;
-    if (!fast_dec(&p, e, &sec) || sec > 60 || a > 1000000)
-      return false;
+    p = fx_dec(p + 1, e, &m);
+    if (p == NULL || p >= e || *p != ':' || m > 59)
+      return NULL;
+    p = fx_dec(p + 1, e, &sec);
+    if (p == NULL || sec > 60 || a > 1000000)
+      return NULL;
     sec += a * 3600 + m * 60;
   } else {
     sec = a;
   }
   if (p < e && *p == '.') {
-    p++;
-    while (p < e && (unsigned)(*p - '0') < 10u && n < 9) {
-      frac = frac * 10 + (uint64_t)(*p - '0');
-      p++;
-      n++;
-    }
-    if (n == 0 || (p < e && (unsigned)(*p - '0') < 10u))
-      return false;
-    for (; n < 9; n++)
-      frac *= 10;
+    p = fx_dec_long(p + 1, e, &frac, &n);
+    if (p == NULL || n > 9)
+      return NULL; /* beyond ns: the general path drops the extra digits */
+    frac *= scale[n];
   }
   if (sec > (UINT64_MAX - frac) / 1000000000ull)
-    return false;
+    return NULL;
   *out = sec * 1000000000ull + frac;
-  *pp = p;
-  return true;
+  return p;
 }
 
-static inline bool fast_action(const char **pp, const char *e, char *op) {
-  const char *p = *pp;
-
+FX const char *fx_action(const char *p, const char *e, char *op) {
   if (e - p >= 10 && memcmp(p, "deallocate", 10) == 0) {
     *op = 'f';
-    *pp = p + 10;
-    return true;
+    return p + 10;
   }
   if (e - p >= 8 && memcmp(p, "allocate", 8) == 0) {
     if (e - p >= 16 && memcmp(p + 8, " failure", 8) == 0) {
       *op = 'x';
-      *pp = p + 16;
-    } else {
-      *op = 'a';
-      *pp = p + 8;
+      return p + 16;
     }
-    return true;
+    *op = 'a';
+    return p + 8;
   }
-  return false;
+  return NULL;
 }
 
-static inline bool fast_eol(const char *p, const char *e, const char **next) {
+/* Past the separator c, or NULL. */
+FX const char *fx_sep(const char *p, const char *e, char c) {
+  if (p == NULL || p >= e || *p != c)
+    return NULL;
+  return p + 1;
+}
+
+/* At the end of a line: the start of the next one, or NULL. */
+FX const char *fx_eol(const char *p, const char *e) {
+  if (p == NULL)
+    return NULL;
   if (p < e && *p == '\r')
     p++;
   if (p < e) {
     if (*p != '\n')
-      return false;
+      return NULL;
     p++;
   }
-  *next = p;
-  return true;
-}
-
-static inline bool fast_comma(const char **pp, const char *e) {
-  if (*pp >= e || **pp != ',')
-    return false;
-  (*pp)++;
-  return true;
+  return p;
 }
 
 /* The usual Thread,Time,Action,Pointer,Size,Stream order, straight-line. */
-static inline bool fast_line_default(const char *p, const char *e,
-                                     aa_replay_event *ev, const char **next) {
-  return fast_id(&p, e, &ev->thread) && fast_comma(&p, e) &&
-         fast_time(&p, e, &ev->time_ns) && fast_comma(&p, e) &&
-         fast_action(&p, e, &ev->op) && fast_comma(&p, e) &&
-         fast_id(&p, e, &ev->ptr) && fast_comma(&p, e) &&
-         fast_id(&p, e, &ev->size) && fast_comma(&p, e) &&
-         fast_id(&p, e, &ev->stream) && fast_eol(p, e, next);
+FX const char *fast_line_default(const char *p, const char *e,
+                                 aa_replay_event *ev) {
+  int nd;
+
+  p = fx_dec_long(p, e, &ev->thread, &nd);
+  if (p == NULL) /* a hex thread id: the per-column path takes it */
+    return NULL;
+  p = fx_sep(p, e, ',');
+  if (p != NULL)
+    p = fx_sep(fx_time(p, e, &ev->time_ns), e, ',');
+  if (p != NULL)
+    p = fx_sep(fx_action(p, e, &ev->op), e, ',');
+  if (p != NULL)
+    p = fx_sep(fx_id(p, e, &ev->ptr), e, ',');
+  if (p != NULL)
+    p = fx_sep(fx_id(p, e, &ev->size), e, ',');
+  if (p != NULL)
+    p = fx_eol(fx_id(p, e, &ev->stream), e);
+  return p;
 }
 
-/* On success *next is the start of the following line. */
-static bool fast_line(const csv_state *st, const char *p, const char *e,
-                      aa_replay_event *ev, const char **next) {
+/* Any column order; ignored columns are left to the general path. Returns
+ * the start of the next line, or NULL. */
+static const char *fast_line(const csv_state *st, const char *p, const char *e,
+                             aa_replay_event *ev) {
   unsigned i;
-  bool ok = true;
+  const char *q;
 
-  if (AA__LIKELY(st->default_layout))
-    return fast_line_default(p, e, ev, next);
-
+  if (AA__LIKELY(st->default_layout)) {
+    q = fast_line_default(p, e, ev);
+    if (AA__LIKELY(q != NULL))
+      return q;
+  }
   ev->time_ns = 0;
   ev->ptr = 0;
   ev->size = 0;
   ev->stream = 0;
   ev->thread = 0;
   ev->op = 0;
-  for (i = 0; i < st->ncols; i++) {
-    if (i > 0) {
-      if (p >= e || *p != ',')
-        return false;
-      p++;
-    }
+  for (i = 0; i < st->ncols && p != NULL; i++) {
+    if (i > 0)
+      p = fx_sep(p, e, ',');
+    if (p == NULL)
+      break;
     switch (st->cols[i]) {
     case COL_THREAD:
-      ok = fast_id(&p, e, &ev->thread);
+      p = fx_id(p, e, &ev->thread);
       break;
     case COL_TIME:
-      ok = fast_time(&p, e, &ev->time_ns);
+      p = fx_time(p, e, &ev->time_ns);
       break;
     case COL_ACTION:
-      ok = fast_action(&p, e, &ev->op);
+      p = fx_action(p, e, &ev->op);
       break;
     case COL_POINTER:
-      ok = fast_id(&p, e, &ev->ptr);
+      p = fx_id(p, e, &ev->ptr);
       break;
     case COL_SIZE:
-      ok = fast_id(&p, e, &ev->size);
+      p = fx_id(p, e, &ev->size);
       break;
     case COL_STREAM:
-      ok = fast_id(&p, e, &ev->stream);
+      p = fx_id(p, e, &ev->stream);
       break;
     default:
-      return false; /* ignored columns: the general path skips them */
+      return NULL;
     }
-    if (!ok)
-      return false;
   }
-  if (ev->op == 0)
-    return false;
-  return fast_eol(p, e, next);
+  if (p == NULL || ev->op == 0)
+    return NULL;
+  return fx_eol(p, e);
 }
 
 /* ---------------------------------------------------------------- parse */
@@ -641,7 +702,11 @@ int aa_replay_csv_parse(const char *buf, size_t len,
     bool unknown = false;
     int lrc;
 
-    if (AA__LIKELY(!first) && fast_line(&st, p, end, &batch[nb], &nl)) {
+    if (AA__LIKELY(!first))
+      nl = fast_line(&st, p, end, &batch[nb]);
+    else
+      nl = NULL;
+    if (AA__LIKELY(nl != NULL)) {
       line++;
       p = nl;
       batch[nb].line = line;

@@ -654,6 +654,13 @@ static void do_failed(aa_replay_sim *s, const aa_replay_event *ev) {
   }
 }
 
+#define PREFETCH_AHEAD 8
+#if defined(__GNUC__) || defined(__clang__)
+#define AA__PREFETCH(p) __builtin_prefetch((p), 1, 3)
+#else
+#define AA__PREFETCH(p) ((void)(p))
+#endif
+
 int aa_replay_sim_feed(void *user, const aa_replay_event *ev, size_t n) {
   aa_replay_sim *s = user;
   size_t k;
@@ -662,6 +669,10 @@ int aa_replay_sim_feed(void *user, const aa_replay_event *ev, size_t n) {
   for (k = 0; k < n; k++) {
     const aa_replay_event *e = &ev[k];
     uint64_t res = atomic_load_explicit(&s->bk->held, memory_order_relaxed);
+
+    /* The map is probed at random: fetch a later event's slot now. */
+    if (AA__LIKELY(k + PREFETCH_AHEAD < n))
+      AA__PREFETCH(&s->live.s[pmap_home(&s->live, ev[k + PREFETCH_AHEAD].ptr)]);
 
     /* Integrate the state held since the previous event. */
     if (AA__UNLIKELY(!s->have_time)) {

@@ -16,6 +16,7 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cJSON.h>
@@ -513,8 +514,18 @@ static int fanout_sink(void *user, const aa_replay_event *ev, size_t n) {
 typedef struct timing {
   double wall_s;
   double events_per_s;
+  double cpu_s;            /* this process's CPU time over the same span */
+  double events_per_cpu_s; /* the figure for "one core" on a busy machine */
   uint64_t events;
 } timing;
+
+static double cpu_seconds(void) {
+  struct timespec ts;
+
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
+    return 0.0;
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 /* Replays the input through every simulator in l[0..n). Returns 0 or an
  * exit code (message printed). */
@@ -524,6 +535,7 @@ static int replay_all(const options *o, loaded *l, size_t n, timing *t) {
   aa_replay_diag diag;
   char err[512];
   uint64_t t0, t1;
+  double c0, c1;
   size_t i;
   int rc;
 
@@ -534,8 +546,10 @@ static int replay_all(const options *o, loaded *l, size_t n, timing *t) {
   f.prog = &prog;
   f.failed = 0;
   t0 = aa_now_ns();
+  c0 = cpu_seconds();
   rc = input_feed(&o->in, o->on_error, fanout_sink, &f, &prog, &diag, err,
                   sizeof err);
+  c1 = cpu_seconds();
   t1 = aa_now_ns();
   progress_end(&prog);
   if (rc != AA_OK) {
@@ -550,6 +564,8 @@ static int replay_all(const options *o, loaded *l, size_t n, timing *t) {
   t->events = prog.events;
   t->wall_s = (double)(t1 - t0) / 1e9;
   t->events_per_s = t->wall_s > 0 ? (double)t->events / t->wall_s : 0.0;
+  t->cpu_s = c1 - c0;
+  t->events_per_cpu_s = t->cpu_s > 0 ? (double)t->events / t->cpu_s : 0.0;
   for (i = 0; i < n; i++) {
     aa_replay_result *r = &l[i].res;
     aa_replay_sim_result(l[i].sim, r);
@@ -564,9 +580,10 @@ static int replay_all(const options *o, loaded *l, size_t n, timing *t) {
     }
   }
   if (o->bench)
-    fprintf(stderr, "bench: %llu events in %.3f s = %.2f M events/s (%zu "
-            "polic%s)\n", (unsigned long long)t->events, t->wall_s,
-            t->events_per_s / 1e6, n, n == 1 ? "y" : "ies");
+    fprintf(stderr, "bench: %llu events in %.3f s = %.2f M events/s (CPU "
+            "%.3f s = %.2f M events/s; %zu polic%s)\n",
+            (unsigned long long)t->events, t->wall_s, t->events_per_s / 1e6,
+            t->cpu_s, t->events_per_cpu_s / 1e6, n, n == 1 ? "y" : "ies");
   return 0;
 }
 
@@ -606,8 +623,10 @@ static void print_json_head(FILE *f, const options *o, const timing *t) {
   print_json_string(f, desc);
   fprintf(f, ",\"pool\":");
   print_json_string(f, o->pool);
-  fprintf(f, ",\"events\":%llu,\"wall_s\":%.6f,\"events_per_s\":%.0f",
-          (unsigned long long)t->events, t->wall_s, t->events_per_s);
+  fprintf(f, ",\"events\":%llu,\"wall_s\":%.6f,\"events_per_s\":%.0f,"
+          "\"cpu_s\":%.6f,\"events_per_cpu_s\":%.0f",
+          (unsigned long long)t->events, t->wall_s, t->events_per_s, t->cpu_s,
+          t->events_per_cpu_s);
 }
 
 static int cmd_run(const options *o, bool compare) {
