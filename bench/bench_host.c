@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bench.h"
 
@@ -118,13 +119,29 @@ static void plan_init(batch_plan *p, uint64_t seed) {
     }                                                                          \
   } while (0)
 
-/* Returns elapsed ns, or 0 on allocation failure. */
-static uint64_t run_pair(const bench_allocator *a, size_t size, uint64_t n) {
-  bool failed = false;
-  uint64_t t0;
-  uint64_t t1;
+/* Elapsed time of one measurement: wall clock and this thread's CPU time. */
+typedef struct timing {
+  uint64_t wall;
+  uint64_t cpu;
+} timing;
 
-  t0 = aa_now_ns();
+static uint64_t cpu_now_ns(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) {
+    return 0;
+  }
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Returns the time taken; {0, 0} on allocation failure. */
+static timing run_pair(const bench_allocator *a, size_t size, uint64_t n) {
+  bool failed = false;
+  timing t = {0, 0};
+  uint64_t w0;
+  uint64_t c0;
+
+  w0 = aa_now_ns();
+  c0 = cpu_now_ns();
   switch (a->kind) {
   case BENCH_AA: {
     aa_pool *pool = a->pool;
@@ -147,8 +164,11 @@ static uint64_t run_pair(const bench_allocator *a, size_t size, uint64_t n) {
     break;
   }
   }
-  t1 = aa_now_ns();
-  return failed ? 0 : t1 - t0;
+  if (!failed) {
+    t.cpu = cpu_now_ns() - c0;
+    t.wall = aa_now_ns() - w0;
+  }
+  return t;
 }
 
 #define BATCH_LOOP(ALLOC, FREE)                                                \
@@ -210,41 +230,50 @@ typedef struct batch_thread {
   pthread_barrier_t *barrier;
   uint64_t t0;
   uint64_t t1;
+  uint64_t cpu;
   bool ok;
 } batch_thread;
 
 static void *batch_thread_main(void *arg) {
   batch_thread *t = arg;
+  uint64_t c0;
   pthread_barrier_wait(t->barrier);
   t->t0 = aa_now_ns();
+  c0 = cpu_now_ns();
   t->ok = run_batches(t->a, t->plan, t->batches);
+  t->cpu = cpu_now_ns() - c0;
   t->t1 = aa_now_ns();
   return NULL;
 }
 
 #define MAX_THREADS 8
 
-/* Returns elapsed wall ns over all threads, 0 on failure. */
-static uint64_t run_batch_case(const bench_allocator *a, batch_plan *plans, int threads,
-                               uint64_t batches) {
+/* Returns the wall time from the first thread's start to the last one's end
+ * and the threads' mean CPU time; {0, 0} on failure. */
+static timing run_batch_case(const bench_allocator *a, batch_plan *plans, int threads,
+                             uint64_t batches) {
   pthread_t tid[MAX_THREADS];
   batch_thread bt[MAX_THREADS];
   pthread_barrier_t barrier;
+  timing t = {0, 0};
   uint64_t t0 = UINT64_MAX;
   uint64_t t1 = 0;
+  uint64_t cpu = 0;
   bool ok = true;
   int started = 0;
   int i;
 
   if (threads == 1) {
-    uint64_t s = aa_now_ns();
-    if (!run_batches(a, &plans[0], batches)) {
-      return 0;
+    uint64_t w0 = aa_now_ns();
+    uint64_t c0 = cpu_now_ns();
+    if (run_batches(a, &plans[0], batches)) {
+      t.cpu = cpu_now_ns() - c0;
+      t.wall = aa_now_ns() - w0;
     }
-    return aa_now_ns() - s;
+    return t;
   }
   if (pthread_barrier_init(&barrier, NULL, (unsigned)threads) != 0) {
-    return 0;
+    return t;
   }
   for (i = 0; i < threads; i++) {
     bt[i].a = a;
@@ -273,9 +302,14 @@ static uint64_t run_batch_case(const bench_allocator *a, batch_plan *plans, int 
     if (bt[i].t1 > t1) {
       t1 = bt[i].t1;
     }
+    cpu += bt[i].cpu;
   }
   pthread_barrier_destroy(&barrier);
-  return ok ? t1 - t0 : 0;
+  if (ok) {
+    t.wall = t1 - t0;
+    t.cpu = cpu / (uint64_t)started;
+  }
+  return t;
 }
 
 /* ------------------------------------------------------------ statistics */
@@ -311,7 +345,7 @@ static summary summarise(const double *v, int n) {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: adaptalloc-bench host [--json|--markdown] [--reps N] [--case NAME[,NAME...]]\n"
-          "                             [--allocator NAME[,NAME...]] [--scale F]\n"
+          "                             [--allocator NAME[,NAME...]] [--scale F] [--clock cpu|wall]\n"
           "  Runs adaptalloc (telemetry on/off), glibc, jemalloc and mimalloc side by\n"
           "  side in this one process and reports the median ns per alloc+free pair.\n"
           "  --json       one JSON object per line on stdout instead of a table\n"
@@ -321,6 +355,8 @@ static void usage(FILE *f) {
           "               batch_mixed batch_mixed_2t\n"
           "  --allocator  only these: adaptalloc adaptalloc_notelemetry glibc jemalloc mimalloc\n"
           "  --scale F    multiply the operations per measurement by F (default 1)\n"
+          "  --clock cpu|wall  time each measurement by the thread's CPU time (default:\n"
+          "               immune to other processes on a shared machine) or the wall clock\n"
           "  --quiet      do not print the library resolution lines on stderr\n");
 }
 
@@ -463,7 +499,9 @@ int bench_host_main(int argc, char **argv) {
   double scale = 1.0;
   const char *case_list = NULL;
   const char *alloc_list = NULL;
-  double(*res)[BENCH_ALLOCATORS][MAX_REPS] = NULL; /* [case][alloc][rep] ns/op */
+  double(*res)[BENCH_ALLOCATORS][MAX_REPS] = NULL;  /* [case][alloc][rep] ns/op, --clock */
+  double(*wres)[BENCH_ALLOCATORS][MAX_REPS] = NULL; /* the same by the wall clock */
+  bool cpu_clock = true;
   batch_plan *plans = NULL;
   bool run_case[N_CASES];
   bool run_alloc[BENCH_ALLOCATORS];
@@ -494,6 +532,13 @@ int bench_host_main(int argc, char **argv) {
         fprintf(stderr, "adaptalloc-bench host: --reps needs an integer 1..%d\n", MAX_REPS);
         goto out;
       }
+      i++;
+    } else if (strcmp(a, "--clock") == 0) {
+      if (v == NULL || (strcmp(v, "cpu") != 0 && strcmp(v, "wall") != 0)) {
+        fprintf(stderr, "adaptalloc-bench host: --clock needs 'cpu' or 'wall'\n");
+        goto out;
+      }
+      cpu_clock = strcmp(v, "cpu") == 0;
       i++;
     } else if (strcmp(a, "--scale") == 0) {
       if (!parse_double(v, 0.001, 1000.0, &scale)) {
@@ -538,8 +583,9 @@ int bench_host_main(int argc, char **argv) {
   }
 
   res = calloc(N_CASES, sizeof *res);
+  wres = calloc(N_CASES, sizeof *wres);
   plans = calloc(MAX_THREADS, sizeof *plans);
-  if (res == NULL || plans == NULL) {
+  if (res == NULL || wres == NULL || plans == NULL) {
     fprintf(stderr, "adaptalloc-bench host: out of memory\n");
     goto out;
   }
@@ -580,25 +626,26 @@ int bench_host_main(int argc, char **argv) {
       }
       for (k = 0; k < BENCH_ALLOCATORS; k++) {
         int ai = (int)((k + r) % BENCH_ALLOCATORS); /* rotate the order */
-        uint64_t ns;
+        timing t;
         uint64_t done;
         if (!run_alloc[ai]) {
           continue;
         }
         if (bc->kind == CASE_PAIR) {
           done = ops;
-          ns = run_pair(&al[ai], bc->size, ops);
+          t = run_pair(&al[ai], bc->size, ops);
         } else {
           uint64_t batches = ops / BATCH_N;
           done = batches * BATCH_N;
-          ns = run_batch_case(&al[ai], plans, bc->threads, batches);
+          t = run_batch_case(&al[ai], plans, bc->threads, batches);
         }
-        if (ns == 0) {
+        if (t.wall == 0) {
           fprintf(stderr, "adaptalloc-bench host: %s: %s: allocation failed\n", bc->name,
                   al[ai].name);
           goto out;
         }
-        res[c][ai][r] = (double)ns / (double)done;
+        res[c][ai][r] = (double)(cpu_clock ? t.cpu : t.wall) / (double)done;
+        wres[c][ai][r] = (double)t.wall / (double)done;
       }
     }
   }
@@ -615,21 +662,25 @@ int bench_host_main(int argc, char **argv) {
       }
       for (i = 0; i < BENCH_ALLOCATORS; i++) {
         summary s;
+        summary w;
         if (!run_alloc[i]) {
           continue;
         }
         s = summarise(res[c][i], (int)reps);
+        w = summarise(wres[c][i], (int)reps);
         printf("{\"case\": \"%s\", \"allocator\": \"%s\", \"ns_per_op\": %.2f, "
-               "\"ns_min\": %.2f, \"ns_max\": %.2f, \"reps\": %ld, \"ops\": %llu, "
+               "\"ns_min\": %.2f, \"ns_max\": %.2f, \"clock\": \"%s\", "
+               "\"wall_ns_per_op\": %.2f, \"reps\": %ld, \"ops\": %llu, "
                "\"threads\": %d, \"size\": %zu}\n",
-               bc->name, al[i].name, s.median, s.min, s.max, reps, (unsigned long long)ops,
-               bc->threads, bc->size);
+               bc->name, al[i].name, s.median, s.min, s.max, cpu_clock ? "cpu" : "wall",
+               w.median, reps, (unsigned long long)ops, bc->threads, bc->size);
       }
     }
   } else if (markdown) {
     print_markdown(al, run_alloc, run_case, res, (int)reps);
   } else {
-    printf("adaptalloc-bench host: median ns per alloc+free pair over %ld reps%s\n", reps,
+    printf("adaptalloc-bench host: median ns per alloc+free pair over %ld reps, %s time%s\n",
+           reps, cpu_clock ? "thread CPU" : "wall-clock",
            reps < 5 ? " (fewer than 5: not a benchmark figure)" : "");
     printf("%-15s %10s %10s %10s %10s %10s | %7s %8s %7s\n", "case", "adaptalloc",
            "aa_notelem", "glibc", "jemalloc", "mimalloc", "aa/mi", "aa/glibc", "telem");
@@ -668,6 +719,7 @@ out:
     bench_allocators_close(al);
   }
   free(plans);
+  free(wres);
   free(res);
   return status;
 }
