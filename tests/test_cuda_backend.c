@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -294,6 +295,59 @@ static void test_cuda_pool_limit_and_release(void **state) {
   aa_backend_destroy(b);
 }
 
+/* The device really runs out: with most of the GPU taken by a hog, a pool
+ * holding ~1 GiB of cached (free) slabs and segments must give them back and
+ * retry when a new large request does not fit. */
+static void test_cuda_pool_oom_releases_cache(void **state) {
+  aa_backend *b = NULL;
+  aa_pool *pool = NULL;
+  aa_pool_config cfg;
+  aa_pool_stats *st = NULL;
+  size_t free_b = 0, total_b = 0;
+  void *hog = NULL, *big = NULL, *seg;
+  void *blocks[600];
+  int i;
+  (void)state;
+  NEED_GPU();
+  assert_int_equal(cudaMemGetInfo(&free_b, &total_b), cudaSuccess);
+  if (free_b < ((size_t)4 << 30) ||
+      cudaMalloc(&hog, free_b - ((size_t)3 << 29)) != cudaSuccess) { /* leave 1.5 GiB */
+    (void)cudaGetLastError();
+    print_message("[  SKIP    ] cannot take most of the device memory\n");
+    skip();
+    return;
+  }
+  assert_int_equal(aa_backend_cuda_new(0, &b), AA_OK);
+  aa_pool_config_init(&cfg);
+  cfg.name = "test-cuda-oom";
+  cfg.backend = b;
+  assert_int_equal(aa_pool_new(&cfg, &pool), AA_OK);
+  for (i = 0; i < 600; i++) {
+    blocks[i] = aa_alloc(pool, 1u << 20, NULL);
+    assert_non_null(blocks[i]);
+  }
+  seg = aa_alloc(pool, (size_t)512 << 20, NULL);
+  assert_non_null(seg);
+  for (i = 0; i < 600; i++)
+    assert_int_equal(aa_free(pool, blocks[i], 1u << 20, NULL), AA_OK);
+  assert_int_equal(aa_free(pool, seg, (size_t)512 << 20, NULL), AA_OK);
+  /* ~1.1 GiB cached, ~0.4 GiB left on the device: 1 GiB only fits after
+   * the cache goes back. */
+  big = aa_alloc(pool, (size_t)1 << 30, NULL);
+  assert_non_null(big);
+  assert_int_equal(cudaGetLastError(), cudaSuccess);
+  st = malloc(sizeof *st);
+  assert_non_null(st);
+  assert_int_equal(aa_pool_stats_get(pool, st), AA_OK);
+  assert_true(st->oom_retries >= 1);
+  assert_int_equal(st->ooms, 0);
+  free(st);
+  assert_int_equal(aa_free(pool, big, (size_t)1 << 30, NULL), AA_OK);
+  aa_pool_destroy(pool);
+  aa_backend_destroy(b);
+  assert_int_equal(cudaFree(hog), cudaSuccess);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cuda_backend_bad_arguments),
@@ -304,6 +358,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_backend_event_pending),
       cmocka_unit_test(test_cuda_pool_cross_stream_reuse),
       cmocka_unit_test(test_cuda_pool_limit_and_release),
+      cmocka_unit_test(test_cuda_pool_oom_releases_cache),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
