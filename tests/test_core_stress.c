@@ -20,7 +20,7 @@
 
 #include "adaptalloc/core.h"
 
-enum { WORKERS = 4, LIVE = 128, OPS = 60000, XCHG = 64 };
+enum { WORKERS = 4, LIVE = 128, OPS = 60000, MIN_OPS = 3000, XCHG = 64 };
 #define BUDGET_NS 800000000ull
 
 typedef struct blk {
@@ -60,22 +60,29 @@ static size_t rnd_size(unsigned *seed) {
   }
 }
 
-/* Pattern: every byte up to 4 KiB, then every 512th (keeps it cheap). */
+/* Pattern: every byte of the first KiB (compared with memcmp against a
+ * reference row), then one byte in every 512 and the last byte. */
+enum { HEAD = 1024 };
+static unsigned char ref[256][HEAD];
+
+static void init_ref(void) {
+  for (int t = 0; t < 256; t++)
+    memset(ref[t], t, HEAD);
+}
+
 static void fill(blk *b) {
-  size_t n = b->size < 4096 ? b->size : 4096;
-  memset(b->p, b->tag, n);
-  for (size_t i = n; i < b->size; i += 512)
+  size_t n = b->size < HEAD ? b->size : HEAD;
+  memcpy(b->p, ref[b->tag], n);
+  for (size_t i = HEAD; i < b->size; i += 512)
     b->p[i] = (unsigned char)(b->tag ^ (i >> 9));
   b->p[b->size - 1] = (unsigned char)~b->tag;
 }
 
 static void check(const blk *b) {
-  size_t n = b->size < 4096 ? b->size : 4096;
-  for (size_t i = 0; i + 1 < n; i++) {
-    if (b->p[i] != b->tag)
-      fail_msg("pattern broken at %zu of %zu", i, b->size);
-  }
-  for (size_t i = n; i + 1 < b->size; i += 512) {
+  size_t n = b->size < HEAD ? b->size : HEAD;
+  if (n > 1 && memcmp(b->p, ref[b->tag], n - 1) != 0)
+    fail_msg("pattern broken in the head of a %zu-byte block", b->size);
+  for (size_t i = HEAD; i + 1 < b->size; i += 512) {
     if (b->p[i] != (unsigned char)(b->tag ^ (i >> 9)))
       fail_msg("pattern broken at %zu of %zu", i, b->size);
   }
@@ -97,7 +104,8 @@ static void *worker(void *arg) {
   int n = 0;
   uint64_t allocs = 0, frees = 0, failed = 0;
   for (int op = 0; op < OPS; op++) {
-    if ((op & 1023) == 0 && now_ns() > sh->deadline)
+    /* at least MIN_OPS, then until the time budget is spent */
+    if (op >= MIN_OPS && (op & 255) == 0 && now_ns() > sh->deadline)
       break;
     unsigned r = (unsigned)rand_r(&seed);
     if (n < LIVE && (n == 0 || r % 100 < 55)) {
@@ -218,6 +226,7 @@ static void *changer(void *arg) {
 
 static void run_stress(uint32_t tcache_blocks) {
   shared sh;
+  init_ref();
   memset(&sh, 0, sizeof sh);
   pthread_mutex_init(&sh.xmu, NULL);
   assert_int_equal(aa_backend_host_new(&sh.b), AA_OK);
