@@ -1,0 +1,619 @@
+/*
+ * test_runtime_faults.c — fault-injection sweeps across the allocator and the
+ * services around it.
+ *
+ * 1. Backend faults under the runtime: the runtime's host pool with the store
+ *    on and every event traced; for every N the Nth host-backend alloc fails
+ *    (once, then in a second sweep from N on) during a trainer-like alloc/free
+ *    mix on two streams. Each N runs in a forked child (the runtime is a
+ *    process-wide singleton). Checked: the child survives; every aa_alloc that
+ *    returned NULL is counted in ooms and traced as a failed alloc ('x');
+ *    bytes_in_use and bytes_requested equal what the test holds; blocks held
+ *    keep their contents; after everything is freed and released the backend
+ *    maps exactly the pool's bytes_reserved; the store wrote every event.
+ * 2. Backend faults on a private pool feeding a private store (snapshots,
+ *    trace): as above, and after aa_pool_destroy the backend maps 0 bytes.
+ * 3. SQLite faults: for every N the Nth SQLite call of the store (open
+ *    included) fails while the same scenario runs with the store taking
+ *    snapshots, policy changes and every trace event. Checked: the allocator
+ *    never notices (no NULL, accounting exact); the store is either healthy to
+ *    the end or disabled with last_error and a message; open failures return
+ *    an error and no handle; the database passes PRAGMA integrity_check.
+ *
+ * Not covered here: allocation failures (malloc) inside adapt/ and http/,
+ * which have no injection hook (docs/reliability.md).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <sqlite3.h>
+
+#include "adaptalloc/runtime.h"
+#include "adaptalloc/store.h"
+
+#define SA ((aa_stream)(uintptr_t)0x10)
+#define SB ((aa_stream)(uintptr_t)0x20)
+
+static char tmpdir[256];
+
+/* In a child: print the failed check and exit with a code naming the line. */
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+      _exit(10 + __LINE__ % 100);                                              \
+    }                                                                          \
+  } while (0)
+
+/* ================================================================ model */
+
+enum { MAXB = 512 };
+
+/* What the test holds: every live block, its requested size, its stream. */
+typedef struct model {
+  void *p[MAXB];
+  size_t req[MAXB];
+  aa_stream st[MAXB];
+  unsigned char tag[MAXB];
+  int n;
+  uint64_t nulls;  /* aa_alloc returned NULL */
+  uint64_t allocs; /* aa_alloc succeeded */
+  uint64_t frees;
+  unsigned next_tag;
+} model;
+
+static void take(aa_pool *pool, model *m, size_t size, aa_stream s) {
+  void *p;
+  if (m->n >= MAXB)
+    return;
+  p = aa_alloc(pool, size, s);
+  if (p == NULL) {
+    m->nulls++;
+    return;
+  }
+  m->allocs++;
+  m->tag[m->n] = (unsigned char)(++m->next_tag | 1);
+  /* first, middle and last byte carry the tag: checked before the free */
+  ((unsigned char *)p)[0] = m->tag[m->n];
+  ((unsigned char *)p)[size / 2] = m->tag[m->n];
+  ((unsigned char *)p)[size - 1] = m->tag[m->n];
+  m->p[m->n] = p;
+  m->req[m->n] = size;
+  m->st[m->n] = s;
+  m->n++;
+}
+
+/* Frees block i; returns false when its contents were damaged. */
+static bool drop(aa_pool *pool, model *m, int i) {
+  const unsigned char *p = m->p[i];
+  size_t sz = m->req[i];
+  bool intact = p[0] == m->tag[i] && p[sz / 2] == m->tag[i] && p[sz - 1] == m->tag[i];
+  if (aa_free(pool, m->p[i], m->req[i], m->st[i]) != AA_OK)
+    intact = false;
+  m->frees++;
+  m->n--;
+  m->p[i] = m->p[m->n];
+  m->req[i] = m->req[m->n];
+  m->st[i] = m->st[m->n];
+  m->tag[i] = m->tag[m->n];
+  return intact;
+}
+
+/* The pool's accounting against the model. Returns a static message, or
+ * NULL when exact. */
+static const char *accounting(aa_pool *pool, const model *m, uint64_t ooms_before) {
+  static char why[200];
+  aa_pool_stats *st = malloc(sizeof(*st));
+  uint64_t in_use = 0, requested = 0;
+  const char *res = NULL;
+
+  for (int i = 0; i < m->n; i++) {
+    in_use += aa_block_size(pool, m->p[i]);
+    requested += m->req[i];
+  }
+  if (st == NULL || aa_pool_stats_get(pool, st) != AA_OK) {
+    res = "aa_pool_stats_get failed";
+  } else if (st->bytes_in_use != in_use) {
+    snprintf(why, sizeof(why), "bytes_in_use %llu, the test holds %llu",
+             (unsigned long long)st->bytes_in_use, (unsigned long long)in_use);
+    res = why;
+  } else if (st->bytes_requested != requested) {
+    snprintf(why, sizeof(why), "bytes_requested %llu, the test holds %llu",
+             (unsigned long long)st->bytes_requested, (unsigned long long)requested);
+    res = why;
+  } else if (st->ooms - ooms_before != m->nulls) {
+    snprintf(why, sizeof(why), "ooms moved by %llu, %llu NULLs returned",
+             (unsigned long long)(st->ooms - ooms_before), (unsigned long long)m->nulls);
+    res = why;
+  } else if (st->invalid_frees != 0) {
+    res = "invalid frees counted";
+  }
+  free(st);
+  return res;
+}
+
+/* A trainer-like mix: weights allocated once (large), then steps that
+ * allocate activations of moving sizes on two streams, free most of them in
+ * reverse (some with events held pending), record_stream on a weight, a
+ * class added with prefill and retired later, release and trim between
+ * phases. Returns false when a block came back damaged. */
+static bool trainer(aa_pool *pool, aa_backend *b, model *m, int steps) {
+  static const size_t act[] = {768, 3072, 4096 + 64, 12288, 49152, 98304 + 512,
+                               393216, 1048576};
+  bool ok = true;
+  aa_class_spec cls = {6656, 8, 16};
+
+  /* weights and optimiser state */
+  take(pool, m, (4u << 20) + 123, SA);
+  take(pool, m, 3u << 20, SA);
+  take(pool, m, 600000, SA);
+  if (m->n > 0)
+    (void)aa_record_stream(pool, m->p[0], SB);
+  for (int step = 0; step < steps; step++) {
+    int mark = m->n;
+    aa_stream s = step % 2 ? SB : SA;
+    if (step == 2)
+      (void)aa_pool_class_add(pool, &cls);
+    if (step == 3)
+      aa_backend_host_hold_events(b, true);
+    for (size_t i = 0; i < sizeof(act) / sizeof(act[0]); i++) {
+      size_t sz = act[i] + (size_t)step * 256;
+      take(pool, m, sz, s);
+      take(pool, m, sz / 3 + 1, i % 2 ? SA : SB);
+      if (step >= 2)
+        take(pool, m, 6600, s);
+    }
+    take(pool, m, (2u << 20) + (size_t)step * 100000, s); /* a large activation */
+    /* backward: free this step's tensors in reverse, keep every fourth */
+    for (int i = m->n - 1; i >= mark; i--)
+      if ((i - mark) % 4 != 0)
+        ok &= drop(pool, m, i);
+    if (step == 3) {
+      aa_pool_release(pool); /* pending blocks stay */
+      aa_backend_host_hold_events(b, false);
+    }
+    if (step == 4)
+      (void)aa_pool_class_retire(pool, cls.block_size);
+    if (step == 5)
+      aa_pool_trim(pool, 1u << 20);
+  }
+  return ok;
+}
+
+static bool drop_all(aa_pool *pool, model *m) {
+  bool ok = true;
+  while (m->n > 0)
+    ok &= drop(pool, m, m->n - 1);
+  return ok;
+}
+
+/* ================================================================ 1. runtime */
+
+typedef struct trace_count {
+  uint64_t a, f, x;
+} trace_count;
+
+static int count_event(void *user, const aa_trace_event *ev) {
+  trace_count *c = user;
+  if (ev->op == 'a')
+    c->a++;
+  else if (ev->op == 'f')
+    c->f++;
+  else if (ev->op == 'x')
+    c->x++;
+  return 0;
+}
+
+/* Exit codes of the runtime child besides CHECK's: */
+#define CHILD_NO_FAULT 100 /* the Nth call never came: the sweep is over */
+
+static void runtime_child(uint64_t n, bool every) {
+  char db[512];
+  aa_pool *pool;
+  aa_backend *b;
+  aa_pool_stats *st;
+  model *m = calloc(1, sizeof(*m));
+  uint64_t ooms0, mapped = 0, fails;
+  trace_count tc = {0, 0, 0};
+  bool intact;
+
+  CHECK(m != NULL);
+  snprintf(db, sizeof(db), "%s/rt-%llu-%d.db", tmpdir, (unsigned long long)n, every);
+  setenv("ADAPTALLOC_DB", db, 1);
+  setenv("ADAPTALLOC_HTTP", "off", 1);
+  setenv("ADAPTALLOC_TRACE", "1", 1);
+  setenv("ADAPTALLOC_QUIET", "1", 1);
+  setenv("ADAPTALLOC_POLICY_DIR", tmpdir, 1); /* no policy file: the default */
+  unsetenv("ADAPTALLOC_POLICY");
+  unsetenv("ADAPTALLOC_TOKEN");
+
+  pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
+  CHECK(pool != NULL);
+  CHECK(aa_runtime_run_id() > 0); /* the store is on */
+  b = aa_pool_backend(pool);
+  CHECK(b != NULL && b->kind == AA_BACKEND_HOST);
+  st = malloc(sizeof(*st));
+  CHECK(st != NULL);
+  CHECK(aa_pool_stats_get(pool, st) == AA_OK);
+  ooms0 = st->ooms;
+  fails = st->backend_failures;
+
+  aa_backend_host_fail_nth(b, n, every);
+  intact = trainer(pool, b, m, 6);
+  if (every && n > 0) {
+    /* still failing: an allocation that needs fresh memory is refused,
+     * counted and traced (checked below with the rest) */
+    uint64_t before = m->nulls;
+    take(pool, m, 64u << 20, SA);
+    CHECK(m->nulls == before + 1);
+  }
+  aa_backend_host_fail_nth(b, 0, false);
+  CHECK(intact);
+  {
+    const char *why = accounting(pool, m, ooms0);
+    if (why != NULL)
+      fprintf(stderr, "fault at backend call %llu%s: %s\n", (unsigned long long)n,
+              every ? " onwards" : "", why);
+    CHECK(why == NULL);
+  }
+  CHECK(aa_pool_stats_get(pool, st) == AA_OK);
+  if (n > 0 && st->backend_failures == fails) {
+    /* the Nth call never came; nothing failed */
+    CHECK(m->nulls == 0);
+    drop_all(pool, m);
+    aa_runtime_shutdown();
+    _exit(CHILD_NO_FAULT);
+  }
+  if (n > 0)
+    CHECK(st->backend_failures > fails);
+  /* the pool still serves once the fault is gone */
+  take(pool, m, 5000, SA);
+  take(pool, m, 5u << 20, SB);
+  CHECK(m->n >= 2);
+  CHECK(drop_all(pool, m));
+  CHECK(accounting(pool, m, ooms0) == NULL);
+  aa_pool_release(pool);
+  CHECK(aa_pool_stats_get(pool, st) == AA_OK);
+  CHECK(st->bytes_in_use == 0 && st->bytes_requested == 0);
+  CHECK(st->allocs - st->frees == 0);
+  aa_backend_host_counts(b, NULL, NULL, &mapped);
+  CHECK(mapped == st->bytes_reserved); /* nothing mapped that the pool lost */
+  aa_runtime_shutdown();
+
+  /* The store saw every event, the failed allocations included. */
+  CHECK(aa_store_trace_foreach(db, 0, count_event, &tc) == AA_OK);
+  if (tc.a != m->allocs || tc.f != m->frees || tc.x != m->nulls)
+    fprintf(stderr, "trace: a %llu/%llu f %llu/%llu x %llu/%llu\n",
+            (unsigned long long)tc.a, (unsigned long long)m->allocs,
+            (unsigned long long)tc.f, (unsigned long long)m->frees,
+            (unsigned long long)tc.x, (unsigned long long)m->nulls);
+  CHECK(tc.a == m->allocs && tc.f == m->frees && tc.x == m->nulls);
+  free(st);
+  free(m);
+  _exit(0);
+}
+
+static int fork_child(uint64_t n, bool every) {
+  int status = 0;
+  pid_t pid;
+  fflush(stdout);
+  fflush(stderr);
+  pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0)
+    runtime_child(n, every);
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  if (!WIFEXITED(status))
+    return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  return WEXITSTATUS(status);
+}
+
+static void runtime_sweep(bool every) {
+  uint64_t n;
+  int rc;
+
+  assert_int_equal(fork_child(0, false), 0); /* the scenario is clean */
+  for (n = 1; n < 1000; n++) {
+    rc = fork_child(n, every);
+    if (rc == CHILD_NO_FAULT)
+      break;
+    if (rc != 0)
+      fail_msg("backend fault at call %llu%s: child exit %d", (unsigned long long)n,
+               every ? " onwards" : "", rc);
+  }
+  print_message("runtime backend sweep%s: %llu fault points\n", every ? " (from N on)" : "",
+                (unsigned long long)(n - 1));
+  assert_true(n > 10); /* the scenario does make backend calls */
+  assert_true(n < 1000);
+}
+
+static void test_runtime_faults_backend_nth(void **state) {
+  (void)state;
+  runtime_sweep(false);
+}
+
+static void test_runtime_faults_backend_from_nth(void **state) {
+  (void)state;
+  runtime_sweep(true);
+}
+
+/* ================================================================ 2. private pool + store */
+
+static int open_store(const char *path, uint64_t fault_nth, aa_store **out) {
+  aa_store_config cfg;
+  aa_store_run_info info;
+  int64_t run = 0;
+  int rc;
+
+  aa_store_config_init(&cfg);
+  cfg.path = path;
+  cfg.quiet = true;
+  cfg.commit_interval_ms = 5;
+  cfg.fault_nth = fault_nth;
+  rc = aa_store_open(&cfg, out);
+  if (rc != AA_OK)
+    return rc;
+  memset(&info, 0, sizeof(info));
+  info.model = "faults";
+  info.rank = -1;
+  info.policy_version = 1;
+  return aa_store_begin_run(*out, &info, &run);
+}
+
+/* The scenario with a store attached: trace sink on, a snapshot after each
+ * phase, a policy change in the middle. */
+static bool with_store(aa_pool *pool, aa_backend *b, aa_store *st, model *m, int steps) {
+  aa_pool_stats *s = malloc(sizeof(*s));
+  bool ok;
+  if (s == NULL)
+    return false;
+  if (st != NULL)
+    aa_pool_set_trace(pool, aa_store_trace_push, st);
+  ok = trainer(pool, b, m, steps);
+  if (st != NULL && aa_pool_stats_get(pool, s) == AA_OK)
+    aa_store_snapshot(st, s);
+  if (st != NULL)
+    aa_store_policy_change(st, "api", 1, 2, "fault sweep", "{\"adapt\":{\"enabled\":false}}");
+  ok &= trainer(pool, b, m, steps);
+  if (st != NULL && aa_pool_stats_get(pool, s) == AA_OK)
+    aa_store_snapshot(st, s);
+  aa_pool_set_trace(pool, NULL, NULL);
+  free(s);
+  return ok;
+}
+
+/* Returns the number of backend failures seen (0: the Nth call never came). */
+static uint64_t private_once(const char *db, uint64_t n, bool every) {
+  aa_backend *b = NULL;
+  aa_pool *pool = NULL;
+  aa_pool_config cfg;
+  aa_pool_stats *s = malloc(sizeof(*s));
+  aa_store *st = NULL;
+  model *m = calloc(1, sizeof(*m));
+  uint64_t mapped = 0, allocs = 0, frees = 0, fails, traced;
+  aa_store_stats ss;
+  const char *why;
+
+  assert_non_null(s);
+  assert_non_null(m);
+  unlink(db);
+  assert_int_equal(open_store(db, 0, &st), AA_OK);
+  assert_int_equal(aa_backend_host_new(&b), AA_OK);
+  aa_pool_config_init(&cfg);
+  cfg.backend = b;
+  cfg.name = "faults";
+  cfg.tcache_blocks = 4;
+  assert_int_equal(aa_pool_new(&cfg, &pool), AA_OK);
+
+  aa_backend_host_fail_nth(b, n, every);
+  assert_true(with_store(pool, b, st, m, 6));
+  traced = m->allocs + m->frees + m->nulls;
+  aa_backend_host_fail_nth(b, 0, false);
+  why = accounting(pool, m, 0);
+  if (why != NULL)
+    fail_msg("private pool, backend fault %llu%s: %s", (unsigned long long)n,
+             every ? " onwards" : "", why);
+  assert_int_equal(aa_pool_stats_get(pool, s), AA_OK);
+  fails = s->backend_failures;
+  assert_true(drop_all(pool, m));
+  assert_null(accounting(pool, m, 0));
+
+  /* the store recorded the failures too, and is healthy */
+  assert_int_equal(aa_store_flush(st, 0), AA_OK);
+  assert_int_equal(aa_store_stats_get(st, &ss), AA_OK);
+  assert_int_equal(ss.enabled, 1);
+  assert_int_equal(ss.events_dropped, 0);
+  assert_int_equal(ss.events_written, traced);
+  assert_int_equal(aa_store_close(st), AA_OK);
+
+  aa_pool_destroy(pool);
+  aa_backend_host_counts(b, &allocs, &frees, &mapped);
+  assert_int_equal(mapped, 0);
+  assert_int_equal(allocs, frees);
+  aa_backend_destroy(b);
+  free(s);
+  free(m);
+  return fails;
+}
+
+static void private_sweep(bool every) {
+  char db[512];
+  uint64_t n;
+  snprintf(db, sizeof(db), "%s/private.db", tmpdir);
+  assert_int_equal(private_once(db, 0, false), 0);
+  for (n = 1; n < 1000; n++)
+    if (private_once(db, n, every) == 0)
+      break;
+  print_message("private pool + store sweep%s: %llu fault points\n",
+                every ? " (from N on)" : "", (unsigned long long)(n - 1));
+  assert_true(n > 10 && n < 1000);
+}
+
+static void test_runtime_faults_private_pool_nth(void **state) {
+  (void)state;
+  private_sweep(false);
+}
+
+static void test_runtime_faults_private_pool_from_nth(void **state) {
+  (void)state;
+  private_sweep(true);
+}
+
+/* ================================================================ 3. SQLite */
+
+static int integrity_cb(void *user, int ncol, char **val, char **names) {
+  (void)names;
+  if (ncol > 0 && val[0] != NULL)
+    snprintf((char *)user, 200, "%s", val[0]);
+  return 0;
+}
+
+/* "ok", or what integrity_check said; "absent" when there is no file. */
+static const char *integrity(const char *path) {
+  static char res[200];
+  sqlite3 *db = NULL;
+  struct stat sb;
+  if (stat(path, &sb) != 0)
+    return "absent";
+  snprintf(res, sizeof(res), "no answer");
+  if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+    snprintf(res, sizeof(res), "cannot open: %s", db ? sqlite3_errmsg(db) : "?");
+  } else if (sqlite3_exec(db, "PRAGMA integrity_check", integrity_cb, res, NULL) != SQLITE_OK) {
+    snprintf(res, sizeof(res), "exec: %s", sqlite3_errmsg(db));
+  }
+  sqlite3_close(db);
+  return res;
+}
+
+/* Returns true when the store stayed healthy through the scenario and close
+ * (the Nth call never came). */
+static bool sqlite_once(const char *db, uint64_t n) {
+  aa_backend *b = NULL;
+  aa_pool *pool = NULL;
+  aa_pool_config cfg;
+  aa_store *st = NULL;
+  model *m = calloc(1, sizeof(*m));
+  aa_store_stats ss;
+  uint64_t mapped = 0;
+  bool healthy;
+  int rc, crc;
+  const char *why;
+  char path[600];
+
+  assert_non_null(m);
+  unlink(db);
+  snprintf(path, sizeof(path), "%s-wal", db);
+  unlink(path);
+  snprintf(path, sizeof(path), "%s-shm", db);
+  unlink(path);
+  rc = open_store(db, n, &st);
+  if (rc != AA_OK && st != NULL) {
+    /* open worked, begin_run hit the fault: the store reports it */
+    assert_int_equal(aa_store_stats_get(st, &ss), AA_OK);
+    assert_int_equal(ss.enabled, 0);
+    assert_int_not_equal(ss.last_error, AA_OK);
+    assert_true(ss.last_error_msg[0] != '\0');
+  }
+  assert_int_equal(aa_backend_host_new(&b), AA_OK);
+  aa_pool_config_init(&cfg);
+  cfg.backend = b;
+  cfg.name = "sqlfaults";
+  assert_int_equal(aa_pool_new(&cfg, &pool), AA_OK);
+
+  /* the allocator must not notice anything the store does */
+  assert_true(with_store(pool, b, st, m, 2));
+  assert_int_equal(m->nulls, 0);
+  why = accounting(pool, m, 0);
+  if (why != NULL)
+    fail_msg("sqlite fault %llu: %s", (unsigned long long)n, why);
+  assert_true(drop_all(pool, m));
+  assert_null(accounting(pool, m, 0));
+
+  healthy = false;
+  if (st != NULL) {
+    (void)aa_store_flush(st, 2000);
+    assert_int_equal(aa_store_stats_get(st, &ss), AA_OK);
+    if (ss.enabled == 0) {
+      /* disabled: the error is reported, later writes are dropped */
+      if (ss.last_error == AA_OK || ss.last_error_msg[0] == '\0')
+        fail_msg("sqlite fault %llu: store disabled without an error", (unsigned long long)n);
+      aa_pool_stats *ps = malloc(sizeof(*ps));
+      assert_non_null(ps);
+      assert_int_equal(aa_pool_stats_get(pool, ps), AA_OK);
+      assert_int_equal(aa_store_snapshot(st, ps), AA_ECLOSED);
+      free(ps);
+    }
+    healthy = ss.enabled == 1;
+    crc = aa_store_close(st);
+    if (healthy && crc != AA_OK)
+      healthy = false; /* the end-of-run write was the one */
+  } else {
+    assert_int_not_equal(rc, AA_OK);
+  }
+  {
+    const char *ic = integrity(db);
+    if (strcmp(ic, "ok") != 0 && strcmp(ic, "absent") != 0)
+      fail_msg("sqlite fault %llu: integrity_check: %s", (unsigned long long)n, ic);
+  }
+  aa_pool_destroy(pool);
+  aa_backend_host_counts(b, NULL, NULL, &mapped);
+  assert_int_equal(mapped, 0);
+  aa_backend_destroy(b);
+  free(m);
+  return healthy;
+}
+
+static void test_runtime_faults_sqlite_nth(void **state) {
+  char db[512];
+  uint64_t n;
+  (void)state;
+  snprintf(db, sizeof(db), "%s/sql.db", tmpdir);
+  assert_true(sqlite_once(db, 0));
+  for (n = 1; n < 3000; n++)
+    if (sqlite_once(db, n))
+      break;
+  print_message("sqlite sweep: %llu fault points\n", (unsigned long long)(n - 1));
+  assert_true(n > 10 && n < 3000);
+}
+
+/* ================================================================ main */
+
+static int setup(void **state) {
+  (void)state;
+  /* tmpfs when there is one: the sweeps open hundreds of databases and
+   * fsync on a busy disk would dominate the run time */
+  snprintf(tmpdir, sizeof(tmpdir), "%s/aa-faults-XXXXXX",
+           access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
+  return mkdtemp(tmpdir) == NULL ? -1 : 0;
+}
+
+static int teardown(void **state) {
+  char cmd[300];
+  (void)state;
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void) {
+#if !AA_TEST_WITH_STORE
+  printf("test_runtime_faults: skipped (built without the store)\n");
+  return 0;
+#endif
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_runtime_faults_backend_nth),
+      cmocka_unit_test(test_runtime_faults_backend_from_nth),
+      cmocka_unit_test(test_runtime_faults_private_pool_nth),
+      cmocka_unit_test(test_runtime_faults_private_pool_from_nth),
+      cmocka_unit_test(test_runtime_faults_sqlite_nth),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
