@@ -26,6 +26,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples"))
@@ -56,22 +57,26 @@ def child_latency(mode, batches):
             for _ in range(10):
                 model(input_ids=ids)
             torch.cuda.synchronize()
-            reps = []
+            reps, cpu = [], []
             for _ in range(5):
                 e0 = torch.cuda.Event(enable_timing=True)
                 e1 = torch.cuda.Event(enable_timing=True)
                 e0.record()
+                t0 = time.perf_counter()
                 for _ in range(20):
                     model(input_ids=ids)
+                t1 = time.perf_counter()  # CPU time to issue (launch-bound if ~= GPU time)
                 e1.record()
                 e1.synchronize()
                 reps.append(e0.elapsed_time(e1) / 20)
+                cpu.append((t1 - t0) * 1e3 / 20)
             if tp:
                 peak_res, peak_use = tp.stat("peak_reserved"), tp.stat("peak_in_use")
             else:
                 peak_res = torch.cuda.max_memory_reserved()
                 peak_use = torch.cuda.max_memory_allocated()
             out["batches"][str(b)] = {"ms": statistics.median(reps), "ms_reps": reps,
+                                      "cpu_issue_ms": statistics.median(cpu),
                                       "peak_reserved": peak_res, "peak_in_use": peak_use}
             del ids
     print(json.dumps(out))
@@ -174,10 +179,14 @@ def main():
                                     "mem_ratio": mem_ratio,
                                     "peak_in_use_ours": [r["batches"][k]["peak_in_use"] for r in runs["ours"]],
                                     "peak_in_use_default": [r["batches"][k]["peak_in_use"] for r in runs["default"]]}
+            co = statistics.median(r["batches"][k]["cpu_issue_ms"] for r in runs["ours"])
+            cd = statistics.median(r["batches"][k]["cpu_issue_ms"] for r in runs["default"])
+            result["summary"][k]["cpu_issue_ms_ours"] = co
+            result["summary"][k]["cpu_issue_ms_default"] = cd
             print(f"{b:>6} {statistics.median(o):8.3f} [{min(o):.3f},{max(o):.3f}] "
                   f"{statistics.median(d):8.3f} [{min(d):.3f},{max(d):.3f}] {lat_ratio:8.3f} "
                   f"{statistics.median(ro) / 2**20:18.1f} {statistics.median(rd) / 2**20:12.1f} "
-                  f"{mem_ratio:6.3f}")
+                  f"{mem_ratio:6.3f}   cpu issue ms ours {co:.3f} default {cd:.3f}")
     else:
         for m in modes[::-1]:
             rc, lines, err = run(["child-maxbatch", "--mode", m, "--cap-gib", str(a.cap_gib),
