@@ -16,6 +16,7 @@
 #include "adaptalloc/policy.h"
 
 #include "cJSON.h"
+#include "policy_model.h" /* aa__json_merge_patch */
 
 static aa_policy *parse_ok(const char *doc) {
   char err[AA_POLICY_ERR_CAP] = "";
@@ -519,6 +520,50 @@ static void test_adapt_policy_merge_patch(void **state) {
   aa_policy_free(base);
 }
 
+
+/* RFC 7386 appendix A, every example: target, patch, result. */
+static void test_adapt_policy_rfc7386_examples(void **state) {
+  static const char *const cases[][3] = {
+      {"{\"a\":\"b\"}", "{\"a\":\"c\"}", "{\"a\":\"c\"}"},
+      {"{\"a\":\"b\"}", "{\"b\":\"c\"}", "{\"a\":\"b\",\"b\":\"c\"}"},
+      {"{\"a\":\"b\"}", "{\"a\":null}", "{}"},
+      {"{\"a\":\"b\",\"b\":\"c\"}", "{\"a\":null}", "{\"b\":\"c\"}"},
+      {"{\"a\":[\"b\"]}", "{\"a\":\"c\"}", "{\"a\":\"c\"}"},
+      {"{\"a\":\"c\"}", "{\"a\":[\"b\"]}", "{\"a\":[\"b\"]}"},
+      {"{\"a\":{\"b\":\"c\"}}", "{\"a\":{\"b\":\"d\",\"c\":null}}",
+       "{\"a\":{\"b\":\"d\"}}"},
+      {"{\"a\":[{\"b\":\"c\"}]}", "{\"a\":[1]}", "{\"a\":[1]}"},
+      {"[\"a\",\"b\"]", "[\"c\",\"d\"]", "[\"c\",\"d\"]"},
+      {"{\"a\":\"b\"}", "[\"c\"]", "[\"c\"]"},
+      {"{\"a\":\"foo\"}", "null", "null"},
+      {"{\"a\":\"foo\"}", "\"bar\"", "\"bar\""},
+      {"{\"e\":null}", "{\"a\":1}", "{\"e\":null,\"a\":1}"},
+      {"[1,2]", "{\"a\":\"b\",\"c\":null}", "{\"a\":\"b\"}"},
+      {"{}", "{\"a\":{\"bb\":{\"ccc\":null}}}", "{\"a\":{\"bb\":{}}}"},
+  };
+  (void)state;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cJSON *target = cJSON_Parse(cases[i][0]);
+    cJSON *patch = cJSON_Parse(cases[i][1]);
+    cJSON *want = cJSON_Parse(cases[i][2]);
+    cJSON *got;
+    char *text;
+    assert_non_null(target);
+    assert_non_null(patch);
+    assert_non_null(want);
+    got = aa__json_merge_patch(target, patch);
+    assert_non_null(got);
+    text = cJSON_PrintUnformatted(got);
+    if (!cJSON_Compare(got, want, 1))
+      print_error("case %zu: got %s, want %s\n", i, text, cases[i][2]);
+    assert_true(cJSON_Compare(got, want, 1));
+    free(text);
+    cJSON_Delete(got);
+    cJSON_Delete(patch);
+    cJSON_Delete(want);
+  }
+}
+
 static void test_adapt_policy_example_files(void **state) {
   const char *src = getenv("AA_TEST_SOURCE_DIR");
   char dir[1024], path[1400], err[AA_POLICY_ERR_CAP + 1400];
@@ -701,6 +746,7 @@ int main(void) {
       cmocka_unit_test(test_adapt_policy_default_round_trip),
       cmocka_unit_test(test_adapt_policy_pool_config),
       cmocka_unit_test(test_adapt_policy_merge_patch),
+      cmocka_unit_test(test_adapt_policy_rfc7386_examples),
       cmocka_unit_test(test_adapt_policy_example_files),
       cmocka_unit_test(test_adapt_policy_schema_matches_parser),
   };

@@ -196,9 +196,7 @@ char *aa_policy_to_json(const aa_policy *p) {
 
 /* ------------------------------------------------------------ merge patch */
 
-/* RFC 7386 MergePatch(target, patch). Consumes target; returns the new
- * target, or NULL when out of memory. */
-static cJSON *merge(cJSON *target, const cJSON *patch) {
+cJSON *aa__json_merge_patch(cJSON *target, const cJSON *patch) {
   if (!cJSON_IsObject(patch)) {
     cJSON_Delete(target);
     return cJSON_Duplicate(patch, 1);
@@ -218,7 +216,7 @@ static cJSON *merge(cJSON *target, const cJSON *patch) {
       continue;
     }
     old = cJSON_DetachItemFromObjectCaseSensitive(target, m->string);
-    nv = merge(old, m);
+    nv = aa__json_merge_patch(old, m);
     if (nv == NULL) {
       cJSON_Delete(target);
       return NULL;
@@ -261,7 +259,7 @@ int aa_policy_merge_patch(const aa_policy *base, const char *patch, size_t len,
     rc = AA_ENOMEM;
     goto done;
   }
-  target = merge(target, ptree);
+  target = aa__json_merge_patch(target, ptree);
   p = malloc(sizeof *p);
   if (target == NULL || p == NULL) {
     aa__policy_errf(err, errcap, "(root): out of memory");

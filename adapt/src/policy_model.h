@@ -87,6 +87,11 @@ int aa__policy_parse_tree(const char *json, size_t len, cJSON **out, char *err,
 int aa__policy_from_tree(const cJSON *root, aa_policy *out, char *err,
                          size_t errcap);
 
+/* RFC 7386 MergePatch(target, patch) on cJSON trees. Consumes target (may be
+ * NULL); returns the new target (the caller owns it: cJSON_Delete), or NULL
+ * when out of memory. patch is not changed. */
+cJSON *aa__json_merge_patch(cJSON *target, const cJSON *patch);
+
 /* printf into err (when err && errcap). */
 void aa__policy_errf(char *err, size_t errcap, const char *fmt, ...)
 #if defined(__GNUC__) || defined(__clang__)
