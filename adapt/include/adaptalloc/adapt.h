@@ -64,7 +64,7 @@ typedef enum aa_adapt_kind {
 /* "add_class", "grow_or_prefill", "retire_class", "trim" ("unknown"). */
 AA_EXTERN const char *aa_adapt_kind_name(aa_adapt_kind kind);
 
-#define AA_ADAPT_REASON_CAP 224
+#define AA_ADAPT_REASON_CAP 256
 /* A grown class's prefill never exceeds this many blocks (the policy's
  * per-class bound), nor, with all classes' prefill together, limit_bytes. */
 #define AA_ADAPT_PREFILL_MAX (1u << 20)
