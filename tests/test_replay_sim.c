@@ -340,6 +340,68 @@ static void test_replay_sim_bad_config(void **state) {
   aa_replay_sim_free(NULL);
 }
 
+static int feed_sink(void *user, const aa_replay_event *e, size_t n) {
+  return aa_replay_sim_feed(user, e, n);
+}
+
+/* The policy loop runs on the replay's clock and adds the exact class the
+ * skewed stream asks for. */
+static void test_replay_sim_adapt_loop(void **state) {
+  aa_replay_config cfg;
+  aa_replay_synth_config syn;
+  aa_replay_hist h;
+  aa_replay_sim *s = NULL;
+  aa_replay_result r;
+  const aa_adapt_decision *d;
+  size_t n = 0, i;
+  uint32_t with_loop;
+  bool added = false;
+  char err[AA_REPLAY_ERR_CAP];
+  (void)state;
+
+  memset(&h, 0, sizeof h);
+  h.exact = malloc(2 * sizeof *h.exact);
+  assert_non_null(h.exact);
+  h.exact[0].size = 4100;
+  h.exact[0].count = 90;
+  h.exact[1].size = 512;
+  h.exact[1].count = 10;
+  h.nexact = 2;
+  aa_replay_config_init(&cfg);
+  cfg.adapt = true;
+  cfg.adapt_every_events = 20000;
+  assert_int_equal(aa_replay_sim_new(&cfg, &s, err, sizeof err), AA_OK);
+  aa_replay_synth_config_init(&syn);
+  syn.events = 100000;
+  syn.live_target = 2000;
+  assert_int_equal(aa_replay_synth(&h, &syn, feed_sink, s, err, sizeof err),
+                   AA_OK);
+  aa_replay_sim_result(s, &r);
+  assert_int_equal(r.adapt.steps, 5);
+  assert_true(r.adapt.classes_added >= 1);
+  d = aa_replay_sim_decisions(s, &n);
+  assert_true(n >= 1);
+  for (i = 0; i < n; i++) {
+    if (d[i].kind == AA_ADAPT_ADD_CLASS && d[i].block_size == 4608 &&
+        d[i].result == AA_OK)
+      added = true;
+  }
+  assert_true(added);
+  with_loop = r.class_count;
+  aa_replay_sim_free(s);
+
+  /* Without adapt nothing changes the table. */
+  cfg.adapt = false;
+  assert_int_equal(aa_replay_sim_new(&cfg, &s, err, sizeof err), AA_OK);
+  assert_int_equal(aa_replay_synth(&h, &syn, feed_sink, s, err, sizeof err),
+                   AA_OK);
+  aa_replay_sim_result(s, &r);
+  assert_int_equal(r.adapt.steps, 0);
+  assert_true(r.class_count < with_loop);
+  aa_replay_sim_free(s);
+  aa_replay_hist_clear(&h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_replay_sim_hand_computed),
@@ -352,6 +414,7 @@ int main(void) {
       cmocka_unit_test(test_replay_sim_large_and_many),
       cmocka_unit_test(test_replay_sim_streams),
       cmocka_unit_test(test_replay_sim_bad_config),
+      cmocka_unit_test(test_replay_sim_adapt_loop),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

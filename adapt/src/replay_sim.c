@@ -425,6 +425,12 @@ struct aa_replay_sim {
   char err[AA_REPLAY_ERR_CAP];
   aa_replay_diag diag;
 
+  aa_adapt_loop *loop;     /* NULL without adapt */
+  uint64_t next_step_ns;   /* trace time of the next loop step */
+  uint64_t last_step_ev;   /* events at the last step */
+  aa_adapt_decision dlog[AA_REPLAY_DECISION_LOG];
+  size_t ndlog;
+
   uint64_t events, requests, allocs, frees, failures, trace_failures;
   uint64_t failed_live; /* map entries standing for allocations that failed */
   uint64_t in_use, requested;
@@ -447,6 +453,15 @@ void aa_replay_config_init(aa_replay_config *cfg) {
   cfg->costs.event_ns = 0.0;
   cfg->on_error = AA_REPLAY_STOP;
   cfg->position_name = "line";
+  aa_adapt_params_default(&cfg->adapt_params);
+}
+
+static void note_decision(void *user, aa_pool *pool, const aa_adapt_decision *d) {
+  aa_replay_sim *s = user;
+
+  (void)pool;
+  if (s->ndlog < AA_REPLAY_DECISION_LOG)
+    s->dlog[s->ndlog++] = *d;
 }
 
 int aa_replay_sim_new(const aa_replay_config *cfg, aa_replay_sim **out,
@@ -504,6 +519,21 @@ int aa_replay_sim_new(const aa_replay_config *cfg, aa_replay_sim **out,
       goto fail;
     }
   }
+  if (cfg->adapt) {
+    aa_adapt_loop_config lc;
+    aa_adapt_loop_config_init(&lc);
+    lc.params = cfg->adapt_params;
+    lc.on_decision = note_decision;
+    lc.user = s;
+    rc = aa_adapt_loop_new(&lc, &s->loop);
+    if (rc == AA_OK)
+      rc = aa_adapt_loop_add_pool(s->loop, s->pool);
+    if (rc != AA_OK) {
+      aa__replay_errf(err, errcap, "the policy loop refused its parameters: %s",
+                      aa_strerror(rc));
+      goto fail;
+    }
+  }
   *out = s;
   return AA_OK;
 fail:
@@ -516,6 +546,7 @@ fail:
 void aa_replay_sim_free(aa_replay_sim *s) {
   if (s == NULL)
     return;
+  aa_adapt_loop_destroy(s->loop); /* before the pool it watches */
   aa_pool_destroy(s->pool);
   simbk_free(s->bk);
   free(s->live.s);
@@ -654,6 +685,27 @@ static void do_failed(aa_replay_sim *s, const aa_replay_event *ev) {
   }
 }
 
+/* Whether the loop's next step is due after event e. */
+static bool step_due(aa_replay_sim *s, const aa_replay_event *e) {
+  if (s->cfg.adapt_every_events > 0) {
+    if (s->events - s->last_step_ev < s->cfg.adapt_every_events)
+      return false;
+    s->last_step_ev = s->events;
+    return true;
+  }
+  if (e->time_ns < s->next_step_ns)
+    return false;
+  /* One step per interval passed; a gap of many intervals is one step. */
+  s->next_step_ns = e->time_ns + (uint64_t)s->cfg.adapt_params.interval_ms * 1000000ull;
+  return true;
+}
+
+const aa_adapt_decision *aa_replay_sim_decisions(const aa_replay_sim *s,
+                                                 size_t *n) {
+  *n = s->ndlog;
+  return s->dlog;
+}
+
 #define PREFETCH_AHEAD 8
 #if defined(__GNUC__) || defined(__clang__)
 #define AA__PREFETCH(p) __builtin_prefetch((p), 1, 3)
@@ -679,6 +731,7 @@ int aa_replay_sim_feed(void *user, const aa_replay_event *ev, size_t n) {
       s->have_time = true;
       s->first_time = e->time_ns;
       s->last_time = e->time_ns;
+      s->next_step_ns = e->time_ns + (uint64_t)s->cfg.adapt_params.interval_ms * 1000000ull;
     } else if (e->time_ns > s->last_time) {
       double dt = (double)(e->time_ns - s->last_time);
       s->t_req += (double)s->requested * dt;
@@ -712,6 +765,16 @@ int aa_replay_sim_feed(void *user, const aa_replay_event *ev, size_t n) {
       break;
     s->events++;
     note_peaks(s);
+    if (AA__UNLIKELY(s->loop != NULL) && step_due(s, e)) {
+      int steprc = aa_adapt_loop_step(s->loop);
+      if (steprc < 0) {
+        snprintf(s->err, sizeof s->err, "%s %llu: the policy loop failed: %s",
+                 s->pos, (unsigned long long)e->line, aa_strerror(steprc));
+        rc = steprc;
+        break;
+      }
+      note_peaks(s); /* a trim or prefill changes what is reserved */
+    }
   }
   return rc;
 }
@@ -768,6 +831,8 @@ void aa_replay_sim_result(aa_replay_sim *s, aa_replay_result *r) {
   r->live_bytes_at_end = s->requested;
   r->trace_span_ns = s->have_time ? s->last_time - s->first_time : 0;
   r->diag = s->diag;
+  if (s->loop != NULL)
+    aa_adapt_loop_counters(s->loop, &r->adapt);
 }
 
 static int cmp_size_stat(const void *a, const void *b) {

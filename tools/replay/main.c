@@ -46,6 +46,8 @@ typedef struct options {
   size_t max_classes; /* 0 = from the policy's adapt.max_classes */
   double min_gain_slabs;
   bool have_events;
+  bool adapt;
+  uint64_t adapt_every;
 } options;
 
 static const char usage_text[] =
@@ -87,6 +89,9 @@ static const char usage_text[] =
     "                         they are recorded (0)\n"
     "  --ignore-streams       replay everything on the default stream\n"
     "  --replay-failures      also try allocations that failed in the trace\n"
+    "  --adapt                run the policy's adapt loop on the trace clock\n"
+    "                         (a step every adapt.interval_ms of trace time)\n"
+    "  --adapt-every N        with --adapt: a step every N events instead\n"
     "  -o FILE                output file (suggest, import)\n"
     "  --max-classes N        suggest: class table bound (policy's\n"
     "                         adapt.max_classes)\n"
@@ -183,7 +188,7 @@ enum {
   OPT_NO_PROGRESS, OPT_ON_ERROR, OPT_BENCH, OPT_COST_ALLOC, OPT_COST_FREE,
   OPT_COST_GIB, OPT_COST_HIT, OPT_COST_EVENT, OPT_CAPACITY, OPT_DELAY,
   OPT_IGNORE_STREAMS, OPT_REPLAY_FAILURES, OPT_MAX_CLASSES, OPT_MIN_GAIN,
-  OPT_HELP
+  OPT_ADAPT, OPT_ADAPT_EVERY, OPT_HELP
 };
 
 static const struct option long_opts[] = {
@@ -214,6 +219,8 @@ static const struct option long_opts[] = {
     {"replay-failures", no_argument, NULL, OPT_REPLAY_FAILURES},
     {"max-classes", required_argument, NULL, OPT_MAX_CLASSES},
     {"min-gain-slabs", required_argument, NULL, OPT_MIN_GAIN},
+    {"adapt", no_argument, NULL, OPT_ADAPT},
+    {"adapt-every", required_argument, NULL, OPT_ADAPT_EVERY},
     {"output", required_argument, NULL, 'o'},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0}};
@@ -370,6 +377,13 @@ static int parse_args(int argc, char **argv, options *o) {
         return usage_error("--min-gain-slabs: '%s' is not a non-negative "
                            "number", optarg);
       break;
+    case OPT_ADAPT:
+      o->adapt = true;
+      break;
+    case OPT_ADAPT_EVERY:
+      if (!parse_u64_arg(optarg, &o->adapt_every, true) || o->adapt_every == 0)
+        return usage_error("--adapt-every: '%s' is not a positive count", optarg);
+      break;
     case 'o':
       o->out = optarg;
       break;
@@ -410,6 +424,8 @@ static int parse_args(int argc, char **argv, options *o) {
     return usage_error("--run goes with --db FILE%s", "");
   if (o->have_events && o->in.kind != IN_HIST && o->in.kind != IN_DB_HIST)
     return usage_error("--events goes with a histogram input%s", "");
+  if (o->adapt_every > 0 && !o->adapt)
+    return usage_error("--adapt-every goes with --adapt%s", "");
   return 0;
 }
 
@@ -479,6 +495,9 @@ static int make_sim(const options *o, loaded *l, bool collect_sizes) {
   rc.replay_failures = o->replay_failures;
   rc.collect_sizes = collect_sizes;
   rc.position_name = input_position_name(&o->in);
+  rc.adapt = o->adapt && !collect_sizes; /* suggest tunes the static table */
+  aa_policy_adapt_params(l->policy, &rc.adapt_params);
+  rc.adapt_every_events = o->adapt_every;
   r = aa_replay_sim_new(&rc, &l->sim, err, sizeof err);
   if (r != AA_OK) {
     fprintf(stderr, "adaptalloc-replay: %s: %s\n", l->label, err);
@@ -613,6 +632,47 @@ static void print_json_result(FILE *f, const aa_replay_result *r) {
   fputs(buf, f);
 }
 
+static void print_json_decisions(FILE *f, const loaded *l) {
+  size_t n = 0, i;
+  const aa_adapt_decision *d = aa_replay_sim_decisions(l->sim, &n);
+
+  fprintf(f, ",\"decisions\":[");
+  for (i = 0; i < n; i++) {
+    fprintf(f, "%s{\"step\":%llu,\"kind\":", i > 0 ? "," : "",
+            (unsigned long long)d[i].interval);
+    print_json_string(f, aa_adapt_kind_name(d[i].kind));
+    fprintf(f, ",\"block_size\":%llu,\"request_size\":%llu,\"amount\":%llu,"
+            "\"result\":", (unsigned long long)d[i].block_size,
+            (unsigned long long)d[i].request_size,
+            (unsigned long long)d[i].amount);
+    print_json_string(f, aa_errname(d[i].result));
+    fprintf(f, ",\"reason\":");
+    print_json_string(f, d[i].reason);
+    fprintf(f, "}");
+  }
+  fprintf(f, "]");
+}
+
+static void print_text_decisions(FILE *f, const loaded *l) {
+  size_t n = 0, i;
+  const aa_adapt_decision *d = aa_replay_sim_decisions(l->sim, &n);
+  const aa_adapt_counters *c = &l->res.adapt;
+
+  fprintf(f, "policy loop       %llu steps, %llu decisions: %llu classes added, "
+          "%llu retired, %llu grows, %llu trims, %llu refused\n",
+          (unsigned long long)c->steps, (unsigned long long)c->decisions,
+          (unsigned long long)c->classes_added,
+          (unsigned long long)c->classes_retired, (unsigned long long)c->grows,
+          (unsigned long long)c->trims, (unsigned long long)c->apply_failures);
+  for (i = 0; i < n; i++)
+    fprintf(f, "  step %-5llu %-15s %s%s%s\n", (unsigned long long)d[i].interval,
+            aa_adapt_kind_name(d[i].kind), d[i].reason,
+            d[i].result != AA_OK ? " -> " : "",
+            d[i].result != AA_OK ? aa_errname(d[i].result) : "");
+  if (c->decisions > n)
+    fprintf(f, "  (%llu more)\n", (unsigned long long)(c->decisions - n));
+}
+
 static void print_json_head(FILE *f, const options *o, const timing *t) {
   char desc[512];
 
@@ -661,6 +721,8 @@ static int cmd_run(const options *o, bool compare) {
       print_json_string(stdout, l[0].label);
       fprintf(stdout, ",\"result\":");
       print_json_result(stdout, &l[0].res);
+      if (o->adapt)
+        print_json_decisions(stdout, &l[0]);
     } else {
       fprintf(stdout, ",\"runs\":[");
       for (i = 0; i < n; i++) {
@@ -668,6 +730,8 @@ static int cmd_run(const options *o, bool compare) {
         print_json_string(stdout, l[i].label);
         fprintf(stdout, ",\"result\":");
         print_json_result(stdout, &l[i].res);
+        if (o->adapt)
+          print_json_decisions(stdout, &l[i]);
         fprintf(stdout, "}");
       }
       fprintf(stdout, "]");
@@ -680,6 +744,8 @@ static int cmd_run(const options *o, bool compare) {
            (unsigned long long)t.events, o->pool);
     if (!compare) {
       print_result_text(stdout, l[0].label, &l[0].res);
+      if (o->adapt)
+        print_text_decisions(stdout, &l[0]);
     } else {
       const char *labels[MAX_POLICIES];
       aa_replay_result res[MAX_POLICIES];
@@ -689,6 +755,12 @@ static int cmd_run(const options *o, bool compare) {
       }
       printf("\n");
       print_compare_table(stdout, labels, res, n);
+      if (o->adapt) {
+        for (i = 0; i < n; i++) {
+          printf("\n%s:\n", l[i].label);
+          print_text_decisions(stdout, &l[i]);
+        }
+      }
     }
   }
   free_loaded(l, n);

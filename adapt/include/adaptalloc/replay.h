@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "adaptalloc/adapt.h"
 #include "adaptalloc/common.h"
 #include "adaptalloc/core.h"
 
@@ -192,6 +193,12 @@ typedef struct aa_replay_config {
   bool collect_sizes;       /* keep per-size counts (for suggest) */
   const char *position_name;/* what messages call ev->line: "line" (default,
                                CSV) or "event" (store traces, synthesis) */
+  /* The policy loop, run on the trace's clock: when adapt is set, one
+   * aa_adapt_loop_step every adapt_params.interval_ms of trace time (or,
+   * with adapt_every_events > 0, every that many events instead). */
+  bool adapt;
+  aa_adapt_params adapt_params; /* aa_adapt_params_default by init */
+  uint64_t adapt_every_events;
 } aa_replay_config;
 
 /* Fills in defaults: aa_pool_config_init, default costs, everything else 0. */
@@ -227,6 +234,7 @@ typedef struct aa_replay_result {
   uint64_t live_bytes_at_end;
   uint64_t trace_span_ns;   /* last - first event time */
   uint32_t class_count;     /* classes in the table at the end */
+  aa_adapt_counters adapt;  /* the loop's counters (zero without adapt) */
   aa_replay_diag diag;
 } aa_replay_result;
 
@@ -263,6 +271,12 @@ typedef struct aa_replay_size_stat {
  * caller free()s. *out NULL and *n 0 when empty or not collected. */
 AA_EXTERN int aa_replay_sim_sizes(const aa_replay_sim *sim,
                                   aa_replay_size_stat **out, size_t *n);
+
+/* The first AA_REPLAY_DECISION_LOG decisions the loop made (with their
+ * results), in order; *n gets the count kept. Valid until the next feed. */
+#define AA_REPLAY_DECISION_LOG 32
+AA_EXTERN const aa_adapt_decision *aa_replay_sim_decisions(
+    const aa_replay_sim *sim, size_t *n);
 
 /* Destroys the pool (releasing everything) and the backend. NULL is a no-op. */
 AA_EXTERN void aa_replay_sim_free(aa_replay_sim *sim);
