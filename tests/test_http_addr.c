@@ -80,7 +80,7 @@ static void test_http_addr_off(void **state) {
 static void test_http_addr_refuses_bad_forms(void **state) {
   static const char *const bad[] = {
       "",
-      "127.0.0.1",      /* no port: would read as port 127? no: 4 dots */
+      "127.0.0.1",      /* no port */
       "127.0.0.1:",
       "127.0.0.1:65536",
       "127.0.0.1:99999",
@@ -104,8 +104,8 @@ static void test_http_addr_refuses_bad_forms(void **state) {
       "offf",
       "http://127.0.0.1:9100",
       "127.0.0.1:123456",
-      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
-      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa:1",
+      ("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+       "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa:1"),
   };
   size_t i;
   (void)state;

@@ -754,7 +754,9 @@ static const route_t routes[] = {
 static bool method_allowed(const char *allow, const char *method) {
   size_t n = strlen(method);
   const char *p = allow;
-  while ((p = strstr(p, method)) != NULL) {
+  if (n == 0)
+    return false; /* strstr would find "" everywhere */
+  for (p = strstr(p, method); p != NULL; p = strstr(p, method)) {
     bool start = p == allow || p[-1] == ' ';
     bool end = p[n] == '\0' || p[n] == ',';
     if (start && end)
