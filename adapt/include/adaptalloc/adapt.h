@@ -154,7 +154,9 @@ typedef struct aa_adapt_loop_config {
   aa_adapt_params params;         /* aa_adapt_params_default() by init */
   aa_adapt_decision_fn on_decision; /* optional */
   void *user;
-  bool dry_run;                   /* decide and report, apply nothing */
+  bool dry_run;                   /* decide and report, apply nothing (a
+                                     decision then repeats each step, as the
+                                     table it would change stays the same) */
 } aa_adapt_loop_config;
 
 AA_EXTERN void aa_adapt_loop_config_init(aa_adapt_loop_config *cfg);
