@@ -105,7 +105,7 @@ async function main() {
 
   // 2. the charts draw data: several points on the memory chart, histogram
   //    bars and class boundaries, and pixels in the series colours
-  await until(page, "3 points on the memory chart", () => Number(document.getElementById("chart-mem").dataset.points) >= 3);
+  await until(page, "6 points on the memory chart", () => Number(document.getElementById("chart-mem").dataset.points) >= 6);
   await until(page, "histogram bars", () => Number(document.getElementById("chart-hist").dataset.bars) > 0);
   const painted = await page.evaluate(() => {
     const count = (id, rgb) => {
@@ -127,8 +127,8 @@ async function main() {
     };
   });
   log("painted", JSON.stringify(painted));
-  if (painted.inUse < 50) fail("the in-use line is not drawn");
-  if (painted.reserved < 50) fail("the reserved line is not drawn");
+  if (painted.inUse < 40) fail("the in-use line is not drawn");
+  if (painted.reserved < 40) fail("the reserved line is not drawn");
   if (painted.bars < 50) fail("no histogram bars drawn");
   if (painted.classes < 1 || painted.rows < 1) fail("no size classes shown");
   if (!/(B|KiB|MiB|GiB)$/.test(painted.inUseCard)) fail("in-use card without a unit: " + painted.inUseCard);
@@ -148,19 +148,33 @@ async function main() {
     await page.fill("#token", token);
   }
 
-  // 5. a valid edit takes effect: a coarser ladder for the device pool
+  // 5. a valid edit takes effect: a coarser ladder for the device pool and
+  //    a new description. Against a live process (--url) the policy loop may
+  //    bump the version meanwhile: then the page answers 412 and offers to
+  //    overwrite, which the test accepts.
+  const strict = !!serverBin; // our test server runs no policy loop
   const good = structuredClone(policy);
   good.pools.device.classes = { min: 512, per_doubling: 2 };
+  good.description = "edited by the browser test " + Date.now();
   delete good.version;
   await page.fill("#policy-text", JSON.stringify(good, null, 2));
-  await page.click("#apply");
+  for (let attempt = 0; attempt < 3; attempt++) {
+    await page.click("#apply");
+    await until(page, "an answer to the PUT", () => /ok|err/.test(document.getElementById("policy-msg").className));
+    const cls = await page.getAttribute("#policy-msg", "class");
+    if (cls.includes("ok")) break;
+    const text = await page.textContent("#policy-msg");
+    if (!/412/.test(text) || strict) fail("the valid edit was refused: " + text);
+    log("412 (the loop changed the policy meanwhile): overwriting");
+  }
   await until(page, "the success message", () => document.getElementById("policy-msg").className.includes("ok"));
   await until(page, "the version to bump", (v) => Number(document.getElementById("policy-version").textContent) > v, v0);
   const v1 = Number(await page.textContent("#policy-version"));
   log("applied, version", v0, "->", v1);
   const served = await page.evaluate(async () => (await fetch("/policy")).json());
-  if (!served.pools || JSON.stringify(served.pools.device.classes) !== JSON.stringify(good.pools.device.classes)) {
-    fail("the server does not hold the edited policy: " + JSON.stringify(served.pools && served.pools.device.classes));
+  if (served.description !== good.description) fail("the server does not hold the edited policy: " + served.description);
+  if (strict && JSON.stringify(served.pools.device.classes) !== JSON.stringify(good.pools.device.classes)) {
+    fail("the server does not hold the edited classes: " + JSON.stringify(served.pools.device.classes));
   }
   await until(page, "the change log entry", () => /PUT/.test(document.getElementById("changes").textContent), undefined, 15000);
 
@@ -177,7 +191,7 @@ async function main() {
   await page.click("#apply");
   await until(page, "the parse error", () => /400/.test(document.getElementById("policy-msg").textContent) && !/slab_size/.test(document.getElementById("policy-msg").textContent));
   const after = await page.evaluate(async () => { const r = await fetch("/policy"); return { etag: r.headers.get("ETag"), body: await r.json() }; });
-  if (after.etag !== `"${v1}"`) fail("the version moved after refused edits: " + after.etag);
+  if (strict && after.etag !== `"${v1}"`) fail("the version moved after refused edits: " + after.etag);
   if (after.body.pools.device.slab_size === 1000) fail("the refused value is in force");
 
   // put the valid one back in the editor for the screenshot
