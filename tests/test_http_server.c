@@ -1228,7 +1228,7 @@ static void test_http_per_ip_limit(void **state) {
   }
   assert_true(refused);
   close(held[0]);
-  for (i = 0; i < 100 && !ok; i++) {
+  for (i = 0; i < 250 && !ok; i++) {
     http(fx.port, "GET", "/healthz", NULL, NULL, &r);
     ok = r.status == 200;
     resp_free(&r);
