@@ -398,7 +398,10 @@ static int parse_args(int argc, char **argv, options *o) {
   }
   for (; optind < argc; optind++) {
     const char *a = argv[optind];
-    if (strcmp(o->cmd, "compare") == 0 &&
+    /* compare: every .json (or 'default') is a policy; run/suggest: one. */
+    if ((strcmp(o->cmd, "compare") == 0 ||
+         ((strcmp(o->cmd, "run") == 0 || strcmp(o->cmd, "suggest") == 0) &&
+          o->npolicies == 0)) &&
         (ends_with(a, ".json") || strcmp(a, "default") == 0)) {
       if (o->npolicies == MAX_POLICIES)
         return usage_error("at most 16 policies (at %s)", a);
