@@ -498,7 +498,7 @@ static int make_sim(const options *o, loaded *l, bool collect_sizes) {
   rc.replay_failures = o->replay_failures;
   rc.collect_sizes = collect_sizes;
   rc.position_name = input_position_name(&o->in);
-  rc.adapt = o->adapt && !collect_sizes; /* suggest tunes the static table */
+  rc.adapt = o->adapt;
   aa_policy_adapt_params(l->policy, &rc.adapt_params);
   rc.adapt_every_events = o->adapt_every;
   r = aa_replay_sim_new(&rc, &l->sim, err, sizeof err);
@@ -844,7 +844,9 @@ out:
   return out;
 }
 
-static int cmd_suggest(const options *o) {
+static int cmd_suggest(const options *opts) {
+  options local_opts = *opts; /* suggest tunes the static table: no loop */
+  const options *o = &local_opts;
   loaded *l = NULL;
   aa_replay_size_stat *sizes = NULL;
   size_t nsizes = 0, nnew = 0, i;
@@ -859,6 +861,8 @@ static int cmd_suggest(const options *o) {
   FILE *f = NULL;
   int rc;
 
+  local_opts.adapt = false;
+  local_opts.adapt_every = 0;
   if (o->out == NULL)
     return usage_error("suggest needs -o FILE for the tuned policy%s", "");
   if (o->npolicies > 1)
