@@ -72,6 +72,9 @@ static char *slurp(const char *path) {
 
 /* Runs the shell command `args` (with {BIN}, {SRC}, {TMP} expanded) and
  * returns its exit status; stdout/stderr land in *out / *err (malloc'd). */
+static int sh(char **out, char **err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 static int sh(char **out, char **err, const char *fmt, ...) {
   char tmpl[4096], cmd[8192], op[400], ep[400];
   const char *p;
