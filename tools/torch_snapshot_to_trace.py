@@ -69,7 +69,8 @@ def convert(snap, out, device="all", free_event="requested",
             continue
         if not isinstance(trace, list):
             raise ValueError("device_traces[%d] is not a list" % dev)
-        counts["devices"] += 1
+        if trace:
+            counts["devices"] += 1
         live = {}        # addr -> size of blocks allocated in the window
         requested = set()  # addrs whose free_requested was written
         for i, e in enumerate(trace):
@@ -176,6 +177,10 @@ def main(argv=None):
           % (counts["devices"], counts["allocate"], counts["deallocate"],
              counts["allocate failure"], counts["skipped"],
              counts["unmatched_frees"]), file=sys.stderr)
+    if counts["devices"] > 1:
+        print("torch_snapshot_to_trace: note: %d devices merged into one trace "
+              "(one pool replays them all); --device N picks one" %
+              counts["devices"], file=sys.stderr)
     return 0
 
 
