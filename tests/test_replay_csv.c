@@ -4,6 +4,7 @@
  * files and stdin-like inputs.
  */
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -315,6 +316,51 @@ static void test_replay_csv_file(void **state) {
   assert_non_null(strstr(err, "directory"));
 }
 
+typedef struct prog {
+  int calls;
+  uint64_t last_done, total;
+  bool monotone;
+} prog;
+
+static void on_progress(void *user, uint64_t done, uint64_t total) {
+  prog *p = user;
+
+  if (done < p->last_done)
+    p->monotone = false;
+  p->calls++;
+  p->last_done = done;
+  p->total = total;
+}
+
+static void test_replay_csv_progress(void **state) {
+  size_t cap = 200000 * 40, len = 0;
+  char *text = malloc(cap);
+  aa_replay_csv_options opt;
+  collect c;
+  prog p = {0, 0, 0, true};
+  char err[AA_REPLAY_ERR_CAP];
+  int i;
+  (void)state;
+
+  assert_non_null(text);
+  for (i = 0; i < 200000; i++)
+    len += (size_t)snprintf(text + len, cap - len, "1,%d,allocate,0x%x,8,0\n",
+                            i, i + 1);
+  memset(&opt, 0, sizeof opt);
+  opt.progress = on_progress;
+  opt.progress_user = &p;
+  memset(&c, 0, sizeof c);
+  assert_int_equal(aa_replay_csv_parse(text, len, &opt, collect_sink, &c, NULL,
+                                       err, sizeof err), AA_OK);
+  /* Between batches now and then, and once at the end with done == total. */
+  assert_true(p.calls >= 2);
+  assert_true(p.monotone);
+  assert_int_equal(p.last_done, len);
+  assert_int_equal(p.total, len);
+  assert_int_equal(c.calls, (200000 + 1023) / 1024);
+  free(text);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_replay_csv_basic),
@@ -327,6 +373,7 @@ int main(void) {
       cmocka_unit_test(test_replay_csv_sink_stops),
       cmocka_unit_test(test_replay_csv_format_roundtrip),
       cmocka_unit_test(test_replay_csv_file),
+      cmocka_unit_test(test_replay_csv_progress),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
