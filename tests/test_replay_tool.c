@@ -320,6 +320,18 @@ static void test_replay_tool_suggest_compare(void **state) {
   cJSON_Delete(j);
   free(out);
   free(err);
+  /* The sizes that waste most, as suggest saw them. */
+  assert_int_equal(sh(&out, &err, "{BIN} run --json --top 2 {TMP}/skew.csv"), 0);
+  j = cJSON_Parse(out);
+  assert_non_null(j);
+  assert_int_equal(cJSON_GetArraySize(get(j, "top_sizes")), 2);
+  assert_int_equal((int)num(j, "top_sizes.0.size"), 4100);
+  assert_int_equal((int)num(j, "top_sizes.0.class"), 5120);
+  assert_true(num(j, "top_sizes.0.waste_at_peak") >
+              num(j, "top_sizes.1.waste_at_peak"));
+  cJSON_Delete(j);
+  free(out);
+  free(err);
   /* The table form. */
   assert_int_equal(sh(&out, &err, "{BIN} compare default {TMP}/tuned.json "
                       "--csv {TMP}/skew.csv"), 0);

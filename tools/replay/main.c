@@ -48,6 +48,7 @@ typedef struct options {
   bool have_events;
   bool adapt;
   uint64_t adapt_every;
+  size_t top; /* run: list the N sizes that waste most (0 = none) */
 } options;
 
 static const char usage_text[] =
@@ -92,6 +93,7 @@ static const char usage_text[] =
     "  --adapt                run the policy's adapt loop on the trace clock\n"
     "                         (a step every adapt.interval_ms of trace time)\n"
     "  --adapt-every N        with --adapt: a step every N events instead\n"
+    "  --top N                run: list the N request sizes that waste most\n"
     "  -o FILE                output file (suggest, import)\n"
     "  --max-classes N        suggest: class table bound (policy's\n"
     "                         adapt.max_classes)\n"
@@ -188,7 +190,7 @@ enum {
   OPT_NO_PROGRESS, OPT_ON_ERROR, OPT_BENCH, OPT_COST_ALLOC, OPT_COST_FREE,
   OPT_COST_GIB, OPT_COST_HIT, OPT_COST_EVENT, OPT_CAPACITY, OPT_DELAY,
   OPT_IGNORE_STREAMS, OPT_REPLAY_FAILURES, OPT_MAX_CLASSES, OPT_MIN_GAIN,
-  OPT_ADAPT, OPT_ADAPT_EVERY, OPT_HELP
+  OPT_ADAPT, OPT_ADAPT_EVERY, OPT_TOP, OPT_HELP
 };
 
 static const struct option long_opts[] = {
@@ -221,6 +223,7 @@ static const struct option long_opts[] = {
     {"min-gain-slabs", required_argument, NULL, OPT_MIN_GAIN},
     {"adapt", no_argument, NULL, OPT_ADAPT},
     {"adapt-every", required_argument, NULL, OPT_ADAPT_EVERY},
+    {"top", required_argument, NULL, OPT_TOP},
     {"output", required_argument, NULL, 'o'},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0}};
@@ -383,6 +386,11 @@ static int parse_args(int argc, char **argv, options *o) {
     case OPT_ADAPT_EVERY:
       if (!parse_u64_arg(optarg, &o->adapt_every, true) || o->adapt_every == 0)
         return usage_error("--adapt-every: '%s' is not a positive count", optarg);
+      break;
+    case OPT_TOP:
+      if (!parse_u64_arg(optarg, &u, false) || u == 0 || u > 1000)
+        return usage_error("--top: '%s' is not in 1..1000", optarg);
+      o->top = (size_t)u;
       break;
     case 'o':
       o->out = optarg;
@@ -676,6 +684,94 @@ static void print_text_decisions(FILE *f, const loaded *l) {
     fprintf(f, "  (%llu more)\n", (unsigned long long)(c->decisions - n));
 }
 
+/* One request size with what its class wastes at its peak live count. */
+typedef struct waste_row {
+  uint64_t size, allocs, max_live, block, waste;
+} waste_row;
+
+static int cmp_waste(const void *a, const void *b) {
+  const waste_row *x = a, *y = b;
+  if (x->waste != y->waste)
+    return x->waste > y->waste ? -1 : 1;
+  return x->size < y->size ? -1 : x->size > y->size;
+}
+
+/* The top n sizes by waste (block - size) x peak live, for the small path;
+ * large requests are listed with block 0. *rows is malloc'd. */
+static size_t top_sizes(loaded *l, size_t n, waste_row **rows) {
+  aa_replay_size_stat *v = NULL;
+  aa_class_spec cls[AA_MAX_CLASSES];
+  size_t nv = 0, nc = 0, i, k;
+  waste_row *r;
+
+  *rows = NULL;
+  if (aa_replay_sim_sizes(l->sim, &v, &nv) != AA_OK || nv == 0 ||
+      aa_pool_classes(aa_replay_sim_pool(l->sim), cls, AA_MAX_CLASSES, &nc,
+                      NULL) != AA_OK) {
+    free(v);
+    return 0;
+  }
+  r = calloc(nv, sizeof *r);
+  if (r == NULL) {
+    free(v);
+    return 0;
+  }
+  for (i = 0; i < nv; i++) {
+    r[i].size = v[i].size;
+    r[i].allocs = v[i].allocs;
+    r[i].max_live = v[i].max_live;
+    for (k = 0; k < nc && cls[k].block_size < v[i].size; k++)
+      ;
+    if (k < nc) {
+      r[i].block = cls[k].block_size;
+      r[i].waste = (r[i].block - r[i].size) * r[i].max_live;
+    }
+  }
+  free(v);
+  qsort(r, nv, sizeof *r, cmp_waste);
+  *rows = r;
+  return nv < n ? nv : n;
+}
+
+static void print_top_text(FILE *f, loaded *l, size_t n) {
+  waste_row *r = NULL;
+  size_t k = top_sizes(l, n, &r), i;
+  char a[32];
+
+  fprintf(f, "\ntop sizes by waste at their peak live count:\n");
+  fprintf(f, "  %12s %12s %10s %12s %8s %12s\n", "size", "allocs", "peak live",
+          "class", "waste", "at peak");
+  for (i = 0; i < k; i++) {
+    fmt_bytes(r[i].waste, a, sizeof a);
+    if (r[i].block == 0)
+      fprintf(f, "  %12llu %12llu %10llu %12s %8s %12s\n",
+              (unsigned long long)r[i].size, (unsigned long long)r[i].allocs,
+              (unsigned long long)r[i].max_live, "large", "-", "-");
+    else
+      fprintf(f, "  %12llu %12llu %10llu %12llu %7.1f%% %12s\n",
+              (unsigned long long)r[i].size, (unsigned long long)r[i].allocs,
+              (unsigned long long)r[i].max_live,
+              (unsigned long long)r[i].block,
+              100.0 * (double)(r[i].block - r[i].size) / (double)r[i].block, a);
+  }
+  free(r);
+}
+
+static void print_top_json(FILE *f, loaded *l, size_t n) {
+  waste_row *r = NULL;
+  size_t k = top_sizes(l, n, &r), i;
+
+  fprintf(f, ",\"top_sizes\":[");
+  for (i = 0; i < k; i++)
+    fprintf(f, "%s{\"size\":%llu,\"allocs\":%llu,\"max_live\":%llu,"
+            "\"class\":%llu,\"waste_at_peak\":%llu}", i > 0 ? "," : "",
+            (unsigned long long)r[i].size, (unsigned long long)r[i].allocs,
+            (unsigned long long)r[i].max_live, (unsigned long long)r[i].block,
+            (unsigned long long)r[i].waste);
+  fprintf(f, "]");
+  free(r);
+}
+
 static void print_json_head(FILE *f, const options *o, const timing *t) {
   char desc[512];
 
@@ -710,10 +806,14 @@ static int cmd_run(const options *o, bool compare) {
     fprintf(stderr, "adaptalloc-replay: out of memory\n");
     return EXIT_INTERNAL;
   }
+  if (compare && o->top > 0) {
+    free(l);
+    return usage_error("--top goes with run%s", "");
+  }
   for (i = 0; i < n && rc == 0; i++) {
     rc = load_policy(o, o->npolicies > 0 ? o->policies[i] : NULL, &l[i]);
     if (rc == 0)
-      rc = make_sim(o, &l[i], false);
+      rc = make_sim(o, &l[i], o->top > 0);
   }
   if (rc == 0)
     rc = replay_all(o, l, n, &t);
@@ -726,6 +826,8 @@ static int cmd_run(const options *o, bool compare) {
       print_json_result(stdout, &l[0].res);
       if (o->adapt)
         print_json_decisions(stdout, &l[0]);
+      if (o->top > 0)
+        print_top_json(stdout, &l[0], o->top);
     } else {
       fprintf(stdout, ",\"runs\":[");
       for (i = 0; i < n; i++) {
@@ -749,6 +851,8 @@ static int cmd_run(const options *o, bool compare) {
       print_result_text(stdout, l[0].label, &l[0].res);
       if (o->adapt)
         print_text_decisions(stdout, &l[0]);
+      if (o->top > 0)
+        print_top_text(stdout, &l[0], o->top);
     } else {
       const char *labels[MAX_POLICIES];
       aa_replay_result res[MAX_POLICIES];
