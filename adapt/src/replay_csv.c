@@ -664,36 +664,92 @@ static const char *fast_line(const csv_state *st, const char *p, const char *e,
 
 /* ---------------------------------------------------------------- parse */
 
-int aa_replay_csv_parse(const char *buf, size_t len,
-                        const aa_replay_csv_options *opt, aa_replay_sink sink,
-                        void *user, aa_replay_diag *diag, char *err,
-                        size_t errcap) {
-  aa_replay_event *batch = NULL;
-  size_t nb = 0, batches = 0;
+/* The reader's state across the chunks of one input (a pipe is read in
+ * chunks; a mapped file is one chunk). */
+typedef struct csv_reader {
+  csv_state st;
+  bool first;       /* no data or header line seen yet */
+  uint64_t line;    /* lines consumed */
+  uint64_t offset;  /* bytes consumed before this chunk */
+  uint64_t total;   /* input size for progress, 0 when unknown */
+  char *header;     /* copy of the header line (owned) */
+  size_t batches;
+  aa_replay_event batch[BATCH];
+  size_t nb;
+  const aa_replay_csv_options *opt;
+  aa_replay_on_error mode;
+  aa_replay_sink sink;
+  void *user;
+  aa_replay_diag *diag;
+  char *err;
+  size_t errcap;
+} csv_reader;
+
+static csv_reader *reader_new(const aa_replay_csv_options *opt,
+                              aa_replay_sink sink, void *user,
+                              aa_replay_diag *diag, char *err, size_t errcap) {
+  csv_reader *r = malloc(sizeof *r);
+
+  if (r == NULL)
+    return NULL;
+  memset(&r->st, 0, sizeof r->st);
+  set_default_cols(&r->st);
+  r->first = true;
+  r->line = 0;
+  r->offset = 0;
+  r->total = 0;
+  r->header = NULL;
+  r->batches = 0;
+  r->nb = 0;
+  r->opt = opt;
+  r->mode = opt != NULL ? opt->on_error : AA_REPLAY_STOP;
+  r->sink = sink;
+  r->user = user;
+  r->diag = diag;
+  r->err = err;
+  r->errcap = errcap;
+  return r;
+}
+
+static void reader_free(csv_reader *r) {
+  if (r == NULL)
+    return;
+  free(r->header);
+  free(r);
+}
+
+static int reader_flush(csv_reader *r) {
+  int rc = AA_OK;
+
+  if (r->nb > 0)
+    rc = r->sink(r->user, r->batch, r->nb);
+  r->nb = 0;
+  return rc;
+}
+
+/* One event is in batch[nb]: keep it, hand the batch on when full. */
+static inline int reader_keep(csv_reader *r, const char *buf, const char *p) {
+  int rc;
+
+  r->batch[r->nb].line = r->line;
+  if (++r->nb < BATCH)
+    return AA_OK;
+  rc = reader_flush(r);
+  if (rc == AA_OK && r->opt != NULL && r->opt->progress != NULL &&
+      ++r->batches % PROGRESS_EVERY == 0)
+    r->opt->progress(r->opt->progress_user, r->offset + (uint64_t)(p - buf),
+                     r->total);
+  return rc;
+}
+
+/* Parses [buf, buf+len), which ends at a line end or the end of the input. */
+static int reader_chunk(csv_reader *r, const char *buf, size_t len) {
   const char *p = buf;
   const char *end = buf + len;
-  uint64_t line = 0;
-  csv_state st;
-  bool first = true;
-  aa_replay_on_error mode = opt != NULL ? opt->on_error : AA_REPLAY_STOP;
   char msg[AA_REPLAY_ERR_CAP];
   char full[AA_REPLAY_ERR_CAP + 32];
   int rc = AA_OK;
 
-  if (err != NULL && errcap > 0)
-    err[0] = '\0';
-  if ((buf == NULL && len > 0) || sink == NULL) {
-    aa__replay_errf(err, errcap, "aa_replay_csv_parse: NULL argument");
-    return AA_EINVAL;
-  }
-  memset(&st, 0, sizeof st);
-  set_default_cols(&st);
-  batch = malloc(BATCH * sizeof *batch);
-  if (batch == NULL) {
-    rc = AA_ENOMEM;
-    aa__replay_errf(err, errcap, "out of memory");
-    goto out;
-  }
   while (p < end) {
     const char *nl;
     const char *le;
@@ -702,30 +758,22 @@ int aa_replay_csv_parse(const char *buf, size_t len,
     bool unknown = false;
     int lrc;
 
-    if (AA__LIKELY(!first))
-      nl = fast_line(&st, p, end, &batch[nb]);
+    if (AA__LIKELY(!r->first))
+      nl = fast_line(&r->st, p, end, &r->batch[r->nb]);
     else
       nl = NULL;
     if (AA__LIKELY(nl != NULL)) {
-      line++;
+      r->line++;
       p = nl;
-      batch[nb].line = line;
-      nb++;
-      if (nb == BATCH) {
-        rc = sink(user, batch, nb);
-        nb = 0;
-        if (rc != AA_OK)
-          goto out;
-        if (opt != NULL && opt->progress != NULL &&
-            ++batches % PROGRESS_EVERY == 0)
-          opt->progress(opt->progress_user, (uint64_t)(p - buf), len);
-      }
+      rc = reader_keep(r, buf, p);
+      if (rc != AA_OK)
+        return rc;
       continue;
     }
     nl = memchr(p, '\n', (size_t)(end - p));
     le = nl != NULL ? nl : end;
     ls = p;
-    line++;
+    r->line++;
     p = nl != NULL ? nl + 1 : end;
     if (le > ls && le[-1] == '\r')
       le--;
@@ -734,131 +782,176 @@ int aa_replay_csv_parse(const char *buf, size_t len,
       t++;
     if (t == le || *t == '#')
       continue;
-    if (first) {
-      first = false;
+    if (r->first) {
+      r->first = false;
       if (looks_like_header(ls, le)) {
-        lrc = parse_header(&st, ls, le, msg, sizeof msg);
+        lrc = parse_header(&r->st, ls, le, msg, sizeof msg);
         if (lrc != AA_OK) {
           /* A broken header cannot be skipped: the columns are unknown. */
-          aa__replay_errf(err, errcap, "line %llu: %s",
-                          (unsigned long long)line, msg);
-          if (diag != NULL) {
-            diag->malformed++;
-            snprintf(full, sizeof full, "line %llu: %s",
-                     (unsigned long long)line, msg);
-            aa__replay_diag_note(diag, line, full);
+          snprintf(full, sizeof full, "line %llu: %s",
+                   (unsigned long long)r->line, msg);
+          aa__replay_errf(r->err, r->errcap, "%s", full);
+          if (r->diag != NULL) {
+            r->diag->malformed++;
+            aa__replay_diag_note(r->diag, r->line, full);
           }
-          rc = lrc;
-          goto out;
+          return lrc;
         }
-        st.have_header = true;
-        st.header = ls;
-        st.header_len = (size_t)(le - ls);
+        r->st.header_len = (size_t)(le - ls);
+        r->header = malloc(r->st.header_len + 1);
+        if (r->header == NULL) {
+          aa__replay_errf(r->err, r->errcap, "out of memory");
+          return AA_ENOMEM;
+        }
+        memcpy(r->header, ls, r->st.header_len);
+        r->st.header = r->header;
+        r->st.have_header = true;
         continue;
       }
     }
-    lrc = parse_line(&st, ls, le, &batch[nb], &unknown, msg, sizeof msg);
+    lrc = parse_line(&r->st, ls, le, &r->batch[r->nb], &unknown, msg,
+                     sizeof msg);
     if (AA__UNLIKELY(lrc != AA_OK)) {
-      if (st.have_header && (size_t)(le - ls) == st.header_len &&
-          memcmp(ls, st.header, st.header_len) == 0)
+      if (r->st.have_header && (size_t)(le - ls) == r->st.header_len &&
+          memcmp(ls, r->st.header, r->st.header_len) == 0)
         continue; /* a repeated header (concatenated logs) */
-      snprintf(full, sizeof full, "line %llu: %s", (unsigned long long)line,
+      snprintf(full, sizeof full, "line %llu: %s", (unsigned long long)r->line,
                msg);
-      if (diag != NULL) {
+      if (r->diag != NULL) {
         if (unknown)
-          diag->unknown_action++;
+          r->diag->unknown_action++;
         else
-          diag->malformed++;
-        aa__replay_diag_note(diag, line, full);
+          r->diag->malformed++;
+        aa__replay_diag_note(r->diag, r->line, full);
       }
-      if (mode == AA_REPLAY_STOP) {
-        aa__replay_errf(err, errcap, "%s", full);
-        rc = AA_EPARSE;
-        goto out;
+      if (r->mode == AA_REPLAY_STOP) {
+        aa__replay_errf(r->err, r->errcap, "%s", full);
+        return AA_EPARSE;
       }
       continue;
     }
-    batch[nb].line = line;
-    nb++;
-    if (nb == BATCH) {
-      rc = sink(user, batch, nb);
-      nb = 0;
-      if (rc != AA_OK)
-        goto out;
-      if (opt != NULL && opt->progress != NULL &&
-          ++batches % PROGRESS_EVERY == 0)
-        opt->progress(opt->progress_user, (uint64_t)(p - buf), len);
-    }
-  }
-  if (nb > 0) {
-    rc = sink(user, batch, nb);
+    rc = reader_keep(r, buf, p);
     if (rc != AA_OK)
-      goto out;
+      return rc;
   }
-  if (opt != NULL && opt->progress != NULL)
+  r->offset += len;
+  return AA_OK;
+}
+
+int aa_replay_csv_parse(const char *buf, size_t len,
+                        const aa_replay_csv_options *opt, aa_replay_sink sink,
+                        void *user, aa_replay_diag *diag, char *err,
+                        size_t errcap) {
+  csv_reader *r = NULL;
+  int rc;
+
+  if (err != NULL && errcap > 0)
+    err[0] = '\0';
+  if ((buf == NULL && len > 0) || sink == NULL) {
+    aa__replay_errf(err, errcap, "aa_replay_csv_parse: NULL argument");
+    return AA_EINVAL;
+  }
+  r = reader_new(opt, sink, user, diag, err, errcap);
+  if (r == NULL) {
+    aa__replay_errf(err, errcap, "out of memory");
+    return AA_ENOMEM;
+  }
+  r->total = len;
+  rc = reader_chunk(r, buf, len);
+  if (rc == AA_OK)
+    rc = reader_flush(r);
+  if (rc == AA_OK && opt != NULL && opt->progress != NULL)
     opt->progress(opt->progress_user, len, len);
-out:
-  free(batch);
+  reader_free(r);
   return rc;
 }
 
-/* Reads all of a stream into a malloc'd buffer. */
-static int slurp_fd(int fd, char **out, size_t *outlen) {
-  size_t cap = 1 << 16, n = 0;
-  char *b = malloc(cap);
+#define STREAM_CHUNK (8u << 20)
 
-  *out = NULL;
-  *outlen = 0;
-  if (b == NULL)
-    return AA_ENOMEM;
-  for (;;) {
-    ssize_t r;
-    if (n == cap) {
-      char *nbuf = realloc(b, cap * 2);
-      if (nbuf == NULL) {
-        free(b);
-        return AA_ENOMEM;
+/* A pipe or other unmappable input, in chunks: each chunk is parsed up to
+ * its last complete line and the rest is carried into the next, so memory
+ * stays at one chunk (plus the longest line) however long the stream. */
+static int parse_stream(int fd, const char *name,
+                        const aa_replay_csv_options *opt, aa_replay_sink sink,
+                        void *user, aa_replay_diag *diag, char *err,
+                        size_t errcap) {
+  csv_reader *r = reader_new(opt, sink, user, diag, err, errcap);
+  size_t cap = STREAM_CHUNK, have = 0;
+  char *buf = malloc(cap);
+  bool eof = false;
+  int rc = AA_OK;
+
+  if (r == NULL || buf == NULL) {
+    aa__replay_errf(err, errcap, "out of memory");
+    rc = AA_ENOMEM;
+    goto out;
+  }
+  while (!eof) {
+    ssize_t n;
+    const char *cut;
+    size_t take;
+
+    if (have == cap) { /* one line longer than the buffer: grow it */
+      char *nb = realloc(buf, cap * 2);
+      if (nb == NULL) {
+        aa__replay_errf(err, errcap, "out of memory");
+        rc = AA_ENOMEM;
+        goto out;
       }
-      b = nbuf;
+      buf = nb;
       cap *= 2;
     }
-    r = read(fd, b + n, cap - n);
-    if (r < 0 && errno == EINTR)
+    n = read(fd, buf + have, cap - have);
+    if (n < 0 && errno == EINTR)
       continue;
-    if (r < 0) {
-      free(b);
-      return AA_EIO;
+    if (n < 0) {
+      aa__replay_errf(err, errcap, "%s: %s", name, strerror(errno));
+      rc = AA_EIO;
+      goto out;
     }
-    if (r == 0)
-      break;
-    n += (size_t)r;
+    if (n == 0)
+      eof = true;
+    have += (size_t)n;
+    if (eof) {
+      take = have;
+    } else {
+      cut = memrchr(buf, '\n', have);
+      if (cut == NULL)
+        continue; /* no complete line yet */
+      take = (size_t)(cut - buf) + 1;
+    }
+    rc = reader_chunk(r, buf, take);
+    if (rc != AA_OK)
+      goto out;
+    memmove(buf, buf + take, have - take);
+    have -= take;
+    if (opt != NULL && opt->progress != NULL)
+      opt->progress(opt->progress_user, r->offset, 0);
   }
-  *out = b;
-  *outlen = n;
-  return AA_OK;
+  rc = reader_flush(r);
+out:
+  free(buf);
+  reader_free(r);
+  return rc;
 }
 
 int aa_replay_csv_parse_file(const char *path, const aa_replay_csv_options *opt,
                              aa_replay_sink sink, void *user,
                              aa_replay_diag *diag, char *err, size_t errcap) {
   int fd = -1;
-  char *heap = NULL;
   void *map = MAP_FAILED;
   size_t len = 0;
   struct stat sb;
   int rc;
 
+  if (err != NULL && errcap > 0)
+    err[0] = '\0';
   if (path == NULL || sink == NULL) {
     aa__replay_errf(err, errcap, "aa_replay_csv_parse_file: NULL argument");
     return AA_EINVAL;
   }
   if (strcmp(path, "-") == 0) {
-    rc = slurp_fd(0, &heap, &len);
-    if (rc != AA_OK) {
-      aa__replay_errf(err, errcap, "stdin: %s", strerror(errno));
-      goto out;
-    }
-    rc = aa_replay_csv_parse(heap, len, opt, sink, user, diag, err, errcap);
+    rc = parse_stream(0, "stdin", opt, sink, user, diag, err, errcap);
     goto out;
   }
   fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -883,17 +976,12 @@ int aa_replay_csv_parse_file(const char *path, const aa_replay_csv_options *opt,
     (void)madvise(map, len, MADV_SEQUENTIAL);
     rc = aa_replay_csv_parse(map, len, opt, sink, user, diag, err, errcap);
   } else {
-    rc = slurp_fd(fd, &heap, &len); /* a pipe, or an empty file */
-    if (rc != AA_OK) {
-      aa__replay_errf(err, errcap, "%s: %s", path, strerror(errno));
-      goto out;
-    }
-    rc = aa_replay_csv_parse(heap, len, opt, sink, user, diag, err, errcap);
+    /* a pipe, a FIFO, a character device, an empty file */
+    rc = parse_stream(fd, path, opt, sink, user, diag, err, errcap);
   }
 out:
   if (map != MAP_FAILED)
     munmap(map, len);
-  free(heap);
   if (fd >= 0)
     close(fd);
   return rc;

@@ -136,7 +136,7 @@ int input_feed(const tool_input *in, aa_replay_on_error mode,
     rc = aa_replay_csv_parse_file(in->path, &opt, sink, user, diag, inner,
                                   sizeof inner);
     if (rc != AA_OK && inner[0] != '\0')
-      snprintf(err, errcap, "%s: %s", in->path, inner);
+      snprintf(err, errcap, "%s: %s", input_name(in), inner);
     return rc;
   case IN_DB_TRACE:
     return feed_store_trace(in, sink, user, prog, err, errcap);
@@ -179,7 +179,7 @@ void input_describe(const tool_input *in, char *buf, size_t cap) {
     snprintf(run, sizeof run, "latest run");
   switch (in->kind) {
   case IN_CSV:
-    snprintf(buf, cap, "CSV %s", in->path);
+    snprintf(buf, cap, "CSV %s", input_name(in));
     break;
   case IN_DB_TRACE:
     snprintf(buf, cap, "store trace %s (%s)", in->path, run);
@@ -202,6 +202,12 @@ void input_describe(const tool_input *in, char *buf, size_t cap) {
     snprintf(buf, cap, "(none)");
     break;
   }
+}
+
+const char *input_name(const tool_input *in) {
+  if (in->path == NULL)
+    return "input";
+  return strcmp(in->path, "-") == 0 ? "stdin" : in->path;
 }
 
 const char *input_position_name(const tool_input *in) {

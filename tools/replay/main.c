@@ -586,8 +586,7 @@ static int replay_all(const options *o, loaded *l, size_t n, timing *t) {
     if (err[0] != '\0')
       fprintf(stderr, "adaptalloc-replay: %s\n", err);
     else
-      fprintf(stderr, "adaptalloc-replay: %s: %s\n",
-              o->in.path != NULL ? o->in.path : "input",
+      fprintf(stderr, "adaptalloc-replay: %s: %s\n", input_name(&o->in),
               aa_replay_sim_error(l[f.failed].sim));
     return rc == AA_ENOMEM ? EXIT_INTERNAL : EXIT_INPUT;
   }

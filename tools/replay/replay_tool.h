@@ -67,6 +67,9 @@ int input_feed(const tool_input *in, aa_replay_on_error mode,
 /* "CSV trace.csv", "store trace out.db (latest run)", ... */
 void input_describe(const tool_input *in, char *buf, size_t cap);
 
+/* The input's name for messages ("stdin" for "-"). */
+const char *input_name(const tool_input *in);
+
 /* What messages call an event's position: "line" or "event". */
 const char *input_position_name(const tool_input *in);
 
