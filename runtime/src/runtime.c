@@ -19,7 +19,10 @@
 aa__runtime aa__rt;
 
 static pthread_once_t rt_once = PTHREAD_ONCE_INIT;
+/* Lock order: rt_lock (pool creation, init, shutdown) -> the services'
+ * policy lock -> pools_lock (a leaf: held only to copy the pool list). */
 static pthread_mutex_t rt_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
 static const aa_runtime_config *rt_pending_cfg;
 
 void aa_runtime_config_init(aa_runtime_config *cfg) {
@@ -195,7 +198,9 @@ aa_pool *aa_runtime_pool(aa_backend_kind kind, int device) {
   if (pool == NULL && !aa__rt.shut_down) {
     pool = rt_create_pool(kind, device);
     if (pool != NULL) {
+      pthread_mutex_lock(&pools_lock);
       aa__rt.pools[aa__rt.npools++] = pool;
+      pthread_mutex_unlock(&pools_lock);
       atomic_store_explicit(slot, pool, memory_order_release);
     }
   }
@@ -205,10 +210,10 @@ aa_pool *aa_runtime_pool(aa_backend_kind kind, int device) {
 
 size_t aa__rt_pools_snapshot(aa_pool **out, size_t cap) {
   size_t n;
-  pthread_mutex_lock(&rt_lock);
+  pthread_mutex_lock(&pools_lock);
   n = aa__rt.npools < cap ? aa__rt.npools : cap;
   memcpy(out, aa__rt.pools, n * sizeof(*out));
-  pthread_mutex_unlock(&rt_lock);
+  pthread_mutex_unlock(&pools_lock);
   return n;
 }
 
@@ -231,9 +236,11 @@ void aa_runtime_shutdown(void) {
     atomic_store(&aa__rt.device_pools[i], NULL);
   atomic_store(&aa__rt.pinned_pool, NULL);
   atomic_store(&aa__rt.host_pool, NULL);
+  pthread_mutex_lock(&pools_lock);
   for (i = aa__rt.npools; i-- > 0;)
     aa_pool_destroy(aa__rt.pools[i]);
   aa__rt.npools = 0;
+  pthread_mutex_unlock(&pools_lock);
   for (i = aa__rt.nbackends; i-- > 0;)
     aa_backend_destroy(aa__rt.backends[i]);
   aa__rt.nbackends = 0;
