@@ -367,7 +367,49 @@ static void scenario_no_gpu(void) {
   aa_runtime_shutdown();
 }
 
+/* A process per GPU: ADAPTALLOC_DB's {rank} becomes LOCAL_RANK, and the
+ * server's "+rank" form adds it to the base port. */
+static void scenario_rank_placeholders(void) {
+  char db[512], expect[512], addr[64], *body = NULL;
+  struct sockaddr_in sa;
+  socklen_t sl = sizeof(sa);
+  struct stat st;
+  int fd, base, status;
+
+  set_env_common();
+  /* Find a free base port p such that p + 3 is free too (bind, close). */
+  fd = socket(AF_INET, SOCK_STREAM, 0);
+  CHECK(fd >= 0);
+  memset(&sa, 0, sizeof(sa));
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  CHECK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+  CHECK(getsockname(fd, (struct sockaddr *)&sa, &sl) == 0);
+  base = ntohs(sa.sin_port) - 3;
+  close(fd);
+  CHECK(base > 1024);
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d+rank", base);
+  snprintf(db, sizeof(db), "%s/rank{rank}.db", tmpdir);
+  snprintf(expect, sizeof(expect), "%s/rank3.db", tmpdir);
+  setenv("LOCAL_RANK", "3", 1);
+  setenv("RANK", "3", 1);
+  setenv("ADAPTALLOC_DB", db, 1);
+  setenv("ADAPTALLOC_HTTP", addr, 1);
+  CHECK(aa_runtime_pool(AA_BACKEND_HOST, -1) != NULL);
+  CHECK(aa_runtime_http_port() == base + 3);
+  status = http(base + 3, "GET", "/runs", NULL, NULL, &body);
+  CHECK(status == 200);
+  CHECK(strstr(body, "\"rank\":3") != NULL);
+  free(body);
+  aa_runtime_shutdown();
+  CHECK(stat(expect, &st) == 0);
+}
+
 /* ---------------------------------------------------------------- tests */
+static void test_runtime_rank_placeholders(void **state) {
+  (void)state;
+  assert_int_equal(run_child(scenario_rank_placeholders), 0);
+}
 
 static void test_runtime_all_off(void **state) {
   (void)state;
@@ -432,6 +474,7 @@ int main(void) {
       cmocka_unit_test(test_runtime_port_taken_keeps_working),
       cmocka_unit_test(test_runtime_db_unwritable_keeps_working),
       cmocka_unit_test(test_runtime_no_gpu),
+      cmocka_unit_test(test_runtime_rank_placeholders),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
