@@ -121,7 +121,7 @@ static void event_release(aa_pool *pool, void *ev) {
 static uint64_t count_list(const aa__blist *l, uint64_t *bad) {
   for (uint32_t i = 0; i < l->n; i++) {
     const aa__blk *b = &l->v[i];
-    if (b->idx >= b->s->nblocks || atomic_load_explicit(&b->s->state[b->idx], AA__RLX) != 0)
+    if (b->idx >= b->s->nblocks || atomic_load_explicit(&b->s->meta[b->idx], AA__RLX) != 0)
       (*bad)++;
   }
   return l->n;
@@ -144,7 +144,7 @@ static void class_check(const aa__class *c) {
   }
   for (uint32_t i = 0; i < c->nmulti; i++) {
     const aa__blk *b = &c->multi[i].b;
-    if (atomic_load_explicit(&b->s->state[b->idx], AA__RLX) != 0)
+    if (atomic_load_explicit(&b->s->meta[b->idx], AA__RLX) != 0)
       bad++;
     pending++;
   }
@@ -275,7 +275,7 @@ static uint32_t take(aa__class *c, aa__blist *l, aa__blk *out, uint32_t want) {
   while (k < want && l->n > 0) {
     aa__blk b = l->v[--l->n];
     aa__assert_internal(b.s->nfree > 0);
-    aa__assert_internal(atomic_load_explicit(&b.s->state[b.idx], AA__RLX) == AA__BLK_FREE);
+    aa__assert_internal(atomic_load_explicit(&b.s->meta[b.idx], AA__RLX) == 0);
     b.s->nfree--;
     out[k++] = b;
   }
@@ -330,11 +330,12 @@ static int carve(aa_pool *pool, aa__class *c) {
   int rc = blist_reserve(&c->any, (uint32_t)((c->nslabs + 1) * nb));
   if (rc != AA_OK)
     goto fail;
-  s = calloc(1, sizeof *s + (size_t)nb * (sizeof(uint32_t) + 1) + 4);
+  s = aligned_alloc(pool->hdr_align, pool->hdr_align);
   if (s == NULL) {
     rc = AA_ENOMEM;
     goto fail;
   }
+  memset(s, 0, sizeof *s + (size_t)nb * sizeof s->meta[0]);
   rc = aa__backend_alloc(pool, slab_size, &mem);
   if (rc != AA_OK)
     goto fail;
@@ -345,7 +346,6 @@ static int carve(aa_pool *pool, aa__class *c) {
   s->nblocks = nb;
   s->block_size = bs;
   s->div_magic = c->div_magic;
-  s->req = (_Atomic uint32_t *)((uintptr_t)(s->state + nb + 3) & ~(uintptr_t)3);
   rc = aa__pm_insert(pool, &s->h);
   if (rc != AA_OK)
     goto fail;
@@ -506,11 +506,27 @@ static uint32_t bin_limit(aa_pool *pool, aa__class *c) {
   return lim;
 }
 
+static inline aa__blk item_blk(const aa_pool *pool, aa__bitem it) {
+  aa__slab *s = aa__slab_of(pool, it.m);
+  return (aa__blk){s, (uint32_t)(it.m - s->meta)};
+}
+
+static inline aa__bitem blk_item(aa__blk b) {
+  return (aa__bitem){blk_ptr(b), &b.s->meta[b.idx]};
+}
+
 /* Returns the bin's blocks [0, n) to the central lists. Under c->mu. */
 static void bin_flush_n(aa_pool *pool, aa__tcache *tc, aa__bin *bin, aa__class *c, uint32_t n) {
   if (n == 0)
     return;
-  central_push(pool, c, bin->items, n, bin->stream);
+  aa__blk tmp[64];
+  for (uint32_t done = 0; done < n;) {
+    uint32_t k = n - done < 64 ? n - done : 64;
+    for (uint32_t i = 0; i < k; i++)
+      tmp[i] = item_blk(pool, bin->items[done + i]);
+    central_push(pool, c, tmp, k, bin->stream);
+    done += k;
+  }
   memmove(bin->items, bin->items + n, (size_t)(bin->n - n) * sizeof *bin->items);
   bin->n -= n;
   tc->cached_bytes -= (size_t)n * bin->bsize;
@@ -524,7 +540,7 @@ static void bin_sync(aa_pool *pool, aa__tcache *tc, aa__bin *bin, aa__class *c) 
   bin_flush_n(pool, tc, bin, c, bin->n);
   uint32_t lim = bin_limit(pool, c);
   if (lim > bin->cap) {
-    aa__blk *v = realloc(bin->items, (size_t)lim * sizeof *v);
+    aa__bitem *v = realloc(bin->items, (size_t)lim * sizeof *v);
     if (v == NULL) {
       lim = bin->cap;
     } else {
@@ -566,7 +582,7 @@ void aa__tcache_flush_all(aa__tcache *tc) {
 }
 
 static void fold_hh(aa_pool *pool, const aa__hh_slot *t, size_t n);
-static void run_restart(aa__tcache *tc, aa__bin *bin, uint64_t fresh);
+static void run_restart(aa__tcache *tc, _Atomic uint64_t *run, uint64_t fresh);
 
 /* Folds a tcache's counters into the pool's dead-thread totals, unlinks and
  * frees it. Caller holds g_mu (or is destroying the pool); bins are empty. */
@@ -576,7 +592,8 @@ static void tcache_retire(aa__tcache *tc, bool flush) {
     aa__tcache_flush_all(tc);
   pthread_mutex_lock(&pool->tc_mu);
   for (uint32_t k = 0; k < AA_MAX_CLASSES; k++)
-    run_restart(tc, &tc->bins[k], 0);
+    run_restart(tc, &tc->bins[k].run, 0);
+  run_restart(tc, &tc->lrun, 0);
   for (uint32_t k = 0; k < AA_MAX_CLASSES; k++) {
     aa__bin *b = &tc->bins[k];
     aa__ccount *d = &pool->dead[k];
@@ -641,6 +658,7 @@ aa__tcache *aa__tcache_get(aa_pool *pool) {
   tc->tid = thr->tid;
   tc->epoch = atomic_load_explicit(&pool->epoch, memory_order_acquire);
   tc->max_bytes = pool->cfg.tcache_bytes;
+  tc->hh_countdown = AA__HH_SAMPLE;
   pthread_mutex_lock(&g_mu);
   pthread_mutex_lock(&pool->tc_mu);
   tc->next = pool->tcaches;
@@ -725,13 +743,39 @@ void aa__trace(aa_pool *pool, char op, const void *p, size_t size, aa_stream s) 
   t->fn(t->user, &ev);
 }
 
+/* Heavy hitters: runs of a repeated size go in with their count; single
+ * requests of changing sizes are sampled one in AA__HH_SAMPLE (counted as
+ * AA__HH_SAMPLE each), which keeps mixed-size traffic cheap. */
+static inline void hh_note(aa__tcache *tc, uint64_t size, uint64_t n) {
+  if (n > 1) {
+    aa__hh_add(tc->hh, AA__HH_SLOTS, size, n);
+  } else if (--tc->hh_countdown == 0) {
+    tc->hh_countdown = AA__HH_SAMPLE;
+    aa__hh_add(tc->hh, AA__HH_SLOTS, size, AA__HH_SAMPLE);
+  }
+}
+
+/* Counts one request in a run word (see run_restart). */
+static inline void run_note(aa__tcache *tc, _Atomic uint64_t *run, size_t size) {
+  uint64_t w = atomic_load_explicit(run, AA__RLX);
+  if ((uint32_t)w == size && (w >> 32) < AA__RUN_MAX)
+    atomic_store_explicit(run, w + ((uint64_t)1 << 32), AA__RLX);
+  else
+    run_restart(tc, run, ((uint64_t)1 << 32) | size);
+}
+
 static inline void telemetry_alloc(aa_pool *pool, aa__tcache *tc, void *p, size_t size,
                                    aa_stream s) {
-  if (tc) {
-    aa__cadd(&tc->hist[aa_hist_bucket(size)], 1);
-    aa__hh_add(tc->hh, AA__HH_SLOTS, size, 1);
+  if (tc && size <= pool->cfg.max_small) {
+    uint32_t k = atomic_load_explicit(&pool->size2cls[(size - 1) >> 9], AA__RLX);
+    run_note(tc, &tc->bins[k].run, size);
+  } else if (tc && size <= AA__M_SIZE) {
+    run_note(tc, &tc->lrun, size);
+  } else if (tc) {
+    aa__cadd(&tc->hist[aa__hist_bucket(size)], 1);
+    hh_note(tc, size, 1);
   } else {
-    atomic_fetch_add_explicit(&pool->dead_hist[aa_hist_bucket(size)], 1, AA__RLX);
+    atomic_fetch_add_explicit(&pool->dead_hist[aa__hist_bucket(size)], 1, AA__RLX);
   }
   if (AA__UNLIKELY(atomic_load_explicit(&pool->tflags, AA__RLX) & AA__TF_TRACE))
     aa__trace(pool, 'a', p, size, s);
@@ -741,23 +785,22 @@ static inline void telemetry_alloc(aa_pool *pool, aa__tcache *tc, void *p, size_
  * starts a new one. Owner only. The run word is replaced before the
  * histogram grows, so a reader (hist first, then run) never counts a run
  * twice; it may miss one for a moment. */
-static void run_restart(aa__tcache *tc, aa__bin *bin, uint64_t fresh) {
-  uint64_t w = atomic_load_explicit(&bin->run, AA__RLX);
-  atomic_store_explicit(&bin->run, fresh, memory_order_release);
+static void run_restart(aa__tcache *tc, _Atomic uint64_t *run, uint64_t fresh) {
+  uint64_t w = atomic_load_explicit(run, AA__RLX);
+  atomic_store_explicit(run, fresh, memory_order_release);
   uint64_t n = w >> 32;
   if (n) {
     uint64_t size = w & 0xFFFFFFFFu;
-    _Atomic uint64_t *h = &tc->hist[aa_hist_bucket((size_t)size)];
+    _Atomic uint64_t *h = &tc->hist[aa__hist_bucket((size_t)size)];
     atomic_store_explicit(h, atomic_load_explicit(h, AA__RLX) + n, memory_order_release);
-    aa__hh_add(tc->hh, AA__HH_SLOTS, size, n);
+    hh_note(tc, size, n);
   }
 }
 
 /* ------------------------------------------------------------ alloc */
 
 static inline void mark_used(aa__blk b, size_t size) {
-  atomic_store_explicit(&b.s->req[b.idx], (uint32_t)size, AA__RLX);
-  atomic_store_explicit(&b.s->state[b.idx], AA__BLK_USED, AA__RLX);
+  atomic_store_explicit(&b.s->meta[b.idx], AA__M_USED | (uint32_t)size, AA__RLX);
 }
 
 static void count_alloc(aa_pool *pool, aa__tcache *tc, uint32_t k, size_t size, bool hit) {
@@ -771,6 +814,8 @@ static void count_alloc(aa_pool *pool, aa__tcache *tc, uint32_t k, size_t size, 
     atomic_fetch_add_explicit(&d->req_add, size, AA__RLX);
   }
 }
+
+#define REFILL_MAX 128 /* blocks moved into a bin at once */
 
 void *aa__small_alloc_slow(aa_pool *pool, size_t size, aa_stream stream) {
   aa__tcache *tc = aa__tcache_get(pool);
@@ -789,19 +834,18 @@ void *aa__small_alloc_slow(aa_pool *pool, size_t size, aa_stream stream) {
     }
     size_t bs = atomic_load_explicit(&c->block_size, AA__RLX);
     aa__bin *bin = tc ? &tc->bins[k] : NULL;
-    aa__blk one;
-    aa__blk *buf = &one;
+    aa__blk buf[REFILL_MAX];
     uint32_t want = 1;
     if (bin) {
       bin_sync(pool, tc, bin, c);
       if (bin->n > 0 && bin->stream == stream) {
         /* e.g. the fast path was skipped for an epoch change */
-        aa__blk b = bin->items[--bin->n];
+        aa__bitem it = bin->items[--bin->n];
         tc->cached_bytes -= bs;
         pthread_mutex_unlock(&c->mu);
-        mark_used(b, size);
+        atomic_store_explicit(it.m, AA__M_USED | (uint32_t)size, AA__RLX);
         count_alloc(pool, tc, k, size, true);
-        return blk_ptr(b);
+        return it.p;
       }
       bin_flush_n(pool, tc, bin, c, bin->n);
       if (bin->lim > 1) {
@@ -811,9 +855,10 @@ void *aa__small_alloc_slow(aa_pool *pool, size_t size, aa_stream stream) {
                           : 0;
         if (want > room + 1)
           want = (uint32_t)room + 1;
+        if (want > REFILL_MAX)
+          want = REFILL_MAX;
         if (want < 1)
           want = 1;
-        buf = bin->items;
       }
     }
     bool hit = true;
@@ -842,7 +887,9 @@ void *aa__small_alloc_slow(aa_pool *pool, size_t size, aa_stream stream) {
     if (pf && c->nfree - c->npending < pf)
       (void)carve(pool, c); /* best effort: keep `prefill` blocks ahead */
     aa__blk b = buf[got - 1];
-    if (buf != &one) {
+    if (got > 1) {
+      for (uint32_t i = 0; i + 1 < got; i++)
+        bin->items[i] = blk_item(buf[i]);
       bin->n = got - 1;
       bin->stream = stream;
       tc->cached_bytes += (size_t)(got - 1) * bs;
@@ -875,7 +922,7 @@ __attribute__((noinline)) static void *alloc_slow(aa_pool *pool, size_t size, aa
       telemetry_alloc(pool, tc, p, size, stream);
     } else {
       if (tc)
-        aa__cadd(&tc->hist[aa_hist_bucket(size)], 1);
+        aa__cadd(&tc->hist[aa__hist_bucket(size)], 1);
       if (atomic_load_explicit(&pool->tflags, AA__RLX) & AA__TF_TRACE)
         aa__trace(pool, 'x', NULL, size, stream);
     }
@@ -886,7 +933,7 @@ __attribute__((noinline)) static void *alloc_slow(aa_pool *pool, size_t size, aa
 __attribute__((noinline)) static void *alloc_hit_telemetry(aa_pool *pool, aa__tcache *tc,
                                                            aa__bin *bin, void *p, size_t size,
                                                            aa_stream stream) {
-  run_restart(tc, bin, ((uint64_t)1 << 32) | size);
+  run_restart(tc, &bin->run, ((uint64_t)1 << 32) | size);
   if (atomic_load_explicit(&pool->tflags, AA__RLX) & AA__TF_TRACE)
     aa__trace(pool, 'a', p, size, stream);
   return p;
@@ -902,12 +949,12 @@ void *aa_alloc(aa_pool *pool, size_t size, aa_stream stream) {
       aa__bin *bin = &tc->bins[k];
       if (AA__LIKELY(bin->n != 0 && bin->stream == stream && size <= bin->bsize &&
                      bin->gen == atomic_load_explicit(&pool->classes[k].gen, AA__RLX))) {
-        aa__blk b = bin->items[--bin->n];
+        aa__bitem it = bin->items[--bin->n];
         tc->cached_bytes -= bin->bsize;
-        mark_used(b, size);
+        atomic_store_explicit(it.m, AA__M_USED | (uint32_t)size, AA__RLX);
         aa__cadd(&bin->hits, 1);
         aa__cadd(&bin->req_add, size);
-        void *p = blk_ptr(b);
+        void *p = it.p;
         uint32_t tf = atomic_load_explicit(&pool->tflags, AA__RLX);
         if (AA__UNLIKELY(tf & AA__TF_TELEMETRY)) {
           /* the common case: the same size as last time in this class */
@@ -988,8 +1035,29 @@ static uint32_t rs_events(aa_pool *pool, aa__rsrec *r, aa_stream stream, void **
   return n;
 }
 
+/* The thread cache is over its byte budget: return blocks of every bin,
+ * round robin, half of each bin, until half the budget is free. One lock per
+ * class touched, many blocks per lock, instead of one lock per free. */
+static void tcache_make_room(aa_pool *pool, aa__tcache *tc) {
+  size_t target = tc->max_bytes / 2;
+  for (uint32_t step = 0; step < AA_MAX_CLASSES && tc->cached_bytes > target; step++) {
+    uint32_t k = (tc->sweep + step) % AA_MAX_CLASSES;
+    aa__bin *bin = &tc->bins[k];
+    if (bin->n == 0)
+      continue;
+    aa__class *c = &pool->classes[k];
+    pthread_mutex_lock(&c->mu);
+    bin_flush_n(pool, tc, bin, c, (bin->n + 1) / 2);
+    pthread_mutex_unlock(&c->mu);
+  }
+  tc->sweep = (tc->sweep + 7) % AA_MAX_CLASSES;
+}
+
 static int free_slow(aa_pool *pool, aa__tcache *tc, aa__blk b, aa_stream stream, bool recorded) {
   aa__class *c = &pool->classes[b.s->cls];
+  if (tc && !recorded && tc->cached_bytes + b.s->block_size > tc->max_bytes &&
+      b.s->block_size <= tc->max_bytes / 4)
+    tcache_make_room(pool, tc);
   void **evs = NULL;
   uint32_t nev = 0;
   if (recorded) {
@@ -1043,7 +1111,7 @@ static int free_slow(aa_pool *pool, aa__tcache *tc, aa__blk b, aa_stream stream,
       if (tc->cached_bytes + bin->bsize > pool->cfg.tcache_bytes)
         bin_flush_n(pool, tc, bin, c, bin->n);
       if (tc->cached_bytes + bin->bsize <= pool->cfg.tcache_bytes && bin->n < bin->lim) {
-        bin->items[bin->n++] = b;
+        bin->items[bin->n++] = blk_item(b);
         bin->stream = stream;
         tc->cached_bytes += bin->bsize;
         pthread_mutex_unlock(&c->mu);
@@ -1071,17 +1139,17 @@ __attribute__((noinline)) static int free_rest(aa_pool *pool, void *ptr, size_t 
   uint32_t idx = slab_index(s, off);
   if (idx >= s->nblocks || (uintptr_t)idx * s->block_size != off)
     return free_odd(pool, ptr, size, stream, sp);
-  uint8_t st = atomic_load_explicit(&s->state[idx], AA__RLX);
-  uint32_t rq = atomic_load_explicit(&s->req[idx], AA__RLX);
-  if ((st & AA__BLK_USED) == 0 || (size != 0 && size != rq))
+  uint32_t m = atomic_load_explicit(&s->meta[idx], AA__RLX);
+  uint32_t rq = m & AA__M_SIZE;
+  if ((m & AA__M_USED) == 0 || (size != 0 && size != rq))
     return free_odd(pool, ptr, size, stream, sp);
-  atomic_store_explicit(&s->state[idx], AA__BLK_FREE, AA__RLX);
+  atomic_store_explicit(&s->meta[idx], 0, AA__RLX);
   aa__blk b = {s, idx};
   aa__tcache *tc = aa__tcache_get(pool);
   if (tc && tc->epoch != atomic_load_explicit(&pool->epoch, AA__RLX))
     tcache_sync(tc);
   count_free(pool, tc, b.s->cls, rq);
-  free_slow(pool, tc, b, stream, (st & AA__BLK_RECORDED) != 0);
+  free_slow(pool, tc, b, stream, (m & AA__M_REC) != 0);
   if (AA__UNLIKELY(atomic_load_explicit(&pool->tflags, AA__RLX) ==
                    (AA__TF_TELEMETRY | AA__TF_TRACE)))
     aa__trace(pool, 'f', ptr, size, stream);
@@ -1113,7 +1181,7 @@ __attribute__((noinline)) static int free_odd(aa_pool *pool, void *ptr, size_t s
     aa__misuse(pool, AA_MISUSE_FOREIGN, ptr, size, "pointer in a slab's unused tail");
   } else if ((uintptr_t)idx * s->block_size != off) {
     aa__misuse(pool, AA_MISUSE_INTERIOR, ptr, size, "pointer inside a block, not at its start");
-  } else if ((atomic_load_explicit(&s->state[idx], AA__RLX) & AA__BLK_USED) == 0) {
+  } else if ((atomic_load_explicit(&s->meta[idx], AA__RLX) & AA__M_USED) == 0) {
     aa__misuse(pool, AA_MISUSE_DOUBLE_FREE, ptr, size, "block already free");
   } else {
     aa__misuse(pool, AA_MISUSE_BAD_SIZE, ptr, size, "size differs from the size allocated");
@@ -1139,12 +1207,14 @@ int aa_free(aa_pool *pool, void *ptr, size_t size, aa_stream stream) {
   uint32_t idx = slab_index(s, off);
   if (AA__UNLIKELY(idx >= s->nblocks || (uintptr_t)idx * s->block_size != off))
     return free_odd(pool, ptr, size, stream, sp);
-  uint8_t st = atomic_load_explicit(&s->state[idx], AA__RLX);
-  uint32_t rq = atomic_load_explicit(&s->req[idx], AA__RLX);
-  if (AA__UNLIKELY((st & AA__BLK_USED) == 0 || (size != 0 && size != rq)))
+  _Atomic uint32_t *mp = &s->meta[idx];
+  uint32_t m = atomic_load_explicit(mp, AA__RLX);
+  uint32_t rq = m & AA__M_SIZE;
+  /* m == USED|rq: in use, not record_stream'd */
+  if (AA__UNLIKELY((m & AA__M_USED) == 0 || (size != 0 && size != rq)))
     return free_odd(pool, ptr, size, stream, sp);
   aa__thread *thr = tl_thr;
-  if (AA__LIKELY(thr != NULL && st == AA__BLK_USED)) {
+  if (AA__LIKELY(thr != NULL && (m & AA__M_REC) == 0)) {
     aa__tcache *tc = atomic_load_explicit(&thr->caches[pool->slot_ix], AA__RLX);
     if (AA__LIKELY(tc != NULL && tc->epoch == atomic_load_explicit(&pool->epoch, AA__RLX))) {
       uint32_t k = s->cls;
@@ -1152,8 +1222,8 @@ int aa_free(aa_pool *pool, void *ptr, size_t size, aa_stream stream) {
       if (AA__LIKELY(bin->n < bin->lim && bin->stream == stream &&
                      tc->cached_bytes + bin->bsize <= tc->max_bytes &&
                      bin->gen == atomic_load_explicit(&pool->classes[k].gen, AA__RLX))) {
-        atomic_store_explicit(&s->state[idx], AA__BLK_FREE, AA__RLX);
-        bin->items[bin->n++] = (aa__blk){s, idx};
+        atomic_store_explicit(mp, 0, AA__RLX);
+        bin->items[bin->n++] = (aa__bitem){ptr, mp};
         tc->cached_bytes += bin->bsize;
         aa__cadd(&bin->frees, 1);
         aa__cadd(&bin->req_sub, rq);
@@ -1183,7 +1253,7 @@ int aa_record_stream(aa_pool *pool, void *ptr, aa_stream stream) {
   uint32_t idx = slab_index(s, off);
   if (idx >= s->nblocks || (uintptr_t)idx * s->block_size != off)
     return AA_EINVAL;
-  if ((atomic_load_explicit(&s->state[idx], AA__RLX) & AA__BLK_USED) == 0)
+  if ((atomic_load_explicit(&s->meta[idx], AA__RLX) & AA__M_USED) == 0)
     return AA_EINVAL;
   if (!pool->has_events)
     return AA_OK;
@@ -1214,7 +1284,8 @@ int aa_record_stream(aa_pool *pool, void *ptr, aa_stream stream) {
   }
   r->s = v;
   r->s[r->n++] = stream;
-  atomic_store_explicit(&s->state[idx], AA__BLK_USED | AA__BLK_RECORDED, AA__RLX);
+  atomic_store_explicit(&s->meta[idx], atomic_load_explicit(&s->meta[idx], AA__RLX) | AA__M_REC,
+                        AA__RLX);
 out:
   pthread_mutex_unlock(&pool->rs_mu);
   return rc;

@@ -72,6 +72,15 @@ static inline void aa__atomic_max(_Atomic uint64_t *m, uint64_t v) {
   }
 }
 
+/* aa_hist_bucket, inline for the hot paths (stats.c has the public one). */
+static inline unsigned aa__hist_bucket(size_t size) {
+  if (size < 4)
+    return (unsigned)size;
+  unsigned l = 63u - (unsigned)__builtin_clzll((unsigned long long)size);
+  unsigned b = 4u * (l - 1u) + (unsigned)((size >> (l - 2u)) & 3u);
+  return b < AA_HIST_BUCKETS ? b : AA_HIST_BUCKETS - 1;
+}
+
 /* ------------------------------------------------------------ constants */
 #define AA__GRANULE_SHIFT 16 /* page map granule: 64 KiB */
 #define AA__GRANULE ((size_t)1 << AA__GRANULE_SHIFT)
@@ -80,6 +89,7 @@ static inline void aa__atomic_max(_Atomic uint64_t *m, uint64_t v) {
 #define AA__ROOT_BITS (AA__ADDR_BITS - AA__GRANULE_SHIFT - AA__LEAF_BITS)
 #define AA__MAX_POOL_SLOTS 64 /* pools with thread caches at one time */
 #define AA__HH_SLOTS 256      /* per-thread heavy-hitter table (power of 2) */
+#define AA__HH_SAMPLE 16      /* single requests of changing sizes: 1 in 16 */
 #define AA__LARGE_ALIGN ((size_t)4096)
 #define AA__LARGE_SEG ((size_t)2 << 20) /* segments rounded to 2 MiB */
 #define AA__LARGE_BINS 96
@@ -89,8 +99,11 @@ static inline void aa__atomic_max(_Atomic uint64_t *m, uint64_t v) {
 enum { AA__TF_TELEMETRY = 1, AA__TF_TRACE = 2 };
 #define AA__RUN_MAX 0xFFFFFFFFu
 
-/* Block states (one byte per block in the slab header). */
-enum { AA__BLK_FREE = 0, AA__BLK_USED = 1, AA__BLK_RECORDED = 2 /* flag: record_stream */ };
+/* Per-block metadata word in the slab header: the requested size in the
+ * low 30 bits, USED and RECORDED (record_stream'd) flags on top; 0 = free. */
+#define AA__M_USED (1u << 30)
+#define AA__M_REC (1u << 31)
+#define AA__M_SIZE (AA__M_USED - 1u)
 
 /* Class slot states. */
 enum { AA__CLS_EMPTY = 0, AA__CLS_ACTIVE = 1, AA__CLS_RETIRING = 2 };
@@ -127,9 +140,15 @@ struct aa__slab {
   uint32_t nfree;     /* blocks of this slab in central lists (incl. pending) */
   uint32_t npending;  /* of which waiting for stream events */
   int dying;          /* marked for release (class_release) */
-  _Atomic uint32_t *req;  /* per block requested size (after state[]) */
-  _Atomic uint8_t state[]; /* per block AA__BLK_* */
+  _Atomic uint32_t meta[]; /* per block: AA__M_* | requested size */
 };
+
+/* A block in a thread-cache bin: its address and its metadata word (the slab
+ * header is pool->hdr_align aligned, so the slab is found from `m`). */
+typedef struct aa__bitem {
+  void *p;
+  _Atomic uint32_t *m;
+} aa__bitem;
 
 /* Blocks freed on one stream. fresh: no event yet (usable on `stream` only).
  * infl: an event (ev) was recorded on `stream` after they were freed; usable
@@ -177,7 +196,7 @@ typedef struct aa__bin {
   uint32_t n, lim, cap, gen;
   size_t bsize;
   aa_stream stream;
-  aa__blk *items;
+  aa__bitem *items;
   /* telemetry run: (count << 32) | size of the latest run of equal sizes,
    * folded into hist/hh when the size changes or when read */
   _Atomic uint64_t run;
@@ -198,6 +217,9 @@ typedef struct aa__tcache {
   uint32_t epoch;
   size_t cached_bytes;
   size_t max_bytes; /* cfg.tcache_bytes */
+  uint32_t sweep;   /* where tcache_make_room starts */
+  uint32_t hh_countdown; /* heavy-hitter sampling of single requests */
+  _Atomic uint64_t lrun; /* telemetry run of large requests (< 1 GiB) */
   uint64_t tid;
   _Atomic uint64_t large_allocs, large_frees;
   _Atomic uint64_t hist[AA_HIST_BUCKETS];
@@ -260,14 +282,19 @@ typedef struct aa__rsrec {
   struct aa__rsrec *next;
 } aa__rsrec;
 
-typedef struct aa__pagemap {
-  _Atomic(struct aa__pm_entry *) *root;
-} aa__pagemap;
-
+/* One 64 KiB granule: `lo` covers the granule's first byte up to offset
+ * lo_end; `hi` starts at offset hi_start. The offsets make the lookup
+ * independent of the span headers. */
 typedef struct aa__pm_entry {
-  _Atomic(aa__span *) lo; /* span covering the granule's first byte */
-  _Atomic(aa__span *) hi; /* span starting inside the granule */
+  _Atomic(aa__span *) lo;
+  _Atomic(aa__span *) hi;
+  _Atomic uint32_t lo_end, hi_start;
+  uint64_t pad;
 } aa__pm_entry;
+
+typedef struct aa__pagemap {
+  _Atomic(aa__pm_entry *) root[(size_t)1 << AA__ROOT_BITS]; /* untouched pages stay unmapped */
+} aa__pagemap;
 
 struct aa_pool {
   char name[32];
@@ -279,14 +306,13 @@ struct aa_pool {
   bool has_events;
 
   _Atomic uint32_t epoch;
-  _Atomic uint8_t *size2cls; /* index (size-1)>>9 */
   size_t ntable;
+  size_t hdr_align; /* slab headers are aligned to (and as large as) this */
   _Atomic uint64_t table_version;
   pthread_mutex_t class_mu;
   aa__class classes[AA_MAX_CLASSES];
 
   pthread_mutex_t map_mu;
-  aa__pagemap map;
 
   /* tcaches */
   pthread_mutex_t tc_mu;
@@ -323,6 +349,9 @@ struct aa_pool {
   uint64_t large_in_use, large_reserved, large_free_bytes, nsegs;
   uint64_t large_req;
   uint64_t large_allocs, large_frees;
+
+  aa__pagemap map;
+  _Atomic uint8_t size2cls[]; /* ntable entries, index (size-1)>>9 */
 };
 
 /* ------------------------------------------------------------ functions */
@@ -331,6 +360,10 @@ int aa__pm_init(aa__pagemap *m);
 void aa__pm_fini(aa__pagemap *m);
 int aa__pm_insert(aa_pool *pool, aa__span *s);
 void aa__pm_remove(aa_pool *pool, aa__span *s);
+static inline aa__slab *aa__slab_of(const aa_pool *pool, const _Atomic uint32_t *m) {
+  return (aa__slab *)((uintptr_t)m & ~(uintptr_t)(pool->hdr_align - 1));
+}
+
 static inline aa__span *aa__pm_lookup(const aa__pagemap *m, uintptr_t p) {
   if (AA__UNLIKELY(p >> AA__ADDR_BITS))
     return NULL;
@@ -339,11 +372,12 @@ static inline aa__span *aa__pm_lookup(const aa__pagemap *m, uintptr_t p) {
   if (AA__UNLIKELY(leaf == NULL))
     return NULL;
   aa__pm_entry *e = &leaf[g & (((uintptr_t)1 << AA__LEAF_BITS) - 1)];
+  uint32_t off = (uint32_t)(p & (AA__GRANULE - 1));
   aa__span *lo = atomic_load_explicit(&e->lo, memory_order_acquire);
-  if (lo && p < lo->end)
+  if (lo && off < atomic_load_explicit(&e->lo_end, AA__RLX))
     return lo;
   aa__span *hi = atomic_load_explicit(&e->hi, memory_order_acquire);
-  if (hi && p >= hi->base)
+  if (hi && off >= atomic_load_explicit(&e->hi_start, AA__RLX))
     return hi;
   return NULL;
 }

@@ -2,12 +2,13 @@
  * pagemap.c — the pool's address -> span map that makes free O(1).
  *
  * Two levels keyed by address >> 16 (64 KiB granules): a root of 2^18 leaf
- * pointers (calloc'd, so untouched parts cost no memory) and leaves of 2^14
- * entries allocated on first use and kept until the pool dies. Every span
- * (slab or large segment) is a multiple of 64 KiB long, so a granule meets at
- * most two spans: `lo`, the one covering the granule's first byte, and `hi`,
- * one starting inside it. Writers hold pool->map_mu; readers (aa_free) use
- * acquire loads and no lock. Entry points: aa__pm_insert, aa__pm_remove;
+ * pointers inside the pool (calloc'd, so untouched parts cost no memory) and
+ * leaves of 2^14 entries allocated on first use and kept until the pool dies.
+ * Every span (slab or large segment) is a multiple of 64 KiB long, so a
+ * granule meets at most two spans: `lo`, the one covering the granule's first
+ * byte (up to offset lo_end), and `hi`, one starting inside it (at hi_start).
+ * Writers hold pool->map_mu; readers (aa_free) use acquire loads and no lock:
+ * an offset is stored before the pointer that it belongs to. Entry points: aa__pm_insert, aa__pm_remove;
  * the lookup is inline in core_internal.h.
  */
 #include <string.h>
@@ -18,19 +19,18 @@
 #define ROOT_N ((size_t)1 << AA__ROOT_BITS)
 
 int aa__pm_init(aa__pagemap *m) {
-  m->root = calloc(ROOT_N, sizeof *m->root);
-  return m->root ? AA_OK : AA_ENOMEM;
+  (void)m; /* the root is part of the (zeroed) pool */
+  return AA_OK;
 }
 
 void aa__pm_fini(aa__pagemap *m) {
-  if (m->root == NULL)
-    return;
   for (size_t i = 0; i < ROOT_N; i++) {
     aa__pm_entry *leaf = atomic_load_explicit(&m->root[i], AA__RLX);
-    free(leaf);
+    if (leaf) {
+      free(leaf);
+      atomic_store_explicit(&m->root[i], NULL, AA__RLX);
+    }
   }
-  free(m->root);
-  m->root = NULL;
 }
 
 /* The entry of granule g, allocating its leaf if `create`. Under map_mu. */
@@ -77,10 +77,15 @@ int aa__pm_insert(aa_pool *pool, aa__span *s) {
       goto out;
     }
     uintptr_t gstart = g << AA__GRANULE_SHIFT;
-    if (gstart >= s->base)
+    if (gstart >= s->base) {
+      uintptr_t left = s->end - gstart;
+      atomic_store_explicit(&e->lo_end, (uint32_t)(left < AA__GRANULE ? left : AA__GRANULE),
+                            AA__RLX);
       atomic_store_explicit(&e->lo, s, memory_order_release);
-    else
+    } else {
+      atomic_store_explicit(&e->hi_start, (uint32_t)(s->base - gstart), AA__RLX);
       atomic_store_explicit(&e->hi, s, memory_order_release);
+    }
   }
 out:
   pthread_mutex_unlock(&pool->map_mu);

@@ -429,9 +429,16 @@ int aa_pool_new(const aa_pool_config *cfg, aa_pool **out) {
   rc = ladder(&c, sizes, &nsizes);
   if (rc != AA_OK)
     return rc;
-  pool = calloc(1, sizeof *pool);
+  size_t ntable = c.max_small / AA_BLOCK_ALIGN;
+  pool = calloc(1, sizeof *pool + ntable * sizeof pool->size2cls[0]);
   if (pool == NULL)
     return AA_ENOMEM;
+  pool->ntable = ntable;
+  /* slab headers: a power of two that holds the header and one word per
+   * block of the smallest class, so a metadata word finds its header */
+  pool->hdr_align = 64;
+  while (pool->hdr_align < sizeof(aa__slab) + (c.slab_size / AA_BLOCK_ALIGN) * sizeof(uint32_t))
+    pool->hdr_align *= 2;
   snprintf(pool->name, sizeof pool->name, "%s", c.name ? c.name : "pool");
   c.name = pool->name;
   pool->cfg = c;
@@ -442,8 +449,13 @@ int aa_pool_new(const aa_pool_config *cfg, aa_pool **out) {
   pthread_mutex_init(&pool->tc_mu, NULL);
   pthread_mutex_init(&pool->rs_mu, NULL);
   pthread_mutex_init(&pool->large_mu, NULL);
+  pthread_mutexattr_t ma;
+  pthread_mutexattr_init(&ma);
+  /* short critical sections: spin a little before sleeping */
+  pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
   for (int i = 0; i < AA_MAX_CLASSES; i++)
-    pthread_mutex_init(&pool->classes[i].mu, NULL);
+    pthread_mutex_init(&pool->classes[i].mu, &ma);
+  pthread_mutexattr_destroy(&ma);
   atomic_store(&pool->limit, c.limit_bytes);
   atomic_store(&pool->telemetry, c.telemetry);
   atomic_store(&pool->tflags, c.telemetry ? AA__TF_TELEMETRY : 0);
@@ -452,12 +464,10 @@ int aa_pool_new(const aa_pool_config *cfg, aa_pool **out) {
   rc = AA_ENOMEM;
   if (aa__pm_init(&pool->map) != AA_OK)
     goto fail;
-  pool->ntable = c.max_small / AA_BLOCK_ALIGN;
-  pool->size2cls = calloc(pool->ntable, sizeof *pool->size2cls);
   pool->rs = calloc(AA__RS_BUCKETS, sizeof *pool->rs);
   pool->dead_hh_n = AA__HH_SLOTS * 4;
   pool->dead_hh = calloc(pool->dead_hh_n, sizeof *pool->dead_hh);
-  if (pool->size2cls == NULL || pool->rs == NULL || pool->dead_hh == NULL)
+  if (pool->rs == NULL || pool->dead_hh == NULL)
     goto fail;
   for (size_t i = 0; i < nsizes; i++) {
     aa_class_spec s = {sizes[i], 0, 0};
@@ -487,7 +497,6 @@ void aa_pool_destroy(aa_pool *pool) {
     free(t);
     t = o;
   }
-  free((void *)pool->size2cls);
   free(pool->dead_hh);
   pthread_mutex_destroy(&pool->class_mu);
   pthread_mutex_destroy(&pool->map_mu);

@@ -14,13 +14,7 @@
 
 /* ------------------------------------------------------------ histogram */
 
-unsigned aa_hist_bucket(size_t size) {
-  if (size < 4)
-    return (unsigned)size;
-  unsigned l = 63u - (unsigned)__builtin_clzll((unsigned long long)size);
-  unsigned b = 4u * (l - 1u) + (unsigned)((size >> (l - 2u)) & 3u);
-  return b < AA_HIST_BUCKETS ? b : AA_HIST_BUCKETS - 1;
-}
+unsigned aa_hist_bucket(size_t size) { return aa__hist_bucket(size); }
 
 uint64_t aa_hist_bucket_lower(unsigned bucket) {
   if (bucket >= AA_HIST_BUCKETS)
@@ -141,15 +135,16 @@ static uint32_t merge_hh(aa_pool *pool, aa_size_count *out) {
   size_t ntc = 0;
   for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next)
     ntc++;
-  size_t cap = pool->dead_hh_n + ntc * (AA__HH_SLOTS + AA_MAX_CLASSES);
+  size_t cap = pool->dead_hh_n + ntc * (AA__HH_SLOTS + AA_MAX_CLASSES + 1);
   aa_size_count *v = malloc(cap * sizeof *v);
   if (v == NULL)
     return 0;
   size_t k = collect(v, 0, pool->dead_hh, pool->dead_hh_n);
   for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next) {
     k = collect(v, k, tc->hh, AA__HH_SLOTS);
-    for (int c = 0; c < AA_MAX_CLASSES; c++) {
-      uint64_t w = atomic_load_explicit(&tc->bins[c].run, memory_order_acquire);
+    for (int c = 0; c <= AA_MAX_CLASSES; c++) {
+      uint64_t w = atomic_load_explicit(c < AA_MAX_CLASSES ? &tc->bins[c].run : &tc->lrun,
+                                        memory_order_acquire);
       if (w >> 32) {
         v[k].size = w & 0xFFFFFFFFu;
         v[k].count = w >> 32;
@@ -199,8 +194,9 @@ int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out) {
     for (int i = 0; i < AA_HIST_BUCKETS; i++)
       out->hist[i] += atomic_load_explicit(&tc->hist[i], memory_order_acquire);
     /* runs still open (read after the histogram: see run_restart) */
-    for (int k = 0; k < AA_MAX_CLASSES; k++) {
-      uint64_t w = atomic_load_explicit(&tc->bins[k].run, memory_order_acquire);
+    for (int k = 0; k <= AA_MAX_CLASSES; k++) {
+      uint64_t w = atomic_load_explicit(k < AA_MAX_CLASSES ? &tc->bins[k].run : &tc->lrun,
+                                        memory_order_acquire);
       if (w >> 32)
         out->hist[aa_hist_bucket((size_t)(w & 0xFFFFFFFFu))] += w >> 32;
     }
