@@ -1372,6 +1372,51 @@ static void test_http_startup_errors(void **state) {
   pthread_mutex_destroy(&f.mu);
 }
 
+/* "+rank": the port is the base plus local_rank */
+static void test_http_plus_rank(void **state) {
+  aa_http_config cfg;
+  fake f;
+  aa_http_provider p;
+  aa_http *srv = NULL;
+  char addr[64];
+  char err[512];
+  int free_port;
+  int tries;
+  int rc = AA_EBUSY;
+  (void)state;
+  memset(&f, 0, sizeof f);
+  pthread_mutex_init(&f.mu, NULL);
+  f.policy = dup_text("{}", NULL);
+  p = fake_provider(&f);
+  /* find a free port, then ask for it as (port - 2) + rank 2; another
+   * process may take it in between, so try a few */
+  for (tries = 0; tries < 5 && rc != AA_OK; tries++) {
+    aa_http_config_init(&cfg);
+    cfg.address = "127.0.0.1:0";
+    assert_int_equal(aa_http_new(&cfg, &p, &srv, err, sizeof err), AA_OK);
+    free_port = aa_http_port(srv);
+    aa_http_destroy(srv);
+    srv = NULL;
+    if (free_port < 3)
+      continue;
+    snprintf(addr, sizeof addr, "127.0.0.1:%d+rank", free_port - 2);
+    cfg.address = addr;
+    cfg.local_rank = 2;
+    rc = aa_http_new(&cfg, &p, &srv, err, sizeof err);
+  }
+  assert_int_equal(rc, AA_OK);
+  assert_int_equal(aa_http_port(srv), free_port);
+  {
+    resp_t r;
+    http(free_port, "GET", "/healthz", NULL, NULL, &r);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+  }
+  aa_http_destroy(srv);
+  free(f.policy);
+  pthread_mutex_destroy(&f.mu);
+}
+
 static void test_http_provider_without_callbacks(void **state) {
   aa_http_config cfg;
   aa_http_provider p;
@@ -1469,6 +1514,7 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_http_address_in_use, setup, teardown),
       cmocka_unit_test(test_http_startup_errors),
+      cmocka_unit_test(test_http_plus_rank),
       cmocka_unit_test(test_http_provider_without_callbacks),
       cmocka_unit_test(test_http_stats_cache),
   };

@@ -60,6 +60,12 @@
     const pad = (v) => String(v).padStart(2, "0");
     return pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
   }
+  function fmtUptime(sec) {
+    if (sec < 60) return Math.floor(sec) + " s";
+    if (sec < 3600) return Math.floor(sec / 60) + " min";
+    if (sec < 86400) return Math.floor(sec / 3600) + " h " + Math.floor((sec % 3600) / 60) + " min";
+    return Math.floor(sec / 86400) + " d " + Math.floor((sec % 86400) / 3600) + " h";
+  }
   const num = (v) => (typeof v === "number" && isFinite(v) ? v : 0);
 
   // core's histogram buckets: 0..3 exact, then four per doubling
@@ -425,6 +431,11 @@
       }
       state.policyVersion = v;
     }
+    const info = [];
+    if (typeof s.model === "string" && s.model) info.push("model " + s.model);
+    if (typeof s.run_id === "number" && s.run_id > 0) info.push("run " + s.run_id);
+    if (typeof s.uptime_s === "number") info.push("up " + fmtUptime(s.uptime_s));
+    setText("run-info", info.join(" · "));
     setText("updated", "updated " + fmtTime(now));
     render();
   }
