@@ -1283,7 +1283,7 @@ static int run_child(int (*scenario)(void)) {
   pid = fork();
   assert_true(pid >= 0);
   if (pid == 0)
-    _exit(scenario());
+    exit(scenario()); /* exit, not _exit: LeakSanitizer checks the child */
   assert_int_equal(waitpid(pid, &status, 0), pid);
   if (!WIFEXITED(status))
     return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
