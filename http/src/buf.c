@@ -46,6 +46,8 @@ static bool buf_reserve(aa__buf *b, size_t extra) {
   return true;
 }
 
+bool aa__buf_reserve(aa__buf *b, size_t n) { return buf_reserve(b, n); }
+
 void aa__buf_append(aa__buf *b, const char *s, size_t n) {
   if (!buf_reserve(b, n))
     return;

@@ -36,6 +36,9 @@ typedef struct aa__buf {
 
 void aa__buf_init(aa__buf *b);
 void aa__buf_free(aa__buf *b);
+/* Makes room for n more bytes up front (one allocation instead of many);
+ * false, and the buffer failed, when out of memory. */
+bool aa__buf_reserve(aa__buf *b, size_t n);
 void aa__buf_append(aa__buf *b, const char *s, size_t n);
 void aa__buf_puts(aa__buf *b, const char *s);
 #if defined(__GNUC__) || defined(__clang__)

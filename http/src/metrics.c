@@ -128,33 +128,72 @@ static uint64_t field(const void *base, const family_t *f) {
   }
 }
 
-static void label_value(aa__buf *b, const char *s, size_t max) {
-  size_t i;
-  for (i = 0; i < max && s[i] != '\0'; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (c == '\\')
-      aa__buf_puts(b, "\\\\");
-    else if (c == '"')
-      aa__buf_puts(b, "\\\"");
-    else if (c == '\n')
-      aa__buf_puts(b, "\\n");
-    else if (c < 0x20 || c == 0x7F)
-      aa__buf_puts(b, "_");
-    else
-      aa__buf_append(b, (const char *)&c, 1);
-  }
+/* Appends v in decimal. */
+static void put_u64(aa__buf *b, uint64_t v) {
+  char tmp[24];
+  size_t i = sizeof tmp;
+  do {
+    tmp[--i] = (char)('0' + v % 10u);
+    v /= 10u;
+  } while (v != 0);
+  aa__buf_append(b, tmp + i, sizeof tmp - i);
 }
 
-/* {pool="..",backend="..",device=".."  (no closing brace) */
-static void labels_open(aa__buf *b, const aa_pool_stats *st) {
-  aa__buf_puts(b, "{pool=\"");
-  label_value(b, st->name, sizeof st->name);
-  aa__buf_puts(b, "\",backend=\"");
-  label_value(b, st->backend, sizeof st->backend);
+/* Escapes a label value (\\, \", \n; other control bytes become '_') into
+ * out (cap bytes, NUL-terminated); reads at most max bytes of s. */
+static void label_value(char *out, size_t cap, const char *s, size_t max) {
+  size_t o = 0;
+  size_t i;
+  for (i = 0; i < max && s[i] != '\0' && o + 3 < cap; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c == '\\' || c == '"' || c == '\n') {
+      out[o++] = '\\';
+      out[o++] = c == '\n' ? 'n' : (char)c;
+    } else {
+      out[o++] = c < 0x20 || c == 0x7F ? '_' : (char)c;
+    }
+  }
+  out[o] = '\0';
+}
+
+/* The label set of a pool, without the closing brace:
+ *   {pool="..",backend="..",device=".."
+ * built once per pool and render. */
+typedef struct {
+  char text[192];
+  size_t len;
+} labels_t;
+
+static void make_labels(labels_t *l, const aa_pool_stats *st) {
+  char name[sizeof st->name * 2 + 4];
+  char backend[sizeof st->backend * 2 + 4];
+  char device[16];
+  int n;
+  label_value(name, sizeof name, st->name, sizeof st->name);
+  label_value(backend, sizeof backend, st->backend, sizeof st->backend);
   if (st->device >= 0)
-    aa__buf_printf(b, "\",device=\"%d\"", (int)st->device);
+    snprintf(device, sizeof device, "%d", (int)st->device);
   else
-    aa__buf_puts(b, "\",device=\"cpu\"");
+    snprintf(device, sizeof device, "cpu");
+  n = snprintf(l->text, sizeof l->text, "{pool=\"%s\",backend=\"%s\",device=\"%s\"",
+               name, backend, device);
+  l->len = n < 0 ? 0 : (size_t)n < sizeof l->text ? (size_t)n : sizeof l->text - 1;
+}
+
+/* name{labels[,key="kval"]} value\n */
+static void sample_line(aa__buf *b, const char *name, size_t name_len,
+                        const labels_t *l, const char *key, uint64_t kval,
+                        uint64_t value) {
+  aa__buf_append(b, name, name_len);
+  aa__buf_append(b, l->text, l->len);
+  if (key != NULL) {
+    aa__buf_puts(b, key);
+    put_u64(b, kval);
+    aa__buf_append(b, "\"", 1);
+  }
+  aa__buf_append(b, "} ", 2);
+  put_u64(b, value);
+  aa__buf_append(b, "\n", 1);
 }
 
 static void family_head(aa__buf *b, const char *name, const char *help,
@@ -185,13 +224,16 @@ static size_t hist_edges(unsigned *idx, size_t cap) {
   return n;
 }
 
-static void render_hist(aa__buf *b, const aa_pool_stats *pools, size_t n) {
-  const char *name = "adaptalloc_request_size_bytes";
+static void render_hist(aa__buf *b, const aa_pool_stats *pools,
+                        const labels_t *labels, size_t n) {
+  static const char bucket[] = "adaptalloc_request_size_bytes_bucket";
+  static const char sum_name[] = "adaptalloc_request_size_bytes_sum";
+  static const char count_name[] = "adaptalloc_request_size_bytes_count";
   unsigned edges[64];
   size_t ne = hist_edges(edges, 64);
   size_t p;
 
-  family_head(b, name,
+  family_head(b, "adaptalloc_request_size_bytes",
               "Requested allocation sizes since start (le inclusive; _sum "
               "approximate: bucket midpoints).",
               "histogram");
@@ -206,36 +248,40 @@ static void render_hist(aa__buf *b, const aa_pool_stats *pools, size_t n) {
     for (e = 0; e < ne; e++) {
       for (; i < edges[e]; i++)
         cum += st->hist[i];
-      aa__buf_printf(b, "%s_bucket", name);
-      labels_open(b, st);
-      aa__buf_printf(b, ",le=\"%llu\"} %llu\n",
-                     (unsigned long long)(aa_hist_bucket_lower(edges[e]) - 1),
-                     (unsigned long long)cum);
+      sample_line(b, bucket, sizeof bucket - 1, &labels[p], ",le=\"",
+                  aa_hist_bucket_lower(edges[e]) - 1, cum);
     }
     for (i = 0; i < AA_HIST_BUCKETS; i++) {
-      uint64_t lo = aa_hist_bucket_lower(i);
-      uint64_t hi = i + 1 < AA_HIST_BUCKETS ? aa_hist_bucket_lower(i + 1) : lo + 1;
+      uint64_t lo;
+      uint64_t hi;
+      if (st->hist[i] == 0)
+        continue;
+      lo = aa_hist_bucket_lower(i);
+      hi = i + 1 < AA_HIST_BUCKETS ? aa_hist_bucket_lower(i + 1) : lo + 1;
       total += st->hist[i];
-      if (st->hist[i] != 0)
-        sum += (double)st->hist[i] * ((double)lo + (double)(hi - 1 - lo) / 2.0);
+      sum += (double)st->hist[i] * ((double)lo + (double)(hi - 1 - lo) / 2.0);
     }
-    aa__buf_printf(b, "%s_bucket", name);
-    labels_open(b, st);
-    aa__buf_printf(b, ",le=\"+Inf\"} %llu\n", (unsigned long long)total);
-    aa__buf_printf(b, "%s_sum", name);
-    labels_open(b, st);
+    aa__buf_append(b, bucket, sizeof bucket - 1);
+    aa__buf_append(b, labels[p].text, labels[p].len);
+    aa__buf_puts(b, ",le=\"+Inf\"} ");
+    put_u64(b, total);
+    aa__buf_append(b, "\n", 1);
+    aa__buf_append(b, sum_name, sizeof sum_name - 1);
+    aa__buf_append(b, labels[p].text, labels[p].len);
     aa__buf_printf(b, "} %.0f\n", isfinite(sum) ? floor(sum) : 0.0);
-    aa__buf_printf(b, "%s_count", name);
-    labels_open(b, st);
-    aa__buf_printf(b, "} %llu\n", (unsigned long long)total);
+    sample_line(b, count_name, sizeof count_name - 1, &labels[p], NULL, 0,
+                total);
   }
 }
 
 int aa_http_render_metrics(const aa_pool_stats *pools, size_t n, char **out,
                            size_t *len) {
   aa__buf b;
+  labels_t *labels = NULL;
+  size_t hint = 8192;
   size_t f;
   size_t p;
+  int rc;
 
   if (out != NULL)
     *out = NULL;
@@ -244,34 +290,42 @@ int aa_http_render_metrics(const aa_pool_stats *pools, size_t n, char **out,
   if (out == NULL || (pools == NULL && n > 0))
     return AA_EINVAL;
   aa__buf_init(&b);
+  if (n > 0) {
+    labels = calloc(n, sizeof *labels);
+    if (labels == NULL)
+      return AA_ENOMEM;
+  }
+  for (p = 0; p < n; p++) {
+    make_labels(&labels[p], &pools[p]);
+    hint += (60 + 9 * (size_t)class_count(&pools[p])) * (labels[p].len + 48);
+  }
+  (void)aa__buf_reserve(&b, hint); /* a failure shows in aa__buf_take */
 
   for (f = 0; f < sizeof pool_families / sizeof pool_families[0]; f++) {
     const family_t *fam = &pool_families[f];
+    size_t nl = strlen(fam->name);
     family_head(&b, fam->name, fam->help,
                 fam->kind == COUNTER ? "counter" : "gauge");
-    for (p = 0; p < n; p++) {
-      aa__buf_puts(&b, fam->name);
-      labels_open(&b, &pools[p]);
-      aa__buf_printf(&b, "} %llu\n",
-                     (unsigned long long)field(&pools[p], fam));
-    }
+    for (p = 0; p < n; p++)
+      sample_line(&b, fam->name, nl, &labels[p], NULL, 0,
+                  field(&pools[p], fam));
   }
   for (f = 0; f < sizeof class_families / sizeof class_families[0]; f++) {
     const family_t *fam = &class_families[f];
+    size_t nl = strlen(fam->name);
     family_head(&b, fam->name, fam->help,
                 fam->kind == COUNTER ? "counter" : "gauge");
     for (p = 0; p < n; p++) {
       uint32_t c;
       for (c = 0; c < class_count(&pools[p]); c++) {
         const aa_class_stats *cs = &pools[p].classes[c];
-        aa__buf_puts(&b, fam->name);
-        labels_open(&b, &pools[p]);
-        aa__buf_printf(&b, ",class=\"%llu\"} %llu\n",
-                       (unsigned long long)cs->block_size,
-                       (unsigned long long)field(cs, fam));
+        sample_line(&b, fam->name, nl, &labels[p], ",class=\"",
+                    cs->block_size, field(cs, fam));
       }
     }
   }
-  render_hist(&b, pools, n);
-  return aa__buf_take(&b, out, len);
+  render_hist(&b, pools, labels, n);
+  free(labels);
+  rc = aa__buf_take(&b, out, len);
+  return rc;
 }
