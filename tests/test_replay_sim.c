@@ -402,6 +402,57 @@ static void test_replay_sim_adapt_loop(void **state) {
   aa_replay_hist_clear(&h);
 }
 
+/* per_thread: one replay thread per recorded thread id, same order, same
+ * figures on every run. */
+static void run_threads(aa_replay_result *r, size_t *nthreads) {
+  aa_replay_config cfg;
+  aa_replay_sim *s = NULL;
+  aa_replay_event *e = malloc(3000 * sizeof *e);
+  char err[AA_REPLAY_ERR_CAP];
+  size_t i, n = 0;
+
+  assert_non_null(e);
+  aa_replay_config_init(&cfg);
+  cfg.per_thread = true;
+  assert_int_equal(aa_replay_sim_new(&cfg, &s, err, sizeof err), AA_OK);
+  /* Thread 1 allocates, thread 2 frees (a producer/consumer hand-off), in
+   * short runs so the replay switches threads often. */
+  for (i = 0; i < 1000; i++) {
+    e[n] = ev('a', n, 0x1000 + i * 512, 4096, n + 1);
+    e[n].thread = 1;
+    n++;
+    if (i % 3 == 2) {
+      e[n] = ev('f', n, 0x1000 + (i - 2) * 512, 4096, n + 1);
+      e[n].thread = 2;
+      n++;
+    }
+  }
+  assert_int_equal(aa_replay_sim_feed(s, e, n), AA_OK);
+  aa_replay_sim_result(s, r);
+  *nthreads = aa_replay_sim_threads(s);
+  free(e);
+  aa_replay_sim_free(s);
+}
+
+static void test_replay_sim_per_thread(void **state) {
+  aa_replay_result a, b;
+  size_t ta = 0, tb = 0;
+  (void)state;
+
+  run_threads(&a, &ta);
+  run_threads(&b, &tb);
+  assert_int_equal(ta, 2);
+  assert_int_equal(tb, 2);
+  assert_int_equal(a.allocs, 1000);
+  assert_int_equal(a.frees, 333);
+  assert_int_equal(a.live_at_end, 667);
+  assert_int_equal(a.peak_in_use, b.peak_in_use);
+  assert_int_equal(a.peak_reserved, b.peak_reserved);
+  assert_int_equal(a.cache_hits, b.cache_hits);
+  assert_int_equal(a.backend_calls, b.backend_calls);
+  assert_true(a.peak_in_use >= 667 * 4096);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_replay_sim_hand_computed),
@@ -415,6 +466,7 @@ int main(void) {
       cmocka_unit_test(test_replay_sim_streams),
       cmocka_unit_test(test_replay_sim_bad_config),
       cmocka_unit_test(test_replay_sim_adapt_loop),
+      cmocka_unit_test(test_replay_sim_per_thread),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

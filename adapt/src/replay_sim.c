@@ -414,8 +414,27 @@ static sslot *smap_get(smap *m, uint64_t size, bool create) {
 
 /* ---------------------------------------------------------------- simulator */
 
+typedef struct replay_worker replay_worker;
+static void workers_stop(aa_replay_sim *s);
+
+/* One replay thread (per_thread; see "threads" below). */
+struct replay_worker {
+  aa_replay_sim *s;
+  uint64_t tid;
+  pthread_t th;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  const aa_replay_event *ev; /* the run to replay; NULL when idle */
+  size_t n;
+  int rc;
+  bool quit;
+  bool started;
+};
+
 struct aa_replay_sim {
   aa_replay_config cfg;
+  replay_worker *workers; /* per_thread: AA_REPLAY_MAX_THREADS slots */
+  size_t nworkers;
   char name[32];
   const char *pos;
   simbk *bk;
@@ -496,6 +515,13 @@ int aa_replay_sim_new(const aa_replay_config *cfg, aa_replay_sim **out,
     goto fail;
   }
   s->sizes.mask = 255;
+  if (cfg->per_thread) {
+    s->workers = calloc(AA_REPLAY_MAX_THREADS, sizeof *s->workers);
+    if (s->workers == NULL) {
+      rc = AA_ENOMEM;
+      goto fail;
+    }
+  }
   s->bk = simbk_new(cfg->capacity_bytes, cfg->event_delay_ns);
   if (s->bk == NULL) {
     rc = AA_ENOMEM;
@@ -546,6 +572,8 @@ fail:
 void aa_replay_sim_free(aa_replay_sim *s) {
   if (s == NULL)
     return;
+  workers_stop(s);
+  free(s->workers);
   aa_adapt_loop_destroy(s->loop); /* before the pool it watches */
   aa_pool_destroy(s->pool);
   simbk_free(s->bk);
@@ -713,8 +741,8 @@ const aa_adapt_decision *aa_replay_sim_decisions(const aa_replay_sim *s,
 #define AA__PREFETCH(p) ((void)(p))
 #endif
 
-int aa_replay_sim_feed(void *user, const aa_replay_event *ev, size_t n) {
-  aa_replay_sim *s = user;
+/* Replays n events in the calling thread. */
+static int feed_local(aa_replay_sim *s, const aa_replay_event *ev, size_t n) {
   size_t k;
   int rc = AA_OK;
 
@@ -778,6 +806,121 @@ int aa_replay_sim_feed(void *user, const aa_replay_event *ev, size_t n) {
   }
   return rc;
 }
+
+/* ---------------------------------------------------------------- threads */
+
+/* With per_thread, each recorded thread id gets a replay thread of its own
+ * (so the core's per-thread caches see the recorded pattern), and events
+ * are handed to them strictly in input order: the feeding thread passes a
+ * run of consecutive events of one thread id and waits until it is done.
+ * Only one thread touches the simulator at a time; the hand-off mutex
+ * orders their accesses. */
+
+static void *worker_main(void *arg) {
+  replay_worker *w = arg;
+
+  pthread_mutex_lock(&w->mu);
+  for (;;) {
+    while (w->ev == NULL && !w->quit)
+      pthread_cond_wait(&w->cv, &w->mu);
+    if (w->ev == NULL)
+      break; /* quit with nothing pending */
+    w->rc = feed_local(w->s, w->ev, w->n);
+    w->ev = NULL;
+    pthread_cond_broadcast(&w->cv);
+  }
+  pthread_mutex_unlock(&w->mu);
+  return NULL;
+}
+
+static void workers_stop(aa_replay_sim *s) {
+  size_t i;
+
+  for (i = 0; i < s->nworkers; i++) {
+    replay_worker *w = &s->workers[i];
+    if (!w->started)
+      continue;
+    pthread_mutex_lock(&w->mu);
+    w->quit = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->th, NULL); /* its thread cache goes back to the pool */
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    w->started = false;
+  }
+  s->nworkers = 0;
+}
+
+/* The worker of a recorded thread id; past AA_REPLAY_MAX_THREADS ids, they
+ * share workers by id modulo. NULL when a thread cannot be started. */
+static replay_worker *worker_for(aa_replay_sim *s, uint64_t tid) {
+  replay_worker *w;
+  size_t i;
+
+  for (i = 0; i < s->nworkers; i++) {
+    if (s->workers[i].tid == tid)
+      return &s->workers[i];
+  }
+  if (s->nworkers == AA_REPLAY_MAX_THREADS)
+    return &s->workers[tid % AA_REPLAY_MAX_THREADS];
+  w = &s->workers[s->nworkers];
+  memset(w, 0, sizeof *w);
+  w->s = s;
+  w->tid = tid;
+  if (pthread_mutex_init(&w->mu, NULL) != 0)
+    return NULL;
+  if (pthread_cond_init(&w->cv, NULL) != 0) {
+    pthread_mutex_destroy(&w->mu);
+    return NULL;
+  }
+  if (pthread_create(&w->th, NULL, worker_main, w) != 0) {
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    return NULL;
+  }
+  w->started = true;
+  s->nworkers++;
+  return w;
+}
+
+static int feed_threads(aa_replay_sim *s, const aa_replay_event *ev, size_t n) {
+  size_t i = 0;
+  int rc = AA_OK;
+
+  while (i < n && rc == AA_OK) {
+    size_t j = i + 1;
+    replay_worker *w;
+    while (j < n && ev[j].thread == ev[i].thread)
+      j++;
+    w = worker_for(s, ev[i].thread);
+    if (w == NULL) {
+      snprintf(s->err, sizeof s->err, "%s %llu: cannot start a replay thread",
+               s->pos, (unsigned long long)ev[i].line);
+      return AA_ENOMEM;
+    }
+    pthread_mutex_lock(&w->mu);
+    w->ev = &ev[i];
+    w->n = j - i;
+    pthread_cond_broadcast(&w->cv);
+    while (w->ev != NULL)
+      pthread_cond_wait(&w->cv, &w->mu);
+    rc = w->rc;
+    pthread_mutex_unlock(&w->mu);
+    i = j;
+  }
+  return rc;
+}
+
+int aa_replay_sim_feed(void *user, const aa_replay_event *ev, size_t n) {
+  aa_replay_sim *s = user;
+
+  if (s->cfg.per_thread)
+    return feed_threads(s, ev, n);
+  return feed_local(s, ev, n);
+}
+
+size_t aa_replay_sim_threads(const aa_replay_sim *s) { return s->nworkers; }
 
 static double frac_loss(double part, double whole) {
   if (whole <= 0.0)

@@ -49,6 +49,7 @@ typedef struct options {
   bool adapt;
   uint64_t adapt_every;
   size_t top; /* run: list the N sizes that waste most (0 = none) */
+  bool threads;
 } options;
 
 static const char usage_text[] =
@@ -94,6 +95,8 @@ static const char usage_text[] =
     "                         (a step every adapt.interval_ms of trace time)\n"
     "  --adapt-every N        with --adapt: a step every N events instead\n"
     "  --top N                run: list the N request sizes that waste most\n"
+    "  --threads              replay each recorded thread on a thread of its\n"
+    "                         own (per-thread caches as recorded; slower)\n"
     "  -o FILE                output file (suggest, import)\n"
     "  --max-classes N        suggest: class table bound (policy's\n"
     "                         adapt.max_classes)\n"
@@ -190,7 +193,7 @@ enum {
   OPT_NO_PROGRESS, OPT_ON_ERROR, OPT_BENCH, OPT_COST_ALLOC, OPT_COST_FREE,
   OPT_COST_GIB, OPT_COST_HIT, OPT_COST_EVENT, OPT_CAPACITY, OPT_DELAY,
   OPT_IGNORE_STREAMS, OPT_REPLAY_FAILURES, OPT_MAX_CLASSES, OPT_MIN_GAIN,
-  OPT_ADAPT, OPT_ADAPT_EVERY, OPT_TOP, OPT_HELP
+  OPT_ADAPT, OPT_ADAPT_EVERY, OPT_TOP, OPT_THREADS, OPT_HELP
 };
 
 static const struct option long_opts[] = {
@@ -224,6 +227,7 @@ static const struct option long_opts[] = {
     {"adapt", no_argument, NULL, OPT_ADAPT},
     {"adapt-every", required_argument, NULL, OPT_ADAPT_EVERY},
     {"top", required_argument, NULL, OPT_TOP},
+    {"threads", no_argument, NULL, OPT_THREADS},
     {"output", required_argument, NULL, 'o'},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0}};
@@ -387,6 +391,9 @@ static int parse_args(int argc, char **argv, options *o) {
       if (!parse_u64_arg(optarg, &o->adapt_every, true) || o->adapt_every == 0)
         return usage_error("--adapt-every: '%s' is not a positive count", optarg);
       break;
+    case OPT_THREADS:
+      o->threads = true;
+      break;
     case OPT_TOP:
       if (!parse_u64_arg(optarg, &u, false) || u == 0 || u > 1000)
         return usage_error("--top: '%s' is not in 1..1000", optarg);
@@ -507,6 +514,7 @@ static int make_sim(const options *o, loaded *l, bool collect_sizes) {
   rc.collect_sizes = collect_sizes;
   rc.position_name = input_position_name(&o->in);
   rc.adapt = o->adapt;
+  rc.per_thread = o->threads;
   aa_policy_adapt_params(l->policy, &rc.adapt_params);
   rc.adapt_every_events = o->adapt_every;
   r = aa_replay_sim_new(&rc, &l->sim, err, sizeof err);

@@ -10,7 +10,8 @@
  * simulators (compare).
  *
  * Threads: nothing here is thread-safe; one simulator is driven by one thread
- * at a time. Different simulators are independent.
+ * at a time (with per_thread it runs its own replay threads inside feed).
+ * Different simulators are independent.
  *
  * Ownership: every object returned through an out-parameter is owned by the
  * caller and freed by the matching *_free; out-parameters are cleared on
@@ -199,7 +200,14 @@ typedef struct aa_replay_config {
   bool adapt;
   aa_adapt_params adapt_params; /* aa_adapt_params_default by init */
   uint64_t adapt_every_events;
+  /* Replay each recorded thread id on a thread of its own (at most
+   * AA_REPLAY_MAX_THREADS; more ids share them), events still strictly in
+   * input order, so the core's per-thread caches see the recorded pattern.
+   * Slower: a hand-off at every change of thread id. */
+  bool per_thread;
 } aa_replay_config;
+
+#define AA_REPLAY_MAX_THREADS 64
 
 /* Fills in defaults: aa_pool_config_init, default costs, everything else 0. */
 AA_EXTERN void aa_replay_config_init(aa_replay_config *cfg);
@@ -277,6 +285,9 @@ AA_EXTERN int aa_replay_sim_sizes(const aa_replay_sim *sim,
 #define AA_REPLAY_DECISION_LOG 32
 AA_EXTERN const aa_adapt_decision *aa_replay_sim_decisions(
     const aa_replay_sim *sim, size_t *n);
+
+/* Replay threads started so far (per_thread; 0 otherwise). */
+AA_EXTERN size_t aa_replay_sim_threads(const aa_replay_sim *sim);
 
 /* Destroys the pool (releasing everything) and the backend. NULL is a no-op. */
 AA_EXTERN void aa_replay_sim_free(aa_replay_sim *sim);
