@@ -211,6 +211,17 @@ static void test_replay_tool_run_small(void **state) {
   free(out);
   free(err);
 
+  /* Per-thread replay gives the same figures on a one-thread trace. */
+  assert_int_equal(sh(&out, &err, "{BIN} run --json --threads "
+                      "{SRC}/tests/data/replay/small.csv"), 0);
+  j = cJSON_Parse(out);
+  assert_non_null(j);
+  assert_int_equal((int)num(j, "result.peak_in_use"), 4096);
+  assert_int_equal((int)num(j, "result.backend_calls"), 2);
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+
   /* Text output and the wall-clock CRLF sample. */
   assert_int_equal(sh(&out, &err, "{BIN} run {SRC}/tests/data/replay/"
                       "rmm_hhmmss.csv"), 0);
