@@ -1182,6 +1182,31 @@ static void test_http_slow_client(void **state) {
   slow_body = connect_port(fx->port);
   assert_true(slow_body >= 0);
   assert_true(send_all(slow_body, partial_body, strlen(partial_body)));
+  /* a client that asks for a lot and never reads: the server's writes to it
+   * must not block anyone else */
+  {
+    int rcv = 4096;
+    int i;
+    int greedy = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a;
+    char req[128];
+    int n = snprintf(req, sizeof req,
+                     "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    assert_true(greedy >= 0);
+    (void)setsockopt(greedy, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)fx->port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(greedy, (struct sockaddr *)&a, sizeof a), 0);
+    for (i = 0; i < 40; i++)
+      if (!send_all(greedy, req, (size_t)n))
+        break;
+    http(fx->port, "GET", "/healthz", NULL, NULL, &r);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    close(greedy);
+  }
   /* others are answered while those two hang */
   http(fx->port, "GET", "/stats", NULL, NULL, &r);
   assert_int_equal(r.status, 200);
