@@ -45,9 +45,10 @@
   function fmtCount(n) {
     if (n === undefined || n === null || !isFinite(n)) return "–";
     const a = Math.abs(n);
-    if (a >= 1e9) return (n / 1e9).toFixed(a >= 1e10 ? 0 : 1) + " G";
-    if (a >= 1e6) return (n / 1e6).toFixed(a >= 1e7 ? 0 : 1) + " M";
-    if (a >= 1e4) return (n / 1e3).toFixed(a >= 1e5 ? 0 : 1) + " k";
+    const t = (v, d) => v.toFixed(d).replace(/\.0$/, "");
+    if (a >= 1e9) return t(n / 1e9, a >= 1e10 ? 0 : 1) + " G";
+    if (a >= 1e6) return t(n / 1e6, a >= 1e7 ? 0 : 1) + " M";
+    if (a >= 1e4) return t(n / 1e3, a >= 1e5 ? 0 : 1) + " k";
     return String(Math.round(n));
   }
   function fmtPct(x) {
