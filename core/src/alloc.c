@@ -23,7 +23,12 @@ static bool g_key_ok;
 static aa_pool *g_slots[AA__MAX_POOL_SLOTS];
 static _Atomic uint64_t g_pool_ids;
 
-static _Thread_local aa__thread *tl_thr __attribute__((tls_model("initial-exec")));
+/* This thread's cache of each pool slot (the last entry stays NULL: pools
+ * without a slot). A cache whose pool was destroyed stays here, marked dead,
+ * until this thread replaces or frees it. */
+static _Thread_local aa__tcache *tl_tc[AA__MAX_POOL_SLOTS + 1]
+    __attribute__((tls_model("initial-exec")));
+static _Thread_local bool tl_keyed __attribute__((tls_model("initial-exec")));
 static _Thread_local uint64_t tl_tid __attribute__((tls_model("initial-exec")));
 
 static void thread_exit(void *arg);
@@ -614,48 +619,61 @@ static void tcache_retire(aa__tcache *tc, bool flush) {
   if (tc->next)
     tc->next->prev = tc->prev;
   pthread_mutex_unlock(&pool->tc_mu);
-  free(tc);
+  if (flush) {
+    free(tc); /* the owner is exiting */
+  } else {
+    /* pool destroy: the owner may still point at it */
+    for (uint32_t k = 0; k < AA_MAX_CLASSES; k++) {
+      tc->bins[k].items = NULL;
+      tc->bins[k].n = tc->bins[k].lim = tc->bins[k].cap = 0;
+    }
+    tc->epoch = 0;
+    tc->pool = NULL;
+    atomic_store_explicit(&tc->dead, 1, AA__RLX);
+  }
 }
 
 static void thread_exit(void *arg) {
-  aa__thread *thr = arg;
+  (void)arg;
   pthread_mutex_lock(&g_mu);
   for (int i = 0; i < AA__MAX_POOL_SLOTS; i++) {
-    aa__tcache *tc = atomic_load_explicit(&thr->caches[i], AA__RLX);
-    if (tc) {
-      atomic_store_explicit(&thr->caches[i], NULL, AA__RLX);
+    aa__tcache *tc = tl_tc[i];
+    tl_tc[i] = NULL;
+    if (tc == NULL)
+      continue;
+    if (atomic_load_explicit(&tc->dead, AA__RLX))
+      free(tc); /* its pool is gone */
+    else
       tcache_retire(tc, true);
-    }
   }
   pthread_mutex_unlock(&g_mu);
-  tl_thr = NULL;
-  free(thr);
+  tl_keyed = false;
 }
 
 aa__tcache *aa__tcache_get(aa_pool *pool) {
   if (pool->slot < 0)
     return NULL;
-  aa__thread *thr = tl_thr;
-  if (thr == NULL) {
-    thr = calloc(1, sizeof *thr);
-    if (thr == NULL)
-      return NULL;
-    if (pthread_setspecific(g_key, thr) != 0) {
-      free(thr);
-      return NULL;
-    }
-    thr->tid = aa__thread_id();
-    tl_thr = thr;
-  }
-  aa__tcache *tc = atomic_load_explicit(&thr->caches[pool->slot], AA__RLX);
-  if (tc)
+  aa__tcache *tc = tl_tc[pool->slot];
+  if (tc && !atomic_load_explicit(&tc->dead, AA__RLX))
     return tc;
+  if (tc) {
+    /* left over from a destroyed pool that had this slot */
+    pthread_mutex_lock(&g_mu);
+    tl_tc[pool->slot] = NULL;
+    free(tc);
+    pthread_mutex_unlock(&g_mu);
+  }
+  if (!tl_keyed) {
+    /* the key's value only makes the exit destructor run */
+    if (pthread_setspecific(g_key, (void *)&tl_keyed) != 0)
+      return NULL;
+    tl_keyed = true;
+  }
   tc = calloc(1, sizeof *tc);
   if (tc == NULL)
     return NULL;
   tc->pool = pool;
-  tc->thr = thr;
-  tc->tid = thr->tid;
+  tc->tid = aa__thread_id();
   tc->epoch = atomic_load_explicit(&pool->epoch, memory_order_acquire);
   tc->max_bytes = pool->cfg.tcache_bytes;
   tc->hh_countdown = AA__HH_SAMPLE;
@@ -666,18 +684,20 @@ aa__tcache *aa__tcache_get(aa_pool *pool) {
     pool->tcaches->prev = tc;
   pool->tcaches = tc;
   pthread_mutex_unlock(&pool->tc_mu);
-  atomic_store_explicit(&thr->caches[pool->slot], tc, AA__RLX);
+  tl_tc[pool->slot] = tc;
   pthread_mutex_unlock(&g_mu);
   return tc;
 }
 
-/* Pool destroy: frees every tcache of the pool and clears its slot in the
- * owning threads. The pool's slabs are about to go, so no flush. */
+/* Pool destroy: empties every tcache of the pool and marks it dead; the
+ * struct itself stays until its thread replaces or frees it (another
+ * thread's TLS cannot be cleared from here). Epoch 0 never matches a pool,
+ * so the fast paths never use a dead cache. No flush: the slabs are about to
+ * go. */
 void aa__pool_drop_tcaches(aa_pool *pool) {
   pthread_mutex_lock(&g_mu);
   while (pool->tcaches) {
     aa__tcache *tc = pool->tcaches;
-    atomic_store_explicit(&tc->thr->caches[pool->slot], NULL, AA__RLX);
     for (uint32_t k = 0; k < AA_MAX_CLASSES; k++)
       tc->bins[k].n = 0;
     tcache_retire(tc, false);
@@ -940,10 +960,9 @@ __attribute__((noinline)) static void *alloc_hit_telemetry(aa_pool *pool, aa__tc
 }
 
 void *aa_alloc(aa_pool *pool, size_t size, aa_stream stream) {
-  aa__thread *thr = tl_thr;
   /* size - 1 wraps for 0, which takes the slow path */
-  if (AA__LIKELY(thr != NULL && pool != NULL && size - 1 < pool->cfg.max_small)) {
-    aa__tcache *tc = atomic_load_explicit(&thr->caches[pool->slot_ix], AA__RLX);
+  if (AA__LIKELY(pool != NULL && size - 1 < pool->cfg.max_small)) {
+    aa__tcache *tc = tl_tc[pool->slot_ix];
     if (AA__LIKELY(tc != NULL && tc->epoch == atomic_load_explicit(&pool->epoch, AA__RLX))) {
       uint32_t k = atomic_load_explicit(&pool->size2cls[(size - 1) >> 9], AA__RLX);
       aa__bin *bin = &tc->bins[k];
@@ -1213,9 +1232,8 @@ int aa_free(aa_pool *pool, void *ptr, size_t size, aa_stream stream) {
   /* m == USED|rq: in use, not record_stream'd */
   if (AA__UNLIKELY((m & AA__M_USED) == 0 || (size != 0 && size != rq)))
     return free_odd(pool, ptr, size, stream, sp);
-  aa__thread *thr = tl_thr;
-  if (AA__LIKELY(thr != NULL && (m & AA__M_REC) == 0)) {
-    aa__tcache *tc = atomic_load_explicit(&thr->caches[pool->slot_ix], AA__RLX);
+  if (AA__LIKELY((m & AA__M_REC) == 0)) {
+    aa__tcache *tc = tl_tc[pool->slot_ix];
     if (AA__LIKELY(tc != NULL && tc->epoch == atomic_load_explicit(&pool->epoch, AA__RLX))) {
       uint32_t k = s->cls;
       aa__bin *bin = &tc->bins[k];
@@ -1326,10 +1344,9 @@ void aa__rs_destroy(aa_pool *pool) {
 
 /* Flushes the calling thread's cache of this pool (aa_pool_release). */
 void aa__tcache_flush_mine(aa_pool *pool) {
-  aa__thread *thr = tl_thr;
-  if (thr == NULL || pool->slot < 0)
+  if (pool->slot < 0)
     return;
-  aa__tcache *tc = atomic_load_explicit(&thr->caches[pool->slot], AA__RLX);
-  if (tc)
+  aa__tcache *tc = tl_tc[pool->slot];
+  if (tc && !atomic_load_explicit(&tc->dead, AA__RLX))
     aa__tcache_flush_all(tc);
 }

@@ -87,7 +87,7 @@ static inline unsigned aa__hist_bucket(size_t size) {
 #define AA__ADDR_BITS 48
 #define AA__LEAF_BITS 14
 #define AA__ROOT_BITS (AA__ADDR_BITS - AA__GRANULE_SHIFT - AA__LEAF_BITS)
-#define AA__MAX_POOL_SLOTS 64 /* pools with thread caches at one time */
+#define AA__MAX_POOL_SLOTS 16 /* pools with thread caches at one time (TLS slots) */
 #define AA__HH_SLOTS 256      /* per-thread heavy-hitter table (power of 2) */
 #define AA__HH_SAMPLE 16      /* single requests of changing sizes: 1 in 16 */
 #define AA__LARGE_ALIGN ((size_t)4096)
@@ -208,11 +208,9 @@ typedef struct aa__hh_slot {
   _Atomic uint64_t size, count;
 } aa__hh_slot;
 
-typedef struct aa__thread aa__thread;
-
 typedef struct aa__tcache {
   aa_pool *pool;
-  aa__thread *thr;
+  _Atomic int dead; /* its pool was destroyed (g_mu) */
   struct aa__tcache *next, *prev; /* pool's tcache list (tc_mu) */
   uint32_t epoch;
   size_t cached_bytes;
@@ -227,10 +225,6 @@ typedef struct aa__tcache {
   aa__bin bins[AA_MAX_CLASSES];
 } aa__tcache;
 
-struct aa__thread {
-  _Atomic(aa__tcache *) caches[AA__MAX_POOL_SLOTS + 1]; /* last: always NULL */
-  uint64_t tid;
-};
 
 /* Counters folded from dead threads (and from the no-tcache path). */
 typedef struct aa__ccount {
