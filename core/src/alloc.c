@@ -1223,9 +1223,15 @@ int aa_free(aa_pool *pool, void *ptr, size_t size, aa_stream stream) {
     return free_odd(pool, ptr, size, stream, sp);
   aa__slab *s = (aa__slab *)sp;
   uintptr_t off = p - s->h.base;
-  uint32_t idx = slab_index(s, off);
-  if (AA__UNLIKELY(idx >= s->nblocks || (uintptr_t)idx * s->block_size != off))
+  /* index and exactness from one multiply: with this magic (2^42/d rounded
+   * up, d = block_size/512 < 2^20, off/512 < 2^21) the fraction is below the
+   * magic iff off/512 is a multiple of d */
+  uint64_t prod = (uint64_t)(off >> 9) * s->div_magic;
+  uint32_t idx = (uint32_t)(prod >> 42);
+  if (AA__UNLIKELY(idx >= s->nblocks || (off & 511) != 0 ||
+                   (prod & (((uint64_t)1 << 42) - 1)) >= s->div_magic))
     return free_odd(pool, ptr, size, stream, sp);
+  aa__assert_internal((uintptr_t)idx * s->block_size == off);
   _Atomic uint32_t *mp = &s->meta[idx];
   uint32_t m = atomic_load_explicit(mp, AA__RLX);
   uint32_t rq = m & AA__M_SIZE;
