@@ -273,6 +273,62 @@ static void test_core_pool_name_backend(void **state) {
   assert_string_equal(aa_strerror(AA_EINVAL), "invalid argument");
 }
 
+/* More pools than thread-cache slots: the extra ones work without caches;
+ * destroying pools and making new ones in their slots is safe. */
+static void test_core_pool_many_pools(void **state) {
+  (void)state;
+  aa_backend *b;
+  assert_int_equal(aa_backend_host_new(&b), AA_OK);
+  enum { NP = 20 };
+  aa_pool *p[NP];
+  aa_pool_config cfg;
+  aa_pool_config_init(&cfg);
+  cfg.backend = b;
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < NP; i++)
+      assert_int_equal(aa_pool_new(&cfg, &p[i]), AA_OK);
+    for (int i = 0; i < NP; i++) {
+      void *x = aa_alloc(p[i], 700 + (size_t)i, NULL);
+      void *y = aa_alloc(p[i], 700 + (size_t)i, NULL);
+      assert_non_null(x);
+      assert_ptr_not_equal(x, y);
+      assert_int_equal(aa_free(p[NP - 1 - i], x, 0, NULL), i == NP - 1 - i ? AA_OK : AA_EINVAL);
+      if (i != NP - 1 - i)
+        assert_int_equal(aa_free(p[i], x, 0, NULL), AA_OK);
+      assert_int_equal(aa_free(p[i], y, 700 + (size_t)i, NULL), AA_OK);
+      aa_pool_stats st;
+      aa_pool_stats_get(p[i], &st);
+      assert_int_equal(st.allocs, 2);
+      assert_int_equal(st.frees, 2);
+      assert_int_equal(st.bytes_in_use, 0);
+    }
+    for (int i = 0; i < NP; i++)
+      aa_pool_destroy(p[i]);
+  }
+  uint64_t mapped;
+  aa_backend_host_counts(b, NULL, NULL, &mapped);
+  assert_int_equal(mapped, 0);
+  aa_backend_destroy(b);
+}
+
+static void test_core_pool_huge_and_zero(void **state) {
+  fx *f = *state;
+  assert_null(aa_alloc(f->p, SIZE_MAX, NULL));
+  assert_null(aa_alloc(f->p, SIZE_MAX - 4095, NULL));
+  assert_null(aa_alloc(f->p, (size_t)1 << 60, NULL));
+  aa_pool_stats st;
+  aa_pool_stats_get(f->p, &st);
+  assert_int_equal(st.ooms, 3);
+  void *z = aa_alloc(f->p, 0, NULL);
+  assert_non_null(z);
+  assert_int_equal(aa_block_size(f->p, z), 512);
+  assert_int_equal(aa_free(f->p, z, 0, NULL), AA_OK);
+  z = aa_alloc(f->p, 0, NULL);
+  assert_int_equal(aa_free(f->p, z, 1, NULL), AA_OK); /* 0 is asked as 1 */
+  aa_pool_stats_get(f->p, &st);
+  assert_int_equal(st.bytes_in_use, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_core_pool_config_defaults),
@@ -285,6 +341,8 @@ int main(void) {
       cmocka_unit_test(test_core_pool_large_passthrough),
       cmocka_unit_test(test_core_pool_hist_buckets),
       cmocka_unit_test_setup_teardown(test_core_pool_name_backend, setup, teardown),
+      cmocka_unit_test(test_core_pool_many_pools),
+      cmocka_unit_test_setup_teardown(test_core_pool_huge_and_zero, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
