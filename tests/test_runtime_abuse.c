@@ -1144,18 +1144,20 @@ static void connection_flood(world *w) {
 
   for (int i = 0; i < N; i++)
     fds[i] = connect_port(w->port);
-  /* let the server accept (and refuse) them */
-  usleep(200 * 1000);
-  for (int i = 0; i < N; i++) {
-    struct pollfd p = {fds[i], POLLIN, 0};
-    if (fds[i] < 0) {
-      refused++;
-      continue;
-    }
-    if (poll(&p, 1, 0) == 1) {
-      char c;
-      if (recv(fds[i], &c, 1, MSG_DONTWAIT) == 0)
-        refused++; /* closed by the server */
+  /* let the server accept (and refuse) them: up to 5 s on a slow machine */
+  for (int round = 0; round < 50 && refused == 0; round++) {
+    usleep(100 * 1000);
+    for (int i = 0; i < N; i++) {
+      struct pollfd p = {fds[i], POLLIN, 0};
+      if (fds[i] < 0) {
+        refused++;
+        continue;
+      }
+      if (poll(&p, 1, 0) == 1) {
+        char c;
+        if (recv(fds[i], &c, 1, MSG_DONTWAIT) == 0)
+          refused++; /* closed by the server */
+      }
     }
   }
   if (refused == 0)
