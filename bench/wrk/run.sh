@@ -11,8 +11,11 @@
 # prints its rate every second). On a machine with 2 or more CPUs the loop is
 # pinned to CPU 0, the server's polling thread and wrk to CPU 1, so the
 # slowdown measures interference (locks, cache traffic), not CPU sharing.
-# Phases: SECONDS idle (baseline), SECONDS under wrk, SECONDS idle again;
-# the first second of each phase is dropped. Targets (issue 4): >= 20,000
+# Phases: SECONDS idle (baseline), SECONDS under wrk, SECONDS idle again,
+# and a control: SECONDS with a plain busy loop on the server's CPU and no
+# HTTP at all, which shows how much of the wall-clock slowdown the scheduler
+# alone causes on a shared machine. The first second of each phase is
+# dropped. Targets (issue 4): >= 20,000
 # requests/s on 2 cores, <= 15% slowdown.
 set -euo pipefail
 build=${1:-build}
@@ -32,7 +35,7 @@ fi
 out=$(mktemp)
 trap 'kill "$pid" 2>/dev/null || true; rm -f "$out"' EXIT
 "$server" --hot --hot-cpu "$hot_cpu" --server-cpu "$srv_cpu" \
-  --stats-cache-ms "$cache_ms" --seconds $((3 * secs + 10)) >"$out" 2>/dev/null &
+  --stats-cache-ms "$cache_ms" --seconds $((4 * secs + 10)) >"$out" 2>/dev/null &
 pid=$!
 for _ in $(seq 100); do grep -q '^PORT ' "$out" && break; sleep 0.1; done
 port=$(awk '/^PORT /{print $2; exit}' "$out")
@@ -45,6 +48,9 @@ l0=$(now_ms)
 wrk_out=$("${wrk_pin[@]}" wrk -t1 -c"$conns" -d"${secs}s" -s "$here/stats.lua" "$url")
 l1=$(now_ms)
 a0=$(now_ms); sleep "$secs"; a1=$(now_ms)
+c0=$(now_ms)
+"${wrk_pin[@]}" timeout "$secs" sh -c 'while :; do :; done' || true
+c1=$(now_ms)
 kill "$pid" 2>/dev/null || true
 wait "$pid" 2>/dev/null || true
 
@@ -63,6 +69,8 @@ stats=$(printf '%s\n' "$wrk_out" | grep '^STATS' || true)
 rps=$(printf '%s\n' "$stats" | sed -n 's/.*rps=\([0-9]*\).*/\1/p')
 slow=$(pct "$base" "$load")
 cslow=$(pct "$cbase" "$cload")
+ctrl=$(median "$c0" "$c1" 3)
+ctrl_slow=$(pct "$base" "$ctrl")
 
 echo "machine: $(nproc) CPUs, $(uname -r); hot loop CPU $hot_cpu, server+wrk CPU $srv_cpu"
 echo "command: wrk -t1 -c$conns -d${secs}s -s bench/wrk/stats.lua $url (stats_cache_ms=$cache_ms)"
@@ -70,5 +78,6 @@ printf '%s\n' "$wrk_out" | sed -n '/Latency/,/Transfer/p'
 echo "$stats"
 echo "hot loop per wall second: baseline ${base1} / ${base2} ops/s (before / after), under load ${load} ops/s"
 echo "hot loop per CPU second:  baseline ${cbase1} / ${cbase2} ops/s, under load ${cload} ops/s"
+echo "control: a busy loop on CPU $srv_cpu alone (no HTTP): ${ctrl} ops/s per wall second, ${ctrl_slow}% below baseline"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) (other processes share these CPUs)"
-echo "RESULT requests_per_s=${rps:-?} hot_loop_slowdown_pct=${slow} hot_loop_slowdown_cpu_time_pct=${cslow}"
+echo "RESULT requests_per_s=${rps:-?} hot_loop_slowdown_pct=${slow} hot_loop_slowdown_cpu_time_pct=${cslow} control_busy_cpu_slowdown_pct=${ctrl_slow}"
