@@ -7,9 +7,12 @@
  *   adaptalloc-replay suggest [--policy BASE.json] INPUT -o tuned.json
  *   adaptalloc-replay import  INPUT -o out.db
  *   adaptalloc-replay export  INPUT -o out.csv
+ *   adaptalloc-replay ranks   --db rank0.db --db rank1.db ...
  *
  * Entry point main(); one function per command (cmd_run covers run and
- * compare: one parse of the input feeds one simulator per policy). Usage,
+ * compare: one parse of the input feeds one simulator per policy; with
+ * several --db, cmd_run_multi replays each database in turn and adds a
+ * combined row; `ranks` is in ranks.c). Usage,
  * formats and exit codes: docs/replay.md, and `adaptalloc-replay --help`.
  */
 #include <errno.h>
@@ -26,6 +29,7 @@
 #include "replay_tool.h"
 
 #define MAX_POLICIES 16
+#define MAX_DBS 256
 
 typedef struct options {
   const char *cmd;
@@ -50,6 +54,9 @@ typedef struct options {
   uint64_t adapt_every;
   size_t top; /* run: list the N sizes that waste most (0 = none) */
   bool threads;
+  const char *dbs[MAX_DBS]; /* every --db (and bare database) in order */
+  size_t ndbs;
+  double threshold; /* ranks: flag a rank farther than this (< 0: default) */
 } options;
 
 static const char usage_text[] =
@@ -61,6 +68,8 @@ static const char usage_text[] =
     "  suggest  derive a tuned policy for INPUT (-o tuned.json)\n"
     "  import   store INPUT as a new run's trace in a database (-o out.db)\n"
     "  export   write INPUT as an RMM-format CSV (-o out.csv, '-' = stdout)\n"
+    "  ranks    compare several ranks' databases' request-size histograms\n"
+    "           (--db rank0.db --db rank1.db ...; flags a rank that differs)\n"
     "\n"
     "input (one of):\n"
     "  --csv FILE             RMM logging_resource_adaptor CSV ('-' = stdin)\n"
@@ -69,6 +78,8 @@ static const char usage_text[] =
     "  --db FILE --from-histogram [--hist-pool NAME]\n"
     "                         synthesise from a run's stored histogram\n"
     "  a bare INPUT is a database when it starts like one, else a CSV file\n"
+    "  run, compare, ranks: --db is repeatable (one database per rank: each\n"
+    "                         is replayed on its own, plus a combined row)\n"
     "  synthesis: --events N (default 1000000) --seed S (1) --live N (1024)\n"
     "\n"
     "options:\n"
@@ -94,7 +105,10 @@ static const char usage_text[] =
     "  --adapt                run the policy's adapt loop on the trace clock\n"
     "                         (a step every adapt.interval_ms of trace time)\n"
     "  --adapt-every N        with --adapt: a step every N events instead\n"
-    "  --top N                run: list the N request sizes that waste most\n"
+    "  --top N                run: list the N request sizes that waste most;\n"
+    "                         ranks: sizes listed per database (5)\n"
+    "  --threshold X          ranks: flag a rank whose histogram is farther\n"
+    "                         than X from the median rank's (0.1; 0..1)\n"
     "  --threads              replay each recorded thread on a thread of its\n"
     "                         own (per-thread caches as recorded; slower)\n"
     "  -o FILE                output file (suggest, import)\n"
@@ -193,7 +207,7 @@ enum {
   OPT_NO_PROGRESS, OPT_ON_ERROR, OPT_BENCH, OPT_COST_ALLOC, OPT_COST_FREE,
   OPT_COST_GIB, OPT_COST_HIT, OPT_COST_EVENT, OPT_CAPACITY, OPT_DELAY,
   OPT_IGNORE_STREAMS, OPT_REPLAY_FAILURES, OPT_MAX_CLASSES, OPT_MIN_GAIN,
-  OPT_ADAPT, OPT_ADAPT_EVERY, OPT_TOP, OPT_THREADS, OPT_HELP
+  OPT_ADAPT, OPT_ADAPT_EVERY, OPT_TOP, OPT_THREADS, OPT_THRESHOLD, OPT_HELP
 };
 
 static const struct option long_opts[] = {
@@ -228,6 +242,7 @@ static const struct option long_opts[] = {
     {"adapt-every", required_argument, NULL, OPT_ADAPT_EVERY},
     {"top", required_argument, NULL, OPT_TOP},
     {"threads", no_argument, NULL, OPT_THREADS},
+    {"threshold", required_argument, NULL, OPT_THRESHOLD},
     {"output", required_argument, NULL, 'o'},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0}};
@@ -235,8 +250,14 @@ static const struct option long_opts[] = {
 static int set_input(options *o, tool_input_kind k, const char *path) {
   if (o->in.kind != IN_NONE && !(o->in.kind == IN_DB_TRACE && k == IN_DB_TRACE))
     return usage_error("more than one input given (at %s)", path);
-  if (o->in.kind == IN_DB_TRACE && o->in.path != NULL)
-    return usage_error("--db given twice (%s)", path);
+  if (k == IN_DB_TRACE) {
+    /* Several databases (one per rank): in.path stays the first. */
+    if (o->ndbs == MAX_DBS)
+      return usage_error("at most 256 databases (at %s)", path);
+    o->dbs[o->ndbs++] = path;
+    if (o->ndbs > 1)
+      return 0;
+  }
   o->in.kind = k;
   o->in.path = path;
   return 0;
@@ -253,6 +274,7 @@ static int parse_args(int argc, char **argv, options *o) {
   o->progress = -1;
   o->on_error = AA_REPLAY_STOP;
   o->min_gain_slabs = -1.0;
+  o->threshold = -1.0;
   {
     aa_replay_config d;
     aa_replay_config_init(&d);
@@ -399,6 +421,10 @@ static int parse_args(int argc, char **argv, options *o) {
         return usage_error("--top: '%s' is not in 1..1000", optarg);
       o->top = (size_t)u;
       break;
+    case OPT_THRESHOLD:
+      if (!parse_double_arg(optarg, &o->threshold) || o->threshold > 1.0)
+        return usage_error("--threshold: '%s' is not a number in 0..1", optarg);
+      break;
     case 'o':
       o->out = optarg;
       break;
@@ -444,6 +470,20 @@ static int parse_args(int argc, char **argv, options *o) {
     return usage_error("--events goes with a histogram input%s", "");
   if (o->adapt_every > 0 && !o->adapt)
     return usage_error("--adapt-every goes with --adapt%s", "");
+  if (o->ndbs > 1 && strcmp(o->cmd, "run") != 0 &&
+      strcmp(o->cmd, "compare") != 0 && strcmp(o->cmd, "ranks") != 0)
+    return usage_error("%s takes one input (several --db go with run, "
+                       "compare and ranks)", o->cmd);
+  if (o->threshold >= 0 && strcmp(o->cmd, "ranks") != 0)
+    return usage_error("--threshold goes with ranks%s", "");
+  if (strcmp(o->cmd, "ranks") == 0) {
+    if (o->in.kind != IN_DB_TRACE && o->in.kind != IN_DB_HIST)
+      return usage_error("ranks reads databases: --db FILE ...%s", "");
+    if (o->npolicies > 0)
+      return usage_error("ranks takes no policy (it reads histograms)%s", "");
+    if (o->out != NULL)
+      return usage_error("-o is for suggest, import and export%s", "");
+  }
   return 0;
 }
 
@@ -795,6 +835,185 @@ static void print_json_head(FILE *f, const options *o, const timing *t) {
           t->events_per_cpu_s);
 }
 
+/* One database of a multi-database run: its run row and, per policy, the
+ * result. */
+typedef struct db_run {
+  db_meta meta;
+  char label[64];
+  uint64_t events;
+  aa_replay_result res[MAX_POLICIES];
+} db_run;
+
+static void print_json_db_meta(FILE *f, const char *path, const db_run *d) {
+  fprintf(f, "{\"path\":");
+  print_json_string(f, path);
+  fprintf(f, ",\"label\":");
+  print_json_string(f, d->label);
+  fprintf(f, ",\"run\":%lld,\"rank\":", (long long)d->meta.run_id);
+  if (d->meta.rank >= 0)
+    fprintf(f, "%lld", (long long)d->meta.rank);
+  else
+    fprintf(f, "null");
+  fprintf(f, ",\"model\":");
+  print_json_string(f, d->meta.model);
+  fprintf(f, ",\"host\":");
+  print_json_string(f, d->meta.host);
+  fprintf(f, ",\"events\":%llu", (unsigned long long)d->events);
+}
+
+/* run/compare over several databases (one per rank): each database's run is
+ * replayed on its own under the same policies; a combined row follows. */
+static int cmd_run_multi(const options *o, bool compare) {
+  size_t np = compare ? o->npolicies : 1, nd = o->ndbs, i, p;
+  db_run *d = calloc(nd, sizeof *d);
+  const char **labels = calloc(nd, sizeof *labels);
+  db_meta *metas = calloc(nd, sizeof *metas);
+  aa_replay_result *col = calloc(nd, sizeof *col);
+  aa_replay_result comb[MAX_POLICIES];
+  const char *plabel[MAX_POLICIES];
+  timing sum;
+  int rc = 0;
+
+  memset(&sum, 0, sizeof sum);
+  if (d == NULL || labels == NULL || metas == NULL || col == NULL) {
+    fprintf(stderr, "adaptalloc-replay: out of memory\n");
+    rc = EXIT_INTERNAL;
+    goto out;
+  }
+  if (o->top > 0) {
+    rc = usage_error("--top goes with a single input%s", "");
+    goto out;
+  }
+  for (i = 0; i < nd && rc == 0; i++) {
+    options od = *o;
+    loaded *l;
+    timing t;
+    char err[1024];
+
+    od.in.path = o->dbs[i];
+    if (db_meta_read(o->dbs[i], o->in.run_id, &d[i].meta, err, sizeof err) !=
+        AA_OK) {
+      fprintf(stderr, "adaptalloc-replay: %s\n", err);
+      rc = EXIT_INPUT;
+      break;
+    }
+    od.in.run_id = d[i].meta.run_id;
+    db_label(o->dbs[i], &d[i].meta, d[i].label, sizeof d[i].label);
+    l = calloc(np, sizeof *l);
+    if (l == NULL) {
+      fprintf(stderr, "adaptalloc-replay: out of memory\n");
+      rc = EXIT_INTERNAL;
+      break;
+    }
+    for (p = 0; p < np && rc == 0; p++) {
+      rc = load_policy(&od, o->npolicies > 0 ? o->policies[p] : NULL, &l[p]);
+      if (rc == 0)
+        rc = make_sim(&od, &l[p], false);
+    }
+    if (rc == 0)
+      rc = replay_all(&od, l, np, &t);
+    if (rc == 0) {
+      d[i].events = t.events;
+      sum.events += t.events;
+      sum.wall_s += t.wall_s;
+      sum.cpu_s += t.cpu_s;
+      for (p = 0; p < np; p++) {
+        d[i].res[p] = l[p].res;
+        plabel[p] = l[p].label; /* into argv, or a literal: outlives l */
+      }
+    }
+    free_loaded(l, np);
+  }
+  if (rc != 0)
+    goto out;
+  sum.events_per_s = sum.wall_s > 0 ? (double)sum.events / sum.wall_s : 0.0;
+  sum.events_per_cpu_s = sum.cpu_s > 0 ? (double)sum.events / sum.cpu_s : 0.0;
+  for (p = 0; p < np; p++) {
+    for (i = 0; i < nd; i++)
+      col[i] = d[i].res[p];
+    result_combine(col, nd, &comb[p]);
+  }
+  if (o->json) {
+    char desc[64];
+    snprintf(desc, sizeof desc, "%zu databases", nd);
+    fprintf(stdout, "{\"command\":");
+    print_json_string(stdout, o->cmd);
+    fprintf(stdout, ",\"input\":");
+    print_json_string(stdout, desc);
+    fprintf(stdout, ",\"pool\":");
+    print_json_string(stdout, o->pool);
+    fprintf(stdout, ",\"events\":%llu,\"wall_s\":%.6f,\"events_per_s\":%.0f,"
+            "\"cpu_s\":%.6f,\"events_per_cpu_s\":%.0f",
+            (unsigned long long)sum.events, sum.wall_s, sum.events_per_s,
+            sum.cpu_s, sum.events_per_cpu_s);
+    if (!compare) {
+      fprintf(stdout, ",\"policy\":");
+      print_json_string(stdout, plabel[0]);
+    }
+    fprintf(stdout, ",\"databases\":[");
+    for (i = 0; i < nd; i++) {
+      if (i > 0)
+        fprintf(stdout, ",");
+      print_json_db_meta(stdout, o->dbs[i], &d[i]);
+      if (!compare) {
+        fprintf(stdout, ",\"result\":");
+        print_json_result(stdout, &d[i].res[0]);
+      } else {
+        fprintf(stdout, ",\"runs\":[");
+        for (p = 0; p < np; p++) {
+          fprintf(stdout, "%s{\"policy\":", p > 0 ? "," : "");
+          print_json_string(stdout, plabel[p]);
+          fprintf(stdout, ",\"result\":");
+          print_json_result(stdout, &d[i].res[p]);
+          fprintf(stdout, "}");
+        }
+        fprintf(stdout, "]");
+      }
+      fprintf(stdout, "}");
+    }
+    fprintf(stdout, "],\"combined\":{\"databases\":%zu,\"events\":%llu", nd,
+            (unsigned long long)sum.events);
+    if (!compare) {
+      fprintf(stdout, ",\"result\":");
+      print_json_result(stdout, &comb[0]);
+    } else {
+      fprintf(stdout, ",\"runs\":[");
+      for (p = 0; p < np; p++) {
+        fprintf(stdout, "%s{\"policy\":", p > 0 ? "," : "");
+        print_json_string(stdout, plabel[p]);
+        fprintf(stdout, ",\"result\":");
+        print_json_result(stdout, &comb[p]);
+        fprintf(stdout, "}");
+      }
+      fprintf(stdout, "]");
+    }
+    fprintf(stdout, "}}\n");
+  } else {
+    for (i = 0; i < nd; i++) {
+      labels[i] = d[i].label;
+      metas[i] = d[i].meta;
+    }
+    printf("input             %zu databases, %llu events, pool %s\n", nd,
+           (unsigned long long)sum.events, o->pool);
+    for (i = 0; i < nd; i++)
+      printf("  %-15s %s (run %lld, model %s)\n", d[i].label, o->dbs[i],
+             (long long)d[i].meta.run_id,
+             d[i].meta.model[0] != '\0' ? d[i].meta.model : "-");
+    for (p = 0; p < np; p++) {
+      for (i = 0; i < nd; i++)
+        col[i] = d[i].res[p];
+      printf("\npolicy %s\n", plabel[p]);
+      print_db_table(stdout, labels, metas, col, nd, &comb[p]);
+    }
+  }
+out:
+  free(col);
+  free(metas);
+  free(labels);
+  free(d);
+  return rc;
+}
+
 static int cmd_run(const options *o, bool compare) {
   size_t n = compare ? o->npolicies : 1, i;
   loaded *l;
@@ -808,6 +1027,8 @@ static int cmd_run(const options *o, bool compare) {
                        "'default')%s", "");
   if (o->out != NULL)
     return usage_error("-o is for suggest and import%s", "");
+  if (o->ndbs > 1)
+    return cmd_run_multi(o, compare);
   l = calloc(n, sizeof *l);
   if (l == NULL) {
     fprintf(stderr, "adaptalloc-replay: out of memory\n");
@@ -1239,9 +1460,9 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "run") != 0 && strcmp(argv[1], "compare") != 0 &&
       strcmp(argv[1], "suggest") != 0 && strcmp(argv[1], "import") != 0 &&
-      strcmp(argv[1], "export") != 0)
+      strcmp(argv[1], "export") != 0 && strcmp(argv[1], "ranks") != 0)
     return usage_error("unknown command '%s' (run, compare, suggest, import, "
-                       "export)", argv[1]);
+                       "export, ranks)", argv[1]);
   rc = parse_args(argc, argv, &o);
   if (rc != 0)
     return rc;
@@ -1253,5 +1474,9 @@ int main(int argc, char **argv) {
     return cmd_suggest(&o);
   if (strcmp(o.cmd, "export") == 0)
     return cmd_export(&o);
+  if (strcmp(o.cmd, "ranks") == 0)
+    return cmd_ranks(o.dbs, o.ndbs, o.in.run_id, o.in.hist_pool,
+                     o.in.kind == IN_DB_HIST, o.top > 0 ? o.top : 5,
+                     o.threshold >= 0 ? o.threshold : 0.1, o.json);
   return cmd_import(&o);
 }

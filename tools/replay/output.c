@@ -201,6 +201,43 @@ void print_compare_table(FILE *f, const char *const *labels,
   }
 }
 
+static void db_row(FILE *f, const char *label, const char *run,
+                   const aa_replay_result *x, int width) {
+  fprintf(f, "%-*s %6s", width, label, run);
+  put_cell(f, C_U64, (double)x->events, 10);
+  put_cell(f, C_U64, (double)x->requests, 10);
+  put_cell(f, C_PCT, x->hit_rate, 8);
+  put_cell(f, C_U64, (double)x->backend_calls, 8);
+  put_cell(f, C_BYTES, (double)x->peak_in_use, 10);
+  put_cell(f, C_BYTES, (double)x->peak_reserved, 10);
+  put_cell(f, C_PCT, x->int_frag_peak, 8);
+  put_cell(f, C_PCT, x->ext_frag_peak, 8);
+  put_cell(f, C_US, x->sim_backend_us, 10);
+  fprintf(f, "\n");
+}
+
+void print_db_table(FILE *f, const char *const *labels, const db_meta *meta,
+                    const aa_replay_result *r, size_t n,
+                    const aa_replay_result *combined) {
+  int width = 8;
+  size_t i;
+  char run[24];
+
+  for (i = 0; i < n; i++) {
+    int l = (int)strlen(labels[i]);
+    if (l > width)
+      width = l;
+  }
+  fprintf(f, "%-*s %6s  %10s  %10s  %8s  %8s  %10s  %10s  %8s  %8s  %10s\n",
+          width, "database", "run", "events", "requests", "hit", "backend",
+          "peak used", "peak rsvd", "int frag", "ext frag", "sim time");
+  for (i = 0; i < n; i++) {
+    snprintf(run, sizeof run, "%lld", (long long)meta[i].run_id);
+    db_row(f, labels[i], run, &r[i], width);
+  }
+  db_row(f, "combined", "", combined, width);
+}
+
 void print_json_string(FILE *f, const char *s) {
   fputc('"', f);
   for (; *s != '\0'; s++) {

@@ -5,6 +5,7 @@
  * main.c    command line, the four commands (run, compare, suggest, import)
  * input.c   event sources behind one call: CSV, store trace, histograms
  * output.c  the progress bar, byte/percent formatting, tables
+ * ranks.c   several ranks' databases: run rows, combined figures, `ranks`
  */
 #ifndef ADAPTALLOC_REPLAY_TOOL_H
 #define ADAPTALLOC_REPLAY_TOOL_H
@@ -90,5 +91,45 @@ void print_compare_table(FILE *f, const char *const *labels,
                          const aa_replay_result *r, size_t n);
 /* A JSON string literal. */
 void print_json_string(FILE *f, const char *s);
+
+/* ------------------------------------------------------------------ ranks */
+
+/* What a database's run row says (aa_store_runs_json). */
+typedef struct db_meta {
+  int64_t run_id;          /* the run resolved (the latest when asked <= 0) */
+  int64_t rank;            /* -1 when the run has none */
+  char model[128];
+  char host[128];
+  uint64_t events_written; /* trace events stored */
+  uint64_t snapshots;
+} db_meta;
+
+/* Reads run run_id (<= 0: the latest) of the database at path. AA_OK, or an
+ * error with err filled in (no such run: AA_ENOENT). */
+int db_meta_read(const char *path, int64_t run_id, db_meta *m, char *err,
+                 size_t errcap);
+
+/* "rank3" when the run has a rank, else the file's base name. */
+void db_label(const char *path, const db_meta *m, char *buf, size_t cap);
+
+/* The combined figures of n replays (docs/multi-gpu.md "Combined row"):
+ * counts, simulated time and bytes live at the end summed; peaks the busiest
+ * replay's (with that replay's fragmentation at the peak); time-averaged
+ * fragmentation, trace span and class count the largest; hit rate from the
+ * summed hits and misses. */
+void result_combine(const aa_replay_result *r, size_t n, aa_replay_result *out);
+
+/* `ranks`: the databases' request-size histograms side by side (from each
+ * run's trace, or its latest snapshots when it has no trace or
+ * from_histogram), each one's distance to the median rank, flagged above
+ * threshold. Returns an exit code (messages printed). */
+int cmd_ranks(const char *const *dbs, size_t n, int64_t run_id,
+              const char *hist_pool, bool from_histogram, size_t top,
+              double threshold, bool json);
+
+/* A table with one row per database and a last row `combined`. */
+void print_db_table(FILE *f, const char *const *labels,
+                    const db_meta *meta, const aa_replay_result *r, size_t n,
+                    const aa_replay_result *combined);
 
 #endif /* ADAPTALLOC_REPLAY_TOOL_H */
