@@ -773,6 +773,11 @@ static void start_http(void) {
   if (aa_http_local_rank_from_env(&rank) != AA_OK)
     aa__rt_log("http: LOCAL_RANK is not a rank number; using rank 0");
   cfg.local_rank = rank;
+  /* /stats and /metrics answers may be reused for 100 ms: a dashboard or a
+   * scraper flood then costs the process one stats copy per 100 ms, not one
+   * per request (docs/http.md, BENCHMARKS.md "HTTP load"). A policy change
+   * clears the cache. */
+  cfg.stats_cache_ms = 100;
   memset(&prov, 0, sizeof(prov));
   prov.version = AA_HTTP_PROVIDER_VERSION;
   prov.stats_json = prov_stats_json;
