@@ -4,8 +4,9 @@
  * trace, one snapshot each; rank 2 deliberately asks for other sizes), then
  * `run` and `compare` with several --db (per-database figures equal the
  * single-database replays, the combined row sums and maxes them), and
- * `ranks` (rank 2 flagged, from the traces and from the snapshots), plus the
- * usage errors of the multi-database forms.
+ * `ranks` (rank 2 flagged, from the traces and from the snapshots),
+ * --each-rank on one file that every rank shared, and the usage errors of
+ * the multi-database forms.
  *
  * Finds the program through AA_TEST_BINARY_DIR (set by ctest). Built with
  * -DAA_WITH_STORE=OFF (AA_TEST_WITH_STORE 0) every test skips.
@@ -135,28 +136,19 @@ static cJSON *parse_or_fail(const char *text) {
   return j;
 }
 
-/* rank<r>.db in the temporary directory: one run with the rank, the plan's
- * trace and one snapshot whose histogram matches it. */
-static void write_rank_db(const rank_plan *pl) {
-  char path[400];
-  aa_store_config cfg;
+/* One run with the given rank, the plan's trace and one snapshot whose
+ * histogram matches it, in the open store st. */
+static void write_run(aa_store *st, int rank, const rank_plan *pl) {
   aa_store_run_info info;
-  aa_store *st = NULL;
   aa_pool_stats *ps;
   int64_t run = 0;
   uint64_t t = 1000, ptr = 0x10000000ull;
   unsigned i;
 
-  snprintf(path, sizeof path, "%s/rank%d.db", g_tmp, pl->rank);
-  aa_store_config_init(&cfg);
-  cfg.path = path;
-  cfg.commit_interval_ms = 10;
-  cfg.quiet = true;
-  assert_int_equal(aa_store_open(&cfg, &st), AA_OK);
   memset(&info, 0, sizeof info);
   info.model = "gpt2-ddp";
   info.host = "node0";
-  info.rank = pl->rank;
+  info.rank = rank;
   assert_int_equal(aa_store_begin_run(st, &info, &run), AA_OK);
   assert_true(run > 0);
 
@@ -215,7 +207,35 @@ static void write_rank_db(const rank_plan *pl) {
     assert_int_equal(aa_store_stats_get(st, &ss), AA_OK);
     assert_int_equal(ss.events_dropped, 0);
   }
+}
+
+/* <name> in the temporary directory with one run per (ranks[i], plans[i]),
+ * in that order. */
+static void write_db(const char *name, const int *ranks,
+                     const rank_plan *const *plans, size_t n) {
+  char path[400];
+  aa_store_config cfg;
+  aa_store *st = NULL;
+  size_t i;
+
+  snprintf(path, sizeof path, "%s/%s", g_tmp, name);
+  aa_store_config_init(&cfg);
+  cfg.path = path;
+  cfg.commit_interval_ms = 10;
+  cfg.quiet = true;
+  assert_int_equal(aa_store_open(&cfg, &st), AA_OK);
+  for (i = 0; i < n; i++)
+    write_run(st, ranks[i], plans[i]);
   assert_int_equal(aa_store_close(st), AA_OK);
+}
+
+/* rank<r>.db: the plan's run. */
+static void write_rank_db(const rank_plan *pl) {
+  char name[32];
+  const rank_plan *one[1] = {pl};
+
+  snprintf(name, sizeof name, "rank%d.db", pl->rank);
+  write_db(name, &pl->rank, one, 1);
 }
 
 static int setup(void **state) {
@@ -256,6 +276,14 @@ static void need_dbs(void) {
     return;
   for (i = 0; i < 3; i++)
     write_rank_db(&g_plan[i]);
+  {
+    /* shared.db: every rank in one file (runs 1..4); rank 2 ran twice, the
+     * second time (run 4, its latest) like rank 0. */
+    static const int ranks[4] = {0, 1, 2, 2};
+    const rank_plan *plans[4] = {&g_plan[0], &g_plan[1], &g_plan[2],
+                                 &g_plan[0]};
+    write_db("shared.db", ranks, plans, 4);
+  }
   written = true;
 }
 
@@ -456,6 +484,48 @@ static void test_replay_ranks_flags_odd_rank(void **state) {
   free(out);
 }
 
+/* --each-rank: the ranks that shared one file, the latest run of each. */
+static void test_replay_ranks_each_rank(void **state) {
+  cJSON *j;
+  char *out = NULL;
+
+  (void)state;
+  need_dbs();
+  assert_int_equal(tool(&out, NULL, "ranks --json --each-rank "
+                        "--db {TMP}/shared.db"), 0);
+  j = parse_or_fail(out);
+  free(out);
+  assert_int_equal(cJSON_GetArraySize(get(j, "databases")), 3);
+  assert_int_equal((int)num(j, "databases.0.rank"), 0);
+  assert_int_equal((int)num(j, "databases.0.run"), 1);
+  assert_int_equal((int)num(j, "databases.1.run"), 2);
+  assert_int_equal((int)num(j, "databases.2.rank"), 2);
+  assert_int_equal((int)num(j, "databases.2.run"), 4);
+  assert_int_equal((uint64_t)num(j, "databases.2.requests"),
+                   plan_requests(&g_plan[0]));
+  assert_int_equal(cJSON_GetArraySize(get(j, "differing")), 0);
+  cJSON_Delete(j);
+
+  assert_int_equal(tool(&out, NULL, "run --json --each-rank "
+                        "--db {TMP}/shared.db"), 0);
+  j = parse_or_fail(out);
+  free(out);
+  assert_int_equal(cJSON_GetArraySize(get(j, "databases")), 3);
+  assert_string_equal(get(j, "databases.2.label")->valuestring, "rank2");
+  assert_int_equal((uint64_t)num(j, "combined.result.requests"),
+                   2 * plan_requests(&g_plan[0]) + plan_requests(&g_plan[1]));
+  cJSON_Delete(j);
+
+  /* per-rank files: the same as without --each-rank */
+  assert_int_equal(tool(&out, NULL, "ranks --json --each-rank "
+                        "--db {TMP}/rank0.db --db {TMP}/rank2.db"), 0);
+  j = parse_or_fail(out);
+  free(out);
+  assert_int_equal(cJSON_GetArraySize(get(j, "databases")), 2);
+  assert_int_equal((int)num(j, "databases.1.rank"), 2);
+  cJSON_Delete(j);
+}
+
 static void test_replay_ranks_usage(void **state) {
   char *err = NULL;
 
@@ -492,6 +562,12 @@ static void test_replay_ranks_usage(void **state) {
                         "{TMP}/nosuch.db"), 1);
   assert_non_null(strstr(err, "nosuch.db"));
   free(err);
+  assert_int_equal(tool(NULL, &err, "ranks --each-rank --run 1 --db "
+                        "{TMP}/shared.db"), 2);
+  free(err);
+  assert_int_equal(tool(NULL, &err, "suggest --each-rank --db "
+                        "{TMP}/shared.db -o {TMP}/x.json"), 2);
+  free(err);
   assert_int_equal(tool(NULL, &err, "ranks --run 7 --db {TMP}/rank0.db"), 1);
   assert_non_null(strstr(err, "no run 7"));
   free(err);
@@ -502,6 +578,7 @@ int main(void) {
       cmocka_unit_test(test_replay_ranks_run_combined),
       cmocka_unit_test(test_replay_ranks_compare),
       cmocka_unit_test(test_replay_ranks_flags_odd_rank),
+      cmocka_unit_test(test_replay_ranks_each_rank),
       cmocka_unit_test(test_replay_ranks_usage),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

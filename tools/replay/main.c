@@ -55,7 +55,9 @@ typedef struct options {
   size_t top; /* run: list the N sizes that waste most (0 = none) */
   bool threads;
   const char *dbs[MAX_DBS]; /* every --db (and bare database) in order */
+  int64_t db_runs[MAX_DBS]; /* the run of each (<= 0: latest), set in main */
   size_t ndbs;
+  bool each_rank; /* expand each database into the latest run per rank */
   double threshold; /* ranks: flag a rank farther than this (< 0: default) */
 } options;
 
@@ -107,6 +109,9 @@ static const char usage_text[] =
     "  --adapt-every N        with --adapt: a step every N events instead\n"
     "  --top N                run: list the N request sizes that waste most;\n"
     "                         ranks: sizes listed per database (5)\n"
+    "  --each-rank            run, compare, ranks: every rank in each database\n"
+    "                         (the latest run of each rank; for ranks that\n"
+    "                         shared one file)\n"
     "  --threshold X          ranks: flag a rank whose histogram is farther\n"
     "                         than X from the median rank's (0.1; 0..1)\n"
     "  --threads              replay each recorded thread on a thread of its\n"
@@ -207,7 +212,8 @@ enum {
   OPT_NO_PROGRESS, OPT_ON_ERROR, OPT_BENCH, OPT_COST_ALLOC, OPT_COST_FREE,
   OPT_COST_GIB, OPT_COST_HIT, OPT_COST_EVENT, OPT_CAPACITY, OPT_DELAY,
   OPT_IGNORE_STREAMS, OPT_REPLAY_FAILURES, OPT_MAX_CLASSES, OPT_MIN_GAIN,
-  OPT_ADAPT, OPT_ADAPT_EVERY, OPT_TOP, OPT_THREADS, OPT_THRESHOLD, OPT_HELP
+  OPT_ADAPT, OPT_ADAPT_EVERY, OPT_TOP, OPT_THREADS, OPT_THRESHOLD,
+  OPT_EACH_RANK, OPT_HELP
 };
 
 static const struct option long_opts[] = {
@@ -243,6 +249,7 @@ static const struct option long_opts[] = {
     {"top", required_argument, NULL, OPT_TOP},
     {"threads", no_argument, NULL, OPT_THREADS},
     {"threshold", required_argument, NULL, OPT_THRESHOLD},
+    {"each-rank", no_argument, NULL, OPT_EACH_RANK},
     {"output", required_argument, NULL, 'o'},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0}};
@@ -421,6 +428,9 @@ static int parse_args(int argc, char **argv, options *o) {
         return usage_error("--top: '%s' is not in 1..1000", optarg);
       o->top = (size_t)u;
       break;
+    case OPT_EACH_RANK:
+      o->each_rank = true;
+      break;
     case OPT_THRESHOLD:
       if (!parse_double_arg(optarg, &o->threshold) || o->threshold > 1.0)
         return usage_error("--threshold: '%s' is not a number in 0..1", optarg);
@@ -474,6 +484,13 @@ static int parse_args(int argc, char **argv, options *o) {
       strcmp(o->cmd, "compare") != 0 && strcmp(o->cmd, "ranks") != 0)
     return usage_error("%s takes one input (several --db go with run, "
                        "compare and ranks)", o->cmd);
+  if (o->each_rank && strcmp(o->cmd, "run") != 0 &&
+      strcmp(o->cmd, "compare") != 0 && strcmp(o->cmd, "ranks") != 0)
+    return usage_error("--each-rank goes with run, compare and ranks%s", "");
+  if (o->each_rank && o->in.kind != IN_DB_TRACE && o->in.kind != IN_DB_HIST)
+    return usage_error("--each-rank reads databases: --db FILE ...%s", "");
+  if (o->each_rank && o->in.run_id > 0)
+    return usage_error("--each-rank picks the runs itself: drop --run%s", "");
   if (o->threshold >= 0 && strcmp(o->cmd, "ranks") != 0)
     return usage_error("--threshold goes with ranks%s", "");
   if (strcmp(o->cmd, "ranks") == 0) {
@@ -891,7 +908,7 @@ static int cmd_run_multi(const options *o, bool compare) {
     char err[1024];
 
     od.in.path = o->dbs[i];
-    if (db_meta_read(o->dbs[i], o->in.run_id, &d[i].meta, err, sizeof err) !=
+    if (db_meta_read(o->dbs[i], o->db_runs[i], &d[i].meta, err, sizeof err) !=
         AA_OK) {
       fprintf(stderr, "adaptalloc-replay: %s\n", err);
       rc = EXIT_INPUT;
@@ -1027,7 +1044,7 @@ static int cmd_run(const options *o, bool compare) {
                        "'default')%s", "");
   if (o->out != NULL)
     return usage_error("-o is for suggest and import%s", "");
-  if (o->ndbs > 1)
+  if (o->ndbs > 1 || o->each_rank)
     return cmd_run_multi(o, compare);
   l = calloc(n, sizeof *l);
   if (l == NULL) {
@@ -1466,6 +1483,19 @@ int main(int argc, char **argv) {
   rc = parse_args(argc, argv, &o);
   if (rc != 0)
     return rc;
+  {
+    size_t i;
+    for (i = 0; i < o.ndbs; i++)
+      o.db_runs[i] = o.in.run_id;
+  }
+  if (o.each_rank) {
+    char err[1024];
+    rc = db_expand_ranks(o.dbs, o.db_runs, &o.ndbs, MAX_DBS, err, sizeof err);
+    if (rc != AA_OK) {
+      fprintf(stderr, "adaptalloc-replay: %s\n", err);
+      return rc == AA_ENOMEM ? EXIT_INTERNAL : EXIT_INPUT;
+    }
+  }
   if (strcmp(o.cmd, "run") == 0)
     return cmd_run(&o, false);
   if (strcmp(o.cmd, "compare") == 0)
@@ -1475,7 +1505,7 @@ int main(int argc, char **argv) {
   if (strcmp(o.cmd, "export") == 0)
     return cmd_export(&o);
   if (strcmp(o.cmd, "ranks") == 0)
-    return cmd_ranks(o.dbs, o.ndbs, o.in.run_id, o.in.hist_pool,
+    return cmd_ranks(o.dbs, o.db_runs, o.ndbs, o.in.hist_pool,
                      o.in.kind == IN_DB_HIST, o.top > 0 ? o.top : 5,
                      o.threshold >= 0 ? o.threshold : 0.1, o.json);
   return cmd_import(&o);

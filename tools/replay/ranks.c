@@ -94,6 +94,100 @@ out:
   return rc;
 }
 
+typedef struct rank_run {
+  int64_t rank, run;
+} rank_run;
+
+static int cmp_rank_run(const void *a, const void *b) {
+  const rank_run *x = a, *y = b;
+  return x->rank < y->rank ? -1 : x->rank > y->rank;
+}
+
+int db_expand_ranks(const char **dbs, int64_t *runs, size_t *n, size_t cap,
+                    char *err, size_t errcap) {
+  const char **odbs = calloc(*n, sizeof *odbs);
+  rank_run *rr = NULL;
+  size_t i, k, on = *n, out = 0;
+  int rc = AA_OK;
+
+  if (odbs == NULL) {
+    snprintf(err, errcap, "out of memory");
+    return AA_ENOMEM;
+  }
+  memcpy(odbs, dbs, on * sizeof *odbs);
+  for (i = 0; i < on && rc == AA_OK; i++) {
+    char *json = NULL;
+    cJSON *root = NULL, *r;
+    size_t nr = 0, latest_set = 0;
+    int64_t latest = 0;
+
+    rc = aa_store_runs_json(odbs[i], AA_STORE_QUERY_MAX_LIMIT, &json);
+    if (rc != AA_OK) {
+      snprintf(err, errcap, "%s: cannot read the runs: %s", odbs[i],
+               meta_store_err(rc));
+      break;
+    }
+    root = cJSON_Parse(json);
+    free(json);
+    rr = calloc((size_t)cJSON_GetArraySize(
+                    cJSON_GetObjectItemCaseSensitive(root, "runs")) + 1,
+                sizeof *rr);
+    if (root == NULL || rr == NULL) {
+      if (root == NULL)
+        snprintf(err, errcap, "%s: the store's run list does not parse",
+                 odbs[i]);
+      else
+        snprintf(err, errcap, "out of memory");
+      rc = root == NULL ? AA_EIO : AA_ENOMEM;
+      cJSON_Delete(root);
+      break;
+    }
+    /* newest first: the first run seen of a rank is its latest */
+    cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(root, "runs")) {
+      const cJSON *id = cJSON_GetObjectItemCaseSensitive(r, "id");
+      const cJSON *rk = cJSON_GetObjectItemCaseSensitive(r, "rank");
+      if (!cJSON_IsNumber(id))
+        continue;
+      if (!latest_set) {
+        latest = (int64_t)id->valuedouble;
+        latest_set = 1;
+      }
+      if (!cJSON_IsNumber(rk))
+        continue;
+      for (k = 0; k < nr && rr[k].rank != (int64_t)rk->valuedouble; k++)
+        ;
+      if (k == nr) {
+        rr[nr].rank = (int64_t)rk->valuedouble;
+        rr[nr++].run = (int64_t)id->valuedouble;
+      }
+    }
+    cJSON_Delete(root);
+    if (!latest_set) {
+      snprintf(err, errcap, "%s: the database has no runs", odbs[i]);
+      rc = AA_ENOENT;
+    } else if (nr == 0) {
+      rr[nr].rank = -1;
+      rr[nr++].run = latest;
+    }
+    qsort(rr, nr, sizeof *rr, cmp_rank_run);
+    for (k = 0; k < nr && rc == AA_OK; k++) {
+      if (out == cap) {
+        snprintf(err, errcap, "more than %zu ranks in the databases", cap);
+        rc = AA_ELIMIT;
+        break;
+      }
+      dbs[out] = odbs[i];
+      runs[out++] = rr[k].run;
+    }
+    free(rr);
+    rr = NULL;
+  }
+  free(odbs);
+  if (rc == AA_OK)
+    *n = out;
+  return rc;
+}
+
 static const char *base_of(const char *path) {
   const char *s = strrchr(path, '/');
   return s != NULL ? s + 1 : path;
@@ -565,7 +659,7 @@ static void print_ranks_text(const rank_info *ri, size_t n, double **pair,
   }
 }
 
-int cmd_ranks(const char *const *dbs, size_t n, int64_t run_id,
+int cmd_ranks(const char *const *dbs, const int64_t *runs, size_t n,
               const char *hist_pool, bool from_histogram, size_t top,
               double threshold, bool json) {
   rank_info *ri = NULL;
@@ -586,7 +680,7 @@ int cmd_ranks(const char *const *dbs, size_t n, int64_t run_id,
   for (i = 0; i < n; i++) {
     int r;
     ri[i].path = dbs[i];
-    r = read_rank(&ri[i], run_id, hist_pool, from_histogram, top, err,
+    r = read_rank(&ri[i], runs[i], hist_pool, from_histogram, top, err,
                   sizeof err);
     if (r != AA_OK) {
       fprintf(stderr, "adaptalloc-replay: %s\n", err);

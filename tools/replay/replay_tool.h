@@ -109,6 +109,14 @@ typedef struct db_meta {
 int db_meta_read(const char *path, int64_t run_id, db_meta *m, char *err,
                  size_t errcap);
 
+/* --each-rank: replaces dbs[0..*n) (and runs[]) by one entry per rank found
+ * in each file -- the latest run of every distinct rank, ranks ascending; a
+ * file whose runs have no rank contributes its latest run. At most cap
+ * entries. The paths stay the caller's strings. AA_OK, or an error with err
+ * filled in. */
+int db_expand_ranks(const char **dbs, int64_t *runs, size_t *n, size_t cap,
+                    char *err, size_t errcap);
+
 /* "rank3" when the run has a rank, else the file's base name. */
 void db_label(const char *path, const db_meta *m, char *buf, size_t cap);
 
@@ -119,11 +127,11 @@ void db_label(const char *path, const db_meta *m, char *buf, size_t cap);
  * summed hits and misses. */
 void result_combine(const aa_replay_result *r, size_t n, aa_replay_result *out);
 
-/* `ranks`: the databases' request-size histograms side by side (from each
- * run's trace, or its latest snapshots when it has no trace or
+/* `ranks`: the databases' request-size histograms side by side (runs[i] of
+ * dbs[i], <= 0 the latest; from each run's trace, or its latest snapshots when it has no trace or
  * from_histogram), each one's distance to the median rank, flagged above
  * threshold. Returns an exit code (messages printed). */
-int cmd_ranks(const char *const *dbs, size_t n, int64_t run_id,
+int cmd_ranks(const char *const *dbs, const int64_t *runs, size_t n,
               const char *hist_pool, bool from_histogram, size_t top,
               double threshold, bool json);
 
