@@ -350,7 +350,6 @@ typedef struct top_entry {
   uint64_t size, upper, count;
 } top_entry;
 
-#define RANKS_TOP_MAX 1000
 
 typedef struct rank_info {
   const char *path;
@@ -363,6 +362,7 @@ typedef struct rank_info {
   size_t ntop;
   double distance; /* to the median rank */
   bool differs;
+  char label[64]; /* db_label */
 } rank_info;
 
 typedef struct hist_ctx {
@@ -483,7 +483,7 @@ static int read_rank(rank_info *ri, int64_t run_id, const char *hist_pool,
     for (i = 0; i < AA_HIST_BUCKETS; i++)
       ri->p[i] = (double)ri->hist[i] / (double)ri->total;
   }
-  rc = make_top(ri, ri->source[0] == 't' ? &h.map : NULL, top);
+  rc = make_top(ri, strcmp(ri->source, "trace") == 0 ? &h.map : NULL, top);
   if (rc != AA_OK)
     snprintf(err, errcap, "out of memory");
 out:
@@ -592,26 +592,23 @@ static void print_ranks_json(const rank_info *ri, size_t n, double **pair,
   printf("]}\n");
 }
 
+#define RANKS_MATRIX_MAX 32 /* wider pairwise matrices only in --json */
+
 static void print_ranks_text(const rank_info *ri, size_t n, double **pair,
                              double threshold) {
-  char labels[64][48];
   size_t i, j, nd = 0;
 
-  for (i = 0; i < n && i < 64; i++)
-    db_label(ri[i].path, &ri[i].meta, labels[i], sizeof labels[i]);
   for (i = 0; i < n; i++) {
     const rank_info *r = &ri[i];
-    char lb[48];
-    snprintf(lb, sizeof lb, "#%zu", i);
+    bool same = strcmp(r->label, base_of(r->path)) == 0;
     char rk[32];
+
     if (r->meta.rank >= 0)
       snprintf(rk, sizeof rk, "%lld", (long long)r->meta.rank);
     else
       snprintf(rk, sizeof rk, "none");
     printf("%s%s%s  run %lld  rank %s  model %s%s%s  (%s, %llu requests)\n",
-           i < 64 ? labels[i] : lb,
-           i < 64 && strcmp(labels[i], base_of(r->path)) == 0 ? "" : "  ",
-           i < 64 && strcmp(labels[i], base_of(r->path)) == 0 ? "" : r->path,
+           r->label, same ? "" : "  ", same ? "" : r->path,
            (long long)r->meta.run_id, rk,
            r->meta.model[0] != '\0' ? r->meta.model : "-",
            r->meta.host[0] != '\0' ? "  host " : "", r->meta.host, r->source,
@@ -620,25 +617,28 @@ static void print_ranks_text(const rank_info *ri, size_t n, double **pair,
            r->differs ? "  <-- DIFFERS" : "");
     printf("  top sizes:");
     for (j = 0; j < r->ntop; j++) {
-      char s[64];
-      fmt_top(s, sizeof s, &r->top[j]);
-      printf("%s %s B %.1f %%", j > 0 ? "," : "", s,
+      char sz[64];
+      fmt_top(sz, sizeof sz, &r->top[j]);
+      printf("%s %s B %.1f %%", j > 0 ? "," : "", sz,
              100.0 * (double)r->top[j].count / (double)r->total);
     }
     printf("\n\n");
   }
-  if (n <= 64) {
+  if (n <= RANKS_MATRIX_MAX) {
     printf("pairwise distance (half the L1 distance of the normalised "
            "histograms: 0 same shape, 1 nothing in common)\n%-12s", "");
     for (j = 0; j < n; j++)
-      printf(" %10.10s", labels[j]);
+      printf(" %10.10s", ri[j].label);
     printf("\n");
     for (i = 0; i < n; i++) {
-      printf("%-12.12s", labels[i]);
+      printf("%-12.12s", ri[i].label);
       for (j = 0; j < n; j++)
         printf(" %10.3f", pair[i][j]);
       printf("\n");
     }
+  } else {
+    printf("(pairwise distances of more than %d databases: see --json)\n",
+           RANKS_MATRIX_MAX);
   }
   for (i = 0; i < n; i++)
     nd += ri[i].differs;
@@ -650,8 +650,8 @@ static void print_ranks_text(const rank_info *ri, size_t n, double **pair,
            n, threshold);
     for (i = 0; i < n; i++)
       if (ri[i].differs)
-        printf(" %s (%s, %.3f)", i < 64 ? labels[i] : "?", ri[i].path,
-               ri[i].distance);
+        printf(" %s (%s run %lld, %.3f)", ri[i].label, ri[i].path,
+               (long long)ri[i].meta.run_id, ri[i].distance);
     printf("\n");
     if (n == 2)
       printf("(with two databases the median is their mean: which one is odd "
@@ -687,6 +687,7 @@ int cmd_ranks(const char *const *dbs, const int64_t *runs, size_t n,
       rc = r == AA_ENOMEM ? EXIT_INTERNAL : EXIT_INPUT;
       goto out;
     }
+    db_label(ri[i].path, &ri[i].meta, ri[i].label, sizeof ri[i].label);
   }
   if (median_hist(ri, n, med) != AA_OK)
     goto oom;
