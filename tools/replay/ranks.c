@@ -204,7 +204,8 @@ void db_label(const char *path, const db_meta *m, char *buf, size_t cap) {
 
 static double max_d(double a, double b) { return a > b ? a : b; }
 
-void result_combine(const aa_replay_result *r, size_t n, aa_replay_result *out) {
+void result_combine(const aa_replay_result *r, size_t n,
+                    aa_replay_result *out) {
   size_t i, pin = 0, pres = 0;
 
   memset(out, 0, sizeof *out);
@@ -305,8 +306,9 @@ static int size_map_grow(size_map *m) {
     size_t j;
     if (m->size[i] == 0)
       continue;
-    for (j = mix64(m->size[i]) & (ncap - 1); ns[j] != 0; j = (j + 1) & (ncap - 1))
-      ;
+    j = mix64(m->size[i]) & (ncap - 1);
+    while (ns[j] != 0)
+      j = (j + 1) & (ncap - 1);
     ns[j] = m->size[i];
     nc[j] = m->count[i];
   }
@@ -548,7 +550,8 @@ static void print_ranks_json(const rank_info *ri, size_t n, double **pair,
   size_t i, j;
   bool first = true;
 
-  printf("{\"command\":\"ranks\",\"threshold\":%.6g,\"databases\":[", threshold);
+  printf("{\"command\":\"ranks\",\"threshold\":%.6g,\"databases\":[",
+         threshold);
   for (i = 0; i < n; i++) {
     const rank_info *r = &ri[i];
     printf("%s{\"path\":", i > 0 ? "," : "");
