@@ -287,6 +287,10 @@ typedef struct aa__pm_entry {
 } aa__pm_entry;
 
 typedef struct aa__pagemap {
+  /* root slots that hold a leaf (map_mu), so that fini frees them without
+   * scanning the 2^18 slots of the root */
+  uint32_t *used;
+  size_t nused, capused;
   _Atomic(aa__pm_entry *) root[(size_t)1 << AA__ROOT_BITS]; /* untouched pages stay unmapped */
 } aa__pagemap;
 

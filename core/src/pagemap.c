@@ -3,7 +3,8 @@
  *
  * Two levels keyed by address >> 16 (64 KiB granules): a root of 2^18 leaf
  * pointers inside the pool (calloc'd, so untouched parts cost no memory) and
- * leaves of 2^14 entries allocated on first use and kept until the pool dies.
+ * leaves of 2^14 entries allocated on first use and kept until the pool dies
+ * (the slots holding one are listed, so destroy frees just those).
  * Every span (slab or large segment) is a multiple of 64 KiB long, so a
  * granule meets at most two spans: `lo`, the one covering the granule's first
  * byte (up to offset lo_end), and `hi`, one starting inside it (at hi_start).
@@ -24,13 +25,14 @@ int aa__pm_init(aa__pagemap *m) {
 }
 
 void aa__pm_fini(aa__pagemap *m) {
-  for (size_t i = 0; i < ROOT_N; i++) {
-    aa__pm_entry *leaf = atomic_load_explicit(&m->root[i], AA__RLX);
-    if (leaf) {
-      free(leaf);
-      atomic_store_explicit(&m->root[i], NULL, AA__RLX);
-    }
+  for (size_t i = 0; i < m->nused; i++) {
+    _Atomic(aa__pm_entry *) *slot = &m->root[m->used[i]];
+    free(atomic_load_explicit(slot, AA__RLX));
+    atomic_store_explicit(slot, NULL, AA__RLX);
   }
+  free(m->used);
+  m->used = NULL;
+  m->nused = m->capused = 0;
 }
 
 /* The entry of granule g, allocating its leaf if `create`. Under map_mu. */
@@ -40,9 +42,18 @@ static aa__pm_entry *entry_of(aa__pagemap *m, uintptr_t g, bool create) {
   if (leaf == NULL) {
     if (!create)
       return NULL;
+    if (m->nused == m->capused) {
+      size_t cap = m->capused ? m->capused * 2 : 16;
+      uint32_t *v = realloc(m->used, cap * sizeof *v);
+      if (v == NULL)
+        return NULL;
+      m->used = v;
+      m->capused = cap;
+    }
     leaf = calloc(LEAF_N, sizeof *leaf);
     if (leaf == NULL)
       return NULL;
+    m->used[m->nused++] = (uint32_t)(g >> AA__LEAF_BITS);
     atomic_store_explicit(slot, leaf, memory_order_release);
   }
   return &leaf[g & (LEAF_N - 1)];
