@@ -564,10 +564,16 @@ static void tcache_sync(aa__tcache *tc) {
   for (uint32_t k = 0; k < AA_MAX_CLASSES; k++) {
     aa__bin *bin = &tc->bins[k];
     aa__class *c = &pool->classes[k];
-    if (bin->n > 0 && bin->gen != atomic_load_explicit(&c->gen, memory_order_acquire)) {
+    if (bin->gen == atomic_load_explicit(&c->gen, memory_order_acquire))
+      continue;
+    if (bin->n > 0) {
       pthread_mutex_lock(&c->mu);
       bin_sync(pool, tc, bin, c);
       pthread_mutex_unlock(&c->mu);
+    } else {
+      /* empty: the fast paths check no gen, so close the bin (a free then
+       * takes the slow path, whose bin_sync reopens it) */
+      bin->lim = 0;
     }
   }
   tc->epoch = ep;
@@ -966,8 +972,7 @@ void *aa_alloc(aa_pool *pool, size_t size, aa_stream stream) {
     if (AA__LIKELY(tc != NULL && tc->epoch == atomic_load_explicit(&pool->epoch, AA__RLX))) {
       uint32_t k = atomic_load_explicit(&pool->size2cls[(size - 1) >> 9], AA__RLX);
       aa__bin *bin = &tc->bins[k];
-      if (AA__LIKELY(bin->n != 0 && bin->stream == stream && size <= bin->bsize &&
-                     bin->gen == atomic_load_explicit(&pool->classes[k].gen, AA__RLX))) {
+      if (AA__LIKELY(bin->n != 0 && bin->stream == stream && size <= bin->bsize)) {
         aa__bitem it = bin->items[--bin->n];
         tc->cached_bytes -= bin->bsize;
         atomic_store_explicit(it.m, AA__M_USED | (uint32_t)size, AA__RLX);
@@ -1244,8 +1249,7 @@ int aa_free(aa_pool *pool, void *ptr, size_t size, aa_stream stream) {
       uint32_t k = s->cls;
       aa__bin *bin = &tc->bins[k];
       if (AA__LIKELY(bin->n < bin->lim && bin->stream == stream &&
-                     tc->cached_bytes + bin->bsize <= tc->max_bytes &&
-                     bin->gen == atomic_load_explicit(&pool->classes[k].gen, AA__RLX))) {
+                     tc->cached_bytes + bin->bsize <= tc->max_bytes)) {
         atomic_store_explicit(mp, 0, AA__RLX);
         bin->items[bin->n++] = (aa__bitem){ptr, mp};
         tc->cached_bytes += bin->bsize;
