@@ -31,6 +31,28 @@ typedef struct host_ctx {
   uint64_t ev_outstanding;
 } host_ctx;
 
+/* Sizes that are whole 64 KiB granules are mapped on a granule boundary
+ * (map a little more, unmap both ends), so a slab's first block always sits
+ * in the `lo` half of its page-map entry and free needs a single probe. */
+#define HOST_ALIGN ((size_t)64 << 10)
+static void *map_aligned(size_t size) {
+  int prot = PROT_READ | PROT_WRITE, fl = MAP_PRIVATE | MAP_ANONYMOUS;
+  if (size % HOST_ALIGN != 0 || size > SIZE_MAX - HOST_ALIGN) {
+    void *p = mmap(NULL, size, prot, fl, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+  }
+  size_t span = size + HOST_ALIGN - 4096;
+  void *m = mmap(NULL, span, prot, fl, -1, 0);
+  if (m == MAP_FAILED)
+    return NULL;
+  uintptr_t a = (uintptr_t)m, b = (a + HOST_ALIGN - 1) & ~(uintptr_t)(HOST_ALIGN - 1);
+  if (b > a)
+    munmap(m, b - a);
+  if (a + span > b + size)
+    munmap((void *)(b + size), a + span - (b + size));
+  return (void *)b;
+}
+
 static int host_alloc(aa_backend *b, size_t size, void **out) {
   host_ctx *h = b->ctx;
   *out = NULL;
@@ -40,8 +62,8 @@ static int host_alloc(aa_backend *b, size_t size, void **out) {
   uint64_t at = atomic_load(&h->fail_at);
   if (at != 0 && (c == at || (c > at && atomic_load(&h->fail_every))))
     return AA_ENOMEM;
-  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED)
+  void *p = map_aligned(size);
+  if (p == NULL)
     return AA_ENOMEM;
   atomic_fetch_add(&h->allocs, 1);
   atomic_fetch_add(&h->bytes_mapped, size);
