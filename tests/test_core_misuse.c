@@ -2,7 +2,8 @@
  * test_core_misuse.c — invalid frees are detected, counted, reported through
  * on_error, return AA_EINVAL and leave the pool intact: foreign pointers
  * (stack, malloc, another pool), double frees (thread cache, central list,
- * large), sizes that contradict the block, interior pointers.
+ * large), sizes that contradict the block, interior pointers, frees into a
+ * slab that went back to the backend.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -200,6 +201,35 @@ static void test_core_misuse_double_free_large(void **state) {
   check_intact(f, 0);
 }
 
+/* The free path caches the last slab per thread: a slab that went back to
+ * the backend must not be used through that cache any more, nor must a new
+ * slab mapped at the same address be mistaken for the old one. */
+static void test_core_misuse_released_slab(void **state) {
+  fx *f = *state;
+  void *a = aa_alloc(f->p, 700, NULL);
+  assert_non_null(a);
+  assert_int_equal(aa_free(f->p, a, 700, NULL), AA_OK); /* its slab is now cached */
+  assert_true(aa_pool_release(f->p) > 0);               /* ... and released */
+  assert_int_equal(aa_free(f->p, a, 700, NULL), AA_EINVAL);
+  assert_int_equal(f->s.last, AA_MISUSE_FOREIGN);
+  assert_int_equal(f->s.n, 1);
+  /* a new slab of the same class, often at the same address */
+  void *b = aa_alloc(f->p, 700, NULL);
+  void *c = aa_alloc(f->p, 1500, NULL);
+  assert_non_null(b);
+  assert_non_null(c);
+  assert_int_equal(aa_free(f->p, b, 700, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, b, 700, NULL), AA_EINVAL);
+  assert_int_equal(f->s.last, AA_MISUSE_DOUBLE_FREE);
+  assert_int_equal(aa_free(f->p, c, 1500, NULL), AA_OK);
+  assert_int_equal(f->s.n, 2);
+  aa_pool_stats st;
+  aa_pool_stats_get(f->p, &st);
+  assert_int_equal(st.allocs, 3);
+  assert_int_equal(st.frees, 3);
+  check_intact(f, 0);
+}
+
 static void test_core_misuse_no_callback(void **state) {
   (void)state;
   aa_backend *b;
@@ -228,6 +258,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_core_misuse_bad_size, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_misuse_interior, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_misuse_double_free_large, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_core_misuse_released_slab, setup, teardown),
       cmocka_unit_test(test_core_misuse_no_callback),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

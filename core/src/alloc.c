@@ -395,6 +395,9 @@ static size_t class_release_locked(aa_pool *pool, aa__class *c, size_t want, boo
   blist_filter_dying(&c->any);
   for (uint32_t i = 0; i < c->nsl; i++)
     blist_filter_dying(&c->sl[i].fresh);
+  /* thread caches may hold one of these slabs in their slab cache: the
+   * epoch moves before any header is freed (see aa_free) */
+  atomic_fetch_add_explicit(&pool->epoch, 1, memory_order_release);
   aa__slab *s = c->slabs;
   while (s) {
     aa__slab *next = s->next;
@@ -561,6 +564,9 @@ static void bin_sync(aa_pool *pool, aa__tcache *tc, aa__bin *bin, aa__class *c) 
 static void tcache_sync(aa__tcache *tc) {
   aa_pool *pool = tc->pool;
   uint32_t ep = atomic_load_explicit(&pool->epoch, memory_order_acquire);
+  tc->sc_base = 0;
+  tc->sc_size = 0;
+  tc->sc_slab = NULL;
   for (uint32_t k = 0; k < AA_MAX_CLASSES; k++) {
     aa__bin *bin = &tc->bins[k];
     aa__class *c = &pool->classes[k];
@@ -1219,15 +1225,14 @@ __attribute__((noinline)) static int free_hit_trace(aa_pool *pool, void *ptr, si
   return AA_OK;
 }
 
-int aa_free(aa_pool *pool, void *ptr, size_t size, aa_stream stream) {
-  if (AA__UNLIKELY(pool == NULL))
-    return free_odd(pool, ptr, size, stream, NULL);
-  uintptr_t p = (uintptr_t)ptr;
-  aa__span *sp = aa__pm_lookup(&pool->map, p);
-  if (AA__UNLIKELY(sp == NULL || sp->kind != AA__SPAN_SLAB))
-    return free_odd(pool, ptr, size, stream, sp);
-  aa__slab *s = (aa__slab *)sp;
-  uintptr_t off = p - s->h.base;
+/* The free fast path once the slab is known: validates the pointer against
+ * the slab and its metadata word, pushes the block into the bin. `fill`:
+ * the slab came from the page map; put it in the slab cache once the
+ * pointer proved to be a live block of it. */
+static inline __attribute__((always_inline)) int
+free_in_slab(aa_pool *pool, aa__tcache *tc, aa__slab *s, void *ptr, size_t size, aa_stream stream,
+             bool fill) {
+  uintptr_t off = (uintptr_t)ptr - s->h.base;
   /* index and exactness from one multiply: with this magic (2^42/d rounded
    * up, d = block_size/512 < 2^20, off/512 < 2^21) the fraction is below the
    * magic iff off/512 is a multiple of d */
@@ -1235,34 +1240,61 @@ int aa_free(aa_pool *pool, void *ptr, size_t size, aa_stream stream) {
   uint32_t idx = (uint32_t)(prod >> 42);
   if (AA__UNLIKELY(idx >= s->nblocks || (off & 511) != 0 ||
                    (prod & (((uint64_t)1 << 42) - 1)) >= s->div_magic))
-    return free_odd(pool, ptr, size, stream, sp);
+    return free_odd(pool, ptr, size, stream, &s->h);
   aa__assert_internal((uintptr_t)idx * s->block_size == off);
   _Atomic uint32_t *mp = &s->meta[idx];
   uint32_t m = atomic_load_explicit(mp, AA__RLX);
   uint32_t rq = m & AA__M_SIZE;
   /* m == USED|rq: in use, not record_stream'd */
   if (AA__UNLIKELY((m & AA__M_USED) == 0 || (size != 0 && size != rq)))
-    return free_odd(pool, ptr, size, stream, sp);
-  if (AA__LIKELY((m & AA__M_REC) == 0)) {
-    aa__tcache *tc = tl_tc[pool->slot_ix];
-    if (AA__LIKELY(tc != NULL && tc->epoch == atomic_load_explicit(&pool->epoch, AA__RLX))) {
-      uint32_t k = s->cls;
-      aa__bin *bin = &tc->bins[k];
-      if (AA__LIKELY(bin->n < bin->lim && bin->stream == stream &&
-                     tc->cached_bytes + bin->bsize <= tc->max_bytes)) {
-        atomic_store_explicit(mp, 0, AA__RLX);
-        bin->items[bin->n++] = (aa__bitem){ptr, mp};
-        tc->cached_bytes += bin->bsize;
-        aa__cadd(&bin->frees, 1);
-        aa__cadd(&bin->req_sub, rq);
-        if (AA__UNLIKELY(atomic_load_explicit(&pool->tflags, AA__RLX) ==
-                         (AA__TF_TELEMETRY | AA__TF_TRACE)))
-          return free_hit_trace(pool, ptr, size, stream);
-        return AA_OK;
-      }
-    }
+    return free_odd(pool, ptr, size, stream, &s->h);
+  if (AA__UNLIKELY((m & AA__M_REC) != 0))
+    return free_rest(pool, ptr, size, stream);
+  if (fill) {
+    tc->sc_base = s->h.base;
+    tc->sc_size = s->h.end - s->h.base;
+    tc->sc_slab = s;
   }
-  return free_rest(pool, ptr, size, stream);
+  uint32_t k = s->cls;
+  aa__bin *bin = &tc->bins[k];
+  if (AA__UNLIKELY(!(bin->n < bin->lim && bin->stream == stream &&
+                     tc->cached_bytes + bin->bsize <= tc->max_bytes)))
+    return free_rest(pool, ptr, size, stream);
+  atomic_store_explicit(mp, 0, AA__RLX);
+  bin->items[bin->n++] = (aa__bitem){ptr, mp};
+  tc->cached_bytes += bin->bsize;
+  aa__cadd(&bin->frees, 1);
+  aa__cadd(&bin->req_sub, rq);
+  if (AA__UNLIKELY(atomic_load_explicit(&pool->tflags, AA__RLX) ==
+                   (AA__TF_TELEMETRY | AA__TF_TRACE)))
+    return free_hit_trace(pool, ptr, size, stream);
+  return AA_OK;
+}
+
+/* A free outside the cached slab: the page map finds the span. */
+__attribute__((noinline)) static int free_lookup(aa_pool *pool, aa__tcache *tc, void *ptr,
+                                                 size_t size, aa_stream stream) {
+  aa__span *sp = aa__pm_lookup(&pool->map, (uintptr_t)ptr);
+  if (AA__UNLIKELY(sp == NULL || sp->kind != AA__SPAN_SLAB))
+    return free_odd(pool, ptr, size, stream, sp);
+  return free_in_slab(pool, tc, (aa__slab *)sp, ptr, size, stream, true);
+}
+
+/* Why the slab cache is safe: a legitimate free targets a live block, and a
+ * slab with a live block is never released; a slab is released (its range
+ * unmapped, perhaps reused by a new slab) only after the epoch moved, and
+ * whoever frees a block of the range's next owner got that block after the
+ * move, so this thread sees the new epoch and goes the slow way, which
+ * empties the cache. */
+int aa_free(aa_pool *pool, void *ptr, size_t size, aa_stream stream) {
+  if (AA__UNLIKELY(pool == NULL))
+    return free_odd(pool, ptr, size, stream, NULL);
+  aa__tcache *tc = tl_tc[pool->slot_ix];
+  if (AA__UNLIKELY(tc == NULL || tc->epoch != atomic_load_explicit(&pool->epoch, AA__RLX)))
+    return free_rest(pool, ptr, size, stream);
+  if (AA__UNLIKELY((uintptr_t)ptr - tc->sc_base >= tc->sc_size))
+    return free_lookup(pool, tc, ptr, size, stream);
+  return free_in_slab(pool, tc, tc->sc_slab, ptr, size, stream, false);
 }
 
 /* ------------------------------------------------------------ others */

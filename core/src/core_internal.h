@@ -213,6 +213,13 @@ typedef struct aa__tcache {
   _Atomic int dead; /* its pool was destroyed (g_mu) */
   struct aa__tcache *next, *prev; /* pool's tcache list (tc_mu) */
   uint32_t epoch;
+  /* one-entry slab cache of the free path: the slab of the last fast free,
+   * used while p - sc_base < sc_size (sc_size 0 = empty). Cleared by
+   * tcache_sync; releasing a slab bumps the pool epoch, so a cached slab is
+   * never used after its header is freed. */
+  uintptr_t sc_base;
+  size_t sc_size;
+  aa__slab *sc_slab;
   size_t cached_bytes;
   size_t max_bytes; /* cfg.tcache_bytes */
   uint32_t sweep;   /* where tcache_make_room starts */
