@@ -978,12 +978,15 @@ void *aa_alloc(aa_pool *pool, size_t size, aa_stream stream) {
     if (AA__LIKELY(tc != NULL && tc->epoch == atomic_load_explicit(&pool->epoch, AA__RLX))) {
       uint32_t k = atomic_load_explicit(&pool->size2cls[(size - 1) >> 9], AA__RLX);
       aa__bin *bin = &tc->bins[k];
-      if (AA__LIKELY(bin->n != 0 && bin->stream == stream && size <= bin->bsize)) {
-        aa__bitem it = bin->items[--bin->n];
-        tc->cached_bytes -= bin->bsize;
-        atomic_store_explicit(it.m, AA__M_USED | (uint32_t)size, AA__RLX);
+      uint32_t n = bin->n;
+      size_t bs = bin->bsize;
+      if (AA__LIKELY(n != 0 && bin->stream == stream && size <= bs)) {
+        aa__bitem it = bin->items[n - 1];
+        bin->n = n - 1;
+        tc->cached_bytes -= bs;
         aa__cadd(&bin->hits, 1);
         aa__cadd(&bin->req_add, size);
+        atomic_store_explicit(it.m, AA__M_USED | (uint32_t)size, AA__RLX);
         void *p = it.p;
         uint32_t tf = atomic_load_explicit(&pool->tflags, AA__RLX);
         if (AA__UNLIKELY(tf & AA__TF_TELEMETRY)) {
@@ -1255,16 +1258,19 @@ free_in_slab(aa_pool *pool, aa__tcache *tc, aa__slab *s, void *ptr, size_t size,
     tc->sc_size = s->h.end - s->h.base;
     tc->sc_slab = s;
   }
-  uint32_t k = s->cls;
-  aa__bin *bin = &tc->bins[k];
-  if (AA__UNLIKELY(!(bin->n < bin->lim && bin->stream == stream &&
-                     tc->cached_bytes + bin->bsize <= tc->max_bytes)))
+  aa__bin *bin = &tc->bins[s->cls];
+  uint32_t n = bin->n;
+  size_t cached = tc->cached_bytes + bin->bsize;
+  if (AA__UNLIKELY(!(n < bin->lim && bin->stream == stream && cached <= tc->max_bytes)))
     return free_rest(pool, ptr, size, stream);
-  atomic_store_explicit(mp, 0, AA__RLX);
-  bin->items[bin->n++] = (aa__bitem){ptr, mp};
-  tc->cached_bytes += bin->bsize;
+  /* all plain loads and stores first, the atomic ones after (the compiler
+   * reloads plain fields across an atomic store) */
+  bin->n = n + 1;
+  tc->cached_bytes = cached;
+  bin->items[n] = (aa__bitem){ptr, mp};
   aa__cadd(&bin->frees, 1);
   aa__cadd(&bin->req_sub, rq);
+  atomic_store_explicit(mp, 0, AA__RLX);
   if (AA__UNLIKELY(atomic_load_explicit(&pool->tflags, AA__RLX) ==
                    (AA__TF_TELEMETRY | AA__TF_TRACE)))
     return free_hit_trace(pool, ptr, size, stream);
