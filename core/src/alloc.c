@@ -567,6 +567,7 @@ static void tcache_sync(aa__tcache *tc) {
   tc->sc_base = 0;
   tc->sc_size = 0;
   tc->sc_slab = NULL;
+  tc->sc_bin = NULL;
   for (uint32_t k = 0; k < AA_MAX_CLASSES; k++) {
     aa__bin *bin = &tc->bins[k];
     aa__class *c = &pool->classes[k];
@@ -1233,8 +1234,8 @@ __attribute__((noinline)) static int free_hit_trace(aa_pool *pool, void *ptr, si
  * the slab came from the page map; put it in the slab cache once the
  * pointer proved to be a live block of it. */
 static inline __attribute__((always_inline)) int
-free_in_slab(aa_pool *pool, aa__tcache *tc, aa__slab *s, void *ptr, size_t size, aa_stream stream,
-             bool fill) {
+free_in_slab(aa_pool *pool, aa__tcache *tc, aa__slab *s, aa__bin *bin, void *ptr, size_t size,
+             aa_stream stream, bool fill) {
   uintptr_t off = (uintptr_t)ptr - s->h.base;
   /* index and exactness from one multiply: with this magic (2^42/d rounded
    * up, d = block_size/512 < 2^20, off/512 < 2^21) the fraction is below the
@@ -1254,11 +1255,12 @@ free_in_slab(aa_pool *pool, aa__tcache *tc, aa__slab *s, void *ptr, size_t size,
   if (AA__UNLIKELY((m & AA__M_REC) != 0))
     return free_rest(pool, ptr, size, stream);
   if (fill) {
+    bin = &tc->bins[s->cls];
     tc->sc_base = s->h.base;
     tc->sc_size = s->h.end - s->h.base;
     tc->sc_slab = s;
+    tc->sc_bin = bin;
   }
-  aa__bin *bin = &tc->bins[s->cls];
   uint32_t n = bin->n;
   size_t cached = tc->cached_bytes + bin->bsize;
   if (AA__UNLIKELY(!(n < bin->lim && bin->stream == stream && cached <= tc->max_bytes)))
@@ -1283,7 +1285,7 @@ __attribute__((noinline)) static int free_lookup(aa_pool *pool, aa__tcache *tc, 
   aa__span *sp = aa__pm_lookup(&pool->map, (uintptr_t)ptr);
   if (AA__UNLIKELY(sp == NULL || sp->kind != AA__SPAN_SLAB))
     return free_odd(pool, ptr, size, stream, sp);
-  return free_in_slab(pool, tc, (aa__slab *)sp, ptr, size, stream, true);
+  return free_in_slab(pool, tc, (aa__slab *)sp, NULL, ptr, size, stream, true);
 }
 
 /* Why the slab cache is safe: a legitimate free targets a live block, and a
@@ -1300,7 +1302,7 @@ int aa_free(aa_pool *pool, void *ptr, size_t size, aa_stream stream) {
     return free_rest(pool, ptr, size, stream);
   if (AA__UNLIKELY((uintptr_t)ptr - tc->sc_base >= tc->sc_size))
     return free_lookup(pool, tc, ptr, size, stream);
-  return free_in_slab(pool, tc, tc->sc_slab, ptr, size, stream, false);
+  return free_in_slab(pool, tc, tc->sc_slab, tc->sc_bin, ptr, size, stream, false);
 }
 
 /* ------------------------------------------------------------ others */

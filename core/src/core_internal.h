@@ -239,6 +239,7 @@ typedef struct aa__tcache {
   uintptr_t sc_base;
   size_t sc_size;
   aa__slab *sc_slab;
+  struct aa__bin *sc_bin; /* &bins[sc_slab->cls] */
   size_t cached_bytes;
   size_t max_bytes; /* cfg.tcache_bytes */
   uint32_t sweep;   /* where tcache_make_room starts */
