@@ -160,7 +160,7 @@ typedef struct aa_pool_config {
   size_t max_small;         /* largest class, default 1 MiB */
   uint32_t classes_per_doubling; /* default ladder density, default 4 */
   uint32_t tcache_blocks;   /* per-thread cache bound per class (default 32) */
-  size_t tcache_bytes;      /* per-thread cache bound in bytes, all classes (default 4 MiB) */
+  size_t tcache_bytes;      /* per-thread cache bound in bytes, all classes (0 = default: 64 MiB for AA_BACKEND_HOST, else 4 MiB) */
   aa_large_mode large_mode; /* default AA_LARGE_CACHE */
   size_t large_cache_bytes; /* cached large segments above this are released (0 = no bound) */
   size_t limit_bytes;       /* cap on reserved bytes (0 = none); over it = OOM */
