@@ -791,10 +791,10 @@ static inline void hh_note(aa__tcache *tc, uint64_t size, uint64_t n) {
 /* Counts one request in a run word (see run_restart). */
 static inline void run_note(aa__tcache *tc, _Atomic uint64_t *run, size_t size) {
   uint64_t w = atomic_load_explicit(run, AA__RLX);
-  if ((uint32_t)w == size && (w >> 32) < AA__RUN_MAX)
-    atomic_store_explicit(run, w + ((uint64_t)1 << 32), AA__RLX);
+  if (aa__run_extends(w, size))
+    aa__cadd(run, 1);
   else
-    run_restart(tc, run, ((uint64_t)1 << 32) | size);
+    run_restart(tc, run, aa__run_word(size, 1));
 }
 
 static inline void telemetry_alloc(aa_pool *pool, aa__tcache *tc, void *p, size_t size,
@@ -821,9 +821,9 @@ static inline void telemetry_alloc(aa_pool *pool, aa__tcache *tc, void *p, size_
 static void run_restart(aa__tcache *tc, _Atomic uint64_t *run, uint64_t fresh) {
   uint64_t w = atomic_load_explicit(run, AA__RLX);
   atomic_store_explicit(run, fresh, memory_order_release);
-  uint64_t n = w >> 32;
+  uint64_t n = aa__run_count(w);
   if (n) {
-    uint64_t size = w & 0xFFFFFFFFu;
+    uint64_t size = aa__run_size(w);
     _Atomic uint64_t *h = &tc->hist[aa__hist_bucket((size_t)size)];
     atomic_store_explicit(h, atomic_load_explicit(h, AA__RLX) + n, memory_order_release);
     hh_note(tc, size, n);
@@ -966,7 +966,7 @@ __attribute__((noinline)) static void *alloc_slow(aa_pool *pool, size_t size, aa
 __attribute__((noinline)) static void *alloc_hit_telemetry(aa_pool *pool, aa__tcache *tc,
                                                            aa__bin *bin, void *p, size_t size,
                                                            aa_stream stream) {
-  run_restart(tc, &bin->run, ((uint64_t)1 << 32) | size);
+  run_restart(tc, &bin->run, aa__run_word(size, 1));
   if (atomic_load_explicit(&pool->tflags, AA__RLX) & AA__TF_TRACE)
     aa__trace(pool, 'a', p, size, stream);
   return p;
@@ -993,8 +993,8 @@ void *aa_alloc(aa_pool *pool, size_t size, aa_stream stream) {
         if (AA__UNLIKELY(tf & AA__TF_TELEMETRY)) {
           /* the common case: the same size as last time in this class */
           uint64_t w = atomic_load_explicit(&bin->run, AA__RLX);
-          if (AA__LIKELY(tf == AA__TF_TELEMETRY && (uint32_t)w == size && (w >> 32) < AA__RUN_MAX))
-            atomic_store_explicit(&bin->run, w + ((uint64_t)1 << 32), AA__RLX);
+          if (AA__LIKELY(tf == AA__TF_TELEMETRY && aa__run_extends(w, size)))
+            aa__cadd(&bin->run, 1);
           else
             return alloc_hit_telemetry(pool, tc, bin, p, size, stream);
         }

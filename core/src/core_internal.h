@@ -112,7 +112,16 @@ static inline unsigned aa__hist_bucket(size_t size) {
 
 /* pool->tflags */
 enum { AA__TF_TELEMETRY = 1, AA__TF_TRACE = 2 };
-#define AA__RUN_MAX 0xFFFFFFFFu
+/* A telemetry run word: (size << 32) | count (0 = none; sizes < 2^32).
+ * aa__run_extends: w is a run of `size` with room for one more, in one xor
+ * and one compare. */
+#define AA__RUN_MAX 0x7FFFFFFFu
+static inline uint64_t aa__run_word(uint64_t size, uint64_t count) { return (size << 32) | count; }
+static inline uint64_t aa__run_size(uint64_t w) { return w >> 32; }
+static inline uint64_t aa__run_count(uint64_t w) { return w & 0xFFFFFFFFu; }
+static inline bool aa__run_extends(uint64_t w, uint64_t size) {
+  return (w ^ (size << 32)) < AA__RUN_MAX;
+}
 
 /* Per-block metadata word in the slab header: the requested size in the
  * low 30 bits, USED and RECORDED (record_stream'd) flags on top; 0 = free. */
@@ -212,7 +221,7 @@ typedef struct aa__bin {
   size_t bsize;
   aa_stream stream;
   aa__bitem *items;
-  /* telemetry run: (count << 32) | size of the latest run of equal sizes,
+  /* telemetry run (aa__run_word) of the latest run of equal sizes,
    * folded into hist/hh when the size changes or when read */
   _Atomic uint64_t run;
   /* this thread's counters for the class */

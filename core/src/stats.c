@@ -145,9 +145,9 @@ static uint32_t merge_hh(aa_pool *pool, aa_size_count *out) {
     for (int c = 0; c <= AA_MAX_CLASSES; c++) {
       uint64_t w = atomic_load_explicit(c < AA_MAX_CLASSES ? &tc->bins[c].run : &tc->lrun,
                                         memory_order_acquire);
-      if (w >> 32) {
-        v[k].size = w & 0xFFFFFFFFu;
-        v[k].count = w >> 32;
+      if (aa__run_count(w)) {
+        v[k].size = aa__run_size(w);
+        v[k].count = aa__run_count(w);
         k++;
       }
     }
@@ -197,8 +197,8 @@ int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out) {
     for (int k = 0; k <= AA_MAX_CLASSES; k++) {
       uint64_t w = atomic_load_explicit(k < AA_MAX_CLASSES ? &tc->bins[k].run : &tc->lrun,
                                         memory_order_acquire);
-      if (w >> 32)
-        out->hist[aa_hist_bucket((size_t)(w & 0xFFFFFFFFu))] += w >> 32;
+      if (aa__run_count(w))
+        out->hist[aa_hist_bucket((size_t)aa__run_size(w))] += aa__run_count(w);
     }
   }
   out->hh_count = merge_hh(pool, out->hh);
