@@ -355,8 +355,9 @@ static void usage(FILE *f) {
           "               batch_mixed batch_mixed_2t\n"
           "  --allocator  only these: adaptalloc adaptalloc_notelemetry glibc jemalloc mimalloc\n"
           "  --scale F    multiply the operations per measurement by F (default 1)\n"
-          "  --clock cpu|wall  time each measurement by the thread's CPU time (default:\n"
-          "               immune to other processes on a shared machine) or the wall clock\n"
+          "  --clock cpu|wall  time each measurement by the thread's CPU time (default; it\n"
+          "               leaves out the time other processes ran on a shared machine)\n"
+          "               or by the wall clock\n"
           "  --quiet      do not print the library resolution lines on stderr\n");
 }
 
@@ -506,7 +507,7 @@ int bench_host_main(int argc, char **argv) {
   bool run_case[N_CASES];
   bool run_alloc[BENCH_ALLOCATORS];
   bool opened = false;
-  int status = 1;
+  int status = 2; /* a bad command line */
   int i;
   size_t c;
   long r;
@@ -571,6 +572,7 @@ int bench_host_main(int argc, char **argv) {
     }
   }
 
+  status = 1; /* from here on, a failure to run */
   if (bench_allocators_open(al, !quiet) != AA_OK) {
     goto out;
   }
