@@ -18,7 +18,7 @@
 #include "policy_model.h"
 
 #define TWO_POW_53 9007199254740992.0
-#define MAX_U53 ((uint64_t)9007199254740992ull)
+#define MAX_U53 ((uint64_t)9007199254740991ull) /* 2^53 - 1 */
 #define GIB (1024ull * 1024ull * 1024ull)
 #define MAX_CLASS (256ull * 1024ull * 1024ull) /* the core's largest max_small */
 #define MIB (1024ull * 1024ull)
@@ -413,8 +413,10 @@ static int get_uint(vctx *v, const cJSON *item, const char *path, uint64_t lo,
     return fail(v, path, "%s is not a finite number", num);
   if (d < 0)
     return fail(v, path, "%s is negative", num);
-  if (d > TWO_POW_53)
-    return fail(v, path, "%s is beyond 2^53", num);
+  /* 2^53 itself is refused too: 2^53 + 1 reads as 2^53 in a double, so only
+   * integers below 2^53 are known to be what the document said. */
+  if (d >= TWO_POW_53)
+    return fail(v, path, "%s is beyond 2^53 - 1, the largest exact integer", num);
   if (floor(d) != d)
     return fail(v, path, "%s is not an integer", num);
   u = (uint64_t)d;

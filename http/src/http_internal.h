@@ -89,6 +89,7 @@ typedef struct aa__http_req {
   const char *body;          /* not NUL-terminated */
   size_t body_len;
   bool body_too_large;       /* over the limit: answer 413 */
+  bool bad_framing;          /* several Content-Length headers: answer 400 */
   const char *client;        /* "127.0.0.1" */
 } aa__http_req;
 

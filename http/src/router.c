@@ -787,6 +787,12 @@ static void route(aa__http_state *st, const aa__http_req *req,
     error_doc(r, req, 400, "malformed request", AA_EINVAL);
     return;
   }
+  if (req->bad_framing) {
+    /* Two lengths for one body is how requests get smuggled past proxies:
+     * refuse rather than guess which one the client meant (RFC 9112 6.3). */
+    error_doc(r, req, 400, "more than one Content-Length header", AA_EINVAL);
+    return;
+  }
   if (req->body_too_large) {
     char text[96];
     snprintf(text, sizeof text, "request body over the limit of %zu bytes",

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -36,6 +37,7 @@ struct aa_http {
 typedef struct conn_ctx {
   aa__buf body;
   bool too_large;
+  bool bad_framing;
   size_t discarded;
   aa__http_req req; /* args collected here */
 } conn_ctx;
@@ -160,6 +162,7 @@ static void fill_request(struct MHD_Connection *c, conn_ctx *ctx,
   req->body = ctx->body.data;
   req->body_len = ctx->body.len;
   req->body_too_large = ctx->too_large;
+  req->bad_framing = ctx->bad_framing;
 }
 
 static aa__mhd_result answer(aa_http *srv, struct MHD_Connection *c,
@@ -172,6 +175,18 @@ static aa__mhd_result answer(aa_http *srv, struct MHD_Connection *c,
   ctx->req.client = client_address(c, client, sizeof client);
   aa__http_route(&srv->st, &ctx->req, &resp);
   return send_response(c, &resp);
+}
+
+/* Counts Content-Length headers (MHD keeps every copy; lookup returns the
+ * first). */
+static aa__mhd_result count_length(void *cls, enum MHD_ValueKind kind,
+                                   const char *key, const char *value) {
+  unsigned *n = cls;
+  (void)kind;
+  (void)value;
+  if (key != NULL && strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0)
+    (*n)++;
+  return MHD_YES;
 }
 
 static aa__mhd_result on_request(void *cls, struct MHD_Connection *c,
@@ -191,6 +206,14 @@ static aa__mhd_result on_request(void *cls, struct MHD_Connection *c,
     *req_cls = ctx;
     MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, collect_arg,
                               &ctx->req);
+    {
+      unsigned lengths = 0;
+      MHD_get_connection_values(c, MHD_HEADER_KIND, count_length, &lengths);
+      if (lengths > 1) {
+        ctx->bad_framing = true;
+        return answer(srv, c, ctx, url, method);
+      }
+    }
     cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl != NULL) {

@@ -140,7 +140,9 @@ static void adopt_telemetry(const aa_policy *p) {
   aa_policy_telemetry_params(p, &t);
   atomic_store(&svc.snapshot_interval_ms,
                t.snapshot_interval_ms ? t.snapshot_interval_ms : 1000);
-  atomic_store(&svc.histogram_on, t.histogram);
+  /* The core delivers trace events only while a pool's telemetry is on, so
+   * tracing keeps it on even when the policy turns the histogram off. */
+  atomic_store(&svc.histogram_on, t.histogram || t.trace || aa__rt.trace);
 }
 
 static void trace_on(aa_pool *pool) {
@@ -182,14 +184,18 @@ static const char *pool_kind(const aa_pool *pool) {
   }
 }
 
-/* Applies a validated policy to every live pool. Each pool's change is
- * all-or-nothing; a first pool that refuses stops before any pool changed.
- * Called with policy_lock held. */
-static int apply_to_pools(const aa_policy *p, char *err, size_t errcap) {
+/* Applies a validated policy to every live pool, in the pool list's order.
+ * Each pool's change is all-or-nothing; at the first pool that refuses it
+ * stops, and *changed says how many pools (from the first) took the new
+ * tables. Called with policy_lock held. */
+static int apply_to_pools(const aa_policy *p, size_t *changed, char *err,
+                          size_t errcap) {
   aa_pool *pools[AA_RT_MAX_POOLS];
   size_t n = aa__rt_pools_snapshot(pools, AA_RT_MAX_POOLS);
   size_t i;
   int rc;
+
+  *changed = 0;
 
   /* Refuse up front what cannot apply to a live pool (fixed at creation). */
   for (i = 0; i < n; i++) {
@@ -213,6 +219,8 @@ static int apply_to_pools(const aa_policy *p, char *err, size_t errcap) {
   }
   for (i = 0; i < n; i++) {
     rc = aa_policy_apply(p, pool_kind(pools[i]), pools[i]);
+    if (rc == AA_OK)
+      *changed = i + 1;
     if (rc != AA_OK) {
       snprintf(err, errcap, "pools.%s: the pool %s refused the class table: %s",
                pool_kind(pools[i]), aa_pool_name(pools[i]), aa_strerror(rc));
@@ -231,6 +239,7 @@ static int install_policy(aa_policy *next, const char *source,
                           size_t errcap) {
   aa_adapt_params params;
   uint64_t old_version;
+  size_t changed = 0;
   char *json = NULL;
   int rc;
 
@@ -243,12 +252,15 @@ static int install_policy(aa_policy *next, const char *source,
     rc = AA_ESTALE;
     goto unlock;
   }
-  rc = apply_to_pools(next, err, errcap);
+  rc = apply_to_pools(next, &changed, err, errcap);
   if (rc != AA_OK) {
-    /* Pools changed before the refusal get the old table back. */
-    if (svc.policy != NULL) {
-      char ignore[16];
-      apply_to_pools(svc.policy, ignore, sizeof(ignore));
+    /* Only pools that took the new tables before the refusal get the old
+     * ones back; the rest were never touched. */
+    if (svc.policy != NULL && changed > 0) {
+      aa_pool *pools[AA_RT_MAX_POOLS];
+      size_t n = aa__rt_pools_snapshot(pools, AA_RT_MAX_POOLS), i;
+      for (i = 0; i < changed && i < n; i++)
+        aa_policy_apply(svc.policy, pool_kind(pools[i]), pools[i]);
     }
     goto unlock;
   }

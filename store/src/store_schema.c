@@ -11,6 +11,7 @@
  * table and column. Never edit a shipped step; append a new one.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -393,6 +394,14 @@ int aa__store_db_open_rw(const char *path, bool uri, uint32_t busy_timeout_ms,
               SQLITE_OPEN_NOMUTEX | (uri ? SQLITE_OPEN_URI : 0);
 
   *out = NULL;
+  /* The database holds the audit log and, with tracing, every allocation
+   * address: create it owner-only. SQLite gives the -wal and -shm files the
+   * main file's mode, and never changes the mode of an existing file. */
+  if (!uri && strcmp(path, ":memory:") != 0) {
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0)
+      close(fd);
+  }
   int rc = sqlite3_open_v2(path, &db, flags, NULL);
   if (rc != SQLITE_OK) goto sqlfail;
   sqlite3_extended_result_codes(db, 1);
