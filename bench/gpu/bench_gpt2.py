@@ -104,11 +104,12 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--stats-out", default=None)
     ap.add_argument("--child", default=None)
+    ap.add_argument("--runs", default="ours,default,default2")
     a = ap.parse_args()
     if a.child:
         return child(a.child, a.steps, a.stats_out)
     res = {}
-    for m in ("ours", "default", "default2"):
+    for m in a.runs.split(","):
         env = dict(os.environ)
         if m == "ours":
             env.setdefault("ADAPTALLOC_HTTP", "127.0.0.1:0")

@@ -75,7 +75,7 @@ want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done;
   fi
   want scenarios && stage scenarios 150 python3 bench/gpu/bench_scenarios.py --reps ${AA_REPS_SCEN:-5} --out $res/scenarios.json
   want bert && stage bert 200 env ADAPTALLOC_MODEL=bert-base \
-    python3 bench/gpu/bench_bert.py latency --reps ${AA_REPS_BERT:-3} --out $res/bert.json
+    python3 bench/gpu/bench_bert.py latency --reps ${AA_REPS_BERT:-3} --modes ${AA_BERT_MODES:-ours,default} --out $res/bert.json
   want maxbatch && stage maxbatch 200 env ADAPTALLOC_MODEL=bert-base \
     python3 bench/gpu/bench_bert.py maxbatch --cap-gib 2 --start ${AA_MB_START:-128} --step ${AA_MB_STEP:-32} --out $res/maxbatch.json
   want bertpolicy && stage bertpolicy 150 env ADAPTALLOC_MODEL=default \
@@ -83,7 +83,7 @@ want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done;
   want maxbatchpolicy && stage maxbatchpolicy 150 env ADAPTALLOC_MODEL=default \
     python3 bench/gpu/bench_bert.py maxbatch --modes ours --cap-gib 2 --start ${AA_MB_START:-128} --step ${AA_MB_STEP:-32} --out $res/maxbatch_defaultpolicy.json
   want gpt2 && stage gpt2 200 env ADAPTALLOC_MODEL=gpt2-small ADAPTALLOC_DB=/tmp/aa-results/gpt2.db ADAPTALLOC_HTTP=127.0.0.1:0 \
-    python3 bench/gpu/bench_gpt2.py --steps ${AA_GPT2_STEPS:-200} --out $res/gpt2.json --stats-out $res/gpt2_stats.json
+    python3 bench/gpu/bench_gpt2.py --steps ${AA_GPT2_STEPS:-200} --runs ${AA_GPT2_RUNS:-ours,default,default2} --out $res/gpt2.json --stats-out $res/gpt2_stats.json
   echo "=== done in $(( $(date +%s) - t_start ))s"
 } 2>&1 | tee "$out/log.txt"
 tar -czf "$out/results.tar.gz" -C "$res" . 2>/dev/null
