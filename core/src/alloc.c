@@ -963,6 +963,15 @@ __attribute__((noinline)) static void *alloc_slow(aa_pool *pool, size_t size, aa
   return p;
 }
 
+/* A hit whose size ends the bin's run (telemetry on, no trace). Returns p
+ * so that aa_alloc reaches it by a tail call and keeps nothing live. */
+__attribute__((noinline)) static void *alloc_hit_new_run(aa__tcache *tc, aa__bin *bin, void *p,
+                                                         size_t size) {
+  run_restart(tc, &bin->run, aa__run_word(size, 1));
+  return p;
+}
+
+/* A hit while tracing. */
 __attribute__((noinline)) static void *alloc_hit_telemetry(aa_pool *pool, aa__tcache *tc,
                                                            aa__bin *bin, void *p, size_t size,
                                                            aa_stream stream) {
@@ -993,10 +1002,12 @@ void *aa_alloc(aa_pool *pool, size_t size, aa_stream stream) {
         if (AA__UNLIKELY(tf & AA__TF_TELEMETRY)) {
           /* the common case: the same size as last time in this class */
           uint64_t w = atomic_load_explicit(&bin->run, AA__RLX);
-          if (AA__LIKELY(tf == AA__TF_TELEMETRY && aa__run_extends(w, size)))
+          if (AA__UNLIKELY(tf != AA__TF_TELEMETRY))
+            return alloc_hit_telemetry(pool, tc, bin, p, size, stream); /* tracing */
+          if (AA__LIKELY(aa__run_extends(w, size)))
             aa__cadd(&bin->run, 1);
           else
-            return alloc_hit_telemetry(pool, tc, bin, p, size, stream);
+            return alloc_hit_new_run(tc, bin, p, size); /* a tail call */
         }
         return p;
       }
