@@ -965,17 +965,17 @@ __attribute__((noinline)) static void *alloc_slow(aa_pool *pool, size_t size, aa
 
 /* A hit whose size ends the bin's run (telemetry on, no trace). Returns p
  * so that aa_alloc reaches it by a tail call and keeps nothing live. */
-__attribute__((noinline)) static void *alloc_hit_new_run(aa__tcache *tc, aa__bin *bin, void *p,
-                                                         size_t size) {
-  run_restart(tc, &bin->run, aa__run_word(size, 1));
+__attribute__((noinline)) static void *alloc_hit_new_run(aa__tcache *tc, _Atomic uint64_t *run,
+                                                         void *p, size_t size) {
+  run_restart(tc, run, aa__run_word(size, 1));
   return p;
 }
 
 /* A hit while tracing. */
 __attribute__((noinline)) static void *alloc_hit_telemetry(aa_pool *pool, aa__tcache *tc,
-                                                           aa__bin *bin, void *p, size_t size,
-                                                           aa_stream stream) {
-  run_restart(tc, &bin->run, aa__run_word(size, 1));
+                                                           _Atomic uint64_t *run, void *p,
+                                                           size_t size, aa_stream stream) {
+  run_restart(tc, run, aa__run_word(size, 1));
   if (atomic_load_explicit(&pool->tflags, AA__RLX) & AA__TF_TRACE)
     aa__trace(pool, 'a', p, size, stream);
   return p;
@@ -1003,11 +1003,11 @@ void *aa_alloc(aa_pool *pool, size_t size, aa_stream stream) {
           /* the common case: the same size as last time in this class */
           uint64_t w = atomic_load_explicit(&bin->run, AA__RLX);
           if (AA__UNLIKELY(tf != AA__TF_TELEMETRY))
-            return alloc_hit_telemetry(pool, tc, bin, p, size, stream); /* tracing */
+            return alloc_hit_telemetry(pool, tc, &bin->run, p, size, stream); /* tracing */
           if (AA__LIKELY(aa__run_extends(w, size)))
             aa__cadd(&bin->run, 1);
           else
-            return alloc_hit_new_run(tc, bin, p, size); /* a tail call */
+            return alloc_hit_new_run(tc, &bin->run, p, size); /* a tail call */
         }
         return p;
       }
