@@ -81,7 +81,9 @@ void aa__policy_defaults(aa_policy *p) {
     pp->ladder_min = AA__DEF_LADDER_MIN;
     pp->ladder_per_doubling = AA__DEF_PER_DOUBLING;
     pp->tcache_blocks = AA__DEF_TCACHE_BLOCKS;
-    pp->tcache_bytes = AA__DEF_TCACHE_BYTES;
+    /* Cached host blocks are plentiful memory; device and pinned ones are
+     * scarce (the core makes the same split). pools[2] is "host". */
+    pp->tcache_bytes = i == 2 ? AA__DEF_TCACHE_BYTES_HOST : AA__DEF_TCACHE_BYTES;
     pp->large_mode = AA_LARGE_CACHE;
     pp->large_cache_bytes = 0;
     pp->limit_bytes = 0;

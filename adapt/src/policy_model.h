@@ -31,7 +31,8 @@
 #define AA__DEF_LADDER_MIN 512u
 #define AA__DEF_PER_DOUBLING 4u
 #define AA__DEF_TCACHE_BLOCKS 32u
-#define AA__DEF_TCACHE_BYTES (4u * 1024u * 1024u)
+#define AA__DEF_TCACHE_BYTES (4u * 1024u * 1024u)       /* device, pinned */
+#define AA__DEF_TCACHE_BYTES_HOST (64u * 1024u * 1024u) /* host: the core's host default */
 
 typedef enum aa__classes_kind {
   AA__CLASSES_LADDER = 0,
