@@ -600,7 +600,7 @@ void aa__tcache_flush_all(aa__tcache *tc) {
 }
 
 static void fold_hh(aa_pool *pool, const aa__hh_slot *t, size_t n);
-static void run_restart(aa__tcache *tc, _Atomic uint64_t *run, uint64_t fresh);
+static void fold_sz(aa_pool *pool, aa__tcache *tc);
 
 /* Folds a tcache's counters into the pool's dead-thread totals, unlinks and
  * frees it. Caller holds g_mu (or is destroying the pool); bins are empty. */
@@ -609,9 +609,7 @@ static void tcache_retire(aa__tcache *tc, bool flush) {
   if (flush)
     aa__tcache_flush_all(tc);
   pthread_mutex_lock(&pool->tc_mu);
-  for (uint32_t k = 0; k < AA_MAX_CLASSES; k++)
-    run_restart(tc, &tc->bins[k].run, 0);
-  run_restart(tc, &tc->lrun, 0);
+  fold_sz(pool, tc);
   for (uint32_t k = 0; k < AA_MAX_CLASSES; k++) {
     aa__bin *b = &tc->bins[k];
     aa__ccount *d = &pool->dead[k];
@@ -762,6 +760,20 @@ static void fold_hh(aa_pool *pool, const aa__hh_slot *t, size_t n) {
   }
 }
 
+/* The size table of a dying thread into the dead totals. tc_mu held. */
+static void fold_sz(aa_pool *pool, aa__tcache *tc) {
+  for (uint32_t i = 0; i < AA__SZ_SLOTS; i++) {
+    uint64_t w = atomic_load_explicit(&tc->sz[i], AA__RLX);
+    uint64_t n = aa__run_count(w);
+    if (n == 0)
+      continue;
+    atomic_store_explicit(&tc->sz[i], 0, AA__RLX);
+    aa__cadd(&pool->dead_hist[aa__hist_bucket((size_t)aa__run_size(w))], n);
+    if (pool->dead_hh)
+      aa__hh_add(pool->dead_hh, pool->dead_hh_n, aa__run_size(w), n);
+  }
+}
+
 void aa__trace(aa_pool *pool, char op, const void *p, size_t size, aa_stream s) {
   aa__trace_cb *t = atomic_load_explicit(&pool->trace, memory_order_acquire);
   if (t == NULL || t->fn == NULL)
@@ -776,9 +788,9 @@ void aa__trace(aa_pool *pool, char op, const void *p, size_t size, aa_stream s) 
   t->fn(t->user, &ev);
 }
 
-/* Heavy hitters: runs of a repeated size go in with their count; single
- * requests of changing sizes are sampled one in AA__HH_SAMPLE (counted as
- * AA__HH_SAMPLE each), which keeps mixed-size traffic cheap. */
+/* Heavy hitters: an evicted size word goes in with its count; one of a
+ * single request is sampled one in AA__HH_SAMPLE (counted as AA__HH_SAMPLE),
+ * which keeps sizes that never repeat cheap. */
 static inline void hh_note(aa__tcache *tc, uint64_t size, uint64_t n) {
   if (n > 1) {
     aa__hh_add(tc->hh, AA__HH_SLOTS, size, n);
@@ -788,22 +800,61 @@ static inline void hh_note(aa__tcache *tc, uint64_t size, uint64_t n) {
   }
 }
 
-/* Counts one request in a run word (see run_restart). */
-static inline void run_note(aa__tcache *tc, _Atomic uint64_t *run, size_t size) {
-  uint64_t w = atomic_load_explicit(run, AA__RLX);
-  if (aa__run_extends(w, size))
-    aa__cadd(run, 1);
+/* Replaces the size word *e by `fresh` and folds the old one into the
+ * thread's histogram and heavy hitters. Owner only. The word is replaced
+ * before the histogram grows, so a reader (hist first, then sz) never
+ * counts a request twice; it may miss some for a moment. */
+static void sz_evict(aa__tcache *tc, _Atomic uint64_t *e, uint64_t fresh) {
+  uint64_t w = atomic_load_explicit(e, AA__RLX);
+  atomic_store_explicit(e, fresh, memory_order_release);
+  uint64_t n = aa__run_count(w);
+  if (n) {
+    uint64_t size = aa__run_size(w);
+    _Atomic uint64_t *h = &tc->hist[aa__hist_bucket((size_t)size)];
+    atomic_store_explicit(h, atomic_load_explicit(h, AA__RLX) + n, memory_order_release);
+    hh_note(tc, size, n);
+  }
+}
+
+/* A request whose size is not counted in its first slot h (see aa__sz_hash):
+ * its count is full there, or it is in the pair slot, or it takes an empty
+ * slot of the two, or it evicts the smaller count. Owner only. */
+static void sz_note_slow(aa__tcache *tc, size_t h, uint64_t size) {
+  _Atomic uint64_t *e = &tc->sz[h];
+  uint64_t w = atomic_load_explicit(e, AA__RLX);
+  uint64_t fresh = aa__run_word(size, 1);
+  if (aa__run_size(w) == size) {
+    sz_evict(tc, e, fresh); /* count full */
+    return;
+  }
+  _Atomic uint64_t *f = &tc->sz[h ^ 1u];
+  uint64_t v = atomic_load_explicit(f, AA__RLX);
+  if (aa__run_extends(v, size))
+    aa__cadd(f, 1);
+  else if (aa__run_size(v) == size)
+    sz_evict(tc, f, fresh);
+  else if (aa__run_count(w) == 0)
+    atomic_store_explicit(e, fresh, memory_order_release);
+  else if (aa__run_count(v) == 0)
+    atomic_store_explicit(f, fresh, memory_order_release);
   else
-    run_restart(tc, run, aa__run_word(size, 1));
+    sz_evict(tc, aa__run_count(w) <= aa__run_count(v) ? e : f, fresh);
+}
+
+/* Counts one request of `size` (<= AA__M_SIZE) in the size table. */
+static inline void sz_note(aa__tcache *tc, size_t size) {
+  size_t h = aa__sz_hash(size);
+  uint64_t w = atomic_load_explicit(&tc->sz[h], AA__RLX);
+  if (AA__LIKELY(aa__run_extends(w, size)))
+    aa__cadd(&tc->sz[h], 1);
+  else
+    sz_note_slow(tc, h, size);
 }
 
 static inline void telemetry_alloc(aa_pool *pool, aa__tcache *tc, void *p, size_t size,
                                    aa_stream s) {
-  if (tc && size <= pool->cfg.max_small) {
-    uint32_t k = atomic_load_explicit(&pool->size2cls[(size - 1) >> 9], AA__RLX);
-    run_note(tc, &tc->bins[k].run, size);
-  } else if (tc && size <= AA__M_SIZE) {
-    run_note(tc, &tc->lrun, size);
+  if (tc && size <= AA__M_SIZE) {
+    sz_note(tc, size);
   } else if (tc) {
     aa__cadd(&tc->hist[aa__hist_bucket(size)], 1);
     hh_note(tc, size, 1);
@@ -812,22 +863,6 @@ static inline void telemetry_alloc(aa_pool *pool, aa__tcache *tc, void *p, size_
   }
   if (AA__UNLIKELY(atomic_load_explicit(&pool->tflags, AA__RLX) & AA__TF_TRACE))
     aa__trace(pool, 'a', p, size, s);
-}
-
-/* Folds a bin's run into the thread's histogram and heavy hitters and
- * starts a new one. Owner only. The run word is replaced before the
- * histogram grows, so a reader (hist first, then run) never counts a run
- * twice; it may miss one for a moment. */
-static void run_restart(aa__tcache *tc, _Atomic uint64_t *run, uint64_t fresh) {
-  uint64_t w = atomic_load_explicit(run, AA__RLX);
-  atomic_store_explicit(run, fresh, memory_order_release);
-  uint64_t n = aa__run_count(w);
-  if (n) {
-    uint64_t size = aa__run_size(w);
-    _Atomic uint64_t *h = &tc->hist[aa__hist_bucket((size_t)size)];
-    atomic_store_explicit(h, atomic_load_explicit(h, AA__RLX) + n, memory_order_release);
-    hh_note(tc, size, n);
-  }
 }
 
 /* ------------------------------------------------------------ alloc */
@@ -963,21 +998,25 @@ __attribute__((noinline)) static void *alloc_slow(aa_pool *pool, size_t size, aa
   return p;
 }
 
-/* A hit whose size ends the bin's run (telemetry on, no trace). Returns p
- * so that aa_alloc reaches it by a tail call and keeps nothing live. */
-__attribute__((noinline)) static void *alloc_hit_new_run(aa__tcache *tc, _Atomic uint64_t *run,
-                                                         void *p, size_t size) {
-  run_restart(tc, run, aa__run_word(size, 1));
+/* A hit whose size is not in its first size-table slot (telemetry on, no
+ * trace). Returns p so that aa_alloc reaches it by a tail call and keeps
+ * nothing live. */
+__attribute__((noinline)) static void *alloc_hit_sz_slow(aa__tcache *tc, size_t h, void *p,
+                                                         size_t size) {
+  sz_note_slow(tc, h, size);
   return p;
 }
 
-/* A hit while tracing. */
-__attribute__((noinline)) static void *alloc_hit_telemetry(aa_pool *pool, aa__tcache *tc,
-                                                           _Atomic uint64_t *run, void *p,
+/* A hit while a trace callback is set: it is called with telemetry on
+ * (a trace without telemetry records nothing on the hit path). */
+__attribute__((noinline)) static void *alloc_hit_telemetry(aa_pool *pool, aa__tcache *tc, void *p,
                                                            size_t size, aa_stream stream) {
-  run_restart(tc, run, aa__run_word(size, 1));
-  if (atomic_load_explicit(&pool->tflags, AA__RLX) & AA__TF_TRACE)
-    aa__trace(pool, 'a', p, size, stream);
+  uint32_t tf = atomic_load_explicit(&pool->tflags, AA__RLX);
+  if (tf & AA__TF_TELEMETRY) {
+    sz_note(tc, size);
+    if (tf & AA__TF_TRACE)
+      aa__trace(pool, 'a', p, size, stream);
+  }
   return p;
 }
 
@@ -998,17 +1037,20 @@ void *aa_alloc(aa_pool *pool, size_t size, aa_stream stream) {
         aa__cadd(&bin->req_add, size);
         atomic_store_explicit(it.m, AA__M_USED | (uint32_t)size, AA__RLX);
         void *p = it.p;
+        /* one compare, two branches: 0 = off, 1 = telemetry, more = tracing
+         * (the flags are AA__TF_TELEMETRY | AA__TF_TRACE) */
         uint32_t tf = atomic_load_explicit(&pool->tflags, AA__RLX);
-        if (AA__UNLIKELY(tf & AA__TF_TELEMETRY)) {
-          /* the common case: the same size as last time in this class */
-          uint64_t w = atomic_load_explicit(&bin->run, AA__RLX);
-          if (AA__UNLIKELY(tf != AA__TF_TELEMETRY))
-            return alloc_hit_telemetry(pool, tc, &bin->run, p, size, stream); /* tracing */
-          if (AA__LIKELY(aa__run_extends(w, size)))
-            aa__cadd(&bin->run, 1);
-          else
-            return alloc_hit_new_run(tc, &bin->run, p, size); /* a tail call */
-        }
+        if (AA__LIKELY(tf < AA__TF_TELEMETRY))
+          return p;
+        if (AA__UNLIKELY(tf > AA__TF_TELEMETRY))
+          return alloc_hit_telemetry(pool, tc, p, size, stream);
+        /* the common case: the size already counted in its first slot */
+        size_t h = aa__sz_hash(size);
+        uint64_t w = atomic_load_explicit(&tc->sz[h], AA__RLX);
+        if (AA__LIKELY(aa__run_extends(w, size)))
+          aa__cadd(&tc->sz[h], 1);
+        else
+          return alloc_hit_sz_slow(tc, h, p, size); /* a tail call */
         return p;
       }
     }

@@ -104,7 +104,9 @@ static inline unsigned aa__hist_bucket(size_t size) {
 #define AA__ROOT_BITS (AA__ADDR_BITS - AA__GRANULE_SHIFT - AA__LEAF_BITS)
 #define AA__MAX_POOL_SLOTS 16 /* pools with thread caches at one time (TLS slots) */
 #define AA__HH_SLOTS 256      /* per-thread heavy-hitter table (power of 2) */
-#define AA__HH_SAMPLE 16      /* single requests of changing sizes: 1 in 16 */
+#define AA__HH_SAMPLE 16      /* evicted single requests: 1 in 16 */
+#define AA__SZ_BITS 12        /* per-thread exact-size table: 2^12 words */
+#define AA__SZ_SLOTS (1u << AA__SZ_BITS)
 #define AA__LARGE_ALIGN ((size_t)4096)
 #define AA__LARGE_SEG ((size_t)2 << 20) /* segments rounded to 2 MiB */
 #define AA__LARGE_BINS 96
@@ -112,15 +114,19 @@ static inline unsigned aa__hist_bucket(size_t size) {
 
 /* pool->tflags */
 enum { AA__TF_TELEMETRY = 1, AA__TF_TRACE = 2 };
-/* A telemetry run word: (size << 32) | count (0 = none; sizes < 2^32).
- * aa__run_extends: w is a run of `size` with room for one more, in one xor
- * and one compare. */
+/* A telemetry size word: (size << 32) | count (0 = none; sizes < 2^32), one
+ * slot of a thread's exact-size table (aa__tcache.sz).
+ * aa__run_extends: w counts `size` with room for one more, in one xor and
+ * one compare. aa__sz_hash: the slot of a size (its pair is slot ^ 1). */
 #define AA__RUN_MAX 0x7FFFFFFFu
 static inline uint64_t aa__run_word(uint64_t size, uint64_t count) { return (size << 32) | count; }
 static inline uint64_t aa__run_size(uint64_t w) { return w >> 32; }
 static inline uint64_t aa__run_count(uint64_t w) { return w & 0xFFFFFFFFu; }
 static inline bool aa__run_extends(uint64_t w, uint64_t size) {
   return (w ^ (size << 32)) < AA__RUN_MAX;
+}
+static inline size_t aa__sz_hash(size_t size) {
+  return (size_t)(((uint32_t)size * 0x9E3779B1u) >> (32 - AA__SZ_BITS));
 }
 
 /* Per-block metadata word in the slab header: the requested size in the
@@ -221,14 +227,11 @@ typedef struct aa__bin {
   size_t bsize;
   aa_stream stream;
   aa__bitem *items;
-  /* telemetry run (aa__run_word) of the latest run of equal sizes,
-   * folded into hist/hh when the size changes or when read */
-  _Atomic uint64_t run;
   /* this thread's counters for the class */
   _Atomic uint64_t frees, hits, misses, req_add, req_sub;
   /* to 128 bytes: &tc->bins[k] is one shift */
   uint8_t pad[128 - 4 * sizeof(uint32_t) - sizeof(size_t) - sizeof(aa_stream) -
-              sizeof(aa__bitem *) - 6 * sizeof(uint64_t)];
+              sizeof(aa__bitem *) - 5 * sizeof(uint64_t)];
 } aa__bin;
 _Static_assert(sizeof(aa__bin) == 128, "aa__bin is 128 bytes");
 
@@ -237,6 +240,12 @@ typedef struct aa__hh_slot {
 } aa__hh_slot;
 
 typedef struct aa__tcache {
+  /* exact-size table: a size word (aa__run_word) per size seen, at
+   * aa__sz_hash(size) or its pair slot; a size that finds both taken evicts
+   * the smaller count into hist/hh. Requests up to 1 GiB; owner writes,
+   * readers sum it (hist first, then sz). First: &sz[h] is
+   * one address mode. */
+  _Atomic uint64_t sz[AA__SZ_SLOTS];
   aa_pool *pool;
   _Atomic int dead; /* its pool was destroyed (g_mu) */
   struct aa__tcache *next, *prev; /* pool's tcache list (tc_mu) */
@@ -252,8 +261,7 @@ typedef struct aa__tcache {
   size_t cached_bytes;
   size_t max_bytes; /* cfg.tcache_bytes */
   uint32_t sweep;   /* where tcache_make_room starts */
-  uint32_t hh_countdown; /* heavy-hitter sampling of single requests */
-  _Atomic uint64_t lrun; /* telemetry run of large requests (< 1 GiB) */
+  uint32_t hh_countdown; /* heavy-hitter sampling of evicted single requests */
   uint64_t tid;
   _Atomic uint64_t large_allocs, large_frees;
   _Atomic uint64_t hist[AA_HIST_BUCKETS];

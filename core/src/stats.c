@@ -4,7 +4,7 @@
  * aa_pool_stats_json writes a snapshot as JSON by hand (docs/stats.md lists
  * every field); aa_hist_bucket / aa_hist_bucket_lower define the request-size
  * histogram (four buckets per doubling). Heavy hitters are merged here from
- * the per-thread tables.
+ * the per-thread exact-size tables and heavy-hitter tables.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -135,16 +135,15 @@ static uint32_t merge_hh(aa_pool *pool, aa_size_count *out) {
   size_t ntc = 0;
   for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next)
     ntc++;
-  size_t cap = pool->dead_hh_n + ntc * (AA__HH_SLOTS + AA_MAX_CLASSES + 1);
+  size_t cap = pool->dead_hh_n + ntc * (AA__HH_SLOTS + AA__SZ_SLOTS);
   aa_size_count *v = malloc(cap * sizeof *v);
   if (v == NULL)
     return 0;
   size_t k = collect(v, 0, pool->dead_hh, pool->dead_hh_n);
   for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next) {
     k = collect(v, k, tc->hh, AA__HH_SLOTS);
-    for (int c = 0; c <= AA_MAX_CLASSES; c++) {
-      uint64_t w = atomic_load_explicit(c < AA_MAX_CLASSES ? &tc->bins[c].run : &tc->lrun,
-                                        memory_order_acquire);
+    for (uint32_t i = 0; i < AA__SZ_SLOTS; i++) {
+      uint64_t w = atomic_load_explicit(&tc->sz[i], memory_order_acquire);
       if (aa__run_count(w)) {
         v[k].size = aa__run_size(w);
         v[k].count = aa__run_count(w);
@@ -193,10 +192,9 @@ int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out) {
   for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next) {
     for (int i = 0; i < AA_HIST_BUCKETS; i++)
       out->hist[i] += atomic_load_explicit(&tc->hist[i], memory_order_acquire);
-    /* runs still open (read after the histogram: see run_restart) */
-    for (int k = 0; k <= AA_MAX_CLASSES; k++) {
-      uint64_t w = atomic_load_explicit(k < AA_MAX_CLASSES ? &tc->bins[k].run : &tc->lrun,
-                                        memory_order_acquire);
+    /* the size table (read after the histogram: see sz_evict) */
+    for (uint32_t k = 0; k < AA__SZ_SLOTS; k++) {
+      uint64_t w = atomic_load_explicit(&tc->sz[k], memory_order_acquire);
       if (aa__run_count(w))
         out->hist[aa_hist_bucket((size_t)aa__run_size(w))] += aa__run_count(w);
     }
