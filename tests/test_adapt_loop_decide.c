@@ -360,6 +360,39 @@ static void test_adapt_loop_decide_readd_cooldown(void **state) {
   free(f);
 }
 
+/* A size that comes back after being retired is periodically hot: each time
+ * it is re-added its cold limit doubles, so a cyclic workload converges to
+ * keeping the class instead of adding and retiring it every cycle. */
+static void test_adapt_loop_decide_flap_backoff(void **state) {
+  fake *f = with_added_class(); /* step 1: 16896 B added */
+  int s;
+  (void)state;
+  f->p.cold_intervals = 2;
+  f->p.min_class_age = 0;
+  f->p.readd_cooldown = 1;
+  assert_int_equal(step(f), 0); /* 2: cold 1 */
+  assert_int_equal(step(f), 1); /* 3: cold 2 -> retired (first time) */
+  assert_int_equal(f->d[0].kind, AA_ADAPT_RETIRE_CLASS);
+  request(f, 16884, 1000, 0);
+  assert_int_equal(step(f), 1); /* 4: hot again -> re-added */
+  assert_int_equal(f->d[0].kind, AA_ADAPT_ADD_CLASS);
+  assert_non_null(strstr(f->d[0].reason, "retired 1 time before, so it is kept "
+                                         "through 4 cold intervals"));
+  for (s = 5; s <= 7; s++)      /* cold 1..3: kept (limit 4) */
+    assert_int_equal(step(f), 0);
+  assert_int_equal(step(f), 1); /* 8: cold 4 -> retired (second time) */
+  assert_int_equal(f->d[0].kind, AA_ADAPT_RETIRE_CLASS);
+  assert_non_null(strstr(f->d[0].reason, "cold limit 4"));
+  request(f, 16884, 1000, 0);
+  assert_int_equal(step(f), 1); /* 9: re-added, limit 8 now */
+  assert_non_null(strstr(f->d[0].reason, "retired 2 times before, so it is kept "
+                                         "through 8 cold intervals"));
+  for (s = 10; s <= 16; s++)    /* cold 1..7: kept */
+    assert_int_equal(step(f), 0);
+  assert_int_equal(step(f), 1); /* 17: cold 8 -> retired */
+  free(f);
+}
+
 static void test_adapt_loop_decide_grow(void **state) {
   fake *f = fake_new();
   aa_class_stats *c;
@@ -498,6 +531,7 @@ int main(void) {
       cmocka_unit_test(test_adapt_loop_decide_bounds),
       cmocka_unit_test(test_adapt_loop_decide_retire_cold),
       cmocka_unit_test(test_adapt_loop_decide_readd_cooldown),
+      cmocka_unit_test(test_adapt_loop_decide_flap_backoff),
       cmocka_unit_test(test_adapt_loop_decide_grow),
       cmocka_unit_test(test_adapt_loop_decide_trim),
       cmocka_unit_test(test_adapt_loop_decide_order_and_determinism),

@@ -127,6 +127,45 @@ static bool cooling(const aa_adapt_state *st, uint64_t size) {
   return false;
 }
 
+/* ------------------------------------------------------------ flap memory */
+
+#define AA__FLAP_MAX_SHIFT 6 /* cold limit grows to 64x cold_intervals at most */
+
+static uint32_t flap_retires(const aa_adapt_state *st, uint64_t size) {
+  for (uint32_t i = 0; i < st->n_flaps; i++)
+    if (st->flaps[i].block_size == size)
+      return st->flaps[i].retires;
+  return 0;
+}
+
+static void flap_note_retire(aa_adapt_state *st, uint64_t size) {
+  uint32_t i;
+  for (i = 0; i < st->n_flaps; i++) {
+    if (st->flaps[i].block_size == size) {
+      st->flaps[i].retires++;
+      return;
+    }
+  }
+  if (st->n_flaps >= AA_MAX_CLASSES) {
+    /* forget the oldest entry */
+    memmove(&st->flaps[0], &st->flaps[1], (st->n_flaps - 1) * sizeof st->flaps[0]);
+    st->n_flaps--;
+  }
+  st->flaps[st->n_flaps].block_size = size;
+  st->flaps[st->n_flaps].retires = 1;
+  st->n_flaps++;
+}
+
+/* The cold limit of a class the loop adds now: cold_intervals, doubled for
+ * every earlier retirement of the same size. */
+static uint16_t flap_cold_limit(const aa_adapt_params *p, const aa_adapt_state *st,
+                                uint64_t size) {
+  uint32_t r = flap_retires(st, size);
+  uint64_t lim = p->cold_intervals;
+  lim <<= r < AA__FLAP_MAX_SHIFT ? r : AA__FLAP_MAX_SHIFT;
+  return (uint16_t)(lim > 65535 ? 65535 : lim);
+}
+
 static void cooldown_remove(aa_adapt_state *st, uint64_t size) {
   for (uint32_t i = 0; i < st->n_cooldown; i++) {
     if (st->cooldown[i].block_size == size) {
@@ -228,7 +267,8 @@ static size_t retire_rule(const aa_adapt_params *p, aa_adapt_state *st,
       cs->cold++;
     else
       cs->cold = 0;
-    if (cs->added && cs->cold >= p->cold_intervals &&
+    uint32_t limit = cs->cold_limit ? cs->cold_limit : p->cold_intervals;
+    if (cs->added && cs->cold >= limit &&
         now - cs->added_at >= p->min_class_age && cs->block_size != max_small &&
         *nd < cap) {
       aa_adapt_decision *d = emit(out, nd, AA_ADAPT_RETIRE_CLASS, now);
@@ -236,12 +276,13 @@ static size_t retire_rule(const aa_adapt_params *p, aa_adapt_state *st,
       d->amount = cs->cold;
       snprintf(d->reason, sizeof d->reason,
                "class %llu B (added %llu intervals ago) had no allocations for "
-               "%u intervals (cold_intervals %u); retire it, no re-add for %u "
+               "%u intervals (cold limit %u); retire it, no re-add for %u "
                "intervals",
                (unsigned long long)cs->block_size,
                (unsigned long long)(now - cs->added_at), cs->cold,
-               p->cold_intervals, p->readd_cooldown);
+               limit, p->readd_cooldown);
       cooldown_add(st, cs->block_size, now);
+      flap_note_retire(st, cs->block_size);
       eff_remove(eff, cs->block_size);
       track_remove(st, cs->block_size);
       retired++;
@@ -334,21 +375,32 @@ static void add_rule(const aa_adapt_params *p, aa_adapt_state *st,
     d->block_size = exact;
     d->request_size = s;
     d->amount = cnt;
-    snprintf(d->reason, sizeof d->reason,
-             "hot size %llu B: %llu of %llu small requests this interval "
-             "(%.1f%%) go to class %llu B, wasting %.1f%% (threshold %.1f%%); "
-             "exact class %llu B wastes %.1f%%",
-             (unsigned long long)s, (unsigned long long)cnt,
-             (unsigned long long)total_small, share * 100.0,
-             (unsigned long long)serving, waste * 100.0,
-             p->waste_threshold * 100.0, (unsigned long long)exact,
-             new_waste * 100.0);
+    {
+      int len = snprintf(d->reason, sizeof d->reason,
+               "hot size %llu B: %llu of %llu small requests this interval "
+               "(%.1f%%) go to class %llu B, wasting %.1f%% (threshold %.1f%%); "
+               "exact class %llu B wastes %.1f%%",
+               (unsigned long long)s, (unsigned long long)cnt,
+               (unsigned long long)total_small, share * 100.0,
+               (unsigned long long)serving, waste * 100.0,
+               p->waste_threshold * 100.0, (unsigned long long)exact,
+               new_waste * 100.0);
+      uint32_t r = flap_retires(st, exact);
+      if (r > 0 && len > 0 && (size_t)len < sizeof d->reason)
+        snprintf(d->reason + len, sizeof d->reason - (size_t)len,
+                 "; retired %u time%s before, so it is kept through %u cold "
+                 "intervals",
+                 r, r == 1 ? "" : "s", (unsigned)flap_cold_limit(p, st, exact));
+    }
     eff_insert(eff, exact);
     cs = track_insert(st, exact);
     if (cs != NULL) {
       cs->added = 1;
       cs->added_at = now;
       cs->cold = 0;
+      /* 0 follows params.cold_intervals as it changes; only a size that
+       * flapped before gets a limit of its own. */
+      cs->cold_limit = flap_retires(st, exact) ? flap_cold_limit(p, st, exact) : 0;
     }
     adds++;
   }

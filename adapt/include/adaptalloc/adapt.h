@@ -95,13 +95,21 @@ typedef struct aa_adapt_class_state {
   uint32_t cold;         /* consecutive steps without allocations */
   uint8_t added;         /* the loop added it (only those are retired) */
   uint8_t grown;
-  uint16_t reserved0;
+  uint16_t cold_limit;   /* steps without allocations before it is retired;
+                            0 = params.cold_intervals. A size the loop has
+                            retired before gets a longer one (flap backoff) */
 } aa_adapt_class_state;
 
 typedef struct aa_adapt_cooldown {
   uint64_t block_size;
   uint64_t since; /* the step it was retired (or its add failed) */
 } aa_adapt_cooldown;
+
+typedef struct aa_adapt_flap {
+  uint64_t block_size;
+  uint32_t retires; /* times the loop retired this size */
+  uint32_t reserved0;
+} aa_adapt_flap;
 
 typedef struct aa_adapt_state {
   uint64_t interval; /* steps decided so far; the current step's number */
@@ -114,6 +122,13 @@ typedef struct aa_adapt_state {
   uint64_t suppressed_by_cooldown; /* adds skipped: size retired recently */
   aa_adapt_class_state classes[AA_MAX_CLASSES];
   aa_adapt_cooldown cooldown[AA_MAX_CLASSES];
+  /* Flap memory: how often the loop retired each size. A size that comes
+   * back after being retired is periodically hot (a cyclic workload), so
+   * its next class is kept 2^retires times longer before it counts as cold:
+   * the loop converges instead of adding and retiring it every cycle. */
+  uint32_t n_flaps;
+  uint32_t reserved1;
+  aa_adapt_flap flaps[AA_MAX_CLASSES];
 } aa_adapt_state;
 
 AA_EXTERN void aa_adapt_state_init(aa_adapt_state *st);
