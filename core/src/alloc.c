@@ -1037,12 +1037,12 @@ void *aa_alloc(aa_pool *pool, size_t size, aa_stream stream) {
         aa__cadd(&bin->req_add, size);
         atomic_store_explicit(it.m, AA__M_USED | (uint32_t)size, AA__RLX);
         void *p = it.p;
-        /* one compare, two branches: 0 = off, 1 = telemetry, more = tracing
-         * (the flags are AA__TF_TELEMETRY | AA__TF_TRACE) */
-        uint32_t tf = atomic_load_explicit(&pool->tflags, AA__RLX);
-        if (AA__LIKELY(tf < AA__TF_TELEMETRY))
+        /* one subtract, two branches on its flags: tflags 0 = off,
+         * 1 = telemetry, more = a trace callback is set */
+        int tf = (int)atomic_load_explicit(&pool->tflags, AA__RLX) - AA__TF_TELEMETRY;
+        if (AA__LIKELY(tf < 0))
           return p;
-        if (AA__UNLIKELY(tf > AA__TF_TELEMETRY))
+        if (AA__UNLIKELY(tf != 0))
           return alloc_hit_telemetry(pool, tc, p, size, stream);
         /* the common case: the size already counted in its first slot */
         size_t h = aa__sz_hash(size);
