@@ -1,6 +1,7 @@
 /*
  * test_core_stats.c — snapshots and telemetry: per-class numbers, the
- * request histogram and heavy hitters (also from exited threads), telemetry
+ * request histogram and heavy hitters (also from exited threads, and with
+ * more distinct sizes than a thread's size table holds), telemetry
  * switched off at run time, the trace callback, and aa_pool_stats_json
  * (valid JSON, escaped name, snprintf-style truncation).
  */
@@ -120,6 +121,46 @@ static void test_core_stats_hist_and_hh(void **state) {
   assert_int_equal(st.hh[1].count, 500);
   assert_int_equal(st.hh[2].count, 500);
   assert_true(st.hh[1].size == 100 || st.hh[1].size == 1234);
+}
+
+/* More distinct sizes than the per-thread size table holds: the histogram
+ * stays exact bucket by bucket, and a hot size counted from the start keeps
+ * its slot and its exact count. */
+static void test_core_stats_many_sizes_exact(void **state) {
+  fx *f = *state;
+  static uint64_t want[AA_HIST_BUCKETS];
+  memset(want, 0, sizeof want);
+  const size_t hot = 4000;
+  uint64_t total = 0;
+#define REQ(sz)                                                                                    \
+  do {                                                                                             \
+    size_t s_ = (sz);                                                                              \
+    void *p_ = aa_alloc(f->p, s_, NULL);                                                           \
+    assert_non_null(p_);                                                                           \
+    assert_int_equal(aa_free(f->p, p_, s_, NULL), AA_OK);                                          \
+    want[aa_hist_bucket(s_)]++;                                                                    \
+    total++;                                                                                       \
+  } while (0)
+  for (int i = 0; i < 10; i++)
+    REQ(hot);
+  for (size_t s = 1; s <= 20000; s++) {
+    if (s != hot)
+      REQ(s);
+    REQ(hot);
+  }
+  for (size_t s = 1; s <= 3000; s++) {
+    if (s != hot)
+      REQ(s);
+  }
+#undef REQ
+  aa_pool_stats st;
+  assert_int_equal(aa_pool_stats_get(f->p, &st), AA_OK);
+  assert_int_equal(hist_total(&st), total);
+  for (int i = 0; i < AA_HIST_BUCKETS; i++)
+    assert_int_equal(st.hist[i], want[i]);
+  assert_true(st.hh_count >= 1);
+  assert_int_equal(st.hh[0].size, hot);
+  assert_int_equal(st.hh[0].count, 20010);
 }
 
 static void *hist_thread(void *arg) {
@@ -303,6 +344,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_core_stats_header_and_classes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stats_hist_and_hh, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_core_stats_many_sizes_exact, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stats_dead_threads_fold, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stats_telemetry_off, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stats_trace, setup, teardown),
