@@ -1046,8 +1046,7 @@ void *aa_alloc(aa_pool *pool, size_t size, aa_stream stream) {
           return alloc_hit_telemetry(pool, tc, p, size, stream);
         /* the common case: the size already counted in its first slot */
         size_t h = aa__sz_hash(size);
-        uint64_t w = atomic_load_explicit(&tc->sz[h], AA__RLX);
-        if (AA__LIKELY(aa__run_extends(w, size)))
+        if (AA__LIKELY(aa__run_extends_at(&tc->sz[h], size)))
           aa__cadd(&tc->sz[h], 1);
         else
           return alloc_hit_sz_slow(tc, h, p, size); /* a tail call */

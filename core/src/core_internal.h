@@ -78,6 +78,16 @@ static inline void aa__cadd(_Atomic uint64_t *c, uint64_t v) {
   atomic_store_explicit(c, atomic_load_explicit(c, AA__RLX) + v, AA__RLX);
 #endif
 }
+/* *c ^ v, read by the owner of *c (its only writer): on x86-64 outside TSan
+ * one xor with a memory operand (an atomic load is never folded into one). */
+static inline uint64_t aa__cxor(const _Atomic uint64_t *c, uint64_t v) {
+#if defined(__x86_64__) && !defined(AA__TSAN)
+  __asm__("xorq %1, %0" : "+r"(v) : "m"(*(const uint64_t *)c));
+  return v;
+#else
+  return atomic_load_explicit((_Atomic uint64_t *)c, AA__RLX) ^ v;
+#endif
+}
 static inline uint64_t aa__cget(const _Atomic uint64_t *c) {
   return atomic_load_explicit((_Atomic uint64_t *)c, AA__RLX);
 }
@@ -124,6 +134,10 @@ static inline uint64_t aa__run_size(uint64_t w) { return w >> 32; }
 static inline uint64_t aa__run_count(uint64_t w) { return w & 0xFFFFFFFFu; }
 static inline bool aa__run_extends(uint64_t w, uint64_t size) {
   return (w ^ (size << 32)) < AA__RUN_MAX;
+}
+/* aa__run_extends(*c, size) for the owner of *c (see aa__cxor). */
+static inline bool aa__run_extends_at(const _Atomic uint64_t *c, uint64_t size) {
+  return aa__cxor(c, size << 32) < AA__RUN_MAX;
 }
 static inline size_t aa__sz_hash(size_t size) {
   return (size_t)(((uint32_t)size * 0x9E3779B1u) >> (32 - AA__SZ_BITS));
