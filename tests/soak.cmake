@@ -1,4 +1,4 @@
-# tests/soak.cmake — a short soak (30 s) of adaptalloc-demo under wrk load on
+# tests/soak.cmake — a short soak (60 s: a 20 s warm-up cycle, then two more) of adaptalloc-demo under wrk load on
 # /stats with a policy PATCH every second (tools/soak.sh), registered only
 # when wrk, curl and python3 are installed and the server is built.
 # Labelled "soak": skip it with `ctest -LE soak`, run it alone with `ctest -L soak`.
@@ -8,7 +8,7 @@ find_program(AA_PYTHON3_PROGRAM python3)
 if(AA_WITH_HTTP AND AA_WRK_PROGRAM AND AA_CURL_PROGRAM AND AA_PYTHON3_PROGRAM
    AND TARGET adaptalloc-demo)
   add_test(NAME soak_short
-    COMMAND bash ${PROJECT_SOURCE_DIR}/tools/soak.sh --seconds 30
+    COMMAND bash ${PROJECT_SOURCE_DIR}/tools/soak.sh --seconds 60
             --demo $<TARGET_FILE:adaptalloc-demo>)
-  set_tests_properties(soak_short PROPERTIES LABELS soak TIMEOUT 180)
+  set_tests_properties(soak_short PROPERTIES LABELS soak TIMEOUT 240)
 endif()

@@ -704,7 +704,7 @@ static void test_store_queue_full_drops(void **state) {
 typedef struct reader_ctx {
   const char *path;
   _Atomic int stop;
-  int calls;
+  _Atomic int calls;
   int errors;
   int went_back;
 } reader_ctx;
@@ -750,7 +750,14 @@ static void readers_while_writing(const char *path) {
   for (int i = 1; i <= 300; i++) {
     fill_stats(&p, "host", (uint64_t)i, 4, 2);
     assert_int_equal(aa_store_snapshot(st, &p), AA_OK);
-    if (i % 20 == 0) assert_int_equal(aa_store_flush(st, 0), AA_OK);
+    if (i % 20 == 0) {
+      assert_int_equal(aa_store_flush(st, 0), AA_OK);
+      /* Let the reader finish a pass between batches (at most 2 s), so
+       * reads and writes interleave however the scheduler runs us. */
+      int seen = atomic_load(&c.calls);
+      for (int w = 0; w < 2000 && atomic_load(&c.calls) == seen; w++)
+        usleep(1000);
+    }
   }
   atomic_store(&c.stop, 1);
   pthread_join(th, NULL);
