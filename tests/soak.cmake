@@ -10,5 +10,5 @@ if(AA_WITH_HTTP AND AA_WRK_PROGRAM AND AA_CURL_PROGRAM AND AA_PYTHON3_PROGRAM
   add_test(NAME soak_short
     COMMAND bash ${PROJECT_SOURCE_DIR}/tools/soak.sh --seconds 60
             --demo $<TARGET_FILE:adaptalloc-demo>)
-  set_tests_properties(soak_short PROPERTIES LABELS soak TIMEOUT 240)
+  set_tests_properties(soak_short PROPERTIES LABELS soak TIMEOUT 240 RUN_SERIAL TRUE)
 endif()
