@@ -297,10 +297,19 @@ typedef struct aa__cbase {
 
 /* The large path. */
 typedef struct aa__chunk aa__chunk;
+/* A segment: one backend region cut into chunks. An expandable segment
+ * (AA_LARGE_EXPANDABLE) is an address-space reservation whose pages are
+ * mapped on demand: `pages` has one entry per page, NULL while unmapped, else
+ * that page's own record, an aa__seg whose span (in the page map) covers the
+ * page, with `owner` the reservation and `handle` the backend's. */
 typedef struct aa__seg {
   aa__span h;
   aa__chunk *first;
   struct aa__seg *next, *prev;
+  struct aa__seg *owner;  /* page records only */
+  void *handle;           /* page records only */
+  struct aa__seg **pages; /* expandable segments only */
+  size_t npages, mapped, hwm; /* hwm: no page at or above it is mapped */
 } aa__seg;
 
 struct aa__chunk {
@@ -314,6 +323,7 @@ struct aa__chunk {
   int free;
   int any;          /* free: usable on every stream */
   aa_stream stream; /* free: the stream it was freed on */
+  uint64_t freed_at; /* free: pool->large_frees when it was freed (age order) */
   void *ev;         /* free, !any: event recorded on stream, or NULL */
   void **xev;       /* free: record_stream events, all must complete */
   uint32_t nxev;
@@ -403,6 +413,8 @@ struct aa_pool {
   aa__chunk **lhash;
   size_t lhash_cap, lhash_n;
   uint64_t large_in_use, large_reserved, large_free_bytes, nsegs;
+  size_t vmm_page;       /* expandable: the mapping granularity */
+  uint64_t vmm_maps, vmm_unmaps, vmm_remaps; /* pages mapped, unmapped, unmapped to map elsewhere */
   uint64_t large_req;
   uint64_t large_allocs, large_frees;
 
@@ -441,6 +453,9 @@ static inline aa__span *aa__pm_lookup(const aa__pagemap *m, uintptr_t p) {
 /* pool.c: backend calls with accounting, limit and counters */
 int aa__backend_alloc(aa_pool *pool, size_t size, void **out);
 void aa__backend_free(aa_pool *pool, void *p, size_t size);
+/* The same for one page of an expandable segment (limit, counters). */
+int aa__backend_map(aa_pool *pool, void *addr, size_t size, void **handle);
+void aa__backend_unmap(aa_pool *pool, void *addr, size_t size, void *handle);
 size_t aa__release_cached(aa_pool *pool, bool sync);
 void aa__misuse(aa_pool *pool, aa_misuse what, const void *ptr, size_t size, const char *msg);
 void aa__fill_table(aa_pool *pool);

@@ -8,11 +8,20 @@
  * neighbours whose stream state is compatible. Segments that are wholly free
  * go back to the backend once the cached bytes exceed large_cache_bytes.
  * AA_LARGE_PASSTHROUGH: one segment per request, returned at free.
+ * AA_LARGE_EXPANDABLE: one segment is an address-space reservation (256 GiB
+ * unless a request needs more) cut the same way, but its pages (the
+ * backend's map granularity, 2 MiB on CUDA) are mapped only while a live
+ * chunk or the cache needs them. Free neighbours always coalesce, since the
+ * address space is contiguous, and before new memory is mapped the whole
+ * pages inside free chunks whose work has completed are unmapped: memory
+ * stranded in holes that fit no request moves to where it is needed, so
+ * reserved stays within a page or two per hole of the bytes in use.
  *
  * Live chunks are found from their address through a hash table; the page
  * map gives the segment. Everything here runs under pool->large_mu.
  * Entry points: aa__large_alloc, aa__large_free, aa__large_release.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "core_internal.h"
@@ -21,6 +30,10 @@
 
 static bool merge_ok(const aa__chunk *a, const aa__chunk *b);
 static void absorb(aa_pool *pool, aa__chunk *a, aa__chunk *b);
+static void coalesce_insert(aa_pool *pool, aa__chunk *c);
+
+/* A chunk taken for an allocation that could not be completed goes back. */
+#define put_back(pool, c) coalesce_insert((pool), (c))
 
 static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
@@ -137,18 +150,231 @@ static bool usable(aa_pool *pool, aa__chunk *c, aa_stream stream) {
 
 /* ------------------------------------------------------------ segments */
 
+/* ------------------------------------------------------------ pages */
+
+#define VMM_VA ((size_t)256 << 30)
+
+static void page_unmap(aa_pool *pool, aa__seg *s, size_t i) {
+  aa__seg *pg = s->pages[i];
+  size_t ps = pool->vmm_page;
+  aa__pm_remove(pool, &pg->h);
+  aa__backend_unmap(pool, (void *)pg->h.base, ps, pg->handle);
+  free(pg);
+  s->pages[i] = NULL;
+  s->mapped--;
+  pool->large_reserved -= ps;
+  pool->vmm_unmaps++;
+}
+
+static int page_map(aa_pool *pool, aa__seg *s, size_t i) {
+  size_t ps = pool->vmm_page;
+  uintptr_t a = s->h.base + i * ps;
+  aa__seg *pg = calloc(1, sizeof *pg);
+  if (pg == NULL)
+    return AA_ENOMEM;
+  int rc = aa__backend_map(pool, (void *)a, ps, &pg->handle);
+  if (rc != AA_OK) {
+    free(pg);
+    return rc;
+  }
+  pg->h.base = a;
+  pg->h.end = a + ps;
+  pg->h.kind = AA__SPAN_LARGE;
+  pg->owner = s;
+  rc = aa__pm_insert(pool, &pg->h);
+  if (rc != AA_OK) {
+    aa__backend_unmap(pool, (void *)a, ps, pg->handle);
+    free(pg);
+    return rc;
+  }
+  s->pages[i] = pg;
+  s->mapped++;
+  if (i + 1 > s->hwm)
+    s->hwm = i + 1;
+  pool->large_reserved += ps;
+  pool->vmm_maps++;
+  return AA_OK;
+}
+
+/* Unmaps whole pages inside free chunks whose work has completed (other
+ * than `skip`) until `want` bytes are unmapped, the longest-free chunks
+ * first (those freed recently are the likeliest to be wanted again soon);
+ * returns the bytes. */
+static int by_freed_at(const void *a, const void *b) {
+  uint64_t x = (*(aa__chunk *const *)a)->freed_at, y = (*(aa__chunk *const *)b)->freed_at;
+  return x < y ? -1 : x > y;
+}
+
+static size_t unmap_interior(aa_pool *pool, aa__chunk *c, size_t want) {
+  aa__seg *s = c->seg;
+  size_t ps = pool->vmm_page, got = 0;
+  uintptr_t sb = s->h.base;
+  size_t i1 = (c->base + c->size - sb) / ps;
+  if (i1 > s->hwm)
+    i1 = s->hwm;
+  for (size_t i = (c->base - sb + ps - 1) / ps; i < i1 && got < want; i++) {
+    if (s->pages[i] != NULL) {
+      page_unmap(pool, s, i);
+      got += ps;
+    }
+  }
+  return got;
+}
+
+static bool has_interior_mapped(const aa_pool *pool, const aa__chunk *c) {
+  const aa__seg *s = c->seg;
+  size_t ps = pool->vmm_page;
+  uintptr_t sb = s->h.base;
+  size_t i1 = (c->base + c->size - sb) / ps;
+  if (i1 > s->hwm)
+    i1 = s->hwm;
+  for (size_t i = (c->base - sb + ps - 1) / ps; i < i1; i++) {
+    if (s->pages[i] != NULL)
+      return true;
+  }
+  return false;
+}
+
+static size_t vmm_unmap_free(aa_pool *pool, size_t want, const aa__chunk *skip) {
+  size_t got = 0, n = 0, cap = 0;
+  aa__chunk **v = NULL;
+  for (aa__seg *s = pool->segs; s; s = s->next) {
+    if (s->pages == NULL || s->mapped == 0)
+      continue;
+    for (aa__chunk *c = s->first; c; c = c->next) {
+      if (!c->free || c == skip || !has_interior_mapped(pool, c))
+        continue;
+      if (pool->has_events && !(usable(pool, c, (aa_stream)(uintptr_t)-1) && c->any))
+        continue;
+      if (n == cap) {
+        size_t nc = cap ? cap * 2 : 64;
+        aa__chunk **nv = realloc(v, nc * sizeof *nv);
+        if (nv == NULL)
+          break; /* unmap what is listed */
+        v = nv;
+        cap = nc;
+      }
+      v[n++] = c;
+    }
+  }
+  if (n > 1)
+    qsort(v, n, sizeof *v, by_freed_at);
+  for (size_t i = 0; i < n && got < want; i++)
+    got += unmap_interior(pool, v[i], want - got);
+  free(v);
+  return got;
+}
+
+/* Maps every page under `c` (free, out of the bins), first unmapping as many
+ * pages from completed free chunks elsewhere as it needs. */
+static int ensure_mapped(aa_pool *pool, aa__chunk *c) {
+  aa__seg *s = c->seg;
+  size_t ps = pool->vmm_page;
+  size_t i0 = (c->base - s->h.base) / ps, i1 = (c->base + c->size - 1 - s->h.base) / ps + 1;
+  size_t k = 0;
+  for (size_t i = i0; i < i1; i++)
+    k += s->pages[i] == NULL;
+  if (k == 0)
+    return AA_OK;
+  /* Under a limit, pages stranded in completed free chunks move here before
+   * the limit refuses new memory (cheaper than the OOM path's synchronise
+   * and release). Without one, memory is mapped: unmapping eagerly would
+   * make each iteration of a loop map again what the last one unmapped
+   * (replays of BERT and GPT-2 traces: 30-350k maps against 300-4300). */
+  size_t lim = atomic_load_explicit(&pool->limit, AA__RLX);
+  uint64_t after = atomic_load_explicit(&pool->bytes_reserved, AA__RLX) + (uint64_t)k * ps;
+  if (lim != 0 && after > lim) {
+    uint64_t over = after - lim;
+    pool->vmm_remaps += vmm_unmap_free(pool, over < k * ps ? over : k * ps, c) / ps;
+  }
+  for (size_t i = i0; i < i1; i++) {
+    if (s->pages[i] == NULL) {
+      int rc = page_map(pool, s, i);
+      if (rc != AA_OK)
+        return rc;
+    }
+  }
+  return AA_OK;
+}
+
+/* A reservation of at least `need` bytes with one free, unmapped chunk. */
+static aa__chunk *vseg_new(aa_pool *pool, size_t need, int *rc) {
+  aa_backend *b = pool->backend;
+  size_t ps = pool->vmm_page;
+  size_t size = round_up(need, ps);
+  void *mem = NULL;
+  if (size < need) {
+    *rc = AA_ENOMEM;
+    return NULL;
+  }
+  if (size < VMM_VA)
+    size = VMM_VA;
+  aa__seg *s = calloc(1, sizeof *s);
+  aa__chunk *c = calloc(1, sizeof *c);
+  *rc = s && c ? AA_OK : AA_ENOMEM;
+  if (*rc == AA_OK) {
+    s->npages = size / ps;
+    s->pages = calloc(s->npages, sizeof *s->pages);
+    *rc = s->pages ? AA_OK : AA_ENOMEM;
+  }
+  /* less address space when the backend refuses a big reservation */
+  while (*rc == AA_OK && (*rc = b->ops->va_reserve(b, size, &mem)) != AA_OK) {
+    size_t half = size / 2 / ps * ps;
+    if (half < round_up(need, ps))
+      break;
+    size = half;
+    *rc = AA_OK;
+  }
+  if (*rc != AA_OK) {
+    atomic_fetch_add_explicit(&pool->backend_failures, 1, AA__RLX);
+    if (s)
+      free(s->pages);
+    free(s);
+    free(c);
+    return NULL;
+  }
+  s->npages = size / ps;
+  s->h.base = (uintptr_t)mem;
+  s->h.end = (uintptr_t)mem + size;
+  s->h.kind = AA__SPAN_LARGE;
+  c->seg = s;
+  c->base = s->h.base;
+  c->size = size;
+  c->free = 1;
+  c->any = 1;
+  s->first = c;
+  s->next = pool->segs;
+  if (pool->segs)
+    pool->segs->prev = s;
+  pool->segs = s;
+  pool->nsegs++;
+  return c;
+}
+
+/* ------------------------------------------------------------ segments */
+
 static void seg_unlink_free(aa_pool *pool, aa__seg *s) {
   aa__chunk *c = s->first;
-  aa__pm_remove(pool, &s->h);
+  if (s->pages != NULL) { /* expandable: unmap what is mapped, drop the reservation */
+    for (size_t i = 0; i < s->hwm; i++) {
+      if (s->pages[i] != NULL)
+        page_unmap(pool, s, i);
+    }
+    pool->backend->ops->va_release(pool->backend, (void *)s->h.base, s->h.end - s->h.base);
+    free(s->pages);
+    s->pages = NULL;
+  } else {
+    aa__pm_remove(pool, &s->h);
+    pool->large_reserved -= s->h.end - s->h.base;
+    aa__backend_free(pool, (void *)s->h.base, s->h.end - s->h.base);
+  }
   if (s->prev)
     s->prev->next = s->next;
   else
     pool->segs = s->next;
   if (s->next)
     s->next->prev = s->prev;
-  pool->large_reserved -= s->h.end - s->h.base;
   pool->nsegs--;
-  aa__backend_free(pool, (void *)s->h.base, s->h.end - s->h.base);
   while (c) {
     aa__chunk *n = c->next;
     ev_release(pool, c->ev);
@@ -165,7 +391,7 @@ static void seg_unlink_free(aa_pool *pool, aa__seg *s) {
 /* A wholly free segment that can go back now (its chunk usable anywhere). */
 static bool seg_releasable(aa_pool *pool, aa__seg *s) {
   aa__chunk *c = s->first;
-  if (!c->free || c->next != NULL)
+  if (s->pages != NULL || !c->free || c->next != NULL)
     return false;
   if (!pool->has_events)
     return true;
@@ -200,6 +426,11 @@ static size_t release_locked(aa_pool *pool, size_t want) {
     aa__seg *n = s->next;
     if (s->first->next != NULL)
       seg_settle(pool, s);
+    if (s->pages != NULL) {
+      released += vmm_unmap_free(pool, want - released, NULL);
+      s = n;
+      continue;
+    }
     if (seg_releasable(pool, s)) {
       size_t sz = s->h.end - s->h.base;
       bin_remove(pool, s->first);
@@ -213,6 +444,12 @@ static size_t release_locked(aa_pool *pool, size_t want) {
 
 static void enforce_bound(aa_pool *pool) {
   size_t bound = pool->cfg.large_cache_bytes;
+  if (pool->vmm_page != 0) {
+    uint64_t cached = pool->large_reserved - pool->large_in_use;
+    if (bound != 0 && pool->large_reserved > pool->large_in_use && cached > bound)
+      vmm_unmap_free(pool, cached - bound, NULL);
+    return;
+  }
   if (bound == 0 || pool->large_free_bytes <= bound)
     return;
   release_locked(pool, pool->large_free_bytes - bound);
@@ -264,8 +501,43 @@ fail:
   return NULL;
 }
 
+/* Whether the first `need` bytes of free chunk c (expandable) are mapped. */
+static bool prefix_mapped(const aa_pool *pool, const aa__chunk *c, size_t need) {
+  const aa__seg *s = c->seg;
+  size_t ps = pool->vmm_page;
+  size_t i0 = (c->base - s->h.base) / ps, i1 = (c->base + need - 1 - s->h.base) / ps + 1;
+  if (i1 > s->hwm)
+    return false;
+  for (size_t i = i0; i < i1; i++) {
+    if (s->pages[i] == NULL)
+      return false;
+  }
+  return true;
+}
+
+/* Expandable: best fit among free chunks whose memory is already mapped,
+ * else best fit among all (mapping what it lacks). */
+static aa__chunk *find_fit_mapped(aa_pool *pool, size_t need, aa_stream stream) {
+  for (unsigned b = bin_of(need); b < AA__LARGE_BINS; b++) {
+    aa__chunk *best = NULL;
+    for (aa__chunk *c = pool->lbins[b]; c; c = c->fnext) {
+      if (c->size >= need && (best == NULL || c->size < best->size) &&
+          prefix_mapped(pool, c, need) && usable(pool, c, stream))
+        best = c;
+    }
+    if (best)
+      return best;
+  }
+  return NULL;
+}
+
 /* Best fit among free chunks usable on `stream`. */
 static aa__chunk *find_fit(aa_pool *pool, size_t need, aa_stream stream) {
+  if (pool->vmm_page != 0) {
+    aa__chunk *c = find_fit_mapped(pool, need, stream);
+    if (c)
+      return c;
+  }
   for (unsigned b = bin_of(need); b < AA__LARGE_BINS; b++) {
     aa__chunk *best = NULL;
     for (aa__chunk *c = pool->lbins[b]; c; c = c->fnext) {
@@ -291,6 +563,7 @@ static void split(aa_pool *pool, aa__chunk *c, size_t need) {
   r->free = 1;
   r->any = c->any;
   r->stream = c->stream;
+  r->freed_at = c->freed_at;
   r->ev = c->ev; /* recorded after the whole was freed: covers the rest */
   c->ev = NULL;
   c->size = need;
@@ -305,6 +578,7 @@ static void split(aa_pool *pool, aa__chunk *c, size_t need) {
 void *aa__large_alloc(aa_pool *pool, size_t size, aa_stream stream) {
   size_t need = round_up(size, AA__LARGE_ALIGN);
   bool passthrough = pool->cfg.large_mode == AA_LARGE_PASSTHROUGH;
+  bool vmm = pool->vmm_page != 0;
   bool retried = false;
   void *p = NULL;
   if (need < size) /* overflow */
@@ -321,7 +595,7 @@ void *aa__large_alloc(aa_pool *pool, size_t size, aa_stream stream) {
       size_t segsize = passthrough ? round_up(need, AA__GRANULE) : round_up(need, AA__LARGE_SEG);
       if (segsize < need)
         break;
-      c = seg_new(pool, segsize, &rc);
+      c = vmm ? vseg_new(pool, need, &rc) : seg_new(pool, segsize, &rc);
       if (c == NULL) {
         if (retried)
           break;
@@ -336,6 +610,20 @@ void *aa__large_alloc(aa_pool *pool, size_t size, aa_stream stream) {
     }
     if (!passthrough)
       split(pool, c, need);
+    if (vmm) {
+      int rc = ensure_mapped(pool, c);
+      if (rc != AA_OK) {
+        put_back(pool, c);
+        if (retried)
+          break;
+        retried = true;
+        pthread_mutex_unlock(&pool->large_mu);
+        atomic_fetch_add_explicit(&pool->oom_retries, 1, AA__RLX);
+        aa__release_cached(pool, true);
+        pthread_mutex_lock(&pool->large_mu);
+        continue;
+      }
+    }
     ev_release(pool, c->ev);
     c->ev = NULL;
     c->free = 0;
@@ -380,11 +668,28 @@ static void absorb(aa_pool *pool, aa__chunk *a, aa__chunk *b) {
   } else {
     ev_release(pool, b->ev);
   }
+  if (b->freed_at > a->freed_at)
+    a->freed_at = b->freed_at;
   a->size += b->size;
   a->next = b->next;
   if (b->next)
     b->next->prev = a;
   free(b);
+}
+
+/* Puts free chunk `c` (out of the bins) into them, merged with whichever
+ * free neighbours it may merge with. */
+static void coalesce_insert(aa_pool *pool, aa__chunk *c) {
+  if (c->next && merge_ok(c, c->next))
+    absorb(pool, c, c->next);
+  if (c->prev && merge_ok(c->prev, c)) {
+    aa__chunk *a = c->prev;
+    bin_remove(pool, a);
+    bin_insert(pool, c);
+    absorb(pool, a, c);
+    c = a;
+  }
+  bin_insert(pool, c);
 }
 
 static aa__chunk *find_container(aa__seg *seg, uintptr_t p) {
@@ -396,6 +701,8 @@ static aa__chunk *find_container(aa__seg *seg, uintptr_t p) {
 }
 
 int aa__large_free(aa_pool *pool, aa__seg *seg, void *ptr, size_t size, aa_stream stream) {
+  if (seg != NULL && seg->owner != NULL)
+    seg = seg->owner; /* a page of an expandable segment */
   aa_backend *b = pool->backend;
   aa_misuse what = 0;
   const char *msg = NULL;
@@ -436,6 +743,7 @@ int aa__large_free(aa_pool *pool, aa__seg *seg, void *ptr, size_t size, aa_strea
     return AA_OK;
   }
   c->free = 1;
+  c->freed_at = pool->large_frees;
   c->stream = stream;
   c->any = !pool->has_events;
   c->ev = NULL;
@@ -474,16 +782,7 @@ int aa__large_free(aa_pool *pool, aa__seg *seg, void *ptr, size_t size, aa_strea
   free(c->xs);
   c->xs = NULL;
   c->nxs = 0;
-  if (c->next && merge_ok(c, c->next))
-    absorb(pool, c, c->next);
-  if (c->prev && merge_ok(c->prev, c)) {
-    aa__chunk *a = c->prev;
-    bin_remove(pool, a);
-    bin_insert(pool, c);
-    absorb(pool, a, c);
-    c = a;
-  }
-  bin_insert(pool, c);
+  coalesce_insert(pool, c);
   enforce_bound(pool);
   pthread_mutex_unlock(&pool->large_mu);
   return AA_OK;
@@ -494,6 +793,8 @@ bad:
 }
 
 size_t aa__large_block_size(aa_pool *pool, aa__seg *seg, const void *ptr) {
+  if (seg != NULL && seg->owner != NULL)
+    seg = seg->owner; /* a page of an expandable segment */
   size_t r = 0;
   pthread_mutex_lock(&pool->large_mu);
   aa__chunk *c = hash_find(pool, (uintptr_t)ptr, false);
@@ -506,6 +807,8 @@ size_t aa__large_block_size(aa_pool *pool, aa__seg *seg, const void *ptr) {
 }
 
 int aa__large_record(aa_pool *pool, aa__seg *seg, void *ptr, aa_stream stream) {
+  if (seg != NULL && seg->owner != NULL)
+    seg = seg->owner; /* a page of an expandable segment */
   int rc = AA_OK;
   (void)seg;
   pthread_mutex_lock(&pool->large_mu);

@@ -47,6 +47,28 @@ void aa__backend_free(aa_pool *pool, void *p, size_t size) {
   atomic_fetch_sub_explicit(&pool->bytes_reserved, size, AA__RLX);
 }
 
+int aa__backend_map(aa_pool *pool, void *addr, size_t size, void **handle) {
+  *handle = NULL;
+  size_t lim = atomic_load_explicit(&pool->limit, AA__RLX);
+  if (lim != 0 && atomic_load_explicit(&pool->bytes_reserved, AA__RLX) + size > lim)
+    return AA_ELIMIT;
+  int rc = pool->backend->ops->map(pool->backend, addr, size, handle);
+  if (rc != AA_OK) {
+    atomic_fetch_add_explicit(&pool->backend_failures, 1, AA__RLX);
+    return rc;
+  }
+  atomic_fetch_add_explicit(&pool->backend_allocs, 1, AA__RLX);
+  uint64_t r = atomic_fetch_add_explicit(&pool->bytes_reserved, size, AA__RLX) + size;
+  aa__atomic_max(&pool->peak_reserved, r);
+  return AA_OK;
+}
+
+void aa__backend_unmap(aa_pool *pool, void *addr, size_t size, void *handle) {
+  pool->backend->ops->unmap(pool->backend, addr, size, handle);
+  atomic_fetch_add_explicit(&pool->backend_frees, 1, AA__RLX);
+  atomic_fetch_sub_explicit(&pool->bytes_reserved, size, AA__RLX);
+}
+
 void aa__misuse(aa_pool *pool, aa_misuse what, const void *ptr, size_t size, const char *msg) {
   atomic_fetch_add_explicit(&pool->invalid_frees, 1, AA__RLX);
   if (pool->cfg.on_error)
@@ -100,7 +122,8 @@ static int normalise(const aa_pool_config *in, aa_pool_config *c) {
     return AA_EINVAL;
   if (c->classes_per_doubling > 16 || c->tcache_blocks > 65536)
     return AA_EINVAL;
-  if (c->large_mode != AA_LARGE_CACHE && c->large_mode != AA_LARGE_PASSTHROUGH)
+  if (c->large_mode != AA_LARGE_CACHE && c->large_mode != AA_LARGE_PASSTHROUGH &&
+      c->large_mode != AA_LARGE_EXPANDABLE)
     return AA_EINVAL;
   return AA_OK;
 }
@@ -450,6 +473,16 @@ int aa_pool_new(const aa_pool_config *cfg, aa_pool **out) {
   pool->cfg = c;
   pool->backend = c.backend;
   pool->has_events = c.backend->ops->event_record != NULL && c.backend->ops->event_query != NULL;
+  if (pool->cfg.large_mode == AA_LARGE_EXPANDABLE) {
+    const aa_backend_ops *o = c.backend->ops;
+    size_t g = o->map_granularity && o->va_reserve && o->va_release && o->map && o->unmap
+                   ? o->map_granularity(c.backend)
+                   : 0;
+    if (g == 0 || g % AA__GRANULE != 0 || (g & (g - 1)) != 0)
+      pool->cfg.large_mode = AA_LARGE_CACHE; /* no usable virtual memory */
+    else
+      pool->vmm_page = g;
+  }
   pthread_mutex_init(&pool->class_mu, NULL);
   pthread_mutex_init(&pool->map_mu, NULL);
   pthread_mutex_init(&pool->tc_mu, NULL);

@@ -69,6 +69,27 @@ typedef struct aa_backend_ops {
   int (*synchronize)(aa_backend *b);
   /* Free the backend itself (called by aa_backend_destroy). May be NULL. */
   void (*destroy)(aa_backend *b);
+
+  /* Optional virtual memory, used by the expandable large path
+   * (AA_LARGE_EXPANDABLE). A backend without it leaves all five NULL; a
+   * pool asked for that mode then uses AA_LARGE_CACHE.
+   *
+   * The mapping granularity in bytes: a power of two and a multiple of
+   * 64 KiB; 0 when virtual memory is unusable at run time. */
+  size_t (*map_granularity)(aa_backend *b);
+  /* Reserve `size` bytes of address space, no memory behind it (size a
+   * multiple of the granularity); *out is aligned to the granularity. */
+  int (*va_reserve)(aa_backend *b, size_t size, void **out);
+  /* Give back a reservation, every page of it unmapped first. */
+  void (*va_release)(aa_backend *b, void *base, size_t size);
+  /* Back [addr, addr + size) with new memory (addr inside a reservation and
+   * aligned to the granularity, size one granule), readable and writable
+   * where the backend's memory is used; *handle is the backend's record of
+   * it, handed back to unmap. AA_ENOMEM when out of memory. */
+  int (*map)(aa_backend *b, void *addr, size_t size, void **handle);
+  /* Undo one map: the memory goes back to the system. The caller
+   * guarantees that no work still uses it. */
+  void (*unmap)(aa_backend *b, void *addr, size_t size, void *handle);
 } aa_backend_ops;
 
 /* A backend is a value: the ops table, its private context, what it is. A
@@ -119,8 +140,12 @@ AA_EXTERN void aa_backend_destroy(aa_backend *b);
 typedef struct aa_pool aa_pool;
 
 typedef enum aa_large_mode {
-  AA_LARGE_CACHE = 0,      /* cache segments, best-fit reuse, split/coalesce */
-  AA_LARGE_PASSTHROUGH = 1 /* straight to the backend every time */
+  AA_LARGE_CACHE = 0,       /* cache segments, best-fit reuse, split/coalesce */
+  AA_LARGE_PASSTHROUGH = 1, /* straight to the backend every time */
+  AA_LARGE_EXPANDABLE = 2   /* one address-space reservation, pages mapped on
+                               demand and unmapped from free holes, so free
+                               space never strands memory (needs the
+                               backend's map ops; else AA_LARGE_CACHE) */
 } aa_large_mode;
 
 /* What an invalid free looked like, for the error callback. */
