@@ -80,6 +80,69 @@ static void host_free(aa_backend *b, void *ptr, size_t size) {
   atomic_fetch_sub(&h->bytes_mapped, size);
 }
 
+/* Virtual memory (the expandable large path): address space reserved
+ * PROT_NONE, pages made readable and writable on map; unmap drops the pages
+ * (MADV_DONTNEED) and takes access away again. 2 MiB pages, as on CUDA.
+ * Map calls count towards fail_nth like alloc calls. */
+#define HOST_VPAGE ((size_t)2 << 20)
+
+static size_t host_map_granularity(aa_backend *b) {
+  (void)b;
+  return HOST_VPAGE;
+}
+
+static int host_va_reserve(aa_backend *b, size_t size, void **out) {
+  (void)b;
+  *out = NULL;
+  if (size == 0 || size % HOST_VPAGE != 0 || size > SIZE_MAX - HOST_VPAGE)
+    return AA_EINVAL;
+  size_t span = size + HOST_VPAGE;
+  void *m = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED)
+    return AA_ENOMEM;
+  uintptr_t a = (uintptr_t)m, base = (a + HOST_VPAGE - 1) & ~(uintptr_t)(HOST_VPAGE - 1);
+  if (base > a)
+    munmap(m, base - a);
+  if (a + span > base + size)
+    munmap((void *)(base + size), a + span - (base + size));
+  *out = (void *)base;
+  return AA_OK;
+}
+
+static void host_va_release(aa_backend *b, void *base, size_t size) {
+  (void)b;
+  if (base != NULL)
+    munmap(base, size);
+}
+
+static int host_map(aa_backend *b, void *addr, size_t size, void **handle) {
+  host_ctx *h = b->ctx;
+  *handle = NULL;
+  if (addr == NULL || size == 0 || (uintptr_t)addr % HOST_VPAGE != 0 || size % HOST_VPAGE != 0)
+    return AA_EINVAL;
+  uint64_t c = atomic_fetch_add(&h->calls, 1) + 1;
+  uint64_t at = atomic_load(&h->fail_at);
+  if (at != 0 && (c == at || (c > at && atomic_load(&h->fail_every))))
+    return AA_ENOMEM;
+  if (mprotect(addr, size, PROT_READ | PROT_WRITE) != 0)
+    return errno == ENOMEM ? AA_ENOMEM : AA_EBACKEND;
+  atomic_fetch_add(&h->allocs, 1);
+  atomic_fetch_add(&h->bytes_mapped, size);
+  *handle = addr;
+  return AA_OK;
+}
+
+static void host_unmap(aa_backend *b, void *addr, size_t size, void *handle) {
+  host_ctx *h = b->ctx;
+  (void)handle;
+  if (addr == NULL)
+    return;
+  (void)madvise(addr, size, MADV_DONTNEED);
+  (void)mprotect(addr, size, PROT_NONE);
+  atomic_fetch_add(&h->frees, 1);
+  atomic_fetch_sub(&h->bytes_mapped, size);
+}
+
 static int host_event_record(aa_backend *b, aa_stream stream, void **event_out) {
   host_ctx *h = b->ctx;
   (void)stream;
@@ -154,6 +217,11 @@ static const aa_backend_ops host_ops = {
     .event_release = host_event_release,
     .synchronize = host_synchronize,
     .destroy = host_destroy,
+    .map_granularity = host_map_granularity,
+    .va_reserve = host_va_reserve,
+    .va_release = host_va_release,
+    .map = host_map,
+    .unmap = host_unmap,
 };
 
 int aa_backend_host_new(aa_backend **out) {

@@ -1,0 +1,281 @@
+/*
+ * test_core_expandable.c — the expandable large path (AA_LARGE_EXPANDABLE)
+ * on the host backend's virtual memory: pages mapped on demand, neighbours
+ * that always coalesce, stranded pages moved under a limit, nothing
+ * unmapped while its stream work is pending, map failures, misuse.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "adaptalloc/core.h"
+
+#define MiB ((size_t)1 << 20)
+#define PAGE (2 * MiB)
+
+typedef struct fx {
+  aa_backend *b;
+  aa_pool *p;
+  int misuses;
+  aa_misuse last;
+} fx;
+
+static void on_error(void *user, aa_pool *pool, aa_misuse what, const void *ptr, size_t size,
+                     const char *msg) {
+  fx *f = user;
+  (void)pool, (void)ptr, (void)size, (void)msg;
+  f->misuses++;
+  f->last = what;
+}
+
+static fx *make(aa_large_mode mode, size_t limit) {
+  fx *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  assert_int_equal(aa_backend_host_new(&f->b), AA_OK);
+  aa_pool_config cfg;
+  aa_pool_config_init(&cfg);
+  cfg.backend = f->b;
+  cfg.large_mode = mode;
+  cfg.limit_bytes = limit;
+  cfg.on_error = on_error;
+  cfg.on_error_user = f;
+  assert_int_equal(aa_pool_new(&cfg, &f->p), AA_OK);
+  return f;
+}
+
+static aa_pool_stats stats(fx *f) {
+  aa_pool_stats st;
+  assert_int_equal(aa_pool_stats_get(f->p, &st), AA_OK);
+  return st;
+}
+
+static void done(fx *f) {
+  assert_int_equal(stats(f).large_bytes_in_use, 0);
+  aa_pool_destroy(f->p);
+  uint64_t a, fr, mapped;
+  aa_backend_host_counts(f->b, &a, &fr, &mapped);
+  assert_int_equal(mapped, 0);
+  assert_int_equal(a, fr);
+  aa_backend_destroy(f->b);
+  free(f);
+}
+
+static void fill(void *p, size_t n, unsigned char v) { memset(p, v, n); }
+
+static int check(const void *p, size_t n, unsigned char v) {
+  const unsigned char *c = p;
+  for (size_t i = 0; i < n; i++) {
+    if (c[i] != v)
+      return 0;
+  }
+  return 1;
+}
+
+/* Pages are mapped as chunks need them; reserved follows the pages. */
+static void test_core_expandable_maps_on_demand(void **state) {
+  (void)state;
+  fx *f = make(AA_LARGE_EXPANDABLE, 0);
+  aa_pool_stats st = stats(f);
+  assert_int_equal(st.large_bytes_reserved, 0);
+  char *a = aa_alloc(f->p, 3 * MiB, NULL); /* pages 0, 1 */
+  assert_non_null(a);
+  assert_int_equal((uintptr_t)a % PAGE, 0);
+  st = stats(f);
+  assert_int_equal(st.large_bytes_reserved, 2 * PAGE);
+  assert_int_equal(st.large_segments, 1);
+  char *b = aa_alloc(f->p, 3 * MiB, NULL); /* right after a: pages 1, 2 */
+  assert_ptr_equal(b, a + 3 * MiB);
+  assert_int_equal(stats(f).large_bytes_reserved, 3 * PAGE);
+  fill(a, 3 * MiB, 0xA1);
+  fill(b, 3 * MiB, 0xB2);
+  assert_true(check(a, 3 * MiB, 0xA1));
+  assert_true(check(b, 3 * MiB, 0xB2));
+  assert_int_equal(aa_block_size(f->p, b), 3 * MiB);
+  assert_int_equal(aa_free(f->p, a, 3 * MiB, NULL), AA_OK);
+  /* page 1 still holds b's first MiB: only page 0 can go */
+  assert_int_equal(aa_pool_release(f->p), PAGE);
+  assert_int_equal(stats(f).large_bytes_reserved, 2 * PAGE);
+  assert_true(check(b, 3 * MiB, 0xB2));
+  assert_int_equal(aa_free(f->p, b, 0, NULL), AA_OK);
+  assert_int_equal(aa_pool_release(f->p), 2 * PAGE);
+  st = stats(f);
+  assert_int_equal(st.large_bytes_reserved, 0);
+  assert_int_equal(st.large_segments, 1); /* the address space stays */
+  done(f);
+}
+
+/* Free neighbours merge across what would be separate segments in the
+ * cache mode, so a hole left by two frees serves a request of both sizes. */
+static void test_core_expandable_coalesces(void **state) {
+  (void)state;
+  fx *f = make(AA_LARGE_EXPANDABLE, 0);
+  char *a = aa_alloc(f->p, 4 * MiB, NULL);
+  char *b = aa_alloc(f->p, 6 * MiB, NULL);
+  char *c = aa_alloc(f->p, 4 * MiB, NULL);
+  assert_non_null(a);
+  assert_non_null(b);
+  assert_non_null(c);
+  fill(c, 4 * MiB, 0xC3);
+  uint64_t before = stats(f).large_bytes_reserved;
+  assert_int_equal(aa_free(f->p, a, 0, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, b, 0, NULL), AA_OK);
+  char *d = aa_alloc(f->p, 10 * MiB, NULL);
+  assert_ptr_equal(d, a);
+  assert_int_equal(stats(f).large_bytes_reserved, before); /* no new pages */
+  fill(d, 10 * MiB, 0xD4);
+  assert_true(check(c, 4 * MiB, 0xC3));
+  assert_int_equal(aa_free(f->p, d, 0, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, c, 0, NULL), AA_OK);
+  done(f);
+}
+
+/* Under a limit, pages stranded in a free hole move to a new request
+ * instead of the request failing: a 12 MiB block freed, an 8 MiB block cut
+ * from its start, then another 8 MiB under a 16 MiB limit. */
+static void test_core_expandable_limit_moves_pages(void **state) {
+  (void)state;
+  fx *f = make(AA_LARGE_EXPANDABLE, 16 * MiB);
+  char *x = aa_alloc(f->p, 12 * MiB, NULL);
+  assert_non_null(x);
+  assert_int_equal(aa_free(f->p, x, 0, NULL), AA_OK);
+  char *y = aa_alloc(f->p, 8 * MiB, NULL);
+  assert_ptr_equal(y, x);
+  fill(y, 8 * MiB, 0x11);
+  char *z = aa_alloc(f->p, 8 * MiB, NULL);
+  assert_non_null(z);
+  fill(z, 8 * MiB, 0x22);
+  aa_pool_stats st = stats(f);
+  assert_true(st.bytes_reserved <= 16 * MiB);
+  assert_int_equal(st.large_bytes_in_use, 16 * MiB);
+  assert_true(check(y, 8 * MiB, 0x11));
+  /* full: one more byte past the limit fails and changes nothing */
+  assert_null(aa_alloc(f->p, 4 * MiB, NULL));
+  assert_int_equal(stats(f).large_bytes_in_use, 16 * MiB);
+  assert_true(check(z, 8 * MiB, 0x22));
+  assert_int_equal(aa_free(f->p, y, 0, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, z, 0, NULL), AA_OK);
+  done(f);
+}
+
+/* A page whose chunk was freed on a stream with work pending is never
+ * unmapped; once the work completes, it is. */
+static void test_core_expandable_pending_work_keeps_pages(void **state) {
+  (void)state;
+  fx *f = make(AA_LARGE_EXPANDABLE, 0);
+  aa_stream s1 = (aa_stream)(uintptr_t)0x51;
+  aa_backend_host_hold_events(f->b, true);
+  char *a = aa_alloc(f->p, 8 * MiB, s1);
+  assert_non_null(a);
+  assert_int_equal(aa_free(f->p, a, 0, s1), AA_OK);
+  assert_int_equal(aa_pool_release(f->p), 0);
+  assert_int_equal(stats(f).large_bytes_reserved, 8 * MiB);
+  /* another stream cannot have it yet: it gets fresh pages */
+  char *b = aa_alloc(f->p, 8 * MiB, NULL);
+  assert_non_null(b);
+  assert_true(b != a);
+  assert_int_equal(aa_free(f->p, b, 0, NULL), AA_OK);
+  aa_backend_host_hold_events(f->b, false);
+  assert_int_equal(aa_pool_release(f->p), 16 * MiB);
+  assert_int_equal(stats(f).large_bytes_reserved, 0);
+  done(f);
+}
+
+/* A map that fails leaves the pool as it was; the retry path runs and a
+ * later request succeeds. */
+static void test_core_expandable_map_failure(void **state) {
+  (void)state;
+  fx *f = make(AA_LARGE_EXPANDABLE, 0);
+  char *a = aa_alloc(f->p, 2 * MiB, NULL);
+  assert_non_null(a);
+  aa_pool_stats st0 = stats(f);
+  aa_backend_host_fail_nth(f->b, 2, true); /* the second page of the next block */
+  assert_null(aa_alloc(f->p, 6 * MiB, NULL));
+  aa_pool_stats st1 = stats(f);
+  assert_int_equal(st1.large_bytes_in_use, st0.large_bytes_in_use);
+  assert_true(st1.ooms > st0.ooms);
+  aa_backend_host_fail_nth(f->b, 0, false);
+  char *b = aa_alloc(f->p, 6 * MiB, NULL);
+  assert_non_null(b);
+  fill(b, 6 * MiB, 0x5A);
+  assert_true(check(b, 6 * MiB, 0x5A));
+  assert_int_equal(aa_free(f->p, b, 0, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, a, 0, NULL), AA_OK);
+  done(f);
+}
+
+/* Misuse is caught as in the cache mode, from any page of the block. */
+static void test_core_expandable_misuse(void **state) {
+  (void)state;
+  fx *f = make(AA_LARGE_EXPANDABLE, 0);
+  char *a = aa_alloc(f->p, 5 * MiB, NULL);
+  char *keep = aa_alloc(f->p, 3 * MiB, NULL);
+  assert_non_null(a);
+  assert_non_null(keep);
+  assert_int_equal(aa_free(f->p, a + 4 * MiB, 0, NULL), AA_EINVAL);
+  assert_int_equal(f->last, AA_MISUSE_INTERIOR);
+  assert_int_equal(aa_free(f->p, a, 7 * MiB, NULL), AA_EINVAL);
+  assert_int_equal(f->last, AA_MISUSE_BAD_SIZE);
+  assert_int_equal(aa_free(f->p, a, 5 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, a, 5 * MiB, NULL), AA_EINVAL);
+  assert_int_equal(f->last, AA_MISUSE_DOUBLE_FREE);
+  assert_int_equal(f->misuses, 3);
+  assert_int_equal(aa_free(f->p, keep, 0, NULL), AA_OK);
+  done(f);
+}
+
+/* Many sizes, many frees in random order: data and accounting hold, and
+ * everything goes back at the end. */
+static void test_core_expandable_churn(void **state) {
+  (void)state;
+  fx *f = make(AA_LARGE_EXPANDABLE, 0);
+  enum { N = 64 };
+  char *p[N] = {0};
+  size_t sz[N] = {0};
+  unsigned seed = 12345;
+  for (int round = 0; round < 2000; round++) {
+    seed = seed * 1103515245u + 12345u;
+    int i = (int)((seed >> 8) % N);
+    if (p[i]) {
+      assert_true(check(p[i], sz[i] < 4096 ? sz[i] : 4096, (unsigned char)i));
+      assert_true(check(p[i] + sz[i] - 1, 1, (unsigned char)i));
+      assert_int_equal(aa_free(f->p, p[i], sz[i], NULL), AA_OK);
+      p[i] = NULL;
+    } else {
+      sz[i] = (size_t)(1 + (seed >> 16) % 48) * 256 * 1024 + 4096 * ((seed >> 4) % 7);
+      p[i] = aa_alloc(f->p, sz[i], NULL);
+      assert_non_null(p[i]);
+      fill(p[i], sz[i] < 4096 ? sz[i] : 4096, (unsigned char)i);
+      p[i][sz[i] - 1] = (char)i;
+    }
+    if (round % 500 == 499)
+      (void)aa_pool_release(f->p);
+  }
+  aa_pool_stats st = stats(f);
+  assert_true(st.large_bytes_reserved >= st.large_bytes_in_use);
+  assert_int_equal(st.large_bytes_reserved % PAGE, 0);
+  for (int i = 0; i < N; i++) {
+    if (p[i])
+      assert_int_equal(aa_free(f->p, p[i], sz[i], NULL), AA_OK);
+  }
+  (void)aa_pool_release(f->p);
+  assert_int_equal(stats(f).large_bytes_reserved, 0);
+  done(f);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_core_expandable_maps_on_demand),
+      cmocka_unit_test(test_core_expandable_coalesces),
+      cmocka_unit_test(test_core_expandable_limit_moves_pages),
+      cmocka_unit_test(test_core_expandable_pending_work_keeps_pages),
+      cmocka_unit_test(test_core_expandable_map_failure),
+      cmocka_unit_test(test_core_expandable_misuse),
+      cmocka_unit_test(test_core_expandable_churn),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
