@@ -133,7 +133,7 @@ static const bad_doc bad_docs[] = {
     {POOL("{\"classes\": {\"min\": 2097152}}"), AA_EINVAL,
      "pools.device.classes.min: 2097152 is larger than max_small 1048576"},
     {"{\"pools\": {\"host\": {\"large\": {\"mode\": \"lru\"}}}}", AA_EINVAL,
-     "pools.host.large.mode: \"lru\" is not one of \"cache\", \"passthrough\""},
+     "pools.host.large.mode: \"lru\" is not one of \"cache\", \"passthrough\", \"expandable\""},
     {POOL("{\"limit_bytes\": 1000}"), AA_EINVAL,
      "pools.device.limit_bytes: 1000 is below one slab (slab_size 2097152)"},
     {POOL("{\"limit_bytes\": 4194304, \"classes\": [{\"size\": 1048576, "

@@ -693,10 +693,13 @@ static int pool_from(vctx *v, const cJSON *obj, const char *path,
         pp->large_mode = AA_LARGE_CACHE;
       } else if (strcmp(f->valuestring, "passthrough") == 0) {
         pp->large_mode = AA_LARGE_PASSTHROUGH;
+      } else if (strcmp(f->valuestring, "expandable") == 0) {
+        pp->large_mode = AA_LARGE_EXPANDABLE;
       } else {
         char k[64];
         key_safe(k, sizeof k, f->valuestring);
-        return fail(v, p2, "\"%s\" is not one of \"cache\", \"passthrough\"", k);
+        return fail(v, p2, "\"%s\" is not one of \"cache\", \"passthrough\", \"expandable\"",
+                    k);
       }
     }
     f = FIELD(it, "cache_bytes", p2, p1);

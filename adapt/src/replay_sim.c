@@ -248,9 +248,78 @@ static int sim_synchronize(aa_backend *be) {
   return AA_OK;
 }
 
+/* Virtual memory, for the expandable large path: a reservation is fresh
+ * fake address space; a mapped page counts as held memory and as one
+ * backend alloc (an unmap as one free), with the device's 2 MiB pages. */
+static size_t sim_map_granularity(aa_backend *be) {
+  (void)be;
+  return SIM_ALIGN;
+}
+
+static int sim_va_reserve(aa_backend *be, size_t size, void **out) {
+  simbk *b = be->ctx;
+  int rc = AA_OK;
+
+  *out = NULL;
+  pthread_mutex_lock(&b->mu);
+  if (size == 0 || size > SIM_ADDR_LIMIT - b->next_addr)
+    rc = AA_ENOMEM;
+  else {
+    *out = (void *)(uintptr_t)b->next_addr;
+    b->next_addr += round_up(size, SIM_ALIGN);
+  }
+  pthread_mutex_unlock(&b->mu);
+  return rc;
+}
+
+static void sim_va_release(aa_backend *be, void *base, size_t size) {
+  (void)be, (void)base, (void)size; /* fake address space is not reused */
+}
+
+static int sim_map(aa_backend *be, void *addr, size_t size, void **handle) {
+  simbk *b = be->ctx;
+  int rc = AA_OK;
+
+  *handle = NULL;
+  pthread_mutex_lock(&b->mu);
+  if (addr == NULL || size == 0 || (uintptr_t)addr % SIM_ALIGN != 0)
+    rc = AA_EINVAL;
+  else if (b->capacity != 0 &&
+           size > b->capacity - atomic_load_explicit(&b->held, memory_order_relaxed))
+    rc = AA_ENOMEM;
+  if (rc == AA_OK) {
+    atomic_fetch_add_explicit(&b->held, size, memory_order_relaxed);
+    atomic_fetch_add_explicit(&b->allocs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&b->alloc_bytes, size, memory_order_relaxed);
+    *handle = addr;
+  } else {
+    atomic_fetch_add_explicit(&b->failures, 1, memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&b->mu);
+  return rc;
+}
+
+static void sim_unmap(aa_backend *be, void *addr, size_t size, void *handle) {
+  simbk *b = be->ctx;
+
+  (void)addr, (void)handle;
+  atomic_fetch_sub_explicit(&b->held, size, memory_order_relaxed);
+  atomic_fetch_add_explicit(&b->frees, 1, memory_order_relaxed);
+}
+
 static const aa_backend_ops sim_ops = {
-    sim_alloc,         sim_free,        sim_event_record, sim_event_query,
-    sim_event_release, sim_synchronize, NULL};
+    .alloc = sim_alloc,
+    .free = sim_free,
+    .event_record = sim_event_record,
+    .event_query = sim_event_query,
+    .event_release = sim_event_release,
+    .synchronize = sim_synchronize,
+    .map_granularity = sim_map_granularity,
+    .va_reserve = sim_va_reserve,
+    .va_release = sim_va_release,
+    .map = sim_map,
+    .unmap = sim_unmap,
+};
 
 static void simbk_free(simbk *b) {
   size_t i;
