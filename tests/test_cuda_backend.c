@@ -3,10 +3,13 @@
  * argument checks (run everywhere), then on a GPU: alloc/free alignment,
  * out-of-memory as AA_ENOMEM with the CUDA error cleared, the caller's
  * current device left alone, pooled events, pending events while a stream is
- * held by a host callback, and stream-ordered reuse in a pool.
+ * held by a host callback, and stream-ordered reuse in a pool; the
+ * virtual-memory ops (granularity, reserve, map/unmap with the data checked,
+ * a remap in the middle, the failure paths, a thread with no CUDA state).
  *
  * Without a GPU (CI) every GPU test calls cmocka's skip() after printing why.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -348,6 +351,322 @@ static void test_cuda_pool_oom_releases_cache(void **state) {
   assert_int_equal(cudaFree(hog), cudaSuccess);
 }
 
+/* ------------------------------------------------------- virtual memory */
+
+static int is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+/* The device backend's mapping granularity, or 0 (after a SKIP message)
+ * when virtual memory is unusable on this GPU. */
+static size_t vm_granularity_or_skip(aa_backend *b) {
+  size_t g = b->ops->map_granularity(b);
+  if (g == 0)
+    print_message("[  SKIP    ] no CUDA virtual memory on device 0\n");
+  return g;
+}
+
+/* Fills one granule at p with a pattern made of `seed`, through a memset
+ * then a host-to-device copy, and reads it back. */
+static void vm_fill_check(void *p, size_t g, unsigned seed, unsigned char *buf) {
+  size_t i;
+  assert_int_equal(cudaMemset(p, (int)(seed & 0xff), g), cudaSuccess);
+  assert_int_equal(cudaMemcpy(buf, p, g, cudaMemcpyDeviceToHost), cudaSuccess);
+  assert_int_equal(buf[0], seed & 0xff);
+  assert_int_equal(buf[g / 2], seed & 0xff);
+  assert_int_equal(buf[g - 1], seed & 0xff);
+  for (i = 0; i < g; i++)
+    buf[i] = (unsigned char)(i * 31u + seed);
+  assert_int_equal(cudaMemcpy(p, buf, g, cudaMemcpyHostToDevice), cudaSuccess);
+  memset(buf, 0, g);
+  assert_int_equal(cudaMemcpy(buf, p, g, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (i = 0; i < g; i++) {
+    if (buf[i] != (unsigned char)(i * 31u + seed))
+      fail_msg("byte %zu of the page (seed %u): %u", i, seed, buf[i]);
+  }
+}
+
+/* The pattern vm_fill_check left is still there. */
+static void vm_check(const void *p, size_t g, unsigned seed, unsigned char *buf) {
+  size_t i;
+  memset(buf, 0, g);
+  assert_int_equal(cudaMemcpy(buf, p, g, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (i = 0; i < g; i++) {
+    if (buf[i] != (unsigned char)(i * 31u + seed))
+      fail_msg("byte %zu of the page (seed %u): %u", i, seed, buf[i]);
+  }
+}
+
+static void test_cuda_backend_vm_granularity(void **state) {
+  aa_backend *b = NULL, *pin = NULL;
+  size_t g;
+  (void)state;
+  NEED_GPU();
+  assert_int_equal(aa_backend_cuda_new(0, &b), AA_OK);
+  assert_non_null(b->ops->map_granularity);
+  assert_non_null(b->ops->va_reserve);
+  assert_non_null(b->ops->va_release);
+  assert_non_null(b->ops->map);
+  assert_non_null(b->ops->unmap);
+  g = b->ops->map_granularity(b);
+  print_message("[  INFO    ] device 0 mapping granularity: %zu KiB\n", g >> 10);
+  if (g != 0) {
+    assert_true(is_pow2(g));
+    assert_true(g >= ((size_t)64 << 10));
+    assert_int_equal(g % ((size_t)64 << 10), 0);
+  }
+  assert_int_equal(b->ops->map_granularity(b), g); /* cached, same answer */
+  assert_int_equal(cudaGetLastError(), cudaSuccess);
+  aa_backend_destroy(b);
+  /* Pinned host memory has no virtual-memory ops. */
+  assert_int_equal(aa_backend_pinned_new(&pin), AA_OK);
+  assert_null(pin->ops->map_granularity);
+  assert_null(pin->ops->va_reserve);
+  assert_null(pin->ops->va_release);
+  assert_null(pin->ops->map);
+  assert_null(pin->ops->unmap);
+  aa_backend_destroy(pin);
+}
+
+/* Reserve 64 MiB, map granules 0, 1 and 5, check the data in each, unmap the
+ * middle one and map it again, check all three, give everything back. */
+static void test_cuda_backend_vm_map_unmap(void **state) {
+  static const size_t at[3] = {0, 1, 5};
+  aa_backend *b = NULL;
+  aa_cuda_counts c;
+  size_t g, va = (size_t)64 << 20;
+  unsigned char *base = NULL, *buf = NULL;
+  void *h[3] = {NULL, NULL, NULL};
+  int i, cur = -1;
+  (void)state;
+  NEED_GPU();
+  assert_int_equal(aa_backend_cuda_new(0, &b), AA_OK);
+  g = vm_granularity_or_skip(b);
+  if (g == 0) {
+    aa_backend_destroy(b);
+    skip();
+    return;
+  }
+  if (va < 8 * g)
+    va = 8 * g;
+  buf = malloc(g);
+  assert_non_null(buf);
+  assert_int_equal(b->ops->va_reserve(b, va, (void **)&base), AA_OK);
+  assert_non_null(base);
+  assert_int_equal((uintptr_t)base % g, 0);
+  for (i = 0; i < 3; i++) {
+    assert_int_equal(b->ops->map(b, base + at[i] * g, g, &h[i]), AA_OK);
+    assert_non_null(h[i]);
+  }
+  {
+    struct cudaPointerAttributes a;
+    assert_int_equal(cudaPointerGetAttributes(&a, base + 5 * g), cudaSuccess);
+    assert_int_equal(a.type, cudaMemoryTypeDevice);
+    assert_int_equal(a.device, 0);
+  }
+  for (i = 0; i < 3; i++)
+    vm_fill_check(base + at[i] * g, g, 0x40u + (unsigned)i, buf);
+  assert_int_equal(aa_backend_cuda_counts(b, &c), AA_OK);
+  assert_int_equal(c.allocs, 3);
+  assert_int_equal(c.bytes_mapped, 3 * g);
+
+  /* The middle one goes back and comes again; its neighbours keep data. */
+  assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+  b->ops->unmap(b, base + g, g, h[1]);
+  h[1] = NULL;
+  assert_int_equal(aa_backend_cuda_counts(b, &c), AA_OK);
+  assert_int_equal(c.frees, 1);
+  assert_int_equal(c.bytes_mapped, 2 * g);
+  vm_check(base, g, 0x40u, buf);
+  vm_check(base + 5 * g, g, 0x42u, buf);
+  assert_int_equal(b->ops->map(b, base + g, g, &h[1]), AA_OK);
+  assert_non_null(h[1]);
+  vm_fill_check(base + g, g, 0x77u, buf);
+  vm_check(base, g, 0x40u, buf);
+  vm_check(base + 5 * g, g, 0x42u, buf);
+
+  assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+  for (i = 0; i < 3; i++)
+    b->ops->unmap(b, base + at[i] * g, g, h[i]);
+  b->ops->va_release(b, base, va);
+  assert_int_equal(aa_backend_cuda_counts(b, &c), AA_OK);
+  assert_int_equal(c.allocs, 4);
+  assert_int_equal(c.frees, 4);
+  assert_int_equal(c.failures, 0);
+  assert_int_equal(c.bytes_mapped, 0);
+  assert_int_equal(cudaGetLastError(), cudaSuccess);
+  assert_int_equal(cudaGetDevice(&cur), cudaSuccess);
+  assert_int_equal(cur, 0);
+  free(buf);
+  aa_backend_destroy(b);
+}
+
+/* Bad requests fail and map nothing: a misaligned address or size is
+ * refused before the driver is asked; mapping over a mapped granule fails in
+ * the driver, which must give its new memory back and leave the old
+ * mapping and its data alone. */
+static void test_cuda_backend_vm_map_failures(void **state) {
+  aa_backend *b = NULL;
+  aa_cuda_counts c;
+  size_t g, va, free0 = 0, free1 = 0, total = 0;
+  unsigned char *base = NULL, *buf = NULL;
+  void *h0 = NULL, *h1 = NULL, *hx = (void *)0x1;
+  int rc;
+  (void)state;
+  NEED_GPU();
+  assert_int_equal(aa_backend_cuda_new(0, &b), AA_OK);
+  g = vm_granularity_or_skip(b);
+  if (g == 0) {
+    aa_backend_destroy(b);
+    skip();
+    return;
+  }
+  va = 4 * g;
+  buf = malloc(g);
+  assert_non_null(buf);
+  /* The reservation size must be a multiple of the granularity. */
+  {
+    void *p = (void *)0x1;
+    assert_int_equal(b->ops->va_reserve(b, g + 4096, &p), AA_EINVAL);
+    assert_null(p);
+  }
+  assert_int_equal(b->ops->va_reserve(b, va, (void **)&base), AA_OK);
+
+  assert_int_equal(b->ops->map(b, base + 4096, g, &hx), AA_EINVAL);
+  assert_null(hx);
+  hx = (void *)0x1;
+  assert_int_equal(b->ops->map(b, base, 4096, &hx), AA_EINVAL);
+  assert_null(hx);
+  hx = (void *)0x1;
+  assert_int_equal(b->ops->map(b, NULL, g, &hx), AA_EINVAL);
+  assert_null(hx);
+  assert_int_equal(aa_backend_cuda_counts(b, &c), AA_OK);
+  assert_int_equal(c.allocs, 0);
+  assert_int_equal(c.bytes_mapped, 0);
+  /* Nothing was mapped in the first two granules: both map now. */
+  assert_int_equal(b->ops->map(b, base, g, &h0), AA_OK);
+  assert_int_equal(b->ops->map(b, base + g, g, &h1), AA_OK);
+  vm_fill_check(base, g, 0x5au, buf);
+
+  /* Over a mapped granule: the driver refuses, nothing leaks. */
+  assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+  assert_int_equal(cudaMemGetInfo(&free0, &total), cudaSuccess);
+  hx = (void *)0x1;
+  rc = b->ops->map(b, base, g, &hx);
+  assert_true(rc < 0);
+  assert_int_not_equal(rc, AA_ENOMEM);
+  assert_null(hx);
+  assert_int_equal(cudaGetLastError(), cudaSuccess);
+  assert_int_equal(cudaMemGetInfo(&free1, &total), cudaSuccess);
+  assert_int_equal(free1, free0); /* the new granule went back */
+  vm_check(base, g, 0x5au, buf);
+  assert_int_equal(aa_backend_cuda_counts(b, &c), AA_OK);
+  assert_int_equal(c.allocs, 2);
+  assert_int_equal(c.failures, 1);
+  assert_int_equal(c.ooms, 0);
+  assert_int_equal(c.bytes_mapped, 2 * g);
+
+  /* Out of device memory is AA_ENOMEM: more than any GPU has, in one
+   * reservation that the driver may refuse first. */
+  {
+    unsigned char *huge = NULL;
+    void *hh = (void *)0x1;
+    size_t hsz = (size_t)1 << 40; /* 1 TiB */
+    hsz -= hsz % g;
+    if (b->ops->va_reserve(b, hsz, (void **)&huge) == AA_OK) {
+      assert_int_equal(b->ops->map(b, huge, hsz, &hh), AA_ENOMEM);
+      assert_null(hh);
+      b->ops->va_release(b, huge, hsz);
+      assert_int_equal(aa_backend_cuda_counts(b, &c), AA_OK);
+      assert_int_equal(c.ooms, 1);
+      assert_int_equal(c.failures, 2);
+      assert_int_equal(c.bytes_mapped, 2 * g);
+    } else {
+      print_message("[  INFO    ] 1 TiB of address space refused: OOM map not tried\n");
+    }
+  }
+
+  assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+  b->ops->unmap(b, base, g, h0);
+  b->ops->unmap(b, base + g, g, h1);
+  b->ops->va_release(b, base, va);
+  assert_int_equal(aa_backend_cuda_counts(b, &c), AA_OK);
+  assert_int_equal(c.bytes_mapped, 0);
+  assert_int_equal(cudaGetLastError(), cudaSuccess);
+  free(buf);
+  aa_backend_destroy(b);
+}
+
+/* The ops from threads that have made no CUDA call: the backend must make
+ * a context current itself (the driver calls need one). */
+typedef struct vm_thread_job {
+  aa_backend *b;
+  int unmap; /* 0: granularity, reserve and map; 1: unmap and release */
+  size_t g, va;
+  unsigned char *base;
+  void *h;
+  int rc;
+} vm_thread_job;
+
+static void *vm_thread_fn(void *arg) {
+  vm_thread_job *j = arg;
+  aa_backend *b = j->b;
+  if (j->unmap) {
+    b->ops->unmap(b, j->base, j->g, j->h);
+    b->ops->va_release(b, j->base, j->va);
+    j->rc = AA_OK;
+    return NULL;
+  }
+  j->g = b->ops->map_granularity(b);
+  if (j->g == 0) {
+    j->rc = AA_ENOTSUP;
+    return NULL;
+  }
+  j->va = 4 * j->g;
+  j->rc = b->ops->va_reserve(b, j->va, (void **)&j->base);
+  if (j->rc == AA_OK)
+    j->rc = b->ops->map(b, j->base + j->g, j->g, &j->h);
+  return NULL;
+}
+
+static void vm_run_thread(vm_thread_job *j) {
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, vm_thread_fn, j), 0);
+  assert_int_equal(pthread_join(t, NULL), 0);
+}
+
+static void test_cuda_backend_vm_fresh_thread(void **state) {
+  aa_backend *b = NULL;
+  aa_cuda_counts c;
+  vm_thread_job j;
+  unsigned char *buf;
+  (void)state;
+  NEED_GPU();
+  assert_int_equal(aa_backend_cuda_new(0, &b), AA_OK);
+  memset(&j, 0, sizeof j);
+  j.b = b;
+  vm_run_thread(&j); /* the first granularity query is made there too */
+  if (j.rc == AA_ENOTSUP) {
+    print_message("[  SKIP    ] no CUDA virtual memory on device 0\n");
+    aa_backend_destroy(b);
+    skip();
+    return;
+  }
+  assert_int_equal(j.rc, AA_OK);
+  assert_non_null(j.h);
+  buf = malloc(j.g);
+  assert_non_null(buf);
+  vm_fill_check(j.base + j.g, j.g, 0x33u, buf);
+  assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+  j.unmap = 1;
+  vm_run_thread(&j);
+  assert_int_equal(aa_backend_cuda_counts(b, &c), AA_OK);
+  assert_int_equal(c.allocs, 1);
+  assert_int_equal(c.frees, 1);
+  assert_int_equal(c.failures, 0);
+  assert_int_equal(c.bytes_mapped, 0);
+  free(buf);
+  aa_backend_destroy(b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cuda_backend_bad_arguments),
@@ -359,6 +678,10 @@ int main(void) {
       cmocka_unit_test(test_cuda_pool_cross_stream_reuse),
       cmocka_unit_test(test_cuda_pool_limit_and_release),
       cmocka_unit_test(test_cuda_pool_oom_releases_cache),
+      cmocka_unit_test(test_cuda_backend_vm_granularity),
+      cmocka_unit_test(test_cuda_backend_vm_map_unmap),
+      cmocka_unit_test(test_cuda_backend_vm_map_failures),
+      cmocka_unit_test(test_cuda_backend_vm_fresh_thread),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -45,10 +45,11 @@ extern "C" {
 typedef struct aa_cuda_counts {
   uint32_t version;        /* AA_CUDA_COUNTS_VERSION */
   uint32_t size;           /* sizeof(aa_cuda_counts) */
-  uint64_t allocs;         /* cudaMalloc / cudaHostAlloc calls that succeeded */
-  uint64_t frees;          /* cudaFree / cudaFreeHost calls */
-  uint64_t failures;       /* alloc calls that failed (OOM included) */
-  uint64_t ooms;           /* of those, cudaErrorMemoryAllocation */
+  uint64_t allocs;         /* cudaMalloc / cudaHostAlloc calls and device
+                              map ops (cuMemCreate + cuMemMap) that succeeded */
+  uint64_t frees;          /* cudaFree / cudaFreeHost calls, device unmap ops */
+  uint64_t failures;       /* alloc and map calls that failed (OOM included) */
+  uint64_t ooms;           /* of those, out of memory */
   uint64_t bytes_mapped;   /* bytes currently held from CUDA */
   uint64_t events_created; /* cudaEventCreateWithFlags calls (pool growth) */
   uint64_t events_free;    /* events idle in the backend's event pool */

@@ -16,9 +16,23 @@
  * cudaFree is used, not cudaFreeAsync: the pool gives memory back only when
  * it holds no live block, but kernels on the freeing stream may still read
  * it; cudaFree's implicit device synchronisation is what makes that safe.
+ *
+ * Virtual memory (the five map ops, for AA_LARGE_EXPANDABLE): the CUDA
+ * driver's VMM API (cuMemAddressReserve, cuMemCreate, cuMemMap,
+ * cuMemSetAccess, cuMemUnmap, cuMemRelease, cuMemAddressFree). libcuda is
+ * not linked: <cuda.h> gives the types only, and the entry points are
+ * resolved once through cudart (cudaGetDriverEntryPointByVersion), so the
+ * library loads without a driver. If any is missing, or the device lacks
+ * CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, map_granularity
+ * answers 0 and the core uses AA_LARGE_CACHE. One map is one cuMemCreate
+ * handle of one granule (2 MiB on H100/H200), counted like a cudaMalloc in
+ * the backend's counters; unmap gives it back to the driver at once (no
+ * implicit synchronisation: the core unmaps only memory no work uses).
  */
 #include <stdlib.h>
 #include <string.h>
+
+#include <cuda.h> /* driver types only: libcuda is never linked */
 
 #include "cuda_internal.h"
 
@@ -148,6 +162,289 @@ static void dev_destroy(aa_backend *b) {
   free(cb);
 }
 
+/* ------------------------------------------------------- virtual memory */
+
+/* The driver entry points, as the CUDA 12.0 ABI defines them. */
+typedef CUresult(CUDAAPI *vm_ctx_get_current_fn)(CUcontext *pctx);
+typedef CUresult(CUDAAPI *vm_device_get_fn)(CUdevice *device, int ordinal);
+typedef CUresult(CUDAAPI *vm_device_get_attribute_fn)(int *pi,
+                                                      CUdevice_attribute attrib,
+                                                      CUdevice dev);
+typedef CUresult(CUDAAPI *vm_get_granularity_fn)(
+    size_t *granularity, const CUmemAllocationProp *prop,
+    CUmemAllocationGranularity_flags option);
+typedef CUresult(CUDAAPI *vm_address_reserve_fn)(CUdeviceptr *ptr, size_t size,
+                                                 size_t alignment,
+                                                 CUdeviceptr addr,
+                                                 unsigned long long flags);
+typedef CUresult(CUDAAPI *vm_address_free_fn)(CUdeviceptr ptr, size_t size);
+typedef CUresult(CUDAAPI *vm_create_fn)(CUmemGenericAllocationHandle *handle,
+                                        size_t size,
+                                        const CUmemAllocationProp *prop,
+                                        unsigned long long flags);
+typedef CUresult(CUDAAPI *vm_release_fn)(CUmemGenericAllocationHandle handle);
+typedef CUresult(CUDAAPI *vm_map_fn)(CUdeviceptr ptr, size_t size,
+                                     size_t offset,
+                                     CUmemGenericAllocationHandle handle,
+                                     unsigned long long flags);
+typedef CUresult(CUDAAPI *vm_unmap_fn)(CUdeviceptr ptr, size_t size);
+typedef CUresult(CUDAAPI *vm_set_access_fn)(CUdeviceptr ptr, size_t size,
+                                            const CUmemAccessDesc *desc,
+                                            size_t count);
+
+_Static_assert(sizeof(vm_map_fn) == sizeof(void *),
+               "driver entry points travel through a void *");
+_Static_assert(sizeof(CUmemGenericAllocationHandle) <= sizeof(uintptr_t),
+               "a VMM handle travels through a void *");
+
+/* Written once under vm_once, read-only afterwards. */
+static struct {
+  bool ok; /* every entry point below resolved */
+  vm_ctx_get_current_fn ctx_get_current;
+  vm_device_get_fn device_get;
+  vm_device_get_attribute_fn device_get_attribute;
+  vm_get_granularity_fn get_granularity;
+  vm_address_reserve_fn address_reserve;
+  vm_address_free_fn address_free;
+  vm_create_fn create;
+  vm_release_fn release;
+  vm_map_fn map;
+  vm_unmap_fn unmap;
+  vm_set_access_fn set_access;
+} vm_api;
+static pthread_once_t vm_once = PTHREAD_ONCE_INIT;
+
+/* Looks one driver symbol up through cudart; *slot (a function pointer)
+ * stays NULL when the driver lacks it or there is no driver. */
+static bool vm_sym(const char *name, void *slot) {
+  enum cudaDriverEntryPointQueryResult st = cudaDriverEntryPointSymbolNotFound;
+  void *fn = NULL;
+  cudaError_t e;
+#if CUDART_VERSION >= 12050
+  e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &st);
+#else
+  e = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &st);
+#endif
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (st != cudaDriverEntryPointSuccess || !fn)
+    return false;
+  /* ISO C has no object-to-function pointer cast; copy the bits (POSIX
+   * guarantees they are the same size, checked above). */
+  memcpy(slot, &fn, sizeof fn);
+  return true;
+}
+
+static void vm_resolve(void) {
+  bool ok = true;
+  ok = vm_sym("cuCtxGetCurrent", &vm_api.ctx_get_current) && ok;
+  ok = vm_sym("cuDeviceGet", &vm_api.device_get) && ok;
+  ok = vm_sym("cuDeviceGetAttribute", &vm_api.device_get_attribute) && ok;
+  ok = vm_sym("cuMemGetAllocationGranularity", &vm_api.get_granularity) && ok;
+  ok = vm_sym("cuMemAddressReserve", &vm_api.address_reserve) && ok;
+  ok = vm_sym("cuMemAddressFree", &vm_api.address_free) && ok;
+  ok = vm_sym("cuMemCreate", &vm_api.create) && ok;
+  ok = vm_sym("cuMemRelease", &vm_api.release) && ok;
+  ok = vm_sym("cuMemMap", &vm_api.map) && ok;
+  ok = vm_sym("cuMemUnmap", &vm_api.unmap) && ok;
+  ok = vm_sym("cuMemSetAccess", &vm_api.set_access) && ok;
+  vm_api.ok = ok;
+}
+
+static bool vm_available(void) {
+  if (pthread_once(&vm_once, vm_resolve) != 0)
+    return false;
+  return vm_api.ok;
+}
+
+static int vm_err(CUresult r) {
+  if (r == CUDA_SUCCESS)
+    return AA_OK;
+  return r == CUDA_ERROR_OUT_OF_MEMORY ? AA_ENOMEM : AA_EBACKEND;
+}
+
+static CUdeviceptr vm_addr(const void *p) { return (CUdeviceptr)(uintptr_t)p; }
+
+/* Pinned (non-migratable) memory on the backend's device, no export handle. */
+static void vm_prop(const aa_backend *b, CUmemAllocationProp *prop) {
+  memset(prop, 0, sizeof *prop);
+  prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop->location.id = b->device;
+  prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+}
+
+/* aa__cuda_enter, plus a current driver context. A thread that has made no
+ * runtime call on this device yet has none (aa__cuda_enter skips
+ * cudaSetDevice when the thread's default device is already `device`);
+ * driver 580 was seen to reserve and create without one, but the VMM calls
+ * are documented against a current context, so cudaFree(NULL) makes the
+ * runtime bind the device's primary context to this thread, as any runtime
+ * call would. On failure nothing is left to undo. */
+static int vm_enter(const aa_backend *b, int *prev) {
+  CUcontext ctx = NULL;
+  int rc = aa__cuda_enter(b->device, prev);
+  if (rc != AA_OK)
+    return rc;
+  if (vm_api.ctx_get_current(&ctx) == CUDA_SUCCESS && ctx != NULL)
+    return AA_OK;
+  rc = aa__cuda_err(cudaFree(NULL));
+  if (rc != AA_OK)
+    aa__cuda_leave(b->device, *prev);
+  return rc;
+}
+
+/* The driver's recommended granularity, rounded up to a power of two of at
+ * least 64 KiB; 0 when virtual memory cannot be used. */
+static size_t vm_query_granularity(const aa_backend *b) {
+  CUmemAllocationProp prop;
+  CUdevice dev = 0;
+  size_t g = 0, p = (size_t)64 << 10;
+  int supported = 0;
+  int prev = -1;
+
+  if (!vm_available())
+    return 0;
+  if (vm_enter(b, &prev) != AA_OK)
+    return 0;
+  vm_prop(b, &prop);
+  if (vm_api.device_get(&dev, b->device) != CUDA_SUCCESS ||
+      vm_api.device_get_attribute(
+          &supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+          dev) != CUDA_SUCCESS ||
+      !supported ||
+      vm_api.get_granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) !=
+          CUDA_SUCCESS)
+    g = 0;
+  aa__cuda_leave(b->device, prev);
+  if (g == 0)
+    return 0;
+  while (p < g) {
+    if (p > SIZE_MAX / 2)
+      return 0;
+    p <<= 1;
+  }
+  return p;
+}
+
+static size_t dev_map_granularity(aa_backend *b) {
+  aa__cuda_backend *cb = (aa__cuda_backend *)b->ctx;
+  size_t g = atomic_load_explicit(&cb->vm_granularity, memory_order_acquire);
+  if (g != AA__CUDA_VM_UNKNOWN)
+    return g;
+  /* Two threads racing here both ask the driver and store the same answer. */
+  g = vm_query_granularity(b);
+  atomic_store_explicit(&cb->vm_granularity, g, memory_order_release);
+  return g;
+}
+
+static int dev_va_reserve(aa_backend *b, size_t size, void **out) {
+  size_t g = dev_map_granularity(b);
+  CUdeviceptr p = 0;
+  CUresult r;
+  int prev = -1;
+  int rc;
+
+  *out = NULL;
+  if (g == 0)
+    return AA_ENOTSUP;
+  if (size == 0 || size % g != 0)
+    return AA_EINVAL;
+  rc = vm_enter(b, &prev);
+  if (rc != AA_OK)
+    return rc;
+  r = vm_api.address_reserve(&p, size, g, 0, 0);
+  aa__cuda_leave(b->device, prev);
+  rc = vm_err(r);
+  if (rc != AA_OK)
+    return rc;
+  *out = (void *)(uintptr_t)p;
+  return AA_OK;
+}
+
+static void dev_va_release(aa_backend *b, void *base, size_t size) {
+  int prev = -1;
+  bool entered;
+  if (!base || !vm_available())
+    return;
+  /* The driver call needs no runtime state; try it even when the runtime is
+   * unloading (process exit) and the device guard fails. */
+  entered = vm_enter(b, &prev) == AA_OK;
+  (void)vm_api.address_free(vm_addr(base), size);
+  if (entered)
+    aa__cuda_leave(b->device, prev);
+}
+
+static int dev_map(aa_backend *b, void *addr, size_t size, void **handle) {
+  aa__cuda_backend *cb = (aa__cuda_backend *)b->ctx;
+  size_t g = dev_map_granularity(b);
+  CUmemGenericAllocationHandle h = 0;
+  CUmemAllocationProp prop;
+  CUmemAccessDesc access;
+  CUresult r = CUDA_SUCCESS;
+  bool created = false, mapped = false;
+  int prev = -1;
+  int rc;
+
+  *handle = NULL;
+  if (g == 0)
+    return AA_ENOTSUP;
+  if (!addr || size == 0 || size % g != 0 || (uintptr_t)addr % g != 0)
+    return AA_EINVAL;
+  rc = vm_enter(b, &prev);
+  if (rc != AA_OK)
+    goto done;
+  vm_prop(b, &prop);
+  memset(&access, 0, sizeof access);
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  r = vm_api.create(&h, size, &prop, 0);
+  if (r == CUDA_SUCCESS) {
+    created = true;
+    r = vm_api.map(vm_addr(addr), size, 0, h, 0);
+  }
+  if (r == CUDA_SUCCESS) {
+    mapped = true;
+    r = vm_api.set_access(vm_addr(addr), size, &access, 1);
+  }
+  /* Undo in reverse order. A failed cuMemMap (the range already mapped, say)
+   * must not unmap what was there before. */
+  if (r != CUDA_SUCCESS && mapped)
+    (void)vm_api.unmap(vm_addr(addr), size);
+  if (r != CUDA_SUCCESS && created)
+    (void)vm_api.release(h);
+  aa__cuda_leave(b->device, prev);
+  rc = vm_err(r);
+done:
+  if (rc != AA_OK) {
+    atomic_fetch_add_explicit(&cb->failures, 1, memory_order_relaxed);
+    if (rc == AA_ENOMEM)
+      atomic_fetch_add_explicit(&cb->ooms, 1, memory_order_relaxed);
+    return rc;
+  }
+  atomic_fetch_add_explicit(&cb->allocs, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&cb->bytes_mapped, size, memory_order_relaxed);
+  *handle = (void *)(uintptr_t)h;
+  return AA_OK;
+}
+
+static void dev_unmap(aa_backend *b, void *addr, size_t size, void *handle) {
+  aa__cuda_backend *cb = (aa__cuda_backend *)b->ctx;
+  int prev = -1;
+  bool entered;
+  if (!addr || !vm_available())
+    return;
+  entered = vm_enter(b, &prev) == AA_OK;
+  (void)vm_api.unmap(vm_addr(addr), size);
+  (void)vm_api.release((CUmemGenericAllocationHandle)(uintptr_t)handle);
+  if (entered)
+    aa__cuda_leave(b->device, prev);
+  atomic_fetch_add_explicit(&cb->frees, 1, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&cb->bytes_mapped, size, memory_order_relaxed);
+}
+
 static const aa_backend_ops dev_ops = {
     .alloc = dev_alloc,
     .free = dev_free,
@@ -156,6 +453,11 @@ static const aa_backend_ops dev_ops = {
     .event_release = aa__cuda_op_event_release,
     .synchronize = dev_synchronize,
     .destroy = dev_destroy,
+    .map_granularity = dev_map_granularity,
+    .va_reserve = dev_va_reserve,
+    .va_release = dev_va_release,
+    .map = dev_map,
+    .unmap = dev_unmap,
 };
 
 int aa_backend_cuda_new(int device, aa_backend **out) {
@@ -176,6 +478,8 @@ int aa_backend_cuda_new(int device, aa_backend **out) {
     return AA_ENOMEM;
   cb->magic = AA__CUDA_MAGIC;
   cb->ndev = 1;
+  /* Asked on first use: the query makes a context current on `device`. */
+  atomic_init(&cb->vm_granularity, AA__CUDA_VM_UNKNOWN);
   rc = aa__cuda_evpool_init(&cb->evpools[0], device);
   if (rc != AA_OK)
     goto fail_cb;

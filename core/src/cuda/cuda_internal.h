@@ -85,7 +85,12 @@ typedef struct aa__cuda_backend {
     void *raw;
   } *mis;
   size_t nmis, capmis;
+  /* device backend only: the virtual-memory mapping granularity, asked of
+   * the driver on first use (AA__CUDA_VM_UNKNOWN until then; 0 = no VMM). */
+  _Atomic size_t vm_granularity;
 } aa__cuda_backend;
+
+#define AA__CUDA_VM_UNKNOWN SIZE_MAX
 
 /* Event ops common to both backends. */
 int aa__cuda_op_event_record(aa_backend *b, aa_stream stream, void **out);
