@@ -966,6 +966,7 @@ void *aa__small_alloc_slow(aa_pool *pool, size_t size, aa_stream stream) {
     uint64_t ob = atomic_fetch_add_explicit(&pool->out_bytes, (uint64_t)got * bs, AA__RLX) +
                   (uint64_t)got * bs;
     aa__atomic_max(&pool->peak_out_bytes, ob);
+    aa__atomic_max(&pool->win_peak_out_bytes, ob);
     mark_used(b, size);
     count_alloc(pool, tc, k, size, hit);
     return blk_ptr(b);

@@ -393,7 +393,7 @@ struct aa_pool {
 
   /* pool-level counters (slow paths, atomic RMW) */
   _Atomic uint64_t bytes_reserved, peak_reserved;
-  _Atomic uint64_t out_bytes, peak_out_bytes;
+  _Atomic uint64_t out_bytes, peak_out_bytes, win_peak_out_bytes;
   _Atomic uint64_t backend_allocs, backend_frees, backend_failures;
   _Atomic uint64_t ooms, oom_retries, invalid_frees;
   _Atomic size_t limit;

@@ -636,6 +636,7 @@ void *aa__large_alloc(aa_pool *pool, size_t size, aa_stream stream) {
     p = (void *)c->base;
     uint64_t ob = atomic_fetch_add_explicit(&pool->out_bytes, c->size, AA__RLX) + c->size;
     aa__atomic_max(&pool->peak_out_bytes, ob);
+    aa__atomic_max(&pool->win_peak_out_bytes, ob);
     break;
   }
   pthread_mutex_unlock(&pool->large_mu);

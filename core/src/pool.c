@@ -567,6 +567,12 @@ size_t aa_pool_release(aa_pool *pool) {
   return aa__release_cached(pool, false);
 }
 
+void aa_pool_window_reset(aa_pool *pool) {
+  if (pool == NULL)
+    return;
+  atomic_store(&pool->win_peak_out_bytes, atomic_load(&pool->out_bytes));
+}
+
 size_t aa_pool_trim(aa_pool *pool, size_t keep_bytes) {
   if (pool == NULL)
     return 0;

@@ -264,6 +264,7 @@ int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out) {
   lq = pool->large_req;
   out->large_allocs = pool->large_allocs;
   uint64_t lfrees = pool->large_frees;
+  uint64_t lmaps = pool->vmm_maps, lunmaps = pool->vmm_unmaps;
   pthread_mutex_unlock(&pool->large_mu);
 
   out->bytes_in_use = small_in_use + li;
@@ -289,6 +290,11 @@ int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out) {
   out->large_bytes_in_use = li;
   out->large_bytes_reserved = lr;
   out->large_segments = ls;
+  out->large_pages_mapped = lmaps;
+  out->large_pages_unmapped = lunmaps;
+  out->window_peak_bytes_in_use = atomic_load(&pool->win_peak_out_bytes);
+  if (out->window_peak_bytes_in_use < out->bytes_in_use)
+    out->window_peak_bytes_in_use = out->bytes_in_use;
   return AA_OK;
 }
 
@@ -380,6 +386,9 @@ size_t aa_pool_stats_json(const aa_pool_stats *st, char *buf, size_t cap) {
   jw_u64(&w, "large_bytes_in_use", st->large_bytes_in_use);
   jw_u64(&w, "large_bytes_reserved", st->large_bytes_reserved);
   jw_u64(&w, "large_segments", st->large_segments);
+  jw_u64(&w, "window_peak_bytes_in_use", st->window_peak_bytes_in_use);
+  jw_u64(&w, "large_pages_mapped", st->large_pages_mapped);
+  jw_u64(&w, "large_pages_unmapped", st->large_pages_unmapped);
   uint32_t nc = st->class_count < AA_MAX_CLASSES ? st->class_count : AA_MAX_CLASSES;
   jw_fmt(&w, ",\"class_count\":%" PRIu32 ",\"classes\":[", nc);
   for (uint32_t i = 0; i < nc; i++) {

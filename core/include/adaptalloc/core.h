@@ -231,6 +231,11 @@ AA_EXTERN size_t aa_block_size(aa_pool *pool, const void *ptr);
  * Blocks pending on events are kept. Returns bytes released. */
 AA_EXTERN size_t aa_pool_release(aa_pool *pool);
 
+/* Starts a new window for stats' window_peak_bytes_in_use (the policy loop
+ * does this each interval, so the trim rule sees the interval's peak and not
+ * the moment's in-use bytes). */
+AA_EXTERN void aa_pool_window_reset(aa_pool *pool);
+
 /* Releases empty slabs and cached segments until reserved - in_use <= keep
  * bytes. Returns bytes released. */
 AA_EXTERN size_t aa_pool_trim(aa_pool *pool, size_t keep_bytes);
@@ -273,7 +278,7 @@ AA_EXTERN int aa_pool_set_classes(aa_pool *pool, const aa_class_spec *specs,
 
 /* ------------------------------------------------------------------ stats */
 
-#define AA_STATS_VERSION 1
+#define AA_STATS_VERSION 2
 #define AA_HIST_BUCKETS 192 /* quarter doublings: bucket(size) below */
 #define AA_HH_MAX 32        /* heavy-hitter exact sizes reported */
 
@@ -337,6 +342,9 @@ typedef struct aa_pool_stats {
   uint64_t large_bytes_in_use;
   uint64_t large_bytes_reserved;
   uint64_t large_segments;
+  uint64_t window_peak_bytes_in_use; /* most in use since aa_pool_window_reset */
+  uint64_t large_pages_mapped;       /* expandable large path: page maps so far */
+  uint64_t large_pages_unmapped;     /* ... and unmaps (to the system or moved) */
 
   uint32_t class_count;
   uint32_t hh_count;
