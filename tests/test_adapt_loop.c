@@ -371,15 +371,23 @@ static void test_adapt_loop_grow_and_trim_apply(void **state) {
   assert_int_equal(cl[n - 1].block_size, 1u << 20);
   assert_int_equal(cl[n - 1].prefill, 2);
 
-  /* All freed: ~200 MiB cached, over the 4 MiB threshold: trim to 2 MiB. */
+  /* All freed: ~200 MiB cached, but this interval had them in use at its
+   * peak: nothing trimmed yet. */
   free_all(e);
   assert_int_equal(aa_pool_stats_get(e->pool, st), AA_OK);
   reserved_before = st->bytes_reserved;
   assert_true(reserved_before >= 200u << 20);
+  assert_true(st->window_peak_bytes_in_use >= 200u << 20);
   e->nseen = 0;
+  assert_int_equal(aa_adapt_loop_step(loop), 0);
+  /* The next interval needed none of it: over the 4 MiB threshold, trim to
+   * 2 MiB. */
   assert_int_equal(aa_adapt_loop_step(loop), 1);
   assert_int_equal(e->seen[0].kind, AA_ADAPT_TRIM);
-  assert_int_equal(e->seen[0].amount, 2u << 20);
+  /* half the threshold above the interval's peak, which counts what the
+   * thread cache holds (blocks out of the central lists) */
+  assert_true(e->seen[0].amount >= 2u << 20);
+  assert_true(e->seen[0].amount <= (2u << 20) + (64u << 20));
   assert_true(e->seen[0].released >= 100u << 20);
   assert_int_equal(aa_pool_stats_get(e->pool, st), AA_OK);
   assert_true(st->bytes_reserved + e->seen[0].released <= reserved_before);

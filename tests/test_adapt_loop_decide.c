@@ -446,9 +446,20 @@ static void test_adapt_loop_decide_trim(void **state) {
   assert_int_equal(f->d[0].kind, AA_ADAPT_TRIM);
   assert_int_equal(f->d[0].amount, 128 * MIB);
   assert_non_null(strstr(f->d[0].reason, "cached 500.0 MiB (reserved 600.0 MiB - "
-                                         "in use 100.0 MiB) is above "
+                                         "interval peak in use 100.0 MiB) is above "
                                          "trim_threshold_bytes 256.0 MiB; trim to "
-                                         "128.0 MiB"));
+                                         "128.0 MiB above the peak"));
+  assert_int_equal(step(f), 0); /* cooldown */
+  /* The interval's peak counts, not the moment's in-use bytes: 550 MiB at
+   * the peak leaves 50 MiB cached, nothing to trim... */
+  f->cur.window_peak_bytes_in_use = 550 * MIB;
+  assert_int_equal(step(f), 0);
+  /* ...and 200 MiB at the peak keeps those plus half the threshold. */
+  f->cur.window_peak_bytes_in_use = 200 * MIB;
+  assert_int_equal(step(f), 1);
+  assert_int_equal(f->d[0].amount, 100 * MIB + 128 * MIB);
+  assert_non_null(strstr(f->d[0].reason, "cached 400.0 MiB"));
+  f->cur.window_peak_bytes_in_use = 0;
   assert_int_equal(step(f), 0); /* cooldown */
   assert_int_equal(step(f), 1);
   /* Below the threshold: nothing. */

@@ -221,6 +221,7 @@ static int step_locked(aa_adapt_loop *l) {
     size_t n = 0, nd;
     if (aa_pool_stats_get(lp->pool, lp->cur) != AA_OK)
       continue;
+    aa_pool_window_reset(lp->pool); /* the next interval's peak starts now */
     if (l->params.enabled &&
         aa_pool_classes(lp->pool, l->specs, AA_MAX_CLASSES, &n, NULL) == AA_OK &&
         n > 0) {

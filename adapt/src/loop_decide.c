@@ -481,7 +481,10 @@ static void trim_rule(const aa_adapt_params *p, aa_adapt_state *st,
                       size_t *nd, size_t cap) {
   uint64_t now = st->interval;
   uint64_t reserved = cur->bytes_reserved, in_use = cur->bytes_in_use;
-  uint64_t cached = reserved > in_use ? reserved - in_use : 0;
+  /* What the interval needed at its peak stays: trimming below it only makes
+   * the next iteration of a training loop take the memory back. */
+  uint64_t working = cur->window_peak_bytes_in_use > in_use ? cur->window_peak_bytes_in_use : in_use;
+  uint64_t cached = reserved > working ? reserved - working : 0;
   uint64_t limit = cur->limit_bytes;
   bool near_limit = limit > 0 && cached > 0 &&
                     (double)reserved >= 0.9 * (double)limit;
@@ -501,13 +504,13 @@ static void trim_rule(const aa_adapt_params *p, aa_adapt_state *st,
              (double)reserved / MIB_D, (double)limit / MIB_D,
              (double)cached / MIB_D);
   } else {
-    d->amount = p->trim_threshold_bytes / 2;
+    d->amount = (working - in_use) + p->trim_threshold_bytes / 2;
     snprintf(d->reason, sizeof d->reason,
-             "cached %.1f MiB (reserved %.1f MiB - in use %.1f MiB) is above "
-             "trim_threshold_bytes %.1f MiB; trim to %.1f MiB",
+             "cached %.1f MiB (reserved %.1f MiB - interval peak in use %.1f MiB) "
+             "is above trim_threshold_bytes %.1f MiB; trim to %.1f MiB above the peak",
              (double)cached / MIB_D, (double)reserved / MIB_D,
-             (double)in_use / MIB_D, (double)p->trim_threshold_bytes / MIB_D,
-             (double)d->amount / MIB_D);
+             (double)working / MIB_D, (double)p->trim_threshold_bytes / MIB_D,
+             (double)(p->trim_threshold_bytes / 2) / MIB_D);
   }
   st->trimmed = 1;
   st->last_trim_at = now;
