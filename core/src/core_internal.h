@@ -120,6 +120,7 @@ static inline unsigned aa__hist_bucket(size_t size) {
 #define AA__LARGE_ALIGN ((size_t)4096)
 #define AA__LARGE_SEG ((size_t)2 << 20) /* segments rounded to 2 MiB */
 #define AA__LARGE_BINS 96
+#define AA__LARGE_PARK 4 /* large chunks parked at free for exact reuse */
 #define AA__RS_BUCKETS 1024
 
 /* pool->tflags */
@@ -321,6 +322,8 @@ struct aa__chunk {
   aa__chunk *fnext, *fprev; /* free bin list */
   aa__chunk *hnext;         /* live-chunk hash chain */
   int free;
+  unsigned bin; /* free: the bin it is in */
+  int parked;   /* free: in pool->lpark, not in a bin */
   int any;          /* free: usable on every stream */
   aa_stream stream; /* free: the stream it was freed on */
   uint64_t freed_at; /* free: pool->large_frees when it was freed (age order) */
@@ -410,6 +413,11 @@ struct aa_pool {
   pthread_mutex_t large_mu;
   aa__seg *segs;
   aa__chunk *lbins[AA__LARGE_BINS];
+  uint64_t lbin_mask[(AA__LARGE_BINS + 63) / 64]; /* bins that are not empty */
+  aa__chunk *lpark[AA__LARGE_PARK]; /* freed whole, coalescing deferred (oldest first) */
+  unsigned npark;
+  aa__chunk *lspare;                              /* recycled chunk records */
+  size_t nlspare;
   aa__chunk **lhash;
   size_t lhash_cap, lhash_n;
   uint64_t large_in_use, large_reserved, large_free_bytes, nsegs;

@@ -98,23 +98,103 @@ static aa__chunk *hash_find(aa_pool *pool, uintptr_t base, bool remove) {
 
 static void bin_insert(aa_pool *pool, aa__chunk *c) {
   unsigned b = bin_of(c->size);
+  c->bin = b;
   c->fprev = NULL;
   c->fnext = pool->lbins[b];
   if (c->fnext)
     c->fnext->fprev = c;
   pool->lbins[b] = c;
+  pool->lbin_mask[b / 64] |= (uint64_t)1 << (b % 64);
   pool->large_free_bytes += c->size;
 }
 
 static void bin_remove(aa_pool *pool, aa__chunk *c) {
+  unsigned b = c->bin;
   if (c->fprev)
     c->fprev->fnext = c->fnext;
-  else
-    pool->lbins[bin_of(c->size)] = c->fnext;
+  else if ((pool->lbins[b] = c->fnext) == NULL)
+    pool->lbin_mask[b / 64] &= ~((uint64_t)1 << (b % 64));
   if (c->fnext)
     c->fnext->fprev = c->fprev;
   c->fnext = c->fprev = NULL;
   pool->large_free_bytes -= c->size;
+}
+
+/* The first non-empty bin at or above b, or AA__LARGE_BINS. */
+static unsigned next_bin(const aa_pool *pool, unsigned b) {
+  while (b < AA__LARGE_BINS) {
+    uint64_t m = pool->lbin_mask[b / 64] >> (b % 64);
+    if (m != 0)
+      return b + (unsigned)__builtin_ctzll(m);
+    b = (b / 64 + 1) * 64;
+  }
+  return AA__LARGE_BINS;
+}
+
+/* Chunk records for splits are recycled: a split and a merge per
+ * allocation would otherwise cost a calloc and a free. */
+#define SPARE_MAX 256
+
+static aa__chunk *chunk_get(aa_pool *pool) {
+  aa__chunk *c = pool->lspare;
+  if (c == NULL)
+    return calloc(1, sizeof *c);
+  pool->lspare = c->fnext;
+  pool->nlspare--;
+  memset(c, 0, sizeof *c);
+  return c;
+}
+
+static void chunk_put(aa_pool *pool, aa__chunk *c) {
+  if (pool->nlspare >= SPARE_MAX) {
+    free(c);
+    return;
+  }
+  c->fnext = pool->lspare;
+  pool->lspare = c;
+  pool->nlspare++;
+}
+
+/* Parking: a large chunk freed whole goes to a short list instead of being
+ * coalesced at once, so an allocation of the same size on the same stream
+ * (a loop's next iteration) takes it back without a split, a merge or a
+ * bin search. Everything that looks at free chunks as a whole unparks
+ * first. */
+static void unpark_all(aa_pool *pool) {
+  for (unsigned i = 0; i < pool->npark; i++) {
+    aa__chunk *c = pool->lpark[i];
+    c->parked = 0;
+    coalesce_insert(pool, c);
+  }
+  pool->npark = 0;
+}
+
+static void park_drop(aa_pool *pool, unsigned i) {
+  memmove(&pool->lpark[i], &pool->lpark[i + 1], (pool->npark - i - 1) * sizeof *pool->lpark);
+  pool->npark--;
+}
+
+static aa__chunk *park_take(aa_pool *pool, size_t need, aa_stream stream) {
+  for (unsigned i = pool->npark; i-- > 0;) { /* newest first */
+    aa__chunk *c = pool->lpark[i];
+    if (c->size == need && (c->any || c->stream == stream)) {
+      park_drop(pool, i);
+      c->parked = 0;
+      return c;
+    }
+  }
+  return NULL;
+}
+
+static void park(aa_pool *pool, aa__chunk *c) {
+  c->parked = 1; /* first: the chunk unparked below must not merge into it */
+  if (pool->npark == AA__LARGE_PARK) {
+    aa__chunk *old = pool->lpark[0];
+    park_drop(pool, 0);
+    old->parked = 0;
+    coalesce_insert(pool, old);
+  }
+  pool->lpark[pool->npark++] = c;
 }
 
 static void ev_release(aa_pool *pool, void *ev) {
@@ -238,6 +318,7 @@ static bool has_interior_mapped(const aa_pool *pool, const aa__chunk *c) {
 static size_t vmm_unmap_free(aa_pool *pool, size_t want, const aa__chunk *skip) {
   size_t got = 0, n = 0, cap = 0;
   aa__chunk **v = NULL;
+  unpark_all(pool);
   for (aa__seg *s = pool->segs; s; s = s->next) {
     if (s->pages == NULL || s->mapped == 0)
       continue;
@@ -272,6 +353,8 @@ static int ensure_mapped(aa_pool *pool, aa__chunk *c) {
   size_t ps = pool->vmm_page;
   size_t i0 = (c->base - s->h.base) / ps, i1 = (c->base + c->size - 1 - s->h.base) / ps + 1;
   size_t k = 0;
+  if (i1 <= s->hwm && s->mapped == s->hwm)
+    return AA_OK; /* below the high-water mark with no page unmapped */
   for (size_t i = i0; i < i1; i++)
     k += s->pages[i] == NULL;
   if (k == 0)
@@ -421,6 +504,7 @@ static void seg_settle(aa_pool *pool, aa__seg *s) {
 
 static size_t release_locked(aa_pool *pool, size_t want) {
   size_t released = 0;
+  unpark_all(pool);
   aa__seg *s = pool->segs;
   while (s && released < want) {
     aa__seg *n = s->next;
@@ -450,7 +534,10 @@ static void enforce_bound(aa_pool *pool) {
       vmm_unmap_free(pool, cached - bound, NULL);
     return;
   }
-  if (bound == 0 || pool->large_free_bytes <= bound)
+  if (bound == 0)
+    return;
+  unpark_all(pool);
+  if (pool->large_free_bytes <= bound)
     return;
   release_locked(pool, pool->large_free_bytes - bound);
 }
@@ -508,6 +595,8 @@ static bool prefix_mapped(const aa_pool *pool, const aa__chunk *c, size_t need) 
   size_t i0 = (c->base - s->h.base) / ps, i1 = (c->base + need - 1 - s->h.base) / ps + 1;
   if (i1 > s->hwm)
     return false;
+  if (s->mapped == s->hwm)
+    return true; /* no page below the high-water mark is unmapped */
   for (size_t i = i0; i < i1; i++) {
     if (s->pages[i] == NULL)
       return false;
@@ -518,7 +607,7 @@ static bool prefix_mapped(const aa_pool *pool, const aa__chunk *c, size_t need) 
 /* Expandable: best fit among free chunks whose memory is already mapped,
  * else best fit among all (mapping what it lacks). */
 static aa__chunk *find_fit_mapped(aa_pool *pool, size_t need, aa_stream stream) {
-  for (unsigned b = bin_of(need); b < AA__LARGE_BINS; b++) {
+  for (unsigned b = next_bin(pool, bin_of(need)); b < AA__LARGE_BINS; b = next_bin(pool, b + 1)) {
     aa__chunk *best = NULL;
     for (aa__chunk *c = pool->lbins[b]; c; c = c->fnext) {
       if (c->size >= need && (best == NULL || c->size < best->size) &&
@@ -538,7 +627,7 @@ static aa__chunk *find_fit(aa_pool *pool, size_t need, aa_stream stream) {
     if (c)
       return c;
   }
-  for (unsigned b = bin_of(need); b < AA__LARGE_BINS; b++) {
+  for (unsigned b = next_bin(pool, bin_of(need)); b < AA__LARGE_BINS; b = next_bin(pool, b + 1)) {
     aa__chunk *best = NULL;
     for (aa__chunk *c = pool->lbins[b]; c; c = c->fnext) {
       if (c->size >= need && (best == NULL || c->size < best->size) && usable(pool, c, stream))
@@ -554,7 +643,7 @@ static aa__chunk *find_fit(aa_pool *pool, size_t need, aa_stream stream) {
 static void split(aa_pool *pool, aa__chunk *c, size_t need) {
   if (c->size - need < SPLIT_MIN)
     return;
-  aa__chunk *r = calloc(1, sizeof *r);
+  aa__chunk *r = chunk_get(pool);
   if (r == NULL)
     return; /* keep it whole */
   r->seg = c->seg;
@@ -587,10 +676,14 @@ void *aa__large_alloc(aa_pool *pool, size_t size, aa_stream stream) {
   for (;;) {
     if (pool->lhash_n >= pool->lhash_cap && hash_grow(pool) != AA_OK)
       break;
-    aa__chunk *c = passthrough ? NULL : find_fit(pool, need, stream);
-    if (c) {
-      bin_remove(pool, c);
-    } else {
+    aa__chunk *c = passthrough ? NULL : park_take(pool, need, stream);
+    if (c == NULL && !passthrough) {
+      unpark_all(pool); /* parked chunks serve exact repeats; else they merge */
+      c = find_fit(pool, need, stream);
+      if (c)
+        bin_remove(pool, c);
+    }
+    if (c == NULL) {
       int rc = AA_OK;
       size_t segsize = passthrough ? round_up(need, AA__GRANULE) : round_up(need, AA__LARGE_SEG);
       if (segsize < need)
@@ -611,8 +704,10 @@ void *aa__large_alloc(aa_pool *pool, size_t size, aa_stream stream) {
     if (!passthrough)
       split(pool, c, need);
     if (vmm) {
+      c->free = 0; /* taken: nothing unparked while mapping may merge into it */
       int rc = ensure_mapped(pool, c);
       if (rc != AA_OK) {
+        c->free = 1;
         put_back(pool, c);
         if (retried)
           break;
@@ -649,7 +744,7 @@ oom:
 
 /* Whether free neighbours a (lower) and b can merge; sets the merged state. */
 static bool merge_ok(const aa__chunk *a, const aa__chunk *b) {
-  if (!a->free || !b->free || a->nxev > 0 || b->nxev > 0)
+  if (!a->free || !b->free || a->parked || b->parked || a->nxev > 0 || b->nxev > 0)
     return false;
   if (a->any || b->any)
     return true;
@@ -675,7 +770,7 @@ static void absorb(aa_pool *pool, aa__chunk *a, aa__chunk *b) {
   a->next = b->next;
   if (b->next)
     b->next->prev = a;
-  free(b);
+  chunk_put(pool, b);
 }
 
 /* Puts free chunk `c` (out of the bins) into them, merged with whichever
@@ -783,7 +878,10 @@ int aa__large_free(aa_pool *pool, aa__seg *seg, void *ptr, size_t size, aa_strea
   free(c->xs);
   c->xs = NULL;
   c->nxs = 0;
-  coalesce_insert(pool, c);
+  if (c->nxev == 0)
+    park(pool, c);
+  else
+    coalesce_insert(pool, c);
   enforce_bound(pool);
   pthread_mutex_unlock(&pool->large_mu);
   return AA_OK;
@@ -837,6 +935,7 @@ out:
 }
 
 void aa__large_destroy(aa_pool *pool) {
+  unpark_all(pool);
   while (pool->segs) {
     aa__seg *s = pool->segs;
     for (aa__chunk *c = s->first; c; c = c->next) {
@@ -845,6 +944,12 @@ void aa__large_destroy(aa_pool *pool) {
     }
     seg_unlink_free(pool, s);
   }
+  while (pool->lspare) {
+    aa__chunk *n = pool->lspare->fnext;
+    free(pool->lspare);
+    pool->lspare = n;
+  }
+  pool->nlspare = 0;
   free(pool->lhash);
   pool->lhash = NULL;
   pool->lhash_cap = pool->lhash_n = 0;
