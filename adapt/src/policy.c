@@ -84,7 +84,10 @@ void aa__policy_defaults(aa_policy *p) {
     /* Cached host blocks are plentiful memory; device and pinned ones are
      * scarce (the core makes the same split). pools[2] is "host". */
     pp->tcache_bytes = i == 2 ? AA__DEF_TCACHE_BYTES_HOST : AA__DEF_TCACHE_BYTES;
-    pp->large_mode = AA_LARGE_CACHE;
+    /* Device memory: the expandable large path (pages mapped on demand, no
+     * memory stranded in holes); pinned memory has no virtual-memory
+     * interface and host memory is plentiful. pools[0] is "device". */
+    pp->large_mode = i == 0 ? AA_LARGE_EXPANDABLE : AA_LARGE_CACHE;
     pp->large_cache_bytes = 0;
     pp->limit_bytes = 0;
   }
