@@ -481,9 +481,17 @@ static void trim_rule(const aa_adapt_params *p, aa_adapt_state *st,
                       size_t *nd, size_t cap) {
   uint64_t now = st->interval;
   uint64_t reserved = cur->bytes_reserved, in_use = cur->bytes_in_use;
-  /* What the interval needed at its peak stays: trimming below it only makes
-   * the next iteration of a training loop take the memory back. */
+  /* What the last intervals needed at their peak stays: trimming below it
+   * only makes the next iteration of a training loop take the memory back. */
   uint64_t working = cur->window_peak_bytes_in_use > in_use ? cur->window_peak_bytes_in_use : in_use;
+  st->peaks[st->peak_at] = working;
+  st->peak_at = (st->peak_at + 1) % AA_ADAPT_PEAK_INTERVALS;
+  if (st->n_peaks < AA_ADAPT_PEAK_INTERVALS)
+    st->n_peaks++;
+  for (uint32_t i = 0; i < st->n_peaks; i++) {
+    if (st->peaks[i] > working)
+      working = st->peaks[i];
+  }
   uint64_t cached = reserved > working ? reserved - working : 0;
   uint64_t limit = cur->limit_bytes;
   bool near_limit = limit > 0 && cached > 0 &&
@@ -506,7 +514,7 @@ static void trim_rule(const aa_adapt_params *p, aa_adapt_state *st,
   } else {
     d->amount = (working - in_use) + p->trim_threshold_bytes / 2;
     snprintf(d->reason, sizeof d->reason,
-             "cached %.1f MiB (reserved %.1f MiB - interval peak in use %.1f MiB) "
+             "cached %.1f MiB (reserved %.1f MiB - recent peak in use %.1f MiB) "
              "is above trim_threshold_bytes %.1f MiB; trim to %.1f MiB above the peak",
              (double)cached / MIB_D, (double)reserved / MIB_D,
              (double)working / MIB_D, (double)p->trim_threshold_bytes / MIB_D,

@@ -111,6 +111,8 @@ typedef struct aa_adapt_flap {
   uint32_t reserved0;
 } aa_adapt_flap;
 
+#define AA_ADAPT_PEAK_INTERVALS 16 /* intervals the trim rule looks back */
+
 typedef struct aa_adapt_state {
   uint64_t interval; /* steps decided so far; the current step's number */
   uint64_t last_trim_at;
@@ -129,6 +131,10 @@ typedef struct aa_adapt_state {
   uint32_t n_flaps;
   uint32_t reserved1;
   aa_adapt_flap flaps[AA_MAX_CLASSES];
+  /* The trim rule's memory: each recent interval's peak bytes in use, so a
+   * quiet interval between busy ones does not trim what they need. */
+  uint64_t peaks[AA_ADAPT_PEAK_INTERVALS];
+  uint32_t n_peaks, peak_at;
 } aa_adapt_state;
 
 AA_EXTERN void aa_adapt_state_init(aa_adapt_state *st);
