@@ -45,7 +45,7 @@ def child(mode, steps, stats_out):
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
     rnd = random.Random(7)
     g = torch.Generator(device="cpu").manual_seed(7)
-    losses, reserved, times = [], [], []
+    losses, reserved, reserved_all, times = [], [], [], []
     classes0 = tp.stat("classes") if tp else 0  # pool exists: the model is on the GPU
 
     def res():
@@ -62,9 +62,11 @@ def child(mode, steps, stats_out):
         opt.step()
         losses.append(float(loss.item()))  # .item() synchronises
         times.append(time.perf_counter() - t0)
+        r_now = res()
+        reserved_all.append(r_now)
         if step % 10 == 0:
-            reserved.append(res())
-    out = {"mode": mode, "losses": losses, "reserved": reserved,
+            reserved.append(r_now)
+    out = {"mode": mode, "losses": losses, "reserved": reserved, "reserved_all": reserved_all,
            "step_ms_median": statistics.median(times[10:]) * 1e3}
     if tp:
         out["peak_reserved"] = tp.stat("peak_reserved")
@@ -134,6 +136,10 @@ def main():
         for m in ("ours", "default"):
             r = res[m]
             tail = r["reserved"][3:] or r["reserved"]
+            after = r["reserved_all"][20:] or r["reserved_all"]
+            changes = sum(1 for x, y in zip(after, after[1:]) if x != y)
+            print(f"{m:>8}: reserved from step 20 on: {min(after) / 2**20:.0f}..{max(after) / 2**20:.0f} MiB, "
+                  f"changed {changes} times in {len(after)} steps")
             print(f"{m:>8}: step {r['step_ms_median']:.2f} ms, loss {r['losses'][0]:.3f} -> "
                   f"{r['losses'][-1]:.3f}, peak reserved {r['peak_reserved'] / 2**20:.0f} MiB, "
                   f"reserved after warm-up {min(tail) / 2**20:.0f}..{max(tail) / 2**20:.0f} MiB")

@@ -5,8 +5,8 @@
 # time limit and a failing stage does not stop the next.
 #
 # Usage: tools/device/gpu-run.sh [STAGE...]     (default: all stages)
-#   stages: info build ctest sanitize example gputests pair pinned scenarios
-#           bert maxbatch gpt2, and (not in the default list) bertpolicy and
+#   stages: info build ctest (or ctestcuda: the CUDA tests only) sanitize example gputests pair pinned scenarios
+#           bert bertcudahalf maxbatch gpt2, and (not in the default list) bertpolicy and
 #           maxbatchpolicy: ours only, with the default policy instead of
 #           policies/bert-base.json
 # Output: $OUT/log.txt (everything) and $OUT/results.tar.gz (JSON, CSV);
@@ -25,7 +25,7 @@ export AA_BENCH_BUILD=/tmp/aa-bench
 export ADAPTALLOC_POLICY_DIR=${ADAPTALLOC_POLICY_DIR:-$root/policies}
 t_start=$(date +%s)
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(info build ctest sanitize example gputests pair pinned scenarios bert maxbatch gpt2)
+[ ${#stages[@]} -eq 0 ] && stages=(info build ctest sanitize example gputests pair pinned scenarios bert bertcudahalf maxbatch gpt2)
 budget=${AA_GPU_BUDGET_S:-560}   # stop starting stages after this many seconds
 
 stage() { # name limit_s command...
@@ -53,6 +53,7 @@ want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done;
   fi
   want build && stage build 240 tools/device/setup.sh -DAA_BUILD_BENCH=ON
   [ -f "$build/env.sh" ] && source "$build/env.sh"
+  want ctestcuda && stage ctest-cuda 120 ctest --test-dir "$build" -L cuda --output-on-failure --timeout 60
   if want ctest; then
     stage ctest-cuda 120 ctest --test-dir "$build" -L cuda --output-on-failure --timeout 60
     stage ctest-all 150 ctest --test-dir "$build" -j 16 --timeout 90 -LE cuda --output-on-failure
@@ -73,9 +74,10 @@ want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done;
       "$build/libadaptalloc_static.a" -L/usr/local/cuda/lib64 -lcudart -lpthread -lm \
       -o /tmp/bench_pinned && stage pinned 120 /tmp/bench_pinned 7 $res/timeline.csv
   fi
-  want scenarios && stage scenarios 150 python3 bench/gpu/bench_scenarios.py --reps ${AA_REPS_SCEN:-5} --out $res/scenarios.json
   want bert && stage bert 200 env ADAPTALLOC_MODEL=bert-base \
     python3 bench/gpu/bench_bert.py latency --reps ${AA_REPS_BERT:-3} --modes ${AA_BERT_MODES:-ours,default} --out $res/bert.json
+  want bertcudahalf && stage bertcudahalf 200 env ADAPTALLOC_MODEL=bert-base \
+    python3 bench/gpu/bench_bert.py latency --load cuda-half --reps ${AA_REPS_BERT:-3} --modes ${AA_BERT_MODES:-ours,default} --out $res/bert_cuda_half.json
   want maxbatch && stage maxbatch 200 env ADAPTALLOC_MODEL=bert-base \
     python3 bench/gpu/bench_bert.py maxbatch --cap-gib 2 --start ${AA_MB_START:-128} --step ${AA_MB_STEP:-32} --out $res/maxbatch.json
   want bertpolicy && stage bertpolicy 150 env ADAPTALLOC_MODEL=default \
@@ -84,6 +86,7 @@ want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done;
     python3 bench/gpu/bench_bert.py maxbatch --modes ours --cap-gib 2 --start ${AA_MB_START:-128} --step ${AA_MB_STEP:-32} --out $res/maxbatch_defaultpolicy.json
   want gpt2 && stage gpt2 200 env ADAPTALLOC_MODEL=gpt2-small ADAPTALLOC_DB=/tmp/aa-results/gpt2.db ADAPTALLOC_HTTP=127.0.0.1:0 \
     python3 bench/gpu/bench_gpt2.py --steps ${AA_GPT2_STEPS:-200} --runs ${AA_GPT2_RUNS:-ours,default,default2} --out $res/gpt2.json --stats-out $res/gpt2_stats.json
+  want scenarios && stage scenarios 150 python3 bench/gpu/bench_scenarios.py --reps ${AA_REPS_SCEN:-5} --out $res/scenarios.json
   echo "=== done in $(( $(date +%s) - t_start ))s"
 } 2>&1 | tee "$out/log.txt"
 tar -czf "$out/results.tar.gz" -C "$res" . 2>/dev/null
