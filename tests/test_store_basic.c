@@ -6,6 +6,7 @@
  * Stats are built by hand: nothing here needs the core allocator.
  */
 #include <pthread.h>
+#include <limits.h>
 #include <setjmp.h>
 #include <stdatomic.h>
 #include <stdarg.h>
@@ -40,11 +41,11 @@ static int teardown_dir(void **state) {
 
 static void db_file(char *buf, size_t cap, const char *name) {
   snprintf(buf, cap, "%s/%s", g_dir, name);
-  char side[300];
+  char side[PATH_MAX + 8];
   unlink(buf);
-  snprintf(side, sizeof side, "%s-wal", buf);
+  snprintf(side, sizeof side, "%.*s-wal", PATH_MAX, buf);
   unlink(side);
-  snprintf(side, sizeof side, "%s-shm", buf);
+  snprintf(side, sizeof side, "%.*s-shm", PATH_MAX, buf);
   unlink(side);
 }
 
