@@ -588,6 +588,7 @@ static void tcache_sync(aa__tcache *tc) {
 
 void aa__tcache_flush_all(aa__tcache *tc) {
   aa_pool *pool = tc->pool;
+  aa__ltc_flush(pool, tc);
   for (uint32_t k = 0; k < AA_MAX_CLASSES; k++) {
     aa__bin *bin = &tc->bins[k];
     if (bin->n == 0)
@@ -622,6 +623,8 @@ static void tcache_retire(aa__tcache *tc, bool flush) {
   }
   for (uint32_t i = 0; i < AA_HIST_BUCKETS; i++)
     aa__cadd(&pool->dead_hist[i], aa__cget(&tc->hist[i]));
+  atomic_fetch_add_explicit(&pool->dead_large_allocs, aa__cget(&tc->large_allocs), AA__RLX);
+  atomic_fetch_add_explicit(&pool->dead_large_frees, aa__cget(&tc->large_frees), AA__RLX);
   fold_hh(pool, tc->hh, AA__HH_SLOTS);
   if (tc->prev)
     tc->prev->next = tc->next;
@@ -639,6 +642,9 @@ static void tcache_retire(aa__tcache *tc, bool flush) {
       tc->bins[k].n = tc->bins[k].lim = tc->bins[k].cap = 0;
     }
     tc->epoch = 0;
+    tc->nlheld = 0; /* the pool's destroy took every chunk back */
+    tc->lheld_bytes = 0;
+    memset(tc->llive, 0, sizeof tc->llive);
     tc->pool = NULL;
     atomic_store_explicit(&tc->dead, 1, AA__RLX);
   }
@@ -981,10 +987,14 @@ __attribute__((noinline)) static void *alloc_slow(aa_pool *pool, size_t size, aa
     return NULL;
   if (size == 0)
     size = 1;
-  if (size <= pool->cfg.max_small)
+  if (size <= pool->cfg.max_small) {
     p = aa__small_alloc_slow(pool, size, stream);
-  else
-    p = aa__large_alloc(pool, size, stream);
+  } else {
+    aa__tcache *tc = pool->cfg.large_mode != AA_LARGE_PASSTHROUGH ? aa__tcache_get(pool) : NULL;
+    p = tc ? aa__ltc_alloc(pool, tc, size, stream) : NULL;
+    if (p == NULL)
+      p = aa__large_alloc(pool, tc, size, stream);
+  }
   if (atomic_load_explicit(&pool->tflags, AA__RLX) & AA__TF_TELEMETRY) {
     aa__tcache *tc = aa__tcache_get(pool);
     if (p) {
@@ -1255,7 +1265,11 @@ __attribute__((noinline)) static int free_odd(aa_pool *pool, void *ptr, size_t s
     return AA_EINVAL;
   }
   if (sp->kind != AA__SPAN_SLAB) {
-    int rc = aa__large_free(pool, (aa__seg *)sp, ptr, size, stream);
+    aa__tcache *tc = pool->slot >= 0 ? tl_tc[pool->slot] : NULL;
+    int rc = tc != NULL && !atomic_load_explicit(&tc->dead, AA__RLX) &&
+                     aa__ltc_free(pool, tc, ptr, size, stream)
+                 ? AA_OK
+                 : aa__large_free(pool, (aa__seg *)sp, ptr, size, stream);
     if (rc == AA_OK &&
         atomic_load_explicit(&pool->tflags, AA__RLX) == (AA__TF_TELEMETRY | AA__TF_TRACE))
       aa__trace(pool, 'f', ptr, size, stream);

@@ -120,7 +120,9 @@ static inline unsigned aa__hist_bucket(size_t size) {
 #define AA__LARGE_ALIGN ((size_t)4096)
 #define AA__LARGE_SEG ((size_t)2 << 20) /* segments rounded to 2 MiB */
 #define AA__LARGE_BINS 96
-#define AA__LARGE_PARK 4 /* large chunks parked at free for exact reuse */
+#define AA__LARGE_PARK 4
+#define AA__LTC_N 4 /* large blocks a thread caches (see aa__tcache) */
+#define AA__LTC_MAX_BYTES ((size_t)256 << 20) /* and their bytes at most */ /* large chunks parked at free for exact reuse */
 #define AA__RS_BUCKETS 1024
 
 /* pool->tflags */
@@ -278,7 +280,28 @@ typedef struct aa__tcache {
   uint32_t sweep;   /* where tcache_make_room starts */
   uint32_t hh_countdown; /* heavy-hitter sampling of evicted single requests */
   uint64_t tid;
-  _Atomic uint64_t large_allocs, large_frees;
+  /* The large-block cache (large.c, aa__ltc_*): blocks this thread
+   * allocated from the large path (so that its own free finds the chunk
+   * without the lock) and blocks it freed and holds for an exact-size
+   * reuse on the same stream. Owner only, but for the counters. */
+  struct aa__ltc_live {
+    void *p;
+    struct aa__chunk *c;
+    uint64_t state; /* the chunk's state word when allocated */
+  } llive[AA__LTC_N];
+  struct aa__ltc_held {
+    void *p;
+    struct aa__chunk *c;
+    uint64_t state;
+    size_t req;
+    aa_stream stream;
+  } lheld[AA__LTC_N];
+  uint32_t nlheld;
+  uint32_t ltc_epoch;
+  size_t lheld_bytes;
+  /* large blocks this thread handed out and took back without the lock,
+   * and the block and requested bytes it holds now (stats) */
+  _Atomic uint64_t large_allocs, large_frees, lheld_block, lheld_req;
   _Atomic uint64_t hist[AA_HIST_BUCKETS];
   aa__hh_slot hh[AA__HH_SLOTS];
   aa__bin bins[AA_MAX_CLASSES];
@@ -324,6 +347,12 @@ struct aa__chunk {
   int free;
   unsigned bin; /* free: the bin it is in */
   int parked;   /* free: in pool->lpark, not in a bin */
+  /* (generation << 2) | AA__CH_FREE, _LIVE or _HELD (in a thread's large
+   * cache). Every change of phase is a compare-and-swap, so an owner's
+   * lock-free free and another thread's locked free of the same block
+   * cannot both win; the generation makes a stale thread-cache entry fail
+   * its CAS. Chunk records are recycled, never freed, while the pool lives. */
+  _Atomic uint64_t state;
   int any;          /* free: usable on every stream */
   aa_stream stream; /* free: the stream it was freed on */
   uint64_t freed_at; /* free: pool->large_frees when it was freed (age order) */
@@ -392,11 +421,11 @@ struct aa_pool {
   _Atomic uint64_t dead_hist[AA_HIST_BUCKETS];
   aa__hh_slot *dead_hh; /* merged table of dead threads, AA__HH_SLOTS*4 */
   size_t dead_hh_n;
-  uint64_t dead_large_allocs, dead_large_frees;
 
   /* pool-level counters (slow paths, atomic RMW) */
   _Atomic uint64_t bytes_reserved, peak_reserved;
   _Atomic uint64_t out_bytes, peak_out_bytes, win_peak_out_bytes;
+  _Atomic uint64_t dead_large_allocs, dead_large_frees; /* exited threads' lock-free counts */
   _Atomic uint64_t backend_allocs, backend_frees, backend_failures;
   _Atomic uint64_t ooms, oom_retries, invalid_frees;
   _Atomic size_t limit;
@@ -488,7 +517,14 @@ void aa__trace(aa_pool *pool, char op, const void *p, size_t size, aa_stream s);
 int aa__events_done(aa_pool *pool, void **ev, uint32_t *n);
 
 /* large.c */
-void *aa__large_alloc(aa_pool *pool, size_t size, aa_stream stream);
+enum { AA__CH_FREE = 0, AA__CH_LIVE = 1, AA__CH_HELD = 2 };
+void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stream);
+/* The thread's large-block cache: an exact-size reuse (NULL on a miss), a
+ * lock-free free of a block this thread allocated (false: take the locked
+ * path), and giving every held block back (release, epoch change, exit). */
+void *aa__ltc_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stream);
+bool aa__ltc_free(aa_pool *pool, aa__tcache *tc, void *p, size_t size, aa_stream stream);
+void aa__ltc_flush(aa_pool *pool, aa__tcache *tc);
 int aa__large_free(aa_pool *pool, aa__seg *seg, void *p, size_t size, aa_stream stream);
 size_t aa__large_block_size(aa_pool *pool, aa__seg *seg, const void *p);
 int aa__large_record(aa_pool *pool, aa__seg *seg, void *p, aa_stream stream);

@@ -31,6 +31,7 @@
 static bool merge_ok(const aa__chunk *a, const aa__chunk *b);
 static void absorb(aa_pool *pool, aa__chunk *a, aa__chunk *b);
 static void coalesce_insert(aa_pool *pool, aa__chunk *c);
+static void ltc_drop_locked(aa_pool *pool, aa__tcache *tc, uint32_t i);
 
 /* A chunk taken for an allocation that could not be completed goes back. */
 #define put_back(pool, c) coalesce_insert((pool), (c))
@@ -131,28 +132,40 @@ static unsigned next_bin(const aa_pool *pool, unsigned b) {
   return AA__LARGE_BINS;
 }
 
-/* Chunk records for splits are recycled: a split and a merge per
- * allocation would otherwise cost a calloc and a free. */
-#define SPARE_MAX 256
-
+/* Chunk records are recycled, and never freed while the pool lives: a
+ * thread's large-block cache may still name one (its stale entry then fails
+ * the compare-and-swap on `state`, whose generation survives the reuse).
+ * Recycling also saves a calloc and a free per split and merge. */
 static aa__chunk *chunk_get(aa_pool *pool) {
   aa__chunk *c = pool->lspare;
   if (c == NULL)
     return calloc(1, sizeof *c);
   pool->lspare = c->fnext;
   pool->nlspare--;
+  uint64_t st = atomic_load_explicit(&c->state, AA__RLX);
   memset(c, 0, sizeof *c);
+  atomic_store_explicit(&c->state, st & ~(uint64_t)3, AA__RLX);
   return c;
 }
 
 static void chunk_put(aa_pool *pool, aa__chunk *c) {
-  if (pool->nlspare >= SPARE_MAX) {
-    free(c);
-    return;
-  }
   c->fnext = pool->lspare;
   pool->lspare = c;
   pool->nlspare++;
+}
+
+/* ------------------------------------------------------------ thread cache */
+
+static size_t ltc_slot(const void *p) {
+  return (size_t)(((uint64_t)(uintptr_t)p >> 12) * 0x9E3779B97F4A7C15ull >> 32) % AA__LTC_N;
+}
+
+/* Remembers a block this thread was handed, for a lock-free free of it. */
+static void ltc_note(aa__tcache *tc, void *p, aa__chunk *c, uint64_t state) {
+  struct aa__ltc_live *l = &tc->llive[ltc_slot(p)];
+  l->p = p;
+  l->c = c;
+  l->state = state;
 }
 
 /* Parking: a large chunk freed whole goes to a short list instead of being
@@ -465,7 +478,7 @@ static void seg_unlink_free(aa_pool *pool, aa__seg *s) {
       ev_release(pool, c->xev[i]);
     free(c->xev);
     free(c->xs);
-    free(c);
+    chunk_put(pool, c);
     c = n;
   }
   free(s);
@@ -664,7 +677,7 @@ static void split(aa_pool *pool, aa__chunk *c, size_t need) {
   bin_insert(pool, r);
 }
 
-void *aa__large_alloc(aa_pool *pool, size_t size, aa_stream stream) {
+void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stream) {
   size_t need = round_up(size, AA__LARGE_ALIGN);
   bool passthrough = pool->cfg.large_mode == AA_LARGE_PASSTHROUGH;
   bool vmm = pool->vmm_page != 0;
@@ -673,6 +686,10 @@ void *aa__large_alloc(aa_pool *pool, size_t size, aa_stream stream) {
   if (need < size) /* overflow */
     goto oom;
   pthread_mutex_lock(&pool->large_mu);
+  /* A size the thread's cache could not serve: what it holds merges back
+   * first, so held blocks never make the pool take more memory. */
+  while (tc != NULL && tc->nlheld > 0)
+    ltc_drop_locked(pool, tc, tc->nlheld - 1);
   for (;;) {
     if (pool->lhash_n >= pool->lhash_cap && hash_grow(pool) != AA_OK)
       break;
@@ -729,6 +746,10 @@ void *aa__large_alloc(aa_pool *pool, size_t size, aa_stream stream) {
     pool->large_req += size;
     pool->large_allocs++;
     p = (void *)c->base;
+    uint64_t st = ((atomic_load_explicit(&c->state, AA__RLX) >> 2) + 1) << 2 | AA__CH_LIVE;
+    atomic_store_explicit(&c->state, st, AA__RLX);
+    if (tc != NULL && !passthrough)
+      ltc_note(tc, p, c, st);
     uint64_t ob = atomic_fetch_add_explicit(&pool->out_bytes, c->size, AA__RLX) + c->size;
     aa__atomic_max(&pool->peak_out_bytes, ob);
     aa__atomic_max(&pool->win_peak_out_bytes, ob);
@@ -796,47 +817,24 @@ static aa__chunk *find_container(aa__seg *seg, uintptr_t p) {
   return NULL;
 }
 
-int aa__large_free(aa_pool *pool, aa__seg *seg, void *ptr, size_t size, aa_stream stream) {
-  if (seg != NULL && seg->owner != NULL)
-    seg = seg->owner; /* a page of an expandable segment */
+/* Gives a chunk (live or held, its state already moved to free) back:
+ * accounting, record_stream events, parking. `counted`: a user's free (a
+ * thread cache's flush was counted when the user freed it). Under large_mu. */
+static void release_chunk(aa_pool *pool, aa__chunk *c, aa_stream stream, bool counted) {
   aa_backend *b = pool->backend;
-  aa_misuse what = 0;
-  const char *msg = NULL;
-  uintptr_t p = (uintptr_t)ptr;
-  pthread_mutex_lock(&pool->large_mu);
-  aa__chunk *c = hash_find(pool, p, false);
-  if (c == NULL) {
-    aa__chunk *in = find_container(seg, p);
-    if (in && in->free) {
-      what = AA_MISUSE_DOUBLE_FREE;
-      msg = "large block already free";
-    } else if (in) {
-      what = AA_MISUSE_INTERIOR;
-      msg = "pointer inside a large block, not at its start";
-    } else {
-      what = AA_MISUSE_FOREIGN;
-      msg = "pointer not owned by this pool";
-    }
-    goto bad;
-  }
-  if (size != 0 && size != c->req) {
-    what = AA_MISUSE_BAD_SIZE;
-    msg = "size differs from the size allocated";
-    goto bad;
-  }
-  hash_find(pool, p, true);
+  hash_find(pool, c->base, true);
   pool->large_in_use -= c->size;
   pool->large_req -= c->req;
-  pool->large_frees++;
+  if (counted)
+    pool->large_frees++;
   atomic_fetch_sub_explicit(&pool->out_bytes, c->size, AA__RLX);
   if (pool->cfg.large_mode == AA_LARGE_PASSTHROUGH) {
     free(c->xs);
     c->xs = NULL;
     c->nxs = 0;
     c->free = 1;
-    seg_unlink_free(pool, seg);
-    pthread_mutex_unlock(&pool->large_mu);
-    return AA_OK;
+    seg_unlink_free(pool, c->seg);
+    return;
   }
   c->free = 1;
   c->freed_at = pool->large_frees;
@@ -883,6 +881,50 @@ int aa__large_free(aa_pool *pool, aa__seg *seg, void *ptr, size_t size, aa_strea
   else
     coalesce_insert(pool, c);
   enforce_bound(pool);
+}
+
+int aa__large_free(aa_pool *pool, aa__seg *seg, void *ptr, size_t size, aa_stream stream) {
+  if (seg != NULL && seg->owner != NULL)
+    seg = seg->owner; /* a page of an expandable segment */
+  aa_misuse what = 0;
+  const char *msg = NULL;
+  uintptr_t p = (uintptr_t)ptr;
+  pthread_mutex_lock(&pool->large_mu);
+  aa__chunk *c = hash_find(pool, p, false);
+  if (c == NULL) {
+    aa__chunk *in = find_container(seg, p);
+    if (in && in->free) {
+      what = AA_MISUSE_DOUBLE_FREE;
+      msg = "large block already free";
+    } else if (in) {
+      what = AA_MISUSE_INTERIOR;
+      msg = "pointer inside a large block, not at its start";
+    } else {
+      what = AA_MISUSE_FOREIGN;
+      msg = "pointer not owned by this pool";
+    }
+    goto bad;
+  }
+  uint64_t st = atomic_load_explicit(&c->state, memory_order_acquire);
+  if ((st & 3) != AA__CH_LIVE) {
+    what = AA_MISUSE_DOUBLE_FREE;
+    msg = "large block already free (held in a thread's cache)";
+    goto bad;
+  }
+  if (size != 0 && size != c->req) {
+    what = AA_MISUSE_BAD_SIZE;
+    msg = "size differs from the size allocated";
+    goto bad;
+  }
+  /* against the owner's lock-free free of the same block (a double free
+   * racing in two threads): one of the two wins */
+  if (!atomic_compare_exchange_strong_explicit(&c->state, &st, st & ~(uint64_t)3,
+                                               memory_order_acq_rel, memory_order_acquire)) {
+    what = AA_MISUSE_DOUBLE_FREE;
+    msg = "large block freed twice at once";
+    goto bad;
+  }
+  release_chunk(pool, c, stream, true);
   pthread_mutex_unlock(&pool->large_mu);
   return AA_OK;
 bad:
@@ -899,7 +941,7 @@ size_t aa__large_block_size(aa_pool *pool, aa__seg *seg, const void *ptr) {
   aa__chunk *c = hash_find(pool, (uintptr_t)ptr, false);
   if (c == NULL)
     c = find_container(seg, (uintptr_t)ptr);
-  if (c && !c->free)
+  if (c && !c->free && (atomic_load_explicit(&c->state, AA__RLX) & 3) == AA__CH_LIVE)
     r = c->size;
   pthread_mutex_unlock(&pool->large_mu);
   return r;
@@ -916,6 +958,10 @@ int aa__large_record(aa_pool *pool, aa__seg *seg, void *ptr, aa_stream stream) {
     rc = AA_EINVAL;
     goto out;
   }
+  if ((atomic_load_explicit(&c->state, AA__RLX) & 3) != AA__CH_LIVE) {
+    rc = AA_EINVAL; /* freed: held in a thread's cache */
+    goto out;
+  }
   if (!pool->has_events)
     goto out;
   for (uint32_t i = 0; i < c->nxs; i++) {
@@ -928,7 +974,8 @@ int aa__large_record(aa_pool *pool, aa__seg *seg, void *ptr, aa_stream stream) {
     goto out;
   }
   c->xs = v;
-  c->xs[c->nxs++] = stream;
+  c->xs[c->nxs] = stream;
+  __atomic_store_n(&c->nxs, c->nxs + 1, __ATOMIC_RELAXED); /* read by aa__ltc_free */
 out:
   pthread_mutex_unlock(&pool->large_mu);
   return rc;
@@ -963,4 +1010,111 @@ void aa__large_stats(aa_pool *pool, uint64_t *in_use, uint64_t *reserved, uint64
   *segs = pool->nsegs;
   *req = pool->large_req;
   pthread_mutex_unlock(&pool->large_mu);
+}
+
+/* ------------------------------------------------------------ thread cache */
+
+/* The most a thread holds: under a limit, a sixteenth of it; under a cache
+ * bound, a quarter of that. */
+static size_t ltc_cap(const aa_pool *pool) {
+  size_t lim = atomic_load_explicit(&((aa_pool *)pool)->limit, AA__RLX);
+  size_t cap = lim != 0 && lim / 16 < AA__LTC_MAX_BYTES ? lim / 16 : AA__LTC_MAX_BYTES;
+  size_t bound = pool->cfg.large_cache_bytes; /* a cache bound covers held blocks too */
+  return bound != 0 && bound / AA__LTC_N < cap ? bound / AA__LTC_N : cap;
+}
+
+/* Gives held entry i back to the pool. Under large_mu. */
+static void ltc_drop_locked(aa_pool *pool, aa__tcache *tc, uint32_t i) {
+  struct aa__ltc_held h = tc->lheld[i];
+  uint64_t st = h.state;
+  memmove(&tc->lheld[i], &tc->lheld[i + 1], (tc->nlheld - i - 1) * sizeof tc->lheld[0]);
+  tc->nlheld--;
+  tc->lheld_bytes -= h.c->size;
+  aa__cadd(&tc->lheld_block, (uint64_t)0 - h.c->size);
+  aa__cadd(&tc->lheld_req, (uint64_t)0 - h.req);
+  /* only this thread moves a held chunk on, so this cannot fail */
+  if (atomic_compare_exchange_strong_explicit(&h.c->state, &st, st & ~(uint64_t)3,
+                                              memory_order_acq_rel, memory_order_acquire))
+    release_chunk(pool, h.c, h.stream, false);
+}
+
+void aa__ltc_flush(aa_pool *pool, aa__tcache *tc) {
+  if (tc->nlheld == 0)
+    return;
+  pthread_mutex_lock(&pool->large_mu);
+  while (tc->nlheld > 0)
+    ltc_drop_locked(pool, tc, tc->nlheld - 1);
+  pthread_mutex_unlock(&pool->large_mu);
+}
+
+/* A release (or a class change) since this thread last looked: what it
+ * holds goes back first. */
+static void ltc_sync(aa_pool *pool, aa__tcache *tc) {
+  uint32_t ep = atomic_load_explicit(&pool->epoch, memory_order_acquire);
+  if (tc->ltc_epoch != ep) {
+    aa__ltc_flush(pool, tc);
+    tc->ltc_epoch = ep;
+  }
+}
+
+void *aa__ltc_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stream) {
+  if (tc->nlheld == 0)
+    return NULL;
+  ltc_sync(pool, tc);
+  for (uint32_t i = tc->nlheld; i-- > 0;) { /* newest first */
+    struct aa__ltc_held *h = &tc->lheld[i];
+    if (h->req != size || h->stream != stream)
+      continue;
+    aa__chunk *c = h->c;
+    void *p = h->p;
+    uint64_t st = h->state;
+    uint64_t live = (((st >> 2) + 1) << 2) | AA__CH_LIVE;
+    if (!atomic_compare_exchange_strong_explicit(&c->state, &st, live, memory_order_acq_rel,
+                                                 memory_order_acquire))
+      return NULL; /* cannot happen: only this thread moves a held chunk */
+    tc->lheld_bytes -= c->size;
+    aa__cadd(&tc->lheld_block, (uint64_t)0 - c->size);
+    aa__cadd(&tc->lheld_req, (uint64_t)0 - h->req);
+    memmove(h, h + 1, (tc->nlheld - i - 1) * sizeof *h);
+    tc->nlheld--;
+    aa__cadd(&tc->large_allocs, 1);
+    ltc_note(tc, p, c, live);
+    return p;
+  }
+  return NULL;
+}
+
+bool aa__ltc_free(aa_pool *pool, aa__tcache *tc, void *p, size_t size, aa_stream stream) {
+  struct aa__ltc_live *l = &tc->llive[ltc_slot(p)];
+  if (l->p != p)
+    return false;
+  aa__chunk *c = l->c;
+  uint64_t st = l->state;
+  l->p = NULL;
+  ltc_sync(pool, tc);
+  size_t cap = ltc_cap(pool);
+  /* The CAS first: only once it succeeds is c this thread's to read (a
+   * stale entry's chunk may be free or someone else's by now). */
+  uint64_t held = (st & ~(uint64_t)3) | AA__CH_HELD;
+  if (!atomic_compare_exchange_strong_explicit(&c->state, &st, held, memory_order_acq_rel,
+                                               memory_order_acquire))
+    return false; /* freed or reused since: the locked path decides */
+  if ((size != 0 && size != c->req) || c->size > cap ||
+      __atomic_load_n(&c->nxs, __ATOMIC_RELAXED) != 0) {
+    /* a misuse to report, too big to hold, or record_stream'd: undo */
+    atomic_store_explicit(&c->state, st, memory_order_release);
+    return false;
+  }
+  if (tc->nlheld == AA__LTC_N || tc->lheld_bytes + c->size > cap) {
+    pthread_mutex_lock(&pool->large_mu);
+    while (tc->nlheld > 0 && (tc->nlheld == AA__LTC_N || tc->lheld_bytes + c->size > cap))
+      ltc_drop_locked(pool, tc, 0); /* the oldest */
+    pthread_mutex_unlock(&pool->large_mu);
+  }
+  tc->lheld[tc->nlheld++] = (struct aa__ltc_held){p, c, held, c->req, stream};
+  tc->lheld_bytes += c->size;
+  aa__cadd(&tc->lheld_block, c->size);
+  aa__cadd(&tc->lheld_req, c->req);
+  aa__cadd(&tc->large_frees, 1);
+  return true;
 }

@@ -550,6 +550,8 @@ void aa_pool_destroy(aa_pool *pool) {
 size_t aa__release_cached(aa_pool *pool, bool sync) {
   size_t r = 0;
   aa_backend *b = pool->backend;
+  /* other threads give back the large blocks they hold at their next call */
+  atomic_fetch_add_explicit(&pool->epoch, 1, memory_order_release);
   if (sync && b->ops->synchronize)
     b->ops->synchronize(b);
   aa__tcache_flush_mine(pool);
@@ -577,6 +579,8 @@ size_t aa_pool_trim(aa_pool *pool, size_t keep_bytes) {
   if (pool == NULL)
     return 0;
   size_t r = 0;
+  atomic_fetch_add_explicit(&pool->epoch, 1, memory_order_release);
+  aa__tcache_flush_mine(pool); /* what this thread holds counts as in use until then */
   uint64_t in_use = aa__pool_in_use(pool);
   uint64_t reserved = atomic_load(&pool->bytes_reserved);
   if (reserved <= in_use + keep_bytes)

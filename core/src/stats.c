@@ -189,7 +189,14 @@ int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out) {
   slot_sums(pool, s);
   for (int i = 0; i < AA_HIST_BUCKETS; i++)
     out->hist[i] = aa__cget(&pool->dead_hist[i]);
+  uint64_t lt_allocs = atomic_load(&pool->dead_large_allocs);
+  uint64_t lt_frees = atomic_load(&pool->dead_large_frees);
+  uint64_t lt_block = 0, lt_req = 0;
   for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next) {
+    lt_allocs += aa__cget(&tc->large_allocs);
+    lt_frees += aa__cget(&tc->large_frees);
+    lt_block += aa__cget(&tc->lheld_block);
+    lt_req += aa__cget(&tc->lheld_req);
     for (int i = 0; i < AA_HIST_BUCKETS; i++)
       out->hist[i] += atomic_load_explicit(&tc->hist[i], memory_order_acquire);
     /* the size table (read after the histogram: see sz_evict) */
@@ -262,11 +269,14 @@ int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out) {
   lr = pool->large_reserved;
   ls = pool->nsegs;
   lq = pool->large_req;
-  out->large_allocs = pool->large_allocs;
-  uint64_t lfrees = pool->large_frees;
+  out->large_allocs = pool->large_allocs + lt_allocs;
+  uint64_t lfrees = pool->large_frees + lt_frees;
   uint64_t lmaps = pool->vmm_maps, lunmaps = pool->vmm_unmaps;
   pthread_mutex_unlock(&pool->large_mu);
 
+  /* blocks a thread's large cache holds are freed, not in use */
+  li = li > lt_block ? li - lt_block : 0;
+  lq = lq > lt_req ? lq - lt_req : 0;
   out->bytes_in_use = small_in_use + li;
   out->bytes_requested = small_req + lq;
   out->bytes_reserved = atomic_load(&pool->bytes_reserved);

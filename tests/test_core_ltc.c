@@ -1,0 +1,319 @@
+/*
+ * test_core_ltc.c — the per-thread large-block cache: a thread's free of a
+ * large block it allocated is held for its next request of the same size,
+ * without the pool lock. Checked here: accounting while held, exact reuse,
+ * frees from other threads (stale entries, double frees), releases and
+ * exits that must give held blocks back, record_stream'd blocks, and a
+ * cross-thread stress with data checks.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "adaptalloc/core.h"
+
+#define MiB ((size_t)1 << 20)
+
+typedef struct fx {
+  aa_backend *b;
+  aa_pool *p;
+  int misuses;
+  aa_misuse last;
+  pthread_mutex_t mu;
+} fx;
+
+static void on_error(void *user, aa_pool *pool, aa_misuse what, const void *ptr, size_t size,
+                     const char *msg) {
+  fx *f = user;
+  (void)pool, (void)ptr, (void)size, (void)msg;
+  pthread_mutex_lock(&f->mu);
+  f->misuses++;
+  f->last = what;
+  pthread_mutex_unlock(&f->mu);
+}
+
+static fx *make(aa_large_mode mode) {
+  fx *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  pthread_mutex_init(&f->mu, NULL);
+  assert_int_equal(aa_backend_host_new(&f->b), AA_OK);
+  aa_pool_config cfg;
+  aa_pool_config_init(&cfg);
+  cfg.backend = f->b;
+  cfg.large_mode = mode;
+  cfg.on_error = on_error;
+  cfg.on_error_user = f;
+  assert_int_equal(aa_pool_new(&cfg, &f->p), AA_OK);
+  return f;
+}
+
+static aa_pool_stats st_of(fx *f) {
+  aa_pool_stats st;
+  assert_int_equal(aa_pool_stats_get(f->p, &st), AA_OK);
+  return st;
+}
+
+static void done(fx *f) {
+  aa_pool_destroy(f->p);
+  uint64_t a, fr, mapped;
+  aa_backend_host_counts(f->b, &a, &fr, &mapped);
+  assert_int_equal(mapped, 0);
+  assert_int_equal(a, fr);
+  aa_backend_destroy(f->b);
+  pthread_mutex_destroy(&f->mu);
+  free(f);
+}
+
+/* A held block is free in the books and comes back for the same size. */
+static void test_core_ltc_reuse_and_accounting(void **state) {
+  (void)state;
+  aa_large_mode modes[] = {AA_LARGE_CACHE, AA_LARGE_EXPANDABLE};
+  for (size_t m = 0; m < 2; m++) {
+    fx *f = make(modes[m]);
+    char *a = aa_alloc(f->p, 8 * MiB, NULL);
+    assert_non_null(a);
+    memset(a, 0x3C, 8 * MiB);
+    aa_pool_stats s0 = st_of(f);
+    assert_int_equal(aa_free(f->p, a, 8 * MiB, NULL), AA_OK);
+    aa_pool_stats s1 = st_of(f);
+    assert_int_equal(s1.large_bytes_in_use, 0);
+    assert_int_equal(s1.bytes_requested, 0);
+    assert_int_equal(s1.frees, s0.frees + 1);
+    char *b = aa_alloc(f->p, 8 * MiB, NULL);
+    assert_ptr_equal(b, a);
+    aa_pool_stats s2 = st_of(f);
+    assert_int_equal(s2.large_bytes_in_use, 8 * MiB);
+    assert_int_equal(s2.allocs, s0.allocs + 1);
+    assert_int_equal(s2.backend_allocs, s0.backend_allocs);
+    /* a different size: the held block merges back and serves it */
+    assert_int_equal(aa_free(f->p, b, 0, NULL), AA_OK);
+    char *c = aa_alloc(f->p, 6 * MiB, NULL);
+    assert_ptr_equal(c, a);
+    assert_int_equal(aa_free(f->p, c, 0, NULL), AA_OK);
+    /* release from this thread gives held blocks back */
+    (void)aa_pool_release(f->p);
+    assert_int_equal(st_of(f).large_bytes_reserved, 0);
+    done(f);
+  }
+}
+
+/* The same stream only: a block freed on one stream is not handed to
+ * another through the thread cache. */
+static void test_core_ltc_stream(void **state) {
+  (void)state;
+  fx *f = make(AA_LARGE_CACHE);
+  aa_stream s1 = (aa_stream)(uintptr_t)0x51, s2 = (aa_stream)(uintptr_t)0x52;
+  aa_backend_host_hold_events(f->b, true);
+  char *a = aa_alloc(f->p, 4 * MiB, s1);
+  assert_int_equal(aa_free(f->p, a, 0, s1), AA_OK);
+  char *b = aa_alloc(f->p, 4 * MiB, s2);
+  assert_non_null(b);
+  assert_true(b != a);
+  char *c = aa_alloc(f->p, 4 * MiB, s1); /* merged back, same stream: reusable */
+  assert_ptr_equal(c, a);
+  assert_int_equal(aa_free(f->p, b, 0, s2), AA_OK);
+  assert_int_equal(aa_free(f->p, c, 0, s1), AA_OK);
+  aa_backend_host_hold_events(f->b, false);
+  done(f);
+}
+
+/* record_stream'd blocks need events at free: never held. */
+static void test_core_ltc_record_stream(void **state) {
+  (void)state;
+  fx *f = make(AA_LARGE_CACHE);
+  aa_stream s1 = (aa_stream)(uintptr_t)0x51, s2 = (aa_stream)(uintptr_t)0x52;
+  aa_backend_host_hold_events(f->b, true);
+  char *a = aa_alloc(f->p, 4 * MiB, s1);
+  assert_int_equal(aa_record_stream(f->p, a, s2), AA_OK);
+  assert_int_equal(aa_free(f->p, a, 0, s1), AA_OK);
+  /* s2's work may still read it: not for s1 at once either */
+  char *b = aa_alloc(f->p, 4 * MiB, s1);
+  assert_true(b != a);
+  aa_backend_host_hold_events(f->b, false);
+  char *c = aa_alloc(f->p, 4 * MiB, s1);
+  assert_ptr_equal(c, a);
+  assert_int_equal(aa_free(f->p, b, 0, s1), AA_OK);
+  assert_int_equal(aa_free(f->p, c, 0, s1), AA_OK);
+  done(f);
+}
+
+typedef struct job {
+  fx *f;
+  char *p;
+  size_t size;
+  int rc;
+} job;
+
+static void *free_it(void *arg) {
+  job *j = arg;
+  j->rc = aa_free(j->f->p, j->p, j->size, NULL);
+  return NULL;
+}
+
+static void *alloc_free_exit(void *arg) {
+  job *j = arg;
+  j->p = aa_alloc(j->f->p, j->size, NULL);
+  j->rc = j->p ? aa_free(j->f->p, j->p, j->size, NULL) : AA_ENOMEM;
+  return NULL; /* exits holding the block: the exit must give it back */
+}
+
+/* Another thread frees a block this thread allocated (this thread's entry
+ * goes stale); this thread's later free of it is a double free, caught. */
+static void test_core_ltc_cross_thread_free(void **state) {
+  (void)state;
+  fx *f = make(AA_LARGE_EXPANDABLE);
+  job j = {f, aa_alloc(f->p, 8 * MiB, NULL), 8 * MiB, -1};
+  assert_non_null(j.p);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, free_it, &j), 0);
+  pthread_join(t, NULL);
+  assert_int_equal(j.rc, AA_OK);
+  assert_int_equal(aa_free(f->p, j.p, 0, NULL), AA_EINVAL);
+  assert_int_equal(f->last, AA_MISUSE_DOUBLE_FREE);
+  /* held here, then freed again from another thread: also caught */
+  char *b = aa_alloc(f->p, 8 * MiB, NULL);
+  assert_int_equal(aa_free(f->p, b, 0, NULL), AA_OK);
+  job k = {f, b, 0, -1};
+  assert_int_equal(pthread_create(&t, NULL, free_it, &k), 0);
+  pthread_join(t, NULL);
+  assert_int_equal(k.rc, AA_EINVAL);
+  assert_int_equal(f->last, AA_MISUSE_DOUBLE_FREE);
+  assert_int_equal(f->misuses, 2);
+  assert_int_equal(st_of(f).large_bytes_in_use, 0);
+  done(f);
+}
+
+/* A thread that exits holding blocks gives them back. */
+static void test_core_ltc_thread_exit(void **state) {
+  (void)state;
+  fx *f = make(AA_LARGE_EXPANDABLE);
+  job j = {f, NULL, 16 * MiB, -1};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, alloc_free_exit, &j), 0);
+  pthread_join(t, NULL);
+  assert_int_equal(j.rc, AA_OK);
+  aa_pool_stats s = st_of(f);
+  assert_int_equal(s.large_bytes_in_use, 0);
+  assert_int_equal(s.allocs, s.frees);
+  (void)aa_pool_release(f->p);
+  assert_int_equal(st_of(f).large_bytes_reserved, 0);
+  done(f);
+}
+
+/* Destroying the pool while a thread holds blocks loses nothing. */
+static void test_core_ltc_destroy_while_held(void **state) {
+  (void)state;
+  fx *f = make(AA_LARGE_CACHE);
+  char *a = aa_alloc(f->p, 8 * MiB, NULL);
+  assert_int_equal(aa_free(f->p, a, 0, NULL), AA_OK); /* held */
+  done(f);
+}
+
+/* Threads allocate, write, pass blocks to each other and free them. */
+enum { NT = 4, NB = 32, ROUNDS = 4000 };
+typedef struct shared {
+  fx *f;
+  pthread_mutex_t mu;
+  char *slot[NB];
+  size_t size[NB];
+  unsigned char tag[NB];
+  int bad;
+} shared;
+
+typedef struct worker {
+  shared *sh;
+  unsigned seed;
+} worker;
+
+static void *stress(void *arg) {
+  worker *w = arg;
+  shared *sh = w->sh;
+  for (int r = 0; r < ROUNDS; r++) {
+    w->seed = w->seed * 1103515245u + 12345u;
+    int i = (int)((w->seed >> 8) % NB);
+    size_t sz = ((size_t)1 + (w->seed >> 16) % 4) * 2 * MiB;
+    pthread_mutex_lock(&sh->mu);
+    char *p = sh->slot[i];
+    size_t psz = sh->size[i];
+    unsigned char tag = sh->tag[i];
+    sh->slot[i] = NULL;
+    pthread_mutex_unlock(&sh->mu);
+    if (p) {
+      if (p[0] != (char)tag || p[psz - 1] != (char)tag)
+        __atomic_fetch_add(&sh->bad, 1, __ATOMIC_RELAXED);
+      if (aa_free(sh->f->p, p, psz, NULL) != AA_OK)
+        __atomic_fetch_add(&sh->bad, 1, __ATOMIC_RELAXED);
+      continue;
+    }
+    char *q = aa_alloc(sh->f->p, sz, NULL);
+    if (q == NULL) {
+      __atomic_fetch_add(&sh->bad, 1, __ATOMIC_RELAXED);
+      continue;
+    }
+    unsigned char t = (unsigned char)(w->seed >> 24);
+    q[0] = (char)t;
+    q[sz - 1] = (char)t;
+    pthread_mutex_lock(&sh->mu);
+    if (sh->slot[i] == NULL) {
+      sh->slot[i] = q;
+      sh->size[i] = sz;
+      sh->tag[i] = t;
+      q = NULL;
+    }
+    pthread_mutex_unlock(&sh->mu);
+    if (q && aa_free(sh->f->p, q, sz, NULL) != AA_OK)
+      __atomic_fetch_add(&sh->bad, 1, __ATOMIC_RELAXED);
+    if (r % 1000 == 999)
+      (void)aa_pool_release(sh->f->p);
+  }
+  return NULL;
+}
+
+static void test_core_ltc_stress(void **state) {
+  (void)state;
+  aa_large_mode modes[] = {AA_LARGE_CACHE, AA_LARGE_EXPANDABLE};
+  for (size_t m = 0; m < 2; m++) {
+    shared sh;
+    memset(&sh, 0, sizeof sh);
+    sh.f = make(modes[m]);
+    pthread_mutex_init(&sh.mu, NULL);
+    pthread_t t[NT];
+    worker w[NT];
+    for (int i = 0; i < NT; i++) {
+      w[i] = (worker){&sh, 77u + (unsigned)i * 1000u};
+      assert_int_equal(pthread_create(&t[i], NULL, stress, &w[i]), 0);
+    }
+    for (int i = 0; i < NT; i++)
+      pthread_join(t[i], NULL);
+    assert_int_equal(sh.bad, 0);
+    assert_int_equal(sh.f->misuses, 0);
+    for (int i = 0; i < NB; i++) {
+      if (sh.slot[i])
+        assert_int_equal(aa_free(sh.f->p, sh.slot[i], sh.size[i], NULL), AA_OK);
+    }
+    aa_pool_stats s = st_of(sh.f);
+    assert_int_equal(s.large_bytes_in_use, 0);
+    assert_int_equal(s.allocs, s.frees);
+    pthread_mutex_destroy(&sh.mu);
+    done(sh.f);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_core_ltc_reuse_and_accounting),
+      cmocka_unit_test(test_core_ltc_stream),
+      cmocka_unit_test(test_core_ltc_record_stream),
+      cmocka_unit_test(test_core_ltc_cross_thread_free),
+      cmocka_unit_test(test_core_ltc_thread_exit),
+      cmocka_unit_test(test_core_ltc_destroy_while_held),
+      cmocka_unit_test(test_core_ltc_stress),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
