@@ -121,7 +121,7 @@ static inline unsigned aa__hist_bucket(size_t size) {
 #define AA__LARGE_SEG ((size_t)2 << 20) /* segments rounded to 2 MiB */
 #define AA__LARGE_BINS 96
 #define AA__LARGE_PARK 4 /* large chunks parked at free for exact reuse */
-#define AA__LTC_N 4      /* large blocks a thread caches (see aa__tcache) */
+#define AA__LTC_N 1      /* large blocks a thread caches (see aa__tcache) */
 /* ...and their bytes at most: memory that other threads cannot use until
  * this one calls again (an autograd thread between backward passes) */
 #define AA__LTC_MAX_BYTES ((size_t)64 << 20)
