@@ -1020,7 +1020,7 @@ static size_t ltc_cap(const aa_pool *pool) {
   size_t lim = atomic_load_explicit(&((aa_pool *)pool)->limit, AA__RLX);
   size_t cap = lim != 0 && lim / 16 < AA__LTC_MAX_BYTES ? lim / 16 : AA__LTC_MAX_BYTES;
   size_t bound = pool->cfg.large_cache_bytes; /* a cache bound covers held blocks too */
-  return bound != 0 && bound / AA__LTC_N < cap ? bound / AA__LTC_N : cap;
+  return bound != 0 && bound / 4 < cap ? bound / 4 : cap;
 }
 
 /* Gives held entry i back to the pool. Under large_mu. */
