@@ -430,7 +430,7 @@ static bool slot_make(slot *sl, unsigned k) {
   cfg.slab_size = (k & 1) ? (64u << 10) : (2u << 20);
   cfg.max_small = (k & 1) ? (32u << 10) : (1u << 20);
   cfg.classes_per_doubling = (k & 1) ? 2 : 4;
-  cfg.large_mode = (k & 2) ? AA_LARGE_PASSTHROUGH : AA_LARGE_CACHE;
+  cfg.large_mode = (k & 2) ? AA_LARGE_PASSTHROUGH : (k & 1) ? AA_LARGE_EXPANDABLE : AA_LARGE_CACHE;
   cfg.large_cache_bytes = (k & 2) ? 0 : (8u << 20);
   cfg.tcache_blocks = (k & 4) ? 2 : 32;
   cfg.tcache_bytes = (k & 4) ? (256u << 10) : (4u << 20);
