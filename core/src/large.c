@@ -393,6 +393,21 @@ static int ensure_mapped(aa_pool *pool, aa__chunk *c) {
   return AA_OK;
 }
 
+/* Puts new segment s, covered by one free chunk c, on the pool's list. */
+static void seg_link(aa_pool *pool, aa__seg *s, aa__chunk *c) {
+  c->seg = s;
+  c->base = s->h.base;
+  c->size = s->h.end - s->h.base;
+  c->free = 1;
+  c->any = 1;
+  s->first = c;
+  s->next = pool->segs;
+  if (pool->segs)
+    pool->segs->prev = s;
+  pool->segs = s;
+  pool->nsegs++;
+}
+
 /* A reservation of at least `need` bytes with one free, unmapped chunk. */
 static aa__chunk *vseg_new(aa_pool *pool, size_t need, int *rc) {
   aa_backend *b = pool->backend;
@@ -433,17 +448,7 @@ static aa__chunk *vseg_new(aa_pool *pool, size_t need, int *rc) {
   s->h.base = (uintptr_t)mem;
   s->h.end = (uintptr_t)mem + size;
   s->h.kind = AA__SPAN_LARGE;
-  c->seg = s;
-  c->base = s->h.base;
-  c->size = size;
-  c->free = 1;
-  c->any = 1;
-  s->first = c;
-  s->next = pool->segs;
-  if (pool->segs)
-    pool->segs->prev = s;
-  pool->segs = s;
-  pool->nsegs++;
+  seg_link(pool, s, c);
   return c;
 }
 
@@ -580,18 +585,8 @@ static aa__chunk *seg_new(aa_pool *pool, size_t segsize, int *rc) {
   *rc = aa__pm_insert(pool, &s->h);
   if (*rc != AA_OK)
     goto fail;
-  c->seg = s;
-  c->base = s->h.base;
-  c->size = segsize;
-  c->free = 1;
-  c->any = 1;
-  s->first = c;
-  s->next = pool->segs;
-  if (pool->segs)
-    pool->segs->prev = s;
-  pool->segs = s;
+  seg_link(pool, s, c);
   pool->large_reserved += segsize;
-  pool->nsegs++;
   return c;
 fail:
   if (mem)

@@ -318,3 +318,15 @@ int aa_pinned_device_ptr(const void *host, void **dev_out) {
   *dev_out = d;
   return AA_OK;
 }
+
+int aa__cuda_count_alloc(aa__cuda_backend *cb, int rc, size_t size) {
+  if (rc != AA_OK) {
+    atomic_fetch_add_explicit(&cb->failures, 1, memory_order_relaxed);
+    if (rc == AA_ENOMEM)
+      atomic_fetch_add_explicit(&cb->ooms, 1, memory_order_relaxed);
+    return rc;
+  }
+  atomic_fetch_add_explicit(&cb->allocs, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&cb->bytes_mapped, size, memory_order_relaxed);
+  return AA_OK;
+}

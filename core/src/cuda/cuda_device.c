@@ -107,14 +107,8 @@ static int dev_alloc(aa_backend *b, size_t size, void **out) {
   }
   aa__cuda_leave(b->device, prev);
 done:
-  if (rc != AA_OK) {
-    atomic_fetch_add_explicit(&cb->failures, 1, memory_order_relaxed);
-    if (rc == AA_ENOMEM)
-      atomic_fetch_add_explicit(&cb->ooms, 1, memory_order_relaxed);
+  if (aa__cuda_count_alloc(cb, rc, size) != AA_OK)
     return rc;
-  }
-  atomic_fetch_add_explicit(&cb->allocs, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&cb->bytes_mapped, size, memory_order_relaxed);
   *out = p;
   return AA_OK;
 }
@@ -418,14 +412,8 @@ static int dev_map(aa_backend *b, void *addr, size_t size, void **handle) {
   aa__cuda_leave(b->device, prev);
   rc = vm_err(r);
 done:
-  if (rc != AA_OK) {
-    atomic_fetch_add_explicit(&cb->failures, 1, memory_order_relaxed);
-    if (rc == AA_ENOMEM)
-      atomic_fetch_add_explicit(&cb->ooms, 1, memory_order_relaxed);
+  if (aa__cuda_count_alloc(cb, rc, size) != AA_OK)
     return rc;
-  }
-  atomic_fetch_add_explicit(&cb->allocs, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&cb->bytes_mapped, size, memory_order_relaxed);
   *handle = (void *)(uintptr_t)h;
   return AA_OK;
 }

@@ -30,6 +30,11 @@
 int aa__cuda_enter(int device, int *prev);
 /* Restores the device saved by aa__cuda_enter. */
 void aa__cuda_leave(int device, int prev);
+typedef struct aa__cuda_backend aa__cuda_backend;
+/* Counts one backend allocation (or map) of `size` bytes that ended with
+ * `rc`: a success, or a failure and, for AA_ENOMEM, an out-of-memory.
+ * Returns rc. */
+int aa__cuda_count_alloc(aa__cuda_backend *cb, int rc, size_t size);
 /* Maps a cudaError_t to an aa_err, clearing the runtime's last error. */
 int aa__cuda_err(cudaError_t e);
 
@@ -66,7 +71,7 @@ void aa__cuda_evpool_fini(aa__cuda_evpool *p);
 
 #define AA__CUDA_MAGIC 0x41414355u /* "AACU" */
 
-typedef struct aa__cuda_backend {
+struct aa__cuda_backend {
   aa_backend base; /* must be first */
   uint32_t magic;
   _Atomic uint64_t allocs;
@@ -88,7 +93,7 @@ typedef struct aa__cuda_backend {
   /* device backend only: the virtual-memory mapping granularity, asked of
    * the driver on first use (AA__CUDA_VM_UNKNOWN until then; 0 = no VMM). */
   _Atomic size_t vm_granularity;
-} aa__cuda_backend;
+};
 
 #define AA__CUDA_VM_UNKNOWN SIZE_MAX
 

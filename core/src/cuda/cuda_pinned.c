@@ -28,14 +28,8 @@ static int pin_alloc(aa_backend *b, size_t size, void **out) {
     return AA_EINVAL;
   rc = aa__cuda_err(cudaHostAlloc(&p, size,
                                   cudaHostAllocPortable | cudaHostAllocMapped));
-  if (rc != AA_OK) {
-    atomic_fetch_add_explicit(&cb->failures, 1, memory_order_relaxed);
-    if (rc == AA_ENOMEM)
-      atomic_fetch_add_explicit(&cb->ooms, 1, memory_order_relaxed);
+  if (aa__cuda_count_alloc(cb, rc, size) != AA_OK)
     return rc;
-  }
-  atomic_fetch_add_explicit(&cb->allocs, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&cb->bytes_mapped, size, memory_order_relaxed);
   *out = p;
   return AA_OK;
 }
