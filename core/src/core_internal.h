@@ -453,7 +453,7 @@ struct aa_pool {
   size_t lhash_cap, lhash_n;
   uint64_t large_in_use, large_reserved, large_free_bytes, nsegs;
   size_t vmm_page;       /* expandable: the mapping granularity */
-  uint64_t vmm_maps, vmm_unmaps, vmm_remaps; /* pages mapped, unmapped, unmapped to map elsewhere */
+  uint64_t vmm_maps, vmm_unmaps; /* pages mapped and unmapped so far */
   uint64_t large_req;
   uint64_t large_allocs, large_frees;
 

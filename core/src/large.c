@@ -376,12 +376,13 @@ static int ensure_mapped(aa_pool *pool, aa__chunk *c) {
    * the limit refuses new memory (cheaper than the OOM path's synchronise
    * and release). Without one, memory is mapped: unmapping eagerly would
    * make each iteration of a loop map again what the last one unmapped
-   * (replays of BERT and GPT-2 traces: 30-350k maps against 300-4300). */
+   * (replays of BERT and GPT-2 traces: 5,500-361,000 page maps against
+   * 130-4,300 without, BENCHMARKS.md). */
   size_t lim = atomic_load_explicit(&pool->limit, AA__RLX);
   uint64_t after = atomic_load_explicit(&pool->bytes_reserved, AA__RLX) + (uint64_t)k * ps;
   if (lim != 0 && after > lim) {
     uint64_t over = after - lim;
-    pool->vmm_remaps += vmm_unmap_free(pool, over < k * ps ? over : k * ps, c) / ps;
+    (void)vmm_unmap_free(pool, over < k * ps ? over : k * ps, c);
   }
   for (size_t i = i0; i < i1; i++) {
     if (s->pages[i] == NULL) {
