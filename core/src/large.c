@@ -12,14 +12,22 @@
  * unless a request needs more) cut the same way, but its pages (the
  * backend's map granularity, 2 MiB on CUDA) are mapped only while a live
  * chunk or the cache needs them. Free neighbours always coalesce, since the
- * address space is contiguous, and before new memory is mapped the whole
- * pages inside free chunks whose work has completed are unmapped: memory
- * stranded in holes that fit no request moves to where it is needed, so
- * reserved stays within a page or two per hole of the bytes in use.
+ * address space is contiguous; under a limit, on out-of-memory, on release
+ * and trim and above large_cache_bytes, the whole pages inside free chunks
+ * whose work has completed are unmapped (oldest-freed first), so memory
+ * stranded in holes moves to where it is needed.
+ *
+ * Parking (park_take/park): a chunk freed whole waits, unmerged, for an
+ * exact-size request on its stream. The per-thread large-block cache
+ * (aa__ltc_*, at the end): a thread's free of a block it allocated, and its
+ * next same-size request, without the lock; the chunk's `state` word,
+ * changed only by compare-and-swap, settles races with other threads.
  *
  * Live chunks are found from their address through a hash table; the page
- * map gives the segment. Everything here runs under pool->large_mu.
- * Entry points: aa__large_alloc, aa__large_free, aa__large_release.
+ * map gives the segment. Everything here runs under pool->large_mu but the
+ * thread cache's hits.
+ * Entry points: aa__large_alloc, aa__large_free, aa__large_release,
+ * aa__ltc_alloc, aa__ltc_free, aa__ltc_flush.
  */
 #include <stdlib.h>
 #include <string.h>
