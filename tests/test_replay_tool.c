@@ -288,6 +288,56 @@ static void test_replay_tool_bad_input(void **state) {
   free(err);
 }
 
+/* --layout: suggest also picks max_small and large.mode by replay; what it
+ * writes validates and replays no worse than the base it started from. */
+static void test_replay_tool_suggest_layout(void **state) {
+  char *out = NULL, *err = NULL;
+  cJSON *j;
+  double base_res, tuned_res, ms;
+  (void)state;
+
+  if (!have_binary())
+    skip();
+  assert_int_equal(sh(&out, &err, "{BIN} export --histogram "
+                      "{SRC}/tests/data/replay/hist_skewed.json --events 60000 "
+                      "--live 8000 --seed 5 -o {TMP}/skew_l.csv && echo "
+                      "'{\"pools\":{\"device\":{\"large\":{\"mode\":\"cache\"}}}}' "
+                      "> {TMP}/cache_base.json"), 0);
+  free(out);
+  free(err);
+  assert_int_equal(sh(&out, &err, "{BIN} suggest --layout --json --policy "
+                      "{TMP}/cache_base.json {TMP}/skew_l.csv -o {TMP}/layout.json"), 0);
+  j = cJSON_Parse(out);
+  assert_non_null(j);
+  ms = num(j, "layout.max_small");
+  assert_true(ms == 16384 || ms == 65536 || ms == 262144 || ms == 1048576);
+  assert_non_null(get(j, "layout.large_mode"));
+  assert_true(strcmp(get(j, "layout.large_mode")->valuestring, "cache") == 0 ||
+              strcmp(get(j, "layout.large_mode")->valuestring, "expandable") == 0);
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+  assert_int_equal(sh(&out, &err, "{BIN} compare --json {TMP}/cache_base.json "
+                      "{TMP}/layout.json {TMP}/skew_l.csv"), 0);
+  j = cJSON_Parse(out);
+  assert_non_null(j);
+  base_res = num(j, "runs.0.result.peak_reserved");
+  tuned_res = num(j, "runs.1.result.peak_reserved");
+  assert_true(tuned_res <= base_res);
+  assert_true(num(j, "runs.0.result.requests") == num(j, "runs.1.result.requests"));
+  assert_true(num(j, "runs.1.result.failures") == 0);
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+  /* the text form lists the layouts it tried and marks the one it took */
+  assert_int_equal(sh(&out, &err, "{BIN} suggest --layout --policy {TMP}/cache_base.json "
+                      "{TMP}/skew_l.csv -o {TMP}/layout2.json"), 0);
+  assert_non_null(strstr(out, "layouts (peak reserved, backend calls):"));
+  assert_non_null(strstr(out, "  * max_small"));
+  free(out);
+  free(err);
+}
+
 static void test_replay_tool_suggest_compare(void **state) {
   char *out = NULL, *err = NULL;
   cJSON *j;
@@ -637,6 +687,7 @@ int main(void) {
       cmocka_unit_test(test_replay_tool_run_small),
       cmocka_unit_test(test_replay_tool_bad_input),
       cmocka_unit_test(test_replay_tool_suggest_compare),
+      cmocka_unit_test(test_replay_tool_suggest_layout),
       cmocka_unit_test(test_replay_tool_import_run_db),
       cmocka_unit_test(test_replay_tool_db_histogram),
       cmocka_unit_test(test_replay_tool_export_and_seed),

@@ -49,6 +49,7 @@ typedef struct options {
   bool replay_failures;
   size_t max_classes; /* 0 = from the policy's adapt.max_classes */
   double min_gain_slabs;
+  bool layout; /* suggest: also choose max_small and large.mode */
   bool have_events;
   bool adapt;
   uint64_t adapt_every;
@@ -120,6 +121,9 @@ static const char usage_text[] =
     "  --max-classes N        suggest: class table bound (policy's\n"
     "                         adapt.max_classes)\n"
     "  --min-gain-slabs X     suggest: least saving per added class (0.5)\n"
+    "  --layout               suggest: first choose max_small (16 KiB, 64 KiB,\n"
+    "                         256 KiB or the base's) and large.mode (the base's\n"
+    "                         or expandable) by peak reserved, then the classes\n"
     "\n"
     "exit codes: 0 ok, 1 input error, 2 usage error, 3 internal error\n";
 
@@ -213,7 +217,7 @@ enum {
   OPT_COST_GIB, OPT_COST_HIT, OPT_COST_EVENT, OPT_CAPACITY, OPT_DELAY,
   OPT_IGNORE_STREAMS, OPT_REPLAY_FAILURES, OPT_MAX_CLASSES, OPT_MIN_GAIN,
   OPT_ADAPT, OPT_ADAPT_EVERY, OPT_TOP, OPT_THREADS, OPT_THRESHOLD,
-  OPT_EACH_RANK, OPT_HELP
+  OPT_EACH_RANK, OPT_LAYOUT, OPT_HELP
 };
 
 static const struct option long_opts[] = {
@@ -244,6 +248,7 @@ static const struct option long_opts[] = {
     {"replay-failures", no_argument, NULL, OPT_REPLAY_FAILURES},
     {"max-classes", required_argument, NULL, OPT_MAX_CLASSES},
     {"min-gain-slabs", required_argument, NULL, OPT_MIN_GAIN},
+    {"layout", no_argument, NULL, OPT_LAYOUT},
     {"adapt", no_argument, NULL, OPT_ADAPT},
     {"adapt-every", required_argument, NULL, OPT_ADAPT_EVERY},
     {"top", required_argument, NULL, OPT_TOP},
@@ -407,6 +412,9 @@ static int parse_args(int argc, char **argv, options *o) {
       if (!parse_u64_arg(optarg, &u, false) || u == 0 || u > AA_MAX_CLASSES)
         return usage_error("--max-classes: '%s' is not in 1..128", optarg);
       o->max_classes = (size_t)u;
+      break;
+    case OPT_LAYOUT:
+      o->layout = true;
       break;
     case OPT_MIN_GAIN:
       if (!parse_double_arg(optarg, &o->min_gain_slabs))
@@ -1123,7 +1131,8 @@ static int cmd_run(const options *o, bool compare) {
 
 /* The tuned policy document: base's JSON with pools.<pool>.classes replaced. */
 static char *tuned_json(const aa_policy *base, const char *pool,
-                        const aa_class_spec *cls, size_t n, const char *source,
+                        const aa_class_spec *cls, size_t n,
+                        const aa_pool_config *layout, const char *source,
                         char *err, size_t errcap) {
   char *text = aa_policy_to_json(base);
   cJSON *root = NULL, *pools, *pp, *arr;
@@ -1168,15 +1177,36 @@ static char *tuned_json(const aa_policy *base, const char *pool,
     cJSON_ReplaceItemInObjectCaseSensitive(pp, "classes", arr);
   else
     cJSON_AddItemToObject(pp, "classes", arr);
+  if (layout != NULL) { /* --layout: the pool's shape that replayed best */
+    cJSON *large = cJSON_GetObjectItemCaseSensitive(pp, "large");
+    cJSON *ms = cJSON_CreateNumber((double)layout->max_small);
+    cJSON *mode = cJSON_CreateString(layout->large_mode == AA_LARGE_EXPANDABLE ? "expandable"
+                                     : layout->large_mode == AA_LARGE_PASSTHROUGH
+                                         ? "passthrough"
+                                         : "cache");
+    if (ms == NULL || mode == NULL || large == NULL) {
+      cJSON_Delete(ms);
+      cJSON_Delete(mode);
+      goto oom;
+    }
+    if (cJSON_GetObjectItemCaseSensitive(pp, "max_small") != NULL)
+      cJSON_ReplaceItemInObjectCaseSensitive(pp, "max_small", ms);
+    else
+      cJSON_AddItemToObject(pp, "max_small", ms);
+    if (cJSON_GetObjectItemCaseSensitive(large, "mode") != NULL)
+      cJSON_ReplaceItemInObjectCaseSensitive(large, "mode", mode);
+    else
+      cJSON_AddItemToObject(large, "mode", mode);
+  }
   snprintf(buf, sizeof buf, "%s-tuned",
            aa_policy_name(base)[0] != '\0' ? aa_policy_name(base) : "default");
   if (cJSON_GetObjectItemCaseSensitive(root, "name") != NULL)
     cJSON_ReplaceItemInObjectCaseSensitive(root, "name", cJSON_CreateString(buf));
   else
     cJSON_AddStringToObject(root, "name", buf);
-  snprintf(buf, sizeof buf, "Suggested by adaptalloc-replay from %.500s: exact "
-           "classes for the sizes that waste most, the base ladder elsewhere.",
-           source);
+  snprintf(buf, sizeof buf, "Suggested by adaptalloc-replay from %.500s: %s"
+           "exact classes for the sizes that waste most, the base ladder elsewhere.",
+           source, layout != NULL ? "the max_small and large.mode that replayed best, " : "");
   if (cJSON_GetObjectItemCaseSensitive(root, "description") != NULL)
     cJSON_ReplaceItemInObjectCaseSensitive(root, "description",
                                            cJSON_CreateString(buf));
@@ -1191,6 +1221,75 @@ oom:
 out:
   cJSON_Delete(root);
   return out;
+}
+
+/* --layout: replays INPUT once under the base policy's pool with max_small
+ * set to each of 16 KiB, 64 KiB, 256 KiB and the base's own (those not
+ * above it), each in the base's large mode and the expandable one, and
+ * gives `base` the shape with the lowest peak reserved (fewer backend calls
+ * on a tie). The class table is the base's, cut at the new max_small. */
+#define LAYOUT_MAX 8
+static int choose_layout(const options *o, loaded *base) {
+  static char labels[LAYOUT_MAX][48];
+  size_t sizes[4] = {16u << 10, 64u << 10, 256u << 10, base->pc.max_small};
+  aa_large_mode modes[2] = {base->pc.large_mode, AA_LARGE_EXPANDABLE};
+  loaded *c = calloc(LAYOUT_MAX, sizeof *c);
+  size_t n = 0, best = 0, i, j, k;
+  timing t;
+  int rc = 0;
+
+  if (c == NULL) {
+    fprintf(stderr, "adaptalloc-replay: out of memory\n");
+    return EXIT_INTERNAL;
+  }
+  for (i = 0; i < 4; i++) {
+    if (sizes[i] > base->pc.max_small || (i < 3 && sizes[i] == base->pc.max_small))
+      continue;
+    for (j = 0; j < 2; j++) {
+      if (j == 1 && modes[0] == AA_LARGE_EXPANDABLE)
+        continue;
+      loaded *x = &c[n];
+      x->pc = base->pc;
+      x->pc.max_small = sizes[i];
+      x->pc.large_mode = modes[j];
+      for (k = 0; k < base->nclasses && base->classes[k].block_size < sizes[i]; k++)
+        x->classes[x->nclasses++] = base->classes[k];
+      x->classes[x->nclasses] = (aa_class_spec){0};
+      x->classes[x->nclasses++].block_size = sizes[i];
+      snprintf(labels[n], sizeof labels[n], "max_small %zu KiB, %s", sizes[i] >> 10,
+               modes[j] == AA_LARGE_EXPANDABLE ? "expandable"
+               : modes[j] == AA_LARGE_PASSTHROUGH ? "passthrough" : "cache");
+      x->label = labels[n];
+      rc = make_sim(o, x, false);
+      if (rc != 0)
+        goto out;
+      n++;
+    }
+  }
+  rc = replay_all(o, c, n, &t);
+  if (rc != 0)
+    goto out;
+  for (i = 1; i < n; i++) {
+    const aa_replay_result *a = &c[i].res, *b = &c[best].res;
+    if (a->peak_reserved < b->peak_reserved ||
+        (a->peak_reserved == b->peak_reserved && a->backend_calls < b->backend_calls))
+      best = i;
+  }
+  if (!o->json) {
+    printf("layouts (peak reserved, backend calls):\n");
+    for (i = 0; i < n; i++)
+      printf("  %c %-36s %10.2f MiB %8llu\n", i == best ? '*' : ' ', c[i].label,
+             (double)c[i].res.peak_reserved / (1 << 20),
+             (unsigned long long)c[i].res.backend_calls);
+    printf("\n");
+  }
+  base->pc.max_small = c[best].pc.max_small;
+  base->pc.large_mode = c[best].pc.large_mode;
+  memcpy(base->classes, c[best].classes, c[best].nclasses * sizeof base->classes[0]);
+  base->nclasses = c[best].nclasses;
+out:
+  free_loaded(c, n);
+  return rc;
 }
 
 static int cmd_suggest(const options *opts) {
@@ -1222,6 +1321,10 @@ static int cmd_suggest(const options *opts) {
     return EXIT_INTERNAL;
   }
   rc = load_policy(o, o->npolicies > 0 ? o->policies[0] : NULL, &l[0]);
+  if (rc == 0 && o->layout) {
+    rc = choose_layout(o, &l[0]);
+    l[0].label = "base, chosen layout";
+  }
   if (rc == 0)
     rc = make_sim(o, &l[0], true);
   if (rc == 0)
@@ -1250,7 +1353,8 @@ static int cmd_suggest(const options *opts) {
     goto out;
   }
   input_describe(&o->in, desc, sizeof desc);
-  doc = tuned_json(l[0].policy, o->pool, tuned, nnew, desc, err, sizeof err);
+  doc = tuned_json(l[0].policy, o->pool, tuned, nnew, o->layout ? &l[0].pc : NULL, desc, err,
+                   sizeof err);
   if (doc == NULL) {
     fprintf(stderr, "adaptalloc-replay: %s\n", err);
     rc = EXIT_INTERNAL;
@@ -1306,6 +1410,11 @@ static int cmd_suggest(const options *opts) {
     print_json_head(stdout, o, &t0);
     fprintf(stdout, ",\"output\":");
     print_json_string(stdout, o->out);
+    if (o->layout)
+      fprintf(stdout, ",\"layout\":{\"max_small\":%zu,\"large_mode\":\"%s\"}", l[0].pc.max_small,
+              l[0].pc.large_mode == AA_LARGE_EXPANDABLE   ? "expandable"
+              : l[0].pc.large_mode == AA_LARGE_PASSTHROUGH ? "passthrough"
+                                                           : "cache");
     fprintf(stdout, ",\"classes\":[");
     for (i = 0; i < nnew; i++)
       fprintf(stdout, "%s%zu", i > 0 ? "," : "", tuned[i].block_size);
