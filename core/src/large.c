@@ -41,10 +41,12 @@ static void absorb(aa_pool *pool, aa__chunk *a, aa__chunk *b);
 static void coalesce_insert(aa_pool *pool, aa__chunk *c);
 static void ltc_drop_locked(aa_pool *pool, aa__tcache *tc, uint32_t i);
 
-/* A chunk taken for an allocation that could not be completed goes back. */
-#define put_back(pool, c) coalesce_insert((pool), (c))
-
 static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+/* A chunk's state word with its phase (AA__CH_*) replaced, and the word of
+ * its next allocation (a new generation, live). */
+static uint64_t st_phase(uint64_t st, uint64_t phase) { return (st & ~(uint64_t)3) | phase; }
+static uint64_t st_next_live(uint64_t st) { return (((st >> 2) + 1) << 2) | AA__CH_LIVE; }
 
 static unsigned bin_of(size_t size) {
   unsigned b = aa_hist_bucket(size);
@@ -152,7 +154,7 @@ static aa__chunk *chunk_get(aa_pool *pool) {
   pool->nlspare--;
   uint64_t st = atomic_load_explicit(&c->state, AA__RLX);
   memset(c, 0, sizeof *c);
-  atomic_store_explicit(&c->state, st & ~(uint64_t)3, AA__RLX);
+  atomic_store_explicit(&c->state, st_phase(st, AA__CH_FREE), AA__RLX);
   return c;
 }
 
@@ -306,14 +308,21 @@ static int by_freed_at(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* The pages wholly inside chunk c, below its segment's high-water mark. */
+static void interior(const aa_pool *pool, const aa__chunk *c, size_t *i0, size_t *i1) {
+  size_t ps = pool->vmm_page;
+  uintptr_t sb = c->seg->h.base;
+  *i0 = (c->base - sb + ps - 1) / ps;
+  *i1 = (c->base + c->size - sb) / ps;
+  if (*i1 > c->seg->hwm)
+    *i1 = c->seg->hwm;
+}
+
 static size_t unmap_interior(aa_pool *pool, aa__chunk *c, size_t want) {
   aa__seg *s = c->seg;
-  size_t ps = pool->vmm_page, got = 0;
-  uintptr_t sb = s->h.base;
-  size_t i1 = (c->base + c->size - sb) / ps;
-  if (i1 > s->hwm)
-    i1 = s->hwm;
-  for (size_t i = (c->base - sb + ps - 1) / ps; i < i1 && got < want; i++) {
+  size_t ps = pool->vmm_page, got = 0, i0, i1;
+  interior(pool, c, &i0, &i1);
+  for (size_t i = i0; i < i1 && got < want; i++) {
     if (s->pages[i] != NULL) {
       page_unmap(pool, s, i);
       got += ps;
@@ -323,14 +332,10 @@ static size_t unmap_interior(aa_pool *pool, aa__chunk *c, size_t want) {
 }
 
 static bool has_interior_mapped(const aa_pool *pool, const aa__chunk *c) {
-  const aa__seg *s = c->seg;
-  size_t ps = pool->vmm_page;
-  uintptr_t sb = s->h.base;
-  size_t i1 = (c->base + c->size - sb) / ps;
-  if (i1 > s->hwm)
-    i1 = s->hwm;
-  for (size_t i = (c->base - sb + ps - 1) / ps; i < i1; i++) {
-    if (s->pages[i] != NULL)
+  size_t i0, i1;
+  interior(pool, c, &i0, &i1);
+  for (size_t i = i0; i < i1; i++) {
+    if (c->seg->pages[i] != NULL)
       return true;
   }
   return false;
@@ -367,15 +372,36 @@ static size_t vmm_unmap_free(aa_pool *pool, size_t want, const aa__chunk *skip) 
   return got;
 }
 
+/* The pages under the first `len` bytes of chunk c. */
+static void pages_under(const aa_pool *pool, const aa__chunk *c, size_t len, size_t *i0,
+                        size_t *i1) {
+  size_t ps = pool->vmm_page;
+  uintptr_t sb = c->seg->h.base;
+  *i0 = (c->base - sb) / ps;
+  *i1 = (c->base + len - 1 - sb) / ps + 1;
+}
+
+/* Whether pages [i0, i1) of s are all mapped. */
+static bool range_mapped(const aa__seg *s, size_t i0, size_t i1) {
+  if (i1 > s->hwm)
+    return false;
+  if (s->mapped == s->hwm)
+    return true; /* no page below the high-water mark is unmapped */
+  for (size_t i = i0; i < i1; i++) {
+    if (s->pages[i] == NULL)
+      return false;
+  }
+  return true;
+}
+
 /* Maps every page under `c` (free, out of the bins), first unmapping as many
  * pages from completed free chunks elsewhere as it needs. */
 static int ensure_mapped(aa_pool *pool, aa__chunk *c) {
   aa__seg *s = c->seg;
-  size_t ps = pool->vmm_page;
-  size_t i0 = (c->base - s->h.base) / ps, i1 = (c->base + c->size - 1 - s->h.base) / ps + 1;
-  size_t k = 0;
-  if (i1 <= s->hwm && s->mapped == s->hwm)
-    return AA_OK; /* below the high-water mark with no page unmapped */
+  size_t ps = pool->vmm_page, i0, i1, k = 0;
+  pages_under(pool, c, c->size, &i0, &i1);
+  if (range_mapped(s, i0, i1))
+    return AA_OK;
   for (size_t i = i0; i < i1; i++)
     k += s->pages[i] == NULL;
   if (k == 0)
@@ -537,11 +563,6 @@ static size_t release_locked(aa_pool *pool, size_t want) {
     aa__seg *n = s->next;
     if (s->first->next != NULL)
       seg_settle(pool, s);
-    if (s->pages != NULL) {
-      released += vmm_unmap_free(pool, want - released, NULL);
-      s = n;
-      continue;
-    }
     if (seg_releasable(pool, s)) {
       size_t sz = s->h.end - s->h.base;
       bin_remove(pool, s->first);
@@ -550,6 +571,8 @@ static size_t release_locked(aa_pool *pool, size_t want) {
     }
     s = n;
   }
+  if (pool->vmm_page != 0 && released < want) /* every reservation at once */
+    released += vmm_unmap_free(pool, want - released, NULL);
   return released;
 }
 
@@ -607,18 +630,9 @@ fail:
 
 /* Whether the first `need` bytes of free chunk c (expandable) are mapped. */
 static bool prefix_mapped(const aa_pool *pool, const aa__chunk *c, size_t need) {
-  const aa__seg *s = c->seg;
-  size_t ps = pool->vmm_page;
-  size_t i0 = (c->base - s->h.base) / ps, i1 = (c->base + need - 1 - s->h.base) / ps + 1;
-  if (i1 > s->hwm)
-    return false;
-  if (s->mapped == s->hwm)
-    return true; /* no page below the high-water mark is unmapped */
-  for (size_t i = i0; i < i1; i++) {
-    if (s->pages[i] == NULL)
-      return false;
-  }
-  return true;
+  size_t i0, i1;
+  pages_under(pool, c, need, &i0, &i1);
+  return range_mapped(c->seg, i0, i1);
 }
 
 /* Expandable: best fit among free chunks whose memory is already mapped,
@@ -681,6 +695,19 @@ static void split(aa_pool *pool, aa__chunk *c, size_t need) {
   bin_insert(pool, r);
 }
 
+/* Out of memory under large_mu: the first time, releases what the pool
+ * caches (synchronising) and says to try again; the second, gives up. */
+static bool oom_retry(aa_pool *pool, bool *retried) {
+  if (*retried)
+    return false;
+  *retried = true;
+  pthread_mutex_unlock(&pool->large_mu);
+  atomic_fetch_add_explicit(&pool->oom_retries, 1, AA__RLX);
+  aa__release_cached(pool, true);
+  pthread_mutex_lock(&pool->large_mu);
+  return true;
+}
+
 void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stream) {
   size_t need = round_up(size, AA__LARGE_ALIGN);
   bool passthrough = pool->cfg.large_mode == AA_LARGE_PASSTHROUGH;
@@ -711,13 +738,8 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
         break;
       c = vmm ? vseg_new(pool, need, &rc) : seg_new(pool, segsize, &rc);
       if (c == NULL) {
-        if (retried)
+        if (!oom_retry(pool, &retried))
           break;
-        retried = true;
-        pthread_mutex_unlock(&pool->large_mu);
-        atomic_fetch_add_explicit(&pool->oom_retries, 1, AA__RLX);
-        aa__release_cached(pool, true);
-        pthread_mutex_lock(&pool->large_mu);
         continue;
       }
       c->stream = stream;
@@ -729,14 +751,9 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
       int rc = ensure_mapped(pool, c);
       if (rc != AA_OK) {
         c->free = 1;
-        put_back(pool, c);
-        if (retried)
+        coalesce_insert(pool, c); /* back where it was taken from */
+        if (!oom_retry(pool, &retried))
           break;
-        retried = true;
-        pthread_mutex_unlock(&pool->large_mu);
-        atomic_fetch_add_explicit(&pool->oom_retries, 1, AA__RLX);
-        aa__release_cached(pool, true);
-        pthread_mutex_lock(&pool->large_mu);
         continue;
       }
     }
@@ -750,7 +767,7 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
     pool->large_req += size;
     pool->large_allocs++;
     p = (void *)c->base;
-    uint64_t st = ((atomic_load_explicit(&c->state, AA__RLX) >> 2) + 1) << 2 | AA__CH_LIVE;
+    uint64_t st = st_next_live(atomic_load_explicit(&c->state, AA__RLX));
     atomic_store_explicit(&c->state, st, AA__RLX);
     if (tc != NULL && !passthrough)
       ltc_note(tc, p, c, st);
@@ -922,7 +939,7 @@ int aa__large_free(aa_pool *pool, aa__seg *seg, void *ptr, size_t size, aa_strea
   }
   /* against the owner's lock-free free of the same block (a double free
    * racing in two threads): one of the two wins */
-  if (!atomic_compare_exchange_strong_explicit(&c->state, &st, st & ~(uint64_t)3,
+  if (!atomic_compare_exchange_strong_explicit(&c->state, &st, st_phase(st, AA__CH_FREE),
                                                memory_order_acq_rel, memory_order_acquire)) {
     what = AA_MISUSE_DOUBLE_FREE;
     msg = "large block freed twice at once";
@@ -1028,16 +1045,22 @@ static size_t ltc_cap(const aa_pool *pool) {
 }
 
 /* Gives held entry i back to the pool. Under large_mu. */
-static void ltc_drop_locked(aa_pool *pool, aa__tcache *tc, uint32_t i) {
+/* Takes held entry i out of the thread's cache and its counters. */
+static struct aa__ltc_held ltc_take(aa__tcache *tc, uint32_t i) {
   struct aa__ltc_held h = tc->lheld[i];
-  uint64_t st = h.state;
   memmove(&tc->lheld[i], &tc->lheld[i + 1], (tc->nlheld - i - 1) * sizeof tc->lheld[0]);
   tc->nlheld--;
   tc->lheld_bytes -= h.c->size;
   aa__cadd(&tc->lheld_block, (uint64_t)0 - h.c->size);
   aa__cadd(&tc->lheld_req, (uint64_t)0 - h.req);
+  return h;
+}
+
+static void ltc_drop_locked(aa_pool *pool, aa__tcache *tc, uint32_t i) {
+  struct aa__ltc_held h = ltc_take(tc, i);
+  uint64_t st = h.state;
   /* only this thread moves a held chunk on, so this cannot fail */
-  if (atomic_compare_exchange_strong_explicit(&h.c->state, &st, st & ~(uint64_t)3,
+  if (atomic_compare_exchange_strong_explicit(&h.c->state, &st, st_phase(st, AA__CH_FREE),
                                               memory_order_acq_rel, memory_order_acquire))
     release_chunk(pool, h.c, h.stream, false);
 }
@@ -1066,24 +1089,17 @@ void *aa__ltc_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stream
     return NULL;
   ltc_sync(pool, tc);
   for (uint32_t i = tc->nlheld; i-- > 0;) { /* newest first */
-    struct aa__ltc_held *h = &tc->lheld[i];
-    if (h->req != size || h->stream != stream)
+    if (tc->lheld[i].req != size || tc->lheld[i].stream != stream)
       continue;
-    aa__chunk *c = h->c;
-    void *p = h->p;
-    uint64_t st = h->state;
-    uint64_t live = (((st >> 2) + 1) << 2) | AA__CH_LIVE;
-    if (!atomic_compare_exchange_strong_explicit(&c->state, &st, live, memory_order_acq_rel,
-                                                 memory_order_acquire))
+    uint64_t st = tc->lheld[i].state;
+    uint64_t live = st_next_live(st);
+    if (!atomic_compare_exchange_strong_explicit(&tc->lheld[i].c->state, &st, live,
+                                                 memory_order_acq_rel, memory_order_acquire))
       return NULL; /* cannot happen: only this thread moves a held chunk */
-    tc->lheld_bytes -= c->size;
-    aa__cadd(&tc->lheld_block, (uint64_t)0 - c->size);
-    aa__cadd(&tc->lheld_req, (uint64_t)0 - h->req);
-    memmove(h, h + 1, (tc->nlheld - i - 1) * sizeof *h);
-    tc->nlheld--;
+    struct aa__ltc_held h = ltc_take(tc, i);
     aa__cadd(&tc->large_allocs, 1);
-    ltc_note(tc, p, c, live);
-    return p;
+    ltc_note(tc, h.p, h.c, live);
+    return h.p;
   }
   return NULL;
 }
@@ -1099,7 +1115,7 @@ bool aa__ltc_free(aa_pool *pool, aa__tcache *tc, void *p, size_t size, aa_stream
   size_t cap = ltc_cap(pool);
   /* The CAS first: only once it succeeds is c this thread's to read (a
    * stale entry's chunk may be free or someone else's by now). */
-  uint64_t held = (st & ~(uint64_t)3) | AA__CH_HELD;
+  uint64_t held = st_phase(st, AA__CH_HELD);
   if (!atomic_compare_exchange_strong_explicit(&c->state, &st, held, memory_order_acq_rel,
                                                memory_order_acquire))
     return false; /* freed or reused since: the locked path decides */
