@@ -124,9 +124,7 @@ static void write_pool(sbuf *b, const aa__pool_policy *pp) {
             pp->tcache_blocks);
   sb_u64(b, pp->tcache_bytes);
   sb_printf(b, "},\n      \"large\": {\"mode\": \"%s\", \"cache_bytes\": ",
-            pp->large_mode == AA_LARGE_PASSTHROUGH   ? "passthrough"
-            : pp->large_mode == AA_LARGE_EXPANDABLE ? "expandable"
-                                                    : "cache");
+            aa_large_mode_name(pp->large_mode));
   sb_u64(b, pp->large_cache_bytes);
   sb_printf(b, "},\n      \"limit_bytes\": ");
   sb_u64(b, pp->limit_bytes);

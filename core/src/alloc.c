@@ -667,6 +667,14 @@ static void thread_exit(void *arg) {
   tl_keyed = false;
 }
 
+/* The calling thread's live cache of this pool, or NULL; never makes one. */
+static aa__tcache *tcache_mine(aa_pool *pool) {
+  if (pool->slot < 0)
+    return NULL;
+  aa__tcache *tc = tl_tc[pool->slot];
+  return tc && !atomic_load_explicit(&tc->dead, AA__RLX) ? tc : NULL;
+}
+
 aa__tcache *aa__tcache_get(aa_pool *pool) {
   if (pool->slot < 0)
     return NULL;
@@ -1265,9 +1273,8 @@ __attribute__((noinline)) static int free_odd(aa_pool *pool, void *ptr, size_t s
     return AA_EINVAL;
   }
   if (sp->kind != AA__SPAN_SLAB) {
-    aa__tcache *tc = pool->slot >= 0 ? tl_tc[pool->slot] : NULL;
-    int rc = tc != NULL && !atomic_load_explicit(&tc->dead, AA__RLX) &&
-                     aa__ltc_free(pool, tc, ptr, size, stream)
+    aa__tcache *tc = tcache_mine(pool);
+    int rc = tc != NULL && aa__ltc_free(pool, tc, ptr, size, stream)
                  ? AA_OK
                  : aa__large_free(pool, (aa__seg *)sp, ptr, size, stream);
     if (rc == AA_OK &&
@@ -1461,9 +1468,7 @@ void aa__rs_destroy(aa_pool *pool) {
 
 /* Flushes the calling thread's cache of this pool (aa_pool_release). */
 void aa__tcache_flush_mine(aa_pool *pool) {
-  if (pool->slot < 0)
-    return;
-  aa__tcache *tc = tl_tc[pool->slot];
-  if (tc && !atomic_load_explicit(&tc->dead, AA__RLX))
+  aa__tcache *tc = tcache_mine(pool);
+  if (tc)
     aa__tcache_flush_all(tc);
 }

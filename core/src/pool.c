@@ -75,6 +75,18 @@ void aa__misuse(aa_pool *pool, aa_misuse what, const void *ptr, size_t size, con
     pool->cfg.on_error(pool->cfg.on_error_user, pool, what, ptr, size, msg);
 }
 
+const char *aa_large_mode_name(aa_large_mode mode) {
+  switch (mode) {
+  case AA_LARGE_CACHE:
+    return "cache";
+  case AA_LARGE_PASSTHROUGH:
+    return "passthrough";
+  case AA_LARGE_EXPANDABLE:
+    return "expandable";
+  }
+  return "?";
+}
+
 /* ------------------------------------------------------------ config */
 
 void aa_pool_config_init(aa_pool_config *cfg) {

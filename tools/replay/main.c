@@ -1180,10 +1180,7 @@ static char *tuned_json(const aa_policy *base, const char *pool,
   if (layout != NULL) { /* --layout: the pool's shape that replayed best */
     cJSON *large = cJSON_GetObjectItemCaseSensitive(pp, "large");
     cJSON *ms = cJSON_CreateNumber((double)layout->max_small);
-    cJSON *mode = cJSON_CreateString(layout->large_mode == AA_LARGE_EXPANDABLE ? "expandable"
-                                     : layout->large_mode == AA_LARGE_PASSTHROUGH
-                                         ? "passthrough"
-                                         : "cache");
+    cJSON *mode = cJSON_CreateString(aa_large_mode_name(layout->large_mode));
     if (ms == NULL || mode == NULL || large == NULL) {
       cJSON_Delete(ms);
       cJSON_Delete(mode);
@@ -1257,8 +1254,7 @@ static int choose_layout(const options *o, loaded *base) {
       x->classes[x->nclasses] = (aa_class_spec){0};
       x->classes[x->nclasses++].block_size = sizes[i];
       snprintf(labels[n], sizeof labels[n], "max_small %zu KiB, %s", sizes[i] >> 10,
-               modes[j] == AA_LARGE_EXPANDABLE ? "expandable"
-               : modes[j] == AA_LARGE_PASSTHROUGH ? "passthrough" : "cache");
+               aa_large_mode_name(modes[j]));
       x->label = labels[n];
       rc = make_sim(o, x, false);
       if (rc != 0)
@@ -1412,9 +1408,7 @@ static int cmd_suggest(const options *opts) {
     print_json_string(stdout, o->out);
     if (o->layout)
       fprintf(stdout, ",\"layout\":{\"max_small\":%zu,\"large_mode\":\"%s\"}", l[0].pc.max_small,
-              l[0].pc.large_mode == AA_LARGE_EXPANDABLE   ? "expandable"
-              : l[0].pc.large_mode == AA_LARGE_PASSTHROUGH ? "passthrough"
-                                                           : "cache");
+              aa_large_mode_name(l[0].pc.large_mode));
     fprintf(stdout, ",\"classes\":[");
     for (i = 0; i < nnew; i++)
       fprintf(stdout, "%s%zu", i > 0 ? "," : "", tuned[i].block_size);

@@ -148,6 +148,10 @@ typedef enum aa_large_mode {
                                backend's map ops; else AA_LARGE_CACHE) */
 } aa_large_mode;
 
+/* "cache", "passthrough" or "expandable" (the policy files' names); "?" for
+ * anything else. */
+AA_EXTERN const char *aa_large_mode_name(aa_large_mode mode);
+
 /* What an invalid free looked like, for the error callback. */
 typedef enum aa_misuse {
   AA_MISUSE_FOREIGN = 1,     /* pointer not owned by this pool */
