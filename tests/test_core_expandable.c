@@ -15,54 +15,13 @@
 
 #include "adaptalloc/core.h"
 
-#define MiB ((size_t)1 << 20)
+#include "core_large_fixture.h"
+
 #define PAGE (2 * MiB)
-
-typedef struct fx {
-  aa_backend *b;
-  aa_pool *p;
-  int misuses;
-  aa_misuse last;
-} fx;
-
-static void on_error(void *user, aa_pool *pool, aa_misuse what, const void *ptr, size_t size,
-                     const char *msg) {
-  fx *f = user;
-  (void)pool, (void)ptr, (void)size, (void)msg;
-  f->misuses++;
-  f->last = what;
-}
-
-static fx *make(aa_large_mode mode, size_t limit) {
-  fx *f = calloc(1, sizeof *f);
-  assert_non_null(f);
-  assert_int_equal(aa_backend_host_new(&f->b), AA_OK);
-  aa_pool_config cfg;
-  aa_pool_config_init(&cfg);
-  cfg.backend = f->b;
-  cfg.large_mode = mode;
-  cfg.limit_bytes = limit;
-  cfg.on_error = on_error;
-  cfg.on_error_user = f;
-  assert_int_equal(aa_pool_new(&cfg, &f->p), AA_OK);
-  return f;
-}
-
-static aa_pool_stats stats(fx *f) {
-  aa_pool_stats st;
-  assert_int_equal(aa_pool_stats_get(f->p, &st), AA_OK);
-  return st;
-}
 
 static void done(fx *f) {
   assert_int_equal(stats(f).large_bytes_in_use, 0);
-  aa_pool_destroy(f->p);
-  uint64_t a, fr, mapped;
-  aa_backend_host_counts(f->b, &a, &fr, &mapped);
-  assert_int_equal(mapped, 0);
-  assert_int_equal(a, fr);
-  aa_backend_destroy(f->b);
-  free(f);
+  fx_done(f);
 }
 
 static void fill(void *p, size_t n, unsigned char v) { memset(p, v, n); }

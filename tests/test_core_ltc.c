@@ -18,76 +18,26 @@
 
 #include "adaptalloc/core.h"
 
-#define MiB ((size_t)1 << 20)
-
-typedef struct fx {
-  aa_backend *b;
-  aa_pool *p;
-  int misuses;
-  aa_misuse last;
-  pthread_mutex_t mu;
-} fx;
-
-static void on_error(void *user, aa_pool *pool, aa_misuse what, const void *ptr, size_t size,
-                     const char *msg) {
-  fx *f = user;
-  (void)pool, (void)ptr, (void)size, (void)msg;
-  pthread_mutex_lock(&f->mu);
-  f->misuses++;
-  f->last = what;
-  pthread_mutex_unlock(&f->mu);
-}
-
-static fx *make(aa_large_mode mode) {
-  fx *f = calloc(1, sizeof *f);
-  assert_non_null(f);
-  pthread_mutex_init(&f->mu, NULL);
-  assert_int_equal(aa_backend_host_new(&f->b), AA_OK);
-  aa_pool_config cfg;
-  aa_pool_config_init(&cfg);
-  cfg.backend = f->b;
-  cfg.large_mode = mode;
-  cfg.on_error = on_error;
-  cfg.on_error_user = f;
-  assert_int_equal(aa_pool_new(&cfg, &f->p), AA_OK);
-  return f;
-}
-
-static aa_pool_stats st_of(fx *f) {
-  aa_pool_stats st;
-  assert_int_equal(aa_pool_stats_get(f->p, &st), AA_OK);
-  return st;
-}
-
-static void done(fx *f) {
-  aa_pool_destroy(f->p);
-  uint64_t a, fr, mapped;
-  aa_backend_host_counts(f->b, &a, &fr, &mapped);
-  assert_int_equal(mapped, 0);
-  assert_int_equal(a, fr);
-  aa_backend_destroy(f->b);
-  pthread_mutex_destroy(&f->mu);
-  free(f);
-}
+#include "core_large_fixture.h"
 
 /* A held block is free in the books and comes back for the same size. */
 static void test_core_ltc_reuse_and_accounting(void **state) {
   (void)state;
   aa_large_mode modes[] = {AA_LARGE_CACHE, AA_LARGE_EXPANDABLE};
   for (size_t m = 0; m < 2; m++) {
-    fx *f = make(modes[m]);
+    fx *f = make(modes[m], 0);
     char *a = aa_alloc(f->p, 8 * MiB, NULL);
     assert_non_null(a);
     memset(a, 0x3C, 8 * MiB);
-    aa_pool_stats s0 = st_of(f);
+    aa_pool_stats s0 = stats(f);
     assert_int_equal(aa_free(f->p, a, 8 * MiB, NULL), AA_OK);
-    aa_pool_stats s1 = st_of(f);
+    aa_pool_stats s1 = stats(f);
     assert_int_equal(s1.large_bytes_in_use, 0);
     assert_int_equal(s1.bytes_requested, 0);
     assert_int_equal(s1.frees, s0.frees + 1);
     char *b = aa_alloc(f->p, 8 * MiB, NULL);
     assert_ptr_equal(b, a);
-    aa_pool_stats s2 = st_of(f);
+    aa_pool_stats s2 = stats(f);
     assert_int_equal(s2.large_bytes_in_use, 8 * MiB);
     assert_int_equal(s2.allocs, s0.allocs + 1);
     assert_int_equal(s2.backend_allocs, s0.backend_allocs);
@@ -98,8 +48,8 @@ static void test_core_ltc_reuse_and_accounting(void **state) {
     assert_int_equal(aa_free(f->p, c, 0, NULL), AA_OK);
     /* release from this thread gives held blocks back */
     (void)aa_pool_release(f->p);
-    assert_int_equal(st_of(f).large_bytes_reserved, 0);
-    done(f);
+    assert_int_equal(stats(f).large_bytes_reserved, 0);
+    fx_done(f);
   }
 }
 
@@ -107,7 +57,7 @@ static void test_core_ltc_reuse_and_accounting(void **state) {
  * another through the thread cache. */
 static void test_core_ltc_stream(void **state) {
   (void)state;
-  fx *f = make(AA_LARGE_CACHE);
+  fx *f = make(AA_LARGE_CACHE, 0);
   aa_stream s1 = (aa_stream)(uintptr_t)0x51, s2 = (aa_stream)(uintptr_t)0x52;
   aa_backend_host_hold_events(f->b, true);
   char *a = aa_alloc(f->p, 4 * MiB, s1);
@@ -120,13 +70,13 @@ static void test_core_ltc_stream(void **state) {
   assert_int_equal(aa_free(f->p, b, 0, s2), AA_OK);
   assert_int_equal(aa_free(f->p, c, 0, s1), AA_OK);
   aa_backend_host_hold_events(f->b, false);
-  done(f);
+  fx_done(f);
 }
 
 /* record_stream'd blocks need events at free: never held. */
 static void test_core_ltc_record_stream(void **state) {
   (void)state;
-  fx *f = make(AA_LARGE_CACHE);
+  fx *f = make(AA_LARGE_CACHE, 0);
   aa_stream s1 = (aa_stream)(uintptr_t)0x51, s2 = (aa_stream)(uintptr_t)0x52;
   aa_backend_host_hold_events(f->b, true);
   char *a = aa_alloc(f->p, 4 * MiB, s1);
@@ -140,7 +90,7 @@ static void test_core_ltc_record_stream(void **state) {
   assert_ptr_equal(c, a);
   assert_int_equal(aa_free(f->p, b, 0, s1), AA_OK);
   assert_int_equal(aa_free(f->p, c, 0, s1), AA_OK);
-  done(f);
+  fx_done(f);
 }
 
 typedef struct job {
@@ -167,7 +117,7 @@ static void *alloc_free_exit(void *arg) {
  * goes stale); this thread's later free of it is a double free, caught. */
 static void test_core_ltc_cross_thread_free(void **state) {
   (void)state;
-  fx *f = make(AA_LARGE_EXPANDABLE);
+  fx *f = make(AA_LARGE_EXPANDABLE, 0);
   job j = {f, aa_alloc(f->p, 8 * MiB, NULL), 8 * MiB, -1};
   assert_non_null(j.p);
   pthread_t t;
@@ -185,34 +135,34 @@ static void test_core_ltc_cross_thread_free(void **state) {
   assert_int_equal(k.rc, AA_EINVAL);
   assert_int_equal(f->last, AA_MISUSE_DOUBLE_FREE);
   assert_int_equal(f->misuses, 2);
-  assert_int_equal(st_of(f).large_bytes_in_use, 0);
-  done(f);
+  assert_int_equal(stats(f).large_bytes_in_use, 0);
+  fx_done(f);
 }
 
 /* A thread that exits holding blocks gives them back. */
 static void test_core_ltc_thread_exit(void **state) {
   (void)state;
-  fx *f = make(AA_LARGE_EXPANDABLE);
+  fx *f = make(AA_LARGE_EXPANDABLE, 0);
   job j = {f, NULL, 16 * MiB, -1};
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, alloc_free_exit, &j), 0);
   pthread_join(t, NULL);
   assert_int_equal(j.rc, AA_OK);
-  aa_pool_stats s = st_of(f);
+  aa_pool_stats s = stats(f);
   assert_int_equal(s.large_bytes_in_use, 0);
   assert_int_equal(s.allocs, s.frees);
   (void)aa_pool_release(f->p);
-  assert_int_equal(st_of(f).large_bytes_reserved, 0);
-  done(f);
+  assert_int_equal(stats(f).large_bytes_reserved, 0);
+  fx_done(f);
 }
 
 /* Destroying the pool while a thread holds blocks loses nothing. */
 static void test_core_ltc_destroy_while_held(void **state) {
   (void)state;
-  fx *f = make(AA_LARGE_CACHE);
+  fx *f = make(AA_LARGE_CACHE, 0);
   char *a = aa_alloc(f->p, 8 * MiB, NULL);
   assert_int_equal(aa_free(f->p, a, 0, NULL), AA_OK); /* held */
-  done(f);
+  fx_done(f);
 }
 
 /* Threads allocate, write, pass blocks to each other and free them. */
@@ -281,7 +231,7 @@ static void test_core_ltc_stress(void **state) {
   for (size_t m = 0; m < 2; m++) {
     shared sh;
     memset(&sh, 0, sizeof sh);
-    sh.f = make(modes[m]);
+    sh.f = make(modes[m], 0);
     pthread_mutex_init(&sh.mu, NULL);
     pthread_t t[NT];
     worker w[NT];
@@ -297,11 +247,11 @@ static void test_core_ltc_stress(void **state) {
       if (sh.slot[i])
         assert_int_equal(aa_free(sh.f->p, sh.slot[i], sh.size[i], NULL), AA_OK);
     }
-    aa_pool_stats s = st_of(sh.f);
+    aa_pool_stats s = stats(sh.f);
     assert_int_equal(s.large_bytes_in_use, 0);
     assert_int_equal(s.allocs, s.frees);
     pthread_mutex_destroy(&sh.mu);
-    done(sh.f);
+    fx_done(sh.f);
   }
 }
 

@@ -355,12 +355,18 @@ static void test_cuda_pool_oom_releases_cache(void **state) {
 
 static int is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
-/* The device backend's mapping granularity, or 0 (after a SKIP message)
- * when virtual memory is unusable on this GPU. */
-static size_t vm_granularity_or_skip(aa_backend *b) {
-  size_t g = b->ops->map_granularity(b);
-  if (g == 0)
+/* Makes device 0's backend and returns its mapping granularity; when
+ * virtual memory is unusable on this GPU, gives the backend back and skips
+ * the test (cmocka's skip does not return). */
+static size_t vm_backend_or_skip(aa_backend **b) {
+  assert_int_equal(aa_backend_cuda_new(0, b), AA_OK);
+  size_t g = (*b)->ops->map_granularity(*b);
+  if (g == 0) {
     print_message("[  SKIP    ] no CUDA virtual memory on device 0\n");
+    aa_backend_destroy(*b);
+    *b = NULL;
+    skip();
+  }
   return g;
 }
 
@@ -438,13 +444,7 @@ static void test_cuda_backend_vm_map_unmap(void **state) {
   int i, cur = -1;
   (void)state;
   NEED_GPU();
-  assert_int_equal(aa_backend_cuda_new(0, &b), AA_OK);
-  g = vm_granularity_or_skip(b);
-  if (g == 0) {
-    aa_backend_destroy(b);
-    skip();
-    return;
-  }
+  g = vm_backend_or_skip(&b);
   if (va < 8 * g)
     va = 8 * g;
   buf = malloc(g);
@@ -512,13 +512,7 @@ static void test_cuda_backend_vm_map_failures(void **state) {
   int rc;
   (void)state;
   NEED_GPU();
-  assert_int_equal(aa_backend_cuda_new(0, &b), AA_OK);
-  g = vm_granularity_or_skip(b);
-  if (g == 0) {
-    aa_backend_destroy(b);
-    skip();
-    return;
-  }
+  g = vm_backend_or_skip(&b);
   va = 4 * g;
   buf = malloc(g);
   assert_non_null(buf);
