@@ -990,7 +990,8 @@ void *aa__small_alloc_slow(aa_pool *pool, size_t size, aa_stream stream) {
 /* Everything but a thread-cache hit: NULL pool, size 0, the large path, a
  * miss; then telemetry. */
 __attribute__((noinline)) static void *alloc_slow(aa_pool *pool, size_t size, aa_stream stream) {
-  void *p;
+  void *p = NULL;
+  aa__tcache *tc = NULL;
   if (pool == NULL)
     return NULL;
   if (size == 0)
@@ -998,13 +999,15 @@ __attribute__((noinline)) static void *alloc_slow(aa_pool *pool, size_t size, aa
   if (size <= pool->cfg.max_small) {
     p = aa__small_alloc_slow(pool, size, stream);
   } else {
-    aa__tcache *tc = pool->cfg.large_mode != AA_LARGE_PASSTHROUGH ? aa__tcache_get(pool) : NULL;
-    p = tc ? aa__ltc_alloc(pool, tc, size, stream) : NULL;
+    tc = aa__tcache_get(pool);
+    if (tc != NULL && pool->cfg.large_mode != AA_LARGE_PASSTHROUGH)
+      p = aa__ltc_alloc(pool, tc, size, stream);
     if (p == NULL)
       p = aa__large_alloc(pool, tc, size, stream);
   }
   if (atomic_load_explicit(&pool->tflags, AA__RLX) & AA__TF_TELEMETRY) {
-    aa__tcache *tc = aa__tcache_get(pool);
+    if (tc == NULL)
+      tc = aa__tcache_get(pool);
     if (p) {
       telemetry_alloc(pool, tc, p, size, stream);
     } else {
