@@ -35,17 +35,14 @@ typedef struct host_ctx {
  * (map a little more, unmap both ends), so a slab's first block always sits
  * in the `lo` half of its page-map entry and free needs a single probe. */
 #define HOST_ALIGN ((size_t)64 << 10)
-static void *map_aligned(size_t size) {
-  int prot = PROT_READ | PROT_WRITE, fl = MAP_PRIVATE | MAP_ANONYMOUS;
-  if (size % HOST_ALIGN != 0 || size > SIZE_MAX - HOST_ALIGN) {
-    void *p = mmap(NULL, size, prot, fl, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
-  }
-  size_t span = size + HOST_ALIGN - 4096;
+/* `size` bytes at an `align`-aligned address (a power of two above 4 KiB,
+ * size <= SIZE_MAX - align): map a little more, unmap both ends. */
+static void *mmap_aligned(size_t size, size_t align, int prot, int fl) {
+  size_t span = size + align - 4096;
   void *m = mmap(NULL, span, prot, fl, -1, 0);
   if (m == MAP_FAILED)
     return NULL;
-  uintptr_t a = (uintptr_t)m, b = (a + HOST_ALIGN - 1) & ~(uintptr_t)(HOST_ALIGN - 1);
+  uintptr_t a = (uintptr_t)m, b = (a + align - 1) & ~(uintptr_t)(align - 1);
   if (b > a)
     munmap(m, b - a);
   if (a + span > b + size)
@@ -53,14 +50,28 @@ static void *map_aligned(size_t size) {
   return (void *)b;
 }
 
+static void *map_aligned(size_t size) {
+  int prot = PROT_READ | PROT_WRITE, fl = MAP_PRIVATE | MAP_ANONYMOUS;
+  if (size % HOST_ALIGN != 0 || size > SIZE_MAX - HOST_ALIGN) {
+    void *p = mmap(NULL, size, prot, fl, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+  }
+  return mmap_aligned(size, HOST_ALIGN, prot, fl);
+}
+
+/* Fault injection: whether this alloc or map call is the one to fail. */
+static bool fail_injected(host_ctx *h) {
+  uint64_t c = atomic_fetch_add(&h->calls, 1) + 1;
+  uint64_t at = atomic_load(&h->fail_at);
+  return at != 0 && (c == at || (c > at && atomic_load(&h->fail_every)));
+}
+
 static int host_alloc(aa_backend *b, size_t size, void **out) {
   host_ctx *h = b->ctx;
   *out = NULL;
   if (size == 0 || size % 4096 != 0)
     return AA_EINVAL;
-  uint64_t c = atomic_fetch_add(&h->calls, 1) + 1;
-  uint64_t at = atomic_load(&h->fail_at);
-  if (at != 0 && (c == at || (c > at && atomic_load(&h->fail_every))))
+  if (fail_injected(h))
     return AA_ENOMEM;
   void *p = map_aligned(size);
   if (p == NULL)
@@ -96,17 +107,8 @@ static int host_va_reserve(aa_backend *b, size_t size, void **out) {
   *out = NULL;
   if (size == 0 || size % HOST_VPAGE != 0 || size > SIZE_MAX - HOST_VPAGE)
     return AA_EINVAL;
-  size_t span = size + HOST_VPAGE;
-  void *m = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (m == MAP_FAILED)
-    return AA_ENOMEM;
-  uintptr_t a = (uintptr_t)m, base = (a + HOST_VPAGE - 1) & ~(uintptr_t)(HOST_VPAGE - 1);
-  if (base > a)
-    munmap(m, base - a);
-  if (a + span > base + size)
-    munmap((void *)(base + size), a + span - (base + size));
-  *out = (void *)base;
-  return AA_OK;
+  *out = mmap_aligned(size, HOST_VPAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE);
+  return *out != NULL ? AA_OK : AA_ENOMEM;
 }
 
 static void host_va_release(aa_backend *b, void *base, size_t size) {
@@ -120,9 +122,7 @@ static int host_map(aa_backend *b, void *addr, size_t size, void **handle) {
   *handle = NULL;
   if (addr == NULL || size == 0 || (uintptr_t)addr % HOST_VPAGE != 0 || size % HOST_VPAGE != 0)
     return AA_EINVAL;
-  uint64_t c = atomic_fetch_add(&h->calls, 1) + 1;
-  uint64_t at = atomic_load(&h->fail_at);
-  if (at != 0 && (c == at || (c > at && atomic_load(&h->fail_every))))
+  if (fail_injected(h))
     return AA_ENOMEM;
   if (mprotect(addr, size, PROT_READ | PROT_WRITE) != 0)
     return errno == ENOMEM ? AA_ENOMEM : AA_EBACKEND;
