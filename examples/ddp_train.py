@@ -62,7 +62,7 @@ def parse_args(argv):
                    help="base port of the ranks' servers (9100: rank r on 9100+r)")
     p.add_argument("--lib", default=None,
                    help="path of libadaptalloc_torch.so (default: $AA_TORCH_LIB, "
-                        "build/core/torch/ ...)")
+                        "build/torch/pluggable/ ...)")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"),
                    help="compare the RESULT lines of two logs and exit")
     p.add_argument("--tolerance", type=float, default=5e-3,

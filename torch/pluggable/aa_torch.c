@@ -2,7 +2,7 @@
  * aa_torch.c — libadaptalloc_torch.so, the PyTorch plugin: the C functions
  * torch.cuda.memory.CUDAPluggableAllocator calls, and its optional hooks.
  *
- * Entry points (declared in adaptalloc/cuda.h):
+ * Entry points (declared in adaptalloc/torch_plugin.h, torch/include/):
  *   aa_torch_alloc / aa_torch_free      alloc_fn / free_fn
  *   aa_torch_init                       set_init_fn            void(int)
  *   aa_torch_reset                      set_reset_fn           void(void)
@@ -28,7 +28,7 @@
 #include <cuda_runtime.h>
 
 #include "adaptalloc/core.h"
-#include "adaptalloc/cuda.h"
+#include "adaptalloc/torch_plugin.h"
 #include "adaptalloc/runtime.h"
 
 #define AA_TORCH_MAX_DEVICES 64
