@@ -366,6 +366,49 @@ AA_EXTERN int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out);
  * >= cap means it was truncated. Field names are documented in docs/stats.md. */
 AA_EXTERN size_t aa_pool_stats_json(const aa_pool_stats *st, char *buf, size_t cap);
 
+/* Starts the peaks over again: peak_bytes_in_use and peak_bytes_reserved
+ * (and each class's peak) read as the current values until they grow again
+ * (torch.cuda.reset_peak_memory_stats). window_peak_bytes_in_use, which the
+ * policy loop owns, is left alone. NULL is a no-op. */
+AA_EXTERN void aa_pool_reset_peaks(aa_pool *pool);
+
+/* ------------------------------------------------------------------ walk */
+
+/* What aa_pool_walk reports: each segment (a slab, a large-path segment, or
+ * one mapped run of an expandable reservation), then its blocks in address
+ * order, which tile the segment exactly (free space included). */
+typedef enum aa_walk_kind {
+  AA_WALK_SEGMENT = 1,
+  AA_WALK_BLOCK = 2
+} aa_walk_kind;
+
+enum {
+  AA_WALK_LARGE = 1,      /* segment: of the large path (else a slab) */
+  AA_WALK_EXPANDABLE = 2, /* segment: a mapped run of an expandable reservation */
+  AA_WALK_IN_USE = 4      /* block: handed out (else free, cached or pending) */
+};
+
+typedef struct aa_walk_entry {
+  uint32_t kind;     /* aa_walk_kind */
+  uint32_t flags;    /* AA_WALK_* */
+  uintptr_t address;
+  size_t size;       /* bytes: the segment's, or the block's */
+  size_t requested;  /* block in use: the size asked for; else 0 */
+  size_t block_size; /* segment of a slab: its class's block size; else 0 */
+} aa_walk_entry;
+
+/* Called for each entry; a nonzero return stops the walk. It runs under the
+ * pool's class or large-path lock: it must not call into the same pool, and
+ * should only copy what it needs. */
+typedef int (*aa_walk_fn)(void *user, const aa_walk_entry *e);
+
+/* Walks every segment of the pool and its blocks (a consistent view of each
+ * class and of the large path; other threads may allocate between those).
+ * Blocks in thread caches are reported free. Returns AA_OK, AA_EINVAL for a
+ * NULL pool or fn, or the callback's nonzero value when it stopped the
+ * walk. For snapshots (torch.cuda.memory._snapshot), not for hot paths. */
+AA_EXTERN int aa_pool_walk(aa_pool *pool, aa_walk_fn fn, void *user);
+
 #ifdef __cplusplus
 }
 #endif
