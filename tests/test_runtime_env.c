@@ -25,6 +25,7 @@
 
 #include "adaptalloc/runtime.h"
 #include "adaptalloc/store.h"
+#include "runtime_internal.h"
 
 #define CHECK(cond)                                                            \
   do {                                                                         \
@@ -444,6 +445,22 @@ static void test_runtime_no_gpu(void **state) {
   assert_int_equal(run_child(scenario_no_gpu), 0);
 }
 
+/* With no ADAPTALLOC_POLICY_DIR, ./policies wins when it exists; else the
+ * installed share/adaptalloc/policies; else ./policies (nothing found). */
+static void test_runtime_policy_dir_falls_back_to_installed(void **state) {
+  char local[300], inst[300], none[300];
+  (void)state;
+  snprintf(local, sizeof(local), "%s/cwd-policies", tmpdir);
+  snprintf(inst, sizeof(inst), "%s/share-adaptalloc-policies", tmpdir);
+  snprintf(none, sizeof(none), "%s/not-there", tmpdir);
+  assert_int_equal(mkdir(inst, 0700), 0);
+  assert_string_equal(aa__rt_default_policy_dir(local, inst), inst);
+  assert_string_equal(aa__rt_default_policy_dir(local, none), local);
+  assert_string_equal(aa__rt_default_policy_dir(local, ""), local);
+  assert_int_equal(mkdir(local, 0700), 0);
+  assert_string_equal(aa__rt_default_policy_dir(local, inst), local);
+}
+
 static int setup(void **state) {
   (void)state;
 #if !AA_TEST_WITH_HTTP || !AA_TEST_WITH_STORE
@@ -475,6 +492,7 @@ int main(void) {
       cmocka_unit_test(test_runtime_db_unwritable_keeps_working),
       cmocka_unit_test(test_runtime_no_gpu),
       cmocka_unit_test(test_runtime_rank_placeholders),
+      cmocka_unit_test(test_runtime_policy_dir_falls_back_to_installed),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

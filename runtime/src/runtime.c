@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "adaptalloc/runtime.h"
 #include "runtime_internal.h"
@@ -54,6 +55,21 @@ static void copy_str(char *dst, size_t cap, const char *src) {
   snprintf(dst, cap, "%s", src ? src : "");
 }
 
+#ifndef AA_INSTALLED_POLICY_DIR
+#define AA_INSTALLED_POLICY_DIR ""
+#endif
+
+static bool is_dir(const char *path) {
+  struct stat st;
+  return path[0] != '\0' && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+const char *aa__rt_default_policy_dir(const char *local, const char *installed) {
+  if (is_dir(local) || installed == NULL || !is_dir(installed))
+    return local;
+  return installed;
+}
+
 static void rt_read_config(const aa_runtime_config *cfg) {
   aa_runtime_config empty;
   if (cfg == NULL) {
@@ -65,7 +81,8 @@ static void rt_read_config(const aa_runtime_config *cfg) {
   copy_str(aa__rt.policy_path, sizeof(aa__rt.policy_path),
            pick(cfg->policy_path, "ADAPTALLOC_POLICY", ""));
   copy_str(aa__rt.policy_dir, sizeof(aa__rt.policy_dir),
-           pick(cfg->policy_dir, "ADAPTALLOC_POLICY_DIR", "./policies"));
+           pick(cfg->policy_dir, "ADAPTALLOC_POLICY_DIR",
+                aa__rt_default_policy_dir("./policies", AA_INSTALLED_POLICY_DIR)));
   copy_str(aa__rt.db, sizeof(aa__rt.db),
            pick(cfg->db, "ADAPTALLOC_DB", "./adaptalloc.db"));
   copy_str(aa__rt.http, sizeof(aa__rt.http),

@@ -42,6 +42,11 @@ extern aa__runtime aa__rt;
 /* printf-style line on stderr, prefixed "adaptalloc: ". */
 void aa__rt_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* The policy directory when none is configured: local ("./policies") when it
+ * is a directory, else installed (the installed share/adaptalloc/policies)
+ * when that is one, else local. */
+const char *aa__rt_default_policy_dir(const char *local, const char *installed);
+
 /* Copies up to cap of the live pools into out; returns how many. */
 size_t aa__rt_pools_snapshot(aa_pool **out, size_t cap);
 

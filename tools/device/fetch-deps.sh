@@ -1,8 +1,8 @@
 #!/bin/sh
 # tools/device/fetch-deps.sh — runs HERE (a machine with apt and network):
 # downloads the Debian packages that the device machine lacks (libmicrohttpd,
-# cJSON, cmocka, SQLite headers) into the git-ignored folder .deps/ at the
-# repository root. tools/device/setup.sh unpacks them ON the device.
+# cJSON, cmocka, SQLite headers: the "device" lines of tools/packages.txt)
+# into the git-ignored folder .deps/ at the repository root. tools/device/setup.sh unpacks them ON the device.
 #
 # Usage: tools/device/fetch-deps.sh        (idempotent; re-downloads nothing present)
 set -eu
@@ -12,9 +12,14 @@ mkdir -p "$deps"
 cd "$deps"
 
 # Runtime libraries plus their -dev packages (headers and the unversioned .so
-# link). libsqlite3-0 gives the -dev symlink something to point at; the
+# link): the names tagged "device" in tools/packages.txt, the one package
+# list. libsqlite3-0 gives the -dev symlink something to point at; the
 # device's own libsqlite3.so.0 and libgnutls30 serve at run time.
-pkgs="libmicrohttpd12 libmicrohttpd-dev libcjson1 libcjson-dev libcmocka0 libcmocka-dev libsqlite3-0 libsqlite3-dev"
+pkgs=$(bash "$root/tools/install-deps.sh" --device)
+if [ -z "$pkgs" ]; then
+  echo "fetch-deps: no package tagged 'device' in tools/packages.txt" >&2
+  exit 1
+fi
 
 missing=""
 for p in $pkgs; do
