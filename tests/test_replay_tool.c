@@ -664,6 +664,12 @@ static void test_replay_tool_db_histogram(void **state) {
   aa_backend_destroy(be);
   free(stats);
 
+  /* The run has a histogram but no trace: the message says how to use it. */
+  assert_int_equal(sh(&out, &err, "{BIN} run --db %s --on-error stop", db), 1);
+  assert_non_null(strstr(err, "no trace events"));
+  assert_non_null(strstr(err, "--from-histogram"));
+  free(out);
+  free(err);
   assert_int_equal(sh(&out, &err, "{BIN} run --json --db %s --from-histogram "
                       "--events 5000 --seed 3 --live 100", db), 0);
   j = cJSON_Parse(out);

@@ -788,11 +788,28 @@ static void fold_sz(aa_pool *pool, aa__tcache *tc) {
   }
 }
 
+/* One counter for every pool: a thread may move a block between pools'
+ * traces only through the caller, and one order is simpler to merge. The
+ * read-modify-writes of one atomic are totally ordered consistently with
+ * happens-before, so a free's number (taken before the block is published)
+ * is below that of the allocation that takes the block afterwards. */
+static _Atomic uint64_t g_trace_seq;
+
+uint64_t aa__trace_seq_next(void) {
+  return atomic_fetch_add_explicit(&g_trace_seq, 1, memory_order_acq_rel) + 1;
+}
+
 void aa__trace(aa_pool *pool, char op, const void *p, size_t size, aa_stream s) {
+  aa__trace_at(pool, op, p, size, s, aa__trace_seq_next());
+}
+
+void aa__trace_at(aa_pool *pool, char op, const void *p, size_t size, aa_stream s, uint64_t seq) {
   aa__trace_cb *t = atomic_load_explicit(&pool->trace, memory_order_acquire);
   if (t == NULL || t->fn == NULL)
     return;
   aa_trace_event ev;
+  memset(&ev, 0, sizeof ev);
+  ev.seq = seq;
   ev.time_ns = aa_now_ns();
   ev.ptr = (uint64_t)(uintptr_t)p;
   ev.size = size;
@@ -1258,9 +1275,6 @@ __attribute__((noinline)) static int free_rest(aa_pool *pool, void *ptr, size_t 
     tcache_sync(tc);
   count_free(pool, tc, b.s->cls, rq);
   free_slow(pool, tc, b, stream, (m & AA__M_REC) != 0);
-  if (AA__UNLIKELY(atomic_load_explicit(&pool->tflags, AA__RLX) ==
-                   (AA__TF_TELEMETRY | AA__TF_TRACE)))
-    aa__trace(pool, 'f', ptr, size, stream);
   return AA_OK;
 }
 
@@ -1277,13 +1291,9 @@ __attribute__((noinline)) static int free_odd(aa_pool *pool, void *ptr, size_t s
   }
   if (sp->kind != AA__SPAN_SLAB) {
     aa__tcache *tc = tcache_mine(pool);
-    int rc = tc != NULL && aa__ltc_free(pool, tc, ptr, size, stream)
-                 ? AA_OK
-                 : aa__large_free(pool, (aa__seg *)sp, ptr, size, stream);
-    if (rc == AA_OK &&
-        atomic_load_explicit(&pool->tflags, AA__RLX) == (AA__TF_TELEMETRY | AA__TF_TRACE))
-      aa__trace(pool, 'f', ptr, size, stream);
-    return rc;
+    return tc != NULL && aa__ltc_free(pool, tc, ptr, size, stream)
+               ? AA_OK
+               : aa__large_free(pool, (aa__seg *)sp, ptr, size, stream);
   }
   aa__slab *s = (aa__slab *)sp;
   uintptr_t off = (uintptr_t)ptr - s->h.base;
@@ -1298,12 +1308,6 @@ __attribute__((noinline)) static int free_odd(aa_pool *pool, void *ptr, size_t s
     aa__misuse(pool, AA_MISUSE_BAD_SIZE, ptr, size, "size differs from the size allocated");
   }
   return AA_EINVAL;
-}
-
-__attribute__((noinline)) static int free_hit_trace(aa_pool *pool, void *ptr, size_t size,
-                                                    aa_stream stream) {
-  aa__trace(pool, 'f', ptr, size, stream);
-  return AA_OK;
 }
 
 /* The free fast path once the slab is known: validates the pointer against
@@ -1350,9 +1354,6 @@ free_in_slab(aa_pool *pool, aa__tcache *tc, aa__slab *s, aa__bin *bin, void *ptr
   aa__cadd(&bin->frees, 1);
   aa__cadd(&bin->req_sub, rq);
   atomic_store_explicit(mp, 0, AA__RLX);
-  if (AA__UNLIKELY(atomic_load_explicit(&pool->tflags, AA__RLX) ==
-                   (AA__TF_TELEMETRY | AA__TF_TRACE)))
-    return free_hit_trace(pool, ptr, size, stream);
   return AA_OK;
 }
 
@@ -1371,15 +1372,35 @@ __attribute__((noinline)) static int free_lookup(aa_pool *pool, aa__tcache *tc, 
  * whoever frees a block of the range's next owner got that block after the
  * move, so this thread sees the new epoch and goes the slow way, which
  * empties the cache. */
-int aa_free(aa_pool *pool, void *ptr, size_t size, aa_stream stream) {
-  if (AA__UNLIKELY(pool == NULL))
-    return free_odd(pool, ptr, size, stream, NULL);
+static inline __attribute__((always_inline)) int free_any(aa_pool *pool, void *ptr, size_t size,
+                                                          aa_stream stream) {
   aa__tcache *tc = tl_tc[pool->slot_ix];
   if (AA__UNLIKELY(tc == NULL || tc->epoch != atomic_load_explicit(&pool->epoch, AA__RLX)))
     return free_rest(pool, ptr, size, stream);
   if (AA__UNLIKELY((uintptr_t)ptr - tc->sc_base >= tc->sc_size))
     return free_lookup(pool, tc, ptr, size, stream);
   return free_in_slab(pool, tc, tc->sc_slab, tc->sc_bin, ptr, size, stream, false);
+}
+
+/* A free while a trace callback is set (with telemetry on): the sequence
+ * number is taken before any path can hand the block to another thread,
+ * the event is delivered once the free succeeded. */
+__attribute__((noinline)) static int free_traced(aa_pool *pool, void *ptr, size_t size,
+                                                 aa_stream stream) {
+  uint64_t seq = aa__trace_seq_next();
+  int rc = free_any(pool, ptr, size, stream);
+  if (rc == AA_OK && ptr != NULL)
+    aa__trace_at(pool, 'f', ptr, size, stream, seq);
+  return rc;
+}
+
+int aa_free(aa_pool *pool, void *ptr, size_t size, aa_stream stream) {
+  if (AA__UNLIKELY(pool == NULL))
+    return free_odd(pool, ptr, size, stream, NULL);
+  if (AA__UNLIKELY(atomic_load_explicit(&pool->tflags, AA__RLX) ==
+                   (AA__TF_TELEMETRY | AA__TF_TRACE)))
+    return free_traced(pool, ptr, size, stream);
+  return free_any(pool, ptr, size, stream);
 }
 
 /* ------------------------------------------------------------ others */

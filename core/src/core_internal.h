@@ -516,6 +516,11 @@ void aa__tcache_flush_mine(aa_pool *pool);
 void aa__retire_check(aa_pool *pool, aa__class *c);
 void aa__hh_add(aa__hh_slot *t, size_t nslots, uint64_t size, uint64_t count);
 void aa__trace(aa_pool *pool, char op, const void *p, size_t size, aa_stream s);
+/* The next trace sequence number (process-wide, from 1). */
+uint64_t aa__trace_seq_next(void);
+/* aa__trace with a sequence number taken earlier (a free takes it while it
+ * still owns the block). */
+void aa__trace_at(aa_pool *pool, char op, const void *p, size_t size, aa_stream s, uint64_t seq);
 int aa__events_done(aa_pool *pool, void **ev, uint32_t *n);
 
 /* large.c */

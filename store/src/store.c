@@ -120,6 +120,12 @@ struct aa_store {
   _Atomic uint64_t policy_dropped;
   _Atomic uint64_t events_written;
   _Atomic uint64_t events_dropped;
+  /* The first sequence number the current run's trace lost (cut_run's;
+   * UINT64_MAX = none): its trace is complete below it. Drops are rare
+   * (a full ring, a disabled store), so a lock is fine here. */
+  pthread_mutex_t cut_mu;
+  int64_t cut_run;
+  uint64_t cut_seq;
   _Atomic uint64_t transactions;
   _Atomic uint64_t retention_runs;
   _Atomic uint64_t rows_deleted;
@@ -322,7 +328,7 @@ static int stmts_prepare(aa_store *st) {
   PREP(end_run, "UPDATE runs SET ended_ms = ?2 WHERE id = ?1 AND ended_ms IS NULL")
   PREP(upd_run,
        "UPDATE runs SET snapshots_written = ?2, snapshots_dropped = ?3,"
-       " events_written = ?4, events_dropped = ?5 WHERE id = ?1")
+       " events_written = ?4, events_dropped = ?5, trace_cut_seq = ?6 WHERE id = ?1")
   PREP(ins_snap,
        "INSERT INTO snapshots(run_id, ts_ms, time_ns, pool, backend, device,"
        " telemetry, class_table_version, bytes_in_use, bytes_requested,"
@@ -350,8 +356,8 @@ static int stmts_prepare(aa_store *st) {
        "INSERT INTO policy_changes(run_id, ts_ms, source, old_version,"
        " new_version, reason, policy) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")
   PREP(ins_trace,
-       "INSERT INTO trace_events(run_id, time_ns, op, ptr, size, stream, thread)"
-       " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")
+       "INSERT INTO trace_events(run_id, time_ns, op, ptr, size, stream, thread, seq)"
+       " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)")
   PREP(ins_batch,
        "INSERT INTO trace_batches(run_id, ts_ms, first_id, last_id, events)"
        " VALUES (?1, ?2, ?3, ?4, ?5)")
@@ -564,6 +570,29 @@ static int write_end_run(aa_store *st, const item *it) {
   return w_step(st, st->ws.end_run);
 }
 
+/* Counts a trace event of `run` that will not be stored; its sequence
+ * number bounds the part of the run's trace that is complete. */
+static void trace_lost(aa_store *st, int64_t run, const aa_trace_event *ev) {
+  atomic_fetch_add_explicit(&st->events_dropped, 1, memory_order_relaxed);
+  if (run <= 0 || ev->seq == 0) return;
+  pthread_mutex_lock(&st->cut_mu);
+  if (st->cut_run != run) {
+    st->cut_run = run;
+    st->cut_seq = ev->seq;
+  } else if (ev->seq < st->cut_seq) {
+    st->cut_seq = ev->seq;
+  }
+  pthread_mutex_unlock(&st->cut_mu);
+}
+
+/* The first sequence number run's trace lost, UINT64_MAX when none. */
+static uint64_t trace_cut_of(aa_store *st, int64_t run) {
+  pthread_mutex_lock(&st->cut_mu);
+  uint64_t cut = st->cut_run == run ? st->cut_seq : UINT64_MAX;
+  pthread_mutex_unlock(&st->cut_mu);
+  return cut;
+}
+
 /* Takes one published event out of the ring; false when the next slot is
  * empty or not yet published. Single consumer: the writer. */
 static bool ring_pop(aa_store *st, ring *r, aa_trace_event *ev,
@@ -632,6 +661,11 @@ static int write_trace(aa_store *st, uint64_t *n) {
     BIND_U64(s, 5, ev.size);
     BIND_U64(s, 6, ev.stream);
     BIND_U64(s, 7, ev.thread);
+    if (ev.seq != 0) {
+      BIND_U64(s, 8, ev.seq);
+    } else {
+      sqlite3_bind_null(s, 8);
+    }
     rc = w_step(st, s);
     if (rc != SQLITE_OK) return rc;
     last = sqlite3_last_insert_rowid(st->db);
@@ -857,6 +891,12 @@ static void writer_cycle(aa_store *st, item *list, begin_req *begins,
     BIND_U64(u, 3, atomic_load(&st->snapshots_dropped) - st->base_snap_dropped);
     BIND_U64(u, 4, atomic_load(&st->events_written) + evs - st->base_ev_written);
     BIND_U64(u, 5, atomic_load(&st->events_dropped) - st->base_ev_dropped);
+    uint64_t cut = trace_cut_of(st, run);
+    if (cut != UINT64_MAX) {
+      BIND_U64(u, 6, cut);
+    } else {
+      sqlite3_bind_null(u, 6);
+    }
     what = "updating the run";
     rc = w_step(st, u);
     if (rc != SQLITE_OK) goto fail;
@@ -953,6 +993,7 @@ static void store_free(aa_store *st) {
   pthread_cond_destroy(&st->done);
   pthread_cond_destroy(&st->wake);
   pthread_mutex_destroy(&st->mu);
+  pthread_mutex_destroy(&st->cut_mu);
   free(st->reader_path);
   free(st->path);
   free(st);
@@ -981,6 +1022,8 @@ int aa_store_open(const aa_store_config *cfg, aa_store **out) {
     goto out;
   }
   pthread_mutex_init(&st->mu, NULL);
+  pthread_mutex_init(&st->cut_mu, NULL);
+  st->cut_seq = UINT64_MAX;
   pthread_condattr_init(&ca);
   ca_init = true;
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -1261,17 +1304,16 @@ static ring *ring_get(aa_store *st) {
 void aa_store_trace_push(void *store, const aa_trace_event *ev) {
   aa_store *st = store;
   if (st == NULL || ev == NULL) return;
-  if (!is_enabled(st) ||
-      atomic_load_explicit(&st->run_id, memory_order_relaxed) <= 0) {
-    atomic_fetch_add_explicit(&st->events_dropped, 1, memory_order_relaxed);
+  int64_t run = atomic_load_explicit(&st->run_id, memory_order_relaxed);
+  if (!is_enabled(st) || run <= 0) {
+    trace_lost(st, run, ev);
     return;
   }
   ring *r = ring_get(st);
   if (r == NULL) {
-    atomic_fetch_add_explicit(&st->events_dropped, 1, memory_order_relaxed);
+    trace_lost(st, run, ev);
     return;
   }
-  int64_t run = atomic_load_explicit(&st->run_id, memory_order_relaxed);
   uint64_t pos = atomic_load_explicit(&st->ring_enq, memory_order_relaxed);
   ring_slot *slot;
   for (;;) {
@@ -1285,7 +1327,7 @@ void aa_store_trace_push(void *store, const aa_trace_event *ev) {
         break;
       }
     } else if (diff < 0) {
-      atomic_fetch_add_explicit(&st->events_dropped, 1, memory_order_relaxed);
+      trace_lost(st, run, ev);
       return; /* full */
     } else {
       pos = atomic_load_explicit(&st->ring_enq, memory_order_relaxed);

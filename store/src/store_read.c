@@ -312,15 +312,39 @@ int aa_store_trace_foreach(const char *db_path, int64_t run_id,
     goto out;
   }
   /* trace_batches gives the id range of the run's events; the range scan
-   * on the rowid skips other runs' rows without an index on trace_events. */
+   * on the rowid skips other runs' rows without an index on trace_events.
+   * Schema 2 on: the events in the core's sequence order (the write order
+   * is the order threads reached the ring, not that of their operations),
+   * only those below the first one the run lost (a full ring), so that what
+   * is read is a complete prefix of the run. */
+  static const char v2[] =
+      "SELECT time_ns, op, ptr, size, stream, thread, seq"
+      " FROM trace_events"
+      " WHERE id BETWEEN"
+      "   (SELECT min(first_id) FROM trace_batches WHERE run_id = ?1)"
+      "   AND (SELECT max(last_id) FROM trace_batches WHERE run_id = ?1)"
+      "  AND run_id = ?1"
+      "  AND (seq IS NULL OR seq < coalesce("
+      "         (SELECT trace_cut_seq FROM runs WHERE id = ?1), seq + 1))"
+      " ORDER BY seq, id";
+  static const char v1[] =
+      "SELECT time_ns, op, ptr, size, stream, thread, NULL"
+      " FROM trace_events"
+      " WHERE id BETWEEN"
+      "   (SELECT min(first_id) FROM trace_batches WHERE run_id = ?1)"
+      "   AND (SELECT max(last_id) FROM trace_batches WHERE run_id = ?1)"
+      "  AND run_id = ?1 ORDER BY id";
+  sqlite3_stmt *cols = NULL;
   int rc = rd_prepare(db,
-                      "SELECT time_ns, op, ptr, size, stream, thread"
-                      " FROM trace_events"
-                      " WHERE id BETWEEN"
-                      "   (SELECT min(first_id) FROM trace_batches WHERE run_id = ?1)"
-                      "   AND (SELECT max(last_id) FROM trace_batches WHERE run_id = ?1)"
-                      "  AND run_id = ?1 ORDER BY id",
-                      &s);
+                      "SELECT count(*) FROM pragma_table_info('trace_events')"
+                      " WHERE name = 'seq'",
+                      &cols);
+  if (rc != SQLITE_OK) goto sqlfail;
+  rc = rd_step(cols);
+  bool has_seq = rc == SQLITE_ROW && sqlite3_column_int64(cols, 0) > 0;
+  sqlite3_finalize(cols);
+  if (rc != SQLITE_ROW) goto sqlfail;
+  rc = rd_prepare(db, has_seq ? v2 : v1, &s);
   if (rc != SQLITE_OK) goto sqlfail;
   sqlite3_bind_int64(s, 1, run);
   for (;;) {
@@ -336,6 +360,7 @@ int aa_store_trace_foreach(const char *db_path, int64_t run_id,
     ev.size = (uint64_t)sqlite3_column_int64(s, 3);
     ev.stream = (uint64_t)sqlite3_column_int64(s, 4);
     ev.thread = (uint64_t)sqlite3_column_int64(s, 5);
+    ev.seq = (uint64_t)sqlite3_column_int64(s, 6);
     int r = cb(user, &ev);
     if (r != 0) {
       err = r;

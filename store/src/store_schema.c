@@ -154,6 +154,15 @@ static const char *const kSchemaV1[] = {
     "                WHERE t.run_id = s.run_id AND t.pool = s.pool);",
     NULL};
 
+/* v2: trace events carry the core's sequence number (the replay order:
+ * the write order is not the order of the operations across threads), and
+ * a run records the first sequence number its trace lost, below which the
+ * trace is complete. */
+static const char *const kSchemaV2[] = {
+    "ALTER TABLE trace_events ADD COLUMN seq INTEGER;",
+    "ALTER TABLE runs ADD COLUMN trace_cut_seq INTEGER;",
+    NULL};
+
 typedef struct migration {
   int version;
   const char *const *sql; /* statements, NULL-terminated */
@@ -162,6 +171,7 @@ typedef struct migration {
 /* Append only. The last entry's version is AA_STORE_SCHEMA_VERSION. */
 static const migration kMigrations[] = {
     {1, kSchemaV1},
+    {2, kSchemaV2},
 };
 #define AA__N_MIGRATIONS (sizeof kMigrations / sizeof kMigrations[0])
 

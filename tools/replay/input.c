@@ -83,8 +83,9 @@ static int feed_store_trace(const tool_input *in, aa_replay_sink sink,
       err[0] = '\0';
   }
   if (rc == AA_OK && t->index == 0) {
-    snprintf(err, errcap, "%s: the run has no trace events (record one with "
-             "ADAPTALLOC_TRACE=1, or import a CSV)", in->path);
+    snprintf(err, errcap, "%s: the run has no trace events; replay its stored "
+             "histogram with --db %s --from-histogram, or record a trace with "
+             "ADAPTALLOC_TRACE=1", in->path, in->path);
     rc = AA_ENOENT;
   }
   free(t);
@@ -231,6 +232,8 @@ static int import_sink(void *user, const aa_replay_event *ev, size_t n) {
 
   for (i = 0; i < n; i++) {
     aa_trace_event t;
+    memset(&t, 0, sizeof t);
+    t.seq = c->n + 1; /* the input's order is the replay order */
     t.time_ns = ev[i].time_ns;
     t.ptr = ev[i].ptr;
     t.size = ev[i].size;

@@ -166,8 +166,13 @@ typedef void (*aa_error_fn)(void *user, aa_pool *pool, aa_misuse what,
                             const void *ptr, size_t size, const char *message);
 
 /* One trace event (ADAPTALLOC_TRACE). op: 'a' alloc, 'f' free, 'x' failed
- * alloc. Delivered from the allocating/freeing thread; the callee must not
- * block (copy into a ring buffer and return). */
+ * alloc. Delivered from the allocating/freeing thread after the operation;
+ * the callee must not block (copy into a ring buffer and return).
+ * Delivery order across threads is not the order of the operations: sort
+ * by seq. seq is process-wide and increasing; a free takes its number while
+ * the block is still the caller's, an allocation after it has the block, so
+ * for any address a free sorts before the next allocation of it. 0 = not
+ * numbered (events from before seq existed). */
 typedef struct aa_trace_event {
   uint64_t time_ns;
   uint64_t ptr;
@@ -175,6 +180,7 @@ typedef struct aa_trace_event {
   uint64_t stream;
   uint64_t thread;
   char op;
+  uint64_t seq;
 } aa_trace_event;
 typedef void (*aa_trace_fn)(void *user, const aa_trace_event *ev);
 
