@@ -342,6 +342,58 @@ static void test_adapt_loop_thread(void **state) {
 }
 
 
+/* interval_ms changed while the loop runs (the README's PATCH): every add
+ * decision's count is a share of the small requests over the same two
+ * snapshots (at most all of them), over the time that actually elapsed. */
+static void test_adapt_loop_interval_change_mid_run(void **state) {
+  env *e = *state;
+  aa_adapt_loop_config cfg;
+  aa_adapt_loop *loop = NULL;
+  size_t hot1 = odd_size(e, 16384), hot2 = odd_size(e, hot1 + 4096);
+  struct timespec ts = {0, 1000 * 1000};
+  int set_rc;
+  aa_adapt_loop_config_init(&cfg);
+  cfg.params.interval_ms = 60;
+  cfg.params.cold_intervals = 3;
+  cfg.params.min_class_age = 2;
+  cfg.params.trim_threshold_bytes = 0;
+  cfg.on_decision = on_decision;
+  cfg.user = e;
+  e->nseen = 0;
+  assert_int_equal(aa_adapt_loop_new(&cfg, &loop), AA_OK);
+  assert_int_equal(aa_adapt_loop_add_pool(loop, e->pool), AA_OK);
+  assert_int_equal(aa_adapt_loop_start(loop), AA_OK);
+  /* Checked after stop (a failed assertion must not leave it running). */
+  for (int i = 0; i < 150; i++) {
+    interval(e, hot1);
+    nanosleep(&ts, NULL);
+  }
+  cfg.params.interval_ms = 7;
+  set_rc = aa_adapt_loop_set_params(loop, &cfg.params);
+  for (int i = 0; i < 150; i++) {
+    interval(e, i % 2 ? hot2 : hot1 + 2048);
+    nanosleep(&ts, NULL);
+  }
+  aa_adapt_loop_stop(loop);
+  aa_adapt_loop_destroy(loop);
+  assert_int_equal(set_rc, AA_OK);
+  size_t adds = 0;
+  for (size_t i = 0; i < e->nseen; i++) {
+    const aa_adapt_decision *d = &e->seen[i];
+    if (d->kind != AA_ADAPT_ADD_CLASS)
+      continue;
+    adds++;
+    if (d->amount > d->window_requests)
+      fail_msg("decision %zu: %s", i, d->reason);
+    assert_true(d->window_ns > 0);
+    assert_non_null(strstr(d->reason, "small requests in the last"));
+    const char *pct = strchr(d->reason, '(');
+    assert_non_null(pct);
+    assert_true(strtod(pct + 1, NULL) <= 100.0);
+  }
+  assert_true(adds >= 1);
+}
+
 /* grow_or_prefill and trim applied to a real pool. */
 static void test_adapt_loop_grow_and_trim_apply(void **state) {
   env *e = *state;
@@ -451,6 +503,7 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_adapt_loop_api, setup, teardown),
       cmocka_unit_test_setup_teardown(test_adapt_loop_thread, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_adapt_loop_interval_change_mid_run, setup, teardown),
       cmocka_unit_test_setup_teardown(test_adapt_loop_grow_and_trim_apply, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_adapt_policy_apply_live_pool, setup,

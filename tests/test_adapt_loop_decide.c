@@ -176,6 +176,71 @@ static void test_adapt_loop_decide_adds_exact_class(void **state) {
   free(f);
 }
 
+/* Shares are over the interval actually elapsed, with one denominator for
+ * the counts: a table change restarts the class counters (the thread caches
+ * are flushed), which once gave "20508 of 17900 small requests (114.6%)";
+ * and a size missing from a full heavy-hitter list has an unknown earlier
+ * count, not 0. */
+static void test_adapt_loop_decide_shares_over_elapsed(void **state) {
+  fake *f = fake_new();
+  (void)state;
+  /* since start: 90000 requests of 921600 B, class counters at 120000 */
+  request(f, 921600, 90000, 0);
+  request(f, 3000, 30000, 0);
+  f->cur.hist[aa_hist_bucket(921600)] += 90000;
+  f->cur.hist[aa_hist_bucket(3000)] += 30000;
+  f->prev = f->cur;
+  f->prev.time_ns = 1000000000ull;
+  f->cur.time_ns = f->prev.time_ns + 500000000ull; /* 0.5 s later */
+  /* this interval: 20000 of 921600 B and 5000 of 3000 B, but the class
+   * counters restarted from 0 at a table change and count only 2000 */
+  request(f, 921600, 20000, 0);
+  request(f, 3000, 5000, 0);
+  f->cur.hist[aa_hist_bucket(921600)] += 20000;
+  f->cur.hist[aa_hist_bucket(3000)] += 5000;
+  for (uint32_t i = 0; i < f->cur.class_count; i++) {
+    aa_class_stats *c = &f->cur.classes[i];
+    if (c->allocs > 0)
+      c->allocs = c->hits = c->block_size == serving(f, 921600) ? 1500 : 500;
+  }
+  size_t nd = aa_adapt_decide(&f->p, &f->st, &f->prev, &f->cur, f->cl, f->n, f->d,
+                              AA_ADAPT_MAX_DECISIONS);
+  assert_int_equal(nd, 1);
+  assert_int_equal(f->d[0].kind, AA_ADAPT_ADD_CLASS);
+  assert_int_equal(f->d[0].request_size, 921600);
+  assert_int_equal(f->d[0].amount, 20000);
+  assert_int_equal(f->d[0].window_requests, 25000);
+  assert_true(f->d[0].amount <= f->d[0].window_requests);
+  assert_int_equal(f->d[0].window_ns, 500000000ull);
+  assert_non_null(strstr(f->d[0].reason, "20000 of 25000 small requests in the last 0.50 s (80.0%)"));
+
+  /* A full list at the previous snapshot without the size: no decision on
+   * its count since start. */
+  fake *g = fake_new();
+  for (uint32_t i = 0; i < AA_HH_MAX; i++)
+    hh_add(&g->cur, 600 + i, 1000);
+  g->cur.hist[aa_hist_bucket(600)] += 1000u * AA_HH_MAX;
+  g->prev = g->cur;
+  /* 16884 B enters the list with its count since start, 900000; 900 of
+   * them in this interval */
+  g->cur.hh[AA_HH_MAX - 1].size = 16884;
+  g->cur.hh[AA_HH_MAX - 1].count = 900000;
+  g->cur.hist[aa_hist_bucket(16884)] += 900;
+  for (uint32_t i = 0; i < g->cur.class_count; i++) {
+    aa_class_stats *c = &g->cur.classes[i];
+    if (c->block_size == serving(g, 16884))
+      c->allocs = c->hits = 900;
+  }
+  nd = aa_adapt_decide(&g->p, &g->st, &g->prev, &g->cur, g->cl, g->n, g->d,
+                       AA_ADAPT_MAX_DECISIONS);
+  for (size_t i = 0; i < nd; i++)
+    assert_true(g->d[i].kind != AA_ADAPT_ADD_CLASS || g->d[i].amount <= g->d[i].window_requests);
+  for (size_t i = 0; i < nd; i++)
+    assert_true(g->d[i].kind != AA_ADAPT_ADD_CLASS || g->d[i].request_size != 16884);
+  free(g);
+  free(f);
+}
+
 static void test_adapt_loop_decide_add_thresholds(void **state) {
   fake *f = fake_new();
   (void)state;
@@ -551,6 +616,7 @@ static void test_adapt_loop_decide_order_and_determinism(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_adapt_loop_decide_adds_exact_class),
+      cmocka_unit_test(test_adapt_loop_decide_shares_over_elapsed),
       cmocka_unit_test(test_adapt_loop_decide_add_thresholds),
       cmocka_unit_test(test_adapt_loop_decide_bounds),
       cmocka_unit_test(test_adapt_loop_decide_retire_cold),

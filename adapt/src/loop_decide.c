@@ -303,7 +303,8 @@ static int cmp_hot(const hot_size *a, const hot_size *b) {
 
 static void add_rule(const aa_adapt_params *p, aa_adapt_state *st,
                      const aa_pool_stats *prev, const aa_pool_stats *cur,
-                     uint64_t max_small, uint64_t total_small, eff_table *eff,
+                     uint64_t max_small, uint64_t total_small, uint64_t window_ns,
+                     eff_table *eff,
                      aa_adapt_decision *out, size_t *nd, size_t cap) {
   hot_size hot[AA_HH_MAX];
   size_t nh = 0;
@@ -317,18 +318,28 @@ static void add_rule(const aa_adapt_params *p, aa_adapt_state *st,
     uint64_t before = 0;
     if (prev != NULL) {
       uint32_t pn = prev->hh_count < AA_HH_MAX ? prev->hh_count : AA_HH_MAX;
+      bool found = false;
       for (uint32_t k = 0; k < pn; k++) {
         if (prev->hh[k].size == cur->hh[j].size) {
           before = prev->hh[k].count;
+          found = true;
           break;
         }
       }
+      /* Not in a full list: its count then is unknown (not 0; the list
+       * keeps only the top AA_HH_MAX), so its count since start would pass
+       * for this interval's. Wait one interval. */
+      if (!found && prev->hh_count >= AA_HH_MAX)
+        continue;
     }
     hot[nh].size = cur->hh[j].size;
     /* The core's heavy-hitter counts can go down (its table decays the
      * smaller of two contending sizes): a count below the previous one
      * gives nothing for this interval rather than a guess. */
     hot[nh].count = cur->hh[j].count >= before ? cur->hh[j].count - before : 0;
+    /* a size cannot have more requests than all small sizes together */
+    if (hot[nh].count > total_small)
+      hot[nh].count = total_small;
     nh++;
   }
   /* Insertion sort: most requests first, then the smaller size. */
@@ -376,12 +387,17 @@ static void add_rule(const aa_adapt_params *p, aa_adapt_state *st,
     d->request_size = s;
     d->amount = cnt;
     {
+      d->window_requests = total_small;
+      d->window_ns = window_ns;
+      char span[48] = "this interval";
+      if (window_ns > 0)
+        snprintf(span, sizeof span, "in the last %.2f s", (double)window_ns / 1e9);
       int len = snprintf(d->reason, sizeof d->reason,
-               "hot size %llu B: %llu of %llu small requests this interval "
+               "hot size %llu B: %llu of %llu small requests %s "
                "(%.1f%%) go to class %llu B, wasting %.1f%% (threshold %.1f%%); "
                "exact class %llu B wastes %.1f%%",
                (unsigned long long)s, (unsigned long long)cnt,
-               (unsigned long long)total_small, share * 100.0,
+               (unsigned long long)total_small, span, share * 100.0,
                (unsigned long long)serving, waste * 100.0,
                p->waste_threshold * 100.0, (unsigned long long)exact,
                new_waste * 100.0);
@@ -550,9 +566,24 @@ size_t aa_adapt_decide(const aa_adapt_params *params, aa_adapt_state *st,
     if (c != NULL)
       total_small += delta(c->allocs, pc == NULL ? 0 : pc->allocs);
   }
+  /* The heavy hitters' counts come from the same per-thread telemetry as
+   * the histogram, the class counters from the bins: a class's counter
+   * restarts when a table change flushes the thread caches, which made the
+   * class total smaller than one size's count ("20508 of 17900"). The
+   * histogram's small buckets over the same two snapshots are the
+   * denominator the counts share; the larger of the two is taken (a fake or
+   * a telemetry-off pool has no histogram). */
+  uint64_t hist_small = 0;
+  for (unsigned b = 0; b < AA_HIST_BUCKETS && aa_hist_bucket_lower(b) <= max_small; b++)
+    hist_small += delta(cur->hist[b], prev == NULL ? 0 : prev->hist[b]);
+  if (hist_small > total_small)
+    total_small = hist_small;
+  uint64_t window_ns = prev != NULL && cur->time_ns > prev->time_ns
+                           ? cur->time_ns - prev->time_ns
+                           : 0;
 
   retire_rule(params, st, prev, cur, max_small, &eff, out, &nd, cap);
-  add_rule(params, st, prev, cur, max_small, total_small, &eff, out, &nd, cap);
+  add_rule(params, st, prev, cur, max_small, total_small, window_ns, &eff, out, &nd, cap);
   grow_rule(params, st, prev, cur, classes, n_classes, &eff, out, &nd, cap);
   trim_rule(params, st, cur, out, &nd, cap);
   return nd;

@@ -84,6 +84,10 @@ typedef struct aa_adapt_decision {
   uint64_t released;     /* trim: bytes released (set by the loop) */
   uint64_t interval;     /* the step (aa_adapt_state.interval) it was made in */
   char reason[AA_ADAPT_REASON_CAP]; /* human-readable, with the numbers */
+  uint64_t window_requests; /* add: small requests over the same two
+                               snapshots as amount (amount <= it) */
+  uint64_t window_ns;    /* add: time between those snapshots (0 = no
+                            previous snapshot) */
 } aa_adapt_decision;
 
 /* The decision function's memory. A value type: zero it with
