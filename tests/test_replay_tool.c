@@ -402,6 +402,62 @@ static void test_replay_tool_suggest_compare(void **state) {
   free(err);
 }
 
+/* suggest never writes a worse policy: on a trace where an exact class
+ * costs a slab of its own (400 blocks of 4100 B live, then 400 of 5000 B:
+ * one 5120 B slab serves both phases; suggest's estimate, which adds the
+ * two peaks, sees no cost in giving 4100 B the class 4608 B), it prints
+ * before/after on the objective and exits 4 with nothing written; --force
+ * writes it. */
+static void test_replay_tool_suggest_refuses_worse(void **state) {
+  char *out = NULL, *err = NULL;
+  char path[400];
+  struct stat sb;
+  cJSON *j;
+  (void)state;
+
+  if (!have_binary())
+    skip();
+  assert_int_equal(sh(&out, &err, "awk 'BEGIN { print \"Thread,Time,Action,Pointer,Size,Stream\"; t = 0;"
+                      " for (p = 0; p < 2; p++) {"
+                      "  for (i = 0; i < 400; i++) printf \"1,%%d.0,allocate,0x%%x,%%d,0x0\\n\","
+                      "   t++, 1048576 + i * 8192, p ? 5000 : 4100;"
+                      "  for (i = 0; i < 400; i++) printf \"1,%%d.0,deallocate,0x%%x,0,0x0\\n\","
+                      "   t++, 1048576 + i * 8192 } }' > {TMP}/worse.csv"), 0);
+  free(out);
+  free(err);
+  assert_int_equal(sh(&out, &err, "rm -f {TMP}/worse.json; {BIN} suggest --min-gain-slabs 0 "
+                      "{TMP}/worse.csv -o {TMP}/worse.json"), 4);
+  assert_non_null(strstr(out, "objective         peak reserved, then backend calls"));
+  assert_non_null(strstr(out, "before          2.00 MiB"));
+  assert_non_null(strstr(out, "4.00 MiB"));
+  assert_non_null(strstr(out, "wrote             nothing"));
+  assert_non_null(strstr(err, "no candidate improves on the base"));
+  assert_non_null(strstr(err, "--force"));
+  snprintf(path, sizeof path, "%s/worse.json", g_tmp);
+  assert_int_not_equal(stat(path, &sb), 0); /* nothing written */
+  free(out);
+  free(err);
+  assert_int_equal(sh(&out, &err, "{BIN} suggest --json --min-gain-slabs 0 "
+                      "{TMP}/worse.csv -o {TMP}/worse.json"), 4);
+  j = cJSON_Parse(out);
+  assert_non_null(j);
+  assert_int_equal((int)num(j, "objective.before.peak_reserved"), 2 << 20);
+  assert_int_equal((int)num(j, "objective.after.peak_reserved"), 4 << 20);
+  assert_true(cJSON_IsFalse(get(j, "objective.improved")));
+  assert_true(cJSON_IsFalse(get(j, "objective.written")));
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+  assert_int_not_equal(stat(path, &sb), 0);
+  /* --force writes it, and says it is not an improvement. */
+  assert_int_equal(sh(&out, &err, "{BIN} suggest --force --min-gain-slabs 0 "
+                      "{TMP}/worse.csv -o {TMP}/worse.json"), 0);
+  assert_non_null(strstr(out, "NOT an improvement"));
+  assert_int_equal(stat(path, &sb), 0);
+  free(out);
+  free(err);
+}
+
 static void test_replay_tool_import_run_db(void **state) {
   char *out = NULL, *err = NULL, *a, *b;
   cJSON *ja, *jb;
@@ -694,6 +750,7 @@ int main(void) {
       cmocka_unit_test(test_replay_tool_bad_input),
       cmocka_unit_test(test_replay_tool_suggest_compare),
       cmocka_unit_test(test_replay_tool_suggest_layout),
+      cmocka_unit_test(test_replay_tool_suggest_refuses_worse),
       cmocka_unit_test(test_replay_tool_import_run_db),
       cmocka_unit_test(test_replay_tool_db_histogram),
       cmocka_unit_test(test_replay_tool_export_and_seed),

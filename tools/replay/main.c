@@ -50,6 +50,7 @@ typedef struct options {
   size_t max_classes; /* 0 = from the policy's adapt.max_classes */
   double min_gain_slabs;
   bool layout; /* suggest: also choose max_small and large.mode */
+  bool force;  /* suggest: write the policy even when it does not improve */
   bool have_events;
   bool adapt;
   uint64_t adapt_every;
@@ -124,8 +125,13 @@ static const char usage_text[] =
     "  --layout               suggest: first choose max_small (16 KiB, 64 KiB,\n"
     "                         256 KiB or the base's) and large.mode (the base's\n"
     "                         or expandable) by peak reserved, then the classes\n"
+    "  --force                suggest: write the policy even when its replay\n"
+    "                         does not improve on the base (peak reserved,\n"
+    "                         then backend calls); without it suggest exits 4\n"
+    "                         and writes nothing\n"
     "\n"
-    "exit codes: 0 ok, 1 input error, 2 usage error, 3 internal error\n";
+    "exit codes: 0 ok, 1 input error, 2 usage error, 3 internal error,\n"
+    "            4 suggest found nothing better than the base (nothing written)\n";
 
 static int usage_error(const char *fmt, const char *arg)
     __attribute__((format(printf, 1, 0)));
@@ -217,7 +223,7 @@ enum {
   OPT_COST_GIB, OPT_COST_HIT, OPT_COST_EVENT, OPT_CAPACITY, OPT_DELAY,
   OPT_IGNORE_STREAMS, OPT_REPLAY_FAILURES, OPT_MAX_CLASSES, OPT_MIN_GAIN,
   OPT_ADAPT, OPT_ADAPT_EVERY, OPT_TOP, OPT_THREADS, OPT_THRESHOLD,
-  OPT_EACH_RANK, OPT_LAYOUT, OPT_HELP
+  OPT_EACH_RANK, OPT_LAYOUT, OPT_FORCE, OPT_HELP
 };
 
 static const struct option long_opts[] = {
@@ -249,6 +255,7 @@ static const struct option long_opts[] = {
     {"max-classes", required_argument, NULL, OPT_MAX_CLASSES},
     {"min-gain-slabs", required_argument, NULL, OPT_MIN_GAIN},
     {"layout", no_argument, NULL, OPT_LAYOUT},
+    {"force", no_argument, NULL, OPT_FORCE},
     {"adapt", no_argument, NULL, OPT_ADAPT},
     {"adapt-every", required_argument, NULL, OPT_ADAPT_EVERY},
     {"top", required_argument, NULL, OPT_TOP},
@@ -415,6 +422,9 @@ static int parse_args(int argc, char **argv, options *o) {
       break;
     case OPT_LAYOUT:
       o->layout = true;
+      break;
+    case OPT_FORCE:
+      o->force = true;
       break;
     case OPT_MIN_GAIN:
       if (!parse_double_arg(optarg, &o->min_gain_slabs))
@@ -1226,7 +1236,7 @@ out:
  * gives `base` the shape with the lowest peak reserved (fewer backend calls
  * on a tie). The class table is the base's, cut at the new max_small. */
 #define LAYOUT_MAX 8
-static int choose_layout(const options *o, loaded *base) {
+static int choose_layout(const options *o, loaded *base, aa_replay_result *as_given) {
   static char labels[LAYOUT_MAX][48];
   size_t sizes[4] = {16u << 10, 64u << 10, 256u << 10, base->pc.max_small};
   aa_large_mode modes[2] = {base->pc.large_mode, AA_LARGE_EXPANDABLE};
@@ -1265,6 +1275,9 @@ static int choose_layout(const options *o, loaded *base) {
   rc = replay_all(o, c, n, &t);
   if (rc != 0)
     goto out;
+  for (i = 0; i < n; i++)
+    if (c[i].pc.max_small == base->pc.max_small && c[i].pc.large_mode == base->pc.large_mode)
+      *as_given = c[i].res;
   for (i = 1; i < n; i++) {
     const aa_replay_result *a = &c[i].res, *b = &c[best].res;
     if (a->peak_reserved < b->peak_reserved ||
@@ -1288,21 +1301,39 @@ out:
   return rc;
 }
 
+/* The objective suggest and the loop report: peak reserved, then backend
+ * calls. True when a is strictly better than b. */
+static bool objective_better(const aa_replay_result *a, const aa_replay_result *b) {
+  if (a->peak_reserved != b->peak_reserved)
+    return a->peak_reserved < b->peak_reserved;
+  return a->backend_calls < b->backend_calls;
+}
+
+/* How many of the ranked additions each candidate table keeps (0 = all that
+ * suggest found): exact classes also cost partly filled slabs, which the
+ * per-size estimate does not see, so fewer can replay better than more. */
+static const size_t kSuggestKeep[] = {0, 16, 8, 4, 2, 1};
+#define SUGGEST_CANDIDATES (sizeof kSuggestKeep / sizeof kSuggestKeep[0])
+
 static int cmd_suggest(const options *opts) {
   options local_opts = *opts; /* suggest tunes the static table: no loop */
   const options *o = &local_opts;
   loaded *l = NULL;
   aa_replay_size_stat *sizes = NULL;
-  size_t nsizes = 0, nnew = 0, i;
-  aa_class_spec used[AA_MAX_CLASSES], tuned[AA_MAX_CLASSES];
+  size_t nsizes = 0, i, ncand = 0, best = 0;
+  aa_class_spec used[AA_MAX_CLASSES];
+  aa_class_spec (*tuned)[AA_MAX_CLASSES] = NULL;
+  size_t nnew[SUGGEST_CANDIDATES];
   size_t nused = 0;
   aa_replay_suggest_config sc;
   aa_adapt_params ap;
-  aa_policy *check = NULL;
-  char *doc = NULL;
+  aa_replay_result orig;
+  char *docs[SUGGEST_CANDIDATES] = {NULL};
   char err[AA_POLICY_ERR_CAP + 256], desc[512];
+  static char labels[SUGGEST_CANDIDATES][64];
   timing t0, t1;
   FILE *f = NULL;
+  bool improved, write_it;
   int rc;
 
   local_opts.adapt = false;
@@ -1311,14 +1342,18 @@ static int cmd_suggest(const options *opts) {
     return usage_error("suggest needs -o FILE for the tuned policy%s", "");
   if (o->npolicies > 1)
     return usage_error("suggest takes one --policy (the base)%s", "");
-  l = calloc(2, sizeof *l);
-  if (l == NULL) {
+  l = calloc(1 + SUGGEST_CANDIDATES, sizeof *l);
+  tuned = calloc(SUGGEST_CANDIDATES, sizeof *tuned);
+  if (l == NULL || tuned == NULL) {
+    free(l);
+    free(tuned);
     fprintf(stderr, "adaptalloc-replay: out of memory\n");
     return EXIT_INTERNAL;
   }
+  memset(&orig, 0, sizeof orig);
   rc = load_policy(o, o->npolicies > 0 ? o->policies[0] : NULL, &l[0]);
   if (rc == 0 && o->layout) {
-    rc = choose_layout(o, &l[0]);
+    rc = choose_layout(o, &l[0], &orig);
     l[0].label = "base, chosen layout";
   }
   if (rc == 0)
@@ -1327,6 +1362,8 @@ static int cmd_suggest(const options *opts) {
     rc = replay_all(o, l, 1, &t0);
   if (rc != 0)
     goto out;
+  if (!o->layout)
+    orig = l[0].res;
   if (aa_pool_classes(aa_replay_sim_pool(l[0].sim), used, AA_MAX_CLASSES,
                       &nused, NULL) != AA_OK ||
       aa_replay_sim_sizes(l[0].sim, &sizes, &nsizes) != AA_OK) {
@@ -1341,67 +1378,90 @@ static int cmd_suggest(const options *opts) {
   sc.max_small = l[0].pc.max_small;
   if (o->min_gain_slabs >= 0)
     sc.min_gain_slabs = o->min_gain_slabs;
-  rc = aa_replay_suggest_classes(sizes, nsizes, used, nused, &sc, tuned,
-                                 AA_MAX_CLASSES, &nnew);
-  if (rc != AA_OK) {
-    fprintf(stderr, "adaptalloc-replay: suggest: %s\n", aa_strerror(rc));
-    rc = EXIT_INTERNAL;
-    goto out;
-  }
   input_describe(&o->in, desc, sizeof desc);
-  doc = tuned_json(l[0].policy, o->pool, tuned, nnew, o->layout ? &l[0].pc : NULL, desc, err,
-                   sizeof err);
-  if (doc == NULL) {
-    fprintf(stderr, "adaptalloc-replay: %s\n", err);
-    rc = EXIT_INTERNAL;
-    goto out;
+  /* The candidates: all the additions suggest ranks, then the best 16, 8,
+   * ... 1 of them (each distinct table once), replayed together. */
+  for (size_t c = 0; c < SUGGEST_CANDIDATES; c++) {
+    aa_replay_suggest_config scc = sc;
+    loaded *x = &l[1 + ncand];
+    aa_policy *check = NULL;
+    if (kSuggestKeep[c] > 0) {
+      if (nused + kSuggestKeep[c] >= nnew[0])
+        continue; /* keeps them all: the first candidate */
+      scc.max_classes = nused + kSuggestKeep[c];
+    }
+    rc = aa_replay_suggest_classes(sizes, nsizes, used, nused, &scc, tuned[ncand],
+                                   AA_MAX_CLASSES, &nnew[ncand]);
+    if (rc != AA_OK) {
+      fprintf(stderr, "adaptalloc-replay: suggest: %s\n", aa_strerror(rc));
+      rc = EXIT_INTERNAL;
+      goto out;
+    }
+    docs[ncand] = tuned_json(l[0].policy, o->pool, tuned[ncand], nnew[ncand],
+                             o->layout ? &l[0].pc : NULL, desc, err, sizeof err);
+    if (docs[ncand] == NULL) {
+      fprintf(stderr, "adaptalloc-replay: %s\n", err);
+      rc = EXIT_INTERNAL;
+      goto out;
+    }
+    rc = aa_policy_parse(docs[ncand], strlen(docs[ncand]), &check, err, sizeof err);
+    if (rc != AA_OK) {
+      fprintf(stderr, "adaptalloc-replay: the tuned policy does not validate "
+              "(a bug): %s\n", err);
+      rc = EXIT_INTERNAL;
+      goto out;
+    }
+    /* Written in the policy module's own canonical form. */
+    free(docs[ncand]);
+    docs[ncand] = aa_policy_to_json(check);
+    x->policy = check;
+    if (docs[ncand] == NULL) {
+      fprintf(stderr, "adaptalloc-replay: out of memory\n");
+      rc = EXIT_INTERNAL;
+      goto out;
+    }
+    if (kSuggestKeep[c] == 0)
+      snprintf(labels[ncand], sizeof labels[ncand], "%s", base_name(o->out));
+    else
+      snprintf(labels[ncand], sizeof labels[ncand], "best %zu added", kSuggestKeep[c]);
+    x->label = labels[ncand];
+    aa_pool_config_init(&x->pc);
+    x->pc.name = o->pool;
+    rc = aa_policy_pool_config(x->policy, o->pool, &x->pc, x->classes, AA_MAX_CLASSES,
+                               &x->nclasses);
+    if (rc != AA_OK) {
+      fprintf(stderr, "adaptalloc-replay: tuned policy: %s\n", aa_strerror(rc));
+      rc = EXIT_INTERNAL;
+      goto out;
+    }
+    ncand++;
+    rc = make_sim(o, x, false);
+    if (rc != 0)
+      goto out;
   }
-  rc = aa_policy_parse(doc, strlen(doc), &check, err, sizeof err);
-  if (rc != AA_OK) {
-    fprintf(stderr, "adaptalloc-replay: the tuned policy does not validate "
-            "(a bug): %s\n", err);
-    rc = EXIT_INTERNAL;
-    goto out;
-  }
-  /* Written in the policy module's own canonical form. */
-  free(doc);
-  doc = aa_policy_to_json(check);
-  if (doc == NULL) {
-    fprintf(stderr, "adaptalloc-replay: out of memory\n");
-    rc = EXIT_INTERNAL;
-    goto out;
-  }
-  f = fopen(o->out, "w");
-  if (f == NULL || fputs(doc, f) < 0 || fputc('\n', f) == EOF) {
-    fprintf(stderr, "adaptalloc-replay: %s: %s\n", o->out, strerror(errno));
-    rc = EXIT_INPUT;
-    goto out;
-  }
-  if (fclose(f) != 0) {
-    f = NULL;
-    fprintf(stderr, "adaptalloc-replay: %s: %s\n", o->out, strerror(errno));
-    rc = EXIT_INPUT;
-    goto out;
-  }
-  f = NULL;
-  /* Show the tuned policy on the same input. */
-  l[1].label = base_name(o->out);
-  l[1].policy = check;
-  check = NULL;
-  aa_pool_config_init(&l[1].pc);
-  l[1].pc.name = o->pool;
-  rc = aa_policy_pool_config(l[1].policy, o->pool, &l[1].pc, l[1].classes,
-                             AA_MAX_CLASSES, &l[1].nclasses);
-  if (rc != AA_OK) {
-    fprintf(stderr, "adaptalloc-replay: tuned policy: %s\n", aa_strerror(rc));
-    rc = EXIT_INTERNAL;
-    goto out;
-  }
-  rc = make_sim(o, &l[1], false);
-  if (rc == 0)
-    rc = replay_all(o, &l[1], 1, &t1);
+  rc = replay_all(o, &l[1], ncand, &t1);
   if (rc != 0)
     goto out;
+  for (i = 1; i < ncand; i++)
+    if (objective_better(&l[1 + i].res, &l[1 + best].res))
+      best = i;
+  improved = objective_better(&l[1 + best].res, &orig);
+  write_it = improved || o->force;
+  if (write_it) {
+    f = fopen(o->out, "w");
+    if (f == NULL || fputs(docs[best], f) < 0 || fputc('\n', f) == EOF) {
+      fprintf(stderr, "adaptalloc-replay: %s: %s\n", o->out, strerror(errno));
+      rc = EXIT_INPUT;
+      goto out;
+    }
+    if (fclose(f) != 0) {
+      f = NULL;
+      fprintf(stderr, "adaptalloc-replay: %s: %s\n", o->out, strerror(errno));
+      rc = EXIT_INPUT;
+      goto out;
+    }
+    f = NULL;
+  }
   if (o->json) {
     print_json_head(stdout, o, &t0);
     fprintf(stdout, ",\"output\":");
@@ -1410,48 +1470,79 @@ static int cmd_suggest(const options *opts) {
       fprintf(stdout, ",\"layout\":{\"max_small\":%zu,\"large_mode\":\"%s\"}", l[0].pc.max_small,
               aa_large_mode_name(l[0].pc.large_mode));
     fprintf(stdout, ",\"classes\":[");
-    for (i = 0; i < nnew; i++)
-      fprintf(stdout, "%s%zu", i > 0 ? "," : "", tuned[i].block_size);
+    for (i = 0; i < nnew[best]; i++)
+      fprintf(stdout, "%s%zu", i > 0 ? "," : "", tuned[best][i].block_size);
     fprintf(stdout, "],\"added\":[");
     {
-      size_t j = 0, k = 0;
+      size_t j = 0;
       bool first = true;
-      for (i = 0; i < nnew; i++) {
-        while (j < nused && used[j].block_size < tuned[i].block_size)
+      for (i = 0; i < nnew[best]; i++) {
+        while (j < nused && used[j].block_size < tuned[best][i].block_size)
           j++;
-        if (j >= nused || used[j].block_size != tuned[i].block_size) {
-          fprintf(stdout, "%s%zu", first ? "" : ",", tuned[i].block_size);
+        if (j >= nused || used[j].block_size != tuned[best][i].block_size) {
+          fprintf(stdout, "%s%zu", first ? "" : ",", tuned[best][i].block_size);
           first = false;
-          k++;
         }
       }
-      (void)k;
     }
     fprintf(stdout, "],\"base\":{\"policy\":");
     print_json_string(stdout, l[0].label);
     fprintf(stdout, ",\"result\":");
     print_json_result(stdout, &l[0].res);
     fprintf(stdout, "},\"tuned\":{\"policy\":");
-    print_json_string(stdout, l[1].label);
+    print_json_string(stdout, l[1 + best].label);
     fprintf(stdout, ",\"result\":");
-    print_json_result(stdout, &l[1].res);
-    fprintf(stdout, "}}\n");
+    print_json_result(stdout, &l[1 + best].res);
+    fprintf(stdout, "},\"objective\":{\"before\":{\"peak_reserved\":%llu,\"backend_calls\":%llu},"
+            "\"after\":{\"peak_reserved\":%llu,\"backend_calls\":%llu},"
+            "\"improved\":%s,\"written\":%s},\"candidates\":[",
+            (unsigned long long)orig.peak_reserved, (unsigned long long)orig.backend_calls,
+            (unsigned long long)l[1 + best].res.peak_reserved,
+            (unsigned long long)l[1 + best].res.backend_calls, improved ? "true" : "false",
+            write_it ? "true" : "false");
+    for (i = 0; i < ncand; i++)
+      fprintf(stdout, "%s{\"label\":\"%s\",\"classes\":%zu,\"peak_reserved\":%llu,"
+              "\"backend_calls\":%llu}", i ? "," : "", l[1 + i].label, nnew[i],
+              (unsigned long long)l[1 + i].res.peak_reserved,
+              (unsigned long long)l[1 + i].res.backend_calls);
+    fprintf(stdout, "]}\n");
   } else {
-    const char *labels[2] = {l[0].label, l[1].label};
-    aa_replay_result res[2] = {l[0].res, l[1].res};
+    const char *lab[2] = {l[0].label, l[1 + best].label};
+    aa_replay_result res[2] = {l[0].res, l[1 + best].res};
     printf("input             %s, %llu events, pool %s\n", desc,
            (unsigned long long)t0.events, o->pool);
-    printf("wrote             %s (%zu classes, %zu before)\n\n", o->out, nnew,
-           nused);
-    print_compare_table(stdout, labels, res, 2);
+    printf("objective         peak reserved, then backend calls\n");
+    printf("  before          %.2f MiB, %llu calls (the base policy%s)\n",
+           (double)orig.peak_reserved / (1 << 20), (unsigned long long)orig.backend_calls,
+           o->layout ? " as given" : "");
+    for (i = 0; i < ncand; i++)
+      printf("  %c %-13s %.2f MiB, %llu calls (%zu classes)\n", i == best ? '*' : ' ',
+             l[1 + i].label, (double)l[1 + i].res.peak_reserved / (1 << 20),
+             (unsigned long long)l[1 + i].res.backend_calls, nnew[i]);
+    if (write_it)
+      printf("wrote             %s (%zu classes, %zu before)%s\n\n", o->out, nnew[best],
+             nused, improved ? "" : ": NOT an improvement, written because of --force");
+    else
+      printf("wrote             nothing\n\n");
+    print_compare_table(stdout, lab, res, 2);
+  }
+  if (!write_it) {
+    fprintf(stderr, "adaptalloc-replay: suggest: no candidate improves on the base "
+            "(peak reserved %.2f MiB, %llu backend calls; the best, %s, gives %.2f MiB, "
+            "%llu calls); %s not written (--force writes it anyway)\n",
+            (double)orig.peak_reserved / (1 << 20), (unsigned long long)orig.backend_calls,
+            l[1 + best].label, (double)l[1 + best].res.peak_reserved / (1 << 20),
+            (unsigned long long)l[1 + best].res.backend_calls, o->out);
+    rc = EXIT_NOT_IMPROVED;
   }
 out:
   if (f != NULL)
     fclose(f);
-  aa_policy_free(check);
-  free(doc);
+  for (i = 0; i < SUGGEST_CANDIDATES; i++)
+    free(docs[i]);
   free(sizes);
-  free_loaded(l, 2);
+  free(tuned);
+  free_loaded(l, 1 + ncand);
   return rc;
 }
 

@@ -21,6 +21,7 @@
 #define EXIT_INPUT 1    /* unreadable or malformed input, policy or database */
 #define EXIT_USAGE 2    /* bad command line */
 #define EXIT_INTERNAL 3 /* out of memory, or the core refused to work */
+#define EXIT_NOT_IMPROVED 4 /* suggest: no candidate beats the base; nothing written */
 
 /* ------------------------------------------------------------------ progress */
 
