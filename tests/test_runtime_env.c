@@ -406,6 +406,60 @@ static void scenario_rank_placeholders(void) {
   CHECK(stat(expect, &st) == 0);
 }
 
+/* Settings the runtime cannot hold whole are refused, never cut short: a
+ * token over 255 bytes keeps the server off (a shortened token would accept
+ * its prefix); a database path over the limit keeps the store off and no
+ * file appears at any shortened path. */
+static void scenario_overlong_settings(void) {
+  char token[400], *db = malloc(1200), target[600];
+  size_t n;
+  aa_pool *pool;
+  set_env_common();
+  CHECK(db != NULL);
+  memset(token, 'k', 300);
+  token[300] = '\0';
+  setenv("ADAPTALLOC_TOKEN", token, 1);
+  setenv("ADAPTALLOC_HTTP", "127.0.0.1:0", 1);
+  snprintf(target, sizeof(target), "%s/over.db", tmpdir);
+  n = (size_t)snprintf(db, 1200, "%s", tmpdir);
+  while (n < 1100)
+    n += (size_t)snprintf(db + n, 1200 - n, "/.");
+  snprintf(db + n, 1200 - n, "/over.db");
+  setenv("ADAPTALLOC_DB", db, 1);
+  pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
+  CHECK(pool != NULL);
+  CHECK(aa_runtime_http_port() == 0);
+  CHECK(aa_runtime_run_id() == 0);
+  CHECK(access(target, F_OK) != 0);
+  exercise_pool(pool);
+  aa_runtime_shutdown();
+  free(db);
+}
+
+/* ADAPTALLOC_POLICY naming a FIFO with no writer must not block start-up:
+ * it is refused (not a regular file) and the default policy is used. */
+static void scenario_policy_fifo(void) {
+  char fifo[512], *body = NULL;
+  int port;
+  set_env_common();
+  snprintf(fifo, sizeof(fifo), "%s/policy.fifo", tmpdir);
+  unlink(fifo);
+  CHECK(mkfifo(fifo, 0600) == 0);
+  setenv("ADAPTALLOC_POLICY", fifo, 1);
+  setenv("ADAPTALLOC_DB", "off", 1);
+  setenv("ADAPTALLOC_HTTP", "127.0.0.1:0", 1);
+  alarm(20); /* a blocked open ends the child with SIGALRM */
+  CHECK(aa_runtime_pool(AA_BACKEND_HOST, -1) != NULL);
+  alarm(0);
+  port = aa_runtime_http_port();
+  CHECK(port > 0);
+  CHECK(http(port, "GET", "/policy", NULL, NULL, &body) == 200);
+  CHECK(strstr(body, "\"version\": 1") != NULL);
+  free(body);
+  aa_runtime_shutdown();
+  unlink(fifo);
+}
+
 /* ---------------------------------------------------------------- tests */
 static void test_runtime_rank_placeholders(void **state) {
   (void)state;
@@ -439,6 +493,14 @@ static void test_runtime_port_taken_keeps_working(void **state) {
 static void test_runtime_db_unwritable_keeps_working(void **state) {
   (void)state;
   assert_int_equal(run_child(scenario_db_unwritable), 0);
+}
+static void test_runtime_overlong_settings_refused(void **state) {
+  (void)state;
+  assert_int_equal(run_child(scenario_overlong_settings), 0);
+}
+static void test_runtime_policy_fifo_does_not_block(void **state) {
+  (void)state;
+  assert_int_equal(run_child(scenario_policy_fifo), 0);
 }
 static void test_runtime_no_gpu(void **state) {
   (void)state;
@@ -493,6 +555,8 @@ int main(void) {
       cmocka_unit_test(test_runtime_no_gpu),
       cmocka_unit_test(test_runtime_rank_placeholders),
       cmocka_unit_test(test_runtime_policy_dir_falls_back_to_installed),
+      cmocka_unit_test(test_runtime_overlong_settings_refused),
+      cmocka_unit_test(test_runtime_policy_fifo_does_not_block),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

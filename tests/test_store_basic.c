@@ -251,7 +251,7 @@ static void test_store_rejects_bad_config(void **state) {
   fclose(f);
   cfg.queue_capacity = 0;
   cfg.path = path;
-  assert_int_equal(aa_store_open(&cfg, &st), AA_EIO);
+  assert_int_equal(aa_store_open(&cfg, &st), AA_ECORRUPT);
   assert_null(st);
   char *json = NULL;
   assert_int_equal(aa_store_runs_json(path, 0, &json), AA_ENOENT);
@@ -286,6 +286,107 @@ static void test_store_rejects_bad_config(void **state) {
   assert_int_equal(s.policy_changes_dropped, 4);
   assert_int_equal(s.enabled, 1);
   assert_int_equal(aa_store_close(st), AA_OK);
+}
+
+
+/* Reads a whole file into a malloc'd buffer (for byte-for-byte checks). */
+static unsigned char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  unsigned char *buf = NULL;
+  long n;
+  assert_non_null(f);
+  assert_int_equal(fseek(f, 0, SEEK_END), 0);
+  n = ftell(f);
+  assert_true(n >= 0);
+  rewind(f);
+  buf = malloc((size_t)n + 1);
+  assert_non_null(buf);
+  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  *len = (size_t)n;
+  return buf;
+}
+
+/* A newer schema in a rollback-journal file is refused before anything in
+ * it changes: the file is byte-identical afterwards (no switch to WAL) and
+ * no -wal file appears. */
+static void test_store_newer_schema_left_byte_identical(void **state) {
+  (void)state;
+  char path[300], side[320];
+  db_file(path, sizeof path, "newer-rollback.db");
+  sql_exec(path, "PRAGMA journal_mode=DELETE; CREATE TABLE meta(key TEXT);"
+                 "INSERT INTO meta VALUES ('future'); PRAGMA user_version=99;");
+  size_t before_len = 0, after_len = 0;
+  unsigned char *before = slurp(path, &before_len);
+  aa_store_config cfg;
+  aa_store_config_init(&cfg);
+  cfg.path = path;
+  cfg.quiet = true;
+  aa_store *st = NULL;
+  assert_int_equal(aa_store_open(&cfg, &st), AA_ESTALE);
+  assert_null(st);
+  unsigned char *after = slurp(path, &after_len);
+  assert_int_equal(before_len, after_len);
+  assert_memory_equal(before, after, before_len);
+  snprintf(side, sizeof side, "%s-wal", path);
+  assert_int_not_equal(access(side, F_OK), 0);
+  free(before);
+  free(after);
+}
+
+/* Paths SQLite cannot open (over its 512-byte file-name limit, or over the
+ * store's own) are refused up front with AA_EINVAL: no file is created at
+ * the path or at any shortened form of it. */
+static void test_store_overlong_path_refused_no_file(void **state) {
+  (void)state;
+  char *path = malloc(5000);
+  char target[300];
+  size_t n;
+  aa_store_config cfg;
+  aa_store *st = NULL;
+  assert_non_null(path);
+  snprintf(target, sizeof target, "%s/long.db", g_dir);
+  unlink(target);
+  /* "<dir>/././.../long.db" names <dir>/long.db, in 600 and 4200 bytes */
+  for (size_t want = 600; want <= 4200; want += 3600) {
+    n = (size_t)snprintf(path, 5000, "%s", g_dir);
+    while (n + 2 < want - 8)
+      n += (size_t)snprintf(path + n, 5000 - n, "/.");
+    snprintf(path + n, 5000 - n, "/long.db");
+    aa_store_config_init(&cfg);
+    cfg.path = path;
+    cfg.quiet = true;
+    assert_int_equal(aa_store_open(&cfg, &st), AA_EINVAL);
+    assert_null(st);
+    assert_int_not_equal(access(target, F_OK), 0);
+  }
+  free(path);
+}
+
+/* A database whose pages are damaged is named corrupt (AA_ECORRUPT, "data is
+ * corrupt"), not an input/output error. */
+static void test_store_corrupt_database_named(void **state) {
+  (void)state;
+  char path[300];
+  db_file(path, sizeof path, "corrupt.db");
+  aa_store *st = open_store(path, 0);
+  begin(st, "m");
+  assert_int_equal(aa_store_close(st), AA_OK);
+  /* damage the schema page after the 100-byte header */
+  FILE *f = fopen(path, "r+b");
+  assert_non_null(f);
+  assert_int_equal(fseek(f, 100, SEEK_SET), 0);
+  for (int i = 0; i < 300; i++) fputc(0xA5, f);
+  fclose(f);
+  char *json = NULL;
+  assert_int_equal(aa_store_runs_json(path, 0, &json), AA_ECORRUPT);
+  assert_null(json);
+  aa_store_config cfg;
+  aa_store_config_init(&cfg);
+  cfg.path = path;
+  cfg.quiet = true;
+  assert_int_equal(aa_store_open(&cfg, &st), AA_ECORRUPT);
+  assert_string_equal(aa_strerror(AA_ECORRUPT), "data is corrupt");
 }
 
 /* ------------------------------------------------------------------ round trip */
@@ -785,6 +886,9 @@ int main(void) {
       cmocka_unit_test(test_store_reopen_keeps_data),
       cmocka_unit_test(test_store_refuses_newer_schema),
       cmocka_unit_test(test_store_rejects_bad_config),
+      cmocka_unit_test(test_store_newer_schema_left_byte_identical),
+      cmocka_unit_test(test_store_overlong_path_refused_no_file),
+      cmocka_unit_test(test_store_corrupt_database_named),
       cmocka_unit_test(test_store_foreign_database_untouched),
       cmocka_unit_test(test_store_snapshot_round_trip),
       cmocka_unit_test(test_store_history_filters),

@@ -10,10 +10,14 @@
  * policy_apply.c.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "policy_model.h"
 
@@ -184,6 +188,8 @@ done:
 int aa_policy_load_file(const char *path, aa_policy **out, char *err,
                         size_t errcap) {
   FILE *f = NULL;
+  int fd = -1;
+  struct stat sb;
   char *buf = NULL;
   size_t len = 0;
   char inner[AA_POLICY_ERR_CAP];
@@ -196,12 +202,52 @@ int aa_policy_load_file(const char *path, aa_policy **out, char *err,
     return AA_EINVAL;
   }
   *out = NULL;
-  f = fopen(path, "rb");
+  if (strnlen(path, PATH_MAX) >= PATH_MAX) {
+    aa__policy_errf(err, errcap,
+                    "(path): the policy path is over the limit of %d bytes",
+                    PATH_MAX - 1);
+    rc = AA_EINVAL;
+    goto done;
+  }
+  /* O_NONBLOCK: opening a FIFO with no writer must not block start-up; what
+   * is not a regular file is then refused before any read */
+  fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    aa__policy_errf(err, errcap, "%s: cannot open: %s", path, strerror(errno));
+    rc = AA_EIO;
+    goto done;
+  }
+  if (fstat(fd, &sb) != 0) {
+    aa__policy_errf(err, errcap, "%s: cannot stat: %s", path, strerror(errno));
+    rc = AA_EIO;
+    goto done;
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    aa__policy_errf(err, errcap,
+                    "%s: not a regular file (%s); a policy is a JSON file",
+                    path,
+                    S_ISDIR(sb.st_mode)    ? "a directory"
+                    : S_ISFIFO(sb.st_mode) ? "a FIFO"
+                    : S_ISSOCK(sb.st_mode) ? "a socket"
+                    : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode)
+                        ? "a device"
+                        : "not a file");
+    rc = AA_EINVAL;
+    goto done;
+  }
+  if (sb.st_size > (off_t)AA_POLICY_MAX_BYTES) {
+    aa__policy_errf(err, errcap, "%s: document is over the %u-byte limit",
+                    path, (unsigned)AA_POLICY_MAX_BYTES);
+    rc = AA_EPARSE;
+    goto done;
+  }
+  f = fdopen(fd, "rb");
   if (f == NULL) {
     aa__policy_errf(err, errcap, "%s: cannot open: %s", path, strerror(errno));
     rc = AA_EIO;
     goto done;
   }
+  fd = -1; /* f owns it */
   /* Read one byte past the limit so an oversized file is recognised. */
   buf = malloc(AA_POLICY_MAX_BYTES + 1);
   if (buf == NULL) {
@@ -230,6 +276,8 @@ done:
   free(buf);
   if (f != NULL)
     fclose(f);
+  if (fd >= 0)
+    close(fd);
   return rc;
 }
 

@@ -51,8 +51,23 @@ static const char *pick(const char *explicit_value, const char *env_name,
   return v;
 }
 
-static void copy_str(char *dst, size_t cap, const char *src) {
-  snprintf(dst, cap, "%s", src ? src : "");
+/* Copies the setting `name` into dst. A value that does not fit is never
+ * cut short (a truncated token would be accepted by prefix, a truncated
+ * path names a file the user never gave): dst stays empty, *refused is set
+ * and one line names the setting, its length and the limit. */
+static void copy_setting(char *dst, size_t cap, const char *src,
+                         const char *name, bool *refused) {
+  size_t n = src != NULL ? strlen(src) : 0;
+  *refused = false;
+  dst[0] = '\0';
+  if (n >= cap) {
+    *refused = true;
+    aa__rt_log("%s is %zu bytes, over the limit of %zu bytes: refused", name,
+               n, cap - 1);
+    return;
+  }
+  if (n > 0)
+    memcpy(dst, src, n + 1);
 }
 
 #ifndef AA_INSTALLED_POLICY_DIR
@@ -72,23 +87,37 @@ const char *aa__rt_default_policy_dir(const char *local, const char *installed) 
 
 static void rt_read_config(const aa_runtime_config *cfg) {
   aa_runtime_config empty;
+  bool refused;
   if (cfg == NULL) {
     aa_runtime_config_init(&empty);
     cfg = &empty;
   }
-  copy_str(aa__rt.model, sizeof(aa__rt.model),
-           pick(cfg->model, "ADAPTALLOC_MODEL", "default"));
-  copy_str(aa__rt.policy_path, sizeof(aa__rt.policy_path),
-           pick(cfg->policy_path, "ADAPTALLOC_POLICY", ""));
-  copy_str(aa__rt.policy_dir, sizeof(aa__rt.policy_dir),
-           pick(cfg->policy_dir, "ADAPTALLOC_POLICY_DIR",
-                aa__rt_default_policy_dir("./policies", AA_INSTALLED_POLICY_DIR)));
-  copy_str(aa__rt.db, sizeof(aa__rt.db),
-           pick(cfg->db, "ADAPTALLOC_DB", "./adaptalloc.db"));
-  copy_str(aa__rt.http, sizeof(aa__rt.http),
-           pick(cfg->http, "ADAPTALLOC_HTTP", "127.0.0.1:9100"));
-  copy_str(aa__rt.token, sizeof(aa__rt.token),
-           pick(cfg->token, "ADAPTALLOC_TOKEN", ""));
+  copy_setting(aa__rt.model, sizeof(aa__rt.model),
+               pick(cfg->model, "ADAPTALLOC_MODEL", "default"),
+               "ADAPTALLOC_MODEL", &refused);
+  if (refused)
+    snprintf(aa__rt.model, sizeof(aa__rt.model), "default");
+  copy_setting(aa__rt.policy_path, sizeof(aa__rt.policy_path),
+               pick(cfg->policy_path, "ADAPTALLOC_POLICY", ""),
+               "ADAPTALLOC_POLICY", &aa__rt.policy_refused);
+  copy_setting(aa__rt.policy_dir, sizeof(aa__rt.policy_dir),
+               pick(cfg->policy_dir, "ADAPTALLOC_POLICY_DIR",
+                    aa__rt_default_policy_dir("./policies",
+                                              AA_INSTALLED_POLICY_DIR)),
+               "ADAPTALLOC_POLICY_DIR", &refused);
+  aa__rt.policy_refused = aa__rt.policy_refused || refused;
+  copy_setting(aa__rt.db, sizeof(aa__rt.db),
+               pick(cfg->db, "ADAPTALLOC_DB", "./adaptalloc.db"),
+               "ADAPTALLOC_DB", &aa__rt.db_refused);
+  copy_setting(aa__rt.http, sizeof(aa__rt.http),
+               pick(cfg->http, "ADAPTALLOC_HTTP", "127.0.0.1:9100"),
+               "ADAPTALLOC_HTTP", &aa__rt.http_refused);
+  copy_setting(aa__rt.token, sizeof(aa__rt.token),
+               pick(cfg->token, "ADAPTALLOC_TOKEN", ""), "ADAPTALLOC_TOKEN",
+               &refused);
+  /* a token that cannot be held whole keeps the server off: serving with a
+   * shorter one (or none) would accept what the operator never set */
+  aa__rt.http_refused = aa__rt.http_refused || refused;
   if (cfg->trace >= 0) {
     aa__rt.trace = cfg->trace != 0;
   } else {

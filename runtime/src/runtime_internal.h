@@ -25,6 +25,10 @@ typedef struct aa__runtime {
   char db[1024];
   char http[256];
   char token[256];
+  /* a setting over its buffer is refused whole, never cut short */
+  bool policy_refused; /* ADAPTALLOC_POLICY or _POLICY_DIR: default policy */
+  bool db_refused;     /* ADAPTALLOC_DB: the store stays off */
+  bool http_refused;   /* ADAPTALLOC_HTTP or _TOKEN: the server stays off */
 
   _Atomic(aa_pool *) device_pools[AA_RT_MAX_DEVICES];
   _Atomic(aa_pool *) pinned_pool;

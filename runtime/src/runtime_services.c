@@ -84,7 +84,10 @@ static void load_start_policy(void) {
   int rc;
 
   path[0] = '\0';
-  if (aa__rt.policy_path[0] != '\0') {
+  if (aa__rt.policy_refused) {
+    aa__rt_log("policy: the policy path is refused (see above); using the "
+               "built-in default policy");
+  } else if (aa__rt.policy_path[0] != '\0') {
     snprintf(path, sizeof(path), "%s", aa__rt.policy_path);
   } else {
     snprintf(path, sizeof(path), "%s/%s.json", aa__rt.policy_dir, aa__rt.model);
@@ -370,19 +373,25 @@ static void start_loop(void) {
 /* ------------------------------------------------------------------ store */
 
 /* ADAPTALLOC_DB may hold "{rank}": replaced by LOCAL_RANK (or RANK, else 0)
- * so that ranks on one host write distinct files. */
-static void expand_rank(const char *in, char *out, size_t cap) {
+ * so that ranks on one host write distinct files. False when the result
+ * does not fit in cap (out is then empty: never a shortened path). */
+static bool expand_rank(const char *in, char *out, size_t cap) {
   const char *rank = getenv("LOCAL_RANK");
   const char *at = strstr(in, "{rank}");
   if (rank == NULL || rank[0] == '\0')
     rank = getenv("RANK");
   if (rank == NULL || rank[0] == '\0')
     rank = "0";
-  if (at == NULL) {
-    snprintf(out, cap, "%s", in);
-    return;
+  int n;
+  if (at == NULL)
+    n = snprintf(out, cap, "%s", in);
+  else
+    n = snprintf(out, cap, "%.*s%s%s", (int)(at - in), in, rank, at + 6);
+  if (n < 0 || (size_t)n >= cap) {
+    out[0] = '\0';
+    return false;
   }
-  snprintf(out, cap, "%.*s%s%s", (int)(at - in), in, rank, at + 6);
+  return true;
 }
 
 static int env_rank(void) {
@@ -400,9 +409,18 @@ static void start_store(void) {
   char *json;
   int rc;
 
+  if (aa__rt.db_refused) {
+    aa__rt_log("store: ADAPTALLOC_DB is refused (see above); the store is off");
+    return;
+  }
   if (is_off(aa__rt.db))
     return;
-  expand_rank(aa__rt.db, svc.store_path, sizeof(svc.store_path));
+  if (!expand_rank(aa__rt.db, svc.store_path, sizeof(svc.store_path))) {
+    aa__rt_log("store: ADAPTALLOC_DB with {rank} expanded is over the limit "
+               "of %zu bytes; the store is off",
+               sizeof(svc.store_path) - 1);
+    return;
+  }
   aa_store_config_init(&cfg);
   cfg.path = svc.store_path;
   pthread_mutex_lock(&svc.policy_lock);
@@ -777,6 +795,11 @@ static void start_http(void) {
   int rank = -1;
   int rc;
 
+  if (aa__rt.http_refused) {
+    aa__rt_log("http: a setting is refused (see above); the server is off, "
+               "the allocator keeps working");
+    return;
+  }
   if (is_off(aa__rt.http))
     return;
   aa_http_config_init(&cfg);

@@ -241,6 +241,38 @@ static uint32_t pow2_at_least(uint32_t v) {
   return p;
 }
 
+/* SQLite opens a file by its absolute name and refuses (SQLITE_CANTOPEN)
+ * one longer than its VFS's mxPathname (512 on Unix). Checked before any
+ * file is created, so a refused path leaves nothing behind and the message
+ * names the real cause. */
+static bool path_fits(const char *path, char *msg, size_t cap) {
+  size_t n = strnlen(path, AA__STORE_MAX_PATH);
+  size_t abs_len = n;
+  sqlite3_vfs *vfs = sqlite3_vfs_find(NULL);
+  size_t limit = vfs != NULL && vfs->mxPathname > 0 ? (size_t)vfs->mxPathname
+                                                    : 512;
+  char cwd[AA__STORE_MAX_PATH];
+
+  if (n >= AA__STORE_MAX_PATH) {
+    snprintf(msg, cap, "the database path is over the limit of %d bytes",
+             AA__STORE_MAX_PATH - 1);
+    return false;
+  }
+  if (strcmp(path, ":memory:") == 0 || strncmp(path, "file:", 5) == 0)
+    return true;
+  if (path[0] != '/' && getcwd(cwd, sizeof cwd) != NULL)
+    abs_len = strlen(cwd) + 1 + n;
+  if (abs_len >= limit) {
+    snprintf(msg, cap,
+             "the database path is %zu bytes%s, over SQLite's limit of %zu "
+             "bytes for a file name; use a shorter path",
+             abs_len, path[0] != '/' ? " as an absolute path" : "",
+             limit - 1);
+    return false;
+  }
+  return true;
+}
+
 static int config_check(const aa_store_config *in, aa_store_config *out,
                         char *msg, size_t cap) {
   if (in == NULL) {
@@ -256,11 +288,8 @@ static int config_check(const aa_store_config *in, aa_store_config *out,
     snprintf(msg, cap, "config path is empty");
     return AA_EINVAL;
   }
-  if (strnlen(in->path, AA__STORE_MAX_PATH) >= AA__STORE_MAX_PATH) {
-    snprintf(msg, cap, "config path is longer than %d bytes",
-             AA__STORE_MAX_PATH - 1);
+  if (!path_fits(in->path, msg, cap))
     return AA_EINVAL;
-  }
   if (in->queue_capacity > (1u << 20)) {
     snprintf(msg, cap, "queue_capacity %u is over 1048576", in->queue_capacity);
     return AA_EINVAL;

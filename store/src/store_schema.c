@@ -241,6 +241,9 @@ int aa__store_err_from_sqlite(int rc) {
     return AA_EBUSY;
   case SQLITE_CANTOPEN:
     return AA_ENOENT;
+  case SQLITE_CORRUPT:
+  case SQLITE_NOTADB:
+    return AA_ECORRUPT;
   case SQLITE_MISUSE:
   case SQLITE_RANGE:
     return AA_EINVAL;
@@ -312,6 +315,15 @@ out:
   return rc;
 }
 
+static int newer_schema(const char *path, int64_t have, char *msg,
+                        size_t cap) {
+  snprintf(msg, cap,
+           "%s has schema version %lld, newer than this adaptalloc supports "
+           "(%d); upgrade adaptalloc or point ADAPTALLOC_DB at another file",
+           path, (long long)have, AA_STORE_SCHEMA_VERSION);
+  return AA_ESTALE;
+}
+
 static int migrate(sqlite3 *db, aa__store_fault *fault, const char *path,
                    char *msg, size_t cap) {
   int64_t have = 0;
@@ -372,11 +384,7 @@ static int migrate(sqlite3 *db, aa__store_fault *fault, const char *path,
   goto out;
 
 newer:
-  snprintf(msg, cap,
-           "%s has schema version %lld, newer than this adaptalloc supports "
-           "(%d); upgrade adaptalloc or point ADAPTALLOC_DB at another file",
-           path, (long long)have, AA_STORE_SCHEMA_VERSION);
-  err = AA_ESTALE;
+  err = newer_schema(path, have, msg, cap);
   goto out;
 rollback:
   aa__store_fault_message(fault, db, rc, what, path, msg, cap);
@@ -439,6 +447,12 @@ int aa__store_db_open_rw(const char *path, bool uri, uint32_t busy_timeout_ms,
                "schema version); point ADAPTALLOC_DB at another file",
                path, (long long)tables);
       err = AA_EEXIST;
+      goto out;
+    }
+    /* A newer schema is refused before anything changes in the file: not
+     * even its journal mode (a rollback-journal file stays one). */
+    if (ver > AA_STORE_SCHEMA_VERSION) {
+      err = newer_schema(path, ver, msg, cap);
       goto out;
     }
   }

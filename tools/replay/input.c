@@ -20,6 +20,9 @@ static const char *store_err(int rc) {
                             "--histogram instead"
          : rc == AA_ENOENT ? "no such run, or not an adaptalloc database"
          : rc == AA_ESTALE ? "the database was written by a newer adaptalloc"
+         : rc == AA_ECORRUPT
+             ? "the database file is corrupt (SQLite: database disk image is "
+               "malformed); sqlite3 FILE 'PRAGMA integrity_check' says where"
                            : aa_strerror(rc);
 }
 

@@ -22,6 +22,9 @@ static const char *meta_store_err(int rc) {
                             "store (-DAA_WITH_STORE=OFF)"
          : rc == AA_ENOENT ? "no such file, or not an adaptalloc database"
          : rc == AA_ESTALE ? "the database was written by a newer adaptalloc"
+         : rc == AA_ECORRUPT
+             ? "the database file is corrupt (SQLite: database disk image is "
+               "malformed); sqlite3 FILE 'PRAGMA integrity_check' says where"
                            : aa_strerror(rc);
 }
 
