@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -75,6 +77,21 @@ static const bad_doc bad_docs[] = {
     {"{\"name\": \"\xed\xa0\x80\"}", AA_EPARSE,
      "(root): invalid UTF-8 at byte offset 10"},
     {"{\"name\": \"\xe2\x82\"}", AA_EPARSE, "(root): invalid UTF-8 at byte offset 10"},
+    /* strict JSON (RFC 8259): what cJSON alone would accept */
+    {"{\"version\": 0100}", AA_EPARSE,
+     "(root): not strict JSON: a number with a leading zero at line 1, column 14"},
+    {"{\"version\": 1.}", AA_EPARSE, "without digits after '.'"},
+    {"{\"version\": -}", AA_EPARSE, "(root): malformed JSON"},
+    {"{\"name\": \"a\x01b\"}", AA_EPARSE, "a raw control byte inside a string"},
+    {"{\"name\": \"a\tb\"}", AA_EPARSE, "a raw control byte inside a string"},
+    {"{\"name\": \"a\\u0000b\"}", AA_EPARSE,
+     "the escape \\u0000 (a NUL) inside a string or key"},
+    {"{\"adapt\\u0000\": {}}", AA_EPARSE, "the escape \\u0000"},
+    {"{\"name\": \"\\udc00\"}", AA_EPARSE, "(root): malformed JSON"},
+    {"\xef\xbb\xbf\xef\xbb\xbf{}", AA_EPARSE, "a byte-order mark after the start"},
+    {"{\"\xc4\x85" "dapt\": {}}", AA_EINVAL, "\xc4\x85" "dapt: unknown key"},
+    {POOL("{\"limit_bytes\": 18446744073709551616}"), AA_EINVAL,
+     "pools.device.limit_bytes: 18446744073709551616 is beyond 2^53"},
     {"[]", AA_EINVAL, "(root): expected an object, got an array"},
     {"42", AA_EINVAL, "(root): expected an object, got a number"},
     {POOL("{\"slab_size\": 2097152, \"slab_size\": 2097152}"), AA_EINVAL,
@@ -182,6 +199,41 @@ static void test_adapt_policy_bad_documents(void **state) {
     assert_non_null(strstr(err, bad_docs[i].msg));
     assert_null(p);
   }
+}
+
+
+/* Start-up files get the same strictness as HTTP bodies, and what is not a
+ * regular file is refused without blocking (a FIFO with no writer). */
+static void test_adapt_policy_load_file_strict(void **state) {
+  char dir[] = "/tmp/aa-policy-file-XXXXXX", path[128], fifo[128], err[512];
+  aa_policy *p = (aa_policy *)1;
+  FILE *f;
+  (void)state;
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/double-bom.json", dir);
+  f = fopen(path, "wb");
+  assert_non_null(f);
+  fputs("\xef\xbb\xbf\xef\xbb\xbf{\"name\": \"x\"}", f);
+  fclose(f);
+  assert_int_equal(aa_policy_load_file(path, &p, err, sizeof err), AA_EPARSE);
+  assert_null(p);
+  assert_non_null(strstr(err, "byte-order mark"));
+  assert_non_null(strstr(err, path));
+  f = fopen(path, "wb");
+  assert_non_null(f);
+  fputs("{\"version\": 007}", f);
+  fclose(f);
+  assert_int_equal(aa_policy_load_file(path, &p, err, sizeof err), AA_EPARSE);
+  assert_non_null(strstr(err, "leading zero"));
+  snprintf(fifo, sizeof fifo, "%s/policy.fifo", dir);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  assert_int_equal(aa_policy_load_file(fifo, &p, err, sizeof err), AA_EINVAL);
+  assert_non_null(strstr(err, "not a regular file (a FIFO)"));
+  assert_int_equal(aa_policy_load_file(dir, &p, err, sizeof err), AA_EINVAL);
+  assert_non_null(strstr(err, "a directory"));
+  unlink(fifo);
+  unlink(path);
+  rmdir(dir);
 }
 
 static void test_adapt_policy_limits_before_parse(void **state) {
@@ -743,6 +795,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_adapt_policy_default_is_empty_object),
       cmocka_unit_test(test_adapt_policy_bad_documents),
+      cmocka_unit_test(test_adapt_policy_load_file_strict),
       cmocka_unit_test(test_adapt_policy_limits_before_parse),
       cmocka_unit_test(test_adapt_policy_round_trip),
       cmocka_unit_test(test_adapt_policy_default_round_trip),

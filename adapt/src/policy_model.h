@@ -83,6 +83,14 @@ size_t aa__ladder_expand(uint64_t min, uint64_t max, uint32_t per_doubling,
 int aa__policy_parse_tree(const char *json, size_t len, cJSON **out, char *err,
                           size_t errcap);
 
+/* json_strict.c: RFC 8259 grammar on bytes already known to be UTF-8 (one
+ * leading byte-order mark allowed), refusing what cJSON lets through:
+ * leading zeros, raw control bytes in strings, \u0000, unpaired surrogate
+ * escapes, a second byte-order mark, nesting over max_depth. AA_EPARSE with
+ * "(root): ... at line L, column C" in err. */
+int aa__json_strict_check(const char *json, size_t len, unsigned max_depth,
+                          char *err, size_t errcap);
+
 /* Validates a whole tree into *out (which it fills from the defaults first).
  * AA_EINVAL with err on a rule violation. */
 int aa__policy_from_tree(const cJSON *root, aa_policy *out, char *err,

@@ -47,13 +47,34 @@ static int fail(vctx *v, const char *path, const char *fmt, ...) {
   return AA_EINVAL;
 }
 
-/* A key made safe for a message: printable ASCII kept, the rest as '?', at
- * most 48 bytes. */
+/* A key made safe for a message: control bytes and '"' become '?', UTF-8
+ * sequences (the document is valid UTF-8 by now) are kept whole, at most 48
+ * bytes and never half a character. The message is escaped again when it
+ * goes into a JSON error document. */
 static void key_safe(char *dst, size_t cap, const char *key) {
-  size_t j = 0;
-  for (size_t i = 0; key[i] != '\0' && j + 1 < cap && i < 48; i++) {
+  size_t j = 0, i = 0;
+  while (key[i] != '\0' && i < 48) {
     unsigned char c = (unsigned char)key[i];
-    dst[j++] = (c >= 0x20 && c < 0x7f && c != '"') ? (char)c : '?';
+    size_t n = c < 0x80 ? 1 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2;
+    size_t k;
+    if (j + n >= cap || i + n > 48)
+      break;
+    if (n == 1) {
+      dst[j++] = (c >= 0x20 && c != 0x7f && c != '"') ? (char)c : '?';
+      i++;
+      continue;
+    }
+    for (k = 1; k < n; k++)
+      if (((unsigned char)key[i + k] & 0xc0) != 0x80)
+        break;
+    if (k < n) { /* not UTF-8 after all: one '?' for the byte */
+      dst[j++] = '?';
+      i++;
+      continue;
+    }
+    memcpy(dst + j, key + i, n);
+    j += n;
+    i += n;
   }
   dst[j] = '\0';
 }
@@ -102,7 +123,9 @@ static const char *type_name(const cJSON *item) {
 }
 
 static void fmt_num(char *dst, size_t cap, double d) {
-  if (isfinite(d) && floor(d) == d && fabs(d) < 1e17)
+  /* integral values below 1e21 print every digit: 2^64 is
+   * 18446744073709551616, not 1.84467e+19 */
+  if (isfinite(d) && floor(d) == d && fabs(d) < 1e21)
     snprintf(dst, cap, "%.0f", d);
   else
     snprintf(dst, cap, "%g", d);
@@ -284,6 +307,8 @@ done:
 int aa__policy_parse_tree(const char *json, size_t len, cJSON **out, char *err,
                           size_t errcap) {
   const char *end = NULL;
+  const char *doc = json;
+  size_t doc_len = len;
   cJSON *root = NULL;
   vctx v = {err, errcap};
   int rc;
@@ -321,6 +346,13 @@ int aa__policy_parse_tree(const char *json, size_t len, cJSON **out, char *err,
         return AA_EPARSE;
       }
     }
+  }
+  /* What cJSON accepts but JSON is not (leading zeros, raw control bytes,
+   * \u0000, a second byte-order mark): refused whole. */
+  rc = aa__json_strict_check(doc, doc_len, AA_POLICY_MAX_DEPTH, err, errcap);
+  if (rc != AA_OK) {
+    cJSON_Delete(root);
+    return rc;
   }
   rc = dup_scan(&v, root, "");
   if (rc != AA_OK) {

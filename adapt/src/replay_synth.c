@@ -11,6 +11,7 @@
 
 #include <cJSON.h>
 
+#include "policy_model.h"
 #include "replay_internal.h"
 
 #define BATCH 1024
@@ -117,11 +118,18 @@ static int json_pool(const cJSON *o, const char *where, aa_replay_hist *h,
 
 static int parse_json(const char *buf, size_t len, aa_replay_hist *h,
                       char *err, size_t errcap) {
-  cJSON *root = cJSON_ParseWithLength(buf, len);
+  cJSON *root = NULL;
   const cJSON *pools;
   size_t cap = 0;
   bool found = false;
-  int rc = AA_OK;
+  char why[160];
+  int rc = aa__json_strict_check(buf, len, 64, why, sizeof why);
+
+  if (rc != AA_OK) {
+    aa__replay_errf(err, errcap, "histogram: malformed JSON: %s", why);
+    goto out;
+  }
+  root = cJSON_ParseWithLength(buf, len);
 
   if (root == NULL || !cJSON_IsObject(root)) {
     aa__replay_errf(err, errcap, "histogram: not a JSON object%s",
