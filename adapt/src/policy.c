@@ -79,15 +79,15 @@ void aa__policy_defaults(aa_policy *p) {
   memset(p, 0, sizeof *p);
   for (int i = 0; i < AA__POLICY_POOLS; i++) {
     aa__pool_policy *pp = &p->pools[i];
-    pp->slab_size = AA__DEF_SLAB_SIZE;
-    pp->max_small = AA__DEF_MAX_SMALL;
+    pp->slab_size = AA_DEFAULT_SLAB_SIZE;
+    pp->max_small = AA_DEFAULT_MAX_SMALL;
     pp->classes_kind = AA__CLASSES_LADDER;
-    pp->ladder_min = AA__DEF_LADDER_MIN;
-    pp->ladder_per_doubling = AA__DEF_PER_DOUBLING;
-    pp->tcache_blocks = AA__DEF_TCACHE_BLOCKS;
+    pp->ladder_min = AA_DEFAULT_MIN_BLOCK;
+    pp->ladder_per_doubling = AA_DEFAULT_PER_DOUBLING;
+    pp->tcache_blocks = AA_DEFAULT_TCACHE_BLOCKS;
     /* Cached host blocks are plentiful memory; device and pinned ones are
      * scarce (the core makes the same split). pools[2] is "host". */
-    pp->tcache_bytes = i == 2 ? AA__DEF_TCACHE_BYTES_HOST : AA__DEF_TCACHE_BYTES;
+    pp->tcache_bytes = i == 2 ? AA_DEFAULT_TCACHE_BYTES_HOST : AA_DEFAULT_TCACHE_BYTES;
     /* Device memory: the expandable large path (pages mapped on demand, no
      * memory stranded in holes); pinned memory has no virtual-memory
      * interface and host memory is plentiful. pools[0] is "device". */
@@ -99,39 +99,13 @@ void aa__policy_defaults(aa_policy *p) {
   aa_telemetry_params_default(&p->telemetry);
 }
 
-static uint64_t round_up_align(uint64_t v) {
-  return (v + AA_BLOCK_ALIGN - 1) / AA_BLOCK_ALIGN * AA_BLOCK_ALIGN;
-}
-
 size_t aa__ladder_expand(uint64_t min, uint64_t max, uint32_t per_doubling,
                          aa_class_spec *out, size_t cap) {
-  size_t n = 0;
-  uint64_t prev = 0;
-  uint64_t first = round_up_align(min < AA_BLOCK_ALIGN ? AA_BLOCK_ALIGN : min);
-  if (per_doubling == 0)
-    per_doubling = 1;
-  if (first <= max) {
-    if (n < cap)
-      out[n] = (aa_class_spec){first, 0, 0};
-    n++;
-    prev = first;
-  }
-  for (uint64_t base = AA_BLOCK_ALIGN; base < max; base *= 2) {
-    for (uint32_t j = 0; j < per_doubling; j++) {
-      uint64_t s = round_up_align(base + (uint64_t)j * base / per_doubling);
-      if (s <= prev || s >= max)
-        continue;
-      if (n < cap)
-        out[n] = (aa_class_spec){s, 0, 0};
-      n++;
-      prev = s;
-    }
-  }
-  if (max > prev) {
-    if (n < cap)
-      out[n] = (aa_class_spec){max, 0, 0};
-    n++;
-  }
+  size_t sizes[AA_MAX_CLASSES];
+  size_t n = aa_class_ladder((size_t)min, (size_t)max, per_doubling, sizes,
+                             AA_MAX_CLASSES);
+  for (size_t i = 0; i < n && i < cap && i < AA_MAX_CLASSES; i++)
+    out[i] = (aa_class_spec){sizes[i], 0, 0};
   return n;
 }
 

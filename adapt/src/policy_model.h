@@ -25,15 +25,6 @@
 #define AA__POLICY_NAME_MAX 128
 #define AA__POLICY_DESC_MAX 1024
 
-/* Defaults (the same as aa_pool_config_init's). */
-#define AA__DEF_SLAB_SIZE (2u * 1024u * 1024u)
-#define AA__DEF_MAX_SMALL (1024u * 1024u)
-#define AA__DEF_LADDER_MIN 512u
-#define AA__DEF_PER_DOUBLING 4u
-#define AA__DEF_TCACHE_BLOCKS 32u
-#define AA__DEF_TCACHE_BYTES (4u * 1024u * 1024u)       /* device, pinned */
-#define AA__DEF_TCACHE_BYTES_HOST (64u * 1024u * 1024u) /* host: the core's host default */
-
 typedef enum aa__classes_kind {
   AA__CLASSES_LADDER = 0,
   AA__CLASSES_EXPLICIT = 1
@@ -71,9 +62,9 @@ int aa__policy_pool_index(const char *pool);
 /* Fills every field with its default (version 0, empty name). */
 void aa__policy_defaults(aa_policy *p);
 
-/* Expands a ladder: min, about per_doubling classes per doubling, multiples of
- * AA_BLOCK_ALIGN, top class exactly max. Writes up to cap entries (out may be
- * NULL when cap is 0) and returns the full count. */
+/* Expands a ladder through core's aa_class_ladder (the one ladder rule) into
+ * class specs. Writes up to cap entries (out may be NULL when cap is 0) and
+ * returns the full count. */
 size_t aa__ladder_expand(uint64_t min, uint64_t max, uint32_t per_doubling,
                          aa_class_spec *out, size_t cap);
 

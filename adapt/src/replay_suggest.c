@@ -22,8 +22,8 @@
 
 void aa_replay_suggest_config_init(aa_replay_suggest_config *cfg) {
   cfg->max_classes = AA_MAX_CLASSES;
-  cfg->slab_size = 2u << 20;
-  cfg->max_small = 1u << 20;
+  cfg->slab_size = AA_DEFAULT_SLAB_SIZE;
+  cfg->max_small = AA_DEFAULT_MAX_SMALL;
   cfg->min_gain_slabs = 0.5;
 }
 

@@ -95,11 +95,11 @@ void aa_pool_config_init(aa_pool_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
   cfg->version = AA_POOL_CONFIG_VERSION;
   cfg->name = "pool";
-  cfg->slab_size = (size_t)2 << 20;
-  cfg->min_block = 512;
-  cfg->max_small = (size_t)1 << 20;
-  cfg->classes_per_doubling = 4;
-  cfg->tcache_blocks = 32;
+  cfg->slab_size = AA_DEFAULT_SLAB_SIZE;
+  cfg->min_block = AA_DEFAULT_MIN_BLOCK;
+  cfg->max_small = AA_DEFAULT_MAX_SMALL;
+  cfg->classes_per_doubling = AA_DEFAULT_PER_DOUBLING;
+  cfg->tcache_blocks = AA_DEFAULT_TCACHE_BLOCKS;
   cfg->tcache_bytes = 0; /* by backend, see normalise */
   cfg->large_mode = AA_LARGE_CACHE;
   cfg->large_cache_bytes = 0;
@@ -113,19 +113,20 @@ void aa_pool_config_init(aa_pool_config *cfg) {
 static int normalise(const aa_pool_config *in, aa_pool_config *c) {
   *c = *in;
   if (c->slab_size == 0)
-    c->slab_size = (size_t)2 << 20;
+    c->slab_size = AA_DEFAULT_SLAB_SIZE;
   if (c->min_block == 0)
-    c->min_block = 512;
+    c->min_block = AA_DEFAULT_MIN_BLOCK;
   if (c->max_small == 0)
-    c->max_small = (size_t)1 << 20;
+    c->max_small = AA_DEFAULT_MAX_SMALL;
   if (c->classes_per_doubling == 0)
-    c->classes_per_doubling = 4;
+    c->classes_per_doubling = AA_DEFAULT_PER_DOUBLING;
   /* Thread caches hold memory nobody else can use. Plain host memory is
    * cheap: 64 MiB a thread keeps mixed batches out of the central lists
    * (4 MiB overflowed and cost 2x in batch_mixed_2t). Device, pinned and
    * custom (e.g. simulated device) memory is scarce: 4 MiB. */
   if (c->tcache_bytes == 0)
-    c->tcache_bytes = c->backend->kind == AA_BACKEND_HOST ? (size_t)64 << 20 : (size_t)4 << 20;
+    c->tcache_bytes = c->backend->kind == AA_BACKEND_HOST ? AA_DEFAULT_TCACHE_BYTES_HOST
+                                                          : AA_DEFAULT_TCACHE_BYTES;
   if (c->slab_size % AA__GRANULE != 0 || c->slab_size > MAX_SLAB)
     return AA_EINVAL;
   if (c->min_block % AA_BLOCK_ALIGN != 0 || c->max_small % AA_BLOCK_ALIGN != 0 ||
@@ -140,27 +141,45 @@ static int normalise(const aa_pool_config *in, aa_pool_config *c) {
   return AA_OK;
 }
 
-/* The default ladder: min_block, then steps of a 1/cpd of the current power
- * of two rounded up to 512, ending exactly at max_small. */
-static int ladder(const aa_pool_config *c, size_t *out, size_t *n) {
-  size_t k = 0;
-  size_t s = c->min_block;
-  while (s < c->max_small) {
-    if (k == AA_MAX_CLASSES - 1)
-      return AA_EINVAL;
-    out[k++] = s;
-    size_t p2 = 1;
-    while (p2 * 2 <= s)
-      p2 *= 2;
-    size_t step = p2 / c->classes_per_doubling;
-    size_t next = (s + step + AA_BLOCK_ALIGN - 1) / AA_BLOCK_ALIGN * AA_BLOCK_ALIGN;
-    if (next <= s)
-      next = s + AA_BLOCK_ALIGN;
-    s = next;
+static size_t round_up_align(size_t v) {
+  return (v + AA_BLOCK_ALIGN - 1) / AA_BLOCK_ALIGN * AA_BLOCK_ALIGN;
+}
+
+size_t aa_class_ladder(size_t min_block, size_t max_small, uint32_t per_doubling,
+                       size_t *out, size_t cap) {
+  size_t n = 0;
+  size_t prev;
+  size_t first = round_up_align(min_block < AA_BLOCK_ALIGN ? AA_BLOCK_ALIGN : min_block);
+  if (per_doubling == 0 || first > max_small || (out == NULL && cap > 0))
+    return 0;
+  if (n < cap)
+    out[n] = first;
+  n++;
+  prev = first;
+  for (size_t base = AA_BLOCK_ALIGN; base < max_small; base *= 2) {
+    for (uint32_t j = 0; j < per_doubling; j++) {
+      size_t s = round_up_align(base + (size_t)j * base / per_doubling);
+      if (s <= prev || s >= max_small)
+        continue;
+      if (n < cap)
+        out[n] = s;
+      n++;
+      prev = s;
+    }
   }
-  out[k++] = c->max_small;
-  *n = k;
-  return AA_OK;
+  if (max_small > prev) {
+    if (n < cap)
+      out[n] = max_small;
+    n++;
+  }
+  return n;
+}
+
+/* The pool's table: the ladder of its config; EINVAL over AA_MAX_CLASSES. */
+static int ladder(const aa_pool_config *c, size_t *out, size_t *n) {
+  *n = aa_class_ladder(c->min_block, c->max_small, c->classes_per_doubling, out,
+                       AA_MAX_CLASSES);
+  return *n == 0 || *n > AA_MAX_CLASSES ? AA_EINVAL : AA_OK;
 }
 
 /* ------------------------------------------------------------ class slots */

@@ -186,6 +186,18 @@ typedef void (*aa_trace_fn)(void *user, const aa_trace_event *ev);
 
 #define AA_POOL_CONFIG_VERSION 1
 
+/* The defaults of aa_pool_config, in one place: the pool, the policy module
+ * and the replay tuner all take them from here. */
+#define AA_DEFAULT_SLAB_SIZE ((size_t)2 << 20)
+#define AA_DEFAULT_MIN_BLOCK ((size_t)512)
+#define AA_DEFAULT_MAX_SMALL ((size_t)1 << 20)
+#define AA_DEFAULT_PER_DOUBLING 4u
+#define AA_DEFAULT_TCACHE_BLOCKS 32u
+/* Thread caches hold memory nobody else can use: plain host memory is cheap,
+ * device, pinned and custom memory is scarce. */
+#define AA_DEFAULT_TCACHE_BYTES_HOST ((size_t)64 << 20)
+#define AA_DEFAULT_TCACHE_BYTES ((size_t)4 << 20)
+
 typedef struct aa_pool_config {
   uint32_t version;         /* AA_POOL_CONFIG_VERSION */
   const char *name;         /* for stats ("device0", "pinned", "host"); copied */
@@ -260,6 +272,16 @@ AA_EXTERN aa_backend *aa_pool_backend(const aa_pool *pool);
 
 #define AA_MAX_CLASSES 128
 #define AA_BLOCK_ALIGN 512
+
+/* The class ladder, the one rule for a default class table: min_block
+ * (rounded up to AA_BLOCK_ALIGN), then per_doubling classes in each doubling
+ * [2^k, 2^(k+1)) at 2^k + j * 2^k / per_doubling rounded up to
+ * AA_BLOCK_ALIGN, then max_small exactly. aa_pool_new and the policy module
+ * both use it. Writes up to cap sizes to out (out may be NULL when cap is 0)
+ * and returns the full count (0 when max_small < min_block or per_doubling
+ * is 0); a count over AA_MAX_CLASSES is a table no pool accepts. */
+AA_EXTERN size_t aa_class_ladder(size_t min_block, size_t max_small,
+                                 uint32_t per_doubling, size_t *out, size_t cap);
 
 typedef struct aa_class_spec {
   size_t block_size;    /* multiple of AA_BLOCK_ALIGN, <= max_small */
