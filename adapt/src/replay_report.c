@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "replay_internal.h"
+#include "strbuf.h"
 
 typedef struct jbuf {
   char *buf;
@@ -26,19 +27,11 @@ static void jputf(jbuf *j, const char *fmt, ...) {
     j->len += (size_t)n;
 }
 
-static void jstr(jbuf *j, const char *s) {
-  jputf(j, "\"");
-  for (; *s != '\0'; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      jputf(j, "\\%c", c);
-    else if (c < 0x20)
-      jputf(j, "\\u%04x", c);
-    else
-      jputf(j, "%c", c);
-  }
-  jputf(j, "\"");
+static void jput(void *sink, const char *s, size_t n) {
+  jputf(sink, "%.*s", (int)n, s);
 }
+
+static void jstr(jbuf *j, const char *s) { aa__json_put(jput, j, s, strlen(s)); }
 
 static double finite_or_zero(double v) { return v == v && v < 1e300 && v > -1e300 ? v : 0.0; }
 

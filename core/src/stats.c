@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core_internal.h"
+#include "strbuf.h"
 
 /* ------------------------------------------------------------ histogram */
 
@@ -334,20 +335,9 @@ static void jw_fmt(jw *w, const char *fmt, ...) {
     jw_raw(w, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
 }
 
-static void jw_str(jw *w, const char *s) {
-  jw_raw(w, "\"", 1);
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\') {
-      char e[2] = {'\\', (char)*p};
-      jw_raw(w, e, 2);
-    } else if (*p < 0x20 || *p == 0x7f) {
-      jw_fmt(w, "\\u%04x", *p);
-    } else {
-      jw_raw(w, (const char *)p, 1);
-    }
-  }
-  jw_raw(w, "\"", 1);
-}
+static void jw_put(void *w, const char *s, size_t n) { jw_raw(w, s, n); }
+
+static void jw_str(jw *w, const char *s) { aa__json_put(jw_put, w, s, strlen(s)); }
 
 static void jw_u64(jw *w, const char *key, uint64_t v) { jw_fmt(w, ",\"%s\":%" PRIu64, key, v); }
 

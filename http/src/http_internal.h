@@ -10,7 +10,7 @@
  *             by the fuzzer from bytes.
  *   response  aa__http_resp: status, type, body, the extra headers.
  *   router    aa__http_route (router.c): request -> response, no I/O.
- *   buffer    aa__buf: a growable byte string (buf.c).
+ *   buffer    aa__buf: a growable byte string (core/src/strbuf.c).
  *   asset     an embedded web/ file (web_assets.h, generated at configure
  *             time by cmake/AAEmbed.cmake).
  */
@@ -25,34 +25,7 @@
 
 #include "adaptalloc/http.h"
 
-/* ------------------------------------------------------------ buffer */
-
-typedef struct aa__buf {
-  char *data; /* NUL-terminated when non-NULL; malloc'd, owned */
-  size_t len;
-  size_t cap;
-  bool failed; /* an allocation failed; further appends do nothing */
-} aa__buf;
-
-void aa__buf_init(aa__buf *b);
-void aa__buf_free(aa__buf *b);
-/* Makes room for n more bytes up front (one allocation instead of many);
- * false, and the buffer failed, when out of memory. */
-bool aa__buf_reserve(aa__buf *b, size_t n);
-void aa__buf_append(aa__buf *b, const char *s, size_t n);
-void aa__buf_puts(aa__buf *b, const char *s);
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((format(printf, 2, 3)))
-#endif
-void aa__buf_printf(aa__buf *b, const char *fmt, ...);
-/* Appends s (n bytes) as a JSON string with quotes; control characters are
- * escaped and invalid UTF-8 bytes become U+FFFD, so the result is always
- * valid JSON. */
-void aa__buf_json_str(aa__buf *b, const char *s, size_t n);
-/* Hands the data over: *out gets the malloc'd string (free()), *len its
- * length; the buffer is reset. AA_ENOMEM (and *out NULL) if any append
- * failed. */
-int aa__buf_take(aa__buf *b, char **out, size_t *len);
+#include "strbuf.h" /* core/src: aa__buf, the JSON string writer */
 
 /* ------------------------------------------------------------ assets */
 

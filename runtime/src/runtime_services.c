@@ -303,7 +303,7 @@ unlock:
 static void on_loop_decision(void *user, aa_pool *pool, const aa_adapt_decision *d) {
   aa_class_spec specs[AA_MAX_CLASSES];
   size_t n = 0, i;
-  aa__strbuf patch;
+  aa__buf patch;
   aa_policy *next = NULL;
   char err[256];
   char reason[AA_ADAPT_REASON_CAP + 64];
@@ -321,13 +321,13 @@ static void on_loop_decision(void *user, aa_pool *pool, const aa_adapt_decision 
   if (aa_pool_classes(pool, specs, AA_MAX_CLASSES, &n, NULL) != AA_OK)
     return;
 
-  aa__strbuf_init(&patch);
-  aa__strbuf_printf(&patch, "{\"pools\":{\"%s\":{\"classes\":[", pool_kind(pool));
+  aa__buf_init(&patch);
+  aa__buf_printf(&patch, "{\"pools\":{\"%s\":{\"classes\":[", pool_kind(pool));
   for (i = 0; i < n && i < AA_MAX_CLASSES; i++)
-    aa__strbuf_printf(&patch, "%s{\"size\":%zu,\"cache_limit\":%u,\"prefill\":%u}",
+    aa__buf_printf(&patch, "%s{\"size\":%zu,\"cache_limit\":%u,\"prefill\":%u}",
                       i ? "," : "", specs[i].block_size, specs[i].cache_limit,
                       specs[i].prefill);
-  aa__strbuf_printf(&patch, "]}}}");
+  aa__buf_printf(&patch, "]}}}");
   snprintf(reason, sizeof(reason), "%s on %s: %s", aa_adapt_kind_name(d->kind),
            aa_pool_name(pool), d->reason);
 
@@ -348,7 +348,7 @@ static void on_loop_decision(void *user, aa_pool *pool, const aa_adapt_decision 
     atomic_fetch_add(&svc.policy_changes, 1);
   }
   pthread_mutex_unlock(&svc.policy_lock);
-  aa__strbuf_free(&patch);
+  aa__buf_free(&patch);
 }
 
 static void start_loop(void) {
@@ -405,7 +405,7 @@ static void start_store(void) {
   aa_store_config cfg;
   aa_store_run_info info;
   aa_telemetry_params t;
-  aa__strbuf conf;
+  aa__buf conf;
   char *json;
   int rc;
 
@@ -436,21 +436,21 @@ static void start_store(void) {
     svc.store = NULL;
     return;
   }
-  aa__strbuf_init(&conf);
-  aa__strbuf_printf(&conf, "{\"model\":");
-  aa__strbuf_json_str(&conf, aa__rt.model);
-  aa__strbuf_printf(&conf, ",\"http\":");
-  aa__strbuf_json_str(&conf, aa__rt.http);
-  aa__strbuf_printf(&conf, ",\"trace\":%s,\"policy_source\":", aa__rt.trace ? "true" : "false");
-  aa__strbuf_json_str(&conf, svc.policy_source);
-  aa__strbuf_printf(&conf, "}");
+  aa__buf_init(&conf);
+  aa__buf_printf(&conf, "{\"model\":");
+  aa__buf_json_cstr(&conf, aa__rt.model);
+  aa__buf_printf(&conf, ",\"http\":");
+  aa__buf_json_cstr(&conf, aa__rt.http);
+  aa__buf_printf(&conf, ",\"trace\":%s,\"policy_source\":", aa__rt.trace ? "true" : "false");
+  aa__buf_json_cstr(&conf, svc.policy_source);
+  aa__buf_printf(&conf, "}");
   memset(&info, 0, sizeof(info));
   info.model = aa__rt.model;
   info.rank = env_rank();
   info.policy_version = 1;
   info.config_json = conf.data;
   rc = aa_store_begin_run(svc.store, &info, &svc.run_id);
-  aa__strbuf_free(&conf);
+  aa__buf_free(&conf);
   if (rc != AA_OK) {
     aa__rt_log("store: cannot begin a run: %s; store off", aa_strerror(rc));
     aa_store_close(svc.store);
@@ -554,9 +554,9 @@ static int prov_pool_stats(void *user, aa_pool_stats **out, size_t *n) {
   return AA_OK;
 }
 
-static void append_pool_json(aa__strbuf *sb, const aa_pool_stats *st) {
+static void append_pool_json(aa__buf *sb, const aa_pool_stats *st) {
   size_t need = aa_pool_stats_json(st, NULL, 0);
-  if (aa__strbuf_reserve(sb, need + 1) != AA_OK)
+  if (!aa__buf_reserve(sb, need + 1))
     return;
   aa_pool_stats_json(st, sb->data + sb->len, need + 1);
   sb->len += need;
@@ -565,7 +565,7 @@ static void append_pool_json(aa__strbuf *sb, const aa_pool_stats *st) {
 static int prov_stats_json(void *user, const char *pool, char **out, size_t *len) {
   aa_pool_stats *arr = NULL;
   size_t n = 0, i, shown = 0;
-  aa__strbuf sb;
+  aa__buf sb;
   aa_adapt_counters lc;
   uint64_t version;
   char buf[2048];
@@ -589,26 +589,26 @@ static int prov_stats_json(void *user, const char *pool, char **out, size_t *len
   version = svc.policy ? aa_policy_version(svc.policy) : 0;
   pthread_mutex_unlock(&svc.policy_lock);
 
-  aa__strbuf_init(&sb);
-  aa__strbuf_printf(&sb, "{\"version\":1,\"model\":");
-  aa__strbuf_json_str(&sb, aa__rt.model);
-  aa__strbuf_printf(&sb, ",\"pid\":%ld,\"uptime_s\":%.3f,\"policy_version\":%llu,"
+  aa__buf_init(&sb);
+  aa__buf_printf(&sb, "{\"version\":1,\"model\":");
+  aa__buf_json_cstr(&sb, aa__rt.model);
+  aa__buf_printf(&sb, ",\"pid\":%ld,\"uptime_s\":%.3f,\"policy_version\":%llu,"
                     "\"policy_source\":", (long)getpid(),
                     (double)(aa_now_ns() - aa__rt.started_ns) / 1e9,
                     (unsigned long long)version);
-  aa__strbuf_json_str(&sb, svc.policy_source);
-  aa__strbuf_printf(&sb, ",\"run_id\":%lld,\"pools\":[", (long long)svc.run_id);
+  aa__buf_json_cstr(&sb, svc.policy_source);
+  aa__buf_printf(&sb, ",\"run_id\":%lld,\"pools\":[", (long long)svc.run_id);
   for (i = 0; i < n; i++) {
     if (pool != NULL && strcmp(arr[i].name, pool) != 0)
       continue;
     if (shown++)
-      aa__strbuf_printf(&sb, ",");
+      aa__buf_printf(&sb, ",");
     append_pool_json(&sb, &arr[i]);
   }
-  aa__strbuf_printf(&sb, "],\"adapt\":");
+  aa__buf_printf(&sb, "],\"adapt\":");
   if (svc.loop != NULL) {
     aa_adapt_loop_counters(svc.loop, &lc);
-    aa__strbuf_printf(&sb, "{\"enabled\":true,\"steps\":%llu,\"decisions\":%llu,"
+    aa__buf_printf(&sb, "{\"enabled\":true,\"steps\":%llu,\"decisions\":%llu,"
                       "\"classes_added\":%llu,\"classes_retired\":%llu,\"grows\":%llu,"
                       "\"trims\":%llu,\"bytes_trimmed\":%llu,\"apply_failures\":%llu}",
                       (unsigned long long)lc.steps, (unsigned long long)lc.decisions,
@@ -618,23 +618,23 @@ static int prov_stats_json(void *user, const char *pool, char **out, size_t *len
                       (unsigned long long)lc.bytes_trimmed,
                       (unsigned long long)lc.apply_failures);
   } else {
-    aa__strbuf_printf(&sb, "{\"enabled\":false}");
+    aa__buf_printf(&sb, "{\"enabled\":false}");
   }
-  aa__strbuf_printf(&sb, ",\"store\":");
+  aa__buf_printf(&sb, ",\"store\":");
   if (svc.store != NULL) {
     aa_store_stats ss;
     aa_store_stats_get(svc.store, &ss);
     aa_store_stats_json(&ss, buf, sizeof(buf));
-    aa__strbuf_printf(&sb, "%s", buf);
+    aa__buf_printf(&sb, "%s", buf);
   } else {
-    aa__strbuf_printf(&sb, "{\"enabled\":0,\"path\":null}");
+    aa__buf_printf(&sb, "{\"enabled\":0,\"path\":null}");
   }
-  aa__strbuf_printf(&sb, ",\"policy_changes\":%llu,\"policy_rejects\":%llu}",
+  aa__buf_printf(&sb, ",\"policy_changes\":%llu,\"policy_rejects\":%llu}",
                     (unsigned long long)atomic_load(&svc.policy_changes),
                     (unsigned long long)atomic_load(&svc.policy_rejects));
   free(arr);
   if (sb.failed) {
-    aa__strbuf_free(&sb);
+    aa__buf_free(&sb);
     return AA_ENOMEM;
   }
   *out = sb.data;
@@ -643,15 +643,15 @@ static int prov_stats_json(void *user, const char *pool, char **out, size_t *len
 }
 
 static int prov_metrics_extra(void *user, char **out, size_t *len) {
-  aa__strbuf sb;
+  aa__buf sb;
   uint64_t version;
   (void)user;
 
   pthread_mutex_lock(&svc.policy_lock);
   version = svc.policy ? aa_policy_version(svc.policy) : 0;
   pthread_mutex_unlock(&svc.policy_lock);
-  aa__strbuf_init(&sb);
-  aa__strbuf_printf(&sb,
+  aa__buf_init(&sb);
+  aa__buf_printf(&sb,
       "# HELP adaptalloc_policy_version Version of the policy in force.\n"
       "# TYPE adaptalloc_policy_version gauge\n"
       "adaptalloc_policy_version %llu\n"
@@ -675,7 +675,7 @@ static int prov_metrics_extra(void *user, char **out, size_t *len) {
   if (svc.store != NULL) {
     aa_store_stats ss;
     aa_store_stats_get(svc.store, &ss);
-    aa__strbuf_printf(&sb,
+    aa__buf_printf(&sb,
         "# HELP adaptalloc_store_enabled 1 while the store writes, 0 after a fault.\n"
         "# TYPE adaptalloc_store_enabled gauge\n"
         "adaptalloc_store_enabled %u\n"
@@ -689,7 +689,7 @@ static int prov_metrics_extra(void *user, char **out, size_t *len) {
         (unsigned long long)ss.events_dropped);
   }
   if (sb.failed) {
-    aa__strbuf_free(&sb);
+    aa__buf_free(&sb);
     return AA_ENOMEM;
   }
   *out = sb.data;

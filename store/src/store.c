@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "store_internal.h"
+#include "strbuf.h"
 
 #define AA__STORE_MAX_PATH 4096
 #define AA__STORE_MAX_TEXT 4096
@@ -1458,30 +1459,25 @@ int aa_store_stats_get(const aa_store *cst, aa_store_stats *out) {
   return AA_OK;
 }
 
-/* Appends s as a JSON string (quotes and escapes) to buf at *len. */
+/* A fixed buffer that counts what does not fit (snprintf's contract). */
+typedef struct fixed_sink {
+  char *buf;
+  size_t cap;
+  size_t len;
+} fixed_sink;
+
+static void fixed_put(void *sink, const char *s, size_t n) {
+  fixed_sink *f = sink;
+  for (size_t i = 0; i < n; i++, f->len++)
+    if (f->len + 1 < f->cap) f->buf[f->len] = s[i];
+}
+
+/* Appends s as a JSON string (the one writer, core/src/strbuf.h) to buf at
+ * *len. */
 static void json_str(char *buf, size_t cap, size_t *len, const char *s) {
-  size_t n = *len;
-#define PUT(ch)                          \
-  do {                                   \
-    if (n + 1 < cap) buf[n] = (ch);      \
-    n++;                                 \
-  } while (0)
-  PUT('"');
-  for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++) {
-    if (*p == '"' || *p == '\\') {
-      PUT('\\');
-      PUT((char)*p);
-    } else if (*p < 0x20) {
-      char esc[8];
-      snprintf(esc, sizeof esc, "\\u%04x", *p);
-      for (const char *e = esc; *e != '\0'; e++) PUT(*e);
-    } else {
-      PUT((char)*p);
-    }
-  }
-  PUT('"');
-#undef PUT
-  *len = n;
+  fixed_sink f = {buf, cap, *len};
+  aa__json_put(fixed_put, &f, s, strlen(s));
+  *len = f.len;
 }
 
 size_t aa_store_stats_json(const aa_store_stats *s, char *buf, size_t cap) {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "replay_tool.h"
+#include "strbuf.h"
 
 void progress_init(tool_progress *p, bool on) {
   memset(p, 0, sizeof *p);
@@ -238,16 +239,6 @@ void print_db_table(FILE *f, const char *const *labels, const db_meta *meta,
   db_row(f, "combined", "", combined, width);
 }
 
-void print_json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s != '\0'; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      fprintf(f, "\\%c", c);
-    else if (c < 0x20)
-      fprintf(f, "\\u%04x", c);
-    else
-      fputc(c, f);
-  }
-  fputc('"', f);
-}
+static void file_put(void *sink, const char *s, size_t n) { fwrite(s, 1, n, sink); }
+
+void print_json_string(FILE *f, const char *s) { aa__json_put(file_put, f, s, strlen(s)); }

@@ -1,16 +1,20 @@
 /*
- * buf.c — the growable string the server builds every response in, and the
- * JSON string escaper. Entry points: aa__buf_append, aa__buf_printf,
- * aa__buf_json_str, aa__buf_take.
+ * strbuf.c — the one string builder (aa__buf: the server's responses, the
+ * runtime's answers) and the one JSON string writer (aa__json_put) that every
+ * module writing JSON uses, whatever its buffer. Entry points:
+ * aa__buf_append, aa__buf_printf, aa__buf_json_str, aa__buf_take,
+ * aa__json_put.
  *
  * An allocation failure marks the buffer failed; later appends do nothing and
  * aa__buf_take reports AA_ENOMEM, so callers check once at the end.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "http_internal.h"
+#include "adaptalloc/common.h"
+#include "strbuf.h"
 
 void aa__buf_init(aa__buf *b) { memset(b, 0, sizeof *b); }
 
@@ -121,38 +125,40 @@ static size_t utf8_seq(const unsigned char *s, size_t n) {
   return len;
 }
 
-void aa__buf_json_str(aa__buf *b, const char *s, size_t n) {
+void aa__json_put(aa__put_fn put, void *sink, const char *s, size_t n) {
   const unsigned char *u = (const unsigned char *)s;
   size_t i = 0;
   size_t run;
 
-  aa__buf_append(b, "\"", 1);
+  put(sink, "\"", 1);
   while (i < n) {
     unsigned char c = u[i];
     size_t k;
     if (c == '"' || c == '\\') {
-      aa__buf_append(b, "\\", 1);
-      aa__buf_append(b, (const char *)&u[i], 1);
+      put(sink, "\\", 1);
+      put(sink, (const char *)&u[i], 1);
       i++;
       continue;
     }
     if (c < 0x20 || c == 0x7F) {
+      static const char hex[] = "0123456789abcdef";
+      char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
       switch (c) {
-      case '\n': aa__buf_puts(b, "\\n"); break;
-      case '\r': aa__buf_puts(b, "\\r"); break;
-      case '\t': aa__buf_puts(b, "\\t"); break;
-      default: aa__buf_printf(b, "\\u%04x", (unsigned)c); break;
+      case '\n': put(sink, "\\n", 2); break;
+      case '\r': put(sink, "\\r", 2); break;
+      case '\t': put(sink, "\\t", 2); break;
+      default: put(sink, e, 6); break;
       }
       i++;
       continue;
     }
     k = utf8_seq(u + i, n - i);
     if (k == 0) {
-      aa__buf_puts(b, "\\ufffd");
+      put(sink, "\\ufffd", 6);
       i++;
       continue;
     }
-    /* copy a run of plain bytes in one append */
+    /* copy a run of plain bytes in one call */
     run = k;
     while (i + run < n) {
       unsigned char d = u[i + run];
@@ -164,10 +170,25 @@ void aa__buf_json_str(aa__buf *b, const char *s, size_t n) {
         break;
       run += k2;
     }
-    aa__buf_append(b, (const char *)u + i, run);
+    put(sink, (const char *)u + i, run);
     i += run;
   }
-  aa__buf_append(b, "\"", 1);
+  put(sink, "\"", 1);
+}
+
+static void buf_put(void *sink, const char *s, size_t n) {
+  aa__buf_append(sink, s, n);
+}
+
+void aa__buf_json_str(aa__buf *b, const char *s, size_t n) {
+  aa__json_put(buf_put, b, s, n);
+}
+
+void aa__buf_json_cstr(aa__buf *b, const char *s) {
+  if (s == NULL)
+    aa__buf_append(b, "null", 4);
+  else
+    aa__buf_json_str(b, s, strlen(s));
 }
 
 int aa__buf_take(aa__buf *b, char **out, size_t *len) {

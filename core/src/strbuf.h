@@ -1,0 +1,58 @@
+/*
+ * strbuf.h — the one string builder and the one JSON string writer, shared by
+ * every module that writes text (core's stats JSON, the store, the policy
+ * writer, the replay report, the HTTP server, the runtime, the tools).
+ * Defined in core/src/strbuf.c; internal (aa__), not installed.
+ *
+ * Glossary:
+ *   aa__buf       a growable, NUL-terminated, malloc'd string. After an
+ *                 allocation failure `failed` is set and further appends do
+ *                 nothing, so callers check once at the end (aa__buf_take).
+ *   aa__put_fn    where bytes go for a writer with its own buffer (a fixed
+ *                 array, a FILE *): aa__json_put writes through it.
+ *   JSON string   quotes, \" and \\, \n \r \t, every other byte below 0x20
+ *                 and 0x7f as \u00XX, and each byte that does not start a
+ *                 valid UTF-8 sequence as \ufffd: the result is always valid
+ *                 JSON whatever the input.
+ */
+#ifndef AA_STRBUF_H
+#define AA_STRBUF_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct aa__buf {
+  char *data; /* NUL-terminated when non-NULL; malloc'd, owned */
+  size_t len;
+  size_t cap;
+  bool failed; /* an allocation failed; further appends do nothing */
+} aa__buf;
+
+void aa__buf_init(aa__buf *b);
+void aa__buf_free(aa__buf *b);
+/* Makes room for n more bytes up front (one allocation instead of many);
+ * false, and the buffer failed, when out of memory. */
+bool aa__buf_reserve(aa__buf *b, size_t n);
+void aa__buf_append(aa__buf *b, const char *s, size_t n);
+void aa__buf_puts(aa__buf *b, const char *s);
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+void aa__buf_printf(aa__buf *b, const char *fmt, ...);
+/* Appends s (n bytes) as a JSON string with quotes (aa__json_put). */
+void aa__buf_json_str(aa__buf *b, const char *s, size_t n);
+/* The same for a NUL-terminated string; NULL gives null. */
+void aa__buf_json_cstr(aa__buf *b, const char *s);
+/* Hands the data over: *out gets the malloc'd string (free()), *len its
+ * length; the buffer is reset. AA_ENOMEM (and *out NULL) if any append
+ * failed. */
+int aa__buf_take(aa__buf *b, char **out, size_t *len);
+
+/* Receives n bytes of output. */
+typedef void (*aa__put_fn)(void *sink, const char *s, size_t n);
+
+/* Writes s (n bytes) as a JSON string, quotes included, through put. */
+void aa__json_put(aa__put_fn put, void *sink, const char *s, size_t n);
+
+#endif
