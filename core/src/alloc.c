@@ -114,10 +114,21 @@ int aa__events_done(aa_pool *pool, void **ev, uint32_t *n) {
   return j == 0;
 }
 
-static void event_release(aa_pool *pool, void *ev) {
+void aa__event_release(aa_pool *pool, void *ev) {
   aa_backend *b = pool->backend;
   if (ev && b->ops->event_release)
     b->ops->event_release(b, ev);
+}
+
+/* ------------------------------------------------------------ out of memory */
+
+bool aa__oom_retry(aa_pool *pool, bool *retried) {
+  if (*retried)
+    return false;
+  *retried = true;
+  atomic_fetch_add_explicit(&pool->oom_retries, 1, AA__RLX);
+  aa__release_cached(pool, true);
+  return true;
 }
 
 /* ------------------------------------------------------------ invariants */
@@ -302,7 +313,7 @@ static uint32_t central_pop(aa_pool *pool, aa__class *c, aa_stream stream, aa__b
       c->npending -= k;
       got += k;
       if (l->infl.n == 0 && l->ev) {
-        event_release(pool, l->ev);
+        aa__event_release(pool, l->ev);
         l->ev = NULL;
       }
     }
@@ -433,7 +444,7 @@ void aa__retire_check(aa_pool *pool, aa__class *c) {
   if (c->nslabs == 0 && atomic_load_explicit(&c->state, AA__RLX) == AA__CLS_RETIRING) {
     /* drained: the slot can be reused */
     for (uint32_t i = 0; i < c->nsl; i++) {
-      event_release(pool, c->sl[i].ev);
+      aa__event_release(pool, c->sl[i].ev);
       blist_free(&c->sl[i].fresh);
       blist_free(&c->sl[i].infl);
     }
@@ -484,14 +495,14 @@ void aa__class_destroy(aa_pool *pool, aa__class *c) {
   }
   c->slabs = NULL;
   for (uint32_t i = 0; i < c->nsl; i++) {
-    event_release(pool, c->sl[i].ev);
+    aa__event_release(pool, c->sl[i].ev);
     blist_free(&c->sl[i].fresh);
     blist_free(&c->sl[i].infl);
   }
   free(c->sl);
   for (uint32_t i = 0; i < c->nmulti; i++) {
     for (uint32_t j = 0; j < c->multi[i].nev; j++)
-      event_release(pool, c->multi[i].ev[j]);
+      aa__event_release(pool, c->multi[i].ev[j]);
     free(c->multi[i].ev);
   }
   free(c->multi);
@@ -967,12 +978,8 @@ void *aa__small_alloc_slow(aa_pool *pool, size_t size, aa_stream stream) {
       int rc = carve(pool, c);
       if (rc != AA_OK) {
         pthread_mutex_unlock(&c->mu);
-        if (!retried) {
-          retried = true;
-          atomic_fetch_add_explicit(&pool->oom_retries, 1, AA__RLX);
-          aa__release_cached(pool, true);
+        if (aa__oom_retry(pool, &retried))
           continue;
-        }
         atomic_fetch_add_explicit(&pool->ooms, 1, AA__RLX);
         return NULL;
       }
@@ -1146,7 +1153,7 @@ static uint32_t rs_events(aa_pool *pool, aa__rsrec *r, aa_stream stream, void **
   if (failed) {
     /* cannot track it: wait for all work instead */
     for (uint32_t i = 0; i < n; i++)
-      event_release(pool, ev[i]);
+      aa__event_release(pool, ev[i]);
     free(ev);
     if (b->ops->synchronize)
       b->ops->synchronize(b);
@@ -1201,7 +1208,7 @@ static int free_slow(aa_pool *pool, aa__tcache *tc, aa__blk b, aa_stream stream,
       if (v == NULL) {
         /* no room to track it: wait for the streams instead */
         for (uint32_t i = 0; i < nev; i++)
-          event_release(pool, evs[i]);
+          aa__event_release(pool, evs[i]);
         free(evs);
         nev = 0;
         if (pool->backend->ops->synchronize)

@@ -522,6 +522,13 @@ uint64_t aa__trace_seq_next(void);
  * still owns the block). */
 void aa__trace_at(aa_pool *pool, char op, const void *p, size_t size, aa_stream s, uint64_t seq);
 int aa__events_done(aa_pool *pool, void **ev, uint32_t *n);
+/* Releases one backend event; NULL is a no-op. The one release for the
+ * small and the large path. */
+void aa__event_release(aa_pool *pool, void *ev);
+/* Out of memory, no pool lock held: the first time (*retried false) counts a
+ * retry, releases what the pool caches (synchronising) and returns true (try
+ * again); after that, false. The one retry for the small and the large path. */
+bool aa__oom_retry(aa_pool *pool, bool *retried);
 
 /* large.c */
 enum { AA__CH_FREE = 0, AA__CH_LIVE = 1, AA__CH_HELD = 2 };

@@ -220,10 +220,6 @@ static void park(aa_pool *pool, aa__chunk *c) {
   pool->lpark[pool->npark++] = c;
 }
 
-static void ev_release(aa_pool *pool, void *ev) {
-  if (ev && pool->backend->ops->event_release)
-    pool->backend->ops->event_release(pool->backend, ev);
-}
 
 /* Whether a free chunk may be handed out on `stream` now; records the event
  * on the freeing stream lazily (one event covers the chunk). */
@@ -513,9 +509,9 @@ static void seg_unlink_free(aa_pool *pool, aa__seg *s) {
   pool->nsegs--;
   while (c) {
     aa__chunk *n = c->next;
-    ev_release(pool, c->ev);
+    aa__event_release(pool, c->ev);
     for (uint32_t i = 0; i < c->nxev; i++)
-      ev_release(pool, c->xev[i]);
+      aa__event_release(pool, c->xev[i]);
     free(c->xev);
     free(c->xs);
     chunk_put(pool, c);
@@ -695,17 +691,15 @@ static void split(aa_pool *pool, aa__chunk *c, size_t need) {
   bin_insert(pool, r);
 }
 
-/* Out of memory under large_mu: the first time, releases what the pool
- * caches (synchronising) and says to try again; the second, gives up. */
+/* aa__oom_retry under large_mu (dropped while the pool releases). */
 static bool oom_retry(aa_pool *pool, bool *retried) {
+  bool again;
   if (*retried)
     return false;
-  *retried = true;
   pthread_mutex_unlock(&pool->large_mu);
-  atomic_fetch_add_explicit(&pool->oom_retries, 1, AA__RLX);
-  aa__release_cached(pool, true);
+  again = aa__oom_retry(pool, retried);
   pthread_mutex_lock(&pool->large_mu);
-  return true;
+  return again;
 }
 
 void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stream) {
@@ -757,7 +751,7 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
         continue;
       }
     }
-    ev_release(pool, c->ev);
+    aa__event_release(pool, c->ev);
     c->ev = NULL;
     c->free = 0;
     c->any = 0;
@@ -798,13 +792,13 @@ static void absorb(aa_pool *pool, aa__chunk *a, aa__chunk *b) {
   bin_remove(pool, b);
   if (!(a->any && b->any)) {
     aa_stream s = a->any ? b->stream : a->stream;
-    ev_release(pool, a->ev);
-    ev_release(pool, b->ev);
+    aa__event_release(pool, a->ev);
+    aa__event_release(pool, b->ev);
     a->ev = NULL;
     a->any = 0;
     a->stream = s;
   } else {
-    ev_release(pool, b->ev);
+    aa__event_release(pool, b->ev);
   }
   if (b->freed_at > a->freed_at)
     a->freed_at = b->freed_at;
@@ -882,7 +876,7 @@ static void release_chunk(aa_pool *pool, aa__chunk *c, aa_stream stream, bool co
     }
     if (failed) {
       for (uint32_t i = 0; i < n; i++)
-        ev_release(pool, ev[i]);
+        aa__event_release(pool, ev[i]);
       free(ev);
       if (b->ops->synchronize)
         b->ops->synchronize(b);
