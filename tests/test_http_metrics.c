@@ -19,6 +19,7 @@
 
 #include "adaptalloc/core.h"
 #include "adaptalloc/http.h"
+#include "http_internal.h"
 
 static void init_pool(aa_pool_stats *st, const char *name, const char *backend,
                       int device) {
@@ -109,13 +110,18 @@ static void test_http_metrics_families_and_labels(void **state) {
   /* escaping: quote, backslash, newline */
   assert_non_null(strstr(text, "pool=\"we\\\"ird\\\\name\\n\",backend=\"host\","
                                "device=\"cpu\""));
-  /* per-class samples, only the classes that exist */
-  assert_int_equal(count_lines(text, "adaptalloc_class_slabs{"), 2);
+  /* per-class samples: every fixed size bucket of every pool, whatever the
+   * class table holds; 512 and 1024 both fall in the size_le="1024" one */
+  assert_int_equal(count_lines(text, "adaptalloc_class_slabs{"), 2 * 10);
   assert_true(sample(text, "adaptalloc_class_slabs{pool=\"device0\","
-                           "backend=\"cuda\",device=\"0\",class=\"1024\"}") ==
+                           "backend=\"cuda\",device=\"0\",size_le=\"1024\"}") ==
               3);
   assert_true(sample(text, "adaptalloc_class_hits_total{pool=\"device0\","
-                           "backend=\"cuda\",device=\"0\",class=\"512\"}") == 5);
+                           "backend=\"cuda\",device=\"0\",size_le=\"1024\"}") == 5);
+  assert_true(sample(text, "adaptalloc_class_slabs{pool=\"device0\","
+                           "backend=\"cuda\",device=\"0\",size_le=\"+Inf\"}") ==
+              0);
+  assert_null(strstr(text, "class=\""));
   /* counters end in _total, gauges do not */
   assert_non_null(strstr(text, "# TYPE adaptalloc_cache_hits_total counter\n"));
   assert_non_null(strstr(text, "# TYPE adaptalloc_reserved_bytes gauge\n"));
@@ -204,7 +210,7 @@ static void test_http_metrics_edge_cases(void **state) {
   p->class_count = 100000;
   p->hist[AA_HIST_BUCKETS - 1] = UINT64_MAX / 4;
   assert_int_equal(aa_http_render_metrics(p, 1, &text, &len), AA_OK);
-  assert_int_equal(count_lines(text, "adaptalloc_class_slabs{"), AA_MAX_CLASSES);
+  assert_int_equal(count_lines(text, "adaptalloc_class_slabs{"), 10);
   free(text);
   free(p);
 }
@@ -250,12 +256,137 @@ static void test_http_metrics_real_pool(void **state) {
   aa_backend_destroy(b);
 }
 
+/* Sample lines (not comments) of a text, and a copy of their names and
+ * labels without the values, one a line, for comparing series sets. */
+static size_t series_of(const char *text, char *names, size_t cap) {
+  size_t n = 0, o = 0;
+  const char *p = text;
+  while (*p != '\0') {
+    const char *eol = strchr(p, '\n');
+    const char *sp;
+    size_t l = eol ? (size_t)(eol - p) : strlen(p);
+    if (p[0] != '#' && l > 0) {
+      n++;
+      sp = memchr(p, ' ', l);
+      if (sp != NULL && names != NULL && o + (size_t)(sp - p) + 2 < cap) {
+        memcpy(names + o, p, (size_t)(sp - p));
+        o += (size_t)(sp - p);
+        names[o++] = '\n';
+      }
+    }
+    p += l + (eol ? 1 : 0);
+  }
+  if (names != NULL)
+    names[o] = '\0';
+  return n;
+}
+
+/* A pool with 100 classes renders as many series as one with 3; a class
+ * that retires keeps its counts in its bucket through the server's carry
+ * (and loses them without it: the carry is what keeps the counter). */
+static void test_http_metrics_bounded_and_stable(void **state) {
+  aa_backend *b = NULL;
+  aa_pool *pool = NULL;
+  aa_pool_config cfg;
+  aa_pool_stats *st;
+  aa__metrics_carry *carry;
+  aa_class_spec spec;
+  char *t1 = NULL, *t2 = NULL, *t3 = NULL, *tsmall = NULL;
+  char *n1, *n2;
+  size_t len, i, nseries;
+  void *p;
+  const char *key = "adaptalloc_class_allocs_total{pool=\"many\",backend=\"host\","
+                    "device=\"cpu\",size_le=\"4096\"}";
+  double before, after, stateless;
+  (void)state;
+
+  st = malloc(sizeof *st);
+  n1 = malloc(1 << 20);
+  n2 = malloc(1 << 20);
+  carry = aa__metrics_carry_new();
+  assert_non_null(st);
+  assert_non_null(n1);
+  assert_non_null(n2);
+  assert_non_null(carry);
+  assert_int_equal(aa_backend_host_new(&b), AA_OK);
+  aa_pool_config_init(&cfg);
+  cfg.backend = b;
+  cfg.name = "many";
+  assert_int_equal(aa_pool_new(&cfg, &pool), AA_OK);
+  /* fill the table up to 100 classes (multiples of 512 up to 1 MiB) */
+  memset(&spec, 0, sizeof spec);
+  for (spec.block_size = 512; spec.block_size <= ((size_t)1 << 20);
+       spec.block_size += 512) {
+    assert_int_equal(aa_pool_stats_get(pool, st), AA_OK);
+    if (st->class_count >= 100)
+      break;
+    (void)aa_pool_class_add(pool, &spec); /* AA_EEXIST for the ladder's own */
+  }
+  assert_int_equal(aa_pool_stats_get(pool, st), AA_OK);
+  assert_int_equal(st->class_count, 100);
+  /* one allocation in each class */
+  for (i = 0; i < st->class_count; i++) {
+    p = aa_alloc(pool, st->classes[i].block_size, NULL);
+    assert_non_null(p);
+    assert_int_equal(aa_free(pool, p, 0, NULL), AA_OK);
+  }
+  assert_int_equal(aa_pool_stats_get(pool, st), AA_OK);
+  assert_int_equal(aa__http_render_metrics_carry(st, 1, carry, &t1, &len), AA_OK);
+  nseries = series_of(t1, n1, 1 << 20);
+  assert_int_equal(count_lines(t1, "adaptalloc_class_allocs_total{"), 10);
+  before = sample(t1, key);
+  assert_true(before >= 3); /* 2560, 3072, 3584, 4096 live in this bucket */
+
+  /* retire 3072 (drained: its one block was freed) and allocate from 3584 */
+  (void)aa_pool_release(pool);
+  assert_int_equal(aa_pool_class_retire(pool, 3072), AA_OK);
+  (void)aa_pool_release(pool);
+  p = aa_alloc(pool, 3584, NULL);
+  assert_non_null(p);
+  assert_int_equal(aa_free(pool, p, 0, NULL), AA_OK);
+  assert_int_equal(aa_pool_stats_get(pool, st), AA_OK);
+  for (i = 0; i < st->class_count; i++)
+    assert_true(st->classes[i].block_size != 3072); /* gone from the table */
+  assert_int_equal(aa__http_render_metrics_carry(st, 1, carry, &t2, &len), AA_OK);
+  assert_int_equal(aa_http_render_metrics(st, 1, &t3, &len), AA_OK);
+  /* the same series, no more, no fewer */
+  assert_int_equal(series_of(t2, n2, 1 << 20), nseries);
+  assert_string_equal(n1, n2);
+  after = sample(t2, key);
+  stateless = sample(t3, key);
+  assert_true(after == before + 1);     /* 3072's count stayed, 3584's grew */
+  assert_true(stateless == before);     /* without the carry: -1 +1 */
+
+  /* a pool with its default ladder only: the same number of series */
+  {
+    aa_pool_stats *one = calloc(1, sizeof *one);
+    assert_non_null(one);
+    memcpy(one, st, sizeof *one);
+    one->class_count = 3;
+    assert_int_equal(aa_http_render_metrics(one, 1, &tsmall, &len), AA_OK);
+    assert_int_equal(series_of(tsmall, NULL, 0), nseries);
+    free(one);
+  }
+  promtool_check(t2);
+  free(t1);
+  free(t2);
+  free(t3);
+  free(tsmall);
+  free(n1);
+  free(n2);
+  free(st);
+  aa__metrics_carry_free(carry);
+  aa_pool_destroy(pool);
+  aa_backend_destroy(b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_http_metrics_families_and_labels),
       cmocka_unit_test(test_http_metrics_histogram_exact),
       cmocka_unit_test(test_http_metrics_edge_cases),
       cmocka_unit_test(test_http_metrics_real_pool),
+      cmocka_unit_test(test_http_metrics_bounded_and_stable),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -222,6 +222,12 @@ static void scenario_full(void) {
   st = http(port, "GET", "/metrics", NULL, NULL, &body);
   CHECK(st == 200);
   CHECK(strstr(body, "adaptalloc_policy_version 2") != NULL);
+  {
+    char info[128];
+    snprintf(info, sizeof info, "adaptalloc_info{model=\"unit-model\",run=\"%lld\",",
+             (long long)aa_runtime_run_id());
+    CHECK(strstr(body, info) != NULL);
+  }
   free(body);
   st = http(port, "GET", "/runs", NULL, NULL, &body);
   CHECK(st == 200);

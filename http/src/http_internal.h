@@ -84,6 +84,20 @@ typedef struct aa__http_resp {
 
 void aa__http_resp_free(aa__http_resp *r);
 
+/* ------------------------------------------------------------ metrics */
+
+/* What /metrics remembers between renders so that a per-bucket counter keeps
+ * the counts of a class the policy loop retired (metrics.c). One render at a
+ * time per carry (the server renders from its polling thread). */
+#define AA__METRICS_CARRY_POOLS 32
+typedef struct aa__metrics_carry aa__metrics_carry;
+aa__metrics_carry *aa__metrics_carry_new(void); /* NULL: out of memory */
+void aa__metrics_carry_free(aa__metrics_carry *c);
+/* aa_http_render_metrics with a carry (NULL: none, like the public one). */
+int aa__http_render_metrics_carry(const aa_pool_stats *pools, size_t n,
+                                  aa__metrics_carry *carry, char **out,
+                                  size_t *len);
+
 /* ------------------------------------------------------------ state */
 
 typedef struct aa__http_state {
@@ -101,6 +115,7 @@ typedef struct aa__http_state {
   char *metrics_cache;
   size_t metrics_cache_len;
   uint64_t metrics_cache_ns;
+  aa__metrics_carry *metrics_carry; /* NULL: counters without the carry */
 
   _Atomic uint64_t requests;
   _Atomic uint64_t status_2xx;

@@ -3,9 +3,14 @@
  * Entry point: aa_http_render_metrics (public), aa__http_metric_labels.
  *
  * Every family is written once with its HELP and TYPE lines, then one sample
- * per pool (or per pool and class). Labels: pool (the pool name), backend
- * ("host", "cuda", "pinned"...), device (the CUDA ordinal, "cpu" for host
- * memory) and, on per-class families, class (the block size in bytes).
+ * per pool (or per pool and size bucket). Labels: pool (the pool name),
+ * backend ("host", "cuda", "pinned"...), device (the CUDA ordinal, "cpu" for
+ * host memory) and, on per-class families, size_le: the classes are summed
+ * into fixed block-size buckets (1 KiB, 4 KiB, ... 64 MiB, +Inf), every
+ * bucket always written, so the series set does not change as the policy
+ * loop adds and retires classes. With a carry (aa__metrics_carry, kept by
+ * the server) the counters of a class that leaves the table stay in its
+ * bucket, so per-bucket counters never go down.
  *
  * The request-size histogram is rebuilt from core's quarter-doubling buckets
  * (aa_hist_bucket_lower): one Prometheus bucket per doubling, with an
@@ -98,25 +103,181 @@ static const family_t pool_families[] = {
 
 #define CF(n, h, k, f) {n, h, k, offsetof(aa_class_stats, f), false}
 static const family_t class_families[] = {
-    CF("adaptalloc_class_in_use_bytes", "Bytes of blocks in use in a class.",
+    CF("adaptalloc_class_in_use_bytes", "Bytes of blocks in use, classes summed per block-size bucket.",
        GAUGE, bytes_in_use),
     CF("adaptalloc_class_requested_bytes",
-       "Bytes asked for by live blocks of a class (waste = in use - requested).",
+       "Bytes asked for by live blocks (waste = in use - requested), per block-size bucket.",
        GAUGE, bytes_requested),
-    CF("adaptalloc_class_reserved_bytes", "Bytes of slabs held by a class.",
+    CF("adaptalloc_class_reserved_bytes", "Bytes of slabs held, per block-size bucket.",
        GAUGE, bytes_reserved),
-    CF("adaptalloc_class_slabs", "Slabs held by a class.", GAUGE, slabs),
+    CF("adaptalloc_class_slabs", "Slabs held, per block-size bucket.", GAUGE, slabs),
     CF("adaptalloc_class_free_blocks",
-       "Carved free blocks of a class (lists, caches, pending).", GAUGE,
+       "Carved free blocks (lists, caches, pending), per block-size bucket.", GAUGE,
        blocks_free),
-    CF("adaptalloc_class_allocs_total", "Allocations served by a class.",
+    CF("adaptalloc_class_allocs_total", "Allocations served by classes, per block-size bucket (retired classes included).",
        COUNTER, allocs),
-    CF("adaptalloc_class_frees_total", "Frees into a class.", COUNTER, frees),
+    CF("adaptalloc_class_frees_total", "Frees into classes, per block-size bucket (retired classes included).", COUNTER, frees),
     CF("adaptalloc_class_hits_total",
-       "Allocations of a class served without a new slab.", COUNTER, hits),
+       "Allocations served without a new slab, per block-size bucket.", COUNTER, hits),
     CF("adaptalloc_class_misses_total",
-       "Allocations of a class that needed a new slab.", COUNTER, misses),
+       "Allocations that needed a new slab, per block-size bucket.", COUNTER, misses),
 };
+
+/* ------------------------------------------------ size buckets and carry */
+
+#define NBUCKETS 10 /* 1 KiB * 4^k for k = 0..8, then +Inf */
+#define NCOUNTERS 4 /* allocs, frees, hits, misses */
+
+static unsigned size_bucket(uint64_t block_size) {
+  unsigned b = 0;
+  uint64_t le = 1024;
+  while (b + 1 < NBUCKETS && block_size > le) {
+    b++;
+    le *= 4;
+  }
+  return b;
+}
+
+static const char *bucket_label(unsigned b) {
+  static const char *const names[NBUCKETS] = {
+      "1024",    "4096",     "16384",    "65536",    "262144",
+      "1048576", "4194304",  "16777216", "67108864", "+Inf"};
+  return names[b];
+}
+
+static void class_counters(const aa_class_stats *cs, uint64_t c[NCOUNTERS]) {
+  c[0] = cs->allocs;
+  c[1] = cs->frees;
+  c[2] = cs->hits;
+  c[3] = cs->misses;
+}
+
+/* Which carry slot a counter family uses, -1 for gauges. */
+static int counter_index(size_t off) {
+  if (off == offsetof(aa_class_stats, allocs))
+    return 0;
+  if (off == offsetof(aa_class_stats, frees))
+    return 1;
+  if (off == offsetof(aa_class_stats, hits))
+    return 2;
+  if (off == offsetof(aa_class_stats, misses))
+    return 3;
+  return -1;
+}
+
+typedef struct {
+  uint64_t block_size;
+  uint64_t c[NCOUNTERS];
+  bool retiring;
+  bool claimed;
+} seen_t;
+
+typedef struct {
+  char name[32];
+  char backend[16];
+  int32_t device;
+  size_t nseen;
+  seen_t seen[AA_MAX_CLASSES];
+  uint64_t carry[NBUCKETS][NCOUNTERS];
+} carry_pool_t;
+
+struct aa__metrics_carry {
+  size_t npools;
+  carry_pool_t pools[AA__METRICS_CARRY_POOLS];
+};
+
+aa__metrics_carry *aa__metrics_carry_new(void) {
+  return calloc(1, sizeof(aa__metrics_carry));
+}
+
+void aa__metrics_carry_free(aa__metrics_carry *c) { free(c); }
+
+static carry_pool_t *carry_find(aa__metrics_carry *c, const aa_pool_stats *st) {
+  size_t i;
+  carry_pool_t *cp;
+  for (i = 0; i < c->npools; i++) {
+    cp = &c->pools[i];
+    if (cp->device == st->device &&
+        strncmp(cp->name, st->name, sizeof cp->name) == 0 &&
+        strncmp(cp->backend, st->backend, sizeof cp->backend) == 0)
+      return cp;
+  }
+  if (c->npools == AA__METRICS_CARRY_POOLS)
+    return NULL; /* more pools than slots: those go without a carry */
+  cp = &c->pools[c->npools++];
+  memset(cp, 0, sizeof *cp);
+  memcpy(cp->name, st->name, sizeof cp->name);
+  memcpy(cp->backend, st->backend, sizeof cp->backend);
+  cp->device = st->device;
+  return cp;
+}
+
+static bool counts_at_least(const uint64_t now[NCOUNTERS],
+                            const uint64_t before[NCOUNTERS]) {
+  int k;
+  for (k = 0; k < NCOUNTERS; k++)
+    if (now[k] < before[k])
+      return false;
+  return true;
+}
+
+/* Claims the class of the last render that cs continues: same block size,
+ * counters not lower; a retiring class prefers a retiring one (its active
+ * twin is a new class). Returns false for a class that is new. */
+static bool claim(carry_pool_t *cp, const aa_class_stats *cs, bool want_retiring) {
+  uint64_t now[NCOUNTERS];
+  size_t i;
+  int pass;
+  class_counters(cs, now);
+  for (pass = 0; pass < 2; pass++) {
+    for (i = 0; i < cp->nseen; i++) {
+      seen_t *s = &cp->seen[i];
+      if (s->claimed || s->block_size != cs->block_size ||
+          (pass == 0 && s->retiring != want_retiring) ||
+          !counts_at_least(now, s->c))
+        continue;
+      s->claimed = true;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Moves the counters of the classes that left the table (or started over
+ * at 0) since the last render into their bucket's carry, then remembers this
+ * render's classes. What a class counted between the last scrape and its
+ * end is not seen (a retiring class takes no new allocations; only frees of
+ * its draining blocks can be missed). */
+static void carry_update(carry_pool_t *cp, const aa_pool_stats *st, uint32_t nc) {
+  size_t i;
+  uint32_t c;
+  int k;
+  for (i = 0; i < cp->nseen; i++)
+    cp->seen[i].claimed = false;
+  for (c = 0; c < nc; c++)
+    if (st->classes[c].retiring)
+      (void)claim(cp, &st->classes[c], true);
+  for (c = 0; c < nc; c++)
+    if (!st->classes[c].retiring)
+      (void)claim(cp, &st->classes[c], false);
+  for (i = 0; i < cp->nseen; i++) {
+    const seen_t *s = &cp->seen[i];
+    unsigned b;
+    if (s->claimed)
+      continue;
+    b = size_bucket(s->block_size);
+    for (k = 0; k < NCOUNTERS; k++)
+      cp->carry[b][k] += s->c[k];
+  }
+  for (c = 0; c < nc; c++) {
+    seen_t *s = &cp->seen[c];
+    s->block_size = st->classes[c].block_size;
+    s->retiring = st->classes[c].retiring != 0;
+    s->claimed = false;
+    class_counters(&st->classes[c], s->c);
+  }
+  cp->nseen = nc;
+}
 
 static uint64_t field(const void *base, const family_t *f) {
   const unsigned char *p = (const unsigned char *)base + f->off;
@@ -182,6 +343,18 @@ static void make_labels(labels_t *l, const aa_pool_stats *st) {
   n = snprintf(l->text, sizeof l->text, "{pool=\"%s\",backend=\"%s\",device=\"%s\"",
                name, backend, device);
   l->len = n < 0 ? 0 : (size_t)n < sizeof l->text ? (size_t)n : sizeof l->text - 1;
+}
+
+/* name{labels,size_le="bucket"} value\n */
+static void bucket_line(aa__buf *b, const char *name, size_t name_len,
+                        const labels_t *l, unsigned bucket, uint64_t value) {
+  aa__buf_append(b, name, name_len);
+  aa__buf_append(b, l->text, l->len);
+  aa__buf_puts(b, ",size_le=\"");
+  aa__buf_puts(b, bucket_label(bucket));
+  aa__buf_append(b, "\"} ", 3);
+  put_u64(b, value);
+  aa__buf_append(b, "\n", 1);
 }
 
 /* name{labels[,key="kval"]} value\n */
@@ -280,8 +453,15 @@ static void render_hist(aa__buf *b, const aa_pool_stats *pools,
 
 int aa_http_render_metrics(const aa_pool_stats *pools, size_t n, char **out,
                            size_t *len) {
+  return aa__http_render_metrics_carry(pools, n, NULL, out, len);
+}
+
+int aa__http_render_metrics_carry(const aa_pool_stats *pools, size_t n,
+                                  aa__metrics_carry *carry, char **out,
+                                  size_t *len) {
   aa__buf b;
   labels_t *labels = NULL;
+  carry_pool_t **cps = NULL;
   size_t hint = 8192;
   size_t f;
   size_t p;
@@ -296,12 +476,21 @@ int aa_http_render_metrics(const aa_pool_stats *pools, size_t n, char **out,
   aa__buf_init(&b);
   if (n > 0) {
     labels = calloc(n, sizeof *labels);
-    if (labels == NULL)
+    cps = calloc(n, sizeof *cps);
+    if (labels == NULL || cps == NULL) {
+      free(labels);
+      free(cps);
       return AA_ENOMEM;
+    }
   }
   for (p = 0; p < n; p++) {
     make_labels(&labels[p], &pools[p]);
-    hint += (60 + 9 * (size_t)class_count(&pools[p])) * (labels[p].len + 48);
+    hint += (60 + 9 * NBUCKETS) * (labels[p].len + 48);
+    if (carry != NULL) {
+      cps[p] = carry_find(carry, &pools[p]);
+      if (cps[p] != NULL)
+        carry_update(cps[p], &pools[p], class_count(&pools[p]));
+    }
   }
   (void)aa__buf_reserve(&b, hint); /* a failure shows in aa__buf_take */
 
@@ -317,19 +506,28 @@ int aa_http_render_metrics(const aa_pool_stats *pools, size_t n, char **out,
   for (f = 0; f < sizeof class_families / sizeof class_families[0]; f++) {
     const family_t *fam = &class_families[f];
     size_t nl = strlen(fam->name);
+    int ci = counter_index(fam->off);
     family_head(&b, fam->name, fam->help,
                 fam->kind == COUNTER ? "counter" : "gauge");
     for (p = 0; p < n; p++) {
+      uint64_t sum[NBUCKETS];
       uint32_t c;
+      unsigned k;
+      memset(sum, 0, sizeof sum);
       for (c = 0; c < class_count(&pools[p]); c++) {
         const aa_class_stats *cs = &pools[p].classes[c];
-        sample_line(&b, fam->name, nl, &labels[p], ",class=\"",
-                    cs->block_size, field(cs, fam));
+        sum[size_bucket(cs->block_size)] += field(cs, fam);
+      }
+      for (k = 0; k < NBUCKETS; k++) {
+        if (ci >= 0 && cps[p] != NULL)
+          sum[k] += cps[p]->carry[k][ci];
+        bucket_line(&b, fam->name, nl, &labels[p], k, sum[k]);
       }
     }
   }
   render_hist(&b, pools, labels, n);
   free(labels);
+  free(cps);
   rc = aa__buf_take(&b, out, len);
   return rc;
 }

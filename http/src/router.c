@@ -51,6 +51,9 @@ int aa__http_state_init(aa__http_state *st, const aa_http_config *cfg,
     }
     memcpy(st->token, cfg->token, st->token_len + 1);
   }
+  /* Without it /metrics still works; a retired class's counters then leave
+   * their bucket. */
+  st->metrics_carry = aa__metrics_carry_new();
 done:
   return rc;
 }
@@ -66,6 +69,7 @@ void aa__http_state_fini(aa__http_state *st) {
   free(st->token);
   free(st->stats_cache);
   free(st->metrics_cache);
+  aa__metrics_carry_free(st->metrics_carry);
   memset(st, 0, sizeof *st);
 }
 
@@ -457,7 +461,7 @@ static void ep_metrics(aa__http_state *st, const aa__http_req *req,
     provider_error(r, req, rc, "metrics", NULL);
     goto done;
   }
-  rc = aa_http_render_metrics(pools, n, &text, &len);
+  rc = aa__http_render_metrics_carry(pools, n, st->metrics_carry, &text, &len);
   if (rc != AA_OK) {
     set_oom(r);
     goto done;

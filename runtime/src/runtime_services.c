@@ -642,15 +642,46 @@ static int prov_stats_json(void *user, const char *pool, char **out, size_t *len
   return AA_OK;
 }
 
+/* A Prometheus label value: \\, \" and \n escaped, other control bytes '_'. */
+static void prom_label(char *out, size_t cap, const char *s) {
+  size_t o = 0;
+  for (; *s != '\0' && o + 3 < cap; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '\\' || c == '"' || c == '\n') {
+      out[o++] = '\\';
+      out[o++] = c == '\n' ? 'n' : (char)c;
+    } else {
+      out[o++] = c < 0x20 || c == 0x7F ? '_' : (char)c;
+    }
+  }
+  out[o] = '\0';
+}
+
 static int prov_metrics_extra(void *user, char **out, size_t *len) {
   aa__buf sb;
   uint64_t version;
+  char model[sizeof aa__rt.model * 2];
+  char rank[16];
+  int r = env_rank();
   (void)user;
 
   pthread_mutex_lock(&svc.policy_lock);
   version = svc.policy ? aa_policy_version(svc.policy) : 0;
   pthread_mutex_unlock(&svc.policy_lock);
   aa__buf_init(&sb);
+  prom_label(model, sizeof model, aa__rt.model);
+  if (r >= 0)
+    snprintf(rank, sizeof rank, "%d", r);
+  else
+    rank[0] = '\0';
+  /* One series per process: joins the pool series to the run in the store
+   * (run), the policy file (model) and the build (version). */
+  aa__buf_printf(&sb,
+      "# HELP adaptalloc_info The run this process is: model, store run id, rank, version.\n"
+      "# TYPE adaptalloc_info gauge\n"
+      "adaptalloc_info{model=\"%s\",run=\"%lld\",rank=\"%s\",version=\"%d.%d.%d\"} 1\n",
+      model, (long long)svc.run_id, rank, AA_VERSION_MAJOR, AA_VERSION_MINOR,
+      AA_VERSION_PATCH);
   aa__buf_printf(&sb,
       "# HELP adaptalloc_policy_version Version of the policy in force.\n"
       "# TYPE adaptalloc_policy_version gauge\n"

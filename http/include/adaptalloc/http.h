@@ -211,7 +211,10 @@ AA_EXTERN void aa_http_get_counters(const aa_http *srv, aa_http_counters *out);
 
 /* Renders snapshots of n pools as Prometheus text exposition (format 0.0.4)
  * into a malloc'd NUL-terminated string (*out, freed with free(); *len its
- * length). Metric names: docs/http.md. */
+ * length). Per-class families are summed into fixed block-size buckets
+ * (label size_le). This form keeps no state: the server's /metrics also
+ * keeps retired classes' counters in their bucket. Metric names:
+ * docs/http.md. */
 AA_EXTERN int aa_http_render_metrics(const aa_pool_stats *pools, size_t n,
                                      char **out, size_t *len);
 
