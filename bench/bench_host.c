@@ -358,7 +358,10 @@ static void usage(FILE *f) {
           "  --clock cpu|wall  time each measurement by the thread's CPU time (default; it\n"
           "               leaves out the time other processes ran on a shared machine)\n"
           "               or by the wall clock\n"
-          "  --quiet      do not print the library resolution lines on stderr\n");
+          "  --quiet      do not print the library resolution lines on stderr\n"
+          "  --version    print the version and exit\n"
+          "  Values go as the next word or after '=' (--reps=9). Exit codes: 0 ok,\n"
+          "  1 the run failed, 2 a bad command line.\n");
 }
 
 /* True when `name` is in the comma-separated `list` (NULL list: all). */
@@ -516,8 +519,29 @@ int bench_host_main(int argc, char **argv) {
     case_names[c] = g_cases[c].name;
   }
   for (i = 1; i < argc; i++) {
+    char name[32];
     const char *a = argv[i];
+    /* --name VALUE or --name=VALUE */
+    const char *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    bool flag;
+    if (eq != NULL) {
+      if ((size_t)(eq - a) >= sizeof name) {
+        fprintf(stderr, "adaptalloc-bench host: unknown option '%s' (try --help)\n", a);
+        goto out;
+      }
+      memcpy(name, a, (size_t)(eq - a));
+      name[eq - a] = '\0';
+      a = name;
+      v = eq + 1;
+    }
+    flag = strcmp(a, "--json") == 0 || strcmp(a, "--markdown") == 0 ||
+           strcmp(a, "--quiet") == 0 || strcmp(a, "--help") == 0 ||
+           strcmp(a, "-h") == 0 || strcmp(a, "--version") == 0;
+    if (flag && eq != NULL) {
+      fprintf(stderr, "adaptalloc-bench host: %s takes no value\n", a);
+      goto out;
+    }
     if (strcmp(a, "--json") == 0) {
       json = true;
     } else if (strcmp(a, "--markdown") == 0) {
@@ -528,25 +552,30 @@ int bench_host_main(int argc, char **argv) {
       usage(stdout);
       status = 0;
       goto out;
+    } else if (strcmp(a, "--version") == 0) {
+      printf("adaptalloc-bench %d.%d.%d\n", AA_VERSION_MAJOR, AA_VERSION_MINOR,
+             AA_VERSION_PATCH);
+      status = 0;
+      goto out;
     } else if (strcmp(a, "--reps") == 0) {
       if (!parse_long(v, 1, MAX_REPS, &reps)) {
         fprintf(stderr, "adaptalloc-bench host: --reps needs an integer 1..%d\n", MAX_REPS);
         goto out;
       }
-      i++;
+      i += eq == NULL;
     } else if (strcmp(a, "--clock") == 0) {
       if (v == NULL || (strcmp(v, "cpu") != 0 && strcmp(v, "wall") != 0)) {
         fprintf(stderr, "adaptalloc-bench host: --clock needs 'cpu' or 'wall'\n");
         goto out;
       }
       cpu_clock = strcmp(v, "cpu") == 0;
-      i++;
+      i += eq == NULL;
     } else if (strcmp(a, "--scale") == 0) {
       if (!parse_double(v, 0.001, 1000.0, &scale)) {
         fprintf(stderr, "adaptalloc-bench host: --scale needs a number 0.001..1000\n");
         goto out;
       }
-      i++;
+      i += eq == NULL;
     } else if (strcmp(a, "--case") == 0) {
       if (v == NULL || !list_valid(v, case_names, N_CASES, "case")) {
         if (v == NULL) {
@@ -555,7 +584,7 @@ int bench_host_main(int argc, char **argv) {
         goto out;
       }
       case_list = v;
-      i++;
+      i += eq == NULL;
     } else if (strcmp(a, "--allocator") == 0) {
       if (v == NULL || !list_valid(v, alloc_names, BENCH_ALLOCATORS, "allocator")) {
         if (v == NULL) {
@@ -564,10 +593,9 @@ int bench_host_main(int argc, char **argv) {
         goto out;
       }
       alloc_list = v;
-      i++;
+      i += eq == NULL;
     } else {
-      fprintf(stderr, "adaptalloc-bench host: unknown option '%s'\n", a);
-      usage(stderr);
+      fprintf(stderr, "adaptalloc-bench host: unknown option '%s' (try --help)\n", argv[i]);
       goto out;
     }
   }

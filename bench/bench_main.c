@@ -22,7 +22,7 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: adaptalloc-bench <command> [options]\n"
+          "usage: adaptalloc-bench <command> [options]   (or --help, --version)\n"
           "commands:\n"
           "  host    adaptalloc vs glibc, jemalloc, mimalloc on the host, one process\n"
           "          (adaptalloc-bench host --help for its options)\n");
@@ -60,13 +60,18 @@ int main(int argc, char **argv) {
     usage(stdout);
     return 0;
   }
+  if (strcmp(argv[1], "--version") == 0) {
+    printf("adaptalloc-bench %d.%d.%d\n", AA_VERSION_MAJOR, AA_VERSION_MINOR,
+           AA_VERSION_PATCH);
+    return 0;
+  }
   if (strcmp(argv[1], "host") == 0) {
     if (bench_need_tls_reexec()) {
       reexec_with_tls(argv);
     }
     return bench_host_main(argc - 1, argv + 1);
   }
-  fprintf(stderr, "adaptalloc-bench: unknown command '%s'\n", argv[1]);
-  usage(stderr);
+  fprintf(stderr, "adaptalloc-bench: unknown command '%s' (host)\n", argv[1]);
+  fprintf(stderr, "(adaptalloc-bench --help for usage)\n");
   return 2;
 }

@@ -176,6 +176,125 @@ static void test_replay_tool_usage(void **state) {
   free(err);
 }
 
+/* Count of non-overlapping occurrences of needle in hay. */
+static int occurrences(const char *hay, const char *needle) {
+  int n = 0;
+  size_t l = strlen(needle);
+  while ((hay = strstr(hay, needle)) != NULL) {
+    n++;
+    hay += l;
+  }
+  return n;
+}
+
+/* Program manners: --version, per-command help, --opt=value, exit code 2
+ * for usage errors, messages that name the real cause once, progress with
+ * the time left. */
+static void test_replay_tool_manners(void **state) {
+  char *out = NULL, *err = NULL;
+  (void)state;
+
+  if (!have_binary())
+    skip();
+  assert_int_equal(sh(&out, NULL, "{BIN} --version"), 0);
+  assert_non_null(strstr(out, "adaptalloc-replay 0."));
+  free(out);
+  /* run --help: run's options only */
+  assert_int_equal(sh(&out, NULL, "{BIN} run --help"), 0);
+  assert_non_null(strstr(out, "usage: adaptalloc-replay run "));
+  assert_non_null(strstr(out, "--policy FILE"));
+  assert_null(strstr(out, "--threshold"));
+  assert_null(strstr(out, "--layout"));
+  assert_null(strstr(out, "commands:"));
+  free(out);
+  assert_int_equal(sh(&out, NULL, "{BIN} help suggest"), 0);
+  assert_non_null(strstr(out, "--layout"));
+  assert_non_null(strstr(out, "4 suggest found nothing better"));
+  assert_null(strstr(out, "--threshold"));
+  free(out);
+  assert_int_equal(sh(NULL, &err, "{BIN} help frobnicate"), 2);
+  assert_non_null(strstr(err, "unknown command 'frobnicate'"));
+  free(err);
+  /* --opt=value is the same as --opt value */
+  assert_int_equal(sh(&out, NULL, "{BIN} run --json --top=3 --on-error=count "
+                      "{SRC}/tests/data/replay/small.csv"), 0);
+  assert_non_null(strstr(out, "\"allocs\""));
+  free(out);
+  assert_int_equal(sh(NULL, &err, "{BIN} run --top=x {SRC}/tests/data/replay/small.csv"), 2);
+  assert_non_null(strstr(err, "--top: 'x'"));
+  free(err);
+  /* a missing file is named once; a missing database is not "no such run" */
+  assert_int_equal(sh(NULL, &err, "{BIN} run {TMP}/missing.csv"), 1);
+  assert_int_equal(occurrences(err, "missing.csv"), 1);
+  assert_non_null(strstr(err, "No such file"));
+  free(err);
+  assert_int_equal(sh(NULL, &err, "{BIN} run --db {TMP}/missing.db"), 1);
+  assert_int_equal(occurrences(err, "missing.db"), 1);
+  assert_non_null(strstr(err, "No such file"));
+  assert_null(strstr(err, "no such run"));
+  free(err);
+  assert_int_equal(sh(NULL, &err, "{BIN} run --db {SRC}/tests/data/replay/small.csv"), 1);
+  assert_non_null(strstr(err, "not an adaptalloc database"));
+  free(err);
+  /* --progress: on stderr even without a terminal, with the time left */
+  assert_int_equal(sh(&out, &err, "{BIN} run --progress --events 200000 "
+                      "--histogram {SRC}/tests/data/replay/hist_mixed.json"), 0);
+  assert_non_null(strstr(err, " left"));
+  assert_non_null(strstr(err, "events in"));
+  assert_null(strstr(out, " left"));
+  free(out);
+  free(err);
+  /* without --progress and without a terminal: no progress */
+  assert_int_equal(sh(NULL, &err, "{BIN} run --events 200000 "
+                      "--histogram {SRC}/tests/data/replay/hist_mixed.json"), 0);
+  assert_null(strstr(err, " left"));
+  free(err);
+}
+
+/* The same manners in adaptalloc-demo and adaptalloc-bench. */
+static void test_replay_tool_other_programs(void **state) {
+  char *out = NULL, *err = NULL;
+  const char *b = getenv("AA_TEST_BINARY_DIR");
+  char demo[1100], bench[1100];
+  struct stat sb;
+  (void)state;
+
+  snprintf(demo, sizeof demo, "%s/tools/adaptalloc-demo", b ? b : "..");
+  snprintf(bench, sizeof bench, "%s/bench/adaptalloc-bench", b ? b : "..");
+  if (stat(demo, &sb) != 0)
+    skip();
+  assert_int_equal(sh(&out, NULL, "'%s' --version", demo), 0);
+  assert_non_null(strstr(out, "adaptalloc-demo 0."));
+  free(out);
+  assert_int_equal(sh(&out, NULL, "'%s' --help", demo), 0);
+  assert_non_null(strstr(out, "--seconds"));
+  free(out);
+  assert_int_equal(sh(NULL, &err, "'%s' --seconds=abc", demo), 2);
+  assert_non_null(strstr(err, "--seconds needs a number"));
+  free(err);
+  assert_int_equal(sh(NULL, &err, "'%s' --bogus", demo), 2);
+  assert_non_null(strstr(err, "unknown option '--bogus'"));
+  free(err);
+  assert_int_equal(sh(NULL, &err, "'%s' --quiet=yes", demo), 2);
+  free(err);
+  if (stat(bench, &sb) != 0)
+    return; /* built with -DAA_BUILD_BENCH=OFF */
+  assert_int_equal(sh(&out, NULL, "'%s' --version", bench), 0);
+  assert_non_null(strstr(out, "adaptalloc-bench 0."));
+  free(out);
+  assert_int_equal(sh(&out, NULL, "'%s' host --version", bench), 0);
+  assert_non_null(strstr(out, "adaptalloc-bench 0."));
+  free(out);
+  assert_int_equal(sh(NULL, &err, "'%s' host --reps=0", bench), 2);
+  assert_non_null(strstr(err, "--reps needs an integer"));
+  free(err);
+  assert_int_equal(sh(NULL, &err, "'%s' host --json=1", bench), 2);
+  free(err);
+  assert_int_equal(sh(NULL, &err, "'%s' frob", bench), 2);
+  assert_non_null(strstr(err, "unknown command 'frob'"));
+  free(err);
+}
+
 static void test_replay_tool_run_small(void **state) {
   char *out = NULL, *err = NULL;
   cJSON *j;
@@ -746,6 +865,8 @@ static void test_replay_tool_db_histogram(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_replay_tool_usage),
+      cmocka_unit_test(test_replay_tool_manners),
+      cmocka_unit_test(test_replay_tool_other_programs),
       cmocka_unit_test(test_replay_tool_run_small),
       cmocka_unit_test(test_replay_tool_bad_input),
       cmocka_unit_test(test_replay_tool_suggest_compare),

@@ -339,7 +339,7 @@ static double mib(uint64_t b) {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: adaptalloc-demo [--seconds N] [--threads N] [--compute-us N] [--phase S]\n"
-          "                       [--quiet] [--help]\n"
+          "                       [--quiet] [--help] [--version]\n"
           "  A trainer-like workload on the adaptalloc runtime's pool (CUDA device 0\n"
           "  when a GPU is present, else the host pool): weights allocated once, each\n"
           "  step allocating Q/K/V, attention scores, softmax and activations sized by a\n"
@@ -350,6 +350,9 @@ static void usage(FILE *f) {
           "                  0 makes the run allocation-bound)\n"
           "  --phase S       seconds per sequence length (default 4)\n"
           "  --quiet         only the final summary line\n"
+          "  --version       print the version and exit\n"
+          "  Values go as the next word or after '=' (--seconds=30). Exit codes: 0 ok,\n"
+          "  1 the run failed, 2 a bad command line.\n"
           "The runtime reads ADAPTALLOC_* from the environment (see README).\n",
           DEMO_MAX_THREADS);
 }
@@ -369,7 +372,9 @@ static bool parse_num(const char *s, double lo, double hi, double *out) {
   return true;
 }
 
-/* Returns 0 to run, 1 for --help, -1 for a bad command line. */
+/* Returns 0 to run, 1 for --help, 2 for --version, -1 for a bad command
+ * line. Options take their value as the next word or after '='
+ * (--seconds 30, --seconds=30). */
 static int parse_args(int argc, char **argv, demo_opts *o) {
   int i;
   o->seconds = 0.0;
@@ -378,45 +383,67 @@ static int parse_args(int argc, char **argv, demo_opts *o) {
   o->compute_us = 1000;
   o->phase_s = 4.0;
   for (i = 1; i < argc; i++) {
+    char name[32];
     const char *a = argv[i];
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    const char *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
+    const char *v;
     double d = 0.0;
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      return 1;
-    } else if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
+    if (eq != NULL) {
+      if ((size_t)(eq - a) >= sizeof name) {
+        fprintf(stderr, "adaptalloc-demo: unknown option '%s' (try --help)\n", a);
+        return -1;
+      }
+      memcpy(name, a, (size_t)(eq - a));
+      name[eq - a] = '\0';
+      a = name;
+      v = eq + 1;
+    } else {
+      v = i + 1 < argc ? argv[i + 1] : NULL;
+    }
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0 ||
+        strcmp(a, "--version") == 0 || strcmp(a, "--quiet") == 0 ||
+        strcmp(a, "-q") == 0) {
+      if (eq != NULL) {
+        fprintf(stderr, "adaptalloc-demo: %s takes no value\n", a);
+        return -1;
+      }
+      if (strcmp(a, "--version") == 0)
+        return 2;
+      if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
+        return 1;
       o->quiet = true;
-    } else if (strcmp(a, "--seconds") == 0) {
+      continue;
+    }
+    if (strcmp(a, "--seconds") == 0) {
       if (!parse_num(v, 0.0, 1e9, &d)) {
         fprintf(stderr, "adaptalloc-demo: --seconds needs a number >= 0 (0 = until Ctrl-C)\n");
         return -1;
       }
       o->seconds = d;
-      i++;
     } else if (strcmp(a, "--threads") == 0) {
       if (!parse_num(v, 1, DEMO_MAX_THREADS, &d) || d != (double)(int)d) {
         fprintf(stderr, "adaptalloc-demo: --threads needs an integer 1..%d\n", DEMO_MAX_THREADS);
         return -1;
       }
       o->threads = (int)d;
-      i++;
     } else if (strcmp(a, "--compute-us") == 0) {
       if (!parse_num(v, 0, 10000000, &d) || d != (double)(long)d) {
         fprintf(stderr, "adaptalloc-demo: --compute-us needs an integer 0..10000000\n");
         return -1;
       }
       o->compute_us = (long)d;
-      i++;
     } else if (strcmp(a, "--phase") == 0) {
       if (!parse_num(v, 0.1, 1e6, &d)) {
         fprintf(stderr, "adaptalloc-demo: --phase needs a number of seconds >= 0.1\n");
         return -1;
       }
       o->phase_s = d;
-      i++;
     } else {
-      fprintf(stderr, "adaptalloc-demo: unknown option '%s' (try --help)\n", a);
+      fprintf(stderr, "adaptalloc-demo: unknown option '%s' (try --help)\n", argv[i]);
       return -1;
     }
+    if (eq == NULL)
+      i++; /* the value was the next word */
   }
   return 0;
 }
@@ -468,9 +495,18 @@ int main(int argc, char **argv) {
 
   memset(&m, 0, sizeof m);
   rc = parse_args(argc, argv, &opts);
+  if (rc == 2) {
+    printf("adaptalloc-demo %d.%d.%d\n", AA_VERSION_MAJOR, AA_VERSION_MINOR,
+           AA_VERSION_PATCH);
+    return 0;
+  }
+  if (rc == 1) {
+    usage(stdout);
+    return 0;
+  }
   if (rc != 0) {
-    usage(rc > 0 ? stdout : stderr);
-    return rc > 0 ? 0 : 2;
+    fprintf(stderr, "(adaptalloc-demo --help for usage)\n");
+    return 2; /* a usage error */
   }
   if (install_signals() != 0) {
     perror("adaptalloc-demo: sigaction");

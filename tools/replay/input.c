@@ -6,6 +6,8 @@
  * through the store's own writer (aa_store_trace_push), so that `run --db`
  * reads it back with aa_store_trace_foreach.
  */
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +26,34 @@ static const char *store_err(int rc) {
              ? "the database file is corrupt (SQLite: database disk image is "
                "malformed); sqlite3 FILE 'PRAGMA integrity_check' says where"
                            : aa_strerror(rc);
+}
+
+/* AA_ENOENT from the store for a file that exists (main checks that it
+ * does): say whether the file is no database at all or has no such run. */
+static const char *store_enoent(const char *path, int64_t run_id, char *buf,
+                                size_t cap) {
+  char head[16];
+  FILE *f = fopen(path, "rb");
+  bool sqlite = false;
+
+  if (f != NULL) {
+    sqlite = fread(head, 1, sizeof head, f) == sizeof head &&
+             memcmp(head, "SQLite format 3", 16) == 0;
+    fclose(f);
+  }
+  if (!sqlite)
+    snprintf(buf, cap, "not an adaptalloc database (not an SQLite file)");
+  else if (run_id > 0)
+    snprintf(buf, cap, "it has no run %lld (curl host:port/runs, or sqlite3 "
+             "FILE 'SELECT id FROM runs', lists them)", (long long)run_id);
+  else
+    snprintf(buf, cap, "it has no run, or is not an adaptalloc database");
+  return buf;
+}
+
+static const char *store_why(const tool_input *in, int rc, char *buf, size_t cap) {
+  return rc == AA_ENOENT ? store_enoent(in->path, in->run_id, buf, cap)
+                         : store_err(rc);
 }
 
 /* ------------------------------------------------------------------ store */
@@ -78,8 +108,9 @@ static int feed_store_trace(const tool_input *in, aa_replay_sink sink,
     rc = t->rc;
     err[0] = '\0'; /* the sink has the message */
   } else if (rc != AA_OK) {
+    char why[160];
     snprintf(err, errcap, "%s: cannot read the trace: %s", in->path,
-             store_err(rc));
+             store_why(in, rc, why, sizeof why));
   } else if (t->n > 0) {
     rc = sink(user, t->batch, t->n);
     if (rc != AA_OK)
@@ -139,8 +170,14 @@ int input_feed(const tool_input *in, aa_replay_on_error mode,
     opt.progress_user = prog;
     rc = aa_replay_csv_parse_file(in->path, &opt, sink, user, diag, inner,
                                   sizeof inner);
-    if (rc != AA_OK && inner[0] != '\0')
-      snprintf(err, errcap, "%s: %s", input_name(in), inner);
+    /* the parser's message may name the file already: name it once */
+    if (rc != AA_OK && inner[0] != '\0') {
+      const char *name = input_name(in);
+      if (strncmp(inner, name, strlen(name)) == 0)
+        snprintf(err, errcap, "%s", inner);
+      else
+        snprintf(err, errcap, "%s: %s", name, inner);
+    }
     return rc;
   case IN_DB_TRACE:
     return feed_store_trace(in, sink, user, prog, err, errcap);
@@ -152,9 +189,11 @@ int input_feed(const tool_input *in, aa_replay_on_error mode,
   case IN_DB_HIST:
     rc = aa_store_histogram_latest(in->path, in->run_id, in->hist_pool, h.hist);
     if (rc != AA_OK) {
+      char why[160];
       snprintf(err, errcap, "%s: cannot read the histogram%s%s: %s", in->path,
                in->hist_pool != NULL ? " of pool " : "",
-               in->hist_pool != NULL ? in->hist_pool : "", store_err(rc));
+               in->hist_pool != NULL ? in->hist_pool : "",
+               store_why(in, rc, why, sizeof why));
       return rc;
     }
     break;

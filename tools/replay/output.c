@@ -14,6 +14,17 @@ void progress_init(tool_progress *p, bool on) {
   p->last_ns = p->start_ns;
 }
 
+/* "45 s", "3 min 20 s", "2 h 05 min" */
+static void fmt_duration(char *buf, size_t cap, double secs) {
+  unsigned long s = secs < 0 ? 0 : secs > 3.6e6 ? 3600000ul : (unsigned long)(secs + 0.5);
+  if (s < 60)
+    snprintf(buf, cap, "%lu s", s);
+  else if (s < 3600)
+    snprintf(buf, cap, "%lu min %02lu s", s / 60, s % 60);
+  else
+    snprintf(buf, cap, "%lu h %02lu min", s / 3600, s / 60 % 60);
+}
+
 void progress_update(tool_progress *p, uint64_t done, uint64_t total) {
   uint64_t now;
   double secs, rate;
@@ -21,7 +32,8 @@ void progress_update(tool_progress *p, uint64_t done, uint64_t total) {
   if (!p->on)
     return;
   now = aa_now_ns();
-  if (now - p->last_ns < 100000000ull && done != total)
+  /* the first call draws at once; then at most ten times a second */
+  if (p->drawn && now - p->last_ns < 100000000ull && done != total)
     return;
   p->last_ns = now;
   secs = (double)(now - p->start_ns) / 1e9;
@@ -34,9 +46,13 @@ void progress_update(tool_progress *p, uint64_t done, uint64_t total) {
     for (i = 0; i < width; i++)
       bar[i] = i < fill ? '#' : '.';
     bar[width] = '\0';
-    fprintf(stderr, "\r[%s] %5.1f%%  %llu events  %.1f M events/s ", bar,
+    char left[32] = "?";
+    /* time left: the rate so far over what remains (after 1% or 1 s) */
+    if (done > 0 && done <= total && (secs >= 1.0 || done * 100 >= total))
+      fmt_duration(left, sizeof left, secs * (double)(total - done) / (double)done);
+    fprintf(stderr, "\r[%s] %5.1f%%  %llu events  %.1f M events/s  %s left ", bar,
             100.0 * (double)done / (double)total,
-            (unsigned long long)p->events, rate);
+            (unsigned long long)p->events, rate, left);
   } else {
     fprintf(stderr, "\r%llu events  %.1f M events/s ",
             (unsigned long long)p->events, rate);
