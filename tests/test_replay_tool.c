@@ -251,6 +251,74 @@ static void test_replay_tool_manners(void **state) {
   free(err);
 }
 
+/* compare --plot: a well-formed SVG with two lines (reserved, in use) per
+ * policy whose points stay inside the plot, the legend naming the policies;
+ * parsed by Python's xml.etree when Debian's python3 is there. */
+static void test_replay_tool_plot(void **state) {
+  char *out = NULL, *err = NULL, *svg;
+  char path[400];
+  const char *p;
+  int lines = 0;
+  (void)state;
+
+  if (!have_binary())
+    skip();
+  assert_int_equal(sh(&out, &err, "{BIN} compare default {SRC}/policies/bert-base.json "
+                      "--plot={TMP}/cmp.svg --events 300000 "
+                      "--histogram {SRC}/tests/data/replay/hist_mixed.json"), 0);
+  free(out);
+  free(err);
+  snprintf(path, sizeof path, "%s/cmp.svg", g_tmp);
+  svg = slurp(path);
+  assert_non_null(svg);
+  assert_non_null(strstr(svg, "<svg xmlns=\"http://www.w3.org/2000/svg\""));
+  assert_non_null(strstr(svg, ">default</text>"));
+  assert_non_null(strstr(svg, ">bert-base.json</text>"));
+  assert_non_null(strstr(svg, "</svg>\n"));
+  for (p = svg; (p = strstr(p, "<polyline")) != NULL; p++) {
+    const char *pts = strstr(p, "points=\"");
+    const char *end;
+    int npts = 0;
+    assert_non_null(pts);
+    pts += 8;
+    end = strchr(pts, '"');
+    assert_non_null(end);
+    while (pts < end) {
+      double x = strtod(pts, (char **)&pts), y;
+      assert_true(*pts == ',');
+      y = strtod(pts + 1, (char **)&pts);
+      assert_true(x >= 80 && x <= 940.5); /* within the plot area */
+      assert_true(y >= 48 && y <= 396.5);
+      npts++;
+      while (*pts == ' ')
+        pts++;
+    }
+    assert_true(npts > 10);
+    lines++;
+  }
+  assert_int_equal(lines, 4);
+  free(svg);
+  if (access("/usr/bin/python3", X_OK) == 0) {
+    assert_int_equal(sh(&out, &err, "/usr/bin/python3 -c \"import sys, xml.etree."
+                        "ElementTree as E; r = E.parse(sys.argv[1]).getroot(); "
+                        "assert r.tag == '{http://www.w3.org/2000/svg}svg'; "
+                        "print(len([e for e in r.iter() if e.tag.endswith('polyline')]))\" "
+                        "{TMP}/cmp.svg"), 0);
+    assert_int_equal(atoi(out), 4);
+    free(out);
+    free(err);
+  }
+  /* --plot is compare's; an unwritable file is named */
+  assert_int_equal(sh(NULL, &err, "{BIN} run --plot {TMP}/x.svg "
+                      "{SRC}/tests/data/replay/small.csv"), 2);
+  assert_non_null(strstr(err, "--plot goes with compare"));
+  free(err);
+  assert_int_equal(sh(NULL, &err, "{BIN} compare default --plot {TMP}/no/dir/x.svg "
+                      "{SRC}/tests/data/replay/small.csv"), 1);
+  assert_non_null(strstr(err, "no/dir/x.svg: cannot write the plot"));
+  free(err);
+}
+
 /* The same manners in adaptalloc-demo and adaptalloc-bench. */
 static void test_replay_tool_other_programs(void **state) {
   char *out = NULL, *err = NULL;
@@ -867,6 +935,7 @@ int main(void) {
       cmocka_unit_test(test_replay_tool_usage),
       cmocka_unit_test(test_replay_tool_manners),
       cmocka_unit_test(test_replay_tool_other_programs),
+      cmocka_unit_test(test_replay_tool_plot),
       cmocka_unit_test(test_replay_tool_run_small),
       cmocka_unit_test(test_replay_tool_bad_input),
       cmocka_unit_test(test_replay_tool_suggest_compare),

@@ -672,6 +672,13 @@ static int bad_event(aa_replay_sim *s, uint64_t *counter,
   return AA_OK;
 }
 
+void aa_replay_sim_now(const aa_replay_sim *s, aa_replay_now *out) {
+  out->events = s->events;
+  out->in_use = s->in_use;
+  out->requested = s->requested;
+  out->reserved = atomic_load_explicit(&s->bk->held, memory_order_relaxed);
+}
+
 static inline void note_peaks(aa_replay_sim *s) {
   uint64_t res = atomic_load_explicit(&s->bk->held, memory_order_relaxed);
 

@@ -38,6 +38,7 @@ typedef struct options {
   size_t npolicies;
   const char *pool;
   const char *out;
+  const char *plot; /* compare --plot FILE.svg */
   bool json;
   int progress; /* -1 auto (tty), 0 off, 1 on */
   bool bench;
@@ -148,6 +149,8 @@ static const help_line option_help[] = {
               "                         than X from the median rank's (0.1; 0..1)\n"},
     {C_RUN | C_COMPARE, "  --threads              replay each recorded thread on a thread of its\n"
                         "                         own (per-thread caches as recorded; slower)\n"},
+    {C_COMPARE, "  --plot FILE.svg        compare: draw reserved (solid) and in-use (dashed)\n"
+                "                         bytes over the trace, a colour per policy\n"},
     {C_SUGGEST | C_IMPORT | C_EXPORT, "  -o FILE                output file (suggest, import, export)\n"},
     {C_SUGGEST, "  --max-classes N        suggest: class table bound (policy's\n"
                 "                         adapt.max_classes)\n"},
@@ -302,7 +305,7 @@ enum {
   OPT_COST_GIB, OPT_COST_HIT, OPT_COST_EVENT, OPT_CAPACITY, OPT_DELAY,
   OPT_IGNORE_STREAMS, OPT_REPLAY_FAILURES, OPT_MAX_CLASSES, OPT_MIN_GAIN,
   OPT_ADAPT, OPT_ADAPT_EVERY, OPT_TOP, OPT_THREADS, OPT_THRESHOLD,
-  OPT_EACH_RANK, OPT_LAYOUT, OPT_FORCE, OPT_HELP
+  OPT_EACH_RANK, OPT_LAYOUT, OPT_FORCE, OPT_PLOT, OPT_HELP
 };
 
 static const struct option long_opts[] = {
@@ -341,6 +344,7 @@ static const struct option long_opts[] = {
     {"threads", no_argument, NULL, OPT_THREADS},
     {"threshold", required_argument, NULL, OPT_THRESHOLD},
     {"each-rank", no_argument, NULL, OPT_EACH_RANK},
+    {"plot", required_argument, NULL, OPT_PLOT},
     {"output", required_argument, NULL, 'o'},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0}};
@@ -535,6 +539,11 @@ static int parse_args(int argc, char **argv, options *o) {
     case 'o':
       o->out = optarg;
       break;
+    case OPT_PLOT:
+      if (strcmp(o->cmd, "compare") != 0)
+        return usage_error("--plot goes with compare (at %s)", optarg);
+      o->plot = optarg;
+      break;
     case OPT_HELP:
       print_help(stdout, find_command(o->cmd));
       exit(EXIT_OK);
@@ -712,6 +721,7 @@ typedef struct fanout {
   size_t n;
   tool_progress *prog;
   size_t failed; /* index of the simulator that stopped the input */
+  tool_plot *plot; /* NULL: no --plot */
 } fanout;
 
 static int fanout_sink(void *user, const aa_replay_event *ev, size_t n) {
@@ -726,6 +736,12 @@ static int fanout_sink(void *user, const aa_replay_event *ev, size_t n) {
     }
   }
   f->prog->events += n;
+  if (f->plot != NULL) {
+    aa_replay_now now[MAX_POLICIES];
+    for (i = 0; i < f->n && i < MAX_POLICIES; i++)
+      aa_replay_sim_now(f->l[i].sim, &now[i]);
+    plot_add(f->plot, now);
+  }
   return AA_OK;
 }
 
@@ -747,7 +763,8 @@ static double cpu_seconds(void) {
 
 /* Replays the input through every simulator in l[0..n). Returns 0 or an
  * exit code (message printed). */
-static int replay_all(const options *o, loaded *l, size_t n, timing *t) {
+static int replay_all(const options *o, loaded *l, size_t n, timing *t,
+                      tool_plot *plot) {
   tool_progress prog;
   fanout f;
   aa_replay_diag diag;
@@ -763,6 +780,7 @@ static int replay_all(const options *o, loaded *l, size_t n, timing *t) {
   f.n = n;
   f.prog = &prog;
   f.failed = 0;
+  f.plot = plot;
   t0 = aa_now_ns();
   c0 = cpu_seconds();
   rc = input_feed(&o->in, o->on_error, fanout_sink, &f, &prog, &diag, err,
@@ -1051,7 +1069,7 @@ static int cmd_run_multi(const options *o, bool compare) {
         rc = make_sim(&od, &l[p], false);
     }
     if (rc == 0)
-      rc = replay_all(&od, l, np, &t);
+      rc = replay_all(&od, l, np, &t, NULL);
     if (rc == 0) {
       d[i].events = t.events;
       sum.events += t.events;
@@ -1158,6 +1176,7 @@ static int cmd_run(const options *o, bool compare) {
   size_t n = compare ? o->npolicies : 1, i;
   loaded *l;
   timing t;
+  tool_plot plot;
   int rc = 0;
 
   if (!compare && o->npolicies > 1)
@@ -1167,6 +1186,9 @@ static int cmd_run(const options *o, bool compare) {
                        "'default')%s", "");
   if (o->out != NULL)
     return usage_error("-o is for suggest and import%s", "");
+  if (o->plot != NULL && (o->ndbs > 1 || o->each_rank))
+    return usage_error("--plot draws one input (not several --db or "
+                       "--each-rank)%s", "");
   if (o->ndbs > 1 || o->each_rank)
     return cmd_run_multi(o, compare);
   l = calloc(n, sizeof *l);
@@ -1183,8 +1205,29 @@ static int cmd_run(const options *o, bool compare) {
     if (rc == 0)
       rc = make_sim(o, &l[i], o->top > 0);
   }
+  if (rc == 0 && o->plot != NULL) {
+    if (plot_init(&plot, n) != AA_OK) {
+      fprintf(stderr, "adaptalloc-replay: out of memory\n");
+      rc = EXIT_INTERNAL;
+    }
+  }
   if (rc == 0)
-    rc = replay_all(o, l, n, &t);
+    rc = replay_all(o, l, n, &t, o->plot != NULL ? &plot : NULL);
+  if (rc == 0 && o->plot != NULL) {
+    const char *labels[MAX_POLICIES];
+    char desc[512], title[600], err[1200];
+    for (i = 0; i < n; i++)
+      labels[i] = l[i].label;
+    input_describe(&o->in, desc, sizeof desc);
+    snprintf(title, sizeof title, "Reserved and in use over %s (pool %s)", desc,
+             o->pool);
+    if (plot_write_svg(&plot, o->plot, title, labels, err, sizeof err) != AA_OK) {
+      fprintf(stderr, "adaptalloc-replay: %s\n", err);
+      rc = EXIT_INPUT;
+    }
+  }
+  if (o->plot != NULL)
+    plot_free(&plot);
   if (rc == 0 && o->json) {
     print_json_head(stdout, o, &t);
     if (!compare) {
@@ -1377,7 +1420,7 @@ static int choose_layout(const options *o, loaded *base, aa_replay_result *as_gi
       n++;
     }
   }
-  rc = replay_all(o, c, n, &t);
+  rc = replay_all(o, c, n, &t, NULL);
   if (rc != 0)
     goto out;
   for (i = 0; i < n; i++)
@@ -1464,7 +1507,7 @@ static int cmd_suggest(const options *opts) {
   if (rc == 0)
     rc = make_sim(o, &l[0], true);
   if (rc == 0)
-    rc = replay_all(o, l, 1, &t0);
+    rc = replay_all(o, l, 1, &t0, NULL);
   if (rc != 0)
     goto out;
   if (!o->layout)
@@ -1544,7 +1587,7 @@ static int cmd_suggest(const options *opts) {
     if (rc != 0)
       goto out;
   }
-  rc = replay_all(o, &l[1], ncand, &t1);
+  rc = replay_all(o, &l[1], ncand, &t1, NULL);
   if (rc != 0)
     goto out;
   for (i = 1; i < ncand; i++)

@@ -141,4 +141,30 @@ void print_db_table(FILE *f, const char *const *labels,
                     const db_meta *meta, const aa_replay_result *r, size_t n,
                     const aa_replay_result *combined);
 
+/* ------------------------------------------------------------------ plot */
+
+/* compare --plot: reserved and in use over the trace per policy (plot.c). */
+#define PLOT_MAX_SERIES 16
+#define PLOT_MAX_POINTS 2048
+
+typedef struct tool_plot_point {
+  uint64_t events; /* events fed when the point closed */
+  uint64_t in_use, reserved; /* the largest values seen within the point */
+} tool_plot_point;
+
+typedef struct tool_plot {
+  tool_plot_point *pts; /* [series][PLOT_MAX_POINTS] */
+  size_t nseries, npoints;
+  uint64_t stride;  /* samples per point (doubles when the points run out) */
+  uint64_t pending; /* samples in the open point, modulo stride */
+} tool_plot;
+
+int plot_init(tool_plot *p, size_t nseries); /* AA_EINVAL, AA_ENOMEM */
+/* One sample of every series (now[nseries]), e.g. after each batch. */
+void plot_add(tool_plot *p, const aa_replay_now *now);
+/* Writes the SVG; err names the file and the cause on AA_EIO. */
+int plot_write_svg(const tool_plot *p, const char *path, const char *title,
+                   const char *const *labels, char *err, size_t errcap);
+void plot_free(tool_plot *p);
+
 #endif /* ADAPTALLOC_REPLAY_TOOL_H */

@@ -264,6 +264,16 @@ AA_EXTERN const char *aa_replay_sim_error(const aa_replay_sim *sim);
 /* Computes the figures so far (may be called more than once). */
 AA_EXTERN void aa_replay_sim_result(aa_replay_sim *sim, aa_replay_result *out);
 
+/* The moment's figures, for plots over the trace: what aa_replay_sim_result
+ * reports as peaks, read now (after a feed has returned). */
+typedef struct aa_replay_now {
+  uint64_t events;    /* events fed so far */
+  uint64_t in_use;    /* live block bytes */
+  uint64_t requested; /* live requested bytes */
+  uint64_t reserved;  /* bytes held from the simulated backend */
+} aa_replay_now;
+AA_EXTERN void aa_replay_sim_now(const aa_replay_sim *sim, aa_replay_now *out);
+
 /* The pool being driven (borrowed; valid until aa_replay_sim_free). */
 AA_EXTERN aa_pool *aa_replay_sim_pool(aa_replay_sim *sim);
 
