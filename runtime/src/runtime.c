@@ -147,6 +147,16 @@ int aa_runtime_init(const aa_runtime_config *cfg) {
   return AA_OK;
 }
 
+bool aa_runtime_started(void) {
+  bool shut;
+  if (!atomic_load_explicit(&aa__rt.ready, memory_order_acquire))
+    return false;
+  pthread_mutex_lock(&rt_lock);
+  shut = aa__rt.shut_down;
+  pthread_mutex_unlock(&rt_lock);
+  return !shut;
+}
+
 static _Atomic(aa_pool *) *pool_slot(aa_backend_kind kind, int device) {
   switch (kind) {
   case AA_BACKEND_DEVICE:

@@ -870,6 +870,81 @@ static void start_http(void) {
 
 int aa_runtime_http_port(void) { return atomic_load(&svc.http_port); }
 
+int aa_runtime_http_address(char *buf, size_t cap) {
+  const char *addr;
+  int n;
+  if (buf == NULL || cap == 0)
+    return AA_EINVAL;
+  buf[0] = '\0';
+  if (svc.http == NULL || atomic_load(&svc.http_port) == 0)
+    return AA_ENOTSUP;
+  addr = aa_http_bound_address(svc.http);
+  if (addr == NULL)
+    return AA_ENOTSUP;
+  n = snprintf(buf, cap, "%s", addr);
+  if (n < 0 || (size_t)n >= cap) {
+    buf[0] = '\0';
+    return AA_ERANGE;
+  }
+  return AA_OK;
+}
+
+static void ensure_started(void) {
+  if (!atomic_load_explicit(&aa__rt.ready, memory_order_acquire))
+    (void)aa_runtime_init(NULL);
+}
+
+int aa_runtime_stats_json(char **out, size_t *len) {
+  if (out == NULL || len == NULL)
+    return AA_EINVAL;
+  *out = NULL;
+  *len = 0;
+  ensure_started();
+  return prov_stats_json(NULL, NULL, out, len);
+}
+
+int aa_runtime_policy_json(char **out, uint64_t *version) {
+  size_t len = 0;
+  uint64_t v = 0;
+  int rc;
+  if (out == NULL)
+    return AA_EINVAL;
+  *out = NULL;
+  ensure_started();
+  rc = prov_policy_get(NULL, out, &len, &v);
+  if (rc == AA_OK && version != NULL)
+    *version = v;
+  return rc;
+}
+
+int aa_runtime_policy_update(const char *json, size_t len, bool patch,
+                             const char *source, uint64_t if_match,
+                             uint64_t *new_version, char *err, size_t errcap) {
+  aa_http_policy_change c;
+  char errbuf[512];
+
+  if (err == NULL || errcap == 0) {
+    err = errbuf;
+    errcap = sizeof(errbuf);
+  }
+  err[0] = '\0';
+  if (json == NULL) {
+    snprintf(err, errcap, "no policy document given");
+    return AA_EINVAL;
+  }
+  ensure_started();
+  memset(&c, 0, sizeof(c));
+  c.body = json;
+  c.len = len;
+  c.has_if_match = if_match > 0;
+  c.if_match = if_match;
+  c.source = source != NULL && source[0] != '\0' ? source : "api";
+  c.client = "in-process";
+  /* A /stats answer the server cached may show the old policy version for
+   * up to its cache time (100 ms). */
+  return prov_policy_change(&c, patch, new_version, err, errcap);
+}
+
 int64_t aa_runtime_run_id(void) { return svc.run_id; }
 
 /* ------------------------------------------------------------------ start/stop */

@@ -44,6 +44,10 @@ AA_EXTERN void aa_runtime_config_init(aa_runtime_config *cfg);
  * visible in /stats. */
 AA_EXTERN int aa_runtime_init(const aa_runtime_config *cfg);
 
+/* Whether the runtime has started (aa_runtime_init ran, or a pool was asked
+ * for) and is not shut down. */
+AA_EXTERN bool aa_runtime_started(void);
+
 /* The pool for a backend kind (AA_BACKEND_DEVICE with device >= 0,
  * AA_BACKEND_PINNED, AA_BACKEND_HOST), created on first use; starts the
  * runtime if needed. NULL if that backend cannot be had (no GPU, no CUDA). */
@@ -54,6 +58,34 @@ AA_EXTERN int aa_runtime_http_port(void);
 
 /* Store run id for this process (0 when the store is off). */
 AA_EXTERN int64_t aa_runtime_run_id(void);
+
+/* The HTTP server's bound address ("127.0.0.1:9100", "[::1]:9100") copied
+ * into buf (NUL-terminated). AA_ENOTSUP when the server is off or not
+ * started, AA_ERANGE when cap is too small, AA_EINVAL for NULL buf. */
+AA_EXTERN int aa_runtime_http_address(char *buf, size_t cap);
+
+/* What GET /stats answers: the runtime's state and every pool's stats as one
+ * JSON document. Starts the runtime if needed. *out is malloc'd, owned by the
+ * caller (free()); on failure *out is NULL and *len 0. */
+AA_EXTERN int aa_runtime_stats_json(char **out, size_t *len);
+
+/* The policy in force as JSON (what GET /policy answers) and its version.
+ * Starts the runtime if needed. *out is malloc'd, owned by the caller
+ * (free()); AA_ENOTSUP when no policy could be built. */
+AA_EXTERN int aa_runtime_policy_json(char **out, uint64_t *version);
+
+/* Replaces the policy in force (patch false: `json` is a whole policy, as PUT
+ * /policy) or merges `json` into it (patch true: an RFC 7386 merge patch, as
+ * PATCH /policy), validates it, applies it to every pool and logs the change
+ * to the store with `source` ("python", NULL = "api"). if_match > 0 refuses
+ * the change with AA_ESTALE unless that version is in force. On error nothing
+ * changes and err (may be NULL) names the problem: AA_EPARSE / AA_EINVAL /
+ * AA_ERANGE for a bad document. *new_version (may be NULL) gets the version
+ * now in force. */
+AA_EXTERN int aa_runtime_policy_update(const char *json, size_t len, bool patch,
+                                       const char *source, uint64_t if_match,
+                                       uint64_t *new_version, char *err,
+                                       size_t errcap);
 
 /* Stops the server, the loop and the store (flushing it), destroys the
  * pools. After this, pointers from runtime pools are invalid. Safe to call
