@@ -1,0 +1,244 @@
+"""adaptalloc: an adaptive GPU and pinned-host memory allocator.
+
+The Python layer over libadaptalloc (bundled in this package). The runtime
+(pools, SQLite store, policy loop, HTTP server) starts on first use and reads
+the ADAPTALLOC_* environment; ``configure()`` sets that environment from
+keywords, before the runtime starts.
+
+    import adaptalloc
+    adaptalloc.start(model="bert", http="127.0.0.1:0", db="off")
+    adaptalloc.stats()["pools"]          # what GET /stats answers
+    adaptalloc.patch_policy({"adapt": {"interval_ms": 500}})
+    adaptalloc.http_address()            # "127.0.0.1:41234"
+
+For PyTorch: ``import adaptalloc.torch; adaptalloc.torch.install()``
+(docs/torch.md).
+"""
+import json
+import os
+
+from . import _C
+
+__all__ = [
+    "AdaptallocError", "PolicyError", "PolicyConflict", "ENV", "configure", "start",
+    "started", "shutdown", "stats", "policy", "set_policy", "patch_policy",
+    "http_address", "http_port", "url", "run_id", "policy_dir", "cuda_device_count", "Block",
+]
+
+__version__ = "0.1.0"
+
+
+class AdaptallocError(RuntimeError):
+    """The runtime cannot do what was asked (started already, shut down...)."""
+
+
+class PolicyError(ValueError):
+    """A policy document was refused; the message names the field and rule."""
+
+
+class PolicyConflict(AdaptallocError):
+    """set_policy(if_match=N) while another version is in force."""
+
+
+#: Block(kind, size, stream=None): one block of the runtime's "host" or
+#: "pinned" pool as a writable buffer (memoryview(b), numpy.frombuffer(b));
+#: returned to the pool when it dies. Pinned blocks are reused only after the
+#: work `stream` had at that moment has completed (set_last_use,
+#: record_stream); b.address, b.size, b.capacity, b.device_address.
+Block = _C.Block
+
+# keyword -> the environment variable the runtime reads (README "Environment")
+ENV = {
+    "model": "ADAPTALLOC_MODEL",
+    "policy": "ADAPTALLOC_POLICY",
+    "policy_dir": "ADAPTALLOC_POLICY_DIR",
+    "db": "ADAPTALLOC_DB",
+    "http": "ADAPTALLOC_HTTP",
+    "token": "ADAPTALLOC_TOKEN",
+    "trace": "ADAPTALLOC_TRACE",
+    "quiet": "ADAPTALLOC_QUIET",
+}
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_started = False
+_applied = {}
+
+
+def policy_dir():
+    """The directory of the policies shipped with the package."""
+    return os.path.join(_HERE, "policies")
+
+
+def _env_value(key, value):
+    """The environment string for one keyword, or a clear error."""
+    if key in ("trace", "quiet"):
+        if isinstance(value, bool) or value in (0, 1):
+            return "1" if value else "0"
+        raise TypeError("adaptalloc: %s= must be True or False, not %r" % (key, value))
+    if key in ("db", "http") and value is False:
+        return "off"
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise TypeError("adaptalloc: %s= must be a string%s, not %s" % (
+            key, " or False" if key in ("db", "http") else "", type(value).__name__))
+    if value == "" or "\0" in value:
+        raise ValueError("adaptalloc: %s= must be a non-empty string without NUL" % key)
+    if key == "policy" and not os.path.isfile(value):
+        raise ValueError("adaptalloc: policy=%r: no such file" % value)
+    if key == "policy_dir" and not os.path.isdir(value):
+        raise ValueError("adaptalloc: policy_dir=%r: no such directory" % value)
+    if key == "http" and value != "off" and ":" not in value:
+        raise ValueError("adaptalloc: http=%r: expected HOST:PORT (port 0 picks one) or "
+                         "'off'" % value)
+    return value
+
+
+def configure(**overrides):
+    """Sets the ADAPTALLOC_* environment from keywords (model, policy,
+    policy_dir, db, http, token, trace, quiet; None leaves one alone; db=False
+    and http=False mean "off"). Must run before the runtime starts: the runtime
+    reads its environment once. Also points ADAPTALLOC_POLICY_DIR at the
+    packaged policies when neither it nor ./policies exists. Returns the
+    variables it set."""
+    global _applied
+    unknown = sorted(set(overrides) - set(ENV))
+    if unknown:
+        raise TypeError("adaptalloc: unknown keyword(s) %s; known: %s" % (
+            ", ".join(unknown), ", ".join(sorted(ENV))))
+    wanted = {}
+    for key, value in overrides.items():
+        if value is not None:
+            wanted[ENV[key]] = _env_value(key, value)
+    if started():
+        changed = {k: v for k, v in wanted.items() if os.environ.get(k) != v}
+        if changed:
+            raise AdaptallocError(
+                "adaptalloc: the runtime already started; %s cannot change now (set it "
+                "before the first allocation or adaptalloc.start())" % ", ".join(sorted(changed)))
+        return {}
+    if ("ADAPTALLOC_POLICY_DIR" not in wanted and not os.environ.get("ADAPTALLOC_POLICY_DIR")
+            and not os.path.isdir("policies") and os.path.isdir(policy_dir())):
+        wanted["ADAPTALLOC_POLICY_DIR"] = policy_dir()
+    os.environ.update(wanted)
+    _applied = dict(_applied, **wanted)
+    return wanted
+
+
+def started():
+    """Whether the runtime has started in this process (by start(), a stats
+    call or the first allocation)."""
+    return _started or _C.started()
+
+
+def start(**overrides):
+    """configure(**overrides), then starts the runtime (idempotent)."""
+    global _started
+    configure(**overrides)
+    quiet = os.environ.get("ADAPTALLOC_QUIET") not in (None, "", "0")
+    _C.start(quiet=quiet)
+    _started = True
+
+
+def _ensure():
+    if not started():
+        start()
+
+
+def shutdown():
+    """Stops the server, the loop and the store (flushing it) and destroys the
+    pools. Everything allocated from them is invalid after this; it cannot be
+    started again in this process."""
+    _C.shutdown()
+
+
+def stats():
+    """The runtime's /stats document as a dict: model, policy_version,
+    run_id, pools (one dict per pool: name, bytes_in_use, bytes_reserved,
+    peaks, classes, histogram...), adapt, store."""
+    _ensure()
+    return json.loads(_C.stats_json())
+
+
+def policy():
+    """The policy in force as a dict; its version is policy()["version"]
+    when the document carries one, else see policy_version()."""
+    _ensure()
+    doc, _version = _C.policy_json()
+    return json.loads(doc)
+
+
+def policy_version():
+    """The version of the policy in force (1 at start, +1 per change)."""
+    _ensure()
+    return _C.policy_json()[1]
+
+
+def _document(doc, what):
+    if isinstance(doc, (bytes, bytearray)):
+        doc = bytes(doc).decode("utf-8")
+    if isinstance(doc, dict):
+        return json.dumps(doc)
+    if isinstance(doc, str):
+        return doc
+    raise TypeError("adaptalloc.%s: the policy must be a dict or a JSON string, not %s"
+                    % (what, type(doc).__name__))
+
+
+def _update(doc, patch, if_match, what):
+    text = _document(doc, what)
+    if if_match is not None and (isinstance(if_match, bool) or not isinstance(if_match, int)
+                                 or if_match < 1):
+        raise TypeError("adaptalloc.%s: if_match must be a version number >= 1, not %r"
+                        % (what, if_match))
+    if "\0" in text:
+        raise PolicyError("adaptalloc.%s: the document contains a NUL character" % what)
+    _ensure()
+    rc, version, message = _C.policy_update(text, patch, if_match or 0, "python")
+    if rc == _C.OK:
+        return version
+    if rc in (_C.EPARSE, _C.EINVAL, _C.ERANGE):
+        raise PolicyError("adaptalloc.%s: %s" % (what, message))
+    if rc == _C.ESTALE:
+        raise PolicyConflict("adaptalloc.%s: %s" % (what, message))
+    raise AdaptallocError("adaptalloc.%s: %s (%s)" % (what, message, _C.strerror(rc)[0]))
+
+
+def set_policy(doc, *, if_match=None):
+    """Replaces the policy in force with `doc` (a dict or JSON text, the
+    policies/schema.json format), as PUT /policy does: validated, applied to
+    every pool, logged to the store. Returns the new version. Raises
+    PolicyError (a ValueError) naming the problem; nothing changes then."""
+    return _update(doc, False, if_match, "set_policy")
+
+
+def patch_policy(patch, *, if_match=None):
+    """Merges `patch` (RFC 7386 merge patch, a dict or JSON text) into the
+    policy in force, as PATCH /policy does. Returns the new version."""
+    return _update(patch, True, if_match, "patch_policy")
+
+
+def http_port():
+    """The HTTP server's port, 0 when it is off or not started."""
+    return _C.http_port()
+
+
+def http_address():
+    """The HTTP server's bound address ("127.0.0.1:9100"), None when off."""
+    return _C.http_address()
+
+
+def url():
+    """http://ADDRESS/ of the dashboard, None when the server is off."""
+    addr = http_address()
+    return None if addr is None else "http://%s/" % addr
+
+
+def run_id():
+    """The store's run id for this process (0 when the store is off)."""
+    return _C.run_id()
+
+
+def cuda_device_count():
+    """CUDA devices usable by libadaptalloc (0 without CUDA or a GPU)."""
+    return _C.cuda_device_count()

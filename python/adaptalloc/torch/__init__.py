@@ -1,0 +1,427 @@
+"""adaptalloc for PyTorch.
+
+One line, before the first CUDA allocation of the process:
+
+    import adaptalloc.torch
+    adaptalloc.torch.install()            # model=, policy=, db=, http= ...
+
+or, without touching the script: ``python -m adaptalloc.torch train.py ARGS``.
+
+install() makes adaptalloc PyTorch's CUDA allocator: the native allocator
+(adaptalloc._torch_native, built against the torch present at install time)
+when there is one, else the CUDAPluggableAllocator fallback
+(libadaptalloc_torch.so, shipped in this package) with every hook set.
+
+The pinned pool from Python (docs/torch.md):
+    pinned_empty(shape, dtype)   CPU tensor over a pinned-pool block
+    pin(tensor)                  a pinned copy of a CPU tensor
+    pack(tensors, device)        many small host tensors -> one copy
+    Prefetcher(loader, device)   batches packed and copied on a side stream
+    mapped_empty(shape, dtype)   host and CUDA tensors over the same memory
+"""
+import ctypes
+import math
+import os
+import threading
+import warnings
+
+import adaptalloc
+from adaptalloc import _C
+
+try:
+    import torch as _torch
+    _TORCH_ERROR = None
+except ImportError as _e:  # the package works without torch; these do not
+    _torch = None
+    _TORCH_ERROR = _e
+
+__all__ = ["install", "installed", "pluggable_library", "native_available",
+           "pinned_empty", "pin", "record_stream", "pack", "Prefetcher", "mapped_empty"]
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_PKG = os.path.dirname(_HERE)
+_lock = threading.Lock()
+_mode = None            # None, "native" or "pluggable"
+_pluggable = None       # the CUDAPluggableAllocator, kept alive
+
+
+def _need_torch(what):
+    if _torch is None:
+        raise ImportError("adaptalloc.torch.%s needs PyTorch (import torch failed: %s)"
+                          % (what, _TORCH_ERROR))
+    return _torch
+
+
+def pluggable_library():
+    """Path of libadaptalloc_torch.so in this package, or None when the
+    package was built without CUDA."""
+    p = os.path.join(_PKG, "libadaptalloc_torch.so")
+    return p if os.path.exists(p) else None
+
+
+def native_available():
+    """(True, None) when the native allocator imports, else (False, why)."""
+    try:
+        from adaptalloc import _torch_native  # noqa: F401
+    except ImportError as e:
+        return False, str(e)
+    return True, None
+
+
+def installed():
+    """"native", "pluggable", or None when install() has not run."""
+    return _mode
+
+
+def _check_untouched(torch):
+    """Raises when PyTorch's CUDA allocator already holds memory."""
+    if not torch.cuda.is_initialized():
+        return
+    try:
+        reserved = sum(torch.cuda.memory_reserved(d) for d in range(torch.cuda.device_count()))
+    except RuntimeError as e:  # another pluggable allocator is in charge
+        raise RuntimeError("adaptalloc.torch.install: another CUDA allocator is already "
+                           "installed (%s)" % e) from None
+    if reserved > 0:
+        raise RuntimeError(
+            "adaptalloc.torch.install() must run before the first CUDA allocation: "
+            "PyTorch's allocator already reserved %d bytes. Call it at the top of the "
+            "program, or run it as: python -m adaptalloc.torch script.py ARGS" % reserved)
+
+
+def _install_pluggable(torch, record_stream):
+    global _pluggable
+    path = pluggable_library()
+    if path is None:
+        raise RuntimeError("adaptalloc.torch.install(native=False): this adaptalloc was built "
+                           "without CUDA (no libadaptalloc_torch.so in %s); reinstall it on a "
+                           "machine with the CUDA Toolkit" % _PKG)
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(path, "aa_torch_alloc", "aa_torch_free")
+    lib = ctypes.CDLL(path)
+    inner = alloc.allocator()
+    hooks = [("set_init_fn", "aa_torch_init"),
+             ("set_reset_fn", "aa_torch_reset"),
+             ("set_memory_fraction_fn", "aa_torch_memory_fraction")]
+    if record_stream:
+        hooks.append(("set_record_stream_fn", "aa_torch_record_stream"))
+    for setter, symbol in hooks:
+        set_fn = getattr(inner, setter, None)
+        if set_fn is None:
+            raise RuntimeError("adaptalloc.torch.install(native=False): this torch (%s) has no "
+                               "CUDAPluggableAllocator.%s; use native=True"
+                               % (torch.__version__, setter))
+        set_fn(ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value)
+    try:
+        torch.cuda.memory.change_current_allocator(alloc)
+    except RuntimeError as e:
+        raise RuntimeError("adaptalloc.torch.install: PyTorch refused the allocator (%s); "
+                           "install() must run before the first CUDA allocation" % e) from None
+    _pluggable = alloc
+
+
+def install(*, model=None, policy=None, policy_dir=None, db=None, http=None, token=None,
+            trace=None, native=True, record_stream=True):
+    """Makes adaptalloc PyTorch's CUDA allocator. Call it before the first
+    CUDA allocation. The keywords set the runtime's environment
+    (ADAPTALLOC_MODEL, _POLICY, _POLICY_DIR, _DB, _HTTP, _TOKEN, _TRACE;
+    db=False / http=False mean "off"); None leaves a variable as it is.
+
+    native=True (default) uses the native allocator, with every torch.cuda
+    memory call, OOM as torch.OutOfMemoryError and CUDA graphs; when it is
+    not built for this torch, a RuntimeWarning says so and the pluggable
+    fallback is used. native=False uses the pluggable fallback with every
+    hook (init, empty_cache, memory fraction, record_stream).
+    Returns "native" or "pluggable". A second call with the same choice
+    returns it again; a different one raises."""
+    global _mode
+    torch = _need_torch("install")
+    with _lock:
+        if _mode is not None:
+            if native == (_mode == "native"):
+                return _mode
+            raise RuntimeError("adaptalloc.torch.install: already installed as %s; the "
+                               "allocator cannot change in a running process" % _mode)
+        if not isinstance(native, bool):
+            raise TypeError("adaptalloc.torch.install: native must be True or False")
+        if not torch.cuda.is_available():
+            raise RuntimeError("adaptalloc.torch.install: no CUDA device is available to "
+                               "PyTorch (torch.cuda.is_available() is False)")
+        _check_untouched(torch)
+        adaptalloc.configure(model=model, policy=policy, policy_dir=policy_dir, db=db,
+                             http=http, token=token, trace=trace)
+        if native:
+            ok, why = native_available()
+            if ok:
+                from adaptalloc import _torch_native
+                _torch_native.install(torch.cuda.device_count())
+                _mode = "native"
+                return _mode
+            warnings.warn("adaptalloc.torch: the native allocator is not available (%s); "
+                          "using the CUDAPluggableAllocator fallback, with which "
+                          "torch.cuda.memory_stats, CUDA graphs and "
+                          "torch.compile(mode='reduce-overhead') do not work" % why,
+                          RuntimeWarning, stacklevel=2)
+        _install_pluggable(torch, record_stream)
+        _mode = "pluggable"
+        return _mode
+
+
+# ------------------------------------------------------------- pinned pool
+
+def _shape(shape, what):
+    if isinstance(shape, int):
+        shape = (shape,)
+    try:
+        shape = tuple(int(d) for d in shape)
+    except TypeError:
+        raise TypeError("adaptalloc.torch.%s: shape must be an int or a sequence of ints, "
+                        "not %s" % (what, type(shape).__name__)) from None
+    if any(d < 0 for d in shape):
+        raise ValueError("adaptalloc.torch.%s: negative dimension in %s" % (what, shape))
+    return shape
+
+
+def _dtype(torch, dtype, what):
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError("adaptalloc.torch.%s: dtype must be a torch.dtype, not %r"
+                        % (what, dtype))
+    return dtype
+
+
+def _stream_handle(torch, stream):
+    if stream is None:
+        return torch.cuda.current_stream().cuda_stream
+    if isinstance(stream, torch.cuda.Stream):
+        return stream.cuda_stream
+    raise TypeError("adaptalloc.torch: stream must be a torch.cuda.Stream or None, not %s"
+                    % type(stream).__name__)
+
+
+def _over_block(torch, block, nbytes, dtype, shape):
+    flat = torch.frombuffer(block, dtype=torch.uint8)[:nbytes]
+    return flat.view(dtype).view(shape)
+
+
+def pinned_empty(shape, dtype=None, *, stream=None):
+    """An uninitialised CPU tensor whose storage is a block of adaptalloc's
+    pinned pool (is_pinned() is True). The block returns to the pool when the
+    tensor's storage dies, and is handed out again only after `stream` (the
+    current CUDA stream when None) has finished the work issued up to then,
+    so a non_blocking copy from it on that stream is safe. Copies on other
+    streams: record_stream(tensor, stream)."""
+    torch = _need_torch("pinned_empty")
+    shape = _shape(shape, "pinned_empty")
+    dtype = _dtype(torch, torch.float32 if dtype is None else dtype, "pinned_empty")
+    elem = torch.empty((), dtype=dtype).element_size()
+    nbytes = math.prod(shape) * elem
+    block = _C.Block("pinned", max(nbytes, 1), _stream_handle(torch, stream))
+    return _over_block(torch, block, nbytes, dtype, shape)
+
+
+def pin(tensor, *, stream=None):
+    """A copy of CPU tensor `tensor` in adaptalloc's pinned pool (like
+    tensor.pin_memory(), from the pool); see pinned_empty."""
+    torch = _need_torch("pin")
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("adaptalloc.torch.pin: expected a torch.Tensor, not %s"
+                        % type(tensor).__name__)
+    if tensor.device.type != "cpu":
+        raise ValueError("adaptalloc.torch.pin: the tensor is on %s; only CPU tensors can "
+                         "be pinned" % tensor.device)
+    out = pinned_empty(tensor.shape, tensor.dtype, stream=stream)
+    out.copy_(tensor)
+    return out
+
+
+def record_stream(tensor, stream):
+    """A tensor from pinned_empty/pin/mapped_empty is also used by a copy on
+    `stream`: its block is reused only after that stream's work up to the
+    tensor's death has completed (Tensor.record_stream's meaning)."""
+    torch = _need_torch("record_stream")
+    _C.pinned_record_stream(tensor.untyped_storage().data_ptr(),
+                            _stream_handle(torch, stream))
+
+
+class _CudaView:
+    """__cuda_array_interface__ over the device address of a pinned block;
+    keeps the block alive as long as the CUDA tensor made from it."""
+
+    def __init__(self, block, nbytes):
+        self._block = block
+        self.__cuda_array_interface__ = {
+            "shape": (nbytes,), "typestr": "|u1", "data": (block.device_address, False),
+            "strides": None, "version": 2}
+
+
+def mapped_empty(shape, dtype=None):
+    """(host, device): a CPU tensor and a CUDA tensor over the same mapped
+    pinned memory (zero-copy). Kernels read the host's writes directly over
+    the bus; use it for small data read once. The memory returns to the pool
+    when both tensors are gone."""
+    torch = _need_torch("mapped_empty")
+    shape = _shape(shape, "mapped_empty")
+    dtype = _dtype(torch, torch.float32 if dtype is None else dtype, "mapped_empty")
+    elem = torch.empty((), dtype=dtype).element_size()
+    nbytes = max(math.prod(shape) * elem, 1)
+    block = _C.Block("pinned", nbytes, _stream_handle(torch, None))
+    host = _over_block(torch, block, math.prod(shape) * elem, dtype, shape)
+    dev = torch.as_tensor(_CudaView(block, nbytes), device="cuda")
+    dev = dev[:math.prod(shape) * elem].view(dtype).view(shape)
+    return host, dev
+
+
+# ------------------------------------------------------------------ packing
+
+_PACK_MIN_CAPACITY = 16 << 20
+_packers = threading.local()
+
+
+def _packer(device_index, need):
+    """This thread's packer for a device, at least `need` bytes a buffer."""
+    table = getattr(_packers, "table", None)
+    if table is None:
+        table = _packers.table = {}
+    pk = table.get(device_index)
+    if pk is None or pk.capacity < need:
+        if pk is not None:
+            pk.close()
+        cap = _PACK_MIN_CAPACITY
+        while cap < need:
+            cap *= 2
+        pk = table[device_index] = _C.Packer(cap)
+    return pk
+
+
+def _pack(torch, tensors, device, stream, wait):
+    if not isinstance(tensors, (list, tuple)):
+        raise TypeError("adaptalloc.torch.pack: expected a list or tuple of tensors, not %s"
+                        % type(tensors).__name__)
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise ValueError("adaptalloc.torch.pack: device must be a CUDA device, not %s" % device)
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    srcs = []
+    for i, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError("adaptalloc.torch.pack: item %d is a %s, not a tensor"
+                            % (i, type(t).__name__))
+        if t.device.type != "cpu":
+            raise ValueError("adaptalloc.torch.pack: item %d is on %s; pack takes CPU tensors"
+                             % (i, t.device))
+        srcs.append(t if t.is_contiguous() else t.contiguous())
+    align = _C.PACKER_ALIGN
+    need = sum((t.numel() * t.element_size() + align - 1) // align * align for t in srcs)
+    with torch.cuda.device(device):
+        current = torch.cuda.current_stream(device)
+        copy_stream = current if stream is None else stream
+        if not isinstance(copy_stream, torch.cuda.Stream):
+            raise TypeError("adaptalloc.torch.pack: stream must be a torch.cuda.Stream or None")
+        items = [(t.data_ptr(), t.numel() * t.element_size()) for t in srcs if t.numel() > 0]
+        pk = _packer(device.index, max(need, 1))
+        offsets = pk.add_many(items) if items else []
+        if offsets is None:  # cannot happen: capacity >= need
+            raise RuntimeError("adaptalloc.torch.pack: the batch did not fit the packer")
+        used = pk.used()
+        base = torch.empty(max(used, 1), dtype=torch.uint8, device=device)
+        if used:
+            pk.flush(base.data_ptr(), copy_stream.cuda_stream)
+        if wait and copy_stream is not current:
+            pk.wait(current.cuda_stream)
+    out, k = [], 0
+    for t in srcs:
+        n = t.numel() * t.element_size()
+        if n == 0:
+            out.append(torch.empty(t.shape, dtype=t.dtype, device=device))
+            continue
+        off = offsets[k]
+        k += 1
+        out.append(base[off:off + n].view(t.dtype).view(t.shape))
+    return out, base
+
+
+def pack(tensors, device="cuda", stream=None):
+    """Copies CPU tensors to `device` with ONE copy: they are packed into a
+    pinned buffer of adaptalloc's pinned pool and sent with one
+    cudaMemcpyAsync on `stream` (the current stream when None); the current
+    stream waits for it on the GPU, the CPU does not. Returns device tensors
+    with the same shapes and dtypes: views of one device allocation (it is
+    freed when all of them are). Each thread has a double-buffered packer per
+    device, so the next batch packs while the last one copies."""
+    torch = _need_torch("pack")
+    out, _base = _pack(torch, tensors, device, stream, wait=True)
+    return out
+
+
+def _collect(torch, obj, found):
+    if isinstance(obj, torch.Tensor):
+        if obj.device.type == "cpu":
+            found.append(obj)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _collect(torch, v, found)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _collect(torch, v, found)
+
+
+def _rebuild(torch, obj, it):
+    if isinstance(obj, torch.Tensor):
+        return next(it) if obj.device.type == "cpu" else obj
+    if isinstance(obj, dict):
+        return type(obj)((k, _rebuild(torch, v, it)) for k, v in obj.items())
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
+        return type(obj)(*(_rebuild(torch, v, it) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_rebuild(torch, v, it) for v in obj)
+    return obj
+
+
+class Prefetcher:
+    """Wraps a loader (e.g. torch.utils.data.DataLoader, workers included):
+    while the model computes on batch i, batch i+1's CPU tensors are packed
+    and copied to `device` on a side stream; the compute stream waits for
+    that copy on the GPU only. Yields the loader's batches (tensors, lists,
+    tuples, dicts, namedtuples) with every CPU tensor replaced by a device
+    tensor; other values pass through."""
+
+    def __init__(self, loader, device="cuda", stream=None):
+        torch = _need_torch("Prefetcher")
+        self.loader = loader
+        self.device = torch.device(device)
+        if self.device.type != "cuda":
+            raise ValueError("adaptalloc.torch.Prefetcher: device must be CUDA, not %s"
+                             % self.device)
+        if stream is not None and not isinstance(stream, torch.cuda.Stream):
+            raise TypeError("adaptalloc.torch.Prefetcher: stream must be a torch.cuda.Stream")
+        self.stream = stream
+
+    def __len__(self):
+        return len(self.loader)
+
+    def _load(self, torch, it, side):
+        try:
+            batch = next(it)
+        except StopIteration:
+            return None
+        found = []
+        _collect(torch, batch, found)
+        with torch.cuda.stream(side):
+            moved, base = _pack(torch, found, self.device, side, wait=False)
+        return _rebuild(torch, batch, iter(moved)), base
+
+    def __iter__(self):
+        torch = _need_torch("Prefetcher")
+        dev = self.device
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        side = self.stream or torch.cuda.Stream(dev)
+        it = iter(self.loader)
+        nxt = self._load(torch, it, side)
+        while nxt is not None:
+            batch, base = nxt
+            compute = torch.cuda.current_stream(dev)
+            compute.wait_stream(side)
+            base.record_stream(compute)  # allocated on the side stream, used here
+            nxt = self._load(torch, it, side)
+            yield batch

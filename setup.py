@@ -1,0 +1,179 @@
+"""Builds the adaptalloc Python package (pip install . from the repository).
+
+1. CMake builds libadaptalloc (the C library with its runtime: store, policy
+   loop, HTTP server) and, with CUDA, the CUDAPluggableAllocator fallback
+   libadaptalloc_torch.so linked to it, in Release, without tests or
+   benchmarks. Both go into the package with an rpath of $ORIGIN.
+2. adaptalloc._C, the CPython extension over the C API, links to them.
+3. When torch is importable here and torch/native/*.cpp exist,
+   adaptalloc._torch_native, the native torch allocator, is compiled against
+   that torch (torch.utils.cpp_extension supplies its paths and flags).
+4. policies/*.json ship as adaptalloc/policies/.
+
+Environment:
+  ADAPTALLOC_CMAKE_ARGS  extra CMake arguments (e.g. -DCMAKE_PREFIX_PATH=...)
+  ADAPTALLOC_BUILD_JOBS  parallel build jobs (default: CPU count)
+  ADAPTALLOC_NO_TORCH=1  do not build the torch extension even if torch is here
+Offline: pip install --no-build-isolation .
+"""
+import glob
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+INCLUDES = [os.path.join(ROOT, d) for d in
+            ("core/include", "runtime/include", "torch/include")]
+LIB = "libadaptalloc.so.0"
+PLUGIN = "libadaptalloc_torch.so"
+
+
+def _torch():
+    """torch and its cpp_extension helpers, or None."""
+    if os.environ.get("ADAPTALLOC_NO_TORCH") == "1":
+        return None
+    if not glob.glob(os.path.join(ROOT, "torch", "native", "*.cpp")):
+        return None
+    try:
+        import torch
+        import torch.utils.cpp_extension as cpp
+    except Exception as e:  # a broken torch must not break the C package
+        print("adaptalloc: torch not usable here (%s): no native allocator" % e)
+        return None
+    return torch, cpp
+
+
+def _torch_extension():
+    found = _torch()
+    if found is None:
+        return None
+    torch, cpp = found
+    srcs = sorted(os.path.relpath(p, ROOT)
+                  for p in glob.glob(os.path.join(ROOT, "torch", "native", "*.cpp")))
+    try:
+        ext = cpp.CUDAExtension("adaptalloc._torch_native", srcs)
+    except Exception as e:  # no CUDA_HOME: the CPU-only torch cannot host it
+        print("adaptalloc: no CUDA for the torch extension (%s): no native allocator" % e)
+        return None
+    abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", 1))
+    flags = ["-std=c++17", "-O2", "-fvisibility=hidden",
+             "-DTORCH_API_INCLUDE_EXTENSION_H", "-DTORCH_EXTENSION_NAME=_torch_native",
+             "-D_GLIBCXX_USE_CXX11_ABI=%d" % abi]
+    pyb = getattr(cpp, "_get_pybind11_abi_build_flags", None)
+    if pyb is not None:
+        flags += list(pyb())
+    ext.include_dirs = INCLUDES + list(ext.include_dirs)
+    ext.extra_compile_args = flags
+    ext.libraries = ["adaptalloc"] + list(ext.libraries)
+    ext.extra_link_args = ["-Wl,-rpath,$ORIGIN"]
+    ext.language = "c++"
+    return ext
+
+
+class BuildExt(build_ext):
+    """Runs CMake for libadaptalloc first, then builds the extensions
+    against it and copies the libraries next to them."""
+
+    def run(self):
+        self._cmake()
+        super().run()
+
+    def _cmake(self):
+        bdir = os.path.join(os.path.abspath(self.build_temp), "cmake")
+        os.makedirs(bdir, exist_ok=True)
+        args = ["cmake", "-S", ROOT, "-B", bdir,
+                "-DCMAKE_BUILD_TYPE=Release",
+                "-DAA_BUILD_TESTS=OFF", "-DAA_BUILD_BENCH=OFF",
+                "-DAA_TORCH_PLUGIN_SHARED=ON",
+                # The libraries carry the rpath they have installed: $ORIGIN
+                # (each other) plus the link directories outside the
+                # project (CUDA's, a private prefix's).
+                "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",
+                "-DCMAKE_INSTALL_RPATH=$ORIGIN",
+                "-DCMAKE_INSTALL_RPATH_USE_LINK_PATH=ON"]
+        if shutil.which("ninja"):
+            args += ["-G", "Ninja"]
+        nvcc = "/usr/local/cuda/bin/nvcc"
+        if os.path.exists(nvcc) and not shutil.which("nvcc"):
+            args.append("-DCUDAToolkit_ROOT=/usr/local/cuda")
+        args += shlex.split(os.environ.get("ADAPTALLOC_CMAKE_ARGS", ""))
+        if os.path.exists(os.path.join(bdir, "CMakeCache.txt")):
+            args = ["cmake", bdir]  # configured before: keep its settings
+        jobs = os.environ.get("ADAPTALLOC_BUILD_JOBS") or str(os.cpu_count() or 2)
+        subprocess.check_call(args, stdout=subprocess.DEVNULL if not self.verbose else None)
+        targets = ["adaptalloc"]
+        cache = open(os.path.join(bdir, "CMakeCache.txt")).read()
+        cuda = "AA_WITH_CUDA:BOOL=ON" in cache
+        if cuda:
+            targets.append("adaptalloc_torch")
+        subprocess.check_call(["cmake", "--build", bdir, "-j", jobs, "--target"] + targets)
+        self._libdir = bdir
+        lib = os.path.join(bdir, LIB)
+        if not os.path.exists(lib):
+            raise RuntimeError("adaptalloc: CMake built no %s in %s" % (LIB, bdir))
+        self._libs = [lib]
+        plugin = os.path.join(bdir, "torch", "pluggable", PLUGIN)
+        if cuda and os.path.exists(plugin):
+            self._libs.append(plugin)
+        for ext in self.extensions:
+            ext.library_dirs = [bdir] + list(ext.library_dirs)
+
+    def build_extensions(self):
+        # The package directory in build_lib (or the source tree for --inplace).
+        pkgdir = os.path.dirname(self.get_ext_fullpath("adaptalloc._C"))
+        os.makedirs(pkgdir, exist_ok=True)
+        for lib in self._libs:
+            # copyfile, not copy2: the real file under its soname.
+            shutil.copyfile(os.path.realpath(lib), os.path.join(pkgdir, os.path.basename(lib)))
+        super().build_extensions()
+
+    def build_extension(self, ext):
+        if ext.name == "adaptalloc._torch_native":
+            try:
+                super().build_extension(ext)
+            except Exception as e:
+                # The C package stays usable: install(native=True) then warns
+                # and uses the pluggable fallback.
+                print("adaptalloc: WARNING: the native torch allocator did not build (%s); "
+                      "adaptalloc.torch falls back to the pluggable allocator" % e,
+                      file=sys.stderr)
+            return
+        super().build_extension(ext)
+
+
+class BuildPy(build_py):
+    """Also ships policies/*.json as adaptalloc/policies/."""
+
+    def run(self):
+        super().run()
+        dst = os.path.join(self.build_lib, "adaptalloc", "policies")
+        os.makedirs(dst, exist_ok=True)
+        for p in glob.glob(os.path.join(ROOT, "policies", "*.json")):
+            shutil.copyfile(p, os.path.join(dst, os.path.basename(p)))
+
+
+cflags = ["-std=c11", "-Wall", "-Wextra", "-O2"]
+if sysconfig.get_config_var("Py_DEBUG"):
+    cflags.append("-O0")
+exts = [Extension("adaptalloc._C", ["python/src/_C.c"], include_dirs=INCLUDES,
+                  libraries=["adaptalloc"], extra_compile_args=cflags,
+                  extra_link_args=["-Wl,-rpath,$ORIGIN"])]
+_native = _torch_extension()
+if _native is not None:
+    exts.append(_native)
+
+setup(
+    package_dir={"": "python"},
+    packages=["adaptalloc", "adaptalloc.torch"],
+    ext_modules=exts,
+    cmdclass={"build_ext": BuildExt, "build_py": BuildPy},
+    options={"build": {"build_base": "build-py"}},
+    zip_safe=False,
+)

@@ -1,0 +1,276 @@
+"""GPU tests of the installed adaptalloc package with PyTorch: install() on
+both paths, the no-code launcher, and the pinned pool from Python (pinned
+tensors, pack, Prefetcher, mapped memory).
+
+    pip install --no-build-isolation .      # with torch present
+    pytest tests/gpu/test_package_torch.py
+
+Uses the Python running pytest (or ADAPTALLOC_TEST_PYTHON). Skips, with the
+reason, without torch, without a CUDA device or without the package. Each
+case runs in a fresh process: the allocator is chosen once per process.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+PY = os.environ.get("ADAPTALLOC_TEST_PYTHON", sys.executable)
+
+
+def _probe():
+    code = ("import json, torch, adaptalloc.torch as t; "
+            "print(json.dumps([torch.cuda.is_available(), t.native_available()[0], "
+            "t.pluggable_library() is not None]))")
+    p = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=os.path.expanduser("~") if os.path.isdir(os.path.expanduser("~"))
+                       else "/")
+    if p.returncode != 0:
+        return None, (p.stderr.strip().splitlines() or ["?"])[-1]
+    cuda, native, pluggable = json.loads(p.stdout.strip().splitlines()[-1])
+    if not cuda:
+        return None, "torch sees no CUDA device"
+    return {"native": native, "pluggable": pluggable}, None
+
+
+_INFO, _WHY = _probe()
+pytestmark = pytest.mark.skipif(_INFO is None, reason="adaptalloc GPU tests: %s" % _WHY)
+
+
+def run(code, tmp_path, env=None, args=(), timeout=300, module=False):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("ADAPTALLOC_")}
+    e.update({"ADAPTALLOC_DB": "off", "ADAPTALLOC_HTTP": "127.0.0.1:0", "ADAPTALLOC_QUIET": "1"})
+    e.update(env or {})
+    cmd = [PY] + (["-m", "adaptalloc.torch"] if module else ["-c", textwrap.dedent(code)])
+    p = subprocess.run(cmd + list(args), cwd=str(tmp_path), env=e, capture_output=True,
+                       text=True, timeout=timeout)
+    lines = [l for l in p.stdout.splitlines() if l.strip()]
+    out = json.loads(lines[-1]) if p.returncode == 0 and lines else None
+    return p, out
+
+
+def pool(stats, name):
+    for p in stats["pools"]:
+        if p["name"] == name:
+            return p
+    return None
+
+
+# ------------------------------------------------------------------ install
+
+def test_pluggable_install_sets_every_hook(tmp_path):
+    if not _INFO["pluggable"]:
+        pytest.skip("package built without libadaptalloc_torch.so")
+    p, d = run("""
+        import json, torch, adaptalloc, adaptalloc.torch as aat
+        mode = aat.install(native=False, model="plug")
+        x = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
+        y = (x * 2).sum().item()
+        s1 = adaptalloc.stats()
+        del x
+        torch.cuda.empty_cache()                       # reset hook
+        s2 = adaptalloc.stats()
+        torch.cuda.set_per_process_memory_fraction(0.5)  # memory fraction hook
+        s3 = adaptalloc.stats()
+        total = torch.cuda.get_device_properties(0).total_memory
+        print(json.dumps({"mode": mode, "y": y, "model": s1["model"],
+                          "d1": aat_pool(s1), "d2": aat_pool(s2), "d3": aat_pool(s3),
+                          "total": total, "again": aat.install(native=False)}))
+    """.replace("aat_pool(", "(lambda s: [q for q in s['pools'] if q['name']=='device0'][0])("),
+        tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert d["mode"] == "pluggable" and d["again"] == "pluggable"
+    assert d["y"] == float(sum(range(1 << 20)) * 2)
+    assert d["model"] == "plug"
+    assert d["d1"]["allocs"] >= 2 and d["d1"]["bytes_reserved"] >= 4 << 20
+    assert d["d2"]["bytes_reserved"] < d["d1"]["bytes_reserved"]
+    assert d["d3"]["limit_bytes"] == int(0.5 * d["total"])
+
+
+def test_native_install_or_clear_fallback(tmp_path):
+    p, d = run("""
+        import json, warnings, torch, adaptalloc, adaptalloc.torch as aat
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            mode = aat.install()
+        x = torch.randn(1000, 1000, device="cuda")
+        y = float((x @ x).sum().item())
+        print(json.dumps({"mode": mode, "warn": [str(i.message) for i in w],
+                          "native": aat.native_available(),
+                          "dev": [q["allocs"] for q in adaptalloc.stats()["pools"]
+                                  if q["name"] == "device0"]}))
+    """, tmp_path)
+    assert p.returncode == 0, p.stderr
+    if _INFO["native"]:
+        assert d["mode"] == "native" and not d["warn"]
+    else:
+        assert d["mode"] == "pluggable"
+        assert any("native allocator is not available" in m for m in d["warn"])
+    assert d["dev"] and d["dev"][0] >= 1
+
+
+def test_install_after_a_cuda_allocation_is_refused(tmp_path):
+    p, d = run("""
+        import json, torch, adaptalloc.torch as aat
+        x = torch.ones(10, device="cuda")
+        try:
+            aat.install()
+            print(json.dumps(None))
+        except RuntimeError as e:
+            print(json.dumps(str(e)))
+    """, tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert d and "before the first CUDA allocation" in d and "python -m adaptalloc.torch" in d
+
+
+def test_launcher_runs_an_unmodified_script(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import json, sys, torch, adaptalloc, adaptalloc.torch as aat
+        m = torch.nn.Linear(64, 64).cuda()
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for _ in range(3):
+            loss = m(torch.randn(32, 64, device="cuda")).pow(2).mean()
+            opt.zero_grad(); loss.backward(); opt.step()
+        dev = [q for q in adaptalloc.stats()["pools"] if q["name"] == "device0"][0]
+        print(json.dumps({"argv": sys.argv, "mode": aat.installed(),
+                          "model": adaptalloc.stats()["model"], "allocs": dev["allocs"]}))
+    """))
+    p, d = run(None, tmp_path, module=True,
+               args=("--model", "launched", str(script), "--epochs", "3"))
+    assert p.returncode == 0, p.stderr
+    assert d["argv"] == [str(script), "--epochs", "3"]
+    assert d["mode"] in ("native", "pluggable") and d["model"] == "launched"
+    assert d["allocs"] > 0
+
+
+# -------------------------------------------------------------- pinned pool
+
+def test_pinned_empty_is_pinned_pooled_and_returned(tmp_path):
+    p, d = run("""
+        import gc, json, threading, torch, adaptalloc, adaptalloc.torch as aat
+        def pinned():
+            return [q for q in adaptalloc.stats()["pools"] if q["name"] == "pinned"][0]
+        t = aat.pinned_empty((256, 1024), torch.float16)
+        t.copy_(torch.randn(256, 1024).half())
+        g = t.to("cuda", non_blocking=True)
+        torch.cuda.synchronize()
+        same = bool(torch.equal(g.cpu(), t))
+        during = pinned()["bytes_in_use"]
+        addr = t.data_ptr()
+        del t; gc.collect()
+        after = pinned()["bytes_in_use"]
+        # freed in another thread
+        u = aat.pin(torch.arange(4096, dtype=torch.int64))
+        ok_pin = u.is_pinned() and bool(torch.equal(u, torch.arange(4096)))
+        mid = pinned()["bytes_in_use"]
+        box = [u]; del u
+        th = threading.Thread(target=box.clear); th.start(); th.join(); gc.collect()
+        end = pinned()["bytes_in_use"]
+        z = aat.pinned_empty(0, torch.float32)
+        print(json.dumps({"same": same, "during": during, "after": after, "mid": mid,
+                          "end": end, "ok_pin": ok_pin, "zero": list(z.shape),
+                          "pinned_flag": bool(aat.pinned_empty(8).is_pinned())}))
+    """, tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert d["same"] and d["ok_pin"] and d["pinned_flag"]
+    assert d["during"] >= 256 * 1024 * 2 and d["after"] < d["during"]
+    assert d["mid"] >= 4096 * 8 and d["end"] < d["mid"]
+    assert d["zero"] == [0]
+
+
+def test_pinned_block_is_not_reused_before_its_copy_completes(tmp_path):
+    p, d = run("""
+        import json, torch, adaptalloc.torch as aat
+        n = 1 << 20
+        s = torch.cuda.Stream()
+        bad = 0
+        for round_ in range(20):
+            dst = torch.empty(n, dtype=torch.int32, device="cuda")
+            src = aat.pinned_empty(n, torch.int32, stream=s)
+            src.fill_(round_)
+            with torch.cuda.stream(s):
+                torch.cuda._sleep(20_000_000)          # the copy starts late
+                dst.copy_(src, non_blocking=True)
+            del src                                     # dies while the copy waits
+            nxt = aat.pinned_empty(n, torch.int32, stream=s)
+            nxt.fill_(-1)                               # would corrupt dst if reused
+            s.synchronize()
+            bad += int((dst != round_).sum().item() > 0)
+            del nxt
+        print(json.dumps({"bad": bad}))
+    """, tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert d["bad"] == 0
+
+
+def test_pack_is_bit_identical(tmp_path):
+    p, d = run("""
+        import json, torch, adaptalloc.torch as aat
+        g = torch.Generator().manual_seed(0)
+        ts = []
+        for i in range(300):
+            shape = (int(torch.randint(1, 50, (1,), generator=g)), 3)
+            dt = [torch.float32, torch.float16, torch.int64, torch.uint8, torch.bfloat16][i % 5]
+            ts.append((torch.randn(shape, generator=g) * 100).to(dt))
+        ts.append(torch.randn(8, 8).t())                  # not contiguous
+        ts.append(torch.empty(0))
+        out = aat.pack(ts, "cuda")
+        ok = all(o.device.type == "cuda" and o.dtype == t.dtype and o.shape == t.shape
+                 and torch.equal(o.cpu(), t) for o, t in zip(out, ts))
+        s = torch.cuda.Stream()
+        out2 = aat.pack(ts[:10], "cuda", stream=s)
+        ok2 = all(torch.equal(o.cpu(), t) for o, t in zip(out2, ts[:10]))
+        errs = []
+        for bad in (lambda: aat.pack(ts[0], "cuda"), lambda: aat.pack([1], "cuda"),
+                    lambda: aat.pack([ts[0].cuda()], "cuda"), lambda: aat.pack(ts, "cpu")):
+            try:
+                bad(); errs.append(None)
+            except (TypeError, ValueError) as e:
+                errs.append(type(e).__name__)
+        print(json.dumps({"ok": ok, "ok2": ok2, "errs": errs}))
+    """, tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert d["ok"] and d["ok2"]
+    assert d["errs"] == ["TypeError", "TypeError", "ValueError", "ValueError"]
+
+
+def test_prefetcher_with_dataloader_workers(tmp_path):
+    p, d = run("""
+        import json, torch, adaptalloc.torch as aat
+        from torch.utils.data import DataLoader, TensorDataset
+        x = torch.randn(512, 3, 8, 8).to(torch.bfloat16)
+        y = torch.arange(512)
+        dl = DataLoader(TensorDataset(x, y), batch_size=64, num_workers=2)
+        seen, ok = 0, True
+        for (bx, by), (cx, cy) in zip(aat.Prefetcher(dl, "cuda"), dl):
+            ok &= bx.is_cuda and by.is_cuda
+            ok &= bool(torch.equal(bx.cpu(), cx)) and bool(torch.equal(by.cpu(), cy))
+            seen += 1
+        d = [{"a": torch.ones(3), "b": [torch.zeros(2), 5]}]
+        (m,) = list(aat.Prefetcher(d, "cuda"))
+        ok2 = m["a"].is_cuda and m["b"][0].is_cuda and m["b"][1] == 5
+        print(json.dumps({"seen": seen, "ok": bool(ok), "ok2": bool(ok2)}))
+    """, tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert d == {"seen": 8, "ok": True, "ok2": True}
+
+
+def test_mapped_empty_is_zero_copy(tmp_path):
+    p, d = run("""
+        import json, torch, adaptalloc.torch as aat
+        h, g = aat.mapped_empty((1000,), torch.float32)
+        h.copy_(torch.arange(1000, dtype=torch.float32))
+        torch.cuda.synchronize()
+        first = float(g.sum().item())
+        h[0] = 1e6                                  # seen by the GPU without a copy
+        second = float(g.sum().item())
+        print(json.dumps({"dev": str(g.device), "pinned": h.is_pinned(),
+                          "first": first, "second": second}))
+    """, tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert d["dev"].startswith("cuda") and d["pinned"]
+    assert d["first"] == float(sum(range(1000)))
+    assert d["second"] == d["first"] + 1e6

@@ -1,0 +1,291 @@
+"""The adaptalloc Python package without torch or a GPU: install, import,
+stats, policy round trips, errors, the environment mapping and the launcher.
+Each scenario runs in a fresh process (run_py) because the runtime is one
+per process."""
+import json
+import os
+import sys
+
+import pytest
+
+
+def test_installs_into_a_fresh_venv_and_imports(run_py):
+    r = run_py("""
+        import json, os, adaptalloc, adaptalloc.torch
+        pkg = os.path.dirname(adaptalloc.__file__)
+        print(json.dumps({"file": adaptalloc.__file__, "version": adaptalloc.__version__,
+                          "files": sorted(os.listdir(pkg)),
+                          "policies": sorted(os.listdir(adaptalloc.policy_dir())),
+                          "started": adaptalloc.started()}))
+    """)
+    assert r.rc == 0, r.err
+    d = r.json()
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert not d["file"].startswith(root + os.sep), "imported from the source tree"
+    assert d["version"] == "0.1.0"
+    assert "libadaptalloc.so.0" in d["files"]
+    assert any(f.startswith("_C.") and f.endswith(".so") for f in d["files"])
+    assert "default.json" in d["policies"] and "schema.json" in d["policies"]
+    assert d["started"] is False, "importing must not start the runtime"
+
+
+def test_stats_json_has_the_pool_fields(run_py):
+    r = run_py("""
+        import json, adaptalloc
+        b = adaptalloc.Block("host", 10000)
+        mv = memoryview(b); mv[:5] = b"hello"; assert bytes(mv[:5]) == b"hello"
+        during = adaptalloc.stats()
+        del mv, b
+        after = adaptalloc.stats()
+        print(json.dumps({"during": during, "after": after}))
+    """)
+    assert r.rc == 0, r.err
+    d = r.json()
+    for key in ("model", "pid", "policy_version", "pools", "adapt", "store"):
+        assert key in d["during"], key
+    pools = {p["name"]: p for p in d["during"]["pools"]}
+    host = pools["host"]
+    for key in ("bytes_in_use", "bytes_reserved", "peak_bytes_in_use", "peak_bytes_reserved",
+                "allocs", "frees", "limit_bytes", "backend"):
+        assert key in host, key
+    assert host["bytes_in_use"] >= 10000
+    assert host["bytes_reserved"] >= host["bytes_in_use"]
+    assert host["allocs"] == 1 and host["frees"] == 0
+    after = {p["name"]: p for p in d["after"]["pools"]}["host"]
+    assert after["bytes_in_use"] == 0 and after["frees"] == 1
+
+
+def test_policy_get_set_round_trip(run_py):
+    r = run_py("""
+        import json, adaptalloc
+        p0 = adaptalloc.policy(); v0 = adaptalloc.policy_version()
+        p0["adapt"]["interval_ms"] = 1234
+        v1 = adaptalloc.set_policy(p0)
+        p1 = adaptalloc.policy()
+        v2 = adaptalloc.patch_policy({"adapt": {"interval_ms": 4321}}, if_match=v1)
+        p2 = adaptalloc.policy()
+        v3 = adaptalloc.patch_policy('{"adapt": {"interval_ms": 777}}')
+        print(json.dumps({"v": [v0, v1, v2, v3, adaptalloc.policy_version()],
+                          "i": [p1["adapt"]["interval_ms"], p2["adapt"]["interval_ms"],
+                                adaptalloc.policy()["adapt"]["interval_ms"]],
+                          "stats_version": adaptalloc.stats()["policy_version"]}))
+    """)
+    assert r.rc == 0, r.err
+    d = r.json()
+    assert d["v"] == [1, 2, 3, 4, 4]
+    assert d["i"] == [1234, 4321, 777]
+    assert d["stats_version"] == 4
+
+
+def test_bad_input_raises_a_clear_error_and_changes_nothing(run_py):
+    r = run_py("""
+        import json, adaptalloc
+        before = adaptalloc.policy(); v = adaptalloc.policy_version()
+        out = {}
+        def trap(name, fn):
+            try:
+                fn()
+                out[name] = None
+            except Exception as e:
+                out[name] = [type(e).__name__, str(e),
+                             [c.__name__ for c in type(e).__mro__]]
+        trap("int_doc", lambda: adaptalloc.set_policy(42))
+        trap("broken_json", lambda: adaptalloc.set_policy("{"))
+        trap("negative", lambda: adaptalloc.patch_policy({"adapt": {"interval_ms": -5}}))
+        trap("stale", lambda: adaptalloc.patch_policy({"adapt": {"interval_ms": 900}}, if_match=99))
+        trap("if_match_type", lambda: adaptalloc.patch_policy({}, if_match="1"))
+        trap("nul", lambda: adaptalloc.set_policy('{"name": "a\\u0000"}' + "\\0"))
+        trap("block_kind", lambda: adaptalloc.Block("gpu", 10))
+        trap("block_size", lambda: adaptalloc.Block("host", 0))
+        trap("block_stream", lambda: adaptalloc.Block("host", 8, "s"))
+        trap("configure_type", lambda: adaptalloc.configure(model=3))
+        trap("configure_key", lambda: adaptalloc.configure(bogus=1))
+        trap("configure_http", lambda: adaptalloc.configure(http="nocolon"))
+        out["same"] = adaptalloc.policy() == before and adaptalloc.policy_version() == v
+        print(json.dumps(out))
+    """)
+    assert r.rc == 0, r.err
+    d = r.json()
+    assert d["same"] is True
+    name, msg, mro = d["int_doc"]
+    assert name == "TypeError" and "dict or a JSON string" in msg and "int" in msg
+    for key in ("broken_json", "negative"):
+        name, msg, mro = d[key]
+        assert name == "PolicyError" and "ValueError" in mro, d[key]
+    assert "interval_ms" in d["negative"][1] and "negative" in d["negative"][1]
+    assert d["stale"][0] == "PolicyConflict" and "99" in d["stale"][1]
+    assert d["if_match_type"][0] == "TypeError" and "if_match" in d["if_match_type"][1]
+    assert d["nul"][0] == "PolicyError" and "NUL" in d["nul"][1]
+    assert d["block_kind"][0] == "ValueError" and "'gpu'" in d["block_kind"][1]
+    assert d["block_size"][0] == "ValueError" and "> 0" in d["block_size"][1]
+    assert d["block_stream"][0] == "TypeError" and "stream" in d["block_stream"][1]
+    assert d["configure_type"][0] == "TypeError" and "model=" in d["configure_type"][1]
+    assert d["configure_key"][0] == "TypeError" and "bogus" in d["configure_key"][1]
+    assert d["configure_http"][0] == "ValueError" and "HOST:PORT" in d["configure_http"][1]
+
+
+def test_keywords_map_to_the_environment_the_runtime_reads(run_py, tmp_path):
+    pdir = tmp_path / "mypolicies"
+    pdir.mkdir()
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "policies", "default.json")
+    doc = json.load(open(src))
+    doc["name"] = "from-my-dir"
+    (pdir / "mine.json").write_text(json.dumps(doc))
+    db = tmp_path / "run.db"
+    r = run_py("""
+        import json, os, adaptalloc
+        set_ = adaptalloc.configure(model="mine", policy_dir=sys_argv[1], db=sys_argv[2],
+                                    http=False, trace=True)
+        env = {k: os.environ.get(k) for k in adaptalloc.ENV.values()}
+        adaptalloc.start()
+        s = adaptalloc.stats()
+        out = {"set": set_, "env": env, "model": s["model"],
+               "policy": adaptalloc.policy()["name"], "source": s["policy_source"],
+               "http": adaptalloc.http_address(), "run_id": adaptalloc.run_id(),
+               "store": s["store"]}
+        try:
+            adaptalloc.configure(model="other")
+            out["late"] = None
+        except adaptalloc.AdaptallocError as e:
+            out["late"] = str(e)
+        out["same_ok"] = adaptalloc.configure(model="mine")
+        print(json.dumps(out))
+    """.replace("sys_argv", "__import__('sys').argv"), args=(str(pdir), str(db)),
+        env={"ADAPTALLOC_HTTP": None, "ADAPTALLOC_DB": None})
+    assert r.rc == 0, r.err
+    d = r.json()
+    assert d["env"]["ADAPTALLOC_MODEL"] == "mine"
+    assert d["env"]["ADAPTALLOC_HTTP"] == "off"
+    assert d["env"]["ADAPTALLOC_DB"] == str(db)
+    assert d["env"]["ADAPTALLOC_TRACE"] == "1"
+    assert d["env"]["ADAPTALLOC_POLICY_DIR"] == str(tmp_path / "mypolicies")
+    assert d["model"] == "mine"
+    assert d["policy"] == "from-my-dir" and d["source"] == "file"
+    assert d["http"] is None
+    assert d["run_id"] > 0 and os.path.exists(db)
+    assert "ADAPTALLOC_MODEL" in d["late"] and "already started" in d["late"]
+    assert d["same_ok"] == {}
+
+
+def test_the_packaged_policies_are_the_default_policy_dir(run_py):
+    r = run_py("""
+        import json, os, adaptalloc
+        print(json.dumps({"name": adaptalloc.policy()["name"],
+                          "source": adaptalloc.stats()["policy_source"],
+                          "dir": os.environ.get("ADAPTALLOC_POLICY_DIR"),
+                          "pkg": adaptalloc.policy_dir()}))
+    """, env={"ADAPTALLOC_MODEL": "bert-base", "ADAPTALLOC_POLICY_DIR": None})
+    assert r.rc == 0, r.err
+    d = r.json()
+    assert d["dir"] == d["pkg"]
+    assert d["source"] == "file"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert d["name"] == json.load(open(os.path.join(root, "policies", "bert-base.json")))["name"]
+
+
+def test_http_server_serves_what_the_api_reports(run_py):
+    r = run_py("""
+        import json, urllib.request, adaptalloc
+        adaptalloc.start(model="served")
+        v = adaptalloc.patch_policy({"adapt": {"interval_ms": 2500}})
+        base = adaptalloc.url()
+        stats = json.load(urllib.request.urlopen(base + "stats", timeout=10))
+        pol = json.load(urllib.request.urlopen(base + "policy", timeout=10))
+        print(json.dumps({"port": adaptalloc.http_port(), "addr": adaptalloc.http_address(),
+                          "model": stats["model"], "interval": pol["adapt"]["interval_ms"],
+                          "v": v}))
+    """)
+    assert r.rc == 0, r.err
+    d = r.json()
+    assert d["port"] > 0 and d["addr"].endswith(":%d" % d["port"])
+    assert d["model"] == "served" and d["interval"] == 2500 and d["v"] == 2
+
+
+def test_shutdown_refuses_later_calls_clearly(run_py):
+    r = run_py("""
+        import json, adaptalloc
+        b = adaptalloc.Block("host", 100)
+        adaptalloc.stats(); adaptalloc.shutdown()
+        try:
+            adaptalloc.stats(); print(json.dumps(None))
+        except RuntimeError as e:
+            del b   # must not touch the destroyed pool
+            print(json.dumps([str(e), adaptalloc.started()]))
+    """)
+    assert r.rc == 0, r.err
+    msg, started = r.json()
+    assert "shut down" in msg and started is False
+
+
+# ---------------------------------------------------------------- launcher
+
+def test_launcher_runs_a_script_as_main_with_its_argv(run_py, tmp_path):
+    script = tmp_path / "sub" / "train.py"
+    script.parent.mkdir()
+    (script.parent / "helper_mod.py").write_text("VALUE = 41\n")
+    script.write_text(
+        "import sys, json, helper_mod\n"
+        "print(json.dumps({'name': __name__, 'argv': sys.argv, 'v': helper_mod.VALUE + 1}))\n"
+        "if sys.argv[-1].isdigit():\n    sys.exit(int(sys.argv[-1]))\n")
+    r = run_py("""
+        import json, sys
+        from adaptalloc import _launch
+        calls = []
+        rc = _launch.main(sys.argv[1:], lambda **kw: calls.append(kw))
+        print(json.dumps({"rc": rc, "calls": calls}))
+    """, args=("--model", "m1", "--db=off", "--http", "off", "--trace", "--no-native",
+               str(script), "--lr", "0.1"))
+    assert r.rc == 0, r.err
+    lines = [json.loads(l) for l in r.out.splitlines() if l.strip()]
+    assert lines[0] == {"name": "__main__", "argv": [str(script), "--lr", "0.1"], "v": 42}
+    assert lines[1]["calls"] == [{"model": "m1", "db": "off", "http": "off", "trace": True,
+                                  "native": False}]
+    # The script's own exit status propagates.
+    r = run_py("""
+        import sys
+        from adaptalloc import _launch
+        _launch.main(sys.argv[1:], lambda **kw: None)
+    """, args=(str(script), "7"))
+    assert r.rc == 7, (r.out, r.err)
+
+
+def test_launcher_runs_a_module_and_rejects_bad_usage(run_py, tmp_path):
+    (tmp_path / "mymain.py").write_text(
+        "import sys, json\nif __name__ == '__main__':\n    print(json.dumps(sys.argv))\n")
+    r = run_py("""
+        import sys
+        from adaptalloc import _launch
+        sys.exit(_launch.main(sys.argv[1:], lambda **kw: None))
+    """, args=("-m", "mymain", "x", "--y"))
+    assert r.rc == 0, r.err
+    assert r.json()[1:] == ["x", "--y"]
+    for args, needle in ((["--bogus", "a.py"], "unknown option --bogus"),
+                         (["--model"], "--model needs a value"),
+                         (["nonexistent.py"], "nonexistent.py: no such file"),
+                         ([], "no script given"),
+                         (["-m"], "-m needs a module name")):
+        r = run_py("""
+            import sys
+            from adaptalloc import _launch
+            sys.exit(_launch.main(sys.argv[1:], lambda **kw: None))
+        """, args=args)
+        assert r.rc == 2 and needle in r.err, (args, r.rc, r.err)
+    r = run_py("""
+        import sys
+        from adaptalloc import _launch
+        sys.exit(_launch.main(["--help"], lambda **kw: None))
+    """)
+    assert r.rc == 0 and "python -m adaptalloc.torch" in r.out
+
+
+def test_launcher_without_torch_says_so(run_py, tmp_path, aa_python):
+    probe = run_py("import torch")
+    if probe.rc == 0:
+        pytest.skip("torch is installed here; tests/gpu covers the launcher with torch")
+    script = tmp_path / "t.py"
+    script.write_text("print('ran')\n")
+    import subprocess
+    p = subprocess.run([aa_python, "-m", "adaptalloc.torch", str(script)], cwd=str(tmp_path),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "needs PyTorch" in p.stderr and "ran" not in p.stdout
