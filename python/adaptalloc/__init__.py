@@ -60,8 +60,6 @@ ENV = {
 }
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_started = False
-_applied = {}
 
 
 def policy_dir():
@@ -101,7 +99,6 @@ def configure(**overrides):
     reads its environment once. Also points ADAPTALLOC_POLICY_DIR at the
     packaged policies when neither it nor ./policies exists. Returns the
     variables it set."""
-    global _applied
     unknown = sorted(set(overrides) - set(ENV))
     if unknown:
         raise TypeError("adaptalloc: unknown keyword(s) %s; known: %s" % (
@@ -110,6 +107,10 @@ def configure(**overrides):
     for key, value in overrides.items():
         if value is not None:
             wanted[ENV[key]] = _env_value(key, value)
+    # The runtime is quiet when ADAPTALLOC_QUIET is set at all.
+    loud = wanted.get("ADAPTALLOC_QUIET") == "0"
+    if loud:
+        del wanted["ADAPTALLOC_QUIET"]
     if started():
         changed = {k: v for k, v in wanted.items() if os.environ.get(k) != v}
         if changed:
@@ -121,23 +122,21 @@ def configure(**overrides):
             and not os.path.isdir("policies") and os.path.isdir(policy_dir())):
         wanted["ADAPTALLOC_POLICY_DIR"] = policy_dir()
     os.environ.update(wanted)
-    _applied = dict(_applied, **wanted)
+    if loud:
+        os.environ.pop("ADAPTALLOC_QUIET", None)
     return wanted
 
 
 def started():
     """Whether the runtime has started in this process (by start(), a stats
     call or the first allocation)."""
-    return _started or _C.started()
+    return _C.started()
 
 
 def start(**overrides):
     """configure(**overrides), then starts the runtime (idempotent)."""
-    global _started
     configure(**overrides)
-    quiet = os.environ.get("ADAPTALLOC_QUIET") not in (None, "", "0")
-    _C.start(quiet=quiet)
-    _started = True
+    _C.start(quiet=os.environ.get("ADAPTALLOC_QUIET") is not None)
 
 
 def _ensure():

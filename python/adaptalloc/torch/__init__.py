@@ -326,7 +326,7 @@ def _pack(torch, tensors, device, stream, wait):
         base = torch.empty(max(used, 1), dtype=torch.uint8, device=device)
         if used:
             pk.flush(base.data_ptr(), copy_stream.cuda_stream)
-        if wait and copy_stream is not current:
+        if wait and copy_stream != current:
             pk.wait(current.cuda_stream)
     out, k = [], 0
     for t in srcs:

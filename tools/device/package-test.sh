@@ -1,0 +1,50 @@
+#!/bin/bash
+# tools/device/package-test.sh — runs ON a CUDA machine with torch and no
+# package index: installs the Python package offline (the libraries the C
+# build needs come from the .deb files in .deps/, unpacked into a private
+# prefix as setup.sh does), then runs the package's GPU tests
+# (tests/gpu/test_package_torch.py) and its torch-free tests (tests/python)
+# with that installation.
+#
+# Usage (repository root): tools/device/package-test.sh [pytest args...]
+# Output: $OUT/package-log.txt (without $OUT: ./gpu-out/).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+out=${OUT:-$root/gpu-out}
+mkdir -p "$out"
+prefix=${AA_DEPS_PREFIX:-/tmp/aa-deps}
+py=${AA_PYTHON:-python3}
+venv=/tmp/aa-pkg-venv
+{
+  if ls .deps/*.deb >/dev/null 2>&1; then
+    mkdir -p "$prefix"
+    for f in .deps/*.deb; do dpkg -x "$f" "$prefix"; done
+    libdir="$prefix/usr/lib/x86_64-linux-gnu"
+    export ADAPTALLOC_CMAKE_ARGS="-DCMAKE_PREFIX_PATH=$prefix/usr -DCMAKE_LIBRARY_PATH=$libdir ${ADAPTALLOC_CMAKE_ARGS:-}"
+  fi
+  "$py" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())'
+  rm -rf "$venv"
+  if "$py" -m venv --system-site-packages "$venv" 2>/dev/null; then
+    vpy=$venv/bin/python
+  else
+    echo "package-test: no venv module; installing into a --target directory"
+    vpy=$py
+    mkdir -p "$venv/site"
+    export PYTHONPATH="$venv/site${PYTHONPATH:+:$PYTHONPATH}"
+  fi
+  t0=$SECONDS
+  if [ "$vpy" = "$py" ]; then
+    "$py" -m pip install --no-build-isolation --no-index --no-deps -v --target "$venv/site" . >"$out/pip.log" 2>&1
+  else
+    "$vpy" -m pip install --no-build-isolation --no-index --no-deps -v . >"$out/pip.log" 2>&1
+  fi
+  rc=$?
+  echo "package-test: pip install rc=$rc in $((SECONDS - t0)) s"
+  tail -5 "$out/pip.log"
+  grep -iE "warning|error" "$out/pip.log" | grep -v "byte-compil" | head -40
+  (cd /tmp && "$vpy" -c 'import adaptalloc, adaptalloc.torch as t; print(adaptalloc.__file__, "native:", t.native_available(), "pluggable:", t.pluggable_library())')
+  export ADAPTALLOC_TEST_PYTHON=$vpy
+  "$vpy" -m pytest -p no:cacheprovider -rs -v tests/gpu/test_package_torch.py tests/python "$@"
+  echo "package-test: pytest rc=$?"
+} 2>&1 | tee "$out/package-log.txt"
