@@ -240,6 +240,10 @@ static void test_store_trace_order_threads_replay(void **state) {
   assert_int_equal(c->seq_backwards, 0);
   assert_int_equal(c->events, ss.events_written);
   assert_int_equal(c->allocs, c->frees); /* everything was freed */
+  uint64_t lost = 1, cut = 1;
+  assert_int_equal(aa_store_trace_lost(path, run, NULL, &lost, &cut), AA_OK);
+  assert_int_equal(lost, 0);
+  assert_int_equal(cut, 0);
 
   /* The simulator accepts it, stopping at the first bad event. */
   aa_replay_config rc;
@@ -328,6 +332,12 @@ static void test_store_trace_order_cut_at_first_loss(void **state) {
   assert_int_equal(c->last_seq, c->events);
   assert_int_equal(c->bad, 0);
   assert_int_equal(c->events, 64);
+  uint64_t written = 0, dropped = 0, cut = 0;
+  assert_int_equal(aa_store_trace_lost(path, run, &written, &dropped, &cut), AA_OK);
+  assert_int_equal(written, 64);
+  assert_int_equal(dropped, 1000 - 64);
+  assert_int_equal(cut, 65);
+  assert_int_equal(aa_store_trace_lost(path, run + 5, NULL, NULL, NULL), AA_ENOENT);
   free(c);
   assert_int_equal(aa_store_close(st), AA_OK);
 }

@@ -377,6 +377,47 @@ out:
   return err;
 }
 
+int aa_store_trace_lost(const char *db_path, int64_t run_id, uint64_t *written,
+                        uint64_t *dropped, uint64_t *cut_seq) {
+  sqlite3 *db = NULL;
+  sqlite3_stmt *s = NULL;
+  int64_t run = 0;
+  int err = AA_OK;
+  int rc;
+  if (written != NULL) *written = 0;
+  if (dropped != NULL) *dropped = 0;
+  if (cut_seq != NULL) *cut_seq = 0;
+  err = rd_open(db_path, &db);
+  if (err != AA_OK) goto out;
+  err = resolve_run(db, run_id, &run);
+  if (err != AA_OK) goto out;
+  if (run == 0) {
+    err = AA_ENOENT;
+    goto out;
+  }
+  /* trace_cut_seq is schema 2's; an older file has nothing to say. */
+  rc = rd_prepare(db, "SELECT events_written, events_dropped, trace_cut_seq"
+                      " FROM runs WHERE id = ?1", &s);
+  if (rc != SQLITE_OK)
+    rc = rd_prepare(db, "SELECT events_written, events_dropped, NULL"
+                        " FROM runs WHERE id = ?1", &s);
+  if (rc != SQLITE_OK) goto sqlfail;
+  sqlite3_bind_int64(s, 1, run);
+  rc = rd_step(s);
+  if (rc != SQLITE_ROW) goto sqlfail;
+  if (written != NULL) *written = (uint64_t)sqlite3_column_int64(s, 0);
+  if (dropped != NULL) *dropped = (uint64_t)sqlite3_column_int64(s, 1);
+  if (cut_seq != NULL) *cut_seq = (uint64_t)sqlite3_column_int64(s, 2);
+  goto out;
+sqlfail:
+  err = aa__store_err_from_sqlite(rc);
+  if (err == AA_OK) err = AA_EIO;
+out:
+  sqlite3_finalize(s);
+  sqlite3_close_v2(db);
+  return err;
+}
+
 int aa_store_histogram_latest(const char *db_path, int64_t run_id,
                               const char *pool_name,
                               uint64_t hist[AA_HIST_BUCKETS]) {

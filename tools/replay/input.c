@@ -116,6 +116,16 @@ static int feed_store_trace(const tool_input *in, aa_replay_sink sink,
     if (rc != AA_OK)
       err[0] = '\0';
   }
+  if (rc == AA_OK && t->index > 0) {
+    uint64_t written = 0, dropped = 0, cut = 0;
+    if (aa_store_trace_lost(in->path, in->run_id, &written, &dropped, &cut) == AA_OK &&
+        dropped > 0)
+      fprintf(stderr, "adaptalloc-replay: note: %s: the run lost %llu trace events "
+              "(the store's ring was full or the store failed); replaying the %llu "
+              "of %llu stored that come before the first loss, a complete prefix "
+              "of the run\n", in->path, (unsigned long long)dropped,
+              (unsigned long long)t->index, (unsigned long long)written);
+  }
   if (rc == AA_OK && t->index == 0) {
     snprintf(err, errcap, "%s: the run has no trace events; replay its stored "
              "histogram with --db %s --from-histogram, or record a trace with "

@@ -256,13 +256,22 @@ AA_EXTERN int aa_store_policy_log_json(const char *db_path,
 
 /* For the replay tool. run_id <= 0 means the latest run.
  *
- * Calls cb for each trace event of the run in the order written; a nonzero
- * return from cb stops the walk and is returned. Returns AA_OK when every
- * event was delivered (also when the run has none), AA_ENOENT when there is
- * no such run, or another error as for the JSON readers. */
+ * Calls cb for each trace event of the run in the order of the operations
+ * (the events' seq; write order for rows without one), up to the first event
+ * the run lost, so what is delivered is complete; a nonzero return from cb
+ * stops the walk and is returned. Returns AA_OK when every event was
+ * delivered (also when the run has none), AA_ENOENT when there is no such
+ * run, or another error as for the JSON readers. */
 typedef int (*aa_store_trace_cb)(void *user, const aa_trace_event *ev); /* nonzero return stops */
 AA_EXTERN int aa_store_trace_foreach(const char *db_path, int64_t run_id,
                                      aa_store_trace_cb cb, void *user);
+
+/* How complete the run's trace is: *written events stored, *dropped events
+ * lost (a full ring, a disabled store), *cut_seq the first lost sequence
+ * number (aa_store_trace_foreach stops below it; 0 = nothing lost or an old
+ * database). Any out pointer may be NULL. AA_ENOENT when there is no run. */
+AA_EXTERN int aa_store_trace_lost(const char *db_path, int64_t run_id, uint64_t *written,
+                                  uint64_t *dropped, uint64_t *cut_seq);
 
 /* The request-size histogram of the run's latest snapshot of pool_name, or
  * with pool_name NULL the sum over every pool of each pool's latest snapshot.

@@ -133,6 +133,16 @@ int aa_store_policy_log_json(const char *db_path, const aa_store_query *q,
   return AA_ENOTSUP;
 }
 
+int aa_store_trace_lost(const char *db_path, int64_t run_id, uint64_t *written,
+                        uint64_t *dropped, uint64_t *cut_seq) {
+  (void)db_path;
+  (void)run_id;
+  (void)written;
+  (void)dropped;
+  (void)cut_seq;
+  return AA_ENOTSUP;
+}
+
 int aa_store_trace_foreach(const char *db_path, int64_t run_id,
                            aa_store_trace_cb cb, void *user) {
   (void)db_path;
