@@ -6,9 +6,11 @@
 #
 # Usage: tools/device/gpu-run.sh [STAGE...]     (default: all stages)
 #   stages: info build ctest (or ctestcuda: the CUDA tests only) sanitize example gputests pair pinned scenarios
-#           bert bertcudahalf maxbatch gpt2, and (not in the default list) bertpolicy and
+#           bert bertcudahalf maxbatch gpt2 zoo, and (not in the default list) bertpolicy and
 #           maxbatchpolicy: ours only, with the default policy instead of
-#           policies/bert-base.json
+#           policies/bert-base.json; zoocapture: the zoo's workloads under PyTorch's
+#           default and expandable allocators with their allocation traces
+#           (CSV, for the replay's PyTorch model) and figures
 # Output: $OUT/log.txt (everything) and $OUT/results.tar.gz (JSON, CSV);
 # without $OUT, into ./gpu-out/.
 set -uo pipefail
@@ -25,7 +27,7 @@ export AA_BENCH_BUILD=/tmp/aa-bench
 export ADAPTALLOC_POLICY_DIR=${ADAPTALLOC_POLICY_DIR:-$root/policies}
 t_start=$(date +%s)
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(info build ctest sanitize example gputests pair pinned scenarios bert bertcudahalf maxbatch gpt2)
+[ ${#stages[@]} -eq 0 ] && stages=(info build ctest sanitize example gputests pair pinned scenarios bert bertcudahalf maxbatch gpt2 zoo)
 budget=${AA_GPU_BUDGET_S:-560}   # stop starting stages after this many seconds
 
 stage() { # name limit_s command...
@@ -87,6 +89,15 @@ want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done;
   want gpt2 && stage gpt2 200 env ADAPTALLOC_MODEL=gpt2-small ADAPTALLOC_DB=/tmp/aa-results/gpt2.db ADAPTALLOC_HTTP=127.0.0.1:0 \
     python3 bench/gpu/bench_gpt2.py --steps ${AA_GPT2_STEPS:-200} --runs ${AA_GPT2_RUNS:-ours,default,default2} --out $res/gpt2.json --stats-out $res/gpt2_stats.json
   want scenarios && stage scenarios 150 python3 bench/gpu/bench_scenarios.py --reps ${AA_REPS_SCEN:-5} --out $res/scenarios.json
+  want zoo && stage zoo ${AA_ZOO_LIMIT_S:-420} \
+    python3 bench/gpu/bench_zoo.py --reps ${AA_REPS_ZOO:-1} --workloads ${AA_ZOO_WORKLOADS:-kvgen,cnn,encoder,gpt2,moe,serve} --out $res/zoo.json
+  if want zoocapture; then
+    stage zoocapture 200 python3 bench/gpu/bench_zoo.py --capture $res/zoo-traces --workloads ${AA_ZOO_CAPTURE:-kvgen,cnn}
+    for p in "$res"/zoo-traces/*.pickle; do
+      [ -f "$p" ] || continue
+      python3 tools/torch_snapshot_to_trace.py "$p" -o "${p%.pickle}.csv" && gzip -f "${p%.pickle}.csv" && rm -f "$p"
+    done
+  fi
   echo "=== done in $(( $(date +%s) - t_start ))s"
 } 2>&1 | tee "$out/log.txt"
 tar -czf "$out/results.tar.gz" -C "$res" . 2>/dev/null
