@@ -559,7 +559,7 @@ static int parse_args(int argc, char **argv, options *o) {
     if ((strcmp(o->cmd, "compare") == 0 ||
          ((strcmp(o->cmd, "run") == 0 || strcmp(o->cmd, "suggest") == 0) &&
           o->npolicies == 0)) &&
-        (ends_with(a, ".json") || strcmp(a, "default") == 0)) {
+        (ends_with(a, ".json") || strcmp(a, "default") == 0 || strncmp(a, "torch:", 6) == 0)) {
       if (o->npolicies == MAX_POLICIES)
         return usage_error("at most 16 policies (at %s)", a);
       o->policies[o->npolicies++] = a;
@@ -645,6 +645,9 @@ typedef struct loaded {
   aa_class_spec classes[AA_MAX_CLASSES];
   size_t nclasses;
   aa_replay_sim *sim;
+  bool is_torch;              /* a model of PyTorch's allocator, not a policy */
+  aa_replay_torch_config tcfg;
+  aa_replay_torch *torch;
   aa_replay_result res;
 } loaded;
 
@@ -658,6 +661,27 @@ static int load_policy(const options *o, const char *path, loaded *l) {
   int rc;
 
   memset(l, 0, sizeof *l);
+  if (path != NULL && strncmp(path, "torch:", 6) == 0) {
+    /* PyTorch's caching allocator, modelled (replay_torch.c) */
+    aa_replay_torch_config_init(&l->tcfg);
+    if (aa_replay_torch_parse(path, &l->tcfg, err, sizeof err) != AA_OK) {
+      fprintf(stderr, "adaptalloc-replay: %s\n", err);
+      return EXIT_INPUT;
+    }
+    if (o->adapt) {
+      fprintf(stderr, "adaptalloc-replay: %s: --adapt runs adaptalloc's policy loop; "
+              "the PyTorch model has none\n", path);
+      return EXIT_INPUT;
+    }
+    l->label = path;
+    l->is_torch = true;
+    rc = aa_policy_default(&l->policy); /* only for the pool's name */
+    if (rc != AA_OK) {
+      fprintf(stderr, "adaptalloc-replay: out of memory\n");
+      return EXIT_INTERNAL;
+    }
+    return 0;
+  }
   if (path == NULL || strcmp(path, "default") == 0) {
     l->label = "default";
     rc = aa_policy_default(&l->policy);
@@ -690,6 +714,21 @@ static int make_sim(const options *o, loaded *l, bool collect_sizes) {
   char err[AA_REPLAY_ERR_CAP];
   int r;
 
+  if (l->is_torch) {
+    l->tcfg.capacity_bytes = o->capacity;
+    l->tcfg.ignore_streams = o->ignore_streams;
+    l->tcfg.on_error = o->on_error;
+    l->tcfg.position_name = input_position_name(&o->in);
+    l->tcfg.costs = o->costs;
+    (void)collect_sizes;
+    r = aa_replay_torch_new(&l->tcfg, &l->torch, err, sizeof err);
+    if (r != AA_OK) {
+      fprintf(stderr, "adaptalloc-replay: %s: %s\n", l->label,
+              err[0] != '\0' ? err : aa_strerror(r));
+      return r == AA_ENOMEM ? EXIT_INTERNAL : EXIT_INPUT;
+    }
+    return 0;
+  }
   aa_replay_config_init(&rc);
   rc.pool = l->pc;
   rc.classes = l->classes;
@@ -729,7 +768,8 @@ static int fanout_sink(void *user, const aa_replay_event *ev, size_t n) {
   size_t i;
 
   for (i = 0; i < f->n; i++) {
-    int rc = aa_replay_sim_feed(f->l[i].sim, ev, n);
+    int rc = f->l[i].is_torch ? aa_replay_torch_feed(f->l[i].torch, ev, n)
+                              : aa_replay_sim_feed(f->l[i].sim, ev, n);
     if (rc != AA_OK) {
       f->failed = i;
       return rc;
@@ -793,7 +833,8 @@ static int replay_all(const options *o, loaded *l, size_t n, timing *t,
       fprintf(stderr, "adaptalloc-replay: %s\n", err);
     else
       fprintf(stderr, "adaptalloc-replay: %s: %s\n", input_name(&o->in),
-              aa_replay_sim_error(l[f.failed].sim));
+              l[f.failed].is_torch ? aa_replay_torch_error(l[f.failed].torch)
+                                   : aa_replay_sim_error(l[f.failed].sim));
     return rc == AA_ENOMEM ? EXIT_INTERNAL : EXIT_INPUT;
   }
   t->events = prog.events;
@@ -803,7 +844,10 @@ static int replay_all(const options *o, loaded *l, size_t n, timing *t,
   t->events_per_cpu_s = t->cpu_s > 0 ? (double)t->events / t->cpu_s : 0.0;
   for (i = 0; i < n; i++) {
     aa_replay_result *r = &l[i].res;
-    aa_replay_sim_result(l[i].sim, r);
+    if (l[i].is_torch)
+      aa_replay_torch_result(l[i].torch, r);
+    else
+      aa_replay_sim_result(l[i].sim, r);
     /* Parse problems are the input's, counted once for every policy. */
     r->diag.malformed += diag.malformed;
     r->diag.unknown_action += diag.unknown_action;
@@ -827,6 +871,7 @@ static void free_loaded(loaded *l, size_t n) {
 
   for (i = 0; i < n; i++) {
     aa_replay_sim_free(l[i].sim);
+    aa_replay_torch_free(l[i].torch);
     aa_policy_free(l[i].policy);
   }
   free(l);
@@ -910,7 +955,7 @@ static size_t top_sizes(loaded *l, size_t n, waste_row **rows) {
   waste_row *r;
 
   *rows = NULL;
-  if (aa_replay_sim_sizes(l->sim, &v, &nv) != AA_OK || nv == 0 ||
+  if (l->is_torch || aa_replay_sim_sizes(l->sim, &v, &nv) != AA_OK || nv == 0 ||
       aa_pool_classes(aa_replay_sim_pool(l->sim), cls, AA_MAX_CLASSES, &nc,
                       NULL) != AA_OK) {
     free(v);
@@ -1500,6 +1545,12 @@ static int cmd_suggest(const options *opts) {
   }
   memset(&orig, 0, sizeof orig);
   rc = load_policy(o, o->npolicies > 0 ? o->policies[0] : NULL, &l[0]);
+  if (rc == 0 && l[0].is_torch) {
+    free_loaded(l, 1);
+    free(tuned);
+    return usage_error("suggest tunes an adaptalloc policy: %s cannot be its base "
+                       "(compare it instead)", o->policies[0]);
+  }
   if (rc == 0 && o->layout) {
     rc = choose_layout(o, &l[0], &orig);
     l[0].label = "base, chosen layout";

@@ -307,6 +307,46 @@ AA_EXTERN void aa_replay_sim_free(aa_replay_sim *sim);
 AA_EXTERN size_t aa_replay_result_json(const aa_replay_result *r, char *buf,
                                        size_t cap);
 
+/* ------------------------------------------------------------------ PyTorch */
+
+/* A model of PyTorch's CUDA caching allocator, fed the same events as the
+ * simulator and giving the same figures (aa_replay_result; class_count 0),
+ * so that a trace can be compared with what PyTorch reserves for it. What
+ * it models: docs/replay.md "PyTorch's allocator" and replay_torch.c. */
+typedef enum aa_replay_torch_mode {
+  AA_REPLAY_TORCH_DEFAULT = 1,   /* the caching allocator as shipped */
+  AA_REPLAY_TORCH_EXPANDABLE = 2 /* expandable_segments:True */
+} aa_replay_torch_mode;
+
+typedef struct aa_replay_torch_config {
+  aa_replay_torch_mode mode;
+  uint64_t max_split_size; /* max_split_size_mb in bytes; 0 = unlimited */
+  uint64_t capacity_bytes; /* simulated device memory, 0 = unbounded */
+  bool ignore_streams;
+  aa_replay_on_error on_error;
+  const char *position_name; /* as in aa_replay_config */
+  aa_replay_costs costs;     /* per cudaMalloc / cudaFree (expandable: per
+                                page mapped / unmapped) */
+} aa_replay_torch_config;
+
+AA_EXTERN void aa_replay_torch_config_init(aa_replay_torch_config *cfg);
+
+/* "torch:default", "torch:expandable", optionally followed by
+ * ",max_split_mb=N": sets mode and max_split_size. AA_EINVAL (message in
+ * err) for anything else. */
+AA_EXTERN int aa_replay_torch_parse(const char *spec, aa_replay_torch_config *cfg,
+                                    char *err, size_t errcap);
+
+typedef struct aa_replay_torch aa_replay_torch;
+
+AA_EXTERN int aa_replay_torch_new(const aa_replay_torch_config *cfg,
+                                  aa_replay_torch **out, char *err, size_t errcap);
+/* An aa_replay_sink, with the simulator's bad-input rules. */
+AA_EXTERN int aa_replay_torch_feed(void *model, const aa_replay_event *ev, size_t n);
+AA_EXTERN const char *aa_replay_torch_error(const aa_replay_torch *t);
+AA_EXTERN void aa_replay_torch_result(aa_replay_torch *t, aa_replay_result *out);
+AA_EXTERN void aa_replay_torch_free(aa_replay_torch *t);
+
 /* ------------------------------------------------------------------ suggest */
 
 typedef struct aa_replay_suggest_config {
