@@ -326,6 +326,7 @@ def run_child(workload, mode, capture=None, timeout=240):
         return None
     res = json.loads([l for l in r.stdout.splitlines() if l.startswith("{")][-1])
     res["process_s"] = time.time() - t0
+    print("RESULT " + json.dumps(res), flush=True)
     print(f"  {workload:8s} {mode:10s} peak {res['peak_mib']:9.1f} MiB  step "
           f"{statistics.median(res['step_ms']):8.2f} ms  ({res['process_s']:.1f} s)", flush=True)
     return res
