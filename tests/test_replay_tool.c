@@ -645,6 +645,44 @@ static void test_replay_tool_suggest_refuses_worse(void **state) {
   free(err);
 }
 
+/* PyTorch's allocator, modelled, is a policy like any other in compare. */
+static void test_replay_tool_torch_model(void **state) {
+  char *out = NULL, *err = NULL;
+  cJSON *j;
+  (void)state;
+
+  if (!have_binary())
+    skip();
+  assert_int_equal(sh(&out, &err, "{BIN} compare --json default torch:default torch:expandable "
+                      "{SRC}/tests/data/replay/small.csv"), 0);
+  j = cJSON_Parse(out);
+  assert_non_null(j);
+  assert_string_equal(get(j, "runs.1.policy")->valuestring, "torch:default");
+  assert_string_equal(get(j, "runs.2.policy")->valuestring, "torch:expandable");
+  /* 1000 B and 3000 B: 1024 + 3072 in one 2 MiB small-pool segment, where
+   * the default ladder takes a slab per class */
+  assert_int_equal((int)num(j, "runs.0.result.peak_reserved"), 4 << 20);
+  assert_int_equal((int)num(j, "runs.1.result.peak_reserved"), 2 << 20);
+  assert_int_equal((int)num(j, "runs.1.result.peak_in_use"), 4096);
+  assert_int_equal((int)num(j, "runs.1.result.backend_calls"), 1);
+  assert_int_equal((int)num(j, "runs.2.result.peak_reserved"), 2 << 20);
+  assert_int_equal((int)num(j, "runs.1.result.requests"), 3);
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+  /* a bad model name, and suggest, which tunes adaptalloc policies only */
+  assert_int_equal(sh(&out, &err, "{BIN} run --policy torch:nosuch "
+                      "{SRC}/tests/data/replay/small.csv"), 1);
+  assert_non_null(strstr(err, "torch:default or torch:expandable"));
+  free(out);
+  free(err);
+  assert_int_equal(sh(&out, &err, "{BIN} suggest --policy torch:default "
+                      "{SRC}/tests/data/replay/small.csv -o {TMP}/t.json"), 2);
+  assert_non_null(strstr(err, "cannot be its base"));
+  free(out);
+  free(err);
+}
+
 static void test_replay_tool_import_run_db(void **state) {
   char *out = NULL, *err = NULL, *a, *b;
   cJSON *ja, *jb;
@@ -941,6 +979,7 @@ int main(void) {
       cmocka_unit_test(test_replay_tool_suggest_compare),
       cmocka_unit_test(test_replay_tool_suggest_layout),
       cmocka_unit_test(test_replay_tool_suggest_refuses_worse),
+      cmocka_unit_test(test_replay_tool_torch_model),
       cmocka_unit_test(test_replay_tool_import_run_db),
       cmocka_unit_test(test_replay_tool_db_histogram),
       cmocka_unit_test(test_replay_tool_export_and_seed),

@@ -695,6 +695,13 @@ int aa_replay_torch_feed(void *model, const aa_replay_event *ev, size_t n) {
   return AA_OK;
 }
 
+void aa_replay_torch_now(const aa_replay_torch *t, aa_replay_now *out) {
+  out->events = t->events;
+  out->in_use = t->in_use;
+  out->requested = t->requested;
+  out->reserved = t->reserved;
+}
+
 static double loss(double part, double whole) {
   if (whole <= 0.0 || part >= whole)
     return 0.0;

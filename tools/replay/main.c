@@ -779,7 +779,10 @@ static int fanout_sink(void *user, const aa_replay_event *ev, size_t n) {
   if (f->plot != NULL) {
     aa_replay_now now[MAX_POLICIES];
     for (i = 0; i < f->n && i < MAX_POLICIES; i++)
-      aa_replay_sim_now(f->l[i].sim, &now[i]);
+      if (f->l[i].is_torch)
+        aa_replay_torch_now(f->l[i].torch, &now[i]);
+      else
+        aa_replay_sim_now(f->l[i].sim, &now[i]);
     plot_add(f->plot, now);
   }
   return AA_OK;

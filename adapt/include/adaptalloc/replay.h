@@ -345,6 +345,8 @@ AA_EXTERN int aa_replay_torch_new(const aa_replay_torch_config *cfg,
 AA_EXTERN int aa_replay_torch_feed(void *model, const aa_replay_event *ev, size_t n);
 AA_EXTERN const char *aa_replay_torch_error(const aa_replay_torch *t);
 AA_EXTERN void aa_replay_torch_result(aa_replay_torch *t, aa_replay_result *out);
+/* The moment's figures, as aa_replay_sim_now. */
+AA_EXTERN void aa_replay_torch_now(const aa_replay_torch *t, aa_replay_now *out);
 AA_EXTERN void aa_replay_torch_free(aa_replay_torch *t);
 
 /* ------------------------------------------------------------------ suggest */
