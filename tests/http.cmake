@@ -22,6 +22,7 @@ if(NOT AA_WITH_HTTP)
 endif()
 add_executable(aa_http_testserver ${CMAKE_CURRENT_LIST_DIR}/browser/testserver.c)
 target_link_libraries(aa_http_testserver PRIVATE adaptalloc_static)
+target_include_directories(aa_http_testserver PRIVATE ${PROJECT_SOURCE_DIR}/core/src)
 
 find_program(AA_NODE node)
 find_program(AA_CHROMIUM NAMES chromium chromium-browser)

@@ -380,6 +380,72 @@ static void test_http_metrics_bounded_and_stable(void **state) {
   aa_backend_destroy(b);
 }
 
+/* GET /segments' JSON from a real pool: large segments only, pieces that
+ * tile each segment, used bytes that add up, freed blocks shown free. */
+static void test_http_segments_json(void **state) {
+  aa_backend *b = NULL;
+  aa_pool *pool = NULL;
+  aa_pool_config cfg;
+  void *big[4], *small;
+  char *json = NULL;
+  size_t len = 0, i;
+  const char *p;
+  unsigned long long seg_total = 0, piece_total = 0, used_pieces = 0;
+  unsigned long long used_bytes = 0, count = 0;
+  (void)state;
+  assert_int_equal(aa_backend_host_new(&b), AA_OK);
+  aa_pool_config_init(&cfg);
+  cfg.backend = b;
+  cfg.name = "seg";
+  assert_int_equal(aa_pool_new(&cfg, &pool), AA_OK);
+  for (i = 0; i < 4; i++) {
+    big[i] = aa_alloc(pool, (size_t)(2 + i) << 20, NULL);
+    assert_non_null(big[i]);
+  }
+  small = aa_alloc(pool, 4096, NULL); /* a slab: not listed */
+  assert_non_null(small);
+  assert_int_equal(aa_free(pool, big[1], 0, NULL), AA_OK);
+  assert_int_equal(aa_http_segments_json(pool, &json, &len), AA_OK);
+  assert_int_equal(strlen(json), len);
+  assert_non_null(strstr(json, "{\"pool\":\"seg\","));
+  assert_non_null(strstr(json, "\"truncated\":false"));
+  p = strstr(json, "\"segment_count\":");
+  assert_non_null(p);
+  count = strtoull(p + 16, NULL, 10);
+  assert_true(count >= 1);
+  p = strstr(json, "\"used_bytes\":");
+  used_bytes = strtoull(p + 13, NULL, 10);
+  /* 2 + 4 + 5 MiB in use (the 3 MiB block was freed), rounded up to pages */
+  assert_true(used_bytes >= (11ull << 20) && used_bytes < (12ull << 20));
+  for (p = json; (p = strstr(p, "\"size\":")) != NULL; p++)
+    seg_total += strtoull(p + 7, NULL, 10);
+  for (p = json; (p = strstr(p, "\"pieces\":[")) != NULL;) {
+    p += 10;
+    while (*p == '[') {
+      char *e;
+      unsigned long long sz = strtoull(p + 1, &e, 10);
+      int used = (int)strtol(e + 1, &e, 10);
+      piece_total += sz;
+      if (used)
+        used_pieces += sz;
+      p = e + 1;
+      if (*p == ',')
+        p++;
+    }
+  }
+  assert_true(piece_total == seg_total); /* pieces tile the segments */
+  assert_true(used_pieces == used_bytes);
+  free(json);
+  assert_int_equal(aa_http_segments_json(NULL, &json, &len), AA_EINVAL);
+  assert_null(json);
+  for (i = 0; i < 4; i++)
+    if (i != 1)
+      aa_free(pool, big[i], 0, NULL);
+  aa_free(pool, small, 0, NULL);
+  aa_pool_destroy(pool);
+  aa_backend_destroy(b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_http_metrics_families_and_labels),
@@ -387,6 +453,7 @@ int main(void) {
       cmocka_unit_test(test_http_metrics_edge_cases),
       cmocka_unit_test(test_http_metrics_real_pool),
       cmocka_unit_test(test_http_metrics_bounded_and_stable),
+      cmocka_unit_test(test_http_segments_json),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -236,6 +236,33 @@ static void scenario_full(void) {
   st = http(port, "GET", "/history?limit=5", NULL, NULL, &body);
   CHECK(st == 200);
   CHECK(strstr(body, "\"policy_changes\"") != NULL);
+  CHECK(strstr(body, "\"policy\":{") == NULL);
+  free(body);
+  /* step thins the snapshots; policies=1 adds each change's document */
+  /* (the store commits about once a second: wait for the first change) */
+  for (int i = 0; i < 100; i++) {
+    st = http(port, "GET", "/history?step=60000&policies=1", NULL, NULL, &body);
+    CHECK(st == 200);
+    if (strstr(body, "\"policy\":{") != NULL)
+      break;
+    free(body);
+    body = NULL;
+    usleep(50000);
+  }
+  CHECK(body != NULL && strstr(body, "\"policy\":{") != NULL);
+  free(body);
+  st = http(port, "GET", "/history?step=0", NULL, NULL, &body);
+  CHECK(st == 400);
+  free(body);
+  st = http(port, "GET", "/segments?pool=host", NULL, NULL, &body);
+  CHECK(st == 200);
+  CHECK(strstr(body, "{\"pool\":\"host\",\"segment_count\":") != NULL);
+  free(body);
+  st = http(port, "GET", "/segments?pool=nope", NULL, NULL, &body);
+  CHECK(st == 404);
+  free(body);
+  st = http(port, "GET", "/segments", NULL, NULL, &body);
+  CHECK(st == 400);
   free(body);
 
   aa_runtime_shutdown();

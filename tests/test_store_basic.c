@@ -605,6 +605,23 @@ static void test_store_history_filters(void **state) {
   assert_int_equal(aa_store_history_json(path, &q, &json), AA_OK);
   assert_non_null(strstr(json, "\"count\":10,"));
   free(json);
+  /* step: per pool and slice of time, the snapshot with the most reserved
+   * (run 1: host seeds 1, 3, 5 and pinned 2, 4, 6; reserved grows with it) */
+  q.since_ms = 0;
+  q.all_runs = false;
+  q.run_id = r1;
+  q.step_ms = INT64_C(1) << 40;
+  assert_int_equal(aa_store_history_json(path, &q, &json), AA_OK);
+  assert_non_null(strstr(json, "\"count\":2,"));
+  assert_non_null(strstr(json, "\"allocs\":5006,"));
+  assert_non_null(strstr(json, "\"allocs\":6006,"));
+  assert_null(strstr(json, "\"allocs\":1006,"));
+  free(json);
+  q.step_ms = 1; /* a slice per millisecond at most: at least the two */
+  assert_int_equal(aa_store_history_json(path, &q, &json), AA_OK);
+  assert_true(count_of(json, "\"allocs\":") >= 2);
+  free(json);
+  q.step_ms = 0;
   /* Bad queries. */
   q.run_id = r2 + 100;
   q.all_runs = false;

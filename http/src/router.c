@@ -673,15 +673,19 @@ static bool query_int(aa__http_resp *r, const aa__http_req *req,
 
 static void ep_history(aa__http_state *st, const aa__http_req *req,
                        aa__http_resp *r) {
-  static const char *const allowed[] = {"since", "limit", "run", NULL};
+  static const char *const allowed[] = {"since", "limit", "run", "step",
+                                        "policies", NULL};
   aa_http_history_query q;
+  int64_t policies = 0;
   char *out = NULL;
   size_t len = 0;
   int rc;
 
+  memset(&q, 0, sizeof q);
   q.since = -1;
   q.limit = 100;
   q.run = -1;
+  q.step = -1;
   if (!check_args(r, req, allowed))
     return;
   if (!query_int(r, req, "since", 0, INT64_MAX, &q.since,
@@ -689,8 +693,12 @@ static void ep_history(aa__http_state *st, const aa__http_req *req,
       !query_int(r, req, "limit", 1, 10000, &q.limit,
                  "an integer from 1 to 10000") ||
       !query_int(r, req, "run", 1, INT64_MAX, &q.run,
-                 "a run id (an integer >= 1)"))
+                 "a run id (an integer >= 1)") ||
+      !query_int(r, req, "step", 1, INT64_C(31536000000), &q.step,
+                 "a slice of time in milliseconds (1 to a year)") ||
+      !query_int(r, req, "policies", 0, 1, &policies, "0 or 1"))
     return;
+  q.policies = policies == 1;
   if (st->prov.history_json == NULL) {
     unavailable(r, req, "history (store)");
     return;
@@ -728,6 +736,41 @@ static void ep_runs(aa__http_state *st, const aa__http_req *req,
   set_body(r, 200, CT_JSON, out, len);
 }
 
+static void ep_segments(aa__http_state *st, const aa__http_req *req,
+                        aa__http_resp *r) {
+  static const char *const allowed[] = {"pool", NULL};
+  const char *pool;
+  char *out = NULL;
+  size_t len = 0;
+  int rc;
+
+  if (!check_args(r, req, allowed))
+    return;
+  pool = arg(req, "pool");
+  if (pool == NULL || pool[0] == '\0' || strlen(pool) > 31) {
+    error_doc(r, req, 400, "pool: a pool name of 1 to 31 bytes is needed",
+              AA_EINVAL);
+    return;
+  }
+  if (st->prov.segments_json == NULL) {
+    unavailable(r, req, "segments");
+    return;
+  }
+  rc = st->prov.segments_json(st->prov.user, pool, &out, &len);
+  if (rc != AA_OK || out == NULL) {
+    free(out);
+    if (rc == AA_ENOENT) {
+      char text[96];
+      snprintf(text, sizeof text, "no pool named '%s'", pool);
+      error_doc(r, req, 404, text, AA_ENOENT);
+      return;
+    }
+    provider_error(r, req, rc != AA_OK ? rc : AA_EIO, "segments", NULL);
+    return;
+  }
+  set_body(r, 200, CT_JSON, out, len);
+}
+
 static const aa__web_asset *find_asset(const char *path) {
   size_t i;
   if (strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0)
@@ -753,6 +796,7 @@ static const route_t routes[] = {
     {"/healthz", ALLOW_GET, ep_healthz}, {"/stats", ALLOW_GET, ep_stats},
     {"/metrics", ALLOW_GET, ep_metrics}, {"/policy", ALLOW_POLICY, ep_policy},
     {"/history", ALLOW_GET, ep_history}, {"/runs", ALLOW_GET, ep_runs},
+    {"/segments", ALLOW_GET, ep_segments},
 };
 
 static bool method_allowed(const char *allow, const char *method) {

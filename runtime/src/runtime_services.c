@@ -796,14 +796,32 @@ static int prov_history_json(void *user, const aa_http_history_query *q,
   sq.run_id = q->run > 0 ? q->run : svc.run_id;
   sq.since_ms = q->since > 0 ? q->since : 0;
   sq.limit = q->limit > 0 ? (uint32_t)q->limit : 100;
+  sq.step_ms = q->step > 0 ? q->step : 0;
   rc = aa_store_history_json(aa_store_db_path(svc.store), &sq, &snaps);
-  if (rc == AA_OK)
+  if (rc == AA_OK) {
+    /* policies=1: each change with its document (at most 1000 of them) */
+    sq.detail = q->policies;
+    if (sq.detail && sq.limit > 1000)
+      sq.limit = 1000;
     rc = aa_store_policy_log_json(aa_store_db_path(svc.store), &sq, &changes);
+  }
   if (rc == AA_OK)
     rc = aa__rt_merge_history(snaps, changes, out, len);
   free(snaps);
   free(changes);
   return rc;
+}
+
+static int prov_segments_json(void *user, const char *pool, char **out,
+                              size_t *len) {
+  aa_pool *pools[AA_RT_MAX_POOLS];
+  size_t n = aa__rt_pools_snapshot(pools, AA_RT_MAX_POOLS), i;
+  (void)user;
+
+  for (i = 0; i < n; i++)
+    if (strcmp(aa_pool_name(pools[i]), pool) == 0)
+      return aa_http_segments_json(pools[i], out, len);
+  return AA_ENOENT;
 }
 
 static int prov_runs_json(void *user, char **out, size_t *len) {
@@ -853,6 +871,7 @@ static void start_http(void) {
   prov.policy_put = prov_policy_put;
   prov.policy_patch = prov_policy_patch;
   prov.history_json = prov_history_json;
+  prov.segments_json = prov_segments_json;
   prov.runs_json = prov_runs_json;
   err[0] = '\0';
   rc = aa_http_new(&cfg, &prov, &svc.http, err, sizeof(err));

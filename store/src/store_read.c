@@ -246,6 +246,8 @@ static int run_list_query(const char *db_path, const aa_store_query *q,
   } else {
     sqlite3_bind_null(s, 6);
   }
+  /* ?7 only in the snapshot query: elsewhere SQLITE_RANGE, harmless */
+  sqlite3_bind_int64(s, 7, q->step_ms);
   err = json_result(s, json);
 out:
   sqlite3_finalize(s);
@@ -266,6 +268,12 @@ int aa_store_history_json(const char *db_path, const aa_store_query *q,
       ") AS j FROM snapshots s"
       "   WHERE (?1 OR s.run_id = ?2) AND s.ts_ms >= ?3 AND s.id > ?4"
       "     AND (?6 IS NULL OR s.pool = ?6)"
+      /* step: the row with the most reserved per pool and slice of time
+       * (SQLite gives a bare column the row of the max() aggregate) */
+      "     AND (?7 <= 0 OR s.id IN (SELECT id FROM (SELECT id,"
+      "       max(bytes_reserved) FROM snapshots WHERE (?1 OR run_id = ?2)"
+      "       AND ts_ms >= ?3 AND id > ?4 AND (?6 IS NULL OR pool = ?6)"
+      "       GROUP BY pool, ts_ms / ?7)))"
       "   ORDER BY s.id DESC LIMIT ?5) ORDER BY id ASC)";
   return run_list_query(db_path, q, head,
                         q->detail ? SNAP_FIELDS SNAP_DETAIL : SNAP_FIELDS,

@@ -35,6 +35,7 @@
 #include "adaptalloc/core.h"
 #include "adaptalloc/http.h"
 #include "adaptalloc/policy.h"
+#include "strbuf.h"
 
 #define NPOOLS 2
 #define NLIVE 2048
@@ -47,6 +48,7 @@ typedef struct change {
   uint64_t new_version;
   char source[16];
   char reason[128];
+  char *doc; /* the policy document installed (malloc'd), NULL if none */
 } change;
 
 typedef struct snap {
@@ -54,6 +56,8 @@ typedef struct snap {
   int pool;
   uint64_t in_use;
   uint64_t reserved;
+  uint64_t large_in_use;
+  uint64_t large_reserved;
 } snap;
 
 typedef struct server {
@@ -315,9 +319,10 @@ static int policy_get(void *user, char **json, size_t *len, uint64_t *version) {
 }
 
 static void log_change(uint64_t old_v, uint64_t new_v, const char *source,
-                       const char *reason) {
+                       const char *reason, const aa_policy *doc) {
   change *c;
   if (S.nchanges == NCHANGE) {
+    free(S.changes[0].doc);
     memmove(&S.changes[0], &S.changes[1], (NCHANGE - 1) * sizeof S.changes[0]);
     S.nchanges--;
   }
@@ -327,9 +332,9 @@ static void log_change(uint64_t old_v, uint64_t new_v, const char *source,
   c->new_version = new_v;
   snprintf(c->source, sizeof c->source, "%s", source);
   snprintf(c->reason, sizeof c->reason, "%s", reason);
+  c->doc = doc != NULL ? aa_policy_to_json(doc) : NULL;
 }
 
-/* Validates next against every pool first, then applies; S.mu held. */
 static int install(aa_policy *next, const aa_http_policy_change *ch,
                    const char *what, uint64_t *nv, char *err, size_t errcap) {
   uint64_t old_v = aa_policy_version(S.policy);
@@ -366,7 +371,7 @@ static int install(aa_policy *next, const aa_http_policy_change *ch,
   *nv = old_v + 1;
   snprintf(reason, sizeof reason, "%s /policy from %s", what,
            ch->client != NULL ? ch->client : "?");
-  log_change(old_v, old_v + 1, ch->source, reason);
+  log_change(old_v, old_v + 1, ch->source, reason, S.policy);
   return AA_OK;
 }
 
@@ -401,56 +406,72 @@ static int policy_patch(void *user, const aa_http_policy_change *ch,
   return rc;
 }
 
+/* The store's /history shape; step keeps the last snapshot of each pool in
+ * each slice of time, policies adds each change's document. */
 static int history_json(void *user, const aa_http_history_query *q, char **out,
                         size_t *len) {
-  size_t cap = 256 + (size_t)NSNAP * 160 + (size_t)NCHANGE * 300;
-  char *buf = malloc(cap);
-  size_t off = 0;
-  size_t i;
+  aa__buf b;
+  size_t i, j;
   size_t first;
   size_t shown = 0;
   (void)user;
   *out = NULL;
-  if (buf == NULL)
-    return AA_ENOMEM;
-  if (q->run > 1) {
-    free(buf);
+  *len = 0;
+  if (q->run > 1)
     return AA_ENOENT;
-  }
+  aa__buf_init(&b);
   pthread_mutex_lock(&S.mu);
-  off += (size_t)snprintf(buf + off, cap - off, "{\"run\":1,\"snapshots\":[");
+  aa__buf_puts(&b, "{\"run\":1,\"snapshots\":[");
   first = S.nsnaps > (size_t)q->limit ? S.nsnaps - (size_t)q->limit : 0;
   for (i = first; i < S.nsnaps; i++) {
     const snap *s = &S.snaps[i];
+    bool later = false;
     if (q->since >= 0 && s->time_ms < q->since)
       continue;
-    off += (size_t)snprintf(
-        buf + off, cap - off,
-        "%s{\"time_ms\":%lld,\"pool\":\"%s\",\"bytes_in_use\":%llu,"
-        "\"bytes_reserved\":%llu}",
+    for (j = i + 1; q->step > 0 && j < S.nsnaps && !later; j++)
+      later = S.snaps[j].pool == s->pool &&
+              S.snaps[j].time_ms / q->step == s->time_ms / q->step;
+    if (later)
+      continue;
+    aa__buf_printf(&b,
+        "%s{\"ts_ms\":%lld,\"pool\":\"%s\",\"bytes_in_use\":%llu,"
+        "\"bytes_reserved\":%llu,\"large_bytes_in_use\":%llu,"
+        "\"large_bytes_reserved\":%llu}",
         shown++ ? "," : "", (long long)s->time_ms, aa_pool_name(S.pools[s->pool]),
-        (unsigned long long)s->in_use, (unsigned long long)s->reserved);
+        (unsigned long long)s->in_use, (unsigned long long)s->reserved,
+        (unsigned long long)s->large_in_use, (unsigned long long)s->large_reserved);
   }
-  off += (size_t)snprintf(buf + off, cap - off, "],\"policy_changes\":[");
+  aa__buf_puts(&b, "],\"policy_changes\":[");
   first = S.nchanges > (size_t)q->limit ? S.nchanges - (size_t)q->limit : 0;
   shown = 0;
   for (i = first; i < S.nchanges; i++) {
     const change *c = &S.changes[i];
     if (q->since >= 0 && c->time_ms < q->since)
       continue;
-    off += (size_t)snprintf(
-        buf + off, cap - off,
-        "%s{\"time_ms\":%lld,\"source\":\"%s\",\"old_version\":%llu,"
-        "\"new_version\":%llu,\"reason\":\"%s\"}",
+    aa__buf_printf(&b,
+        "%s{\"ts_ms\":%lld,\"source\":\"%s\",\"old_version\":%llu,"
+        "\"new_version\":%llu,\"reason\":",
         shown++ ? "," : "", (long long)c->time_ms, c->source,
-        (unsigned long long)c->old_version, (unsigned long long)c->new_version,
-        c->reason);
+        (unsigned long long)c->old_version, (unsigned long long)c->new_version);
+    aa__buf_json_cstr(&b, c->reason);
+    if (q->policies && c->doc != NULL) {
+      aa__buf_puts(&b, ",\"policy\":");
+      aa__buf_puts(&b, c->doc);
+    }
+    aa__buf_puts(&b, "}");
   }
   pthread_mutex_unlock(&S.mu);
-  off += (size_t)snprintf(buf + off, cap - off, "]}");
-  *out = buf;
-  *len = off;
-  return AA_OK;
+  aa__buf_puts(&b, "]}");
+  return aa__buf_take(&b, out, len);
+}
+
+static int segments_json(void *user, const char *pool, char **out, size_t *len) {
+  int p;
+  (void)user;
+  for (p = 0; p < NPOOLS; p++)
+    if (strcmp(aa_pool_name(S.pools[p]), pool) == 0)
+      return aa_http_segments_json(S.pools[p], out, len);
+  return AA_ENOENT;
 }
 
 static int runs_json(void *user, char **out, size_t *len) {
@@ -478,6 +499,8 @@ static void take_snapshots(void) {
     S.snaps[S.nsnaps].pool = p;
     S.snaps[S.nsnaps].in_use = st->bytes_in_use;
     S.snaps[S.nsnaps].reserved = st->bytes_reserved;
+    S.snaps[S.nsnaps].large_in_use = st->large_bytes_in_use;
+    S.snaps[S.nsnaps].large_reserved = st->large_bytes_reserved;
     S.nsnaps++;
     free(st);
   }
@@ -563,7 +586,7 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
-  log_change(0, 1, "default", "built-in default policy at start");
+  log_change(0, 1, "default", "built-in default policy at start", S.policy);
 
   memset(&prov, 0, sizeof prov);
   prov.version = AA_HTTP_PROVIDER_VERSION;
@@ -576,6 +599,7 @@ int main(int argc, char **argv) {
   prov.policy_patch = policy_patch;
   prov.history_json = history_json;
   prov.runs_json = runs_json;
+  prov.segments_json = segments_json;
   aa_http_config_init(&cfg);
   cfg.address = address;
   cfg.token = token;

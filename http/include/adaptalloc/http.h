@@ -78,6 +78,10 @@ typedef struct aa_http_history_query {
   int64_t limit; /* at most this many entries; the server always sets it
                     (default 100, 1 .. 10000) */
   int64_t run;   /* store run id; -1 = the current run */
+  int64_t step;  /* > 0: per pool and step-ms slice of time only the
+                    snapshot with the most bytes reserved (long ranges);
+                    -1 = every snapshot */
+  bool policies; /* add each policy change's policy document ("policy") */
 } aa_http_history_query;
 
 /* Policy-change requests (PUT and PATCH /policy). */
@@ -144,6 +148,11 @@ typedef struct aa_http_provider {
 
   /* GET /runs: {"runs": [...]} from the store. */
   int (*runs_json)(void *user, char **out, size_t *len);
+
+  /* GET /segments?pool=NAME, optional: the pool's large-path segments and
+   * their used and free pieces (docs/http.md); an unknown pool is
+   * AA_ENOENT. */
+  int (*segments_json)(void *user, const char *pool, char **out, size_t *len);
 } aa_http_provider;
 
 /* ------------------------------------------------------------ server */
@@ -208,6 +217,15 @@ typedef struct aa_http_counters {
 AA_EXTERN void aa_http_get_counters(const aa_http *srv, aa_http_counters *out);
 
 /* ------------------------------------------------------------ Prometheus */
+
+/* The large-path segments of pool as JSON (GET /segments):
+ *   {"pool":"..","segment_count":N,"bytes":B,"used_bytes":U,"truncated":false,
+ *    "segments":[{"address":"0x..","size":S,"used":U,"expandable":false,
+ *                 "pieces":[[bytes,1 in use|0 free],...]},...]}
+ * in address order; neighbouring free pieces merged; at most 4096 segments
+ * and 65536 pieces listed (then "truncated": true; the totals count all).
+ * *out is malloc'd (free()). AA_EINVAL, AA_ENOMEM. */
+AA_EXTERN int aa_http_segments_json(aa_pool *pool, char **out, size_t *len);
 
 /* Renders snapshots of n pools as Prometheus text exposition (format 0.0.4)
  * into a malloc'd NUL-terminated string (*out, freed with free(); *len its

@@ -76,3 +76,12 @@ int aa_http_render_metrics(const aa_pool_stats *pools, size_t n, char **out,
     *len = 0;
   return AA_ENOTSUP;
 }
+
+int aa_http_segments_json(aa_pool *pool, char **out, size_t *len) {
+  (void)pool;
+  if (out != NULL)
+    *out = NULL;
+  if (len != NULL)
+    *len = 0;
+  return AA_ENOTSUP;
+}

@@ -241,6 +241,10 @@ typedef struct aa_store_query {
   const char *pool;  /* snapshots only: one pool by name; NULL = all */
   bool detail;       /* snapshots: add classes, histogram and heavy hitters;
                         policy log: add the policy documents */
+  int64_t step_ms;   /* snapshots: > 0 keeps, per pool and step_ms-long slice
+                        of time, only the snapshot with the most bytes
+                        reserved (a day of one-second snapshots in a few
+                        thousand rows, peaks kept); <= 0 keeps every one */
 } aa_store_query;
 
 /* Fills in the defaults (latest run, no filters, limit 100, no detail). */
