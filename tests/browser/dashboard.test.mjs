@@ -1,8 +1,12 @@
 // dashboard.test.mjs — the dashboard in headless Chromium (playwright-core
-// driving Debian's /usr/bin/chromium): the page loads and goes live, both
-// charts draw data, a policy edit without the token is refused with the
-// server's message, a valid edit takes effect (the version bumps), an invalid
-// one shows the validator's error and changes nothing. Saves a screenshot.
+// driving Debian's /usr/bin/chromium): the page loads and goes live; the
+// memory chart draws the stored history with a policy-change marker, shows a
+// tooltip and zooms; both histograms (since start, last minute) and the
+// large-segment map draw data; the class table sorts; a policy edit without
+// the token is refused with the server's message, a valid edit takes effect
+// (the version bumps) and shows in the diff view, an invalid one shows the
+// validator's error and changes nothing. Saves screenshots (--shots DIR: also
+// the per-panel ones the guide shows, docs/img/).
 //
 //   node tests/browser/dashboard.test.mjs --server build/tests/aa_http_testserver \
 //        --out build/browser
@@ -26,6 +30,7 @@ const serverBin = opt("server", process.env.AA_TESTSERVER || "");
 let baseUrl = opt("url", process.env.AA_DASHBOARD_URL || "");
 const outDir = opt("out", process.env.AA_TEST_BINARY_DIR ? join(process.env.AA_TEST_BINARY_DIR, "browser") : "build-browser");
 const chromiumPath = opt("chromium", process.env.CHROMIUM || "/usr/bin/chromium");
+const shotsDir = opt("shots", "");
 const token = opt("token", serverBin ? "browser-test-token" : process.env.ADAPTALLOC_TOKEN || "");
 
 function log(...a) { console.log("[dashboard]", ...a); }
@@ -133,6 +138,55 @@ async function main() {
   if (painted.classes < 1 || painted.rows < 1) fail("no size classes shown");
   if (!/(B|KiB|MiB|GiB)$/.test(painted.inUseCard)) fail("in-use card without a unit: " + painted.inUseCard);
 
+  // 2b. history, markers, the recent histogram, segments, tooltip, zoom, sort
+  await until(page, "stored history points", () => Number(document.getElementById("chart-mem").dataset.stored) >= 2);
+  await until(page, "a policy-change marker", () => Number(document.getElementById("chart-mem").dataset.markers) >= 1);
+  await until(page, "the last-minute histogram", () => Number(document.getElementById("chart-hist-recent").dataset.bars) > 0);
+  await until(page, "large segments", () => Number(document.getElementById("seg-map").dataset.segments) >= 1);
+  const more = await page.evaluate(() => {
+    const count = (id, rgb) => {
+      const c = document.getElementById(id);
+      const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+      let n = 0;
+      for (let i = 0; i < d.length; i += 4) {
+        if (Math.abs(d[i] - rgb[0]) < 40 && Math.abs(d[i + 1] - rgb[1]) < 40 && Math.abs(d[i + 2] - rgb[2]) < 40 && d[i + 3] > 200) n++;
+      }
+      return n;
+    };
+    return {
+      recentBars: count("chart-hist-recent", [8, 145, 178]),
+      usedPieces: count("seg-map", [124, 58, 237]),
+      marker: count("chart-mem", [220, 38, 38]),
+      segNote: document.getElementById("seg-note").textContent,
+    };
+  });
+  log("more", JSON.stringify(more));
+  if (more.recentBars < 20) fail("the last-minute histogram has no bars drawn");
+  if (more.usedPieces < 20) fail("the segment map shows no used pieces");
+  if (more.marker < 10) fail("no policy-change marker drawn");
+  if (!/segments ·.*held ·.*in use/.test(more.segNote)) fail("segment summary missing: " + more.segNote);
+  const box = await page.locator("#chart-mem").boundingBox();
+  await page.mouse.move(box.x + box.width - 40, box.y + box.height / 2);
+  await until(page, "the memory tooltip", () => !document.getElementById("mem-tip").hidden && /in use/.test(document.getElementById("mem-tip").textContent));
+  await page.mouse.move(box.x + box.width * 0.5, box.y + box.height / 2);
+  await page.mouse.down();
+  await page.mouse.move(box.x + box.width * 0.9, box.y + box.height / 2, { steps: 4 });
+  await page.mouse.up();
+  await until(page, "the zoom", () => !document.getElementById("unzoom").hidden && /zoomed/.test(document.getElementById("mem-note").textContent));
+  await page.dblclick("#chart-mem");
+  await until(page, "the zoom reset", () => document.getElementById("unzoom").hidden);
+  await page.click("#range button[data-range='300000']");
+  await page.click('#classes th[data-key="inUse"]');
+  const sorted = await page.evaluate(() => {
+    const th = document.querySelector('#classes th[data-key="inUse"]');
+    const cells = Array.from(document.querySelectorAll("#classes tbody tr")).map((tr) => tr.cells[2].textContent);
+    return { cls: th.className, cells };
+  });
+  if (sorted.cls !== "desc") fail("the in-use column is not sorted: " + sorted.cls);
+  const unit = { B: 1, KiB: 1024, MiB: 1048576, GiB: 1073741824 };
+  const bytes = sorted.cells.map((t) => { const m = t.match(/([\d.]+) (\w+)/); return m ? Number(m[1]) * unit[m[2]] : 0; });
+  for (let i = 1; i < bytes.length; i++) if (bytes[i] > bytes[i - 1]) fail("rows not in descending in-use order: " + sorted.cells.join(", "));
+
   // 3. the editor holds the policy in force
   await until(page, "the policy text", () => document.getElementById("policy-text").value.includes("pools"));
   const v0 = Number(await page.textContent("#policy-version"));
@@ -178,6 +232,9 @@ async function main() {
   }
   await until(page, "the change log entry", () => /PUT/.test(document.getElementById("changes").textContent), undefined, 15000);
 
+  // 5b. the diff view shows what the edit changed (from the store's documents)
+  await until(page, "the diff of the edit", () => Number(document.getElementById("diff").dataset.added) > 0 && /description/.test(document.getElementById("diff").textContent), undefined, 15000);
+
   // 6. an invalid edit shows the validator's error; nothing changes
   const bad = structuredClone(served);
   bad.pools.device.slab_size = 1000;
@@ -201,6 +258,17 @@ async function main() {
   const shot = join(outDir, "dashboard.png");
   await page.screenshot({ path: shot, fullPage: true });
   log("screenshot", shot);
+  if (shotsDir) {
+    // the guide's pictures: the page, then each figure on its own
+    mkdirSync(shotsDir, { recursive: true });
+    await page.screenshot({ path: join(shotsDir, "dashboard.png"), fullPage: true });
+    const panel = (sel) => page.locator(sel).locator("xpath=ancestor::section[1]");
+    await panel("#chart-mem").screenshot({ path: join(shotsDir, "dashboard-memory.png") });
+    await page.locator("#chart-hist").locator("xpath=ancestor::section[1]").screenshot({ path: join(shotsDir, "dashboard-histograms.png") });
+    await panel("#seg-map").screenshot({ path: join(shotsDir, "dashboard-segments.png") });
+    await panel("#diff").screenshot({ path: join(shotsDir, "dashboard-diff.png") });
+    log("screenshots in", shotsDir);
+  }
   if (consoleErrors.length) fail("console errors: " + consoleErrors.join(" | "));
 }
 
