@@ -7,6 +7,8 @@
 # with that installation.
 #
 # Usage (repository root): tools/device/package-test.sh [pytest args...]
+#   AA_PKG_BENCH=1   then also bench/gpu/bench_py_pinned.py (BENCHMARKS.md
+#                    "Pinned memory from Python"), JSON in $OUT/py_pinned.json
 # Output: $OUT/package-log.txt (without $OUT: ./gpu-out/).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -47,4 +49,9 @@ venv=/tmp/aa-pkg-venv
   export ADAPTALLOC_TEST_PYTHON=$vpy
   "$vpy" -m pytest -p no:cacheprovider -rs -v tests/gpu/test_package_torch.py tests/python "$@"
   echo "package-test: pytest rc=$?"
+  if [ "${AA_PKG_BENCH:-0}" = 1 ]; then
+    (cd /tmp && "$vpy" "$root/bench/gpu/bench_py_pinned.py" --reps "${AA_PKG_BENCH_REPS:-5}" \
+      --json "$out/py_pinned.json")
+    echo "package-test: bench rc=$?"
+  fi
 } 2>&1 | tee "$out/package-log.txt"

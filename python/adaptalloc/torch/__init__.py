@@ -190,6 +190,9 @@ def _dtype(torch, dtype, what):
 
 def _stream_handle(torch, stream):
     if stream is None:
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if raw is not None:
+            return raw(torch.cuda.current_device())
         return torch.cuda.current_stream().cuda_stream
     if isinstance(stream, torch.cuda.Stream):
         return stream.cuda_stream
@@ -197,9 +200,27 @@ def _stream_handle(torch, stream):
                     % type(stream).__name__)
 
 
-def _over_block(torch, block, nbytes, dtype, shape):
-    flat = torch.frombuffer(block, dtype=torch.uint8)[:nbytes]
-    return flat.view(dtype).view(shape)
+def _itemsize(torch, dtype):
+    n = getattr(dtype, "itemsize", None)
+    return n if n is not None else torch.empty((), dtype=dtype).element_size()
+
+
+def _over_block(torch, block, numel, dtype, shape):
+    """A tensor of `shape` over the first numel elements of a Block; the
+    tensor's storage holds a reference to the block (torch.frombuffer)."""
+    t = torch.frombuffer(block, dtype=dtype, count=numel)
+    return t if len(shape) == 1 else t.view(shape)
+
+
+def _pinned(torch, shape, dtype, stream, what):
+    shape = _shape(shape, what)
+    dtype = _dtype(torch, torch.float32 if dtype is None else dtype, what)
+    numel = math.prod(shape)
+    nbytes = numel * _itemsize(torch, dtype)
+    block = _C.Block("pinned", max(nbytes, 1), _stream_handle(torch, stream))
+    if numel == 0:
+        return block, torch.empty(shape, dtype=dtype), 0
+    return block, _over_block(torch, block, numel, dtype, shape), nbytes
 
 
 def pinned_empty(shape, dtype=None, *, stream=None):
@@ -210,12 +231,7 @@ def pinned_empty(shape, dtype=None, *, stream=None):
     so a non_blocking copy from it on that stream is safe. Copies on other
     streams: record_stream(tensor, stream)."""
     torch = _need_torch("pinned_empty")
-    shape = _shape(shape, "pinned_empty")
-    dtype = _dtype(torch, torch.float32 if dtype is None else dtype, "pinned_empty")
-    elem = torch.empty((), dtype=dtype).element_size()
-    nbytes = math.prod(shape) * elem
-    block = _C.Block("pinned", max(nbytes, 1), _stream_handle(torch, stream))
-    return _over_block(torch, block, nbytes, dtype, shape)
+    return _pinned(torch, shape, dtype, stream, "pinned_empty")[1]
 
 
 def pin(tensor, *, stream=None):
@@ -259,15 +275,11 @@ def mapped_empty(shape, dtype=None):
     the bus; use it for small data read once. The memory returns to the pool
     when both tensors are gone."""
     torch = _need_torch("mapped_empty")
-    shape = _shape(shape, "mapped_empty")
-    dtype = _dtype(torch, torch.float32 if dtype is None else dtype, "mapped_empty")
-    elem = torch.empty((), dtype=dtype).element_size()
-    nbytes = max(math.prod(shape) * elem, 1)
-    block = _C.Block("pinned", nbytes, _stream_handle(torch, None))
-    host = _over_block(torch, block, math.prod(shape) * elem, dtype, shape)
+    block, host, nbytes = _pinned(torch, shape, dtype, None, "mapped_empty")
+    if nbytes == 0:
+        return host, torch.empty(host.shape, dtype=host.dtype, device="cuda")
     dev = torch.as_tensor(_CudaView(block, nbytes), device="cuda")
-    dev = dev[:math.prod(shape) * elem].view(dtype).view(shape)
-    return host, dev
+    return host, dev.view(host.dtype).view(host.shape)
 
 
 # ------------------------------------------------------------------ packing
