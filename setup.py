@@ -16,6 +16,7 @@ Environment:
   ADAPTALLOC_NO_TORCH=1  do not build the torch extension even if torch is here
 Offline: pip install --no-build-isolation .
 """
+import concurrent.futures
 import glob
 import os
 import shlex
@@ -125,7 +126,23 @@ class BuildExt(build_ext):
         for ext in self.extensions:
             ext.library_dirs = [bdir] + list(ext.library_dirs)
 
+    def _parallel_compile(self, jobs):
+        """Compiles an extension's sources in parallel (the torch headers
+        make each C++ file take tens of seconds)."""
+        orig = self.compiler.compile
+
+        def compile_(sources, *args, **kwargs):
+            if len(sources) <= 1 or jobs <= 1:
+                return orig(sources, *args, **kwargs)
+            with concurrent.futures.ThreadPoolExecutor(min(jobs, len(sources))) as ex:
+                parts = list(ex.map(lambda src: orig([src], *args, **kwargs), sources))
+            return [obj for objs in parts for obj in objs]
+
+        self.compiler.compile = compile_
+
     def build_extensions(self):
+        self._parallel_compile(int(os.environ.get("ADAPTALLOC_BUILD_JOBS") or
+                                   os.cpu_count() or 2))
         # The package directory in build_lib (or the source tree for --inplace).
         pkgdir = os.path.dirname(self.get_ext_fullpath("adaptalloc._C"))
         os.makedirs(pkgdir, exist_ok=True)
