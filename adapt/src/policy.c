@@ -34,15 +34,6 @@ int aa__policy_pool_index(const char *pool) {
   return -1;
 }
 
-void aa__policy_errf(char *err, size_t errcap, const char *fmt, ...) {
-  va_list ap;
-  if (err == NULL || errcap == 0)
-    return;
-  va_start(ap, fmt);
-  vsnprintf(err, errcap, fmt, ap);
-  va_end(ap);
-}
-
 void aa_adapt_params_default(aa_adapt_params *out) {
   if (out == NULL)
     return;
@@ -131,12 +122,12 @@ int aa_policy_parse(const char *json, size_t len, aa_policy **out, char *err,
   if (err != NULL && errcap > 0)
     err[0] = '\0';
   if (out == NULL) {
-    aa__policy_errf(err, errcap, "(root): no output pointer given");
+    aa__errf(err, errcap, "(root): no output pointer given");
     return AA_EINVAL;
   }
   *out = NULL;
   if (json == NULL) {
-    aa__policy_errf(err, errcap, "(root): no document given");
+    aa__errf(err, errcap, "(root): no document given");
     return AA_EINVAL;
   }
   rc = aa__policy_parse_tree(json, len, &root, err, errcap);
@@ -144,7 +135,7 @@ int aa_policy_parse(const char *json, size_t len, aa_policy **out, char *err,
     goto done;
   p = malloc(sizeof *p);
   if (p == NULL) {
-    aa__policy_errf(err, errcap, "(root): out of memory");
+    aa__errf(err, errcap, "(root): out of memory");
     rc = AA_ENOMEM;
     goto done;
   }
@@ -172,12 +163,12 @@ int aa_policy_load_file(const char *path, aa_policy **out, char *err,
   if (err != NULL && errcap > 0)
     err[0] = '\0';
   if (out == NULL || path == NULL) {
-    aa__policy_errf(err, errcap, "(root): no path or output pointer given");
+    aa__errf(err, errcap, "(root): no path or output pointer given");
     return AA_EINVAL;
   }
   *out = NULL;
   if (strnlen(path, PATH_MAX) >= PATH_MAX) {
-    aa__policy_errf(err, errcap,
+    aa__errf(err, errcap,
                     "(path): the policy path is over the limit of %d bytes",
                     PATH_MAX - 1);
     rc = AA_EINVAL;
@@ -187,17 +178,17 @@ int aa_policy_load_file(const char *path, aa_policy **out, char *err,
    * is not a regular file is then refused before any read */
   fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) {
-    aa__policy_errf(err, errcap, "%s: cannot open: %s", path, strerror(errno));
+    aa__errf(err, errcap, "%s: cannot open: %s", path, strerror(errno));
     rc = AA_EIO;
     goto done;
   }
   if (fstat(fd, &sb) != 0) {
-    aa__policy_errf(err, errcap, "%s: cannot stat: %s", path, strerror(errno));
+    aa__errf(err, errcap, "%s: cannot stat: %s", path, strerror(errno));
     rc = AA_EIO;
     goto done;
   }
   if (!S_ISREG(sb.st_mode)) {
-    aa__policy_errf(err, errcap,
+    aa__errf(err, errcap,
                     "%s: not a regular file (%s); a policy is a JSON file",
                     path,
                     S_ISDIR(sb.st_mode)    ? "a directory"
@@ -210,14 +201,14 @@ int aa_policy_load_file(const char *path, aa_policy **out, char *err,
     goto done;
   }
   if (sb.st_size > (off_t)AA_POLICY_MAX_BYTES) {
-    aa__policy_errf(err, errcap, "%s: document is over the %u-byte limit",
+    aa__errf(err, errcap, "%s: document is over the %u-byte limit",
                     path, (unsigned)AA_POLICY_MAX_BYTES);
     rc = AA_EPARSE;
     goto done;
   }
   f = fdopen(fd, "rb");
   if (f == NULL) {
-    aa__policy_errf(err, errcap, "%s: cannot open: %s", path, strerror(errno));
+    aa__errf(err, errcap, "%s: cannot open: %s", path, strerror(errno));
     rc = AA_EIO;
     goto done;
   }
@@ -225,18 +216,18 @@ int aa_policy_load_file(const char *path, aa_policy **out, char *err,
   /* Read one byte past the limit so an oversized file is recognised. */
   buf = malloc(AA_POLICY_MAX_BYTES + 1);
   if (buf == NULL) {
-    aa__policy_errf(err, errcap, "%s: out of memory", path);
+    aa__errf(err, errcap, "%s: out of memory", path);
     rc = AA_ENOMEM;
     goto done;
   }
   len = fread(buf, 1, AA_POLICY_MAX_BYTES + 1, f);
   if (ferror(f)) {
-    aa__policy_errf(err, errcap, "%s: read error: %s", path, strerror(errno));
+    aa__errf(err, errcap, "%s: read error: %s", path, strerror(errno));
     rc = AA_EIO;
     goto done;
   }
   if (len > AA_POLICY_MAX_BYTES) {
-    aa__policy_errf(err, errcap,
+    aa__errf(err, errcap,
                     "%s: document is over the %u-byte limit", path,
                     (unsigned)AA_POLICY_MAX_BYTES);
     rc = AA_EPARSE;
@@ -245,7 +236,7 @@ int aa_policy_load_file(const char *path, aa_policy **out, char *err,
   inner[0] = '\0';
   rc = aa_policy_parse(buf, len, out, inner, sizeof inner);
   if (rc != AA_OK)
-    aa__policy_errf(err, errcap, "%s: %s", path, inner);
+    aa__errf(err, errcap, "%s: %s", path, inner);
 done:
   free(buf);
   if (f != NULL)

@@ -180,12 +180,12 @@ int aa_policy_merge_patch(const aa_policy *base, const char *patch, size_t len,
   if (err != NULL && errcap > 0)
     err[0] = '\0';
   if (out == NULL) {
-    aa__policy_errf(err, errcap, "(root): no output pointer given");
+    aa__errf(err, errcap, "(root): no output pointer given");
     return AA_EINVAL;
   }
   *out = NULL;
   if (base == NULL || patch == NULL) {
-    aa__policy_errf(err, errcap, "(root): no base policy or patch given");
+    aa__errf(err, errcap, "(root): no base policy or patch given");
     return AA_EINVAL;
   }
   rc = aa__policy_parse_tree(patch, len, &ptree, err, errcap);
@@ -195,14 +195,14 @@ int aa_policy_merge_patch(const aa_policy *base, const char *patch, size_t len,
   if (base_json != NULL)
     target = cJSON_Parse(base_json);
   if (target == NULL) {
-    aa__policy_errf(err, errcap, "(root): out of memory");
+    aa__errf(err, errcap, "(root): out of memory");
     rc = AA_ENOMEM;
     goto done;
   }
   target = aa__json_merge_patch(target, ptree);
   p = malloc(sizeof *p);
   if (target == NULL || p == NULL) {
-    aa__policy_errf(err, errcap, "(root): out of memory");
+    aa__errf(err, errcap, "(root): out of memory");
     rc = AA_ENOMEM;
     goto done;
   }

@@ -20,6 +20,7 @@
 #include "adaptalloc/policy.h"
 
 #include "cJSON.h"
+#include "strbuf.h" /* core/src: aa__errf */
 
 #define AA__POLICY_POOLS 3 /* device, pinned, host (this order) */
 #define AA__POLICY_NAME_MAX 128
@@ -92,11 +93,5 @@ int aa__policy_from_tree(const cJSON *root, aa_policy *out, char *err,
  * when out of memory. patch is not changed. */
 cJSON *aa__json_merge_patch(cJSON *target, const cJSON *patch);
 
-/* printf into err (when err && errcap). */
-void aa__policy_errf(char *err, size_t errcap, const char *fmt, ...)
-#if defined(__GNUC__) || defined(__clang__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
 
 #endif /* ADAPTALLOC_POLICY_MODEL_H */

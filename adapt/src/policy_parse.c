@@ -43,7 +43,7 @@ static int fail(vctx *v, const char *path, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  aa__policy_errf(v->err, v->cap, "%s: %s", path[0] ? path : "(root)", msg);
+  aa__errf(v->err, v->cap, "%s: %s", path[0] ? path : "(root)", msg);
   return AA_EINVAL;
 }
 
@@ -204,11 +204,11 @@ static int prescan(const char *json, size_t len, char *err, size_t errcap) {
   bool in_str = false;
 
   if (len == 0) {
-    aa__policy_errf(err, errcap, "(root): empty document");
+    aa__errf(err, errcap, "(root): empty document");
     return AA_EPARSE;
   }
   if (len > AA_POLICY_MAX_BYTES) {
-    aa__policy_errf(err, errcap,
+    aa__errf(err, errcap,
                     "(root): document is %zu bytes, over the %u-byte limit", len,
                     (unsigned)AA_POLICY_MAX_BYTES);
     return AA_EPARSE;
@@ -218,11 +218,11 @@ static int prescan(const char *json, size_t len, char *err, size_t errcap) {
     unsigned l, c;
     line_col(json, bad, &l, &c);
     if (nul)
-      aa__policy_errf(err, errcap,
+      aa__errf(err, errcap,
                       "(root): NUL byte at byte offset %zu (line %u, column %u)",
                       bad, l, c);
     else
-      aa__policy_errf(err, errcap,
+      aa__errf(err, errcap,
                       "(root): invalid UTF-8 at byte offset %zu (line %u, column %u)",
                       bad, l, c);
     return AA_EPARSE;
@@ -241,7 +241,7 @@ static int prescan(const char *json, size_t len, char *err, size_t errcap) {
     } else if (c == '{' || c == '[') {
       depth++;
       if (depth > AA_POLICY_MAX_DEPTH) {
-        aa__policy_errf(err, errcap,
+        aa__errf(err, errcap,
                         "(root): nested deeper than %u levels (at byte offset %zu)",
                         (unsigned)AA_POLICY_MAX_DEPTH, i);
         return AA_EPARSE;
@@ -275,7 +275,7 @@ static int dup_scan(vctx *v, const cJSON *item, const char *path) {
   if (cJSON_IsObject(item) && n > 1) {
     names = malloc(n * sizeof *names);
     if (names == NULL) {
-      aa__policy_errf(v->err, v->cap, "(root): out of memory");
+      aa__errf(v->err, v->cap, "(root): out of memory");
       return AA_ENOMEM;
     }
     for (c = item->child; c != NULL; c = c->next)
@@ -329,7 +329,7 @@ int aa__policy_parse_tree(const char *json, size_t len, cJSON **out, char *err,
                      ? (size_t)(end - json)
                      : 0;
     line_col(json, off, &l, &c);
-    aa__policy_errf(err, errcap, "(root): malformed JSON at line %u, column %u",
+    aa__errf(err, errcap, "(root): malformed JSON at line %u, column %u",
                     l, c);
     return AA_EPARSE;
   }
@@ -338,7 +338,7 @@ int aa__policy_parse_tree(const char *json, size_t len, cJSON **out, char *err,
       if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
         unsigned l, c;
         line_col(json, (size_t)(q - json), &l, &c);
-        aa__policy_errf(err, errcap,
+        aa__errf(err, errcap,
                         "(root): unexpected data after the document at line %u, "
                         "column %u",
                         l, c);

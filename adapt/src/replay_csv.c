@@ -790,7 +790,7 @@ static int reader_chunk(csv_reader *r, const char *buf, size_t len) {
           /* A broken header cannot be skipped: the columns are unknown. */
           snprintf(full, sizeof full, "line %llu: %s",
                    (unsigned long long)r->line, msg);
-          aa__replay_errf(r->err, r->errcap, "%s", full);
+          aa__errf(r->err, r->errcap, "%s", full);
           if (r->diag != NULL) {
             r->diag->malformed++;
             aa__replay_diag_note(r->diag, r->line, full);
@@ -800,7 +800,7 @@ static int reader_chunk(csv_reader *r, const char *buf, size_t len) {
         r->st.header_len = (size_t)(le - ls);
         r->header = malloc(r->st.header_len + 1);
         if (r->header == NULL) {
-          aa__replay_errf(r->err, r->errcap, "out of memory");
+          aa__errf(r->err, r->errcap, "out of memory");
           return AA_ENOMEM;
         }
         memcpy(r->header, ls, r->st.header_len);
@@ -825,7 +825,7 @@ static int reader_chunk(csv_reader *r, const char *buf, size_t len) {
         aa__replay_diag_note(r->diag, r->line, full);
       }
       if (r->mode == AA_REPLAY_STOP) {
-        aa__replay_errf(r->err, r->errcap, "%s", full);
+        aa__errf(r->err, r->errcap, "%s", full);
         return AA_EPARSE;
       }
       continue;
@@ -848,12 +848,12 @@ int aa_replay_csv_parse(const char *buf, size_t len,
   if (err != NULL && errcap > 0)
     err[0] = '\0';
   if ((buf == NULL && len > 0) || sink == NULL) {
-    aa__replay_errf(err, errcap, "aa_replay_csv_parse: NULL argument");
+    aa__errf(err, errcap, "aa_replay_csv_parse: NULL argument");
     return AA_EINVAL;
   }
   r = reader_new(opt, sink, user, diag, err, errcap);
   if (r == NULL) {
-    aa__replay_errf(err, errcap, "out of memory");
+    aa__errf(err, errcap, "out of memory");
     return AA_ENOMEM;
   }
   r->total = len;
@@ -882,7 +882,7 @@ static int parse_stream(int fd, const char *name,
   int rc = AA_OK;
 
   if (r == NULL || buf == NULL) {
-    aa__replay_errf(err, errcap, "out of memory");
+    aa__errf(err, errcap, "out of memory");
     rc = AA_ENOMEM;
     goto out;
   }
@@ -894,7 +894,7 @@ static int parse_stream(int fd, const char *name,
     if (have == cap) { /* one line longer than the buffer: grow it */
       char *nb = realloc(buf, cap * 2);
       if (nb == NULL) {
-        aa__replay_errf(err, errcap, "out of memory");
+        aa__errf(err, errcap, "out of memory");
         rc = AA_ENOMEM;
         goto out;
       }
@@ -905,7 +905,7 @@ static int parse_stream(int fd, const char *name,
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0) {
-      aa__replay_errf(err, errcap, "%s: %s", name, strerror(errno));
+      aa__errf(err, errcap, "%s: %s", name, strerror(errno));
       rc = AA_EIO;
       goto out;
     }
@@ -947,7 +947,7 @@ int aa_replay_csv_parse_file(const char *path, const aa_replay_csv_options *opt,
   if (err != NULL && errcap > 0)
     err[0] = '\0';
   if (path == NULL || sink == NULL) {
-    aa__replay_errf(err, errcap, "aa_replay_csv_parse_file: NULL argument");
+    aa__errf(err, errcap, "aa_replay_csv_parse_file: NULL argument");
     return AA_EINVAL;
   }
   if (strcmp(path, "-") == 0) {
@@ -956,12 +956,12 @@ int aa_replay_csv_parse_file(const char *path, const aa_replay_csv_options *opt,
   }
   fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0 || fstat(fd, &sb) != 0) {
-    aa__replay_errf(err, errcap, "%s: %s", path, strerror(errno));
+    aa__errf(err, errcap, "%s: %s", path, strerror(errno));
     rc = AA_EIO;
     goto out;
   }
   if (S_ISDIR(sb.st_mode)) {
-    aa__replay_errf(err, errcap, "%s: is a directory", path);
+    aa__errf(err, errcap, "%s: is a directory", path);
     rc = AA_EIO;
     goto out;
   }
@@ -969,7 +969,7 @@ int aa_replay_csv_parse_file(const char *path, const aa_replay_csv_options *opt,
     len = (size_t)sb.st_size;
     map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
-      aa__replay_errf(err, errcap, "%s: %s", path, strerror(errno));
+      aa__errf(err, errcap, "%s: %s", path, strerror(errno));
       rc = AA_EIO;
       goto out;
     }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "adaptalloc/replay.h"
+#include "strbuf.h" /* core/src: aa__errf */
 
 #if defined(__GNUC__) || defined(__clang__)
 #define AA__PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -23,10 +24,6 @@
 #define AA__LIKELY(x) (x)
 #define AA__UNLIKELY(x) (x)
 #endif
-
-/* Writes a formatted message into err (errcap bytes) when err is non-NULL. */
-void aa__replay_errf(char *err, size_t errcap, const char *fmt, ...)
-    AA__PRINTF(3, 4);
 
 /* Copies at most 40 bytes of [s, s+n) into out (cap >= 48) for quoting in a
  * message, with non-printable bytes shown as '?' and "..." when cut. */

@@ -561,7 +561,7 @@ int aa_replay_sim_new(const aa_replay_config *cfg, aa_replay_sim **out,
   if (out != NULL)
     *out = NULL;
   if (cfg == NULL || out == NULL || cfg->version != AA_REPLAY_CONFIG_VERSION) {
-    aa__replay_errf(err, errcap, "aa_replay_sim_new: bad arguments");
+    aa__errf(err, errcap, "aa_replay_sim_new: bad arguments");
     return AA_EINVAL;
   }
   s = calloc(1, sizeof *s);
@@ -602,14 +602,14 @@ int aa_replay_sim_new(const aa_replay_config *cfg, aa_replay_sim **out,
   pc.on_error = NULL; /* misuse cannot happen: the map checks first */
   rc = aa_pool_new(&pc, &s->pool);
   if (rc != AA_OK) {
-    aa__replay_errf(err, errcap, "the core refused the pool configuration: %s",
+    aa__errf(err, errcap, "the core refused the pool configuration: %s",
                     aa_strerror(rc));
     goto fail;
   }
   if (cfg->classes != NULL && cfg->nclasses > 0) {
     rc = aa_pool_set_classes(s->pool, cfg->classes, cfg->nclasses);
     if (rc != AA_OK) {
-      aa__replay_errf(err, errcap, "the core refused the class table (%zu "
+      aa__errf(err, errcap, "the core refused the class table (%zu "
                       "classes): %s", cfg->nclasses, aa_strerror(rc));
       goto fail;
     }
@@ -624,7 +624,7 @@ int aa_replay_sim_new(const aa_replay_config *cfg, aa_replay_sim **out,
     if (rc == AA_OK)
       rc = aa_adapt_loop_add_pool(s->loop, s->pool);
     if (rc != AA_OK) {
-      aa__replay_errf(err, errcap, "the policy loop refused its parameters: %s",
+      aa__errf(err, errcap, "the policy loop refused its parameters: %s",
                       aa_strerror(rc));
       goto fail;
     }
@@ -633,7 +633,7 @@ int aa_replay_sim_new(const aa_replay_config *cfg, aa_replay_sim **out,
   return AA_OK;
 fail:
   if (rc == AA_ENOMEM)
-    aa__replay_errf(err, errcap, "out of memory");
+    aa__errf(err, errcap, "out of memory");
   aa_replay_sim_free(s);
   return rc;
 }

@@ -72,7 +72,7 @@ static int json_pool(const cJSON *o, const char *where, aa_replay_hist *h,
     sizes = cJSON_GetObjectItemCaseSensitive(o, "hh");
   if (hist != NULL) {
     if (!cJSON_IsArray(hist) || cJSON_GetArraySize(hist) > AA_HIST_BUCKETS) {
-      aa__replay_errf(err, errcap, "%shist: expected an array of at most %d "
+      aa__errf(err, errcap, "%shist: expected an array of at most %d "
                       "counts", where, AA_HIST_BUCKETS);
       return AA_EPARSE;
     }
@@ -80,7 +80,7 @@ static int json_pool(const cJSON *o, const char *where, aa_replay_hist *h,
     cJSON_ArrayForEach(it, hist) {
       uint64_t c;
       if (!json_u64(it, &c)) {
-        aa__replay_errf(err, errcap, "%shist[%d]: expected a non-negative "
+        aa__errf(err, errcap, "%shist[%d]: expected a non-negative "
                         "integer count", where, i);
         return AA_EPARSE;
       }
@@ -90,7 +90,7 @@ static int json_pool(const cJSON *o, const char *where, aa_replay_hist *h,
   }
   if (sizes != NULL) {
     if (!cJSON_IsArray(sizes)) {
-      aa__replay_errf(err, errcap, "%s%s: expected an array of {\"size\", "
+      aa__errf(err, errcap, "%s%s: expected an array of {\"size\", "
                       "\"count\"} objects", where, sizes->string);
       return AA_EPARSE;
     }
@@ -100,13 +100,13 @@ static int json_pool(const cJSON *o, const char *where, aa_replay_hist *h,
       if (!cJSON_IsObject(it) ||
           !json_u64(cJSON_GetObjectItemCaseSensitive(it, "size"), &sz) ||
           !json_u64(cJSON_GetObjectItemCaseSensitive(it, "count"), &c)) {
-        aa__replay_errf(err, errcap, "%s%s[%d]: expected {\"size\": N, "
+        aa__errf(err, errcap, "%s%s[%d]: expected {\"size\": N, "
                         "\"count\": N} with non-negative integers", where,
                         sizes->string, i);
         return AA_EPARSE;
       }
       if (c > 0 && add_exact(h, cap, sz, c) != AA_OK) {
-        aa__replay_errf(err, errcap, "out of memory");
+        aa__errf(err, errcap, "out of memory");
         return AA_ENOMEM;
       }
       i++;
@@ -126,13 +126,13 @@ static int parse_json(const char *buf, size_t len, aa_replay_hist *h,
   int rc = aa__json_strict_check(buf, len, 64, why, sizeof why);
 
   if (rc != AA_OK) {
-    aa__replay_errf(err, errcap, "histogram: malformed JSON: %s", why);
+    aa__errf(err, errcap, "histogram: malformed JSON: %s", why);
     goto out;
   }
   root = cJSON_ParseWithLength(buf, len);
 
   if (root == NULL || !cJSON_IsObject(root)) {
-    aa__replay_errf(err, errcap, "histogram: not a JSON object%s",
+    aa__errf(err, errcap, "histogram: not a JSON object%s",
                     root == NULL ? " (malformed JSON)" : "");
     rc = AA_EPARSE;
     goto out;
@@ -159,7 +159,7 @@ static int parse_json(const char *buf, size_t len, aa_replay_hist *h,
     }
   }
   if (!found) {
-    aa__replay_errf(err, errcap, "histogram: no \"hist\" or \"sizes\" member");
+    aa__errf(err, errcap, "histogram: no \"hist\" or \"sizes\" member");
     rc = AA_EPARSE;
   }
 out:
@@ -217,14 +217,14 @@ static int parse_csv(const char *buf, size_t len, aa_replay_hist *h, char *err,
     comma = memchr(ls, ',', (size_t)(le - ls));
     if (comma == NULL || memchr(comma + 1, ',', (size_t)(le - comma - 1)) ||
         !dec_field(ls, comma, &a) || !dec_field(comma + 1, le, &c)) {
-      aa__replay_errf(err, errcap, "histogram line %llu: expected `%s,count` "
+      aa__errf(err, errcap, "histogram line %llu: expected `%s,count` "
                       "with decimal integers", (unsigned long long)line,
                       buckets ? "bucket" : "size");
       return AA_EPARSE;
     }
     if (buckets) {
       if (a >= AA_HIST_BUCKETS) {
-        aa__replay_errf(err, errcap, "histogram line %llu: bucket %llu is not "
+        aa__errf(err, errcap, "histogram line %llu: bucket %llu is not "
                         "below %d", (unsigned long long)line,
                         (unsigned long long)a, AA_HIST_BUCKETS);
         return AA_EPARSE;
@@ -232,7 +232,7 @@ static int parse_csv(const char *buf, size_t len, aa_replay_hist *h, char *err,
       h->hist[a] += c;
     } else if (c > 0) {
       if (add_exact(h, &cap, a, c) != AA_OK) {
-        aa__replay_errf(err, errcap, "out of memory");
+        aa__errf(err, errcap, "out of memory");
         return AA_ENOMEM;
       }
       h->hist[aa_hist_bucket((size_t)a)] += c;
@@ -240,7 +240,7 @@ static int parse_csv(const char *buf, size_t len, aa_replay_hist *h, char *err,
     any = true;
   }
   if (!any) {
-    aa__replay_errf(err, errcap, "histogram: no data lines");
+    aa__errf(err, errcap, "histogram: no data lines");
     return AA_EPARSE;
   }
   return AA_OK;
@@ -252,7 +252,7 @@ int aa_replay_hist_parse(const char *buf, size_t len, aa_replay_hist *h,
   int rc;
 
   if (h == NULL || (buf == NULL && len > 0)) {
-    aa__replay_errf(err, errcap, "aa_replay_hist_parse: NULL argument");
+    aa__errf(err, errcap, "aa_replay_hist_parse: NULL argument");
     return AA_EINVAL;
   }
   memset(h, 0, sizeof *h);
@@ -279,12 +279,12 @@ int aa_replay_hist_load_file(const char *path, aa_replay_hist *h, char *err,
   if (h != NULL)
     memset(h, 0, sizeof *h);
   if (path == NULL || h == NULL) {
-    aa__replay_errf(err, errcap, "aa_replay_hist_load_file: NULL argument");
+    aa__errf(err, errcap, "aa_replay_hist_load_file: NULL argument");
     return AA_EINVAL;
   }
   f = fopen(path, "rb");
   if (f == NULL) {
-    aa__replay_errf(err, errcap, "%s: %s", path, strerror(errno));
+    aa__errf(err, errcap, "%s: %s", path, strerror(errno));
     rc = AA_EIO;
     goto out;
   }
@@ -298,7 +298,7 @@ int aa_replay_hist_load_file(const char *path, aa_replay_hist *h, char *err,
     if (n == cap) {
       char *nb;
       if (cap >= HIST_MAX_FILE) {
-        aa__replay_errf(err, errcap, "%s: larger than %u MiB", path,
+        aa__errf(err, errcap, "%s: larger than %u MiB", path,
                         HIST_MAX_FILE >> 20);
         rc = AA_EPARSE;
         goto out;
@@ -317,16 +317,16 @@ int aa_replay_hist_load_file(const char *path, aa_replay_hist *h, char *err,
       break;
   }
   if (ferror(f)) {
-    aa__replay_errf(err, errcap, "%s: read error", path);
+    aa__errf(err, errcap, "%s: read error", path);
     rc = AA_EIO;
     goto out;
   }
   rc = aa_replay_hist_parse(buf, n, h, inner, sizeof inner);
   if (rc != AA_OK)
-    aa__replay_errf(err, errcap, "%s: %s", path, inner);
+    aa__errf(err, errcap, "%s: %s", path, inner);
 out:
   if (rc == AA_ENOMEM)
-    aa__replay_errf(err, errcap, "out of memory");
+    aa__errf(err, errcap, "out of memory");
   free(buf);
   if (f != NULL)
     fclose(f);
@@ -374,7 +374,7 @@ int aa_replay_synth(const aa_replay_hist *h, const aa_replay_synth_config *cfg,
   int rc = AA_OK;
 
   if (h == NULL || cfg == NULL || sink == NULL || cfg->events == 0) {
-    aa__replay_errf(err, errcap, "synthesis: bad arguments (events must be > 0)");
+    aa__errf(err, errcap, "synthesis: bad arguments (events must be > 0)");
     return AA_EINVAL;
   }
   lt = cfg->live_target > 0 ? cfg->live_target : 1;
@@ -413,7 +413,7 @@ int aa_replay_synth(const aa_replay_hist *h, const aa_replay_synth_config *cfg,
     np++;
   }
   if (total == 0) {
-    aa__replay_errf(err, errcap, "synthesis: the histogram is empty");
+    aa__errf(err, errcap, "synthesis: the histogram is empty");
     rc = AA_EINVAL;
     goto out;
   }
@@ -485,9 +485,9 @@ int aa_replay_synth(const aa_replay_hist *h, const aa_replay_synth_config *cfg,
     rc = sink(user, batch, nb);
 out:
   if (rc == AA_ENOMEM)
-    aa__replay_errf(err, errcap, "out of memory");
+    aa__errf(err, errcap, "out of memory");
   else if (rc == AA_ERANGE)
-    aa__replay_errf(err, errcap, "synthesis: histogram counts overflow");
+    aa__errf(err, errcap, "synthesis: histogram counts overflow");
   free(live);
   free(picks);
   return rc;

@@ -123,7 +123,7 @@ int aa_replay_torch_parse(const char *spec, aa_replay_torch_config *cfg, char *e
                           size_t errcap) {
   const char *p;
   if (spec == NULL || cfg == NULL || strncmp(spec, "torch:", 6) != 0) {
-    aa__replay_errf(err, errcap, "'%s' is not torch:default or torch:expandable",
+    aa__errf(err, errcap, "'%s' is not torch:default or torch:expandable",
                     spec != NULL ? spec : "(null)");
     return AA_EINVAL;
   }
@@ -135,7 +135,7 @@ int aa_replay_torch_parse(const char *spec, aa_replay_torch_config *cfg, char *e
     cfg->mode = AA_REPLAY_TORCH_EXPANDABLE;
     p += 10;
   } else {
-    aa__replay_errf(err, errcap, "'%s': the PyTorch model is torch:default or "
+    aa__errf(err, errcap, "'%s': the PyTorch model is torch:default or "
                     "torch:expandable (optionally ,max_split_mb=N)", spec);
     return AA_EINVAL;
   }
@@ -150,7 +150,7 @@ int aa_replay_torch_parse(const char *spec, aa_replay_torch_config *cfg, char *e
       return AA_OK;
     }
   }
-  aa__replay_errf(err, errcap, "'%s': after the mode only ,max_split_mb=N (N > 0) "
+  aa__errf(err, errcap, "'%s': after the mode only ,max_split_mb=N (N > 0) "
                   "is understood", spec);
   return AA_EINVAL;
 }
@@ -258,7 +258,7 @@ int aa_replay_torch_new(const aa_replay_torch_config *cfg, aa_replay_torch **out
   aa_replay_torch *t;
   if (cfg == NULL || out == NULL ||
       (cfg->mode != AA_REPLAY_TORCH_DEFAULT && cfg->mode != AA_REPLAY_TORCH_EXPANDABLE)) {
-    aa__replay_errf(err, errcap, "bad PyTorch model configuration");
+    aa__errf(err, errcap, "bad PyTorch model configuration");
     return AA_EINVAL;
   }
   t = calloc(1, sizeof *t);

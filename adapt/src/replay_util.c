@@ -1,21 +1,10 @@
 /*
- * replay_util.c — small helpers shared by the replay sources: error
- * formatting, quoting of bad input for messages, bad-input bookkeeping and
+ * replay_util.c — small helpers shared by the replay sources: quoting of bad input for messages, bad-input bookkeeping and
  * the seeded PRNG (xoshiro256** with a splitmix64 seeder).
  */
 #include <string.h>
 
 #include "replay_internal.h"
-
-void aa__replay_errf(char *err, size_t errcap, const char *fmt, ...) {
-  va_list ap;
-
-  if (err == NULL || errcap == 0)
-    return;
-  va_start(ap, fmt);
-  vsnprintf(err, errcap, fmt, ap);
-  va_end(ap);
-}
 
 void aa__replay_quote(const char *s, size_t n, char *out, size_t cap) {
   size_t i, lim = n < 40 ? n : 40;

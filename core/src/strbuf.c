@@ -125,6 +125,15 @@ static size_t utf8_seq(const unsigned char *s, size_t n) {
   return len;
 }
 
+void aa__errf(char *err, size_t errcap, const char *fmt, ...) {
+  va_list ap;
+  if (err == NULL || errcap == 0)
+    return;
+  va_start(ap, fmt);
+  vsnprintf(err, errcap, fmt, ap);
+  va_end(ap);
+}
+
 void aa__json_put(aa__put_fn put, void *sink, const char *s, size_t n) {
   const unsigned char *u = (const unsigned char *)s;
   size_t i = 0;

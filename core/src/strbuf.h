@@ -49,6 +49,14 @@ void aa__buf_json_cstr(aa__buf *b, const char *s);
  * failed. */
 int aa__buf_take(aa__buf *b, char **out, size_t *len);
 
+/* printf into err (errcap bytes) when err is non-NULL and errcap > 0: the
+ * one formatter of the error messages that parsers hand back. */
+void aa__errf(char *err, size_t errcap, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
 /* Receives n bytes of output. */
 typedef void (*aa__put_fn)(void *sink, const char *s, size_t n);
 
