@@ -22,11 +22,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <cJSON.h>
-
 #include "adaptalloc/policy.h"
 #include "adaptalloc/replay.h"
 #include "replay_tool.h"
+#include "strbuf.h"
 
 #define MAX_POLICIES 16
 #define MAX_DBS 256
@@ -1335,94 +1334,59 @@ static int cmd_run(const options *o, bool compare) {
 
 /* ------------------------------------------------------------------ suggest */
 
-/* The tuned policy document: base's JSON with pools.<pool>.classes replaced. */
+/* The tuned policy document: base with pools.<pool>.classes replaced (and,
+ * with --layout, its max_small and large.mode), through the policy module: a
+ * merge patch validated as a whole, written by aa_policy_to_json. */
 static char *tuned_json(const aa_policy *base, const char *pool,
                         const aa_class_spec *cls, size_t n,
                         const aa_pool_config *layout, const char *source,
                         char *err, size_t errcap) {
-  char *text = aa_policy_to_json(base);
-  cJSON *root = NULL, *pools, *pp, *arr;
+  aa__buf patch;
+  aa_policy *tuned = NULL;
   char *out = NULL;
   char buf[700];
   size_t i;
+  int rc;
 
-  if (text == NULL) {
-    snprintf(err, errcap, "out of memory");
-    return NULL;
-  }
-  root = cJSON_Parse(text);
-  free(text);
-  pools = cJSON_GetObjectItemCaseSensitive(root, "pools");
-  pp = cJSON_GetObjectItemCaseSensitive(pools, pool);
-  if (root == NULL || pp == NULL) {
-    snprintf(err, errcap, "the base policy's JSON has no pools.%s", pool);
-    goto out;
-  }
-  arr = cJSON_CreateArray();
-  if (arr == NULL)
-    goto oom;
-  for (i = 0; i < n; i++) {
-    cJSON *e;
-    if (cls[i].cache_limit == 0 && cls[i].prefill == 0) {
-      e = cJSON_CreateNumber((double)cls[i].block_size);
-    } else {
-      e = cJSON_CreateObject();
-      if (e != NULL) {
-        cJSON_AddNumberToObject(e, "size", (double)cls[i].block_size);
-        cJSON_AddNumberToObject(e, "cache_limit", cls[i].cache_limit);
-        cJSON_AddNumberToObject(e, "prefill", cls[i].prefill);
-      }
-    }
-    if (e == NULL) {
-      cJSON_Delete(arr);
-      goto oom;
-    }
-    cJSON_AddItemToArray(arr, e);
-  }
-  if (cJSON_GetObjectItemCaseSensitive(pp, "classes") != NULL)
-    cJSON_ReplaceItemInObjectCaseSensitive(pp, "classes", arr);
-  else
-    cJSON_AddItemToObject(pp, "classes", arr);
-  if (layout != NULL) { /* --layout: the pool's shape that replayed best */
-    cJSON *large = cJSON_GetObjectItemCaseSensitive(pp, "large");
-    cJSON *ms = cJSON_CreateNumber((double)layout->max_small);
-    cJSON *mode = cJSON_CreateString(aa_large_mode_name(layout->large_mode));
-    if (ms == NULL || mode == NULL || large == NULL) {
-      cJSON_Delete(ms);
-      cJSON_Delete(mode);
-      goto oom;
-    }
-    if (cJSON_GetObjectItemCaseSensitive(pp, "max_small") != NULL)
-      cJSON_ReplaceItemInObjectCaseSensitive(pp, "max_small", ms);
-    else
-      cJSON_AddItemToObject(pp, "max_small", ms);
-    if (cJSON_GetObjectItemCaseSensitive(large, "mode") != NULL)
-      cJSON_ReplaceItemInObjectCaseSensitive(large, "mode", mode);
-    else
-      cJSON_AddItemToObject(large, "mode", mode);
-  }
+  aa__buf_init(&patch);
   snprintf(buf, sizeof buf, "%s-tuned",
            aa_policy_name(base)[0] != '\0' ? aa_policy_name(base) : "default");
-  if (cJSON_GetObjectItemCaseSensitive(root, "name") != NULL)
-    cJSON_ReplaceItemInObjectCaseSensitive(root, "name", cJSON_CreateString(buf));
-  else
-    cJSON_AddStringToObject(root, "name", buf);
+  aa__buf_puts(&patch, "{\"name\": ");
+  aa__buf_json_cstr(&patch, buf);
   snprintf(buf, sizeof buf, "Suggested by adaptalloc-replay from %.500s: %s"
            "exact classes for the sizes that waste most, the base ladder elsewhere.",
            source, layout != NULL ? "the max_small and large.mode that replayed best, " : "");
-  if (cJSON_GetObjectItemCaseSensitive(root, "description") != NULL)
-    cJSON_ReplaceItemInObjectCaseSensitive(root, "description",
-                                           cJSON_CreateString(buf));
-  else
-    cJSON_AddStringToObject(root, "description", buf);
-  out = cJSON_Print(root);
+  aa__buf_puts(&patch, ", \"description\": ");
+  aa__buf_json_cstr(&patch, buf);
+  aa__buf_puts(&patch, ", \"pools\": {");
+  aa__buf_json_cstr(&patch, pool);
+  aa__buf_puts(&patch, ": {\"classes\": [");
+  for (i = 0; i < n; i++) {
+    if (cls[i].cache_limit == 0 && cls[i].prefill == 0)
+      aa__buf_printf(&patch, "%s%zu", i ? ", " : "", cls[i].block_size);
+    else
+      aa__buf_printf(&patch, "%s{\"size\": %zu, \"cache_limit\": %u, \"prefill\": %u}",
+                     i ? ", " : "", cls[i].block_size, cls[i].cache_limit,
+                     cls[i].prefill);
+  }
+  aa__buf_puts(&patch, "]");
+  if (layout != NULL) /* --layout: the pool's shape that replayed best */
+    aa__buf_printf(&patch, ", \"max_small\": %zu, \"large\": {\"mode\": \"%s\"}",
+                   layout->max_small, aa_large_mode_name(layout->large_mode));
+  aa__buf_puts(&patch, "}}}");
+  if (patch.failed) {
+    snprintf(err, errcap, "out of memory");
+    goto out;
+  }
+  rc = aa_policy_merge_patch(base, patch.data, patch.len, &tuned, err, errcap);
+  if (rc != AA_OK)
+    goto out;
+  out = aa_policy_to_json(tuned);
   if (out == NULL)
-    goto oom;
-  goto out;
-oom:
-  snprintf(err, errcap, "out of memory");
+    snprintf(err, errcap, "out of memory");
 out:
-  cJSON_Delete(root);
+  aa_policy_free(tuned);
+  aa__buf_free(&patch);
   return out;
 }
 
