@@ -160,7 +160,7 @@ bool aa_runtime_started(void) {
 static _Atomic(aa_pool *) *pool_slot(aa_backend_kind kind, int device) {
   switch (kind) {
   case AA_BACKEND_DEVICE:
-    if (device < 0 || device >= AA_RT_MAX_DEVICES)
+    if (device < 0 || device >= AA_MAX_DEVICES)
       return NULL;
     return &aa__rt.device_pools[device];
   case AA_BACKEND_PINNED:
@@ -288,7 +288,7 @@ void aa_runtime_shutdown(void) {
   aa__rt_services_stop(); /* server, loop, snapshots, store — before pools go */
 
   pthread_mutex_lock(&rt_lock);
-  for (i = 0; i < AA_RT_MAX_DEVICES; i++)
+  for (i = 0; i < AA_MAX_DEVICES; i++)
     atomic_store(&aa__rt.device_pools[i], NULL);
   atomic_store(&aa__rt.pinned_pool, NULL);
   atomic_store(&aa__rt.host_pool, NULL);

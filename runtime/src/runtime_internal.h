@@ -10,8 +10,7 @@
 
 #include "adaptalloc/runtime.h"
 
-#define AA_RT_MAX_DEVICES 16
-#define AA_RT_MAX_POOLS (AA_RT_MAX_DEVICES + 2)
+#define AA_RT_MAX_POOLS (AA_MAX_DEVICES + 2)
 
 typedef struct aa__runtime {
   atomic_int ready;
@@ -30,10 +29,10 @@ typedef struct aa__runtime {
   bool db_refused;     /* ADAPTALLOC_DB: the store stays off */
   bool http_refused;   /* ADAPTALLOC_HTTP or _TOKEN: the server stays off */
 
-  _Atomic(aa_pool *) device_pools[AA_RT_MAX_DEVICES];
+  _Atomic(aa_pool *) device_pools[AA_MAX_DEVICES];
   _Atomic(aa_pool *) pinned_pool;
   _Atomic(aa_pool *) host_pool;
-  bool failed[4][AA_RT_MAX_DEVICES]; /* [aa_backend_kind][device] */
+  bool failed[4][AA_MAX_DEVICES]; /* [aa_backend_kind][device] */
 
   aa_pool *pools[AA_RT_MAX_POOLS]; /* creation order, for destroy */
   size_t npools;

@@ -38,6 +38,10 @@ typedef void *aa_stream; /* opaque; NULL is the default stream */
 
 /* ------------------------------------------------------------------ backends */
 
+/* Device ordinals run 0 .. AA_MAX_DEVICES - 1: the one cap of the CUDA
+ * backends and of the runtime's per-device pools. */
+#define AA_MAX_DEVICES 64
+
 typedef enum aa_backend_kind {
   AA_BACKEND_HOST = 0,   /* mmap'd host memory */
   AA_BACKEND_DEVICE = 1, /* CUDA device memory (cudaMalloc / cudaMallocAsync) */

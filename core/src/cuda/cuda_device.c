@@ -456,7 +456,7 @@ int aa_backend_cuda_new(int device, aa_backend **out) {
   if (!out)
     return AA_EINVAL;
   *out = NULL;
-  if (device < 0 || device >= AA__CUDA_MAX_DEVICES)
+  if (device < 0 || device >= AA_MAX_DEVICES)
     return AA_EINVAL;
   n = aa_cuda_device_count();
   if (device >= n)

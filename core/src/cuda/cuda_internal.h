@@ -23,8 +23,6 @@
 #include "adaptalloc/core.h"
 #include "adaptalloc/cuda.h"
 
-#define AA__CUDA_MAX_DEVICES 64
-
 /* Makes `device` current; *prev gets the caller's device (-1 if none could
  * be read). AA_EBACKEND when cudaSetDevice fails (error cleared). */
 int aa__cuda_enter(int device, int *prev);
@@ -81,7 +79,7 @@ struct aa__cuda_backend {
   _Atomic uint64_t bytes_mapped;
   _Atomic uint64_t events_recorded;
   int ndev;                                  /* event pools below */
-  aa__cuda_evpool evpools[AA__CUDA_MAX_DEVICES];
+  aa__cuda_evpool evpools[AA_MAX_DEVICES];
   /* device backend only: allocations cudaMalloc returned under 4 KiB
    * alignment, re-made larger and aligned by hand (rare). */
   pthread_mutex_t mis_lock;

@@ -96,8 +96,8 @@ int aa_backend_pinned_new(aa_backend **out) {
   n = aa_cuda_device_count();
   if (n <= 0)
     return AA_ENODEV;
-  if (n > AA__CUDA_MAX_DEVICES)
-    n = AA__CUDA_MAX_DEVICES;
+  if (n > AA_MAX_DEVICES)
+    n = AA_MAX_DEVICES;
   cb = calloc(1, sizeof *cb);
   if (!cb)
     return AA_ENOMEM;
