@@ -28,6 +28,15 @@
  * thread cache's hits.
  * Entry points: aa__large_alloc, aa__large_free, aa__large_release,
  * aa__ltc_alloc, aa__ltc_free, aa__ltc_flush.
+ *
+ * Invariants, asserted by AA_DEBUG tier (core_internal.h): 1, cheap, where
+ * a chunk changes hands (split, merge, bins, the hash, state words); 2,
+ * internal, the lookups behind them (a chunk's bin, a hashed base, the
+ * neighbours left unmerged); 3, expensive, large_check after every locked
+ * alloc and free: each segment's chunks tile it in address order, every
+ * free unparked chunk is in the bin of its size, the bins bitmap is set
+ * exactly for the non-empty bins, the free bytes add up, and the hash holds
+ * exactly the chunks that are not free.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -45,14 +54,76 @@ static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 /* A chunk's state word with its phase (AA__CH_*) replaced, and the word of
  * its next allocation (a new generation, live). */
-static uint64_t st_phase(uint64_t st, uint64_t phase) { return (st & ~(uint64_t)3) | phase; }
-static uint64_t st_next_live(uint64_t st) { return (((st >> 2) + 1) << 2) | AA__CH_LIVE; }
+static uint64_t st_phase(uint64_t st, uint64_t phase) {
+  aa__assert(phase == AA__CH_FREE || phase == AA__CH_LIVE || phase == AA__CH_HELD);
+  return (st & ~(uint64_t)3) | phase;
+}
+static uint64_t st_next_live(uint64_t st) {
+  aa__assert_internal((st & 3) != AA__CH_LIVE); /* a new life starts from free or held */
+  return (((st >> 2) + 1) << 2) | AA__CH_LIVE;
+}
 
 static unsigned bin_of(size_t size) {
   unsigned b = aa_hist_bucket(size);
   b = b > 44 ? b - 44 : 0;
   return b < AA__LARGE_BINS ? b : AA__LARGE_BINS - 1;
 }
+
+/* ------------------------------------------------------------ invariants */
+
+#if AA_DEBUG >= 3
+static size_t hidx(const aa_pool *pool, uintptr_t base);
+
+/* Full walk of the large path's structures (AA_DEBUG 3). Under large_mu. */
+static void large_check(aa_pool *pool) {
+  size_t free_in_segs = 0, live = 0, free_bytes = 0, in_bins = 0, hashed = 0;
+  for (aa__seg *s = pool->segs; s; s = s->next) {
+    aa__assert(s->next == NULL || s->next->prev == s);
+    aa__assert(s->owner == NULL && s->first != NULL && s->first->base == s->h.base);
+    uintptr_t end = s->h.base;
+    for (aa__chunk *c = s->first; c; c = c->next) {
+      aa__assert(c->seg == s && c->base == end && c->size > 0);
+      aa__assert(c->next == NULL || c->next->prev == c);
+      end = c->base + c->size;
+      uint64_t phase = atomic_load_explicit(&c->state, AA__RLX) & 3;
+      if (c->free) {
+        aa__assert(phase == AA__CH_FREE);
+        if (!c->parked) {
+          free_in_segs++;
+          aa__assert(c->bin == bin_of(c->size));
+        }
+      } else {
+        live++;
+      }
+    }
+    aa__assert(end == s->h.end);
+  }
+  for (unsigned b = 0; b < AA__LARGE_BINS; b++) {
+    bool bit = (pool->lbin_mask[b / 64] >> (b % 64)) & 1;
+    aa__assert(bit == (pool->lbins[b] != NULL));
+    for (aa__chunk *c = pool->lbins[b]; c; c = c->fnext) {
+      aa__assert(c->free && !c->parked && c->bin == b);
+      aa__assert(c->fprev != NULL ? c->fprev->fnext == c : pool->lbins[b] == c);
+      free_bytes += c->size;
+      in_bins++;
+    }
+  }
+  for (unsigned i = 0; i < pool->npark; i++)
+    aa__assert(pool->lpark[i]->free && pool->lpark[i]->parked);
+  for (size_t i = 0; i < pool->lhash_cap; i++) {
+    for (aa__chunk *c = pool->lhash[i]; c; c = c->hnext) {
+      aa__assert(!c->free && hidx(pool, c->base) == i);
+      hashed++;
+    }
+  }
+  aa__assert(free_bytes == pool->large_free_bytes);
+  aa__assert(in_bins == free_in_segs);
+  aa__assert(hashed == pool->lhash_n && hashed == live);
+}
+#define LARGE_CHECK(pool) large_check(pool)
+#else
+#define LARGE_CHECK(pool) ((void)0)
+#endif
 
 /* ------------------------------------------------------------ hash */
 
@@ -83,7 +154,12 @@ static int hash_grow(aa_pool *pool) {
   return AA_OK;
 }
 
+static aa__chunk *hash_find(aa_pool *pool, uintptr_t base, bool remove);
+
 static void hash_put(aa_pool *pool, aa__chunk *c) {
+  aa__assert(pool->lhash_n < pool->lhash_cap); /* grown before the take */
+  aa__assert(!c->free);
+  aa__assert_internal(hash_find(pool, c->base, false) == NULL);
   size_t h = hidx(pool, c->base);
   c->hnext = pool->lhash[h];
   pool->lhash[h] = c;
@@ -98,6 +174,7 @@ static aa__chunk *hash_find(aa_pool *pool, uintptr_t base, bool remove) {
     pp = &(*pp)->hnext;
   aa__chunk *c = *pp;
   if (c && remove) {
+    aa__assert(pool->lhash_n > 0);
     *pp = c->hnext;
     c->hnext = NULL;
     pool->lhash_n--;
@@ -108,6 +185,8 @@ static aa__chunk *hash_find(aa_pool *pool, uintptr_t base, bool remove) {
 /* ------------------------------------------------------------ free bins */
 
 static void bin_insert(aa_pool *pool, aa__chunk *c) {
+  aa__assert(c->free && !c->parked && c->size > 0);
+  aa__assert_internal(c->fnext == NULL && c->fprev == NULL && pool->lbins[bin_of(c->size)] != c);
   unsigned b = bin_of(c->size);
   c->bin = b;
   c->fprev = NULL;
@@ -121,6 +200,11 @@ static void bin_insert(aa_pool *pool, aa__chunk *c) {
 
 static void bin_remove(aa_pool *pool, aa__chunk *c) {
   unsigned b = c->bin;
+  aa__assert(c->free && b < AA__LARGE_BINS && pool->large_free_bytes >= c->size);
+  aa__assert(pool->lbin_mask[b / 64] & ((uint64_t)1 << (b % 64)));
+  aa__assert_internal(b == bin_of(c->size));
+  aa__assert_internal(c->fprev != NULL ? c->fprev->fnext == c : pool->lbins[b] == c);
+  aa__assert_internal(c->fnext == NULL || c->fnext->fprev == c);
   if (c->fprev)
     c->fprev->fnext = c->fnext;
   else if ((pool->lbins[b] = c->fnext) == NULL)
@@ -135,8 +219,10 @@ static void bin_remove(aa_pool *pool, aa__chunk *c) {
 static unsigned next_bin(const aa_pool *pool, unsigned b) {
   while (b < AA__LARGE_BINS) {
     uint64_t m = pool->lbin_mask[b / 64] >> (b % 64);
-    if (m != 0)
+    if (m != 0) {
+      aa__assert_internal(pool->lbins[b + (unsigned)__builtin_ctzll(m)] != NULL);
       return b + (unsigned)__builtin_ctzll(m);
+    }
     b = (b / 64 + 1) * 64;
   }
   return AA__LARGE_BINS;
@@ -668,6 +754,8 @@ static aa__chunk *find_fit(aa_pool *pool, size_t need, aa_stream stream) {
 
 /* Cuts `c` (free, out of the bins) to `need`, putting the rest back. */
 static void split(aa_pool *pool, aa__chunk *c, size_t need) {
+  aa__assert(c->free && !c->parked && need > 0 && need <= c->size);
+  aa__assert_internal(c->fnext == NULL && c->fprev == NULL);
   if (c->size - need < SPLIT_MIN)
     return;
   aa__chunk *r = chunk_get(pool);
@@ -688,6 +776,8 @@ static void split(aa_pool *pool, aa__chunk *c, size_t need) {
   if (c->next)
     c->next->prev = r;
   c->next = r;
+  aa__assert(c->base + c->size == r->base);
+  aa__assert_internal(r->next == NULL || r->base + r->size == r->next->base);
   bin_insert(pool, r);
 }
 
@@ -770,6 +860,7 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
     aa__atomic_max(&pool->win_peak_out_bytes, ob);
     break;
   }
+  LARGE_CHECK(pool);
   pthread_mutex_unlock(&pool->large_mu);
   if (p)
     return p;
@@ -789,6 +880,8 @@ static bool merge_ok(const aa__chunk *a, const aa__chunk *b) {
 
 /* Merges b (free, in bins) into a (free, out of bins). */
 static void absorb(aa_pool *pool, aa__chunk *a, aa__chunk *b) {
+  aa__assert(a->next == b && b->prev == a && a->seg == b->seg);
+  aa__assert(a->base + a->size == b->base && a->free && b->free);
   bin_remove(pool, b);
   if (!(a->any && b->any)) {
     aa_stream s = a->any ? b->stream : a->stream;
@@ -821,6 +914,9 @@ static void coalesce_insert(aa_pool *pool, aa__chunk *c) {
     absorb(pool, a, c);
     c = a;
   }
+  /* what is left unmerged may not merge: stream state or parking says so */
+  aa__assert_internal(c->next == NULL || !merge_ok(c, c->next));
+  aa__assert_internal(c->prev == NULL || !merge_ok(c->prev, c));
   bin_insert(pool, c);
 }
 
@@ -837,7 +933,11 @@ static aa__chunk *find_container(aa__seg *seg, uintptr_t p) {
  * thread cache's flush was counted when the user freed it). Under large_mu. */
 static void release_chunk(aa_pool *pool, aa__chunk *c, aa_stream stream, bool counted) {
   aa_backend *b = pool->backend;
-  hash_find(pool, c->base, true);
+  aa__assert(!c->free && (atomic_load_explicit(&c->state, AA__RLX) & 3) == AA__CH_FREE);
+  aa__assert(pool->large_in_use >= c->size && pool->large_req >= c->req);
+  aa__chunk *h = hash_find(pool, c->base, true);
+  aa__assert(h == c);
+  (void)h;
   pool->large_in_use -= c->size;
   pool->large_req -= c->req;
   if (counted)
@@ -940,6 +1040,7 @@ int aa__large_free(aa_pool *pool, aa__seg *seg, void *ptr, size_t size, aa_strea
     goto bad;
   }
   release_chunk(pool, c, stream, true);
+  LARGE_CHECK(pool);
   pthread_mutex_unlock(&pool->large_mu);
   return AA_OK;
 bad:
@@ -1038,7 +1139,6 @@ static size_t ltc_cap(const aa_pool *pool) {
   return bound != 0 && bound / 4 < cap ? bound / 4 : cap;
 }
 
-/* Gives held entry i back to the pool. Under large_mu. */
 /* Takes held entry i out of the thread's cache and its counters. */
 static struct aa__ltc_held ltc_take(aa__tcache *tc, uint32_t i) {
   struct aa__ltc_held h = tc->lheld[i];
@@ -1050,8 +1150,11 @@ static struct aa__ltc_held ltc_take(aa__tcache *tc, uint32_t i) {
   return h;
 }
 
+/* Gives held entry i back to the pool. Under large_mu. */
 static void ltc_drop_locked(aa_pool *pool, aa__tcache *tc, uint32_t i) {
+  aa__assert(i < tc->nlheld);
   struct aa__ltc_held h = ltc_take(tc, i);
+  aa__assert((h.state & 3) == AA__CH_HELD);
   uint64_t st = h.state;
   /* only this thread moves a held chunk on, so this cannot fail */
   if (atomic_compare_exchange_strong_explicit(&h.c->state, &st, st_phase(st, AA__CH_FREE),
@@ -1065,6 +1168,7 @@ void aa__ltc_flush(aa_pool *pool, aa__tcache *tc) {
   pthread_mutex_lock(&pool->large_mu);
   while (tc->nlheld > 0)
     ltc_drop_locked(pool, tc, tc->nlheld - 1);
+  LARGE_CHECK(pool);
   pthread_mutex_unlock(&pool->large_mu);
 }
 
