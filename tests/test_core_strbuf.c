@@ -53,7 +53,9 @@ static void test_core_strbuf_json_escapes(void **state) {
   expect("\xed\xa0\x80", 3, "\"\\ufffd\\ufffd\\ufffd\"");
   expect("\xf4\x90\x80\x80", 4, "\"\\ufffd\\ufffd\\ufffd\\ufffd\"");
   expect("x\xe2\x82", 3, "\"x\\ufffd\\ufffd\"");
-  expect("\xff" "ok", 3, "\"\\ufffdok\"");
+  expect("\xff"
+         "ok",
+         3, "\"\\ufffdok\"");
 }
 
 static void test_core_strbuf_buffer(void **state) {

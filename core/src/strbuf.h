@@ -39,7 +39,8 @@ void aa__buf_puts(aa__buf *b, const char *s);
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((format(printf, 2, 3)))
 #endif
-void aa__buf_printf(aa__buf *b, const char *fmt, ...);
+void
+aa__buf_printf(aa__buf *b, const char *fmt, ...);
 /* Appends s (n bytes) as a JSON string with quotes (aa__json_put). */
 void aa__buf_json_str(aa__buf *b, const char *s, size_t n);
 /* The same for a NUL-terminated string; NULL gives null. */
