@@ -569,7 +569,9 @@
     const c = $("seg-map");
     const d = state.segs;
     const segs = d && Array.isArray(d.segments) ? d.segments : [];
-    const ROW = 12, GAP = 3, L = 78, R = 12, T = 4;
+    // rows shrink so that up to a hundred segments fit the panel at once
+    const ROW = Math.max(3, Math.min(12, Math.floor(400 / Math.max(1, segs.length)) - 2));
+    const GAP = ROW >= 9 ? 3 : 1, L = 78, R = 12, T = 4;
     c.style.height = Math.max(60, T * 2 + segs.length * (ROW + GAP)) + "px";
     const { g, w, h } = setupCanvas(c);
     c.dataset.segments = String(segs.length);
@@ -586,7 +588,8 @@
     segs.forEach((sg, i) => {
       const y0 = T + i * (ROW + GAP);
       g.fillStyle = css("--muted");
-      g.fillText(fmtBytes(num(sg.size)), L - 6, y0 + ROW / 2);
+      // a label where there is room: every row when tall, else every 10th
+      if (ROW >= 9 || i % 10 === 0) g.fillText(fmtBytes(num(sg.size)), L - 6, y0 + ROW / 2);
       let x0 = L;
       for (const pc of sg.pieces || []) {
         const pw = num(pc[0]) * scale;
@@ -594,8 +597,10 @@
         g.fillRect(x0, y0, Math.max(0.5, pw - 0.5), ROW);
         x0 += pw;
       }
-      g.strokeStyle = "#cbd5e1";
-      g.strokeRect(L + 0.5, y0 + 0.5, num(sg.size) * scale - 1, ROW - 1);
+      if (ROW >= 6) {
+        g.strokeStyle = "#cbd5e1";
+        g.strokeRect(L + 0.5, y0 + 0.5, num(sg.size) * scale - 1, ROW - 1);
+      }
     });
     const free = num(d.bytes) - num(d.used_bytes);
     setText("seg-note", fmtCount(num(d.segment_count)) + " segments · " + fmtBytes(num(d.bytes)) + " held · " +
@@ -774,6 +779,7 @@
       tr.addEventListener("click", () => {
         state.diffPick = { from: e.from !== null && e.from > 0 ? e.from : e.to, to: e.to };
         renderChanges();
+        renderDiffPickers();
         renderDiff();
       });
     }

@@ -266,6 +266,13 @@ async function main() {
     await panel("#chart-mem").screenshot({ path: join(shotsDir, "dashboard-memory.png") });
     await page.locator("#chart-hist").locator("xpath=ancestor::section[1]").screenshot({ path: join(shotsDir, "dashboard-histograms.png") });
     await panel("#seg-map").screenshot({ path: join(shotsDir, "dashboard-segments.png") });
+    // the diff of the first change the policy loop made, when there is one
+    await page.evaluate(() => {
+      const rows = Array.from(document.querySelectorAll("#changes tbody tr"));
+      const loop = rows.reverse().find((tr) => tr.cells[1] && tr.cells[1].textContent === "loop");
+      if (loop) loop.click();
+    });
+    await page.waitForTimeout(300);
     await panel("#diff").screenshot({ path: join(shotsDir, "dashboard-diff.png") });
     log("screenshots in", shotsDir);
   }
