@@ -5,15 +5,17 @@
    libadaptalloc_torch.so linked to it, in Release, without tests or
    benchmarks. Both go into the package with an rpath of $ORIGIN.
 2. adaptalloc._C, the CPython extension over the C API, links to them.
-3. When torch is importable here and torch/native/*.cpp exist,
-   adaptalloc._torch_native, the native torch allocator, is compiled against
-   that torch (torch.utils.cpp_extension supplies its paths and flags).
+3. When torch is importable here: adaptalloc._torch_native, the native torch
+   allocator (torch/native/*.cpp, needs CUDA), and adaptalloc._torch_ext, the
+   pinned-tensor and pack helpers (python/src/torch_ext.cpp), compiled
+   against that torch (torch.utils.cpp_extension supplies paths and flags).
+   A torch extension that fails to build is reported and left out.
 4. policies/*.json ship as adaptalloc/policies/.
 
 Environment:
   ADAPTALLOC_CMAKE_ARGS  extra CMake arguments (e.g. -DCMAKE_PREFIX_PATH=...)
   ADAPTALLOC_BUILD_JOBS  parallel build jobs (default: CPU count)
-  ADAPTALLOC_NO_TORCH=1  do not build the torch extension even if torch is here
+  ADAPTALLOC_NO_TORCH=1  do not build the torch extensions even if torch is here
 Offline: pip install --no-build-isolation .
 """
 import concurrent.futures
@@ -40,47 +42,62 @@ def _torch():
     """torch and its cpp_extension helpers, or None."""
     if os.environ.get("ADAPTALLOC_NO_TORCH") == "1":
         return None
-    if not glob.glob(os.path.join(ROOT, "torch", "native", "*.cpp")):
-        return None
     try:
         import torch
         import torch.utils.cpp_extension as cpp
     except Exception as e:  # a broken torch must not break the C package
-        print("adaptalloc: torch not usable here (%s): no native allocator" % e)
+        print("adaptalloc: torch not usable here (%s): no torch extensions" % e)
         return None
     return torch, cpp
 
 
-def _torch_extension():
-    found = _torch()
-    if found is None:
-        return None
-    torch, cpp = found
-    srcs = sorted(os.path.relpath(p, ROOT)
-                  for p in glob.glob(os.path.join(ROOT, "torch", "native", "*.cpp")))
-    try:
-        ext = cpp.CUDAExtension("adaptalloc._torch_native", srcs)
-    except Exception as e:  # no CUDA_HOME: the CPU-only torch cannot host it
-        print("adaptalloc: no CUDA for the torch extension (%s): no native allocator" % e)
-        return None
+def _torch_flags(torch, cpp, name):
     abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", 1))
     flags = ["-std=c++17", "-O2", "-fvisibility=hidden",
-             "-DTORCH_API_INCLUDE_EXTENSION_H", "-DTORCH_EXTENSION_NAME=_torch_native",
+             "-DTORCH_API_INCLUDE_EXTENSION_H", "-DTORCH_EXTENSION_NAME=%s" % name,
              "-D_GLIBCXX_USE_CXX11_ABI=%d" % abi]
     pyb = getattr(cpp, "_get_pybind11_abi_build_flags", None)
     if pyb is not None:
         flags += list(pyb())
-    ext.include_dirs = INCLUDES + list(ext.include_dirs)
-    ext.extra_compile_args = flags
-    ext.libraries = ["adaptalloc"] + list(ext.libraries)
-    ext.extra_link_args = ["-Wl,-rpath,$ORIGIN"]
-    ext.language = "c++"
-    return ext
+    return flags
+
+
+def _torch_extensions():
+    """adaptalloc._torch_native (torch/native/*.cpp, needs CUDA) and
+    adaptalloc._torch_ext (python/src/torch_ext.cpp), when torch is here."""
+    found = _torch()
+    if found is None:
+        return []
+    torch, cpp = found
+    exts = []
+    srcs = sorted(os.path.relpath(p, ROOT)
+                  for p in glob.glob(os.path.join(ROOT, "torch", "native", "*.cpp")))
+    specs = [("_torch_ext", ["python/src/torch_ext.cpp"], cpp.CppExtension)]
+    if srcs:
+        specs.append(("_torch_native", srcs, cpp.CUDAExtension))
+    for name, sources, kind in specs:
+        try:
+            ext = kind("adaptalloc." + name, sources)
+        except Exception as e:  # e.g. no CUDA_HOME for CUDAExtension
+            print("adaptalloc: cannot build adaptalloc.%s here (%s)" % (name, e))
+            continue
+        ext.include_dirs = INCLUDES + list(ext.include_dirs)
+        ext.extra_compile_args = _torch_flags(torch, cpp, name)
+        ext.libraries = ["adaptalloc"] + list(ext.libraries)
+        ext.extra_link_args = ["-Wl,-rpath,$ORIGIN"]
+        ext.language = "c++"
+        exts.append(ext)
+    return exts
 
 
 class BuildExt(build_ext):
     """Runs CMake for libadaptalloc first, then builds the extensions
     against it and copies the libraries next to them."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = True  # the extensions build side by side
 
     def run(self):
         self._cmake()
@@ -152,15 +169,15 @@ class BuildExt(build_ext):
         super().build_extensions()
 
     def build_extension(self, ext):
-        if ext.name == "adaptalloc._torch_native":
+        if ext.name in ("adaptalloc._torch_native", "adaptalloc._torch_ext"):
             try:
                 super().build_extension(ext)
             except Exception as e:
                 # The C package stays usable: install(native=True) then warns
                 # and uses the pluggable fallback.
-                print("adaptalloc: WARNING: the native torch allocator did not build (%s); "
-                      "adaptalloc.torch falls back to the pluggable allocator" % e,
-                      file=sys.stderr)
+                print("adaptalloc: WARNING: %s did not build (%s); adaptalloc.torch works "
+                      "without it (the pluggable allocator, tensors made in Python)"
+                      % (ext.name, e), file=sys.stderr)
             return
         super().build_extension(ext)
 
@@ -182,9 +199,7 @@ if sysconfig.get_config_var("Py_DEBUG"):
 exts = [Extension("adaptalloc._C", ["python/src/_C.c"], include_dirs=INCLUDES,
                   libraries=["adaptalloc"], extra_compile_args=cflags,
                   extra_link_args=["-Wl,-rpath,$ORIGIN"])]
-_native = _torch_extension()
-if _native is not None:
-    exts.append(_native)
+exts += _torch_extensions()
 
 setup(
     package_dir={"": "python"},

@@ -672,8 +672,15 @@ static PyMethodDef packer_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyObject *packer_handle(Packer *self, void *closure) {
+  (void)closure;
+  return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)self->pk);
+}
+
 static PyGetSetDef packer_getset[] = {
     {"capacity", (getter)packer_capacity, NULL, "bytes per buffer", NULL},
+    {"handle", (getter)packer_handle, NULL,
+     "the aa_packer * as an int (0 when closed), for adaptalloc._torch_ext", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

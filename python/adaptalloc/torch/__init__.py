@@ -38,6 +38,11 @@ except ImportError as _e:  # the package works without torch; these do not
 __all__ = ["install", "installed", "pluggable_library", "native_available",
            "pinned_empty", "pin", "record_stream", "pack", "Prefetcher", "mapped_empty"]
 
+try:  # C++ helpers built against the torch present at install time
+    from adaptalloc import _torch_ext as _ext
+except ImportError:
+    _ext = None
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _PKG = os.path.dirname(_HERE)
 _lock = threading.Lock()
@@ -231,6 +236,13 @@ def pinned_empty(shape, dtype=None, *, stream=None):
     so a non_blocking copy from it on that stream is safe. Copies on other
     streams: record_stream(tensor, stream)."""
     torch = _need_torch("pinned_empty")
+    if _ext is not None:
+        if isinstance(shape, int):
+            shape = [shape]
+        elif not isinstance(shape, (list, tuple, torch.Size)):
+            shape = _shape(shape, "pinned_empty")
+        return _ext.pinned_empty(shape, torch.float32 if dtype is None else dtype,
+                                 _stream_handle(torch, stream))
     return _pinned(torch, shape, dtype, stream, "pinned_empty")[1]
 
 
@@ -313,6 +325,24 @@ def _pack(torch, tensors, device, stream, wait):
         raise ValueError("adaptalloc.torch.pack: device must be a CUDA device, not %s" % device)
     if device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
+    if stream is not None and not isinstance(stream, torch.cuda.Stream):
+        raise TypeError("adaptalloc.torch.pack: stream must be a torch.cuda.Stream or None")
+    if _ext is not None:
+        with torch.cuda.device(device):
+            current = torch.cuda.current_stream(device)
+            copy_stream = current if stream is None else stream
+            cs = copy_stream.cuda_stream
+            ws = current.cuda_stream if wait else cs
+            pk = _packer(device.index, 1)
+            try:
+                res = _ext.pack(pk.handle, tensors, device.index, cs, ws)
+            except TypeError:
+                res = None  # not all tensors: the checks below name the item
+            if isinstance(res, int):
+                pk = _packer(device.index, res)
+                res = _ext.pack(pk.handle, tensors, device.index, cs, ws)
+            if res is not None:
+                return res
     srcs = []
     for i, t in enumerate(tensors):
         if not isinstance(t, torch.Tensor):
