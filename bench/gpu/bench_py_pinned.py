@@ -5,7 +5,8 @@ installed adaptalloc package (pip install --no-build-isolation .).
 
     python3 bench/gpu/bench_py_pinned.py [--reps N] [--json FILE] [--only alloc,pack,loader]
 
-alloc   adaptalloc.torch.pinned_empty + free  vs  torch.empty(pin_memory=True)
+alloc   adaptalloc.torch.pinned_empty + free (C++ helper; _python: the Python
+        path)  vs  torch.empty(pin_memory=True)
         + free (PyTorch's caching host allocator)  vs  cudaHostAlloc +
         cudaFreeHost, per size; microseconds per pair.
 pack    4096 CPU tensors of 4 KiB to the GPU: adaptalloc.torch.pack (one copy)
@@ -53,12 +54,20 @@ def bench_alloc(reps, iters=2000):
     for size in (4 << 10, 1 << 20, 16 << 20):
         n = size // 4
         it = iters if size <= (1 << 20) else iters // 10
-        res = {"adaptalloc": [], "torch_pinned": [], "cudaHostAlloc": []}
+        res = {"adaptalloc": [], "adaptalloc_python": [], "torch_pinned": [],
+               "cudaHostAlloc": []}
 
         def ours():
             for _ in range(it):
                 t = aat.pinned_empty((n,), torch.float32)
                 del t
+
+        def ours_py():
+            saved, aat._ext = aat._ext, None
+            try:
+                ours()
+            finally:
+                aat._ext = saved
 
         def theirs():
             for _ in range(it):
@@ -75,7 +84,8 @@ def bench_alloc(reps, iters=2000):
 
         ours(); theirs()  # warm both caches
         for r in range(reps):
-            order = [("adaptalloc", ours), ("torch_pinned", theirs), ("cudaHostAlloc", raw)]
+            order = [("adaptalloc", ours), ("adaptalloc_python", ours_py),
+                     ("torch_pinned", theirs), ("cudaHostAlloc", raw)]
             if r % 2:
                 order.reverse()
             for name, fn in order:
@@ -96,10 +106,17 @@ def bench_pack(reps, count=4096, nbytes=4096):
     pageable = [torch.randint(0, 255, (nbytes,), dtype=torch.uint8, generator=g)
                 for _ in range(count)]
     pinned = [t.pin_memory() for t in pageable]
-    res = {"pack": [], "loop_pinned": [], "loop_pageable": []}
+    res = {"pack": [], "pack_python": [], "loop_pinned": [], "loop_pageable": []}
 
     def ours():
         return aat.pack(pageable, "cuda")
+
+    def ours_py():
+        saved, aat._ext = aat._ext, None
+        try:
+            return aat.pack(pageable, "cuda")
+        finally:
+            aat._ext = saved
 
     def loop_pinned():
         return [t.to("cuda", non_blocking=True) for t in pinned]
@@ -107,13 +124,14 @@ def bench_pack(reps, count=4096, nbytes=4096):
     def loop_pageable():
         return [t.to("cuda", non_blocking=True) for t in pageable]
 
-    for fn in (ours, loop_pinned, loop_pageable):
+    for fn in (ours, ours_py, loop_pinned, loop_pageable):
         fn(); torch.cuda.synchronize()
     check = ours()
     torch.cuda.synchronize()
     assert all(torch.equal(a.cpu(), b) for a, b in zip(check[:64], pageable[:64]))
     for r in range(reps):
-        order = [("pack", ours), ("loop_pinned", loop_pinned), ("loop_pageable", loop_pageable)]
+        order = [("pack", ours), ("pack_python", ours_py), ("loop_pinned", loop_pinned),
+                 ("loop_pageable", loop_pageable)]
         if r % 2:
             order.reverse()
         for name, fn in order:
@@ -198,7 +216,7 @@ def main():
     if not torch.cuda.is_available():
         print("bench_py_pinned: no CUDA device", file=sys.stderr)
         return 2
-    res = {"torch": torch.__version__, "reps": a.reps}
+    res = {"torch": torch.__version__, "reps": a.reps, "ext": aat._ext is not None}
     parts = a.only.split(",")
     if "alloc" in parts:
         res["alloc_us"] = bench_alloc(a.reps)

@@ -165,7 +165,15 @@ def test_launcher_runs_an_unmodified_script(tmp_path):
 
 # -------------------------------------------------------------- pinned pool
 
+EXT_MODES = ({}, {"ADAPTALLOC_TORCH_EXT": "0"})  # C++ helpers, then the Python paths
+
+
 def test_pinned_empty_is_pinned_pooled_and_returned(tmp_path):
+    for env in EXT_MODES:
+        _pinned_case(tmp_path, env)
+
+
+def _pinned_case(tmp_path, env):
     p, d = run("""
         import gc, json, threading, torch, adaptalloc, adaptalloc.torch as aat
         def pinned():
@@ -189,10 +197,13 @@ def test_pinned_empty_is_pinned_pooled_and_returned(tmp_path):
         z = aat.pinned_empty(0, torch.float32)
         print(json.dumps({"same": same, "during": during, "after": after, "mid": mid,
                           "end": end, "ok_pin": ok_pin, "zero": list(z.shape),
-                          "pinned_flag": bool(aat.pinned_empty(8).is_pinned())}))
-    """, tmp_path)
-    assert p.returncode == 0, p.stderr
-    assert d["same"] and d["ok_pin"] and d["pinned_flag"]
+                          "pinned_flag": bool(aat.pinned_empty(8).is_pinned()),
+                          "ext": aat._ext is not None}))
+    """, tmp_path, env=env)
+    assert p.returncode == 0, (env, p.stderr)
+    if env:
+        assert d["ext"] is False
+    assert d["same"] and d["ok_pin"] and d["pinned_flag"], env
     assert d["during"] >= 256 * 1024 * 2 and d["after"] < d["during"]
     assert d["mid"] >= 4096 * 8 and d["end"] < d["mid"]
     assert d["zero"] == [0]
@@ -224,6 +235,11 @@ def test_pinned_block_is_not_reused_before_its_copy_completes(tmp_path):
 
 
 def test_pack_is_bit_identical(tmp_path):
+    for env in EXT_MODES:
+        _pack_case(tmp_path, env)
+
+
+def _pack_case(tmp_path, env):
     p, d = run("""
         import json, torch, adaptalloc.torch as aat
         g = torch.Generator().manual_seed(0)
@@ -247,11 +263,17 @@ def test_pack_is_bit_identical(tmp_path):
                 bad(); errs.append(None)
             except (TypeError, ValueError) as e:
                 errs.append(type(e).__name__)
-        print(json.dumps({"ok": ok, "ok2": ok2, "errs": errs}))
-    """, tmp_path)
-    assert p.returncode == 0, p.stderr
-    assert d["ok"] and d["ok2"]
-    assert d["errs"] == ["TypeError", "TypeError", "ValueError", "ValueError"]
+        big = [torch.full((1 << 20,), i, dtype=torch.int32) for i in range(40)]  # > 16 MiB
+        ok3 = all(bool((o == i).all()) for i, o in enumerate(aat.pack(big, "cuda")))
+        print(json.dumps({"ok": ok, "ok2": ok2, "ok3": ok3, "errs": errs,
+                          "ext": aat._ext is not None}))
+    """, tmp_path, env=env)
+    assert p.returncode == 0, (env, p.stderr)
+    assert d["ok3"], env
+    if env:
+        assert d["ext"] is False
+    assert d["ok"] and d["ok2"], env
+    assert d["errs"] == ["TypeError", "TypeError", "ValueError", "ValueError"], env
 
 
 def test_prefetcher_with_dataloader_workers(tmp_path):

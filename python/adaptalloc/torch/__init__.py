@@ -42,6 +42,8 @@ try:  # C++ helpers built against the torch present at install time
     from adaptalloc import _torch_ext as _ext
 except ImportError:
     _ext = None
+if os.environ.get("ADAPTALLOC_TORCH_EXT") == "0":  # the Python paths, for comparison
+    _ext = None
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _PKG = os.path.dirname(_HERE)
