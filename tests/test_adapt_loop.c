@@ -488,9 +488,12 @@ static void test_adapt_policy_apply_live_pool(void **state) {
   assert_int_equal(aa_policy_apply(p, "gpu", e->pool), AA_EINVAL);
   assert_int_equal(aa_policy_apply(p, "host", NULL), AA_EINVAL);
   aa_policy_free(p);
-  /* And back to the default ladder. */
+  /* And back to the default 1 MiB ladder (the default policy's pinned pool;
+   * its device and host pools stop at 16 KiB, which this pool's max_small
+   * refuses). */
   assert_int_equal(aa_policy_default(&p), AA_OK);
-  assert_int_equal(aa_policy_apply(p, "host", e->pool), AA_OK);
+  assert_int_equal(aa_policy_apply(p, "host", e->pool), AA_EINVAL);
+  assert_int_equal(aa_policy_apply(p, "pinned", e->pool), AA_OK);
   assert_int_equal(aa_pool_classes(e->pool, got, AA_MAX_CLASSES, &ng, NULL), AA_OK);
   assert_int_equal(ng, 40);
   aa_policy_free(p);

@@ -51,7 +51,7 @@ static fake *fake_new(void) {
   assert_non_null(f);
   assert_int_equal(aa_policy_default(&pol), AA_OK);
   assert_int_equal(
-      aa_policy_pool_config(pol, "host", NULL, f->cl, AA_MAX_CLASSES, &f->n), AA_OK);
+      aa_policy_pool_config(pol, "pinned", NULL, f->cl, AA_MAX_CLASSES, &f->n), AA_OK);
   aa_policy_free(pol);
   assert_int_equal(f->n, 40);
   aa_adapt_params_default(&f->p);

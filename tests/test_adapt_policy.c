@@ -134,8 +134,8 @@ static const bad_doc bad_docs[] = {
      "pools.device.classes[0].prefil: unknown key (did you mean \"prefill\"?)"},
     {POOL("{\"classes\": [{\"size\": 700}]}"), AA_EINVAL,
      "pools.device.classes[0].size: 700 is not a multiple of 512"},
-    {POOL("{\"slab_size\": 524288}"), AA_EINVAL,
-     "pools.device.slab_size: 524288 is smaller than the largest class 1048576"},
+    {POOL("{\"slab_size\": 65536, \"classes\": [512, 131072]}"), AA_EINVAL,
+     "pools.device.slab_size: 65536 is smaller than the largest class 131072"},
     {POOL("{\"max_small\": 4194304}"), AA_EINVAL,
      "pools.device.max_small: 4194304 is larger than slab_size 2097152"},
     {POOL("{\"classes\": {\"min\": 1024, \"max\": 524288}, \"max_small\": 1048576}"),
@@ -148,7 +148,7 @@ static const bad_doc bad_docs[] = {
     {POOL("{\"slab_size\": 1073741824, \"max_small\": 536870912}"), AA_EINVAL,
      "pools.device.max_small: 536870912 is out of range [512, 268435456]"},
     {POOL("{\"classes\": {\"min\": 2097152}}"), AA_EINVAL,
-     "pools.device.classes.min: 2097152 is larger than max_small 1048576"},
+     "pools.device.classes.min: 2097152 is larger than max_small 16384"},
     {"{\"pools\": {\"host\": {\"large\": {\"mode\": \"lru\"}}}}", AA_EINVAL,
      "pools.host.large.mode: \"lru\" is not one of \"cache\", \"passthrough\", \"expandable\""},
     {POOL("{\"limit_bytes\": 1000}"), AA_EINVAL,
@@ -443,9 +443,23 @@ static void test_adapt_policy_pool_config(void **state) {
                    AA_EINVAL);
   aa_policy_free(p);
 
-  /* The default ladder: 512 .. 1 MiB, about four per doubling. */
+  /* The default ladders: device and host 512 B .. 16 KiB, one class per
+   * doubling, the expandable large path; pinned 512 .. 1 MiB, about four
+   * per doubling, the cache path. */
   p = parse_ok("{}");
-  assert_int_equal(aa_policy_pool_config(p, "host", NULL, cl, AA_MAX_CLASSES, &n),
+  for (int k = 0; k < 2; k++) {
+    aa_pool_config pc;
+    aa_pool_config_init(&pc);
+    assert_int_equal(aa_policy_pool_config(p, k == 0 ? "device" : "host", &pc, cl,
+                                           AA_MAX_CLASSES, &n), AA_OK);
+    assert_int_equal(n, 6);
+    assert_int_equal(cl[0].block_size, 512);
+    assert_int_equal(cl[1].block_size, 1024);
+    assert_int_equal(cl[5].block_size, 16384);
+    assert_int_equal(pc.max_small, 16384);
+    assert_int_equal(pc.large_mode, AA_LARGE_EXPANDABLE);
+  }
+  assert_int_equal(aa_policy_pool_config(p, "pinned", NULL, cl, AA_MAX_CLASSES, &n),
                    AA_OK);
   assert_int_equal(n, 40);
   assert_int_equal(cl[0].block_size, 512);
@@ -502,7 +516,7 @@ static void test_adapt_policy_merge_patch(void **state) {
   p = patch_ok(base, "{\"pools\": {\"device\": null}}");
   assert_int_equal(aa_policy_pool_config(p, "device", NULL, cl, AA_MAX_CLASSES, &n),
                    AA_OK);
-  assert_int_equal(n, 40);
+  assert_int_equal(n, 6);
   aa_policy_free(p);
   p = patch_ok(base, "{\"$schema\": null, \"name\": null, \"description\": null, "
                      "\"pools\": null, \"adapt\": null, \"telemetry\": null}");
@@ -770,12 +784,12 @@ static void test_adapt_policy_schema_matches_parser(void **state) {
       "https://json-schema.org/draft/2020-12/schema");
   assert_int_equal(aa_policy_default(&def), AA_OK);
   checked = schema_walk(schema, schema, keys, 0, def);
-  /* version; 3 pools x (slab_size, max_small, classes, tcache.blocks,
-   * large.cache_bytes, limit_bytes; tcache.bytes and large.mode have no
+  /* version; 3 pools x (slab_size, tcache.blocks, large.cache_bytes,
+   * limit_bytes; max_small, classes, tcache.bytes and large.mode have no
    * schema default: they differ between pools); 11 adapt + 4 hysteresis;
    * 5 telemetry. (Defaults under "oneOf" — class entries, ladder fields —
    * are not walked.) */
-  assert_int_equal(checked, 1 + 3 * 6 + 15 + 5);
+  assert_int_equal(checked, 1 + 3 * 4 + 15 + 5);
   {
     aa_policy *p = parse_ok(full_doc);
     char *j = aa_policy_to_json(p);

@@ -22,7 +22,8 @@ static size_t default_table(aa_class_spec *out, aa_pool_config *pc) {
 
   assert_int_equal(aa_policy_default(&p), AA_OK);
   aa_pool_config_init(pc);
-  assert_int_equal(aa_policy_pool_config(p, "device", pc, out, AA_MAX_CLASSES,
+  /* the 1 MiB ladder, four classes per doubling: the pinned pool's */
+  assert_int_equal(aa_policy_pool_config(p, "pinned", pc, out, AA_MAX_CLASSES,
                                          &n), AA_OK);
   aa_policy_free(p);
   assert_true(n > 8);

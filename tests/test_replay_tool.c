@@ -370,11 +370,12 @@ static void test_replay_tool_run_small(void **state) {
 
   if (!have_binary())
     skip();
-  assert_int_equal(sh(&out, &err, "{BIN} run --json "
+  /* The 1 MiB ladder of four classes per doubling (the default policy's
+   * pinned pool): 1000 -> 1024, 3000 -> 3072; two 2 MiB slabs. */
+  assert_int_equal(sh(&out, &err, "{BIN} run --json --pool pinned "
                       "{SRC}/tests/data/replay/small.csv"), 0);
   j = cJSON_Parse(out);
   assert_non_null(j);
-  /* Default ladder: 1000 -> 1024, 3000 -> 3072; two 2 MiB slabs. */
   assert_int_equal((int)num(j, "result.requests"), 3);
   assert_int_equal((int)num(j, "result.peak_in_use"), 4096);
   assert_int_equal((int)num(j, "result.peak_requested"), 4000);
@@ -389,7 +390,7 @@ static void test_replay_tool_run_small(void **state) {
   free(err);
 
   /* Costs are configurable. */
-  assert_int_equal(sh(&out, &err, "{BIN} run --json --cost-alloc-us 1000 "
+  assert_int_equal(sh(&out, &err, "{BIN} run --json --pool pinned --cost-alloc-us 1000 "
                       "{SRC}/tests/data/replay/small.csv"), 0);
   j = cJSON_Parse(out);
   assert_true(num(j, "result.sim_backend_us") > 1999.9 &&
@@ -399,7 +400,7 @@ static void test_replay_tool_run_small(void **state) {
   free(err);
 
   /* Per-thread replay gives the same figures on a one-thread trace. */
-  assert_int_equal(sh(&out, &err, "{BIN} run --json --threads "
+  assert_int_equal(sh(&out, &err, "{BIN} run --json --pool pinned --threads "
                       "{SRC}/tests/data/replay/small.csv"), 0);
   j = cJSON_Parse(out);
   assert_non_null(j);
@@ -538,7 +539,7 @@ static void test_replay_tool_suggest_compare(void **state) {
                       "--live 8000 --seed 5 -o {TMP}/skew.csv"), 0);
   free(out);
   free(err);
-  assert_int_equal(sh(&out, &err, "{BIN} suggest --json {TMP}/skew.csv -o "
+  assert_int_equal(sh(&out, &err, "{BIN} suggest --json --pool pinned {TMP}/skew.csv -o "
                       "{TMP}/tuned.json"), 0);
   j = cJSON_Parse(out);
   assert_non_null(j);
@@ -548,7 +549,7 @@ static void test_replay_tool_suggest_compare(void **state) {
   free(out);
   free(err);
   /* The written policy validates (run loads it) and beats the default. */
-  assert_int_equal(sh(&out, &err, "{BIN} compare --json default "
+  assert_int_equal(sh(&out, &err, "{BIN} compare --json --pool pinned default "
                       "{TMP}/tuned.json {TMP}/skew.csv"), 0);
   j = cJSON_Parse(out);
   assert_non_null(j);
@@ -569,7 +570,7 @@ static void test_replay_tool_suggest_compare(void **state) {
   free(out);
   free(err);
   /* The sizes that waste most, as suggest saw them. */
-  assert_int_equal(sh(&out, &err, "{BIN} run --json --top 2 {TMP}/skew.csv"), 0);
+  assert_int_equal(sh(&out, &err, "{BIN} run --json --pool pinned --top 2 {TMP}/skew.csv"), 0);
   j = cJSON_Parse(out);
   assert_non_null(j);
   assert_int_equal(cJSON_GetArraySize(get(j, "top_sizes")), 2);
@@ -581,7 +582,7 @@ static void test_replay_tool_suggest_compare(void **state) {
   free(out);
   free(err);
   /* The table form. */
-  assert_int_equal(sh(&out, &err, "{BIN} compare default {TMP}/tuned.json "
+  assert_int_equal(sh(&out, &err, "{BIN} compare --pool pinned default {TMP}/tuned.json "
                       "--csv {TMP}/skew.csv"), 0);
   assert_non_null(strstr(out, "peak reserved"));
   assert_non_null(strstr(out, "tuned.json"));
@@ -612,7 +613,7 @@ static void test_replay_tool_suggest_refuses_worse(void **state) {
                       "   t++, 1048576 + i * 8192 } }' > {TMP}/worse.csv"), 0);
   free(out);
   free(err);
-  assert_int_equal(sh(&out, &err, "rm -f {TMP}/worse.json; {BIN} suggest --min-gain-slabs 0 "
+  assert_int_equal(sh(&out, &err, "rm -f {TMP}/worse.json; {BIN} suggest --pool pinned --min-gain-slabs 0 "
                       "{TMP}/worse.csv -o {TMP}/worse.json"), 4);
   assert_non_null(strstr(out, "objective         peak reserved, then backend calls"));
   assert_non_null(strstr(out, "before          2.00 MiB"));
@@ -624,7 +625,7 @@ static void test_replay_tool_suggest_refuses_worse(void **state) {
   assert_int_not_equal(stat(path, &sb), 0); /* nothing written */
   free(out);
   free(err);
-  assert_int_equal(sh(&out, &err, "{BIN} suggest --json --min-gain-slabs 0 "
+  assert_int_equal(sh(&out, &err, "{BIN} suggest --json --pool pinned --min-gain-slabs 0 "
                       "{TMP}/worse.csv -o {TMP}/worse.json"), 4);
   j = cJSON_Parse(out);
   assert_non_null(j);
@@ -637,7 +638,7 @@ static void test_replay_tool_suggest_refuses_worse(void **state) {
   free(err);
   assert_int_not_equal(stat(path, &sb), 0);
   /* --force writes it, and says it is not an improvement. */
-  assert_int_equal(sh(&out, &err, "{BIN} suggest --force --min-gain-slabs 0 "
+  assert_int_equal(sh(&out, &err, "{BIN} suggest --force --pool pinned --min-gain-slabs 0 "
                       "{TMP}/worse.csv -o {TMP}/worse.json"), 0);
   assert_non_null(strstr(out, "NOT an improvement"));
   assert_int_equal(stat(path, &sb), 0);
@@ -866,7 +867,7 @@ static void test_replay_tool_torch_converter(void **state) {
   assert_non_null(strstr(err, "1 unmatched frees dropped"));
   free(out);
   free(err);
-  assert_int_equal(sh(&out, &err, "{BIN} run --json {TMP}/snap.csv"), 0);
+  assert_int_equal(sh(&out, &err, "{BIN} run --json --pool pinned {TMP}/snap.csv"), 0);
   j = cJSON_Parse(out);
   assert_non_null(j);
   assert_int_equal((int)num(j, "result.requests"), 2);

@@ -23,6 +23,10 @@
 #include "strbuf.h" /* core/src: aa__errf */
 
 #define AA__POLICY_POOLS 3 /* device, pinned, host (this order) */
+/* The default policy's device and host pools (policy.c says why): slabs up
+ * to 16 KiB, one class per doubling, the expandable large path. */
+#define AA__POLICY_DEF_MAX_SMALL (16u * 1024u)
+#define AA__POLICY_DEF_PER_DOUBLING 1u
 #define AA__POLICY_NAME_MAX 128
 #define AA__POLICY_DESC_MAX 1024
 
