@@ -240,6 +240,75 @@ static void test_adapt_loop_closed_loop(void **state) {
   aa_adapt_loop_destroy(loop);
 }
 
+/* Before a class-table change the loop replays the interval under the
+ * current and the candidate table: a change that saves nothing is not
+ * applied (and its size goes on the re-add cooldown), one that saves slabs
+ * is, and the audit keeps both with the prediction and, a few steps after
+ * an applied one, the pool's measured reserved bytes. */
+static void test_adapt_loop_verifies_changes(void **state) {
+  env *e = *state;
+  aa_adapt_loop *loop = make_loop(e, false);
+  aa_adapt_counters c;
+  aa_adapt_audit au[AA_ADAPT_AUDIT_MAX];
+  size_t na = 0;
+  size_t hot = odd_size(e, 16384), exact = (hot + 511) / 512 * 512;
+
+  /* 100 blocks of the hot size: its class and the exact one both need the
+   * same two slabs. The rules want the class; the replay says no gain. */
+  free_all(e);
+  alloc_n(e, hot, 100);
+  e->nseen = 0;
+  assert_int_equal(aa_adapt_loop_step(loop), 1);
+  assert_int_equal(e->nseen, 1);
+  assert_int_equal(e->seen[0].kind, AA_ADAPT_ADD_CLASS);
+  assert_int_equal(e->seen[0].result, AA_EAGAIN);
+  assert_int_equal(e->seen[0].verified, 1);
+  assert_true(e->seen[0].predicted_reserved_after >= e->seen[0].predicted_reserved_before);
+  assert_non_null(strstr(e->seen[0].reason, "no gain, not applied"));
+  assert_false(has_class(e, exact));
+  aa_adapt_loop_counters(loop, &c);
+  assert_int_equal(c.rejected, 1);
+  assert_int_equal(c.classes_added, 0);
+  /* on the re-add cooldown: the same traffic gives no decision */
+  free_all(e);
+  alloc_n(e, hot, 100);
+  assert_int_equal(aa_adapt_loop_step(loop), 0);
+
+  /* 1000 blocks of another odd size: the exact class saves slabs, it is
+   * applied, with the prediction in its reason. */
+  size_t hot2 = odd_size(e, 65536), exact2 = (hot2 + 511) / 512 * 512;
+  e->nseen = 0;
+  interval(e, hot2);
+  aa_adapt_loop_step(loop);
+  interval(e, hot2);
+  aa_adapt_loop_step(loop);
+  assert_true(has_class(e, exact2));
+  aa_adapt_loop_counters(loop, &c);
+  assert_int_equal(c.classes_added, 1);
+  assert_int_equal(aa_adapt_loop_audit(loop, e->pool, au, AA_ADAPT_AUDIT_MAX, &na), AA_OK);
+  assert_int_equal(na, 2);
+  assert_int_equal(au[0].block_size, exact);
+  assert_int_equal(au[0].result, AA_EAGAIN);
+  assert_int_equal(au[1].block_size, exact2);
+  assert_int_equal(au[1].result, AA_OK);
+  assert_int_equal(au[1].verified, 1);
+  assert_true(au[1].predicted_reserved_after < au[1].predicted_reserved_before);
+  assert_int_equal(au[1].measured, 0);
+  /* measured AA_ADAPT_MEASURE_STEPS steps later */
+  for (int k = 0; k < AA_ADAPT_MEASURE_STEPS; k++) {
+    interval(e, hot2);
+    aa_adapt_loop_step(loop);
+  }
+  assert_int_equal(aa_adapt_loop_audit(loop, e->pool, au, AA_ADAPT_AUDIT_MAX, &na), AA_OK);
+  assert_int_equal(au[1].measured, 1);
+  assert_true(au[1].measured_reserved_after > 0);
+  assert_int_equal(au[0].measured, 0); /* a rejected change is not measured */
+  assert_int_equal(aa_adapt_loop_audit(loop, (aa_pool *)e, au, AA_ADAPT_AUDIT_MAX, &na),
+                   AA_ENOENT);
+  assert_int_equal(aa_adapt_loop_audit(NULL, e->pool, au, 1, &na), AA_EINVAL);
+  aa_adapt_loop_destroy(loop);
+}
+
 static void test_adapt_loop_dry_run_changes_nothing(void **state) {
   env *e = *state;
   aa_adapt_loop *loop = make_loop(e, true);
@@ -502,6 +571,7 @@ static void test_adapt_policy_apply_live_pool(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_adapt_loop_closed_loop, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_adapt_loop_verifies_changes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_adapt_loop_dry_run_changes_nothing, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_adapt_loop_api, setup, teardown),

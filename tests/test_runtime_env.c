@@ -189,6 +189,9 @@ static void scenario_full(void) {
   CHECK(strstr(body, "\"model\":\"unit-model\"") != NULL);
   CHECK(strstr(body, "\"name\":\"host\"") != NULL);
   CHECK(strstr(body, "\"policy_version\":1") != NULL);
+  /* the loop's replay check and its audit (predicted, then measured) */
+  CHECK(strstr(body, "\"rejected_by_replay\":0") != NULL);
+  CHECK(strstr(body, "\"audit\":[") != NULL);
   free(body);
 
   /* A bad document is refused whole and changes nothing. */

@@ -10,12 +10,14 @@
  * thread waits on a condition variable (CLOCK_MONOTONIC) so stop is prompt.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "adaptalloc/adapt.h"
+#include "loop_internal.h"
 
 typedef struct loop_pool {
   aa_pool *pool;
@@ -23,6 +25,9 @@ typedef struct loop_pool {
   aa_pool_stats *cur;
   aa_adapt_state *st;
   bool have_prev;
+  uint64_t steps;                        /* steps of this pool */
+  aa_adapt_audit audit[AA_ADAPT_AUDIT_MAX]; /* ring, oldest at audit_at */
+  size_t audit_n, audit_at;
 } loop_pool;
 
 struct aa_adapt_loop {
@@ -212,6 +217,131 @@ static int apply(aa_adapt_loop *l, aa_pool *pool, aa_adapt_decision *d,
   return rc;
 }
 
+static bool table_change(const aa_adapt_decision *d) {
+  return d->kind == AA_ADAPT_ADD_CLASS || d->kind == AA_ADAPT_RETIRE_CLASS;
+}
+
+/* The table after the step's adds and retires, ascending. */
+static size_t candidate_table(const aa_class_spec *specs, size_t n, const aa_adapt_decision *d,
+                              size_t nd, aa_class_spec *out) {
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++) {
+    bool retired = false;
+    for (size_t k = 0; k < nd; k++)
+      retired = retired ||
+                (d[k].kind == AA_ADAPT_RETIRE_CLASS && d[k].block_size == specs[i].block_size);
+    if (!retired)
+      out[m++] = specs[i];
+  }
+  for (size_t k = 0; k < nd; k++) {
+    size_t pos = 0;
+    if (d[k].kind != AA_ADAPT_ADD_CLASS || m >= AA_MAX_CLASSES)
+      continue;
+    while (pos < m && out[pos].block_size < d[k].block_size)
+      pos++;
+    if (pos < m && out[pos].block_size == d[k].block_size)
+      continue;
+    memmove(&out[pos + 1], &out[pos], (m - pos) * sizeof out[0]);
+    memset(&out[pos], 0, sizeof out[0]);
+    out[pos].block_size = (size_t)d[k].block_size;
+    m++;
+  }
+  return m;
+}
+
+/* Replays the interval under the table before and after the step's adds
+ * and retires; marks them rejected (AA_EAGAIN, and in the state as a
+ * failure: an add goes on the re-add cooldown) when the objective, peak
+ * reserved then backend calls, does not improve. */
+static void verify_changes(aa_adapt_loop *l, loop_pool *lp, size_t n, size_t nd) {
+  aa_class_spec cand[AA_MAX_CLASSES];
+  aa_replay_result rb, rc;
+  size_t nc, k;
+  uint64_t before, after, freed = 0;
+  bool any = false, better;
+  for (k = 0; k < nd; k++)
+    any = any || table_change(&l->decisions[k]);
+  if (!any)
+    return;
+  nc = candidate_table(l->specs, n, l->decisions, nd, cand);
+  if (nc == 0 || aa__adapt_predict(lp->have_prev ? lp->prev : NULL, lp->cur, l->specs, n, cand,
+                                   nc, &rb, &rc) != AA_OK)
+    return; /* nothing to replay: the rules alone decide */
+  /* A retired class gives back the slabs it holds now, which a replay that
+   * starts empty does not see. */
+  for (k = 0; k < nd; k++) {
+    const aa_adapt_decision *d = &l->decisions[k];
+    if (d->kind != AA_ADAPT_RETIRE_CLASS)
+      continue;
+    for (uint32_t i = 0; i < lp->cur->class_count && i < AA_MAX_CLASSES; i++)
+      if (lp->cur->classes[i].block_size == d->block_size && !lp->cur->classes[i].retiring)
+        freed += lp->cur->classes[i].bytes_reserved;
+  }
+  before = rb.peak_reserved;
+  after = rc.peak_reserved > freed ? rc.peak_reserved - freed : 0;
+  better = after < before || (after == before && rc.backend_calls < rb.backend_calls);
+  for (k = 0; k < nd; k++) {
+    aa_adapt_decision *d = &l->decisions[k];
+    if (!table_change(d))
+      continue;
+    d->verified = 1;
+    d->predicted_reserved_before = before;
+    d->predicted_reserved_after = after;
+    d->predicted_calls_before = rb.backend_calls;
+    d->predicted_calls_after = rc.backend_calls;
+    size_t len = strlen(d->reason);
+    if (len + 1 < sizeof d->reason)
+      snprintf(d->reason + len, sizeof d->reason - len,
+               "; replay of the interval: peak reserved %.1f -> %.1f MiB, backend calls "
+               "%llu -> %llu%s",
+               (double)before / 1048576.0, (double)after / 1048576.0,
+               (unsigned long long)rb.backend_calls, (unsigned long long)rc.backend_calls,
+               better ? "" : ": no gain, not applied");
+    if (!better) {
+      d->result = AA_EAGAIN;
+      aa_adapt_state_note_failure(lp->st, d);
+      l->counters.rejected++;
+    }
+  }
+}
+
+static void audit_note(loop_pool *lp, const aa_adapt_decision *d) {
+  aa_adapt_audit *a;
+  size_t slot;
+  if (!table_change(d))
+    return;
+  if (lp->audit_n < AA_ADAPT_AUDIT_MAX) {
+    slot = (lp->audit_at + lp->audit_n++) % AA_ADAPT_AUDIT_MAX;
+  } else {
+    slot = lp->audit_at;
+    lp->audit_at = (lp->audit_at + 1) % AA_ADAPT_AUDIT_MAX;
+  }
+  a = &lp->audit[slot];
+  memset(a, 0, sizeof *a);
+  a->step = lp->steps;
+  a->kind = d->kind;
+  a->result = d->result;
+  a->block_size = d->block_size;
+  a->verified = d->verified;
+  a->predicted_reserved_before = d->predicted_reserved_before;
+  a->predicted_reserved_after = d->predicted_reserved_after;
+  a->predicted_calls_before = d->predicted_calls_before;
+  a->predicted_calls_after = d->predicted_calls_after;
+  a->measured_reserved_before = lp->cur->bytes_reserved;
+}
+
+/* The measured effect, AA_ADAPT_MEASURE_STEPS steps after each applied
+ * change: the pool's reserved bytes then. */
+static void audit_measure(loop_pool *lp) {
+  for (size_t i = 0; i < lp->audit_n; i++) {
+    aa_adapt_audit *a = &lp->audit[(lp->audit_at + i) % AA_ADAPT_AUDIT_MAX];
+    if (a->result == AA_OK && !a->measured && lp->steps - a->step >= AA_ADAPT_MEASURE_STEPS) {
+      a->measured = 1;
+      a->measured_reserved_after = lp->cur->bytes_reserved;
+    }
+  }
+}
+
 /* One step over every pool; l->mu held. Returns decisions made. */
 static int step_locked(aa_adapt_loop *l) {
   int total = 0;
@@ -222,6 +352,8 @@ static int step_locked(aa_adapt_loop *l) {
     if (aa_pool_stats_get(lp->pool, lp->cur) != AA_OK)
       continue;
     aa_pool_window_reset(lp->pool); /* the next interval's peak starts now */
+    lp->steps++;
+    audit_measure(lp);
     if (l->params.enabled &&
         aa_pool_classes(lp->pool, l->specs, AA_MAX_CLASSES, &n, NULL) == AA_OK &&
         n > 0) {
@@ -230,15 +362,19 @@ static int step_locked(aa_adapt_loop *l) {
       nd = aa_adapt_decide(&l->params, lp->st, lp->have_prev ? lp->prev : NULL,
                            lp->cur, l->specs, n, l->decisions,
                            AA_ADAPT_MAX_DECISIONS);
+      if (!l->dry_run)
+        verify_changes(l, lp, n, nd);
       for (size_t k = 0; k < nd; k++) {
         aa_adapt_decision *d = &l->decisions[k];
-        if (!l->dry_run) {
+        if (!l->dry_run && d->result == AA_OK) {
           d->result = apply(l, lp->pool, d, l->specs, n);
           if (d->result != AA_OK) {
             l->counters.apply_failures++;
             aa_adapt_state_note_failure(lp->st, d);
           }
         }
+        if (!l->dry_run)
+          audit_note(lp, d);
         if (l->on_decision != NULL)
           l->on_decision(l->user, lp->pool, d);
       }
@@ -341,6 +477,25 @@ void aa_adapt_loop_counters(aa_adapt_loop *loop, aa_adapt_counters *out) {
   pthread_mutex_lock(&loop->mu);
   *out = loop->counters;
   pthread_mutex_unlock(&loop->mu);
+}
+
+int aa_adapt_loop_audit(aa_adapt_loop *loop, const aa_pool *pool, aa_adapt_audit *out,
+                        size_t cap, size_t *n) {
+  int at;
+  if (n != NULL)
+    *n = 0;
+  if (loop == NULL || pool == NULL || (out == NULL && cap > 0) || n == NULL)
+    return AA_EINVAL;
+  pthread_mutex_lock(&loop->mu);
+  at = find_pool(loop, pool);
+  if (at >= 0) {
+    const loop_pool *lp = &loop->pools[at];
+    for (size_t i = 0; i < lp->audit_n && i < cap; i++)
+      out[i] = lp->audit[(lp->audit_at + i) % AA_ADAPT_AUDIT_MAX];
+    *n = lp->audit_n < cap ? lp->audit_n : cap;
+  }
+  pthread_mutex_unlock(&loop->mu);
+  return at >= 0 ? AA_OK : AA_ENOENT;
 }
 
 void aa_adapt_loop_destroy(aa_adapt_loop *loop) {

@@ -562,6 +562,50 @@ static void append_pool_json(aa__buf *sb, const aa_pool_stats *st) {
   sb->len += need;
 }
 
+/* The loop's audit of class-table changes, every pool (or the one named):
+ * what the replay of the interval predicted before the change, and the
+ * pool's reserved bytes at the change and AA_ADAPT_MEASURE_STEPS steps
+ * later (null until then, and for a change that was not applied). */
+static void append_audit_json(aa__buf *sb, const char *only) {
+  aa_pool *pools[AA_RT_MAX_POOLS];
+  aa_adapt_audit au[AA_ADAPT_AUDIT_MAX];
+  size_t np = aa__rt_pools_snapshot(pools, AA_RT_MAX_POOLS), na, shown = 0;
+  for (size_t i = 0; i < np; i++) {
+    const char *name = aa_pool_name(pools[i]);
+    if (only != NULL && strcmp(name, only) != 0)
+      continue;
+    if (aa_adapt_loop_audit(svc.loop, pools[i], au, AA_ADAPT_AUDIT_MAX, &na) != AA_OK)
+      continue;
+    for (size_t k = 0; k < na; k++) {
+      const aa_adapt_audit *a = &au[k];
+      aa__buf_printf(sb, "%s{\"pool\":", shown++ ? "," : "");
+      aa__buf_json_cstr(sb, name);
+      aa__buf_printf(sb, ",\"step\":%llu,\"kind\":\"%s\",\"block_size\":%llu,"
+                         "\"applied\":%s,\"predicted\":",
+                     (unsigned long long)a->step, aa_adapt_kind_name(a->kind),
+                     (unsigned long long)a->block_size, a->result == AA_OK ? "true" : "false");
+      if (a->verified)
+        aa__buf_printf(sb, "{\"peak_reserved_before\":%llu,\"peak_reserved_after\":%llu,"
+                           "\"backend_calls_before\":%llu,\"backend_calls_after\":%llu}",
+                       (unsigned long long)a->predicted_reserved_before,
+                       (unsigned long long)a->predicted_reserved_after,
+                       (unsigned long long)a->predicted_calls_before,
+                       (unsigned long long)a->predicted_calls_after);
+      else
+        aa__buf_printf(sb, "null");
+      aa__buf_printf(sb, ",\"measured\":");
+      if (a->measured)
+        aa__buf_printf(sb, "{\"reserved_before\":%llu,\"reserved_after\":%llu,"
+                           "\"after_steps\":%d}",
+                       (unsigned long long)a->measured_reserved_before,
+                       (unsigned long long)a->measured_reserved_after, AA_ADAPT_MEASURE_STEPS);
+      else
+        aa__buf_printf(sb, "null");
+      aa__buf_printf(sb, "}");
+    }
+  }
+}
+
 static int prov_stats_json(void *user, const char *pool, char **out, size_t *len) {
   aa_pool_stats *arr = NULL;
   size_t n = 0, i, shown = 0;
@@ -610,13 +654,17 @@ static int prov_stats_json(void *user, const char *pool, char **out, size_t *len
     aa_adapt_loop_counters(svc.loop, &lc);
     aa__buf_printf(&sb, "{\"enabled\":true,\"steps\":%llu,\"decisions\":%llu,"
                       "\"classes_added\":%llu,\"classes_retired\":%llu,\"grows\":%llu,"
-                      "\"trims\":%llu,\"bytes_trimmed\":%llu,\"apply_failures\":%llu}",
+                      "\"trims\":%llu,\"bytes_trimmed\":%llu,\"apply_failures\":%llu,"
+                      "\"rejected_by_replay\":%llu,\"audit\":[",
                       (unsigned long long)lc.steps, (unsigned long long)lc.decisions,
                       (unsigned long long)lc.classes_added,
                       (unsigned long long)lc.classes_retired,
                       (unsigned long long)lc.grows, (unsigned long long)lc.trims,
                       (unsigned long long)lc.bytes_trimmed,
-                      (unsigned long long)lc.apply_failures);
+                      (unsigned long long)lc.apply_failures,
+                      (unsigned long long)lc.rejected);
+    append_audit_json(&sb, pool);
+    aa__buf_printf(&sb, "]}");
   } else {
     aa__buf_printf(&sb, "{\"enabled\":false}");
   }

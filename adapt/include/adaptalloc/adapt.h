@@ -88,6 +88,15 @@ typedef struct aa_adapt_decision {
                                snapshots as amount (amount <= it) */
   uint64_t window_ns;    /* add: time between those snapshots (0 = no
                             previous snapshot) */
+  /* add/retire, set by the loop before applying: the interval's small
+   * requests replayed under the table before and after the step's changes
+   * (peak reserved, backend calls; a retired class's reserved bytes now are
+   * taken off the after figure). verified 0 = not replayed (no requests,
+   * dry run, or another kind). A change that does not improve the objective
+   * is not applied: result AA_EAGAIN. */
+  uint8_t verified;
+  uint64_t predicted_reserved_before, predicted_reserved_after;
+  uint64_t predicted_calls_before, predicted_calls_after;
 } aa_adapt_decision;
 
 /* The decision function's memory. A value type: zero it with
@@ -225,10 +234,35 @@ typedef struct aa_adapt_counters {
   uint64_t trims;           /* trim applied */
   uint64_t bytes_trimmed;   /* bytes released by trims */
   uint64_t apply_failures;  /* decisions the core refused */
+  uint64_t rejected;        /* add/retire not applied: the replay of the
+                               interval predicted no gain */
 } aa_adapt_counters;
 
 AA_EXTERN void aa_adapt_loop_counters(aa_adapt_loop *loop,
                                       aa_adapt_counters *out);
+
+/* The audit of a pool's recent class-table changes, applied or rejected,
+ * oldest first: what the replay predicted and, AA_ADAPT_MEASURE_STEPS steps
+ * after an applied one, what the pool measured (its reserved bytes at the
+ * decision and then). */
+#define AA_ADAPT_AUDIT_MAX 16
+#define AA_ADAPT_MEASURE_STEPS 3
+typedef struct aa_adapt_audit {
+  uint64_t step;       /* the loop step it was decided in */
+  aa_adapt_kind kind;  /* add_class or retire_class */
+  int result;          /* AA_OK applied; AA_EAGAIN rejected by the replay */
+  uint64_t block_size;
+  uint8_t verified;
+  uint8_t measured;    /* the after figure is in */
+  uint64_t predicted_reserved_before, predicted_reserved_after;
+  uint64_t predicted_calls_before, predicted_calls_after;
+  uint64_t measured_reserved_before, measured_reserved_after;
+} aa_adapt_audit;
+
+/* Copies up to cap entries of pool's audit into out; *n gets the count.
+ * AA_ENOENT for a pool that is not registered. */
+AA_EXTERN int aa_adapt_loop_audit(aa_adapt_loop *loop, const aa_pool *pool,
+                                  aa_adapt_audit *out, size_t cap, size_t *n);
 
 /* Stops the thread and frees the loop. NULL is a no-op. Pools are untouched. */
 AA_EXTERN void aa_adapt_loop_destroy(aa_adapt_loop *loop);
