@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "adaptalloc/core.h"
+#include "test_hooks.h" /* core/src: the host backend's test hooks */
 
 enum { WORKERS = 4, LIVE = 128, OPS = 60000, MIN_OPS = 3000, XCHG = 64 };
 #define BUDGET_NS 800000000ull

@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 
 #include "core_internal.h"
+#include "test_hooks.h"
 
 typedef struct host_event {
   struct host_event *next, *prev;

@@ -108,23 +108,9 @@ struct aa_backend {
 };
 
 /* The host backend: mmap/munmap, with events that tests can hold pending and a
- * fault-injection hook. *out is owned by the caller: aa_backend_destroy. */
+ * fault-injection hook (core/src/test_hooks.h, not installed). *out is owned
+ * by the caller: aa_backend_destroy. */
 AA_EXTERN int aa_backend_host_new(aa_backend **out);
-
-/* Fault injection on the host backend: the `n`th alloc call from now (1 = the
- * next one) fails with AA_ENOMEM; with `every` true, every call from the nth on
- * fails. n = 0 disables. */
-AA_EXTERN void aa_backend_host_fail_nth(aa_backend *b, uint64_t n, bool every);
-/* While `hold` is true, host events recorded and not yet queried complete
- * stay pending; setting it false completes every outstanding event. */
-AA_EXTERN void aa_backend_host_hold_events(aa_backend *b, bool hold);
-/* Calls made so far: allocs, frees, and bytes currently mapped. */
-AA_EXTERN void aa_backend_host_counts(const aa_backend *b, uint64_t *allocs,
-                                      uint64_t *frees, uint64_t *bytes_mapped);
-/* Host events recorded so far, and those not yet released (outstanding) —
- * for leak checks in tests. */
-AA_EXTERN void aa_backend_host_event_counts(const aa_backend *b, uint64_t *recorded,
-                                            uint64_t *outstanding);
 
 /* CUDA device memory on `device` (slabs via cudaMalloc; the large path via
  * cudaMalloc or a cudaMallocAsync pool as configured). AA_ENOTSUP when built

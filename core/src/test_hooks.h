@@ -1,0 +1,30 @@
+/*
+ * test_hooks.h — test-only hooks of the host backend (core/src/backend_host.c):
+ * fault injection, held events, call counts. For the tests, fuzz targets and
+ * benchmarks built in this tree against adaptalloc_static; not installed,
+ * not exported from the shared libraries.
+ */
+#ifndef AA_TEST_HOOKS_H
+#define AA_TEST_HOOKS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "adaptalloc/core.h"
+
+/* Fault injection on the host backend: the `n`th alloc call from now (1 = the
+ * next one) fails with AA_ENOMEM; with `every` true, every call from the nth on
+ * fails. n = 0 disables. */
+void aa_backend_host_fail_nth(aa_backend *b, uint64_t n, bool every);
+/* While `hold` is true, host events recorded and not yet queried complete
+ * stay pending; setting it false completes every outstanding event. */
+void aa_backend_host_hold_events(aa_backend *b, bool hold);
+/* Calls made so far: allocs, frees, and bytes currently mapped. */
+void aa_backend_host_counts(const aa_backend *b, uint64_t *allocs,
+                            uint64_t *frees, uint64_t *bytes_mapped);
+/* Host events recorded so far, and those not yet released (outstanding) —
+ * for leak checks in tests. */
+void aa_backend_host_event_counts(const aa_backend *b, uint64_t *recorded,
+                                  uint64_t *outstanding);
+
+#endif
