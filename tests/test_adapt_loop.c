@@ -309,6 +309,29 @@ static void test_adapt_loop_verifies_changes(void **state) {
   aa_adapt_loop_destroy(loop);
 }
 
+/* A periodic workload (two odd sizes taking turns every 4 intervals, for 60
+ * intervals) does not make the loop add and retire classes every cycle:
+ * the flap backoff and the replay check keep the table changes few. */
+static void test_adapt_loop_periodic_no_churn(void **state) {
+  env *e = *state;
+  aa_adapt_loop *loop = make_loop(e, false);
+  aa_adapt_counters c;
+  size_t a = odd_size(e, 16384), b = odd_size(e, 65536);
+  for (int k = 0; k < 60; k++) {
+    interval(e, (k / 4) % 2 == 0 ? a : b);
+    assert_true(aa_adapt_loop_step(loop) >= 0);
+  }
+  aa_adapt_loop_counters(loop, &c);
+  print_message("periodic: %llu added, %llu retired, %llu rejected in %llu steps\n",
+                (unsigned long long)c.classes_added, (unsigned long long)c.classes_retired,
+                (unsigned long long)c.rejected, (unsigned long long)c.steps);
+  /* 15 half-cycles: without backoff each would add one class and retire the
+   * other (about 28 changes) */
+  assert_true(c.classes_added + c.classes_retired <= 8);
+  assert_true(c.classes_added >= 1);
+  aa_adapt_loop_destroy(loop);
+}
+
 static void test_adapt_loop_dry_run_changes_nothing(void **state) {
   env *e = *state;
   aa_adapt_loop *loop = make_loop(e, true);
@@ -572,6 +595,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_adapt_loop_closed_loop, setup, teardown),
       cmocka_unit_test_setup_teardown(test_adapt_loop_verifies_changes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_adapt_loop_periodic_no_churn, setup, teardown),
       cmocka_unit_test_setup_teardown(test_adapt_loop_dry_run_changes_nothing, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_adapt_loop_api, setup, teardown),
