@@ -2,10 +2,13 @@
  * replay_tool.h — what the files of adaptalloc-replay share: the input
  * selection, the progress bar, the text/JSON output helpers.
  *
- * main.c    command line, the four commands (run, compare, suggest, import)
+ * main.c    main(), policies, run and compare, export, import
+ * args.c    the command line: help table, option parsing, input checks
+ * suggest.c the suggest command (candidate tables, --layout, the tuned policy)
  * input.c   event sources behind one call: CSV, store trace, histograms
  * output.c  the progress bar, byte/percent formatting, tables
  * ranks.c   several ranks' databases: run rows, combined figures, `ranks`
+ * plot.c    compare --plot: the SVG of the replays
  */
 #ifndef ADAPTALLOC_REPLAY_TOOL_H
 #define ADAPTALLOC_REPLAY_TOOL_H
@@ -166,5 +169,103 @@ void plot_add(tool_plot *p, const aa_replay_now *now);
 int plot_write_svg(const tool_plot *p, const char *path, const char *title,
                    const char *const *labels, char *err, size_t errcap);
 void plot_free(tool_plot *p);
+
+/* ------------------------------------------------------------------ commands */
+
+#include "adaptalloc/policy.h"
+
+#define MAX_POLICIES 16
+#define MAX_DBS 256
+
+typedef struct options {
+  const char *cmd;
+  tool_input in;
+  const char *policies[MAX_POLICIES];
+  size_t npolicies;
+  const char *pool;
+  const char *out;
+  const char *plot; /* compare --plot FILE.svg */
+  bool json;
+  int progress; /* -1 auto (tty), 0 off, 1 on */
+  bool bench;
+  aa_replay_on_error on_error;
+  aa_replay_costs costs;
+  uint64_t capacity;
+  uint64_t event_delay_ns;
+  bool ignore_streams;
+  bool replay_failures;
+  size_t max_classes; /* 0 = from the policy's adapt.max_classes */
+  double min_gain_slabs;
+  bool layout; /* suggest: also choose max_small and large.mode */
+  bool force;  /* suggest: write the policy even when it does not improve */
+  bool have_events;
+  bool adapt;
+  uint64_t adapt_every;
+  size_t top; /* run: list the N sizes that waste most (0 = none) */
+  bool threads;
+  const char *dbs[MAX_DBS]; /* every --db (and bare database) in order */
+  int64_t db_runs[MAX_DBS]; /* the run of each (<= 0: latest), set in main */
+  size_t ndbs;
+  bool each_rank; /* expand each database into the latest run per rank */
+  double threshold; /* ranks: flag a rank farther than this (< 0: default) */
+} options;
+
+/* args.c: the command table, help, parsing. */
+enum {
+  C_RUN = 1, C_COMPARE = 2, C_SUGGEST = 4, C_IMPORT = 8, C_EXPORT = 16,
+  C_RANKS = 32,
+  C_REPLAY = C_RUN | C_COMPARE | C_SUGGEST, /* commands that simulate */
+  C_INPUT = C_REPLAY | C_IMPORT | C_EXPORT, /* commands that read INPUT */
+  C_ALL = 63
+};
+
+typedef struct cmd_help {
+  const char *name;
+  unsigned bit;
+  const char *synopsis;
+  const char *what; /* one or more lines, each starting with 2 spaces */
+} cmd_help;
+
+/* The whole help (c == NULL) or one command's. */
+void print_help(FILE *f, const cmd_help *c);
+const cmd_help *find_command(const char *name);
+/* fmt has exactly one %s, filled with arg; returns EXIT_USAGE. */
+int usage_error(const char *fmt, const char *arg) __attribute__((format(printf, 1, 0)));
+int parse_args(int argc, char **argv, options *o);
+int check_inputs(const options *o);
+
+/* main.c: policies and the replay behind run and compare, shared with
+ * suggest.c. */
+typedef struct loaded {
+  const char *label;
+  aa_policy *policy;
+  aa_pool_config pc;
+  aa_class_spec classes[AA_MAX_CLASSES];
+  size_t nclasses;
+  aa_replay_sim *sim;
+  bool is_torch;              /* a model of PyTorch's allocator, not a policy */
+  aa_replay_torch_config tcfg;
+  aa_replay_torch *torch;
+  aa_replay_result res;
+} loaded;
+
+typedef struct timing {
+  double wall_s;
+  double events_per_s;
+  double cpu_s;            /* this process's CPU time over the same span */
+  double events_per_cpu_s; /* the figure for "one core" on a busy machine */
+  uint64_t events;
+} timing;
+
+const char *base_name(const char *p);
+int load_policy(const options *o, const char *path, loaded *l);
+int make_sim(const options *o, loaded *l, bool collect_sizes);
+int replay_all(const options *o, loaded *l, size_t n, timing *t, tool_plot *plot);
+void free_loaded(loaded *l, size_t n);
+void print_json_result(FILE *f, const aa_replay_result *r);
+void print_json_head(FILE *f, const options *o, const timing *t);
+
+/* suggest.c */
+int cmd_suggest(const options *opts);
 
 #endif /* ADAPTALLOC_REPLAY_TOOL_H */
