@@ -166,7 +166,7 @@ AA_EXTERN int aa_replay_synth(const aa_replay_hist *h,
 /* ------------------------------------------------------------------ simulator */
 
 /* Costs of the simulated backend (docs/replay.md "Cost model"). Defaults
- * from the H200 anchors in DESIGN.md: cudaMalloc+cudaFree about 86 us a
+ * from measurements on an H200: cudaMalloc+cudaFree about 86 us a
  * pair, so 43 us each; a pool hit costs nothing. */
 typedef struct aa_replay_costs {
   double alloc_us;         /* per backend alloc call (default 43) */
