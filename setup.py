@@ -44,7 +44,7 @@ def _torch():
         return None
     try:
         import torch
-        import torch.utils.cpp_extension as cpp
+        import torch.utils.cpp_extension as cpp  # fails for the repository's torch/ folder
     except Exception as e:  # a broken torch must not break the C package
         print("adaptalloc: torch not usable here (%s): no torch extensions" % e)
         return None

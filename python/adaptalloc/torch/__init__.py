@@ -31,6 +31,9 @@ from adaptalloc import _C
 try:
     import torch as _torch
     _TORCH_ERROR = None
+    if not hasattr(_torch, "__version__"):  # e.g. the repository's own torch/ folder
+        raise ImportError("'torch' here is %s, not PyTorch"
+                          % (list(getattr(_torch, "__path__", [])) or _torch))
 except ImportError as _e:  # the package works without torch; these do not
     _torch = None
     _TORCH_ERROR = _e
