@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import warnings
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -56,9 +57,13 @@ def _torch_flags(torch, cpp, name):
     flags = ["-std=c++17", "-O2", "-fvisibility=hidden",
              "-DTORCH_API_INCLUDE_EXTENSION_H", "-DTORCH_EXTENSION_NAME=%s" % name,
              "-D_GLIBCXX_USE_CXX11_ABI=%d" % abi]
+    # Older torch passes pybind11 ABI defines to extensions; torch >= 2.9
+    # leaves that to pybind11 (and warns when asked).
     pyb = getattr(cpp, "_get_pybind11_abi_build_flags", None)
     if pyb is not None:
-        flags += list(pyb())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            flags += list(pyb())
     return flags
 
 
