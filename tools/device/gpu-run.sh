@@ -5,7 +5,7 @@
 # time limit and a failing stage does not stop the next.
 #
 # Usage: tools/device/gpu-run.sh [STAGE...]     (default: all stages)
-#   stages: info build ctest (or ctestcuda: the CUDA tests only) sanitize example gputests pair pinned scenarios
+#   stages: info build ctest (or ctestcuda: the CUDA tests only) sanitize example gputests native pair pinned scenarios
 #           bert bertcudahalf maxbatch gpt2 zoo, and (not in the default list) bertpolicy and
 #           maxbatchpolicy: ours only, with the default policy instead of
 #           policies/bert-base.json; zoocapture: the zoo's workloads under PyTorch's
@@ -27,7 +27,7 @@ export AA_BENCH_BUILD=/tmp/aa-bench
 export ADAPTALLOC_POLICY_DIR=${ADAPTALLOC_POLICY_DIR:-$root/policies}
 t_start=$(date +%s)
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(info build ctest sanitize example gputests pair pinned scenarios bert bertcudahalf maxbatch gpt2 zoo)
+[ ${#stages[@]} -eq 0 ] && stages=(info build ctest sanitize example gputests native pair pinned scenarios bert bertcudahalf maxbatch gpt2 zoo)
 budget=${AA_GPU_BUDGET_S:-560}   # stop starting stages after this many seconds
 
 stage() { # name limit_s command...
@@ -70,6 +70,15 @@ want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done;
     stage example-mempool 60 python3 examples/torch_pluggable.py mempool
   fi
   want gputests && stage gputests 300 python3 tests/gpu/test_torch_plugin.py
+  if want native; then
+    # the package (with the native allocator, built against this torch), then its GPU tests
+    # (the C libraries' dependencies from setup.sh's private prefix)
+    dp=${AA_DEPS_PREFIX:-/tmp/aa-deps}/usr
+    stage native-install 300 env ADAPTALLOC_CMAKE_ARGS="-DCMAKE_PREFIX_PATH=$dp -DCMAKE_LIBRARY_PATH=$dp/lib/x86_64-linux-gnu" \
+      python3 -m pip install --no-build-isolation --no-deps --no-index --force-reinstall "$root"
+    stage native-tests 400 env -C /tmp python3 -m pytest -v -rs -p no:cacheprovider \
+      "$root/tests/gpu/test_torch_native.py"
+  fi
   want pair && stage pair 120 python3 bench/gpu/bench_pair.py --reps ${AA_REPS_PAIR:-7} --out $res/pair.json
   if want pinned; then
     gcc -O2 -std=c11 bench/gpu/bench_pinned.c -Icore/include -I/usr/local/cuda/include \

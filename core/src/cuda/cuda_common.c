@@ -219,6 +219,17 @@ static int pool_for_stream(aa__cuda_backend *cb, cudaStream_t stream,
   return AA_OK;
 }
 
+/* Whether `s` is being captured into a CUDA graph. cudaStreamIsCapturing is
+ * legal during a capture. */
+static bool stream_capturing(cudaStream_t s) {
+  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &st) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return st != cudaStreamCaptureStatusNone;
+}
+
 int aa__cuda_op_event_record(aa_backend *b, aa_stream stream, void **out) {
   aa__cuda_backend *cb = (aa__cuda_backend *)b->ctx;
   aa__cuda_evpool *p = NULL;
@@ -229,6 +240,12 @@ int aa__cuda_op_event_record(aa_backend *b, aa_stream stream, void **out) {
   *out = NULL;
   if (stream == AA_STREAM_HOST)
     return AA_OK; /* no GPU work to wait for */
+  /* A stream under CUDA graph capture: an event recorded there would become
+   * a node of the graph, and querying it is illegal. Refuse; the caller keeps
+   * the blocks on their own stream until the capture has ended. (The legacy
+   * default stream is never captured.) */
+  if (stream != NULL && stream_capturing((cudaStream_t)stream))
+    return AA_EAGAIN;
   rc = pool_for_stream(cb, (cudaStream_t)stream, &p);
   if (rc != AA_OK)
     return rc;

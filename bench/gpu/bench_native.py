@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""The native PyTorch allocator against PyTorch's three settings.
+
+    python3 bench/gpu/bench_native.py [--reps 3] [--modes native,default,expandable,async]
+                                      [--out result.json]
+
+Modes, each in a process of its own (an allocator is chosen once per
+process): native (adaptalloc.torch's native allocator, ADAPTALLOC_MODEL as
+given), default (PyTorch's caching allocator), expandable
+(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), async
+(PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync). Repetitions are
+interleaved: rep 1 runs every mode, then rep 2, ... Each child measures:
+
+  loops      us per iteration from Python, 20000 iterations after a warm-up:
+             torch.empty(128) (freed at once), torch.randn(128), 50 tensors
+             of mixed sizes (64 B .. 4 MiB) made then freed, torch.empty of
+             64 MiB
+  bert       BERT-base fp16 inference, sequence 128, batches 1, 32, 128: ms
+             per forward (CUDA events, median of 5 x 20) and the running
+             peak of torch.cuda.max_memory_reserved()
+  graph      BERT b1 captured in a CUDA graph: ms per replay, and the memory
+             the capture added to torch.cuda.memory_reserved()
+
+The parent prints medians with [min, max] over repetitions and each mode's
+ratio to default. The native path is found as the installed package
+(adaptalloc._torch_native) or, for a development build, AA_TORCH_NATIVE_PATH.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+MODES = {"native": None, "default": None,
+         "expandable": "expandable_segments:True", "async": "backend:cudaMallocAsync"}
+MIXED = [64 << (i % 17) for i in range(50)]  # 64 B .. 4 MiB, deterministic
+
+
+def _native():
+    p = os.environ.get("AA_TORCH_NATIVE_PATH")
+    if p:
+        sys.path.insert(0, p)
+        import _torch_native as m
+        return m
+    from adaptalloc import _torch_native as m
+    return m
+
+
+def _us(fn, n):
+    import torch
+    for _ in range(n // 10):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e6 / n
+
+
+def child(mode):
+    import torch
+    if mode == "native":
+        _native().install(torch.cuda.device_count())
+    dev = torch.device("cuda")
+    torch.empty(1, device=dev)
+    out = {"mode": mode, "loops": {}, "bert": {}, "graph": {}}
+
+    def mixed():
+        xs = [torch.empty(s, dtype=torch.uint8, device=dev) for s in MIXED]
+        del xs
+
+    out["loops"]["empty128"] = _us(lambda: torch.empty(128, device=dev), 20000)
+    out["loops"]["randn128"] = _us(lambda: torch.randn(128, device=dev), 20000)
+    out["loops"]["mixed50"] = _us(mixed, 2000)
+    out["loops"]["large64m"] = _us(lambda: torch.empty(64 << 20, dtype=torch.uint8, device=dev),
+                                   5000)
+
+    from transformers import BertConfig, BertModel
+    torch.manual_seed(0)
+    model = BertModel(BertConfig()).half().cuda().eval()
+    with torch.inference_mode():
+        for b in (1, 32, 128):
+            ids = torch.randint(0, 30522, (b, 128), device=dev)
+            for _ in range(10):
+                model(input_ids=ids)
+            torch.cuda.synchronize()
+            reps = []
+            for _ in range(5):
+                e0 = torch.cuda.Event(enable_timing=True)
+                e1 = torch.cuda.Event(enable_timing=True)
+                e0.record()
+                for _ in range(20):
+                    model(input_ids=ids)
+                e1.record()
+                e1.synchronize()
+                reps.append(e0.elapsed_time(e1) / 20)
+            out["bert"][str(b)] = {"ms": statistics.median(reps),
+                                   "peak_reserved": torch.cuda.max_memory_reserved()}
+            del ids
+    # BERT b1 as a CUDA graph
+    ids = torch.randint(0, 30522, (1, 128), device=dev)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s), torch.no_grad():
+        for _ in range(3):
+            model(input_ids=ids)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_reserved()
+    g = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(g):
+        model(input_ids=ids)
+    torch.cuda.synchronize()
+    pool = torch.cuda.memory_reserved() - before
+    for _ in range(10):
+        g.replay()
+    reps = []
+    for _ in range(5):
+        e0 = torch.cuda.Event(enable_timing=True)
+        e1 = torch.cuda.Event(enable_timing=True)
+        e0.record()
+        for _ in range(50):
+            g.replay()
+        e1.record()
+        e1.synchronize()
+        reps.append(e0.elapsed_time(e1) / 50)
+    out["graph"] = {"ms": statistics.median(reps), "pool_bytes": pool}
+    print(json.dumps(out))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--modes", default="native,default,expandable,async")
+    ap.add_argument("--out")
+    ap.add_argument("--child")
+    a = ap.parse_args()
+    if a.child:
+        child(a.child)
+        return
+    modes = a.modes.split(",")
+    runs = {m: [] for m in modes}
+    for rep in range(a.reps):
+        for m in modes:
+            env = dict(os.environ)
+            env.setdefault("ADAPTALLOC_DB", "off")
+            env.setdefault("ADAPTALLOC_HTTP", "off")
+            env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+            if MODES[m]:
+                env["PYTORCH_CUDA_ALLOC_CONF"] = MODES[m]
+            r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", m],
+                               env=env, capture_output=True, text=True, timeout=600)
+            lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
+            if r.returncode != 0 or not lines:
+                print(f"{m} rep {rep}: failed rc={r.returncode}\n{r.stderr[-2000:]}")
+                continue
+            runs[m].append(json.loads(lines[-1]))
+    rows = []
+    keys = ([("loops", k, None) for k in ("empty128", "randn128", "mixed50", "large64m")] +
+            [("bert", b, "ms") for b in ("1", "32", "128")] +
+            [("bert", b, "peak_reserved") for b in ("1", "32", "128")] +
+            [("graph", None, "ms"), ("graph", None, "pool_bytes")])
+    summary = {}
+    for sec, k, f in keys:
+        name = "/".join(x for x in (sec, k, f) if x)
+        summary[name] = {}
+        for m in modes:
+            vals = []
+            for r in runs[m]:
+                v = r[sec][k] if k is not None else r[sec]
+                vals.append(v[f] if f else v)
+            if vals:
+                summary[name][m] = {"median": statistics.median(vals), "min": min(vals),
+                                    "max": max(vals), "all": vals}
+        d = summary[name].get("default", {}).get("median")
+        for m in modes:
+            if m in summary[name] and d:
+                summary[name][m]["ratio_to_default"] = summary[name][m]["median"] / d
+        rows.append(name)
+    print(f"{'measure':<26}" + "".join(f"{m:>34}" for m in modes))
+    for name in rows:
+        cells = []
+        for m in modes:
+            s = summary[name].get(m)
+            if not s:
+                cells.append(f"{'-':>34}")
+                continue
+            scale = 1 / 2**20 if "peak" in name or "pool" in name else 1
+            cells.append(f"{s['median'] * scale:10.3f} [{s['min'] * scale:8.3f},"
+                         f"{s['max'] * scale:8.3f}] x{s.get('ratio_to_default', 0):.2f}")
+        print(f"{name:<26}" + "".join(f"{c:>34}" for c in cells))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"reps": a.reps, "modes": modes, "summary": summary, "runs": runs}, f,
+                      indent=1)
+
+
+if __name__ == "__main__":
+    main()

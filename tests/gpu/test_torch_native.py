@@ -1,0 +1,381 @@
+#!/usr/bin/env python3
+"""GPU tests of the native PyTorch allocator (adaptalloc._torch_native).
+
+    pytest tests/gpu/test_torch_native.py       (after pip install .)
+
+The allocator must be installed before the process's first CUDA allocation,
+so this module installs it when it is imported and every test runs in that
+one process (the OOM test checks that the same process trains on). The
+default-allocator reference run and the install-too-late check run in child
+processes (`python3 test_torch_native.py child NAME`). Without torch, CUDA
+or the extension the whole module is skipped with the reason. A development
+build of the extension is found through AA_TORCH_NATIVE_PATH (the folder
+holding _torch_native*.so) instead of the installed package.
+"""
+import copy
+import io
+import json
+import os
+import pickle
+import subprocess
+import sys
+
+os.environ.setdefault("ADAPTALLOC_DB", "off")
+os.environ.setdefault("ADAPTALLOC_HTTP", "off")
+
+HERE = os.path.abspath(__file__)
+
+
+def _load_native():
+    path = os.environ.get("AA_TORCH_NATIVE_PATH")
+    if path:
+        sys.path.insert(0, path)
+        import _torch_native as m  # noqa: E402
+        return m
+    from adaptalloc import _torch_native as m  # noqa: E402
+    return m
+
+
+def _train(steps=5):
+    """A small training loop with changing shapes; returns outputs and
+    final parameters on the CPU."""
+    import torch
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=512,
+                                             dropout=0.0, batch_first=True)
+    model = torch.nn.Sequential(layer, torch.nn.Linear(128, 10)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    g = torch.Generator(device="cpu").manual_seed(1)
+    outs = []
+    for step in range(steps):
+        x = torch.randn(8, 16 + 8 * step, 128, generator=g).cuda()
+        y = model(x).mean(dim=1)
+        loss = (y ** 2).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        outs.append(y.detach().cpu())
+    return outs, [p.detach().cpu() for p in model.parameters()]
+
+
+def _child(name, out):
+    import torch
+    if name == "reference":
+        torch.save(_train(), out)
+    elif name == "late_install":
+        torch.zeros(1, device="cuda")
+        try:
+            _load_native().install(torch.cuda.device_count())
+        except RuntimeError as e:
+            print(json.dumps({"raised": str(e)}))
+            return
+        print(json.dumps({"raised": None}))
+    elif name == "compile":
+        _load_native().install(torch.cuda.device_count())
+        _compile_reduce_overhead()
+    elif name == "oom":
+        _load_native().install(torch.cuda.device_count())
+        _oom_then_train()
+
+
+def _compile_reduce_overhead():
+    """torch.compile(mode="reduce-overhead") of a transformer block at three
+    batch sizes matches eager (CUDA-graph trees on our private pools)."""
+    import torch
+    torch.manual_seed(0)
+    block = torch.nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128,
+                                             dropout=0.0, batch_first=True).cuda().eval()
+    compiled = torch.compile(block, mode="reduce-overhead", dynamic=False)
+    checked = 0
+    with torch.no_grad():
+        for bs in (2, 4, 8):
+            for rep in range(3):
+                x = torch.randn(bs, 16, 64, device="cuda")
+                got = compiled(x).clone()
+                torch.testing.assert_close(got, block(x), rtol=1e-3, atol=1e-3)
+                checked += 1
+    print(json.dumps({"checked": checked}))
+
+
+def _oom_then_train():
+    """OOM past a memory-fraction cap is torch.OutOfMemoryError, and the same
+    process then trains on."""
+    import torch
+    torch.ones(1, device="cuda")
+    torch.cuda.set_per_process_memory_fraction(0.02, 0)
+    cap = int(0.02 * torch.cuda.get_device_properties(0).total_memory)
+    res = {"caught": False, "msg": ""}
+    try:
+        torch.empty(cap + (1 << 30), dtype=torch.uint8, device="cuda")
+    except torch.OutOfMemoryError as e:
+        res["caught"] = True
+        res["msg"] = str(e)
+    res["num_ooms"] = torch.cuda.memory_stats()["num_ooms"]
+    outs, _ = _train(steps=3)
+    res["trained"] = all(bool(torch.isfinite(o).all()) for o in outs)
+    torch.cuda.set_per_process_memory_fraction(1.0, 0)
+    print(json.dumps(res))
+
+
+if __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[1] == "child":
+    _child(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
+    sys.exit(0)
+
+import pytest  # noqa: E402
+
+try:
+    import torch
+except Exception as e:  # CI: no torch
+    pytest.skip("torch is not importable (%s): GPU tests skipped" % e, allow_module_level=True)
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device: GPU tests skipped", allow_module_level=True)
+try:
+    native = _load_native()
+except Exception as e:
+    pytest.skip("adaptalloc._torch_native is not built (%s): pip install . with torch "
+                "and CUDA" % e, allow_module_level=True)
+
+native.install(torch.cuda.device_count())
+DEV = 0
+
+
+def _stats():
+    return json.loads(native.stats_json(DEV))
+
+
+def _run_child(name, tmp_path):
+    out = str(tmp_path / ("%s.pt" % name))
+    env = dict(os.environ)
+    r = subprocess.run([sys.executable, HERE, "child", name, out], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return out, r.stdout
+
+
+def test_installed():
+    assert native.is_installed()
+    x = torch.ones(10, device="cuda")
+    st = _stats()
+    assert st["allocs"] >= 1
+    del x
+
+
+def test_same_outputs_as_default_allocator(tmp_path):
+    out, _ = _run_child("reference", tmp_path)
+    ref_outs, ref_params = torch.load(out)
+    outs, params = _train()
+    for a, b in zip(outs, ref_outs):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(params, ref_params):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_install_after_cuda_init_raises(tmp_path):
+    _, stdout = _run_child("late_install", tmp_path)
+    res = json.loads(stdout.strip().splitlines()[-1])
+    assert res["raised"] and "adaptalloc" in res["raised"] and "already" in res["raised"]
+
+
+def test_memory_allocated_is_rounded_live_sizes():
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    # sizes that are block sizes of any class ladder (multiples of 512 that
+    # are powers of two) or page multiples of the large path
+    sizes = [512, 4096, 64 << 10, 8 << 20, 32 << 20]
+    xs = [torch.empty(s, dtype=torch.uint8, device="cuda") for s in sizes]
+    assert torch.cuda.memory_allocated() - base == sum(sizes)
+    odd = torch.empty(1000, dtype=torch.uint8, device="cuda")  # rounded up
+    grew = torch.cuda.memory_allocated() - base - sum(sizes)
+    assert 1000 <= grew <= 1024 + 512
+    del xs, odd
+    assert torch.cuda.memory_allocated() == base
+    st = torch.cuda.memory_stats()
+    assert st["allocated_bytes.all.current"] == base
+
+
+def test_peaks_reset_and_agree_with_stats():
+    big = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    peak = torch.cuda.max_memory_allocated()
+    assert peak >= 256 << 20
+    del big
+    torch.cuda.reset_peak_memory_stats()
+    assert torch.cuda.max_memory_allocated() == torch.cuda.memory_allocated()
+    assert torch.cuda.max_memory_reserved() == torch.cuda.memory_reserved()
+    st = _stats()
+    assert torch.cuda.memory_allocated() == st["bytes_in_use"]
+    assert torch.cuda.memory_reserved() == st["bytes_reserved"]
+    assert torch.cuda.max_memory_allocated() == st["peak_bytes_in_use"]
+    x = torch.empty(16 << 20, dtype=torch.uint8, device="cuda")
+    assert torch.cuda.max_memory_allocated() >= torch.cuda.memory_allocated() >= 16 << 20
+    del x
+    torch.cuda.reset_accumulated_memory_stats()
+    assert torch.cuda.memory_stats()["allocation.all.allocated"] == 0
+
+
+def test_memory_summary_prints():
+    x = torch.empty(1 << 20, device="cuda")
+    s = torch.cuda.memory_summary()
+    assert "Allocated memory" in s and "Reserved memory" in s
+    print(s)
+    del x
+
+
+def test_snapshot_loads_in_memory_viz(tmp_path):
+    from torch.cuda import _memory_viz
+    keep = [torch.empty(n, dtype=torch.uint8, device="cuda") for n in (700, 3 << 20, 40 << 20)]
+    snap = torch.cuda.memory._snapshot()
+    assert snap["segments"], "no segments"
+    live = {t.data_ptr() for t in keep}
+    seen = set()
+    total = 0
+    for seg in snap["segments"]:
+        assert sum(b["size"] for b in seg["blocks"]) == seg["total_size"]
+        addr = seg["address"]
+        for b in seg["blocks"]:
+            if b["state"] == "active_allocated":
+                seen.add(addr)
+            addr += b["size"]
+        total += seg["total_size"]
+    assert live <= seen
+    assert total == torch.cuda.memory_reserved()
+    path = str(tmp_path / "snap.pickle")
+    torch.cuda.memory._dump_snapshot(path)
+    with open(path, "rb") as f:
+        loaded = pickle.load(f)
+    text = _memory_viz.segsum(loaded)
+    assert "segments" in text.lower()
+    html = _memory_viz.segment_plot(loaded)
+    assert "<html" in html.lower() or "<!doctype" in html.lower() or len(html) > 1000
+    del keep
+
+
+def test_oom_is_catchable_and_training_goes_on(tmp_path):
+    # in a child of its own: an allocator that crashes on OOM must not take
+    # the other tests with it
+    _, stdout = _run_child("oom", tmp_path)
+    res = json.loads(stdout.strip().splitlines()[-1])
+    assert res["caught"], res
+    assert "adaptalloc" in res["msg"] and "device 0" in res["msg"] and "limit" in res["msg"]
+    assert res["num_ooms"] >= 1
+    assert res["trained"]
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
+                               torch.nn.Linear(256, 64)).cuda()
+
+
+def test_cuda_graph_capture_and_replays_match_eager():
+    model = _mlp().eval()
+    static_in = torch.randn(32, 64, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s), torch.no_grad():
+        for _ in range(3):
+            model(static_in)  # warm up on a side stream
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(g):
+        static_out = model(static_in)
+    assert native.private_pool_count(DEV) >= 1
+    for i in range(5):
+        x = torch.randn(32, 64, device="cuda") * (i + 1)
+        static_in.copy_(x)
+        g.replay()
+        with torch.no_grad():
+            ref = model(x)
+        torch.testing.assert_close(static_out, ref)
+    del g, static_out
+    torch.cuda.synchronize()
+
+
+def test_make_graphed_callables_training_step():
+    eager = _mlp()
+    graphed = copy.deepcopy(eager)
+    x0 = torch.randn(16, 64, device="cuda", requires_grad=True)
+    graphed = torch.cuda.make_graphed_callables(graphed, (x0,))
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.1)
+    opt_g = torch.optim.SGD(graphed.parameters(), lr=0.1)
+    g = torch.Generator(device="cpu").manual_seed(3)
+    for _ in range(4):
+        x = torch.randn(16, 64, generator=g).cuda().requires_grad_(True)
+        for m, opt in ((eager, opt_e), (graphed, opt_g)):
+            opt.zero_grad(set_to_none=True)
+            m(x).pow(2).mean().backward()
+            opt.step()
+    for a, b in zip(eager.parameters(), graphed.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_compile_reduce_overhead_transformer_block(tmp_path):
+    # in a child: inductor's worker processes and CUDA-graph trees stay there
+    _, stdout = _run_child("compile", tmp_path)
+    res = json.loads(stdout.strip().splitlines()[-1])
+    assert res["checked"] == 9, res
+
+
+def test_record_stream_keeps_block_until_consumer_done():
+    n = 1 << 18
+    side = torch.cuda.Stream()
+    main = torch.cuda.current_stream()
+    results, keep = [], []
+    for i in range(40):
+        with torch.cuda.stream(side):
+            x = torch.full((n,), float(i), device="cuda")
+        main.wait_stream(side)
+        torch.cuda._sleep(2_000_000)  # the consumer on main reads late
+        results.append(x * 1.0)
+        x.record_stream(main)
+        del x
+        with torch.cuda.stream(side):
+            keep.append(torch.full((n,), -1.0, device="cuda"))  # would take x's block
+    torch.cuda.synchronize()
+    bad = [i for i, r in enumerate(results) if not bool((r == float(i)).all())]
+    assert bad == []
+
+
+def test_cudnn_benchmark_conv_net():
+    old = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True
+    try:
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(),
+            torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(),
+            torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(64, 10)).cuda()
+        opt = torch.optim.SGD(net.parameters(), lr=0.01)
+        for bs, hw in ((8, 32), (16, 64), (8, 32)):
+            x = torch.randn(bs, 3, hw, hw, device="cuda")
+            loss = net(x).logsumexp(dim=1).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            assert torch.isfinite(loss)
+    finally:
+        torch.backends.cudnn.benchmark = old
+
+
+def test_mempool_gets_its_own_pool():
+    before = native.private_pool_count(DEV)
+    pool = torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(pool):
+        x = torch.empty(4 << 20, dtype=torch.uint8, device="cuda")
+    y = torch.empty(4 << 20, dtype=torch.uint8, device="cuda")
+    assert native.private_pool_count(DEV) == before + 1
+    segs = torch.cuda.memory._snapshot(pool.id)["segments"]
+    assert segs and all(tuple(s["segment_pool_id"]) == tuple(pool.id) for s in segs)
+    assert any(s["address"] <= x.data_ptr() < s["address"] + s["total_size"] for s in segs)
+    assert not any(s["address"] <= y.data_ptr() < s["address"] + s["total_size"] for s in segs)
+    del x, y
+    del pool
+    torch.cuda.empty_cache()
+    assert native.private_pool_count(DEV) == before
+
+
+def test_unsupported_features_raise_clearly():
+    with pytest.raises(RuntimeError, match="adaptalloc"):
+        torch.cuda.memory._record_memory_history()
+    x = torch.ones(4, device="cuda")
+    with pytest.raises(RuntimeError, match="adaptalloc"):
+        x.untyped_storage()._share_cuda_()

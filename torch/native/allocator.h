@@ -1,0 +1,32 @@
+// allocator.h — private to torch/native: the adaptalloc implementation of
+// PyTorch's c10::cuda::CUDACachingAllocator::CUDAAllocator, and what the
+// Python module (module.cpp) calls. The design and what is unsupported are in
+// docs/torch.md ("The native allocator").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace adaptalloc_torch {
+
+// Makes the adaptalloc allocator PyTorch's current CUDA allocator, the way
+// torch.cuda.memory.change_current_allocator does. Throws std::runtime_error
+// (RuntimeError in Python) when PyTorch's allocator is already initialized,
+// i.e. CUDA memory was already allocated in this process. Installing twice
+// is a no-op.
+void install(int device_count);
+bool is_installed();
+
+// The device pool's stats as JSON (aa_pool_stats_json of the runtime's pool
+// for `device`; "" when no pool was made for it yet).
+std::string stats_json(int device);
+
+// Private pools (CUDA graphs, torch.cuda.MemPool) alive on `device`.
+int private_pool_count(int device);
+
+// Caps the device pool at `bytes` reserved (0 = no cap), as
+// torch.cuda.set_per_process_memory_fraction does with a fraction.
+void set_limit(int device, size_t bytes);
+
+} // namespace adaptalloc_torch

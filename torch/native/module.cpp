@@ -1,0 +1,46 @@
+// module.cpp — the Python extension module adaptalloc._torch_native: the
+// native PyTorch allocator (allocator.cpp) as seen from Python. The package's
+// adaptalloc.torch wraps it; users call adaptalloc.torch.install().
+//
+// Functions (all raise RuntimeError with a message naming adaptalloc):
+//   install(device_count: int) -> None
+//       Makes adaptalloc PyTorch's CUDA allocator, exactly as
+//       torch.cuda.memory.change_current_allocator would. Must run before the
+//       first CUDA allocation of the process: raises RuntimeError when
+//       PyTorch's allocator is already initialized. A second call is a no-op.
+//       device_count is torch.cuda.device_count() (at most 64).
+//   is_installed() -> bool
+//       Whether adaptalloc is PyTorch's current CUDA allocator.
+//   stats_json(device: int) -> str
+//       The device pool's stats as JSON (the same object as a pool of
+//       GET /stats); "" before the device allocated anything.
+//   private_pool_count(device: int) -> int
+//       Private pools alive on the device (CUDA graph pools, MemPools).
+//   set_limit(device: int, bytes: int) -> None
+//       Caps the device pool's reserved bytes (0 = no cap); what
+//       torch.cuda.set_per_process_memory_fraction does with a fraction.
+// Everything else goes through torch.cuda's own functions (memory_stats,
+// memory_summary, empty_cache, _snapshot, graphs, MemPool, ...).
+#include <torch/extension.h>
+
+#include "allocator.h"
+
+#ifndef TORCH_EXTENSION_NAME
+#define TORCH_EXTENSION_NAME _torch_native
+#endif
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "adaptalloc as PyTorch's native CUDA allocator";
+  m.def("install", &adaptalloc_torch::install, py::arg("device_count"),
+        "Make adaptalloc PyTorch's CUDA allocator (before any CUDA allocation).");
+  m.def("is_installed", &adaptalloc_torch::is_installed,
+        "Whether adaptalloc is PyTorch's current CUDA allocator.");
+  m.def("stats_json", &adaptalloc_torch::stats_json, py::arg("device"),
+        "The device pool's stats as JSON ('' before its first allocation).");
+  m.def("private_pool_count", &adaptalloc_torch::private_pool_count,
+        py::arg("device"), "Private pools (CUDA graphs, MemPools) alive on a device.");
+  m.def("set_limit", &adaptalloc_torch::set_limit, py::arg("device"),
+        py::arg("bytes"), "Cap the device pool's reserved bytes (0 = no cap).");
+}
