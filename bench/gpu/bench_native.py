@@ -60,7 +60,7 @@ def _us(fn, n):
     return (time.perf_counter() - t0) * 1e6 / n
 
 
-def child(mode):
+def child(mode, parts):
     import torch
     if mode == "native":
         _native().install(torch.cuda.device_count())
@@ -72,17 +72,29 @@ def child(mode):
         xs = [torch.empty(s, dtype=torch.uint8, device=dev) for s in MIXED]
         del xs
 
+    if "loops" in parts:
+        _loops(out, dev, mixed)
+    if "bert" in parts or "graph" in parts:
+        _bert(out, dev, parts)
+    print(json.dumps(out))
+
+
+def _loops(out, dev, mixed):
+    import torch
     out["loops"]["empty128"] = _us(lambda: torch.empty(128, device=dev), 20000)
     out["loops"]["randn128"] = _us(lambda: torch.randn(128, device=dev), 20000)
     out["loops"]["mixed50"] = _us(mixed, 2000)
     out["loops"]["large64m"] = _us(lambda: torch.empty(64 << 20, dtype=torch.uint8, device=dev),
                                    5000)
 
+
+def _bert(out, dev, parts):
+    import torch
     from transformers import BertConfig, BertModel
     torch.manual_seed(0)
     model = BertModel(BertConfig()).half().cuda().eval()
     with torch.inference_mode():
-        for b in (1, 32, 128):
+        for b in ((1, 32, 128) if "bert" in parts else ()):
             ids = torch.randint(0, 30522, (b, 128), device=dev)
             for _ in range(10):
                 model(input_ids=ids)
@@ -100,6 +112,8 @@ def child(mode):
             out["bert"][str(b)] = {"ms": statistics.median(reps),
                                    "peak_reserved": torch.cuda.max_memory_reserved()}
             del ids
+    if "graph" not in parts:
+        return
     # BERT b1 as a CUDA graph
     ids = torch.randint(0, 30522, (1, 128), device=dev)
     s = torch.cuda.Stream()
@@ -128,7 +142,6 @@ def child(mode):
         e1.synchronize()
         reps.append(e0.elapsed_time(e1) / 50)
     out["graph"] = {"ms": statistics.median(reps), "pool_bytes": pool}
-    print(json.dumps(out))
 
 
 def main():
@@ -137,9 +150,11 @@ def main():
     ap.add_argument("--modes", default="native,default,expandable,async")
     ap.add_argument("--out")
     ap.add_argument("--child")
+    ap.add_argument("--parts", default="loops,bert,graph",
+                    help="what to measure: loops, bert, graph (comma-separated)")
     a = ap.parse_args()
     if a.child:
-        child(a.child)
+        child(a.child, a.parts.split(","))
         return
     modes = a.modes.split(",")
     runs = {m: [] for m in modes}
@@ -151,13 +166,15 @@ def main():
             env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
             if MODES[m]:
                 env["PYTORCH_CUDA_ALLOC_CONF"] = MODES[m]
-            r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", m],
+            r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", m,
+                                "--parts", a.parts],
                                env=env, capture_output=True, text=True, timeout=600)
             lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
             if r.returncode != 0 or not lines:
                 print(f"{m} rep {rep}: failed rc={r.returncode}\n{r.stderr[-2000:]}")
                 continue
             runs[m].append(json.loads(lines[-1]))
+            print(f"rep {rep} {m}: {lines[-1]}", flush=True)
     rows = []
     keys = ([("loops", k, None) for k in ("empty128", "randn128", "mixed50", "large64m")] +
             [("bert", b, "ms") for b in ("1", "32", "128")] +
@@ -170,8 +187,9 @@ def main():
         for m in modes:
             vals = []
             for r in runs[m]:
-                v = r[sec][k] if k is not None else r[sec]
-                vals.append(v[f] if f else v)
+                v = r[sec].get(k) if k is not None else r[sec]
+                if v:
+                    vals.append(v[f] if f else v)
             if vals:
                 summary[name][m] = {"median": statistics.median(vals), "min": min(vals),
                                     "max": max(vals), "all": vals}

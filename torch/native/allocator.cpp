@@ -49,6 +49,7 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <type_traits>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -62,12 +63,57 @@ namespace {
 
 namespace CCA = c10::cuda::CUDACachingAllocator;
 using c10::MempoolId_t;
-using c10::CachingAllocator::format_size;
 using c10::CachingAllocator::Stat;
 using c10::CachingAllocator::StatType;
 using c10::CachingDeviceAllocator::DeviceStats;
 
 constexpr int kMaxDevices = 64;
+
+// Messages are built here, without iostreams: a toolchain that links parts of
+// libstdc++ statically leaves this module's stream locale unusable (PyTorch's
+// multi-argument TORCH_CHECK and format_size use ostringstream). Every
+// TORCH_CHECK below therefore gets one ready string.
+std::string piece(const char* s) {
+  return s ? std::string(s) : std::string("(null)");
+}
+std::string piece(const std::string& s) {
+  return s;
+}
+std::string piece(const void* p) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%p", p);
+  return b;
+}
+std::string piece(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+template <class T>
+typename std::enable_if<std::is_integral<T>::value, std::string>::type piece(T v) {
+  return std::to_string(v);
+}
+template <class... A>
+std::string cat(const A&... a) {
+  std::string out;
+  int unused[] = {0, (out += piece(a), 0)...};
+  (void)unused;
+  return out;
+}
+
+// "1.50 GiB": PyTorch's format_size, without a stream.
+std::string size_str(uint64_t n) {
+  char b[48];
+  if (n <= 1024)
+    std::snprintf(b, sizeof b, "%llu bytes", static_cast<unsigned long long>(n));
+  else if (n <= (1ull << 20))
+    std::snprintf(b, sizeof b, "%.2f KiB", static_cast<double>(n) / 1024.0);
+  else if (n <= (1ull << 30))
+    std::snprintf(b, sizeof b, "%.2f MiB", static_cast<double>(n) / 1048576.0);
+  else
+    std::snprintf(b, sizeof b, "%.2f GiB", static_cast<double>(n) / 1073741824.0);
+  return b;
+}
 constexpr MempoolId_t kDefaultPool{0, 0};
 
 struct PrivatePool;
@@ -140,12 +186,12 @@ auto maybe_relaxed(const Dev& d, F&& f) -> decltype(f()) {
 
 Dev& dev_at(int device) {
   TORCH_CHECK(
-      device >= 0 && device < kMaxDevices,
+      device >= 0 && device < kMaxDevices, cat(
       "adaptalloc: CUDA device ",
       device,
       " out of range (0..",
       kMaxDevices - 1,
-      ")");
+      ")"));
   return g_dev[device];
 }
 
@@ -157,10 +203,10 @@ aa_pool* device_pool(int device) {
   // The runtime makes each pool once under its own lock.
   p = aa_runtime_pool(AA_BACKEND_DEVICE, device);
   TORCH_CHECK(
-      p != nullptr,
+      p != nullptr, cat(
       "adaptalloc: no pool for CUDA device ",
       device,
-      " (no such GPU, or adaptalloc was built without CUDA)");
+      " (no such GPU, or adaptalloc was built without CUDA)"));
   d.pool.store(p, std::memory_order_release);
   return p;
 }
@@ -194,11 +240,11 @@ PrivatePool* create_or_incref(Dev& d, int device, MempoolId_t id) {
   aa_pool* p = nullptr;
   int rc = aa_pool_new(&cfg, &p);
   TORCH_CHECK(
-      rc == AA_OK,
+      rc == AA_OK, cat(
       "adaptalloc: cannot make a private pool on device ",
       device,
       ": ",
-      aa_strerror(rc));
+      aa_strerror(rc)));
   auto* pp = new PrivatePool();
   pp->id = id;
   pp->device = device;
@@ -498,29 +544,29 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
     for (auto& o : obs)
       o(device, t.in_use, total_b, free_b);
     std::string limit =
-        t.limit ? format_size(t.limit) : std::string("none (the whole device)");
+        t.limit ? size_str(t.limit) : std::string("none (the whole device)");
     TORCH_CHECK_WITH(
         OutOfMemoryError,
-        false,
+        false, cat(
         "adaptalloc: CUDA out of memory on device ",
         device,
         " (pool ",
         aa_pool_name(pool),
         "): tried to allocate ",
-        format_size(n),
+        size_str(n),
         "; limit ",
         limit,
         ", in use ",
-        format_size(t.in_use),
+        size_str(t.in_use),
         ", reserved ",
-        format_size(t.reserved),
+        size_str(t.reserved),
         "; the device has ",
-        format_size(free_b),
+        size_str(free_b),
         " free of ",
-        format_size(total_b),
+        size_str(total_b),
         ". The pool released its cached memory and retried once. Free "
         "tensors (or lower the batch size) and retry; "
-        "torch.cuda.set_per_process_memory_fraction sets the limit.");
+        "torch.cuda.set_per_process_memory_fraction sets the limit."));
   }
 
   void* raw_alloc(size_t nbytes) override {
@@ -548,26 +594,53 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
     {
       std::lock_guard<std::mutex> g(raw_mu_);
       auto it = raw_.find(ptr);
+      if (it == raw_.end() && raw_delete_private(ptr))
+        return;
       TORCH_CHECK(
-          it != raw_.end(),
+          it != raw_.end(), cat(
           "adaptalloc: raw_delete of ",
           ptr,
-          ", which raw_alloc did not return");
+          ", which raw_alloc did not return"));
       c = it->second;
       raw_.erase(it);
     }
     free_ctx(c);
   }
 
+  // A live block of a private pool whose tensor's deleter was taken away
+  // (CUDA-graph trees free such blocks by pointer after a checkpoint
+  // restore). Returns whether ptr was one.
+  static bool raw_delete_private(void* ptr) {
+    for (int dev = 0; dev < kMaxDevices; dev++) {
+      if (device_pool_if_made(dev) == nullptr)
+        continue;
+      Dev& d = g_dev[dev];
+      std::lock_guard<std::mutex> g(d.mu);
+      for (auto& kv : d.pools) {
+        PrivatePool* pp = kv.second;
+        for (Ctx* c : pp->live) {
+          if (c->ptr != ptr)
+            continue;
+          pp->live.erase(c);
+          auto* n = new Ctx(*c);
+          c->dead = true; // should its holder's deleter still run, it only drops c
+          (void)free_private(d, pp, n);
+          return true;
+        }
+      }
+    }
+    return false;
+  }
+
   // ------------------------------------------------------------ lifecycle
   void init(int device_count) override {
     TORCH_CHECK(
-        device_count <= kMaxDevices,
+        device_count <= kMaxDevices, cat(
         "adaptalloc: ",
         device_count,
         " CUDA devices; at most ",
         kMaxDevices,
-        " are supported");
+        " are supported"));
     (void)aa_runtime_init(nullptr);
     initialized_.store(true);
   }
@@ -596,10 +669,10 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
 
   void setMemoryFraction(double fraction, c10::DeviceIndex device) override {
     TORCH_CHECK(
-        fraction >= 0.0 && fraction <= 1.0,
+        fraction >= 0.0 && fraction <= 1.0, cat(
         "adaptalloc: memory fraction ",
         fraction,
-        " is not in [0, 1]");
+        " is not in [0, 1]"));
     Dev& d = dev_at(device);
     aa_pool* p = device_pool(device);
     size_t free_b = 0, total_b = 0;
@@ -677,7 +750,7 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
         return ptr; // a block is its own allocation
       }
     }
-    TORCH_CHECK(false, "adaptalloc: getBaseAllocation: ", ptr, " is not ours");
+    TORCH_CHECK(false, cat( "adaptalloc: getBaseAllocation: ", ptr, " is not ours"));
     return nullptr;
   }
 
@@ -830,12 +903,12 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
     std::lock_guard<std::mutex> g(d.mu);
     for (const Region& r : d.open) {
       TORCH_CHECK(
-          r.id != mempool_id,
+          r.id != mempool_id, cat(
           "adaptalloc: beginAllocateToPool: already allocating to pool (",
           mempool_id.first,
           ", ",
           mempool_id.second,
-          ")");
+          ")"));
     }
     PrivatePool* pp = create_or_incref(d, device, mempool_id);
     d.open.push_back(Region{mempool_id, std::move(filter), pp});
@@ -854,12 +927,12 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
       }
     }
     TORCH_CHECK(
-        false,
+        false, cat(
         "adaptalloc: endAllocateToPool: pool (",
         mempool_id.first,
         ", ",
         mempool_id.second,
-        ") is not being allocated to");
+        ") is not being allocated to"));
   }
 
   void releasePool(c10::DeviceIndex device, MempoolId_t mempool_id) override {
@@ -888,11 +961,11 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
       MempoolId_t mempool_id,
       std::shared_ptr<CCA::CUDAAllocator> allocator) override {
     TORCH_CHECK(
-        allocator == nullptr || allocator.get() == this,
+        allocator == nullptr || allocator.get() == this, cat(
         "adaptalloc: a torch.cuda.MemPool with its own allocator (",
         allocator ? allocator->name() : std::string(),
         ") is not supported while adaptalloc is PyTorch's allocator; make the "
-        "MemPool without one");
+        "MemPool without one"));
     Dev& d = dev_at(device);
     std::lock_guard<std::mutex> g(d.mu);
     (void)create_or_incref(d, device, mempool_id);
@@ -936,13 +1009,13 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
     std::lock_guard<std::mutex> g(d.mu);
     auto it = d.pools.find(id);
     TORCH_CHECK(
-        it != d.pools.end(),
+        it != d.pools.end(), cat(
         "adaptalloc: getCheckpointState: no pool (",
         id.first,
         ", ",
         id.second,
         ") on device ",
-        static_cast<int>(device));
+        static_cast<int>(device)));
     auto st = std::make_shared<CheckpointState>();
     st->device = device;
     st->id = id;
@@ -969,10 +1042,10 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
     for (const auto& b : st->live) {
       // pinned since the state was taken: live now, or kept as a zombie
       TORCH_CHECK(
-          now.count(b.ptr) || pp->zombies.count(b.ptr),
+          now.count(b.ptr) || pp->zombies.count(b.ptr), cat(
           "adaptalloc: setCheckpointPoolState: block ",
           b.ptr,
-          " of the checkpoint is lost");
+          " of the checkpoint is lost"));
     }
     // PyTorch's semantics: every block allocated now is freed, every block
     // of the checkpoint is allocated again (a pointer may be in both lists).
