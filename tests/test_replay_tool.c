@@ -712,6 +712,14 @@ static void test_replay_tool_import_run_db(void **state) {
   jb = cJSON_Parse(out);
   free(out);
   free(err);
+  /* a store trace's progress counts down from the events its run wrote */
+  assert_int_equal(sh(&out, &err, "{BIN} import --events 200000 --histogram "
+                      "{SRC}/tests/data/replay/hist_mixed.json -o {TMP}/big.db && "
+                      "{BIN} run --progress --db {TMP}/big.db"), 0);
+  assert_non_null(strstr(err, "%"));
+  assert_non_null(strstr(err, " left"));
+  free(out);
+  free(err);
   assert_non_null(ja);
   assert_non_null(jb);
   /* The same figures from the database as from the CSV. */

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cJSON.h>
+
 #include "adaptalloc/store.h"
 #include "replay_tool.h"
 
@@ -58,10 +60,38 @@ static const char *store_why(const tool_input *in, int rc, char *buf, size_t cap
 
 /* ------------------------------------------------------------------ store */
 
+/* The events the store wrote for the run (run_id <= 0: the latest), from
+ * its runs table: what the progress bar counts down from. 0 = unknown. */
+static uint64_t run_events(const char *path, int64_t run_id) {
+  char *json = NULL;
+  cJSON *root, *runs, *r;
+  uint64_t n = 0;
+
+  if (aa_store_runs_json(path, 1000, &json) != AA_OK || json == NULL)
+    return 0;
+  root = cJSON_Parse(json);
+  free(json);
+  runs = cJSON_GetObjectItemCaseSensitive(root, "runs");
+  cJSON_ArrayForEach(r, runs) {
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(r, "id");
+    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(r, "events_written");
+    if (!cJSON_IsNumber(id) || !cJSON_IsNumber(ev))
+      continue;
+    /* newest first: the first is the latest run */
+    if (run_id <= 0 || (int64_t)id->valuedouble == run_id) {
+      n = ev->valuedouble > 0 ? (uint64_t)ev->valuedouble : 0;
+      break;
+    }
+  }
+  cJSON_Delete(root);
+  return n;
+}
+
 typedef struct trace_ctx {
   aa_replay_sink sink;
   void *user;
   tool_progress *prog;
+  uint64_t total; /* events the run wrote (0 = unknown) */
   aa_replay_event batch[BATCH];
   size_t n;
   uint64_t index;
@@ -85,7 +115,8 @@ static int trace_cb(void *user, const aa_trace_event *ev) {
     if (t->rc != AA_OK)
       return 1;
     if (t->prog != NULL && (t->index & 0xffff) == 0)
-      progress_update(t->prog, t->index, 0);
+      progress_update(t->prog, t->index,
+                      t->total >= t->index ? t->total : 0);
   }
   return 0;
 }
@@ -103,6 +134,8 @@ static int feed_store_trace(const tool_input *in, aa_replay_sink sink,
   t->sink = sink;
   t->user = user;
   t->prog = prog;
+  if (prog != NULL && prog->on)
+    t->total = run_events(in->path, in->run_id);
   rc = aa_store_trace_foreach(in->path, in->run_id, trace_cb, t);
   if (rc != AA_OK && t->rc != AA_OK) {
     rc = t->rc;
