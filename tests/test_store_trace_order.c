@@ -148,6 +148,11 @@ static int check_cb(void *user, const aa_trace_event *ev) {
   return 0;
 }
 
+static int first_ptr_cb(void *user, const aa_trace_event *ev) {
+  *(uint64_t *)user = ev->ptr;
+  return 1; /* stop at the first */
+}
+
 /* Feeds the store's events to the replay simulator. */
 typedef struct sim_feed {
   aa_replay_sim *sim;
@@ -342,10 +347,64 @@ static void test_store_trace_order_cut_at_first_loss(void **state) {
   assert_int_equal(aa_store_close(st), AA_OK);
 }
 
+/* A database written before schema 2 (no seq, no trace_cut_seq) is read
+ * in write order, and aa_store_trace_lost says nothing was cut. */
+static void test_store_trace_order_old_schema(void **state) {
+  (void)state;
+  char path[300];
+  snprintf(path, sizeof path, "%s/old.db", g_dir);
+  aa_store_config scfg;
+  aa_store_config_init(&scfg);
+  scfg.path = path;
+  scfg.commit_interval_ms = 5;
+  aa_store *st = NULL;
+  assert_int_equal(aa_store_open(&scfg, &st), AA_OK);
+  aa_store_run_info info;
+  memset(&info, 0, sizeof info);
+  info.model = "old";
+  info.rank = -1;
+  int64_t run = 0;
+  assert_int_equal(aa_store_begin_run(st, &info, &run), AA_OK);
+  /* pushed with seq in reverse: schema 2 would read them reversed */
+  for (uint64_t i = 0; i < 10; i++) {
+    aa_trace_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.op = 'a';
+    ev.ptr = 0x1000 + i * 512;
+    ev.size = 512;
+    ev.seq = 100 - i;
+    aa_store_trace_push(st, &ev);
+  }
+  assert_int_equal(aa_store_flush(st, 0), AA_OK);
+  assert_int_equal(aa_store_close(st), AA_OK);
+  /* make it a schema-1 file */
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(db, "ALTER TABLE trace_events DROP COLUMN seq;"
+                                    "ALTER TABLE runs DROP COLUMN trace_cut_seq;"
+                                    "PRAGMA user_version=1;", NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+  checker *c = calloc(1, sizeof *c);
+  assert_non_null(c);
+  assert_int_equal(aa_store_trace_foreach(path, run, check_cb, c), AA_OK);
+  assert_int_equal(c->events, 10);
+  assert_int_equal(c->bad, 0);
+  free(c);
+  uint64_t written = 0, cut = 7;
+  assert_int_equal(aa_store_trace_lost(path, run, &written, NULL, &cut), AA_OK);
+  assert_int_equal(written, 10);
+  assert_int_equal(cut, 0);
+  /* in write order: the first pointer first */
+  uint64_t first = 0;
+  assert_int_equal(aa_store_trace_foreach(path, run, first_ptr_cb, &first), 1);
+  assert_int_equal(first, 0x1000);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_store_trace_order_threads_replay),
       cmocka_unit_test(test_store_trace_order_cut_at_first_loss),
+      cmocka_unit_test(test_store_trace_order_old_schema),
   };
   return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }
