@@ -10,7 +10,9 @@
 #           maxbatchpolicy: ours only, with the default policy instead of
 #           policies/bert-base.json; zoocapture: the zoo's workloads under PyTorch's
 #           default and expandable allocators with their allocation traces
-#           (CSV, for the replay's PyTorch model) and figures
+#           (CSV, for the replay's PyTorch model) and figures; package: the Python
+#           package installed and tested (tools/device/package-test.sh); pkgbench:
+#           its pinned-pool benchmark (bench/gpu/bench_py_pinned.py)
 # Output: $OUT/log.txt (everything) and $OUT/results.tar.gz (JSON, CSV);
 # without $OUT, into ./gpu-out/.
 set -uo pipefail
@@ -107,6 +109,11 @@ want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done;
       python3 tools/torch_snapshot_to_trace.py "$p" -o "${p%.pickle}.csv" && gzip -f "${p%.pickle}.csv" && rm -f "$p"
     done
   fi
+  # The Python package: pip install offline, tests/gpu/test_package_torch.py
+  # (+ tests/python when pytest is there); pkgbench adds bench_py_pinned.py.
+  want package && stage package 300 bash tools/device/package-test.sh
+  want pkgbench && stage pkgbench 360 env AA_PKG_BENCH=1 AA_PKG_TESTS=0 bash tools/device/package-test.sh
+  [ -f "$out/py_pinned.json" ] && cp "$out/py_pinned.json" "$res/"
   echo "=== done in $(( $(date +%s) - t_start ))s"
 } 2>&1 | tee "$out/log.txt"
 tar -czf "$out/results.tar.gz" -C "$res" . 2>/dev/null

@@ -9,6 +9,7 @@
 # Usage (repository root): tools/device/package-test.sh [pytest args...]
 #   AA_PKG_BENCH=1   then also bench/gpu/bench_py_pinned.py (BENCHMARKS.md
 #                    "Pinned memory from Python"), JSON in $OUT/py_pinned.json
+#   AA_PKG_TESTS=0   install only (with AA_PKG_BENCH=1: install and benchmark)
 # Output: $OUT/package-log.txt (without $OUT: ./gpu-out/).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -44,7 +45,9 @@ venv=/tmp/aa-pkg-venv
   grep -iE "warning|error|adaptalloc:" "$out/pip.log" | grep -v "byte-compil" | head -40
   (cd /tmp && "$vpy" -c 'import adaptalloc, adaptalloc.torch as t; print(adaptalloc.__file__, "native:", t.native_available(), "pluggable:", t.pluggable_library())')
   export ADAPTALLOC_TEST_PYTHON=$vpy
-  if "$vpy" -c 'import pytest' 2>/dev/null; then
+  if [ "${AA_PKG_TESTS:-1}" = 0 ]; then
+    echo "package-test: tests skipped (AA_PKG_TESTS=0)"
+  elif "$vpy" -c 'import pytest' 2>/dev/null; then
     "$vpy" -m pytest -p no:cacheprovider -rs -v tests/gpu/test_package_torch.py tests/python "$@"
   else
     echo "package-test: no pytest here; the GPU tests' own runner (tests/python needs pytest)"
