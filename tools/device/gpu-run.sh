@@ -111,8 +111,10 @@ want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done;
   fi
   # The Python package: pip install offline, tests/gpu/test_package_torch.py
   # (+ tests/python when pytest is there); pkgbench adds bench_py_pinned.py.
-  want package && stage package 300 bash tools/device/package-test.sh
-  want pkgbench && stage pkgbench 360 env AA_PKG_BENCH=1 AA_PKG_TESTS=0 bash tools/device/package-test.sh
+  # Without build-device/ on LD_LIBRARY_PATH: the package uses its own library.
+  want package && stage package 300 env -u LD_LIBRARY_PATH bash tools/device/package-test.sh
+  want pkgbench && stage pkgbench 360 env -u LD_LIBRARY_PATH AA_PKG_BENCH=1 AA_PKG_TESTS=0 \
+    bash tools/device/package-test.sh
   [ -f "$out/py_pinned.json" ] && cp "$out/py_pinned.json" "$res/"
   echo "=== done in $(( $(date +%s) - t_start ))s"
 } 2>&1 | tee "$out/log.txt"
