@@ -73,13 +73,11 @@ want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done;
   fi
   want gputests && stage gputests 300 python3 tests/gpu/test_torch_plugin.py
   if want native; then
-    # the package (with the native allocator, built against this torch), then its GPU tests
-    # (the C libraries' dependencies from setup.sh's private prefix)
-    dp=${AA_DEPS_PREFIX:-/tmp/aa-deps}/usr
-    stage native-install 300 env ADAPTALLOC_CMAKE_ARGS="-DCMAKE_PREFIX_PATH=$dp -DCMAKE_LIBRARY_PATH=$dp/lib/x86_64-linux-gnu" \
-      python3 -m pip install --no-build-isolation --no-deps --no-index --force-reinstall "$root"
-    stage native-tests 400 env -C /tmp python3 -m pytest -v -rs -p no:cacheprovider \
-      "$root/tests/gpu/test_torch_native.py"
+    # the package installed as the package stage does (no tests), then the
+    # native allocator's GPU tests, with the package's own library
+    stage native-install 300 env -u LD_LIBRARY_PATH AA_PKG_TESTS=0 bash tools/device/package-test.sh
+    stage native-tests 400 env -u LD_LIBRARY_PATH -C /tmp python3 -m pytest -v -rs \
+      -p no:cacheprovider "$root/tests/gpu/test_torch_native.py"
   fi
   want pair && stage pair 120 python3 bench/gpu/bench_pair.py --reps ${AA_REPS_PAIR:-7} --out $res/pair.json
   if want pinned; then
