@@ -181,7 +181,11 @@ static void test_http_addr_parse_i64(void **state) {
   assert_int_equal(aa__http_parse_i64("10", 0, 10, &v), AA_OK);
   assert_int_equal(v, 10);
   assert_int_equal(aa__http_parse_i64("11", 0, 10, &v), AA_ERANGE);
-  assert_int_equal(aa__http_parse_i64("-1", 0, 10, &v), AA_ERANGE);
+  /* no sign where only non-negative values are valid ("-0" like "-1") */
+  assert_int_equal(aa__http_parse_i64("-1", 0, 10, &v), AA_EINVAL);
+  assert_int_equal(aa__http_parse_i64("-0", 0, 10, &v), AA_EINVAL);
+  assert_int_equal(aa__http_parse_i64("+1", 0, 10, &v), AA_EINVAL);
+  assert_int_equal(aa__http_parse_i64("-0", -10, 10, &v), AA_OK);
   assert_int_equal(aa__http_parse_i64("-5", -10, 10, &v), AA_OK);
   assert_int_equal(v, -5);
   assert_int_equal(aa__http_parse_i64("9223372036854775807", 0, INT64_MAX, &v),

@@ -1215,12 +1215,20 @@ static void test_http_slow_client(void **state) {
   http(fx->port, "GET", "/policy", NULL, NULL, &r);
   assert_int_equal(r.status, 200);
   resp_free(&r);
-  /* the server drops idle connections after its timeout (2 s here) */
+  /* a head that does not arrive within the timeout (2 s here) is answered
+   * 408 with a JSON error document, and the connection closed */
   pfd.fd = slow;
   pfd.events = POLLIN;
   pfd.revents = 0;
   assert_int_equal(poll(&pfd, 1, 15000), 1);
-  assert_true(recv(slow, &c, 1, 0) <= 0);
+  {
+    resp_t late;
+    read_all(slow, &late);
+    if (late.status != 0)
+      expect_json_error(&late, 408, "", "did not arrive");
+    resp_free(&late);
+    (void)c;
+  }
   close(slow);
   pfd.fd = slow_body;
   assert_int_equal(poll(&pfd, 1, 15000), 1);
@@ -1229,6 +1237,143 @@ static void test_http_slow_client(void **state) {
   assert_int_equal(v, 1);
   assert_string_equal(pol, INITIAL_POLICY);
   expect_alive(fx);
+}
+
+/* Connects from a given loopback address (127.0.0.2 ...), non-blocking
+ * after the connect. */
+static int connect_from(int port, const char *from) {
+  struct sockaddr_in a;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return -1;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  inet_pton(AF_INET, from, &a.sin_addr);
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  a.sin_port = htons((uint16_t)port);
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* 64 slow clients from two loopback addresses, each trickling one header
+ * byte at a time, fill every connection slot; other clients are still
+ * served at once (the oldest slow connection makes room), and every slow
+ * connection is closed at its request deadline although bytes keep coming
+ * (the idle timeout alone would never fire). */
+static void test_http_slow_clients_cannot_starve(void **state) {
+  fixture *fx = *state;
+  enum { N = 64 };
+  int slow[N];
+  bool ended[N];
+  int served = 0, closed = 0;
+  const char *start = "GET /stats HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ";
+  resp_t r;
+
+  for (int i = 0; i < N; i++) {
+    slow[i] = connect_from(fx->port, i % 2 ? "127.0.0.3" : "127.0.0.2");
+    assert_true(slow[i] >= 0);
+    assert_true(send_all(slow[i], start, strlen(start)));
+    ended[i] = false;
+  }
+  /* 12 rounds of one byte every 0.5 s: 6 s, three times the deadline */
+  for (int round = 0; round < 12; round++) {
+    for (int i = 0; i < N; i++) {
+      char b[512];
+      ssize_t got;
+      if (ended[i])
+        continue;
+      got = recv(slow[i], b, sizeof b, MSG_DONTWAIT);
+      if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK) ||
+          (got > 0 && (strncmp(b, "HTTP/1.1 408", 12) == 0 ||
+                       strncmp(b, "HTTP/1.1 503", 12) == 0))) {
+        ended[i] = true;
+        closed++;
+        continue;
+      }
+      (void)send(slow[i], "a", 1, MSG_NOSIGNAL);
+    }
+    if (round == 2 || round == 5) {
+      for (int k = 0; k < 2; k++) {
+        http(fx->port, "GET", k ? "/healthz" : "/policy", NULL, NULL, &r);
+        if (r.status == 200)
+          served++;
+        resp_free(&r);
+      }
+    }
+    usleep(500 * 1000);
+  }
+  assert_int_equal(served, 4);
+  for (int i = 0; i < N; i++) {
+    if (!ended[i]) {
+      struct pollfd pfd = {slow[i], POLLIN, 0};
+      char b[64];
+      /* it must end (or have ended) without completing a request */
+      if (poll(&pfd, 1, 3000) == 1 && recv(slow[i], b, sizeof b, 0) >= 0)
+        closed++;
+    }
+    close(slow[i]);
+  }
+  assert_int_equal(closed, N);
+  expect_alive(fx);
+}
+
+/* Requests after the first on a kept-alive connection reach libmicrohttpd
+ * without the raw check; the rules that its parsed view shows are applied
+ * there too. (A NUL inside a value is not among them: libmicrohttpd has cut
+ * the value before we see it; docs/security.md, known weaknesses.) */
+static void test_http_keepalive_second_request_checked(void **state) {
+  fixture *fx = *state;
+  static const struct {
+    const char *second;
+    size_t len;
+    const char *needle;
+  } cases[] = {
+      {"PUT /policy HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: 127.0.0.1\r\n"
+       "Content-Length: 7\r\n\r\n{\"a\":1}",
+       0, "more than one Host"},
+      {"PUT /policy HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: gzip, "
+       "chunked\r\n\r\n7\r\n{\"a\":1}\r\n0\r\n\r\n",
+       0, "chunked"},
+      {"PUT /policy HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 7\r\n"
+       "Transfer-Encoding: chunked\r\n\r\n7\r\n{\"a\":1}\r\n0\r\n\r\n",
+       0, "Transfer-Encoding"},
+      {"PUT /policy HTTP/1.1\r\nHost: [::1]evil.example\r\n"
+       "Content-Length: 7\r\n\r\n{\"a\":1}",
+       0, "Host"},
+  };
+  const char *first = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  char pol[256];
+  uint64_t v;
+
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    resp_t r;
+    char *second_status;
+    size_t n2 = cases[i].len ? cases[i].len : strlen(cases[i].second);
+    int fd = connect_port(fx->port);
+    assert_true(fd >= 0);
+    assert_true(send_all(fd, first, strlen(first)));
+    assert_true(send_all(fd, cases[i].second, n2));
+    read_all(fd, &r);
+    close(fd);
+    assert_int_equal(r.status, 200);
+    second_status = strstr(r.raw + 12, "HTTP/1.1 ");
+    if (second_status == NULL || strncmp(second_status, "HTTP/1.1 400", 12) != 0)
+      fail_msg("case %zu: no 400 for the second request: %s", i, r.raw);
+    if (strstr(second_status, cases[i].needle) == NULL)
+      fail_msg("case %zu: the answer lacks '%s': %s", i, cases[i].needle,
+               second_status);
+    resp_free(&r);
+  }
+  policy_now(fx, pol, sizeof pol, &v);
+  assert_int_equal(v, 1);
+  assert_string_equal(pol, INITIAL_POLICY);
 }
 
 static void test_http_per_ip_limit(void **state) {
@@ -1244,13 +1389,42 @@ static void test_http_per_ip_limit(void **state) {
     held[i] = connect_port(fx.port);
     assert_true(held[i] >= 0);
   }
-  /* a fourth connection from the same address is closed without answer */
-  for (i = 0; i < 20 && !refused; i++) {
+  /* a fourth client from the same address is served: the oldest idle
+   * connection of that address is closed to make room */
+  http(fx.port, "GET", "/healthz", NULL, NULL, &r);
+  assert_int_equal(r.status, 200);
+  resp_free(&r);
+  {
+    struct pollfd pfd = {held[0], POLLIN, 0};
+    resp_t gone;
+    assert_int_equal(poll(&pfd, 1, 5000), 1);
+    read_all(held[0], &gone);
+    if (gone.status != 0)
+      expect_json_error(&gone, 503, "", "new client");
+    resp_free(&gone);
+  }
+  close(held[0]);
+  /* when every connection of the address has a request in progress,
+   * nothing can make room: the newcomer gets 503 (JSON) and a close */
+  held[0] = connect_port(fx.port);
+  assert_true(held[0] >= 0);
+  for (i = 0; i < 3; i++) {
+    const char *busy = "PUT /policy HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                       "Content-Length: 100\r\n\r\n{";
+    if (i > 0) {
+      close(held[i]);
+      held[i] = connect_port(fx.port);
+      assert_true(held[i] >= 0);
+    }
+    assert_true(send_all(held[i], busy, strlen(busy)));
+  }
+  for (i = 0; i < 100 && !refused; i++) {
+    usleep(20000);
     http(fx.port, "GET", "/healthz", NULL, NULL, &r);
-    refused = r.status == 0;
+    refused = r.status == 503;
+    if (refused)
+      expect_json_error(&r, 503, "", "too many connections");
     resp_free(&r);
-    if (!refused)
-      usleep(50000);
   }
   assert_true(refused);
   close(held[0]);
@@ -1536,6 +1710,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_http_token, setup_token, teardown),
       cmocka_unit_test_setup_teardown(test_http_slow_client, setup, teardown),
       cmocka_unit_test(test_http_per_ip_limit),
+      cmocka_unit_test_setup_teardown(test_http_slow_clients_cannot_starve,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_http_keepalive_second_request_checked, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_concurrent_clients, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_http_address_in_use, setup, teardown),

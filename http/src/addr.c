@@ -31,6 +31,10 @@ int aa__http_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out) {
   if (s == NULL || *s == '\0')
     return AA_EINVAL;
   if (*p == '-') {
+    /* no sign where only non-negative values are valid: "-0" is refused
+     * like "-5" (and "+5" is refused below like any non-digit) */
+    if (min >= 0)
+      return AA_EINVAL;
     neg = true;
     p++;
   }

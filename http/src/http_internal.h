@@ -63,8 +63,46 @@ typedef struct aa__http_req {
   size_t body_len;
   bool body_too_large;       /* over the limit: answer 413 */
   bool bad_framing;          /* several Content-Length headers: answer 400 */
+  const char *bad_head;      /* a head refused on libmicrohttpd's parsed view
+                                (static reason): answer 400 */
   const char *client;        /* "127.0.0.1" */
 } aa__http_req;
+
+/* ------------------------------------------------------------ head (head.c) */
+
+typedef struct aa__http_head_limits {
+  size_t max_head;   /* request line + headers, bytes */
+  size_t max_target; /* the request target, bytes */
+  unsigned max_args; /* query parameters */
+} aa__http_head_limits;
+
+typedef struct aa__http_head {
+  int status;     /* 0: acceptable; else the 4xx/505 to answer */
+  char why[200];  /* the reason, for the error document */
+  char path[128]; /* the target's path (printable ASCII), for the document */
+  size_t len;     /* bytes of the head, the blank line included */
+  bool http10;
+} aa__http_head;
+
+/* Checks a request head on its raw bytes (buf, len: what has arrived so
+ * far). 0: not complete yet, and nothing wrong so far (len < max_head);
+ * 1: decided, h->status 0 (acceptable) or the status to answer with h->why.
+ * Refuses: a malformed request line, versions other than HTTP/1.0 and 1.1
+ * (505), a target over max_target (414) or with NUL/control bytes, more than
+ * max_args query parameters, header lines with an empty name, a space or
+ * other non-token byte in the name, white space before ':', obsolete line
+ * folding, NUL or control bytes in a value, a bare CR; zero (HTTP/1.1) or
+ * several Host headers or a malformed one ("[::1]evil.example"); several
+ * Content-Length headers or a non-numeric one; Transfer-Encoding with
+ * Content-Length, in HTTP/1.0, or other than "chunked" alone; a head over
+ * max_head (431). */
+int aa__http_head_check(const char *buf, size_t len,
+                        const aa__http_head_limits *lim, aa__http_head *h);
+
+/* Splits a Host value (len bytes, not NUL-terminated) into its host name
+ * (without brackets for IPv6) in name; false when it is not "name",
+ * "name:port", "[v6]" or "[v6]:port" with a port of 1-5 digits. */
+bool aa__http_host_split(const char *host, size_t len, char *name, size_t cap);
 
 #define AA__HTTP_MAX_HEADERS 6
 
@@ -80,6 +118,7 @@ typedef struct aa__http_resp {
   unsigned retry_after;      /* seconds, 0 = none */
   const char *cache_control; /* static string, NULL = "no-store" */
   bool is_asset;             /* a dashboard file (gets its CSP header) */
+  bool close;                /* Connection: close, then close */
 } aa__http_resp;
 
 void aa__http_resp_free(aa__http_resp *r);
@@ -134,6 +173,11 @@ void aa__http_state_fini(aa__http_state *st);
  * with a static body. The caller frees resp with aa__http_resp_free. */
 void aa__http_route(aa__http_state *st, const aa__http_req *req,
                     aa__http_resp *resp);
+
+/* An error document as the router writes it (counted like any answer), for
+ * requests refused before they reach the router. */
+void aa__http_error_resp(aa__http_state *st, const char *path, int status,
+                         const char *msg, int aa_code, aa__http_resp *resp);
 
 /* Constant-time comparison of a presented token with the expected one; the
  * time depends only on the expected token's length. */

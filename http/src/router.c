@@ -244,30 +244,14 @@ static bool check_args(aa__http_resp *r, const aa__http_req *req,
 }
 
 static bool host_is_loopback(const char *host) {
-  char h[64];
-  size_t n;
-  const char *end;
+  char h[256];
 
   if (host == NULL)
     return true; /* HTTP/1.0 without Host: not a browser */
-  n = strlen(host);
-  if (n == 0 || n >= sizeof h)
+  /* "[::1]evil.example", "127.0.0.1:x", "localhost.evil" are not loopback */
+  if (!aa__http_host_split(host, strlen(host), h, sizeof h))
     return false;
-  if (host[0] == '[') {
-    end = strchr(host, ']');
-    if (end == NULL)
-      return false;
-    n = (size_t)(end - host - 1);
-    memcpy(h, host + 1, n);
-    h[n] = '\0';
-    return strcmp(h, "::1") == 0;
-  }
-  end = strchr(host, ':');
-  if (end != NULL)
-    n = (size_t)(end - host);
-  memcpy(h, host, n);
-  h[n] = '\0';
-  if (strcasecmp(h, "localhost") == 0)
+  if (strcmp(h, "::1") == 0 || strcasecmp(h, "localhost") == 0)
     return true;
   if (strncmp(h, "127.", 4) == 0) {
     size_t i;
@@ -490,7 +474,8 @@ done:
 }
 
 /* If-Match: "*" (any), "\"N\"" (version N). Returns 1 with *v set, 0 for
- * "*" or absent, -1 when malformed, -2 for a weak tag (never matches). */
+ * "*" or absent, -1 when malformed, -2 for a weak tag, -3 for a number with
+ * leading zeros (neither ever matches). */
 static int parse_if_match(const char *h, uint64_t *v) {
   const char *p = h;
   const char *q;
@@ -529,6 +514,10 @@ static int parse_if_match(const char *h, uint64_t *v) {
     return -1;
   if (aa__http_parse_i64(num, 0, INT64_MAX, &iv) != AA_OK)
     return -1;
+  /* strong comparison is byte for byte: the ETag is written without leading
+   * zeros, so "01" is another tag (it never matches) */
+  if (n > 1 && num[0] == '0')
+    return -3;
   *v = (uint64_t)iv;
   return 1;
 }
@@ -604,6 +593,13 @@ static void ep_policy_change(aa__http_state *st, const aa__http_req *req,
   }
   if (im == -2) {
     error_doc(r, req, 412, "If-Match: a weak tag never matches the policy",
+              AA_ESTALE);
+    return;
+  }
+  if (im == -3) {
+    error_doc(r, req, 412,
+              "If-Match: the tag does not match the policy's ETag byte for "
+              "byte (no leading zeros)",
               AA_ESTALE);
     return;
   }
@@ -835,6 +831,10 @@ static void route(aa__http_state *st, const aa__http_req *req,
     error_doc(r, req, 400, "malformed request", AA_EINVAL);
     return;
   }
+  if (req->bad_head != NULL) {
+    error_doc(r, req, 400, req->bad_head, AA_EINVAL);
+    return;
+  }
   if (req->bad_framing) {
     /* Two lengths for one body is how requests get smuggled past proxies:
      * refuse rather than guess which one the client meant (RFC 9112 6.3). */
@@ -903,6 +903,18 @@ static void route(aa__http_state *st, const aa__http_req *req,
     return;
   }
   rt->fn(st, req, r);
+}
+
+void aa__http_error_resp(aa__http_state *st, const char *path, int status,
+                         const char *msg, int aa_code, aa__http_resp *resp) {
+  aa__http_req req;
+  memset(&req, 0, sizeof req);
+  req.path = path;
+  memset(resp, 0, sizeof *resp);
+  resp->body_static = true;
+  atomic_fetch_add(&st->requests, 1);
+  error_doc(resp, &req, status, msg, aa_code);
+  count_status(st, resp->status);
 }
 
 void aa__http_route(aa__http_state *st, const aa__http_req *req,

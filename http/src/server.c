@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "http_internal.h"
+#include "intake.h"
 
 #if MHD_VERSION < 0x00097002
 typedef int aa__mhd_result;
@@ -28,6 +29,7 @@ typedef enum MHD_Result aa__mhd_result;
 
 struct aa_http {
   aa__http_state st;
+  aa__intake *intake; /* the front door: owns the listening socket */
   struct MHD_Daemon *daemon;
   int port;
   char bound[64];
@@ -108,6 +110,8 @@ static aa__mhd_result send_response(struct MHD_Connection *c,
     add_header(r, MHD_HTTP_HEADER_ETAG, resp->etag);
   if (resp->allow != NULL)
     add_header(r, MHD_HTTP_HEADER_ALLOW, resp->allow);
+  if (resp->close)
+    add_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
   if (resp->www_authenticate)
     add_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
                "Bearer realm=\"adaptalloc\"");
@@ -174,19 +178,79 @@ static aa__mhd_result answer(aa_http *srv, struct MHD_Connection *c,
   fill_request(c, ctx, url, method);
   ctx->req.client = client_address(c, client, sizeof client);
   aa__http_route(&srv->st, &ctx->req, &resp);
+  /* a refused framing or head: the rest of the connection cannot be
+   * trusted, close it after the answer */
+  if (ctx->req.bad_head != NULL || ctx->bad_framing || ctx->too_large)
+    resp.close = true;
   return send_response(c, &resp);
 }
 
-/* Counts Content-Length headers (MHD keeps every copy; lookup returns the
- * first). */
-static aa__mhd_result count_length(void *cls, enum MHD_ValueKind kind,
-                                   const char *key, const char *value) {
-  unsigned *n = cls;
+/* What libmicrohttpd's parsed view of a head shows. The first request on a
+ * connection was checked on its raw bytes (intake.c, head.c); this check
+ * applies the rules it can see to every request, kept-alive ones included. */
+typedef struct head_view {
+  unsigned hosts, lengths, encodings;
+  bool nul;      /* a value with a NUL inside (libmicrohttpd would cut it) */
+  bool bad_name; /* an empty name or one with a space or control byte */
+  bool bad_host;
+  bool bad_te;   /* Transfer-Encoding other than "chunked" alone */
+} head_view;
+
+static aa__mhd_result view_header(void *cls, enum MHD_ValueKind kind,
+                                  const char *key, size_t key_size,
+                                  const char *value, size_t value_size) {
+  head_view *v = cls;
   (void)kind;
-  (void)value;
-  if (key != NULL && strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0)
-    (*n)++;
+  if (key == NULL || key_size == 0 || strlen(key) != key_size) {
+    v->bad_name = true;
+    return MHD_YES;
+  }
+  for (size_t i = 0; i < key_size; i++)
+    if ((unsigned char)key[i] <= 0x20 || (unsigned char)key[i] == 0x7f)
+      v->bad_name = true;
+  if (value != NULL && strlen(value) != value_size)
+    v->nul = true;
+  if (strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0) {
+    char name[256];
+    v->hosts++;
+    if (value == NULL ||
+        !aa__http_host_split(value, value_size, name, sizeof name))
+      v->bad_host = true;
+  } else if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+    v->lengths++;
+  } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+    v->encodings++;
+    if (value == NULL || strcasecmp(value, "chunked") != 0)
+      v->bad_te = true;
+  }
   return MHD_YES;
+}
+
+/* The reason to refuse the head, or NULL. */
+static const char *check_view(struct MHD_Connection *c, const char *version) {
+  head_view v;
+  memset(&v, 0, sizeof v);
+  MHD_get_connection_values_n(c, MHD_HEADER_KIND, view_header, &v);
+  if (v.nul)
+    return "a NUL byte in a header value";
+  if (v.bad_name)
+    return "a header name with a space or a byte not allowed in a name";
+  if (v.hosts > 1)
+    return "more than one Host header";
+  if (v.hosts == 0 && version != NULL &&
+      strcmp(version, MHD_HTTP_VERSION_1_1) == 0)
+    return "no Host header (HTTP/1.1 requires one)";
+  if (v.bad_host)
+    return "malformed Host header (a name or [IPv6 address], then at most "
+           "\":port\")";
+  if (v.lengths > 1)
+    return "more than one Content-Length header";
+  if (v.encodings > 0 && v.lengths > 0)
+    return "both Content-Length and Transfer-Encoding (RFC 9112 6.3: one "
+           "framing only)";
+  if (v.encodings > 1 || v.bad_te)
+    return "Transfer-Encoding: only \"chunked\" alone is accepted";
+  return NULL;
 }
 
 static aa__mhd_result on_request(void *cls, struct MHD_Connection *c,
@@ -195,24 +259,26 @@ static aa__mhd_result on_request(void *cls, struct MHD_Connection *c,
                                  size_t *upload_data_size, void **req_cls) {
   aa_http *srv = cls;
   conn_ctx *ctx = *req_cls;
-  (void)version;
 
   if (ctx == NULL) {
     const char *cl;
+    const char *bad;
     ctx = calloc(1, sizeof *ctx);
     if (ctx == NULL)
       return MHD_NO;
     aa__buf_init(&ctx->body);
     *req_cls = ctx;
+    aa__intake_request_begun(srv->intake, c);
     MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, collect_arg,
                               &ctx->req);
-    {
-      unsigned lengths = 0;
-      MHD_get_connection_values(c, MHD_HEADER_KIND, count_length, &lengths);
-      if (lengths > 1) {
+    bad = check_view(c, version);
+    if (bad != NULL) {
+      /* answered before any body is read; the connection is closed */
+      ctx->req.bad_head = bad;
+      if (strstr(bad, "Content-Length") != NULL &&
+          strstr(bad, "more than one") != NULL)
         ctx->bad_framing = true;
-        return answer(srv, c, ctx, url, method);
-      }
+      return answer(srv, c, ctx, url, method);
     }
     cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -286,15 +352,25 @@ static size_t unescape(void *cls, struct MHD_Connection *c, char *s) {
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
                          enum MHD_RequestTerminationCode toe) {
+  aa_http *srv = cls;
   conn_ctx *ctx = *req_cls;
-  (void)cls;
-  (void)c;
   (void)toe;
+  aa__intake_request_done(srv->intake, c);
   if (ctx == NULL)
     return;
   aa__buf_free(&ctx->body);
   free(ctx);
   *req_cls = NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c,
+                          void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+  aa_http *srv = cls;
+  if (code == MHD_CONNECTION_NOTIFY_STARTED)
+    aa__intake_conn_started(srv->intake, c, socket_context);
+  else
+    aa__intake_conn_closed(srv->intake, socket_context);
 }
 
 /* ------------------------------------------------------------ socket */
@@ -386,19 +462,6 @@ static int bind_listen(const aa_http_addr *a, const char *spec, int *port,
   return fd;
 }
 
-/* True when fd is still a socket listening on port (MHD may or may not have
- * closed it after a failed start). */
-static bool still_ours(int fd, int port) {
-  struct sockaddr_storage ss;
-  socklen_t sl = sizeof ss;
-  int p;
-  if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0)
-    return false;
-  p = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
-                               : ntohs(((struct sockaddr_in *)&ss)->sin_port);
-  return p == port;
-}
-
 /* ------------------------------------------------------------ lifecycle */
 
 int aa_http_new(const aa_http_config *cfg, const aa_http_provider *prov,
@@ -484,34 +547,48 @@ int aa_http_new(const aa_http_config *cfg, const aa_http_provider *prov,
   else
     snprintf(srv->bound, sizeof srv->bound, "%s:%d", addr.host, srv->port);
 
-  flags = MHD_USE_INTERNAL_POLLING_THREAD;
+  /* the intake thread owns the listening socket and hands libmicrohttpd
+   * each connection whose first head passed the strict check */
+  rc = aa__intake_new(&srv->st, &c, fd, &srv->intake);
+  fd = -1; /* the intake owns it now, even on failure */
+  if (rc != AA_OK) {
+    fmt_err(err, errcap, spec, "cannot start the connection intake");
+    goto fail_state;
+  }
+  flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_NO_LISTEN_SOCKET |
+          MHD_USE_ITC;
   if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES)
     flags |= MHD_USE_EPOLL | MHD_USE_TURBO;
   else
     flags |= MHD_USE_POLL;
-  if (addr.ipv6)
-    flags |= MHD_USE_IPv6;
   pool_mem = c.max_header < 4096 ? 4096 : c.max_header;
+  /* the limits per client and in all are the intake's; libmicrohttpd's own
+   * limit only has to hold connections that are being shut down too */
   srv->daemon = MHD_start_daemon(
-      flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_LISTEN_SOCKET, fd,
-      MHD_OPTION_CONNECTION_LIMIT, c.max_connections,
-      MHD_OPTION_PER_IP_CONNECTION_LIMIT, c.per_ip_connections,
-      MHD_OPTION_CONNECTION_TIMEOUT, c.timeout_s,
+      flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_CONNECTION_LIMIT,
+      c.max_connections * 2 + 16, MHD_OPTION_CONNECTION_TIMEOUT, c.timeout_s,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool_mem,
       MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+      MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
       MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
       MHD_OPTION_STRICT_FOR_CLIENT, 1, MHD_OPTION_END);
   if (srv->daemon == NULL) {
     fmt_err(err, errcap, spec, "libmicrohttpd failed to start");
     rc = AA_EIO;
-    if (still_ours(fd, srv->port))
-      close(fd);
+    goto fail_state;
+  }
+  rc = aa__intake_start(srv->intake, srv->daemon);
+  if (rc != AA_OK) {
+    fmt_err(err, errcap, spec, "cannot start the connection intake thread");
+    MHD_stop_daemon(srv->daemon);
+    srv->daemon = NULL;
     goto fail_state;
   }
   *out = srv;
   return AA_OK;
 
 fail_state:
+  aa__intake_free(srv->intake);
   aa__http_state_fini(&srv->st);
 fail_srv:
   free(srv);
@@ -522,8 +599,10 @@ fail:
 void aa_http_destroy(aa_http *srv) {
   if (srv == NULL)
     return;
+  aa__intake_stop(srv->intake); /* no new connections; closes its own */
   if (srv->daemon != NULL)
-    MHD_stop_daemon(srv->daemon); /* joins the thread, closes the socket */
+    MHD_stop_daemon(srv->daemon); /* joins its thread, closes its sockets */
+  aa__intake_free(srv->intake);
   aa__http_state_fini(&srv->st);
   free(srv);
 }

@@ -324,9 +324,37 @@ static void fuzz_address_and_escape(const uint8_t *data, size_t size) {
   free(out);
 }
 
+/* The strict head check on the raw bytes (as the intake thread peeks them):
+ * a decision is either acceptance of a head that ends in a blank line
+ * within the input, or one of the statuses the server answers with a
+ * reason; a prefix never reads past its length. */
+static void fuzz_head(const uint8_t *data, size_t size) {
+  aa__http_head_limits lim = {16 * 1024, 8 * 1024, AA__HTTP_MAX_ARGS};
+  aa__http_head h;
+  size_t cut[2] = {size / 2, size};
+  for (int k = 0; k < 2; k++) {
+    char *copy = dup_n((const char *)data, cut[k]); /* exact-size for ASan */
+    if (copy == NULL)
+      return;
+    if (aa__http_head_check(copy, cut[k], &lim, &h) == 1) {
+      if (h.status == 0) {
+        if (h.len < 2 || h.len > cut[k] || copy[h.len - 1] != '\n')
+          abort();
+      } else if (h.status != 400 && h.status != 414 && h.status != 431 &&
+                 h.status != 505) {
+        abort();
+      } else if (h.why[0] == '\0' || memchr(h.why, '\0', sizeof h.why) == NULL) {
+        abort();
+      }
+    }
+    free(copy);
+  }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > 256 * 1024)
     return 0;
+  fuzz_head(data, size);
   fuzz_address_and_escape(data, size);
   run_one(NULL, data, size);
   run_one("fuzz-token", data, size);
