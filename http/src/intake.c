@@ -376,12 +376,13 @@ static void on_readable(aa__intake *in, entry *e) {
 }
 
 static void sweep(aa__intake *in) {
-  uint64_t now = aa_now_ns();
+  uint64_t now;
   char msg[160];
   pthread_mutex_lock(&in->mu);
+  now = aa_now_ns(); /* after the lock: no since_ns is later than now */
   for (size_t i = 0; i < in->cap; i++) {
     entry *e = &in->e[i];
-    uint64_t age = now - e->since_ns;
+    uint64_t age = now > e->since_ns ? now - e->since_ns : 0;
     switch (e->state) {
     case E_INTAKE:
       if (age > in->deadline_ns) {
@@ -396,6 +397,15 @@ static void sweep(aa__intake *in) {
         close_entry(in, e);
       break;
     case E_MHD_NEW:
+      if (!e->known && age > CLOSING_NS) {
+        /* libmicrohttpd never reported it (it dropped it, e.g. out of
+         * memory): end it rather than keep the client waiting */
+        (void)shutdown(e->fd, SHUT_RDWR);
+        close(e->fd);
+        entry_free(e);
+        break;
+      }
+      /* fall through */
     case E_MHD_BODY:
     case E_MHD_IDLE:
       if (!e->shut && age > in->deadline_ns) {
