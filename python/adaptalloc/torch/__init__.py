@@ -362,8 +362,6 @@ def _pack(torch, tensors, device, stream, wait):
     with torch.cuda.device(device):
         current = torch.cuda.current_stream(device)
         copy_stream = current if stream is None else stream
-        if not isinstance(copy_stream, torch.cuda.Stream):
-            raise TypeError("adaptalloc.torch.pack: stream must be a torch.cuda.Stream or None")
         items = [(t.data_ptr(), t.numel() * t.element_size()) for t in srcs if t.numel() > 0]
         pk = _packer(device.index, max(need, 1))
         offsets = pk.add_many(items) if items else []
