@@ -631,14 +631,18 @@
     tip.style.left = Math.min(px + 14, rect.width - 240) + "px";
     tip.style.top = (py + 12) + "px";
   }
+  async function fetchSegments() {
+    if (state.pool === null) return;
+    const pool = state.pool;
+    const r = await fetch("/segments?pool=" + encodeURIComponent(pool), { cache: "no-store" });
+    const d = r.ok ? await r.json() : { error: await errorText(r) };
+    if (pool !== state.pool) return; // the user picked another pool meanwhile
+    state.segs = d;
+    drawSegments();
+  }
   async function pollSegments() {
     try {
-      if (state.pool !== null) {
-        const r = await fetch("/segments?pool=" + encodeURIComponent(state.pool), { cache: "no-store" });
-        if (r.ok) state.segs = await r.json();
-        else state.segs = { error: await errorText(r) };
-        drawSegments();
-      }
+      await fetchSegments();
     } catch (e) {
       /* the stats poll shows the connection state */
     } finally {
@@ -727,7 +731,9 @@
     }
     setText("run-info", info.join(" · "));
     setText("updated", "updated " + fmtTime(now));
+    const first = state.pool === null;
     render();
+    if (first && state.pool !== null) fetchSegments().catch(() => {});
   }
 
   async function pollStats() {
@@ -996,7 +1002,13 @@
 
   // ------------------------------------------------------------ start
   function start() {
-    $("pool").addEventListener("change", (ev) => { state.pool = ev.target.value; state.segs = null; render(); drawSegments(); });
+    $("pool").addEventListener("change", (ev) => {
+      state.pool = ev.target.value;
+      state.segs = null;
+      render();
+      drawSegments();
+      fetchSegments().catch(() => {});
+    });
     setupMemoryChart();
     $("seg-map").addEventListener("mousemove", segTip);
     $("seg-map").addEventListener("mouseleave", () => { $("seg-tip").hidden = true; });
