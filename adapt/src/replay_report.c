@@ -73,14 +73,15 @@ size_t aa_replay_result_json(const aa_replay_result *r, char *buf, size_t cap) {
   U(class_count);
   jputf(&j, "\"adapt\":{\"steps\":%llu,\"decisions\":%llu,\"classes_added\":"
         "%llu,\"classes_retired\":%llu,\"grows\":%llu,\"trims\":%llu,"
-        "\"bytes_trimmed\":%llu,\"apply_failures\":%llu},",
+        "\"bytes_trimmed\":%llu,\"apply_failures\":%llu,\"rejected\":%llu},",
         (unsigned long long)r->adapt.steps,
         (unsigned long long)r->adapt.decisions,
         (unsigned long long)r->adapt.classes_added,
         (unsigned long long)r->adapt.classes_retired,
         (unsigned long long)r->adapt.grows, (unsigned long long)r->adapt.trims,
         (unsigned long long)r->adapt.bytes_trimmed,
-        (unsigned long long)r->adapt.apply_failures);
+        (unsigned long long)r->adapt.apply_failures,
+        (unsigned long long)r->adapt.rejected);
 #undef U
 #undef D
   jputf(&j, "\"input_errors\":{\"malformed\":%llu,\"unknown_action\":%llu,"

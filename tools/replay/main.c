@@ -295,11 +295,13 @@ static void print_text_decisions(FILE *f, const loaded *l) {
   const aa_adapt_counters *c = &l->res.adapt;
 
   fprintf(f, "policy loop       %llu steps, %llu decisions: %llu classes added, "
-          "%llu retired, %llu grows, %llu trims, %llu refused\n",
+          "%llu retired, %llu grows, %llu trims, %llu refused, %llu rejected by its "
+          "replay check\n",
           (unsigned long long)c->steps, (unsigned long long)c->decisions,
           (unsigned long long)c->classes_added,
           (unsigned long long)c->classes_retired, (unsigned long long)c->grows,
-          (unsigned long long)c->trims, (unsigned long long)c->apply_failures);
+          (unsigned long long)c->trims, (unsigned long long)c->apply_failures,
+          (unsigned long long)c->rejected);
   for (i = 0; i < n; i++)
     fprintf(f, "  step %-5llu %-15s %s%s%s\n", (unsigned long long)d[i].interval,
             aa_adapt_kind_name(d[i].kind), d[i].reason,

@@ -250,6 +250,7 @@ void result_combine(const aa_replay_result *r, size_t n,
     out->adapt.trims += x->adapt.trims;
     out->adapt.bytes_trimmed += x->adapt.bytes_trimmed;
     out->adapt.apply_failures += x->adapt.apply_failures;
+    out->adapt.rejected += x->adapt.rejected;
     out->diag.malformed += x->diag.malformed;
     out->diag.unknown_action += x->diag.unknown_action;
     out->diag.unknown_free += x->diag.unknown_free;
