@@ -16,6 +16,23 @@
  *            free finds its slab in O(1) through it.
  *   large    requests above max_small: segments split/coalesced best-fit.
  *
+ * Files (each shared function below sits under the file that defines it):
+ *   pool.c       config, the class ladder, class slots, pool life cycle,
+ *                release/trim, backend-call accounting, misuse reports
+ *   alloc.c      thread registry, block lists, events, the OOM retry,
+ *                central lists, slabs, thread caches, telemetry and traces,
+ *                aa_alloc / aa_free / aa_record_stream
+ *   large.c      the large path and the per-thread large-block cache
+ *   pagemap.c    address -> span
+ *   stats.c      snapshots, the histogram, per-slot counter baselines
+ *   inspect.c    aa_pool_reset_peaks, aa_pool_walk
+ *   common.c     error strings, the clock
+ *   backend_host.c  the host backend (its test hooks: test_hooks.h)
+ *   strbuf.c     the string builder and JSON string writer every module
+ *                uses (strbuf.h, outside this header: core/src is on the
+ *                other modules' include path for it alone)
+ *   cuda/        the CUDA backends (cuda/cuda_internal.h)
+ *
  * Locks (outer before inner): g_mu (thread registry, global) -> pool->class_mu
  * (class-table changes) -> pool->tc_mu (tcache list) -> class->mu -> pool->map_mu.
  * pool->large_mu is taken alone (or after class locks in the release path);
@@ -36,6 +53,7 @@
 #define AA_DEBUG 1
 #endif
 
+/* pool.c: prints the failed expression and aborts. */
 void aa__assert_fail(const char *expr, const char *file, int line);
 
 #if AA_DEBUG >= 1
@@ -498,11 +516,13 @@ void aa__backend_unmap(aa_pool *pool, void *addr, size_t size, void *handle);
 size_t aa__release_cached(aa_pool *pool, bool sync);
 void aa__misuse(aa_pool *pool, aa_misuse what, const void *ptr, size_t size, const char *msg);
 void aa__fill_table(aa_pool *pool);
+
+/* stats.c */
 uint64_t aa__pool_in_use(aa_pool *pool);
 void aa__slot_rebase(aa_pool *pool, int slot);
-uint64_t aa__thread_id(void);
 
 /* alloc.c */
+uint64_t aa__thread_id(void);
 void *aa__small_alloc_slow(aa_pool *pool, size_t size, aa_stream stream);
 size_t aa__class_release(aa_pool *pool, aa__class *c, size_t want, bool keep_prefill);
 void aa__class_destroy(aa_pool *pool, aa__class *c);
