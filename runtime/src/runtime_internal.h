@@ -1,6 +1,8 @@
 /*
- * runtime_internal.h — state shared by runtime.c (pools, configuration) and
- * runtime_services.c (policy, store, loop, server).
+ * runtime_internal.h — state shared by runtime.c (pools, configuration),
+ * runtime_services.c (policy, store, loop, the services' state) and
+ * runtime_http.c (the server's callbacks and start, the in-process /stats
+ * and /policy calls); runtime_json.c is the /history merge.
  */
 #ifndef AA_RUNTIME_INTERNAL_H
 #define AA_RUNTIME_INTERNAL_H
@@ -8,7 +10,14 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include <pthread.h>
+#include <stdint.h>
+
+#include "adaptalloc/adapt.h"
+#include "adaptalloc/http.h"
+#include "adaptalloc/policy.h"
 #include "adaptalloc/runtime.h"
+#include "adaptalloc/store.h"
 
 #define AA_RT_MAX_POOLS (AA_MAX_DEVICES + 2)
 
@@ -54,6 +63,50 @@ const char *aa__rt_default_policy_dir(const char *local, const char *installed);
 size_t aa__rt_pools_snapshot(aa_pool **out, size_t cap);
 
 /* runtime_services.c */
+/* The services' state, one per process (runtime_services.c and
+ * runtime_http.c call it `svc`). */
+typedef struct aa__rt_services {
+  pthread_mutex_t policy_lock;
+  aa_policy *policy;      /* in force; guarded by policy_lock */
+  char policy_source[32]; /* "file", "default", "http", "loop" */
+
+  aa_store *store;        /* NULL when off */
+  char store_path[1100];
+  int64_t run_id;
+
+  aa_adapt_loop *loop;    /* NULL when off */
+  aa_http *http;          /* NULL when off */
+  atomic_int http_port;
+
+  pthread_t ticker;
+  bool ticker_running;
+  pthread_mutex_t ticker_lock;
+  pthread_cond_t ticker_cond;
+  bool ticker_stop;
+  atomic_uint snapshot_interval_ms;
+  atomic_bool histogram_on;
+
+  atomic_uint_fast64_t classes_added;
+  atomic_uint_fast64_t classes_retired;
+  atomic_uint_fast64_t loop_decisions;
+  atomic_uint_fast64_t policy_changes;
+  atomic_uint_fast64_t policy_rejects;
+} aa__rt_services;
+extern aa__rt_services aa__rt_svc;
+/* Whether an environment value is "off". */
+bool aa__rt_is_off(const char *v);
+/* Installs `next` (validated) as the policy in force: applies it, bumps the
+ * version, logs the change to the store. Takes ownership of next. */
+int aa__rt_install_policy(aa_policy *next, const char *source,
+                          const char *reason, bool has_if_match,
+                          uint64_t if_match, uint64_t *new_version, char *err,
+                          size_t errcap);
+/* This process's rank: $RANK, or -1 when it is not set. */
+int aa__rt_env_rank(void);
+/* runtime_http.c: starts the server unless ADAPTALLOC_HTTP is off; logs and
+ * leaves it off on failure. */
+void aa__rt_start_http(void);
+/* runtime_services.c, continued */
 void aa__rt_services_start(void);
 void aa__rt_services_stop(void);
 /* Applies the policy's settings for pool kind "device"/"pinned"/"host" to cfg

@@ -1,7 +1,8 @@
 /*
  * runtime_services.c — the optional services the runtime starts: the policy
  * in force (file or built-in default), the store, the snapshot ticker, the
- * policy loop and the HTTP server (whose provider callbacks live here).
+ * policy loop and the HTTP server (whose provider callbacks are in
+ * runtime_http.c).
  *
  * Each service that fails to start is logged once and left off; allocation
  * never depends on any of them.
@@ -31,41 +32,15 @@
 #include "runtime_internal.h"
 #include "runtime_json.h"
 
-typedef struct rt_services {
-  pthread_mutex_t policy_lock;
-  aa_policy *policy;      /* in force; guarded by policy_lock */
-  char policy_source[32]; /* "file", "default", "http", "loop" */
+#define svc aa__rt_svc /* the services' state (runtime_internal.h) */
 
-  aa_store *store;        /* NULL when off */
-  char store_path[1100];
-  int64_t run_id;
-
-  aa_adapt_loop *loop;    /* NULL when off */
-  aa_http *http;          /* NULL when off */
-  atomic_int http_port;
-
-  pthread_t ticker;
-  bool ticker_running;
-  pthread_mutex_t ticker_lock;
-  pthread_cond_t ticker_cond;
-  bool ticker_stop;
-  atomic_uint snapshot_interval_ms;
-  atomic_bool histogram_on;
-
-  atomic_uint_fast64_t classes_added;
-  atomic_uint_fast64_t classes_retired;
-  atomic_uint_fast64_t loop_decisions;
-  atomic_uint_fast64_t policy_changes;
-  atomic_uint_fast64_t policy_rejects;
-} rt_services;
-
-static rt_services svc = {
+aa__rt_services aa__rt_svc = {
     .policy_lock = PTHREAD_MUTEX_INITIALIZER,
     .ticker_lock = PTHREAD_MUTEX_INITIALIZER,
     .ticker_cond = PTHREAD_COND_INITIALIZER,
 };
 
-static bool is_off(const char *v) { return strcmp(v, "off") == 0; }
+bool aa__rt_is_off(const char *v) { return strcmp(v, "off") == 0; }
 
 /* ------------------------------------------------------------------ policy */
 
@@ -236,7 +211,7 @@ static int apply_to_pools(const aa_policy *p, size_t *changed, char *err,
 
 /* Installs `next` (validated) as the policy in force: applies it, bumps the
  * version, logs the change to the store. Takes ownership of next. */
-static int install_policy(aa_policy *next, const char *source,
+int aa__rt_install_policy(aa_policy *next, const char *source,
                           const char *reason, bool has_if_match,
                           uint64_t if_match, uint64_t *new_version, char *err,
                           size_t errcap) {
@@ -394,7 +369,7 @@ static bool expand_rank(const char *in, char *out, size_t cap) {
   return true;
 }
 
-static int env_rank(void) {
+int aa__rt_env_rank(void) {
   const char *r = getenv("RANK");
   if (r == NULL || r[0] == '\0')
     return -1;
@@ -413,7 +388,7 @@ static void start_store(void) {
     aa__rt_log("store: ADAPTALLOC_DB is refused (see above); the store is off");
     return;
   }
-  if (is_off(aa__rt.db))
+  if (aa__rt_is_off(aa__rt.db))
     return;
   if (!expand_rank(aa__rt.db, svc.store_path, sizeof(svc.store_path))) {
     aa__rt_log("store: ADAPTALLOC_DB with {rank} expanded is over the limit "
@@ -446,7 +421,7 @@ static void start_store(void) {
   aa__buf_printf(&conf, "}");
   memset(&info, 0, sizeof(info));
   info.model = aa__rt.model;
-  info.rank = env_rank();
+  info.rank = aa__rt_env_rank();
   info.policy_version = 1;
   info.config_json = conf.data;
   rc = aa_store_begin_run(svc.store, &info, &svc.run_id);
@@ -533,487 +508,6 @@ static void stop_ticker(void) {
   svc.ticker_running = false;
 }
 
-/* ------------------------------------------------------------------ http */
-
-static int prov_pool_stats(void *user, aa_pool_stats **out, size_t *n) {
-  aa_pool *pools[AA_RT_MAX_POOLS];
-  size_t np = aa__rt_pools_snapshot(pools, AA_RT_MAX_POOLS), i, k = 0;
-  aa_pool_stats *arr;
-  (void)user;
-
-  *out = NULL;
-  *n = 0;
-  arr = calloc(np ? np : 1, sizeof(*arr));
-  if (arr == NULL)
-    return AA_ENOMEM;
-  for (i = 0; i < np; i++)
-    if (aa_pool_stats_get(pools[i], &arr[k]) == AA_OK)
-      k++;
-  *out = arr;
-  *n = k;
-  return AA_OK;
-}
-
-static void append_pool_json(aa__buf *sb, const aa_pool_stats *st) {
-  size_t need = aa_pool_stats_json(st, NULL, 0);
-  if (!aa__buf_reserve(sb, need + 1))
-    return;
-  aa_pool_stats_json(st, sb->data + sb->len, need + 1);
-  sb->len += need;
-}
-
-/* The loop's audit of class-table changes, every pool (or the one named):
- * what the replay of the interval predicted before the change, and the
- * pool's reserved bytes at the change and AA_ADAPT_MEASURE_STEPS steps
- * later (null until then, and for a change that was not applied). */
-static void append_audit_json(aa__buf *sb, const char *only) {
-  aa_pool *pools[AA_RT_MAX_POOLS];
-  aa_adapt_audit au[AA_ADAPT_AUDIT_MAX];
-  size_t np = aa__rt_pools_snapshot(pools, AA_RT_MAX_POOLS), na, shown = 0;
-  for (size_t i = 0; i < np; i++) {
-    const char *name = aa_pool_name(pools[i]);
-    if (only != NULL && strcmp(name, only) != 0)
-      continue;
-    if (aa_adapt_loop_audit(svc.loop, pools[i], au, AA_ADAPT_AUDIT_MAX, &na) != AA_OK)
-      continue;
-    for (size_t k = 0; k < na; k++) {
-      const aa_adapt_audit *a = &au[k];
-      aa__buf_printf(sb, "%s{\"pool\":", shown++ ? "," : "");
-      aa__buf_json_cstr(sb, name);
-      aa__buf_printf(sb, ",\"step\":%llu,\"kind\":\"%s\",\"block_size\":%llu,"
-                         "\"applied\":%s,\"predicted\":",
-                     (unsigned long long)a->step, aa_adapt_kind_name(a->kind),
-                     (unsigned long long)a->block_size, a->result == AA_OK ? "true" : "false");
-      if (a->verified)
-        aa__buf_printf(sb, "{\"peak_reserved_before\":%llu,\"peak_reserved_after\":%llu,"
-                           "\"backend_calls_before\":%llu,\"backend_calls_after\":%llu}",
-                       (unsigned long long)a->predicted_reserved_before,
-                       (unsigned long long)a->predicted_reserved_after,
-                       (unsigned long long)a->predicted_calls_before,
-                       (unsigned long long)a->predicted_calls_after);
-      else
-        aa__buf_printf(sb, "null");
-      aa__buf_printf(sb, ",\"measured\":");
-      if (a->measured)
-        aa__buf_printf(sb, "{\"reserved_before\":%llu,\"reserved_after\":%llu,"
-                           "\"after_steps\":%d}",
-                       (unsigned long long)a->measured_reserved_before,
-                       (unsigned long long)a->measured_reserved_after, AA_ADAPT_MEASURE_STEPS);
-      else
-        aa__buf_printf(sb, "null");
-      aa__buf_printf(sb, "}");
-    }
-  }
-}
-
-static int prov_stats_json(void *user, const char *pool, char **out, size_t *len) {
-  aa_pool_stats *arr = NULL;
-  size_t n = 0, i, shown = 0;
-  aa__buf sb;
-  aa_adapt_counters lc;
-  uint64_t version;
-  char buf[2048];
-  int rc;
-
-  *out = NULL;
-  *len = 0;
-  rc = prov_pool_stats(user, &arr, &n);
-  if (rc != AA_OK)
-    return rc;
-  if (pool != NULL) {
-    for (i = 0; i < n; i++)
-      if (strcmp(arr[i].name, pool) == 0)
-        break;
-    if (i == n) {
-      free(arr);
-      return AA_ENOENT;
-    }
-  }
-  pthread_mutex_lock(&svc.policy_lock);
-  version = svc.policy ? aa_policy_version(svc.policy) : 0;
-  pthread_mutex_unlock(&svc.policy_lock);
-
-  aa__buf_init(&sb);
-  aa__buf_printf(&sb, "{\"version\":1,\"model\":");
-  aa__buf_json_cstr(&sb, aa__rt.model);
-  aa__buf_printf(&sb, ",\"pid\":%ld,\"uptime_s\":%.3f,\"policy_version\":%llu,"
-                    "\"policy_source\":", (long)getpid(),
-                    (double)(aa_now_ns() - aa__rt.started_ns) / 1e9,
-                    (unsigned long long)version);
-  aa__buf_json_cstr(&sb, svc.policy_source);
-  aa__buf_printf(&sb, ",\"run_id\":%lld,\"pools\":[", (long long)svc.run_id);
-  for (i = 0; i < n; i++) {
-    if (pool != NULL && strcmp(arr[i].name, pool) != 0)
-      continue;
-    if (shown++)
-      aa__buf_printf(&sb, ",");
-    append_pool_json(&sb, &arr[i]);
-  }
-  aa__buf_printf(&sb, "],\"adapt\":");
-  if (svc.loop != NULL) {
-    aa_adapt_loop_counters(svc.loop, &lc);
-    aa__buf_printf(&sb, "{\"enabled\":true,\"steps\":%llu,\"decisions\":%llu,"
-                      "\"classes_added\":%llu,\"classes_retired\":%llu,\"grows\":%llu,"
-                      "\"trims\":%llu,\"bytes_trimmed\":%llu,\"apply_failures\":%llu,"
-                      "\"rejected_by_replay\":%llu,\"audit\":[",
-                      (unsigned long long)lc.steps, (unsigned long long)lc.decisions,
-                      (unsigned long long)lc.classes_added,
-                      (unsigned long long)lc.classes_retired,
-                      (unsigned long long)lc.grows, (unsigned long long)lc.trims,
-                      (unsigned long long)lc.bytes_trimmed,
-                      (unsigned long long)lc.apply_failures,
-                      (unsigned long long)lc.rejected);
-    append_audit_json(&sb, pool);
-    aa__buf_printf(&sb, "]}");
-  } else {
-    aa__buf_printf(&sb, "{\"enabled\":false}");
-  }
-  aa__buf_printf(&sb, ",\"store\":");
-  if (svc.store != NULL) {
-    aa_store_stats ss;
-    aa_store_stats_get(svc.store, &ss);
-    aa_store_stats_json(&ss, buf, sizeof(buf));
-    aa__buf_printf(&sb, "%s", buf);
-  } else {
-    aa__buf_printf(&sb, "{\"enabled\":0,\"path\":null}");
-  }
-  aa__buf_printf(&sb, ",\"policy_changes\":%llu,\"policy_rejects\":%llu}",
-                    (unsigned long long)atomic_load(&svc.policy_changes),
-                    (unsigned long long)atomic_load(&svc.policy_rejects));
-  free(arr);
-  if (sb.failed) {
-    aa__buf_free(&sb);
-    return AA_ENOMEM;
-  }
-  *out = sb.data;
-  *len = sb.len;
-  return AA_OK;
-}
-
-/* A Prometheus label value: \\, \" and \n escaped, other control bytes '_'. */
-static void prom_label(char *out, size_t cap, const char *s) {
-  size_t o = 0;
-  for (; *s != '\0' && o + 3 < cap; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '\\' || c == '"' || c == '\n') {
-      out[o++] = '\\';
-      out[o++] = c == '\n' ? 'n' : (char)c;
-    } else {
-      out[o++] = c < 0x20 || c == 0x7F ? '_' : (char)c;
-    }
-  }
-  out[o] = '\0';
-}
-
-static int prov_metrics_extra(void *user, char **out, size_t *len) {
-  aa__buf sb;
-  uint64_t version;
-  char model[sizeof aa__rt.model * 2];
-  char rank[16];
-  int r = env_rank();
-  (void)user;
-
-  pthread_mutex_lock(&svc.policy_lock);
-  version = svc.policy ? aa_policy_version(svc.policy) : 0;
-  pthread_mutex_unlock(&svc.policy_lock);
-  aa__buf_init(&sb);
-  prom_label(model, sizeof model, aa__rt.model);
-  if (r >= 0)
-    snprintf(rank, sizeof rank, "%d", r);
-  else
-    rank[0] = '\0';
-  /* One series per process: joins the pool series to the run in the store
-   * (run), the policy file (model) and the build (version). */
-  aa__buf_printf(&sb,
-      "# HELP adaptalloc_info The run this process is: model, store run id, rank, version.\n"
-      "# TYPE adaptalloc_info gauge\n"
-      "adaptalloc_info{model=\"%s\",run=\"%lld\",rank=\"%s\",version=\"%d.%d.%d\"} 1\n",
-      model, (long long)svc.run_id, rank, AA_VERSION_MAJOR, AA_VERSION_MINOR,
-      AA_VERSION_PATCH);
-  aa__buf_printf(&sb,
-      "# HELP adaptalloc_policy_version Version of the policy in force.\n"
-      "# TYPE adaptalloc_policy_version gauge\n"
-      "adaptalloc_policy_version %llu\n"
-      "# HELP adaptalloc_policy_changes_total Policy changes applied (file, http, loop).\n"
-      "# TYPE adaptalloc_policy_changes_total counter\n"
-      "adaptalloc_policy_changes_total %llu\n"
-      "# HELP adaptalloc_policy_rejects_total Policy changes refused.\n"
-      "# TYPE adaptalloc_policy_rejects_total counter\n"
-      "adaptalloc_policy_rejects_total %llu\n"
-      "# HELP adaptalloc_adapt_classes_added_total Size classes the policy loop added.\n"
-      "# TYPE adaptalloc_adapt_classes_added_total counter\n"
-      "adaptalloc_adapt_classes_added_total %llu\n"
-      "# HELP adaptalloc_adapt_classes_retired_total Size classes the policy loop retired.\n"
-      "# TYPE adaptalloc_adapt_classes_retired_total counter\n"
-      "adaptalloc_adapt_classes_retired_total %llu\n",
-      (unsigned long long)version,
-      (unsigned long long)atomic_load(&svc.policy_changes),
-      (unsigned long long)atomic_load(&svc.policy_rejects),
-      (unsigned long long)atomic_load(&svc.classes_added),
-      (unsigned long long)atomic_load(&svc.classes_retired));
-  if (svc.store != NULL) {
-    aa_store_stats ss;
-    aa_store_stats_get(svc.store, &ss);
-    aa__buf_printf(&sb,
-        "# HELP adaptalloc_store_enabled 1 while the store writes, 0 after a fault.\n"
-        "# TYPE adaptalloc_store_enabled gauge\n"
-        "adaptalloc_store_enabled %u\n"
-        "# HELP adaptalloc_store_snapshots_dropped_total Snapshots the store could not queue.\n"
-        "# TYPE adaptalloc_store_snapshots_dropped_total counter\n"
-        "adaptalloc_store_snapshots_dropped_total %llu\n"
-        "# HELP adaptalloc_store_events_dropped_total Trace events the store could not queue.\n"
-        "# TYPE adaptalloc_store_events_dropped_total counter\n"
-        "adaptalloc_store_events_dropped_total %llu\n",
-        ss.enabled, (unsigned long long)ss.snapshots_dropped,
-        (unsigned long long)ss.events_dropped);
-  }
-  if (sb.failed) {
-    aa__buf_free(&sb);
-    return AA_ENOMEM;
-  }
-  *out = sb.data;
-  *len = sb.len;
-  return AA_OK;
-}
-
-static int prov_policy_get(void *user, char **json, size_t *len, uint64_t *version) {
-  (void)user;
-  *json = NULL;
-  *len = 0;
-  pthread_mutex_lock(&svc.policy_lock);
-  if (svc.policy != NULL) {
-    *json = aa_policy_to_json(svc.policy);
-    *version = aa_policy_version(svc.policy);
-  }
-  pthread_mutex_unlock(&svc.policy_lock);
-  if (*json == NULL)
-    return svc.policy == NULL ? AA_ENOTSUP : AA_ENOMEM;
-  *len = strlen(*json);
-  return AA_OK;
-}
-
-static int prov_policy_change(const aa_http_policy_change *c, bool patch,
-                              uint64_t *new_version, char *err, size_t errcap) {
-  aa_policy *next = NULL;
-  char reason[160];
-  int rc;
-
-  if (patch) {
-    pthread_mutex_lock(&svc.policy_lock);
-    rc = svc.policy ? aa_policy_merge_patch(svc.policy, c->body, c->len, &next,
-                                            err, errcap)
-                    : AA_ENOTSUP;
-    pthread_mutex_unlock(&svc.policy_lock);
-  } else {
-    rc = aa_policy_parse(c->body, c->len, &next, err, errcap);
-  }
-  if (rc != AA_OK) {
-    atomic_fetch_add(&svc.policy_rejects, 1);
-    return rc;
-  }
-  snprintf(reason, sizeof(reason), "%s /policy from %s", patch ? "PATCH" : "PUT",
-           c->client ? c->client : "?");
-  return install_policy(next, c->source ? c->source : "http", reason,
-                        c->has_if_match, c->if_match, new_version, err, errcap);
-}
-
-static int prov_policy_put(void *user, const aa_http_policy_change *c,
-                           uint64_t *new_version, char *err, size_t errcap) {
-  (void)user;
-  return prov_policy_change(c, false, new_version, err, errcap);
-}
-
-static int prov_policy_patch(void *user, const aa_http_policy_change *c,
-                             uint64_t *new_version, char *err, size_t errcap) {
-  (void)user;
-  return prov_policy_change(c, true, new_version, err, errcap);
-}
-
-static int prov_history_json(void *user, const aa_http_history_query *q,
-                             char **out, size_t *len) {
-  aa_store_query sq;
-  char *snaps = NULL, *changes = NULL;
-  int rc;
-  (void)user;
-
-  *out = NULL;
-  *len = 0;
-  if (svc.store == NULL)
-    return AA_ENOTSUP;
-  aa_store_query_init(&sq);
-  sq.run_id = q->run > 0 ? q->run : svc.run_id;
-  sq.since_ms = q->since > 0 ? q->since : 0;
-  sq.limit = q->limit > 0 ? (uint32_t)q->limit : 100;
-  sq.step_ms = q->step > 0 ? q->step : 0;
-  rc = aa_store_history_json(aa_store_db_path(svc.store), &sq, &snaps);
-  if (rc == AA_OK) {
-    /* policies=1: each change with its document (at most 1000 of them) */
-    sq.detail = q->policies;
-    if (sq.detail && sq.limit > 1000)
-      sq.limit = 1000;
-    rc = aa_store_policy_log_json(aa_store_db_path(svc.store), &sq, &changes);
-  }
-  if (rc == AA_OK)
-    rc = aa__rt_merge_history(snaps, changes, out, len);
-  free(snaps);
-  free(changes);
-  return rc;
-}
-
-static int prov_segments_json(void *user, const char *pool, char **out,
-                              size_t *len) {
-  aa_pool *pools[AA_RT_MAX_POOLS];
-  size_t n = aa__rt_pools_snapshot(pools, AA_RT_MAX_POOLS), i;
-  (void)user;
-
-  for (i = 0; i < n; i++)
-    if (strcmp(aa_pool_name(pools[i]), pool) == 0)
-      return aa_http_segments_json(pools[i], out, len);
-  return AA_ENOENT;
-}
-
-static int prov_runs_json(void *user, char **out, size_t *len) {
-  int rc;
-  (void)user;
-  *out = NULL;
-  *len = 0;
-  if (svc.store == NULL)
-    return AA_ENOTSUP;
-  rc = aa_store_runs_json(aa_store_db_path(svc.store), 100, out);
-  if (rc == AA_OK)
-    *len = strlen(*out);
-  return rc;
-}
-
-static void start_http(void) {
-  aa_http_config cfg;
-  aa_http_provider prov;
-  char err[512];
-  int rank = -1;
-  int rc;
-
-  if (aa__rt.http_refused) {
-    aa__rt_log("http: a setting is refused (see above); the server is off, "
-               "the allocator keeps working");
-    return;
-  }
-  if (is_off(aa__rt.http))
-    return;
-  aa_http_config_init(&cfg);
-  cfg.address = aa__rt.http;
-  cfg.token = aa__rt.token[0] ? aa__rt.token : NULL;
-  if (aa_http_local_rank_from_env(&rank) != AA_OK)
-    aa__rt_log("http: LOCAL_RANK is not a rank number; using rank 0");
-  cfg.local_rank = rank;
-  /* /stats and /metrics answers may be reused for 100 ms: a dashboard or a
-   * scraper flood then costs the process one stats copy per 100 ms, not one
-   * per request (docs/http.md, BENCHMARKS.md "HTTP load"). A policy change
-   * clears the cache. */
-  cfg.stats_cache_ms = 100;
-  memset(&prov, 0, sizeof(prov));
-  prov.version = AA_HTTP_PROVIDER_VERSION;
-  prov.stats_json = prov_stats_json;
-  prov.pool_stats = prov_pool_stats;
-  prov.metrics_extra = prov_metrics_extra;
-  prov.policy_get = prov_policy_get;
-  prov.policy_put = prov_policy_put;
-  prov.policy_patch = prov_policy_patch;
-  prov.history_json = prov_history_json;
-  prov.segments_json = prov_segments_json;
-  prov.runs_json = prov_runs_json;
-  err[0] = '\0';
-  rc = aa_http_new(&cfg, &prov, &svc.http, err, sizeof(err));
-  if (rc != AA_OK) {
-    if (rc != AA_ENOTSUP)
-      aa__rt_log("http: %s; the server is off, the allocator keeps working",
-                 err[0] ? err : aa_strerror(rc));
-    svc.http = NULL;
-    return;
-  }
-  atomic_store(&svc.http_port, aa_http_port(svc.http));
-  if (!aa__rt.quiet)
-    aa__rt_log("http: serving on http://%s/", aa_http_bound_address(svc.http));
-}
-
-int aa_runtime_http_port(void) { return atomic_load(&svc.http_port); }
-
-int aa_runtime_http_address(char *buf, size_t cap) {
-  const char *addr;
-  int n;
-  if (buf == NULL || cap == 0)
-    return AA_EINVAL;
-  buf[0] = '\0';
-  if (svc.http == NULL || atomic_load(&svc.http_port) == 0)
-    return AA_ENOTSUP;
-  addr = aa_http_bound_address(svc.http);
-  if (addr == NULL)
-    return AA_ENOTSUP;
-  n = snprintf(buf, cap, "%s", addr);
-  if (n < 0 || (size_t)n >= cap) {
-    buf[0] = '\0';
-    return AA_ERANGE;
-  }
-  return AA_OK;
-}
-
-static void ensure_started(void) {
-  if (!atomic_load_explicit(&aa__rt.ready, memory_order_acquire))
-    (void)aa_runtime_init(NULL);
-}
-
-int aa_runtime_stats_json(char **out, size_t *len) {
-  if (out == NULL || len == NULL)
-    return AA_EINVAL;
-  *out = NULL;
-  *len = 0;
-  ensure_started();
-  return prov_stats_json(NULL, NULL, out, len);
-}
-
-int aa_runtime_policy_json(char **out, uint64_t *version) {
-  size_t len = 0;
-  uint64_t v = 0;
-  int rc;
-  if (out == NULL)
-    return AA_EINVAL;
-  *out = NULL;
-  ensure_started();
-  rc = prov_policy_get(NULL, out, &len, &v);
-  if (rc == AA_OK && version != NULL)
-    *version = v;
-  return rc;
-}
-
-int aa_runtime_policy_update(const char *json, size_t len, bool patch,
-                             const char *source, uint64_t if_match,
-                             uint64_t *new_version, char *err, size_t errcap) {
-  aa_http_policy_change c;
-  char errbuf[512];
-
-  if (err == NULL || errcap == 0) {
-    err = errbuf;
-    errcap = sizeof(errbuf);
-  }
-  err[0] = '\0';
-  if (json == NULL) {
-    snprintf(err, errcap, "no policy document given");
-    return AA_EINVAL;
-  }
-  ensure_started();
-  memset(&c, 0, sizeof(c));
-  c.body = json;
-  c.len = len;
-  c.has_if_match = if_match > 0;
-  c.if_match = if_match;
-  c.source = source != NULL && source[0] != '\0' ? source : "api";
-  c.client = "in-process";
-  /* A /stats answer the server cached may show the old policy version for
-   * up to its cache time (100 ms). */
-  return prov_policy_change(&c, patch, new_version, err, errcap);
-}
-
-int64_t aa_runtime_run_id(void) { return svc.run_id; }
-
 /* ------------------------------------------------------------------ start/stop */
 
 void aa__rt_services_start(void) {
@@ -1029,7 +523,7 @@ void aa__rt_services_start(void) {
   }
   start_store();
   start_ticker();
-  start_http();
+  aa__rt_start_http();
 }
 
 void aa__rt_services_stop(void) {
