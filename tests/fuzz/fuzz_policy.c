@@ -7,9 +7,8 @@
  * same bytes are then applied as a merge patch to the default policy, with
  * the same checks. Seed corpus: tests/fuzz/corpus/policy/.
  *
- *   clang -g -fsanitize=fuzzer,address,undefined -Icore/include -Iadapt/include \
- *     tests/fuzz/fuzz_policy.c adapt/src/policy.c adapt/src/policy_parse.c \
- *     adapt/src/policy_json.c core/src/common.c -I/usr/include/cjson -lcjson -lm
+ *   CC=clang cmake -S . -B build-fuzz -DAA_BUILD_FUZZ=ON -DAA_BUILD_TESTS=OFF
+ *   cmake --build build-fuzz --target fuzz_policy   (tests/fuzz/CMakeLists.txt)
  */
 #include <stdint.h>
 #include <stdio.h>

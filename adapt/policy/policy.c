@@ -1,13 +1,14 @@
 /*
- * policy.c — the policy model: defaults, the ladder, accessors, equality,
+ * policy.c — the policy model: defaults (core's AA_DEFAULT_*), the ladder
+ * (core's aa_class_ladder), accessors, equality,
  * clone, and what a policy means for a pool (aa_policy_pool_config), the
  * adapt loop and telemetry.
  *
  * Entry points: aa_policy_default, aa_policy_parse, aa_policy_load_file,
  * aa_policy_equal, aa_policy_clone, aa_policy_pool_config.
  * Parsing and validation live in policy_parse.c, the writer and merge patch in
- * policy_json.c, aa_policy_apply (the only part that calls the core) in
- * policy_apply.c.
+ * policy_json.c, aa_policy_apply (the only part that changes a live pool)
+ * in policy_apply.c.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -3,8 +3,8 @@
  * into a live pool through the core's public API (aa_pool_set_classes, which
  * validates the whole table first, then aa_pool_set_limit).
  *
- * Kept apart from policy.c so that programs using only the model (the fuzzer,
- * the replay tool's policy reader) do not pull in the core.
+ * Kept apart from policy.c: the model reads only core's ladder and
+ * defaults; this file is the one that changes a live pool.
  */
 #include "policy_model.h"
 

@@ -1,6 +1,7 @@
 /*
- * replay_internal.h — what the replay sources share privately: the error
- * helper, the 64-bit PRNG, and the pointer map used by the simulator.
+ * replay_internal.h — what the replay sources (adapt/replay/) share
+ * privately: bad-input quoting and bookkeeping (errors are formatted by
+ * core's aa__errf), the 64-bit PRNG, and the pointer map used by the simulator.
  *
  * Glossary: an event's `ptr` is the recorded pointer (an id only); the
  * simulator maps it to the block the real core handed out for it.

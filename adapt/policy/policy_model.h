@@ -7,8 +7,11 @@
  * list of aa_class_spec. Every field holds a value: defaults are filled in at
  * parse time, so two policies are equal exactly when their fields are.
  *
- * Files: policy.c (model, accessors, pool config/apply), policy_parse.c
- * (pre-scan, cJSON tree validation), policy_json.c (writer, merge patch).
+ * Files (adapt/policy/): policy.c (model, defaults from core, accessors,
+ * pool config), policy_parse.c (pre-scan, cJSON tree validation),
+ * json_strict.c (the strict RFC 8259 check before cJSON), policy_json.c
+ * (writer, merge patch), policy_apply.c (aa_policy_apply, the only caller
+ * of the live pool).
  */
 #ifndef ADAPTALLOC_POLICY_MODEL_H
 #define ADAPTALLOC_POLICY_MODEL_H
