@@ -17,8 +17,9 @@
  *   large    requests above max_small: segments split/coalesced best-fit.
  *
  * Files (each shared function below sits under the file that defines it):
- *   pool.c       config, the class ladder, class slots, pool life cycle,
- *                release/trim, backend-call accounting, misuse reports
+ *   config.c     defaults, validation, the class ladder, large-mode names
+ *   pool.c       class slots, pool life cycle, release/trim, backend-call
+ *                accounting, misuse reports
  *   alloc.c      thread registry, block lists, events, the OOM retry,
  *                central lists, slabs, thread caches, telemetry and traces,
  *                aa_alloc / aa_free / aa_record_stream
@@ -506,6 +507,12 @@ static inline aa__span *aa__pm_lookup(const aa__pagemap *m, uintptr_t p) {
     return hi;
   return NULL;
 }
+
+/* config.c: fills the config's zero fields with defaults and validates it
+ * (AA_EINVAL); the pool's default class table (AA_EINVAL over
+ * AA_MAX_CLASSES). */
+int aa__config_normalise(const aa_pool_config *in, aa_pool_config *c);
+int aa__config_ladder(const aa_pool_config *c, size_t *out, size_t *n);
 
 /* pool.c: backend calls with accounting, limit and counters */
 int aa__backend_alloc(aa_pool *pool, size_t size, void **out);
