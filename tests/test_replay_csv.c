@@ -76,6 +76,32 @@ static void test_replay_csv_basic(void **state) {
   assert_int_equal(c.ev[2].line, 4);
 }
 
+
+/* A CSV that starts with a UTF-8 byte-order mark (as spreadsheets save it)
+ * reads like one without; a BOM anywhere else is data (and malformed). */
+static void test_replay_csv_bom(void **state) {
+  collect c;
+  char err[AA_REPLAY_ERR_CAP];
+  const char *text =
+      "\xef\xbb\xbfThread,Time,Action,Pointer,Size,Stream\r\n"
+      "1,1.5,allocate,0xa000,1024,0x0\r\n"
+      "1,1.6,deallocate,0xa000,1024,0x0\r\n";
+  const char *bom_no_header = "\xef\xbb\xbf" "1,1.5,allocate,0xa000,1024,0x0\n";
+  const char *second_bom = "Thread,Time,Action,Pointer,Size,Stream\n"
+                           "\xef\xbb\xbf" "1,1.5,allocate,0xa000,1024,0x0\n";
+  (void)state;
+
+  assert_int_equal(parse(text, AA_REPLAY_STOP, &c, NULL, err), AA_OK);
+  assert_int_equal(c.n, 2);
+  assert_int_equal(c.ev[0].thread, 1);
+  assert_int_equal(c.ev[0].size, 1024);
+  assert_int_equal(c.ev[1].op, 'f');
+  assert_int_equal(parse(bom_no_header, AA_REPLAY_STOP, &c, NULL, err), AA_OK);
+  assert_int_equal(c.n, 1);
+  assert_int_equal(c.ev[0].ptr, 0xa000);
+  assert_int_not_equal(parse(second_bom, AA_REPLAY_STOP, &c, NULL, err), AA_OK);
+}
+
 static void test_replay_csv_forms(void **state) {
   collect c;
   char err[AA_REPLAY_ERR_CAP];
@@ -365,6 +391,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_replay_csv_basic),
       cmocka_unit_test(test_replay_csv_forms),
+      cmocka_unit_test(test_replay_csv_bom),
       cmocka_unit_test(test_replay_csv_header_order),
       cmocka_unit_test(test_replay_csv_no_header),
       cmocka_unit_test(test_replay_csv_malformed),

@@ -723,6 +723,21 @@ static void mk_token_300(gen *g) {
   g->headers = h;
 }
 
+static void mk_128_classes(gen *g) {
+  /* a valid table of 128 classes, most of them new sizes: more than the
+   * pool's free class slots while its current classes are held */
+  char *s = malloc(4096);
+  size_t off;
+  if (s == NULL)
+    return;
+  off = (size_t)sprintf(s, "{\"pools\":{\"host\":{\"classes\":[");
+  for (int k = 1; k <= 127; k++)
+    off += (size_t)sprintf(s + off, "%d,", 512 * k);
+  off += (size_t)sprintf(s + off, "1048576]}}}");
+  g->body = s;
+  g->body_len = off;
+}
+
 /* ---------------------------------------------------------------- tables */
 
 /* PUT /policy with documents that must be refused whole (400), or 413 for
@@ -939,6 +954,16 @@ static const abuse_case patch_cases[] = {
      "byte-order mark", NULL, NULL},
     {"patch: raw control byte", "PATCH", "/policy", NULL,
      "{\"name\":\"\x7f\x1f\"}", 0, EXACT(400), F_JSON, "control byte", NULL, NULL},
+    /* resources (issue 16): what a policy may make the pool reserve */
+    {"patch: prefill 8192 x 16 KiB (128 MiB)", "PATCH", "/policy", NULL,
+     "{\"pools\":{\"host\":{\"classes\":[{\"size\":16384,\"prefill\":8192}]}}}", 0,
+     EXACT(400), F_JSON, "prefill_max_bytes", NULL, NULL},
+    {"patch: prefill 2^20 x 16 KiB (16 GiB)", "PATCH", "/policy", NULL,
+     "{\"pools\":{\"host\":{\"classes\":[{\"size\":16384,\"prefill\":1048576}]}}}", 0,
+     EXACT(400), F_JSON, "prefill_max_bytes", NULL, NULL},
+    {"patch: prefill over limit_bytes", "PATCH", "/policy", NULL,
+     "{\"pools\":{\"host\":{\"limit_bytes\":4194304,\"classes\":[{\"size\":16384,"
+     "\"prefill\":512}]}}}", 0, EXACT(400), F_JSON, "limit_bytes", NULL, NULL},
     {"patch: empty body", "PATCH", "/policy", NULL, "", 0, EXACT(400), F_JSON, "empty", NULL, NULL},
     {"patch: If-Match not a tag", "PATCH", "/policy", "If-Match: abc\r\n",
      "{\"adapt\":{\"interval_ms\":250}}", 0, EXACT(400), F_JSON, "If-Match", NULL, NULL},
@@ -1407,6 +1432,51 @@ static int scenario_merge_patches(void) {
   return finish(&w, "merge patches", NCASES(patch_cases));
 }
 
+/* A host pool with 1 MiB max_small and a 121-class ladder: a valid table of
+ * 128 mostly new sizes cannot be held while the current classes hold their
+ * slots (400 naming the limit, not 500); and a prefill beyond the machine's
+ * physical memory is refused before anything is reserved. */
+static const abuse_case slot_cases[] = {
+    {"patch: 128 classes the live pool cannot hold", "PATCH", "/policy", NULL, NULL, 0,
+     EXACT(400), F_JSON, "class slot", mk_128_classes, NULL},
+};
+
+static int scenario_class_slots(void) {
+  world w;
+  char pol[512];
+  FILE *f;
+  reply r;
+  long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+  set_env("slots", false);
+  snprintf(pol, sizeof(pol), "%s/slots-policy.json", tmpdir);
+  f = fopen(pol, "w");
+  if (f == NULL)
+    _exit(3);
+  fputs("{\"name\":\"slots\",\"adapt\":{\"enabled\":false},\"pools\":{\"host\":"
+        "{\"slab_size\":2097152,\"max_small\":1048576,\"classes\":{\"min\":512,"
+        "\"per_doubling\":11}}}}\n", f);
+  fclose(f);
+  world_init(&w);
+  run_table(&w, slot_cases, sizeof(slot_cases) / sizeof(slot_cases[0]));
+  /* 8 classes of 1 MiB .. 128 KiB x 2^20 blocks: ~1.9 TiB, run only where
+   * that is far over the available memory (it is refused, never tried) */
+  if (pages > 0 && psz > 0 && (double)pages * (double)psz < 512.0 * 1073741824.0) {
+    const char *doc =
+        "{\"adapt\":{\"prefill_max_bytes\":4503599627370496},\"pools\":{\"host\":"
+        "{\"classes\":[{\"size\":131072,\"prefill\":1048576},"
+        "{\"size\":262144,\"prefill\":1048576},{\"size\":524288,\"prefill\":1048576},"
+        "{\"size\":1048576,\"prefill\":1048576}]}}}";
+    http_do(w.port, "PATCH", "/policy", NULL, doc, strlen(doc), &r);
+    w.cases++;
+    if (r.status != 400 || r.body == NULL || strstr(r.body, "physical memory") == NULL)
+      case_fail(&w, "patch: prefill over the physical memory", "status %d: %.300s", r.status,
+                r.body ? r.body : "");
+    reply_free(&r);
+    check_unchanged(&w, "patch: prefill over the physical memory");
+  }
+  return finish(&w, "class slots and machine memory", NCASES(slot_cases));
+}
+
 static int scenario_http_requests(void) {
   world w;
   set_env("http", false);
@@ -1479,6 +1549,10 @@ static void test_runtime_abuse_merge_patches(void **state) {
   (void)state;
   assert_int_equal(run_child(scenario_merge_patches), 0);
 }
+static void test_runtime_abuse_class_slots(void **state) {
+  (void)state;
+  assert_int_equal(run_child(scenario_class_slots), 0);
+}
 static void test_runtime_abuse_http_requests(void **state) {
   (void)state;
   assert_int_equal(run_child(scenario_http_requests), 0);
@@ -1522,6 +1596,7 @@ int main(void) {
       cmocka_unit_test(test_runtime_abuse_policy_documents),
       cmocka_unit_test(test_runtime_abuse_merge_patches),
       cmocka_unit_test(test_runtime_abuse_http_requests),
+      cmocka_unit_test(test_runtime_abuse_class_slots),
       cmocka_unit_test(test_runtime_abuse_slow_and_half_closed),
       cmocka_unit_test(test_runtime_abuse_tokens),
   };

@@ -7,3 +7,13 @@ if(AA_BASH)
     COMMAND ${AA_BASH} ${CMAKE_CURRENT_LIST_DIR}/tools/packages.sh ${PROJECT_SOURCE_DIR})
   set_tests_properties(test_tools_packages PROPERTIES LABELS tools TIMEOUT 60)
 endif()
+
+# test_tools_snapshot_converter: tools/torch_snapshot_to_trace.py against
+# hostile snapshot pickles (tests/tools/test_snapshot_converter.py: standard
+# library only, no torch, no pytest).
+find_program(AA_PYTHON3_PROGRAM python3)
+if(AA_PYTHON3_PROGRAM)
+  add_test(NAME test_tools_snapshot_converter
+    COMMAND ${AA_PYTHON3_PROGRAM} ${CMAKE_CURRENT_LIST_DIR}/tools/test_snapshot_converter.py)
+  set_tests_properties(test_tools_snapshot_converter PROPERTIES LABELS tools TIMEOUT 300)
+endif()

@@ -22,13 +22,42 @@ Mapping of device_traces entries (per device, in order):
 A free of a block allocated before the trace window began cannot be replayed
 and is dropped (counted on stderr) unless --keep-unmatched.
 
+Untrusted input: the file is read whole up to --max-bytes (1 GiB by
+default), its pickle opcodes are checked before anything is built (only the
+opcodes of plain data are allowed: no globals, no object construction, no
+out-of-band buffers; every counted length must fit in the file), and it is
+then unpickled with every class lookup refused. Any malformed input gives
+one line on stderr and exit 1, never a traceback.
+
 Exit codes: 0 ok, 1 unreadable or malformed snapshot, 2 usage.
 """
 
 import argparse
 import io
+import os
 import pickle
+import pickletools
 import sys
+
+MAX_BYTES = 1 << 30
+
+# The opcodes of plain data: containers, numbers, strings, bytes, None and
+# booleans, the memo, stack marks. Everything else (GLOBAL, STACK_GLOBAL,
+# REDUCE, BUILD, INST, OBJ, NEWOBJ*, PERSID, EXT*, buffers) is refused.
+_PLAIN_OPCODES = frozenset("""
+    PROTO FRAME STOP MARK POP POP_MARK DUP
+    NONE NEWTRUE NEWFALSE
+    INT BININT BININT1 BININT2 LONG LONG1 LONG4 FLOAT BINFLOAT
+    STRING BINSTRING SHORT_BINSTRING UNICODE SHORT_BINUNICODE BINUNICODE
+    BINUNICODE8 BINBYTES SHORT_BINBYTES BINBYTES8
+    EMPTY_DICT DICT SETITEM SETITEMS EMPTY_LIST LIST APPEND APPENDS
+    EMPTY_TUPLE TUPLE TUPLE1 TUPLE2 TUPLE3 EMPTY_SET ADDITEMS FROZENSET
+    PUT BINPUT LONG_BINPUT GET BINGET LONG_BINGET MEMOIZE
+""".split())
+
+
+class SnapshotError(Exception):
+    """A snapshot that cannot be read; the message is one line."""
 
 
 class _NoGlobals(pickle.Unpickler):
@@ -40,9 +69,56 @@ class _NoGlobals(pickle.Unpickler):
             % (module, name))
 
 
-def load_snapshot(path):
+def _check_opcodes(data):
+    """Walks the opcodes without building anything; raises SnapshotError."""
+    strings = []  # the last two strings pushed (STACK_GLOBAL's operands)
+    try:
+        for op, arg, pos in pickletools.genops(io.BytesIO(data)):
+            if isinstance(arg, str):
+                strings = (strings + [arg])[-2:]
+            if op.name in ("GLOBAL", "STACK_GLOBAL", "INST"):
+                if op.name == "STACK_GLOBAL" and len(strings) == 2:
+                    what = "%s.%s" % (strings[0], strings[1])
+                else:
+                    what = str(arg).replace(" ", ".", 1)
+                raise SnapshotError(
+                    "refusing to load %s: a memory snapshot holds only plain "
+                    "data" % what)
+            if op.name not in _PLAIN_OPCODES:
+                raise SnapshotError(
+                    "pickle opcode %s at byte %d is not plain data (a memory "
+                    "snapshot holds only dicts, lists, numbers and strings)"
+                    % (op.name, pos if pos is not None else -1))
+    except SnapshotError:
+        raise
+    except Exception as exc:  # genops: ValueError and friends on bad input
+        raise SnapshotError("not a valid pickle: %s" % _one_line(exc))
+
+
+def _one_line(exc):
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    if isinstance(exc, ValueError) and text:
+        return text  # our own messages, already plain
+    return "%s%s" % (type(exc).__name__, (": " + text) if text else "")
+
+
+def load_snapshot(path, max_bytes=MAX_BYTES):
+    """Reads and unpickles a snapshot; raises SnapshotError or OSError."""
     with open(path, "rb") as f:
-        return _NoGlobals(f).load()
+        st = os.fstat(f.fileno())
+        if st.st_size > max_bytes:
+            raise SnapshotError("the file is %d bytes, over --max-bytes %d"
+                                % (st.st_size, max_bytes))
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise SnapshotError("the file is over --max-bytes %d" % max_bytes)
+    if not data:
+        raise SnapshotError("empty file")
+    _check_opcodes(data)
+    try:
+        return _NoGlobals(io.BytesIO(data)).load()
+    except Exception as exc:  # malformed stacks, unhashable keys, ...
+        raise SnapshotError("malformed pickle: %s" % _one_line(exc))
 
 
 def _time_field(entry, index):
@@ -78,14 +154,17 @@ def convert(snap, out, device="all", free_event="requested",
                 raise ValueError("device_traces[%d][%d] is not an entry" %
                                  (dev, i))
             action = e["action"]
+            if not isinstance(action, str):
+                raise ValueError("device_traces[%d][%d]: action is not a "
+                                 "string" % (dev, i))
             addr = e.get("addr", 0)
             size = e.get("size", 0)
             stream = e.get("stream", 0)
-            if not all(isinstance(v, int) and v >= 0
-                       for v in (addr, size, stream)):
+            if not all(isinstance(v, int) and not isinstance(v, bool) and
+                       0 <= v < (1 << 64) for v in (addr, size, stream)):
                 raise ValueError("device_traces[%d][%d]: addr, size and "
-                                 "stream must be non-negative integers" %
-                                 (dev, i))
+                                 "stream must be integers from 0 to 2^64 - 1"
+                                 % (dev, i))
             kind = None
             if action == "alloc":
                 kind = "allocate"
@@ -141,6 +220,9 @@ def main(argv=None):
                          "free_completed")
     ap.add_argument("--keep-unmatched", action="store_true",
                     help="keep frees of blocks allocated before the window")
+    ap.add_argument("--max-bytes", type=int, default=MAX_BYTES,
+                    help="refuse a snapshot file larger than this "
+                         "(default 1 GiB)")
     args = ap.parse_args(argv)
     device = args.device
     if device != "all":
@@ -149,8 +231,8 @@ def main(argv=None):
         except ValueError:
             ap.error("--device: %r is not an index or 'all'" % args.device)
     try:
-        snap = load_snapshot(args.snapshot)
-    except (OSError, pickle.UnpicklingError, EOFError, ValueError) as exc:
+        snap = load_snapshot(args.snapshot, args.max_bytes)
+    except (OSError, SnapshotError) as exc:
         print("torch_snapshot_to_trace: %s: %s" % (args.snapshot, exc),
               file=sys.stderr)
         return 1
@@ -158,8 +240,9 @@ def main(argv=None):
     try:
         counts = convert(snap, buf, device, args.free_event,
                          args.keep_unmatched)
-    except ValueError as exc:
-        print("torch_snapshot_to_trace: %s: %s" % (args.snapshot, exc),
+    except (ValueError, TypeError, KeyError, RecursionError) as exc:
+        print("torch_snapshot_to_trace: %s: %s" % (args.snapshot,
+                                                   _one_line(exc)),
               file=sys.stderr)
         return 1
     try:

@@ -1001,6 +1001,32 @@ int aa__policy_from_tree(const cJSON *root, aa_policy *out, char *err,
               "the loop needs telemetry.histogram (heavy hitters) to be true");
     goto done;
   }
+  /* What a policy may prefill is bounded like what the loop may: by
+   * adapt.prefill_max_bytes per pool (limit_bytes was checked above; the
+   * memory the machine has is checked where the policy is applied). */
+  for (int i = 0; i < AA__POLICY_POOLS; i++) {
+    const aa__pool_policy *pp = &p->pools[i];
+    uint64_t total = 0;
+    if (pp->classes_kind != AA__CLASSES_EXPLICIT)
+      continue;
+    for (uint32_t k = 0; k < pp->n_explicit; k++) {
+      total += (uint64_t)pp->explicit_classes[k].prefill *
+               pp->explicit_classes[k].block_size;
+      if (total > p->adapt.prefill_max_bytes) {
+        char p3[PATH_CAP];
+        snprintf(p1, sizeof p1, "pools.%s.classes", aa__policy_pool_names[i]);
+        path_index(p2, p1, k);
+        path_key(p3, p2, "prefill");
+        rc = fail(&v, p3,
+                  "prefill brings the pool's prefilled bytes to %llu, over "
+                  "adapt.prefill_max_bytes %llu (the most a policy or the "
+                  "loop may prefill in one pool)",
+                  (unsigned long long)total,
+                  (unsigned long long)p->adapt.prefill_max_bytes);
+        goto done;
+      }
+    }
+  }
 done:
   if (rc != AA_OK)
     aa__policy_defaults(p);

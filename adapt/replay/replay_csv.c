@@ -758,6 +758,11 @@ static int reader_chunk(csv_reader *r, const char *buf, size_t len) {
     bool unknown = false;
     int lrc;
 
+    /* A UTF-8 byte-order mark (spreadsheets write one) before the first
+     * line is not part of the first column's name. */
+    if (AA__UNLIKELY(r->first && r->line == 0 && end - p >= 3 &&
+                     memcmp(p, "\xef\xbb\xbf", 3) == 0))
+      p += 3;
     if (AA__LIKELY(!r->first))
       nl = fast_line(&r->st, p, end, &r->batch[r->nb]);
     else

@@ -162,6 +162,61 @@ static const char *pool_kind(const aa_pool *pool) {
   }
 }
 
+/* Bytes the machine can still give pool `st` (device: the GPU's free
+ * memory; host and pinned: the available physical memory), plus what the
+ * pool already holds (a prefill may reuse it). 0 when unknown. */
+static uint64_t machine_room(const aa_pool_stats *st, const char **what) {
+  size_t f = 0, t = 0;
+  if (strcmp(st->backend, "host") != 0 && strcmp(st->backend, "pinned") != 0 &&
+      st->device >= 0) {
+    *what = "the device's free memory";
+    if (aa_cuda_mem_info(st->device, &f, &t) != AA_OK)
+      return 0;
+    return (uint64_t)f + st->bytes_reserved;
+  }
+  *what = "the available physical memory";
+  {
+    long pages = sysconf(_SC_AVPHYS_PAGES);
+    long psz = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || psz <= 0)
+      return 0;
+    return (uint64_t)pages * (uint64_t)psz + st->bytes_reserved;
+  }
+}
+
+/* Refuses (AA_EINVAL, err names the bound) a policy whose prefill for pool
+ * the machine cannot give. */
+static int check_fits(const aa_policy *p, aa_pool *pool, char *err,
+                      size_t errcap) {
+  aa_class_spec want[AA_MAX_CLASSES];
+  size_t nw = 0;
+  aa_pool_stats *st = NULL;
+  uint64_t prefill = 0, room;
+  const char *what = "";
+  const char *kind = pool_kind(pool);
+  int rc = AA_OK;
+
+  if (aa_policy_pool_config(p, kind, NULL, want, AA_MAX_CLASSES, &nw) != AA_OK)
+    return AA_OK; /* the apply reports it */
+  st = malloc(sizeof *st);
+  if (st == NULL || aa_pool_stats_get(pool, st) != AA_OK)
+    goto out;
+  for (size_t i = 0; i < nw; i++)
+    prefill += (uint64_t)want[i].prefill * want[i].block_size;
+  room = machine_room(st, &what);
+  if (room != 0 && prefill > room) {
+    snprintf(err, errcap,
+             "pools.%s.classes: the prefill asks for %llu bytes, more than "
+             "%s (%llu bytes, counting what pool %s holds)",
+             kind, (unsigned long long)prefill, what, (unsigned long long)room,
+             aa_pool_name(pool));
+    rc = AA_EINVAL;
+  }
+out:
+  free(st);
+  return rc;
+}
+
 /* Applies a validated policy to every live pool, in the pool list's order.
  * Each pool's change is all-or-nothing; at the first pool that refuses it
  * stops, and *changed says how many pools (from the first) took the new
@@ -194,6 +249,9 @@ static int apply_to_pools(const aa_policy *p, size_t *changed, char *err,
                cur.max_small, want.slab_size, want.max_small);
       return AA_EINVAL;
     }
+    rc = check_fits(p, pools[i], err, errcap);
+    if (rc != AA_OK)
+      return rc;
   }
   for (i = 0; i < n; i++) {
     rc = aa_policy_apply(p, pool_kind(pools[i]), pools[i]);
@@ -201,8 +259,12 @@ static int apply_to_pools(const aa_policy *p, size_t *changed, char *err,
       *changed = i + 1;
     if (rc != AA_OK) {
       snprintf(err, errcap, "pools.%s: the pool %s refused the class table: %s",
-               pool_kind(pools[i]), aa_pool_name(pools[i]), aa_strerror(rc));
-      return rc;
+               pool_kind(pools[i]), aa_pool_name(pools[i]),
+               rc == AA_ELIMIT ? "no free class slot (AA_MAX_CLASSES) for a "
+                                 "new size while retired classes drain"
+                               : aa_strerror(rc));
+      /* a table the pool cannot hold is the request's problem (4xx) */
+      return rc == AA_ELIMIT ? AA_EINVAL : rc;
     }
     aa_pool_set_telemetry(pools[i], atomic_load(&svc.histogram_on));
   }

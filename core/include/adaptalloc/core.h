@@ -120,6 +120,10 @@ AA_EXTERN int aa_backend_cuda_new(int device, aa_backend **out);
 AA_EXTERN int aa_backend_pinned_new(aa_backend **out);
 /* Number of CUDA devices usable now (0 without CUDA or without a GPU). */
 AA_EXTERN int aa_cuda_device_count(void);
+/* Free and total memory of a CUDA device (cudaMemGetInfo on that device).
+ * AA_ENOTSUP without CUDA, AA_ENODEV for a device that is not there. */
+AA_EXTERN int aa_cuda_mem_info(int device, size_t *free_bytes,
+                               size_t *total_bytes);
 
 /* Destroys a backend made by one of the constructors above. NULL is a no-op.
  * Every pool over it must be destroyed first. */

@@ -71,6 +71,30 @@ int aa_cuda_device_count(void) {
   return n < 0 ? 0 : n;
 }
 
+int aa_cuda_mem_info(int device, size_t *free_bytes, size_t *total_bytes) {
+  int prev = -1;
+  size_t f = 0, t = 0;
+  cudaError_t e;
+  *free_bytes = 0;
+  *total_bytes = 0;
+  if (device < 0 || device >= aa_cuda_device_count())
+    return AA_ENODEV;
+  if (cudaGetDevice(&prev) != cudaSuccess)
+    prev = -1;
+  e = cudaSetDevice(device);
+  if (e == cudaSuccess)
+    e = cudaMemGetInfo(&f, &t);
+  if (prev >= 0 && prev != device)
+    (void)cudaSetDevice(prev);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return AA_EBACKEND;
+  }
+  *free_bytes = f;
+  *total_bytes = t;
+  return AA_OK;
+}
+
 /* ------------------------------------------------------------- event pool */
 
 int aa__cuda_evpool_init(aa__cuda_evpool *p, int device) {

@@ -23,6 +23,13 @@ int aa_backend_pinned_new(aa_backend **out) {
 
 int aa_cuda_device_count(void) { return 0; }
 
+int aa_cuda_mem_info(int device, size_t *free_bytes, size_t *total_bytes) {
+  (void)device;
+  *free_bytes = 0;
+  *total_bytes = 0;
+  return AA_ENOTSUP;
+}
+
 int aa_backend_cuda_counts(const aa_backend *b, aa_cuda_counts *out) {
   (void)b;
   if (out) {
