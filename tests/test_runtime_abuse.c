@@ -1567,7 +1567,7 @@ static void test_runtime_abuse_tokens(void **state) {
 }
 static void test_runtime_abuse_case_count(void **state) {
   int total = NCASES(policy_cases) + NCASES(patch_cases) + NCASES(http_cases) +
-              NCASES(head_cases) + NCASES(token_cases) + 6;
+              NCASES(head_cases) + NCASES(token_cases) + NCASES(slot_cases) + 6;
   (void)state;
   printf("abuse suite: %d hostile inputs\n", total);
   assert_true(total >= 60);
