@@ -703,6 +703,14 @@ static void test_replay_tool_import_run_db(void **state) {
   assert_non_null(strstr(out, "imported 6 events"));
   free(out);
   free(err);
+  /* a damaged copy is named corrupt, not "input/output error" */
+  assert_int_equal(sh(NULL, NULL, "cp {TMP}/t.db {TMP}/c.db && head -c 300 /dev/zero | "
+                      "tr '\\0' 'Z' | dd of={TMP}/c.db bs=1 seek=100 conv=notrunc "
+                      "2>/dev/null"), 0);
+  assert_int_equal(sh(NULL, &err, "{BIN} run --db {TMP}/c.db"), 1);
+  if (strstr(err, "corrupt") == NULL || strstr(err, "input/output") != NULL)
+    fail_msg("corrupt database message: %s", err);
+  free(err);
   assert_int_equal(sh(&out, &err, "{BIN} run --json "
                       "{SRC}/tests/data/replay/small.csv"), 0);
   ja = cJSON_Parse(out);

@@ -39,7 +39,6 @@ struct aa_http {
 typedef struct conn_ctx {
   aa__buf body;
   bool too_large;
-  bool bad_framing;
   size_t discarded;
   aa__http_req req; /* args collected here */
 } conn_ctx;
@@ -166,7 +165,6 @@ static void fill_request(struct MHD_Connection *c, conn_ctx *ctx,
   req->body = ctx->body.data;
   req->body_len = ctx->body.len;
   req->body_too_large = ctx->too_large;
-  req->bad_framing = ctx->bad_framing;
 }
 
 static aa__mhd_result answer(aa_http *srv, struct MHD_Connection *c,
@@ -180,7 +178,7 @@ static aa__mhd_result answer(aa_http *srv, struct MHD_Connection *c,
   aa__http_route(&srv->st, &ctx->req, &resp);
   /* a refused framing or head: the rest of the connection cannot be
    * trusted, close it after the answer */
-  if (ctx->req.bad_head != NULL || ctx->bad_framing || ctx->too_large)
+  if (ctx->req.bad_head != NULL || ctx->too_large)
     resp.close = true;
   return send_response(c, &resp);
 }
@@ -275,9 +273,6 @@ static aa__mhd_result on_request(void *cls, struct MHD_Connection *c,
     if (bad != NULL) {
       /* answered before any body is read; the connection is closed */
       ctx->req.bad_head = bad;
-      if (strstr(bad, "Content-Length") != NULL &&
-          strstr(bad, "more than one") != NULL)
-        ctx->bad_framing = true;
       return answer(srv, c, ctx, url, method);
     }
     cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
