@@ -20,8 +20,9 @@
  *   config.c     defaults, validation, the class ladder, large-mode names
  *   pool.c       class slots, pool life cycle, release/trim, backend-call
  *                accounting, misuse reports
- *   alloc.c      thread registry, block lists, events, the OOM retry,
- *                central lists, slabs, thread caches, telemetry and traces,
+ *   central.c    block lists, events, the OOM retry, central free lists,
+ *                slabs (carve, release, prefill, retire)
+ *   alloc.c      thread registry, thread caches, telemetry and traces,
  *                aa_alloc / aa_free / aa_record_stream
  *   large.c      the large path and the per-thread large-block cache
  *   pagemap.c    address -> span
@@ -528,26 +529,9 @@ void aa__fill_table(aa_pool *pool);
 uint64_t aa__pool_in_use(aa_pool *pool);
 void aa__slot_rebase(aa_pool *pool, int slot);
 
-/* alloc.c */
-uint64_t aa__thread_id(void);
-void *aa__small_alloc_slow(aa_pool *pool, size_t size, aa_stream stream);
-size_t aa__class_release(aa_pool *pool, aa__class *c, size_t want, bool keep_prefill);
-void aa__class_destroy(aa_pool *pool, aa__class *c);
-int aa__class_prefill(aa_pool *pool, aa__class *c);
-void aa__tcache_flush_all(aa__tcache *tc);
-aa__tcache *aa__tcache_get(aa_pool *pool);
-void aa__pool_drop_tcaches(aa_pool *pool);
-void aa__slot_acquire(aa_pool *pool);
-void aa__rs_destroy(aa_pool *pool);
-void aa__tcache_flush_mine(aa_pool *pool);
-void aa__retire_check(aa_pool *pool, aa__class *c);
-void aa__hh_add(aa__hh_slot *t, size_t nslots, uint64_t size, uint64_t count);
-void aa__trace(aa_pool *pool, char op, const void *p, size_t size, aa_stream s);
-/* The next trace sequence number (process-wide, from 1). */
-uint64_t aa__trace_seq_next(void);
-/* aa__trace with a sequence number taken earlier (a free takes it while it
- * still owns the block). */
-void aa__trace_at(aa_pool *pool, char op, const void *p, size_t size, aa_stream s, uint64_t seq);
+/* central.c: block lists, events, the OOM retry, central lists, slabs */
+/* Queries events, releasing the completed ones (array compacted); 1 when
+ * none is left pending. */
 int aa__events_done(aa_pool *pool, void **ev, uint32_t *n);
 /* Releases one backend event; NULL is a no-op. The one release for the
  * small and the large path. */
@@ -556,6 +540,42 @@ void aa__event_release(aa_pool *pool, void *ev);
  * retry, releases what the pool caches (synchronising) and returns true (try
  * again); after that, false. The one retry for the small and the large path. */
 bool aa__oom_retry(aa_pool *pool, bool *retried);
+/* Puts n blocks freed on `stream` on the class's central lists. Under c->mu. */
+void aa__central_push(aa_pool *pool, aa__class *c, const aa__blk *v, uint32_t n,
+                      aa_stream stream);
+/* Takes up to `want` blocks off the end of list l. Under c->mu. */
+uint32_t aa__central_take(aa__class *c, aa__blist *l, aa__blk *out, uint32_t want);
+/* Up to `want` blocks usable on `stream` now. Under c->mu. */
+uint32_t aa__central_pop(aa_pool *pool, aa__class *c, aa_stream stream, aa__blk *out,
+                         uint32_t want);
+/* Carves one new slab into the class's `any` list. Under c->mu. */
+int aa__carve(aa_pool *pool, aa__class *c);
+size_t aa__class_release(aa_pool *pool, aa__class *c, size_t want, bool keep_prefill);
+void aa__class_destroy(aa_pool *pool, aa__class *c);
+int aa__class_prefill(aa_pool *pool, aa__class *c);
+void aa__retire_check(aa_pool *pool, aa__class *c);
+/* A block's index in its slab from its offset (one multiply by the slab's
+ * division magic). */
+static inline uint32_t aa__slab_index(const aa__slab *s, uintptr_t off) {
+  return (uint32_t)(((uint64_t)(off >> 9) * s->div_magic) >> 42);
+}
+
+/* alloc.c */
+uint64_t aa__thread_id(void);
+void *aa__small_alloc_slow(aa_pool *pool, size_t size, aa_stream stream);
+void aa__tcache_flush_all(aa__tcache *tc);
+aa__tcache *aa__tcache_get(aa_pool *pool);
+void aa__pool_drop_tcaches(aa_pool *pool);
+void aa__slot_acquire(aa_pool *pool);
+void aa__rs_destroy(aa_pool *pool);
+void aa__tcache_flush_mine(aa_pool *pool);
+void aa__hh_add(aa__hh_slot *t, size_t nslots, uint64_t size, uint64_t count);
+void aa__trace(aa_pool *pool, char op, const void *p, size_t size, aa_stream s);
+/* The next trace sequence number (process-wide, from 1). */
+uint64_t aa__trace_seq_next(void);
+/* aa__trace with a sequence number taken earlier (a free takes it while it
+ * still owns the block). */
+void aa__trace_at(aa_pool *pool, char op, const void *p, size_t size, aa_stream s, uint64_t seq);
 
 /* large.c */
 enum { AA__CH_FREE = 0, AA__CH_LIVE = 1, AA__CH_HELD = 2 };
