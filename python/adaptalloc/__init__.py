@@ -70,7 +70,7 @@ def policy_dir():
 def _env_value(key, value):
     """The environment string for one keyword, or a clear error."""
     if key in ("trace", "quiet"):
-        if isinstance(value, bool) or value in (0, 1):
+        if isinstance(value, bool) or (type(value) is int and value in (0, 1)):
             return "1" if value else "0"
         raise TypeError("adaptalloc: %s= must be True or False, not %r" % (key, value))
     if key in ("db", "http") and value is False:
@@ -147,7 +147,16 @@ def _ensure():
 def shutdown():
     """Stops the server, the loop and the store (flushing it) and destroys the
     pools. Everything allocated from them is invalid after this; it cannot be
-    started again in this process."""
+    started again in this process. Refused while adaptalloc is PyTorch's CUDA
+    allocator (adaptalloc.torch.install()): PyTorch keeps allocating from and
+    freeing into these pools until the process ends."""
+    import sys
+    t = sys.modules.get("adaptalloc.torch")
+    mode = t.installed() if t is not None else None
+    if mode is not None:
+        raise AdaptallocError(
+            "adaptalloc.shutdown: adaptalloc is PyTorch's CUDA allocator (%s) in this process; "
+            "its pools live until the process ends" % mode)
     _C.shutdown()
 
 
@@ -175,7 +184,10 @@ def policy_version():
 
 def _document(doc, what):
     if isinstance(doc, (bytes, bytearray)):
-        doc = bytes(doc).decode("utf-8")
+        try:
+            doc = bytes(doc).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise PolicyError("adaptalloc.%s: the document is not UTF-8 (%s)" % (what, e)) from None
     if isinstance(doc, dict):
         return json.dumps(doc)
     if isinstance(doc, str):

@@ -60,8 +60,21 @@ static int stream_arg(PyObject *o, aa_stream *out) {
     return -1;
   }
   v = PyLong_AsUnsignedLongLong(o);
-  if (PyErr_Occurred())
+  if (PyErr_Occurred()) {
+    if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+      return -1;
+    PyErr_Clear();
+    PyErr_SetString(PyExc_ValueError,
+                    "adaptalloc: a stream must be a cudaStream_t value (an int >= 0 that fits "
+                    "in a pointer)");
     return -1;
+  }
+  if ((unsigned long long)(uintptr_t)v != v) {
+    PyErr_SetString(PyExc_ValueError,
+                    "adaptalloc: a stream must be a cudaStream_t value (an int >= 0 that fits "
+                    "in a pointer)");
+    return -1;
+  }
   *out = (aa_stream)(uintptr_t)v;
   return 0;
 }

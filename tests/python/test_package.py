@@ -101,6 +101,13 @@ def test_bad_input_raises_a_clear_error_and_changes_nothing(run_py):
         trap("configure_type", lambda: adaptalloc.configure(model=3))
         trap("configure_key", lambda: adaptalloc.configure(bogus=1))
         trap("configure_http", lambda: adaptalloc.configure(http="nocolon"))
+        trap("configure_trace", lambda: adaptalloc.configure(trace=1.0))
+        trap("not_utf8", lambda: adaptalloc.patch_policy(b"\\xff{}"))
+        trap("stream_negative", lambda: adaptalloc.Block("host", 8, -1))
+        trap("stream_huge", lambda: adaptalloc.Block("host", 8, 1 << 70))
+        import adaptalloc.torch
+        trap("install_native", lambda: adaptalloc.torch.install(native="yes"))
+        trap("install_record", lambda: adaptalloc.torch.install(record_stream=None))
         out["same"] = adaptalloc.policy() == before and adaptalloc.policy_version() == v
         print(json.dumps(out))
     """)
@@ -122,6 +129,14 @@ def test_bad_input_raises_a_clear_error_and_changes_nothing(run_py):
     assert d["configure_type"][0] == "TypeError" and "model=" in d["configure_type"][1]
     assert d["configure_key"][0] == "TypeError" and "bogus" in d["configure_key"][1]
     assert d["configure_http"][0] == "ValueError" and "HOST:PORT" in d["configure_http"][1]
+    assert d["configure_trace"][0] == "TypeError" and "trace=" in d["configure_trace"][1]
+    assert d["not_utf8"][0] == "PolicyError" and "UTF-8" in d["not_utf8"][1]
+    for key in ("stream_negative", "stream_huge"):
+        name, msg, mro = d[key]
+        assert name == "ValueError" and "adaptalloc" in msg and "stream" in msg, d[key]
+    # checked before torch is needed, so these hold without torch too
+    assert d["install_native"][0] == "TypeError" and "native" in d["install_native"][1]
+    assert d["install_record"][0] == "TypeError" and "record_stream" in d["install_record"][1]
 
 
 def test_keywords_map_to_the_environment_the_runtime_reads(run_py, tmp_path):
@@ -216,6 +231,28 @@ def test_shutdown_refuses_later_calls_clearly(run_py):
     assert r.rc == 0, r.err
     msg, started = r.json()
     assert "shut down" in msg and started is False
+
+
+def test_shutdown_is_refused_while_adaptalloc_is_torchs_allocator(run_py):
+    # PyTorch keeps the pools' blocks and keeps calling into them: shutting
+    # the runtime down under it would free the pools from under live tensors.
+    # Without torch here, adaptalloc.torch's record of the install stands in.
+    r = run_py("""
+        import json, adaptalloc, adaptalloc.torch
+        b = adaptalloc.Block("host", 100)
+        adaptalloc.torch._mode = "native"
+        try:
+            adaptalloc.shutdown(); err = None
+        except adaptalloc.AdaptallocError as e:
+            err = str(e)
+        alive = adaptalloc.started() and len(adaptalloc.stats()["pools"]) > 0
+        c = adaptalloc.Block("host", 100)
+        print(json.dumps([err, alive, c.capacity > 0]))
+    """)
+    assert r.rc == 0, r.err
+    err, alive, usable = r.json()
+    assert err is not None and "PyTorch" in err and "native" in err
+    assert alive is True and usable is True
 
 
 # ---------------------------------------------------------------- launcher

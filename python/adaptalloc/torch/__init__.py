@@ -144,6 +144,10 @@ def install(*, model=None, policy=None, policy_dir=None, db=None, http=None, tok
     Returns "native" or "pluggable". A second call with the same choice
     returns it again; a different one raises."""
     global _mode
+    for name, value in (("native", native), ("record_stream", record_stream)):
+        if not isinstance(value, bool):
+            raise TypeError("adaptalloc.torch.install: %s must be True or False, not %r"
+                            % (name, value))
     torch = _need_torch("install")
     with _lock:
         if _mode is not None:
@@ -151,29 +155,44 @@ def install(*, model=None, policy=None, policy_dir=None, db=None, http=None, tok
                 return _mode
             raise RuntimeError("adaptalloc.torch.install: already installed as %s; the "
                                "allocator cannot change in a running process" % _mode)
-        if not isinstance(native, bool):
-            raise TypeError("adaptalloc.torch.install: native must be True or False")
         if not torch.cuda.is_available():
             raise RuntimeError("adaptalloc.torch.install: no CUDA device is available to "
                                "PyTorch (torch.cuda.is_available() is False)")
         _check_untouched(torch)
+        saved = {k: os.environ.get(k) for k in adaptalloc.ENV.values()}
+        saved["ADAPTALLOC_POLICY_DIR"] = os.environ.get("ADAPTALLOC_POLICY_DIR")
         adaptalloc.configure(model=model, policy=policy, policy_dir=policy_dir, db=db,
                              http=http, token=token, trace=trace)
-        if native:
-            ok, why = native_available()
-            if ok:
-                from adaptalloc import _torch_native
-                _torch_native.install(torch.cuda.device_count())
-                _mode = "native"
-                return _mode
-            warnings.warn("adaptalloc.torch: the native allocator is not available (%s); "
-                          "using the CUDAPluggableAllocator fallback, with which "
-                          "torch.cuda.memory_stats, CUDA graphs and "
-                          "torch.compile(mode='reduce-overhead') do not work" % why,
-                          RuntimeWarning, stacklevel=2)
-        _install_pluggable(torch, record_stream)
-        _mode = "pluggable"
-        return _mode
+        try:
+            return _install_locked(torch, native, record_stream)
+        except BaseException:
+            if not adaptalloc.started():  # nothing read the environment yet: undo it
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+            raise
+
+
+def _install_locked(torch, native, record_stream):
+    """install() past its checks, under _lock; sets _mode on success."""
+    global _mode
+    if native:
+        ok, why = native_available()
+        if ok:
+            from adaptalloc import _torch_native
+            _torch_native.install(torch.cuda.device_count())
+            _mode = "native"
+            return _mode
+        warnings.warn("adaptalloc.torch: the native allocator is not available (%s); "
+                      "using the CUDAPluggableAllocator fallback, with which "
+                      "torch.cuda.memory_stats, CUDA graphs and "
+                      "torch.compile(mode='reduce-overhead') do not work" % why,
+                      RuntimeWarning, stacklevel=3)
+    _install_pluggable(torch, record_stream)
+    _mode = "pluggable"
+    return _mode
 
 
 # ------------------------------------------------------------- pinned pool
