@@ -6,7 +6,7 @@ the ADAPTALLOC_* environment; ``configure()`` sets that environment from
 keywords, before the runtime starts.
 
     import adaptalloc
-    adaptalloc.start(model="bert", http="127.0.0.1:0", db="off")
+    adaptalloc.start(model="bert-base", http="127.0.0.1:0", db="off")
     adaptalloc.stats()["pools"]          # what GET /stats answers
     adaptalloc.patch_policy({"adapt": {"interval_ms": 500}})
     adaptalloc.http_address()            # "127.0.0.1:41234"

@@ -66,8 +66,14 @@ static void load_start_policy(void) {
     snprintf(path, sizeof(path), "%s", aa__rt.policy_path);
   } else {
     snprintf(path, sizeof(path), "%s/%s.json", aa__rt.policy_dir, aa__rt.model);
-    if (!file_exists(path))
+    if (!file_exists(path)) {
+      /* A model named on purpose that has no policy is a likely typo. */
+      if (strcmp(aa__rt.model, "default") != 0)
+        aa__rt_log("policy: no policy for model %s (%s does not exist); using the "
+                   "built-in default policy",
+                   aa__rt.model, path);
       path[0] = '\0';
+    }
   }
   if (path[0] != '\0') {
     err[0] = '\0';

@@ -198,6 +198,19 @@ def test_the_packaged_policies_are_the_default_policy_dir(run_py):
     assert d["name"] == json.load(open(os.path.join(root, "policies", "bert-base.json")))["name"]
 
 
+def test_a_model_without_a_policy_file_is_reported(run_py):
+    # model="bert" (no bert.json) used to fall back to the default in silence,
+    # even with the runtime not quiet.
+    r = run_py("""
+        import json, adaptalloc
+        adaptalloc.start(model="no-such-model")
+        print(json.dumps(adaptalloc.stats()["policy_source"]))
+    """, env={"ADAPTALLOC_POLICY_DIR": None})
+    assert r.rc == 0, r.err
+    assert r.json() == "default"
+    assert "no policy for model no-such-model" in r.err, r.err
+
+
 def test_http_server_serves_what_the_api_reports(run_py):
     r = run_py("""
         import json, urllib.request, adaptalloc
