@@ -51,9 +51,12 @@ at::Tensor pinned_empty(const std::vector<int64_t> &shape, const py::handle &dty
   for (int64_t d : shape) {
     if (d < 0)
       throw py::value_error("adaptalloc.torch.pinned_empty: negative dimension");
-    numel *= d;
+    if (__builtin_mul_overflow(numel, d, &numel))
+      throw py::value_error("adaptalloc.torch.pinned_empty: the shape has too many elements");
   }
-  size_t nbytes = static_cast<size_t>(numel) * c10::elementSize(st);
+  size_t nbytes = 0;
+  if (__builtin_mul_overflow(static_cast<size_t>(numel), c10::elementSize(st), &nbytes))
+    throw py::value_error("adaptalloc.torch.pinned_empty: the tensor is too large");
   size_t size = nbytes ? nbytes : 1;
   aa_pool *pool = pinned_pool();
   void *p = aa_staging_get(pool, size);

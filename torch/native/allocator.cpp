@@ -48,6 +48,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <stdexcept>
 #include <type_traits>
 #include <string>
@@ -157,6 +158,7 @@ struct Region { // an open beginAllocateToPool
 // What resetAccumulatedStats subtracts.
 struct Base {
   uint64_t allocs = 0, frees = 0, backend_allocs = 0, backend_frees = 0;
+  uint64_t large_allocs = 0, large_frees = 0;
   uint64_t ooms = 0, retries = 0;
 };
 
@@ -293,7 +295,7 @@ struct Totals {
   uint64_t small_req = 0;
   uint64_t large_in_use = 0, large_reserved = 0;
   uint64_t slabs = 0, large_segments = 0, free_blocks = 0;
-  uint64_t small_live = 0;
+  uint64_t small_live = 0, large_allocs = 0;
 };
 
 void add_stats(aa_pool* p, Totals& t) {
@@ -316,6 +318,7 @@ void add_stats(aa_pool* p, Totals& t) {
   t.large_in_use += st->large_bytes_in_use;
   t.large_reserved += st->large_bytes_reserved;
   t.large_segments += st->large_segments;
+  t.large_allocs += st->large_allocs;
   for (uint32_t i = 0; i < st->class_count; i++) {
     const aa_class_stats& c = st->classes[i];
     t.small_in_use += c.bytes_in_use;
@@ -326,6 +329,14 @@ void add_stats(aa_pool* p, Totals& t) {
     t.free_blocks += c.blocks_free;
     t.small_live += c.blocks_in_use;
   }
+}
+
+// Frees of the large path: its allocations less its live blocks (the pool
+// counts frees as one figure).
+uint64_t large_frees_of(const Totals& t) {
+  uint64_t live = t.allocs > t.frees ? t.allocs - t.frees : 0;
+  uint64_t large_live = live > t.small_live ? live - t.small_live : 0;
+  return t.large_allocs > large_live ? t.large_allocs - large_live : 0;
 }
 
 int64_t i64(uint64_t v) {
@@ -349,11 +360,25 @@ struct SnapWalk {
   std::vector<c10::CachingDeviceAllocator::SegmentInfo>* out;
   int device;
   MempoolId_t owner;
-  bool in_segment = false;
+  bool failed = false; // the callback caught an exception
 };
 
+int snap_entry_impl(SnapWalk* w, const aa_walk_entry* e);
+
+// The callback aa_pool_walk runs under the pool's lock, between C frames: no
+// exception may leave it (it would skip the unlock). A failure (bad_alloc)
+// stops the walk instead; snapshot() then raises, the lock released.
 int snap_entry(void* user, const aa_walk_entry* e) {
   auto* w = static_cast<SnapWalk*>(user);
+  try {
+    return snap_entry_impl(w, e);
+  } catch (...) {
+    w->failed = true;
+    return 1;
+  }
+}
+
+int snap_entry_impl(SnapWalk* w, const aa_walk_entry* e) {
   if (e->kind == AA_WALK_SEGMENT) {
     c10::CachingDeviceAllocator::SegmentInfo s;
     s.device = static_cast<c10::DeviceIndex>(w->device);
@@ -468,8 +493,14 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
         if (priv) {
           void* p = maybe_relaxed(d, [&] { return aa_alloc(priv->pool, n, stream); });
           if (p) {
-            auto* c = new Ctx{p, n, priv->pool, stream, priv, device, false};
-            priv->live.insert(c);
+            Ctx* c = make_ctx(d, Ctx{p, n, priv->pool, stream, priv, device, false});
+            try {
+              priv->live.insert(c);
+            } catch (...) {
+              maybe_relaxed(d, [&] { return aa_free(c->pool, c->ptr, c->size, c->stream); });
+              delete c;
+              throw;
+            }
             return c;
           }
           failed = priv->pool;
@@ -482,7 +513,18 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
     void* p = maybe_relaxed(d, [&] { return aa_alloc(pool, n, stream); });
     if (p == nullptr)
       out_of_memory(device, n, pool);
-    return new Ctx{p, n, pool, stream, nullptr, device, false};
+    return make_ctx(d, Ctx{p, n, pool, stream, nullptr, device, false});
+  }
+
+  // The host record of a block just allocated; when it cannot be made, the
+  // block goes back to its pool before the error is raised.
+  static Ctx* make_ctx(const Dev& d, const Ctx& v) {
+    Ctx* c = new (std::nothrow) Ctx(v);
+    if (c == nullptr) {
+      maybe_relaxed(d, [&] { return aa_free(v.pool, v.ptr, v.size, v.stream); });
+      TORCH_CHECK(false, "adaptalloc: out of host memory for a block's record");
+    }
+    return c;
   }
 
   void free_ctx(Ctx* c) {
@@ -582,8 +624,13 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
     c10::DeviceIndex device = 0;
     C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
     Ctx* c = alloc_ctx(device, nbytes, stream);
-    std::lock_guard<std::mutex> g(raw_mu_);
-    raw_[c->ptr] = c;
+    try {
+      std::lock_guard<std::mutex> g(raw_mu_);
+      raw_[c->ptr] = c;
+    } catch (...) {
+      free_ctx(c);
+      throw;
+    }
     return c->ptr;
   }
 
@@ -792,8 +839,20 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
     uint64_t segs = t.slabs + t.large_segments;
     s.allocation[A] = stat_of(live, live, minus(t.allocs, b.allocs), minus(t.frees, b.frees));
     s.active[A] = s.allocation[A];
-    s.allocation[S] = stat_of(t.small_live, t.small_live, 0, 0);
-    s.allocation[L] = stat_of(minus(live, t.small_live), minus(live, t.small_live), 0, 0);
+    // Per pool kind: the large path's allocations, the rest are the classes'
+    // (retired classes included); freed = allocated - live, as in PyTorch.
+    uint64_t large_live = minus(live, t.small_live);
+    uint64_t large_frees = large_frees_of(t);
+    s.allocation[S] = stat_of(
+        t.small_live,
+        t.small_live,
+        minus(minus(t.allocs, t.large_allocs), minus(b.allocs, b.large_allocs)),
+        minus(minus(t.frees, large_frees), minus(b.frees, b.large_frees)));
+    s.allocation[L] = stat_of(
+        large_live,
+        large_live,
+        minus(t.large_allocs, b.large_allocs),
+        minus(large_frees, b.large_frees));
     s.active[S] = s.allocation[S];
     s.active[L] = s.allocation[L];
     s.segment[A] = stat_of(
@@ -844,6 +903,8 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
       add_stats(kv.second->pool, t);
     d.base.allocs = t.allocs;
     d.base.frees = t.frees;
+    d.base.large_allocs = t.large_allocs;
+    d.base.large_frees = large_frees_of(t);
     d.base.backend_allocs = t.backend_allocs;
     d.base.backend_frees = t.backend_frees;
     d.base.ooms = t.ooms;
@@ -871,6 +932,7 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
       if (mempool_id == kDefaultPool) {
         SnapWalk w{&info.segments, dev, kDefaultPool};
         (void)aa_pool_walk(main, snap_entry, &w);
+        TORCH_CHECK(!w.failed, "adaptalloc: snapshot: out of host memory walking the pool");
       }
       Dev& d = g_dev[dev];
       std::lock_guard<std::mutex> g(d.mu);
@@ -879,6 +941,7 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
           continue;
         SnapWalk w{&info.segments, dev, kv.first};
         (void)aa_pool_walk(kv.second->pool, snap_entry, &w);
+        TORCH_CHECK(!w.failed, "adaptalloc: snapshot: out of host memory walking the pool");
       }
     }
     info.device_traces.resize(
@@ -1168,8 +1231,17 @@ std::shared_ptr<AdaptAllocator> g_alloc;
 std::mutex g_install_mu;
 
 void deleter(void* ctx) {
-  // The allocator outlives every DataPtr: it is never uninstalled.
-  g_alloc->free_ctx(static_cast<Ctx*>(ctx));
+  // The allocator outlives every DataPtr: it is never uninstalled. This runs
+  // in DataPtr's destructor, where an exception ends the process: a failure
+  // (a CUDA error switching the capture mode) is reported, the block kept.
+  try {
+    g_alloc->free_ctx(static_cast<Ctx*>(ctx));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "adaptalloc: freeing a CUDA block failed (%s); it stays allocated\n",
+                 e.what());
+  } catch (...) {
+    std::fprintf(stderr, "adaptalloc: freeing a CUDA block failed; it stays allocated\n");
+  }
 }
 
 } // namespace
