@@ -10,11 +10,13 @@
  *    difference of two /stats snapshots), with the class boundaries;
  *  - the large path's segments and their used and free pieces (/segments);
  * and lists the classes (sortable), the policy changes with a diff between
- * any two versions (/history?policies=1), and edits the policy (PUT /policy
- * with If-Match, and a bearer token when one is entered).
+ * any two versions (/history?policies=1), the policy loop's class-table
+ * decisions with their predicted and measured effect (/stats adapt.audit),
+ * and edits the policy (PUT /policy with If-Match, and a bearer token when
+ * one is entered).
  *
- * Shapes read: /stats {"pools": [aa_pool_stats_json ...], "policy_version"},
- * see docs/stats.md; /history {"snapshots", "policy_changes"}, /segments:
+ * Shapes read: /stats {"pools": [aa_pool_stats_json ...], "policy_version",
+ * "adapt"}, see docs/stats.md; /history {"snapshots", "policy_changes"}, /segments:
  * docs/http.md.
  */
 "use strict";
@@ -90,6 +92,12 @@
     return Math.floor(sec / 86400) + " d " + Math.floor((sec % 86400) / 3600) + " h";
   }
   const num = (v) => (typeof v === "number" && isFinite(v) ? v : 0);
+  // a change in bytes as signed MiB: "-1.50 MiB", "+0.25 MiB", "0 MiB"
+  function fmtDeltaMiB(d) {
+    if (d === null || !isFinite(d)) return "–";
+    if (d === 0) return "0 MiB";
+    return (d > 0 ? "+" : "-") + (Math.abs(d) / 1048576).toFixed(2) + " MiB";
+  }
 
   // core's histogram buckets: 0..3 exact, then four per doubling
   function bucketLower(i) {
@@ -731,9 +739,87 @@
     }
     setText("run-info", info.join(" · "));
     setText("updated", "updated " + fmtTime(now));
+    renderLoop(s.adapt);
     const first = state.pool === null;
     render();
     if (first && state.pool !== null) fetchSegments().catch(() => {});
+  }
+
+  // ------------------------------------------------------------ loop decisions
+  // /stats adapt: {"enabled", "steps", "rejected_by_replay", "audit": [{pool,
+  // step, kind, block_size, applied, predicted: {peak_reserved_before,
+  // peak_reserved_after, ...} | null, measured: {reserved_before,
+  // reserved_after, after_steps} | null}]} (docs/stats.md)
+  const LOOP_ROWS = 64;
+  function loopDelta(o, before, after) {
+    if (!o || typeof o !== "object") return null;
+    const b = o[before], a = o[after];
+    return typeof a === "number" && typeof b === "number" ? a - b : null;
+  }
+  function deltaCell(tr, d, title) {
+    const td = tr.insertCell(-1);
+    td.textContent = fmtDeltaMiB(d);
+    td.className = d === null ? "muted" : d < 0 ? "gain" : d > 0 ? "loss" : "";
+    if (title) td.title = title;
+  }
+  function renderLoop(a) {
+    const tb = $("loop").tBodies[0];
+    const empty = (text) => {
+      delete tb.dataset.key;
+      $("loop").dataset.rows = "0";
+      tb.textContent = "";
+      const td = tb.insertRow(-1).insertCell(-1);
+      td.colSpan = 7;
+      td.className = "muted";
+      td.textContent = text;
+    };
+    if (!a || typeof a !== "object") {
+      setText("loop-note", "");
+      empty("this server publishes no policy-loop audit");
+      return;
+    }
+    if (a.enabled === false) {
+      setText("loop-note", "");
+      empty("the policy loop is off");
+      return;
+    }
+    const list = (Array.isArray(a.audit) ? a.audit : []).filter((e) => e && typeof e.pool === "string");
+    const steps = num(a.steps);
+    const applied = list.filter((e) => e.applied === true).length;
+    setText("loop-note", "step " + fmtCount(steps) + " · " + fmtCount(num(a.rejected_by_replay)) +
+      " rejected by replay · " + applied + " of " + list.length + " shown applied");
+    const key = JSON.stringify([steps, list]);
+    if (tb.dataset.key === key) return;
+    tb.dataset.key = key;
+    $("loop").dataset.rows = String(list.length);
+    if (!list.length) { empty("no class-table changes yet"); return; }
+    const rows = list.slice().sort((x, y) => num(y.step) - num(x.step) || (x.pool < y.pool ? -1 : 1));
+    tb.textContent = "";
+    for (const e of rows.slice(0, LOOP_ROWS)) {
+      const tr = tb.insertRow(-1);
+      const ago = steps >= num(e.step) ? steps - num(e.step) : null;
+      const stepTd = tr.insertCell(-1);
+      stepTd.textContent = String(num(e.step));
+      if (ago !== null) stepTd.title = ago + " steps ago";
+      tr.insertCell(-1).textContent = e.pool;
+      tr.insertCell(-1).textContent = e.kind === "add_class" ? "add" : e.kind === "retire_class" ? "retire" : String(e.kind);
+      tr.insertCell(-1).textContent = fmtBytes(num(e.block_size));
+      const res = tr.insertCell(-1);
+      res.textContent = e.applied === true ? "applied" : "rejected";
+      res.className = e.applied === true ? "gain" : "loss";
+      if (e.applied !== true) res.title = "not applied: the replay of the interval predicted no gain";
+      const p = e.predicted;
+      deltaCell(tr, loopDelta(p, "peak_reserved_before", "peak_reserved_after"),
+        p ? fmtBytes(num(p.peak_reserved_before)) + " → " + fmtBytes(num(p.peak_reserved_after)) +
+          ", backend calls " + fmtCount(num(p.backend_calls_before)) + " → " + fmtCount(num(p.backend_calls_after))
+          : "nothing was replayed");
+      const m = e.measured;
+      deltaCell(tr, loopDelta(m, "reserved_before", "reserved_after"),
+        m ? fmtBytes(num(m.reserved_before)) + " → " + fmtBytes(num(m.reserved_after)) +
+          " after " + num(m.after_steps) + " steps"
+          : e.applied === true ? "measured 3 steps after the change" : "not applied");
+      if (e.applied !== true) tr.className = "rejected";
+    }
   }
 
   async function pollStats() {

@@ -2,7 +2,8 @@
 // driving Debian's /usr/bin/chromium): the page loads and goes live; the
 // memory chart draws the stored history with a policy-change marker, shows a
 // tooltip and zooms; both histograms (since start, last minute) and the
-// large-segment map draw data; the class table sorts; a policy edit without
+// large-segment map draw data; the loop-decisions table lists the policy
+// loop's audit (predicted and measured effect); the class table sorts; a policy edit without
 // the token is refused with the server's message, a valid edit takes effect
 // (the version bumps) and shows in the diff view, an invalid one shows the
 // validator's error and changes nothing. Saves screenshots (--shots DIR: also
@@ -187,6 +188,28 @@ async function main() {
   const bytes = sorted.cells.map((t) => { const m = t.match(/([\d.]+) (\w+)/); return m ? Number(m[1]) * unit[m[2]] : 0; });
   for (let i = 1; i < bytes.length; i++) if (bytes[i] > bytes[i - 1]) fail("rows not in descending in-use order: " + sorted.cells.join(", "));
 
+  // 2c. the loop decisions: newest first, signed MiB for the predicted and
+  //     the measured effect, the rejected-by-replay count. Our test server
+  //     serves a fixed audit (testserver.c ADAPT_JSON); against a live
+  //     process (--url) at least the panel must answer (rows or its empty text).
+  await until(page, "the loop decisions panel", () => document.querySelector("#loop tbody").textContent !== "no data yet");
+  const loop = await page.evaluate(() => ({
+    note: document.getElementById("loop-note").textContent,
+    rows: Array.from(document.querySelectorAll("#loop tbody tr")).map((tr) => Array.from(tr.cells).map((td) => td.textContent)),
+  }));
+  log("loop", JSON.stringify(loop));
+  if (serverBin) {
+    const want = [
+      ["41", "host", "add", "12 KiB", "applied", "–", "–"],
+      ["36", "device0", "retire", "1.5 KiB", "rejected", "+0.25 MiB", "–"],
+      ["30", "device0", "add", "3 KiB", "applied", "-2.00 MiB", "-1.00 MiB"],
+    ];
+    if (JSON.stringify(loop.rows) !== JSON.stringify(want)) fail("loop decisions rows: " + JSON.stringify(loop.rows));
+    if (!/step 42/.test(loop.note) || !/1 rejected by replay/.test(loop.note)) fail("loop note: " + loop.note);
+  } else if (!loop.rows.length || (loop.rows[0].length !== 7 && !/loop|changes|audit/.test(loop.rows[0][0]))) {
+    fail("loop decisions panel neither lists nor explains: " + JSON.stringify(loop.rows));
+  }
+
   // 3. the editor holds the policy in force
   await until(page, "the policy text", () => document.getElementById("policy-text").value.includes("pools"));
   const v0 = Number(await page.textContent("#policy-version"));
@@ -266,6 +289,7 @@ async function main() {
     await panel("#chart-mem").screenshot({ path: join(shotsDir, "dashboard-memory.png") });
     await page.locator("#chart-hist").locator("xpath=ancestor::section[1]").screenshot({ path: join(shotsDir, "dashboard-histograms.png") });
     await panel("#seg-map").screenshot({ path: join(shotsDir, "dashboard-segments.png") });
+    await panel("#loop").screenshot({ path: join(shotsDir, "dashboard-loop.png") });
     // the diff of the first change the policy loop made, when there is one
     await page.evaluate(() => {
       const rows = Array.from(document.querySelectorAll("#changes tbody tr"));

@@ -246,6 +246,28 @@ static uint64_t policy_version(void) {
   return v;
 }
 
+/* /stats' "adapt" object. This server runs no policy loop, so it serves a
+ * fixed audit in the runtime's shape (docs/stats.md; the runtime's writer is
+ * tested in test_runtime_env): an applied add with its prediction and its
+ * measurement, a retire the replay rejected, and an applied add not yet
+ * measured with nothing replayed. The dashboard's "Loop decisions" panel
+ * must show all three. */
+static const char ADAPT_JSON[] =
+    "{\"enabled\":true,\"steps\":42,\"decisions\":3,\"classes_added\":2,"
+    "\"classes_retired\":0,\"grows\":0,\"trims\":0,\"bytes_trimmed\":0,"
+    "\"apply_failures\":0,\"rejected_by_replay\":1,\"audit\":["
+    "{\"pool\":\"device0\",\"step\":30,\"kind\":\"add_class\",\"block_size\":3072,"
+    "\"applied\":true,\"predicted\":{\"peak_reserved_before\":8388608,"
+    "\"peak_reserved_after\":6291456,\"backend_calls_before\":12,"
+    "\"backend_calls_after\":9},\"measured\":{\"reserved_before\":8388608,"
+    "\"reserved_after\":7340032,\"after_steps\":3}},"
+    "{\"pool\":\"device0\",\"step\":36,\"kind\":\"retire_class\",\"block_size\":1536,"
+    "\"applied\":false,\"predicted\":{\"peak_reserved_before\":6291456,"
+    "\"peak_reserved_after\":6553600,\"backend_calls_before\":9,"
+    "\"backend_calls_after\":11},\"measured\":null},"
+    "{\"pool\":\"host\",\"step\":41,\"kind\":\"add_class\",\"block_size\":12288,"
+    "\"applied\":true,\"predicted\":null,\"measured\":null}]}";
+
 static int stats_json(void *user, const char *pool, char **out, size_t *len) {
   aa_pool_stats *a = NULL;
   size_t n = 0;
@@ -281,8 +303,12 @@ static int stats_json(void *user, const char *pool, char **out, size_t *len) {
       return AA_ENOMEM;
     }
   }
-  off += (size_t)snprintf(buf + off, cap - off, "]}");
+  off += (size_t)snprintf(buf + off, cap - off, "],\"adapt\":%s}", ADAPT_JSON);
   free(a);
+  if (off >= cap) {
+    free(buf);
+    return AA_ENOMEM;
+  }
   if (!found) {
     free(buf);
     return AA_ENOENT;
