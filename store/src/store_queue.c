@@ -1,0 +1,325 @@
+/*
+ * store_queue.c — what producers hand to the writer: the bounded item queue
+ * (snapshots, policy changes, begin and end of a run; a mutex held only for
+ * list operations, never across SQLite) and the lock-free trace ring
+ * (multi-producer, single consumer, one sequence number per slot), with the
+ * count of what either drops.
+ *
+ * Entry points: aa_store_begin_run, aa_store_snapshot,
+ * aa_store_policy_change, aa_store_end_run, aa_store_trace_push;
+ * aa__store_ring_pop for the writer.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_internal.h"
+
+/* ------------------------------------------------------------- items */
+
+void aa__store_item_free(item *it) {
+  if (it == NULL) return;
+  free(it->reason);
+  free(it->policy);
+  free(it);
+}
+
+void aa__store_count_dropped(aa_store *st, const item *it) {
+  if (it->kind == ITEM_SNAPSHOT) {
+    atomic_fetch_add(&st->snapshots_dropped, 1);
+  } else if (it->kind == ITEM_POLICY) {
+    atomic_fetch_add(&st->policy_dropped, 1);
+  }
+}
+
+static char *dup_bounded(const char *s, size_t max, bool *too_long) {
+  size_t n = strnlen(s, max + 1);
+  if (n > max) {
+    *too_long = true;
+    return NULL;
+  }
+  char *d = malloc(n + 1);
+  if (d != NULL) {
+    memcpy(d, s, n);
+    d[n] = '\0';
+  }
+  return d;
+}
+
+/* The queue length at which the writer is woken early. */
+uint32_t aa__store_wake_mark(const aa_store *st) {
+  uint32_t half = st->cfg.queue_capacity / 2;
+  return half > 0 ? half : 1;
+}
+
+/* -------------------------------------------------------- trace ring */
+
+/* Counts a trace event of `run` that will not be stored; its sequence
+ * number bounds the part of the run's trace that is complete. */
+static void trace_lost(aa_store *st, int64_t run, const aa_trace_event *ev) {
+  atomic_fetch_add_explicit(&st->events_dropped, 1, memory_order_relaxed);
+  if (run <= 0 || ev->seq == 0) return;
+  pthread_mutex_lock(&st->cut_mu);
+  if (st->cut_run != run) {
+    st->cut_run = run;
+    st->cut_seq = ev->seq;
+  } else if (ev->seq < st->cut_seq) {
+    st->cut_seq = ev->seq;
+  }
+  pthread_mutex_unlock(&st->cut_mu);
+}
+
+/* The first sequence number run's trace lost, UINT64_MAX when none. */
+uint64_t aa__store_trace_cut_of(aa_store *st, int64_t run) {
+  pthread_mutex_lock(&st->cut_mu);
+  uint64_t cut = st->cut_run == run ? st->cut_seq : UINT64_MAX;
+  pthread_mutex_unlock(&st->cut_mu);
+  return cut;
+}
+
+/* Takes one published event out of the ring; false when the next slot is
+ * empty or not yet published. Single consumer: the writer. */
+bool aa__store_ring_pop(aa_store *st, ring *r, aa_trace_event *ev,
+                        int64_t *run_id) {
+  uint64_t pos = atomic_load_explicit(&st->ring_deq, memory_order_relaxed);
+  ring_slot *slot = &r->slots[pos & r->mask];
+  uint64_t seq = atomic_load_explicit(&slot->seq, memory_order_acquire);
+  if (seq != pos + 1) return false;
+  *ev = slot->ev;
+  *run_id = slot->run_id;
+  atomic_store_explicit(&slot->seq, pos + r->mask + 1, memory_order_release);
+  atomic_store_explicit(&st->ring_deq, pos + 1, memory_order_release);
+  return true;
+}
+
+/* ------------------------------------------------------------ public */
+
+int aa_store_begin_run(aa_store *st, const aa_store_run_info *info,
+                       int64_t *run_id) {
+  int err = AA_OK;
+  begin_req req;
+  if (run_id != NULL) *run_id = 0;
+  if (st == NULL || info == NULL || run_id == NULL) return AA_EINVAL;
+  if ((info->model != NULL && strnlen(info->model, AA__STORE_MAX_TEXT + 1) > AA__STORE_MAX_TEXT) ||
+      (info->host != NULL && strnlen(info->host, AA__STORE_MAX_TEXT + 1) > AA__STORE_MAX_TEXT) ||
+      (info->config_json != NULL &&
+       strnlen(info->config_json, AA__STORE_MAX_JSON + 1) > AA__STORE_MAX_JSON)) {
+    return AA_EINVAL;
+  }
+  if (aa__store_forked_copy(st)) return AA_ECLOSED; /* the mutex may be held by a
+                                             thread of the parent */
+  memset(&req, 0, sizeof req);
+  req.info = info;
+  pthread_mutex_lock(&st->mu);
+  if (!aa__store_is_enabled(st) || st->stop) {
+    err = AA_ECLOSED;
+    goto unlock;
+  }
+  req.next = st->begins;
+  st->begins = &req;
+  aa__store_wake_writer(st);
+  while (!req.done) pthread_cond_wait(&st->done, &st->mu);
+  err = req.err;
+  if (err == AA_OK) *run_id = req.run_id;
+unlock:
+  pthread_mutex_unlock(&st->mu);
+  return err;
+}
+
+/* Appends an item; takes ownership of it in every case. */
+static int enqueue(aa_store *st, item *it, bool need_run) {
+  int err = AA_OK;
+  if (aa__store_forked_copy(st)) {
+    err = AA_ECLOSED;
+    goto dropped;
+  }
+  pthread_mutex_lock(&st->mu);
+  if (!aa__store_is_enabled(st) || st->stop) {
+    err = AA_ECLOSED;
+    goto unlock;
+  }
+  it->run_id = atomic_load(&st->run_id);
+  if (need_run && it->run_id <= 0) {
+    err = AA_ENOENT;
+    goto unlock;
+  }
+  if (st->queued >= st->cfg.queue_capacity) {
+    err = AA_ELIMIT;
+    goto unlock;
+  }
+  it->next = NULL;
+  if (st->tail != NULL) {
+    st->tail->next = it;
+  } else {
+    st->head = it;
+  }
+  st->tail = it;
+  st->queued++;
+  if (it->kind == ITEM_SNAPSHOT) atomic_fetch_add(&st->snapshots_queued, 1);
+  if (st->queued >= aa__store_wake_mark(st)) aa__store_wake_writer(st);
+  if (it->kind == ITEM_END_RUN) atomic_store(&st->run_id, 0);
+  it = NULL;
+unlock:
+  pthread_mutex_unlock(&st->mu);
+dropped:
+  if (it != NULL) {
+    aa__store_count_dropped(st, it);
+    aa__store_item_free(it);
+  }
+  return err;
+}
+
+int aa_store_end_run(aa_store *st) {
+  if (st == NULL) return AA_EINVAL;
+  item *it = calloc(1, sizeof *it);
+  if (it == NULL) return AA_ENOMEM;
+  it->kind = ITEM_END_RUN;
+  it->ts_ms = aa__store_wall_ms();
+  return enqueue(st, it, true);
+}
+
+int aa_store_snapshot(aa_store *st, const aa_pool_stats *stats) {
+  if (st == NULL) return AA_EINVAL;
+  if (stats == NULL || stats->version != AA_STATS_VERSION ||
+      stats->size != sizeof(aa_pool_stats) ||
+      stats->class_count > AA_MAX_CLASSES || stats->hh_count > AA_HH_MAX) {
+    atomic_fetch_add(&st->snapshots_dropped, 1);
+    return AA_EINVAL;
+  }
+  if (!aa__store_is_enabled(st)) {
+    atomic_fetch_add(&st->snapshots_dropped, 1);
+    return AA_ECLOSED;
+  }
+  item *it = malloc(sizeof *it + sizeof(aa_pool_stats));
+  if (it == NULL) {
+    atomic_fetch_add(&st->snapshots_dropped, 1);
+    return AA_ENOMEM;
+  }
+  memset(it, 0, sizeof *it);
+  it->kind = ITEM_SNAPSHOT;
+  it->ts_ms = aa__store_wall_ms();
+  memcpy(&it->snap[0], stats, sizeof *stats);
+  it->snap[0].name[sizeof it->snap[0].name - 1] = '\0';
+  it->snap[0].backend[sizeof it->snap[0].backend - 1] = '\0';
+  return enqueue(st, it, true);
+}
+
+static bool source_ok(const char *s) {
+  size_t n = 0;
+  if (s == NULL) return false;
+  for (; s[n] != '\0'; n++) {
+    char ch = s[n];
+    if (n >= 31) return false;
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+          ch == '-')) {
+      return false;
+    }
+  }
+  return n > 0;
+}
+
+int aa_store_policy_change(aa_store *st, const char *source,
+                           uint64_t old_version, uint64_t new_version,
+                           const char *reason, const char *policy_json) {
+  int err = AA_OK;
+  bool too_long = false;
+  item *it = NULL;
+  if (st == NULL) return AA_EINVAL;
+  if (!source_ok(source)) {
+    err = AA_EINVAL;
+    goto fail;
+  }
+  if (!aa__store_is_enabled(st)) {
+    err = AA_ECLOSED;
+    goto fail;
+  }
+  it = calloc(1, sizeof *it);
+  if (it == NULL) {
+    err = AA_ENOMEM;
+    goto fail;
+  }
+  it->kind = ITEM_POLICY;
+  it->ts_ms = aa__store_wall_ms();
+  snprintf(it->source, sizeof it->source, "%s", source);
+  it->old_version = old_version;
+  it->new_version = new_version;
+  if (reason != NULL) {
+    it->reason = dup_bounded(reason, AA__STORE_MAX_TEXT, &too_long);
+    if (it->reason == NULL) {
+      err = too_long ? AA_EINVAL : AA_ENOMEM;
+      goto fail;
+    }
+  }
+  if (policy_json != NULL) {
+    it->policy = dup_bounded(policy_json, AA__STORE_MAX_JSON, &too_long);
+    if (it->policy == NULL) {
+      err = too_long ? AA_EINVAL : AA_ENOMEM;
+      goto fail;
+    }
+  }
+  return enqueue(st, it, false);
+fail:
+  aa__store_item_free(it);
+  atomic_fetch_add(&st->policy_dropped, 1);
+  return err;
+}
+
+static ring *ring_get(aa_store *st) {
+  ring *r = atomic_load_explicit(&st->ring, memory_order_acquire);
+  if (r != NULL) return r;
+  ring *fresh = malloc(sizeof *fresh + (size_t)st->ring_cap * sizeof(ring_slot));
+  if (fresh == NULL) return NULL;
+  fresh->mask = st->ring_cap - 1;
+  for (uint64_t i = 0; i < st->ring_cap; i++) {
+    atomic_init(&fresh->slots[i].seq, i);
+  }
+  ring *expected = NULL;
+  if (atomic_compare_exchange_strong_explicit(&st->ring, &expected, fresh,
+                                              memory_order_acq_rel,
+                                              memory_order_acquire)) {
+    return fresh;
+  }
+  free(fresh);
+  return expected;
+}
+
+void aa_store_trace_push(void *store, const aa_trace_event *ev) {
+  aa_store *st = store;
+  if (st == NULL || ev == NULL) return;
+  int64_t run = atomic_load_explicit(&st->run_id, memory_order_relaxed);
+  if (!aa__store_is_enabled(st) || run <= 0) {
+    trace_lost(st, run, ev);
+    return;
+  }
+  ring *r = ring_get(st);
+  if (r == NULL) {
+    trace_lost(st, run, ev);
+    return;
+  }
+  uint64_t pos = atomic_load_explicit(&st->ring_enq, memory_order_relaxed);
+  ring_slot *slot;
+  for (;;) {
+    slot = &r->slots[pos & r->mask];
+    uint64_t seq = atomic_load_explicit(&slot->seq, memory_order_acquire);
+    int64_t diff = (int64_t)(seq - pos);
+    if (diff == 0) {
+      if (atomic_compare_exchange_weak_explicit(&st->ring_enq, &pos, pos + 1,
+                                                memory_order_relaxed,
+                                                memory_order_relaxed)) {
+        break;
+      }
+    } else if (diff < 0) {
+      trace_lost(st, run, ev);
+      return; /* full */
+    } else {
+      pos = atomic_load_explicit(&st->ring_enq, memory_order_relaxed);
+    }
+  }
+  slot->ev = *ev;
+  slot->run_id = run;
+  atomic_store_explicit(&slot->seq, pos + 1, memory_order_release);
+  /* Wake the writer early when the ring is half full. */
+  uint64_t deq = atomic_load_explicit(&st->ring_deq, memory_order_relaxed);
+  if (pos + 1 - deq == (uint64_t)st->ring_cap / 2) aa__store_wake_writer(st);
+}
