@@ -35,9 +35,9 @@ typedef void (*bench_sdallocx_fn)(void *ptr, size_t size, int flags);
 typedef struct bench_allocator {
   const char *name; /* the JSON "allocator" value (static string) */
   bench_kind kind;
-  bool available;   /* false when its library could not be loaded */
-  char where[256];  /* shared object the alloc function resolves into */
-  void *handle;     /* dlopen handle (jemalloc, mimalloc, libc), or NULL */
+  bool available;  /* false when its library could not be loaded */
+  char where[256]; /* shared object the alloc function resolves into */
+  void *handle;    /* dlopen handle (jemalloc, mimalloc, libc), or NULL */
   /* BENCH_AA: the pool (owned: bench_allocators_close) over its backend. */
   aa_backend *backend;
   aa_pool *pool;
@@ -72,6 +72,9 @@ int bench_host_main(int argc, char **argv);
 
 /* Keeps a pointer alive in the eyes of the compiler without touching the
  * memory it points to, so alloc/free pairs cannot be elided. */
-#define BENCH_SINK(p) __asm__ __volatile__("" : : "r"(p) : "memory")
+#define BENCH_SINK(p) __asm__ __volatile__(""       \
+                                           :        \
+                                           : "r"(p) \
+                                           : "memory")
 
 #endif /* ADAPTALLOC_BENCH_H */

@@ -33,14 +33,15 @@
 #define BATCH_PERMS 8
 #define MAX_REPS 1000
 
-typedef enum case_kind { CASE_PAIR, CASE_BATCH } case_kind;
+typedef enum case_kind { CASE_PAIR,
+                         CASE_BATCH } case_kind;
 
 typedef struct bench_case {
   const char *name;
   case_kind kind;
-  size_t size;      /* pair cases */
-  int threads;      /* batch cases */
-  uint64_t ops;     /* alloc+free pairs per measurement (per thread), at scale 1 */
+  size_t size;  /* pair cases */
+  int threads;  /* batch cases */
+  uint64_t ops; /* alloc+free pairs per measurement (per thread), at scale 1 */
 } bench_case;
 
 static const bench_case g_cases[] = {
@@ -106,17 +107,17 @@ static void plan_init(batch_plan *p, uint64_t seed) {
 /* Each loop is written out per allocator kind so that what is timed is the
  * call a real caller makes, through a function pointer held in a local. */
 
-#define PAIR_LOOP(ALLOC, FREE)                                                 \
-  do {                                                                         \
-    for (uint64_t i_ = 0; i_ < n; i_++) {                                      \
-      void *p_ = (ALLOC);                                                      \
-      if (p_ == NULL) {                                                        \
-        failed = true;                                                         \
-        break;                                                                 \
-      }                                                                        \
-      BENCH_SINK(p_);                                                          \
-      FREE;                                                                    \
-    }                                                                          \
+#define PAIR_LOOP(ALLOC, FREE)            \
+  do {                                    \
+    for (uint64_t i_ = 0; i_ < n; i_++) { \
+      void *p_ = (ALLOC);                 \
+      if (p_ == NULL) {                   \
+        failed = true;                    \
+        break;                            \
+      }                                   \
+      BENCH_SINK(p_);                     \
+      FREE;                               \
+    }                                     \
   } while (0)
 
 /* Elapsed time of one measurement: wall clock and this thread's CPU time. */
@@ -171,28 +172,28 @@ static timing run_pair(const bench_allocator *a, size_t size, uint64_t n) {
   return t;
 }
 
-#define BATCH_LOOP(ALLOC, FREE)                                                \
-  do {                                                                         \
-    for (uint64_t b_ = 0; b_ < batches && !failed; b_++) {                     \
-      const uint16_t *perm_ = plan->perm[b_ % BATCH_PERMS];                    \
-      for (int i_ = 0; i_ < BATCH_N; i_++) {                                   \
-        size_t sz_ = plan->sizes[i_];                                          \
-        void *p_ = (ALLOC);                                                    \
-        if (p_ == NULL) {                                                      \
-          failed = true;                                                       \
-        }                                                                      \
-        BENCH_SINK(p_);                                                        \
-        plan->ptrs[i_] = p_;                                                   \
-      }                                                                        \
-      for (int j_ = 0; j_ < BATCH_N; j_++) {                                   \
-        int k_ = perm_[j_];                                                    \
-        size_t sz_ = plan->sizes[k_];                                          \
-        void *p_ = plan->ptrs[k_];                                             \
-        if (p_ != NULL) {                                                      \
-          FREE;                                                                \
-        }                                                                      \
-      }                                                                        \
-    }                                                                          \
+#define BATCH_LOOP(ALLOC, FREE)                             \
+  do {                                                      \
+    for (uint64_t b_ = 0; b_ < batches && !failed; b_++) {  \
+      const uint16_t *perm_ = plan->perm[b_ % BATCH_PERMS]; \
+      for (int i_ = 0; i_ < BATCH_N; i_++) {                \
+        size_t sz_ = plan->sizes[i_];                       \
+        void *p_ = (ALLOC);                                 \
+        if (p_ == NULL) {                                   \
+          failed = true;                                    \
+        }                                                   \
+        BENCH_SINK(p_);                                     \
+        plan->ptrs[i_] = p_;                                \
+      }                                                     \
+      for (int j_ = 0; j_ < BATCH_N; j_++) {                \
+        int k_ = perm_[j_];                                 \
+        size_t sz_ = plan->sizes[k_];                       \
+        void *p_ = plan->ptrs[k_];                          \
+        if (p_ != NULL) {                                   \
+          FREE;                                             \
+        }                                                   \
+      }                                                     \
+    }                                                       \
   } while (0)
 
 /* Runs `batches` batches of the plan; returns false on allocation failure. */

@@ -433,7 +433,6 @@ static void test_adapt_loop_thread(void **state) {
   assert_true(waste(e) <= 0.03);
 }
 
-
 /* interval_ms changed while the loop runs (the README's PATCH): every add
  * decision's count is a share of the small requests over the same two
  * snapshots (at most all of them), over the time that actually elapsed. */

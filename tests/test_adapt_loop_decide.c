@@ -443,7 +443,7 @@ static void test_adapt_loop_decide_flap_backoff(void **state) {
   assert_int_equal(f->d[0].kind, AA_ADAPT_ADD_CLASS);
   assert_non_null(strstr(f->d[0].reason, "retired 1 time before, so it is kept "
                                          "through 4 cold intervals"));
-  for (s = 5; s <= 7; s++)      /* cold 1..3: kept (limit 4) */
+  for (s = 5; s <= 7; s++) /* cold 1..3: kept (limit 4) */
     assert_int_equal(step(f), 0);
   assert_int_equal(step(f), 1); /* 8: cold 4 -> retired (second time) */
   assert_int_equal(f->d[0].kind, AA_ADAPT_RETIRE_CLASS);
@@ -452,7 +452,7 @@ static void test_adapt_loop_decide_flap_backoff(void **state) {
   assert_int_equal(step(f), 1); /* 9: re-added, limit 8 now */
   assert_non_null(strstr(f->d[0].reason, "retired 2 times before, so it is kept "
                                          "through 8 cold intervals"));
-  for (s = 10; s <= 16; s++)    /* cold 1..7: kept */
+  for (s = 10; s <= 16; s++) /* cold 1..7: kept */
     assert_int_equal(step(f), 0);
   assert_int_equal(step(f), 1); /* 17: cold 8 -> retired */
   free(f);

@@ -89,7 +89,10 @@ static const bad_doc bad_docs[] = {
     {"{\"adapt\\u0000\": {}}", AA_EPARSE, "the escape \\u0000"},
     {"{\"name\": \"\\udc00\"}", AA_EPARSE, "(root): malformed JSON"},
     {"\xef\xbb\xbf\xef\xbb\xbf{}", AA_EPARSE, "a byte-order mark after the start"},
-    {"{\"\xc4\x85" "dapt\": {}}", AA_EINVAL, "\xc4\x85" "dapt: unknown key"},
+    {"{\"\xc4\x85"
+     "dapt\": {}}",
+     AA_EINVAL, "\xc4\x85"
+                "dapt: unknown key"},
     {POOL("{\"limit_bytes\": 18446744073709551616}"), AA_EINVAL,
      "pools.device.limit_bytes: 18446744073709551616 is beyond 2^53"},
     {"[]", AA_EINVAL, "(root): expected an object, got an array"},
@@ -200,7 +203,6 @@ static void test_adapt_policy_bad_documents(void **state) {
     assert_null(p);
   }
 }
-
 
 /* Start-up files get the same strictness as HTTP bodies, and what is not a
  * regular file is refused without blocking (a FIFO with no writer). */
@@ -451,7 +453,8 @@ static void test_adapt_policy_pool_config(void **state) {
     aa_pool_config pc;
     aa_pool_config_init(&pc);
     assert_int_equal(aa_policy_pool_config(p, k == 0 ? "device" : "host", &pc, cl,
-                                           AA_MAX_CLASSES, &n), AA_OK);
+                                           AA_MAX_CLASSES, &n),
+                     AA_OK);
     assert_int_equal(n, 6);
     assert_int_equal(cl[0].block_size, 512);
     assert_int_equal(cl[1].block_size, 1024);
@@ -586,7 +589,6 @@ static void test_adapt_policy_merge_patch(void **state) {
   aa_policy_free(base);
 }
 
-
 /* RFC 7386 appendix A, every example: target, patch, result. */
 static void test_adapt_policy_rfc7386_examples(void **state) {
   static const char *const cases[][3] = {
@@ -674,7 +676,6 @@ static void test_adapt_policy_example_files(void **state) {
   }
 }
 
-
 /* Reads a whole file (malloc'd, NUL-terminated) or fails the test. */
 static char *slurp(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
@@ -740,7 +741,6 @@ static int schema_walk(const cJSON *root, const cJSON *node, const char **path,
   }
   return checked;
 }
-
 
 /* Every key the writer emits is a property in the schema (resolving $ref;
  * below a "oneOf" the check stops). */

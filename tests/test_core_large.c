@@ -163,7 +163,7 @@ static void test_core_large_oom_releases_cache(void **state) {
   fx *f = make(0, 4 * MiB);
   void *l = aa_alloc(f->p, 3 * MiB, NULL); /* a 4 MiB segment */
   assert_non_null(l);
-  aa_free(f->p, l, 0, NULL); /* cached */
+  aa_free(f->p, l, 0, NULL);            /* cached */
   void *s = aa_alloc(f->p, 1000, NULL); /* needs a 2 MiB slab: over the limit */
   assert_non_null(s);
   aa_pool_stats st;

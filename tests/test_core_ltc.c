@@ -167,7 +167,9 @@ static void test_core_ltc_destroy_while_held(void **state) {
 }
 
 /* Threads allocate, write, pass blocks to each other and free them. */
-enum { NT = 4, NB = 32, ROUNDS = 4000 };
+enum { NT = 4,
+       NB = 32,
+       ROUNDS = 4000 };
 typedef struct shared {
   fx *f;
   pthread_mutex_t mu;

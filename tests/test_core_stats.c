@@ -132,14 +132,14 @@ static void test_core_stats_many_sizes_exact(void **state) {
   memset(want, 0, sizeof want);
   const size_t hot = 4000;
   uint64_t total = 0;
-#define REQ(sz)                                                                                    \
-  do {                                                                                             \
-    size_t s_ = (sz);                                                                              \
-    void *p_ = aa_alloc(f->p, s_, NULL);                                                           \
-    assert_non_null(p_);                                                                           \
-    assert_int_equal(aa_free(f->p, p_, s_, NULL), AA_OK);                                          \
-    want[aa_hist_bucket(s_)]++;                                                                    \
-    total++;                                                                                       \
+#define REQ(sz)                                           \
+  do {                                                    \
+    size_t s_ = (sz);                                     \
+    void *p_ = aa_alloc(f->p, s_, NULL);                  \
+    assert_non_null(p_);                                  \
+    assert_int_equal(aa_free(f->p, p_, s_, NULL), AA_OK); \
+    want[aa_hist_bucket(s_)]++;                           \
+    total++;                                              \
   } while (0)
   for (int i = 0; i < 10; i++)
     REQ(hot);

@@ -21,7 +21,11 @@
 #include "adaptalloc/core.h"
 #include "test_hooks.h" /* core/src: the host backend's test hooks */
 
-enum { WORKERS = 4, LIVE = 128, OPS = 60000, MIN_OPS = 3000, XCHG = 64 };
+enum { WORKERS = 4,
+       LIVE = 128,
+       OPS = 60000,
+       MIN_OPS = 3000,
+       XCHG = 64 };
 #define BUDGET_NS 800000000ull
 
 typedef struct blk {

@@ -34,12 +34,12 @@ static int have_gpu(void) {
   return n > 0;
 }
 
-#define NEED_GPU()                                                             \
-  do {                                                                         \
-    if (!have_gpu()) {                                                         \
-      skip();                                                                  \
-      return;                                                                  \
-    }                                                                          \
+#define NEED_GPU()     \
+  do {                 \
+    if (!have_gpu()) { \
+      skip();          \
+      return;          \
+    }                  \
   } while (0)
 
 /* A stream held busy by a host callback that spins until released. */

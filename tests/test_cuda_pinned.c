@@ -31,12 +31,12 @@ static int have_gpu(void) {
   return n > 0;
 }
 
-#define NEED_GPU()                                                             \
-  do {                                                                         \
-    if (!have_gpu()) {                                                         \
-      skip();                                                                  \
-      return;                                                                  \
-    }                                                                          \
+#define NEED_GPU()     \
+  do {                 \
+    if (!have_gpu()) { \
+      skip();          \
+      return;          \
+    }                  \
   } while (0)
 
 typedef struct gate {
@@ -188,7 +188,8 @@ static void test_cuda_pinned_staging_waits_for_copy(void **state) {
 
 /* Packs `n` chunks of varying sizes, flushes, copies back and compares. */
 static void pack_round_trip(aa_pool *pool) {
-  enum { N = 300, CAP = 1 << 20 };
+  enum { N = 300,
+         CAP = 1 << 20 };
   aa_packer *pk = NULL;
   size_t off[N], len[N];
   unsigned char *src, *back;
@@ -263,7 +264,8 @@ static void test_cuda_pinned_packer_round_trip_hostalloc(void **state) {
 /* add_many: a 4 MiB batch copied by 3 threads lands where the offsets say;
  * a batch that does not fit is refused whole. */
 static void test_cuda_pinned_packer_add_many(void **state) {
-  enum { N = 1000, CAP = 8 << 20 };
+  enum { N = 1000,
+         CAP = 8 << 20 };
   fixture *f = *state;
   aa_packer *pk = NULL;
   const void **srcs;

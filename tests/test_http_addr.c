@@ -80,7 +80,7 @@ static void test_http_addr_off(void **state) {
 static void test_http_addr_refuses_bad_forms(void **state) {
   static const char *const bad[] = {
       "",
-      "127.0.0.1",      /* no port */
+      "127.0.0.1", /* no port */
       "127.0.0.1:",
       "127.0.0.1:65536",
       "127.0.0.1:99999",

@@ -354,8 +354,8 @@ static void test_http_metrics_bounded_and_stable(void **state) {
   assert_string_equal(n1, n2);
   after = sample(t2, key);
   stateless = sample(t3, key);
-  assert_true(after == before + 1);     /* 3072's count stayed, 3584's grew */
-  assert_true(stateless == before);     /* without the carry: -1 +1 */
+  assert_true(after == before + 1); /* 3072's count stayed, 3584's grew */
+  assert_true(stateless == before); /* without the carry: -1 +1 */
 
   /* a pool with its default ladder only: the same number of series */
   {

@@ -35,9 +35,9 @@
 
 typedef struct {
   int status;
-  char *raw;     /* whole answer, NUL-terminated */
+  char *raw; /* whole answer, NUL-terminated */
   size_t raw_len;
-  char *body;    /* points into raw */
+  char *body; /* points into raw */
   size_t body_len;
 } resp_t;
 
@@ -204,7 +204,7 @@ static void expect_json_error(const resp_t *r, int status, const char *path,
 
 typedef struct fake {
   pthread_mutex_t mu;
-  char *policy;      /* JSON text */
+  char *policy; /* JSON text */
   uint64_t version;
   int puts;
   int patches;
@@ -769,10 +769,17 @@ static void test_http_history_and_runs(void **state) {
   fixture *fx = *state;
   resp_t r;
   static const char *const bad[] = {
-      "/history?since=abc",  "/history?since=-1",  "/history?since=",
-      "/history?since",      "/history?limit=0",   "/history?limit=10001",
-      "/history?limit=1.5",  "/history?run=0",     "/history?run=x",
-      "/history?limit=99999999999999999999",       "/history?foo=1",
+      "/history?since=abc",
+      "/history?since=-1",
+      "/history?since=",
+      "/history?since",
+      "/history?limit=0",
+      "/history?limit=10001",
+      "/history?limit=1.5",
+      "/history?run=0",
+      "/history?run=x",
+      "/history?limit=99999999999999999999",
+      "/history?foo=1",
       "/history?limit=1&limit=2",
   };
   size_t i;
@@ -894,11 +901,14 @@ static void test_http_wrong_methods(void **state) {
     const char *path;
     const char *allow;
   } cases[] = {
-      {"POST", "/stats", "GET, HEAD"},     {"PUT", "/stats", "GET, HEAD"},
+      {"POST", "/stats", "GET, HEAD"},
+      {"PUT", "/stats", "GET, HEAD"},
       {"DELETE", "/policy", "GET, HEAD, PUT, PATCH"},
       {"POST", "/policy", "GET, HEAD, PUT, PATCH"},
-      {"PATCH", "/metrics", "GET, HEAD"},  {"DELETE", "/history", "GET, HEAD"},
-      {"OPTIONS", "/runs", "GET, HEAD"},   {"POST", "/healthz", "GET, HEAD"},
+      {"PATCH", "/metrics", "GET, HEAD"},
+      {"DELETE", "/history", "GET, HEAD"},
+      {"OPTIONS", "/runs", "GET, HEAD"},
+      {"POST", "/healthz", "GET, HEAD"},
       {"BREW", "/policy", "GET, HEAD, PUT, PATCH"},
   };
   size_t i;

@@ -76,7 +76,6 @@ static void test_replay_csv_basic(void **state) {
   assert_int_equal(c.ev[2].line, 4);
 }
 
-
 /* A CSV that starts with a UTF-8 byte-order mark (as spreadsheets save it)
  * reads like one without; a BOM anywhere else is data (and malformed). */
 static void test_replay_csv_bom(void **state) {
@@ -86,9 +85,11 @@ static void test_replay_csv_bom(void **state) {
       "\xef\xbb\xbfThread,Time,Action,Pointer,Size,Stream\r\n"
       "1,1.5,allocate,0xa000,1024,0x0\r\n"
       "1,1.6,deallocate,0xa000,1024,0x0\r\n";
-  const char *bom_no_header = "\xef\xbb\xbf" "1,1.5,allocate,0xa000,1024,0x0\n";
+  const char *bom_no_header = "\xef\xbb\xbf"
+                              "1,1.5,allocate,0xa000,1024,0x0\n";
   const char *second_bom = "Thread,Time,Action,Pointer,Size,Stream\n"
-                           "\xef\xbb\xbf" "1,1.5,allocate,0xa000,1024,0x0\n";
+                           "\xef\xbb\xbf"
+                           "1,1.5,allocate,0xa000,1024,0x0\n";
   (void)state;
 
   assert_int_equal(parse(text, AA_REPLAY_STOP, &c, NULL, err), AA_OK);
@@ -161,7 +162,8 @@ static void test_replay_csv_no_header(void **state) {
   (void)state;
 
   assert_int_equal(parse("1,0,allocate,0x10,5,0\n", AA_REPLAY_STOP, &c, NULL,
-                         err), AA_OK);
+                         err),
+                   AA_OK);
   assert_int_equal(c.n, 1);
   assert_int_equal(c.ev[0].line, 1);
   /* An empty input is fine and produces nothing. */
@@ -173,7 +175,8 @@ static void test_replay_csv_no_header(void **state) {
                          "1,0,allocate,0x10,5,0\n"
                          "Thread,Time,Action,Pointer,Size,Stream\n"
                          "1,0,deallocate,0x10,5,0\n",
-                         AA_REPLAY_STOP, &c, NULL, err), AA_OK);
+                         AA_REPLAY_STOP, &c, NULL, err),
+                   AA_OK);
   assert_int_equal(c.n, 2);
 }
 
@@ -261,10 +264,12 @@ static void test_replay_csv_bad_header(void **state) {
 
   /* A broken header stops even in count mode: the columns are unknown. */
   assert_int_equal(parse("\nThread,Time,Pointer,Size\n1,0,0x10,5\n",
-                         AA_REPLAY_COUNT, &c, &d, err), AA_EPARSE);
+                         AA_REPLAY_COUNT, &c, &d, err),
+                   AA_EPARSE);
   assert_string_equal(err, "line 2: header lacks column Action");
   assert_int_equal(parse("Size,Action,Pointer,size\n", AA_REPLAY_STOP, &c, &d,
-                         err), AA_EPARSE);
+                         err),
+                   AA_EPARSE);
   assert_string_equal(err, "line 1: header names column Size twice");
 }
 
@@ -284,7 +289,8 @@ static void test_replay_csv_sink_stops(void **state) {
   memset(&c, 0, sizeof c);
   c.stop_after = 1; /* the first batch already stops */
   assert_int_equal(aa_replay_csv_parse(text, len, &opt, collect_sink, &c, NULL,
-                                       err, sizeof err), AA_ECLOSED);
+                                       err, sizeof err),
+                   AA_ECLOSED);
   assert_int_equal(c.calls, 1);
   free(text);
 }
@@ -331,14 +337,17 @@ static void test_replay_csv_file(void **state) {
   memset(&opt, 0, sizeof opt);
   memset(&c, 0, sizeof c);
   assert_int_equal(aa_replay_csv_parse_file(path, &opt, collect_sink, &c, NULL,
-                                            err, sizeof err), AA_OK);
+                                            err, sizeof err),
+                   AA_OK);
   assert_int_equal(c.n, 2);
   unlink(path);
   assert_int_equal(aa_replay_csv_parse_file(path, &opt, collect_sink, &c, NULL,
-                                            err, sizeof err), AA_EIO);
+                                            err, sizeof err),
+                   AA_EIO);
   assert_non_null(strstr(err, "No such file"));
   assert_int_equal(aa_replay_csv_parse_file("/tmp", &opt, collect_sink, &c,
-                                            NULL, err, sizeof err), AA_EIO);
+                                            NULL, err, sizeof err),
+                   AA_EIO);
   assert_non_null(strstr(err, "directory"));
 }
 
@@ -377,7 +386,8 @@ static void test_replay_csv_progress(void **state) {
   opt.progress_user = &p;
   memset(&c, 0, sizeof c);
   assert_int_equal(aa_replay_csv_parse(text, len, &opt, collect_sink, &c, NULL,
-                                       err, sizeof err), AA_OK);
+                                       err, sizeof err),
+                   AA_OK);
   /* Between batches now and then, and once at the end with done == total. */
   assert_true(p.calls >= 2);
   assert_true(p.monotone);

@@ -312,7 +312,8 @@ static void test_replay_ranks_run_combined(void **state) {
     free(out);
   }
   assert_int_equal(tool(&out, NULL, "run --json --db {TMP}/rank0.db "
-                        "--db {TMP}/rank1.db --db {TMP}/rank2.db"), 0);
+                                    "--db {TMP}/rank1.db --db {TMP}/rank2.db"),
+                   0);
   j = parse_or_fail(out);
   free(out);
   assert_int_equal(cJSON_GetArraySize(get(j, "databases")), 3);
@@ -383,7 +384,8 @@ static void test_replay_ranks_compare(void **state) {
   (void)state;
   need_dbs();
   assert_int_equal(tool(&out, NULL, "compare --json default default "
-                        "--db {TMP}/rank0.db --db {TMP}/rank2.db"), 0);
+                                    "--db {TMP}/rank0.db --db {TMP}/rank2.db"),
+                   0);
   j = parse_or_fail(out);
   free(out);
   assert_string_equal(get(j, "command")->valuestring, "compare");
@@ -403,7 +405,8 @@ static void test_replay_ranks_compare(void **state) {
                    plan_requests(&g_plan[0]) + plan_requests(&g_plan[2]));
   cJSON_Delete(j);
   assert_int_equal(tool(&out, NULL, "compare default "
-                        "--db {TMP}/rank0.db --db {TMP}/rank2.db"), 0);
+                                    "--db {TMP}/rank0.db --db {TMP}/rank2.db"),
+                   0);
   assert_non_null(strstr(out, "policy default"));
   assert_non_null(strstr(out, "\ncombined "));
   free(out);
@@ -421,7 +424,8 @@ static void test_replay_ranks_flags_odd_rank(void **state) {
   for (pass = 0; pass < 2; pass++) {
     /* a shell glob, as a user would type it */
     assert_int_equal(tool(&out, NULL, "ranks --json --db {TMP}/rank*.db%s",
-                          pass == 1 ? " --from-histogram" : ""), 0);
+                          pass == 1 ? " --from-histogram" : ""),
+                     0);
     j = parse_or_fail(out);
     free(out);
     assert_int_equal(cJSON_GetArraySize(get(j, "databases")), 3);
@@ -460,7 +464,8 @@ static void test_replay_ranks_flags_odd_rank(void **state) {
   }
 
   assert_int_equal(tool(&out, NULL, "ranks --db {TMP}/rank0.db --db "
-                        "{TMP}/rank1.db --db {TMP}/rank2.db"), 0);
+                                    "{TMP}/rank1.db --db {TMP}/rank2.db"),
+                   0);
   assert_non_null(strstr(out, "DIFFERS"));
   assert_non_null(strstr(out, "1 of 3 differ"));
   assert_non_null(strstr(out, "rank2 ("));
@@ -473,12 +478,14 @@ static void test_replay_ranks_flags_odd_rank(void **state) {
   assert_non_null(strstr(out, "no rank differs"));
   free(out);
   assert_int_equal(tool(&out, NULL, "ranks --db {TMP}/rank0.db "
-                        "--db {TMP}/rank1.db"), 0);
+                                    "--db {TMP}/rank1.db"),
+                   0);
   assert_null(strstr(out, "DIFFERS"));
   free(out);
   /* Two different ranks: both flagged, with the note that says why. */
   assert_int_equal(tool(&out, NULL, "ranks --db {TMP}/rank0.db "
-                        "--db {TMP}/rank2.db"), 0);
+                                    "--db {TMP}/rank2.db"),
+                   0);
   assert_non_null(strstr(out, "2 of 2 differ"));
   assert_non_null(strstr(out, "cannot be told"));
   free(out);
@@ -492,7 +499,8 @@ static void test_replay_ranks_each_rank(void **state) {
   (void)state;
   need_dbs();
   assert_int_equal(tool(&out, NULL, "ranks --json --each-rank "
-                        "--db {TMP}/shared.db"), 0);
+                                    "--db {TMP}/shared.db"),
+                   0);
   j = parse_or_fail(out);
   free(out);
   assert_int_equal(cJSON_GetArraySize(get(j, "databases")), 3);
@@ -507,7 +515,8 @@ static void test_replay_ranks_each_rank(void **state) {
   cJSON_Delete(j);
 
   assert_int_equal(tool(&out, NULL, "run --json --each-rank "
-                        "--db {TMP}/shared.db"), 0);
+                                    "--db {TMP}/shared.db"),
+                   0);
   j = parse_or_fail(out);
   free(out);
   assert_int_equal(cJSON_GetArraySize(get(j, "databases")), 3);
@@ -518,7 +527,8 @@ static void test_replay_ranks_each_rank(void **state) {
 
   /* per-rank files: the same as without --each-rank */
   assert_int_equal(tool(&out, NULL, "ranks --json --each-rank "
-                        "--db {TMP}/rank0.db --db {TMP}/rank2.db"), 0);
+                                    "--db {TMP}/rank0.db --db {TMP}/rank2.db"),
+                   0);
   j = parse_or_fail(out);
   free(out);
   assert_int_equal(cJSON_GetArraySize(get(j, "databases")), 2);
@@ -532,11 +542,13 @@ static void test_replay_ranks_usage(void **state) {
   (void)state;
   need_dbs();
   assert_int_equal(tool(NULL, &err, "suggest --db {TMP}/rank0.db --db "
-                        "{TMP}/rank1.db -o {TMP}/x.json"), 2);
+                                    "{TMP}/rank1.db -o {TMP}/x.json"),
+                   2);
   assert_non_null(strstr(err, "suggest takes one input"));
   free(err);
   assert_int_equal(tool(NULL, &err, "export --db {TMP}/rank0.db "
-                        "{TMP}/rank1.db -o -"), 2);
+                                    "{TMP}/rank1.db -o -"),
+                   2);
   free(err);
   assert_int_equal(tool(NULL, &err, "ranks --csv {TMP}/x.csv"), 2);
   assert_non_null(strstr(err, "ranks reads databases"));
@@ -548,25 +560,31 @@ static void test_replay_ranks_usage(void **state) {
                    2);
   free(err);
   assert_int_equal(tool(NULL, &err, "run --top 3 --db {TMP}/rank0.db "
-                        "--db {TMP}/rank1.db"), 2);
+                                    "--db {TMP}/rank1.db"),
+                   2);
   free(err);
   assert_int_equal(tool(NULL, &err, "run --csv {TMP}/x.csv --db "
-                        "{TMP}/rank0.db"), 2);
+                                    "{TMP}/rank0.db"),
+                   2);
   free(err);
   /* A missing database or run is an input error naming it. */
   assert_int_equal(tool(NULL, &err, "run --db {TMP}/rank0.db --db "
-                        "{TMP}/nosuch.db"), 1);
+                                    "{TMP}/nosuch.db"),
+                   1);
   assert_non_null(strstr(err, "nosuch.db"));
   free(err);
   assert_int_equal(tool(NULL, &err, "ranks --db {TMP}/rank0.db --db "
-                        "{TMP}/nosuch.db"), 1);
+                                    "{TMP}/nosuch.db"),
+                   1);
   assert_non_null(strstr(err, "nosuch.db"));
   free(err);
   assert_int_equal(tool(NULL, &err, "ranks --each-rank --run 1 --db "
-                        "{TMP}/shared.db"), 2);
+                                    "{TMP}/shared.db"),
+                   2);
   free(err);
   assert_int_equal(tool(NULL, &err, "suggest --each-rank --db "
-                        "{TMP}/shared.db -o {TMP}/x.json"), 2);
+                                    "{TMP}/shared.db -o {TMP}/x.json"),
+                   2);
   free(err);
   assert_int_equal(tool(NULL, &err, "ranks --run 7 --db {TMP}/rank0.db"), 1);
   assert_non_null(strstr(err, "no run 7"));

@@ -24,7 +24,8 @@ static size_t default_table(aa_class_spec *out, aa_pool_config *pc) {
   aa_pool_config_init(pc);
   /* the 1 MiB ladder, four classes per doubling: the pinned pool's */
   assert_int_equal(aa_policy_pool_config(p, "pinned", pc, out, AA_MAX_CLASSES,
-                                         &n), AA_OK);
+                                         &n),
+                   AA_OK);
   aa_policy_free(p);
   assert_true(n > 8);
   return n;
@@ -53,7 +54,8 @@ static void test_replay_suggest_adds_exact_class(void **state) {
   sc.slab_size = pc.slab_size;
   sc.max_small = pc.max_small;
   assert_int_equal(aa_replay_suggest_classes(sizes, 2, base, nb, &sc, out,
-                                             AA_MAX_CLASSES, &n), AA_OK);
+                                             AA_MAX_CLASSES, &n),
+                   AA_OK);
   /* 4100 B rounds to 4608 exactly; 6000 is too rare to earn a class. */
   assert_int_equal(n, nb + 1);
   assert_true(has_class(out, n, 4608));
@@ -78,12 +80,14 @@ static void test_replay_suggest_nothing_to_gain(void **state) {
 
   aa_replay_suggest_config_init(&sc);
   assert_int_equal(aa_replay_suggest_classes(sizes, 3, base, nb, &sc, out,
-                                             AA_MAX_CLASSES, &n), AA_OK);
+                                             AA_MAX_CLASSES, &n),
+                   AA_OK);
   assert_int_equal(n, nb);
   assert_memory_equal(out, base, nb * sizeof *base);
   /* No sizes at all: the base comes back. */
   assert_int_equal(aa_replay_suggest_classes(NULL, 0, base, nb, &sc, out,
-                                             AA_MAX_CLASSES, &n), AA_OK);
+                                             AA_MAX_CLASSES, &n),
+                   AA_OK);
   assert_int_equal(n, nb);
 }
 
@@ -99,7 +103,8 @@ static void test_replay_suggest_class_bound(void **state) {
   aa_replay_suggest_config_init(&sc);
   sc.max_classes = nb; /* full: an unused ladder class must make room */
   assert_int_equal(aa_replay_suggest_classes(sizes, 2, base, nb, &sc, out,
-                                             AA_MAX_CLASSES, &n), AA_OK);
+                                             AA_MAX_CLASSES, &n),
+                   AA_OK);
   assert_int_equal(n, nb);
   assert_true(has_class(out, n, 4608));
   assert_true(has_class(out, n, 70144));
@@ -118,14 +123,17 @@ static void test_replay_suggest_bad_args(void **state) {
   aa_replay_suggest_config_init(&sc);
   /* Sizes out of order. */
   assert_int_equal(aa_replay_suggest_classes(sizes, 2, base, nb, &sc, out, 4,
-                                             &n), AA_EINVAL);
+                                             &n),
+                   AA_EINVAL);
   assert_int_equal(n, 0);
   /* A base whose last class is not max_small. */
   assert_int_equal(aa_replay_suggest_classes(sizes, 1, base, nb - 1, &sc, out,
-                                             4, &n), AA_EINVAL);
+                                             4, &n),
+                   AA_EINVAL);
   /* Too small an output array: the count is still reported. */
   assert_int_equal(aa_replay_suggest_classes(sizes, 1, base, nb, &sc, out, 4,
-                                             &n), AA_ERANGE);
+                                             &n),
+                   AA_ERANGE);
   assert_int_equal(n, nb + 1);
 }
 
@@ -159,7 +167,8 @@ static void run_policy(const aa_replay_hist *h, const aa_class_spec *cls,
     assert_int_equal(aa_replay_sim_sizes(s, sz, nsz), AA_OK);
   if (used != NULL)
     assert_int_equal(aa_pool_classes(aa_replay_sim_pool(s), used,
-                                     AA_MAX_CLASSES, nused, NULL), AA_OK);
+                                     AA_MAX_CLASSES, nused, NULL),
+                     AA_OK);
   aa_replay_sim_free(s);
 }
 
@@ -179,12 +188,14 @@ static void test_replay_suggest_beats_default(void **state) {
   (void)state;
 
   assert_int_equal(aa_replay_hist_parse(skewed, sizeof skewed - 1, &h, err,
-                                        sizeof err), AA_OK);
+                                        sizeof err),
+                   AA_OK);
   run_policy(&h, base, nb, true, &rd, &sz, &nsz, used, &nused);
   assert_int_equal(nused, nb);
   aa_replay_suggest_config_init(&sc);
   assert_int_equal(aa_replay_suggest_classes(sz, nsz, used, nused, &sc, tuned,
-                                             AA_MAX_CLASSES, &nt), AA_OK);
+                                             AA_MAX_CLASSES, &nt),
+                   AA_OK);
   assert_true(nt > nb);
   run_policy(&h, tuned, nt, false, &rt, NULL, NULL, NULL, NULL);
 

@@ -47,7 +47,8 @@ static void test_replay_synth_hist_json(void **state) {
 
   assert_int_equal(hparse("{\"hist\": [0, 0, 5], \"sizes\": [{\"size\": 1000, "
                           "\"count\": 3}, {\"size\": 1000, \"count\": 2}]}",
-                          &h, err), AA_OK);
+                          &h, err),
+                   AA_OK);
   assert_int_equal(h.hist[2], 5);
   assert_int_equal(h.hist[0], 0);
   assert_int_equal(h.nexact, 1);
@@ -57,7 +58,9 @@ static void test_replay_synth_hist_json(void **state) {
 
   /* Core stats shape: heavy hitters under "hh"; pools summed. */
   assert_int_equal(hparse("{\"pools\": {\"device\": {\"hist\": [1], \"hh\": []},"
-                          " \"host\": {\"hist\": [2, 7]}}}", &h, err), AA_OK);
+                          " \"host\": {\"hist\": [2, 7]}}}",
+                          &h, err),
+                   AA_OK);
   assert_int_equal(h.hist[0], 3);
   assert_int_equal(h.hist[1], 7);
   aa_replay_hist_clear(&h);
@@ -69,7 +72,9 @@ static void test_replay_synth_hist_json(void **state) {
   assert_int_equal(hparse("{\"hist\": [1.5]}", &h, err), AA_EPARSE);
   assert_non_null(strstr(err, "hist[0]"));
   assert_int_equal(hparse("{\"sizes\": [{\"size\": 1, \"count\": 1}, {\"size\":"
-                          " 2}]}", &h, err), AA_EPARSE);
+                          " 2}]}",
+                          &h, err),
+                   AA_EPARSE);
   assert_non_null(strstr(err, "sizes[1]: expected"));
   assert_int_equal(hparse("{\"other\": 1}", &h, err), AA_EPARSE);
   assert_non_null(strstr(err, "no \"hist\" or \"sizes\""));
@@ -131,7 +136,8 @@ static void test_replay_synth_deterministic(void **state) {
   assert_int_equal(hparse("{\"hist\": [0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,"
                           "0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,9,9,9,9],"
                           " \"sizes\": [{\"size\": 3000, \"count\": 50}]}",
-                          &h, err), AA_OK);
+                          &h, err),
+                   AA_OK);
   synth(&h, 42, 20000, 100, false, &a);
   synth(&h, 42, 20000, 100, false, &b);
   synth(&h, 43, 20000, 100, false, &c);

@@ -217,7 +217,8 @@ static void test_replay_tool_manners(void **state) {
   free(err);
   /* --opt=value is the same as --opt value */
   assert_int_equal(sh(&out, NULL, "{BIN} run --json --top=3 --on-error=count "
-                      "{SRC}/tests/data/replay/small.csv"), 0);
+                                  "{SRC}/tests/data/replay/small.csv"),
+                   0);
   assert_non_null(strstr(out, "\"allocs\""));
   free(out);
   assert_int_equal(sh(NULL, &err, "{BIN} run --top=x {SRC}/tests/data/replay/small.csv"), 2);
@@ -238,7 +239,8 @@ static void test_replay_tool_manners(void **state) {
   free(err);
   /* --progress: on stderr even without a terminal, with the time left */
   assert_int_equal(sh(&out, &err, "{BIN} run --progress --events 200000 "
-                      "--histogram {SRC}/tests/data/replay/hist_mixed.json"), 0);
+                                  "--histogram {SRC}/tests/data/replay/hist_mixed.json"),
+                   0);
   assert_non_null(strstr(err, " left"));
   assert_non_null(strstr(err, "events in"));
   assert_null(strstr(out, " left"));
@@ -246,7 +248,8 @@ static void test_replay_tool_manners(void **state) {
   free(err);
   /* without --progress and without a terminal: no progress */
   assert_int_equal(sh(NULL, &err, "{BIN} run --events 200000 "
-                      "--histogram {SRC}/tests/data/replay/hist_mixed.json"), 0);
+                                  "--histogram {SRC}/tests/data/replay/hist_mixed.json"),
+                   0);
   assert_null(strstr(err, " left"));
   free(err);
 }
@@ -264,8 +267,9 @@ static void test_replay_tool_plot(void **state) {
   if (!have_binary())
     skip();
   assert_int_equal(sh(&out, &err, "{BIN} compare default {SRC}/policies/bert-base.json "
-                      "--plot={TMP}/cmp.svg --events 300000 "
-                      "--histogram {SRC}/tests/data/replay/hist_mixed.json"), 0);
+                                  "--plot={TMP}/cmp.svg --events 300000 "
+                                  "--histogram {SRC}/tests/data/replay/hist_mixed.json"),
+                   0);
   free(out);
   free(err);
   snprintf(path, sizeof path, "%s/cmp.svg", g_tmp);
@@ -300,21 +304,24 @@ static void test_replay_tool_plot(void **state) {
   free(svg);
   if (access("/usr/bin/python3", X_OK) == 0) {
     assert_int_equal(sh(&out, &err, "/usr/bin/python3 -c \"import sys, xml.etree."
-                        "ElementTree as E; r = E.parse(sys.argv[1]).getroot(); "
-                        "assert r.tag == '{http://www.w3.org/2000/svg}svg'; "
-                        "print(len([e for e in r.iter() if e.tag.endswith('polyline')]))\" "
-                        "{TMP}/cmp.svg"), 0);
+                                    "ElementTree as E; r = E.parse(sys.argv[1]).getroot(); "
+                                    "assert r.tag == '{http://www.w3.org/2000/svg}svg'; "
+                                    "print(len([e for e in r.iter() if e.tag.endswith('polyline')]))\" "
+                                    "{TMP}/cmp.svg"),
+                     0);
     assert_int_equal(atoi(out), 4);
     free(out);
     free(err);
   }
   /* --plot is compare's; an unwritable file is named */
   assert_int_equal(sh(NULL, &err, "{BIN} run --plot {TMP}/x.svg "
-                      "{SRC}/tests/data/replay/small.csv"), 2);
+                                  "{SRC}/tests/data/replay/small.csv"),
+                   2);
   assert_non_null(strstr(err, "--plot goes with compare"));
   free(err);
   assert_int_equal(sh(NULL, &err, "{BIN} compare default --plot {TMP}/no/dir/x.svg "
-                      "{SRC}/tests/data/replay/small.csv"), 1);
+                                  "{SRC}/tests/data/replay/small.csv"),
+                   1);
   assert_non_null(strstr(err, "no/dir/x.svg: cannot write the plot"));
   free(err);
 }
@@ -373,7 +380,8 @@ static void test_replay_tool_run_small(void **state) {
   /* The 1 MiB ladder of four classes per doubling (the default policy's
    * pinned pool): 1000 -> 1024, 3000 -> 3072; two 2 MiB slabs. */
   assert_int_equal(sh(&out, &err, "{BIN} run --json --pool pinned "
-                      "{SRC}/tests/data/replay/small.csv"), 0);
+                                  "{SRC}/tests/data/replay/small.csv"),
+                   0);
   j = cJSON_Parse(out);
   assert_non_null(j);
   assert_int_equal((int)num(j, "result.requests"), 3);
@@ -391,7 +399,8 @@ static void test_replay_tool_run_small(void **state) {
 
   /* Costs are configurable. */
   assert_int_equal(sh(&out, &err, "{BIN} run --json --pool pinned --cost-alloc-us 1000 "
-                      "{SRC}/tests/data/replay/small.csv"), 0);
+                                  "{SRC}/tests/data/replay/small.csv"),
+                   0);
   j = cJSON_Parse(out);
   assert_true(num(j, "result.sim_backend_us") > 1999.9 &&
               num(j, "result.sim_backend_us") < 2000.1);
@@ -401,7 +410,8 @@ static void test_replay_tool_run_small(void **state) {
 
   /* Per-thread replay gives the same figures on a one-thread trace. */
   assert_int_equal(sh(&out, &err, "{BIN} run --json --pool pinned --threads "
-                      "{SRC}/tests/data/replay/small.csv"), 0);
+                                  "{SRC}/tests/data/replay/small.csv"),
+                   0);
   j = cJSON_Parse(out);
   assert_non_null(j);
   assert_int_equal((int)num(j, "result.peak_in_use"), 4096);
@@ -412,7 +422,8 @@ static void test_replay_tool_run_small(void **state) {
 
   /* Text output and the wall-clock CRLF sample. */
   assert_int_equal(sh(&out, &err, "{BIN} run {SRC}/tests/data/replay/"
-                      "rmm_hhmmss.csv"), 0);
+                                  "rmm_hhmmss.csv"),
+                   0);
   assert_non_null(strstr(out, "failed in the trace 1"));
   assert_non_null(strstr(out, "peak "));
   free(out);
@@ -428,13 +439,15 @@ static void test_replay_tool_bad_input(void **state) {
     skip();
   /* Stop (the default): exit 1 at the first bad line, named. */
   assert_int_equal(sh(&out, &err, "{BIN} run {SRC}/tests/data/replay/"
-                      "malformed.csv"), 1);
+                                  "malformed.csv"),
+                   1);
   assert_non_null(strstr(err, "malformed.csv: line 3: expected 6 fields, got 5"));
   free(out);
   free(err);
   /* Count: exit 0 with the counts. */
   assert_int_equal(sh(&out, &err, "{BIN} run --json --on-error count "
-                      "{SRC}/tests/data/replay/malformed.csv"), 0);
+                                  "{SRC}/tests/data/replay/malformed.csv"),
+                   0);
   j = cJSON_Parse(out);
   assert_non_null(j);
   assert_int_equal((int)num(j, "result.input_errors.malformed"), 2);
@@ -447,12 +460,14 @@ static void test_replay_tool_bad_input(void **state) {
   free(err);
   /* A free of a pointer that is not live. */
   assert_int_equal(sh(&out, &err, "{BIN} run {SRC}/tests/data/replay/"
-                      "bad_free.csv"), 1);
+                                  "bad_free.csv"),
+                   1);
   assert_non_null(strstr(err, "line 3: free of a not live pointer 0x9000"));
   free(out);
   free(err);
   assert_int_equal(sh(&out, &err, "{BIN} run --on-error count --json "
-                      "{SRC}/tests/data/replay/bad_free.csv"), 0);
+                                  "{SRC}/tests/data/replay/bad_free.csv"),
+                   0);
   j = cJSON_Parse(out);
   assert_int_equal((int)num(j, "result.input_errors.unknown_free"), 1);
   assert_int_equal((int)num(j, "result.input_errors.duplicate_ptr"), 1);
@@ -464,12 +479,14 @@ static void test_replay_tool_bad_input(void **state) {
   assert_non_null(strstr(err, "missing.csv: No such file"));
   free(err);
   assert_int_equal(sh(NULL, &err, "{BIN} run --policy {TMP}/nope.json "
-                      "{SRC}/tests/data/replay/small.csv"), 1);
+                                  "{SRC}/tests/data/replay/small.csv"),
+                   1);
   assert_non_null(strstr(err, "nope.json"));
   free(err);
   assert_int_equal(sh(NULL, &err, "echo '{\"pools\": 5}' > {TMP}/bad.json && "
-                      "{BIN} run --policy {TMP}/bad.json "
-                      "{SRC}/tests/data/replay/small.csv"), 1);
+                                  "{BIN} run --policy {TMP}/bad.json "
+                                  "{SRC}/tests/data/replay/small.csv"),
+                   1);
   assert_non_null(strstr(err, "pools"));
   free(err);
   assert_int_equal(sh(NULL, &err, "{BIN} run --histogram {TMP}/missing.json"), 1);
@@ -487,14 +504,16 @@ static void test_replay_tool_suggest_layout(void **state) {
   if (!have_binary())
     skip();
   assert_int_equal(sh(&out, &err, "{BIN} export --histogram "
-                      "{SRC}/tests/data/replay/hist_skewed.json --events 60000 "
-                      "--live 8000 --seed 5 -o {TMP}/skew_l.csv && echo "
-                      "'{\"pools\":{\"device\":{\"large\":{\"mode\":\"cache\"}}}}' "
-                      "> {TMP}/cache_base.json"), 0);
+                                  "{SRC}/tests/data/replay/hist_skewed.json --events 60000 "
+                                  "--live 8000 --seed 5 -o {TMP}/skew_l.csv && echo "
+                                  "'{\"pools\":{\"device\":{\"large\":{\"mode\":\"cache\"}}}}' "
+                                  "> {TMP}/cache_base.json"),
+                   0);
   free(out);
   free(err);
   assert_int_equal(sh(&out, &err, "{BIN} suggest --layout --json --policy "
-                      "{TMP}/cache_base.json {TMP}/skew_l.csv -o {TMP}/layout.json"), 0);
+                                  "{TMP}/cache_base.json {TMP}/skew_l.csv -o {TMP}/layout.json"),
+                   0);
   j = cJSON_Parse(out);
   assert_non_null(j);
   ms = num(j, "layout.max_small");
@@ -506,7 +525,8 @@ static void test_replay_tool_suggest_layout(void **state) {
   free(out);
   free(err);
   assert_int_equal(sh(&out, &err, "{BIN} compare --json {TMP}/cache_base.json "
-                      "{TMP}/layout.json {TMP}/skew_l.csv"), 0);
+                                  "{TMP}/layout.json {TMP}/skew_l.csv"),
+                   0);
   j = cJSON_Parse(out);
   assert_non_null(j);
   base_res = num(j, "runs.0.result.peak_reserved");
@@ -519,7 +539,8 @@ static void test_replay_tool_suggest_layout(void **state) {
   free(err);
   /* the text form lists the layouts it tried and marks the one it took */
   assert_int_equal(sh(&out, &err, "{BIN} suggest --layout --policy {TMP}/cache_base.json "
-                      "{TMP}/skew_l.csv -o {TMP}/layout2.json"), 0);
+                                  "{TMP}/skew_l.csv -o {TMP}/layout2.json"),
+                   0);
   assert_non_null(strstr(out, "layouts (peak reserved, backend calls):"));
   assert_non_null(strstr(out, "  * max_small"));
   free(out);
@@ -535,12 +556,14 @@ static void test_replay_tool_suggest_compare(void **state) {
   if (!have_binary())
     skip();
   assert_int_equal(sh(&out, &err, "{BIN} export --histogram "
-                      "{SRC}/tests/data/replay/hist_skewed.json --events 60000 "
-                      "--live 8000 --seed 5 -o {TMP}/skew.csv"), 0);
+                                  "{SRC}/tests/data/replay/hist_skewed.json --events 60000 "
+                                  "--live 8000 --seed 5 -o {TMP}/skew.csv"),
+                   0);
   free(out);
   free(err);
   assert_int_equal(sh(&out, &err, "{BIN} suggest --json --pool pinned {TMP}/skew.csv -o "
-                      "{TMP}/tuned.json"), 0);
+                                  "{TMP}/tuned.json"),
+                   0);
   j = cJSON_Parse(out);
   assert_non_null(j);
   assert_true(cJSON_GetArraySize(get(j, "added")) >= 1);
@@ -550,7 +573,8 @@ static void test_replay_tool_suggest_compare(void **state) {
   free(err);
   /* The written policy validates (run loads it) and beats the default. */
   assert_int_equal(sh(&out, &err, "{BIN} compare --json --pool pinned default "
-                      "{TMP}/tuned.json {TMP}/skew.csv"), 0);
+                                  "{TMP}/tuned.json {TMP}/skew.csv"),
+                   0);
   j = cJSON_Parse(out);
   assert_non_null(j);
   assert_string_equal(get(j, "runs.0.policy")->valuestring, "default");
@@ -583,7 +607,8 @@ static void test_replay_tool_suggest_compare(void **state) {
   free(err);
   /* The table form. */
   assert_int_equal(sh(&out, &err, "{BIN} compare --pool pinned default {TMP}/tuned.json "
-                      "--csv {TMP}/skew.csv"), 0);
+                                  "--csv {TMP}/skew.csv"),
+                   0);
   assert_non_null(strstr(out, "peak reserved"));
   assert_non_null(strstr(out, "tuned.json"));
   free(out);
@@ -606,15 +631,17 @@ static void test_replay_tool_suggest_refuses_worse(void **state) {
   if (!have_binary())
     skip();
   assert_int_equal(sh(&out, &err, "awk 'BEGIN { print \"Thread,Time,Action,Pointer,Size,Stream\"; t = 0;"
-                      " for (p = 0; p < 2; p++) {"
-                      "  for (i = 0; i < 400; i++) printf \"1,%%d.0,allocate,0x%%x,%%d,0x0\\n\","
-                      "   t++, 1048576 + i * 8192, p ? 5000 : 4100;"
-                      "  for (i = 0; i < 400; i++) printf \"1,%%d.0,deallocate,0x%%x,0,0x0\\n\","
-                      "   t++, 1048576 + i * 8192 } }' > {TMP}/worse.csv"), 0);
+                                  " for (p = 0; p < 2; p++) {"
+                                  "  for (i = 0; i < 400; i++) printf \"1,%%d.0,allocate,0x%%x,%%d,0x0\\n\","
+                                  "   t++, 1048576 + i * 8192, p ? 5000 : 4100;"
+                                  "  for (i = 0; i < 400; i++) printf \"1,%%d.0,deallocate,0x%%x,0,0x0\\n\","
+                                  "   t++, 1048576 + i * 8192 } }' > {TMP}/worse.csv"),
+                   0);
   free(out);
   free(err);
   assert_int_equal(sh(&out, &err, "rm -f {TMP}/worse.json; {BIN} suggest --pool pinned --min-gain-slabs 0 "
-                      "{TMP}/worse.csv -o {TMP}/worse.json"), 4);
+                                  "{TMP}/worse.csv -o {TMP}/worse.json"),
+                   4);
   assert_non_null(strstr(out, "objective         peak reserved, then backend calls"));
   assert_non_null(strstr(out, "before          2.00 MiB"));
   assert_non_null(strstr(out, "4.00 MiB"));
@@ -626,7 +653,8 @@ static void test_replay_tool_suggest_refuses_worse(void **state) {
   free(out);
   free(err);
   assert_int_equal(sh(&out, &err, "{BIN} suggest --json --pool pinned --min-gain-slabs 0 "
-                      "{TMP}/worse.csv -o {TMP}/worse.json"), 4);
+                                  "{TMP}/worse.csv -o {TMP}/worse.json"),
+                   4);
   j = cJSON_Parse(out);
   assert_non_null(j);
   assert_int_equal((int)num(j, "objective.before.peak_reserved"), 2 << 20);
@@ -639,7 +667,8 @@ static void test_replay_tool_suggest_refuses_worse(void **state) {
   assert_int_not_equal(stat(path, &sb), 0);
   /* --force writes it, and says it is not an improvement. */
   assert_int_equal(sh(&out, &err, "{BIN} suggest --force --pool pinned --min-gain-slabs 0 "
-                      "{TMP}/worse.csv -o {TMP}/worse.json"), 0);
+                                  "{TMP}/worse.csv -o {TMP}/worse.json"),
+                   0);
   assert_non_null(strstr(out, "NOT an improvement"));
   assert_int_equal(stat(path, &sb), 0);
   free(out);
@@ -655,7 +684,8 @@ static void test_replay_tool_torch_model(void **state) {
   if (!have_binary())
     skip();
   assert_int_equal(sh(&out, &err, "{BIN} compare --json default torch:default torch:expandable "
-                      "{SRC}/tests/data/replay/small.csv"), 0);
+                                  "{SRC}/tests/data/replay/small.csv"),
+                   0);
   j = cJSON_Parse(out);
   assert_non_null(j);
   assert_string_equal(get(j, "runs.1.policy")->valuestring, "torch:default");
@@ -673,12 +703,14 @@ static void test_replay_tool_torch_model(void **state) {
   free(err);
   /* a bad model name, and suggest, which tunes adaptalloc policies only */
   assert_int_equal(sh(&out, &err, "{BIN} run --policy torch:nosuch "
-                      "{SRC}/tests/data/replay/small.csv"), 1);
+                                  "{SRC}/tests/data/replay/small.csv"),
+                   1);
   assert_non_null(strstr(err, "torch:default or torch:expandable"));
   free(out);
   free(err);
   assert_int_equal(sh(&out, &err, "{BIN} suggest --policy torch:default "
-                      "{SRC}/tests/data/replay/small.csv -o {TMP}/t.json"), 2);
+                                  "{SRC}/tests/data/replay/small.csv -o {TMP}/t.json"),
+                   2);
   assert_non_null(strstr(err, "cannot be its base"));
   free(out);
   free(err);
@@ -693,7 +725,7 @@ static void test_replay_tool_import_run_db(void **state) {
   if (!have_binary())
     skip();
   rc = sh(&out, &err, "{BIN} import {SRC}/tests/data/replay/small.csv -o "
-          "{TMP}/t.db");
+                      "{TMP}/t.db");
   if (rc == 1 && err != NULL && strstr(err, "without the store") != NULL) {
     free(out);
     free(err);
@@ -705,14 +737,16 @@ static void test_replay_tool_import_run_db(void **state) {
   free(err);
   /* a damaged copy is named corrupt, not "input/output error" */
   assert_int_equal(sh(NULL, NULL, "cp {TMP}/t.db {TMP}/c.db && head -c 300 /dev/zero | "
-                      "tr '\\0' 'Z' | dd of={TMP}/c.db bs=1 seek=100 conv=notrunc "
-                      "2>/dev/null"), 0);
+                                  "tr '\\0' 'Z' | dd of={TMP}/c.db bs=1 seek=100 conv=notrunc "
+                                  "2>/dev/null"),
+                   0);
   assert_int_equal(sh(NULL, &err, "{BIN} run --db {TMP}/c.db"), 1);
   if (strstr(err, "corrupt") == NULL || strstr(err, "input/output") != NULL)
     fail_msg("corrupt database message: %s", err);
   free(err);
   assert_int_equal(sh(&out, &err, "{BIN} run --json "
-                      "{SRC}/tests/data/replay/small.csv"), 0);
+                                  "{SRC}/tests/data/replay/small.csv"),
+                   0);
   ja = cJSON_Parse(out);
   free(out);
   free(err);
@@ -722,8 +756,9 @@ static void test_replay_tool_import_run_db(void **state) {
   free(err);
   /* a store trace's progress counts down from the events its run wrote */
   assert_int_equal(sh(&out, &err, "{BIN} import --events 200000 --histogram "
-                      "{SRC}/tests/data/replay/hist_mixed.json -o {TMP}/big.db && "
-                      "{BIN} run --progress --db {TMP}/big.db"), 0);
+                                  "{SRC}/tests/data/replay/hist_mixed.json -o {TMP}/big.db && "
+                                  "{BIN} run --progress --db {TMP}/big.db"),
+                   0);
   assert_non_null(strstr(err, "%"));
   assert_non_null(strstr(err, " left"));
   free(out);
@@ -758,11 +793,13 @@ static void test_replay_tool_export_and_seed(void **state) {
     skip();
   /* export of a CSV reproduces its figures. */
   assert_int_equal(sh(&out, &err, "{BIN} export {SRC}/tests/data/replay/small.csv "
-                      "-o {TMP}/again.csv && {BIN} run --json {TMP}/again.csv"), 0);
+                                  "-o {TMP}/again.csv && {BIN} run --json {TMP}/again.csv"),
+                   0);
   a = out;
   free(err);
   assert_int_equal(sh(&out, &err, "{BIN} run --json "
-                      "{SRC}/tests/data/replay/small.csv"), 0);
+                                  "{SRC}/tests/data/replay/small.csv"),
+                   0);
   b = out;
   free(err);
   ja = cJSON_Parse(a);
@@ -779,13 +816,16 @@ static void test_replay_tool_export_and_seed(void **state) {
 
   /* Same seed, same figures; another seed, another stream. */
   assert_int_equal(sh(&a, &err, "{BIN} run --json --histogram "
-                      "{SRC}/tests/data/replay/hist.csv --events 20000 --seed 7"), 0);
+                                "{SRC}/tests/data/replay/hist.csv --events 20000 --seed 7"),
+                   0);
   free(err);
   assert_int_equal(sh(&b, &err, "{BIN} run --json --histogram "
-                      "{SRC}/tests/data/replay/hist.csv --events 20000 --seed 7"), 0);
+                                "{SRC}/tests/data/replay/hist.csv --events 20000 --seed 7"),
+                   0);
   free(err);
   assert_int_equal(sh(&out, &err, "{BIN} run --json --histogram "
-                      "{SRC}/tests/data/replay/hist.csv --events 20000 --seed 8"), 0);
+                                  "{SRC}/tests/data/replay/hist.csv --events 20000 --seed 8"),
+                   0);
   free(err);
   ja = cJSON_Parse(a);
   jb = cJSON_Parse(b);
@@ -809,8 +849,9 @@ static void test_replay_tool_export_and_seed(void **state) {
   /* A pipe is read in chunks (8 MiB): the same figures as the mapped file,
    * and line numbers that run on across chunk ends. */
   assert_int_equal(sh(&out, &err, "{BIN} export --histogram "
-                      "{SRC}/tests/data/replay/hist.csv --events 300000 --seed 2"
-                      " -o {TMP}/pipe.csv"), 0);
+                                  "{SRC}/tests/data/replay/hist.csv --events 300000 --seed 2"
+                                  " -o {TMP}/pipe.csv"),
+                   0);
   free(out);
   free(err);
   assert_int_equal(sh(&a, &err, "{BIN} run --json {TMP}/pipe.csv"), 0);
@@ -832,13 +873,15 @@ static void test_replay_tool_export_and_seed(void **state) {
   free(a);
   free(b);
   assert_int_equal(sh(NULL, &err, "(cat {TMP}/pipe.csv; echo '1,2,allocate') | "
-                      "{BIN} run -"), 1);
+                                  "{BIN} run -"),
+                   1);
   assert_non_null(strstr(err, "stdin: line 300002: expected 6 fields, got 3"));
   free(err);
 
   /* --progress draws on stderr without changing stdout. */
   assert_int_equal(sh(&out, &err, "{BIN} run --progress --histogram "
-                      "{SRC}/tests/data/replay/hist_mixed.json --events 200000"), 0);
+                                  "{SRC}/tests/data/replay/hist_mixed.json --events 200000"),
+                   0);
   assert_non_null(strstr(err, "events"));
   assert_non_null(strstr(out, "requests"));
   free(out);
@@ -855,28 +898,30 @@ static void test_replay_tool_torch_converter(void **state) {
   if (sh(NULL, NULL, "python3 -c 'import pickle'") != 0)
     skip(); /* no python3 here */
   assert_int_equal(sh(NULL, &err,
-      "python3 -c \"import pickle; pickle.dump({'segments': [], "
-      "'device_traces': [["
-      "{'action': 'segment_alloc', 'addr': 0x7f0000000000, 'size': 2097152, "
-      "'stream': 0, 'frames': []},"
-      "{'action': 'alloc', 'addr': 0x7f0000000000, 'size': 1000, 'stream': 0, "
-      "'time_us': 10, 'frames': [{'filename': 'a.py', 'line': 1, 'name': 'f'}]},"
-      "{'action': 'alloc', 'addr': 0x7f0000000400, 'size': 3000, 'stream': 0, "
-      "'time_us': 20, 'frames': []},"
-      "{'action': 'free_requested', 'addr': 0x7f0000000000, 'size': 1000, "
-      "'stream': 0, 'time_us': 30, 'frames': []},"
-      "{'action': 'free_completed', 'addr': 0x7f0000000000, 'size': 1000, "
-      "'stream': 0, 'time_us': 31, 'frames': []},"
-      "{'action': 'free_requested', 'addr': 0x7e0000000000, 'size': 64, "
-      "'stream': 0, 'time_us': 32, 'frames': []},"
-      "{'action': 'oom', 'addr': 0, 'size': 1 << 40, 'stream': 0, "
-      "'device_free': 5, 'time_us': 40, 'frames': []},"
-      "{'action': 'free_completed', 'addr': 0x7f0000000400, 'size': 3000, "
-      "'stream': 0, 'time_us': 50, 'frames': []}"
-      "]]}, open('{TMP}/snap.pickle', 'wb'))\""), 0);
+                      "python3 -c \"import pickle; pickle.dump({'segments': [], "
+                      "'device_traces': [["
+                      "{'action': 'segment_alloc', 'addr': 0x7f0000000000, 'size': 2097152, "
+                      "'stream': 0, 'frames': []},"
+                      "{'action': 'alloc', 'addr': 0x7f0000000000, 'size': 1000, 'stream': 0, "
+                      "'time_us': 10, 'frames': [{'filename': 'a.py', 'line': 1, 'name': 'f'}]},"
+                      "{'action': 'alloc', 'addr': 0x7f0000000400, 'size': 3000, 'stream': 0, "
+                      "'time_us': 20, 'frames': []},"
+                      "{'action': 'free_requested', 'addr': 0x7f0000000000, 'size': 1000, "
+                      "'stream': 0, 'time_us': 30, 'frames': []},"
+                      "{'action': 'free_completed', 'addr': 0x7f0000000000, 'size': 1000, "
+                      "'stream': 0, 'time_us': 31, 'frames': []},"
+                      "{'action': 'free_requested', 'addr': 0x7e0000000000, 'size': 64, "
+                      "'stream': 0, 'time_us': 32, 'frames': []},"
+                      "{'action': 'oom', 'addr': 0, 'size': 1 << 40, 'stream': 0, "
+                      "'device_free': 5, 'time_us': 40, 'frames': []},"
+                      "{'action': 'free_completed', 'addr': 0x7f0000000400, 'size': 3000, "
+                      "'stream': 0, 'time_us': 50, 'frames': []}"
+                      "]]}, open('{TMP}/snap.pickle', 'wb'))\""),
+                   0);
   free(err);
   assert_int_equal(sh(&out, &err, "python3 {SRC}/tools/torch_snapshot_to_trace.py "
-                      "{TMP}/snap.pickle -o {TMP}/snap.csv && cat {TMP}/snap.csv"), 0);
+                                  "{TMP}/snap.pickle -o {TMP}/snap.csv && cat {TMP}/snap.csv"),
+                   0);
   assert_non_null(strstr(out, "Thread,Time,Action,Pointer,Size,Stream\n"));
   assert_non_null(strstr(out, "0,0.000010,allocate,0x7f0000000000,1000,0x0\n"));
   assert_non_null(strstr(out, "allocate failure"));
@@ -896,18 +941,19 @@ static void test_replay_tool_torch_converter(void **state) {
   free(err);
   /* A pickle that names a class is refused, not loaded. */
   assert_int_equal(sh(NULL, &err,
-      "python3 -c \"import pickle, collections; pickle.dump("
-      "collections.OrderedDict(a=1), open('{TMP}/evil.pickle', 'wb'))\" && "
-      "python3 {SRC}/tools/torch_snapshot_to_trace.py {TMP}/evil.pickle"), 1);
+                      "python3 -c \"import pickle, collections; pickle.dump("
+                      "collections.OrderedDict(a=1), open('{TMP}/evil.pickle', 'wb'))\" && "
+                      "python3 {SRC}/tools/torch_snapshot_to_trace.py {TMP}/evil.pickle"),
+                   1);
   assert_non_null(strstr(err, "refusing to load collections.OrderedDict"));
   free(err);
   assert_int_equal(sh(NULL, &err, "python3 -c \"import pickle; pickle.dump([1], "
-      "open('{TMP}/list.pickle', 'wb'))\" && python3 "
-      "{SRC}/tools/torch_snapshot_to_trace.py {TMP}/list.pickle"), 1);
+                                  "open('{TMP}/list.pickle', 'wb'))\" && python3 "
+                                  "{SRC}/tools/torch_snapshot_to_trace.py {TMP}/list.pickle"),
+                   1);
   assert_non_null(strstr(err, "no device_traces"));
   free(err);
 }
-
 
 /* A run's stored histogram (written through the store API from a real
  * host pool's snapshot) drives a synthesised replay. */
@@ -969,7 +1015,9 @@ static void test_replay_tool_db_histogram(void **state) {
   free(out);
   free(err);
   assert_int_equal(sh(&out, &err, "{BIN} run --json --db %s --from-histogram "
-                      "--events 5000 --seed 3 --live 100", db), 0);
+                                  "--events 5000 --seed 3 --live 100",
+                      db),
+                   0);
   j = cJSON_Parse(out);
   assert_non_null(j);
   assert_non_null(strstr(get(j, "input")->valuestring, "stored histogram"));
@@ -979,7 +1027,9 @@ static void test_replay_tool_db_histogram(void **state) {
   free(out);
   free(err);
   assert_int_equal(sh(&out, &err, "{BIN} run --db %s --from-histogram "
-                      "--hist-pool nosuch", db), 1);
+                                  "--hist-pool nosuch",
+                      db),
+                   1);
   assert_non_null(strstr(err, "cannot read the histogram of pool nosuch"));
   free(out);
   free(err);

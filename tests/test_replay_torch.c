@@ -226,12 +226,14 @@ static void test_replay_torch_bad_input_and_parse(void **state) {
   assert_int_equal(aa_replay_torch_parse("torch:expandable", &cfg, err, sizeof err), AA_OK);
   assert_int_equal(cfg.mode, AA_REPLAY_TORCH_EXPANDABLE);
   assert_int_equal(aa_replay_torch_parse("torch:default,max_split_mb=64", &cfg, err,
-                                         sizeof err), AA_OK);
+                                         sizeof err),
+                   AA_OK);
   assert_int_equal(cfg.max_split_size, 64 * MIB);
   assert_int_equal(aa_replay_torch_parse("torch:async", &cfg, err, sizeof err), AA_EINVAL);
   assert_non_null(strstr(err, "torch:default or torch:expandable"));
   assert_int_equal(aa_replay_torch_parse("torch:default,max_split_mb=0", &cfg, err,
-                                         sizeof err), AA_EINVAL);
+                                         sizeof err),
+                   AA_EINVAL);
   assert_int_equal(aa_replay_torch_parse("torch:defaultx", &cfg, err, sizeof err), AA_EINVAL);
   assert_int_equal(aa_replay_torch_parse("default", &cfg, err, sizeof err), AA_EINVAL);
 }

@@ -45,10 +45,10 @@ static char tmpdir[256];
 /* ================================================================ client */
 
 typedef struct reply {
-  int status;     /* HTTP status, -1 when none came back */
-  bool closed;    /* the server closed the connection without a status line */
-  char *head;     /* status line + headers, malloc'd (NULL when none) */
-  char *body;     /* malloc'd, NUL-terminated ("" when none) */
+  int status;  /* HTTP status, -1 when none came back */
+  bool closed; /* the server closed the connection without a status line */
+  char *head;  /* status line + headers, malloc'd (NULL when none) */
+  char *body;  /* malloc'd, NUL-terminated ("" when none) */
   size_t body_len;
 } reply;
 
@@ -230,13 +230,13 @@ typedef struct world {
   size_t sz[NBLOCKS];
   char *policy_body; /* GET /policy at the start */
   long long policy_version;
-  aa_pool_stats *stats; /* at the start */
+  aa_pool_stats *stats;                  /* at the start */
   aa_class_spec classes[AA_MAX_CLASSES]; /* the class table at the start */
   size_t nclasses;
   int cases;
   int failures;
-  int known;       /* failures of cases marked with a known bug */
-  bool strict;     /* AA_ABUSE_STRICT=1: known bugs fail the test too */
+  int known;                 /* failures of cases marked with a known bug */
+  bool strict;               /* AA_ABUSE_STRICT=1: known bugs fail the test too */
   const char *current_known; /* the known bug of the case being checked */
 } world;
 
@@ -363,10 +363,10 @@ static void check_unchanged(world *w, const char *name) {
   if (now == NULL || aa_pool_stats_get(w->pool, now) != AA_OK) {
     case_fail(w, name, "aa_pool_stats_get failed");
   } else {
-#define SAME(f)                                                                \
-  if (now->f != w->stats->f)                                                   \
-    case_fail(w, name, #f " changed: %llu -> %llu",                                 \
-         (unsigned long long)w->stats->f, (unsigned long long)now->f);
+#define SAME(f)                                     \
+  if (now->f != w->stats->f)                        \
+    case_fail(w, name, #f " changed: %llu -> %llu", \
+              (unsigned long long)w->stats->f, (unsigned long long)now->f);
     SAME(bytes_in_use)
     SAME(bytes_requested)
     SAME(allocs)
@@ -378,8 +378,8 @@ static void check_unchanged(world *w, const char *name) {
 #undef SAME
     if (now->class_table_version != w->stats->class_table_version)
       case_fail(w, name, "class_table_version moved %llu -> %llu",
-                 (unsigned long long)w->stats->class_table_version,
-                 (unsigned long long)now->class_table_version);
+                (unsigned long long)w->stats->class_table_version,
+                (unsigned long long)now->class_table_version);
   }
   if (aa_pool_classes(w->pool, cls, AA_MAX_CLASSES, &ncls, NULL) != AA_OK ||
       ncls != w->nclasses || memcmp(cls, w->classes, ncls * sizeof(cls[0])) != 0)
@@ -421,7 +421,7 @@ enum {
 };
 
 typedef struct gen {
-  char *body;    /* malloc'd or NULL */
+  char *body; /* malloc'd or NULL */
   size_t body_len;
   char *headers; /* malloc'd or NULL */
   char *raw;     /* malloc'd whole request or NULL */
@@ -431,10 +431,10 @@ typedef struct gen {
 typedef struct abuse_case {
   const char *name;
   const char *method;
-  const char *path;    /* or the raw request with F_RAW */
-  const char *headers; /* extra headers, each ending in CRLF */
-  const char *body;    /* NULL for none */
-  size_t len;          /* body (or raw) length; 0 = strlen */
+  const char *path;     /* or the raw request with F_RAW */
+  const char *headers;  /* extra headers, each ending in CRLF */
+  const char *body;     /* NULL for none */
+  size_t len;           /* body (or raw) length; 0 = strlen */
   int want_lo, want_hi; /* accepted status range */
   unsigned flags;
   const char *want_sub; /* the reply body must contain this (NULL = any) */
@@ -475,19 +475,19 @@ static void run_case(world *w, const abuse_case *c) {
   if (r.status < 0) {
     if (!(c->flags & F_CLOSE_OK))
       case_fail(w, c->name, "no response (connection closed), want %d..%d",
-           c->want_lo, c->want_hi);
+                c->want_lo, c->want_hi);
   } else if (r.status < c->want_lo || r.status > c->want_hi) {
     case_fail(w, c->name, "status %d, want %d..%d; body: %.300s", r.status,
-         c->want_lo, c->want_hi, r.body ? r.body : "");
+              c->want_lo, c->want_hi, r.body ? r.body : "");
   } else {
     if ((c->flags & F_JSON) &&
         (r.body == NULL || strstr(r.body, "\"error\":") == NULL ||
          strstr(r.body, "\"path\":") == NULL))
       case_fail(w, c->name, "status %d without a JSON error document: %.200s",
-           r.status, r.body ? r.body : "");
+                r.status, r.body ? r.body : "");
     if (c->want_sub != NULL && (r.body == NULL || strstr(r.body, c->want_sub) == NULL))
       case_fail(w, c->name, "reply does not mention '%s': %.300s", c->want_sub,
-           r.body ? r.body : "");
+                r.body ? r.body : "");
   }
   reply_free(&r);
   free(g.body);
@@ -694,14 +694,14 @@ static void mk_300_query_args(gen *g) {
   g->raw_len = off;
 }
 /* a raw request with NUL bytes in it (sizeof - 1 bytes of a literal) */
-#define RAW_NUL(fn, lit)                                                       \
-  static void fn(gen *g) {                                                     \
-    static const char req[] = lit;                                             \
-    g->raw = malloc(sizeof(req));                                              \
-    if (g->raw == NULL)                                                        \
-      return;                                                                  \
-    memcpy(g->raw, req, sizeof(req) - 1);                                      \
-    g->raw_len = sizeof(req) - 1;                                              \
+#define RAW_NUL(fn, lit)                  \
+  static void fn(gen *g) {                \
+    static const char req[] = lit;        \
+    g->raw = malloc(sizeof(req));         \
+    if (g->raw == NULL)                   \
+      return;                             \
+    memcpy(g->raw, req, sizeof(req) - 1); \
+    g->raw_len = sizeof(req) - 1;         \
   }
 RAW_NUL(mk_nul_if_match, "PUT /policy HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
                          "If-Match: \"1\"\0\"999\"\r\nContent-Length: 27\r\n\r\n"
@@ -878,7 +878,8 @@ static const abuse_case policy_cases[] = {
      "{\"name\":\"\\ud800\"}", 0, EXACT(400), F_JSON, NULL, NULL, NULL},
     {"put: slab_size live change (fixed while the pool lives)", "PUT", "/policy", NULL,
      "{\"adapt\":{\"enabled\":false},\"pools\":{\"host\":{\"slab_size\":4194304,"
-     "\"max_small\":1048576}}}", 0, EXACT(400), F_JSON, "slab_size", NULL, NULL},
+     "\"max_small\":1048576}}}",
+     0, EXACT(400), F_JSON, "slab_size", NULL, NULL},
     /* strict JSON (issue 16): cJSON alone accepted and applied these */
     {"put: leading zero 0100", "PUT", "/policy", NULL,
      "{\"adapt\":{\"interval_ms\":0100}}", 0, EXACT(400), F_JSON, "leading zero", NULL, NULL},
@@ -900,7 +901,11 @@ static const abuse_case policy_cases[] = {
     {"put: \\u0000 inside a key", "PUT", "/policy", NULL,
      "{\"adapt\\u0000\":{\"enabled\":false}}", 0, EXACT(400), F_JSON, "u0000", NULL, NULL},
     {"put: non-ASCII key echoed whole", "PUT", "/policy", NULL,
-     "{\"\xc3\xa4" "dapt\":{}}", 0, EXACT(400), F_JSON, "\xc3\xa4" "dapt", NULL, NULL},
+     "{\"\xc3\xa4"
+     "dapt\":{}}",
+     0, EXACT(400), F_JSON, "\xc3\xa4"
+                            "dapt",
+     NULL, NULL},
     {"put: 2^64 echoed exactly", "PUT", "/policy", NULL,
      "{\"pools\":{\"host\":{\"limit_bytes\":18446744073709551616}}}", 0, EXACT(400), F_JSON,
      "18446744073709551616", NULL, NULL},
@@ -963,7 +968,8 @@ static const abuse_case patch_cases[] = {
      EXACT(400), F_JSON, "prefill_max_bytes", NULL, NULL},
     {"patch: prefill over limit_bytes", "PATCH", "/policy", NULL,
      "{\"pools\":{\"host\":{\"limit_bytes\":4194304,\"classes\":[{\"size\":16384,"
-     "\"prefill\":512}]}}}", 0, EXACT(400), F_JSON, "limit_bytes", NULL, NULL},
+     "\"prefill\":512}]}}}",
+     0, EXACT(400), F_JSON, "limit_bytes", NULL, NULL},
     {"patch: empty body", "PATCH", "/policy", NULL, "", 0, EXACT(400), F_JSON, "empty", NULL, NULL},
     {"patch: If-Match not a tag", "PATCH", "/policy", "If-Match: abc\r\n",
      "{\"adapt\":{\"interval_ms\":250}}", 0, EXACT(400), F_JSON, "If-Match", NULL, NULL},
@@ -1106,7 +1112,6 @@ static const abuse_case http_cases[] = {
     {"http: /runs?x=1", "GET", "/runs?x=1", NULL, NULL, 0, EXACT(400), F_JSON, NULL, NULL, NULL},
 };
 
-
 /* The request head, checked strictly on its raw bytes (issue 16): every
  * case is refused with a JSON error document, promptly (no waiting for a
  * timeout), and changes nothing. */
@@ -1130,24 +1135,28 @@ static const abuse_case head_cases[] = {
      NULL, 0, EXACT(403), F_RAW | F_JSON, "loopback", NULL, NULL},
     {"head: two Host headers, the first loopback", NULL,
      "PUT /policy HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.example\r\nConnection: close\r\n"
-     "Content-Length: 27\r\n\r\n{\"adapt\":{\"enabled\":false}}", NULL, NULL, 0, EXACT(400), F_RAW | F_JSON, "more than one Host", NULL, NULL},
+     "Content-Length: 27\r\n\r\n{\"adapt\":{\"enabled\":false}}",
+     NULL, NULL, 0, EXACT(400), F_RAW | F_JSON, "more than one Host", NULL, NULL},
     {"head: two identical Host headers", NULL,
      "GET /stats HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
      NULL, NULL, 0, EXACT(400), F_RAW | F_JSON, "more than one Host", NULL, NULL},
     {"head: Content-Length with Transfer-Encoding: chunked", NULL,
      "PUT /policy HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
-     "Content-Length: 5\r\n\r\n1b\r\n{\"adapt\":{\"enabled\":false}}\r\n0\r\n\r\n", NULL, NULL, 0,
+     "Content-Length: 5\r\n\r\n1b\r\n{\"adapt\":{\"enabled\":false}}\r\n0\r\n\r\n",
+     NULL, NULL, 0,
      EXACT(400), F_RAW | F_JSON, "Transfer-Encoding", NULL, NULL},
     {"head: Transfer-Encoding: gzip, chunked", NULL,
      "PUT /policy HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
-     "1c\r\n{\"adapt\":{\"enabled\":false}}\r\n0\r\n\r\n", NULL, NULL, 0, EXACT(400),
+     "1c\r\n{\"adapt\":{\"enabled\":false}}\r\n0\r\n\r\n",
+     NULL, NULL, 0, EXACT(400),
      F_RAW | F_JSON, "chunked", NULL, NULL},
     {"head: Transfer-Encoding: identity with Content-Length", NULL,
      "PUT /policy HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: identity\r\nContent-Length: 27\r\n\r\n{\"adapt\":{\"enabled\":false}}", NULL,
      NULL, 0, EXACT(400), F_RAW | F_JSON, "Transfer-Encoding", NULL, NULL},
     {"head: two Transfer-Encoding headers", NULL,
      "PUT /policy HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
-     "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", NULL, NULL, 0, EXACT(400), F_RAW | F_JSON,
+     "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+     NULL, NULL, 0, EXACT(400), F_RAW | F_JSON,
      NULL, NULL, NULL},
     {"head: Transfer-Encoding in HTTP/1.0", NULL,
      "PUT /policy HTTP/1.0\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
@@ -1183,7 +1192,8 @@ static const abuse_case head_cases[] = {
      "too many query parameters", mk_300_query_args, NULL},
     {"head: Content-Length with a sign", NULL,
      "PUT /policy HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: +28\r\n"
-     "\r\n{\"adapt\":{\"enabled\":false}}", NULL, NULL, 0, EXACT(400), F_RAW | F_JSON,
+     "\r\n{\"adapt\":{\"enabled\":false}}",
+     NULL, NULL, 0, EXACT(400), F_RAW | F_JSON,
      "Content-Length", NULL, NULL},
     {"head: TLS handshake bytes", NULL, "\x16\x03\x01", NULL, NULL, 0, EXACT(400),
      F_RAW | F_JSON, NULL, NULL, NULL},
@@ -1454,7 +1464,8 @@ static int scenario_class_slots(void) {
     _exit(3);
   fputs("{\"name\":\"slots\",\"adapt\":{\"enabled\":false},\"pools\":{\"host\":"
         "{\"slab_size\":2097152,\"max_small\":1048576,\"classes\":{\"min\":512,"
-        "\"per_doubling\":11}}}}\n", f);
+        "\"per_doubling\":11}}}}\n",
+        f);
   fclose(f);
   world_init(&w);
   run_table(&w, slot_cases, sizeof(slot_cases) / sizeof(slot_cases[0]));

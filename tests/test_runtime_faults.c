@@ -889,8 +889,8 @@ static char *policy_now(int port, long long *version) {
 
 /* Found by this sweep, reported, not fixed at the time of writing: hits are
  * counted and printed; AA_FAULTS_STRICT=1 makes them fail. */
-#define KNOWN_500_APPLIED                                                      \
-  "http router: the policy change is applied, then building the 200 answer fails and the "  \
+#define KNOWN_500_APPLIED                                                                  \
+  "http router: the policy change is applied, then building the 200 answer fails and the " \
   "client gets 500"
 static int mh_known;
 static bool mh_strict;
@@ -912,7 +912,8 @@ static void mh_world_init(mh_world *w, const char *tag, bool loop) {
   if (loop)
     fputs("{\"adapt\":{\"enabled\":true,\"interval_ms\":10,\"min_requests\":1,"
           "\"hysteresis\":{\"min_class_age\":1,\"readd_cooldown\":1,\"grow_cooldown\":1,"
-          "\"trim_cooldown\":1}},\"telemetry\":{\"snapshot_interval_ms\":100}}\n", f);
+          "\"trim_cooldown\":1}},\"telemetry\":{\"snapshot_interval_ms\":100}}\n",
+          f);
   else
     fputs("{\"adapt\":{\"enabled\":false},\"telemetry\":{\"snapshot_interval_ms\":3600000}}\n", f);
   fclose(f);

@@ -288,7 +288,6 @@ static void test_store_rejects_bad_config(void **state) {
   assert_int_equal(aa_store_close(st), AA_OK);
 }
 
-
 /* Reads a whole file into a malloc'd buffer (for byte-for-byte checks). */
 static unsigned char *slurp(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
@@ -431,14 +430,15 @@ static void test_store_snapshot_round_trip(void **state) {
   sqlite3_stmt *s = NULL;
   assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
   assert_int_equal(sqlite3_prepare_v2(db,
-      "SELECT run_id, time_ns, pool, backend, device, telemetry,"
-      " class_table_version, bytes_in_use, bytes_requested, bytes_reserved,"
-      " peak_bytes_in_use, peak_bytes_reserved, limit_bytes, allocs, frees,"
-      " cache_hits, cache_misses, backend_allocs, backend_frees,"
-      " backend_failures, ooms, oom_retries, invalid_frees, pending_blocks,"
-      " large_allocs, large_bytes_in_use, large_bytes_reserved,"
-      " large_segments, class_count, hh_count, id FROM snapshots", -1, &s, NULL),
-      SQLITE_OK);
+                                      "SELECT run_id, time_ns, pool, backend, device, telemetry,"
+                                      " class_table_version, bytes_in_use, bytes_requested, bytes_reserved,"
+                                      " peak_bytes_in_use, peak_bytes_reserved, limit_bytes, allocs, frees,"
+                                      " cache_hits, cache_misses, backend_allocs, backend_frees,"
+                                      " backend_failures, ooms, oom_retries, invalid_frees, pending_blocks,"
+                                      " large_allocs, large_bytes_in_use, large_bytes_reserved,"
+                                      " large_segments, class_count, hh_count, id FROM snapshots",
+                                      -1, &s, NULL),
+                   SQLITE_OK);
   assert_int_equal(sqlite3_step(s), SQLITE_ROW);
   assert_int_equal(sqlite3_column_int64(s, 0), run);
   assert_int_equal((uint64_t)sqlite3_column_int64(s, 1), in.time_ns);
@@ -458,11 +458,12 @@ static void test_store_snapshot_round_trip(void **state) {
   sqlite3_finalize(s);
 
   assert_int_equal(sqlite3_prepare_v2(db,
-      "SELECT idx, block_size, cache_limit, prefill, retiring, slabs,"
-      " blocks_in_use, blocks_free, bytes_in_use, bytes_requested,"
-      " bytes_reserved, peak_bytes_in_use, allocs, frees, hits, misses"
-      " FROM class_stats WHERE snapshot_id = ?1 ORDER BY idx", -1, &s, NULL),
-      SQLITE_OK);
+                                      "SELECT idx, block_size, cache_limit, prefill, retiring, slabs,"
+                                      " blocks_in_use, blocks_free, bytes_in_use, bytes_requested,"
+                                      " bytes_reserved, peak_bytes_in_use, allocs, frees, hits, misses"
+                                      " FROM class_stats WHERE snapshot_id = ?1 ORDER BY idx",
+                                      -1, &s, NULL),
+                   SQLITE_OK);
   sqlite3_bind_int64(s, 1, sid);
   for (uint32_t c = 0; c < 5; c++) {
     const aa_class_stats *cs = &in.classes[c];
@@ -481,8 +482,10 @@ static void test_store_snapshot_round_trip(void **state) {
   sqlite3_finalize(s);
 
   assert_int_equal(sqlite3_prepare_v2(db,
-      "SELECT bucket, lower_bytes, count FROM histograms WHERE snapshot_id = ?1"
-      " ORDER BY bucket", -1, &s, NULL), SQLITE_OK);
+                                      "SELECT bucket, lower_bytes, count FROM histograms WHERE snapshot_id = ?1"
+                                      " ORDER BY bucket",
+                                      -1, &s, NULL),
+                   SQLITE_OK);
   sqlite3_bind_int64(s, 1, sid);
   for (unsigned b = 0; b < AA_HIST_BUCKETS; b++) {
     if (in.hist[b] == 0) continue;
@@ -495,8 +498,10 @@ static void test_store_snapshot_round_trip(void **state) {
   sqlite3_finalize(s);
 
   assert_int_equal(sqlite3_prepare_v2(db,
-      "SELECT rank, size, count FROM heavy_hitters WHERE snapshot_id = ?1"
-      " ORDER BY rank", -1, &s, NULL), SQLITE_OK);
+                                      "SELECT rank, size, count FROM heavy_hitters WHERE snapshot_id = ?1"
+                                      " ORDER BY rank",
+                                      -1, &s, NULL),
+                   SQLITE_OK);
   sqlite3_bind_int64(s, 1, sid);
   for (uint32_t r = 0; r < 4; r++) {
     assert_int_equal(sqlite3_step(s), SQLITE_ROW);

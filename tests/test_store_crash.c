@@ -86,8 +86,7 @@ static void writer_child(const char *path, int iteration, int fd) {
     aa_store_policy_change(st, "loop", (uint64_t)round, (uint64_t)round + 1,
                            "crash test", "{\"adapt\":{\"interval_ms\":10}}");
     for (int e = 0; e < 100; e++) {
-      aa_trace_event ev = {.time_ns = aa_now_ns(), .ptr = seq, .size = 512,
-                           .thread = 1, .op = 'a'};
+      aa_trace_event ev = {.time_ns = aa_now_ns(), .ptr = seq, .size = 512, .thread = 1, .op = 'a'};
       aa_store_trace_push(st, &ev);
     }
     if (aa_store_flush(st, 0) != AA_OK) _exit(4);
@@ -186,22 +185,24 @@ static void test_store_crash_sigkill_keeps_commits(void **state) {
       assert_int_equal(ver, AA_STORE_SCHEMA_VERSION);
       int64_t lo = (int64_t)seq_base(it) + 1, hi = (int64_t)last;
       int64_t present = q_int(db,
-          "SELECT count(DISTINCT allocs) FROM snapshots WHERE allocs BETWEEN ?1 AND ?2",
-          lo, hi);
+                              "SELECT count(DISTINCT allocs) FROM snapshots WHERE allocs BETWEEN ?1 AND ?2",
+                              lo, hi);
       if (present != (int64_t)committed) {
         fail_msg("iteration %d: %lld of %llu committed snapshots present", it,
                  (long long)present, (unsigned long long)committed);
       }
       int64_t rows = q_int(db,
-          "SELECT count(*) FROM class_stats c JOIN snapshots s ON s.id = c.snapshot_id"
-          " WHERE s.allocs BETWEEN ?1 AND ?2", lo, hi);
+                           "SELECT count(*) FROM class_stats c JOIN snapshots s ON s.id = c.snapshot_id"
+                           " WHERE s.allocs BETWEEN ?1 AND ?2",
+                           lo, hi);
       assert_int_equal(rows, (int64_t)committed * CLASSES);
       /* Nothing half-written: every snapshot has all its class rows. */
       assert_int_equal(q_int(db,
-          "SELECT count(*) FROM snapshots s WHERE s.allocs BETWEEN ?1 AND ?2"
-          " AND s.class_count !="
-          " (SELECT count(*) FROM class_stats c WHERE c.snapshot_id = s.id)",
-          lo, (int64_t)seq_base(it + 1)), 0);
+                             "SELECT count(*) FROM snapshots s WHERE s.allocs BETWEEN ?1 AND ?2"
+                             " AND s.class_count !="
+                             " (SELECT count(*) FROM class_stats c WHERE c.snapshot_id = s.id)",
+                             lo, (int64_t)seq_base(it + 1)),
+                       0);
     }
     sqlite3_close(db);
   }

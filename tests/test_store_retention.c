@@ -178,11 +178,12 @@ static void test_store_retention_age_limit(void **state) {
   sqlite3 *db = NULL;
   assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
   assert_int_equal(sqlite3_exec(db,
-      "UPDATE snapshots SET ts_ms = ts_ms - 259200000 WHERE allocs <= 5;"
-      "UPDATE policy_changes SET ts_ms = ts_ms - 259200000;"
-      "UPDATE trace_batches SET ts_ms = ts_ms - 259200000"
-      " WHERE id = (SELECT min(id) FROM trace_batches);",
-      NULL, NULL, NULL), SQLITE_OK);
+                                "UPDATE snapshots SET ts_ms = ts_ms - 259200000 WHERE allocs <= 5;"
+                                "UPDATE policy_changes SET ts_ms = ts_ms - 259200000;"
+                                "UPDATE trace_batches SET ts_ms = ts_ms - 259200000"
+                                " WHERE id = (SELECT min(id) FROM trace_batches);",
+                                NULL, NULL, NULL),
+                   SQLITE_OK);
   sqlite3_close(db);
 
   cfg.max_age_s = 86400;

@@ -238,11 +238,12 @@ static void test_store_trace_runs_and_errors(void **state) {
   sqlite3_stmt *q = NULL;
   assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
   assert_int_equal(sqlite3_prepare_v2(db,
-      "SELECT (SELECT sum(events) FROM trace_batches),"
-      " (SELECT count(*) FROM trace_events),"
-      " (SELECT count(*) FROM trace_events t WHERE NOT EXISTS"
-      "   (SELECT 1 FROM trace_batches b WHERE t.id BETWEEN b.first_id AND b.last_id))",
-      -1, &q, NULL), SQLITE_OK);
+                                      "SELECT (SELECT sum(events) FROM trace_batches),"
+                                      " (SELECT count(*) FROM trace_events),"
+                                      " (SELECT count(*) FROM trace_events t WHERE NOT EXISTS"
+                                      "   (SELECT 1 FROM trace_batches b WHERE t.id BETWEEN b.first_id AND b.last_id))",
+                                      -1, &q, NULL),
+                   SQLITE_OK);
   assert_int_equal(sqlite3_step(q), SQLITE_ROW);
   assert_int_equal(sqlite3_column_int64(q, 0), 30);
   assert_int_equal(sqlite3_column_int64(q, 1), 30);

@@ -382,7 +382,9 @@ static void test_store_trace_order_old_schema(void **state) {
   assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
   assert_int_equal(sqlite3_exec(db, "ALTER TABLE trace_events DROP COLUMN seq;"
                                     "ALTER TABLE runs DROP COLUMN trace_cut_seq;"
-                                    "PRAGMA user_version=1;", NULL, NULL, NULL), SQLITE_OK);
+                                    "PRAGMA user_version=1;",
+                                NULL, NULL, NULL),
+                   SQLITE_OK);
   sqlite3_close(db);
   checker *c = calloc(1, sizeof *c);
   assert_non_null(c);

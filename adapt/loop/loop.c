@@ -25,7 +25,7 @@ typedef struct loop_pool {
   aa_pool_stats *cur;
   aa_adapt_state *st;
   bool have_prev;
-  uint64_t steps;                        /* steps of this pool */
+  uint64_t steps;                           /* steps of this pool */
   aa_adapt_audit audit[AA_ADAPT_AUDIT_MAX]; /* ring, oldest at audit_at */
   size_t audit_n, audit_at;
 } loop_pool;

@@ -393,14 +393,14 @@ static void add_rule(const aa_adapt_params *p, aa_adapt_state *st,
       if (window_ns > 0)
         snprintf(span, sizeof span, "in the last %.2f s", (double)window_ns / 1e9);
       int len = snprintf(d->reason, sizeof d->reason,
-               "hot size %llu B: %llu of %llu small requests %s "
-               "(%.1f%%) go to class %llu B, wasting %.1f%% (threshold %.1f%%); "
-               "exact class %llu B wastes %.1f%%",
-               (unsigned long long)s, (unsigned long long)cnt,
-               (unsigned long long)total_small, span, share * 100.0,
-               (unsigned long long)serving, waste * 100.0,
-               p->waste_threshold * 100.0, (unsigned long long)exact,
-               new_waste * 100.0);
+                         "hot size %llu B: %llu of %llu small requests %s "
+                         "(%.1f%%) go to class %llu B, wasting %.1f%% (threshold %.1f%%); "
+                         "exact class %llu B wastes %.1f%%",
+                         (unsigned long long)s, (unsigned long long)cnt,
+                         (unsigned long long)total_small, span, share * 100.0,
+                         (unsigned long long)serving, waste * 100.0,
+                         p->waste_threshold * 100.0, (unsigned long long)exact,
+                         new_waste * 100.0);
       uint32_t r = flap_retires(st, exact);
       if (r > 0 && len > 0 && (size_t)len < sizeof d->reason)
         snprintf(d->reason + len, sizeof d->reason - (size_t)len,

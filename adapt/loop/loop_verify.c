@@ -115,7 +115,8 @@ int aa__adapt_predict(const aa_pool_stats *prev, const aa_pool_stats *cur,
     aa_replay_synth_config_init(&sc);
     sc.seed = 1; /* the same interval gives the same prediction */
     sc.live_target = live;
-    sc.events = live * 8 < 20000 ? 20000 : live * 8 > 200000 ? 200000 : live * 8;
+    sc.events = live * 8 < 20000 ? 20000 : live * 8 > 200000 ? 200000
+                                                             : live * 8;
     r = aa_replay_synth(&h, &sc, pair_feed, &p, err, sizeof err);
   }
   if (r == AA_OK) {

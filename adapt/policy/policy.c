@@ -23,7 +23,7 @@
 #include "policy_model.h"
 
 const char *const aa__policy_pool_names[AA__POLICY_POOLS] = {"device", "pinned",
-                                                            "host"};
+                                                             "host"};
 
 int aa__policy_pool_index(const char *pool) {
   if (pool == NULL)
@@ -184,8 +184,8 @@ int aa_policy_load_file(const char *path, aa_policy **out, char *err,
   *out = NULL;
   if (strnlen(path, PATH_MAX) >= PATH_MAX) {
     aa__errf(err, errcap,
-                    "(path): the policy path is over the limit of %d bytes",
-                    PATH_MAX - 1);
+             "(path): the policy path is over the limit of %d bytes",
+             PATH_MAX - 1);
     rc = AA_EINVAL;
     goto done;
   }
@@ -204,20 +204,20 @@ int aa_policy_load_file(const char *path, aa_policy **out, char *err,
   }
   if (!S_ISREG(sb.st_mode)) {
     aa__errf(err, errcap,
-                    "%s: not a regular file (%s); a policy is a JSON file",
-                    path,
-                    S_ISDIR(sb.st_mode)    ? "a directory"
-                    : S_ISFIFO(sb.st_mode) ? "a FIFO"
-                    : S_ISSOCK(sb.st_mode) ? "a socket"
-                    : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode)
-                        ? "a device"
-                        : "not a file");
+             "%s: not a regular file (%s); a policy is a JSON file",
+             path,
+             S_ISDIR(sb.st_mode)    ? "a directory"
+             : S_ISFIFO(sb.st_mode) ? "a FIFO"
+             : S_ISSOCK(sb.st_mode) ? "a socket"
+             : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode)
+                 ? "a device"
+                 : "not a file");
     rc = AA_EINVAL;
     goto done;
   }
   if (sb.st_size > (off_t)AA_POLICY_MAX_BYTES) {
     aa__errf(err, errcap, "%s: document is over the %u-byte limit",
-                    path, (unsigned)AA_POLICY_MAX_BYTES);
+             path, (unsigned)AA_POLICY_MAX_BYTES);
     rc = AA_EPARSE;
     goto done;
   }
@@ -243,8 +243,8 @@ int aa_policy_load_file(const char *path, aa_policy **out, char *err,
   }
   if (len > AA_POLICY_MAX_BYTES) {
     aa__errf(err, errcap,
-                    "%s: document is over the %u-byte limit", path,
-                    (unsigned)AA_POLICY_MAX_BYTES);
+             "%s: document is over the %u-byte limit", path,
+             (unsigned)AA_POLICY_MAX_BYTES);
     rc = AA_EPARSE;
     goto done;
   }

@@ -55,16 +55,16 @@ static void write_pool(aa__buf *b, const aa__pool_policy *pp) {
         aa__buf_printf(b, "{\"size\": ");
         sb_u64(b, cs->block_size);
         aa__buf_printf(b, ", \"cache_limit\": %u, \"prefill\": %u}", cs->cache_limit,
-                  cs->prefill);
+                       cs->prefill);
       }
     }
     aa__buf_printf(b, "\n      ]");
   }
   aa__buf_printf(b, ",\n      \"tcache\": {\"blocks\": %u, \"bytes\": ",
-            pp->tcache_blocks);
+                 pp->tcache_blocks);
   sb_u64(b, pp->tcache_bytes);
   aa__buf_printf(b, "},\n      \"large\": {\"mode\": \"%s\", \"cache_bytes\": ",
-            aa_large_mode_name(pp->large_mode));
+                 aa_large_mode_name(pp->large_mode));
   sb_u64(b, pp->large_cache_bytes);
   aa__buf_printf(b, "},\n      \"limit_bytes\": ");
   sb_u64(b, pp->limit_bytes);
@@ -98,7 +98,7 @@ char *aa_policy_to_json(const aa_policy *p) {
     write_pool(&b, &p->pools[i]);
   }
   aa__buf_printf(&b, "\n  },\n  \"adapt\": {\n    \"enabled\": %s",
-            a->enabled ? "true" : "false");
+                 a->enabled ? "true" : "false");
   aa__buf_printf(&b, ",\n    \"interval_ms\": %u", a->interval_ms);
   aa__buf_printf(&b, ",\n    \"max_classes\": %u", a->max_classes);
   aa__buf_printf(&b, ",\n    \"max_adds_per_interval\": %u", a->max_adds_per_interval);
@@ -116,12 +116,12 @@ char *aa_policy_to_json(const aa_policy *p) {
   aa__buf_printf(&b, ",\n    \"trim_threshold_bytes\": ");
   sb_u64(&b, a->trim_threshold_bytes);
   aa__buf_printf(&b,
-            ",\n    \"hysteresis\": {\"min_class_age\": %u, \"readd_cooldown\": "
-            "%u, \"grow_cooldown\": %u, \"trim_cooldown\": %u}",
-            a->min_class_age, a->readd_cooldown, a->grow_cooldown,
-            a->trim_cooldown);
+                 ",\n    \"hysteresis\": {\"min_class_age\": %u, \"readd_cooldown\": "
+                 "%u, \"grow_cooldown\": %u, \"trim_cooldown\": %u}",
+                 a->min_class_age, a->readd_cooldown, a->grow_cooldown,
+                 a->trim_cooldown);
   aa__buf_printf(&b, "\n  },\n  \"telemetry\": {\n    \"snapshot_interval_ms\": %u",
-            t->snapshot_interval_ms);
+                 t->snapshot_interval_ms);
   aa__buf_printf(&b, ",\n    \"trace\": %s", t->trace ? "true" : "false");
   aa__buf_printf(&b, ",\n    \"histogram\": %s", t->histogram ? "true" : "false");
   aa__buf_printf(&b, ",\n    \"retention\": {\"max_bytes\": ");

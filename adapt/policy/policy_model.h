@@ -100,5 +100,4 @@ int aa__policy_from_tree(const cJSON *root, aa_policy *out, char *err,
  * when out of memory. patch is not changed. */
 cJSON *aa__json_merge_patch(cJSON *target, const cJSON *patch);
 
-
 #endif /* ADAPTALLOC_POLICY_MODEL_H */

@@ -55,7 +55,9 @@ static void key_safe(char *dst, size_t cap, const char *key) {
   size_t j = 0, i = 0;
   while (key[i] != '\0' && i < 48) {
     unsigned char c = (unsigned char)key[i];
-    size_t n = c < 0x80 ? 1 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2;
+    size_t n = c < 0x80 ? 1 : c >= 0xf0 ? 4
+                          : c >= 0xe0   ? 3
+                                        : 2;
     size_t k;
     if (j + n >= cap || i + n > 48)
       break;
@@ -209,8 +211,8 @@ static int prescan(const char *json, size_t len, char *err, size_t errcap) {
   }
   if (len > AA_POLICY_MAX_BYTES) {
     aa__errf(err, errcap,
-                    "(root): document is %zu bytes, over the %u-byte limit", len,
-                    (unsigned)AA_POLICY_MAX_BYTES);
+             "(root): document is %zu bytes, over the %u-byte limit", len,
+             (unsigned)AA_POLICY_MAX_BYTES);
     return AA_EPARSE;
   }
   bad = utf8_bad_at(s, len, &nul);
@@ -219,12 +221,12 @@ static int prescan(const char *json, size_t len, char *err, size_t errcap) {
     line_col(json, bad, &l, &c);
     if (nul)
       aa__errf(err, errcap,
-                      "(root): NUL byte at byte offset %zu (line %u, column %u)",
-                      bad, l, c);
+               "(root): NUL byte at byte offset %zu (line %u, column %u)",
+               bad, l, c);
     else
       aa__errf(err, errcap,
-                      "(root): invalid UTF-8 at byte offset %zu (line %u, column %u)",
-                      bad, l, c);
+               "(root): invalid UTF-8 at byte offset %zu (line %u, column %u)",
+               bad, l, c);
     return AA_EPARSE;
   }
   for (size_t i = 0; i < len; i++) {
@@ -242,8 +244,8 @@ static int prescan(const char *json, size_t len, char *err, size_t errcap) {
       depth++;
       if (depth > AA_POLICY_MAX_DEPTH) {
         aa__errf(err, errcap,
-                        "(root): nested deeper than %u levels (at byte offset %zu)",
-                        (unsigned)AA_POLICY_MAX_DEPTH, i);
+                 "(root): nested deeper than %u levels (at byte offset %zu)",
+                 (unsigned)AA_POLICY_MAX_DEPTH, i);
         return AA_EPARSE;
       }
     } else if ((c == '}' || c == ']') && depth > 0) {
@@ -330,7 +332,7 @@ int aa__policy_parse_tree(const char *json, size_t len, cJSON **out, char *err,
                      : 0;
     line_col(json, off, &l, &c);
     aa__errf(err, errcap, "(root): malformed JSON at line %u, column %u",
-                    l, c);
+             l, c);
     return AA_EPARSE;
   }
   if (end != NULL && end >= json && end <= json + len) {
@@ -339,9 +341,9 @@ int aa__policy_parse_tree(const char *json, size_t len, cJSON **out, char *err,
         unsigned l, c;
         line_col(json, (size_t)(q - json), &l, &c);
         aa__errf(err, errcap,
-                        "(root): unexpected data after the document at line %u, "
-                        "column %u",
-                        l, c);
+                 "(root): unexpected data after the document at line %u, "
+                 "column %u",
+                 l, c);
         cJSON_Delete(root);
         return AA_EPARSE;
       }
@@ -655,7 +657,7 @@ static int classes_from(vctx *v, const cJSON *cl, const char *path,
 static int pool_from(vctx *v, const cJSON *obj, const char *path,
                      aa__pool_policy *pp) {
   static const char *const keys[] = {"slab_size", "max_small", "classes",
-                                     "tcache",    "large",     "limit_bytes",
+                                     "tcache", "large", "limit_bytes",
                                      NULL};
   static const char *const tkeys[] = {"blocks", "bytes", NULL};
   static const char *const lkeys[] = {"mode", "cache_bytes", NULL};
@@ -933,9 +935,9 @@ static int telemetry_from(vctx *v, const cJSON *obj, const char *path,
 
 int aa__policy_from_tree(const cJSON *root, aa_policy *out, char *err,
                          size_t errcap) {
-  static const char *const keys[] = {"$schema",     "version", "name",
-                                     "description", "pools",   "adapt",
-                                     "telemetry",   NULL};
+  static const char *const keys[] = {"$schema", "version", "name",
+                                     "description", "pools", "adapt",
+                                     "telemetry", NULL};
   static const char *const pkeys[] = {"device", "pinned", "host", NULL};
   char p1[PATH_CAP], p2[PATH_CAP];
   const cJSON *it, *f;

@@ -232,7 +232,7 @@ static bool eq_nocase(const char *s, const char *e, const char *lit) {
 }
 
 static void set_default_cols(csv_state *st) {
-  static const unsigned char def[] = {COL_THREAD,  COL_TIME, COL_ACTION,
+  static const unsigned char def[] = {COL_THREAD, COL_TIME, COL_ACTION,
                                       COL_POINTER, COL_SIZE, COL_STREAM};
   memcpy(st->cols, def, sizeof def);
   st->ncols = 6;
@@ -371,7 +371,8 @@ static int parse_line(const csv_state *st, const char *s, const char *e,
       else {
         aa__replay_quote(fs, n, q, sizeof q);
         snprintf(msg, msgcap, "unknown Action '%s' (expected allocate, "
-                 "deallocate or allocate failure)", q);
+                              "deallocate or allocate failure)",
+                 q);
         *unknown_action = true;
         return AA_EPARSE;
       }
@@ -383,8 +384,8 @@ static int parse_line(const csv_state *st, const char *s, const char *e,
     if (!ok) {
       aa__replay_quote(fs, (size_t)(fe - fs), q, sizeof q);
       snprintf(msg, msgcap, "%s: '%s' is not a %s", col_names[c], q,
-               c == COL_TIME ? "time (seconds[.fraction], HH:MM:SS[.fraction], "
-                               "Nns or Nus)"
+               c == COL_TIME   ? "time (seconds[.fraction], HH:MM:SS[.fraction], "
+                                 "Nns or Nus)"
                : c == COL_SIZE ? "size (decimal or 0x-hex, below 2^64)"
                                : "number or pointer");
       return AA_EPARSE;
@@ -490,11 +491,13 @@ FX const char *fx_dec_long(const char *p, const char *e, uint64_t *out,
 }
 
 /* Hex digit value + 1, 0 for anything else. */
+/* clang-format off */
 static const unsigned char hexv1[256] = {
     ['0'] = 1,  ['1'] = 2,  ['2'] = 3,  ['3'] = 4,  ['4'] = 5,  ['5'] = 6,
     ['6'] = 7,  ['7'] = 8,  ['8'] = 9,  ['9'] = 10, ['a'] = 11, ['b'] = 12,
     ['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16, ['A'] = 11, ['B'] = 12,
     ['C'] = 13, ['D'] = 14, ['E'] = 15, ['F'] = 16};
+/* clang-format on */
 
 /* An id or size: 0x-hex (1..16 digits) or decimal. */
 FX const char *fx_id(const char *p, const char *e, uint64_t *out) {
@@ -521,8 +524,8 @@ FX const char *fx_id(const char *p, const char *e, uint64_t *out) {
 /* "S", "S.F", "H:M:S" or "H:M:S.F" with up to 9 fraction digits. */
 FX const char *fx_time(const char *p, const char *e, uint64_t *out) {
   static const uint64_t scale[10] = {1000000000ull, 100000000ull, 10000000ull,
-                                     1000000ull,    100000ull,    10000ull,
-                                     1000ull,       100ull,       10ull, 1ull};
+                                     1000000ull, 100000ull, 10000ull,
+                                     1000ull, 100ull, 10ull, 1ull};
   uint64_t a, m, sec, frac = 0;
   int n;
 
@@ -668,11 +671,11 @@ static const char *fast_line(const csv_state *st, const char *p, const char *e,
  * chunks; a mapped file is one chunk). */
 typedef struct csv_reader {
   csv_state st;
-  bool first;       /* no data or header line seen yet */
-  uint64_t line;    /* lines consumed */
-  uint64_t offset;  /* bytes consumed before this chunk */
-  uint64_t total;   /* input size for progress, 0 when unknown */
-  char *header;     /* copy of the header line (owned) */
+  bool first;      /* no data or header line seen yet */
+  uint64_t line;   /* lines consumed */
+  uint64_t offset; /* bytes consumed before this chunk */
+  uint64_t total;  /* input size for progress, 0 when unknown */
+  char *header;    /* copy of the header line (owned) */
   size_t batches;
   aa_replay_event batch[BATCH];
   size_t nb;

@@ -72,8 +72,8 @@ size_t aa_replay_result_json(const aa_replay_result *r, char *buf, size_t cap) {
   U(trace_span_ns);
   U(class_count);
   jputf(&j, "\"adapt\":{\"steps\":%llu,\"decisions\":%llu,\"classes_added\":"
-        "%llu,\"classes_retired\":%llu,\"grows\":%llu,\"trims\":%llu,"
-        "\"bytes_trimmed\":%llu,\"apply_failures\":%llu,\"rejected\":%llu},",
+            "%llu,\"classes_retired\":%llu,\"grows\":%llu,\"trims\":%llu,"
+            "\"bytes_trimmed\":%llu,\"apply_failures\":%llu,\"rejected\":%llu},",
         (unsigned long long)r->adapt.steps,
         (unsigned long long)r->adapt.decisions,
         (unsigned long long)r->adapt.classes_added,
@@ -85,8 +85,8 @@ size_t aa_replay_result_json(const aa_replay_result *r, char *buf, size_t cap) {
 #undef U
 #undef D
   jputf(&j, "\"input_errors\":{\"malformed\":%llu,\"unknown_action\":%llu,"
-        "\"unknown_free\":%llu,\"duplicate_ptr\":%llu,\"size_mismatch\":%llu,"
-        "\"first_line\":%llu,\"first_error\":",
+            "\"unknown_free\":%llu,\"duplicate_ptr\":%llu,\"size_mismatch\":%llu,"
+            "\"first_line\":%llu,\"first_error\":",
         (unsigned long long)r->diag.malformed,
         (unsigned long long)r->diag.unknown_action,
         (unsigned long long)r->diag.unknown_free,

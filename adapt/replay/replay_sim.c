@@ -513,9 +513,9 @@ struct aa_replay_sim {
   char err[AA_REPLAY_ERR_CAP];
   aa_replay_diag diag;
 
-  aa_adapt_loop *loop;     /* NULL without adapt */
-  uint64_t next_step_ns;   /* trace time of the next loop step */
-  uint64_t last_step_ev;   /* events at the last step */
+  aa_adapt_loop *loop;   /* NULL without adapt */
+  uint64_t next_step_ns; /* trace time of the next loop step */
+  uint64_t last_step_ev; /* events at the last step */
   aa_adapt_decision dlog[AA_REPLAY_DECISION_LOG];
   size_t ndlog;
 
@@ -603,14 +603,15 @@ int aa_replay_sim_new(const aa_replay_config *cfg, aa_replay_sim **out,
   rc = aa_pool_new(&pc, &s->pool);
   if (rc != AA_OK) {
     aa__errf(err, errcap, "the core refused the pool configuration: %s",
-                    aa_strerror(rc));
+             aa_strerror(rc));
     goto fail;
   }
   if (cfg->classes != NULL && cfg->nclasses > 0) {
     rc = aa_pool_set_classes(s->pool, cfg->classes, cfg->nclasses);
     if (rc != AA_OK) {
       aa__errf(err, errcap, "the core refused the class table (%zu "
-                      "classes): %s", cfg->nclasses, aa_strerror(rc));
+                            "classes): %s",
+               cfg->nclasses, aa_strerror(rc));
       goto fail;
     }
   }
@@ -625,7 +626,7 @@ int aa_replay_sim_new(const aa_replay_config *cfg, aa_replay_sim **out,
       rc = aa_adapt_loop_add_pool(s->loop, s->pool);
     if (rc != AA_OK) {
       aa__errf(err, errcap, "the policy loop refused its parameters: %s",
-                      aa_strerror(rc));
+               aa_strerror(rc));
       goto fail;
     }
   }

@@ -157,7 +157,8 @@ int aa_replay_suggest_classes(const aa_replay_size_stat *sizes, size_t nsizes,
       nc_old = t[k].n;
       res_old = slabs_for(nc_old, t[k].size, slab) * slab;
       res_new = (slabs_for(nc_old - m, t[k].size, slab) +
-                 slabs_for(m, c, slab)) * slab;
+                 slabs_for(m, c, slab)) *
+                slab;
       dres = (int64_t)res_old - (int64_t)res_new;
       duse = (int64_t)((t[k].size - c) * m);
       if (dres < 0)

@@ -73,7 +73,8 @@ static int json_pool(const cJSON *o, const char *where, aa_replay_hist *h,
   if (hist != NULL) {
     if (!cJSON_IsArray(hist) || cJSON_GetArraySize(hist) > AA_HIST_BUCKETS) {
       aa__errf(err, errcap, "%shist: expected an array of at most %d "
-                      "counts", where, AA_HIST_BUCKETS);
+                            "counts",
+               where, AA_HIST_BUCKETS);
       return AA_EPARSE;
     }
     i = 0;
@@ -81,7 +82,8 @@ static int json_pool(const cJSON *o, const char *where, aa_replay_hist *h,
       uint64_t c;
       if (!json_u64(it, &c)) {
         aa__errf(err, errcap, "%shist[%d]: expected a non-negative "
-                        "integer count", where, i);
+                              "integer count",
+                 where, i);
         return AA_EPARSE;
       }
       h->hist[i++] += c;
@@ -91,7 +93,8 @@ static int json_pool(const cJSON *o, const char *where, aa_replay_hist *h,
   if (sizes != NULL) {
     if (!cJSON_IsArray(sizes)) {
       aa__errf(err, errcap, "%s%s: expected an array of {\"size\", "
-                      "\"count\"} objects", where, sizes->string);
+                            "\"count\"} objects",
+               where, sizes->string);
       return AA_EPARSE;
     }
     i = 0;
@@ -101,8 +104,9 @@ static int json_pool(const cJSON *o, const char *where, aa_replay_hist *h,
           !json_u64(cJSON_GetObjectItemCaseSensitive(it, "size"), &sz) ||
           !json_u64(cJSON_GetObjectItemCaseSensitive(it, "count"), &c)) {
         aa__errf(err, errcap, "%s%s[%d]: expected {\"size\": N, "
-                        "\"count\": N} with non-negative integers", where,
-                        sizes->string, i);
+                              "\"count\": N} with non-negative integers",
+                 where,
+                 sizes->string, i);
         return AA_EPARSE;
       }
       if (c > 0 && add_exact(h, cap, sz, c) != AA_OK) {
@@ -133,7 +137,7 @@ static int parse_json(const char *buf, size_t len, aa_replay_hist *h,
 
   if (root == NULL || !cJSON_IsObject(root)) {
     aa__errf(err, errcap, "histogram: not a JSON object%s",
-                    root == NULL ? " (malformed JSON)" : "");
+             root == NULL ? " (malformed JSON)" : "");
     rc = AA_EPARSE;
     goto out;
   }
@@ -218,15 +222,17 @@ static int parse_csv(const char *buf, size_t len, aa_replay_hist *h, char *err,
     if (comma == NULL || memchr(comma + 1, ',', (size_t)(le - comma - 1)) ||
         !dec_field(ls, comma, &a) || !dec_field(comma + 1, le, &c)) {
       aa__errf(err, errcap, "histogram line %llu: expected `%s,count` "
-                      "with decimal integers", (unsigned long long)line,
-                      buckets ? "bucket" : "size");
+                            "with decimal integers",
+               (unsigned long long)line,
+               buckets ? "bucket" : "size");
       return AA_EPARSE;
     }
     if (buckets) {
       if (a >= AA_HIST_BUCKETS) {
         aa__errf(err, errcap, "histogram line %llu: bucket %llu is not "
-                        "below %d", (unsigned long long)line,
-                        (unsigned long long)a, AA_HIST_BUCKETS);
+                              "below %d",
+                 (unsigned long long)line,
+                 (unsigned long long)a, AA_HIST_BUCKETS);
         return AA_EPARSE;
       }
       h->hist[a] += c;
@@ -299,7 +305,7 @@ int aa_replay_hist_load_file(const char *path, aa_replay_hist *h, char *err,
       char *nb;
       if (cap >= HIST_MAX_FILE) {
         aa__errf(err, errcap, "%s: larger than %u MiB", path,
-                        HIST_MAX_FILE >> 20);
+                 HIST_MAX_FILE >> 20);
         rc = AA_EPARSE;
         goto out;
       }

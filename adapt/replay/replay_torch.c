@@ -50,7 +50,7 @@ typedef struct tseg tseg;
 
 typedef struct tblock {
   uint64_t addr, size;
-  uint64_t req; /* requested bytes while allocated */
+  uint64_t req;               /* requested bytes while allocated */
   struct tblock *prev, *next; /* neighbours in the segment, by address */
   tseg *seg;
   bool allocated;
@@ -58,7 +58,7 @@ typedef struct tblock {
 
 struct tseg {
   uint64_t base;
-  uint64_t size;   /* bytes held: the segment, or the mapped part */
+  uint64_t size; /* bytes held: the segment, or the mapped part */
   tblock *head, *tail;
   tseg *next_all;
   int pool; /* 0 small, 1 large */
@@ -124,7 +124,7 @@ int aa_replay_torch_parse(const char *spec, aa_replay_torch_config *cfg, char *e
   const char *p;
   if (spec == NULL || cfg == NULL || strncmp(spec, "torch:", 6) != 0) {
     aa__errf(err, errcap, "'%s' is not torch:default or torch:expandable",
-                    spec != NULL ? spec : "(null)");
+             spec != NULL ? spec : "(null)");
     return AA_EINVAL;
   }
   p = spec + 6;
@@ -136,7 +136,8 @@ int aa_replay_torch_parse(const char *spec, aa_replay_torch_config *cfg, char *e
     p += 10;
   } else {
     aa__errf(err, errcap, "'%s': the PyTorch model is torch:default or "
-                    "torch:expandable (optionally ,max_split_mb=N)", spec);
+                          "torch:expandable (optionally ,max_split_mb=N)",
+             spec);
     return AA_EINVAL;
   }
   cfg->max_split_size = 0;
@@ -151,7 +152,8 @@ int aa_replay_torch_parse(const char *spec, aa_replay_torch_config *cfg, char *e
     }
   }
   aa__errf(err, errcap, "'%s': after the mode only ,max_split_mb=N (N > 0) "
-                  "is understood", spec);
+                        "is understood",
+           spec);
   return AA_EINVAL;
 }
 

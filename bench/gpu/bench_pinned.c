@@ -31,14 +31,14 @@
 #include "adaptalloc/core.h"
 #include "adaptalloc/cuda.h"
 
-#define CK(x)                                                                  \
-  do {                                                                         \
-    cudaError_t e_ = (x);                                                      \
-    if (e_ != cudaSuccess) {                                                   \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x,                \
-              cudaGetErrorString(e_));                                         \
-      exit(1);                                                                 \
-    }                                                                          \
+#define CK(x)                                                   \
+  do {                                                          \
+    cudaError_t e_ = (x);                                       \
+    if (e_ != cudaSuccess) {                                    \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, \
+              cudaGetErrorString(e_));                          \
+      exit(1);                                                  \
+    }                                                           \
   } while (0)
 
 static double now_s(void) {
@@ -147,7 +147,8 @@ int main(int argc, char **argv) {
 
   /* ----------------------------------------------------------- 2 packing */
   {
-    enum { N = 4096, SZ = 4096 };
+    enum { N = 4096,
+           SZ = 4096 };
     unsigned char **src = malloc(N * sizeof *src);
     unsigned char *pin_src = NULL, *dev = NULL;
     aa_packer *pk = NULL;

@@ -214,7 +214,7 @@ static void poll_pending(aa_pool *pool, aa__class *c, aa_stream except, bool sta
 
 /* Pushes blocks freed on `stream` into the central lists. Under c->mu. */
 void aa__central_push(aa_pool *pool, aa__class *c, const aa__blk *v, uint32_t n,
-                         aa_stream stream) {
+                      aa_stream stream) {
   aa__blist *dst = &c->any;
   if (pool->has_events) {
     aa__slist *l = slist_get(c, stream);
@@ -252,7 +252,7 @@ uint32_t aa__central_take(aa__class *c, aa__blist *l, aa__blk *out, uint32_t wan
 
 /* Takes up to `want` blocks usable on `stream`. Under c->mu. */
 uint32_t aa__central_pop(aa_pool *pool, aa__class *c, aa_stream stream, aa__blk *out,
-                            uint32_t want) {
+                         uint32_t want) {
   uint32_t got = 0;
   aa__slist *l = pool->has_events ? slist_find(c, stream) : NULL;
   if (l) {

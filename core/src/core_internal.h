@@ -93,7 +93,9 @@ static inline void aa__cadd(_Atomic uint64_t *c, uint64_t v) {
    * fuse an atomic load and store): the owner is the only writer and an
    * aligned 8-byte store is single-copy atomic on x86-64, so a reader sees
    * the old or the new value. TSan builds keep the C11 form it can see. */
-  __asm__ __volatile__("addq %1, %0" : "+m"(*(uint64_t *)c) : "er"(v));
+  __asm__ __volatile__("addq %1, %0"
+                       : "+m"(*(uint64_t *)c)
+                       : "er"(v));
 #else
   atomic_store_explicit(c, atomic_load_explicit(c, AA__RLX) + v, AA__RLX);
 #endif
@@ -102,7 +104,9 @@ static inline void aa__cadd(_Atomic uint64_t *c, uint64_t v) {
  * one xor with a memory operand (an atomic load is never folded into one). */
 static inline uint64_t aa__cxor(const _Atomic uint64_t *c, uint64_t v) {
 #if defined(__x86_64__) && !defined(AA__TSAN)
-  __asm__("xorq %1, %0" : "+r"(v) : "m"(*(const uint64_t *)c));
+  __asm__("xorq %1, %0"
+          : "+r"(v)
+          : "m"(*(const uint64_t *)c));
   return v;
 #else
   return atomic_load_explicit((_Atomic uint64_t *)c, AA__RLX) ^ v;
@@ -148,7 +152,8 @@ static inline unsigned aa__hist_bucket(size_t size) {
 #define AA__RS_BUCKETS 1024
 
 /* pool->tflags */
-enum { AA__TF_TELEMETRY = 1, AA__TF_TRACE = 2 };
+enum { AA__TF_TELEMETRY = 1,
+       AA__TF_TRACE = 2 };
 /* A telemetry size word: (size << 32) | count (0 = none; sizes < 2^32), one
  * slot of a thread's exact-size table (aa__tcache.sz).
  * aa__run_extends: w counts `size` with room for one more, in one xor and
@@ -175,10 +180,13 @@ static inline size_t aa__sz_hash(size_t size) {
 #define AA__M_SIZE (AA__M_USED - 1u)
 
 /* Class slot states. */
-enum { AA__CLS_EMPTY = 0, AA__CLS_ACTIVE = 1, AA__CLS_RETIRING = 2 };
+enum { AA__CLS_EMPTY = 0,
+       AA__CLS_ACTIVE = 1,
+       AA__CLS_RETIRING = 2 };
 
 /* ------------------------------------------------------------ spans */
-enum { AA__SPAN_SLAB = 1, AA__SPAN_LARGE = 2 };
+enum { AA__SPAN_SLAB = 1,
+       AA__SPAN_LARGE = 2 };
 
 typedef struct aa__span {
   uintptr_t base, end; /* [base, end), end - base a multiple of 64 KiB */
@@ -205,10 +213,10 @@ struct aa__slab {
   uint32_t cls;          /* class slot (immutable while the slab lives) */
   uint32_t nblocks;
   size_t block_size;
-  uint64_t div_magic; /* (off>>9) * magic >> 42 == block index */
-  uint32_t nfree;     /* blocks of this slab in central lists (incl. pending) */
-  uint32_t npending;  /* of which waiting for stream events */
-  int dying;          /* marked for release (class_release) */
+  uint64_t div_magic;      /* (off>>9) * magic >> 42 == block index */
+  uint32_t nfree;          /* blocks of this slab in central lists (incl. pending) */
+  uint32_t npending;       /* of which waiting for stream events */
+  int dying;               /* marked for release (class_release) */
   _Atomic uint32_t meta[]; /* per block: AA__M_* | requested size */
 };
 
@@ -286,7 +294,7 @@ typedef struct aa__tcache {
    * one address mode. */
   _Atomic uint64_t sz[AA__SZ_SLOTS];
   aa_pool *pool;
-  _Atomic int dead; /* its pool was destroyed (g_mu) */
+  _Atomic int dead;               /* its pool was destroyed (g_mu) */
   struct aa__tcache *next, *prev; /* pool's tcache list (tc_mu) */
   uint32_t epoch;
   /* one-entry slab cache of the free path: the slab of the last fast free,
@@ -298,8 +306,8 @@ typedef struct aa__tcache {
   aa__slab *sc_slab;
   struct aa__bin *sc_bin; /* &bins[sc_slab->cls] */
   size_t cached_bytes;
-  size_t max_bytes; /* cfg.tcache_bytes */
-  uint32_t sweep;   /* where tcache_make_room starts */
+  size_t max_bytes;      /* cfg.tcache_bytes */
+  uint32_t sweep;        /* where tcache_make_room starts */
   uint32_t hh_countdown; /* heavy-hitter sampling of evicted single requests */
   uint64_t tid;
   /* The large-block cache (large.c, aa__ltc_*): blocks this thread
@@ -329,7 +337,6 @@ typedef struct aa__tcache {
   aa__bin bins[AA_MAX_CLASSES];
 } aa__tcache;
 
-
 /* Counters folded from dead threads (and from the no-tcache path). */
 typedef struct aa__ccount {
   _Atomic uint64_t allocs, frees, hits, misses, req_add, req_sub;
@@ -352,9 +359,9 @@ typedef struct aa__seg {
   aa__span h;
   aa__chunk *first;
   struct aa__seg *next, *prev;
-  struct aa__seg *owner;  /* page records only */
-  void *handle;           /* page records only */
-  struct aa__seg **pages; /* expandable segments only */
+  struct aa__seg *owner;      /* page records only */
+  void *handle;               /* page records only */
+  struct aa__seg **pages;     /* expandable segments only */
   size_t npages, mapped, hwm; /* hwm: no page at or above it is mapped */
 } aa__seg;
 
@@ -375,11 +382,11 @@ struct aa__chunk {
    * cannot both win; the generation makes a stale thread-cache entry fail
    * its CAS. Chunk records are recycled, never freed, while the pool lives. */
   _Atomic uint64_t state;
-  int any;          /* free: usable on every stream */
-  aa_stream stream; /* free: the stream it was freed on */
+  int any;           /* free: usable on every stream */
+  aa_stream stream;  /* free: the stream it was freed on */
   uint64_t freed_at; /* free: pool->large_frees when it was freed (age order) */
-  void *ev;         /* free, !any: event recorded on stream, or NULL */
-  void **xev;       /* free: record_stream events, all must complete */
+  void *ev;          /* free, !any: event recorded on stream, or NULL */
+  void **xev;        /* free: record_stream events, all must complete */
   uint32_t nxev;
   aa_stream *xs; /* live: record_stream'd extra streams */
   uint32_t nxs;
@@ -465,14 +472,14 @@ struct aa_pool {
   aa__seg *segs;
   aa__chunk *lbins[AA__LARGE_BINS];
   uint64_t lbin_mask[(AA__LARGE_BINS + 63) / 64]; /* bins that are not empty */
-  aa__chunk *lpark[AA__LARGE_PARK]; /* freed whole, coalescing deferred (oldest first) */
+  aa__chunk *lpark[AA__LARGE_PARK];               /* freed whole, coalescing deferred (oldest first) */
   unsigned npark;
-  aa__chunk *lspare;                              /* recycled chunk records */
+  aa__chunk *lspare; /* recycled chunk records */
   size_t nlspare;
   aa__chunk **lhash;
   size_t lhash_cap, lhash_n;
   uint64_t large_in_use, large_reserved, large_free_bytes, nsegs;
-  size_t vmm_page;       /* expandable: the mapping granularity */
+  size_t vmm_page;               /* expandable: the mapping granularity */
   uint64_t vmm_maps, vmm_unmaps; /* pages mapped and unmapped so far */
   uint64_t large_req;
   uint64_t large_allocs, large_frees;
@@ -578,7 +585,9 @@ uint64_t aa__trace_seq_next(void);
 void aa__trace_at(aa_pool *pool, char op, const void *p, size_t size, aa_stream s, uint64_t seq);
 
 /* large.c */
-enum { AA__CH_FREE = 0, AA__CH_LIVE = 1, AA__CH_HELD = 2 };
+enum { AA__CH_FREE = 0,
+       AA__CH_LIVE = 1,
+       AA__CH_HELD = 2 };
 void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stream);
 /* The thread's large-block cache: an exact-size reuse (NULL on a miss), a
  * lock-free free of a block this thread allocated (false: take the locked

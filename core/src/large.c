@@ -306,7 +306,6 @@ static void park(aa_pool *pool, aa__chunk *c) {
   pool->lpark[pool->npark++] = c;
 }
 
-
 /* Whether a free chunk may be handed out on `stream` now; records the event
  * on the freeing stream lazily (one event covers the chunk). */
 static bool usable(aa_pool *pool, aa__chunk *c, aa_stream stream) {

@@ -28,7 +28,8 @@ static bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((format(printf, 3, 4)))
 #endif
-static int refuse(aa__http_head *h, int status, const char *fmt, ...) {
+static int
+refuse(aa__http_head *h, int status, const char *fmt, ...) {
   va_list ap;
   h->status = status;
   va_start(ap, fmt);

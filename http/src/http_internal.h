@@ -50,8 +50,8 @@ typedef struct aa__http_arg {
 } aa__http_arg;
 
 typedef struct aa__http_req {
-  const char *method;        /* "GET" ... */
-  const char *path;          /* decoded, without the query */
+  const char *method; /* "GET" ... */
+  const char *path;   /* decoded, without the query */
   aa__http_arg args[AA__HTTP_MAX_ARGS];
   size_t nargs;
   bool too_many_args;
@@ -59,13 +59,13 @@ typedef struct aa__http_req {
   const char *if_match;
   const char *if_none_match;
   const char *host;
-  const char *body;          /* not NUL-terminated */
+  const char *body; /* not NUL-terminated */
   size_t body_len;
-  bool body_too_large;       /* over the limit: answer 413 */
-  bool bad_framing;          /* several Content-Length headers: answer 400 */
-  const char *bad_head;      /* a head refused on libmicrohttpd's parsed view
+  bool body_too_large;  /* over the limit: answer 413 */
+  bool bad_framing;     /* several Content-Length headers: answer 400 */
+  const char *bad_head; /* a head refused on libmicrohttpd's parsed view
                                 (static reason): answer 400 */
-  const char *client;        /* "127.0.0.1" */
+  const char *client;   /* "127.0.0.1" */
 } aa__http_req;
 
 /* ------------------------------------------------------------ head (head.c) */
@@ -108,8 +108,8 @@ bool aa__http_host_split(const char *host, size_t len, char *name, size_t cap);
 
 typedef struct aa__http_resp {
   int status;
-  const char *content_type;  /* static string */
-  char *body;                /* malloc'd unless body_static */
+  const char *content_type; /* static string */
+  char *body;               /* malloc'd unless body_static */
   size_t len;
   bool body_static;          /* body points at constant data */
   char etag[48];             /* "" = none */
@@ -141,10 +141,10 @@ int aa__http_render_metrics_carry(const aa_pool_stats *pools, size_t n,
 
 typedef struct aa__http_state {
   aa_http_config cfg;
-  char *token;        /* NULL when none; owned */
+  char *token; /* NULL when none; owned */
   size_t token_len;
   aa_http_provider prov;
-  int port;           /* bound port, for the error text and Host checks */
+  int port; /* bound port, for the error text and Host checks */
 
   /* Cache of the last /stats (no filter) and /metrics answers; touched only
    * from the polling thread. */

@@ -43,7 +43,12 @@
 
 #include "intake.h"
 
-enum { E_FREE, E_INTAKE, E_CLOSING, E_MHD_NEW, E_MHD_BODY, E_MHD_IDLE };
+enum { E_FREE,
+       E_INTAKE,
+       E_CLOSING,
+       E_MHD_NEW,
+       E_MHD_BODY,
+       E_MHD_IDLE };
 
 #define CLOSING_NS 1000000000ull /* how long a refused connection drains */
 #define TAG_LISTEN 1ull

@@ -27,7 +27,8 @@
 
 #include "http_internal.h"
 
-typedef enum { GAUGE, COUNTER } kind_t;
+typedef enum { GAUGE,
+               COUNTER } kind_t;
 
 typedef struct {
   const char *name;
@@ -37,8 +38,10 @@ typedef struct {
   bool u32;
 } family_t;
 
-#define PF(n, h, k, f) {n, h, k, offsetof(aa_pool_stats, f), false}
-#define PF32(n, h, k, f) {n, h, k, offsetof(aa_pool_stats, f), true}
+#define PF(n, h, k, f) \
+  { n, h, k, offsetof(aa_pool_stats, f), false }
+#define PF32(n, h, k, f) \
+  { n, h, k, offsetof(aa_pool_stats, f), true }
 static const family_t pool_families[] = {
     PF("adaptalloc_in_use_bytes",
        "Bytes handed out to live allocations (block sizes, small and large).",
@@ -101,7 +104,8 @@ static const family_t pool_families[] = {
        COUNTER, large_allocs),
 };
 
-#define CF(n, h, k, f) {n, h, k, offsetof(aa_class_stats, f), false}
+#define CF(n, h, k, f) \
+  { n, h, k, offsetof(aa_class_stats, f), false }
 static const family_t class_families[] = {
     CF("adaptalloc_class_in_use_bytes", "Bytes of blocks in use, classes summed per block-size bucket.",
        GAUGE, bytes_in_use),
@@ -140,8 +144,8 @@ static unsigned size_bucket(uint64_t block_size) {
 
 static const char *bucket_label(unsigned b) {
   static const char *const names[NBUCKETS] = {
-      "1024",    "4096",     "16384",    "65536",    "262144",
-      "1048576", "4194304",  "16777216", "67108864", "+Inf"};
+      "1024", "4096", "16384", "65536", "262144",
+      "1048576", "4194304", "16777216", "67108864", "+Inf"};
   return names[b];
 }
 
@@ -342,7 +346,8 @@ static void make_labels(labels_t *l, const aa_pool_stats *st) {
     snprintf(device, sizeof device, "cpu");
   n = snprintf(l->text, sizeof l->text, "{pool=\"%s\",backend=\"%s\",device=\"%s\"",
                name, backend, device);
-  l->len = n < 0 ? 0 : (size_t)n < sizeof l->text ? (size_t)n : sizeof l->text - 1;
+  l->len = n < 0 ? 0 : (size_t)n < sizeof l->text ? (size_t)n
+                                                  : sizeof l->text - 1;
 }
 
 /* name{labels,size_le="bucket"} value\n */

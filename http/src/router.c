@@ -789,9 +789,12 @@ typedef struct {
 } route_t;
 
 static const route_t routes[] = {
-    {"/healthz", ALLOW_GET, ep_healthz}, {"/stats", ALLOW_GET, ep_stats},
-    {"/metrics", ALLOW_GET, ep_metrics}, {"/policy", ALLOW_POLICY, ep_policy},
-    {"/history", ALLOW_GET, ep_history}, {"/runs", ALLOW_GET, ep_runs},
+    {"/healthz", ALLOW_GET, ep_healthz},
+    {"/stats", ALLOW_GET, ep_stats},
+    {"/metrics", ALLOW_GET, ep_metrics},
+    {"/policy", ALLOW_POLICY, ep_policy},
+    {"/history", ALLOW_GET, ep_history},
+    {"/runs", ALLOW_GET, ep_runs},
     {"/segments", ALLOW_GET, ep_segments},
 };
 
@@ -926,8 +929,7 @@ void aa__http_route(aa__http_state *st, const aa__http_req *req,
   if (resp->status == 0)
     error_doc(resp, req, 500, "no response", AA_EIO);
   if (resp->body == NULL)
-    set_static(resp, resp->status, resp->content_type ? resp->content_type
-                                                      : CT_JSON,
+    set_static(resp, resp->status, resp->content_type ? resp->content_type : CT_JSON,
                "", 0);
   count_status(st, resp->status);
 }

@@ -191,7 +191,7 @@ typedef struct head_view {
   bool nul;      /* a value with a NUL inside (libmicrohttpd would cut it) */
   bool bad_name; /* an empty name or one with a space or control byte */
   bool bad_host;
-  bool bad_te;   /* Transfer-Encoding other than "chunked" alone */
+  bool bad_te; /* Transfer-Encoding other than "chunked" alone */
 } head_view;
 
 static aa__mhd_result view_header(void *cls, enum MHD_ValueKind kind,

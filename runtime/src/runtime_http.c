@@ -133,9 +133,10 @@ static int prov_stats_json(void *user, const char *pool, char **out, size_t *len
   aa__buf_printf(&sb, "{\"version\":1,\"model\":");
   aa__buf_json_cstr(&sb, aa__rt.model);
   aa__buf_printf(&sb, ",\"pid\":%ld,\"uptime_s\":%.3f,\"policy_version\":%llu,"
-                    "\"policy_source\":", (long)getpid(),
-                    (double)(aa_now_ns() - aa__rt.started_ns) / 1e9,
-                    (unsigned long long)version);
+                      "\"policy_source\":",
+                 (long)getpid(),
+                 (double)(aa_now_ns() - aa__rt.started_ns) / 1e9,
+                 (unsigned long long)version);
   aa__buf_json_cstr(&sb, svc.policy_source);
   aa__buf_printf(&sb, ",\"run_id\":%lld,\"pools\":[", (long long)svc.run_id);
   for (i = 0; i < n; i++) {
@@ -149,16 +150,16 @@ static int prov_stats_json(void *user, const char *pool, char **out, size_t *len
   if (svc.loop != NULL) {
     aa_adapt_loop_counters(svc.loop, &lc);
     aa__buf_printf(&sb, "{\"enabled\":true,\"steps\":%llu,\"decisions\":%llu,"
-                      "\"classes_added\":%llu,\"classes_retired\":%llu,\"grows\":%llu,"
-                      "\"trims\":%llu,\"bytes_trimmed\":%llu,\"apply_failures\":%llu,"
-                      "\"rejected_by_replay\":%llu,\"audit\":[",
-                      (unsigned long long)lc.steps, (unsigned long long)lc.decisions,
-                      (unsigned long long)lc.classes_added,
-                      (unsigned long long)lc.classes_retired,
-                      (unsigned long long)lc.grows, (unsigned long long)lc.trims,
-                      (unsigned long long)lc.bytes_trimmed,
-                      (unsigned long long)lc.apply_failures,
-                      (unsigned long long)lc.rejected);
+                        "\"classes_added\":%llu,\"classes_retired\":%llu,\"grows\":%llu,"
+                        "\"trims\":%llu,\"bytes_trimmed\":%llu,\"apply_failures\":%llu,"
+                        "\"rejected_by_replay\":%llu,\"audit\":[",
+                   (unsigned long long)lc.steps, (unsigned long long)lc.decisions,
+                   (unsigned long long)lc.classes_added,
+                   (unsigned long long)lc.classes_retired,
+                   (unsigned long long)lc.grows, (unsigned long long)lc.trims,
+                   (unsigned long long)lc.bytes_trimmed,
+                   (unsigned long long)lc.apply_failures,
+                   (unsigned long long)lc.rejected);
     append_audit_json(&sb, pool);
     aa__buf_printf(&sb, "]}");
   } else {
@@ -174,8 +175,8 @@ static int prov_stats_json(void *user, const char *pool, char **out, size_t *len
     aa__buf_printf(&sb, "{\"enabled\":0,\"path\":null}");
   }
   aa__buf_printf(&sb, ",\"policy_changes\":%llu,\"policy_rejects\":%llu}",
-                    (unsigned long long)atomic_load(&svc.policy_changes),
-                    (unsigned long long)atomic_load(&svc.policy_rejects));
+                 (unsigned long long)atomic_load(&svc.policy_changes),
+                 (unsigned long long)atomic_load(&svc.policy_rejects));
   free(arr);
   if (sb.failed) {
     aa__buf_free(&sb);
@@ -221,47 +222,47 @@ static int prov_metrics_extra(void *user, char **out, size_t *len) {
   /* One series per process: joins the pool series to the run in the store
    * (run), the policy file (model) and the build (version). */
   aa__buf_printf(&sb,
-      "# HELP adaptalloc_info The run this process is: model, store run id, rank, version.\n"
-      "# TYPE adaptalloc_info gauge\n"
-      "adaptalloc_info{model=\"%s\",run=\"%lld\",rank=\"%s\",version=\"%d.%d.%d\"} 1\n",
-      model, (long long)svc.run_id, rank, AA_VERSION_MAJOR, AA_VERSION_MINOR,
-      AA_VERSION_PATCH);
+                 "# HELP adaptalloc_info The run this process is: model, store run id, rank, version.\n"
+                 "# TYPE adaptalloc_info gauge\n"
+                 "adaptalloc_info{model=\"%s\",run=\"%lld\",rank=\"%s\",version=\"%d.%d.%d\"} 1\n",
+                 model, (long long)svc.run_id, rank, AA_VERSION_MAJOR, AA_VERSION_MINOR,
+                 AA_VERSION_PATCH);
   aa__buf_printf(&sb,
-      "# HELP adaptalloc_policy_version Version of the policy in force.\n"
-      "# TYPE adaptalloc_policy_version gauge\n"
-      "adaptalloc_policy_version %llu\n"
-      "# HELP adaptalloc_policy_changes_total Policy changes applied (file, http, loop).\n"
-      "# TYPE adaptalloc_policy_changes_total counter\n"
-      "adaptalloc_policy_changes_total %llu\n"
-      "# HELP adaptalloc_policy_rejects_total Policy changes refused.\n"
-      "# TYPE adaptalloc_policy_rejects_total counter\n"
-      "adaptalloc_policy_rejects_total %llu\n"
-      "# HELP adaptalloc_adapt_classes_added_total Size classes the policy loop added.\n"
-      "# TYPE adaptalloc_adapt_classes_added_total counter\n"
-      "adaptalloc_adapt_classes_added_total %llu\n"
-      "# HELP adaptalloc_adapt_classes_retired_total Size classes the policy loop retired.\n"
-      "# TYPE adaptalloc_adapt_classes_retired_total counter\n"
-      "adaptalloc_adapt_classes_retired_total %llu\n",
-      (unsigned long long)version,
-      (unsigned long long)atomic_load(&svc.policy_changes),
-      (unsigned long long)atomic_load(&svc.policy_rejects),
-      (unsigned long long)atomic_load(&svc.classes_added),
-      (unsigned long long)atomic_load(&svc.classes_retired));
+                 "# HELP adaptalloc_policy_version Version of the policy in force.\n"
+                 "# TYPE adaptalloc_policy_version gauge\n"
+                 "adaptalloc_policy_version %llu\n"
+                 "# HELP adaptalloc_policy_changes_total Policy changes applied (file, http, loop).\n"
+                 "# TYPE adaptalloc_policy_changes_total counter\n"
+                 "adaptalloc_policy_changes_total %llu\n"
+                 "# HELP adaptalloc_policy_rejects_total Policy changes refused.\n"
+                 "# TYPE adaptalloc_policy_rejects_total counter\n"
+                 "adaptalloc_policy_rejects_total %llu\n"
+                 "# HELP adaptalloc_adapt_classes_added_total Size classes the policy loop added.\n"
+                 "# TYPE adaptalloc_adapt_classes_added_total counter\n"
+                 "adaptalloc_adapt_classes_added_total %llu\n"
+                 "# HELP adaptalloc_adapt_classes_retired_total Size classes the policy loop retired.\n"
+                 "# TYPE adaptalloc_adapt_classes_retired_total counter\n"
+                 "adaptalloc_adapt_classes_retired_total %llu\n",
+                 (unsigned long long)version,
+                 (unsigned long long)atomic_load(&svc.policy_changes),
+                 (unsigned long long)atomic_load(&svc.policy_rejects),
+                 (unsigned long long)atomic_load(&svc.classes_added),
+                 (unsigned long long)atomic_load(&svc.classes_retired));
   if (svc.store != NULL) {
     aa_store_stats ss;
     aa_store_stats_get(svc.store, &ss);
     aa__buf_printf(&sb,
-        "# HELP adaptalloc_store_enabled 1 while the store writes, 0 after a fault.\n"
-        "# TYPE adaptalloc_store_enabled gauge\n"
-        "adaptalloc_store_enabled %u\n"
-        "# HELP adaptalloc_store_snapshots_dropped_total Snapshots the store could not queue.\n"
-        "# TYPE adaptalloc_store_snapshots_dropped_total counter\n"
-        "adaptalloc_store_snapshots_dropped_total %llu\n"
-        "# HELP adaptalloc_store_events_dropped_total Trace events the store could not queue.\n"
-        "# TYPE adaptalloc_store_events_dropped_total counter\n"
-        "adaptalloc_store_events_dropped_total %llu\n",
-        ss.enabled, (unsigned long long)ss.snapshots_dropped,
-        (unsigned long long)ss.events_dropped);
+                   "# HELP adaptalloc_store_enabled 1 while the store writes, 0 after a fault.\n"
+                   "# TYPE adaptalloc_store_enabled gauge\n"
+                   "adaptalloc_store_enabled %u\n"
+                   "# HELP adaptalloc_store_snapshots_dropped_total Snapshots the store could not queue.\n"
+                   "# TYPE adaptalloc_store_snapshots_dropped_total counter\n"
+                   "adaptalloc_store_snapshots_dropped_total %llu\n"
+                   "# HELP adaptalloc_store_events_dropped_total Trace events the store could not queue.\n"
+                   "# TYPE adaptalloc_store_events_dropped_total counter\n"
+                   "adaptalloc_store_events_dropped_total %llu\n",
+                   ss.enabled, (unsigned long long)ss.snapshots_dropped,
+                   (unsigned long long)ss.events_dropped);
   }
   if (sb.failed) {
     aa__buf_free(&sb);
@@ -310,7 +311,7 @@ static int prov_policy_change(const aa_http_policy_change *c, bool patch,
   snprintf(reason, sizeof(reason), "%s /policy from %s", patch ? "PATCH" : "PUT",
            c->client ? c->client : "?");
   return aa__rt_install_policy(next, c->source ? c->source : "http", reason,
-                        c->has_if_match, c->if_match, new_version, err, errcap);
+                               c->has_if_match, c->if_match, new_version, err, errcap);
 }
 
 static int prov_policy_put(void *user, const aa_http_policy_change *c,
@@ -509,4 +510,3 @@ int aa_runtime_policy_update(const char *json, size_t len, bool patch,
 }
 
 int64_t aa_runtime_run_id(void) { return svc.run_id; }
-

@@ -70,12 +70,12 @@ typedef struct aa__rt_services {
   aa_policy *policy;      /* in force; guarded by policy_lock */
   char policy_source[32]; /* "file", "default", "http", "loop" */
 
-  aa_store *store;        /* NULL when off */
+  aa_store *store; /* NULL when off */
   char store_path[1100];
   int64_t run_id;
 
-  aa_adapt_loop *loop;    /* NULL when off */
-  aa_http *http;          /* NULL when off */
+  aa_adapt_loop *loop; /* NULL when off */
+  aa_http *http;       /* NULL when off */
   atomic_int http_port;
 
   pthread_t ticker;

@@ -368,8 +368,8 @@ static void on_loop_decision(void *user, aa_pool *pool, const aa_adapt_decision 
   aa__buf_printf(&patch, "{\"pools\":{\"%s\":{\"classes\":[", pool_kind(pool));
   for (i = 0; i < n && i < AA_MAX_CLASSES; i++)
     aa__buf_printf(&patch, "%s{\"size\":%zu,\"cache_limit\":%u,\"prefill\":%u}",
-                      i ? "," : "", specs[i].block_size, specs[i].cache_limit,
-                      specs[i].prefill);
+                   i ? "," : "", specs[i].block_size, specs[i].cache_limit,
+                   specs[i].prefill);
   aa__buf_printf(&patch, "]}}}");
   snprintf(reason, sizeof(reason), "%s on %s: %s", aa_adapt_kind_name(d->kind),
            aa_pool_name(pool), d->reason);

@@ -42,11 +42,11 @@ size_t aa_store_stats_json(const aa_store_stats *s, char *buf, size_t cap) {
     buf[0] = '\0';
     return 0;
   }
-#define APPEND(...)                                                         \
-  do {                                                                      \
+#define APPEND(...)                                                           \
+  do {                                                                        \
     int k = snprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0, \
-                     __VA_ARGS__);                                          \
-    if (k > 0) len += (size_t)k;                                            \
+                     __VA_ARGS__);                                            \
+    if (k > 0) len += (size_t)k;                                              \
   } while (0)
   APPEND("{\"enabled\":%s,\"last_error\":\"%s\",\"last_error_msg\":",
          s->enabled ? "true" : "false",

@@ -118,9 +118,8 @@ static int query_check(const aa_store_query *q, char **json) {
   return AA_OK;
 }
 
-#define JSON_OR_TEXT(col)                                                   \
-  "CASE WHEN " col " IS NULL THEN NULL WHEN json_valid(" col ") THEN json(" \
-  col ") ELSE " col " END"
+#define JSON_OR_TEXT(col) \
+  "CASE WHEN " col " IS NULL THEN NULL WHEN json_valid(" col ") THEN json(" col ") ELSE " col " END"
 
 int aa_store_runs_json(const char *db_path, uint32_t limit, char **json) {
   sqlite3 *db = NULL;
@@ -140,16 +139,16 @@ int aa_store_runs_json(const char *db_path, uint32_t limit, char **json) {
       "  'policy_version', policy_version, 'library_version', library_version,"
       "  'mono_origin_ns', mono_origin_ns,"
       "  'config', " JSON_OR_TEXT("config") ","
-      "  'snapshots', (SELECT count(*) FROM snapshots s WHERE s.run_id = r.id),"
-      "  'pools', (SELECT json_group_array(pool) FROM"
-      "            (SELECT DISTINCT pool FROM snapshots s WHERE s.run_id = r.id"
-      "             ORDER BY pool)),"
-      "  'snapshots_written', snapshots_written,"
-      "  'snapshots_dropped', snapshots_dropped,"
-      "  'events_written', events_written, 'events_dropped', events_dropped,"
-      "  'policy_changes', (SELECT count(*) FROM policy_changes p"
-      "                     WHERE p.run_id = r.id)"
-      " ) AS j FROM runs r ORDER BY id DESC LIMIT ?1)";
+                                            "  'snapshots', (SELECT count(*) FROM snapshots s WHERE s.run_id = r.id),"
+                                            "  'pools', (SELECT json_group_array(pool) FROM"
+                                            "            (SELECT DISTINCT pool FROM snapshots s WHERE s.run_id = r.id"
+                                            "             ORDER BY pool)),"
+                                            "  'snapshots_written', snapshots_written,"
+                                            "  'snapshots_dropped', snapshots_dropped,"
+                                            "  'events_written', events_written, 'events_dropped', events_dropped,"
+                                            "  'policy_changes', (SELECT count(*) FROM policy_changes p"
+                                            "                     WHERE p.run_id = r.id)"
+                                            " ) AS j FROM runs r ORDER BY id DESC LIMIT ?1)";
   int rc = rd_prepare(db, sql, &s);
   if (rc != SQLITE_OK) {
     err = aa__store_err_from_sqlite(rc);
@@ -182,24 +181,24 @@ out:
   " 'large_segments', s.large_segments, 'class_count', s.class_count,"       \
   " 'hh_count', s.hh_count"
 
-#define SNAP_DETAIL                                                          \
-  ", 'classes', (SELECT json_group_array(json_object("                       \
-  "    'block_size', c.block_size, 'cache_limit', c.cache_limit,"            \
-  "    'prefill', c.prefill, 'retiring', c.retiring, 'slabs', c.slabs,"      \
-  "    'blocks_in_use', c.blocks_in_use, 'blocks_free', c.blocks_free,"      \
+#define SNAP_DETAIL                                                           \
+  ", 'classes', (SELECT json_group_array(json_object("                        \
+  "    'block_size', c.block_size, 'cache_limit', c.cache_limit,"             \
+  "    'prefill', c.prefill, 'retiring', c.retiring, 'slabs', c.slabs,"       \
+  "    'blocks_in_use', c.blocks_in_use, 'blocks_free', c.blocks_free,"       \
   "    'bytes_in_use', c.bytes_in_use, 'bytes_requested', c.bytes_requested," \
-  "    'bytes_reserved', c.bytes_reserved,"                                  \
-  "    'peak_bytes_in_use', c.peak_bytes_in_use, 'allocs', c.allocs,"        \
-  "    'frees', c.frees, 'hits', c.hits, 'misses', c.misses))"               \
-  "  FROM (SELECT * FROM class_stats c WHERE c.snapshot_id = s.id"           \
-  "        ORDER BY c.idx) c),"                                              \
-  " 'hist', (SELECT json_group_array(json_object('bucket', h.bucket,"        \
-  "    'lower', h.lower_bytes, 'count', h.count))"                           \
-  "  FROM (SELECT * FROM histograms h WHERE h.snapshot_id = s.id"            \
-  "        ORDER BY h.bucket) h),"                                           \
-  " 'hh', (SELECT json_group_array(json_object('size', x.size,"              \
-  "    'count', x.count))"                                                   \
-  "  FROM (SELECT * FROM heavy_hitters x WHERE x.snapshot_id = s.id"         \
+  "    'bytes_reserved', c.bytes_reserved,"                                   \
+  "    'peak_bytes_in_use', c.peak_bytes_in_use, 'allocs', c.allocs,"         \
+  "    'frees', c.frees, 'hits', c.hits, 'misses', c.misses))"                \
+  "  FROM (SELECT * FROM class_stats c WHERE c.snapshot_id = s.id"            \
+  "        ORDER BY c.idx) c),"                                               \
+  " 'hist', (SELECT json_group_array(json_object('bucket', h.bucket,"         \
+  "    'lower', h.lower_bytes, 'count', h.count))"                            \
+  "  FROM (SELECT * FROM histograms h WHERE h.snapshot_id = s.id"             \
+  "        ORDER BY h.bucket) h),"                                            \
+  " 'hh', (SELECT json_group_array(json_object('size', x.size,"               \
+  "    'count', x.count))"                                                    \
+  "  FROM (SELECT * FROM heavy_hitters x WHERE x.snapshot_id = s.id"          \
   "        ORDER BY x.rank) x)"
 
 /* Shared by history and the policy log: the WHERE clause binds ?1 all runs,
@@ -405,10 +404,12 @@ int aa_store_trace_lost(const char *db_path, int64_t run_id, uint64_t *written,
   }
   /* trace_cut_seq is schema 2's; an older file has nothing to say. */
   rc = rd_prepare(db, "SELECT events_written, events_dropped, trace_cut_seq"
-                      " FROM runs WHERE id = ?1", &s);
+                      " FROM runs WHERE id = ?1",
+                  &s);
   if (rc != SQLITE_OK)
     rc = rd_prepare(db, "SELECT events_written, events_dropped, NULL"
-                        " FROM runs WHERE id = ?1", &s);
+                        " FROM runs WHERE id = ?1",
+                    &s);
   if (rc != SQLITE_OK) goto sqlfail;
   sqlite3_bind_int64(s, 1, run);
   rc = rd_step(s);

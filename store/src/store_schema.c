@@ -205,7 +205,7 @@ void aa__store_fault_message(const aa__store_fault *f, sqlite3 *db, int rc,
   if (msg == NULL || cap == 0) return;
   bool injected = f != NULL && rc == AA__STORE_FAULT_RC &&
                   atomic_load_explicit(&f->fired, memory_order_relaxed);
-  const char *detail = injected ? "database or disk is full (injected fault)"
+  const char *detail = injected     ? "database or disk is full (injected fault)"
                        : db != NULL ? sqlite3_errmsg(db)
                                     : sqlite3_errstr(rc);
   snprintf(msg, cap, "%s failed on %s: %s (%s)", what, path, detail,
@@ -253,6 +253,7 @@ int aa__store_err_from_sqlite(int rc) {
 }
 
 const char *aa__store_sqlite_code_name(int rc) {
+  /* clang-format off */
   switch (rc & 0xff) {
 #define C(x) \
   case x:    \
@@ -270,6 +271,7 @@ const char *aa__store_sqlite_code_name(int rc) {
     return "SQLITE_UNKNOWN";
   }
 }
+/* clang-format on */
 
 int64_t aa__store_wall_ms(void) {
   struct timespec ts;

@@ -61,8 +61,8 @@ void aa__store_stmts_finalize(writer_stmts *ws) {
 int aa__store_stmts_prepare(aa_store *st) {
   writer_stmts *ws = &st->ws;
   int rc;
-#define PREP(field, sql)                  \
-  rc = w_prepare(st, sql, &ws->field);    \
+#define PREP(field, sql)               \
+  rc = w_prepare(st, sql, &ws->field); \
   if (rc != SQLITE_OK) goto out;
   PREP(ins_run,
        "INSERT INTO runs(model, started_ms, pid, host, rank, policy_version,"

@@ -460,12 +460,12 @@ static int history_json(void *user, const aa_http_history_query *q, char **out,
     if (later)
       continue;
     aa__buf_printf(&b,
-        "%s{\"ts_ms\":%lld,\"pool\":\"%s\",\"bytes_in_use\":%llu,"
-        "\"bytes_reserved\":%llu,\"large_bytes_in_use\":%llu,"
-        "\"large_bytes_reserved\":%llu}",
-        shown++ ? "," : "", (long long)s->time_ms, aa_pool_name(S.pools[s->pool]),
-        (unsigned long long)s->in_use, (unsigned long long)s->reserved,
-        (unsigned long long)s->large_in_use, (unsigned long long)s->large_reserved);
+                   "%s{\"ts_ms\":%lld,\"pool\":\"%s\",\"bytes_in_use\":%llu,"
+                   "\"bytes_reserved\":%llu,\"large_bytes_in_use\":%llu,"
+                   "\"large_bytes_reserved\":%llu}",
+                   shown++ ? "," : "", (long long)s->time_ms, aa_pool_name(S.pools[s->pool]),
+                   (unsigned long long)s->in_use, (unsigned long long)s->reserved,
+                   (unsigned long long)s->large_in_use, (unsigned long long)s->large_reserved);
   }
   aa__buf_puts(&b, "],\"policy_changes\":[");
   first = S.nchanges > (size_t)q->limit ? S.nchanges - (size_t)q->limit : 0;
@@ -475,10 +475,10 @@ static int history_json(void *user, const aa_http_history_query *q, char **out,
     if (q->since >= 0 && c->time_ms < q->since)
       continue;
     aa__buf_printf(&b,
-        "%s{\"ts_ms\":%lld,\"source\":\"%s\",\"old_version\":%llu,"
-        "\"new_version\":%llu,\"reason\":",
-        shown++ ? "," : "", (long long)c->time_ms, c->source,
-        (unsigned long long)c->old_version, (unsigned long long)c->new_version);
+                   "%s{\"ts_ms\":%lld,\"source\":\"%s\",\"old_version\":%llu,"
+                   "\"new_version\":%llu,\"reason\":",
+                   shown++ ? "," : "", (long long)c->time_ms, c->source,
+                   (unsigned long long)c->old_version, (unsigned long long)c->new_version);
     aa__buf_json_cstr(&b, c->reason);
     if (q->policies && c->doc != NULL) {
       aa__buf_puts(&b, ",\"policy\":");

@@ -38,19 +38,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define MAX_LIVE 256
 #define NSTREAMS 4
 
-#define REQUIRE(cond)                                                          \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "fuzz_core: %s:%d: invariant broken: %s (op %u)\n",     \
-              __FILE__, __LINE__, #cond, f->op_index);                         \
-      abort();                                                                 \
-    }                                                                          \
+#define REQUIRE(cond)                                                     \
+  do {                                                                    \
+    if (!(cond)) {                                                        \
+      fprintf(stderr, "fuzz_core: %s:%d: invariant broken: %s (op %u)\n", \
+              __FILE__, __LINE__, #cond, f->op_index);                    \
+      abort();                                                            \
+    }                                                                     \
   } while (0)
 
 typedef struct live {
   unsigned char *p;
-  size_t req;    /* size asked for (0 kept as 0) */
-  size_t bsize;  /* aa_block_size at allocation */
+  size_t req;   /* size asked for (0 kept as 0) */
+  size_t bsize; /* aa_block_size at allocation */
   aa_stream stream;
   unsigned char tag;
 } live;
@@ -431,7 +431,8 @@ static bool slot_make(slot *sl, unsigned k) {
   cfg.slab_size = (k & 1) ? (64u << 10) : (2u << 20);
   cfg.max_small = (k & 1) ? (32u << 10) : (1u << 20);
   cfg.classes_per_doubling = (k & 1) ? 2 : 4;
-  cfg.large_mode = (k & 2) ? AA_LARGE_PASSTHROUGH : (k & 1) ? AA_LARGE_EXPANDABLE : AA_LARGE_CACHE;
+  cfg.large_mode = (k & 2) ? AA_LARGE_PASSTHROUGH : (k & 1) ? AA_LARGE_EXPANDABLE
+                                                            : AA_LARGE_CACHE;
   cfg.large_cache_bytes = (k & 2) ? 0 : (8u << 20);
   cfg.tcache_blocks = (k & 4) ? 2 : 32;
   cfg.tcache_bytes = (k & 4) ? (256u << 10) : (4u << 20);

@@ -50,11 +50,11 @@ static const int g_seq_schedule[] = {128, 256, 64, 192, 384};
 #define DEMO_PHASES (sizeof g_seq_schedule / sizeof g_seq_schedule[0])
 
 typedef struct demo_opts {
-  double seconds;     /* <= 0: until a signal */
+  double seconds; /* <= 0: until a signal */
   int threads;
   bool quiet;
-  long compute_us;    /* simulated compute per step */
-  double phase_s;     /* seconds per sequence-length phase */
+  long compute_us; /* simulated compute per step */
+  double phase_s;  /* seconds per sequence-length phase */
 } demo_opts;
 
 /* One live tensor. */
@@ -168,14 +168,14 @@ static int model_alloc(aa_pool *pool, model *m) {
 
   memset(m, 0, sizeof *m);
   for (l = 0; l < DEMO_LAYERS; l++) {
-    shapes[0] = 3 * h * h;   /* W_qkv */
-    shapes[1] = h * h;       /* W_o */
-    shapes[2] = 4 * h * h;   /* W_1 */
-    shapes[3] = 4 * h * h;   /* W_2 */
-    shapes[4] = 2 * h;       /* ln1 gamma, beta */
-    shapes[5] = 2 * h;       /* ln2 */
-    shapes[6] = 3 * h + h;   /* qkv and o biases */
-    shapes[7] = 4 * h + h;   /* mlp biases */
+    shapes[0] = 3 * h * h; /* W_qkv */
+    shapes[1] = h * h;     /* W_o */
+    shapes[2] = 4 * h * h; /* W_1 */
+    shapes[3] = 4 * h * h; /* W_2 */
+    shapes[4] = 2 * h;     /* ln1 gamma, beta */
+    shapes[5] = 2 * h;     /* ln2 */
+    shapes[6] = 3 * h + h; /* qkv and o biases */
+    shapes[7] = 4 * h + h; /* mlp biases */
     ns = 8;
     for (i = 0; i < ns; i++) {
       /* the weight (fp16), its gradient (fp16), Adam m and v (fp32) */
@@ -221,10 +221,10 @@ static void train_step(worker *w, int s) {
   const size_t b = DEMO_BATCH;
   const size_t h = DEMO_HIDDEN;
   const size_t tok = b * (size_t)s;
-  const size_t act = tok * h * DEMO_ELEM;              /* [B, S, H] fp16 */
-  const size_t stat = tok * 4;                         /* [B, S] fp32 */
+  const size_t act = tok * h * DEMO_ELEM;                                /* [B, S, H] fp16 */
+  const size_t stat = tok * 4;                                           /* [B, S] fp32 */
   const size_t att = b * DEMO_HEADS * (size_t)s * (size_t)s * DEMO_ELEM; /* [B, h, S, S] */
-  const size_t mlp = tok * 4 * h * DEMO_ELEM;          /* [B, S, 4H] */
+  const size_t mlp = tok * 4 * h * DEMO_ELEM;                            /* [B, S, 4H] */
   layer_saved saved[DEMO_LAYERS];
   tensor ids;
   tensor x;
@@ -232,8 +232,8 @@ static void train_step(worker *w, int s) {
   tensor loss;
   int l;
 
-  ids = t_alloc(w, tok * 8);     /* int64 token ids */
-  x = t_alloc(w, act);           /* embedding output */
+  ids = t_alloc(w, tok * 8); /* int64 token ids */
+  x = t_alloc(w, act);       /* embedding output */
   for (l = 0; l < DEMO_LAYERS; l++) {
     layer_saved *ls = &saved[l];
     tensor scores;

@@ -186,10 +186,14 @@ static bool parse_u64_arg(const char *s, uint64_t *out, bool suffixes) {
     if (!suffixes)
       return false;
     switch (*end) {
-    case 'k': case 'K': mul = 1ull << 10; break;
-    case 'm': case 'M': mul = 1ull << 20; break;
-    case 'g': case 'G': mul = 1ull << 30; break;
-    case 't': case 'T': mul = 1ull << 40; break;
+    case 'k':
+    case 'K': mul = 1ull << 10; break;
+    case 'm':
+    case 'M': mul = 1ull << 20; break;
+    case 'g':
+    case 'G': mul = 1ull << 30; break;
+    case 't':
+    case 'T': mul = 1ull << 40; break;
     default: return false;
     }
     end++;
@@ -236,13 +240,43 @@ static bool looks_like_db(const char *path) {
 }
 
 enum {
-  OPT_CSV = 256, OPT_DB, OPT_RUN, OPT_HISTOGRAM, OPT_FROM_HIST, OPT_HIST_POOL,
-  OPT_EVENTS, OPT_SEED, OPT_LIVE, OPT_POLICY, OPT_POOL, OPT_JSON, OPT_PROGRESS,
-  OPT_NO_PROGRESS, OPT_ON_ERROR, OPT_BENCH, OPT_COST_ALLOC, OPT_COST_FREE,
-  OPT_COST_GIB, OPT_COST_HIT, OPT_COST_EVENT, OPT_CAPACITY, OPT_DELAY,
-  OPT_IGNORE_STREAMS, OPT_REPLAY_FAILURES, OPT_MAX_CLASSES, OPT_MIN_GAIN,
-  OPT_ADAPT, OPT_ADAPT_EVERY, OPT_TOP, OPT_THREADS, OPT_THRESHOLD,
-  OPT_EACH_RANK, OPT_LAYOUT, OPT_FORCE, OPT_PLOT, OPT_HELP
+  OPT_CSV = 256,
+  OPT_DB,
+  OPT_RUN,
+  OPT_HISTOGRAM,
+  OPT_FROM_HIST,
+  OPT_HIST_POOL,
+  OPT_EVENTS,
+  OPT_SEED,
+  OPT_LIVE,
+  OPT_POLICY,
+  OPT_POOL,
+  OPT_JSON,
+  OPT_PROGRESS,
+  OPT_NO_PROGRESS,
+  OPT_ON_ERROR,
+  OPT_BENCH,
+  OPT_COST_ALLOC,
+  OPT_COST_FREE,
+  OPT_COST_GIB,
+  OPT_COST_HIT,
+  OPT_COST_EVENT,
+  OPT_CAPACITY,
+  OPT_DELAY,
+  OPT_IGNORE_STREAMS,
+  OPT_REPLAY_FAILURES,
+  OPT_MAX_CLASSES,
+  OPT_MIN_GAIN,
+  OPT_ADAPT,
+  OPT_ADAPT_EVERY,
+  OPT_TOP,
+  OPT_THREADS,
+  OPT_THRESHOLD,
+  OPT_EACH_RANK,
+  OPT_LAYOUT,
+  OPT_FORCE,
+  OPT_PLOT,
+  OPT_HELP
 };
 
 static const struct option long_opts[] = {
@@ -449,7 +483,8 @@ int parse_args(int argc, char **argv, options *o) {
     case OPT_MIN_GAIN:
       if (!parse_double_arg(optarg, &o->min_gain_slabs))
         return usage_error("--min-gain-slabs: '%s' is not a non-negative "
-                           "number", optarg);
+                           "number",
+                           optarg);
       break;
     case OPT_ADAPT:
       o->adapt = true;
@@ -502,14 +537,13 @@ int parse_args(int argc, char **argv, options *o) {
       o->policies[o->npolicies++] = a;
       continue;
     }
-    rc = set_input(o, strcmp(a, "-") != 0 && looks_like_db(a) ? IN_DB_TRACE
-                                                              : IN_CSV, a);
+    rc = set_input(o, strcmp(a, "-") != 0 && looks_like_db(a) ? IN_DB_TRACE : IN_CSV, a);
     if (rc != 0)
       return rc;
   }
   if (o->in.kind == IN_NONE)
     return usage_error("no input given%s", " (--csv FILE, --db FILE or "
-                       "--histogram FILE)");
+                                           "--histogram FILE)");
   if (o->in.from_histogram) {
     if (o->in.kind != IN_DB_TRACE)
       return usage_error("--from-histogram needs --db FILE%s", "");
@@ -526,7 +560,8 @@ int parse_args(int argc, char **argv, options *o) {
   if (o->ndbs > 1 && strcmp(o->cmd, "run") != 0 &&
       strcmp(o->cmd, "compare") != 0 && strcmp(o->cmd, "ranks") != 0)
     return usage_error("%s takes one input (several --db go with run, "
-                       "compare and ranks)", o->cmd);
+                       "compare and ranks)",
+                       o->cmd);
   if (o->each_rank && strcmp(o->cmd, "run") != 0 &&
       strcmp(o->cmd, "compare") != 0 && strcmp(o->cmd, "ranks") != 0)
     return usage_error("--each-rank goes with run, compare and ranks%s", "");
@@ -564,8 +599,9 @@ int check_inputs(const options *o) {
       continue;
     if (errno == ENOENT && (o->in.kind == IN_DB_TRACE || o->in.kind == IN_DB_HIST))
       fprintf(stderr, "adaptalloc-replay: %s: No such file or directory (the "
-              "database a run writes is ADAPTALLOC_DB, ./adaptalloc.db by "
-              "default)\n", paths[i]);
+                      "database a run writes is ADAPTALLOC_DB, ./adaptalloc.db by "
+                      "default)\n",
+              paths[i]);
     else
       fprintf(stderr, "adaptalloc-replay: %s: %s\n", paths[i], strerror(errno));
     return EXIT_INPUT;

@@ -19,15 +19,15 @@
 #define BATCH 1024
 
 static const char *store_err(int rc) {
-  return rc == AA_ENOTSUP ? "this adaptalloc-replay was built without the "
-                            "store (-DAA_WITH_STORE=OFF); use --csv or "
-                            "--histogram instead"
+  return rc == AA_ENOTSUP  ? "this adaptalloc-replay was built without the "
+                             "store (-DAA_WITH_STORE=OFF); use --csv or "
+                             "--histogram instead"
          : rc == AA_ENOENT ? "no such run, or not an adaptalloc database"
          : rc == AA_ESTALE ? "the database was written by a newer adaptalloc"
          : rc == AA_ECORRUPT
              ? "the database file is corrupt (SQLite: database disk image is "
                "malformed); sqlite3 FILE 'PRAGMA integrity_check' says where"
-                           : aa_strerror(rc);
+             : aa_strerror(rc);
 }
 
 /* AA_ENOENT from the store for a file that exists (main checks that it
@@ -47,7 +47,8 @@ static const char *store_enoent(const char *path, int64_t run_id, char *buf,
     snprintf(buf, cap, "not an adaptalloc database (not an SQLite file)");
   else if (run_id > 0)
     snprintf(buf, cap, "it has no run %lld (curl host:port/runs, or sqlite3 "
-             "FILE 'SELECT id FROM runs', lists them)", (long long)run_id);
+                       "FILE 'SELECT id FROM runs', lists them)",
+             (long long)run_id);
   else
     snprintf(buf, cap, "it has no run, or is not an adaptalloc database");
   return buf;
@@ -154,15 +155,17 @@ static int feed_store_trace(const tool_input *in, aa_replay_sink sink,
     if (aa_store_trace_lost(in->path, in->run_id, &written, &dropped, &cut) == AA_OK &&
         dropped > 0)
       fprintf(stderr, "adaptalloc-replay: note: %s: the run lost %llu trace events "
-              "(the store's ring was full or the store failed); replaying the %llu "
-              "of %llu stored that come before the first loss, a complete prefix "
-              "of the run\n", in->path, (unsigned long long)dropped,
+                      "(the store's ring was full or the store failed); replaying the %llu "
+                      "of %llu stored that come before the first loss, a complete prefix "
+                      "of the run\n",
+              in->path, (unsigned long long)dropped,
               (unsigned long long)t->index, (unsigned long long)written);
   }
   if (rc == AA_OK && t->index == 0) {
     snprintf(err, errcap, "%s: the run has no trace events; replay its stored "
-             "histogram with --db %s --from-histogram, or record a trace with "
-             "ADAPTALLOC_TRACE=1", in->path, in->path);
+                          "histogram with --db %s --from-histogram, or record a trace with "
+                          "ADAPTALLOC_TRACE=1",
+             in->path, in->path);
     rc = AA_ENOENT;
   }
   free(t);
@@ -278,7 +281,8 @@ void input_describe(const tool_input *in, char *buf, size_t cap) {
     break;
   case IN_DB_HIST:
     snprintf(buf, cap, "stored histogram %s (%s, pool %s; %llu events, seed "
-             "%llu, live %llu)", in->path, run,
+                       "%llu, live %llu)",
+             in->path, run,
              in->hist_pool != NULL ? in->hist_pool : "all",
              (unsigned long long)in->synth.events,
              (unsigned long long)in->synth.seed,

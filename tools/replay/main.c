@@ -28,7 +28,6 @@
 #include "replay_tool.h"
 #include "strbuf.h"
 
-
 /* ------------------------------------------------------------------ policies */
 
 const char *base_name(const char *p) {
@@ -50,7 +49,8 @@ int load_policy(const options *o, const char *path, loaded *l) {
     }
     if (o->adapt) {
       fprintf(stderr, "adaptalloc-replay: %s: --adapt runs adaptalloc's policy loop; "
-              "the PyTorch model has none\n", path);
+                      "the PyTorch model has none\n",
+              path);
       return EXIT_INPUT;
     }
     l->label = path;
@@ -139,7 +139,7 @@ typedef struct fanout {
   loaded *l;
   size_t n;
   tool_progress *prog;
-  size_t failed; /* index of the simulator that stopped the input */
+  size_t failed;   /* index of the simulator that stopped the input */
   tool_plot *plot; /* NULL: no --plot */
 } fanout;
 
@@ -179,7 +179,7 @@ static double cpu_seconds(void) {
 /* Replays the input through every simulator in l[0..n). Returns 0 or an
  * exit code (message printed). */
 int replay_all(const options *o, loaded *l, size_t n, timing *t,
-                      tool_plot *plot) {
+               tool_plot *plot) {
   tool_progress prog;
   fanout f;
   aa_replay_diag diag;
@@ -235,7 +235,7 @@ int replay_all(const options *o, loaded *l, size_t n, timing *t,
   }
   if (o->bench)
     fprintf(stderr, "bench: %llu events in %.3f s = %.2f M events/s (CPU "
-            "%.3f s = %.2f M events/s; %zu polic%s)\n",
+                    "%.3f s = %.2f M events/s; %zu polic%s)\n",
             (unsigned long long)t->events, t->wall_s, t->events_per_s / 1e6,
             t->cpu_s, t->events_per_cpu_s / 1e6, n, n == 1 ? "y" : "ies");
   return 0;
@@ -278,7 +278,8 @@ static void print_json_decisions(FILE *f, const loaded *l) {
             (unsigned long long)d[i].interval);
     print_json_string(f, aa_adapt_kind_name(d[i].kind));
     fprintf(f, ",\"block_size\":%llu,\"request_size\":%llu,\"amount\":%llu,"
-            "\"result\":", (unsigned long long)d[i].block_size,
+               "\"result\":",
+            (unsigned long long)d[i].block_size,
             (unsigned long long)d[i].request_size,
             (unsigned long long)d[i].amount);
     print_json_string(f, aa_errname(d[i].result));
@@ -295,8 +296,8 @@ static void print_text_decisions(FILE *f, const loaded *l) {
   const aa_adapt_counters *c = &l->res.adapt;
 
   fprintf(f, "policy loop       %llu steps, %llu decisions: %llu classes added, "
-          "%llu retired, %llu grows, %llu trims, %llu refused, %llu rejected by its "
-          "replay check\n",
+             "%llu retired, %llu grows, %llu trims, %llu refused, %llu rejected by its "
+             "replay check\n",
           (unsigned long long)c->steps, (unsigned long long)c->decisions,
           (unsigned long long)c->classes_added,
           (unsigned long long)c->classes_retired, (unsigned long long)c->grows,
@@ -391,7 +392,8 @@ static void print_top_json(FILE *f, loaded *l, size_t n) {
   fprintf(f, ",\"top_sizes\":[");
   for (i = 0; i < k; i++)
     fprintf(f, "%s{\"size\":%llu,\"allocs\":%llu,\"max_live\":%llu,"
-            "\"class\":%llu,\"waste_at_peak\":%llu}", i > 0 ? "," : "",
+               "\"class\":%llu,\"waste_at_peak\":%llu}",
+            i > 0 ? "," : "",
             (unsigned long long)r[i].size, (unsigned long long)r[i].allocs,
             (unsigned long long)r[i].max_live, (unsigned long long)r[i].block,
             (unsigned long long)r[i].waste);
@@ -410,7 +412,7 @@ void print_json_head(FILE *f, const options *o, const timing *t) {
   fprintf(f, ",\"pool\":");
   print_json_string(f, o->pool);
   fprintf(f, ",\"events\":%llu,\"wall_s\":%.6f,\"events_per_s\":%.0f,"
-          "\"cpu_s\":%.6f,\"events_per_cpu_s\":%.0f",
+             "\"cpu_s\":%.6f,\"events_per_cpu_s\":%.0f",
           (unsigned long long)t->events, t->wall_s, t->events_per_s, t->cpu_s,
           t->events_per_cpu_s);
 }
@@ -523,7 +525,7 @@ static int cmd_run_multi(const options *o, bool compare) {
     fprintf(stdout, ",\"pool\":");
     print_json_string(stdout, o->pool);
     fprintf(stdout, ",\"events\":%llu,\"wall_s\":%.6f,\"events_per_s\":%.0f,"
-            "\"cpu_s\":%.6f,\"events_per_cpu_s\":%.0f",
+                    "\"cpu_s\":%.6f,\"events_per_cpu_s\":%.0f",
             (unsigned long long)sum.events, sum.wall_s, sum.events_per_s,
             sum.cpu_s, sum.events_per_cpu_s);
     if (!compare) {
@@ -605,12 +607,14 @@ static int cmd_run(const options *o, bool compare) {
     return usage_error("run takes one --policy (use compare for several)%s", "");
   if (compare && n < 1)
     return usage_error("compare needs policies: P1.json P2.json ... (or "
-                       "'default')%s", "");
+                       "'default')%s",
+                       "");
   if (o->out != NULL)
     return usage_error("-o is for suggest and import%s", "");
   if (o->plot != NULL && (o->ndbs > 1 || o->each_rank))
     return usage_error("--plot draws one input (not several --db or "
-                       "--each-rank)%s", "");
+                       "--each-rank)%s",
+                       "");
   if (o->ndbs > 1 || o->each_rank)
     return cmd_run_multi(o, compare);
   l = calloc(n, sizeof *l);
@@ -801,7 +805,8 @@ static int cmd_import(const options *o) {
     fprintf(stdout, "{\"command\":\"import\",\"output\":");
     print_json_string(stdout, o->out);
     fprintf(stdout, ",\"run\":%lld,\"events\":%llu,\"malformed\":%llu,"
-            "\"unknown_action\":%llu}\n", (long long)run, (unsigned long long)n,
+                    "\"unknown_action\":%llu}\n",
+            (long long)run, (unsigned long long)n,
             (unsigned long long)diag.malformed,
             (unsigned long long)diag.unknown_action);
   } else {
@@ -827,7 +832,8 @@ int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "help") == 0 &&
         (c = find_command(argv[2])) == NULL)
       return usage_error("help: unknown command '%s' (run, compare, suggest, "
-                         "import, export, ranks)", argv[2]);
+                         "import, export, ranks)",
+                         argv[2]);
     print_help(argc < 2 ? stderr : stdout, c);
     return argc < 2 ? EXIT_USAGE : EXIT_OK;
   }
@@ -838,7 +844,8 @@ int main(int argc, char **argv) {
   }
   if (find_command(argv[1]) == NULL)
     return usage_error("unknown command '%s' (run, compare, suggest, import, "
-                       "export, ranks)", argv[1]);
+                       "export, ranks)",
+                       argv[1]);
   rc = parse_args(argc, argv, &o);
   if (rc != 0)
     return rc;

@@ -16,7 +16,8 @@ void progress_init(tool_progress *p, bool on) {
 
 /* "45 s", "3 min 20 s", "2 h 05 min" */
 static void fmt_duration(char *buf, size_t cap, double secs) {
-  unsigned long s = secs < 0 ? 0 : secs > 3.6e6 ? 3600000ul : (unsigned long)(secs + 0.5);
+  unsigned long s = secs < 0 ? 0 : secs > 3.6e6 ? 3600000ul
+                                                : (unsigned long)(secs + 0.5);
   if (s < 60)
     snprintf(buf, cap, "%lu s", s);
   else if (s < 3600)
@@ -105,7 +106,7 @@ void print_result_text(FILE *f, const char *label, const aa_replay_result *r) {
   fprintf(f, "policy            %s (%u classes at the end)\n", label,
           r->class_count);
   fprintf(f, "requests          %llu (allocs %llu, frees %llu, failures %llu; "
-          "failed in the trace %llu)\n",
+             "failed in the trace %llu)\n",
           (unsigned long long)r->requests, (unsigned long long)r->allocs,
           (unsigned long long)r->frees, (unsigned long long)r->failures,
           (unsigned long long)r->trace_failures);
@@ -131,9 +132,10 @@ void print_result_text(FILE *f, const char *label, const aa_replay_result *r) {
   fprintf(f, "live at end       %llu blocks, %s requested\n",
           (unsigned long long)r->live_at_end, a);
   if (r->diag.malformed + r->diag.unknown_action + r->diag.unknown_free +
-          r->diag.duplicate_ptr + r->diag.size_mismatch > 0) {
+          r->diag.duplicate_ptr + r->diag.size_mismatch >
+      0) {
     fprintf(f, "input problems    malformed %llu, unknown action %llu, unknown "
-            "free %llu, duplicate pointer %llu, size mismatch %llu\n",
+               "free %llu, duplicate pointer %llu, size mismatch %llu\n",
             (unsigned long long)r->diag.malformed,
             (unsigned long long)r->diag.unknown_action,
             (unsigned long long)r->diag.unknown_free,
@@ -144,7 +146,10 @@ void print_result_text(FILE *f, const char *label, const aa_replay_result *r) {
   }
 }
 
-typedef enum cell { C_U64, C_PCT, C_BYTES, C_US } cell;
+typedef enum cell { C_U64,
+                    C_PCT,
+                    C_BYTES,
+                    C_US } cell;
 
 static void put_cell(FILE *f, cell k, double v, int width) {
   char buf[40];
@@ -174,12 +179,18 @@ void print_compare_table(FILE *f, const char *const *labels,
     const char *name;
     cell kind;
   } rows[] = {
-      {"requests", C_U64},         {"failures", C_U64},
-      {"hit rate", C_PCT},         {"backend calls", C_U64},
-      {"peak in use", C_BYTES},    {"peak reserved", C_BYTES},
-      {"peak requested", C_BYTES}, {"int frag peak", C_PCT},
-      {"int frag avg", C_PCT},     {"ext frag peak", C_PCT},
-      {"ext frag avg", C_PCT},     {"sim backend", C_US},
+      {"requests", C_U64},
+      {"failures", C_U64},
+      {"hit rate", C_PCT},
+      {"backend calls", C_U64},
+      {"peak in use", C_BYTES},
+      {"peak reserved", C_BYTES},
+      {"peak requested", C_BYTES},
+      {"int frag peak", C_PCT},
+      {"int frag avg", C_PCT},
+      {"ext frag peak", C_PCT},
+      {"ext frag avg", C_PCT},
+      {"sim backend", C_US},
       {"classes", C_U64},
   };
 

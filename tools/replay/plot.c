@@ -19,10 +19,10 @@
 
 #define W 960
 #define H 440
-#define ML 80  /* left margin: the byte axis */
+#define ML 80 /* left margin: the byte axis */
 #define MR 20
-#define MT 48  /* top: title and legend */
-#define MB 44  /* bottom: the event axis */
+#define MT 48 /* top: title and legend */
+#define MB 44 /* bottom: the event axis */
 
 static const char *const colours[] = {"#1f77b4", "#d62728", "#2ca02c",
                                       "#9467bd", "#ff7f0e", "#8c564b",
@@ -116,7 +116,9 @@ static double nice_step(double max, int n, bool binary) {
   while (base * 10 <= raw)
     base *= 10;
   m = raw / base;
-  return base * (m <= 1 ? 1 : m <= 2 ? 2 : m <= 5 ? 5 : 10);
+  return base * (m <= 1 ? 1 : m <= 2 ? 2
+                          : m <= 5   ? 5
+                                     : 10);
 }
 
 static void fmt_count(uint64_t v, char *buf, size_t cap) {
@@ -191,14 +193,16 @@ int plot_write_svg(const tool_plot *p, const char *path, const char *title,
             x, H - MB + 16, buf);
   }
   fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">events into "
-             "the trace</text>\n</g>\n", ML + pw / 2, H - 8);
+             "the trace</text>\n</g>\n",
+          ML + pw / 2, H - 8);
   /* one polyline per series and figure; reserved solid, in use dashed */
   for (s = 0; s < p->nseries; s++) {
     const char *col = colours[s % NCOLOURS];
     int kind;
     for (kind = 0; kind < 2; kind++) {
       fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%s\"%s "
-                 "points=\"", col, kind == 0 ? "2" : "1.5",
+                 "points=\"",
+              col, kind == 0 ? "2" : "1.5",
               kind == 0 ? "" : " stroke-dasharray=\"5 3\"");
       for (i = 0; i < p->npoints; i++) {
         const tool_plot_point *pt = &p->pts[s * PLOT_MAX_POINTS + i];
@@ -215,7 +219,8 @@ int plot_write_svg(const tool_plot *p, const char *path, const char *title,
     double x = 10;
     for (s = 0; s < p->nseries; s++) {
       fprintf(f, "<rect x=\"%.0f\" y=\"28\" width=\"12\" height=\"12\" fill=\"%s\"/>"
-                 "<text x=\"%.0f\" y=\"38\">", x, colours[s % NCOLOURS], x + 16);
+                 "<text x=\"%.0f\" y=\"38\">",
+              x, colours[s % NCOLOURS], x + 16);
       put_text(f, labels[s]);
       fputs("</text>\n", f);
       x += 16 + 7.0 * (double)strlen(labels[s]) + 18;

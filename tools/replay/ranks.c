@@ -18,14 +18,14 @@
 #include "replay_tool.h"
 
 static const char *meta_store_err(int rc) {
-  return rc == AA_ENOTSUP ? "this adaptalloc-replay was built without the "
-                            "store (-DAA_WITH_STORE=OFF)"
+  return rc == AA_ENOTSUP  ? "this adaptalloc-replay was built without the "
+                             "store (-DAA_WITH_STORE=OFF)"
          : rc == AA_ENOENT ? "no such file, or not an adaptalloc database"
          : rc == AA_ESTALE ? "the database was written by a newer adaptalloc"
          : rc == AA_ECORRUPT
              ? "the database file is corrupt (SQLite: database disk image is "
                "malformed); sqlite3 FILE 'PRAGMA integrity_check' says where"
-                           : aa_strerror(rc);
+             : aa_strerror(rc);
 }
 
 /* ------------------------------------------------------------------ meta */
@@ -133,7 +133,8 @@ int db_expand_ranks(const char **dbs, int64_t *runs, size_t *n, size_t cap,
     root = cJSON_Parse(json);
     free(json);
     rr = calloc((size_t)cJSON_GetArraySize(
-                    cJSON_GetObjectItemCaseSensitive(root, "runs")) + 1,
+                    cJSON_GetObjectItemCaseSensitive(root, "runs")) +
+                    1,
                 sizeof *rr);
     if (root == NULL || rr == NULL) {
       if (root == NULL)
@@ -356,7 +357,6 @@ typedef struct top_entry {
   uint64_t size, upper, count;
 } top_entry;
 
-
 typedef struct rank_info {
   const char *path;
   db_meta meta;
@@ -570,12 +570,14 @@ static void print_ranks_json(const rank_info *ri, size_t n, double **pair,
     printf(",\"host\":");
     print_json_string(stdout, r->meta.host);
     printf(",\"source\":\"%s\",\"requests\":%llu,\"distance\":%.6f,"
-           "\"differs\":%s,\"top\":[", r->source,
+           "\"differs\":%s,\"top\":[",
+           r->source,
            (unsigned long long)r->total, r->distance,
            r->differs ? "true" : "false");
     for (j = 0; j < r->ntop; j++)
       printf("%s{\"size\":%llu,\"upper\":%llu,\"exact\":%s,\"count\":%llu,"
-             "\"share\":%.6f}", j > 0 ? "," : "",
+             "\"share\":%.6f}",
+             j > 0 ? "," : "",
              (unsigned long long)r->top[j].size,
              (unsigned long long)r->top[j].upper,
              r->top[j].upper == r->top[j].size ? "true" : "false",
@@ -633,7 +635,8 @@ static void print_ranks_text(const rank_info *ri, size_t n, double **pair,
   }
   if (n <= RANKS_MATRIX_MAX) {
     printf("pairwise distance (half the L1 distance of the normalised "
-           "histograms: 0 same shape, 1 nothing in common)\n%-12s", "");
+           "histograms: 0 same shape, 1 nothing in common)\n%-12s",
+           "");
     for (j = 0; j < n; j++)
       printf(" %10.10s", ri[j].label);
     printf("\n");

@@ -21,9 +21,9 @@
 
 /* Exit codes (docs/replay.md "Exit codes"). */
 #define EXIT_OK 0
-#define EXIT_INPUT 1    /* unreadable or malformed input, policy or database */
-#define EXIT_USAGE 2    /* bad command line */
-#define EXIT_INTERNAL 3 /* out of memory, or the core refused to work */
+#define EXIT_INPUT 1        /* unreadable or malformed input, policy or database */
+#define EXIT_USAGE 2        /* bad command line */
+#define EXIT_INTERNAL 3     /* out of memory, or the core refused to work */
 #define EXIT_NOT_IMPROVED 4 /* suggest: no candidate beats the base; nothing written */
 
 /* ------------------------------------------------------------------ progress */
@@ -100,8 +100,8 @@ void print_json_string(FILE *f, const char *s);
 
 /* What a database's run row says (aa_store_runs_json). */
 typedef struct db_meta {
-  int64_t run_id;          /* the run resolved (the latest when asked <= 0) */
-  int64_t rank;            /* -1 when the run has none */
+  int64_t run_id; /* the run resolved (the latest when asked <= 0) */
+  int64_t rank;   /* -1 when the run has none */
   char model[128];
   char host[128];
   uint64_t events_written; /* trace events stored */
@@ -151,7 +151,7 @@ void print_db_table(FILE *f, const char *const *labels,
 #define PLOT_MAX_POINTS 2048
 
 typedef struct tool_plot_point {
-  uint64_t events; /* events fed when the point closed */
+  uint64_t events;           /* events fed when the point closed */
   uint64_t in_use, reserved; /* the largest values seen within the point */
 } tool_plot_point;
 
@@ -206,13 +206,17 @@ typedef struct options {
   const char *dbs[MAX_DBS]; /* every --db (and bare database) in order */
   int64_t db_runs[MAX_DBS]; /* the run of each (<= 0: latest), set in main */
   size_t ndbs;
-  bool each_rank; /* expand each database into the latest run per rank */
+  bool each_rank;   /* expand each database into the latest run per rank */
   double threshold; /* ranks: flag a rank farther than this (< 0: default) */
 } options;
 
 /* args.c: the command table, help, parsing. */
 enum {
-  C_RUN = 1, C_COMPARE = 2, C_SUGGEST = 4, C_IMPORT = 8, C_EXPORT = 16,
+  C_RUN = 1,
+  C_COMPARE = 2,
+  C_SUGGEST = 4,
+  C_IMPORT = 8,
+  C_EXPORT = 16,
   C_RANKS = 32,
   C_REPLAY = C_RUN | C_COMPARE | C_SUGGEST, /* commands that simulate */
   C_INPUT = C_REPLAY | C_IMPORT | C_EXPORT, /* commands that read INPUT */
@@ -243,7 +247,7 @@ typedef struct loaded {
   aa_class_spec classes[AA_MAX_CLASSES];
   size_t nclasses;
   aa_replay_sim *sim;
-  bool is_torch;              /* a model of PyTorch's allocator, not a policy */
+  bool is_torch; /* a model of PyTorch's allocator, not a policy */
   aa_replay_torch_config tcfg;
   aa_replay_torch *torch;
   aa_replay_result res;

@@ -39,7 +39,7 @@ static char *tuned_json(const aa_policy *base, const char *pool,
   aa__buf_puts(&patch, "{\"name\": ");
   aa__buf_json_cstr(&patch, buf);
   snprintf(buf, sizeof buf, "Suggested by adaptalloc-replay from %.500s: %s"
-           "exact classes for the sizes that waste most, the base ladder elsewhere.",
+                            "exact classes for the sizes that waste most, the base ladder elsewhere.",
            source, layout != NULL ? "the max_small and large.mode that replayed best, " : "");
   aa__buf_puts(&patch, ", \"description\": ");
   aa__buf_json_cstr(&patch, buf);
@@ -167,7 +167,7 @@ int cmd_suggest(const options *opts) {
   aa_replay_size_stat *sizes = NULL;
   size_t nsizes = 0, i, ncand = 0, best = 0;
   aa_class_spec used[AA_MAX_CLASSES];
-  aa_class_spec (*tuned)[AA_MAX_CLASSES] = NULL;
+  aa_class_spec(*tuned)[AA_MAX_CLASSES] = NULL;
   size_t nnew[SUGGEST_CANDIDATES];
   size_t nused = 0;
   aa_replay_suggest_config sc;
@@ -201,7 +201,8 @@ int cmd_suggest(const options *opts) {
     free_loaded(l, 1);
     free(tuned);
     return usage_error("suggest tunes an adaptalloc policy: %s cannot be its base "
-                       "(compare it instead)", o->policies[0]);
+                       "(compare it instead)",
+                       o->policies[0]);
   }
   if (rc == 0 && o->layout) {
     rc = choose_layout(o, &l[0], &orig);
@@ -258,7 +259,8 @@ int cmd_suggest(const options *opts) {
     rc = aa_policy_parse(docs[ncand], strlen(docs[ncand]), &check, err, sizeof err);
     if (rc != AA_OK) {
       fprintf(stderr, "adaptalloc-replay: the tuned policy does not validate "
-              "(a bug): %s\n", err);
+                      "(a bug): %s\n",
+              err);
       rc = EXIT_INTERNAL;
       goto out;
     }
@@ -345,15 +347,16 @@ int cmd_suggest(const options *opts) {
     fprintf(stdout, ",\"result\":");
     print_json_result(stdout, &l[1 + best].res);
     fprintf(stdout, "},\"objective\":{\"before\":{\"peak_reserved\":%llu,\"backend_calls\":%llu},"
-            "\"after\":{\"peak_reserved\":%llu,\"backend_calls\":%llu},"
-            "\"improved\":%s,\"written\":%s},\"candidates\":[",
+                    "\"after\":{\"peak_reserved\":%llu,\"backend_calls\":%llu},"
+                    "\"improved\":%s,\"written\":%s},\"candidates\":[",
             (unsigned long long)orig.peak_reserved, (unsigned long long)orig.backend_calls,
             (unsigned long long)l[1 + best].res.peak_reserved,
             (unsigned long long)l[1 + best].res.backend_calls, improved ? "true" : "false",
             write_it ? "true" : "false");
     for (i = 0; i < ncand; i++)
       fprintf(stdout, "%s{\"label\":\"%s\",\"classes\":%zu,\"peak_reserved\":%llu,"
-              "\"backend_calls\":%llu}", i ? "," : "", l[1 + i].label, nnew[i],
+                      "\"backend_calls\":%llu}",
+              i ? "," : "", l[1 + i].label, nnew[i],
               (unsigned long long)l[1 + i].res.peak_reserved,
               (unsigned long long)l[1 + i].res.backend_calls);
     fprintf(stdout, "]}\n");
@@ -379,8 +382,8 @@ int cmd_suggest(const options *opts) {
   }
   if (!write_it) {
     fprintf(stderr, "adaptalloc-replay: suggest: no candidate improves on the base "
-            "(peak reserved %.2f MiB, %llu backend calls; the best, %s, gives %.2f MiB, "
-            "%llu calls); %s not written (--force writes it anyway)\n",
+                    "(peak reserved %.2f MiB, %llu backend calls; the best, %s, gives %.2f MiB, "
+                    "%llu calls); %s not written (--force writes it anyway)\n",
             (double)orig.peak_reserved / (1 << 20), (unsigned long long)orig.backend_calls,
             l[1 + best].label, (double)l[1 + best].res.peak_reserved / (1 << 20),
             (unsigned long long)l[1 + best].res.backend_calls, o->out);

@@ -74,13 +74,13 @@ constexpr int kMaxDevices = 64;
 // libstdc++ statically leaves this module's stream locale unusable (PyTorch's
 // multi-argument TORCH_CHECK and format_size use ostringstream). Every
 // TORCH_CHECK below therefore gets one ready string.
-std::string piece(const char* s) {
+std::string piece(const char *s) {
   return s ? std::string(s) : std::string("(null)");
 }
-std::string piece(const std::string& s) {
+std::string piece(const std::string &s) {
   return s;
 }
-std::string piece(const void* p) {
+std::string piece(const void *p) {
   char b[32];
   std::snprintf(b, sizeof b, "%p", p);
   return b;
@@ -95,7 +95,7 @@ typename std::enable_if<std::is_integral<T>::value, std::string>::type piece(T v
   return std::to_string(v);
 }
 template <class... A>
-std::string cat(const A&... a) {
+std::string cat(const A &...a) {
   std::string out;
   int unused[] = {0, (out += piece(a), 0)...};
   (void)unused;
@@ -121,11 +121,11 @@ struct PrivatePool;
 
 // The DataPtr context: everything the free needs.
 struct Ctx {
-  void* ptr;
+  void *ptr;
   size_t size; // as asked for (aa_free checks it against the block)
-  aa_pool* pool;
+  aa_pool *pool;
   cudaStream_t stream; // the allocation stream
-  PrivatePool* priv; // nullptr: the device pool
+  PrivatePool *priv;   // nullptr: the device pool
   int device;
   bool dead; // private pools only, under Dev::mu: a checkpoint restore took
              // the block over (or freed it); the deleter only drops the record
@@ -137,22 +137,22 @@ struct Ctx {
 struct PrivatePool {
   MempoolId_t id;
   int device = 0;
-  aa_pool* pool = nullptr;
+  aa_pool *pool = nullptr;
   int use_count = 0;
-  std::unordered_set<Ctx*> live;
+  std::unordered_set<Ctx *> live;
   // Blocks some outstanding checkpoint (getCheckpointState) lists, with the
   // number of such checkpoints. One of them freed by its tensor is not
   // returned to the pool but kept as a zombie, so that restoring the
   // checkpoint (setCheckpointPoolState) can hand it out again at the same
   // address; it is freed for real when no checkpoint lists it any more.
-  std::unordered_map<void*, int> pinned;
-  std::unordered_map<void*, Ctx*> zombies;
+  std::unordered_map<void *, int> pinned;
+  std::unordered_map<void *, Ctx *> zombies;
 };
 
 struct Region { // an open beginAllocateToPool
   MempoolId_t id;
   std::function<bool(cudaStream_t)> filter;
-  PrivatePool* pool;
+  PrivatePool *pool;
 };
 
 // What resetAccumulatedStats subtracts.
@@ -163,10 +163,10 @@ struct Base {
 };
 
 struct Dev {
-  std::atomic<aa_pool*> pool{nullptr};
-  std::atomic<int> regions{0}; // open beginAllocateToPool regions
-  std::mutex mu; // pools, region list, released pools, fraction, base
-  std::map<MempoolId_t, PrivatePool*> pools; // use_count > 0, or blocks live
+  std::atomic<aa_pool *> pool{nullptr};
+  std::atomic<int> regions{0};                // open beginAllocateToPool regions
+  std::mutex mu;                              // pools, region list, released pools, fraction, base
+  std::map<MempoolId_t, PrivatePool *> pools; // use_count > 0, or blocks live
   std::vector<Region> open;
   double fraction = 1.0;
   Base base;
@@ -174,59 +174,59 @@ struct Dev {
 
 Dev g_dev[kMaxDevices];
 
-void deleter(void* ctx);
+void deleter(void *ctx);
 
 // Runs f with the calling thread in relaxed stream-capture mode when a
 // region is open on the device (a capture may be under way), else plainly.
 template <class F>
-auto maybe_relaxed(const Dev& d, F&& f) -> decltype(f()) {
+auto maybe_relaxed(const Dev &d, F &&f) -> decltype(f()) {
   if (d.regions.load(std::memory_order_relaxed) == 0)
     return f();
   c10::cuda::CUDAStreamCaptureModeGuard g(cudaStreamCaptureModeRelaxed);
   return f();
 }
 
-Dev& dev_at(int device) {
+Dev &dev_at(int device) {
   TORCH_CHECK(
       device >= 0 && device < kMaxDevices, cat(
-      "adaptalloc: CUDA device ",
-      device,
-      " out of range (0..",
-      kMaxDevices - 1,
-      ")"));
+                                               "adaptalloc: CUDA device ",
+                                               device,
+                                               " out of range (0..",
+                                               kMaxDevices - 1,
+                                               ")"));
   return g_dev[device];
 }
 
-aa_pool* device_pool(int device) {
-  Dev& d = dev_at(device);
-  aa_pool* p = d.pool.load(std::memory_order_acquire);
+aa_pool *device_pool(int device) {
+  Dev &d = dev_at(device);
+  aa_pool *p = d.pool.load(std::memory_order_acquire);
   if (p)
     return p;
   // The runtime makes each pool once under its own lock.
   p = aa_runtime_pool(AA_BACKEND_DEVICE, device);
   TORCH_CHECK(
       p != nullptr, cat(
-      "adaptalloc: no pool for CUDA device ",
-      device,
-      " (no such GPU, or adaptalloc was built without CUDA)"));
+                        "adaptalloc: no pool for CUDA device ",
+                        device,
+                        " (no such GPU, or adaptalloc was built without CUDA)"));
   d.pool.store(p, std::memory_order_release);
   return p;
 }
 
-aa_pool* device_pool_if_made(int device) {
+aa_pool *device_pool_if_made(int device) {
   if (device < 0 || device >= kMaxDevices)
     return nullptr;
   return g_dev[device].pool.load(std::memory_order_acquire);
 }
 
 // Under d.mu.
-PrivatePool* create_or_incref(Dev& d, int device, MempoolId_t id) {
+PrivatePool *create_or_incref(Dev &d, int device, MempoolId_t id) {
   auto it = d.pools.find(id);
   if (it != d.pools.end()) {
     it->second->use_count++;
     return it->second;
   }
-  aa_pool* main = device_pool(device);
+  aa_pool *main = device_pool(device);
   aa_pool_config cfg;
   aa_pool_config_init(&cfg);
   char name[32];
@@ -239,15 +239,15 @@ PrivatePool* create_or_incref(Dev& d, int device, MempoolId_t id) {
       static_cast<unsigned long long>(id.second));
   cfg.name = name;
   cfg.backend = aa_pool_backend(main);
-  aa_pool* p = nullptr;
+  aa_pool *p = nullptr;
   int rc = aa_pool_new(&cfg, &p);
   TORCH_CHECK(
       rc == AA_OK, cat(
-      "adaptalloc: cannot make a private pool on device ",
-      device,
-      ": ",
-      aa_strerror(rc)));
-  auto* pp = new PrivatePool();
+                       "adaptalloc: cannot make a private pool on device ",
+                       device,
+                       ": ",
+                       aa_strerror(rc)));
+  auto *pp = new PrivatePool();
   pp->id = id;
   pp->device = device;
   pp->pool = p;
@@ -259,7 +259,7 @@ PrivatePool* create_or_incref(Dev& d, int device, MempoolId_t id) {
 // Destroys a private pool nobody uses any more, once no block of it is live
 // and no capture can be under way (the synchronize). Under d.mu. Returns
 // whether it was destroyed.
-bool maybe_destroy(Dev& d, PrivatePool* pp) {
+bool maybe_destroy(Dev &d, PrivatePool *pp) {
   if (pp->use_count > 0 || !pp->live.empty() ||
       d.regions.load(std::memory_order_relaxed) > 0)
     return false;
@@ -270,7 +270,7 @@ bool maybe_destroy(Dev& d, PrivatePool* pp) {
   }
   d.pools.erase(pp->id);
   aa_pool_destroy(pp->pool);
-  for (auto& z : pp->zombies)
+  for (auto &z : pp->zombies)
     delete z.second;
   delete pp;
   return true;
@@ -278,7 +278,7 @@ bool maybe_destroy(Dev& d, PrivatePool* pp) {
 
 // Under d.mu: the pool of the innermost open region whose filter takes
 // `stream`, or nullptr.
-PrivatePool* route(Dev& d, cudaStream_t stream) {
+PrivatePool *route(Dev &d, cudaStream_t stream) {
   for (auto it = d.open.rbegin(); it != d.open.rend(); ++it) {
     if (it->filter(stream))
       return it->pool;
@@ -298,7 +298,7 @@ struct Totals {
   uint64_t small_live = 0, large_allocs = 0;
 };
 
-void add_stats(aa_pool* p, Totals& t) {
+void add_stats(aa_pool *p, Totals &t) {
   std::unique_ptr<aa_pool_stats> st(new aa_pool_stats);
   if (aa_pool_stats_get(p, st.get()) != AA_OK)
     return;
@@ -320,7 +320,7 @@ void add_stats(aa_pool* p, Totals& t) {
   t.large_segments += st->large_segments;
   t.large_allocs += st->large_allocs;
   for (uint32_t i = 0; i < st->class_count; i++) {
-    const aa_class_stats& c = st->classes[i];
+    const aa_class_stats &c = st->classes[i];
     t.small_in_use += c.bytes_in_use;
     t.small_reserved += c.bytes_reserved;
     t.small_peak += c.peak_bytes_in_use;
@@ -333,7 +333,7 @@ void add_stats(aa_pool* p, Totals& t) {
 
 // Frees of the large path: its allocations less its live blocks (the pool
 // counts frees as one figure).
-uint64_t large_frees_of(const Totals& t) {
+uint64_t large_frees_of(const Totals &t) {
   uint64_t live = t.allocs > t.frees ? t.allocs - t.frees : 0;
   uint64_t large_live = live > t.small_live ? live - t.small_live : 0;
   return t.large_allocs > large_live ? t.large_allocs - large_live : 0;
@@ -357,19 +357,19 @@ Stat stat_of(uint64_t current, uint64_t peak, uint64_t allocated, uint64_t freed
 
 // aa_pool_walk into PyTorch's SegmentInfo list.
 struct SnapWalk {
-  std::vector<c10::CachingDeviceAllocator::SegmentInfo>* out;
+  std::vector<c10::CachingDeviceAllocator::SegmentInfo> *out;
   int device;
   MempoolId_t owner;
   bool failed = false; // the callback caught an exception
 };
 
-int snap_entry_impl(SnapWalk* w, const aa_walk_entry* e);
+int snap_entry_impl(SnapWalk *w, const aa_walk_entry *e);
 
 // The callback aa_pool_walk runs under the pool's lock, between C frames: no
 // exception may leave it (it would skip the unlock). A failure (bad_alloc)
 // stops the walk instead; snapshot() then raises, the lock released.
-int snap_entry(void* user, const aa_walk_entry* e) {
-  auto* w = static_cast<SnapWalk*>(user);
+int snap_entry(void *user, const aa_walk_entry *e) {
+  auto *w = static_cast<SnapWalk *>(user);
   try {
     return snap_entry_impl(w, e);
   } catch (...) {
@@ -378,7 +378,7 @@ int snap_entry(void* user, const aa_walk_entry* e) {
   }
 }
 
-int snap_entry_impl(SnapWalk* w, const aa_walk_entry* e) {
+int snap_entry_impl(SnapWalk *w, const aa_walk_entry *e) {
   if (e->kind == AA_WALK_SEGMENT) {
     c10::CachingDeviceAllocator::SegmentInfo s;
     s.device = static_cast<c10::DeviceIndex>(w->device);
@@ -392,7 +392,7 @@ int snap_entry_impl(SnapWalk* w, const aa_walk_entry* e) {
   }
   if (w->out->empty())
     return 0;
-  auto& seg = w->out->back();
+  auto &seg = w->out->back();
   bool used = (e->flags & AA_WALK_IN_USE) != 0;
   if (used) {
     seg.allocated_size += e->size;
@@ -417,8 +417,8 @@ int snap_entry_impl(SnapWalk* w, const aa_walk_entry* e) {
 struct FreeWalk {
   size_t run = 0, best = 0;
 };
-int free_entry(void* user, const aa_walk_entry* e) {
-  auto* w = static_cast<FreeWalk*>(user);
+int free_entry(void *user, const aa_walk_entry *e) {
+  auto *w = static_cast<FreeWalk *>(user);
   if (e->kind == AA_WALK_SEGMENT || (e->flags & AA_WALK_IN_USE)) {
     w->run = 0;
     return 0;
@@ -432,7 +432,7 @@ struct CheckpointState : CCA::AllocatorState {
   int device = 0;
   MempoolId_t id;
   struct Block {
-    void* ptr;
+    void *ptr;
     size_t size;
     cudaStream_t stream;
   };
@@ -443,20 +443,20 @@ struct CheckpointState : CCA::AllocatorState {
 // Unpins the state's blocks; zombies nobody lists any more go back to the
 // pool (if the pool still exists).
 CheckpointState::~CheckpointState() {
-  Dev& d = g_dev[device];
+  Dev &d = g_dev[device];
   std::lock_guard<std::mutex> g(d.mu);
   auto it = d.pools.find(id);
   if (it == d.pools.end())
     return;
-  PrivatePool* pp = it->second;
-  for (const Block& b : live) {
+  PrivatePool *pp = it->second;
+  for (const Block &b : live) {
     auto p = pp->pinned.find(b.ptr);
     if (p == pp->pinned.end() || --p->second > 0)
       continue;
     pp->pinned.erase(p);
     auto z = pp->zombies.find(b.ptr);
     if (z != pp->zombies.end()) {
-      Ctx* c = z->second;
+      Ctx *c = z->second;
       pp->zombies.erase(z);
       maybe_relaxed(d, [&] { return aa_free(c->pool, c->ptr, c->size, c->stream); });
       delete c;
@@ -465,7 +465,7 @@ CheckpointState::~CheckpointState() {
 }
 
 class AdaptAllocator final : public CCA::CUDAAllocator {
- public:
+public:
   // ------------------------------------------------------------ allocation
   c10::DataPtr allocate(size_t n) override {
     c10::DeviceIndex device = 0;
@@ -473,7 +473,7 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
     if (n == 0)
       return c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CUDA, device));
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
-    Ctx* c = alloc_ctx(device, n, stream);
+    Ctx *c = alloc_ctx(device, n, stream);
     return c10::DataPtr(
         c->ptr, c, &deleter, c10::Device(c10::DeviceType::CUDA, device));
   }
@@ -482,18 +482,18 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
     return &deleter;
   }
 
-  Ctx* alloc_ctx(int device, size_t n, cudaStream_t stream) {
-    Dev& d = dev_at(device);
-    aa_pool* pool = device_pool(device);
+  Ctx *alloc_ctx(int device, size_t n, cudaStream_t stream) {
+    Dev &d = dev_at(device);
+    aa_pool *pool = device_pool(device);
     if (d.regions.load(std::memory_order_relaxed) > 0) {
-      aa_pool* failed = nullptr;
+      aa_pool *failed = nullptr;
       {
         std::lock_guard<std::mutex> g(d.mu);
-        PrivatePool* priv = route(d, stream);
+        PrivatePool *priv = route(d, stream);
         if (priv) {
-          void* p = maybe_relaxed(d, [&] { return aa_alloc(priv->pool, n, stream); });
+          void *p = maybe_relaxed(d, [&] { return aa_alloc(priv->pool, n, stream); });
           if (p) {
-            Ctx* c = make_ctx(d, Ctx{p, n, priv->pool, stream, priv, device, false});
+            Ctx *c = make_ctx(d, Ctx{p, n, priv->pool, stream, priv, device, false});
             try {
               priv->live.insert(c);
             } catch (...) {
@@ -510,7 +510,7 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
       if (failed)
         out_of_memory(device, n, failed);
     }
-    void* p = maybe_relaxed(d, [&] { return aa_alloc(pool, n, stream); });
+    void *p = maybe_relaxed(d, [&] { return aa_alloc(pool, n, stream); });
     if (p == nullptr)
       out_of_memory(device, n, pool);
     return make_ctx(d, Ctx{p, n, pool, stream, nullptr, device, false});
@@ -518,8 +518,8 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
 
   // The host record of a block just allocated; when it cannot be made, the
   // block goes back to its pool before the error is raised.
-  static Ctx* make_ctx(const Dev& d, const Ctx& v) {
-    Ctx* c = new (std::nothrow) Ctx(v);
+  static Ctx *make_ctx(const Dev &d, const Ctx &v) {
+    Ctx *c = new (std::nothrow) Ctx(v);
     if (c == nullptr) {
       maybe_relaxed(d, [&] { return aa_free(v.pool, v.ptr, v.size, v.stream); });
       TORCH_CHECK(false, "adaptalloc: out of host memory for a block's record");
@@ -527,8 +527,8 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
     return c;
   }
 
-  void free_ctx(Ctx* c) {
-    Dev& d = g_dev[c->device];
+  void free_ctx(Ctx *c) {
+    Dev &d = g_dev[c->device];
     if (c->priv == nullptr) {
       maybe_relaxed(d, [&] { return aa_free(c->pool, c->ptr, c->size, c->stream); });
       delete c;
@@ -539,14 +539,14 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
       delete c;
       return;
     }
-    PrivatePool* pp = c->priv;
+    PrivatePool *pp = c->priv;
     pp->live.erase(c);
     if (!free_private(d, pp, c))
       return; // a zombie now
     if (pp->use_count == 0 && pp->live.empty()) {
       try {
         maybe_destroy(d, pp);
-      } catch (const std::exception&) {
+      } catch (const std::exception &) {
         // a deleter must not throw: the pool stays for empty_cache
       }
     }
@@ -555,7 +555,7 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
   // A private block no longer live: back to its pool, or kept as a zombie
   // while a checkpoint lists it. Returns false when kept (c still ours).
   // Under d.mu; c is out of pp->live.
-  static bool free_private(Dev& d, PrivatePool* pp, Ctx* c) {
+  static bool free_private(Dev &d, PrivatePool *pp, Ctx *c) {
     if (pp->pinned.count(c->ptr)) {
       pp->zombies[c->ptr] = c;
       return false;
@@ -565,12 +565,12 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
     return true;
   }
 
-  [[noreturn]] void out_of_memory(int device, size_t n, aa_pool* pool) {
+  [[noreturn]] void out_of_memory(int device, size_t n, aa_pool *pool) {
     Totals t;
     add_stats(pool, t);
     size_t free_b = 0, total_b = 0;
     {
-      Dev& d = g_dev[device];
+      Dev &d = g_dev[device];
       maybe_relaxed(d, [&] {
         c10::cuda::CUDAGuard g(static_cast<c10::DeviceIndex>(device));
         if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
@@ -583,47 +583,30 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
       std::lock_guard<std::mutex> g(obs_mu_);
       obs = observers_;
     }
-    for (auto& o : obs)
+    for (auto &o : obs)
       o(device, t.in_use, total_b, free_b);
     std::string limit =
         t.limit ? size_str(t.limit) : std::string("none (the whole device)");
     TORCH_CHECK_WITH(
         OutOfMemoryError,
-        false, cat(
-        "adaptalloc: CUDA out of memory on device ",
-        device,
-        " (pool ",
-        aa_pool_name(pool),
-        "): tried to allocate ",
-        size_str(n),
-        "; limit ",
-        limit,
-        ", in use ",
-        size_str(t.in_use),
-        ", reserved ",
-        size_str(t.reserved),
-        "; the device has ",
-        size_str(free_b),
-        " free of ",
-        size_str(total_b),
-        ". The pool released its cached memory and retried once. Free "
-        "tensors (or lower the batch size) and retry; "
-        "torch.cuda.set_per_process_memory_fraction sets the limit."));
+        false, cat("adaptalloc: CUDA out of memory on device ", device, " (pool ", aa_pool_name(pool), "): tried to allocate ", size_str(n), "; limit ", limit, ", in use ", size_str(t.in_use), ", reserved ", size_str(t.reserved), "; the device has ", size_str(free_b), " free of ", size_str(total_b), ". The pool released its cached memory and retried once. Free "
+                                                                                                                                                                                                                                                                                                             "tensors (or lower the batch size) and retry; "
+                                                                                                                                                                                                                                                                                                             "torch.cuda.set_per_process_memory_fraction sets the limit."));
   }
 
-  void* raw_alloc(size_t nbytes) override {
+  void *raw_alloc(size_t nbytes) override {
     c10::DeviceIndex device = 0;
     C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
     return raw_alloc_with_stream(
         nbytes, c10::cuda::getCurrentCUDAStream(device).stream());
   }
 
-  void* raw_alloc_with_stream(size_t nbytes, cudaStream_t stream) override {
+  void *raw_alloc_with_stream(size_t nbytes, cudaStream_t stream) override {
     if (nbytes == 0)
       return nullptr;
     c10::DeviceIndex device = 0;
     C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
-    Ctx* c = alloc_ctx(device, nbytes, stream);
+    Ctx *c = alloc_ctx(device, nbytes, stream);
     try {
       std::lock_guard<std::mutex> g(raw_mu_);
       raw_[c->ptr] = c;
@@ -634,10 +617,10 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
     return c->ptr;
   }
 
-  void raw_delete(void* ptr) override {
+  void raw_delete(void *ptr) override {
     if (ptr == nullptr)
       return;
-    Ctx* c = nullptr;
+    Ctx *c = nullptr;
     {
       std::lock_guard<std::mutex> g(raw_mu_);
       auto it = raw_.find(ptr);
@@ -645,9 +628,9 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
         return;
       TORCH_CHECK(
           it != raw_.end(), cat(
-          "adaptalloc: raw_delete of ",
-          ptr,
-          ", which raw_alloc did not return"));
+                                "adaptalloc: raw_delete of ",
+                                ptr,
+                                ", which raw_alloc did not return"));
       c = it->second;
       raw_.erase(it);
     }
@@ -657,19 +640,19 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
   // A live block of a private pool whose tensor's deleter was taken away
   // (CUDA-graph trees free such blocks by pointer after a checkpoint
   // restore). Returns whether ptr was one.
-  static bool raw_delete_private(void* ptr) {
+  static bool raw_delete_private(void *ptr) {
     for (int dev = 0; dev < kMaxDevices; dev++) {
       if (device_pool_if_made(dev) == nullptr)
         continue;
-      Dev& d = g_dev[dev];
+      Dev &d = g_dev[dev];
       std::lock_guard<std::mutex> g(d.mu);
-      for (auto& kv : d.pools) {
-        PrivatePool* pp = kv.second;
-        for (Ctx* c : pp->live) {
+      for (auto &kv : d.pools) {
+        PrivatePool *pp = kv.second;
+        for (Ctx *c : pp->live) {
           if (c->ptr != ptr)
             continue;
           pp->live.erase(c);
-          auto* n = new Ctx(*c);
+          auto *n = new Ctx(*c);
           c->dead = true; // should its holder's deleter still run, it only drops c
           (void)free_private(d, pp, n);
           return true;
@@ -683,11 +666,11 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
   void init(int device_count) override {
     TORCH_CHECK(
         device_count <= kMaxDevices, cat(
-        "adaptalloc: ",
-        device_count,
-        " CUDA devices; at most ",
-        kMaxDevices,
-        " are supported"));
+                                         "adaptalloc: ",
+                                         device_count,
+                                         " CUDA devices; at most ",
+                                         kMaxDevices,
+                                         " are supported"));
     (void)aa_runtime_init(nullptr);
     initialized_.store(true);
   }
@@ -703,13 +686,13 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
   std::string name() override {
     return "adaptalloc";
   }
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
+  void copy_data(void *dest, const void *src, std::size_t count) const override {
     C10_CUDA_CHECK(cudaMemcpy(dest, src, count, cudaMemcpyDeviceToDevice));
   }
 
   // ------------------------------------------------------------ limits
   double getMemoryFraction(c10::DeviceIndex device) override {
-    Dev& d = dev_at(device);
+    Dev &d = dev_at(device);
     std::lock_guard<std::mutex> g(d.mu);
     return d.fraction;
   }
@@ -717,11 +700,11 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
   void setMemoryFraction(double fraction, c10::DeviceIndex device) override {
     TORCH_CHECK(
         fraction >= 0.0 && fraction <= 1.0, cat(
-        "adaptalloc: memory fraction ",
-        fraction,
-        " is not in [0, 1]"));
-    Dev& d = dev_at(device);
-    aa_pool* p = device_pool(device);
+                                                "adaptalloc: memory fraction ",
+                                                fraction,
+                                                " is not in [0, 1]"));
+    Dev &d = dev_at(device);
+    aa_pool *p = device_pool(device);
     size_t free_b = 0, total_b = 0;
     {
       c10::cuda::CUDAGuard g(device);
@@ -740,10 +723,10 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
 
   void emptyCache(MempoolId_t mempool_id) override {
     for (int dev = 0; dev < kMaxDevices; dev++) {
-      aa_pool* main = device_pool_if_made(dev);
+      aa_pool *main = device_pool_if_made(dev);
       if (main == nullptr)
         continue;
-      Dev& d = g_dev[dev];
+      Dev &d = g_dev[dev];
       std::lock_guard<std::mutex> g(d.mu);
       // Never while a region is open: a capture may be under way, and
       // returning memory synchronizes.
@@ -751,20 +734,20 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
         continue;
       if (mempool_id == kDefaultPool)
         (void)aa_pool_release(main);
-      std::vector<PrivatePool*> pps;
-      for (auto& kv : d.pools) {
+      std::vector<PrivatePool *> pps;
+      for (auto &kv : d.pools) {
         if (mempool_id == kDefaultPool || kv.first == mempool_id)
           pps.push_back(kv.second);
       }
-      for (PrivatePool* pp : pps) {
+      for (PrivatePool *pp : pps) {
         if (!maybe_destroy(d, pp))
           (void)aa_pool_release(pp->pool);
       }
     }
   }
 
-  void cacheInfo(c10::DeviceIndex device, size_t* largestBlock) override {
-    aa_pool* p = device_pool_if_made(device);
+  void cacheInfo(c10::DeviceIndex device, size_t *largestBlock) override {
+    aa_pool *p = device_pool_if_made(device);
     FreeWalk w;
     if (p)
       (void)aa_pool_walk(p, free_entry, &w);
@@ -776,16 +759,16 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
     return {}; // no PyTorch expandable segments to register with NCCL
   }
 
-  void* getBaseAllocation(void* ptr, size_t* size) override {
+  void *getBaseAllocation(void *ptr, size_t *size) override {
     for (int dev = 0; dev < kMaxDevices; dev++) {
-      aa_pool* main = device_pool_if_made(dev);
+      aa_pool *main = device_pool_if_made(dev);
       if (main == nullptr)
         continue;
       size_t n = aa_block_size(main, ptr);
       if (n == 0) {
-        Dev& d = g_dev[dev];
+        Dev &d = g_dev[dev];
         std::lock_guard<std::mutex> g(d.mu);
-        for (auto& kv : d.pools) {
+        for (auto &kv : d.pools) {
           n = aa_block_size(kv.second->pool, ptr);
           if (n)
             break;
@@ -797,16 +780,16 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
         return ptr; // a block is its own allocation
       }
     }
-    TORCH_CHECK(false, cat( "adaptalloc: getBaseAllocation: ", ptr, " is not ours"));
+    TORCH_CHECK(false, cat("adaptalloc: getBaseAllocation: ", ptr, " is not ours"));
     return nullptr;
   }
 
-  void recordStream(const c10::DataPtr& ptr, c10::cuda::CUDAStream stream)
+  void recordStream(const c10::DataPtr &ptr, c10::cuda::CUDAStream stream)
       override {
     if (ptr.get() == nullptr || ptr.get_deleter() != &deleter)
       return; // not ours (from_blob, an empty tensor)
-    auto* c = static_cast<Ctx*>(ptr.get_context());
-    Dev& d = g_dev[c->device];
+    auto *c = static_cast<Ctx *>(ptr.get_context());
+    Dev &d = g_dev[c->device];
     if (c->priv) {
       std::lock_guard<std::mutex> g(d.mu);
       if (!c->dead)
@@ -819,16 +802,16 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
   // ------------------------------------------------------------ stats
   DeviceStats getDeviceStats(c10::DeviceIndex device) override {
     DeviceStats s;
-    aa_pool* main = device_pool_if_made(device);
+    aa_pool *main = device_pool_if_made(device);
     if (main == nullptr)
       return s;
-    Dev& d = dev_at(device);
+    Dev &d = dev_at(device);
     Totals t;
     Base b;
     add_stats(main, t);
     {
       std::lock_guard<std::mutex> g(d.mu);
-      for (auto& kv : d.pools)
+      for (auto &kv : d.pools)
         add_stats(kv.second->pool, t);
       b = d.base;
     }
@@ -892,14 +875,14 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
   }
 
   void resetAccumulatedStats(c10::DeviceIndex device) override {
-    aa_pool* main = device_pool_if_made(device);
+    aa_pool *main = device_pool_if_made(device);
     if (main == nullptr)
       return;
-    Dev& d = dev_at(device);
+    Dev &d = dev_at(device);
     Totals t;
     add_stats(main, t);
     std::lock_guard<std::mutex> g(d.mu);
-    for (auto& kv : d.pools)
+    for (auto &kv : d.pools)
       add_stats(kv.second->pool, t);
     d.base.allocs = t.allocs;
     d.base.frees = t.frees;
@@ -912,13 +895,13 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
   }
 
   void resetPeakStats(c10::DeviceIndex device) override {
-    aa_pool* main = device_pool_if_made(device);
+    aa_pool *main = device_pool_if_made(device);
     if (main == nullptr)
       return;
     aa_pool_reset_peaks(main);
-    Dev& d = dev_at(device);
+    Dev &d = dev_at(device);
     std::lock_guard<std::mutex> g(d.mu);
-    for (auto& kv : d.pools)
+    for (auto &kv : d.pools)
       aa_pool_reset_peaks(kv.second->pool);
   }
 
@@ -926,7 +909,7 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
       override {
     CCA::SnapshotInfo info;
     for (int dev = 0; dev < kMaxDevices; dev++) {
-      aa_pool* main = device_pool_if_made(dev);
+      aa_pool *main = device_pool_if_made(dev);
       if (main == nullptr)
         continue;
       if (mempool_id == kDefaultPool) {
@@ -934,9 +917,9 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
         (void)aa_pool_walk(main, snap_entry, &w);
         TORCH_CHECK(!w.failed, "adaptalloc: snapshot: out of host memory walking the pool");
       }
-      Dev& d = g_dev[dev];
+      Dev &d = g_dev[dev];
       std::lock_guard<std::mutex> g(d.mu);
-      for (auto& kv : d.pools) {
+      for (auto &kv : d.pools) {
         if (mempool_id != kDefaultPool && kv.first != mempool_id)
           continue;
         SnapWalk w{&info.segments, dev, kv.first};
@@ -962,25 +945,25 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
       c10::DeviceIndex device,
       MempoolId_t mempool_id,
       std::function<bool(cudaStream_t)> filter) override {
-    Dev& d = dev_at(device);
+    Dev &d = dev_at(device);
     std::lock_guard<std::mutex> g(d.mu);
-    for (const Region& r : d.open) {
+    for (const Region &r : d.open) {
       TORCH_CHECK(
           r.id != mempool_id, cat(
-          "adaptalloc: beginAllocateToPool: already allocating to pool (",
-          mempool_id.first,
-          ", ",
-          mempool_id.second,
-          ")"));
+                                  "adaptalloc: beginAllocateToPool: already allocating to pool (",
+                                  mempool_id.first,
+                                  ", ",
+                                  mempool_id.second,
+                                  ")"));
     }
-    PrivatePool* pp = create_or_incref(d, device, mempool_id);
+    PrivatePool *pp = create_or_incref(d, device, mempool_id);
     d.open.push_back(Region{mempool_id, std::move(filter), pp});
     d.regions.fetch_add(1, std::memory_order_relaxed);
   }
 
   void endAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id)
       override {
-    Dev& d = dev_at(device);
+    Dev &d = dev_at(device);
     std::lock_guard<std::mutex> g(d.mu);
     for (auto it = d.open.begin(); it != d.open.end(); ++it) {
       if (it->id == mempool_id) {
@@ -991,20 +974,20 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
     }
     TORCH_CHECK(
         false, cat(
-        "adaptalloc: endAllocateToPool: pool (",
-        mempool_id.first,
-        ", ",
-        mempool_id.second,
-        ") is not being allocated to"));
+                   "adaptalloc: endAllocateToPool: pool (",
+                   mempool_id.first,
+                   ", ",
+                   mempool_id.second,
+                   ") is not being allocated to"));
   }
 
   void releasePool(c10::DeviceIndex device, MempoolId_t mempool_id) override {
-    Dev& d = dev_at(device);
+    Dev &d = dev_at(device);
     std::lock_guard<std::mutex> g(d.mu);
     auto it = d.pools.find(mempool_id);
     if (it == d.pools.end())
       return; // already gone (graph reset after empty_cache)
-    PrivatePool* pp = it->second;
+    PrivatePool *pp = it->second;
     if (pp->use_count > 0)
       pp->use_count--;
     if (pp->use_count == 0)
@@ -1013,7 +996,7 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
 
   int getPoolUseCount(c10::DeviceIndex device, MempoolId_t mempool_id)
       override {
-    Dev& d = dev_at(device);
+    Dev &d = dev_at(device);
     std::lock_guard<std::mutex> g(d.mu);
     auto it = d.pools.find(mempool_id);
     return it == d.pools.end() ? 0 : it->second->use_count;
@@ -1025,11 +1008,11 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
       std::shared_ptr<CCA::CUDAAllocator> allocator) override {
     TORCH_CHECK(
         allocator == nullptr || allocator.get() == this, cat(
-        "adaptalloc: a torch.cuda.MemPool with its own allocator (",
-        allocator ? allocator->name() : std::string(),
-        ") is not supported while adaptalloc is PyTorch's allocator; make the "
-        "MemPool without one"));
-    Dev& d = dev_at(device);
+                                                             "adaptalloc: a torch.cuda.MemPool with its own allocator (",
+                                                             allocator ? allocator->name() : std::string(),
+                                                             ") is not supported while adaptalloc is PyTorch's allocator; make the "
+                                                             "MemPool without one"));
+    Dev &d = dev_at(device);
     std::lock_guard<std::mutex> g(d.mu);
     (void)create_or_incref(d, device, mempool_id);
   }
@@ -1049,16 +1032,16 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
   bool checkPoolLiveAllocations(
       c10::DeviceIndex device,
       MempoolId_t mempool_id,
-      const std::unordered_set<void*>& expected_live_allocations) override {
-    Dev& d = dev_at(device);
+      const std::unordered_set<void *> &expected_live_allocations) override {
+    Dev &d = dev_at(device);
     std::lock_guard<std::mutex> g(d.mu);
     auto it = d.pools.find(mempool_id);
     if (it == d.pools.end())
       return expected_live_allocations.empty();
-    const auto& live = it->second->live;
+    const auto &live = it->second->live;
     if (live.size() != expected_live_allocations.size())
       return false;
-    for (Ctx* c : live) {
+    for (Ctx *c : live) {
       if (!expected_live_allocations.count(c->ptr))
         return false;
     }
@@ -1068,21 +1051,21 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
   std::shared_ptr<CCA::AllocatorState> getCheckpointState(
       c10::DeviceIndex device,
       MempoolId_t id) override {
-    Dev& d = dev_at(device);
+    Dev &d = dev_at(device);
     std::lock_guard<std::mutex> g(d.mu);
     auto it = d.pools.find(id);
     TORCH_CHECK(
         it != d.pools.end(), cat(
-        "adaptalloc: getCheckpointState: no pool (",
-        id.first,
-        ", ",
-        id.second,
-        ") on device ",
-        static_cast<int>(device)));
+                                 "adaptalloc: getCheckpointState: no pool (",
+                                 id.first,
+                                 ", ",
+                                 id.second,
+                                 ") on device ",
+                                 static_cast<int>(device)));
     auto st = std::make_shared<CheckpointState>();
     st->device = device;
     st->id = id;
-    for (Ctx* c : it->second->live) {
+    for (Ctx *c : it->second->live) {
       st->live.push_back({c->ptr, c->size, c->stream});
       it->second->pinned[c->ptr]++;
     }
@@ -1094,49 +1077,49 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
       std::shared_ptr<CCA::AllocatorState> pps) override {
     auto st = std::dynamic_pointer_cast<CheckpointState>(pps);
     TORCH_CHECK(st != nullptr, "adaptalloc: setCheckpointPoolState: not our state");
-    Dev& d = dev_at(device);
+    Dev &d = dev_at(device);
     std::lock_guard<std::mutex> g(d.mu);
     auto it = d.pools.find(st->id);
     TORCH_CHECK(it != d.pools.end(), "adaptalloc: setCheckpointPoolState: pool is gone");
-    PrivatePool* pp = it->second;
-    std::unordered_map<void*, Ctx*> now;
-    for (Ctx* c : pp->live)
+    PrivatePool *pp = it->second;
+    std::unordered_map<void *, Ctx *> now;
+    for (Ctx *c : pp->live)
       now[c->ptr] = c;
-    for (const auto& b : st->live) {
+    for (const auto &b : st->live) {
       // pinned since the state was taken: live now, or kept as a zombie
       TORCH_CHECK(
           now.count(b.ptr) || pp->zombies.count(b.ptr), cat(
-          "adaptalloc: setCheckpointPoolState: block ",
-          b.ptr,
-          " of the checkpoint is lost"));
+                                                            "adaptalloc: setCheckpointPoolState: block ",
+                                                            b.ptr,
+                                                            " of the checkpoint is lost"));
     }
     // PyTorch's semantics: every block allocated now is freed, every block
     // of the checkpoint is allocated again (a pointer may be in both lists).
     CCA::CheckpointDelta delta;
-    std::unordered_set<void*> keep;
-    for (const auto& b : st->live)
+    std::unordered_set<void *> keep;
+    for (const auto &b : st->live)
       keep.insert(b.ptr);
-    std::vector<Ctx*> cur(pp->live.begin(), pp->live.end());
-    for (Ctx* c : cur) {
+    std::vector<Ctx *> cur(pp->live.begin(), pp->live.end());
+    for (Ctx *c : cur) {
       delta.ptrs_freed.push_back(c->ptr);
       pp->live.erase(c);
       if (keep.count(c->ptr)) {
-        auto* n = new Ctx(*c);
+        auto *n = new Ctx(*c);
         c->dead = true; // its holder's deleter only drops the record
         pp->live.insert(n);
         delta.dataptrs_allocd.emplace_back(
             n->ptr, n, &deleter, c10::Device(c10::DeviceType::CUDA, device));
       } else {
-        auto* n = new Ctx(*c); // the holder keeps c; the pool frees n
+        auto *n = new Ctx(*c); // the holder keeps c; the pool frees n
         c->dead = true;
         (void)free_private(d, pp, n);
       }
     }
-    for (const auto& b : st->live) {
+    for (const auto &b : st->live) {
       auto z = pp->zombies.find(b.ptr);
       if (z == pp->zombies.end())
         continue;
-      Ctx* c = z->second; // owned by us since its tensor died
+      Ctx *c = z->second; // owned by us since its tensor died
       pp->zombies.erase(z);
       pp->live.insert(c);
       delta.dataptrs_allocd.emplace_back(
@@ -1153,7 +1136,7 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
         "process) is not supported by the adaptalloc allocator");
     return nullptr;
   }
-  CCA::ShareableHandle shareIpcHandle(void* /*ptr*/) override {
+  CCA::ShareableHandle shareIpcHandle(void * /*ptr*/) override {
     TORCH_CHECK(
         false,
         "adaptalloc: CUDA IPC (sharing a CUDA tensor with another process, "
@@ -1171,7 +1154,7 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
       size_t /*alloc_trace_max_entries*/,
       CCA::RecordContext /*when*/,
       bool /*clearHistory*/,
-      const std::vector<std::string>& /*skip_actions*/) override {
+      const std::vector<std::string> & /*skip_actions*/) override {
     TORCH_CHECK(
         !enabled,
         "adaptalloc: torch.cuda.memory._record_memory_history is not "
@@ -1204,9 +1187,9 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
   }
 
   cudaError_t memcpyAsync(
-      void* dst,
+      void *dst,
       int dstDevice,
-      const void* src,
+      const void *src,
       int srcDevice,
       size_t count,
       cudaStream_t stream,
@@ -1218,11 +1201,11 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
     return cudaMemcpyPeerAsync(dst, dstDevice, src, srcDevice, count, stream);
   }
 
- private:
+private:
   std::atomic<bool> initialized_{false};
   bool enabled_ = true;
   std::mutex raw_mu_;
-  std::unordered_map<void*, Ctx*> raw_;
+  std::unordered_map<void *, Ctx *> raw_;
   std::mutex obs_mu_;
   std::vector<CCA::OutOfMemoryObserver> observers_;
 };
@@ -1230,13 +1213,13 @@ class AdaptAllocator final : public CCA::CUDAAllocator {
 std::shared_ptr<AdaptAllocator> g_alloc;
 std::mutex g_install_mu;
 
-void deleter(void* ctx) {
+void deleter(void *ctx) {
   // The allocator outlives every DataPtr: it is never uninstalled. This runs
   // in DataPtr's destructor, where an exception ends the process: a failure
   // (a CUDA error switching the capture mode) is reported, the block kept.
   try {
-    g_alloc->free_ctx(static_cast<Ctx*>(ctx));
-  } catch (const std::exception& e) {
+    g_alloc->free_ctx(static_cast<Ctx *>(ctx));
+  } catch (const std::exception &e) {
     std::fprintf(stderr, "adaptalloc: freeing a CUDA block failed (%s); it stays allocated\n",
                  e.what());
   } catch (...) {
@@ -1254,7 +1237,7 @@ void install(int device_count) {
     throw std::runtime_error(
         "adaptalloc: device_count " + std::to_string(device_count) +
         " is not in [0, " + std::to_string(kMaxDevices) + "]");
-  CCA::CUDAAllocator* cur = CCA::get();
+  CCA::CUDAAllocator *cur = CCA::get();
   if (cur != nullptr && cur->initialized())
     throw std::runtime_error(
         "adaptalloc: cannot install: PyTorch's CUDA allocator (" + cur->name() +
@@ -1272,7 +1255,7 @@ bool is_installed() {
 }
 
 std::string stats_json(int device) {
-  aa_pool* p = device_pool_if_made(device);
+  aa_pool *p = device_pool_if_made(device);
   if (p == nullptr)
     return std::string();
   std::unique_ptr<aa_pool_stats> st(new aa_pool_stats);
@@ -1291,7 +1274,7 @@ std::string stats_json(int device) {
 int private_pool_count(int device) {
   if (device < 0 || device >= kMaxDevices)
     return 0;
-  Dev& d = g_dev[device];
+  Dev &d = g_dev[device];
   std::lock_guard<std::mutex> g(d.mu);
   return static_cast<int>(d.pools.size());
 }

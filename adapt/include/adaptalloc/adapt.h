@@ -73,20 +73,20 @@ AA_EXTERN const char *aa_adapt_kind_name(aa_adapt_kind kind);
 
 typedef struct aa_adapt_decision {
   aa_adapt_kind kind;
-  int result;            /* AA_OK from aa_adapt_decide; the loop sets the result
+  int result;                       /* AA_OK from aa_adapt_decide; the loop sets the result
                             of applying it (a core error code on failure) */
-  uint64_t block_size;   /* add/grow/retire: the class; trim: 0 */
-  uint64_t request_size; /* add: the hot request size; otherwise 0 */
-  uint64_t amount;       /* add: requests of that size in the interval;
+  uint64_t block_size;              /* add/grow/retire: the class; trim: 0 */
+  uint64_t request_size;            /* add: the hot request size; otherwise 0 */
+  uint64_t amount;                  /* add: requests of that size in the interval;
                             grow: the new prefill (blocks);
                             retire: intervals without allocations;
                             trim: bytes to keep cached (aa_pool_trim's keep) */
-  uint64_t released;     /* trim: bytes released (set by the loop) */
-  uint64_t interval;     /* the step (aa_adapt_state.interval) it was made in */
+  uint64_t released;                /* trim: bytes released (set by the loop) */
+  uint64_t interval;                /* the step (aa_adapt_state.interval) it was made in */
   char reason[AA_ADAPT_REASON_CAP]; /* human-readable, with the numbers */
-  uint64_t window_requests; /* add: small requests over the same two
+  uint64_t window_requests;         /* add: small requests over the same two
                                snapshots as amount (amount <= it) */
-  uint64_t window_ns;    /* add: time between those snapshots (0 = no
+  uint64_t window_ns;               /* add: time between those snapshots (0 = no
                             previous snapshot) */
   /* add/retire, set by the loop before applying: the interval's small
    * requests replayed under the table before and after the step's changes
@@ -108,7 +108,7 @@ typedef struct aa_adapt_class_state {
   uint32_t cold;         /* consecutive steps without allocations */
   uint8_t added;         /* the loop added it (only those are retired) */
   uint8_t grown;
-  uint16_t cold_limit;   /* steps without allocations before it is retired;
+  uint16_t cold_limit; /* steps without allocations before it is retired;
                             0 = params.cold_intervals. A size the loop has
                             retired before gets a longer one (flap backoff) */
 } aa_adapt_class_state;
@@ -129,7 +129,7 @@ typedef struct aa_adapt_flap {
 typedef struct aa_adapt_state {
   uint64_t interval; /* steps decided so far; the current step's number */
   uint64_t last_trim_at;
-  uint8_t trimmed;   /* last_trim_at is valid */
+  uint8_t trimmed; /* last_trim_at is valid */
   uint8_t reserved0[7];
   uint32_t n_classes;
   uint32_t n_cooldown;
@@ -184,11 +184,11 @@ typedef void (*aa_adapt_decision_fn)(void *user, aa_pool *pool,
 #define AA_ADAPT_LOOP_CONFIG_VERSION 1
 
 typedef struct aa_adapt_loop_config {
-  uint32_t version;               /* AA_ADAPT_LOOP_CONFIG_VERSION */
-  aa_adapt_params params;         /* aa_adapt_params_default() by init */
+  uint32_t version;                 /* AA_ADAPT_LOOP_CONFIG_VERSION */
+  aa_adapt_params params;           /* aa_adapt_params_default() by init */
   aa_adapt_decision_fn on_decision; /* optional */
   void *user;
-  bool dry_run;                   /* decide and report, apply nothing (a
+  bool dry_run; /* decide and report, apply nothing (a
                                      decision then repeats each step, as the
                                      table it would change stays the same) */
 } aa_adapt_loop_config;
@@ -248,12 +248,12 @@ AA_EXTERN void aa_adapt_loop_counters(aa_adapt_loop *loop,
 #define AA_ADAPT_AUDIT_MAX 16
 #define AA_ADAPT_MEASURE_STEPS 3
 typedef struct aa_adapt_audit {
-  uint64_t step;       /* the loop step it was decided in */
-  aa_adapt_kind kind;  /* add_class or retire_class */
-  int result;          /* AA_OK applied; AA_EAGAIN rejected by the replay */
+  uint64_t step;      /* the loop step it was decided in */
+  aa_adapt_kind kind; /* add_class or retire_class */
+  int result;         /* AA_OK applied; AA_EAGAIN rejected by the replay */
   uint64_t block_size;
   uint8_t verified;
-  uint8_t measured;    /* the after figure is in */
+  uint8_t measured; /* the after figure is in */
   uint64_t predicted_reserved_before, predicted_reserved_after;
   uint64_t predicted_calls_before, predicted_calls_after;
   uint64_t measured_reserved_before, measured_reserved_after;

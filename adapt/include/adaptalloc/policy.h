@@ -51,30 +51,30 @@ typedef struct aa_policy aa_policy; /* opaque */
 /* The adapt loop's knobs (policy "adapt" object; defaults in docs/policy.md).
  * Fractions are in [0, 1]; counts of intervals are loop steps. */
 typedef struct aa_adapt_params {
-  bool enabled;                  /* run the loop at all (default true) */
-  uint32_t interval_ms;          /* time between steps (default 1000) */
-  uint32_t max_classes;          /* never add a class beyond this many (default 64) */
-  uint32_t max_adds_per_interval;/* exact classes added per step at most (default 4) */
-  uint64_t min_requests;         /* a size or class needs this many requests in the
+  bool enabled;                   /* run the loop at all (default true) */
+  uint32_t interval_ms;           /* time between steps (default 1000) */
+  uint32_t max_classes;           /* never add a class beyond this many (default 64) */
+  uint32_t max_adds_per_interval; /* exact classes added per step at most (default 4) */
+  uint64_t min_requests;          /* a size or class needs this many requests in the
                                     interval before any rule looks at it (default 64) */
-  double hot_fraction;           /* a size is hot at this share of the interval's
+  double hot_fraction;            /* a size is hot at this share of the interval's
                                     small requests (default 0.05) */
-  double waste_threshold;        /* add an exact class when the serving class wastes
+  double waste_threshold;         /* add an exact class when the serving class wastes
                                     more than this of a hot size (default 0.10) */
-  double miss_rate_threshold;    /* grow/prefill a class whose misses/allocs in the
+  double miss_rate_threshold;     /* grow/prefill a class whose misses/allocs in the
                                     interval exceed this (default 0.10) */
-  uint64_t prefill_max_bytes;    /* a grown class's prefill is capped at this (default 64 MiB) */
-  uint32_t cold_intervals;       /* an added class with no allocations for this many
+  uint64_t prefill_max_bytes;     /* a grown class's prefill is capped at this (default 64 MiB) */
+  uint32_t cold_intervals;        /* an added class with no allocations for this many
                                     intervals is retired (default 10) */
-  uint64_t trim_threshold_bytes; /* trim when reserved - in_use exceeds this; 0 = never
+  uint64_t trim_threshold_bytes;  /* trim when reserved - in_use exceeds this; 0 = never
                                     (default 256 MiB) */
-  uint32_t min_class_age;        /* hysteresis: an added class is kept at least this many
+  uint32_t min_class_age;         /* hysteresis: an added class is kept at least this many
                                     intervals (default 5) */
-  uint32_t readd_cooldown;       /* hysteresis: a retired size is not re-added for this many
+  uint32_t readd_cooldown;        /* hysteresis: a retired size is not re-added for this many
                                     intervals (default 20) */
-  uint32_t grow_cooldown;        /* hysteresis: a class is grown at most once per this many
+  uint32_t grow_cooldown;         /* hysteresis: a class is grown at most once per this many
                                     intervals (default 5) */
-  uint32_t trim_cooldown;        /* hysteresis: a pool is trimmed at most once per this many
+  uint32_t trim_cooldown;         /* hysteresis: a pool is trimmed at most once per this many
                                     intervals (default 5) */
 } aa_adapt_params;
 

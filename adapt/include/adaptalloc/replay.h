@@ -64,13 +64,13 @@ typedef enum aa_replay_on_error {
 
 /* Bad-input counters (all zero under AA_REPLAY_STOP unless it stopped). */
 typedef struct aa_replay_diag {
-  uint64_t malformed;      /* CSV line that does not parse */
-  uint64_t unknown_action; /* CSV Action other than the three known ones */
-  uint64_t unknown_free;   /* free of a pointer that is not live */
-  uint64_t duplicate_ptr;  /* allocate of a pointer that is already live */
-  uint64_t size_mismatch;  /* free whose size differs from its allocate
+  uint64_t malformed;                  /* CSV line that does not parse */
+  uint64_t unknown_action;             /* CSV Action other than the three known ones */
+  uint64_t unknown_free;               /* free of a pointer that is not live */
+  uint64_t duplicate_ptr;              /* allocate of a pointer that is already live */
+  uint64_t size_mismatch;              /* free whose size differs from its allocate
                               (a warning only: the free is replayed) */
-  uint64_t first_line;     /* line/event of the first problem, 0 if none */
+  uint64_t first_line;                 /* line/event of the first problem, 0 if none */
   char first_error[AA_REPLAY_ERR_CAP]; /* its message, "" if none */
 } aa_replay_diag;
 
@@ -142,11 +142,11 @@ AA_EXTERN int aa_replay_hist_load_file(const char *path, aa_replay_hist *h,
                                        char *err, size_t errcap);
 
 typedef struct aa_replay_synth_config {
-  uint64_t events;      /* events to produce (allocs + frees), > 0 */
-  uint64_t seed;        /* same seed, same histogram -> same stream */
-  uint64_t live_target; /* mean live blocks in steady state (default 1024) */
-  uint64_t time_step_ns;/* time between events (default 1000) */
-  bool free_at_end;     /* free what is still live at the end (extra events) */
+  uint64_t events;       /* events to produce (allocs + frees), > 0 */
+  uint64_t seed;         /* same seed, same histogram -> same stream */
+  uint64_t live_target;  /* mean live blocks in steady state (default 1024) */
+  uint64_t time_step_ns; /* time between events (default 1000) */
+  bool free_at_end;      /* free what is still live at the end (extra events) */
 } aa_replay_synth_config;
 
 AA_EXTERN void aa_replay_synth_config_init(aa_replay_synth_config *cfg);
@@ -179,20 +179,20 @@ typedef struct aa_replay_costs {
 #define AA_REPLAY_CONFIG_VERSION 1
 
 typedef struct aa_replay_config {
-  uint32_t version;         /* AA_REPLAY_CONFIG_VERSION */
-  aa_pool_config pool;      /* backend is ignored: the simulator's own is used */
+  uint32_t version;             /* AA_REPLAY_CONFIG_VERSION */
+  aa_pool_config pool;          /* backend is ignored: the simulator's own is used */
   const aa_class_spec *classes; /* the class table to install; NULL = the
                                    pool's default ladder. Copied. */
   size_t nclasses;
   aa_replay_costs costs;
   aa_replay_on_error on_error;
-  uint64_t capacity_bytes;  /* simulated device memory, 0 = unbounded */
-  uint64_t event_delay_ns;  /* a stream event completes this long (trace time)
+  uint64_t capacity_bytes;   /* simulated device memory, 0 = unbounded */
+  uint64_t event_delay_ns;   /* a stream event completes this long (trace time)
                                after it is recorded; 0 = at once */
-  bool ignore_streams;      /* replay everything on the default stream */
-  bool replay_failures;     /* also try the recorded failed allocations ('x') */
-  bool collect_sizes;       /* keep per-size counts (for suggest) */
-  const char *position_name;/* what messages call ev->line: "line" (default,
+  bool ignore_streams;       /* replay everything on the default stream */
+  bool replay_failures;      /* also try the recorded failed allocations ('x') */
+  bool collect_sizes;        /* keep per-size counts (for suggest) */
+  const char *position_name; /* what messages call ev->line: "line" (default,
                                CSV) or "event" (store traces, synthesis) */
   /* The policy loop, run on the trace's clock: when adapt is set, one
    * aa_adapt_loop_step every adapt_params.interval_ms of trace time (or,
@@ -214,35 +214,35 @@ AA_EXTERN void aa_replay_config_init(aa_replay_config *cfg);
 
 /* Figures of one replay (definitions: docs/replay.md "Output fields"). */
 typedef struct aa_replay_result {
-  uint64_t events;          /* events fed (good ones) */
-  uint64_t requests;        /* allocation requests replayed */
-  uint64_t allocs;          /* that succeeded */
+  uint64_t events;   /* events fed (good ones) */
+  uint64_t requests; /* allocation requests replayed */
+  uint64_t allocs;   /* that succeeded */
   uint64_t frees;
-  uint64_t failures;        /* aa_alloc returned NULL in the replay */
-  uint64_t trace_failures;  /* 'x' events in the input */
+  uint64_t failures;       /* aa_alloc returned NULL in the replay */
+  uint64_t trace_failures; /* 'x' events in the input */
   uint64_t cache_hits;
   uint64_t cache_misses;
-  double hit_rate;          /* hits / (hits + misses), 0 when none */
+  double hit_rate; /* hits / (hits + misses), 0 when none */
   uint64_t backend_allocs;
   uint64_t backend_frees;
-  uint64_t backend_calls;   /* allocs + frees */
+  uint64_t backend_calls; /* allocs + frees */
   uint64_t backend_failures;
   uint64_t event_records;
-  uint64_t peak_requested;  /* max over time of live requested bytes */
-  uint64_t peak_in_use;     /* max over time of live block bytes */
-  uint64_t peak_reserved;   /* max over time of bytes held from the backend */
+  uint64_t peak_requested; /* max over time of live requested bytes */
+  uint64_t peak_in_use;    /* max over time of live block bytes */
+  uint64_t peak_reserved;  /* max over time of bytes held from the backend */
   uint64_t requested_at_peak_in_use;
   uint64_t in_use_at_peak_reserved;
-  double int_frag_peak;     /* 1 - requested/in_use at peak in use */
-  double int_frag_avg;      /* 1 - integral(requested)/integral(in_use) */
-  double ext_frag_peak;     /* 1 - in_use/reserved at peak reserved */
-  double ext_frag_avg;      /* 1 - integral(in_use)/integral(reserved) */
-  double sim_backend_us;    /* cost model applied to the counts */
-  uint64_t live_at_end;     /* blocks never freed by the input */
+  double int_frag_peak;  /* 1 - requested/in_use at peak in use */
+  double int_frag_avg;   /* 1 - integral(requested)/integral(in_use) */
+  double ext_frag_peak;  /* 1 - in_use/reserved at peak reserved */
+  double ext_frag_avg;   /* 1 - integral(in_use)/integral(reserved) */
+  double sim_backend_us; /* cost model applied to the counts */
+  uint64_t live_at_end;  /* blocks never freed by the input */
   uint64_t live_bytes_at_end;
-  uint64_t trace_span_ns;   /* last - first event time */
-  uint32_t class_count;     /* classes in the table at the end */
-  aa_adapt_counters adapt;  /* the loop's counters (zero without adapt) */
+  uint64_t trace_span_ns;  /* last - first event time */
+  uint32_t class_count;    /* classes in the table at the end */
+  aa_adapt_counters adapt; /* the loop's counters (zero without adapt) */
   aa_replay_diag diag;
 } aa_replay_result;
 

@@ -26,24 +26,24 @@ extern "C" {
 #define AA_VERSION_PATCH 0
 
 /* X(name, value, message). Append only. */
-#define AA_ERRNO_MAP(X)                                                        \
-  X(AA_OK, 0, "success")                                                       \
-  X(AA_EINVAL, -1, "invalid argument")                                         \
-  X(AA_ENOMEM, -2, "out of memory")                                            \
-  X(AA_ENOTSUP, -3, "not supported in this build")                             \
-  X(AA_EBUSY, -4, "resource busy")                                             \
-  X(AA_ENOENT, -5, "no such entry")                                            \
-  X(AA_EEXIST, -6, "entry already exists")                                     \
-  X(AA_EAGAIN, -7, "not ready yet, try again")                                 \
-  X(AA_ERANGE, -8, "value out of range")                                       \
-  X(AA_EIO, -9, "input/output error")                                          \
-  X(AA_ELIMIT, -10, "configured limit reached")                                \
-  X(AA_EBACKEND, -11, "backend call failed")                                   \
-  X(AA_EPARSE, -12, "malformed input")                                         \
-  X(AA_ESTALE, -13, "version mismatch (stale)")                                \
-  X(AA_EPERM, -14, "permission denied")                                        \
-  X(AA_ENODEV, -15, "no such device")                                          \
-  X(AA_ECLOSED, -16, "object is shut down")                                   \
+#define AA_ERRNO_MAP(X)                            \
+  X(AA_OK, 0, "success")                           \
+  X(AA_EINVAL, -1, "invalid argument")             \
+  X(AA_ENOMEM, -2, "out of memory")                \
+  X(AA_ENOTSUP, -3, "not supported in this build") \
+  X(AA_EBUSY, -4, "resource busy")                 \
+  X(AA_ENOENT, -5, "no such entry")                \
+  X(AA_EEXIST, -6, "entry already exists")         \
+  X(AA_EAGAIN, -7, "not ready yet, try again")     \
+  X(AA_ERANGE, -8, "value out of range")           \
+  X(AA_EIO, -9, "input/output error")              \
+  X(AA_ELIMIT, -10, "configured limit reached")    \
+  X(AA_EBACKEND, -11, "backend call failed")       \
+  X(AA_EPARSE, -12, "malformed input")             \
+  X(AA_ESTALE, -13, "version mismatch (stale)")    \
+  X(AA_EPERM, -14, "permission denied")            \
+  X(AA_ENODEV, -15, "no such device")              \
+  X(AA_ECLOSED, -16, "object is shut down")        \
   X(AA_ECORRUPT, -17, "data is corrupt")
 
 typedef enum aa_err {

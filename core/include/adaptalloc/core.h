@@ -193,20 +193,20 @@ typedef void (*aa_trace_fn)(void *user, const aa_trace_event *ev);
 #define AA_DEFAULT_TCACHE_BYTES ((size_t)4 << 20)
 
 typedef struct aa_pool_config {
-  uint32_t version;         /* AA_POOL_CONFIG_VERSION */
-  const char *name;         /* for stats ("device0", "pinned", "host"); copied */
-  aa_backend *backend;      /* borrowed; must outlive the pool */
-  size_t slab_size;         /* default 2 MiB; a multiple of 64 KiB */
-  size_t min_block;         /* default 512 */
-  size_t max_small;         /* largest class, default 1 MiB */
+  uint32_t version;              /* AA_POOL_CONFIG_VERSION */
+  const char *name;              /* for stats ("device0", "pinned", "host"); copied */
+  aa_backend *backend;           /* borrowed; must outlive the pool */
+  size_t slab_size;              /* default 2 MiB; a multiple of 64 KiB */
+  size_t min_block;              /* default 512 */
+  size_t max_small;              /* largest class, default 1 MiB */
   uint32_t classes_per_doubling; /* default ladder density, default 4 */
-  uint32_t tcache_blocks;   /* per-thread cache bound per class (default 32) */
-  size_t tcache_bytes;      /* per-thread cache bound in bytes, all classes (0 = default: 64 MiB for AA_BACKEND_HOST, else 4 MiB) */
-  aa_large_mode large_mode; /* default AA_LARGE_CACHE */
-  size_t large_cache_bytes; /* cached large segments above this are released (0 = no bound) */
-  size_t limit_bytes;       /* cap on reserved bytes (0 = none); over it = OOM */
-  bool telemetry;           /* histogram + heavy hitters on (default true) */
-  aa_error_fn on_error;     /* optional */
+  uint32_t tcache_blocks;        /* per-thread cache bound per class (default 32) */
+  size_t tcache_bytes;           /* per-thread cache bound in bytes, all classes (0 = default: 64 MiB for AA_BACKEND_HOST, else 4 MiB) */
+  aa_large_mode large_mode;      /* default AA_LARGE_CACHE */
+  size_t large_cache_bytes;      /* cached large segments above this are released (0 = no bound) */
+  size_t limit_bytes;            /* cap on reserved bytes (0 = none); over it = OOM */
+  bool telemetry;                /* histogram + heavy hitters on (default true) */
+  aa_error_fn on_error;          /* optional */
   void *on_error_user;
 } aa_pool_config;
 
@@ -317,9 +317,9 @@ typedef struct aa_class_stats {
   uint64_t block_size;
   uint32_t cache_limit;
   uint32_t prefill;
-  uint32_t retiring;        /* 1 while draining after retire */
+  uint32_t retiring; /* 1 while draining after retire */
   uint32_t reserved0;
-  uint64_t slabs;           /* slabs currently held */
+  uint64_t slabs; /* slabs currently held */
   uint64_t blocks_in_use;
   uint64_t blocks_free;     /* carved, free (central + thread caches + pending) */
   uint64_t bytes_in_use;    /* blocks_in_use * block_size */
@@ -328,8 +328,8 @@ typedef struct aa_class_stats {
   uint64_t peak_bytes_in_use;
   uint64_t allocs;
   uint64_t frees;
-  uint64_t hits;            /* served from a thread cache or free list */
-  uint64_t misses;          /* needed a new slab */
+  uint64_t hits;   /* served from a thread cache or free list */
+  uint64_t misses; /* needed a new slab */
 } aa_class_stats;
 
 typedef struct aa_size_count {
@@ -338,13 +338,13 @@ typedef struct aa_size_count {
 } aa_size_count;
 
 typedef struct aa_pool_stats {
-  uint32_t version;         /* AA_STATS_VERSION */
-  uint32_t size;            /* sizeof(aa_pool_stats) */
+  uint32_t version; /* AA_STATS_VERSION */
+  uint32_t size;    /* sizeof(aa_pool_stats) */
   char name[32];
   char backend[16];
   int32_t device;
   uint32_t telemetry;
-  uint64_t time_ns;         /* aa_now_ns() when taken */
+  uint64_t time_ns; /* aa_now_ns() when taken */
   uint64_t class_table_version;
 
   uint64_t bytes_in_use;    /* handed out (block sizes), small + large */
@@ -360,10 +360,10 @@ typedef struct aa_pool_stats {
   uint64_t backend_allocs;
   uint64_t backend_frees;
   uint64_t backend_failures;
-  uint64_t ooms;            /* aa_alloc calls that returned NULL */
-  uint64_t oom_retries;     /* releases-and-retries done */
+  uint64_t ooms;        /* aa_alloc calls that returned NULL */
+  uint64_t oom_retries; /* releases-and-retries done */
   uint64_t invalid_frees;
-  uint64_t pending_blocks;  /* freed, waiting for a stream event */
+  uint64_t pending_blocks; /* freed, waiting for a stream event */
   uint64_t large_allocs;
   uint64_t large_bytes_in_use;
   uint64_t large_bytes_reserved;
@@ -375,8 +375,8 @@ typedef struct aa_pool_stats {
   uint32_t class_count;
   uint32_t hh_count;
   aa_class_stats classes[AA_MAX_CLASSES];
-  uint64_t hist[AA_HIST_BUCKETS];  /* request counts per bucket since start */
-  aa_size_count hh[AA_HH_MAX];     /* most frequent exact sizes, descending */
+  uint64_t hist[AA_HIST_BUCKETS]; /* request counts per bucket since start */
+  aa_size_count hh[AA_HH_MAX];    /* most frequent exact sizes, descending */
 } aa_pool_stats;
 
 /* Takes a snapshot. Counters are per thread and summed here; no allocation
@@ -411,8 +411,8 @@ enum {
 };
 
 typedef struct aa_walk_entry {
-  uint32_t kind;     /* aa_walk_kind */
-  uint32_t flags;    /* AA_WALK_* */
+  uint32_t kind;  /* aa_walk_kind */
+  uint32_t flags; /* AA_WALK_* */
   uintptr_t address;
   size_t size;       /* bytes: the segment's, or the block's */
   size_t requested;  /* block in use: the size asked for; else 0 */

@@ -44,17 +44,17 @@ extern "C" {
 
 /* Calls a CUDA backend has made (device or pinned). */
 typedef struct aa_cuda_counts {
-  uint32_t version;        /* AA_CUDA_COUNTS_VERSION */
-  uint32_t size;           /* sizeof(aa_cuda_counts) */
-  uint64_t allocs;         /* cudaMalloc / cudaHostAlloc calls and device
+  uint32_t version;         /* AA_CUDA_COUNTS_VERSION */
+  uint32_t size;            /* sizeof(aa_cuda_counts) */
+  uint64_t allocs;          /* cudaMalloc / cudaHostAlloc calls and device
                               map ops (cuMemCreate + cuMemMap) that succeeded */
-  uint64_t frees;          /* cudaFree / cudaFreeHost calls, device unmap ops */
-  uint64_t failures;       /* alloc and map calls that failed (OOM included) */
-  uint64_t ooms;           /* of those, out of memory */
-  uint64_t bytes_mapped;   /* bytes currently held from CUDA */
-  uint64_t events_created; /* cudaEventCreateWithFlags calls (pool growth) */
-  uint64_t events_free;    /* events idle in the backend's event pool */
-  uint64_t events_recorded;/* cudaEventRecord calls */
+  uint64_t frees;           /* cudaFree / cudaFreeHost calls, device unmap ops */
+  uint64_t failures;        /* alloc and map calls that failed (OOM included) */
+  uint64_t ooms;            /* of those, out of memory */
+  uint64_t bytes_mapped;    /* bytes currently held from CUDA */
+  uint64_t events_created;  /* cudaEventCreateWithFlags calls (pool growth) */
+  uint64_t events_free;     /* events idle in the backend's event pool */
+  uint64_t events_recorded; /* cudaEventRecord calls */
 } aa_cuda_counts;
 
 /* Fills *out for a backend made by aa_backend_cuda_new or

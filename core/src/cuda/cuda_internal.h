@@ -78,7 +78,7 @@ struct aa__cuda_backend {
   _Atomic uint64_t ooms;
   _Atomic uint64_t bytes_mapped;
   _Atomic uint64_t events_recorded;
-  int ndev;                                  /* event pools below */
+  int ndev; /* event pools below */
   aa__cuda_evpool evpools[AA_MAX_DEVICES];
   /* device backend only: allocations cudaMalloc returned under 4 KiB
    * alignment, re-made larger and aligned by hand (rare). */
@@ -86,7 +86,7 @@ struct aa__cuda_backend {
   struct aa__cuda_misaligned {
     void *aligned;
     void *raw;
-  } *mis;
+  } * mis;
   size_t nmis, capmis;
   /* device backend only: the virtual-memory mapping granularity, asked of
    * the driver on first use (AA__CUDA_VM_UNKNOWN until then; 0 = no VMM). */

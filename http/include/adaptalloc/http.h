@@ -86,13 +86,13 @@ typedef struct aa_http_history_query {
 
 /* Policy-change requests (PUT and PATCH /policy). */
 typedef struct aa_http_policy_change {
-  const char *body;       /* the request body (not NUL-terminated) */
+  const char *body; /* the request body (not NUL-terminated) */
   size_t len;
-  bool has_if_match;      /* an If-Match with one version was sent */
-  uint64_t if_match;      /* ... that version: refuse with AA_ESTALE if the
+  bool has_if_match;  /* an If-Match with one version was sent */
+  uint64_t if_match;  /* ... that version: refuse with AA_ESTALE if the
                              version in force differs */
-  const char *source;     /* "http" (for the audit log) */
-  const char *client;     /* peer address, "127.0.0.1" (for the audit log) */
+  const char *source; /* "http" (for the audit log) */
+  const char *client; /* peer address, "127.0.0.1" (for the audit log) */
 } aa_http_policy_change;
 
 /* The callbacks. Every pointer may be NULL: the endpoint then answers 503
@@ -161,11 +161,11 @@ typedef struct aa_http aa_http;
 
 #define AA_HTTP_CONFIG_VERSION 1
 typedef struct aa_http_config {
-  uint32_t version;        /* AA_HTTP_CONFIG_VERSION */
-  const char *address;     /* ADAPTALLOC_HTTP form, see above; NULL = the
+  uint32_t version;            /* AA_HTTP_CONFIG_VERSION */
+  const char *address;         /* ADAPTALLOC_HTTP form, see above; NULL = the
                               default 127.0.0.1:9100 */
-  int local_rank;          /* for "+rank"; -1 = unset (rank 0) */
-  const char *token;       /* ADAPTALLOC_TOKEN; NULL or "" = none. Copied. */
+  int local_rank;              /* for "+rank"; -1 = unset (rank 0) */
+  const char *token;           /* ADAPTALLOC_TOKEN; NULL or "" = none. Copied. */
   unsigned max_connections;    /* default 64 */
   unsigned per_ip_connections; /* default 32 */
   unsigned timeout_s;          /* idle connection timeout, default 10 */
@@ -207,7 +207,7 @@ AA_EXTERN const char *aa_http_bound_address(const aa_http *srv);
 
 /* Counters of the server itself (also in /metrics). */
 typedef struct aa_http_counters {
-  uint64_t requests;   /* answered by the handler */
+  uint64_t requests; /* answered by the handler */
   uint64_t status_2xx;
   uint64_t status_3xx;
   uint64_t status_4xx;

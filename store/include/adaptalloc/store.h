@@ -49,23 +49,23 @@ typedef struct aa_store aa_store;
 #define AA_STORE_CONFIG_VERSION 1
 
 typedef struct aa_store_config {
-  uint32_t version;          /* AA_STORE_CONFIG_VERSION */
-  const char *path;          /* database file, or ":memory:"; copied. Required */
-  uint32_t queue_capacity;   /* snapshots + policy changes waiting (default 256) */
-  uint32_t trace_capacity;   /* trace ring slots, rounded up to a power of two
+  uint32_t version;               /* AA_STORE_CONFIG_VERSION */
+  const char *path;               /* database file, or ":memory:"; copied. Required */
+  uint32_t queue_capacity;        /* snapshots + policy changes waiting (default 256) */
+  uint32_t trace_capacity;        /* trace ring slots, rounded up to a power of two
                                 (default 65536); the ring is allocated on the
                                 first aa_store_trace_push */
-  uint32_t commit_interval_ms; /* the writer commits at least this often when
+  uint32_t commit_interval_ms;    /* the writer commits at least this often when
                                   there is work (default 100) */
-  uint32_t busy_timeout_ms;  /* how long a write waits on another process's
+  uint32_t busy_timeout_ms;       /* how long a write waits on another process's
                                 lock before the store gives up (default 5000) */
-  uint32_t close_timeout_ms; /* how long aa_store_close waits for the queue to
+  uint32_t close_timeout_ms;      /* how long aa_store_close waits for the queue to
                                 be written (default 5000) */
-  uint64_t max_bytes;        /* retention: database size limit (0 = none) */
-  uint64_t max_age_s;        /* retention: drop data older than this (0 = none) */
+  uint64_t max_bytes;             /* retention: database size limit (0 = none) */
+  uint64_t max_age_s;             /* retention: drop data older than this (0 = none) */
   uint32_t retention_interval_ms; /* how often retention runs (default 10000) */
-  bool quiet;                /* no log line at all, even on faults (tests) */
-  uint64_t fault_nth;        /* testing: the nth SQLite call made by the store
+  bool quiet;                     /* no log line at all, even on faults (tests) */
+  uint64_t fault_nth;             /* testing: the nth SQLite call made by the store
                                 (open included, 1 = the first) fails as if the
                                 disk were full; 0 = off */
 } aa_store_config;
@@ -184,25 +184,25 @@ AA_EXTERN void aa_store_fail_nth(aa_store *st, uint64_t n);
 #define AA_STORE_STATS_VERSION 1
 
 typedef struct aa_store_stats {
-  uint32_t version;         /* AA_STORE_STATS_VERSION */
-  uint32_t size;            /* sizeof(aa_store_stats) */
-  uint32_t enabled;         /* 1 while writing, 0 after a fault or close */
-  int32_t last_error;       /* aa_err of the fault that disabled it, AA_OK if none */
-  char last_error_msg[256]; /* the logged line without the prefix, "" if none */
-  int64_t run_id;           /* current run, 0 when none */
-  uint64_t snapshots_queued;   /* waiting in the queue now */
-  uint64_t snapshots_written;  /* committed */
-  uint64_t snapshots_dropped;  /* refused: full queue, disabled, no run, bad input */
+  uint32_t version;           /* AA_STORE_STATS_VERSION */
+  uint32_t size;              /* sizeof(aa_store_stats) */
+  uint32_t enabled;           /* 1 while writing, 0 after a fault or close */
+  int32_t last_error;         /* aa_err of the fault that disabled it, AA_OK if none */
+  char last_error_msg[256];   /* the logged line without the prefix, "" if none */
+  int64_t run_id;             /* current run, 0 when none */
+  uint64_t snapshots_queued;  /* waiting in the queue now */
+  uint64_t snapshots_written; /* committed */
+  uint64_t snapshots_dropped; /* refused: full queue, disabled, no run, bad input */
   uint64_t policy_changes_written;
   uint64_t policy_changes_dropped;
-  uint64_t events_queued;      /* in the trace ring now */
+  uint64_t events_queued; /* in the trace ring now */
   uint64_t events_written;
   uint64_t events_dropped;
-  uint64_t transactions;       /* write transactions committed */
-  uint64_t retention_runs;     /* retention passes done */
-  uint64_t rows_deleted;       /* snapshots + trace events + policy changes
+  uint64_t transactions;   /* write transactions committed */
+  uint64_t retention_runs; /* retention passes done */
+  uint64_t rows_deleted;   /* snapshots + trace events + policy changes
                                   deleted by retention */
-  uint64_t db_bytes;           /* database size at the last retention pass or
+  uint64_t db_bytes;       /* database size at the last retention pass or
                                   open: pages in use times page size */
 } aa_store_stats;
 
@@ -231,17 +231,17 @@ AA_EXTERN int aa_store_runs_json(const char *db_path, uint32_t limit,
 #define AA_STORE_QUERY_MAX_LIMIT 10000
 
 typedef struct aa_store_query {
-  uint32_t version;  /* AA_STORE_QUERY_VERSION */
-  int64_t run_id;    /* > 0 that run; <= 0 the latest run */
-  bool all_runs;     /* ignore run_id, every run */
-  int64_t since_ms;  /* only rows with ts_ms >= since_ms (Unix ms; 0 = any) */
-  int64_t after_id;  /* only rows with id > after_id (a cursor; 0 = any) */
-  uint32_t limit;    /* the newest `limit` matching rows (0 = 100, at most
+  uint32_t version; /* AA_STORE_QUERY_VERSION */
+  int64_t run_id;   /* > 0 that run; <= 0 the latest run */
+  bool all_runs;    /* ignore run_id, every run */
+  int64_t since_ms; /* only rows with ts_ms >= since_ms (Unix ms; 0 = any) */
+  int64_t after_id; /* only rows with id > after_id (a cursor; 0 = any) */
+  uint32_t limit;   /* the newest `limit` matching rows (0 = 100, at most
                         AA_STORE_QUERY_MAX_LIMIT), returned oldest first */
-  const char *pool;  /* snapshots only: one pool by name; NULL = all */
-  bool detail;       /* snapshots: add classes, histogram and heavy hitters;
+  const char *pool; /* snapshots only: one pool by name; NULL = all */
+  bool detail;      /* snapshots: add classes, histogram and heavy hitters;
                         policy log: add the policy documents */
-  int64_t step_ms;   /* snapshots: > 0 keeps, per pool and step_ms-long slice
+  int64_t step_ms;  /* snapshots: > 0 keeps, per pool and step_ms-long slice
                         of time, only the snapshot with the most bytes
                         reserved (a day of one-second snapshots in a few
                         thousand rows, peaks kept); <= 0 keeps every one */
