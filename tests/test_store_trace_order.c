@@ -402,10 +402,89 @@ static void test_store_trace_order_old_schema(void **state) {
   assert_int_equal(first, 0x1000);
 }
 
+typedef struct begin_arg {
+  aa_store *st;
+  int64_t run;
+  int rc;
+} begin_arg;
+
+static void *begin_main(void *arg) {
+  begin_arg *a = arg;
+  aa_store_run_info info;
+  memset(&info, 0, sizeof info);
+  info.model = "next";
+  info.rank = -1;
+  a->rc = aa_store_begin_run(a->st, &info, &a->run);
+  return NULL;
+}
+
+static void push_seq(aa_store *st, uint64_t s) {
+  aa_trace_event ev;
+  memset(&ev, 0, sizeof ev);
+  ev.op = 'a';
+  ev.ptr = 0x10000 + s * 512;
+  ev.size = 512;
+  ev.seq = s;
+  aa_store_trace_push(st, &ev);
+}
+
+/* A run that loses events just before the next run begins (in the writer
+ * cycle that starts the next run) still records its cut: its trace reads
+ * back as the prefix below the first loss, not with holes. */
+static void test_store_trace_order_cut_before_next_run(void **state) {
+  (void)state;
+  char path[300];
+  snprintf(path, sizeof path, "%s/cutnext.db", g_dir);
+  aa_store_config scfg;
+  aa_store_config_init(&scfg);
+  scfg.path = path;
+  scfg.commit_interval_ms = 60000; /* the writer wakes on requests only */
+  scfg.trace_capacity = 64;
+  aa_store *st = NULL;
+  assert_int_equal(aa_store_open(&scfg, &st), AA_OK);
+  aa_store_run_info info;
+  memset(&info, 0, sizeof info);
+  info.model = "first";
+  info.rank = -1;
+  int64_t run = 0;
+  assert_int_equal(aa_store_begin_run(st, &info, &run), AA_OK);
+  sqlite3 *blocker = NULL;
+  assert_int_equal(sqlite3_open(path, &blocker), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(blocker, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+  /* below half the ring: no early wake */
+  for (uint64_t s = 1; s <= 20; s++)
+    push_seq(st, s);
+  /* the next run's begin holds the writer on the lock, the first run still
+   * current: 21 .. 64 fit, 65 on are the first run's losses */
+  begin_arg ba = {st, 0, -1};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, begin_main, &ba), 0);
+  usleep(50000);
+  for (uint64_t s = 21; s <= 200; s++)
+    push_seq(st, s);
+  assert_int_equal(sqlite3_exec(blocker, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(blocker);
+  pthread_join(th, NULL);
+  assert_int_equal(ba.rc, AA_OK);
+  assert_true(ba.run > run);
+  assert_int_equal(aa_store_flush(st, 0), AA_OK);
+  uint64_t cut = 0;
+  assert_int_equal(aa_store_trace_lost(path, run, NULL, NULL, &cut), AA_OK);
+  assert_int_equal(cut, 65);
+  checker *c = calloc(1, sizeof *c);
+  assert_non_null(c);
+  assert_int_equal(aa_store_trace_foreach(path, run, check_cb, c), AA_OK);
+  assert_int_equal(c->events, 64);
+  assert_int_equal(c->last_seq, 64);
+  free(c);
+  assert_int_equal(aa_store_close(st), AA_OK);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_store_trace_order_threads_replay),
       cmocka_unit_test(test_store_trace_order_cut_at_first_loss),
+      cmocka_unit_test(test_store_trace_order_cut_before_next_run),
       cmocka_unit_test(test_store_trace_order_old_schema),
   };
   return cmocka_run_group_tests(tests, setup_dir, teardown_dir);

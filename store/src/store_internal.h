@@ -212,6 +212,7 @@ void aa__store_count_dropped(aa_store *st, const item *it);
 uint32_t aa__store_wake_mark(const aa_store *st);
 /* The first sequence number run's trace lost, UINT64_MAX when none. */
 uint64_t aa__store_trace_cut_of(aa_store *st, int64_t run);
+int64_t aa__store_trace_cut(aa_store *st, uint64_t *seq);
 /* Takes one published event out of the ring; false when the next slot is
  * empty or not yet published. Single consumer: the writer. */
 bool aa__store_ring_pop(aa_store *st, ring *r, aa_trace_event *ev,

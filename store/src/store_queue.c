@@ -61,10 +61,13 @@ static void trace_lost(aa_store *st, int64_t run, const aa_trace_event *ev) {
   atomic_fetch_add_explicit(&st->events_dropped, 1, memory_order_relaxed);
   if (run <= 0 || ev->seq == 0) return;
   pthread_mutex_lock(&st->cut_mu);
-  if (st->cut_run != run) {
+  if (run > st->cut_run) {
+    /* Forward only: a late loss of an older run (a push that read the run
+     * before the next one began) must not take the slot from the newer
+     * run, whose first loss would be forgotten. */
     st->cut_run = run;
     st->cut_seq = ev->seq;
-  } else if (ev->seq < st->cut_seq) {
+  } else if (run == st->cut_run && ev->seq < st->cut_seq) {
     st->cut_seq = ev->seq;
   }
   pthread_mutex_unlock(&st->cut_mu);
@@ -76,6 +79,16 @@ uint64_t aa__store_trace_cut_of(aa_store *st, int64_t run) {
   uint64_t cut = st->cut_run == run ? st->cut_seq : UINT64_MAX;
   pthread_mutex_unlock(&st->cut_mu);
   return cut;
+}
+
+/* The run that lost trace events last (0 when none) and its first lost
+ * sequence number in *seq. */
+int64_t aa__store_trace_cut(aa_store *st, uint64_t *seq) {
+  pthread_mutex_lock(&st->cut_mu);
+  int64_t run = st->cut_run;
+  *seq = st->cut_seq;
+  pthread_mutex_unlock(&st->cut_mu);
+  return run;
 }
 
 /* Takes one published event out of the ring; false when the next slot is

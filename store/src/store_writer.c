@@ -71,7 +71,9 @@ int aa__store_stmts_prepare(aa_store *st) {
   PREP(end_run, "UPDATE runs SET ended_ms = ?2 WHERE id = ?1 AND ended_ms IS NULL")
   PREP(upd_run,
        "UPDATE runs SET snapshots_written = ?2, snapshots_dropped = ?3,"
-       " events_written = ?4, events_dropped = ?5, trace_cut_seq = ?6 WHERE id = ?1")
+       " events_written = ?4, events_dropped = ?5,"
+       " trace_cut_seq = min(coalesce(trace_cut_seq, ?6), coalesce(?6, trace_cut_seq))"
+       " WHERE id = ?1")
   PREP(ins_snap,
        "INSERT INTO snapshots(run_id, ts_ms, time_ns, pool, backend, device,"
        " telemetry, class_table_version, bytes_in_use, bytes_requested,"
@@ -454,6 +456,21 @@ static void writer_cycle(aa_store *st, item *list, begin_req *begins,
     }
     what = "updating the run";
     rc = w_step(st, u);
+    if (rc != SQLITE_OK) goto fail;
+  }
+  /* A run that lost events just before the next one began: its cut is
+   * written here, the run update above being the new run's. A cut only
+   * ever goes down (the first loss wins). */
+  uint64_t cut_seq = UINT64_MAX;
+  int64_t cut_run = aa__store_trace_cut(st, &cut_seq);
+  if (cut_run > 0 && cut_run != run && cut_seq != UINT64_MAX) {
+    char sql[160];
+    snprintf(sql, sizeof sql,
+             "UPDATE runs SET trace_cut_seq = min(coalesce(trace_cut_seq, %lld), %lld)"
+             " WHERE id = %lld",
+             (long long)cut_seq, (long long)cut_seq, (long long)cut_run);
+    what = "updating a run's trace cut";
+    rc = aa__store_w_exec(st, sql);
     if (rc != SQLITE_OK) goto fail;
   }
   what = "committing";
