@@ -1453,6 +1453,55 @@ static void test_http_per_ip_limit(void **state) {
   pthread_mutex_destroy(&fx.f.mu);
 }
 
+/* A connection whose whole request head has arrived has a request in
+ * progress even while the intake has not read it yet: a newcomer from the
+ * same address must not close it as "not arrived" to make room. The two
+ * connections are opened back to back so that the intake often accepts both
+ * before it looks at the first one's bytes. */
+static void test_http_room_spares_arrived_head(void **state) {
+  fixture fx;
+  const char *busy = "PUT /policy HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     "Content-Length: 100\r\n\r\n{";
+  const char *get = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                    "Connection: close\r\n\r\n";
+  (void)state;
+  assert_int_equal(start(&fx, NULL, 1), 0);
+  for (int round = 0; round < 40; round++) {
+    resp_t r;
+    char b[16];
+    int a = connect_port(fx.port);
+    int n;
+    assert_true(a >= 0);
+    assert_true(send_all(a, busy, strlen(busy)));
+    n = connect_port(fx.port);
+    assert_true(n >= 0);
+    (void)send_all(n, get, strlen(get));
+    read_all(n, &r);
+    close(n);
+    if (r.status != 503)
+      fail_msg("round %d: the newcomer got %d, not 503: the connection with "
+               "a request in progress was closed for it",
+               round, r.status);
+    resp_free(&r);
+    /* the busy one is still open: nothing was sent to it */
+    assert_int_equal(recv(a, b, sizeof b, MSG_DONTWAIT), -1);
+    close(a);
+    /* wait until its slot is free again */
+    for (int k = 0; k < 250; k++) {
+      http(fx.port, "GET", "/healthz", NULL, NULL, &r);
+      n = r.status;
+      resp_free(&r);
+      if (n == 200)
+        break;
+      usleep(20000);
+    }
+    assert_int_equal(n, 200);
+  }
+  aa_http_destroy(fx.srv);
+  free(fx.f.policy);
+  pthread_mutex_destroy(&fx.f.mu);
+}
+
 /* many clients in parallel with policy changes (for TSan) */
 typedef struct {
   int port;
@@ -1720,6 +1769,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_http_token, setup_token, teardown),
       cmocka_unit_test_setup_teardown(test_http_slow_client, setup, teardown),
       cmocka_unit_test(test_http_per_ip_limit),
+      cmocka_unit_test(test_http_room_spares_arrived_head),
       cmocka_unit_test_setup_teardown(test_http_slow_clients_cannot_starve,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(

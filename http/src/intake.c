@@ -20,8 +20,8 @@
  *
  * Room for new clients: when a client connects and the server holds
  * max_connections (or its address holds per_ip_connections), the oldest
- * connection of that scope with no request in progress (INTAKE or MHD_IDLE)
- * is closed to make room; only when there is none is the newcomer refused
+ * connection of that scope with no request in progress (INTAKE without a
+ * whole head queued, or MHD_IDLE) is closed to make room; only when there is none is the newcomer refused
  * (503). Slow clients therefore cannot hold every slot: each one is closed
  * at its deadline or when someone new needs its place.
  *
@@ -215,8 +215,21 @@ static bool counts(const entry *e) {
   return e->state != E_FREE && e->state != E_CLOSING && !e->shut;
 }
 
-static bool evictable(const entry *e) {
-  return counts(e) && (e->state == E_INTAKE || e->state == E_MHD_IDLE);
+/* Whether an INTAKE entry's queued bytes already hold a whole head (good or
+ * bad): its request has arrived and is decided on its own event, which may
+ * still be pending behind the one that admits a newcomer. */
+static bool head_arrived(aa__intake *in, const entry *e) {
+  aa__http_head h;
+  ssize_t n = recv(e->fd, in->buf, in->lim.max_head, MSG_PEEK | MSG_DONTWAIT);
+  return n > 0 && aa__http_head_check(in->buf, (size_t)n, &in->lim, &h) != 0;
+}
+
+static bool evictable(aa__intake *in, const entry *e) {
+  if (!counts(e))
+    return false;
+  if (e->state == E_INTAKE)
+    return !head_arrived(in, e);
+  return e->state == E_MHD_IDLE;
 }
 
 /* The oldest evictable entry (of ip when ip is not NULL), or NULL. */
@@ -224,9 +237,11 @@ static entry *oldest(aa__intake *in, const char *ip) {
   entry *best = NULL;
   for (size_t i = 0; i < in->cap; i++) {
     entry *e = &in->e[i];
-    if (!evictable(e) || (ip != NULL && strcmp(e->ip, ip) != 0))
+    if (!counts(e) || (ip != NULL && strcmp(e->ip, ip) != 0))
       continue;
-    if (best == NULL || e->since_ns < best->since_ns)
+    if (best != NULL && e->since_ns >= best->since_ns)
+      continue;
+    if (evictable(in, e))
       best = e;
   }
   return best;
