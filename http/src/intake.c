@@ -76,6 +76,7 @@ struct aa__intake {
   int wake_fd;
   pthread_t thread;
   bool running;
+  bool accept_paused; /* out of descriptors: listening socket not watched */
   _Atomic bool stop;
   entry *e;
   size_t cap;
@@ -328,7 +329,17 @@ static void accept_all(aa__intake *in) {
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED)
         continue;
-      return; /* EAGAIN, or out of descriptors: try again on the next wake */
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+          errno == ENOMEM) {
+        /* the listening socket stays readable: waiting on it would spin;
+         * accepting resumes at the next sweep */
+        struct epoll_event ev;
+        memset(&ev, 0, sizeof ev);
+        ev.data.u64 = TAG_LISTEN;
+        if (epoll_ctl(in->ep, EPOLL_CTL_MOD, in->listen_fd, &ev) == 0)
+          in->accept_paused = true;
+      }
+      return; /* EAGAIN, or out of descriptors */
     }
     admit(in, fd, &ss, sl);
   }
@@ -463,6 +474,14 @@ static void *intake_main(void *arg) {
     if (aa_now_ns() - last_sweep > 100000000ull) {
       sweep(in);
       last_sweep = aa_now_ns();
+      if (in->accept_paused) {
+        struct epoll_event ev;
+        memset(&ev, 0, sizeof ev);
+        ev.events = EPOLLIN;
+        ev.data.u64 = TAG_LISTEN;
+        if (epoll_ctl(in->ep, EPOLL_CTL_MOD, in->listen_fd, &ev) == 0)
+          in->accept_paused = false;
+      }
     }
   }
   return NULL;
