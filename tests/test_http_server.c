@@ -1502,6 +1502,23 @@ static void test_http_room_spares_arrived_head(void **state) {
   pthread_mutex_destroy(&fx.f.mu);
 }
 
+/* A client that shuts its side with half a head is answered 400 (it can
+ * never complete the request), not left without an answer. */
+static void test_http_half_closed_partial_head(void **state) {
+  fixture *fx = *state;
+  const char *part = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1";
+  resp_t r;
+  int fd = connect_port(fx->port);
+  assert_true(fd >= 0);
+  assert_true(send_all(fd, part, strlen(part)));
+  assert_int_equal(shutdown(fd, SHUT_WR), 0);
+  read_all(fd, &r);
+  close(fd);
+  expect_json_error(&r, 400, "", "closed its side");
+  resp_free(&r);
+  expect_alive(fx);
+}
+
 /* many clients in parallel with policy changes (for TSan) */
 typedef struct {
   int port;
@@ -1768,6 +1785,7 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_http_token, setup_token, teardown),
       cmocka_unit_test_setup_teardown(test_http_slow_client, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_http_half_closed_partial_head, setup, teardown),
       cmocka_unit_test(test_http_per_ip_limit),
       cmocka_unit_test(test_http_room_spares_arrived_head),
       cmocka_unit_test_setup_teardown(test_http_slow_clients_cannot_starve,

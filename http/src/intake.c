@@ -32,6 +32,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -378,7 +379,7 @@ static void hand_over(aa__intake *in, entry *e) {
   pthread_mutex_lock(&in->mu);
 }
 
-static void on_readable(aa__intake *in, entry *e) {
+static void on_readable(aa__intake *in, entry *e, bool rdhup) {
   aa__http_head h;
   ssize_t n;
 
@@ -397,8 +398,23 @@ static void on_readable(aa__intake *in, entry *e) {
   }
   if (n < 0)
     return;
-  if (aa__http_head_check(in->buf, (size_t)n, &in->lim, &h) == 0)
+  if (aa__http_head_check(in->buf, (size_t)n, &in->lim, &h) == 0) {
+    struct pollfd pf = {e->fd, POLLRDHUP, 0};
+    /* rdhup is rechecked on the socket itself: the event may be a stale
+     * one of an earlier connection that had this entry */
+    if (rdhup && poll(&pf, 1, 0) == 1 &&
+        (pf.revents & (POLLRDHUP | POLLHUP)) != 0) {
+      /* the client shut its side: the head can never be completed. It
+       * may still read, so it is answered (not left until the deadline). */
+      (void)drain(in, e->fd);
+      send_error(in, e->fd, 400,
+                 "the client closed its side before the request head was "
+                 "complete",
+                 "");
+      close_entry(in, e);
+    }
     return; /* not complete yet */
+  }
   if (h.status != 0) {
     refuse_entry(in, e, h.status, h.why, h.path);
     return;
@@ -467,7 +483,8 @@ static void *intake_main(void *arg) {
         (void)!read(in->wake_fd, &v, sizeof v);
       } else if (tag >= TAG_BASE && tag - TAG_BASE < in->cap) {
         pthread_mutex_lock(&in->mu);
-        on_readable(in, &in->e[tag - TAG_BASE]);
+        on_readable(in, &in->e[tag - TAG_BASE],
+                    (evs[k].events & (EPOLLRDHUP | EPOLLHUP)) != 0);
         pthread_mutex_unlock(&in->mu);
       }
     }
