@@ -39,6 +39,8 @@
 
 #define NPOOLS 2
 #define NLIVE 2048
+#define NRESIDENT 16 /* large blocks live all along */
+#define RESIDENT_BYTES ((size_t)1 << 20)
 #define NSNAP 600
 #define NCHANGE 200
 
@@ -183,9 +185,16 @@ static void *hot_loop(void *arg) {
 static void *workload(void *arg) {
   static void *live[NPOOLS][NLIVE];
   static size_t sizes[NPOOLS][NLIVE];
+  /* A resident set of large blocks, live for the server's whole life, so
+   * the large-segment map always has used pieces however low the triangle
+   * wave below has drained the pools. */
+  static void *resident[NPOOLS][NRESIDENT];
   uint64_t seed = 0x9e3779b97f4a7c15ull;
   unsigned tick = 0;
   (void)arg;
+  for (int p = 0; p < NPOOLS; p++)
+    for (int r = 0; r < NRESIDENT; r++)
+      resident[p][r] = aa_alloc(S.pools[p], RESIDENT_BYTES, NULL);
   while (!atomic_load(&S.stop)) {
     /* target fill follows a slow triangle wave */
     unsigned phase = tick % 120;
@@ -213,6 +222,10 @@ static void *workload(void *arg) {
     for (size_t k = 0; k < NLIVE; k++)
       if (live[p][k] != NULL)
         aa_free(S.pools[p], live[p][k], sizes[p][k], NULL);
+  for (int p = 0; p < NPOOLS; p++)
+    for (int r = 0; r < NRESIDENT; r++)
+      if (resident[p][r] != NULL)
+        aa_free(S.pools[p], resident[p][r], RESIDENT_BYTES, NULL);
   return NULL;
 }
 
