@@ -93,8 +93,10 @@ static PyObject *py_start(PyObject *self, PyObject *args, PyObject *kw) {
   aa_runtime_config_init(&cfg);
   cfg.quiet = quiet != 0;
   Py_BEGIN_ALLOW_THREADS
-      rc = aa_runtime_init(&cfg);
-  Py_END_ALLOW_THREADS if (rc != AA_OK) return err_from(rc, "cannot start the runtime");
+  rc = aa_runtime_init(&cfg);
+  Py_END_ALLOW_THREADS
+  if (rc != AA_OK)
+    return err_from(rc, "cannot start the runtime");
   Py_RETURN_NONE;
 }
 
@@ -105,7 +107,7 @@ static PyObject *py_shutdown(PyObject *self, PyObject *noargs) {
   Py_BEGIN_ALLOW_THREADS
   aa_runtime_shutdown();
   Py_END_ALLOW_THREADS
-      Py_RETURN_NONE;
+  Py_RETURN_NONE;
 }
 
 static PyObject *py_is_shut_down(PyObject *self, PyObject *noargs) {
@@ -130,8 +132,10 @@ static PyObject *py_stats_json(PyObject *self, PyObject *noargs) {
   if (refuse_after_shutdown())
     return NULL;
   Py_BEGIN_ALLOW_THREADS
-      rc = aa_runtime_stats_json(&out, &len);
-  Py_END_ALLOW_THREADS if (rc != AA_OK) return err_from(rc, "stats");
+  rc = aa_runtime_stats_json(&out, &len);
+  Py_END_ALLOW_THREADS
+  if (rc != AA_OK)
+    return err_from(rc, "stats");
   s = PyUnicode_DecodeUTF8(out, (Py_ssize_t)len, "replace");
   free(out);
   return s;
@@ -147,8 +151,10 @@ static PyObject *py_policy_json(PyObject *self, PyObject *noargs) {
   if (refuse_after_shutdown())
     return NULL;
   Py_BEGIN_ALLOW_THREADS
-      rc = aa_runtime_policy_json(&out, &version);
-  Py_END_ALLOW_THREADS if (rc != AA_OK) return err_from(rc, "policy");
+  rc = aa_runtime_policy_json(&out, &version);
+  Py_END_ALLOW_THREADS
+  if (rc != AA_OK)
+    return err_from(rc, "policy");
   r = Py_BuildValue("(sK)", out, (unsigned long long)version);
   free(out);
   return r;
@@ -169,10 +175,11 @@ static PyObject *py_policy_update(PyObject *self, PyObject *args) {
     return NULL;
   err[0] = '\0';
   Py_BEGIN_ALLOW_THREADS
-      rc = aa_runtime_policy_update(doc, (size_t)len, patch != 0, source, if_match,
-                                    &version, err, sizeof(err));
-  Py_END_ALLOW_THREADS return Py_BuildValue("(iKs)", rc, (unsigned long long)version,
-                                            err[0] ? err : aa_strerror(rc));
+  rc = aa_runtime_policy_update(doc, (size_t)len, patch != 0, source, if_match,
+                                &version, err, sizeof(err));
+  Py_END_ALLOW_THREADS
+  return Py_BuildValue("(iKs)", rc, (unsigned long long)version,
+                       err[0] ? err : aa_strerror(rc));
 }
 
 static PyObject *py_http_port(PyObject *self, PyObject *noargs) {
@@ -210,8 +217,9 @@ static PyObject *py_cuda_device_count(PyObject *self, PyObject *noargs) {
   (void)self;
   (void)noargs;
   Py_BEGIN_ALLOW_THREADS
-      n = aa_cuda_device_count();
-  Py_END_ALLOW_THREADS return PyLong_FromLong(n < 0 ? 0 : n);
+  n = aa_cuda_device_count();
+  Py_END_ALLOW_THREADS
+  return PyLong_FromLong(n < 0 ? 0 : n);
 }
 
 static PyObject *py_pinned_device_ptr(PyObject *self, PyObject *arg) {
@@ -298,12 +306,13 @@ static int block_init(Block *self, PyObject *args, PyObject *kw) {
   if (refuse_after_shutdown())
     return -1;
   Py_BEGIN_ALLOW_THREADS
-      pool = aa_runtime_pool((aa_backend_kind)self->kind, 0);
+  pool = aa_runtime_pool((aa_backend_kind)self->kind, 0);
   ptr = NULL;
   if (pool != NULL)
     ptr = self->kind == AA_BACKEND_PINNED ? aa_staging_get(pool, (size_t)size)
                                           : aa_alloc(pool, (size_t)size, NULL);
-  Py_END_ALLOW_THREADS if (pool == NULL) {
+  Py_END_ALLOW_THREADS
+  if (pool == NULL) {
     PyErr_Format(PyExc_RuntimeError,
                  "adaptalloc: no %s pool in this process (%s)", kind,
                  self->kind == AA_BACKEND_PINNED ? "no CUDA or no GPU" : "see stderr");
@@ -477,9 +486,10 @@ static int packer_init(Packer *self, PyObject *args, PyObject *kw) {
   if (refuse_after_shutdown())
     return -1;
   Py_BEGIN_ALLOW_THREADS
-      pool = aa_runtime_pool(AA_BACKEND_PINNED, 0);
+  pool = aa_runtime_pool(AA_BACKEND_PINNED, 0);
   rc = pool != NULL ? aa_packer_new(pool, (size_t)cap, &pk) : AA_ENOTSUP;
-  Py_END_ALLOW_THREADS if (rc != AA_OK) {
+  Py_END_ALLOW_THREADS
+  if (rc != AA_OK) {
     err_from(rc, pool == NULL ? "no pinned pool (no CUDA or no GPU)" : "cannot make a packer");
     return -1;
   }
@@ -491,7 +501,7 @@ static int packer_init(Packer *self, PyObject *args, PyObject *kw) {
 static void packer_dealloc(Packer *self) {
   if (self->pk != NULL && !atomic_load(&g_shut)) {
     Py_BEGIN_ALLOW_THREADS
-        aa_packer_destroy(self->pk);
+    aa_packer_destroy(self->pk);
     Py_END_ALLOW_THREADS
   }
   self->pk = NULL;
@@ -547,8 +557,9 @@ static PyObject *packer_add_many(Packer *self, PyObject *seq) {
     len[i] = (size_t)b;
   }
   Py_BEGIN_ALLOW_THREADS
-      rc = aa_packer_add_many(self->pk, src, len, (size_t)n, off);
-  Py_END_ALLOW_THREADS if (rc == AA_ELIMIT) {
+  rc = aa_packer_add_many(self->pk, src, len, (size_t)n, off);
+  Py_END_ALLOW_THREADS
+  if (rc == AA_ELIMIT) {
     res = Py_None;
     Py_INCREF(res);
     goto out;
@@ -597,8 +608,10 @@ static PyObject *packer_flush(Packer *self, PyObject *args) {
     return NULL;
   }
   Py_BEGIN_ALLOW_THREADS
-      rc = aa_packer_flush(self->pk, (void *)(uintptr_t)dst, s);
-  Py_END_ALLOW_THREADS if (rc != AA_OK) return err_from(rc, "packer flush (cudaMemcpyAsync)");
+  rc = aa_packer_flush(self->pk, (void *)(uintptr_t)dst, s);
+  Py_END_ALLOW_THREADS
+  if (rc != AA_OK)
+    return err_from(rc, "packer flush (cudaMemcpyAsync)");
   Py_RETURN_NONE;
 }
 
@@ -608,8 +621,10 @@ static PyObject *packer_wait(Packer *self, PyObject *stream) {
   if (packer_live(self) || stream_arg(stream, &s) < 0)
     return NULL;
   Py_BEGIN_ALLOW_THREADS
-      rc = aa_packer_wait(self->pk, s);
-  Py_END_ALLOW_THREADS if (rc != AA_OK) return err_from(rc, "packer wait");
+  rc = aa_packer_wait(self->pk, s);
+  Py_END_ALLOW_THREADS
+  if (rc != AA_OK)
+    return err_from(rc, "packer wait");
   Py_RETURN_NONE;
 }
 
@@ -619,8 +634,10 @@ static PyObject *packer_sync(Packer *self, PyObject *noargs) {
   if (packer_live(self))
     return NULL;
   Py_BEGIN_ALLOW_THREADS
-      rc = aa_packer_sync(self->pk);
-  Py_END_ALLOW_THREADS if (rc != AA_OK) return err_from(rc, "packer sync");
+  rc = aa_packer_sync(self->pk);
+  Py_END_ALLOW_THREADS
+  if (rc != AA_OK)
+    return err_from(rc, "packer sync");
   Py_RETURN_NONE;
 }
 
@@ -643,7 +660,7 @@ static PyObject *packer_close(Packer *self, PyObject *noargs) {
   self->pk = NULL;
   if (pk != NULL && !atomic_load(&g_shut)) {
     Py_BEGIN_ALLOW_THREADS
-        aa_packer_destroy(pk);
+    aa_packer_destroy(pk);
     Py_END_ALLOW_THREADS
   }
   Py_RETURN_NONE;
