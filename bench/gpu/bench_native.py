@@ -14,12 +14,22 @@ interleaved: rep 1 runs every mode, then rep 2, ... Each child measures:
   loops      us per iteration from Python, 20000 iterations after a warm-up:
              torch.empty(128) (freed at once), torch.randn(128), 50 tensors
              of mixed sizes (64 B .. 4 MiB) made then freed, torch.empty of
-             64 MiB
+             64 MiB. And the floor of each loop: the same Python work with
+             nothing for any allocator to do (zero-byte tensors, for which
+             torch makes the tensor and the allocator returns at once; for
+             randn, normal_() into a tensor made beforehand, the same kernel
+             without the allocation). loop - floor is what the allocator
+             costs; the table shows it as "alloc/..." rows.
   bert       BERT-base fp16 inference, sequence 128, batches 1, 32, 128: ms
-             per forward (CUDA events, median of 5 x 20) and the running
-             peak of torch.cuda.max_memory_reserved()
-  graph      BERT b1 captured in a CUDA graph: ms per replay, and the memory
-             the capture added to torch.cuda.memory_reserved()
+             per forward (CUDA events, median of 5 x 20), the running peak of
+             torch.cuda.max_memory_reserved() (the allocator's own figure) and
+             the device memory in use by the driver's figure (total - free
+             from torch.cuda.mem_get_info, less the same figure after CUDA
+             initialisation) after the batch's runs: the same measure for
+             every allocator, cudaMallocAsync's pool included
+  graph      BERT b1 captured in a CUDA graph: ms per replay, and the device
+             memory (driver's figure) the capture added, from a state with
+             the cache emptied (torch.cuda.graph empties it on entry)
 
 The parent prints medians with [min, max] over repetitions and each mode's
 ratio to default. The native path is found as the installed package
@@ -65,6 +75,9 @@ def child(mode, parts):
     if mode == "native":
         _native().install(torch.cuda.device_count())
     dev = torch.device("cuda")
+    torch.cuda.init()
+    torch.cuda.synchronize()
+    base = _used()
     torch.empty(1, device=dev)
     out = {"mode": mode, "loops": {}, "bert": {}, "graph": {}}
 
@@ -75,8 +88,15 @@ def child(mode, parts):
     if "loops" in parts:
         _loops(out, dev, mixed)
     if "bert" in parts or "graph" in parts:
-        _bert(out, dev, parts)
+        _bert(out, dev, parts, base)
     print(json.dumps(out))
+
+
+def _used():
+    """Device memory in use, the driver's figure (bytes)."""
+    import torch
+    free, total = torch.cuda.mem_get_info()
+    return total - free
 
 
 def _loops(out, dev, mixed):
@@ -86,9 +106,21 @@ def _loops(out, dev, mixed):
     out["loops"]["mixed50"] = _us(mixed, 2000)
     out["loops"]["large64m"] = _us(lambda: torch.empty(64 << 20, dtype=torch.uint8, device=dev),
                                    5000)
+    # The floors: the same loops with no allocation work.
+    buf = torch.empty(128, device=dev)
+
+    def mixed0():
+        xs = [torch.empty(0, dtype=torch.uint8, device=dev) for _ in MIXED]
+        del xs
+
+    out["loops"]["floor_empty128"] = _us(lambda: torch.empty(0, device=dev), 20000)
+    out["loops"]["floor_randn128"] = _us(lambda: buf.normal_(), 20000)
+    out["loops"]["floor_mixed50"] = _us(mixed0, 2000)
+    out["loops"]["floor_large64m"] = _us(lambda: torch.empty(0, dtype=torch.uint8, device=dev),
+                                         5000)
 
 
-def _bert(out, dev, parts):
+def _bert(out, dev, parts, base):
     import torch
     from transformers import BertConfig, BertModel
     torch.manual_seed(0)
@@ -110,7 +142,8 @@ def _bert(out, dev, parts):
                 e1.synchronize()
                 reps.append(e0.elapsed_time(e1) / 20)
             out["bert"][str(b)] = {"ms": statistics.median(reps),
-                                   "peak_reserved": torch.cuda.max_memory_reserved()}
+                                   "peak_reserved": torch.cuda.max_memory_reserved(),
+                                   "device_used": _used() - base}
             del ids
     if "graph" not in parts:
         return
@@ -123,12 +156,13 @@ def _bert(out, dev, parts):
             model(input_ids=ids)
     torch.cuda.current_stream().wait_stream(s)
     torch.cuda.synchronize()
-    before = torch.cuda.memory_reserved()
+    torch.cuda.empty_cache()
+    before = _used()
     g = torch.cuda.CUDAGraph()
     with torch.no_grad(), torch.cuda.graph(g):
         model(input_ids=ids)
     torch.cuda.synchronize()
-    pool = torch.cuda.memory_reserved() - before
+    pool = _used() - before
     for _ in range(10):
         g.replay()
     reps = []
@@ -176,9 +210,19 @@ def main():
             runs[m].append(json.loads(lines[-1]))
             print(f"rep {rep} {m}: {lines[-1]}", flush=True)
     rows = []
-    keys = ([("loops", k, None) for k in ("empty128", "randn128", "mixed50", "large64m")] +
+    loops = ("empty128", "randn128", "mixed50", "large64m")
+    # what the allocator costs per loop: the loop less its floor
+    for m in modes:
+        for r in runs[m]:
+            for k in loops:
+                if k in r["loops"] and "floor_" + k in r["loops"]:
+                    r["loops"]["alloc_" + k] = r["loops"][k] - r["loops"]["floor_" + k]
+    keys = ([("loops", k, None) for k in loops] +
+            [("loops", "floor_" + k, None) for k in loops] +
+            [("loops", "alloc_" + k, None) for k in loops] +
             [("bert", b, "ms") for b in ("1", "32", "128")] +
             [("bert", b, "peak_reserved") for b in ("1", "32", "128")] +
+            [("bert", b, "device_used") for b in ("1", "32", "128")] +
             [("graph", None, "ms"), ("graph", None, "pool_bytes")])
     summary = {}
     for sec, k, f in keys:
@@ -188,7 +232,7 @@ def main():
             vals = []
             for r in runs[m]:
                 v = r[sec].get(k) if k is not None else r[sec]
-                if v:
+                if v is not None and v != {}:
                     vals.append(v[f] if f else v)
             if vals:
                 summary[name][m] = {"median": statistics.median(vals), "min": min(vals),
@@ -206,7 +250,7 @@ def main():
             if not s:
                 cells.append(f"{'-':>34}")
                 continue
-            scale = 1 / 2**20 if "peak" in name or "pool" in name else 1
+            scale = 1 / 2**20 if ("peak" in name or "pool" in name or "used" in name) else 1
             cells.append(f"{s['median'] * scale:10.3f} [{s['min'] * scale:8.3f},"
                          f"{s['max'] * scale:8.3f}] x{s.get('ratio_to_default', 0):.2f}")
         print(f"{name:<26}" + "".join(f"{c:>34}" for c in cells))

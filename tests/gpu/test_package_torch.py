@@ -163,6 +163,41 @@ def test_launcher_runs_an_unmodified_script(tmp_path):
     assert d["allocs"] > 0
 
 
+def test_prefill_beyond_device_memory_is_refused(tmp_path):
+    # A device pool with classes up to 1 MiB; then a policy asking four of
+    # them to prefill 2^20 blocks each (about 1.9 TiB): refused before
+    # anything is reserved, naming the device's free memory; the policy in
+    # force and the device's memory stay as they were.
+    pol = tmp_path / "big.json"
+    pol.write_text(json.dumps({
+        "name": "big", "adapt": {"enabled": False},
+        "pools": {"device": {"slab_size": 2097152, "max_small": 1048576,
+                             "classes": {"min": 512, "per_doubling": 4}}}}))
+    p, d = run("""
+        import json, torch, adaptalloc, adaptalloc.torch as aat
+        aat.install()
+        x = torch.ones(1 << 20, device="cuda")
+        torch.cuda.synchronize()
+        v0 = adaptalloc.policy_version()
+        free0 = torch.cuda.mem_get_info()[0]
+        huge = {"adapt": {"prefill_max_bytes": 1 << 52}, "pools": {"device": {"classes": [
+            {"size": s, "prefill": 1 << 20} for s in (131072, 262144, 524288, 1048576)]}}}
+        try:
+            adaptalloc.patch_policy(huge)
+            err = None
+        except adaptalloc.PolicyError as e:
+            err = str(e)
+        free1 = torch.cuda.mem_get_info()[0]
+        print(json.dumps({"err": err, "taken": free0 - free1, "v0": v0,
+                          "v1": adaptalloc.policy_version(), "x": float(x.sum())}))
+    """, tmp_path, env={"ADAPTALLOC_POLICY": str(pol)})
+    assert p.returncode == 0, p.stderr
+    assert d["err"] and "prefill" in d["err"] and "device's free memory" in d["err"], d
+    assert d["v1"] == d["v0"]
+    assert d["taken"] < 64 << 20, d
+    assert d["x"] == float(1 << 20)
+
+
 # -------------------------------------------------------------- pinned pool
 
 EXT_MODES = ({}, {"ADAPTALLOC_TORCH_EXT": "0"})  # C++ helpers, then the Python paths

@@ -12,7 +12,8 @@
 #           default and expandable allocators with their allocation traces
 #           (CSV, for the replay's PyTorch model) and figures; package: the Python
 #           package installed and tested (tools/device/package-test.sh); pkgbench:
-#           its pinned-pool benchmark (bench/gpu/bench_py_pinned.py)
+#           its pinned-pool benchmark (bench/gpu/bench_py_pinned.py); nativebench: the
+#           native allocator against PyTorch's settings (bench/gpu/bench_native.py, after native)
 # Output: $OUT/log.txt (everything) and $OUT/results.tar.gz (JSON, CSV);
 # without $OUT, into ./gpu-out/.
 set -uo pipefail
@@ -79,6 +80,10 @@ want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done;
     stage native-tests 400 env -u LD_LIBRARY_PATH -C /tmp python3 -m pytest -v -rs \
       -p no:cacheprovider "$root/tests/gpu/test_torch_native.py"
   fi
+  # the native allocator against PyTorch's three settings (after `native`,
+  # which installs the package)
+  want nativebench && stage nativebench 400 env -u LD_LIBRARY_PATH python3 bench/gpu/bench_native.py \
+    --reps ${AA_REPS_NATIVE:-3} --out $res/native.json
   want pair && stage pair 120 python3 bench/gpu/bench_pair.py --reps ${AA_REPS_PAIR:-7} --out $res/pair.json
   if want pinned; then
     gcc -O2 -std=c11 bench/gpu/bench_pinned.c -Icore/include -I/usr/local/cuda/include \
