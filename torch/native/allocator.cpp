@@ -188,12 +188,8 @@ auto maybe_relaxed(const Dev &d, F &&f) -> decltype(f()) {
 
 Dev &dev_at(int device) {
   TORCH_CHECK(
-      device >= 0 && device < kMaxDevices, cat(
-                                               "adaptalloc: CUDA device ",
-                                               device,
-                                               " out of range (0..",
-                                               kMaxDevices - 1,
-                                               ")"));
+      device >= 0 && device < kMaxDevices,
+      cat("adaptalloc: CUDA device ", device, " out of range (0..", kMaxDevices - 1, ")"));
   return g_dev[device];
 }
 
@@ -588,10 +584,16 @@ public:
     std::string limit =
         t.limit ? size_str(t.limit) : std::string("none (the whole device)");
     TORCH_CHECK_WITH(
-        OutOfMemoryError,
-        false, cat("adaptalloc: CUDA out of memory on device ", device, " (pool ", aa_pool_name(pool), "): tried to allocate ", size_str(n), "; limit ", limit, ", in use ", size_str(t.in_use), ", reserved ", size_str(t.reserved), "; the device has ", size_str(free_b), " free of ", size_str(total_b), ". The pool released its cached memory and retried once. Free "
-                                                                                                                                                                                                                                                                                                             "tensors (or lower the batch size) and retry; "
-                                                                                                                                                                                                                                                                                                             "torch.cuda.set_per_process_memory_fraction sets the limit."));
+        OutOfMemoryError, false,
+        cat("adaptalloc: CUDA out of memory on device ", device,
+            " (pool ", aa_pool_name(pool), "): tried to allocate ", size_str(n),
+            "; limit ", limit,
+            ", in use ", size_str(t.in_use),
+            ", reserved ", size_str(t.reserved),
+            "; the device has ", size_str(free_b), " free of ", size_str(total_b),
+            ". The pool released its cached memory and retried once. Free tensors "
+            "(or lower the batch size) and retry; "
+            "torch.cuda.set_per_process_memory_fraction sets the limit."));
   }
 
   void *raw_alloc(size_t nbytes) override {
@@ -627,10 +629,8 @@ public:
       if (it == raw_.end() && raw_delete_private(ptr))
         return;
       TORCH_CHECK(
-          it != raw_.end(), cat(
-                                "adaptalloc: raw_delete of ",
-                                ptr,
-                                ", which raw_alloc did not return"));
+          it != raw_.end(),
+          cat("adaptalloc: raw_delete of ", ptr, ", which raw_alloc did not return"));
       c = it->second;
       raw_.erase(it);
     }
@@ -665,12 +665,8 @@ public:
   // ------------------------------------------------------------ lifecycle
   void init(int device_count) override {
     TORCH_CHECK(
-        device_count <= kMaxDevices, cat(
-                                         "adaptalloc: ",
-                                         device_count,
-                                         " CUDA devices; at most ",
-                                         kMaxDevices,
-                                         " are supported"));
+        device_count <= kMaxDevices,
+        cat("adaptalloc: ", device_count, " CUDA devices; at most ", kMaxDevices, " are supported"));
     (void)aa_runtime_init(nullptr);
     initialized_.store(true);
   }
@@ -699,10 +695,8 @@ public:
 
   void setMemoryFraction(double fraction, c10::DeviceIndex device) override {
     TORCH_CHECK(
-        fraction >= 0.0 && fraction <= 1.0, cat(
-                                                "adaptalloc: memory fraction ",
-                                                fraction,
-                                                " is not in [0, 1]"));
+        fraction >= 0.0 && fraction <= 1.0,
+        cat("adaptalloc: memory fraction ", fraction, " is not in [0, 1]"));
     Dev &d = dev_at(device);
     aa_pool *p = device_pool(device);
     size_t free_b = 0, total_b = 0;
@@ -949,12 +943,8 @@ public:
     std::lock_guard<std::mutex> g(d.mu);
     for (const Region &r : d.open) {
       TORCH_CHECK(
-          r.id != mempool_id, cat(
-                                  "adaptalloc: beginAllocateToPool: already allocating to pool (",
-                                  mempool_id.first,
-                                  ", ",
-                                  mempool_id.second,
-                                  ")"));
+          r.id != mempool_id,
+          cat("adaptalloc: beginAllocateToPool: already allocating to pool (", mempool_id.first, ", ", mempool_id.second, ")"));
     }
     PrivatePool *pp = create_or_incref(d, device, mempool_id);
     d.open.push_back(Region{mempool_id, std::move(filter), pp});
@@ -1007,11 +997,11 @@ public:
       MempoolId_t mempool_id,
       std::shared_ptr<CCA::CUDAAllocator> allocator) override {
     TORCH_CHECK(
-        allocator == nullptr || allocator.get() == this, cat(
-                                                             "adaptalloc: a torch.cuda.MemPool with its own allocator (",
-                                                             allocator ? allocator->name() : std::string(),
-                                                             ") is not supported while adaptalloc is PyTorch's allocator; make the "
-                                                             "MemPool without one"));
+        allocator == nullptr || allocator.get() == this,
+        cat("adaptalloc: a torch.cuda.MemPool with its own allocator (",
+            allocator ? allocator->name() : std::string(),
+            ") is not supported while adaptalloc is PyTorch's allocator; make the "
+            "MemPool without one"));
     Dev &d = dev_at(device);
     std::lock_guard<std::mutex> g(d.mu);
     (void)create_or_incref(d, device, mempool_id);
@@ -1055,13 +1045,8 @@ public:
     std::lock_guard<std::mutex> g(d.mu);
     auto it = d.pools.find(id);
     TORCH_CHECK(
-        it != d.pools.end(), cat(
-                                 "adaptalloc: getCheckpointState: no pool (",
-                                 id.first,
-                                 ", ",
-                                 id.second,
-                                 ") on device ",
-                                 static_cast<int>(device)));
+        it != d.pools.end(),
+        cat("adaptalloc: getCheckpointState: no pool (", id.first, ", ", id.second, ") on device ", static_cast<int>(device)));
     auto st = std::make_shared<CheckpointState>();
     st->device = device;
     st->id = id;
@@ -1088,10 +1073,8 @@ public:
     for (const auto &b : st->live) {
       // pinned since the state was taken: live now, or kept as a zombie
       TORCH_CHECK(
-          now.count(b.ptr) || pp->zombies.count(b.ptr), cat(
-                                                            "adaptalloc: setCheckpointPoolState: block ",
-                                                            b.ptr,
-                                                            " of the checkpoint is lost"));
+          now.count(b.ptr) || pp->zombies.count(b.ptr),
+          cat("adaptalloc: setCheckpointPoolState: block ", b.ptr, " of the checkpoint is lost"));
     }
     // PyTorch's semantics: every block allocated now is freed, every block
     // of the checkpoint is allocated again (a pointer may be in both lists).
