@@ -8,10 +8,12 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cjson/cJSON.h>
 #include <cmocka.h>
@@ -259,6 +261,61 @@ static void test_core_stats_trace(void **state) {
   }
 }
 
+/* aa_pool_set_trace returns only once callbacks through the record it
+ * replaces have returned: the runtime closes the store (the callback's user)
+ * right after switching the trace off. Callbacks that dawdle check that
+ * their user is still alive; the main thread retires each user as soon as
+ * set_trace returns. */
+typedef struct live_user {
+  _Atomic int alive;
+} live_user;
+
+static _Atomic int g_dead_calls, g_stop_tracing;
+static _Atomic uint64_t g_traced;
+
+static void on_trace_slow(void *user, const aa_trace_event *ev) {
+  live_user *u = user;
+  (void)ev;
+  if ((atomic_fetch_add(&g_traced, 1) & 7) == 0) {
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
+  }
+  if (atomic_load(&u->alive) != 1)
+    atomic_fetch_add(&g_dead_calls, 1);
+}
+
+static void *trace_worker(void *arg) {
+  aa_pool *p = arg;
+  while (!atomic_load(&g_stop_tracing))
+    aa_free(p, aa_alloc(p, 700, NULL), 700, NULL);
+  return NULL;
+}
+
+static void test_core_stats_trace_switch_waits(void **state) {
+  fx *f = *state;
+  enum { WORKERS = 3,
+         ROUNDS = 200 };
+  static live_user users[ROUNDS];
+  pthread_t th[WORKERS];
+  atomic_store(&g_stop_tracing, 0);
+  atomic_store(&g_dead_calls, 0);
+  for (int i = 0; i < WORKERS; i++)
+    assert_int_equal(pthread_create(&th[i], NULL, trace_worker, f->p), 0);
+  for (int r = 0; r < ROUNDS; r++) {
+    atomic_store(&users[r].alive, 1);
+    aa_pool_set_trace(f->p, on_trace_slow, &users[r]);
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+    aa_pool_set_trace(f->p, NULL, NULL);
+    atomic_store(&users[r].alive, 0); /* what closing the store amounts to */
+  }
+  atomic_store(&g_stop_tracing, 1);
+  for (int i = 0; i < WORKERS; i++)
+    pthread_join(th[i], NULL);
+  assert_true(atomic_load(&g_traced) > 0);
+  assert_int_equal(atomic_load(&g_dead_calls), 0);
+}
+
 static void test_core_stats_json_valid(void **state) {
   fx *f = *state;
   void *a = aa_alloc(f->p, 1000, NULL);
@@ -348,6 +405,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_core_stats_dead_threads_fold, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stats_telemetry_off, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stats_trace, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_core_stats_trace_switch_waits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stats_json_valid, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stats_json_escapes_name, setup_odd, teardown),
   };

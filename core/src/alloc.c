@@ -374,6 +374,15 @@ void aa__trace_at(aa_pool *pool, char op, const void *p, size_t size, aa_stream 
   aa__trace_cb *t = atomic_load_explicit(&pool->trace, memory_order_acquire);
   if (t == NULL || t->fn == NULL)
     return;
+  /* Announce the call, then check the record is still the one in force:
+   * with both sides sequentially consistent, either aa_pool_set_trace sees
+   * this call in flight and waits for it, or this sees the new record and
+   * skips (its user may be gone once set_trace returned). */
+  atomic_fetch_add_explicit(&t->inflight, 1, memory_order_seq_cst);
+  if (atomic_load_explicit(&pool->trace, memory_order_seq_cst) != t) {
+    atomic_fetch_sub_explicit(&t->inflight, 1, memory_order_release);
+    return;
+  }
   aa_trace_event ev;
   memset(&ev, 0, sizeof ev);
   ev.seq = seq;
@@ -384,6 +393,7 @@ void aa__trace_at(aa_pool *pool, char op, const void *p, size_t size, aa_stream 
   ev.thread = aa__thread_id();
   ev.op = op;
   t->fn(t->user, &ev);
+  atomic_fetch_sub_explicit(&t->inflight, 1, memory_order_release);
 }
 
 /* Heavy hitters: an evicted size word goes in with its count; one of a

@@ -396,6 +396,9 @@ typedef struct aa__trace_cb {
   aa_trace_fn fn;
   void *user;
   struct aa__trace_cb *older;
+  /* callbacks through this record under way: aa_pool_set_trace waits for
+   * the record it replaces to reach 0 (aa__trace_at) */
+  _Atomic uint32_t inflight;
 } aa__trace_cb;
 
 typedef struct aa__rsrec {

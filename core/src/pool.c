@@ -14,6 +14,7 @@
  * live class. Every change to a slot bumps its gen (thread-cache bins resync)
  * and the pool epoch (thread caches look at stale bins on next touch).
  */
+#include <sched.h>
 #include <string.h>
 
 #include "core_internal.h"
@@ -561,9 +562,15 @@ void aa_pool_set_trace(aa_pool *pool, aa_trace_fn fn, void *user) {
       }
     }
   }
-  atomic_store_explicit(&pool->trace, t, memory_order_release);
+  aa__trace_cb *old = atomic_exchange_explicit(&pool->trace, t, memory_order_seq_cst);
   update_tflags(pool);
   pthread_mutex_unlock(&pool->class_mu);
+  /* Callbacks already under way through the old record finish before the
+   * caller may free what the old record's user points to. */
+  if (old != NULL && old != t) {
+    while (atomic_load_explicit(&old->inflight, memory_order_acquire) != 0)
+      sched_yield();
+  }
 }
 
 void aa_pool_set_limit(aa_pool *pool, size_t limit_bytes) {

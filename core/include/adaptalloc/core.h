@@ -257,6 +257,10 @@ AA_EXTERN void aa_pool_window_reset(aa_pool *pool);
 AA_EXTERN size_t aa_pool_trim(aa_pool *pool, size_t keep_bytes);
 
 AA_EXTERN void aa_pool_set_telemetry(aa_pool *pool, bool on);
+/* Sets the trace callback (NULL: none). Returns once every call of the
+ * callback it replaces has returned, so the old callback's `user` may be
+ * freed then. Never call it from inside a trace callback (it would wait for
+ * itself). */
 AA_EXTERN void aa_pool_set_trace(aa_pool *pool, aa_trace_fn fn, void *user);
 AA_EXTERN void aa_pool_set_limit(aa_pool *pool, size_t limit_bytes);
 AA_EXTERN const char *aa_pool_name(const aa_pool *pool);
