@@ -184,6 +184,36 @@ static const bad_doc bad_docs[] = {
     {"{\"version\": -1}", AA_EINVAL, "version: -1 is negative"},
     {"{\"version\": 1e16}", AA_EINVAL, "version: 10000000000000000 is beyond 2^53"},
     {"{\"$schema\": 3}", AA_EINVAL, "$schema: expected a string, got a number"},
+    {"{\"pools\": {\"regions\": []}}", AA_EINVAL,
+     "pools.regions: expected an object of region sections, got an array"},
+    {"{\"pools\": {\"regions\": {\"kv cache\": {}}}}", AA_EINVAL,
+     "pools.regions.kv cache: not a region name: a region name holds only ASCII "
+     "letters, digits, '_' and '-' (byte 2 is not one)"},
+    {"{\"pools\": {\"regions\": {\"9kv\": {}}}}", AA_EINVAL,
+     "pools.regions.9kv: not a region name: a region name starts with an ASCII letter"},
+    {"{\"pools\": {\"regions\": {\"a23456789012345678901\": {}}}}", AA_EINVAL,
+     "pools.regions.a23456789012345678901: not a region name: a region name is at "
+     "most 20 bytes"},
+    {"{\"pools\": {\"regions\": {\"\": {}}}}", AA_EINVAL,
+     "pools.regions.: not a region name: a region name is empty"},
+    {"{\"pools\": {\"regions\": {\"kv\": 3}}}", AA_EINVAL,
+     "pools.regions.kv: expected an object, got a number"},
+    {"{\"pools\": {\"regions\": {\"kv\": {\"limt_bytes\": 3}}}}", AA_EINVAL,
+     "pools.regions.kv.limt_bytes: unknown key (did you mean \"limit_bytes\"?)"},
+    {"{\"pools\": {\"regions\": {\"kv\": {\"limit_bytes\": 1000}}}}", AA_EINVAL,
+     "pools.regions.kv.limit_bytes: 1000 is below one slab (slab_size 2097152)"},
+    {"{\"pools\": {\"regions\": {\"kv\": {}, \"kv\": {}}}}", AA_EINVAL,
+     "pools.regions.kv: duplicate key"},
+    {"{\"pools\": {\"regions\": {\"r1\": {}, \"r2\": {}, \"r3\": {}, \"r4\": {}, "
+     "\"r5\": {}, \"r6\": {}, \"r7\": {}, \"r8\": {}, \"r9\": {}, \"r10\": {}, "
+     "\"r11\": {}, \"r12\": {}, \"r13\": {}, \"r14\": {}, \"r15\": {}, \"r16\": {}, "
+     "\"r17\": {}}}}",
+     AA_EINVAL, "pools.regions: 17 regions, more than 16"},
+    {"{\"pools\": {\"regions\": {\"kv\": {\"classes\": [{\"size\": 1048576, "
+     "\"prefill\": 100}], \"slab_size\": 2097152}}}}",
+     AA_EINVAL,
+     "pools.regions.kv.classes[0].prefill: prefill brings the pool's prefilled "
+     "bytes to 104857600, over adapt.prefill_max_bytes"},
 };
 
 static void test_adapt_policy_bad_documents(void **state) {
@@ -805,6 +835,105 @@ static void test_adapt_policy_schema_matches_parser(void **state) {
   free(text);
 }
 
+/* pools.regions: sections start from pools.device, are sorted by name, round
+ * trip through the writer and a merge patch, and are what
+ * aa_policy_pool_config("regions.<name>") answers. */
+static void test_adapt_policy_regions(void **state) {
+  const char *doc =
+      "{\"pools\": {\"device\": {\"max_small\": 65536, \"limit_bytes\": 33554432,"
+      " \"classes\": {\"min\": 1024, \"per_doubling\": 2}},"
+      " \"regions\": {\"scores\": {\"large\": {\"mode\": \"cache\"}},"
+      "  \"kv_cache\": {\"limit_bytes\": 8388608}}}}";
+  aa_pool_config cfg, dev;
+  aa_class_spec a[AA_MAX_CLASSES], b[AA_MAX_CLASSES];
+  size_t na = 0, nb = 0;
+  aa_policy *p = parse_ok(doc), *q, *r = NULL;
+  char *j, err[AA_POLICY_ERR_CAP];
+  (void)state;
+
+  assert_true(aa_policy_has_region(p, "kv_cache"));
+  assert_true(aa_policy_has_region(p, "scores"));
+  assert_false(aa_policy_has_region(p, "kv"));
+  aa_pool_config_init(&cfg);
+  aa_pool_config_init(&dev);
+  assert_int_equal(aa_policy_pool_config(p, "device", &dev, a, AA_MAX_CLASSES, &na), AA_OK);
+  assert_int_equal(aa_policy_pool_config(p, "regions.kv_cache", &cfg, b, AA_MAX_CLASSES, &nb),
+                   AA_OK);
+  /* what it does not say comes from pools.device; what it says wins */
+  assert_int_equal(cfg.max_small, 65536);
+  assert_int_equal(cfg.min_block, 1024);
+  assert_int_equal(cfg.limit_bytes, 8388608);
+  assert_int_equal(dev.limit_bytes, 33554432);
+  assert_int_equal(cfg.large_mode, dev.large_mode);
+  assert_int_equal(na, nb);
+  assert_memory_equal(a, b, na * sizeof a[0]);
+  assert_int_equal(aa_policy_pool_config(p, "regions.scores", &cfg, NULL, 0, NULL), AA_OK);
+  assert_int_equal(cfg.large_mode, AA_LARGE_CACHE);
+  assert_int_equal(cfg.limit_bytes, 33554432);
+  /* no section: AA_ENOENT; not a section name at all: AA_EINVAL */
+  assert_int_equal(aa_policy_pool_config(p, "regions.kv", &cfg, NULL, 0, NULL), AA_ENOENT);
+  assert_int_equal(aa_policy_pool_config(p, "regions.", &cfg, NULL, 0, NULL), AA_EINVAL);
+  assert_int_equal(aa_policy_pool_config(p, "kv_cache", &cfg, NULL, 0, NULL), AA_EINVAL);
+
+  /* the writer puts every field of each section; parsing it back is equal */
+  j = aa_policy_to_json(p);
+  assert_non_null(j);
+  assert_non_null(strstr(j, "\"regions\": {"));
+  assert_true(strstr(j, "\"kv_cache\"") < strstr(j, "\"scores\""));
+  q = parse_ok(j);
+  assert_true(aa_policy_equal(p, q));
+  free(j);
+
+  /* a section's content and its presence both count for equality */
+  aa_policy_free(q);
+  q = parse_ok("{\"pools\": {\"device\": {\"max_small\": 65536, \"limit_bytes\": 33554432,"
+               " \"classes\": {\"min\": 1024, \"per_doubling\": 2}},"
+               " \"regions\": {\"kv_cache\": {\"limit_bytes\": 8388608}}}}");
+  assert_false(aa_policy_equal(p, q));
+
+  /* merge patch: null deletes a section, nothing else changes */
+  assert_int_equal(aa_policy_merge_patch(p, "{\"pools\": {\"regions\": {\"scores\": null}}}",
+                                         40, &r, err, sizeof err),
+                   AA_OK);
+  assert_true(aa_policy_equal(r, q));
+  aa_policy_free(r);
+  r = NULL;
+  /* a bad name in a patch: refused whole, with the path */
+  assert_int_equal(aa_policy_merge_patch(p, "{\"pools\": {\"regions\": {\"k v\": {}}}}", 35,
+                                         &r, err, sizeof err),
+                   AA_EINVAL);
+  assert_null(r);
+  assert_non_null(strstr(err, "pools.regions.k v: not a region name"));
+
+  /* max_small without classes over an explicit device table: the default
+   * ladder up to it, not the device's table */
+  aa_policy_free(q);
+  q = parse_ok("{\"pools\": {\"device\": {\"classes\": [512, 4096, 16384]},"
+               " \"regions\": {\"big\": {\"max_small\": 65536},"
+               " \"same\": {\"limit_bytes\": 4194304}}}}");
+  assert_int_equal(aa_policy_pool_config(q, "regions.big", &cfg, b, AA_MAX_CLASSES, &nb), AA_OK);
+  assert_int_equal(b[nb - 1].block_size, 65536);
+  assert_true(nb > 3);
+  assert_int_equal(aa_policy_pool_config(q, "regions.same", &cfg, b, AA_MAX_CLASSES, &nb),
+                   AA_OK);
+  assert_int_equal(nb, 3);
+  assert_int_equal(b[1].block_size, 4096);
+
+  /* the name rule on its own */
+  assert_int_equal(aa_policy_region_name_check("kv_cache", NULL, 0), AA_OK);
+  assert_int_equal(aa_policy_region_name_check("Q-proj_2", NULL, 0), AA_OK);
+  assert_int_equal(aa_policy_region_name_check("a2345678901234567890", NULL, 0), AA_OK);
+  assert_int_equal(aa_policy_region_name_check("a23456789012345678901", err, sizeof err),
+                   AA_EINVAL);
+  assert_int_equal(aa_policy_region_name_check(NULL, err, sizeof err), AA_EINVAL);
+  assert_int_equal(aa_policy_region_name_check("_x", err, sizeof err), AA_EINVAL);
+  assert_int_equal(aa_policy_region_name_check("x.y", err, sizeof err), AA_EINVAL);
+  assert_int_equal(aa_policy_region_name_check("k\xc3\xa9", err, sizeof err), AA_EINVAL);
+
+  aa_policy_free(q);
+  aa_policy_free(p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_adapt_policy_default_is_empty_object),
@@ -818,6 +947,7 @@ int main(void) {
       cmocka_unit_test(test_adapt_policy_rfc7386_examples),
       cmocka_unit_test(test_adapt_policy_example_files),
       cmocka_unit_test(test_adapt_policy_schema_matches_parser),
+      cmocka_unit_test(test_adapt_policy_regions),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -129,6 +129,29 @@ static void test_http_metrics_families_and_labels(void **state) {
   free(text);
 }
 
+/* A region's pool carries a region label after the three others; a backend's
+ * own pool has none (its series keep their label set). */
+static void test_http_metrics_region_label(void **state) {
+  aa_pool_stats p[2];
+  char *text = NULL;
+  size_t len = 0;
+  (void)state;
+  init_pool(&p[0], "device0", "cuda", 0);
+  init_pool(&p[1], "device0:kv_cache", "cuda", 0);
+  snprintf(p[1].region, sizeof p[1].region, "kv_cache");
+  p[0].bytes_reserved = 4096;
+  p[1].bytes_reserved = 8192;
+  assert_int_equal(aa_http_render_metrics(p, 2, &text, &len), AA_OK);
+  assert_true(sample(text, "adaptalloc_reserved_bytes{pool=\"device0\","
+                           "backend=\"cuda\",device=\"0\"}") == 4096);
+  assert_true(sample(text, "adaptalloc_reserved_bytes{pool=\"device0:kv_cache\","
+                           "backend=\"cuda\",device=\"0\",region=\"kv_cache\"}") == 8192);
+  assert_non_null(strstr(text, "region=\"kv_cache\",size_le=\"1024\"}"));
+  assert_int_equal(count_lines(text, "adaptalloc_reserved_bytes{"), 2);
+  promtool_check(text);
+  free(text);
+}
+
 static void test_http_metrics_histogram_exact(void **state) {
   aa_pool_stats p;
   char *text = NULL;
@@ -450,6 +473,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_http_metrics_families_and_labels),
       cmocka_unit_test(test_http_metrics_histogram_exact),
+      cmocka_unit_test(test_http_metrics_region_label),
       cmocka_unit_test(test_http_metrics_edge_cases),
       cmocka_unit_test(test_http_metrics_real_pool),
       cmocka_unit_test(test_http_metrics_bounded_and_stable),

@@ -202,6 +202,46 @@ static void test_store_reopen_keeps_data(void **state) {
                    created);
 }
 
+/* Schema 3: a region's snapshot records its region, others NULL; a schema-2
+ * file gains the column on open and keeps its rows. */
+static void test_store_region_column(void **state) {
+  (void)state;
+  char path[300], txt[64];
+  aa_pool_stats p;
+  db_file(path, sizeof path, "region.db");
+  aa_store *st = open_store(path, 0);
+  begin(st, "m");
+  fill_stats(&p, "host", 1, 1, 0);
+  assert_int_equal(aa_store_snapshot(st, &p), AA_OK);
+  fill_stats(&p, "host:kv_cache", 2, 1, 0);
+  snprintf(p.region, sizeof p.region, "kv_cache");
+  assert_int_equal(aa_store_snapshot(st, &p), AA_OK);
+  assert_int_equal(aa_store_close(st), AA_OK);
+  sql_text(path, "SELECT region FROM snapshots WHERE pool='host:kv_cache'", txt, sizeof txt);
+  assert_string_equal(txt, "kv_cache");
+  assert_int_equal(sql_int(path, "SELECT count(*) FROM snapshots WHERE region IS NULL"), 1);
+
+  /* back to schema 2, then opened again: migrated, rows kept */
+  {
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db,
+                                  "DROP VIEW latest_snapshots;"
+                                  "ALTER TABLE snapshots DROP COLUMN region;"
+                                  "CREATE VIEW latest_snapshots AS SELECT s.* FROM snapshots s"
+                                  " WHERE s.id = (SELECT max(id) FROM snapshots t"
+                                  " WHERE t.run_id = s.run_id AND t.pool = s.pool);"
+                                  "PRAGMA user_version=2;",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+  }
+  st = open_store(path, 0);
+  assert_int_equal(aa_store_close(st), AA_OK);
+  assert_int_equal(sql_int(path, "PRAGMA user_version"), AA_STORE_SCHEMA_VERSION);
+  assert_int_equal(sql_int(path, "SELECT count(*) FROM snapshots WHERE region IS NULL"), 2);
+}
+
 static void test_store_refuses_newer_schema(void **state) {
   (void)state;
   char path[300];
@@ -907,6 +947,7 @@ int main(void) {
       cmocka_unit_test(test_store_migrates_empty_file),
       cmocka_unit_test(test_store_reopen_keeps_data),
       cmocka_unit_test(test_store_refuses_newer_schema),
+      cmocka_unit_test(test_store_region_column),
       cmocka_unit_test(test_store_rejects_bad_config),
       cmocka_unit_test(test_store_newer_schema_left_byte_identical),
       cmocka_unit_test(test_store_overlong_path_refused_no_file),

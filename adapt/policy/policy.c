@@ -35,6 +35,72 @@ int aa__policy_pool_index(const char *pool) {
   return -1;
 }
 
+int aa_policy_region_name_check(const char *name, char *err, size_t errcap) {
+  size_t n;
+  if (err != NULL && errcap > 0)
+    err[0] = '\0';
+  if (name == NULL || name[0] == '\0') {
+    aa__errf(err, errcap, "a region name is empty");
+    return AA_EINVAL;
+  }
+  n = strnlen(name, AA_REGION_NAME_MAX + 1);
+  if (n > AA_REGION_NAME_MAX) {
+    aa__errf(err, errcap, "a region name is at most %d bytes",
+             AA_REGION_NAME_MAX);
+    return AA_EINVAL;
+  }
+  if (!((name[0] >= 'a' && name[0] <= 'z') || (name[0] >= 'A' && name[0] <= 'Z'))) {
+    aa__errf(err, errcap, "a region name starts with an ASCII letter");
+    return AA_EINVAL;
+  }
+  for (size_t i = 0; i < n; i++) {
+    char c = name[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+          (c >= '0' && c <= '9') || c == '_' || c == '-')) {
+      aa__errf(err, errcap,
+               "a region name holds only ASCII letters, digits, '_' and '-' "
+               "(byte %zu is not one)",
+               i);
+      return AA_EINVAL;
+    }
+  }
+  return AA_OK;
+}
+
+static const aa__region_policy *find_region(const aa_policy *p,
+                                            const char *name) {
+  for (uint32_t i = 0; i < p->n_regions; i++) {
+    if (strcmp(p->regions[i].name, name) == 0)
+      return &p->regions[i];
+  }
+  return NULL;
+}
+
+bool aa_policy_has_region(const aa_policy *p, const char *name) {
+  return p != NULL && name != NULL && find_region(p, name) != NULL;
+}
+
+int aa__policy_section(const aa_policy *p, const char *pool,
+                       const aa__pool_policy **out) {
+  const aa__region_policy *r;
+  int idx = aa__policy_pool_index(pool);
+  *out = NULL;
+  if (p == NULL || pool == NULL)
+    return AA_EINVAL;
+  if (idx >= 0) {
+    *out = &p->pools[idx];
+    return AA_OK;
+  }
+  if (strncmp(pool, "regions.", 8) != 0 ||
+      aa_policy_region_name_check(pool + 8, NULL, 0) != AA_OK)
+    return AA_EINVAL;
+  r = find_region(p, pool + 8);
+  if (r == NULL)
+    return AA_ENOENT;
+  *out = &r->pool;
+  return AA_OK;
+}
+
 void aa_adapt_params_default(aa_adapt_params *out) {
   if (out == NULL)
     return;
@@ -310,6 +376,13 @@ bool aa_policy_equal(const aa_policy *a, const aa_policy *b) {
     if (!pool_equal(&a->pools[i], &b->pools[i]))
       return false;
   }
+  if (a->n_regions != b->n_regions)
+    return false;
+  for (uint32_t i = 0; i < a->n_regions; i++) {
+    if (strcmp(a->regions[i].name, b->regions[i].name) != 0 ||
+        !pool_equal(&a->regions[i].pool, &b->regions[i].pool))
+      return false;
+  }
   if (!adapt_equal(&a->adapt, &b->adapt))
     return false;
   return a->telemetry.snapshot_interval_ms == b->telemetry.snapshot_interval_ms &&
@@ -359,15 +432,17 @@ static size_t pool_classes(const aa__pool_policy *pp, aa_class_spec *out,
 int aa_policy_pool_config(const aa_policy *p, const char *pool,
                           aa_pool_config *cfg, aa_class_spec *classes,
                           size_t cap, size_t *n) {
-  const aa__pool_policy *pp;
+  const aa__pool_policy *pp = NULL;
   size_t count;
-  int idx = aa__policy_pool_index(pool);
+  int rc;
 
   if (n != NULL)
     *n = 0;
-  if (p == NULL || idx < 0 || (classes == NULL && cap > 0))
+  if (p == NULL || (classes == NULL && cap > 0))
     return AA_EINVAL;
-  pp = &p->pools[idx];
+  rc = aa__policy_section(p, pool, &pp);
+  if (rc != AA_OK)
+    return rc;
   if (cfg != NULL) {
     cfg->slab_size = (size_t)pp->slab_size;
     cfg->max_small = (size_t)pp->max_small;

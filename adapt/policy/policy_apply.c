@@ -12,11 +12,14 @@ int aa_policy_apply(const aa_policy *p, const char *pool, aa_pool *target) {
   aa_class_spec specs[AA_MAX_CLASSES];
   aa_class_spec cur[AA_MAX_CLASSES];
   size_t n = 0, ncur = 0;
+  const aa__pool_policy *pp = NULL;
   int rc;
-  int idx = aa__policy_pool_index(pool);
 
-  if (p == NULL || idx < 0 || target == NULL)
+  if (p == NULL || target == NULL)
     return AA_EINVAL;
+  rc = aa__policy_section(p, pool, &pp);
+  if (rc != AA_OK)
+    return rc;
   rc = aa_policy_pool_config(p, pool, NULL, specs, AA_MAX_CLASSES, &n);
   if (rc != AA_OK)
     return rc;
@@ -30,6 +33,6 @@ int aa_policy_apply(const aa_policy *p, const char *pool, aa_pool *target) {
   rc = aa_pool_set_classes(target, specs, n);
   if (rc != AA_OK)
     return rc;
-  aa_pool_set_limit(target, (size_t)p->pools[idx].limit_bytes);
+  aa_pool_set_limit(target, (size_t)pp->limit_bytes);
   return AA_OK;
 }

@@ -97,6 +97,16 @@ char *aa_policy_to_json(const aa_policy *p) {
     aa__buf_printf(&b, "%s\n    \"%s\": ", i ? "," : "", aa__policy_pool_names[i]);
     write_pool(&b, &p->pools[i]);
   }
+  if (p->n_regions > 0) {
+    aa__buf_printf(&b, ",\n    \"regions\": {");
+    for (uint32_t i = 0; i < p->n_regions; i++) {
+      aa__buf_printf(&b, "%s\n    ", i ? "," : "");
+      sb_str(&b, p->regions[i].name);
+      aa__buf_printf(&b, ": ");
+      write_pool(&b, &p->regions[i].pool);
+    }
+    aa__buf_printf(&b, "\n    }");
+  }
   aa__buf_printf(&b, "\n  },\n  \"adapt\": {\n    \"enabled\": %s",
                  a->enabled ? "true" : "false");
   aa__buf_printf(&b, ",\n    \"interval_ms\": %u", a->interval_ms);

@@ -1,8 +1,10 @@
 /*
  * policy_model.h — the in-memory policy (private to adapt/).
  *
- * Glossary: a policy has three pool sections (device, pinned, host), an adapt
- * section and a telemetry section. A pool section's class table is either a
+ * Glossary: a policy has three pool sections (device, pinned, host), up to
+ * AA_POLICY_MAX_REGIONS region sections (pools.regions.<name>: a pool
+ * section whose absent fields are pools.device's), an adapt section and a
+ * telemetry section. A pool section's class table is either a
  * ladder spec (min, per_doubling; its top is always max_small) or an explicit
  * list of aa_class_spec. Every field holds a value: defaults are filled in at
  * parse time, so two policies are equal exactly when their fields are.
@@ -53,11 +55,18 @@ typedef struct aa__pool_policy {
   uint64_t limit_bytes;
 } aa__pool_policy;
 
+typedef struct aa__region_policy {
+  char name[AA_REGION_NAME_MAX + 1];
+  aa__pool_policy pool;
+} aa__region_policy;
+
 struct aa_policy {
   uint64_t version;
   char name[AA__POLICY_NAME_MAX];
   char description[AA__POLICY_DESC_MAX];
   aa__pool_policy pools[AA__POLICY_POOLS];
+  uint32_t n_regions; /* sorted by name */
+  aa__region_policy regions[AA_POLICY_MAX_REGIONS];
   aa_adapt_params adapt;
   aa_telemetry_params telemetry;
 };
@@ -66,6 +75,12 @@ extern const char *const aa__policy_pool_names[AA__POLICY_POOLS];
 
 /* Index of a pool name, or -1. */
 int aa__policy_pool_index(const char *pool);
+
+/* The section a pool name selects: "device", "pinned", "host", or
+ * "regions.<name>". AA_OK with *out set; AA_ENOENT for a region the policy
+ * has no section for; AA_EINVAL for anything else. */
+int aa__policy_section(const aa_policy *p, const char *pool,
+                       const aa__pool_policy **out);
 
 /* Fills every field with its default (version 0, empty name). */
 void aa__policy_defaults(aa_policy *p);

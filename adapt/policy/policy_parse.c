@@ -826,6 +826,55 @@ static int pool_from(vctx *v, const cJSON *obj, const char *path,
   return AA_OK;
 }
 
+static int cmp_region(const void *a, const void *b) {
+  return strcmp(((const aa__region_policy *)a)->name,
+                ((const aa__region_policy *)b)->name);
+}
+
+/* pools.regions: {"<name>": a pool section, ...}. Each section starts from
+ * pools.device as parsed (so it only says what differs); one that sets
+ * max_small but not classes over an explicit inherited table gets the default
+ * ladder up to its max_small. Sorted by name afterwards. */
+static int regions_from(vctx *v, const cJSON *obj, const char *path,
+                        aa_policy *p) {
+  char p1[PATH_CAP], why[AA_POLICY_ERR_CAP];
+  size_t n = 0;
+  int rc;
+
+  if (!cJSON_IsObject(obj))
+    return fail(v, path, "expected an object of region sections, got %s",
+                type_name(obj));
+  for (const cJSON *c = obj->child; c != NULL; c = c->next)
+    n++;
+  if (n > AA_POLICY_MAX_REGIONS)
+    return fail(v, path, "%zu regions, more than %d", n, AA_POLICY_MAX_REGIONS);
+  for (const cJSON *c = obj->child; c != NULL; c = c->next) {
+    const char *k = c->string != NULL ? c->string : "";
+    aa__region_policy *r = &p->regions[p->n_regions];
+    path_key(p1, path, k);
+    if (aa_policy_region_name_check(k, why, sizeof why) != AA_OK)
+      return fail(v, p1, "not a region name: %s", why);
+    if (!cJSON_IsObject(c))
+      return fail(v, p1, "expected an object, got %s", type_name(c));
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s", k);
+    r->pool = p->pools[0];
+    if (member(c, "max_small") != NULL && member(c, "classes") == NULL &&
+        r->pool.classes_kind == AA__CLASSES_EXPLICIT) {
+      r->pool.classes_kind = AA__CLASSES_LADDER;
+      r->pool.n_explicit = 0;
+      r->pool.ladder_min = AA_DEFAULT_MIN_BLOCK;
+      r->pool.ladder_per_doubling = AA__POLICY_DEF_PER_DOUBLING;
+    }
+    rc = pool_from(v, c, p1, &r->pool);
+    if (rc != AA_OK)
+      return rc;
+    p->n_regions++;
+  }
+  qsort(p->regions, p->n_regions, sizeof p->regions[0], cmp_region);
+  return AA_OK;
+}
+
 static int adapt_from(vctx *v, const cJSON *obj, const char *path,
                       aa_adapt_params *a) {
   static const char *const keys[] = {"enabled",
@@ -938,7 +987,8 @@ int aa__policy_from_tree(const cJSON *root, aa_policy *out, char *err,
   static const char *const keys[] = {"$schema", "version", "name",
                                      "description", "pools", "adapt",
                                      "telemetry", NULL};
-  static const char *const pkeys[] = {"device", "pinned", "host", NULL};
+  static const char *const pkeys[] = {"device", "pinned", "host", "regions",
+                                      NULL};
   char p1[PATH_CAP], p2[PATH_CAP];
   const cJSON *it, *f;
   vctx v = {err, errcap};
@@ -985,6 +1035,13 @@ int aa__policy_from_tree(const cJSON *root, aa_policy *out, char *err,
       if (rc != AA_OK)
         goto done;
     }
+    /* after pools.device: a region section starts from it */
+    f = FIELD(it, "regions", p2, p1);
+    if (f != NULL) {
+      rc = regions_from(&v, f, p2, p);
+      if (rc != AA_OK)
+        goto done;
+    }
   }
   it = FIELD(root, "adapt", p1, "");
   if (it != NULL) {
@@ -1006,8 +1063,10 @@ int aa__policy_from_tree(const cJSON *root, aa_policy *out, char *err,
   /* What a policy may prefill is bounded like what the loop may: by
    * adapt.prefill_max_bytes per pool (limit_bytes was checked above; the
    * memory the machine has is checked where the policy is applied). */
-  for (int i = 0; i < AA__POLICY_POOLS; i++) {
-    const aa__pool_policy *pp = &p->pools[i];
+  for (uint32_t i = 0; i < AA__POLICY_POOLS + p->n_regions; i++) {
+    const aa__pool_policy *pp = i < AA__POLICY_POOLS
+                                    ? &p->pools[i]
+                                    : &p->regions[i - AA__POLICY_POOLS].pool;
     uint64_t total = 0;
     if (pp->classes_kind != AA__CLASSES_EXPLICIT)
       continue;
@@ -1016,7 +1075,11 @@ int aa__policy_from_tree(const cJSON *root, aa_policy *out, char *err,
                pp->explicit_classes[k].block_size;
       if (total > p->adapt.prefill_max_bytes) {
         char p3[PATH_CAP];
-        snprintf(p1, sizeof p1, "pools.%s.classes", aa__policy_pool_names[i]);
+        if (i < AA__POLICY_POOLS)
+          snprintf(p1, sizeof p1, "pools.%s.classes", aa__policy_pool_names[i]);
+        else
+          snprintf(p1, sizeof p1, "pools.regions.%s.classes",
+                   p->regions[i - AA__POLICY_POOLS].name);
         path_index(p2, p1, k);
         path_key(p3, p2, "prefill");
         rc = fail(&v, p3,

@@ -70,6 +70,8 @@ int aa__config_normalise(const aa_pool_config *in, aa_pool_config *c) {
   if (c->large_mode != AA_LARGE_CACHE && c->large_mode != AA_LARGE_PASSTHROUGH &&
       c->large_mode != AA_LARGE_EXPANDABLE)
     return AA_EINVAL;
+  if (c->region != NULL && strlen(c->region) > AA_REGION_NAME_MAX)
+    return AA_EINVAL;
   return AA_OK;
 }
 

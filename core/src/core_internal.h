@@ -428,6 +428,7 @@ typedef struct aa__pagemap {
 
 struct aa_pool {
   char name[32];
+  char region[AA_REGION_NAME_MAX + 1]; /* "" = none (aa_pool_config.region) */
   aa_backend *backend;
   aa_pool_config cfg; /* normalised copy (name points at this->name) */
   int slot;           /* thread-cache slot, -1 = none */

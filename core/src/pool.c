@@ -396,6 +396,8 @@ int aa_pool_new(const aa_pool_config *cfg, aa_pool **out) {
     pool->hdr_align *= 2;
   snprintf(pool->name, sizeof pool->name, "%s", c.name ? c.name : "pool");
   c.name = pool->name;
+  snprintf(pool->region, sizeof pool->region, "%s", c.region ? c.region : "");
+  c.region = pool->region;
   pool->cfg = c;
   pool->backend = c.backend;
   pool->has_events = c.backend->ops->event_record != NULL && c.backend->ops->event_query != NULL;
@@ -579,5 +581,7 @@ void aa_pool_set_limit(aa_pool *pool, size_t limit_bytes) {
 }
 
 const char *aa_pool_name(const aa_pool *pool) { return pool ? pool->name : ""; }
+
+const char *aa_pool_region(const aa_pool *pool) { return pool ? pool->region : ""; }
 
 aa_backend *aa_pool_backend(const aa_pool *pool) { return pool ? pool->backend : NULL; }

@@ -181,6 +181,7 @@ int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out) {
   snprintf(out->name, sizeof out->name, "%s", pool->name);
   snprintf(out->backend, sizeof out->backend, "%s",
            pool->backend->name ? pool->backend->name : "custom");
+  snprintf(out->region, sizeof out->region, "%s", pool->region);
   out->device = pool->backend->device;
   out->telemetry = atomic_load_explicit(&pool->telemetry, AA__RLX) ? 1 : 0;
   out->time_ns = aa_now_ns();
@@ -353,14 +354,23 @@ size_t aa_pool_stats_json(const aa_pool_stats *st, char *buf, size_t cap) {
   }
   /* name and backend are fixed-size arrays: never read past them */
   char name[sizeof st->name + 1], backend[sizeof st->backend + 1];
+  char region[sizeof st->region + 1];
   memcpy(name, st->name, sizeof st->name);
   name[sizeof st->name] = 0;
   memcpy(backend, st->backend, sizeof st->backend);
   backend[sizeof st->backend] = 0;
+  memcpy(region, st->region, sizeof st->region);
+  region[sizeof st->region] = 0;
   jw_fmt(&w, "{\"version\":%" PRIu32 ",\"name\":", st->version);
   jw_str(&w, name);
   jw_raw(&w, ",\"backend\":", 11);
   jw_str(&w, backend);
+  if (region[0] != '\0') {
+    jw_raw(&w, ",\"region\":", 10);
+    jw_str(&w, region);
+  } else {
+    jw_raw(&w, ",\"region\":null", 14);
+  }
   jw_fmt(&w, ",\"device\":%" PRId32 ",\"telemetry\":%s", st->device,
          st->telemetry ? "true" : "false");
   jw_u64(&w, "time_ns", st->time_ns);

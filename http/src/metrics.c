@@ -5,7 +5,7 @@
  * Every family is written once with its HELP and TYPE lines, then one sample
  * per pool (or per pool and size bucket). Labels: pool (the pool name),
  * backend ("host", "cuda", "pinned"...), device (the CUDA ordinal, "cpu" for
- * host memory) and, on per-class families, size_le: the classes are summed
+ * host memory), region (only on a region's pool: its name) and, on per-class families, size_le: the classes are summed
  * into fixed block-size buckets (1 KiB, 4 KiB, ... 64 MiB, +Inf), every
  * bucket always written, so the series set does not change as the policy
  * loop adds and retires classes. With a carry (aa__metrics_carry, kept by
@@ -326,7 +326,7 @@ static void label_value(char *out, size_t cap, const char *s, size_t max) {
 }
 
 /* The label set of a pool, without the closing brace:
- *   {pool="..",backend="..",device=".."
+ *   {pool="..",backend="..",device=".."[,region=".."]
  * built once per pool and render. */
 typedef struct {
   char text[192];
@@ -344,8 +344,16 @@ static void make_labels(labels_t *l, const aa_pool_stats *st) {
     snprintf(device, sizeof device, "%d", (int)st->device);
   else
     snprintf(device, sizeof device, "cpu");
-  n = snprintf(l->text, sizeof l->text, "{pool=\"%s\",backend=\"%s\",device=\"%s\"",
-               name, backend, device);
+  if (st->region[0] != '\0') {
+    char region[sizeof st->region * 2 + 4];
+    label_value(region, sizeof region, st->region, sizeof st->region);
+    n = snprintf(l->text, sizeof l->text,
+                 "{pool=\"%s\",backend=\"%s\",device=\"%s\",region=\"%s\"", name,
+                 backend, device, region);
+  } else {
+    n = snprintf(l->text, sizeof l->text, "{pool=\"%s\",backend=\"%s\",device=\"%s\"",
+                 name, backend, device);
+  }
   l->len = n < 0 ? 0 : (size_t)n < sizeof l->text ? (size_t)n
                                                   : sizeof l->text - 1;
 }

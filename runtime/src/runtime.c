@@ -1,9 +1,11 @@
 /*
  * runtime.c — the process-wide runtime: configuration from the environment,
- * the pools (one per CUDA device, one pinned, one host) created on first use,
- * and the start/stop of the optional services (runtime_services.c).
+ * the pools (one per CUDA device, one pinned, one host) and the regions'
+ * pools created on first use, and the start/stop of the optional services
+ * (runtime_services.c).
  *
- * Entry points: aa_runtime_init, aa_runtime_pool, aa_runtime_shutdown.
+ * Entry points: aa_runtime_init, aa_runtime_pool, aa_runtime_region_id,
+ * aa_runtime_region_pool, aa_runtime_shutdown.
  * The hot path is aa_runtime_pool(): one acquire load once the pool exists.
  */
 #include <pthread.h>
@@ -14,8 +16,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "adaptalloc/policy.h"
 #include "adaptalloc/runtime.h"
 #include "runtime_internal.h"
+
+_Static_assert(AA_RUNTIME_MAX_REGIONS == AA_POLICY_MAX_REGIONS,
+               "a policy section for every region the runtime can have");
 
 aa__runtime aa__rt;
 
@@ -197,31 +203,43 @@ static const char *policy_pool_name(aa_backend_kind kind) {
   }
 }
 
-/* Creates the pool for (kind, device). Called with rt_lock held. */
-static aa_pool *rt_create_pool(aa_backend_kind kind, int device) {
+/* Creates the pool for (kind, device) over `shared` (a backend of another
+ * pool: a region's pool uses its backend pool's), or over a new backend when
+ * shared is NULL. region: NULL, or the region the pool serves. Called with
+ * rt_lock held. */
+static aa_pool *rt_create_pool(aa_backend_kind kind, int device,
+                               aa_backend *shared, const char *region) {
   aa_backend *backend = NULL;
   aa_pool *pool = NULL;
   aa_pool_config cfg;
   char name[32];
   int rc;
 
-  if (aa__rt.failed[kind][device < 0 ? 0 : device])
-    return NULL; /* tried before and it cannot be had; do not retry per call */
-  rc = rt_make_backend(kind, device, &backend);
-  if (rc != AA_OK) {
-    aa__rt.failed[kind][device < 0 ? 0 : device] = true;
-    aa__rt_log("cannot create the %s backend (device %d): %s",
-               policy_pool_name(kind), device, aa_strerror(rc));
-    goto done;
+  if (shared == NULL) {
+    if (aa__rt.failed[kind][device < 0 ? 0 : device])
+      return NULL; /* tried before and it cannot be had; do not retry per call */
+    rc = rt_make_backend(kind, device, &backend);
+    if (rc != AA_OK) {
+      aa__rt.failed[kind][device < 0 ? 0 : device] = true;
+      aa__rt_log("cannot create the %s backend (device %d): %s",
+                 policy_pool_name(kind), device, aa_strerror(rc));
+      goto done;
+    }
   }
   aa_pool_config_init(&cfg);
   if (kind == AA_BACKEND_DEVICE)
     snprintf(name, sizeof(name), "device%d", device);
   else
     snprintf(name, sizeof(name), "%s", policy_pool_name(kind));
+  if (region != NULL) {
+    /* "device63:" and a name of AA_REGION_NAME_MAX bytes fit in 31 */
+    size_t n = strlen(name);
+    snprintf(name + n, sizeof(name) - n, ":%s", region);
+  }
   cfg.name = name;
-  cfg.backend = backend;
-  rc = aa__rt_pool_config(policy_pool_name(kind), &cfg);
+  cfg.region = region;
+  cfg.backend = shared != NULL ? shared : backend;
+  rc = aa__rt_pool_config(policy_pool_name(kind), region, &cfg);
   if (rc != AA_OK)
     goto done;
   rc = aa_pool_new(&cfg, &pool);
@@ -229,8 +247,9 @@ static aa_pool *rt_create_pool(aa_backend_kind kind, int device) {
     aa__rt_log("cannot create pool %s: %s", name, aa_strerror(rc));
     goto done;
   }
-  aa__rt_pool_created(pool, policy_pool_name(kind));
-  aa__rt.backends[aa__rt.nbackends++] = backend;
+  aa__rt_pool_created(pool);
+  if (backend != NULL)
+    aa__rt.backends[aa__rt.nbackends++] = backend;
   backend = NULL;
 done:
   if (backend != NULL)
@@ -252,8 +271,102 @@ aa_pool *aa_runtime_pool(aa_backend_kind kind, int device) {
   pthread_mutex_lock(&rt_lock);
   pool = atomic_load_explicit(slot, memory_order_relaxed);
   if (pool == NULL && !aa__rt.shut_down) {
-    pool = rt_create_pool(kind, device);
+    pool = rt_create_pool(kind, device, NULL, NULL);
     if (pool != NULL) {
+      pthread_mutex_lock(&pools_lock);
+      aa__rt.pools[aa__rt.npools++] = pool;
+      pthread_mutex_unlock(&pools_lock);
+      atomic_store_explicit(slot, pool, memory_order_release);
+    }
+  }
+  pthread_mutex_unlock(&rt_lock);
+  return pool;
+}
+
+/* ------------------------------------------------------------------ regions */
+
+int aa_runtime_region_id(const char *name, int *id, char *err, size_t errcap) {
+  char why[AA_POLICY_ERR_CAP];
+  int n, rc = AA_OK;
+
+  if (err != NULL && errcap > 0)
+    err[0] = '\0';
+  if (id == NULL)
+    return AA_EINVAL;
+  *id = -1;
+  if (aa_policy_region_name_check(name, why, sizeof(why)) != AA_OK) {
+    /* the name itself is not echoed: it may hold any byte */
+    if (err != NULL && errcap > 0)
+      snprintf(err, errcap, "not a region name: %s", why);
+    return AA_EINVAL;
+  }
+  pthread_mutex_lock(&rt_lock);
+  n = atomic_load_explicit(&aa__rt.nregions, memory_order_relaxed);
+  for (int i = 0; i < n; i++) {
+    if (strcmp(aa__rt.regions[i].name, name) == 0) {
+      *id = i;
+      goto unlock;
+    }
+  }
+  if (n >= AA_RUNTIME_MAX_REGIONS) {
+    if (err != NULL && errcap > 0)
+      snprintf(err, errcap,
+               "region \"%s\": this process has %d regions already, the "
+               "most it can have",
+               name, AA_RUNTIME_MAX_REGIONS);
+    rc = AA_ELIMIT;
+    goto unlock;
+  }
+  snprintf(aa__rt.regions[n].name, sizeof(aa__rt.regions[n].name), "%s", name);
+  atomic_store_explicit(&aa__rt.nregions, n + 1, memory_order_release);
+  *id = n;
+unlock:
+  pthread_mutex_unlock(&rt_lock);
+  return rc;
+}
+
+const char *aa_runtime_region_name(int id) {
+  if (id < 0 || id >= atomic_load_explicit(&aa__rt.nregions, memory_order_acquire))
+    return NULL;
+  return aa__rt.regions[id].name;
+}
+
+aa_pool *aa_runtime_region_pool(int id, aa_backend_kind kind, int device) {
+  _Atomic(aa_pool *) *slot;
+  aa__rt_region *r;
+  aa_pool *pool, *base;
+
+  if (aa_runtime_region_name(id) == NULL)
+    return NULL;
+  r = &aa__rt.regions[id];
+  if (kind == AA_BACKEND_DEVICE && device >= 0 && device < AA_MAX_DEVICES)
+    slot = &r->device[device];
+  else if (kind == AA_BACKEND_HOST)
+    slot = &r->host;
+  else
+    return NULL;
+  pool = atomic_load_explicit(slot, memory_order_acquire);
+  if (pool != NULL)
+    return pool;
+  /* the backend's own pool first (it takes rt_lock itself): the region's
+   * pool shares its backend */
+  base = aa_runtime_pool(kind, device);
+  if (base == NULL)
+    return NULL;
+  pthread_mutex_lock(&rt_lock);
+  pool = atomic_load_explicit(slot, memory_order_relaxed);
+  if (pool == NULL && !aa__rt.shut_down) {
+    if (aa__rt.nregion_pools >= AA_RUNTIME_MAX_REGION_POOLS) {
+      if (!aa__rt.region_pools_full_logged)
+        aa__rt_log("region %s: %d region pools exist, the most there can be; "
+                   "its allocations fail",
+                   r->name, AA_RUNTIME_MAX_REGION_POOLS);
+      aa__rt.region_pools_full_logged = true;
+    } else {
+      pool = rt_create_pool(kind, device, aa_pool_backend(base), r->name);
+    }
+    if (pool != NULL) {
+      aa__rt.nregion_pools++;
       pthread_mutex_lock(&pools_lock);
       aa__rt.pools[aa__rt.npools++] = pool;
       pthread_mutex_unlock(&pools_lock);
@@ -292,6 +405,12 @@ void aa_runtime_shutdown(void) {
     atomic_store(&aa__rt.device_pools[i], NULL);
   atomic_store(&aa__rt.pinned_pool, NULL);
   atomic_store(&aa__rt.host_pool, NULL);
+  for (i = 0; i < AA_RUNTIME_MAX_REGIONS; i++) {
+    for (size_t d = 0; d < AA_MAX_DEVICES; d++)
+      atomic_store(&aa__rt.regions[i].device[d], NULL);
+    atomic_store(&aa__rt.regions[i].host, NULL);
+  }
+  aa__rt.nregion_pools = 0;
   pthread_mutex_lock(&pools_lock);
   for (i = aa__rt.npools; i-- > 0;)
     aa_pool_destroy(aa__rt.pools[i]);

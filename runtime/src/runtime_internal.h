@@ -19,7 +19,14 @@
 #include "adaptalloc/runtime.h"
 #include "adaptalloc/store.h"
 
-#define AA_RT_MAX_POOLS (AA_MAX_DEVICES + 2)
+#define AA_RT_MAX_POOLS (AA_MAX_DEVICES + 2 + AA_RUNTIME_MAX_REGION_POOLS)
+
+/* A region's pools (runtime.c): one per device, one on the host backend. */
+typedef struct aa__rt_region {
+  char name[AA_REGION_NAME_MAX + 1];
+  _Atomic(aa_pool *) device[AA_MAX_DEVICES];
+  _Atomic(aa_pool *) host;
+} aa__rt_region;
 
 typedef struct aa__runtime {
   atomic_int ready;
@@ -42,6 +49,11 @@ typedef struct aa__runtime {
   _Atomic(aa_pool *) pinned_pool;
   _Atomic(aa_pool *) host_pool;
   bool failed[4][AA_MAX_DEVICES]; /* [aa_backend_kind][device] */
+
+  aa__rt_region regions[AA_RUNTIME_MAX_REGIONS];
+  atomic_int nregions;  /* registered names; each written before the count */
+  size_t nregion_pools; /* under rt_lock */
+  bool region_pools_full_logged;
 
   aa_pool *pools[AA_RT_MAX_POOLS]; /* creation order, for destroy */
   size_t npools;
@@ -109,10 +121,18 @@ void aa__rt_start_http(void);
 /* runtime_services.c, continued */
 void aa__rt_services_start(void);
 void aa__rt_services_stop(void);
-/* Applies the policy's settings for pool kind "device"/"pinned"/"host" to cfg
- * before the pool is created. Never fails the pool for a policy problem. */
-int aa__rt_pool_config(const char *kind, aa_pool_config *cfg);
+/* Applies the policy's settings for a pool of backend kind
+ * "device"/"pinned"/"host" (region: NULL, or the region it serves, whose
+ * pools.regions section wins when the policy has one) to cfg before the pool
+ * is created. Never fails the pool for a policy problem. */
+int aa__rt_pool_config(const char *kind, const char *region,
+                       aa_pool_config *cfg);
 /* Hooks a new pool into the policy, the loop, the store and traces. */
-void aa__rt_pool_created(aa_pool *pool, const char *kind);
+void aa__rt_pool_created(aa_pool *pool);
+/* The policy section of a live pool under p: "regions.<r>" for a pool of
+ * region r when p has that section, else its backend's ("device", "pinned",
+ * "host"). Written into buf (cap bytes); returns buf. */
+const char *aa__rt_pool_section(const aa_policy *p, const aa_pool *pool,
+                                char *buf, size_t cap);
 
 #endif

@@ -101,17 +101,31 @@ static void load_start_policy(void) {
   svc.policy = p;
 }
 
-int aa__rt_pool_config(const char *kind, aa_pool_config *cfg) {
+/* The section for a pool of backend `kind` serving `region` (NULL: none). */
+static const char *section_of(const aa_policy *p, const char *kind,
+                              const char *region, char *buf, size_t cap) {
+  if (region != NULL && region[0] != '\0' && aa_policy_has_region(p, region)) {
+    snprintf(buf, cap, "regions.%s", region);
+    return buf;
+  }
+  snprintf(buf, cap, "%s", kind);
+  return buf;
+}
+
+int aa__rt_pool_config(const char *kind, const char *region,
+                       aa_pool_config *cfg) {
+  char section[48] = "";
   int rc = AA_OK;
   pthread_mutex_lock(&svc.policy_lock);
   if (svc.policy != NULL) {
-    rc = aa_policy_pool_config(svc.policy, kind, cfg, NULL, 0, NULL);
+    section_of(svc.policy, kind, region, section, sizeof(section));
+    rc = aa_policy_pool_config(svc.policy, section, cfg, NULL, 0, NULL);
     if (rc == AA_ERANGE)
       rc = AA_OK; /* we asked for cfg only; classes come with apply */
   }
   pthread_mutex_unlock(&svc.policy_lock);
   if (rc != AA_OK) {
-    aa__rt_log("policy: pool %s: %s; using the defaults", kind, aa_strerror(rc));
+    aa__rt_log("policy: pool %s: %s; using the defaults", section, aa_strerror(rc));
     rc = AA_OK;
   }
   return rc;
@@ -134,15 +148,18 @@ static void trace_on(aa_pool *pool) {
     aa_pool_set_trace(pool, aa_store_trace_push, svc.store);
 }
 
-void aa__rt_pool_created(aa_pool *pool, const char *kind) {
+void aa__rt_pool_created(aa_pool *pool) {
+  char section[48] = "";
   int rc = AA_OK;
 
   pthread_mutex_lock(&svc.policy_lock);
-  if (svc.policy != NULL)
-    rc = aa_policy_apply(svc.policy, kind, pool);
+  if (svc.policy != NULL) {
+    aa__rt_pool_section(svc.policy, pool, section, sizeof(section));
+    rc = aa_policy_apply(svc.policy, section, pool);
+  }
   pthread_mutex_unlock(&svc.policy_lock);
   if (rc != AA_OK)
-    aa__rt_log("policy: cannot apply the %s classes to pool %s: %s", kind,
+    aa__rt_log("policy: cannot apply the %s classes to pool %s: %s", section,
                aa_pool_name(pool), aa_strerror(rc));
   aa_pool_set_telemetry(pool, atomic_load(&svc.histogram_on));
   trace_on(pool);
@@ -166,6 +183,11 @@ static const char *pool_kind(const aa_pool *pool) {
   default:
     return "host";
   }
+}
+
+const char *aa__rt_pool_section(const aa_policy *p, const aa_pool *pool,
+                                char *buf, size_t cap) {
+  return section_of(p, pool_kind(pool), aa_pool_region(pool), buf, cap);
 }
 
 /* Bytes the machine can still give pool `st` (device: the GPU's free
@@ -199,9 +221,10 @@ static int check_fits(const aa_policy *p, aa_pool *pool, char *err,
   aa_pool_stats *st = NULL;
   uint64_t prefill = 0, room;
   const char *what = "";
-  const char *kind = pool_kind(pool);
+  char kind[48];
   int rc = AA_OK;
 
+  aa__rt_pool_section(p, pool, kind, sizeof(kind));
   if (aa_policy_pool_config(p, kind, NULL, want, AA_MAX_CLASSES, &nw) != AA_OK)
     return AA_OK; /* the apply reports it */
   st = malloc(sizeof *st);
@@ -239,19 +262,22 @@ static int apply_to_pools(const aa_policy *p, size_t *changed, char *err,
   /* Refuse up front what cannot apply to a live pool (fixed at creation). */
   for (i = 0; i < n; i++) {
     aa_pool_config cur, want;
+    char cur_sec[48], want_sec[48];
     aa_pool_config_init(&cur);
     aa_pool_config_init(&want);
-    rc = aa_policy_pool_config(svc.policy, pool_kind(pools[i]), &cur, NULL, 0, NULL);
+    aa__rt_pool_section(svc.policy, pools[i], cur_sec, sizeof(cur_sec));
+    aa__rt_pool_section(p, pools[i], want_sec, sizeof(want_sec));
+    rc = aa_policy_pool_config(svc.policy, cur_sec, &cur, NULL, 0, NULL);
     if (rc != AA_OK && rc != AA_ERANGE)
       continue;
-    rc = aa_policy_pool_config(p, pool_kind(pools[i]), &want, NULL, 0, NULL);
+    rc = aa_policy_pool_config(p, want_sec, &want, NULL, 0, NULL);
     if (rc != AA_OK && rc != AA_ERANGE)
       continue;
     if (cur.max_small != want.max_small || cur.slab_size != want.slab_size) {
       snprintf(err, errcap,
                "pools.%s: slab_size and max_small are fixed while pool %s is "
                "live (%zu/%zu in force, %zu/%zu asked); restart to change them",
-               pool_kind(pools[i]), aa_pool_name(pools[i]), cur.slab_size,
+               want_sec, aa_pool_name(pools[i]), cur.slab_size,
                cur.max_small, want.slab_size, want.max_small);
       return AA_EINVAL;
     }
@@ -260,12 +286,14 @@ static int apply_to_pools(const aa_policy *p, size_t *changed, char *err,
       return rc;
   }
   for (i = 0; i < n; i++) {
-    rc = aa_policy_apply(p, pool_kind(pools[i]), pools[i]);
+    char sec[48];
+    aa__rt_pool_section(p, pools[i], sec, sizeof(sec));
+    rc = aa_policy_apply(p, sec, pools[i]);
     if (rc == AA_OK)
       *changed = i + 1;
     if (rc != AA_OK) {
       snprintf(err, errcap, "pools.%s: the pool %s refused the class table: %s",
-               pool_kind(pools[i]), aa_pool_name(pools[i]),
+               sec, aa_pool_name(pools[i]),
                rc == AA_ELIMIT ? "no free class slot (AA_MAX_CLASSES) for a "
                                  "new size while retired classes drain"
                                : aa_strerror(rc));
@@ -305,8 +333,11 @@ int aa__rt_install_policy(aa_policy *next, const char *source,
     if (svc.policy != NULL && changed > 0) {
       aa_pool *pools[AA_RT_MAX_POOLS];
       size_t n = aa__rt_pools_snapshot(pools, AA_RT_MAX_POOLS), i;
-      for (i = 0; i < changed && i < n; i++)
-        aa_policy_apply(svc.policy, pool_kind(pools[i]), pools[i]);
+      for (i = 0; i < changed && i < n; i++) {
+        char sec[48];
+        aa__rt_pool_section(svc.policy, pools[i], sec, sizeof(sec));
+        aa_policy_apply(svc.policy, sec, pools[i]);
+      }
     }
     goto unlock;
   }
@@ -365,12 +396,18 @@ static void on_loop_decision(void *user, aa_pool *pool, const aa_adapt_decision 
     return;
 
   aa__buf_init(&patch);
-  aa__buf_printf(&patch, "{\"pools\":{\"%s\":{\"classes\":[", pool_kind(pool));
+  /* a region's pool: its section (made now if the policy has none; it
+   * starts from pools.device) */
+  if (aa_pool_region(pool)[0] != '\0')
+    aa__buf_printf(&patch, "{\"pools\":{\"regions\":{\"%s\":{\"classes\":[",
+                   aa_pool_region(pool));
+  else
+    aa__buf_printf(&patch, "{\"pools\":{\"%s\":{\"classes\":[", pool_kind(pool));
   for (i = 0; i < n && i < AA_MAX_CLASSES; i++)
     aa__buf_printf(&patch, "%s{\"size\":%zu,\"cache_limit\":%u,\"prefill\":%u}",
                    i ? "," : "", specs[i].block_size, specs[i].cache_limit,
                    specs[i].prefill);
-  aa__buf_printf(&patch, "]}}}");
+  aa__buf_printf(&patch, aa_pool_region(pool)[0] != '\0' ? "]}}}}" : "]}}}");
   snprintf(reason, sizeof(reason), "%s on %s: %s", aa_adapt_kind_name(d->kind),
            aa_pool_name(pool), d->reason);
 

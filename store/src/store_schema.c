@@ -163,6 +163,12 @@ static const char *const kSchemaV2[] = {
     "ALTER TABLE runs ADD COLUMN trace_cut_seq INTEGER;",
     NULL};
 
+/* v3: a snapshot names the region its pool serves (runtime regions,
+ * "kv_cache"); NULL for a backend's own pool and in older rows. */
+static const char *const kSchemaV3[] = {
+    "ALTER TABLE snapshots ADD COLUMN region TEXT;",
+    NULL};
+
 typedef struct migration {
   int version;
   const char *const *sql; /* statements, NULL-terminated */
@@ -172,6 +178,7 @@ typedef struct migration {
 static const migration kMigrations[] = {
     {1, kSchemaV1},
     {2, kSchemaV2},
+    {3, kSchemaV3},
 };
 #define AA__N_MIGRATIONS (sizeof kMigrations / sizeof kMigrations[0])
 

@@ -81,10 +81,10 @@ int aa__store_stmts_prepare(aa_store *st) {
        " allocs, frees, cache_hits, cache_misses, backend_allocs,"
        " backend_frees, backend_failures, ooms, oom_retries, invalid_frees,"
        " pending_blocks, large_allocs, large_bytes_in_use,"
-       " large_bytes_reserved, large_segments, class_count, hh_count)"
+       " large_bytes_reserved, large_segments, class_count, hh_count, region)"
        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,"
        " ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27,"
-       " ?28, ?29, ?30, ?31)")
+       " ?28, ?29, ?30, ?31, ?32)")
   PREP(ins_class,
        "INSERT INTO class_stats(snapshot_id, idx, block_size, cache_limit,"
        " prefill, retiring, slabs, blocks_in_use, blocks_free, bytes_in_use,"
@@ -234,6 +234,11 @@ static int write_snapshot(aa_store *st, const item *it) {
   BIND_U64(s, i++, p->large_segments);
   BIND_U64(s, i++, p->class_count);
   BIND_U64(s, i++, p->hh_count);
+  if (p->region[0] != '\0')
+    sqlite3_bind_text(s, i++, p->region, (int)strnlen(p->region, sizeof p->region),
+                      SQLITE_STATIC);
+  else
+    sqlite3_bind_null(s, i++);
   int rc = w_step(st, s);
   if (rc != SQLITE_OK) goto out;
   sqlite3_int64 sid = sqlite3_last_insert_rowid(st->db);

@@ -45,6 +45,7 @@ extern "C" {
 #define AA_POLICY_MAX_BYTES (64u * 1024u) /* larger documents are refused */
 #define AA_POLICY_MAX_DEPTH 32            /* deeper nesting is refused */
 #define AA_POLICY_ERR_CAP 256             /* a buffer this big holds any message */
+#define AA_POLICY_MAX_REGIONS 16          /* pools.regions sections at most */
 
 typedef struct aa_policy aa_policy; /* opaque */
 
@@ -135,7 +136,18 @@ AA_EXTERN void aa_policy_set_version(aa_policy *p, uint64_t v);
  * string lives as long as p. */
 AA_EXTERN const char *aa_policy_name(const aa_policy *p);
 
-/* What the policy says for one pool: pool is "device", "pinned" or "host".
+/* Whether `name` may name a region (pools.regions.<name>, the runtime's
+ * named pools): 1 to AA_REGION_NAME_MAX bytes of ASCII letters, digits, '_'
+ * and '-', the first a letter. AA_OK, or AA_EINVAL with err (may be NULL)
+ * saying what is wrong with it. */
+AA_EXTERN int aa_policy_region_name_check(const char *name, char *err,
+                                          size_t errcap);
+
+/* Whether the policy has a section pools.regions.<name>. */
+AA_EXTERN bool aa_policy_has_region(const aa_policy *p, const char *name);
+
+/* What the policy says for one pool: pool is "device", "pinned", "host" or
+ * "regions.<name>" (a region's section; AA_ENOENT when the policy has none).
  * cfg: on entry the caller's defaults (aa_pool_config_init plus backend and
  * name); on return slab_size, min_block, max_small, classes_per_doubling,
  * tcache_blocks, tcache_bytes, large_mode, large_cache_bytes, limit_bytes and
@@ -152,7 +164,8 @@ AA_EXTERN int aa_policy_pool_config(const aa_policy *p, const char *pool,
                                     size_t cap, size_t *n);
 
 /* Applies the policy's class table (with per-class cache limits and prefill)
- * and limit_bytes to a live pool through aa_pool_set_classes, which validates
+ * and limit_bytes of section `pool` (as for aa_policy_pool_config) to a live
+ * pool through aa_pool_set_classes, which validates
  * the whole table first: on error nothing changes. slab_size, max_small and
  * the thread-cache bounds only take effect when a pool is created
  * (aa_policy_pool_config); a pool whose max_small differs from the policy's

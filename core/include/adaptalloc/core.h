@@ -208,7 +208,14 @@ typedef struct aa_pool_config {
   bool telemetry;                /* histogram + heavy hitters on (default true) */
   aa_error_fn on_error;          /* optional */
   void *on_error_user;
+  const char *region; /* a label for stats: the region (named pool of
+                                    the runtime) this pool serves, "kv_cache";
+                                    NULL or "" = none; copied, at most
+                                    AA_REGION_NAME_MAX bytes (longer: AA_EINVAL) */
 } aa_pool_config;
+
+/* The longest region label (aa_pool_config.region, aa_pool_stats.region). */
+#define AA_REGION_NAME_MAX 20
 
 /* Fills in the defaults above (backend NULL). */
 AA_EXTERN void aa_pool_config_init(aa_pool_config *cfg);
@@ -264,6 +271,8 @@ AA_EXTERN void aa_pool_set_telemetry(aa_pool *pool, bool on);
 AA_EXTERN void aa_pool_set_trace(aa_pool *pool, aa_trace_fn fn, void *user);
 AA_EXTERN void aa_pool_set_limit(aa_pool *pool, size_t limit_bytes);
 AA_EXTERN const char *aa_pool_name(const aa_pool *pool);
+/* The pool's region label ("" when none; see aa_pool_config.region). */
+AA_EXTERN const char *aa_pool_region(const aa_pool *pool);
 AA_EXTERN aa_backend *aa_pool_backend(const aa_pool *pool);
 
 /* ------------------------------------------------------------------ classes */
@@ -308,7 +317,7 @@ AA_EXTERN int aa_pool_set_classes(aa_pool *pool, const aa_class_spec *specs,
 
 /* ------------------------------------------------------------------ stats */
 
-#define AA_STATS_VERSION 2
+#define AA_STATS_VERSION 3
 #define AA_HIST_BUCKETS 192 /* quarter doublings: bucket(size) below */
 #define AA_HH_MAX 32        /* heavy-hitter exact sizes reported */
 
@@ -346,6 +355,7 @@ typedef struct aa_pool_stats {
   uint32_t size;    /* sizeof(aa_pool_stats) */
   char name[32];
   char backend[16];
+  char region[AA_REGION_NAME_MAX + 4]; /* "" when the pool serves no region */
   int32_t device;
   uint32_t telemetry;
   uint64_t time_ns; /* aa_now_ns() when taken */

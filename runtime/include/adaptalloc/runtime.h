@@ -53,6 +53,39 @@ AA_EXTERN bool aa_runtime_started(void);
  * runtime if needed. NULL if that backend cannot be had (no GPU, no CUDA). */
 AA_EXTERN aa_pool *aa_runtime_pool(aa_backend_kind kind, int device);
 
+/* Regions: named pools for one kind of tensor ("kv_cache", "scores"), each
+ * with its own policy section (pools.regions.<name>, docs/policy.md), its own
+ * stats (the pool's "region" in /stats, a region label in /metrics, the
+ * store's snapshots) and its own limit. A region has one pool per backend it
+ * is used on (device d, or the host backend), named "device0:kv_cache" or
+ * "host:kv_cache"; it shares that backend with the runtime's pool for it.
+ * At most AA_RUNTIME_MAX_REGIONS names per process, at most
+ * AA_RUNTIME_MAX_REGION_POOLS region pools in all. */
+#define AA_RUNTIME_MAX_REGIONS 16
+#define AA_RUNTIME_MAX_REGION_POOLS 64
+
+/* Registers the region `name` (a second call with the same name gives the
+ * same id) and sets *id (0 .. AA_RUNTIME_MAX_REGIONS - 1). Needs no started
+ * runtime. AA_EINVAL for a name that is not a region name (1 to
+ * AA_REGION_NAME_MAX bytes of ASCII letters, digits, '_' and '-', first a
+ * letter); AA_ELIMIT when AA_RUNTIME_MAX_REGIONS other names are taken. On
+ * error *id is -1, nothing changes and err (may be NULL) says why. */
+AA_EXTERN int aa_runtime_region_id(const char *name, int *id, char *err,
+                                   size_t errcap);
+
+/* The name of region id, or NULL when no region has that id. The string
+ * lives as long as the process. */
+AA_EXTERN const char *aa_runtime_region_name(int id);
+
+/* The pool of region id on a backend: AA_BACKEND_DEVICE with device >= 0,
+ * or AA_BACKEND_HOST. Created on first use (starting the runtime if needed)
+ * with the policy's pools.regions.<name> section, or its backend's section
+ * when the policy has none; owned by the runtime like aa_runtime_pool's.
+ * NULL for an unknown id, a pinned backend, a backend that cannot be had,
+ * or when AA_RUNTIME_MAX_REGION_POOLS region pools exist (logged once). */
+AA_EXTERN aa_pool *aa_runtime_region_pool(int id, aa_backend_kind kind,
+                                          int device);
+
 /* The HTTP server's bound port (0 when off or not started). */
 AA_EXTERN int aa_runtime_http_port(void);
 

@@ -40,7 +40,7 @@ extern "C" {
 
 /* The newest schema version (PRAGMA user_version) this library writes and
  * reads. A database with a higher user_version is refused (AA_ESTALE). */
-#define AA_STORE_SCHEMA_VERSION 2
+#define AA_STORE_SCHEMA_VERSION 3
 
 typedef struct aa_store aa_store;
 
