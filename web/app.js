@@ -668,7 +668,9 @@
         const o = document.createElement("option");
         o.value = p.name;
         const where = (p.backend || "") + (p.device >= 0 ? " " + p.device : "");
-        o.textContent = p.name + (where && where !== p.name ? " (" + where + ")" : "");
+        // a region's pool (adaptalloc.torch.region): "device0:kv_cache (region kv_cache, cuda 0)"
+        const what = (typeof p.region === "string" && p.region ? "region " + p.region + ", " : "") + where;
+        o.textContent = p.name + (what && what !== p.name ? " (" + what + ")" : "");
         sel.appendChild(o);
       }
     }

@@ -21,7 +21,7 @@ from . import _C
 
 __all__ = [
     "AdaptallocError", "PolicyError", "PolicyConflict", "ENV", "configure", "start",
-    "started", "shutdown", "stats", "policy", "set_policy", "patch_policy",
+    "started", "shutdown", "stats", "region_stats", "policy", "set_policy", "patch_policy",
     "http_address", "http_port", "url", "run_id", "policy_dir", "cuda_device_count", "Block",
 ]
 
@@ -166,6 +166,37 @@ def stats():
     peaks, classes, histogram...), adapt, store."""
     _ensure()
     return json.loads(_C.stats_json())
+
+
+def region_stats():
+    """Per region (adaptalloc.torch.region, pools.regions in the policy): a dict
+    name -> {"pools": [the region's pool dicts of stats(), one per device or
+    backend], "bytes_in_use", "bytes_reserved", "peak_bytes_in_use",
+    "limit_bytes", "allocs", "ooms": sums over those pools}. A region appears
+    once a pool was made for it (its first allocation)."""
+    out = {}
+    for p in stats()["pools"]:
+        name = p.get("region")
+        if not name:
+            continue
+        r = out.setdefault(name, {"pools": [], "bytes_in_use": 0, "bytes_reserved": 0,
+                                  "peak_bytes_in_use": 0, "limit_bytes": 0, "allocs": 0,
+                                  "ooms": 0})
+        r["pools"].append(p)
+        for k in ("bytes_in_use", "bytes_reserved", "peak_bytes_in_use", "limit_bytes",
+                  "allocs", "ooms"):
+            r[k] += p[k]
+    return out
+
+
+def region_id(name):
+    """The id of region `name` (registered on first use; at most 16 names a
+    process). ValueError for a name that is not 1 to 20 ASCII letters, digits,
+    '_' and '-' starting with a letter; AdaptallocError past 16 names."""
+    try:
+        return _C.region_id(name)
+    except RuntimeError as e:
+        raise AdaptallocError(str(e)) from None
 
 
 def policy():

@@ -203,6 +203,32 @@ static PyObject *py_run_id(PyObject *self, PyObject *noargs) {
   return PyLong_FromLongLong((long long)aa_runtime_run_id());
 }
 
+/* region_id(name) -> int: registers a region name (aa_runtime_region_id).
+ * ValueError for a bad name, RuntimeError past the bound; both name why. */
+static PyObject *py_region_id(PyObject *self, PyObject *arg) {
+  char err[256];
+  const char *name;
+  Py_ssize_t len = 0;
+  int id = -1, rc;
+  (void)self;
+  if (!PyUnicode_Check(arg))
+    return PyErr_Format(PyExc_TypeError, "adaptalloc: a region name must be a str, not %s",
+                        Py_TYPE(arg)->tp_name);
+  name = PyUnicode_AsUTF8AndSize(arg, &len);
+  if (name == NULL)
+    return NULL;
+  if ((size_t)len != strlen(name))
+    return PyErr_Format(PyExc_ValueError, "adaptalloc: region %R: not a region name: "
+                                          "it holds a NUL character",
+                        arg);
+  rc = aa_runtime_region_id(name, &id, err, sizeof(err));
+  if (rc == AA_EINVAL)
+    return PyErr_Format(PyExc_ValueError, "adaptalloc: region %R: %s", arg, err);
+  if (rc != AA_OK)
+    return PyErr_Format(PyExc_RuntimeError, "adaptalloc: region %R: %s", arg, err);
+  return PyLong_FromLong(id);
+}
+
 static PyObject *py_strerror(PyObject *self, PyObject *arg) {
   long rc;
   (void)self;
@@ -727,6 +753,8 @@ static PyMethodDef methods[] = {
     {"http_address", py_http_address, METH_NOARGS, "bound address or None"},
     {"run_id", py_run_id, METH_NOARGS, "store run id, 0 when the store is off"},
     {"strerror", py_strerror, METH_O, "strerror(rc) -> (name, message)"},
+    {"region_id", py_region_id, METH_O,
+     "region_id(name) -> int: the id of region name, registered on first use"},
     {"cuda_device_count", py_cuda_device_count, METH_NOARGS, "CUDA devices (0 without)"},
     {"pinned_record_stream", py_pinned_record_stream, METH_VARARGS,
      "pinned_record_stream(address, stream): the pinned block is used on stream too"},

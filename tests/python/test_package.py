@@ -340,3 +340,64 @@ def test_launcher_without_torch_says_so(run_py, tmp_path, aa_python):
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2, (p.stdout, p.stderr)
     assert "needs PyTorch" in p.stderr and "ran" not in p.stdout
+
+
+def test_regions_names_policy_and_stats_without_torch(run_py):
+    r = run_py("""
+        import json, adaptalloc, adaptalloc.torch as at
+        out = {}
+        # names are checked at once, clearly, and nothing is registered
+        for bad in ["", "kv cache", "9kv", "a" * 21, "k\\u00e9", "kv\\x00"]:
+            try:
+                adaptalloc.region_id(bad)
+                out[repr(bad)] = "accepted"
+            except ValueError as e:
+                out[repr(bad)] = str(e)
+        try:
+            adaptalloc.region_id(3)
+        except TypeError as e:
+            out["type"] = str(e)
+        out["kv"] = [adaptalloc.region_id("kv_cache"), adaptalloc.region_id("kv_cache")]
+        ids = [adaptalloc.region_id("r%d" % i) for i in range(1, 16)]
+        try:
+            adaptalloc.region_id("one_more")
+        except adaptalloc.AdaptallocError as e:
+            out["limit"] = str(e)
+        out["ids"] = ids
+        # a region section in the policy: merged, written back, refused whole when bad
+        v = adaptalloc.patch_policy({"pools": {"regions": {"kv_cache": {"limit_bytes": 1 << 30}}}})
+        out["section"] = adaptalloc.policy()["pools"]["regions"]["kv_cache"]["limit_bytes"]
+        try:
+            adaptalloc.patch_policy({"pools": {"regions": {"kv_cache": {"limt_bytes": 1}}}})
+        except adaptalloc.PolicyError as e:
+            out["bad_key"] = str(e)
+        out["same_version"] = adaptalloc.policy_version() == v
+        out["region_stats"] = adaptalloc.region_stats()
+        # without the native allocator a region warns once and routes nothing
+        import warnings
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            with at.region("kv_cache"):
+                out["current"] = at.current_region()
+            with at.region("kv_cache"):
+                pass
+        out["warnings"] = [str(x.message) for x in w]
+        print(json.dumps(out))
+    """)
+    assert r.rc == 0, r.err
+    d = r.json()
+    assert "is empty" in d["''"]
+    assert "byte 2" in d["'kv cache'"]
+    assert "starts with an ASCII letter" in d["'9kv'"]
+    assert "at most 20 bytes" in d[repr("a" * 21)]
+    assert "not a region name" in d[repr("k\u00e9")]
+    assert "NUL" in d[repr("kv\x00")]
+    assert "must be a str" in d["type"]
+    assert d["kv"] == [0, 0] and d["ids"] == list(range(1, 16))
+    assert "16 regions" in d["limit"]
+    assert d["section"] == 1 << 30
+    assert "pools.regions.kv_cache.limt_bytes: unknown key" in d["bad_key"]
+    assert d["same_version"] is True
+    assert d["region_stats"] == {}
+    assert d["current"] is None
+    assert len(d["warnings"]) == 1 and "native allocator" in d["warnings"][0]

@@ -18,7 +18,11 @@ The pinned pool from Python (docs/torch.md):
     pack(tensors, device)        many small host tensors -> one copy
     Prefetcher(loader, device)   batches packed and copied on a side stream
     mapped_empty(shape, dtype)   host and CUDA tensors over the same memory
+
+Per-kind regions (native allocator): ``with region("kv_cache"):`` sends the
+thread's CUDA allocations to a named pool with its own policy section.
 """
+import contextlib
 import ctypes
 import math
 import os
@@ -39,7 +43,8 @@ except ImportError as _e:  # the package works without torch; these do not
     _TORCH_ERROR = _e
 
 __all__ = ["install", "installed", "pluggable_library", "native_available",
-           "pinned_empty", "pin", "record_stream", "pack", "Prefetcher", "mapped_empty"]
+           "pinned_empty", "pin", "record_stream", "pack", "Prefetcher", "mapped_empty",
+           "region", "current_region"]
 
 try:  # C++ helpers built against the torch present at install time
     from adaptalloc import _torch_ext as _ext
@@ -193,6 +198,77 @@ def _install_locked(torch, native, record_stream):
     _install_pluggable(torch, record_stream)
     _mode = "pluggable"
     return _mode
+
+
+# ------------------------------------------------------------- regions
+
+_region_warned = False
+_REGION_NAMES = {}      # region id -> name, of the regions made here
+
+
+class region(contextlib.ContextDecorator):
+    """region(name): inside ``with region("kv_cache"):`` (or a function
+    decorated with ``@region("kv_cache")``) the CUDA allocations this thread
+    makes come from region name's pool: its own policy section
+    (pools.regions.<name>: classes, large path, limit_bytes), its own stats
+    (adaptalloc.region_stats(), /stats, /metrics label region) and its own
+    out-of-memory limit. Blocks go back to the region's pool whenever and on
+    whatever thread their tensors die. Regions nest (the inner one wins, the
+    outer one is back on exit) and are per thread: autograd's backward
+    threads and DataLoader workers do not inherit them. Inside a CUDA graph
+    capture (torch.cuda.graph, use_mem_pool) the graph's private pool wins.
+
+    The name is checked now: 1 to 20 ASCII letters, digits, '_' and '-',
+    starting with a letter (ValueError otherwise); at most 16 names per
+    process (adaptalloc.AdaptallocError beyond). Regions need the native
+    allocator (install()); with the pluggable one, or before install(), the
+    allocations stay in the device pool and a RuntimeWarning says so once.
+    """
+
+    def __init__(self, name):
+        self.name = name
+        self._id = adaptalloc.region_id(name)
+        _REGION_NAMES[self._id] = name
+        self._saved = threading.local()
+
+    def __enter__(self):
+        global _region_warned
+        stack = getattr(self._saved, "stack", None)
+        if stack is None:
+            stack = self._saved.stack = []
+        if _mode == "native":
+            from adaptalloc import _torch_native
+            stack.append(_torch_native.set_region(self._id))
+        else:
+            stack.append(None)
+            if not _region_warned:
+                _region_warned = True
+                warnings.warn("adaptalloc.torch.region(%r): regions need adaptalloc's native "
+                              "allocator (adaptalloc.torch.install()); %s, so allocations "
+                              "stay in the device pool" % (self.name, "the pluggable allocator "
+                                                           "is installed" if _mode else
+                                                           "install() has not run"),
+                              RuntimeWarning, stacklevel=2)
+        return self
+
+    def __exit__(self, *exc):
+        prev = self._saved.stack.pop()
+        if prev is not None:
+            from adaptalloc import _torch_native
+            _torch_native.set_region(prev)
+        return False
+
+    def __repr__(self):
+        return "adaptalloc.torch.region(%r)" % (self.name,)
+
+
+def current_region():
+    """The name of the region this thread allocates into, or None."""
+    if _mode != "native":
+        return None
+    from adaptalloc import _torch_native
+    rid = _torch_native.current_region()
+    return None if rid < 0 else _REGION_NAMES.get(rid)
 
 
 # ------------------------------------------------------------- pinned pool
