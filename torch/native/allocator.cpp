@@ -11,6 +11,14 @@
 // createOrIncrefPool of its id and destroyed when its use count is back to 0
 // and its last block is freed (or at the next empty_cache).
 //
+// Named regions (adaptalloc.torch.region("kv_cache")): a thread-local id
+// (set_region) sends that thread's allocations to the runtime's pool of that
+// region on the device (aa_runtime_region_pool), cached per device. An open
+// beginAllocateToPool whose filter takes the stream (a capture, use_mem_pool)
+// wins over the region. The block's Ctx names its pool, so the free needs
+// nothing more; the device's stats are the device pool's plus its private
+// pools' plus its regions' pools'.
+//
 // Hot path. allocate() is aa_alloc on the current stream plus one small host
 // record (Ctx) that travels as the DataPtr's context: pointer, requested
 // size, pool and stream. The deleter frees with exactly those; there is no
@@ -69,6 +77,10 @@ using c10::CachingAllocator::StatType;
 using c10::CachingDeviceAllocator::DeviceStats;
 
 constexpr int kMaxDevices = 64;
+constexpr int kMaxNamed = AA_RUNTIME_MAX_REGIONS;
+
+// The region (aa_runtime_region_id) this thread allocates into; -1: none.
+thread_local int t_named = -1;
 
 // Messages are built here, without iostreams: a toolchain that links parts of
 // libstdc++ statically leaves this module's stream locale unusable (PyTorch's
@@ -164,6 +176,7 @@ struct Base {
 
 struct Dev {
   std::atomic<aa_pool *> pool{nullptr};
+  std::atomic<aa_pool *> named[kMaxNamed]{};  // regions' pools, made on first use
   std::atomic<int> regions{0};                // open beginAllocateToPool regions
   std::mutex mu;                              // pools, region list, released pools, fraction, base
   std::map<MempoolId_t, PrivatePool *> pools; // use_count > 0, or blocks live
@@ -213,6 +226,32 @@ aa_pool *device_pool_if_made(int device) {
   if (device < 0 || device >= kMaxDevices)
     return nullptr;
   return g_dev[device].pool.load(std::memory_order_acquire);
+}
+
+// Region id's pool on the device, made by the runtime on first use.
+aa_pool *named_pool(int device, int id) {
+  Dev &d = dev_at(device);
+  aa_pool *p = d.named[id].load(std::memory_order_acquire);
+  if (p)
+    return p;
+  p = aa_runtime_region_pool(id, AA_BACKEND_DEVICE, device);
+  TORCH_CHECK(
+      p != nullptr,
+      cat("adaptalloc: no pool for region ", aa_runtime_region_name(id),
+          " on CUDA device ", device, " (at most ", AA_RUNTIME_MAX_REGION_POOLS,
+          " region pools in a process; the log says why)"));
+  d.named[id].store(p, std::memory_order_release);
+  return p;
+}
+
+// Calls f(pool) for each region pool made on the device.
+template <class F>
+void each_named(const Dev &d, F &&f) {
+  for (int i = 0; i < kMaxNamed; i++) {
+    aa_pool *p = d.named[i].load(std::memory_order_acquire);
+    if (p)
+      f(p);
+  }
 }
 
 // Under d.mu.
@@ -480,7 +519,10 @@ public:
 
   Ctx *alloc_ctx(int device, size_t n, cudaStream_t stream) {
     Dev &d = dev_at(device);
+    // the device pool first: the stats and the rest start from it
     aa_pool *pool = device_pool(device);
+    if (t_named >= 0)
+      pool = named_pool(device, t_named);
     if (d.regions.load(std::memory_order_relaxed) > 0) {
       aa_pool *failed = nullptr;
       {
@@ -583,6 +625,12 @@ public:
       o(device, t.in_use, total_b, free_b);
     std::string limit =
         t.limit ? size_str(t.limit) : std::string("none (the whole device)");
+    const char *region = aa_pool_region(pool);
+    std::string how = region[0] != '\0'
+                          ? cat("the policy's pools.regions.", region,
+                                ".limit_bytes sets region ", region, "'s limit.")
+                          : std::string("torch.cuda.set_per_process_memory_fraction "
+                                        "sets the limit.");
     TORCH_CHECK_WITH(
         OutOfMemoryError, false,
         cat("adaptalloc: CUDA out of memory on device ", device,
@@ -592,8 +640,8 @@ public:
             ", reserved ", size_str(t.reserved),
             "; the device has ", size_str(free_b), " free of ", size_str(total_b),
             ". The pool released its cached memory and retried once. Free tensors "
-            "(or lower the batch size) and retry; "
-            "torch.cuda.set_per_process_memory_fraction sets the limit."));
+            "(or lower the batch size) and retry; ",
+            how));
   }
 
   void *raw_alloc(size_t nbytes) override {
@@ -726,8 +774,10 @@ public:
       // returning memory synchronizes.
       if (d.regions.load(std::memory_order_relaxed) > 0)
         continue;
-      if (mempool_id == kDefaultPool)
+      if (mempool_id == kDefaultPool) {
         (void)aa_pool_release(main);
+        each_named(d, [](aa_pool *p) { (void)aa_pool_release(p); });
+      }
       std::vector<PrivatePool *> pps;
       for (auto &kv : d.pools) {
         if (mempool_id == kDefaultPool || kv.first == mempool_id)
@@ -743,8 +793,13 @@ public:
   void cacheInfo(c10::DeviceIndex device, size_t *largestBlock) override {
     aa_pool *p = device_pool_if_made(device);
     FreeWalk w;
-    if (p)
+    if (p) {
       (void)aa_pool_walk(p, free_entry, &w);
+      each_named(g_dev[device], [&](aa_pool *q) {
+        w.run = 0;
+        (void)aa_pool_walk(q, free_entry, &w);
+      });
+    }
     *largestBlock = w.best;
   }
 
@@ -759,6 +814,11 @@ public:
       if (main == nullptr)
         continue;
       size_t n = aa_block_size(main, ptr);
+      if (n == 0)
+        each_named(g_dev[dev], [&](aa_pool *q) {
+          if (n == 0)
+            n = aa_block_size(q, ptr);
+        });
       if (n == 0) {
         Dev &d = g_dev[dev];
         std::lock_guard<std::mutex> g(d.mu);
@@ -803,6 +863,7 @@ public:
     Totals t;
     Base b;
     add_stats(main, t);
+    each_named(d, [&](aa_pool *p) { add_stats(p, t); });
     {
       std::lock_guard<std::mutex> g(d.mu);
       for (auto &kv : d.pools)
@@ -875,6 +936,7 @@ public:
     Dev &d = dev_at(device);
     Totals t;
     add_stats(main, t);
+    each_named(d, [&](aa_pool *p) { add_stats(p, t); });
     std::lock_guard<std::mutex> g(d.mu);
     for (auto &kv : d.pools)
       add_stats(kv.second->pool, t);
@@ -894,6 +956,7 @@ public:
       return;
     aa_pool_reset_peaks(main);
     Dev &d = dev_at(device);
+    each_named(d, [](aa_pool *p) { aa_pool_reset_peaks(p); });
     std::lock_guard<std::mutex> g(d.mu);
     for (auto &kv : d.pools)
       aa_pool_reset_peaks(kv.second->pool);
@@ -910,6 +973,11 @@ public:
         SnapWalk w{&info.segments, dev, kDefaultPool};
         (void)aa_pool_walk(main, snap_entry, &w);
         TORCH_CHECK(!w.failed, "adaptalloc: snapshot: out of host memory walking the pool");
+        each_named(g_dev[dev], [&](aa_pool *q) {
+          SnapWalk wn{&info.segments, dev, kDefaultPool};
+          (void)aa_pool_walk(q, snap_entry, &wn);
+          TORCH_CHECK(!wn.failed, "adaptalloc: snapshot: out of host memory walking the pool");
+        });
       }
       Dev &d = g_dev[dev];
       std::lock_guard<std::mutex> g(d.mu);
@@ -1264,6 +1332,19 @@ int private_pool_count(int device) {
 
 void set_limit(int device, size_t bytes) {
   aa_pool_set_limit(device_pool(device), bytes);
+}
+
+int set_region(int id) {
+  TORCH_CHECK(
+      id == -1 || (id >= 0 && id < kMaxNamed && aa_runtime_region_name(id) != nullptr),
+      cat("adaptalloc: set_region: ", id, " is not a region id (adaptalloc._C.region_id)"));
+  int prev = t_named;
+  t_named = id;
+  return prev;
+}
+
+int current_region() {
+  return t_named;
 }
 
 } // namespace adaptalloc_torch

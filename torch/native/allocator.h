@@ -29,4 +29,12 @@ int private_pool_count(int device);
 // torch.cuda.set_per_process_memory_fraction does with a fraction.
 void set_limit(int device, size_t bytes);
 
+// Sends the calling thread's later allocations to region `id`'s pool
+// (aa_runtime_region_id; -1: the device pool again) and returns the id it
+// had. An open beginAllocateToPool that takes the stream (CUDA graph capture,
+// use_mem_pool) still wins. Throws for an id no region has.
+int set_region(int id);
+// The calling thread's region id (-1: none).
+int current_region();
+
 } // namespace adaptalloc_torch

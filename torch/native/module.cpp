@@ -19,6 +19,12 @@
 //   set_limit(device: int, bytes: int) -> None
 //       Caps the device pool's reserved bytes (0 = no cap); what
 //       torch.cuda.set_per_process_memory_fraction does with a fraction.
+//   set_region(id: int) -> int
+//       Sends this thread's later allocations to region id's pool (ids from
+//       adaptalloc._C.region_id; -1: the device pool) and returns the
+//       previous id. A CUDA graph capture's private pool still wins.
+//   current_region() -> int
+//       This thread's region id (-1: none).
 // Everything else goes through torch.cuda's own functions (memory_stats,
 // memory_summary, empty_cache, _snapshot, graphs, MemPool, ...).
 #include <torch/extension.h>
@@ -43,4 +49,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("device"), "Private pools (CUDA graphs, MemPools) alive on a device.");
   m.def("set_limit", &adaptalloc_torch::set_limit, py::arg("device"),
         py::arg("bytes"), "Cap the device pool's reserved bytes (0 = no cap).");
+  m.def("set_region", &adaptalloc_torch::set_region, py::arg("id"),
+        "Send this thread's allocations to region id's pool (-1: none); "
+        "returns the previous id.");
+  m.def("current_region", &adaptalloc_torch::current_region,
+        "This thread's region id (-1: none).");
 }
