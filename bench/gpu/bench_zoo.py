@@ -1,16 +1,24 @@
 #!/usr/bin/env python3
 """The GPU workload zoo: six training and inference shapes nobody tuned a
 policy for, each under adaptalloc (default policy, runtime on) and PyTorch's
-three allocator settings, each (workload, allocator) in a fresh process.
+three allocator settings, each (workload, allocator, repetition) in a fresh
+process.
 
-    python3 bench/gpu/bench_zoo.py [--reps 1] [--workloads a,b] [--modes m,n]
+    python3 bench/gpu/bench_zoo.py [--reps 2] [--workloads a,b] [--modes m,n]
+                                   [--steps w=N,...] [--budget-s S]
                                    [--out zoo.json] [--capture DIR]
 
-Allocators (--modes):
-  ours        adaptalloc through the CUDAPluggableAllocator plugin
-              (examples/torch_pluggable.py), the default policy
-              (ADAPTALLOC_MODEL unset, no policy file), the runtime and its
-              policy loop on
+Allocators (--modes; the default list is native,default,expandable,async):
+  native      adaptalloc as a user adopts it: `adaptalloc.torch.install()`
+              from the installed package (`pip install .`), its native
+              allocator, the default policy (ADAPTALLOC_MODEL and
+              ADAPTALLOC_POLICY unset), the runtime on: the policy loop, the
+              SQLite store (a file in a temporary folder) and the HTTP server
+              (127.0.0.1, a free port); --runtime loop turns store and server
+              off
+  pluggable   adaptalloc through the CUDAPluggableAllocator plugin of the
+              CMake build (examples/torch_pluggable.py), the same policy and
+              runtime (store and server off); not in the default list
   default     PyTorch's caching allocator as shipped
   expandable  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   async       PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
@@ -18,7 +26,9 @@ Allocators (--modes):
 Workloads (random weights, fixed seeds, the same shapes for every allocator):
   kvgen    generation with a growing KV cache: a small Llama-style model
            (transformers LlamaConfig: 8 layers, hidden 1024, fp16) under HF
-           generate, 64 new tokens, over mixed (batch, prompt length) pairs
+           generate, 32 new tokens, over four mixed (batch, prompt length)
+           pairs, twice; step time over the second pass only (the first
+           pass over a shape is dominated by one-off work on new shapes)
   cnn      CNN training (a ResNet-style conv net, fp32, SGD) with a batch
            size cycling 32, 64, 128, 96, 48 (128x128 images)
   encoder  variable-length encoder fine-tuning: BERT-base classification,
@@ -36,13 +46,25 @@ Figures per run: peak device memory = the most of (total - free) from
 torch.cuda.mem_get_info, polled every 2 ms by a thread and after every step,
 minus the same figure taken after CUDA initialisation and before the first
 allocation (the CUDA context), so every allocator is measured the same way
-and what the driver sees is what counts; step time = wall time of each step
-between torch.cuda.synchronize() calls, the first two steps excluded; the
-median and range over the steps. With --reps > 1: medians and ranges over
-the repetitions of each run's figures.
+and what the driver sees is what counts (cudaMallocAsync's pool included);
+step time = wall time of each step between torch.cuda.synchronize() calls,
+the warm-up steps excluded (the first two; kvgen: its first pass), median
+per run. Over the repetitions: the median and [min, max] of each run's peak
+and of each run's median step time; ratios of the medians to PyTorch's
+default and to the best (lowest peak) of PyTorch's settings.
+
+Processes: one server per allocator imports torch (and transformers) once,
+with that allocator's environment (PYTORCH_CUDA_ALLOC_CONF is read when torch
+loads), and forks a fresh child for every run; CUDA is first touched in the
+child, so every run has its own CUDA context and allocator. --no-fork starts
+a new interpreter per run instead; a run whose forked child fails is retried
+that way. --budget-s S: no run starts when the runs measured so far say it
+would end after S seconds from the start (repetitions run one after the
+other: the first repetition of everything comes first); skipped runs are
+listed.
 
 --capture DIR: instead of the zoo, runs each workload once under `default`
-and `expandable` with torch.cuda.memory._record_memory_history and writes
+and `expandable` (--capture-modes) with torch.cuda.memory._record_memory_history and writes
 DIR/<workload>-<mode>.pickle and DIR/<workload>-<mode>.json (the
 allocator's own max_memory_reserved / max_memory_allocated): the trace and
 the figures the replay's PyTorch model is checked against
@@ -52,20 +74,28 @@ import argparse
 import json
 import os
 import random
+import select
+import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "examples"))
 
 WORKLOADS = ["kvgen", "cnn", "encoder", "gpt2", "moe", "serve"]
-MODES = ["ours", "default", "expandable", "async"]
+MODES = ["native", "pluggable", "default", "expandable", "async"]
+DEFAULT_MODES = ["native", "default", "expandable", "async"]
+TORCH_MODES = ("default", "expandable", "async")
+OURS = ("native", "pluggable")
 CONF = {"expandable": "expandable_segments:True", "async": "backend:cudaMallocAsync"}
 MIB = 1 << 20
+NATIVE_MISSING = "adaptalloc's native allocator is not available"
+CUDA_READY = "bench_zoo: CUDA is ready in this run"
+INIT_LIMIT_S = 45  # a forked run not past CUDA initialisation by then is killed
 
 
 # ---------------------------------------------------------------- workloads
@@ -78,7 +108,7 @@ def wl_kvgen(torch, dev):
                       num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4,
                       max_position_embeddings=2048)
     model = LlamaForCausalLM(cfg).half().to(dev).eval()
-    pairs = [(1, 32), (8, 128), (4, 512), (16, 64), (2, 1024), (8, 256), (32, 32), (4, 768)]
+    pairs = [(1, 64), (16, 128), (2, 1024), (8, 384)]
     rnd = random.Random(1)
 
     def step(i):
@@ -91,11 +121,11 @@ def wl_kvgen(torch, dev):
             if pad:
                 mask[r, :pad] = 0
         with torch.inference_mode():
-            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=64,
-                                 min_new_tokens=64, do_sample=False, pad_token_id=0)
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=32,
+                                 min_new_tokens=32, do_sample=False, pad_token_id=0)
         return int(out.shape[1])
 
-    return step, 2 * len(pairs)
+    return step, 2 * len(pairs), len(pairs)
 
 
 def wl_cnn(torch, dev):
@@ -126,7 +156,7 @@ def wl_cnn(torch, dev):
         opt.step()
         return b
 
-    return step, 4 * len(batches)
+    return step, 4 * len(batches), 2
 
 
 def _bert(torch, dev, classify):
@@ -142,7 +172,7 @@ def wl_encoder(torch, dev):
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=2e-5)
     rnd = random.Random(2)
-    lens = [rnd.randrange(32, 513) for _ in range(24)]
+    lens = [rnd.randrange(32, 513) for _ in range(12)]
 
     def step(i):
         n = lens[i % len(lens)]
@@ -155,7 +185,7 @@ def wl_encoder(torch, dev):
         opt.step()
         return n
 
-    return step, len(lens)
+    return step, len(lens), 2
 
 
 def wl_gpt2(torch, dev):
@@ -166,7 +196,7 @@ def wl_gpt2(torch, dev):
     model = GPT2LMHeadModel(cfg).to(dev).train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
     rnd = random.Random(3)
-    lens = [rnd.choice([64, 128, 192, 256, 320, 384, 448, 512]) for _ in range(24)]
+    lens = [rnd.choice([64, 128, 192, 256, 320, 384, 448, 512]) for _ in range(16)]
 
     def step(i):
         n = lens[i % len(lens)]
@@ -178,7 +208,7 @@ def wl_gpt2(torch, dev):
         opt.step()
         return n
 
-    return step, len(lens)
+    return step, len(lens), 2
 
 
 def wl_moe(torch, dev):
@@ -208,7 +238,7 @@ def wl_moe(torch, dev):
     model = nn.Sequential(*[MoE() for _ in range(layers)]).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     rnd = random.Random(4)
-    counts = [rnd.randrange(1024, 16385) for _ in range(24)]
+    counts = [rnd.randrange(1024, 16385) for _ in range(16)]
 
     def step(i):
         n = counts[i % len(counts)]
@@ -220,14 +250,14 @@ def wl_moe(torch, dev):
         opt.step()
         return n
 
-    return step, len(counts)
+    return step, len(counts), 2
 
 
 def wl_serve(torch, dev):
     model, cfg = _bert(torch, dev, False)
     model = model.half().eval()
     rnd = random.Random(5)
-    reqs = [(rnd.randrange(1, 65), rnd.randrange(16, 513)) for _ in range(60)]
+    reqs = [(rnd.randrange(1, 65), rnd.randrange(16, 513)) for _ in range(40)]
 
     def step(i):
         b, n = reqs[i % len(reqs)]
@@ -236,19 +266,68 @@ def wl_serve(torch, dev):
             h = model(input_ids=ids).last_hidden_state
         return int(h.shape[0])
 
-    return step, len(reqs)
+    return step, len(reqs), 2
 
 
-BUILD = {"kvgen": wl_kvgen, "cnn": wl_cnn, "encoder": wl_encoder, "gpt2": wl_gpt2,
+def wl_smoke(torch, dev):
+    """Not a workload: a few allocations, to check the harness quickly."""
+
+    def step(i):
+        return int(torch.empty((i + 1) * MIB, dtype=torch.uint8, device=dev).numel())
+
+    return step, 4, 1
+
+
+BUILD = {"smoke": wl_smoke, "kvgen": wl_kvgen, "cnn": wl_cnn, "encoder": wl_encoder, "gpt2": wl_gpt2,
          "moe": wl_moe, "serve": wl_serve}
+
+
+
+
+def preload(workloads):
+    """What a server imports once for its forked children: torch and the
+    transformers classes the workloads use. Nothing here touches CUDA."""
+    import torch  # noqa: F401
+
+    names = {"kvgen": ("LlamaConfig", "LlamaForCausalLM"),
+             "encoder": ("BertConfig", "BertForSequenceClassification", "BertModel"),
+             "serve": ("BertConfig", "BertForSequenceClassification", "BertModel"),
+             "gpt2": ("GPT2Config", "GPT2LMHeadModel")}
+    wanted = sorted({n for w in workloads for n in names.get(w, ())})
+    if wanted:
+        import transformers
+
+        for n in wanted:
+            getattr(transformers, n)
 
 
 # ---------------------------------------------------------------- child
 
-def child(workload, mode, capture):
+def _pool_summary(doc):
+    """The device pools and the loop's counters of adaptalloc's /stats."""
+    keys = ("bytes_in_use", "bytes_reserved", "peak_bytes_in_use", "peak_bytes_reserved")
+    pools = [dict({k: p.get(k) for k in keys}, name=p.get("name"), backend=p.get("backend"))
+             for p in doc.get("pools", []) if "device" in str(p.get("backend", p.get("name")))]
+    adapt = doc.get("adapt") or {}
+    return {"pools": pools, "policy_version": doc.get("policy_version"),
+            "adapt": {k: adapt.get(k) for k in ("enabled", "steps", "decisions")}}
+
+
+def child(workload, mode, capture, steps=None):
+    """One run in this (fresh) process; returns its figures as a dict."""
+    t_start = time.perf_counter()
     import torch
 
-    if mode == "ours":
+    if mode == "native":
+        import adaptalloc
+        import adaptalloc.torch as aat
+
+        got = aat.install()
+        if got != "native":
+            raise RuntimeError(f"adaptalloc.torch.install() gave {got!r}, not the native "
+                               "allocator")
+    elif mode == "pluggable":
+        sys.path.insert(0, os.path.join(ROOT, "examples"))
         import torch_pluggable as tp
 
         tp.install()
@@ -257,6 +336,7 @@ def child(workload, mode, capture):
     torch.cuda.synchronize()
     free, total = torch.cuda.mem_get_info()
     base = total - free
+    print(CUDA_READY, file=sys.stderr, flush=True)
     peak = [base]
     stop = threading.Event()
 
@@ -272,7 +352,12 @@ def child(workload, mode, capture):
                                                  max_entries=1 << 24)
     th = threading.Thread(target=poll, daemon=True)
     th.start()
-    step, n = BUILD[workload](torch, dev)
+    t_init = time.perf_counter()
+    step, n, warm = BUILD[workload](torch, dev)
+    if steps:
+        n = steps
+    warm = warm if n > warm else 0
+    t_built = time.perf_counter()
     times = []
     for i in range(n):
         torch.cuda.synchronize()
@@ -284,16 +369,21 @@ def child(workload, mode, capture):
         peak[0] = max(peak[0], t - f)
     stop.set()
     th.join()
-    res = {"workload": workload, "mode": mode, "steps": n,
+    res = {"workload": workload, "mode": mode, "steps": n, "warm": warm,
            "peak_mib": (peak[0] - base) / MIB, "context_mib": base / MIB,
-           "step_ms": times[2:] if len(times) > 2 else times}
-    if mode == "ours":
-        import torch_pluggable as tp
-
+           "step_ms": times[warm:], "warm_ms": times[:warm],
+           "phase_s": {"init": t_init - t_start, "build": t_built - t_init,
+                       "steps": time.perf_counter() - t_built}}
+    if mode == "pluggable":
         res["pool"] = {k: tp.stat(k) for k in ("peak_reserved", "reserved", "in_use")}
     else:
-        res["torch"] = {"max_reserved": torch.cuda.max_memory_reserved(),
-                        "max_allocated": torch.cuda.max_memory_allocated()}
+        try:  # the allocator's own figures, beside the driver's
+            res["torch"] = {"max_reserved": torch.cuda.max_memory_reserved(),
+                            "max_allocated": torch.cuda.max_memory_allocated()}
+        except RuntimeError as e:
+            res["torch"] = {"error": str(e)}
+    if mode == "native":
+        res["pool"] = _pool_summary(adaptalloc.stats())
     if capture:
         import pickle
 
@@ -304,35 +394,220 @@ def child(workload, mode, capture):
         torch.cuda.memory._record_memory_history(enabled=None)
         with open(os.path.join(capture, f"{workload}-{mode}.json"), "w") as f:
             json.dump({k: res[k] for k in ("workload", "mode", "steps", "peak_mib", "torch")}, f)
-    print(json.dumps(res))
+    return res
 
 
-def run_child(workload, mode, capture=None, timeout=240):
+def mode_env(mode, tmp, runtime):
+    """The environment of a run under `mode` (PyTorch's setting, adaptalloc's
+    runtime: no model, no policy file, so the default policy)."""
     env = dict(os.environ)
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     if mode in CONF:
         env["PYTORCH_CUDA_ALLOC_CONF"] = CONF[mode]
-    env.setdefault("ADAPTALLOC_HTTP", "off")
-    env.setdefault("ADAPTALLOC_DB", "off")
-    env.pop("ADAPTALLOC_MODEL", None)
-    env.pop("ADAPTALLOC_POLICY", None)
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", workload, mode]
-    if capture:
-        cmd += ["--capture", capture]
-    t0 = time.time()
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
-    if r.returncode != 0:
-        print(f"  {workload}/{mode}: FAILED rc={r.returncode}: {r.stderr[-1500:]}", flush=True)
-        return None
-    res = json.loads([l for l in r.stdout.splitlines() if l.startswith("{")][-1])
-    res["process_s"] = time.time() - t0
-    print("RESULT " + json.dumps(res), flush=True)
-    print(f"  {workload:8s} {mode:10s} peak {res['peak_mib']:9.1f} MiB  step "
-          f"{statistics.median(res['step_ms']):8.2f} ms  ({res['process_s']:.1f} s)", flush=True)
-    return res
+    for k in ("ADAPTALLOC_MODEL", "ADAPTALLOC_POLICY", "ADAPTALLOC_POLICY_DIR"):
+        env.pop(k, None)
+    if mode == "native" and runtime == "full":
+        env["ADAPTALLOC_DB"] = os.path.join(tmp, "zoo.db")
+        env["ADAPTALLOC_HTTP"] = "127.0.0.1:0"
+    else:
+        env["ADAPTALLOC_DB"] = "off"
+        env["ADAPTALLOC_HTTP"] = "off"
+    env["ADAPTALLOC_QUIET"] = "1"
+    # torch.cuda.is_available()/device_count() through NVML, not cuInit: a
+    # server that imports transformers must not initialise CUDA before forking
+    env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+    # the repository's torch/ folder must not shadow PyTorch
+    env["PYTHONPATH"] = os.pathsep.join(p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                                        if p and os.path.abspath(p) != ROOT)
+    return env
 
 
-def fmt_range(v, nd=0):
+# ---------------------------------------------------------------- server
+
+def serve(mode, workloads):
+    """A server: imports once, then for each job line `workload steps capture
+    result_path log_path timeout_s` forks a child that runs it and answers
+    `DONE rc`. Answers `READY` after the imports, or `ERROR why`."""
+    out = sys.stdout
+    try:
+        preload(workloads)
+        if mode == "native":
+            import adaptalloc.torch as aat
+
+            ok, why = aat.native_available()
+            if not ok:
+                raise RuntimeError("%s (%s); install the package first: pip install ."
+                                   % (NATIVE_MISSING, why))
+    except Exception as e:  # noqa: BLE001 - reported to the runner, which goes on
+        out.write("ERROR %s: %s\n" % (type(e).__name__, str(e).replace("\n", " ")))
+        out.flush()
+        return
+    out.write("READY\n")
+    out.flush()
+    for line in sys.stdin:
+        w, steps, cap, result_path, log_path, timeout = line.split("\t")
+        pid = os.fork()
+        if pid == 0:
+            rc = 1
+            try:
+                fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.dup2(fd, 1)
+                os.dup2(fd, 2)
+                sys.stdout = os.fdopen(1, "w", buffering=1)
+                sys.stderr = os.fdopen(2, "w", buffering=1)
+                res = child(w, mode, cap if cap != "-" else None, int(steps) or None)
+                with open(result_path, "w") as f:
+                    json.dump(res, f)
+                rc = 0
+            except BaseException:  # noqa: BLE001 - the child reports and exits
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(rc)
+        t0 = time.time()
+        deadline, ready_by = t0 + float(timeout), t0 + min(INIT_LIMIT_S, float(timeout))
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                rc = os.waitstatus_to_exitcode(status)
+                break
+            if ready_by and time.time() > ready_by:  # a fork stuck before CUDA came up
+                ready_by = None
+                if not os.path.exists(log_path):
+                    deadline = 0
+                else:
+                    with open(log_path, errors="replace") as f:
+                        if CUDA_READY not in f.read():
+                            deadline = 0
+            if time.time() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                rc = 124
+                break
+            time.sleep(0.02)
+        out.write("DONE %d\n" % rc)
+        out.flush()
+
+
+class Runner:
+    """Runs (workload, mode) jobs: through a per-mode server's forks, or a
+    fresh interpreter per run (--no-fork, or after a forked run failed)."""
+
+    def __init__(self, modes, workloads, fork, runtime, timeout):
+        self.tmp = tempfile.mkdtemp(prefix="aa-zoo-")
+        self.runtime, self.timeout, self.fork = runtime, timeout, fork
+        self.servers = {}
+        self.n = 0
+        if fork:
+            for m in modes:  # started together: the imports overlap
+                self.servers[m] = subprocess.Popen(
+                    [sys.executable, os.path.abspath(__file__), "--server", m,
+                     "--workloads", ",".join(workloads)],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                    env=mode_env(m, self.tmp, runtime), cwd=self.tmp)
+        self.ready = {}
+        self.unavailable = {}  # mode -> why its runs are not made
+
+    def _server(self, mode):
+        """The mode's server once it is ready, or None (then spawn)."""
+        p = self.servers.get(mode)
+        if p is None:
+            return None
+        if mode not in self.ready:
+            line = "x"
+            while line and not line.startswith(("READY", "ERROR")):  # skip stray prints
+                line = p.stdout.readline()
+            line = line.strip()
+            self.ready[mode] = line == "READY"
+            if line.startswith("ERROR") and NATIVE_MISSING in line:
+                self.unavailable[mode] = line[6:]
+            if not self.ready[mode]:
+                print(f"  {mode}: server: {line or 'exited'}; a new interpreter per run",
+                      flush=True)
+        return p if self.ready[mode] else None
+
+    def _forked(self, p, workload, mode, steps, capture):
+        self.n += 1
+        result = os.path.join(self.tmp, f"r{self.n}.json")
+        log = os.path.join(self.tmp, f"r{self.n}.log")
+        p.stdin.write("\t".join([workload, str(steps or 0), capture or "-", result, log,
+                                 str(self.timeout)]) + "\n")
+        p.stdin.flush()
+        r, _, _ = select.select([p.stdout], [], [], self.timeout + 30)
+        line = p.stdout.readline().strip() if r else ""
+        if line == "DONE 0" and os.path.exists(result):
+            with open(result) as f:
+                return json.load(f), None, False
+        with open(log, errors="replace") if os.path.exists(log) else open(os.devnull) as f:
+            text = f.read()
+        if not line:  # the server is gone or stuck: no more forks for this mode
+            self.ready[mode] = False
+        # a fork that failed before CUDA was ready is retried in a new interpreter
+        return None, f"{line or 'no answer from the server'}: {text[-1500:]}", \
+            CUDA_READY not in text
+
+    def _spawned(self, workload, mode, steps, capture):
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", workload, mode]
+        if steps:
+            cmd += ["--steps", f"{workload}={steps}"]
+        if capture:
+            cmd += ["--capture", capture]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, cwd=self.tmp,
+                               env=mode_env(mode, self.tmp, self.runtime), timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            return None, f"timed out after {self.timeout} s"
+        if r.returncode != 0:
+            return None, f"rc={r.returncode}: {r.stderr[-1500:]}"
+        lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+        if not lines:
+            return None, f"no result line: {r.stderr[-1500:]}"
+        return json.loads(lines[-1]), None
+
+    def run(self, workload, mode, steps=None, capture=None):
+        t0 = time.time()
+        if mode in self.unavailable:
+            print(f"  {workload}/{mode}: not run ({self.unavailable[mode]})", flush=True)
+            return None
+        p = self._server(mode)
+        if p is None and mode in self.unavailable:
+            print(f"  {workload}/{mode}: not run ({self.unavailable[mode]})", flush=True)
+            return None
+        res, err, retry = None, None, True
+        if p is not None:
+            res, err, retry = self._forked(p, workload, mode, steps, capture)
+            if res is None and retry:
+                print(f"  {workload}/{mode}: forked run FAILED before CUDA was ready ({err}); "
+                      "again in a new interpreter", flush=True)
+        if res is None and retry:
+            res, err = self._spawned(workload, mode, steps, capture)
+            if res is not None and p is not None:
+                self.ready[mode] = False  # the fork failed where a new process worked
+        if res is None:
+            print(f"  {workload}/{mode}: FAILED {err}", flush=True)
+            return None
+        res["process_s"] = time.time() - t0
+        print("RESULT " + json.dumps(res), flush=True)
+        print(f"  {workload:8s} {mode:10s} peak {res['peak_mib']:9.1f} MiB  step "
+              f"{statistics.median(res['step_ms'] or res['warm_ms']):8.2f} ms  "
+              f"({res['process_s']:.1f} s)", flush=True)
+        return res
+
+    def close(self):
+        for p in self.servers.values():
+            try:
+                p.stdin.close()
+                p.wait(timeout=10)
+            except Exception:  # noqa: BLE001 - best effort at exit
+                p.kill()
+
+
+# ---------------------------------------------------------------- report
+
+def med_range(v, nd=0):
     if not v:
         return "-"
     m = statistics.median(v)
@@ -341,73 +616,177 @@ def fmt_range(v, nd=0):
     return f"{m:.{nd}f} [{min(v):.{nd}f}, {max(v):.{nd}f}]"
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=1)
-    ap.add_argument("--workloads", default=",".join(WORKLOADS))
-    ap.add_argument("--modes", default=",".join(MODES))
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--capture", default=None)
-    ap.add_argument("--child", nargs=2, default=None)
-    args = ap.parse_args()
-    if args.child:
-        child(args.child[0], args.child[1], args.capture)
-        return
-    wls = [w for w in args.workloads.split(",") if w]
-    modes = [m for m in args.modes.split(",") if m]
-    for w in wls:
-        if w not in BUILD:
-            sys.exit(f"bench_zoo: unknown workload {w!r} (one of {', '.join(WORKLOADS)})")
-    for m in modes:
-        if m not in MODES:
-            sys.exit(f"bench_zoo: unknown mode {m!r} (one of {', '.join(MODES)})")
-    if args.capture:
-        os.makedirs(args.capture, exist_ok=True)
-        for w in wls:
-            for m in ("default", "expandable"):
-                run_child(w, m, capture=args.capture)
-        return
-    runs = {w: {m: [] for m in modes} for w in wls}
-    for rep in range(args.reps):
-        for wi, w in enumerate(wls):
-            k = (rep + wi) % len(modes)  # rotate the order between workloads and reps
-            for m in modes[k:] + modes[:k]:
-                r = run_child(w, m)
-                if r is not None:
-                    runs[w][m].append(r)
-    out = {"reps": args.reps, "modes": modes, "workloads": {}}
-    print()
-    print("| workload | " + " | ".join(f"{m} peak MiB" for m in modes) +
-          " | ours / best torch | " + " | ".join(f"{m} step ms" for m in modes) +
-          " | ours speed vs default |")
-    print("|---" * (2 * len(modes) + 3) + "|")
+def summarise(runs, modes, wls):
+    """Per workload: each mode's peaks and median step times over the reps,
+    and the ratios of adaptalloc's medians to PyTorch's."""
+    out = {}
     for w in wls:
         peaks = {m: [r["peak_mib"] for r in runs[w][m]] for m in modes}
-        steps = {m: [statistics.median(r["step_ms"]) for r in runs[w][m]] for m in modes}
-        ranges = {m: [x for r in runs[w][m] for x in r["step_ms"]] for m in modes}
-        torch_best = min((statistics.median(peaks[m]) for m in modes
-                          if m != "ours" and peaks[m]), default=None)
-        ours_peak = statistics.median(peaks["ours"]) if peaks.get("ours") else None
-        ratio = ours_peak / torch_best if ours_peak and torch_best else None
-        speed = (statistics.median(steps["default"]) / statistics.median(steps["ours"])
-                 if steps.get("ours") and steps.get("default") else None)
-        out["workloads"][w] = {"peak_mib": peaks, "step_ms_median": steps,
-                               "step_ms_all": ranges, "ours_over_best_torch": ratio,
-                               "ours_speed_vs_default": speed,
-                               "extra": {m: [{k: r.get(k) for k in ("pool", "torch")}
-                                             for r in runs[w][m]] for m in modes}}
-        cells = [fmt_range(peaks[m]) for m in modes]
-        tcells = []
-        for m in modes:
-            v = ranges[m]
-            tcells.append(f"{statistics.median(v):.2f} [{min(v):.2f}, {max(v):.2f}]" if v else "-")
-        rcell = f"{ratio:.3f}" if ratio else "-"
-        scell = f"{speed:.3f}x" if speed else "-"
-        print(f"| {w} | " + " | ".join(cells) + f" | {rcell} | " + " | ".join(tcells) +
-              f" | {scell} |")
+        steps = {m: [statistics.median(r["step_ms"] or r["warm_ms"]) for r in runs[w][m]]
+                 for m in modes}
+        med_peak = {m: statistics.median(v) for m, v in peaks.items() if v}
+        med_step = {m: statistics.median(v) for m, v in steps.items() if v}
+        torch_peaks = {m: v for m, v in med_peak.items() if m in TORCH_MODES}
+        best = min(torch_peaks, key=torch_peaks.get) if torch_peaks else None
+        ratios = {}
+        for m in OURS:
+            if m not in med_peak:
+                continue
+            ratios[m] = {
+                "peak_vs_default": (med_peak[m] / med_peak["default"]
+                                    if "default" in med_peak else None),
+                "peak_vs_best": med_peak[m] / torch_peaks[best] if best else None,
+                "best": best,
+                "speed_vs_default": (med_step["default"] / med_step[m]
+                                     if "default" in med_step and med_step[m] else None)}
+        out[w] = {"peak_mib": peaks, "step_ms": steps, "ratios": ratios,
+                  "extra": {m: [{k: r.get(k) for k in ("pool", "torch", "phase_s",
+                                                       "process_s")}
+                                for r in runs[w][m]] for m in modes}}
+    return out
+
+
+def print_tables(summary, modes):
+    def fmt(x, nd=3, suffix=""):
+        return f"{x:.{nd}f}{suffix}" if x is not None else "-"
+
+    print()
+    print("peak device memory, MiB (driver: total - free, less the CUDA context); "
+          "median [min, max] over the reps")
+    cols = list(modes) + [f"{m} / {x}" for m in OURS if m in modes
+                          for x in ("default", "best of PyTorch")]
+    print("| workload | " + " | ".join(cols) + " |")
+    print("|---" * (1 + len(cols)) + "|")
+    for w, s in summary.items():
+        cells = [med_range(s["peak_mib"][m]) for m in modes]
+        for m in OURS:
+            if m in modes:
+                r = s["ratios"].get(m, {})
+                best = f" ({r['best']})" if r.get("best") else ""
+                cells += [fmt(r.get("peak_vs_default")), fmt(r.get("peak_vs_best")) + best]
+        print(f"| {w} | " + " | ".join(cells) + " |")
+    print()
+    print("step time, ms (median of each run's steps); median [min, max] over the reps")
+    cols = list(modes) + [f"{m} speed vs default" for m in OURS if m in modes]
+    print("| workload | " + " | ".join(cols) + " |")
+    print("|---" * (1 + len(cols)) + "|")
+    for w, s in summary.items():
+        cells = [med_range(s["step_ms"][m], 2) for m in modes]
+        cells += [fmt(s["ratios"].get(m, {}).get("speed_vs_default"), 3, "x")
+                  for m in OURS if m in modes]
+        print(f"| {w} | " + " | ".join(cells) + " |")
+
+
+# ---------------------------------------------------------------- main
+
+def parse_steps(text):
+    """`kvgen=8,cnn=20` -> {"kvgen": 8, "cnn": 20}; exits naming a bad item."""
+    out = {}
+    for item in filter(None, (text or "").split(",")):
+        w, eq, n = item.partition("=")
+        if not eq or w not in BUILD or not n.isdigit() or int(n) < 1:
+            sys.exit(f"bench_zoo: --steps: {item!r} is not WORKLOAD=N with N >= 1 "
+                     f"(workloads: {', '.join(BUILD)})")
+        out[w] = int(n)
+    return out
+
+
+def names(text, known, what):
+    got = [x for x in (text or "").split(",") if x]
+    if not got:
+        sys.exit(f"bench_zoo: --{what} is empty (one or more of {', '.join(known)})")
+    for x in got:
+        if x not in known:
+            sys.exit(f"bench_zoo: unknown {what[:-1]} {x!r} (one of {', '.join(known)})")
+    return got
+
+
+def main():
+    ap = argparse.ArgumentParser(
+        description="The GPU workload zoo: adaptalloc against PyTorch's three allocator "
+                    "settings on six workloads (see the module docstring).")
+    ap.add_argument("--reps", type=int, default=2, help="repetitions of every run (default 2)")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS),
+                    help="comma-separated, of " + ",".join(WORKLOADS) +
+                         " (and smoke: a few allocations, to check the harness)")
+    ap.add_argument("--modes", default=",".join(DEFAULT_MODES),
+                    help="comma-separated, of " + ",".join(MODES) +
+                         " (default " + ",".join(DEFAULT_MODES) + ")")
+    ap.add_argument("--steps", default="", help="WORKLOAD=N,...: steps of a workload")
+    ap.add_argument("--budget-s", type=float, default=0,
+                    help="start no run that would end after this many seconds (0: no limit)")
+    ap.add_argument("--timeout-s", type=float, default=240, help="limit of one run")
+    ap.add_argument("--runtime", choices=("full", "loop"), default="full",
+                    help="native: store, server and loop on (full), or the loop alone")
+    ap.add_argument("--no-fork", action="store_true",
+                    help="a new interpreter per run instead of forks of a per-mode server")
+    ap.add_argument("--out", default=None, help="write every run's figures as JSON here")
+    ap.add_argument("--capture", default=None,
+                    help="DIR: capture allocation traces under default and expandable instead")
+    ap.add_argument("--capture-modes", default="default,expandable",
+                    help="with --capture: which of PyTorch's settings (default "
+                         "default,expandable)")
+    ap.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--server", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.reps < 1:
+        sys.exit("bench_zoo: --reps must be at least 1")
+    wls = names(args.workloads, list(BUILD), "workloads")
+    steps = parse_steps(args.steps)
+    if args.server:
+        serve(args.server, wls)
+        return
+    if args.child:
+        res = child(args.child[0], args.child[1], args.capture, steps.get(args.child[0]))
+        print(json.dumps(res))
+        return
+    modes = names(args.modes, MODES, "modes")
+    t_start = time.time()
+    if args.capture:
+        cmodes = names(args.capture_modes, list(TORCH_MODES), "capture-modes")
+        os.makedirs(args.capture, exist_ok=True)
+        runner = Runner(cmodes, wls, not args.no_fork, args.runtime, args.timeout_s)
+        try:
+            for w in wls:
+                for m in cmodes:
+                    if args.budget_s and time.time() - t_start > args.budget_s:
+                        print(f"  {w}/{m}: capture skipped (budget {args.budget_s:.0f} s)",
+                              flush=True)
+                        continue
+                    runner.run(w, m, steps.get(w), os.path.abspath(args.capture))
+        finally:
+            runner.close()
+        return
+    runner = Runner(modes, wls, not args.no_fork, args.runtime, args.timeout_s)
+    runs = {w: {m: [] for m in modes} for w in wls}
+    took = {}  # (workload, mode) -> seconds of its last run
+    skipped = []
+    try:
+        for rep in range(args.reps):
+            for wi, w in enumerate(wls):
+                k = (rep + wi) % len(modes)  # rotate the order between workloads and reps
+                for m in modes[k:] + modes[:k]:
+                    guess = took.get((w, m)) or max(
+                        (v for (ww, _), v in took.items() if ww == w), default=0)
+                    if args.budget_s and time.time() - t_start + guess > args.budget_s:
+                        skipped.append(f"{w}/{m}/rep{rep + 1}")
+                        print(f"  {w}/{m} rep {rep + 1}: skipped (budget {args.budget_s:.0f} s,"
+                              f" elapsed {time.time() - t_start:.0f} s, a run takes "
+                              f"~{guess:.0f} s)", flush=True)
+                        continue
+                    r = runner.run(w, m, steps.get(w))
+                    if r is not None:
+                        runs[w][m].append(r)
+                        took[(w, m)] = r["process_s"]
+    finally:
+        runner.close()
+    summary = summarise(runs, modes, wls)
+    print_tables(summary, modes)
+    print(f"\n{time.time() - t_start:.0f} s; skipped: {', '.join(skipped) or 'none'}")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump(out, f, indent=1)
+            json.dump({"reps": args.reps, "modes": modes, "skipped": skipped,
+                       "summary": summary, "runs": runs}, f, indent=1)
 
 
 if __name__ == "__main__":

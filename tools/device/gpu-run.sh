@@ -103,8 +103,12 @@ want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done;
   want gpt2 && stage gpt2 200 env ADAPTALLOC_MODEL=gpt2-small ADAPTALLOC_DB=/tmp/aa-results/gpt2.db ADAPTALLOC_HTTP=127.0.0.1:0 \
     python3 bench/gpu/bench_gpt2.py --steps ${AA_GPT2_STEPS:-200} --runs ${AA_GPT2_RUNS:-ours,default,default2} --out $res/gpt2.json --stats-out $res/gpt2_stats.json
   want scenarios && stage scenarios 150 python3 bench/gpu/bench_scenarios.py --reps ${AA_REPS_SCEN:-5} --out $res/scenarios.json
-  want zoo && stage zoo ${AA_ZOO_LIMIT_S:-420} \
-    python3 bench/gpu/bench_zoo.py --reps ${AA_REPS_ZOO:-1} --workloads ${AA_ZOO_WORKLOADS:-kvgen,cnn,encoder,gpt2,moe,serve} --out $res/zoo.json
+  # the zoo's native mode is the installed package's allocator: install it first
+  # (into python3 when that is a virtual environment, else /tmp/aa-pkg-venv)
+  want zoo && stage zoo ${AA_ZOO_LIMIT_S:-420} env -u LD_LIBRARY_PATH bash -c \
+    "AA_PKG_TESTS=0 bash tools/device/package-test.sh &&
+     py=\$(python3 -c 'import sys; print(\"python3\" if sys.prefix != sys.base_prefix else \"/tmp/aa-pkg-venv/bin/python\")') &&
+     \$py bench/gpu/bench_zoo.py --reps ${AA_REPS_ZOO:-2} --budget-s ${AA_ZOO_BUDGET_S:-320} --timeout-s 120 --workloads ${AA_ZOO_WORKLOADS:-kvgen,cnn,encoder,gpt2,moe,serve} --out $res/zoo.json"
   if want zoocapture; then
     stage zoocapture 200 python3 bench/gpu/bench_zoo.py --capture $res/zoo-traces --workloads ${AA_ZOO_CAPTURE:-kvgen,cnn}
     for p in "$res"/zoo-traces/*.pickle; do
