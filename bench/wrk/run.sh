@@ -6,7 +6,7 @@
 #   bash bench/wrk/run.sh [BUILD_DIR] [SECONDS] [CONNECTIONS] [STATS_CACHE_MS]
 #   bash bench/wrk/run.sh build-http 10 32 0
 #
-# Runs BUILD_DIR/tests/aa_http_testserver --hot (two pools on the host
+# Runs BUILD_DIR/tests/aa_http_testserver --hot (three pools on the host
 # backend; the hot loop allocates and frees small blocks on one of them and
 # prints its rate every second). On a machine with 2 or more CPUs the loop is
 # pinned to CPU 0, the server's polling thread and wrk to CPU 1, so the

@@ -109,6 +109,13 @@ async function main() {
   if ((await page.title()) !== "adaptalloc") fail("unexpected title " + (await page.title()));
   await until(page, "the live indicator", () => document.getElementById("conn").textContent === "live");
 
+  // 1b. a region's pool is in the pool picker, named as one
+  if (serverBin) {
+    await until(page, "the region's pool in the picker", () =>
+      Array.from(document.getElementById("pool").options).some((o) =>
+        o.value === "device0:kv_cache" && /region kv_cache/.test(o.textContent)));
+  }
+
   // 2. the charts draw data: several points on the memory chart, histogram
   //    bars and class boundaries, and pixels in the series colours
   await until(page, "6 points on the memory chart", () => Number(document.getElementById("chart-mem").dataset.points) >= 6);

@@ -37,7 +37,7 @@
 #include "adaptalloc/policy.h"
 #include "strbuf.h"
 
-#define NPOOLS 2
+#define NPOOLS 3 /* device0, host, and a region's pool (device0:kv_cache) */
 #define NLIVE 2048
 #define NRESIDENT 16 /* large blocks live all along */
 #define RESIDENT_BYTES ((size_t)1 << 20)
@@ -607,11 +607,14 @@ int main(int argc, char **argv) {
   aa_policy_set_version(S.policy, 1);
   S.policy_names[0] = "device";
   S.policy_names[1] = "host";
+  S.policy_names[2] = "device"; /* a region without a section: its backend's */
   for (i = 0; i < NPOOLS; i++) {
+    static const char *const names[NPOOLS] = {"device0", "host", "device0:kv_cache"};
     aa_pool_config pc;
     aa_pool_config_init(&pc);
     pc.backend = S.backend;
-    pc.name = i == 0 ? "device0" : "host";
+    pc.name = names[i];
+    pc.region = i == 2 ? "kv_cache" : NULL;
     rc = aa_policy_pool_config(S.policy, S.policy_names[i], &pc, NULL, 0, NULL);
     if (rc != AA_OK && rc != AA_ERANGE) {
       fprintf(stderr, "testserver: policy: %s\n", aa_strerror(rc));
