@@ -223,6 +223,49 @@ static void scenario_policy_changes(void) {
   CHECK(pool_limit("host:scores") == 8 * (int64_t)MIB);
 }
 
+/* aa_runtime_pool_config: what the policy in force gives a kind's pools
+ * (the torch allocator makes its CUDA-graph pools with it). */
+static void scenario_pool_config(void) {
+  const char *patch = "{\"pools\": {\"device\": {\"limit_bytes\": 67108864,"
+                      " \"large\": {\"mode\": \"passthrough\"}}}}";
+  char err[256];
+  uint64_t v = 0;
+  aa_pool_config c;
+  char *doc = NULL;
+  cJSON *root, *dev;
+
+  aa_pool_config_init(&c);
+  CHECK(aa_runtime_pool_config(AA_BACKEND_DEVICE, NULL) == AA_EINVAL);
+  CHECK(aa_runtime_pool_config((aa_backend_kind)99, &c) == AA_EINVAL);
+  CHECK(aa_runtime_policy_update(patch, strlen(patch), true, "unit", 0, &v, err,
+                                 sizeof(err)) == AA_OK);
+  aa_pool_config_init(&c);
+  c.name = "mine";
+  CHECK(aa_runtime_pool_config(AA_BACKEND_DEVICE, &c) == AA_OK);
+  CHECK(strcmp(c.name, "mine") == 0 && c.backend == NULL);
+  CHECK(c.limit_bytes == 64 * MIB);
+  CHECK(c.large_mode == AA_LARGE_PASSTHROUGH);
+  CHECK(aa_runtime_policy_json(&doc, &v) == AA_OK);
+  root = cJSON_Parse(doc);
+  free(doc);
+  CHECK(root != NULL);
+  dev = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "pools"),
+                                         "device");
+  CHECK(dev != NULL);
+  CHECK((double)c.max_small == num(dev, "max_small"));
+  CHECK((double)c.slab_size == num(dev, "slab_size"));
+  cJSON_Delete(root);
+  /* the host section is another one */
+  aa_pool_config_init(&c);
+  CHECK(aa_runtime_pool_config(AA_BACKEND_HOST, &c) == AA_OK);
+  CHECK(c.limit_bytes == 0 && c.large_mode != AA_LARGE_PASSTHROUGH);
+}
+
+static void test_runtime_regions_pool_config(void **state) {
+  (void)state;
+  run_child(scenario_pool_config);
+}
+
 static void test_runtime_regions_names(void **state) {
   (void)state;
   run_child(scenario_names);
@@ -243,6 +286,7 @@ int main(void) {
       cmocka_unit_test(test_runtime_regions_names),
       cmocka_unit_test(test_runtime_regions_pools),
       cmocka_unit_test(test_runtime_regions_policy_changes),
+      cmocka_unit_test(test_runtime_regions_pool_config),
   };
   FILE *f;
   int rc;

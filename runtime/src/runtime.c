@@ -257,6 +257,13 @@ done:
   return pool;
 }
 
+int aa_runtime_pool_config(aa_backend_kind kind, aa_pool_config *cfg) {
+  if (cfg == NULL || (kind != AA_BACKEND_DEVICE && kind != AA_BACKEND_PINNED &&
+                      kind != AA_BACKEND_HOST))
+    return AA_EINVAL;
+  return aa__rt_pool_config(policy_pool_name(kind), NULL, cfg);
+}
+
 aa_pool *aa_runtime_pool(aa_backend_kind kind, int device) {
   _Atomic(aa_pool *) *slot = pool_slot(kind, device);
   aa_pool *pool;

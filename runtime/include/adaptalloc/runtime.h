@@ -53,6 +53,14 @@ AA_EXTERN bool aa_runtime_started(void);
  * runtime if needed. NULL if that backend cannot be had (no GPU, no CUDA). */
 AA_EXTERN aa_pool *aa_runtime_pool(aa_backend_kind kind, int device);
 
+/* Fills cfg (after aa_pool_config_init) with the settings the policy in
+ * force gives the pool of a backend kind: slab and class ladder, thread
+ * caches, large mode, limit. The class list and prefill come only with a
+ * policy's apply. For pools made beside the runtime's own (the torch
+ * allocator's CUDA-graph pools). Leaves name and backend alone. AA_EINVAL
+ * for a NULL cfg or a kind without a policy section. */
+AA_EXTERN int aa_runtime_pool_config(aa_backend_kind kind, aa_pool_config *cfg);
+
 /* Regions: named pools for one kind of tensor ("kv_cache", "scores"), each
  * with its own policy section (pools.regions.<name>, docs/policy.md), its own
  * stats (the pool's "region" in /stats, a region label in /metrics, the
