@@ -9,3 +9,10 @@ if(TARGET adaptalloc-demo)
       $<TARGET_FILE:adaptalloc-demo> --seconds 3 --quiet)
   set_tests_properties(test_demo_smoke PROPERTIES LABELS demo TIMEOUT 60)
 endif()
+
+# test_adapt_demo (a cmocka test, tests/test_adapt_demo.c) runs the demo's
+# workload: it is built with tools/demo/workload.c.
+if(TARGET test_adapt_demo)
+  target_sources(test_adapt_demo PRIVATE ${PROJECT_SOURCE_DIR}/tools/demo/workload.c)
+  target_include_directories(test_adapt_demo PRIVATE ${PROJECT_SOURCE_DIR}/tools/demo)
+endif()

@@ -3,8 +3,9 @@
  * runtime's pool (the CUDA device pool when a GPU is present, else the host
  * pool), with a one-line progress summary every second.
  *
- * The workload is a small transformer trained data-parallel by --threads
- * workers that share one pool:
+ * The workload (tools/demo/workload.c, shared with tests/test_adapt_demo.c)
+ * is a small transformer trained data-parallel by --threads workers that
+ * share one pool:
  *   - weights, their gradients and two optimiser states are allocated once;
  *   - each step runs a forward pass that allocates, per layer, the layer-norm
  *     output and statistics, Q, K, V, the attention scores (freed once the
@@ -36,18 +37,9 @@
 
 #include "adaptalloc/core.h"
 #include "adaptalloc/runtime.h"
+#include "workload.h"
 
 #define DEMO_MAX_THREADS 64
-#define DEMO_LAYERS 4
-#define DEMO_HIDDEN 512
-#define DEMO_HEADS 8
-#define DEMO_BATCH 4
-#define DEMO_VOCAB 8192
-#define DEMO_ELEM 2 /* fp16 */
-#define DEMO_MAX_TENSORS 256
-
-static const int g_seq_schedule[] = {128, 256, 64, 192, 384};
-#define DEMO_PHASES (sizeof g_seq_schedule / sizeof g_seq_schedule[0])
 
 typedef struct demo_opts {
   double seconds; /* <= 0: until a signal */
@@ -56,17 +48,6 @@ typedef struct demo_opts {
   long compute_us; /* simulated compute per step */
   double phase_s;  /* seconds per sequence-length phase */
 } demo_opts;
-
-/* One live tensor. */
-typedef struct tensor {
-  void *ptr;
-  size_t size;
-} tensor;
-
-/* What a worker keeps between the forward and the backward pass. */
-typedef struct layer_saved {
-  tensor ln_out, ln_mean, ln_rstd, q, k, v, softmax, attn_out, mlp_hidden, mlp_act;
-} layer_saved;
 
 typedef struct worker {
   pthread_t tid;
@@ -106,13 +87,6 @@ static int install_signals(void) {
 
 /* ------------------------------------------------------------ helpers */
 
-static uint64_t rng_next(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 static void sleep_ns(uint64_t ns) {
   struct timespec ts;
   ts.tv_sec = (time_t)(ns / 1000000000u);
@@ -129,180 +103,22 @@ static void simulate_compute(long us) {
   }
 }
 
-static tensor t_alloc(worker *w, size_t size) {
-  tensor t;
-  t.size = size;
-  t.ptr = aa_alloc(w->pool, size, NULL);
-  if (t.ptr == NULL) {
-    atomic_fetch_add_explicit(&w->failed_allocs, 1, memory_order_relaxed);
-  }
-  return t;
-}
-
-static void t_free(worker *w, tensor *t) {
-  if (t->ptr != NULL) {
-    (void)aa_free(w->pool, t->ptr, t->size, NULL);
-  }
-  t->ptr = NULL;
-  t->size = 0;
-}
-
-/* ------------------------------------------------------------ the model */
-
-/* Long-lived tensors: per layer W_qkv, W_o, W_1, W_2, two layer-norm
- * parameter pairs, biases; the embedding. Each with a gradient and two
- * optimiser states (Adam m and v, fp32). */
-typedef struct model {
-  tensor t[DEMO_LAYERS * 8 * 4 + 4];
-  int n;
-  size_t bytes;
-} model;
-
-static int model_alloc(aa_pool *pool, model *m) {
-  const size_t h = DEMO_HIDDEN;
-  size_t shapes[9];
-  int ns = 0;
-  int l;
-  int i;
-  int k;
-
-  memset(m, 0, sizeof *m);
-  for (l = 0; l < DEMO_LAYERS; l++) {
-    shapes[0] = 3 * h * h; /* W_qkv */
-    shapes[1] = h * h;     /* W_o */
-    shapes[2] = 4 * h * h; /* W_1 */
-    shapes[3] = 4 * h * h; /* W_2 */
-    shapes[4] = 2 * h;     /* ln1 gamma, beta */
-    shapes[5] = 2 * h;     /* ln2 */
-    shapes[6] = 3 * h + h; /* qkv and o biases */
-    shapes[7] = 4 * h + h; /* mlp biases */
-    ns = 8;
-    for (i = 0; i < ns; i++) {
-      /* the weight (fp16), its gradient (fp16), Adam m and v (fp32) */
-      size_t sz[4] = {shapes[i] * DEMO_ELEM, shapes[i] * DEMO_ELEM, shapes[i] * 4, shapes[i] * 4};
-      for (k = 0; k < 4; k++) {
-        void *p = aa_alloc(pool, sz[k], NULL);
-        if (p == NULL) {
-          return AA_ENOMEM;
-        }
-        m->t[m->n].ptr = p;
-        m->t[m->n].size = sz[k];
-        m->n++;
-        m->bytes += sz[k];
-      }
-    }
-  }
-  shapes[8] = (size_t)DEMO_VOCAB * h * DEMO_ELEM; /* embedding (tied output) */
-  for (k = 0; k < 2; k++) {
-    void *p = aa_alloc(pool, shapes[8], NULL);
-    if (p == NULL) {
-      return AA_ENOMEM;
-    }
-    m->t[m->n].ptr = p;
-    m->t[m->n].size = shapes[8];
-    m->n++;
-    m->bytes += shapes[8];
-  }
-  return AA_OK;
-}
-
-static void model_free(aa_pool *pool, model *m) {
-  int i;
-  for (i = m->n - 1; i >= 0; i--) {
-    if (m->t[i].ptr != NULL) {
-      (void)aa_free(pool, m->t[i].ptr, m->t[i].size, NULL);
-    }
-  }
-  memset(m, 0, sizeof *m);
-}
-
-/* One training step at sequence length s. */
-static void train_step(worker *w, int s) {
-  const size_t b = DEMO_BATCH;
-  const size_t h = DEMO_HIDDEN;
-  const size_t tok = b * (size_t)s;
-  const size_t act = tok * h * DEMO_ELEM;                                /* [B, S, H] fp16 */
-  const size_t stat = tok * 4;                                           /* [B, S] fp32 */
-  const size_t att = b * DEMO_HEADS * (size_t)s * (size_t)s * DEMO_ELEM; /* [B, h, S, S] */
-  const size_t mlp = tok * 4 * h * DEMO_ELEM;                            /* [B, S, 4H] */
-  layer_saved saved[DEMO_LAYERS];
-  tensor ids;
-  tensor x;
-  tensor logits;
-  tensor loss;
-  int l;
-
-  ids = t_alloc(w, tok * 8); /* int64 token ids */
-  x = t_alloc(w, act);       /* embedding output */
-  for (l = 0; l < DEMO_LAYERS; l++) {
-    layer_saved *ls = &saved[l];
-    tensor scores;
-    tensor proj;
-    tensor mlp_out;
-    ls->ln_out = t_alloc(w, act);
-    ls->ln_mean = t_alloc(w, stat);
-    ls->ln_rstd = t_alloc(w, stat);
-    ls->q = t_alloc(w, act);
-    ls->k = t_alloc(w, act);
-    ls->v = t_alloc(w, act);
-    scores = t_alloc(w, att);
-    ls->softmax = t_alloc(w, att);
-    t_free(w, &scores);
-    ls->attn_out = t_alloc(w, act);
-    proj = t_alloc(w, act);
-    ls->mlp_hidden = t_alloc(w, mlp);
-    ls->mlp_act = t_alloc(w, mlp);
-    mlp_out = t_alloc(w, act);
-    t_free(w, &proj);
-    t_free(w, &mlp_out);
-  }
-  logits = t_alloc(w, tok * 1024 * DEMO_ELEM); /* a vocabulary shard */
-  loss = t_alloc(w, 4);
-  t_free(w, &logits);
-  /* the forward kernels ran meanwhile: this is where memory use peaks */
-  simulate_compute(w->opts->compute_us / 2);
-
-  for (l = DEMO_LAYERS - 1; l >= 0; l--) {
-    layer_saved *ls = &saved[l];
-    tensor d_mlp = t_alloc(w, mlp);
-    tensor d_act = t_alloc(w, act);
-    tensor d_scores;
-    tensor dq;
-    tensor dk;
-    tensor dv;
-    t_free(w, &ls->mlp_act);
-    t_free(w, &ls->mlp_hidden);
-    t_free(w, &d_mlp);
-    d_scores = t_alloc(w, att);
-    t_free(w, &ls->softmax);
-    dq = t_alloc(w, act);
-    dk = t_alloc(w, act);
-    dv = t_alloc(w, act);
-    t_free(w, &d_scores);
-    t_free(w, &ls->attn_out);
-    t_free(w, &ls->v);
-    t_free(w, &ls->k);
-    t_free(w, &ls->q);
-    t_free(w, &dv);
-    t_free(w, &dk);
-    t_free(w, &dq);
-    t_free(w, &ls->ln_rstd);
-    t_free(w, &ls->ln_mean);
-    t_free(w, &ls->ln_out);
-    t_free(w, &d_act);
-  }
-  t_free(w, &loss);
-  t_free(w, &x);
-  t_free(w, &ids);
-  simulate_compute(w->opts->compute_us - w->opts->compute_us / 2); /* backward, optimiser */
+/* The compute callback of demo_train_step: half the sleep after the
+ * forward pass, the rest after the backward pass. */
+static void worker_compute(void *user, int phase) {
+  const worker *w = user;
+  long us = w->opts->compute_us;
+  simulate_compute(phase == 0 ? us / 2 : us - us / 2);
 }
 
 static void *worker_main(void *arg) {
   worker *w = arg;
   while (!atomic_load_explicit(&g_stop, memory_order_relaxed)) {
     int base = atomic_load_explicit(&g_seq_base, memory_order_relaxed);
-    int s = base - 8 * (int)(rng_next(&w->rng) % 4); /* padding jitter */
-    train_step(w, s);
+    uint64_t failed = demo_train_step(w->pool, demo_seq_len(base, &w->rng), worker_compute, w);
+    if (failed > 0) {
+      atomic_fetch_add_explicit(&w->failed_allocs, failed, memory_order_relaxed);
+    }
     atomic_fetch_add_explicit(&w->steps, 1, memory_order_relaxed);
   }
   return NULL;
@@ -475,7 +291,7 @@ int main(int argc, char **argv) {
   size_t n_prev = 0;
   aa_pool *pool = NULL;
   const char *where = "?";
-  model m;
+  demo_model m;
   bool model_ok = false;
   bool runtime_on = false;
   int started = 0;
@@ -534,7 +350,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "adaptalloc-demo: the runtime has no pool for the host either\n");
     goto out;
   }
-  rc = model_alloc(pool, &m);
+  rc = demo_model_alloc(pool, &m);
   model_ok = true; /* model_free frees what was allocated, even after a failure */
   if (rc != AA_OK) {
     fprintf(stderr, "adaptalloc-demo: allocating the weights: %s\n", aa_strerror(rc));
@@ -550,7 +366,7 @@ int main(int argc, char **argv) {
            aa_pool_name(pool), where, opts.threads, DEMO_LAYERS, DEMO_HIDDEN, DEMO_BATCH,
            mib(m.bytes));
     for (i = 0; i < (int)DEMO_PHASES; i++) {
-      printf("%c%d", i == 0 ? ' ' : ',', g_seq_schedule[i]);
+      printf("%c%d", i == 0 ? ' ' : ',', demo_seq_schedule[i]);
     }
     printf(" (next every %.1f s)", opts.phase_s);
     if (port > 0) {
@@ -560,7 +376,7 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
 
-  atomic_store(&g_seq_base, g_seq_schedule[0]);
+  atomic_store(&g_seq_base, demo_seq_schedule[0]);
   g_start_ns = aa_now_ns();
   for (i = 0; i < opts.threads; i++) {
     workers[i].index = i;
@@ -592,7 +408,7 @@ int main(int argc, char **argv) {
     now = aa_now_ns();
     since = (double)(now - g_start_ns) / 1e9;
     phase = (size_t)(since / opts.phase_s) % DEMO_PHASES;
-    atomic_store_explicit(&g_seq_base, g_seq_schedule[phase], memory_order_relaxed);
+    atomic_store_explicit(&g_seq_base, demo_seq_schedule[phase], memory_order_relaxed);
     if (opts.seconds > 0.0 && since >= opts.seconds) {
       break;
     }
@@ -661,7 +477,7 @@ stop:
 
 out:
   if (model_ok) {
-    model_free(pool, &m);
+    demo_model_free(pool, &m);
   }
   if (runtime_on) {
     aa_runtime_shutdown();
