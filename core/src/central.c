@@ -3,8 +3,8 @@
  * events, the out-of-memory retry (one for the small and the large path),
  * the per-class central free lists with stream-ordered reuse, and slabs
  * (carving, release, prefill, retirement). Everything here runs under the
- * class's mutex (c->mu) unless it says otherwise; the thread-cache side and
- * aa_alloc / aa_free are alloc.c's.
+ * class's mutex (c->mu) unless it says otherwise; the thread-cache side is
+ * tcache.c's, aa_alloc alloc.c's and aa_free free.c's.
  *
  * Entry points: aa__central_push, aa__central_take, aa__central_pop,
  * aa__carve; aa__class_release, aa__class_prefill, aa__class_destroy,

@@ -22,8 +22,10 @@
  *                accounting, misuse reports
  *   central.c    block lists, events, the OOM retry, central free lists,
  *                slabs (carve, release, prefill, retire)
- *   alloc.c      thread registry, thread caches, telemetry and traces,
- *                aa_alloc / aa_free / aa_record_stream
+ *   tcache.c     thread registry, thread caches (bins, sync, flush, retire)
+ *   telemetry.c  heavy hitters, dead-thread folding, trace events
+ *   alloc.c      aa_alloc: the tcache hit, the refill, request counting
+ *   free.c       aa_free, aa_record_stream, aa_block_size
  *   large.c      the large path and the per-thread large-block cache
  *   pagemap.c    address -> span
  *   stats.c      snapshots, the histogram, per-slot counter baselines
@@ -299,7 +301,7 @@ typedef struct aa__tcache {
   uint32_t epoch;
   /* one-entry slab cache of the free path: the slab of the last fast free,
    * used while p - sc_base < sc_size (sc_size 0 = empty). Cleared by
-   * tcache_sync; releasing a slab bumps the pool epoch, so a cached slab is
+   * aa__tcache_sync; releasing a slab bumps the pool epoch, so a cached slab is
    * never used after its header is freed. */
   uintptr_t sc_base;
   size_t sc_size;
@@ -307,7 +309,7 @@ typedef struct aa__tcache {
   struct aa__bin *sc_bin; /* &bins[sc_slab->cls] */
   size_t cached_bytes;
   size_t max_bytes;      /* cfg.tcache_bytes */
-  uint32_t sweep;        /* where tcache_make_room starts */
+  uint32_t sweep;        /* where aa__tcache_make_room starts */
   uint32_t hh_countdown; /* heavy-hitter sampling of evicted single requests */
   uint64_t tid;
   /* The large-block cache (large.c, aa__ltc_*): blocks this thread
@@ -571,22 +573,63 @@ static inline uint32_t aa__slab_index(const aa__slab *s, uintptr_t off) {
   return (uint32_t)(((uint64_t)(off >> 9) * s->div_magic) >> 42);
 }
 
-/* alloc.c */
+/* A block's address, and a block as a bin holds it and back (inline: the
+ * alloc, free and tcache paths). */
+static inline void *aa__blk_ptr(aa__blk b) {
+  return (void *)(b.s->h.base + (uintptr_t)b.idx * b.s->block_size);
+}
+
+static inline aa__blk aa__item_blk(const aa_pool *pool, aa__bitem it) {
+  aa__slab *s = aa__slab_of(pool, it.m);
+  return (aa__blk){s, (uint32_t)(it.m - s->meta)};
+}
+
+static inline aa__bitem aa__blk_item(aa__blk b) {
+  return (aa__bitem){aa__blk_ptr(b), &b.s->meta[b.idx]};
+}
+
+/* tcache.c: the thread registry and the thread caches */
+/* This thread's cache of each pool slot, indexed by pool->slot_ix (the
+ * last entry stays NULL: pools without a slot). */
+extern _Thread_local aa__tcache *aa__tl_tc[AA__MAX_POOL_SLOTS + 1]
+    __attribute__((tls_model("initial-exec")));
 uint64_t aa__thread_id(void);
-void *aa__small_alloc_slow(aa_pool *pool, size_t size, aa_stream stream);
+void aa__slot_acquire(aa_pool *pool);
+/* Returns the bin's blocks [0, n) to the central lists. Under c->mu. */
+void aa__bin_flush_n(aa_pool *pool, aa__tcache *tc, aa__bin *bin, aa__class *c, uint32_t n);
+/* Brings a bin in line with its class slot. Under c->mu. */
+void aa__bin_sync(aa_pool *pool, aa__tcache *tc, aa__bin *bin, aa__class *c);
+/* Brings every bin in line with the pool's epoch (the cache's epoch moved). */
+void aa__tcache_sync(aa__tcache *tc);
 void aa__tcache_flush_all(aa__tcache *tc);
+/* The calling thread's live cache of this pool, or NULL; never makes one. */
+aa__tcache *aa__tcache_mine(aa_pool *pool);
+/* The calling thread's cache of this pool, made on first use; NULL when the
+ * pool has no slot or memory is short. */
 aa__tcache *aa__tcache_get(aa_pool *pool);
 void aa__pool_drop_tcaches(aa_pool *pool);
-void aa__slot_acquire(aa_pool *pool);
-void aa__rs_destroy(aa_pool *pool);
+/* The cache is over its byte budget: gives blocks back until half is free. */
+void aa__tcache_make_room(aa_pool *pool, aa__tcache *tc);
 void aa__tcache_flush_mine(aa_pool *pool);
+
+/* telemetry.c: the heavy-hitter table, dead-thread folding, trace events */
 void aa__hh_add(aa__hh_slot *t, size_t nslots, uint64_t size, uint64_t count);
+/* A dying thread's heavy hitters and size table into the dead totals
+ * (tc_mu held). */
+void aa__fold_hh(aa_pool *pool, const aa__hh_slot *t, size_t n);
+void aa__fold_sz(aa_pool *pool, aa__tcache *tc);
 void aa__trace(aa_pool *pool, char op, const void *p, size_t size, aa_stream s);
 /* The next trace sequence number (process-wide, from 1). */
 uint64_t aa__trace_seq_next(void);
 /* aa__trace with a sequence number taken earlier (a free takes it while it
  * still owns the block). */
 void aa__trace_at(aa_pool *pool, char op, const void *p, size_t size, aa_stream s, uint64_t seq);
+
+/* alloc.c: aa_alloc, its slow paths, counting each request */
+void *aa__small_alloc_slow(aa_pool *pool, size_t size, aa_stream stream);
+
+/* free.c: aa_free, aa_record_stream, aa_block_size */
+void aa__rs_destroy(aa_pool *pool);
 
 /* large.c */
 enum { AA__CH_FREE = 0,
