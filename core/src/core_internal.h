@@ -26,7 +26,10 @@
  *   telemetry.c  heavy hitters, dead-thread folding, trace events
  *   alloc.c      aa_alloc: the tcache hit, the refill, request counting
  *   free.c       aa_free, aa_record_stream, aa_block_size
- *   large.c      the large path and the per-thread large-block cache
+ *   large.c      the large path: alloc, free, record_stream and the chunk
+ *                structures (large_internal.h lists what its files share);
+ *                large_seg.c segments, pages and trimming, large_ltc.c the
+ *                per-thread large-block cache, large_check.c the AA_DEBUG 3 walk
  *   pagemap.c    address -> span
  *   stats.c      snapshots, the histogram, per-slot counter baselines
  *   inspect.c    aa_pool_reset_peaks, aa_pool_walk
@@ -312,7 +315,7 @@ typedef struct aa__tcache {
   uint32_t sweep;        /* where aa__tcache_make_room starts */
   uint32_t hh_countdown; /* heavy-hitter sampling of evicted single requests */
   uint64_t tid;
-  /* The large-block cache (large.c, aa__ltc_*): blocks this thread
+  /* The large-block cache (large_ltc.c, aa__ltc_*): blocks this thread
    * allocated from the large path (so that its own free finds the chunk
    * without the lock) and blocks it freed and holds for an exact-size
    * reuse on the same stream. Owner only, but for the counters. */
@@ -631,23 +634,28 @@ void *aa__small_alloc_slow(aa_pool *pool, size_t size, aa_stream stream);
 /* free.c: aa_free, aa_record_stream, aa_block_size */
 void aa__rs_destroy(aa_pool *pool);
 
-/* large.c */
+/* large.c: the large path (its files share large_internal.h) */
+/* A chunk's phase, the low two bits of its state word. */
 enum { AA__CH_FREE = 0,
        AA__CH_LIVE = 1,
        AA__CH_HELD = 2 };
 void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stream);
-/* The thread's large-block cache: an exact-size reuse (NULL on a miss), a
- * lock-free free of a block this thread allocated (false: take the locked
- * path), and giving every held block back (release, epoch change, exit). */
-void *aa__ltc_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stream);
-bool aa__ltc_free(aa_pool *pool, aa__tcache *tc, void *p, size_t size, aa_stream stream);
-void aa__ltc_flush(aa_pool *pool, aa__tcache *tc);
 int aa__large_free(aa_pool *pool, aa__seg *seg, void *p, size_t size, aa_stream stream);
 size_t aa__large_block_size(aa_pool *pool, aa__seg *seg, const void *p);
 int aa__large_record(aa_pool *pool, aa__seg *seg, void *p, aa_stream stream);
-size_t aa__large_release(aa_pool *pool, size_t want);
 void aa__large_destroy(aa_pool *pool);
 void aa__large_stats(aa_pool *pool, uint64_t *in_use, uint64_t *reserved, uint64_t *segs,
                      uint64_t *req);
+
+/* large_seg.c: releases cached large memory (takes large_mu). */
+size_t aa__large_release(aa_pool *pool, size_t want);
+
+/* large_ltc.c: the thread's large-block cache: an exact-size reuse (NULL on
+ * a miss), a lock-free free of a block this thread allocated (false: take
+ * the locked path), and giving every held block back (release, epoch
+ * change, exit). */
+void *aa__ltc_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stream);
+bool aa__ltc_free(aa_pool *pool, aa__tcache *tc, void *p, size_t size, aa_stream stream);
+void aa__ltc_flush(aa_pool *pool, aa__tcache *tc);
 
 #endif /* AA_CORE_INTERNAL_H */

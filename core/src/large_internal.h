@@ -1,0 +1,109 @@
+/*
+ * large_internal.h — what the large path's files share (requests above
+ * max_small; large.c's opening comment has the design). Everything here
+ * runs under pool->large_mu unless it says otherwise.
+ *
+ * Files (each shared function below sits under the file that defines it):
+ *   large.c        the path and the chunk structures it works on per call:
+ *                  best-fit alloc, free, the live-chunk hash, the free bins,
+ *                  chunk records, split and coalesce, parking, usability on
+ *                  a stream; block size, record_stream, destroy, stats
+ *   large_seg.c    segments and the expandable reservation's pages: made,
+ *                  mapped, unmapped, released; release and the cache bound
+ *   large_ltc.c    the per-thread large-block cache (aa__ltc_*, lock-free)
+ *   large_check.c  the full invariant walk (AA_DEBUG 3)
+ *
+ * Shared names are aa__lg_<what>; the entry points the rest of core calls
+ * (aa__large_*, aa__ltc_*) are in core_internal.h.
+ */
+#ifndef AA_LARGE_INTERNAL_H
+#define AA_LARGE_INTERNAL_H
+
+#include "core_internal.h"
+
+static inline size_t aa__lg_round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+/* A chunk's state word with its phase (AA__CH_*) replaced, and the word of
+ * its next allocation (a new generation, live). */
+static inline uint64_t aa__lg_st_phase(uint64_t st, uint64_t phase) {
+  aa__assert(phase == AA__CH_FREE || phase == AA__CH_LIVE || phase == AA__CH_HELD);
+  return (st & ~(uint64_t)3) | phase;
+}
+static inline uint64_t aa__lg_st_next_live(uint64_t st) {
+  aa__assert_internal((st & 3) != AA__CH_LIVE); /* a new life starts from free or held */
+  return (((st >> 2) + 1) << 2) | AA__CH_LIVE;
+}
+
+/* The free bin of a chunk size. */
+static inline unsigned aa__lg_bin_of(size_t size) {
+  unsigned b = aa_hist_bucket(size);
+  b = b > 44 ? b - 44 : 0;
+  return b < AA__LARGE_BINS ? b : AA__LARGE_BINS - 1;
+}
+
+/* The live-chunk hash's slot of a base address. */
+static inline size_t aa__lg_hidx(const aa_pool *pool, uintptr_t base) {
+  return (size_t)(((uint64_t)base >> 12) * 0x9E3779B97F4A7C15ull >> 20) & (pool->lhash_cap - 1);
+}
+
+/* The thread cache's slot of a block this thread was handed. */
+static inline size_t aa__lg_ltc_slot(const void *p) {
+  return (size_t)(((uint64_t)(uintptr_t)p >> 12) * 0x9E3779B97F4A7C15ull >> 32) % AA__LTC_N;
+}
+
+/* Remembers a block this thread was handed, for a lock-free free of it. */
+static inline void aa__lg_ltc_note(aa__tcache *tc, void *p, aa__chunk *c, uint64_t state) {
+  struct aa__ltc_live *l = &tc->llive[aa__lg_ltc_slot(p)];
+  l->p = p;
+  l->c = c;
+  l->state = state;
+}
+
+/* large.c */
+/* Free bins: insert and remove a free chunk. */
+void aa__lg_bin_insert(aa_pool *pool, aa__chunk *c);
+void aa__lg_bin_remove(aa_pool *pool, aa__chunk *c);
+/* A chunk record back to the spare list (records are never freed while the
+ * pool lives). */
+void aa__lg_chunk_put(aa_pool *pool, aa__chunk *c);
+/* Every parked chunk back into the bins (merged where it may). */
+void aa__lg_unpark_all(aa_pool *pool);
+/* Whether a free chunk may be handed out on `stream` now. */
+bool aa__lg_usable(aa_pool *pool, aa__chunk *c, aa_stream stream);
+/* Whether free neighbours a (lower) and b can merge; merges b (free, in
+ * bins) into a (free, out of bins). */
+bool aa__lg_merge_ok(const aa__chunk *a, const aa__chunk *b);
+void aa__lg_absorb(aa_pool *pool, aa__chunk *a, aa__chunk *b);
+/* Gives a chunk (live or held, its state already moved to free) back:
+ * accounting, record_stream events, parking. `counted`: a user's free (a
+ * thread cache's flush was counted when the user freed it). */
+void aa__lg_release_chunk(aa_pool *pool, aa__chunk *c, aa_stream stream, bool counted);
+
+/* large_seg.c */
+/* Maps every page under `c` (free, out of the bins; expandable). */
+int aa__lg_ensure_mapped(aa_pool *pool, aa__chunk *c);
+/* Whether the first `need` bytes of free chunk c (expandable) are mapped. */
+bool aa__lg_prefix_mapped(const aa_pool *pool, const aa__chunk *c, size_t need);
+/* A new segment with one free chunk: of `segsize` bytes, or an expandable
+ * reservation of at least `need`; NULL with *rc set on failure. */
+aa__chunk *aa__lg_seg_new(aa_pool *pool, size_t segsize, int *rc);
+aa__chunk *aa__lg_vseg_new(aa_pool *pool, size_t need, int *rc);
+/* Gives a segment back to the backend and its chunk records to the spares. */
+void aa__lg_seg_unlink_free(aa_pool *pool, aa__seg *s);
+/* Releases or unmaps cached memory above large_cache_bytes. */
+void aa__lg_enforce_bound(aa_pool *pool);
+
+/* large_ltc.c */
+/* Gives held entry i back to the pool. */
+void aa__lg_ltc_drop_locked(aa_pool *pool, aa__tcache *tc, uint32_t i);
+
+/* large_check.c */
+#if AA_DEBUG >= 3
+/* Full walk of the large path's structures. */
+void aa__lg_check(aa_pool *pool);
+#define LARGE_CHECK(pool) aa__lg_check(pool)
+#else
+#define LARGE_CHECK(pool) ((void)0)
+#endif
+
+#endif /* AA_LARGE_INTERNAL_H */

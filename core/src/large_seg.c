@@ -1,0 +1,395 @@
+/*
+ * large_seg.c — the large path's memory: segments (made, linked, settled,
+ * released whole), the expandable reservation's pages (mapped on demand,
+ * unmapped from completed free chunks, oldest-freed first), and release and
+ * trimming against large_cache_bytes. Under pool->large_mu but
+ * aa__large_release, which takes it.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "large_internal.h"
+
+/* ------------------------------------------------------------ segments */
+
+/* ------------------------------------------------------------ pages */
+
+#define VMM_VA ((size_t)256 << 30)
+
+static void page_unmap(aa_pool *pool, aa__seg *s, size_t i) {
+  aa__seg *pg = s->pages[i];
+  size_t ps = pool->vmm_page;
+  aa__pm_remove(pool, &pg->h);
+  aa__backend_unmap(pool, (void *)pg->h.base, ps, pg->handle);
+  free(pg);
+  s->pages[i] = NULL;
+  s->mapped--;
+  pool->large_reserved -= ps;
+  pool->vmm_unmaps++;
+}
+
+static int page_map(aa_pool *pool, aa__seg *s, size_t i) {
+  size_t ps = pool->vmm_page;
+  uintptr_t a = s->h.base + i * ps;
+  aa__seg *pg = calloc(1, sizeof *pg);
+  if (pg == NULL)
+    return AA_ENOMEM;
+  int rc = aa__backend_map(pool, (void *)a, ps, &pg->handle);
+  if (rc != AA_OK) {
+    free(pg);
+    return rc;
+  }
+  pg->h.base = a;
+  pg->h.end = a + ps;
+  pg->h.kind = AA__SPAN_LARGE;
+  pg->owner = s;
+  rc = aa__pm_insert(pool, &pg->h);
+  if (rc != AA_OK) {
+    aa__backend_unmap(pool, (void *)a, ps, pg->handle);
+    free(pg);
+    return rc;
+  }
+  s->pages[i] = pg;
+  s->mapped++;
+  if (i + 1 > s->hwm)
+    s->hwm = i + 1;
+  pool->large_reserved += ps;
+  pool->vmm_maps++;
+  return AA_OK;
+}
+
+/* Unmaps whole pages inside free chunks whose work has completed (other
+ * than `skip`) until `want` bytes are unmapped, the longest-free chunks
+ * first (those freed recently are the likeliest to be wanted again soon);
+ * returns the bytes. */
+static int by_freed_at(const void *a, const void *b) {
+  uint64_t x = (*(aa__chunk *const *)a)->freed_at, y = (*(aa__chunk *const *)b)->freed_at;
+  return x < y ? -1 : x > y;
+}
+
+/* The pages wholly inside chunk c, below its segment's high-water mark. */
+static void interior(const aa_pool *pool, const aa__chunk *c, size_t *i0, size_t *i1) {
+  size_t ps = pool->vmm_page;
+  uintptr_t sb = c->seg->h.base;
+  *i0 = (c->base - sb + ps - 1) / ps;
+  *i1 = (c->base + c->size - sb) / ps;
+  if (*i1 > c->seg->hwm)
+    *i1 = c->seg->hwm;
+}
+
+static size_t unmap_interior(aa_pool *pool, aa__chunk *c, size_t want) {
+  aa__seg *s = c->seg;
+  size_t ps = pool->vmm_page, got = 0, i0, i1;
+  interior(pool, c, &i0, &i1);
+  for (size_t i = i0; i < i1 && got < want; i++) {
+    if (s->pages[i] != NULL) {
+      page_unmap(pool, s, i);
+      got += ps;
+    }
+  }
+  return got;
+}
+
+static bool has_interior_mapped(const aa_pool *pool, const aa__chunk *c) {
+  size_t i0, i1;
+  interior(pool, c, &i0, &i1);
+  for (size_t i = i0; i < i1; i++) {
+    if (c->seg->pages[i] != NULL)
+      return true;
+  }
+  return false;
+}
+
+static size_t vmm_unmap_free(aa_pool *pool, size_t want, const aa__chunk *skip) {
+  size_t got = 0, n = 0, cap = 0;
+  aa__chunk **v = NULL;
+  aa__lg_unpark_all(pool);
+  for (aa__seg *s = pool->segs; s; s = s->next) {
+    if (s->pages == NULL || s->mapped == 0)
+      continue;
+    for (aa__chunk *c = s->first; c; c = c->next) {
+      if (!c->free || c == skip || !has_interior_mapped(pool, c))
+        continue;
+      if (pool->has_events && !(aa__lg_usable(pool, c, (aa_stream)(uintptr_t)-1) && c->any))
+        continue;
+      if (n == cap) {
+        size_t nc = cap ? cap * 2 : 64;
+        aa__chunk **nv = realloc(v, nc * sizeof *nv);
+        if (nv == NULL)
+          break; /* unmap what is listed */
+        v = nv;
+        cap = nc;
+      }
+      v[n++] = c;
+    }
+  }
+  if (n > 1)
+    qsort(v, n, sizeof *v, by_freed_at);
+  for (size_t i = 0; i < n && got < want; i++)
+    got += unmap_interior(pool, v[i], want - got);
+  free(v);
+  return got;
+}
+
+/* The pages under the first `len` bytes of chunk c. */
+static void pages_under(const aa_pool *pool, const aa__chunk *c, size_t len, size_t *i0,
+                        size_t *i1) {
+  size_t ps = pool->vmm_page;
+  uintptr_t sb = c->seg->h.base;
+  *i0 = (c->base - sb) / ps;
+  *i1 = (c->base + len - 1 - sb) / ps + 1;
+}
+
+/* Whether pages [i0, i1) of s are all mapped. */
+static bool range_mapped(const aa__seg *s, size_t i0, size_t i1) {
+  if (i1 > s->hwm)
+    return false;
+  if (s->mapped == s->hwm)
+    return true; /* no page below the high-water mark is unmapped */
+  for (size_t i = i0; i < i1; i++) {
+    if (s->pages[i] == NULL)
+      return false;
+  }
+  return true;
+}
+
+/* Maps every page under `c` (free, out of the bins), first unmapping as many
+ * pages from completed free chunks elsewhere as it needs. */
+int aa__lg_ensure_mapped(aa_pool *pool, aa__chunk *c) {
+  aa__seg *s = c->seg;
+  size_t ps = pool->vmm_page, i0, i1, k = 0;
+  pages_under(pool, c, c->size, &i0, &i1);
+  if (range_mapped(s, i0, i1))
+    return AA_OK;
+  for (size_t i = i0; i < i1; i++)
+    k += s->pages[i] == NULL;
+  if (k == 0)
+    return AA_OK;
+  /* Under a limit, pages stranded in completed free chunks move here before
+   * the limit refuses new memory (cheaper than the OOM path's synchronise
+   * and release). Without one, memory is mapped: unmapping eagerly would
+   * make each iteration of a loop map again what the last one unmapped
+   * (replays of BERT and GPT-2 traces: 5,500-361,000 page maps against
+   * 130-4,300 without, BENCHMARKS.md). */
+  size_t lim = atomic_load_explicit(&pool->limit, AA__RLX);
+  uint64_t after = atomic_load_explicit(&pool->bytes_reserved, AA__RLX) + (uint64_t)k * ps;
+  if (lim != 0 && after > lim) {
+    uint64_t over = after - lim;
+    (void)vmm_unmap_free(pool, over < k * ps ? over : k * ps, c);
+  }
+  for (size_t i = i0; i < i1; i++) {
+    if (s->pages[i] == NULL) {
+      int rc = page_map(pool, s, i);
+      if (rc != AA_OK)
+        return rc;
+    }
+  }
+  return AA_OK;
+}
+
+/* Puts new segment s, covered by one free chunk c, on the pool's list. */
+static void seg_link(aa_pool *pool, aa__seg *s, aa__chunk *c) {
+  c->seg = s;
+  c->base = s->h.base;
+  c->size = s->h.end - s->h.base;
+  c->free = 1;
+  c->any = 1;
+  s->first = c;
+  s->next = pool->segs;
+  if (pool->segs)
+    pool->segs->prev = s;
+  pool->segs = s;
+  pool->nsegs++;
+}
+
+/* A reservation of at least `need` bytes with one free, unmapped chunk. */
+aa__chunk *aa__lg_vseg_new(aa_pool *pool, size_t need, int *rc) {
+  aa_backend *b = pool->backend;
+  size_t ps = pool->vmm_page;
+  size_t size = aa__lg_round_up(need, ps);
+  void *mem = NULL;
+  if (size < need) {
+    *rc = AA_ENOMEM;
+    return NULL;
+  }
+  if (size < VMM_VA)
+    size = VMM_VA;
+  aa__seg *s = calloc(1, sizeof *s);
+  aa__chunk *c = calloc(1, sizeof *c);
+  *rc = s && c ? AA_OK : AA_ENOMEM;
+  if (*rc == AA_OK) {
+    s->npages = size / ps;
+    s->pages = calloc(s->npages, sizeof *s->pages);
+    *rc = s->pages ? AA_OK : AA_ENOMEM;
+  }
+  /* less address space when the backend refuses a big reservation */
+  while (*rc == AA_OK && (*rc = b->ops->va_reserve(b, size, &mem)) != AA_OK) {
+    size_t half = size / 2 / ps * ps;
+    if (half < aa__lg_round_up(need, ps))
+      break;
+    size = half;
+    *rc = AA_OK;
+  }
+  if (*rc != AA_OK) {
+    atomic_fetch_add_explicit(&pool->backend_failures, 1, AA__RLX);
+    if (s)
+      free(s->pages);
+    free(s);
+    free(c);
+    return NULL;
+  }
+  s->npages = size / ps;
+  s->h.base = (uintptr_t)mem;
+  s->h.end = (uintptr_t)mem + size;
+  s->h.kind = AA__SPAN_LARGE;
+  seg_link(pool, s, c);
+  return c;
+}
+
+/* ------------------------------------------------------------ segments */
+
+void aa__lg_seg_unlink_free(aa_pool *pool, aa__seg *s) {
+  aa__chunk *c = s->first;
+  if (s->pages != NULL) { /* expandable: unmap what is mapped, drop the reservation */
+    for (size_t i = 0; i < s->hwm; i++) {
+      if (s->pages[i] != NULL)
+        page_unmap(pool, s, i);
+    }
+    pool->backend->ops->va_release(pool->backend, (void *)s->h.base, s->h.end - s->h.base);
+    free(s->pages);
+    s->pages = NULL;
+  } else {
+    aa__pm_remove(pool, &s->h);
+    pool->large_reserved -= s->h.end - s->h.base;
+    aa__backend_free(pool, (void *)s->h.base, s->h.end - s->h.base);
+  }
+  if (s->prev)
+    s->prev->next = s->next;
+  else
+    pool->segs = s->next;
+  if (s->next)
+    s->next->prev = s->prev;
+  pool->nsegs--;
+  while (c) {
+    aa__chunk *n = c->next;
+    aa__event_release(pool, c->ev);
+    for (uint32_t i = 0; i < c->nxev; i++)
+      aa__event_release(pool, c->xev[i]);
+    free(c->xev);
+    free(c->xs);
+    aa__lg_chunk_put(pool, c);
+    c = n;
+  }
+  free(s);
+}
+
+/* A wholly free segment that can go back now (its chunk usable anywhere). */
+static bool seg_releasable(aa_pool *pool, aa__seg *s) {
+  aa__chunk *c = s->first;
+  if (s->pages != NULL || !c->free || c->next != NULL)
+    return false;
+  if (!pool->has_events)
+    return true;
+  return aa__lg_usable(pool, c, (aa_stream)(uintptr_t)-1) && c->any;
+}
+
+/* Free chunks whose events completed become usable anywhere and merge with
+ * their free neighbours, so that a segment freed piecewise on several
+ * streams can go back whole. */
+static void seg_settle(aa_pool *pool, aa__seg *s) {
+  for (aa__chunk *c = s->first; c; c = c->next) {
+    if (c->free && !c->any && pool->has_events)
+      (void)aa__lg_usable(pool, c, (aa_stream)(uintptr_t)-1);
+  }
+  aa__chunk *c = s->first;
+  while (c) {
+    aa__chunk *n = c->next;
+    if (n && aa__lg_merge_ok(c, n) && c->any == n->any) {
+      aa__lg_bin_remove(pool, c);
+      aa__lg_absorb(pool, c, n);
+      aa__lg_bin_insert(pool, c);
+      continue; /* try the new neighbour */
+    }
+    c = n;
+  }
+}
+
+static size_t release_locked(aa_pool *pool, size_t want) {
+  size_t released = 0;
+  aa__lg_unpark_all(pool);
+  aa__seg *s = pool->segs;
+  while (s && released < want) {
+    aa__seg *n = s->next;
+    if (s->first->next != NULL)
+      seg_settle(pool, s);
+    if (seg_releasable(pool, s)) {
+      size_t sz = s->h.end - s->h.base;
+      aa__lg_bin_remove(pool, s->first);
+      aa__lg_seg_unlink_free(pool, s);
+      released += sz;
+    }
+    s = n;
+  }
+  if (pool->vmm_page != 0 && released < want) /* every reservation at once */
+    released += vmm_unmap_free(pool, want - released, NULL);
+  return released;
+}
+
+void aa__lg_enforce_bound(aa_pool *pool) {
+  size_t bound = pool->cfg.large_cache_bytes;
+  if (pool->vmm_page != 0) {
+    uint64_t cached = pool->large_reserved - pool->large_in_use;
+    if (bound != 0 && pool->large_reserved > pool->large_in_use && cached > bound)
+      vmm_unmap_free(pool, cached - bound, NULL);
+    return;
+  }
+  if (bound == 0)
+    return;
+  aa__lg_unpark_all(pool);
+  if (pool->large_free_bytes <= bound)
+    return;
+  release_locked(pool, pool->large_free_bytes - bound);
+}
+
+size_t aa__large_release(aa_pool *pool, size_t want) {
+  pthread_mutex_lock(&pool->large_mu);
+  size_t r = release_locked(pool, want);
+  pthread_mutex_unlock(&pool->large_mu);
+  return r;
+}
+
+/* Makes a segment of `segsize` bytes with one free chunk; NULL on failure. */
+aa__chunk *aa__lg_seg_new(aa_pool *pool, size_t segsize, int *rc) {
+  void *mem = NULL;
+  aa__seg *s = calloc(1, sizeof *s);
+  aa__chunk *c = calloc(1, sizeof *c);
+  if (s == NULL || c == NULL) {
+    *rc = AA_ENOMEM;
+    goto fail;
+  }
+  *rc = aa__backend_alloc(pool, segsize, &mem);
+  if (*rc != AA_OK)
+    goto fail;
+  s->h.base = (uintptr_t)mem;
+  s->h.end = (uintptr_t)mem + segsize;
+  s->h.kind = AA__SPAN_LARGE;
+  *rc = aa__pm_insert(pool, &s->h);
+  if (*rc != AA_OK)
+    goto fail;
+  seg_link(pool, s, c);
+  pool->large_reserved += segsize;
+  return c;
+fail:
+  if (mem)
+    aa__backend_free(pool, mem, segsize);
+  free(c);
+  free(s);
+  return NULL;
+}
+
+/* Whether the first `need` bytes of free chunk c (expandable) are mapped. */
+bool aa__lg_prefix_mapped(const aa_pool *pool, const aa__chunk *c, size_t need) {
+  size_t i0, i1;
+  pages_under(pool, c, need, &i0, &i1);
+  return range_mapped(c->seg, i0, i1);
+}
