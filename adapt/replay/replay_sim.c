@@ -1,8 +1,7 @@
 /*
- * replay_sim.c — the replay simulator: a simulated backend (fake addresses
- * that nobody touches, call counters, a clock for stream events) under a
- * real core pool, and the loop that feeds recorded events to that pool and
- * measures what happens.
+ * replay_sim.c — the replay simulator: a real core pool over a simulated
+ * backend (replay_simbk.c), and the loop that feeds recorded events to that
+ * pool and measures what happens.
  *
  * Entry points: aa_replay_sim_new, aa_replay_sim_feed (a sink), then
  * aa_replay_sim_result / aa_replay_sim_sizes, and aa_replay_sim_free.
@@ -13,364 +12,16 @@
  * incrementally: in use = sum of live block sizes, requested = sum of live
  * requested sizes, reserved = bytes the backend holds. Time integrals use
  * the events' times; a trace without times falls back to event counts.
+ *
+ * per_thread replay is replay_threads.c's; replay_sim.h holds the
+ * structures the three files share.
  */
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "replay_internal.h"
-
-/* ---------------------------------------------------------------- backend */
-
-#define SIM_BASE_ADDR 0x100000000000ull /* 16 TiB: clearly fake */
-#define SIM_ADDR_LIMIT 0x7f0000000000ull
-#define SIM_ALIGN (2ull << 20)
-
-typedef struct sim_event {
-  struct sim_event *next;
-  uint64_t complete_at;
-  int done;
-} sim_event;
-
-/* Freed address ranges of one size, reused before new address space. */
-typedef struct addr_stack {
-  uint64_t size; /* 0 = empty slot */
-  uint64_t *v;
-  size_t n, cap;
-} addr_stack;
-
-typedef struct simbk {
-  aa_backend be; /* handed to the pool; be.ctx points back here */
-  pthread_mutex_t mu;
-  uint64_t next_addr;
-  addr_stack *stacks; /* open addressing on size */
-  size_t nstacks_mask;
-  size_t nstacks_used;
-  uint64_t capacity;
-  uint64_t delay_ns;
-  sim_event *free_events;
-  sim_event **all_events; /* every event ever made, for synchronize/teardown */
-  size_t nall, capall;
-  _Atomic uint64_t now_ns;
-  _Atomic uint64_t held;
-  _Atomic uint64_t allocs, frees, failures, alloc_bytes;
-  _Atomic uint64_t event_records;
-} simbk;
-
-static sim_event done_event = {NULL, 0, 1};
-
-static uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
-
-static addr_stack *stack_find(simbk *b, uint64_t size, bool create) {
-  size_t i;
-
-  if (b->stacks == NULL || (create && (b->nstacks_used + 1) * 2 >
-                                          b->nstacks_mask + 1)) {
-    size_t ncap = b->stacks == NULL ? 64 : (b->nstacks_mask + 1) * 2;
-    addr_stack *ns;
-    size_t j;
-    if (!create)
-      return NULL;
-    ns = calloc(ncap, sizeof *ns);
-    if (ns == NULL)
-      return NULL;
-    for (j = 0; b->stacks != NULL && j <= b->nstacks_mask; j++) {
-      addr_stack *o = &b->stacks[j];
-      size_t k;
-      if (o->size == 0)
-        continue;
-      k = (size_t)((o->size * 0x9e3779b97f4a7c15ull) >> 20) & (ncap - 1);
-      while (ns[k].size != 0)
-        k = (k + 1) & (ncap - 1);
-      ns[k] = *o;
-    }
-    free(b->stacks);
-    b->stacks = ns;
-    b->nstacks_mask = ncap - 1;
-  }
-  i = (size_t)((size * 0x9e3779b97f4a7c15ull) >> 20) & b->nstacks_mask;
-  while (b->stacks[i].size != 0 && b->stacks[i].size != size)
-    i = (i + 1) & b->nstacks_mask;
-  if (b->stacks[i].size == 0) {
-    if (!create)
-      return NULL;
-    b->stacks[i].size = size;
-    b->nstacks_used++;
-  }
-  return &b->stacks[i];
-}
-
-static int sim_alloc(aa_backend *be, size_t size, void **out) {
-  simbk *b = be->ctx;
-  uint64_t addr = 0;
-  addr_stack *st;
-  int rc = AA_OK;
-
-  *out = NULL;
-  if (size == 0)
-    return AA_EINVAL;
-  pthread_mutex_lock(&b->mu);
-  if (size > SIM_ADDR_LIMIT - SIM_BASE_ADDR ||
-      (b->capacity != 0 &&
-       size > b->capacity - atomic_load_explicit(&b->held, memory_order_relaxed))) {
-    rc = AA_ENOMEM;
-    goto out;
-  }
-  st = stack_find(b, size, false);
-  if (st != NULL && st->n > 0) {
-    addr = st->v[--st->n];
-  } else {
-    uint64_t span = round_up(size, SIM_ALIGN);
-    if (b->next_addr + span > SIM_ADDR_LIMIT || b->next_addr + span < b->next_addr) {
-      rc = AA_ENOMEM; /* fake address space exhausted */
-      goto out;
-    }
-    addr = b->next_addr;
-    b->next_addr += span;
-  }
-  atomic_fetch_add_explicit(&b->held, size, memory_order_relaxed);
-  atomic_fetch_add_explicit(&b->allocs, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&b->alloc_bytes, size, memory_order_relaxed);
-  *out = (void *)(uintptr_t)addr;
-out:
-  if (rc != AA_OK)
-    atomic_fetch_add_explicit(&b->failures, 1, memory_order_relaxed);
-  pthread_mutex_unlock(&b->mu);
-  return rc;
-}
-
-static void sim_free(aa_backend *be, void *ptr, size_t size) {
-  simbk *b = be->ctx;
-  addr_stack *st;
-
-  if (ptr == NULL)
-    return;
-  pthread_mutex_lock(&b->mu);
-  atomic_fetch_sub_explicit(&b->held, size, memory_order_relaxed);
-  atomic_fetch_add_explicit(&b->frees, 1, memory_order_relaxed);
-  st = stack_find(b, size, true);
-  if (st != NULL) {
-    if (st->n == st->cap) {
-      size_t ncap = st->cap == 0 ? 8 : st->cap * 2;
-      uint64_t *nv = realloc(st->v, ncap * sizeof *nv);
-      if (nv != NULL) {
-        st->v = nv;
-        st->cap = ncap;
-      }
-    }
-    if (st->n < st->cap)
-      st->v[st->n++] = (uint64_t)(uintptr_t)ptr;
-    /* else: the range is simply not reused (address space is plentiful) */
-  }
-  pthread_mutex_unlock(&b->mu);
-}
-
-static int sim_event_record(aa_backend *be, aa_stream stream, void **out) {
-  simbk *b = be->ctx;
-  sim_event *e;
-
-  (void)stream;
-  atomic_fetch_add_explicit(&b->event_records, 1, memory_order_relaxed);
-  if (b->delay_ns == 0) {
-    *out = &done_event;
-    return AA_OK;
-  }
-  pthread_mutex_lock(&b->mu);
-  e = b->free_events;
-  if (e != NULL) {
-    b->free_events = e->next;
-  } else {
-    if (b->nall == b->capall) {
-      size_t ncap = b->capall == 0 ? 64 : b->capall * 2;
-      sim_event **na = realloc(b->all_events, ncap * sizeof *na);
-      if (na == NULL) {
-        pthread_mutex_unlock(&b->mu);
-        *out = NULL;
-        return AA_ENOMEM;
-      }
-      b->all_events = na;
-      b->capall = ncap;
-    }
-    e = malloc(sizeof *e);
-    if (e == NULL) {
-      pthread_mutex_unlock(&b->mu);
-      *out = NULL;
-      return AA_ENOMEM;
-    }
-    b->all_events[b->nall++] = e;
-  }
-  e->next = NULL;
-  e->done = 0;
-  e->complete_at =
-      atomic_load_explicit(&b->now_ns, memory_order_relaxed) + b->delay_ns;
-  pthread_mutex_unlock(&b->mu);
-  *out = e;
-  return AA_OK;
-}
-
-static int sim_event_query(aa_backend *be, void *ev) {
-  simbk *b = be->ctx;
-  sim_event *e = ev;
-  int rc;
-
-  if (e == NULL || e == &done_event)
-    return AA_OK;
-  pthread_mutex_lock(&b->mu);
-  rc = (e->done ||
-        atomic_load_explicit(&b->now_ns, memory_order_relaxed) >= e->complete_at)
-           ? AA_OK
-           : AA_EAGAIN;
-  pthread_mutex_unlock(&b->mu);
-  return rc;
-}
-
-static void sim_event_release(aa_backend *be, void *ev) {
-  simbk *b = be->ctx;
-  sim_event *e = ev;
-
-  if (e == NULL || e == &done_event)
-    return;
-  pthread_mutex_lock(&b->mu);
-  e->next = b->free_events;
-  b->free_events = e;
-  pthread_mutex_unlock(&b->mu);
-}
-
-static int sim_synchronize(aa_backend *be) {
-  simbk *b = be->ctx;
-  size_t i;
-
-  pthread_mutex_lock(&b->mu);
-  for (i = 0; i < b->nall; i++)
-    b->all_events[i]->done = 1;
-  pthread_mutex_unlock(&b->mu);
-  return AA_OK;
-}
-
-/* Virtual memory, for the expandable large path: a reservation is fresh
- * fake address space; a mapped page counts as held memory and as one
- * backend alloc (an unmap as one free), with the device's 2 MiB pages. */
-static size_t sim_map_granularity(aa_backend *be) {
-  (void)be;
-  return SIM_ALIGN;
-}
-
-static int sim_va_reserve(aa_backend *be, size_t size, void **out) {
-  simbk *b = be->ctx;
-  int rc = AA_OK;
-
-  *out = NULL;
-  pthread_mutex_lock(&b->mu);
-  if (size == 0 || size > SIM_ADDR_LIMIT - b->next_addr)
-    rc = AA_ENOMEM;
-  else {
-    *out = (void *)(uintptr_t)b->next_addr;
-    b->next_addr += round_up(size, SIM_ALIGN);
-  }
-  pthread_mutex_unlock(&b->mu);
-  return rc;
-}
-
-static void sim_va_release(aa_backend *be, void *base, size_t size) {
-  (void)be, (void)base, (void)size; /* fake address space is not reused */
-}
-
-static int sim_map(aa_backend *be, void *addr, size_t size, void **handle) {
-  simbk *b = be->ctx;
-  int rc = AA_OK;
-
-  *handle = NULL;
-  pthread_mutex_lock(&b->mu);
-  if (addr == NULL || size == 0 || (uintptr_t)addr % SIM_ALIGN != 0)
-    rc = AA_EINVAL;
-  else if (b->capacity != 0 &&
-           size > b->capacity - atomic_load_explicit(&b->held, memory_order_relaxed))
-    rc = AA_ENOMEM;
-  if (rc == AA_OK) {
-    atomic_fetch_add_explicit(&b->held, size, memory_order_relaxed);
-    atomic_fetch_add_explicit(&b->allocs, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&b->alloc_bytes, size, memory_order_relaxed);
-    *handle = addr;
-  } else {
-    atomic_fetch_add_explicit(&b->failures, 1, memory_order_relaxed);
-  }
-  pthread_mutex_unlock(&b->mu);
-  return rc;
-}
-
-static void sim_unmap(aa_backend *be, void *addr, size_t size, void *handle) {
-  simbk *b = be->ctx;
-
-  (void)addr, (void)handle;
-  atomic_fetch_sub_explicit(&b->held, size, memory_order_relaxed);
-  atomic_fetch_add_explicit(&b->frees, 1, memory_order_relaxed);
-}
-
-static const aa_backend_ops sim_ops = {
-    .alloc = sim_alloc,
-    .free = sim_free,
-    .event_record = sim_event_record,
-    .event_query = sim_event_query,
-    .event_release = sim_event_release,
-    .synchronize = sim_synchronize,
-    .map_granularity = sim_map_granularity,
-    .va_reserve = sim_va_reserve,
-    .va_release = sim_va_release,
-    .map = sim_map,
-    .unmap = sim_unmap,
-};
-
-static void simbk_free(simbk *b) {
-  size_t i;
-
-  if (b == NULL)
-    return;
-  for (i = 0; b->stacks != NULL && i <= b->nstacks_mask; i++)
-    free(b->stacks[i].v);
-  free(b->stacks);
-  for (i = 0; i < b->nall; i++)
-    free(b->all_events[i]);
-  free(b->all_events);
-  pthread_mutex_destroy(&b->mu);
-  free(b);
-}
-
-static simbk *simbk_new(uint64_t capacity, uint64_t delay_ns) {
-  simbk *b = calloc(1, sizeof *b);
-
-  if (b == NULL)
-    return NULL;
-  if (pthread_mutex_init(&b->mu, NULL) != 0) {
-    free(b);
-    return NULL;
-  }
-  b->be.ops = &sim_ops;
-  b->be.ctx = b;
-  b->be.kind = AA_BACKEND_CUSTOM;
-  b->be.device = -1;
-  b->be.name = "replay";
-  b->next_addr = SIM_BASE_ADDR;
-  b->capacity = capacity;
-  b->delay_ns = delay_ns;
-  return b;
-}
+#include "replay_sim.h"
 
 /* ---------------------------------------------------------------- maps */
-
-typedef struct pslot {
-  uint64_t key;
-  void *blk; /* NULL = empty slot */
-  uint64_t req;
-  uint64_t bsize;
-} pslot;
-
-typedef struct pmap {
-  pslot *s;
-  size_t mask;
-  unsigned shift;
-  size_t n;
-} pmap;
 
 static inline size_t pmap_home(const pmap *m, uint64_t key) {
   return (size_t)((key * 0x9e3779b97f4a7c15ull) >> m->shift);
@@ -432,17 +83,6 @@ static void pmap_remove(pmap *m, size_t i) {
   m->n--;
 }
 
-/* Per-size figures: allocs == 0 marks an empty slot. */
-typedef struct sslot {
-  uint64_t size, allocs, live, max_live;
-} sslot;
-
-typedef struct smap {
-  sslot *s;
-  size_t mask;
-  size_t n;
-} smap;
-
 static inline size_t smap_home(const smap *m, uint64_t size) {
   return (size_t)((size * 0x9e3779b97f4a7c15ull) >> 17) & m->mask;
 }
@@ -482,53 +122,6 @@ static sslot *smap_get(smap *m, uint64_t size, bool create) {
 }
 
 /* ---------------------------------------------------------------- simulator */
-
-typedef struct replay_worker replay_worker;
-static void workers_stop(aa_replay_sim *s);
-
-/* One replay thread (per_thread; see "threads" below). */
-struct replay_worker {
-  aa_replay_sim *s;
-  uint64_t tid;
-  pthread_t th;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  const aa_replay_event *ev; /* the run to replay; NULL when idle */
-  size_t n;
-  int rc;
-  bool quit;
-  bool started;
-};
-
-struct aa_replay_sim {
-  aa_replay_config cfg;
-  replay_worker *workers; /* per_thread: AA_REPLAY_MAX_THREADS slots */
-  size_t nworkers;
-  char name[32];
-  const char *pos;
-  simbk *bk;
-  aa_pool *pool;
-  pmap live;
-  smap sizes;
-  char err[AA_REPLAY_ERR_CAP];
-  aa_replay_diag diag;
-
-  aa_adapt_loop *loop;   /* NULL without adapt */
-  uint64_t next_step_ns; /* trace time of the next loop step */
-  uint64_t last_step_ev; /* events at the last step */
-  aa_adapt_decision dlog[AA_REPLAY_DECISION_LOG];
-  size_t ndlog;
-
-  uint64_t events, requests, allocs, frees, failures, trace_failures;
-  uint64_t failed_live; /* map entries standing for allocations that failed */
-  uint64_t in_use, requested;
-  uint64_t peak_in_use, peak_requested, peak_reserved;
-  uint64_t req_at_peak_in_use, in_use_at_peak_reserved;
-  bool have_time;
-  uint64_t first_time, last_time;
-  double t_req, t_use, t_res; /* integrals over trace time */
-  double e_req, e_use, e_res; /* integrals over event count */
-};
 
 void aa_replay_config_init(aa_replay_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
@@ -591,7 +184,7 @@ int aa_replay_sim_new(const aa_replay_config *cfg, aa_replay_sim **out,
       goto fail;
     }
   }
-  s->bk = simbk_new(cfg->capacity_bytes, cfg->event_delay_ns);
+  s->bk = aa__simbk_new(cfg->capacity_bytes, cfg->event_delay_ns);
   if (s->bk == NULL) {
     rc = AA_ENOMEM;
     goto fail;
@@ -642,11 +235,11 @@ fail:
 void aa_replay_sim_free(aa_replay_sim *s) {
   if (s == NULL)
     return;
-  workers_stop(s);
+  aa__replay_workers_stop(s);
   free(s->workers);
   aa_adapt_loop_destroy(s->loop); /* before the pool it watches */
   aa_pool_destroy(s->pool);
-  simbk_free(s->bk);
+  aa__simbk_free(s->bk);
   free(s->live.s);
   free(s->sizes.s);
   free(s);
@@ -819,7 +412,7 @@ const aa_adapt_decision *aa_replay_sim_decisions(const aa_replay_sim *s,
 #endif
 
 /* Replays n events in the calling thread. */
-static int feed_local(aa_replay_sim *s, const aa_replay_event *ev, size_t n) {
+int aa__replay_feed_local(aa_replay_sim *s, const aa_replay_event *ev, size_t n) {
   size_t k;
   int rc = AA_OK;
 
@@ -884,120 +477,13 @@ static int feed_local(aa_replay_sim *s, const aa_replay_event *ev, size_t n) {
   return rc;
 }
 
-/* ---------------------------------------------------------------- threads */
-
-/* With per_thread, each recorded thread id gets a replay thread of its own
- * (so the core's per-thread caches see the recorded pattern), and events
- * are handed to them strictly in input order: the feeding thread passes a
- * run of consecutive events of one thread id and waits until it is done.
- * Only one thread touches the simulator at a time; the hand-off mutex
- * orders their accesses. */
-
-static void *worker_main(void *arg) {
-  replay_worker *w = arg;
-
-  pthread_mutex_lock(&w->mu);
-  for (;;) {
-    while (w->ev == NULL && !w->quit)
-      pthread_cond_wait(&w->cv, &w->mu);
-    if (w->ev == NULL)
-      break; /* quit with nothing pending */
-    w->rc = feed_local(w->s, w->ev, w->n);
-    w->ev = NULL;
-    pthread_cond_broadcast(&w->cv);
-  }
-  pthread_mutex_unlock(&w->mu);
-  return NULL;
-}
-
-static void workers_stop(aa_replay_sim *s) {
-  size_t i;
-
-  for (i = 0; i < s->nworkers; i++) {
-    replay_worker *w = &s->workers[i];
-    if (!w->started)
-      continue;
-    pthread_mutex_lock(&w->mu);
-    w->quit = true;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    pthread_join(w->th, NULL); /* its thread cache goes back to the pool */
-    pthread_cond_destroy(&w->cv);
-    pthread_mutex_destroy(&w->mu);
-    w->started = false;
-  }
-  s->nworkers = 0;
-}
-
-/* The worker of a recorded thread id; past AA_REPLAY_MAX_THREADS ids, they
- * share workers by id modulo. NULL when a thread cannot be started. */
-static replay_worker *worker_for(aa_replay_sim *s, uint64_t tid) {
-  replay_worker *w;
-  size_t i;
-
-  for (i = 0; i < s->nworkers; i++) {
-    if (s->workers[i].tid == tid)
-      return &s->workers[i];
-  }
-  if (s->nworkers == AA_REPLAY_MAX_THREADS)
-    return &s->workers[tid % AA_REPLAY_MAX_THREADS];
-  w = &s->workers[s->nworkers];
-  memset(w, 0, sizeof *w);
-  w->s = s;
-  w->tid = tid;
-  if (pthread_mutex_init(&w->mu, NULL) != 0)
-    return NULL;
-  if (pthread_cond_init(&w->cv, NULL) != 0) {
-    pthread_mutex_destroy(&w->mu);
-    return NULL;
-  }
-  if (pthread_create(&w->th, NULL, worker_main, w) != 0) {
-    pthread_cond_destroy(&w->cv);
-    pthread_mutex_destroy(&w->mu);
-    return NULL;
-  }
-  w->started = true;
-  s->nworkers++;
-  return w;
-}
-
-static int feed_threads(aa_replay_sim *s, const aa_replay_event *ev, size_t n) {
-  size_t i = 0;
-  int rc = AA_OK;
-
-  while (i < n && rc == AA_OK) {
-    size_t j = i + 1;
-    replay_worker *w;
-    while (j < n && ev[j].thread == ev[i].thread)
-      j++;
-    w = worker_for(s, ev[i].thread);
-    if (w == NULL) {
-      snprintf(s->err, sizeof s->err, "%s %llu: cannot start a replay thread",
-               s->pos, (unsigned long long)ev[i].line);
-      return AA_ENOMEM;
-    }
-    pthread_mutex_lock(&w->mu);
-    w->ev = &ev[i];
-    w->n = j - i;
-    pthread_cond_broadcast(&w->cv);
-    while (w->ev != NULL)
-      pthread_cond_wait(&w->cv, &w->mu);
-    rc = w->rc;
-    pthread_mutex_unlock(&w->mu);
-    i = j;
-  }
-  return rc;
-}
-
 int aa_replay_sim_feed(void *user, const aa_replay_event *ev, size_t n) {
   aa_replay_sim *s = user;
 
   if (s->cfg.per_thread)
-    return feed_threads(s, ev, n);
-  return feed_local(s, ev, n);
+    return aa__replay_feed_threads(s, ev, n);
+  return aa__replay_feed_local(s, ev, n);
 }
-
-size_t aa_replay_sim_threads(const aa_replay_sim *s) { return s->nworkers; }
 
 static double frac_loss(double part, double whole) {
   if (whole <= 0.0)
