@@ -234,7 +234,7 @@ FX const char *fast_line_default(const char *p, const char *e,
 /* Any column order; ignored columns are left to the general path. Returns
  * the start of the next line, or NULL. */
 static const char *fast_line(const csv_state *st, const char *p, const char *e,
-                              aa_replay_event *ev) {
+                             aa_replay_event *ev) {
   unsigned i;
   const char *q;
 
