@@ -52,6 +52,12 @@ def _device_pools():
             if p["device"] == DEV and p["backend"] != "pinned"]
 
 
+def _device_pool_in_use():
+    """Bytes in use in device 0's own pool (0 before its first allocation)."""
+    own = [p for p in _device_pools() if p["region"] is None]
+    return own[0]["bytes_in_use"] if own else 0
+
+
 def _region(name):
     return adaptalloc.region_stats().get(name, {"bytes_in_use": 0, "pools": []})
 
@@ -59,7 +65,7 @@ def _region(name):
 def test_allocations_inside_go_to_the_region_and_back_on_free():
     torch.cuda.synchronize()
     before = _region("kv_cache")["bytes_in_use"]
-    dev_before = [p for p in _device_pools() if p["region"] is None][0]["bytes_in_use"]
+    dev_before = _device_pool_in_use()
     with at.region("kv_cache"):
         assert at.current_region() == "kv_cache"
         x = torch.empty(8 * MIB, dtype=torch.uint8, device="cuda")
@@ -177,7 +183,11 @@ def test_cuda_graph_private_pool_wins_inside_a_region():
         with torch.no_grad():
             ref_in_region = model(static_in)  # eager: the region again
     assert native.private_pool_count(DEV) >= 1
-    assert during == eager_before  # the capture's blocks went to the graph's pool
+    # The capture's blocks went to the graph's pool. What torch.cuda.graph
+    # allocates before the capture opens its pool (the CUDA generator's seed
+    # and offset, 2 x 512 B) comes from the region like any other allocation
+    # made in it; the model's activations (32 x 256 floats, 32 KiB) do not.
+    assert during - eager_before <= 4096, (eager_before, during)
     assert _region("graphed")["bytes_in_use"] > during
     for i in range(3):
         x = torch.randn(32, 64, device="cuda") * (i + 1)
