@@ -2,8 +2,9 @@
  * test_runtime_abuse.c — hostile and malformed input against a running
  * runtime: policy documents and merge patches that must be refused, HTTP
  * requests with oversize headers and bodies, bad methods, traversal paths,
- * NUL bytes, bad tokens, bad If-Match and query strings, slow, half-closed
- * and flooding clients.
+ * NUL bytes, bad tokens, bad If-Match and query strings, NUL bytes in the
+ * second and third request of kept-alive connections (one by one and
+ * pipelined), slow, half-closed and flooding clients.
  *
  * Every case is one row of a table (name, request, expected status). After
  * each case the test checks that nothing changed: the GET /policy body and
@@ -145,6 +146,70 @@ static void read_reply(int fd, reply *out) {
     out->head = strdup(buf);
     out->body = strdup("");
   }
+  free(buf);
+}
+
+/* Sends pipelined requests in one send and reads every answer until the
+ * server closes: *ok_before counts the 200 answers before the last one,
+ * *others those with another status; out is the last answer. */
+static void http_pipelined(int port, const char *req, size_t len, reply *out,
+                           int *ok_before, int *others) {
+  int fd = connect_port(port);
+  char *buf = NULL;
+  size_t n = 0, cap = 0, off = 0;
+  *ok_before = *others = 0;
+  memset(out, 0, sizeof(*out));
+  out->status = -1;
+  out->closed = true;
+  if (fd >= 0) {
+    (void)send_all(fd, req, len);
+    for (;;) { /* to the end (or 5 s of silence: SO_RCVTIMEO) */
+      ssize_t r;
+      if (cap - n < 4096) {
+        char *nb = realloc(buf, cap + 65536);
+        if (nb == NULL)
+          break;
+        buf = nb;
+        cap += 65536;
+      }
+      r = recv(fd, buf + n, cap - n - 1, 0);
+      if (r <= 0)
+        break;
+      n += (size_t)r;
+    }
+    close(fd);
+  }
+  while (buf != NULL && off < n) {
+    char *head = buf + off, *hend, *cl;
+    size_t want = 0, hl;
+    int status = -1;
+    buf[n] = '\0';
+    hend = strstr(head, "\r\n\r\n");
+    if (hend == NULL)
+      break;
+    hl = (size_t)(hend + 4 - head);
+    cl = strstr(head, "\r\nContent-Length:");
+    if (cl != NULL && cl < hend)
+      want = (size_t)strtoull(cl + 17, NULL, 10);
+    if (want > n - off - hl)
+      want = n - off - hl;
+    if (sscanf(head, "HTTP/1.%*d %d", &status) != 1)
+      break;
+    if (out->status == 200)
+      (*ok_before)++;
+    else if (out->status >= 0)
+      (*others)++;
+    free(out->head);
+    free(out->body);
+    out->status = status;
+    out->closed = false;
+    out->head = strndup(head, hl - 4);
+    out->body = strndup(head + hl, want);
+    out->body_len = want;
+    off += hl + want;
+  }
+  if (out->body == NULL)
+    out->body = strdup("");
   free(buf);
 }
 
@@ -417,7 +482,9 @@ static void check_unchanged(world *w, const char *name) {
 enum {
   F_JSON = 1,     /* the reply is our JSON error document ("error", "path") */
   F_CLOSE_OK = 2, /* closing without any response also counts as refusing */
-  F_RAW = 4       /* `path` is the whole request, raw_len bytes */
+  F_RAW = 4,      /* `path` is the whole request, raw_len bytes */
+  F_LAST = 8      /* several requests pipelined in one send: every answer
+                     before the last must be 200, the last is checked */
 };
 
 typedef struct gen {
@@ -426,6 +493,7 @@ typedef struct gen {
   char *headers; /* malloc'd or NULL */
   char *raw;     /* malloc'd whole request or NULL */
   size_t raw_len;
+  unsigned answers_before; /* F_LAST: good requests before the last */
 } gen;
 
 typedef struct abuse_case {
@@ -462,7 +530,14 @@ static void run_case(world *w, const abuse_case *c) {
     body = g.body;
     blen = g.body_len;
   }
-  if (g.raw != NULL)
+  if (g.raw != NULL && (c->flags & F_LAST)) {
+    int ok_before, others;
+    http_pipelined(w->port, g.raw, g.raw_len, &r, &ok_before, &others);
+    if (others != 0 || ok_before != (int)g.answers_before)
+      case_fail(w, c->name,
+                "%d answers 200 and %d others before the last, want %u 200s",
+                ok_before, others, g.answers_before);
+  } else if (g.raw != NULL)
     http_raw(w->port, g.raw, g.raw_len, &r);
   else if (c->flags & F_RAW)
     http_raw(w->port, c->path, c->len ? c->len : strlen(c->path), &r);
@@ -1205,6 +1280,111 @@ static const abuse_case head_cases[] = {
      NULL, NULL},
 };
 
+/* Kept-alive connections: `before` good GETs, then the PATCH of the
+ * positive control below (right token, If-Match of the version in force,
+ * loopback Host), which would be applied, with a NUL and junk after the
+ * value of header `which`. Returns the length (the request holds NULs). */
+static size_t keepalive_patch(char *out, size_t cap, unsigned before,
+                              const char *which) {
+  static const char get[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  static const char *const name[] = {"Host", "Authorization", "If-Match", "Content-Type"};
+  static const char *const value[] = {"127.0.0.1", "Bearer " TOKEN, "\"1\"",
+                                      "application/merge-patch+json"};
+  static const char *const junk[] = {".evil.example", "junk", "\"999\"", "; x"};
+  static const char body[] = "{\"adapt\":{\"interval_ms\":250}}";
+  size_t n = 0;
+  if (cap < before * (sizeof(get) - 1) + 512)
+    return 0;
+  for (unsigned i = 0; i < before; i++) {
+    memcpy(out + n, get, sizeof(get) - 1);
+    n += sizeof(get) - 1;
+  }
+  n += (size_t)sprintf(out + n, "PATCH /policy HTTP/1.1\r\n");
+  for (size_t i = 0; i < 4; i++) {
+    n += (size_t)sprintf(out + n, "%s: %s", name[i], value[i]);
+    if (strcmp(which, name[i]) == 0) {
+      out[n++] = '\0';
+      n += (size_t)sprintf(out + n, "%s", junk[i]);
+    }
+    n += (size_t)sprintf(out + n, "\r\n");
+  }
+  n += (size_t)sprintf(out + n, "Content-Length: %zu\r\n\r\n%s", sizeof(body) - 1, body);
+  return n;
+}
+#define KEEPALIVE_MAKER(fn, before, which)                       \
+  static void fn(gen *g) {                                       \
+    g->raw = malloc(1024);                                       \
+    if (g->raw != NULL)                                          \
+      g->raw_len = keepalive_patch(g->raw, 1024, before, which); \
+    g->answers_before = before;                                  \
+  }
+KEEPALIVE_MAKER(mk_ka2_auth, 1, "Authorization")
+KEEPALIVE_MAKER(mk_ka3_auth, 2, "Authorization")
+KEEPALIVE_MAKER(mk_ka2_if_match, 1, "If-Match")
+KEEPALIVE_MAKER(mk_ka3_if_match, 2, "If-Match")
+KEEPALIVE_MAKER(mk_ka2_host, 1, "Host")
+KEEPALIVE_MAKER(mk_ka3_host, 2, "Host")
+KEEPALIVE_MAKER(mk_ka2_ctype, 1, "Content-Type")
+KEEPALIVE_MAKER(mk_ka3_ctype, 2, "Content-Type")
+
+/* Requests pipelined in one send (token set): the NUL is refused in the
+ * second and third request as in the first. */
+static const abuse_case keepalive_cases[] = {
+    {"keep-alive: NUL in Authorization, 2nd request", NULL, NULL, NULL, NULL, 0, EXACT(400),
+     F_JSON | F_LAST, "NUL", mk_ka2_auth, NULL},
+    {"keep-alive: NUL in Authorization, 3rd request", NULL, NULL, NULL, NULL, 0, EXACT(400),
+     F_JSON | F_LAST, "NUL", mk_ka3_auth, NULL},
+    {"keep-alive: NUL in If-Match, 2nd request", NULL, NULL, NULL, NULL, 0, EXACT(400),
+     F_JSON | F_LAST, "NUL", mk_ka2_if_match, NULL},
+    {"keep-alive: NUL in If-Match, 3rd request", NULL, NULL, NULL, NULL, 0, EXACT(400),
+     F_JSON | F_LAST, "NUL", mk_ka3_if_match, NULL},
+    {"keep-alive: NUL in Host, 2nd request", NULL, NULL, NULL, NULL, 0, EXACT(400),
+     F_JSON | F_LAST, "NUL", mk_ka2_host, NULL},
+    {"keep-alive: NUL in Host, 3rd request", NULL, NULL, NULL, NULL, 0, EXACT(400),
+     F_JSON | F_LAST, "NUL", mk_ka3_host, NULL},
+    {"keep-alive: NUL in Content-Type, 2nd request", NULL, NULL, NULL, NULL, 0, EXACT(400),
+     F_JSON | F_LAST, "NUL", mk_ka2_ctype, NULL},
+    {"keep-alive: NUL in Content-Type, 3rd request", NULL, NULL, NULL, NULL, 0, EXACT(400),
+     F_JSON | F_LAST, "NUL", mk_ka3_ctype, NULL},
+};
+
+/* The same requests on kept-alive connections, each sent after the answer
+ * to the one before. */
+static void kept_alive(world *w) {
+  static const char *const which[] = {"Authorization", "If-Match", "Host", "Content-Type"};
+  static const char get[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  for (size_t i = 0; i < sizeof(which) / sizeof(which[0]); i++) {
+    for (unsigned before = 1; before <= 2; before++) {
+      char name[96];
+      char req[1024];
+      size_t n = keepalive_patch(req, sizeof(req), 0, which[i]);
+      reply r;
+      int fd = connect_port(w->port);
+      snprintf(name, sizeof(name), "keep-alive, one by one: NUL in %s, request %u", which[i],
+               before + 1);
+      w->cases++;
+      if (fd < 0) {
+        case_fail(w, name, "connect failed");
+        continue;
+      }
+      for (unsigned k = 0; k < before; k++) {
+        send_all(fd, get, sizeof(get) - 1);
+        read_reply(fd, &r);
+        if (r.status != 200)
+          case_fail(w, name, "GET %u: status %d", k + 1, r.status);
+        reply_free(&r);
+      }
+      send_all(fd, req, n);
+      read_reply(fd, &r);
+      close(fd);
+      if (r.status != 400 || strstr(r.body, "NUL") == NULL)
+        case_fail(w, name, "status %d, want 400 naming the NUL: %.200s", r.status, r.body);
+      reply_free(&r);
+      check_unchanged(w, name);
+    }
+  }
+}
+
 /* With ADAPTALLOC_TOKEN set: every mutating request without the exact
  * token is refused, whatever else it gets right. */
 static const abuse_case token_cases[] = {
@@ -1520,6 +1700,8 @@ static int scenario_tokens(void) {
     case_fail(&w, "token: GET /stats without a token", "status %d", r.status);
   reply_free(&r);
   run_table(&w, token_cases, sizeof(token_cases) / sizeof(token_cases[0]));
+  run_table(&w, keepalive_cases, sizeof(keepalive_cases) / sizeof(keepalive_cases[0]));
+  kept_alive(&w);
   /* Positive control: with the right token the same change goes through,
    * so the refusals above were the token's doing. */
   http_do(w.port, "PATCH", "/policy",
@@ -1532,7 +1714,7 @@ static int scenario_tokens(void) {
       strstr(body, "250") == NULL)
     case_fail(&w, "token: the right token", "the change did not take (version %lld)", v);
   free(body);
-  return finish(&w, "tokens", NCASES(token_cases));
+  return finish(&w, "tokens", NCASES(token_cases) + NCASES(keepalive_cases) + 8);
 }
 
 /* ================================================================ tests */
@@ -1578,7 +1760,8 @@ static void test_runtime_abuse_tokens(void **state) {
 }
 static void test_runtime_abuse_case_count(void **state) {
   int total = NCASES(policy_cases) + NCASES(patch_cases) + NCASES(http_cases) +
-              NCASES(head_cases) + NCASES(token_cases) + NCASES(slot_cases) + 6;
+              NCASES(head_cases) + NCASES(token_cases) + NCASES(slot_cases) +
+              NCASES(keepalive_cases) + 8 + 6;
   (void)state;
   printf("abuse suite: %d hostile inputs\n", total);
   assert_true(total >= 60);

@@ -310,6 +310,8 @@ int aa__http_head_check(const char *buf, size_t len,
       ;
     if (clen_n == 0 || j != clen_n || clen_n > 18)
       return refuse(h, 400, "Content-Length is not a decimal number");
+    for (j = 0; j < clen_n; j++)
+      h->content_length = h->content_length * 10 + (uint64_t)(clen[j] - '0');
   }
   if (encodings > 0) {
     if (lengths > 0)
@@ -321,6 +323,7 @@ int aa__http_head_check(const char *buf, size_t len,
     if (encodings > 1 || te_n != 7 || strncasecmp(te, "chunked", 7) != 0)
       return refuse(h, 400,
                     "Transfer-Encoding: only \"chunked\" alone is accepted");
+    h->chunked = true;
   }
   h->status = 0;
   return 1;

@@ -82,6 +82,8 @@ typedef struct aa__http_head {
   char path[128]; /* the target's path (printable ASCII), for the document */
   size_t len;     /* bytes of the head, the blank line included */
   bool http10;
+  bool chunked;            /* Transfer-Encoding: chunked (acceptable heads) */
+  uint64_t content_length; /* the body's bytes when Content-Length is given */
 } aa__http_head;
 
 /* Checks a request head on its raw bytes (buf, len: what has arrived so

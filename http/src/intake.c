@@ -1,37 +1,59 @@
 /*
  * intake.c — the server's front door (see intake.h): accepts connections,
- * checks each first request head on its raw bytes before libmicrohttpd sees
- * it, answers refusals as JSON, hands good connections over, and enforces
- * the connection limits and per-request deadlines for every connection.
+ * checks every request head on its raw bytes before libmicrohttpd sees it,
+ * answers refusals as JSON, and enforces the connection limits and the
+ * per-request deadlines for every connection.
+ *
+ * How the bytes flow. The client's socket is ours for its whole life. When
+ * its first head has arrived and passed the check, a socket pair is made and
+ * libmicrohttpd is given one end (MHD_add_connection); from then on this
+ * thread relays: the client's bytes go to libmicrohttpd one checked unit at a
+ * time (a head only once it is complete and good, then exactly the body its
+ * Content-Length announces), and libmicrohttpd's answers go back to the
+ * client. libmicrohttpd therefore never parses a byte that head.c has not
+ * passed: a NUL inside a header value, "X-A : 1", obsolete folding and the
+ * rest are refused on the second and every later request of a kept-alive
+ * connection, pipelined or not, exactly as on the first. A chunked body is
+ * relayed as it comes and its request is the connection's last (the answer
+ * says "Connection: close"; aa__intake_must_close). A refused later head is
+ * answered after the answers to the requests before it, then the connection
+ * is closed.
  *
  * States of a connection (entry.state):
  *   INTAKE   accepted; its first head is arriving. Ours. Deadline: timeout_s
  *            from accept, however slowly bytes trickle.
- *   CLOSING  answered with a refusal; the rest of its input is drained (so
- *            that the answer is not lost to a reset) for up to 1 s. Ours.
- *   MHD_NEW  handed to libmicrohttpd with a complete head.
+ *   CLOSING  answered with a refusal (or libmicrohttpd closed its end); the
+ *            rest of the client's input is drained (so that the answer is
+ *            not lost to a reset) for up to 1 s. Ours.
+ *   DETACHED the client's socket is closed; waiting for libmicrohttpd to
+ *            report that it closed its end of the pair (the slot is reused
+ *            only then: libmicrohttpd's callbacks point at it).
+ *   MHD_NEW  relayed to libmicrohttpd, which has not parsed a head yet.
  *   MHD_BODY libmicrohttpd parsed a head: body, handler and answer are under
  *            way. Deadline: timeout_s from the head.
  *   MHD_IDLE answered; a kept-alive connection waiting for (or receiving)
  *            its next head. Deadline: timeout_s from the answer.
- * A libmicrohttpd connection past its deadline, or chosen to make room, is
- * shut down through a duplicate of its descriptor (so no descriptor number
- * can be reused under us); libmicrohttpd then closes it and tells us.
+ * A relayed connection past its deadline, or chosen to make room, is closed
+ * here (its client socket and our end of the pair); libmicrohttpd sees the
+ * end of its pair and tells us when it has let go.
  *
  * Room for new clients: when a client connects and the server holds
  * max_connections (or its address holds per_ip_connections), the oldest
  * connection of that scope with no request in progress (INTAKE without a
- * whole head queued, or MHD_IDLE) is closed to make room; only when there is none is the newcomer refused
- * (503). Slow clients therefore cannot hold every slot: each one is closed
- * at its deadline or when someone new needs its place.
+ * whole head queued, or MHD_IDLE) is closed to make room; only when there is
+ * none is the newcomer refused (503). Slow clients therefore cannot hold
+ * every slot: each one is closed at its deadline or when someone new needs
+ * its place.
  *
- * Lock: in->mu guards the table; held briefly by the intake thread and by
- * libmicrohttpd's thread (its callbacks). Never held across
- * MHD_add_connection.
+ * Lock: in->mu guards the table; held by the intake thread while it handles
+ * an event (all socket calls are non-blocking) and briefly by libmicrohttpd's
+ * thread (its callbacks). Never held across MHD_add_connection.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -47,25 +69,50 @@
 enum { E_FREE,
        E_INTAKE,
        E_CLOSING,
+       E_DETACHED,
        E_MHD_NEW,
        E_MHD_BODY,
        E_MHD_IDLE };
 
+/* What the relay expects next from the client (MHD_* states). */
+enum { M_HEAD, /* a request head: checked whole before a byte of it goes */
+       M_PASS, /* pass_left bytes already checked (a head, its body) */
+       M_ALL,  /* everything: a chunked body, the connection's last request */
+       M_STOP  /* nothing more: the client ended, or a head was refused */
+};
+
 #define CLOSING_NS 1000000000ull /* how long a refused connection drains */
+#define RELAY_BYTES 65536        /* one relay step, each way */
+#define PUMP_ROUNDS 32           /* relay steps per connection per turn */
 #define TAG_LISTEN 1ull
 #define TAG_WAKE 2ull
-#define TAG_BASE 16ull /* entry i has tag TAG_BASE + i */
+#define TAG_BASE 16ull /* entry i: TAG_BASE + 2 i (client), + 1 (pair) */
 
 typedef struct entry {
   int state;
-  int fd;     /* INTAKE/CLOSING: the socket; MHD_*: our duplicate of it */
-  int mhd_fd; /* MHD_*: libmicrohttpd's descriptor (for the lookup) */
-  bool shut;  /* shut down (deadline or room); libmicrohttpd closes it */
-  bool known; /* MHD_*: libmicrohttpd told us it took it */
+  int fd;        /* the client's socket (ours), -1 once closed */
+  int peer;      /* MHD_*: our end of the pair, -1 once closed */
+  int mhd_fd;    /* libmicrohttpd's end (for the lookup in conn_started) */
+  bool attached; /* libmicrohttpd holds mhd_fd (until it reports the close) */
+  bool known;    /* libmicrohttpd told us it took it */
+  bool again;    /* the relay stopped after PUMP_ROUNDS with work left */
   uint64_t since_ns;
   struct sockaddr_storage addr;
   socklen_t alen;
   char ip[64];
+  /* the relay (MHD_* states) */
+  int mode;               /* M_* */
+  bool c_rd, c_wr;        /* the client's socket: may have bytes / room */
+  bool p_rd, p_wr;        /* our end of the pair: may have bytes / room */
+  bool c_hup, p_hup;      /* its end of input was reported: no event follows */
+  bool peer_eof;          /* libmicrohttpd closed its end: no more answers */
+  uint64_t pass_left;     /* M_PASS */
+  unsigned reqs_fwd;      /* heads relayed */
+  unsigned reqs_begun;    /* heads libmicrohttpd handed to the handler */
+  unsigned close_at;      /* the request (1-based) after which to close; 0: none */
+  aa__http_head *refusal; /* a refused later head, answered last */
+  char *out;              /* answer bytes the client has not taken yet */
+  size_t out_len, out_off;
 } entry;
 
 struct aa__intake {
@@ -78,6 +125,7 @@ struct aa__intake {
   pthread_t thread;
   bool running;
   bool accept_paused; /* out of descriptors: listening socket not watched */
+  bool again;         /* some entry has .again set */
   _Atomic bool stop;
   entry *e;
   size_t cap;
@@ -86,7 +134,8 @@ struct aa__intake {
   uint64_t deadline_ns;
   unsigned timeout_s;
   aa__http_head_limits lim;
-  char *buf; /* lim.max_head + 1 bytes: peeks and drains */
+  char *buf;   /* lim.max_head + 1 bytes: peeks and drains */
+  char *relay; /* RELAY_BYTES: one relay step */
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -121,11 +170,23 @@ static const char *reason(int status) {
   }
 }
 
+static bool would_block(void) {
+  return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+}
+
+/* Empties a slot (its buffers freed; its descriptors are closed by now). */
 static void entry_free(entry *e) {
+  free(e->refusal);
+  free(e->out);
   memset(e, 0, sizeof *e);
   e->state = E_FREE;
   e->fd = -1;
+  e->peer = -1;
   e->mhd_fd = -1;
+}
+
+static uint64_t tag_of(const aa__intake *in, const entry *e, bool peer) {
+  return TAG_BASE + 2 * (uint64_t)(e - in->e) + (peer ? 1 : 0);
 }
 
 /* Reads and drops what the client has sent so far (never blocks). Returns
@@ -143,8 +204,9 @@ static bool drain(aa__intake *in, int fd) {
   }
 }
 
-/* Sends a JSON error document on fd and half-closes it (one small write to a
- * fresh socket: it fits in the send buffer, never blocks). */
+/* Sends a JSON error document on fd and half-closes it (one small write; the
+ * relay sends it only once every answer before it has gone, so it fits in
+ * the send buffer and never blocks). */
 static void send_error(aa__intake *in, int fd, int status, const char *msg,
                        const char *path) {
   aa__http_resp resp;
@@ -179,14 +241,51 @@ static void send_error(aa__intake *in, int fd, int status, const char *msg,
   (void)shutdown(fd, SHUT_WR);
 }
 
-/* Refuses an INTAKE entry: answer, then drain for a while (CLOSING). */
+/* Closes our end of the pair (libmicrohttpd sees the end of its input). */
+static void close_peer(aa__intake *in, entry *e) {
+  if (e->peer < 0)
+    return;
+  epoll_ctl(in->ep, EPOLL_CTL_DEL, e->peer, NULL);
+  close(e->peer);
+  e->peer = -1;
+}
+
+/* Done with the client: closes its socket and our end of the pair. The slot
+ * is free at once unless libmicrohttpd still holds its end (DETACHED until
+ * it reports the close). */
+static void close_entry(aa__intake *in, entry *e) {
+  close_peer(in, e);
+  if (e->fd >= 0) {
+    epoll_ctl(in->ep, EPOLL_CTL_DEL, e->fd, NULL);
+    close(e->fd);
+    e->fd = -1;
+  }
+  if (!e->attached) {
+    entry_free(e);
+    return;
+  }
+  free(e->refusal);
+  e->refusal = NULL;
+  free(e->out);
+  e->out = NULL;
+  e->out_len = e->out_off = 0;
+  e->state = E_DETACHED;
+  e->since_ns = aa_now_ns();
+}
+
+/* Ends a connection abruptly (deadline, room, a broken client). */
+static void end_entry(aa__intake *in, entry *e) {
+  if (e->fd >= 0)
+    (void)shutdown(e->fd, SHUT_RDWR);
+  close_entry(in, e);
+}
+
+/* Refuses an entry that is ours (INTAKE): answer, then drain for a while
+ * (CLOSING). */
 static void refuse_entry(aa__intake *in, entry *e, int status, const char *msg,
                          const char *path) {
   if (!drain(in, e->fd)) {
-    /* the client is gone: nothing to answer */
-    epoll_ctl(in->ep, EPOLL_CTL_DEL, e->fd, NULL);
-    close(e->fd);
-    entry_free(e);
+    close_entry(in, e); /* the client is gone: nothing to answer */
     return;
   }
   send_error(in, e->fd, status, msg, path);
@@ -194,27 +293,20 @@ static void refuse_entry(aa__intake *in, entry *e, int status, const char *msg,
   e->since_ns = aa_now_ns();
 }
 
-static void close_entry(aa__intake *in, entry *e) {
-  epoll_ctl(in->ep, EPOLL_CTL_DEL, e->fd, NULL);
-  close(e->fd);
-  entry_free(e);
-}
-
 /* Makes room: closes e, which has no request in progress. */
 static void evict(aa__intake *in, entry *e) {
-  if (e->state == E_INTAKE) {
+  if (e->state == E_INTAKE)
     refuse_entry(in, e, 503,
                  "the server needed this connection for a new client and "
                  "this request had not arrived; retry",
                  "");
-  } else if (!e->shut) {
-    (void)shutdown(e->fd, SHUT_RDWR);
-    e->shut = true;
-  }
+  else
+    end_entry(in, e);
 }
 
 static bool counts(const entry *e) {
-  return e->state != E_FREE && e->state != E_CLOSING && !e->shut;
+  return e->state != E_FREE && e->state != E_CLOSING &&
+         e->state != E_DETACHED;
 }
 
 /* Whether an INTAKE entry's queued bytes already hold a whole head (good or
@@ -247,6 +339,13 @@ static entry *oldest(aa__intake *in, const char *ip) {
       best = e;
   }
   return best;
+}
+
+/* Whether the client has shut its sending side (checked on the socket: an
+ * event's flag may be a stale one of an earlier connection of the slot). */
+static bool client_shut(int fd) {
+  struct pollfd pf = {fd, POLLRDHUP, 0};
+  return poll(&pf, 1, 0) == 1 && (pf.revents & (POLLRDHUP | POLLHUP)) != 0;
 }
 
 /* ------------------------------------------------------------ intake */
@@ -304,9 +403,9 @@ static void admit(aa__intake *in, int fd, const struct sockaddr_storage *ss,
   snprintf(slot->ip, sizeof slot->ip, "%s", ip);
   memset(&ev, 0, sizeof ev);
   /* edge-triggered: a peek leaves the bytes queued, so only new bytes (or
-   * the end of input) must wake us */
-  ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
-  ev.data.u64 = TAG_BASE + (uint64_t)(slot - in->e);
+   * the end of input, or room to send) must wake us */
+  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+  ev.data.u64 = tag_of(in, slot, false);
   if (epoll_ctl(in->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
     entry_free(slot);
     pthread_mutex_unlock(&in->mu);
@@ -346,37 +445,287 @@ static void accept_all(aa__intake *in) {
   }
 }
 
-/* Hands e (a complete, good head) to libmicrohttpd. Called with mu held;
- * returns with it held. */
-static void hand_over(aa__intake *in, entry *e) {
-  int fd = e->fd;
-  int dup_fd;
+/* ------------------------------------------------------------ relay */
+
+/* A good head: what of the client's stream libmicrohttpd may have now. */
+static void start_request(entry *e, const aa__http_head *h) {
+  e->reqs_fwd++;
+  if (h->chunked) {
+    /* the body's end is libmicrohttpd's to find: this request is the last
+     * one the connection carries */
+    e->mode = M_ALL;
+    if (e->close_at == 0)
+      e->close_at = e->reqs_fwd;
+  } else {
+    e->mode = M_PASS;
+    e->pass_left = (uint64_t)h->len + h->content_length;
+  }
+}
+
+/* Nothing more goes to libmicrohttpd: it answers what it has, then sees the
+ * end of its input and closes its end. A refused head (h) is answered then. */
+static void stop_input(entry *e, const aa__http_head *h) {
+  if (h != NULL && e->refusal == NULL) {
+    e->refusal = malloc(sizeof *e->refusal);
+    if (e->refusal != NULL) /* out of memory: closed without the answer */
+      *e->refusal = *h;
+  }
+  e->mode = M_STOP;
+  if (e->peer >= 0)
+    (void)shutdown(e->peer, SHUT_WR);
+}
+
+/* Sends n checked bytes of the client's (peeked into buf: queued bytes of
+ * the asked) to libmicrohttpd and consumes what went from the client's
+ * socket. 1: progress, 0: the pair is full, -1: the client's socket
+ * failed. */
+static int pass(entry *e, char *buf, size_t n, size_t queued, size_t asked) {
+  ssize_t w = send(e->peer, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (w < 0) {
+    if (would_block()) {
+      e->p_wr = false; /* its EPOLLOUT resumes us */
+      return 0;
+    }
+    /* libmicrohttpd closed its end: what it wrote is still to relay */
+    e->mode = M_STOP;
+    return 1;
+  }
+  if ((size_t)w < n)
+    e->p_wr = false;
+  /* consume what went (peeked bytes are queued: this cannot block) */
+  if (recv(e->fd, buf, (size_t)w, MSG_DONTWAIT | MSG_TRUNC) != w)
+    return -1;
+  /* everything queued went: only new bytes (an event) make more */
+  if ((size_t)w == queued && queued < asked && !e->c_hup)
+    e->c_rd = false;
+  if (e->mode == M_PASS) {
+    e->pass_left -= (uint64_t)w;
+    if (e->pass_left == 0)
+      e->mode = M_HEAD;
+  }
+  return 1;
+}
+
+/* One step of the client's bytes to libmicrohttpd. 1: progress, 0: waiting
+ * (for the client or for room in the pair), -1: the client's socket failed. */
+static int forward(aa__intake *in, entry *e) {
+  ssize_t n;
+  size_t want;
+
+  if (!e->c_rd || !e->p_wr)
+    return 0;
+  if (e->mode == M_HEAD) {
+    aa__http_head h;
+    want = in->lim.max_head;
+    n = recv(e->fd, in->buf, want, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) {
+      stop_input(e, NULL); /* the client has sent all it will */
+      return 1;
+    }
+    if (n < 0) {
+      if (!would_block())
+        return -1;
+      e->c_rd = false;
+      return 0;
+    }
+    if (aa__http_head_check(in->buf, (size_t)n, &in->lim, &h) == 0) {
+      if (!client_shut(e->fd)) {
+        e->c_rd = e->c_hup; /* not complete yet: wait for more */
+        return 0;
+      }
+      memset(&h, 0, sizeof h);
+      h.status = 400;
+      snprintf(h.why, sizeof h.why,
+               "the client closed its side before the request head was "
+               "complete");
+    }
+    if (h.status != 0) {
+      stop_input(e, &h);
+      return 1;
+    }
+    start_request(e, &h);
+    /* what was peeked goes at once, up to this request's end */
+    {
+      size_t go = (size_t)n;
+      if (e->mode == M_PASS && e->pass_left < (uint64_t)go)
+        go = (size_t)e->pass_left;
+      return pass(e, in->buf, go, (size_t)n, want) < 0 ? -1 : 1;
+    }
+  }
+  if (e->mode != M_PASS && e->mode != M_ALL)
+    return 0;
+  want = RELAY_BYTES;
+  if (e->mode == M_PASS && e->pass_left < want)
+    want = (size_t)e->pass_left;
+  n = recv(e->fd, in->relay, want, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) {
+    stop_input(e, NULL); /* ended inside a body: libmicrohttpd drops it */
+    return 1;
+  }
+  if (n < 0) {
+    if (!would_block())
+      return -1;
+    e->c_rd = false;
+    return 0;
+  }
+  return pass(e, in->relay, (size_t)n, (size_t)n, want);
+}
+
+/* One step of libmicrohttpd's answers to the client. 1: progress, 0:
+ * waiting, -1: the client's socket failed. */
+static int backward(aa__intake *in, entry *e) {
+  ssize_t n, w;
+
+  if (e->out_off < e->out_len) {
+    if (!e->c_wr)
+      return 0;
+    w = send(e->fd, e->out + e->out_off, e->out_len - e->out_off,
+             MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0) {
+      if (!would_block())
+        return -1;
+      e->c_wr = false;
+      return 0;
+    }
+    e->out_off += (size_t)w;
+    if (e->out_off < e->out_len) {
+      e->c_wr = false;
+    } else {
+      free(e->out);
+      e->out = NULL;
+      e->out_len = e->out_off = 0;
+    }
+    return 1;
+  }
+  if (e->peer < 0 || e->peer_eof || !e->p_rd)
+    return 0;
+  n = recv(e->peer, in->relay, RELAY_BYTES, MSG_DONTWAIT);
+  if (n < 0 && would_block()) {
+    e->p_rd = false;
+    return 0;
+  }
+  if (n <= 0) {
+    e->peer_eof = true; /* libmicrohttpd closed its end */
+    return 1;
+  }
+  if (n < RELAY_BYTES && !e->p_hup)
+    e->p_rd = false; /* drained: libmicrohttpd's next write is an event */
+  w = e->c_wr ? send(e->fd, in->relay, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT)
+              : 0;
+  if (w < 0 && !would_block())
+    return -1;
+  if (w < 0)
+    w = 0;
+  if (w < n) {
+    /* the client reads slowly: keep the rest, read no more answers until
+     * it has taken it (its EPOLLOUT resumes us) */
+    e->c_wr = false;
+    e->out = malloc((size_t)(n - w));
+    if (e->out == NULL)
+      return -1;
+    memcpy(e->out, in->relay + w, (size_t)(n - w));
+    e->out_len = (size_t)(n - w);
+    e->out_off = 0;
+  }
+  return 1;
+}
+
+/* libmicrohttpd closed its end and every answer went out: answer a refused
+ * head, end our side, and drain the client's input for a while. */
+static void finish(aa__intake *in, entry *e) {
+  bool open = drain(in, e->fd); /* what the client sent after the end */
+  close_peer(in, e);
+  if (e->refusal != NULL) {
+    send_error(in, e->fd, e->refusal->status, e->refusal->why,
+               e->refusal->path);
+    free(e->refusal);
+    e->refusal = NULL;
+  } else {
+    (void)shutdown(e->fd, SHUT_WR);
+  }
+  if (!open) {
+    close_entry(in, e); /* its input has ended: nothing to drain */
+    return;
+  }
+  e->state = E_CLOSING;
+  e->since_ns = aa_now_ns();
+}
+
+/* Moves bytes both ways until both are waiting. Called with mu held for an
+ * entry in an MHD_* state. The socket calls follow what epoll reported
+ * (c_rd ... p_wr: set by an event, cleared when a call finds nothing or no
+ * room), so a request costs no call that is bound to find nothing. */
+static void pump(aa__intake *in, entry *e) {
+  for (int round = 0; round < PUMP_ROUNDS; round++) {
+    int b = backward(in, e);
+    int f = 0;
+    if (b >= 0 && e->mode != M_STOP && e->peer >= 0 && !e->peer_eof)
+      f = forward(in, e);
+    if (b < 0 || f < 0) {
+      end_entry(in, e); /* the client is gone */
+      return;
+    }
+    if (e->peer_eof && e->out_len == 0) {
+      finish(in, e);
+      return;
+    }
+    if (b == 0 && f == 0)
+      return;
+  }
+  e->again = true; /* fairness: the rest on the next turn */
+  in->again = true;
+}
+
+/* Hands e (a complete, good first head h) to libmicrohttpd through a socket
+ * pair and starts relaying. Called with mu held; returns with it held. */
+static void hand_over(aa__intake *in, entry *e, const aa__http_head *h) {
+  int sv[2];
+  int one = 1;
+  struct epoll_event ev;
   struct sockaddr_storage ss = e->addr;
   socklen_t alen = e->alen;
 
-  epoll_ctl(in->ep, EPOLL_CTL_DEL, fd, NULL);
-  dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (dup_fd < 0) {
-    e->state = E_INTAKE; /* answer and drain it as ours */
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) !=
+      0) {
     refuse_entry(in, e, 503, "out of file descriptors; retry", "");
     return;
   }
+  memset(&ev, 0, sizeof ev);
+  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+  ev.data.u64 = tag_of(in, e, true);
+  if (epoll_ctl(in->ep, EPOLL_CTL_ADD, sv[0], &ev) != 0) {
+    close(sv[0]);
+    close(sv[1]);
+    refuse_entry(in, e, 503, "out of memory; retry", "");
+    return;
+  }
+  /* answers are relayed in the pieces libmicrohttpd wrote them in */
+  (void)setsockopt(e->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  e->peer = sv[0];
+  e->mhd_fd = sv[1];
+  e->attached = true;
+  e->c_rd = e->c_wr = e->p_wr = true;
+  e->c_hup = client_shut(e->fd); /* its event may have come already */
   e->state = E_MHD_NEW;
-  e->fd = dup_fd;
-  e->mhd_fd = fd;
   e->since_ns = aa_now_ns();
+  start_request(e, h);
   pthread_mutex_unlock(&in->mu);
-  /* MHD takes fd (and closes it even when it refuses the connection) */
-  if (MHD_add_connection(in->daemon, fd, (const struct sockaddr *)&ss, alen) !=
-      MHD_YES) {
+  /* MHD takes sv[1] (and closes it even when it refuses the connection) */
+  if (MHD_add_connection(in->daemon, sv[1], (const struct sockaddr *)&ss,
+                         alen) != MHD_YES) {
     pthread_mutex_lock(&in->mu);
-    if (e->state == E_MHD_NEW && e->fd == dup_fd && !e->known) {
-      close(dup_fd);
-      entry_free(e);
+    if (e->state == E_MHD_NEW && e->peer == sv[0] && !e->known) {
+      close_peer(in, e);
+      e->attached = false;
+      e->state = E_INTAKE;
+      refuse_entry(in, e, 503, "the server cannot take more connections now; retry",
+                   "");
     }
     return;
   }
   pthread_mutex_lock(&in->mu);
+  if (e->state == E_MHD_NEW && e->peer == sv[0])
+    pump(in, e);
 }
 
 static void on_readable(aa__intake *in, entry *e, bool rdhup) {
@@ -391,19 +740,14 @@ static void on_readable(aa__intake *in, entry *e, bool rdhup) {
   if (e->state != E_INTAKE)
     return;
   n = recv(e->fd, in->buf, in->lim.max_head, MSG_PEEK | MSG_DONTWAIT);
-  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
-                 errno != EINTR)) {
+  if (n == 0 || (n < 0 && !would_block())) {
     close_entry(in, e); /* the client went away before its request */
     return;
   }
   if (n < 0)
     return;
   if (aa__http_head_check(in->buf, (size_t)n, &in->lim, &h) == 0) {
-    struct pollfd pf = {e->fd, POLLRDHUP, 0};
-    /* rdhup is rechecked on the socket itself: the event may be a stale
-     * one of an earlier connection that had this entry */
-    if (rdhup && poll(&pf, 1, 0) == 1 &&
-        (pf.revents & (POLLRDHUP | POLLHUP)) != 0) {
+    if (rdhup && client_shut(e->fd)) {
       /* the client shut its side: the head can never be completed. It
        * may still read, so it is answered (not left until the deadline). */
       (void)drain(in, e->fd);
@@ -419,7 +763,7 @@ static void on_readable(aa__intake *in, entry *e, bool rdhup) {
     refuse_entry(in, e, h.status, h.why, h.path);
     return;
   }
-  hand_over(in, e);
+  hand_over(in, e, &h);
 }
 
 static void sweep(aa__intake *in) {
@@ -443,22 +787,22 @@ static void sweep(aa__intake *in) {
       if (age > CLOSING_NS)
         close_entry(in, e);
       break;
+    case E_DETACHED:
+      /* libmicrohttpd never reported taking it (it dropped it, e.g. out of
+       * memory): no callback can come for it */
+      if (!e->known && age > CLOSING_NS)
+        entry_free(e);
+      break;
     case E_MHD_NEW:
       if (!e->known && age > CLOSING_NS) {
-        /* libmicrohttpd never reported it (it dropped it, e.g. out of
-         * memory): end it rather than keep the client waiting */
-        (void)shutdown(e->fd, SHUT_RDWR);
-        close(e->fd);
-        entry_free(e);
+        end_entry(in, e); /* never taken: end it rather than wait */
         break;
       }
       /* fall through */
     case E_MHD_BODY:
     case E_MHD_IDLE:
-      if (!e->shut && age > in->deadline_ns) {
-        (void)shutdown(e->fd, SHUT_RDWR);
-        e->shut = true;
-      }
+      if (age > in->deadline_ns)
+        end_entry(in, e);
       break;
     default:
       break;
@@ -473,7 +817,7 @@ static void *intake_main(void *arg) {
   uint64_t last_sweep = 0;
 
   while (!in->stop) {
-    int n = epoll_wait(in->ep, evs, 64, 100);
+    int n = epoll_wait(in->ep, evs, 64, in->again ? 0 : 100);
     for (int k = 0; k < n; k++) {
       uint64_t tag = evs[k].data.u64;
       if (tag == TAG_LISTEN) {
@@ -481,12 +825,43 @@ static void *intake_main(void *arg) {
       } else if (tag == TAG_WAKE) {
         uint64_t v;
         (void)!read(in->wake_fd, &v, sizeof v);
-      } else if (tag >= TAG_BASE && tag - TAG_BASE < in->cap) {
+      } else if (tag >= TAG_BASE && (tag - TAG_BASE) / 2 < in->cap) {
+        entry *e = &in->e[(tag - TAG_BASE) / 2];
+        bool client_side = ((tag - TAG_BASE) & 1) == 0;
+        uint32_t ev = evs[k].events;
+        bool hup = (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0;
+        bool rd = hup || (ev & EPOLLIN) != 0;
+        bool wr = (ev & (EPOLLOUT | EPOLLHUP | EPOLLERR)) != 0;
         pthread_mutex_lock(&in->mu);
-        on_readable(in, &in->e[tag - TAG_BASE],
-                    (evs[k].events & (EPOLLRDHUP | EPOLLHUP)) != 0);
+        if (e->state >= E_MHD_NEW) {
+          if (client_side) {
+            e->c_hup |= hup;
+            e->c_rd |= rd;
+            e->c_wr |= wr;
+          } else {
+            e->p_hup |= hup;
+            e->p_rd |= rd;
+            e->p_wr |= wr;
+          }
+          pump(in, e);
+        } else if (client_side)
+          on_readable(in, e,
+                      (evs[k].events & (EPOLLRDHUP | EPOLLHUP)) != 0);
         pthread_mutex_unlock(&in->mu);
       }
+    }
+    if (in->again) {
+      pthread_mutex_lock(&in->mu);
+      in->again = false;
+      for (size_t i = 0; i < in->cap; i++) {
+        entry *e = &in->e[i];
+        if (!e->again)
+          continue;
+        e->again = false;
+        if (e->state >= E_MHD_NEW)
+          pump(in, e);
+      }
+      pthread_mutex_unlock(&in->mu);
     }
     if (aa_now_ns() - last_sweep > 100000000ull) {
       sweep(in);
@@ -529,11 +904,12 @@ int aa__intake_new(aa__http_state *st, const aa_http_config *cfg,
   in->lim.max_head = cfg->max_header;
   in->lim.max_target = cfg->max_header / 2;
   in->lim.max_args = AA__HTTP_MAX_ARGS;
-  /* our connections plus those shut down but not yet closed */
+  /* our connections plus those closed but not yet let go by libmicrohttpd */
   in->cap = (size_t)in->max_conn * 2 + 16;
   in->e = calloc(in->cap, sizeof *in->e);
   in->buf = malloc(in->lim.max_head + 1);
-  if (in->e == NULL || in->buf == NULL)
+  in->relay = malloc(RELAY_BYTES);
+  if (in->e == NULL || in->buf == NULL || in->relay == NULL)
     goto fail;
   for (size_t i = 0; i < in->cap; i++)
     entry_free(&in->e[i]);
@@ -575,10 +951,12 @@ void aa__intake_stop(aa__intake *in) {
     pthread_join(in->thread, NULL);
     in->running = false;
   }
+  /* nobody relays any more: every client is closed, and libmicrohttpd sees
+   * the end of each pair (slots it holds stay DETACHED until it lets go) */
   pthread_mutex_lock(&in->mu);
   for (size_t i = 0; i < in->cap; i++) {
     entry *e = &in->e[i];
-    if (e->state == E_INTAKE || e->state == E_CLOSING)
+    if (e->state != E_FREE && e->state != E_DETACHED)
       close_entry(in, e);
   }
   pthread_mutex_unlock(&in->mu);
@@ -589,9 +967,16 @@ void aa__intake_free(aa__intake *in) {
     return;
   aa__intake_stop(in);
   if (in->e != NULL) {
-    for (size_t i = 0; i < in->cap; i++)
-      if (in->e[i].state != E_FREE && in->e[i].fd >= 0)
-        close(in->e[i].fd);
+    for (size_t i = 0; i < in->cap; i++) {
+      entry *e = &in->e[i];
+      if (e->state == E_FREE)
+        continue;
+      if (e->fd >= 0)
+        close(e->fd);
+      if (e->peer >= 0)
+        close(e->peer);
+      entry_free(e);
+    }
   }
   if (in->ep >= 0)
     close(in->ep);
@@ -602,6 +987,7 @@ void aa__intake_free(aa__intake *in) {
   pthread_mutex_destroy(&in->mu);
   free(in->e);
   free(in->buf);
+  free(in->relay);
   free(in);
 }
 
@@ -623,7 +1009,9 @@ void aa__intake_conn_started(aa__intake *in, struct MHD_Connection *c,
   pthread_mutex_lock(&in->mu);
   for (size_t i = 0; i < in->cap; i++) {
     entry *e = &in->e[i];
-    if (e->state == E_MHD_NEW && !e->known && e->mhd_fd == ci->connect_fd) {
+    if (e->attached && !e->known && e->mhd_fd == ci->connect_fd &&
+        (e->state == E_MHD_NEW || e->state == E_DETACHED ||
+         e->state == E_CLOSING)) {
       e->known = true;
       *socket_context = e;
       break;
@@ -637,10 +1025,9 @@ void aa__intake_conn_closed(aa__intake *in, void **socket_context) {
   if (e == NULL)
     return;
   pthread_mutex_lock(&in->mu);
-  if (e->state >= E_MHD_NEW) {
-    close(e->fd);
-    entry_free(e);
-  }
+  e->attached = false;
+  if (e->state == E_DETACHED)
+    entry_free(e); /* we were done with it: the slot is free now */
   pthread_mutex_unlock(&in->mu);
   *socket_context = NULL;
 }
@@ -654,6 +1041,8 @@ static void set_state(aa__intake *in, struct MHD_Connection *c, int state) {
     e->state = state;
     e->since_ns = aa_now_ns();
   }
+  if (state == E_MHD_BODY)
+    e->reqs_begun++;
   pthread_mutex_unlock(&in->mu);
 }
 
@@ -663,4 +1052,15 @@ void aa__intake_request_begun(aa__intake *in, struct MHD_Connection *c) {
 
 void aa__intake_request_done(aa__intake *in, struct MHD_Connection *c) {
   set_state(in, c, E_MHD_IDLE);
+}
+
+bool aa__intake_must_close(aa__intake *in, struct MHD_Connection *c) {
+  entry *e = entry_of(c);
+  bool close_it;
+  if (e == NULL)
+    return false;
+  pthread_mutex_lock(&in->mu);
+  close_it = e->close_at != 0 && e->reqs_begun >= e->close_at;
+  pthread_mutex_unlock(&in->mu);
+  return close_it;
 }

@@ -1,14 +1,16 @@
 /*
  * intake.h — the server's front door (intake.c), shared with server.c only.
  *
- * The intake thread owns the listening socket. It accepts each connection,
- * reads its first request head without consuming it (MSG_PEEK), checks it
- * strictly (head.c) and answers a refusal itself with a JSON error document;
- * a good head's connection is handed to libmicrohttpd, which reads the same
- * bytes. It keeps one table of every connection (its own and libmicrohttpd's)
- * to enforce the connection limits, the per-request deadlines, and room for
- * new clients (the oldest connection that has no request in progress is
- * closed when a new client needs its place).
+ * The intake thread owns the listening socket and every client's socket. It
+ * reads each request head without consuming it (MSG_PEEK), checks it strictly
+ * (head.c) and answers a refusal itself with a JSON error document. A
+ * connection whose first head is good gets a socket pair whose other end is
+ * handed to libmicrohttpd; the intake relays between the client and the pair,
+ * passing libmicrohttpd each later head only once it is complete and checked
+ * too. It keeps one table of every connection to enforce the connection
+ * limits, the per-request deadlines, and room for new clients (the oldest
+ * connection that has no request in progress is closed when a new client
+ * needs its place).
  */
 #ifndef AA_HTTP_INTAKE_H
 #define AA_HTTP_INTAKE_H
@@ -37,5 +39,8 @@ void aa__intake_conn_closed(aa__intake *in, void **socket_context);
 /* A request's head was parsed (its body may follow) / it was answered. */
 void aa__intake_request_begun(aa__intake *in, struct MHD_Connection *c);
 void aa__intake_request_done(aa__intake *in, struct MHD_Connection *c);
+/* Whether the request being answered must be the connection's last (its
+ * body was chunked: the relay no longer knows where the next head starts). */
+bool aa__intake_must_close(aa__intake *in, struct MHD_Connection *c);
 
 #endif /* AA_HTTP_INTAKE_H */

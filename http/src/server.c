@@ -178,7 +178,8 @@ static aa__mhd_result answer(aa_http *srv, struct MHD_Connection *c,
   aa__http_route(&srv->st, &ctx->req, &resp);
   /* a refused framing or head: the rest of the connection cannot be
    * trusted, close it after the answer */
-  if (ctx->req.bad_head != NULL || ctx->too_large)
+  if (ctx->req.bad_head != NULL || ctx->too_large ||
+      aa__intake_must_close(srv->intake, c))
     resp.close = true;
   return send_response(c, &resp);
 }

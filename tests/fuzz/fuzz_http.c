@@ -3,7 +3,8 @@
  * as a request ("METHOD /path?query", header lines, a blank line, the body)
  * and answered by the router (aa__http_route) of two server states, one with
  * a token and one without, over an in-memory provider. Also feeds the first
- * line to the address parser and the whole input to the JSON escaper.
+ * line to the address parser, the whole input to the JSON escaper, to the
+ * strict head check, and as a pipelined stream to the relay's framing.
  *
  * Invariants checked (abort on violation): every error answer is valid JSON
  * with "error" and "path"; the escaper's output is valid JSON; the policy
@@ -351,10 +352,38 @@ static void fuzz_head(const uint8_t *data, size_t size) {
   }
 }
 
+/* A kept-alive connection's bytes as the intake relays them: head after
+ * head, each checked whole before it goes, then passed with exactly the
+ * body its Content-Length announces; a chunked body ends the walk (that
+ * request is the connection's last). The walk only moves forward and never
+ * past the input; an accepted head never announces both framings. */
+static void fuzz_stream(const uint8_t *data, size_t size) {
+  aa__http_head_limits lim = {16 * 1024, 8 * 1024, AA__HTTP_MAX_ARGS};
+  char *copy = dup_n((const char *)data, size);
+  size_t off = 0;
+  if (copy == NULL)
+    return;
+  while (off < size) {
+    aa__http_head h;
+    if (aa__http_head_check(copy + off, size - off, &lim, &h) == 0 ||
+        h.status != 0)
+      break; /* waits for more, or refused: nothing after it goes */
+    if (h.len < 2 || h.len > size - off)
+      abort();
+    if (h.chunked && h.content_length != 0)
+      abort();
+    if (h.chunked || h.content_length > size - off - h.len)
+      break;
+    off += h.len + (size_t)h.content_length;
+  }
+  free(copy);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > 256 * 1024)
     return 0;
   fuzz_head(data, size);
+  fuzz_stream(data, size);
   fuzz_address_and_escape(data, size);
   run_one(NULL, data, size);
   run_one("fuzz-token", data, size);
