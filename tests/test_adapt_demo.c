@@ -175,10 +175,30 @@ static void test_adapt_demo_reserved_loop_on_not_above_off_trimming(void **state
   aa_policy_free(base);
 }
 
+/* Four classes per doubling up to 1 MiB (the default before the current
+ * one, with the expandable path): the demo's activations are small
+ * requests, the loop adds and retires exact classes, each change checked by
+ * its replay of the interval first. */
+static void test_adapt_demo_reserved_loop_on_not_above_off_classes_to_1m(void **state) {
+  static const char patch[] = "{\"pools\": {\"host\": {\"max_small\": 1048576, "
+                              "\"classes\": {\"min\": 512, \"per_doubling\": 4}}}}";
+  aa_policy *base = NULL;
+  aa_policy *p = NULL;
+  char err[256] = "";
+  (void)state;
+  assert_int_equal(aa_policy_default(&base), AA_OK);
+  if (aa_policy_merge_patch(base, patch, sizeof patch - 1, &p, err, sizeof err) != AA_OK)
+    fail_msg("the policy patch: %s", err);
+  assert_true(compare_on_off(p, "classes to 1 MiB") > 0); /* it acted */
+  aa_policy_free(p);
+  aa_policy_free(base);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_adapt_demo_reserved_loop_on_not_above_off),
       cmocka_unit_test(test_adapt_demo_reserved_loop_on_not_above_off_trimming),
+      cmocka_unit_test(test_adapt_demo_reserved_loop_on_not_above_off_classes_to_1m),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
