@@ -232,7 +232,7 @@ def wl_moe(torch, dev):
                 if idx.numel() == 0:
                     continue
                 h = self.w2[k](torch.relu(self.w1[k](x.index_select(0, idx))))
-                out = out.index_add(0, idx, h)
+                out = out.index_add(0, idx, h.to(out.dtype))  # h is bf16 under autocast
             return x + out
 
     model = nn.Sequential(*[MoE() for _ in range(layers)]).to(dev)
