@@ -304,13 +304,24 @@ def preload(workloads):
 # ---------------------------------------------------------------- child
 
 def _pool_summary(doc):
-    """The device pools and the loop's counters of adaptalloc's /stats."""
-    keys = ("bytes_in_use", "bytes_reserved", "peak_bytes_in_use", "peak_bytes_reserved")
-    pools = [dict({k: p.get(k) for k in keys}, name=p.get("name"), backend=p.get("backend"))
-             for p in doc.get("pools", []) if "device" in str(p.get("backend", p.get("name")))]
-    adapt = doc.get("adapt") or {}
+    """The device pools of adaptalloc's /stats (totals, large path, class
+    table) and the loop's counters and audit: where the reserved bytes are."""
+    keys = ("bytes_in_use", "bytes_requested", "bytes_reserved", "peak_bytes_in_use",
+            "peak_bytes_reserved", "large_bytes_in_use", "large_bytes_reserved",
+            "large_segments", "large_pages_mapped", "large_pages_unmapped", "backend_allocs",
+            "backend_frees")
+    ckeys = ("block_size", "prefill", "slabs", "bytes_in_use", "bytes_reserved",
+             "peak_bytes_in_use", "allocs", "misses")
+    pools = []
+    for p in doc.get("pools", []):
+        if p.get("backend") != "cuda" and not str(p.get("name", "")).startswith("device"):
+            continue  # the host and pinned pools
+        d = {k: p.get(k) for k in keys}
+        d.update(name=p.get("name"), backend=p.get("backend"),
+                 classes=[{k: c.get(k) for k in ckeys} for c in p.get("classes", [])])
+        pools.append(d)
     return {"pools": pools, "policy_version": doc.get("policy_version"),
-            "adapt": {k: adapt.get(k) for k in ("enabled", "steps", "decisions")}}
+            "adapt": doc.get("adapt") or {}}
 
 
 def child(workload, mode, capture, steps=None):
