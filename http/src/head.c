@@ -206,7 +206,7 @@ int aa__http_head_check(const char *buf, size_t len,
                         const aa__http_head_limits *lim, aa__http_head *h) {
   const char *p = buf, *end = buf + len, *next;
   size_t n;
-  unsigned hosts = 0, lengths = 0, encodings = 0;
+  unsigned hosts = 0, lengths = 0, encodings = 0, fields = 0;
   const char *host = NULL, *clen = NULL, *te = NULL;
   size_t host_n = 0, clen_n = 0, te_n = 0;
   bool have_line = false;
@@ -275,6 +275,15 @@ int aa__http_head_check(const char *buf, size_t len,
                         name);
       }
       trim(&v, &vn);
+      fields++;
+      if (k == 6 && strncasecmp(p, "Cookie", 6) == 0)
+        for (size_t j = 0; j < vn; j++)
+          fields += v[j] == ';';
+      if (fields > lim->max_fields)
+        return refuse(h, 431,
+                      "more than %u header fields (each Cookie pair counts "
+                      "as one)",
+                      lim->max_fields);
       if (k == 4 && strncasecmp(p, "Host", 4) == 0) {
         hosts++;
         host = v;

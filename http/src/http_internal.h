@@ -71,10 +71,15 @@ typedef struct aa__http_req {
 /* ------------------------------------------------------------ head (head.c) */
 
 typedef struct aa__http_head_limits {
-  size_t max_head;   /* request line + headers, bytes */
-  size_t max_target; /* the request target, bytes */
-  unsigned max_args; /* query parameters */
+  size_t max_head;     /* request line + headers, bytes */
+  size_t max_target;   /* the request target, bytes */
+  unsigned max_args;   /* query parameters */
+  unsigned max_fields; /* header lines, each Cookie pair counted as one */
 } aa__http_head_limits;
+
+/* Header fields a head may carry (libmicrohttpd keeps a record for each
+ * header and each Cookie pair in its per-connection memory). */
+#define AA__HTTP_MAX_FIELDS 100
 
 typedef struct aa__http_head {
   int status;     /* 0: acceptable; else the 4xx/505 to answer */
@@ -91,7 +96,8 @@ typedef struct aa__http_head {
  * 1: decided, h->status 0 (acceptable) or the status to answer with h->why.
  * Refuses: a malformed request line, versions other than HTTP/1.0 and 1.1
  * (505), a target over max_target (414) or with NUL/control bytes, more than
- * max_args query parameters, header lines with an empty name, a space or
+ * max_args query parameters, more than max_fields header fields (431),
+ * header lines with an empty name, a space or
  * other non-token byte in the name, white space before ':', obsolete line
  * folding, NUL or control bytes in a value, a bare CR; zero (HTTP/1.1) or
  * several Host headers or a malformed one ("[::1]evil.example"); several

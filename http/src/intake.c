@@ -904,6 +904,7 @@ int aa__intake_new(aa__http_state *st, const aa_http_config *cfg,
   in->lim.max_head = cfg->max_header;
   in->lim.max_target = cfg->max_header / 2;
   in->lim.max_args = AA__HTTP_MAX_ARGS;
+  in->lim.max_fields = AA__HTTP_MAX_FIELDS;
   /* our connections plus those closed but not yet let go by libmicrohttpd */
   in->cap = (size_t)in->max_conn * 2 + 16;
   in->e = calloc(in->cap, sizeof *in->e);

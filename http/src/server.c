@@ -557,7 +557,13 @@ int aa_http_new(const aa_http_config *cfg, const aa_http_provider *prov,
     flags |= MHD_USE_EPOLL | MHD_USE_TURBO;
   else
     flags |= MHD_USE_POLL;
-  pool_mem = c.max_header < 4096 ? 4096 : c.max_header;
+  /* libmicrohttpd's memory for one connection holds the head as read
+   * (max_header), a copy of a Cookie value (at most max_header), a record
+   * for each header field, Cookie pair and query argument, and the answer's
+   * head: any head the intake accepts fits, so libmicrohttpd never answers
+   * "too big" itself (in HTML) */
+  pool_mem = 2 * (size_t)(c.max_header < 4096 ? 4096 : c.max_header) +
+             (AA__HTTP_MAX_FIELDS + AA__HTTP_MAX_ARGS) * 128 + 8192;
   /* the limits per client and in all are the intake's; libmicrohttpd's own
    * limit only has to hold connections that are being shut down too */
   srv->daemon = MHD_start_daemon(

@@ -330,7 +330,8 @@ static void fuzz_address_and_escape(const uint8_t *data, size_t size) {
  * within the input, or one of the statuses the server answers with a
  * reason; a prefix never reads past its length. */
 static void fuzz_head(const uint8_t *data, size_t size) {
-  aa__http_head_limits lim = {16 * 1024, 8 * 1024, AA__HTTP_MAX_ARGS};
+  aa__http_head_limits lim = {16 * 1024, 8 * 1024, AA__HTTP_MAX_ARGS,
+                              AA__HTTP_MAX_FIELDS};
   aa__http_head h;
   size_t cut[2] = {size / 2, size};
   for (int k = 0; k < 2; k++) {
@@ -358,7 +359,8 @@ static void fuzz_head(const uint8_t *data, size_t size) {
  * request is the connection's last). The walk only moves forward and never
  * past the input; an accepted head never announces both framings. */
 static void fuzz_stream(const uint8_t *data, size_t size) {
-  aa__http_head_limits lim = {16 * 1024, 8 * 1024, AA__HTTP_MAX_ARGS};
+  aa__http_head_limits lim = {16 * 1024, 8 * 1024, AA__HTTP_MAX_ARGS,
+                              AA__HTTP_MAX_FIELDS};
   char *copy = dup_n((const char *)data, size);
   size_t off = 0;
   if (copy == NULL)
