@@ -1,7 +1,9 @@
 /*
- * output.c — adaptalloc-replay's human output: the progress bar on stderr,
- * byte formatting, the run report and the compare table.
+ * output.c — adaptalloc-replay's output: the progress bar on stderr, byte
+ * formatting, the run report and the compare table; the JSON head and
+ * result that run, compare and suggest print.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "replay_tool.h"
@@ -269,3 +271,35 @@ void print_db_table(FILE *f, const char *const *labels, const db_meta *meta,
 static void file_put(void *sink, const char *s, size_t n) { fwrite(s, 1, n, sink); }
 
 void print_json_string(FILE *f, const char *s) { aa__json_put(file_put, f, s, strlen(s)); }
+
+void print_json_result(FILE *f, const aa_replay_result *r) {
+  char buf[4096];
+  size_t len = aa_replay_result_json(r, buf, sizeof buf);
+
+  if (len >= sizeof buf) {
+    char *big = malloc(len + 1);
+    if (big != NULL) {
+      aa_replay_result_json(r, big, len + 1);
+      fputs(big, f);
+      free(big);
+      return;
+    }
+  }
+  fputs(buf, f);
+}
+
+void print_json_head(FILE *f, const options *o, const timing *t) {
+  char desc[512];
+
+  input_describe(&o->in, desc, sizeof desc);
+  fprintf(f, "{\"command\":");
+  print_json_string(f, o->cmd);
+  fprintf(f, ",\"input\":");
+  print_json_string(f, desc);
+  fprintf(f, ",\"pool\":");
+  print_json_string(f, o->pool);
+  fprintf(f, ",\"events\":%llu,\"wall_s\":%.6f,\"events_per_s\":%.0f,"
+             "\"cpu_s\":%.6f,\"events_per_cpu_s\":%.0f",
+          (unsigned long long)t->events, t->wall_s, t->events_per_s, t->cpu_s,
+          t->events_per_cpu_s);
+}

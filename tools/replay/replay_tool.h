@@ -2,11 +2,13 @@
  * replay_tool.h — what the files of adaptalloc-replay share: the input
  * selection, the progress bar, the text/JSON output helpers.
  *
- * main.c    main(), policies, run and compare, export, import
+ * main.c    main(), export, import
+ * sims.c    policies, their simulators, the one replay behind run/compare/suggest
+ * run.c     run and compare (several --db: cmd_run_multi), their reports
  * args.c    the command line: help table, option parsing, input checks
  * suggest.c the suggest command (candidate tables, --layout, the tuned policy)
  * input.c   event sources behind one call: CSV, store trace, histograms
- * output.c  the progress bar, byte/percent formatting, tables
+ * output.c  the progress bar, byte/percent formatting, tables, result JSON
  * ranks.c   several ranks' databases: run rows, combined figures, `ranks`
  * plot.c    compare --plot: the SVG of the replays
  */
@@ -238,7 +240,7 @@ int usage_error(const char *fmt, const char *arg) __attribute__((format(printf, 
 int parse_args(int argc, char **argv, options *o);
 int check_inputs(const options *o);
 
-/* main.c: policies and the replay behind run and compare, shared with
+/* sims.c: policies and the replay behind run and compare, shared with
  * suggest.c. */
 typedef struct loaded {
   const char *label;
@@ -266,8 +268,15 @@ int load_policy(const options *o, const char *path, loaded *l);
 int make_sim(const options *o, loaded *l, bool collect_sizes);
 int replay_all(const options *o, loaded *l, size_t n, timing *t, tool_plot *plot);
 void free_loaded(loaded *l, size_t n);
+
+/* output.c: a result's JSON object, and the head of a command's JSON (the
+ * command, the input, the pool, the timing) */
 void print_json_result(FILE *f, const aa_replay_result *r);
 void print_json_head(FILE *f, const options *o, const timing *t);
+
+/* run.c: run and compare (compare true); over several databases */
+int cmd_run(const options *o, bool compare);
+int cmd_run_multi(const options *o, bool compare);
 
 /* suggest.c */
 int cmd_suggest(const options *opts);
