@@ -9,7 +9,8 @@
  * suggest.c the suggest command (candidate tables, --layout, the tuned policy)
  * input.c   event sources behind one call: CSV, store trace, histograms
  * output.c  the progress bar, byte/percent formatting, tables, result JSON
- * ranks.c   several ranks' databases: run rows, combined figures, `ranks`
+ * dbs.c     several ranks' databases: run rows, --each-rank, combined figures
+ * ranks.c   the `ranks` command
  * plot.c    compare --plot: the SVG of the replays
  */
 #ifndef ADAPTALLOC_REPLAY_TOOL_H
@@ -100,6 +101,7 @@ void print_json_string(FILE *f, const char *s);
 
 /* ------------------------------------------------------------------ ranks */
 
+/* dbs.c: several ranks' databases */
 /* What a database's run row says (aa_store_runs_json). */
 typedef struct db_meta {
   int64_t run_id; /* the run resolved (the latest when asked <= 0) */
@@ -133,7 +135,13 @@ void db_label(const char *path, const db_meta *m, char *buf, size_t cap);
  * summed hits and misses. */
 void result_combine(const aa_replay_result *r, size_t n, aa_replay_result *out);
 
-/* `ranks`: the databases' request-size histograms side by side (runs[i] of
+/* A store error as a message that says what to do about it. */
+const char *meta_store_err(int rc);
+
+/* The part of a path after its last '/'. */
+const char *base_of(const char *path);
+
+/* ranks.c: `ranks`: the databases' request-size histograms side by side (runs[i] of
  * dbs[i], <= 0 the latest; from each run's trace, or its latest snapshots when it has no trace or
  * from_histogram), each one's distance to the median rank, flagged above
  * threshold. Returns an exit code (messages printed). */
@@ -141,7 +149,7 @@ int cmd_ranks(const char *const *dbs, const int64_t *runs, size_t n,
               const char *hist_pool, bool from_histogram, size_t top,
               double threshold, bool json);
 
-/* A table with one row per database and a last row `combined`. */
+/* output.c: a table with one row per database and a last row `combined`. */
 void print_db_table(FILE *f, const char *const *labels,
                     const db_meta *meta, const aa_replay_result *r, size_t n,
                     const aa_replay_result *combined);
