@@ -9,7 +9,9 @@
  *             headers that matter, the body. Filled by server.c from MHD, or
  *             by the fuzzer from bytes.
  *   response  aa__http_resp: status, type, body, the extra headers.
- *   router    aa__http_route (router.c): request -> response, no I/O.
+ *   router    aa__http_route (router.c): request -> response, no I/O; its
+ *             endpoints are endpoints.c's, its responses respond.c's
+ *             (router.h).
  *   buffer    aa__buf: a growable byte string (core/src/strbuf.c).
  *   asset     an embedded web/ file (web_assets.h, generated at configure
  *             time by cmake/AAEmbed.cmake).
