@@ -10,6 +10,8 @@ the native extension the whole module is skipped with the reason.
 """
 import json
 import os
+import subprocess
+import sys
 import threading
 import urllib.request
 
@@ -221,3 +223,44 @@ def test_metrics_and_stats_show_the_region():
                                             timeout=10).read())
     assert doc["pools"][0]["region"] == "kv_cache"
     del x
+
+
+_PLUGGABLE_CHILD = r"""
+import json, torch, adaptalloc, adaptalloc.torch as at
+at.install(native=False, db=False, http=False)
+adaptalloc.patch_policy({"pools": {"regions": {"capped": {"limit_bytes": 64 << 20}}}})
+MIB = 1 << 20
+out = {}
+with at.region("kv_cache"):
+    out["current"] = at.current_region()
+    x = torch.ones(8 * MIB, dtype=torch.uint8, device="cuda")
+y = torch.ones(4 * MIB, dtype=torch.uint8, device="cuda")
+out["after"] = at.current_region()
+out["kv_in_use"] = adaptalloc.region_stats()["kv_cache"]["bytes_in_use"]
+out["sum"] = int((x.sum() + y.sum()).item())
+del x  # the free finds the region's pool by address
+torch.cuda.synchronize()
+out["kv_after_free"] = adaptalloc.region_stats()["kv_cache"]["bytes_in_use"]
+with at.region("capped"):
+    small = torch.ones(MIB, dtype=torch.uint8, device="cuda")
+out["capped_in_use"] = adaptalloc.region_stats()["capped"]["bytes_in_use"]
+del small, y
+torch.cuda.synchronize()
+out["capped_after_free"] = adaptalloc.region_stats()["capped"]["bytes_in_use"]
+out["invalid_frees"] = sum(p["invalid_frees"] for p in adaptalloc.stats()["pools"])
+print(json.dumps(out))
+"""
+
+
+def test_pluggable_allocator_routes_and_frees_by_address(tmp_path):
+    # the pluggable allocator in a process of its own (one allocator a process)
+    env = dict(os.environ, ADAPTALLOC_QUIET="1")
+    r = subprocess.run([sys.executable, "-c", _PLUGGABLE_CHILD], env=env, cwd=str(tmp_path),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    assert d["current"] == "kv_cache" and d["after"] is None
+    assert d["kv_in_use"] >= 8 * MIB and d["kv_after_free"] == 0
+    assert d["sum"] == 12 * MIB
+    assert d["capped_in_use"] >= MIB and d["capped_after_free"] == 0
+    assert d["invalid_frees"] == 0

@@ -373,7 +373,7 @@ def test_regions_names_policy_and_stats_without_torch(run_py):
             out["bad_key"] = str(e)
         out["same_version"] = adaptalloc.policy_version() == v
         out["region_stats"] = adaptalloc.region_stats()
-        # without the native allocator a region warns once and routes nothing
+        # before install() a region warns once and routes nothing
         import warnings
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
@@ -400,4 +400,4 @@ def test_regions_names_policy_and_stats_without_torch(run_py):
     assert d["same_version"] is True
     assert d["region_stats"] == {}
     assert d["current"] is None
-    assert len(d["warnings"]) == 1 and "native allocator" in d["warnings"][0]
+    assert len(d["warnings"]) == 1 and "install() has not run" in d["warnings"][0]

@@ -9,11 +9,19 @@
  *   aa_torch_memory_fraction            set_memory_fraction_fn void(double,int)
  *   aa_torch_record_stream              set_record_stream_fn   void(void*,stream)
  *   aa_torch_set_limit, aa_torch_stat, aa_torch_stats_json   for ctypes users
+ *   aa_torch_set_region, aa_torch_region   the calling thread's region (ctypes)
  *
  * Pools are the runtime's (aa_runtime_pool(AA_BACKEND_DEVICE, device)), which
  * starts the store, the policy loop and the HTTP server on first use. The hot
  * path is one relaxed atomic load of the cached pool pointer and aa_alloc /
  * aa_free; no lock and no CUDA call of ours.
+ *
+ * Regions (adaptalloc.torch.region): a thread-local region id sends the
+ * thread's allocations to that region's pool on the device
+ * (aa_runtime_region_pool). free_fn gets only the pointer and the device, so
+ * once a device has region pools a free whose block the device pool does not
+ * hold looks it up in them (one page-map lookup per pool); before that the
+ * free path is as it was.
  *
  * PyTorch does not check the pointer alloc_fn returns: NULL (out of memory
  * after the pool released its cache and retried) reaches torch as a tensor
@@ -34,6 +42,9 @@
 #define AA_TORCH_MAX_DEVICES 64
 
 static _Atomic(aa_pool *) g_pools[AA_TORCH_MAX_DEVICES];
+static _Atomic(aa_pool *) g_region_pools[AA_TORCH_MAX_DEVICES][AA_RUNTIME_MAX_REGIONS];
+static atomic_int g_nregion_pools[AA_TORCH_MAX_DEVICES]; /* made so far, per device */
+static _Thread_local int t_region = -1;                  /* aa_runtime_region_id, -1: none */
 
 static aa_pool *pool_for(int device) {
   aa_pool *p;
@@ -57,6 +68,34 @@ static aa_pool *pool_if_made(int device) {
   return atomic_load_explicit(&g_pools[device], memory_order_acquire);
 }
 
+/* Region id's pool on the device, made on first use (the device's own pool
+ * exists by then). */
+static aa_pool *region_pool_for(int device, int id) {
+  aa_pool *p = atomic_load_explicit(&g_region_pools[device][id], memory_order_acquire);
+  aa_pool *none = NULL;
+  if (p)
+    return p;
+  p = aa_runtime_region_pool(id, AA_BACKEND_DEVICE, device);
+  if (p && atomic_compare_exchange_strong(&g_region_pools[device][id], &none, p))
+    atomic_fetch_add(&g_nregion_pools[device], 1);
+  return p;
+}
+
+/* The pool that holds ptr on the device: its own pool, or a region's. */
+static aa_pool *owner_of(int device, const void *ptr) {
+  aa_pool *p = pool_if_made(device);
+  int i;
+  if (!p || atomic_load_explicit(&g_nregion_pools[device], memory_order_acquire) == 0 ||
+      aa_block_size(p, ptr) != 0)
+    return p;
+  for (i = 0; i < AA_RUNTIME_MAX_REGIONS; i++) {
+    aa_pool *r = atomic_load_explicit(&g_region_pools[device][i], memory_order_acquire);
+    if (r && aa_block_size(r, ptr) != 0)
+      return r;
+  }
+  return p; /* not ours: aa_free reports it */
+}
+
 void *aa_torch_alloc(size_t size, int device, aa_stream stream) {
   aa_pool *p = pool_for(device);
   void *ptr;
@@ -65,20 +104,39 @@ void *aa_torch_alloc(size_t size, int device, aa_stream stream) {
             device);
     return NULL;
   }
+  if (t_region >= 0) {
+    p = region_pool_for(device, t_region);
+    if (!p) {
+      fprintf(stderr, "adaptalloc: no pool for region %s on CUDA device %d\n",
+              aa_runtime_region_name(t_region), device);
+      return NULL;
+    }
+  }
   ptr = aa_alloc(p, size, stream);
   if (!ptr)
-    fprintf(stderr, "adaptalloc: out of memory on device %d allocating %zu bytes\n",
-            device, size);
+    fprintf(stderr, "adaptalloc: out of memory on device %d allocating %zu bytes (pool %s)\n",
+            device, size, aa_pool_name(p));
   return ptr;
 }
 
 void aa_torch_free(void *ptr, size_t size, int device, aa_stream stream) {
   aa_pool *p;
-  if (!ptr)
+  if (!ptr || device < 0 || device >= AA_TORCH_MAX_DEVICES)
     return;
-  p = pool_for(device);
+  p = owner_of(device, ptr);
   if (p)
     (void)aa_free(p, ptr, size, stream);
+}
+
+int aa_torch_region(void) { return t_region; }
+
+int aa_torch_set_region(int id, int *prev) {
+  if (id != -1 && aa_runtime_region_name(id) == NULL)
+    return AA_EINVAL;
+  if (prev)
+    *prev = t_region;
+  t_region = id;
+  return AA_OK;
 }
 
 void aa_torch_init(int device_count) {
@@ -92,6 +150,11 @@ void aa_torch_reset(void) {
     aa_pool *p = pool_if_made(d);
     if (p)
       (void)aa_pool_release(p);
+    for (int i = 0; p && i < AA_RUNTIME_MAX_REGIONS; i++) {
+      aa_pool *r = atomic_load_explicit(&g_region_pools[d][i], memory_order_acquire);
+      if (r)
+        (void)aa_pool_release(r);
+    }
   }
 }
 
@@ -133,7 +196,7 @@ void aa_torch_record_stream(void *ptr, aa_stream stream) {
   if (!ptr)
     return;
   for (d = 0; d < AA_TORCH_MAX_DEVICES; d++) {
-    aa_pool *p = pool_if_made(d);
+    aa_pool *p = owner_of(d, ptr);
     if (p && aa_block_size(p, ptr) != 0) {
       (void)aa_record_stream(p, ptr, stream);
       return;

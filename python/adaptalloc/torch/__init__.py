@@ -58,6 +58,7 @@ _PKG = os.path.dirname(_HERE)
 _lock = threading.Lock()
 _mode = None            # None, "native" or "pluggable"
 _pluggable = None       # the CUDAPluggableAllocator, kept alive
+_plug_lib = None        # ctypes handle of its libadaptalloc_torch.so (regions)
 
 
 def _need_torch(what):
@@ -105,7 +106,7 @@ def _check_untouched(torch):
 
 
 def _install_pluggable(torch, record_stream):
-    global _pluggable
+    global _pluggable, _plug_lib
     path = pluggable_library()
     if path is None:
         raise RuntimeError("adaptalloc.torch.install(native=False): this adaptalloc was built "
@@ -113,6 +114,10 @@ def _install_pluggable(torch, record_stream):
                            "machine with the CUDA Toolkit" % _PKG)
     alloc = torch.cuda.memory.CUDAPluggableAllocator(path, "aa_torch_alloc", "aa_torch_free")
     lib = ctypes.CDLL(path)
+    lib.aa_torch_set_region.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
+    lib.aa_torch_set_region.restype = ctypes.c_int
+    lib.aa_torch_region.argtypes = []
+    lib.aa_torch_region.restype = ctypes.c_int
     inner = alloc.allocator()
     hooks = [("set_init_fn", "aa_torch_init"),
              ("set_reset_fn", "aa_torch_reset"),
@@ -132,6 +137,7 @@ def _install_pluggable(torch, record_stream):
         raise RuntimeError("adaptalloc.torch.install: PyTorch refused the allocator (%s); "
                            "install() must run before the first CUDA allocation" % e) from None
     _pluggable = alloc
+    _plug_lib = lib
 
 
 def install(*, model=None, policy=None, policy_dir=None, db=None, http=None, token=None,
@@ -206,6 +212,20 @@ _region_warned = False
 _REGION_NAMES = {}      # region id -> name, of the regions made here
 
 
+def _set_region(rid):
+    """Sets this thread's region id in the installed allocator; returns the
+    previous one, or None when no adaptalloc allocator is installed."""
+    if _mode == "native":
+        from adaptalloc import _torch_native
+        return _torch_native.set_region(rid)
+    if _mode == "pluggable":
+        prev = ctypes.c_int(-1)
+        if _plug_lib.aa_torch_set_region(rid, ctypes.byref(prev)) != 0:
+            raise ValueError("adaptalloc: %d is not a region id" % rid)
+        return prev.value
+    return None
+
+
 class region(contextlib.ContextDecorator):
     """region(name): inside ``with region("kv_cache"):`` (or a function
     decorated with ``@region("kv_cache")``) the CUDA allocations this thread
@@ -220,9 +240,11 @@ class region(contextlib.ContextDecorator):
 
     The name is checked now: 1 to 20 ASCII letters, digits, '_' and '-',
     starting with a letter (ValueError otherwise); at most 16 names per
-    process (adaptalloc.AdaptallocError beyond). Regions need the native
-    allocator (install()); with the pluggable one, or before install(), the
-    allocations stay in the device pool and a RuntimeWarning says so once.
+    process (adaptalloc.AdaptallocError beyond). Both allocators route
+    (install(), native or pluggable); before install() PyTorch's own
+    allocator serves the allocations and a RuntimeWarning says so once.
+    Inside a CUDA graph capture the pluggable allocator cannot work at all
+    (docs/torch.md), regions or not.
     """
 
     def __init__(self, name):
@@ -236,26 +258,19 @@ class region(contextlib.ContextDecorator):
         stack = getattr(self._saved, "stack", None)
         if stack is None:
             stack = self._saved.stack = []
-        if _mode == "native":
-            from adaptalloc import _torch_native
-            stack.append(_torch_native.set_region(self._id))
-        else:
-            stack.append(None)
-            if not _region_warned:
-                _region_warned = True
-                warnings.warn("adaptalloc.torch.region(%r): regions need adaptalloc's native "
-                              "allocator (adaptalloc.torch.install()); %s, so allocations "
-                              "stay in the device pool" % (self.name, "the pluggable allocator "
-                                                           "is installed" if _mode else
-                                                           "install() has not run"),
-                              RuntimeWarning, stacklevel=2)
+        prev = _set_region(self._id)
+        stack.append(prev)
+        if prev is None and not _region_warned:
+            _region_warned = True
+            warnings.warn("adaptalloc.torch.region(%r): adaptalloc.torch.install() has not "
+                          "run, so PyTorch's own allocator serves these allocations"
+                          % (self.name,), RuntimeWarning, stacklevel=2)
         return self
 
     def __exit__(self, *exc):
         prev = self._saved.stack.pop()
         if prev is not None:
-            from adaptalloc import _torch_native
-            _torch_native.set_region(prev)
+            _set_region(prev)
         return False
 
     def __repr__(self):
@@ -264,10 +279,13 @@ class region(contextlib.ContextDecorator):
 
 def current_region():
     """The name of the region this thread allocates into, or None."""
-    if _mode != "native":
+    if _mode == "native":
+        from adaptalloc import _torch_native
+        rid = _torch_native.current_region()
+    elif _mode == "pluggable":
+        rid = _plug_lib.aa_torch_region()
+    else:
         return None
-    from adaptalloc import _torch_native
-    rid = _torch_native.current_region()
     return None if rid < 0 else _REGION_NAMES.get(rid)
 
 

@@ -51,6 +51,13 @@ AA_EXTERN uint64_t aa_torch_stat(int device, const char *name);
  * needed, 0 when there is no pool. */
 AA_EXTERN size_t aa_torch_stats_json(int device, char *buf, size_t cap);
 
+/* Sends the calling thread's later allocations to region id's pool
+ * (aa_runtime_region_id; -1: the device pool again); *prev (may be NULL) gets
+ * the id it had. AA_EINVAL, nothing changed, for an id no region has. */
+AA_EXTERN int aa_torch_set_region(int id, int *prev);
+/* The calling thread's region id (-1: none). */
+AA_EXTERN int aa_torch_region(void);
+
 #ifdef __cplusplus
 }
 #endif
