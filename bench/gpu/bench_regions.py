@@ -18,7 +18,9 @@ ratios against "ours" (one pool) and against PyTorch's default.
 
 Modes: default, expandable (PyTorch), ours (adaptalloc's native allocator,
 one pool), ours-kv (the KV cache in region kv_cache), ours-all (qkv, scores
-and kv_cache regions).
+and kv_cache regions), and two with a tight large-path cache (free mapped
+pages above 4 MiB are unmapped at once, large.cache_bytes): ours-tight (one
+pool, pools.device) and ours-kv-tight (the KV cache region's section only).
 """
 import argparse
 import json
@@ -33,7 +35,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 
-MODES = ["default", "expandable", "ours", "ours-kv", "ours-all"]
+MODES = ["default", "expandable", "ours", "ours-kv", "ours-all", "ours-tight", "ours-kv-tight"]
+TIGHT = {"large": {"cache_bytes": 4 << 20}}
 PAIRS = [(1, 32), (8, 128), (4, 512), (16, 64), (2, 1024), (8, 256), (32, 32), (4, 768)]
 NEW = 64
 MIB = 1 << 20
@@ -47,6 +50,10 @@ def child(mode):
         import adaptalloc.torch as at
 
         at.install(db=False, http=False)
+        if mode == "ours-tight":
+            adaptalloc.patch_policy({"pools": {"device": TIGHT}})
+        elif mode == "ours-kv-tight":
+            adaptalloc.patch_policy({"pools": {"regions": {"kv_cache": TIGHT}}})
     torch.cuda.init()
     torch.cuda.synchronize()
     free, total = torch.cuda.mem_get_info()
@@ -66,8 +73,8 @@ def child(mode):
 
     torch.manual_seed(0)
     model = TinyDecoder().half().cuda().eval()
-    if mode in ("ours-kv", "ours-all"):
-        names = ("kv_cache",) if mode == "ours-kv" else ("qkv", "scores", "kv_cache")
+    if mode in ("ours-kv", "ours-all", "ours-kv-tight"):
+        names = ("qkv", "scores", "kv_cache") if mode == "ours-all" else ("kv_cache",)
         for n in names:
             model.regions[n] = at.region(n)
     gen = torch.Generator(device="cpu").manual_seed(1)
