@@ -696,6 +696,68 @@ static void test_http_keepalive_chunked_is_last(void **state) {
   pthread_mutex_unlock(&fx->f.mu);
 }
 
+/* A chunked body is checked chunk by chunk: a malformed size line, data not
+ * followed by CRLF, a chunk over the limit, trailer fields are answered in
+ * JSON (400/413) by the server, never by libmicrohttpd in HTML, first
+ * request or later; good chunks (with extensions) are applied. */
+static void test_http_keepalive_chunked_framing(void **state) {
+  fixture *fx = *state;
+  static const char head[] = "PUT /policy HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                             "Transfer-Encoding: chunked\r\n\r\n";
+  static const struct {
+    const char *body;
+    int status;
+    const char *needle;
+  } bad[] = {
+      {"zz\r\n{}\r\n0\r\n\r\n", 400, "chunk size"},
+      {"2 \r\n{}\r\n0\r\n\r\n", 400, "chunk-size line"},
+      {"2\n{}\r\n0\r\n\r\n", 400, "chunk-size line"},
+      {"2\r\n{}XX0\r\n\r\n", 400, "not followed by CRLF"},
+      {"ffffffffffffffffff\r\n", 413, "16 hex digits"},
+      {"ffffffff\r\n", 413, "a chunk of"},
+      {"2;a=\x01\r\n{}\r\n0\r\n\r\n", 400, "chunk extension"},
+      {"2\r\n{}\r\n0\r\nX-T: 1\r\n\r\n", 400, "trailer"},
+      {"2;aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+       "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+       "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+       "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+       "\r\n{}\r\n0\r\n\r\n",
+       400, "over 256"},
+  };
+  char req[1024];
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    int n = snprintf(req, sizeof req, "%s%s", head, bad[i].body);
+    for (unsigned before = 0; before <= 1; before++)
+      later_refused(fx, before, req, (size_t)n, false, bad[i].status,
+                    bad[i].needle);
+    later_refused(fx, 2, req, (size_t)n, true, bad[i].status, bad[i].needle);
+  }
+  assert_int_equal(version_now(fx), 1);
+  /* good chunks, an extension included: applied, and the connection ends */
+  {
+    static const char good[] =
+        "PUT /policy HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n3;x=\"1\"\r\n{\"g\r\n4\r\n\":1}"
+        "\r\n0\r\n\r\n";
+    conn *c = conn_open(fx->port);
+    answer a;
+    conn_send(c, GET_OK, strlen(GET_OK));
+    next_answer(c, &a);
+    assert_int_equal(a.status, 200);
+    conn_send(c, good, sizeof good - 1);
+    next_answer(c, &a);
+    if (a.status != 200)
+      fail_msg("good chunks: %s%s", a.head, a.body);
+    assert_non_null(strcasestr(a.head, "Connection: close"));
+    expect_end(c);
+    conn_close(c);
+  }
+  assert_int_equal(version_now(fx), 2);
+  pthread_mutex_lock(&fx->f.mu);
+  assert_string_equal(fx->f.policy, "{\"g\":1}");
+  pthread_mutex_unlock(&fx->f.mu);
+}
+
 /* A client that sends its requests and shuts its side gets every answer,
  * then the end; one that shuts it inside a later head gets a 400. */
 static void test_http_keepalive_half_closed(void **state) {
@@ -740,6 +802,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_http_keepalive_chunked_is_last, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_http_keepalive_chunked_framing,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_keepalive_half_closed, setup,
                                       teardown),
   };

@@ -5,8 +5,8 @@
  * tolerates "X-A : 1", answers some errors with HTML and waits on framings
  * it does not support; this check refuses all of those with a status and a
  * reason that the server sends as a JSON error document.
- * Entry points: aa__http_head_check, aa__http_host_split. No I/O, no
- * allocation: the fuzzer drives it directly.
+ * Entry points: aa__http_head_check, aa__http_host_split,
+ * aa__http_chunk_line. No I/O, no allocation: the fuzzer drives it directly.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -335,5 +335,61 @@ int aa__http_head_check(const char *buf, size_t len,
     h->chunked = true;
   }
   h->status = 0;
+  return 1;
+}
+
+static int hexval(unsigned char c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
+}
+
+int aa__http_chunk_line(const char *p, size_t n, uint64_t max_size,
+                        uint64_t *size, size_t *len, char *why, size_t cap) {
+  size_t i = 0;
+  uint64_t v = 0;
+  *size = 0;
+  *len = 0;
+  for (; i < n && hexval((unsigned char)p[i]) >= 0; i++) {
+    if (i == 16) {
+      snprintf(why, cap, "a chunk size of more than 16 hex digits");
+      return 413;
+    }
+    v = v * 16 + (uint64_t)hexval((unsigned char)p[i]);
+  }
+  if (i == n)
+    return 0; /* more digits may come */
+  if (i == 0) {
+    snprintf(why, cap, "malformed chunk size (hex digits expected)");
+    return 400;
+  }
+  if (p[i] == ';') {
+    for (; i < n && p[i] != '\r'; i++) {
+      unsigned char c = (unsigned char)p[i];
+      if ((c < 0x20 && c != '\t') || c == 0x7f) {
+        snprintf(why, cap, "a NUL or control byte in a chunk extension");
+        return 400;
+      }
+    }
+  }
+  if (i == n || (p[i] == '\r' && i + 1 == n))
+    return 0;
+  if (p[i] != '\r' || p[i + 1] != '\n') {
+    snprintf(why, cap,
+             "malformed chunk-size line (hex digits, optional ;extensions, "
+             "CRLF)");
+    return 400;
+  }
+  if (v > max_size) {
+    snprintf(why, cap, "a chunk of %llu bytes (at most %llu)",
+             (unsigned long long)v, (unsigned long long)max_size);
+    return 413;
+  }
+  *size = v;
+  *len = i + 2;
   return 1;
 }

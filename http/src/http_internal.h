@@ -109,6 +109,14 @@ typedef struct aa__http_head {
 int aa__http_head_check(const char *buf, size_t len,
                         const aa__http_head_limits *lim, aa__http_head *h);
 
+/* A chunk-size line of a chunked body (p, n: what has arrived): 1 to 16
+ * hex digits, then optionally ';' and extensions of printable bytes, then
+ * CRLF. 0: not complete yet; 1: the chunk's *size and the line's *len (CRLF
+ * included); else the status to answer (400 malformed, 413 over max_size)
+ * with the reason in why. */
+int aa__http_chunk_line(const char *p, size_t n, uint64_t max_size,
+                        uint64_t *size, size_t *len, char *why, size_t cap);
+
 /* Splits a Host value (len bytes, not NUL-terminated) into its host name
  * (without brackets for IPv6) in name; false when it is not "name",
  * "name:port", "[v6]" or "[v6]:port" with a port of 1-5 digits. */

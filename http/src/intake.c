@@ -9,13 +9,15 @@
  * libmicrohttpd is given one end (MHD_add_connection); from then on this
  * thread relays: the client's bytes go to libmicrohttpd one checked unit at a
  * time (a head only once it is complete and good, then exactly the body its
- * Content-Length announces), and libmicrohttpd's answers go back to the
- * client. libmicrohttpd therefore never parses a byte that head.c has not
- * passed: a NUL inside a header value, "X-A : 1", obsolete folding and the
- * rest are refused on the second and every later request of a kept-alive
- * connection, pipelined or not, exactly as on the first. A chunked body is
- * relayed as it comes and its request is the connection's last (the answer
- * says "Connection: close"; aa__intake_must_close). A refused later head is
+ * Content-Length announces, or a chunked body chunk by chunk with each size
+ * line and CRLF checked), and libmicrohttpd's answers go back to the client.
+ * libmicrohttpd therefore never parses a head (or chunk framing) that head.c
+ * has not passed: a NUL inside a header value, "X-A : 1", obsolete folding
+ * and the rest are refused on the second and every later request of a
+ * kept-alive connection, pipelined or not, exactly as on the first, and a
+ * malformed chunked body gets a JSON 400/413, not libmicrohttpd's HTML. A
+ * chunked request is the connection's last all the same (the answer says
+ * "Connection: close"; aa__intake_must_close). A refused request is
  * answered after the answers to the requests before it, then the connection
  * is closed.
  *
@@ -75,11 +77,16 @@ enum { E_FREE,
        E_MHD_IDLE };
 
 /* What the relay expects next from the client (MHD_* states). */
-enum { M_HEAD, /* a request head: checked whole before a byte of it goes */
-       M_PASS, /* pass_left bytes already checked (a head, its body) */
-       M_ALL,  /* everything: a chunked body, the connection's last request */
-       M_STOP  /* nothing more: the client ended, or a head was refused */
+enum { M_HEAD,       /* a request head: checked whole before a byte goes */
+       M_PASS,       /* pass_left checked bytes, then mode `next` */
+       M_CHUNK_SIZE, /* a chunk-size line of a chunked body */
+       M_CHUNK_END,  /* the CRLF after a chunk's data */
+       M_CHUNK_LAST, /* the CRLF after the last chunk (no trailer fields) */
+       M_DONE,       /* nothing more: a chunked request was the last */
+       M_STOP        /* nothing more: the client ended, or a refusal */
 };
+
+#define CHUNK_LINE_MAX 256 /* a chunk-size line with its extensions */
 
 #define CLOSING_NS 1000000000ull /* how long a refused connection drains */
 #define RELAY_BYTES 65536        /* one relay step, each way */
@@ -107,8 +114,12 @@ typedef struct entry {
   bool c_hup, p_hup;      /* its end of input was reported: no event follows */
   bool peer_eof;          /* libmicrohttpd closed its end: no more answers */
   uint64_t pass_left;     /* M_PASS */
+  int next;               /* M_PASS: the mode after it */
   unsigned reqs_fwd;      /* heads relayed */
   unsigned reqs_begun;    /* heads libmicrohttpd handed to the handler */
+  unsigned reqs_done;     /* requests libmicrohttpd finished answering */
+  unsigned answer_after;  /* M_STOP: answers owed before we end it */
+  bool drained;           /* M_STOP: the pair was read after the last one */
   unsigned close_at;      /* the request (1-based) after which to close; 0: none */
   aa__http_head *refusal; /* a refused later head, answered last */
   char *out;              /* answer bytes the client has not taken yet */
@@ -450,26 +461,34 @@ static void accept_all(aa__intake *in) {
 /* A good head: what of the client's stream libmicrohttpd may have now. */
 static void start_request(entry *e, const aa__http_head *h) {
   e->reqs_fwd++;
+  e->mode = M_PASS;
   if (h->chunked) {
-    /* the body's end is libmicrohttpd's to find: this request is the last
-     * one the connection carries */
-    e->mode = M_ALL;
+    /* its chunks are checked one by one too; it is the last request the
+     * connection carries all the same (nothing after a chunked body is
+     * relied on) */
+    e->pass_left = (uint64_t)h->len;
+    e->next = M_CHUNK_SIZE;
     if (e->close_at == 0)
       e->close_at = e->reqs_fwd;
   } else {
-    e->mode = M_PASS;
     e->pass_left = (uint64_t)h->len + h->content_length;
+    e->next = M_HEAD;
   }
 }
 
 /* Nothing more goes to libmicrohttpd: it answers what it has, then sees the
  * end of its input and closes its end. A refused head (h) is answered then. */
 static void stop_input(entry *e, const aa__http_head *h) {
+  bool mid_request = e->mode != M_HEAD;
   if (h != NULL && e->refusal == NULL) {
     e->refusal = malloc(sizeof *e->refusal);
     if (e->refusal != NULL) /* out of memory: closed without the answer */
       *e->refusal = *h;
   }
+  /* the requests relayed whole are answered; one cut short never is (its
+   * end is not waited for: libmicrohttpd may not notice the end of input
+   * that arrived with the last bytes it read) */
+  e->answer_after = e->reqs_fwd - (mid_request && e->reqs_fwd > 0 ? 1 : 0);
   e->mode = M_STOP;
   if (e->peer >= 0)
     (void)shutdown(e->peer, SHUT_WR);
@@ -487,7 +506,7 @@ static int pass(entry *e, char *buf, size_t n, size_t queued, size_t asked) {
       return 0;
     }
     /* libmicrohttpd closed its end: what it wrote is still to relay */
-    e->mode = M_STOP;
+    stop_input(e, NULL);
     return 1;
   }
   if ((size_t)w < n)
@@ -501,8 +520,48 @@ static int pass(entry *e, char *buf, size_t n, size_t queued, size_t asked) {
   if (e->mode == M_PASS) {
     e->pass_left -= (uint64_t)w;
     if (e->pass_left == 0)
-      e->mode = M_HEAD;
+      e->mode = e->next;
   }
+  return 1;
+}
+
+/* A line of a chunked body's framing in buf (n bytes peeked): 1 with the
+ * bytes to pass and the mode after them set, 0 when incomplete, -1 with the
+ * refusal filled into h. */
+static int chunk_step(aa__intake *in, entry *e, const char *buf, size_t n,
+                      aa__http_head *h) {
+  uint64_t size;
+  size_t len;
+  int r;
+
+  memset(h, 0, sizeof *h);
+  if (e->mode != M_CHUNK_SIZE) {
+    if (n < 2)
+      return 0;
+    if (buf[0] != '\r' || buf[1] != '\n') {
+      h->status = 400;
+      snprintf(h->why, sizeof h->why, "%s",
+               e->mode == M_CHUNK_END
+                   ? "a chunk's data is not followed by CRLF"
+                   : "trailer fields after a chunked body are not accepted");
+      return -1;
+    }
+    e->pass_left = 2;
+    e->next = e->mode == M_CHUNK_END ? M_CHUNK_SIZE : M_DONE;
+    e->mode = M_PASS;
+    return 1;
+  }
+  r = aa__http_chunk_line(buf, n, 4 * (uint64_t)in->st->cfg.max_body + 65536,
+                          &size, &len, h->why, sizeof h->why);
+  if (r == 0)
+    return 0;
+  if (r != 1) {
+    h->status = r;
+    return -1;
+  }
+  e->pass_left = (uint64_t)len + size;
+  e->next = size > 0 ? M_CHUNK_END : M_CHUNK_LAST;
+  e->mode = M_PASS;
   return 1;
 }
 
@@ -544,18 +603,54 @@ static int forward(aa__intake *in, entry *e) {
       return 1;
     }
     start_request(e, &h);
-    /* what was peeked goes at once, up to this request's end */
+    /* what was peeked goes at once, up to the checked end */
     {
       size_t go = (size_t)n;
-      if (e->mode == M_PASS && e->pass_left < (uint64_t)go)
+      if (e->pass_left < (uint64_t)go)
         go = (size_t)e->pass_left;
       return pass(e, in->buf, go, (size_t)n, want) < 0 ? -1 : 1;
     }
   }
-  if (e->mode != M_PASS && e->mode != M_ALL)
+  if (e->mode == M_CHUNK_SIZE || e->mode == M_CHUNK_END ||
+      e->mode == M_CHUNK_LAST) {
+    aa__http_head h;
+    int r;
+    want = CHUNK_LINE_MAX;
+    n = recv(e->fd, in->buf, want, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) {
+      stop_input(e, NULL); /* ended inside a body: libmicrohttpd drops it */
+      return 1;
+    }
+    if (n < 0) {
+      if (!would_block())
+        return -1;
+      e->c_rd = false;
+      return 0;
+    }
+    r = chunk_step(in, e, in->buf, (size_t)n, &h);
+    if (r == 0) {
+      if ((size_t)n < want && !client_shut(e->fd)) {
+        e->c_rd = e->c_hup; /* not complete yet: wait for more */
+        return 0;
+      }
+      memset(&h, 0, sizeof h);
+      h.status = 400;
+      snprintf(h.why, sizeof h.why, "%s",
+               (size_t)n < want
+                   ? "the client closed its side inside a chunked body"
+                   : "a chunk-size line over 256 bytes");
+      r = -1;
+    }
+    if (r < 0)
+      /* libmicrohttpd drops the unfinished request at the end of its
+       * input; the refusal is answered after the answers before it */
+      stop_input(e, &h);
+    return 1; /* refused, or M_PASS now: the next round passes the line */
+  }
+  if (e->mode != M_PASS)
     return 0;
   want = RELAY_BYTES;
-  if (e->mode == M_PASS && e->pass_left < want)
+  if (e->pass_left < want)
     want = (size_t)e->pass_left;
   n = recv(e->fd, in->relay, want, MSG_PEEK | MSG_DONTWAIT);
   if (n == 0) {
@@ -668,6 +763,20 @@ static void pump(aa__intake *in, entry *e) {
     if (e->peer_eof && e->out_len == 0) {
       finish(in, e);
       return;
+    }
+    if (e->mode == M_STOP && e->reqs_done >= e->answer_after &&
+        e->out_len == 0) {
+      /* every answer owed was written before its count (under mu): one
+       * more read of the pair to its end, then it is over */
+      if (!e->drained) {
+        e->drained = true;
+        e->p_rd = true;
+        continue;
+      }
+      if (!e->p_rd) {
+        finish(in, e);
+        return;
+      }
     }
     if (b == 0 && f == 0)
       return;
@@ -825,6 +934,7 @@ static void *intake_main(void *arg) {
       } else if (tag == TAG_WAKE) {
         uint64_t v;
         (void)!read(in->wake_fd, &v, sizeof v);
+        in->again = true; /* a callback marked entries (e->again) */
       } else if (tag >= TAG_BASE && (tag - TAG_BASE) / 2 < in->cap) {
         entry *e = &in->e[(tag - TAG_BASE) / 2];
         bool client_side = ((tag - TAG_BASE) & 1) == 0;
@@ -1035,6 +1145,7 @@ void aa__intake_conn_closed(aa__intake *in, void **socket_context) {
 
 static void set_state(aa__intake *in, struct MHD_Connection *c, int state) {
   entry *e = entry_of(c);
+  bool wake = false;
   if (e == NULL)
     return;
   pthread_mutex_lock(&in->mu);
@@ -1044,7 +1155,20 @@ static void set_state(aa__intake *in, struct MHD_Connection *c, int state) {
   }
   if (state == E_MHD_BODY)
     e->reqs_begun++;
+  if (state == E_MHD_IDLE) {
+    e->reqs_done++;
+    /* the relay waits for this answer to end the connection */
+    if (e->state >= E_MHD_NEW && e->mode == M_STOP &&
+        e->reqs_done >= e->answer_after) {
+      e->again = true;
+      wake = true;
+    }
+  }
   pthread_mutex_unlock(&in->mu);
+  if (wake) {
+    uint64_t one = 1;
+    (void)!write(in->wake_fd, &one, sizeof one);
+  }
 }
 
 void aa__intake_request_begun(aa__intake *in, struct MHD_Connection *c) {

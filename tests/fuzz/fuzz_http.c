@@ -374,9 +374,40 @@ static void fuzz_stream(const uint8_t *data, size_t size) {
       abort();
     if (h.chunked && h.content_length != 0)
       abort();
-    if (h.chunked || h.content_length > size - off - h.len)
+    if (h.chunked) {
+      off += h.len;
+      break; /* its chunks: below; nothing after them is relayed */
+    }
+    if (h.content_length > size - off - h.len)
       break;
     off += h.len + (size_t)h.content_length;
+  }
+  /* a chunked body as the relay checks it: size line (1..16 hex digits,
+   * extensions of printable bytes, CRLF), data, CRLF; a refusal has a reason
+   * and a status of 400 or 413; a line is never longer than what arrived */
+  while (off < size) {
+    uint64_t sz;
+    size_t len;
+    char why[200];
+    int r;
+    why[0] = '\0';
+    r = aa__http_chunk_line(copy + off, size - off, 1u << 20, &sz, &len, why,
+                            sizeof why);
+    if (r == 0)
+      break;
+    if (r != 1) {
+      if ((r != 400 && r != 413) || why[0] == '\0')
+        abort();
+      break;
+    }
+    if (len < 3 || len > size - off || copy[off + len - 1] != '\n' ||
+        sz > (1u << 20))
+      abort();
+    off += len;
+    if (sz == 0 || sz + 2 > size - off ||
+        memcmp(copy + off + sz, "\r\n", 2) != 0)
+      break;
+    off += (size_t)sz + 2;
   }
   free(copy);
 }
