@@ -32,6 +32,9 @@
  * Not modelled: stream events of record_stream (a freed block is free at
  * once), the garbage-collection threshold, roundup_power2_divisions, and
  * unmapping inside a segment (only its free tail is given back).
+ *
+ * One concern, kept whole (about 750 lines): the model of one allocator,
+ * its lists, block map and figures read best side by side.
  */
 #include <stdlib.h>
 #include <string.h>
