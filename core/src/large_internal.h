@@ -59,6 +59,35 @@ static inline void aa__lg_ltc_note(aa__tcache *tc, void *p, aa__chunk *c, uint64
   l->state = state;
 }
 
+/* The pages under the first `len` bytes of chunk c. */
+static inline void aa__lg_pages_under(const aa_pool *pool, const aa__chunk *c, size_t len, size_t *i0,
+                                      size_t *i1) {
+  size_t ps = pool->vmm_page;
+  uintptr_t sb = c->seg->h.base;
+  *i0 = (c->base - sb) / ps;
+  *i1 = (c->base + len - 1 - sb) / ps + 1;
+}
+
+/* Whether pages [i0, i1) of s are all mapped. */
+static inline bool aa__lg_range_mapped(const aa__seg *s, size_t i0, size_t i1) {
+  if (i1 > s->hwm)
+    return false;
+  if (s->mapped == s->hwm)
+    return true; /* no page below the high-water mark is unmapped */
+  for (size_t i = i0; i < i1; i++) {
+    if (s->pages[i] == NULL)
+      return false;
+  }
+  return true;
+}
+
+/* Whether the first `need` bytes of free chunk c (expandable) are mapped. */
+static inline bool aa__lg_prefix_mapped(const aa_pool *pool, const aa__chunk *c, size_t need) {
+  size_t i0, i1;
+  aa__lg_pages_under(pool, c, need, &i0, &i1);
+  return aa__lg_range_mapped(c->seg, i0, i1);
+}
+
 /* large.c */
 /* Free bins: insert and remove a free chunk. */
 void aa__lg_bin_insert(aa_pool *pool, aa__chunk *c);
@@ -82,8 +111,6 @@ void aa__lg_release_chunk(aa_pool *pool, aa__chunk *c, aa_stream stream, bool co
 /* large_seg.c */
 /* Maps every page under `c` (free, out of the bins; expandable). */
 int aa__lg_ensure_mapped(aa_pool *pool, aa__chunk *c);
-/* Whether the first `need` bytes of free chunk c (expandable) are mapped. */
-bool aa__lg_prefix_mapped(const aa_pool *pool, const aa__chunk *c, size_t need);
 /* A new segment with one free chunk: of `segsize` bytes, or an expandable
  * reservation of at least `need`; NULL with *rc set on failure. */
 aa__chunk *aa__lg_seg_new(aa_pool *pool, size_t segsize, int *rc);

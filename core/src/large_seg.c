@@ -131,35 +131,13 @@ static size_t vmm_unmap_free(aa_pool *pool, size_t want, const aa__chunk *skip) 
   return got;
 }
 
-/* The pages under the first `len` bytes of chunk c. */
-static void pages_under(const aa_pool *pool, const aa__chunk *c, size_t len, size_t *i0,
-                        size_t *i1) {
-  size_t ps = pool->vmm_page;
-  uintptr_t sb = c->seg->h.base;
-  *i0 = (c->base - sb) / ps;
-  *i1 = (c->base + len - 1 - sb) / ps + 1;
-}
-
-/* Whether pages [i0, i1) of s are all mapped. */
-static bool range_mapped(const aa__seg *s, size_t i0, size_t i1) {
-  if (i1 > s->hwm)
-    return false;
-  if (s->mapped == s->hwm)
-    return true; /* no page below the high-water mark is unmapped */
-  for (size_t i = i0; i < i1; i++) {
-    if (s->pages[i] == NULL)
-      return false;
-  }
-  return true;
-}
-
 /* Maps every page under `c` (free, out of the bins), first unmapping as many
  * pages from completed free chunks elsewhere as it needs. */
 int aa__lg_ensure_mapped(aa_pool *pool, aa__chunk *c) {
   aa__seg *s = c->seg;
   size_t ps = pool->vmm_page, i0, i1, k = 0;
-  pages_under(pool, c, c->size, &i0, &i1);
-  if (range_mapped(s, i0, i1))
+  aa__lg_pages_under(pool, c, c->size, &i0, &i1);
+  if (aa__lg_range_mapped(s, i0, i1))
     return AA_OK;
   for (size_t i = i0; i < i1; i++)
     k += s->pages[i] == NULL;
@@ -385,11 +363,4 @@ fail:
   free(c);
   free(s);
   return NULL;
-}
-
-/* Whether the first `need` bytes of free chunk c (expandable) are mapped. */
-bool aa__lg_prefix_mapped(const aa_pool *pool, const aa__chunk *c, size_t need) {
-  size_t i0, i1;
-  pages_under(pool, c, need, &i0, &i1);
-  return range_mapped(c->seg, i0, i1);
 }
