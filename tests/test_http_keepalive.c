@@ -758,6 +758,57 @@ static void test_http_keepalive_chunked_framing(void **state) {
   pthread_mutex_unlock(&fx->f.mu);
 }
 
+/* White space after a header value is not part of it (RFC 9110 5.5): Host
+ * and If-Match with trailing spaces or tabs are read as without them, first
+ * request or later (libmicrohttpd keeps the white space). On the framing
+ * headers, where libmicrohttpd would read "7 " as malformed and "chunked "
+ * as not chunked (its body then parsed as the next request), it is refused
+ * in JSON, so that the check and libmicrohttpd never disagree on where a
+ * request ends. */
+static void test_http_keepalive_trailing_ows(void **state) {
+  fixture *fx = *state;
+  static const char get[] =
+      "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1 \t\r\n\r\n";
+  static const char put[] = "PUT /policy HTTP/1.1\r\nHost: 127.0.0.1 \r\n"
+                            "If-Match: \"1\" \r\nContent-Length: 7\r\n\r\n"
+                            "{\"t\":1}";
+  static const char chunked[] =
+      "PUT /policy HTTP/1.1\r\nHost: localhost\t\r\nIf-Match: \"2\"\t\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n7\r\n{\"t\":2}\r\n0\r\n\r\n";
+  static const char cl_ws[] = "PUT /policy HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                              "Content-Length: 7 \r\n\r\n{\"t\":3}";
+  static const char te_ws[] =
+      "PUT /policy HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+      "Transfer-Encoding: chunked\t\r\n\r\n7\r\n{\"t\":3}\r\n0\r\n\r\n";
+  conn *c = conn_open(fx->port);
+  answer a;
+  conn_send(c, get, sizeof get - 1);
+  next_answer(c, &a);
+  if (a.status != 200)
+    fail_msg("GET: %s%s", a.head, a.body);
+  conn_send(c, get, sizeof get - 1);
+  next_answer(c, &a);
+  assert_int_equal(a.status, 200);
+  conn_send(c, put, sizeof put - 1);
+  next_answer(c, &a);
+  if (a.status != 200)
+    fail_msg("PUT: %s%s", a.head, a.body);
+  conn_send(c, chunked, sizeof chunked - 1);
+  next_answer(c, &a);
+  if (a.status != 200)
+    fail_msg("chunked PUT: %s%s", a.head, a.body);
+  conn_close(c);
+  assert_int_equal(version_now(fx), 3);
+  assert_int_equal(one_request(fx, put, sizeof put - 1), 412); /* stale */
+  for (unsigned before = 0; before <= 1; before++) {
+    later_refused(fx, before, cl_ws, sizeof cl_ws - 1, false, 400,
+                  "white space after the value of Content-Length");
+    later_refused(fx, before, te_ws, sizeof te_ws - 1, true, 400,
+                  "white space after the value of Transfer-Encoding");
+  }
+  assert_int_equal(version_now(fx), 3);
+}
+
 /* A client that sends its requests and shuts its side gets every answer,
  * then the end; one that shuts it inside a later head gets a 400. */
 static void test_http_keepalive_half_closed(void **state) {
@@ -804,6 +855,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_http_keepalive_chunked_framing,
                                       setup, teardown),
+      cmocka_unit_test_setup_teardown(test_http_keepalive_trailing_ows, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_http_keepalive_half_closed, setup,
                                       teardown),
   };

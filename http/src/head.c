@@ -255,6 +255,7 @@ int aa__http_head_check(const char *buf, size_t len,
       char name[48];
       const char *v;
       size_t vn;
+      bool trailing_ws;
       while (k < n && is_tchar((unsigned char)p[k]))
         k++;
       if (k == 0)
@@ -274,6 +275,11 @@ int aa__http_head_check(const char *buf, size_t len,
           return refuse(h, 400, "a control byte in the value of header '%s'",
                         name);
       }
+      /* libmicrohttpd reads the framing headers' values with the white
+       * space after them (Content-Length "7 " is malformed to it, and
+       * Transfer-Encoding "chunked " is not chunked): refused, so that
+       * both read the same framing */
+      trailing_ws = vn > 0 && (v[vn - 1] == ' ' || v[vn - 1] == '\t');
       trim(&v, &vn);
       fields++;
       if (k == 6 && strncasecmp(p, "Cookie", 6) == 0)
@@ -289,10 +295,16 @@ int aa__http_head_check(const char *buf, size_t len,
         host = v;
         host_n = vn;
       } else if (k == 14 && strncasecmp(p, "Content-Length", 14) == 0) {
+        if (trailing_ws)
+          return refuse(h, 400,
+                        "white space after the value of Content-Length");
         lengths++;
         clen = v;
         clen_n = vn;
       } else if (k == 17 && strncasecmp(p, "Transfer-Encoding", 17) == 0) {
+        if (trailing_ws)
+          return refuse(h, 400,
+                        "white space after the value of Transfer-Encoding");
         encodings++;
         te = v;
         te_n = vn;

@@ -41,6 +41,9 @@ typedef struct conn_ctx {
   bool too_large;
   size_t discarded;
   aa__http_req req; /* args collected here */
+  /* header values without the white space after them (libmicrohttpd keeps
+   * it; RFC 9110 5.5: it is not part of the value) */
+  char host[320], authorization[320], if_match[64], if_none_match[64];
 } conn_ctx;
 
 void aa_http_config_init(aa_http_config *cfg) {
@@ -151,17 +154,41 @@ static const char *client_address(struct MHD_Connection *c, char *buf,
   return buf;
 }
 
+/* v without trailing spaces and tabs: v itself, or a copy in buf (v when it
+ * does not fit: such a value is refused on its length anyway). */
+static const char *without_ows(const char *v, char *buf, size_t cap) {
+  size_t n;
+  if (v == NULL)
+    return NULL;
+  n = strlen(v);
+  if (n == 0 || (v[n - 1] != ' ' && v[n - 1] != '\t'))
+    return v;
+  while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+    n--;
+  if (n >= cap)
+    return v;
+  memcpy(buf, v, n);
+  buf[n] = '\0';
+  return buf;
+}
+
 static void fill_request(struct MHD_Connection *c, conn_ctx *ctx,
                          const char *url, const char *method) {
   aa__http_req *req = &ctx->req;
   req->method = method;
   req->path = url;
-  req->authorization =
-      MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-  req->if_match = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "If-Match");
-  req->if_none_match =
-      MHD_lookup_connection_value(c, MHD_HEADER_KIND, "If-None-Match");
-  req->host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+  req->authorization = without_ows(
+      MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"),
+      ctx->authorization, sizeof ctx->authorization);
+  req->if_match = without_ows(
+      MHD_lookup_connection_value(c, MHD_HEADER_KIND, "If-Match"),
+      ctx->if_match, sizeof ctx->if_match);
+  req->if_none_match = without_ows(
+      MHD_lookup_connection_value(c, MHD_HEADER_KIND, "If-None-Match"),
+      ctx->if_none_match, sizeof ctx->if_none_match);
+  req->host =
+      without_ows(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host"),
+                  ctx->host, sizeof ctx->host);
   req->body = ctx->body.data;
   req->body_len = ctx->body.len;
   req->body_too_large = ctx->too_large;
@@ -209,6 +236,9 @@ static aa__mhd_result view_header(void *cls, enum MHD_ValueKind kind,
       v->bad_name = true;
   if (value != NULL && strlen(value) != value_size)
     v->nul = true;
+  while (value != NULL && value_size > 0 &&
+         (value[value_size - 1] == ' ' || value[value_size - 1] == '\t'))
+    value_size--; /* white space after a value is not part of it */
   if (strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0) {
     char name[256];
     v->hosts++;
@@ -219,7 +249,8 @@ static aa__mhd_result view_header(void *cls, enum MHD_ValueKind kind,
     v->lengths++;
   } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
     v->encodings++;
-    if (value == NULL || strcasecmp(value, "chunked") != 0)
+    if (value == NULL || value_size != 7 ||
+        strncasecmp(value, "chunked", 7) != 0)
       v->bad_te = true;
   }
   return MHD_YES;
