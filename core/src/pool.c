@@ -570,7 +570,7 @@ void aa_pool_set_trace(aa_pool *pool, aa_trace_fn fn, void *user) {
   /* Callbacks already under way through the old record finish before the
    * caller may free what the old record's user points to. */
   if (old != NULL && old != t) {
-    while (atomic_load_explicit(&old->inflight, memory_order_acquire) != 0)
+    while (atomic_load_explicit(&old->inflight, memory_order_seq_cst) != 0)
       sched_yield();
   }
 }
