@@ -809,6 +809,30 @@ static void test_http_keepalive_trailing_ows(void **state) {
   assert_int_equal(version_now(fx), 3);
 }
 
+/* A later head that trickles past the deadline (timeout_s, 3 s here, from
+ * the answer before it) is answered 408 in JSON, like a first one; an idle
+ * kept-alive connection is closed at the deadline without a word. */
+static void test_http_keepalive_later_head_deadline(void **state) {
+  fixture *fx = *state;
+  conn *c = conn_open(fx->port);
+  conn *idle = conn_open(fx->port);
+  answer a;
+  conn_send(c, GET_OK, strlen(GET_OK));
+  next_answer(c, &a);
+  assert_int_equal(a.status, 200);
+  conn_send(idle, GET_OK, strlen(GET_OK));
+  next_answer(idle, &a);
+  assert_int_equal(a.status, 200);
+  conn_send(c, "GET /healthz HTTP/1.1\r\nHo", 25);
+  next_answer(c, &a); /* conn_fill waits up to 5 s for each read */
+  expect_error(&a, 408, "did not arrive within 3 s");
+  expect_end(c);
+  conn_close(c);
+  expect_end(idle);
+  conn_close(idle);
+  assert_int_equal(one_request(fx, GET_OK, strlen(GET_OK)), 200);
+}
+
 /* A client that sends its requests and shuts its side gets every answer,
  * then the end; one that shuts it inside a later head gets a 400. */
 static void test_http_keepalive_half_closed(void **state) {
@@ -857,6 +881,8 @@ int main(void) {
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_keepalive_trailing_ows, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_http_keepalive_later_head_deadline,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_keepalive_half_closed, setup,
                                       teardown),
   };

@@ -910,8 +910,24 @@ static void sweep(aa__intake *in) {
       /* fall through */
     case E_MHD_BODY:
     case E_MHD_IDLE:
-      if (age > in->deadline_ns)
-        end_entry(in, e);
+      if (age <= in->deadline_ns)
+        break;
+      if (e->state == E_MHD_IDLE && e->mode == M_HEAD && e->out_len == 0 &&
+          recv(e->fd, in->buf, 1, MSG_PEEK | MSG_DONTWAIT) == 1) {
+        /* every answer has gone and part of the next head has come: it is
+         * answered like a first head that came too slowly */
+        snprintf(msg, sizeof msg,
+                 "the request line and headers did not arrive within %u s",
+                 in->timeout_s);
+        close_peer(in, e);
+        if (drain(in, e->fd)) {
+          send_error(in, e->fd, 408, msg, "");
+          e->state = E_CLOSING;
+          e->since_ns = now;
+          break;
+        }
+      }
+      end_entry(in, e);
       break;
     default:
       break;

@@ -596,10 +596,13 @@ int aa_http_new(const aa_http_config *cfg, const aa_http_provider *prov,
   pool_mem = 2 * (size_t)(c.max_header < 4096 ? 4096 : c.max_header) +
              (AA__HTTP_MAX_FIELDS + AA__HTTP_MAX_ARGS) * 128 + 8192;
   /* the limits per client and in all are the intake's; libmicrohttpd's own
-   * limit only has to hold connections that are being shut down too */
+   * limit only has to hold connections that are being shut down too. The
+   * deadlines are the intake's as well (it answers a head that came too
+   * slowly with 408): libmicrohttpd's timeout is only a backstop */
   srv->daemon = MHD_start_daemon(
       flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_CONNECTION_LIMIT,
-      c.max_connections * 2 + 16, MHD_OPTION_CONNECTION_TIMEOUT, c.timeout_s,
+      c.max_connections * 2 + 16, MHD_OPTION_CONNECTION_TIMEOUT,
+      (c.timeout_s > 0 ? c.timeout_s : 10u) + 2u,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool_mem,
       MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
       MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
