@@ -327,7 +327,7 @@ static size_t put_with_nul(char *out, size_t cap, const char *which,
                            const char *junk) {
   static const char *const names[] = {"Host", "Authorization", "If-Match",
                                       "Content-Type"};
-  static const char *const values[] = {"127.0.0.1", "Bearer " TOKEN, "\"1\"",
+  static const char *const values[] = {"127.0.0.1", ("Bearer " TOKEN), "\"1\"",
                                        "application/json"};
   size_t len = 0;
   int n = snprintf(out, cap, "PUT /policy HTTP/1.1\r\n");

@@ -1288,7 +1288,7 @@ static size_t keepalive_patch(char *out, size_t cap, unsigned before,
                               const char *which) {
   static const char get[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
   static const char *const name[] = {"Host", "Authorization", "If-Match", "Content-Type"};
-  static const char *const value[] = {"127.0.0.1", "Bearer " TOKEN, "\"1\"",
+  static const char *const value[] = {"127.0.0.1", ("Bearer " TOKEN), "\"1\"",
                                       "application/merge-patch+json"};
   static const char *const junk[] = {".evil.example", "junk", "\"999\"", "; x"};
   static const char body[] = "{\"adapt\":{\"interval_ms\":250}}";
