@@ -148,6 +148,11 @@ static void trace_on(aa_pool *pool) {
     aa_pool_set_trace(pool, aa_store_trace_push, svc.store);
 }
 
+_Static_assert(AA_ADAPT_LOOP_MAX_POOLS >= AA_RT_MAX_POOLS,
+               "the loop must be able to watch every pool the runtime makes");
+
+static const char *pool_kind(const aa_pool *pool);
+
 void aa__rt_pool_created(aa_pool *pool) {
   char section[48] = "";
   int rc = AA_OK;
@@ -163,7 +168,13 @@ void aa__rt_pool_created(aa_pool *pool) {
                aa_pool_name(pool), aa_strerror(rc));
   aa_pool_set_telemetry(pool, atomic_load(&svc.histogram_on));
   trace_on(pool);
-  if (svc.loop != NULL) {
+  /* A region's section starts from pools.device (docs/policy.md), so the
+   * loop, which records its changes in that section, adapts only the device
+   * pools of regions: a region pool on the host keeps its policy's table
+   * (recorded there, its classes would bring pools.device's settings, limit
+   * included, to the host pool at the next policy change). */
+  if (svc.loop != NULL && (aa_pool_region(pool)[0] == '\0' ||
+                           strcmp(pool_kind(pool), "device") == 0)) {
     rc = aa_adapt_loop_add_pool(svc.loop, pool);
     if (rc != AA_OK)
       aa__rt_log("adapt: cannot watch pool %s: %s", aa_pool_name(pool),
