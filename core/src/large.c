@@ -433,14 +433,25 @@ void aa__lg_absorb(aa_pool *pool, aa__chunk *a, aa__chunk *b) {
 /* Puts free chunk `c` (out of the bins) into them, merged with whichever
  * free neighbours it may merge with. */
 static void coalesce_insert(aa_pool *pool, aa__chunk *c) {
-  if (c->next && aa__lg_merge_ok(c, c->next))
-    aa__lg_absorb(pool, c, c->next);
-  if (c->prev && aa__lg_merge_ok(c->prev, c)) {
-    aa__chunk *a = c->prev;
-    aa__lg_bin_remove(pool, a);
-    aa__lg_bin_insert(pool, c);
-    aa__lg_absorb(pool, a, c);
-    c = a;
+  /* Until nothing merges: a neighbour that could not merge with the last
+   * one may with the merged chunk (aa__lg_usable makes a free chunk usable
+   * anywhere without merging it, and a merge gives the result the stream of
+   * its part that was not), so one step each way can leave a pair that
+   * merges. Each pass merges two chunks into one: it ends. */
+  for (;;) {
+    if (c->next && aa__lg_merge_ok(c, c->next)) {
+      aa__lg_absorb(pool, c, c->next);
+      continue;
+    }
+    if (c->prev && aa__lg_merge_ok(c->prev, c)) {
+      aa__chunk *a = c->prev;
+      aa__lg_bin_remove(pool, a);
+      aa__lg_bin_insert(pool, c);
+      aa__lg_absorb(pool, a, c);
+      c = a;
+      continue;
+    }
+    break;
   }
   /* what is left unmerged may not merge: stream state or parking says so */
   aa__assert_internal(c->next == NULL || !aa__lg_merge_ok(c, c->next));
