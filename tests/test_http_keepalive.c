@@ -833,6 +833,77 @@ static void test_http_keepalive_later_head_deadline(void **state) {
   assert_int_equal(one_request(fx, GET_OK, strlen(GET_OK)), 200);
 }
 
+/* A client that pipelines requests with large answers and does not read
+ * for a while, then a refused one: every answer arrives whole and in order,
+ * the refusal last (it waits in the queue behind them, never cut short by
+ * a full send buffer), then the end. */
+static void test_http_keepalive_refusal_behind_large_answers(void **state) {
+  fixture *fx = *state;
+  enum { N = 60 };
+  static const char get[] =
+      "GET /static/app.js HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  static const char bad[] =
+      "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: 1\0x\r\n\r\n";
+  size_t cap = 64u << 20, len = 0, off = 0;
+  char *all = malloc(cap);
+  char *req = malloc(N * sizeof get + sizeof bad);
+  size_t rl = 0;
+  int fd, oks = 0, last = 0;
+  const char *last_body = NULL;
+  struct sockaddr_in sa;
+  assert_non_null(all);
+  assert_non_null(req);
+  for (int i = 0; i < N; i++) {
+    memcpy(req + rl, get, sizeof get - 1);
+    rl += sizeof get - 1;
+  }
+  memcpy(req + rl, bad, sizeof bad - 1);
+  rl += sizeof bad - 1;
+  fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(fd >= 0);
+  memset(&sa, 0, sizeof sa);
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)fx->port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  assert_int_equal(send(fd, req, rl, MSG_NOSIGNAL), (ssize_t)rl);
+  usleep(300 * 1000); /* the answers pile up in every buffer on the way */
+  for (;;) {
+    struct pollfd pf = {fd, POLLIN, 0};
+    ssize_t n;
+    if (poll(&pf, 1, 5000) <= 0 || len == cap)
+      break;
+    n = recv(fd, all + len, cap - len, 0);
+    if (n <= 0)
+      break;
+    len += (size_t)n;
+  }
+  close(fd);
+  while (off < len) { /* walk the answers by their Content-Length */
+    char *end = memmem(all + off, len - off, "\r\n\r\n", 4);
+    const char *cl;
+    size_t hl, bl;
+    assert_non_null(end);
+    hl = (size_t)(end - (all + off)) + 4;
+    *end = '\0';
+    cl = strcasestr(all + off, "\r\nContent-Length:");
+    assert_non_null(cl);
+    bl = strtoul(cl + 17, NULL, 10);
+    last = atoi(all + off + 9);
+    if (last == 200)
+      oks++;
+    last_body = all + off + hl;
+    assert_true(off + hl + bl <= len);
+    off += hl + bl;
+  }
+  assert_int_equal(oks, N);
+  assert_int_equal(last, 400);
+  assert_non_null(last_body);
+  assert_non_null(strstr(last_body, "NUL"));
+  free(req);
+  free(all);
+}
+
 /* A client that sends its requests and shuts its side gets every answer,
  * then the end; one that shuts it inside a later head gets a 400. */
 static void test_http_keepalive_half_closed(void **state) {
@@ -883,6 +954,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_http_keepalive_later_head_deadline,
                                       setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_http_keepalive_refusal_behind_large_answers, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_keepalive_half_closed, setup,
                                       teardown),
   };

@@ -350,7 +350,7 @@ int aa__http_head_check(const char *buf, size_t len,
   return 1;
 }
 
-static int hexval(unsigned char c) {
+int aa__http_hexval(int c) {
   if (c >= '0' && c <= '9')
     return c - '0';
   if (c >= 'a' && c <= 'f')
@@ -366,12 +366,12 @@ int aa__http_chunk_line(const char *p, size_t n, uint64_t max_size,
   uint64_t v = 0;
   *size = 0;
   *len = 0;
-  for (; i < n && hexval((unsigned char)p[i]) >= 0; i++) {
+  for (; i < n && aa__http_hexval((unsigned char)p[i]) >= 0; i++) {
     if (i == 16) {
       snprintf(why, cap, "a chunk size of more than 16 hex digits");
       return 413;
     }
-    v = v * 16 + (uint64_t)hexval((unsigned char)p[i]);
+    v = v * 16 + (uint64_t)aa__http_hexval((unsigned char)p[i]);
   }
   if (i == n)
     return 0; /* more digits may come */

@@ -109,6 +109,9 @@ typedef struct aa__http_head {
 int aa__http_head_check(const char *buf, size_t len,
                         const aa__http_head_limits *lim, aa__http_head *h);
 
+/* The value of a hex digit (either case), -1 for any other byte. */
+int aa__http_hexval(int c);
+
 /* A chunk-size line of a chunked body (p, n: what has arrived): 1 to 16
  * hex digits, then optionally ';' and extensions of printable bytes, then
  * CRLF. 0: not complete yet; 1: the chunk's *size and the line's *len (CRLF

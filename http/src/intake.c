@@ -89,6 +89,7 @@ enum { M_HEAD,       /* a request head: checked whole before a byte goes */
 #define CHUNK_LINE_MAX 256 /* a chunk-size line with its extensions */
 
 #define CLOSING_NS 1000000000ull /* how long a refused connection drains */
+#define DRAIN_MAX (256 * 1024)   /* bytes dropped per event while closing */
 #define RELAY_BYTES 65536        /* one relay step, each way */
 #define PUMP_ROUNDS 32           /* relay steps per connection per turn */
 #define TAG_LISTEN 1ull
@@ -200,29 +201,35 @@ static uint64_t tag_of(const aa__intake *in, const entry *e, bool peer) {
   return TAG_BASE + 2 * (uint64_t)(e - in->e) + (peer ? 1 : 0);
 }
 
-/* Reads and drops what the client has sent so far (never blocks). Returns
- * false at end of input or on an error. */
+/* Reads and drops what the client has sent so far, at most DRAIN_MAX bytes
+ * a call so that a client that keeps sending cannot hold the thread (the
+ * rest goes on its next event, or at the CLOSING deadline). Never blocks.
+ * Returns false at end of input or on an error. */
 static bool drain(aa__intake *in, int fd) {
-  for (;;) {
+  size_t total = 0;
+  while (total < DRAIN_MAX) {
     ssize_t n = recv(fd, in->buf, in->lim.max_head, MSG_DONTWAIT);
-    if (n > 0)
+    if (n > 0) {
+      total += (size_t)n;
       continue;
+    }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
       return true;
     if (n < 0 && errno == EINTR)
       continue;
     return false;
   }
+  return true;
 }
 
-/* Sends a JSON error document on fd and half-closes it (one small write; the
- * relay sends it only once every answer before it has gone, so it fits in
- * the send buffer and never blocks). */
-static void send_error(aa__intake *in, int fd, int status, const char *msg,
-                       const char *path) {
+/* Queues a JSON error document in e->out (which is empty). false: out of
+ * memory (the connection is then closed without it). */
+static bool queue_error(aa__intake *in, entry *e, int status, const char *msg,
+                        const char *path) {
   aa__http_resp resp;
   char head[512];
   int n;
+  bool ok = false;
 
   aa__http_error_resp(in->st, path != NULL ? path : "", status, msg,
                       status == 503 ? AA_EBUSY : AA_EINVAL, &resp);
@@ -237,19 +244,36 @@ static void send_error(aa__intake *in, int fd, int status, const char *msg,
                resp.status, reason(resp.status), resp.len,
                status == 503 ? "Retry-After: 1\r\n" : "");
   if (n > 0 && (size_t)n < sizeof head) {
-    struct iovec iov[2];
-    struct msghdr mh;
-    memset(&mh, 0, sizeof mh);
-    iov[0].iov_base = head;
-    iov[0].iov_len = (size_t)n;
-    iov[1].iov_base = resp.body;
-    iov[1].iov_len = resp.len;
-    mh.msg_iov = iov;
-    mh.msg_iovlen = 2;
-    (void)sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    e->out = malloc((size_t)n + resp.len);
+    if (e->out != NULL) {
+      memcpy(e->out, head, (size_t)n);
+      memcpy(e->out + n, resp.body, resp.len);
+      e->out_len = (size_t)n + resp.len;
+      e->out_off = 0;
+      ok = true;
+    }
   }
   aa__http_resp_free(&resp);
-  (void)shutdown(fd, SHUT_WR);
+  return ok;
+}
+
+/* CLOSING: sends what is left of the answer in e->out, then half-closes.
+ * -1: the client's socket failed. */
+static int flush_closing(entry *e) {
+  while (e->out_off < e->out_len) {
+    ssize_t w = send(e->fd, e->out + e->out_off, e->out_len - e->out_off,
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0)
+      return would_block() ? 0 : -1; /* its EPOLLOUT resumes us */
+    e->out_off += (size_t)w;
+  }
+  if (e->out != NULL) {
+    free(e->out);
+    e->out = NULL;
+    e->out_len = e->out_off = 0;
+    (void)shutdown(e->fd, SHUT_WR);
+  }
+  return 0;
 }
 
 /* Closes our end of the pair (libmicrohttpd sees the end of its input). */
@@ -291,17 +315,31 @@ static void end_entry(aa__intake *in, entry *e) {
   close_entry(in, e);
 }
 
-/* Refuses an entry that is ours (INTAKE): answer, then drain for a while
- * (CLOSING). */
-static void refuse_entry(aa__intake *in, entry *e, int status, const char *msg,
-                         const char *path) {
-  if (!drain(in, e->fd)) {
-    close_entry(in, e); /* the client is gone: nothing to answer */
+/* Ends e with a JSON error answer: its input is drained for up to
+ * CLOSING_NS (so that the answer is not lost to a reset) while the answer
+ * goes out as fast as the client takes it (CLOSING), then it is closed.
+ * Nothing more is relayed. */
+static void close_with_error(aa__intake *in, entry *e, int status,
+                             const char *msg, const char *path) {
+  bool open = drain(in, e->fd);
+  close_peer(in, e);
+  free(e->out);
+  e->out = NULL;
+  e->out_len = e->out_off = 0;
+  if (!queue_error(in, e, status, msg, path)) {
+    end_entry(in, e);
     return;
   }
-  send_error(in, e->fd, status, msg, path);
   e->state = E_CLOSING;
   e->since_ns = aa_now_ns();
+  if (flush_closing(e) < 0 || (!open && e->out == NULL))
+    close_entry(in, e);
+}
+
+/* Refuses an entry that is ours (INTAKE). */
+static void refuse_entry(aa__intake *in, entry *e, int status, const char *msg,
+                         const char *path) {
+  close_with_error(in, e, status, msg, path);
 }
 
 /* Makes room: closes e, which has no request in progress. */
@@ -334,7 +372,9 @@ static bool evictable(aa__intake *in, const entry *e) {
     return false;
   if (e->state == E_INTAKE)
     return !head_arrived(in, e);
-  return e->state == E_MHD_IDLE;
+  /* answered everything relayed, and no whole head waits at the relay */
+  return e->state == E_MHD_IDLE && e->mode == M_HEAD &&
+         e->reqs_fwd == e->reqs_done && !head_arrived(in, e);
 }
 
 /* The oldest evictable entry (of ip when ip is not NULL), or NULL. */
@@ -478,8 +518,7 @@ static void start_request(entry *e, const aa__http_head *h) {
 
 /* Nothing more goes to libmicrohttpd: it answers what it has, then sees the
  * end of its input and closes its end. A refused head (h) is answered then. */
-static void stop_input(entry *e, const aa__http_head *h) {
-  bool mid_request = e->mode != M_HEAD;
+static void stop_input(entry *e, const aa__http_head *h, bool mid_request) {
   if (h != NULL && e->refusal == NULL) {
     e->refusal = malloc(sizeof *e->refusal);
     if (e->refusal != NULL) /* out of memory: closed without the answer */
@@ -506,7 +545,7 @@ static int pass(entry *e, char *buf, size_t n, size_t queued, size_t asked) {
       return 0;
     }
     /* libmicrohttpd closed its end: what it wrote is still to relay */
-    stop_input(e, NULL);
+    stop_input(e, NULL, e->mode != M_HEAD);
     return 1;
   }
   if ((size_t)w < n)
@@ -519,8 +558,11 @@ static int pass(entry *e, char *buf, size_t n, size_t queued, size_t asked) {
     e->c_rd = false;
   if (e->mode == M_PASS) {
     e->pass_left -= (uint64_t)w;
-    if (e->pass_left == 0)
+    if (e->pass_left == 0) {
       e->mode = e->next;
+      if (e->mode == M_DONE) /* the last request is whole: nothing more */
+        stop_input(e, NULL, false);
+    }
   }
   return 1;
 }
@@ -568,93 +610,29 @@ static int chunk_step(aa__intake *in, entry *e, const char *buf, size_t n,
 /* One step of the client's bytes to libmicrohttpd. 1: progress, 0: waiting
  * (for the client or for room in the pair), -1: the client's socket failed. */
 static int forward(aa__intake *in, entry *e) {
-  ssize_t n;
+  bool chunk_line = e->mode == M_CHUNK_SIZE || e->mode == M_CHUNK_END ||
+                    e->mode == M_CHUNK_LAST;
+  char *buf = e->mode == M_PASS ? in->relay : in->buf;
   size_t want;
+  ssize_t n;
+  aa__http_head h;
+  int r;
 
   if (!e->c_rd || !e->p_wr)
     return 0;
-  if (e->mode == M_HEAD) {
-    aa__http_head h;
+  if (e->mode == M_HEAD)
     want = in->lim.max_head;
-    n = recv(e->fd, in->buf, want, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0) {
-      stop_input(e, NULL); /* the client has sent all it will */
-      return 1;
-    }
-    if (n < 0) {
-      if (!would_block())
-        return -1;
-      e->c_rd = false;
-      return 0;
-    }
-    if (aa__http_head_check(in->buf, (size_t)n, &in->lim, &h) == 0) {
-      if (!client_shut(e->fd)) {
-        e->c_rd = e->c_hup; /* not complete yet: wait for more */
-        return 0;
-      }
-      memset(&h, 0, sizeof h);
-      h.status = 400;
-      snprintf(h.why, sizeof h.why,
-               "the client closed its side before the request head was "
-               "complete");
-    }
-    if (h.status != 0) {
-      stop_input(e, &h);
-      return 1;
-    }
-    start_request(e, &h);
-    /* what was peeked goes at once, up to the checked end */
-    {
-      size_t go = (size_t)n;
-      if (e->pass_left < (uint64_t)go)
-        go = (size_t)e->pass_left;
-      return pass(e, in->buf, go, (size_t)n, want) < 0 ? -1 : 1;
-    }
-  }
-  if (e->mode == M_CHUNK_SIZE || e->mode == M_CHUNK_END ||
-      e->mode == M_CHUNK_LAST) {
-    aa__http_head h;
-    int r;
+  else if (chunk_line)
     want = CHUNK_LINE_MAX;
-    n = recv(e->fd, in->buf, want, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0) {
-      stop_input(e, NULL); /* ended inside a body: libmicrohttpd drops it */
-      return 1;
-    }
-    if (n < 0) {
-      if (!would_block())
-        return -1;
-      e->c_rd = false;
-      return 0;
-    }
-    r = chunk_step(in, e, in->buf, (size_t)n, &h);
-    if (r == 0) {
-      if ((size_t)n < want && !client_shut(e->fd)) {
-        e->c_rd = e->c_hup; /* not complete yet: wait for more */
-        return 0;
-      }
-      memset(&h, 0, sizeof h);
-      h.status = 400;
-      snprintf(h.why, sizeof h.why, "%s",
-               (size_t)n < want
-                   ? "the client closed its side inside a chunked body"
-                   : "a chunk-size line over 256 bytes");
-      r = -1;
-    }
-    if (r < 0)
-      /* libmicrohttpd drops the unfinished request at the end of its
-       * input; the refusal is answered after the answers before it */
-      stop_input(e, &h);
-    return 1; /* refused, or M_PASS now: the next round passes the line */
-  }
-  if (e->mode != M_PASS)
+  else if (e->mode == M_PASS)
+    want = e->pass_left < RELAY_BYTES ? (size_t)e->pass_left : RELAY_BYTES;
+  else
     return 0;
-  want = RELAY_BYTES;
-  if (e->pass_left < want)
-    want = (size_t)e->pass_left;
-  n = recv(e->fd, in->relay, want, MSG_PEEK | MSG_DONTWAIT);
+  n = recv(e->fd, buf, want, MSG_PEEK | MSG_DONTWAIT);
   if (n == 0) {
-    stop_input(e, NULL); /* ended inside a body: libmicrohttpd drops it */
+    /* the client has sent all it will; inside a request, that one is
+     * never answered */
+    stop_input(e, NULL, e->mode != M_HEAD);
     return 1;
   }
   if (n < 0) {
@@ -663,7 +641,46 @@ static int forward(aa__intake *in, entry *e) {
     e->c_rd = false;
     return 0;
   }
-  return pass(e, in->relay, (size_t)n, (size_t)n, want);
+  if (e->mode == M_PASS)
+    return pass(e, buf, (size_t)n, (size_t)n, want);
+
+  if (e->mode == M_HEAD)
+    r = aa__http_head_check(buf, (size_t)n, &in->lim, &h) == 0 ? 0
+        : h.status != 0                                        ? -1
+                                                               : 1;
+  else
+    r = chunk_step(in, e, buf, (size_t)n, &h);
+  if (r == 0) {
+    if ((size_t)n < want && !client_shut(e->fd)) {
+      e->c_rd = e->c_hup; /* not complete yet: wait for more */
+      return 0;
+    }
+    memset(&h, 0, sizeof h);
+    h.status = 400;
+    snprintf(h.why, sizeof h.why, "%s",
+             (size_t)n == want ? "a chunk-size line over 256 bytes"
+             : chunk_line
+                 ? "the client closed its side inside a chunked body"
+                 : "the client closed its side before the request head was "
+                   "complete");
+    r = -1;
+  }
+  if (r < 0) {
+    /* refused: answered after the answers before it; a request cut short
+     * (a chunked body) is never answered by libmicrohttpd */
+    stop_input(e, &h, chunk_line);
+    return 1;
+  }
+  if (chunk_line)
+    return 1; /* M_PASS now: the next round passes the line */
+  start_request(e, &h);
+  /* what was peeked goes at once, up to the checked end */
+  {
+    size_t go = (size_t)n;
+    if (e->pass_left < (uint64_t)go)
+      go = (size_t)e->pass_left;
+    return pass(e, buf, go, (size_t)n, want) < 0 ? -1 : 1;
+  }
 }
 
 /* One step of libmicrohttpd's answers to the client. 1: progress, 0:
@@ -728,16 +745,17 @@ static int backward(aa__intake *in, entry *e) {
 /* libmicrohttpd closed its end and every answer went out: answer a refused
  * head, end our side, and drain the client's input for a while. */
 static void finish(aa__intake *in, entry *e) {
-  bool open = drain(in, e->fd); /* what the client sent after the end */
-  close_peer(in, e);
+  bool open;
   if (e->refusal != NULL) {
-    send_error(in, e->fd, e->refusal->status, e->refusal->why,
-               e->refusal->path);
+    aa__http_head h = *e->refusal;
     free(e->refusal);
     e->refusal = NULL;
-  } else {
-    (void)shutdown(e->fd, SHUT_WR);
+    close_with_error(in, e, h.status, h.why, h.path);
+    return;
   }
+  open = drain(in, e->fd); /* what the client sent after the end */
+  close_peer(in, e);
+  (void)shutdown(e->fd, SHUT_WR);
   if (!open) {
     close_entry(in, e); /* its input has ended: nothing to drain */
     return;
@@ -842,7 +860,8 @@ static void on_readable(aa__intake *in, entry *e, bool rdhup) {
   ssize_t n;
 
   if (e->state == E_CLOSING) {
-    if (!drain(in, e->fd))
+    bool open = drain(in, e->fd);
+    if (flush_closing(e) < 0 || (!open && e->out == NULL))
       close_entry(in, e);
     return;
   }
@@ -859,12 +878,10 @@ static void on_readable(aa__intake *in, entry *e, bool rdhup) {
     if (rdhup && client_shut(e->fd)) {
       /* the client shut its side: the head can never be completed. It
        * may still read, so it is answered (not left until the deadline). */
-      (void)drain(in, e->fd);
-      send_error(in, e->fd, 400,
-                 "the client closed its side before the request head was "
-                 "complete",
-                 "");
-      close_entry(in, e);
+      close_with_error(in, e, 400,
+                       "the client closed its side before the request head "
+                       "was complete",
+                       "");
     }
     return; /* not complete yet */
   }
@@ -919,13 +936,8 @@ static void sweep(aa__intake *in) {
         snprintf(msg, sizeof msg,
                  "the request line and headers did not arrive within %u s",
                  in->timeout_s);
-        close_peer(in, e);
-        if (drain(in, e->fd)) {
-          send_error(in, e->fd, 408, msg, "");
-          e->state = E_CLOSING;
-          e->since_ns = now;
-          break;
-        }
+        close_with_error(in, e, 408, msg, "");
+        break;
       }
       end_entry(in, e);
       break;

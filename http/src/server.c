@@ -344,16 +344,6 @@ static aa__mhd_result on_request(void *cls, struct MHD_Connection *c,
   return answer(srv, c, ctx, url, method);
 }
 
-static int hexval(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  return -1;
-}
-
 /* Percent-decoding of the path and the query (in place). Unlike MHD's own,
  * "%00" stays as the three characters: a NUL must not cut a path short
  * ("/static/app.js%00.html" is not "/static/app.js"). Malformed escapes stay
@@ -364,8 +354,8 @@ static size_t unescape(void *cls, struct MHD_Connection *c, char *s) {
   (void)cls;
   (void)c;
   while (*r != '\0') {
-    int hi = r[0] == '%' ? hexval(r[1]) : -1;
-    int lo = hi >= 0 ? hexval(r[2]) : -1;
+    int hi = r[0] == '%' ? aa__http_hexval((unsigned char)r[1]) : -1;
+    int lo = hi >= 0 ? aa__http_hexval((unsigned char)r[2]) : -1;
     if (hi >= 0 && lo >= 0 && (hi | lo) != 0) {
       *w++ = (char)(hi * 16 + lo);
       r += 3;
