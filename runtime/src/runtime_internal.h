@@ -1,6 +1,7 @@
 /*
  * runtime_internal.h — state shared by runtime.c (pools, configuration),
- * runtime_services.c (policy, store, loop, the services' state) and
+ * runtime_services.c (store, loop, ticker, the services' state),
+ * runtime_policy.c (the policy in force) and
  * runtime_http.c (the server's callbacks and start, the in-process /stats
  * and /policy calls); runtime_json.c is the /history merge.
  */
@@ -107,20 +108,31 @@ typedef struct aa__rt_services {
 extern aa__rt_services aa__rt_svc;
 /* Whether an environment value is "off". */
 bool aa__rt_is_off(const char *v);
+/* This process's rank: $RANK, or -1 when it is not set. */
+int aa__rt_env_rank(void);
+
+/* runtime_policy.c */
+/* Loads the start-up policy (ADAPTALLOC_POLICY, the model's file, or the
+ * built-in default) into svc.policy. */
+void aa__rt_load_start_policy(void);
+/* Reads the policy's telemetry settings into the services' atomics. Called
+ * with policy_lock held. */
+void aa__rt_adopt_telemetry(const aa_policy *p);
+/* A pool's backend kind as the policy names it: "device", "pinned", "host". */
+const char *aa__rt_pool_kind(const aa_pool *pool);
 /* Installs `next` (validated) as the policy in force: applies it, bumps the
  * version, logs the change to the store. Takes ownership of next. */
 int aa__rt_install_policy(aa_policy *next, const char *source,
                           const char *reason, bool has_if_match,
                           uint64_t if_match, uint64_t *new_version, char *err,
                           size_t errcap);
-/* This process's rank: $RANK, or -1 when it is not set. */
-int aa__rt_env_rank(void);
 /* runtime_http.c: starts the server unless ADAPTALLOC_HTTP is off; logs and
  * leaves it off on failure. */
 void aa__rt_start_http(void);
 /* runtime_services.c, continued */
 void aa__rt_services_start(void);
 void aa__rt_services_stop(void);
+/* runtime_policy.c, continued */
 /* Applies the policy's settings for a pool of backend kind
  * "device"/"pinned"/"host" (region: NULL, or the region it serves, whose
  * pools.regions section wins when the policy has one) to cfg before the pool
