@@ -5,7 +5,9 @@
  * tensors), mapped device addresses and the transfer packer.
  *
  * Everything here translates arguments and error codes; the behaviour lives
- * in libadaptalloc. Errors come back as (code, message) or as exceptions the
+ * in libadaptalloc. One concern, the binding, kept in one file (CPython's
+ * module table wants every function beside it) though it runs past 600
+ * lines. Errors come back as (code, message) or as exceptions the
  * Python layer (adaptalloc/__init__.py) names; nothing here prints.
  *
  * Ownership: a Block owns one pool block and returns it when the Block dies

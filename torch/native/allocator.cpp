@@ -2,6 +2,9 @@
 // implementation of c10::cuda::CUDACachingAllocator::CUDAAllocator in which
 // every allocator action goes through adaptalloc's C API (aa_alloc, aa_free,
 // aa_record_stream, aa_pool_stats_get, aa_pool_walk, ...).
+// One concern, PyTorch's allocator interface over the C API, kept in one
+// file though it runs past 600 lines: its pools, graph checkpoints and stats
+// share one set of private structures.
 //
 // Pools. Each device's tensors come from the runtime's device pool
 // (aa_runtime_pool(AA_BACKEND_DEVICE, d)): the pool the policy loop adapts,
