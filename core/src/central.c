@@ -71,6 +71,46 @@ void aa__event_release(aa_pool *pool, void *ev) {
     b->ops->event_release(b, ev);
 }
 
+uint32_t aa__stream_events(aa_pool *pool, const aa_stream *xs, uint32_t nxs, aa_stream stream,
+                           void ***evs, bool *synced) {
+  aa_backend *b = pool->backend;
+  void **ev = calloc((size_t)nxs + 1, sizeof *ev);
+  uint32_t n = 0;
+  bool failed = ev == NULL;
+  *evs = NULL;
+  *synced = false;
+  for (uint32_t i = 0; i < nxs && !failed; i++) {
+    if (xs[i] == stream)
+      continue;
+    if (b->ops->event_record(b, xs[i], &ev[n]) == AA_OK)
+      n++;
+    else
+      failed = true;
+  }
+  if (!failed && n > 0) {
+    if (b->ops->event_record(b, stream, &ev[n]) == AA_OK)
+      n++;
+    else
+      failed = true;
+  }
+  if (failed) {
+    /* cannot track it: wait for all work instead */
+    for (uint32_t i = 0; i < n; i++)
+      aa__event_release(pool, ev[i]);
+    free(ev);
+    if (b->ops->synchronize)
+      b->ops->synchronize(b);
+    *synced = true;
+    return 0;
+  }
+  if (n == 0) {
+    free(ev);
+    return 0;
+  }
+  *evs = ev;
+  return n;
+}
+
 /* ------------------------------------------------------------ out of memory */
 
 bool aa__oom_retry(aa_pool *pool, bool *retried) {

@@ -552,6 +552,14 @@ int aa__events_done(aa_pool *pool, void **ev, uint32_t *n);
 /* Releases one backend event; NULL is a no-op. The one release for the
  * small and the large path. */
 void aa__event_release(aa_pool *pool, void *ev);
+/* A block freed on `stream` whose work also ran on the record_stream'd
+ * streams xs[0..nxs): records an event on each of those but `stream`, then
+ * (when any was recorded) one on `stream`. Returns how many, the array in
+ * *evs (the caller's), 0 when none is needed. When an event cannot be made
+ * it waits for the device instead (*synced true, 0 events): the block may be
+ * reused at once. The one rule for the small and the large path. */
+uint32_t aa__stream_events(aa_pool *pool, const aa_stream *xs, uint32_t nxs, aa_stream stream,
+                           void ***evs, bool *synced);
 /* Out of memory, no pool lock held: the first time (*retried false) counts a
  * retry, releases what the pool caches (synchronising) and returns true (try
  * again); after that, false. The one retry for the small and the large path. */

@@ -35,39 +35,11 @@ static aa__rsrec *rs_take(aa_pool *pool, const void *p) {
 /* Records events for a freed record_stream'd block. Returns the number of
  * events (0: none needed, free as usual). *evs owned by the caller. */
 static uint32_t rs_events(aa_pool *pool, aa__rsrec *r, aa_stream stream, void ***evs) {
-  aa_backend *b = pool->backend;
+  bool synced;
   *evs = NULL;
   if (r == NULL || !pool->has_events)
     return 0;
-  void **ev = calloc((size_t)r->n + 1, sizeof *ev);
-  uint32_t n = 0;
-  bool failed = ev == NULL;
-  for (uint32_t i = 0; i <= r->n && !failed; i++) {
-    aa_stream s = i < r->n ? r->s[i] : stream;
-    if (i < r->n && s == stream)
-      continue;
-    if (i == r->n && n == 0)
-      break; /* every extra stream was the free stream itself */
-    if (b->ops->event_record(b, s, &ev[n]) == AA_OK)
-      n++;
-    else
-      failed = true;
-  }
-  if (failed) {
-    /* cannot track it: wait for all work instead */
-    for (uint32_t i = 0; i < n; i++)
-      aa__event_release(pool, ev[i]);
-    free(ev);
-    if (b->ops->synchronize)
-      b->ops->synchronize(b);
-    return 0;
-  }
-  if (n == 0) {
-    free(ev);
-    return 0;
-  }
-  *evs = ev;
-  return n;
+  return aa__stream_events(pool, r->s, r->n, stream, evs, &synced);
 }
 
 static int free_slow(aa_pool *pool, aa__tcache *tc, aa__blk b, aa_stream stream, bool recorded) {

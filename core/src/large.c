@@ -471,7 +471,6 @@ static aa__chunk *find_container(aa__seg *seg, uintptr_t p) {
  * accounting, record_stream events, parking. `counted`: a user's free (a
  * thread cache's flush was counted when the user freed it). Under large_mu. */
 void aa__lg_release_chunk(aa_pool *pool, aa__chunk *c, aa_stream stream, bool counted) {
-  aa_backend *b = pool->backend;
   aa__assert(!c->free && (atomic_load_explicit(&c->state, AA__RLX) & 3) == AA__CH_FREE);
   aa__assert(pool->large_in_use >= c->size && pool->large_req >= c->req);
   aa__chunk *h = hash_find(pool, c->base, true);
@@ -496,36 +495,13 @@ void aa__lg_release_chunk(aa_pool *pool, aa__chunk *c, aa_stream stream, bool co
   c->any = !pool->has_events;
   c->ev = NULL;
   if (c->nxs > 0 && pool->has_events) {
-    void **ev = calloc((size_t)c->nxs + 1, sizeof *ev);
-    uint32_t n = 0;
-    bool failed = ev == NULL;
-    for (uint32_t i = 0; i < c->nxs && !failed; i++) {
-      if (c->xs[i] == stream)
-        continue;
-      if (b->ops->event_record(b, c->xs[i], &ev[n]) == AA_OK)
-        n++;
-      else
-        failed = true;
-    }
-    if (!failed && n > 0) {
-      if (b->ops->event_record(b, stream, &ev[n]) == AA_OK)
-        n++;
-      else
-        failed = true;
-    }
-    if (failed) {
-      for (uint32_t i = 0; i < n; i++)
-        aa__event_release(pool, ev[i]);
-      free(ev);
-      if (b->ops->synchronize)
-        b->ops->synchronize(b);
-      c->any = 1;
-    } else if (n == 0) {
-      free(ev);
-    } else {
-      c->xev = ev;
-      c->nxev = n;
-    }
+    void **ev;
+    bool synced;
+    uint32_t n = aa__stream_events(pool, c->xs, c->nxs, stream, &ev, &synced);
+    if (synced)
+      c->any = 1; /* the device was synchronized: usable on any stream */
+    c->xev = ev;
+    c->nxev = n;
   }
   free(c->xs);
   c->xs = NULL;
