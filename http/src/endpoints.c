@@ -57,6 +57,23 @@ static bool check_args(aa__http_resp *r, const aa__http_req *req,
 
 /* ------------------------------------------------------------ endpoints */
 
+/* The `pool` argument of /stats (optional) and /segments (required): a
+ * pool name of 1 to 31 bytes. False after answering 400. */
+static bool pool_arg(aa__http_resp *r, const aa__http_req *req, bool required,
+                     const char **pool) {
+  *pool = arg(req, "pool");
+  if (*pool == NULL && !required)
+    return true;
+  if (*pool == NULL || (*pool)[0] == '\0' || strlen(*pool) > 31) {
+    aa__http_error_doc(r, req, 400,
+                       required ? "pool: a pool name of 1 to 31 bytes is needed"
+                                : "pool: must be a pool name of 1 to 31 bytes",
+                       AA_EINVAL);
+    return false;
+  }
+  return true;
+}
+
 void aa__http_ep_healthz(aa__http_state *st, const aa__http_req *req,
                          aa__http_resp *r) {
   (void)st;
@@ -72,14 +89,8 @@ void aa__http_ep_stats(aa__http_state *st, const aa__http_req *req,
   size_t len = 0;
   int rc;
 
-  if (!check_args(r, req, allowed))
+  if (!check_args(r, req, allowed) || !pool_arg(r, req, false, &pool))
     return;
-  pool = arg(req, "pool");
-  if (pool != NULL && (pool[0] == '\0' || strlen(pool) > 31)) {
-    aa__http_error_doc(r, req, 400, "pool: must be a pool name of 1 to 31 bytes",
-                       AA_EINVAL);
-    return;
-  }
   if (st->prov.stats_json == NULL) {
     aa__http_unavailable(r, req, "stats");
     return;
@@ -455,14 +466,8 @@ void aa__http_ep_segments(aa__http_state *st, const aa__http_req *req,
   size_t len = 0;
   int rc;
 
-  if (!check_args(r, req, allowed))
+  if (!check_args(r, req, allowed) || !pool_arg(r, req, true, &pool))
     return;
-  pool = arg(req, "pool");
-  if (pool == NULL || pool[0] == '\0' || strlen(pool) > 31) {
-    aa__http_error_doc(r, req, 400, "pool: a pool name of 1 to 31 bytes is needed",
-                       AA_EINVAL);
-    return;
-  }
   if (st->prov.segments_json == NULL) {
     aa__http_unavailable(r, req, "segments");
     return;
