@@ -161,21 +161,28 @@ static void test_adapt_demo_reserved_loop_on_not_above_off(void **state) {
   aa_policy_free(p);
 }
 
+/* compare_on_off for the default policy with `patch` merged in. */
+static uint64_t compare_patched(const char *patch, const char *what) {
+  aa_policy *base = NULL;
+  aa_policy *p = NULL;
+  char err[256] = "";
+  uint64_t decisions;
+  assert_int_equal(aa_policy_default(&base), AA_OK);
+  if (aa_policy_merge_patch(base, patch, strlen(patch), &p, err, sizeof err) != AA_OK)
+    fail_msg("the policy patch: %s", err);
+  decisions = compare_on_off(p, what);
+  aa_policy_free(p);
+  aa_policy_free(base);
+  return decisions;
+}
+
 /* The default policy with the trim threshold at 32 MiB instead of 256, so
  * that the loop acts on this workload: it trims the cache between the
  * phases (and the next phase maps memory again). */
 static void test_adapt_demo_reserved_loop_on_not_above_off_trimming(void **state) {
-  static const char patch[] = "{\"adapt\": {\"trim_threshold_bytes\": 33554432}}";
-  aa_policy *base = NULL;
-  aa_policy *p = NULL;
-  char err[256] = "";
   (void)state;
-  assert_int_equal(aa_policy_default(&base), AA_OK);
-  if (aa_policy_merge_patch(base, patch, sizeof patch - 1, &p, err, sizeof err) != AA_OK)
-    fail_msg("the policy patch: %s", err);
-  assert_true(compare_on_off(p, "default policy, trim threshold 32 MiB") > 0); /* it acted */
-  aa_policy_free(p);
-  aa_policy_free(base);
+  assert_true(compare_patched("{\"adapt\": {\"trim_threshold_bytes\": 33554432}}",
+                              "default policy, trim threshold 32 MiB") > 0); /* it acted */
 }
 
 /* Four classes per doubling up to 1 MiB (the default before the current
@@ -183,18 +190,10 @@ static void test_adapt_demo_reserved_loop_on_not_above_off_trimming(void **state
  * requests, the loop adds and retires exact classes, each change checked by
  * its replay of the interval first. */
 static void test_adapt_demo_reserved_loop_on_not_above_off_classes_to_1m(void **state) {
-  static const char patch[] = "{\"pools\": {\"host\": {\"max_small\": 1048576, "
-                              "\"classes\": {\"min\": 512, \"per_doubling\": 4}}}}";
-  aa_policy *base = NULL;
-  aa_policy *p = NULL;
-  char err[256] = "";
   (void)state;
-  assert_int_equal(aa_policy_default(&base), AA_OK);
-  if (aa_policy_merge_patch(base, patch, sizeof patch - 1, &p, err, sizeof err) != AA_OK)
-    fail_msg("the policy patch: %s", err);
-  assert_true(compare_on_off(p, "classes to 1 MiB") > 0); /* it acted */
-  aa_policy_free(p);
-  aa_policy_free(base);
+  assert_true(compare_patched("{\"pools\": {\"host\": {\"max_small\": 1048576, "
+                              "\"classes\": {\"min\": 512, \"per_doubling\": 4}}}}",
+                              "classes to 1 MiB") > 0); /* it acted */
 }
 
 int main(void) {
