@@ -376,6 +376,26 @@ def test_mempool_gets_its_own_pool():
     assert native.private_pool_count(DEV) == before
 
 
+def test_private_pool_small_classes_take_small_slabs():
+    # Graph and MemPool pools hold a few blocks per class: each class's
+    # slab is 64 KiB (the default policy's classes reach 16 KiB), not the
+    # device pool's 2 MiB, or a capture's pool holds megabytes of empty slabs.
+    pool = torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(pool):
+        xs = [torch.empty(n, dtype=torch.uint8, device="cuda") for n in (700, 1500, 3000, 6000)]
+    segs = [s for s in torch.cuda.memory._snapshot()["segments"]
+            if tuple(s["segment_pool_id"]) == tuple(pool.id)]
+    assert segs
+    for x in xs:
+        seg = [s for s in segs if s["address"] <= x.data_ptr() < s["address"] + s["total_size"]]
+        assert len(seg) == 1
+        assert seg[0]["total_size"] == 64 << 10
+    assert sum(s["total_size"] for s in segs) <= 4 * (64 << 10)
+    del xs
+    del pool
+    torch.cuda.empty_cache()
+
+
 def test_unsupported_features_raise_clearly():
     with pytest.raises(RuntimeError, match="adaptalloc"):
         torch.cuda.memory._record_memory_history()
