@@ -21,8 +21,11 @@
  * answered after the answers to the requests before it, then the connection
  * is closed.
  *
- * The relay itself is relay.c; this file keeps the table: accepting,
- * the first head, refusals, limits, deadlines and libmicrohttpd's callbacks.
+ * The table's files: this one has the intake thread (the first head of
+ * each connection, the deadlines) and the table's life cycle;
+ * intake_room.c accepting and room for new clients (the limits);
+ * intake_close.c refusals and closing; intake_mhd.c libmicrohttpd's
+ * callbacks; relay.c the relay.
  *
  * States of a connection (entry.state):
  *   INTAKE   accepted; its first head is arriving. Ours. Deadline: timeout_s
@@ -42,23 +45,13 @@
  * here (its client socket and our end of the pair); libmicrohttpd sees the
  * end of its pair and tells us when it has let go.
  *
- * Room for new clients: when a client connects and the server holds
- * max_connections (or its address holds per_ip_connections), the oldest
- * connection of that scope with no request in progress (INTAKE without a
- * whole head queued, or MHD_IDLE) is closed to make room; only when there is
- * none is the newcomer refused (503). Slow clients therefore cannot hold
- * every slot: each one is closed at its deadline or when someone new needs
- * its place.
+ * Room for new clients (the oldest connection with no request in progress
+ * is closed when a newcomer needs its place): intake_room.c.
  *
  * Lock: in->mu guards the table; held by the intake thread while it handles
  * an event (all socket calls are non-blocking) and briefly by libmicrohttpd's
  * thread (its callbacks). Never held across MHD_add_connection.
  */
-#include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -71,342 +64,11 @@
 
 #include "intake_internal.h"
 
-/* ------------------------------------------------------------ helpers */
-
-static void ip_of(const struct sockaddr_storage *ss, char *out, size_t cap) {
-  out[0] = '\0';
-  if (ss->ss_family == AF_INET)
-    inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)ss)->sin_addr,
-              out, (socklen_t)cap);
-  else if (ss->ss_family == AF_INET6)
-    inet_ntop(AF_INET6,
-              &((const struct sockaddr_in6 *)(const void *)ss)->sin6_addr, out,
-              (socklen_t)cap);
-}
-
-static const char *reason(int status) {
-  switch (status) {
-  case 400:
-    return "Bad Request";
-  case 408:
-    return "Request Timeout";
-  case 414:
-    return "URI Too Long";
-  case 431:
-    return "Request Header Fields Too Large";
-  case 503:
-    return "Service Unavailable";
-  case 505:
-    return "HTTP Version Not Supported";
-  default:
-    return "Error";
-  }
-}
-
-/* Empties a slot (its buffers freed; its descriptors are closed by now). */
-static void entry_free(entry *e) {
-  free(e->refusal);
-  free(e->out);
-  memset(e, 0, sizeof *e);
-  e->state = E_FREE;
-  e->fd = -1;
-  e->peer = -1;
-  e->mhd_fd = -1;
-}
-
-/* Reads and drops what the client has sent so far, at most DRAIN_MAX bytes
- * a call so that a client that keeps sending cannot hold the thread (the
- * rest goes on its next event, or at the CLOSING deadline). Never blocks.
- * Returns false at end of input or on an error. */
-bool aa__intake_drain(aa__intake *in, int fd) {
-  size_t total = 0;
-  while (total < DRAIN_MAX) {
-    ssize_t n = recv(fd, in->buf, in->lim.max_head, MSG_DONTWAIT);
-    if (n > 0) {
-      total += (size_t)n;
-      continue;
-    }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return true;
-    if (n < 0 && errno == EINTR)
-      continue;
-    return false;
-  }
-  return true;
-}
-
-/* Queues a JSON error document in e->out (which is empty). false: out of
- * memory (the connection is then closed without it). */
-static bool queue_error(aa__intake *in, entry *e, int status, const char *msg,
-                        const char *path) {
-  aa__http_resp resp;
-  char head[512];
-  int n;
-  bool ok = false;
-
-  aa__http_error_resp(in->st, path != NULL ? path : "", status, msg,
-                      status == 503 ? AA_EBUSY : AA_EINVAL, &resp);
-  n = snprintf(head, sizeof head,
-               "HTTP/1.1 %d %s\r\n"
-               "Content-Type: application/json\r\n"
-               "Content-Length: %zu\r\n"
-               "Cache-Control: no-store\r\n"
-               "X-Content-Type-Options: nosniff\r\n"
-               "%s"
-               "Connection: close\r\n\r\n",
-               resp.status, reason(resp.status), resp.len,
-               status == 503 ? "Retry-After: 1\r\n" : "");
-  if (n > 0 && (size_t)n < sizeof head) {
-    e->out = malloc((size_t)n + resp.len);
-    if (e->out != NULL) {
-      memcpy(e->out, head, (size_t)n);
-      memcpy(e->out + n, resp.body, resp.len);
-      e->out_len = (size_t)n + resp.len;
-      e->out_off = 0;
-      ok = true;
-    }
-  }
-  aa__http_resp_free(&resp);
-  return ok;
-}
-
-/* CLOSING: sends what is left of the answer in e->out, then half-closes.
- * -1: the client's socket failed. */
-static int flush_closing(entry *e) {
-  while (e->out_off < e->out_len) {
-    ssize_t w = send(e->fd, e->out + e->out_off, e->out_len - e->out_off,
-                     MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w < 0)
-      return would_block() ? 0 : -1; /* its EPOLLOUT resumes us */
-    e->out_off += (size_t)w;
-  }
-  if (e->out != NULL) {
-    free(e->out);
-    e->out = NULL;
-    e->out_len = e->out_off = 0;
-    (void)shutdown(e->fd, SHUT_WR);
-  }
-  return 0;
-}
-
-/* Closes our end of the pair (libmicrohttpd sees the end of its input). */
-void aa__intake_close_peer(aa__intake *in, entry *e) {
-  if (e->peer < 0)
-    return;
-  epoll_ctl(in->ep, EPOLL_CTL_DEL, e->peer, NULL);
-  close(e->peer);
-  e->peer = -1;
-}
-
-/* Done with the client: closes its socket and our end of the pair. The slot
- * is free at once unless libmicrohttpd still holds its end (DETACHED until
- * it reports the close). */
-void aa__intake_close_entry(aa__intake *in, entry *e) {
-  aa__intake_close_peer(in, e);
-  if (e->fd >= 0) {
-    epoll_ctl(in->ep, EPOLL_CTL_DEL, e->fd, NULL);
-    close(e->fd);
-    e->fd = -1;
-  }
-  if (!e->attached) {
-    entry_free(e);
-    return;
-  }
-  free(e->refusal);
-  e->refusal = NULL;
-  free(e->out);
-  e->out = NULL;
-  e->out_len = e->out_off = 0;
-  e->state = E_DETACHED;
-  e->since_ns = aa_now_ns();
-}
-
-/* Ends a connection abruptly (deadline, room, a broken client). */
-void aa__intake_end_entry(aa__intake *in, entry *e) {
-  if (e->fd >= 0)
-    (void)shutdown(e->fd, SHUT_RDWR);
-  aa__intake_close_entry(in, e);
-}
-
-/* Ends e with a JSON error answer: its input is drained for up to
- * CLOSING_NS (so that the answer is not lost to a reset) while the answer
- * goes out as fast as the client takes it (CLOSING), then it is closed.
- * Nothing more is relayed. */
-void aa__intake_close_with_error(aa__intake *in, entry *e, int status,
-                                 const char *msg, const char *path) {
-  bool open = aa__intake_drain(in, e->fd);
-  aa__intake_close_peer(in, e);
-  free(e->out);
-  e->out = NULL;
-  e->out_len = e->out_off = 0;
-  if (!queue_error(in, e, status, msg, path)) {
-    aa__intake_end_entry(in, e);
-    return;
-  }
-  e->state = E_CLOSING;
-  e->since_ns = aa_now_ns();
-  if (flush_closing(e) < 0 || (!open && e->out == NULL))
-    aa__intake_close_entry(in, e);
-}
-
-/* Refuses an entry that is ours (INTAKE). */
-void aa__intake_refuse(aa__intake *in, entry *e, int status, const char *msg,
-                       const char *path) {
-  aa__intake_close_with_error(in, e, status, msg, path);
-}
-
-/* Makes room: closes e, which has no request in progress. */
-static void evict(aa__intake *in, entry *e) {
-  if (e->state == E_INTAKE)
-    aa__intake_refuse(in, e, 503,
-                      "the server needed this connection for a new client and "
-                      "this request had not arrived; retry",
-                      "");
-  else
-    aa__intake_end_entry(in, e);
-}
-
-static bool counts(const entry *e) {
-  return e->state != E_FREE && e->state != E_CLOSING &&
-         e->state != E_DETACHED;
-}
-
-/* Whether an INTAKE entry's queued bytes already hold a whole head (good or
- * bad): its request has arrived and is decided on its own event, which may
- * still be pending behind the one that admits a newcomer. */
-static bool head_arrived(aa__intake *in, const entry *e) {
-  aa__http_head h;
-  ssize_t n = recv(e->fd, in->buf, in->lim.max_head, MSG_PEEK | MSG_DONTWAIT);
-  return n > 0 && aa__http_head_check(in->buf, (size_t)n, &in->lim, &h) != 0;
-}
-
-static bool evictable(aa__intake *in, const entry *e) {
-  if (!counts(e))
-    return false;
-  if (e->state == E_INTAKE)
-    return !head_arrived(in, e);
-  /* answered everything relayed, and no whole head waits at the relay */
-  return e->state == E_MHD_IDLE && e->mode == M_HEAD &&
-         e->reqs_fwd == e->reqs_done && !head_arrived(in, e);
-}
-
-/* The oldest evictable entry (of ip when ip is not NULL), or NULL. */
-static entry *oldest(aa__intake *in, const char *ip) {
-  entry *best = NULL;
-  for (size_t i = 0; i < in->cap; i++) {
-    entry *e = &in->e[i];
-    if (!counts(e) || (ip != NULL && strcmp(e->ip, ip) != 0))
-      continue;
-    if (best != NULL && e->since_ns >= best->since_ns)
-      continue;
-    if (evictable(in, e))
-      best = e;
-  }
-  return best;
-}
-
 /* Whether the client has shut its sending side (checked on the socket: an
  * event's flag may be a stale one of an earlier connection of the slot). */
 bool aa__intake_client_shut(int fd) {
   struct pollfd pf = {fd, POLLRDHUP, 0};
   return poll(&pf, 1, 0) == 1 && (pf.revents & (POLLRDHUP | POLLHUP)) != 0;
-}
-
-/* ------------------------------------------------------------ intake */
-
-static void admit(aa__intake *in, int fd, const struct sockaddr_storage *ss,
-                  socklen_t alen) {
-  char ip[64];
-  unsigned total = 0, same = 0;
-  entry *slot = NULL;
-  struct epoll_event ev;
-
-  ip_of(ss, ip, sizeof ip);
-  pthread_mutex_lock(&in->mu);
-  for (size_t i = 0; i < in->cap; i++) {
-    entry *e = &in->e[i];
-    if (e->state == E_FREE) {
-      if (slot == NULL)
-        slot = e;
-      continue;
-    }
-    if (!counts(e))
-      continue;
-    total++;
-    if (strcmp(e->ip, ip) == 0)
-      same++;
-  }
-  bool room = true;
-  if (in->per_ip > 0 && same >= in->per_ip) {
-    entry *v = oldest(in, ip);
-    if (v == NULL) {
-      room = false;
-    } else {
-      evict(in, v);
-      total--;
-    }
-  }
-  if (room && total >= in->max_conn) {
-    entry *v = oldest(in, NULL);
-    if (v == NULL)
-      room = false;
-    else
-      evict(in, v);
-  }
-  if (slot == NULL) {
-    pthread_mutex_unlock(&in->mu);
-    close(fd); /* no slot even to answer in: the table is full of closers */
-    return;
-  }
-  entry_free(slot);
-  slot->state = E_INTAKE;
-  slot->fd = fd;
-  slot->since_ns = aa_now_ns();
-  memcpy(&slot->addr, ss, sizeof *ss);
-  slot->alen = alen;
-  snprintf(slot->ip, sizeof slot->ip, "%s", ip);
-  memset(&ev, 0, sizeof ev);
-  /* edge-triggered: a peek leaves the bytes queued, so only new bytes (or
-   * the end of input, or room to send) must wake us */
-  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
-  ev.data.u64 = tag_of(in, slot, false);
-  if (epoll_ctl(in->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
-    entry_free(slot);
-    pthread_mutex_unlock(&in->mu);
-    close(fd);
-    return;
-  }
-  if (!room) /* answered and drained like any refusal (no reset) */
-    aa__intake_refuse(in, slot, 503,
-                      "too many connections (from this address or in all) with "
-                      "requests in progress; retry",
-                      "");
-  pthread_mutex_unlock(&in->mu);
-}
-
-static void accept_all(aa__intake *in) {
-  for (;;) {
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    int fd = accept4(in->listen_fd, (struct sockaddr *)&ss, &sl,
-                     SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED)
-        continue;
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
-          errno == ENOMEM) {
-        /* the listening socket stays readable: waiting on it would spin;
-         * accepting resumes at the next sweep */
-        struct epoll_event ev;
-        memset(&ev, 0, sizeof ev);
-        ev.data.u64 = TAG_LISTEN;
-        if (epoll_ctl(in->ep, EPOLL_CTL_MOD, in->listen_fd, &ev) == 0)
-          in->accept_paused = true;
-      }
-      return; /* EAGAIN, or out of descriptors */
-    }
-    admit(in, fd, &ss, sl);
-  }
 }
 
 static void on_readable(aa__intake *in, entry *e, bool rdhup) {
@@ -415,7 +77,7 @@ static void on_readable(aa__intake *in, entry *e, bool rdhup) {
 
   if (e->state == E_CLOSING) {
     bool open = aa__intake_drain(in, e->fd);
-    if (flush_closing(e) < 0 || (!open && e->out == NULL))
+    if (aa__intake_flush_closing(e) < 0 || (!open && e->out == NULL))
       aa__intake_close_entry(in, e);
     return;
   }
@@ -471,7 +133,7 @@ static void sweep(aa__intake *in) {
       /* libmicrohttpd never reported taking it (it dropped it, e.g. out of
        * memory): no callback can come for it */
       if (!e->known && age > CLOSING_NS)
-        entry_free(e);
+        aa__intake_entry_free(e);
       break;
     case E_MHD_NEW:
       if (!e->known && age > CLOSING_NS) {
@@ -512,7 +174,7 @@ static void *intake_main(void *arg) {
     for (int k = 0; k < n; k++) {
       uint64_t tag = evs[k].data.u64;
       if (tag == TAG_LISTEN) {
-        accept_all(in);
+        aa__intake_accept_all(in);
       } else if (tag == TAG_WAKE) {
         uint64_t v;
         (void)!read(in->wake_fd, &v, sizeof v);
@@ -605,7 +267,7 @@ int aa__intake_new(aa__http_state *st, const aa_http_config *cfg,
   if (in->e == NULL || in->buf == NULL || in->relay == NULL)
     goto fail;
   for (size_t i = 0; i < in->cap; i++)
-    entry_free(&in->e[i]);
+    aa__intake_entry_free(&in->e[i]);
   rc = AA_EIO;
   in->ep = epoll_create1(EPOLL_CLOEXEC);
   in->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -668,7 +330,7 @@ void aa__intake_free(aa__intake *in) {
         close(e->fd);
       if (e->peer >= 0)
         close(e->peer);
-      entry_free(e);
+      aa__intake_entry_free(e);
     }
   }
   if (in->ep >= 0)
@@ -682,92 +344,4 @@ void aa__intake_free(aa__intake *in) {
   free(in->buf);
   free(in->relay);
   free(in);
-}
-
-/* ------------------------------------------------------------ MHD's side */
-
-static entry *entry_of(struct MHD_Connection *c) {
-  const union MHD_ConnectionInfo *ci =
-      MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-  return ci != NULL ? ci->socket_context : NULL;
-}
-
-void aa__intake_conn_started(aa__intake *in, struct MHD_Connection *c,
-                             void **socket_context) {
-  const union MHD_ConnectionInfo *ci =
-      MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-  *socket_context = NULL;
-  if (ci == NULL)
-    return;
-  pthread_mutex_lock(&in->mu);
-  for (size_t i = 0; i < in->cap; i++) {
-    entry *e = &in->e[i];
-    if (e->attached && !e->known && e->mhd_fd == ci->connect_fd &&
-        (e->state == E_MHD_NEW || e->state == E_DETACHED ||
-         e->state == E_CLOSING)) {
-      e->known = true;
-      *socket_context = e;
-      break;
-    }
-  }
-  pthread_mutex_unlock(&in->mu);
-}
-
-void aa__intake_conn_closed(aa__intake *in, void **socket_context) {
-  entry *e = *socket_context;
-  if (e == NULL)
-    return;
-  pthread_mutex_lock(&in->mu);
-  e->attached = false;
-  if (e->state == E_DETACHED)
-    entry_free(e); /* we were done with it: the slot is free now */
-  pthread_mutex_unlock(&in->mu);
-  *socket_context = NULL;
-}
-
-static void set_state(aa__intake *in, struct MHD_Connection *c, int state) {
-  entry *e = entry_of(c);
-  bool wake = false;
-  if (e == NULL)
-    return;
-  pthread_mutex_lock(&in->mu);
-  if (e->state >= E_MHD_NEW) {
-    e->state = state;
-    e->since_ns = aa_now_ns();
-  }
-  if (state == E_MHD_BODY)
-    e->reqs_begun++;
-  if (state == E_MHD_IDLE) {
-    e->reqs_done++;
-    /* the relay waits for this answer to end the connection */
-    if (e->state >= E_MHD_NEW && e->mode == M_STOP &&
-        e->reqs_done >= e->answer_after) {
-      e->again = true;
-      wake = true;
-    }
-  }
-  pthread_mutex_unlock(&in->mu);
-  if (wake) {
-    uint64_t one = 1;
-    (void)!write(in->wake_fd, &one, sizeof one);
-  }
-}
-
-void aa__intake_request_begun(aa__intake *in, struct MHD_Connection *c) {
-  set_state(in, c, E_MHD_BODY);
-}
-
-void aa__intake_request_done(aa__intake *in, struct MHD_Connection *c) {
-  set_state(in, c, E_MHD_IDLE);
-}
-
-bool aa__intake_must_close(aa__intake *in, struct MHD_Connection *c) {
-  entry *e = entry_of(c);
-  bool close_it;
-  if (e == NULL)
-    return false;
-  pthread_mutex_lock(&in->mu);
-  close_it = e->close_at != 0 && e->reqs_begun >= e->close_at;
-  pthread_mutex_unlock(&in->mu);
-  return close_it;
 }

@@ -1,8 +1,11 @@
 /*
- * intake_internal.h — what intake.c (accept, limits, deadlines, refusals,
- * libmicrohttpd's callbacks) and relay.c (the bytes of a connection between
- * its client and libmicrohttpd) share: the table of connections and its
- * entries, and the functions each file lends the other. http/ only.
+ * intake_internal.h — what the intake's files share: intake.c (the thread,
+ * the first head, deadlines, life cycle), intake_room.c (accepting, limits,
+ * room for new clients), intake_close.c (refusals and closing),
+ * intake_mhd.c (libmicrohttpd's callbacks) and relay.c (the bytes of a
+ * connection between its client and libmicrohttpd): the table of
+ * connections and its entries, and the functions each file lends the
+ * others. http/ only.
  */
 #ifndef AA_HTTP_INTAKE_INTERNAL_H
 #define AA_HTTP_INTAKE_INTERNAL_H
@@ -108,8 +111,17 @@ static inline uint64_t tag_of(const aa__intake *in, const entry *e, bool peer) {
 
 /* ------------------------------------------------------------ shared */
 
-/* intake.c: the table's helpers the relay uses (mu held). */
+/* intake.c: whether the client has shut its sending side. */
+bool aa__intake_client_shut(int fd);
+
+/* intake_room.c: accepts every waiting client, making room or refusing
+ * (intake thread; takes mu). */
+void aa__intake_accept_all(aa__intake *in);
+
+/* intake_close.c: refusals, closing, freeing slots (mu held). */
+void aa__intake_entry_free(entry *e);
 bool aa__intake_drain(aa__intake *in, int fd);
+int aa__intake_flush_closing(entry *e);
 void aa__intake_close_peer(aa__intake *in, entry *e);
 void aa__intake_close_entry(aa__intake *in, entry *e);
 void aa__intake_end_entry(aa__intake *in, entry *e);
@@ -117,7 +129,6 @@ void aa__intake_close_with_error(aa__intake *in, entry *e, int status,
                                  const char *msg, const char *path);
 void aa__intake_refuse(aa__intake *in, entry *e, int status, const char *msg,
                        const char *path);
-bool aa__intake_client_shut(int fd);
 
 /* relay.c: hands a connection whose first head h passed to libmicrohttpd
  * through a socket pair, and moves its bytes both ways (mu held; hand_over
