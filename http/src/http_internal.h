@@ -6,7 +6,7 @@
  *   state     aa__http_state: config, token, provider, counters, the /stats
  *             cache. Usable without any socket (the fuzzer drives it).
  *   request   aa__http_req: method, decoded path, query arguments, the few
- *             headers that matter, the body. Filled by server.c from MHD, or
+ *             headers that matter, the body. Filled by request.c from MHD, or
  *             by the fuzzer from bytes.
  *   response  aa__http_resp: status, type, body, the extra headers.
  *   router    aa__http_route (router.c): request -> response, no I/O; its

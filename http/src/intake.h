@@ -1,5 +1,6 @@
 /*
- * intake.h — the server's front door (intake.c), shared with server.c only.
+ * intake.h — the server's front door (intake.c), shared with server.c and
+ * request.c only.
  *
  * The intake thread owns the listening socket and every client's socket. It
  * reads each request head without consuming it (MSG_PEEK), checks it strictly
