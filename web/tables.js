@@ -1,0 +1,148 @@
+/*
+ * tables.js — the selected pool's cards and size-class table (sortable),
+ * and the policy loop's decisions (/stats adapt.audit).
+ */
+import { $, setText, state } from "./common.js";
+import { fmtBytes, fmtCount, fmtDeltaMiB, fmtPct, num } from "./format.js";
+
+export function renderCards(p) {
+  setText("c-inuse", fmtBytes(num(p.bytes_in_use)));
+  setText("c-inuse-s", "peak " + fmtBytes(num(p.peak_bytes_in_use)));
+  setText("c-reserved", fmtBytes(num(p.bytes_reserved)));
+  const lim = num(p.limit_bytes);
+  setText("c-reserved-s", "peak " + fmtBytes(num(p.peak_bytes_reserved)) + (lim ? " · limit " + fmtBytes(lim) : ""));
+  const small = num(p.bytes_in_use) - num(p.large_bytes_in_use);
+  const waste = num(p.bytes_in_use) > 0 ? (num(p.bytes_in_use) - num(p.bytes_requested)) / num(p.bytes_in_use) : 0;
+  setText("c-waste", fmtPct(Math.max(0, waste)));
+  setText("c-waste-s", fmtBytes(Math.max(0, num(p.bytes_in_use) - num(p.bytes_requested))) + " lost to rounding up");
+  const hits = num(p.cache_hits), misses = num(p.cache_misses);
+  setText("c-hit", hits + misses > 0 ? fmtPct(hits / (hits + misses)) : "–");
+  setText("c-hit-s", fmtCount(misses) + " misses · " + fmtCount(num(p.backend_allocs)) + " backend allocs");
+  const rate = state.rate.get(p.name);
+  setText("c-rate", rate === undefined ? fmtCount(num(p.allocs)) : fmtCount(rate) + "/s");
+  setText("c-rate-s", fmtCount(num(p.allocs)) + " total · " + fmtCount(num(p.ooms)) + " OOM");
+  const cls = p.classes || [];
+  setText("c-classes", String(num(p.class_count) || cls.length));
+  setText("c-classes-s", "small " + fmtBytes(small) + " · large " + fmtBytes(num(p.large_bytes_in_use)));
+}
+
+export function renderClasses(p) {
+  const tb = $("classes").tBodies[0];
+  const rows = [];
+  for (const k of p.classes || []) {
+    const inUse = num(k.bytes_in_use);
+    const waste = inUse > 0 ? Math.max(0, (inUse - num(k.bytes_requested)) / inUse) : -1;
+    const hm = num(k.hits) + num(k.misses);
+    const hitRate = hm > 0 ? num(k.hits) / hm : -1;
+    rows.push({
+      retiring: !!k.retiring,
+      key: { block: num(k.block_size), slabs: num(k.slabs), inUse, reserved: num(k.bytes_reserved),
+        hits: num(k.hits), misses: num(k.misses), hitRate, waste },
+      cells: [
+        fmtBytes(num(k.block_size)) + (k.retiring ? " (retiring)" : ""),
+        fmtCount(num(k.slabs)),
+        fmtBytes(inUse),
+        fmtBytes(num(k.bytes_reserved)),
+        fmtCount(num(k.hits)),
+        fmtCount(num(k.misses)),
+        hitRate >= 0 ? fmtPct(hitRate) : "–",
+        waste >= 0 ? fmtPct(waste) : "–",
+      ],
+      // worth a look: a tenth wasted, on at least a MiB
+      hot: waste > 0.1 && inUse >= 1048576,
+    });
+  }
+  const { key, dir } = state.sort;
+  rows.sort((a, b) => (a.key[key] - b.key[key]) * dir || a.key.block - b.key.block);
+  for (const th of $("classes").tHead.rows[0].cells) {
+    th.className = th.dataset.key === key ? (dir > 0 ? "asc" : "desc") : "";
+  }
+  while (tb.rows.length > rows.length) tb.deleteRow(-1);
+  rows.forEach((r, i) => {
+    const tr = tb.rows[i] || tb.insertRow(-1);
+    tr.className = r.retiring ? "retiring" : "";
+    tr.dataset.block = String(r.key.block);
+    while (tr.cells.length < r.cells.length) tr.insertCell(-1);
+    r.cells.forEach((t, j) => {
+      if (tr.cells[j].textContent !== t) tr.cells[j].textContent = t;
+    });
+    tr.cells[7].className = r.hot ? "hot" : "";
+  });
+}
+
+// ------------------------------------------------------------ loop decisions
+// /stats adapt: {"enabled", "steps", "rejected_by_replay", "audit": [{pool,
+// step, kind, block_size, applied, predicted: {peak_reserved_before,
+// peak_reserved_after, ...} | null, measured: {reserved_before,
+// reserved_after, after_steps} | null}]} (docs/stats.md)
+const LOOP_ROWS = 64;
+function loopDelta(o, before, after) {
+  if (!o || typeof o !== "object") return null;
+  const b = o[before], a = o[after];
+  return typeof a === "number" && typeof b === "number" ? a - b : null;
+}
+function deltaCell(tr, d, title) {
+  const td = tr.insertCell(-1);
+  td.textContent = fmtDeltaMiB(d);
+  td.className = d === null ? "muted" : d < 0 ? "gain" : d > 0 ? "loss" : "";
+  if (title) td.title = title;
+}
+export function renderLoop(a) {
+  const tb = $("loop").tBodies[0];
+  const empty = (text) => {
+    delete tb.dataset.key;
+    $("loop").dataset.rows = "0";
+    tb.textContent = "";
+    const td = tb.insertRow(-1).insertCell(-1);
+    td.colSpan = 7;
+    td.className = "muted";
+    td.textContent = text;
+  };
+  if (!a || typeof a !== "object") {
+    setText("loop-note", "");
+    empty("this server publishes no policy-loop audit");
+    return;
+  }
+  if (a.enabled === false) {
+    setText("loop-note", "");
+    empty("the policy loop is off");
+    return;
+  }
+  const list = (Array.isArray(a.audit) ? a.audit : []).filter((e) => e && typeof e.pool === "string");
+  const steps = num(a.steps);
+  const applied = list.filter((e) => e.applied === true).length;
+  setText("loop-note", "step " + fmtCount(steps) + " · " + fmtCount(num(a.rejected_by_replay)) +
+    " rejected by replay · " + applied + " of " + list.length + " shown applied");
+  const key = JSON.stringify([steps, list]);
+  if (tb.dataset.key === key) return;
+  tb.dataset.key = key;
+  $("loop").dataset.rows = String(list.length);
+  if (!list.length) { empty("no class-table changes yet"); return; }
+  const rows = list.slice().sort((x, y) => num(y.step) - num(x.step) || (x.pool < y.pool ? -1 : 1));
+  tb.textContent = "";
+  for (const e of rows.slice(0, LOOP_ROWS)) {
+    const tr = tb.insertRow(-1);
+    const ago = steps >= num(e.step) ? steps - num(e.step) : null;
+    const stepTd = tr.insertCell(-1);
+    stepTd.textContent = String(num(e.step));
+    if (ago !== null) stepTd.title = ago + " steps ago";
+    tr.insertCell(-1).textContent = e.pool;
+    tr.insertCell(-1).textContent = e.kind === "add_class" ? "add" : e.kind === "retire_class" ? "retire" : String(e.kind);
+    tr.insertCell(-1).textContent = fmtBytes(num(e.block_size));
+    const res = tr.insertCell(-1);
+    res.textContent = e.applied === true ? "applied" : "rejected";
+    res.className = e.applied === true ? "gain" : "loss";
+    if (e.applied !== true) res.title = "not applied: the replay of the interval predicted no gain";
+    const p = e.predicted;
+    deltaCell(tr, loopDelta(p, "peak_reserved_before", "peak_reserved_after"),
+      p ? fmtBytes(num(p.peak_reserved_before)) + " → " + fmtBytes(num(p.peak_reserved_after)) +
+        ", backend calls " + fmtCount(num(p.backend_calls_before)) + " → " + fmtCount(num(p.backend_calls_after))
+        : "nothing was replayed");
+    const m = e.measured;
+    deltaCell(tr, loopDelta(m, "reserved_before", "reserved_after"),
+      m ? fmtBytes(num(m.reserved_before)) + " → " + fmtBytes(num(m.reserved_after)) +
+        " after " + num(m.after_steps) + " steps"
+        : e.applied === true ? "measured 3 steps after the change" : "not applied");
+    if (e.applied !== true) tr.className = "rejected";
+  }
+}
