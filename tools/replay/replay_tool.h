@@ -5,7 +5,8 @@
  * main.c    main(), export, import
  * sims.c    policies, their simulators, the one replay behind run/compare/suggest
  * run.c     run and compare (several --db: cmd_run_multi), their reports
- * args.c    the command line: help table, option parsing, input checks
+ * args.c    the command line: option parsing, input checks
+ * help.c    the help table (--help, COMMAND --help), usage errors
  * suggest.c the suggest command (candidate tables, --layout, the tuned policy)
  * input.c   event sources behind one call: CSV, store trace, histograms
  * output.c  the progress bar, byte/percent formatting, tables, result JSON
@@ -220,7 +221,7 @@ typedef struct options {
   double threshold; /* ranks: flag a rank farther than this (< 0: default) */
 } options;
 
-/* args.c: the command table, help, parsing. */
+/* help.c: the command table, help, usage errors; args.c: parsing. */
 enum {
   C_RUN = 1,
   C_COMPARE = 2,
