@@ -15,8 +15,9 @@
  * Files: store.c (handle life cycle: open, flush, close, counters),
  * store_queue.c (item queue, trace ring), store_writer.c (writer thread, SQL
  * inserts, faults), store_retention.c (retention), store_json.c (stats
- * JSON), store_schema.c (migrations, connection setup, error mapping),
- * store_read.c (readers).
+ * JSON), store_schema.c (migrations, connection setup), store_sqlite.c
+ * (exec/step through the fault counter, error mapping), store_read.c
+ * (readers).
  */
 #ifndef AA_STORE_INTERNAL_H
 #define AA_STORE_INTERNAL_H
@@ -155,7 +156,7 @@ struct aa_store {
   int64_t counted_run; /* the run whose counters the writer keeps updated */
 };
 
-/* ------------------------------------------------------ store_schema.c */
+/* ------------------------------------------------------ store_sqlite.c */
 
 /* Returns true when this call must fail (and disarms). */
 bool aa__store_fault_hit(aa__store_fault *f);
@@ -164,19 +165,6 @@ bool aa__store_fault_hit(aa__store_fault *f);
 void aa__store_fault_message(const aa__store_fault *f, sqlite3 *db, int rc,
                              const char *what, const char *path, char *msg,
                              size_t cap);
-
-/* Opens a connection and brings it to a usable state: busy timeout, WAL,
- * synchronous=NORMAL, foreign keys, incremental auto-vacuum on a new file,
- * migrations. On failure returns an aa_err, writes a one-line reason into
- * msg (without the log prefix) and *out is NULL. `uri` is true for the
- * in-memory shared-cache URI (no WAL there). */
-int aa__store_db_open_rw(const char *path, bool uri, uint32_t busy_timeout_ms,
-                         aa__store_fault *fault, sqlite3 **out, char *msg,
-                         size_t msg_cap);
-
-/* Opens a read-only connection for a reader and checks the schema version.
- * Errors as for the public readers. */
-int aa__store_db_open_ro(const char *path, sqlite3 **out);
 
 /* sqlite3_exec / sqlite3_step through the fault counter (fault may be NULL). */
 int aa__store_exec(sqlite3 *db, aa__store_fault *fault, const char *sql);
@@ -193,6 +181,21 @@ const char *aa__store_sqlite_code_name(int rc);
 
 /* Wall clock, Unix epoch milliseconds. */
 int64_t aa__store_wall_ms(void);
+
+/* ------------------------------------------------------ store_schema.c */
+
+/* Opens a connection and brings it to a usable state: busy timeout, WAL,
+ * synchronous=NORMAL, foreign keys, incremental auto-vacuum on a new file,
+ * migrations. On failure returns an aa_err, writes a one-line reason into
+ * msg (without the log prefix) and *out is NULL. `uri` is true for the
+ * in-memory shared-cache URI (no WAL there). */
+int aa__store_db_open_rw(const char *path, bool uri, uint32_t busy_timeout_ms,
+                         aa__store_fault *fault, sqlite3 **out, char *msg,
+                         size_t msg_cap);
+
+/* Opens a read-only connection for a reader and checks the schema version.
+ * Errors as for the public readers. */
+int aa__store_db_open_ro(const char *path, sqlite3 **out);
 
 /* ------------------------------------------------------------ store.c */
 
