@@ -1,0 +1,121 @@
+"""The GPU benchmarks' harness, without a GPU: CPU lists, the choice of the
+GPU-local CPUs from sysfs, pinning, the calibration's figures, the zoo's run
+order and its paired ratios and tables (bench/gpu/benchcpu.py,
+bench/gpu/bench_zoo.py)."""
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))
+
+import benchcpu  # noqa: E402
+import bench_zoo  # noqa: E402
+
+
+def test_cpulist_round_trip():
+    assert benchcpu.parse_cpulist("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
+    assert benchcpu.format_cpulist({11, 0, 1, 2, 3, 8, 10}) == "0-3,8,10-11"
+    assert benchcpu.format_cpulist({5}) == "5"
+    for bad in ("", "x", "3-1", "1-", "-2", "1,,a"):
+        with pytest.raises(ValueError):
+            benchcpu.parse_cpulist(bad)
+
+
+def test_sysfs_form_of_nvidia_smi_bus_id():
+    assert benchcpu.sysfs_pci("00000000:9A:00.0") == "0000:9a:00.0"
+
+
+def test_gpu_local_cpus_from_sysfs(tmp_path):
+    allowed = os.sched_getaffinity(0)
+    one = min(allowed)
+    dev = tmp_path / "0000:18:00.0"
+    dev.mkdir()
+    (dev / "local_cpulist").write_text(f"{one},100000-100003\n")
+    cpus, why = benchcpu.gpu_local_cpus("0000:18:00.0", sysfs=str(tmp_path))
+    assert cpus == {one}  # only the CPUs this process may use
+    assert "local to the GPU at 0000:18:00.0" in why
+    cpus, why = benchcpu.gpu_local_cpus("0000:19:00.0", sysfs=str(tmp_path))
+    assert cpus == allowed and "no local_cpulist" in why
+    (dev / "local_cpulist").write_text("100000-100003\n")  # none of them ours
+    cpus, _ = benchcpu.gpu_local_cpus("0000:18:00.0", sysfs=str(tmp_path))
+    assert cpus == allowed
+
+
+def test_choose_and_pin(monkeypatch):
+    allowed = os.sched_getaffinity(0)
+    assert benchcpu.choose_cpus("none") == (None, "not pinned")
+    assert benchcpu.choose_cpus("all")[0] == allowed
+    with pytest.raises(ValueError):
+        benchcpu.choose_cpus(str(max(allowed) + 1000))
+    one = min(allowed)
+    monkeypatch.setenv(benchcpu.ENV_CPUS, str(one))
+    try:
+        assert benchcpu.pin_cpus() == [one]
+        assert os.sched_getaffinity(0) == {one}
+    finally:
+        os.sched_setaffinity(0, allowed)
+
+
+def test_calibrate_without_torch():
+    c = benchcpu.calibrate(reps=3)
+    assert set(c) == {"py_ms"} and c["py_ms"] > 0
+
+
+def test_paired():
+    assert benchcpu.paired([2.0, 4.0, 3.0], [1.0, 4.0, 6.0]) == [2.0, 1.0, 0.5]
+    assert benchcpu.paired([1.0], [1.0, 2.0]) == []  # different steps: no pairs
+    assert benchcpu.paired([], []) == []
+
+
+def test_plan_interleaves_modes_within_each_rep():
+    runs = list(bench_zoo.plan(3, ["moe", "gpt2"], ["native", "default"]))
+    assert len(runs) == 12
+    assert [r for r, _, _ in runs] == sorted(r for r, _, _ in runs)  # rep 1 before rep 2
+    for rep in range(3):
+        for w in ("moe", "gpt2"):
+            got = [(i, m) for i, (r, ww, m) in enumerate(runs) if r == rep and ww == w]
+            assert sorted(m for _, m in got) == ["default", "native"]
+            assert got[1][0] == got[0][0] + 1  # one after the other
+    firsts = [m for (r, w, m), prev in zip(runs, [None] + runs) if prev is None or prev[1] != w]
+    assert "native" in firsts and "default" in firsts  # no mode always first
+
+
+def _run(mode, rep, steps, cpu_us):
+    return {"workload": "moe", "mode": mode, "rep": rep, "peak_mib": 100.0,
+            "step_ms": steps, "warm_ms": [],
+            "calib": {"before": {"py_ms": 5.0, "torch_us": cpu_us},
+                      "after": {"py_ms": 5.0, "torch_us": cpu_us}}}
+
+
+def test_summary_pairs_steps_within_a_rep(capsys):
+    # rep 0: native 2x slower on every step, on a CPU 2x slower; rep 1 equal;
+    # rep 2 has no default run, so no pair
+    runs = {"moe": {
+        "native": [_run("native", 0, [20.0, 40.0, 60.0], 2.0),
+                   _run("native", 1, [10.0, 20.0, 30.0], 1.0),
+                   _run("native", 2, [10.0, 20.0, 30.0], 1.0)],
+        "default": [_run("default", 1, [10.0, 20.0, 30.0], 1.0),
+                    _run("default", 0, [10.0, 20.0, 30.0], 1.0)]}}
+    s = bench_zoo.summarise(runs, ["native", "default"], ["moe"])["moe"]
+    r = s["ratios"]["native"]
+    assert r["paired_speed"] == [0.5, 1.0]
+    assert r["paired_all"] == pytest.approx(0.75)
+    assert r["cpu_vs_default"] == [2.0, 1.0]
+    assert s["cpu_us"]["native"] == [2.0, 1.0, 1.0]
+    assert r["speed_vs_default"] == pytest.approx(1.0)  # medians 20 and 20
+    bench_zoo.print_tables({"moe": s}, ["native", "default"])
+    out = capsys.readouterr().out
+    assert "| native paired speed vs default |" in out
+    assert "0.750 [0.500, 1.000]x" in out
+    assert "| moe | 1.000 [1.000, 2.000] | 1.000 [1.000, 1.000] | 1.500 [1.000, 2.000] |" in out
+
+
+def test_summary_of_runs_without_calibration():
+    old = {"moe": {"native": [{"peak_mib": 1.0, "step_ms": [2.0], "warm_ms": []}],
+                   "default": [{"peak_mib": 1.0, "step_ms": [1.0], "warm_ms": []}]}}
+    s = bench_zoo.summarise(old, ["native", "default"], ["moe"])["moe"]
+    assert s["ratios"]["native"]["paired_speed"] == [0.5]
+    assert s["ratios"]["native"]["cpu_vs_default"] == []
+    assert s["cpu_us"]["native"] == []
