@@ -31,6 +31,13 @@ interleaved: rep 1 runs every mode, then rep 2, ... Each child measures:
              memory (driver's figure) the capture added, from a state with
              the cache emptied (torch.cuda.graph empties it on entry)
 
+Every child is pinned, before CUDA is initialised, to one CPU set, the same
+for all modes (--cpus: by default the CPUs local to the GPU, all where that
+cannot be read), and times a fixed CPU job (bench/gpu/benchcpu.py: a
+pure-Python loop, ms, and small torch CPU ops, us per op) before and after
+its measurements: the calib/* rows, so a reader sees how fast each process
+ran (the machine's CPU speed can differ by up to 2x between processes).
+
 The parent prints medians with [min, max] over repetitions and each mode's
 ratio to default. The native path is found as the installed package
 (adaptalloc._torch_native) or, for a development build, AA_TORCH_NATIVE_PATH.
@@ -42,6 +49,9 @@ import statistics
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchcpu  # noqa: E402 - bench/gpu/benchcpu.py, beside this file
 
 MODES = {"native": None, "default": None,
          "expandable": "expandable_segments:True", "async": "backend:cudaMallocAsync"}
@@ -71,6 +81,7 @@ def _us(fn, n):
 
 
 def child(mode, parts):
+    cpus = benchcpu.pin_cpus()  # before CUDA: the driver's threads inherit it
     import torch
     if mode == "native":
         _native().install(torch.cuda.device_count())
@@ -79,7 +90,9 @@ def child(mode, parts):
     torch.cuda.synchronize()
     base = _used()
     torch.empty(1, device=dev)
-    out = {"mode": mode, "loops": {}, "bert": {}, "graph": {}}
+    out = {"mode": mode, "loops": {}, "bert": {}, "graph": {},
+           "cpus": benchcpu.format_cpulist(cpus), "calib": {}}
+    out["calib"]["before"] = benchcpu.calibrate(torch)
 
     def mixed():
         xs = [torch.empty(s, dtype=torch.uint8, device=dev) for s in MIXED]
@@ -89,6 +102,7 @@ def child(mode, parts):
         _loops(out, dev, mixed)
     if "bert" in parts or "graph" in parts:
         _bert(out, dev, parts, base)
+    out["calib"]["after"] = benchcpu.calibrate(torch)
     print(json.dumps(out))
 
 
@@ -186,18 +200,37 @@ def _bert(out, dev, parts, base):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--modes", default="native,default,expandable,async")
     ap.add_argument("--out")
     ap.add_argument("--child")
     ap.add_argument("--parts", default="loops,bert,graph",
                     help="what to measure: loops, bert, graph (comma-separated)")
+    ap.add_argument("--cpus", default="gpu",
+                    help="the CPU set every child is pinned to: gpu (the CPUs local to the "
+                         "GPU, else all; the default), all, none (not pinned) or a list "
+                         "such as 0-7")
     a = ap.parse_args()
     if a.child:
         child(a.child, a.parts.split(","))
         return
     modes = a.modes.split(",")
+    for m in modes:
+        if m not in MODES:
+            sys.exit(f"bench_native: unknown mode {m!r} (one of {', '.join(MODES)})")
+    try:
+        cpus, why = benchcpu.choose_cpus(a.cpus)
+    except ValueError as e:
+        sys.exit(f"bench_native: --cpus {a.cpus}: {e}")
+    if cpus:  # inherited by every child, which applies it again
+        os.environ[benchcpu.ENV_CPUS] = benchcpu.format_cpulist(cpus)
+        benchcpu.pin_cpus(cpus)
+    else:
+        os.environ.pop(benchcpu.ENV_CPUS, None)
+    print(f"bench_native: CPUs {benchcpu.format_cpulist(cpus) if cpus else '-'} ({why})",
+          flush=True)
     runs = {m: [] for m in modes}
     for rep in range(a.reps):
         for m in modes:
@@ -230,7 +263,8 @@ def main():
             [("bert", b, "ms") for b in ("1", "32", "128")] +
             [("bert", b, "peak_reserved") for b in ("1", "32", "128")] +
             [("bert", b, "device_used") for b in ("1", "32", "128")] +
-            [("graph", None, "ms"), ("graph", None, "pool_bytes")])
+            [("graph", None, "ms"), ("graph", None, "pool_bytes")] +
+            [("calib", w, f) for f in ("torch_us", "py_ms") for w in ("before", "after")])
     summary = {}
     for sec, k, f in keys:
         name = "/".join(x for x in (sec, k, f) if x)
@@ -238,7 +272,7 @@ def main():
         for m in modes:
             vals = []
             for r in runs[m]:
-                v = r[sec].get(k) if k is not None else r[sec]
+                v = r.get(sec, {}).get(k) if k is not None else r.get(sec, {})
                 if v is not None and v != {}:
                     vals.append(v[f] if f else v)
             if vals:

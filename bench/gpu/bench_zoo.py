@@ -5,8 +5,9 @@ three allocator settings, each (workload, allocator, repetition) in a fresh
 process.
 
     python3 bench/gpu/bench_zoo.py [--reps 2] [--workloads a,b] [--modes m,n]
-                                   [--steps w=N,...] [--budget-s S]
+                                   [--steps w=N,...] [--budget-s S] [--cpus gpu]
                                    [--out zoo.json] [--capture DIR]
+    python3 bench/gpu/bench_zoo.py --report zoo.json     # the tables again
 
 Allocators (--modes; the default list is native,default,expandable,async):
   native      adaptalloc as a user adopts it: `adaptalloc.torch.install()`
@@ -53,6 +54,37 @@ per run. Over the repetitions: the median and [min, max] of each run's peak
 and of each run's median step time; ratios of the medians to PyTorch's
 default and to the best (lowest peak) of PyTorch's settings.
 
+CPU placement and speed. Python- and launch-bound steps run as fast as the
+CPU their process gets, which on a virtual machine can differ by up to 2x
+between processes. So every run (and every server) is pinned, before CUDA
+is initialised, to one CPU set, the same for all allocators (--cpus: by
+default the CPUs local to the GPU, /sys/bus/pci/devices/<bus id>/
+local_cpulist with the bus id from nvidia-smi, all CPUs where that cannot
+be read), and times a fixed CPU job right after CUDA initialisation and
+again after the steps (bench/gpu/benchcpu.py: a pure-Python loop, ms, and
+2000 in-place adds on a 16-element CPU tensor, us per op: the dispatcher
+work every kernel launch pays). RESULT lines carry "cpus", "gpu_pci" and
+"calib" {"before", "after"}; each run's line shows the us/op before/after.
+
+The step table's columns, beside each allocator's step time:
+  <ours> speed vs default         default's median step time / ours (ratios
+                                  of the medians over the reps)
+  <ours> paired speed vs default  the workloads are seeded, so step k is the
+                                  same work under every allocator: in each
+                                  repetition, the median over k of default's
+                                  step k / ours; median [min, max] of those
+                                  over the repetitions. Pairing removes the
+                                  spread between steps, not a slow process
+                                  (that shows in every one of its steps):
+                                  read it with the process-speed table
+The process-speed table: each run's us per torch CPU op (the mean of its
+before and after calibrations), median [min, max] over the reps, and
+<ours> / default, the median of that ratio within each repetition (above 1:
+our processes ran on slower CPUs, and a speed ratio below 1 may be that).
+Within a repetition a workload's allocators run one after the other (the
+order rotated between workloads and repetitions), so a paired ratio
+compares processes started seconds apart.
+
 Processes: one server per allocator imports torch (and transformers) once,
 with that allocator's environment (PYTORCH_CUDA_ALLOC_CONF is read when torch
 loads), and forks a fresh child for every run; CUDA is first touched in the
@@ -85,6 +117,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import benchcpu  # noqa: E402 - bench/gpu/benchcpu.py, beside this file
 
 WORKLOADS = ["kvgen", "cnn", "encoder", "gpt2", "moe", "serve"]
 MODES = ["native", "pluggable", "default", "expandable", "async"]
@@ -327,6 +361,7 @@ def _pool_summary(doc):
 def child(workload, mode, capture, steps=None):
     """One run in this (fresh) process; returns its figures as a dict."""
     t_start = time.perf_counter()
+    cpus = benchcpu.pin_cpus()  # before CUDA: the driver's threads inherit it
     import torch
 
     if mode == "native":
@@ -348,6 +383,7 @@ def child(workload, mode, capture, steps=None):
     free, total = torch.cuda.mem_get_info()
     base = total - free
     print(CUDA_READY, file=sys.stderr, flush=True)
+    calib_before = benchcpu.calibrate(torch)
     peak = [base]
     stop = threading.Event()
 
@@ -380,11 +416,19 @@ def child(workload, mode, capture, steps=None):
         peak[0] = max(peak[0], t - f)
     stop.set()
     th.join()
+    t_steps = time.perf_counter() - t_built
+    calib_after = benchcpu.calibrate(torch)
+    props = torch.cuda.get_device_properties(0)
     res = {"workload": workload, "mode": mode, "steps": n, "warm": warm,
            "peak_mib": (peak[0] - base) / MIB, "context_mib": base / MIB,
            "step_ms": times[warm:], "warm_ms": times[:warm],
            "phase_s": {"init": t_init - t_start, "build": t_built - t_init,
-                       "steps": time.perf_counter() - t_built}}
+                       "steps": t_steps},
+           "cpus": benchcpu.format_cpulist(cpus),
+           "gpu_pci": "%04x:%02x:%02x.0" % (getattr(props, "pci_domain_id", 0),
+                                          getattr(props, "pci_bus_id", 0),
+                                          getattr(props, "pci_device_id", 0)),
+           "calib": {"before": calib_before, "after": calib_after}}
     if mode == "pluggable":
         res["pool"] = {k: tp.stat(k) for k in ("peak_reserved", "reserved", "in_use")}
     else:
@@ -441,6 +485,7 @@ def serve(mode, workloads):
     `DONE rc`. Answers `READY` after the imports, or `ERROR why`."""
     out = sys.stdout
     try:
+        benchcpu.pin_cpus()  # the imports too run where the measured children will
         preload(workloads)
         if mode == "native":
             import adaptalloc.torch as aat
@@ -578,7 +623,7 @@ class Runner:
             return None, f"no result line: {r.stderr[-1500:]}"
         return json.loads(lines[-1]), None
 
-    def run(self, workload, mode, steps=None, capture=None):
+    def run(self, workload, mode, steps=None, capture=None, rep=0):
         t0 = time.time()
         if mode in self.unavailable:
             print(f"  {workload}/{mode}: not run ({self.unavailable[mode]})", flush=True)
@@ -601,9 +646,14 @@ class Runner:
             print(f"  {workload}/{mode}: FAILED {err}", flush=True)
             return None
         res["process_s"] = time.time() - t0
+        res["rep"] = rep
         print("RESULT " + json.dumps(res), flush=True)
+        cal = res.get("calib", {})
+        cpu = "  cpu %s us/op (before/after)" % "/".join(
+            f"{cal[k]['torch_us']:.2f}" if "torch_us" in cal.get(k, {}) else "-"
+            for k in ("before", "after"))
         print(f"  {workload:8s} {mode:10s} peak {res['peak_mib']:9.1f} MiB  step "
-              f"{statistics.median(res['step_ms'] or res['warm_ms']):8.2f} ms  "
+              f"{statistics.median(res['step_ms'] or res['warm_ms']):8.2f} ms{cpu}  "
               f"({res['process_s']:.1f} s)", flush=True)
         return res
 
@@ -627,14 +677,29 @@ def med_range(v, nd=0):
     return f"{m:.{nd}f} [{min(v):.{nd}f}, {max(v):.{nd}f}]"
 
 
+def run_cpu_us(r):
+    """A run's process speed: us per small torch CPU op, the mean of its
+    calibrations before and after the steps (None for a run without)."""
+    v = [c["torch_us"] for c in (r.get("calib") or {}).values() if "torch_us" in c]
+    return sum(v) / len(v) if v else None
+
+
+def by_rep(rs):
+    """{repetition: run} (runs of an older JSON without "rep": in order)."""
+    return {r.get("rep", i): r for i, r in enumerate(rs)}
+
+
 def summarise(runs, modes, wls):
-    """Per workload: each mode's peaks and median step times over the reps,
-    and the ratios of adaptalloc's medians to PyTorch's."""
+    """Per workload: each mode's peaks, median step times and CPU
+    calibration over the reps, and adaptalloc's ratios to PyTorch's: of the
+    medians, and paired (step k against the default's step k of the same
+    repetition)."""
     out = {}
     for w in wls:
         peaks = {m: [r["peak_mib"] for r in runs[w][m]] for m in modes}
         steps = {m: [statistics.median(r["step_ms"] or r["warm_ms"]) for r in runs[w][m]]
                  for m in modes}
+        cpu = {m: [c for c in map(run_cpu_us, runs[w][m]) if c is not None] for m in modes}
         med_peak = {m: statistics.median(v) for m, v in peaks.items() if v}
         med_step = {m: statistics.median(v) for m, v in steps.items() if v}
         torch_peaks = {m: v for m, v in med_peak.items() if m in TORCH_MODES}
@@ -649,10 +714,24 @@ def summarise(runs, modes, wls):
                 "peak_vs_best": med_peak[m] / torch_peaks[best] if best else None,
                 "best": best,
                 "speed_vs_default": (med_step["default"] / med_step[m]
-                                     if "default" in med_step and med_step[m] else None)}
-        out[w] = {"peak_mib": peaks, "step_ms": steps, "ratios": ratios,
+                                     if "default" in med_step and med_step[m] else None),
+                "paired_speed": [], "paired_all": None, "cpu_vs_default": []}
+            if "default" not in modes:
+                continue
+            ours, dflt = by_rep(runs[w][m]), by_rep(runs[w]["default"])
+            pooled = []
+            for rep in sorted(set(ours) & set(dflt)):
+                pr = benchcpu.paired(dflt[rep]["step_ms"], ours[rep]["step_ms"])
+                if pr:
+                    ratios[m]["paired_speed"].append(statistics.median(pr))
+                    pooled += pr
+                a, b = run_cpu_us(ours[rep]), run_cpu_us(dflt[rep])
+                if a and b:
+                    ratios[m]["cpu_vs_default"].append(a / b)
+            ratios[m]["paired_all"] = statistics.median(pooled) if pooled else None
+        out[w] = {"peak_mib": peaks, "step_ms": steps, "cpu_us": cpu, "ratios": ratios,
                   "extra": {m: [{k: r.get(k) for k in ("pool", "torch", "phase_s",
-                                                       "process_s")}
+                                                       "process_s", "calib", "cpus", "rep")}
                                 for r in runs[w][m]] for m in modes}}
     return out
 
@@ -661,34 +740,63 @@ def print_tables(summary, modes):
     def fmt(x, nd=3, suffix=""):
         return f"{x:.{nd}f}{suffix}" if x is not None else "-"
 
+    ours = [m for m in OURS if m in modes]
     print()
     print("peak device memory, MiB (driver: total - free, less the CUDA context); "
           "median [min, max] over the reps")
-    cols = list(modes) + [f"{m} / {x}" for m in OURS if m in modes
-                          for x in ("default", "best of PyTorch")]
+    cols = list(modes) + [f"{m} / {x}" for m in ours for x in ("default", "best of PyTorch")]
     print("| workload | " + " | ".join(cols) + " |")
     print("|---" * (1 + len(cols)) + "|")
     for w, s in summary.items():
         cells = [med_range(s["peak_mib"][m]) for m in modes]
-        for m in OURS:
-            if m in modes:
-                r = s["ratios"].get(m, {})
-                best = f" ({r['best']})" if r.get("best") else ""
-                cells += [fmt(r.get("peak_vs_default")), fmt(r.get("peak_vs_best")) + best]
+        for m in ours:
+            r = s["ratios"].get(m, {})
+            best = f" ({r['best']})" if r.get("best") else ""
+            cells += [fmt(r.get("peak_vs_default")), fmt(r.get("peak_vs_best")) + best]
         print(f"| {w} | " + " | ".join(cells) + " |")
     print()
-    print("step time, ms (median of each run's steps); median [min, max] over the reps")
-    cols = list(modes) + [f"{m} speed vs default" for m in OURS if m in modes]
+    print("step time, ms (median of each run's steps); median [min, max] over the reps; "
+          "speed = default / ours: of the medians, and paired (median of step k's ratios "
+          "in each rep; median [min, max] over the reps)")
+    cols = list(modes) + [f"{m} speed vs default" for m in ours] + \
+        [f"{m} paired speed vs default" for m in ours]
     print("| workload | " + " | ".join(cols) + " |")
     print("|---" * (1 + len(cols)) + "|")
     for w, s in summary.items():
         cells = [med_range(s["step_ms"][m], 2) for m in modes]
-        cells += [fmt(s["ratios"].get(m, {}).get("speed_vs_default"), 3, "x")
-                  for m in OURS if m in modes]
+        cells += [fmt(s["ratios"].get(m, {}).get("speed_vs_default"), 3, "x") for m in ours]
+        for m in ours:
+            v = s["ratios"].get(m, {}).get("paired_speed") or []
+            cells.append(med_range(v, 3) + "x" if v else "-")
+        print(f"| {w} | " + " | ".join(cells) + " |")
+    print()
+    print("process speed: us per small torch CPU op (each run's mean of its calibrations "
+          "before and after the steps; lower is faster); median [min, max] over the reps; "
+          "ours / default: median of the same rep's ratios (above 1: ours ran on a slower CPU)")
+    cols = list(modes) + [f"{m} / default" for m in ours]
+    print("| workload | " + " | ".join(cols) + " |")
+    print("|---" * (1 + len(cols)) + "|")
+    for w, s in summary.items():
+        cells = [med_range(s["cpu_us"][m], 3) for m in modes]
+        for m in ours:
+            v = s["ratios"].get(m, {}).get("cpu_vs_default") or []
+            cells.append(med_range(v, 3) if v else "-")
         print(f"| {w} | " + " | ".join(cells) + " |")
 
 
 # ---------------------------------------------------------------- main
+
+def plan(reps, wls, modes):
+    """The order of the runs: (rep, workload, mode). Every first repetition
+    comes before any second one; within a repetition a workload's modes run
+    one after the other, the order rotated between workloads and reps so no
+    mode always runs first."""
+    for rep in range(reps):
+        for wi, w in enumerate(wls):
+            k = (rep + wi) % len(modes)
+            for m in modes[k:] + modes[:k]:
+                yield rep, w, m
+
 
 def parse_steps(text):
     """`kvgen=8,cnn=20` -> {"kvgen": 8, "cnn": 20}; exits naming a bad item."""
@@ -713,9 +821,8 @@ def names(text, known, what):
 
 
 def main():
-    ap = argparse.ArgumentParser(
-        description="The GPU workload zoo: adaptalloc against PyTorch's three allocator "
-                    "settings on six workloads (see the module docstring).")
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=2, help="repetitions of every run (default 2)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS),
                     help="comma-separated, of " + ",".join(WORKLOADS) +
@@ -737,6 +844,14 @@ def main():
     ap.add_argument("--capture-modes", default="default,expandable",
                     help="with --capture: which of PyTorch's settings (default "
                          "default,expandable)")
+    ap.add_argument("--cpus", default="gpu",
+                    help="the CPU set every run is pinned to: gpu (the CPUs local to the "
+                         "GPU, else all; the default), all, none (not pinned) or a list "
+                         "such as 0-7")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the CPU set and the order of the runs, start nothing")
+    ap.add_argument("--report", default=None, metavar="JSON",
+                    help="print the tables of an earlier run's --out file, run nothing")
     ap.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--server", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -751,7 +866,30 @@ def main():
         res = child(args.child[0], args.child[1], args.capture, steps.get(args.child[0]))
         print(json.dumps(res))
         return
+    if args.report:
+        with open(args.report) as f:
+            doc = json.load(f)
+        runs = doc["runs"]
+        print_tables(summarise(runs, doc["modes"], list(runs)), doc["modes"])
+        return
     modes = names(args.modes, MODES, "modes")
+    try:
+        cpus, why = benchcpu.choose_cpus(args.cpus)
+    except ValueError as e:
+        sys.exit(f"bench_zoo: --cpus {args.cpus}: {e}")
+    if cpus:  # inherited by the servers and every run; each run applies it again
+        os.environ[benchcpu.ENV_CPUS] = benchcpu.format_cpulist(cpus)
+        benchcpu.pin_cpus(cpus)
+    else:
+        os.environ.pop(benchcpu.ENV_CPUS, None)
+    print(f"bench_zoo: CPUs {benchcpu.format_cpulist(cpus) if cpus else '-'} ({why})",
+          flush=True)
+    if args.dry_run:
+        for rep, w, m in plan(1 if args.capture else args.reps, wls,
+                              names(args.capture_modes, list(TORCH_MODES), "capture-modes")
+                              if args.capture else modes):
+            print(f"  rep {rep + 1} {w} {m}" + (f" steps {steps[w]}" if w in steps else ""))
+        return
     t_start = time.time()
     if args.capture:
         cmodes = names(args.capture_modes, list(TORCH_MODES), "capture-modes")
@@ -773,22 +911,19 @@ def main():
     took = {}  # (workload, mode) -> seconds of its last run
     skipped = []
     try:
-        for rep in range(args.reps):
-            for wi, w in enumerate(wls):
-                k = (rep + wi) % len(modes)  # rotate the order between workloads and reps
-                for m in modes[k:] + modes[:k]:
-                    guess = took.get((w, m)) or max(
-                        (v for (ww, _), v in took.items() if ww == w), default=0)
-                    if args.budget_s and time.time() - t_start + guess > args.budget_s:
-                        skipped.append(f"{w}/{m}/rep{rep + 1}")
-                        print(f"  {w}/{m} rep {rep + 1}: skipped (budget {args.budget_s:.0f} s,"
-                              f" elapsed {time.time() - t_start:.0f} s, a run takes "
-                              f"~{guess:.0f} s)", flush=True)
-                        continue
-                    r = runner.run(w, m, steps.get(w))
-                    if r is not None:
-                        runs[w][m].append(r)
-                        took[(w, m)] = r["process_s"]
+        for rep, w, m in plan(args.reps, wls, modes):
+            guess = took.get((w, m)) or max(
+                (v for (ww, _), v in took.items() if ww == w), default=0)
+            if args.budget_s and time.time() - t_start + guess > args.budget_s:
+                skipped.append(f"{w}/{m}/rep{rep + 1}")
+                print(f"  {w}/{m} rep {rep + 1}: skipped (budget {args.budget_s:.0f} s,"
+                      f" elapsed {time.time() - t_start:.0f} s, a run takes "
+                      f"~{guess:.0f} s)", flush=True)
+                continue
+            r = runner.run(w, m, steps.get(w), rep=rep)
+            if r is not None:
+                runs[w][m].append(r)
+                took[(w, m)] = r["process_s"]
     finally:
         runner.close()
     summary = summarise(runs, modes, wls)
