@@ -358,6 +358,17 @@ def _pool_summary(doc):
             "adapt": doc.get("adapt") or {}}
 
 
+def device_calls(torch):
+    """[device allocations, device frees] so far by the allocator's own
+    counters (torch.cuda.memory_stats: cudaMalloc/cudaFree for PyTorch's,
+    page maps/unmaps and segments for adaptalloc's); None where it has none."""
+    try:
+        st = torch.cuda.memory_stats()
+        return [st["num_device_alloc"], st["num_device_free"]]
+    except (RuntimeError, KeyError):
+        return None
+
+
 def child(workload, mode, capture, steps=None):
     """One run in this (fresh) process; returns its figures as a dict."""
     t_start = time.perf_counter()
@@ -406,6 +417,7 @@ def child(workload, mode, capture, steps=None):
     warm = warm if n > warm else 0
     t_built = time.perf_counter()
     times = []
+    calls = [device_calls(torch)]
     for i in range(n):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -414,6 +426,7 @@ def child(workload, mode, capture, steps=None):
         times.append((time.perf_counter() - t0) * 1e3)
         f, t = torch.cuda.mem_get_info()
         peak[0] = max(peak[0], t - f)
+        calls.append(device_calls(torch))  # outside the timed part
     stop.set()
     th.join()
     t_steps = time.perf_counter() - t_built
@@ -428,7 +441,9 @@ def child(workload, mode, capture, steps=None):
            "gpu_pci": "%04x:%02x:%02x.0" % (getattr(props, "pci_domain_id", 0),
                                           getattr(props, "pci_bus_id", 0),
                                           getattr(props, "pci_device_id", 0)),
-           "calib": {"before": calib_before, "after": calib_after}}
+           "calib": {"before": calib_before, "after": calib_after},
+           "step_device_calls": [None if a is None or b is None else [y - x for x, y in zip(a, b)]
+                                 for a, b in zip(calls, calls[1:])]}
     if mode == "pluggable":
         res["pool"] = {k: tp.stat(k) for k in ("peak_reserved", "reserved", "in_use")}
     else:
@@ -684,6 +699,16 @@ def run_cpu_us(r):
     return sum(v) / len(v) if v else None
 
 
+def run_device_calls(r):
+    """A run's device allocations + frees over its measured steps (None for
+    a run without the counts)."""
+    v = r.get("step_device_calls")
+    if not v:
+        return None
+    v = v[r.get("warm", 0):]
+    return None if not v or any(x is None for x in v) else sum(a + b for a, b in v)
+
+
 def by_rep(rs):
     """{repetition: run} (runs of an older JSON without "rep": in order)."""
     return {r.get("rep", i): r for i, r in enumerate(rs)}
@@ -700,6 +725,8 @@ def summarise(runs, modes, wls):
         steps = {m: [statistics.median(r["step_ms"] or r["warm_ms"]) for r in runs[w][m]]
                  for m in modes}
         cpu = {m: [c for c in map(run_cpu_us, runs[w][m]) if c is not None] for m in modes}
+        calls = {m: [c for c in map(run_device_calls, runs[w][m]) if c is not None]
+                 for m in modes}
         med_peak = {m: statistics.median(v) for m, v in peaks.items() if v}
         med_step = {m: statistics.median(v) for m, v in steps.items() if v}
         torch_peaks = {m: v for m, v in med_peak.items() if m in TORCH_MODES}
@@ -729,7 +756,8 @@ def summarise(runs, modes, wls):
                 if a and b:
                     ratios[m]["cpu_vs_default"].append(a / b)
             ratios[m]["paired_all"] = statistics.median(pooled) if pooled else None
-        out[w] = {"peak_mib": peaks, "step_ms": steps, "cpu_us": cpu, "ratios": ratios,
+        out[w] = {"peak_mib": peaks, "step_ms": steps, "cpu_us": cpu, "device_calls": calls,
+                  "ratios": ratios,
                   "extra": {m: [{k: r.get(k) for k in ("pool", "torch", "phase_s",
                                                        "process_s", "calib", "cpus", "rep")}
                                 for r in runs[w][m]] for m in modes}}
@@ -782,6 +810,17 @@ def print_tables(summary, modes):
             v = s["ratios"].get(m, {}).get("cpu_vs_default") or []
             cells.append(med_range(v, 3) if v else "-")
         print(f"| {w} | " + " | ".join(cells) + " |")
+    if not any(v for s in summary.values() for v in s.get("device_calls", {}).values()):
+        return
+    print()
+    print("device calls over the measured steps (the allocator's own num_device_alloc + "
+          "num_device_free: cudaMalloc/cudaFree, adaptalloc's page maps/unmaps and segments); "
+          "median [min, max] over the reps")
+    print("| workload | " + " | ".join(modes) + " |")
+    print("|---" * (1 + len(modes)) + "|")
+    for w, s in summary.items():
+        print(f"| {w} | " + " | ".join(med_range(s.get("device_calls", {}).get(m, []))
+                                        for m in modes) + " |")
 
 
 # ---------------------------------------------------------------- main

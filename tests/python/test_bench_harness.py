@@ -119,3 +119,17 @@ def test_summary_of_runs_without_calibration():
     assert s["ratios"]["native"]["paired_speed"] == [0.5]
     assert s["ratios"]["native"]["cpu_vs_default"] == []
     assert s["cpu_us"]["native"] == []
+
+
+def test_device_calls_count_the_measured_steps_only(capsys):
+    r = {"peak_mib": 1.0, "step_ms": [1.0, 1.0], "warm_ms": [5.0], "warm": 1,
+         "step_device_calls": [[100, 0], [2, 1], [0, 3]]}
+    assert bench_zoo.run_device_calls(r) == 6  # the warm-up step's 100 left out
+    assert bench_zoo.run_device_calls({"step_device_calls": [None, [1, 1]]}) is None
+    assert bench_zoo.run_device_calls({}) is None
+    runs = {"gpt2": {"native": [r], "default": [dict(r, step_device_calls=[[1, 0], [0, 0],
+                                                                          [0, 0]])]}}
+    s = bench_zoo.summarise(runs, ["native", "default"], ["gpt2"])
+    assert s["gpt2"]["device_calls"] == {"native": [6], "default": [0]}
+    bench_zoo.print_tables(s, ["native", "default"])
+    assert "| gpt2 | 6 | 0 |" in capsys.readouterr().out
