@@ -2,7 +2,8 @@
  * test_core_expandable.c — the expandable large path (AA_LARGE_EXPANDABLE)
  * on the host backend's virtual memory: pages mapped on demand, neighbours
  * that always coalesce, stranded pages moved under a limit, nothing
- * unmapped while its stream work is pending, map failures, misuse.
+ * unmapped while its stream work is pending, map failures, misuse, and
+ * the time spent in backend calls (backend_ns).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -227,9 +228,92 @@ static void test_core_expandable_churn(void **state) {
   done(f);
 }
 
+/* The host backend with alloc, free, map and unmap each made at least
+ * SLOW_NS slower: what a pool's backend_ns must account for. */
+#define SLOW_NS 2000000ull
+static aa_backend *g_inner;
+static aa_backend_ops g_slow_ops;
+
+static void slow_down(void) {
+  uint64_t end = aa_now_ns() + SLOW_NS;
+  while (aa_now_ns() < end) {
+  }
+}
+static int slow_alloc(aa_backend *b, size_t size, void **out) {
+  (void)b;
+  slow_down();
+  return g_inner->ops->alloc(g_inner, size, out);
+}
+static void slow_free(aa_backend *b, void *p, size_t size) {
+  (void)b;
+  slow_down();
+  g_inner->ops->free(g_inner, p, size);
+}
+static int slow_map(aa_backend *b, void *addr, size_t size, void **handle) {
+  (void)b;
+  slow_down();
+  return g_inner->ops->map(g_inner, addr, size, handle);
+}
+static void slow_unmap(aa_backend *b, void *addr, size_t size, void *handle) {
+  (void)b;
+  slow_down();
+  g_inner->ops->unmap(g_inner, addr, size, handle);
+}
+/* backend_ns: the time spent inside backend calls, each kind counted (a
+ * slab's alloc, a page's map, the pages' unmap and the slab's free). */
+static void test_core_expandable_backend_time(void **state) {
+  (void)state;
+  assert_int_equal(aa_backend_host_new(&g_inner), AA_OK);
+  g_slow_ops = *g_inner->ops;
+  g_slow_ops.alloc = slow_alloc;
+  g_slow_ops.free = slow_free;
+  g_slow_ops.map = slow_map;
+  g_slow_ops.unmap = slow_unmap;
+  g_slow_ops.destroy = NULL;
+  /* the host backend's own context: its other ops work unchanged */
+  aa_backend slow = {&g_slow_ops, g_inner->ctx, AA_BACKEND_HOST, -1, "slow"};
+  aa_pool_config cfg;
+  aa_pool_config_init(&cfg);
+  cfg.backend = &slow;
+  cfg.large_mode = AA_LARGE_EXPANDABLE;
+  aa_pool *p = NULL;
+  assert_int_equal(aa_pool_new(&cfg, &p), AA_OK);
+  aa_pool_stats st;
+  assert_int_equal(aa_pool_stats_get(p, &st), AA_OK);
+  uint64_t t = st.backend_ns, calls = st.backend_allocs + st.backend_frees;
+
+  void *s = aa_alloc(p, 1000, NULL); /* a slab */
+  assert_non_null(s);
+  assert_int_equal(aa_pool_stats_get(p, &st), AA_OK);
+  assert_int_equal(st.backend_allocs + st.backend_frees, calls + 1);
+  assert_true(st.backend_ns >= t + SLOW_NS);
+  t = st.backend_ns;
+
+  void *l = aa_alloc(p, 3 * MiB, NULL); /* two pages mapped */
+  assert_non_null(l);
+  assert_int_equal(aa_pool_stats_get(p, &st), AA_OK);
+  assert_int_equal(st.large_pages_mapped, 2);
+  assert_true(st.backend_ns >= t + 2 * SLOW_NS);
+  t = st.backend_ns;
+
+  assert_int_equal(aa_free(p, l, 3 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(p, s, 1000, NULL), AA_OK);
+  (void)aa_pool_release(p); /* the two pages unmapped, the slab freed */
+  assert_int_equal(aa_pool_stats_get(p, &st), AA_OK);
+  assert_int_equal(st.large_pages_unmapped, 2);
+  assert_true(st.backend_ns >= t + 3 * SLOW_NS);
+
+  char json[16384];
+  assert_true(aa_pool_stats_json(&st, json, sizeof json) > 0);
+  assert_non_null(strstr(json, "\"backend_ns\":"));
+  aa_pool_destroy(p);
+  aa_backend_destroy(g_inner);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_core_expandable_maps_on_demand),
+      cmocka_unit_test(test_core_expandable_backend_time),
       cmocka_unit_test(test_core_expandable_coalesces),
       cmocka_unit_test(test_core_expandable_limit_moves_pages),
       cmocka_unit_test(test_core_expandable_pending_work_keeps_pages),

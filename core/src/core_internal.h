@@ -465,6 +465,7 @@ struct aa_pool {
   _Atomic uint64_t out_bytes, peak_out_bytes, win_peak_out_bytes;
   _Atomic uint64_t dead_large_allocs, dead_large_frees; /* exited threads' lock-free counts */
   _Atomic uint64_t backend_allocs, backend_frees, backend_failures;
+  _Atomic uint64_t backend_ns; /* time inside those calls (aa__backend_*) */
   _Atomic uint64_t ooms, oom_retries, invalid_frees;
   _Atomic size_t limit;
   _Atomic bool telemetry;

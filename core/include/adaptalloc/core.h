@@ -317,7 +317,7 @@ AA_EXTERN int aa_pool_set_classes(aa_pool *pool, const aa_class_spec *specs,
 
 /* ------------------------------------------------------------------ stats */
 
-#define AA_STATS_VERSION 3
+#define AA_STATS_VERSION 4
 #define AA_HIST_BUCKETS 192 /* quarter doublings: bucket(size) below */
 #define AA_HH_MAX 32        /* heavy-hitter exact sizes reported */
 
@@ -385,6 +385,7 @@ typedef struct aa_pool_stats {
   uint64_t window_peak_bytes_in_use; /* most in use since aa_pool_window_reset */
   uint64_t large_pages_mapped;       /* expandable large path: page maps so far */
   uint64_t large_pages_unmapped;     /* ... and unmaps (to the system or moved) */
+  uint64_t backend_ns;               /* time inside backend alloc/free/map/unmap */
 
   uint32_t class_count;
   uint32_t hh_count;
