@@ -343,7 +343,7 @@ def _pool_summary(doc):
     keys = ("bytes_in_use", "bytes_requested", "bytes_reserved", "peak_bytes_in_use",
             "peak_bytes_reserved", "large_bytes_in_use", "large_bytes_reserved",
             "large_segments", "large_pages_mapped", "large_pages_unmapped", "backend_allocs",
-            "backend_frees")
+            "backend_frees", "backend_ns")
     ckeys = ("block_size", "prefill", "slabs", "bytes_in_use", "bytes_reserved",
              "peak_bytes_in_use", "allocs", "misses")
     pools = []
@@ -367,6 +367,20 @@ def device_calls(torch):
         return [st["num_device_alloc"], st["num_device_free"]]
     except (RuntimeError, KeyError):
         return None
+
+
+def _backend_counts(doc):
+    """adaptalloc's device pools, summed: time in backend calls (ms; 0 from
+    a library without the figure), page maps and unmaps, backend calls."""
+    out = {"backend_ms": 0.0, "pages_mapped": 0, "pages_unmapped": 0, "backend_calls": 0}
+    for p in doc.get("pools", []):
+        if p.get("backend") != "cuda" and not str(p.get("name", "")).startswith("device"):
+            continue
+        out["backend_ms"] += p.get("backend_ns", 0) / 1e6
+        out["pages_mapped"] += p.get("large_pages_mapped", 0)
+        out["pages_unmapped"] += p.get("large_pages_unmapped", 0)
+        out["backend_calls"] += p.get("backend_allocs", 0) + p.get("backend_frees", 0)
+    return out
 
 
 def child(workload, mode, capture, steps=None):
@@ -418,7 +432,10 @@ def child(workload, mode, capture, steps=None):
     t_built = time.perf_counter()
     times = []
     calls = [device_calls(torch)]
+    backend = {}
     for i in range(n):
+        if i == warm and mode == "native":  # outside the timed part
+            backend["start"] = _backend_counts(adaptalloc.stats())
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         step(i)
@@ -453,7 +470,12 @@ def child(workload, mode, capture, steps=None):
         except RuntimeError as e:
             res["torch"] = {"error": str(e)}
     if mode == "native":
-        res["pool"] = _pool_summary(adaptalloc.stats())
+        doc = adaptalloc.stats()
+        res["pool"] = _pool_summary(doc)
+        if "start" in backend:  # the device pools' backend calls over the measured steps
+            end = _backend_counts(doc)
+            res["backend_measured"] = {k: end[k] - backend["start"][k] for k in end}
+            res["backend_measured"]["step_ms_total"] = sum(res["step_ms"])
     if capture:
         import pickle
 
@@ -756,10 +778,13 @@ def summarise(runs, modes, wls):
                 if a and b:
                     ratios[m]["cpu_vs_default"].append(a / b)
             ratios[m]["paired_all"] = statistics.median(pooled) if pooled else None
+        bk = {m: [r["backend_measured"] for r in runs[w][m] if r.get("backend_measured")]
+              for m in modes if m in OURS}
         out[w] = {"peak_mib": peaks, "step_ms": steps, "cpu_us": cpu, "device_calls": calls,
-                  "ratios": ratios,
+                  "backend_measured": bk, "ratios": ratios,
                   "extra": {m: [{k: r.get(k) for k in ("pool", "torch", "phase_s",
-                                                       "process_s", "calib", "cpus", "rep")}
+                                                       "process_s", "calib", "cpus", "rep",
+                                                       "backend_measured")}
                                 for r in runs[w][m]] for m in modes}}
     return out
 
@@ -816,11 +841,25 @@ def print_tables(summary, modes):
     print("device calls over the measured steps (the allocator's own num_device_alloc + "
           "num_device_free: cudaMalloc/cudaFree, adaptalloc's page maps/unmaps and segments); "
           "median [min, max] over the reps")
-    print("| workload | " + " | ".join(modes) + " |")
-    print("|---" * (1 + len(modes)) + "|")
+    print("and adaptalloc's time inside its backend calls over the measured steps (ms; "
+          "pages mapped / unmapped; and as a share of the run's summed step time)")
+    cols = list(modes) + [f"{m} backend ms (maps/unmaps, share)" for m in ours]
+    print("| workload | " + " | ".join(cols) + " |")
+    print("|---" * (1 + len(cols)) + "|")
     for w, s in summary.items():
-        print(f"| {w} | " + " | ".join(med_range(s.get("device_calls", {}).get(m, []))
-                                        for m in modes) + " |")
+        cells = [med_range(s.get("device_calls", {}).get(m, [])) for m in modes]
+        for m in ours:
+            v = s.get("backend_measured", {}).get(m) or []
+            if not v:
+                cells.append("-")
+                continue
+            ms = [x["backend_ms"] for x in v]
+            share = [x["backend_ms"] / x["step_ms_total"] for x in v if x.get("step_ms_total")]
+            cells.append(med_range(ms, 1) + " (%s/%s%s)" % (
+                med_range([x["pages_mapped"] for x in v]),
+                med_range([x["pages_unmapped"] for x in v]),
+                ", " + med_range([100 * x for x in share], 1) + "%" if share else ""))
+        print(f"| {w} | " + " | ".join(cells) + " |")
 
 
 # ---------------------------------------------------------------- main

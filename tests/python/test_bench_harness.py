@@ -133,3 +133,22 @@ def test_device_calls_count_the_measured_steps_only(capsys):
     assert s["gpt2"]["device_calls"] == {"native": [6], "default": [0]}
     bench_zoo.print_tables(s, ["native", "default"])
     assert "| gpt2 | 6 | 0 |" in capsys.readouterr().out
+
+
+def test_backend_time_of_native_runs_is_tabled(capsys):
+    bm = {"backend_ms": 12.5, "pages_mapped": 40, "pages_unmapped": 3, "backend_calls": 43,
+          "step_ms_total": 250.0}
+    runs = {"moe": {"native": [{"peak_mib": 1.0, "step_ms": [1.0], "warm_ms": [],
+                                "step_device_calls": [[40, 3]], "backend_measured": bm}],
+                    "default": [{"peak_mib": 1.0, "step_ms": [1.0], "warm_ms": [],
+                                 "step_device_calls": [[2, 0]]}]}}
+    s = bench_zoo.summarise(runs, ["native", "default"], ["moe"])
+    assert s["moe"]["backend_measured"] == {"native": [bm]}
+    bench_zoo.print_tables(s, ["native", "default"])
+    assert "| moe | 43 | 2 | 12.5 (40/3, 5.0%) |" in capsys.readouterr().out
+    doc = {"pools": [{"name": "device0", "backend": "cuda", "backend_ns": 2500000,
+                      "large_pages_mapped": 5, "large_pages_unmapped": 1,
+                      "backend_allocs": 6, "backend_frees": 1},
+                     {"name": "host", "backend": "host", "backend_ns": 10 ** 9}]}
+    assert bench_zoo._backend_counts(doc) == {"backend_ms": 2.5, "pages_mapped": 5,
+                                              "pages_unmapped": 1, "backend_calls": 7}
