@@ -84,6 +84,13 @@ our processes ran on slower CPUs, and a speed ratio below 1 may be that).
 Within a repetition a workload's allocators run one after the other (the
 order rotated between workloads and repetitions), so a paired ratio
 compares processes started seconds apart.
+The device-calls table: each allocator's own count of device allocations
+and frees over the measured steps (torch.cuda.memory_stats num_device_alloc
++ num_device_free; RESULT's "step_device_calls" has them per step), and for
+adaptalloc the time spent inside its backend calls over those steps (the
+pools' backend_ns: cudaMalloc/cudaFree, page maps and unmaps), the pages
+mapped/unmapped, and that time as a share of the summed step time
+(RESULT's "backend_measured").
 
 Processes: one server per allocator imports torch (and transformers) once,
 with that allocator's environment (PYTORCH_CUDA_ALLOC_CONF is read when torch
