@@ -8,6 +8,10 @@
  * expire cooldowns, compute per-class and per-size deltas between the two
  * snapshots, then the rules in order — retire, add, grow, trim (see
  * adapt.h and docs/adapt.md).
+ *
+ * One concern, kept whole though it runs past 600 lines: the four rules and
+ * the memory they share (tracked classes, cooldowns, flap counts) are read
+ * side by side.
  */
 #include <stdio.h>
 #include <string.h>

@@ -1,6 +1,9 @@
 /*
  * core_internal.h — private types of the allocator core, shared by the files
  * in core/src/. Nothing here is public; names shared across files are aa__.
+ * One concern, the core's one private header (its glossary, structs, lock
+ * order, assertions and the shared functions by file), though it runs past
+ * 600 lines.
  *
  * Glossary (outermost first; docs/core.md has the full design):
  *   pool     -> class table (AA_MAX_CLASSES fixed slots, a size->slot table)

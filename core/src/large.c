@@ -29,9 +29,9 @@
  * Entry points: aa__large_alloc, aa__large_free (here), aa__large_release
  * (large_seg.c), aa__ltc_alloc, aa__ltc_free, aa__ltc_flush (large_ltc.c).
  * Files: this one holds the path and the chunk structures it works on per
- * call (kept in one file so that they inline); segments, pages and
- * trimming are large_seg.c's, the AA_DEBUG 3 walk large_check.c's;
- * large_internal.h lists what they share.
+ * call: one concern, kept in one file so that they inline, though it runs
+ * past 600 lines; segments, pages and trimming are large_seg.c's, the
+ * AA_DEBUG 3 walk large_check.c's; large_internal.h lists what they share.
  *
  * Invariants, asserted by AA_DEBUG tier (core_internal.h): 1, cheap, where
  * a chunk changes hands (split, merge, bins, the hash, state words); 2,
