@@ -13,7 +13,7 @@
  *             endpoints are endpoints.c's, its responses respond.c's
  *             (router.h).
  *   buffer    aa__buf: a growable byte string (core/src/strbuf.c).
- *   asset     an embedded web/ file (web_assets.h, generated at configure
+ *   asset     an embedded web/ file (aa_web_assets.c, generated at configure
  *             time by cmake/AAEmbed.cmake).
  */
 #ifndef AA_HTTP_INTERNAL_H
