@@ -67,6 +67,51 @@ void bench_allocators_close(bench_allocator a[BENCH_ALLOCATORS]);
  * optional static TLS (GLIBC_TUNABLES). */
 bool bench_need_tls_reexec(void);
 
+/* ------------------------------------------------------- bench_cases.c */
+
+#define BATCH_N 1000  /* blocks per batch */
+#define BATCH_PERMS 8 /* free orders per thread, rotated */
+#define MAX_THREADS 8
+
+typedef enum case_kind { CASE_PAIR,
+                         CASE_BATCH } case_kind;
+
+typedef struct bench_case {
+  const char *name;
+  case_kind kind;
+  size_t size;  /* pair cases */
+  int threads;  /* batch cases */
+  uint64_t ops; /* alloc+free pairs per measurement (per thread), at scale 1 */
+} bench_case;
+
+/* The cases, in report order (pair_64 ... batch_mixed_2t). */
+#define N_CASES 6
+extern const bench_case bench_cases[N_CASES];
+
+/* One thread's batch workload: sizes and free orders. */
+typedef struct batch_plan {
+  size_t sizes[BATCH_N];
+  uint16_t perm[BATCH_PERMS][BATCH_N];
+  void *ptrs[BATCH_N];
+} batch_plan;
+
+/* Elapsed time of one measurement: wall clock and this thread's CPU time. */
+typedef struct timing {
+  uint64_t wall;
+  uint64_t cpu;
+} timing;
+
+/* Fills a thread's batch plan from seed (deterministic). */
+void bench_plan_init(batch_plan *p, uint64_t seed);
+/* One measurement of n alloc+free pairs of one size; {0, 0} on failure. */
+timing bench_run_pair(const bench_allocator *a, size_t size, uint64_t n);
+/* Returns the wall time from the first thread's start to the last one's end
+ * and the threads' mean CPU time; {0, 0} on failure. */
+timing bench_run_batch_case(const bench_allocator *a, batch_plan *plans, int threads,
+                            uint64_t batches);
+
+/* -------------------------------------------------------- bench_host.c */
+
 /* Subcommands. argv[0] is the subcommand name. Return the exit status. */
 int bench_host_main(int argc, char **argv);
 

@@ -19,299 +19,16 @@
  * allocator order rotating from one repetition to the next; after all
  * repetitions the median (and min, max) per case and allocator is reported.
  *
- * Entry point: bench_host_main.
+ * Entry point: bench_host_main. The cases and their timed loops are
+ * bench_cases.c's; this file repeats them, sums them up and reports.
  */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench.h"
 
-#define BATCH_N 1000
-#define BATCH_PERMS 8
 #define MAX_REPS 1000
-
-typedef enum case_kind { CASE_PAIR,
-                         CASE_BATCH } case_kind;
-
-typedef struct bench_case {
-  const char *name;
-  case_kind kind;
-  size_t size;  /* pair cases */
-  int threads;  /* batch cases */
-  uint64_t ops; /* alloc+free pairs per measurement (per thread), at scale 1 */
-} bench_case;
-
-static const bench_case g_cases[] = {
-    {"pair_64", CASE_PAIR, 64, 1, 2000000},
-    {"pair_512", CASE_PAIR, 512, 1, 2000000},
-    {"pair_4096", CASE_PAIR, 4096, 1, 2000000},
-    {"pair_65536", CASE_PAIR, 65536, 1, 2000000},
-    {"batch_mixed", CASE_BATCH, 0, 1, 200000},
-    {"batch_mixed_2t", CASE_BATCH, 0, 2, 200000},
-};
-#define N_CASES (sizeof g_cases / sizeof g_cases[0])
-
-/* One thread's batch workload: sizes and free orders. */
-typedef struct batch_plan {
-  size_t sizes[BATCH_N];
-  uint16_t perm[BATCH_PERMS][BATCH_N];
-  void *ptrs[BATCH_N];
-} batch_plan;
-
-/* ------------------------------------------------------------ randomness */
-
-static uint64_t rng_next(uint64_t *s) {
-  /* splitmix64 */
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-static void plan_init(batch_plan *p, uint64_t seed) {
-  uint64_t s = seed;
-  int i;
-  int k;
-  memset(p, 0, sizeof *p);
-  for (i = 0; i < BATCH_N; i++) {
-    /* log-uniform in [16, 256 KiB): 4 .. 18 bits, fractional part from rng */
-    double bits = 4.0 + 14.0 * (double)(rng_next(&s) >> 11) / 9007199254740992.0;
-    double v = 1.0;
-    int whole = (int)bits;
-    double frac = bits - whole;
-    int b;
-    for (b = 0; b < whole; b++) {
-      v *= 2.0;
-    }
-    v *= 1.0 + frac; /* a piecewise-linear 2^frac: good enough here */
-    p->sizes[i] = (size_t)v;
-  }
-  for (k = 0; k < BATCH_PERMS; k++) {
-    for (i = 0; i < BATCH_N; i++) {
-      p->perm[k][i] = (uint16_t)i;
-    }
-    for (i = BATCH_N - 1; i > 0; i--) {
-      int j = (int)(rng_next(&s) % (uint64_t)(i + 1));
-      uint16_t t = p->perm[k][i];
-      p->perm[k][i] = p->perm[k][j];
-      p->perm[k][j] = t;
-    }
-  }
-}
-
-/* ------------------------------------------------------------ timed loops */
-
-/* Each loop is written out per allocator kind so that what is timed is the
- * call a real caller makes, through a function pointer held in a local. */
-
-#define PAIR_LOOP(ALLOC, FREE)            \
-  do {                                    \
-    for (uint64_t i_ = 0; i_ < n; i_++) { \
-      void *p_ = (ALLOC);                 \
-      if (p_ == NULL) {                   \
-        failed = true;                    \
-        break;                            \
-      }                                   \
-      BENCH_SINK(p_);                     \
-      FREE;                               \
-    }                                     \
-  } while (0)
-
-/* Elapsed time of one measurement: wall clock and this thread's CPU time. */
-typedef struct timing {
-  uint64_t wall;
-  uint64_t cpu;
-} timing;
-
-static uint64_t cpu_now_ns(void) {
-  struct timespec ts;
-  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) {
-    return 0;
-  }
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* Returns the time taken; {0, 0} on allocation failure. */
-static timing run_pair(const bench_allocator *a, size_t size, uint64_t n) {
-  bool failed = false;
-  timing t = {0, 0};
-  uint64_t w0;
-  uint64_t c0;
-
-  w0 = aa_now_ns();
-  c0 = cpu_now_ns();
-  switch (a->kind) {
-  case BENCH_AA: {
-    aa_pool *pool = a->pool;
-    bench_aa_alloc_fn al = a->aa_alloc_fn;
-    bench_aa_free_fn fr = a->aa_free_fn;
-    PAIR_LOOP(al(pool, size, NULL), fr(pool, p_, size, NULL));
-    break;
-  }
-  case BENCH_LIBC:
-  case BENCH_MI: {
-    bench_malloc_fn al = a->malloc_fn;
-    bench_free_fn fr = a->free_fn;
-    PAIR_LOOP(al(size), fr(p_));
-    break;
-  }
-  case BENCH_JE: {
-    bench_mallocx_fn al = a->mallocx_fn;
-    bench_sdallocx_fn fr = a->sdallocx_fn;
-    PAIR_LOOP(al(size, 0), fr(p_, size, 0));
-    break;
-  }
-  }
-  if (!failed) {
-    t.cpu = cpu_now_ns() - c0;
-    t.wall = aa_now_ns() - w0;
-  }
-  return t;
-}
-
-#define BATCH_LOOP(ALLOC, FREE)                             \
-  do {                                                      \
-    for (uint64_t b_ = 0; b_ < batches && !failed; b_++) {  \
-      const uint16_t *perm_ = plan->perm[b_ % BATCH_PERMS]; \
-      for (int i_ = 0; i_ < BATCH_N; i_++) {                \
-        size_t sz_ = plan->sizes[i_];                       \
-        void *p_ = (ALLOC);                                 \
-        if (p_ == NULL) {                                   \
-          failed = true;                                    \
-        }                                                   \
-        BENCH_SINK(p_);                                     \
-        plan->ptrs[i_] = p_;                                \
-      }                                                     \
-      for (int j_ = 0; j_ < BATCH_N; j_++) {                \
-        int k_ = perm_[j_];                                 \
-        size_t sz_ = plan->sizes[k_];                       \
-        void *p_ = plan->ptrs[k_];                          \
-        if (p_ != NULL) {                                   \
-          FREE;                                             \
-        }                                                   \
-      }                                                     \
-    }                                                       \
-  } while (0)
-
-/* Runs `batches` batches of the plan; returns false on allocation failure. */
-static bool run_batches(const bench_allocator *a, batch_plan *plan, uint64_t batches) {
-  bool failed = false;
-  switch (a->kind) {
-  case BENCH_AA: {
-    aa_pool *pool = a->pool;
-    bench_aa_alloc_fn al = a->aa_alloc_fn;
-    bench_aa_free_fn fr = a->aa_free_fn;
-    BATCH_LOOP(al(pool, sz_, NULL), fr(pool, p_, sz_, NULL));
-    break;
-  }
-  case BENCH_LIBC:
-  case BENCH_MI: {
-    bench_malloc_fn al = a->malloc_fn;
-    bench_free_fn fr = a->free_fn;
-    BATCH_LOOP(al(sz_), ((void)sz_, fr(p_)));
-    break;
-  }
-  case BENCH_JE: {
-    bench_mallocx_fn al = a->mallocx_fn;
-    bench_sdallocx_fn fr = a->sdallocx_fn;
-    BATCH_LOOP(al(sz_, 0), fr(p_, sz_, 0));
-    break;
-  }
-  }
-  return !failed;
-}
-
-typedef struct batch_thread {
-  const bench_allocator *a;
-  batch_plan *plan;
-  uint64_t batches;
-  pthread_barrier_t *barrier;
-  uint64_t t0;
-  uint64_t t1;
-  uint64_t cpu;
-  bool ok;
-} batch_thread;
-
-static void *batch_thread_main(void *arg) {
-  batch_thread *t = arg;
-  uint64_t c0;
-  pthread_barrier_wait(t->barrier);
-  t->t0 = aa_now_ns();
-  c0 = cpu_now_ns();
-  t->ok = run_batches(t->a, t->plan, t->batches);
-  t->cpu = cpu_now_ns() - c0;
-  t->t1 = aa_now_ns();
-  return NULL;
-}
-
-#define MAX_THREADS 8
-
-/* Returns the wall time from the first thread's start to the last one's end
- * and the threads' mean CPU time; {0, 0} on failure. */
-static timing run_batch_case(const bench_allocator *a, batch_plan *plans, int threads,
-                             uint64_t batches) {
-  pthread_t tid[MAX_THREADS];
-  batch_thread bt[MAX_THREADS];
-  pthread_barrier_t barrier;
-  timing t = {0, 0};
-  uint64_t t0 = UINT64_MAX;
-  uint64_t t1 = 0;
-  uint64_t cpu = 0;
-  bool ok = true;
-  int started = 0;
-  int i;
-
-  if (threads == 1) {
-    uint64_t w0 = aa_now_ns();
-    uint64_t c0 = cpu_now_ns();
-    if (run_batches(a, &plans[0], batches)) {
-      t.cpu = cpu_now_ns() - c0;
-      t.wall = aa_now_ns() - w0;
-    }
-    return t;
-  }
-  if (pthread_barrier_init(&barrier, NULL, (unsigned)threads) != 0) {
-    return t;
-  }
-  for (i = 0; i < threads; i++) {
-    bt[i].a = a;
-    bt[i].plan = &plans[i];
-    bt[i].batches = batches;
-    bt[i].barrier = &barrier;
-    bt[i].ok = false;
-    if (pthread_create(&tid[i], NULL, batch_thread_main, &bt[i]) != 0) {
-      ok = false;
-      break;
-    }
-    started++;
-  }
-  if (!ok) {
-    /* The started threads wait on the barrier forever; this is a benchmark
-     * tool, so give up loudly rather than leave them hanging silently. */
-    fprintf(stderr, "bench: pthread_create failed\n");
-    exit(1);
-  }
-  for (i = 0; i < started; i++) {
-    pthread_join(tid[i], NULL);
-    ok = ok && bt[i].ok;
-    if (bt[i].t0 < t0) {
-      t0 = bt[i].t0;
-    }
-    if (bt[i].t1 > t1) {
-      t1 = bt[i].t1;
-    }
-    cpu += bt[i].cpu;
-  }
-  pthread_barrier_destroy(&barrier);
-  if (ok) {
-    t.wall = t1 - t0;
-    t.cpu = cpu / (uint64_t)started;
-  }
-  return t;
-}
 
 /* ------------------------------------------------------------ statistics */
 
@@ -478,7 +195,7 @@ static void print_markdown(const bench_allocator *al, const bool *run_alloc, con
     if (!run_case[c]) {
       continue;
     }
-    printf("| `%s` |", g_cases[c].name);
+    printf("| `%s` |", bench_cases[c].name);
     for (i = 0; i < BENCH_ALLOCATORS; i++) {
       s[i].median = 0.0;
       if (run_alloc[i]) {
@@ -517,7 +234,7 @@ int bench_host_main(int argc, char **argv) {
   long r;
 
   for (c = 0; c < N_CASES; c++) {
-    case_names[c] = g_cases[c].name;
+    case_names[c] = bench_cases[c].name;
   }
   for (i = 1; i < argc; i++) {
     char name[32];
@@ -610,7 +327,7 @@ int bench_host_main(int argc, char **argv) {
     run_alloc[i] = al[i].available && in_list(alloc_list, al[i].name);
   }
   for (c = 0; c < N_CASES; c++) {
-    run_case[c] = in_list(case_list, g_cases[c].name);
+    run_case[c] = in_list(case_list, bench_cases[c].name);
   }
 
   res = calloc(N_CASES, sizeof *res);
@@ -621,13 +338,13 @@ int bench_host_main(int argc, char **argv) {
     goto out;
   }
   for (i = 0; i < MAX_THREADS; i++) {
-    plan_init(&plans[i], 0x5eed0000u + (uint64_t)i);
+    bench_plan_init(&plans[i], 0x5eed0000u + (uint64_t)i);
   }
 
   /* Warm-up: one short untimed pass of every case on every allocator, so
    * that first-touch page faults and lazy initialisation are not timed. */
   for (c = 0; c < N_CASES; c++) {
-    const bench_case *bc = &g_cases[c];
+    const bench_case *bc = &bench_cases[c];
     uint64_t warm = (uint64_t)((double)bc->ops * scale / 10.0) + 1;
     if (!run_case[c]) {
       continue;
@@ -637,16 +354,16 @@ int bench_host_main(int argc, char **argv) {
         continue;
       }
       if (bc->kind == CASE_PAIR) {
-        (void)run_pair(&al[i], bc->size, warm);
+        (void)bench_run_pair(&al[i], bc->size, warm);
       } else {
-        (void)run_batch_case(&al[i], plans, bc->threads, warm / BATCH_N + 1);
+        (void)bench_run_batch_case(&al[i], plans, bc->threads, warm / BATCH_N + 1);
       }
     }
   }
 
   for (r = 0; r < reps; r++) {
     for (c = 0; c < N_CASES; c++) {
-      const bench_case *bc = &g_cases[c];
+      const bench_case *bc = &bench_cases[c];
       uint64_t ops = (uint64_t)((double)bc->ops * scale);
       int k;
       if (!run_case[c]) {
@@ -664,11 +381,11 @@ int bench_host_main(int argc, char **argv) {
         }
         if (bc->kind == CASE_PAIR) {
           done = ops;
-          t = run_pair(&al[ai], bc->size, ops);
+          t = bench_run_pair(&al[ai], bc->size, ops);
         } else {
           uint64_t batches = ops / BATCH_N;
           done = batches * BATCH_N;
-          t = run_batch_case(&al[ai], plans, bc->threads, batches);
+          t = bench_run_batch_case(&al[ai], plans, bc->threads, batches);
         }
         if (t.wall == 0) {
           fprintf(stderr, "adaptalloc-bench host: %s: %s: allocation failed\n", bc->name,
@@ -683,7 +400,7 @@ int bench_host_main(int argc, char **argv) {
 
   if (json) {
     for (c = 0; c < N_CASES; c++) {
-      const bench_case *bc = &g_cases[c];
+      const bench_case *bc = &bench_cases[c];
       uint64_t ops = (uint64_t)((double)bc->ops * scale);
       if (!run_case[c]) {
         continue;
@@ -733,7 +450,7 @@ int bench_host_main(int argc, char **argv) {
           snprintf(cell[i], sizeof cell[i], "-");
         }
       }
-      printf("%-15s %10s %10s %10s %10s %10s | %7s %8s %7s\n", g_cases[c].name, cell[0],
+      printf("%-15s %10s %10s %10s %10s %10s | %7s %8s %7s\n", bench_cases[c].name, cell[0],
              cell[1], cell[2], cell[3], cell[4],
              fmt_ratio(r1, sizeof r1, s[0].median, s[4].median),
              fmt_ratio(r2, sizeof r2, s[0].median, s[2].median),
