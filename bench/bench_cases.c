@@ -206,7 +206,7 @@ static void *batch_thread_main(void *arg) {
 }
 
 timing bench_run_batch_case(const bench_allocator *a, batch_plan *plans, int threads,
-                             uint64_t batches) {
+                            uint64_t batches) {
   pthread_t tid[MAX_THREADS];
   batch_thread bt[MAX_THREADS];
   pthread_barrier_t barrier;
