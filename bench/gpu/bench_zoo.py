@@ -80,7 +80,9 @@ The step table's columns, beside each allocator's step time:
 The process-speed table: each run's us per torch CPU op (the mean of its
 before and after calibrations), median [min, max] over the reps, and
 <ours> / default, the median of that ratio within each repetition (above 1:
-our processes ran on slower CPUs, and a speed ratio below 1 may be that).
+our processes ran on slower CPUs, and a speed ratio below 1 may be that),
+and the CPU seconds the run's main thread and all its other threads used
+during the steps (/proc/self/task: a runtime's own threads show there).
 Within a repetition a workload's allocators run one after the other (the
 order rotated between workloads and repetitions), so a paired ratio
 compares processes started seconds apart.
@@ -440,6 +442,7 @@ def child(workload, mode, capture, steps=None):
     times = []
     calls = [device_calls(torch)]
     backend = {}
+    cpu0 = benchcpu.thread_cpu()
     for i in range(n):
         if i == warm and mode == "native":  # outside the timed part
             backend["start"] = _backend_counts(adaptalloc.stats())
@@ -451,6 +454,7 @@ def child(workload, mode, capture, steps=None):
         f, t = torch.cuda.mem_get_info()
         peak[0] = max(peak[0], t - f)
         calls.append(device_calls(torch))  # outside the timed part
+    cpu_steps = benchcpu.cpu_between(cpu0, benchcpu.thread_cpu())
     stop.set()
     th.join()
     t_steps = time.perf_counter() - t_built
@@ -466,6 +470,7 @@ def child(workload, mode, capture, steps=None):
                                           getattr(props, "pci_bus_id", 0),
                                           getattr(props, "pci_device_id", 0)),
            "calib": {"before": calib_before, "after": calib_after},
+           "cpu_steps": cpu_steps,
            "step_device_calls": [None if a is None or b is None else [y - x for x, y in zip(a, b)]
                                  for a, b in zip(calls, calls[1:])]}
     if mode == "pluggable":
@@ -696,6 +701,9 @@ class Runner:
         cpu = "  cpu %s us/op (before/after)" % "/".join(
             f"{cal[k]['torch_us']:.2f}" if "torch_us" in cal.get(k, {}) else "-"
             for k in ("before", "after"))
+        if res.get("cpu_steps"):
+            cpu += "  threads' CPU %.2f s main, %.2f s others" % (res["cpu_steps"]["main"],
+                                                                res["cpu_steps"]["others"])
         print(f"  {workload:8s} {mode:10s} peak {res['peak_mib']:9.1f} MiB  step "
               f"{statistics.median(res['step_ms'] or res['warm_ms']):8.2f} ms{cpu}  "
               f"({res['process_s']:.1f} s)", flush=True)
@@ -787,8 +795,10 @@ def summarise(runs, modes, wls):
             ratios[m]["paired_all"] = statistics.median(pooled) if pooled else None
         bk = {m: [r["backend_measured"] for r in runs[w][m] if r.get("backend_measured")]
               for m in modes if m in OURS}
+        threads = {m: [[r["cpu_steps"]["main"], r["cpu_steps"]["others"]] for r in runs[w][m]
+                       if r.get("cpu_steps")] for m in modes}
         out[w] = {"peak_mib": peaks, "step_ms": steps, "cpu_us": cpu, "device_calls": calls,
-                  "backend_measured": bk, "ratios": ratios,
+                  "backend_measured": bk, "thread_cpu_s": threads, "ratios": ratios,
                   "extra": {m: [{k: r.get(k) for k in ("pool", "torch", "phase_s",
                                                        "process_s", "calib", "cpus", "rep",
                                                        "backend_measured")}
@@ -833,7 +843,10 @@ def print_tables(summary, modes):
     print("process speed: us per small torch CPU op (each run's mean of its calibrations "
           "before and after the steps; lower is faster); median [min, max] over the reps; "
           "ours / default: median of the same rep's ratios (above 1: ours ran on a slower CPU)")
-    cols = list(modes) + [f"{m} / default" for m in ours]
+    print("and the CPU seconds the process's threads used during the steps: main thread / "
+          "all others (autograd's, the memory poll, a runtime's own), median over the reps")
+    cols = list(modes) + [f"{m} / default" for m in ours] + [f"{m} CPU s main/others"
+                                                             for m in modes]
     print("| workload | " + " | ".join(cols) + " |")
     print("|---" * (1 + len(cols)) + "|")
     for w, s in summary.items():
@@ -841,6 +854,10 @@ def print_tables(summary, modes):
         for m in ours:
             v = s["ratios"].get(m, {}).get("cpu_vs_default") or []
             cells.append(med_range(v, 3) if v else "-")
+        for m in modes:
+            v = s.get("thread_cpu_s", {}).get(m) or []
+            cells.append("%.2f/%.2f" % (statistics.median(x[0] for x in v),
+                                        statistics.median(x[1] for x in v)) if v else "-")
         print(f"| {w} | " + " | ".join(cells) + " |")
     if not any(v for s in summary.values() for v in s.get("device_calls", {}).values()):
         return

@@ -12,7 +12,9 @@ between processes. So every measured process
     a pure-Python loop (ms) and a loop of small torch CPU operations (us per
     op, the dispatcher work every kernel launch pays), so a reader sees how
     fast the process ran, apart from anything the allocator does.
-paired() gives the per-step ratios of two runs of a seeded workload.
+thread_cpu()/cpu_between() give the CPU time each thread of the process
+used (a runtime's own threads against the main thread), paired() the
+per-step ratios of two runs of a seeded workload.
 
 Nothing here touches CUDA: pin_cpus and gpu_local_cpus use nvidia-smi and
 sysfs only, so a server may call them before it forks its children.
@@ -156,6 +158,39 @@ def calibrate(torch=None, reps=5):
             t.append((time.perf_counter() - t0) * 1e6 / 2000)
         out["torch_us"] = statistics.median(t)
     return out
+
+
+def thread_cpu():
+    """{thread id: (name, CPU seconds so far)} of this process's threads, from
+    /proc/self/task (Linux; {} elsewhere)."""
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for t in tids:
+        try:
+            with open(f"/proc/self/task/{t}/stat") as f:
+                st = f.read()
+            with open(f"/proc/self/task/{t}/comm") as f:
+                name = f.read().strip()
+        except OSError:
+            continue  # the thread ended
+        fields = st[st.rindex(")") + 2:].split()  # after "pid (comm) "
+        out[int(t)] = (name, (int(fields[11]) + int(fields[12])) / tick)  # utime + stime
+    return out
+
+
+def cpu_between(before, after, main_tid=None):
+    """CPU seconds each thread used between two thread_cpu() readings:
+    {"main": the main thread's, "others": the rest summed, "threads": the
+    busiest others [[name, seconds], ...] (at most 5)}."""
+    main_tid = main_tid or os.getpid()
+    used = {t: (n, c - before.get(t, (n, 0.0))[1]) for t, (n, c) in after.items()}
+    others = sorted(((c, n) for t, (n, c) in used.items() if t != main_tid), reverse=True)
+    return {"main": used.get(main_tid, ("", 0.0))[1], "others": sum(c for c, _ in others),
+            "threads": [[n, c] for c, n in others[:5] if c > 0]}
 
 
 def paired(base, other):

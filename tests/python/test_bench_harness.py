@@ -85,6 +85,7 @@ def test_plan_interleaves_modes_within_each_rep():
 def _run(mode, rep, steps, cpu_us):
     return {"workload": "moe", "mode": mode, "rep": rep, "peak_mib": 100.0,
             "step_ms": steps, "warm_ms": [],
+            "cpu_steps": {"main": 2.0 * cpu_us, "others": 0.5, "threads": []},
             "calib": {"before": {"py_ms": 5.0, "torch_us": cpu_us},
                       "after": {"py_ms": 5.0, "torch_us": cpu_us}}}
 
@@ -109,7 +110,8 @@ def test_summary_pairs_steps_within_a_rep(capsys):
     out = capsys.readouterr().out
     assert "| native paired speed vs default |" in out
     assert "0.750 [0.500, 1.000]x" in out
-    assert "| moe | 1.000 [1.000, 2.000] | 1.000 [1.000, 1.000] | 1.500 [1.000, 2.000] |" in out
+    assert ("| moe | 1.000 [1.000, 2.000] | 1.000 [1.000, 1.000] | 1.500 [1.000, 2.000] "
+            "| 2.00/0.50 | 2.00/0.50 |") in out
 
 
 def test_summary_of_runs_without_calibration():
@@ -152,3 +154,34 @@ def test_backend_time_of_native_runs_is_tabled(capsys):
                      {"name": "host", "backend": "host", "backend_ns": 10 ** 9}]}
     assert bench_zoo._backend_counts(doc) == {"backend_ms": 2.5, "pages_mapped": 5,
                                               "pages_unmapped": 1, "backend_calls": 7}
+
+
+def test_thread_cpu_sees_a_busy_thread():
+    import threading
+    import time
+
+    before = benchcpu.thread_cpu()
+    assert os.getpid() in before  # the main thread
+    spun, release = threading.Event(), threading.Event()
+
+    def spin():  # 0.3 s of CPU (the main thread waits meanwhile), then stay alive
+        end = time.process_time() + 0.3
+        while time.process_time() < end:
+            pass
+        spun.set()
+        release.wait(30)
+
+    th = threading.Thread(target=spin)
+    th.start()
+    try:
+        assert spun.wait(60)
+        got = benchcpu.cpu_between(before, benchcpu.thread_cpu())
+    finally:
+        release.set()
+        th.join()
+    assert got["others"] >= 0.2 and got["threads"][0][1] >= 0.2
+    assert 0 <= got["main"] < 0.2
+    fake_before = {1: ("python3", 1.0), 2: ("worker", 0.5)}
+    fake_after = {1: ("python3", 3.0), 2: ("worker", 2.5), 3: ("new", 0.25)}
+    assert benchcpu.cpu_between(fake_before, fake_after, main_tid=1) == {
+        "main": 2.0, "others": 2.25, "threads": [["worker", 2.0], ["new", 0.25]]}
