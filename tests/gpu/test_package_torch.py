@@ -318,18 +318,114 @@ def test_prefetcher_with_dataloader_workers(tmp_path):
         x = torch.randn(512, 3, 8, 8).to(torch.bfloat16)
         y = torch.arange(512)
         dl = DataLoader(TensorDataset(x, y), batch_size=64, num_workers=2)
-        seen, ok = 0, True
-        for (bx, by), (cx, cy) in zip(aat.Prefetcher(dl, "cuda"), dl):
-            ok &= bx.is_cuda and by.is_cuda
-            ok &= bool(torch.equal(bx.cpu(), cx)) and bool(torch.equal(by.cpu(), cy))
-            seen += 1
-        d = [{"a": torch.ones(3), "b": [torch.zeros(2), 5]}]
-        (m,) = list(aat.Prefetcher(d, "cuda"))
-        ok2 = m["a"].is_cuda and m["b"][0].is_cuda and m["b"][1] == 5
-        print(json.dumps({"seen": seen, "ok": bool(ok), "ok2": bool(ok2)}))
+        res = {}
+        for bg in (True, False):
+            seen, ok = 0, True
+            for (bx, by), (cx, cy) in zip(aat.Prefetcher(dl, "cuda", background=bg), dl):
+                ok &= bx.is_cuda and by.is_cuda
+                ok &= bool(torch.equal(bx.cpu(), cx)) and bool(torch.equal(by.cpu(), cy))
+                seen += 1
+            d = [{"a": torch.ones(3), "b": [torch.zeros(2), 5], "c": torch.empty(0, 4)},
+                 ("no tensors", 7)]
+            m, n = list(aat.Prefetcher(d, "cuda", background=bg))
+            ok2 = (m["a"].is_cuda and m["b"][0].is_cuda and m["b"][1] == 5
+                   and m["c"].is_cuda and tuple(m["c"].shape) == (0, 4)
+                   and bool(torch.equal(m["a"].cpu(), torch.ones(3))) and n == ("no tensors", 7))
+            res[str(bg)] = {"seen": seen, "ok": bool(ok), "ok2": bool(ok2)}
+        try:
+            aat.Prefetcher(dl, "cuda", background=1)
+            res["bad"] = None
+        except TypeError:
+            res["bad"] = "TypeError"
+        print(json.dumps(res))
     """, tmp_path)
     assert p.returncode == 0, p.stderr
-    assert d == {"seen": 8, "ok": True, "ok2": True}
+    want = {"seen": 8, "ok": True, "ok2": True}
+    assert d == {"True": want, "False": want, "bad": "TypeError"}
+
+
+def test_prefetcher_under_slow_compute_is_bit_identical(tmp_path):
+    # The compute stream sleeps before reading each batch, so copies of later
+    # batches, pinned buffers and device blocks would be reused under it if
+    # anything were out of stream order; nothing synchronizes in the loop.
+    p, d = run("""
+        import json, torch, adaptalloc.torch as aat
+        from torch.utils.data import DataLoader, Dataset
+        class Rows(Dataset):
+            def __len__(self): return 24 * 16
+            def __getitem__(self, i):
+                g = torch.Generator().manual_seed(i)
+                return torch.randint(-2**31, 2**31 - 1, (65536,), dtype=torch.int32,
+                                     generator=g), i
+        dl = DataLoader(Rows(), batch_size=16, num_workers=2)   # 4 MiB a batch
+        res = {}
+        for bg in (True, False):
+            kept = []
+            for x, i in aat.Prefetcher(dl, "cuda", background=bg):
+                torch.cuda._sleep(5_000_000)
+                kept.append((x.clone(), i.clone()))
+            torch.cuda.synchronize()
+            bad = sum(int(not (torch.equal(a.cpu(), cx) and torch.equal(b.cpu(), ci)))
+                      for (a, b), (cx, ci) in zip(kept, dl))
+            res[str(bg)] = {"n": len(kept), "bad": bad}
+        print(json.dumps(res))
+    """, tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert d == {"True": {"n": 24, "bad": 0}, "False": {"n": 24, "bad": 0}}
+
+
+def test_prefetcher_early_exit_errors_and_threads(tmp_path):
+    p, d = run("""
+        import json, threading, time, torch, adaptalloc.torch as aat
+        from torch.utils.data import DataLoader, TensorDataset
+        def threads():
+            return sum(t.name == "adaptalloc-prefetch" for t in threading.enumerate())
+        x = torch.arange(64 * 1000, dtype=torch.float32).view(64, 1000)
+        dl = DataLoader(TensorDataset(x), batch_size=4, num_workers=2)
+        res = {}
+        for bg in (True, False):
+            pf = aat.Prefetcher(dl, "cuda", background=bg)
+            for k, (b,) in enumerate(pf):
+                if k == 2:
+                    break
+            del b
+            again = [b.cpu() for (b,) in pf]           # a new iteration after the break
+            ok = len(again) == 16 and bool(torch.equal(torch.cat(again), x))
+            def broken():
+                yield [torch.ones(2)]
+                yield [torch.ones(2)]
+                raise ValueError("loader failed")
+            err, got = None, 0
+            try:
+                for _ in aat.Prefetcher(broken(), "cuda", background=bg):
+                    got += 1
+            except ValueError as e:
+                err = str(e)
+            res[str(bg)] = {"ok": ok, "err": err, "got": got}
+        t0 = time.time()
+        while threads() and time.time() - t0 < 10:
+            time.sleep(0.05)
+        res["threads_left"] = threads()
+        print(json.dumps(res))
+    """, tmp_path)
+    assert p.returncode == 0, p.stderr
+    want = {"ok": True, "err": "loader failed", "got": 2}
+    assert d == {"True": want, "False": want, "threads_left": 0}
+
+
+def test_prefetcher_allocates_in_the_region_of_the_loop(tmp_path):
+    p, d = run("""
+        import json, torch, adaptalloc, adaptalloc.torch as aat
+        mode = aat.install()
+        batches = [[torch.full((1 << 20,), i, dtype=torch.float32)] for i in range(6)]
+        with aat.region("inputs"):
+            vals = [float(b[0][0].item()) for b in aat.Prefetcher(batches, "cuda")]
+        r = adaptalloc.region_stats().get("inputs", {})
+        print(json.dumps({"mode": mode, "vals": vals, "allocs": r.get("allocs", 0)}))
+    """, tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert d["vals"] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert d["allocs"] >= 6, d
 
 
 def test_mapped_empty_is_zero_copy(tmp_path):
