@@ -4,6 +4,7 @@
 installed adaptalloc package (pip install --no-build-isolation .).
 
     python3 bench/gpu/bench_py_pinned.py [--reps N] [--json FILE] [--only alloc,pack,loader]
+        [--loader-cases workers,h2d]
 
 alloc   adaptalloc.torch.pinned_empty + free (C++ helper; _python: the Python
         path)  vs  torch.empty(pin_memory=True)
@@ -12,12 +13,18 @@ alloc   adaptalloc.torch.pinned_empty + free (C++ helper; _python: the Python
 pack    4096 CPU tensors of 4 KiB to the GPU: adaptalloc.torch.pack (one copy)
         vs a loop of .to("cuda", non_blocking=True) from pinned tensors and
         from pageable ones; milliseconds per batch, synchronized.
-loader  an input-bound training loop (a small CNN on bf16 images made on
-        the CPU by DataLoader workers): Prefetcher(loader) vs
-        DataLoader(pin_memory=True) with .to(non_blocking=True); steps/s.
+loader  training a small CNN on bf16 images from DataLoader workers, two
+        cases: "workers" (the workers making images bound the loop) and
+        "h2d" (cheap crops of a pre-made pool, 77 MB batches: the host-to-
+        device path bounds it). Variants: Prefetcher(loader) (background
+        thread), Prefetcher(background=False), DataLoader(pin_memory=True)
+        with .to(non_blocking=True), pageable .to(), and the workers alone
+        (no training); steps/s. Also what bounds each case: compute alone,
+        one batch's copy from pinned and from pageable memory.
 
 Every repetition runs every variant (order alternating); the summary gives
-the median and [min, max] over repetitions and the ratios of the medians.
+the median and [min, max] over repetitions and the ratios of the medians:
+a compact table on stdout, everything with --json FILE.
 """
 import argparse
 import ctypes
@@ -148,7 +155,8 @@ def bench_pack(reps, count=4096, nbytes=4096):
 
 
 class Images(torch.utils.data.Dataset):
-    """bf16 images made on the CPU (decode/augment stand-in)."""
+    """bf16 images made on the CPU (decode/augment stand-in): the workers'
+    work bounds the loop ("workers" case)."""
 
     def __init__(self, n, shape):
         self.n, self.shape = n, shape
@@ -161,74 +169,198 @@ class Images(torch.utils.data.Dataset):
         return torch.rand(self.shape, generator=g).to(torch.bfloat16), i % 10
 
 
-def bench_loader(reps, steps=60, batch=128, shape=(3, 128, 128), workers=6):
-    model = torch.nn.Sequential(
+class Crops(torch.utils.data.Dataset):
+    """bf16 images cut from a pool made once: a size x size crop at an offset
+    that depends on the index (a random-crop augmentation, as a view), so
+    collate's stack into shared memory is the workers' only copy ("h2d"
+    case: cheap to make, large to move)."""
+
+    def __init__(self, n, pool, size):
+        self.n, self.pool, self.size = n, pool, size
+        self.dy = pool.shape[2] - size + 1
+        self.dx = pool.shape[3] - size + 1
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        y, x = (i * 7) % self.dy, (i * 13) % self.dx
+        img = self.pool[i % self.pool.shape[0], :, y:y + self.size, x:x + self.size]
+        return img, i % 10
+
+
+LOADER_CASES = {
+    # name: (what it is, batch, workers, steps)
+    "workers": ("worker-bound: 128 x 3x128x128 bf16 (12.6 MB) a batch, each image made by "
+                "torch.rand in 6 workers", 128, 6, 60),
+    "h2d": ("input-bound on the host-to-device path: 256 x 3x224x224 bf16 (77.1 MB) a batch, "
+            "crops of a pre-made pool in 8 workers", 256, 8, 100),
+}
+SKIP = 5  # steps before the clock starts (workers starting, first batches)
+
+
+def small_cnn():
+    return torch.nn.Sequential(
         torch.nn.Conv2d(3, 32, 3, stride=2, padding=1), torch.nn.ReLU(),
         torch.nn.Conv2d(32, 64, 3, stride=2, padding=1), torch.nn.ReLU(),
         torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(64, 10),
     ).cuda().to(torch.bfloat16)
+
+
+def bench_loader_case(name, reps):
+    what, batch, workers, steps = LOADER_CASES[name]
+    if name == "workers":
+        ds = Images(steps * batch, (3, 128, 128))
+    else:
+        g = torch.Generator().manual_seed(0)
+        ds = Crops(steps * batch, torch.rand(64, 3, 240, 240, generator=g).to(torch.bfloat16),
+                   224)
+    model = small_cnn()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    ds = Images(steps * batch, shape)
 
-    def train(batches):
-        n = 0
+    def step(x, y):
+        loss = torch.nn.functional.cross_entropy(model(x).float(), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    def timed(batches, train=True):
+        n, t0 = 0, None
         for x, y in batches:
-            loss = torch.nn.functional.cross_entropy(model(x).float(), y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            if train:
+                step(x, y)
             n += 1
+            if n == SKIP:
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
         torch.cuda.synchronize()
-        return n
+        return (n - SKIP) / (time.perf_counter() - t0)
 
-    def plain():
-        dl = torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers,
-                                         pin_memory=True)
-        return train((x.to("cuda", non_blocking=True), y.to("cuda", non_blocking=True))
-                     for x, y in dl)
+    def loader(pin):
+        return torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers,
+                                           pin_memory=pin)
 
-    def ours():
-        dl = torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers)
-        return train(aat.Prefetcher(dl, "cuda"))
-
-    plain(); ours()
-    res = {"prefetcher": [], "dataloader_pin_memory": []}
+    variants = {
+        "prefetcher": lambda: timed(aat.Prefetcher(loader(False), "cuda")),
+        "prefetcher_inline": lambda: timed(aat.Prefetcher(loader(False), "cuda",
+                                                          background=False)),
+        "dataloader_pin_memory": lambda: timed(
+            (x.to("cuda", non_blocking=True), y.to("cuda", non_blocking=True))
+            for x, y in loader(True)),
+        "pageable_to": lambda: timed((x.to("cuda"), y.to("cuda")) for x, y in loader(False)),
+        "workers_alone": lambda: timed(loader(False), train=False),
+    }
+    for fn in variants.values():  # warm-up: cuDNN, allocators, pinned caches
+        fn()
+    res = {k: [] for k in variants}
     for r in range(reps):
-        order = [("prefetcher", ours), ("dataloader_pin_memory", plain)]
+        order = list(variants.items())
         if r % 2:
             order.reverse()
-        for name, fn in order:
+        for k, fn in order:
+            res[k].append(fn())
+    x0 = ds[0][0]
+    out = {"what": what, "batch_bytes": batch * x0.numel() * x0.element_size(),
+           "steps_per_s": {k: med(v) for k, v in res.items()}}
+    # What bounds the loop: compute alone on a batch already on the GPU, and
+    # one batch's host-to-device copy from pinned and from pageable memory.
+    xs = torch.stack([ds[i][0] for i in range(batch)])
+    ys = torch.tensor([ds[i][1] for i in range(batch)])
+    xd, yd = xs.cuda(), ys.cuda()
+    out["compute_alone_steps_per_s"] = timed(((xd, yd) for _ in range(SKIP + 40)))
+    pinned = xs.pin_memory()
+    for src, key in ((pinned, "copy_pinned_ms"), (xs, "copy_pageable_ms")):
+        ts = []
+        for _ in range(7):
+            torch.cuda.synchronize()
             t0 = time.perf_counter()
-            n = fn()
-            res[name].append(n / (time.perf_counter() - t0))
-    out = {k: med(v) for k, v in res.items()}
-    out["ratio_steps_per_s"] = (out["prefetcher"]["median"]
-                                / out["dataloader_pin_memory"]["median"])
+            xd.copy_(src, non_blocking=True)
+            torch.cuda.synchronize()
+            ts.append((time.perf_counter() - t0) * 1e3)
+        out[key] = med(ts)
+    ref = out["steps_per_s"]["dataloader_pin_memory"]["median"]
+    out["ratio_over_dataloader_pin_memory"] = {
+        k: v["median"] / ref for k, v in out["steps_per_s"].items() if k != "workers_alone"}
     return out
+
+
+def bench_loader(reps, cases=("workers", "h2d")):
+    return {name: bench_loader_case(name, reps) for name in cases}
+
+
+def rng(m, fmt="%.1f"):
+    return (fmt + " [" + fmt + ", " + fmt + "]") % (m["median"], m["min"], m["max"])
+
+
+def table(res):
+    """The compact summary printed to stdout."""
+    lines = ["bench_py_pinned: torch %s, %d repetitions, C++ helper %s; median [min, max]"
+             % (res["torch"], res["reps"], "on" if res["ext"] else "off")]
+    if "alloc_us" in res:
+        lines.append("alloc+free (us per pair)      adaptalloc           python path          "
+                     "torch pin_memory     cudaHostAlloc        torch/ours")
+        for size, m in res["alloc_us"].items():
+            lines.append("  %-27s %-20s %-20s %-20s %-20s %.2fx" % (
+                "%d KiB" % (int(size) >> 10), rng(m["adaptalloc"], "%.2f"),
+                rng(m["adaptalloc_python"], "%.2f"), rng(m["torch_pinned"], "%.2f"),
+                rng(m["cudaHostAlloc"], "%.1f"), m["ratio_torch_over_ours"]))
+    if "pack_ms" in res:
+        m = res["pack_ms"]
+        lines.append("4096 x 4 KiB to the GPU (ms): pack %s, pack_python %s, loop pinned %s, "
+                     "loop pageable %s; loop/pack %.1fx, %.1fx" % (
+                         rng(m["pack"], "%.2f"), rng(m["pack_python"], "%.2f"),
+                         rng(m["loop_pinned"], "%.2f"), rng(m["loop_pageable"], "%.2f"),
+                         m["ratio_loop_pinned_over_pack"], m["ratio_loop_pageable_over_pack"]))
+    for name, c in res.get("loader", {}).items():
+        lines.append("loader %s: %s" % (name, c["what"]))
+        lines.append("  %-24s %-26s %s" % ("variant", "steps/s", "x dataloader_pin_memory"))
+        for k, m in c["steps_per_s"].items():
+            ratio = c["ratio_over_dataloader_pin_memory"].get(k)
+            lines.append("  %-24s %-26s %s" % (k, rng(m), "%.2fx" % ratio if ratio else
+                                                "(batches/s, no training)"))
+        lines.append("  bounds: compute alone %.0f steps/s; one batch's copy %s ms pinned, "
+                     "%s ms pageable" % (c["compute_alone_steps_per_s"],
+                                         rng(c["copy_pinned_ms"], "%.2f"),
+                                         rng(c["copy_pageable_ms"], "%.2f")))
+    return "\n".join(lines)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json", default=None)
-    ap.add_argument("--only", default="alloc,pack,loader")
+    ap.add_argument("--only", "--parts", dest="only", default="alloc,pack,loader",
+                    help="comma-separated parts: alloc, pack, loader")
+    ap.add_argument("--loader-cases", default="workers,h2d",
+                    help="comma-separated loader cases: " + ", ".join(LOADER_CASES))
     a = ap.parse_args()
+    parts = a.only.split(",")
+    cases = a.loader_cases.split(",")
+    for p in parts:
+        if p not in ("alloc", "pack", "loader"):
+            ap.error("unknown part %r (alloc, pack, loader)" % p)
+    for c in cases:
+        if c not in LOADER_CASES:
+            ap.error("unknown loader case %r (%s)" % (c, ", ".join(LOADER_CASES)))
+    if a.reps < 1:
+        ap.error("--reps must be >= 1")
     if not torch.cuda.is_available():
         print("bench_py_pinned: no CUDA device", file=sys.stderr)
         return 2
     res = {"torch": torch.__version__, "reps": a.reps, "ext": aat._ext is not None}
-    parts = a.only.split(",")
+    t0 = time.perf_counter()
     if "alloc" in parts:
         res["alloc_us"] = bench_alloc(a.reps)
     if "pack" in parts:
         res["pack_ms"] = bench_pack(a.reps)
     if "loader" in parts:
-        res["loader_steps_per_s"] = bench_loader(max(a.reps // 2, 2))
-    text = json.dumps(res, indent=1)
-    print(text)
+        res["loader"] = bench_loader(a.reps, cases)
+    res["seconds"] = time.perf_counter() - t0
+    print(table(res))
+    print("bench_py_pinned: %.0f s" % res["seconds"])
     if a.json:
         with open(a.json, "w") as f:
-            f.write(text)
+            f.write(json.dumps(res, indent=1))
     return 0
 
 
