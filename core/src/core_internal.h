@@ -41,6 +41,8 @@
  *   strbuf.c     the string builder and JSON string writer every module
  *                uses (strbuf.h, outside this header: core/src is on the
  *                other modules' include path for it alone)
+ *   pack_copy.c  the packer's parallel gather copy (pack_copy.h, outside
+ *                this header; built without CUDA too, for its test)
  *   cuda/        the CUDA backends (cuda/cuda_internal.h)
  *
  * Locks (outer before inner): g_mu (thread registry, global) -> pool->class_mu

@@ -109,7 +109,8 @@ AA_EXTERN int aa_packer_add(aa_packer *pk, const void *src, size_t n,
  * nothing packed, when they do not all fit; AA_EINVAL for a NULL array, a
  * NULL src[i] or an n[i] of 0. Batches of 2 MiB or more are copied into the
  * pinned buffer by up to aa_packer_set_threads() threads (the caller's
- * included), because one CPU thread's memcpy, not the PCIe copy, is what
+ * included), each taking an equal share of the bytes (one large tensor is
+ * shared too), because one CPU thread's memcpy, not the PCIe copy, is what
  * bounds packing. */
 AA_EXTERN int aa_packer_add_many(aa_packer *pk, const void *const *src,
                                  const size_t *n, size_t count, size_t *offsets);

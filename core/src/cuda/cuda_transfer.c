@@ -13,19 +13,19 @@
  * finished yet.
  *
  * A packer is used by one thread at a time (no lock inside).
- * aa_packer_add_many copies large batches with a few short-lived threads
- * (one CPU thread's memcpy into pinned memory runs at about 7 GB/s on the
- * H200 machine, below the 55 GB/s of the PCIe copy that follows).
+ * aa_packer_add_many copies large batches with a few short-lived threads,
+ * splitting the bytes, not the items (pack_copy.c): one CPU thread's memcpy
+ * into pinned memory runs at about 7 GB/s on the H200 machine, below the
+ * 55 GB/s of the PCIe copy that follows.
  */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cuda_internal.h"
+#include "pack_copy.h"
 
 #define AA__PACK_PAR_MIN ((size_t)2 << 20) /* below this one thread copies */
-#define AA__PACK_MAX_THREADS 16
 
 /* ---------------------------------------------------------------- staging */
 
@@ -199,25 +199,6 @@ unsigned aa_packer_set_threads(aa_packer *pk, unsigned threads) {
   return threads;
 }
 
-/* One worker's share of an aa_packer_add_many copy: items [lo, hi). */
-typedef struct pack_job {
-  unsigned char *base;
-  const void *const *src;
-  const size_t *n;
-  const size_t *off;
-  size_t lo, hi;
-} pack_job;
-
-static void pack_copy(const pack_job *j) {
-  for (size_t i = j->lo; i < j->hi; i++)
-    memcpy(j->base + j->off[i], j->src[i], j->n[i]);
-}
-
-static void *pack_thread(void *arg) {
-  pack_copy(arg);
-  return NULL;
-}
-
 int aa_packer_add_many(aa_packer *pk, const void *const *src, const size_t *n,
                        size_t count, size_t *offsets) {
   packer_buf *pb;
@@ -251,41 +232,8 @@ int aa_packer_add_many(aa_packer *pk, const void *const *src, const size_t *n,
     memset(offsets, 0, count * sizeof *offsets);
     return rc;
   }
-  {
-    unsigned t = pk->threads;
-    pack_job jobs[AA__PACK_MAX_THREADS];
-    pthread_t tid[AA__PACK_MAX_THREADS];
-    bool started[AA__PACK_MAX_THREADS];
-    size_t per, acc = 0, k = 0;
-    unsigned w;
-
-    if (total < AA__PACK_PAR_MIN || t <= 1 || count < 2)
-      t = 1;
-    if (t > count)
-      t = (unsigned)count;
-    per = total / t + 1;
-    /* Contiguous ranges of about equal bytes. */
-    for (w = 0; w < t; w++) {
-      jobs[w].base = pb->host;
-      jobs[w].src = src;
-      jobs[w].n = n;
-      jobs[w].off = offsets;
-      jobs[w].lo = k;
-      while (k < count && (w == t - 1 || acc < per * (w + 1)))
-        acc += n[k++];
-      jobs[w].hi = k;
-      started[w] = false;
-    }
-    for (w = 1; w < t; w++)
-      started[w] = pthread_create(&tid[w], NULL, pack_thread, &jobs[w]) == 0;
-    pack_copy(&jobs[0]);
-    for (w = 1; w < t; w++) {
-      if (started[w])
-        pthread_join(tid[w], NULL);
-      else
-        pack_copy(&jobs[w]); /* no thread: do its share here */
-    }
-  }
+  aa__pack_copy(pb->host, src, n, offsets, count,
+                total < AA__PACK_PAR_MIN ? 1 : pk->threads);
   pb->used = used;
   return AA_OK;
 }
