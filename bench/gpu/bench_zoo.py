@@ -23,6 +23,14 @@ Allocators (--modes; the default list is native,default,expandable,async):
   default     PyTorch's caching allocator as shipped
   expandable  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   async       PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
+  native@NAME `native` with environment overrides, one mode per
+              --native-variant NAME:VAR=VAL[,VAR=VAL...] (repeatable), e.g.
+              `--native-variant cand:ADAPTALLOC_POLICY=/abs/cand.json` runs a
+              candidate policy beside the default in the same call, and
+              `--native-variant tr:ADAPTALLOC_TRACE=1,ADAPTALLOC_DB=/abs/t.db`
+              keeps a native run's event trace (with thread ids) for
+              `adaptalloc-replay run --db /abs/t.db --threads`; name the
+              variant's mode in --modes (native@cand)
 
 Workloads (random weights, fixed seeds, the same shapes for every allocator):
   kvgen    generation with a growing KV cache: a small Llama-style model
@@ -134,11 +142,39 @@ MODES = ["native", "pluggable", "default", "expandable", "async"]
 DEFAULT_MODES = ["native", "default", "expandable", "async"]
 TORCH_MODES = ("default", "expandable", "async")
 OURS = ("native", "pluggable")
+VARIANTS = {}  # "native@NAME" -> {VAR: VAL} (--native-variant; the runner's process only)
 CONF = {"expandable": "expandable_segments:True", "async": "backend:cudaMallocAsync"}
 MIB = 1 << 20
 NATIVE_MISSING = "adaptalloc's native allocator is not available"
 CUDA_READY = "bench_zoo: CUDA is ready in this run"
 INIT_LIMIT_S = 45  # a forked run not past CUDA initialisation by then is killed
+
+
+def base_mode(mode):
+    """native@NAME runs as native (with its environment overrides)."""
+    return mode.split("@", 1)[0]
+
+
+def our_modes(modes):
+    return [m for m in modes if base_mode(m) in OURS]
+
+
+def parse_variant(text):
+    """`NAME:VAR=VAL,VAR=VAL` -> ("native@NAME", {VAR: VAL}); exits naming
+    what is wrong."""
+    name, colon, assigns = text.partition(":")
+    if not colon or not name or not all(ch.isalnum() or ch in "_-" for ch in name):
+        sys.exit(f"bench_zoo: --native-variant {text!r}: not NAME:VAR=VAL[,VAR=VAL...] "
+                 "(NAME of letters, digits, _ and -)")
+    env = {}
+    for a in filter(None, assigns.split(",")):
+        k, eq, v = a.partition("=")
+        if not eq or not k or not all(ch.isalnum() or ch == "_" for ch in k) or k[0].isdigit():
+            sys.exit(f"bench_zoo: --native-variant {text!r}: {a!r} is not VAR=VAL")
+        env[k] = v
+    if not env:
+        sys.exit(f"bench_zoo: --native-variant {text!r}: no VAR=VAL")
+    return "native@" + name, env
 
 
 # ---------------------------------------------------------------- workloads
@@ -351,8 +387,8 @@ def _pool_summary(doc):
     table) and the loop's counters and audit: where the reserved bytes are."""
     keys = ("bytes_in_use", "bytes_requested", "bytes_reserved", "peak_bytes_in_use",
             "peak_bytes_reserved", "large_bytes_in_use", "large_bytes_reserved",
-            "large_segments", "large_pages_mapped", "large_pages_unmapped", "backend_allocs",
-            "backend_frees", "backend_ns")
+            "large_segments", "large_pages_mapped", "large_pages_unmapped", "large_bytes_held",
+            "large_held_reclaims", "backend_allocs", "backend_frees", "backend_ns")
     ckeys = ("block_size", "prefill", "slabs", "bytes_in_use", "bytes_reserved",
              "peak_bytes_in_use", "allocs", "misses")
     pools = []
@@ -398,6 +434,7 @@ def child(workload, mode, capture, steps=None):
     cpus = benchcpu.pin_cpus()  # before CUDA: the driver's threads inherit it
     import torch
 
+    mode, variant = base_mode(mode), mode
     if mode == "native":
         import adaptalloc
         import adaptalloc.torch as aat
@@ -460,7 +497,7 @@ def child(workload, mode, capture, steps=None):
     t_steps = time.perf_counter() - t_built
     calib_after = benchcpu.calibrate(torch)
     props = torch.cuda.get_device_properties(0)
-    res = {"workload": workload, "mode": mode, "steps": n, "warm": warm,
+    res = {"workload": workload, "mode": variant, "steps": n, "warm": warm,
            "peak_mib": (peak[0] - base) / MIB, "context_mib": base / MIB,
            "step_ms": times[warm:], "warm_ms": times[:warm],
            "phase_s": {"init": t_init - t_start, "build": t_built - t_init,
@@ -506,6 +543,7 @@ def mode_env(mode, tmp, runtime):
     runtime: no model, no policy file, so the default policy)."""
     env = dict(os.environ)
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    variant, mode = mode, base_mode(mode)
     if mode in CONF:
         env["PYTORCH_CUDA_ALLOC_CONF"] = CONF[mode]
     for k in ("ADAPTALLOC_MODEL", "ADAPTALLOC_POLICY", "ADAPTALLOC_POLICY_DIR"):
@@ -523,6 +561,7 @@ def mode_env(mode, tmp, runtime):
     # the repository's torch/ folder must not shadow PyTorch
     env["PYTHONPATH"] = os.pathsep.join(p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                                         if p and os.path.abspath(p) != ROOT)
+    env.update(VARIANTS.get(variant, {}))
     return env
 
 
@@ -536,7 +575,7 @@ def serve(mode, workloads):
     try:
         benchcpu.pin_cpus()  # the imports too run where the measured children will
         preload(workloads)
-        if mode == "native":
+        if base_mode(mode) == "native":
             import adaptalloc.torch as aat
 
             ok, why = aat.native_available()
@@ -769,7 +808,7 @@ def summarise(runs, modes, wls):
         torch_peaks = {m: v for m, v in med_peak.items() if m in TORCH_MODES}
         best = min(torch_peaks, key=torch_peaks.get) if torch_peaks else None
         ratios = {}
-        for m in OURS:
+        for m in our_modes(modes):
             if m not in med_peak:
                 continue
             ratios[m] = {
@@ -794,7 +833,7 @@ def summarise(runs, modes, wls):
                     ratios[m]["cpu_vs_default"].append(a / b)
             ratios[m]["paired_all"] = statistics.median(pooled) if pooled else None
         bk = {m: [r["backend_measured"] for r in runs[w][m] if r.get("backend_measured")]
-              for m in modes if m in OURS}
+              for m in our_modes(modes)}
         threads = {m: [[r["cpu_steps"]["main"], r["cpu_steps"]["others"]] for r in runs[w][m]
                        if r.get("cpu_steps")] for m in modes}
         out[w] = {"peak_mib": peaks, "step_ms": steps, "cpu_us": cpu, "device_calls": calls,
@@ -810,7 +849,7 @@ def print_tables(summary, modes):
     def fmt(x, nd=3, suffix=""):
         return f"{x:.{nd}f}{suffix}" if x is not None else "-"
 
-    ours = [m for m in OURS if m in modes]
+    ours = our_modes(modes)
     print()
     print("peak device memory, MiB (driver: total - free, less the CUDA context); "
           "median [min, max] over the reps")
@@ -933,6 +972,10 @@ def main():
                     help="comma-separated, of " + ",".join(MODES) +
                          " (default " + ",".join(DEFAULT_MODES) + ")")
     ap.add_argument("--steps", default="", help="WORKLOAD=N,...: steps of a workload")
+    ap.add_argument("--native-variant", action="append", default=[],
+                    metavar="NAME:VAR=VAL,...",
+                    help="a mode native@NAME: native with these environment overrides "
+                         "(repeatable; name it in --modes)")
     ap.add_argument("--budget-s", type=float, default=0,
                     help="start no run that would end after this many seconds (0: no limit)")
     ap.add_argument("--timeout-s", type=float, default=240, help="limit of one run")
@@ -974,7 +1017,10 @@ def main():
         runs = doc["runs"]
         print_tables(summarise(runs, doc["modes"], list(runs)), doc["modes"])
         return
-    modes = names(args.modes, MODES, "modes")
+    for v in args.native_variant:
+        m, env = parse_variant(v)
+        VARIANTS[m] = env
+    modes = names(args.modes, MODES + list(VARIANTS), "modes")
     try:
         cpus, why = benchcpu.choose_cpus(args.cpus)
     except ValueError as e:

@@ -185,3 +185,28 @@ def test_thread_cpu_sees_a_busy_thread():
     fake_after = {1: ("python3", 3.0), 2: ("worker", 2.5), 3: ("new", 0.25)}
     assert benchcpu.cpu_between(fake_before, fake_after, main_tid=1) == {
         "main": 2.0, "others": 2.25, "threads": [["worker", 2.0], ["new", 0.25]]}
+
+
+def test_native_variants_run_as_native_with_their_environment(monkeypatch, capsys):
+    m, env = bench_zoo.parse_variant("tr:ADAPTALLOC_TRACE=1,ADAPTALLOC_DB=/x/t.db")
+    assert (m, env) == ("native@tr", {"ADAPTALLOC_TRACE": "1", "ADAPTALLOC_DB": "/x/t.db"})
+    monkeypatch.setitem(bench_zoo.VARIANTS, m, env)
+    monkeypatch.setenv("ADAPTALLOC_POLICY", "/somewhere/else.json")
+    e = bench_zoo.mode_env("native@tr", "/tmp/zoo", "full")
+    assert e["ADAPTALLOC_TRACE"] == "1" and e["ADAPTALLOC_DB"] == "/x/t.db"
+    assert e["ADAPTALLOC_HTTP"] == "127.0.0.1:0"  # the runtime as native's
+    assert "ADAPTALLOC_POLICY" not in e and "PYTORCH_CUDA_ALLOC_CONF" not in e
+    assert "ADAPTALLOC_TRACE" not in bench_zoo.mode_env("native", "/tmp/zoo", "full")
+    runs = {"encoder": {"native": [_run("native", 0, [10.0, 10.0], 1.0)],
+                        "native@tr": [_run("native@tr", 0, [10.0, 10.0], 1.0)],
+                        "expandable": [_run("expandable", 0, [10.0, 10.0], 1.0)]}}
+    runs["encoder"]["native@tr"][0]["peak_mib"] = 90.0
+    runs["encoder"]["expandable"][0]["peak_mib"] = 100.0
+    modes = ["native", "native@tr", "expandable"]
+    s = bench_zoo.summarise(runs, modes, ["encoder"])
+    assert s["encoder"]["ratios"]["native@tr"]["peak_vs_best"] == pytest.approx(0.9)
+    bench_zoo.print_tables(s, modes)
+    assert "native@tr / best of PyTorch" in capsys.readouterr().out
+    for bad in ("tr", "t r:A=1", "tr:A", "tr:1A=2", "tr:"):
+        with pytest.raises(SystemExit):
+            bench_zoo.parse_variant(bad)
