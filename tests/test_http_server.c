@@ -211,6 +211,7 @@ typedef struct fake {
   int stats_calls;
   bool store_off;
   aa_http_history_query last_q;
+  char client[64]; /* the client address of the last accepted PUT */
 } fake;
 
 static char *dup_text(const char *s, size_t *len) {
@@ -372,8 +373,11 @@ static int fake_policy_put(void *user, const aa_http_policy_change *ch,
   }
   pthread_mutex_lock(&f->mu);
   rc = fake_commit(f, ch, doc, nv, err, errcap);
-  if (rc == AA_OK)
+  if (rc == AA_OK) {
     f->puts++;
+    snprintf(f->client, sizeof f->client, "%s",
+             ch->client != NULL ? ch->client : "(null)");
+  }
   pthread_mutex_unlock(&f->mu);
   cJSON_Delete(doc);
   return rc;
@@ -705,6 +709,12 @@ static void test_http_policy_put(void **state) {
   policy_now(fx, pol, sizeof pol, &v);
   assert_int_equal(v, 2);
   assert_string_equal(pol, doc);
+  /* the change names the client's address (the intake's, as libmicrohttpd
+   * was given it) */
+  pthread_mutex_lock(&fx->f.mu);
+  snprintf(pol, sizeof pol, "%s", fx->f.client);
+  pthread_mutex_unlock(&fx->f.mu);
+  assert_string_equal(pol, "127.0.0.1");
 
   /* If-Match with the current version: accepted */
   http(fx->port, "PUT", "/policy", "If-Match: \"2\"\r\n",

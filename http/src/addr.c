@@ -1,8 +1,9 @@
 /*
  * addr.c — the listen-address parser (the ADAPTALLOC_HTTP grammar), the
- * LOCAL_RANK reader and the strict integer parser used for query arguments.
- * Entry points: aa_http_parse_address, aa_http_local_rank_from_env,
- * aa__http_parse_i64. Pure functions apart from the getenv in the second.
+ * LOCAL_RANK reader, the strict integer parser used for query arguments and
+ * a client's address as text. Entry points: aa_http_parse_address,
+ * aa_http_local_rank_from_env, aa__http_parse_i64, aa__http_addr_text. Pure
+ * functions apart from the getenv in the second.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -240,4 +241,17 @@ int aa_http_local_rank_from_env(int *rank) {
     return AA_EINVAL;
   *rank = (int)v;
   return AA_OK;
+}
+
+void aa__http_addr_text(const struct sockaddr *sa, char *out, size_t cap) {
+  out[0] = '\0';
+  if (sa == NULL)
+    return;
+  if (sa->sa_family == AF_INET)
+    inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr,
+              out, (socklen_t)cap);
+  else if (sa->sa_family == AF_INET6)
+    inet_ntop(AF_INET6,
+              &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, out,
+              (socklen_t)cap);
 }

@@ -209,4 +209,9 @@ bool aa__http_token_equal(const char *given, size_t given_len,
  * spaces, no trailing bytes). AA_EINVAL / AA_ERANGE. */
 int aa__http_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
 
+/* An IPv4 or IPv6 address as text in out ("" for another family or NULL;
+ * addr.c). The one writer for the intake's table and the request's client. */
+struct sockaddr;
+void aa__http_addr_text(const struct sockaddr *sa, char *out, size_t cap);
+
 #endif /* AA_HTTP_INTERNAL_H */

@@ -12,9 +12,7 @@
  *
  * Entry point: aa__intake_accept_all (intake thread; takes mu).
  */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -23,17 +21,6 @@
 #include <unistd.h>
 
 #include "intake_internal.h"
-
-static void ip_of(const struct sockaddr_storage *ss, char *out, size_t cap) {
-  out[0] = '\0';
-  if (ss->ss_family == AF_INET)
-    inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)ss)->sin_addr,
-              out, (socklen_t)cap);
-  else if (ss->ss_family == AF_INET6)
-    inet_ntop(AF_INET6,
-              &((const struct sockaddr_in6 *)(const void *)ss)->sin6_addr, out,
-              (socklen_t)cap);
-}
 
 /* Makes room: closes e, which has no request in progress. */
 static void evict(aa__intake *in, entry *e) {
@@ -92,7 +79,7 @@ static void admit(aa__intake *in, int fd, const struct sockaddr_storage *ss,
   entry *slot = NULL;
   struct epoll_event ev;
 
-  ip_of(ss, ip, sizeof ip);
+  aa__http_addr_text((const struct sockaddr *)(const void *)ss, ip, sizeof ip);
   pthread_mutex_lock(&in->mu);
   for (size_t i = 0; i < in->cap; i++) {
     entry *e = &in->e[i];

@@ -9,8 +9,6 @@
  * aa__http_on_request, aa__http_on_completed, aa__http_on_connection,
  * aa__http_unescape (server_internal.h).
  */
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,18 +105,7 @@ static const char *client_address(struct MHD_Connection *c, char *buf,
                                   size_t cap) {
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-  buf[0] = '\0';
-  if (ci == NULL || ci->client_addr == NULL)
-    return buf;
-  if (ci->client_addr->sa_family == AF_INET) {
-    const struct sockaddr_in *a = (const struct sockaddr_in *)(const void *)
-                                      ci->client_addr;
-    inet_ntop(AF_INET, &a->sin_addr, buf, (socklen_t)cap);
-  } else if (ci->client_addr->sa_family == AF_INET6) {
-    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)(const void *)
-                                       ci->client_addr;
-    inet_ntop(AF_INET6, &a->sin6_addr, buf, (socklen_t)cap);
-  }
+  aa__http_addr_text(ci != NULL ? ci->client_addr : NULL, buf, cap);
   return buf;
 }
 
