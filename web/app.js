@@ -26,7 +26,7 @@
  * history.js (history, policy changes, diff), policy.js (the editor).
  */
 import { $, errorText, KEEP_MS, POLL_MS, RECENT_MS, setText, state } from "./common.js";
-import { fmtTime, fmtUptime, num } from "./format.js";
+import { fmtClock, fmtUptime, num } from "./format.js";
 import { drawHistogram, drawMemory, histCounts, memTip } from "./charts.js";
 import { drawSegments, fetchSegments, pollSegments, segTip } from "./segments.js";
 import { renderCards, renderClasses, renderLoop } from "./tables.js";
@@ -162,7 +162,7 @@ function onStats(s) {
     state.uptimeMs = s.uptime_s * 1000;
   }
   setText("run-info", info.join(" · "));
-  setText("updated", "updated " + fmtTime(now));
+  setText("updated", "updated " + fmtClock(now, true));
   renderLoop(s.adapt);
   const first = state.pool === null;
   render();

@@ -29,11 +29,6 @@ export function fmtPct(x) {
   const p = x * 100;
   return (p >= 10 || p === 0 ? p.toFixed(0) : p.toFixed(1)) + " %";
 }
-export function fmtTime(ms) {
-  const d = new Date(ms);
-  const pad = (v) => String(v).padStart(2, "0");
-  return pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
-}
 export function fmtUptime(sec) {
   if (sec < 60) return Math.floor(sec) + " s";
   if (sec < 3600) return Math.floor(sec / 60) + " min";
@@ -56,6 +51,7 @@ export function bucketLower(i) {
   return (4 + m) * Math.pow(2, l - 2);
 }
 
+// a local time of day: "14:05", or "14:05:09" withSec
 export function fmtClock(ms, withSec) {
   const d = new Date(ms);
   const pad = (v) => String(v).padStart(2, "0");
