@@ -1,10 +1,10 @@
 /*
  * relay.c — a connection's bytes between its client and libmicrohttpd,
- * once its first head has passed (intake.c has the states, the limits and
- * the deadlines). The client's bytes go to libmicrohttpd through a socket
- * pair one checked piece at a time: a head once whole and good, then the
- * body its Content-Length announces, or a chunked body chunk by chunk; its
- * answers come back the same way. A refused request is answered after the
+ * once its first head has passed (intake.c has the states and the
+ * deadlines, intake_room.c the limits). The client's bytes go to
+ * libmicrohttpd through a socket pair one checked piece at a time: a head
+ * once whole and good, then the body its Content-Length announces, or a
+ * chunked body chunk by chunk; its answers come back the same way. A refused request is answered after the
  * answers owed before it. Entry points: aa__relay_hand_over, aa__relay_pump
  * (mu held).
  */

@@ -97,7 +97,7 @@ async function main() {
   const page = await browser.newPage({ viewport: { width: 1440, height: 1000 } });
   const consoleErrors = [];
   // refused requests (401, 400) are logged by Chromium as "Failed to load
-  // resource"; those are expected here, anything else is a bug in app.js
+  // resource"; those are expected here, anything else is a bug in web/*.js
   page.on("console", (m) => {
     if (m.type() === "error" && !/Failed to load resource/.test(m.text())) consoleErrors.push(m.text());
   });

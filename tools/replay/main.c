@@ -14,7 +14,8 @@
  * (one parse of the input feeds one simulator per policy; with several
  * --db, cmd_run_multi replays each database in turn and adds a combined
  * row), policies and the shared replay in sims.c, `suggest` in suggest.c,
- * `ranks` in ranks.c, export and import here, the command line in args.c.
+ * `ranks` in ranks.c, export and import here, the command line in args.c
+ * and its help in help.c.
  * Usage, formats and exit codes: docs/replay.md, and `adaptalloc-replay
  * --help`.
  */
