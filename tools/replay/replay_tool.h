@@ -221,7 +221,7 @@ typedef struct options {
   double threshold; /* ranks: flag a rank farther than this (< 0: default) */
 } options;
 
-/* help.c: the command table, help, usage errors; args.c: parsing. */
+/* help.c: the command table, help, usage errors. */
 enum {
   C_RUN = 1,
   C_COMPARE = 2,
@@ -246,6 +246,8 @@ void print_help(FILE *f, const cmd_help *c);
 const cmd_help *find_command(const char *name);
 /* fmt has exactly one %s, filled with arg; returns EXIT_USAGE. */
 int usage_error(const char *fmt, const char *arg) __attribute__((format(printf, 1, 0)));
+
+/* args.c: the command line into options, and the input checks. */
 int parse_args(int argc, char **argv, options *o);
 int check_inputs(const options *o);
 
