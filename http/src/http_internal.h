@@ -125,6 +125,8 @@ int aa__http_chunk_line(const char *p, size_t n, uint64_t max_size,
  * "name:port", "[v6]" or "[v6]:port" with a port of 1-5 digits. */
 bool aa__http_host_split(const char *host, size_t len, char *name, size_t cap);
 
+/* ------------------------------------------------------------ response */
+
 #define AA__HTTP_MAX_HEADERS 6
 
 typedef struct aa__http_resp {
@@ -142,9 +144,10 @@ typedef struct aa__http_resp {
   bool close;                /* Connection: close, then close */
 } aa__http_resp;
 
+/* Frees a response's body unless it is static (router.c). */
 void aa__http_resp_free(aa__http_resp *r);
 
-/* ------------------------------------------------------------ metrics */
+/* ------------------------------------------------------ metrics (metrics.c) */
 
 /* What /metrics remembers between renders so that a per-bucket counter keeps
  * the counts of a class the policy loop retired (metrics.c). One render at a
@@ -158,7 +161,7 @@ int aa__http_render_metrics_carry(const aa_pool_stats *pools, size_t n,
                                   aa__metrics_carry *carry, char **out,
                                   size_t *len);
 
-/* ------------------------------------------------------------ state */
+/* ------------------------------------------------- state, router (router.c) */
 
 typedef struct aa__http_state {
   aa_http_config cfg;
@@ -190,7 +193,7 @@ int aa__http_state_init(aa__http_state *st, const aa_http_config *cfg,
                         const aa_http_provider *prov);
 void aa__http_state_fini(aa__http_state *st);
 
-/* Answers one request (router.c). Never fails: out of memory gives a 500
+/* Answers one request. Never fails: out of memory gives a 500
  * with a static body. The caller frees resp with aa__http_resp_free. */
 void aa__http_route(aa__http_state *st, const aa__http_req *req,
                     aa__http_resp *resp);
@@ -205,12 +208,14 @@ void aa__http_error_resp(aa__http_state *st, const char *path, int status,
 bool aa__http_token_equal(const char *given, size_t given_len,
                           const char *expected, size_t expected_len);
 
+/* ------------------------------------------------------------ addr.c */
+
 /* Parses a decimal int64 in [min, max] (no sign for non-negative ranges, no
  * spaces, no trailing bytes). AA_EINVAL / AA_ERANGE. */
 int aa__http_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
 
-/* An IPv4 or IPv6 address as text in out ("" for another family or NULL;
- * addr.c). The one writer for the intake's table and the request's client. */
+/* An IPv4 or IPv6 address as text in out ("" for another family or NULL).
+ * The one writer for the intake's table and the request's client. */
 struct sockaddr;
 void aa__http_addr_text(const struct sockaddr *sa, char *out, size_t cap);
 
