@@ -4,7 +4,7 @@
 installed adaptalloc package (pip install --no-build-isolation .).
 
     python3 bench/gpu/bench_py_pinned.py [--reps N] [--json FILE] [--only alloc,pack,loader]
-        [--loader-cases workers,h2d]
+        [--loader-cases h2d,workers]
 
 alloc   adaptalloc.torch.pinned_empty + free (C++ helper; _python: the Python
         path)  vs  torch.empty(pin_memory=True)
@@ -284,18 +284,16 @@ def bench_loader_case(name, reps):
     return out
 
 
-def bench_loader(reps, cases=("workers", "h2d")):
-    return {name: bench_loader_case(name, reps) for name in cases}
-
-
 def rng(m, fmt="%.1f"):
     return (fmt + " [" + fmt + ", " + fmt + "]") % (m["median"], m["min"], m["max"])
 
 
-def table(res):
-    """The compact summary printed to stdout."""
-    lines = ["bench_py_pinned: torch %s, %d repetitions, C++ helper %s; median [min, max]"
-             % (res["torch"], res["reps"], "on" if res["ext"] else "off")]
+def table(res, header=True):
+    """The compact summary of the parts in `res`, for stdout."""
+    lines = []
+    if header:
+        lines.append("bench_py_pinned: torch %s, %d repetitions, C++ helper %s; median [min, max]"
+                     % (res["torch"], res["reps"], "on" if res["ext"] else "off"))
     if "alloc_us" in res:
         lines.append("alloc+free (us per pair)      adaptalloc           python path          "
                      "torch pin_memory     cudaHostAlloc        torch/ours")
@@ -331,7 +329,7 @@ def main():
     ap.add_argument("--json", default=None)
     ap.add_argument("--only", "--parts", dest="only", default="alloc,pack,loader",
                     help="comma-separated parts: alloc, pack, loader")
-    ap.add_argument("--loader-cases", default="workers,h2d",
+    ap.add_argument("--loader-cases", default="h2d,workers",
                     help="comma-separated loader cases: " + ", ".join(LOADER_CASES))
     a = ap.parse_args()
     parts = a.only.split(",")
@@ -347,20 +345,33 @@ def main():
     if not torch.cuda.is_available():
         print("bench_py_pinned: no CUDA device", file=sys.stderr)
         return 2
-    res = {"torch": torch.__version__, "reps": a.reps, "ext": aat._ext is not None}
+    meta = {"torch": torch.__version__, "reps": a.reps, "ext": aat._ext is not None}
+    res = dict(meta)
     t0 = time.perf_counter()
+    header = [True]
+
+    def emit(part):
+        """Prints a finished part's table and rewrites the JSON, so what
+        finished is kept if a later part is cut short."""
+        print(table(dict(meta, **part), header=header[0]), flush=True)
+        header[0] = False
+        res["seconds"] = time.perf_counter() - t0
+        if a.json:
+            with open(a.json, "w") as f:
+                f.write(json.dumps(res, indent=1))
+
     if "alloc" in parts:
         res["alloc_us"] = bench_alloc(a.reps)
+        emit({"alloc_us": res["alloc_us"]})
     if "pack" in parts:
         res["pack_ms"] = bench_pack(a.reps)
+        emit({"pack_ms": res["pack_ms"]})
     if "loader" in parts:
-        res["loader"] = bench_loader(a.reps, cases)
-    res["seconds"] = time.perf_counter() - t0
-    print(table(res))
-    print("bench_py_pinned: %.0f s" % res["seconds"])
-    if a.json:
-        with open(a.json, "w") as f:
-            f.write(json.dumps(res, indent=1))
+        res["loader"] = {}
+        for name in cases:
+            res["loader"][name] = bench_loader_case(name, a.reps)
+            emit({"loader": {name: res["loader"][name]}})
+    print("bench_py_pinned: %.0f s" % (time.perf_counter() - t0))
     return 0
 
 
