@@ -2,6 +2,7 @@
  * bench_main.c — adaptalloc-bench: picks the subcommand.
  *
  *   adaptalloc-bench host [...]   allocator comparison on the host (bench_host.c)
+ *   adaptalloc-bench steps [...]  the allocator's own cost per training step (bench_steps.c)
  *
  * jemalloc uses the initial-exec TLS model, so dlopen'ing it next to
  * everything else can fail with "cannot allocate memory in static TLS
@@ -25,7 +26,9 @@ static void usage(FILE *f) {
           "usage: adaptalloc-bench <command> [options]   (or --help, --version)\n"
           "commands:\n"
           "  host    adaptalloc vs glibc, jemalloc, mimalloc on the host, one process\n"
-          "          (adaptalloc-bench host --help for its options)\n");
+          "          (adaptalloc-bench host --help for its options)\n"
+          "  steps   the allocator's own cost per training step (the GPU zoo's moe\n"
+          "          step as allocations, on a host pool)\n");
 }
 
 /* Re-executes this program with more optional static TLS. Returns only when
@@ -71,7 +74,9 @@ int main(int argc, char **argv) {
     }
     return bench_host_main(argc - 1, argv + 1);
   }
-  fprintf(stderr, "adaptalloc-bench: unknown command '%s' (host)\n", argv[1]);
+  if (strcmp(argv[1], "steps") == 0)
+    return bench_steps_main(argc - 1, argv + 1);
+  fprintf(stderr, "adaptalloc-bench: unknown command '%s' (host, steps)\n", argv[1]);
   fprintf(stderr, "(adaptalloc-bench --help for usage)\n");
   return 2;
 }
