@@ -785,6 +785,13 @@ def run_device_calls(r):
     return None if not v or any(x is None for x in v) else sum(a + b for a, b in v)
 
 
+def quiet_steps(r):
+    """Per measured step: True where the run made no device call (no page
+    map, no cudaMalloc) in it; [] without the counts."""
+    v = (r.get("step_device_calls") or [])[r.get("warm", 0):]
+    return [c is not None and c[0] + c[1] == 0 for c in v]
+
+
 def by_rep(rs):
     """{repetition: run} (runs of an older JSON without "rep": in order)."""
     return {r.get("rep", i): r for i, r in enumerate(rs)}
@@ -818,7 +825,8 @@ def summarise(runs, modes, wls):
                 "best": best,
                 "speed_vs_default": (med_step["default"] / med_step[m]
                                      if "default" in med_step and med_step[m] else None),
-                "paired_speed": [], "paired_all": None, "cpu_vs_default": []}
+                "paired_speed": [], "paired_all": None, "cpu_vs_default": [],
+                "paired_quiet": []}
             if "default" not in modes:
                 continue
             ours, dflt = by_rep(runs[w][m]), by_rep(runs[w]["default"])
@@ -828,6 +836,9 @@ def summarise(runs, modes, wls):
                 if pr:
                     ratios[m]["paired_speed"].append(statistics.median(pr))
                     pooled += pr
+                    quiet = [x for x, c in zip(pr, quiet_steps(ours[rep])) if c]
+                    if quiet:
+                        ratios[m]["paired_quiet"].append(statistics.median(quiet))
                 a, b = run_cpu_us(ours[rep]), run_cpu_us(dflt[rep])
                 if a and b:
                     ratios[m]["cpu_vs_default"].append(a / b)
@@ -906,7 +917,10 @@ def print_tables(summary, modes):
           "median [min, max] over the reps")
     print("and adaptalloc's time inside its backend calls over the measured steps (ms; "
           "pages mapped / unmapped; and as a share of the run's summed step time)")
-    cols = list(modes) + [f"{m} backend ms (maps/unmaps, share)" for m in ours]
+    print("and the paired speed over only the steps in which adaptalloc made no device call "
+          "(median over the reps of each rep's median; '-' where every step made one)")
+    cols = list(modes) + [f"{m} backend ms (maps/unmaps, share)" for m in ours] + \
+        [f"{m} paired speed, steps without device calls" for m in ours]
     print("| workload | " + " | ".join(cols) + " |")
     print("|---" * (1 + len(cols)) + "|")
     for w, s in summary.items():
@@ -922,6 +936,9 @@ def print_tables(summary, modes):
                 med_range([x["pages_mapped"] for x in v]),
                 med_range([x["pages_unmapped"] for x in v]),
                 ", " + med_range([100 * x for x in share], 1) + "%" if share else ""))
+        for m in ours:
+            v = s["ratios"].get(m, {}).get("paired_quiet") or []
+            cells.append(med_range(v, 3) + "x" if v else "-")
         print(f"| {w} | " + " | ".join(cells) + " |")
 
 

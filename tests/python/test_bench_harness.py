@@ -147,7 +147,7 @@ def test_backend_time_of_native_runs_is_tabled(capsys):
     s = bench_zoo.summarise(runs, ["native", "default"], ["moe"])
     assert s["moe"]["backend_measured"] == {"native": [bm]}
     bench_zoo.print_tables(s, ["native", "default"])
-    assert "| moe | 43 | 2 | 12.5 (40/3, 5.0%) |" in capsys.readouterr().out
+    assert "| moe | 43 | 2 | 12.5 (40/3, 5.0%) | - |" in capsys.readouterr().out
     doc = {"pools": [{"name": "device0", "backend": "cuda", "backend_ns": 2500000,
                       "large_pages_mapped": 5, "large_pages_unmapped": 1,
                       "backend_allocs": 6, "backend_frees": 1},
@@ -210,3 +210,20 @@ def test_native_variants_run_as_native_with_their_environment(monkeypatch, capsy
     for bad in ("tr", "t r:A=1", "tr:A", "tr:1A=2", "tr:"):
         with pytest.raises(SystemExit):
             bench_zoo.parse_variant(bad)
+
+
+def test_paired_speed_over_steps_without_device_calls():
+    # native is 2x slower only on the step where it mapped pages
+    nat = {"rep": 0, "peak_mib": 1.0, "warm": 1, "warm_ms": [9.0], "step_ms": [20.0, 10.0, 10.0],
+           "step_device_calls": [[50, 0], [8, 0], [0, 0], [0, 0]]}
+    dfl = {"rep": 0, "peak_mib": 1.0, "warm": 1, "warm_ms": [9.0], "step_ms": [10.0, 10.0, 10.0],
+           "step_device_calls": [[9, 0], [0, 0], [0, 0], [0, 0]]}
+    assert bench_zoo.quiet_steps(nat) == [False, True, True]
+    s = bench_zoo.summarise({"moe": {"native": [nat], "default": [dfl]}}, ["native", "default"],
+                            ["moe"])
+    r = s["moe"]["ratios"]["native"]
+    assert r["paired_speed"] == [1.0] and r["paired_quiet"] == [1.0]
+    nat["step_ms"] = [20.0, 20.0, 10.0]
+    s = bench_zoo.summarise({"moe": {"native": [nat], "default": [dfl]}}, ["native", "default"],
+                            ["moe"])
+    assert s["moe"]["ratios"]["native"]["paired_quiet"] == [0.75]
