@@ -2,8 +2,9 @@
  * test_core_expandable.c — the expandable large path (AA_LARGE_EXPANDABLE)
  * on the host backend's virtual memory: pages mapped on demand, neighbours
  * that always coalesce, stranded pages moved under a limit, nothing
- * unmapped while its stream work is pending, map failures, misuse, and
- * the time spent in backend calls (backend_ns).
+ * unmapped while its stream work is pending, map failures, misuse, the
+ * time spent in backend calls (backend_ns), and pages larger than the
+ * backend's granularity (large_page_bytes).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -310,10 +311,65 @@ static void test_core_expandable_backend_time(void **state) {
   aa_backend_destroy(g_inner);
 }
 
+/* large_page_bytes: pages mapped and unmapped in units of 8 MiB, every byte
+ * of a block usable; sizes that are not powers of two in range refused. */
+static void test_core_expandable_page_bytes(void **state) {
+  (void)state;
+  aa_backend *b = NULL;
+  assert_int_equal(aa_backend_host_new(&b), AA_OK);
+  aa_pool_config cfg;
+  aa_pool_config_init(&cfg);
+  cfg.backend = b;
+  cfg.large_mode = AA_LARGE_EXPANDABLE;
+  aa_pool *p = NULL;
+  static const size_t bad[] = {3 * MiB, 1 * MiB, (size_t)2 << 30, 12 * MiB};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    cfg.large_page_bytes = bad[i];
+    assert_int_equal(aa_pool_new(&cfg, &p), AA_EINVAL);
+    assert_null(p);
+  }
+  cfg.large_page_bytes = 8 * MiB;
+  assert_int_equal(aa_pool_new(&cfg, &p), AA_OK);
+  aa_pool_stats st;
+  char *a = aa_alloc(p, 3 * MiB, NULL);
+  assert_non_null(a);
+  fill(a, 3 * MiB, 1);
+  assert_int_equal(aa_pool_stats_get(p, &st), AA_OK);
+  assert_int_equal(st.large_page_bytes, 8 * MiB);
+  assert_int_equal(st.large_pages_mapped, 1);
+  assert_int_equal(st.large_bytes_reserved, 8 * MiB);
+  char *c = aa_alloc(p, 4 * MiB, NULL); /* inside the first page */
+  assert_non_null(c);
+  fill(c, 4 * MiB, 2);
+  assert_int_equal(aa_pool_stats_get(p, &st), AA_OK);
+  assert_int_equal(st.large_pages_mapped, 1);
+  char *d = aa_alloc(p, 10 * MiB, NULL); /* 7..17 MiB: into two more pages */
+  assert_non_null(d);
+  fill(d, 10 * MiB, 3);
+  assert_int_equal(aa_pool_stats_get(p, &st), AA_OK);
+  assert_int_equal(st.large_pages_mapped, 3);
+  assert_int_equal(st.large_bytes_reserved, 24 * MiB);
+  assert_int_equal(st.backend_allocs - st.backend_frees, 3); /* one map call a page */
+  assert_true(check(a, 3 * MiB, 1) && check(c, 4 * MiB, 2) && check(d, 10 * MiB, 3));
+  assert_int_equal(aa_free(p, a, 3 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(p, c, 4 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(p, d, 10 * MiB, NULL), AA_OK);
+  (void)aa_pool_release(p);
+  assert_int_equal(aa_pool_stats_get(p, &st), AA_OK);
+  assert_int_equal(st.large_pages_unmapped, 3);
+  assert_int_equal(st.large_bytes_reserved, 0);
+  aa_pool_destroy(p);
+  uint64_t na, nf, mapped;
+  aa_backend_host_counts(b, &na, &nf, &mapped);
+  assert_int_equal(mapped, 0);
+  aa_backend_destroy(b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_core_expandable_maps_on_demand),
       cmocka_unit_test(test_core_expandable_backend_time),
+      cmocka_unit_test(test_core_expandable_page_bytes),
       cmocka_unit_test(test_core_expandable_coalesces),
       cmocka_unit_test(test_core_expandable_limit_moves_pages),
       cmocka_unit_test(test_core_expandable_pending_work_keeps_pages),

@@ -72,6 +72,10 @@ int aa__config_normalise(const aa_pool_config *in, aa_pool_config *c) {
     return AA_EINVAL;
   if (c->region != NULL && strlen(c->region) > AA_REGION_NAME_MAX)
     return AA_EINVAL;
+  if (c->large_page_bytes != 0 &&
+      (c->large_page_bytes < AA_LARGE_PAGE_MIN || c->large_page_bytes > AA_LARGE_PAGE_MAX ||
+       (c->large_page_bytes & (c->large_page_bytes - 1)) != 0))
+    return AA_EINVAL;
   return AA_OK;
 }
 

@@ -423,8 +423,8 @@ int aa_pool_new(const aa_pool_config *cfg, aa_pool **out) {
                    : 0;
     if (g == 0 || g % AA__GRANULE != 0 || (g & (g - 1)) != 0)
       pool->cfg.large_mode = AA_LARGE_CACHE; /* no usable virtual memory */
-    else
-      pool->vmm_page = g;
+    else                                     /* both powers of two: the larger is a multiple of the other */
+      pool->vmm_page = c.large_page_bytes > g ? c.large_page_bytes : g;
   }
   pthread_mutex_init(&pool->class_mu, NULL);
   pthread_mutex_init(&pool->map_mu, NULL);

@@ -297,6 +297,7 @@ int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out) {
   out->backend_frees = atomic_load(&pool->backend_frees);
   out->backend_failures = atomic_load(&pool->backend_failures);
   out->backend_ns = atomic_load(&pool->backend_ns);
+  out->large_page_bytes = pool->vmm_page;
   out->ooms = atomic_load(&pool->ooms);
   out->oom_retries = atomic_load(&pool->oom_retries);
   out->invalid_frees = atomic_load(&pool->invalid_frees);
@@ -401,6 +402,7 @@ size_t aa_pool_stats_json(const aa_pool_stats *st, char *buf, size_t cap) {
   jw_u64(&w, "large_pages_mapped", st->large_pages_mapped);
   jw_u64(&w, "large_pages_unmapped", st->large_pages_unmapped);
   jw_u64(&w, "backend_ns", st->backend_ns);
+  jw_u64(&w, "large_page_bytes", st->large_page_bytes);
   uint32_t nc = st->class_count < AA_MAX_CLASSES ? st->class_count : AA_MAX_CLASSES;
   jw_fmt(&w, ",\"class_count\":%" PRIu32 ",\"classes\":[", nc);
   for (uint32_t i = 0; i < nc; i++) {

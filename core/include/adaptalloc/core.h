@@ -192,6 +192,10 @@ typedef void (*aa_trace_fn)(void *user, const aa_trace_event *ev);
 #define AA_DEFAULT_TCACHE_BYTES_HOST ((size_t)64 << 20)
 #define AA_DEFAULT_TCACHE_BYTES ((size_t)4 << 20)
 
+/* The bounds of aa_pool_config.large_page_bytes (besides 0). */
+#define AA_LARGE_PAGE_MIN ((size_t)2 << 20)
+#define AA_LARGE_PAGE_MAX ((size_t)1 << 30)
+
 typedef struct aa_pool_config {
   uint32_t version;              /* AA_POOL_CONFIG_VERSION */
   const char *name;              /* for stats ("device0", "pinned", "host"); copied */
@@ -208,10 +212,15 @@ typedef struct aa_pool_config {
   bool telemetry;                /* histogram + heavy hitters on (default true) */
   aa_error_fn on_error;          /* optional */
   void *on_error_user;
-  const char *region; /* a label for stats: the region (named pool of
+  const char *region;      /* a label for stats: the region (named pool of
                                     the runtime) this pool serves, "kv_cache";
                                     NULL or "" = none; copied, at most
                                     AA_REGION_NAME_MAX bytes (longer: AA_EINVAL) */
+  size_t large_page_bytes; /* expandable: the unit pages are mapped and unmapped in; 0 =
+                              the backend's granularity (2 MiB on CUDA), else a power of
+                              two from 2 MiB to 1 GiB, rounded up to the granularity.
+                              Fewer, larger maps (one cuMemCreate + cuMemMap +
+                              cuMemSetAccess each) against coarser unmapping */
 } aa_pool_config;
 
 /* The longest region label (aa_pool_config.region, aa_pool_stats.region). */
@@ -386,6 +395,7 @@ typedef struct aa_pool_stats {
   uint64_t large_pages_mapped;       /* expandable large path: page maps so far */
   uint64_t large_pages_unmapped;     /* ... and unmaps (to the system or moved) */
   uint64_t backend_ns;               /* time inside backend alloc/free/map/unmap */
+  uint64_t large_page_bytes;         /* expandable: the map unit (0: not expandable) */
 
   uint32_t class_count;
   uint32_t hh_count;
