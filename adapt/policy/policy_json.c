@@ -66,6 +66,10 @@ static void write_pool(aa__buf *b, const aa__pool_policy *pp) {
   aa__buf_printf(b, "},\n      \"large\": {\"mode\": \"%s\", \"cache_bytes\": ",
                  aa_large_mode_name(pp->large_mode));
   sb_u64(b, pp->large_cache_bytes);
+  if (pp->large_page_bytes != 0) { /* written only when set: a rare knob */
+    aa__buf_printf(b, ", \"page_bytes\": ");
+    sb_u64(b, pp->large_page_bytes);
+  }
   aa__buf_printf(b, "},\n      \"limit_bytes\": ");
   sb_u64(b, pp->limit_bytes);
   aa__buf_printf(b, "\n    }");

@@ -52,6 +52,7 @@ typedef struct aa__pool_policy {
   uint64_t tcache_bytes;
   aa_large_mode large_mode;
   uint64_t large_cache_bytes;
+  uint64_t large_page_bytes; /* large.page_bytes: 0 = the backend's granularity */
   uint64_t limit_bytes;
 } aa__pool_policy;
 

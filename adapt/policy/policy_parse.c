@@ -148,7 +148,7 @@ static int pool_from(vctx *v, const cJSON *obj, const char *path,
                                      "tcache", "large", "limit_bytes",
                                      NULL};
   static const char *const tkeys[] = {"blocks", "bytes", NULL};
-  static const char *const lkeys[] = {"mode", "cache_bytes", NULL};
+  static const char *const lkeys[] = {"mode", "cache_bytes", "page_bytes", NULL};
   char p1[PATH_CAP], p2[PATH_CAP];
   const cJSON *it, *f;
   bool have_slab = false, have_max = false, have_lmax = false;
@@ -229,6 +229,17 @@ static int pool_from(vctx *v, const cJSON *obj, const char *path,
       rc = aa__pv_get_uint(v, f, p2, 0, MAX_U53, &pp->large_cache_bytes);
       if (rc != AA_OK)
         return rc;
+    }
+    f = FIELD(it, "page_bytes", p2, p1);
+    if (f != NULL) {
+      rc = aa__pv_get_uint(v, f, p2, 0, AA_LARGE_PAGE_MAX, &pp->large_page_bytes);
+      if (rc != AA_OK)
+        return rc;
+      uint64_t pb = pp->large_page_bytes;
+      if (pb != 0 && (pb < AA_LARGE_PAGE_MIN || (pb & (pb - 1)) != 0))
+        return aa__pv_fail(v, p2, "%llu is not 0 or a power of two from %llu to %llu",
+                           (unsigned long long)pb, (unsigned long long)AA_LARGE_PAGE_MIN,
+                           (unsigned long long)AA_LARGE_PAGE_MAX);
     }
   }
   it = FIELD(obj, "classes", p1, path);
