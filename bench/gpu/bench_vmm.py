@@ -4,7 +4,7 @@ as adaptalloc's expandable large path makes them, against larger runs and
 against cuMemAlloc (what cudaMalloc, and so PyTorch's default allocator,
 pays per segment).
 
-    python3 bench/gpu/bench_vmm.py [--mib 512] [--reps 3] [--out vmm.json]
+    python3 bench/gpu/bench_vmm.py [--mib 520] [--reps 3] [--out vmm.json]
 
 Each case backs --mib MiB of a fresh address reservation and gives it back,
 --reps times (median [min, max], us):
@@ -146,7 +146,7 @@ def memalloc_case(d, total, piece):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mib", type=int, default=512, help="memory per case (a multiple of 20)")
+    ap.add_argument("--mib", type=int, default=520, help="memory per case (a multiple of 20; default 520)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
