@@ -6,7 +6,7 @@ process.
 
     python3 bench/gpu/bench_zoo.py [--reps 2] [--workloads a,b] [--modes m,n]
                                    [--steps w=N,...] [--budget-s S] [--cpus gpu]
-                                   [--out zoo.json] [--capture DIR]
+                                   [--lockstep] [--out zoo.json] [--capture DIR]
     python3 bench/gpu/bench_zoo.py --report zoo.json     # the tables again
 
 Allocators (--modes; the default list is native,default,expandable,async):
@@ -94,6 +94,15 @@ during the steps (/proc/self/task: a runtime's own threads show there).
 Within a repetition a workload's allocators run one after the other (the
 order rotated between workloads and repetitions), so a paired ratio
 compares processes started seconds apart.
+--lockstep (speed only): the machine's speed also drifts within a process
+(the calibration moved between 3 and 6 us/op over one run), so runs seconds
+apart still differ by more than an allocator does. With --lockstep the runs
+of one workload under every allocator start together, build their models at
+the same time, then take turns one step at a time (bench/gpu/lockstep.py;
+the order alternates between rounds, no two steps overlap): step k of each
+run lies within a few hundred milliseconds of the others'. The driver's
+memory figure then counts every run, so peaks are each allocator's own
+max_memory_reserved; measure memory without --lockstep.
 The device-calls table: each allocator's own count of device allocations
 and frees over the measured steps (torch.cuda.memory_stats num_device_alloc
 + num_device_free; RESULT's "step_device_calls" has them per step), and for
@@ -136,6 +145,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import benchcpu  # noqa: E402 - bench/gpu/benchcpu.py, beside this file
+import lockstep  # noqa: E402 - bench/gpu/lockstep.py
 
 WORKLOADS = ["kvgen", "cnn", "encoder", "gpt2", "moe", "serve"]
 MODES = ["native", "pluggable", "default", "expandable", "async"]
@@ -428,10 +438,12 @@ def _backend_counts(doc):
     return out
 
 
-def child(workload, mode, capture, steps=None):
-    """One run in this (fresh) process; returns its figures as a dict."""
+def child(workload, mode, capture, steps=None, turns=None):
+    """One run in this (fresh) process; returns its figures as a dict.
+    turns: a lockstep FIFO prefix (--lockstep): each step waits its turn."""
     t_start = time.perf_counter()
     cpus = benchcpu.pin_cpus()  # before CUDA: the driver's threads inherit it
+    follower = lockstep.Follower(turns) if turns else None
     import torch
 
     mode, variant = base_mode(mode), mode
@@ -480,7 +492,12 @@ def child(workload, mode, capture, steps=None):
     calls = [device_calls(torch)]
     backend = {}
     cpu0 = benchcpu.thread_cpu()
+    if follower:
+        torch.cuda.synchronize()
+        follower.ready()
     for i in range(n):
+        if follower:
+            follower.before_step()
         if i == warm and mode == "native":  # outside the timed part
             backend["start"] = _backend_counts(adaptalloc.stats())
         torch.cuda.synchronize()
@@ -491,6 +508,10 @@ def child(workload, mode, capture, steps=None):
         f, t = torch.cuda.mem_get_info()
         peak[0] = max(peak[0], t - f)
         calls.append(device_calls(torch))  # outside the timed part
+        if follower:
+            follower.after_step()
+    if follower:
+        follower.finish()
     cpu_steps = benchcpu.cpu_between(cpu0, benchcpu.thread_cpu())
     stop.set()
     th.join()
@@ -518,6 +539,9 @@ def child(workload, mode, capture, steps=None):
                             "max_allocated": torch.cuda.max_memory_allocated()}
         except RuntimeError as e:
             res["torch"] = {"error": str(e)}
+    if follower:  # the driver's figure counted the other runs too: the allocator's own
+        res["peak_mib"] = res.get("torch", {}).get("max_reserved", 0) / MIB
+        res["peak_source"] = "max_memory_reserved"
     if mode == "native":
         doc = adaptalloc.stats()
         res["pool"] = _pool_summary(doc)
@@ -569,8 +593,9 @@ def mode_env(mode, tmp, runtime):
 
 def serve(mode, workloads):
     """A server: imports once, then for each job line `workload steps capture
-    result_path log_path timeout_s` forks a child that runs it and answers
-    `DONE rc`. Answers `READY` after the imports, or `ERROR why`."""
+    result_path log_path timeout_s lockstep_prefix` (tab-separated; "-" for
+    none) forks a child that runs it and answers `DONE rc`. Answers `READY`
+    after the imports, or `ERROR why`."""
     out = sys.stdout
     try:
         benchcpu.pin_cpus()  # the imports too run where the measured children will
@@ -589,7 +614,7 @@ def serve(mode, workloads):
     out.write("READY\n")
     out.flush()
     for line in sys.stdin:
-        w, steps, cap, result_path, log_path, timeout = line.split("\t")
+        w, steps, cap, result_path, log_path, timeout, turns = line.rstrip("\n").split("\t")
         pid = os.fork()
         if pid == 0:
             rc = 1
@@ -599,7 +624,8 @@ def serve(mode, workloads):
                 os.dup2(fd, 2)
                 sys.stdout = os.fdopen(1, "w", buffering=1)
                 sys.stderr = os.fdopen(2, "w", buffering=1)
-                res = child(w, mode, cap if cap != "-" else None, int(steps) or None)
+                res = child(w, mode, cap if cap != "-" else None, int(steps) or None,
+                            turns if turns != "-" else None)
                 with open(result_path, "w") as f:
                     json.dump(res, f)
                 rc = 0
@@ -673,13 +699,21 @@ class Runner:
                       flush=True)
         return p if self.ready[mode] else None
 
-    def _forked(self, p, workload, mode, steps, capture):
+    def _start(self, p, workload, steps, capture, turns=None):
+        """Sends a job to a server; returns (result path, log path)."""
         self.n += 1
         result = os.path.join(self.tmp, f"r{self.n}.json")
         log = os.path.join(self.tmp, f"r{self.n}.log")
         p.stdin.write("\t".join([workload, str(steps or 0), capture or "-", result, log,
-                                 str(self.timeout)]) + "\n")
+                                 str(self.timeout), turns or "-"]) + "\n")
         p.stdin.flush()
+        return result, log
+
+    def _forked(self, p, workload, mode, steps, capture):
+        result, log = self._start(p, workload, steps, capture)
+        return self._finish(p, mode, result, log)
+
+    def _finish(self, p, mode, result, log):
         r, _, _ = select.select([p.stdout], [], [], self.timeout + 30)
         line = p.stdout.readline().strip() if r else ""
         if line == "DONE 0" and os.path.exists(result):
@@ -733,6 +767,9 @@ class Runner:
         if res is None:
             print(f"  {workload}/{mode}: FAILED {err}", flush=True)
             return None
+        return self._report(res, workload, mode, t0, rep)
+
+    def _report(self, res, workload, mode, t0, rep):
         res["process_s"] = time.time() - t0
         res["rep"] = rep
         print("RESULT " + json.dumps(res), flush=True)
@@ -747,6 +784,41 @@ class Runner:
               f"{statistics.median(res['step_ms'] or res['warm_ms']):8.2f} ms{cpu}  "
               f"({res['process_s']:.1f} s)", flush=True)
         return res
+
+    def run_lockstep(self, workload, modes, steps=None, rep=0):
+        """Runs the workload under every mode at once, the steps taking turns
+        (lockstep.py); {mode: figures} of the runs that succeeded."""
+        t0 = time.time()
+        jobs = {}
+        for m in modes:
+            p = self._server(m)
+            if p is None:
+                why = self.unavailable.get(m, "no server (lockstep needs the forking servers)")
+                print(f"  {workload}/{m}: not run in lockstep ({why})", flush=True)
+            else:
+                jobs[m] = p
+        lead = lockstep.Leader(self.tmp, list(jobs), self.timeout)
+        try:
+            files = {m: self._start(p, workload, steps, None, lead.prefix[m])
+                     for m, p in jobs.items()}
+
+            def alive(m):  # its server has not answered DONE yet
+                r, _, _ = select.select([jobs[m].stdout], [], [], 0)
+                return not r
+
+            state = lead.run(alive)
+            out = {}
+            for m, p in jobs.items():
+                res, err, _ = self._finish(p, m, *files[m])
+                if res is None or state[m] != "finished":
+                    print(f"  {workload}/{m}: lockstep run FAILED ({state[m]}; "
+                          f"{err or 'it did not finish its steps'})", flush=True)
+                    continue
+                res["lockstep"] = [x for x in jobs]
+                out[m] = self._report(res, workload, m, t0, rep)
+            return out
+        finally:
+            lead.close()
 
     def close(self):
         for p in self.servers.values():
@@ -851,7 +923,7 @@ def summarise(runs, modes, wls):
                   "backend_measured": bk, "thread_cpu_s": threads, "ratios": ratios,
                   "extra": {m: [{k: r.get(k) for k in ("pool", "torch", "phase_s",
                                                        "process_s", "calib", "cpus", "rep",
-                                                       "backend_measured")}
+                                                       "backend_measured", "peak_source")}
                                 for r in runs[w][m]] for m in modes}}
     return out
 
@@ -862,8 +934,14 @@ def print_tables(summary, modes):
 
     ours = our_modes(modes)
     print()
-    print("peak device memory, MiB (driver: total - free, less the CUDA context); "
-          "median [min, max] over the reps")
+    if any(r.get("peak_source") for s in summary.values() for v in s.get("extra", {}).values()
+           for r in v):
+        print("peak reserved, MiB: the allocators' own max_memory_reserved (lockstep runs "
+              "share the device, so the driver's figure would count both); median [min, max] "
+              "over the reps")
+    else:
+        print("peak device memory, MiB (driver: total - free, less the CUDA context); "
+              "median [min, max] over the reps")
     cols = list(modes) + [f"{m} / {x}" for m in ours for x in ("default", "best of PyTorch")]
     print("| workload | " + " | ".join(cols) + " |")
     print("|---" * (1 + len(cols)) + "|")
@@ -1010,6 +1088,10 @@ def main():
                     help="the CPU set every run is pinned to: gpu (the CPUs local to the "
                          "GPU, else all; the default), all, none (not pinned) or a list "
                          "such as 0-7")
+    ap.add_argument("--lockstep", action="store_true",
+                    help="speed only: a workload's allocators run at the same time and take "
+                         "turns step by step (see CPU placement and speed above); peaks are "
+                         "then the allocators' own max_memory_reserved")
     ap.add_argument("--dry-run", action="store_true",
                     help="print the CPU set and the order of the runs, start nothing")
     ap.add_argument("--report", default=None, metavar="JSON",
@@ -1053,7 +1135,10 @@ def main():
         for rep, w, m in plan(1 if args.capture else args.reps, wls,
                               names(args.capture_modes, list(TORCH_MODES), "capture-modes")
                               if args.capture else modes):
-            print(f"  rep {rep + 1} {w} {m}" + (f" steps {steps[w]}" if w in steps else ""))
+            if args.lockstep and m != modes[(rep + wls.index(w)) % len(modes)]:
+                continue
+            what = "all at once, taking turns" if args.lockstep else m
+            print(f"  rep {rep + 1} {w} {what}" + (f" steps {steps[w]}" if w in steps else ""))
         return
     t_start = time.time()
     if args.capture:
@@ -1076,19 +1161,29 @@ def main():
     took = {}  # (workload, mode) -> seconds of its last run
     skipped = []
     try:
+        if args.lockstep and args.no_fork:
+            sys.exit("bench_zoo: --lockstep needs the forking servers (not --no-fork)")
         for rep, w, m in plan(args.reps, wls, modes):
-            guess = took.get((w, m)) or max(
+            k = (rep + wls.index(w)) % len(modes)
+            if args.lockstep and m != modes[k]:
+                continue  # the workload's first mode of the rep runs them all
+            group = modes[k:] + modes[:k] if args.lockstep else [m]
+            guess = max([took.get((w, x), 0) for x in group] + [0]) or max(
                 (v for (ww, _), v in took.items() if ww == w), default=0)
             if args.budget_s and time.time() - t_start + guess > args.budget_s:
-                skipped.append(f"{w}/{m}/rep{rep + 1}")
-                print(f"  {w}/{m} rep {rep + 1}: skipped (budget {args.budget_s:.0f} s,"
-                      f" elapsed {time.time() - t_start:.0f} s, a run takes "
-                      f"~{guess:.0f} s)", flush=True)
+                skipped += [f"{w}/{x}/rep{rep + 1}" for x in group]
+                print(f"  {w}/{'+'.join(group)} rep {rep + 1}: skipped (budget "
+                      f"{args.budget_s:.0f} s, elapsed {time.time() - t_start:.0f} s, a run "
+                      f"takes ~{guess:.0f} s)", flush=True)
                 continue
-            r = runner.run(w, m, steps.get(w), rep=rep)
-            if r is not None:
-                runs[w][m].append(r)
-                took[(w, m)] = r["process_s"]
+            if args.lockstep:
+                got = runner.run_lockstep(w, group, steps.get(w), rep=rep)
+            else:
+                r = runner.run(w, m, steps.get(w), rep=rep)
+                got = {m: r} if r is not None else {}
+            for x, r in got.items():
+                runs[w][x].append(r)
+                took[(w, x)] = r["process_s"]
     finally:
         runner.close()
     summary = summarise(runs, modes, wls)

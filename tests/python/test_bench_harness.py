@@ -11,6 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))
 
 import benchcpu  # noqa: E402
+import lockstep  # noqa: E402,F401
 import bench_zoo  # noqa: E402
 
 
@@ -227,3 +228,189 @@ def test_paired_speed_over_steps_without_device_calls():
     s = bench_zoo.summarise({"moe": {"native": [nat], "default": [dfl]}}, ["native", "default"],
                             ["moe"])
     assert s["moe"]["ratios"]["native"]["paired_quiet"] == [0.75]
+
+
+def test_lockstep_runs_take_turns_without_overlap(tmp_path):
+    import lockstep
+    import time
+
+    names = ["native", "default"]
+    lead = lockstep.Leader(str(tmp_path), names, timeout_s=20)
+    log = tmp_path / "log"
+    pids = {}
+    for i, n in enumerate(names):
+        pid = os.fork()
+        if pid == 0:  # a run: builds (the second one slower), then 4 steps
+            code = 1
+            try:
+                f = lockstep.Follower(lead.prefix[n])
+                time.sleep(0.05 * (i + 1))
+                f.ready()
+                for k in range(4):
+                    f.before_step()
+                    with open(log, "a") as out:
+                        out.write(f"{n} {k} start {time.monotonic():.6f}\n")
+                    time.sleep(0.02)
+                    with open(log, "a") as out:
+                        out.write(f"{n} {k} end {time.monotonic():.6f}\n")
+                    f.after_step()
+                f.finish()
+                code = 0
+            finally:
+                os._exit(code)
+        pids[n] = pid
+    try:
+        state = lead.run(alive=lambda n: os.waitpid(pids[n], os.WNOHANG) == (0, 0))
+    finally:
+        lead.close()
+        for pid in pids.values():
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+    assert state == {"native": "finished", "default": "finished"}
+    assert lead.steps == {"native": 4, "default": 4}
+    ev = [ln.split() for ln in log.read_text().splitlines()]
+    # strictly alternating start/end: no two steps overlap
+    assert [e[2] for e in ev] == ["start", "end"] * 8
+    starts = [(e[0], int(e[1])) for e in ev if e[2] == "start"]
+    # rounds alternate the order: A B, B A, A B, B A
+    assert starts == [("native", 0), ("default", 0), ("default", 1), ("native", 1),
+                      ("native", 2), ("default", 2), ("default", 3), ("native", 3)]
+
+
+def test_lockstep_a_run_that_dies_fails_without_hanging(tmp_path):
+    import lockstep
+
+    lead = lockstep.Leader(str(tmp_path), ["a", "b"], timeout_s=5)
+    pids = {}
+    for n in ("a", "b"):
+        pid = os.fork()
+        if pid == 0:
+            f = lockstep.Follower(lead.prefix[n])
+            f.ready()
+            f.before_step()
+            if n == "b":
+                os._exit(3)  # dies in its first step
+            f.after_step()
+            f.finish()
+            os._exit(0)
+        pids[n] = pid
+
+    def alive(n):
+        return os.waitpid(pids[n], os.WNOHANG) == (0, 0)
+
+    try:
+        state = lead.run(alive=alive)
+    finally:
+        lead.close()
+        for pid in pids.values():
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+    assert state == {"a": "finished", "b": "failed"}
+
+
+FAKE_TORCH = '''
+"""A stand-in for torch with just what bench_zoo's smoke workload and its
+harness call, for running the zoo's runner without a GPU."""
+import time
+uint8 = "uint8"
+_state = {"allocs": 0}
+
+
+class device:
+    def __init__(self, kind):
+        self.kind = kind
+
+
+class _T:
+    def __init__(self, n):
+        self.n = n
+
+    def numel(self):
+        return self.n
+
+    def add_(self, x):
+        return self
+
+
+def empty(n, dtype=None, device=None):
+    _state["allocs"] += 1
+    time.sleep(0.002)
+    return _T(n)
+
+
+def zeros(n):
+    return _T(n)
+
+
+class _Props:
+    pci_domain_id, pci_bus_id, pci_device_id = 0, 6, 0
+
+
+class cuda:
+    @staticmethod
+    def init():
+        pass
+
+    @staticmethod
+    def synchronize():
+        pass
+
+    @staticmethod
+    def mem_get_info():
+        return (90 << 30, 100 << 30)
+
+    @staticmethod
+    def memory_stats():
+        return {"num_device_alloc": _state["allocs"], "num_device_free": 0}
+
+    @staticmethod
+    def max_memory_reserved():
+        return 64 << 20
+
+    @staticmethod
+    def max_memory_allocated():
+        return 32 << 20
+
+    @staticmethod
+    def get_device_properties(i):
+        return _Props()
+'''
+
+
+@pytest.mark.parametrize("lockstep", [False, True])
+def test_zoo_runner_end_to_end_with_a_stand_in_torch(tmp_path, lockstep):
+    import json
+    import subprocess
+
+    (tmp_path / "fake").mkdir()
+    (tmp_path / "fake" / "torch.py").write_text(FAKE_TORCH)
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "fake"))
+    out = tmp_path / "zoo.json"
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "gpu", "bench_zoo.py"), "--workloads",
+           "smoke", "--modes", "default,expandable", "--reps", "2", "--cpus", "all",
+           "--timeout-s", "60", "--out", str(out)] + (["--lockstep"] if lockstep else [])
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(tmp_path),
+                       timeout=240)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    runs = doc["runs"]["smoke"]
+    assert [len(runs[m]) for m in ("default", "expandable")] == [2, 2], r.stdout
+    for m in ("default", "expandable"):
+        for x in runs[m]:
+            assert len(x["step_ms"]) == 3 and len(x["warm_ms"]) == 1
+            assert x["calib"]["before"]["torch_us"] > 0 and x["cpus"]
+            assert x["step_device_calls"] == [[1, 0]] * 4
+            if lockstep:
+                assert x["lockstep"] == ["default", "expandable"] or \
+                    x["lockstep"] == ["expandable", "default"]
+                assert x["peak_source"] == "max_memory_reserved" and x["peak_mib"] == 64.0
+            else:
+                assert "lockstep" not in x and x["peak_mib"] == 0.0
+    assert sorted(x["rep"] for x in runs["default"]) == [0, 1]
+    assert "process speed" in r.stdout and "device calls" in r.stdout
+    if lockstep:
+        assert "peak reserved, MiB: the allocators' own max_memory_reserved" in r.stdout
