@@ -398,7 +398,8 @@ def _pool_summary(doc):
     keys = ("bytes_in_use", "bytes_requested", "bytes_reserved", "peak_bytes_in_use",
             "peak_bytes_reserved", "large_bytes_in_use", "large_bytes_reserved",
             "large_segments", "large_pages_mapped", "large_pages_unmapped", "large_bytes_held",
-            "large_held_reclaims", "backend_allocs", "backend_frees", "backend_ns")
+            "large_held_reclaims", "backend_allocs", "backend_frees", "backend_ns",
+            "large_page_bytes")
     ckeys = ("block_size", "prefill", "slabs", "bytes_in_use", "bytes_reserved",
              "peak_bytes_in_use", "allocs", "misses")
     pools = []
