@@ -5,6 +5,10 @@
  * on, the cold exact class is retired after the cold period and the new hot
  * size gets its own class. Also the loop's API (registration, dry run, the
  * thread, counters) and aa_policy_apply on a live pool.
+ *
+ * One concern, the policy loop over a live pool (one ctest), kept in one
+ * file though it runs past 600 lines; the cmocka table at its end lists
+ * every case.
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -4,6 +4,10 @@
  * max_adds_per_interval, cap) and each hysteresis span (min_class_age,
  * cold_intervals, readd_cooldown, grow_cooldown, trim_cooldown), and
  * determinism.
+ *
+ * One concern, the loop's decision function (one ctest), kept in one file
+ * though it runs past 600 lines; the cmocka table at its end lists every
+ * case.
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -8,6 +8,9 @@
  * a remap in the middle, the failure paths, a thread with no CUDA state).
  *
  * Without a GPU (CI) every GPU test calls cmocka's skip() after printing why.
+ *
+ * One concern, the CUDA device backend (one ctest), kept in one file though
+ * it runs past 600 lines; the cmocka table at its end lists every case.
  */
 #include <pthread.h>
 #include <setjmp.h>

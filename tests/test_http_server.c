@@ -9,6 +9,10 @@
  *
  * The client is a few lines of plain sockets (no libcurl): every request is
  * sent with "Connection: close" and the answer read to EOF.
+ *
+ * One concern, the HTTP server end to end (one ctest), kept in one file
+ * though it runs past 600 lines; the cmocka table at its end lists every
+ * case.
  */
 #include <arpa/inet.h>
 #include <errno.h>

@@ -10,6 +10,10 @@
  *
  * Finds the program through AA_TEST_BINARY_DIR (set by ctest). Built with
  * -DAA_WITH_STORE=OFF (AA_TEST_WITH_STORE 0) every test skips.
+ *
+ * One concern, adaptalloc-replay over several databases (one ctest), kept in
+ * one file though it runs past 600 lines; the cmocka table at its end lists
+ * every case.
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -7,6 +7,10 @@
  *
  * Finds the program through AA_TEST_BINARY_DIR and the data through
  * AA_TEST_SOURCE_DIR (set by ctest).
+ *
+ * One concern, the adaptalloc-replay program (one ctest), kept in one file
+ * though it runs past 600 lines; the cmocka table at its end lists every
+ * case.
  */
 #include <setjmp.h>
 #include <stdbool.h>

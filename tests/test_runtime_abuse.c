@@ -17,6 +17,10 @@
  * child (ADAPTALLOC_HTTP=127.0.0.1:0, ADAPTALLOC_DB in a temporary
  * directory, the policy loop off so that the policy version only moves when
  * a request changes it); the token group sets ADAPTALLOC_TOKEN.
+ *
+ * One concern, hostile input against the runtime (one ctest), kept in one
+ * file though it runs past 600 lines; the cmocka table at its end lists
+ * every case.
  */
 #include <arpa/inet.h>
 #include <errno.h>

@@ -37,6 +37,10 @@
  *    exactly once and one answered otherwise was not applied at all; the
  *    allocator's blocks and accounting are untouched; once the fault is gone
  *    the server answers and a change goes through.
+ *
+ * One concern, fault injection under the runtime (one ctest), kept in one
+ * file though it runs past 600 lines; the cmocka table at its end lists
+ * every case.
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -19,6 +19,10 @@
  * Prints "PORT <n>" on stdout once listening; runs until SIGTERM/SIGINT,
  * --seconds have passed, or (with --watch-stdin) stdin closes, so a parent
  * that dies takes it along.
+ *
+ * One program, the browser test's server, kept in one file though it runs
+ * past 600 lines: its workload, provider and main share the pools and the
+ * policy in force.
  */
 #include <errno.h>
 #include <sched.h>
