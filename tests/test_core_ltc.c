@@ -3,7 +3,9 @@
  * large block it allocated is held for its next request of the same size,
  * without the pool lock. Checked here: accounting while held, exact reuse,
  * frees from other threads (stale entries, double frees), releases and
- * exits that must give held blocks back, record_stream'd blocks, and a
+ * exits that must give held blocks back, another thread's request or
+ * release taking an idle thread's held block back (before growth, at its
+ * second look, not at its first), record_stream'd blocks, and a
  * cross-thread stress with data checks.
  */
 #include <pthread.h>
@@ -166,6 +168,160 @@ static void test_core_ltc_destroy_while_held(void **state) {
   fx_done(f);
 }
 
+/* A thread that holds a block and then waits (PyTorch's autograd thread
+ * between backward passes) while another allocates. */
+typedef struct holder {
+  fx *f;
+  size_t size;
+  char *p;
+  int rc;
+  pthread_barrier_t bar;
+  pthread_t t;
+} holder;
+
+static void *hold_wait_reuse(void *arg) {
+  holder *h = arg;
+  h->p = aa_alloc(h->f->p, h->size, NULL);
+  h->rc = h->p ? aa_free(h->f->p, h->p, h->size, NULL) : AA_ENOMEM; /* held */
+  pthread_barrier_wait(&h->bar);                                    /* 1: held */
+  pthread_barrier_wait(&h->bar);                                    /* 2: the other thread allocated */
+  /* the same size again: its entry went stale when the block was taken
+   * back, so this goes the locked way and must still work */
+  char *q = aa_alloc(h->f->p, h->size, NULL);
+  if (q == NULL) {
+    h->rc = AA_ENOMEM;
+  } else {
+    memset(q, 0x5A, h->size);
+    h->rc = aa_free(h->f->p, q, h->size, NULL);
+  }
+  pthread_barrier_wait(&h->bar); /* 3: done, holding again */
+  pthread_barrier_wait(&h->bar); /* 4: may exit */
+  return NULL;
+}
+
+/* Starts a holder and waits until it holds its block. On the heap: a
+ * failed assertion leaves the thread waiting on a barrier that must outlive
+ * the test (the process's exit ends it). */
+static holder *holder_start(fx *f, size_t size) {
+  holder *h = calloc(1, sizeof *h);
+  assert_non_null(h);
+  h->f = f;
+  h->size = size;
+  h->rc = -1;
+  pthread_barrier_init(&h->bar, NULL, 2);
+  assert_int_equal(pthread_create(&h->t, NULL, hold_wait_reuse, h), 0);
+  pthread_barrier_wait(&h->bar); /* 1: held */
+  return h;
+}
+
+static void holder_done(holder *h) {
+  pthread_join(h->t, NULL);
+  pthread_barrier_destroy(&h->bar);
+  free(h);
+}
+
+/* Another thread's request that finds no fit takes the held block back
+ * rather than growing the pool (on the old code the pool took a second
+ * segment), and the holder's stale entry is forgotten. */
+static void test_core_ltc_reclaim_before_growth(void **state) {
+  (void)state;
+  aa_large_mode modes[] = {AA_LARGE_CACHE, AA_LARGE_EXPANDABLE};
+  for (size_t m = 0; m < 2; m++) {
+    fx *f = make(modes[m], 0);
+    holder *h = holder_start(f, 8 * MiB); /* 1: held */
+    assert_int_equal(h->rc, AA_OK);
+    aa_pool_stats s0 = stats(f);
+    assert_int_equal(s0.large_bytes_held, 8 * MiB);
+    assert_int_equal(s0.large_bytes_in_use, 0);
+    assert_int_equal(s0.large_held_reclaims, 0);
+    char *a = aa_alloc(f->p, 6 * MiB, NULL);
+    assert_non_null(a);
+    assert_ptr_equal(a, h->p); /* the held block's memory */
+    memset(a, 0x11, 6 * MiB);
+    aa_pool_stats s1 = stats(f);
+    assert_int_equal(s1.bytes_reserved, s0.bytes_reserved);
+    assert_int_equal(s1.large_bytes_held, 0);
+    assert_int_equal(s1.large_held_reclaims, 1);
+    assert_int_equal(s1.large_bytes_in_use, 6 * MiB);
+    pthread_barrier_wait(&h->bar); /* 2 */
+    pthread_barrier_wait(&h->bar); /* 3 */
+    assert_int_equal(h->rc, AA_OK);
+    aa_pool_stats s2 = stats(f);
+    assert_int_equal(s2.large_bytes_held, 8 * MiB);
+    assert_int_equal(s2.large_bytes_in_use, 6 * MiB);
+    assert_true(a[0] == 0x11 && a[6 * MiB - 1] == 0x11);
+    assert_int_equal(aa_free(f->p, a, 6 * MiB, NULL), AA_OK);
+    pthread_barrier_wait(&h->bar); /* 4 */
+    holder_done(h);
+    aa_pool_stats s3 = stats(f); /* the exit gave its block back; this thread holds `a` */
+    assert_int_equal(s3.large_bytes_held, 6 * MiB);
+    assert_int_equal(s3.large_bytes_in_use, 0);
+    assert_int_equal(s3.allocs, s3.frees);
+    assert_int_equal(f->misuses, 0);
+    fx_done(f);
+  }
+}
+
+/* Without growth: another thread's locked requests leave a held block
+ * alone at the first look (its holder may be about to reuse it) and take it
+ * back at the next if it is still held, unchanged. */
+static void test_core_ltc_reclaim_idle(void **state) {
+  (void)state;
+  fx *f = make(AA_LARGE_CACHE, 0);
+  /* room for every request below, free in the pool (not held: only the
+   * block a thread was handed last can be held) */
+  char *big = aa_alloc(f->p, 16 * MiB, NULL);
+  char *big2 = aa_alloc(f->p, 20 * MiB, NULL);
+  assert_int_equal(aa_free(f->p, big, 0, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, big2, 0, NULL), AA_OK); /* held here */
+  holder *h = holder_start(f, 8 * MiB);                  /* 1: held */
+  uint64_t reserved = stats(f).bytes_reserved;
+  char *a = aa_alloc(f->p, 2 * MiB, NULL); /* first look */
+  assert_non_null(a);
+  aa_pool_stats s1 = stats(f);
+  assert_int_equal(s1.large_held_reclaims, 0);
+  assert_int_equal(s1.large_bytes_held, 8 * MiB);
+  char *b = aa_alloc(f->p, 3 * MiB, NULL); /* still held, unchanged: taken back */
+  assert_non_null(b);
+  aa_pool_stats s2 = stats(f);
+  assert_int_equal(s2.large_held_reclaims, 1);
+  assert_int_equal(s2.large_bytes_held, 0);
+  assert_int_equal(s2.bytes_reserved, reserved); /* no growth on the way */
+  pthread_barrier_wait(&h->bar);                 /* 2 */
+  pthread_barrier_wait(&h->bar);                 /* 3: reused its size the locked way */
+  assert_int_equal(h->rc, AA_OK);
+  assert_int_equal(aa_free(f->p, a, 0, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, b, 0, NULL), AA_OK);
+  pthread_barrier_wait(&h->bar); /* 4 */
+  holder_done(h);
+  aa_pool_stats s3 = stats(f);
+  assert_int_equal(s3.large_bytes_in_use, 0);
+  assert_int_equal(s3.allocs, s3.frees);
+  assert_int_equal(f->misuses, 0);
+  fx_done(f);
+}
+
+/* A release from one thread gives back what an idle thread holds (an
+ * out-of-memory retry needs it); on the old code the segment stayed. */
+static void test_core_ltc_release_takes_held_back(void **state) {
+  (void)state;
+  fx *f = make(AA_LARGE_CACHE, 0);
+  holder *h = holder_start(f, 8 * MiB); /* 1: held */
+  assert_int_equal(stats(f).large_bytes_reserved, 8 * MiB);
+  (void)aa_pool_release(f->p);
+  aa_pool_stats s = stats(f);
+  assert_int_equal(s.large_bytes_reserved, 0);
+  assert_int_equal(s.large_bytes_held, 0);
+  pthread_barrier_wait(&h->bar); /* 2 */
+  pthread_barrier_wait(&h->bar); /* 3 */
+  assert_int_equal(h->rc, AA_OK);
+  pthread_barrier_wait(&h->bar); /* 4 */
+  holder_done(h);
+  assert_int_equal(stats(f).large_bytes_in_use, 0);
+  assert_int_equal(f->misuses, 0);
+  fx_done(f);
+}
+
 /* Threads allocate, write, pass blocks to each other and free them. */
 enum { NT = 4,
        NB = 32,
@@ -266,6 +422,9 @@ int main(void) {
       cmocka_unit_test(test_core_ltc_cross_thread_free),
       cmocka_unit_test(test_core_ltc_thread_exit),
       cmocka_unit_test(test_core_ltc_destroy_while_held),
+      cmocka_unit_test(test_core_ltc_reclaim_before_growth),
+      cmocka_unit_test(test_core_ltc_reclaim_idle),
+      cmocka_unit_test(test_core_ltc_release_takes_held_back),
       cmocka_unit_test(test_core_ltc_stress),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

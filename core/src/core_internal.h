@@ -156,8 +156,8 @@ static inline unsigned aa__hist_bucket(size_t size) {
 #define AA__LARGE_BINS 96
 #define AA__LARGE_PARK 4 /* large chunks parked at free for exact reuse */
 #define AA__LTC_N 1      /* large blocks a thread caches (see aa__tcache) */
-/* ...and their bytes at most: memory that other threads cannot use until
- * this one calls again (an autograd thread between backward passes) */
+/* ...and their bytes at most: memory only this thread reuses until another
+ * thread's locked request takes it back (large_ltc.c) */
 #define AA__LTC_MAX_BYTES ((size_t)64 << 20)
 #define AA__RS_BUCKETS 1024
 
@@ -333,9 +333,15 @@ typedef struct aa__tcache {
     void *p;
     struct aa__chunk *c;
     uint64_t state;
-    size_t req;
+    size_t req, size; /* the chunk's, copied while it was this thread's */
     aa_stream stream;
   } lheld[AA__LTC_N];
+  /* lheld[i].c for other threads (NULL past nlheld): a thread whose request
+   * would take new memory takes held blocks back (aa__lg_ltc_reclaim) */
+  _Atomic(struct aa__chunk *) lpub[AA__LTC_N];
+  /* the state word a reclaim walk last saw in lpub[i] (tc_mu): a block
+   * still held with the same word at the next walk sat idle in between */
+  uint64_t lseen[AA__LTC_N];
   uint32_t nlheld;
   uint32_t ltc_epoch;
   size_t lheld_bytes;
@@ -386,11 +392,13 @@ struct aa__chunk {
   int free;
   unsigned bin; /* free: the bin it is in */
   int parked;   /* free: in pool->lpark, not in a bin */
-  /* (generation << 2) | AA__CH_FREE, _LIVE or _HELD (in a thread's large
-   * cache). Every change of phase is a compare-and-swap, so an owner's
-   * lock-free free and another thread's locked free of the same block
-   * cannot both win; the generation makes a stale thread-cache entry fail
-   * its CAS. Chunk records are recycled, never freed, while the pool lives. */
+  /* (generation << 2) | AA__CH_FREE, _LIVE, _HELD (in a thread's large
+   * cache) or _CLAIM (its owner's lock-free free is checking it). Every
+   * change of phase out of LIVE or HELD is a compare-and-swap, so an owner's
+   * lock-free free and another thread's locked free of the same block (or
+   * its taking a held block back) cannot both win; the generation makes a
+   * stale thread-cache entry fail its CAS. Chunk records are recycled, never
+   * freed, while the pool lives. */
   _Atomic uint64_t state;
   int any;           /* free: usable on every stream */
   aa_stream stream;  /* free: the stream it was freed on */
@@ -400,6 +408,7 @@ struct aa__chunk {
   uint32_t nxev;
   aa_stream *xs; /* live: record_stream'd extra streams */
   uint32_t nxs;
+  aa_stream held_stream; /* held: the stream its holder freed it on */
 };
 
 typedef struct aa__trace_cb {
@@ -469,6 +478,12 @@ struct aa_pool {
   _Atomic uint64_t bytes_reserved, peak_reserved;
   _Atomic uint64_t out_bytes, peak_out_bytes, win_peak_out_bytes;
   _Atomic uint64_t dead_large_allocs, dead_large_frees; /* exited threads' lock-free counts */
+  /* held blocks other threads took back (aa__lg_ltc_reclaim), until their
+   * holders drop the stale entries; and how many were taken back */
+  _Atomic uint64_t ltc_taken_block, ltc_taken_req, ltc_reclaims;
+  /* 1: a thread published a held block since the last reclaim walk (set
+   * with a load-then-store by holders, cleared by the walk) */
+  _Atomic uint32_t ltc_published;
   _Atomic uint64_t backend_allocs, backend_frees, backend_failures;
   _Atomic uint64_t backend_ns; /* time inside those calls (aa__backend_*) */
   _Atomic uint64_t ooms, oom_retries, invalid_frees;
@@ -649,10 +664,13 @@ void *aa__small_alloc_slow(aa_pool *pool, size_t size, aa_stream stream);
 void aa__rs_destroy(aa_pool *pool);
 
 /* large.c: the large path (its files share large_internal.h) */
-/* A chunk's phase, the low two bits of its state word. */
+/* A chunk's phase, the low two bits of its state word. CLAIM: its owner's
+ * lock-free free is checking it (only that thread moves it on); HELD: in a
+ * thread's large cache, where another thread may take it back. */
 enum { AA__CH_FREE = 0,
        AA__CH_LIVE = 1,
-       AA__CH_HELD = 2 };
+       AA__CH_HELD = 2,
+       AA__CH_CLAIM = 3 };
 void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stream);
 int aa__large_free(aa_pool *pool, aa__seg *seg, void *p, size_t size, aa_stream stream);
 size_t aa__large_block_size(aa_pool *pool, aa__seg *seg, const void *p);

@@ -258,11 +258,12 @@ static aa__chunk *find_fit_mapped(aa_pool *pool, size_t need, aa_stream stream) 
   return NULL;
 }
 
-/* Best fit among free chunks usable on `stream`. */
-static aa__chunk *find_fit(aa_pool *pool, size_t need, aa_stream stream) {
+/* Best fit among free chunks usable on `stream`; with `have`, only where
+ * the pool needs no new memory for it (expandable: mapped). */
+static aa__chunk *find_fit(aa_pool *pool, size_t need, aa_stream stream, bool have) {
   if (pool->vmm_page != 0) {
     aa__chunk *c = find_fit_mapped(pool, need, stream);
-    if (c)
+    if (c || have)
       return c;
   }
   for (unsigned b = next_bin(pool, aa__lg_bin_of(need)); b < AA__LARGE_BINS;
@@ -323,22 +324,34 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
   size_t need = aa__lg_round_up(size, AA__LARGE_ALIGN);
   bool passthrough = pool->cfg.large_mode == AA_LARGE_PASSTHROUGH;
   bool vmm = pool->vmm_page != 0;
-  bool retried = false;
+  bool retried = false, reclaimed = false;
   void *p = NULL;
   if (need < size) /* overflow */
     goto oom;
   pthread_mutex_lock(&pool->large_mu);
   /* A size the thread's cache could not serve: what it holds merges back
-   * first, so held blocks never make the pool take more memory. */
+   * first, and what other threads have held idle since the last look (a
+   * held block is for its holder's next same-size request, not for a phase
+   * in which only others allocate). Before the pool takes more memory every
+   * held block comes back (below). */
   while (tc != NULL && tc->nlheld > 0)
     aa__lg_ltc_drop_locked(pool, tc, tc->nlheld - 1);
+  (void)aa__lg_ltc_reclaim(pool, tc, false);
   for (;;) {
     if (pool->lhash_n >= pool->lhash_cap && hash_grow(pool) != AA_OK)
       break;
     aa__chunk *c = passthrough ? NULL : park_take(pool, need, stream);
     if (c == NULL && !passthrough) {
       aa__lg_unpark_all(pool); /* parked chunks serve exact repeats; else they merge */
-      c = find_fit(pool, need, stream);
+      c = find_fit(pool, need, stream, !reclaimed);
+      if (c == NULL && !reclaimed) {
+        /* nothing fits in what the pool has: the blocks other threads'
+         * caches hold come back before it takes more (large_ltc.c) */
+        reclaimed = true;
+        if (aa__lg_ltc_reclaim(pool, tc, true) > 0)
+          continue;
+        c = vmm ? find_fit(pool, need, stream, false) : NULL;
+      }
       if (c)
         aa__lg_bin_remove(pool, c);
     }

@@ -26,7 +26,7 @@ static inline size_t aa__lg_round_up(size_t v, size_t a) { return (v + a - 1) / 
 /* A chunk's state word with its phase (AA__CH_*) replaced, and the word of
  * its next allocation (a new generation, live). */
 static inline uint64_t aa__lg_st_phase(uint64_t st, uint64_t phase) {
-  aa__assert(phase == AA__CH_FREE || phase == AA__CH_LIVE || phase == AA__CH_HELD);
+  aa__assert(phase <= AA__CH_CLAIM);
   return (st & ~(uint64_t)3) | phase;
 }
 static inline uint64_t aa__lg_st_next_live(uint64_t st) {
@@ -123,6 +123,12 @@ void aa__lg_enforce_bound(aa_pool *pool);
 /* large_ltc.c */
 /* Gives held entry i back to the pool. */
 void aa__lg_ltc_drop_locked(aa_pool *pool, aa__tcache *tc, uint32_t i);
+/* Takes back the blocks other threads' caches hold (their owners may not
+ * call again for long: an autograd thread between backward passes); returns
+ * the bytes. With `all`, every held block (waits for tc_mu); without, only
+ * blocks held unchanged since the last walk, and only when tc_mu is free
+ * now (a stats reader may hold it a while). Takes tc_mu after large_mu. */
+size_t aa__lg_ltc_reclaim(aa_pool *pool, const aa__tcache *self, bool all);
 
 /* large_check.c */
 #if AA_DEBUG >= 3

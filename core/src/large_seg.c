@@ -331,6 +331,9 @@ void aa__lg_enforce_bound(aa_pool *pool) {
 
 size_t aa__large_release(aa_pool *pool, size_t want) {
   pthread_mutex_lock(&pool->large_mu);
+  /* what other threads hold goes back too (the caller flushed its own): on
+   * out-of-memory it is what the retry needs */
+  (void)aa__lg_ltc_reclaim(pool, NULL, true);
   size_t r = release_locked(pool, want);
   pthread_mutex_unlock(&pool->large_mu);
   return r;

@@ -276,7 +276,13 @@ int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out) {
   uint64_t lmaps = pool->vmm_maps, lunmaps = pool->vmm_unmaps;
   pthread_mutex_unlock(&pool->large_mu);
 
-  /* blocks a thread's large cache holds are freed, not in use */
+  /* blocks a thread's large cache holds are freed, not in use; those other
+   * threads took back are no longer held (large_ltc.c; modulo 2^64, read
+   * while threads run) */
+  lt_block -= atomic_load_explicit(&pool->ltc_taken_block, AA__RLX);
+  lt_req -= atomic_load_explicit(&pool->ltc_taken_req, AA__RLX);
+  if (lt_block > li)
+    lt_block = li;
   li = li > lt_block ? li - lt_block : 0;
   lq = lq > lt_req ? lq - lt_req : 0;
   out->bytes_in_use = small_in_use + li;
@@ -306,6 +312,8 @@ int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out) {
   out->large_segments = ls;
   out->large_pages_mapped = lmaps;
   out->large_pages_unmapped = lunmaps;
+  out->large_bytes_held = lt_block;
+  out->large_held_reclaims = atomic_load_explicit(&pool->ltc_reclaims, AA__RLX);
   out->window_peak_bytes_in_use = atomic_load(&pool->win_peak_out_bytes);
   if (out->window_peak_bytes_in_use < out->bytes_in_use)
     out->window_peak_bytes_in_use = out->bytes_in_use;
@@ -403,6 +411,8 @@ size_t aa_pool_stats_json(const aa_pool_stats *st, char *buf, size_t cap) {
   jw_u64(&w, "large_pages_unmapped", st->large_pages_unmapped);
   jw_u64(&w, "backend_ns", st->backend_ns);
   jw_u64(&w, "large_page_bytes", st->large_page_bytes);
+  jw_u64(&w, "large_bytes_held", st->large_bytes_held);
+  jw_u64(&w, "large_held_reclaims", st->large_held_reclaims);
   uint32_t nc = st->class_count < AA_MAX_CLASSES ? st->class_count : AA_MAX_CLASSES;
   jw_fmt(&w, ",\"class_count\":%" PRIu32 ",\"classes\":[", nc);
   for (uint32_t i = 0; i < nc; i++) {

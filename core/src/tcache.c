@@ -189,6 +189,8 @@ static void tcache_retire(aa__tcache *tc, bool flush) {
     }
     tc->epoch = 0;
     tc->nlheld = 0; /* the pool's destroy took every chunk back */
+    for (uint32_t i = 0; i < AA__LTC_N; i++)
+      atomic_store_explicit(&tc->lpub[i], NULL, AA__RLX);
     tc->lheld_bytes = 0;
     memset(tc->llive, 0, sizeof tc->llive);
     tc->pool = NULL;

@@ -326,7 +326,7 @@ AA_EXTERN int aa_pool_set_classes(aa_pool *pool, const aa_class_spec *specs,
 
 /* ------------------------------------------------------------------ stats */
 
-#define AA_STATS_VERSION 4
+#define AA_STATS_VERSION 5
 #define AA_HIST_BUCKETS 192 /* quarter doublings: bucket(size) below */
 #define AA_HH_MAX 32        /* heavy-hitter exact sizes reported */
 
@@ -396,6 +396,8 @@ typedef struct aa_pool_stats {
   uint64_t large_pages_unmapped;     /* ... and unmaps (to the system or moved) */
   uint64_t backend_ns;               /* time inside backend alloc/free/map/unmap */
   uint64_t large_page_bytes;         /* expandable: the map unit (0: not expandable) */
+  uint64_t large_bytes_held;         /* large blocks freed into threads' caches, held now */
+  uint64_t large_held_reclaims;      /* held blocks other threads took back so far */
 
   uint32_t class_count;
   uint32_t hh_count;
