@@ -339,8 +339,9 @@ typedef struct aa__tcache {
   /* lheld[i].c for other threads (NULL past nlheld): a thread whose request
    * would take new memory takes held blocks back (aa__lg_ltc_reclaim) */
   _Atomic(struct aa__chunk *) lpub[AA__LTC_N];
-  /* the state word a reclaim walk last saw in lpub[i] (tc_mu): a block
-   * still held with the same word at the next walk sat idle in between */
+  /* the chunk and state word a reclaim walk last saw in lpub[i] (tc_mu):
+   * a block still held with the same word at the next walk sat idle */
+  struct aa__chunk *lseen_c[AA__LTC_N];
   uint64_t lseen[AA__LTC_N];
   uint32_t nlheld;
   uint32_t ltc_epoch;

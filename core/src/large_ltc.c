@@ -112,8 +112,9 @@ size_t aa__lg_ltc_reclaim(aa_pool *pool, const aa__tcache *self, bool all) {
       uint64_t st = atomic_load_explicit(&c->state, memory_order_acquire);
       if ((st & 3) != AA__CH_HELD)
         continue;
-      if (!all && tc->lseen[i] != st) {
-        tc->lseen[i] = st; /* first seen: taken if still so at the next walk */
+      if (!all && (tc->lseen_c[i] != c || tc->lseen[i] != st)) {
+        tc->lseen_c[i] = c; /* first seen: taken if still so at the next walk */
+        tc->lseen[i] = st;
         left = true;
         continue;
       }
