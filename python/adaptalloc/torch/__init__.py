@@ -538,6 +538,7 @@ def _rebuild(torch, obj, it):
 
 
 _PREFETCH_LEAD = 2      # batch j is staged once the compute of batch j-3 has finished
+_PREFETCH_JOIN_S = 60.0  # how long an iteration left early waits for its thread
 
 
 def _region_id():
@@ -822,5 +823,9 @@ class Prefetcher:
                 out.get_nowait()        # a thread waiting to put sees `stop` next
             except queue.Empty:
                 pass
-            if done:
-                th.join()
+            # Also after a break: the thread ends after the batch it is taking
+            # from the loader, and drops the loader's iterator (a DataLoader
+            # shuts its workers down then), before the caller goes on, e.g.
+            # to start the next epoch's workers. Bounded, for a loader that
+            # hangs: the thread is a daemon.
+            th.join(None if done else _PREFETCH_JOIN_S)
