@@ -3,8 +3,9 @@
  * on the host backend's virtual memory: pages mapped on demand, neighbours
  * that always coalesce, stranded pages moved under a limit, nothing
  * unmapped while its stream work is pending, map failures, misuse, the
- * time spent in backend calls (backend_ns), and pages larger than the
- * backend's granularity (large_page_bytes).
+ * time spent in backend calls (backend_ns), pages larger than the
+ * backend's granularity (large_page_bytes), and a request's pages mapped by
+ * one call (large_map_runs).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -365,11 +366,129 @@ static void test_core_expandable_page_bytes(void **state) {
   aa_backend_destroy(b);
 }
 
+static fx *make_runs(size_t limit) {
+  fx *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  pthread_mutex_init(&f->mu, NULL);
+  assert_int_equal(aa_backend_host_new(&f->b), AA_OK);
+  aa_pool_config cfg;
+  aa_pool_config_init(&cfg);
+  cfg.backend = f->b;
+  cfg.large_mode = AA_LARGE_EXPANDABLE;
+  cfg.large_map_runs = 1;
+  cfg.limit_bytes = limit;
+  cfg.on_error = on_error;
+  cfg.on_error_user = f;
+  assert_int_equal(aa_pool_new(&cfg, &f->p), AA_OK);
+  return f;
+}
+
+/* large_map_runs: a request's unmapped pages come from one backend call; the
+ * run goes back only when none of its pages is under a live chunk. */
+static void test_core_expandable_map_runs(void **state) {
+  (void)state;
+  fx *f = make_runs(0);
+  aa_pool_stats st0 = stats(f);
+  char *a = aa_alloc(f->p, 6 * MiB, NULL); /* pages 0..2, one call */
+  assert_non_null(a);
+  fill(a, 6 * MiB, 1);
+  aa_pool_stats st1 = stats(f);
+  assert_int_equal(st1.large_pages_mapped - st0.large_pages_mapped, 3);
+  assert_int_equal(st1.backend_allocs - st0.backend_allocs, 1);
+  assert_int_equal(st1.large_bytes_reserved, 6 * MiB);
+  char *b = aa_alloc(f->p, 3 * MiB, NULL); /* pages 3..4, one more call */
+  assert_non_null(b);
+  fill(b, 3 * MiB, 2);
+  aa_pool_stats st2 = stats(f);
+  assert_int_equal(st2.large_pages_mapped - st1.large_pages_mapped, 2);
+  assert_int_equal(st2.backend_allocs - st1.backend_allocs, 1);
+  /* a's run is wholly free once a is: it goes back; b's stays under b */
+  assert_int_equal(aa_free(f->p, a, 6 * MiB, NULL), AA_OK);
+  (void)aa_pool_release(f->p);
+  aa_pool_stats st3 = stats(f);
+  assert_int_equal(st3.large_pages_unmapped - st2.large_pages_unmapped, 3);
+  assert_int_equal(st3.large_bytes_reserved, 4 * MiB);
+  assert_true(check(b, 3 * MiB, 2));
+  /* a block over a's old pages and half of b's run: only the unmapped
+   * pages are mapped (one call), and b's run stays while the block lives */
+  char *c = aa_alloc(f->p, 5 * MiB, NULL);
+  assert_non_null(c);
+  fill(c, 5 * MiB, 3);
+  assert_int_equal(aa_free(f->p, b, 3 * MiB, NULL), AA_OK);
+  (void)aa_pool_release(f->p);
+  aa_pool_stats st4 = stats(f);
+  assert_true(st4.large_bytes_reserved >= 6 * MiB); /* c's pages stay mapped */
+  assert_true(check(c, 5 * MiB, 3));
+  assert_int_equal(aa_free(f->p, c, 5 * MiB, NULL), AA_OK);
+  (void)aa_pool_release(f->p);
+  assert_int_equal(stats(f).large_bytes_reserved, 0);
+  assert_int_equal(f->misuses, 0);
+  done(f);
+}
+
+/* Under a limit the pages map one by one even with runs on. */
+static void test_core_expandable_map_runs_limit(void **state) {
+  (void)state;
+  fx *f = make_runs(64 * MiB);
+  aa_pool_stats st0 = stats(f);
+  char *a = aa_alloc(f->p, 6 * MiB, NULL);
+  assert_non_null(a);
+  aa_pool_stats st1 = stats(f);
+  assert_int_equal(st1.large_pages_mapped - st0.large_pages_mapped, 3);
+  assert_int_equal(st1.backend_allocs - st0.backend_allocs, 3);
+  assert_int_equal(aa_free(f->p, a, 6 * MiB, NULL), AA_OK);
+  done(f);
+}
+
+/* Random blocks on a pool with runs: every byte written reads back, reserved
+ * stays whole pages, everything goes back at the end. */
+static void test_core_expandable_map_runs_churn(void **state) {
+  (void)state;
+  fx *f = make_runs(0);
+  enum { N = 48 };
+  char *p[N] = {0};
+  size_t sz[N] = {0};
+  unsigned seed = 7;
+  for (int round = 0; round < 1500; round++) {
+    seed = seed * 1103515245u + 12345u;
+    int i = (int)((seed >> 8) % N);
+    if (p[i]) {
+      assert_true(check(p[i], sz[i] < 4096 ? sz[i] : 4096, (unsigned char)i));
+      assert_true(check(p[i] + sz[i] - 1, 1, (unsigned char)i));
+      assert_int_equal(aa_free(f->p, p[i], sz[i], NULL), AA_OK);
+      p[i] = NULL;
+    } else {
+      sz[i] = (size_t)(1 + (seed >> 16) % 48) * 256 * 1024 + 4096 * ((seed >> 4) % 7);
+      p[i] = aa_alloc(f->p, sz[i], NULL);
+      assert_non_null(p[i]);
+      fill(p[i], sz[i] < 4096 ? sz[i] : 4096, (unsigned char)i);
+      p[i][sz[i] - 1] = (char)i;
+    }
+    if (round % 300 == 299)
+      (void)aa_pool_release(f->p);
+  }
+  aa_pool_stats st = stats(f);
+  assert_true(st.large_bytes_reserved >= st.large_bytes_in_use);
+  assert_int_equal(st.large_bytes_reserved % PAGE, 0);
+  assert_true(st.backend_allocs < st.large_pages_mapped); /* runs took fewer calls */
+  for (int i = 0; i < N; i++) {
+    if (p[i])
+      assert_int_equal(aa_free(f->p, p[i], sz[i], NULL), AA_OK);
+  }
+  (void)aa_pool_release(f->p);
+  assert_int_equal(stats(f).large_bytes_reserved, 0);
+  assert_int_equal(f->misuses, 0);
+  done(f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_core_expandable_maps_on_demand),
       cmocka_unit_test(test_core_expandable_backend_time),
       cmocka_unit_test(test_core_expandable_page_bytes),
+      cmocka_unit_test(test_core_expandable_map_runs),
+      cmocka_unit_test(test_core_expandable_map_runs_limit),
+      cmocka_unit_test(test_core_expandable_map_runs_churn),
       cmocka_unit_test(test_core_expandable_coalesces),
       cmocka_unit_test(test_core_expandable_limit_moves_pages),
       cmocka_unit_test(test_core_expandable_pending_work_keeps_pages),

@@ -511,6 +511,7 @@ struct aa_pool {
   size_t lhash_cap, lhash_n;
   uint64_t large_in_use, large_reserved, large_free_bytes, nsegs;
   size_t vmm_page;               /* expandable: the mapping granularity */
+  bool vmm_runs;                 /* expandable: a request's unmapped pages in one map call */
   uint64_t vmm_maps, vmm_unmaps; /* pages mapped and unmapped so far */
   uint64_t large_req;
   uint64_t large_allocs, large_frees;

@@ -16,45 +16,67 @@
 
 #define VMM_VA ((size_t)256 << 30)
 
-static void page_unmap(aa_pool *pool, aa__seg *s, size_t i) {
-  aa__seg *pg = s->pages[i];
-  size_t ps = pool->vmm_page;
-  aa__pm_remove(pool, &pg->h);
-  aa__backend_unmap(pool, (void *)pg->h.base, ps, pg->handle);
-  free(pg);
-  s->pages[i] = NULL;
-  s->mapped--;
-  pool->large_reserved -= ps;
-  pool->vmm_unmaps++;
+/* A mapping is one backend handle behind pages [first, first + n) of a
+ * reservation: one page, or (pool->vmm_runs) the run of unmapped pages one
+ * request needed, mapped by one call (a CUDA map call costs about the same
+ * for 2 MiB as for 20). Every page of the run points at the same record,
+ * whose span covers the run; the run is unmapped whole, once no live chunk
+ * needs any of its pages. */
+static void run_of(const aa_pool *pool, const aa__seg *s, size_t i, size_t *r0, size_t *r1) {
+  const aa__seg *pg = s->pages[i];
+  *r0 = (pg->h.base - s->h.base) / pool->vmm_page;
+  *r1 = (pg->h.end - s->h.base) / pool->vmm_page;
 }
 
-static int page_map(aa_pool *pool, aa__seg *s, size_t i) {
-  size_t ps = pool->vmm_page;
+/* Unmaps the mapping that page i belongs to; returns its bytes. */
+static size_t page_unmap(aa_pool *pool, aa__seg *s, size_t i) {
+  aa__seg *pg = s->pages[i];
+  size_t r0, r1;
+  run_of(pool, s, i, &r0, &r1);
+  size_t len = pg->h.end - pg->h.base;
+  aa__pm_remove(pool, &pg->h);
+  aa__backend_unmap(pool, (void *)pg->h.base, len, pg->handle);
+  free(pg);
+  for (size_t k = r0; k < r1; k++)
+    s->pages[k] = NULL;
+  s->mapped -= r1 - r0;
+  pool->large_reserved -= len;
+  pool->vmm_unmaps += r1 - r0;
+  return len;
+}
+
+/* Maps pages [i, i + n) of s (all unmapped) with one backend call. */
+static int run_map(aa_pool *pool, aa__seg *s, size_t i, size_t n) {
+  size_t ps = pool->vmm_page, len = n * ps;
   uintptr_t a = s->h.base + i * ps;
+  aa__assert(n > 0 && i + n <= s->npages);
   aa__seg *pg = calloc(1, sizeof *pg);
   if (pg == NULL)
     return AA_ENOMEM;
-  int rc = aa__backend_map(pool, (void *)a, ps, &pg->handle);
+  int rc = aa__backend_map(pool, (void *)a, len, &pg->handle);
   if (rc != AA_OK) {
     free(pg);
     return rc;
   }
   pg->h.base = a;
-  pg->h.end = a + ps;
+  pg->h.end = a + len;
   pg->h.kind = AA__SPAN_LARGE;
   pg->owner = s;
   rc = aa__pm_insert(pool, &pg->h);
   if (rc != AA_OK) {
-    aa__backend_unmap(pool, (void *)a, ps, pg->handle);
+    aa__backend_unmap(pool, (void *)a, len, pg->handle);
     free(pg);
     return rc;
   }
-  s->pages[i] = pg;
-  s->mapped++;
-  if (i + 1 > s->hwm)
-    s->hwm = i + 1;
-  pool->large_reserved += ps;
-  pool->vmm_maps++;
+  for (size_t k = i; k < i + n; k++) {
+    aa__assert(s->pages[k] == NULL);
+    s->pages[k] = pg;
+  }
+  s->mapped += n;
+  if (i + n > s->hwm)
+    s->hwm = i + n;
+  pool->large_reserved += len;
+  pool->vmm_maps += n;
   return AA_OK;
 }
 
@@ -77,25 +99,34 @@ static void interior(const aa_pool *pool, const aa__chunk *c, size_t *i0, size_t
     *i1 = c->seg->hwm;
 }
 
+/* Unmaps the mappings wholly inside free chunk c's interior until `want`
+ * bytes are back; a run that reaches outside it (under a live chunk, or
+ * past the chunk) stays. */
 static size_t unmap_interior(aa_pool *pool, aa__chunk *c, size_t want) {
   aa__seg *s = c->seg;
-  size_t ps = pool->vmm_page, got = 0, i0, i1;
+  size_t got = 0, i0, i1, r0, r1;
   interior(pool, c, &i0, &i1);
   for (size_t i = i0; i < i1 && got < want; i++) {
-    if (s->pages[i] != NULL) {
-      page_unmap(pool, s, i);
-      got += ps;
-    }
+    if (s->pages[i] == NULL)
+      continue;
+    run_of(pool, s, i, &r0, &r1);
+    if (r0 >= i0 && r1 <= i1)
+      got += page_unmap(pool, s, i);
+    i = r1 - 1;
   }
   return got;
 }
 
 static bool has_interior_mapped(const aa_pool *pool, const aa__chunk *c) {
-  size_t i0, i1;
+  size_t i0, i1, r0, r1;
   interior(pool, c, &i0, &i1);
   for (size_t i = i0; i < i1; i++) {
-    if (c->seg->pages[i] != NULL)
+    if (c->seg->pages[i] == NULL)
+      continue;
+    run_of(pool, c->seg, i, &r0, &r1);
+    if (r0 >= i0 && r1 <= i1)
       return true;
+    i = r1 - 1;
   }
   return false;
 }
@@ -155,12 +186,21 @@ int aa__lg_ensure_mapped(aa_pool *pool, aa__chunk *c) {
     uint64_t over = after - lim;
     (void)vmm_unmap_free(pool, over < k * ps ? over : k * ps, c);
   }
-  for (size_t i = i0; i < i1; i++) {
-    if (s->pages[i] == NULL) {
-      int rc = page_map(pool, s, i);
-      if (rc != AA_OK)
-        return rc;
+  /* Without a limit, each run of unmapped pages in one call (vmm_runs); under
+   * one, page by page, so that pages can move between chunks later. */
+  bool runs = pool->vmm_runs && lim == 0;
+  for (size_t i = i0; i < i1;) {
+    if (s->pages[i] != NULL) {
+      i++;
+      continue;
     }
+    size_t j = i + 1;
+    while (runs && j < i1 && s->pages[j] == NULL)
+      j++;
+    int rc = run_map(pool, s, i, j - i);
+    if (rc != AA_OK)
+      return rc;
+    i = j;
   }
   return AA_OK;
 }
@@ -231,7 +271,7 @@ void aa__lg_seg_unlink_free(aa_pool *pool, aa__seg *s) {
   if (s->pages != NULL) { /* expandable: unmap what is mapped, drop the reservation */
     for (size_t i = 0; i < s->hwm; i++) {
       if (s->pages[i] != NULL)
-        page_unmap(pool, s, i);
+        (void)page_unmap(pool, s, i);
     }
     pool->backend->ops->va_release(pool->backend, (void *)s->h.base, s->h.end - s->h.base);
     free(s->pages);

@@ -421,10 +421,14 @@ int aa_pool_new(const aa_pool_config *cfg, aa_pool **out) {
     size_t g = o->map_granularity && o->va_reserve && o->va_release && o->map && o->unmap
                    ? o->map_granularity(c.backend)
                    : 0;
-    if (g == 0 || g % AA__GRANULE != 0 || (g & (g - 1)) != 0)
+    if (g == 0 || g % AA__GRANULE != 0 || (g & (g - 1)) != 0) {
       pool->cfg.large_mode = AA_LARGE_CACHE; /* no usable virtual memory */
-    else                                     /* both powers of two: the larger is a multiple of the other */
+    } else {
+      /* both powers of two: the larger is a multiple of the other */
       pool->vmm_page = c.large_page_bytes > g ? c.large_page_bytes : g;
+      pool->vmm_runs = c.large_map_runs > 0 ||
+                       (c.large_map_runs == 0 && c.backend->kind == AA_BACKEND_DEVICE);
+    }
   }
   pthread_mutex_init(&pool->class_mu, NULL);
   pthread_mutex_init(&pool->map_mu, NULL);

@@ -87,7 +87,8 @@ typedef struct aa_backend_ops {
   /* Give back a reservation, every page of it unmapped first. */
   void (*va_release)(aa_backend *b, void *base, size_t size);
   /* Back [addr, addr + size) with new memory (addr inside a reservation and
-   * aligned to the granularity, size one granule), readable and writable
+   * aligned to the granularity, size a multiple of it: one page of the
+   * pool's, or a run of them), readable and writable
    * where the backend's memory is used; *handle is the backend's record of
    * it, handed back to unmap. AA_ENOMEM when out of memory. */
   int (*map)(aa_backend *b, void *addr, size_t size, void **handle);
@@ -221,6 +222,12 @@ typedef struct aa_pool_config {
                               two from 2 MiB to 1 GiB, rounded up to the granularity.
                               Fewer, larger maps (one cuMemCreate + cuMemMap +
                               cuMemSetAccess each) against coarser unmapping */
+  int large_map_runs;      /* expandable, without limit_bytes: the unmapped pages one request
+                         needs are mapped by one backend call (one handle), given back
+                         only when all of them are free; 1 on, -1 off, 0 = on for
+                         AA_BACKEND_DEVICE (a CUDA map call costs ~40 us whatever its
+                         size), off elsewhere. Under a limit pages map one by one, so
+                         that stranded pages can move */
 } aa_pool_config;
 
 /* The longest region label (aa_pool_config.region, aa_pool_stats.region). */

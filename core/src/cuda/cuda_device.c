@@ -25,9 +25,11 @@
  * library loads without a driver. If any is missing, or the device lacks
  * CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, map_granularity
  * answers 0 and the core uses AA_LARGE_CACHE. One map is one cuMemCreate
- * handle of one granule (2 MiB on H100/H200), counted like a cudaMalloc in
- * the backend's counters; unmap gives it back to the driver at once (no
- * implicit synchronisation: the core unmaps only memory no work uses).
+ * handle of one or more granules (2 MiB on H100/H200; the core maps the
+ * pages one request needs with one call, which costs about what one granule
+ * does), counted like a cudaMalloc in the backend's counters; unmap gives
+ * it back to the driver at once (no implicit synchronisation: the core
+ * unmaps only memory no work uses).
  */
 #include <stdlib.h>
 #include <string.h>
