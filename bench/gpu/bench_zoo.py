@@ -574,7 +574,8 @@ def mode_env(mode, tmp, runtime):
     for k in ("ADAPTALLOC_MODEL", "ADAPTALLOC_POLICY", "ADAPTALLOC_POLICY_DIR"):
         env.pop(k, None)
     if mode == "native" and runtime == "full":
-        env["ADAPTALLOC_DB"] = os.path.join(tmp, "zoo.db")
+        # a store of its own per variant: in --lockstep they run at the same time
+        env["ADAPTALLOC_DB"] = os.path.join(tmp, "zoo%s.db" % variant[len(mode):].replace("@", "-"))
         env["ADAPTALLOC_HTTP"] = "127.0.0.1:0"
     else:
         env["ADAPTALLOC_DB"] = "off"

@@ -198,6 +198,11 @@ def test_native_variants_run_as_native_with_their_environment(monkeypatch, capsy
     assert e["ADAPTALLOC_HTTP"] == "127.0.0.1:0"  # the runtime as native's
     assert "ADAPTALLOC_POLICY" not in e and "PYTORCH_CUDA_ALLOC_CONF" not in e
     assert "ADAPTALLOC_TRACE" not in bench_zoo.mode_env("native", "/tmp/zoo", "full")
+    # each variant its own store (lockstep runs them at the same time)
+    assert bench_zoo.mode_env("native", "/tmp/zoo", "full")["ADAPTALLOC_DB"] == "/tmp/zoo/zoo.db"
+    monkeypatch.setitem(bench_zoo.VARIANTS, "native@p16", {"ADAPTALLOC_POLICY": "/p.json"})
+    assert bench_zoo.mode_env("native@p16", "/tmp/zoo", "full")["ADAPTALLOC_DB"] == \
+        "/tmp/zoo/zoo-p16.db"
     runs = {"encoder": {"native": [_run("native", 0, [10.0, 10.0], 1.0)],
                         "native@tr": [_run("native@tr", 0, [10.0, 10.0], 1.0)],
                         "expandable": [_run("expandable", 0, [10.0, 10.0], 1.0)]}}
