@@ -202,7 +202,7 @@ static void scenario_policy_changes(void) {
   CHECK(strstr(err, "pools.regions.kv!: not a region name") != NULL);
   CHECK(aa_runtime_policy_update(fixed, strlen(fixed), true, "unit", 0, &v, err,
                                  sizeof(err)) == AA_EINVAL);
-  CHECK(strstr(err, "pools.regions.kv: slab_size and max_small are fixed") != NULL);
+  CHECK(strstr(err, "pools.regions.kv: max_small is fixed") != NULL);
   CHECK(strstr(err, "host:kv") != NULL);
   {
     char *doc = NULL;

@@ -236,6 +236,35 @@ out:
   return rc;
 }
 
+/* The settings a pool takes at creation and keeps: a policy that changes
+ * one of them for a live pool is refused whole (applying only the class
+ * table and the limit would report a change that did not happen). Returns
+ * the first that differs, with both values, or NULL. The thread-cache
+ * bounds are not among them: they are read when a pool is made, and a
+ * region's pool that loses its section takes its backend's, whose bounds
+ * differ (docs/policy.md). */
+static const char *fixed_changed(const aa_pool_config *cur, const aa_pool_config *want,
+                                 size_t *was, size_t *asked) {
+  const struct {
+    const char *name;
+    size_t cur, want;
+  } f[] = {
+      {"slab_size", cur->slab_size, want->slab_size},
+      {"max_small", cur->max_small, want->max_small},
+      {"large.mode", (size_t)cur->large_mode, (size_t)want->large_mode},
+      {"large.cache_bytes", cur->large_cache_bytes, want->large_cache_bytes},
+      {"large.page_bytes", cur->large_page_bytes, want->large_page_bytes},
+  };
+  for (size_t k = 0; k < sizeof f / sizeof f[0]; k++) {
+    if (f[k].cur != f[k].want) {
+      *was = f[k].cur;
+      *asked = f[k].want;
+      return f[k].name;
+    }
+  }
+  return NULL;
+}
+
 /* Applies a validated policy to every live pool, in the pool list's order.
  * Each pool's change is all-or-nothing; at the first pool that refuses it
  * stops, and *changed says how many pools (from the first) took the new
@@ -263,12 +292,13 @@ static int apply_to_pools(const aa_policy *p, size_t *changed, char *err,
     rc = aa_policy_pool_config(p, want_sec, &want, NULL, 0, NULL);
     if (rc != AA_OK && rc != AA_ERANGE)
       continue;
-    if (cur.max_small != want.max_small || cur.slab_size != want.slab_size) {
+    size_t was = 0, asked = 0;
+    const char *fixed = fixed_changed(&cur, &want, &was, &asked);
+    if (fixed != NULL) {
       snprintf(err, errcap,
-               "pools.%s: slab_size and max_small are fixed while pool %s is "
-               "live (%zu/%zu in force, %zu/%zu asked); restart to change them",
-               want_sec, aa_pool_name(pools[i]), cur.slab_size,
-               cur.max_small, want.slab_size, want.max_small);
+               "pools.%s: %s is fixed while pool %s is live (%zu in force, %zu "
+               "asked); restart to change it",
+               want_sec, fixed, aa_pool_name(pools[i]), was, asked);
       return AA_EINVAL;
     }
     rc = check_fits(p, pools[i], err, errcap);
