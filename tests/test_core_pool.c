@@ -81,6 +81,9 @@ static void test_core_pool_bad_config(void **state) {
   cfg.backend = b;
   cfg.version = 99;
   assert_int_equal(aa_pool_new(&cfg, &p), AA_EINVAL);
+  cfg.version = 1; /* before region and large_page_bytes */
+  assert_int_equal(aa_pool_new(&cfg, &p), AA_EINVAL);
+  assert_null(p);
   assert_int_equal(aa_pool_new(NULL, &p), AA_EINVAL);
   aa_pool_destroy(NULL);
   aa_backend_destroy(b);

@@ -179,7 +179,10 @@ typedef struct aa_trace_event {
 } aa_trace_event;
 typedef void (*aa_trace_fn)(void *user, const aa_trace_event *ev);
 
-#define AA_POOL_CONFIG_VERSION 1
+/* Bumped whenever aa_pool_config changes (2: region, large_page_bytes):
+ * aa_pool_new refuses a config of another version (AA_EINVAL) rather than
+ * read fields its caller's struct does not have. */
+#define AA_POOL_CONFIG_VERSION 2
 
 /* The defaults of aa_pool_config, in one place: the pool, the policy module
  * and the replay tuner all take them from here. */
