@@ -426,6 +426,31 @@ static void test_core_expandable_map_runs(void **state) {
   done(f);
 }
 
+/* A run covers at most 16 pages: a 100 MiB block takes four calls, and a
+ * small live block at its start keeps only its own 32 MiB run mapped. */
+static void test_core_expandable_map_runs_capped(void **state) {
+  (void)state;
+  fx *f = make_runs(0);
+  aa_pool_stats st0 = stats(f);
+  char *a = aa_alloc(f->p, 100 * MiB, NULL); /* pages 0..49: 16 + 16 + 16 + 2 */
+  assert_non_null(a);
+  fill(a, 100 * MiB, 4);
+  aa_pool_stats st1 = stats(f);
+  assert_int_equal(st1.large_pages_mapped - st0.large_pages_mapped, 50);
+  assert_int_equal(st1.backend_allocs - st0.backend_allocs, 4);
+  assert_int_equal(aa_free(f->p, a, 100 * MiB, NULL), AA_OK);
+  char *b = aa_alloc(f->p, 2 * MiB, NULL); /* page 0, inside the first run */
+  assert_non_null(b);
+  (void)aa_pool_release(f->p);
+  aa_pool_stats st2 = stats(f);
+  assert_int_equal(st2.large_bytes_reserved, 32 * MiB);
+  assert_int_equal(st2.large_pages_unmapped - st1.large_pages_unmapped, 34);
+  assert_int_equal(aa_free(f->p, b, 2 * MiB, NULL), AA_OK);
+  (void)aa_pool_release(f->p);
+  assert_int_equal(stats(f).large_bytes_reserved, 0);
+  done(f);
+}
+
 /* Under a limit the pages map one by one even with runs on. */
 static void test_core_expandable_map_runs_limit(void **state) {
   (void)state;
@@ -487,6 +512,7 @@ int main(void) {
       cmocka_unit_test(test_core_expandable_backend_time),
       cmocka_unit_test(test_core_expandable_page_bytes),
       cmocka_unit_test(test_core_expandable_map_runs),
+      cmocka_unit_test(test_core_expandable_map_runs_capped),
       cmocka_unit_test(test_core_expandable_map_runs_limit),
       cmocka_unit_test(test_core_expandable_map_runs_churn),
       cmocka_unit_test(test_core_expandable_coalesces),

@@ -226,8 +226,9 @@ typedef struct aa_pool_config {
                               Fewer, larger maps (one cuMemCreate + cuMemMap +
                               cuMemSetAccess each) against coarser unmapping */
   int large_map_runs;      /* expandable, without limit_bytes: the unmapped pages one request
-                         needs are mapped by one backend call (one handle), given back
-                         only when all of them are free; 1 on, -1 off, 0 = on for
+                         needs are mapped by one backend call (one handle) per 16
+                         pages, each run given back only when all its pages are
+                         free; 1 on, -1 off, 0 = on for
                          AA_BACKEND_DEVICE (a CUDA map call costs ~40 us whatever its
                          size), off elsewhere. Under a limit pages map one by one, so
                          that stranded pages can move */
