@@ -1,0 +1,154 @@
+"""adaptalloc.torch, one concern: install() -- making adaptalloc PyTorch's
+CUDA allocator, native or through the CUDAPluggableAllocator fallback.
+
+The state it sets (_mode, _pluggable, _plug_lib) lives in the package
+(adaptalloc.torch) and is read and written there, through _pkg.
+"""
+import ctypes
+import os
+import threading
+import warnings
+
+import adaptalloc
+from adaptalloc import torch as _pkg  # the package: the state it holds is rebound at run time
+from adaptalloc.torch import _need_torch
+
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_PKG = os.path.dirname(_HERE)
+_lock = threading.Lock()     # held while install() decides and sets _pkg._mode
+
+
+def pluggable_library():
+    """Path of libadaptalloc_torch.so in this package, or None when the
+    package was built without CUDA."""
+    p = os.path.join(_PKG, "libadaptalloc_torch.so")
+    return p if os.path.exists(p) else None
+
+
+def native_available():
+    """(True, None) when the native allocator imports, else (False, why)."""
+    try:
+        from adaptalloc import _torch_native  # noqa: F401
+    except ImportError as e:
+        return False, str(e)
+    return True, None
+
+
+def installed():
+    """"native", "pluggable", or None when install() has not run."""
+    return _pkg._mode
+
+
+def _check_untouched(torch):
+    """Raises when PyTorch's CUDA allocator already holds memory."""
+    if not torch.cuda.is_initialized():
+        return
+    try:
+        reserved = sum(torch.cuda.memory_reserved(d) for d in range(torch.cuda.device_count()))
+    except RuntimeError as e:  # another pluggable allocator is in charge
+        raise RuntimeError("adaptalloc.torch.install: another CUDA allocator is already "
+                           "installed (%s)" % e) from None
+    if reserved > 0:
+        raise RuntimeError(
+            "adaptalloc.torch.install() must run before the first CUDA allocation: "
+            "PyTorch's allocator already reserved %d bytes. Call it at the top of the "
+            "program, or run it as: python -m adaptalloc.torch script.py ARGS" % reserved)
+
+
+def _install_pluggable(torch, record_stream):
+    path = pluggable_library()
+    if path is None:
+        raise RuntimeError("adaptalloc.torch.install(native=False): this adaptalloc was built "
+                           "without CUDA (no libadaptalloc_torch.so in %s); reinstall it on a "
+                           "machine with the CUDA Toolkit" % _PKG)
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(path, "aa_torch_alloc", "aa_torch_free")
+    lib = ctypes.CDLL(path)
+    lib.aa_torch_set_region.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
+    lib.aa_torch_set_region.restype = ctypes.c_int
+    lib.aa_torch_region.argtypes = []
+    lib.aa_torch_region.restype = ctypes.c_int
+    inner = alloc.allocator()
+    hooks = [("set_init_fn", "aa_torch_init"),
+             ("set_reset_fn", "aa_torch_reset"),
+             ("set_memory_fraction_fn", "aa_torch_memory_fraction")]
+    if record_stream:
+        hooks.append(("set_record_stream_fn", "aa_torch_record_stream"))
+    for setter, symbol in hooks:
+        set_fn = getattr(inner, setter, None)
+        if set_fn is None:
+            raise RuntimeError("adaptalloc.torch.install(native=False): this torch (%s) has no "
+                               "CUDAPluggableAllocator.%s; use native=True"
+                               % (torch.__version__, setter))
+        set_fn(ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value)
+    try:
+        torch.cuda.memory.change_current_allocator(alloc)
+    except RuntimeError as e:
+        raise RuntimeError("adaptalloc.torch.install: PyTorch refused the allocator (%s); "
+                           "install() must run before the first CUDA allocation" % e) from None
+    _pkg._pluggable = alloc
+    _pkg._plug_lib = lib
+
+
+def install(*, model=None, policy=None, policy_dir=None, db=None, http=None, token=None,
+            trace=None, native=True, record_stream=True):
+    """Makes adaptalloc PyTorch's CUDA allocator. Call it before the first
+    CUDA allocation. The keywords set the runtime's environment
+    (ADAPTALLOC_MODEL, _POLICY, _POLICY_DIR, _DB, _HTTP, _TOKEN, _TRACE;
+    db=False / http=False mean "off"); None leaves a variable as it is.
+
+    native=True (default) uses the native allocator, with every torch.cuda
+    memory call, OOM as torch.OutOfMemoryError and CUDA graphs; when it is
+    not built for this torch, a RuntimeWarning says so and the pluggable
+    fallback is used. native=False uses the pluggable fallback with every
+    hook (init, empty_cache, memory fraction, record_stream).
+    Returns "native" or "pluggable". A second call with the same choice
+    returns it again; a different one raises."""
+    for name, value in (("native", native), ("record_stream", record_stream)):
+        if not isinstance(value, bool):
+            raise TypeError("adaptalloc.torch.install: %s must be True or False, not %r"
+                            % (name, value))
+    torch = _need_torch("install")
+    with _lock:
+        if _pkg._mode is not None:
+            if native == (_pkg._mode == "native"):
+                return _pkg._mode
+            raise RuntimeError("adaptalloc.torch.install: already installed as %s; the "
+                               "allocator cannot change in a running process" % _pkg._mode)
+        if not torch.cuda.is_available():
+            raise RuntimeError("adaptalloc.torch.install: no CUDA device is available to "
+                               "PyTorch (torch.cuda.is_available() is False)")
+        _check_untouched(torch)
+        saved = {k: os.environ.get(k) for k in adaptalloc.ENV.values()}
+        saved["ADAPTALLOC_POLICY_DIR"] = os.environ.get("ADAPTALLOC_POLICY_DIR")
+        adaptalloc.configure(model=model, policy=policy, policy_dir=policy_dir, db=db,
+                             http=http, token=token, trace=trace)
+        try:
+            return _install_locked(torch, native, record_stream)
+        except BaseException:
+            if not adaptalloc.started():  # nothing read the environment yet: undo it
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+            raise
+
+
+def _install_locked(torch, native, record_stream):
+    """install() past its checks, under _lock; sets _mode on success."""
+    if native:
+        ok, why = native_available()
+        if ok:
+            from adaptalloc import _torch_native
+            _torch_native.install(torch.cuda.device_count())
+            _pkg._mode = "native"
+            return _pkg._mode
+        warnings.warn("adaptalloc.torch: the native allocator is not available (%s); "
+                      "using the CUDAPluggableAllocator fallback, with which "
+                      "torch.cuda.memory_stats, CUDA graphs and "
+                      "torch.compile(mode='reduce-overhead') do not work" % why,
+                      RuntimeWarning, stacklevel=3)
+    _install_pluggable(torch, record_stream)
+    _pkg._mode = "pluggable"
+    return _pkg._mode

@@ -1,0 +1,132 @@
+"""adaptalloc.torch, one concern: CPU tensors over adaptalloc's pinned
+pool -- pinned_empty, pin, record_stream, mapped_empty.
+
+It reads the C++ helpers (_ext, None when absent or switched off) from the
+package, through _pkg.
+"""
+import math
+
+from adaptalloc import _C
+from adaptalloc import torch as _pkg  # the package: the state it holds is rebound at run time
+from adaptalloc.torch import _need_torch
+
+
+def _shape(shape, what):
+    if isinstance(shape, int):
+        shape = (shape,)
+    try:
+        shape = tuple(int(d) for d in shape)
+    except TypeError:
+        raise TypeError("adaptalloc.torch.%s: shape must be an int or a sequence of ints, "
+                        "not %s" % (what, type(shape).__name__)) from None
+    if any(d < 0 for d in shape):
+        raise ValueError("adaptalloc.torch.%s: negative dimension in %s" % (what, shape))
+    return shape
+
+
+def _dtype(torch, dtype, what):
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError("adaptalloc.torch.%s: dtype must be a torch.dtype, not %r"
+                        % (what, dtype))
+    return dtype
+
+
+def _stream_handle(torch, stream):
+    if stream is None:
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if raw is not None:
+            return raw(torch.cuda.current_device())
+        return torch.cuda.current_stream().cuda_stream
+    if isinstance(stream, torch.cuda.Stream):
+        return stream.cuda_stream
+    raise TypeError("adaptalloc.torch: stream must be a torch.cuda.Stream or None, not %s"
+                    % type(stream).__name__)
+
+
+def _itemsize(torch, dtype):
+    n = getattr(dtype, "itemsize", None)
+    return n if n is not None else torch.empty((), dtype=dtype).element_size()
+
+
+def _over_block(torch, block, numel, dtype, shape):
+    """A tensor of `shape` over the first numel elements of a Block; the
+    tensor's storage holds a reference to the block (torch.frombuffer)."""
+    t = torch.frombuffer(block, dtype=dtype, count=numel)
+    return t if len(shape) == 1 else t.view(shape)
+
+
+def _pinned(torch, shape, dtype, stream, what):
+    shape = _shape(shape, what)
+    dtype = _dtype(torch, torch.float32 if dtype is None else dtype, what)
+    numel = math.prod(shape)
+    nbytes = numel * _itemsize(torch, dtype)
+    block = _C.Block("pinned", max(nbytes, 1), _stream_handle(torch, stream))
+    if numel == 0:
+        return block, torch.empty(shape, dtype=dtype), 0
+    return block, _over_block(torch, block, numel, dtype, shape), nbytes
+
+
+def pinned_empty(shape, dtype=None, *, stream=None):
+    """An uninitialised CPU tensor whose storage is a block of adaptalloc's
+    pinned pool (is_pinned() is True). The block returns to the pool when the
+    tensor's storage dies, and is handed out again only after `stream` (the
+    current CUDA stream when None) has finished the work issued up to then,
+    so a non_blocking copy from it on that stream is safe. Copies on other
+    streams: record_stream(tensor, stream)."""
+    torch = _need_torch("pinned_empty")
+    if _pkg._ext is not None:
+        if isinstance(shape, int):
+            shape = [shape]
+        elif not isinstance(shape, (list, tuple, torch.Size)):
+            shape = _shape(shape, "pinned_empty")
+        return _pkg._ext.pinned_empty(shape, torch.float32 if dtype is None else dtype,
+                                 _stream_handle(torch, stream))
+    return _pinned(torch, shape, dtype, stream, "pinned_empty")[1]
+
+
+def pin(tensor, *, stream=None):
+    """A copy of CPU tensor `tensor` in adaptalloc's pinned pool (like
+    tensor.pin_memory(), from the pool); see pinned_empty."""
+    torch = _need_torch("pin")
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("adaptalloc.torch.pin: expected a torch.Tensor, not %s"
+                        % type(tensor).__name__)
+    if tensor.device.type != "cpu":
+        raise ValueError("adaptalloc.torch.pin: the tensor is on %s; only CPU tensors can "
+                         "be pinned" % tensor.device)
+    out = pinned_empty(tensor.shape, tensor.dtype, stream=stream)
+    out.copy_(tensor)
+    return out
+
+
+def record_stream(tensor, stream):
+    """A tensor from pinned_empty/pin/mapped_empty is also used by a copy on
+    `stream`: its block is reused only after that stream's work up to the
+    tensor's death has completed (Tensor.record_stream's meaning)."""
+    torch = _need_torch("record_stream")
+    _C.pinned_record_stream(tensor.untyped_storage().data_ptr(),
+                            _stream_handle(torch, stream))
+
+
+class _CudaView:
+    """__cuda_array_interface__ over the device address of a pinned block;
+    keeps the block alive as long as the CUDA tensor made from it."""
+
+    def __init__(self, block, nbytes):
+        self._block = block
+        self.__cuda_array_interface__ = {
+            "shape": (nbytes,), "typestr": "|u1", "data": (block.device_address, False),
+            "strides": None, "version": 2}
+
+
+def mapped_empty(shape, dtype=None):
+    """(host, device): a CPU tensor and a CUDA tensor over the same mapped
+    pinned memory (zero-copy). Kernels read the host's writes directly over
+    the bus; use it for small data read once. The memory returns to the pool
+    when both tensors are gone."""
+    torch = _need_torch("mapped_empty")
+    block, host, nbytes = _pinned(torch, shape, dtype, None, "mapped_empty")
+    if nbytes == 0:
+        return host, torch.empty(host.shape, dtype=host.dtype, device="cuda")
+    dev = torch.as_tensor(_CudaView(block, nbytes), device="cuda")
+    return host, dev.view(host.dtype).view(host.shape)
