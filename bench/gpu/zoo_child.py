@@ -1,0 +1,188 @@
+"""The GPU workload zoo (bench_zoo.py), one concern: one measured run in its
+process -- the allocator installed, the workload's steps timed, peaks,
+device calls and adaptalloc's pool figures collected.
+"""
+import json
+import os
+import sys
+import threading
+import time
+
+import benchcpu  # bench/gpu/benchcpu.py; bench_zoo.py put bench/gpu on sys.path
+import lockstep  # bench/gpu/lockstep.py
+from zoo_modes import ROOT, base_mode
+from zoo_workloads import BUILD, MIB
+
+
+CUDA_READY = "bench_zoo: CUDA is ready in this run"
+
+
+def _pool_summary(doc):
+    """The device pools of adaptalloc's /stats (totals, large path, class
+    table) and the loop's counters and audit: where the reserved bytes are."""
+    keys = ("bytes_in_use", "bytes_requested", "bytes_reserved", "peak_bytes_in_use",
+            "peak_bytes_reserved", "large_bytes_in_use", "large_bytes_reserved",
+            "large_segments", "large_pages_mapped", "large_pages_unmapped", "large_bytes_held",
+            "large_held_reclaims", "backend_allocs", "backend_frees", "backend_ns",
+            "large_page_bytes")
+    ckeys = ("block_size", "prefill", "slabs", "bytes_in_use", "bytes_reserved",
+             "peak_bytes_in_use", "allocs", "misses")
+    pools = []
+    for p in doc.get("pools", []):
+        if p.get("backend") != "cuda" and not str(p.get("name", "")).startswith("device"):
+            continue  # the host and pinned pools
+        d = {k: p.get(k) for k in keys}
+        d.update(name=p.get("name"), backend=p.get("backend"),
+                 classes=[{k: c.get(k) for k in ckeys} for c in p.get("classes", [])])
+        pools.append(d)
+    return {"pools": pools, "policy_version": doc.get("policy_version"),
+            "adapt": doc.get("adapt") or {}}
+
+
+def device_calls(torch):
+    """[device allocations, device frees] so far by the allocator's own
+    counters (torch.cuda.memory_stats: cudaMalloc/cudaFree for PyTorch's,
+    page maps/unmaps and segments for adaptalloc's); None where it has none."""
+    try:
+        st = torch.cuda.memory_stats()
+        return [st["num_device_alloc"], st["num_device_free"]]
+    except (RuntimeError, KeyError):
+        return None
+
+
+def _backend_counts(doc):
+    """adaptalloc's device pools, summed: time in backend calls (ms; 0 from
+    a library without the figure), page maps and unmaps, backend calls."""
+    out = {"backend_ms": 0.0, "pages_mapped": 0, "pages_unmapped": 0, "backend_calls": 0}
+    for p in doc.get("pools", []):
+        if p.get("backend") != "cuda" and not str(p.get("name", "")).startswith("device"):
+            continue
+        out["backend_ms"] += p.get("backend_ns", 0) / 1e6
+        out["pages_mapped"] += p.get("large_pages_mapped", 0)
+        out["pages_unmapped"] += p.get("large_pages_unmapped", 0)
+        out["backend_calls"] += p.get("backend_allocs", 0) + p.get("backend_frees", 0)
+    return out
+
+
+def child(workload, mode, capture, steps=None, turns=None):
+    """One run in this (fresh) process; returns its figures as a dict.
+    turns: a lockstep FIFO prefix (--lockstep): each step waits its turn."""
+    t_start = time.perf_counter()
+    cpus = benchcpu.pin_cpus()  # before CUDA: the driver's threads inherit it
+    follower = lockstep.Follower(turns) if turns else None
+    import torch
+
+    mode, variant = base_mode(mode), mode
+    if mode == "native":
+        import adaptalloc
+        import adaptalloc.torch as aat
+
+        got = aat.install()
+        if got != "native":
+            raise RuntimeError(f"adaptalloc.torch.install() gave {got!r}, not the native "
+                               "allocator")
+    elif mode == "pluggable":
+        sys.path.insert(0, os.path.join(ROOT, "examples"))
+        import torch_pluggable as tp
+
+        tp.install()
+    torch.cuda.init()
+    dev = torch.device("cuda")
+    torch.cuda.synchronize()
+    free, total = torch.cuda.mem_get_info()
+    base = total - free
+    print(CUDA_READY, file=sys.stderr, flush=True)
+    calib_before = benchcpu.calibrate(torch)
+    peak = [base]
+    stop = threading.Event()
+
+    def poll():
+        while not stop.is_set():
+            f, t = torch.cuda.mem_get_info()
+            if t - f > peak[0]:
+                peak[0] = t - f
+            time.sleep(0.002)
+
+    if capture:
+        torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
+                                                 max_entries=1 << 24)
+    th = threading.Thread(target=poll, daemon=True)
+    th.start()
+    t_init = time.perf_counter()
+    step, n, warm = BUILD[workload](torch, dev)
+    if steps:
+        n = steps
+    warm = warm if n > warm else 0
+    t_built = time.perf_counter()
+    times = []
+    calls = [device_calls(torch)]
+    backend = {}
+    cpu0 = benchcpu.thread_cpu()
+    if follower:
+        torch.cuda.synchronize()
+        follower.ready()
+    for i in range(n):
+        if follower:
+            follower.before_step()
+        if i == warm and mode == "native":  # outside the timed part
+            backend["start"] = _backend_counts(adaptalloc.stats())
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        step(i)
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+        f, t = torch.cuda.mem_get_info()
+        peak[0] = max(peak[0], t - f)
+        calls.append(device_calls(torch))  # outside the timed part
+        if follower:
+            follower.after_step()
+    if follower:
+        follower.finish()
+    cpu_steps = benchcpu.cpu_between(cpu0, benchcpu.thread_cpu())
+    stop.set()
+    th.join()
+    t_steps = time.perf_counter() - t_built
+    calib_after = benchcpu.calibrate(torch)
+    props = torch.cuda.get_device_properties(0)
+    res = {"workload": workload, "mode": variant, "steps": n, "warm": warm,
+           "peak_mib": (peak[0] - base) / MIB, "context_mib": base / MIB,
+           "step_ms": times[warm:], "warm_ms": times[:warm],
+           "phase_s": {"init": t_init - t_start, "build": t_built - t_init,
+                       "steps": t_steps},
+           "cpus": benchcpu.format_cpulist(cpus),
+           "gpu_pci": "%04x:%02x:%02x.0" % (getattr(props, "pci_domain_id", 0),
+                                          getattr(props, "pci_bus_id", 0),
+                                          getattr(props, "pci_device_id", 0)),
+           "calib": {"before": calib_before, "after": calib_after},
+           "cpu_steps": cpu_steps,
+           "step_device_calls": [None if a is None or b is None else [y - x for x, y in zip(a, b)]
+                                 for a, b in zip(calls, calls[1:])]}
+    if mode == "pluggable":
+        res["pool"] = {k: tp.stat(k) for k in ("peak_reserved", "reserved", "in_use")}
+    else:
+        try:  # the allocator's own figures, beside the driver's
+            res["torch"] = {"max_reserved": torch.cuda.max_memory_reserved(),
+                            "max_allocated": torch.cuda.max_memory_allocated()}
+        except RuntimeError as e:
+            res["torch"] = {"error": str(e)}
+    if follower:  # the driver's figure counted the other runs too: the allocator's own
+        res["peak_mib"] = res.get("torch", {}).get("max_reserved", 0) / MIB
+        res["peak_source"] = "max_memory_reserved"
+    if mode == "native":
+        doc = adaptalloc.stats()
+        res["pool"] = _pool_summary(doc)
+        if "start" in backend:  # the device pools' backend calls over the measured steps
+            end = _backend_counts(doc)
+            res["backend_measured"] = {k: end[k] - backend["start"][k] for k in end}
+            res["backend_measured"]["step_ms_total"] = sum(res["step_ms"])
+    if capture:
+        import pickle
+
+        snap = torch.cuda.memory._snapshot()
+        entries = snap["device_traces"][torch.cuda.current_device()]
+        with open(os.path.join(capture, f"{workload}-{mode}.pickle"), "wb") as f:
+            pickle.dump({"device_traces": [entries], "segments": []}, f, protocol=4)
+        torch.cuda.memory._record_memory_history(enabled=None)
+        with open(os.path.join(capture, f"{workload}-{mode}.json"), "w") as f:
+            json.dump({k: res[k] for k in ("workload", "mode", "steps", "peak_mib", "torch")}, f)
+    return res
