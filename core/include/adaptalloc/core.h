@@ -179,7 +179,8 @@ typedef struct aa_trace_event {
 } aa_trace_event;
 typedef void (*aa_trace_fn)(void *user, const aa_trace_event *ev);
 
-/* Bumped whenever aa_pool_config changes (2: region, large_page_bytes):
+/* Bumped whenever aa_pool_config changes (2: region, large_page_bytes,
+ * large_map_runs):
  * aa_pool_new refuses a config of another version (AA_EINVAL) rather than
  * read fields its caller's struct does not have. */
 #define AA_POOL_CONFIG_VERSION 2
@@ -228,10 +229,10 @@ typedef struct aa_pool_config {
   int large_map_runs;      /* expandable, without limit_bytes: the unmapped pages one request
                          needs are mapped by one backend call (one handle) per 16
                          pages, each run given back only when all its pages are
-                         free; 1 on, -1 off, 0 = on for
-                         AA_BACKEND_DEVICE (a CUDA map call costs ~40 us whatever its
-                         size), off elsewhere. Under a limit pages map one by one, so
-                         that stranded pages can move */
+                         free; 1 on, 0 or -1 off (the default: on a GPU, gpt2
+                         training peaked 688 MiB higher with runs, BENCHMARKS.md).
+                         Under a limit pages map one by one, so that stranded pages
+                         can move */
 } aa_pool_config;
 
 /* The longest region label (aa_pool_config.region, aa_pool_stats.region). */
