@@ -268,7 +268,11 @@ class Prefetcher:
             nxt = advance()
             while nxt is not None:
                 if isinstance(nxt, Exception):
-                    raise nxt
+                    err, nxt = nxt, None
+                    try:
+                        raise err
+                    finally:
+                        err = None  # see _background
                 batch = _hand_over(torch, dev, nxt, marks)
                 nxt = None
                 nxt = advance()
@@ -295,7 +299,15 @@ class Prefetcher:
                     return
                 if kind == "error":
                     done = True
-                    raise val
+                    try:
+                        raise val
+                    finally:
+                        # No cycle frame -> error -> traceback -> frame: its
+                        # garbage (marks' CUDA events, staged batches) would
+                        # wait for the cyclic GC, which may run first in a
+                        # DataLoader worker forked later, where freeing a
+                        # CUDA event aborts the worker.
+                        val = None
                 batch = _hand_over(torch, dev, val, marks)
                 val = None
                 yield batch
