@@ -11,10 +11,12 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -414,6 +416,141 @@ static void test_core_ltc_stress(void **state) {
   }
 }
 
+/* Holders free and take back their own same-size blocks, idling now and
+ * then, while growers force the pool to look for memory (taking held blocks
+ * back), release and trim, and a reader takes stats: a live sentinel block
+ * must show in large_bytes_in_use in every snapshot (a reclaim's accounting
+ * once let it read 0), held never above reserved, and nothing held at the
+ * end. */
+#define RS_HOLDERS 4
+#define RS_ROUNDS 300
+#define RS_WAVES 6
+
+typedef struct rs {
+  fx *f;
+  atomic_int stop;
+  atomic_int bad;
+  atomic_long snaps;
+  atomic_long glitches;
+} rs;
+
+typedef struct rs_arg {
+  rs *r;
+  int id;
+} rs_arg;
+
+static void *rs_holder(void *a) {
+  rs_arg *h = a;
+  size_t sz = (size_t)(2 + h->id % 5) * MiB + 4096 * (size_t)(h->id % 3);
+  unsigned seed = 1234u + (unsigned)h->id;
+  for (int i = 0; i < RS_ROUNDS; i++) {
+    unsigned char *p = aa_alloc(h->r->f->p, sz, NULL);
+    if (p == NULL) {
+      atomic_fetch_add(&h->r->bad, 1);
+      continue;
+    }
+    unsigned char t = (unsigned char)(h->id * 31 + i);
+    p[0] = t;
+    p[sz - 1] = t;
+    seed = seed * 1103515245u + 12345u;
+    if ((seed >> 16) % 8 == 0)
+      usleep(50);
+    if (p[0] != t || p[sz - 1] != t || aa_free(h->r->f->p, p, sz, NULL) != AA_OK)
+      atomic_fetch_add(&h->r->bad, 1);
+    if ((seed >> 20) % 16 == 0)
+      usleep(100); /* idle while its cache holds the block */
+  }
+  return NULL;
+}
+
+static void *rs_grower(void *a) {
+  rs_arg *g = a;
+  unsigned seed = 99u + (unsigned)g->id;
+  unsigned char *live[4] = {0};
+  size_t lsz[4] = {0};
+  while (!atomic_load(&g->r->stop)) {
+    seed = seed * 1103515245u + 12345u;
+    int i = (int)((seed >> 8) % 4);
+    if (live[i] != NULL) {
+      if (aa_free(g->r->f->p, live[i], lsz[i], NULL) != AA_OK)
+        atomic_fetch_add(&g->r->bad, 1);
+      live[i] = NULL;
+    } else {
+      lsz[i] = (size_t)(1 + (seed >> 12) % 40) * MiB + ((seed >> 4) % 7) * 8192;
+      live[i] = aa_alloc(g->r->f->p, lsz[i], NULL);
+      if (live[i] == NULL)
+        atomic_fetch_add(&g->r->bad, 1);
+    }
+    if ((seed >> 18) % 200 == 0)
+      (void)aa_pool_release(g->r->f->p);
+    if ((seed >> 18) % 200 == 1)
+      (void)aa_pool_trim(g->r->f->p, 0);
+  }
+  for (int i = 0; i < 4; i++)
+    if (live[i] != NULL)
+      (void)aa_free(g->r->f->p, live[i], lsz[i], NULL);
+  return NULL;
+}
+
+static void *rs_reader(void *a) {
+  rs *r = a;
+  while (!atomic_load(&r->stop)) {
+    aa_pool_stats s;
+    if (aa_pool_stats_get(r->f->p, &s) != AA_OK)
+      atomic_fetch_add(&r->bad, 1);
+    else if (s.large_bytes_in_use < 10 * MiB || s.large_bytes_held > s.large_bytes_reserved)
+      atomic_fetch_add(&r->glitches, 1);
+    atomic_fetch_add(&r->snaps, 1);
+    usleep(200);
+  }
+  return NULL;
+}
+
+static void test_core_ltc_reclaim_stress(void **state) {
+  (void)state;
+  aa_large_mode modes[] = {AA_LARGE_CACHE, AA_LARGE_EXPANDABLE};
+  for (size_t m = 0; m < 2; m++) {
+    rs r;
+    memset(&r, 0, sizeof r);
+    r.f = make(modes[m], 0);
+    void *sentinel = aa_alloc(r.f->p, 10 * MiB, NULL);
+    assert_non_null(sentinel);
+    pthread_t g[2], rd;
+    rs_arg ga[2];
+    for (int i = 0; i < 2; i++) {
+      ga[i] = (rs_arg){&r, i};
+      assert_int_equal(pthread_create(&g[i], NULL, rs_grower, &ga[i]), 0);
+    }
+    assert_int_equal(pthread_create(&rd, NULL, rs_reader, &r), 0);
+    for (int w = 0; w < RS_WAVES; w++) {
+      pthread_t h[RS_HOLDERS];
+      rs_arg ha[RS_HOLDERS];
+      for (int i = 0; i < RS_HOLDERS; i++) {
+        ha[i] = (rs_arg){&r, w * RS_HOLDERS + i};
+        assert_int_equal(pthread_create(&h[i], NULL, rs_holder, &ha[i]), 0);
+      }
+      for (int i = 0; i < RS_HOLDERS; i++)
+        pthread_join(h[i], NULL);
+    }
+    atomic_store(&r.stop, 1);
+    for (int i = 0; i < 2; i++)
+      pthread_join(g[i], NULL);
+    pthread_join(rd, NULL);
+    assert_int_equal(atomic_load(&r.bad), 0);
+    assert_int_equal(r.f->misuses, 0);
+    assert_true(atomic_load(&r.snaps) > 0);
+    assert_int_equal(atomic_load(&r.glitches), 0);
+    aa_pool_stats s = stats(r.f);
+    assert_int_equal(s.large_bytes_held, 0); /* the holders' threads exited */
+    assert_int_equal(s.large_bytes_in_use, 10 * MiB);
+    assert_int_equal(aa_free(r.f->p, sentinel, 10 * MiB, NULL), AA_OK);
+    s = stats(r.f);
+    assert_int_equal(s.large_bytes_in_use, 0);
+    assert_int_equal(s.allocs, s.frees);
+    fx_done(r.f);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_core_ltc_reuse_and_accounting),
@@ -426,6 +563,7 @@ int main(void) {
       cmocka_unit_test(test_core_ltc_reclaim_idle),
       cmocka_unit_test(test_core_ltc_release_takes_held_back),
       cmocka_unit_test(test_core_ltc_stress),
+      cmocka_unit_test(test_core_ltc_reclaim_stress),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

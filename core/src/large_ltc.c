@@ -118,13 +118,15 @@ size_t aa__lg_ltc_reclaim(aa_pool *pool, const aa__tcache *self, bool all) {
         left = true;
         continue;
       }
+      size_t csz = c->size, creq = c->req;
+      atomic_fetch_add_explicit(&pool->ltc_taken_block, csz, AA__RLX);
+      atomic_fetch_add_explicit(&pool->ltc_taken_req, creq, AA__RLX);
       if (!atomic_compare_exchange_strong_explicit(&c->state, &st, aa__lg_st_phase(st, AA__CH_FREE),
-                                                   memory_order_acq_rel, memory_order_acquire))
+                                                   memory_order_acq_rel, memory_order_acquire)) {
+        atomic_fetch_sub_explicit(&pool->ltc_taken_block, csz, AA__RLX);
+        atomic_fetch_sub_explicit(&pool->ltc_taken_req, creq, AA__RLX);
         continue;
-      /* size and req change only under large_mu; held_stream was written
-       * before the holder published HELD */
-      atomic_fetch_add_explicit(&pool->ltc_taken_block, c->size, AA__RLX);
-      atomic_fetch_add_explicit(&pool->ltc_taken_req, c->req, AA__RLX);
+      }
       atomic_fetch_add_explicit(&pool->ltc_reclaims, 1, AA__RLX);
       got += c->size;
       aa__lg_release_chunk(pool, c, c->held_stream, false);

@@ -187,6 +187,11 @@ int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out) {
   out->time_ns = aa_now_ns();
   out->class_table_version = atomic_load_explicit(&pool->table_version, memory_order_acquire);
 
+  /* large_mu, then tc_mu (the order of aa__lg_ltc_reclaim): the threads'
+   * held bytes, the blocks others took back and the large path's totals are
+   * read at one moment, so a reclaim cannot fall between them (a live block
+   * would read as free) */
+  pthread_mutex_lock(&pool->large_mu);
   pthread_mutex_lock(&pool->tc_mu);
   slot_sums(pool, s);
   for (int i = 0; i < AA_HIST_BUCKETS; i++)
@@ -208,10 +213,18 @@ int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out) {
         out->hist[aa_hist_bucket((size_t)aa__run_size(w))] += aa__run_count(w);
     }
   }
+  lt_block -= atomic_load_explicit(&pool->ltc_taken_block, AA__RLX);
+  lt_req -= atomic_load_explicit(&pool->ltc_taken_req, AA__RLX);
   out->hh_count = merge_hh(pool, out->hh);
   csum ret = {pool->retired.frees, pool->retired.hits, pool->retired.misses,
               pool->retired.req_add, pool->retired.req_sub};
+  uint64_t li = pool->large_in_use, lr = pool->large_reserved, ls = pool->nsegs,
+           lq = pool->large_req;
+  out->large_allocs = pool->large_allocs + lt_allocs;
+  uint64_t lfrees = pool->large_frees + lt_frees;
+  uint64_t lmaps = pool->vmm_maps, lunmaps = pool->vmm_unmaps;
   pthread_mutex_unlock(&pool->tc_mu);
+  pthread_mutex_unlock(&pool->large_mu);
 
   uint64_t small_in_use = 0, small_req = 0;
   uint64_t allocs = ret.hits + ret.misses, frees = ret.frees;
@@ -265,22 +278,9 @@ int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out) {
   }
   out->class_count = nc;
 
-  uint64_t li, lr, ls, lq;
-  pthread_mutex_lock(&pool->large_mu);
-  li = pool->large_in_use;
-  lr = pool->large_reserved;
-  ls = pool->nsegs;
-  lq = pool->large_req;
-  out->large_allocs = pool->large_allocs + lt_allocs;
-  uint64_t lfrees = pool->large_frees + lt_frees;
-  uint64_t lmaps = pool->vmm_maps, lunmaps = pool->vmm_unmaps;
-  pthread_mutex_unlock(&pool->large_mu);
-
   /* blocks a thread's large cache holds are freed, not in use; those other
    * threads took back are no longer held (large_ltc.c; modulo 2^64, read
    * while threads run) */
-  lt_block -= atomic_load_explicit(&pool->ltc_taken_block, AA__RLX);
-  lt_req -= atomic_load_explicit(&pool->ltc_taken_req, AA__RLX);
   if (lt_block > li)
     lt_block = li;
   li = li > lt_block ? li - lt_block : 0;
