@@ -42,6 +42,7 @@
  * exactly for the non-empty bins, the free bytes add up, and the hash holds
  * exactly the chunks that are not free.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -162,7 +163,11 @@ static aa__chunk *chunk_get(aa_pool *pool) {
   pool->lspare = c->fnext;
   pool->nlspare--;
   uint64_t st = atomic_load_explicit(&c->state, AA__RLX);
-  memset(c, 0, sizeof *c);
+  /* every field but `state`: a stale holder's compare-and-swap may read it
+   * at any time, so it changes only atomically */
+  const size_t at = offsetof(aa__chunk, state), after = at + sizeof c->state;
+  memset(c, 0, at);
+  memset((char *)c + after, 0, sizeof *c - after);
   atomic_store_explicit(&c->state, aa__lg_st_phase(st, AA__CH_FREE), AA__RLX);
   return c;
 }
