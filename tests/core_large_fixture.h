@@ -33,7 +33,8 @@ static void on_error(void *user, aa_pool *pool, aa_misuse what, const void *ptr,
   pthread_mutex_unlock(&f->mu);
 }
 
-static fx *make(aa_large_mode mode, size_t limit) {
+/* A pool on the host backend; map_runs sets aa_pool_config.large_map_runs. */
+static fx *make_with(aa_large_mode mode, size_t limit, int map_runs) {
   fx *f = calloc(1, sizeof *f);
   assert_non_null(f);
   pthread_mutex_init(&f->mu, NULL);
@@ -42,11 +43,16 @@ static fx *make(aa_large_mode mode, size_t limit) {
   aa_pool_config_init(&cfg);
   cfg.backend = f->b;
   cfg.large_mode = mode;
+  cfg.large_map_runs = map_runs;
   cfg.limit_bytes = limit;
   cfg.on_error = on_error;
   cfg.on_error_user = f;
   assert_int_equal(aa_pool_new(&cfg, &f->p), AA_OK);
   return f;
+}
+
+static fx *make(aa_large_mode mode, size_t limit) {
+  return make_with(mode, limit, 0);
 }
 
 static aa_pool_stats stats(fx *f) {

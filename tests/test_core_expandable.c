@@ -191,18 +191,14 @@ static void test_core_expandable_misuse(void **state) {
   done(f);
 }
 
-/* Many sizes, many frees in random order: data and accounting hold, and
- * everything goes back at the end. */
-static void test_core_expandable_churn(void **state) {
-  (void)state;
-  fx *f = make(AA_LARGE_EXPANDABLE, 0);
-  enum { N = 64 };
-  char *p[N] = {0};
-  size_t sz[N] = {0};
-  unsigned seed = 12345;
-  for (int round = 0; round < 2000; round++) {
+/* Random blocks in n slots (each freed, its data checked, or allocated and
+ * marked), the pool released every `release_every` rounds; what is live at
+ * the end stays in p/sz. */
+static void churn(fx *f, char **p, size_t *sz, int n, unsigned seed, int rounds,
+                  int release_every) {
+  for (int round = 0; round < rounds; round++) {
     seed = seed * 1103515245u + 12345u;
-    int i = (int)((seed >> 8) % N);
+    int i = (int)((seed >> 8) % (unsigned)n);
     if (p[i]) {
       assert_true(check(p[i], sz[i] < 4096 ? sz[i] : 4096, (unsigned char)i));
       assert_true(check(p[i] + sz[i] - 1, 1, (unsigned char)i));
@@ -215,16 +211,31 @@ static void test_core_expandable_churn(void **state) {
       fill(p[i], sz[i] < 4096 ? sz[i] : 4096, (unsigned char)i);
       p[i][sz[i] - 1] = (char)i;
     }
-    if (round % 500 == 499)
+    if (round % release_every == release_every - 1)
       (void)aa_pool_release(f->p);
   }
-  aa_pool_stats st = stats(f);
-  assert_true(st.large_bytes_reserved >= st.large_bytes_in_use);
-  assert_int_equal(st.large_bytes_reserved % PAGE, 0);
-  for (int i = 0; i < N; i++) {
+}
+
+static void free_all(fx *f, char **p, size_t *sz, int n) {
+  for (int i = 0; i < n; i++) {
     if (p[i])
       assert_int_equal(aa_free(f->p, p[i], sz[i], NULL), AA_OK);
   }
+}
+
+/* Many sizes, many frees in random order: data and accounting hold, and
+ * everything goes back at the end. */
+static void test_core_expandable_churn(void **state) {
+  (void)state;
+  fx *f = make(AA_LARGE_EXPANDABLE, 0);
+  enum { N = 64 };
+  char *p[N] = {0};
+  size_t sz[N] = {0};
+  churn(f, p, sz, N, 12345, 2000, 500);
+  aa_pool_stats st = stats(f);
+  assert_true(st.large_bytes_reserved >= st.large_bytes_in_use);
+  assert_int_equal(st.large_bytes_reserved % PAGE, 0);
+  free_all(f, p, sz, N);
   (void)aa_pool_release(f->p);
   assert_int_equal(stats(f).large_bytes_reserved, 0);
   done(f);
@@ -367,20 +378,7 @@ static void test_core_expandable_page_bytes(void **state) {
 }
 
 static fx *make_runs(size_t limit) {
-  fx *f = calloc(1, sizeof *f);
-  assert_non_null(f);
-  pthread_mutex_init(&f->mu, NULL);
-  assert_int_equal(aa_backend_host_new(&f->b), AA_OK);
-  aa_pool_config cfg;
-  aa_pool_config_init(&cfg);
-  cfg.backend = f->b;
-  cfg.large_mode = AA_LARGE_EXPANDABLE;
-  cfg.large_map_runs = 1;
-  cfg.limit_bytes = limit;
-  cfg.on_error = on_error;
-  cfg.on_error_user = f;
-  assert_int_equal(aa_pool_new(&cfg, &f->p), AA_OK);
-  return f;
+  return make_with(AA_LARGE_EXPANDABLE, limit, 1);
 }
 
 /* large_map_runs: a request's unmapped pages come from one backend call; the
@@ -473,33 +471,12 @@ static void test_core_expandable_map_runs_churn(void **state) {
   enum { N = 48 };
   char *p[N] = {0};
   size_t sz[N] = {0};
-  unsigned seed = 7;
-  for (int round = 0; round < 1500; round++) {
-    seed = seed * 1103515245u + 12345u;
-    int i = (int)((seed >> 8) % N);
-    if (p[i]) {
-      assert_true(check(p[i], sz[i] < 4096 ? sz[i] : 4096, (unsigned char)i));
-      assert_true(check(p[i] + sz[i] - 1, 1, (unsigned char)i));
-      assert_int_equal(aa_free(f->p, p[i], sz[i], NULL), AA_OK);
-      p[i] = NULL;
-    } else {
-      sz[i] = (size_t)(1 + (seed >> 16) % 48) * 256 * 1024 + 4096 * ((seed >> 4) % 7);
-      p[i] = aa_alloc(f->p, sz[i], NULL);
-      assert_non_null(p[i]);
-      fill(p[i], sz[i] < 4096 ? sz[i] : 4096, (unsigned char)i);
-      p[i][sz[i] - 1] = (char)i;
-    }
-    if (round % 300 == 299)
-      (void)aa_pool_release(f->p);
-  }
+  churn(f, p, sz, N, 7, 1500, 300);
   aa_pool_stats st = stats(f);
   assert_true(st.large_bytes_reserved >= st.large_bytes_in_use);
   assert_int_equal(st.large_bytes_reserved % PAGE, 0);
   assert_true(st.backend_allocs < st.large_pages_mapped); /* runs took fewer calls */
-  for (int i = 0; i < N; i++) {
-    if (p[i])
-      assert_int_equal(aa_free(f->p, p[i], sz[i], NULL), AA_OK);
-  }
+  free_all(f, p, sz, N);
   (void)aa_pool_release(f->p);
   assert_int_equal(stats(f).large_bytes_reserved, 0);
   assert_int_equal(f->misuses, 0);

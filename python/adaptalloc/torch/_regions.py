@@ -83,14 +83,8 @@ class region(contextlib.ContextDecorator):
 
 def current_region():
     """The name of the region this thread allocates into, or None."""
-    if _pkg._mode == "native":
-        from adaptalloc import _torch_native
-        rid = _torch_native.current_region()
-    elif _pkg._mode == "pluggable":
-        rid = _pkg._plug_lib.aa_torch_region()
-    else:
-        return None
-    return None if rid < 0 else _REGION_NAMES.get(rid)
+    rid = _region_id()
+    return None if rid is None else _REGION_NAMES.get(rid)
 
 
 
