@@ -163,6 +163,10 @@ static const bad_doc bad_docs[] = {
      "1073741824"},
     {POOL("{\"large\": {\"page_bytes\": 2147483648}}"), AA_EINVAL,
      "pools.device.large.page_bytes: 2147483648 is out of range [0, 1073741824]"},
+    {POOL("{\"large\": {\"map_runs\": 1}}"), AA_EINVAL,
+     "pools.device.large.map_runs: expected true or false, got a number"},
+    {POOL("{\"large\": {\"map_run\": true}}"), AA_EINVAL,
+     "pools.device.large.map_run: unknown key (did you mean \"map_runs\"?)"},
     {"{\"pools\": {\"host\": {\"large\": {\"mode\": \"lru\"}}}}", AA_EINVAL,
      "pools.host.large.mode: \"lru\" is not one of \"cache\", \"passthrough\", \"expandable\""},
     {POOL("{\"limit_bytes\": 1000}"), AA_EINVAL,
@@ -358,7 +362,8 @@ static const char *full_doc =
     "    \"device\": {\"slab_size\": 4194304, \"classes\": [512, {\"size\": 3072, "
     "\"cache_limit\": 64, \"prefill\": 16}, {\"size\": 8192}, 2097152],\n"
     "                \"tcache\": {\"blocks\": 7, \"bytes\": 65536}, \"large\": "
-    "{\"mode\": \"passthrough\", \"cache_bytes\": 123456789012345, \"page_bytes\": 8388608},\n"
+    "{\"mode\": \"passthrough\", \"cache_bytes\": 123456789012345, \"page_bytes\": 8388608,\n"
+    "                \"map_runs\": true},\n"
     "                \"limit_bytes\": 9007199254740991},\n"
     "    \"pinned\": {\"max_small\": 262144, \"classes\": {\"min\": 1024, "
     "\"per_doubling\": 2}},\n"
@@ -388,7 +393,8 @@ static void test_adapt_policy_round_trip(void **state) {
   j2 = aa_policy_to_json(q);
   assert_string_equal(j1, j2); /* the writer is deterministic */
   assert_non_null(strstr(j1, "\"limit_bytes\": 9007199254740991"));
-  assert_non_null(strstr(j1, "\"cache_bytes\": 123456789012345, \"page_bytes\": 8388608}"));
+  assert_non_null(
+      strstr(j1, "\"cache_bytes\": 123456789012345, \"page_bytes\": 8388608, \"map_runs\": true}"));
   assert_non_null(strstr(j1, "\"hot_fraction\": 0.123456789"));
   assert_non_null(strstr(j1, "\"waste_threshold\": 0.1,"));
   /* The host ladder's max is max_small and is written as max_small. */
@@ -448,6 +454,7 @@ static void test_adapt_policy_pool_config(void **state) {
   assert_int_equal(cfg.large_mode, AA_LARGE_PASSTHROUGH);
   assert_int_equal(cfg.large_cache_bytes, 123456789012345ull);
   assert_int_equal(cfg.large_page_bytes, 8388608);
+  assert_int_equal(cfg.large_map_runs, 1);
   assert_int_equal(cfg.limit_bytes, 9007199254740991ull);
   assert_false(cfg.telemetry);
   assert_int_equal(n, 4);
@@ -464,6 +471,7 @@ static void test_adapt_policy_pool_config(void **state) {
   assert_int_equal(cfg.min_block, 1024);
   assert_int_equal(cfg.classes_per_doubling, 2);
   assert_int_equal(cfg.max_small, 262144);
+  assert_int_equal(cfg.large_map_runs, 0); /* the default: off */
   assert_int_equal(cl[0].block_size, 1024);
   assert_int_equal(cl[1].block_size, 1536);
   assert_int_equal(cl[2].block_size, 2048);
@@ -827,11 +835,11 @@ static void test_adapt_policy_schema_matches_parser(void **state) {
   assert_int_equal(aa_policy_default(&def), AA_OK);
   checked = schema_walk(schema, schema, keys, 0, def);
   /* version; 3 pools x (slab_size, tcache.blocks, large.cache_bytes,
-   * large.page_bytes, limit_bytes; max_small, classes, tcache.bytes and large.mode have no
+   * large.page_bytes, large.map_runs, limit_bytes; max_small, classes, tcache.bytes and large.mode have no
    * schema default: they differ between pools); 11 adapt + 4 hysteresis;
    * 5 telemetry. (Defaults under "oneOf" — class entries, ladder fields —
    * are not walked.) */
-  assert_int_equal(checked, 1 + 3 * 5 + 15 + 5);
+  assert_int_equal(checked, 1 + 3 * 6 + 15 + 5);
   {
     aa_policy *p = parse_ok(full_doc);
     char *j = aa_policy_to_json(p);

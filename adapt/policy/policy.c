@@ -166,6 +166,7 @@ void aa__policy_defaults(aa_policy *p) {
     pp->large_mode = i == 1 ? AA_LARGE_CACHE : AA_LARGE_EXPANDABLE;
     pp->large_cache_bytes = 0;
     pp->large_page_bytes = 0;
+    pp->large_map_runs = false;
     pp->limit_bytes = 0;
   }
   aa_adapt_params_default(&p->adapt);
@@ -333,7 +334,8 @@ static bool pool_equal(const aa__pool_policy *a, const aa__pool_policy *b) {
       a->classes_kind != b->classes_kind || a->tcache_blocks != b->tcache_blocks ||
       a->tcache_bytes != b->tcache_bytes || a->large_mode != b->large_mode ||
       a->large_cache_bytes != b->large_cache_bytes ||
-      a->large_page_bytes != b->large_page_bytes || a->limit_bytes != b->limit_bytes)
+      a->large_page_bytes != b->large_page_bytes || a->large_map_runs != b->large_map_runs ||
+      a->limit_bytes != b->limit_bytes)
     return false;
   if (a->classes_kind == AA__CLASSES_LADDER)
     return a->ladder_min == b->ladder_min &&
@@ -458,6 +460,7 @@ int aa_policy_pool_config(const aa_policy *p, const char *pool,
     cfg->large_mode = pp->large_mode;
     cfg->large_cache_bytes = (size_t)pp->large_cache_bytes;
     cfg->large_page_bytes = (size_t)pp->large_page_bytes;
+    cfg->large_map_runs = pp->large_map_runs ? 1 : 0;
     cfg->limit_bytes = (size_t)pp->limit_bytes;
     cfg->telemetry = p->telemetry.histogram;
   }

@@ -53,6 +53,7 @@ typedef struct aa__pool_policy {
   aa_large_mode large_mode;
   uint64_t large_cache_bytes;
   uint64_t large_page_bytes; /* large.page_bytes: 0 = the backend's granularity */
+  bool large_map_runs;       /* large.map_runs */
   uint64_t limit_bytes;
 } aa__pool_policy;
 
