@@ -4,8 +4,9 @@
  * that always coalesce, stranded pages moved under a limit, nothing
  * unmapped while its stream work is pending, map failures, misuse, the
  * time spent in backend calls (backend_ns), pages larger than the
- * backend's granularity (large_page_bytes), and a request's pages mapped by
- * one call (large_map_runs).
+ * backend's granularity (large_page_bytes), a request's pages mapped by
+ * one call (large_map_runs), and placement once pages were unmapped (as if
+ * they were not; under a limit, the fewest new pages).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -69,6 +70,79 @@ static void test_core_expandable_maps_on_demand(void **state) {
   st = stats(f);
   assert_int_equal(st.large_bytes_reserved, 0);
   assert_int_equal(st.large_segments, 1); /* the address space stays */
+  done(f);
+}
+
+/* Without a limit a request goes where it would have gone had nothing been
+ * unmapped: x (24 MiB, its pages given back by a release) fits 22 MiB best,
+ * though y (64 MiB) is mapped. Then y still serves 60 MiB with no new page;
+ * a rule that preferred pages mapped now would have cut 22 MiB from y and
+ * mapped 30 new pages for the 60 MiB. */
+static void test_core_expandable_fit_as_if_mapped(void **state) {
+  (void)state;
+  fx *f = make(AA_LARGE_EXPANDABLE, 0);
+  char *x = aa_alloc(f->p, 24 * MiB, NULL); /* pages 0..11 */
+  char *s1 = aa_alloc(f->p, 2 * MiB, NULL); /* 12 */
+  char *y = aa_alloc(f->p, 64 * MiB, NULL); /* 13..44 */
+  char *s2 = aa_alloc(f->p, 2 * MiB, NULL); /* 45 */
+  assert_true(x && s1 && y && s2);
+  assert_int_equal(aa_free(f->p, x, 0, NULL), AA_OK);
+  assert_int_equal(aa_pool_release(f->p), 24 * MiB);  /* x's pages */
+  assert_int_equal(aa_free(f->p, y, 0, NULL), AA_OK); /* y free, mapped */
+  aa_pool_stats st0 = stats(f);
+  assert_int_equal(st0.large_bytes_reserved, 68 * MiB);
+  char *a = aa_alloc(f->p, 22 * MiB, NULL);
+  assert_ptr_equal(a, x);
+  fill(a, 22 * MiB, 0xA5);
+  aa_pool_stats st1 = stats(f);
+  assert_int_equal(st1.large_pages_mapped - st0.large_pages_mapped, 11);
+  char *b = aa_alloc(f->p, 60 * MiB, NULL);
+  assert_ptr_equal(b, y);
+  fill(b, 60 * MiB, 0xB6);
+  aa_pool_stats st2 = stats(f);
+  assert_int_equal(st2.large_pages_mapped, st1.large_pages_mapped);
+  assert_int_equal(st2.large_bytes_reserved, 90 * MiB);
+  assert_true(check(a, 22 * MiB, 0xA5));
+  assert_int_equal(aa_free(f->p, a, 0, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, b, 0, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, s1, 0, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, s2, 0, NULL), AA_OK);
+  assert_int_equal(f->misuses, 0);
+  done(f);
+}
+
+/* Under a limit, when no free chunk is mapped under all a request needs, the
+ * request goes where the fewest pages must be mapped, not to the smallest
+ * hole that fits: x (24 MiB, unmapped) and y (32 MiB, its first 2 pages
+ * unmapped, the rest mapped) both fit 22 MiB; best fit by size would map 11
+ * pages in x. */
+static void test_core_expandable_fit_fewest_maps(void **state) {
+  (void)state;
+  fx *f = make(AA_LARGE_EXPANDABLE, 256 * MiB);
+  char *x = aa_alloc(f->p, 24 * MiB, NULL);  /* pages 0..11 */
+  char *s1 = aa_alloc(f->p, 2 * MiB, NULL);  /* 12 */
+  char *y1 = aa_alloc(f->p, 4 * MiB, NULL);  /* 13, 14 */
+  char *y2 = aa_alloc(f->p, 28 * MiB, NULL); /* 15..28 */
+  char *s2 = aa_alloc(f->p, 2 * MiB, NULL);  /* 29 */
+  assert_true(x && s1 && y1 && y2 && s2);
+  assert_ptr_equal(y1, x + 26 * MiB);
+  assert_int_equal(aa_free(f->p, x, 0, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, y1, 0, NULL), AA_OK);
+  assert_int_equal(aa_pool_release(f->p), 28 * MiB);   /* x's pages and y1's */
+  assert_int_equal(aa_free(f->p, y2, 0, NULL), AA_OK); /* y = y1 + y2, mapped but 13, 14 */
+  aa_pool_stats st0 = stats(f);
+  assert_int_equal(st0.large_bytes_reserved, 32 * MiB);
+  char *z = aa_alloc(f->p, 22 * MiB, NULL);
+  assert_ptr_equal(z, y1);
+  fill(z, 22 * MiB, 0x5A);
+  aa_pool_stats st1 = stats(f);
+  assert_int_equal(st1.large_pages_mapped - st0.large_pages_mapped, 2);
+  assert_int_equal(st1.large_bytes_reserved, 36 * MiB);
+  assert_true(check(z, 22 * MiB, 0x5A));
+  assert_int_equal(aa_free(f->p, z, 0, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, s1, 0, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, s2, 0, NULL), AA_OK);
+  assert_int_equal(f->misuses, 0);
   done(f);
 }
 
@@ -493,6 +567,8 @@ int main(void) {
       cmocka_unit_test(test_core_expandable_map_runs_limit),
       cmocka_unit_test(test_core_expandable_map_runs_churn),
       cmocka_unit_test(test_core_expandable_coalesces),
+      cmocka_unit_test(test_core_expandable_fit_as_if_mapped),
+      cmocka_unit_test(test_core_expandable_fit_fewest_maps),
       cmocka_unit_test(test_core_expandable_limit_moves_pages),
       cmocka_unit_test(test_core_expandable_pending_work_keeps_pages),
       cmocka_unit_test(test_core_expandable_map_failure),

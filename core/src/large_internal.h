@@ -81,6 +81,31 @@ static inline bool aa__lg_range_mapped(const aa__seg *s, size_t i0, size_t i1) {
   return true;
 }
 
+/* How many pages under the first `need` bytes of chunk c (expandable) are
+ * not mapped; the count stops once past `cap`. */
+static inline size_t aa__lg_unmapped_under(const aa_pool *pool, const aa__chunk *c, size_t need,
+                                           size_t cap) {
+  const aa__seg *s = c->seg;
+  size_t i0, i1;
+  aa__lg_pages_under(pool, c, need, &i0, &i1);
+  size_t top = i1 < s->hwm ? i1 : s->hwm; /* none at or above hwm is mapped */
+  size_t n = i1 - (i0 > top ? i0 : top);
+  if (i0 < top && s->mapped != s->hwm) {
+    for (size_t i = i0; i < top && n <= cap; i++)
+      n += s->pages[i] == NULL;
+  }
+  return n;
+}
+
+/* Whether the first `need` bytes of free chunk c (expandable) lie below its
+ * segment's high-water mark: pages that were mapped once (chunks are cut
+ * from the reservation's low end up), mapped now or not. */
+static inline bool aa__lg_prefix_touched(const aa_pool *pool, const aa__chunk *c, size_t need) {
+  size_t i0, i1;
+  aa__lg_pages_under(pool, c, need, &i0, &i1);
+  return i1 <= c->seg->hwm;
+}
+
 /* Whether the first `need` bytes of free chunk c (expandable) are mapped. */
 static inline bool aa__lg_prefix_mapped(const aa_pool *pool, const aa__chunk *c, size_t need) {
   size_t i0, i1;

@@ -229,10 +229,12 @@ typedef struct aa_pool_config {
   int large_map_runs;      /* expandable, without limit_bytes: the unmapped pages one request
                          needs are mapped by one backend call (one handle) per 16
                          pages, each run given back only when all its pages are
-                         free; 1 on, 0 or -1 off (the default: on a GPU, gpt2
-                         training peaked 688 MiB higher with runs, BENCHMARKS.md).
-                         Under a limit pages map one by one, so that stranded pages
-                         can move */
+                         free; 1 on, 0 or -1 off (the default until a GPU run
+                         confirms the replays: gpt2 training once peaked 688 MiB
+                         higher with runs, through a trim and the placement after
+                         it, since changed; BENCHMARKS.md). Policy:
+                         large.map_runs. Under a limit pages map one by one, so
+                         that stranded pages can move */
 } aa_pool_config;
 
 /* The longest region label (aa_pool_config.region, aa_pool_stats.region). */
