@@ -8,6 +8,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -26,6 +27,9 @@
 #include "adaptalloc/runtime.h"
 #include "adaptalloc/store.h"
 #include "runtime_internal.h"
+#if AA_TEST_WITH_STORE
+#include <sqlite3.h>
+#endif
 
 #define CHECK(cond)                                                            \
   do {                                                                         \
@@ -284,22 +288,98 @@ static int trace_count(void *user, const aa_trace_event *ev) {
   return 0;
 }
 
+/* Sends the child's stderr to tmpdir/name (the runtime's log lines);
+ * stderr_end puts it back and returns what was written (malloc'd). */
+static int stderr_begin(const char *name, char *path, size_t cap) {
+  int saved;
+  int fd;
+  snprintf(path, cap, "%s/%s", tmpdir, name);
+  fflush(stderr);
+  saved = dup(2);
+  fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  CHECK(saved >= 0 && fd >= 0);
+  CHECK(dup2(fd, 2) == 2);
+  close(fd);
+  return saved;
+}
+
+static char *stderr_end(int saved, const char *path) {
+  static char text[8192];
+  FILE *f;
+  size_t n;
+  fflush(stderr);
+  CHECK(dup2(saved, 2) == 2);
+  close(saved);
+  f = fopen(path, "r");
+  CHECK(f != NULL);
+  n = fread(text, 1, sizeof(text) - 1, f);
+  fclose(f);
+  text[n] = '\0';
+  return text;
+}
+
 static void scenario_trace_recorded(void) {
-  char db[512];
+  char db[512], log[600];
+  const char *said;
   aa_pool *pool;
   int events = 0;
+  int saved;
 
   set_env_common();
   snprintf(db, sizeof(db), "%s/trace.db", tmpdir);
   setenv("ADAPTALLOC_DB", db, 1);
   setenv("ADAPTALLOC_HTTP", "off", 1);
   setenv("ADAPTALLOC_TRACE", "1", 1);
+  saved = stderr_begin("trace.err", log, sizeof(log));
   pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
   CHECK(pool != NULL);
   exercise_pool(pool); /* 64 allocs + 64 frees */
   aa_runtime_shutdown();
+  said = stderr_end(saved, log);
+  CHECK(strstr(said, "incomplete") == NULL); /* nothing was lost */
   CHECK(aa_store_trace_foreach(db, 0, trace_count, &events) == AA_OK);
   CHECK(events == 128);
+}
+
+/* A trace that lost events says so when the program ends (it used to be
+ * silent until a replay, which stops at the first loss): the store's writer
+ * is held behind another connection's write lock while the pool makes
+ * 300000 events, more than the ring's 65536 slots. */
+static void scenario_trace_loss_reported(void) {
+#if AA_TEST_WITH_STORE
+  char db[512], log[600];
+  const char *said;
+  sqlite3 *other = NULL;
+  uint64_t written = 0, dropped = 0;
+  aa_pool *pool;
+  int saved;
+
+  set_env_common();
+  snprintf(db, sizeof(db), "%s/trace-lost.db", tmpdir);
+  setenv("ADAPTALLOC_DB", db, 1);
+  setenv("ADAPTALLOC_HTTP", "off", 1);
+  setenv("ADAPTALLOC_TRACE", "1", 1);
+  saved = stderr_begin("trace-lost.err", log, sizeof(log));
+  pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
+  CHECK(pool != NULL);
+  CHECK(sqlite3_open(db, &other) == SQLITE_OK);
+  sqlite3_busy_timeout(other, 4000);
+  CHECK(sqlite3_exec(other, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK);
+  for (int i = 0; i < 150000; i++) {
+    void *p = aa_alloc(pool, 512, NULL);
+    CHECK(p != NULL);
+    aa_free(pool, p, 512, NULL);
+  }
+  CHECK(sqlite3_exec(other, "COMMIT", NULL, NULL, NULL) == SQLITE_OK);
+  sqlite3_close(other);
+  aa_runtime_shutdown();
+  said = stderr_end(saved, log);
+  CHECK(aa_store_trace_lost(db, 0, &written, &dropped, NULL) == AA_OK);
+  CHECK(dropped > 0);
+  CHECK(strstr(said, "adaptalloc: store: the trace of run 1 is incomplete") != NULL);
+  CHECK(strstr(said, "events were dropped") != NULL);
+  CHECK(strstr(said, "adaptalloc-replay replays the events before the first loss") != NULL);
+#endif
 }
 
 static void scenario_bad_policy_file(void) {
@@ -514,6 +594,10 @@ static void test_runtime_trace_recorded(void **state) {
   (void)state;
   assert_int_equal(run_child(scenario_trace_recorded), 0);
 }
+static void test_runtime_trace_loss_reported(void **state) {
+  (void)state;
+  assert_int_equal(run_child(scenario_trace_loss_reported), 0);
+}
 static void test_runtime_bad_policy_file_uses_default(void **state) {
   (void)state;
   assert_int_equal(run_child(scenario_bad_policy_file), 0);
@@ -584,6 +668,7 @@ int main(void) {
       cmocka_unit_test(test_runtime_all_off),
       cmocka_unit_test(test_runtime_full_service),
       cmocka_unit_test(test_runtime_trace_recorded),
+      cmocka_unit_test(test_runtime_trace_loss_reported),
       cmocka_unit_test(test_runtime_bad_policy_file_uses_default),
       cmocka_unit_test(test_runtime_policy_file_applied),
       cmocka_unit_test(test_runtime_port_taken_keeps_working),

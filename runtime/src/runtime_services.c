@@ -282,6 +282,21 @@ static void stop_ticker(void) {
   svc.ticker_running = false;
 }
 
+/* At shutdown, once no pool traces any more: a trace that lost events (the
+ * writer fell behind and the ring was full, or the store failed) replays
+ * only up to its first loss, so say so now, not when someone replays it.
+ * Printed even when quiet: it is about data the user asked for. */
+static void note_trace_loss(void) {
+  aa_store_stats ss;
+
+  if (!aa__rt.trace || aa_store_stats_get(svc.store, &ss) != AA_OK || ss.events_dropped == 0)
+    return;
+  aa__rt_log("store: the trace of run %lld is incomplete: %llu events were dropped "
+             "(the store's writer fell behind and its ring was full, or the store failed); "
+             "adaptalloc-replay replays the events before the first loss only",
+             (long long)svc.run_id, (unsigned long long)ss.events_dropped);
+}
+
 /* ------------------------------------------------------------------ start/stop */
 
 void aa__rt_services_start(void) {
@@ -315,6 +330,7 @@ void aa__rt_services_stop(void) {
     aa_pool_set_trace(pools[i], NULL, NULL);
   if (svc.store != NULL) {
     snapshot_all(); /* the final state of every pool */
+    note_trace_loss();
     aa_store_close(svc.store);
     svc.store = NULL;
   }
