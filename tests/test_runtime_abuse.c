@@ -1012,7 +1012,9 @@ static const abuse_case patch_cases[] = {
      F_JSON, "max_small", NULL, NULL},
     {"patch: large.mode of a live pool", "PATCH", "/policy", NULL,
      "{\"pools\":{\"host\":{\"large\":{\"mode\":\"passthrough\"}}}}", 0, EXACT(400), F_JSON,
-     "large.mode is fixed", NULL, NULL},
+     "large.mode is fixed while pool host is live (\\\"expandable\\\" in force, "
+     "\\\"passthrough\\\" asked)",
+     NULL, NULL},
     {"patch: large.page_bytes of a live pool", "PATCH", "/policy", NULL,
      "{\"pools\":{\"host\":{\"large\":{\"page_bytes\":16777216}}}}", 0, EXACT(400), F_JSON,
      "large.page_bytes is fixed", NULL, NULL},

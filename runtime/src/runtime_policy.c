@@ -295,6 +295,15 @@ static int apply_to_pools(const aa_policy *p, size_t *changed, char *err,
       continue;
     size_t was = 0, asked = 0;
     const char *fixed = fixed_changed(&cur, &want, &was, &asked);
+    if (fixed != NULL && strcmp(fixed, "large.mode") == 0) {
+      /* the policy file's names, not the enum's numbers */
+      snprintf(err, errcap,
+               "pools.%s: %s is fixed while pool %s is live (\"%s\" in force, "
+               "\"%s\" asked); restart to change it",
+               want_sec, fixed, aa_pool_name(pools[i]), aa_large_mode_name((aa_large_mode)was),
+               aa_large_mode_name((aa_large_mode)asked));
+      return AA_EINVAL;
+    }
     if (fixed != NULL) {
       snprintf(err, errcap,
                "pools.%s: %s is fixed while pool %s is live (%zu in force, %zu "
