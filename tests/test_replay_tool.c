@@ -1034,7 +1034,17 @@ static void test_replay_tool_db_histogram(void **state) {
                                   "--hist-pool nosuch",
                       db),
                    1);
-  assert_non_null(strstr(err, "cannot read the histogram of pool nosuch"));
+  /* the run is there, the pool is not: say which pools it has (it once
+   * said "it has no run, or is not an adaptalloc database") */
+  assert_non_null(strstr(err, "run 1 has no histogram of pool nosuch; its pools: device0 "
+                              "(leave out --hist-pool to sum them all)"));
+  free(out);
+  free(err);
+  assert_int_equal(sh(&out, &err, "{BIN} run --db %s --run 7 --from-histogram "
+                                  "--hist-pool device0",
+                      db),
+                   1);
+  assert_non_null(strstr(err, "cannot read the histogram of pool device0: it has no run 7"));
   free(out);
   free(err);
 }

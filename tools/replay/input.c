@@ -88,6 +88,41 @@ static uint64_t run_events(const char *path, int64_t run_id) {
   return n;
 }
 
+/* The pools the run (run_id <= 0: the latest) has snapshots of, from its
+ * runs row, as "a, b" in buf; *run its id. False when the run is not there
+ * (or the file is no store). */
+static bool run_pools(const char *path, int64_t run_id, int64_t *run, char *buf, size_t cap) {
+  char *json = NULL;
+  cJSON *root, *r;
+  bool found = false;
+  size_t o = 0;
+
+  buf[0] = '\0';
+  *run = 0;
+  if (aa_store_runs_json(path, 1000, &json) != AA_OK || json == NULL)
+    return false;
+  root = cJSON_Parse(json);
+  free(json);
+  cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(root, "runs")) {
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(r, "id");
+    const cJSON *p;
+    if (!cJSON_IsNumber(id) || (run_id > 0 && (int64_t)id->valuedouble != run_id))
+      continue;
+    /* newest first: the first is the latest run */
+    found = true;
+    *run = (int64_t)id->valuedouble;
+    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(r, "pools")) {
+      if (cJSON_IsString(p) && o < cap) {
+        int n = snprintf(buf + o, cap - o, "%s%s", o > 0 ? ", " : "", p->valuestring);
+        o = n < 0 ? cap : o + (size_t)n;
+      }
+    }
+    break;
+  }
+  cJSON_Delete(root);
+  return found;
+}
+
 typedef struct trace_ctx {
   aa_replay_sink sink;
   void *user;
@@ -236,6 +271,17 @@ int input_feed(const tool_input *in, aa_replay_on_error mode,
     rc = aa_store_histogram_latest(in->path, in->run_id, in->hist_pool, h.hist);
     if (rc != AA_OK) {
       char why[160];
+      char pools[256];
+      int64_t run = 0;
+      if (rc == AA_ENOENT && in->hist_pool != NULL &&
+          run_pools(in->path, in->run_id, &run, pools, sizeof pools)) {
+        /* the run is there; the pool is what is wrong */
+        snprintf(err, errcap,
+                 "%s: run %lld has no histogram of pool %s; its pools: %s (leave out "
+                 "--hist-pool to sum them all)",
+                 in->path, (long long)run, in->hist_pool, pools[0] != '\0' ? pools : "none");
+        return rc;
+      }
       snprintf(err, errcap, "%s: cannot read the histogram%s%s: %s", in->path,
                in->hist_pool != NULL ? " of pool " : "",
                in->hist_pool != NULL ? in->hist_pool : "",
