@@ -4,6 +4,8 @@
  * Entry points: aa_backend_host_new, aa_backend_host_fail_nth (fault
  * injection: fail the nth alloc call), aa_backend_host_hold_events (keep
  * recorded events pending so tests can observe stream-ordered reuse),
+ * aa_backend_host_stream_busy (one stream's work outstanding: its
+ * stream_query says pending, its events stay pending),
  * aa_backend_host_counts, aa_backend_host_event_counts.
  */
 #include <errno.h>
@@ -18,7 +20,17 @@
 typedef struct host_event {
   struct host_event *next, *prev;
   int pending;
+  aa_stream stream;
+  uint64_t busy; /* its stream's busy period when recorded, 0 = idle then */
 } host_event;
+
+/* Streams marked busy (aa_backend_host_stream_busy): each busy period has
+ * its own number, so an event recorded in it completes when it ends. */
+#define HOST_BUSY_MAX 8
+typedef struct host_busy {
+  aa_stream stream;
+  uint64_t period; /* 0 = free slot */
+} host_busy;
 
 typedef struct host_ctx {
   pthread_mutex_t mu;
@@ -27,10 +39,22 @@ typedef struct host_ctx {
   _Atomic bool fail_every;
   _Atomic uint64_t allocs, frees, bytes_mapped;
   _Atomic uint64_t ev_recorded;
+  _Atomic uint64_t queries;
   bool hold;          /* under mu */
   host_event *events; /* outstanding (recorded, not released), under mu */
   uint64_t ev_outstanding;
+  host_busy busy[HOST_BUSY_MAX]; /* under mu */
+  uint64_t periods;              /* busy periods so far, under mu */
 } host_ctx;
+
+/* The busy period `stream` is in, 0 when idle. Under mu. */
+static uint64_t busy_period(const host_ctx *h, aa_stream stream) {
+  for (int i = 0; i < HOST_BUSY_MAX; i++) {
+    if (h->busy[i].period != 0 && h->busy[i].stream == stream)
+      return h->busy[i].period;
+  }
+  return 0;
+}
 
 /* Sizes that are whole 64 KiB granules are mapped on a granule boundary
  * (map a little more, unmap both ends), so a slab's first block always sits
@@ -153,6 +177,8 @@ static int host_event_record(aa_backend *b, aa_stream stream, void **event_out) 
     return AA_ENOMEM;
   pthread_mutex_lock(&h->mu);
   e->pending = h->hold;
+  e->stream = stream;
+  e->busy = busy_period(h, stream);
   e->next = h->events;
   if (h->events)
     h->events->prev = e;
@@ -170,9 +196,19 @@ static int host_event_query(aa_backend *b, void *event) {
   if (e == NULL)
     return AA_EINVAL;
   pthread_mutex_lock(&h->mu);
-  int pending = e->pending;
+  int pending = e->pending || (e->busy != 0 && busy_period(h, e->stream) == e->busy);
   pthread_mutex_unlock(&h->mu);
   return pending ? AA_EAGAIN : AA_OK;
+}
+
+/* Idle unless events are held or the stream is marked busy. */
+static int host_stream_query(aa_backend *b, aa_stream stream) {
+  host_ctx *h = b->ctx;
+  atomic_fetch_add(&h->queries, 1);
+  pthread_mutex_lock(&h->mu);
+  bool idle = !h->hold && busy_period(h, stream) == 0;
+  pthread_mutex_unlock(&h->mu);
+  return idle ? AA_OK : AA_EAGAIN;
 }
 
 static void host_event_release(aa_backend *b, void *event) {
@@ -223,6 +259,7 @@ static const aa_backend_ops host_ops = {
     .va_release = host_va_release,
     .map = host_map,
     .unmap = host_unmap,
+    .stream_query = host_stream_query,
 };
 
 int aa_backend_host_new(aa_backend **out) {
@@ -278,6 +315,40 @@ void aa_backend_host_hold_events(aa_backend *b, bool hold) {
       e->pending = 0;
   }
   pthread_mutex_unlock(&h->mu);
+}
+
+int aa_backend_host_stream_busy(aa_backend *b, aa_stream stream, bool busy) {
+  host_ctx *h = host_of(b);
+  int rc = AA_OK;
+  if (h == NULL)
+    return AA_EINVAL;
+  pthread_mutex_lock(&h->mu);
+  int at = -1;
+  for (int i = 0; i < HOST_BUSY_MAX; i++) {
+    if (h->busy[i].period != 0 && h->busy[i].stream == stream)
+      at = i;
+  }
+  if (busy && at < 0) {
+    for (int i = 0; i < HOST_BUSY_MAX && at < 0; i++) {
+      if (h->busy[i].period == 0)
+        at = i;
+    }
+    if (at < 0) {
+      rc = AA_ELIMIT;
+    } else {
+      h->busy[at].stream = stream;
+      h->busy[at].period = ++h->periods;
+    }
+  } else if (!busy && at >= 0) {
+    h->busy[at].period = 0; /* the period's events complete */
+  }
+  pthread_mutex_unlock(&h->mu);
+  return rc;
+}
+
+uint64_t aa_backend_host_stream_queries(const aa_backend *b) {
+  host_ctx *h = host_of(b);
+  return h ? atomic_load(&h->queries) : 0;
 }
 
 void aa_backend_host_counts(const aa_backend *b, uint64_t *allocs, uint64_t *frees,

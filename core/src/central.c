@@ -65,6 +65,17 @@ int aa__events_done(aa_pool *pool, void **ev, uint32_t *n) {
   return j == 0;
 }
 
+bool aa__stream_idle(aa_pool *pool, aa_stream stream) {
+  aa_backend *b = pool->backend;
+  if (b->ops->stream_query == NULL)
+    return false;
+  atomic_fetch_add_explicit(&pool->stream_queries, 1, AA__RLX);
+  if (b->ops->stream_query(b, stream) != AA_OK)
+    return false;
+  atomic_fetch_add_explicit(&pool->stream_idle, 1, AA__RLX);
+  return true;
+}
+
 void aa__event_release(aa_pool *pool, void *ev) {
   aa_backend *b = pool->backend;
   if (ev && b->ops->event_release)
@@ -211,12 +222,31 @@ static void infl_to_any(aa__class *c, aa__slist *l) {
   l->infl.n = 0;
 }
 
-/* Polls pending batches and record_stream'd blocks; with `start`, records an
- * event on every stream that has fresh blocks and no batch in flight. */
+/* Moves a stream's fresh blocks to `any` (its stream is idle). */
+static void fresh_to_any(aa__class *c, aa__slist *l) {
+  for (uint32_t i = 0; i < l->fresh.n; i++)
+    c->any.v[c->any.n++] = l->fresh.v[i];
+  l->fresh.n = 0;
+}
+
+/* Polls pending batches and record_stream'd blocks; with `start`, first asks
+ * whether each other stream holding blocks is idle (then all its blocks,
+ * fresh and in flight, go to `any` with no event), else records an event on
+ * every stream that has fresh blocks and no batch in flight. */
 static void poll_pending(aa_pool *pool, aa__class *c, aa_stream except, bool start) {
   aa_backend *b = pool->backend;
   for (uint32_t i = 0; i < c->nsl; i++) {
     aa__slist *l = &c->sl[i];
+    if (start && l->stream != except && (l->fresh.n > 0 || l->ev != NULL) &&
+        aa__stream_idle(pool, l->stream)) {
+      /* every block here was freed before the query: the work before
+       * each free has completed */
+      aa__event_release(pool, l->ev);
+      l->ev = NULL;
+      infl_to_any(c, l);
+      fresh_to_any(c, l);
+      continue;
+    }
     if (l->ev == NULL && start && l->fresh.n > 0 && l->stream != except && l->infl.n == 0) {
       void *ev = NULL;
       if (b->ops->event_record(b, l->stream, &ev) == AA_OK) {

@@ -487,6 +487,9 @@ struct aa_pool {
   _Atomic uint32_t ltc_published;
   _Atomic uint64_t backend_allocs, backend_frees, backend_failures;
   _Atomic uint64_t backend_ns; /* time inside those calls (aa__backend_*) */
+  /* stream_query calls (aa__stream_idle) and those that found the stream
+   * idle (each saved an event) */
+  _Atomic uint64_t stream_queries, stream_idle;
   _Atomic uint64_t ooms, oom_retries, invalid_frees;
   _Atomic size_t limit;
   _Atomic bool telemetry;
@@ -572,6 +575,11 @@ void aa__slot_rebase(aa_pool *pool, int slot);
 /* Queries events, releasing the completed ones (array compacted); 1 when
  * none is left pending. */
 int aa__events_done(aa_pool *pool, void **ev, uint32_t *n);
+/* Whether all work issued on `stream` so far has completed, by the
+ * backend's stream_query (false when it has none, says pending or fails);
+ * counted in the pool's stream_queries / stream_idle. The one check for the
+ * small and the large path, asked before an event is recorded. */
+bool aa__stream_idle(aa_pool *pool, aa_stream stream);
 /* Releases one backend event; NULL is a no-op. The one release for the
  * small and the large path. */
 void aa__event_release(aa_pool *pool, void *ev);

@@ -200,7 +200,7 @@ static void park_drop(aa_pool *pool, unsigned i) {
 static aa__chunk *park_take(aa_pool *pool, size_t need, aa_stream stream) {
   for (unsigned i = pool->npark; i-- > 0;) { /* newest first */
     aa__chunk *c = pool->lpark[i];
-    if (c->size == need && (c->any || c->stream == stream)) {
+    if (c->size == need && aa__lg_usable(pool, c, stream)) {
       park_drop(pool, i);
       c->parked = 0;
       return c;
@@ -220,8 +220,9 @@ static void park(aa_pool *pool, aa__chunk *c) {
   pool->lpark[pool->npark++] = c;
 }
 
-/* Whether a free chunk may be handed out on `stream` now; records the event
- * on the freeing stream lazily (one event covers the chunk). */
+/* Whether a free chunk may be handed out on `stream` now: its freeing stream
+ * is idle (no event needed), or the event recorded on it lazily (one event
+ * covers the chunk) has completed. */
 bool aa__lg_usable(aa_pool *pool, aa__chunk *c, aa_stream stream) {
   aa_backend *b = pool->backend;
   if (c->nxev > 0) {
@@ -233,6 +234,10 @@ bool aa__lg_usable(aa_pool *pool, aa__chunk *c, aa_stream stream) {
   }
   if (c->any || c->stream == stream)
     return true;
+  if (c->ev == NULL && aa__stream_idle(pool, c->stream)) {
+    c->any = 1; /* freed before the query: its work has completed */
+    return true;
+  }
   if (c->ev == NULL && b->ops->event_record(b, c->stream, &c->ev) != AA_OK) {
     c->ev = NULL;
     return false;

@@ -314,6 +314,8 @@ int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out) {
   out->large_pages_unmapped = lunmaps;
   out->large_bytes_held = lt_block;
   out->large_held_reclaims = atomic_load_explicit(&pool->ltc_reclaims, AA__RLX);
+  out->stream_queries = atomic_load_explicit(&pool->stream_queries, AA__RLX);
+  out->stream_idle = atomic_load_explicit(&pool->stream_idle, AA__RLX);
   out->window_peak_bytes_in_use = atomic_load(&pool->win_peak_out_bytes);
   if (out->window_peak_bytes_in_use < out->bytes_in_use)
     out->window_peak_bytes_in_use = out->bytes_in_use;
@@ -413,6 +415,8 @@ size_t aa_pool_stats_json(const aa_pool_stats *st, char *buf, size_t cap) {
   jw_u64(&w, "large_page_bytes", st->large_page_bytes);
   jw_u64(&w, "large_bytes_held", st->large_bytes_held);
   jw_u64(&w, "large_held_reclaims", st->large_held_reclaims);
+  jw_u64(&w, "stream_queries", st->stream_queries);
+  jw_u64(&w, "stream_idle", st->stream_idle);
   uint32_t nc = st->class_count < AA_MAX_CLASSES ? st->class_count : AA_MAX_CLASSES;
   jw_fmt(&w, ",\"class_count\":%" PRIu32 ",\"classes\":[", nc);
   for (uint32_t i = 0; i < nc; i++) {

@@ -19,6 +19,14 @@ void aa_backend_host_fail_nth(aa_backend *b, uint64_t n, bool every);
 /* While `hold` is true, host events recorded and not yet queried complete
  * stay pending; setting it false completes every outstanding event. */
 void aa_backend_host_hold_events(aa_backend *b, bool hold);
+/* Marks `stream` busy (its work outstanding: stream_query says pending and
+ * events recorded on it now stay pending) or idle again (those events
+ * complete). AA_ELIMIT past 8 busy streams at once, AA_EINVAL for a backend
+ * that is not the host one. Events held by aa_backend_host_hold_events stay
+ * held either way. */
+int aa_backend_host_stream_busy(aa_backend *b, aa_stream stream, bool busy);
+/* stream_query calls the backend has answered so far. */
+uint64_t aa_backend_host_stream_queries(const aa_backend *b);
 /* Calls made so far: allocs, frees, and bytes currently mapped. */
 void aa_backend_host_counts(const aa_backend *b, uint64_t *allocs,
                             uint64_t *frees, uint64_t *bytes_mapped);

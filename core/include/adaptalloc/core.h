@@ -95,6 +95,15 @@ typedef struct aa_backend_ops {
   /* Undo one map: the memory goes back to the system. The caller
    * guarantees that no work still uses it. */
   void (*unmap)(aa_backend *b, void *addr, size_t size, void *handle);
+
+  /* Optional (NULL: not offered). AA_OK when every piece of work issued on
+   * `stream` up to this call has completed (the stream is idle); AA_EAGAIN
+   * while some is pending, or when the backend cannot tell now (a stream
+   * under CUDA graph capture); another negative code on error. Blocks
+   * freed on a stream before an AA_OK are usable on every stream: a pool
+   * asks this before it records an event for them, so that an idle stream
+   * costs one query instead of an event's record and query. */
+  int (*stream_query)(aa_backend *b, aa_stream stream);
 } aa_backend_ops;
 
 /* A backend is a value: the ops table, its private context, what it is. A
@@ -340,7 +349,7 @@ AA_EXTERN int aa_pool_set_classes(aa_pool *pool, const aa_class_spec *specs,
 
 /* ------------------------------------------------------------------ stats */
 
-#define AA_STATS_VERSION 5
+#define AA_STATS_VERSION 6
 #define AA_HIST_BUCKETS 192 /* quarter doublings: bucket(size) below */
 #define AA_HH_MAX 32        /* heavy-hitter exact sizes reported */
 
@@ -412,6 +421,8 @@ typedef struct aa_pool_stats {
   uint64_t large_page_bytes;         /* expandable: the map unit (0: not expandable) */
   uint64_t large_bytes_held;         /* large blocks freed into threads' caches, held now */
   uint64_t large_held_reclaims;      /* held blocks other threads took back so far */
+  uint64_t stream_queries;           /* backend stream_query calls, before recording an event */
+  uint64_t stream_idle;              /* of those, streams found idle: an event saved each */
 
   uint32_t class_count;
   uint32_t hh_count;

@@ -288,6 +288,27 @@ int aa__cuda_op_event_record(aa_backend *b, aa_stream stream, void **out) {
   return AA_OK;
 }
 
+int aa__cuda_op_stream_query(aa_backend *b, aa_stream stream) {
+  cudaError_t e;
+  (void)b;
+  if (stream == AA_STREAM_HOST)
+    return AA_OK; /* no GPU work */
+  /* querying a capturing stream is illegal (and ends the capture): the
+   * caller records an event instead, which is refused the same way */
+  if (stream != NULL && stream_capturing((cudaStream_t)stream))
+    return AA_EAGAIN;
+  /* The legacy default stream (NULL) is the current device's, as for
+   * aa__cuda_op_event_record. */
+  e = cudaStreamQuery((cudaStream_t)stream);
+  if (e == cudaSuccess)
+    return AA_OK;
+  if (e == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return AA_EAGAIN;
+  }
+  return aa__cuda_err(e);
+}
+
 int aa__cuda_op_event_query(aa_backend *b, void *event) {
   (void)b;
   return aa__cuda_event_query((const aa__cuda_event *)event);

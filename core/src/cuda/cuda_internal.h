@@ -98,6 +98,10 @@ struct aa__cuda_backend {
 /* Event ops common to both backends. */
 int aa__cuda_op_event_record(aa_backend *b, aa_stream stream, void **out);
 int aa__cuda_op_event_query(aa_backend *b, void *event);
+/* cudaStreamQuery: AA_OK when `stream` is idle, AA_EAGAIN while it has work
+ * or is being captured into a graph; AA_STREAM_HOST is always idle. The
+ * pinned backend's stream_query (the device backend offers none). */
+int aa__cuda_op_stream_query(aa_backend *b, aa_stream stream);
 void aa__cuda_op_event_release(aa_backend *b, void *event);
 
 /* NULL unless b is one of ours. */

@@ -12,6 +12,9 @@
  * Events: pinned memory is used by copies on streams of any device, so there
  * is one event pool per device and an event is recorded with the pool of the
  * stream's own device (cudaStreamGetDevice). AA_STREAM_HOST records nothing.
+ * Before it records one, the pool asks whether the stream is idle
+ * (cudaStreamQuery, stream_query): a staging buffer put back on a stream
+ * with no work left is reused with one query and no event.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +86,7 @@ static const aa_backend_ops pin_ops = {
     .event_release = aa__cuda_op_event_release,
     .synchronize = pin_synchronize,
     .destroy = pin_destroy,
+    .stream_query = aa__cuda_op_stream_query,
 };
 
 int aa_backend_pinned_new(aa_backend **out) {
