@@ -116,6 +116,8 @@ timing bench_run_batch_case(const bench_allocator *a, batch_plan *plans, int thr
 int bench_host_main(int argc, char **argv);
 /* bench_steps.c: `adaptalloc-bench steps`. */
 int bench_steps_main(int argc, char **argv);
+/* bench_staging.c: `adaptalloc-bench staging`. */
+int bench_staging_main(int argc, char **argv);
 
 /* Keeps a pointer alive in the eyes of the compiler without touching the
  * memory it points to, so alloc/free pairs cannot be elided. */

@@ -3,6 +3,7 @@
  *
  *   adaptalloc-bench host [...]   allocator comparison on the host (bench_host.c)
  *   adaptalloc-bench steps [...]  the allocator's own cost per training step (bench_steps.c)
+ *   adaptalloc-bench staging [...] pinned staging buffers' get+put (bench_staging.c)
  *
  * jemalloc uses the initial-exec TLS model, so dlopen'ing it next to
  * everything else can fail with "cannot allocate memory in static TLS
@@ -28,7 +29,9 @@ static void usage(FILE *f) {
           "  host    adaptalloc vs glibc, jemalloc, mimalloc on the host, one process\n"
           "          (adaptalloc-bench host --help for its options)\n"
           "  steps   the allocator's own cost per training step (the GPU zoo's moe\n"
-          "          step as allocations, on a host pool)\n");
+          "          step as allocations, on a host pool)\n"
+          "  staging pinned staging buffers' get+put (pinned_empty + free) on the host\n"
+          "          backend: events and stream queries per pair\n");
 }
 
 /* Re-executes this program with more optional static TLS. Returns only when
@@ -76,7 +79,9 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "steps") == 0)
     return bench_steps_main(argc - 1, argv + 1);
-  fprintf(stderr, "adaptalloc-bench: unknown command '%s' (host, steps)\n", argv[1]);
+  if (strcmp(argv[1], "staging") == 0)
+    return bench_staging_main(argc - 1, argv + 1);
+  fprintf(stderr, "adaptalloc-bench: unknown command '%s' (host, steps, staging)\n", argv[1]);
   fprintf(stderr, "(adaptalloc-bench --help for usage)\n");
   return 2;
 }
