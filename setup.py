@@ -7,9 +7,10 @@
 2. adaptalloc._C, the CPython extension over the C API, links to them.
 3. When torch is importable here: adaptalloc._torch_native, the native torch
    allocator (torch/native/*.cpp, needs CUDA), and adaptalloc._torch_ext, the
-   pinned-tensor and pack helpers (python/src/torch_ext.cpp), compiled
-   against that torch (torch.utils.cpp_extension supplies paths and flags).
-   A torch extension that fails to build is reported and left out.
+   pinned-tensor and pack helpers (python/src/torch_ext.cpp; with CUDA's
+   headers when there are, so that it reads the current stream itself),
+   compiled against that torch (torch.utils.cpp_extension supplies paths and
+   flags). A torch extension that fails to build is reported and left out.
 4. policies/*.json ship as adaptalloc/policies/.
 
 Environment:
@@ -77,22 +78,36 @@ def _torch_extensions():
     exts = []
     srcs = sorted(os.path.relpath(p, ROOT)
                   for p in glob.glob(os.path.join(ROOT, "torch", "native", "*.cpp")))
-    specs = [("_torch_ext", ["python/src/torch_ext.cpp"], cpp.CppExtension)]
+    # _torch_ext with CUDA's headers (AA_TORCH_EXT_CUDA: pinned_empty reads
+    # the current stream in C++), else without (Python passes the stream);
+    # a CUDA build that fails to compile falls back to the plain one
+    # (BuildExt.build_extension, ext.aa_fallback).
+    specs = [("_torch_ext", ["python/src/torch_ext.cpp"], cpp.CUDAExtension,
+              ["-DAA_TORCH_EXT_CUDA=1"], cpp.CppExtension)]
     if srcs:
-        specs.append(("_torch_native", srcs, cpp.CUDAExtension))
-    for name, sources, kind in specs:
+        specs.append(("_torch_native", srcs, cpp.CUDAExtension, [], None))
+    for name, sources, kind, defines, plain in specs:
         try:
-            ext = kind("adaptalloc." + name, sources)
+            ext = _make_ext(torch, cpp, kind, name, sources, defines)
         except Exception as e:  # e.g. no CUDA_HOME for CUDAExtension
-            print("adaptalloc: cannot build adaptalloc.%s here (%s)" % (name, e))
-            continue
-        ext.include_dirs = INCLUDES + list(ext.include_dirs)
-        ext.extra_compile_args = _torch_flags(torch, cpp, name)
-        ext.libraries = ["adaptalloc"] + list(ext.libraries)
-        ext.extra_link_args = ["-Wl,-rpath,$ORIGIN"]
-        ext.language = "c++"
+            if plain is None:
+                print("adaptalloc: cannot build adaptalloc.%s here (%s)" % (name, e))
+                continue
+            ext, plain = _make_ext(torch, cpp, plain, name, sources, []), None
+        if plain is not None:
+            ext.aa_fallback = _make_ext(torch, cpp, plain, name, sources, [])
         exts.append(ext)
     return exts
+
+
+def _make_ext(torch, cpp, kind, name, sources, defines):
+    ext = kind("adaptalloc." + name, sources)
+    ext.include_dirs = INCLUDES + list(ext.include_dirs)
+    ext.extra_compile_args = _torch_flags(torch, cpp, name) + list(defines)
+    ext.libraries = ["adaptalloc"] + list(ext.libraries)
+    ext.extra_link_args = ["-Wl,-rpath,$ORIGIN"]
+    ext.language = "c++"
+    return ext
 
 
 class BuildExt(build_ext):
@@ -177,12 +192,30 @@ class BuildExt(build_ext):
         if ext.name in ("adaptalloc._torch_native", "adaptalloc._torch_ext"):
             try:
                 super().build_extension(ext)
+                return
             except Exception as e:
-                # The C package stays usable: install(native=True) then warns
-                # and uses the pluggable fallback.
-                print("adaptalloc: WARNING: %s did not build (%s); adaptalloc.torch works "
-                      "without it (the pluggable allocator, tensors made in Python)"
-                      % (ext.name, e), file=sys.stderr)
+                err = e
+            plain = getattr(ext, "aa_fallback", None)
+            if plain is not None:
+                print("adaptalloc: WARNING: %s did not build with CUDA's headers (%s); "
+                      "building it without them (pinned_empty then takes the current "
+                      "stream from Python)" % (ext.name, err), file=sys.stderr)
+                # the same Extension object (setuptools keeps its own state
+                # on it), with the plain build's settings
+                for f in ("include_dirs", "libraries", "extra_compile_args",
+                          "extra_link_args", "define_macros"):
+                    setattr(ext, f, list(getattr(plain, f)))
+                ext.library_dirs = [self._libdir] + list(plain.library_dirs)
+                try:
+                    super().build_extension(ext)
+                    return
+                except Exception as e:
+                    err = e
+            # The C package stays usable: install(native=True) then warns
+            # and uses the pluggable fallback.
+            print("adaptalloc: WARNING: %s did not build (%s); adaptalloc.torch works "
+                  "without it (the pluggable allocator, tensors made in Python)"
+                  % (ext.name, err), file=sys.stderr)
             return
         super().build_extension(ext)
 

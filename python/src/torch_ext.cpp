@@ -2,25 +2,44 @@
 // pinned-pool helpers, built when torch is importable at install time.
 // Python could do the same with torch.frombuffer and views, at a few
 // microseconds of interpreter and dispatcher work per tensor; here a tensor
-// over a pool block is one at::from_blob, and pack's device views are built
+// over a pool block is one at::for_blob, and pack's device views are built
 // straight from the storage.
 //
 // Everything goes through the C API (adaptalloc/cuda.h, runtime.h); nothing
 // here allocates or copies by itself.
-//   pinned_empty(shape: list[int], dtype: torch.dtype, stream: int) -> Tensor
+//   pinned_empty(shape, dtype=None, stream=None) -> Tensor
 //       CPU tensor over aa_staging_get(runtime pinned pool); its deleter
-//       returns the block with aa_staging_put(..., stream).
+//       returns the block with aa_staging_put(..., stream). shape: an int or
+//       a sequence of ints (torch.Size, tuple, list); dtype: a torch.dtype
+//       (None: float32); stream: a raw cudaStream_t as an int, or None for
+//       the current CUDA stream (only when CURRENT_STREAM is True: built
+//       with CUDA's headers, AA_TORCH_EXT_CUDA). A plain CPython fast-call
+//       function, not a pybind11 one: it is called per tensor, and
+//       pybind11's overload dispatch and std::vector conversion cost about
+//       as much as the pool's get and put together.
 //   pack(packer: int, tensors: list[Tensor], device: int, copy_stream: int,
 //        wait_stream: int) -> (list[Tensor], base) | int
 //       aa_packer_add_many of the CPU tensors (made contiguous), one device
 //       allocation `base`, aa_packer_flush on copy_stream, aa_packer_wait on
 //       wait_stream when it differs, and the device views of base. When they
 //       do not fit the packer: the bytes they need (nothing packed).
+//   CURRENT_STREAM: bool, whether pinned_empty can read the current stream.
 #include <torch/extension.h>
 #include <torch/csrc/Dtype.h>
+#include <torch/csrc/autograd/python_variable.h>
+#ifndef AA_TORCH_EXT_CUDA
+#define AA_TORCH_EXT_CUDA 0 // setup.py defines it to 1 when it builds with CUDA
+#endif
+#if AA_TORCH_EXT_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include <Python.h>
 
 #include <cstdint>
+#include <new>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "adaptalloc/core.h"
@@ -31,12 +50,6 @@ namespace py = pybind11;
 
 namespace {
 
-at::ScalarType dtype_of(const py::handle &obj) {
-  if (!THPDtype_Check(obj.ptr()))
-    throw py::type_error("adaptalloc: dtype must be a torch.dtype");
-  return reinterpret_cast<THPDtype *>(obj.ptr())->scalar_type;
-}
-
 aa_pool *pinned_pool() {
   aa_pool *pool = aa_runtime_pool(AA_BACKEND_PINNED, 0);
   if (pool == nullptr)
@@ -44,33 +57,193 @@ aa_pool *pinned_pool() {
   return pool;
 }
 
-at::Tensor pinned_empty(const std::vector<int64_t> &shape, const py::handle &dtype,
-                        uint64_t stream) {
-  at::ScalarType st = dtype_of(dtype);
+// ------------------------------------------------------------ pinned_empty
+
+constexpr const char *kPE = "adaptalloc.torch.pinned_empty: ";
+
+// What the deleter of a pinned tensor's storage needs: the block, its size
+// and pool, and the stream whose work must finish before its reuse.
+struct PinnedBlock {
+  aa_pool *pool;
+  void *ptr;
+  size_t size;
+  aa_stream stream;
+};
+
+void pinned_block_put(void *ctx) {
+  auto *b = static_cast<PinnedBlock *>(ctx);
+  // After aa_runtime_shutdown the pool is gone: nothing to return to.
+  if (aa_runtime_started())
+    (void)aa_staging_put(b->pool, b->ptr, b->size, b->stream);
+  delete b;
+}
+
+// One dimension: an int or an object with __index__ (not a float). Sets a
+// Python error and returns false when it is not one.
+bool dim_of(PyObject *o, Py_ssize_t at, int64_t *out) {
+  long long v;
+  if (PyLong_Check(o)) {
+    v = PyLong_AsLongLong(o);
+  } else if (PyIndex_Check(o)) {
+    PyObject *i = PyNumber_Index(o);
+    if (i == nullptr)
+      return false;
+    v = PyLong_AsLongLong(i);
+    Py_DECREF(i);
+  } else {
+    PyErr_Format(PyExc_TypeError, "%sshape must be an int or a sequence of ints; item %zd is %s",
+                 kPE, at, Py_TYPE(o)->tp_name);
+    return false;
+  }
+  if (v == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_ValueError, "%sdimension %zd is too large", kPE, at);
+    return false;
+  }
+  if (v < 0) {
+    PyErr_Format(PyExc_ValueError, "%snegative dimension %lld at %zd", kPE, v, at);
+    return false;
+  }
+  *out = static_cast<int64_t>(v);
+  return true;
+}
+
+// The shape: an int, or a sequence of ints (torch.Size, tuple, list or any
+// iterable). Sets a Python error and returns false otherwise.
+bool shape_of(PyObject *o, c10::SmallVector<int64_t, 8> *dims) {
+  if (PyLong_Check(o) || (!PySequence_Check(o) && PyIndex_Check(o))) {
+    int64_t d;
+    if (!dim_of(o, 0, &d))
+      return false;
+    dims->push_back(d);
+    return true;
+  }
+  PyObject *seq = PySequence_Fast(o, "");
+  if (seq == nullptr) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "%sshape must be an int or a sequence of ints, not %s", kPE,
+                 Py_TYPE(o)->tp_name);
+    return false;
+  }
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  PyObject **items = PySequence_Fast_ITEMS(seq);
+  bool ok = true;
+  for (Py_ssize_t i = 0; i < n && ok; i++) {
+    int64_t d;
+    ok = dim_of(items[i], i, &d);
+    if (ok)
+      dims->push_back(d);
+  }
+  Py_DECREF(seq);
+  return ok;
+}
+
+// The raw stream handle `o` (an int) to put the block back on; None (or
+// absent) leaves *given false: the current stream, read later.
+bool stream_arg(PyObject *o, aa_stream *out, bool *given) {
+  *given = false;
+  if (o == nullptr || o == Py_None)
+    return true;
+  if (!PyLong_Check(o)) {
+    PyErr_Format(PyExc_TypeError, "%sstream must be a raw stream handle (int) or None, not %s",
+                 kPE, Py_TYPE(o)->tp_name);
+    return false;
+  }
+  unsigned long long v = PyLong_AsUnsignedLongLong(o);
+  if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred())
+    return false;
+  *out = reinterpret_cast<aa_stream>(static_cast<uintptr_t>(v));
+  *given = true;
+  return true;
+}
+
+// The current CUDA stream of the current device (what
+// torch.cuda.current_stream() names). Throws c10::Error when CUDA fails.
+bool current_stream(aa_stream *out) {
+#if AA_TORCH_EXT_CUDA
+  *out = reinterpret_cast<aa_stream>(c10::cuda::getCurrentCUDAStream().stream());
+  return true;
+#else
+  (void)out;
+  PyErr_Format(PyExc_RuntimeError,
+               "%sthis build cannot read the current CUDA stream (built without CUDA's "
+               "headers): pass the stream",
+               kPE);
+  return false;
+#endif
+}
+
+PyObject *pinned_empty(PyObject * /*self*/, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs < 1 || nargs > 3) {
+    PyErr_Format(PyExc_TypeError, "%stakes (shape, dtype=None, stream=None), %zd arguments given",
+                 kPE, nargs);
+    return nullptr;
+  }
+  at::ScalarType st = at::kFloat;
+  if (nargs >= 2 && args[1] != Py_None) {
+    if (!THPDtype_Check(args[1])) {
+      PyErr_Format(PyExc_TypeError, "%sdtype must be a torch.dtype, not %s", kPE,
+                   Py_TYPE(args[1])->tp_name);
+      return nullptr;
+    }
+    st = reinterpret_cast<THPDtype *>(args[1])->scalar_type;
+  }
+  c10::SmallVector<int64_t, 8> dims;
+  if (!shape_of(args[0], &dims))
+    return nullptr;
   int64_t numel = 1;
-  for (int64_t d : shape) {
-    if (d < 0)
-      throw py::value_error("adaptalloc.torch.pinned_empty: negative dimension");
-    if (__builtin_mul_overflow(numel, d, &numel))
-      throw py::value_error("adaptalloc.torch.pinned_empty: the shape has too many elements");
+  for (int64_t d : dims) {
+    if (__builtin_mul_overflow(numel, d, &numel)) {
+      PyErr_Format(PyExc_ValueError, "%sthe shape has too many elements", kPE);
+      return nullptr;
+    }
   }
   size_t nbytes = 0;
-  if (__builtin_mul_overflow(static_cast<size_t>(numel), c10::elementSize(st), &nbytes))
-    throw py::value_error("adaptalloc.torch.pinned_empty: the tensor is too large");
+  if (__builtin_mul_overflow(static_cast<size_t>(numel), c10::elementSize(st), &nbytes)) {
+    PyErr_Format(PyExc_ValueError, "%sthe tensor is too large", kPE);
+    return nullptr;
+  }
   size_t size = nbytes ? nbytes : 1;
-  aa_pool *pool = pinned_pool();
-  void *p = aa_staging_get(pool, size);
-  if (p == nullptr)
-    throw std::runtime_error("adaptalloc: out of pinned memory allocating " +
-                             std::to_string(size) + " bytes");
-  aa_stream s = reinterpret_cast<aa_stream>(static_cast<uintptr_t>(stream));
-  auto put = [pool, size, s](void *q) {
-    // After aa_runtime_shutdown the pool is gone: nothing to return to.
-    if (aa_runtime_started())
-      (void)aa_staging_put(pool, q, size, s);
-  };
-  return at::from_blob(p, shape, put, at::TensorOptions().dtype(st).device(at::kCPU));
+  aa_stream s = nullptr;
+  bool given = false;
+  if (!stream_arg(nargs >= 3 ? args[2] : nullptr, &s, &given))
+    return nullptr;
+  try {
+    aa_pool *pool = pinned_pool();
+    if (!given && !current_stream(&s))
+      return nullptr;
+    void *p = aa_staging_get(pool, size);
+    if (p == nullptr) {
+      PyErr_Format(PyExc_RuntimeError, "adaptalloc: out of pinned memory allocating %zu bytes",
+                   size);
+      return nullptr;
+    }
+    auto *blk = new (std::nothrow) PinnedBlock{pool, p, size, s};
+    if (blk == nullptr) {
+      (void)aa_staging_put(pool, p, size, AA_STREAM_HOST); // never handed out
+      return PyErr_NoMemory();
+    }
+    // From .context() on, the tensor maker owns blk, then the storage; on
+    // an exception the maker puts the block back (pinned_block_put).
+    at::Tensor t = at::for_blob(p, c10::IntArrayRef(dims.data(), dims.size()))
+                       .context(blk, &pinned_block_put)
+                       .target_device(c10::Device(c10::kCPU))
+                       .options(at::TensorOptions().dtype(st).device(at::kCPU))
+                       .make_tensor();
+    return THPVariable_Wrap(std::move(t));
+  } catch (const c10::Error &e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what_without_backtrace());
+  } catch (const std::exception &e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
 }
+
+PyMethodDef fast_methods[] = {
+    {"pinned_empty", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(pinned_empty)),
+     METH_FASTCALL,
+     "pinned_empty(shape, dtype=None, stream=None): a CPU tensor over a pinned-pool block"},
+    {nullptr, nullptr, 0, nullptr}};
 
 py::object pack(uint64_t packer, const std::vector<at::Tensor> &tensors, int64_t device,
                 uint64_t copy_stream, uint64_t wait_stream) {
@@ -147,7 +320,9 @@ py::object pack(uint64_t packer, const std::vector<at::Tensor> &tensors, int64_t
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "adaptalloc's pinned-pool tensors and packed copies (see adaptalloc.torch)";
-  m.def("pinned_empty", &pinned_empty, py::arg("shape"), py::arg("dtype"), py::arg("stream"));
+  if (PyModule_AddFunctions(m.ptr(), fast_methods) != 0)
+    throw py::error_already_set();
+  m.attr("CURRENT_STREAM") = py::bool_(AA_TORCH_EXT_CUDA != 0);
   m.def("pack", &pack, py::arg("packer"), py::arg("tensors"), py::arg("device"),
         py::arg("copy_stream"), py::arg("wait_stream"));
 }

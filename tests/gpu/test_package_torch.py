@@ -269,6 +269,56 @@ def test_pinned_block_is_not_reused_before_its_copy_completes(tmp_path):
     assert d["bad"] == 0
 
 
+def test_pinned_empty_checks_its_arguments_and_follows_the_current_stream(tmp_path):
+    for env in EXT_MODES:
+        _pinned_args_case(tmp_path, env)
+
+
+def _pinned_args_case(tmp_path, env):
+    p, d = run("""
+        import json, torch, adaptalloc.torch as aat
+        errs = []
+        for args, kw in [((2.5,), {}), (((2, -1),), {}), (("ab",), {}),
+                         ((4, "float"), {}), ((4,), {"stream": 5})]:
+            try:
+                aat.pinned_empty(*args, **kw)
+                errs.append(None)
+            except (TypeError, ValueError) as e:
+                errs.append(type(e).__name__)
+        made = [aat.pinned_empty(s, torch.float16)
+                for s in (3, (2, 3), [4], torch.Size([2, 2]), (), range(2, 4))]
+        shapes = [list(t.shape) for t in made]
+        ok = all(t.is_pinned() and t.dtype == torch.float16 for t in made)
+        # No stream given: the current one. The block dies while a copy from
+        # it waits on a side stream made current; the next block must not be it.
+        n, s, bad = 1 << 20, torch.cuda.Stream(), 0
+        for r in range(10):
+            dst = torch.empty(n, dtype=torch.int32, device="cuda")
+            with torch.cuda.stream(s):
+                src = aat.pinned_empty(n, torch.int32)
+                src.fill_(r)
+                torch.cuda._sleep(20_000_000)           # the copy starts late
+                dst.copy_(src, non_blocking=True)
+                del src
+                nxt = aat.pinned_empty(n, torch.int32)
+            nxt.fill_(-1)                               # would corrupt dst if reused
+            s.synchronize()
+            bad += int((dst != r).sum().item() > 0)
+            del nxt
+        print(json.dumps({"errs": errs, "shapes": shapes, "ok": ok, "bad": bad,
+                          "ext": aat._ext is not None,
+                          "current": getattr(aat._ext, "CURRENT_STREAM", None)}))
+    """, tmp_path, env=env)
+    assert p.returncode == 0, (env, p.stderr)
+    assert d["errs"] == ["TypeError", "ValueError", "TypeError", "TypeError", "TypeError"], (env, d)
+    assert d["shapes"] == [[3], [2, 3], [4], [2, 2], [], [2, 3]], (env, d)
+    assert d["ok"] and d["bad"] == 0, (env, d)
+    if env:
+        assert d["ext"] is False
+    else:  # built with CUDA's headers: C++ reads the current stream
+        assert d["ext"] and d["current"] is True, d
+
+
 def test_pack_is_bit_identical(tmp_path):
     for env in EXT_MODES:
         _pack_case(tmp_path, env)

@@ -401,3 +401,64 @@ def test_regions_names_policy_and_stats_without_torch(run_py):
     assert d["region_stats"] == {}
     assert d["current"] is None
     assert len(d["warnings"]) == 1 and "install() has not run" in d["warnings"][0]
+
+
+STANDIN_TORCH = '''
+"""A stand-in for torch with what adaptalloc.torch.pinned_empty's routing reads."""
+__version__ = "0.0-standin"
+class dtype:
+    def __init__(self, name):
+        self.name = name
+    def __repr__(self):
+        return "torch." + self.name
+float32, float16 = dtype("float32"), dtype("float16")
+class _C:
+    @staticmethod
+    def _cuda_getCurrentRawStream(device):
+        return 1000 + device
+class cuda:
+    class Stream:
+        def __init__(self, handle):
+            self.cuda_stream = handle
+    @staticmethod
+    def current_device():
+        return 3
+'''
+
+
+def test_pinned_empty_makes_one_call_into_the_cpp_helper(run_py, tmp_path):
+    """With the C++ helper, pinned_empty hands shape and dtype over untouched
+    (C++ checks them) and lets C++ read the current stream when it can
+    (CURRENT_STREAM); else, or for an explicit stream, it passes the raw
+    handle. A stand-in torch and helper record the calls."""
+    (tmp_path / "standin").mkdir()
+    (tmp_path / "standin" / "torch.py").write_text(STANDIN_TORCH)
+    r = run_py("""
+        import json, sys
+        sys.path.insert(0, "standin")
+        import torch
+        import adaptalloc.torch as aat
+        calls = []
+        class Ext:
+            CURRENT_STREAM = True
+            def pinned_empty(self, *args):
+                calls.append([repr(a) for a in args])
+                return "tensor"
+        aat._ext = Ext()
+        out = [aat.pinned_empty((2, 3)), aat.pinned_empty(4, torch.float16),
+               aat.pinned_empty([5], stream=torch.cuda.Stream(77))]
+        Ext.CURRENT_STREAM = False      # built without CUDA's headers
+        out.append(aat.pinned_empty(6))
+        try:
+            aat.pinned_empty(7, stream="s")
+            err = None
+        except TypeError as e:
+            err = str(e)
+        print(json.dumps({"calls": calls, "out": out, "err": err}))
+    """)
+    assert r.rc == 0, r.err
+    d = r.json()
+    assert d["out"] == ["tensor"] * 4
+    assert d["calls"] == [["(2, 3)", "None"], ["4", "torch.float16"], ["[5]", "None", "77"],
+                          ["6", "None", "1003"]], d
+    assert d["err"] and "stream must be a torch.cuda.Stream" in d["err"]

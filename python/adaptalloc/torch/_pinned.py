@@ -5,6 +5,7 @@ It reads the C++ helpers (_ext, None when absent or switched off) from the
 package, through _pkg.
 """
 import math
+import operator
 
 from adaptalloc import _C
 from adaptalloc import torch as _pkg  # the package: the state it holds is rebound at run time
@@ -15,10 +16,15 @@ def _shape(shape, what):
     if isinstance(shape, int):
         shape = (shape,)
     try:
-        shape = tuple(int(d) for d in shape)
+        shape = tuple(shape)
     except TypeError:
         raise TypeError("adaptalloc.torch.%s: shape must be an int or a sequence of ints, "
                         "not %s" % (what, type(shape).__name__)) from None
+    try:  # ints, or what has __index__ (as the C++ helper takes them); not 2.5
+        shape = tuple(operator.index(d) for d in shape)
+    except TypeError:
+        raise TypeError("adaptalloc.torch.%s: shape must be an int or a sequence of ints, "
+                        "not %r" % (what, shape)) from None
     if any(d < 0 for d in shape):
         raise ValueError("adaptalloc.torch.%s: negative dimension in %s" % (what, shape))
     return shape
@@ -73,14 +79,15 @@ def pinned_empty(shape, dtype=None, *, stream=None):
     current CUDA stream when None) has finished the work issued up to then,
     so a non_blocking copy from it on that stream is safe. Copies on other
     streams: record_stream(tensor, stream)."""
+    ext = _pkg._ext
+    if ext is not None:
+        # One call into C++, which checks shape and dtype and, built with
+        # CUDA, reads the current stream itself (CURRENT_STREAM).
+        if stream is None and ext.CURRENT_STREAM:
+            return ext.pinned_empty(shape, dtype)
+        return ext.pinned_empty(shape, dtype,
+                                _stream_handle(_need_torch("pinned_empty"), stream))
     torch = _need_torch("pinned_empty")
-    if _pkg._ext is not None:
-        if isinstance(shape, int):
-            shape = [shape]
-        elif not isinstance(shape, (list, tuple, torch.Size)):
-            shape = _shape(shape, "pinned_empty")
-        return _pkg._ext.pinned_empty(shape, torch.float32 if dtype is None else dtype,
-                                 _stream_handle(torch, stream))
     return _pinned(torch, shape, dtype, stream, "pinned_empty")[1]
 
 
