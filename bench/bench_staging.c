@@ -126,7 +126,7 @@ int bench_staging_main(int argc, char **argv) {
   aa_backend_ops no_query;
   aa_backend events_backend;
   static const char *const names[2] = {"query", "events"};
-  sample (*v)[NSIZES][MAX_REPS] = calloc(2, sizeof *v);
+  sample(*v)[NSIZES][MAX_REPS] = calloc(2, sizeof *v);
   if (v == NULL || aa_backend_host_new(&host) != AA_OK)
     goto out;
   no_query = *host->ops;
@@ -164,7 +164,8 @@ int bench_staging_main(int argc, char **argv) {
       for (int f = 0; f < 3; f++) {
         for (int r = 0; r < reps; r++) {
           const sample *s = &v[k][si][r];
-          x[r] = f == 0 ? s->ns : f == 1 ? s->events : s->queries;
+          x[r] = f == 0 ? s->ns : f == 1 ? s->events
+                                         : s->queries;
         }
         stat3(x, reps, &m[f][0], &m[f][1], &m[f][2]);
       }
@@ -172,7 +173,9 @@ int bench_staging_main(int argc, char **argv) {
       snprintf(a, sizeof a, "%.1f [%.1f, %.1f]", m[0][0], m[0][1], m[0][2]);
       snprintf(b, sizeof b, "%.3f [%.3f, %.3f]", m[1][0], m[1][1], m[1][2]);
       snprintf(c, sizeof c, "%.3f [%.3f, %.3f]", m[2][0], m[2][1], m[2][2]);
-      printf("  %-9s %-7s %-26s %-22s %s\n", k == 0 ? (si == 0 ? "4 KiB" : si == 1 ? "1 MiB" : "16 MiB") : "",
+      printf("  %-9s %-7s %-26s %-22s %s\n", k == 0 ? (si == 0 ? "4 KiB" : si == 1 ? "1 MiB"
+                                                                                   : "16 MiB")
+                                                    : "",
              names[k], a, b, c);
     }
   }

@@ -251,7 +251,9 @@ static void test_core_staging_held_events_win(void **state) {
  * thread marks the streams busy and idle: no buffer is ever held by two
  * threads at once (each stamps its buffers and checks the stamp before
  * returning them). Run under TSan by CI. */
-enum { NT = 4, ITERS = 4000, LIVE = 4 };
+enum { NT = 4,
+       ITERS = 4000,
+       LIVE = 4 };
 
 typedef struct worker {
   fx *f;
