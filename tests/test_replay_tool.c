@@ -1049,6 +1049,78 @@ static void test_replay_tool_db_histogram(void **state) {
   free(err);
 }
 
+/* A stored run of the host pool alone (the demo's on a machine without a
+ * GPU) replays under the policy's host section unless --pool says
+ * otherwise; it used to replay as "pool device" (another thread-cache bound
+ * in the default policy). */
+static void test_replay_tool_pool_from_run(void **state) {
+  aa_store_config sc;
+  aa_store_run_info info;
+  aa_store *st = NULL;
+  aa_backend *be = NULL;
+  aa_pool_config pc;
+  aa_pool *pool = NULL;
+  aa_pool_stats *stats = calloc(1, sizeof *stats);
+  char db[400], *out = NULL, *err = NULL;
+  int64_t run = 0;
+  int i, rc;
+  cJSON *j;
+  (void)state;
+
+  assert_non_null(stats);
+  if (!have_binary()) {
+    free(stats);
+    skip();
+  }
+  snprintf(db, sizeof db, "%s/hostpool.db", g_tmp);
+  aa_store_config_init(&sc);
+  sc.path = db;
+  sc.quiet = true;
+  rc = aa_store_open(&sc, &st);
+  if (rc == AA_ENOTSUP) {
+    free(stats);
+    skip(); /* built without the store */
+  }
+  assert_int_equal(rc, AA_OK);
+  memset(&info, 0, sizeof info);
+  info.model = "replay-test";
+  info.rank = -1;
+  assert_int_equal(aa_store_begin_run(st, &info, &run), AA_OK);
+  assert_int_equal(aa_backend_host_new(&be), AA_OK);
+  aa_pool_config_init(&pc);
+  pc.backend = be;
+  pc.name = "host";
+  assert_int_equal(aa_pool_new(&pc, &pool), AA_OK);
+  aa_pool_set_trace(pool, aa_store_trace_push, st);
+  for (i = 0; i < 100; i++)
+    aa_free(pool, aa_alloc(pool, 4100, NULL), 4100, NULL);
+  aa_pool_set_trace(pool, NULL, NULL);
+  assert_int_equal(aa_pool_stats_get(pool, stats), AA_OK);
+  assert_int_equal(aa_store_snapshot(st, stats), AA_OK);
+  assert_int_equal(aa_store_flush(st, 0), AA_OK);
+  assert_int_equal(aa_store_close(st), AA_OK);
+  aa_pool_destroy(pool);
+  aa_backend_destroy(be);
+  free(stats);
+
+  assert_int_equal(sh(&out, &err, "{BIN} run --json --db %s", db), 0);
+  j = cJSON_Parse(out);
+  assert_non_null(j);
+  assert_string_equal(get(j, "pool")->valuestring, "host");
+  assert_int_equal((int)num(j, "events"), 200);
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+  assert_int_equal(sh(&out, &err, "{BIN} run --db %s --pool device", db), 0);
+  assert_non_null(strstr(out, "events, pool device"));
+  free(out);
+  free(err);
+  assert_int_equal(sh(&out, &err, "{BIN} run --db %s --from-histogram --events 100", db), 0);
+  assert_non_null(strstr(out, "events, pool host"));
+  free(out);
+  free(err);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_replay_tool_usage),
@@ -1063,6 +1135,7 @@ int main(void) {
       cmocka_unit_test(test_replay_tool_torch_model),
       cmocka_unit_test(test_replay_tool_import_run_db),
       cmocka_unit_test(test_replay_tool_db_histogram),
+      cmocka_unit_test(test_replay_tool_pool_from_run),
       cmocka_unit_test(test_replay_tool_export_and_seed),
       cmocka_unit_test(test_replay_tool_torch_converter),
   };

@@ -258,6 +258,7 @@ int parse_args(int argc, char **argv, options *o) {
           strcmp(optarg, "host") != 0)
         return usage_error("--pool: '%s' is not device, pinned or host", optarg);
       o->pool = optarg;
+      o->pool_given = true;
       break;
     case OPT_JSON:
       o->json = true;

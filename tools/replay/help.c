@@ -49,8 +49,9 @@ static const help_line input_help[] = {
 
 static const help_line option_help[] = {
     {C_REPLAY, "  --policy FILE          policy file (run, suggest; repeatable for compare)\n"},
-    {C_REPLAY, "  --pool NAME            which pool of the policy: device (default),\n"
-               "                         pinned or host\n"},
+    {C_REPLAY, "  --pool NAME            which pool of the policy: device, pinned or\n"
+               "                         host (default: a stored run's one pool when it\n"
+               "                         is host or pinned, else device)\n"},
     {C_REPLAY | C_RANKS, "  --json                 machine-readable output on stdout\n"},
     {C_INPUT, "  --progress, --no-progress  progress and the time left on stderr\n"
               "                         (default: when stderr is a terminal)\n"},

@@ -123,6 +123,28 @@ static bool run_pools(const char *path, int64_t run_id, int64_t *run, char *buf,
   return found;
 }
 
+static const char *pool_section(const char *name) {
+  if (strcmp(name, "host") == 0)
+    return "host";
+  if (strcmp(name, "pinned") == 0)
+    return "pinned";
+  return NULL;
+}
+
+const char *input_run_pool(const tool_input *in) {
+  char pools[256];
+  int64_t run = 0;
+
+  if (in->kind != IN_DB_TRACE && in->kind != IN_DB_HIST)
+    return NULL;
+  if (in->kind == IN_DB_HIST && in->hist_pool != NULL)
+    return pool_section(in->hist_pool);
+  if (!run_pools(in->path, in->run_id, &run, pools, sizeof pools) || pools[0] == '\0' ||
+      strchr(pools, ',') != NULL)
+    return NULL;
+  return pool_section(pools);
+}
+
 typedef struct trace_ctx {
   aa_replay_sink sink;
   void *user;

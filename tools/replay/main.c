@@ -181,6 +181,13 @@ int main(int argc, char **argv) {
       return rc == AA_ENOMEM ? EXIT_INTERNAL : EXIT_INPUT;
     }
   }
+  /* A stored run of one host or pinned pool (the demo's on a machine
+   * without a GPU) replays under that pool's section unless --pool says. */
+  if (!o.pool_given && o.ndbs <= 1) {
+    const char *p = input_run_pool(&o.in);
+    if (p != NULL)
+      o.pool = p;
+  }
   if (strcmp(o.cmd, "run") == 0)
     return cmd_run(&o, false);
   if (strcmp(o.cmd, "compare") == 0)

@@ -79,6 +79,12 @@ void input_describe(const tool_input *in, char *buf, size_t cap);
 /* The input's name for messages ("stdin" for "-"). */
 const char *input_name(const tool_input *in);
 
+/* The policy section a stored run's events came from, for --pool's default:
+ * "host" or "pinned" when the run (or --hist-pool) names exactly one pool
+ * and it is that one; NULL otherwise (a CSV, a histogram file, a device
+ * pool, several pools: the caller keeps "device"). */
+const char *input_run_pool(const tool_input *in);
+
 /* What messages call an event's position: "line" or "event". */
 const char *input_position_name(const tool_input *in);
 
@@ -194,6 +200,7 @@ typedef struct options {
   const char *policies[MAX_POLICIES];
   size_t npolicies;
   const char *pool;
+  bool pool_given; /* --pool on the command line (else the run's, or device) */
   const char *out;
   const char *plot; /* compare --plot FILE.svg */
   bool json;
