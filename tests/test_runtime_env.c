@@ -446,8 +446,8 @@ static void scenario_good_policy_file(void) {
 
   set_env_common();
   snprintf(path, sizeof(path), "%s/good.json", tmpdir);
-  write_file(path, "{\"pools\": {\"host\": {\"classes\": [512, 3072, 1048576]}},"
-                   " \"adapt\": {\"enabled\": false}}");
+  write_file(path, "{\"pools\": {\"host\": {\"classes\": [512, 3072, 1048576],"
+                   " \"large\": {\"map_runs\": true}}}, \"adapt\": {\"enabled\": false}}");
   setenv("ADAPTALLOC_POLICY", path, 1);
   setenv("ADAPTALLOC_DB", "off", 1);
   setenv("ADAPTALLOC_HTTP", "127.0.0.1:0", 1);
@@ -456,6 +456,16 @@ static void scenario_good_policy_file(void) {
   CHECK(aa_pool_classes(pool, specs, AA_MAX_CLASSES, &n, NULL) == AA_OK);
   CHECK(n == 3);
   CHECK(specs[1].block_size == 3072);
+  { /* large.map_runs reached the pool: 10 MiB of pages in one backend call */
+    aa_pool_stats s0, s1;
+    CHECK(aa_pool_stats_get(pool, &s0) == AA_OK);
+    void *big = aa_alloc(pool, (size_t)10 << 20, NULL);
+    CHECK(big != NULL);
+    CHECK(aa_pool_stats_get(pool, &s1) == AA_OK);
+    CHECK(s1.large_pages_mapped - s0.large_pages_mapped == 5);
+    CHECK(s1.backend_allocs - s0.backend_allocs == 1);
+    CHECK(aa_free(pool, big, 0, NULL) == AA_OK);
+  }
   st = http(aa_runtime_http_port(), "GET", "/stats", NULL, NULL, &body);
   CHECK(st == 200);
   CHECK(strstr(body, "\"policy_source\":\"file\"") != NULL);
