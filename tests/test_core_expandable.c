@@ -523,6 +523,43 @@ static void test_core_expandable_map_runs_capped(void **state) {
   done(f);
 }
 
+/* aa_pool_set_map_runs changes how the next mappings are made; those made
+ * before keep their shape; a pool without the expandable path ignores it. */
+static void test_core_expandable_map_runs_live(void **state) {
+  (void)state;
+  fx *f = make(AA_LARGE_EXPANDABLE, 0);
+  aa_pool_stats st0 = stats(f);
+  char *a = aa_alloc(f->p, 6 * MiB, NULL); /* pages 0..2, a call each */
+  assert_non_null(a);
+  aa_pool_stats st1 = stats(f);
+  assert_int_equal(st1.backend_allocs - st0.backend_allocs, 3);
+  aa_pool_set_map_runs(f->p, true);
+  char *b = aa_alloc(f->p, 6 * MiB, NULL); /* pages 3..5, one call */
+  assert_non_null(b);
+  aa_pool_stats st2 = stats(f);
+  assert_int_equal(st2.large_pages_mapped - st1.large_pages_mapped, 3);
+  assert_int_equal(st2.backend_allocs - st1.backend_allocs, 1);
+  aa_pool_set_map_runs(f->p, false);
+  char *c = aa_alloc(f->p, 6 * MiB, NULL); /* pages 6..8, a call each */
+  assert_non_null(c);
+  aa_pool_stats st3 = stats(f);
+  assert_int_equal(st3.backend_allocs - st2.backend_allocs, 3);
+  /* a's pages go back one by one, b's run whole */
+  assert_int_equal(aa_free(f->p, a, 0, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, b, 0, NULL), AA_OK);
+  assert_int_equal(aa_pool_release(f->p), 12 * MiB);
+  assert_int_equal(stats(f).backend_frees - st3.backend_frees, 4);
+  assert_int_equal(aa_free(f->p, c, 0, NULL), AA_OK);
+  done(f);
+  fx *g = make(AA_LARGE_CACHE, 0);
+  aa_pool_set_map_runs(g->p, true); /* no expandable path: nothing changes */
+  aa_pool_set_map_runs(NULL, true);
+  void *d = aa_alloc(g->p, 6 * MiB, NULL);
+  assert_non_null(d);
+  assert_int_equal(aa_free(g->p, d, 0, NULL), AA_OK);
+  done(g);
+}
+
 /* Under a limit the pages map one by one even with runs on. */
 static void test_core_expandable_map_runs_limit(void **state) {
   (void)state;
@@ -565,6 +602,7 @@ int main(void) {
       cmocka_unit_test(test_core_expandable_map_runs),
       cmocka_unit_test(test_core_expandable_map_runs_capped),
       cmocka_unit_test(test_core_expandable_map_runs_limit),
+      cmocka_unit_test(test_core_expandable_map_runs_live),
       cmocka_unit_test(test_core_expandable_map_runs_churn),
       cmocka_unit_test(test_core_expandable_coalesces),
       cmocka_unit_test(test_core_expandable_fit_as_if_mapped),

@@ -456,6 +456,10 @@ static void scenario_good_policy_file(void) {
   CHECK(aa_pool_classes(pool, specs, AA_MAX_CLASSES, &n, NULL) == AA_OK);
   CHECK(n == 3);
   CHECK(specs[1].block_size == 3072);
+  st = http(aa_runtime_http_port(), "GET", "/stats", NULL, NULL, &body);
+  CHECK(st == 200);
+  CHECK(strstr(body, "\"policy_source\":\"file\"") != NULL);
+  free(body);
   { /* large.map_runs reached the pool: 10 MiB of pages in one backend call */
     aa_pool_stats s0, s1;
     CHECK(aa_pool_stats_get(pool, &s0) == AA_OK);
@@ -465,11 +469,20 @@ static void scenario_good_policy_file(void) {
     CHECK(s1.large_pages_mapped - s0.large_pages_mapped == 5);
     CHECK(s1.backend_allocs - s0.backend_allocs == 1);
     CHECK(aa_free(pool, big, 0, NULL) == AA_OK);
+    /* and a change of it reaches the live pool: 20 MiB, the first 10 mapped
+     * already, takes five calls for the rest */
+    const char *off = "{\"pools\": {\"host\": {\"large\": {\"map_runs\": false}}}}";
+    char err[256];
+    uint64_t v = 0;
+    CHECK(aa_runtime_policy_update(off, strlen(off), true, "unit", 0, &v, err, sizeof(err)) ==
+          AA_OK);
+    big = aa_alloc(pool, (size_t)20 << 20, NULL);
+    CHECK(big != NULL);
+    CHECK(aa_pool_stats_get(pool, &s0) == AA_OK);
+    CHECK(s0.large_pages_mapped - s1.large_pages_mapped == 5);
+    CHECK(s0.backend_allocs - s1.backend_allocs == 5);
+    CHECK(aa_free(pool, big, 0, NULL) == AA_OK);
   }
-  st = http(aa_runtime_http_port(), "GET", "/stats", NULL, NULL, &body);
-  CHECK(st == 200);
-  CHECK(strstr(body, "\"policy_source\":\"file\"") != NULL);
-  free(body);
   aa_runtime_shutdown();
 }
 

@@ -1,7 +1,8 @@
 /*
- * policy_apply.c — aa_policy_apply: puts a policy's class table and limit
- * into a live pool through the core's public API (aa_pool_set_classes, which
- * validates the whole table first, then aa_pool_set_limit).
+ * policy_apply.c — aa_policy_apply: puts a policy's class table, limit and
+ * large.map_runs into a live pool through the core's public API
+ * (aa_pool_set_classes, which validates the whole table first, then
+ * aa_pool_set_limit and aa_pool_set_map_runs).
  *
  * Kept apart from policy.c: the model reads only core's ladder and
  * defaults; this file is the one that changes a live pool.
@@ -34,5 +35,6 @@ int aa_policy_apply(const aa_policy *p, const char *pool, aa_pool *target) {
   if (rc != AA_OK)
     return rc;
   aa_pool_set_limit(target, (size_t)pp->limit_bytes);
+  aa_pool_set_map_runs(target, pp->large_map_runs);
   return AA_OK;
 }

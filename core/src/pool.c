@@ -598,6 +598,14 @@ void aa_pool_set_limit(aa_pool *pool, size_t limit_bytes) {
     atomic_store(&pool->limit, limit_bytes);
 }
 
+void aa_pool_set_map_runs(aa_pool *pool, bool on) {
+  if (pool == NULL || pool->vmm_page == 0)
+    return;
+  pthread_mutex_lock(&pool->large_mu); /* read under it by aa__lg_ensure_mapped */
+  pool->vmm_runs = on;
+  pthread_mutex_unlock(&pool->large_mu);
+}
+
 const char *aa_pool_name(const aa_pool *pool) { return pool ? pool->name : ""; }
 
 const char *aa_pool_region(const aa_pool *pool) { return pool ? pool->region : ""; }

@@ -242,8 +242,9 @@ typedef struct aa_pool_config {
                          confirms the replays: gpt2 training once peaked 688 MiB
                          higher with runs, through a trim and the placement after
                          it, since changed; BENCHMARKS.md). Policy:
-                         large.map_runs. Under a limit pages map one by one, so
-                         that stranded pages can move */
+                         large.map_runs; aa_pool_set_map_runs changes it live.
+                         Under a limit pages map one by one, so that stranded
+                         pages can move */
 } aa_pool_config;
 
 /* The longest region label (aa_pool_config.region, aa_pool_stats.region). */
@@ -302,6 +303,10 @@ AA_EXTERN void aa_pool_set_telemetry(aa_pool *pool, bool on);
  * itself). */
 AA_EXTERN void aa_pool_set_trace(aa_pool *pool, aa_trace_fn fn, void *user);
 AA_EXTERN void aa_pool_set_limit(aa_pool *pool, size_t limit_bytes);
+/* Turns large_map_runs on or off for the mappings the pool makes from now
+ * on (those made before keep their shape; each goes back whole as before).
+ * No effect on a pool whose large path is not expandable. */
+AA_EXTERN void aa_pool_set_map_runs(aa_pool *pool, bool on);
 AA_EXTERN const char *aa_pool_name(const aa_pool *pool);
 /* The pool's region label ("" when none; see aa_pool_config.region). */
 AA_EXTERN const char *aa_pool_region(const aa_pool *pool);

@@ -163,8 +163,8 @@ AA_EXTERN int aa_policy_pool_config(const aa_policy *p, const char *pool,
                                     aa_pool_config *cfg, aa_class_spec *classes,
                                     size_t cap, size_t *n);
 
-/* Applies the policy's class table (with per-class cache limits and prefill)
- * and limit_bytes of section `pool` (as for aa_policy_pool_config) to a live
+/* Applies the policy's class table (with per-class cache limits and prefill),
+ * limit_bytes and large.map_runs of section `pool` (as for aa_policy_pool_config) to a live
  * pool through aa_pool_set_classes, which validates
  * the whole table first: on error nothing changes. slab_size, max_small and
  * the thread-cache bounds only take effect when a pool is created
