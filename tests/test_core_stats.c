@@ -1,7 +1,8 @@
 /*
  * test_core_stats.c — snapshots and telemetry: per-class numbers, the
  * request histogram and heavy hitters (also from exited threads, and with
- * more distinct sizes than a thread's size table holds), telemetry
+ * more distinct sizes than a thread's size table holds, from live threads),
+ * a snapshot's merge holding no lock an allocation takes, telemetry
  * switched off at run time, the trace callback, and aa_pool_stats_json
  * (valid JSON, escaped name, snprintf-style truncation).
  */
@@ -19,6 +20,7 @@
 #include <cmocka.h>
 
 #include "adaptalloc/core.h"
+#include "test_hooks.h"
 
 typedef struct fx {
   aa_backend *b;
@@ -186,6 +188,146 @@ static void test_core_stats_dead_threads_fold(void **state) {
   assert_int_equal(st.hist[aa_hist_bucket(4321)], 900);
   assert_int_equal(st.hh[0].size, 4321);
   assert_int_equal(st.hh[0].count, 900);
+}
+
+/* Threads alive while the snapshot is taken: each one's histogram, size
+ * table and heavy hitters are counted (copied under the thread-list lock,
+ * merged after it). */
+enum { LIVE_THREADS = 5 };
+typedef struct live_arg {
+  aa_pool *p;
+  size_t own;
+  pthread_barrier_t *counted, *snapped;
+} live_arg;
+
+static void *live_thread(void *arg) {
+  live_arg *a = arg;
+  for (int i = 0; i < 300; i++)
+    aa_free(a->p, aa_alloc(a->p, 4321, NULL), 0, NULL);
+  for (int i = 0; i < 200; i++)
+    aa_free(a->p, aa_alloc(a->p, a->own, NULL), 0, NULL);
+  pthread_barrier_wait(a->counted);
+  pthread_barrier_wait(a->snapped); /* alive until the snapshot is taken */
+  return NULL;
+}
+
+static void test_core_stats_live_threads_hh(void **state) {
+  fx *f = *state;
+  pthread_barrier_t counted, snapped;
+  pthread_t t[LIVE_THREADS];
+  live_arg a[LIVE_THREADS];
+  pthread_barrier_init(&counted, NULL, LIVE_THREADS + 1);
+  pthread_barrier_init(&snapped, NULL, LIVE_THREADS + 1);
+  for (int i = 0; i < LIVE_THREADS; i++) {
+    a[i] = (live_arg){f->p, 9000 + 8 * (size_t)i, &counted, &snapped};
+    assert_int_equal(pthread_create(&t[i], NULL, live_thread, &a[i]), 0);
+  }
+  pthread_barrier_wait(&counted);
+  aa_pool_stats st;
+  assert_int_equal(aa_pool_stats_get(f->p, &st), AA_OK);
+  pthread_barrier_wait(&snapped);
+  for (int i = 0; i < LIVE_THREADS; i++)
+    pthread_join(t[i], NULL);
+  pthread_barrier_destroy(&counted);
+  pthread_barrier_destroy(&snapped);
+
+  assert_int_equal(hist_total(&st), LIVE_THREADS * 500);
+  assert_int_equal(st.hist[aa_hist_bucket(4321)], LIVE_THREADS * 300);
+  assert_int_equal(st.hh_count, 1 + LIVE_THREADS);
+  assert_int_equal(st.hh[0].size, 4321);
+  assert_int_equal(st.hh[0].count, LIVE_THREADS * 300);
+  for (int i = 1; i <= LIVE_THREADS; i++) {
+    assert_int_equal(st.hh[i].count, 200);
+    /* ties sort by size */
+    assert_int_equal(st.hh[i].size, 9000 + 8 * (size_t)(i - 1));
+  }
+}
+
+/* The allocator never waits for a snapshot's merge: while a reader is
+ * inside it (the hook holds it there), this thread's large request, which
+ * takes the large path's lock and, growing the pool, the thread-list lock,
+ * and a new thread's first request, which registers its cache, complete.
+ * Before the merge ran under both locks: the request then waited until the
+ * hook gave up (hook_timeout_s) and the test fails. */
+typedef struct merge_wait {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool in_merge, done, saw_done;
+  int calls;
+} merge_wait;
+
+static const int hook_timeout_s = 5;
+
+static void on_merge(void *user) {
+  merge_wait *w = user;
+  struct timespec until;
+  pthread_mutex_lock(&w->mu);
+  w->calls++;
+  w->in_merge = true;
+  pthread_cond_broadcast(&w->cv);
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += hook_timeout_s;
+  while (!w->done) {
+    if (pthread_cond_timedwait(&w->cv, &w->mu, &until) != 0)
+      break;
+  }
+  w->saw_done = w->done;
+  pthread_mutex_unlock(&w->mu);
+}
+
+static void *snapshot_thread(void *arg) {
+  aa_pool *p = arg;
+  aa_pool_stats *st = malloc(sizeof *st);
+  if (st != NULL)
+    (void)aa_pool_stats_get(p, st);
+  free(st);
+  return NULL;
+}
+
+static void *first_request_thread(void *arg) {
+  aa_pool *p = arg;
+  void *q = aa_alloc(p, 2048, NULL);
+  if (q != NULL)
+    aa_free(p, q, 2048, NULL);
+  return q;
+}
+
+static void test_core_stats_merge_holds_no_lock(void **state) {
+  fx *f = *state;
+  merge_wait w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+  pthread_t reader, newcomer;
+  void *got = NULL;
+  struct timespec until;
+
+  for (int i = 0; i < 100; i++) /* something to merge */
+    aa_free(f->p, aa_alloc(f->p, 1000 + (size_t)i, NULL), 0, NULL);
+  aa_test_stats_merge_hook(on_merge, &w);
+  assert_int_equal(pthread_create(&reader, NULL, snapshot_thread, f->p), 0);
+  pthread_mutex_lock(&w.mu);
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 30;
+  while (!w.in_merge && pthread_cond_timedwait(&w.cv, &w.mu, &until) == 0) {
+  }
+  bool in_merge = w.in_merge;
+  pthread_mutex_unlock(&w.mu);
+  assert_true(in_merge);
+
+  /* the reader is in its merge now */
+  void *big = aa_alloc(f->p, 8u << 20, NULL); /* large path, grows the pool */
+  assert_non_null(big);
+  assert_int_equal(aa_free(f->p, big, 8u << 20, NULL), AA_OK);
+  assert_int_equal(pthread_create(&newcomer, NULL, first_request_thread, f->p), 0);
+  pthread_join(newcomer, &got);
+  assert_non_null(got);
+
+  pthread_mutex_lock(&w.mu);
+  w.done = true;
+  pthread_cond_broadcast(&w.cv);
+  pthread_mutex_unlock(&w.mu);
+  pthread_join(reader, NULL);
+  aa_test_stats_merge_hook(NULL, NULL);
+  assert_int_equal(w.calls, 1);
+  assert_true(w.saw_done); /* false: the requests waited for the merge */
 }
 
 static void test_core_stats_telemetry_off(void **state) {
@@ -403,6 +545,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_core_stats_hist_and_hh, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stats_many_sizes_exact, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stats_dead_threads_fold, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_core_stats_live_threads_hh, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_core_stats_merge_holds_no_lock, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stats_telemetry_off, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stats_trace, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stats_trace_switch_waits, setup, teardown),

@@ -5,6 +5,10 @@
  * every field); aa_hist_bucket / aa_hist_bucket_lower define the request-size
  * histogram (four buckets per doubling). Heavy hitters are merged here from
  * the per-thread exact-size tables and heavy-hitter tables.
+ *
+ * A snapshot holds the locks the allocation paths take (tc_mu, large_mu)
+ * only to copy: the tables under tc_mu alone, then the counters under
+ * large_mu and tc_mu; sorting and merging come after, with no lock held.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -12,6 +16,7 @@
 
 #include "core_internal.h"
 #include "strbuf.h"
+#include "test_hooks.h"
 
 /* ------------------------------------------------------------ histogram */
 
@@ -119,39 +124,105 @@ static int cmp_count_desc(const void *a, const void *b) {
   return x->size < y->size ? -1 : x->size > y->size;
 }
 
-static size_t collect(aa_size_count *v, size_t k, const aa__hh_slot *t, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    uint64_t c = aa__cget(&t[i].count);
-    if (c) {
-      v[k].size = aa__cget(&t[i].size);
-      v[k].count = c;
-      k++;
-    }
+/* The exact-size entries a snapshot copies under tc_mu (the dead threads'
+ * table, each live thread's heavy hitters and size table) and merges once no
+ * lock is held: sorting them takes about a millisecond per thread, which an
+ * allocating thread must never wait for. */
+typedef struct hh_raw {
+  aa_size_count *v;
+  size_t n, cap;
+} hh_raw;
+
+#define HH_PER_THREAD ((size_t)AA__HH_SLOTS + AA__SZ_SLOTS)
+
+static void raw_put(hh_raw *r, uint64_t size, uint64_t count) {
+  if (r->n < r->cap) {
+    r->v[r->n].size = size;
+    r->v[r->n].count = count;
+    r->n++;
   }
-  return k;
 }
 
-/* Merges heavy-hitter tables (tc_mu held) into out[AA_HH_MAX]. */
-static uint32_t merge_hh(aa_pool *pool, aa_size_count *out) {
-  size_t ntc = 0;
-  for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next)
-    ntc++;
-  size_t cap = pool->dead_hh_n + ntc * (AA__HH_SLOTS + AA__SZ_SLOTS);
-  aa_size_count *v = malloc(cap * sizeof *v);
-  if (v == NULL)
-    return 0;
-  size_t k = collect(v, 0, pool->dead_hh, pool->dead_hh_n);
+static void raw_hh(hh_raw *r, const aa__hh_slot *t, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint64_t c = aa__cget(&t[i].count);
+    if (c)
+      raw_put(r, aa__cget(&t[i].size), c);
+  }
+}
+
+/* Entries a copy of the tables may need now. tc_mu held. */
+static size_t raw_need(const aa_pool *pool) {
+  size_t n = pool->dead_hh != NULL ? pool->dead_hh_n : 0;
+  for (const aa__tcache *tc = pool->tcaches; tc; tc = tc->next)
+    n += HH_PER_THREAD;
+  return n;
+}
+
+/* Copies the request histogram (every live thread's, its size table folded
+ * in, and the dead threads') into hist and the exact-size entries into *raw,
+ * under tc_mu alone (it keeps the threads' tables alive). The buffer is
+ * allocated with no lock held and sized again should threads have come in
+ * meanwhile; after three tries (or without memory) what does not fit is left
+ * out of the heavy hitters only, never out of the histogram. */
+static void copy_tables(aa_pool *pool, uint64_t *hist, hh_raw *raw) {
+  bool locked = false;
+  for (int round = 0; round < 3 && !locked; round++) {
+    pthread_mutex_lock(&pool->tc_mu);
+    size_t need = raw_need(pool);
+    if (need <= raw->cap) {
+      locked = true;
+      break;
+    }
+    pthread_mutex_unlock(&pool->tc_mu);
+    free(raw->v);
+    raw->cap = need + 4 * HH_PER_THREAD; /* a few threads may register meanwhile */
+    raw->v = malloc(raw->cap * sizeof *raw->v);
+    if (raw->v == NULL)
+      raw->cap = 0;
+  }
+  if (!locked)
+    pthread_mutex_lock(&pool->tc_mu);
+  for (int i = 0; i < AA_HIST_BUCKETS; i++)
+    hist[i] = aa__cget(&pool->dead_hist[i]);
+  if (pool->dead_hh != NULL)
+    raw_hh(raw, pool->dead_hh, pool->dead_hh_n);
   for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next) {
-    k = collect(v, k, tc->hh, AA__HH_SLOTS);
-    for (uint32_t i = 0; i < AA__SZ_SLOTS; i++) {
-      uint64_t w = atomic_load_explicit(&tc->sz[i], memory_order_acquire);
+    for (int i = 0; i < AA_HIST_BUCKETS; i++)
+      hist[i] += atomic_load_explicit(&tc->hist[i], memory_order_acquire);
+    /* the size table (read after the histogram: see sz_evict) */
+    for (uint32_t k = 0; k < AA__SZ_SLOTS; k++) {
+      uint64_t w = atomic_load_explicit(&tc->sz[k], memory_order_acquire);
       if (aa__run_count(w)) {
-        v[k].size = aa__run_size(w);
-        v[k].count = aa__run_count(w);
-        k++;
+        hist[aa_hist_bucket((size_t)aa__run_size(w))] += aa__run_count(w);
+        raw_put(raw, aa__run_size(w), aa__run_count(w));
       }
     }
+    raw_hh(raw, tc->hh, AA__HH_SLOTS);
   }
+  pthread_mutex_unlock(&pool->tc_mu);
+}
+
+/* Test hook (test_hooks.h): called between the copy of the tables and their
+ * merge, with no lock held. */
+static void (*_Atomic g_merge_hook)(void *user);
+static void *_Atomic g_merge_hook_user;
+
+void aa_test_stats_merge_hook(void (*fn)(void *user), void *user) {
+  atomic_store(&g_merge_hook_user, user);
+  atomic_store(&g_merge_hook, fn);
+}
+
+/* The heaviest AA_HH_MAX exact sizes of raw (one entry per size, counts
+ * summed) into out; sorts raw in place. No lock held. */
+static uint32_t merge_hh(hh_raw *raw, aa_size_count *out) {
+  void (*hook)(void *) = atomic_load(&g_merge_hook);
+  if (hook != NULL)
+    hook(atomic_load(&g_merge_hook_user));
+  aa_size_count *v = raw->v;
+  size_t k = raw->n;
+  if (k == 0)
+    return 0;
   qsort(v, k, sizeof *v, cmp_size);
   size_t m = 0;
   for (size_t i = 0; i < k; i++) {
@@ -163,7 +234,6 @@ static uint32_t merge_hh(aa_pool *pool, aa_size_count *out) {
   qsort(v, m, sizeof *v, cmp_count_desc);
   uint32_t n = (uint32_t)(m < AA_HH_MAX ? m : AA_HH_MAX);
   memcpy(out, v, n * sizeof *v);
-  free(v);
   return n;
 }
 
@@ -187,15 +257,19 @@ int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out) {
   out->time_ns = aa_now_ns();
   out->class_table_version = atomic_load_explicit(&pool->table_version, memory_order_acquire);
 
+  /* The histogram and the exact sizes first, under tc_mu alone; merged
+   * below once no lock is held. */
+  hh_raw raw = {NULL, 0, 0};
+  copy_tables(pool, out->hist, &raw);
+
   /* large_mu, then tc_mu (the order of aa__lg_ltc_reclaim): the threads'
    * held bytes, the blocks others took back and the large path's totals are
    * read at one moment, so a reclaim cannot fall between them (a live block
-   * would read as free) */
+   * would read as free). Counters only: the allocating threads wait for
+   * this section, so nothing here allocates, sorts or walks a table. */
   pthread_mutex_lock(&pool->large_mu);
   pthread_mutex_lock(&pool->tc_mu);
   slot_sums(pool, s);
-  for (int i = 0; i < AA_HIST_BUCKETS; i++)
-    out->hist[i] = aa__cget(&pool->dead_hist[i]);
   uint64_t lt_allocs = atomic_load(&pool->dead_large_allocs);
   uint64_t lt_frees = atomic_load(&pool->dead_large_frees);
   uint64_t lt_block = 0, lt_req = 0;
@@ -204,18 +278,9 @@ int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out) {
     lt_frees += aa__cget(&tc->large_frees);
     lt_block += aa__cget(&tc->lheld_block);
     lt_req += aa__cget(&tc->lheld_req);
-    for (int i = 0; i < AA_HIST_BUCKETS; i++)
-      out->hist[i] += atomic_load_explicit(&tc->hist[i], memory_order_acquire);
-    /* the size table (read after the histogram: see sz_evict) */
-    for (uint32_t k = 0; k < AA__SZ_SLOTS; k++) {
-      uint64_t w = atomic_load_explicit(&tc->sz[k], memory_order_acquire);
-      if (aa__run_count(w))
-        out->hist[aa_hist_bucket((size_t)aa__run_size(w))] += aa__run_count(w);
-    }
   }
   lt_block -= atomic_load_explicit(&pool->ltc_taken_block, AA__RLX);
   lt_req -= atomic_load_explicit(&pool->ltc_taken_req, AA__RLX);
-  out->hh_count = merge_hh(pool, out->hh);
   csum ret = {pool->retired.frees, pool->retired.hits, pool->retired.misses,
               pool->retired.req_add, pool->retired.req_sub};
   uint64_t li = pool->large_in_use, lr = pool->large_reserved, ls = pool->nsegs,
@@ -225,6 +290,9 @@ int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out) {
   uint64_t lmaps = pool->vmm_maps, lunmaps = pool->vmm_unmaps;
   pthread_mutex_unlock(&pool->tc_mu);
   pthread_mutex_unlock(&pool->large_mu);
+
+  out->hh_count = merge_hh(&raw, out->hh);
+  free(raw.v);
 
   uint64_t small_in_use = 0, small_req = 0;
   uint64_t allocs = ret.hits + ret.misses, frees = ret.frees;

@@ -1,6 +1,7 @@
 /*
  * test_hooks.h — test-only hooks of the host backend (core/src/backend_host.c):
- * fault injection, held events, call counts. For the tests, fuzz targets and
+ * fault injection, held events, call counts; and of the snapshot
+ * (core/src/stats.c). For the tests, fuzz targets and
  * benchmarks built in this tree against adaptalloc_static; not installed,
  * not exported from the shared libraries.
  */
@@ -34,5 +35,10 @@ void aa_backend_host_counts(const aa_backend *b, uint64_t *allocs,
  * for leak checks in tests. */
 void aa_backend_host_event_counts(const aa_backend *b, uint64_t *recorded,
                                   uint64_t *outstanding);
+
+/* fn(user) is called by every aa_pool_stats_get between copying the pool's
+ * tables and merging its heavy hitters, with none of the pool's locks held
+ * (so a test can allocate from fn's wait). NULL removes it. */
+void aa_test_stats_merge_hook(void (*fn)(void *user), void *user);
 
 #endif
