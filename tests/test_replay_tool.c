@@ -353,6 +353,12 @@ static void test_replay_tool_other_programs(void **state) {
   free(err);
   assert_int_equal(sh(NULL, &err, "'%s' --bogus", demo), 2);
   assert_non_null(strstr(err, "unknown option '--bogus'"));
+  /* one pointer to --help, not two ("(try --help)" then the usage line) */
+  assert_non_null(strstr(err, "--help"));
+  assert_null(strstr(strstr(err, "--help") + 1, "--help"));
+  free(err);
+  assert_int_equal(sh(NULL, &err, "'%s' --seconds 1 extra", demo), 2);
+  assert_non_null(strstr(err, "unexpected argument 'extra'"));
   free(err);
   assert_int_equal(sh(NULL, &err, "'%s' --quiet=yes", demo), 2);
   free(err);

@@ -206,7 +206,7 @@ static int parse_args(int argc, char **argv, demo_opts *o) {
     double d = 0.0;
     if (eq != NULL) {
       if ((size_t)(eq - a) >= sizeof name) {
-        fprintf(stderr, "adaptalloc-demo: unknown option '%s' (try --help)\n", a);
+        fprintf(stderr, "adaptalloc-demo: unknown option '%s'\n", a);
         return -1;
       }
       memcpy(name, a, (size_t)(eq - a));
@@ -254,8 +254,12 @@ static int parse_args(int argc, char **argv, demo_opts *o) {
         return -1;
       }
       o->phase_s = d;
+    } else if (argv[i][0] != '-') {
+      fprintf(stderr, "adaptalloc-demo: unexpected argument '%s' (the demo takes options only)\n",
+              argv[i]);
+      return -1;
     } else {
-      fprintf(stderr, "adaptalloc-demo: unknown option '%s' (try --help)\n", argv[i]);
+      fprintf(stderr, "adaptalloc-demo: unknown option '%s'\n", argv[i]);
       return -1;
     }
     if (eq == NULL)
