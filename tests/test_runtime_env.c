@@ -412,6 +412,29 @@ static void scenario_trace_loss_reported(void) {
   CHECK(strstr(said, "adaptalloc-replay replays the events before the first loss") != NULL);
 }
 
+/* Which policy is in force is said at start, also when it is the built-in
+ * default because there is no ./policies/default.json (a program run away
+ * from the repository); it used to say nothing then. */
+static void scenario_default_policy_named(void) {
+  char dir[400], log[600];
+  const char *said;
+  int saved;
+
+  set_env_common();
+  unsetenv("ADAPTALLOC_QUIET");
+  unsetenv("ADAPTALLOC_MODEL");
+  snprintf(dir, sizeof(dir), "%s/no-policies-here", tmpdir);
+  setenv("ADAPTALLOC_POLICY_DIR", dir, 1);
+  setenv("ADAPTALLOC_DB", "off", 1);
+  setenv("ADAPTALLOC_HTTP", "off", 1);
+  saved = stderr_begin("default-policy.err", log, sizeof(log));
+  CHECK(aa_runtime_pool(AA_BACKEND_HOST, -1) != NULL);
+  aa_runtime_shutdown();
+  said = stderr_end(saved, log);
+  CHECK(strstr(said, "adaptalloc: policy: the built-in default (model default; no ") != NULL);
+  CHECK(strstr(said, "no-policies-here/default.json)") != NULL);
+}
+
 static void scenario_bad_policy_file(void) {
   char path[512], *body = NULL;
   aa_pool *pool;
@@ -655,6 +678,10 @@ static void test_runtime_trace_loss_reported(void **state) {
   (void)state;
   assert_int_equal(run_child(scenario_trace_loss_reported), 0);
 }
+static void test_runtime_default_policy_named(void **state) {
+  (void)state;
+  assert_int_equal(run_child(scenario_default_policy_named), 0);
+}
 static void test_runtime_bad_policy_file_uses_default(void **state) {
   (void)state;
   assert_int_equal(run_child(scenario_bad_policy_file), 0);
@@ -727,6 +754,7 @@ int main(void) {
       cmocka_unit_test(test_runtime_trace_recorded),
       cmocka_unit_test(test_runtime_trace_burst_kept),
       cmocka_unit_test(test_runtime_trace_loss_reported),
+      cmocka_unit_test(test_runtime_default_policy_named),
       cmocka_unit_test(test_runtime_bad_policy_file_uses_default),
       cmocka_unit_test(test_runtime_policy_file_applied),
       cmocka_unit_test(test_runtime_port_taken_keeps_working),

@@ -53,6 +53,8 @@ void aa__rt_load_start_policy(void) {
         aa__rt_log("policy: no policy for model %s (%s does not exist); using the "
                    "built-in default policy",
                    aa__rt.model, path);
+      else if (!aa__rt.quiet)
+        aa__rt_log("policy: the built-in default (model default; no %s)", path);
       path[0] = '\0';
     }
   }
