@@ -1185,7 +1185,7 @@ static const abuse_case http_cases[] = {
     {"http: /history?run=abc", "GET", "/history?run=abc", NULL, NULL, 0, EXACT(400), F_JSON,
      "run", NULL, NULL},
     {"http: /history?run= unknown run", "GET", "/history?run=987654", NULL, NULL, 0, EXACT(404),
-     F_JSON, NULL, NULL, NULL},
+     F_JSON, "the store has no run 987654 (GET /runs lists them)", NULL, NULL},
     {"http: /history?limit twice", "GET", "/history?limit=1&limit=2", NULL, NULL, 0, EXACT(400),
      F_JSON, "twice", NULL, NULL},
     {"http: /history?foo=1", "GET", "/history?foo=1", NULL, NULL, 0, EXACT(400), F_JSON, "foo",

@@ -427,9 +427,15 @@ void aa__http_ep_history(aa__http_state *st, const aa__http_req *req,
   }
   rc = st->prov.history_json(st->prov.user, &q, &out, &len);
   if (rc != AA_OK || out == NULL) {
+    char msg[96];
     free(out);
-    aa__http_provider_error(r, req, rc != AA_OK ? rc : AA_EIO, "history (store)",
-                            rc == AA_ENOTSUP ? "store disabled" : NULL);
+    msg[0] = '\0';
+    if (rc == AA_ENOTSUP)
+      snprintf(msg, sizeof msg, "store disabled");
+    else if (rc == AA_ENOENT && q.run > 0) /* said "no such entry" */
+      snprintf(msg, sizeof msg, "run: the store has no run %lld (GET /runs lists them)",
+               (long long)q.run);
+    aa__http_provider_error(r, req, rc != AA_OK ? rc : AA_EIO, "history (store)", msg);
     return;
   }
   aa__http_set_body(r, 200, CT_JSON, out, len);
