@@ -431,6 +431,14 @@ static void test_adapt_policy_default_round_trip(void **state) {
   q = parse_ok(j);
   assert_true(aa_policy_equal(d, q));
   assert_int_equal(aa_policy_version(q), 41);
+  { /* map runs: on for device memory only, and written back as such */
+    aa_pool_config cfg;
+    assert_int_equal(aa_policy_pool_config(q, "device", &cfg, NULL, 0, NULL), AA_OK);
+    assert_int_equal(cfg.large_map_runs, 1);
+    assert_int_equal(aa_policy_pool_config(q, "host", &cfg, NULL, 0, NULL), AA_OK);
+    assert_int_equal(cfg.large_map_runs, 0);
+    assert_non_null(strstr(j, "\"map_runs\": false"));
+  }
   free(j);
   aa_policy_free(d);
   aa_policy_free(q);
@@ -835,11 +843,11 @@ static void test_adapt_policy_schema_matches_parser(void **state) {
   assert_int_equal(aa_policy_default(&def), AA_OK);
   checked = schema_walk(schema, schema, keys, 0, def);
   /* version; 3 pools x (slab_size, tcache.blocks, large.cache_bytes,
-   * large.page_bytes, large.map_runs, limit_bytes; max_small, classes, tcache.bytes and large.mode have no
+   * large.page_bytes, limit_bytes; max_small, large.map_runs, classes, tcache.bytes and large.mode have no
    * schema default: they differ between pools); 11 adapt + 4 hysteresis;
    * 5 telemetry. (Defaults under "oneOf" — class entries, ladder fields —
    * are not walked.) */
-  assert_int_equal(checked, 1 + 3 * 6 + 15 + 5);
+  assert_int_equal(checked, 1 + 3 * 5 + 15 + 5);
   {
     aa_policy *p = parse_ok(full_doc);
     char *j = aa_policy_to_json(p);

@@ -70,8 +70,8 @@ static void write_pool(aa__buf *b, const aa__pool_policy *pp) {
     aa__buf_printf(b, ", \"page_bytes\": ");
     sb_u64(b, pp->large_page_bytes);
   }
-  if (pp->large_map_runs) /* likewise */
-    aa__buf_printf(b, ", \"map_runs\": true");
+  /* always: its default differs between pools */
+  aa__buf_printf(b, ", \"map_runs\": %s", pp->large_map_runs ? "true" : "false");
   aa__buf_printf(b, "},\n      \"limit_bytes\": ");
   sb_u64(b, pp->limit_bytes);
   aa__buf_printf(b, "\n    }");

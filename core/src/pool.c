@@ -426,7 +426,7 @@ int aa_pool_new(const aa_pool_config *cfg, aa_pool **out) {
     } else {
       /* both powers of two: the larger is a multiple of the other */
       pool->vmm_page = c.large_page_bytes > g ? c.large_page_bytes : g;
-      pool->vmm_runs = c.large_map_runs > 0; /* off by default: BENCHMARKS.md */
+      pool->vmm_runs = c.large_map_runs > 0; /* the default policy asks for device memory */
     }
   }
   pthread_mutex_init(&pool->class_mu, NULL);

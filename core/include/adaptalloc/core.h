@@ -238,11 +238,11 @@ typedef struct aa_pool_config {
   int large_map_runs;      /* expandable, without limit_bytes: the unmapped pages one request
                          needs are mapped by one backend call (one handle) per 16
                          pages, each run given back only when all its pages are
-                         free; 1 on, 0 or -1 off (the default until a GPU run
-                         confirms the replays: gpt2 training once peaked 688 MiB
-                         higher with runs, through a trim and the placement after
-                         it, since changed; BENCHMARKS.md). Policy:
-                         large.map_runs; aa_pool_set_map_runs changes it live.
+                         free; 1 on, 0 or -1 off (the default here; the default
+                         policy's device pool has it on: gpt2 training on a GPU,
+                         152 device calls instead of 2,254 at the same peak,
+                         BENCHMARKS.md). Policy: large.map_runs;
+                         aa_pool_set_map_runs changes it live.
                          Under a limit pages map one by one, so that stranded
                          pages can move */
 } aa_pool_config;
