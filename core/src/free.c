@@ -4,6 +4,7 @@
  * stream-ordered reuse, misuse reports; aa_record_stream and its records;
  * aa_block_size.
  */
+#include "adaptalloc/cuda.h" /* AA_STREAM_HOST */
 #include "core_internal.h"
 
 /* ------------------------------------------------------------ free */
@@ -92,6 +93,14 @@ static int free_slow(aa_pool *pool, aa__tcache *tc, aa__blk b, aa_stream stream,
   if (tc && atomic_load_explicit(&c->state, AA__RLX) == AA__CLS_ACTIVE) {
     aa__bin *bin = &tc->bins[b.s->cls];
     aa__bin_sync(pool, tc, bin, c);
+    if (bin->n > 0 && bin->stream != stream && bin->stream == AA_STREAM_HOST) {
+      /* Pinned staging: the thread takes buffers on the host pseudo-stream
+       * and puts them back on copy streams. Its cached host blocks stay (the
+       * next get is a cache hit); this one waits in its stream's list. */
+      aa__central_push(pool, c, &b, 1, stream);
+      pthread_mutex_unlock(&c->mu);
+      return AA_OK;
+    }
     if (bin->n > 0 && bin->stream != stream)
       aa__bin_flush_n(pool, tc, bin, c, bin->n);
     if (bin->lim > 0) {
