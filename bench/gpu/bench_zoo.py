@@ -10,7 +10,8 @@ process.
 
     python3 bench/gpu/bench_zoo.py [--reps 2] [--workloads a,b] [--modes m,n]
                                    [--steps w=N,...] [--budget-s S] [--cpus gpu]
-                                   [--lockstep] [--out zoo.json] [--capture DIR]
+                                   [--lockstep] [--no-jit-warm] [--out zoo.json]
+                                   [--capture DIR]
     python3 bench/gpu/bench_zoo.py --report zoo.json     # the tables again
 
 Allocators (--modes; the default list is native,default,expandable,async):
@@ -115,6 +116,21 @@ pools' backend_ns: cudaMalloc/cudaFree, page maps and unmaps), the pages
 mapped/unmapped, and that time as a share of the summed step time
 (RESULT's "backend_measured").
 
+JIT warm-up. The first process on a machine that runs a workload pays for
+compiling the GPU code it uses first (the CUDA driver's JIT, whose results
+stay in a per-machine cache, ~/.nv/ComputeCache), on its main thread: on an
+H200, kvgen's first pass took 3141 and 3574 ms for its first two steps in the
+first process and 1949 and 1580 ms in the next one, the same allocator in
+both (native with its runtime off first, on second); a third process
+with an empty cache (CUDA_CACHE_PATH) again took 2767 and 3281 ms.
+Every workload's first mode in the rotation paid it (encoder's step 0:
+1350 ms against 436-555 in one run), so warm-up steps compared whichever
+allocator happened to go first. So before a workload's first run the
+harness runs its first pass once, unmeasured, under PyTorch's default (or
+the first mode), and prints its step times ("JIT warm-up"); --no-jit-warm
+skips it. Measured steps (after the warm-up steps) and peaks never
+included the compile.
+
 Processes: one server per allocator imports torch (and transformers) once,
 with that allocator's environment (PYTORCH_CUDA_ALLOC_CONF is read when torch
 loads), and forks a fresh child for every run; CUDA is first touched in the
@@ -143,7 +159,7 @@ sys.path.insert(0, HERE)
 # The zoo by concern, beside this file (bench/gpu/zoo_*.py); the names marked
 # F401 are not used here: tests reach them through this module.
 import benchcpu  # noqa: E402 - bench/gpu/benchcpu.py
-from zoo_child import _backend_counts, child  # noqa: E402,F401
+from zoo_child import WARM_ONLY, _backend_counts, child  # noqa: E402,F401
 from zoo_modes import (DEFAULT_MODES, MODES, TORCH_MODES, VARIANTS, mode_env,  # noqa: E402,F401
                        parse_variant)
 from zoo_report import (print_tables, quiet_steps, run_device_calls,  # noqa: E402,F401
@@ -165,15 +181,26 @@ def plan(reps, wls, modes):
 
 
 def parse_steps(text):
-    """`kvgen=8,cnn=20` -> {"kvgen": 8, "cnn": 20}; exits naming a bad item."""
+    """`kvgen=8,cnn=20` -> {"kvgen": 8, "cnn": 20} (N may be `warm`: the
+    warm-up steps alone); exits naming a bad item."""
     out = {}
     for item in filter(None, (text or "").split(",")):
         w, eq, n = item.partition("=")
+        if n == WARM_ONLY and eq and w in BUILD:
+            out[w] = WARM_ONLY
+            continue
         if not eq or w not in BUILD or not n.isdigit() or int(n) < 1:
             sys.exit(f"bench_zoo: --steps: {item!r} is not WORKLOAD=N with N >= 1 "
-                     f"(workloads: {', '.join(BUILD)})")
+                     f"or WORKLOAD={WARM_ONLY} (workloads: {', '.join(BUILD)})")
         out[w] = int(n)
     return out
+
+
+def jit_warm_mode(modes):
+    """The mode of the JIT warm-up runs: PyTorch's default when it is one of
+    the modes, else the first (the driver's cache is the machine's, so which
+    allocator fills it does not matter)."""
+    return "default" if "default" in modes else modes[0]
 
 
 def names(text, known, what):
@@ -222,6 +249,9 @@ def main():
                     help="speed only: a workload's allocators run at the same time and take "
                          "turns step by step (see CPU placement and speed above); peaks are "
                          "then the allocators' own max_memory_reserved")
+    ap.add_argument("--no-jit-warm", action="store_true",
+                    help="skip the unmeasured first pass of each workload before its runs "
+                         "(see JIT warm-up above)")
     ap.add_argument("--dry-run", action="store_true",
                     help="print the CPU set and the order of the runs, start nothing")
     ap.add_argument("--report", default=None, metavar="JSON",
@@ -261,10 +291,16 @@ def main():
         os.environ.pop(benchcpu.ENV_CPUS, None)
     print(f"bench_zoo: CPUs {benchcpu.format_cpulist(cpus) if cpus else '-'} ({why})",
           flush=True)
+    jit_warm = not args.no_jit_warm and not args.capture
     if args.dry_run:
+        warmed = set()
         for rep, w, m in plan(1 if args.capture else args.reps, wls,
                               names(args.capture_modes, list(TORCH_MODES), "capture-modes")
                               if args.capture else modes):
+            if jit_warm and w not in warmed:
+                warmed.add(w)
+                print(f"  {w} JIT warm-up under {jit_warm_mode(modes)} (first pass, not "
+                      "measured)")
             if args.lockstep and m != modes[(rep + wls.index(w)) % len(modes)]:
                 continue
             what = "all at once, taking turns" if args.lockstep else m
@@ -290,11 +326,16 @@ def main():
     runs = {w: {m: [] for m in modes} for w in wls}
     took = {}  # (workload, mode) -> seconds of its last run
     skipped = []
+    warmed = set()
     try:
         if args.lockstep and args.no_fork:
             sys.exit("bench_zoo: --lockstep needs the forking servers (not --no-fork)")
         for rep, w, m in plan(args.reps, wls, modes):
             k = (rep + wls.index(w)) % len(modes)
+            if jit_warm and w not in warmed:
+                warmed.add(w)  # once, failed or not: a failure shows in its line
+                if not args.budget_s or time.time() - t_start < args.budget_s:
+                    runner.warm_jit(w, jit_warm_mode(modes))
             if args.lockstep and m != modes[k]:
                 continue  # the workload's first mode of the rep runs them all
             group = modes[k:] + modes[:k] if args.lockstep else [m]

@@ -15,6 +15,9 @@ from zoo_workloads import BUILD, MIB
 
 
 CUDA_READY = "bench_zoo: CUDA is ready in this run"
+# `steps` of a run that does the workload's warm-up steps alone (its first
+# pass): the harness's unmeasured JIT warm-up run (bench_zoo.py)
+WARM_ONLY = "warm"
 
 
 def _pool_summary(doc):
@@ -110,7 +113,9 @@ def child(workload, mode, capture, steps=None, turns=None):
     th.start()
     t_init = time.perf_counter()
     step, n, warm = BUILD[workload](torch, dev)
-    if steps:
+    if steps == WARM_ONLY:
+        n = warm
+    elif steps:
         n = steps
     warm = warm if n > warm else 0
     t_built = time.perf_counter()

@@ -14,7 +14,7 @@ import time
 
 import benchcpu  # bench/gpu/benchcpu.py; bench_zoo.py put bench/gpu on sys.path
 import lockstep  # bench/gpu/lockstep.py
-from zoo_child import CUDA_READY, child
+from zoo_child import CUDA_READY, WARM_ONLY, child
 from zoo_modes import base_mode, mode_env
 from zoo_workloads import preload
 
@@ -59,7 +59,8 @@ def serve(mode, workloads):
                 os.dup2(fd, 2)
                 sys.stdout = os.fdopen(1, "w", buffering=1)
                 sys.stderr = os.fdopen(2, "w", buffering=1)
-                res = child(w, mode, cap if cap != "-" else None, int(steps) or None,
+                res = child(w, mode, cap if cap != "-" else None,
+                            steps if steps == WARM_ONLY else int(steps) or None,
                             turns if turns != "-" else None)
                 with open(result_path, "w") as f:
                     json.dump(res, f)
@@ -180,7 +181,23 @@ class Runner:
             return None, f"no result line: {r.stderr[-1500:]}"
         return json.loads(lines[-1]), None
 
-    def run(self, workload, mode, steps=None, capture=None, rep=0):
+    def warm_jit(self, workload, mode):
+        """The JIT warm-up run: the workload's first pass once under `mode`,
+        not measured (its figures are dropped), so that the kernels the
+        driver compiles on first use are in its per-machine cache before any
+        measured run (see bench_zoo.py). Returns its seconds, or None."""
+        t0 = time.time()
+        res = self.run(workload, mode, WARM_ONLY, measured=False)
+        if res is None:
+            print(f"  {workload:8s} JIT warm-up under {mode}: did not complete (above); the "
+                  "measured runs go on", flush=True)
+            return None
+        took = time.time() - t0
+        print(f"  {workload:8s} JIT warm-up under {mode} (first pass, not measured): steps "
+              f"{', '.join(f'{x:.0f}' for x in res['step_ms'])} ms ({took:.1f} s)", flush=True)
+        return took
+
+    def run(self, workload, mode, steps=None, capture=None, rep=0, measured=True):
         t0 = time.time()
         if mode in self.unavailable:
             print(f"  {workload}/{mode}: not run ({self.unavailable[mode]})", flush=True)
@@ -202,7 +219,7 @@ class Runner:
         if res is None:
             print(f"  {workload}/{mode}: FAILED {err}", flush=True)
             return None
-        return self._report(res, workload, mode, t0, rep)
+        return self._report(res, workload, mode, t0, rep) if measured else res
 
     def _report(self, res, workload, mode, t0, rep):
         res["process_s"] = time.time() - t0

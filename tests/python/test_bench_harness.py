@@ -91,6 +91,30 @@ def _run(mode, rep, steps, cpu_us):
                       "after": {"py_ms": 5.0, "torch_us": cpu_us}}}
 
 
+def test_jit_warm_up_steps_and_mode():
+    assert bench_zoo.parse_steps("smoke=warm,kvgen=3") == {"smoke": "warm", "kvgen": 3}
+    with pytest.raises(SystemExit, match="WORKLOAD=warm"):
+        bench_zoo.parse_steps("kvgen=warmer")
+    assert bench_zoo.jit_warm_mode(["native", "default", "async"]) == "default"
+    assert bench_zoo.jit_warm_mode(["native", "expandable"]) == "native"
+
+
+def test_dry_run_lists_one_jit_warm_up_per_workload(capsys, monkeypatch):
+    argv = ["bench_zoo.py", "--dry-run", "--cpus", "none", "--workloads", "kvgen,cnn",
+            "--modes", "native,default", "--reps", "2"]
+    monkeypatch.setattr(sys, "argv", argv)
+    bench_zoo.main()
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.strip() for ln in lines if "JIT" in ln] == [
+        "kvgen JIT warm-up under default (first pass, not measured)",
+        "cnn JIT warm-up under default (first pass, not measured)"]
+    assert lines.index("  kvgen JIT warm-up under default (first pass, not measured)") < \
+        lines.index("  rep 1 kvgen native")
+    monkeypatch.setattr(sys, "argv", argv + ["--no-jit-warm"])
+    bench_zoo.main()
+    assert "JIT" not in capsys.readouterr().out
+
+
 def test_summary_pairs_steps_within_a_rep(capsys):
     # rep 0: native 2x slower on every step, on a CPU 2x slower; rep 1 equal;
     # rep 2 has no default run, so no pair
@@ -417,5 +441,10 @@ def test_zoo_runner_end_to_end_with_a_stand_in_torch(tmp_path, lockstep):
                 assert "lockstep" not in x and x["peak_mib"] == 0.0
     assert sorted(x["rep"] for x in runs["default"]) == [0, 1]
     assert "process speed" in r.stdout and "device calls" in r.stdout
+    # one unmeasured first pass (smoke: 1 warm-up step) before the workload's runs
+    warm = [ln for ln in r.stdout.splitlines() if "JIT warm-up" in ln]
+    assert len(warm) == 1 and "under default (first pass, not measured): steps" in warm[0]
+    assert r.stdout.index("JIT warm-up") < r.stdout.index("RESULT ")
+    assert "," not in warm[0].split("steps")[1].split("ms")[0], warm[0]  # one step
     if lockstep:
         assert "peak reserved, MiB: the allocators' own max_memory_reserved" in r.stdout
