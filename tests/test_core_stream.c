@@ -2,7 +2,9 @@
  * test_core_stream.c — stream-ordered reuse with host events held pending: a
  * block freed on stream A is reused on A at once but reaches stream B only
  * after an event recorded on A has completed; record_stream'd blocks wait for
- * every stream; the large path follows the same rules; nothing leaks events.
+ * every stream; the large path follows the same rules; nothing leaks events;
+ * a large block freed on the host pseudo-stream (AA_STREAM_HOST) is given back
+ * like one freed on an idle stream.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,7 +16,8 @@
 #include <cmocka.h>
 
 #include "adaptalloc/core.h"
-#include "test_hooks.h" /* core/src: the host backend's test hooks */
+#include "adaptalloc/cuda.h" /* AA_STREAM_HOST */
+#include "test_hooks.h"      /* core/src: the host backend's test hooks */
 
 #define SA ((aa_stream)(uintptr_t)0x1000)
 #define SB ((aa_stream)(uintptr_t)0x2000)
@@ -207,6 +210,43 @@ static void test_core_stream_destroy_pending(void **state) {
   /* teardown checks that no event and no byte is left */
 }
 
+/* A large block freed with no GPU work behind it goes back on release, in
+ * the cache and the expandable mode, whether freed on an idle stream or on
+ * the host pseudo-stream (aa_staging_put(..., AA_STREAM_HOST), a packer's
+ * buffer). The release asked "usable on any stream?" with (aa_stream)-1,
+ * which is AA_STREAM_HOST: a block freed there stayed held for good. */
+static void check_idle_large_released(aa_large_mode mode, aa_stream free_on) {
+  aa_backend *b = NULL;
+  assert_int_equal(aa_backend_host_new(&b), AA_OK);
+  aa_pool_config cfg;
+  aa_pool_config_init(&cfg);
+  cfg.backend = b;
+  cfg.large_mode = mode;
+  aa_pool *p = NULL;
+  assert_int_equal(aa_pool_new(&cfg, &p), AA_OK);
+  size_t n = (size_t)24 << 20;
+  void *x = aa_alloc(p, n, AA_STREAM_HOST);
+  assert_non_null(x);
+  assert_int_equal(aa_free(p, x, n, free_on), AA_OK);
+  assert_true(aa_pool_release(p) >= n);
+  uint64_t mapped = 1;
+  aa_backend_host_counts(b, NULL, NULL, &mapped);
+  assert_int_equal(mapped, 0);
+  aa_pool_stats st;
+  assert_int_equal(aa_pool_stats_get(p, &st), AA_OK);
+  assert_int_equal(st.large_bytes_reserved, 0);
+  aa_pool_destroy(p);
+  aa_backend_destroy(b);
+}
+
+static void test_core_stream_host_freed_large_released(void **state) {
+  (void)state;
+  check_idle_large_released(AA_LARGE_CACHE, SA); /* the control */
+  check_idle_large_released(AA_LARGE_EXPANDABLE, SA);
+  check_idle_large_released(AA_LARGE_CACHE, AA_STREAM_HOST);
+  check_idle_large_released(AA_LARGE_EXPANDABLE, AA_STREAM_HOST);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_core_stream_cross_stream_waits, setup, teardown),
@@ -214,6 +254,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_core_stream_record_stream, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stream_large, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stream_destroy_pending, setup, teardown),
+      cmocka_unit_test(test_core_stream_host_freed_large_released),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

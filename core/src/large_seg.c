@@ -10,7 +10,13 @@
 
 #include "large_internal.h"
 
-/* ------------------------------------------------------------ segments */
+/* "Usable on any stream?": aa__lg_usable asked on a stream no caller has,
+ * so that a chunk freed on any real stream records its event and is tested
+ * on it. (aa_stream)-1 was used before and is AA_STREAM_HOST: a chunk freed
+ * on the host pseudo-stream answered "usable on your own stream", never
+ * became usable anywhere, and was never released, trimmed or unmapped. */
+static const char anywhere_tag;
+#define ANYWHERE ((aa_stream)(uintptr_t)&anywhere_tag)
 
 /* ------------------------------------------------------------ pages */
 
@@ -148,7 +154,7 @@ static size_t vmm_unmap_free(aa_pool *pool, size_t want, const aa__chunk *skip) 
     for (aa__chunk *c = s->first; c; c = c->next) {
       if (!c->free || c == skip || !has_interior_mapped(pool, c))
         continue;
-      if (pool->has_events && !(aa__lg_usable(pool, c, (aa_stream)(uintptr_t)-1) && c->any))
+      if (pool->has_events && !(aa__lg_usable(pool, c, ANYWHERE) && c->any))
         continue;
       if (n == cap) {
         size_t nc = cap ? cap * 2 : 64;
@@ -315,7 +321,7 @@ static bool seg_releasable(aa_pool *pool, aa__seg *s) {
     return false;
   if (!pool->has_events)
     return true;
-  return aa__lg_usable(pool, c, (aa_stream)(uintptr_t)-1) && c->any;
+  return aa__lg_usable(pool, c, ANYWHERE) && c->any;
 }
 
 /* Free chunks whose events completed become usable anywhere and merge with
@@ -324,7 +330,7 @@ static bool seg_releasable(aa_pool *pool, aa__seg *s) {
 static void seg_settle(aa_pool *pool, aa__seg *s) {
   for (aa__chunk *c = s->first; c; c = c->next) {
     if (c->free && !c->any && pool->has_events)
-      (void)aa__lg_usable(pool, c, (aa_stream)(uintptr_t)-1);
+      (void)aa__lg_usable(pool, c, ANYWHERE);
   }
   aa__chunk *c = s->first;
   while (c) {
