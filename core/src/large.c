@@ -397,8 +397,9 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
       aa__lg_unpark_all(pool); /* parked chunks serve exact repeats; else they merge */
       c = find_fit(pool, need, stream, !reclaimed);
       if (c == NULL && !reclaimed) {
-        /* nothing fits in what the pool has: the blocks other threads'
-         * caches hold come back before it takes more (large_ltc.c) */
+        /* nothing fits in what the pool has (expandable: below the
+         * high-water mark, find_fit_mapped): the blocks other threads'
+         * caches hold come back before it grows (large_ltc.c) */
         reclaimed = true;
         if (aa__lg_ltc_reclaim(pool, tc, true) > 0)
           continue;
