@@ -170,6 +170,7 @@ static int one_run(int steps, int warm, uint64_t seed, result *out) {
   c.classes_per_doubling = 1;
   c.tcache_bytes = AA_DEFAULT_TCACHE_BYTES;
   c.large_mode = AA_LARGE_EXPANDABLE;
+  c.large_map_runs = 1; /* pools.device.large.map_runs */
   int rc = aa_pool_new(&c, &r->pool);
   if (rc != AA_OK) {
     aa_backend_destroy(b);
