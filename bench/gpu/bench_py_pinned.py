@@ -9,10 +9,11 @@ installed adaptalloc package (pip install --no-build-isolation .).
 alloc   adaptalloc.torch.pinned_empty + free (C++ helper; _python: the Python
         path)  vs  torch.empty(pin_memory=True)
         + free (PyTorch's caching host allocator)  vs  cudaHostAlloc +
-        cudaFreeHost, per size; microseconds per pair. The floor: a plain
-        (pageable) torch.empty of the same shape + free, the least that
-        making a CPU tensor from Python costs, which any pinned_empty pays
-        too; "over floor" is what each pinned variant adds to it.
+        cudaFreeHost, per size; microseconds per pair. Beside them a plain
+        (pageable) torch.empty of the same shape + free: what any CPU tensor
+        made through torch's Python binding and dispatcher costs ("over
+        torch.empty": each pinned variant's pair minus it; pinned_empty's
+        C++ helper skips the dispatcher, so it can be negative).
 pack    4096 CPU tensors of 4 KiB to the GPU: adaptalloc.torch.pack (one copy)
         vs a loop of .to("cuda", non_blocking=True) from pinned tensors and
         from pageable ones; milliseconds per batch, synchronized.
@@ -313,8 +314,8 @@ def table(res, header=True):
                      % (res["torch"], res["reps"], "on" if res["ext"] else "off"))
     if "alloc_us" in res:
         lines.append("alloc+free (us per pair)      adaptalloc           python path          "
-                     "torch pin_memory     cudaHostAlloc        floor: torch.empty   "
-                     "torch/ours  over floor: ours, torch")
+                     "torch pin_memory     cudaHostAlloc        pageable torch.empty "
+                     "torch/ours  over torch.empty: ours, torch")
         for size, m in res["alloc_us"].items():
             fl = m.get("floor_torch_empty")
             over = m.get("over_floor_us")

@@ -36,6 +36,8 @@
 
 #include <Python.h>
 
+#include <pthread.h>
+
 #include <cstdint>
 #include <new>
 #include <stdexcept>
@@ -53,7 +55,9 @@ namespace {
 aa_pool *pinned_pool() {
   aa_pool *pool = aa_runtime_pool(AA_BACKEND_PINNED, 0);
   if (pool == nullptr)
-    throw std::runtime_error("adaptalloc: no pinned pool in this process (no CUDA or no GPU)");
+    throw std::runtime_error(aa_runtime_started()
+                                 ? "adaptalloc: no pinned pool in this process (no CUDA or no GPU)"
+                                 : "adaptalloc: the runtime was shut down in this process");
   return pool;
 }
 
@@ -76,6 +80,31 @@ void pinned_block_put(void *ctx) {
   if (aa_runtime_started())
     (void)aa_staging_put(b->pool, b->ptr, b->size, b->stream);
   delete b;
+}
+
+// Whether torch.cuda._lazy_init() has run in this process (under the GIL;
+// cleared in a forked child). Python's path ran it through
+// torch.cuda.current_device(); without it torch says a pool tensor is not
+// pinned (is_pinned() checks that CUDA was initialised), and a forked
+// DataLoader worker would use the parent's pool instead of torch's "Cannot
+// re-initialize CUDA in forked subprocess".
+bool g_cuda_ready = false;
+
+void cuda_ready_after_fork() { g_cuda_ready = false; }
+
+bool cuda_lazy_init() {
+  if (g_cuda_ready)
+    return true;
+  PyObject *mod = PyImport_ImportModule("torch.cuda");
+  if (mod == nullptr)
+    return false;
+  PyObject *r = PyObject_CallMethod(mod, "_lazy_init", nullptr);
+  Py_DECREF(mod);
+  if (r == nullptr)
+    return false;
+  Py_DECREF(r);
+  g_cuda_ready = true;
+  return true;
 }
 
 // One dimension: an int or an object with __index__ (not a float). Sets a
@@ -118,19 +147,20 @@ bool shape_of(PyObject *o, c10::SmallVector<int64_t, 8> *dims) {
     dims->push_back(d);
     return true;
   }
-  PyObject *seq = PySequence_Fast(o, "");
+  // A tuple (an exact tuple is only increfed): an item's __index__ cannot
+  // change it under the loop, as it could a list.
+  PyObject *seq = PySequence_Tuple(o);
   if (seq == nullptr) {
     PyErr_Clear();
     PyErr_Format(PyExc_TypeError, "%sshape must be an int or a sequence of ints, not %s", kPE,
                  Py_TYPE(o)->tp_name);
     return false;
   }
-  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-  PyObject **items = PySequence_Fast_ITEMS(seq);
+  Py_ssize_t n = PyTuple_GET_SIZE(seq);
   bool ok = true;
   for (Py_ssize_t i = 0; i < n && ok; i++) {
     int64_t d;
-    ok = dim_of(items[i], i, &d);
+    ok = dim_of(PyTuple_GET_ITEM(seq, i), i, &d);
     if (ok)
       dims->push_back(d);
   }
@@ -173,7 +203,9 @@ bool current_stream(aa_stream *out) {
 #endif
 }
 
-PyObject *pinned_empty(PyObject * /*self*/, PyObject *const *args, Py_ssize_t nargs) {
+// pinned_empty's work; C++ exceptions are pinned_empty's to turn into
+// Python ones.
+PyObject *pinned_empty_impl(PyObject *const *args, Py_ssize_t nargs) {
   if (nargs < 1 || nargs > 3) {
     PyErr_Format(PyExc_TypeError, "%stakes (shape, dtype=None, stream=None), %zd arguments given",
                  kPE, nargs);
@@ -208,31 +240,38 @@ PyObject *pinned_empty(PyObject * /*self*/, PyObject *const *args, Py_ssize_t na
   bool given = false;
   if (!stream_arg(nargs >= 3 ? args[2] : nullptr, &s, &given))
     return nullptr;
+  if (!cuda_lazy_init())
+    return nullptr;
+  aa_pool *pool = pinned_pool();
+  if (!given && !current_stream(&s))
+    return nullptr;
+  void *p = aa_staging_get(pool, size);
+  if (p == nullptr) {
+    PyErr_Format(PyExc_MemoryError, "adaptalloc: out of pinned memory allocating %zu bytes", size);
+    return nullptr;
+  }
+  auto *blk = new (std::nothrow) PinnedBlock{pool, p, size, s};
+  if (blk == nullptr) {
+    (void)aa_staging_put(pool, p, size, AA_STREAM_HOST); // never handed out
+    return PyErr_NoMemory();
+  }
+  // From .context() on, the tensor maker owns blk, then the storage; on an
+  // exception the maker puts the block back (pinned_block_put).
+  at::Tensor t = at::for_blob(p, c10::IntArrayRef(dims.data(), dims.size()))
+                     .context(blk, &pinned_block_put)
+                     .target_device(c10::Device(c10::kCPU))
+                     .options(at::TensorOptions().dtype(st).device(at::kCPU))
+                     .make_tensor();
+  return THPVariable_Wrap(std::move(t));
+}
+
+PyObject *pinned_empty(PyObject * /*self*/, PyObject *const *args, Py_ssize_t nargs) {
   try {
-    aa_pool *pool = pinned_pool();
-    if (!given && !current_stream(&s))
-      return nullptr;
-    void *p = aa_staging_get(pool, size);
-    if (p == nullptr) {
-      PyErr_Format(PyExc_RuntimeError, "adaptalloc: out of pinned memory allocating %zu bytes",
-                   size);
-      return nullptr;
-    }
-    auto *blk = new (std::nothrow) PinnedBlock{pool, p, size, s};
-    if (blk == nullptr) {
-      (void)aa_staging_put(pool, p, size, AA_STREAM_HOST); // never handed out
-      return PyErr_NoMemory();
-    }
-    // From .context() on, the tensor maker owns blk, then the storage; on
-    // an exception the maker puts the block back (pinned_block_put).
-    at::Tensor t = at::for_blob(p, c10::IntArrayRef(dims.data(), dims.size()))
-                       .context(blk, &pinned_block_put)
-                       .target_device(c10::Device(c10::kCPU))
-                       .options(at::TensorOptions().dtype(st).device(at::kCPU))
-                       .make_tensor();
-    return THPVariable_Wrap(std::move(t));
+    return pinned_empty_impl(args, nargs);
   } catch (const c10::Error &e) {
     PyErr_SetString(PyExc_RuntimeError, e.what_without_backtrace());
+  } catch (const std::bad_alloc &) {
+    PyErr_NoMemory();
   } catch (const std::exception &e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
   }
@@ -322,6 +361,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "adaptalloc's pinned-pool tensors and packed copies (see adaptalloc.torch)";
   if (PyModule_AddFunctions(m.ptr(), fast_methods) != 0)
     throw py::error_already_set();
+  (void)pthread_atfork(nullptr, nullptr, cuda_ready_after_fork);
   m.attr("CURRENT_STREAM") = py::bool_(AA_TORCH_EXT_CUDA != 0);
   m.def("pack", &pack, py::arg("packer"), py::arg("tensors"), py::arg("device"),
         py::arg("copy_stream"), py::arg("wait_stream"));

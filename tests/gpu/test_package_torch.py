@@ -285,10 +285,13 @@ def _pinned_args_case(tmp_path, env):
                 errs.append(None)
             except (TypeError, ValueError) as e:
                 errs.append(type(e).__name__)
+        # before any other CUDA use in this process: is_pinned() holds only
+        # once torch.cuda is initialised, which pinned_empty must see to
         made = [aat.pinned_empty(s, torch.float16)
                 for s in (3, (2, 3), [4], torch.Size([2, 2]), (), range(2, 4))]
         shapes = [list(t.shape) for t in made]
-        ok = all(t.is_pinned() and t.dtype == torch.float16 for t in made)
+        pinned = [t.is_pinned() for t in made]
+        ok = all(pinned) and all(t.dtype == torch.float16 for t in made)
         # No stream given: the current one. The block dies while a copy from
         # it waits on a side stream made current; the next block must not be it.
         n, s, bad = 1 << 20, torch.cuda.Stream(), 0
@@ -305,7 +308,7 @@ def _pinned_args_case(tmp_path, env):
             s.synchronize()
             bad += int((dst != r).sum().item() > 0)
             del nxt
-        print(json.dumps({"errs": errs, "shapes": shapes, "ok": ok, "bad": bad,
+        print(json.dumps({"errs": errs, "shapes": shapes, "ok": ok, "bad": bad, "pinned": pinned,
                           "ext": aat._ext is not None,
                           "current": getattr(aat._ext, "CURRENT_STREAM", None)}))
     """, tmp_path, env=env)
