@@ -3,8 +3,9 @@
  * the current values after a reset and grow again; the walk reports every
  * slab and large segment, blocks that tile each segment exactly, the live
  * blocks with their requested sizes, in-use bytes equal to the stats', and
- * expandable reservations only where pages are mapped; a nonzero callback
- * return stops it; bad arguments are refused.
+ * expandable reservations only where pages are mapped; aa_pool_walk_large
+ * reports the large part alone, entry for entry; a nonzero callback return
+ * stops it; bad arguments are refused.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -148,6 +149,67 @@ static void test_core_inspect_walk_small_and_large(void **state) {
   assert_int_equal(t.live_bytes, 0);
 }
 
+/* The large walk is the full walk's large-path part, entry for entry, and
+ * nothing of the slabs. Records the entries from the first large segment on
+ * (the full walk reports the slabs before it), counting those before. */
+typedef struct rec {
+  aa_walk_entry e[64];
+  int n, overflow, started, before;
+} rec;
+
+static int on_rec(void *user, const aa_walk_entry *e) {
+  rec *r = user;
+  if (!r->started && e->kind == AA_WALK_SEGMENT && (e->flags & AA_WALK_LARGE))
+    r->started = 1;
+  if (!r->started)
+    r->before++;
+  else if (r->n == 64)
+    r->overflow = 1;
+  else
+    r->e[r->n++] = *e;
+  return 0;
+}
+
+static void test_core_inspect_walk_large_only(void **state) {
+  fx *f = *state;
+  void *small[8], *big[3];
+  for (int i = 0; i < 8; i++) {
+    small[i] = aa_alloc(f->p, 200 + (size_t)i * 900, NULL);
+    assert_non_null(small[i]);
+  }
+  for (int i = 0; i < 3; i++) {
+    big[i] = aa_alloc(f->p, (size_t)(3 + i) << 20, NULL);
+    assert_non_null(big[i]);
+  }
+  assert_int_equal(aa_free(f->p, big[1], 0, NULL), AA_OK);
+
+  rec all, large;
+  memset(&all, 0, sizeof all);
+  memset(&large, 0, sizeof large);
+  assert_int_equal(aa_pool_walk(f->p, on_rec, &all), AA_OK);
+  assert_int_equal(aa_pool_walk_large(f->p, on_rec, &large), AA_OK);
+  assert_false(all.overflow || large.overflow);
+  assert_true(all.before > 0);       /* the full walk: slabs first */
+  assert_int_equal(large.before, 0); /* the large walk: no slab entry */
+  assert_int_equal(large.n, all.n);
+  assert_true(large.n >= 3);
+  for (int i = 0; i < large.n; i++)
+    assert_memory_equal(&large.e[i], &all.e[i], sizeof(aa_walk_entry));
+  for (int i = 0; i < large.n; i++)
+    if (large.e[i].kind == AA_WALK_SEGMENT)
+      assert_true(large.e[i].flags & AA_WALK_LARGE);
+
+  seen s = {0};
+  s.stop_after = 1;
+  assert_int_equal(aa_pool_walk_large(f->p, on_entry, &s), 7);
+  assert_int_equal(aa_pool_walk_large(NULL, on_entry, &s), AA_EINVAL);
+  assert_int_equal(aa_pool_walk_large(f->p, NULL, &s), AA_EINVAL);
+  for (int i = 0; i < 8; i++)
+    assert_int_equal(aa_free(f->p, small[i], 0, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, big[0], 0, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, big[2], 0, NULL), AA_OK);
+}
+
 static void test_core_inspect_walk_stops_and_refuses(void **state) {
   fx *f = *state;
   void *p = aa_alloc(f->p, 1000, NULL);
@@ -218,6 +280,7 @@ static void test_core_inspect_reset_peaks(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_core_inspect_walk_small_and_large, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_core_inspect_walk_large_only, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_inspect_walk_stops_and_refuses, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_inspect_walk_expandable, setup_exp, teardown),
       cmocka_unit_test_setup_teardown(test_core_inspect_reset_peaks, setup, teardown),

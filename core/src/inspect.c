@@ -1,7 +1,9 @@
 /*
  * inspect.c — looking at a pool from outside: the peak reset
  * (aa_pool_reset_peaks) and the segment/block walk (aa_pool_walk) that
- * snapshots are built from. Nothing here is on an allocation path.
+ * snapshots are built from, and its large-path part alone
+ * (aa_pool_walk_large, for the server's segment map). Nothing here is on an
+ * allocation path.
  */
 #include <string.h>
 
@@ -101,6 +103,17 @@ static int walk_seg(const aa_pool *pool, const aa__seg *s, aa_walk_fn fn, void *
   return 0;
 }
 
+int aa_pool_walk_large(aa_pool *pool, aa_walk_fn fn, void *user) {
+  if (pool == NULL || fn == NULL)
+    return AA_EINVAL;
+  int rc = 0;
+  pthread_mutex_lock(&pool->large_mu);
+  for (const aa__seg *s = pool->segs; rc == 0 && s; s = s->next)
+    rc = walk_seg(pool, s, fn, user);
+  pthread_mutex_unlock(&pool->large_mu);
+  return rc;
+}
+
 int aa_pool_walk(aa_pool *pool, aa_walk_fn fn, void *user) {
   if (pool == NULL || fn == NULL)
     return AA_EINVAL;
@@ -112,11 +125,5 @@ int aa_pool_walk(aa_pool *pool, aa_walk_fn fn, void *user) {
       rc = walk_slab(s, fn, user);
     pthread_mutex_unlock(&c->mu);
   }
-  if (rc)
-    return rc;
-  pthread_mutex_lock(&pool->large_mu);
-  for (const aa__seg *s = pool->segs; rc == 0 && s; s = s->next)
-    rc = walk_seg(pool, s, fn, user);
-  pthread_mutex_unlock(&pool->large_mu);
-  return rc;
+  return rc ? rc : aa_pool_walk_large(pool, fn, user);
 }

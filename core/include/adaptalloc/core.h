@@ -488,6 +488,13 @@ typedef int (*aa_walk_fn)(void *user, const aa_walk_entry *e);
  * walk. For snapshots (torch.cuda.memory._snapshot), not for hot paths. */
 AA_EXTERN int aa_pool_walk(aa_pool *pool, aa_walk_fn fn, void *user);
 
+/* The large path's part of aa_pool_walk alone (its segments, AA_WALK_LARGE,
+ * and their blocks, as aa_pool_walk reports them after the slabs), under the
+ * large-path lock only: no class lock is taken, so small requests never wait
+ * for it however many slabs the pool has. For views of the large path (the
+ * server's GET /segments). Returns as aa_pool_walk. */
+AA_EXTERN int aa_pool_walk_large(aa_pool *pool, aa_walk_fn fn, void *user);
+
 #ifdef __cplusplus
 }
 #endif
