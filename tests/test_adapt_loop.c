@@ -10,6 +10,7 @@
  * file though it runs past 600 lines; the cmocka table at its end lists
  * every case.
  */
+#include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -403,10 +404,11 @@ static void test_adapt_loop_thread(void **state) {
   env *e = *state;
   aa_adapt_loop_config cfg;
   aa_adapt_loop *loop = NULL;
-  aa_adapt_counters c;
+  aa_adapt_counters c, after;
   size_t hot = odd_size(e, 16384);
   struct timespec ts = {0, 2 * 1000 * 1000};
   int spins = 0, busy, set_rc, restart_rc;
+  double w;
   aa_adapt_loop_config_init(&cfg);
   cfg.params.interval_ms = 10;
   assert_int_equal(aa_adapt_loop_new(&cfg, &loop), AA_OK);
@@ -419,22 +421,33 @@ static void test_adapt_loop_thread(void **state) {
     interval(e, hot);
     nanosleep(&ts, NULL);
     aa_adapt_loop_counters(loop, &c);
-  } while (c.classes_added == 0 && ++spins < 2000);
+    /* The loop's intervals fall where the scheduler puts them: on a loaded
+     * machine one may see mostly the other sizes and add a class for one of
+     * them first; wait until the hot size is served without waste. */
+  } while ((c.classes_added == 0 || waste(e) > 0.03) && ++spins < 2000);
   /* A new interval while running re-arms the wait. */
   cfg.params.interval_ms = 15;
   set_rc = aa_adapt_loop_set_params(loop, &cfg.params);
   aa_adapt_loop_stop(loop);
   aa_adapt_loop_stop(loop);
+  aa_adapt_loop_counters(loop, &after);
   /* Restartable; destroy stops it. */
   restart_rc = aa_adapt_loop_start(loop);
   aa_adapt_loop_destroy(loop);
   assert_int_equal(busy, AA_EBUSY);
-  assert_int_equal(c.classes_added, 1);
+  assert_true(c.classes_added >= 1);
   assert_true(c.steps >= 1);
   assert_int_equal(set_rc, AA_OK);
   assert_int_equal(restart_rc, AA_OK);
   interval(e, hot);
-  assert_true(waste(e) <= 0.03);
+  w = waste(e);
+  /* Say what the loop did when this fails (it once did, on a loaded
+   * machine, with the add counted): which change left the waste. */
+  if (w > 0.03)
+    fail_msg("waste %.3f over requests of %zu B; loop: %" PRIu64 " steps, %" PRIu64 " added, %" PRIu64
+             " retired, %" PRIu64 " trims, %" PRIu64 " rejected, %" PRIu64 " apply failures",
+             w, hot, after.steps, after.classes_added,
+             after.classes_retired, after.trims, after.rejected, after.apply_failures);
 }
 
 /* interval_ms changed while the loop runs (the README's PATCH): every add
