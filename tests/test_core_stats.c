@@ -435,15 +435,19 @@ static void *trace_worker(void *arg) {
 
 static void test_core_stats_trace_switch_waits(void **state) {
   fx *f = *state;
+  /* ROUNDS switches at least; more, up to MAX_ROUNDS, until a worker has
+   * been traced at all (on a loaded machine the workers may not run inside
+   * the first 200 windows of 0.1 ms). */
   enum { WORKERS = 3,
-         ROUNDS = 200 };
-  static live_user users[ROUNDS];
+         ROUNDS = 200,
+         MAX_ROUNDS = 20000 };
+  static live_user users[MAX_ROUNDS];
   pthread_t th[WORKERS];
   atomic_store(&g_stop_tracing, 0);
   atomic_store(&g_dead_calls, 0);
   for (int i = 0; i < WORKERS; i++)
     assert_int_equal(pthread_create(&th[i], NULL, trace_worker, f->p), 0);
-  for (int r = 0; r < ROUNDS; r++) {
+  for (int r = 0; r < MAX_ROUNDS && (r < ROUNDS || atomic_load(&g_traced) == 0); r++) {
     atomic_store(&users[r].alive, 1);
     aa_pool_set_trace(f->p, on_trace_slow, &users[r]);
     struct timespec ts = {0, 100000};
