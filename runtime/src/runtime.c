@@ -154,13 +154,11 @@ int aa_runtime_init(const aa_runtime_config *cfg) {
 }
 
 bool aa_runtime_started(void) {
-  bool shut;
+  /* No lock: a shutdown may follow the answer either way (the callers
+   * document that race); this is asked on every pinned tensor's free. */
   if (!atomic_load_explicit(&aa__rt.ready, memory_order_acquire))
     return false;
-  pthread_mutex_lock(&rt_lock);
-  shut = aa__rt.shut_down;
-  pthread_mutex_unlock(&rt_lock);
-  return !shut;
+  return !atomic_load_explicit(&aa__rt.shut_down, memory_order_acquire);
 }
 
 static _Atomic(aa_pool *) *pool_slot(aa_backend_kind kind, int device) {

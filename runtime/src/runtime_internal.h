@@ -31,7 +31,9 @@ typedef struct aa__rt_region {
 
 typedef struct aa__runtime {
   atomic_int ready;
-  bool shut_down;
+  /* set under rt_lock; read without it by aa_runtime_started, which every
+   * pinned tensor's free asks (python/src/torch_ext.cpp) */
+  atomic_bool shut_down;
   bool quiet;
   bool trace;
   uint64_t started_ns;
