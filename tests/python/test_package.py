@@ -342,6 +342,25 @@ def test_launcher_without_torch_says_so(run_py, tmp_path, aa_python):
     assert "needs PyTorch" in p.stderr and "ran" not in p.stdout
 
 
+def test_native_available_says_why_not_built(run_py):
+    r = run_py("""
+        import json
+        import importlib.util
+        import adaptalloc.torch as t
+        ok, why = t.native_available()
+        built = importlib.util.find_spec("adaptalloc._torch_native") is not None
+        print(json.dumps({"ok": ok, "why": why, "built": built}))
+    """)
+    assert r.rc == 0, r.err
+    j = r.json()
+    if j["built"]:
+        pytest.skip("this package has the native allocator (tests/gpu covers it)")
+    assert j["ok"] is False
+    # what is wrong and what to do, not "cannot import name '_torch_native'"
+    assert "installed without its native allocator" in j["why"], j["why"]
+    assert "install torch, then reinstall adaptalloc" in j["why"], j["why"]
+
+
 def test_regions_names_policy_and_stats_without_torch(run_py):
     r = run_py("""
         import json, adaptalloc, adaptalloc.torch as at

@@ -5,6 +5,7 @@ The state it sets (_mode, _pluggable, _plug_lib) lives in the package
 (adaptalloc.torch) and is read and written there, through _pkg.
 """
 import ctypes
+import importlib.util
 import os
 import threading
 import warnings
@@ -28,10 +29,17 @@ def pluggable_library():
 
 def native_available():
     """(True, None) when the native allocator imports, else (False, why)."""
+    if importlib.util.find_spec("adaptalloc._torch_native") is None:
+        # not built, rather than broken: say why and what to do (the bare
+        # ImportError read "cannot import name '_torch_native'")
+        return False, ("this adaptalloc was installed without its native allocator, which is "
+                       "built only when torch with CUDA is importable at install time: "
+                       "install torch, then reinstall adaptalloc")
     try:
         from adaptalloc import _torch_native  # noqa: F401
     except ImportError as e:
-        return False, str(e)
+        return False, ("adaptalloc._torch_native does not load (%s); reinstall adaptalloc "
+                       "after installing or upgrading torch" % e)
     return True, None
 
 
