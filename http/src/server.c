@@ -79,11 +79,11 @@ static int bind_listen(const aa_http_addr *a, const char *spec, int *port,
   if (bind(fd, (struct sockaddr *)&ss, sl) != 0) {
     int e = errno;
     if (e == EADDRINUSE) {
+      /* node_exporter is named only for its port, 9100 */
       snprintf(what, sizeof what,
-               "address already in use (another process listens on port %u; "
-               "9100 is also node_exporter's default). Set ADAPTALLOC_HTTP to "
-               "another port, port 0 for any free one, or off",
-               (unsigned)a->port);
+               "address already in use (another process listens on port %u%s). "
+               "Set ADAPTALLOC_HTTP to another port, port 0 for any free one, or off",
+               (unsigned)a->port, a->port == 9100 ? "; 9100 is also node_exporter's default" : "");
       rc = AA_EBUSY;
     } else if (e == EACCES) {
       snprintf(what, sizeof what,
