@@ -110,6 +110,26 @@ timing bench_run_pair(const bench_allocator *a, size_t size, uint64_t n);
 timing bench_run_batch_case(const bench_allocator *a, batch_plan *plans, int threads,
                             uint64_t batches);
 
+/* -------------------------------------------------------- bench_main.c */
+
+/* The most samples bench_summarise takes. */
+#define BENCH_MAX_SAMPLES 1000
+
+/* Median, min and max of a subcommand's repetitions. */
+typedef struct bench_summary {
+  double median;
+  double min;
+  double max;
+} bench_summary;
+
+/* Median, min and max of v[0..n), 0 < n <= BENCH_MAX_SAMPLES (v unchanged);
+ * all zero for n <= 0. */
+bench_summary bench_summarise(const double *v, int n);
+/* A subcommand's whole-number option `name` with value text v (NULL when
+ * missing) into *out when it is in lo..hi; else says so on stderr, naming
+ * "adaptalloc-bench cmd", and returns 0. */
+int bench_arg_int(const char *cmd, const char *name, const char *v, int lo, int hi, int *out);
+
 /* -------------------------------------------------------- bench_host.c */
 
 /* Subcommands. argv[0] is the subcommand name. Return the exit status. */

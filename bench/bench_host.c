@@ -28,35 +28,7 @@
 
 #include "bench.h"
 
-#define MAX_REPS 1000
-
-/* ------------------------------------------------------------ statistics */
-
-static int cmp_double(const void *x, const void *y) {
-  double a = *(const double *)x;
-  double b = *(const double *)y;
-  return (a > b) - (a < b);
-}
-
-typedef struct summary {
-  double median;
-  double min;
-  double max;
-} summary;
-
-static summary summarise(const double *v, int n) {
-  double tmp[MAX_REPS];
-  summary s = {0.0, 0.0, 0.0};
-  if (n <= 0) {
-    return s;
-  }
-  memcpy(tmp, v, sizeof(double) * (size_t)n);
-  qsort(tmp, (size_t)n, sizeof(double), cmp_double);
-  s.min = tmp[0];
-  s.max = tmp[n - 1];
-  s.median = (n % 2 == 1) ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
-  return s;
-}
+#define MAX_REPS BENCH_MAX_SAMPLES
 
 /* ------------------------------------------------------------ driver */
 
@@ -188,7 +160,7 @@ static void print_markdown(const bench_allocator *al, const bool *run_alloc, con
   }
   printf("---:|---:|---:|\n");
   for (c = 0; c < N_CASES; c++) {
-    summary s[BENCH_ALLOCATORS];
+    bench_summary s[BENCH_ALLOCATORS];
     char r1[16];
     char r2[16];
     char r3[16];
@@ -199,7 +171,7 @@ static void print_markdown(const bench_allocator *al, const bool *run_alloc, con
     for (i = 0; i < BENCH_ALLOCATORS; i++) {
       s[i].median = 0.0;
       if (run_alloc[i]) {
-        s[i] = summarise(res[c][i], reps);
+        s[i] = bench_summarise(res[c][i], reps);
         printf(" %.1f <sub>%.1f-%.1f</sub> |", s[i].median, s[i].min, s[i].max);
       }
     }
@@ -409,13 +381,13 @@ int bench_host_main(int argc, char **argv) {
         ops = ops / BATCH_N * BATCH_N;
       }
       for (i = 0; i < BENCH_ALLOCATORS; i++) {
-        summary s;
-        summary w;
+        bench_summary s;
+        bench_summary w;
         if (!run_alloc[i]) {
           continue;
         }
-        s = summarise(res[c][i], (int)reps);
-        w = summarise(wres[c][i], (int)reps);
+        s = bench_summarise(res[c][i], (int)reps);
+        w = bench_summarise(wres[c][i], (int)reps);
         printf("{\"case\": \"%s\", \"allocator\": \"%s\", \"ns_per_op\": %.2f, "
                "\"ns_min\": %.2f, \"ns_max\": %.2f, \"clock\": \"%s\", "
                "\"wall_ns_per_op\": %.2f, \"reps\": %ld, \"ops\": %llu, "
@@ -433,7 +405,7 @@ int bench_host_main(int argc, char **argv) {
     printf("%-15s %10s %10s %10s %10s %10s | %7s %8s %7s\n", "case", "adaptalloc",
            "aa_notelem", "glibc", "jemalloc", "mimalloc", "aa/mi", "aa/glibc", "telem");
     for (c = 0; c < N_CASES; c++) {
-      summary s[BENCH_ALLOCATORS];
+      bench_summary s[BENCH_ALLOCATORS];
       char cell[BENCH_ALLOCATORS][16];
       char r1[16];
       char r2[16];
@@ -443,7 +415,7 @@ int bench_host_main(int argc, char **argv) {
       }
       for (i = 0; i < BENCH_ALLOCATORS; i++) {
         if (run_alloc[i]) {
-          s[i] = summarise(res[c][i], (int)reps);
+          s[i] = bench_summarise(res[c][i], (int)reps);
           snprintf(cell[i], sizeof cell[i], "%.2f", s[i].median);
         } else {
           s[i].median = 0.0;

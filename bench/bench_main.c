@@ -22,6 +22,39 @@
 
 #define TLS_TUNABLE "glibc.rtld.optional_static_tls=65536"
 
+/* ------------------------------------------------------------ shared */
+
+static int cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x;
+  double b = *(const double *)y;
+  return (a > b) - (a < b);
+}
+
+bench_summary bench_summarise(const double *v, int n) {
+  double tmp[BENCH_MAX_SAMPLES];
+  bench_summary s = {0.0, 0.0, 0.0};
+  if (n <= 0 || n > BENCH_MAX_SAMPLES)
+    return s;
+  memcpy(tmp, v, sizeof(double) * (size_t)n);
+  qsort(tmp, (size_t)n, sizeof(double), cmp_double);
+  s.min = tmp[0];
+  s.max = tmp[n - 1];
+  s.median = (n % 2 == 1) ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
+  return s;
+}
+
+int bench_arg_int(const char *cmd, const char *name, const char *v, int lo, int hi, int *out) {
+  char *end = NULL;
+  long x = v ? strtol(v, &end, 10) : 0;
+  if (v == NULL || *v == '\0' || *end != '\0' || x < lo || x > hi) {
+    fprintf(stderr, "adaptalloc-bench %s: %s wants a whole number in %d..%d, not '%s'\n", cmd,
+            name, lo, hi, v ? v : "");
+    return 0;
+  }
+  *out = (int)x;
+  return 1;
+}
+
 static void usage(FILE *f) {
   fprintf(f,
           "usage: adaptalloc-bench <command> [options]   (or --help, --version)\n"

@@ -67,18 +67,6 @@ static int one(aa_pool *pool, aa_backend *host, size_t size, int n, sample *out)
   return AA_OK;
 }
 
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static void stat3(double *x, int n, double *med, double *lo, double *hi) {
-  qsort(x, (size_t)n, sizeof x[0], cmp_d);
-  *med = n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2;
-  *lo = x[0];
-  *hi = x[n - 1];
-}
-
 static void usage(FILE *f) {
   fprintf(f, "usage: adaptalloc-bench staging [--pairs N] [--reps N]\n"
              "  pinned staging buffers (get on the host pseudo-stream, put on a copy stream)\n"
@@ -86,18 +74,6 @@ static void usage(FILE *f) {
              "  an event per reuse (bench_staging.c)\n"
              "  --pairs N  get+put pairs per measurement (default 200000)\n"
              "  --reps N   repetitions, both pools in each (default 5, at most 100)\n");
-}
-
-static int arg_int(const char *name, const char *v, int lo, int hi, int *out) {
-  char *end = NULL;
-  long x = v ? strtol(v, &end, 10) : 0;
-  if (v == NULL || *v == '\0' || *end != '\0' || x < lo || x > hi) {
-    fprintf(stderr, "adaptalloc-bench staging: %s wants a whole number in %d..%d, not '%s'\n",
-            name, lo, hi, v ? v : "");
-    return 0;
-  }
-  *out = (int)x;
-  return 1;
 }
 
 int bench_staging_main(int argc, char **argv) {
@@ -108,8 +84,8 @@ int bench_staging_main(int argc, char **argv) {
       usage(stdout);
       return 0;
     }
-    int ok = strcmp(a, "--pairs") == 0  ? arg_int(a, v, 1, 100000000, &pairs)
-             : strcmp(a, "--reps") == 0 ? arg_int(a, v, 1, MAX_REPS, &reps)
+    int ok = strcmp(a, "--pairs") == 0  ? bench_arg_int("staging", a, v, 1, 100000000, &pairs)
+             : strcmp(a, "--reps") == 0 ? bench_arg_int("staging", a, v, 1, MAX_REPS, &reps)
                                         : -1;
     if (ok == -1) {
       fprintf(stderr, "adaptalloc-bench staging: unknown option '%s'\n", a);
@@ -160,19 +136,20 @@ int bench_staging_main(int argc, char **argv) {
          "stream queries per pair");
   for (size_t si = 0; si < NSIZES; si++) {
     for (int k = 0; k < 2; k++) {
-      double x[MAX_REPS], m[3][3];
+      double x[MAX_REPS];
+      bench_summary m[3];
       for (int f = 0; f < 3; f++) {
         for (int r = 0; r < reps; r++) {
           const sample *s = &v[k][si][r];
           x[r] = f == 0 ? s->ns : f == 1 ? s->events
                                          : s->queries;
         }
-        stat3(x, reps, &m[f][0], &m[f][1], &m[f][2]);
+        m[f] = bench_summarise(x, reps);
       }
       char a[64], b[64], c[64];
-      snprintf(a, sizeof a, "%.1f [%.1f, %.1f]", m[0][0], m[0][1], m[0][2]);
-      snprintf(b, sizeof b, "%.3f [%.3f, %.3f]", m[1][0], m[1][1], m[1][2]);
-      snprintf(c, sizeof c, "%.3f [%.3f, %.3f]", m[2][0], m[2][1], m[2][2]);
+      snprintf(a, sizeof a, "%.1f [%.1f, %.1f]", m[0].median, m[0].min, m[0].max);
+      snprintf(b, sizeof b, "%.3f [%.3f, %.3f]", m[1].median, m[1].min, m[1].max);
+      snprintf(c, sizeof c, "%.3f [%.3f, %.3f]", m[2].median, m[2].min, m[2].max);
       printf("  %-9s %-7s %-26s %-22s %s\n", k == 0 ? (si == 0 ? "4 KiB" : si == 1 ? "1 MiB"
                                                                                    : "16 MiB")
                                                     : "",

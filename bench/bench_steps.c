@@ -208,18 +208,12 @@ static int one_run(int steps, int warm, uint64_t seed, result *out) {
   return rc;
 }
 
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 static void row(const char *name, const result *v, int n, size_t off, const char *unit) {
   double x[MAX_REPS];
   for (int i = 0; i < n; i++)
     memcpy(&x[i], (const char *)&v[i] + off, sizeof(double));
-  qsort(x, (size_t)n, sizeof x[0], cmp_d);
-  double med = n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2;
-  printf("  %-34s %10.1f [%.1f, %.1f] %s\n", name, med, x[0], x[n - 1], unit);
+  bench_summary s = bench_summarise(x, n);
+  printf("  %-34s %10.1f [%.1f, %.1f] %s\n", name, s.median, s.min, s.max, unit);
 }
 
 static void usage(FILE *f) {
@@ -231,18 +225,6 @@ static void usage(FILE *f) {
              "  --reps N   runs, each in a fresh pool (default 5, at most 100)\n");
 }
 
-static int arg_int(const char *name, const char *v, int lo, int hi, int *out) {
-  char *end = NULL;
-  long x = v ? strtol(v, &end, 10) : 0;
-  if (v == NULL || *v == '\0' || *end != '\0' || x < lo || x > hi) {
-    fprintf(stderr, "adaptalloc-bench steps: %s wants a whole number in %d..%d, not '%s'\n",
-            name, lo, hi, v ? v : "");
-    return 0;
-  }
-  *out = (int)x;
-  return 1;
-}
-
 int bench_steps_main(int argc, char **argv) {
   int steps = 100, warm = 4, reps = 5;
   for (int i = 1; i < argc; i++) {
@@ -251,9 +233,9 @@ int bench_steps_main(int argc, char **argv) {
       usage(stdout);
       return 0;
     }
-    int ok = strcmp(a, "--steps") == 0  ? arg_int(a, v, 1, 100000, &steps)
-             : strcmp(a, "--warm") == 0 ? arg_int(a, v, 0, 100000, &warm)
-             : strcmp(a, "--reps") == 0 ? arg_int(a, v, 1, MAX_REPS, &reps)
+    int ok = strcmp(a, "--steps") == 0  ? bench_arg_int("steps", a, v, 1, 100000, &steps)
+             : strcmp(a, "--warm") == 0 ? bench_arg_int("steps", a, v, 0, 100000, &warm)
+             : strcmp(a, "--reps") == 0 ? bench_arg_int("steps", a, v, 1, MAX_REPS, &reps)
                                         : -1;
     if (ok == -1) {
       fprintf(stderr, "adaptalloc-bench steps: unknown option '%s'\n", a);

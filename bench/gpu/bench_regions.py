@@ -34,6 +34,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
+sys.path.insert(0, HERE)
+from zoo_report import med_range  # noqa: E402  (the zoo's "median [min, max]")
 
 MODES = ["default", "expandable", "ours", "ours-kv", "ours-all", "ours-tight", "ours-kv-tight"]
 TIGHT = {"large": {"cache_bytes": 4 << 20}}
@@ -121,15 +123,6 @@ def run_child(mode, timeout=600):
     res = json.loads([ln for ln in r.stdout.splitlines() if ln.startswith("{")][-1])
     print("RESULT " + json.dumps(res), flush=True)
     return res
-
-
-def med_range(v, nd=0):
-    if not v:
-        return "-"
-    m = statistics.median(v)
-    if len(v) == 1:
-        return f"{m:.{nd}f}"
-    return f"{m:.{nd}f} [{min(v):.{nd}f}, {max(v):.{nd}f}]"
 
 
 def main():
