@@ -967,56 +967,77 @@ static void test_replay_tool_torch_converter(void **state) {
 
 /* A run's stored histogram (written through the store API from a real
  * host pool's snapshot) drives a synthesised replay. */
-static void test_replay_tool_db_histogram(void **state) {
+/* A store in g_tmp with one run begun, and a pool named `pool_name` over a
+ * host backend, for the tests that replay a stored run; the test skips
+ * without the binary or a build with the store. */
+typedef struct stored_run {
+  aa_store *st;
+  aa_backend *be;
+  aa_pool *pool;
+  aa_pool_stats *stats;
+  char db[400];
+} stored_run;
+
+static void stored_run_open(stored_run *r, const char *file, const char *pool_name) {
   aa_store_config sc;
   aa_store_run_info info;
-  aa_store *st = NULL;
-  aa_backend *be = NULL;
   aa_pool_config pc;
-  aa_pool *pool = NULL;
-  aa_pool_stats *stats = calloc(1, sizeof *stats);
-  void *blocks[150];
-  char db[400], *out = NULL, *err = NULL;
   int64_t run = 0;
-  int i, rc;
-  cJSON *j;
-  (void)state;
-
-  assert_non_null(stats);
-  if (!have_binary()) {
-    free(stats);
+  int rc;
+  memset(r, 0, sizeof *r);
+  if (!have_binary())
     skip();
-  }
-  snprintf(db, sizeof db, "%s/hist.db", g_tmp);
+  snprintf(r->db, sizeof r->db, "%s/%s", g_tmp, file);
   aa_store_config_init(&sc);
-  sc.path = db;
+  sc.path = r->db;
   sc.quiet = true;
-  rc = aa_store_open(&sc, &st);
-  if (rc == AA_ENOTSUP) {
-    free(stats);
+  rc = aa_store_open(&sc, &r->st);
+  if (rc == AA_ENOTSUP)
     skip(); /* built without the store */
-  }
   assert_int_equal(rc, AA_OK);
+  r->stats = calloc(1, sizeof *r->stats);
+  assert_non_null(r->stats);
   memset(&info, 0, sizeof info);
   info.model = "replay-test";
   info.rank = -1;
-  assert_int_equal(aa_store_begin_run(st, &info, &run), AA_OK);
-  assert_int_equal(aa_backend_host_new(&be), AA_OK);
+  assert_int_equal(aa_store_begin_run(r->st, &info, &run), AA_OK);
+  assert_int_equal(aa_backend_host_new(&r->be), AA_OK);
   aa_pool_config_init(&pc);
-  pc.backend = be;
-  pc.name = "device0";
-  assert_int_equal(aa_pool_new(&pc, &pool), AA_OK);
+  pc.backend = r->be;
+  pc.name = pool_name;
+  assert_int_equal(aa_pool_new(&pc, &r->pool), AA_OK);
+}
+
+/* The pool's stats into the run as a snapshot; the store closed. */
+static void stored_run_close_store(stored_run *r) {
+  assert_int_equal(aa_pool_stats_get(r->pool, r->stats), AA_OK);
+  assert_int_equal(aa_store_snapshot(r->st, r->stats), AA_OK);
+  assert_int_equal(aa_store_flush(r->st, 0), AA_OK);
+  assert_int_equal(aa_store_close(r->st), AA_OK);
+  r->st = NULL;
+}
+
+static void stored_run_drop(stored_run *r) {
+  aa_pool_destroy(r->pool);
+  aa_backend_destroy(r->be);
+  free(r->stats);
+}
+
+static void test_replay_tool_db_histogram(void **state) {
+  stored_run r;
+  void *blocks[150];
+  char *db = r.db, *out = NULL, *err = NULL;
+  int i;
+  cJSON *j;
+  (void)state;
+
+  stored_run_open(&r, "hist.db", "device0");
   for (i = 0; i < 150; i++)
-    blocks[i] = aa_alloc(pool, i < 100 ? 4100 : 512, NULL);
-  assert_int_equal(aa_pool_stats_get(pool, stats), AA_OK);
-  assert_int_equal(aa_store_snapshot(st, stats), AA_OK);
-  assert_int_equal(aa_store_flush(st, 0), AA_OK);
-  assert_int_equal(aa_store_close(st), AA_OK);
+    blocks[i] = aa_alloc(r.pool, i < 100 ? 4100 : 512, NULL);
+  stored_run_close_store(&r);
   for (i = 0; i < 150; i++)
-    aa_free(pool, blocks[i], 0, NULL);
-  aa_pool_destroy(pool);
-  aa_backend_destroy(be);
-  free(stats);
+    aa_free(r.pool, blocks[i], 0, NULL);
+  stored_run_drop(&r);
 
   /* The run has a histogram but no trace: the message says how to use it. */
   assert_int_equal(sh(&out, &err, "{BIN} run --db %s --on-error stop", db), 1);
@@ -1060,54 +1081,19 @@ static void test_replay_tool_db_histogram(void **state) {
  * otherwise; it used to replay as "pool device" (another thread-cache bound
  * in the default policy). */
 static void test_replay_tool_pool_from_run(void **state) {
-  aa_store_config sc;
-  aa_store_run_info info;
-  aa_store *st = NULL;
-  aa_backend *be = NULL;
-  aa_pool_config pc;
-  aa_pool *pool = NULL;
-  aa_pool_stats *stats = calloc(1, sizeof *stats);
-  char db[400], *out = NULL, *err = NULL;
-  int64_t run = 0;
-  int i, rc;
+  stored_run r;
+  char *db = r.db, *out = NULL, *err = NULL;
+  int i;
   cJSON *j;
   (void)state;
 
-  assert_non_null(stats);
-  if (!have_binary()) {
-    free(stats);
-    skip();
-  }
-  snprintf(db, sizeof db, "%s/hostpool.db", g_tmp);
-  aa_store_config_init(&sc);
-  sc.path = db;
-  sc.quiet = true;
-  rc = aa_store_open(&sc, &st);
-  if (rc == AA_ENOTSUP) {
-    free(stats);
-    skip(); /* built without the store */
-  }
-  assert_int_equal(rc, AA_OK);
-  memset(&info, 0, sizeof info);
-  info.model = "replay-test";
-  info.rank = -1;
-  assert_int_equal(aa_store_begin_run(st, &info, &run), AA_OK);
-  assert_int_equal(aa_backend_host_new(&be), AA_OK);
-  aa_pool_config_init(&pc);
-  pc.backend = be;
-  pc.name = "host";
-  assert_int_equal(aa_pool_new(&pc, &pool), AA_OK);
-  aa_pool_set_trace(pool, aa_store_trace_push, st);
+  stored_run_open(&r, "hostpool.db", "host");
+  aa_pool_set_trace(r.pool, aa_store_trace_push, r.st);
   for (i = 0; i < 100; i++)
-    aa_free(pool, aa_alloc(pool, 4100, NULL), 4100, NULL);
-  aa_pool_set_trace(pool, NULL, NULL);
-  assert_int_equal(aa_pool_stats_get(pool, stats), AA_OK);
-  assert_int_equal(aa_store_snapshot(st, stats), AA_OK);
-  assert_int_equal(aa_store_flush(st, 0), AA_OK);
-  assert_int_equal(aa_store_close(st), AA_OK);
-  aa_pool_destroy(pool);
-  aa_backend_destroy(be);
-  free(stats);
+    aa_free(r.pool, aa_alloc(r.pool, 4100, NULL), 4100, NULL);
+  aa_pool_set_trace(r.pool, NULL, NULL);
+  stored_run_close_store(&r);
+  stored_run_drop(&r);
 
   assert_int_equal(sh(&out, &err, "{BIN} run --json --db %s", db), 0);
   j = cJSON_Parse(out);
