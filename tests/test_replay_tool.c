@@ -12,7 +12,10 @@
  * though it runs past 600 lines; the cmocka table at its end lists every
  * case.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -378,6 +382,83 @@ static void test_replay_tool_other_programs(void **state) {
   assert_int_equal(sh(NULL, &err, "'%s' frob", bench), 2);
   assert_non_null(strstr(err, "unknown command 'frob'"));
   free(err);
+}
+
+/* GET /healthz on 127.0.0.1:port; returns the answer's first bytes (static). */
+static const char *healthz(int port) {
+  static char buf[512];
+  struct sockaddr_in a;
+  static const char req[] = "GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  size_t got = 0;
+  ssize_t n;
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+  buf[0] = '\0';
+  if (fd < 0)
+    return buf;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+      write(fd, req, sizeof req - 1) == (ssize_t)(sizeof req - 1)) {
+    while (got + 1 < sizeof buf) {
+      n = read(fd, buf + got, sizeof buf - 1 - got);
+      if (n <= 0)
+        break;
+      got += (size_t)n;
+    }
+  }
+  buf[got] = '\0';
+  close(fd);
+  return buf;
+}
+
+/* adaptalloc-demo --quiet with ADAPTALLOC_HTTP on port 0: one line on stderr
+ * names the address the system chose (nothing else tells it), and the
+ * server answers there. */
+static void test_replay_tool_demo_quiet_port(void **state) {
+  const char *b = getenv("AA_TEST_BINARY_DIR");
+  char demo[1100], cmd[1400], line[512];
+  struct stat sb;
+  const char *p;
+  long pid = 0;
+  int port = 0;
+  int st;
+  FILE *f;
+  (void)state;
+
+  snprintf(demo, sizeof demo, "%s/tools/adaptalloc-demo", b ? b : "..");
+  if (!AA_TEST_WITH_HTTP || stat(demo, &sb) != 0)
+    skip();
+  /* stdout (the progress lines) is dropped: only stderr comes through */
+  snprintf(cmd, sizeof cmd,
+           "echo $$; ADAPTALLOC_DB=off ADAPTALLOC_HTTP=127.0.0.1:0 exec '%s' --seconds 10 "
+           "--quiet 2>&1 >/dev/null </dev/null",
+           demo);
+  f = popen(cmd, "r");
+  assert_non_null(f);
+  assert_non_null(fgets(line, sizeof line, f));
+  pid = strtol(line, NULL, 10);
+  assert_true(pid > 0);
+  while (port == 0 && fgets(line, sizeof line, f) != NULL) {
+    p = strstr(line, "http://127.0.0.1:");
+    if (p != NULL)
+      port = atoi(p + strlen("http://127.0.0.1:"));
+  }
+  if (port == 0)
+    kill((pid_t)pid, SIGTERM);
+  assert_true(port > 0 && port < 65536);
+  assert_non_null(strstr(line, "adaptalloc-demo: http://127.0.0.1:"));
+  assert_non_null(strstr(line, "(port chosen by the system)"));
+  /* the server is there, on that port */
+  assert_non_null(strstr(healthz(port), "ok"));
+  assert_int_equal(kill((pid_t)pid, SIGTERM), 0);
+  while (fgets(line, sizeof line, f) != NULL)
+    assert_null(strstr(line, "http://")); /* said once */
+  st = pclose(f);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
 }
 
 static void test_replay_tool_run_small(void **state) {
@@ -1118,6 +1199,7 @@ int main(void) {
       cmocka_unit_test(test_replay_tool_usage),
       cmocka_unit_test(test_replay_tool_manners),
       cmocka_unit_test(test_replay_tool_other_programs),
+      cmocka_unit_test(test_replay_tool_demo_quiet_port),
       cmocka_unit_test(test_replay_tool_plot),
       cmocka_unit_test(test_replay_tool_run_small),
       cmocka_unit_test(test_replay_tool_bad_input),

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "adaptalloc/core.h"
+#include "adaptalloc/http.h"
 #include "adaptalloc/runtime.h"
 #include "workload.h"
 
@@ -165,7 +166,8 @@ static void usage(FILE *f) {
           "  --compute-us N  simulated compute per step in microseconds (default 1000;\n"
           "                  0 makes the run allocation-bound)\n"
           "  --phase S       seconds per sequence length (default 4)\n"
-          "  --quiet         only the final summary line\n"
+          "  --quiet         only the final summary line (and, when ADAPTALLOC_HTTP\n"
+          "                  asks for port 0, the server's address on stderr)\n"
           "  --version       print the version and exit\n"
           "  Values go as the next word or after '=' (--seconds=30). Exit codes: 0 ok,\n"
           "  1 the run failed, 2 a bad command line.\n"
@@ -268,6 +270,15 @@ static int parse_args(int argc, char **argv, demo_opts *o) {
   return 0;
 }
 
+/* Whether ADAPTALLOC_HTTP asks for port 0, a port the system picks (the
+ * runtime reads the same variable; unset means its default port). */
+static bool port_chosen_by_system(void) {
+  const char *spec = getenv("ADAPTALLOC_HTTP");
+  aa_http_addr a;
+  return spec != NULL && aa_http_parse_address(spec, -1, &a, NULL, 0) == AA_OK && !a.off &&
+         a.port == 0;
+}
+
 /* The runtime's pool: the first GPU when there is one, else the host. */
 static aa_pool *open_pool(const char **where) {
   aa_pool *pool = NULL;
@@ -295,6 +306,8 @@ int main(int argc, char **argv) {
   size_t n_prev = 0;
   aa_pool *pool = NULL;
   const char *where = "?";
+  char addr[80];
+  bool have_addr = false;
   demo_model m;
   bool model_ok = false;
   bool runtime_on = false;
@@ -363,8 +376,13 @@ int main(int argc, char **argv) {
   if (aa_pool_stats_get(pool, st) == AA_OK) {
     n_prev = live_classes(st, cls_prev);
   }
+  have_addr = aa_runtime_http_address(addr, sizeof addr) == AA_OK;
+  if (opts.quiet && have_addr && port_chosen_by_system()) {
+    /* the only way to find a server on a port the system picked */
+    fprintf(stderr, "adaptalloc-demo: http://%s/ (port chosen by the system)\n", addr);
+    fflush(stderr);
+  }
   if (!opts.quiet) {
-    int port = aa_runtime_http_port();
     printf("adaptalloc-demo: pool '%s' on %s, %d threads, %d layers, hidden %d, batch %d, "
            "weights+optimiser %.1f MiB, seq",
            aa_pool_name(pool), where, opts.threads, DEMO_LAYERS, DEMO_HIDDEN, DEMO_BATCH,
@@ -373,8 +391,8 @@ int main(int argc, char **argv) {
       printf("%c%d", i == 0 ? ' ' : ',', demo_seq_schedule[i]);
     }
     printf(" (next every %.1f s)", opts.phase_s);
-    if (port > 0) {
-      printf(", http://127.0.0.1:%d/", port);
+    if (have_addr) {
+      printf(", http://%s/", addr);
     }
     printf("\n");
     fflush(stdout);
