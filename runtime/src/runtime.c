@@ -5,7 +5,8 @@
  * (runtime_services.c).
  *
  * Entry points: aa_runtime_init, aa_runtime_pool, aa_runtime_region_id,
- * aa_runtime_region_pool, aa_runtime_shutdown.
+ * aa_runtime_region_pool, aa_runtime_shutdown; rt_at_exit ends the store's
+ * run of a process that exits without aa_runtime_shutdown.
  * The hot path is aa_runtime_pool(): one acquire load once the pool exists.
  */
 #include <pthread.h>
@@ -15,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "adaptalloc/policy.h"
 #include "adaptalloc/runtime.h"
@@ -135,10 +138,64 @@ static void rt_read_config(const aa_runtime_config *cfg) {
     aa__rt.quiet = true;
 }
 
+/* ------------------------------------------------------------ exit */
+
+/* The end of a run at process exit. A process that never calls
+ * aa_runtime_shutdown (PyTorch's: its allocator lives until the end) would
+ * otherwise lose what is still in the trace ring and leave its run
+ * unended. Registered with atexit() once the store holds a run; runs after
+ * a Python interpreter's finalisation (which may still free blocks) and
+ * before the process's threads stop. The pools are left alone: other
+ * threads, and C++ destructors that run after this, may still allocate and
+ * free. In a fork()ed child it does nothing (the run is the parent's and
+ * so are the store's writer and the snapshot thread). */
+static atomic_bool rt_exit_armed;
+static pid_t rt_exit_pid;
+
+static void rt_exit_disarm_in_child(void) {
+  atomic_store(&rt_exit_armed, false);
+}
+
+static void rt_at_exit(void) {
+  struct timespec until;
+
+  if (!atomic_exchange(&rt_exit_armed, false) || getpid() != rt_exit_pid)
+    return;
+  /* rt_lock keeps a shutdown from another thread out while the run ends;
+   * never wait long for it (a thread may hold it creating a pool). */
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 1;
+  if (pthread_mutex_timedlock(&rt_lock, &until) != 0) {
+    aa__rt_log("store: run %lld was not ended at exit: the runtime was busy "
+               "for over a second; its last trace events and snapshots are lost",
+               (long long)aa_runtime_run_id());
+    return;
+  }
+  if (!aa__rt.shut_down)
+    aa__rt_services_end_run(AA__RT_FLUSH_MS);
+  pthread_mutex_unlock(&rt_lock);
+}
+
+static void rt_arm_exit(void) {
+  if (aa_runtime_run_id() <= 0)
+    return; /* no store, no run: nothing to finish */
+  rt_exit_pid = getpid();
+  atomic_store(&rt_exit_armed, true);
+  if (pthread_atfork(NULL, NULL, rt_exit_disarm_in_child) != 0 ||
+      atexit(rt_at_exit) != 0) {
+    atomic_store(&rt_exit_armed, false);
+    aa__rt_log("store: cannot register the end of run %lld at exit; a "
+               "process that ends without aa_runtime_shutdown leaves it "
+               "unended and loses its last trace events",
+               (long long)aa_runtime_run_id());
+  }
+}
+
 static void rt_init_once(void) {
   rt_read_config(rt_pending_cfg);
   aa__rt.started_ns = aa_now_ns();
   aa__rt_services_start();
+  rt_arm_exit();
   atomic_store_explicit(&aa__rt.ready, 1, memory_order_release);
 }
 

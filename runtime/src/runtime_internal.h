@@ -22,6 +22,12 @@
 
 #define AA_RT_MAX_POOLS (AA_MAX_DEVICES + 2 + AA_RUNTIME_MAX_REGION_POOLS)
 
+/* How long the end of a run waits for the store's writer to commit what is
+ * queued (at shutdown and at exit): a full 512 Ki ring takes about a second
+ * on a loaded 2-core VM; a database locked by another process holds the
+ * writer for its busy timeout (5 s) before the store gives up on it. */
+#define AA__RT_FLUSH_MS 5000u
+
 /* A region's pools (runtime.c): one per device, one on the host backend. */
 typedef struct aa__rt_region {
   char name[AA_REGION_NAME_MAX + 1];
@@ -88,6 +94,9 @@ typedef struct aa__rt_services {
   aa_store *store; /* NULL when off */
   char store_path[1100];
   int64_t run_id;
+  /* set once the run is ended (aa__rt_services_end_run): no pool traces
+   * into the store after it */
+  atomic_bool run_ended;
 
   aa_adapt_loop *loop; /* NULL when off */
   aa_http *http;       /* NULL when off */
@@ -134,6 +143,14 @@ void aa__rt_start_http(void);
 /* runtime_services.c, continued */
 void aa__rt_services_start(void);
 void aa__rt_services_stop(void);
+/* Ends the store's run while the pools live on (the process is exiting):
+ * detaches every pool's trace sink, stops the snapshot thread, takes a last
+ * snapshot of every pool, ends the run and waits at most timeout_ms for the
+ * writer to commit it all; says in one line on stderr when the trace lost
+ * events or the wait ran out. Once: later calls (and the store part of
+ * aa__rt_services_stop) do nothing more. Called with rt_lock held, or after
+ * shut_down was set. */
+void aa__rt_services_end_run(uint32_t timeout_ms);
 /* runtime_policy.c, continued */
 /* Applies the policy's settings for a pool of backend kind
  * "device"/"pinned"/"host" (region: NULL, or the region it serves, whose

@@ -126,8 +126,11 @@ void aa__rt_adopt_telemetry(const aa_policy *p) {
   atomic_store(&svc.histogram_on, t.histogram || t.trace || aa__rt.trace);
 }
 
+/* Called with rt_lock held, as aa__rt_services_end_run is at exit: a pool
+ * made after the run ended does not trace (its events would belong to no
+ * run). */
 static void trace_on(aa_pool *pool) {
-  if (svc.store != NULL && aa__rt.trace)
+  if (svc.store != NULL && aa__rt.trace && !atomic_load(&svc.run_ended))
     aa_pool_set_trace(pool, aa_store_trace_push, svc.store);
 }
 

@@ -292,10 +292,10 @@ static void stop_ticker(void) {
   svc.ticker_running = false;
 }
 
-/* At shutdown, once no pool traces any more: a trace that lost events (the
- * writer fell behind and the ring was full, or the store failed) replays
- * only up to its first loss, so say so now, not when someone replays it.
- * Printed even when quiet: it is about data the user asked for. */
+/* Once no pool traces any more and the writer had its chance: a trace that
+ * lost events (the writer fell behind and the ring was full, or the store
+ * failed) replays only up to its first loss, so say so now, not when someone
+ * replays it. Printed even when quiet: it is about data the user asked for. */
 static void note_trace_loss(void) {
   aa_store_stats ss;
 
@@ -305,6 +305,56 @@ static void note_trace_loss(void) {
              "(the store's writer fell behind and its ring was full, or the store failed); "
              "adaptalloc-replay replays the events before the first loss only",
              (long long)svc.run_id, (unsigned long long)ss.events_dropped);
+}
+
+/* Milliseconds left until deadline_ns (CLOCK_MONOTONIC, aa_now_ns), at
+ * least 1 so that a flush never waits unbounded (0 means "no limit"). */
+static uint32_t ms_left(uint64_t deadline_ns) {
+  uint64_t now = aa_now_ns();
+  if (now >= deadline_ns)
+    return 1;
+  return (uint32_t)((deadline_ns - now + 999999u) / 1000000u);
+}
+
+void aa__rt_services_end_run(uint32_t timeout_ms) {
+  aa_pool *pools[AA_RT_MAX_POOLS];
+  aa_store_stats ss;
+  uint64_t deadline = aa_now_ns() + (uint64_t)timeout_ms * 1000000u;
+  size_t n, i;
+  int rc;
+
+  if (svc.store == NULL || atomic_exchange(&svc.run_ended, true))
+    return;
+  stop_ticker();
+  /* After this no event reaches the ring: set_trace waits for pushes under
+   * way, so what the run traced is all in the ring now. */
+  n = aa__rt_pools_snapshot(pools, AA_RT_MAX_POOLS);
+  for (i = 0; i < n; i++)
+    aa_pool_set_trace(pools[i], NULL, NULL);
+  snapshot_all(); /* the final state of every pool */
+  if (aa_store_end_run(svc.store) == AA_ELIMIT) {
+    /* the queue is full (snapshots): let the writer take it, then end */
+    (void)aa_store_flush(svc.store, ms_left(deadline));
+    (void)aa_store_end_run(svc.store);
+  }
+  rc = aa_store_flush(svc.store, ms_left(deadline));
+  if (rc == AA_EAGAIN && aa_store_stats_get(svc.store, &ss) == AA_OK) {
+    /* The writer is stuck (another process holds the database's lock, a
+     * slow disk): what it has not committed is lost; say so, never wait
+     * longer. */
+    if (aa__rt.trace)
+      aa__rt_log("store: the trace of run %lld is incomplete: the store's writer did not "
+                 "finish within %u ms; the events it had not committed (%llu still in the "
+                 "ring) are lost, and the run's row may not count them or its end",
+                 (long long)svc.run_id, timeout_ms,
+                 (unsigned long long)ss.events_queued);
+    else
+      aa__rt_log("store: run %lld may be incomplete: the store's writer did not finish "
+                 "within %u ms; its last snapshots and its end may be lost",
+                 (long long)svc.run_id, timeout_ms);
+    return;
+  }
+  note_trace_loss();
 }
 
 /* ------------------------------------------------------------------ start/stop */
@@ -339,8 +389,8 @@ void aa__rt_services_stop(void) {
   for (i = 0; i < n; i++)
     aa_pool_set_trace(pools[i], NULL, NULL);
   if (svc.store != NULL) {
-    snapshot_all(); /* the final state of every pool */
-    note_trace_loss();
+    /* a no-op when the run already ended (at exit, from another thread) */
+    aa__rt_services_end_run(AA__RT_FLUSH_MS);
     aa_store_close(svc.store);
     svc.store = NULL;
   }
