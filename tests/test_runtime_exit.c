@@ -1,0 +1,373 @@
+/*
+ * test_runtime_exit.c — the end of the store's run when a process exits
+ * without aa_runtime_shutdown (every PyTorch process: its allocator lives
+ * until the end). Each scenario starts the runtime with the store and every
+ * event traced in a forked child that then returns through exit(); the test
+ * reads the database the child left:
+ *  - the trace is whole (every event, the last ones included) and the run's
+ *    row is finished: ended_ms set, events_written counting them, nothing
+ *    dropped;
+ *  - a fork()ed grandchild exiting on its own ends nothing and writes
+ *    nothing of its parent's run;
+ *  - a store that cannot be written any more (the file size limit) does
+ *    not make the exit crash: it says the trace is incomplete on stderr,
+ *    once, also after an aa_runtime_shutdown;
+ *  - a database another process keeps locked does not keep the exit
+ *    waiting for ever: it ends, saying so.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "adaptalloc/core.h"
+#include "adaptalloc/runtime.h"
+#include "adaptalloc/store.h"
+
+#if AA_TEST_WITH_STORE
+#include <sqlite3.h>
+
+#define PAIRS 1000 /* alloc/free pairs a child makes: 2000 traced events */
+
+typedef struct paths {
+  char dir[64];
+  char db[128];
+  char log[128]; /* the child's stderr */
+} paths;
+
+static void paths_make(paths *p) {
+  snprintf(p->dir, sizeof p->dir, "/tmp/aa-test-exit-XXXXXX");
+  assert_non_null(mkdtemp(p->dir));
+  snprintf(p->db, sizeof p->db, "%s/t.db", p->dir);
+  snprintf(p->log, sizeof p->log, "%s/stderr.txt", p->dir);
+}
+
+static void paths_remove(const paths *p) {
+  const char *suffix[] = {"", "-wal", "-shm"};
+  char f[160];
+  for (size_t i = 0; i < sizeof suffix / sizeof suffix[0]; i++) {
+    snprintf(f, sizeof f, "%s%s", p->db, suffix[i]);
+    unlink(f);
+  }
+  unlink(p->log);
+  rmdir(p->dir);
+}
+
+/* In a child: stderr into p->log, the runtime's environment (store at
+ * p->db, every event traced, no server, no policy file). */
+static void child_env(const paths *p) {
+  if (freopen(p->log, "w", stderr) == NULL)
+    _exit(3);
+  setenv("ADAPTALLOC_DB", p->db, 1);
+  setenv("ADAPTALLOC_HTTP", "off", 1);
+  setenv("ADAPTALLOC_TRACE", "1", 1);
+  setenv("ADAPTALLOC_QUIET", "1", 1);
+  unsetenv("ADAPTALLOC_POLICY");
+  unsetenv("ADAPTALLOC_TOKEN");
+  setenv("ADAPTALLOC_POLICY_DIR", "/nonexistent-adaptalloc-policies", 1);
+}
+
+/* n alloc/free pairs on pool: 2n traced events; _exit(2) on a NULL. */
+static void churn(aa_pool *pool, int n) {
+  for (int i = 0; i < n; i++) {
+    size_t size = 256 + (size_t)(i % 7) * 512;
+    void *b = aa_alloc(pool, size, NULL);
+    if (b == NULL)
+      _exit(2);
+    aa_free(pool, b, size, NULL);
+  }
+}
+
+static int wait_child(pid_t pid) {
+  int st = 0;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  if (!WIFEXITED(st)) {
+    print_message("child ended by signal %d\n", WIFSIGNALED(st) ? WTERMSIG(st) : -1);
+    return -1;
+  }
+  return WEXITSTATUS(st);
+}
+
+static void read_log(const paths *p, char *out, size_t cap) {
+  FILE *f = fopen(p->log, "r");
+  size_t n = 0;
+  if (f != NULL) {
+    n = fread(out, 1, cap - 1, f);
+    fclose(f);
+  }
+  out[n] = '\0';
+}
+
+static int count_of(const char *hay, const char *needle) {
+  int n = 0;
+  for (const char *at = strstr(hay, needle); at != NULL; at = strstr(at + 1, needle))
+    n++;
+  return n;
+}
+
+/* One integer from the database (-1 for NULL). */
+static int64_t sql_int(const char *db_path, const char *sql) {
+  sqlite3 *db = NULL;
+  sqlite3_stmt *s = NULL;
+  int64_t v = -1;
+  assert_int_equal(sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK);
+  assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+  if (sqlite3_column_type(s, 0) != SQLITE_NULL)
+    v = sqlite3_column_int64(s, 0);
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  return v;
+}
+
+static int count_ev(void *user, const aa_trace_event *ev) {
+  (void)ev;
+  (*(int64_t *)user)++;
+  return 0;
+}
+
+/* The database holds one run, ended, whose trace is whole: `events` events
+ * written and read back, none dropped, no cut; and the last snapshot of the
+ * host pool, taken at the end, counts `allocs` allocations. */
+static void check_complete_run(const paths *p, int64_t events, int64_t allocs) {
+  int64_t read = 0;
+  uint64_t written = 0, dropped = 0, cut = 0;
+  assert_int_equal(sql_int(p->db, "SELECT count(*) FROM runs"), 1);
+  int64_t run = sql_int(p->db, "SELECT id FROM runs");
+  assert_true(run > 0);
+  assert_int_equal(aa_store_trace_foreach(p->db, run, count_ev, &read), AA_OK);
+  assert_int_equal(read, events);
+  assert_int_equal(aa_store_trace_lost(p->db, run, &written, &dropped, &cut), AA_OK);
+  assert_int_equal(written, (uint64_t)events);
+  assert_int_equal(dropped, 0);
+  assert_int_equal(cut, 0);
+  assert_true(sql_int(p->db, "SELECT ended_ms FROM runs") > 0);
+  assert_true(sql_int(p->db, "SELECT ended_ms >= started_ms FROM runs") == 1);
+  assert_int_equal(sql_int(p->db, "SELECT count(*) FROM trace_events"), events);
+  assert_true(sql_int(p->db, "SELECT snapshots_written FROM runs") >= 1);
+  assert_int_equal(
+      sql_int(p->db, "SELECT allocs FROM snapshots WHERE pool = 'host' ORDER BY id DESC LIMIT 1"),
+      allocs);
+}
+
+/* In a child (no cmocka asserts there): the number of runs not ended, -2
+ * when the database cannot be read. */
+static int64_t live_runs(const char *db_path) {
+  sqlite3 *db = NULL;
+  sqlite3_stmt *s = NULL;
+  int64_t v = -2;
+  if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+      sqlite3_prepare_v2(db, "SELECT count(*) FROM runs WHERE ended_ms IS NULL", -1, &s,
+                         NULL) == SQLITE_OK &&
+      sqlite3_step(s) == SQLITE_ROW)
+    v = sqlite3_column_int64(s, 0);
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  return v;
+}
+
+/* ------------------------------------------------------------ scenarios */
+
+/* 1000 pairs, then one block allocated and kept: its alloc is the last
+ * event. Returns through exit() as main would. */
+static void test_runtime_exit_trace_kept_without_shutdown(void **state) {
+  paths p;
+  char said[4096];
+  (void)state;
+  paths_make(&p);
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    child_env(&p);
+    aa_pool *pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
+    if (pool == NULL || aa_runtime_run_id() <= 0)
+      _exit(2);
+    churn(pool, PAIRS);
+    if (aa_alloc(pool, 4096, NULL) == NULL) /* held to the end */
+      _exit(2);
+    exit(0);
+  }
+  assert_int_equal(wait_child(pid), 0);
+  read_log(&p, said, sizeof said);
+  print_message("child's stderr: \"%s\"\n", said);
+  check_complete_run(&p, 2 * PAIRS + 1, PAIRS + 1);
+  assert_null(strstr(said, "incomplete"));
+  paths_remove(&p);
+}
+
+/* The child P traces 500 pairs, forks G, which churns on its copy of the
+ * pool and exits through exit() while P's run is live: G must neither end
+ * P's run nor write into P's store (nor hang joining threads it does not
+ * have). P then makes 500 more pairs and one kept block and exits. */
+static void test_runtime_exit_fork_child_leaves_parent_run(void **state) {
+  paths p;
+  char said[4096];
+  (void)state;
+  paths_make(&p);
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    child_env(&p);
+    aa_pool *pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
+    if (pool == NULL || aa_runtime_run_id() <= 0)
+      _exit(2);
+    churn(pool, PAIRS / 2);
+    fflush(NULL);
+    pid_t g = fork();
+    if (g < 0)
+      _exit(4);
+    if (g == 0) {
+      churn(pool, 100);
+      exit(0);
+    }
+    int st = 0;
+    if (waitpid(g, &st, 0) != g || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+      _exit(5);
+    /* G's exit ended nothing: the run is live and still traced */
+    if (live_runs(p.db) != 1)
+      _exit(6);
+    churn(pool, PAIRS / 2);
+    if (aa_alloc(pool, 4096, NULL) == NULL)
+      _exit(2);
+    exit(0);
+  }
+  assert_int_equal(wait_child(pid), 0);
+  read_log(&p, said, sizeof said);
+  print_message("child's stderr: \"%s\"\n", said);
+  /* P's events only, all of them */
+  check_complete_run(&p, 2 * PAIRS + 1, PAIRS + 1);
+  assert_null(strstr(said, "incomplete"));
+  paths_remove(&p);
+}
+
+/* In a child whose run has begun: every write past 16 KiB into any file
+ * fails (EFBIG; SIGXFSZ ignored), so the store's writer fails on the trace
+ * and disables the store. */
+static void break_store_writes(void) {
+  struct rlimit rl = {16 * 1024, 16 * 1024};
+  signal(SIGXFSZ, SIG_IGN);
+  if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
+    _exit(7);
+}
+
+/* The store fails in the middle of the run; shutdown: whether the child
+ * calls aa_runtime_shutdown before exit(). Either way the exit does not
+ * crash, and the loss is said once. */
+static void store_fails(bool shutdown) {
+  paths p;
+  char said[4096];
+  paths_make(&p);
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    child_env(&p);
+    aa_pool *pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
+    if (pool == NULL || aa_runtime_run_id() <= 0)
+      _exit(2);
+    break_store_writes();
+    churn(pool, 4 * PAIRS); /* the allocator never notices */
+    if (shutdown)
+      aa_runtime_shutdown();
+    exit(0);
+  }
+  assert_int_equal(wait_child(pid), 0);
+  read_log(&p, said, sizeof said);
+  print_message("child's stderr: \"%s\"\n", said);
+  /* the store said it failed, and the exit (or the shutdown) said what
+   * that cost the trace, once */
+  assert_non_null(strstr(said, "store: disabled"));
+  assert_int_equal(count_of(said, "is incomplete"), 1);
+  assert_non_null(strstr(said, "events were dropped"));
+  /* what was committed before the failure is a valid database */
+  assert_int_equal(sql_int(p.db, "SELECT count(*) FROM runs"), 1);
+  assert_true(sql_int(p.db, "SELECT count(*) FROM trace_events") < 8 * PAIRS);
+  paths_remove(&p);
+}
+
+static void test_runtime_exit_store_fails(void **state) {
+  (void)state;
+  store_fails(false);
+}
+
+static void test_runtime_exit_after_shutdown_reports_once(void **state) {
+  (void)state;
+  store_fails(true);
+}
+
+/* Another process holds the database's write lock from the child's first
+ * events to its end: the child's writer cannot commit, and its exit must
+ * end anyway (waiting at most the store's busy timeout or the exit's own
+ * limit, whichever comes first), saying the trace is incomplete. */
+static void test_runtime_exit_locked_store_does_not_hang(void **state) {
+  paths p;
+  char said[4096];
+  int go[2], ready[2];
+  char byte = 0;
+  sqlite3 *db = NULL;
+  (void)state;
+  paths_make(&p);
+  assert_int_equal(pipe(go), 0);
+  assert_int_equal(pipe(ready), 0);
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    close(go[1]);
+    close(ready[0]);
+    child_env(&p);
+    aa_pool *pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
+    if (pool == NULL || aa_runtime_run_id() <= 0)
+      _exit(2);
+    if (write(ready[1], "r", 1) != 1 || read(go[0], &byte, 1) != 1)
+      _exit(8);
+    churn(pool, PAIRS);
+    exit(0);
+  }
+  close(go[0]);
+  close(ready[1]);
+  assert_int_equal(read(ready[0], &byte, 1), 1); /* the run has begun */
+  assert_int_equal(sqlite3_open(p.db, &db), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+  assert_int_equal(write(go[1], "g", 1), 1);
+  assert_int_equal(wait_child(pid), 0);
+  sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+  sqlite3_close(db);
+  close(go[1]);
+  close(ready[0]);
+  read_log(&p, said, sizeof said);
+  print_message("child's stderr: \"%s\"\n", said);
+  assert_int_equal(count_of(said, "is incomplete"), 1);
+  assert_int_equal(sql_int(p.db, "SELECT count(*) FROM runs"), 1);
+  assert_int_equal(sql_int(p.db, "SELECT count(*) FROM trace_events"), 0);
+  paths_remove(&p);
+}
+#endif /* AA_TEST_WITH_STORE */
+
+int main(void) {
+#if AA_TEST_WITH_STORE
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_runtime_exit_trace_kept_without_shutdown),
+      cmocka_unit_test(test_runtime_exit_fork_child_leaves_parent_run),
+      cmocka_unit_test(test_runtime_exit_store_fails),
+      cmocka_unit_test(test_runtime_exit_after_shutdown_reports_once),
+      cmocka_unit_test(test_runtime_exit_locked_store_does_not_hang),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+#else
+  printf("test_runtime_exit: skipped (built without the store)\n");
+  return 0;
+#endif
+}
