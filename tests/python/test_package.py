@@ -246,6 +246,46 @@ def test_shutdown_refuses_later_calls_clearly(run_py):
     assert "shut down" in msg and started is False
 
 
+@pytest.mark.parametrize("ending", ["", "sys.exit(3)"])
+def test_a_traced_run_ends_complete_without_shutdown(run_py, tmp_path, ending):
+    # A Python program never calls adaptalloc.shutdown() (a PyTorch one
+    # cannot): when it returns or calls sys.exit, the runtime ends its run at
+    # process exit, after the interpreter's finalisation freed what it held,
+    # and every traced event reaches the store.
+    import sqlite3
+    db = tmp_path / "trace.db"
+    r = run_py("""
+        import json, sys, adaptalloc
+        adaptalloc.start(db=sys.argv[1], trace=True, http=False)
+        kept = adaptalloc.Block("host", 4096)   # freed by the finalisation
+        for i in range(500):
+            b = adaptalloc.Block("host", 256 + i % 7 * 512)
+            del b
+        print(json.dumps({"run": adaptalloc.run_id()}))
+        sys.stdout.flush()
+        ENDING
+    """.replace("ENDING", ending), args=(str(db),), env={"ADAPTALLOC_DB": None, "ADAPTALLOC_HTTP": None})
+    assert r.rc == (3 if ending else 0), r.err
+    run = r.json()["run"]
+    assert run > 0
+    assert "incomplete" not in r.err, r.err
+    con = sqlite3.connect(str(db))
+    try:
+        ended, written, dropped, cut = con.execute(
+            "SELECT ended_ms, events_written, events_dropped, trace_cut_seq FROM runs"
+            " WHERE id = ?", (run,)).fetchone()
+        ops = dict(con.execute("SELECT op, count(*) FROM trace_events WHERE run_id = ?"
+                               " GROUP BY op", (run,)).fetchall())
+        snaps = con.execute("SELECT count(*) FROM snapshots WHERE run_id = ?",
+                            (run,)).fetchone()[0]
+    finally:
+        con.close()
+    assert ended is not None, "the run was not ended"
+    assert ops == {"a": 501, "f": 501}, ops
+    assert written == 1002 and dropped == 0 and cut is None
+    assert snaps >= 1
+
+
 def test_shutdown_is_refused_while_adaptalloc_is_torchs_allocator(run_py):
     # PyTorch keeps the pools' blocks and keeps calling into them: shutting
     # the runtime down under it would free the pools from under live tensors.
