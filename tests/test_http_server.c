@@ -356,6 +356,14 @@ static int fake_commit(fake *f, const aa_http_policy_change *ch, cJSON *doc,
   text = cJSON_PrintUnformatted(doc);
   if (text == NULL)
     return AA_ENOMEM;
+  if (f->policy != NULL && strcmp(text, f->policy) == 0) {
+    /* the policy in force: nothing changes (as the runtime does) */
+    free(text);
+    if (ch->unchanged != NULL)
+      *ch->unchanged = true;
+    *nv = f->version;
+    return AA_OK;
+  }
   free(f->policy);
   f->policy = text;
   f->version++;
@@ -758,6 +766,7 @@ static void test_http_policy_put(void **state) {
 static void test_http_policy_patch(void **state) {
   fixture *fx = *state;
   resp_t r;
+  char etag[64];
   char pol[256];
   uint64_t v;
   http(fx->port, "PATCH", "/policy", "Content-Type: application/merge-patch+json\r\n",
@@ -777,6 +786,28 @@ static void test_http_policy_patch(void **state) {
   policy_now(fx, pol, sizeof pol, &v);
   assert_int_equal(v, 2);
   assert_int_equal(fake_int(fx, &fx->f.patches), 1);
+  /* an empty patch (or one of the values in force) changes nothing: 200
+   * with the version in force and "changed":false, not counted */
+  http(fx->port, "PATCH", "/policy", "If-Match: \"2\"\r\n", "{}", &r);
+  assert_int_equal(r.status, 200);
+  assert_true(header(&r, "ETag", etag, sizeof etag));
+  assert_string_equal(etag, "\"2\"");
+  assert_non_null(strstr(r.body, "{\"ok\":true,\"version\":2,\"changed\":false}"));
+  resp_free(&r);
+  http(fx->port, "PATCH", "/policy", NULL, "{\"adapt\":{\"enabled\":false}}", &r);
+  assert_int_equal(r.status, 200);
+  assert_non_null(strstr(r.body, "\"changed\":false"));
+  resp_free(&r);
+  policy_now(fx, pol, sizeof pol, &v);
+  assert_int_equal(v, 2);
+  http(fx->port, "GET", "/metrics", NULL, NULL, &r);
+  assert_non_null(strstr(r.body, "adaptalloc_http_policy_changes_total 1\n"));
+  resp_free(&r);
+  /* a real change says so */
+  http(fx->port, "PATCH", "/policy", NULL, "{\"adapt\":{\"enabled\":true}}", &r);
+  assert_int_equal(r.status, 200);
+  assert_non_null(strstr(r.body, "{\"ok\":true,\"version\":3,\"changed\":true}"));
+  resp_free(&r);
 }
 
 static void test_http_history_and_runs(void **state) {
@@ -1545,8 +1576,10 @@ static void *worker(void *p) {
   int i;
   for (i = 0; i < 40; i++) {
     resp_t r;
+    char patch[32];
+    snprintf(patch, sizeof patch, "{\"n\":%d}", i); /* each one a change */
     if (a->writer && i % 4 == 0)
-      http(a->port, "PATCH", "/policy", NULL, "{\"n\":1}", &r);
+      http(a->port, "PATCH", "/policy", NULL, patch, &r);
     else
       http(a->port, "GET", i % 2 ? "/stats" : "/metrics", NULL, NULL, &r);
     if (r.status == 200)

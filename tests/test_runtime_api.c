@@ -102,6 +102,20 @@ static void scenario_policy(void) {
   free(doc2);
   CHECK(aa_runtime_policy_json(&doc2, &v) == AA_OK && v == 3);
   CHECK(interval_of(doc2) == interval_of(doc));
+
+  /* The same document again, or an empty patch: nothing changes, the
+   * version in force is answered. */
+  nv = 0;
+  CHECK(aa_runtime_policy_update(doc, strlen(doc), false, "unit", 0, &nv, err,
+                                 sizeof(err)) == AA_OK);
+  CHECK(nv == 3);
+  nv = 0;
+  CHECK(aa_runtime_policy_update("{}", 2, true, "unit", 3, &nv, err, sizeof(err)) == AA_OK);
+  CHECK(nv == 3);
+  CHECK(aa_runtime_policy_update("{}", 2, true, "unit", 2, &nv, err, sizeof(err)) ==
+        AA_ESTALE);
+  free(doc2);
+  CHECK(aa_runtime_policy_json(&doc2, &v) == AA_OK && v == 3);
   free(doc);
   free(doc2);
   CHECK(aa_runtime_policy_json(NULL, NULL) == AA_EINVAL);

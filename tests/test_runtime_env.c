@@ -282,6 +282,82 @@ static void scenario_full(void) {
   free(log);
 }
 
+static int occurrences(const char *hay, const char *needle) {
+  int n = 0;
+  for (const char *p = strstr(hay, needle); p != NULL; p = strstr(p + 1, needle))
+    n++;
+  return n;
+}
+
+/* A PUT or PATCH whose result is the policy in force (PATCH {}, a patch of
+ * the values in force, a PUT of the same document) changes nothing: 200 with
+ * "changed":false and the version in force, no new version, no audit entry,
+ * not counted as a change. A stale If-Match is still refused. */
+static void scenario_policy_noop(void) {
+  char db[512], *body = NULL, *doc = NULL, *log = NULL;
+  const char *merge = "Content-Type: application/merge-patch+json\r\n";
+  const char *json = "Content-Type: application/json\r\n";
+  aa_store_query q;
+  int port, st;
+
+  set_env_common();
+  snprintf(db, sizeof(db), "%s/noop.db", tmpdir);
+  setenv("ADAPTALLOC_DB", db, 1);
+  setenv("ADAPTALLOC_HTTP", "127.0.0.1:0", 1);
+  setenv("ADAPTALLOC_MODEL", "default", 1);
+  CHECK(aa_runtime_pool(AA_BACKEND_HOST, -1) != NULL);
+  port = aa_runtime_http_port();
+  CHECK(port > 0);
+
+  /* one real change first (the loop off, so that nothing else changes it) */
+  st = http(port, "PATCH", "/policy", merge,
+            "{\"adapt\": {\"enabled\": false, \"interval_ms\": 250}}", &body);
+  CHECK(st == 200);
+  CHECK(strstr(body, "\"version\":2,\"changed\":true") != NULL);
+  free(body);
+
+  st = http(port, "PATCH", "/policy", merge, "{}", &body);
+  CHECK(st == 200);
+  CHECK(strstr(body, "\"version\":2,\"changed\":false") != NULL);
+  free(body);
+  st = http(port, "PATCH", "/policy", merge, "{\"adapt\": {\"interval_ms\": 250}}", &body);
+  CHECK(st == 200);
+  CHECK(strstr(body, "\"version\":2,\"changed\":false") != NULL);
+  free(body);
+  /* the whole document in force, sent back */
+  CHECK(http(port, "GET", "/policy", NULL, NULL, &doc) == 200);
+  st = http(port, "PUT", "/policy", json, doc, &body);
+  CHECK(st == 200);
+  CHECK(strstr(body, "\"version\":2,\"changed\":false") != NULL);
+  free(body);
+  free(doc);
+  /* If-Match is checked before anything else */
+  st = http(port, "PATCH", "/policy", "Content-Type: application/merge-patch+json\r\nIf-Match: \"1\"\r\n",
+            "{}", &body);
+  CHECK(st == 412);
+  free(body);
+  st = http(port, "PATCH", "/policy", "Content-Type: application/merge-patch+json\r\nIf-Match: \"2\"\r\n",
+            "{}", &body);
+  CHECK(st == 200);
+  CHECK(strstr(body, "\"changed\":false") != NULL);
+  free(body);
+
+  st = http(port, "GET", "/metrics", NULL, NULL, &body);
+  CHECK(st == 200);
+  CHECK(strstr(body, "adaptalloc_policy_version 2\n") != NULL);
+  CHECK(strstr(body, "adaptalloc_policy_changes_total 1\n") != NULL);
+  CHECK(strstr(body, "adaptalloc_http_policy_changes_total 1\n") != NULL);
+  free(body);
+  aa_runtime_shutdown();
+
+  /* the audit log: the start policy and the one change */
+  aa_store_query_init(&q);
+  CHECK(aa_store_policy_log_json(db, &q, &log) == AA_OK);
+  CHECK(occurrences(log, "\"source\":\"http\"") == 1);
+  CHECK(occurrences(log, "\"new_version\":") == 2);
+  free(log);
+}
+
 static int trace_count(void *user, const aa_trace_event *ev) {
   (void)ev;
   (*(int *)user)++;
@@ -666,6 +742,10 @@ static void test_runtime_full_service(void **state) {
   (void)state;
   assert_int_equal(run_child(scenario_full), 0);
 }
+static void test_runtime_policy_noop_keeps_version(void **state) {
+  (void)state;
+  assert_int_equal(run_child(scenario_policy_noop), 0);
+}
 static void test_runtime_trace_recorded(void **state) {
   (void)state;
   assert_int_equal(run_child(scenario_trace_recorded), 0);
@@ -751,6 +831,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_runtime_all_off),
       cmocka_unit_test(test_runtime_full_service),
+      cmocka_unit_test(test_runtime_policy_noop_keeps_version),
       cmocka_unit_test(test_runtime_trace_recorded),
       cmocka_unit_test(test_runtime_trace_burst_kept),
       cmocka_unit_test(test_runtime_trace_loss_reported),

@@ -40,9 +40,15 @@ export async function applyPolicy() {
     const r = await fetch("/policy", { method: "PUT", headers, body, cache: "no-store" });
     if (r.ok) {
       let v = r.headers.get("ETag");
-      try { const j = await r.json(); if (j.version !== undefined) v = String(j.version); } catch (e) { /* ok */ }
+      let changed = true;
+      try {
+        const j = await r.json();
+        if (j.version !== undefined) v = String(j.version);
+        if (j.changed === false) changed = false;
+      } catch (e) { /* ok */ }
       v = v ? String(v).replace(/"/g, "") : "?";
-      showMsg("Applied: version " + v + " is in force.", "ok");
+      showMsg(changed ? "Applied: version " + v + " is in force."
+                      : "Nothing to apply: this is the policy in force (version " + v + ").", "ok");
       state.dirty = false;
       await loadPolicy();
     } else if (r.status === 412) {

@@ -291,6 +291,7 @@ static void ep_policy_change(aa__http_state *st, const aa__http_req *req,
                              aa__http_resp *r, bool patch) {
   aa_http_policy_change ch;
   uint64_t new_version = 0;
+  bool unchanged = false;
   char err[1024];
   int im;
   int rc;
@@ -341,6 +342,7 @@ static void ep_policy_change(aa__http_state *st, const aa__http_req *req,
   ch.len = req->body_len;
   ch.source = "http";
   ch.client = req->client != NULL ? req->client : "";
+  ch.unchanged = &unchanged;
   err[0] = '\0';
   rc = fn(st->prov.user, &ch, &new_version, err, sizeof err);
   err[sizeof err - 1] = '\0';
@@ -352,11 +354,15 @@ static void ep_policy_change(aa__http_state *st, const aa__http_req *req,
     aa__http_provider_error(r, req, rc, "policy", err);
     return;
   }
-  atomic_fetch_add(&st->policy_changes, 1);
-  aa__http_clear_caches(st);
+  /* the same document as the policy in force changes nothing: no new
+   * version, so no change counted and the caches stay */
+  if (!unchanged) {
+    atomic_fetch_add(&st->policy_changes, 1);
+    aa__http_clear_caches(st);
+  }
   aa__buf_init(&b);
-  aa__buf_printf(&b, "{\"ok\":true,\"version\":%llu}\n",
-                 (unsigned long long)new_version);
+  aa__buf_printf(&b, "{\"ok\":true,\"version\":%llu,\"changed\":%s}\n",
+                 (unsigned long long)new_version, unchanged ? "false" : "true");
   if (aa__buf_take(&b, &body, &len) != AA_OK) {
     aa__http_set_oom(r);
     return;

@@ -249,14 +249,16 @@ def _update(doc, patch, if_match, what):
 def set_policy(doc, *, if_match=None):
     """Replaces the policy in force with `doc` (a dict or JSON text, the
     policies/schema.json format), as PUT /policy does: validated, applied to
-    every pool, logged to the store. Returns the new version. Raises
+    every pool, logged to the store. Returns the new version (the version in
+    force, unchanged, when `doc` equals the policy in force). Raises
     PolicyError (a ValueError) naming the problem; nothing changes then."""
     return _update(doc, False, if_match, "set_policy")
 
 
 def patch_policy(patch, *, if_match=None):
     """Merges `patch` (RFC 7386 merge patch, a dict or JSON text) into the
-    policy in force, as PATCH /policy does. Returns the new version."""
+    policy in force, as PATCH /policy does. Returns the new version (the
+    version in force, unchanged, when the patch changes nothing, e.g. {})."""
     return _update(patch, True, if_match, "patch_policy")
 
 

@@ -311,7 +311,8 @@ static int prov_policy_change(const aa_http_policy_change *c, bool patch,
   snprintf(reason, sizeof(reason), "%s /policy from %s", patch ? "PATCH" : "PUT",
            c->client ? c->client : "?");
   return aa__rt_install_policy(next, c->source ? c->source : "http", reason,
-                               c->has_if_match, c->if_match, new_version, err, errcap);
+                               c->has_if_match, c->if_match, new_version, c->unchanged, err,
+                               errcap);
 }
 
 static int prov_policy_put(void *user, const aa_http_policy_change *c,

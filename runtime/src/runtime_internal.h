@@ -132,11 +132,14 @@ void aa__rt_adopt_telemetry(const aa_policy *p);
 /* A pool's backend kind as the policy names it: "device", "pinned", "host". */
 const char *aa__rt_pool_kind(const aa_pool *pool);
 /* Installs `next` (validated) as the policy in force: applies it, bumps the
- * version, logs the change to the store. Takes ownership of next. */
+ * version, logs the change to the store. Takes ownership of next. A `next`
+ * equal to the policy in force changes nothing (no apply, no new version, no
+ * audit entry): AA_OK, *new_version the version in force, *unchanged (may be
+ * NULL) true. */
 int aa__rt_install_policy(aa_policy *next, const char *source,
                           const char *reason, bool has_if_match,
-                          uint64_t if_match, uint64_t *new_version, char *err,
-                          size_t errcap);
+                          uint64_t if_match, uint64_t *new_version,
+                          bool *unchanged, char *err, size_t errcap);
 /* runtime_http.c: starts the server unless ADAPTALLOC_HTTP is off; logs and
  * leaves it off on failure. */
 void aa__rt_start_http(void);

@@ -340,24 +340,39 @@ static int apply_to_pools(const aa_policy *p, size_t *changed, char *err,
 }
 
 /* Installs `next` (validated) as the policy in force: applies it, bumps the
- * version, logs the change to the store. Takes ownership of next. */
+ * version, logs the change to the store. Takes ownership of next. A policy
+ * equal to the one in force (PUT of the same document, PATCH {} or of the
+ * values in force) is no change: nothing is applied or logged and the
+ * version stays, so PUT and PATCH are idempotent. */
 int aa__rt_install_policy(aa_policy *next, const char *source,
                           const char *reason, bool has_if_match,
-                          uint64_t if_match, uint64_t *new_version, char *err,
-                          size_t errcap) {
+                          uint64_t if_match, uint64_t *new_version,
+                          bool *unchanged, char *err, size_t errcap) {
   aa_adapt_params params;
   uint64_t old_version;
   size_t changed = 0;
+  bool same = false;
   char *json = NULL;
   int rc;
 
   memset(&params, 0, sizeof(params));
+  if (unchanged != NULL)
+    *unchanged = false;
   pthread_mutex_lock(&svc.policy_lock);
   old_version = svc.policy ? aa_policy_version(svc.policy) : 0;
   if (has_if_match && if_match != old_version) {
     snprintf(err, errcap, "policy version %llu is in force, not %llu",
              (unsigned long long)old_version, (unsigned long long)if_match);
     rc = AA_ESTALE;
+    goto unlock;
+  }
+  if (svc.policy != NULL && aa_policy_equal(svc.policy, next)) {
+    same = true;
+    rc = AA_OK;
+    if (unchanged != NULL)
+      *unchanged = true;
+    if (new_version != NULL)
+      *new_version = old_version;
     goto unlock;
   }
   rc = apply_to_pools(next, &changed, err, errcap);
@@ -391,7 +406,7 @@ int aa__rt_install_policy(aa_policy *next, const char *source,
     *new_version = old_version + 1;
 unlock:
   pthread_mutex_unlock(&svc.policy_lock);
-  if (rc == AA_OK && svc.loop != NULL) {
+  if (rc == AA_OK && !same && svc.loop != NULL) {
     int prc = aa_adapt_loop_set_params(svc.loop, &params);
     if (prc != AA_OK)
       aa__rt_log("adapt: new parameters refused: %s", aa_strerror(prc));

@@ -93,6 +93,10 @@ typedef struct aa_http_policy_change {
                              version in force differs */
   const char *source; /* "http" (for the audit log) */
   const char *client; /* peer address, "127.0.0.1" (for the audit log) */
+  bool *unchanged;    /* may be NULL; else the provider sets *unchanged true
+                         when the result equals the policy in force, so
+                         nothing changed (and *new_version is that policy's
+                         version) */
 } aa_http_policy_change;
 
 /* The callbacks. Every pointer may be NULL: the endpoint then answers 503
@@ -128,7 +132,9 @@ typedef struct aa_http_provider {
   /* PUT /policy: replace the whole policy. Validate whole; on any error
    * change nothing and write a message (with the JSON path and the rule,
    * "pools.device.classes[3]: 1000 is not a multiple of 512") into err.
-   * On success *new_version is the version now in force. */
+   * On success *new_version is the version now in force: the one before
+   * when the document equals the policy in force (then nothing changes and
+   * *change->unchanged is set). */
   int (*policy_put)(void *user, const aa_http_policy_change *change,
                     uint64_t *new_version, char *err, size_t errcap);
 

@@ -122,7 +122,8 @@ AA_EXTERN int aa_runtime_policy_json(char **out, uint64_t *version);
  * the change with AA_ESTALE unless that version is in force. On error nothing
  * changes and err (may be NULL) names the problem: AA_EPARSE / AA_EINVAL /
  * AA_ERANGE for a bad document. *new_version (may be NULL) gets the version
- * now in force. */
+ * now in force. A result equal to the policy in force (an empty patch, the
+ * same document) changes nothing: AA_OK, no new version, no audit entry. */
 AA_EXTERN int aa_runtime_policy_update(const char *json, size_t len, bool patch,
                                        const char *source, uint64_t if_match,
                                        uint64_t *new_version, char *err,
