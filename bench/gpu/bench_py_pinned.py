@@ -310,8 +310,10 @@ def table(res, header=True):
     """The compact summary of the parts in `res`, for stdout."""
     lines = []
     if header:
-        lines.append("bench_py_pinned: torch %s, %d repetitions, C++ helper %s; median [min, max]"
-                     % (res["torch"], res["reps"], "on" if res["ext"] else "off"))
+        lines.append("bench_py_pinned: torch %s, %d repetitions, C++ helper %s, copy tracking %s; "
+                     "median [min, max]"
+                     % (res["torch"], res["reps"], "on" if res["ext"] else "off",
+                        res.get("copy_tracking")))
     if "alloc_us" in res:
         lines.append("alloc+free (us per pair)      adaptalloc           python path          "
                      "torch pin_memory     cudaHostAlloc        pageable torch.empty "
@@ -369,6 +371,9 @@ def main():
         print("bench_py_pinned: no CUDA device", file=sys.stderr)
         return 2
     meta = {"torch": torch.__version__, "reps": a.reps, "ext": aat._ext is not None}
+    if aat._ext is not None and hasattr(aat._ext, "copy_tracking"):
+        aat.pinned_empty(1)  # the first one installs the tracker (the tensor dies at once)
+        meta["copy_tracking"] = aat._ext.copy_tracking()
     res = dict(meta)
     t0 = time.perf_counter()
     header = [True]

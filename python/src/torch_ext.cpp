@@ -9,14 +9,23 @@
 // here allocates or copies by itself.
 //   pinned_empty(shape, dtype=None, stream=None) -> Tensor
 //       CPU tensor over aa_staging_get(runtime pinned pool); its deleter
-//       returns the block with aa_staging_put(..., stream). shape: an int or
-//       a sequence of ints (torch.Size, tuple, list); dtype: a torch.dtype
-//       (None: float32); stream: a raw cudaStream_t as an int, or None for
-//       the current CUDA stream (only when CURRENT_STREAM is True: built
-//       with CUDA's headers, AA_TORCH_EXT_CUDA). A plain CPython fast-call
-//       function, not a pybind11 one: it is called per tensor, and
-//       pybind11's overload dispatch and std::vector conversion cost about
-//       as much as the pool's get and put together.
+//       returns the block with aa_staging_put. shape: an int or a sequence
+//       of ints (torch.Size, tuple, list); dtype: a torch.dtype (None:
+//       float32); stream: a raw cudaStream_t as an int, or None. Which
+//       streams a block waits for before its reuse:
+//       - tracked copies (copy_tracking() True: built with CUDA's headers,
+//         AA_TORCH_EXT_CUDA, against a torch with at::setHostAllocator):
+//         the streams of the non_blocking copies torch made from or into the
+//         tensor, as for torch's own pinned memory (Tensor.copy_ tells the
+//         CUDA host allocator, at::HostAllocator::record_event; CopyTracker
+//         below sits in front of torch's and records these uses in the pool,
+//         aa_record_stream), plus `stream` when given. A tensor no copy used
+//         goes back on the host pseudo-stream: reused at once, no CUDA call.
+//       - otherwise: `stream`, or the current CUDA stream when None (only
+//         when CURRENT_STREAM is True).
+//       A plain CPython fast-call function, not a pybind11 one: it is called
+//       per tensor, and pybind11's overload dispatch and std::vector
+//       conversion cost about as much as the pool's get and put together.
 //   pack(packer: int, tensors: list[Tensor], device: int, copy_stream: int,
 //        wait_stream: int) -> (list[Tensor], base) | int
 //       aa_packer_add_many of the CPU tensors (made contiguous), one device
@@ -24,7 +33,10 @@
 //       wait_stream when it differs, and the device views of base. When they
 //       do not fit the packer: the bytes they need (nothing packed).
 //   CURRENT_STREAM: bool, whether pinned_empty can read the current stream.
+//   copy_tracking() -> bool: whether the copies torch makes are tracked (see
+//       pinned_empty; True once the first pinned_empty installed the tracker).
 #include <torch/extension.h>
+#include <torch/version.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
 #ifndef AA_TORCH_EXT_CUDA
@@ -33,11 +45,20 @@
 #if AA_TORCH_EXT_CUDA
 #include <c10/cuda/CUDAStream.h>
 #endif
+// at::setHostAllocator (torch >= 2.9): the CUDA host allocator can be put
+// behind another, which is told of every non_blocking copy.
+#if AA_TORCH_EXT_CUDA && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9))
+#include <ATen/core/CachingHostAllocator.h>
+#define AA_COPY_TRACKING 1
+#else
+#define AA_COPY_TRACKING 0
+#endif
 
 #include <Python.h>
 
 #include <pthread.h>
 
+#include <atomic>
 #include <cstdint>
 #include <new>
 #include <stdexcept>
@@ -81,6 +102,96 @@ void pinned_block_put(void *ctx) {
     (void)aa_staging_put(b->pool, b->ptr, b->size, b->stream);
   delete b;
 }
+
+// ------------------------------------------------------------ copy tracking
+
+// The pinned pool of the tracker (set once, with it; never cleared: after a
+// shutdown aa_runtime_started() is false and nothing touches it).
+std::atomic<aa_pool *> g_tracked_pool{nullptr};
+
+// The deleter of a tracked tensor: ctx is the block itself. Its uses were
+// recorded in the pool (aa_record_stream), so it goes back on the host
+// pseudo-stream and the pool waits for exactly those streams.
+void tracked_block_put(void *ctx) {
+  aa_pool *pool = g_tracked_pool.load(std::memory_order_acquire);
+  if (pool != nullptr && aa_runtime_started())
+    (void)aa_staging_put(pool, ctx, 0, AA_STREAM_HOST);
+}
+
+#if AA_COPY_TRACKING
+// Sits in front of torch's CUDA host allocator (at::getHostAllocator(kCUDA)),
+// forwarding everything to it but record_event for the blocks of our tracked
+// tensors: their storage's context is the block's address, a block of the
+// pinned pool (torch's own contexts are its heap records, never in the
+// pool). Copy.cu calls record_event(ptr, ctx, stream) after each
+// non_blocking copy between a pinned host tensor and the GPU.
+class CopyTracker final : public at::HostAllocator {
+public:
+  explicit CopyTracker(at::HostAllocator *next) : next_(next) {}
+
+  at::DataPtr allocate(size_t n) override { return next_->allocate(n); }
+  c10::DeleterFnPtr raw_deleter() const override { return next_->raw_deleter(); }
+  void copy_data(void *dst, const void *src, std::size_t n) const override {
+    next_->copy_data(dst, src, n);
+  }
+  bool record_event(void *ptr, void *ctx, c10::Stream stream) override {
+    aa_pool *pool = g_tracked_pool.load(std::memory_order_acquire);
+    if (pool == nullptr || ctx == nullptr || !aa_runtime_started() ||
+        stream.device_type() != c10::DeviceType::CUDA || aa_block_size(pool, ctx) == 0)
+      return next_->record_event(ptr, ctx, stream);
+    cudaStream_t cs = c10::cuda::CUDAStream(c10::cuda::CUDAStream::UNCHECKED, stream).stream();
+    int rc = aa_record_stream(pool, ctx, reinterpret_cast<aa_stream>(cs));
+    if (rc == AA_EINVAL) // not a live block of ours after all
+      return next_->record_event(ptr, ctx, stream);
+    if (rc != AA_OK) {
+      // Cannot remember the use (no memory): wait for the copy instead, so
+      // that the block is safe whenever it dies.
+      (void)cudaStreamSynchronize(cs);
+    }
+    return true;
+  }
+  void empty_cache() override { next_->empty_cache(); }
+  at::HostStats get_stats() override { return next_->get_stats(); }
+  void reset_accumulated_stats() override { next_->reset_accumulated_stats(); }
+  void reset_peak_stats() override { next_->reset_peak_stats(); }
+
+private:
+  at::HostAllocator *next_;
+};
+
+// Installed once (under the GIL), never freed: torch keeps a raw pointer.
+// The priority keeps a later registration of equal priority from replacing
+// it silently; copy_tracking() still checks it is in place at every call.
+CopyTracker *g_tracker = nullptr;
+
+bool g_tracker_tried = false;
+
+// Tried once per process; when torch has no CUDA host allocator to put it
+// in front of, pinned_empty keeps the current-stream rule (no error).
+void install_copy_tracker(aa_pool *pool) {
+  if (g_tracker_tried)
+    return;
+  g_tracker_tried = true;
+  try {
+    at::HostAllocator *cur = at::getHostAllocator(at::kCUDA);
+    if (cur == nullptr)
+      return;
+    g_tracked_pool.store(pool, std::memory_order_release);
+    g_tracker = new CopyTracker(cur);
+    at::setHostAllocator(at::kCUDA, g_tracker, 255);
+  } catch (const std::exception &) {
+    // no tracker: copy_tracking() is false
+  }
+}
+
+bool copy_tracking() {
+  return g_tracker != nullptr && at::getHostAllocator(at::kCUDA) == g_tracker &&
+         g_tracked_pool.load(std::memory_order_relaxed) != nullptr;
+}
+#else
+void install_copy_tracker(aa_pool * /*pool*/) {}
+bool copy_tracking() { return false; }
+#endif
 
 // Whether torch.cuda._lazy_init() has run in this process (under the GIL;
 // cleared in a forked child). Python's path ran it through
@@ -243,6 +354,31 @@ PyObject *pinned_empty_impl(PyObject *const *args, Py_ssize_t nargs) {
   if (!cuda_lazy_init())
     return nullptr;
   aa_pool *pool = pinned_pool();
+  install_copy_tracker(pool);
+  if (copy_tracking() && pool == g_tracked_pool.load(std::memory_order_relaxed)) {
+    void *p = aa_staging_get(pool, size);
+    if (p == nullptr) {
+      PyErr_Format(PyExc_MemoryError, "adaptalloc: out of pinned memory allocating %zu bytes",
+                   size);
+      return nullptr;
+    }
+    // A stream given: a use recorded now (its work up to the tensor's death).
+    int rc = given ? aa_record_stream(pool, p, s) : AA_OK;
+    if (rc != AA_OK) {
+      (void)aa_staging_put(pool, p, 0, AA_STREAM_HOST); // never handed out
+      PyErr_Format(PyExc_MemoryError, "%scannot record stream %p for the block: %s", kPE,
+                   static_cast<void *>(s), aa_strerror(rc));
+      return nullptr;
+    }
+    // From .context() on, the tensor maker owns the block (on an exception
+    // it runs the deleter).
+    at::Tensor t = at::for_blob(p, c10::IntArrayRef(dims.data(), dims.size()))
+                       .context(p, &tracked_block_put)
+                       .target_device(c10::Device(c10::kCPU))
+                       .options(at::TensorOptions().dtype(st).device(at::kCPU))
+                       .make_tensor();
+    return THPVariable_Wrap(std::move(t));
+  }
   if (!given && !current_stream(&s))
     return nullptr;
   void *p = aa_staging_get(pool, size);
@@ -363,6 +499,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     throw py::error_already_set();
   (void)pthread_atfork(nullptr, nullptr, cuda_ready_after_fork);
   m.attr("CURRENT_STREAM") = py::bool_(AA_TORCH_EXT_CUDA != 0);
+  m.def("copy_tracking", &copy_tracking,
+        "whether torch's non_blocking copies of pinned_empty tensors are tracked");
   m.def("pack", &pack, py::arg("packer"), py::arg("tensors"), py::arg("device"),
         py::arg("copy_stream"), py::arg("wait_stream"));
 }

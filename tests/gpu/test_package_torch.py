@@ -269,6 +269,60 @@ def test_pinned_block_is_not_reused_before_its_copy_completes(tmp_path):
     assert d["bad"] == 0
 
 
+def test_pinned_copies_torch_makes_are_tracked_on_every_stream(tmp_path):
+    """With copy tracking (the C++ helper built with CUDA), a block waits for
+    the streams of the non_blocking copies torch made with its tensor, not
+    for the stream current when it was made: a copy on a side stream that is
+    not current keeps its block from reuse, a tensor no copy used is reused
+    at once even while the current stream is busy, and torch's own pinned
+    memory behaves as before behind the tracker."""
+    p, d = run("""
+        import json, torch, adaptalloc.torch as aat
+        n, side = 1 << 20, torch.cuda.Stream()
+        first = aat.pinned_empty(4)                     # installs the tracker
+        tracking = aat._ext is not None and aat._ext.copy_tracking()
+        del first
+        bad = 0
+        for r in range(10):
+            dst = torch.empty(n, dtype=torch.int32, device="cuda")
+            src = aat.pinned_empty(n, torch.int32)      # made on the default stream
+            src.fill_(r)
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                torch.cuda._sleep(20_000_000)           # the copy starts late
+                dst.copy_(src, non_blocking=True)       # on a stream not current at creation
+            addr = src.data_ptr()
+            del src
+            nxt = aat.pinned_empty(n, torch.int32)
+            bad += int(nxt.data_ptr() == addr)
+            nxt.fill_(-1)                               # would corrupt dst if reused
+            side.synchronize()
+            bad += int((dst != r).sum().item() > 0)
+            del nxt
+        # no copy used it: reused at once though the current stream is busy
+        torch.cuda._sleep(50_000_000)
+        a = aat.pinned_empty(n, torch.int32); addr = a.data_ptr(); del a
+        b = aat.pinned_empty(n, torch.int32)
+        reused = b.data_ptr() == addr
+        busy = not torch.cuda.current_stream().query()
+        torch.cuda.synchronize()
+        # torch's own pinned memory behind the tracker
+        h = torch.empty(n, dtype=torch.int32, pin_memory=True).fill_(7)
+        g = h.to("cuda", non_blocking=True)
+        torch.cuda.synchronize()
+        own = bool(h.is_pinned()) and bool((g == 7).all().item())
+        stats = torch.cuda.host_memory_stats() if hasattr(torch.cuda, "host_memory_stats") else {}
+        print(json.dumps({"tracking": tracking, "bad": bad, "reused": reused, "busy": busy,
+                          "own": own, "stats": isinstance(stats, dict)}))
+    """, tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert d["own"] and d["stats"], d
+    if not d["tracking"]:
+        skip("copy tracking needs the C++ helper built with CUDA and torch >= 2.9")
+    assert d["bad"] == 0, d
+    assert d["reused"] and d["busy"], d
+
+
 def test_pinned_empty_checks_its_arguments_and_follows_the_current_stream(tmp_path):
     for env in EXT_MODES:
         _pinned_args_case(tmp_path, env)

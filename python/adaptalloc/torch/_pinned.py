@@ -75,10 +75,13 @@ def _pinned(torch, shape, dtype, stream, what):
 def pinned_empty(shape, dtype=None, *, stream=None):
     """An uninitialised CPU tensor whose storage is a block of adaptalloc's
     pinned pool (is_pinned() is True). The block returns to the pool when the
-    tensor's storage dies, and is handed out again only after `stream` (the
-    current CUDA stream when None) has finished the work issued up to then,
-    so a non_blocking copy from it on that stream is safe. Copies on other
-    streams: record_stream(tensor, stream)."""
+    tensor's storage dies, and is handed out again only after the
+    non_blocking copies torch made with it have completed, on whatever
+    stream (copy tracking: the C++ helper built with CUDA, torch >= 2.9;
+    _ext.copy_tracking()), and after `stream`'s work up to then when given.
+    Without copy tracking: after `stream` (the current CUDA stream when None)
+    has finished the work issued up to then; copies on other streams need
+    record_stream(tensor, stream). docs/torch.md has the details."""
     ext = _pkg._ext
     if ext is not None:
         # One call into C++, which checks shape and dtype and, built with
