@@ -4,7 +4,8 @@
  * after an event recorded on A has completed; record_stream'd blocks wait for
  * every stream; the large path follows the same rules; nothing leaks events;
  * a large block freed on the host pseudo-stream (AA_STREAM_HOST) is given back
- * like one freed on an idle stream.
+ * like one freed on an idle stream; a block freed on the host pseudo-stream
+ * with one record_stream'd stream waits for that stream with no event.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -196,6 +197,64 @@ static void test_core_stream_large(void **state) {
   aa_free(f->p, b, 0, SB);
 }
 
+/* A block taken on the host pseudo-stream, used by one stream X
+ * (record_stream: a pinned tensor a copy on X read) and freed on the host
+ * pseudo-stream is a block freed on X: no event is recorded for it at the
+ * free, the host does not get it back while X is busy, and once X is idle
+ * it does (the pool asks X). */
+enum { HF_MAX = 1100 };
+
+/* Takes n-byte blocks on the host pseudo-stream until the pool's limit and
+ * frees them; whether `a` was among them. */
+static bool host_meets(aa_pool *p, size_t n, void *a) {
+  static void *h[HF_MAX];
+  size_t k = 0;
+  bool seen = false;
+  while (k < HF_MAX && (h[k] = aa_alloc(p, n, AA_STREAM_HOST)) != NULL)
+    seen |= h[k++] == a;
+  assert_true(k < HF_MAX); /* the limit stopped it (at once when a is all there is) */
+  for (size_t i = 0; i < k; i++)
+    assert_int_equal(aa_free(p, h[i], 0, AA_STREAM_HOST), AA_OK);
+  return seen;
+}
+
+static void check_host_free_recorded(uint32_t tcache_blocks, size_t n, size_t limit) {
+  aa_backend *b = NULL;
+  assert_int_equal(aa_backend_host_new(&b), AA_OK);
+  aa_pool_config cfg;
+  aa_pool_config_init(&cfg);
+  cfg.backend = b;
+  cfg.tcache_blocks = tcache_blocks;
+  cfg.limit_bytes = limit; /* the pool cannot grow past a's slab or segment */
+  aa_pool *p = NULL;
+  assert_int_equal(aa_pool_new(&cfg, &p), AA_OK);
+  uint64_t rec0, rec1;
+  void *a = aa_alloc(p, n, AA_STREAM_HOST);
+  assert_non_null(a);
+  assert_int_equal(aa_record_stream(p, a, SB), AA_OK);
+  assert_int_equal(aa_backend_host_stream_busy(b, SB, true), AA_OK);
+  aa_backend_host_event_counts(b, &rec0, NULL);
+  assert_int_equal(aa_free(p, a, 0, AA_STREAM_HOST), AA_OK);
+  aa_backend_host_event_counts(b, &rec1, NULL);
+  assert_int_equal(rec1, rec0);      /* was: one event on SB, one for the host */
+  assert_false(host_meets(p, n, a)); /* SB is busy */
+  assert_int_equal(aa_backend_host_stream_busy(b, SB, false), AA_OK);
+  assert_true(host_meets(p, n, a)); /* SB idle */
+  aa_pool_destroy(p);
+  aa_backend_host_event_counts(b, NULL, &rec1);
+  assert_int_equal(rec1, 0);
+  aa_backend_destroy(b);
+}
+
+static void test_core_stream_record_host_free(void **state) {
+  (void)state;
+  for (uint32_t tc = 0; tc <= 32; tc += 32) {
+    check_host_free_recorded(tc, 2048, (size_t)2 << 20);
+    check_host_free_recorded(tc, (size_t)1 << 20, (size_t)2 << 20);
+    check_host_free_recorded(tc, (size_t)5 << 20, (size_t)6 << 20);
+  }
+}
+
 /* Held events at destroy are released, nothing leaks. */
 static void test_core_stream_destroy_pending(void **state) {
   fx *f = *state;
@@ -253,6 +312,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_core_stream_central_lists, setup_nocache, teardown),
       cmocka_unit_test_setup_teardown(test_core_stream_record_stream, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stream_large, setup, teardown),
+      cmocka_unit_test(test_core_stream_record_host_free),
       cmocka_unit_test_setup_teardown(test_core_stream_destroy_pending, setup, teardown),
       cmocka_unit_test(test_core_stream_host_freed_large_released),
   };

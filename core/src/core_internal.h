@@ -672,6 +672,13 @@ void *aa__small_alloc_slow(aa_pool *pool, size_t size, aa_stream stream);
 
 /* free.c: aa_free, aa_record_stream, aa_block_size */
 void aa__rs_destroy(aa_pool *pool);
+/* The stream a record_stream'd block freed on `stream` is put back on with
+ * no event: freed on the host pseudo-stream (the freer has no GPU work
+ * behind it) with one recorded stream X, it is a block freed on X (usable
+ * on X at once, elsewhere once X's work up to now is done; the stream lists
+ * ask whether X is idle). Else `stream` itself (the events of
+ * aa__stream_events decide). Small and large path. */
+aa_stream aa__rec_free_stream(const aa_stream *xs, uint32_t nxs, aa_stream stream);
 
 /* large.c: the large path (its files share large_internal.h) */
 /* A chunk's phase, the low two bits of its state word. CLAIM: its owner's

@@ -33,14 +33,26 @@ static aa__rsrec *rs_take(aa_pool *pool, const void *p) {
   return r;
 }
 
+aa_stream aa__rec_free_stream(const aa_stream *xs, uint32_t nxs, aa_stream stream) {
+  if (stream == AA_STREAM_HOST && nxs == 1)
+    return xs[0];
+  return stream;
+}
+
 /* Records events for a freed record_stream'd block. Returns the number of
- * events (0: none needed, free as usual). *evs owned by the caller. */
-static uint32_t rs_events(aa_pool *pool, aa__rsrec *r, aa_stream stream, void ***evs) {
+ * events (0: none needed, free as usual on *stream, which it may change:
+ * aa__rec_free_stream). *evs owned by the caller. */
+static uint32_t rs_events(aa_pool *pool, aa__rsrec *r, aa_stream *stream, void ***evs) {
   bool synced;
   *evs = NULL;
   if (r == NULL || !pool->has_events)
     return 0;
-  return aa__stream_events(pool, r->s, r->n, stream, evs, &synced);
+  aa_stream on = aa__rec_free_stream(r->s, r->n, *stream);
+  if (on != *stream) {
+    *stream = on;
+    return 0;
+  }
+  return aa__stream_events(pool, r->s, r->n, *stream, evs, &synced);
 }
 
 static int free_slow(aa_pool *pool, aa__tcache *tc, aa__blk b, aa_stream stream, bool recorded) {
@@ -52,7 +64,7 @@ static int free_slow(aa_pool *pool, aa__tcache *tc, aa__blk b, aa_stream stream,
   uint32_t nev = 0;
   if (recorded) {
     aa__rsrec *r = rs_take(pool, aa__blk_ptr(b));
-    nev = rs_events(pool, r, stream, &evs);
+    nev = rs_events(pool, r, &stream, &evs);
     if (r) {
       free(r->s);
       free(r);

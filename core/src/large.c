@@ -555,6 +555,8 @@ void aa__lg_release_chunk(aa_pool *pool, aa__chunk *c, aa_stream stream, bool co
     aa__lg_seg_unlink_free(pool, c->seg);
     return;
   }
+  if (pool->has_events)
+    stream = aa__rec_free_stream(c->xs, c->nxs, stream);
   c->free = 1;
   c->freed_at = pool->large_frees;
   c->stream = stream;
