@@ -363,7 +363,7 @@ PyObject *pinned_empty_impl(PyObject *const *args, Py_ssize_t nargs) {
       return nullptr;
     }
     // A stream given: a use recorded now (its work up to the tensor's death).
-    int rc = given ? aa_record_stream(pool, p, s) : AA_OK;
+    int rc = given && s != AA_STREAM_HOST ? aa_record_stream(pool, p, s) : AA_OK;
     if (rc != AA_OK) {
       (void)aa_staging_put(pool, p, 0, AA_STREAM_HOST); // never handed out
       PyErr_Format(PyExc_MemoryError, "%scannot record stream %p for the block: %s", kPE,
