@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <setjmp.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -946,6 +947,79 @@ static void test_store_readers_while_writing(void **state) {
   readers_while_writing(":memory:");
 }
 
+/* Whether path's -wal or -shm file exists. */
+static bool side_files(const char *path) {
+  char side[PATH_MAX + 8];
+  snprintf(side, sizeof side, "%.*s-wal", PATH_MAX, path);
+  if (access(side, F_OK) == 0) return true;
+  snprintf(side, sizeof side, "%.*s-shm", PATH_MAX, path);
+  return access(side, F_OK) == 0;
+}
+
+/* The readers (what adaptalloc-replay and /history use) leave no -wal or
+ * -shm file beside a database nobody else has open, on success and on
+ * refusal; beside a live writer's database they read what it commits and
+ * leave its files alone. */
+static void test_store_readers_leave_no_wal_files(void **state) {
+  (void)state;
+  char path[300];
+  char *json = NULL;
+  uint64_t h[AA_HIST_BUCKETS];
+  uint64_t w = 0, d = 0, cut = 0;
+  aa_pool_stats p;
+  aa_store_query q;
+  db_file(path, sizeof path, "tidy.db");
+
+  aa_store *st = open_store(path, 0);
+  begin(st, "tidy");
+  fill_stats(&p, "host", 1, 2, 1);
+  assert_int_equal(aa_store_snapshot(st, &p), AA_OK);
+  assert_int_equal(aa_store_close(st), AA_OK);
+  assert_false(side_files(path)); /* the writer's close removes them */
+
+  assert_int_equal(aa_store_runs_json(path, 0, &json), AA_OK);
+  assert_non_null(strstr(json, "\"model\":\"tidy\""));
+  free(json);
+  assert_false(side_files(path));
+  aa_store_query_init(&q);
+  assert_int_equal(aa_store_history_json(path, &q, &json), AA_OK);
+  assert_int_equal(count_of(json, "\"pool\":\"host\""), 1);
+  free(json);
+  assert_int_equal(aa_store_policy_log_json(path, &q, &json), AA_OK);
+  free(json);
+  assert_int_equal(aa_store_histogram_latest(path, 0, NULL, h), AA_OK);
+  assert_int_equal(aa_store_trace_lost(path, 0, &w, &d, &cut), AA_OK);
+  assert_false(side_files(path));
+
+  /* a live writer: the readers see each commit; its files stay its own */
+  st = open_store(path, 0);
+  begin(st, "tidy-live");
+  for (int i = 2; i <= 3; i++) {
+    fill_stats(&p, "host", (uint64_t)i, 2, 1);
+    assert_int_equal(aa_store_snapshot(st, &p), AA_OK);
+    assert_int_equal(aa_store_flush(st, 0), AA_OK);
+    assert_true(side_files(path));
+    aa_store_query_init(&q);
+    q.all_runs = true;
+    q.limit = 100;
+    assert_int_equal(aa_store_history_json(path, &q, &json), AA_OK);
+    assert_int_equal(count_of(json, "\"pool\":\"host\""), i);
+    free(json);
+    assert_true(side_files(path));
+  }
+  assert_int_equal(aa_store_close(st), AA_OK);
+  assert_false(side_files(path));
+
+  /* refused (not an adaptalloc database), and tidy all the same */
+  char other[300];
+  db_file(other, sizeof other, "foreign-wal.db");
+  sql_exec(other, "PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES(1);");
+  assert_false(side_files(other));
+  assert_int_equal(aa_store_runs_json(other, 0, &json), AA_ENOENT);
+  assert_null(json);
+  assert_false(side_files(other));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_store_migrates_empty_file),
@@ -964,6 +1038,7 @@ int main(void) {
       cmocka_unit_test(test_store_memory_database),
       cmocka_unit_test(test_store_queue_full_drops),
       cmocka_unit_test(test_store_readers_while_writing),
+      cmocka_unit_test(test_store_readers_leave_no_wal_files),
   };
   return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }

@@ -194,8 +194,18 @@ int aa__store_db_open_rw(const char *path, bool uri, uint32_t busy_timeout_ms,
                          size_t msg_cap);
 
 /* Opens a read-only connection for a reader and checks the schema version.
- * Errors as for the public readers. */
-int aa__store_db_open_ro(const char *path, sqlite3 **out);
+ * Errors as for the public readers. *tidy is set when the -wal and -shm
+ * files beside path appeared during the open (a read-only connection to a
+ * WAL database makes them when they are missing, and cannot remove them):
+ * pass it to aa__store_db_close_ro. */
+int aa__store_db_open_ro(const char *path, sqlite3 **out, bool *tidy);
+
+/* Closes a connection of aa__store_db_open_ro (NULL is fine); with tidy,
+ * removes the -wal and -shm files it made, the way SQLite does: a
+ * read-write connection opened and closed, whose close deletes them only
+ * when no other connection (a live writer, another reader) has the database
+ * open. */
+void aa__store_db_close_ro(const char *path, sqlite3 *db, bool tidy);
 
 /* ------------------------------------------------------------ store.c */
 

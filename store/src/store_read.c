@@ -50,10 +50,14 @@ static int rd_step(sqlite3_stmt *s) {
   return rc;
 }
 
-static int rd_open(const char *path, sqlite3 **db) {
+/* Opens a reader's connection; close it with aa__store_db_close_ro(path,
+ * db, *tidy) (store_schema.c), which removes the -wal and -shm files the
+ * open made beside the database when nobody else has it open. */
+static int rd_open(const char *path, sqlite3 **db, bool *tidy) {
   *db = NULL;
+  *tidy = false;
   if (path == NULL || path[0] == '\0') return AA_EINVAL;
-  int err = aa__store_db_open_ro(path, db);
+  int err = aa__store_db_open_ro(path, db, tidy);
   if (err == AA_OK && strncmp(path, "file:", 5) == 0 &&
       strstr(path, "mode=memory") != NULL) {
     sqlite3_exec(*db, "PRAGMA read_uncommitted=1", NULL, NULL, NULL);
@@ -123,13 +127,14 @@ static int query_check(const aa_store_query *q, char **json) {
 
 int aa_store_runs_json(const char *db_path, uint32_t limit, char **json) {
   sqlite3 *db = NULL;
+  bool tidy = false;
   sqlite3_stmt *s = NULL;
   int err = AA_OK;
   if (json == NULL) return AA_EINVAL;
   *json = NULL;
   if (limit > AA_STORE_QUERY_MAX_LIMIT) return AA_ERANGE;
   if (limit == 0) limit = 100;
-  err = rd_open(db_path, &db);
+  err = rd_open(db_path, &db, &tidy);
   if (err != AA_OK) goto out;
   static const char sql[] =
       "SELECT json_object('runs', json(coalesce(json_group_array(json(j)), '[]')))"
@@ -158,7 +163,7 @@ int aa_store_runs_json(const char *db_path, uint32_t limit, char **json) {
   err = json_result(s, json);
 out:
   sqlite3_finalize(s);
-  sqlite3_close_v2(db);
+  aa__store_db_close_ro(db_path, db, tidy);
   return err;
 }
 
@@ -207,10 +212,11 @@ static int run_list_query(const char *db_path, const aa_store_query *q,
                           const char *head, const char *fields,
                           const char *tail, char **json) {
   sqlite3 *db = NULL;
+  bool tidy = false;
   sqlite3_stmt *s = NULL;
   char *sql = NULL;
   int64_t run = 0;
-  int err = rd_open(db_path, &db);
+  int err = rd_open(db_path, &db, &tidy);
   if (err != AA_OK) goto out;
   if (!q->all_runs) {
     err = resolve_run(db, q->run_id, &run);
@@ -251,7 +257,7 @@ static int run_list_query(const char *db_path, const aa_store_query *q,
 out:
   sqlite3_finalize(s);
   free(sql);
-  sqlite3_close_v2(db);
+  aa__store_db_close_ro(db_path, db, tidy);
   return err;
 }
 
@@ -306,11 +312,12 @@ int aa_store_policy_log_json(const char *db_path, const aa_store_query *q,
 int aa_store_trace_foreach(const char *db_path, int64_t run_id,
                            aa_store_trace_cb cb, void *user) {
   sqlite3 *db = NULL;
+  bool tidy = false;
   sqlite3_stmt *s = NULL;
   int64_t run = 0;
   int err = AA_OK;
   if (cb == NULL) return AA_EINVAL;
-  err = rd_open(db_path, &db);
+  err = rd_open(db_path, &db, &tidy);
   if (err != AA_OK) goto out;
   err = resolve_run(db, run_id, &run);
   if (err != AA_OK) goto out;
@@ -380,13 +387,14 @@ sqlfail:
   if (err == AA_OK) err = AA_EIO;
 out:
   sqlite3_finalize(s);
-  sqlite3_close_v2(db);
+  aa__store_db_close_ro(db_path, db, tidy);
   return err;
 }
 
 int aa_store_trace_lost(const char *db_path, int64_t run_id, uint64_t *written,
                         uint64_t *dropped, uint64_t *cut_seq) {
   sqlite3 *db = NULL;
+  bool tidy = false;
   sqlite3_stmt *s = NULL;
   int64_t run = 0;
   int err = AA_OK;
@@ -394,7 +402,7 @@ int aa_store_trace_lost(const char *db_path, int64_t run_id, uint64_t *written,
   if (written != NULL) *written = 0;
   if (dropped != NULL) *dropped = 0;
   if (cut_seq != NULL) *cut_seq = 0;
-  err = rd_open(db_path, &db);
+  err = rd_open(db_path, &db, &tidy);
   if (err != AA_OK) goto out;
   err = resolve_run(db, run_id, &run);
   if (err != AA_OK) goto out;
@@ -423,7 +431,7 @@ sqlfail:
   if (err == AA_OK) err = AA_EIO;
 out:
   sqlite3_finalize(s);
-  sqlite3_close_v2(db);
+  aa__store_db_close_ro(db_path, db, tidy);
   return err;
 }
 
@@ -431,12 +439,13 @@ int aa_store_histogram_latest(const char *db_path, int64_t run_id,
                               const char *pool_name,
                               uint64_t hist[AA_HIST_BUCKETS]) {
   sqlite3 *db = NULL;
+  bool tidy = false;
   sqlite3_stmt *s = NULL;
   int64_t run = 0, snaps = 0;
   int err = AA_OK;
   if (hist == NULL) return AA_EINVAL;
   memset(hist, 0, sizeof(uint64_t) * AA_HIST_BUCKETS);
-  err = rd_open(db_path, &db);
+  err = rd_open(db_path, &db, &tidy);
   if (err != AA_OK) goto out;
   err = resolve_run(db, run_id, &run);
   if (err != AA_OK) goto out;
@@ -481,6 +490,6 @@ sqlfail:
 out:
   if (err != AA_OK) memset(hist, 0, sizeof(uint64_t) * AA_HIST_BUCKETS);
   sqlite3_finalize(s);
-  sqlite3_close_v2(db);
+  aa__store_db_close_ro(db_path, db, tidy);
   return err;
 }

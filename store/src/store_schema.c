@@ -3,9 +3,11 @@
  *
  * Owns the list of migration steps (kMigrations: step i brings PRAGMA
  * user_version from i-1 to i; all pending steps run in one transaction),
- * the pragmas every write connection gets and the read-only open used by
- * the readers (the SQLite helpers they use are store_sqlite.c's).
- * Entry points: aa__store_db_open_rw, aa__store_db_open_ro.
+ * the pragmas every write connection gets and the read-only open and close
+ * used by the readers (the close removes the -wal/-shm files the open made;
+ * the SQLite helpers they use are store_sqlite.c's).
+ * Entry points: aa__store_db_open_rw, aa__store_db_open_ro,
+ * aa__store_db_close_ro.
  *
  * The schema is part of the user interface: docs/store.md documents every
  * table and column. Never edit a shipped step; append a new one.
@@ -484,9 +486,54 @@ static int open_ro_once(const char *path, sqlite3 **out, int *sqlite_rc) {
   return err;
 }
 
-int aa__store_db_open_ro(const char *path, sqlite3 **out) {
+/* Whether path's -wal or -shm file exists. */
+static bool wal_files_exist(const char *path) {
+  char side[4200];
+  int n = snprintf(side, sizeof side, "%s-wal", path);
+  if (n > 0 && (size_t)n < sizeof side && access(side, F_OK) == 0)
+    return true;
+  n = snprintf(side, sizeof side, "%s-shm", path);
+  return n > 0 && (size_t)n < sizeof side && access(side, F_OK) == 0;
+}
+
+/* A plain file name, beside which SQLite makes its -wal and -shm files (not
+ * a URI, not an in-memory database). */
+static bool plain_file(const char *path) {
+  return path[0] != '\0' && strncmp(path, "file:", 5) != 0 && strcmp(path, ":memory:") != 0;
+}
+
+/* SQLite's own safe way to remove a WAL database's -wal and -shm files
+ * (its documentation: open the database, then close it): the last
+ * connection to close takes the exclusive lock, checkpoints and deletes
+ * them; while any other connection has the database open its close leaves
+ * them. A read-only connection never deletes them, so this one is
+ * read-write: it only reads the header, and without SQLITE_OPEN_CREATE it
+ * never makes a database that has gone; on a file it may not write, SQLite
+ * opens it read-only and the files stay. */
+static void wal_tidy(const char *path) {
+  sqlite3 *db = NULL;
+  if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) == SQLITE_OK)
+    (void)sqlite3_exec(db, "PRAGMA user_version", NULL, NULL, NULL);
+  sqlite3_close_v2(db);
+}
+
+void aa__store_db_close_ro(const char *path, sqlite3 *db, bool tidy) {
+  sqlite3_close_v2(db);
+  if (tidy)
+    wal_tidy(path);
+}
+
+int aa__store_db_open_ro(const char *path, sqlite3 **out, bool *tidy) {
   int rc = SQLITE_OK;
+  bool had_files = !plain_file(path) || wal_files_exist(path);
   int err = open_ro_once(path, out, &rc);
+  /* The -wal and -shm files appeared during the open: ours (or a writer's
+   * that started meanwhile, which the tidy-up leaves alone). */
+  *tidy = !had_files && wal_files_exist(path);
+  if (err != AA_OK && *tidy) {
+    wal_tidy(path);
+    *tidy = false;
+  }
   /* A WAL database in a directory we cannot write (a copy on read-only
    * media, another user's file) cannot get its -shm file. With no -wal file
    * beside it and no way to create one, nobody can be writing it: read it as
