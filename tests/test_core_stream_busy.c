@@ -32,40 +32,6 @@
 #include "adaptalloc/cuda.h" /* AA_STREAM_HOST */
 #include "test_hooks.h"      /* core/src: the host backend's test hooks */
 
-/*
- * test_core_stream_busy.c — stream-ordered reuse under threads, on the host
- * backend's simulated busy streams (aa_backend_host_stream_busy): a block
- * freed on a stream is never handed out to another stream while that stream
- * has been busy since before the free, on the small and the large path,
- * with the pool held at its limit so that the blocks waiting on busy streams
- * are the ones asked for (the pool asks the backend whether the stream is
- * idle, stream_query, before it records an event).
- *
- * Copier threads each take K buffers on the host pseudo-stream, mark their
- * stream busy, list the buffers and free them on it, wait until the getters
- * have run the pool dry twice, then unlist them and mark the stream idle.
- * Getter threads take buffers until the pool has none (the limit), check
- * each against the lists, and give them back. A listed address met again
- * counts only when no slab went back to the backend since it was listed
- * (the CUDA backends' cudaFree / cudaFreeHost wait for all work, so a slab
- * released and carved again at the same address is another matter). The
- * check fails when the host backend's stream_query ignores busy streams.
- */
-#include <pthread.h>
-#include <sched.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stdatomic.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdlib.h>
-
-#include <cmocka.h>
-
-#include "adaptalloc/core.h"
-#include "adaptalloc/cuda.h" /* AA_STREAM_HOST */
-#include "test_hooks.h"      /* core/src: the host backend's test hooks */
-
 /* A pool over b with a limit, without thread caches (every free reaches
  * the central lists, every free of a large block the locked path). */
 static aa_pool *pool_new(aa_backend *b, size_t limit) {
@@ -80,40 +46,6 @@ static aa_pool *pool_new(aa_backend *b, size_t limit) {
   assert_int_equal(aa_pool_new(&cfg, &p), AA_OK);
   return p;
 }
-
-/*
- * test_core_stream_busy.c — stream-ordered reuse under threads, on the host
- * backend's simulated busy streams (aa_backend_host_stream_busy): a block
- * freed on a stream is never handed out to another stream while that stream
- * has been busy since before the free, on the small and the large path,
- * with the pool held at its limit so that the blocks waiting on busy streams
- * are the ones asked for (the pool asks the backend whether the stream is
- * idle, stream_query, before it records an event).
- *
- * Copier threads each take K buffers on the host pseudo-stream, mark their
- * stream busy, list the buffers and free them on it, wait until the getters
- * have run the pool dry twice, then unlist them and mark the stream idle.
- * Getter threads take buffers until the pool has none (the limit), check
- * each against the lists, and give them back. A listed address met again
- * counts only when no slab went back to the backend since it was listed
- * (the CUDA backends' cudaFree / cudaFreeHost wait for all work, so a slab
- * released and carved again at the same address is another matter). The
- * check fails when the host backend's stream_query ignores busy streams.
- */
-#include <pthread.h>
-#include <sched.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stdatomic.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdlib.h>
-
-#include <cmocka.h>
-
-#include "adaptalloc/core.h"
-#include "adaptalloc/cuda.h" /* AA_STREAM_HOST */
-#include "test_hooks.h"      /* core/src: the host backend's test hooks */
 
 enum { SB_COPIERS = 3,
        SB_GETTERS = 2,
