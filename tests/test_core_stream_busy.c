@@ -14,8 +14,11 @@
  * each against the lists, and give them back. A listed address met again
  * counts only when no slab went back to the backend since it was listed
  * (the CUDA backends' cudaFree / cudaFreeHost wait for all work, so a slab
- * released and carved again at the same address is another matter). The
- * check fails when the host backend's stream_query ignores busy streams.
+ * released and carved again at the same address is another matter); a
+ * getter reads a copier's backend-free snapshot before its list, so that
+ * both are of one round. test_core_stream_busy_at_limit walks that
+ * interleaving one step at a time. The checks fail when the host
+ * backend's stream_query or event_query ignores busy streams.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -119,17 +122,25 @@ static void *sb_getter(void *arg) {
       if (q[m] == NULL)
         break;
       atomic_fetch_add(&sh->got, 1);
-      for (int c = 0; c < SB_COPIERS; c++)
-        for (int j = 0; j < SB_K; j++)
-          if (atomic_load(&sh->forbidden[c][j]) == q[m]) {
-            /* the same block, unless its slab went back to the backend (the
-             * CUDA backends' cudaFree/cudaFreeHost wait for all work) and
-             * was carved again at the same address */
-            if (host_frees(sh->b) == atomic_load(&sh->fsnap[c]))
-              atomic_fetch_add(&sh->bad, 1);
-            else
-              atomic_fetch_add(&sh->recycled, 1);
-          }
+      for (int c = 0; c < SB_COPIERS; c++) {
+        /* the snapshot before the list: read after it, it may be the
+         * copier's next round's (taken after a release that let this
+         * block come back legitimately); read before, it is the round of
+         * any listing of q[m] seen below (q[m] was listed and freed before
+         * we got it, and a list is cleared before the next snapshot) */
+        uint64_t snap = atomic_load(&sh->fsnap[c]);
+        for (int j = 0; j < SB_K; j++) {
+          if (atomic_load(&sh->forbidden[c][j]) != q[m])
+            continue;
+          /* the same block, unless its slab went back to the backend (the
+           * CUDA backends' cudaFree/cudaFreeHost wait for all work) and
+           * was carved again at the same address */
+          if (host_frees(sh->b) == snap)
+            atomic_fetch_add(&sh->bad, 1);
+          else
+            atomic_fetch_add(&sh->recycled, 1);
+        }
+      }
       m++;
     }
     for (int k = 0; k < m; k++)
@@ -167,6 +178,84 @@ static void sb_busy_threads(size_t n, size_t limit) {
   free(sh);
 }
 
+/*
+ * The threaded test's interleaving, one step at a time: at the pool's limit
+ * (two slabs of two 1 MiB blocks), blocks put back on a busy stream never
+ * come back to the host stream through the out-of-memory retry. A batch in
+ * flight (its event recorded) keeps its slab; a slab whose blocks all wait
+ * in the stream's list with no event yet goes back to the backend (the
+ * CUDA backends' cudaFree/cudaFreeHost wait for all work), counted in the
+ * backend's frees: the one way an address freed on a busy stream may be
+ * handed out again while it is busy, the case the threaded test lets
+ * through only when the backend's free count moved since the block was
+ * listed. Once the stream is idle its blocks come back with no new memory.
+ */
+static void test_core_stream_busy_at_limit(void **state) {
+  (void)state;
+  const size_t n = (size_t)1 << 20;
+  const aa_stream s = (aa_stream)(uintptr_t)0x10000;
+  aa_backend *b = NULL;
+  assert_int_equal(aa_backend_host_new(&b), AA_OK);
+  aa_pool *p = pool_new(b, (size_t)4 << 20);
+  void *a[2], *c[2];
+  for (int i = 0; i < 2; i++)
+    a[i] = aa_alloc(p, n, AA_STREAM_HOST); /* slab A */
+  for (int i = 0; i < 2; i++)
+    c[i] = aa_alloc(p, n, AA_STREAM_HOST); /* slab B */
+  for (int i = 0; i < 2; i++) {
+    assert_non_null(a[i]);
+    assert_non_null(c[i]);
+  }
+  assert_null(aa_alloc(p, n, AA_STREAM_HOST)); /* the limit */
+  assert_int_equal(aa_backend_host_stream_busy(b, s, true), AA_OK);
+  uint64_t f0 = host_frees(b);
+  /* A's blocks on the busy stream: the pool records an event for them and
+   * the retry cannot give A back (its blocks are pending) */
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(aa_free(p, a[i], n, s), AA_OK);
+  assert_null(aa_alloc(p, n, AA_STREAM_HOST));
+  assert_int_equal(host_frees(b), f0);
+  aa_pool_stats st;
+  assert_int_equal(aa_pool_stats_get(p, &st), AA_OK);
+  assert_int_equal(st.pending_blocks, 2);
+  /* B's blocks on the busy stream, A's batch still in flight: no event for
+   * them yet, B is all free, so the retry gives B back and carves anew */
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(aa_free(p, c[i], n, s), AA_OK);
+  void *x = aa_alloc(p, n, AA_STREAM_HOST);
+  assert_non_null(x);
+  assert_int_equal(host_frees(b), f0 + 1);
+  assert_ptr_not_equal(x, a[0]);
+  assert_ptr_not_equal(x, a[1]);
+  void *y = aa_alloc(p, n, AA_STREAM_HOST);
+  assert_non_null(y);
+  assert_ptr_not_equal(y, a[0]);
+  assert_ptr_not_equal(y, a[1]);
+  assert_null(aa_alloc(p, n, AA_STREAM_HOST)); /* A still busy */
+  assert_int_equal(host_frees(b), f0 + 1);
+  /* the stream finishes: A's blocks come back, no new memory */
+  assert_int_equal(aa_backend_host_stream_busy(b, s, false), AA_OK);
+  uint64_t allocs0;
+  aa_backend_host_counts(b, &allocs0, NULL, NULL);
+  void *z[2];
+  for (int i = 0; i < 2; i++) {
+    z[i] = aa_alloc(p, n, AA_STREAM_HOST);
+    assert_true(z[i] == a[0] || z[i] == a[1]);
+  }
+  assert_ptr_not_equal(z[0], z[1]);
+  uint64_t allocs1;
+  aa_backend_host_counts(b, &allocs1, NULL, NULL);
+  assert_int_equal(allocs1, allocs0);
+  assert_int_equal(aa_pool_stats_get(p, &st), AA_OK);
+  assert_int_equal(st.pending_blocks, 0);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(aa_free(p, z[i], n, AA_STREAM_HOST), AA_OK);
+  assert_int_equal(aa_free(p, x, n, AA_STREAM_HOST), AA_OK);
+  assert_int_equal(aa_free(p, y, n, AA_STREAM_HOST), AA_OK);
+  aa_pool_destroy(p);
+  aa_backend_destroy(b);
+}
+
 static void test_core_stream_busy_small(void **state) {
   (void)state;
   sb_busy_threads((size_t)1 << 20, (size_t)16 << 20); /* a small class, two a slab */
@@ -179,6 +268,7 @@ static void test_core_stream_busy_large(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_core_stream_busy_at_limit),
       cmocka_unit_test(test_core_stream_busy_small),
       cmocka_unit_test(test_core_stream_busy_large),
   };
