@@ -149,7 +149,9 @@ def shutdown():
     pools. Everything allocated from them is invalid after this; it cannot be
     started again in this process. Refused while adaptalloc is PyTorch's CUDA
     allocator (adaptalloc.torch.install()): PyTorch keeps allocating from and
-    freeing into these pools until the process ends."""
+    freeing into these pools until the process ends. Not needed to keep the
+    telemetry: a process that exits without it (returning, sys.exit) ends its
+    store run at exit, its trace written out (docs/store.md)."""
     import sys
     t = sys.modules.get("adaptalloc.torch")
     mode = t.installed() if t is not None else None
