@@ -121,6 +121,7 @@ static int64_t sql_int(const char *db_path, const char *sql) {
   sqlite3_stmt *s = NULL;
   int64_t v = -1;
   assert_int_equal(sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  sqlite3_busy_timeout(db, 5000);
   assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK);
   assert_int_equal(sqlite3_step(s), SQLITE_ROW);
   if (sqlite3_column_type(s, 0) != SQLITE_NULL)
@@ -167,6 +168,7 @@ static int64_t live_runs(const char *db_path) {
   sqlite3_stmt *s = NULL;
   int64_t v = -2;
   if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+      sqlite3_busy_timeout(db, 5000) == SQLITE_OK &&
       sqlite3_prepare_v2(db, "SELECT count(*) FROM runs WHERE ended_ms IS NULL", -1, &s,
                          NULL) == SQLITE_OK &&
       sqlite3_step(s) == SQLITE_ROW)
