@@ -4,9 +4,9 @@
  * until the end). Each scenario starts the runtime with the store and every
  * event traced in a forked child that then returns through exit(); the test
  * reads the database the child left:
- *  - the trace is whole (every event, the last ones included) and the run's
- *    row is finished: ended_ms set, events_written counting them, nothing
- *    dropped;
+ *  - the trace is whole (every event, the last ones included, also with
+ *    the ring nearly full at exit) and the run's row is finished: ended_ms
+ *    set, events_written counting them, nothing dropped;
  *  - a fork()ed grandchild exiting on its own ends nothing and writes
  *    nothing of its parent's run;
  *  - a store that cannot be written any more (the file size limit) does
@@ -208,6 +208,45 @@ static void test_runtime_exit_trace_kept_without_shutdown(void **state) {
   paths_remove(&p);
 }
 
+/* The ring nearly full at exit: 150000 pairs made while another connection
+ * holds the database's write lock (the writer waits), the lock let go, then
+ * exit(): the exit waits while the writer works through 300001 events,
+ * longer than a fixed cap would allow on a slow machine, and keeps them
+ * all. */
+static void test_runtime_exit_full_ring_kept(void **state) {
+  enum { BURST = 150000 };
+  paths p;
+  char said[4096];
+  (void)state;
+  paths_make(&p);
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    sqlite3 *other = NULL;
+    child_env(&p);
+    aa_pool *pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
+    if (pool == NULL || aa_runtime_run_id() <= 0)
+      _exit(2);
+    if (sqlite3_open(p.db, &other) != SQLITE_OK || sqlite3_busy_timeout(other, 4000) != SQLITE_OK ||
+        sqlite3_exec(other, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
+      _exit(9);
+    churn(pool, BURST);
+    if (sqlite3_exec(other, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+      _exit(9);
+    sqlite3_close(other);
+    if (aa_alloc(pool, 4096, NULL) == NULL)
+      _exit(2);
+    exit(0);
+  }
+  assert_int_equal(wait_child(pid), 0);
+  read_log(&p, said, sizeof said);
+  print_message("child's stderr: \"%s\"\n", said);
+  check_complete_run(&p, 2 * BURST + 1, BURST + 1);
+  assert_null(strstr(said, "incomplete"));
+  paths_remove(&p);
+}
+
 /* The child P traces 500 pairs, forks G, which churns on its copy of the
  * pool and exits through exit() while P's run is live: G must neither end
  * P's run nor write into P's store (nor hang joining threads it does not
@@ -362,6 +401,7 @@ int main(void) {
 #if AA_TEST_WITH_STORE
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_runtime_exit_trace_kept_without_shutdown),
+      cmocka_unit_test(test_runtime_exit_full_ring_kept),
       cmocka_unit_test(test_runtime_exit_fork_child_leaves_parent_run),
       cmocka_unit_test(test_runtime_exit_store_fails),
       cmocka_unit_test(test_runtime_exit_after_shutdown_reports_once),

@@ -172,7 +172,7 @@ static void rt_at_exit(void) {
     return;
   }
   if (!aa__rt.shut_down)
-    aa__rt_services_end_run(AA__RT_FLUSH_MS);
+    aa__rt_services_end_run(AA__RT_EXIT_FLUSH_MAX_MS);
   pthread_mutex_unlock(&rt_lock);
 }
 

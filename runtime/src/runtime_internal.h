@@ -22,11 +22,14 @@
 
 #define AA_RT_MAX_POOLS (AA_MAX_DEVICES + 2 + AA_RUNTIME_MAX_REGION_POOLS)
 
-/* How long the end of a run waits for the store's writer to commit what is
- * queued (at shutdown and at exit): a full 512 Ki ring takes about a second
- * on a loaded 2-core VM; a database locked by another process holds the
- * writer for its busy timeout (5 s) before the store gives up on it. */
-#define AA__RT_FLUSH_MS 5000u
+/* How long the end of a run at exit waits for the store's writer to commit
+ * what is queued: while the writer makes progress, at most
+ * AA__RT_EXIT_FLUSH_MAX_MS in all (a full 512 Ki ring takes about a second
+ * on a 2-core VM, over 5 s under TSan on a loaded one), and no more than
+ * AA__RT_FLUSH_STALL_MS without progress (a database another process keeps
+ * locked holds the writer for its busy timeout, 5 s, before it gives up). */
+#define AA__RT_EXIT_FLUSH_MAX_MS 30000u
+#define AA__RT_FLUSH_STALL_MS 5000u
 
 /* A region's pools (runtime.c): one per device, one on the host backend. */
 typedef struct aa__rt_region {
@@ -146,14 +149,15 @@ void aa__rt_start_http(void);
 /* runtime_services.c, continued */
 void aa__rt_services_start(void);
 void aa__rt_services_stop(void);
-/* Ends the store's run while the pools live on (the process is exiting):
- * detaches every pool's trace sink, stops the snapshot thread, takes a last
- * snapshot of every pool, ends the run and waits at most timeout_ms for the
- * writer to commit it all; says in one line on stderr when the trace lost
- * events or the wait ran out. Once: later calls (and the store part of
- * aa__rt_services_stop) do nothing more. Called with rt_lock held, or after
- * shut_down was set. */
-void aa__rt_services_end_run(uint32_t timeout_ms);
+/* Ends the store's run, the pools living on: detaches every pool's trace
+ * sink, stops the snapshot thread, takes a last snapshot of every pool,
+ * ends the run and waits for the writer to commit it all: as long as it
+ * takes with limit_ms 0 (shutdown), else while it makes progress and at
+ * most limit_ms (exit; AA__RT_FLUSH_STALL_MS without progress ends the
+ * wait). Says in one line on stderr when the trace lost events or the wait
+ * gave up. Once: later calls (and the store part of aa__rt_services_stop)
+ * do nothing more. Called with rt_lock held, or after shut_down was set. */
+void aa__rt_services_end_run(uint32_t limit_ms);
 /* runtime_policy.c, continued */
 /* Applies the policy's settings for a pool of backend kind
  * "device"/"pinned"/"host" (region: NULL, or the region it serves, whose

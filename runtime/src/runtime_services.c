@@ -307,19 +307,50 @@ static void note_trace_loss(void) {
              (long long)svc.run_id, (unsigned long long)ss.events_dropped);
 }
 
-/* Milliseconds left until deadline_ns (CLOCK_MONOTONIC, aa_now_ns), at
- * least 1 so that a flush never waits unbounded (0 means "no limit"). */
-static uint32_t ms_left(uint64_t deadline_ns) {
-  uint64_t now = aa_now_ns();
-  if (now >= deadline_ns)
-    return 1;
-  return (uint32_t)((deadline_ns - now + 999999u) / 1000000u);
+/* What the writer has done so far: transactions committed, and events
+ * still in the ring (which only shrinks once no pool traces). */
+static void writer_progress(uint64_t *transactions, uint64_t *queued) {
+  aa_store_stats ss;
+  *transactions = 0;
+  *queued = 0;
+  if (aa_store_stats_get(svc.store, &ss) == AA_OK) {
+    *transactions = ss.transactions;
+    *queued = ss.events_queued;
+  }
 }
 
-void aa__rt_services_end_run(uint32_t timeout_ms) {
+/* Waits for the writer to commit what was queued before the call: as long
+ * as it takes with limit_ms 0 (aa_store_close joins the writer anyway);
+ * else until limit_ms after start_ns, or AA__RT_FLUSH_STALL_MS without
+ * progress, when it returns AA_EAGAIN. Otherwise aa_store_flush's result. */
+static int flush_run(uint64_t start_ns, uint32_t limit_ms) {
+  uint64_t moved = aa_now_ns(), tx, queued, tx2, queued2, now;
+  int rc;
+
+  if (limit_ms == 0)
+    return aa_store_flush(svc.store, 0);
+  writer_progress(&tx, &queued);
+  for (;;) {
+    rc = aa_store_flush(svc.store, 250);
+    if (rc != AA_EAGAIN)
+      return rc;
+    now = aa_now_ns();
+    writer_progress(&tx2, &queued2);
+    if (tx2 != tx || queued2 < queued) {
+      moved = now;
+      tx = tx2;
+      queued = queued2;
+    }
+    if (now - moved >= (uint64_t)AA__RT_FLUSH_STALL_MS * 1000000u ||
+        now - start_ns >= (uint64_t)limit_ms * 1000000u)
+      return AA_EAGAIN;
+  }
+}
+
+void aa__rt_services_end_run(uint32_t limit_ms) {
   aa_pool *pools[AA_RT_MAX_POOLS];
   aa_store_stats ss;
-  uint64_t deadline = aa_now_ns() + (uint64_t)timeout_ms * 1000000u;
+  uint64_t start = aa_now_ns();
   size_t n, i;
   int rc;
 
@@ -334,24 +365,26 @@ void aa__rt_services_end_run(uint32_t timeout_ms) {
   snapshot_all(); /* the final state of every pool */
   if (aa_store_end_run(svc.store) == AA_ELIMIT) {
     /* the queue is full (snapshots): let the writer take it, then end */
-    (void)aa_store_flush(svc.store, ms_left(deadline));
+    (void)flush_run(start, limit_ms);
     (void)aa_store_end_run(svc.store);
   }
-  rc = aa_store_flush(svc.store, ms_left(deadline));
+  rc = flush_run(start, limit_ms);
   if (rc == AA_EAGAIN && aa_store_stats_get(svc.store, &ss) == AA_OK) {
-    /* The writer is stuck (another process holds the database's lock, a
-     * slow disk): what it has not committed is lost; say so, never wait
-     * longer. */
+    /* The writer is stuck (another process keeps the database locked, a
+     * disk too slow): what it has not committed is lost; say so, never
+     * wait longer. */
+    double waited = (double)(aa_now_ns() - start) / 1e9;
     if (aa__rt.trace)
-      aa__rt_log("store: the trace of run %lld is incomplete: the store's writer did not "
-                 "finish within %u ms; the events it had not committed (%llu still in the "
+      aa__rt_log("store: the trace of run %lld is incomplete: the store's writer had not "
+                 "finished after %.1f s at exit (the wait ends after %u s without progress "
+                 "or %u s in all); the events it had not committed (%llu still in the "
                  "ring) are lost, and the run's row may not count them or its end",
-                 (long long)svc.run_id, timeout_ms,
-                 (unsigned long long)ss.events_queued);
+                 (long long)svc.run_id, waited, AA__RT_FLUSH_STALL_MS / 1000,
+                 limit_ms / 1000, (unsigned long long)ss.events_queued);
     else
-      aa__rt_log("store: run %lld may be incomplete: the store's writer did not finish "
-                 "within %u ms; its last snapshots and its end may be lost",
-                 (long long)svc.run_id, timeout_ms);
+      aa__rt_log("store: run %lld may be incomplete: the store's writer had not finished "
+                 "after %.1f s at exit; its last snapshots and its end may be lost",
+                 (long long)svc.run_id, waited);
     return;
   }
   note_trace_loss();
@@ -389,8 +422,9 @@ void aa__rt_services_stop(void) {
   for (i = 0; i < n; i++)
     aa_pool_set_trace(pools[i], NULL, NULL);
   if (svc.store != NULL) {
-    /* a no-op when the run already ended (at exit, from another thread) */
-    aa__rt_services_end_run(AA__RT_FLUSH_MS);
+    /* a no-op when the run already ended (at exit, from another thread);
+     * waits as long as the writer needs, as aa_store_close's join does */
+    aa__rt_services_end_run(0);
     aa_store_close(svc.store);
     svc.store = NULL;
   }

@@ -133,8 +133,9 @@ AA_EXTERN int aa_runtime_policy_update(const char *json, size_t len, bool patch,
  * pools. After this, pointers from runtime pools are invalid. Safe to call
  * when never started. A process that exits without calling it (as a
  * PyTorch process must) still ends its store run at exit(): the trace ring
- * is written out within 5 s and the run's row finished; the pools are left
- * to the process's end. */
+ * is written out (waiting while the store's writer makes progress, at most
+ * 30 s) and the run's row finished; the pools are left to the process's
+ * end. */
 AA_EXTERN void aa_runtime_shutdown(void);
 
 #ifdef __cplusplus
