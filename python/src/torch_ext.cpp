@@ -63,6 +63,8 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "adaptalloc/core.h"
@@ -125,9 +127,9 @@ void tracked_block_put(void *ctx) {
 // pinned pool (torch's own contexts are its heap records, never in the
 // pool). Copy.cu calls record_event(ptr, ctx, stream) after each
 // non_blocking copy between a pinned host tensor and the GPU.
-class CopyTracker final : public at::HostAllocator {
+class CopyTrackerBase : public at::HostAllocator {
 public:
-  explicit CopyTracker(at::HostAllocator *next) : next_(next) {}
+  explicit CopyTrackerBase(at::HostAllocator *next) : next_(next) {}
 
   at::DataPtr allocate(size_t n) override { return next_->allocate(n); }
   c10::DeleterFnPtr raw_deleter() const override { return next_->raw_deleter(); }
@@ -136,11 +138,19 @@ public:
   }
   bool record_event(void *ptr, void *ctx, c10::Stream stream) override {
     aa_pool *pool = g_tracked_pool.load(std::memory_order_acquire);
-    if (pool == nullptr || ctx == nullptr || !aa_runtime_started() ||
-        stream.device_type() != c10::DeviceType::CUDA || aa_block_size(pool, ctx) == 0)
+    if (pool == nullptr || !aa_runtime_started() ||
+        stream.device_type() != c10::DeviceType::CUDA)
+      return next_->record_event(ptr, ctx, stream);
+    // The block: the storage's context for our tensors and their views; else
+    // the copy's address when a block of ours starts there (a tensor over a
+    // pool tensor's memory with a storage of its own: torch.from_numpy of
+    // its .numpy(), torch.frombuffer, DLPack), as torch's own allocator
+    // falls back on the address.
+    void *blk = ctx != nullptr && aa_block_size(pool, ctx) != 0 ? ctx : ptr;
+    if (blk == nullptr || aa_block_size(pool, blk) == 0)
       return next_->record_event(ptr, ctx, stream);
     cudaStream_t cs = c10::cuda::CUDAStream(c10::cuda::CUDAStream::UNCHECKED, stream).stream();
-    int rc = aa_record_stream(pool, ctx, reinterpret_cast<aa_stream>(cs));
+    int rc = aa_record_stream(pool, blk, reinterpret_cast<aa_stream>(cs));
     if (rc == AA_EINVAL) // not a live block of ours after all
       return next_->record_event(ptr, ctx, stream);
     if (rc != AA_OK) {
@@ -155,13 +165,73 @@ public:
   void reset_accumulated_stats() override { next_->reset_accumulated_stats(); }
   void reset_peak_stats() override { next_->reset_peak_stats(); }
 
-private:
+protected:
   at::HostAllocator *next_;
 };
 
+// Torch versions whose CUDA graphs give a capture's pinned allocations a
+// pool of their own (pytorch#167507) call begin_allocate_to_pool,
+// end_allocate_to_pool and release_pool on the host allocator at every
+// capture, and at::HostAllocator's versions throw "Not implemented": each
+// hook torch has is forwarded, found by its signature (a torch without it,
+// or with another signature, gets nothing, as before).
+template <class A, class = void> struct BeginHook { using type = void; };
+template <class A>
+struct BeginHook<A, std::void_t<decltype(&A::begin_allocate_to_pool)>> {
+  using type = decltype(&A::begin_allocate_to_pool);
+};
+template <class A, class = void> struct EndHook { using type = void; };
+template <class A>
+struct EndHook<A, std::void_t<decltype(&A::end_allocate_to_pool)>> {
+  using type = decltype(&A::end_allocate_to_pool);
+};
+template <class A, class = void> struct ReleaseHook { using type = void; };
+template <class A> struct ReleaseHook<A, std::void_t<decltype(&A::release_pool)>> {
+  using type = decltype(&A::release_pool);
+};
+
+template <class Base, class M> class WithBegin : public Base {
+public:
+  using Base::Base;
+};
+template <class Base, class C, class Id, class Filter>
+class WithBegin<Base, void (C::*)(Id, Filter)> : public Base {
+public:
+  using Base::Base;
+  void begin_allocate_to_pool(Id id, Filter filter) override {
+    this->next_->begin_allocate_to_pool(id, std::move(filter));
+  }
+};
+template <class Base, class M> class WithEnd : public Base {
+public:
+  using Base::Base;
+};
+template <class Base, class C, class Id>
+class WithEnd<Base, void (C::*)(Id)> : public Base {
+public:
+  using Base::Base;
+  void end_allocate_to_pool(Id id) override { this->next_->end_allocate_to_pool(id); }
+};
+template <class Base, class M> class WithRelease : public Base {
+public:
+  using Base::Base;
+};
+template <class Base, class C, class Id>
+class WithRelease<Base, void (C::*)(Id)> : public Base {
+public:
+  using Base::Base;
+  void release_pool(Id id) override { this->next_->release_pool(id); }
+};
+
+using CopyTracker = WithRelease<
+    WithEnd<WithBegin<CopyTrackerBase, BeginHook<at::HostAllocator>::type>,
+            EndHook<at::HostAllocator>::type>,
+    ReleaseHook<at::HostAllocator>::type>;
+
 // Installed once (under the GIL), never freed: torch keeps a raw pointer.
-// The priority keeps a later registration of equal priority from replacing
-// it silently; copy_tracking() still checks it is in place at every call.
+// torch replaces an allocator by one of equal or higher priority: at 255
+// only a later registration at 255 displaces it (copy_tracking() checks
+// that it is in place at every call).
 CopyTracker *g_tracker = nullptr;
 
 bool g_tracker_tried = false;

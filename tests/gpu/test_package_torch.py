@@ -323,6 +323,65 @@ def test_pinned_copies_torch_makes_are_tracked_on_every_stream(tmp_path):
     assert d["reused"] and d["busy"], d
 
 
+def test_pinned_copy_tracker_keeps_cuda_graphs_and_tracks_aliases(tmp_path):
+    """Behind the copy tracker a CUDA graph is still captured and replayed
+    (torch versions whose graphs call the host allocator's pool hooks at
+    every capture: at::HostAllocator's own versions throw "Not implemented",
+    so the tracker forwards them), and a non_blocking copy through a tensor
+    over a pool tensor's memory with a storage of its own (DLPack: its
+    storage's context is not the block) keeps the block from reuse until
+    the copy has completed (the tracker falls back on the copy's address,
+    as torch's own host allocator does)."""
+    p, d = run("""
+        import json, torch, adaptalloc.torch as aat
+        from torch.utils.dlpack import from_dlpack
+        first = aat.pinned_empty(4)                     # installs the tracker
+        tracking = aat._ext is not None and aat._ext.copy_tracking()
+        del first
+        x = torch.zeros(8, device="cuda")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            y = x + 1                                   # warm-up off the capture
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        err = None
+        try:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                y = x + 1
+            x.fill_(2)
+            g.replay()
+            torch.cuda.synchronize()
+            graph = bool((y == 3).all().item())
+        except Exception as e:                          # "Not implemented for ..."
+            graph, err = False, repr(e)
+        n, bad = 1 << 20, 0
+        for r in range(5):
+            dst = torch.empty(n, dtype=torch.int32, device="cuda")
+            src = aat.pinned_empty(n, torch.int32)
+            src.fill_(r)
+            alias = from_dlpack(src)                    # its own storage, same memory
+            addr = src.data_ptr()
+            del src                                     # alias keeps the block alive
+            torch.cuda._sleep(20_000_000)               # the copy starts late
+            dst.copy_(alias, non_blocking=True)
+            del alias                                   # the block goes back now
+            nxt = aat.pinned_empty(n, torch.int32)
+            bad += int(nxt.data_ptr() == addr)
+            nxt.fill_(-1)                               # would corrupt dst if reused
+            torch.cuda.synchronize()
+            bad += int((dst != r).sum().item() > 0)
+            del nxt
+        print(json.dumps({"tracking": tracking, "graph": graph, "err": err, "bad": bad}))
+    """, tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert d["graph"], d
+    if not d["tracking"]:
+        skip("copy tracking needs the C++ helper built with CUDA and torch >= 2.9")
+    assert d["bad"] == 0, d
+
+
 def test_pinned_empty_checks_its_arguments_and_follows_the_current_stream(tmp_path):
     for env in EXT_MODES:
         _pinned_args_case(tmp_path, env)
