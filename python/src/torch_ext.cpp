@@ -60,10 +60,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <new>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -111,10 +113,33 @@ void pinned_block_put(void *ctx) {
 // shutdown aa_runtime_started() is false and nothing touches it).
 std::atomic<aa_pool *> g_tracked_pool{nullptr};
 
+// Blocks a copy captured into a CUDA graph used: every replay of the graph
+// reads or writes them again, so they never go back to the pool (PyTorch
+// keeps such blocks for the graph). g_nkept: how many, so that a deleter
+// looks at the set only when there is one. The set is never destroyed: a
+// tensor may die during the interpreter's exit, after static destructors.
+std::mutex g_kept_mu;
+std::unordered_set<void *> &g_kept = *new std::unordered_set<void *>;
+std::atomic<size_t> g_nkept{0};
+
+// Whether `blk` was kept, forgetting it.
+bool kept_take(void *blk) {
+  if (g_nkept.load(std::memory_order_acquire) == 0)
+    return false;
+  std::lock_guard<std::mutex> g(g_kept_mu);
+  if (g_kept.erase(blk) == 0)
+    return false;
+  g_nkept.fetch_sub(1, std::memory_order_release);
+  return true;
+}
+
 // The deleter of a tracked tensor: ctx is the block itself. Its uses were
 // recorded in the pool (aa_record_stream), so it goes back on the host
-// pseudo-stream and the pool waits for exactly those streams.
+// pseudo-stream and the pool waits for exactly those streams; a block a
+// captured copy used stays out of the pool for good.
 void tracked_block_put(void *ctx) {
+  if (kept_take(ctx))
+    return;
   aa_pool *pool = g_tracked_pool.load(std::memory_order_acquire);
   if (pool != nullptr && aa_runtime_started())
     (void)aa_staging_put(pool, ctx, 0, AA_STREAM_HOST);
@@ -150,6 +175,11 @@ public:
     if (blk == nullptr || aa_block_size(pool, blk) == 0)
       return next_->record_event(ptr, ctx, stream);
     cudaStream_t cs = c10::cuda::CUDAStream(c10::cuda::CUDAStream::UNCHECKED, stream).stream();
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(cs, &cap) != cudaSuccess)
+      (void)cudaGetLastError();
+    else if (cap != cudaStreamCaptureStatusNone && blk == ctx && keep(blk))
+      return true; // a graph's copy of our tensor: the block is the graph's for good
     int rc = aa_record_stream(pool, blk, reinterpret_cast<aa_stream>(cs));
     if (rc == AA_EINVAL) // not a live block of ours after all
       return next_->record_event(ptr, ctx, stream);
@@ -167,6 +197,20 @@ public:
 
 protected:
   at::HostAllocator *next_;
+
+private:
+  // Keeps a live block of the pool out of it for good (false: no memory to
+  // remember it; then the use is recorded as any other).
+  static bool keep(void *blk) {
+    try {
+      std::lock_guard<std::mutex> g(g_kept_mu);
+      if (g_kept.insert(blk).second)
+        g_nkept.fetch_add(1, std::memory_order_release);
+      return true;
+    } catch (const std::exception &) {
+      return false;
+    }
+  }
 };
 
 // Torch versions whose CUDA graphs give a capture's pinned allocations a

@@ -382,6 +382,45 @@ def test_pinned_copy_tracker_keeps_cuda_graphs_and_tracks_aliases(tmp_path):
     assert d["bad"] == 0, d
 
 
+def test_pinned_block_a_captured_copy_uses_is_never_reused(tmp_path):
+    """A copy captured into a CUDA graph reads its pool tensor's block again
+    at every replay: with copy tracking the block stays the graph's after
+    the tensor dies (before, it was reused once the capture's stream was
+    idle, and a replay copied whatever the next tensor held)."""
+    p, d = run("""
+        import json, torch, adaptalloc.torch as aat
+        first = aat.pinned_empty(4)                     # installs the tracker
+        tracking = aat._ext is not None and aat._ext.copy_tracking()
+        del first
+        n = 1 << 16
+        src = aat.pinned_empty(n, torch.int32)
+        src.fill_(5)
+        dst = torch.zeros(n, dtype=torch.int32, device="cuda")
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            dst.copy_(src, non_blocking=True)
+        torch.cuda.synchronize()
+        addr = src.data_ptr()
+        del src
+        torch.cuda.synchronize()                        # every stream idle
+        held, reused = [], 0
+        for _ in range(8):
+            t = aat.pinned_empty(n, torch.int32)
+            t.fill_(-1)
+            reused += int(t.data_ptr() == addr)
+            held.append(t)
+        dst.zero_()
+        g.replay()
+        torch.cuda.synchronize()
+        print(json.dumps({"tracking": tracking, "reused": reused,
+                          "replayed": bool((dst == 5).all().item())}))
+    """, tmp_path)
+    assert p.returncode == 0, p.stderr
+    if not d["tracking"]:
+        skip("copy tracking needs the C++ helper built with CUDA and torch >= 2.9")
+    assert d["reused"] == 0 and d["replayed"], d
+
+
 def test_pinned_empty_checks_its_arguments_and_follows_the_current_stream(tmp_path):
     for env in EXT_MODES:
         _pinned_args_case(tmp_path, env)
