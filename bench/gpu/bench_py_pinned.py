@@ -8,7 +8,8 @@ installed adaptalloc package (pip install --no-build-isolation .).
 
 alloc   adaptalloc.torch.pinned_empty + free (C++ helper; _python: the Python
         path)  vs  torch.empty(pin_memory=True)
-        + free (PyTorch's caching host allocator)  vs  cudaHostAlloc +
+        + free (PyTorch's caching host allocator; and the same served by the
+        pool, serve_pinned)  vs  cudaHostAlloc +
         cudaFreeHost, per size; microseconds per pair. Beside them a plain
         (pageable) torch.empty of the same shape + free: what any CPU tensor
         made through torch's Python binding and dispatcher costs ("over
@@ -62,11 +63,22 @@ def cudart():
 def bench_alloc(reps, iters=2000):
     rt = cudart()
     out = {}
+    # torch.empty(pin_memory=True) served by the pool (serve_pinned), when it can be
+    served = aat._ext is not None and hasattr(aat._ext, "serve_pinned")
+    if served:
+        try:
+            aat.serve_pinned(False)
+            aat.serve_pinned(True)
+            aat.serve_pinned(False)
+        except RuntimeError:
+            served = False
     for size in (4 << 10, 1 << 20, 16 << 20):
         n = size // 4
         it = iters if size <= (1 << 20) else iters // 10
         res = {"adaptalloc": [], "adaptalloc_python": [], "torch_pinned": [],
                "cudaHostAlloc": [], "floor_torch_empty": []}
+        if served:
+            res["torch_pinned_served"] = []
 
         def ours():
             for _ in range(it):
@@ -84,6 +96,13 @@ def bench_alloc(reps, iters=2000):
             for _ in range(it):
                 t = torch.empty((n,), dtype=torch.float32, pin_memory=True)
                 del t
+
+        def theirs_served():
+            aat.serve_pinned(True)
+            try:
+                theirs()
+            finally:
+                aat.serve_pinned(False)
 
         def floor():
             for _ in range(it):
@@ -103,6 +122,8 @@ def bench_alloc(reps, iters=2000):
             order = [("adaptalloc", ours), ("adaptalloc_python", ours_py),
                      ("torch_pinned", theirs), ("cudaHostAlloc", raw),
                      ("floor_torch_empty", floor)]
+            if served:
+                order.append(("torch_pinned_served", theirs_served))
             if r % 2:
                 order.reverse()
             for name, fn in order:
@@ -113,6 +134,9 @@ def bench_alloc(reps, iters=2000):
         out[str(size)] = {k: med(v) for k, v in res.items()}
         m = out[str(size)]
         m["ratio_torch_over_ours"] = m["torch_pinned"]["median"] / m["adaptalloc"]["median"]
+        if served:
+            m["ratio_torch_over_served"] = (m["torch_pinned"]["median"]
+                                            / m["torch_pinned_served"]["median"])
         m["ratio_cudaHostAlloc_over_ours"] = (m["cudaHostAlloc"]["median"]
                                               / m["adaptalloc"]["median"])
         fl = m["floor_torch_empty"]["median"]
@@ -327,6 +351,10 @@ def table(res, header=True):
                 rng(m["cudaHostAlloc"], "%.1f"), rng(fl, "%.2f") if fl else "-",
                 m["ratio_torch_over_ours"],
                 "%.2f, %.2f" % (over["adaptalloc"], over["torch_pinned"]) if over else "-"))
+            if "torch_pinned_served" in m:
+                lines.append("    torch.empty(pin_memory=True) served by the pool (serve_pinned): "
+                             "%s us, %.2fx PyTorch's" % (rng(m["torch_pinned_served"], "%.2f"),
+                                                         m["ratio_torch_over_served"]))
     if "pack_ms" in res:
         m = res["pack_ms"]
         lines.append("4096 x 4 KiB to the GPU (ms): pack %s, pack_python %s, loop pinned %s, "

@@ -35,6 +35,10 @@
 //   CURRENT_STREAM: bool, whether pinned_empty can read the current stream.
 //   copy_tracking() -> bool: whether the copies torch makes are tracked (see
 //       pinned_empty; True once the first pinned_empty installed the tracker).
+//   serve_pinned(on: bool) -> bool: with copy tracking, whether torch's own
+//       pinned allocations (torch.empty(pin_memory=True), Tensor.pin_memory(),
+//       DataLoader(pin_memory=True)) come from the pinned pool; returns the
+//       previous setting. Raises RuntimeError when there is no tracker.
 #include <torch/extension.h>
 #include <torch/version.h>
 #include <torch/csrc/Dtype.h>
@@ -133,6 +137,10 @@ bool kept_take(void *blk) {
   return true;
 }
 
+// Set in a fork()ed child: the parent's pool is not served there (torch's
+// own allocator answers, and refuses CUDA there as it always did).
+std::atomic<bool> g_forked{false};
+
 // The deleter of a tracked tensor: ctx is the block itself. Its uses were
 // recorded in the pool (aa_record_stream), so it goes back on the host
 // pseudo-stream and the pool waits for exactly those streams; a block a
@@ -151,12 +159,24 @@ void tracked_block_put(void *ctx) {
 // tensors: their storage's context is the block's address, a block of the
 // pinned pool (torch's own contexts are its heap records, never in the
 // pool). Copy.cu calls record_event(ptr, ctx, stream) after each
-// non_blocking copy between a pinned host tensor and the GPU.
+// non_blocking copy between a pinned host tensor and the GPU. While serving
+// (serve_pinned), allocate() hands out pool blocks made the same way, so
+// torch's pinned tensors follow the same rule; when the pool cannot (at its
+// limit, out of pinned memory, shut down) torch's allocator serves.
 class CopyTrackerBase : public at::HostAllocator {
 public:
   explicit CopyTrackerBase(at::HostAllocator *next) : next_(next) {}
 
-  at::DataPtr allocate(size_t n) override { return next_->allocate(n); }
+  at::DataPtr allocate(size_t n) override {
+    aa_pool *pool = g_tracked_pool.load(std::memory_order_acquire);
+    if (n > 0 && serve_.load(std::memory_order_relaxed) && pool != nullptr &&
+        !g_forked.load(std::memory_order_relaxed) && aa_runtime_started()) {
+      void *p = aa_staging_get(pool, n);
+      if (p != nullptr)
+        return at::DataPtr(p, p, &tracked_block_put, c10::Device(c10::kCPU));
+    }
+    return next_->allocate(n);
+  }
   c10::DeleterFnPtr raw_deleter() const override { return next_->raw_deleter(); }
   void copy_data(void *dst, const void *src, std::size_t n) const override {
     next_->copy_data(dst, src, n);
@@ -190,13 +210,23 @@ public:
     }
     return true;
   }
-  void empty_cache() override { next_->empty_cache(); }
+  // torch.cuda's empty_cache of pinned memory: the pool gives back what it
+  // caches too (what it serves and pinned_empty's).
+  void empty_cache() override {
+    next_->empty_cache();
+    aa_pool *pool = g_tracked_pool.load(std::memory_order_acquire);
+    if (pool != nullptr && aa_runtime_started())
+      (void)aa_pool_release(pool);
+  }
   at::HostStats get_stats() override { return next_->get_stats(); }
   void reset_accumulated_stats() override { next_->reset_accumulated_stats(); }
   void reset_peak_stats() override { next_->reset_peak_stats(); }
 
+  bool serve(bool on) { return serve_.exchange(on, std::memory_order_relaxed); }
+
 protected:
   at::HostAllocator *next_;
+  std::atomic<bool> serve_{false};
 
 private:
   // Keeps a live block of the pool out of it for good (false: no memory to
@@ -302,9 +332,12 @@ bool copy_tracking() {
   return g_tracker != nullptr && at::getHostAllocator(at::kCUDA) == g_tracker &&
          g_tracked_pool.load(std::memory_order_relaxed) != nullptr;
 }
+
+bool tracker_serve(bool on) { return g_tracker->serve(on); }
 #else
 void install_copy_tracker(aa_pool * /*pool*/) {}
 bool copy_tracking() { return false; }
+bool tracker_serve(bool /*on*/) { return false; }
 #endif
 
 // Whether torch.cuda._lazy_init() has run in this process (under the GIL;
@@ -315,7 +348,10 @@ bool copy_tracking() { return false; }
 // re-initialize CUDA in forked subprocess".
 bool g_cuda_ready = false;
 
-void cuda_ready_after_fork() { g_cuda_ready = false; }
+void cuda_ready_after_fork() {
+  g_cuda_ready = false;
+  g_forked.store(true, std::memory_order_relaxed);
+}
 
 bool cuda_lazy_init() {
   if (g_cuda_ready)
@@ -534,6 +570,22 @@ PyMethodDef fast_methods[] = {
      "pinned_empty(shape, dtype=None, stream=None): a CPU tensor over a pinned-pool block"},
     {nullptr, nullptr, 0, nullptr}};
 
+// serve_pinned(on): the tracker in place first (torch.cuda initialised,
+// the pinned pool made), then its allocate() switched. Under the GIL.
+bool serve_pinned(bool on) {
+  if (!on && !copy_tracking())
+    return false; // nothing to switch off
+  if (!cuda_lazy_init())
+    throw py::error_already_set();
+  install_copy_tracker(pinned_pool());
+  if (!copy_tracking())
+    throw std::runtime_error(
+        "adaptalloc.torch.serve_pinned: PyTorch's CUDA host allocator cannot be served from "
+        "the pool here (it needs the C++ helper built with CUDA's headers and PyTorch 2.9 or "
+        "later, and adaptalloc's tracker in front of torch's host allocator)");
+  return tracker_serve(on);
+}
+
 py::object pack(uint64_t packer, const std::vector<at::Tensor> &tensors, int64_t device,
                 uint64_t copy_stream, uint64_t wait_stream) {
   aa_packer *pk = reinterpret_cast<aa_packer *>(static_cast<uintptr_t>(packer));
@@ -615,6 +667,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("CURRENT_STREAM") = py::bool_(AA_TORCH_EXT_CUDA != 0);
   m.def("copy_tracking", &copy_tracking,
         "whether torch's non_blocking copies of pinned_empty tensors are tracked");
+  m.def("serve_pinned", &serve_pinned, py::arg("on"),
+        "torch's own pinned allocations from the pinned pool (on) or from torch's (off); "
+        "returns the previous setting");
   m.def("pack", &pack, py::arg("packer"), py::arg("tensors"), py::arg("device"),
         py::arg("copy_stream"), py::arg("wait_stream"));
 }

@@ -420,6 +420,73 @@ def test_pinned_block_a_captured_copy_uses_is_never_reused(tmp_path):
         skip("copy tracking needs the C++ helper built with CUDA and torch >= 2.9")
     assert d["reused"] == 0 and d["replayed"], d
 
+def test_serve_pinned_gives_torch_pinned_memory_from_the_pool(tmp_path):
+    """serve_pinned(): torch.empty(pin_memory=True), Tensor.pin_memory() and
+    DataLoader(pin_memory=True) take pool blocks (pinned, data intact), a
+    served block is not reused under a delayed copy on a side stream, and
+    serve_pinned(False) gives the next ones back to PyTorch's allocator."""
+    p, d = run("""
+        import json, torch, adaptalloc, adaptalloc.torch as aat
+        from torch.utils.data import DataLoader, TensorDataset
+        def in_use():
+            return [q for q in adaptalloc.stats()["pools"]
+                    if q["name"] == "pinned"][0]["bytes_in_use"]
+        try:
+            prev = aat.serve_pinned(True)
+        except RuntimeError as e:
+            print(json.dumps({"skip": str(e)}))
+            raise SystemExit(0)
+        n = 1 << 20
+        before = in_use()
+        t = torch.empty(n, dtype=torch.int32, pin_memory=True)
+        u = torch.arange(4096).pin_memory()
+        during = in_use()
+        ok = bool(t.is_pinned()) and bool(u.is_pinned()) and bool(torch.equal(u, torch.arange(4096)))
+        side, bad = torch.cuda.Stream(), 0
+        for r in range(10):
+            dst = torch.empty(n, dtype=torch.int32, device="cuda")
+            src = torch.empty(n, dtype=torch.int32, pin_memory=True).fill_(r)
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                torch.cuda._sleep(20_000_000)           # the copy starts late
+                dst.copy_(src, non_blocking=True)
+            addr = src.data_ptr()
+            del src
+            nxt = torch.empty(n, dtype=torch.int32, pin_memory=True)
+            bad += int(nxt.data_ptr() == addr)
+            nxt.fill_(-1)                               # would corrupt dst if reused
+            side.synchronize()
+            bad += int((dst != r).sum().item() > 0)
+            del nxt
+        data = torch.arange(64 * 32, dtype=torch.float32).view(64, 32)
+        got, dl_pinned, dl_in_pool = [], True, True
+        for (b,) in DataLoader(TensorDataset(data), batch_size=16, num_workers=2,
+                               pin_memory=True):
+            held = in_use()
+            dl_pinned &= bool(b.is_pinned())
+            dl_in_pool &= held >= b.numel() * 4
+            got.append(b.cuda(non_blocking=True))
+        torch.cuda.synchronize()
+        same = bool(torch.equal(torch.cat(got).cpu(), data))
+        del t, u, got, b
+        torch.cuda.empty_cache()
+        was_on = aat.serve_pinned(False)
+        base = in_use()
+        w = torch.empty(n, dtype=torch.int32, pin_memory=True)
+        theirs = in_use() == base and bool(w.is_pinned())
+        print(json.dumps({"prev": prev, "grew": during - before, "ok": ok, "bad": bad,
+                          "dl_pinned": dl_pinned, "dl_in_pool": dl_in_pool, "same": same,
+                          "was_on": was_on, "theirs": theirs}))
+    """, tmp_path)
+    assert p.returncode == 0, p.stderr
+    if "skip" in d:
+        skip(d["skip"])
+    assert d["prev"] is False and d["was_on"] is True, d
+    assert d["grew"] >= (1 << 22) + 4096 * 8, d
+    assert d["ok"] and d["bad"] == 0, d
+    assert d["dl_pinned"] and d["dl_in_pool"] and d["same"], d
+    assert d["theirs"], d
+
 
 def test_pinned_empty_checks_its_arguments_and_follows_the_current_stream(tmp_path):
     for env in EXT_MODES:

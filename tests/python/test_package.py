@@ -521,3 +521,46 @@ def test_pinned_empty_makes_one_call_into_the_cpp_helper(run_py, tmp_path):
     assert d["calls"] == [["(2, 3)", "None"], ["4", "torch.float16"], ["[5]", "None", "77"],
                           ["6", "None", "1003"]], d
     assert d["err"] and "stream must be a torch.cuda.Stream" in d["err"]
+
+
+def test_serve_pinned_checks_and_routes(run_py, tmp_path):
+    """serve_pinned takes a bool, says why it cannot serve without the C++
+    helper (switching off is then a no-op), and hands the setting to the
+    helper, returning the previous one. A stand-in torch and helper."""
+    (tmp_path / "standin").mkdir()
+    (tmp_path / "standin" / "torch.py").write_text(STANDIN_TORCH)
+    r = run_py("""
+        import json, sys
+        sys.path.insert(0, "standin")
+        import torch
+        import adaptalloc.torch as aat
+        out = {}
+        try:
+            aat.serve_pinned("yes")
+        except TypeError as e:
+            out["type"] = str(e)
+        aat._ext = None
+        try:
+            aat.serve_pinned()
+        except RuntimeError as e:
+            out["none"] = str(e)
+        out["off_without"] = aat.serve_pinned(False)
+        calls = []
+        class Ext:
+            state = False
+            def serve_pinned(self, on):
+                calls.append(on)
+                prev, Ext.state = Ext.state, on
+                return prev
+        aat._ext = Ext()
+        out["first"] = aat.serve_pinned()
+        out["second"] = aat.serve_pinned(False)
+        out["calls"] = calls
+        print(json.dumps(out))
+    """)
+    assert r.rc == 0, r.err
+    d = r.json()
+    assert "enable must be True or False" in d["type"]
+    assert "needs the C++ helper adaptalloc._torch_ext" in d["none"], d
+    assert d["off_without"] is False
+    assert d["first"] is False and d["second"] is True and d["calls"] == [True, False]

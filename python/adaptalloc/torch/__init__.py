@@ -18,6 +18,7 @@ The pinned pool from Python (docs/torch.md):
     pack(tensors, device)        many small host tensors -> one copy
     Prefetcher(loader, device)   batches packed and copied on a side stream
     mapped_empty(shape, dtype)   host and CUDA tensors over the same memory
+    serve_pinned()               torch's own pinned memory from the pool
 
 Per-kind regions (native allocator): ``with region("kv_cache"):`` sends the
 thread's CUDA allocations to a named pool with its own policy section.
@@ -43,13 +44,14 @@ except ImportError as _e:  # the package works without torch; these do not
 
 __all__ = ["install", "installed", "pluggable_library", "native_available",
            "pinned_empty", "pin", "record_stream", "pack", "Prefetcher", "mapped_empty",
-           "region", "current_region"]
+           "serve_pinned", "region", "current_region"]
 
 try:  # C++ helpers built against the torch present at install time
     from adaptalloc import _torch_ext as _ext
 except ImportError:
     _ext = None
-if os.environ.get("ADAPTALLOC_TORCH_EXT") == "0":  # the Python paths, for comparison
+_ext_off = os.environ.get("ADAPTALLOC_TORCH_EXT") == "0"
+if _ext_off:  # the Python paths, for comparison
     _ext = None
 
 _mode = None            # None, "native" or "pluggable"
@@ -69,6 +71,7 @@ def _need_torch(what):
 from adaptalloc.torch._install import (  # noqa: E402
     install, installed, native_available, pluggable_library)
 from adaptalloc.torch._regions import current_region, region  # noqa: E402
-from adaptalloc.torch._pinned import mapped_empty, pin, pinned_empty, record_stream  # noqa: E402
+from adaptalloc.torch._pinned import (  # noqa: E402
+    mapped_empty, pin, pinned_empty, record_stream, serve_pinned)
 from adaptalloc.torch._pack import pack  # noqa: E402
 from adaptalloc.torch._prefetch import Prefetcher  # noqa: E402

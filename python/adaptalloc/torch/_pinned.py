@@ -94,6 +94,30 @@ def pinned_empty(shape, dtype=None, *, stream=None):
     return _pinned(torch, shape, dtype, stream, "pinned_empty")[1]
 
 
+def serve_pinned(enable=True):
+    """PyTorch's own pinned allocations -- torch.empty(pin_memory=True),
+    Tensor.pin_memory(), DataLoader(pin_memory=True) -- from adaptalloc's
+    pinned pool (enable=True) or from PyTorch's caching host allocator again
+    (False); tensors made meanwhile keep their memory until they die.
+    Reuse follows the copies torch makes, as with pinned_empty; when the pool
+    cannot serve a request (its limit), PyTorch's allocator does. Needs the
+    C++ helper built with CUDA and PyTorch >= 2.9. Returns the previous
+    setting."""
+    if not isinstance(enable, bool):
+        raise TypeError("adaptalloc.torch.serve_pinned: enable must be True or False, not %r"
+                        % (enable,))
+    _need_torch("serve_pinned")
+    ext = _pkg._ext
+    if ext is None or not hasattr(ext, "serve_pinned"):
+        if not enable:
+            return False
+        raise RuntimeError(
+            "adaptalloc.torch.serve_pinned: needs the C++ helper adaptalloc._torch_ext (%s)"
+            % ("switched off by ADAPTALLOC_TORCH_EXT=0" if _pkg._ext_off else
+               "built when torch is importable at install time: reinstall adaptalloc"))
+    return ext.serve_pinned(enable)
+
+
 def pin(tensor, *, stream=None):
     """A copy of CPU tensor `tensor` in adaptalloc's pinned pool (like
     tensor.pin_memory(), from the pool); see pinned_empty."""
