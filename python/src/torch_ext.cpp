@@ -249,22 +249,27 @@ private:
 // capture, and at::HostAllocator's versions throw "Not implemented": each
 // hook torch has is forwarded, found by its signature (a torch without it,
 // or with another signature, gets nothing, as before).
-template <class A, class = void> struct BeginHook { using type = void; };
+template <class A, class = void>
+struct BeginHook { using type = void; };
 template <class A>
 struct BeginHook<A, std::void_t<decltype(&A::begin_allocate_to_pool)>> {
   using type = decltype(&A::begin_allocate_to_pool);
 };
-template <class A, class = void> struct EndHook { using type = void; };
+template <class A, class = void>
+struct EndHook { using type = void; };
 template <class A>
 struct EndHook<A, std::void_t<decltype(&A::end_allocate_to_pool)>> {
   using type = decltype(&A::end_allocate_to_pool);
 };
-template <class A, class = void> struct ReleaseHook { using type = void; };
-template <class A> struct ReleaseHook<A, std::void_t<decltype(&A::release_pool)>> {
+template <class A, class = void>
+struct ReleaseHook { using type = void; };
+template <class A>
+struct ReleaseHook<A, std::void_t<decltype(&A::release_pool)>> {
   using type = decltype(&A::release_pool);
 };
 
-template <class Base, class M> class WithBegin : public Base {
+template <class Base, class M>
+class WithBegin : public Base {
 public:
   using Base::Base;
 };
@@ -276,7 +281,8 @@ public:
     this->next_->begin_allocate_to_pool(id, std::move(filter));
   }
 };
-template <class Base, class M> class WithEnd : public Base {
+template <class Base, class M>
+class WithEnd : public Base {
 public:
   using Base::Base;
 };
@@ -286,7 +292,8 @@ public:
   using Base::Base;
   void end_allocate_to_pool(Id id) override { this->next_->end_allocate_to_pool(id); }
 };
-template <class Base, class M> class WithRelease : public Base {
+template <class Base, class M>
+class WithRelease : public Base {
 public:
   using Base::Base;
 };
