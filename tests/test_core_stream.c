@@ -204,57 +204,6 @@ static void test_core_stream_large(void **state) {
  * it does (the pool asks X). */
 enum { HF_MAX = 1100 };
 
-/* Takes n-byte blocks on the host pseudo-stream until the pool's limit and
- * frees them; whether `a` was among them. */
-static bool host_meets(aa_pool *p, size_t n, void *a) {
-  static void *h[HF_MAX];
-  size_t k = 0;
-  bool seen = false;
-  while (k < HF_MAX && (h[k] = aa_alloc(p, n, AA_STREAM_HOST)) != NULL)
-    seen |= h[k++] == a;
-  assert_true(k < HF_MAX); /* the limit stopped it (at once when a is all there is) */
-  for (size_t i = 0; i < k; i++)
-    assert_int_equal(aa_free(p, h[i], 0, AA_STREAM_HOST), AA_OK);
-  return seen;
-}
-
-static void check_host_free_recorded(uint32_t tcache_blocks, size_t n, size_t limit) {
-  aa_backend *b = NULL;
-  assert_int_equal(aa_backend_host_new(&b), AA_OK);
-  aa_pool_config cfg;
-  aa_pool_config_init(&cfg);
-  cfg.backend = b;
-  cfg.tcache_blocks = tcache_blocks;
-  cfg.limit_bytes = limit; /* the pool cannot grow past a's slab or segment */
-  aa_pool *p = NULL;
-  assert_int_equal(aa_pool_new(&cfg, &p), AA_OK);
-  uint64_t rec0, rec1;
-  void *a = aa_alloc(p, n, AA_STREAM_HOST);
-  assert_non_null(a);
-  assert_int_equal(aa_record_stream(p, a, SB), AA_OK);
-  assert_int_equal(aa_backend_host_stream_busy(b, SB, true), AA_OK);
-  aa_backend_host_event_counts(b, &rec0, NULL);
-  assert_int_equal(aa_free(p, a, 0, AA_STREAM_HOST), AA_OK);
-  aa_backend_host_event_counts(b, &rec1, NULL);
-  assert_int_equal(rec1, rec0);      /* was: one event on SB, one for the host */
-  assert_false(host_meets(p, n, a)); /* SB is busy */
-  assert_int_equal(aa_backend_host_stream_busy(b, SB, false), AA_OK);
-  assert_true(host_meets(p, n, a)); /* SB idle */
-  aa_pool_destroy(p);
-  aa_backend_host_event_counts(b, NULL, &rec1);
-  assert_int_equal(rec1, 0);
-  aa_backend_destroy(b);
-}
-
-static void test_core_stream_record_host_free(void **state) {
-  (void)state;
-  for (uint32_t tc = 0; tc <= 32; tc += 32) {
-    check_host_free_recorded(tc, 2048, (size_t)2 << 20);
-    check_host_free_recorded(tc, (size_t)1 << 20, (size_t)2 << 20);
-    check_host_free_recorded(tc, (size_t)5 << 20, (size_t)6 << 20);
-  }
-}
-
 /* Takes n-byte blocks on `s` until the pool's limit and frees them;
  * whether `a` was among them. */
 static bool stream_meets(aa_pool *p, aa_stream s, size_t n, void *a) {
@@ -269,12 +218,9 @@ static bool stream_meets(aa_pool *p, aa_stream s, size_t n, void *a) {
   return seen;
 }
 
-/* The edges of that rule: with two recorded streams the block still waits
- * for both (no stream gets it while one is busy, the one idle recorded
- * stream included); freed on a real stream SA with one recorded stream SB,
- * neither SA nor the host gets it while SB is busy; with one recorded
- * stream SB and freed on the host, SB itself gets it at once, busy. */
-static aa_pool *edge_pool(aa_backend **b, uint32_t tcache_blocks, size_t limit) {
+/* A pool over a new host backend, with a limit (the pool cannot grow past
+ * a's slab or segment); limited_done destroys both, checking no event is left. */
+static aa_pool *limited_pool(aa_backend **b, uint32_t tcache_blocks, size_t limit) {
   assert_int_equal(aa_backend_host_new(b), AA_OK);
   aa_pool_config cfg;
   aa_pool_config_init(&cfg);
@@ -286,7 +232,7 @@ static aa_pool *edge_pool(aa_backend **b, uint32_t tcache_blocks, size_t limit) 
   return p;
 }
 
-static void edge_done(aa_pool *p, aa_backend *b) {
+static void limited_done(aa_pool *p, aa_backend *b) {
   uint64_t out = 1;
   aa_pool_destroy(p);
   aa_backend_host_event_counts(b, NULL, &out);
@@ -294,10 +240,42 @@ static void edge_done(aa_pool *p, aa_backend *b) {
   aa_backend_destroy(b);
 }
 
+static void check_host_free_recorded(uint32_t tc, size_t n, size_t limit) {
+  aa_backend *b = NULL;
+  aa_pool *p = limited_pool(&b, tc, limit);
+  uint64_t rec0, rec1;
+  void *a = aa_alloc(p, n, AA_STREAM_HOST);
+  assert_non_null(a);
+  assert_int_equal(aa_record_stream(p, a, SB), AA_OK);
+  assert_int_equal(aa_backend_host_stream_busy(b, SB, true), AA_OK);
+  aa_backend_host_event_counts(b, &rec0, NULL);
+  assert_int_equal(aa_free(p, a, 0, AA_STREAM_HOST), AA_OK);
+  aa_backend_host_event_counts(b, &rec1, NULL);
+  assert_int_equal(rec1, rec0);                        /* was: one event on SB, one for the host */
+  assert_false(stream_meets(p, AA_STREAM_HOST, n, a)); /* SB is busy */
+  assert_int_equal(aa_backend_host_stream_busy(b, SB, false), AA_OK);
+  assert_true(stream_meets(p, AA_STREAM_HOST, n, a)); /* SB idle */
+  limited_done(p, b);
+}
+
+static void test_core_stream_record_host_free(void **state) {
+  (void)state;
+  for (uint32_t tc = 0; tc <= 32; tc += 32) {
+    check_host_free_recorded(tc, 2048, (size_t)2 << 20);
+    check_host_free_recorded(tc, (size_t)1 << 20, (size_t)2 << 20);
+    check_host_free_recorded(tc, (size_t)5 << 20, (size_t)6 << 20);
+  }
+}
+
+/* The edges of that rule: with two recorded streams the block still waits
+ * for both (no stream gets it while one is busy, the one idle recorded
+ * stream included); freed on a real stream SA with one recorded stream SB,
+ * neither SA nor the host gets it while SB is busy; with one recorded
+ * stream SB and freed on the host, SB itself gets it at once, busy. */
 static void check_host_free_edges(uint32_t tc, size_t n, size_t limit) {
   aa_backend *b = NULL;
   /* two recorded streams, freed on the host: SC busy keeps it from all */
-  aa_pool *p = edge_pool(&b, tc, limit);
+  aa_pool *p = limited_pool(&b, tc, limit);
   void *a = aa_alloc(p, n, AA_STREAM_HOST);
   assert_non_null(a);
   assert_int_equal(aa_record_stream(p, a, SB), AA_OK);
@@ -309,9 +287,9 @@ static void check_host_free_edges(uint32_t tc, size_t n, size_t limit) {
   assert_false(stream_meets(p, SC, n, a));
   assert_int_equal(aa_backend_host_stream_busy(b, SC, false), AA_OK);
   assert_true(stream_meets(p, AA_STREAM_HOST, n, a));
-  edge_done(p, b);
+  limited_done(p, b);
   /* one recorded stream, freed on a real stream: both must finish */
-  p = edge_pool(&b, tc, limit);
+  p = limited_pool(&b, tc, limit);
   a = aa_alloc(p, n, SA);
   assert_non_null(a);
   assert_int_equal(aa_record_stream(p, a, SB), AA_OK);
@@ -321,9 +299,9 @@ static void check_host_free_edges(uint32_t tc, size_t n, size_t limit) {
   assert_false(stream_meets(p, AA_STREAM_HOST, n, a));
   assert_int_equal(aa_backend_host_stream_busy(b, SB, false), AA_OK);
   assert_true(stream_meets(p, SA, n, a));
-  edge_done(p, b);
+  limited_done(p, b);
   /* one recorded stream, freed on the host: that stream gets it at once */
-  p = edge_pool(&b, tc, limit);
+  p = limited_pool(&b, tc, limit);
   a = aa_alloc(p, n, AA_STREAM_HOST);
   assert_non_null(a);
   assert_int_equal(aa_record_stream(p, a, SB), AA_OK);
@@ -332,7 +310,7 @@ static void check_host_free_edges(uint32_t tc, size_t n, size_t limit) {
   assert_true(stream_meets(p, SB, n, a));
   assert_false(stream_meets(p, AA_STREAM_HOST, n, a));
   assert_int_equal(aa_backend_host_stream_busy(b, SB, false), AA_OK);
-  edge_done(p, b);
+  limited_done(p, b);
 }
 
 static void test_core_stream_record_host_free_edges(void **state) {
