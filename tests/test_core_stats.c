@@ -243,6 +243,101 @@ static void test_core_stats_live_threads_hh(void **state) {
   }
 }
 
+/* A snapshot without sizes (AA_STATS_NO_SIZES) agrees with the full one on
+ * every field but the histogram and the heavy hitters, which it leaves
+ * zero; here with live threads holding blocks of small and large sizes in
+ * their caches and in use, and a dead thread's folded totals. */
+enum { LIGHT_THREADS = 4 };
+typedef struct light_arg {
+  aa_pool *p;
+  size_t own;
+  void *held[64];
+  pthread_barrier_t *counted, *snapped;
+} light_arg;
+
+static void *light_thread(void *arg) {
+  light_arg *a = arg;
+  for (int i = 0; i < 200; i++)
+    aa_free(a->p, aa_alloc(a->p, 700 + (size_t)i * 3, NULL), 0, NULL);
+  for (int i = 0; i < 64; i++) /* checked on the test's thread */
+    a->held[i] = aa_alloc(a->p, i % 8 == 0 ? (size_t)3 << 20 : a->own + (size_t)i, NULL);
+  if (a->counted == NULL)
+    return NULL; /* the dead thread: its blocks stay in use, freed later */
+  pthread_barrier_wait(a->counted);
+  pthread_barrier_wait(a->snapped); /* alive until both snapshots are taken */
+  for (int i = 0; i < 64; i++)
+    aa_free(a->p, a->held[i], 0, NULL);
+  return NULL;
+}
+
+static void test_core_stats_light_agrees(void **state) {
+  fx *f = *state;
+  pthread_barrier_t counted, snapped;
+  pthread_t t[LIGHT_THREADS], dead;
+  light_arg a[LIGHT_THREADS], d;
+  aa_pool_stats *full = calloc(1, sizeof *full);
+  aa_pool_stats *light = calloc(1, sizeof *light);
+  assert_non_null(full);
+  assert_non_null(light);
+
+  d = (light_arg){.p = f->p, .own = 50000};
+  assert_int_equal(pthread_create(&dead, NULL, light_thread, &d), 0);
+  pthread_join(dead, NULL);
+  for (int j = 0; j < 64; j++)
+    assert_non_null(d.held[j]);
+  pthread_barrier_init(&counted, NULL, LIGHT_THREADS + 1);
+  pthread_barrier_init(&snapped, NULL, LIGHT_THREADS + 1);
+  for (int i = 0; i < LIGHT_THREADS; i++) {
+    a[i] = (light_arg){.p = f->p, .own = 2000 + 100 * (size_t)i, .counted = &counted, .snapped = &snapped};
+    assert_int_equal(pthread_create(&t[i], NULL, light_thread, &a[i]), 0);
+  }
+  pthread_barrier_wait(&counted);
+  int got_full = aa_pool_stats_get(f->p, full);
+  int got_light = aa_pool_stats_get_opts(f->p, light, AA_STATS_NO_SIZES);
+  bool all_held = true;
+  for (int i = 0; i < LIGHT_THREADS; i++)
+    for (int j = 0; j < 64; j++)
+      all_held = all_held && a[i].held[j] != NULL;
+  pthread_barrier_wait(&snapped);
+  for (int i = 0; i < LIGHT_THREADS; i++)
+    pthread_join(t[i], NULL);
+  pthread_barrier_destroy(&counted);
+  pthread_barrier_destroy(&snapped);
+  assert_true(all_held);
+  assert_int_equal(got_full, AA_OK);
+  assert_int_equal(got_light, AA_OK);
+
+  /* the full one has sizes; the light one none */
+  assert_int_equal(hist_total(full), (LIGHT_THREADS + 1) * (200 + 64));
+  assert_true(full->hh_count > 0);
+  assert_int_equal(hist_total(light), 0);
+  assert_int_equal(light->hh_count, 0);
+  for (int i = 0; i < AA_HH_MAX; i++) {
+    assert_int_equal(light->hh[i].size, 0);
+    assert_int_equal(light->hh[i].count, 0);
+  }
+  /* everything else, byte for byte (the time apart) */
+  assert_true(light->time_ns >= full->time_ns);
+  assert_true(light->allocs > 0 && light->large_allocs > 0 && light->class_count > 0);
+  full->time_ns = light->time_ns = 0;
+  memset(full->hist, 0, sizeof full->hist);
+  memset(full->hh, 0, sizeof full->hh);
+  full->hh_count = 0;
+  assert_memory_equal(full, light, sizeof *full);
+
+  /* the dead thread's blocks */
+  for (int i = 0; i < 64; i++)
+    aa_free(f->p, d.held[i], 0, NULL);
+  /* option bits it does not know are refused, the snapshot zeroed */
+  memset(light, 0xab, sizeof *light);
+  assert_int_equal(aa_pool_stats_get_opts(f->p, light, 2), AA_EINVAL);
+  assert_int_equal(light->version, 0);
+  assert_int_equal(aa_pool_stats_get_opts(NULL, light, 0), AA_EINVAL);
+  assert_int_equal(aa_pool_stats_get_opts(f->p, NULL, AA_STATS_NO_SIZES), AA_EINVAL);
+  free(full);
+  free(light);
+}
+
 /* The allocator never waits for a snapshot's merge: while a reader is
  * inside it (the hook holds it there), this thread's large request, which
  * takes the large path's lock and, growing the pool, the thread-list lock,
@@ -550,6 +645,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_core_stats_many_sizes_exact, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stats_dead_threads_fold, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stats_live_threads_hh, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_core_stats_light_agrees, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stats_merge_holds_no_lock, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stats_telemetry_off, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stats_trace, setup, teardown),

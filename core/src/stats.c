@@ -1,6 +1,8 @@
 /*
  * stats.c — statistics snapshots: aa_pool_stats_get sums the per-thread
- * counters of live threads and the folded totals of dead ones;
+ * counters of live threads and the folded totals of dead ones
+ * (aa_pool_stats_get_opts with AA_STATS_NO_SIZES: counters only, no
+ * histogram or heavy hitters);
  * aa_pool_stats_json writes a snapshot as JSON by hand (docs/stats.md lists
  * every field); aa_hist_bucket / aa_hist_bucket_lower define the request-size
  * histogram (four buckets per doubling). Heavy hitters are merged here from
@@ -240,11 +242,16 @@ static uint32_t merge_hh(hh_raw *raw, aa_size_count *out) {
 /* ------------------------------------------------------------ snapshot */
 
 int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out) {
+  return aa_pool_stats_get_opts(pool, out, 0);
+}
+
+int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned opts) {
   if (out == NULL)
     return AA_EINVAL;
   memset(out, 0, sizeof *out);
-  if (pool == NULL)
+  if (pool == NULL || (opts & ~(unsigned)AA_STATS_NO_SIZES) != 0)
     return AA_EINVAL;
+  bool sizes = (opts & AA_STATS_NO_SIZES) == 0;
   csum s[AA_MAX_CLASSES];
   out->version = AA_STATS_VERSION;
   out->size = (uint32_t)sizeof *out;
@@ -258,9 +265,10 @@ int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out) {
   out->class_table_version = atomic_load_explicit(&pool->table_version, memory_order_acquire);
 
   /* The histogram and the exact sizes first, under tc_mu alone; merged
-   * below once no lock is held. */
+   * below once no lock is held. Not at all without sizes. */
   hh_raw raw = {NULL, 0, 0};
-  copy_tables(pool, out->hist, &raw);
+  if (sizes)
+    copy_tables(pool, out->hist, &raw);
 
   /* large_mu, then tc_mu (the order of aa__lg_ltc_reclaim): the threads'
    * held bytes, the blocks others took back and the large path's totals are
@@ -291,7 +299,8 @@ int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out) {
   pthread_mutex_unlock(&pool->tc_mu);
   pthread_mutex_unlock(&pool->large_mu);
 
-  out->hh_count = merge_hh(&raw, out->hh);
+  if (sizes)
+    out->hh_count = merge_hh(&raw, out->hh);
   free(raw.v);
 
   uint64_t small_in_use = 0, small_req = 0;

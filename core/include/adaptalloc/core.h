@@ -437,8 +437,24 @@ typedef struct aa_pool_stats {
 } aa_pool_stats;
 
 /* Takes a snapshot. Counters are per thread and summed here; no allocation
- * lock is held for more than a copy. */
+ * lock is held for more than a copy. Same as aa_pool_stats_get_opts(pool,
+ * out, 0). */
 AA_EXTERN int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out);
+
+/* What aa_pool_stats_get_opts may leave out of a snapshot. */
+enum {
+  /* No request sizes: hist[] and hh[] stay zero (hh_count 0); every other
+   * field is filled as by aa_pool_stats_get. Skips copying each thread's
+   * histogram and size tables and the heavy-hitter merge (a sort of each
+   * allocating thread's exact-size entries: most of a full snapshot's CPU
+   * time, hundreds of microseconds per such thread), for callers that read the
+   * counters only (torch.cuda.memory_stats, a progress line). */
+  AA_STATS_NO_SIZES = 1
+};
+
+/* aa_pool_stats_get with `opts` (AA_STATS_* or'ed; 0: everything).
+ * AA_EINVAL for a NULL argument or an unknown option bit (*out zeroed). */
+AA_EXTERN int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned opts);
 
 /* Writes a snapshot as one JSON object into buf (NUL-terminated). Returns the
  * length that the whole object needs (excluding NUL), like snprintf: a result
