@@ -373,7 +373,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "adaptalloc-demo: allocating the weights: %s\n", aa_strerror(rc));
     goto out;
   }
-  if (aa_pool_stats_get(pool, st) == AA_OK) {
+  if (aa_pool_stats_get_opts(pool, st, AA_STATS_NO_SIZES) == AA_OK) {
     n_prev = live_classes(st, cls_prev);
   }
   have_addr = aa_runtime_http_address(addr, sizeof addr) == AA_OK;
@@ -442,7 +442,7 @@ int main(int argc, char **argv) {
     for (i = 0; i < started; i++) {
       steps += atomic_load_explicit(&workers[i].steps, memory_order_relaxed);
     }
-    if (aa_pool_stats_get(pool, st) != AA_OK) {
+    if (aa_pool_stats_get_opts(pool, st, AA_STATS_NO_SIZES) != AA_OK) {
       continue;
     }
     n_now = live_classes(st, cls_now);
@@ -483,7 +483,7 @@ stop:
   if (started == opts.threads) {
     status = 0;
   }
-  if (aa_pool_stats_get(pool, st) == AA_OK) {
+  if (aa_pool_stats_get_opts(pool, st, AA_STATS_NO_SIZES) == AA_OK) {
     printf("adaptalloc-demo: %s%llu steps in %.1f s (%.1f steps/s), %llu allocs, "
            "peak in_use %.1f MiB, peak reserved %.1f MiB, hit %.1f%%, failed allocs %llu, "
            "invalid frees %llu\n",

@@ -225,7 +225,8 @@ uint64_t aa_torch_stat(int device, const char *name) {
   if (!p || !name)
     return 0;
   stats_lock();
-  if (aa_pool_stats_get(p, s) == AA_OK) {
+  /* counters only: no request sizes (histogram, heavy-hitter merge) */
+  if (aa_pool_stats_get_opts(p, s, AA_STATS_NO_SIZES) == AA_OK) {
     if (!strcmp(name, "in_use"))
       v = s->bytes_in_use;
     else if (!strcmp(name, "reserved"))
