@@ -156,8 +156,59 @@ static void rt_exit_disarm_in_child(void) {
   atomic_store(&rt_exit_armed, false);
 }
 
+/* The end of the run runs in a helper thread that the exiting thread waits
+ * for, so that an exit() from a signal handler which interrupted this
+ * thread inside an allocation (its trace callback under way, a pool's lock
+ * held) cannot keep the process from ending: detaching the traces and the
+ * last snapshots wait for that very frame. When the helper has not got past
+ * them within AA__RT_FLUSH_STALL_MS the run is given up (said in one line)
+ * and the exit goes on; a later aa_runtime_shutdown then does nothing (the
+ * helper may still use the store). */
+static pthread_mutex_t rt_exit_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t rt_exit_cv = PTHREAD_COND_INITIALIZER;
+static int rt_exit_stage; /* 1: traces detached, snapshots queued; 2: done */
+static atomic_bool rt_exit_abandoned;
+
+static void rt_exit_stage_set(int stage) {
+  pthread_mutex_lock(&rt_exit_mu);
+  rt_exit_stage = stage;
+  pthread_cond_broadcast(&rt_exit_cv);
+  pthread_mutex_unlock(&rt_exit_mu);
+}
+
+static void rt_exit_detached(void) { rt_exit_stage_set(1); }
+
+static void *rt_exit_main(void *arg) {
+  (void)arg;
+  aa__rt_services_end_run(AA__RT_EXIT_FLUSH_MAX_MS, rt_exit_detached);
+  rt_exit_stage_set(2);
+  return NULL;
+}
+
+/* Waits until the helper reached `stage` or ms passed; true if it did. */
+static bool rt_exit_wait(int stage, uint32_t ms) {
+  struct timespec until;
+  bool reached;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += ms / 1000u;
+  until.tv_nsec += (long)(ms % 1000u) * 1000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&rt_exit_mu);
+  while (rt_exit_stage < stage) {
+    if (pthread_cond_timedwait(&rt_exit_cv, &rt_exit_mu, &until) != 0)
+      break;
+  }
+  reached = rt_exit_stage >= stage;
+  pthread_mutex_unlock(&rt_exit_mu);
+  return reached;
+}
+
 static void rt_at_exit(void) {
   struct timespec until;
+  pthread_t helper;
 
   if (!atomic_exchange(&rt_exit_armed, false) || getpid() != rt_exit_pid)
     return;
@@ -171,8 +222,33 @@ static void rt_at_exit(void) {
                (long long)aa_runtime_run_id());
     return;
   }
-  if (!aa__rt.shut_down)
-    aa__rt_services_end_run(AA__RT_EXIT_FLUSH_MAX_MS);
+  if (aa__rt.shut_down) {
+    pthread_mutex_unlock(&rt_lock);
+    return;
+  }
+  if (pthread_create(&helper, NULL, rt_exit_main, NULL) != 0) {
+    aa__rt_services_end_run(AA__RT_EXIT_FLUSH_MAX_MS, NULL); /* here, then */
+    pthread_mutex_unlock(&rt_lock);
+    return;
+  }
+  if (!rt_exit_wait(1, AA__RT_FLUSH_STALL_MS)) {
+    atomic_store(&rt_exit_abandoned, true);
+    pthread_detach(helper);
+    aa__rt_log("store: run %lld was not ended at exit: the pools stayed busy (exit() "
+               "called from a signal handler during an allocation, or a thread holding "
+               "a pool's lock); its last trace events and snapshots are lost",
+               (long long)aa_runtime_run_id());
+  } else if (!rt_exit_wait(2, AA__RT_EXIT_FLUSH_MAX_MS + AA__RT_FLUSH_STALL_MS)) {
+    /* the helper's own wait for the writer is bounded; should it still be
+     * held up, the exit does not wait for it */
+    atomic_store(&rt_exit_abandoned, true);
+    pthread_detach(helper);
+    aa__rt_log("store: run %lld may be incomplete: its end was still being written "
+               "when the exit went on",
+               (long long)aa_runtime_run_id());
+  } else {
+    pthread_join(helper, NULL);
+  }
   pthread_mutex_unlock(&rt_lock);
 }
 
@@ -453,7 +529,7 @@ void aa_runtime_shutdown(void) {
   if (!atomic_load_explicit(&aa__rt.ready, memory_order_acquire))
     return;
   pthread_mutex_lock(&rt_lock);
-  if (aa__rt.shut_down) {
+  if (aa__rt.shut_down || atomic_load(&rt_exit_abandoned)) {
     pthread_mutex_unlock(&rt_lock);
     return;
   }

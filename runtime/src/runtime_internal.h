@@ -156,8 +156,10 @@ void aa__rt_services_stop(void);
  * most limit_ms (exit; AA__RT_FLUSH_STALL_MS without progress ends the
  * wait). Says in one line on stderr when the trace lost events or the wait
  * gave up. Once: later calls (and the store part of aa__rt_services_stop)
- * do nothing more. Called with rt_lock held, or after shut_down was set. */
-void aa__rt_services_end_run(uint32_t limit_ms);
+ * do nothing more. Called with rt_lock held, or after shut_down was set.
+ * detached (may be NULL) is called once no pool traces any more and the
+ * last snapshots are queued, before the wait for the writer. */
+void aa__rt_services_end_run(uint32_t limit_ms, void (*detached)(void));
 /* runtime_policy.c, continued */
 /* Applies the policy's settings for a pool of backend kind
  * "device"/"pinned"/"host" (region: NULL, or the region it serves, whose

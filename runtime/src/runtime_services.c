@@ -347,7 +347,7 @@ static int flush_run(uint64_t start_ns, uint32_t limit_ms) {
   }
 }
 
-void aa__rt_services_end_run(uint32_t limit_ms) {
+void aa__rt_services_end_run(uint32_t limit_ms, void (*detached)(void)) {
   aa_pool *pools[AA_RT_MAX_POOLS];
   aa_store_stats ss;
   uint64_t start = aa_now_ns();
@@ -363,6 +363,8 @@ void aa__rt_services_end_run(uint32_t limit_ms) {
   for (i = 0; i < n; i++)
     aa_pool_set_trace(pools[i], NULL, NULL);
   snapshot_all(); /* the final state of every pool */
+  if (detached != NULL)
+    detached();
   if (aa_store_end_run(svc.store) == AA_ELIMIT) {
     /* the queue is full (snapshots): let the writer take it, then end */
     (void)flush_run(start, limit_ms);
@@ -424,7 +426,7 @@ void aa__rt_services_stop(void) {
   if (svc.store != NULL) {
     /* a no-op when the run already ended (at exit, from another thread);
      * waits as long as the writer needs, as aa_store_close's join does */
-    aa__rt_services_end_run(0);
+    aa__rt_services_end_run(0, NULL);
     aa_store_close(svc.store);
     svc.store = NULL;
   }

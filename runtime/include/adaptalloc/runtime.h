@@ -135,7 +135,9 @@ AA_EXTERN int aa_runtime_policy_update(const char *json, size_t len, bool patch,
  * PyTorch process must) still ends its store run at exit(): the trace ring
  * is written out (waiting while the store's writer makes progress, at most
  * 30 s) and the run's row finished; the pools are left to the process's
- * end. */
+ * end. An exit() that cannot get the pools' traces detached within 5 s
+ * (called from a signal handler that interrupted an allocation) gives the
+ * run up, says so, and exits; aa_runtime_shutdown then does nothing. */
 AA_EXTERN void aa_runtime_shutdown(void);
 
 #ifdef __cplusplus
