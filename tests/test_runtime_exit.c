@@ -90,6 +90,26 @@ static void child_env(const paths *p) {
   setenv("ADAPTALLOC_POLICY_DIR", "/nonexistent-adaptalloc-policies", 1);
 }
 
+/* In a forked child: child_env, then the runtime's traced host pool with a
+ * run in the store; _exit(2) when there is none. */
+static aa_pool *child_pool(const paths *p) {
+  child_env(p);
+  aa_pool *pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
+  if (pool == NULL || aa_runtime_run_id() <= 0)
+    _exit(2);
+  return pool;
+}
+
+/* Makes p's paths and forks (stdio flushed first, so nothing buffered is
+ * written twice); the pid, as fork() returns it. */
+static pid_t fork_with_paths(paths *p) {
+  paths_make(p);
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  return pid;
+}
+
 /* n alloc/free pairs on pool: 2n traced events; _exit(2) on a NULL. */
 static void churn(aa_pool *pool, int n) {
   for (int i = 0; i < n; i++) {
@@ -207,17 +227,11 @@ static void test_runtime_exit_from_signal_handler_ends(void **state) {
   (void)state;
   for (int round = 0; round < 5; round++) {
     paths p;
-    paths_make(&p);
-    fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
+    pid_t pid = fork_with_paths(&p);
     if (pid == 0) {
       struct sigaction sa;
       struct itimerval it;
-      child_env(&p);
-      aa_pool *pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
-      if (pool == NULL || aa_runtime_run_id() <= 0)
-        _exit(2);
+      aa_pool *pool = child_pool(&p);
       memset(&sa, 0, sizeof sa);
       sa.sa_handler = exit_on_signal;
       sigaction(SIGALRM, &sa, NULL);
@@ -258,15 +272,9 @@ static void test_runtime_exit_trace_kept_without_shutdown(void **state) {
   paths p;
   char said[4096];
   (void)state;
-  paths_make(&p);
-  fflush(NULL);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
+  pid_t pid = fork_with_paths(&p);
   if (pid == 0) {
-    child_env(&p);
-    aa_pool *pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
-    if (pool == NULL || aa_runtime_run_id() <= 0)
-      _exit(2);
+    aa_pool *pool = child_pool(&p);
     churn(pool, PAIRS);
     if (aa_alloc(pool, 4096, NULL) == NULL) /* held to the end */
       _exit(2);
@@ -295,20 +303,14 @@ static void test_runtime_exit_full_ring_kept(void **state) {
   int made_pipe[2];
   int made = 0;
   (void)state;
-  paths_make(&p);
   assert_int_equal(pipe(made_pipe), 0);
-  fflush(NULL);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
+  pid_t pid = fork_with_paths(&p);
   if (pid == 0) {
     sqlite3 *other = NULL;
     struct timespec t0, t;
     int pairs = 0;
     close(made_pipe[0]);
-    child_env(&p);
-    aa_pool *pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
-    if (pool == NULL || aa_runtime_run_id() <= 0)
-      _exit(2);
+    aa_pool *pool = child_pool(&p);
     if (sqlite3_open(p.db, &other) != SQLITE_OK || sqlite3_busy_timeout(other, 4000) != SQLITE_OK ||
         sqlite3_exec(other, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
       _exit(9);
@@ -347,15 +349,9 @@ static void test_runtime_exit_fork_child_leaves_parent_run(void **state) {
   paths p;
   char said[4096];
   (void)state;
-  paths_make(&p);
-  fflush(NULL);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
+  pid_t pid = fork_with_paths(&p);
   if (pid == 0) {
-    child_env(&p);
-    aa_pool *pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
-    if (pool == NULL || aa_runtime_run_id() <= 0)
-      _exit(2);
+    aa_pool *pool = child_pool(&p);
     churn(pool, PAIRS / 2);
     fflush(NULL);
     pid_t g = fork();
@@ -401,15 +397,9 @@ static void break_store_writes(void) {
 static void store_fails(bool shutdown) {
   paths p;
   char said[4096];
-  paths_make(&p);
-  fflush(NULL);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
+  pid_t pid = fork_with_paths(&p);
   if (pid == 0) {
-    child_env(&p);
-    aa_pool *pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
-    if (pool == NULL || aa_runtime_run_id() <= 0)
-      _exit(2);
+    aa_pool *pool = child_pool(&p);
     break_store_writes();
     churn(pool, 4 * PAIRS); /* the allocator never notices */
     if (shutdown)
@@ -451,19 +441,13 @@ static void test_runtime_exit_locked_store_does_not_hang(void **state) {
   char byte = 0;
   sqlite3 *db = NULL;
   (void)state;
-  paths_make(&p);
   assert_int_equal(pipe(go), 0);
   assert_int_equal(pipe(ready), 0);
-  fflush(NULL);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
+  pid_t pid = fork_with_paths(&p);
   if (pid == 0) {
     close(go[1]);
     close(ready[0]);
-    child_env(&p);
-    aa_pool *pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
-    if (pool == NULL || aa_runtime_run_id() <= 0)
-      _exit(2);
+    aa_pool *pool = child_pool(&p);
     if (write(ready[1], "r", 1) != 1 || read(go[0], &byte, 1) != 1)
       _exit(8);
     churn(pool, PAIRS);

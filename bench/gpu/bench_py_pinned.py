@@ -67,7 +67,6 @@ def bench_alloc(reps, iters=2000):
     served = aat._ext is not None and hasattr(aat._ext, "serve_pinned")
     if served:
         try:
-            aat.serve_pinned(False)
             aat.serve_pinned(True)
             aat.serve_pinned(False)
         except RuntimeError:

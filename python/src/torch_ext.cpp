@@ -512,13 +512,19 @@ PyObject *pinned_empty_impl(PyObject *const *args, Py_ssize_t nargs) {
     return nullptr;
   aa_pool *pool = pinned_pool();
   install_copy_tracker(pool);
-  if (copy_tracking() && pool == g_tracked_pool.load(std::memory_order_relaxed)) {
-    void *p = aa_staging_get(pool, size);
-    if (p == nullptr) {
-      PyErr_Format(PyExc_MemoryError, "adaptalloc: out of pinned memory allocating %zu bytes",
-                   size);
-      return nullptr;
-    }
+  // Tracked: the block is the storage's context and its uses are recorded
+  // in the pool. Else a PinnedBlock carries the stream it goes back on.
+  bool tracked = copy_tracking() && pool == g_tracked_pool.load(std::memory_order_relaxed);
+  if (!tracked && !given && !current_stream(&s))
+    return nullptr;
+  void *p = aa_staging_get(pool, size);
+  if (p == nullptr) {
+    PyErr_Format(PyExc_MemoryError, "adaptalloc: out of pinned memory allocating %zu bytes", size);
+    return nullptr;
+  }
+  void *ctx = p;
+  c10::DeleterFnPtr put = &tracked_block_put;
+  if (tracked) {
     // A stream given: a use recorded now (its work up to the tensor's death).
     int rc = given && s != AA_STREAM_HOST ? aa_record_stream(pool, p, s) : AA_OK;
     if (rc != AA_OK) {
@@ -527,31 +533,18 @@ PyObject *pinned_empty_impl(PyObject *const *args, Py_ssize_t nargs) {
                    static_cast<void *>(s), aa_strerror(rc));
       return nullptr;
     }
-    // From .context() on, the tensor maker owns the block (on an exception
-    // it runs the deleter).
-    at::Tensor t = at::for_blob(p, c10::IntArrayRef(dims.data(), dims.size()))
-                       .context(p, &tracked_block_put)
-                       .target_device(c10::Device(c10::kCPU))
-                       .options(at::TensorOptions().dtype(st).device(at::kCPU))
-                       .make_tensor();
-    return THPVariable_Wrap(std::move(t));
+  } else {
+    ctx = new (std::nothrow) PinnedBlock{pool, p, size, s};
+    if (ctx == nullptr) {
+      (void)aa_staging_put(pool, p, size, AA_STREAM_HOST); // never handed out
+      return PyErr_NoMemory();
+    }
+    put = &pinned_block_put;
   }
-  if (!given && !current_stream(&s))
-    return nullptr;
-  void *p = aa_staging_get(pool, size);
-  if (p == nullptr) {
-    PyErr_Format(PyExc_MemoryError, "adaptalloc: out of pinned memory allocating %zu bytes", size);
-    return nullptr;
-  }
-  auto *blk = new (std::nothrow) PinnedBlock{pool, p, size, s};
-  if (blk == nullptr) {
-    (void)aa_staging_put(pool, p, size, AA_STREAM_HOST); // never handed out
-    return PyErr_NoMemory();
-  }
-  // From .context() on, the tensor maker owns blk, then the storage; on an
-  // exception the maker puts the block back (pinned_block_put).
+  // From .context() on, the tensor maker owns ctx, then the storage; on an
+  // exception the maker runs `put`, which gives the block back.
   at::Tensor t = at::for_blob(p, c10::IntArrayRef(dims.data(), dims.size()))
-                     .context(blk, &pinned_block_put)
+                     .context(ctx, put)
                      .target_device(c10::Device(c10::kCPU))
                      .options(at::TensorOptions().dtype(st).device(at::kCPU))
                      .make_tensor();
