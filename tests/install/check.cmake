@@ -1,7 +1,9 @@
 # Installs the build tree into a scratch prefix, then builds and runs two
 # consumers, the full library's and the allocator-alone's, twice each:
 # through find_package(adaptalloc) and through pkg-config. The core library
-# must need none of SQLite, libmicrohttpd (GnuTLS) or cJSON.
+# must need none of SQLite, libmicrohttpd (GnuTLS) or cJSON. The README's C
+# example builds through pkg-config and runs, with an rpath and with
+# LD_LIBRARY_PATH.
 #   cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -P check.cmake
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
@@ -80,5 +82,34 @@ if(PKG_CONFIG AND CC)
   if(rc)
     message(FATAL_ERROR "pkg-config core consumer failed: ${rc}")
   endif()
+  # The README's C example, built and run as the README says: with the
+  # rpath from pkg-config's libdir, and without it under LD_LIBRARY_PATH.
+  include(${SOURCE_DIR}/tests/readme/block.cmake)
+  aa_readme_c_block(${SOURCE_DIR}/README.md ${WORK_DIR}/example.c)
+  execute_process(COMMAND ${PKG_CONFIG} --variable=libdir adaptalloc-core
+    OUTPUT_VARIABLE libdir OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc)
+  if(rc OR NOT EXISTS ${libdir}/libadaptalloc_core.so.0)
+    message(FATAL_ERROR "pkg-config --variable=libdir adaptalloc-core: '${libdir}' "
+      "holds no libadaptalloc_core.so.0")
+  endif()
+  execute_process(COMMAND ${CC} ${WORK_DIR}/example.c ${flags} -Wl,-rpath,${libdir}
+    -o ${WORK_DIR}/example_rpath RESULT_VARIABLE rc)
+  if(rc)
+    message(FATAL_ERROR "the README's C example did not build through pkg-config")
+  endif()
+  execute_process(COMMAND ${CC} ${WORK_DIR}/example.c ${flags}
+    -o ${WORK_DIR}/example_plain RESULT_VARIABLE rc)
+  if(rc)
+    message(FATAL_ERROR "the README's C example did not build without the rpath")
+  endif()
+  execute_process(COMMAND ${WORK_DIR}/example_rpath RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+  if(rc OR NOT out MATCHES "4 KiB at .*8 MiB at")
+    message(FATAL_ERROR "the README's C example (rpath) failed: ${rc} ${out}")
+  endif()
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=${libdir}
+    ${WORK_DIR}/example_plain RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+  if(rc OR NOT out MATCHES "4 KiB at .*8 MiB at")
+    message(FATAL_ERROR "the README's C example (LD_LIBRARY_PATH) failed: ${rc} ${out}")
+  endif()
 endif()
-message(STATUS "install check: find_package and pkg-config consumers of adaptalloc and adaptalloc-core ok")
+message(STATUS "install check: find_package and pkg-config consumers of adaptalloc and adaptalloc-core, the README example, ok")
