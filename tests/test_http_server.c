@@ -890,6 +890,14 @@ static void test_http_dashboard_files(void **state) {
   assert_true(header(&r, "Content-Type", v, sizeof v));
   assert_string_equal(v, "text/css; charset=utf-8");
   resp_free(&r);
+  /* the icon, where browsers ask for it: an ICO file (reserved 0, type 1) */
+  http(fx->port, "GET", "/favicon.ico", NULL, NULL, &r);
+  assert_int_equal(r.status, 200);
+  assert_true(header(&r, "Content-Type", v, sizeof v));
+  assert_string_equal(v, "image/x-icon");
+  assert_true(r.body_len > 22);
+  assert_memory_equal(r.body, "\0\0\1\0", 4);
+  resp_free(&r);
   http(fx->port, "POST", "/static/app.js", NULL, "x", &r);
   expect_json_error(&r, 405, "/static/app.js", NULL);
   assert_true(header(&r, "Allow", v, sizeof v));

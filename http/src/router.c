@@ -148,6 +148,8 @@ static const aa__web_asset *find_asset(const char *path) {
   size_t i;
   if (strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0)
     path = "/static/index.html";
+  else if (strcmp(path, "/favicon.ico") == 0) /* where browsers ask for it */
+    path = "/static/favicon.ico";
   for (i = 0; i < aa__web_asset_count; i++)
     if (strcmp(aa__web_assets[i].path, path) == 0)
       return &aa__web_assets[i];
