@@ -34,6 +34,31 @@ from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def _check_wheel():
+    """pip builds the package through 'setup.py bdist_wheel', a command that
+    setuptools before 70.1 takes from the wheel module: without it the build
+    stops at "invalid command 'bdist_wheel'" and no hint. Say what is missing
+    and how to get it instead, before anything is built."""
+    if "bdist_wheel" not in sys.argv[1:]:
+        return
+    import importlib.util
+    if importlib.util.find_spec("wheel") is not None:
+        return
+    try:
+        if importlib.util.find_spec("setuptools.command.bdist_wheel") is not None:
+            return  # setuptools >= 70.1 has its own
+    except ImportError:
+        pass
+    sys.exit("adaptalloc: building a wheel needs the Python module 'wheel', which %s "
+             "does not have. Install it (Debian: apt-get install python3-wheel; in a "
+             "virtual environment: pip install wheel) and run pip again, or let pip "
+             "fetch it from an index (pip install . without --no-build-isolation)."
+             % sys.executable)
+
+
+_check_wheel()
 INCLUDES = [os.path.join(ROOT, d) for d in
             ("core/include", "runtime/include", "torch/include")]
 LIB = "libadaptalloc.so.0"

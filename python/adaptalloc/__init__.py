@@ -14,14 +14,17 @@ keywords, before the runtime starts.
 For PyTorch: ``import adaptalloc.torch; adaptalloc.torch.install()``
 (docs/torch.md).
 """
-import json
-import os
+# The modules this one uses are imported under underscore names, so that the
+# public namespace (dir(adaptalloc)) is __all__ and the subpackages alone.
+import json as _json
+import os as _os
 
 from . import _C
 
 __all__ = [
     "AdaptallocError", "PolicyError", "PolicyConflict", "ENV", "configure", "start",
-    "started", "shutdown", "stats", "region_stats", "policy", "set_policy", "patch_policy",
+    "started", "shutdown", "stats", "region_stats", "region_id", "policy", "policy_version",
+    "set_policy", "patch_policy",
     "http_address", "http_port", "url", "run_id", "policy_dir", "cuda_device_count", "Block",
 ]
 
@@ -59,12 +62,12 @@ ENV = {
     "quiet": "ADAPTALLOC_QUIET",
 }
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
+_HERE = _os.path.dirname(_os.path.abspath(__file__))
 
 
 def policy_dir():
     """The directory of the policies shipped with the package."""
-    return os.path.join(_HERE, "policies")
+    return _os.path.join(_HERE, "policies")
 
 
 def _env_value(key, value):
@@ -75,16 +78,16 @@ def _env_value(key, value):
         raise TypeError("adaptalloc: %s= must be True or False, not %r" % (key, value))
     if key in ("db", "http") and value is False:
         return "off"
-    if isinstance(value, os.PathLike):
-        value = os.fspath(value)
+    if isinstance(value, _os.PathLike):
+        value = _os.fspath(value)
     if not isinstance(value, str):
         raise TypeError("adaptalloc: %s= must be a string%s, not %s" % (
             key, " or False" if key in ("db", "http") else "", type(value).__name__))
     if value == "" or "\0" in value:
         raise ValueError("adaptalloc: %s= must be a non-empty string without NUL" % key)
-    if key == "policy" and not os.path.isfile(value):
+    if key == "policy" and not _os.path.isfile(value):
         raise ValueError("adaptalloc: policy=%r: no such file" % value)
-    if key == "policy_dir" and not os.path.isdir(value):
+    if key == "policy_dir" and not _os.path.isdir(value):
         raise ValueError("adaptalloc: policy_dir=%r: no such directory" % value)
     if key == "http" and value != "off" and ":" not in value:
         raise ValueError("adaptalloc: http=%r: expected HOST:PORT (port 0 picks one) or "
@@ -112,18 +115,18 @@ def configure(**overrides):
     if loud:
         del wanted["ADAPTALLOC_QUIET"]
     if started():
-        changed = {k: v for k, v in wanted.items() if os.environ.get(k) != v}
+        changed = {k: v for k, v in wanted.items() if _os.environ.get(k) != v}
         if changed:
             raise AdaptallocError(
                 "adaptalloc: the runtime already started; %s cannot change now (set it "
                 "before the first allocation or adaptalloc.start())" % ", ".join(sorted(changed)))
         return {}
-    if ("ADAPTALLOC_POLICY_DIR" not in wanted and not os.environ.get("ADAPTALLOC_POLICY_DIR")
-            and not os.path.isdir("policies") and os.path.isdir(policy_dir())):
+    if ("ADAPTALLOC_POLICY_DIR" not in wanted and not _os.environ.get("ADAPTALLOC_POLICY_DIR")
+            and not _os.path.isdir("policies") and _os.path.isdir(policy_dir())):
         wanted["ADAPTALLOC_POLICY_DIR"] = policy_dir()
-    os.environ.update(wanted)
+    _os.environ.update(wanted)
     if loud:
-        os.environ.pop("ADAPTALLOC_QUIET", None)
+        _os.environ.pop("ADAPTALLOC_QUIET", None)
     return wanted
 
 
@@ -136,7 +139,7 @@ def started():
 def start(**overrides):
     """configure(**overrides), then starts the runtime (idempotent)."""
     configure(**overrides)
-    _C.start(quiet=os.environ.get("ADAPTALLOC_QUIET") is not None)
+    _C.start(quiet=_os.environ.get("ADAPTALLOC_QUIET") is not None)
 
 
 def _ensure():
@@ -167,7 +170,7 @@ def stats():
     run_id, pools (one dict per pool: name, bytes_in_use, bytes_reserved,
     peaks, classes, histogram...), adapt, store."""
     _ensure()
-    return json.loads(_C.stats_json())
+    return _json.loads(_C.stats_json())
 
 
 def region_stats():
@@ -206,7 +209,7 @@ def policy():
     when the document carries one, else see policy_version()."""
     _ensure()
     doc, _version = _C.policy_json()
-    return json.loads(doc)
+    return _json.loads(doc)
 
 
 def policy_version():
@@ -222,7 +225,7 @@ def _document(doc, what):
         except UnicodeDecodeError as e:
             raise PolicyError("adaptalloc.%s: the document is not UTF-8 (%s)" % (what, e)) from None
     if isinstance(doc, dict):
-        return json.dumps(doc)
+        return _json.dumps(doc)
     if isinstance(doc, str):
         return doc
     raise TypeError("adaptalloc.%s: the policy must be a dict or a JSON string, not %s"

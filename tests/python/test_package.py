@@ -564,3 +564,51 @@ def test_serve_pinned_checks_and_routes(run_py, tmp_path):
     assert "needs the C++ helper adaptalloc._torch_ext" in d["none"], d
     assert d["off_without"] is False
     assert d["first"] is False and d["second"] is True and d["calls"] == [True, False]
+
+
+def test_public_namespace_is_all_and_the_subpackages(run_py):
+    r = run_py("""
+        import json, types, adaptalloc
+        before = sorted(n for n in dir(adaptalloc) if not n.startswith("_"))
+        import adaptalloc.torch
+        after = sorted(n for n in dir(adaptalloc) if not n.startswith("_"))
+        star = {}
+        exec("from adaptalloc import *", star)
+        print(json.dumps({"before": before, "after": after, "all": list(adaptalloc.__all__),
+                          "star": sorted(k for k in star if k != "__builtins__"),
+                          "modules": sorted(n for n in after
+                                            if isinstance(getattr(adaptalloc, n), types.ModuleType)),
+                          "missing": sorted(n for n in adaptalloc.__all__ if not hasattr(adaptalloc, n))}))
+    """)
+    assert r.rc == 0, r.err
+    d = r.json()
+    assert d["missing"] == [], "__all__ names what the package lacks"
+    assert "json" not in d["before"] and "os" not in d["before"] and "sys" not in d["before"]
+    # everything public is in __all__ (the version string aside), nothing else
+    assert sorted(set(d["before"]) - {"__version__"}) == sorted(d["all"])
+    assert d["star"] == sorted(d["all"])
+    # importing the torch subpackage adds it, and only it
+    assert sorted(set(d["after"]) - set(d["before"])) == ["torch"]
+    assert d["modules"] == ["torch"], "a module leaked into the namespace: %s" % d["modules"]
+    for fn in ("region_id", "policy_version", "stats", "configure"):
+        assert fn in d["all"], fn
+
+
+def test_setup_without_wheel_names_what_is_missing(tmp_path):
+    # setup.py as pip's wheel build runs it, in a Python where 'wheel' cannot
+    # be imported: a message naming the module and the package, not
+    # "invalid command 'bdist_wheel'"; nothing is built.
+    import subprocess
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = ("import runpy, sys; sys.modules['wheel'] = None; "
+            "sys.argv = ['setup.py', 'bdist_wheel']; "
+            "runpy.run_path(%r, run_name='__main__')" % os.path.join(root, "setup.py"))
+    r = subprocess.run([sys.executable, "-c", code], cwd=str(tmp_path), capture_output=True,
+                       text=True, timeout=120)
+    import setuptools
+    if tuple(int(x) for x in setuptools.__version__.split(".")[:2]) >= (70, 1):
+        pytest.skip("setuptools %s builds wheels without the wheel module" % setuptools.__version__)
+    assert r.returncode != 0
+    assert "needs the Python module 'wheel'" in r.stderr, r.stderr
+    assert "python3-wheel" in r.stderr and "invalid command" not in r.stderr
+    assert not os.listdir(str(tmp_path)), "setup.py built something: %s" % os.listdir(str(tmp_path))
