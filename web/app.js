@@ -23,7 +23,8 @@
  * the /stats poll, the pool picker, the event wiring, start), common.js
  * (state, periods, fetch helpers), format.js, charts.js (memory chart,
  * histograms), segments.js, tables.js (cards, classes, loop decisions),
- * history.js (history, policy changes, diff), policy.js (the editor).
+ * history.js (history, policy changes, diff), policy.js (the editor),
+ * urlstate.js (the view in the URL's hash: pool, range, zoom, sort).
  */
 import { $, errorText, KEEP_MS, POLL_MS, RECENT_MS, setText, state } from "./common.js";
 import { fmtClock, fmtUptime, num } from "./format.js";
@@ -32,6 +33,16 @@ import { drawSegments, fetchSegments, pollSegments, segTip } from "./segments.js
 import { renderCards, renderClasses, renderLoop } from "./tables.js";
 import { pollHistory, renderChanges, renderDiff } from "./history.js";
 import { applyPolicy, loadPolicy, showMsg } from "./policy.js";
+import { readView, writeView } from "./urlstate.js";
+
+// the range button lit is the one whose span the axis shows (none while zoomed
+// in on a part of it: the note says what is shown)
+function syncRange() {
+  for (const o of document.querySelectorAll("#range button[data-range]")) {
+    o.classList.toggle("on", state.range !== null && Number(o.dataset.range) === state.range);
+  }
+  $("unzoom").hidden = !state.zoom;
+}
 
 // ------------------------------------------------------------ memory chart
 // drag to zoom, double-click or "reset zoom" to unzoom, the range buttons
@@ -55,6 +66,7 @@ function setupMemoryChart() {
       if (b - a >= 2000) {
         state.zoom = { t0: a, t1: b };
         $("unzoom").hidden = false;
+        writeView();
         pollHistory(false);
       }
     }
@@ -63,6 +75,7 @@ function setupMemoryChart() {
   const unzoom = () => {
     state.zoom = null;
     $("unzoom").hidden = true;
+    writeView();
     pollHistory(false);
     drawMemory();
   };
@@ -71,9 +84,9 @@ function setupMemoryChart() {
   for (const b of document.querySelectorAll("#range button[data-range]")) {
     b.addEventListener("click", () => {
       state.range = Number(b.dataset.range);
-      for (const o of document.querySelectorAll("#range button[data-range]")) o.classList.toggle("on", o === b);
       state.zoom = null;
-      $("unzoom").hidden = true;
+      syncRange();
+      writeView();
       pollHistory(false);
       drawMemory();
     });
@@ -164,8 +177,16 @@ function onStats(s) {
   setText("run-info", info.join(" · "));
   setText("updated", "updated " + fmtClock(now, true));
   renderLoop(s.adapt);
-  const first = state.pool === null;
+  const first = state.lastOk === 0; // the first answer: the segments at once
+  if (state.range === null) {
+    // no range in the URL: the whole run while it is under an hour (or its
+    // age is not known), else 1 h
+    state.range = state.uptimeMs <= 3600000 ? 0 : 3600000;
+    syncRange();
+    pollHistory(false);
+  }
   render();
+  writeView();
   if (first && state.pool !== null) fetchSegments().catch(() => {});
 }
 
@@ -188,9 +209,20 @@ function start() {
   $("pool").addEventListener("change", (ev) => {
     state.pool = ev.target.value;
     state.segs = null;
+    writeView();
     render();
     drawSegments();
     fetchSegments().catch(() => {});
+  });
+  readView();
+  syncRange();
+  window.addEventListener("hashchange", () => {
+    const pool = state.pool;
+    readView();
+    syncRange();
+    if (state.pool !== pool) { state.segs = null; drawSegments(); fetchSegments().catch(() => {}); }
+    render();
+    pollHistory(false);
   });
   setupMemoryChart();
   $("seg-map").addEventListener("mousemove", segTip);
@@ -199,6 +231,7 @@ function start() {
     th.addEventListener("click", () => {
       const k = th.dataset.key;
       state.sort = { key: k, dir: state.sort.key === k ? -state.sort.dir : k === "block" ? 1 : -1 };
+      writeView();
       render();
     });
   }

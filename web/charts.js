@@ -56,13 +56,22 @@ function memPoints() {
   const lastT = stored.length ? stored[stored.length - 1].t : 0;
   return stored.concat(live.filter((p) => p.t > lastT));
 }
+// the axis spans exactly what the range button says (the part without data
+// is marked as such, drawMemory); "run" spans the run (one minute at least)
 function memWindow(pts) {
   const now = Date.now();
   if (state.zoom) return { t0: state.zoom.t0, t1: state.zoom.t1 };
-  let t0 = state.range > 0 ? now - state.range : (pts.length ? pts[0].t : now - 60000);
-  // less data than the range: start at the first point (one minute at least)
-  if (pts.length && pts[0].t > t0) t0 = Math.min(pts[0].t, now - 60000);
-  return { t0, t1: now };
+  if (state.range > 0) return { t0: now - state.range, t1: now };
+  let t0 = state.uptimeMs > 0 ? now - state.uptimeMs : (pts.length ? pts[0].t : now);
+  return { t0: Math.min(t0, now - 60000), t1: now };
+}
+// why there is nothing before the first point, for the note drawn there
+function noDataText(first) {
+  if (state.historyOff) {
+    return ["the store is off: no history, only what this page saw since it opened",
+      "(start the process with ADAPTALLOC_DB=<file>, not off, to keep it)"];
+  }
+  return first === null ? ["waiting for data…"] : ["no data before " + fmtClock(first, true)];
 }
 const TIME_TICKS = [1e3, 5e3, 10e3, 30e3, 60e3, 300e3, 600e3, 1800e3, 3600e3, 3 * 3600e3, 6 * 3600e3, 12 * 3600e3, 86400e3];
 
@@ -82,8 +91,18 @@ export function drawMemory() {
   c.dataset.points = String(Math.max(0, i1 - i0));
   c.dataset.markers = String(marks.length);
   c.dataset.stored = String((state.stored.get(state.pool) || []).length);
+  c.dataset.t0 = String(Math.round(t0));
+  c.dataset.t1 = String(Math.round(t1));
+  c.dataset.historyOff = state.historyOff ? "1" : "0";
   state.memLayout = null;
-  if (pts.length === 0) { emptyNote(g, w, h, "waiting for data…"); return; }
+  if (pts.length === 0) {
+    const lines = noDataText(null);
+    c.dataset.empty = lines.join(" ");
+    if (state.historyOff) lines.unshift("waiting for data…");
+    lines.forEach((t, i) => emptyNote(g, w, h + (i * 2 - lines.length + 1) * 16, t));
+    setText("mem-note", "");
+    return;
+  }
   let max = 0;
   for (const p of pts) max = Math.max(max, p.reserved, p.inUse);
   if (max <= 0) max = 1024;
@@ -147,6 +166,23 @@ export function drawMemory() {
   stroke("largeReserved", css("--large"), 1.5, [5, 3]);
   stroke("reserved", css("--reserved"), 2);
   stroke("inUse", css("--inuse"), 2);
+  // the part of the axis before the first point: shaded, and why it is empty
+  const firstT = pts[0].t;
+  c.dataset.empty = "";
+  if (x(firstT) - L > 24) {
+    const x1 = Math.min(x(firstT), w - R);
+    g.globalAlpha = 0.06;
+    g.fillStyle = css("--muted");
+    g.fillRect(L, T, x1 - L, h - T - B);
+    g.globalAlpha = 1;
+    const lines = noDataText(firstT);
+    c.dataset.empty = lines.join(" ");
+    g.fillStyle = css("--muted");
+    g.textAlign = "center";
+    g.textBaseline = "middle";
+    const mid = (L + x1) / 2;
+    if (x1 - L > 200) lines.forEach((t, i) => g.fillText(t, mid, (T + h - B) / 2 + (i - (lines.length - 1) / 2) * 16));
+  }
   // policy changes: a red line and the version they brought
   g.fillStyle = css("--change");
   g.strokeStyle = css("--change");
@@ -171,7 +207,7 @@ export function drawMemory() {
   g.restore();
   const last = all[all.length - 1];
   const shown = state.zoom ? "zoomed " + fmtClock(t0, true) + "–" + fmtClock(t1, true) : "";
-  setText("mem-note", (shown ? shown + " · " : "") + "now " + fmtBytes(last.inUse) + " in use of " +
+  setText("mem-note", (shown ? shown + " · " : "") + (state.historyOff ? "the store is off (ADAPTALLOC_DB=off): live points only · " : "") + "now " + fmtBytes(last.inUse) + " in use of " +
     fmtBytes(last.reserved) + " reserved (large path " + fmtBytes(last.largeReserved) + ")");
 }
 

@@ -24,7 +24,9 @@ export const state = {
   dirty: false,
   overwrite: false,
   lastOk: 0,
-  range: 3600000,      // ms shown, 0 = the whole run
+  range: null,         // ms shown, 0 = the whole run; null until the URL or the
+                       // first /stats decides (the whole run up to an hour, else 1 h)
+  historyOff: null,    // why /history has nothing (the store is off: 503), or null
   zoom: null,          // {t0, t1} while zoomed
   drag: null,          // {x0, x1} while selecting
   uptimeMs: 0,

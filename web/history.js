@@ -82,16 +82,23 @@ export async function pollHistory(again) {
     let since = 0, span;
     if (state.zoom) { since = Math.floor(state.zoom.t0); span = state.zoom.t1 - state.zoom.t0; }
     else if (state.range > 0) { since = now - state.range; span = state.range; }
-    else span = Math.max(60000, state.uptimeMs);
+    else if (state.range === 0) span = Math.max(60000, state.uptimeMs);
+    else return; // the range is not decided yet (first /stats)
     const step = Math.max(1000, Math.floor(span / MEM_POINTS));
     const r = await fetch("/history?limit=10000&policies=1&step=" + step + (since > 0 ? "&since=" + since : ""), { cache: "no-store" });
     if (r.status === 503) {
       state.changes = [];
-      renderChanges("the store is off: no history (" + (await errorText(r)) + ")");
+      state.stored = new Map();
+      state.historyOff = await errorText(r);
+      renderChanges("the store is off: no history (" + state.historyOff + "); set ADAPTALLOC_DB=<file> to keep it");
+      renderDiffPickers();
+      renderDiff();
+      drawMemory();
     } else if (!r.ok) {
       state.changes = [];
       renderChanges(await errorText(r));
     } else {
+      state.historyOff = null;
       onHistory(await r.json());
     }
   } catch (e) {
@@ -163,7 +170,8 @@ export function renderDiff() {
   if (!docs.size) {
     const sp = document.createElement("span");
     sp.className = "muted";
-    sp.textContent = "no policy documents in the store for this range (the store is off, or an older server)";
+    sp.textContent = state.historyOff ? "the store is off: no policy documents to compare (ADAPTALLOC_DB=<file> keeps them)"
+      : "no policy documents in the store for this range";
     pre.appendChild(sp);
     setText("diff-note", "");
     return;

@@ -6,7 +6,11 @@
 // loop's audit (predicted and measured effect); the class table sorts; a policy edit without
 // the token is refused with the server's message, a valid edit takes effect
 // (the version bumps) and shows in the diff view, an invalid one shows the
-// validator's error and changes nothing. Saves screenshots (--shots DIR: also
+// validator's error and changes nothing; the range button lit is the axis'
+// span, the view (pool, range, sort) lives in the URL's hash and survives a
+// reload; /favicon.ico answers; with the store off (a second server,
+// --no-store) the chart, the change list and the diff say so and how to turn
+// it on. Saves screenshots (--shots DIR: also
 // the per-panel ones the guide shows, docs/img/).
 //
 //   node tests/browser/dashboard.test.mjs --server build/tests/aa_http_testserver \
@@ -54,26 +58,28 @@ if (!serverBin && !baseUrl) {
 }
 
 let server = null;
+let server2 = null; // --no-store, for the empty states
 let browser = null;
 const watchdog = setTimeout(() => { log("FAIL: timed out"); cleanup(); process.exit(1); }, 120000);
 
 function cleanup() {
-  if (server && server.exitCode === null) server.kill("SIGTERM");
+  for (const s of [server, server2]) if (s && s.exitCode === null) s.kill("SIGTERM");
 }
 
-async function startServer() {
-  const argv = ["--watch-stdin"];
+async function startServer(extra = []) {
+  const argv = ["--watch-stdin", ...extra];
   if (token) argv.push("--token", token);
-  server = spawn(serverBin, argv, { stdio: ["pipe", "pipe", "inherit"] });
+  const proc = spawn(serverBin, argv, { stdio: ["pipe", "pipe", "inherit"] });
+  if (extra.length) server2 = proc; else server = proc;
   return await new Promise((resolve, reject) => {
     let buf = "";
-    server.stdout.on("data", (d) => {
+    proc.stdout.on("data", (d) => {
       buf += d.toString();
       const m = buf.match(/PORT (\d+)/);
       if (m) resolve(`http://127.0.0.1:${m[1]}/`);
     });
-    server.on("exit", (code) => reject(new Error("server exited early with " + code)));
-    server.on("error", reject);
+    proc.on("exit", (code) => reject(new Error("server exited early with " + code)));
+    proc.on("error", reject);
   });
 }
 
@@ -183,7 +189,30 @@ async function main() {
   await until(page, "the zoom", () => !document.getElementById("unzoom").hidden && /zoomed/.test(document.getElementById("mem-note").textContent));
   await page.dblclick("#chart-mem");
   await until(page, "the zoom reset", () => document.getElementById("unzoom").hidden);
+  // the range button lit is the axis' span: by default the whole run (the
+  // test server reports no uptime: its first point, a minute at least); with
+  // 5 min lit the axis spans 5 min, the part before the data marked empty
+  const axisOf = () => page.evaluate(() => {
+    const c = document.getElementById("chart-mem");
+    return { span: Number(c.dataset.t1) - Number(c.dataset.t0), empty: c.dataset.empty,
+      on: Array.from(document.querySelectorAll("#range button.on")).map((b) => b.dataset.range),
+      hash: location.hash, pool: document.getElementById("pool").value,
+      sort: (document.querySelector("#classes th.asc, #classes th.desc") || {}).className || "",
+      sortKey: (document.querySelector("#classes th.asc, #classes th.desc") || { dataset: {} }).dataset.key };
+  });
+  const wantAxis = (a, ms, what) => {
+    if (a.on.length !== 1 || Number(a.on[0]) !== ms) fail(what + ": buttons lit " + JSON.stringify(a.on) + ", want " + ms);
+    if (Math.abs(a.span - ms) > 3000) fail(what + ": the axis spans " + a.span + " ms, the button says " + ms);
+  };
+  let axis = await axisOf();
+  log("axis", JSON.stringify(axis));
+  if (serverBin && (axis.on.join() !== "0" || axis.span < 60000 || axis.span > 180000)) {
+    fail("the default range: buttons lit " + JSON.stringify(axis.on) + ", axis " + axis.span + " ms");
+  }
   await page.click("#range button[data-range='300000']");
+  axis = await axisOf();
+  wantAxis(axis, 300000, "after a click on 5 min");
+  if (serverBin && !/^no data before \d/.test(axis.empty)) fail("the minutes without data are not marked: " + axis.empty);
   await page.click('#classes th[data-key="inUse"]');
   const sorted = await page.evaluate(() => {
     const th = document.querySelector('#classes th[data-key="inUse"]');
@@ -194,6 +223,33 @@ async function main() {
   const unit = { B: 1, KiB: 1024, MiB: 1048576, GiB: 1073741824 };
   const bytes = sorted.cells.map((t) => { const m = t.match(/([\d.]+) (\w+)/); return m ? Number(m[1]) * unit[m[2]] : 0; });
   for (let i = 1; i < bytes.length; i++) if (bytes[i] > bytes[i - 1]) fail("rows not in descending in-use order: " + sorted.cells.join(", "));
+
+  // 2d. the view (pool, range, sort) is in the URL: a reload keeps it, and a
+  //     shared link (another pool and range) opens that view
+  axis = await axisOf();
+  const pool0 = axis.pool;
+  for (const want of ["pool=" + encodeURIComponent(pool0), "range=5m", "sort=inUse.desc"]) {
+    if (!axis.hash.includes(want)) fail("the URL lacks " + want + ": " + axis.hash);
+  }
+  await page.reload({ waitUntil: "load" });
+  await until(page, "live after the reload", () => document.getElementById("conn").textContent === "live");
+  await until(page, "the chart after the reload", () => Number(document.getElementById("chart-mem").dataset.points) >= 1);
+  axis = await axisOf();
+  log("after reload", JSON.stringify(axis));
+  wantAxis(axis, 300000, "after the reload");
+  if (axis.pool !== pool0) fail("the reload lost the pool: " + axis.pool + ", was " + pool0);
+  if (axis.sortKey !== "inUse" || axis.sort !== "desc") fail("the reload lost the sort: " + axis.sortKey + " " + axis.sort);
+  const other = (await page.evaluate(() => Array.from(document.getElementById("pool").options).map((o) => o.value))).find((n) => n !== pool0);
+  if (other) {
+    await page.goto(baseUrl + "#pool=" + encodeURIComponent(other) + "&range=6h");
+    await until(page, "the shared link's pool", (n) => document.getElementById("pool").value === n, other);
+    axis = await axisOf();
+    wantAxis(axis, 21600000, "a shared link with range=6h");
+    await page.goto(baseUrl + "#pool=" + encodeURIComponent(pool0) + "&range=5m&sort=block.asc");
+    await until(page, "back to the first pool", (n) => document.getElementById("pool").value === n, pool0);
+  }
+  const fav = await page.evaluate(async () => { const r = await fetch("/favicon.ico"); return [r.status, r.headers.get("Content-Type")]; });
+  if (fav[0] !== 200 || fav[1] !== "image/x-icon") fail("/favicon.ico: " + JSON.stringify(fav));
 
   // 2c. the loop decisions: newest first, signed MiB for the predicted and
   //     the measured effect, the rejected-by-replay count. Our test server
@@ -306,6 +362,27 @@ async function main() {
     await page.waitForTimeout(300);
     await panel("#diff").screenshot({ path: join(shotsDir, "dashboard-diff.png") });
     log("screenshots in", shotsDir);
+  }
+  // 7. the store off (/history and /runs answer 503): the memory chart says
+  //    so and how to turn it on, and so do the change list and the diff
+  if (serverBin) {
+    const offUrl = await startServer(["--no-store"]);
+    const off = await browser.newPage({ viewport: { width: 1440, height: 1000 } });
+    off.on("pageerror", (e) => consoleErrors.push(String(e)));
+    await off.goto(offUrl, { waitUntil: "load" });
+    await until(off, "the store-off note on the memory chart", () => {
+      const c = document.getElementById("chart-mem");
+      return c.dataset.historyOff === "1" && /store is off/.test(c.dataset.empty) && /ADAPTALLOC_DB=/.test(c.dataset.empty);
+    });
+    const texts = await off.evaluate(() => ({
+      changes: document.getElementById("changes").textContent,
+      diff: document.getElementById("diff").textContent,
+      note: document.getElementById("mem-note").textContent,
+    }));
+    log("store off", JSON.stringify(texts));
+    if (!/store is off/.test(texts.changes) || !/ADAPTALLOC_DB/.test(texts.changes)) fail("the change list does not say the store is off: " + texts.changes);
+    if (!/store is off/.test(texts.diff)) fail("the diff does not say the store is off: " + texts.diff);
+    await off.close();
   }
   if (consoleErrors.length) fail("console errors: " + consoleErrors.join(" | "));
 }

@@ -8,7 +8,10 @@
  *
  *   aa_http_testserver [--address 127.0.0.1:0] [--token T] [--seconds N]
  *                      [--watch-stdin] [--stats-cache-ms MS]
- *                      [--hot] [--hot-cpu C] [--server-cpu C]
+ *                      [--hot] [--hot-cpu C] [--server-cpu C] [--no-store]
+ *
+ * --no-store serves no history and no runs (503, as the runtime does with
+ * ADAPTALLOC_DB=off): for the dashboard's empty states.
  *
  * --hot replaces the paced workload by a hot allocation loop (alloc/free of
  * a few small sizes on pool device0, as fast as it goes) that prints
@@ -558,6 +561,7 @@ int main(int argc, char **argv) {
   long seconds = 0;
   bool watch_stdin = false;
   bool hot = false;
+  bool no_store = false;
   int server_cpu = -1;
   unsigned stats_cache_ms = 0;
   aa_http_config cfg;
@@ -579,6 +583,8 @@ int main(int argc, char **argv) {
       seconds = strtol(argv[++i], NULL, 10);
     } else if (strcmp(argv[i], "--watch-stdin") == 0) {
       watch_stdin = true;
+    } else if (strcmp(argv[i], "--no-store") == 0) {
+      no_store = true;
     } else if (strcmp(argv[i], "--hot") == 0) {
       hot = true;
     } else if (strcmp(argv[i], "--hot-cpu") == 0 && i + 1 < argc) {
@@ -591,7 +597,7 @@ int main(int argc, char **argv) {
       fprintf(stderr,
               "usage: %s [--address A] [--token T] [--seconds N] "
               "[--watch-stdin] [--stats-cache-ms MS] [--hot] [--hot-cpu C] "
-              "[--server-cpu C]\n",
+              "[--server-cpu C] [--no-store]\n",
               argv[0]);
       return 2;
     }
@@ -643,8 +649,8 @@ int main(int argc, char **argv) {
   prov.policy_get = policy_get;
   prov.policy_put = policy_put;
   prov.policy_patch = policy_patch;
-  prov.history_json = history_json;
-  prov.runs_json = runs_json;
+  prov.history_json = no_store ? NULL : history_json;
+  prov.runs_json = no_store ? NULL : runs_json;
   prov.segments_json = segments_json;
   aa_http_config_init(&cfg);
   cfg.address = address;
