@@ -1,54 +1,102 @@
 /*
  * segments.js — the large path's segment map (/segments for the selected
- * pool): one row per segment, its used and free pieces, a tooltip, and its
- * own poll.
+ * pool): one row per segment (an expandable reservation's mapped runs on one
+ * row, mapped pages over reserved address space), its used and free pieces,
+ * a tooltip, and its own poll.
  */
 import { $, errorText, SEGMENTS_MS, setText, state } from "./common.js";
 import { fmtBytes, fmtCount, fmtPct, num } from "./format.js";
 import { css, emptyNote, setupCanvas } from "./charts.js";
 
 // ------------------------------------------------------------ segments
+// One row per segment; the mapped runs of one expandable reservation (the
+// server lists each run as a segment, in address order) share one row that
+// spans them: a lane of what is mapped (pages backed by memory) over the
+// gaps that are only reserved address space, above the blocks cut from the
+// runs. [{expandable, base, end, mapped, used, runs: [segment]}]
+function rowsOf(segs) {
+  const rows = [];
+  for (const sg of segs) {
+    const base = Number.parseInt(sg.address, 16);
+    const size = num(sg.size);
+    const last = rows[rows.length - 1];
+    if (sg.expandable && last && last.expandable && Number.isFinite(base) && base >= last.end) {
+      last.runs.push(sg);
+      last.end = base + size;
+      last.mapped += size;
+      last.used += num(sg.used);
+      continue;
+    }
+    rows.push({ expandable: !!sg.expandable, base: Number.isFinite(base) ? base : 0,
+      end: (Number.isFinite(base) ? base : 0) + size, mapped: size, used: num(sg.used), runs: [sg] });
+  }
+  return rows;
+}
 export function drawSegments() {
   const c = $("seg-map");
   const d = state.segs;
   const segs = d && Array.isArray(d.segments) ? d.segments : [];
-  // rows shrink so that up to a hundred segments fit the panel at once
-  const ROW = Math.max(3, Math.min(12, Math.floor(400 / Math.max(1, segs.length)) - 2));
-  const GAP = ROW >= 9 ? 3 : 1, L = 78, R = 12, T = 4;
-  c.style.height = Math.max(60, T * 2 + segs.length * (ROW + GAP)) + "px";
+  const rows = rowsOf(segs);
+  // rows shrink so that up to a hundred fit the panel at once; a few are tall
+  const ROW = Math.max(3, Math.min(40, Math.floor(400 / Math.max(1, rows.length)) - 2));
+  const GAP = ROW >= 9 ? 4 : 1, L = 110, R = 12, T = 4;
+  c.style.height = Math.max(60, T * 2 + rows.length * (ROW + GAP)) + "px";
   const { g, w, h } = setupCanvas(c);
   c.dataset.segments = String(segs.length);
+  c.dataset.rows = String(rows.length);
+  c.dataset.expandable = String(rows.filter((r) => r.expandable).length);
   state.segLayout = null;
   if (!d) { emptyNote(g, w, h, "waiting for data…"); return; }
   if (d.error) { emptyNote(g, w, h, d.error); setText("seg-note", ""); return; }
   if (!segs.length) { emptyNote(g, w, h, "no large segments: every block fits a size class"); setText("seg-note", ""); return; }
-  let maxSize = 1;
-  for (const sg of segs) maxSize = Math.max(maxSize, num(sg.size));
-  const scale = (w - L - R) / maxSize;
-  state.segLayout = { ROW, GAP, L, T, scale, segs };
+  let maxSpan = 1;
+  for (const r of rows) maxSpan = Math.max(maxSpan, r.end - r.base);
+  const scale = (w - L - R) / maxSpan;
+  const lane = ROW >= 12 ? Math.max(4, Math.round(ROW * 0.28)) : 0; // the mapped lane
+  state.segLayout = { ROW, GAP, L, T, scale, rows, lane };
   g.textAlign = "right";
   g.textBaseline = "middle";
-  segs.forEach((sg, i) => {
+  rows.forEach((r, i) => {
     const y0 = T + i * (ROW + GAP);
+    const xOf = (addr) => L + (addr - r.base) * scale;
     g.fillStyle = css("--muted");
     // a label where there is room: every row when tall, else every 10th
-    if (ROW >= 9 || i % 10 === 0) g.fillText(fmtBytes(num(sg.size)), L - 6, y0 + ROW / 2);
-    let x0 = L;
-    for (const pc of sg.pieces || []) {
-      const pw = num(pc[0]) * scale;
-      g.fillStyle = pc[1] ? css("--large") : css("--free");
-      g.fillRect(x0, y0, Math.max(0.5, pw - 0.5), ROW);
-      x0 += pw;
+    if (ROW >= 9 || i % 10 === 0) {
+      g.fillText(fmtBytes(r.mapped) + (r.expandable ? " mapped" : ""), L - 6, y0 + (ROW >= 24 ? ROW / 2 - 7 : ROW / 2));
+      if (r.expandable && ROW >= 24) g.fillText("expandable", L - 6, y0 + ROW / 2 + 7);
+    }
+    if (r.expandable) {
+      // the span's gaps: reserved address space without memory
+      g.fillStyle = css("--unmapped");
+      g.fillRect(L, y0, (r.end - r.base) * scale, ROW);
+    }
+    for (const sg of r.runs) {
+      const a = Number.parseInt(sg.address, 16);
+      const x0run = xOf(Number.isFinite(a) ? a : r.base);
+      if (r.expandable && lane) {
+        g.fillStyle = css("--mapped");
+        g.fillRect(x0run, y0, Math.max(1, num(sg.size) * scale - 0.5), lane - 1);
+      }
+      let x0 = x0run;
+      for (const pc of sg.pieces || []) {
+        const pw = num(pc[0]) * scale;
+        g.fillStyle = pc[1] ? css("--large") : css("--free");
+        g.fillRect(x0, y0 + lane, Math.max(0.5, pw - 0.5), ROW - lane);
+        x0 += pw;
+      }
     }
     if (ROW >= 6) {
       g.strokeStyle = "#cbd5e1";
-      g.strokeRect(L + 0.5, y0 + 0.5, num(sg.size) * scale - 1, ROW - 1);
+      g.strokeRect(L + 0.5, y0 + 0.5, (r.end - r.base) * scale - 1, ROW - 1);
     }
   });
   const free = num(d.bytes) - num(d.used_bytes);
+  const exp = rows.filter((r) => r.expandable);
   setText("seg-note", fmtCount(num(d.segment_count)) + " segments · " + fmtBytes(num(d.bytes)) + " held · " +
     fmtBytes(num(d.used_bytes)) + " in use · " + fmtBytes(free) + " free (" +
-    fmtPct(num(d.bytes) > 0 ? free / num(d.bytes) : 0) + ")" + (d.truncated ? " · first " + segs.length + " shown" : ""));
+    fmtPct(num(d.bytes) > 0 ? free / num(d.bytes) : 0) + ")" +
+    (exp.length ? " · " + exp.length + " expandable (" + exp.reduce((n, r) => n + r.runs.length, 0) + " mapped runs)" : "") +
+    (d.truncated ? " · first " + segs.length + " shown" : ""));
 }
 export function segTip(ev) {
   const tip = $("seg-tip");
@@ -57,21 +105,31 @@ export function segTip(ev) {
   const rect = c.getBoundingClientRect();
   const px = ev.clientX - rect.left, py = ev.clientY - rect.top;
   const i = m ? Math.floor((py - m.T) / (m.ROW + m.GAP)) : -1;
-  if (!m || i < 0 || i >= m.segs.length || px < m.L) { tip.hidden = true; return; }
-  const sg = m.segs[i];
-  let x0 = m.L, piece = null;
-  for (const pc of sg.pieces || []) {
-    const pw = num(pc[0]) * m.scale;
-    if (px >= x0 && px < x0 + pw) piece = pc;
-    x0 += pw;
+  if (!m || i < 0 || i >= m.rows.length || px < m.L) { tip.hidden = true; return; }
+  const r = m.rows[i];
+  const addr = r.base + (px - m.L) / m.scale;
+  let run = null, piece = null;
+  for (const sg of r.runs) {
+    const a = Number.parseInt(sg.address, 16);
+    if (addr < a || addr >= a + num(sg.size)) continue;
+    run = sg;
+    let off = a;
+    for (const pc of sg.pieces || []) {
+      if (addr >= off && addr < off + num(pc[0])) piece = pc;
+      off += num(pc[0]);
+    }
   }
-  const lines = ["segment " + sg.address + (sg.expandable ? " (expandable)" : ""),
-    fmtBytes(num(sg.size)) + ", " + fmtBytes(num(sg.used)) + " in use in " +
-    (sg.pieces || []).filter((pc) => pc[1]).length + " blocks"];
-  if (piece) lines.push((piece[1] ? "block in use: " : "free: ") + fmtBytes(num(piece[0])));
+  const blocks = r.runs.reduce((n, sg) => n + (sg.pieces || []).filter((pc) => pc[1]).length, 0);
+  const lines = r.expandable
+    ? ["expandable segment at " + r.runs[0].address + ": " + r.runs.length + " mapped run" + (r.runs.length > 1 ? "s" : ""),
+      fmtBytes(r.mapped) + " mapped over " + fmtBytes(r.end - r.base) + " of address space, " +
+        fmtBytes(r.used) + " in use in " + blocks + " blocks"]
+    : ["segment " + r.runs[0].address, fmtBytes(r.mapped) + ", " + fmtBytes(r.used) + " in use in " + blocks + " blocks"];
+  if (piece) lines.push((piece[1] ? "block in use: " : "free (cached): ") + fmtBytes(num(piece[0])));
+  else if (r.expandable && !run && addr < r.end) lines.push("not mapped: reserved address space, no memory behind it");
   tip.textContent = lines.join("\n");
   tip.hidden = false;
-  tip.style.left = Math.min(px + 14, rect.width - 240) + "px";
+  tip.style.left = Math.min(px + 14, rect.width - 280) + "px";
   tip.style.top = (py + 12) + "px";
 }
 export async function fetchSegments() {

@@ -171,6 +171,9 @@ async function main() {
       recentBars: count("chart-hist-recent", [8, 145, 178]),
       usedPieces: count("seg-map", [124, 58, 237]),
       marker: count("chart-mem", [220, 38, 38]),
+      mappedLane: count("seg-map", [71, 85, 105]),
+      expandable: Number(document.getElementById("seg-map").dataset.expandable),
+      rowPx: document.getElementById("seg-map").clientHeight,
       segNote: document.getElementById("seg-note").textContent,
     };
   });
@@ -178,6 +181,10 @@ async function main() {
   if (more.recentBars < 20) fail("the last-minute histogram has no bars drawn");
   if (more.usedPieces < 20) fail("the segment map shows no used pieces");
   if (more.marker < 10) fail("no policy-change marker drawn");
+  // an expandable segment is drawn as what it is: its mapped pages in a lane
+  // of their own over the reserved span, on a row tall enough to read
+  if (more.expandable > 0 && more.mappedLane < 50) fail("the expandable segment's mapped lane is not drawn");
+  if (serverBin && more.expandable < 1) fail("the test server's large path is expandable, the map shows none");
   if (!/segments ·.*held ·.*in use/.test(more.segNote)) fail("segment summary missing: " + more.segNote);
   const box = await page.locator("#chart-mem").boundingBox();
   await page.mouse.move(box.x + box.width - 40, box.y + box.height / 2);
