@@ -10,8 +10,10 @@
 // span, the view (pool, range, sort) lives in the URL's hash and survives a
 // reload; /favicon.ico answers; with the store off (a second server,
 // --no-store) the chart, the change list and the diff say so and how to turn
-// it on. Saves screenshots (--shots DIR: also
-// the per-panel ones the guide shows, docs/img/).
+// it on; the page's structure is the one recorded beside the docs' pictures
+// (docs/img/dashboard.layout.json, written with them from the real demo by
+// tools/screenshots.sh), else the pictures are stale. Saves a screenshot,
+// <out>/dashboard.png.
 //
 //   node tests/browser/dashboard.test.mjs --server build/tests/aa_http_testserver \
 //        --out build/browser
@@ -22,8 +24,10 @@
 // server (adaptalloc-demo, say). Exit 0 pass, 1 fail, 77 skipped (no
 // playwright-core or no chromium).
 import { spawn } from "node:child_process";
-import { existsSync, mkdirSync } from "node:fs";
-import { join } from "node:path";
+import { existsSync, mkdirSync, readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { layoutDiff, pageLayout } from "./layout.mjs";
 
 const SKIP = 77;
 const args = process.argv.slice(2);
@@ -35,7 +39,6 @@ const serverBin = opt("server", process.env.AA_TESTSERVER || "");
 let baseUrl = opt("url", process.env.AA_DASHBOARD_URL || "");
 const outDir = opt("out", process.env.AA_TEST_BINARY_DIR ? join(process.env.AA_TEST_BINARY_DIR, "browser") : "build-browser");
 const chromiumPath = opt("chromium", process.env.CHROMIUM || "/usr/bin/chromium");
-const shotsDir = opt("shots", "");
 const token = opt("token", serverBin ? "browser-test-token" : process.env.ADAPTALLOC_TOKEN || "");
 
 function log(...a) { console.log("[dashboard]", ...a); }
@@ -114,6 +117,17 @@ async function main() {
   if (!resp || resp.status() !== 200) fail("GET / answered " + (resp && resp.status()));
   if ((await page.title()) !== "adaptalloc") fail("unexpected title " + (await page.title()));
   await until(page, "the live indicator", () => document.getElementById("conn").textContent === "live");
+
+  // 1a. the docs' pictures are of this page: its structure (cards, range
+  //     buttons, each panel's heading, legend, figures and table columns;
+  //     not the values) is the one recorded beside them by
+  //     tools/screenshots.sh (docs/img/dashboard.layout.json)
+  const recorded = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "docs", "img", "dashboard.layout.json");
+  const drift = layoutDiff(JSON.parse(readFileSync(recorded, "utf8")).layout, await pageLayout(page));
+  if (drift.length) {
+    fail("docs/img/dashboard*.png are stale (the page changed since they were taken): " + drift.join("; ") +
+      " — run bash tools/screenshots.sh BUILD_DIR and commit docs/img");
+  }
 
   // 1b. a region's pool is in the pool picker, named as one
   if (serverBin) {
@@ -351,25 +365,6 @@ async function main() {
   const shot = join(outDir, "dashboard.png");
   await page.screenshot({ path: shot, fullPage: true });
   log("screenshot", shot);
-  if (shotsDir) {
-    // the guide's pictures: the page, then each figure on its own
-    mkdirSync(shotsDir, { recursive: true });
-    await page.screenshot({ path: join(shotsDir, "dashboard.png"), fullPage: true });
-    const panel = (sel) => page.locator(sel).locator("xpath=ancestor::section[1]");
-    await panel("#chart-mem").screenshot({ path: join(shotsDir, "dashboard-memory.png") });
-    await page.locator("#chart-hist").locator("xpath=ancestor::section[1]").screenshot({ path: join(shotsDir, "dashboard-histograms.png") });
-    await panel("#seg-map").screenshot({ path: join(shotsDir, "dashboard-segments.png") });
-    await panel("#loop").screenshot({ path: join(shotsDir, "dashboard-loop.png") });
-    // the diff of the first change the policy loop made, when there is one
-    await page.evaluate(() => {
-      const rows = Array.from(document.querySelectorAll("#changes tbody tr"));
-      const loop = rows.reverse().find((tr) => tr.cells[1] && tr.cells[1].textContent === "loop");
-      if (loop) loop.click();
-    });
-    await page.waitForTimeout(300);
-    await panel("#diff").screenshot({ path: join(shotsDir, "dashboard-diff.png") });
-    log("screenshots in", shotsDir);
-  }
   // 7. the store off (/history and /runs answer 503): the memory chart says
   //    so and how to turn it on, and so do the change list and the diff
   if (serverBin) {
