@@ -39,7 +39,7 @@ import { readView, writeView } from "./urlstate.js";
 // in on a part of it: the note says what is shown)
 function syncRange() {
   for (const o of document.querySelectorAll("#range button[data-range]")) {
-    o.classList.toggle("on", state.range !== null && Number(o.dataset.range) === state.range);
+    o.classList.toggle("on", !state.zoom && state.range !== null && Number(o.dataset.range) === state.range);
   }
   $("unzoom").hidden = !state.zoom;
 }
@@ -65,7 +65,7 @@ function setupMemoryChart() {
       const b = tx(Math.min(m.w - m.R, Math.max(d.x0, d.x1)));
       if (b - a >= 2000) {
         state.zoom = { t0: a, t1: b };
-        $("unzoom").hidden = false;
+        syncRange();
         writeView();
         pollHistory(false);
       }
@@ -74,7 +74,7 @@ function setupMemoryChart() {
   });
   const unzoom = () => {
     state.zoom = null;
-    $("unzoom").hidden = true;
+    syncRange();
     writeView();
     pollHistory(false);
     drawMemory();

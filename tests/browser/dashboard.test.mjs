@@ -208,6 +208,9 @@ async function main() {
   await page.mouse.move(box.x + box.width * 0.9, box.y + box.height / 2, { steps: 4 });
   await page.mouse.up();
   await until(page, "the zoom", () => !document.getElementById("unzoom").hidden && /zoomed/.test(document.getElementById("mem-note").textContent));
+  // zoomed in, no range button claims the axis
+  if (await page.evaluate(() => document.querySelectorAll("#range button.on").length) !== 0) fail("a range button is lit while zoomed");
+  if (!/zoom=\d+-\d+/.test(await page.evaluate(() => location.hash))) fail("the zoom is not in the URL");
   await page.dblclick("#chart-mem");
   await until(page, "the zoom reset", () => document.getElementById("unzoom").hidden);
   // the range button lit is the axis' span: by default the whole run (the
