@@ -83,6 +83,16 @@ void aa__rt_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * when that is one, else local. */
 const char *aa__rt_default_policy_dir(const char *local, const char *installed);
 
+/* Whether an environment value is "off", in any case: the one rule of
+ * ADAPTALLOC_DB, ADAPTALLOC_HTTP and ADAPTALLOC_TRACE. */
+bool aa__rt_is_off(const char *v);
+/* AA_OK when token can be sent in "Authorization: Bearer <token>": bytes
+ * 0x21..0x7e only. Else AA_EINVAL and why names the byte (never the token). */
+int aa__rt_token_check(const char *token, char *why, size_t cap);
+/* AA_OK when model is a plain name: not empty, no '/' or '\\', no leading
+ * dot, no byte below 0x20 or 0x7f. Else AA_EINVAL and why says which rule. */
+int aa__rt_model_check(const char *model, char *why, size_t cap);
+
 /* Copies up to cap of the live pools into out; returns how many. */
 size_t aa__rt_pools_snapshot(aa_pool **out, size_t cap);
 
@@ -120,8 +130,9 @@ typedef struct aa__rt_services {
   atomic_uint_fast64_t policy_rejects;
 } aa__rt_services;
 extern aa__rt_services aa__rt_svc;
-/* Whether an environment value is "off". */
-bool aa__rt_is_off(const char *v);
+/* in replaced into out with every "{rank}" expanded (LOCAL_RANK, else
+ * RANK, else 0); false, and out empty, when it does not fit in cap. */
+bool aa__rt_expand_rank(const char *in, char *out, size_t cap);
 /* This process's rank: $RANK, or -1 when it is not set. */
 int aa__rt_env_rank(void);
 

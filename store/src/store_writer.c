@@ -17,10 +17,13 @@
 #include <unistd.h>
 
 #include "store_internal.h"
+#include "strbuf.h" /* aa__log_line */
 
 static void store_log(const aa_store_config *cfg, const char *line) {
+  char full[AA__LOG_LINE_MAX];
   if (cfg->quiet) return;
-  fprintf(stderr, "adaptalloc: store: %s\n", line);
+  snprintf(full, sizeof full, "store: %s", line);
+  aa__log_line(full); /* escaped: lines quote paths */
 }
 
 /* ------------------------------------------------------------------ writer */
