@@ -249,16 +249,37 @@ static int parse_if_match(const char *h, uint64_t *v) {
 }
 
 bool aa__http_if_none_match_hits(const char *h, const char *etag) {
-  const char *p;
   size_t n = strlen(etag);
 
   if (h == NULL || n == 0)
     return false;
   if (strcmp(h, "*") == 0)
     return true;
-  /* a list of tags; weak comparison is right for If-None-Match */
-  p = strstr(h, etag);
-  return p != NULL;
+  /* #entity-tag (RFC 9110 8.8.3, 13.1.2): [W/] "..." separated by commas
+   * and optional white space; each compared whole, weakly (the W/ prefix
+   * ignored), as If-None-Match asks. A list that does not parse matches
+   * nothing: x"3"y is not "3". */
+  for (;;) {
+    const char *q;
+    while (*h == ' ' || *h == '\t' || *h == ',')
+      h++;
+    if (*h == '\0')
+      return false;
+    if (h[0] == 'W' && h[1] == '/')
+      h += 2;
+    if (*h != '"')
+      return false;
+    q = strchr(h + 1, '"');
+    if (q == NULL)
+      return false;
+    if ((size_t)(q + 1 - h) == n && memcmp(h, etag, n) == 0)
+      return true;
+    h = q + 1;
+    while (*h == ' ' || *h == '\t')
+      h++;
+    if (*h != ',' && *h != '\0')
+      return false;
+  }
 }
 
 static void ep_policy_get(aa__http_state *st, const aa__http_req *req,
