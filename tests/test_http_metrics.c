@@ -458,6 +458,16 @@ static void test_http_segments_json(void **state) {
   }
   assert_true(piece_total == seg_total); /* pieces tile the segments */
   assert_true(used_pieces == used_bytes);
+  /* no heap address is served: segments are named by their place */
+  assert_null(strstr(json, "address"));
+  assert_null(strstr(json, "0x"));
+  assert_non_null(strstr(json, "\"segments\":[{\"id\":0,"));
+  {
+    char hex[32];
+    snprintf(hex, sizeof hex, "%llx", (unsigned long long)(uintptr_t)big[0]);
+    hex[8] = '\0'; /* its high digits appear nowhere, in any form */
+    assert_null(strstr(json, hex));
+  }
   free(json);
   assert_int_equal(aa_http_segments_json(NULL, &json, &len), AA_EINVAL);
   assert_null(json);

@@ -65,7 +65,7 @@ export function segTip(ev) {
     if (px >= x0 && px < x0 + pw) piece = pc;
     x0 += pw;
   }
-  const lines = ["segment " + sg.address + (sg.expandable ? " (expandable)" : ""),
+  const lines = ["segment " + sg.id + (sg.expandable ? " (expandable)" : ""),
     fmtBytes(num(sg.size)) + ", " + fmtBytes(num(sg.used)) + " in use in " +
     (sg.pieces || []).filter((pc) => pc[1]).length + " blocks"];
   if (piece) lines.push((piece[1] ? "block in use: " : "free: ") + fmtBytes(num(piece[0])));

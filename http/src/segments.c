@@ -10,6 +10,10 @@
  * entries into an array, and the JSON is written after the walk. Neighbouring free pieces
  * are merged. At most SEG_MAX segments and PIECE_MAX pieces are listed
  * ("truncated": true beyond); the totals count everything.
+ *
+ * No address is served: a segment is named by its place in address order
+ * ("id": 0, 1, ...), since heap and device addresses defeat ASLR for
+ * anyone who can connect (docs/security.md, "What each read reveals").
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -135,9 +139,9 @@ int aa_http_segments_json(aa_pool *pool, char **out, size_t *len) {
   for (i = 0; i < w.nsegs; i++) {
     const seg_t *s = &w.segs[i];
     aa__buf_printf(&b,
-                   "%s{\"address\":\"0x%llx\",\"size\":%llu,\"used\":%llu,"
+                   "%s{\"id\":%zu,\"size\":%llu,\"used\":%llu,"
                    "\"expandable\":%s,\"pieces\":[",
-                   i > 0 ? "," : "", (unsigned long long)s->address,
+                   i > 0 ? "," : "", i,
                    (unsigned long long)s->size, (unsigned long long)s->used,
                    (s->flags & AA_WALK_EXPANDABLE) != 0 ? "true" : "false");
     for (j = 0; j < s->npieces; j++) {
