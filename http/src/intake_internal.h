@@ -73,7 +73,8 @@ typedef struct entry {
   unsigned answer_after;  /* M_STOP: answers owed before we end it */
   bool drained;           /* M_STOP: the pair was read after the last one */
   unsigned close_at;      /* the request (1-based) after which to close; 0: none */
-  char path[sizeof(((aa__http_head *)0)->path)]; /* the request in progress */
+  /* the path of the request in progress (its body's refusals name it) */
+  char path[AA__HTTP_PATH_CAP];
   aa__http_head *refusal; /* a refused later head, answered last */
   char *out;              /* answer bytes the client has not taken yet */
   size_t out_len, out_off;
