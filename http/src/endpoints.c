@@ -260,7 +260,7 @@ bool aa__http_if_none_match_hits(const char *h, const char *etag) {
    * ignored), as If-None-Match asks. A list that does not parse matches
    * nothing: x"3"y is not "3". */
   for (;;) {
-    const char *q;
+    const char *q, *tag;
     while (*h == ' ' || *h == '\t' || *h == ',')
       h++;
     if (*h == '\0')
@@ -272,13 +272,14 @@ bool aa__http_if_none_match_hits(const char *h, const char *etag) {
     q = strchr(h + 1, '"');
     if (q == NULL)
       return false;
-    if ((size_t)(q + 1 - h) == n && memcmp(h, etag, n) == 0)
-      return true;
+    tag = h;
     h = q + 1;
     while (*h == ' ' || *h == '\t')
       h++;
     if (*h != ',' && *h != '\0')
-      return false;
+      return false; /* x"3"y: not a list of tags at all */
+    if ((size_t)(q + 1 - tag) == n && memcmp(tag, etag, n) == 0)
+      return true;
   }
 }
 
