@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -748,7 +749,8 @@ static void scenario_token_control_byte_api(void) {
   set_env_common();
   setenv("ADAPTALLOC_DB", "off", 1);
   aa_runtime_config_init(&cfg);
-  cfg.token = "abc\x01" "def";
+  cfg.token = "abc\x01"
+              "def";
   cfg.http = "127.0.0.1:0";
   CHECK(aa_runtime_init(&cfg) == AA_OK);
   CHECK(aa_runtime_pool(AA_BACKEND_HOST, -1) != NULL);
@@ -916,6 +918,42 @@ static void test_runtime_log_escaped(void **state) {
   assert_int_equal(run_child(scenario_log_escaped), 0);
 }
 
+/* A policy path that is a Unix socket, a FIFO, a device or a directory is
+ * "not a regular file" (stat before open: a socket cannot be opened, and
+ * ENXIO named no cause). */
+static void test_runtime_policy_path_not_regular(void **state) {
+  struct sockaddr_un sa;
+  char sock[100], fifo[300], err[AA_POLICY_ERR_CAP];
+  aa_policy *p = NULL;
+  int fd;
+  (void)state;
+  assert_true(strlen(tmpdir) < 60); /* a socket's path is short */
+  memcpy(sock, tmpdir, strlen(tmpdir));
+  memcpy(sock + strlen(tmpdir), "/policy.sock", 13);
+  fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  memset(&sa, 0, sizeof sa);
+  sa.sun_family = AF_UNIX;
+  memcpy(sa.sun_path, sock, strlen(sock) + 1);
+  assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  assert_int_equal(aa_policy_load_file(sock, &p, err, sizeof err), AA_EINVAL);
+  assert_null(p);
+  assert_non_null(strstr(err, "not a regular file (a socket)"));
+  close(fd);
+  snprintf(fifo, sizeof fifo, "%s/policy2.fifo", tmpdir);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  alarm(20);
+  assert_int_equal(aa_policy_load_file(fifo, &p, err, sizeof err), AA_EINVAL);
+  alarm(0);
+  assert_non_null(strstr(err, "not a regular file (a FIFO)"));
+  assert_int_equal(aa_policy_load_file("/dev/null", &p, err, sizeof err), AA_EINVAL);
+  assert_non_null(strstr(err, "not a regular file (a device)"));
+  assert_int_equal(aa_policy_load_file(tmpdir, &p, err, sizeof err), AA_EINVAL);
+  assert_non_null(strstr(err, "not a regular file (a directory)"));
+  unlink(sock);
+  unlink(fifo);
+}
+
 /* The rules themselves, value by value. */
 static void test_runtime_token_rule(void **state) {
   char why[256];
@@ -1034,6 +1072,7 @@ int main(void) {
       cmocka_unit_test(test_runtime_model_outside_dir_refused),
       cmocka_unit_test(test_runtime_log_escaped),
       cmocka_unit_test(test_runtime_token_rule),
+      cmocka_unit_test(test_runtime_policy_path_not_regular),
       cmocka_unit_test(test_runtime_model_rule),
       cmocka_unit_test(test_runtime_rank_expanded_everywhere),
       cmocka_unit_test(test_runtime_log_escape_rule),
