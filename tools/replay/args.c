@@ -454,3 +454,29 @@ int check_inputs(const options *o) {
   }
   return 0;
 }
+
+size_t input_files(const options *o, const char **paths, size_t cap) {
+  size_t n = 0, i;
+
+  if (o->in.kind == IN_DB_TRACE || o->in.kind == IN_DB_HIST) {
+    for (i = 0; i < o->ndbs && n < cap; i++)
+      paths[n++] = o->dbs[i];
+  }
+  if (o->in.path != NULL && n < cap)
+    paths[n++] = o->in.path;
+  for (i = 0; i < o->npolicies && n < cap; i++)
+    if (strcmp(o->policies[i], "default") != 0 && strncmp(o->policies[i], "torch:", 6) != 0)
+      paths[n++] = o->policies[i];
+  return n;
+}
+
+int check_output(const options *o, const char *what, const char *path) {
+  const char *paths[MAX_DBS + MAX_POLICIES + 1];
+  char err[PATH_MAX * 2 + 256];
+  size_t n = input_files(o, paths, sizeof paths / sizeof paths[0]);
+  int rc = out_check(what, path, paths, n, err, sizeof err);
+
+  if (rc != 0)
+    fprintf(stderr, "adaptalloc-replay: %s\n", err);
+  return rc;
+}

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cJSON.h>
 
@@ -418,20 +419,28 @@ int input_import(const tool_input *in, aa_replay_on_error mode,
   aa_store_stats ss;
   aa_store *st = NULL;
   import_ctx c;
+  tool_out out;
   char desc[512], cfgjson[1024];
   int rc, crc;
 
   *events = 0;
   *run_id = 0;
   err[0] = '\0';
+  /* The import goes into a copy of the database (or a new empty file)
+   * renamed over it when every event is in: a failure leaves the database
+   * byte for byte as it was, and a new path is never created. */
+  rc = out_open_db(&out, db_path, err, errcap);
+  if (rc != AA_OK)
+    return rc;
   aa_store_config_init(&sc);
-  sc.path = db_path;
+  sc.path = out.tmp;
   sc.trace_capacity = IMPORT_RING;
   sc.quiet = true;
   rc = aa_store_open(&sc, &st);
   if (rc != AA_OK) {
     snprintf(err, errcap, "%s: cannot open the store: %s", db_path,
              store_err(rc));
+    out_abort(&out);
     return rc;
   }
   input_describe(in, desc, sizeof desc);
@@ -490,6 +499,22 @@ out:
     snprintf(err, errcap, "%s: closing the store failed: %s", db_path,
              store_err(crc));
     rc = crc;
+  }
+  if (rc == AA_OK) {
+    char side[PATH_MAX + 8];
+    snprintf(side, sizeof side, "%s-wal", out.tmp);
+    if (access(side, F_OK) == 0) {
+      snprintf(err, errcap, "%s: the store did not finish its write-ahead log", db_path);
+      rc = AA_EIO;
+    }
+  }
+  if (rc == AA_OK)
+    rc = out_commit(&out, err, errcap);
+  else
+    out_abort(&out);
+  if (rc != AA_OK) {
+    *events = 0;
+    *run_id = 0;
   }
   return rc;
 }
