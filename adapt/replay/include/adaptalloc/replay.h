@@ -116,6 +116,10 @@ AA_EXTERN int aa_replay_csv_parse_file(const char *path,
 AA_EXTERN size_t aa_replay_csv_format(const aa_replay_event *ev, char *buf,
                                       size_t cap);
 #define AA_REPLAY_CSV_HEADER "Thread,Time,Action,Pointer,Size,Stream"
+/* The longest CSV line accepted (bytes, without its line end): a longer one
+ * (a file with no newline, /dev/zero) is an error naming the line and the
+ * bound, whatever --on-error says, and nothing more is read. */
+#define AA_REPLAY_CSV_MAX_LINE 65536
 
 /* ------------------------------------------------------------------ histogram */
 
