@@ -244,6 +244,7 @@ int parse_args(int argc, char **argv, options *o) {
         return usage_error("--seed: '%s' is not a non-negative integer", optarg);
       break;
     case OPT_LIVE:
+      o->in.live_given = true;
       if (!parse_u64_arg(optarg, &o->in.synth.live_target, true) ||
           o->in.synth.live_target == 0)
         return usage_error("--live: '%s' is not a positive count", optarg);

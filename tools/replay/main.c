@@ -185,6 +185,8 @@ int main(int argc, char **argv) {
       return rc == AA_ENOMEM ? EXIT_INTERNAL : EXIT_INPUT;
     }
   }
+  if (o.in.kind == IN_DB_HIST && !o.in.live_given && o.ndbs <= 1)
+    input_live_from_run(&o.in);
   /* A stored run of one host or pinned pool (the demo's on a machine
    * without a GPU) replays under that pool's section unless --pool says. */
   if (!o.pool_given && o.ndbs <= 1) {

@@ -65,8 +65,15 @@ typedef struct tool_input {
   int64_t run_id;        /* <= 0: latest */
   const char *hist_pool; /* NULL: all pools summed */
   bool from_histogram;
+  bool live_given; /* --live N: a block count, not the run's peak bytes */
   aa_replay_synth_config synth;
 } tool_input;
+
+/* --db FILE --from-histogram without --live: the run's peak in use (the
+ * largest peak_bytes_in_use of each pool's snapshots, summed over the pools
+ * the histogram sums) becomes in->synth.live_bytes, so the synthesised live
+ * set is as large as the run's was. Leaves it 0 when the store says nothing. */
+void input_live_from_run(tool_input *in);
 
 /* Streams the input's events to sink. diag collects parse problems (CSV).
  * Returns AA_OK or an error with err filled in ("" when the sink failed and

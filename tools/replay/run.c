@@ -408,7 +408,7 @@ int cmd_run(const options *o, bool compare) {
   } else if (rc == 0) {
     char desc[512];
     input_describe(&o->in, desc, sizeof desc);
-    printf("input             %s, %llu events, pool %s\n", desc,
+    printf("input             %s, %llu events\npolicy pool       %s\n", desc,
            (unsigned long long)t.events, o->pool);
     if (!compare) {
       print_result_text(stdout, l[0].label, &l[0].res);

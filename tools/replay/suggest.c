@@ -372,7 +372,7 @@ int cmd_suggest(const options *opts) {
   } else {
     const char *lab[2] = {l[0].label, l[1 + best].label};
     aa_replay_result res[2] = {l[0].res, l[1 + best].res};
-    printf("input             %s, %llu events, pool %s\n", desc,
+    printf("input             %s, %llu events\npolicy pool       %s\n", desc,
            (unsigned long long)t0.events, o->pool);
     printf("objective         peak reserved, then backend calls\n");
     printf("  before          %.2f MiB, %llu calls (the base policy%s)\n",
