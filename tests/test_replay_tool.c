@@ -1304,6 +1304,16 @@ static void test_replay_tool_output_is_input(void **state) {
                    2);
   assert_non_null(strstr(err, "is the input"));
   free(err);
+  /* a command's help: its own options, one line for the global ones */
+  assert_int_equal(sh(&out, NULL, "{BIN} export --help"), 0);
+  assert_non_null(strstr(out, "-o FILE"));
+  assert_null(strstr(out, "--on-error stop|count"));
+  assert_null(strstr(out, "--progress, --no-progress"));
+  assert_non_null(strstr(out, "global options"));
+  free(out);
+  assert_int_equal(sh(&out, NULL, "{BIN} --help"), 0);
+  assert_non_null(strstr(out, "--on-error stop|count"));
+  free(out);
 }
 
 static void test_replay_tool_pool_from_run(void **state) {

@@ -131,7 +131,19 @@ void print_help(FILE *f, const cmd_help *c) {
   fputs(c == NULL || (bit & C_INPUT) ? "\ninput (one of):\n" : "\ninput:\n", f);
   print_lines(f, input_help, sizeof input_help / sizeof input_help[0], bit);
   fputs("\noptions:\n", f);
-  print_lines(f, option_help, sizeof option_help / sizeof option_help[0], bit);
+  if (c == NULL) {
+    print_lines(f, option_help, sizeof option_help / sizeof option_help[0], bit);
+  } else {
+    /* the command's own options; the ones every command takes once, in the
+     * whole help */
+    for (i = 0; i < sizeof option_help / sizeof option_help[0]; i++)
+      if ((option_help[i].cmds & bit) && option_help[i].cmds != C_INPUT &&
+          option_help[i].cmds != C_ALL)
+        fputs(option_help[i].text, f);
+    fputs("  global options (--progress, --on-error, --help, --version):\n"
+          "                         adaptalloc-replay --help\n",
+          f);
+  }
   fputs("\nexit codes: 0 ok, 1 input error, 2 usage error, 3 internal error", f);
   fputs(bit & C_SUGGEST ? ",\n            4 suggest found nothing better than the base "
                           "(nothing written)\n"
