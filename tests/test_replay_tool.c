@@ -321,16 +321,46 @@ static void test_replay_tool_plot(void **state) {
     free(out);
     free(err);
   }
-  /* --plot is compare's; an unwritable file is named */
-  assert_int_equal(sh(NULL, &err, "{BIN} run --plot {TMP}/x.svg "
+  /* run draws too, on the trace's time axis; a dash pattern per policy */
+  svg = NULL;
+  assert_int_equal(sh(NULL, &err, "{BIN} run --plot {TMP}/run.svg "
+                                  "{SRC}/tests/data/replay/small.csv"),
+                   0);
+  free(err);
+  snprintf(path, sizeof path, "%s/run.svg", g_tmp);
+  svg = slurp(path);
+  assert_non_null(svg);
+  assert_non_null(strstr(svg, "trace time (s)"));
+  free(svg);
+  snprintf(path, sizeof path, "%s/cmp.svg", g_tmp);
+  svg = slurp(path);
+  assert_non_null(strstr(svg, "stroke-dasharray=\"9 4\"")); /* the second policy's */
+  free(svg);
+  /* neither .svg nor .png: refused; .png is a PNG or an error naming SVG */
+  assert_int_equal(sh(NULL, &err, "{BIN} run --plot {TMP}/x.txt "
                                   "{SRC}/tests/data/replay/small.csv"),
                    2);
-  assert_non_null(strstr(err, "--plot goes with compare"));
+  assert_non_null(strstr(err, "neither FILE.svg nor FILE.png"));
   free(err);
+  {
+    int prc = sh(NULL, &err, "{BIN} run --plot {TMP}/x.png {SRC}/tests/data/replay/small.csv");
+    snprintf(path, sizeof path, "%s/x.png", g_tmp);
+    if (prc == 0) {
+      char *png = slurp(path);
+      assert_non_null(png);
+      assert_memory_equal(png, "\x89PNG", 4);
+      free(png);
+    } else {
+      assert_int_equal(prc, 1);
+      assert_non_null(strstr(err, "ask for an SVG"));
+      assert_int_not_equal(access(path, F_OK), 0);
+    }
+    free(err);
+  }
   assert_int_equal(sh(NULL, &err, "{BIN} compare default --plot {TMP}/no/dir/x.svg "
                                   "{SRC}/tests/data/replay/small.csv"),
-                   1);
-  assert_non_null(strstr(err, "no/dir/x.svg: cannot write the plot"));
+                   2);
+  assert_non_null(strstr(err, "no/dir/x.svg"));
   free(err);
 }
 

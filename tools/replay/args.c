@@ -359,8 +359,10 @@ int parse_args(int argc, char **argv, options *o) {
       o->out = optarg;
       break;
     case OPT_PLOT:
-      if (strcmp(o->cmd, "compare") != 0)
-        return usage_error("--plot goes with compare (at %s)", optarg);
+      if (strcmp(o->cmd, "compare") != 0 && strcmp(o->cmd, "run") != 0)
+        return usage_error("--plot goes with run and compare (at %s)", optarg);
+      if (!plot_format_ok(optarg))
+        return usage_error("--plot: '%s' is neither FILE.svg nor FILE.png", optarg);
       o->plot = optarg;
       break;
     case OPT_HELP:

@@ -81,8 +81,9 @@ static const help_line option_help[] = {
               "                         than X from the median rank's (0.1; 0..1)\n"},
     {C_RUN | C_COMPARE, "  --threads              replay each recorded thread on a thread of its\n"
                         "                         own (per-thread caches as recorded; slower)\n"},
-    {C_COMPARE, "  --plot FILE.svg        compare: draw reserved (solid) and in-use (dashed)\n"
-                "                         bytes over the trace, a colour per policy\n"},
+    {C_RUN | C_COMPARE, "  --plot FILE.svg|.png   draw reserved (thick) and in-use (thin) bytes\n"
+                        "                         over the trace's time, a colour and dash per\n"
+                        "                         policy (PNG through rsvg-convert)\n"},
     {C_SUGGEST | C_IMPORT | C_EXPORT, "  -o FILE                output file (suggest, import, export)\n"},
     {C_SUGGEST, "  --max-classes N        suggest: class table bound (policy's\n"
                 "                         adapt.max_classes)\n"},

@@ -172,12 +172,14 @@ void print_db_table(FILE *f, const char *const *labels,
 
 /* ------------------------------------------------------------------ plot */
 
-/* compare --plot: reserved and in use over the trace per policy (plot.c). */
+/* run/compare --plot: reserved and in use over the trace's time per policy
+ * (plot.c). */
 #define PLOT_MAX_SERIES 16
 #define PLOT_MAX_POINTS 2048
 
 typedef struct tool_plot_point {
   uint64_t events;           /* events fed when the point closed */
+  uint64_t time_ns;          /* the trace's time of the last of them */
   uint64_t in_use, reserved; /* the largest values seen within the point */
 } tool_plot_point;
 
@@ -190,10 +192,14 @@ typedef struct tool_plot {
 
 int plot_init(tool_plot *p, size_t nseries); /* AA_EINVAL, AA_ENOMEM */
 /* One sample of every series (now[nseries]), e.g. after each batch. */
-void plot_add(tool_plot *p, const aa_replay_now *now);
-/* Writes the SVG; err names the file and the cause on AA_EIO. */
-int plot_write_svg(const tool_plot *p, const char *path, const char *title,
-                   const char *const *labels, char *err, size_t errcap);
+void plot_add(tool_plot *p, const aa_replay_now *now, uint64_t time_ns);
+/* Writes the plot: SVG, or PNG for a path ending .png (the SVG rasterised by
+ * rsvg-convert; without it an error naming SVG). err names the file and the
+ * cause on failure; the output is replaced whole or not at all. */
+int plot_write(const tool_plot *p, const char *path, const char *title,
+               const char *const *labels, char *err, size_t errcap);
+/* True when path ends .svg or .png (--plot's formats). */
+bool plot_format_ok(const char *path);
 void plot_free(tool_plot *p);
 
 /* ------------------------------------------------------------------ outputs */
@@ -246,7 +252,7 @@ typedef struct options {
   const char *pool;
   bool pool_given; /* --pool on the command line (else the run's, or device) */
   const char *out;
-  const char *plot; /* compare --plot FILE.svg */
+  const char *plot; /* run/compare --plot FILE.svg|FILE.png */
   bool json;
   int progress; /* -1 auto (tty), 0 off, 1 on */
   bool bench;
