@@ -123,7 +123,9 @@ typedef struct aa_http_provider {
 
   /* GET /metrics, optional: extra exposition text appended verbatim (the
    * runtime's own gauges: store queue drops, loop decisions...). Must be
-   * valid Prometheus text with its own HELP/TYPE lines. */
+   * valid Prometheus text with its own HELP/TYPE lines. When set it writes
+   * adaptalloc_build_info{version,model,rank} as well (the server writes
+   * it, with model and rank empty, only without this callback). */
   int (*metrics_extra)(void *user, char **out, size_t *len);
 
   /* GET /policy: the policy in force as JSON and its version (the ETag). */
