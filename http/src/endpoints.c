@@ -117,13 +117,15 @@ void aa__http_ep_stats(aa__http_state *st, const aa__http_req *req,
 }
 
 /* The server's own families. The policy version and the runtime's counters
- * come from the provider's metrics_extra. */
+ * come from the provider's metrics_extra, which then writes build_info too
+ * (with the model and rank the server does not know). */
 static void server_metrics(aa__http_state *st, aa__buf *b) {
-  aa__buf_printf(b,
-                 "# HELP adaptalloc_build_info Version of adaptalloc.\n"
-                 "# TYPE adaptalloc_build_info gauge\n"
-                 "adaptalloc_build_info{version=\"%d.%d.%d\"} 1\n",
-                 AA_VERSION_MAJOR, AA_VERSION_MINOR, AA_VERSION_PATCH);
+  if (st->prov.metrics_extra == NULL)
+    aa__buf_printf(b,
+                   "# HELP adaptalloc_build_info Version of adaptalloc.\n"
+                   "# TYPE adaptalloc_build_info gauge\n"
+                   "adaptalloc_build_info{version=\"%d.%d.%d\",model=\"\",rank=\"\"} 1\n",
+                   AA_VERSION_MAJOR, AA_VERSION_MINOR, AA_VERSION_PATCH);
   aa__buf_printf(
       b,
       "# HELP adaptalloc_http_requests_total HTTP requests answered, by status "

@@ -354,7 +354,7 @@ AA_EXTERN int aa_pool_set_classes(aa_pool *pool, const aa_class_spec *specs,
 
 /* ------------------------------------------------------------------ stats */
 
-#define AA_STATS_VERSION 6
+#define AA_STATS_VERSION 7
 #define AA_HIST_BUCKETS 192 /* quarter doublings: bucket(size) below */
 #define AA_HH_MAX 32        /* heavy-hitter exact sizes reported */
 
@@ -428,6 +428,7 @@ typedef struct aa_pool_stats {
   uint64_t large_held_reclaims;      /* held blocks other threads took back so far */
   uint64_t stream_queries;           /* backend stream_query calls, before recording an event */
   uint64_t stream_idle;              /* of those, streams found idle: an event saved each */
+  uint64_t large_misses;             /* large allocations that called the backend */
 
   uint32_t class_count;
   uint32_t hh_count;
