@@ -2,7 +2,8 @@
  * test_runtime_oom.c — the runtime's out-of-memory records (runtime_oom.c):
  * a runtime host pool driven to OOM gives aa_runtime_last_oom the record and
  * the store's `ooms` table a row at the next tick; the allocation's result
- * is NULL and the pool works on, with the store on and with it off.
+ * is NULL and the pool works on; GET /oom serves the record, with ?limit=
+ * the stored ones too, and refuses a bad query with 400.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <cmocka.h>
 
@@ -30,6 +35,28 @@ static void drive(void) {
   void *p = aa_alloc(pool, 2 * MiB, NULL); /* works on under the limit */
   assert_non_null(p);
   assert_int_equal(aa_free(pool, p, 0, NULL), AA_OK);
+}
+
+/* GET path from the runtime's server; the whole answer into buf. */
+static void http_get(const char *path, char *buf, size_t cap) {
+  char addr[64];
+  assert_int_equal(aa_runtime_http_address(addr, sizeof addr), AA_OK);
+  char *colon = strrchr(addr, ':');
+  assert_non_null(colon);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  char req[256];
+  int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
+  assert_int_equal(write(fd, req, (size_t)n), n);
+  size_t len = 0;
+  ssize_t k;
+  while (len + 1 < cap && (k = read(fd, buf + len, cap - 1 - len)) > 0)
+    len += (size_t)k;
+  buf[len] = '\0';
+  close(fd);
 }
 
 static void test_runtime_oom_recorded(void **state) {
@@ -55,6 +82,19 @@ static void test_runtime_oom_recorded(void **state) {
   assert_non_null(strstr(json, "{\"count\":1,\"last\":{\"version\":1,\"pool\":\"host\""));
   free(json);
 
+  static char resp[16384];
+  http_get("/oom", resp, sizeof resp);
+  assert_non_null(strstr(resp, "200 OK"));
+  assert_non_null(strstr(resp, "{\"count\":1,\"last\":{\"version\":1"));
+  assert_null(strstr(resp, "\"stored\""));
+  http_get("/oom?limit=0", resp, sizeof resp);
+  assert_non_null(strstr(resp, " 400 "));
+  http_get("/oom?bogus=1", resp, sizeof resp);
+  assert_non_null(strstr(resp, " 400 "));
+  http_get("/oom?limit=5", resp, sizeof resp);
+  assert_non_null(strstr(resp, "200 OK"));
+  assert_non_null(strstr(resp, ",\"stored\":{\"run\":"));
+
   aa_runtime_shutdown(); /* the final tick hands the record to the store */
   aa_store_query q;
   aa_store_query_init(&q);
@@ -68,7 +108,7 @@ int main(void) {
   snprintf(g_db, sizeof g_db, "/tmp/aa_runtime_oom_%d.db", (int)getpid());
   unlink(g_db);
   setenv("ADAPTALLOC_QUIET", "1", 1);
-  setenv("ADAPTALLOC_HTTP", "off", 1);
+  setenv("ADAPTALLOC_HTTP", "127.0.0.1:0", 1);
   setenv("ADAPTALLOC_DB", g_db, 1);
   unsetenv("ADAPTALLOC_POLICY");
   setenv("ADAPTALLOC_POLICY_DIR", "/nonexistent-adaptalloc-policies", 1);
