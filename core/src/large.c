@@ -464,7 +464,7 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
   if (p)
     return p;
 oom:
-  atomic_fetch_add_explicit(&pool->ooms, 1, AA__RLX);
+  aa__oom_fail(pool, size, stream);
   return NULL;
 }
 

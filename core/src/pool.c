@@ -434,6 +434,7 @@ int aa_pool_new(const aa_pool_config *cfg, aa_pool **out) {
   pthread_mutex_init(&pool->tc_mu, NULL);
   pthread_mutex_init(&pool->rs_mu, NULL);
   pthread_mutex_init(&pool->large_mu, NULL);
+  pthread_mutex_init(&pool->oom_mu, NULL);
   pthread_mutexattr_t ma;
   pthread_mutexattr_init(&ma);
   /* short critical sections: spin a little before sleeping */
@@ -488,6 +489,7 @@ void aa_pool_destroy(aa_pool *pool) {
   pthread_mutex_destroy(&pool->tc_mu);
   pthread_mutex_destroy(&pool->rs_mu);
   pthread_mutex_destroy(&pool->large_mu);
+  pthread_mutex_destroy(&pool->oom_mu);
   free(pool);
 }
 

@@ -494,6 +494,31 @@ void aa__http_ep_runs(aa__http_state *st, const aa__http_req *req,
   aa__http_set_body(r, 200, CT_JSON, out, len);
 }
 
+void aa__http_ep_oom(aa__http_state *st, const aa__http_req *req, aa__http_resp *r) {
+  static const char *const allowed[] = {"limit", NULL};
+  int64_t limit = 0;
+  char *out = NULL;
+  size_t len = 0;
+  int rc;
+
+  if (!check_args(r, req, allowed))
+    return;
+  if (!query_int(r, req, "limit", 1, 10000, &limit, "an integer from 1 to 10000"))
+    return;
+  if (st->prov.oom_json == NULL) {
+    aa__http_unavailable(r, req, "oom");
+    return;
+  }
+  rc = st->prov.oom_json(st->prov.user, limit, &out, &len);
+  if (rc != AA_OK || out == NULL) {
+    free(out);
+    aa__http_provider_error(r, req, rc != AA_OK ? rc : AA_EIO, "oom",
+                            rc == AA_ENOTSUP ? "store disabled" : NULL);
+    return;
+  }
+  aa__http_set_body(r, 200, CT_JSON, out, len);
+}
+
 void aa__http_ep_segments(aa__http_state *st, const aa__http_req *req,
                           aa__http_resp *r) {
   static const char *const allowed[] = {"pool", NULL};

@@ -191,6 +191,7 @@ static const route_t routes[] = {
     {"/history", ALLOW_GET, aa__http_ep_history},
     {"/runs", ALLOW_GET, aa__http_ep_runs},
     {"/segments", ALLOW_GET, aa__http_ep_segments},
+    {"/oom", ALLOW_GET, aa__http_ep_oom},
 };
 
 static bool method_allowed(const char *allow, const char *method) {

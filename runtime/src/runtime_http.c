@@ -430,6 +430,50 @@ static int prov_runs_json(void *user, char **out, size_t *len) {
   return rc;
 }
 
+/* The live record, then with limit the store's: one object. */
+static int prov_oom_json(void *user, int64_t limit, char **out, size_t *len) {
+  char *live = NULL, *stored = NULL, *s = NULL;
+  size_t n = 0;
+  int rc;
+  (void)user;
+  *out = NULL;
+  *len = 0;
+  rc = aa_runtime_oom_json(&live, &n);
+  if (rc != AA_OK || limit <= 0) {
+    *out = live;
+    *len = rc == AA_OK ? n : 0;
+    return rc;
+  }
+  if (svc.store == NULL) {
+    rc = AA_ENOTSUP;
+    goto done;
+  }
+  aa_store_query q;
+  aa_store_query_init(&q);
+  q.run_id = svc.run_id;
+  q.limit = (uint32_t)limit;
+  rc = aa_store_ooms_json(aa_store_db_path(svc.store), &q, &stored);
+  if (rc != AA_OK)
+    goto done;
+  size_t ns = strlen(stored);
+  s = malloc(n + ns + 16);
+  if (s == NULL) {
+    rc = AA_ENOMEM;
+    goto done;
+  }
+  /* live is {"count":..,"last":..}: drop its "}" and add "stored" */
+  memcpy(s, live, n - 1);
+  memcpy(s + n - 1, ",\"stored\":", 10);
+  memcpy(s + n + 9, stored, ns);
+  memcpy(s + n + 9 + ns, "}", 2);
+  *out = s;
+  *len = n + 10 + ns;
+done:
+  free(live);
+  free(stored);
+  return rc;
+}
+
 void aa__rt_start_http(void) {
   aa_http_config cfg;
   aa_http_provider prov;
@@ -466,6 +510,7 @@ void aa__rt_start_http(void) {
   prov.history_json = prov_history_json;
   prov.segments_json = prov_segments_json;
   prov.runs_json = prov_runs_json;
+  prov.oom_json = prov_oom_json;
   err[0] = '\0';
   rc = aa_http_new(&cfg, &prov, &svc.http, err, sizeof(err));
   if (rc != AA_OK) {

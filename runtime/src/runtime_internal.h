@@ -3,7 +3,8 @@
  * runtime_services.c (store, loop, ticker, the services' state),
  * runtime_policy.c (the policy in force) and
  * runtime_http.c (the server's callbacks and start, the in-process /stats
- * and /policy calls); runtime_json.c is the /history merge.
+ * and /policy calls); runtime_json.c is the /history merge; runtime_oom.c
+ * the out-of-memory records.
  */
 #ifndef AA_RUNTIME_INTERNAL_H
 #define AA_RUNTIME_INTERNAL_H
@@ -178,6 +179,13 @@ void aa__rt_services_end_run(uint32_t limit_ms, void (*detached)(void));
  * is created. Never fails the pool for a policy problem. */
 int aa__rt_pool_config(const char *kind, const char *region,
                        aa_pool_config *cfg);
+/* runtime_oom.c: out-of-memory records */
+/* Sets the runtime's OOM observer on a new pool. */
+void aa__rt_oom_watch(aa_pool *pool);
+/* Hands the records reported since the last call to the store (NULL: they
+ * are dropped; the last one stays for aa_runtime_last_oom). The ticker. */
+void aa__rt_oom_drain(aa_store *store);
+
 /* Hooks a new pool into the policy, the loop, the store and traces. */
 void aa__rt_pool_created(aa_pool *pool);
 /* The policy section of a live pool under p: "regions.<r>" for a pool of

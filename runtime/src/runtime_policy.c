@@ -152,6 +152,7 @@ void aa__rt_pool_created(aa_pool *pool) {
                aa_pool_name(pool), aa_strerror(rc));
   aa_pool_set_telemetry(pool, atomic_load(&svc.histogram_on));
   trace_on(pool);
+  aa__rt_oom_watch(pool);
   /* A region's section starts from pools.device (docs/policy.md), so the
    * loop, which records its changes in that section, adapts only the device
    * pools of regions: a region pool on the host keeps its policy's table

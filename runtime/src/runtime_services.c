@@ -242,6 +242,7 @@ static void snapshot_all(void) {
   aa_pool_stats *st;
   size_t n, i;
 
+  aa__rt_oom_drain(svc.store);
   if (svc.store == NULL)
     return;
   st = malloc(sizeof(*st));

@@ -381,6 +381,8 @@ int aa_store_stats_get(const aa_store *cst, aa_store_stats *out) {
   out->snapshots_dropped = atomic_load(&st->snapshots_dropped);
   out->policy_changes_written = atomic_load(&st->policy_written);
   out->policy_changes_dropped = atomic_load(&st->policy_dropped);
+  out->ooms_written = atomic_load(&st->ooms_written);
+  out->ooms_dropped = atomic_load(&st->ooms_dropped);
   uint64_t deq = atomic_load(&st->ring_deq);
   uint64_t enq = atomic_load(&st->ring_enq);
   out->events_queued = enq >= deq ? enq - deq : 0;

@@ -171,6 +171,24 @@ static const char *const kSchemaV3[] = {
     "ALTER TABLE snapshots ADD COLUMN region TEXT;",
     NULL};
 
+/* v4: out-of-memory records (a pool's OOM observer through the runtime):
+ * the figures one filters on as columns, the whole record as JSON. IF NOT
+ * EXISTS: a database whose user_version was set back by hand keeps its rows. */
+static const char *const kSchemaV4[] = {
+    "CREATE TABLE IF NOT EXISTS ooms ("
+    "  id             INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  run_id         INTEGER REFERENCES runs(id) ON DELETE CASCADE,"
+    "  ts_ms          INTEGER NOT NULL,"
+    "  pool           TEXT    NOT NULL,"
+    "  request        INTEGER NOT NULL,"
+    "  bytes_reserved INTEGER NOT NULL,"
+    "  bytes_in_use   INTEGER NOT NULL,"
+    "  limit_bytes    INTEGER NOT NULL,"
+    "  record         TEXT    NOT NULL"
+    ");",
+    "CREATE INDEX IF NOT EXISTS ooms_run ON ooms(run_id, id);",
+    NULL};
+
 typedef struct migration {
   int version;
   const char *const *sql; /* statements, NULL-terminated */
@@ -181,6 +199,7 @@ static const migration kMigrations[] = {
     {1, kSchemaV1},
     {2, kSchemaV2},
     {3, kSchemaV3},
+    {4, kSchemaV4},
 };
 #define AA__N_MIGRATIONS (sizeof kMigrations / sizeof kMigrations[0])
 

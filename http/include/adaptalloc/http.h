@@ -161,6 +161,11 @@ typedef struct aa_http_provider {
    * their used and free pieces (docs/http.md); an unknown pool is
    * AA_ENOENT. */
   int (*segments_json)(void *user, const char *pool, char **out, size_t *len);
+
+  /* GET /oom[?limit=N], optional: {"count":N,"last":{record}|null} for
+   * this process, plus with limit > 0 "stored": the store's newest `limit`
+   * records of the run (docs/http.md). limit 0: not asked. */
+  int (*oom_json)(void *user, int64_t limit, char **out, size_t *len);
 } aa_http_provider;
 
 /* ------------------------------------------------------------ server */
