@@ -462,6 +462,7 @@ struct aa_pool {
   size_t hdr_align; /* slab headers are aligned to (and as large as) this */
   _Atomic uint64_t table_version;
   pthread_mutex_t class_mu;
+  int slots_reserved; /* empty slots held by prepared tables (class_mu) */
   aa__class classes[AA_MAX_CLASSES];
 
   pthread_mutex_t map_mu;

@@ -144,8 +144,6 @@ void aa__rt_load_start_policy(void);
 /* Reads the policy's telemetry settings into the services' atomics. Called
  * with policy_lock held. */
 void aa__rt_adopt_telemetry(const aa_policy *p);
-/* A pool's backend kind as the policy names it: "device", "pinned", "host". */
-const char *aa__rt_pool_kind(const aa_pool *pool);
 /* Installs `next` (validated) as the policy in force: applies it, bumps the
  * version, logs the change to the store. Takes ownership of next. A `next`
  * equal to the policy in force changes nothing (no apply, no new version, no
@@ -188,10 +186,5 @@ void aa__rt_oom_drain(aa_store *store);
 
 /* Hooks a new pool into the policy, the loop, the store and traces. */
 void aa__rt_pool_created(aa_pool *pool);
-/* The policy section of a live pool under p: "regions.<r>" for a pool of
- * region r when p has that section, else its backend's ("device", "pinned",
- * "host"). Written into buf (cap bytes); returns buf. */
-const char *aa__rt_pool_section(const aa_policy *p, const aa_pool *pool,
-                                char *buf, size_t cap);
 
 #endif

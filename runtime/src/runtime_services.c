@@ -77,7 +77,7 @@ static void on_loop_decision(void *user, aa_pool *pool, const aa_adapt_decision 
     aa__buf_printf(&patch, "{\"pools\":{\"regions\":{\"%s\":{\"classes\":[",
                    aa_pool_region(pool));
   else
-    aa__buf_printf(&patch, "{\"pools\":{\"%s\":{\"classes\":[", aa__rt_pool_kind(pool));
+    aa__buf_printf(&patch, "{\"pools\":{\"%s\":{\"classes\":[", aa_policy_pool_kind(pool));
   for (i = 0; i < n && i < AA_MAX_CLASSES; i++)
     aa__buf_printf(&patch, "%s{\"size\":%zu,\"cache_limit\":%u,\"prefill\":%u}",
                    i ? "," : "", specs[i].block_size, specs[i].cache_limit,

@@ -352,6 +352,21 @@ AA_EXTERN int aa_pool_class_set(aa_pool *pool, const aa_class_spec *spec);
 AA_EXTERN int aa_pool_set_classes(aa_pool *pool, const aa_class_spec *specs,
                                   size_t n);
 
+/* The same change in two steps, for a caller that changes several pools at
+ * once and must change all or none (the policy module): prepare validates the
+ * table as aa_pool_set_classes does and holds the class slots its new sizes
+ * need, so that commit cannot fail. Nothing is visible to allocating threads
+ * until commit. Every prepared table is given to exactly one of commit or
+ * abort, which free it; while one is held, other changes of the pool's table
+ * (class_add, set_classes, other prepares) see fewer free slots.
+ * prepare: AA_OK with *out set; AA_EINVAL (a bad table), AA_ELIMIT (not
+ * enough free class slots), AA_ENOMEM, with *out NULL and nothing held. */
+typedef struct aa_class_txn aa_class_txn;
+AA_EXTERN int aa_pool_classes_prepare(aa_pool *pool, const aa_class_spec *specs,
+                                      size_t n, aa_class_txn **out);
+AA_EXTERN void aa_pool_classes_commit(aa_class_txn *txn);
+AA_EXTERN void aa_pool_classes_abort(aa_class_txn *txn);
+
 /* ------------------------------------------------------------------ stats */
 
 #define AA_STATS_VERSION 7
