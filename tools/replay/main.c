@@ -56,6 +56,8 @@ static int cmd_export(const options *o) {
 
   if (o->out == NULL)
     return usage_error("export needs -o FILE.csv ('-' = stdout)%s", "");
+  if (o->torch_snapshot)
+    return cmd_export_torch(o); /* export_torch.c */
   c.f = strcmp(o->out, "-") == 0 ? stdout : fopen(o->out, "w");
   if (c.f == NULL) {
     fprintf(stderr, "adaptalloc-replay: %s: %s\n", o->out, strerror(errno));
