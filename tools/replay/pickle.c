@@ -1,5 +1,5 @@
 /*
- * pickle.c — the pickle writer of pickle.h: protocol 2 opcodes for plain
+ * pickle.c — the pickle writer of pickle.h: protocol 2 and 4 opcodes for plain
  * data, containers batched every PK_BATCH items, short repeated strings
  * through the memo. Entry points: pk_init, the pk_* values, pk_finish.
  */
@@ -74,7 +74,7 @@ void pk_init(pk_writer *w, FILE *f) {
   w->f = f;
   w->err = f != NULL ? AA_OK : AA_EINVAL;
   put1(w, OP_PROTO);
-  put1(w, 2);
+  put1(w, 4); /* SHORT_BINUNICODE is protocol 4's; no frames (optional) */
 }
 
 static void open_container(pk_writer *w, char kind) {

@@ -1,5 +1,5 @@
 /*
- * pickle.h — a small writer of Python pickles (protocol 2) for plain data:
+ * pickle.h — a small writer of Python pickles (protocol 4, without frames) for plain data:
  * dicts, lists, 2-tuples, integers, strings, floats, booleans and None.
  * export_torch.c writes PyTorch memory snapshots with it.
  *
@@ -46,7 +46,7 @@ typedef struct pk_writer {
   uint64_t bytes; /* written so far */
 } pk_writer;
 
-/* Starts a pickle on f (writes PROTO 2). */
+/* Starts a pickle on f (writes PROTO 4). */
 void pk_init(pk_writer *w, FILE *f);
 
 /* A dict: pk_dict_begin, then key, value, key, value ..., pk_dict_end. */
