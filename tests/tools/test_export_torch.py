@@ -131,6 +131,20 @@ def main():
         want = [(a, p, s) for a, p, s, _, _ in rows]
         got = [(l[2], int(l[3], 16), int(l[4])) for l in back]
         check(got == want, "round trip through torch_snapshot_to_trace.py")
+        # A stored trace gives the same pickle as its CSV.
+        db = os.path.join(d, "t.db")
+        r = subprocess.run([tool, "import", csv, "-o", db], capture_output=True, text=True)
+        check(r.returncode == 0, "import (%s)" % r.stderr)
+        out_db = os.path.join(d, "db.pickle")
+        r = subprocess.run([tool, "export", "--format", "torch-snapshot", "--db", db,
+                            "-o", out_db], capture_output=True, text=True)
+        check(r.returncode == 0, "export --db (%s)" % r.stderr)
+        from_db = pickle.load(open(out_db, "rb"))
+        strip = lambda es: [(e["action"], e["addr"], e["size"], e["stream"]) for e in es]
+        check(strip(from_db["device_traces"][0]) == strip(entries), "store trace exports as its CSV")
+        check(from_db["segments"] == segments, "same segments from the store")
+        os.remove(db)
+        os.remove(out_db)
         # Bad input: exit 1, nothing written, an existing output kept.
         bad = os.path.join(d, "bad.csv")
         with open(bad, "w") as f:
