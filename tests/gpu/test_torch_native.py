@@ -414,15 +414,21 @@ def _history_snapshot(tmp_path, steps=3, **kw):
 
 
 def _check_balanced(entries):
-    """Every free_completed ends an alloc of the same size at that address;
-    returns the addresses still live at the end."""
-    live = {}
+    """Every free_completed of a block allocated in the trace ends that alloc,
+    with its size; a block is never allocated twice without a free between.
+    Frees of blocks from before the trace are allowed (a few). Returns the
+    addresses still live at the end."""
+    live, before = {}, 0
     for e in entries:
         if e["action"] == "alloc":
             assert e["addr"] not in live, e
             live[e["addr"]] = e["size"]
         elif e["action"] == "free_completed":
-            assert live.pop(e["addr"], None) == e["size"], e
+            if e["addr"] in live:
+                assert live.pop(e["addr"]) == e["size"], e
+            else:
+                before += 1
+    assert before <= 50, "%d frees of unknown blocks" % before
     return live
 
 
@@ -441,9 +447,10 @@ def test_record_memory_history_round_trips_through_memory_viz(tmp_path):
         assert set(e) >= {"action", "addr", "size", "stream", "time_us", "frames"}
     times = [e["time_us"] for e in entries]
     assert times == sorted(times) and times[0] > 1e15  # microseconds since the epoch
-    # stacks="python": allocations carry frames, this file's among them
+    # stacks="python": allocations made from Python carry its frames, this
+    # file's among them (the backward pass's thread has no Python frames)
     framed = [e for e in entries if e["action"] == "alloc" and e["frames"]]
-    assert len(framed) > n_alloc // 2
+    assert len(framed) > 10
     assert any("test_torch_native.py" in f["filename"] for e in framed for f in e["frames"])
     html = _memory_viz.trace_plot(snap)
     assert "Active Memory Timeline" in html and len(html) > 10000

@@ -73,12 +73,13 @@ void History::record(Action action, int device, size_t addr, size_t size, void *
   }
   // Frames are gathered without our lock: the recorder takes the GIL.
   std::shared_ptr<c10::GatheredContext> ctx = ctx_fn ? ctx_fn() : nullptr;
-  TraceEntry e(
-      action, static_cast<c10::DeviceIndex>(device), addr, size, stream,
-      c10::MempoolId_t{0, 0}, c10::getApproximateTime(), std::move(ctx));
   std::lock_guard<std::mutex> g(mu_);
   if (!on())
     return; // turned off meanwhile
+  // Stamped under the lock: a ring's entries are in time order.
+  TraceEntry e(
+      action, static_cast<c10::DeviceIndex>(device), addr, size, stream,
+      c10::MempoolId_t{0, 0}, c10::getApproximateTime(), std::move(ctx));
   if (rings_.size() <= static_cast<size_t>(device))
     rings_.resize(static_cast<size_t>(device) + 1);
   Ring &r = rings_[static_cast<size_t>(device)];
