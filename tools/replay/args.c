@@ -121,6 +121,7 @@ enum {
   OPT_LAYOUT,
   OPT_FORCE,
   OPT_PLOT,
+  OPT_FORMAT,
   OPT_HELP
 };
 
@@ -161,6 +162,7 @@ static const struct option long_opts[] = {
     {"threshold", required_argument, NULL, OPT_THRESHOLD},
     {"each-rank", no_argument, NULL, OPT_EACH_RANK},
     {"plot", required_argument, NULL, OPT_PLOT},
+    {"format", required_argument, NULL, OPT_FORMAT},
     {"output", required_argument, NULL, 'o'},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0}};
@@ -364,6 +366,13 @@ int parse_args(int argc, char **argv, options *o) {
       if (!plot_format_ok(optarg))
         return usage_error("--plot: '%s' is neither FILE.svg nor FILE.png", optarg);
       o->plot = optarg;
+      break;
+    case OPT_FORMAT:
+      if (strcmp(o->cmd, "export") != 0)
+        return usage_error("--format goes with export (at %s)", optarg);
+      if (strcmp(optarg, "torch-snapshot") != 0 && strcmp(optarg, "csv") != 0)
+        return usage_error("--format: '%s' is not csv or torch-snapshot", optarg);
+      o->torch_snapshot = strcmp(optarg, "torch-snapshot") == 0;
       break;
     case OPT_HELP:
       print_help(stdout, find_command(o->cmd));

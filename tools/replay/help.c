@@ -22,8 +22,9 @@ static const cmd_help commands[] = {
      "  derive a tuned policy for INPUT (-o tuned.json)\n"},
     {"import", C_IMPORT, "import INPUT -o out.db",
      "  store INPUT as a new run's trace in a database (-o out.db)\n"},
-    {"export", C_EXPORT, "export INPUT -o out.csv",
-     "  write INPUT as an RMM-format CSV (-o out.csv, '-' = stdout)\n"},
+    {"export", C_EXPORT, "export [--format csv|torch-snapshot] INPUT -o FILE",
+     "  write INPUT as an RMM-format CSV (-o out.csv, '-' = stdout), or\n"
+     "  as a PyTorch memory snapshot for memory_viz (--format torch-snapshot)\n"},
     {"ranks", C_RANKS, "ranks --db rank0.db --db rank1.db ... [options]",
      "  compare several ranks' databases' request-size histograms\n"
      "  (--db rank0.db --db rank1.db ...; flags a rank that differs)\n"},
@@ -85,6 +86,8 @@ static const help_line option_help[] = {
                         "                         over the trace's time, a colour and dash per\n"
                         "                         policy (PNG through rsvg-convert)\n"},
     {C_SUGGEST | C_IMPORT | C_EXPORT, "  -o FILE                output file (suggest, import, export)\n"},
+    {C_EXPORT, "  --format F             export: csv (default) or torch-snapshot (the\n"
+               "                         pickle torch.cuda.memory._dump_snapshot writes)\n"},
     {C_SUGGEST, "  --max-classes N        suggest: class table bound (policy's\n"
                 "                         adapt.max_classes)\n"},
     {C_SUGGEST, "  --min-gain-slabs X     suggest: least saving per added class (0.5)\n"},

@@ -60,6 +60,8 @@ static int cmd_export(const options *o) {
   rc = check_output(o, "export", o->out);
   if (rc != 0)
     return rc;
+  if (o->torch_snapshot)
+    return cmd_export_torch(o); /* export_torch.c */
   if (out_open(&out, o->out, 0666, err, sizeof err) != AA_OK) {
     fprintf(stderr, "adaptalloc-replay: %s\n", err);
     return EXIT_INPUT;

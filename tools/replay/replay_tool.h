@@ -15,6 +15,7 @@
  * plot.c    run/compare --plot: the SVG (or PNG) of the replays
  * outfile.c outputs: refused when they are an input, written through a
  *           temporary file renamed into place
+ * export_torch.c  export --format torch-snapshot; pickle.c its pickle writer
  */
 #ifndef ADAPTALLOC_REPLAY_TOOL_H
 #define ADAPTALLOC_REPLAY_TOOL_H
@@ -274,8 +275,9 @@ typedef struct options {
   const char *dbs[MAX_DBS]; /* every --db (and bare database) in order */
   int64_t db_runs[MAX_DBS]; /* the run of each (<= 0: latest), set in main */
   size_t ndbs;
-  bool each_rank;   /* expand each database into the latest run per rank */
-  double threshold; /* ranks: flag a rank farther than this (< 0: default) */
+  bool each_rank;      /* expand each database into the latest run per rank */
+  double threshold;    /* ranks: flag a rank farther than this (< 0: default) */
+  bool torch_snapshot; /* export --format torch-snapshot (else CSV) */
 } options;
 
 /* help.c: the command table, help, usage errors. */
@@ -354,5 +356,9 @@ int cmd_run_multi(const options *o, bool compare);
 
 /* suggest.c */
 int cmd_suggest(const options *opts);
+
+/* export_torch.c: export --format torch-snapshot (a PyTorch memory snapshot
+ * pickle for memory_viz). Returns an exit code (messages printed). */
+int cmd_export_torch(const options *o);
 
 #endif /* ADAPTALLOC_REPLAY_TOOL_H */
