@@ -557,6 +557,54 @@ static void test_core_stats_trace_switch_waits(void **state) {
   assert_int_equal(atomic_load(&g_dead_calls), 0);
 }
 
+/* The two hit rates: a small-path hit rate over the small allocations, and
+ * an overall one over every allocation in which a large allocation that
+ * called the backend (a new segment, page maps) is a miss and one served
+ * from memory the pool held is a hit (docs/stats.md). */
+static void test_core_stats_hit_rates(void **state) {
+  fx *f = *state;
+  aa_pool_stats st;
+  char buf[65536];
+  void *l;
+  int i;
+  aa_pool_stats_get(f->p, &st);
+  assert_int_equal(st.large_misses, 0);
+  assert_int_equal(aa_pool_stats_json(&st, buf, sizeof buf) < sizeof buf, 1);
+  assert_non_null(strstr(buf, "\"small_hit_rate\":null,\"overall_hit_rate\":null"));
+  l = aa_alloc(f->p, 3u << 20, NULL); /* the first: the backend is called */
+  assert_non_null(l);
+  assert_int_equal(aa_free(f->p, l, 0, NULL), AA_OK);
+  for (i = 0; i < 3; i++) { /* the same size again: served from the pool */
+    l = aa_alloc(f->p, 3u << 20, NULL);
+    assert_non_null(l);
+    assert_int_equal(aa_free(f->p, l, 0, NULL), AA_OK);
+  }
+  aa_pool_stats_get(f->p, &st);
+  assert_int_equal(st.large_allocs, 4);
+  assert_int_equal(st.large_misses, 1);
+  assert_int_equal(st.cache_hits + st.cache_misses, 0);
+  assert_int_equal(aa_pool_stats_json(&st, buf, sizeof buf) < sizeof buf, 1);
+  assert_non_null(strstr(buf, "\"large_misses\":1,"));
+  assert_non_null(strstr(buf, "\"small_hit_rate\":null,\"overall_hit_rate\":0.750000"));
+  /* small allocations: one miss (a new slab), three hits */
+  for (i = 0; i < 4; i++) {
+    void *s = aa_alloc(f->p, 1000, NULL);
+    assert_non_null(s);
+    assert_int_equal(aa_free(f->p, s, 0, NULL), AA_OK);
+  }
+  aa_pool_stats_get(f->p, &st);
+  assert_int_equal(st.cache_misses, 1);
+  assert_int_equal(st.cache_hits, 3);
+  assert_int_equal(aa_pool_stats_json(&st, buf, sizeof buf) < sizeof buf, 1);
+  /* small: 3 of 4; overall: 8 allocations, 2 misses */
+  assert_non_null(strstr(buf, "\"small_hit_rate\":0.750000,\"overall_hit_rate\":0.750000"));
+  l = aa_alloc(f->p, 9u << 20, NULL); /* larger than anything held: a miss */
+  assert_non_null(l);
+  aa_pool_stats_get(f->p, &st);
+  assert_int_equal(st.large_misses, 2);
+  assert_int_equal(aa_free(f->p, l, 0, NULL), AA_OK);
+}
+
 static void test_core_stats_json_valid(void **state) {
   fx *f = *state;
   void *a = aa_alloc(f->p, 1000, NULL);
@@ -650,6 +698,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_core_stats_telemetry_off, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stats_trace, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stats_trace_switch_waits, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_core_stats_hit_rates, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stats_json_valid, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stats_json_escapes_name, setup_odd, teardown),
   };

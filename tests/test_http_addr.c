@@ -14,6 +14,7 @@
 
 #include "adaptalloc/http.h"
 #include "http_internal.h"
+#include "router.h"
 
 typedef struct {
   const char *spec;
@@ -216,8 +217,48 @@ static void test_http_addr_token_compare(void **state) {
   assert_false(aa__http_token_equal("secret\0", 7, "secret", 6));
 }
 
+/* Without a token only canonical loopback Host forms count: inet_aton's
+ * other readings of 127/8 (127.1, 127.000.0.1, 127.0000) do not. */
+static void test_http_addr_host_loopback_canonical(void **state) {
+  static const char *yes[] = {"127.0.0.1", "127.0.0.2", "127.255.255.255", "127.10.0.1"};
+  static const char *no[] = {"127.000.0.1", "127.1", "127.0000", "127.0.0.01", "127.0.0.256",
+                             "127.0.0.1.", "127..0.1", "127.0.0.1.5", "0x7f.0.0.1",
+                             "0177.0.0.1", "127.0.0.1x", "127.0.0", "127", "128.0.0.1",
+                             "127.0.0.1000", "127.-1.0.1", ""};
+  (void)state;
+  for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
+    if (!aa__http_canonical_loopback4(yes[i]))
+      fail_msg("%s should be loopback", yes[i]);
+  for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+    if (aa__http_canonical_loopback4(no[i]))
+      fail_msg("%s should not be loopback", no[i]);
+}
+
+/* If-None-Match is a list of entity tags, each compared whole (weakly). */
+static void test_http_addr_if_none_match_list(void **state) {
+  (void)state;
+  assert_true(aa__http_if_none_match_hits("\"3\"", "\"3\""));
+  assert_true(aa__http_if_none_match_hits("W/\"3\"", "\"3\""));
+  assert_true(aa__http_if_none_match_hits("\"1\", \"3\"", "\"3\""));
+  assert_true(aa__http_if_none_match_hits("\"1\",W/\"3\" ,\"9\"", "\"3\""));
+  assert_true(aa__http_if_none_match_hits("*", "\"3\""));
+  assert_false(aa__http_if_none_match_hits("x\"3\"y", "\"3\""));
+  assert_false(aa__http_if_none_match_hits("\"3\"y", "\"3\""));
+  assert_false(aa__http_if_none_match_hits("\"33\"", "\"3\""));
+  assert_false(aa__http_if_none_match_hits("\"13\"", "\"3\""));
+  assert_false(aa__http_if_none_match_hits("3", "\"3\""));
+  assert_false(aa__http_if_none_match_hits("\"3", "\"3\""));
+  assert_false(aa__http_if_none_match_hits("w/\"3\"", "\"3\""));
+  assert_false(aa__http_if_none_match_hits("\"1\" \"3\"", "\"3\"")); /* no comma */
+  assert_false(aa__http_if_none_match_hits("**", "\"3\""));
+  assert_false(aa__http_if_none_match_hits("", "\"3\""));
+  assert_false(aa__http_if_none_match_hits(NULL, "\"3\""));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_http_addr_host_loopback_canonical),
+      cmocka_unit_test(test_http_addr_if_none_match_list),
       cmocka_unit_test(test_http_addr_accepts_documented_forms),
       cmocka_unit_test(test_http_addr_off),
       cmocka_unit_test(test_http_addr_refuses_bad_forms),

@@ -252,7 +252,8 @@ static void expect_end(conn *c) {
     fail_msg("bytes after the last answer: %.*s", (int)c->len, c->buf);
 }
 
-/* A JSON error document whose "error" contains needle (when not NULL). */
+/* A JSON error document whose "error" contains needle (when not NULL), or
+ * whose "path" is what follows "path=" in needle. */
 static void expect_error(const answer *a, int status, const char *needle) {
   cJSON *doc;
   const cJSON *e;
@@ -264,7 +265,13 @@ static void expect_error(const answer *a, int status, const char *needle) {
     fail_msg("the error is not JSON: %s", a->body);
   e = cJSON_GetObjectItemCaseSensitive(doc, "error");
   assert_true(cJSON_IsString(e));
-  if (needle != NULL && strstr(e->valuestring, needle) == NULL)
+  if (needle != NULL && strncmp(needle, "path=", 5) == 0) {
+    /* "path=/x": the document's "path" is /x */
+    const cJSON *pth = cJSON_GetObjectItemCaseSensitive(doc, "path");
+    if (!cJSON_IsString(pth) || strcmp(pth->valuestring, needle + 5) != 0)
+      fail_msg("error '%s' has path '%s', not '%s'", e->valuestring,
+               cJSON_IsString(pth) ? pth->valuestring : "(none)", needle + 5);
+  } else if (needle != NULL && strstr(e->valuestring, needle) == NULL)
     fail_msg("error '%s' lacks '%s'", e->valuestring, needle);
   cJSON_Delete(doc);
 }
@@ -735,6 +742,9 @@ static void test_http_keepalive_chunked_framing(void **state) {
       later_refused(fx, before, req, (size_t)n, false, bad[i].status,
                     bad[i].needle);
     later_refused(fx, 2, req, (size_t)n, true, bad[i].status, bad[i].needle);
+    /* the error document names the request path, not "" */
+    later_refused(fx, 0, req, (size_t)n, false, bad[i].status, "path=/policy");
+    later_refused(fx, 1, req, (size_t)n, false, bad[i].status, "path=/policy");
   }
   assert_int_equal(version_now(fx), 1);
   /* good chunks, an extension included: applied, and the connection ends */

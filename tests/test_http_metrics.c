@@ -91,6 +91,8 @@ static void test_http_metrics_families_and_labels(void **state) {
   init_pool(&p[1], "we\"ird\\name\n", "host", -1);
   p[0].bytes_in_use = 123456;
   p[0].allocs = 77;
+  p[0].backend_ns = 1500000001;
+  p[0].large_misses = 4;
   p[0].class_count = 2;
   p[0].classes[0].block_size = 512;
   p[0].classes[0].hits = 5;
@@ -107,20 +109,30 @@ static void test_http_metrics_families_and_labels(void **state) {
                            "backend=\"cuda\",device=\"0\"}") == 123456);
   assert_true(sample(text, "adaptalloc_allocs_total{pool=\"device0\","
                            "backend=\"cuda\",device=\"0\"}") == 77);
+  /* time in seconds, as a counter; the large path's misses */
+  assert_non_null(strstr(text, "# TYPE adaptalloc_backend_seconds_total counter\n"));
+  assert_non_null(strstr(text, "adaptalloc_backend_seconds_total{pool=\"device0\","
+                               "backend=\"cuda\",device=\"0\"} 1.500000001\n"));
+  assert_true(sample(text, "adaptalloc_large_misses_total{pool=\"device0\","
+                           "backend=\"cuda\",device=\"0\"}") == 4);
   /* escaping: quote, backslash, newline */
   assert_non_null(strstr(text, "pool=\"we\\\"ird\\\\name\\n\",backend=\"host\","
                                "device=\"cpu\""));
   /* per-class samples: every fixed size bucket of every pool, whatever the
-   * class table holds; 512 and 1024 both fall in the size_le="1024" one */
+   * class table holds, bounds inclusive and written like the request-size
+   * histogram's le: 512 is in size_le="1023", 1024 in size_le="4095" */
   assert_int_equal(count_lines(text, "adaptalloc_class_slabs{"), 2 * 10);
   assert_true(sample(text, "adaptalloc_class_slabs{pool=\"device0\","
-                           "backend=\"cuda\",device=\"0\",size_le=\"1024\"}") ==
-              3);
-  assert_true(sample(text, "adaptalloc_class_hits_total{pool=\"device0\","
-                           "backend=\"cuda\",device=\"0\",size_le=\"1024\"}") == 5);
+                           "backend=\"cuda\",device=\"0\",size_le=\"1023\"}") == 0);
   assert_true(sample(text, "adaptalloc_class_slabs{pool=\"device0\","
-                           "backend=\"cuda\",device=\"0\",size_le=\"+Inf\"}") ==
-              0);
+                           "backend=\"cuda\",device=\"0\",size_le=\"4095\"}") == 3);
+  assert_true(sample(text, "adaptalloc_class_hits_total{pool=\"device0\","
+                           "backend=\"cuda\",device=\"0\",size_le=\"1023\"}") == 5);
+  assert_true(sample(text, "adaptalloc_class_hits_total{pool=\"device0\","
+                           "backend=\"cuda\",device=\"0\",size_le=\"+Inf\"}") == 0);
+  assert_true(sample(text, "adaptalloc_class_slabs{pool=\"device0\","
+                           "backend=\"cuda\",device=\"0\",size_le=\"+Inf\"}") == 0);
+  assert_null(strstr(text, "size_le=\"1024\""));
   assert_null(strstr(text, "class=\""));
   /* counters end in _total, gauges do not */
   assert_non_null(strstr(text, "# TYPE adaptalloc_cache_hits_total counter\n"));
@@ -146,7 +158,7 @@ static void test_http_metrics_region_label(void **state) {
                            "backend=\"cuda\",device=\"0\"}") == 4096);
   assert_true(sample(text, "adaptalloc_reserved_bytes{pool=\"device0:kv_cache\","
                            "backend=\"cuda\",device=\"0\",region=\"kv_cache\"}") == 8192);
-  assert_non_null(strstr(text, "region=\"kv_cache\",size_le=\"1024\"}"));
+  assert_non_null(strstr(text, "region=\"kv_cache\",size_le=\"1023\"}"));
   assert_int_equal(count_lines(text, "adaptalloc_reserved_bytes{"), 2);
   promtool_check(text);
   free(text);
@@ -319,7 +331,7 @@ static void test_http_metrics_bounded_and_stable(void **state) {
   size_t len, i, nseries;
   void *p;
   const char *key = "adaptalloc_class_allocs_total{pool=\"many\",backend=\"host\","
-                    "device=\"cpu\",size_le=\"4096\"}";
+                    "device=\"cpu\",size_le=\"4095\"}";
   double before, after, stateless;
   (void)state;
 
@@ -358,7 +370,7 @@ static void test_http_metrics_bounded_and_stable(void **state) {
   nseries = series_of(t1, n1, 1 << 20);
   assert_int_equal(count_lines(t1, "adaptalloc_class_allocs_total{"), 10);
   before = sample(t1, key);
-  assert_true(before >= 3); /* 2560, 3072, 3584, 4096 live in this bucket */
+  assert_true(before >= 3); /* 1024 .. 3584 live in this bucket */
 
   /* retire 3072 (drained: its one block was freed) and allocate from 3584 */
   (void)aa_pool_release(pool);
@@ -458,6 +470,16 @@ static void test_http_segments_json(void **state) {
   }
   assert_true(piece_total == seg_total); /* pieces tile the segments */
   assert_true(used_pieces == used_bytes);
+  /* no heap address is served: segments are named by their place */
+  assert_null(strstr(json, "address"));
+  assert_null(strstr(json, "0x"));
+  assert_non_null(strstr(json, "\"segments\":[{\"id\":0,"));
+  {
+    char hex[32];
+    snprintf(hex, sizeof hex, "%llx", (unsigned long long)(uintptr_t)big[0]);
+    hex[8] = '\0'; /* its high digits appear nowhere, in any form */
+    assert_null(strstr(json, hex));
+  }
   free(json);
   assert_int_equal(aa_http_segments_json(NULL, &json, &len), AA_EINVAL);
   assert_null(json);

@@ -656,10 +656,14 @@ static void test_http_metrics_endpoint(void **state) {
   assert_non_null(
       strstr(r.body, "# TYPE adaptalloc_request_size_bytes histogram\n"));
   assert_non_null(strstr(r.body, "le=\"+Inf\""));
-  /* classes 512 and 1024 sum into the 1 KiB bucket: 90 + 180 hits */
+  /* class 512 is in the size_le="1023" bucket, 1024 and 2048 in "4095":
+   * 90, then 180 + 270 hits */
   assert_non_null(strstr(r.body, "adaptalloc_class_hits_total{pool=\"device0\""
-                                 ",backend=\"cuda\",device=\"0\",size_le=\"1024\"}"
-                                 " 270\n"));
+                                 ",backend=\"cuda\",device=\"0\",size_le=\"1023\"}"
+                                 " 90\n"));
+  assert_non_null(strstr(r.body, "adaptalloc_class_hits_total{pool=\"device0\""
+                                 ",backend=\"cuda\",device=\"0\",size_le=\"4095\"}"
+                                 " 450\n"));
   assert_non_null(strstr(r.body, "adaptalloc_policy_version 1\n"));
   assert_non_null(strstr(r.body, "adaptalloc_http_requests_total{code=\"2xx\"}"));
   assert_non_null(strstr(r.body, "adaptalloc_store_dropped_total 0\n"));

@@ -821,7 +821,29 @@ static void mk_128_classes(gen *g) {
 
 /* PUT /policy with documents that must be refused whole (400), or 413 for
  * the one over the server's body limit. */
+static void mk_digits_1000(gen *g) {
+  static const char pre[] = "{\"adapt\":{\"interval_ms\":";
+  size_t n = sizeof pre - 1;
+  g->body = malloc(n + 1000 + 3);
+  assert_non_null(g->body);
+  memcpy(g->body, pre, n);
+  for (int i = 0; i < 1000; i++)
+    g->body[n + (size_t)i] = (char)('1' + i % 9);
+  memcpy(g->body + n + 1000, "}}", 3);
+  g->body_len = n + 1002;
+}
+
 static const abuse_case policy_cases[] = {
+    {"put: a 1000-digit integer is out of range", "PUT", "/policy", NULL, NULL, 0, EXACT(400),
+     F_JSON, "integer of 1000 digits", mk_digits_1000, NULL},
+    {"put: a 22-digit integer is quoted whole", "PUT", "/policy", NULL,
+     "{\"adapt\":{\"interval_ms\":1234567890123456789012}}", 0, EXACT(400), F_JSON,
+     "1234567890123456789012 at line", NULL, NULL},
+    {"put: a negative 26-digit integer is quoted whole", "PUT", "/policy", NULL,
+     "{\"adapt\":{\"interval_ms\":-99999999999999999999999999}}", 0, EXACT(400), F_JSON,
+     "-99999999999999999999999999", NULL, NULL},
+    {"put: 1e400 is still a number too big", "PUT", "/policy", NULL,
+     "{\"adapt\":{\"interval_ms\":1e400}}", 0, EXACT(400), F_JSON, "interval_ms", NULL, NULL},
     {"put: slab_size is a string", "PUT", "/policy", NULL,
      "{\"pools\":{\"host\":{\"slab_size\":\"big\"}}}", 0, EXACT(400), F_JSON, "slab_size", NULL, NULL},
     {"put: enabled is a string", "PUT", "/policy", NULL,
@@ -1084,6 +1106,45 @@ static const abuse_case patch_cases[] = {
      "PATCH /policy HTTP/1.1\r\nHost: evil.example.com:9100\r\nConnection: close\r\n"
      "Content-Length: 29\r\n\r\n{\"adapt\":{\"interval_ms\":250}}",
      NULL, NULL, 0, EXACT(403), F_RAW | F_JSON, "loopback", NULL, NULL},
+/* inet_aton's other readings of 127/8 are not the canonical loopback forms */
+#define ODD_LOOPBACK(host)                                              \
+  { "patch: Host " host " is not a canonical loopback form", NULL,      \
+    "PATCH /policy HTTP/1.1\r\nHost: " host "\r\nConnection: close\r\n" \
+    "Content-Length: 29\r\n\r\n{\"adapt\":{\"interval_ms\":250}}",      \
+    NULL, NULL, 0, EXACT(403), F_RAW | F_JSON, "loopback", NULL, NULL }
+    ODD_LOOPBACK("127.1"),
+    ODD_LOOPBACK("127.000.0.1"),
+    ODD_LOOPBACK("127.0000"),
+    ODD_LOOPBACK("127.0.0.01:9100"),
+    ODD_LOOPBACK("127.0.1"),
+    ODD_LOOPBACK("2130706433"),
+    ODD_LOOPBACK("0x7f.0.0.1"),
+    ODD_LOOPBACK("127.0.0.256"),
+#undef ODD_LOOPBACK
+    /* entity tags compare whole: none of these is version 1's "1" */
+    {"get: If-None-Match x\"1\"y", "GET", "/policy", "If-None-Match: x\"1\"y\r\n", NULL, 0,
+     EXACT(200), 0, NULL, NULL, NULL},
+    {"get: If-None-Match \"1\"y", "GET", "/policy", "If-None-Match: \"1\"y\r\n", NULL, 0,
+     EXACT(200), 0, NULL, NULL, NULL},
+    {"get: If-None-Match \"11\"", "GET", "/policy", "If-None-Match: \"11\"\r\n", NULL, 0,
+     EXACT(200), 0, NULL, NULL, NULL},
+    {"get: If-None-Match 1 (no quotes)", "GET", "/policy", "If-None-Match: 1\r\n", NULL, 0,
+     EXACT(200), 0, NULL, NULL, NULL},
+    {"get: If-None-Match \"0\" \"1\" (no comma)", "GET", "/policy",
+     "If-None-Match: \"0\" \"1\"\r\n", NULL, 0, EXACT(200), 0, NULL, NULL, NULL},
+    /* chunk framing errors name the request path */
+    {"put: bad chunk size names the path", NULL,
+     "PUT /policy HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+     "Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+     NULL, NULL, 0, EXACT(400), F_RAW | F_JSON | F_CLOSE_OK, "\"path\":\"/policy\"", NULL, NULL},
+    {"patch: chunk data without CRLF names the path", NULL,
+     "PATCH /policy HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+     "Transfer-Encoding: chunked\r\n\r\n2\r\n{}XX0\r\n\r\n",
+     NULL, NULL, 0, EXACT(400), F_RAW | F_JSON | F_CLOSE_OK, "\"path\":\"/policy\"", NULL, NULL},
+    {"put: chunk trailer names the path", NULL,
+     "PUT /policy HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+     "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\nX-T: 1\r\n\r\n",
+     NULL, NULL, 0, EXACT(400), F_RAW | F_JSON | F_CLOSE_OK, "\"path\":\"/policy\"", NULL, NULL},
     {"put: chunked 96 KiB body", NULL, NULL, NULL, NULL, 0, EXACT(413), F_JSON, NULL,
      mk_chunked_100k, NULL},
     {"put: chunked 1 MiB body (the server hangs up past 4x the limit)", NULL, NULL, NULL, NULL,

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +28,7 @@
 #include "adaptalloc/runtime.h"
 #include "adaptalloc/store.h"
 #include "runtime_internal.h"
+#include "strbuf.h"
 #if AA_TEST_WITH_STORE
 #include <sqlite3.h>
 #endif
@@ -728,6 +730,110 @@ static void scenario_policy_fifo(void) {
   unlink(fifo);
 }
 
+/* A token no client can send (a trailing newline, as `$(cat file)` leaves
+ * none but `$(< file)`-less scripts do) is refused: the server stays off. */
+static void scenario_token_newline(void) {
+  set_env_common();
+  setenv("ADAPTALLOC_TOKEN", "s3cret-token\n", 1);
+  setenv("ADAPTALLOC_HTTP", "127.0.0.1:0", 1);
+  setenv("ADAPTALLOC_DB", "off", 1);
+  CHECK(aa_runtime_pool(AA_BACKEND_HOST, -1) != NULL);
+  CHECK(aa_runtime_http_port() == 0);
+  CHECK(aa__rt.token[0] == '\0'); /* not kept either */
+  aa_runtime_shutdown();
+}
+
+/* The same through the C API's config (what Python's configure passes). */
+static void scenario_token_control_byte_api(void) {
+  aa_runtime_config cfg;
+  set_env_common();
+  setenv("ADAPTALLOC_DB", "off", 1);
+  aa_runtime_config_init(&cfg);
+  cfg.token = "abc\x01"
+              "def";
+  cfg.http = "127.0.0.1:0";
+  CHECK(aa_runtime_init(&cfg) == AA_OK);
+  CHECK(aa_runtime_pool(AA_BACKEND_HOST, -1) != NULL);
+  CHECK(aa_runtime_http_port() == 0);
+  aa_runtime_shutdown();
+}
+
+/* OFF, Off: one rule for ADAPTALLOC_DB and ADAPTALLOC_HTTP; no file "OFF". */
+static void scenario_off_any_case(void) {
+  char dir[512];
+  set_env_common();
+  snprintf(dir, sizeof dir, "%s/offcase", tmpdir);
+  CHECK(mkdir(dir, 0700) == 0);
+  CHECK(chdir(dir) == 0);
+  setenv("ADAPTALLOC_DB", "OFF", 1);
+  setenv("ADAPTALLOC_HTTP", "Off", 1);
+  CHECK(aa_runtime_pool(AA_BACKEND_HOST, -1) != NULL);
+  CHECK(aa_runtime_http_port() == 0);
+  CHECK(aa_runtime_run_id() == 0);
+  CHECK(access("OFF", F_OK) != 0);
+  CHECK(access("Off", F_OK) != 0);
+  aa_runtime_shutdown();
+}
+
+/* ADAPTALLOC_MODEL=../outside does not load a policy from outside
+ * ADAPTALLOC_POLICY_DIR: the model is "default". */
+static void scenario_model_outside_dir(void) {
+  char pol[512], outside[512], *body = NULL;
+  aa_class_spec specs[AA_MAX_CLASSES];
+  size_t n = 0;
+  aa_pool *pool;
+  set_env_common();
+  snprintf(pol, sizeof pol, "%s/modeldir", tmpdir);
+  CHECK(mkdir(pol, 0700) == 0);
+  snprintf(outside, sizeof outside, "%s/outside.json", tmpdir);
+  write_file(outside, "{\"pools\": {\"host\": {\"classes\": [512, 3072]}}}");
+  setenv("ADAPTALLOC_POLICY_DIR", pol, 1);
+  setenv("ADAPTALLOC_MODEL", "../outside", 1);
+  setenv("ADAPTALLOC_DB", "off", 1);
+  setenv("ADAPTALLOC_HTTP", "127.0.0.1:0", 1);
+  pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
+  CHECK(pool != NULL);
+  CHECK(aa_pool_classes(pool, specs, AA_MAX_CLASSES, &n, NULL) == AA_OK);
+  CHECK(n != 2);
+  CHECK(http(aa_runtime_http_port(), "GET", "/stats", NULL, NULL, &body) == 200);
+  CHECK(strstr(body, "\"model\":\"default\"") != NULL);
+  CHECK(strstr(body, "\"policy_source\":\"default\"") != NULL);
+  free(body);
+  aa_runtime_shutdown();
+}
+
+/* A model name with a newline and a terminal escape cannot forge a log
+ * line: stderr gets one line per message, the bytes escaped. */
+static void scenario_log_escaped(void) {
+  char path[512], buf[8192];
+  FILE *f;
+  size_t len;
+  int fd;
+  set_env_common();
+  unsetenv("ADAPTALLOC_QUIET");
+  snprintf(path, sizeof path, "%s/stderr.txt", tmpdir);
+  fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  CHECK(fd >= 0);
+  CHECK(dup2(fd, 2) == 2);
+  setenv("ADAPTALLOC_DB", "off", 1);
+  setenv("ADAPTALLOC_HTTP", "off", 1);
+  setenv("ADAPTALLOC_POLICY", "/nonexistent/x\nadaptalloc: forged\x1b[2J.json", 1);
+  setenv("ADAPTALLOC_MODEL", "m\nadaptalloc: forged", 1);
+  CHECK(aa_runtime_pool(AA_BACKEND_HOST, -1) != NULL);
+  aa_runtime_shutdown();
+  fflush(stderr);
+  f = fopen(path, "r");
+  CHECK(f != NULL);
+  len = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[len] = '\0';
+  CHECK(len > 0);
+  CHECK(strstr(buf, "\nadaptalloc: forged") == NULL);
+  CHECK(strchr(buf, 0x1b) == NULL);
+  CHECK(strstr(buf, "x\\nadaptalloc: forged\\x1b[2J.json") != NULL);
+  CHECK(strstr(buf, "ADAPTALLOC_MODEL is not a plain name") != NULL);
+}
+
 /* ---------------------------------------------------------------- tests */
 static void test_runtime_rank_placeholders(void **state) {
   (void)state;
@@ -791,6 +897,121 @@ static void test_runtime_no_gpu(void **state) {
   assert_int_equal(run_child(scenario_no_gpu), 0);
 }
 
+static void test_runtime_token_newline_refused(void **state) {
+  (void)state;
+  assert_int_equal(run_child(scenario_token_newline), 0);
+}
+static void test_runtime_token_control_byte_api_refused(void **state) {
+  (void)state;
+  assert_int_equal(run_child(scenario_token_control_byte_api), 0);
+}
+static void test_runtime_off_any_case(void **state) {
+  (void)state;
+  assert_int_equal(run_child(scenario_off_any_case), 0);
+}
+static void test_runtime_model_outside_dir_refused(void **state) {
+  (void)state;
+  assert_int_equal(run_child(scenario_model_outside_dir), 0);
+}
+static void test_runtime_log_escaped(void **state) {
+  (void)state;
+  assert_int_equal(run_child(scenario_log_escaped), 0);
+}
+
+/* A policy path that is a Unix socket, a FIFO, a device or a directory is
+ * "not a regular file" (stat before open: a socket cannot be opened, and
+ * ENXIO named no cause). */
+static void test_runtime_policy_path_not_regular(void **state) {
+  struct sockaddr_un sa;
+  char sock[100], fifo[300], err[AA_POLICY_ERR_CAP];
+  aa_policy *p = NULL;
+  int fd;
+  (void)state;
+  assert_true(strlen(tmpdir) < 60); /* a socket's path is short */
+  memcpy(sock, tmpdir, strlen(tmpdir));
+  memcpy(sock + strlen(tmpdir), "/policy.sock", 13);
+  fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  memset(&sa, 0, sizeof sa);
+  sa.sun_family = AF_UNIX;
+  memcpy(sa.sun_path, sock, strlen(sock) + 1);
+  assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  assert_int_equal(aa_policy_load_file(sock, &p, err, sizeof err), AA_EINVAL);
+  assert_null(p);
+  assert_non_null(strstr(err, "not a regular file (a socket)"));
+  close(fd);
+  snprintf(fifo, sizeof fifo, "%s/policy2.fifo", tmpdir);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  alarm(20);
+  assert_int_equal(aa_policy_load_file(fifo, &p, err, sizeof err), AA_EINVAL);
+  alarm(0);
+  assert_non_null(strstr(err, "not a regular file (a FIFO)"));
+  assert_int_equal(aa_policy_load_file("/dev/null", &p, err, sizeof err), AA_EINVAL);
+  assert_non_null(strstr(err, "not a regular file (a device)"));
+  assert_int_equal(aa_policy_load_file(tmpdir, &p, err, sizeof err), AA_EINVAL);
+  assert_non_null(strstr(err, "not a regular file (a directory)"));
+  unlink(sock);
+  unlink(fifo);
+}
+
+/* The rules themselves, value by value. */
+static void test_runtime_token_rule(void **state) {
+  char why[256];
+  static const char *bad[] = {"tok\n", "tok\r\n", "to k", " tok", "tok\t", "t\x7fk",
+                              "t\x1bk", "t\xc3\xa9k"};
+  (void)state;
+  assert_int_equal(aa__rt_token_check("abc-DEF_123.~+/=", why, sizeof why), AA_OK);
+  assert_int_equal(aa__rt_token_check("", why, sizeof why), AA_OK); /* no token */
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    assert_int_equal(aa__rt_token_check(bad[i], why, sizeof why), AA_EINVAL);
+  assert_int_equal(aa__rt_token_check("secret\n", why, sizeof why), AA_EINVAL);
+  assert_non_null(strstr(why, "trailing newline"));
+  assert_null(strstr(why, "secret")); /* never the token */
+}
+
+static void test_runtime_model_rule(void **state) {
+  char why[256];
+  static const char *good[] = {"gpt2-small", "bert_base.v2", "llama+lora", "m\xc3\xa9",
+                               "a..b"};
+  static const char *bad[] = {"", ".", "..", "../outside", "a/b", "/abs", ".hidden", "a\\b",
+                              "m\n", "m\x1b[31m", "m\x7f", "m\tx"};
+  (void)state;
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+    assert_int_equal(aa__rt_model_check(good[i], why, sizeof why), AA_OK);
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    assert_int_equal(aa__rt_model_check(bad[i], why, sizeof why), AA_EINVAL);
+}
+
+static void test_runtime_rank_expanded_everywhere(void **state) {
+  char out[64];
+  (void)state;
+  setenv("LOCAL_RANK", "2", 1);
+  assert_true(aa__rt_expand_rank("r-{rank}-{rank}.db", out, sizeof out));
+  assert_string_equal(out, "r-2-2.db");
+  assert_true(aa__rt_expand_rank("{rank}{rank}{rank}", out, sizeof out));
+  assert_string_equal(out, "222");
+  assert_true(aa__rt_expand_rank("{rank", out, sizeof out));
+  assert_string_equal(out, "{rank");
+  assert_true(aa__rt_expand_rank("x.db", out, sizeof out));
+  assert_string_equal(out, "x.db");
+  setenv("LOCAL_RANK", "12345678901234567890", 1);
+  assert_false(aa__rt_expand_rank("{rank}{rank}{rank}{rank}", out, sizeof out));
+  assert_string_equal(out, "");
+  unsetenv("LOCAL_RANK");
+  assert_true(aa__rt_is_off("off") && aa__rt_is_off("OFF") && aa__rt_is_off("oFf"));
+  assert_false(aa__rt_is_off("off ") || aa__rt_is_off("of") || aa__rt_is_off(""));
+}
+
+static void test_runtime_log_escape_rule(void **state) {
+  char out[128];
+  (void)state;
+  aa__log_escape("a\nb\rc\td\\e\x1b[31m\x7f\xc2\x9b\xff\xc3\xa9", out, sizeof out);
+  assert_string_equal(out, "a\\nb\\rc\\td\\\\e\\x1b[31m\\x7f\\xc2\\x9b\\xff\xc3\xa9");
+  /* cut whole: never half an escape */
+  aa__log_escape("\n\n\n", out, 6);
+  assert_string_equal(out, "\\n\\n");
+}
+
 /* With no ADAPTALLOC_POLICY_DIR, ./policies wins when it exists; else the
  * installed share/adaptalloc/policies; else ./policies (nothing found). */
 static void test_runtime_policy_dir_falls_back_to_installed(void **state) {
@@ -845,6 +1066,16 @@ int main(void) {
       cmocka_unit_test(test_runtime_policy_dir_falls_back_to_installed),
       cmocka_unit_test(test_runtime_overlong_settings_refused),
       cmocka_unit_test(test_runtime_policy_fifo_does_not_block),
+      cmocka_unit_test(test_runtime_token_newline_refused),
+      cmocka_unit_test(test_runtime_token_control_byte_api_refused),
+      cmocka_unit_test(test_runtime_off_any_case),
+      cmocka_unit_test(test_runtime_model_outside_dir_refused),
+      cmocka_unit_test(test_runtime_log_escaped),
+      cmocka_unit_test(test_runtime_token_rule),
+      cmocka_unit_test(test_runtime_policy_path_not_regular),
+      cmocka_unit_test(test_runtime_model_rule),
+      cmocka_unit_test(test_runtime_rank_expanded_everywhere),
+      cmocka_unit_test(test_runtime_log_escape_rule),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

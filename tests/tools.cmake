@@ -17,3 +17,13 @@ if(AA_PYTHON3_PROGRAM)
     COMMAND ${AA_PYTHON3_PROGRAM} ${CMAKE_CURRENT_LIST_DIR}/tools/test_snapshot_converter.py)
   set_tests_properties(test_tools_snapshot_converter PROPERTIES LABELS tools TIMEOUT 300)
 endif()
+
+# test_tools_export_torch: adaptalloc-replay export --format torch-snapshot
+# read back as PyTorch's memory_viz reads it (tests/tools/test_export_torch.py:
+# standard library only, no torch).
+if(AA_PYTHON3_PROGRAM AND TARGET adaptalloc-replay)
+  add_test(NAME test_tools_export_torch
+    COMMAND ${AA_PYTHON3_PROGRAM} ${CMAKE_CURRENT_LIST_DIR}/tools/test_export_torch.py
+            $<TARGET_FILE:adaptalloc-replay>)
+  set_tests_properties(test_tools_export_torch PROPERTIES LABELS tools TIMEOUT 120)
+endif()

@@ -37,7 +37,9 @@ import io
 import os
 import pickle
 import pickletools
+import stat
 import sys
+import tempfile
 
 MAX_BYTES = 1 << 30
 
@@ -137,6 +139,12 @@ def convert(snap, out, device="all", free_event="requested",
     traces = snap["device_traces"]
     if not isinstance(traces, list):
         raise ValueError("device_traces is not a list")
+    if device != "all" and not 0 <= device < len(traces):
+        present = [i for i, t in enumerate(traces) if isinstance(t, list) and t]
+        raise ValueError("--device %d: the snapshot has no such device; devices "
+                         "present (with trace entries): %s (of %d traced)" %
+                         (device, ", ".join(str(i) for i in present) or "none",
+                          len(traces)))
     counts = {"allocate": 0, "deallocate": 0, "allocate failure": 0,
               "skipped": 0, "unmatched_frees": 0, "devices": 0}
     out.write("Thread,Time,Action,Pointer,Size,Stream\n")
@@ -203,6 +211,91 @@ def convert(snap, out, device="all", free_event="requested",
     return counts
 
 
+def _same_file(a, b):
+    return a.st_dev == b.st_dev and a.st_ino == b.st_ino
+
+
+def _check_output(snapshot, output):
+    """Before any work: the output must not be the input (by file identity:
+    ./x, symlinks and hard links count) and its directory must be writable.
+    Returns a message, or None."""
+    try:
+        ist = os.stat(snapshot)
+    except OSError:
+        ist = None  # load_snapshot names the problem
+    if output == "-":
+        try:
+            ost = os.fstat(sys.stdout.fileno())
+        except (OSError, ValueError):
+            return None
+        if ist is not None and stat.S_ISREG(ost.st_mode) and _same_file(ist, ost):
+            return "stdout is the snapshot %s: writing it would destroy it" % snapshot
+        return None
+    try:
+        ost = os.stat(output)
+    except FileNotFoundError:
+        ost = None
+        if os.path.islink(output):
+            return "-o %s is a symlink to a missing file" % output
+    except OSError as exc:
+        return "-o %s: %s" % (output, exc.strerror)
+    if ost is not None:
+        if stat.S_ISDIR(ost.st_mode):
+            return "-o %s is a directory" % output
+        if ist is not None and _same_file(ist, ost):
+            return ("-o %s is the snapshot %s (the same file): writing it would "
+                    "destroy the input; name another output" % (output, snapshot))
+        if not stat.S_ISREG(ost.st_mode):
+            return None  # /dev/null, a FIFO: written in place
+    target = os.path.realpath(output) if ost is not None else output
+    d = os.path.dirname(target) or "."
+    if not os.path.isdir(d):
+        return "cannot write %s: its directory %s does not exist" % (output, d)
+    if not os.access(d, os.W_OK | os.X_OK):
+        return "cannot write %s: its directory %s is not writable" % (output, d)
+    return None
+
+
+def _write_replacing(output, text):
+    """Writes text to output through a temporary file in its directory
+    renamed into place (the old file's mode kept), so a failure never leaves
+    a half-written output; a non-regular file (/dev/null) is written in
+    place."""
+    try:
+        st = os.stat(output)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        with open(output, "w") as f:
+            f.write(text)
+        return
+    target = os.path.realpath(output) if st is not None else output
+    d = os.path.dirname(target) or "."
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(target) + ".", dir=d)
+    try:
+        if st is not None:
+            os.fchmod(fd, stat.S_IMODE(st.st_mode))
+        else:
+            um = os.umask(0)
+            os.umask(um)
+            os.fchmod(fd, 0o666 & ~um)
+        with os.fdopen(fd, "w") as f:
+            fd = -1
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+        tmp = None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(
         description="Convert a torch.cuda.memory snapshot pickle into an "
@@ -224,12 +317,19 @@ def main(argv=None):
                     help="refuse a snapshot file larger than this "
                          "(default 1 GiB)")
     args = ap.parse_args(argv)
+    if args.max_bytes <= 0:
+        ap.error("--max-bytes: %d is not a positive byte count" % args.max_bytes)
     device = args.device
     if device != "all":
         try:
             device = int(device)
         except ValueError:
             ap.error("--device: %r is not an index or 'all'" % args.device)
+        if device < 0:
+            ap.error("--device: %d is not an index (0, 1, ...) or 'all'" % device)
+    err = _check_output(args.snapshot, args.output)
+    if err is not None:
+        ap.error(err)
     try:
         snap = load_snapshot(args.snapshot, args.max_bytes)
     except (OSError, SnapshotError) as exc:
@@ -249,8 +349,7 @@ def main(argv=None):
         if args.output == "-":
             sys.stdout.write(buf.getvalue())
         else:
-            with open(args.output, "w") as f:
-                f.write(buf.getvalue())
+            _write_replacing(args.output, buf.getvalue())
     except OSError as exc:
         print("torch_snapshot_to_trace: %s: %s" % (args.output, exc),
               file=sys.stderr)

@@ -17,7 +17,7 @@ import { css, emptyNote, setupCanvas } from "./charts.js";
 function rowsOf(segs) {
   const rows = [];
   for (const sg of segs) {
-    const base = Number.parseInt(sg.address, 16);
+    const base = num(sg.offset);
     const size = num(sg.size);
     const last = rows[rows.length - 1];
     if (sg.expandable && last && last.expandable && Number.isFinite(base) && base >= last.end) {
@@ -71,7 +71,7 @@ export function drawSegments() {
       g.fillRect(L, y0, (r.end - r.base) * scale, ROW);
     }
     for (const sg of r.runs) {
-      const a = Number.parseInt(sg.address, 16);
+      const a = num(sg.offset);
       const x0run = xOf(Number.isFinite(a) ? a : r.base);
       if (r.expandable && lane) {
         g.fillStyle = css("--mapped");
@@ -110,7 +110,7 @@ export function segTip(ev) {
   const addr = r.base + (px - m.L) / m.scale;
   let run = null, piece = null;
   for (const sg of r.runs) {
-    const a = Number.parseInt(sg.address, 16);
+    const a = num(sg.offset);
     if (addr < a || addr >= a + num(sg.size)) continue;
     run = sg;
     let off = a;
@@ -121,10 +121,10 @@ export function segTip(ev) {
   }
   const blocks = r.runs.reduce((n, sg) => n + (sg.pieces || []).filter((pc) => pc[1]).length, 0);
   const lines = r.expandable
-    ? ["expandable segment at " + r.runs[0].address + ": " + r.runs.length + " mapped run" + (r.runs.length > 1 ? "s" : ""),
+    ? ["expandable segment " + r.runs[0].id + ": " + r.runs.length + " mapped run" + (r.runs.length > 1 ? "s" : ""),
       fmtBytes(r.mapped) + " mapped over " + fmtBytes(r.end - r.base) + " of address space, " +
         fmtBytes(r.used) + " in use in " + blocks + " blocks"]
-    : ["segment " + r.runs[0].address, fmtBytes(r.mapped) + ", " + fmtBytes(r.used) + " in use in " + blocks + " blocks"];
+    : ["segment " + r.runs[0].id, fmtBytes(r.mapped) + ", " + fmtBytes(r.used) + " in use in " + blocks + " blocks"];
   if (piece) lines.push((piece[1] ? "block in use: " : "free (cached): ") + fmtBytes(num(piece[0])));
   else if (r.expandable && !run && addr < r.end) lines.push("not mapped: reserved address space, no memory behind it");
   tip.textContent = lines.join("\n");

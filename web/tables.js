@@ -15,9 +15,15 @@ export function renderCards(p) {
   const waste = num(p.bytes_in_use) > 0 ? (num(p.bytes_in_use) - num(p.bytes_requested)) / num(p.bytes_in_use) : 0;
   setText("c-waste", fmtPct(Math.max(0, waste)));
   setText("c-waste-s", fmtBytes(Math.max(0, num(p.bytes_in_use) - num(p.bytes_requested))) + " lost to rounding up");
-  const hits = num(p.cache_hits), misses = num(p.cache_misses);
-  setText("c-hit", hits + misses > 0 ? fmtPct(hits / (hits + misses)) : "–");
-  setText("c-hit-s", fmtCount(misses) + " misses · " + fmtCount(num(p.backend_allocs)) + " backend allocs");
+  /* two figures, each named: overall (every allocation; a small one that
+   * carved a slab and a large one that called the backend are misses) and
+   * small-path (small allocations only); docs/stats.md defines both */
+  const pct = (v) => (v === null || v === undefined ? "–" : fmtPct(num(v)));
+  setText("c-hit", "overall " + pct(p.overall_hit_rate));
+  setText("c-hit-s", "small-path " + pct(p.small_hit_rate) + " of " +
+    fmtCount(num(p.cache_hits) + num(p.cache_misses)) + " small · " +
+    fmtCount(num(p.large_allocs)) + " large, " + fmtCount(num(p.large_misses)) +
+    " called the backend · " + fmtCount(num(p.backend_allocs)) + " backend allocs");
   const rate = state.rate.get(p.name);
   setText("c-rate", rate === undefined ? fmtCount(num(p.allocs)) : fmtCount(rate) + "/s");
   setText("c-rate-s", fmtCount(num(p.allocs)) + " total · " + fmtCount(num(p.ooms)) + " OOM");

@@ -26,9 +26,17 @@ typedef struct scan {
   size_t i;
   unsigned depth;
   unsigned max_depth;
-  const char *why; /* static text of the first problem */
-  size_t at;       /* its byte offset */
+  const char *why;          /* static text of the first problem */
+  size_t at;                /* its byte offset */
+  size_t int_from, int_len; /* the over-long integer (why == TOO_LONG_INT) */
 } scan;
+
+/* Integers of this many digits or more are 1e21 or more: beyond every
+ * field's range (2^53 - 1 at most), and beyond what a double prints with
+ * every digit; refused here with their digits, before cJSON reads one as
+ * inf ("inf is not a finite number" named neither the value nor the rule). */
+#define INT_DIGITS_MAX 22
+static const char TOO_LONG_INT[] = "an integer out of range";
 
 static bool stop(scan *c, const char *why) {
   if (c->why == NULL) {
@@ -127,7 +135,15 @@ static bool number(scan *c) {
     if (c->i < c->len && c->s[c->i] >= '0' && c->s[c->i] <= '9')
       return stop(c, "a number with a leading zero");
   } else {
+    size_t from = c->i;
     digits(c);
+    if (c->i - from >= INT_DIGITS_MAX &&
+        !(c->i < c->len && (c->s[c->i] == '.' || c->s[c->i] == 'e' || c->s[c->i] == 'E'))) {
+      c->int_from = from > 0 && c->s[from - 1] == '-' ? from - 1 : from;
+      c->int_len = c->i - c->int_from;
+      c->i = c->int_from;
+      return stop(c, TOO_LONG_INT);
+    }
   }
   if (c->i < c->len && c->s[c->i] == '.') {
     c->i++;
@@ -254,7 +270,17 @@ int aa__json_strict_check(const char *json, size_t len, unsigned max_depth,
     }
   }
   if (err != NULL && errcap > 0) {
-    if (strcmp(c.why, "nesting deeper than the limit") == 0)
+    if (c.why == TOO_LONG_INT && c.int_len <= 120)
+      snprintf(err, errcap,
+               "(root): the integer %.*s at line %u, column %u is out of range "
+               "(no field takes one over 2^53 - 1)",
+               (int)c.int_len, json + c.int_from, line, col);
+    else if (c.why == TOO_LONG_INT)
+      snprintf(err, errcap,
+               "(root): the integer of %zu digits at line %u, column %u (%.40s...) "
+               "is out of range (no field takes one over 2^53 - 1)",
+               c.int_len, line, col, json + c.int_from);
+    else if (strcmp(c.why, "nesting deeper than the limit") == 0)
       snprintf(err, errcap,
                "(root): nested deeper than %u levels (at line %u, column %u)",
                max_depth, line, col);

@@ -235,6 +235,18 @@ done:
   return rc;
 }
 
+static int not_regular(const char *path, const struct stat *sb, char *err,
+                       size_t errcap) {
+  aa__errf(err, errcap, "%s: not a regular file (%s); a policy is a JSON file",
+           path,
+           S_ISDIR(sb->st_mode)                           ? "a directory"
+           : S_ISFIFO(sb->st_mode)                        ? "a FIFO"
+           : S_ISSOCK(sb->st_mode)                        ? "a socket"
+           : S_ISCHR(sb->st_mode) || S_ISBLK(sb->st_mode) ? "a device"
+                                                          : "not a file");
+  return AA_EINVAL;
+}
+
 int aa_policy_load_file(const char *path, aa_policy **out, char *err,
                         size_t errcap) {
   FILE *f = NULL;
@@ -259,8 +271,20 @@ int aa_policy_load_file(const char *path, aa_policy **out, char *err,
     rc = AA_EINVAL;
     goto done;
   }
-  /* O_NONBLOCK: opening a FIFO with no writer must not block start-up; what
-   * is not a regular file is then refused before any read */
+  /* What is not a regular file is refused by stat() before any open (a
+   * socket cannot be opened at all: ENXIO would hide the cause), and again
+   * by fstat() on what was opened, in case the name changed in between.
+   * O_NONBLOCK: should a FIFO take its place meanwhile, the open must not
+   * block start-up. */
+  if (stat(path, &sb) != 0) {
+    aa__errf(err, errcap, "%s: cannot open: %s", path, strerror(errno));
+    rc = AA_EIO;
+    goto done;
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    rc = not_regular(path, &sb, err, errcap);
+    goto done;
+  }
   fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) {
     aa__errf(err, errcap, "%s: cannot open: %s", path, strerror(errno));
@@ -273,16 +297,7 @@ int aa_policy_load_file(const char *path, aa_policy **out, char *err,
     goto done;
   }
   if (!S_ISREG(sb.st_mode)) {
-    aa__errf(err, errcap,
-             "%s: not a regular file (%s); a policy is a JSON file",
-             path,
-             S_ISDIR(sb.st_mode)    ? "a directory"
-             : S_ISFIFO(sb.st_mode) ? "a FIFO"
-             : S_ISSOCK(sb.st_mode) ? "a socket"
-             : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode)
-                 ? "a device"
-                 : "not a file");
-    rc = AA_EINVAL;
+    rc = not_regular(path, &sb, err, errcap);
     goto done;
   }
   if (sb.st_size > (off_t)AA_POLICY_MAX_BYTES) {

@@ -367,6 +367,23 @@ static inline int reader_keep(csv_reader *r, const char *buf, const char *p) {
   return rc;
 }
 
+/* A line over AA_REPLAY_CSV_MAX_LINE: fatal in every mode (r->line is its
+ * number). */
+static int line_too_long(csv_reader *r) {
+  char full[AA_REPLAY_ERR_CAP];
+
+  snprintf(full, sizeof full,
+           "line %llu: longer than %u bytes, the bound on a CSV line (no line end: "
+           "not a CSV log?)",
+           (unsigned long long)r->line, (unsigned)AA_REPLAY_CSV_MAX_LINE);
+  if (r->diag != NULL) {
+    r->diag->malformed++;
+    aa__replay_diag_note(r->diag, r->line, full);
+  }
+  aa__errf(r->err, r->errcap, "%s", full);
+  return AA_EPARSE;
+}
+
 /* Parses [buf, buf+len), which ends at a line end or the end of the input. */
 static int reader_chunk(csv_reader *r, const char *buf, size_t len) {
   const char *p = buf;
@@ -404,6 +421,8 @@ static int reader_chunk(csv_reader *r, const char *buf, size_t len) {
     le = nl != NULL ? nl : end;
     ls = p;
     r->line++;
+    if (AA__UNLIKELY((size_t)(le - ls) > AA_REPLAY_CSV_MAX_LINE))
+      return line_too_long(r);
     p = nl != NULL ? nl + 1 : end;
     if (le > ls && le[-1] == '\r')
       le--;
@@ -500,7 +519,8 @@ int aa_replay_csv_parse(const char *buf, size_t len,
 
 /* A pipe or other unmappable input, in chunks: each chunk is parsed up to
  * its last complete line and the rest is carried into the next, so memory
- * stays at one chunk (plus the longest line) however long the stream. */
+ * stays at one chunk however long the stream (a line is at most
+ * AA_REPLAY_CSV_MAX_LINE bytes, far under a chunk). */
 static int parse_stream(int fd, const char *name,
                         const aa_replay_csv_options *opt, aa_replay_sink sink,
                         void *user, aa_replay_diag *diag, char *err,
@@ -521,15 +541,12 @@ static int parse_stream(int fd, const char *name,
     const char *cut;
     size_t take;
 
-    if (have == cap) { /* one line longer than the buffer: grow it */
-      char *nb = realloc(buf, cap * 2);
-      if (nb == NULL) {
-        aa__errf(err, errcap, "out of memory");
-        rc = AA_ENOMEM;
-        goto out;
-      }
-      buf = nb;
-      cap *= 2;
+    /* the chunk is far larger than the longest line allowed: a full
+     * buffer without a line end is a line over the bound */
+    if (have == cap || (memchr(buf, '\n', have) == NULL && have > AA_REPLAY_CSV_MAX_LINE)) {
+      r->line++;
+      rc = line_too_long(r);
+      goto out;
     }
     n = read(fd, buf + have, cap - have);
     if (n < 0 && errno == EINTR)

@@ -371,8 +371,10 @@ int aa_replay_synth(const aa_replay_hist *h, const aa_replay_synth_config *cfg,
   size_t np = 0, i;
   uint64_t resid[AA_HIST_BUCKETS];
   uint64_t total = 0;
-  uint64_t *live = NULL;
+  uint64_t *live = NULL, *live_sz = NULL;
   size_t nlive = 0, livecap = 0;
+  uint64_t live_b = 0; /* live requested bytes */
+  const uint64_t cap_b = cfg != NULL ? cfg->live_bytes : 0;
   aa_replay_event batch[BATCH];
   size_t nb = 0;
   uint64_t next_ptr = 0x10000, ev_i = 0, lt;
@@ -428,24 +430,25 @@ int aa_replay_synth(const aa_replay_hist *h, const aa_replay_synth_config *cfg,
     aa_replay_event *e = &batch[nb];
     bool alloc;
 
+    uint64_t sz = 0;
+
     if (ev_i >= cfg->events) {
       alloc = false; /* draining */
     } else if (nlive == 0) {
       alloc = true;
+    } else if (cap_b > 0) {
+      /* P(alloc) = 1 - b / (2 B): the live bytes hover near B, the run's
+       * peak; a size that would go over it becomes a free */
+      alloc = live_b < cap_b && aa__rng_below(&rng, 2 * cap_b) >= live_b;
     } else if (nlive >= 2 * lt) {
       alloc = false;
     } else {
       /* P(alloc) = 1 - k / (2 L), in units of 1/(2L). */
       alloc = aa__rng_below(&rng, 2 * lt) >= nlive;
     }
-    e->time_ns = ev_i * cfg->time_step_ns;
-    e->stream = 0;
-    e->thread = 1;
-    e->line = ev_i + 1;
     if (alloc) {
       uint64_t u = aa__rng_below(&rng, total);
       size_t lo = 0, hi = np - 1;
-      uint64_t sz;
       while (lo < hi) { /* first pick with cum > u */
         size_t mid = lo + (hi - lo) / 2;
         if (picks[mid].cum > u)
@@ -458,27 +461,46 @@ int aa_replay_synth(const aa_replay_hist *h, const aa_replay_synth_config *cfg,
         sz += aa__rng_below(&rng, picks[lo].width);
       if (sz == 0)
         sz = 1;
+      if (cap_b > 0 && nlive > 0 && live_b + sz > cap_b)
+        alloc = false;
+    }
+    e->time_ns = ev_i * cfg->time_step_ns;
+    e->stream = 0;
+    e->thread = 1;
+    e->line = ev_i + 1;
+    if (alloc) {
       if (nlive == livecap) {
         size_t ncap = livecap == 0 ? 1024 : livecap * 2;
         uint64_t *nl = realloc(live, ncap * sizeof *nl);
+        uint64_t *ns;
         if (nl == NULL) {
           rc = AA_ENOMEM;
           goto out;
         }
         live = nl;
+        ns = realloc(live_sz, ncap * sizeof *ns);
+        if (ns == NULL) {
+          rc = AA_ENOMEM;
+          goto out;
+        }
+        live_sz = ns;
         livecap = ncap;
       }
       e->op = 'a';
       e->ptr = next_ptr;
       e->size = sz;
-      live[nlive++] = next_ptr;
+      live[nlive] = next_ptr;
+      live_sz[nlive++] = sz;
+      live_b += sz;
       next_ptr += 0x200;
     } else {
       uint64_t k = ev_i >= cfg->events ? nlive - 1 : aa__rng_below(&rng, nlive);
       e->op = 'f';
       e->ptr = live[k];
       e->size = 0;
+      live_b -= live_sz[k];
       live[k] = live[--nlive];
+      live_sz[k] = live_sz[nlive];
     }
     if (++nb == BATCH) {
       rc = sink(user, batch, nb);
@@ -495,6 +517,7 @@ out:
   else if (rc == AA_ERANGE)
     aa__errf(err, errcap, "synthesis: histogram counts overflow");
   free(live);
+  free(live_sz);
   free(picks);
   return rc;
 }

@@ -163,7 +163,7 @@ void *aa__small_alloc_slow(aa_pool *pool, size_t size, aa_stream stream) {
         pthread_mutex_unlock(&c->mu);
         if (aa__oom_retry(pool, &retried))
           continue;
-        atomic_fetch_add_explicit(&pool->ooms, 1, AA__RLX);
+        aa__oom_fail(pool, size, stream);
         return NULL;
       }
       got = aa__central_pop(pool, c, stream, buf, want);

@@ -36,6 +36,7 @@
  *   pagemap.c    address -> span
  *   stats.c      snapshots, the histogram, per-slot counter baselines
  *   inspect.c    aa_pool_reset_peaks, aa_pool_walk
+ *   oom.c        the out-of-memory observer and its record
  *   common.c     error strings, the clock
  *   backend_host.c  the host backend (its test hooks: test_hooks.h)
  *   strbuf.c     the string builder and JSON string writer every module
@@ -461,6 +462,7 @@ struct aa_pool {
   size_t hdr_align; /* slab headers are aligned to (and as large as) this */
   _Atomic uint64_t table_version;
   pthread_mutex_t class_mu;
+  int slots_reserved; /* empty slots held by prepared tables (class_mu) */
   aa__class classes[AA_MAX_CLASSES];
 
   pthread_mutex_t map_mu;
@@ -496,6 +498,10 @@ struct aa_pool {
   _Atomic uint32_t tflags; /* AA__TF_*: what the hot path must do */
   _Atomic(aa__trace_cb *) trace;
   aa__trace_cb *trace_all; /* every record ever set (class_mu) */
+  /* the OOM observer (oom.c): set and called under oom_mu */
+  pthread_mutex_t oom_mu;
+  aa_oom_fn oom_fn;
+  void *oom_user;
 
   /* record_stream of small blocks */
   pthread_mutex_t rs_mu;
@@ -518,6 +524,7 @@ struct aa_pool {
   uint64_t vmm_maps, vmm_unmaps; /* pages mapped and unmapped so far */
   uint64_t large_req;
   uint64_t large_allocs, large_frees;
+  uint64_t large_misses; /* large allocations that called the backend (a segment, page maps) */
 
   aa__pagemap map;
   _Atomic uint8_t size2cls[]; /* ntable entries, index (size-1)>>9 */
@@ -666,6 +673,11 @@ uint64_t aa__trace_seq_next(void);
 /* aa__trace with a sequence number taken earlier (a free takes it while it
  * still owns the block). */
 void aa__trace_at(aa_pool *pool, char op, const void *p, size_t size, aa_stream s, uint64_t seq);
+
+/* oom.c: the out-of-memory observer */
+/* Counts a failed request (pool->ooms) and, when an observer is set, reports
+ * what the pool looked like. No pool lock held; after the retry failed. */
+void aa__oom_fail(aa_pool *pool, size_t size, aa_stream stream);
 
 /* alloc.c: aa_alloc, its slow paths, counting each request */
 void *aa__small_alloc_slow(aa_pool *pool, size_t size, aa_stream stream);

@@ -377,6 +377,7 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
   bool passthrough = pool->cfg.large_mode == AA_LARGE_PASSTHROUGH;
   bool vmm = pool->vmm_page != 0;
   bool retried = false, reclaimed = false;
+  bool fresh = false; /* a new segment was made for this request */
   void *p = NULL;
   if (need < size) /* overflow */
     goto oom;
@@ -389,6 +390,7 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
   while (tc != NULL && tc->nlheld > 0)
     aa__lg_ltc_drop_locked(pool, tc, tc->nlheld - 1);
   (void)aa__lg_ltc_reclaim(pool, tc, false);
+  uint64_t maps0 = pool->vmm_maps;
   for (;;) {
     if (pool->lhash_n >= pool->lhash_cap && hash_grow(pool) != AA_OK)
       break;
@@ -421,6 +423,7 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
         continue;
       }
       c->stream = stream;
+      fresh = true;
     }
     if (!passthrough)
       split(pool, c, need);
@@ -444,6 +447,8 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
     pool->large_in_use += c->size;
     pool->large_req += size;
     pool->large_allocs++;
+    if (fresh || pool->vmm_maps != maps0)
+      pool->large_misses++; /* the backend was called for it: a miss (docs/stats.md) */
     p = (void *)c->base;
     uint64_t st = aa__lg_st_next_live(atomic_load_explicit(&c->state, AA__RLX));
     atomic_store_explicit(&c->state, st, AA__RLX);
@@ -459,7 +464,7 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
   if (p)
     return p;
 oom:
-  atomic_fetch_add_explicit(&pool->ooms, 1, AA__RLX);
+  aa__oom_fail(pool, size, stream);
   return NULL;
 }
 

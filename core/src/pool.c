@@ -186,6 +186,13 @@ static aa__class *empty_slot(aa_pool *pool) {
   return NULL;
 }
 
+/* Empty slots not held by a prepared table. Under class_mu. */
+static int avail_slots(aa_pool *pool, bool poll) {
+  int n = free_slots(pool, poll) - pool->slots_reserved;
+  aa__assert(pool->slots_reserved >= 0);
+  return n > 0 ? n : 0;
+}
+
 static int check_spec(const aa_pool *pool, const aa_class_spec *s) {
   if (s == NULL || s->block_size == 0 || s->block_size % AA_BLOCK_ALIGN != 0 ||
       s->block_size > pool->cfg.max_small || s->cache_limit > 65536 || s->prefill > (1u << 24))
@@ -247,13 +254,12 @@ int aa_pool_class_add(aa_pool *pool, const aa_class_spec *spec) {
   }
   c = find_state(pool, spec->block_size, AA__CLS_RETIRING);
   if (c == NULL) {
-    c = empty_slot(pool);
-    if (c == NULL && free_slots(pool, true) > 0)
-      c = empty_slot(pool);
-    if (c == NULL) {
+    if (avail_slots(pool, false) == 0 && avail_slots(pool, true) == 0) {
       rc = AA_ELIMIT;
       goto out;
     }
+    c = empty_slot(pool);
+    aa__assert(c != NULL);
   }
   slot_activate(pool, c, spec);
   fill_table(pool, NULL);
@@ -313,47 +319,101 @@ static int cmp_spec(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-int aa_pool_set_classes(aa_pool *pool, const aa_class_spec *specs, size_t n) {
+/* A class table validated and with its slots held (aa_pool_classes_prepare):
+ * committing it cannot fail. */
+struct aa_class_txn {
+  aa_pool *pool;
+  size_t n;
+  int reserved; /* empty slots held in pool->slots_reserved */
+  aa_class_spec v[AA_MAX_CLASSES];
+};
+
+int aa_pool_classes_prepare(aa_pool *pool, const aa_class_spec *specs, size_t n,
+                            aa_class_txn **out) {
+  aa_class_txn *t = NULL;
+  int rc = AA_EINVAL;
+  int need = 0;
+
+  if (out == NULL)
+    return AA_EINVAL;
+  *out = NULL;
   if (pool == NULL || specs == NULL || n == 0 || n > AA_MAX_CLASSES)
     return AA_EINVAL;
-  aa_class_spec v[AA_MAX_CLASSES];
+  t = malloc(sizeof *t);
+  if (t == NULL)
+    return AA_ENOMEM;
+  t->pool = pool;
+  t->n = n;
+  t->reserved = 0;
   for (size_t i = 0; i < n; i++) {
     if (check_spec(pool, &specs[i]) != AA_OK)
-      return AA_EINVAL;
-    v[i] = specs[i];
+      goto fail;
+    t->v[i] = specs[i];
   }
-  qsort(v, n, sizeof v[0], cmp_spec);
+  qsort(t->v, n, sizeof t->v[0], cmp_spec);
   for (size_t i = 1; i < n; i++) {
-    if (v[i].block_size == v[i - 1].block_size)
-      return AA_EINVAL;
+    if (t->v[i].block_size == t->v[i - 1].block_size)
+      goto fail;
   }
-  if (v[n - 1].block_size != pool->cfg.max_small)
-    return AA_EINVAL;
-  int rc = AA_OK;
+  if (t->v[n - 1].block_size != pool->cfg.max_small)
+    goto fail;
+  pthread_mutex_lock(&pool->class_mu);
+  /* the new sizes need empty slots; a retiring size is reactivated in place */
+  for (size_t i = 0; i < n; i++) {
+    if (!find_state(pool, t->v[i].block_size, AA__CLS_ACTIVE) &&
+        !find_state(pool, t->v[i].block_size, AA__CLS_RETIRING))
+      need++;
+  }
+  if (need > avail_slots(pool, false) && need > avail_slots(pool, true)) {
+    pthread_mutex_unlock(&pool->class_mu);
+    rc = AA_ELIMIT;
+    goto fail;
+  }
+  pool->slots_reserved += need;
+  t->reserved = need;
+  pthread_mutex_unlock(&pool->class_mu);
+  *out = t;
+  return AA_OK;
+fail:
+  free(t);
+  return rc;
+}
+
+void aa_pool_classes_abort(aa_class_txn *t) {
+  if (t == NULL)
+    return;
+  pthread_mutex_lock(&t->pool->class_mu);
+  t->pool->slots_reserved -= t->reserved;
+  aa__assert(t->pool->slots_reserved >= 0);
+  pthread_mutex_unlock(&t->pool->class_mu);
+  free(t);
+}
+
+/* Why the commit finds a slot for every new size: the slots it held were
+ * counted against every other taker (class_add, other prepared tables), and
+ * a size whose retiring class drained since the prepare needs one more slot
+ * but freed that slot by draining. */
+void aa_pool_classes_commit(aa_class_txn *t) {
+  aa_pool *pool;
   bool keep[AA_MAX_CLASSES] = {false};
   bool skip[AA_MAX_CLASSES] = {false};
   aa__class *target[AA_MAX_CLASSES];
+
+  if (t == NULL)
+    return;
+  pool = t->pool;
   pthread_mutex_lock(&pool->class_mu);
-  /* validate: enough free slots for the new sizes */
-  int need = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (!find_state(pool, v[i].block_size, AA__CLS_ACTIVE) &&
-        !find_state(pool, v[i].block_size, AA__CLS_RETIRING))
-      need++;
-  }
-  if (need > free_slots(pool, false) && need > free_slots(pool, true)) {
-    rc = AA_ELIMIT;
-    goto out;
-  }
-  /* apply: set / reactivate / add, then retire the rest */
-  for (size_t i = 0; i < n; i++) {
-    aa__class *c = find_state(pool, v[i].block_size, AA__CLS_ACTIVE);
+  pool->slots_reserved -= t->reserved;
+  aa__assert(pool->slots_reserved >= 0);
+  /* set / reactivate / add, then retire the rest */
+  for (size_t i = 0; i < t->n; i++) {
+    aa__class *c = find_state(pool, t->v[i].block_size, AA__CLS_ACTIVE);
     if (c == NULL)
-      c = find_state(pool, v[i].block_size, AA__CLS_RETIRING);
+      c = find_state(pool, t->v[i].block_size, AA__CLS_RETIRING);
     if (c == NULL)
       c = empty_slot(pool);
     aa__assert(c != NULL);
-    slot_activate(pool, c, &v[i]);
+    slot_activate(pool, c, &t->v[i]);
     keep[c - pool->classes] = true;
     target[i] = c;
   }
@@ -367,14 +427,19 @@ int aa_pool_set_classes(aa_pool *pool, const aa_class_spec *specs, size_t n) {
       slot_retire(pool, &pool->classes[i]);
   }
   bump(pool);
-out:
   pthread_mutex_unlock(&pool->class_mu);
-  if (rc == AA_OK) {
-    for (size_t i = 0; i < n; i++) {
-      if (v[i].prefill > 0)
-        (void)aa__class_prefill(pool, target[i]);
-    }
+  for (size_t i = 0; i < t->n; i++) {
+    if (t->v[i].prefill > 0)
+      (void)aa__class_prefill(pool, target[i]);
   }
+  free(t);
+}
+
+int aa_pool_set_classes(aa_pool *pool, const aa_class_spec *specs, size_t n) {
+  aa_class_txn *t = NULL;
+  int rc = aa_pool_classes_prepare(pool, specs, n, &t);
+  if (rc == AA_OK)
+    aa_pool_classes_commit(t);
   return rc;
 }
 
@@ -434,6 +499,7 @@ int aa_pool_new(const aa_pool_config *cfg, aa_pool **out) {
   pthread_mutex_init(&pool->tc_mu, NULL);
   pthread_mutex_init(&pool->rs_mu, NULL);
   pthread_mutex_init(&pool->large_mu, NULL);
+  pthread_mutex_init(&pool->oom_mu, NULL);
   pthread_mutexattr_t ma;
   pthread_mutexattr_init(&ma);
   /* short critical sections: spin a little before sleeping */
@@ -488,6 +554,7 @@ void aa_pool_destroy(aa_pool *pool) {
   pthread_mutex_destroy(&pool->tc_mu);
   pthread_mutex_destroy(&pool->rs_mu);
   pthread_mutex_destroy(&pool->large_mu);
+  pthread_mutex_destroy(&pool->oom_mu);
   free(pool);
 }
 

@@ -294,6 +294,7 @@ int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned opts) {
   uint64_t li = pool->large_in_use, lr = pool->large_reserved, ls = pool->nsegs,
            lq = pool->large_req;
   out->large_allocs = pool->large_allocs + lt_allocs;
+  out->large_misses = pool->large_misses;
   uint64_t lfrees = pool->large_frees + lt_frees;
   uint64_t lmaps = pool->vmm_maps, lunmaps = pool->vmm_unmaps;
   pthread_mutex_unlock(&pool->tc_mu);
@@ -431,6 +432,14 @@ static void jw_str(jw *w, const char *s) { aa__json_put(jw_put, w, s, strlen(s))
 
 static void jw_u64(jw *w, const char *key, uint64_t v) { jw_fmt(w, ",\"%s\":%" PRIu64, key, v); }
 
+/* ,"key":num/den with 6 decimals, or null when den is 0 (nothing counted). */
+static void jw_rate(jw *w, const char *key, uint64_t num, uint64_t den) {
+  if (den == 0)
+    jw_fmt(w, ",\"%s\":null", key);
+  else
+    jw_fmt(w, ",\"%s\":%.6f", key, (double)num / (double)den);
+}
+
 size_t aa_pool_stats_json(const aa_pool_stats *st, char *buf, size_t cap) {
   jw w = {buf, cap, 0};
   if (buf == NULL)
@@ -482,6 +491,13 @@ size_t aa_pool_stats_json(const aa_pool_stats *st, char *buf, size_t cap) {
   jw_u64(&w, "invalid_frees", st->invalid_frees);
   jw_u64(&w, "pending_blocks", st->pending_blocks);
   jw_u64(&w, "large_allocs", st->large_allocs);
+  jw_u64(&w, "large_misses", st->large_misses);
+  jw_rate(&w, "small_hit_rate", st->cache_hits, st->cache_hits + st->cache_misses);
+  jw_rate(&w, "overall_hit_rate",
+          st->allocs - (st->cache_misses + st->large_misses < st->allocs
+                            ? st->cache_misses + st->large_misses
+                            : st->allocs),
+          st->allocs);
   jw_u64(&w, "large_bytes_in_use", st->large_bytes_in_use);
   jw_u64(&w, "large_bytes_reserved", st->large_bytes_reserved);
   jw_u64(&w, "large_segments", st->large_segments);

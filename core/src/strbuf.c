@@ -3,7 +3,8 @@
  * runtime's answers) and the one JSON string writer (aa__json_put) that every
  * module writing JSON uses, whatever its buffer. Entry points:
  * aa__buf_append, aa__buf_printf, aa__buf_json_str, aa__buf_take,
- * aa__json_put.
+ * aa__json_put; and the one escaping rule of log lines (aa__log_escape,
+ * aa__log_line), which every module that writes to stderr uses.
  *
  * An allocation failure marks the buffer failed; later appends do nothing and
  * aa__buf_take reports AA_ENOMEM, so callers check once at the end.
@@ -219,4 +220,61 @@ int aa__buf_take(aa__buf *b, char **out, size_t *len) {
     *len = b->len;
   aa__buf_init(b);
   return AA_OK;
+}
+
+/* ------------------------------------------------------------------ log */
+
+size_t aa__log_escape(const char *s, char *out, size_t cap) {
+  static const char hex[] = "0123456789abcdef";
+  const unsigned char *u = (const unsigned char *)s;
+  size_t n = strlen(s), i = 0, w = 0;
+
+  if (cap == 0)
+    return 0;
+  while (i < n) {
+    char e[16];
+    size_t elen = 0, k = utf8_seq(u + i, n - i);
+    unsigned char c = u[i];
+    /* C1 controls (U+0080..U+009F: CSI is U+009B) act as escapes on some
+     * terminals: written as their bytes, like an invalid byte */
+    if (k == 2 && c == 0xC2 && u[i + 1] < 0xA0)
+      k = 0;
+    if (c == '\\') {
+      memcpy(e, "\\\\", 2);
+      elen = 2;
+      k = 1;
+    } else if (c == '\n' || c == '\r' || c == '\t') {
+      e[0] = '\\';
+      e[1] = c == '\n' ? 'n' : c == '\r' ? 'r'
+                                         : 't';
+      elen = 2;
+      k = 1;
+    } else if (c < 0x20 || c == 0x7F || k == 0) {
+      e[0] = '\\';
+      e[1] = 'x';
+      e[2] = hex[c >> 4];
+      e[3] = hex[c & 15];
+      elen = 4;
+      k = 1;
+    } else {
+      memcpy(e, u + i, k);
+      elen = k;
+    }
+    if (w + elen >= cap)
+      break; /* never half an escape or half a character */
+    memcpy(out + w, e, elen);
+    w += elen;
+    i += k;
+  }
+  out[w] = '\0';
+  return w;
+}
+
+void aa__log_line(const char *line) {
+  char esc[AA__LOG_LINE_MAX];
+  size_t n;
+  memcpy(esc, "adaptalloc: ", 12);
+  n = 12 + aa__log_escape(line, esc + 12, sizeof(esc) - 13);
+  esc[n++] = '\n';
+  fwrite(esc, 1, n, stderr);
 }

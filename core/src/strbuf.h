@@ -64,4 +64,17 @@ typedef void (*aa__put_fn)(void *sink, const char *s, size_t n);
 /* Writes s (n bytes) as a JSON string, quotes included, through put. */
 void aa__json_put(aa__put_fn put, void *sink, const char *s, size_t n);
 
+/* The one escaping rule of log lines, so that no value a line quotes (a
+ * model name, a path, a parser's message) can forge another line or drive
+ * the terminal: a backslash becomes \\, newline, CR and TAB \n \r \t,
+ * every other byte below 0x20, 0x7f, each byte that does not start a valid
+ * UTF-8 sequence and the bytes of a C1 control (U+0080..U+009F) \xNN; valid
+ * UTF-8 is kept. Writes at most cap - 1 bytes and a NUL into out (never half
+ * an escape or a character); returns the length written. */
+size_t aa__log_escape(const char *s, char *out, size_t cap);
+/* Writes "adaptalloc: <line escaped>\n" to stderr in one call; the escaped
+ * line is cut at AA__LOG_LINE_MAX bytes. */
+#define AA__LOG_LINE_MAX 4096
+void aa__log_line(const char *line);
+
 #endif

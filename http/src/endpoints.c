@@ -117,13 +117,15 @@ void aa__http_ep_stats(aa__http_state *st, const aa__http_req *req,
 }
 
 /* The server's own families. The policy version and the runtime's counters
- * come from the provider's metrics_extra. */
+ * come from the provider's metrics_extra, which then writes build_info too
+ * (with the model and rank the server does not know). */
 static void server_metrics(aa__http_state *st, aa__buf *b) {
-  aa__buf_printf(b,
-                 "# HELP adaptalloc_build_info Version of adaptalloc.\n"
-                 "# TYPE adaptalloc_build_info gauge\n"
-                 "adaptalloc_build_info{version=\"%d.%d.%d\"} 1\n",
-                 AA_VERSION_MAJOR, AA_VERSION_MINOR, AA_VERSION_PATCH);
+  if (st->prov.metrics_extra == NULL)
+    aa__buf_printf(b,
+                   "# HELP adaptalloc_build_info Version of adaptalloc.\n"
+                   "# TYPE adaptalloc_build_info gauge\n"
+                   "adaptalloc_build_info{version=\"%d.%d.%d\",model=\"\",rank=\"\"} 1\n",
+                   AA_VERSION_MAJOR, AA_VERSION_MINOR, AA_VERSION_PATCH);
   aa__buf_printf(
       b,
       "# HELP adaptalloc_http_requests_total HTTP requests answered, by status "
@@ -249,16 +251,38 @@ static int parse_if_match(const char *h, uint64_t *v) {
 }
 
 bool aa__http_if_none_match_hits(const char *h, const char *etag) {
-  const char *p;
   size_t n = strlen(etag);
 
   if (h == NULL || n == 0)
     return false;
   if (strcmp(h, "*") == 0)
     return true;
-  /* a list of tags; weak comparison is right for If-None-Match */
-  p = strstr(h, etag);
-  return p != NULL;
+  /* #entity-tag (RFC 9110 8.8.3, 13.1.2): [W/] "..." separated by commas
+   * and optional white space; each compared whole, weakly (the W/ prefix
+   * ignored), as If-None-Match asks. A list that does not parse matches
+   * nothing: x"3"y is not "3". */
+  for (;;) {
+    const char *q, *tag;
+    while (*h == ' ' || *h == '\t' || *h == ',')
+      h++;
+    if (*h == '\0')
+      return false;
+    if (h[0] == 'W' && h[1] == '/')
+      h += 2;
+    if (*h != '"')
+      return false;
+    q = strchr(h + 1, '"');
+    if (q == NULL)
+      return false;
+    tag = h;
+    h = q + 1;
+    while (*h == ' ' || *h == '\t')
+      h++;
+    if (*h != ',' && *h != '\0')
+      return false; /* x"3"y: not a list of tags at all */
+    if ((size_t)(q + 1 - tag) == n && memcmp(tag, etag, n) == 0)
+      return true;
+  }
 }
 
 static void ep_policy_get(aa__http_state *st, const aa__http_req *req,
@@ -464,6 +488,31 @@ void aa__http_ep_runs(aa__http_state *st, const aa__http_req *req,
   if (rc != AA_OK || out == NULL) {
     free(out);
     aa__http_provider_error(r, req, rc != AA_OK ? rc : AA_EIO, "runs (store)",
+                            rc == AA_ENOTSUP ? "store disabled" : NULL);
+    return;
+  }
+  aa__http_set_body(r, 200, CT_JSON, out, len);
+}
+
+void aa__http_ep_oom(aa__http_state *st, const aa__http_req *req, aa__http_resp *r) {
+  static const char *const allowed[] = {"limit", NULL};
+  int64_t limit = 0;
+  char *out = NULL;
+  size_t len = 0;
+  int rc;
+
+  if (!check_args(r, req, allowed))
+    return;
+  if (!query_int(r, req, "limit", 1, 10000, &limit, "an integer from 1 to 10000"))
+    return;
+  if (st->prov.oom_json == NULL) {
+    aa__http_unavailable(r, req, "oom");
+    return;
+  }
+  rc = st->prov.oom_json(st->prov.user, limit, &out, &len);
+  if (rc != AA_OK || out == NULL) {
+    free(out);
+    aa__http_provider_error(r, req, rc != AA_OK ? rc : AA_EIO, "oom",
                             rc == AA_ENOTSUP ? "store disabled" : NULL);
     return;
   }

@@ -72,6 +72,8 @@ typedef struct aa__http_req {
 
 /* ------------------------------------------------------------ head (head.c) */
 
+#define AA__HTTP_PATH_CAP 128 /* a head's path as error documents quote it */
+
 typedef struct aa__http_head_limits {
   size_t max_head;     /* request line + headers, bytes */
   size_t max_target;   /* the request target, bytes */
@@ -84,10 +86,10 @@ typedef struct aa__http_head_limits {
 #define AA__HTTP_MAX_FIELDS 100
 
 typedef struct aa__http_head {
-  int status;     /* 0: acceptable; else the 4xx/505 to answer */
-  char why[200];  /* the reason, for the error document */
-  char path[128]; /* the target's path (printable ASCII), for the document */
-  size_t len;     /* bytes of the head, the blank line included */
+  int status;                   /* 0: acceptable; else the 4xx/505 to answer */
+  char why[200];                /* the reason, for the error document */
+  char path[AA__HTTP_PATH_CAP]; /* the target's path (printable ASCII), for the document */
+  size_t len;                   /* bytes of the head, the blank line included */
   bool http10;
   bool chunked;            /* Transfer-Encoding: chunked (acceptable heads) */
   uint64_t content_length; /* the body's bytes when Content-Length is given */

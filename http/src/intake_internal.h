@@ -60,19 +60,21 @@ typedef struct entry {
   socklen_t alen;
   char ip[64];
   /* the relay (MHD_* states) */
-  int mode;               /* M_* */
-  bool c_rd, c_wr;        /* the client's socket: may have bytes / room */
-  bool p_rd, p_wr;        /* our end of the pair: may have bytes / room */
-  bool c_hup, p_hup;      /* its end of input was reported: no event follows */
-  bool peer_eof;          /* libmicrohttpd closed its end: no more answers */
-  uint64_t pass_left;     /* M_PASS */
-  int next;               /* M_PASS: the mode after it */
-  unsigned reqs_fwd;      /* heads relayed */
-  unsigned reqs_begun;    /* heads libmicrohttpd handed to the handler */
-  unsigned reqs_done;     /* requests libmicrohttpd finished answering */
-  unsigned answer_after;  /* M_STOP: answers owed before we end it */
-  bool drained;           /* M_STOP: the pair was read after the last one */
-  unsigned close_at;      /* the request (1-based) after which to close; 0: none */
+  int mode;              /* M_* */
+  bool c_rd, c_wr;       /* the client's socket: may have bytes / room */
+  bool p_rd, p_wr;       /* our end of the pair: may have bytes / room */
+  bool c_hup, p_hup;     /* its end of input was reported: no event follows */
+  bool peer_eof;         /* libmicrohttpd closed its end: no more answers */
+  uint64_t pass_left;    /* M_PASS */
+  int next;              /* M_PASS: the mode after it */
+  unsigned reqs_fwd;     /* heads relayed */
+  unsigned reqs_begun;   /* heads libmicrohttpd handed to the handler */
+  unsigned reqs_done;    /* requests libmicrohttpd finished answering */
+  unsigned answer_after; /* M_STOP: answers owed before we end it */
+  bool drained;          /* M_STOP: the pair was read after the last one */
+  unsigned close_at;     /* the request (1-based) after which to close; 0: none */
+  /* the path of the request in progress (its body's refusals name it) */
+  char path[AA__HTTP_PATH_CAP];
   aa__http_head *refusal; /* a refused later head, answered last */
   char *out;              /* answer bytes the client has not taken yet */
   size_t out_len, out_off;

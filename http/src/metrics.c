@@ -5,12 +5,17 @@
  * Every family is written once with its HELP and TYPE lines, then one sample
  * per pool (or per pool and size bucket). Labels: pool (the pool name),
  * backend ("host", "cuda", "pinned"...), device (the CUDA ordinal, "cpu" for
- * host memory), region (only on a region's pool: its name) and, on per-class families, size_le: the classes are summed
- * into fixed block-size buckets (1 KiB, 4 KiB, ... 64 MiB, +Inf), every
- * bucket always written, so the series set does not change as the policy
+ * host memory), region (only on a region's pool: its name) and, on per-class
+ * families, size_le: the classes are summed into fixed block-size buckets,
+ * each bound inclusive and written as the request-size histogram writes its
+ * le (1023, 4095, ... 67108863, +Inf: size_le="4095" and le="4095" are the
+ * same bound). Per bucket, not cumulative: promtool refuses le itself on a
+ * family that is not a histogram. Every bucket is always written, so the
+ * series set does not change as the policy
  * loop adds and retires classes. With a carry (aa__metrics_carry, kept by
  * the server) the counters of a class that leaves the table stay in its
- * bucket, so per-bucket counters never go down.
+ * bucket, so per-bucket counters never go down. Time is written in seconds
+ * (adaptalloc_backend_seconds_total from backend_ns).
  *
  * The request-size histogram is rebuilt from core's quarter-doubling buckets
  * (aa_hist_bucket_lower): one Prometheus bucket per doubling, with an
@@ -28,7 +33,8 @@
 #include "http_internal.h"
 
 typedef enum { GAUGE,
-               COUNTER } kind_t;
+               COUNTER,
+               SECONDS /* a counter of nanoseconds, written in seconds */ } kind_t;
 
 typedef struct {
   const char *name;
@@ -102,6 +108,24 @@ static const family_t pool_families[] = {
        COUNTER, invalid_frees),
     PF("adaptalloc_large_allocs_total", "Allocations on the large path.",
        COUNTER, large_allocs),
+    PF("adaptalloc_large_misses_total",
+       "Large-path allocations that called the backend (a new segment or page maps).",
+       COUNTER, large_misses),
+    PF("adaptalloc_backend_seconds_total",
+       "Time spent inside backend alloc, free, map and unmap calls.", SECONDS,
+       backend_ns),
+    PF("adaptalloc_large_held_bytes",
+       "Large blocks freed into threads' caches and held there now.", GAUGE,
+       large_bytes_held),
+    PF("adaptalloc_large_held_reclaims_total",
+       "Held large blocks taken back from a thread's cache.", COUNTER,
+       large_held_reclaims),
+    PF("adaptalloc_stream_queries_total",
+       "Stream idle queries made before recording an event for freed blocks.",
+       COUNTER, stream_queries),
+    PF("adaptalloc_stream_idle_total",
+       "Stream queries that found the stream idle (no event needed).", COUNTER,
+       stream_idle),
 };
 
 #define CF(n, h, k, f) \
@@ -132,20 +156,23 @@ static const family_t class_families[] = {
 #define NBUCKETS 10 /* 1 KiB * 4^k for k = 0..8, then +Inf */
 #define NCOUNTERS 4 /* allocs, frees, hits, misses */
 
+/* The bucket of a block size: the first upper bound 1024 * 4^k - 1 at or
+ * above it (inclusive, the request-size histogram's convention: "1023" holds
+ * the blocks below 1 KiB). */
 static unsigned size_bucket(uint64_t block_size) {
   unsigned b = 0;
-  uint64_t le = 1024;
+  uint64_t le = 1023;
   while (b + 1 < NBUCKETS && block_size > le) {
     b++;
-    le *= 4;
+    le = le * 4 + 3;
   }
   return b;
 }
 
 static const char *bucket_label(unsigned b) {
   static const char *const names[NBUCKETS] = {
-      "1024", "4096", "16384", "65536", "262144",
-      "1048576", "4194304", "16777216", "67108864", "+Inf"};
+      "1023", "4095", "16383", "65535", "262143",
+      "1048575", "4194303", "16777215", "67108863", "+Inf"};
   return names[b];
 }
 
@@ -511,10 +538,18 @@ int aa__http_render_metrics_carry(const aa_pool_stats *pools, size_t n,
     const family_t *fam = &pool_families[f];
     size_t nl = strlen(fam->name);
     family_head(&b, fam->name, fam->help,
-                fam->kind == COUNTER ? "counter" : "gauge");
-    for (p = 0; p < n; p++)
-      sample_line(&b, fam->name, nl, &labels[p], NULL, 0,
-                  field(&pools[p], fam));
+                fam->kind == GAUGE ? "gauge" : "counter");
+    for (p = 0; p < n; p++) {
+      uint64_t v = field(&pools[p], fam);
+      if (fam->kind != SECONDS) {
+        sample_line(&b, fam->name, nl, &labels[p], NULL, 0, v);
+        continue;
+      }
+      aa__buf_append(&b, fam->name, nl);
+      aa__buf_append(&b, labels[p].text, labels[p].len);
+      aa__buf_printf(&b, "} %llu.%09llu\n", (unsigned long long)(v / 1000000000u),
+                     (unsigned long long)(v % 1000000000u));
+    }
   }
   for (f = 0; f < sizeof class_families / sizeof class_families[0]; f++) {
     const family_t *fam = &class_families[f];

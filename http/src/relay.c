@@ -23,6 +23,8 @@
 /* A good head: what of the client's stream libmicrohttpd may have now. */
 static void start_request(entry *e, const aa__http_head *h) {
   e->reqs_fwd++;
+  /* the path its body's refusals name (a chunk framing error's document) */
+  memcpy(e->path, h->path, sizeof e->path);
   e->mode = M_PASS;
   if (h->chunked) {
     /* its chunks are checked one by one too; it is the last request the
@@ -187,6 +189,8 @@ static int forward(aa__intake *in, entry *e) {
                    "complete");
     r = -1;
   }
+  if (r < 0 && e->mode != M_HEAD)
+    memcpy(h.path, e->path, sizeof h.path); /* inside its body: its path */
   if (r < 0) {
     /* refused: answered after the answers before it; a request cut short
      * (a chunked body) is never answered by libmicrohttpd */

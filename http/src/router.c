@@ -93,6 +93,31 @@ bool aa__http_token_equal(const char *given, size_t given_len,
 
 /* ------------------------------------------------------------ access */
 
+bool aa__http_canonical_loopback4(const char *h) {
+  /* exactly four parts, each 0..255 in decimal without leading zeros, the
+   * first 127: "127.0.0.1", "127.1.2.3". Not the forms inet_aton also reads
+   * ("127.1", "127.000.0.1", "127.0000", "0x7f.0.0.1"): a check that lets
+   * them pass has to agree with every resolver on what they mean. */
+  int parts = 0;
+  if (strncmp(h, "127.", 4) != 0)
+    return false;
+  while (*h != '\0') {
+    unsigned v = 0;
+    int nd = 0;
+    while (h[nd] >= '0' && h[nd] <= '9' && nd < 4)
+      v = v * 10u + (unsigned)(h[nd++] - '0');
+    if (nd == 0 || nd > 3 || v > 255 || (nd > 1 && h[0] == '0'))
+      return false;
+    h += nd;
+    parts++;
+    if (*h == '.' && parts < 4)
+      h++;
+    else if (*h != '\0')
+      return false;
+  }
+  return parts == 4;
+}
+
 static bool host_is_loopback(const char *host) {
   char h[256];
 
@@ -103,14 +128,7 @@ static bool host_is_loopback(const char *host) {
     return false;
   if (strcmp(h, "::1") == 0 || strcasecmp(h, "localhost") == 0)
     return true;
-  if (strncmp(h, "127.", 4) == 0) {
-    size_t i;
-    for (i = 4; h[i] != '\0'; i++)
-      if ((h[i] < '0' || h[i] > '9') && h[i] != '.')
-        return false;
-    return true;
-  }
-  return false;
+  return aa__http_canonical_loopback4(h);
 }
 
 /* "Bearer <token>" -> the token (not NUL-terminated), or NULL. */
@@ -175,6 +193,7 @@ static const route_t routes[] = {
     {"/history", ALLOW_GET, aa__http_ep_history},
     {"/runs", ALLOW_GET, aa__http_ep_runs},
     {"/segments", ALLOW_GET, aa__http_ep_segments},
+    {"/oom", ALLOW_GET, aa__http_ep_oom},
 };
 
 static bool method_allowed(const char *allow, const char *method) {

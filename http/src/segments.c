@@ -10,6 +10,11 @@
  * entries into an array, and the JSON is written after the walk. Neighbouring free pieces
  * are merged. At most SEG_MAX segments and PIECE_MAX pieces are listed
  * ("truncated": true beyond); the totals count everything.
+ *
+ * No address is served: a segment is named by its place in the walk
+ * ("id": 0, 1, ...) and placed by its offset from the lowest segment served,
+ * since heap and device addresses defeat ASLR for anyone who can connect
+ * (docs/security.md, "What each read reveals").
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -132,12 +137,20 @@ int aa_http_segments_json(aa_pool *pool, char **out, size_t *len) {
                  (unsigned long long)w.total_segments,
                  (unsigned long long)w.total_bytes,
                  (unsigned long long)w.used_bytes, w.truncated ? "true" : "false");
+  uintptr_t lowest = UINTPTR_MAX;
+  for (i = 0; i < w.nsegs; i++)
+    if (w.segs[i].address < lowest)
+      lowest = w.segs[i].address;
   for (i = 0; i < w.nsegs; i++) {
     const seg_t *s = &w.segs[i];
+    /* offset: from the lowest segment served, so that the dashboard can see
+     * which runs of an expandable reservation are contiguous without any
+     * absolute address leaving the process */
     aa__buf_printf(&b,
-                   "%s{\"address\":\"0x%llx\",\"size\":%llu,\"used\":%llu,"
+                   "%s{\"id\":%zu,\"offset\":%llu,\"size\":%llu,\"used\":%llu,"
                    "\"expandable\":%s,\"pieces\":[",
-                   i > 0 ? "," : "", (unsigned long long)s->address,
+                   i > 0 ? "," : "", i,
+                   (unsigned long long)(s->address - lowest),
                    (unsigned long long)s->size, (unsigned long long)s->used,
                    (s->flags & AA_WALK_EXPANDABLE) != 0 ? "true" : "false");
     for (j = 0; j < s->npieces; j++) {

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #include "adaptalloc/policy.h"
 #include "adaptalloc/runtime.h"
 #include "runtime_internal.h"
+#include "strbuf.h" /* aa__log_line */
 
 _Static_assert(AA_RUNTIME_MAX_REGIONS == AA_POLICY_MAX_REGIONS,
                "a policy section for every region the runtime can have");
@@ -43,11 +45,11 @@ void aa_runtime_config_init(aa_runtime_config *cfg) {
 
 void aa__rt_log(const char *fmt, ...) {
   va_list ap;
-  char line[512];
+  char line[AA__LOG_LINE_MAX];
   va_start(ap, fmt);
   vsnprintf(line, sizeof(line), fmt, ap);
   va_end(ap);
-  fprintf(stderr, "adaptalloc: %s\n", line);
+  aa__log_line(line); /* every value it quotes escaped: one line, always */
 }
 
 static const char *pick(const char *explicit_value, const char *env_name,
@@ -79,6 +81,55 @@ static void copy_setting(char *dst, size_t cap, const char *src,
     memcpy(dst, src, n + 1);
 }
 
+bool aa__rt_is_off(const char *v) { return v != NULL && strcasecmp(v, "off") == 0; }
+
+int aa__rt_token_check(const char *token, char *why, size_t cap) {
+  for (size_t i = 0; token[i] != '\0'; i++) {
+    unsigned char c = (unsigned char)token[i];
+    if (c > 0x20 && c < 0x7F)
+      continue;
+    snprintf(why, cap,
+             "byte %zu of %zu is 0x%02x%s; a token is printable ASCII without "
+             "spaces (0x21 to 0x7e), the bytes a client can send after "
+             "\"Bearer \"",
+             i + 1, strlen(token), c,
+             c == '\n' && token[i + 1] == '\0' ? " (a trailing newline)"
+             : c == '\r' || c == '\n'          ? " (a line break)"
+             : c == ' '                        ? " (a space)"
+             : c < 0x20 || c == 0x7F           ? " (a control byte)"
+                                               : " (not ASCII)");
+    return AA_EINVAL;
+  }
+  return AA_OK;
+}
+
+int aa__rt_model_check(const char *model, char *why, size_t cap) {
+  size_t n = strlen(model);
+  if (n == 0) {
+    snprintf(why, cap, "it is empty");
+    return AA_EINVAL;
+  }
+  if (model[0] == '.') {
+    snprintf(why, cap, "it starts with a dot (\".\", \"..\" and hidden names "
+                       "are not model names)");
+    return AA_EINVAL;
+  }
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)model[i];
+    if (c == '/' || c == '\\') {
+      snprintf(why, cap, "byte %zu is '%c' (a model name is a plain name: "
+                         "no directory part)",
+               i + 1, c);
+      return AA_EINVAL;
+    }
+    if (c < 0x20 || c == 0x7F) {
+      snprintf(why, cap, "byte %zu is the control byte 0x%02x", i + 1, c);
+      return AA_EINVAL;
+    }
+  }
+  return AA_OK;
+}
+
 #ifndef AA_INSTALLED_POLICY_DIR
 #define AA_INSTALLED_POLICY_DIR ""
 #endif
@@ -96,6 +147,7 @@ const char *aa__rt_default_policy_dir(const char *local, const char *installed) 
 
 static void rt_read_config(const aa_runtime_config *cfg) {
   aa_runtime_config empty;
+  char why[256];
   bool refused;
   if (cfg == NULL) {
     aa_runtime_config_init(&empty);
@@ -104,6 +156,15 @@ static void rt_read_config(const aa_runtime_config *cfg) {
   copy_setting(aa__rt.model, sizeof(aa__rt.model),
                pick(cfg->model, "ADAPTALLOC_MODEL", "default"),
                "ADAPTALLOC_MODEL", &refused);
+  if (!refused && aa__rt_model_check(aa__rt.model, why, sizeof(why)) != AA_OK) {
+    /* the name is not echoed whole here: the log line escapes it anyway,
+     * but a name that is a path is not worth repeating */
+    aa__rt_log("ADAPTALLOC_MODEL is not a plain name: %s; a model name has "
+               "no '/' or '\\', does not start with a dot and holds no control "
+               "byte: refused, the model is \"default\"",
+               why);
+    refused = true;
+  }
   if (refused)
     snprintf(aa__rt.model, sizeof(aa__rt.model), "default");
   copy_setting(aa__rt.policy_path, sizeof(aa__rt.policy_path),
@@ -127,11 +188,25 @@ static void rt_read_config(const aa_runtime_config *cfg) {
   /* a token that cannot be held whole keeps the server off: serving with a
    * shorter one (or none) would accept what the operator never set */
   aa__rt.http_refused = aa__rt.http_refused || refused;
+  /* a token no client can send (a trailing newline from `$(cat file)`, a
+   * control byte) keeps it off too: served, it would make the policy
+   * unchangeable while telemetry stayed open, and serving without it would
+   * open the policy to every client. The token itself is never logged. */
+  if (!refused && aa__rt_token_check(aa__rt.token, why, sizeof(why)) != AA_OK) {
+    aa__rt_log("ADAPTALLOC_TOKEN is refused: %s; the server stays off", why);
+    explicit_bzero(aa__rt.token, sizeof(aa__rt.token));
+    aa__rt.http_refused = true;
+  }
   if (cfg->trace >= 0) {
     aa__rt.trace = cfg->trace != 0;
   } else {
     const char *t = getenv("ADAPTALLOC_TRACE");
     aa__rt.trace = t != NULL && strcmp(t, "1") == 0;
+    if (t != NULL && t[0] != '\0' && !aa__rt.trace && strcmp(t, "0") != 0 &&
+        !aa__rt_is_off(t))
+      aa__rt_log("ADAPTALLOC_TRACE is \"%s\": expected 1 (on), or 0 or off; "
+                 "tracing stays off",
+                 t);
   }
   aa__rt.quiet = cfg->quiet;
   if (getenv("ADAPTALLOC_QUIET") != NULL)

@@ -220,13 +220,33 @@ static int prov_metrics_extra(void *user, char **out, size_t *len) {
   else
     rank[0] = '\0';
   /* One series per process: joins the pool series to the run in the store
-   * (run), the policy file (model) and the build (version). */
+   * (run), the policy file (model) and the build (version). build_info is
+   * the same process seen as a build: the server leaves it to this provider
+   * (http.h, metrics_extra). */
   aa__buf_printf(&sb,
                  "# HELP adaptalloc_info The run this process is: model, store run id, rank, version.\n"
                  "# TYPE adaptalloc_info gauge\n"
-                 "adaptalloc_info{model=\"%s\",run=\"%lld\",rank=\"%s\",version=\"%d.%d.%d\"} 1\n",
+                 "adaptalloc_info{model=\"%s\",run=\"%lld\",rank=\"%s\",version=\"%d.%d.%d\"} 1\n"
+                 "# HELP adaptalloc_build_info The library version, the model and RANK (empty: unset).\n"
+                 "# TYPE adaptalloc_build_info gauge\n"
+                 "adaptalloc_build_info{version=\"%d.%d.%d\",model=\"%s\",rank=\"%s\"} 1\n",
                  model, (long long)svc.run_id, rank, AA_VERSION_MAJOR, AA_VERSION_MINOR,
-                 AA_VERSION_PATCH);
+                 AA_VERSION_PATCH, AA_VERSION_MAJOR, AA_VERSION_MINOR, AA_VERSION_PATCH, model,
+                 rank);
+  {
+    /* the runtime's start as Unix time: now, less the time since it */
+    struct timespec ts;
+    double start = 0.0;
+    if (clock_gettime(CLOCK_REALTIME, &ts) == 0)
+      start = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 -
+              (double)(aa_now_ns() - aa__rt.started_ns) / 1e9;
+    aa__buf_printf(&sb,
+                   "# HELP adaptalloc_process_start_time_seconds Start of this process's "
+                   "adaptalloc runtime, Unix time.\n"
+                   "# TYPE adaptalloc_process_start_time_seconds gauge\n"
+                   "adaptalloc_process_start_time_seconds %.3f\n",
+                   start);
+  }
   aa__buf_printf(&sb,
                  "# HELP adaptalloc_policy_version Version of the policy in force.\n"
                  "# TYPE adaptalloc_policy_version gauge\n"
@@ -248,6 +268,33 @@ static int prov_metrics_extra(void *user, char **out, size_t *len) {
                  (unsigned long long)atomic_load(&svc.policy_rejects),
                  (unsigned long long)atomic_load(&svc.classes_added),
                  (unsigned long long)atomic_load(&svc.classes_retired));
+  if (svc.loop != NULL) {
+    aa_adapt_counters lc;
+    aa_adapt_loop_counters(svc.loop, &lc);
+    aa__buf_printf(&sb,
+                   "# HELP adaptalloc_adapt_steps_total Steps of the policy loop.\n"
+                   "# TYPE adaptalloc_adapt_steps_total counter\n"
+                   "adaptalloc_adapt_steps_total %llu\n"
+                   "# HELP adaptalloc_adapt_decisions_total Decisions the policy loop made.\n"
+                   "# TYPE adaptalloc_adapt_decisions_total counter\n"
+                   "adaptalloc_adapt_decisions_total %llu\n"
+                   "# HELP adaptalloc_adapt_rejected_by_replay_total Class changes not applied: "
+                   "the replay predicted no gain.\n"
+                   "# TYPE adaptalloc_adapt_rejected_by_replay_total counter\n"
+                   "adaptalloc_adapt_rejected_by_replay_total %llu\n"
+                   "# HELP adaptalloc_adapt_grows_total Grow or prefill decisions applied.\n"
+                   "# TYPE adaptalloc_adapt_grows_total counter\n"
+                   "adaptalloc_adapt_grows_total %llu\n"
+                   "# HELP adaptalloc_adapt_trims_total Trims applied.\n"
+                   "# TYPE adaptalloc_adapt_trims_total counter\n"
+                   "adaptalloc_adapt_trims_total %llu\n"
+                   "# HELP adaptalloc_adapt_apply_failures_total Decisions the core refused.\n"
+                   "# TYPE adaptalloc_adapt_apply_failures_total counter\n"
+                   "adaptalloc_adapt_apply_failures_total %llu\n",
+                   (unsigned long long)lc.steps, (unsigned long long)lc.decisions,
+                   (unsigned long long)lc.rejected, (unsigned long long)lc.grows,
+                   (unsigned long long)lc.trims, (unsigned long long)lc.apply_failures);
+  }
   if (svc.store != NULL) {
     aa_store_stats ss;
     aa_store_stats_get(svc.store, &ss);
@@ -383,6 +430,50 @@ static int prov_runs_json(void *user, char **out, size_t *len) {
   return rc;
 }
 
+/* The live record, then with limit the store's: one object. */
+static int prov_oom_json(void *user, int64_t limit, char **out, size_t *len) {
+  char *live = NULL, *stored = NULL, *s = NULL;
+  size_t n = 0;
+  int rc;
+  (void)user;
+  *out = NULL;
+  *len = 0;
+  rc = aa_runtime_oom_json(&live, &n);
+  if (rc != AA_OK || limit <= 0) {
+    *out = live;
+    *len = rc == AA_OK ? n : 0;
+    return rc;
+  }
+  if (svc.store == NULL) {
+    rc = AA_ENOTSUP;
+    goto done;
+  }
+  aa_store_query q;
+  aa_store_query_init(&q);
+  q.run_id = svc.run_id;
+  q.limit = (uint32_t)limit;
+  rc = aa_store_ooms_json(aa_store_db_path(svc.store), &q, &stored);
+  if (rc != AA_OK)
+    goto done;
+  size_t ns = strlen(stored);
+  s = malloc(n + ns + 16);
+  if (s == NULL) {
+    rc = AA_ENOMEM;
+    goto done;
+  }
+  /* live is {"count":..,"last":..}: drop its "}" and add "stored" */
+  memcpy(s, live, n - 1);
+  memcpy(s + n - 1, ",\"stored\":", 10);
+  memcpy(s + n + 9, stored, ns);
+  memcpy(s + n + 9 + ns, "}", 2);
+  *out = s;
+  *len = n + 10 + ns;
+done:
+  free(live);
+  free(stored);
+  return rc;
+}
+
 void aa__rt_start_http(void) {
   aa_http_config cfg;
   aa_http_provider prov;
@@ -419,6 +510,7 @@ void aa__rt_start_http(void) {
   prov.history_json = prov_history_json;
   prov.segments_json = prov_segments_json;
   prov.runs_json = prov_runs_json;
+  prov.oom_json = prov_oom_json;
   err[0] = '\0';
   rc = aa_http_new(&cfg, &prov, &svc.http, err, sizeof(err));
   if (rc != AA_OK) {

@@ -3,7 +3,8 @@
  * runtime_services.c (store, loop, ticker, the services' state),
  * runtime_policy.c (the policy in force) and
  * runtime_http.c (the server's callbacks and start, the in-process /stats
- * and /policy calls); runtime_json.c is the /history merge.
+ * and /policy calls); runtime_json.c is the /history merge; runtime_oom.c
+ * the out-of-memory records.
  */
 #ifndef AA_RUNTIME_INTERNAL_H
 #define AA_RUNTIME_INTERNAL_H
@@ -83,6 +84,16 @@ void aa__rt_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * when that is one, else local. */
 const char *aa__rt_default_policy_dir(const char *local, const char *installed);
 
+/* Whether an environment value is "off", in any case: the one rule of
+ * ADAPTALLOC_DB, ADAPTALLOC_HTTP and ADAPTALLOC_TRACE. */
+bool aa__rt_is_off(const char *v);
+/* AA_OK when token can be sent in "Authorization: Bearer <token>": bytes
+ * 0x21..0x7e only. Else AA_EINVAL and why names the byte (never the token). */
+int aa__rt_token_check(const char *token, char *why, size_t cap);
+/* AA_OK when model is a plain name: not empty, no '/' or '\\', no leading
+ * dot, no byte below 0x20 or 0x7f. Else AA_EINVAL and why says which rule. */
+int aa__rt_model_check(const char *model, char *why, size_t cap);
+
 /* Copies up to cap of the live pools into out; returns how many. */
 size_t aa__rt_pools_snapshot(aa_pool **out, size_t cap);
 
@@ -120,8 +131,9 @@ typedef struct aa__rt_services {
   atomic_uint_fast64_t policy_rejects;
 } aa__rt_services;
 extern aa__rt_services aa__rt_svc;
-/* Whether an environment value is "off". */
-bool aa__rt_is_off(const char *v);
+/* in replaced into out with every "{rank}" expanded (LOCAL_RANK, else
+ * RANK, else 0); false, and out empty, when it does not fit in cap. */
+bool aa__rt_expand_rank(const char *in, char *out, size_t cap);
 /* This process's rank: $RANK, or -1 when it is not set. */
 int aa__rt_env_rank(void);
 
@@ -132,8 +144,6 @@ void aa__rt_load_start_policy(void);
 /* Reads the policy's telemetry settings into the services' atomics. Called
  * with policy_lock held. */
 void aa__rt_adopt_telemetry(const aa_policy *p);
-/* A pool's backend kind as the policy names it: "device", "pinned", "host". */
-const char *aa__rt_pool_kind(const aa_pool *pool);
 /* Installs `next` (validated) as the policy in force: applies it, bumps the
  * version, logs the change to the store. Takes ownership of next. A `next`
  * equal to the policy in force changes nothing (no apply, no new version, no
@@ -167,12 +177,14 @@ void aa__rt_services_end_run(uint32_t limit_ms, void (*detached)(void));
  * is created. Never fails the pool for a policy problem. */
 int aa__rt_pool_config(const char *kind, const char *region,
                        aa_pool_config *cfg);
+/* runtime_oom.c: out-of-memory records */
+/* Sets the runtime's OOM observer on a new pool. */
+void aa__rt_oom_watch(aa_pool *pool);
+/* Hands the records reported since the last call to the store (NULL: they
+ * are dropped; the last one stays for aa_runtime_last_oom). The ticker. */
+void aa__rt_oom_drain(aa_store *store);
+
 /* Hooks a new pool into the policy, the loop, the store and traces. */
 void aa__rt_pool_created(aa_pool *pool);
-/* The policy section of a live pool under p: "regions.<r>" for a pool of
- * region r when p has that section, else its backend's ("device", "pinned",
- * "host"). Written into buf (cap bytes); returns buf. */
-const char *aa__rt_pool_section(const aa_policy *p, const aa_pool *pool,
-                                char *buf, size_t cap);
 
 #endif

@@ -44,8 +44,6 @@ aa__rt_services aa__rt_svc = {
     .ticker_cond = PTHREAD_COND_INITIALIZER,
 };
 
-bool aa__rt_is_off(const char *v) { return strcmp(v, "off") == 0; }
-
 /* ------------------------------------------------------------------ loop */
 
 /* Records a decision the loop applied: a new policy version whose class
@@ -79,7 +77,7 @@ static void on_loop_decision(void *user, aa_pool *pool, const aa_adapt_decision 
     aa__buf_printf(&patch, "{\"pools\":{\"regions\":{\"%s\":{\"classes\":[",
                    aa_pool_region(pool));
   else
-    aa__buf_printf(&patch, "{\"pools\":{\"%s\":{\"classes\":[", aa__rt_pool_kind(pool));
+    aa__buf_printf(&patch, "{\"pools\":{\"%s\":{\"classes\":[", aa_policy_pool_kind(pool));
   for (i = 0; i < n && i < AA_MAX_CLASSES; i++)
     aa__buf_printf(&patch, "%s{\"size\":%zu,\"cache_limit\":%u,\"prefill\":%u}",
                    i ? "," : "", specs[i].block_size, specs[i].cache_limit,
@@ -129,25 +127,36 @@ static void start_loop(void) {
 
 /* ------------------------------------------------------------------ store */
 
-/* ADAPTALLOC_DB may hold "{rank}": replaced by LOCAL_RANK (or RANK, else 0)
- * so that ranks on one host write distinct files. False when the result
- * does not fit in cap (out is then empty: never a shortened path). */
-static bool expand_rank(const char *in, char *out, size_t cap) {
+/* ADAPTALLOC_DB may hold "{rank}", any number of times: each is replaced by
+ * LOCAL_RANK (or RANK, else 0) so that ranks on one host write distinct
+ * files. False when the result does not fit in cap (out is then empty:
+ * never a shortened path). */
+bool aa__rt_expand_rank(const char *in, char *out, size_t cap) {
   const char *rank = getenv("LOCAL_RANK");
-  const char *at = strstr(in, "{rank}");
+  size_t w = 0, rlen;
   if (rank == NULL || rank[0] == '\0')
     rank = getenv("RANK");
   if (rank == NULL || rank[0] == '\0')
     rank = "0";
-  int n;
-  if (at == NULL)
-    n = snprintf(out, cap, "%s", in);
-  else
-    n = snprintf(out, cap, "%.*s%s%s", (int)(at - in), in, rank, at + 6);
-  if (n < 0 || (size_t)n >= cap) {
-    out[0] = '\0';
-    return false;
+  rlen = strlen(rank);
+  while (*in != '\0') {
+    const char *piece = in;
+    size_t plen = 1;
+    if (strncmp(in, "{rank}", 6) == 0) {
+      piece = rank;
+      plen = rlen;
+      in += 6;
+    } else {
+      in++;
+    }
+    if (plen >= cap - w) {
+      out[0] = '\0';
+      return false;
+    }
+    memcpy(out + w, piece, plen);
+    w += plen;
   }
+  out[w] = '\0';
   return true;
 }
 
@@ -172,7 +181,7 @@ static void start_store(void) {
   }
   if (aa__rt_is_off(aa__rt.db))
     return;
-  if (!expand_rank(aa__rt.db, svc.store_path, sizeof(svc.store_path))) {
+  if (!aa__rt_expand_rank(aa__rt.db, svc.store_path, sizeof(svc.store_path))) {
     aa__rt_log("store: ADAPTALLOC_DB with {rank} expanded is over the limit "
                "of %zu bytes; the store is off",
                sizeof(svc.store_path) - 1);
@@ -233,6 +242,7 @@ static void snapshot_all(void) {
   aa_pool_stats *st;
   size_t n, i;
 
+  aa__rt_oom_drain(svc.store);
   if (svc.store == NULL)
     return;
   st = malloc(sizeof(*st));

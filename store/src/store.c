@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "store_internal.h"
+#include "strbuf.h" /* aa__log_line */
 
 static _Atomic uint64_t g_memory_counter;
 
@@ -99,8 +100,26 @@ static bool path_fits(const char *path, char *msg, size_t cap) {
              AA__STORE_MAX_PATH - 1);
     return false;
   }
-  if (strcmp(path, ":memory:") == 0 || strncmp(path, "file:", 5) == 0)
+  if (strcmp(path, ":memory:") == 0)
     return true;
+  /* SQLite would open these as something other than the file named (a URI
+   * whose file is elsewhere, and a stray empty "file:x.db" from the
+   * store's own create; the file without the slash): refused before
+   * anything is created */
+  if (strncmp(path, "file:", 5) == 0) {
+    snprintf(msg, cap,
+             "the database path \"%s\" is a URI (starts with \"file:\"); "
+             "name the file itself (./file:... for a file so named)",
+             path);
+    return false;
+  }
+  if (path[n - 1] == '/') {
+    snprintf(msg, cap,
+             "the database path \"%s\" ends with '/' (a directory); name a "
+             "file",
+             path);
+    return false;
+  }
   if (path[0] != '/' && getcwd(cwd, sizeof cwd) != NULL)
     abs_len = strlen(cwd) + 1 + n;
   if (abs_len >= limit) {
@@ -172,7 +191,7 @@ static void store_free(aa_store *st) {
 }
 
 int aa_store_open(const aa_store_config *cfg, aa_store **out) {
-  char msg[320] = "";
+  char msg[1024] = "";
   aa_store *st = NULL;
   aa_store_config c;
   pthread_condattr_t ca;
@@ -258,8 +277,10 @@ out:
   if (err != AA_OK) {
     if (msg[0] == '\0') snprintf(msg, sizeof msg, "%s", aa_strerror(err));
     if (!(cfg != NULL && cfg->quiet)) {
-      fprintf(stderr, "adaptalloc: store: cannot open: %s (%s); the store is off\n",
-              msg, aa_errname(err));
+      char line[sizeof msg + 96];
+      snprintf(line, sizeof line, "store: cannot open: %s (%s); the store is off", msg,
+               aa_errname(err));
+      aa__log_line(line); /* escaped: the path may hold any byte */
     }
     if (st != NULL) {
       st->thread_started = false;
@@ -360,6 +381,8 @@ int aa_store_stats_get(const aa_store *cst, aa_store_stats *out) {
   out->snapshots_dropped = atomic_load(&st->snapshots_dropped);
   out->policy_changes_written = atomic_load(&st->policy_written);
   out->policy_changes_dropped = atomic_load(&st->policy_dropped);
+  out->ooms_written = atomic_load(&st->ooms_written);
+  out->ooms_dropped = atomic_load(&st->ooms_dropped);
   uint64_t deq = atomic_load(&st->ring_deq);
   uint64_t enq = atomic_load(&st->ring_enq);
   out->events_queued = enq >= deq ? enq - deq : 0;

@@ -6,7 +6,7 @@
  *              a mutex-protected bounded queue of items and a lock-free trace
  *              ring.
  *   item       one queued unit of work for the writer: a snapshot copy, a
- *              policy change, the end of a run.
+ *              policy change, an out-of-memory record, the end of a run.
  *   ring       the bounded multi-producer single-consumer trace ring (one slot
  *              per aa_trace_event, sequence-numbered per slot).
  *   migration  one step of the schema list in store_schema.c; step i brings
@@ -47,7 +47,8 @@ typedef struct aa__store_fault {
 typedef enum item_kind {
   ITEM_SNAPSHOT = 1,
   ITEM_POLICY = 2,
-  ITEM_END_RUN = 3
+  ITEM_END_RUN = 3,
+  ITEM_OOM = 4
 } item_kind;
 
 typedef struct item {
@@ -61,6 +62,8 @@ typedef struct item {
   uint64_t new_version;
   char *reason;
   char *policy;
+  /* ITEM_OOM */
+  aa_oom_info oom;
   /* ITEM_SNAPSHOT: one element */
   aa_pool_stats snap[];
 } item;
@@ -95,6 +98,7 @@ typedef struct writer_stmts {
   sqlite3_stmt *ins_policy;
   sqlite3_stmt *ins_trace;
   sqlite3_stmt *ins_batch;
+  sqlite3_stmt *ins_oom;
 } writer_stmts;
 
 struct aa_store {
@@ -138,6 +142,8 @@ struct aa_store {
   _Atomic uint64_t policy_dropped;
   _Atomic uint64_t events_written;
   _Atomic uint64_t events_dropped;
+  _Atomic uint64_t ooms_written;
+  _Atomic uint64_t ooms_dropped;
   /* The first sequence number the current run's trace lost (cut_run's;
    * UINT64_MAX = none): its trace is complete below it. Drops are rare
    * (a full ring, a disabled store), so a lock is fine here. */

@@ -57,7 +57,8 @@ size_t aa_store_stats_json(const aa_store_stats *s, char *buf, size_t cap) {
          "\"policy_changes_dropped\":%llu,\"events_queued\":%llu,"
          "\"events_written\":%llu,\"events_dropped\":%llu,"
          "\"transactions\":%llu,\"retention_runs\":%llu,"
-         "\"rows_deleted\":%llu,\"db_bytes\":%llu}",
+         "\"rows_deleted\":%llu,\"db_bytes\":%llu,\"ooms_written\":%llu,"
+         "\"ooms_dropped\":%llu}",
          (long long)s->run_id, (unsigned long long)s->snapshots_queued,
          (unsigned long long)s->snapshots_written,
          (unsigned long long)s->snapshots_dropped,
@@ -69,7 +70,9 @@ size_t aa_store_stats_json(const aa_store_stats *s, char *buf, size_t cap) {
          (unsigned long long)s->transactions,
          (unsigned long long)s->retention_runs,
          (unsigned long long)s->rows_deleted,
-         (unsigned long long)s->db_bytes);
+         (unsigned long long)s->db_bytes,
+         (unsigned long long)s->ooms_written,
+         (unsigned long long)s->ooms_dropped);
 #undef APPEND
   if (len < cap) {
     buf[len] = '\0';

@@ -30,6 +30,8 @@ void aa__store_count_dropped(aa_store *st, const item *it) {
     atomic_fetch_add(&st->snapshots_dropped, 1);
   } else if (it->kind == ITEM_POLICY) {
     atomic_fetch_add(&st->policy_dropped, 1);
+  } else if (it->kind == ITEM_OOM) {
+    atomic_fetch_add(&st->ooms_dropped, 1);
   }
 }
 
@@ -275,6 +277,34 @@ int aa_store_policy_change(aa_store *st, const char *source,
 fail:
   aa__store_item_free(it);
   atomic_fetch_add(&st->policy_dropped, 1);
+  return err;
+}
+
+int aa_store_oom(aa_store *st, const aa_oom_info *info) {
+  int err = AA_OK;
+  item *it = NULL;
+  if (st == NULL) return AA_EINVAL;
+  if (info == NULL || info->version != AA_OOM_VERSION || info->size != sizeof *info) {
+    err = AA_EINVAL;
+    goto fail;
+  }
+  if (!aa__store_is_enabled(st)) {
+    err = AA_ECLOSED;
+    goto fail;
+  }
+  it = calloc(1, sizeof *it);
+  if (it == NULL) {
+    err = AA_ENOMEM;
+    goto fail;
+  }
+  it->kind = ITEM_OOM;
+  it->ts_ms = aa__store_wall_ms();
+  it->oom = *info;
+  it->oom.pool[sizeof it->oom.pool - 1] = '\0';
+  return enqueue(st, it, false);
+fail:
+  aa__store_item_free(it);
+  atomic_fetch_add(&st->ooms_dropped, 1);
   return err;
 }
 

@@ -7,7 +7,7 @@
  * by SQLite's JSON functions, so strings are escaped by SQLite and stored
  * JSON documents (run config, policies) are embedded as JSON when valid.
  * Entry points: aa_store_runs_json, aa_store_history_json,
- * aa_store_policy_log_json, aa_store_trace_foreach, aa_store_histogram_latest.
+ * aa_store_policy_log_json, aa_store_ooms_json, aa_store_trace_foreach, aa_store_histogram_latest.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -307,6 +307,24 @@ int aa_store_policy_log_json(const char *db_path, const aa_store_query *q,
       " 'reason', p.reason, 'policy', " JSON_OR_TEXT("p.policy");
   return run_list_query(db_path, q, head, q->detail ? detail : base, tail,
                         json);
+}
+
+int aa_store_ooms_json(const char *db_path, const aa_store_query *q, char **json) {
+  int err = query_check(q, json);
+  if (err != AA_OK) return err;
+  static const char head[] =
+      "SELECT json_object('run', ?2, 'count', count(*),"
+      " 'ooms', json(coalesce(json_group_array(json(j)), '[]')))"
+      " FROM (SELECT id, j FROM (SELECT o.id AS id, json_object(";
+  static const char fields[] =
+      "'id', o.id, 'run', o.run_id, 'ts_ms', o.ts_ms, 'pool', o.pool,"
+      " 'request', o.request, 'record', " JSON_OR_TEXT("o.record");
+  static const char tail[] =
+      ") AS j FROM ooms o"
+      "   WHERE (?1 OR o.run_id IS ?2) AND o.ts_ms >= ?3 AND o.id > ?4"
+      "     AND (?6 IS NULL OR o.pool = ?6)"
+      "   ORDER BY o.id DESC LIMIT ?5) ORDER BY id ASC)";
+  return run_list_query(db_path, q, head, fields, tail, json);
 }
 
 int aa_store_trace_foreach(const char *db_path, int64_t run_id,

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "store_internal.h"
@@ -170,6 +171,24 @@ static const char *const kSchemaV3[] = {
     "ALTER TABLE snapshots ADD COLUMN region TEXT;",
     NULL};
 
+/* v4: out-of-memory records (a pool's OOM observer through the runtime):
+ * the figures one filters on as columns, the whole record as JSON. IF NOT
+ * EXISTS: a database whose user_version was set back by hand keeps its rows. */
+static const char *const kSchemaV4[] = {
+    "CREATE TABLE IF NOT EXISTS ooms ("
+    "  id             INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  run_id         INTEGER REFERENCES runs(id) ON DELETE CASCADE,"
+    "  ts_ms          INTEGER NOT NULL,"
+    "  pool           TEXT    NOT NULL,"
+    "  request        INTEGER NOT NULL,"
+    "  bytes_reserved INTEGER NOT NULL,"
+    "  bytes_in_use   INTEGER NOT NULL,"
+    "  limit_bytes    INTEGER NOT NULL,"
+    "  record         TEXT    NOT NULL"
+    ");",
+    "CREATE INDEX IF NOT EXISTS ooms_run ON ooms(run_id, id);",
+    NULL};
+
 typedef struct migration {
   int version;
   const char *const *sql; /* statements, NULL-terminated */
@@ -180,6 +199,7 @@ static const migration kMigrations[] = {
     {1, kSchemaV1},
     {2, kSchemaV2},
     {3, kSchemaV3},
+    {4, kSchemaV4},
 };
 #define AA__N_MIGRATIONS (sizeof kMigrations / sizeof kMigrations[0])
 
@@ -310,6 +330,72 @@ out:
 
 /* ------------------------------------------------------------------ opens */
 
+static const char *file_kind(mode_t m) {
+  return S_ISDIR(m)                 ? "a directory"
+         : S_ISFIFO(m)              ? "a FIFO"
+         : S_ISSOCK(m)              ? "a socket"
+         : S_ISCHR(m) || S_ISBLK(m) ? "a device"
+                                    : "not a file";
+}
+
+/* Makes sure the database file is a regular file, creating it owner-only
+ * (0600) when it does not exist, before SQLite opens anything: SQLite would
+ * create a missing file with the umask's mode (0644), through a dangling
+ * symbolic link at its target, and a journal beside a device
+ * (/dev/null-journal, world-writable). A link to an existing regular file
+ * is followed; a dangling one is refused (the store creates nothing
+ * through a link). What was created is checked: a umask that takes the
+ * owner's bits (0200 leaves 0400) is overridden with fchmod, and a mode
+ * that still is not 0600 removes the file again. */
+static int db_file_prepare(const char *path, char *msg, size_t cap) {
+  struct stat st;
+  int fd = -1, err = AA_OK;
+
+  for (int tries = 0; tries < 2; tries++) {
+    if (lstat(path, &st) == 0) {
+      if (S_ISLNK(st.st_mode) && stat(path, &st) != 0) {
+        snprintf(msg, cap,
+                 "%s is a symbolic link to a file that does not exist; the "
+                 "store creates no file through a link: create the target "
+                 "(mode 0600) or name it directly",
+                 path);
+        return AA_EINVAL;
+      }
+      if (!S_ISREG(st.st_mode)) {
+        snprintf(msg, cap, "%s is not a regular file (%s); a database is a file",
+                 path, file_kind(st.st_mode));
+        return AA_EINVAL;
+      }
+      return AA_OK; /* it exists: its mode is the owner's choice */
+    }
+    if (errno != ENOENT) {
+      snprintf(msg, cap, "cannot check %s: %s", path, strerror(errno));
+      return errno == EACCES ? AA_EPERM : AA_EIO;
+    }
+    fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0)
+      break;
+    if (errno != EEXIST) {
+      snprintf(msg, cap, "cannot create %s: %s", path, strerror(errno));
+      return errno == EACCES ? AA_EPERM : AA_EIO;
+    }
+    /* made (or linked) by someone else since the lstat: check it again */
+  }
+  if (fd < 0) {
+    snprintf(msg, cap, "cannot create %s: it keeps changing", path);
+    return AA_EIO;
+  }
+  memset(&st, 0, sizeof st);
+  if (fchmod(fd, 0600) != 0 || fstat(fd, &st) != 0 || (st.st_mode & 0777) != 0600) {
+    snprintf(msg, cap, "created %s but cannot make it owner-only (mode %03o); removed it",
+             path, (unsigned)(st.st_mode & 0777));
+    unlink(path);
+    err = AA_EPERM;
+  }
+  close(fd);
+  return err;
+}
+
 int aa__store_db_open_rw(const char *path, bool uri, uint32_t busy_timeout_ms,
                          aa__store_fault *fault, sqlite3 **out, char *msg,
                          size_t cap) {
@@ -326,9 +412,9 @@ int aa__store_db_open_rw(const char *path, bool uri, uint32_t busy_timeout_ms,
    * address: create it owner-only. SQLite gives the -wal and -shm files the
    * main file's mode, and never changes the mode of an existing file. */
   if (!uri && strcmp(path, ":memory:") != 0) {
-    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd >= 0)
-      close(fd);
+    err = db_file_prepare(path, msg, cap);
+    if (err != AA_OK)
+      goto out;
   }
   int rc = sqlite3_open_v2(path, &db, flags, NULL);
   if (rc != SQLITE_OK) goto sqlfail;

@@ -17,10 +17,13 @@
 #include <unistd.h>
 
 #include "store_internal.h"
+#include "strbuf.h" /* aa__log_line */
 
 static void store_log(const aa_store_config *cfg, const char *line) {
+  char full[AA__LOG_LINE_MAX];
   if (cfg->quiet) return;
-  fprintf(stderr, "adaptalloc: store: %s\n", line);
+  snprintf(full, sizeof full, "store: %s", line);
+  aa__log_line(full); /* escaped: lines quote paths */
 }
 
 /* ------------------------------------------------------------------ writer */
@@ -55,6 +58,7 @@ void aa__store_stmts_finalize(writer_stmts *ws) {
   sqlite3_finalize(ws->ins_policy);
   sqlite3_finalize(ws->ins_trace);
   sqlite3_finalize(ws->ins_batch);
+  sqlite3_finalize(ws->ins_oom);
   memset(ws, 0, sizeof *ws);
 }
 
@@ -106,6 +110,9 @@ int aa__store_stmts_prepare(aa_store *st) {
   PREP(ins_batch,
        "INSERT INTO trace_batches(run_id, ts_ms, first_id, last_id, events)"
        " VALUES (?1, ?2, ?3, ?4, ?5)")
+  PREP(ins_oom,
+       "INSERT INTO ooms(run_id, ts_ms, pool, request, bytes_reserved, bytes_in_use,"
+       " limit_bytes, record) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)")
 #undef PREP
 out:
   return rc;
@@ -314,6 +321,30 @@ static int write_policy(aa_store *st, const item *it) {
   return rc;
 }
 
+static int write_oom(aa_store *st, const item *it) {
+  sqlite3_stmt *s = st->ws.ins_oom;
+  const aa_oom_info *o = &it->oom;
+  char rec[2048];
+  size_t n = aa_oom_info_json(o, rec, sizeof rec);
+  if (n >= sizeof rec)
+    return SQLITE_TOOBIG; /* AA_OOM_TOP bounds the record well below this */
+  if (it->run_id > 0) {
+    sqlite3_bind_int64(s, 1, it->run_id);
+  } else {
+    sqlite3_bind_null(s, 1);
+  }
+  sqlite3_bind_int64(s, 2, it->ts_ms);
+  sqlite3_bind_text(s, 3, o->pool, -1, SQLITE_STATIC);
+  BIND_U64(s, 4, o->request);
+  BIND_U64(s, 5, o->bytes_reserved);
+  BIND_U64(s, 6, o->bytes_in_use);
+  BIND_U64(s, 7, o->limit_bytes);
+  sqlite3_bind_text(s, 8, rec, (int)n, SQLITE_STATIC);
+  int rc = w_step(st, s);
+  sqlite3_clear_bindings(s);
+  return rc;
+}
+
 static int write_end_run(aa_store *st, const item *it) {
   sqlite3_bind_int64(st->ws.end_run, 1, it->run_id);
   sqlite3_bind_int64(st->ws.end_run, 2, it->ts_ms);
@@ -406,7 +437,7 @@ static void writer_cycle(aa_store *st, item *list, begin_req *begins,
                          bool flush) {
   int rc = SQLITE_OK;
   const char *what = "writing";
-  uint64_t snaps = 0, pols = 0, evs = 0;
+  uint64_t snaps = 0, pols = 0, ooms = 0, evs = 0;
 
   for (begin_req *b = begins; b != NULL; b = b->next) {
     if (!aa__store_is_enabled(st)) {
@@ -436,6 +467,10 @@ static void writer_cycle(aa_store *st, item *list, begin_req *begins,
       what = "writing a policy change";
       rc = write_policy(st, it);
       pols++;
+    } else if (it->kind == ITEM_OOM) {
+      what = "writing an out-of-memory record";
+      rc = write_oom(st, it);
+      ooms++;
     } else {
       what = "ending a run";
       rc = write_end_run(st, it);
@@ -484,6 +519,7 @@ static void writer_cycle(aa_store *st, item *list, begin_req *begins,
   atomic_fetch_add(&st->transactions, 1);
   atomic_fetch_add(&st->snapshots_written, snaps);
   atomic_fetch_add(&st->policy_written, pols);
+  atomic_fetch_add(&st->ooms_written, ooms);
   atomic_fetch_add(&st->events_written, evs);
   goto maintenance;
 

@@ -157,6 +157,8 @@ async function main() {
       classes: Number(document.getElementById("chart-hist").dataset.classes),
       rows: document.querySelectorAll("#classes tbody tr").length,
       inUseCard: document.getElementById("c-inuse").textContent,
+      hitCard: document.getElementById("c-hit").textContent,
+      hitCardSub: document.getElementById("c-hit-s").textContent,
     };
   });
   log("painted", JSON.stringify(painted));
@@ -165,6 +167,10 @@ async function main() {
   if (painted.bars < 50) fail("no histogram bars drawn");
   if (painted.classes < 1 || painted.rows < 1) fail("no size classes shown");
   if (!/(B|KiB|MiB|GiB)$/.test(painted.inUseCard)) fail("in-use card without a unit: " + painted.inUseCard);
+  // the hit-rate card names its two figures (docs/stats.md): overall, small-path
+  if (!/^overall [0-9.]+ ?%$/.test(painted.hitCard)) fail("hit-rate card: not an overall hit rate: " + painted.hitCard);
+  if (!/^small-path [0-9.]+ ?% of .* large, .* called the backend/.test(painted.hitCardSub))
+    fail("hit-rate card: no small-path figure or large-path count: " + painted.hitCardSub);
 
   // 2b. history, markers, the recent histogram, segments, tooltip, zoom, sort
   await until(page, "stored history points", () => Number(document.getElementById("chart-mem").dataset.stored) >= 2);

@@ -70,6 +70,9 @@ def _child(name, out):
             print(json.dumps({"raised": str(e)}))
             return
         print(json.dumps({"raised": None}))
+    elif name == "traced":  # ADAPTALLOC_TRACE=1 in the environment
+        _load_native().install(torch.cuda.device_count())
+        _train(3)
     elif name == "compile":
         _load_native().install(torch.cuda.device_count())
         _compile_reduce_overhead()
@@ -396,9 +399,122 @@ def test_private_pool_small_classes_take_small_slabs():
     torch.cuda.empty_cache()
 
 
+def _history_snapshot(tmp_path, steps=3, **kw):
+    """Records history over a small training loop on the native path and
+    returns the snapshot _dump_snapshot wrote, loaded."""
+    torch.cuda.memory._record_memory_history(max_entries=200000, **kw)
+    try:
+        _train(steps)
+        path = str(tmp_path / "history.pickle")
+        torch.cuda.memory._dump_snapshot(path)
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    with open(path, "rb") as f:
+        return pickle.load(f)
+
+
+def _check_balanced(entries):
+    """Every free_completed of a block allocated in the trace ends that alloc,
+    with its size; a block is never allocated twice without a free between.
+    Frees of blocks from before the trace are allowed (a few). Returns the
+    addresses still live at the end."""
+    live, before = {}, 0
+    for e in entries:
+        if e["action"] == "alloc":
+            assert e["addr"] not in live, e
+            live[e["addr"]] = e["size"]
+        elif e["action"] == "free_completed":
+            if e["addr"] in live:
+                assert live.pop(e["addr"]) == e["size"], e
+            else:
+                before += 1
+    assert before <= 50, "%d frees of unknown blocks" % before
+    return live
+
+
+def test_record_memory_history_round_trips_through_memory_viz(tmp_path):
+    from torch.cuda import _memory_viz
+    snap = _history_snapshot(tmp_path, stacks="python")
+    entries = snap["device_traces"][DEV]
+    actions = [e["action"] for e in entries]
+    n_alloc = actions.count("alloc")
+    assert n_alloc > 100, actions[:20]
+    assert actions.count("free_requested") == actions.count("free_completed")
+    assert actions.count("free_completed") > n_alloc // 2
+    live = _check_balanced(entries)
+    assert len(live) < n_alloc
+    for e in entries:
+        assert set(e) >= {"action", "addr", "size", "stream", "time_us", "frames"}
+    times = [e["time_us"] for e in entries]
+    assert times == sorted(times) and times[0] > 1e15  # microseconds since the epoch
+    # stacks="python": allocations made from Python carry its frames, this
+    # file's among them (the backward pass's thread has no Python frames)
+    framed = [e for e in entries if e["action"] == "alloc" and e["frames"]]
+    assert len(framed) > 10
+    assert any("test_torch_native.py" in f["filename"] for e in framed for f in e["frames"])
+    html = _memory_viz.trace_plot(snap)
+    assert "Active Memory Timeline" in html and len(html) > 10000
+    (tmp_path / "timeline.html").write_text(html)
+    text = _memory_viz.trace(snap)
+    assert "entries" in text
+
+
+def test_record_memory_history_off_clear_and_skip(tmp_path):
+    torch.cuda.memory._record_memory_history(enabled=None)
+    before = [len(t) for t in torch.cuda.memory._snapshot()["device_traces"]]
+    x = torch.empty(1 << 20, device="cuda")
+    del x
+    after = [len(t) for t in torch.cuda.memory._snapshot()["device_traces"]]
+    assert after == before, "entries recorded while off"
+    snap = _history_snapshot(tmp_path, steps=1, stacks="python")
+    assert snap["device_traces"][DEV]
+    # a bounded ring keeps the newest entries
+    torch.cuda.memory._record_memory_history(max_entries=10)
+    try:
+        ys = [torch.empty(4096 * (i + 1), device="cuda") for i in range(20)]
+        entries = torch.cuda.memory._snapshot()["device_traces"][DEV]
+        assert len(entries) == 10
+        assert entries[-1]["action"] == "alloc" and entries[-1]["addr"] == ys[-1].data_ptr()
+        del ys
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+
+
+def _replay_bin():
+    cand = [os.environ.get("AA_REPLAY_BIN", "")]
+    root = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+    cand += [os.path.join(root, d, "tools", "adaptalloc-replay")
+             for d in ("build-device", "build-h", "build")]
+    for c in cand:
+        if c and os.access(c, os.X_OK):
+            return c
+    pytest.skip("adaptalloc-replay not built (AA_REPLAY_BIN=...)")
+
+
+def test_export_torch_snapshot_of_a_traced_run_renders(tmp_path):
+    from torch.cuda import _memory_viz
+    tool = _replay_bin()
+    db = str(tmp_path / "run.db")
+    env = dict(os.environ, ADAPTALLOC_TRACE="1", ADAPTALLOC_DB=db, ADAPTALLOC_HTTP="off")
+    r = subprocess.run([sys.executable, HERE, "child", "traced", str(tmp_path / "x.pt")],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = str(tmp_path / "export.pickle")
+    r = subprocess.run([tool, "export", "--format", "torch-snapshot", "--db", db, "-o", out,
+                        "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["allocs"] > 100
+    with open(out, "rb") as f:
+        snap = pickle.load(f)
+    entries = snap["device_traces"][0]
+    live = _check_balanced(entries)
+    assert len(live) == summary["live_at_end"]
+    html = _memory_viz.trace_plot(snap)
+    assert "Active Memory Timeline" in html and len(html) > 10000
+
+
 def test_unsupported_features_raise_clearly():
-    with pytest.raises(RuntimeError, match="adaptalloc"):
-        torch.cuda.memory._record_memory_history()
     x = torch.ones(4, device="cuda")
     with pytest.raises(RuntimeError, match="adaptalloc"):
         x.untyped_storage()._share_cuda_()

@@ -138,6 +138,58 @@ class SnapshotConverter(unittest.TestCase):
             "missing", run(os.path.join(self.dir, "nope.pickle")))
         self.assert_one_line_refusal("a directory", run(self.dir))
 
+    def test_output_is_input_refused(self):
+        data = pickle.dumps(good_snapshot())
+        path = self.write("in.pickle", data)
+        os.symlink("in.pickle", os.path.join(self.dir, "link.pickle"))
+        os.link(path, os.path.join(self.dir, "hard.pickle"))
+        for out in (path, os.path.join(self.dir, ".", "in.pickle"),
+                    os.path.join(self.dir, "link.pickle"),
+                    os.path.join(self.dir, "hard.pickle")):
+            with self.subTest(out=out):
+                proc = subprocess.run([sys.executable, TOOL, path, "-o", out],
+                                      capture_output=True, text=True, timeout=60)
+                self.assertEqual(proc.returncode, 2, proc.stderr)
+                self.assertIn("the same file", proc.stderr)
+                with open(path, "rb") as f:
+                    self.assertEqual(f.read(), data)
+
+    def test_output_replaced_whole_or_not_at_all(self):
+        path = self.write("in.pickle", pickle.dumps(good_snapshot()))
+        out = self.write("old.csv", b"old contents\n")
+        os.chmod(out, 0o640)
+        bad = self.write("bad.pickle", b"not a pickle")
+        proc = subprocess.run([sys.executable, TOOL, bad, "-o", out],
+                              capture_output=True, text=True, timeout=60)
+        self.assertEqual(proc.returncode, 1)
+        with open(out, "rb") as f:
+            self.assertEqual(f.read(), b"old contents\n")
+        proc = subprocess.run([sys.executable, TOOL, path, "-o", out],
+                              capture_output=True, text=True, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(out) as f:
+            self.assertTrue(f.read().startswith("Thread,Time,Action"))
+        self.assertEqual(os.stat(out).st_mode & 0o777, 0o640)
+        self.assertEqual(sorted(os.listdir(self.dir)),
+                         ["bad.pickle", "in.pickle", "old.csv"])
+
+    def test_usage_errors(self):
+        path = self.write("in.pickle", pickle.dumps(good_snapshot()))
+        for extra in (["--max-bytes", "-1"], ["--max-bytes", "0"],
+                      ["--device", "-3"],
+                      ["-o", os.path.join(self.dir, "missing-dir", "x.csv")]):
+            with self.subTest(extra=extra):
+                proc = subprocess.run([sys.executable, TOOL, path] + extra,
+                                      capture_output=True, text=True, timeout=60)
+                self.assertEqual(proc.returncode, 2, proc.stderr)
+                self.assertNotIn("Traceback", proc.stderr)
+
+    def test_device_not_present_names_the_devices(self):
+        path = self.write("in.pickle", pickle.dumps(good_snapshot()))
+        proc = run(path, "--device", "99")
+        self.assert_one_line_refusal("--device 99", proc)
+        self.assertIn("devices present (with trace entries): 0", proc.stderr)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=1)

@@ -121,6 +121,7 @@ enum {
   OPT_LAYOUT,
   OPT_FORCE,
   OPT_PLOT,
+  OPT_FORMAT,
   OPT_HELP
 };
 
@@ -161,6 +162,7 @@ static const struct option long_opts[] = {
     {"threshold", required_argument, NULL, OPT_THRESHOLD},
     {"each-rank", no_argument, NULL, OPT_EACH_RANK},
     {"plot", required_argument, NULL, OPT_PLOT},
+    {"format", required_argument, NULL, OPT_FORMAT},
     {"output", required_argument, NULL, 'o'},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0}};
@@ -244,6 +246,7 @@ int parse_args(int argc, char **argv, options *o) {
         return usage_error("--seed: '%s' is not a non-negative integer", optarg);
       break;
     case OPT_LIVE:
+      o->in.live_given = true;
       if (!parse_u64_arg(optarg, &o->in.synth.live_target, true) ||
           o->in.synth.live_target == 0)
         return usage_error("--live: '%s' is not a positive count", optarg);
@@ -358,9 +361,18 @@ int parse_args(int argc, char **argv, options *o) {
       o->out = optarg;
       break;
     case OPT_PLOT:
-      if (strcmp(o->cmd, "compare") != 0)
-        return usage_error("--plot goes with compare (at %s)", optarg);
+      if (strcmp(o->cmd, "compare") != 0 && strcmp(o->cmd, "run") != 0)
+        return usage_error("--plot goes with run and compare (at %s)", optarg);
+      if (!plot_format_ok(optarg))
+        return usage_error("--plot: '%s' is neither FILE.svg nor FILE.png", optarg);
       o->plot = optarg;
+      break;
+    case OPT_FORMAT:
+      if (strcmp(o->cmd, "export") != 0)
+        return usage_error("--format goes with export (at %s)", optarg);
+      if (strcmp(optarg, "torch-snapshot") != 0 && strcmp(optarg, "csv") != 0)
+        return usage_error("--format: '%s' is not csv or torch-snapshot", optarg);
+      o->torch_snapshot = strcmp(optarg, "torch-snapshot") == 0;
       break;
     case OPT_HELP:
       print_help(stdout, find_command(o->cmd));
@@ -453,4 +465,30 @@ int check_inputs(const options *o) {
     return EXIT_INPUT;
   }
   return 0;
+}
+
+size_t input_files(const options *o, const char **paths, size_t cap) {
+  size_t n = 0, i;
+
+  if (o->in.kind == IN_DB_TRACE || o->in.kind == IN_DB_HIST) {
+    for (i = 0; i < o->ndbs && n < cap; i++)
+      paths[n++] = o->dbs[i];
+  }
+  if (o->in.path != NULL && n < cap)
+    paths[n++] = o->in.path;
+  for (i = 0; i < o->npolicies && n < cap; i++)
+    if (strcmp(o->policies[i], "default") != 0 && strncmp(o->policies[i], "torch:", 6) != 0)
+      paths[n++] = o->policies[i];
+  return n;
+}
+
+int check_output(const options *o, const char *what, const char *path) {
+  const char *paths[MAX_DBS + MAX_POLICIES + 1];
+  char err[PATH_MAX * 2 + 256];
+  size_t n = input_files(o, paths, sizeof paths / sizeof paths[0]);
+  int rc = out_check(what, path, paths, n, err, sizeof err);
+
+  if (rc != 0)
+    fprintf(stderr, "adaptalloc-replay: %s\n", err);
+  return rc;
 }

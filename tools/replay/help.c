@@ -22,8 +22,9 @@ static const cmd_help commands[] = {
      "  derive a tuned policy for INPUT (-o tuned.json)\n"},
     {"import", C_IMPORT, "import INPUT -o out.db",
      "  store INPUT as a new run's trace in a database (-o out.db)\n"},
-    {"export", C_EXPORT, "export INPUT -o out.csv",
-     "  write INPUT as an RMM-format CSV (-o out.csv, '-' = stdout)\n"},
+    {"export", C_EXPORT, "export [--format csv|torch-snapshot] INPUT -o FILE",
+     "  write INPUT as an RMM-format CSV (-o out.csv, '-' = stdout), or\n"
+     "  as a PyTorch memory snapshot for memory_viz (--format torch-snapshot)\n"},
     {"ranks", C_RANKS, "ranks --db rank0.db --db rank1.db ... [options]",
      "  compare several ranks' databases' request-size histograms\n"
      "  (--db rank0.db --db rank1.db ...; flags a rank that differs)\n"},
@@ -81,9 +82,12 @@ static const help_line option_help[] = {
               "                         than X from the median rank's (0.1; 0..1)\n"},
     {C_RUN | C_COMPARE, "  --threads              replay each recorded thread on a thread of its\n"
                         "                         own (per-thread caches as recorded; slower)\n"},
-    {C_COMPARE, "  --plot FILE.svg        compare: draw reserved (solid) and in-use (dashed)\n"
-                "                         bytes over the trace, a colour per policy\n"},
+    {C_RUN | C_COMPARE, "  --plot FILE.svg|.png   draw reserved (thick) and in-use (thin) bytes\n"
+                        "                         over the trace's time, a colour and dash per\n"
+                        "                         policy (PNG through rsvg-convert)\n"},
     {C_SUGGEST | C_IMPORT | C_EXPORT, "  -o FILE                output file (suggest, import, export)\n"},
+    {C_EXPORT, "  --format F             export: csv (default) or torch-snapshot (the\n"
+               "                         pickle torch.cuda.memory._dump_snapshot writes)\n"},
     {C_SUGGEST, "  --max-classes N        suggest: class table bound (policy's\n"
                 "                         adapt.max_classes)\n"},
     {C_SUGGEST, "  --min-gain-slabs X     suggest: least saving per added class (0.5)\n"},
@@ -131,7 +135,19 @@ void print_help(FILE *f, const cmd_help *c) {
   fputs(c == NULL || (bit & C_INPUT) ? "\ninput (one of):\n" : "\ninput:\n", f);
   print_lines(f, input_help, sizeof input_help / sizeof input_help[0], bit);
   fputs("\noptions:\n", f);
-  print_lines(f, option_help, sizeof option_help / sizeof option_help[0], bit);
+  if (c == NULL) {
+    print_lines(f, option_help, sizeof option_help / sizeof option_help[0], bit);
+  } else {
+    /* the command's own options; the ones every command takes once, in the
+     * whole help */
+    for (i = 0; i < sizeof option_help / sizeof option_help[0]; i++)
+      if ((option_help[i].cmds & bit) && option_help[i].cmds != C_INPUT &&
+          option_help[i].cmds != C_ALL)
+        fputs(option_help[i].text, f);
+    fputs("  global options (--progress, --on-error, --help, --version):\n"
+          "                         adaptalloc-replay --help\n",
+          f);
+  }
   fputs("\nexit codes: 0 ok, 1 input error, 2 usage error, 3 internal error", f);
   fputs(bit & C_SUGGEST ? ",\n            4 suggest found nothing better than the base "
                           "(nothing written)\n"

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cJSON.h>
 
@@ -229,6 +230,51 @@ static int feed_store_trace(const tool_input *in, aa_replay_sink sink,
   return rc;
 }
 
+void input_live_from_run(tool_input *in) {
+  aa_store_query q;
+  char *json = NULL;
+  cJSON *root, *snaps, *sn;
+  struct {
+    char pool[64];
+    uint64_t peak;
+  } pools[32];
+  size_t np = 0, i;
+  uint64_t sum = 0;
+
+  aa_store_query_init(&q);
+  q.run_id = in->run_id;
+  q.pool = in->hist_pool;
+  q.limit = AA_STORE_QUERY_MAX_LIMIT;
+  if (aa_store_history_json(in->path, &q, &json) != AA_OK || json == NULL)
+    return;
+  root = cJSON_Parse(json);
+  free(json);
+  snaps = cJSON_GetObjectItemCaseSensitive(root, "snapshots");
+  cJSON_ArrayForEach(sn, snaps) {
+    const cJSON *pool = cJSON_GetObjectItemCaseSensitive(sn, "pool");
+    const cJSON *peak = cJSON_GetObjectItemCaseSensitive(sn, "peak_bytes_in_use");
+    uint64_t v;
+    if (!cJSON_IsString(pool) || !cJSON_IsNumber(peak) || peak->valuedouble <= 0)
+      continue;
+    v = peak->valuedouble >= 1.8e19 ? UINT64_MAX / 4 : (uint64_t)peak->valuedouble;
+    for (i = 0; i < np; i++)
+      if (strcmp(pools[i].pool, pool->valuestring) == 0)
+        break;
+    if (i == np) {
+      if (np == sizeof pools / sizeof pools[0])
+        continue;
+      snprintf(pools[np].pool, sizeof pools[np].pool, "%s", pool->valuestring);
+      pools[np++].peak = 0;
+    }
+    if (v > pools[i].peak)
+      pools[i].peak = v;
+  }
+  cJSON_Delete(root);
+  for (i = 0; i < np; i++)
+    sum = sum + pools[i].peak < sum ? UINT64_MAX / 4 : sum + pools[i].peak;
+  in->synth.live_bytes = sum > UINT64_MAX / 4 ? UINT64_MAX / 4 : sum;
+}
+
 /* ------------------------------------------------------------------ csv */
 
 static void csv_progress(void *user, uint64_t done, uint64_t total) {
@@ -328,7 +374,7 @@ int input_feed(const tool_input *in, aa_replay_on_error mode,
 }
 
 void input_describe(const tool_input *in, char *buf, size_t cap) {
-  char run[32];
+  char run[32], live[96];
 
   if (in->run_id > 0)
     snprintf(run, sizeof run, "run %lld", (long long)in->run_id);
@@ -348,13 +394,17 @@ void input_describe(const tool_input *in, char *buf, size_t cap) {
              (unsigned long long)in->synth.live_target);
     break;
   case IN_DB_HIST:
-    snprintf(buf, cap, "stored histogram %s (%s, pool %s; %llu events, seed "
-                       "%llu, live %llu)",
-             in->path, run,
-             in->hist_pool != NULL ? in->hist_pool : "all",
-             (unsigned long long)in->synth.events,
-             (unsigned long long)in->synth.seed,
-             (unsigned long long)in->synth.live_target);
+    if (in->synth.live_bytes > 0) {
+      char b[32];
+      fmt_bytes(in->synth.live_bytes, b, sizeof b);
+      snprintf(live, sizeof live, "live up to %s, the run's peak in use", b);
+    } else {
+      snprintf(live, sizeof live, "live %llu blocks", (unsigned long long)in->synth.live_target);
+    }
+    snprintf(buf, cap, "stored histogram %s (%s, %s%s; %llu events, seed %llu, %s)", in->path,
+             run, in->hist_pool != NULL ? "histogram of pool " : "every pool's histogram summed",
+             in->hist_pool != NULL ? in->hist_pool : "", (unsigned long long)in->synth.events,
+             (unsigned long long)in->synth.seed, live);
     break;
   default:
     snprintf(buf, cap, "(none)");
@@ -418,20 +468,28 @@ int input_import(const tool_input *in, aa_replay_on_error mode,
   aa_store_stats ss;
   aa_store *st = NULL;
   import_ctx c;
+  tool_out out;
   char desc[512], cfgjson[1024];
   int rc, crc;
 
   *events = 0;
   *run_id = 0;
   err[0] = '\0';
+  /* The import goes into a copy of the database (or a new empty file)
+   * renamed over it when every event is in: a failure leaves the database
+   * byte for byte as it was, and a new path is never created. */
+  rc = out_open_db(&out, db_path, err, errcap);
+  if (rc != AA_OK)
+    return rc;
   aa_store_config_init(&sc);
-  sc.path = db_path;
+  sc.path = out.tmp;
   sc.trace_capacity = IMPORT_RING;
   sc.quiet = true;
   rc = aa_store_open(&sc, &st);
   if (rc != AA_OK) {
     snprintf(err, errcap, "%s: cannot open the store: %s", db_path,
              store_err(rc));
+    out_abort(&out);
     return rc;
   }
   input_describe(in, desc, sizeof desc);
@@ -490,6 +548,22 @@ out:
     snprintf(err, errcap, "%s: closing the store failed: %s", db_path,
              store_err(crc));
     rc = crc;
+  }
+  if (rc == AA_OK) {
+    char side[PATH_MAX + 8];
+    snprintf(side, sizeof side, "%s-wal", out.tmp);
+    if (access(side, F_OK) == 0) {
+      snprintf(err, errcap, "%s: the store did not finish its write-ahead log", db_path);
+      rc = AA_EIO;
+    }
+  }
+  if (rc == AA_OK)
+    rc = out_commit(&out, err, errcap);
+  else
+    out_abort(&out);
+  if (rc != AA_OK) {
+    *events = 0;
+    *run_id = 0;
   }
   return rc;
 }

@@ -19,7 +19,7 @@
  * Usage, formats and exit codes: docs/replay.md, and `adaptalloc-replay
  * --help`.
  */
-#include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -51,43 +51,48 @@ static int cmd_export(const options *o) {
   tool_progress prog;
   aa_replay_diag diag;
   export_ctx c;
-  char err[512];
+  tool_out out;
+  char err[PATH_MAX * 2 + 256];
   int rc;
 
   if (o->out == NULL)
     return usage_error("export needs -o FILE.csv ('-' = stdout)%s", "");
-  c.f = strcmp(o->out, "-") == 0 ? stdout : fopen(o->out, "w");
-  if (c.f == NULL) {
-    fprintf(stderr, "adaptalloc-replay: %s: %s\n", o->out, strerror(errno));
+  rc = check_output(o, "export", o->out);
+  if (rc != 0)
+    return rc;
+  if (o->torch_snapshot)
+    return cmd_export_torch(o); /* export_torch.c */
+  if (out_open(&out, o->out, 0666, err, sizeof err) != AA_OK) {
+    fprintf(stderr, "adaptalloc-replay: %s\n", err);
     return EXIT_INPUT;
   }
+  c.f = out.f;
   c.buf = malloc(1024 * 128); /* one batch; a line is under 128 bytes */
   if (c.buf == NULL) {
-    if (c.f != stdout)
-      fclose(c.f);
+    out_abort(&out);
     fprintf(stderr, "adaptalloc-replay: out of memory\n");
     return EXIT_INTERNAL;
   }
   progress_init(&prog, o->progress == 1 || (o->progress == -1 && isatty(2)));
   c.prog = &prog;
   memset(&diag, 0, sizeof diag);
-  fprintf(c.f, "%s\n", AA_REPLAY_CSV_HEADER);
-  rc = input_feed(&o->in, o->on_error, export_sink, &c, &prog, &diag, err,
-                  sizeof err);
+  err[0] = '\0';
+  rc = fprintf(c.f, "%s\n", AA_REPLAY_CSV_HEADER) < 0 ? AA_EIO : AA_OK;
+  if (rc == AA_OK)
+    rc = input_feed(&o->in, o->on_error, export_sink, &c, &prog, &diag, err, sizeof err);
   progress_end(&prog);
   free(c.buf);
-  if (c.f != stdout) {
-    if (fclose(c.f) != 0 && rc == AA_OK) {
-      fprintf(stderr, "adaptalloc-replay: %s: %s\n", o->out, strerror(errno));
-      return EXIT_INPUT;
-    }
-  } else if (fflush(stdout) != 0 && rc == AA_OK) {
-    rc = AA_EIO;
-  }
   if (rc != AA_OK) {
-    fprintf(stderr, "adaptalloc-replay: %s\n",
-            err[0] != '\0' ? err : "writing the CSV failed");
+    /* nothing half-written: the old output (or none) stays */
+    out_abort(&out);
+    fprintf(stderr, "adaptalloc-replay: %s%s\n",
+            err[0] != '\0' ? err : "writing the CSV failed",
+            strcmp(o->out, "-") != 0 ? "; nothing written" : "");
     return rc == AA_ENOMEM ? EXIT_INTERNAL : EXIT_INPUT;
+  }
+  if (out_commit(&out, err, sizeof err) != AA_OK) {
+    fprintf(stderr, "adaptalloc-replay: %s; nothing written\n", err);
+    return EXIT_INPUT;
   }
   return 0;
 }
@@ -99,15 +104,16 @@ static int cmd_import(const options *o) {
   aa_replay_diag diag;
   uint64_t n = 0;
   int64_t run = 0;
-  char err[512];
+  char err[PATH_MAX * 2 + 512];
   int rc;
 
   if (o->out == NULL)
     return usage_error("import needs -o FILE.db%s", "");
-  if (o->in.kind == IN_DB_TRACE && o->in.path != NULL &&
-      strcmp(o->in.path, o->out) == 0)
-    return usage_error("import: input and output are the same file (%s)",
-                       o->out);
+  rc = check_output(o, "import", o->out);
+  if (rc != 0)
+    return rc;
+  if (strcmp(o->out, "-") == 0)
+    return usage_error("import writes a database file: -o FILE.db (not '%s')", o->out);
   progress_init(&prog, o->progress == 1 || (o->progress == -1 && isatty(2)));
   memset(&diag, 0, sizeof diag);
   rc = input_import(&o->in, o->on_error, o->out, &prog, &diag, &n, &run, err,
@@ -181,6 +187,8 @@ int main(int argc, char **argv) {
       return rc == AA_ENOMEM ? EXIT_INTERNAL : EXIT_INPUT;
     }
   }
+  if (o.in.kind == IN_DB_HIST && !o.in.live_given && o.ndbs <= 1)
+    input_live_from_run(&o.in);
   /* A stored run of one host or pinned pool (the demo's on a machine
    * without a GPU) replays under that pool's section unless --pool says. */
   if (!o.pool_given && o.ndbs <= 1) {

@@ -1,7 +1,9 @@
 /*
- * plot.c — `compare --plot FILE.svg`: reserved and in-use bytes over the
- * trace, one colour per policy (reserved solid, in use dashed), written as a
- * standalone SVG file that any browser or document shows.
+ * plot.c — `run/compare --plot FILE.svg|FILE.png`: reserved and in-use bytes
+ * over the trace's own time, each policy a colour and a dash pattern of its
+ * own (reserved thick, in use thin; later policies drawn narrower on top so
+ * lines that coincide both show), with a legend; a standalone SVG, or a PNG
+ * rasterised from it by rsvg-convert (librsvg2-bin) when the path ends .png.
  *
  * Samples are taken after every batch fed to the simulators; when a series
  * is full, neighbouring points merge keeping the larger values, so a peak
@@ -10,10 +12,13 @@
  * plot_free.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "replay_tool.h"
 
@@ -28,6 +33,13 @@ static const char *const colours[] = {"#1f77b4", "#d62728", "#2ca02c",
                                       "#9467bd", "#ff7f0e", "#8c564b",
                                       "#e377c2", "#17becf"};
 #define NCOLOURS (sizeof colours / sizeof colours[0])
+static const char *const dashes[] = {"", "9 4", "3 3", "12 4 3 4", "6 2", "2 5"};
+#define NDASHES (sizeof dashes / sizeof dashes[0])
+
+bool plot_format_ok(const char *path) {
+  size_t n = strlen(path);
+  return n > 4 && (strcmp(path + n - 4, ".svg") == 0 || strcmp(path + n - 4, ".png") == 0);
+}
 
 int plot_init(tool_plot *p, size_t nseries) {
   memset(p, 0, sizeof *p);
@@ -54,6 +66,7 @@ static void plot_halve(tool_plot *p) {
     for (i = 0; i < p->npoints / 2; i++) {
       tool_plot_point x = a[2 * i], y = a[2 * i + 1];
       a[i].events = y.events;
+      a[i].time_ns = y.time_ns;
       a[i].in_use = x.in_use > y.in_use ? x.in_use : y.in_use;
       a[i].reserved = x.reserved > y.reserved ? x.reserved : y.reserved;
     }
@@ -64,7 +77,7 @@ static void plot_halve(tool_plot *p) {
   p->stride *= 2;
 }
 
-void plot_add(tool_plot *p, const aa_replay_now *now) {
+void plot_add(tool_plot *p, const aa_replay_now *now, uint64_t time_ns) {
   size_t s;
   if (p->pts == NULL)
     return;
@@ -80,6 +93,7 @@ void plot_add(tool_plot *p, const aa_replay_now *now) {
   for (s = 0; s < p->nseries; s++) {
     tool_plot_point *pt = &p->pts[s * PLOT_MAX_POINTS + p->npoints - 1];
     pt->events = now[s].events;
+    pt->time_ns = time_ns;
     if (now[s].in_use > pt->in_use)
       pt->in_use = now[s].in_use;
     if (now[s].reserved > pt->reserved)
@@ -121,19 +135,14 @@ static double nice_step(double max, int n, bool binary) {
                                      : 10);
 }
 
-static void fmt_count(uint64_t v, char *buf, size_t cap) {
-  if (v >= 1000000)
-    snprintf(buf, cap, "%.3gM", (double)v / 1e6);
-  else if (v >= 1000)
-    snprintf(buf, cap, "%.3gk", (double)v / 1e3);
-  else
-    snprintf(buf, cap, "%llu", (unsigned long long)v);
+static void put_dash(FILE *f, size_t s) {
+  if (dashes[s % NDASHES][0] != '\0')
+    fprintf(f, " stroke-dasharray=\"%s\"", dashes[s % NDASHES]);
 }
 
-int plot_write_svg(const tool_plot *p, const char *path, const char *title,
-                   const char *const *labels, char *err, size_t errcap) {
-  FILE *f;
-  uint64_t ymax = 1, xmax = 1;
+static void svg_to(FILE *f, const tool_plot *p, const char *title,
+                   const char *const *labels) {
+  uint64_t ymax = 1, xmax = 1, t0 = UINT64_MAX;
   double ystep, xstep, v;
   size_t s, i;
   const double pw = W - ML - MR, ph = H - MT - MB;
@@ -146,19 +155,20 @@ int plot_write_svg(const tool_plot *p, const char *path, const char *title,
         ymax = pt->reserved;
       if (pt->in_use > ymax)
         ymax = pt->in_use;
-      if (pt->events > xmax)
-        xmax = pt->events;
+      if (pt->time_ns < t0)
+        t0 = pt->time_ns;
     }
   }
+  if (t0 == UINT64_MAX)
+    t0 = 0;
+  for (s = 0; s < p->nseries; s++)
+    for (i = 0; i < p->npoints; i++)
+      if (p->pts[s * PLOT_MAX_POINTS + i].time_ns - t0 > xmax)
+        xmax = p->pts[s * PLOT_MAX_POINTS + i].time_ns - t0;
   ystep = nice_step((double)ymax, 5, true);
   xstep = nice_step((double)xmax, 8, false);
   ymax = (uint64_t)(ceil((double)ymax / ystep) * ystep);
 
-  f = fopen(path, "w");
-  if (f == NULL) {
-    snprintf(err, errcap, "%s: cannot write the plot: %s", path, strerror(errno));
-    return AA_EIO;
-  }
   fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
              "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
              "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n",
@@ -188,55 +198,140 @@ int plot_write_svg(const tool_plot *p, const char *path, const char *title,
   }
   for (v = 0; v <= (double)xmax; v += xstep) {
     double x = ML + v / (double)xmax * pw;
-    fmt_count((uint64_t)v, buf, sizeof buf);
+    snprintf(buf, sizeof buf, "%.6g", v / 1e9);
     fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n",
             x, H - MB + 16, buf);
   }
-  fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">events into "
-             "the trace</text>\n</g>\n",
+  fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">trace time "
+             "(s)</text>\n</g>\n",
           ML + pw / 2, H - 8);
-  /* one polyline per series and figure; reserved solid, in use dashed */
+  /* one polyline per series and figure: the policy's colour and dash;
+   * reserved thick, in use thin; later series narrower, on top */
   for (s = 0; s < p->nseries; s++) {
     const char *col = colours[s % NCOLOURS];
+    double shrink = (double)s * 0.5;
     int kind;
     for (kind = 0; kind < 2; kind++) {
-      fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%s\"%s "
-                 "points=\"",
-              col, kind == 0 ? "2" : "1.5",
-              kind == 0 ? "" : " stroke-dasharray=\"5 3\"");
+      double w = kind == 0 ? 3.5 - shrink : 2.0 - shrink / 2;
+      fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%.2f\"", col,
+              w < 0.8 ? 0.8 : w);
+      put_dash(f, s);
+      fputs(" points=\"", f);
       for (i = 0; i < p->npoints; i++) {
         const tool_plot_point *pt = &p->pts[s * PLOT_MAX_POINTS + i];
         uint64_t b = kind == 0 ? pt->reserved : pt->in_use;
         fprintf(f, "%s%.1f,%.1f", i > 0 ? " " : "",
-                ML + (double)pt->events / (double)xmax * pw,
+                ML + (double)(pt->time_ns - t0) / (double)xmax * pw,
                 MT + ph - (double)b / (double)ymax * ph);
       }
       fputs("\"/>\n", f);
     }
   }
-  /* legend: policy colours, then the two line styles */
+  /* legend: each policy's colour and dash, then the two widths */
   {
     double x = 10;
     for (s = 0; s < p->nseries; s++) {
-      fprintf(f, "<rect x=\"%.0f\" y=\"28\" width=\"12\" height=\"12\" fill=\"%s\"/>"
-                 "<text x=\"%.0f\" y=\"38\">",
-              x, colours[s % NCOLOURS], x + 16);
+      fprintf(f, "<line x1=\"%.0f\" y1=\"34\" x2=\"%.0f\" y2=\"34\" stroke=\"%s\" "
+                 "stroke-width=\"2.5\"",
+              x, x + 28, colours[s % NCOLOURS]);
+      put_dash(f, s);
+      fprintf(f, "/><text x=\"%.0f\" y=\"38\">", x + 32);
       put_text(f, labels[s]);
       fputs("</text>\n", f);
-      x += 16 + 7.0 * (double)strlen(labels[s]) + 18;
+      x += 32 + 7.0 * (double)strlen(labels[s]) + 18;
     }
     fprintf(f, "<line x1=\"%.0f\" y1=\"34\" x2=\"%.0f\" y2=\"34\" stroke=\"#444\" "
-               "stroke-width=\"2\"/><text x=\"%.0f\" y=\"38\">reserved</text>\n",
+               "stroke-width=\"3.5\"/><text x=\"%.0f\" y=\"38\">reserved</text>\n",
             x, x + 24, x + 28);
     x += 90;
     fprintf(f, "<line x1=\"%.0f\" y1=\"34\" x2=\"%.0f\" y2=\"34\" stroke=\"#444\" "
-               "stroke-width=\"1.5\" stroke-dasharray=\"5 3\"/>"
-               "<text x=\"%.0f\" y=\"38\">in use</text>\n",
+               "stroke-width=\"1.5\"/><text x=\"%.0f\" y=\"38\">in use</text>\n",
             x, x + 24, x + 28);
   }
   fputs("</svg>\n", f);
-  if (ferror(f) != 0 || fclose(f) != 0) {
-    snprintf(err, errcap, "%s: cannot write the plot: %s", path, strerror(errno));
+}
+
+/* rsvg-convert -f png -o png svg; 0, 127 when it is not installed, or its
+ * status. */
+static int rasterise(const char *svg, const char *png) {
+  pid_t pid = fork();
+  int st;
+
+  if (pid < 0)
+    return -1;
+  if (pid == 0) {
+    int devnull = open("/dev/null", O_WRONLY);
+    if (devnull >= 0) {
+      dup2(devnull, 1);
+      close(devnull);
+    }
+    execlp("rsvg-convert", "rsvg-convert", "-f", "png", "-o", png, svg, (char *)NULL);
+    _exit(127);
+  }
+  while (waitpid(pid, &st, 0) < 0)
+    if (errno != EINTR)
+      return -1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int plot_write(const tool_plot *p, const char *path, const char *title,
+               const char *const *labels, char *err, size_t errcap) {
+  size_t n = strlen(path);
+  bool png = n > 4 && strcmp(path + n - 4, ".png") == 0;
+  tool_out svg, out;
+  char e2[PATH_MAX + 200];
+  int rc;
+
+  /* the SVG: the output itself, or for a PNG a temporary beside it */
+  if (out_open(&out, path, 0666, e2, sizeof e2) != AA_OK) {
+    snprintf(err, errcap, "%s: cannot write the plot: %s", path, e2);
+    return AA_EIO;
+  }
+  if (!png) {
+    svg_to(out.f, p, title, labels);
+    if (out_commit(&out, e2, sizeof e2) != AA_OK) {
+      snprintf(err, errcap, "%s: cannot write the plot: %s", path, e2);
+      return AA_EIO;
+    }
+    return AA_OK;
+  }
+  if (out.tmp[0] == '\0') {
+    out_abort(&out);
+    snprintf(err, errcap, "%s: a PNG plot goes to a regular file", path);
+    return AA_EINVAL;
+  }
+  {
+    char svgpath[PATH_MAX + 8];
+    snprintf(svgpath, sizeof svgpath, "%s.svg", out.tmp);
+    if (out_open(&svg, svgpath, 0600, e2, sizeof e2) != AA_OK) {
+      out_abort(&out);
+      snprintf(err, errcap, "%s: cannot write the plot: %s", path, e2);
+      return AA_EIO;
+    }
+    svg_to(svg.f, p, title, labels);
+    if (out_commit(&svg, e2, sizeof e2) != AA_OK) {
+      out_abort(&out);
+      snprintf(err, errcap, "%s: cannot write the plot: %s", path, e2);
+      return AA_EIO;
+    }
+    fclose(out.f);
+    out.f = NULL;
+    rc = rasterise(svgpath, out.tmp);
+    unlink(svgpath);
+  }
+  if (rc != 0) {
+    out_abort(&out);
+    if (rc == 127)
+      snprintf(err, errcap, "%s: cannot write a PNG: rsvg-convert (Debian package "
+                            "librsvg2-bin) is not installed; ask for an SVG (--plot FILE.svg)",
+               path);
+    else
+      snprintf(err, errcap, "%s: rsvg-convert failed (status %d); --plot FILE.svg writes the SVG",
+               path, rc);
+    return AA_EIO;
+  }
+  if (out_commit(&out, e2, sizeof e2) != AA_OK) {
+    snprintf(err, errcap, "%s: cannot write the plot: %s", path, e2);
     return AA_EIO;
   }
   return AA_OK;

@@ -12,7 +12,10 @@
  * output.c  the progress bar, byte/percent formatting, tables, result JSON
  * dbs.c     several ranks' databases: run rows, --each-rank, combined figures
  * ranks.c   the `ranks` command
- * plot.c    compare --plot: the SVG of the replays
+ * plot.c    run/compare --plot: the SVG (or PNG) of the replays
+ * outfile.c outputs: refused when they are an input, written through a
+ *           temporary file renamed into place
+ * export_torch.c  export --format torch-snapshot; pickle.c its pickle writer
  */
 #ifndef ADAPTALLOC_REPLAY_TOOL_H
 #define ADAPTALLOC_REPLAY_TOOL_H
@@ -63,8 +66,15 @@ typedef struct tool_input {
   int64_t run_id;        /* <= 0: latest */
   const char *hist_pool; /* NULL: all pools summed */
   bool from_histogram;
+  bool live_given; /* --live N: a block count, not the run's peak bytes */
   aa_replay_synth_config synth;
 } tool_input;
+
+/* --db FILE --from-histogram without --live: the run's peak in use (the
+ * largest peak_bytes_in_use of each pool's snapshots, summed over the pools
+ * the histogram sums) becomes in->synth.live_bytes, so the synthesised live
+ * set is as large as the run's was. Leaves it 0 when the store says nothing. */
+void input_live_from_run(tool_input *in);
 
 /* Streams the input's events to sink. diag collects parse problems (CSV).
  * Returns AA_OK or an error with err filled in ("" when the sink failed and
@@ -163,12 +173,14 @@ void print_db_table(FILE *f, const char *const *labels,
 
 /* ------------------------------------------------------------------ plot */
 
-/* compare --plot: reserved and in use over the trace per policy (plot.c). */
+/* run/compare --plot: reserved and in use over the trace's time per policy
+ * (plot.c). */
 #define PLOT_MAX_SERIES 16
 #define PLOT_MAX_POINTS 2048
 
 typedef struct tool_plot_point {
   uint64_t events;           /* events fed when the point closed */
+  uint64_t time_ns;          /* the trace's time of the last of them */
   uint64_t in_use, reserved; /* the largest values seen within the point */
 } tool_plot_point;
 
@@ -181,11 +193,50 @@ typedef struct tool_plot {
 
 int plot_init(tool_plot *p, size_t nseries); /* AA_EINVAL, AA_ENOMEM */
 /* One sample of every series (now[nseries]), e.g. after each batch. */
-void plot_add(tool_plot *p, const aa_replay_now *now);
-/* Writes the SVG; err names the file and the cause on AA_EIO. */
-int plot_write_svg(const tool_plot *p, const char *path, const char *title,
-                   const char *const *labels, char *err, size_t errcap);
+void plot_add(tool_plot *p, const aa_replay_now *now, uint64_t time_ns);
+/* Writes the plot: SVG, or PNG for a path ending .png (the SVG rasterised by
+ * rsvg-convert; without it an error naming SVG). err names the file and the
+ * cause on failure; the output is replaced whole or not at all. */
+int plot_write(const tool_plot *p, const char *path, const char *title,
+               const char *const *labels, char *err, size_t errcap);
+/* True when path ends .svg or .png (--plot's formats). */
+bool plot_format_ok(const char *path);
 void plot_free(tool_plot *p);
+
+/* ------------------------------------------------------------------ outputs */
+
+#include <limits.h>
+#include <sys/types.h>
+
+typedef struct tool_out {
+  const char *path;      /* as given */
+  char target[PATH_MAX]; /* the file the rename replaces (symlinks resolved) */
+  char tmp[PATH_MAX];    /* the temporary file; "" when written in place */
+  FILE *f;               /* out_open: where to write */
+  bool db;               /* out_open_db: a copy of the database to import into */
+  bool had;              /* the database existed: its size and mtime */
+  uint64_t size, mtime_ns;
+} tool_out;
+
+/* Before any work: refuses (EXIT_USAGE, err names what is wrong, prefixed by
+ * what) an output that is one of inputs[0..n) by file identity (only regular
+ * files count; "-" is stdin/stdout), a directory, a dangling symlink, a
+ * missing or unwritable directory. 0 when the output can be written. */
+int out_check(const char *what, const char *path, const char *const *inputs,
+              size_t ninputs, char *err, size_t errcap);
+/* A temporary file beside path (its mode, or new_mode under the umask);
+ * "-" is stdout and a non-regular file is written in place. AA_OK or
+ * AA_EIO with err filled in. */
+int out_open(tool_out *o, const char *path, mode_t new_mode, char *err, size_t errcap);
+/* For import: o->tmp is a copy of the database at path (empty, mode 0600,
+ * when there is none) for the store to open. AA_EBUSY when path-wal exists
+ * (the database is open elsewhere). */
+int out_open_db(tool_out *o, const char *path, char *err, size_t errcap);
+/* Flushes, syncs, closes and renames the temporary into place; on failure
+ * removes it (the old output is as it was). */
+int out_commit(tool_out *o, char *err, size_t errcap);
+/* Closes and removes the temporary file (and SQLite's side files). */
+void out_abort(tool_out *o);
 
 /* ------------------------------------------------------------------ commands */
 
@@ -202,7 +253,7 @@ typedef struct options {
   const char *pool;
   bool pool_given; /* --pool on the command line (else the run's, or device) */
   const char *out;
-  const char *plot; /* compare --plot FILE.svg */
+  const char *plot; /* run/compare --plot FILE.svg|FILE.png */
   bool json;
   int progress; /* -1 auto (tty), 0 off, 1 on */
   bool bench;
@@ -224,8 +275,9 @@ typedef struct options {
   const char *dbs[MAX_DBS]; /* every --db (and bare database) in order */
   int64_t db_runs[MAX_DBS]; /* the run of each (<= 0: latest), set in main */
   size_t ndbs;
-  bool each_rank;   /* expand each database into the latest run per rank */
-  double threshold; /* ranks: flag a rank farther than this (< 0: default) */
+  bool each_rank;      /* expand each database into the latest run per rank */
+  double threshold;    /* ranks: flag a rank farther than this (< 0: default) */
+  bool torch_snapshot; /* export --format torch-snapshot (else CSV) */
 } options;
 
 /* help.c: the command table, help, usage errors. */
@@ -292,11 +344,21 @@ void free_loaded(loaded *l, size_t n);
 void print_json_result(FILE *f, const aa_replay_result *r);
 void print_json_head(FILE *f, const options *o, const timing *t);
 
+/* args.c: the files the command reads (inputs, databases, policy files)
+ * into paths[0..cap); returns the count. */
+size_t input_files(const options *o, const char **paths, size_t cap);
+/* out_check over input_files (message printed); 0 or EXIT_USAGE. */
+int check_output(const options *o, const char *what, const char *path);
+
 /* run.c: run and compare (compare true); over several databases */
 int cmd_run(const options *o, bool compare);
 int cmd_run_multi(const options *o, bool compare);
 
 /* suggest.c */
 int cmd_suggest(const options *opts);
+
+/* export_torch.c: export --format torch-snapshot (a PyTorch memory snapshot
+ * pickle for memory_viz). Returns an exit code (messages printed). */
+int cmd_export_torch(const options *o);
 
 #endif /* ADAPTALLOC_REPLAY_TOOL_H */

@@ -343,6 +343,11 @@ int cmd_run(const options *o, bool compare) {
                        "");
   if (o->ndbs > 1 || o->each_rank)
     return cmd_run_multi(o, compare);
+  if (o->plot != NULL) { /* before the replay: an output that cannot be written */
+    rc = check_output(o, "--plot", o->plot);
+    if (rc != 0)
+      return rc;
+  }
   l = calloc(n, sizeof *l);
   if (l == NULL) {
     fprintf(stderr, "adaptalloc-replay: out of memory\n");
@@ -373,7 +378,7 @@ int cmd_run(const options *o, bool compare) {
     input_describe(&o->in, desc, sizeof desc);
     snprintf(title, sizeof title, "Reserved and in use over %s (pool %s)", desc,
              o->pool);
-    if (plot_write_svg(&plot, o->plot, title, labels, err, sizeof err) != AA_OK) {
+    if (plot_write(&plot, o->plot, title, labels, err, sizeof err) != AA_OK) {
       fprintf(stderr, "adaptalloc-replay: %s\n", err);
       rc = EXIT_INPUT;
     }
@@ -408,7 +413,7 @@ int cmd_run(const options *o, bool compare) {
   } else if (rc == 0) {
     char desc[512];
     input_describe(&o->in, desc, sizeof desc);
-    printf("input             %s, %llu events, pool %s\n", desc,
+    printf("input             %s, %llu events\npolicy pool       %s\n", desc,
            (unsigned long long)t.events, o->pool);
     if (!compare) {
       print_result_text(stdout, l[0].label, &l[0].res);

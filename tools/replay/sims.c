@@ -148,7 +148,7 @@ static int fanout_sink(void *user, const aa_replay_event *ev, size_t n) {
         aa_replay_torch_now(f->l[i].torch, &now[i]);
       else
         aa_replay_sim_now(f->l[i].sim, &now[i]);
-    plot_add(f->plot, now);
+    plot_add(f->plot, now, ev[n - 1].time_ns);
   }
   return AA_OK;
 }

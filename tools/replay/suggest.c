@@ -177,7 +177,6 @@ int cmd_suggest(const options *opts) {
   char err[AA_POLICY_ERR_CAP + 256], desc[512];
   static char labels[SUGGEST_CANDIDATES][64];
   timing t0, t1;
-  FILE *f = NULL;
   bool improved, write_it;
   int rc;
 
@@ -187,6 +186,11 @@ int cmd_suggest(const options *opts) {
     return usage_error("suggest needs -o FILE for the tuned policy%s", "");
   if (o->npolicies > 1)
     return usage_error("suggest takes one --policy (the base)%s", "");
+  /* before the replays: an output that cannot be written, or that is an
+   * input, is said now, not after minutes of work */
+  rc = check_output(o, "suggest", o->out);
+  if (rc != 0)
+    return rc;
   l = calloc(1 + SUGGEST_CANDIDATES, sizeof *l);
   tuned = calloc(SUGGEST_CANDIDATES, sizeof *tuned);
   if (l == NULL || tuned == NULL) {
@@ -274,7 +278,7 @@ int cmd_suggest(const options *opts) {
       goto out;
     }
     if (kSuggestKeep[c] == 0)
-      snprintf(labels[ncand], sizeof labels[ncand], "%s", base_name(o->out));
+      snprintf(labels[ncand], sizeof labels[ncand], "all added");
     else
       snprintf(labels[ncand], sizeof labels[ncand], "best %zu added", kSuggestKeep[c]);
     x->label = labels[ncand];
@@ -301,19 +305,24 @@ int cmd_suggest(const options *opts) {
   improved = objective_better(&l[1 + best].res, &orig);
   write_it = improved || o->force;
   if (write_it) {
-    f = fopen(o->out, "w");
-    if (f == NULL || fputs(docs[best], f) < 0 || fputc('\n', f) == EOF) {
-      fprintf(stderr, "adaptalloc-replay: %s: %s\n", o->out, strerror(errno));
+    tool_out of;
+    char oerr[PATH_MAX * 2 + 128];
+    if (out_open(&of, o->out, 0666, oerr, sizeof oerr) != AA_OK) {
+      fprintf(stderr, "adaptalloc-replay: %s; nothing written\n", oerr);
       rc = EXIT_INPUT;
       goto out;
     }
-    if (fclose(f) != 0) {
-      f = NULL;
-      fprintf(stderr, "adaptalloc-replay: %s: %s\n", o->out, strerror(errno));
+    if (fputs(docs[best], of.f) < 0 || fputc('\n', of.f) == EOF) {
+      fprintf(stderr, "adaptalloc-replay: %s: %s; nothing written\n", o->out, strerror(errno));
+      out_abort(&of);
       rc = EXIT_INPUT;
       goto out;
     }
-    f = NULL;
+    if (out_commit(&of, oerr, sizeof oerr) != AA_OK) {
+      fprintf(stderr, "adaptalloc-replay: %s; nothing written\n", oerr);
+      rc = EXIT_INPUT;
+      goto out;
+    }
   }
   if (o->json) {
     print_json_head(stdout, o, &t0);
@@ -363,7 +372,7 @@ int cmd_suggest(const options *opts) {
   } else {
     const char *lab[2] = {l[0].label, l[1 + best].label};
     aa_replay_result res[2] = {l[0].res, l[1 + best].res};
-    printf("input             %s, %llu events, pool %s\n", desc,
+    printf("input             %s, %llu events\npolicy pool       %s\n", desc,
            (unsigned long long)t0.events, o->pool);
     printf("objective         peak reserved, then backend calls\n");
     printf("  before          %.2f MiB, %llu calls (the base policy%s)\n",
@@ -390,8 +399,6 @@ int cmd_suggest(const options *opts) {
     rc = EXIT_NOT_IMPROVED;
   }
 out:
-  if (f != NULL)
-    fclose(f);
   for (i = 0; i < SUGGEST_CANDIDATES; i++)
     free(docs[i]);
   free(sizes);

@@ -33,11 +33,15 @@
 // another stream captures. The CUDA backend never records an event on a
 // capturing stream (core/src/cuda), so nothing illegal reaches a capture.
 //
+// Memory history (torch.cuda.memory._record_memory_history) is history.cpp's:
+// the lines marked "history:" here hand it each allocation, free and OOM.
+//
 // What stays unsupported raises c10::Error naming adaptalloc: CUDA IPC
-// (shareIpcHandle, getIpcDevPtr), memory history recording, MemPools made
+// (shareIpcHandle, getIpcDevPtr), MemPools made
 // with another allocator, use_on_oom and no_split pools, and restoring a
 // CUDA-graph-tree checkpoint whose blocks were freed since. See docs/torch.md.
 #include "allocator.h"
+#include "history.h"
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
@@ -534,6 +538,8 @@ public:
       return c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CUDA, device));
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
     Ctx *c = alloc_ctx(device, n, stream);
+    if (history_.on()) // history:
+      history_.record(History::Action::ALLOC, device, reinterpret_cast<size_t>(c->ptr), n, stream);
     return c10::DataPtr(
         c->ptr, c, &deleter, c10::Device(c10::DeviceType::CUDA, device));
   }
@@ -592,6 +598,12 @@ public:
 
   void free_ctx(Ctx *c) {
     Dev &d = g_dev[c->device];
+    if (history_.on()) { // history: the pool takes the block back at once
+      history_.record(History::Action::FREE_REQUESTED, c->device,
+                      reinterpret_cast<size_t>(c->ptr), c->size, c->stream);
+      history_.record(History::Action::FREE_COMPLETED, c->device,
+                      reinterpret_cast<size_t>(c->ptr), c->size, c->stream);
+    }
     if (c->priv == nullptr) {
       maybe_relaxed(d, [&] { return aa_free(c->pool, c->ptr, c->size, c->stream); });
       delete c;
@@ -641,6 +653,8 @@ public:
         return 0;
       });
     }
+    if (history_.on()) // history: addr is the device's free bytes, as PyTorch's
+      history_.record(History::Action::OOM, device, free_b, n, nullptr);
     std::vector<CCA::OutOfMemoryObserver> obs;
     {
       std::lock_guard<std::mutex> g(obs_mu_);
@@ -682,6 +696,8 @@ public:
     c10::DeviceIndex device = 0;
     C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
     Ctx *c = alloc_ctx(device, nbytes, stream);
+    if (history_.on()) // history:
+      history_.record(History::Action::ALLOC, device, reinterpret_cast<size_t>(c->ptr), nbytes, stream);
     try {
       std::lock_guard<std::mutex> g(raw_mu_);
       raw_[c->ptr] = c;
@@ -1014,8 +1030,7 @@ public:
         TORCH_CHECK(!w.failed, "adaptalloc: snapshot: out of host memory walking the pool");
       }
     }
-    info.device_traces.resize(
-        static_cast<size_t>(c10::cuda::device_count())); // no history kept
+    info.device_traces = history_.traces(static_cast<size_t>(c10::cuda::device_count())); // history:
     info.config_metadata.garbage_collection_threshold = 0.0;
     info.config_metadata.max_split_size = std::numeric_limits<size_t>::max();
     info.config_metadata.pinned_num_register_threads = 0;
@@ -1221,22 +1236,18 @@ public:
     return {};
   }
 
-  bool isHistoryEnabled() override {
-    return false;
+  bool isHistoryEnabled() override { // history:
+    return history_.on();
   }
   void recordHistory(
       bool enabled,
-      CCA::CreateContextFn /*context_recorder*/,
-      size_t /*alloc_trace_max_entries*/,
-      CCA::RecordContext /*when*/,
-      bool /*clearHistory*/,
-      const std::vector<std::string> & /*skip_actions*/) override {
-    TORCH_CHECK(
-        !enabled,
-        "adaptalloc: torch.cuda.memory._record_memory_history is not "
-        "supported by the adaptalloc allocator; snapshots "
-        "(torch.cuda.memory._snapshot) work without history, and "
-        "ADAPTALLOC_TRACE=1 records every allocation into the store");
+      CCA::CreateContextFn context_recorder,
+      size_t alloc_trace_max_entries,
+      CCA::RecordContext when,
+      bool clearHistory,
+      const std::vector<std::string> &skip_actions) override { // history:
+    history_.configure(enabled, context_recorder, alloc_trace_max_entries, when,
+                       clearHistory, skip_actions);
   }
 
   void attachOutOfMemoryObserver(CCA::OutOfMemoryObserver observer) override {
@@ -1284,6 +1295,7 @@ private:
   std::unordered_map<void *, Ctx *> raw_;
   std::mutex obs_mu_;
   std::vector<CCA::OutOfMemoryObserver> observers_;
+  History history_; // history: _record_memory_history's state and entries
 };
 
 std::shared_ptr<AdaptAllocator> g_alloc;

@@ -352,9 +352,24 @@ AA_EXTERN int aa_pool_class_set(aa_pool *pool, const aa_class_spec *spec);
 AA_EXTERN int aa_pool_set_classes(aa_pool *pool, const aa_class_spec *specs,
                                   size_t n);
 
+/* The same change in two steps, for a caller that changes several pools at
+ * once and must change all or none (the policy module): prepare validates the
+ * table as aa_pool_set_classes does and holds the class slots its new sizes
+ * need, so that commit cannot fail. Nothing is visible to allocating threads
+ * until commit. Every prepared table is given to exactly one of commit or
+ * abort, which free it; while one is held, other changes of the pool's table
+ * (class_add, set_classes, other prepares) see fewer free slots.
+ * prepare: AA_OK with *out set; AA_EINVAL (a bad table), AA_ELIMIT (not
+ * enough free class slots), AA_ENOMEM, with *out NULL and nothing held. */
+typedef struct aa_class_txn aa_class_txn;
+AA_EXTERN int aa_pool_classes_prepare(aa_pool *pool, const aa_class_spec *specs,
+                                      size_t n, aa_class_txn **out);
+AA_EXTERN void aa_pool_classes_commit(aa_class_txn *txn);
+AA_EXTERN void aa_pool_classes_abort(aa_class_txn *txn);
+
 /* ------------------------------------------------------------------ stats */
 
-#define AA_STATS_VERSION 6
+#define AA_STATS_VERSION 7
 #define AA_HIST_BUCKETS 192 /* quarter doublings: bucket(size) below */
 #define AA_HH_MAX 32        /* heavy-hitter exact sizes reported */
 
@@ -428,6 +443,7 @@ typedef struct aa_pool_stats {
   uint64_t large_held_reclaims;      /* held blocks other threads took back so far */
   uint64_t stream_queries;           /* backend stream_query calls, before recording an event */
   uint64_t stream_idle;              /* of those, streams found idle: an event saved each */
+  uint64_t large_misses;             /* large allocations that called the backend */
 
   uint32_t class_count;
   uint32_t hh_count;
@@ -466,6 +482,53 @@ AA_EXTERN size_t aa_pool_stats_json(const aa_pool_stats *st, char *buf, size_t c
  * (torch.cuda.reset_peak_memory_stats). window_peak_bytes_in_use, which the
  * policy loop owns, is left alone. NULL is a no-op. */
 AA_EXTERN void aa_pool_reset_peaks(aa_pool *pool);
+
+/* ------------------------------------------------------------------ OOM */
+
+#define AA_OOM_VERSION 1
+#define AA_OOM_TOP 8 /* entries in each of aa_oom_info's lists */
+
+/* What the pool looked like when a request failed after the release and
+ * the one retry (a value type, filled by the pool; version and size first).
+ * Lists hold at most AA_OOM_TOP entries, the largest first. */
+typedef struct aa_oom_info {
+  uint32_t version; /* AA_OOM_VERSION */
+  uint32_t size;    /* sizeof(aa_oom_info) */
+  char pool[32];
+  uint64_t time_ns; /* aa_now_ns() at the failure */
+  uint64_t unix_ms; /* the wall clock then (ms since 1970) */
+  uint64_t count;   /* the pool's failed requests so far, this one included */
+  uint64_t request; /* bytes asked for */
+  uint64_t stream;  /* the request's stream (0: the default one) */
+  uint64_t bytes_reserved, bytes_in_use, bytes_requested, limit_bytes;
+  uint64_t segments; /* slabs plus large-path segments */
+  uint64_t slabs;    /* of them, slabs (each slab_size bytes) */
+  uint64_t slab_size;
+  uint64_t large_bytes_free; /* free bytes inside large-path segments */
+  uint32_t nseg_sizes, nholes, ntop, reserved0;
+  aa_size_count seg_sizes[AA_OOM_TOP]; /* large-path segments: size, count */
+  uint64_t holes[AA_OOM_TOP];          /* largest free large-path blocks */
+  aa_size_count top[AA_OOM_TOP];       /* most requested exact sizes (heavy
+                                          hitters; empty without telemetry) */
+} aa_oom_info;
+
+/* Called from the failing thread once aa_alloc is about to return NULL
+ * (after the release and the retry), no pool lock held. `info` lives for the
+ * call only. It must be quick (copy and return), must not allocate from
+ * `pool` (an allocation from it that fails is not reported again), and
+ * must not call aa_pool_set_oom_observer. Calls are one at a time per pool:
+ * a failure while another is being reported is counted (info->count of the
+ * next) but not reported. */
+typedef void (*aa_oom_fn)(void *user, aa_pool *pool, const aa_oom_info *info);
+
+/* Sets the observer (NULL: none). Returns once a call of the observer it
+ * replaces has returned, so the old `user` may be freed then. */
+AA_EXTERN void aa_pool_set_oom_observer(aa_pool *pool, aa_oom_fn fn, void *user);
+
+/* Writes a record as one JSON object into buf, like aa_pool_stats_json
+ * (the length needed is returned; >= cap means truncated). Fields are
+ * documented in docs/stats.md. */
+AA_EXTERN size_t aa_oom_info_json(const aa_oom_info *info, char *buf, size_t cap);
 
 /* ------------------------------------------------------------------ walk */
 

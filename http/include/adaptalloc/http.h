@@ -123,7 +123,9 @@ typedef struct aa_http_provider {
 
   /* GET /metrics, optional: extra exposition text appended verbatim (the
    * runtime's own gauges: store queue drops, loop decisions...). Must be
-   * valid Prometheus text with its own HELP/TYPE lines. */
+   * valid Prometheus text with its own HELP/TYPE lines. When set it writes
+   * adaptalloc_build_info{version,model,rank} as well (the server writes
+   * it, with model and rank empty, only without this callback). */
   int (*metrics_extra)(void *user, char **out, size_t *len);
 
   /* GET /policy: the policy in force as JSON and its version (the ETag). */
@@ -159,6 +161,11 @@ typedef struct aa_http_provider {
    * their used and free pieces (docs/http.md); an unknown pool is
    * AA_ENOENT. */
   int (*segments_json)(void *user, const char *pool, char **out, size_t *len);
+
+  /* GET /oom[?limit=N], optional: {"count":N,"last":{record}|null} for
+   * this process, plus with limit > 0 "stored": the store's newest `limit`
+   * records of the run (docs/http.md). limit 0: not asked. */
+  int (*oom_json)(void *user, int64_t limit, char **out, size_t *len);
 } aa_http_provider;
 
 /* ------------------------------------------------------------ server */
@@ -236,7 +243,7 @@ AA_EXTERN int aa_http_segments_json(aa_pool *pool, char **out, size_t *len);
 /* Renders snapshots of n pools as Prometheus text exposition (format 0.0.4)
  * into a malloc'd NUL-terminated string (*out, freed with free(); *len its
  * length). Per-class families are summed into fixed block-size buckets
- * (label size_le). This form keeps no state: the server's /metrics also
+ * (label le, cumulative, inclusive: le="1023" is below 1 KiB). This form keeps no state: the server's /metrics also
  * keeps retired classes' counters in their bucket. Metric names:
  * docs/http.md. */
 AA_EXTERN int aa_http_render_metrics(const aa_pool_stats *pools, size_t n,

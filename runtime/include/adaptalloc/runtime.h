@@ -129,6 +129,17 @@ AA_EXTERN int aa_runtime_policy_update(const char *json, size_t len, bool patch,
                                        uint64_t *new_version, char *err,
                                        size_t errcap);
 
+/* The last out-of-memory record of any runtime pool (its observer, after the
+ * release and the retry failed) into *out (may be NULL), and into *total
+ * (may be NULL) how many the runtime's pools reported. AA_ENOENT (and *out
+ * zeroed) when none happened in this process. The records also go to the
+ * store's `ooms` table at the next snapshot tick. */
+AA_EXTERN int aa_runtime_last_oom(aa_oom_info *out, uint64_t *total);
+
+/* {"count":N,"last":{record}|null} (what GET /oom will answer for the live
+ * part): *out malloc'd, owned by the caller (free()); on failure NULL, *len 0. */
+AA_EXTERN int aa_runtime_oom_json(char **out, size_t *len);
+
 /* Stops the server, the loop and the store (flushing it), destroys the
  * pools. After this, pointers from runtime pools are invalid. Safe to call
  * when never started. A process that exits without calling it (as a

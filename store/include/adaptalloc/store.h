@@ -40,7 +40,7 @@ extern "C" {
 
 /* The newest schema version (PRAGMA user_version) this library writes and
  * reads. A database with a higher user_version is refused (AA_ESTALE). */
-#define AA_STORE_SCHEMA_VERSION 3
+#define AA_STORE_SCHEMA_VERSION 4
 
 typedef struct aa_store aa_store;
 
@@ -160,6 +160,13 @@ AA_EXTERN int aa_store_policy_change(aa_store *st, const char *source,
                                      const char *reason,
                                      const char *policy_json);
 
+/* Enqueues a copy of an out-of-memory record (aa_oom_info, from a pool's
+ * OOM observer) for the current run (or run NULL when there is none); the
+ * writer stores it as a row of `ooms` with the record as JSON. Never blocks:
+ * callable from the observer. Failures as for aa_store_snapshot (AA_EINVAL
+ * also for a record of another version or size), counted in ooms_dropped. */
+AA_EXTERN int aa_store_oom(aa_store *st, const aa_oom_info *info);
+
 /* The trace sink: copies the event into a bounded lock-free ring drained by
  * the writer thread. Never blocks, never allocates after the first call; a
  * full ring, a disabled store or no current run counts the event in
@@ -204,6 +211,8 @@ typedef struct aa_store_stats {
                                   deleted by retention */
   uint64_t db_bytes;       /* database size at the last retention pass or
                                   open: pages in use times page size */
+  uint64_t ooms_written;   /* out-of-memory records committed */
+  uint64_t ooms_dropped;   /* ... refused (as snapshots_dropped) or lost */
 } aa_store_stats;
 
 /* Fills *out (version and size set). Never blocks on the writer. AA_EINVAL on
@@ -257,6 +266,11 @@ AA_EXTERN int aa_store_history_json(const char *db_path, const aa_store_query *q
 /* The policy-change audit log: {"run":N|null,"count":K,"changes":[...]} */
 AA_EXTERN int aa_store_policy_log_json(const char *db_path,
                                        const aa_store_query *q, char **json);
+
+/* Out-of-memory records: {"run":N|null,"count":K,"ooms":[{"id","run",
+ * "ts_ms","pool","request","record":{aa_oom_info as JSON}}, ...]}, oldest
+ * first. Honours run_id, all_runs, since_ms, after_id, limit and pool. */
+AA_EXTERN int aa_store_ooms_json(const char *db_path, const aa_store_query *q, char **json);
 
 /* For the replay tool. run_id <= 0 means the latest run.
  *

@@ -72,6 +72,19 @@ int aa_store_policy_change(aa_store *st, const char *source,
   return AA_ENOTSUP;
 }
 
+int aa_store_oom(aa_store *st, const aa_oom_info *info) {
+  (void)st;
+  (void)info;
+  return AA_ENOTSUP;
+}
+
+int aa_store_ooms_json(const char *db_path, const aa_store_query *q, char **json) {
+  (void)db_path;
+  (void)q;
+  if (json != NULL) *json = NULL;
+  return AA_ENOTSUP;
+}
+
 void aa_store_trace_push(void *store, const aa_trace_event *ev) {
   (void)store;
   (void)ev;

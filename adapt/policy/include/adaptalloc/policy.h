@@ -163,15 +163,47 @@ AA_EXTERN int aa_policy_pool_config(const aa_policy *p, const char *pool,
                                     aa_pool_config *cfg, aa_class_spec *classes,
                                     size_t cap, size_t *n);
 
+/* The section that configures a pool: "regions.<name>" when the pool serves
+ * a region the policy has a section for, else its backend's ("device",
+ * "pinned" or "host"; aa_policy_pool_kind). aa_policy_section_for is the
+ * same rule from a backend kind and a region name (NULL or "" for none).
+ * Both write into buf (48 bytes hold any section) and return it. */
+AA_EXTERN const char *aa_policy_pool_kind(const aa_pool *pool);
+AA_EXTERN const char *aa_policy_section_for(const aa_policy *p, const char *kind,
+                                            const char *region, char *buf,
+                                            size_t cap);
+AA_EXTERN const char *aa_policy_pool_section(const aa_policy *p,
+                                             const aa_pool *pool, char *buf,
+                                             size_t cap);
+
 /* Applies the policy's class table (with per-class cache limits and prefill),
- * limit_bytes and large.map_runs of section `pool` (as for aa_policy_pool_config) to a live
- * pool through aa_pool_set_classes, which validates
- * the whole table first: on error nothing changes. slab_size, max_small and
- * the thread-cache bounds only take effect when a pool is created
- * (aa_policy_pool_config); a pool whose max_small differs from the policy's
- * gets AA_EINVAL. */
+ * limit_bytes and large.map_runs of section `pool` (as for
+ * aa_policy_pool_config) to one pool, as it is made: on error nothing
+ * changes. slab_size, max_small and the thread-cache bounds only take effect
+ * when a pool is created (aa_policy_pool_config); a pool whose max_small
+ * differs from the policy's gets AA_EINVAL; AA_ENOENT for a region section
+ * the policy lacks; AA_ELIMIT when the pool has no free class slot. */
 AA_EXTERN int aa_policy_apply(const aa_policy *p, const char *pool,
                               aa_pool *target);
+
+/* Changing live pools to a new policy, all of them or none. prepare checks,
+ * for each of the n pools in its section of next (aa_policy_pool_section):
+ * the settings the pool keeps from its creation against cur (the policy in
+ * force; NULL skips that check), its max_small, that the prefill fits what
+ * the machine can give, and the class table, whose class slots it holds
+ * (aa_pool_classes_prepare). Nothing changes. AA_OK with *out set, or
+ * AA_EINVAL (err names the section, the pool and the rule), AA_ENOMEM, with
+ * *out NULL and nothing held. commit then writes every pool's table, limit
+ * and large.map_runs and cannot fail; abort drops the change. Each prepared
+ * change goes to exactly one of them, which frees it. The pools must stay
+ * alive until then, and the caller serialises changes of one pool's policy. */
+typedef struct aa_policy_change aa_policy_change;
+AA_EXTERN int aa_policy_change_prepare(const aa_policy *cur, const aa_policy *next,
+                                       aa_pool *const *pools, size_t n,
+                                       aa_policy_change **out, char *err,
+                                       size_t errcap);
+AA_EXTERN void aa_policy_change_commit(aa_policy_change *ch);
+AA_EXTERN void aa_policy_change_abort(aa_policy_change *ch);
 
 /* The adapt and telemetry sections as value types. p NULL gives the defaults. */
 AA_EXTERN void aa_policy_adapt_params(const aa_policy *p, aa_adapt_params *out);

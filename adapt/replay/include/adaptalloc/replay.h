@@ -116,6 +116,10 @@ AA_EXTERN int aa_replay_csv_parse_file(const char *path,
 AA_EXTERN size_t aa_replay_csv_format(const aa_replay_event *ev, char *buf,
                                       size_t cap);
 #define AA_REPLAY_CSV_HEADER "Thread,Time,Action,Pointer,Size,Stream"
+/* The longest CSV line accepted (bytes, without its line end): a longer one
+ * (a file with no newline, /dev/zero) is an error naming the line and the
+ * bound, whatever --on-error says, and nothing more is read. */
+#define AA_REPLAY_CSV_MAX_LINE 65536
 
 /* ------------------------------------------------------------------ histogram */
 
@@ -147,6 +151,9 @@ typedef struct aa_replay_synth_config {
   uint64_t live_target;  /* mean live blocks in steady state (default 1024) */
   uint64_t time_step_ns; /* time between events (default 1000) */
   bool free_at_end;      /* free what is still live at the end (extra events) */
+  uint64_t live_bytes;   /* > 0: hold the live requested bytes near and never
+                            over this (a run's peak in use) instead of a block
+                            count; live_target is then unused (default 0) */
 } aa_replay_synth_config;
 
 AA_EXTERN void aa_replay_synth_config_init(aa_replay_synth_config *cfg);
@@ -156,7 +163,10 @@ AA_EXTERN void aa_replay_synth_config_init(aa_replay_synth_config *cfg);
  * rest of the weight (a bucket's count minus the exact counts that fall in
  * it, floored at 0), uniformly within a bucket. Lifetimes: while k blocks
  * are live the next event allocates with probability 1 - k/(2*live_target)
- * and otherwise frees a uniformly chosen live block. Deterministic for a
+ * and otherwise frees a uniformly chosen live block; with live_bytes set,
+ * while b bytes are live it allocates with probability 1 - b/(2*live_bytes),
+ * and frees instead when the drawn size would take b over live_bytes (a
+ * first block larger than live_bytes is still allocated). Deterministic for a
  * seed (xoshiro256**, no global state). AA_EINVAL for an empty histogram. */
 AA_EXTERN int aa_replay_synth(const aa_replay_hist *h,
                               const aa_replay_synth_config *cfg,

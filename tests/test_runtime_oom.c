@@ -1,0 +1,126 @@
+/*
+ * test_runtime_oom.c — the runtime's out-of-memory records (runtime_oom.c):
+ * a runtime host pool driven to OOM gives aa_runtime_last_oom the record and
+ * the store's `ooms` table a row at the next tick; the allocation's result
+ * is NULL and the pool works on; GET /oom serves the record, with ?limit=
+ * the stored ones too, and refuses a bad query with 400.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cmocka.h>
+
+#include "adaptalloc/runtime.h"
+#include "adaptalloc/store.h"
+
+#define MiB ((size_t)1 << 20)
+
+static char g_db[256];
+
+static void drive(void) {
+  aa_pool *pool = aa_runtime_pool(AA_BACKEND_HOST, 0);
+  assert_non_null(pool);
+  aa_pool_set_limit(pool, 4 * MiB);
+  assert_null(aa_alloc(pool, 16 * MiB, NULL));
+  void *p = aa_alloc(pool, 2 * MiB, NULL); /* works on under the limit */
+  assert_non_null(p);
+  assert_int_equal(aa_free(pool, p, 0, NULL), AA_OK);
+}
+
+/* GET path from the runtime's server; the whole answer into buf. */
+static void http_get(const char *path, char *buf, size_t cap) {
+  char addr[64];
+  assert_int_equal(aa_runtime_http_address(addr, sizeof addr), AA_OK);
+  char *colon = strrchr(addr, ':');
+  assert_non_null(colon);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  char req[256];
+  int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
+  assert_int_equal(write(fd, req, (size_t)n), n);
+  size_t len = 0;
+  ssize_t k;
+  while (len + 1 < cap && (k = read(fd, buf + len, cap - 1 - len)) > 0)
+    len += (size_t)k;
+  buf[len] = '\0';
+  close(fd);
+}
+
+static void test_runtime_oom_recorded(void **state) {
+  (void)state;
+  aa_oom_info o;
+  uint64_t total = 99;
+  assert_int_equal(aa_runtime_last_oom(&o, &total), AA_ENOENT);
+  assert_int_equal(total, 0);
+  char *json = NULL;
+  size_t len = 0;
+  assert_int_equal(aa_runtime_oom_json(&json, &len), AA_OK);
+  assert_string_equal(json, "{\"count\":0,\"last\":null}");
+  free(json);
+
+  drive();
+  assert_int_equal(aa_runtime_last_oom(&o, &total), AA_OK);
+  assert_int_equal(total, 1);
+  assert_int_equal(o.request, 16 * MiB);
+  assert_int_equal(o.limit_bytes, 4 * MiB);
+  assert_string_equal(o.pool, "host");
+  assert_int_equal(aa_runtime_oom_json(&json, &len), AA_OK);
+  assert_int_equal(strlen(json), len);
+  assert_non_null(strstr(json, "{\"count\":1,\"last\":{\"version\":1,\"pool\":\"host\""));
+  free(json);
+
+  static char resp[16384];
+  http_get("/oom", resp, sizeof resp);
+  assert_non_null(strstr(resp, "200 OK"));
+  assert_non_null(strstr(resp, "{\"count\":1,\"last\":{\"version\":1"));
+  assert_null(strstr(resp, "\"stored\""));
+  http_get("/oom?limit=0", resp, sizeof resp);
+  assert_non_null(strstr(resp, " 400 "));
+  http_get("/oom?bogus=1", resp, sizeof resp);
+  assert_non_null(strstr(resp, " 400 "));
+  http_get("/oom?limit=5", resp, sizeof resp);
+  assert_non_null(strstr(resp, "200 OK"));
+  assert_non_null(strstr(resp, ",\"stored\":{\"run\":"));
+
+  aa_runtime_shutdown(); /* the final tick hands the record to the store */
+  aa_store_query q;
+  aa_store_query_init(&q);
+  assert_int_equal(aa_store_ooms_json(g_db, &q, &json), AA_OK);
+  assert_non_null(strstr(json, "\"count\":1"));
+  assert_non_null(strstr(json, "\"request\":16777216"));
+  free(json);
+}
+
+int main(void) {
+  snprintf(g_db, sizeof g_db, "/tmp/aa_runtime_oom_%d.db", (int)getpid());
+  unlink(g_db);
+  setenv("ADAPTALLOC_QUIET", "1", 1);
+  setenv("ADAPTALLOC_HTTP", "127.0.0.1:0", 1);
+  setenv("ADAPTALLOC_DB", g_db, 1);
+  unsetenv("ADAPTALLOC_POLICY");
+  setenv("ADAPTALLOC_POLICY_DIR", "/nonexistent-adaptalloc-policies", 1);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_runtime_oom_recorded),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  char side[300];
+  unlink(g_db);
+  snprintf(side, sizeof side, "%s-wal", g_db);
+  unlink(side);
+  snprintf(side, sizeof side, "%s-shm", g_db);
+  unlink(side);
+  return rc;
+}

@@ -1,0 +1,70 @@
+// history.h — private to torch/native: PyTorch's memory history
+// (torch.cuda.memory._record_memory_history) for the adaptalloc allocator.
+// A History holds whether recording is on, the context recorder and the
+// RecordContext level, the skipped actions, and one bounded ring of
+// c10::cuda::CUDACachingAllocator::TraceEntry per device
+// (alloc_trace_max_entries each, the oldest overwritten first), which
+// snapshot() hands to PyTorch as SnapshotInfo::device_traces.
+//
+// allocator.cpp calls record() at each allocation, free and OOM, guarded by
+// on(): while recording is off the whole cost is that one relaxed load.
+// Thread safety: every member function may be called from any thread; the
+// rings are under one mutex, and the context recorder (which takes the
+// GIL to gather Python frames) runs outside it.
+#pragma once
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/util/ApproximateClock.h>
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace adaptalloc_torch {
+
+class History {
+public:
+  using TraceEntry = c10::cuda::CUDACachingAllocator::TraceEntry;
+  using Action = TraceEntry::Action;
+
+  bool on() const { return on_.load(std::memory_order_relaxed); }
+
+  // recordHistory: turns recording on or off. clear drops every entry kept.
+  // skip_actions names actions ("alloc", "free_requested", ...) never
+  // recorded; an unknown name raises c10::Error and changes nothing.
+  void configure(
+      bool enabled,
+      c10::cuda::CUDACachingAllocator::CreateContextFn context_recorder,
+      size_t max_entries,
+      c10::cuda::CUDACachingAllocator::RecordContext when,
+      bool clear,
+      const std::vector<std::string> &skip_actions);
+
+  // One entry (no-op while off or for a skipped action). For OOM, addr is
+  // the device's free bytes, as in PyTorch.
+  void record(Action action, int device, size_t addr, size_t size, void *stream);
+
+  // The entries of devices 0..ndevices-1, oldest first, times converted to
+  // microseconds since the epoch (what _dump_snapshot writes as time_us).
+  std::vector<std::vector<TraceEntry>> traces(size_t ndevices);
+
+private:
+  struct Ring {
+    std::vector<TraceEntry> v;
+    size_t next = 0; // once full: the oldest entry, overwritten next
+  };
+  std::atomic<bool> on_{false};
+  std::mutex mu_; // everything below
+  c10::cuda::CUDACachingAllocator::CreateContextFn context_ = nullptr;
+  c10::cuda::CUDACachingAllocator::RecordContext when_ =
+      c10::cuda::CUDACachingAllocator::RecordContext::NEVER;
+  size_t max_ = 1;
+  std::vector<bool> skip_;
+  std::vector<Ring> rings_;
+  std::unique_ptr<c10::ApproximateClockToUnixTimeConverter> clock_;
+};
+
+} // namespace adaptalloc_torch
