@@ -25,11 +25,8 @@
 
 /* ------------------------------------------------------------- sections */
 
-const char *aa_policy_pool_kind(const aa_pool *pool) {
-  const aa_backend *b = pool ? aa_pool_backend(pool) : NULL;
-  if (b == NULL)
-    return "host";
-  switch (b->kind) {
+const char *aa_policy_kind_name(aa_backend_kind kind) {
+  switch (kind) {
   case AA_BACKEND_DEVICE:
     return "device";
   case AA_BACKEND_PINNED:
@@ -37,6 +34,11 @@ const char *aa_policy_pool_kind(const aa_pool *pool) {
   default:
     return "host";
   }
+}
+
+const char *aa_policy_pool_kind(const aa_pool *pool) {
+  const aa_backend *b = pool ? aa_pool_backend(pool) : NULL;
+  return aa_policy_kind_name(b ? b->kind : AA_BACKEND_HOST);
 }
 
 const char *aa_policy_section_for(const aa_policy *p, const char *kind,

@@ -398,17 +398,6 @@ static int rt_make_backend(aa_backend_kind kind, int device, aa_backend **out) {
   }
 }
 
-static const char *policy_pool_name(aa_backend_kind kind) {
-  switch (kind) {
-  case AA_BACKEND_DEVICE:
-    return "device";
-  case AA_BACKEND_PINNED:
-    return "pinned";
-  default:
-    return "host";
-  }
-}
-
 /* Creates the pool for (kind, device) over `shared` (a backend of another
  * pool: a region's pool uses its backend pool's), or over a new backend when
  * shared is NULL. region: NULL, or the region the pool serves. Called with
@@ -428,7 +417,7 @@ static aa_pool *rt_create_pool(aa_backend_kind kind, int device,
     if (rc != AA_OK) {
       aa__rt.failed[kind][device < 0 ? 0 : device] = true;
       aa__rt_log("cannot create the %s backend (device %d): %s",
-                 policy_pool_name(kind), device, aa_strerror(rc));
+                 aa_policy_kind_name(kind), device, aa_strerror(rc));
       goto done;
     }
   }
@@ -436,7 +425,7 @@ static aa_pool *rt_create_pool(aa_backend_kind kind, int device,
   if (kind == AA_BACKEND_DEVICE)
     snprintf(name, sizeof(name), "device%d", device);
   else
-    snprintf(name, sizeof(name), "%s", policy_pool_name(kind));
+    snprintf(name, sizeof(name), "%s", aa_policy_kind_name(kind));
   if (region != NULL) {
     /* "device63:" and a name of AA_REGION_NAME_MAX bytes fit in 31 */
     size_t n = strlen(name);
@@ -445,7 +434,7 @@ static aa_pool *rt_create_pool(aa_backend_kind kind, int device,
   cfg.name = name;
   cfg.region = region;
   cfg.backend = shared != NULL ? shared : backend;
-  rc = aa__rt_pool_config(policy_pool_name(kind), region, &cfg);
+  rc = aa__rt_pool_config(aa_policy_kind_name(kind), region, &cfg);
   if (rc != AA_OK)
     goto done;
   rc = aa_pool_new(&cfg, &pool);
@@ -467,7 +456,7 @@ int aa_runtime_pool_config(aa_backend_kind kind, aa_pool_config *cfg) {
   if (cfg == NULL || (kind != AA_BACKEND_DEVICE && kind != AA_BACKEND_PINNED &&
                       kind != AA_BACKEND_HOST))
     return AA_EINVAL;
-  return aa__rt_pool_config(policy_pool_name(kind), NULL, cfg);
+  return aa__rt_pool_config(aa_policy_kind_name(kind), NULL, cfg);
 }
 
 aa_pool *aa_runtime_pool(aa_backend_kind kind, int device) {

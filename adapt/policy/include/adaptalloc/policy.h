@@ -165,9 +165,11 @@ AA_EXTERN int aa_policy_pool_config(const aa_policy *p, const char *pool,
 
 /* The section that configures a pool: "regions.<name>" when the pool serves
  * a region the policy has a section for, else its backend's ("device",
- * "pinned" or "host"; aa_policy_pool_kind). aa_policy_section_for is the
+ * "pinned" or "host": aa_policy_kind_name of its backend's kind,
+ * aa_policy_pool_kind of a pool). aa_policy_section_for is the
  * same rule from a backend kind and a region name (NULL or "" for none).
  * Both write into buf (48 bytes hold any section) and return it. */
+AA_EXTERN const char *aa_policy_kind_name(aa_backend_kind kind);
 AA_EXTERN const char *aa_policy_pool_kind(const aa_pool *pool);
 AA_EXTERN const char *aa_policy_section_for(const aa_policy *p, const char *kind,
                                             const char *region, char *buf,
