@@ -38,9 +38,6 @@
  *   inspect.c    aa_pool_reset_peaks, aa_pool_walk
  *   common.c     error strings, the clock
  *   backend_host.c  the host backend (its test hooks: test_hooks.h)
- *   strbuf.c     the string builder and JSON string writer every module
- *                uses (strbuf.h, outside this header: core/src is on the
- *                other modules' include path for it alone)
  *   pack_copy.c  the packer's parallel gather copy (pack_copy.h, outside
  *                this header; built without CUDA too, for its test)
  *   cuda/        the CUDA backends (cuda/cuda_internal.h)
