@@ -42,6 +42,17 @@
  *                this header; built without CUDA too, for its test)
  *   cuda/        the CUDA backends (cuda/cuda_internal.h)
  *
+ * Layers, bottom first: a file uses what its own layer and the layers below
+ * define, never what a higher layer defines (tools/check-layers.sh reads
+ * this list and the object files: the ctest test_core_layers):
+ *   layer 0 backend:  backend_host.c pack_copy.c cuda/cuda_common.c
+ *                     cuda/cuda_device.c cuda/cuda_pinned.c cuda/stub/cuda_stub.c
+ *   layer 1 base:     common.c config.c pagemap.c
+ *   layer 2 block:    central.c large.c large_seg.c large_ltc.c large_check.c
+ *   layer 3 cache:    tcache.c telemetry.c
+ *   layer 4 pool:     pool.c alloc.c free.c stats.c inspect.c
+ *   layer 5 transfer: cuda/cuda_transfer.c
+ *
  * Locks (outer before inner): g_mu (thread registry, global) -> pool->class_mu
  * (class-table changes) -> pool->tc_mu (tcache list) -> class->mu -> pool->map_mu.
  * pool->large_mu is taken alone (or after class locks in the release path);
