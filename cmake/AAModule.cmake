@@ -17,9 +17,8 @@ function(aa_add_module name)
   add_library(aa_${name} OBJECT ${_src})
   target_include_directories(aa_${name}
     PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include
-    PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src
-            # core/src/strbuf.h: the one string builder and JSON string writer
-            ${PROJECT_SOURCE_DIR}/core/src)
+    PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
   target_compile_definitions(aa_${name} PRIVATE AA_BUILDING_LIB=1 ${M_DEFS})
-  target_link_libraries(aa_${name} PUBLIC aa_core_headers ${M_DEPS})
+  # aa_util_headers: the string builder, JSON writer and strict JSON check
+  target_link_libraries(aa_${name} PUBLIC aa_core_headers ${M_DEPS} PRIVATE aa_util_headers)
 endfunction()

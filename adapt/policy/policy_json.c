@@ -2,7 +2,7 @@
  * policy_json.c — policy to JSON text, and RFC 7386 merge patch.
  *
  * aa_policy_to_json writes every field explicitly with the shared string
- * builder (core/src/strbuf.h; not cJSON_Print, whose number printing may drop digits of integers above
+ * builder (adaptalloc/internal/util.h; not cJSON_Print, whose number printing may drop digits of integers above
  * 10^15): integers exactly, fractions in the shortest form that reads back to
  * the same double. aa_policy_merge_patch turns the base into a tree, merges
  * the patch tree into it (null deletes, objects merge, anything else
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "policy_model.h"
-#include "strbuf.h"
+#include "adaptalloc/internal/util.h"
 
 /* ------------------------------------------------------------ writer */
 

@@ -10,8 +10,8 @@
  * parse time, so two policies are equal exactly when their fields are.
  *
  * Files (adapt/policy/): policy.c (model, defaults from core, accessors,
- * pool config), policy_parse.c (pre-scan, cJSON tree validation),
- * json_strict.c (the strict RFC 8259 check before cJSON), policy_json.c
+ * pool config), policy_parse.c (pre-scan, cJSON tree validation; the strict
+ * RFC 8259 check before cJSON is util's, util/src/json_strict.c), policy_json.c
  * (writer, merge patch), policy_apply.c (aa_policy_apply, the only caller
  * of the live pool).
  */
@@ -25,7 +25,7 @@
 #include "adaptalloc/policy.h"
 
 #include "cJSON.h"
-#include "strbuf.h" /* core/src: aa__errf */
+#include "adaptalloc/internal/util.h" /* util/: aa__errf */
 
 #define AA__POLICY_POOLS 3 /* device, pinned, host (this order) */
 /* The default policy's device and host pools (policy.c says why): slabs up
@@ -98,14 +98,6 @@ size_t aa__ladder_expand(uint64_t min, uint64_t max, uint32_t per_doubling,
  * or AA_ENOMEM with err filled in. */
 int aa__policy_parse_tree(const char *json, size_t len, cJSON **out, char *err,
                           size_t errcap);
-
-/* json_strict.c: RFC 8259 grammar on bytes already known to be UTF-8 (one
- * leading byte-order mark allowed), refusing what cJSON lets through:
- * leading zeros, raw control bytes in strings, \u0000, unpaired surrogate
- * escapes, a second byte-order mark, nesting over max_depth. AA_EPARSE with
- * "(root): ... at line L, column C" in err. */
-int aa__json_strict_check(const char *json, size_t len, unsigned max_depth,
-                          char *err, size_t errcap);
 
 /* Validates a whole tree into *out (which it fills from the defaults first).
  * AA_EINVAL with err on a rule violation. */

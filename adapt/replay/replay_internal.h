@@ -14,7 +14,7 @@
 #include <stdio.h>
 
 #include "adaptalloc/replay.h"
-#include "strbuf.h" /* core/src: aa__errf */
+#include "adaptalloc/internal/util.h" /* util/: aa__errf */
 
 #if defined(__GNUC__) || defined(__clang__)
 #define AA__PRINTF(a, b) __attribute__((format(printf, a, b)))

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "replay_internal.h"
-#include "strbuf.h"
+#include "adaptalloc/internal/util.h"
 
 typedef struct jbuf {
   char *buf;

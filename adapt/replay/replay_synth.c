@@ -11,7 +11,6 @@
 
 #include <cJSON.h>
 
-#include "policy_model.h"
 #include "replay_internal.h"
 
 #define BATCH 1024

@@ -194,6 +194,18 @@ void *aa__small_alloc_slow(aa_pool *pool, size_t size, aa_stream stream) {
   }
 }
 
+/* The large path with the out-of-memory retry: when a backend call refused,
+ * the pool releases what it caches and the request runs once more. */
+static void *large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stream) {
+  bool retry = false, retried = false;
+  void *p = aa__large_alloc(pool, tc, size, stream, &retry);
+  if (p == NULL && retry && aa__oom_retry(pool, &retried))
+    p = aa__large_alloc(pool, tc, size, stream, &retry);
+  if (p == NULL)
+    aa__oom_fail(pool, size, stream);
+  return p;
+}
+
 /* Everything but a thread-cache hit: NULL pool, size 0, the large path, a
  * miss; then telemetry. */
 __attribute__((noinline)) static void *alloc_slow(aa_pool *pool, size_t size, aa_stream stream) {
@@ -210,7 +222,7 @@ __attribute__((noinline)) static void *alloc_slow(aa_pool *pool, size_t size, aa
     if (tc != NULL && pool->cfg.large_mode != AA_LARGE_PASSTHROUGH)
       p = aa__ltc_alloc(pool, tc, size, stream);
     if (p == NULL)
-      p = aa__large_alloc(pool, tc, size, stream);
+      p = large_alloc(pool, tc, size, stream);
   }
   if (atomic_load_explicit(&pool->tflags, AA__RLX) & AA__TF_TELEMETRY) {
     if (tc == NULL)

@@ -1,14 +1,12 @@
 /*
- * central.c — the shared side of the small path: block lists, backend
- * events, the out-of-memory retry (one for the small and the large path),
- * the per-class central free lists with stream-ordered reuse, and slabs
+ * central.c — the shared side of the small path: block lists, the per-class central free lists with stream-ordered reuse, and slabs
  * (carving, release, prefill, retirement). Everything here runs under the
  * class's mutex (c->mu) unless it says otherwise; the thread-cache side is
  * tcache.c's, aa_alloc alloc.c's and aa_free free.c's.
  *
  * Entry points: aa__central_push, aa__central_take, aa__central_pop,
  * aa__carve; aa__class_release, aa__class_prefill, aa__class_destroy,
- * aa__retire_check; aa__events_done, aa__event_release, aa__oom_retry.
+ * aa__retire_check.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -44,93 +42,6 @@ static void blist_filter_dying(aa__blist *l) {
       l->v[j++] = l->v[i];
   }
   l->n = j;
-}
-
-/* ------------------------------------------------------------ events */
-
-/* Queries events, releasing the completed ones (array compacted). Returns 1
- * when none is left pending. */
-int aa__events_done(aa_pool *pool, void **ev, uint32_t *n) {
-  aa_backend *b = pool->backend;
-  uint32_t j = 0;
-  for (uint32_t i = 0; i < *n; i++) {
-    int q = b->ops->event_query ? b->ops->event_query(b, ev[i]) : AA_OK;
-    if (q == AA_EAGAIN) {
-      ev[j++] = ev[i];
-    } else if (b->ops->event_release) {
-      b->ops->event_release(b, ev[i]);
-    }
-  }
-  *n = j;
-  return j == 0;
-}
-
-bool aa__stream_idle(aa_pool *pool, aa_stream stream) {
-  aa_backend *b = pool->backend;
-  if (b->ops->stream_query == NULL)
-    return false;
-  atomic_fetch_add_explicit(&pool->stream_queries, 1, AA__RLX);
-  if (b->ops->stream_query(b, stream) != AA_OK)
-    return false;
-  atomic_fetch_add_explicit(&pool->stream_idle, 1, AA__RLX);
-  return true;
-}
-
-void aa__event_release(aa_pool *pool, void *ev) {
-  aa_backend *b = pool->backend;
-  if (ev && b->ops->event_release)
-    b->ops->event_release(b, ev);
-}
-
-uint32_t aa__stream_events(aa_pool *pool, const aa_stream *xs, uint32_t nxs, aa_stream stream,
-                           void ***evs, bool *synced) {
-  aa_backend *b = pool->backend;
-  void **ev = calloc((size_t)nxs + 1, sizeof *ev);
-  uint32_t n = 0;
-  bool failed = ev == NULL;
-  *evs = NULL;
-  *synced = false;
-  for (uint32_t i = 0; i < nxs && !failed; i++) {
-    if (xs[i] == stream)
-      continue;
-    if (b->ops->event_record(b, xs[i], &ev[n]) == AA_OK)
-      n++;
-    else
-      failed = true;
-  }
-  if (!failed && n > 0) {
-    if (b->ops->event_record(b, stream, &ev[n]) == AA_OK)
-      n++;
-    else
-      failed = true;
-  }
-  if (failed) {
-    /* cannot track it: wait for all work instead */
-    for (uint32_t i = 0; i < n; i++)
-      aa__event_release(pool, ev[i]);
-    free(ev);
-    if (b->ops->synchronize)
-      b->ops->synchronize(b);
-    *synced = true;
-    return 0;
-  }
-  if (n == 0) {
-    free(ev);
-    return 0;
-  }
-  *evs = ev;
-  return n;
-}
-
-/* ------------------------------------------------------------ out of memory */
-
-bool aa__oom_retry(aa_pool *pool, bool *retried) {
-  if (*retried)
-    return false;
-  *retried = true;
-  atomic_fetch_add_explicit(&pool->oom_retries, 1, AA__RLX);
-  aa__release_cached(pool, true);
-  return true;
 }
 
 /* ------------------------------------------------------------ invariants */

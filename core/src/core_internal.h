@@ -21,10 +21,12 @@
  *
  * Files (each shared function below sits under the file that defines it):
  *   config.c     defaults, validation, the class ladder, large-mode names
- *   pool.c       class slots, pool life cycle, release/trim, backend-call
- *                accounting, misuse reports
- *   central.c    block lists, events, the OOM retry, central free lists,
- *                slabs (carve, release, prefill, retire)
+ *   base_backend.c  backend calls with accounting (limit, counters, time)
+ *   base_events.c   stream events, idle streams, record_stream's events
+ *   base_misuse.c   assertion failures, misuse reports
+ *   pool.c       class slots, pool life cycle, release/trim, the OOM retry
+ *   central.c    block lists, central free lists, slabs (carve, release,
+ *                prefill, retire)
  *   tcache.c     thread registry, thread caches (bins, sync, flush, retire)
  *   telemetry.c  heavy hitters, dead-thread folding, trace events
  *   alloc.c      aa_alloc: the tcache hit, the refill, request counting
@@ -39,12 +41,21 @@
  *   oom.c        the out-of-memory observer and its record
  *   common.c     error strings, the clock
  *   backend_host.c  the host backend (its test hooks: test_hooks.h)
- *   strbuf.c     the string builder and JSON string writer every module
- *                uses (strbuf.h, outside this header: core/src is on the
- *                other modules' include path for it alone)
  *   pack_copy.c  the packer's parallel gather copy (pack_copy.h, outside
  *                this header; built without CUDA too, for its test)
  *   cuda/        the CUDA backends (cuda/cuda_internal.h)
+ *
+ * Layers, bottom first: a file uses what its own layer and the layers below
+ * define, never what a higher layer defines (tools/check-layers.sh reads
+ * this list and the object files: the ctest test_core_layers):
+ *   layer 0 backend:  backend_host.c pack_copy.c cuda/cuda_common.c
+ *                     cuda/cuda_device.c cuda/cuda_pinned.c cuda/stub/cuda_stub.c
+ *   layer 1 base:     common.c config.c pagemap.c base_backend.c base_events.c
+ *                     base_misuse.c
+ *   layer 2 block:    central.c large.c large_seg.c large_ltc.c large_check.c
+ *   layer 3 cache:    tcache.c telemetry.c
+ *   layer 4 pool:     pool.c alloc.c free.c stats.c inspect.c oom.c
+ *   layer 5 transfer: cuda/cuda_transfer.c
  *
  * Locks (outer before inner): g_mu (thread registry, global) -> pool->class_mu
  * (class-table changes) -> pool->tc_mu (tcache list) -> class->mu -> pool->map_mu.
@@ -66,7 +77,7 @@
 #define AA_DEBUG 1
 #endif
 
-/* pool.c: prints the failed expression and aborts. */
+/* base_misuse.c: prints the failed expression and aborts. */
 void aa__assert_fail(const char *expr, const char *file, int line);
 
 #if AA_DEBUG >= 1
@@ -564,21 +575,30 @@ static inline aa__span *aa__pm_lookup(const aa__pagemap *m, uintptr_t p) {
 int aa__config_normalise(const aa_pool_config *in, aa_pool_config *c);
 int aa__config_ladder(const aa_pool_config *c, size_t *out, size_t *n);
 
-/* pool.c: backend calls with accounting, limit and counters */
+/* base_backend.c: backend calls with accounting, limit and counters */
 int aa__backend_alloc(aa_pool *pool, size_t size, void **out);
 void aa__backend_free(aa_pool *pool, void *p, size_t size);
 /* The same for one page of an expandable segment (limit, counters). */
 int aa__backend_map(aa_pool *pool, void *addr, size_t size, void **handle);
 void aa__backend_unmap(aa_pool *pool, void *addr, size_t size, void *handle);
-size_t aa__release_cached(aa_pool *pool, bool sync);
+
+/* base_misuse.c: counts a misuse and hands it to cfg.on_error. */
 void aa__misuse(aa_pool *pool, aa_misuse what, const void *ptr, size_t size, const char *msg);
+
+/* pool.c: release of what the pool caches; the out-of-memory retry */
+size_t aa__release_cached(aa_pool *pool, bool sync);
+/* Out of memory, no pool lock held: the first time (*retried false) counts a
+ * retry, releases what the pool caches (synchronising) and returns true (try
+ * again); after that, false. The one retry for the small and the large path
+ * (alloc.c decides to retry; the layers below only report the failure). */
+bool aa__oom_retry(aa_pool *pool, bool *retried);
 void aa__fill_table(aa_pool *pool);
 
 /* stats.c */
 uint64_t aa__pool_in_use(aa_pool *pool);
 void aa__slot_rebase(aa_pool *pool, int slot);
 
-/* central.c: block lists, events, the OOM retry, central lists, slabs */
+/* base_events.c: the backend's stream events, both paths */
 /* Queries events, releasing the completed ones (array compacted); 1 when
  * none is left pending. */
 int aa__events_done(aa_pool *pool, void **ev, uint32_t *n);
@@ -598,10 +618,15 @@ void aa__event_release(aa_pool *pool, void *ev);
  * reused at once. The one rule for the small and the large path. */
 uint32_t aa__stream_events(aa_pool *pool, const aa_stream *xs, uint32_t nxs, aa_stream stream,
                            void ***evs, bool *synced);
-/* Out of memory, no pool lock held: the first time (*retried false) counts a
- * retry, releases what the pool caches (synchronising) and returns true (try
- * again); after that, false. The one retry for the small and the large path. */
-bool aa__oom_retry(aa_pool *pool, bool *retried);
+/* The stream a record_stream'd block freed on `stream` is put back on with
+ * no event: freed on the host pseudo-stream (the freer has no GPU work
+ * behind it) with one recorded stream X, it is a block freed on X (usable
+ * on X at once, elsewhere once X's work up to now is done; the stream lists
+ * ask whether X is idle). Else `stream` itself (the events of
+ * aa__stream_events decide). Small and large path. */
+aa_stream aa__rec_free_stream(const aa_stream *xs, uint32_t nxs, aa_stream stream);
+
+/* central.c: block lists, central lists, slabs */
 /* Puts n blocks freed on `stream` on the class's central lists. Under c->mu. */
 void aa__central_push(aa_pool *pool, aa__class *c, const aa__blk *v, uint32_t n,
                       aa_stream stream);
@@ -684,13 +709,6 @@ void *aa__small_alloc_slow(aa_pool *pool, size_t size, aa_stream stream);
 
 /* free.c: aa_free, aa_record_stream, aa_block_size */
 void aa__rs_destroy(aa_pool *pool);
-/* The stream a record_stream'd block freed on `stream` is put back on with
- * no event: freed on the host pseudo-stream (the freer has no GPU work
- * behind it) with one recorded stream X, it is a block freed on X (usable
- * on X at once, elsewhere once X's work up to now is done; the stream lists
- * ask whether X is idle). Else `stream` itself (the events of
- * aa__stream_events decide). Small and large path. */
-aa_stream aa__rec_free_stream(const aa_stream *xs, uint32_t nxs, aa_stream stream);
 
 /* large.c: the large path (its files share large_internal.h) */
 /* A chunk's phase, the low two bits of its state word. CLAIM: its owner's
@@ -700,7 +718,10 @@ enum { AA__CH_FREE = 0,
        AA__CH_LIVE = 1,
        AA__CH_HELD = 2,
        AA__CH_CLAIM = 3 };
-void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stream);
+/* NULL when out of memory; *retry true when a backend call refused, so that
+ * releasing what the pool caches may help (the caller's aa__oom_retry). */
+void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stream,
+                      bool *retry);
 int aa__large_free(aa_pool *pool, aa__seg *seg, void *p, size_t size, aa_stream stream);
 size_t aa__large_block_size(aa_pool *pool, aa__seg *seg, const void *p);
 int aa__large_record(aa_pool *pool, aa__seg *seg, void *p, aa_stream stream);

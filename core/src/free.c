@@ -33,12 +33,6 @@ static aa__rsrec *rs_take(aa_pool *pool, const void *p) {
   return r;
 }
 
-aa_stream aa__rec_free_stream(const aa_stream *xs, uint32_t nxs, aa_stream stream) {
-  if (stream == AA_STREAM_HOST && nxs == 1)
-    return xs[0];
-  return stream;
-}
-
 /* Records events for a freed record_stream'd block. Returns the number of
  * events (0: none needed, free as usual on *stream, which it may change:
  * aa__rec_free_stream). *evs owned by the caller. */

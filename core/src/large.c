@@ -361,26 +361,17 @@ static void split(aa_pool *pool, aa__chunk *c, size_t need) {
   aa__lg_bin_insert(pool, r);
 }
 
-/* aa__oom_retry under large_mu (dropped while the pool releases). */
-static bool oom_retry(aa_pool *pool, bool *retried) {
-  bool again;
-  if (*retried)
-    return false;
-  pthread_mutex_unlock(&pool->large_mu);
-  again = aa__oom_retry(pool, retried);
-  pthread_mutex_lock(&pool->large_mu);
-  return again;
-}
-
-void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stream) {
+void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stream,
+                      bool *retry) {
   size_t need = aa__lg_round_up(size, AA__LARGE_ALIGN);
   bool passthrough = pool->cfg.large_mode == AA_LARGE_PASSTHROUGH;
   bool vmm = pool->vmm_page != 0;
-  bool retried = false, reclaimed = false;
+  bool reclaimed = false;
   bool fresh = false; /* a new segment was made for this request */
   void *p = NULL;
+  *retry = false;
   if (need < size) /* overflow */
-    goto oom;
+    return NULL;
   pthread_mutex_lock(&pool->large_mu);
   /* A size the thread's cache could not serve: what it holds merges back
    * first, and what other threads have held idle since the last look (a
@@ -418,9 +409,8 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
         break;
       c = vmm ? aa__lg_vseg_new(pool, need, &rc) : aa__lg_seg_new(pool, segsize, &rc);
       if (c == NULL) {
-        if (!oom_retry(pool, &retried))
-          break;
-        continue;
+        *retry = true; /* the backend refused: releasing caches may help */
+        break;
       }
       c->stream = stream;
       fresh = true;
@@ -433,9 +423,8 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
       if (rc != AA_OK) {
         c->free = 1;
         coalesce_insert(pool, c); /* back where it was taken from */
-        if (!oom_retry(pool, &retried))
-          break;
-        continue;
+        *retry = true;            /* the backend refused: releasing caches may help */
+        break;
       }
     }
     aa__event_release(pool, c->ev);
@@ -461,11 +450,7 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
   }
   LARGE_CHECK(pool);
   pthread_mutex_unlock(&pool->large_mu);
-  if (p)
-    return p;
-oom:
-  aa__oom_fail(pool, size, stream);
-  return NULL;
+  return p;
 }
 
 /* Whether free neighbours a (lower) and b can merge; sets the merged state. */

@@ -36,7 +36,7 @@ static inline uint64_t aa__lg_st_next_live(uint64_t st) {
 
 /* The free bin of a chunk size. */
 static inline unsigned aa__lg_bin_of(size_t size) {
-  unsigned b = aa_hist_bucket(size);
+  unsigned b = aa__hist_bucket(size);
   b = b > 44 ? b - 44 : 0;
   return b < AA__LARGE_BINS ? b : AA__LARGE_BINS - 1;
 }

@@ -13,7 +13,7 @@
 #include <time.h>
 
 #include "core_internal.h"
-#include "strbuf.h"
+#include "adaptalloc/internal/util.h"
 
 /* set while this thread reports: a failure inside the observer is counted
  * but not reported again */

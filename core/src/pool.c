@@ -5,8 +5,8 @@
  * Entry points: aa_pool_new, aa_pool_destroy; the class
  * table API (aa_pool_classes, aa_pool_class_add/retire/set,
  * aa_pool_set_classes); aa_pool_release / aa_pool_trim; the setters.
- * Also the accounting wrapper around backend calls (limit_bytes, counters)
- * and the misuse reporter used by the free paths.
+ * Also the out-of-memory retry (aa__oom_retry: release what the pool caches,
+ * then the caller tries once more), the one for the small and the large path.
  *
  * Class-table changes are serialised by pool->class_mu. The size->slot table
  * is rewritten entry by entry with atomic stores *before* a retiring slot is
@@ -18,79 +18,6 @@
 #include <string.h>
 
 #include "core_internal.h"
-
-void aa__assert_fail(const char *expr, const char *file, int line) {
-  fprintf(stderr, "adaptalloc: assertion failed: %s (%s:%d)\n", expr, file, line);
-  abort();
-}
-
-/* ------------------------------------------------------------ backend calls */
-
-/* Every backend call of a pool goes through the four functions below, which
- * count it and the wall time spent in it (backend_ns: what a page map or a
- * cudaMalloc costs the thread that asked, next to a clock read's ~20 ns). */
-static inline void backend_time(aa_pool *pool, uint64_t t0) {
-  atomic_fetch_add_explicit(&pool->backend_ns, aa_now_ns() - t0, AA__RLX);
-}
-
-int aa__backend_alloc(aa_pool *pool, size_t size, void **out) {
-  *out = NULL;
-  size_t lim = atomic_load_explicit(&pool->limit, AA__RLX);
-  if (lim != 0 && atomic_load_explicit(&pool->bytes_reserved, AA__RLX) + size > lim)
-    return AA_ELIMIT;
-  uint64_t t0 = aa_now_ns();
-  int rc = pool->backend->ops->alloc(pool->backend, size, out);
-  backend_time(pool, t0);
-  if (rc != AA_OK || *out == NULL) {
-    *out = NULL;
-    atomic_fetch_add_explicit(&pool->backend_failures, 1, AA__RLX);
-    return rc != AA_OK ? rc : AA_EBACKEND;
-  }
-  atomic_fetch_add_explicit(&pool->backend_allocs, 1, AA__RLX);
-  uint64_t r = atomic_fetch_add_explicit(&pool->bytes_reserved, size, AA__RLX) + size;
-  aa__atomic_max(&pool->peak_reserved, r);
-  return AA_OK;
-}
-
-void aa__backend_free(aa_pool *pool, void *p, size_t size) {
-  uint64_t t0 = aa_now_ns();
-  pool->backend->ops->free(pool->backend, p, size);
-  backend_time(pool, t0);
-  atomic_fetch_add_explicit(&pool->backend_frees, 1, AA__RLX);
-  atomic_fetch_sub_explicit(&pool->bytes_reserved, size, AA__RLX);
-}
-
-int aa__backend_map(aa_pool *pool, void *addr, size_t size, void **handle) {
-  *handle = NULL;
-  size_t lim = atomic_load_explicit(&pool->limit, AA__RLX);
-  if (lim != 0 && atomic_load_explicit(&pool->bytes_reserved, AA__RLX) + size > lim)
-    return AA_ELIMIT;
-  uint64_t t0 = aa_now_ns();
-  int rc = pool->backend->ops->map(pool->backend, addr, size, handle);
-  backend_time(pool, t0);
-  if (rc != AA_OK) {
-    atomic_fetch_add_explicit(&pool->backend_failures, 1, AA__RLX);
-    return rc;
-  }
-  atomic_fetch_add_explicit(&pool->backend_allocs, 1, AA__RLX);
-  uint64_t r = atomic_fetch_add_explicit(&pool->bytes_reserved, size, AA__RLX) + size;
-  aa__atomic_max(&pool->peak_reserved, r);
-  return AA_OK;
-}
-
-void aa__backend_unmap(aa_pool *pool, void *addr, size_t size, void *handle) {
-  uint64_t t0 = aa_now_ns();
-  pool->backend->ops->unmap(pool->backend, addr, size, handle);
-  backend_time(pool, t0);
-  atomic_fetch_add_explicit(&pool->backend_frees, 1, AA__RLX);
-  atomic_fetch_sub_explicit(&pool->bytes_reserved, size, AA__RLX);
-}
-
-void aa__misuse(aa_pool *pool, aa_misuse what, const void *ptr, size_t size, const char *msg) {
-  atomic_fetch_add_explicit(&pool->invalid_frees, 1, AA__RLX);
-  if (pool->cfg.on_error)
-    pool->cfg.on_error(pool->cfg.on_error_user, pool, what, ptr, size, msg);
-}
 
 /* ------------------------------------------------------------ class slots */
 
@@ -559,6 +486,15 @@ void aa_pool_destroy(aa_pool *pool) {
 }
 
 /* ------------------------------------------------------------ release */
+
+bool aa__oom_retry(aa_pool *pool, bool *retried) {
+  if (*retried)
+    return false;
+  *retried = true;
+  atomic_fetch_add_explicit(&pool->oom_retries, 1, AA__RLX);
+  aa__release_cached(pool, true);
+  return true;
+}
 
 size_t aa__release_cached(aa_pool *pool, bool sync) {
   size_t r = 0;

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "core_internal.h"
-#include "strbuf.h"
+#include "adaptalloc/internal/util.h"
 #include "test_hooks.h"
 
 /* ------------------------------------------------------------ histogram */

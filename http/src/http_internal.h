@@ -12,7 +12,7 @@
  *   router    aa__http_route (router.c): request -> response, no I/O; its
  *             endpoints are endpoints.c's, its responses respond.c's
  *             (router.h).
- *   buffer    aa__buf: a growable byte string (core/src/strbuf.c).
+ *   buffer    aa__buf: a growable byte string (util/src/strbuf.c).
  *   asset     an embedded web/ file (aa_web_assets.c, generated at configure
  *             time by cmake/AAEmbed.cmake).
  */
@@ -27,7 +27,7 @@
 
 #include "adaptalloc/http.h"
 
-#include "strbuf.h" /* core/src: aa__buf, the JSON string writer */
+#include "adaptalloc/internal/util.h" /* util/: aa__buf, the JSON string writer */
 
 /* ------------------------------------------------------------ assets */
 

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "http_internal.h"
-#include "strbuf.h"
+#include "adaptalloc/internal/util.h"
 
 #define SEG_MAX 4096
 #define PIECE_MAX 65536

@@ -23,7 +23,7 @@
 #include "adaptalloc/policy.h"
 #include "adaptalloc/runtime.h"
 #include "runtime_internal.h"
-#include "strbuf.h" /* aa__log_line */
+#include "adaptalloc/internal/util.h" /* aa__log_line */
 
 _Static_assert(AA_RUNTIME_MAX_REGIONS == AA_POLICY_MAX_REGIONS,
                "a policy section for every region the runtime can have");

@@ -1,6 +1,6 @@
 /*
  * runtime_json.h — the /history merge of the store's two readers. The
- * runtime's JSON answers are built in aa__buf (core/src/strbuf.h).
+ * runtime's JSON answers are built in aa__buf (adaptalloc/internal/util.h).
  */
 #ifndef AA_RUNTIME_JSON_H
 #define AA_RUNTIME_JSON_H
@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "strbuf.h"
+#include "adaptalloc/internal/util.h"
 
 /* Builds /history's {"run":..,"snapshots":[..],"policy_changes":[..]} from
  * the store's history and policy-log answers. *out malloc'd. */

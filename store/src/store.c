@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "store_internal.h"
-#include "strbuf.h" /* aa__log_line */
+#include "adaptalloc/internal/util.h" /* aa__log_line */
 
 static _Atomic uint64_t g_memory_counter;
 

@@ -1,6 +1,6 @@
 /*
  * store_json.c — the store's counters as one JSON object (for /stats and
- * the tools); strings go through the one escaper, core/src/strbuf.h.
+ * the tools); strings go through the one escaper, adaptalloc/internal/util.h.
  *
  * Entry point: aa_store_stats_json.
  */
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "store_internal.h"
-#include "strbuf.h"
+#include "adaptalloc/internal/util.h"
 
 /* A fixed buffer that counts what does not fit (snprintf's contract). */
 typedef struct fixed_sink {
@@ -23,7 +23,7 @@ static void fixed_put(void *sink, const char *s, size_t n) {
     if (f->len + 1 < f->cap) f->buf[f->len] = s[i];
 }
 
-/* Appends s as a JSON string (the one writer, core/src/strbuf.h) to buf at
+/* Appends s as a JSON string (the one writer, adaptalloc/internal/util.h) to buf at
  * *len. */
 static void json_str(char *buf, size_t cap, size_t *len, const char *s) {
   fixed_sink f = {buf, cap, *len};

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "store_internal.h"
-#include "strbuf.h" /* aa__log_line */
+#include "adaptalloc/internal/util.h" /* aa__log_line */
 
 static void store_log(const aa_store_config *cfg, const char *line) {
   char full[AA__LOG_LINE_MAX];

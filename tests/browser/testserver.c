@@ -42,7 +42,7 @@
 #include "adaptalloc/core.h"
 #include "adaptalloc/http.h"
 #include "adaptalloc/policy.h"
-#include "strbuf.h"
+#include "adaptalloc/internal/util.h"
 
 #define NPOOLS 3 /* device0, host, and a region's pool (device0:kv_cache) */
 #define NLIVE 2048

@@ -14,7 +14,7 @@
 #include "adaptalloc/policy.h"
 #include "adaptalloc/replay.h"
 #include "replay_tool.h"
-#include "strbuf.h"
+#include "adaptalloc/internal/util.h"
 
 static bool parse_u64_arg(const char *s, uint64_t *out, bool suffixes) {
   char *end = NULL;

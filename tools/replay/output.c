@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "replay_tool.h"
-#include "strbuf.h"
+#include "adaptalloc/internal/util.h"
 
 void progress_init(tool_progress *p, bool on) {
   memset(p, 0, sizeof *p);

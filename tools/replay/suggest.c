@@ -15,7 +15,7 @@
 #include "adaptalloc/policy.h"
 #include "adaptalloc/replay.h"
 #include "replay_tool.h"
-#include "strbuf.h"
+#include "adaptalloc/internal/util.h"
 
 /* ------------------------------------------------------------------ suggest */
 

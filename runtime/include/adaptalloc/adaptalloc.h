@@ -1,6 +1,9 @@
 /*
- * adaptalloc/adaptalloc.h — the umbrella header: includes every public
- * module header. Include the module headers directly to depend on less.
+ * adaptalloc/adaptalloc.h — the umbrella header of the full library
+ * (libadaptalloc): includes every public module header. It lives beside the
+ * runtime's header, the top of the stack; users of libadaptalloc_core alone
+ * include adaptalloc/core.h (and cuda.h). Include the module headers
+ * directly to depend on less.
  *
  *   common.h    error codes, export macro, clock
  *   core.h      backends, pools, size classes, stats (the allocator)

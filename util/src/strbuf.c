@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "adaptalloc/common.h"
-#include "strbuf.h"
+#include "adaptalloc/internal/util.h"
 
 void aa__buf_init(aa__buf *b) { memset(b, 0, sizeof *b); }
 

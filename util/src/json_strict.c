@@ -18,7 +18,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "policy_model.h"
+#include "adaptalloc/common.h"
+#include "adaptalloc/internal/util.h"
 
 typedef struct scan {
   const unsigned char *s;

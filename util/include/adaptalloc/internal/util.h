@@ -1,8 +1,10 @@
 /*
- * strbuf.h — the one string builder and the one JSON string writer, shared by
- * every module that writes text (core's stats JSON, the store, the policy
- * writer, the replay report, the HTTP server, the runtime, the tools).
- * Defined in core/src/strbuf.c; internal (aa__), not installed.
+ * adaptalloc/internal/util.h — the util module: the one string builder and
+ * the one JSON string writer (util/src/strbuf.c), shared by every module that
+ * writes text (core's stats JSON, the store, the policy writer, the replay
+ * report, the HTTP server, the runtime, the tools), and the strict JSON check
+ * every JSON input passes (util/src/json_strict.c). Internal (aa__), never
+ * installed: modules reach it through the CMake target aa_util_headers.
  *
  * Glossary:
  *   aa__buf       a growable, NUL-terminated, malloc'd string. After an
@@ -15,8 +17,8 @@
  *                 valid UTF-8 sequence as \ufffd: the result is always valid
  *                 JSON whatever the input.
  */
-#ifndef AA_STRBUF_H
-#define AA_STRBUF_H
+#ifndef AA_INTERNAL_UTIL_H
+#define AA_INTERNAL_UTIL_H
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -76,5 +78,13 @@ size_t aa__log_escape(const char *s, char *out, size_t cap);
  * line is cut at AA__LOG_LINE_MAX bytes. */
 #define AA__LOG_LINE_MAX 4096
 void aa__log_line(const char *line);
+
+/* json_strict.c: RFC 8259 grammar on bytes already known to be UTF-8 (one
+ * leading byte-order mark allowed), refusing what cJSON lets through:
+ * leading zeros, raw control bytes in strings, \u0000, unpaired surrogate
+ * escapes, a second byte-order mark, nesting over max_depth. AA_EPARSE with
+ * "(root): ... at line L, column C" in err. */
+int aa__json_strict_check(const char *json, size_t len, unsigned max_depth,
+                          char *err, size_t errcap);
 
 #endif

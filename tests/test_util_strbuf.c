@@ -1,5 +1,5 @@
 /*
- * test_core_strbuf.c — the one string builder (aa__buf) and the one JSON
+ * test_util_strbuf.c — the one string builder (aa__buf) and the one JSON
  * string writer (aa__json_put): exact escapes for quotes, backslashes and
  * every control byte and 0x7f, valid UTF-8 copied as is, every byte of an
  * invalid sequence replaced by U+FFFD; and writers of three buffer types
@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "adaptalloc/core.h"
-#include "strbuf.h"
+#include "adaptalloc/internal/util.h"
 
 static char *escape(const char *s, size_t n) {
   aa__buf b;
@@ -35,7 +35,7 @@ static void expect(const char *in, size_t n, const char *want) {
   free(got);
 }
 
-static void test_core_strbuf_json_escapes(void **state) {
+static void test_util_strbuf_json_escapes(void **state) {
   (void)state;
   expect("", 0, "\"\"");
   expect("plain text", 10, "\"plain text\"");
@@ -58,7 +58,7 @@ static void test_core_strbuf_json_escapes(void **state) {
          3, "\"\\ufffdok\"");
 }
 
-static void test_core_strbuf_buffer(void **state) {
+static void test_util_strbuf_buffer(void **state) {
   aa__buf b;
   char *out = NULL;
   size_t len = 0;
@@ -90,7 +90,7 @@ static void test_core_strbuf_buffer(void **state) {
 
 /* aa_pool_stats_json writes the pool name through a fixed buffer: the same
  * escapes as the growable one. */
-static void test_core_strbuf_stats_writer(void **state) {
+static void test_util_strbuf_stats_writer(void **state) {
   static const char name[] = "p\x7f\"\n\xc3\xa9\xc3";
   aa_backend *be = NULL;
   aa_pool_config cfg;
@@ -127,7 +127,7 @@ static void test_core_strbuf_stats_writer(void **state) {
 static void file_put(void *sink, const char *s, size_t n) { fwrite(s, 1, n, sink); }
 
 /* Through a FILE: the same bytes again. */
-static void test_core_strbuf_file_writer(void **state) {
+static void test_util_strbuf_file_writer(void **state) {
   static const char in[] = "t\x01\x7f\xe2\x82\xac\xe2";
   char *want = escape(in, sizeof in - 1);
   char got[256] = "";
@@ -147,10 +147,10 @@ static void test_core_strbuf_file_writer(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_core_strbuf_json_escapes),
-      cmocka_unit_test(test_core_strbuf_buffer),
-      cmocka_unit_test(test_core_strbuf_stats_writer),
-      cmocka_unit_test(test_core_strbuf_file_writer),
+      cmocka_unit_test(test_util_strbuf_json_escapes),
+      cmocka_unit_test(test_util_strbuf_buffer),
+      cmocka_unit_test(test_util_strbuf_stats_writer),
+      cmocka_unit_test(test_util_strbuf_file_writer),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

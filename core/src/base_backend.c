@@ -1,0 +1,69 @@
+/*
+ * base_backend.c — every backend call of a pool, with its accounting: the
+ * pool's limit (limit_bytes), the reserved bytes and their peak, the call
+ * and failure counters and the time spent inside the backend.
+ *
+ * Entry points: aa__backend_alloc, aa__backend_free, aa__backend_map,
+ * aa__backend_unmap.
+ */
+#include "core_internal.h"
+
+/* Every backend call of a pool goes through the four functions below, which
+ * count it and the wall time spent in it (backend_ns: what a page map or a
+ * cudaMalloc costs the thread that asked, next to a clock read's ~20 ns). */
+static inline void backend_time(aa_pool *pool, uint64_t t0) {
+  atomic_fetch_add_explicit(&pool->backend_ns, aa_now_ns() - t0, AA__RLX);
+}
+
+int aa__backend_alloc(aa_pool *pool, size_t size, void **out) {
+  *out = NULL;
+  size_t lim = atomic_load_explicit(&pool->limit, AA__RLX);
+  if (lim != 0 && atomic_load_explicit(&pool->bytes_reserved, AA__RLX) + size > lim)
+    return AA_ELIMIT;
+  uint64_t t0 = aa_now_ns();
+  int rc = pool->backend->ops->alloc(pool->backend, size, out);
+  backend_time(pool, t0);
+  if (rc != AA_OK || *out == NULL) {
+    *out = NULL;
+    atomic_fetch_add_explicit(&pool->backend_failures, 1, AA__RLX);
+    return rc != AA_OK ? rc : AA_EBACKEND;
+  }
+  atomic_fetch_add_explicit(&pool->backend_allocs, 1, AA__RLX);
+  uint64_t r = atomic_fetch_add_explicit(&pool->bytes_reserved, size, AA__RLX) + size;
+  aa__atomic_max(&pool->peak_reserved, r);
+  return AA_OK;
+}
+
+void aa__backend_free(aa_pool *pool, void *p, size_t size) {
+  uint64_t t0 = aa_now_ns();
+  pool->backend->ops->free(pool->backend, p, size);
+  backend_time(pool, t0);
+  atomic_fetch_add_explicit(&pool->backend_frees, 1, AA__RLX);
+  atomic_fetch_sub_explicit(&pool->bytes_reserved, size, AA__RLX);
+}
+
+int aa__backend_map(aa_pool *pool, void *addr, size_t size, void **handle) {
+  *handle = NULL;
+  size_t lim = atomic_load_explicit(&pool->limit, AA__RLX);
+  if (lim != 0 && atomic_load_explicit(&pool->bytes_reserved, AA__RLX) + size > lim)
+    return AA_ELIMIT;
+  uint64_t t0 = aa_now_ns();
+  int rc = pool->backend->ops->map(pool->backend, addr, size, handle);
+  backend_time(pool, t0);
+  if (rc != AA_OK) {
+    atomic_fetch_add_explicit(&pool->backend_failures, 1, AA__RLX);
+    return rc;
+  }
+  atomic_fetch_add_explicit(&pool->backend_allocs, 1, AA__RLX);
+  uint64_t r = atomic_fetch_add_explicit(&pool->bytes_reserved, size, AA__RLX) + size;
+  aa__atomic_max(&pool->peak_reserved, r);
+  return AA_OK;
+}
+
+void aa__backend_unmap(aa_pool *pool, void *addr, size_t size, void *handle) {
+  uint64_t t0 = aa_now_ns();
+  pool->backend->ops->unmap(pool->backend, addr, size, handle);
+  backend_time(pool, t0);
+  atomic_fetch_add_explicit(&pool->backend_frees, 1, AA__RLX);
+  atomic_fetch_sub_explicit(&pool->bytes_reserved, size, AA__RLX);
+}
