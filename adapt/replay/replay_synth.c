@@ -120,16 +120,17 @@ static int json_pool(const cJSON *o, const char *where, aa_replay_hist *h,
     i = 0;
     cJSON_ArrayForEach(it, sizes) {
       uint64_t sz = 0, c = 0;
-      const cJSON *bad = NULL;
-      if (cJSON_IsObject(it)) {
+      const cJSON *bad = NULL; /* the member that is not one, if any */
+      bool ok = cJSON_IsObject(it);
+      if (ok) {
         bad = cJSON_GetObjectItemCaseSensitive(it, "size");
-        if (json_u64(bad, &sz)) {
+        ok = json_u64(bad, &sz);
+        if (ok) {
           bad = cJSON_GetObjectItemCaseSensitive(it, "count");
-          if (json_u64(bad, &c))
-            bad = NULL;
+          ok = json_u64(bad, &c);
         }
       }
-      if (!cJSON_IsObject(it) || bad != NULL) {
+      if (!ok) {
         char num[HIST_QUOTE_MAX + 64];
         aa__errf(err, errcap, "%s%s[%d]: expected {\"size\": N, "
                               "\"count\": N} with non-negative integers "
