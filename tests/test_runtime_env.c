@@ -7,6 +7,7 @@
  * its scenario in a forked child and checks the exit status.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -775,6 +776,30 @@ static void scenario_off_any_case(void) {
   aa_runtime_shutdown();
 }
 
+/* " off" and "off\n" (white space around a value) create no file of that
+ * name: refused with a line, as ADAPTALLOC_HTTP refuses " off". One value
+ * per child (the runtime starts once per process). */
+static const char *space_val;
+static void scenario_off_with_space(void) {
+  char dir[512];
+  DIR *d;
+  struct dirent *e;
+  set_env_common();
+  snprintf(dir, sizeof dir, "%s/offspace", tmpdir);
+  CHECK(mkdir(dir, 0700) == 0 || errno == EEXIST);
+  CHECK(chdir(dir) == 0);
+  setenv("ADAPTALLOC_DB", space_val, 1);
+  setenv("ADAPTALLOC_HTTP", "off", 1);
+  CHECK(aa_runtime_pool(AA_BACKEND_HOST, -1) != NULL);
+  CHECK(aa_runtime_run_id() == 0);
+  aa_runtime_shutdown();
+  d = opendir(".");
+  CHECK(d != NULL);
+  while ((e = readdir(d)) != NULL)
+    CHECK(strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0);
+  closedir(d);
+}
+
 /* ADAPTALLOC_MODEL=../outside does not load a policy from outside
  * ADAPTALLOC_POLICY_DIR: the model is "default". */
 static void scenario_model_outside_dir(void) {
@@ -905,6 +930,15 @@ static void test_runtime_token_control_byte_api_refused(void **state) {
   (void)state;
   assert_int_equal(run_child(scenario_token_control_byte_api), 0);
 }
+static void test_runtime_off_with_space(void **state) {
+  static const char *vals[] = {" off", "OFF ", "off\n", "\tx.db"};
+  (void)state;
+  for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+    space_val = vals[i];
+    assert_int_equal(run_child(scenario_off_with_space), 0);
+  }
+}
+
 static void test_runtime_off_any_case(void **state) {
   (void)state;
   assert_int_equal(run_child(scenario_off_any_case), 0);
@@ -1069,6 +1103,7 @@ int main(void) {
       cmocka_unit_test(test_runtime_token_newline_refused),
       cmocka_unit_test(test_runtime_token_control_byte_api_refused),
       cmocka_unit_test(test_runtime_off_any_case),
+      cmocka_unit_test(test_runtime_off_with_space),
       cmocka_unit_test(test_runtime_model_outside_dir_refused),
       cmocka_unit_test(test_runtime_log_escaped),
       cmocka_unit_test(test_runtime_token_rule),
