@@ -283,7 +283,6 @@ static void test_adapt_policy_load_file_strict(void **state) {
   rmdir(dir);
 }
 
-
 /* ---------------------------------------------------- numbers as written */
 
 /* A document {"<key>": <num>} in section `sect` ("adapt", "pools.device"),

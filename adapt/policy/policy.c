@@ -281,12 +281,12 @@ int aa_policy_parse(const char *json, size_t len, aa_policy **out, char *err,
 
 static int not_regular(const char *path, const struct stat *sb, aa__buf *err) {
   aa__buf_printf(err, "%s: not a regular file (%s); a policy is a JSON file",
-           path,
-           S_ISDIR(sb->st_mode)                           ? "a directory"
-           : S_ISFIFO(sb->st_mode)                        ? "a FIFO"
-           : S_ISSOCK(sb->st_mode)                        ? "a socket"
-           : S_ISCHR(sb->st_mode) || S_ISBLK(sb->st_mode) ? "a device"
-                                                          : "not a file");
+                 path,
+                 S_ISDIR(sb->st_mode)                           ? "a directory"
+                 : S_ISFIFO(sb->st_mode)                        ? "a FIFO"
+                 : S_ISSOCK(sb->st_mode)                        ? "a socket"
+                 : S_ISCHR(sb->st_mode) || S_ISBLK(sb->st_mode) ? "a device"
+                                                                : "not a file");
   return AA_EINVAL;
 }
 
@@ -305,8 +305,8 @@ static int load_file(const char *path, aa_policy **out, aa__buf *err) {
   *out = NULL;
   if (strnlen(path, PATH_MAX) >= PATH_MAX) {
     aa__buf_printf(err,
-             "(path): the policy path is over the limit of %d bytes",
-             PATH_MAX - 1);
+                   "(path): the policy path is over the limit of %d bytes",
+                   PATH_MAX - 1);
     rc = AA_EINVAL;
     goto done;
   }
@@ -341,7 +341,7 @@ static int load_file(const char *path, aa_policy **out, aa__buf *err) {
   }
   if (sb.st_size > (off_t)AA_POLICY_MAX_BYTES) {
     aa__buf_printf(err, "%s: document is over the %u-byte limit",
-             path, (unsigned)AA_POLICY_MAX_BYTES);
+                   path, (unsigned)AA_POLICY_MAX_BYTES);
     rc = AA_EPARSE;
     goto done;
   }
@@ -367,8 +367,8 @@ static int load_file(const char *path, aa_policy **out, aa__buf *err) {
   }
   if (len > AA_POLICY_MAX_BYTES) {
     aa__buf_printf(err,
-             "%s: document is over the %u-byte limit", path,
-             (unsigned)AA_POLICY_MAX_BYTES);
+                   "%s: document is over the %u-byte limit", path,
+                   (unsigned)AA_POLICY_MAX_BYTES);
     rc = AA_EPARSE;
     goto done;
   }

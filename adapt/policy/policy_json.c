@@ -257,7 +257,8 @@ int aa_policy_merge_patch(const aa_policy *base, const char *patch, size_t len,
   aa__buf_init(&b);
   rc = merge_patch(base, patch, len, out, &b);
   if (rc != AA_OK)
-    aa__errcpy(err, errcap, b.failed ? "(root): out of memory" : b.data != NULL ? b.data : "");
+    aa__errcpy(err, errcap, b.failed ? "(root): out of memory" : b.data != NULL ? b.data
+                                                                                : "");
   aa__buf_free(&b);
   return rc;
 }

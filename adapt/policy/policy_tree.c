@@ -18,7 +18,8 @@
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((format(printf, 2, 3)))
 #endif
-static void err_add(aa__buf *err, const char *fmt, ...) {
+static void
+err_add(aa__buf *err, const char *fmt, ...) {
   va_list ap;
   if (err == NULL)
     return;
@@ -103,8 +104,8 @@ static int prescan(const char *json, size_t len, aa__buf *err) {
   }
   if (len > AA_POLICY_MAX_BYTES) {
     err_add(err,
-             "(root): document is %zu bytes, over the %u-byte limit", len,
-             (unsigned)AA_POLICY_MAX_BYTES);
+            "(root): document is %zu bytes, over the %u-byte limit", len,
+            (unsigned)AA_POLICY_MAX_BYTES);
     return AA_EPARSE;
   }
   bad = utf8_bad_at(s, len, &nul);
@@ -113,12 +114,12 @@ static int prescan(const char *json, size_t len, aa__buf *err) {
     line_col(json, bad, &l, &c);
     if (nul)
       err_add(err,
-               "(root): NUL byte at byte offset %zu (line %u, column %u)",
-               bad, l, c);
+              "(root): NUL byte at byte offset %zu (line %u, column %u)",
+              bad, l, c);
     else
       err_add(err,
-               "(root): invalid UTF-8 at byte offset %zu (line %u, column %u)",
-               bad, l, c);
+              "(root): invalid UTF-8 at byte offset %zu (line %u, column %u)",
+              bad, l, c);
     return AA_EPARSE;
   }
   for (size_t i = 0; i < len; i++) {
@@ -136,8 +137,8 @@ static int prescan(const char *json, size_t len, aa__buf *err) {
       depth++;
       if (depth > AA_POLICY_MAX_DEPTH) {
         err_add(err,
-                 "(root): nested deeper than %u levels (at byte offset %zu)",
-                 (unsigned)AA_POLICY_MAX_DEPTH, i);
+                "(root): nested deeper than %u levels (at byte offset %zu)",
+                (unsigned)AA_POLICY_MAX_DEPTH, i);
         return AA_EPARSE;
       }
     } else if ((c == '}' || c == ']') && depth > 0) {
@@ -234,9 +235,9 @@ int aa__policy_parse_tree(const char *json, size_t len, cJSON **out, aa__buf *er
         unsigned l, c;
         line_col(json, (size_t)(q - json), &l, &c);
         err_add(err,
-                 "(root): unexpected data after the document at line %u, "
-                 "column %u",
-                 l, c);
+                "(root): unexpected data after the document at line %u, "
+                "column %u",
+                l, c);
         rc = AA_EPARSE;
         goto done;
       }

@@ -50,7 +50,7 @@ extern "C" {
 
 #define AA_POLICY_MAX_BYTES (64u * 1024u) /* larger documents are refused */
 #define AA_POLICY_MAX_DEPTH 32            /* deeper nesting is refused */
-#define AA_POLICY_ERR_CAP 256 /* holds any message but the number it quotes */
+#define AA_POLICY_ERR_CAP 256             /* holds any message but the number it quotes */
 #define AA_POLICY_MAX_REGIONS 16          /* pools.regions sections at most */
 
 typedef struct aa_policy aa_policy; /* opaque */

@@ -92,7 +92,7 @@ void aa__log_line(const char *line);
 typedef struct aa__json_numbers {
   struct aa__json_token {
     size_t off, len;
-  } *at;
+  } * at;
   size_t n, cap;
 } aa__json_numbers;
 void aa__json_numbers_free(aa__json_numbers *nums);
