@@ -198,33 +198,48 @@ int aa_policy_default(aa_policy **out) {
   return AA_OK;
 }
 
-int aa_policy_parse(const char *json, size_t len, aa_policy **out, char *err,
-                    size_t errcap) {
+/* The message of a failed call: malloc'd whole into *errmsg (the _msg
+ * forms), or cut into err[errcap] (the others); the builder is freed. */
+static void hand_back(aa__buf *b, char **errmsg, char *err, size_t errcap) {
+  char *m = NULL;
+  size_t n = 0;
+  if (b->data == NULL && !b->failed)
+    aa__buf_puts(b, "");
+  if (aa__buf_take(b, &m, &n) != AA_OK)
+    m = NULL;
+  if (errmsg != NULL)
+    *errmsg = m;
+  else {
+    aa__errcpy(err, errcap, m != NULL ? m : "out of memory");
+    free(m);
+  }
+  aa__buf_free(b);
+}
+
+static int parse_doc(const char *json, size_t len, aa_policy **out, aa__buf *err) {
   cJSON *root = NULL;
   aa_policy *p = NULL;
   int rc;
 
-  if (err != NULL && errcap > 0)
-    err[0] = '\0';
   if (out == NULL) {
-    aa__errf(err, errcap, "(root): no output pointer given");
+    aa__buf_puts(err, "(root): no output pointer given");
     return AA_EINVAL;
   }
   *out = NULL;
   if (json == NULL) {
-    aa__errf(err, errcap, "(root): no document given");
+    aa__buf_puts(err, "(root): no document given");
     return AA_EINVAL;
   }
-  rc = aa__policy_parse_tree(json, len, &root, err, errcap);
+  rc = aa__policy_parse_tree(json, len, &root, err);
   if (rc != AA_OK)
     goto done;
   p = malloc(sizeof *p);
   if (p == NULL) {
-    aa__errf(err, errcap, "(root): out of memory");
+    aa__buf_puts(err, "(root): out of memory");
     rc = AA_ENOMEM;
     goto done;
   }
-  rc = aa__policy_from_tree(root, p, err, errcap);
+  rc = aa__policy_from_tree(root, p, err);
   if (rc != AA_OK)
     goto done;
   *out = p;
@@ -235,39 +250,63 @@ done:
   return rc;
 }
 
-static int not_regular(const char *path, const struct stat *sb, char *err,
-                       size_t errcap) {
-  aa__errf(err, errcap, "%s: not a regular file (%s); a policy is a JSON file",
-           path,
-           S_ISDIR(sb->st_mode)                           ? "a directory"
-           : S_ISFIFO(sb->st_mode)                        ? "a FIFO"
-           : S_ISSOCK(sb->st_mode)                        ? "a socket"
-           : S_ISCHR(sb->st_mode) || S_ISBLK(sb->st_mode) ? "a device"
-                                                          : "not a file");
+int aa_policy_parse_msg(const char *json, size_t len, aa_policy **out,
+                        char **errmsg) {
+  aa__buf b;
+  int rc;
+
+  if (errmsg != NULL)
+    *errmsg = NULL;
+  aa__buf_init(&b);
+  rc = parse_doc(json, len, out, &b);
+  if (rc != AA_OK && errmsg != NULL)
+    hand_back(&b, errmsg, NULL, 0);
+  aa__buf_free(&b);
+  return rc;
+}
+
+int aa_policy_parse(const char *json, size_t len, aa_policy **out, char *err,
+                    size_t errcap) {
+  aa__buf b;
+  int rc;
+
+  aa__errcpy(err, errcap, "");
+  aa__buf_init(&b);
+  rc = parse_doc(json, len, out, &b);
+  if (rc != AA_OK)
+    hand_back(&b, NULL, err, errcap);
+  aa__buf_free(&b);
+  return rc;
+}
+
+static int not_regular(const char *path, const struct stat *sb, aa__buf *err) {
+  aa__buf_printf(err, "%s: not a regular file (%s); a policy is a JSON file",
+                 path,
+                 S_ISDIR(sb->st_mode)                           ? "a directory"
+                 : S_ISFIFO(sb->st_mode)                        ? "a FIFO"
+                 : S_ISSOCK(sb->st_mode)                        ? "a socket"
+                 : S_ISCHR(sb->st_mode) || S_ISBLK(sb->st_mode) ? "a device"
+                                                                : "not a file");
   return AA_EINVAL;
 }
 
-int aa_policy_load_file(const char *path, aa_policy **out, char *err,
-                        size_t errcap) {
+static int load_file(const char *path, aa_policy **out, aa__buf *err) {
   FILE *f = NULL;
   int fd = -1;
   struct stat sb;
   char *buf = NULL;
   size_t len = 0;
-  char inner[AA_POLICY_ERR_CAP];
   int rc = AA_OK;
 
-  if (err != NULL && errcap > 0)
-    err[0] = '\0';
   if (out == NULL || path == NULL) {
-    aa__errf(err, errcap, "(root): no path or output pointer given");
+    aa__buf_printf(err, "(root): no path or output pointer given");
     return AA_EINVAL;
   }
   *out = NULL;
   if (strnlen(path, PATH_MAX) >= PATH_MAX) {
-    aa__errf(err, errcap,
-             "(path): the policy path is over the limit of %d bytes",
-             PATH_MAX - 1);
+    aa__buf_printf(err,
+                   "(path): the policy path is over the limit of %d bytes",
+                   PATH_MAX - 1);
     rc = AA_EINVAL;
     goto done;
   }
@@ -277,38 +316,38 @@ int aa_policy_load_file(const char *path, aa_policy **out, char *err,
    * O_NONBLOCK: should a FIFO take its place meanwhile, the open must not
    * block start-up. */
   if (stat(path, &sb) != 0) {
-    aa__errf(err, errcap, "%s: cannot open: %s", path, strerror(errno));
+    aa__buf_printf(err, "%s: cannot open: %s", path, strerror(errno));
     rc = AA_EIO;
     goto done;
   }
   if (!S_ISREG(sb.st_mode)) {
-    rc = not_regular(path, &sb, err, errcap);
+    rc = not_regular(path, &sb, err);
     goto done;
   }
   fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) {
-    aa__errf(err, errcap, "%s: cannot open: %s", path, strerror(errno));
+    aa__buf_printf(err, "%s: cannot open: %s", path, strerror(errno));
     rc = AA_EIO;
     goto done;
   }
   if (fstat(fd, &sb) != 0) {
-    aa__errf(err, errcap, "%s: cannot stat: %s", path, strerror(errno));
+    aa__buf_printf(err, "%s: cannot stat: %s", path, strerror(errno));
     rc = AA_EIO;
     goto done;
   }
   if (!S_ISREG(sb.st_mode)) {
-    rc = not_regular(path, &sb, err, errcap);
+    rc = not_regular(path, &sb, err);
     goto done;
   }
   if (sb.st_size > (off_t)AA_POLICY_MAX_BYTES) {
-    aa__errf(err, errcap, "%s: document is over the %u-byte limit",
-             path, (unsigned)AA_POLICY_MAX_BYTES);
+    aa__buf_printf(err, "%s: document is over the %u-byte limit",
+                   path, (unsigned)AA_POLICY_MAX_BYTES);
     rc = AA_EPARSE;
     goto done;
   }
   f = fdopen(fd, "rb");
   if (f == NULL) {
-    aa__errf(err, errcap, "%s: cannot open: %s", path, strerror(errno));
+    aa__buf_printf(err, "%s: cannot open: %s", path, strerror(errno));
     rc = AA_EIO;
     goto done;
   }
@@ -316,33 +355,60 @@ int aa_policy_load_file(const char *path, aa_policy **out, char *err,
   /* Read one byte past the limit so an oversized file is recognised. */
   buf = malloc(AA_POLICY_MAX_BYTES + 1);
   if (buf == NULL) {
-    aa__errf(err, errcap, "%s: out of memory", path);
+    aa__buf_printf(err, "%s: out of memory", path);
     rc = AA_ENOMEM;
     goto done;
   }
   len = fread(buf, 1, AA_POLICY_MAX_BYTES + 1, f);
   if (ferror(f)) {
-    aa__errf(err, errcap, "%s: read error: %s", path, strerror(errno));
+    aa__buf_printf(err, "%s: read error: %s", path, strerror(errno));
     rc = AA_EIO;
     goto done;
   }
   if (len > AA_POLICY_MAX_BYTES) {
-    aa__errf(err, errcap,
-             "%s: document is over the %u-byte limit", path,
-             (unsigned)AA_POLICY_MAX_BYTES);
+    aa__buf_printf(err,
+                   "%s: document is over the %u-byte limit", path,
+                   (unsigned)AA_POLICY_MAX_BYTES);
     rc = AA_EPARSE;
     goto done;
   }
-  inner[0] = '\0';
-  rc = aa_policy_parse(buf, len, out, inner, sizeof inner);
-  if (rc != AA_OK)
-    aa__errf(err, errcap, "%s: %s", path, inner);
+  /* "path: " first; the parser's message follows, whole */
+  aa__buf_printf(err, "%s: ", path);
+  rc = parse_doc(buf, len, out, err);
 done:
   free(buf);
   if (f != NULL)
     fclose(f);
   if (fd >= 0)
     close(fd);
+  return rc;
+}
+
+int aa_policy_load_file_msg(const char *path, aa_policy **out, char **errmsg) {
+  aa__buf b;
+  int rc;
+
+  if (errmsg != NULL)
+    *errmsg = NULL;
+  aa__buf_init(&b);
+  rc = load_file(path, out, &b);
+  if (rc != AA_OK && errmsg != NULL)
+    hand_back(&b, errmsg, NULL, 0);
+  aa__buf_free(&b);
+  return rc;
+}
+
+int aa_policy_load_file(const char *path, aa_policy **out, char *err,
+                        size_t errcap) {
+  aa__buf b;
+  int rc;
+
+  aa__errcpy(err, errcap, "");
+  aa__buf_init(&b);
+  rc = load_file(path, out, &b);
+  if (rc != AA_OK)
+    hand_back(&b, NULL, err, errcap);
+  aa__buf_free(&b);
   return rc;
 }
 

@@ -485,8 +485,7 @@ static int telemetry_from(vctx *v, const cJSON *obj, const char *path,
   return rc;
 }
 
-int aa__policy_from_tree(const cJSON *root, aa_policy *out, char *err,
-                         size_t errcap) {
+int aa__policy_from_tree(const cJSON *root, aa_policy *out, aa__buf *err) {
   static const char *const keys[] = {"$schema", "version", "name",
                                      "description", "pools", "adapt",
                                      "telemetry", NULL};
@@ -494,7 +493,7 @@ int aa__policy_from_tree(const cJSON *root, aa_policy *out, char *err,
                                       NULL};
   char p1[PATH_CAP], p2[PATH_CAP];
   const cJSON *it, *f;
-  vctx v = {err, errcap};
+  vctx v = {err};
   aa_policy *p = out;
   int rc;
 

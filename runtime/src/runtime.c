@@ -45,11 +45,14 @@ void aa_runtime_config_init(aa_runtime_config *cfg) {
 
 void aa__rt_log(const char *fmt, ...) {
   va_list ap;
-  char line[AA__LOG_LINE_MAX];
+  aa__buf line;
+  aa__buf_init(&line);
   va_start(ap, fmt);
-  vsnprintf(line, sizeof(line), fmt, ap);
+  aa__buf_vprintf(&line, fmt, ap); /* whole: a message may quote a long number */
   va_end(ap);
-  aa__log_line(line); /* every value it quotes escaped: one line, always */
+  /* every value it quotes escaped: one line, always */
+  aa__log_line(line.data != NULL && !line.failed ? line.data : "(out of memory)");
+  aa__buf_free(&line);
 }
 
 static const char *pick(const char *explicit_value, const char *env_name,

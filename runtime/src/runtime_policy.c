@@ -35,7 +35,7 @@ static bool file_exists(const char *path) {
  * default. A file that does not load is reported and the default is used. */
 void aa__rt_load_start_policy(void) {
   char path[1300];
-  char err[512];
+  char *err = NULL; /* malloc'd: whole, however long the number it quotes */
   aa_policy *p = NULL;
   int rc;
 
@@ -59,12 +59,12 @@ void aa__rt_load_start_policy(void) {
     }
   }
   if (path[0] != '\0') {
-    err[0] = '\0';
-    rc = aa_policy_load_file(path, &p, err, sizeof(err));
+    rc = aa_policy_load_file_msg(path, &p, &err);
     if (rc != AA_OK) {
       /* err already names the file, the JSON path and the rule. */
       aa__rt_log("policy: %s; using the built-in default policy",
-                 err[0] ? err : aa_strerror(rc));
+                 err != NULL && err[0] ? err : aa_strerror(rc));
+      free(err);
       p = NULL;
     } else {
       snprintf(svc.policy_source, sizeof(svc.policy_source), "file");

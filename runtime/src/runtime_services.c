@@ -13,6 +13,7 @@
  * HTTP handlers take policy_lock and release it before calling into the
  * loop (aa_adapt_loop_set_params), so the order is never reversed.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -181,6 +182,16 @@ static void start_store(void) {
   }
   if (aa__rt_is_off(aa__rt.db))
     return;
+  if (aa__rt.db[0] != '\0' && (isspace((unsigned char)aa__rt.db[0]) ||
+                               isspace((unsigned char)aa__rt.db[strlen(aa__rt.db) - 1]))) {
+    /* " off" or "off " would create a file of that name: refused, as
+     * ADAPTALLOC_HTTP refuses " off" and ADAPTALLOC_TRACE "OFF " */
+    aa__rt_log("store: ADAPTALLOC_DB=\"%s\" begins or ends with white space; "
+               "write off to turn the store off, or name the file without it; "
+               "the store is off",
+               aa__rt.db);
+    return;
+  }
   if (!aa__rt_expand_rank(aa__rt.db, svc.store_path, sizeof(svc.store_path))) {
     aa__rt_log("store: ADAPTALLOC_DB with {rank} expanded is over the limit "
                "of %zu bytes; the store is off",

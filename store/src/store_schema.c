@@ -572,14 +572,23 @@ static int open_ro_once(const char *path, sqlite3 **out, int *sqlite_rc) {
   return err;
 }
 
-/* Whether path's -wal or -shm file exists. */
+/* Whether path's -wal or -shm file exists. SQLite names them after the
+ * file a symbolic link leads to (x.db -> t.db gets t.db-wal), so they are
+ * looked for beside the link's target: looked for beside the link, a
+ * read through it saw none before or after and left the target's behind. */
 static bool wal_files_exist(const char *path) {
   char side[4200];
-  int n = snprintf(side, sizeof side, "%s-wal", path);
-  if (n > 0 && (size_t)n < sizeof side && access(side, F_OK) == 0)
-    return true;
-  n = snprintf(side, sizeof side, "%s-shm", path);
-  return n > 0 && (size_t)n < sizeof side && access(side, F_OK) == 0;
+  char *real = realpath(path, NULL);
+  const char *base = real != NULL ? real : path;
+  bool found;
+  int n = snprintf(side, sizeof side, "%s-wal", base);
+  found = n > 0 && (size_t)n < sizeof side && access(side, F_OK) == 0;
+  if (!found) {
+    n = snprintf(side, sizeof side, "%s-shm", base);
+    found = n > 0 && (size_t)n < sizeof side && access(side, F_OK) == 0;
+  }
+  free(real);
+  return found;
 }
 
 /* A plain file name, beside which SQLite makes its -wal and -shm files (not

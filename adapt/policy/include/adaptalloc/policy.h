@@ -14,6 +14,12 @@
  * any error *out is NULL, nothing changes, and err (when non-NULL) gets one
  * NUL-terminated message naming the JSON path and the rule, for example
  *   pools.device.classes[3]: 1000 is not a multiple of 512
+ * A message quotes a number as the document wrote it, every digit however
+ * many (12345678901234567890 is not the double's 12345678901234567168, a
+ * 1000-digit integer is not "inf"). So a message is as long as the number it
+ * quotes: the _msg forms hand it back whole (malloc'd); the others cut it to
+ * errcap - 1 bytes (never half a UTF-8 character), which holds it whole when
+ * errcap is at least len + 1024 (a path, the rule and the number).
  * Documents over AA_POLICY_MAX_BYTES or nested deeper than AA_POLICY_MAX_DEPTH
  * are refused before cJSON sees them; so are invalid UTF-8, duplicate keys,
  * unknown keys, wrong types, non-integers where integers are due, numbers
@@ -44,7 +50,7 @@ extern "C" {
 
 #define AA_POLICY_MAX_BYTES (64u * 1024u) /* larger documents are refused */
 #define AA_POLICY_MAX_DEPTH 32            /* deeper nesting is refused */
-#define AA_POLICY_ERR_CAP 256             /* a buffer this big holds any message */
+#define AA_POLICY_ERR_CAP 256             /* holds any message but the number it quotes */
 #define AA_POLICY_MAX_REGIONS 16          /* pools.regions sections at most */
 
 typedef struct aa_policy aa_policy; /* opaque */
@@ -98,12 +104,19 @@ AA_EXTERN int aa_policy_default(aa_policy **out);
  * *out is NULL and err (errcap bytes, may be NULL/0) gets the message. */
 AA_EXTERN int aa_policy_parse(const char *json, size_t len, aa_policy **out,
                               char *err, size_t errcap);
+/* The same; on error *errmsg (may be NULL) gets the whole message, malloc'd
+ * (the caller free()s it; NULL when out of memory), and NULL on success. */
+AA_EXTERN int aa_policy_parse_msg(const char *json, size_t len, aa_policy **out,
+                                  char **errmsg);
 
 /* Reads a file and parses it as above. AA_EIO (with the errno text in err) when
  * the file cannot be read; AA_EPARSE when it is over AA_POLICY_MAX_BYTES.
  * Messages are prefixed with the path. */
 AA_EXTERN int aa_policy_load_file(const char *path, aa_policy **out, char *err,
                                   size_t errcap);
+/* The same, with the whole message malloc'd into *errmsg (as _parse_msg). */
+AA_EXTERN int aa_policy_load_file_msg(const char *path, aa_policy **out,
+                                      char **errmsg);
 
 /* Serialises a policy as a pretty-printed JSON object, every field explicit
  * (defaults included), "version" first. malloc'd, NUL-terminated; the caller
@@ -118,6 +131,10 @@ AA_EXTERN char *aa_policy_to_json(const aa_policy *p);
 AA_EXTERN int aa_policy_merge_patch(const aa_policy *base, const char *patch,
                                     size_t len, aa_policy **out, char *err,
                                     size_t errcap);
+/* The same, with the whole message malloc'd into *errmsg (as _parse_msg). */
+AA_EXTERN int aa_policy_merge_patch_msg(const aa_policy *base, const char *patch,
+                                        size_t len, aa_policy **out,
+                                        char **errmsg);
 
 /* True when a and b have the same content (the version is not compared).
  * Two NULLs are equal. */
