@@ -32,7 +32,7 @@
 #include <cmocka.h>
 
 #include "adaptalloc/policy.h"
-#include "test_hooks.h" /* core: the host backend's call counts */
+#include "core_test.h" /* core: the host backend's call counts */
 
 /* ------------------------------------------------------------ failing malloc */
 
