@@ -21,7 +21,7 @@
 #include "adaptalloc/policy.h"
 
 #include "cJSON.h"
-#include "policy_model.h" /* aa__json_merge_patch */
+#include "policy_test.h" /* the policy model: aa__json_merge_patch */
 
 static aa_policy *parse_ok(const char *doc) {
   char err[AA_POLICY_ERR_CAP] = "";

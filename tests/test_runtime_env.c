@@ -28,7 +28,7 @@
 
 #include "adaptalloc/runtime.h"
 #include "adaptalloc/store.h"
-#include "runtime_internal.h"
+#include "runtime_test.h" /* the runtime's internals */
 #include "adaptalloc/internal/util.h"
 #if AA_TEST_WITH_STORE
 #include <sqlite3.h>

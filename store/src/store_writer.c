@@ -472,6 +472,7 @@ static void writer_cycle(aa_store *st, item *list, begin_req *begins,
       rc = write_oom(st, it);
       ooms++;
     } else {
+      aa__assert_internal(it->kind == ITEM_END_RUN);
       what = "ending a run";
       rc = write_end_run(st, it);
     }
@@ -570,6 +571,9 @@ void *aa__store_writer_main(void *arg) {
       pthread_cond_timedwait(&st->wake, &st->mu, &ts);
     }
     item *list = st->head;
+    /* the writer takes every queued item: none is lost */
+    aa__assert_internal(aa__store_list_length(list) == st->queued);
+    aa__assert_internal(st->queued == 0 || st->tail->next == NULL);
     begin_req *begins = st->begins;
     uint64_t gen = st->flush_req;
     bool stop = st->stop;
