@@ -739,7 +739,7 @@ static void scenario_token_newline(void) {
   setenv("ADAPTALLOC_DB", "off", 1);
   CHECK(aa_runtime_pool(AA_BACKEND_HOST, -1) != NULL);
   CHECK(aa_runtime_http_port() == 0);
-  CHECK(aa__rt.token[0] == '\0'); /* not kept either */
+  CHECK(aa__rt_default()->token[0] == '\0'); /* not kept either */
   aa_runtime_shutdown();
 }
 

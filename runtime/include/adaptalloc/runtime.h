@@ -20,6 +20,11 @@
 extern "C" {
 #endif
 
+/* A runtime: its configuration, its pools, its store, loop and server.
+ * Opaque. The aa_runtime_* calls without a handle work on the process's
+ * default runtime; the aa_rt_* calls on the one they are given. */
+typedef struct aa_runtime aa_runtime;
+
 #define AA_RUNTIME_CONFIG_VERSION 1
 
 /* Overrides for the environment (NULL/0 fields fall back to the environment,
@@ -150,6 +155,23 @@ AA_EXTERN int aa_runtime_oom_json(char **out, size_t *len);
  * (called from a signal handler that interrupted an allocation) gives the
  * run up, says so, and exits; aa_runtime_shutdown then does nothing. */
 AA_EXTERN void aa_runtime_shutdown(void);
+
+/* ------------------------------------------------ on a runtime given */
+
+/* The same calls on the runtime rt (the default one's are above):
+ * aa_rt_pool as aa_runtime_pool, and so on. NULL rt: NULL, 0 or AA_EINVAL. */
+AA_EXTERN aa_pool *aa_rt_pool(aa_runtime *rt, aa_backend_kind kind, int device);
+AA_EXTERN int aa_rt_http_port(aa_runtime *rt);
+AA_EXTERN int aa_rt_http_address(aa_runtime *rt, char *buf, size_t cap);
+AA_EXTERN int64_t aa_rt_run_id(aa_runtime *rt);
+AA_EXTERN int aa_rt_stats_json(aa_runtime *rt, char **out, size_t *len);
+AA_EXTERN int aa_rt_policy_json(aa_runtime *rt, char **out, uint64_t *version);
+AA_EXTERN int aa_rt_policy_update(aa_runtime *rt, const char *json, size_t len,
+                                  bool patch, const char *source,
+                                  uint64_t if_match, uint64_t *new_version,
+                                  char *err, size_t errcap);
+AA_EXTERN int aa_rt_last_oom(aa_runtime *rt, aa_oom_info *out, uint64_t *total);
+AA_EXTERN int aa_rt_oom_json(aa_runtime *rt, char **out, size_t *len);
 
 #ifdef __cplusplus
 }
