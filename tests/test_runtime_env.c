@@ -985,19 +985,19 @@ static void test_runtime_model_rule(void **state) {
 static void test_runtime_rank_expanded_everywhere(void **state) {
   char out[64];
   (void)state;
-  setenv("LOCAL_RANK", "2", 1);
-  assert_true(aa__rt_expand_rank("r-{rank}-{rank}.db", out, sizeof out));
+  assert_true(aa__rt_expand_rank("r-{rank}-{rank}.db", 2, out, sizeof out));
   assert_string_equal(out, "r-2-2.db");
-  assert_true(aa__rt_expand_rank("{rank}{rank}{rank}", out, sizeof out));
+  assert_true(aa__rt_expand_rank("{rank}{rank}{rank}", 2, out, sizeof out));
   assert_string_equal(out, "222");
-  assert_true(aa__rt_expand_rank("{rank", out, sizeof out));
+  assert_true(aa__rt_expand_rank("{rank", 2, out, sizeof out));
   assert_string_equal(out, "{rank");
-  assert_true(aa__rt_expand_rank("x.db", out, sizeof out));
+  assert_true(aa__rt_expand_rank("x.db", 2, out, sizeof out));
   assert_string_equal(out, "x.db");
-  setenv("LOCAL_RANK", "12345678901234567890", 1);
-  assert_false(aa__rt_expand_rank("{rank}{rank}{rank}{rank}", out, sizeof out));
+  assert_true(aa__rt_expand_rank("r{rank}", -1, out, sizeof out)); /* unset: 0 */
+  assert_string_equal(out, "r0");
+  /* 4 x 10 digits do not fit in 32 bytes: refused whole, never shortened */
+  assert_false(aa__rt_expand_rank("{rank}{rank}{rank}{rank}", 1234567890, out, 32));
   assert_string_equal(out, "");
-  unsetenv("LOCAL_RANK");
   assert_true(aa__rt_is_off("off") && aa__rt_is_off("OFF") && aa__rt_is_off("oFf"));
   assert_false(aa__rt_is_off("off ") || aa__rt_is_off("of") || aa__rt_is_off(""));
 }

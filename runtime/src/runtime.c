@@ -1,13 +1,18 @@
 /*
- * runtime.c — the process-wide runtime: configuration from the environment,
- * the pools (one per CUDA device, one pinned, one host) and the regions'
- * pools created on first use, and the start/stop of the optional services
- * (runtime_services.c).
+ * runtime.c — a runtime's life and pools: the process's default runtime
+ * (static storage, started on first use, ended at exit) and the ones
+ * aa_runtime_new makes; the pools (one per CUDA device, one pinned, one
+ * host) and the regions' pools created on first use, and the start/stop of
+ * the optional services (runtime_services.c). Its configuration is
+ * runtime_config.c's.
  *
- * Entry points: aa_runtime_init, aa_runtime_pool, aa_runtime_region_id,
- * aa_runtime_region_pool, aa_runtime_shutdown; rt_at_exit ends the store's
- * run of a process that exits without aa_runtime_shutdown.
- * The hot path is aa_runtime_pool(): one acquire load once the pool exists.
+ * Entry points: aa_runtime_init, aa_runtime_pool / aa_rt_pool,
+ * aa_runtime_region_id, aa_runtime_region_pool, aa_runtime_shutdown,
+ * aa_runtime_new, aa_runtime_destroy; rt_at_exit ends the default runtime's
+ * store run in a process that exits without aa_runtime_shutdown (the one
+ * thing kept for the default runtime alone: atexit takes no argument, and a
+ * runtime made by aa_runtime_new is its owner's to destroy).
+ * The hot path is aa_rt_pool(): one acquire load once the pool exists.
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -51,12 +56,6 @@ static const aa_runtime_config *rt_pending_cfg;
 
 aa_runtime *aa__rt_default(void) { return &rt_default; }
 
-void aa_runtime_config_init(aa_runtime_config *cfg) {
-  memset(cfg, 0, sizeof(*cfg));
-  cfg->version = AA_RUNTIME_CONFIG_VERSION;
-  cfg->trace = -1;
-}
-
 void aa__rt_log(const char *fmt, ...) {
   va_list ap;
   char line[AA__LOG_LINE_MAX];
@@ -64,167 +63,6 @@ void aa__rt_log(const char *fmt, ...) {
   vsnprintf(line, sizeof(line), fmt, ap);
   va_end(ap);
   aa__log_line(line); /* every value it quotes escaped: one line, always */
-}
-
-static const char *pick(const char *explicit_value, const char *env_name,
-                        const char *fallback) {
-  const char *v = explicit_value;
-  if (v == NULL || v[0] == '\0')
-    v = getenv(env_name);
-  if (v == NULL || v[0] == '\0')
-    v = fallback;
-  return v;
-}
-
-/* Copies the setting `name` into dst. A value that does not fit is never
- * cut short (a truncated token would be accepted by prefix, a truncated
- * path names a file the user never gave): dst stays empty, *refused is set
- * and one line names the setting, its length and the limit. */
-static void copy_setting(char *dst, size_t cap, const char *src,
-                         const char *name, bool *refused) {
-  size_t n = src != NULL ? strlen(src) : 0;
-  *refused = false;
-  dst[0] = '\0';
-  if (n >= cap) {
-    *refused = true;
-    aa__rt_log("%s is %zu bytes, over the limit of %zu bytes: refused", name,
-               n, cap - 1);
-    return;
-  }
-  if (n > 0)
-    memcpy(dst, src, n + 1);
-}
-
-bool aa__rt_is_off(const char *v) { return v != NULL && strcasecmp(v, "off") == 0; }
-
-int aa__rt_token_check(const char *token, char *why, size_t cap) {
-  for (size_t i = 0; token[i] != '\0'; i++) {
-    unsigned char c = (unsigned char)token[i];
-    if (c > 0x20 && c < 0x7F)
-      continue;
-    snprintf(why, cap,
-             "byte %zu of %zu is 0x%02x%s; a token is printable ASCII without "
-             "spaces (0x21 to 0x7e), the bytes a client can send after "
-             "\"Bearer \"",
-             i + 1, strlen(token), c,
-             c == '\n' && token[i + 1] == '\0' ? " (a trailing newline)"
-             : c == '\r' || c == '\n'          ? " (a line break)"
-             : c == ' '                        ? " (a space)"
-             : c < 0x20 || c == 0x7F           ? " (a control byte)"
-                                               : " (not ASCII)");
-    return AA_EINVAL;
-  }
-  return AA_OK;
-}
-
-int aa__rt_model_check(const char *model, char *why, size_t cap) {
-  size_t n = strlen(model);
-  if (n == 0) {
-    snprintf(why, cap, "it is empty");
-    return AA_EINVAL;
-  }
-  if (model[0] == '.') {
-    snprintf(why, cap, "it starts with a dot (\".\", \"..\" and hidden names "
-                       "are not model names)");
-    return AA_EINVAL;
-  }
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)model[i];
-    if (c == '/' || c == '\\') {
-      snprintf(why, cap, "byte %zu is '%c' (a model name is a plain name: "
-                         "no directory part)",
-               i + 1, c);
-      return AA_EINVAL;
-    }
-    if (c < 0x20 || c == 0x7F) {
-      snprintf(why, cap, "byte %zu is the control byte 0x%02x", i + 1, c);
-      return AA_EINVAL;
-    }
-  }
-  return AA_OK;
-}
-
-#ifndef AA_INSTALLED_POLICY_DIR
-#define AA_INSTALLED_POLICY_DIR ""
-#endif
-
-static bool is_dir(const char *path) {
-  struct stat st;
-  return path[0] != '\0' && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-const char *aa__rt_default_policy_dir(const char *local, const char *installed) {
-  if (is_dir(local) || installed == NULL || !is_dir(installed))
-    return local;
-  return installed;
-}
-
-static void rt_read_config(aa_runtime *rt, const aa_runtime_config *cfg) {
-  aa_runtime_config empty;
-  char why[256];
-  bool refused;
-  if (cfg == NULL) {
-    aa_runtime_config_init(&empty);
-    cfg = &empty;
-  }
-  copy_setting(rt->model, sizeof(rt->model),
-               pick(cfg->model, "ADAPTALLOC_MODEL", "default"),
-               "ADAPTALLOC_MODEL", &refused);
-  if (!refused && aa__rt_model_check(rt->model, why, sizeof(why)) != AA_OK) {
-    /* the name is not echoed whole here: the log line escapes it anyway,
-     * but a name that is a path is not worth repeating */
-    aa__rt_log("ADAPTALLOC_MODEL is not a plain name: %s; a model name has "
-               "no '/' or '\\', does not start with a dot and holds no control "
-               "byte: refused, the model is \"default\"",
-               why);
-    refused = true;
-  }
-  if (refused)
-    snprintf(rt->model, sizeof(rt->model), "default");
-  copy_setting(rt->policy_path, sizeof(rt->policy_path),
-               pick(cfg->policy_path, "ADAPTALLOC_POLICY", ""),
-               "ADAPTALLOC_POLICY", &rt->policy_refused);
-  copy_setting(rt->policy_dir, sizeof(rt->policy_dir),
-               pick(cfg->policy_dir, "ADAPTALLOC_POLICY_DIR",
-                    aa__rt_default_policy_dir("./policies",
-                                              AA_INSTALLED_POLICY_DIR)),
-               "ADAPTALLOC_POLICY_DIR", &refused);
-  rt->policy_refused = rt->policy_refused || refused;
-  copy_setting(rt->db, sizeof(rt->db),
-               pick(cfg->db, "ADAPTALLOC_DB", "./adaptalloc.db"),
-               "ADAPTALLOC_DB", &rt->db_refused);
-  copy_setting(rt->http, sizeof(rt->http),
-               pick(cfg->http, "ADAPTALLOC_HTTP", "127.0.0.1:9100"),
-               "ADAPTALLOC_HTTP", &rt->http_refused);
-  copy_setting(rt->token, sizeof(rt->token),
-               pick(cfg->token, "ADAPTALLOC_TOKEN", ""), "ADAPTALLOC_TOKEN",
-               &refused);
-  /* a token that cannot be held whole keeps the server off: serving with a
-   * shorter one (or none) would accept what the operator never set */
-  rt->http_refused = rt->http_refused || refused;
-  /* a token no client can send (a trailing newline from `$(cat file)`, a
-   * control byte) keeps it off too: served, it would make the policy
-   * unchangeable while telemetry stayed open, and serving without it would
-   * open the policy to every client. The token itself is never logged. */
-  if (!refused && aa__rt_token_check(rt->token, why, sizeof(why)) != AA_OK) {
-    aa__rt_log("ADAPTALLOC_TOKEN is refused: %s; the server stays off", why);
-    explicit_bzero(rt->token, sizeof(rt->token));
-    rt->http_refused = true;
-  }
-  if (cfg->trace >= 0) {
-    rt->trace = cfg->trace != 0;
-  } else {
-    const char *t = getenv("ADAPTALLOC_TRACE");
-    rt->trace = t != NULL && strcmp(t, "1") == 0;
-    if (t != NULL && t[0] != '\0' && !rt->trace && strcmp(t, "0") != 0 &&
-        !aa__rt_is_off(t))
-      aa__rt_log("ADAPTALLOC_TRACE is \"%s\": expected 1 (on), or 0 or off; "
-                 "tracing stays off",
-                 t);
-  }
-  rt->quiet = cfg->quiet;
-  if (getenv("ADAPTALLOC_QUIET") != NULL)
-    rt->quiet = true;
 }
 
 /* ------------------------------------------------------------ exit */
@@ -358,7 +196,7 @@ static void rt_arm_exit(void) {
 
 static void rt_init_once(void) {
   aa_runtime *rt = &rt_default;
-  rt_read_config(rt, rt_pending_cfg);
+  aa__rt_default_config(rt, rt_pending_cfg);
   rt->started_ns = aa_now_ns();
   aa__rt_services_start(rt);
   rt_arm_exit();
@@ -367,7 +205,7 @@ static void rt_init_once(void) {
 
 int aa_runtime_init(const aa_runtime_config *cfg) {
   aa_runtime *rt = &rt_default;
-  if (cfg != NULL && cfg->version != AA_RUNTIME_CONFIG_VERSION)
+  if (aa__rt_config_check(cfg) != AA_OK)
     return AA_EINVAL;
   pthread_mutex_lock(&rt->lock);
   rt_pending_cfg = cfg;
@@ -616,18 +454,10 @@ size_t aa__rt_pools_snapshot(aa_runtime *rt, aa_pool **out, size_t cap) {
   return n;
 }
 
-void aa_runtime_shutdown(void) {
-  aa_runtime *rt = &rt_default;
+/* Stops rt's services and destroys its pools and backends; rt->shut_down
+ * was set by the caller. */
+static void rt_stop(aa_runtime *rt) {
   size_t i;
-  if (!atomic_load_explicit(&rt->ready, memory_order_acquire))
-    return;
-  pthread_mutex_lock(&rt->lock);
-  if (rt->shut_down || atomic_load(&rt_exit_abandoned)) {
-    pthread_mutex_unlock(&rt->lock);
-    return;
-  }
-  rt->shut_down = true;
-  pthread_mutex_unlock(&rt->lock);
 
   aa__rt_services_stop(rt); /* server, loop, snapshots, store — before pools go */
 
@@ -651,4 +481,98 @@ void aa_runtime_shutdown(void) {
     aa_backend_destroy(rt->backends[i]);
   rt->nbackends = 0;
   pthread_mutex_unlock(&rt->lock);
+}
+
+void aa_runtime_shutdown(void) {
+  aa_runtime *rt = &rt_default;
+  if (!atomic_load_explicit(&rt->ready, memory_order_acquire))
+    return;
+  pthread_mutex_lock(&rt->lock);
+  if (rt->shut_down || atomic_load(&rt_exit_abandoned)) {
+    pthread_mutex_unlock(&rt->lock);
+    return;
+  }
+  rt->shut_down = true;
+  pthread_mutex_unlock(&rt->lock);
+  rt_stop(rt);
+}
+
+/* ------------------------------------------------------------ instances */
+
+int aa_runtime_new(const aa_runtime_config *cfg, aa_runtime **out) {
+  aa_runtime *rt = NULL;
+  int rc = AA_EINVAL;
+  int inited = 0; /* how many of the five locks below exist */
+
+  if (out == NULL)
+    goto done;
+  *out = NULL;
+  if (aa__rt_config_check(cfg) != AA_OK)
+    goto done;
+  rc = AA_ENOMEM;
+  rt = calloc(1, sizeof(*rt));
+  if (rt == NULL)
+    goto done;
+  if (pthread_mutex_init(&rt->lock, NULL) != 0)
+    goto done;
+  inited++;
+  if (pthread_mutex_init(&rt->pools_lock, NULL) != 0)
+    goto done;
+  inited++;
+  if (pthread_mutex_init(&rt->svc.policy_lock, NULL) != 0)
+    goto done;
+  inited++;
+  if (pthread_mutex_init(&rt->svc.ticker_lock, NULL) != 0)
+    goto done;
+  inited++;
+  if (pthread_cond_init(&rt->svc.ticker_cond, NULL) != 0)
+    goto done;
+  inited++;
+  if (pthread_mutex_init(&rt->oom.mu, NULL) != 0)
+    goto done;
+  inited++;
+  aa__rt_apply_config(rt, cfg);
+  rt->started_ns = aa_now_ns();
+  aa__rt_services_start(rt);
+  atomic_store_explicit(&rt->ready, 1, memory_order_release);
+  *out = rt;
+  rt = NULL;
+  rc = AA_OK;
+done:
+  if (rt != NULL) {
+    if (inited > 5)
+      pthread_mutex_destroy(&rt->oom.mu);
+    if (inited > 4)
+      pthread_cond_destroy(&rt->svc.ticker_cond);
+    if (inited > 3)
+      pthread_mutex_destroy(&rt->svc.ticker_lock);
+    if (inited > 2)
+      pthread_mutex_destroy(&rt->svc.policy_lock);
+    if (inited > 1)
+      pthread_mutex_destroy(&rt->pools_lock);
+    if (inited > 0)
+      pthread_mutex_destroy(&rt->lock);
+    free(rt);
+  }
+  return rc;
+}
+
+void aa_runtime_destroy(aa_runtime *rt) {
+  if (rt == NULL)
+    return;
+  if (rt->is_default) {
+    aa_runtime_shutdown(); /* the default one lives in static storage */
+    return;
+  }
+  pthread_mutex_lock(&rt->lock);
+  rt->shut_down = true;
+  pthread_mutex_unlock(&rt->lock);
+  rt_stop(rt);
+  pthread_mutex_destroy(&rt->oom.mu);
+  pthread_cond_destroy(&rt->svc.ticker_cond);
+  pthread_mutex_destroy(&rt->svc.ticker_lock);
+  pthread_mutex_destroy(&rt->svc.policy_lock);
+  pthread_mutex_destroy(&rt->pools_lock);
+  pthread_mutex_destroy(&rt->lock);
+  free(rt);
 }

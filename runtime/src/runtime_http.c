@@ -101,6 +101,19 @@ static void append_audit_json(aa_runtime *rt, aa__buf *sb, const char *only) {
   }
 }
 
+/* ,"rank":R,"local_rank":L,"world_size":W: each null when unset (RANK,
+ * LOCAL_RANK, WORLD_SIZE, or the runtime's config). */
+static void append_ranks(const aa_runtime *rt, aa__buf *sb) {
+  const char *names[3] = {"rank", "local_rank", "world_size"};
+  int v[3] = {rt->rank, rt->local_rank, rt->world_size};
+  for (int i = 0; i < 3; i++) {
+    if (v[i] >= 0)
+      aa__buf_printf(sb, ",\"%s\":%d", names[i], v[i]);
+    else
+      aa__buf_printf(sb, ",\"%s\":null", names[i]);
+  }
+}
+
 static int prov_stats_json(void *user, const char *pool, char **out, size_t *len) {
   aa_runtime *rt = user;
   aa_pool_stats *arr = NULL;
@@ -138,7 +151,9 @@ static int prov_stats_json(void *user, const char *pool, char **out, size_t *len
                  (double)(aa_now_ns() - rt->started_ns) / 1e9,
                  (unsigned long long)version);
   aa__buf_json_cstr(&sb, rt->svc.policy_source);
-  aa__buf_printf(&sb, ",\"run_id\":%lld,\"pools\":[", (long long)rt->svc.run_id);
+  aa__buf_printf(&sb, ",\"run_id\":%lld", (long long)rt->svc.run_id);
+  append_ranks(rt, &sb);
+  aa__buf_printf(&sb, ",\"pools\":[");
   for (i = 0; i < n; i++) {
     if (pool != NULL && strcmp(arr[i].name, pool) != 0)
       continue;
@@ -208,7 +223,7 @@ static int prov_metrics_extra(void *user, char **out, size_t *len) {
   uint64_t version;
   char model[sizeof rt->model * 2];
   char rank[16];
-  int r = aa__rt_env_rank();
+  int r = rt->rank;
 
   pthread_mutex_lock(&rt->svc.policy_lock);
   version = rt->svc.policy ? aa_policy_version(rt->svc.policy) : 0;
@@ -476,7 +491,6 @@ void aa__rt_start_http(aa_runtime *rt) {
   aa_http_config cfg;
   aa_http_provider prov;
   char err[512];
-  int rank = -1;
   int rc;
 
   if (rt->http_refused) {
@@ -489,9 +503,7 @@ void aa__rt_start_http(aa_runtime *rt) {
   aa_http_config_init(&cfg);
   cfg.address = rt->http;
   cfg.token = rt->token[0] ? rt->token : NULL;
-  if (aa_http_local_rank_from_env(&rank) != AA_OK)
-    aa__rt_log("http: LOCAL_RANK is not a rank number; using rank 0");
-  cfg.local_rank = rank;
+  cfg.local_rank = rt->local_rank;
   /* /stats and /metrics answers may be reused for 100 ms: a dashboard or a
    * scraper flood then costs the process one stats copy per 100 ms, not one
    * per request (docs/http.md, BENCHMARKS.md "HTTP load"). A policy change

@@ -146,6 +146,20 @@ void aa__rt_ensure_started(aa_runtime *rt);
 /* printf-style line on stderr, prefixed "adaptalloc: ". */
 void aa__rt_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Copies up to cap of rt's live pools into out; returns how many. */
+size_t aa__rt_pools_snapshot(aa_runtime *rt, aa_pool **out, size_t cap);
+
+/* runtime_config.c: the configuration; the one reader of the environment */
+/* AA_OK for NULL or a config of this version (size, version, trace 0/1/-1,
+ * ranks >= -1, world_size -1 or >= 1); else AA_EINVAL. */
+int aa__rt_config_check(const aa_runtime_config *cfg);
+/* Takes cfg (NULL: every default) into rt under the rules below; a refused
+ * setting is said in one line and left at its default or off. */
+void aa__rt_apply_config(aa_runtime *rt, const aa_runtime_config *cfg);
+/* The default runtime's configuration: what aa_runtime_configure set, else
+ * the environment, with over's set fields (may be NULL) on top, applied to
+ * rt. After it aa_runtime_configure answers AA_EBUSY. */
+void aa__rt_default_config(aa_runtime *rt, const aa_runtime_config *over);
 /* The policy directory when none is configured: local ("./policies") when it
  * is a directory, else installed (the installed share/adaptalloc/policies)
  * when that is one, else local. */
@@ -161,15 +175,11 @@ int aa__rt_token_check(const char *token, char *why, size_t cap);
  * dot, no byte below 0x20 or 0x7f. Else AA_EINVAL and why says which rule. */
 int aa__rt_model_check(const char *model, char *why, size_t cap);
 
-/* Copies up to cap of rt's live pools into out; returns how many. */
-size_t aa__rt_pools_snapshot(aa_runtime *rt, aa_pool **out, size_t cap);
+/* in copied into out with every "{rank}" replaced by rank (0 when < 0);
+ * false, and out empty, when it does not fit in cap. */
+bool aa__rt_expand_rank(const char *in, int rank, char *out, size_t cap);
 
 /* runtime_services.c */
-/* in replaced into out with every "{rank}" expanded (LOCAL_RANK, else
- * RANK, else 0); false, and out empty, when it does not fit in cap. */
-bool aa__rt_expand_rank(const char *in, char *out, size_t cap);
-/* This process's rank: $RANK, or -1 when it is not set. */
-int aa__rt_env_rank(void);
 void aa__rt_services_start(aa_runtime *rt);
 void aa__rt_services_stop(aa_runtime *rt);
 /* Ends the store's run, the pools living on: detaches every pool's trace

@@ -121,46 +121,6 @@ static void start_loop(aa_runtime *rt) {
 
 /* ------------------------------------------------------------------ store */
 
-/* ADAPTALLOC_DB may hold "{rank}", any number of times: each is replaced by
- * LOCAL_RANK (or RANK, else 0) so that ranks on one host write distinct
- * files. False when the result does not fit in cap (out is then empty:
- * never a shortened path). */
-bool aa__rt_expand_rank(const char *in, char *out, size_t cap) {
-  const char *rank = getenv("LOCAL_RANK");
-  size_t w = 0, rlen;
-  if (rank == NULL || rank[0] == '\0')
-    rank = getenv("RANK");
-  if (rank == NULL || rank[0] == '\0')
-    rank = "0";
-  rlen = strlen(rank);
-  while (*in != '\0') {
-    const char *piece = in;
-    size_t plen = 1;
-    if (strncmp(in, "{rank}", 6) == 0) {
-      piece = rank;
-      plen = rlen;
-      in += 6;
-    } else {
-      in++;
-    }
-    if (plen >= cap - w) {
-      out[0] = '\0';
-      return false;
-    }
-    memcpy(out + w, piece, plen);
-    w += plen;
-  }
-  out[w] = '\0';
-  return true;
-}
-
-int aa__rt_env_rank(void) {
-  const char *r = getenv("RANK");
-  if (r == NULL || r[0] == '\0')
-    return -1;
-  return atoi(r);
-}
-
 static void start_store(aa_runtime *rt) {
   aa_store_config cfg;
   aa_store_run_info info;
@@ -175,7 +135,8 @@ static void start_store(aa_runtime *rt) {
   }
   if (aa__rt_is_off(rt->db))
     return;
-  if (!aa__rt_expand_rank(rt->db, rt->svc.store_path, sizeof(rt->svc.store_path))) {
+  if (!aa__rt_expand_rank(rt->db, rt->local_rank >= 0 ? rt->local_rank : rt->rank,
+                          rt->svc.store_path, sizeof(rt->svc.store_path))) {
     aa__rt_log("store: ADAPTALLOC_DB with {rank} expanded is over the limit "
                "of %zu bytes; the store is off",
                sizeof(rt->svc.store_path) - 1);
@@ -208,7 +169,9 @@ static void start_store(aa_runtime *rt) {
   aa__buf_printf(&conf, "}");
   memset(&info, 0, sizeof(info));
   info.model = rt->model;
-  info.rank = aa__rt_env_rank();
+  info.rank = rt->rank;
+  info.local_rank = rt->local_rank;
+  info.world_size = rt->world_size;
   info.policy_version = 1;
   info.config_json = conf.data;
   rc = aa_store_begin_run(rt->svc.store, &info, &rt->svc.run_id);
