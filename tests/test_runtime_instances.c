@@ -42,8 +42,8 @@ static char tmpdir[256];
 static void clear_env(void) {
   static const char *const names[] = {
       "ADAPTALLOC_MODEL", "ADAPTALLOC_POLICY", "ADAPTALLOC_POLICY_DIR", "ADAPTALLOC_DB",
-      "ADAPTALLOC_HTTP",  "ADAPTALLOC_TOKEN",  "ADAPTALLOC_TRACE",      "ADAPTALLOC_QUIET",
-      "RANK",             "LOCAL_RANK",        "WORLD_SIZE"};
+      "ADAPTALLOC_HTTP", "ADAPTALLOC_TOKEN", "ADAPTALLOC_TRACE", "ADAPTALLOC_QUIET",
+      "RANK", "LOCAL_RANK", "WORLD_SIZE"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     unsetenv(names[i]);
 }

@@ -183,8 +183,8 @@ int aa_runtime_configure(const aa_runtime_config *cfg) {
 /* Each field of over that is set (a non-empty string, trace, rank, ... >= 0,
  * quiet true) replaces base's. */
 static void overlay(aa_runtime_config *base, const aa_runtime_config *over) {
-#define AA__OVER_STR(f)                                                                  \
-  if (over->f != NULL && over->f[0] != '\0')                                             \
+#define AA__OVER_STR(f)                      \
+  if (over->f != NULL && over->f[0] != '\0') \
   base->f = over->f
   AA__OVER_STR(model);
   AA__OVER_STR(policy_path);

@@ -360,8 +360,8 @@ static int prov_policy_change(aa_runtime *rt, const aa_http_policy_change *c, bo
   if (patch) {
     pthread_mutex_lock(&rt->svc.policy_lock);
     rc = rt->svc.policy ? aa_policy_merge_patch(rt->svc.policy, c->body, c->len, &next,
-                                            err, errcap)
-                    : AA_ENOTSUP;
+                                                err, errcap)
+                        : AA_ENOTSUP;
     pthread_mutex_unlock(&rt->svc.policy_lock);
   } else {
     rc = aa_policy_parse(c->body, c->len, &next, err, errcap);

@@ -147,7 +147,7 @@ void aa__rt_pool_created(aa_runtime *rt, aa_pool *pool) {
    * (recorded there, its classes would bring pools.device's settings, limit
    * included, to the host pool at the next policy change). */
   if (rt->svc.loop != NULL && (aa_pool_region(pool)[0] == '\0' ||
-                           strcmp(aa_policy_pool_kind(pool), "device") == 0)) {
+                               strcmp(aa_policy_pool_kind(pool), "device") == 0)) {
     rc = aa_adapt_loop_add_pool(rt->svc.loop, pool);
     if (rc != AA_OK)
       aa__rt_log("adapt: cannot watch pool %s: %s", aa_pool_name(pool),
