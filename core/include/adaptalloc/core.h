@@ -369,7 +369,7 @@ AA_EXTERN void aa_pool_classes_abort(aa_class_txn *txn);
 
 /* ------------------------------------------------------------------ stats */
 
-#define AA_STATS_VERSION 7
+#define AA_STATS_VERSION 8
 #define AA_HIST_BUCKETS 192 /* quarter doublings: bucket(size) below */
 #define AA_HH_MAX 32        /* heavy-hitter exact sizes reported */
 
@@ -444,6 +444,8 @@ typedef struct aa_pool_stats {
   uint64_t stream_queries;           /* backend stream_query calls, before recording an event */
   uint64_t stream_idle;              /* of those, streams found idle: an event saved each */
   uint64_t large_misses;             /* large allocations that called the backend */
+  uint64_t large_settled;            /* free large chunks made usable on every stream (their work done) on
+                           * the way to growing, merged with their neighbours */
 
   uint32_t class_count;
   uint32_t hh_count;
