@@ -772,7 +772,7 @@ static void scenario_token_newline(void) {
   setenv("ADAPTALLOC_DB", "off", 1);
   CHECK(aa_runtime_pool(AA_BACKEND_HOST, -1) != NULL);
   CHECK(aa_runtime_http_port() == 0);
-  CHECK(aa__rt.token[0] == '\0'); /* not kept either */
+  CHECK(aa__rt_default()->token[0] == '\0'); /* not kept either */
   aa_runtime_shutdown();
 }
 
@@ -1056,19 +1056,19 @@ static void test_runtime_model_rule(void **state) {
 static void test_runtime_rank_expanded_everywhere(void **state) {
   char out[64];
   (void)state;
-  setenv("LOCAL_RANK", "2", 1);
-  assert_true(aa__rt_expand_rank("r-{rank}-{rank}.db", out, sizeof out));
+  assert_true(aa__rt_expand_rank("r-{rank}-{rank}.db", 2, out, sizeof out));
   assert_string_equal(out, "r-2-2.db");
-  assert_true(aa__rt_expand_rank("{rank}{rank}{rank}", out, sizeof out));
+  assert_true(aa__rt_expand_rank("{rank}{rank}{rank}", 2, out, sizeof out));
   assert_string_equal(out, "222");
-  assert_true(aa__rt_expand_rank("{rank", out, sizeof out));
+  assert_true(aa__rt_expand_rank("{rank", 2, out, sizeof out));
   assert_string_equal(out, "{rank");
-  assert_true(aa__rt_expand_rank("x.db", out, sizeof out));
+  assert_true(aa__rt_expand_rank("x.db", 2, out, sizeof out));
   assert_string_equal(out, "x.db");
-  setenv("LOCAL_RANK", "12345678901234567890", 1);
-  assert_false(aa__rt_expand_rank("{rank}{rank}{rank}{rank}", out, sizeof out));
+  assert_true(aa__rt_expand_rank("r{rank}", -1, out, sizeof out)); /* unset: 0 */
+  assert_string_equal(out, "r0");
+  /* 4 x 10 digits do not fit in 32 bytes: refused whole, never shortened */
+  assert_false(aa__rt_expand_rank("{rank}{rank}{rank}{rank}", 1234567890, out, 32));
   assert_string_equal(out, "");
-  unsetenv("LOCAL_RANK");
   assert_true(aa__rt_is_off("off") && aa__rt_is_off("OFF") && aa__rt_is_off("oFf"));
   assert_false(aa__rt_is_off("off ") || aa__rt_is_off("of") || aa__rt_is_off(""));
 }

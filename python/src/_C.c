@@ -1,6 +1,6 @@
 /*
  * _C.c — adaptalloc._C, the CPython extension over the C API: the runtime
- * (start, stats, policy, HTTP address, run id, shutdown), pool blocks that
+ * (configure, start, stats, policy, HTTP address, run id, shutdown), pool blocks that
  * Python can see as buffers (host and pinned, for adaptalloc.torch's pinned
  * tensors), mapped device addresses and the transfer packer.
  *
@@ -99,6 +99,93 @@ static PyObject *py_start(PyObject *self, PyObject *args, PyObject *kw) {
   Py_END_ALLOW_THREADS
   if (rc != AA_OK)
     return err_from(rc, "cannot start the runtime");
+  Py_RETURN_NONE;
+}
+
+/* An optional keyword: None leaves *out alone; a bool sets 1/0. */
+static int opt_bool(PyObject *o, const char *name, int *out) {
+  if (o == NULL || o == Py_None)
+    return 0;
+  if (!PyBool_Check(o)) {
+    PyErr_Format(PyExc_TypeError, "adaptalloc: %s= must be True or False, not %s", name,
+                 Py_TYPE(o)->tp_name);
+    return -1;
+  }
+  *out = o == Py_True;
+  return 0;
+}
+
+/* An optional keyword: None leaves *out alone; an int in [lo, hi] sets it. */
+static int opt_int(PyObject *o, const char *name, long lo, long hi, int *out) {
+  long v;
+  if (o == NULL || o == Py_None)
+    return 0;
+  if (!PyLong_Check(o) || PyBool_Check(o)) {
+    PyErr_Format(PyExc_TypeError, "adaptalloc: %s= must be an int, not %s", name,
+                 Py_TYPE(o)->tp_name);
+    return -1;
+  }
+  v = PyLong_AsLong(o);
+  if ((v == -1 && PyErr_Occurred()) || v < lo || v > hi) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_ValueError, "adaptalloc: %s= must be from %ld to %ld", name, lo, hi);
+    return -1;
+  }
+  *out = (int)v;
+  return 0;
+}
+
+/* configure(model=, policy=, policy_dir=, db=, http=, token=, trace=,
+ * quiet=, rank=, local_rank=, world_size=): the default runtime's
+ * configuration (aa_runtime_configure): the environment
+ * (aa_runtime_config_from_env) with the keywords that are not None on top.
+ * Strings are taken as given ("off" for db/http turns them off): the rules
+ * (plain model name, token bytes, lengths) apply when the runtime starts,
+ * as for the environment. RuntimeError once the runtime has started. */
+static PyObject *py_configure(PyObject *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"model", "policy", "policy_dir", "db", "http", "token",
+                           "trace", "quiet", "rank", "local_rank", "world_size", NULL};
+  const char *model = NULL, *policy = NULL, *policy_dir = NULL, *db = NULL, *http = NULL,
+             *token = NULL;
+  PyObject *trace = NULL, *quiet = NULL, *rank = NULL, *local_rank = NULL, *world = NULL;
+  aa_runtime_config cfg;
+  int q = -1, rc;
+  (void)self;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|zzzzzzOOOOO", kwlist, &model, &policy,
+                                   &policy_dir, &db, &http, &token, &trace, &quiet, &rank,
+                                   &local_rank, &world))
+    return NULL;
+  if (refuse_after_shutdown())
+    return NULL;
+  aa_runtime_config_from_env(&cfg);
+  if (opt_bool(trace, "trace", &cfg.trace) < 0 || opt_bool(quiet, "quiet", &q) < 0 ||
+      opt_int(rank, "rank", 0, 1L << 30, &cfg.rank) < 0 ||
+      opt_int(local_rank, "local_rank", 0, 65535, &cfg.local_rank) < 0 ||
+      opt_int(world, "world_size", 1, 1L << 30, &cfg.world_size) < 0)
+    return NULL;
+  if (q >= 0)
+    cfg.quiet = q != 0;
+  if (model != NULL)
+    cfg.model = model;
+  if (policy != NULL)
+    cfg.policy_path = policy;
+  if (policy_dir != NULL)
+    cfg.policy_dir = policy_dir;
+  if (db != NULL)
+    cfg.db = db;
+  if (http != NULL)
+    cfg.http = http;
+  if (token != NULL)
+    cfg.token = token;
+  rc = aa_runtime_configure(&cfg);
+  if (rc == AA_EBUSY) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "adaptalloc: the runtime already started; its configuration cannot "
+                    "change now");
+    return NULL;
+  }
+  if (rc != AA_OK)
+    return err_from(rc, "cannot configure the runtime");
   Py_RETURN_NONE;
 }
 
@@ -743,7 +830,12 @@ static PyTypeObject PackerType = {
 
 static PyMethodDef methods[] = {
     {"start", (PyCFunction)(void (*)(void))py_start, METH_VARARGS | METH_KEYWORDS,
-     "start(quiet=False): start the runtime from the environment (idempotent)"},
+     "start(quiet=False): start the runtime with configure()'s configuration, else the "
+     "environment (idempotent)"},
+    {"configure", (PyCFunction)(void (*)(void))py_configure, METH_VARARGS | METH_KEYWORDS,
+     "configure(model=, policy=, policy_dir=, db=, http=, token=, trace=, quiet=, rank=, "
+     "local_rank=, world_size=): the runtime's configuration, the environment with these "
+     "on top (before it starts)"},
     {"shutdown", py_shutdown, METH_NOARGS, "stop the runtime; its pools are destroyed"},
     {"is_shut_down", py_is_shut_down, METH_NOARGS, "whether shutdown() ran"},
     {"started", py_started, METH_NOARGS, "whether the runtime runs now"},
@@ -794,6 +886,7 @@ PyMODINIT_FUNC PyInit__C(void) {
       PyModule_AddIntConstant(m, "ERANGE", AA_ERANGE) < 0 ||
       PyModule_AddIntConstant(m, "ESTALE", AA_ESTALE) < 0 ||
       PyModule_AddIntConstant(m, "ENOTSUP", AA_ENOTSUP) < 0 ||
+      PyModule_AddIntConstant(m, "EBUSY", AA_EBUSY) < 0 ||
       PyModule_AddIntConstant(m, "PACKER_ALIGN", AA_PACKER_ALIGN) < 0) {
     Py_DECREF(m);
     return NULL;

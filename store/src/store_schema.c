@@ -189,6 +189,14 @@ static const char *const kSchemaV4[] = {
     "CREATE INDEX IF NOT EXISTS ooms_run ON ooms(run_id, id);",
     NULL};
 
+/* v5: a run records where it ran in a distributed job beside its rank
+ * (RANK): the local rank on its host (LOCAL_RANK) and the world size
+ * (WORLD_SIZE); NULL when unset and in older rows. */
+static const char *const kSchemaV5[] = {
+    "ALTER TABLE runs ADD COLUMN local_rank INTEGER;",
+    "ALTER TABLE runs ADD COLUMN world_size INTEGER;",
+    NULL};
+
 typedef struct migration {
   int version;
   const char *const *sql; /* statements, NULL-terminated */
@@ -200,6 +208,7 @@ static const migration kMigrations[] = {
     {2, kSchemaV2},
     {3, kSchemaV3},
     {4, kSchemaV4},
+    {5, kSchemaV5},
 };
 #define AA__N_MIGRATIONS (sizeof kMigrations / sizeof kMigrations[0])
 

@@ -139,7 +139,7 @@ def test_bad_input_raises_a_clear_error_and_changes_nothing(run_py):
     assert d["install_record"][0] == "TypeError" and "record_stream" in d["install_record"][1]
 
 
-def test_keywords_map_to_the_environment_the_runtime_reads(run_py, tmp_path):
+def test_keywords_configure_the_runtime_through_a_c_call(run_py, tmp_path):
     pdir = tmp_path / "mypolicies"
     pdir.mkdir()
     src = os.path.join(os.path.dirname(__file__), "..", "..", "policies", "default.json")
@@ -152,6 +152,7 @@ def test_keywords_map_to_the_environment_the_runtime_reads(run_py, tmp_path):
         set_ = adaptalloc.configure(model="mine", policy_dir=sys_argv[1], db=sys_argv[2],
                                     http=False, trace=True)
         env = {k: os.environ.get(k) for k in adaptalloc.ENV.values()}
+        os.environ["ADAPTALLOC_MODEL"] = "set-after-configure"  # configure() took its copy
         adaptalloc.start()
         s = adaptalloc.stats()
         out = {"set": set_, "env": env, "model": s["model"],
@@ -166,14 +167,17 @@ def test_keywords_map_to_the_environment_the_runtime_reads(run_py, tmp_path):
         out["same_ok"] = adaptalloc.configure(model="mine")
         print(json.dumps(out))
     """.replace("sys_argv", "__import__('sys').argv"), args=(str(pdir), str(db)),
-        env={"ADAPTALLOC_HTTP": None, "ADAPTALLOC_DB": None})
+        env={"ADAPTALLOC_HTTP": None, "ADAPTALLOC_DB": None, "ADAPTALLOC_MODEL": None,
+             "ADAPTALLOC_TRACE": None, "ADAPTALLOC_POLICY_DIR": None})
     assert r.rc == 0, r.err
     d = r.json()
-    assert d["env"]["ADAPTALLOC_MODEL"] == "mine"
-    assert d["env"]["ADAPTALLOC_HTTP"] == "off"
-    assert d["env"]["ADAPTALLOC_DB"] == str(db)
-    assert d["env"]["ADAPTALLOC_TRACE"] == "1"
-    assert d["env"]["ADAPTALLOC_POLICY_DIR"] == str(tmp_path / "mypolicies")
+    # the settings went to the runtime through _C.configure, not the environment
+    assert d["set"] == {"ADAPTALLOC_MODEL": "mine", "ADAPTALLOC_HTTP": "off",
+                        "ADAPTALLOC_DB": str(db), "ADAPTALLOC_TRACE": "1",
+                        "ADAPTALLOC_POLICY_DIR": str(tmp_path / "mypolicies")}
+    for name in ("ADAPTALLOC_MODEL", "ADAPTALLOC_HTTP", "ADAPTALLOC_DB", "ADAPTALLOC_TRACE",
+                 "ADAPTALLOC_POLICY_DIR"):
+        assert d["env"][name] is None, name
     assert d["model"] == "mine"
     assert d["policy"] == "from-my-dir" and d["source"] == "file"
     assert d["http"] is None
@@ -182,17 +186,49 @@ def test_keywords_map_to_the_environment_the_runtime_reads(run_py, tmp_path):
     assert d["same_ok"] == {}
 
 
+def test_the_environment_still_configures_and_keywords_win(run_py, tmp_path):
+    # A user's ADAPTALLOC_* variables are the base; a keyword replaces one of
+    # them, the others stay; the ranks come from RANK/LOCAL_RANK/WORLD_SIZE.
+    db = tmp_path / "r{rank}.db"
+    r = run_py("""
+        import json, adaptalloc
+        adaptalloc.configure(model="from-keyword")
+        s = adaptalloc.stats()
+        print(json.dumps({"model": s["model"], "store": s["store"], "http": adaptalloc.http_address(),
+                          "ranks": [s["rank"], s["local_rank"], s["world_size"]],
+                          "run_id": adaptalloc.run_id()}))
+    """, env={"ADAPTALLOC_MODEL": "from-env", "ADAPTALLOC_DB": str(db),
+              "ADAPTALLOC_HTTP": "off", "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4"})
+    assert r.rc == 0, r.err
+    d = r.json()
+    assert d["model"] == "from-keyword"
+    assert d["http"] is None
+    assert d["ranks"] == [3, 1, 4]
+    assert d["run_id"] > 0 and (tmp_path / "r1.db").exists()
+    r = run_py("""
+        import json, adaptalloc
+        s = adaptalloc.stats()
+        print(json.dumps({"model": s["model"], "ranks": [s["rank"], s["local_rank"],
+                                                          s["world_size"]]}))
+    """, env={"ADAPTALLOC_MODEL": "only-env", "ADAPTALLOC_DB": "off", "ADAPTALLOC_HTTP": "off",
+              "RANK": None, "LOCAL_RANK": None, "WORLD_SIZE": None})
+    assert r.rc == 0, r.err
+    assert r.json() == {"model": "only-env", "ranks": [None, None, None]}
+
+
 def test_the_packaged_policies_are_the_default_policy_dir(run_py):
     r = run_py("""
         import json, os, adaptalloc
         print(json.dumps({"name": adaptalloc.policy()["name"],
                           "source": adaptalloc.stats()["policy_source"],
-                          "dir": os.environ.get("ADAPTALLOC_POLICY_DIR"),
+                          "dir": adaptalloc._configured.get("ADAPTALLOC_POLICY_DIR"),
+                          "env": os.environ.get("ADAPTALLOC_POLICY_DIR"),
                           "pkg": adaptalloc.policy_dir()}))
     """, env={"ADAPTALLOC_MODEL": "bert-base", "ADAPTALLOC_POLICY_DIR": None})
     assert r.rc == 0, r.err
     d = r.json()
     assert d["dir"] == d["pkg"]
+    assert d["env"] is None
     assert d["source"] == "file"
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert d["name"] == json.load(open(os.path.join(root, "policies", "bert-base.json")))["name"]
