@@ -21,7 +21,8 @@
 #include "adaptalloc/runtime.h"
 #include "adaptalloc/store.h"
 
-#define AA_RT_MAX_POOLS (AA_MAX_DEVICES + 2 + AA_RUNTIME_MAX_REGION_POOLS)
+/* device pools, managed pools (aa_runtime_managed_pool), host, pinned, regions */
+#define AA_RT_MAX_POOLS (2 * AA_MAX_DEVICES + 2 + AA_RUNTIME_MAX_REGION_POOLS)
 
 /* How long the end of a run at exit waits for the store's writer to commit
  * what is queued: while the writer makes progress, at most
@@ -177,6 +178,11 @@ void aa__rt_services_end_run(uint32_t limit_ms, void (*detached)(void));
  * is created. Never fails the pool for a policy problem. */
 int aa__rt_pool_config(const char *kind, const char *region,
                        aa_pool_config *cfg);
+/* Whether the policy's section for a device pool (region NULL or "": the
+ * device section; else the region's, or the device section when the policy
+ * has none for it) selects backend "managed", and then its settings in *mc
+ * (device 0). AA_OK, or the policy's error with *managed false. */
+int aa__rt_pool_backend(const char *region, bool *managed, aa_managed_config *mc);
 /* runtime_oom.c: out-of-memory records */
 /* Sets the runtime's OOM observer on a new pool. */
 void aa__rt_oom_watch(aa_pool *pool);

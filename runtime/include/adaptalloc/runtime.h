@@ -53,6 +53,17 @@ AA_EXTERN bool aa_runtime_started(void);
  * runtime if needed. NULL if that backend cannot be had (no GPU, no CUDA). */
 AA_EXTERN aa_pool *aa_runtime_pool(aa_backend_kind kind, int device);
 
+/* The runtime's managed-memory pool of CUDA device `device`, named
+ * "managed<device>" (adaptalloc.torch.managed_empty's), created on first use
+ * over its own managed backend (aa_backend_managed_new, docs/cuda.md) with
+ * the policy's device section: its slabs and classes, and its advise and
+ * allow_oversubscribe when that section says backend "managed" (else no
+ * advice and the safety cap on). Owned by the runtime like aa_runtime_pool's.
+ * NULL without CUDA, without such a GPU or managed-memory support (logged
+ * once). Device pools and region pools whose policy section says backend
+ * "managed" are managed too, each over a managed backend of its own. */
+AA_EXTERN aa_pool *aa_runtime_managed_pool(int device);
+
 /* Fills cfg (after aa_pool_config_init) with the settings the policy in
  * force gives the pool of a backend kind: slab and class ladder, thread
  * caches, large mode, limit. The class list and prefill come only with a
