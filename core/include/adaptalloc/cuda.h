@@ -151,13 +151,13 @@ AA_EXTERN int aa_managed_advise(const void *ptr, size_t size,
  * advice or prefetch, or not the same for the whole range). */
 #define AA_MANAGED_UNSET (-2)
 typedef struct aa_managed_range {
-  uint32_t version;            /* AA_MANAGED_RANGE_VERSION */
-  uint32_t size;               /* sizeof(aa_managed_range) */
-  int preferred_location;      /* cudaMemRangeAttributePreferredLocation */
-  int last_prefetch_location;  /* cudaMemRangeAttributeLastPrefetchLocation */
-  int read_mostly;             /* 1 when the whole range is read-mostly */
-  uint32_t n_accessed_by;      /* entries of accessed_by in use */
-  int accessed_by[8];          /* cudaMemRangeAttributeAccessedBy */
+  uint32_t version;           /* AA_MANAGED_RANGE_VERSION */
+  uint32_t size;              /* sizeof(aa_managed_range) */
+  int preferred_location;     /* cudaMemRangeAttributePreferredLocation */
+  int last_prefetch_location; /* cudaMemRangeAttributeLastPrefetchLocation */
+  int read_mostly;            /* 1 when the whole range is read-mostly */
+  uint32_t n_accessed_by;     /* entries of accessed_by in use */
+  int accessed_by[8];         /* cudaMemRangeAttributeAccessedBy */
 } aa_managed_range;
 
 /* Fills *out for [ptr, ptr + size). AA_EINVAL for bad arguments or memory
@@ -169,9 +169,9 @@ AA_EXTERN int aa_managed_range_info(const void *ptr, size_t size,
 
 /* The last reservation the safety cap refused (a value type). */
 typedef struct aa_managed_refusal {
-  uint32_t version;        /* AA_MANAGED_REFUSAL_VERSION */
-  uint32_t size;           /* sizeof(aa_managed_refusal) */
-  uint64_t count;          /* refusals by this backend so far */
+  uint32_t version; /* AA_MANAGED_REFUSAL_VERSION */
+  uint32_t size;    /* sizeof(aa_managed_refusal) */
+  uint64_t count;   /* refusals by this backend so far */
   int32_t device;
   uint32_t reserved0;
   uint64_t requested;      /* bytes the reservation asked for */
