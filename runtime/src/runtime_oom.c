@@ -4,7 +4,8 @@
  * record into the last-OOM slot and a small pending list; the ticker hands
  * the pending records to the store (aa__rt_oom_drain), so the failing
  * thread never waits for the store and a store that is off, full or closed
- * changes nothing for the allocation. Entry points: aa__rt_oom_watch,
+ * changes nothing for the allocation. A refusal by a managed pool's safety
+ * cap is also logged with its figures. Entry points: aa__rt_oom_watch,
  * aa__rt_oom_drain, aa_runtime_last_oom, aa_runtime_oom_json.
  */
 #include <pthread.h>
@@ -26,11 +27,34 @@ static struct {
   unsigned npending;
 } g_oom = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
+/* A managed pool's failure may be the safety cap's refusal (docs/cuda.md),
+ * whose figures the OOM record has no room for: the first CAP_LOGS new
+ * refusals are logged in words. Called with g_oom.mu held. */
+#define CAP_LOGS 8
+static unsigned g_cap_logged;
+static const aa_backend *g_cap_backend;
+static uint64_t g_cap_count;
+
+static void log_cap_refusal_locked(aa_pool *pool) {
+  const aa_backend *b = aa_pool_backend(pool);
+  aa_managed_refusal f;
+  if (g_cap_logged >= CAP_LOGS || !aa_backend_is_managed(b) ||
+      aa_managed_last_refusal(b, &f) != AA_OK)
+    return;
+  if (b == g_cap_backend && f.count == g_cap_count)
+    return; /* no new refusal: this failure was another out-of-memory */
+  g_cap_backend = b;
+  g_cap_count = f.count;
+  g_cap_logged++;
+  aa__rt_log("pool %s: %s%s", aa_pool_name(pool), f.message,
+             g_cap_logged == CAP_LOGS ? " (further refusals are not logged)" : "");
+}
+
 /* The observer: copies and returns (core calls it with no pool lock held). */
 static void observe(void *user, aa_pool *pool, const aa_oom_info *info) {
   (void)user;
-  (void)pool;
   pthread_mutex_lock(&g_oom.mu);
+  log_cap_refusal_locked(pool);
   g_oom.total++;
   g_oom.last = *info;
   g_oom.have_last = true;
