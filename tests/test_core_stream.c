@@ -373,6 +373,112 @@ static void test_core_stream_host_freed_large_released(void **state) {
   check_idle_large_released(AA_LARGE_EXPANDABLE, AA_STREAM_HOST);
 }
 
+/* The side-stream shapes (PyTorch's record_stream after wait_stream, or
+ * blocks freed on two streams side by side): free chunks tied to streams
+ * whose work has since completed merge before the pool grows, in both large
+ * modes, and never while the work is pending. */
+#define MIB ((size_t)1 << 20)
+
+static aa_pool *settle_pool(aa_backend **b, aa_large_mode mode) {
+  assert_int_equal(aa_backend_host_new(b), AA_OK);
+  aa_pool_config cfg;
+  aa_pool_config_init(&cfg);
+  cfg.backend = *b;
+  cfg.tcache_blocks = 0;
+  cfg.large_mode = mode;
+  aa_pool *p = NULL;
+  assert_int_equal(aa_pool_new(&cfg, &p), AA_OK);
+  return p;
+}
+
+static uint64_t reserved_of(aa_pool *p, uint64_t *settled) {
+  aa_pool_stats st;
+  assert_int_equal(aa_pool_stats_get_opts(p, &st, AA_STATS_NO_SIZES), AA_OK);
+  if (settled)
+    *settled = st.large_settled;
+  return st.bytes_reserved;
+}
+
+/* Two neighbouring 4 MiB blocks cut from one 8 MiB chunk on `sa` (a) and
+ * `sb` (b): the first is the whole's base. */
+static void two_halves(aa_pool *p, aa_stream sa, aa_stream sb, void **a, void **b) {
+  void *x = aa_alloc(p, 8 * MIB, sa);
+  assert_non_null(x);
+  assert_int_equal(aa_free(p, x, 0, sa), AA_OK);
+  *a = aa_alloc(p, 4 * MIB, sa);
+  *b = aa_alloc(p, 4 * MIB, sb);
+  assert_ptr_equal(*a, x);
+  assert_ptr_equal(*b, (char *)x + 4 * MIB);
+}
+
+static void check_settle_record_stream(aa_large_mode mode) {
+  aa_backend *b = NULL;
+  aa_pool *p = settle_pool(&b, mode);
+  void *a, *c;
+  two_halves(p, SA, SA, &a, &c);
+  /* both used on SB (record_stream), freed on SA while SB works */
+  assert_int_equal(aa_backend_host_stream_busy(b, SB, true), AA_OK);
+  assert_int_equal(aa_record_stream(p, a, SB), AA_OK);
+  assert_int_equal(aa_record_stream(p, c, SB), AA_OK);
+  assert_int_equal(aa_free(p, a, 0, SA), AA_OK);
+  assert_int_equal(aa_free(p, c, 0, SA), AA_OK);
+  uint64_t settled0, settled1;
+  (void)reserved_of(p, &settled0);
+  /* SB's work pending: an 8 MiB request cannot be the freed pair */
+  void *busy = aa_alloc(p, 8 * MIB, SA);
+  assert_non_null(busy);
+  assert_ptr_not_equal(busy, a);
+  /* SB done: the pair merges and serves the next 8 MiB, no new memory */
+  assert_int_equal(aa_backend_host_stream_busy(b, SB, false), AA_OK);
+  uint64_t r1 = reserved_of(p, NULL);
+  void *again = aa_alloc(p, 8 * MIB, SC);
+  assert_ptr_equal(again, a);
+  assert_int_equal(reserved_of(p, &settled1), r1);
+  assert_true(settled1 >= settled0 + 2);
+  assert_int_equal(aa_free(p, again, 0, SC), AA_OK);
+  assert_int_equal(aa_free(p, busy, 0, SA), AA_OK);
+  limited_done(p, b);
+}
+
+static void test_core_stream_settle_record_stream(void **state) {
+  (void)state;
+  check_settle_record_stream(AA_LARGE_CACHE);
+  check_settle_record_stream(AA_LARGE_EXPANDABLE);
+}
+
+/* Blocks freed on two streams side by side: once both are idle, a request
+ * on a third stream takes the merged pair instead of new memory; while one
+ * is busy, it does not. */
+static void check_settle_two_streams(aa_large_mode mode) {
+  aa_backend *b = NULL;
+  aa_pool *p = settle_pool(&b, mode);
+  void *a, *c;
+  two_halves(p, SA, SB, &a, &c);
+  assert_int_equal(aa_backend_host_stream_busy(b, SA, true), AA_OK);
+  assert_int_equal(aa_backend_host_stream_busy(b, SB, true), AA_OK);
+  assert_int_equal(aa_free(p, a, 0, SA), AA_OK);
+  assert_int_equal(aa_free(p, c, 0, SB), AA_OK);
+  assert_int_equal(aa_backend_host_stream_busy(b, SA, false), AA_OK);
+  /* SB still busy: the pair is not for SC */
+  void *one = aa_alloc(p, 8 * MIB, SC);
+  assert_non_null(one);
+  assert_ptr_not_equal(one, a);
+  assert_int_equal(aa_backend_host_stream_busy(b, SB, false), AA_OK);
+  uint64_t r0 = reserved_of(p, NULL);
+  void *two = aa_alloc(p, 8 * MIB, SC);
+  assert_ptr_equal(two, a); /* the merged pair, no new memory */
+  assert_int_equal(reserved_of(p, NULL), r0);
+  assert_int_equal(aa_free(p, two, 0, SC), AA_OK);
+  assert_int_equal(aa_free(p, one, 0, SC), AA_OK);
+  limited_done(p, b);
+}
+
+static void test_core_stream_settle_two_streams(void **state) {
+  (void)state;
+  check_settle_two_streams(AA_LARGE_CACHE);
+  check_settle_two_streams(AA_LARGE_EXPANDABLE);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_core_stream_cross_stream_waits, setup, teardown),
@@ -383,6 +489,8 @@ int main(void) {
       cmocka_unit_test(test_core_stream_record_host_free_edges),
       cmocka_unit_test_setup_teardown(test_core_stream_destroy_pending, setup, teardown),
       cmocka_unit_test(test_core_stream_host_freed_large_released),
+      cmocka_unit_test(test_core_stream_settle_record_stream),
+      cmocka_unit_test(test_core_stream_settle_two_streams),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,6 +4,8 @@ calls) and printed as tables.
 """
 import statistics
 
+MIB = 1 << 20
+
 import benchcpu  # bench/gpu/benchcpu.py; bench_zoo.py put bench/gpu on sys.path
 from zoo_modes import TORCH_MODES, our_modes
 
@@ -105,6 +107,56 @@ def summarise(runs, modes, wls):
     return out
 
 
+def limit_figures(summary, w, m):
+    """(peak reserved MiB, peak allocated MiB, reserved / allocated) of each
+    of mode m's runs of workload w: the allocator's own max_memory_reserved
+    and max_memory_allocated (the floor no allocator can go under)."""
+    out = []
+    for r in summary[w]["extra"].get(m, []):
+        t = r.get("torch") or {}
+        if t.get("max_reserved") and t.get("max_allocated"):
+            out.append((t["max_reserved"] / MIB, t["max_allocated"] / MIB,
+                        t["max_reserved"] / t["max_allocated"]))
+    return out
+
+
+def print_limit(summary, modes):
+    """The distance to the limit: per workload and allocator, peak reserved,
+    peak allocated and their ratio; and whether adaptalloc's driver peak is
+    3% under the best PyTorch setting where that setting's reserved is more
+    than 3% over its allocated (issue #24's targets)."""
+    print()
+    print("distance to the limit: peak reserved / peak allocated (MiB, the allocator's own "
+          "max_memory_reserved and max_memory_allocated), ratio reserved / allocated; "
+          "median over the reps. target: adaptalloc's ratio <= 1.03; where the best PyTorch "
+          "setting's ratio is > 1.03, adaptalloc's driver peak <= 0.97x that setting's")
+    cols = [f"{m} reserved / allocated (ratio)" for m in modes] + ["targets"]
+    print("| workload | " + " | ".join(cols) + " |")
+    print("|---" * (1 + len(cols)) + "|")
+    for w, s in summary.items():
+        cells, notes = [], []
+        ratio = {}
+        for m in modes:
+            v = limit_figures(summary, w, m)
+            if not v:
+                cells.append("-")
+                continue
+            res, alloc, rr = (statistics.median(x[i] for x in v) for i in range(3))
+            ratio[m] = rr
+            cells.append(f"{res:.0f} / {alloc:.0f} ({rr:.3f})")
+        for m in our_modes(modes):
+            r = s["ratios"].get(m, {})
+            best = r.get("best")
+            ok = [f"{m}: ratio {'met' if ratio.get(m, 9) <= 1.03 else 'missed'}"]
+            if best and ratio.get(best, 0) > 1.03 and r.get("peak_vs_best") is not None:
+                ok.append("peak vs %s %.3f (%s)" % (best, r["peak_vs_best"],
+                                                    "met" if r["peak_vs_best"] <= 0.97
+                                                    else "missed"))
+            notes.append(", ".join(ok))
+        cells.append("; ".join(notes) or "-")
+        print(f"| {w} | " + " | ".join(cells) + " |")
+
+
 def print_tables(summary, modes):
     def fmt(x, nd=3, suffix=""):
         return f"{x:.{nd}f}{suffix}" if x is not None else "-"
@@ -129,6 +181,7 @@ def print_tables(summary, modes):
             best = f" ({r['best']})" if r.get("best") else ""
             cells += [fmt(r.get("peak_vs_default")), fmt(r.get("peak_vs_best")) + best]
         print(f"| {w} | " + " | ".join(cells) + " |")
+    print_limit(summary, modes)
     print()
     print("step time, ms (median of each run's steps); median [min, max] over the reps; "
           "speed = default / ours: of the medians, and paired (median of step k's ratios "

@@ -5,7 +5,9 @@ smoke, the harness's check), each built by BUILD[name](torch, dev) into
 import random
 
 
-WORKLOADS = ["kvgen", "cnn", "encoder", "gpt2", "moe", "serve"]
+WORKLOADS = ["kvgen", "cnn", "encoder", "gpt2", "moe", "serve", "sidepipe", "ddp", "fsdp", "prefetch"]
+# the side-stream shapes (blocks used on a second stream, handed over with
+# wait_stream + record_stream): sidepipe, ddp, fsdp, prefetch
 MIB = 1 << 20
 
 
@@ -178,6 +180,228 @@ def wl_serve(torch, dev):
     return step, len(reqs), 2
 
 
+def _side_cnn(torch, dev):
+    """The model the side-stream input workloads train: a small conv net."""
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 64, 3, 2, 1), nn.ReLU(), nn.Conv2d(64, 128, 3, 2, 1),
+                          nn.ReLU(), nn.Conv2d(128, 256, 3, 2, 1), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, 100)).to(dev)
+    return model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+
+# Six input shapes, cycling: (batch, height, width) of uint8 images.
+SIDE_SHAPES = [(64, 224, 224), (32, 320, 320), (96, 160, 160), (48, 256, 256), (128, 128, 128),
+               (16, 448, 448)]
+
+
+def wl_sidepipe(torch, dev):
+    """A side-stream input pipeline: uint8 batches in pinned memory, copied to
+    the device and transformed (float, normalise, flip) on a second stream,
+    handed to the compute stream with wait_stream + record_stream; sizes
+    cycle over six shapes. Checks each batch's data on the device."""
+    model, opt = _side_cnn(torch, dev)
+    side = torch.cuda.Stream(dev)
+    host = [torch.randint(0, 255, s + (3,), dtype=torch.uint8).pin_memory() for s in SIDE_SHAPES]
+    sums = [int(h.sum(dtype=torch.int64)) for h in host]
+    mean = torch.tensor([0.485, 0.456, 0.406], device=dev).view(1, 3, 1, 1) * 255
+    lossf = torch.nn.CrossEntropyLoss()
+
+    def stage(k):
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            raw = host[k].to(dev, non_blocking=True)
+            chk = raw.sum(dtype=torch.int64)
+            x = raw.permute(0, 3, 1, 2).float().sub_(mean).div_(58.0)
+            x = torch.where(torch.rand(x.shape[0], 1, 1, 1, device=dev) < 0.5, x, x.flip(3))
+            y = raw[:, 0, 0, 0].long() % 100
+            del raw
+        return x, y, chk
+
+    nxt = [stage(0)]
+
+    def step(i):
+        k = i % len(SIDE_SHAPES)
+        x, y, chk = nxt.pop()
+        cur = torch.cuda.current_stream()
+        cur.wait_stream(side)
+        for t in (x, y, chk):
+            t.record_stream(cur)
+        nxt.append(stage((i + 1) % len(SIDE_SHAPES)))  # the next batch, during this step
+        opt.zero_grad(set_to_none=True)
+        loss = lossf(model(x), y)
+        loss.backward()
+        opt.step()
+        if int(chk) != sums[k]:
+            raise RuntimeError(f"sidepipe: batch {i} arrived corrupted")
+        return int(x.shape[0])
+
+    return step, 4 * len(SIDE_SHAPES), 2
+
+
+def wl_ddp(torch, dev):
+    """DDP-like: a transformer-ish MLP stack trained on variable batches;
+    after backward the gradients are flattened into buckets on a
+    communication stream, "reduced" there (scaled and mixed, as an
+    all-reduce would touch them) and copied back; the compute stream waits
+    for the bucket before the optimizer step. Buckets are allocated and freed
+    on the communication stream; the gradients it reads are record_stream'd."""
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    d = 1024
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+                            for _ in range(6)]).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    comm = torch.cuda.Stream(dev)
+    params = [p for p in model.parameters()]
+    # ~25 MiB buckets, DDP's default cap, in reverse order of the parameters
+    buckets, cur, size = [], [], 0
+    for p in reversed(params):
+        cur.append(p)
+        size += p.numel() * 4
+        if size >= 25 << 20:
+            buckets.append(cur)
+            cur, size = [], 0
+    if cur:
+        buckets.append(cur)
+    rnd = random.Random(6)
+    counts = [rnd.randrange(2048, 12289) for _ in range(12)]
+
+    def step(i):
+        n = counts[i % len(counts)]
+        x = torch.randn(n, d, device=dev)
+        opt.zero_grad(set_to_none=True)
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        compute = torch.cuda.current_stream()
+        comm.wait_stream(compute)
+        with torch.cuda.stream(comm):
+            for b in buckets:
+                grads = [p.grad for p in b]
+                for g in grads:
+                    g.record_stream(comm)
+                flat = torch.cat([g.reshape(-1) for g in grads])
+                flat.mul_(0.5).add_(flat.roll(1), alpha=0.5)  # what a 2-rank all-reduce does
+                off = 0
+                for g in grads:
+                    g.copy_(flat[off:off + g.numel()].view_as(g))
+                    off += g.numel()
+                del flat
+        compute.wait_stream(comm)
+        opt.step()
+        return n
+
+    return step, 2 * len(counts), 2
+
+
+def wl_fsdp(torch, dev):
+    """FSDP-like: each layer's weights live as a flat shard (half of them);
+    before its forward (and again before its backward) the full weights are
+    gathered on a side stream into a fresh buffer, used on the compute
+    stream (record_stream) and freed after; the prefetch runs one layer
+    ahead. Gradients of the gathered weights are reduced into the shard."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    d, layers = 2048, 8
+    shapes = [(4 * d, d), (4 * d,), (d, 4 * d), (d,)]
+    numel = sum(int(torch.Size(s).numel()) for s in shapes)
+    shards = [(torch.randn(numel // 2, device=dev) * 0.02).requires_grad_(False)
+              for _ in range(layers)]
+    side = torch.cuda.Stream(dev)
+    rnd = random.Random(7)
+    counts = [rnd.randrange(1024, 8193) for _ in range(12)]
+    lr = 1e-3
+
+    def gather(k):
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            full = torch.cat([shards[k], shards[k].flip(0)])  # the other rank's half
+        return full
+
+    def unflat(full):
+        out, off = [], 0
+        for s in shapes:
+            n = int(torch.Size(s).numel())
+            out.append(full[off:off + n].view(s))
+            off += n
+        return out
+
+    def step(i):
+        n = counts[i % len(counts)]
+        x = torch.randn(n, d, device=dev, requires_grad=False)
+        cur = torch.cuda.current_stream()
+        acts = [x]
+        nxt = gather(0)
+        for k in range(layers):  # forward, weights freed after each layer
+            full = nxt
+            cur.wait_stream(side)
+            full.record_stream(cur)
+            if k + 1 < layers:
+                nxt = gather(k + 1)
+            w1, b1, w2, b2 = unflat(full)
+            with torch.no_grad():
+                acts.append(acts[-1] + F.linear(F.gelu(F.linear(acts[-1], w1, b1)), w2, b2))
+            del full, w1, b1, w2, b2
+        g = 2 * acts[-1] / acts[-1].numel()
+        nxt = gather(layers - 1)
+        for k in reversed(range(layers)):  # backward: gather again, reduce into the shard
+            full = nxt
+            cur.wait_stream(side)
+            full.record_stream(cur)
+            if k > 0:
+                nxt = gather(k - 1)
+            w = [t.detach().requires_grad_(True) for t in unflat(full)]
+            a = acts[k].detach().requires_grad_(True)
+            out = a + F.linear(F.gelu(F.linear(a, w[0], w[1])), w[2], w[3])
+            out.backward(g)
+            g = a.grad
+            flat = torch.cat([t.grad.reshape(-1) for t in w])
+            with torch.no_grad():
+                shards[k].sub_(flat[:numel // 2] * lr)
+            del full, w, a, out, flat
+            acts.pop()
+        return n
+
+    return step, 2 * len(counts), 2
+
+
+def wl_prefetch(torch, dev):
+    """adaptalloc.torch.Prefetcher feeding a training loop: CPU batches of the
+    six cycling shapes (a list standing in for a DataLoader), staged and
+    copied to the device on the Prefetcher's side stream while the model
+    trains on the previous one. The Prefetcher's pinned staging is
+    adaptalloc's under every allocator; the device memory is each
+    allocator's."""
+    from adaptalloc.torch import Prefetcher
+
+    model, opt = _side_cnn(torch, dev)
+    torch.manual_seed(1)
+    cpu = [(torch.randint(0, 255, s + (3,), dtype=torch.uint8), ) for s in SIDE_SHAPES]
+    sums = [int(b[0].sum(dtype=torch.int64)) for b in cpu]
+    lossf = torch.nn.CrossEntropyLoss()
+    loader = [cpu[i % len(cpu)] for i in range(4 * len(cpu))]
+    it = [None]  # the epoch's iterator
+
+    def step(i):
+        if i % len(loader) == 0:  # a new epoch
+            it[0] = iter(Prefetcher(loader, dev, background=False))
+        (raw,) = next(it[0])
+        if int(raw.sum(dtype=torch.int64)) != sums[i % len(cpu)]:
+            raise RuntimeError(f"prefetch: batch {i} arrived corrupted")
+        x = raw.permute(0, 3, 1, 2).float().div_(255.0)
+        y = raw[:, 0, 0, 0].long() % 100
+        opt.zero_grad(set_to_none=True)
+        loss = lossf(model(x), y)
+        loss.backward()
+        opt.step()
+        return int(x.shape[0])
+
+    return step, len(loader), 2
+
+
 def wl_smoke(torch, dev):
     """Not a workload: a few allocations, to check the harness quickly."""
 
@@ -188,7 +412,8 @@ def wl_smoke(torch, dev):
 
 
 BUILD = {"smoke": wl_smoke, "kvgen": wl_kvgen, "cnn": wl_cnn, "encoder": wl_encoder, "gpt2": wl_gpt2,
-         "moe": wl_moe, "serve": wl_serve}
+         "moe": wl_moe, "serve": wl_serve, "sidepipe": wl_sidepipe, "ddp": wl_ddp,
+         "fsdp": wl_fsdp, "prefetch": wl_prefetch}
 
 
 def preload(workloads):

@@ -539,7 +539,9 @@ struct aa_pool {
   uint64_t vmm_maps, vmm_unmaps; /* pages mapped and unmapped so far */
   uint64_t large_req;
   uint64_t large_allocs, large_frees;
-  uint64_t large_misses; /* large allocations that called the backend (a segment, page maps) */
+  uint64_t large_misses;  /* large allocations that called the backend (a segment, page maps) */
+  uint64_t large_settled; /* free chunks whose streams' work had completed, made usable
+                           * everywhere on the way to growing (large.c settle) */
 
   aa__pagemap map;
   _Atomic uint8_t size2cls[]; /* ntable entries, index (size-1)>>9 */

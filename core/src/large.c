@@ -251,6 +251,64 @@ bool aa__lg_usable(aa_pool *pool, aa__chunk *c, aa_stream stream) {
   return false;
 }
 
+/* Before the pool grows: every free chunk still tied to a stream (freed on
+ * it, or waiting for record_stream's events) whose work has completed is
+ * made usable on every stream, and free neighbours that may now merge do,
+ * so that memory freed on a side stream serves the request instead of new
+ * memory. PyTorch queries its outstanding events at every allocation; this
+ * asks only on the way to growing: one query per pending event and one per
+ * stream that holds free chunks (answers kept for the pass). Returns the
+ * chunks merged (aa__lg_seg_merge); `settled` adds the chunks made usable. */
+static size_t settle(aa_pool *pool, uint64_t *settled) {
+  enum { NSTREAMS = 8 };
+  aa_stream seen[NSTREAMS];
+  bool idle[NSTREAMS];
+  unsigned nseen = 0;
+  uint64_t n = 0;
+  for (unsigned b = next_bin(pool, 0); b < AA__LARGE_BINS; b = next_bin(pool, b + 1)) {
+    for (aa__chunk *c = pool->lbins[b]; c; c = c->fnext) {
+      aa__assert_internal(c->free && !c->parked);
+      if (c->any)
+        continue;
+      bool done;
+      if (c->nxev > 0) {
+        done = aa__events_done(pool, c->xev, &c->nxev) != 0;
+        if (done) {
+          free(c->xev);
+          c->xev = NULL;
+        }
+      } else if (c->ev != NULL) {
+        uint32_t one = 1;
+        done = aa__events_done(pool, &c->ev, &one) != 0;
+        if (done)
+          c->ev = NULL;
+      } else {
+        unsigned i = 0;
+        while (i < nseen && seen[i] != c->stream)
+          i++;
+        if (i == nseen) {
+          if (nseen == NSTREAMS)
+            continue; /* more streams than one pass asks about */
+          seen[nseen] = c->stream;
+          idle[nseen++] = aa__stream_idle(pool, c->stream);
+        }
+        done = idle[i];
+      }
+      if (done) {
+        c->any = 1; /* freed before the answer: its work has completed */
+        n++;
+      }
+    }
+  }
+  *settled += n;
+  if (n == 0)
+    return 0;
+  size_t merged = 0;
+  for (aa__seg *s = pool->segs; s; s = s->next)
+    merged += aa__lg_seg_merge(pool, s);
+  return merged;
+}
+
 /* Expandable: best fit among the free chunks whose pages are all mapped or,
  * without a limit, were all mapped once (below the segment's high-water
  * mark), so that placement is what it would have been had nothing been
@@ -394,7 +452,9 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
          * high-water mark, find_fit_mapped): the blocks other threads'
          * caches hold come back before it grows (large_ltc.c) */
         reclaimed = true;
-        if (aa__lg_ltc_reclaim(pool, tc, true) > 0)
+        /* ...and the chunks whose streams' work has completed merge */
+        size_t back = aa__lg_ltc_reclaim(pool, tc, true);
+        if (settle(pool, &pool->large_settled) + back > 0)
           continue;
         c = vmm ? find_fit(pool, need, stream, false) : NULL;
       }

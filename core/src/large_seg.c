@@ -332,6 +332,11 @@ static void seg_settle(aa_pool *pool, aa__seg *s) {
     if (c->free && !c->any && pool->has_events)
       (void)aa__lg_usable(pool, c, ANYWHERE);
   }
+  (void)aa__lg_seg_merge(pool, s);
+}
+
+size_t aa__lg_seg_merge(aa_pool *pool, aa__seg *s) {
+  size_t merged = 0;
   aa__chunk *c = s->first;
   while (c) {
     aa__chunk *n = c->next;
@@ -339,10 +344,12 @@ static void seg_settle(aa_pool *pool, aa__seg *s) {
       aa__lg_bin_remove(pool, c);
       aa__lg_absorb(pool, c, n);
       aa__lg_bin_insert(pool, c);
+      merged++;
       continue; /* try the new neighbour */
     }
     c = n;
   }
+  return merged;
 }
 
 static size_t release_locked(aa_pool *pool, size_t want) {

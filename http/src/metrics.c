@@ -111,6 +111,10 @@ static const family_t pool_families[] = {
     PF("adaptalloc_large_misses_total",
        "Large-path allocations that called the backend (a new segment or page maps).",
        COUNTER, large_misses),
+    PF("adaptalloc_large_settled_total",
+       "Free large chunks whose streams' work had completed, made usable on every stream "
+       "and merged with their neighbours before the pool grew.",
+       COUNTER, large_settled),
     PF("adaptalloc_backend_seconds_total",
        "Time spent inside backend alloc, free, map and unmap calls.", SECONDS,
        backend_ns),

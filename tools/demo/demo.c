@@ -16,7 +16,12 @@
  *   - the sequence length follows a schedule (128, 256, 64, 192, 384 tokens,
  *     the next one every --phase seconds) with a little jitter per step, so
  *     the request sizes move while the program runs, which is what the
- *     policy loop is there to follow.
+ *     policy loop is there to follow;
+ *   - the second phase evaluates instead of training: forward passes only,
+ *     each keeping its predictions (10240 bytes, which the default ladder
+ *     serves from 16 KiB blocks) until the phase ends, so the loop has a hot,
+ *     wasteful size to add an exact class for within the first seconds, and
+ *     to retire once it has gone cold.
  * The memory handed out is never touched (it may be device memory); a
  * --compute-us sleep per step stands in for the kernels.
  *
@@ -58,11 +63,13 @@ typedef struct worker {
   uint64_t rng;
   _Atomic uint64_t steps;
   _Atomic uint64_t failed_allocs;
+  demo_eval eval; /* an evaluation phase's kept predictions */
 } worker;
 
 static volatile sig_atomic_t g_signalled;
 static atomic_int g_stop;
 static atomic_int g_seq_base; /* current phase's sequence length */
+static atomic_int g_phase;    /* current phase (demo_phase_eval says what it does) */
 static uint64_t g_start_ns;
 
 /* ------------------------------------------------------------ signals */
@@ -116,12 +123,21 @@ static void *worker_main(void *arg) {
   worker *w = arg;
   while (!atomic_load_explicit(&g_stop, memory_order_relaxed)) {
     int base = atomic_load_explicit(&g_seq_base, memory_order_relaxed);
-    uint64_t failed = demo_train_step(w->pool, demo_seq_len(base, &w->rng), worker_compute, w);
+    int phase = atomic_load_explicit(&g_phase, memory_order_relaxed);
+    int s = demo_seq_len(base, &w->rng);
+    uint64_t failed;
+    if (demo_phase_eval[phase]) {
+      failed = demo_eval_step(w->pool, s, &w->eval, worker_compute, w);
+    } else {
+      demo_eval_end(w->pool, &w->eval); /* an evaluation phase ended: its metrics */
+      failed = demo_train_step(w->pool, s, worker_compute, w);
+    }
     if (failed > 0) {
       atomic_fetch_add_explicit(&w->failed_allocs, failed, memory_order_relaxed);
     }
     atomic_fetch_add_explicit(&w->steps, 1, memory_order_relaxed);
   }
+  demo_eval_end(w->pool, &w->eval);
   return NULL;
 }
 
@@ -431,6 +447,7 @@ int main(int argc, char **argv) {
     since = (double)(now - g_start_ns) / 1e9;
     phase = (size_t)(since / opts.phase_s) % DEMO_PHASES;
     atomic_store_explicit(&g_seq_base, demo_seq_schedule[phase], memory_order_relaxed);
+    atomic_store_explicit(&g_phase, (int)phase, memory_order_relaxed);
     if (opts.seconds > 0.0 && since >= opts.seconds) {
       break;
     }

@@ -3,13 +3,14 @@
  * tensors and one training step's allocations and frees (workload.h).
  * Used by adaptalloc-demo (demo.c) and tests/test_adapt_demo.c.
  *
- * Entry points: demo_model_alloc, demo_train_step.
+ * Entry points: demo_model_alloc, demo_train_step, demo_eval_step.
  */
 #include <string.h>
 
 #include "workload.h"
 
 const int demo_seq_schedule[DEMO_PHASES] = {128, 256, 64, 192, 384};
+const bool demo_phase_eval[DEMO_PHASES] = {false, true, false, false, false};
 
 #define DEMO_MAX_SHAPES 9
 
@@ -110,7 +111,11 @@ typedef struct layer_saved {
   demo_tensor ln_out, ln_mean, ln_rstd, q, k, v, softmax, attn_out, mlp_hidden, mlp_act;
 } layer_saved;
 
-uint64_t demo_train_step(aa_pool *pool, int s, demo_compute_fn compute, void *user) {
+/* The forward pass at sequence length s: per layer, what the backward pass
+ * needs goes into saved[], the temporaries are freed; *ids, *x and *logits
+ * (a vocabulary shard's) stay live. */
+static void forward(step_ctx *c, int s, layer_saved *saved, demo_tensor *ids, demo_tensor *x,
+                    demo_tensor *logits) {
   const size_t b = DEMO_BATCH;
   const size_t h = DEMO_HIDDEN;
   const size_t tok = b * (size_t)s;
@@ -118,6 +123,55 @@ uint64_t demo_train_step(aa_pool *pool, int s, demo_compute_fn compute, void *us
   const size_t stat = tok * 4;                                           /* [B, S] fp32 */
   const size_t att = b * DEMO_HEADS * (size_t)s * (size_t)s * DEMO_ELEM; /* [B, h, S, S] */
   const size_t mlp = tok * 4 * h * DEMO_ELEM;                            /* [B, S, 4H] */
+  int l;
+
+  *ids = t_alloc(c, tok * 8); /* int64 token ids */
+  *x = t_alloc(c, act);       /* embedding output */
+  for (l = 0; l < DEMO_LAYERS; l++) {
+    layer_saved *ls = &saved[l];
+    demo_tensor scores;
+    demo_tensor proj;
+    demo_tensor mlp_out;
+    ls->ln_out = t_alloc(c, act);
+    ls->ln_mean = t_alloc(c, stat);
+    ls->ln_rstd = t_alloc(c, stat);
+    ls->q = t_alloc(c, act);
+    ls->k = t_alloc(c, act);
+    ls->v = t_alloc(c, act);
+    scores = t_alloc(c, att);
+    ls->softmax = t_alloc(c, att);
+    t_free(c, &scores);
+    ls->attn_out = t_alloc(c, act);
+    proj = t_alloc(c, act);
+    ls->mlp_hidden = t_alloc(c, mlp);
+    ls->mlp_act = t_alloc(c, mlp);
+    mlp_out = t_alloc(c, act);
+    t_free(c, &proj);
+    t_free(c, &mlp_out);
+  }
+  *logits = t_alloc(c, tok * 1024 * DEMO_ELEM); /* a vocabulary shard */
+}
+
+/* Frees what forward() saved for one layer (an evaluation step's end). */
+static void free_saved(step_ctx *c, layer_saved *ls) {
+  t_free(c, &ls->mlp_act);
+  t_free(c, &ls->mlp_hidden);
+  t_free(c, &ls->softmax);
+  t_free(c, &ls->attn_out);
+  t_free(c, &ls->v);
+  t_free(c, &ls->k);
+  t_free(c, &ls->q);
+  t_free(c, &ls->ln_rstd);
+  t_free(c, &ls->ln_mean);
+  t_free(c, &ls->ln_out);
+}
+
+uint64_t demo_train_step(aa_pool *pool, int s, demo_compute_fn compute, void *user) {
+  const size_t h = DEMO_HIDDEN;
+  const size_t tok = DEMO_BATCH * (size_t)s;
+  const size_t act = tok * h * DEMO_ELEM;
+  const size_t att = DEMO_BATCH * DEMO_HEADS * (size_t)s * (size_t)s * DEMO_ELEM;
+  const size_t mlp = tok * 4 * h * DEMO_ELEM;
   step_ctx c = {pool, 0};
   layer_saved saved[DEMO_LAYERS];
   demo_tensor ids;
@@ -126,31 +180,7 @@ uint64_t demo_train_step(aa_pool *pool, int s, demo_compute_fn compute, void *us
   demo_tensor loss;
   int l;
 
-  ids = t_alloc(&c, tok * 8); /* int64 token ids */
-  x = t_alloc(&c, act);       /* embedding output */
-  for (l = 0; l < DEMO_LAYERS; l++) {
-    layer_saved *ls = &saved[l];
-    demo_tensor scores;
-    demo_tensor proj;
-    demo_tensor mlp_out;
-    ls->ln_out = t_alloc(&c, act);
-    ls->ln_mean = t_alloc(&c, stat);
-    ls->ln_rstd = t_alloc(&c, stat);
-    ls->q = t_alloc(&c, act);
-    ls->k = t_alloc(&c, act);
-    ls->v = t_alloc(&c, act);
-    scores = t_alloc(&c, att);
-    ls->softmax = t_alloc(&c, att);
-    t_free(&c, &scores);
-    ls->attn_out = t_alloc(&c, act);
-    proj = t_alloc(&c, act);
-    ls->mlp_hidden = t_alloc(&c, mlp);
-    ls->mlp_act = t_alloc(&c, mlp);
-    mlp_out = t_alloc(&c, act);
-    t_free(&c, &proj);
-    t_free(&c, &mlp_out);
-  }
-  logits = t_alloc(&c, tok * 1024 * DEMO_ELEM); /* a vocabulary shard */
+  forward(&c, s, saved, &ids, &x, &logits);
   loss = t_alloc(&c, 4);
   t_free(&c, &logits);
   /* the forward kernels ran meanwhile: this is where memory use peaks */
@@ -194,4 +224,37 @@ uint64_t demo_train_step(aa_pool *pool, int s, demo_compute_fn compute, void *us
     compute(user, 1); /* backward, optimiser */
   }
   return c.failed;
+}
+
+uint64_t demo_eval_step(aa_pool *pool, int s, demo_eval *ev, demo_compute_fn compute, void *user) {
+  step_ctx c = {pool, 0};
+  layer_saved saved[DEMO_LAYERS];
+  demo_tensor ids;
+  demo_tensor x;
+  demo_tensor logits;
+  demo_tensor preds;
+  int l;
+
+  forward(&c, s, saved, &ids, &x, &logits);
+  preds = t_alloc(&c, (size_t)DEMO_BATCH * DEMO_EVAL_CLASSES * DEMO_ELEM);
+  t_free(&c, &logits);
+  if (compute != NULL) {
+    compute(user, 0); /* no backward pass: the forward's share only */
+  }
+  for (l = DEMO_LAYERS - 1; l >= 0; l--)
+    free_saved(&c, &saved[l]);
+  t_free(&c, &x);
+  t_free(&c, &ids);
+  if (preds.ptr != NULL && ev->n < DEMO_EVAL_KEEP)
+    ev->kept[ev->n++] = preds;
+  else
+    t_free(&c, &preds);
+  return c.failed;
+}
+
+void demo_eval_end(aa_pool *pool, demo_eval *ev) {
+  step_ctx c = {pool, 0};
+  for (int i = 0; i < ev->n; i++)
+    t_free(&c, &ev->kept[i]);
+  ev->n = 0;
 }

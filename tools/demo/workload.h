@@ -12,6 +12,7 @@
 #ifndef AA_DEMO_WORKLOAD_H
 #define AA_DEMO_WORKLOAD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,6 +28,15 @@
 /* The sequence-length schedule: one phase after the other. */
 extern const int demo_seq_schedule[5];
 #define DEMO_PHASES 5
+/* Which phases evaluate instead of training (demo_eval_step): the second
+ * one, so a run's first phase change brings a request size the class ladder
+ * serves with much waste and that many blocks hold at once. */
+extern const bool demo_phase_eval[DEMO_PHASES];
+/* An evaluation step keeps its predictions (DEMO_BATCH x DEMO_EVAL_CLASSES
+ * fp16 scores, 10240 bytes: the default ladder's 16 KiB class wastes 37.5%
+ * of each) until the phase ends, at most DEMO_EVAL_KEEP per worker. */
+#define DEMO_EVAL_CLASSES 1280
+#define DEMO_EVAL_KEEP 2048
 
 /* One live tensor. */
 typedef struct demo_tensor {
@@ -66,5 +76,22 @@ void demo_model_free(aa_pool *pool, demo_model *m);
  * is freed before it returns. Returns the number of allocations that
  * failed (the step goes on without them). */
 uint64_t demo_train_step(aa_pool *pool, int s, demo_compute_fn compute, void *user);
+
+/* What an evaluation phase keeps: each step's predictions. Zero it before
+ * the first step (= {0}); demo_eval_end frees what it holds. */
+typedef struct demo_eval {
+  demo_tensor kept[DEMO_EVAL_KEEP];
+  int n;
+} demo_eval;
+
+/* One evaluation step at sequence length s: the forward pass (its
+ * activations freed at the end of the step), then the step's predictions
+ * allocated and kept in *ev (while it has room) for the phase's metrics.
+ * Returns the number of allocations that failed. */
+uint64_t demo_eval_step(aa_pool *pool, int s, demo_eval *ev, demo_compute_fn compute, void *user);
+
+/* The end of an evaluation phase: frees the kept predictions, oldest first;
+ * ev->n becomes 0. */
+void demo_eval_end(aa_pool *pool, demo_eval *ev);
 
 #endif

@@ -14,6 +14,8 @@
 #           package installed and tested (tools/device/package-test.sh); pkgbench:
 #           its pinned-pool benchmark (bench/gpu/bench_py_pinned.py); nativebench: the
 #           native allocator against PyTorch's settings (bench/gpu/bench_native.py, after native);
+#           pkginstall sidetests zooside viz loopgpu: issue #24's side-stream, history and
+#           loop measurements (see below);
 #           managed: managed memory: test_core_managed on the GPU (after build), the package
 #           installed, tests/gpu/test_managed.py; managedbench: bench/gpu/bench_managed_optim.py
 #           (the package installed first when it is not importable)
@@ -128,6 +130,39 @@ want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done;
     "AA_PKG_TESTS=0 bash tools/device/package-test.sh &&
      py=\$(python3 -c 'import sys; print(\"python3\" if sys.prefix != sys.base_prefix else \"/tmp/aa-pkg-venv/bin/python\")') &&
      \$py bench/gpu/bench_zoo.py --reps ${AA_REPS_ZOO:-2} --budget-s ${AA_ZOO_BUDGET_S:-320} --timeout-s 120 --workloads ${AA_ZOO_WORKLOADS:-kvgen,cnn,encoder,gpt2,moe,serve} --out $res/zoo.json"
+  # Issue #24's side-stream measurements, each after `pkginstall` (the package
+  # installed, no tests): zooside the four side-stream zoo workloads under
+  # adaptalloc and PyTorch's three settings; sidetests the native GPU tests of
+  # side-stream reuse, memory history and the export; viz memory_viz's
+  # timeline of a native training loop (pickle + HTML + torch's MemoryViz.js,
+  # for tools/memory_viz_image.py --png anywhere); loopgpu the zoo's native
+  # mode with the loop on and off (ADAPTALLOC_POLICY: adapt.enabled false)
+  # on AA_LOOP_WORKLOADS, with the audit trail in each run's stats
+  want pkginstall && stage pkginstall 300 env -u LD_LIBRARY_PATH AA_PKG_TESTS=0 bash tools/device/package-test.sh
+  want sidetests && stage sidetests 200 env -u LD_LIBRARY_PATH -C /tmp python3 -m pytest -q -rs \
+    "$root/tests/gpu/test_torch_native.py" -k "side_stream or history or export or record_stream"
+  want zooside && stage zooside ${AA_ZOOSIDE_LIMIT_S:-330} env -u LD_LIBRARY_PATH python3 bench/gpu/bench_zoo.py \
+    --reps ${AA_REPS_ZOO:-1} --budget-s ${AA_ZOOSIDE_BUDGET_S:-300} --timeout-s 100 \
+    --workloads ${AA_ZOOSIDE_WORKLOADS:-sidepipe,ddp,fsdp,prefetch} --out $res/zoo_side.json
+  if want viz; then
+    stage viz 120 env -u LD_LIBRARY_PATH python3 tools/memory_viz_image.py --out-dir "$res/viz"
+    python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "utils", "viz", "MemoryViz.js"))' \
+      | xargs -I{} cp {} "$res/viz/" 2>/dev/null || echo "viz: torch's MemoryViz.js not found"
+  fi
+  if want loopgpu; then
+    python3 - "$root/policies/default.json" /tmp/aa-loop-off.json <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["adapt"]["enabled"] = False
+p["name"] = "default-loop-off"
+p.pop("$schema", None)
+json.dump(p, open(sys.argv[2], "w"))
+PY
+    stage loopgpu ${AA_LOOP_LIMIT_S:-300} env -u LD_LIBRARY_PATH python3 bench/gpu/bench_zoo.py \
+      --reps ${AA_REPS_LOOP:-1} --budget-s ${AA_LOOP_BUDGET_S:-270} --timeout-s 100 \
+      --workloads ${AA_LOOP_WORKLOADS:-serve,moe,encoder} --modes native,native@off \
+      --native-variant off:ADAPTALLOC_POLICY=/tmp/aa-loop-off.json --out $res/zoo_loop.json
+  fi
   if want zoocapture; then
     stage zoocapture 200 python3 bench/gpu/bench_zoo.py --capture $res/zoo-traces --workloads ${AA_ZOO_CAPTURE:-kvgen,cnn}
     for p in "$res"/zoo-traces/*.pickle; do

@@ -385,7 +385,7 @@ AA_EXTERN void aa_pool_classes_abort(aa_class_txn *txn);
 
 /* ------------------------------------------------------------------ stats */
 
-#define AA_STATS_VERSION 8
+#define AA_STATS_VERSION 9
 #define AA_HIST_BUCKETS 192 /* quarter doublings: bucket(size) below */
 #define AA_HH_MAX 32        /* heavy-hitter exact sizes reported */
 
@@ -460,6 +460,8 @@ typedef struct aa_pool_stats {
   uint64_t stream_queries;           /* backend stream_query calls, before recording an event */
   uint64_t stream_idle;              /* of those, streams found idle: an event saved each */
   uint64_t large_misses;             /* large allocations that called the backend */
+  uint64_t large_settled;            /* free large chunks made usable on every stream (their work done) on
+                           * the way to growing, merged with their neighbours */
   /* Over a backend with a residency op (managed memory; 0 otherwise): where
    * the backend's bytes are (aa_backend_residency; every pool over that
    * backend reports the same figures). */
