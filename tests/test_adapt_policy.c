@@ -1044,11 +1044,12 @@ static void test_adapt_policy_schema_matches_parser(void **state) {
   assert_int_equal(aa_policy_default(&def), AA_OK);
   checked = schema_walk(schema, schema, keys, 0, def);
   /* version; 3 pools x (slab_size, tcache.blocks, large.cache_bytes,
-   * large.page_bytes, limit_bytes; max_small, large.map_runs, classes, tcache.bytes and large.mode have no
-   * schema default: they differ between pools); 11 adapt + 4 hysteresis;
-   * 5 telemetry. (Defaults under "oneOf" — class entries, ladder fields —
-   * are not walked.) */
-  assert_int_equal(checked, 1 + 3 * 5 + 15 + 5);
+   * large.page_bytes, limit_bytes, backend, advise's three,
+   * allow_oversubscribe; max_small, large.map_runs, classes, tcache.bytes
+   * and large.mode have no schema default: they differ between pools);
+   * 11 adapt + 4 hysteresis; 5 telemetry. (Defaults under "oneOf" — class
+   * entries, ladder fields — are not walked.) */
+  assert_int_equal(checked, 1 + 3 * 10 + 15 + 5);
   {
     aa_policy *p = parse_ok(full_doc);
     char *j = aa_policy_to_json(p);
@@ -1163,6 +1164,137 @@ static void test_adapt_policy_regions(void **state) {
   aa_policy_free(p);
 }
 
+/* Backend "managed": pools.device and regions may select it, with advice
+ * and allow_oversubscribe; strict validation (each error names the path
+ * and the value), round trip through the writer and a merge patch, and what
+ * aa_policy_pool_backend answers. */
+static void expect_bad(const char *doc, const char *want) {
+  char err[AA_POLICY_ERR_CAP] = "";
+  aa_policy *p = (aa_policy *)(uintptr_t)1;
+  int rc = aa_policy_parse(doc, strlen(doc), &p, err, sizeof err);
+  if (rc != AA_EINVAL || strstr(err, want) == NULL)
+    print_error("doc: %s\n  got %d: %s\n  want: %s\n", doc, rc, err, want);
+  assert_int_equal(rc, AA_EINVAL);
+  assert_null(p);
+  assert_non_null(strstr(err, want));
+}
+
+static void test_adapt_policy_managed(void **state) {
+  const char *doc =
+      "{\"pools\": {\"regions\": {\"optimizer\": {\"backend\": \"managed\","
+      " \"advise\": {\"preferred_location\": \"host\", \"accessed_by\": \"device\","
+      " \"read_mostly\": true}, \"allow_oversubscribe\": false},"
+      " \"kv\": {\"limit_bytes\": 8388608}}}}";
+  aa_managed_config mc;
+  aa_policy *p = parse_ok(doc), *q, *r = NULL, *d;
+  char *j, err[AA_POLICY_ERR_CAP];
+  bool managed = true;
+  (void)state;
+
+  assert_int_equal(aa_policy_pool_backend(p, "regions.optimizer", &managed, &mc), AA_OK);
+  assert_true(managed);
+  assert_int_equal(mc.version, AA_MANAGED_CONFIG_VERSION);
+  assert_int_equal(mc.preferred_location, AA_MANAGED_LOC_HOST);
+  assert_int_equal(mc.accessed_by, AA_MANAGED_LOC_DEVICE);
+  assert_true(mc.read_mostly);
+  assert_false(mc.allow_oversubscribe);
+  assert_int_equal(aa_policy_pool_backend(p, "regions.kv", &managed, &mc), AA_OK);
+  assert_false(managed);
+  assert_int_equal(mc.preferred_location, AA_MANAGED_LOC_NONE);
+  assert_int_equal(aa_policy_pool_backend(p, "device", &managed, NULL), AA_OK);
+  assert_false(managed);
+  assert_int_equal(aa_policy_pool_backend(p, "regions.nope", &managed, &mc), AA_ENOENT);
+  assert_int_equal(aa_policy_pool_backend(p, "gpu", &managed, &mc), AA_EINVAL);
+  assert_int_equal(aa_policy_pool_backend(NULL, "device", &managed, &mc), AA_EINVAL);
+
+  /* the writer says it back, and it parses to the same policy */
+  j = aa_policy_to_json(p);
+  assert_non_null(j);
+  assert_non_null(strstr(j, "\"backend\": \"managed\""));
+  assert_non_null(strstr(j, "\"advise\": {\"preferred_location\": \"host\", "
+                            "\"accessed_by\": \"device\", \"read_mostly\": true}"));
+  assert_non_null(strstr(j, "\"allow_oversubscribe\": false"));
+  assert_non_null(strstr(j, "\"backend\": \"default\""));
+  q = parse_ok(j);
+  assert_true(aa_policy_equal(p, q));
+  free(j);
+  aa_policy_free(q);
+
+  /* a merge patch changes one piece of advice; equal no more */
+  const char *patch = "{\"pools\": {\"regions\": {\"optimizer\": {\"advise\": "
+                      "{\"read_mostly\": false}, \"allow_oversubscribe\": true}}}}";
+  assert_int_equal(aa_policy_merge_patch(p, patch, strlen(patch), &r, err, sizeof err),
+                   AA_OK);
+  assert_false(aa_policy_equal(p, r));
+  assert_int_equal(aa_policy_pool_backend(r, "regions.optimizer", &managed, &mc), AA_OK);
+  assert_true(managed);
+  assert_false(mc.read_mostly);
+  assert_true(mc.allow_oversubscribe);
+  assert_int_equal(mc.preferred_location, AA_MANAGED_LOC_HOST);
+  aa_policy_free(r);
+  aa_policy_free(p);
+
+  /* pools.device managed: a region without a section of its own answers
+   * through it; one that says "default" drops the advice it inherited */
+  p = parse_ok("{\"pools\": {\"device\": {\"backend\": \"managed\", \"advise\":"
+               " {\"preferred_location\": \"device\"}},"
+               " \"regions\": {\"a\": {}, \"b\": {\"backend\": \"default\"}}}}");
+  assert_int_equal(aa_policy_pool_backend(p, "regions.a", &managed, &mc), AA_OK);
+  assert_true(managed);
+  assert_int_equal(mc.preferred_location, AA_MANAGED_LOC_DEVICE);
+  assert_int_equal(aa_policy_pool_backend(p, "regions.b", &managed, &mc), AA_OK);
+  assert_false(managed);
+  assert_int_equal(mc.preferred_location, AA_MANAGED_LOC_NONE);
+  aa_policy_free(p);
+
+  /* the default policy: no managed memory anywhere; "default" is the default */
+  assert_int_equal(aa_policy_default(&d), AA_OK);
+  p = parse_ok("{\"pools\": {\"device\": {\"backend\": \"default\"},"
+               " \"pinned\": {\"backend\": \"default\", \"allow_oversubscribe\": false}}}");
+  assert_true(aa_policy_equal(p, d));
+  aa_policy_free(p);
+  aa_policy_free(d);
+
+#define REGION(x) "{\"pools\": {\"regions\": {\"opt\": " x "}}}"
+  expect_bad(REGION("{\"backend\": \"managed\", \"advise\": {\"read_mostley\": true}}"),
+             "pools.regions.opt.advise.read_mostley: unknown key (did you mean "
+             "\"read_mostly\"?)");
+  expect_bad(REGION("{\"backend\": \"managed\", \"advise\": {\"prefetch\": \"device\"}}"),
+             "pools.regions.opt.advise.prefetch: unknown key");
+  expect_bad(REGION("{\"backend\": \"managed\", \"advise\": "
+                    "{\"preferred_location\": \"gpu\"}}"),
+             "pools.regions.opt.advise.preferred_location: \"gpu\" is not one of "
+             "\"none\", \"device\", \"host\"");
+  expect_bad(REGION("{\"backend\": \"managed\", \"advise\": {\"accessed_by\": 0}}"),
+             "pools.regions.opt.advise.accessed_by: expected \"none\", \"device\" or "
+             "\"host\", got a number");
+  expect_bad(REGION("{\"backend\": \"managed\", \"advise\": {\"read_mostly\": 1}}"),
+             "pools.regions.opt.advise.read_mostly: expected true or false, got a number");
+  expect_bad(REGION("{\"backend\": \"managed\", \"advise\": [\"read_mostly\"]}"),
+             "pools.regions.opt.advise: expected an object, got an array");
+  expect_bad(REGION("{\"backend\": \"managed\", \"allow_oversubscribe\": \"yes\"}"),
+             "pools.regions.opt.allow_oversubscribe: expected true or false, got a string");
+  expect_bad(REGION("{\"backend\": \"managed\", \"allow_oversubscribe\": 0}"),
+             "pools.regions.opt.allow_oversubscribe: expected true or false, got a number");
+  expect_bad(REGION("{\"backend\": \"unified\"}"),
+             "pools.regions.opt.backend: \"unified\" is not one of \"default\", \"managed\"");
+  expect_bad(REGION("{\"backend\": true}"),
+             "pools.regions.opt.backend: expected \"default\" or \"managed\", got a boolean");
+  expect_bad(REGION("{\"advise\": {\"read_mostly\": true}}"),
+             "pools.regions.opt.advise: advice applies only to backend \"managed\"");
+  expect_bad(REGION("{\"allow_oversubscribe\": true}"),
+             "pools.regions.opt.allow_oversubscribe: applies only to backend \"managed\"");
+  expect_bad("{\"pools\": {\"pinned\": {\"backend\": \"managed\"}}}",
+             "pools.pinned.backend: \"managed\" is for pools.device and "
+             "pools.regions.<name> only");
+  expect_bad("{\"pools\": {\"host\": {\"backend\": \"managed\"}}}",
+             "pools.host.backend: \"managed\" is for pools.device");
+  expect_bad("{\"pools\": {\"device\": {\"backend\": \"managed\"}, \"regions\": {\"b\":"
+             " {\"backend\": \"default\", \"advise\": {\"preferred_location\": \"host\"}}}}}",
+             "pools.regions.b.advise: advice applies only to backend \"managed\"");
+#undef REGION
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_adapt_policy_default_is_empty_object),
@@ -1183,6 +1315,7 @@ int main(void) {
       cmocka_unit_test(test_adapt_policy_example_files),
       cmocka_unit_test(test_adapt_policy_schema_matches_parser),
       cmocka_unit_test(test_adapt_policy_regions),
+      cmocka_unit_test(test_adapt_policy_managed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -418,7 +418,11 @@ static bool pool_equal(const aa__pool_policy *a, const aa__pool_policy *b) {
       a->tcache_bytes != b->tcache_bytes || a->large_mode != b->large_mode ||
       a->large_cache_bytes != b->large_cache_bytes ||
       a->large_page_bytes != b->large_page_bytes || a->large_map_runs != b->large_map_runs ||
-      a->limit_bytes != b->limit_bytes)
+      a->limit_bytes != b->limit_bytes || a->managed != b->managed ||
+      a->advise_preferred != b->advise_preferred ||
+      a->advise_accessed_by != b->advise_accessed_by ||
+      a->advise_read_mostly != b->advise_read_mostly ||
+      a->allow_oversubscribe != b->allow_oversubscribe)
     return false;
   if (a->classes_kind == AA__CLASSES_LADDER)
     return a->ladder_min == b->ladder_min &&
@@ -554,6 +558,31 @@ int aa_policy_pool_config(const aa_policy *p, const char *pool,
   if (classes == NULL)
     return AA_OK;
   return count > cap ? AA_ERANGE : AA_OK;
+}
+
+int aa_policy_pool_backend(const aa_policy *p, const char *pool, bool *managed,
+                           aa_managed_config *mc) {
+  const aa__pool_policy *pp = NULL;
+  int rc;
+
+  if (managed != NULL)
+    *managed = false;
+  if (mc != NULL)
+    aa_managed_config_init(mc);
+  if (p == NULL)
+    return AA_EINVAL;
+  rc = aa__policy_section(p, pool, &pp);
+  if (rc != AA_OK)
+    return rc;
+  if (managed != NULL)
+    *managed = pp->managed;
+  if (mc != NULL && pp->managed) {
+    mc->preferred_location = pp->advise_preferred;
+    mc->accessed_by = pp->advise_accessed_by;
+    mc->read_mostly = pp->advise_read_mostly;
+    mc->allow_oversubscribe = pp->allow_oversubscribe;
+  }
+  return AA_OK;
 }
 
 void aa_policy_adapt_params(const aa_policy *p, aa_adapt_params *out) {

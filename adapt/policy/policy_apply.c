@@ -88,6 +88,45 @@ static const char *fixed_changed(const aa_pool_config *cur, const aa_pool_config
   return NULL;
 }
 
+/* The backend is fixed too: a pool made over managed memory stays so, one
+ * made over device memory stays so, and a managed pool keeps the advice and
+ * cap it was made with (its backend took a copy). Like check_fixed, this
+ * compares the section in force with the one asked (cur NULL skips it: a
+ * pool being made took its backend from the same policy). Refuses
+ * (AA_EINVAL, err names it) a change of them. */
+static int check_backend(const aa_policy *cur, const aa_policy *next, aa_pool *pool,
+                         const char *sec, char *err, size_t errcap) {
+  aa_managed_config cm, wm;
+  char cur_sec[SECTION_MAX];
+  bool was = false, want = false;
+
+  if (cur == NULL)
+    return AA_OK;
+  aa_policy_pool_section(cur, pool, cur_sec, sizeof(cur_sec));
+  if (aa_policy_pool_backend(cur, cur_sec, &was, &cm) != AA_OK)
+    return AA_OK; /* nothing known in force to compare against */
+  if (aa_policy_pool_backend(next, sec, &want, &wm) != AA_OK)
+    return AA_OK; /* the class table's prepare reports a missing section */
+  if (was != want) {
+    snprintf(err, errcap,
+             "pools.%s.backend: fixed while pool %s is live (\"%s\" in force, "
+             "\"%s\" asked); restart to change it",
+             sec, aa_pool_name(pool), was ? "managed" : "default",
+             want ? "managed" : "default");
+    return AA_EINVAL;
+  }
+  if (was && (cm.preferred_location != wm.preferred_location ||
+              cm.accessed_by != wm.accessed_by || cm.read_mostly != wm.read_mostly ||
+              cm.allow_oversubscribe != wm.allow_oversubscribe)) {
+    snprintf(err, errcap,
+             "pools.%s: advise and allow_oversubscribe are fixed while pool %s is "
+             "live; restart to change them",
+             sec, aa_pool_name(pool));
+    return AA_EINVAL;
+  }
+  return AA_OK;
+}
+
 /* Refuses (AA_EINVAL, err names them) settings of `sec` under next that
  * would change what pool keeps from its creation under cur. */
 static int check_fixed(const aa_policy *cur, const aa_policy *next, aa_pool *pool,
@@ -213,6 +252,8 @@ static int prepare_pool(const aa_policy *cur, const aa_policy *next, const char 
     return rc;
   }
   rc = check_fixed(cur, next, pool, sec, err, errcap);
+  if (rc == AA_OK)
+    rc = check_backend(cur, next, pool, sec, err, errcap);
   if (rc != AA_OK)
     return rc;
   rc = aa_policy_pool_config(next, sec, NULL, want, AA_MAX_CLASSES, &nw);

@@ -74,6 +74,17 @@ static void write_pool(aa__buf *b, const aa__pool_policy *pp) {
   aa__buf_printf(b, ", \"map_runs\": %s", pp->large_map_runs ? "true" : "false");
   aa__buf_printf(b, "},\n      \"limit_bytes\": ");
   sb_u64(b, pp->limit_bytes);
+  aa__buf_printf(b, ",\n      \"backend\": \"%s\"", pp->managed ? "managed" : "default");
+  if (pp->managed) { /* advice and the cap mean something only here */
+    aa__buf_printf(b,
+                   ",\n      \"advise\": {\"preferred_location\": \"%s\", "
+                   "\"accessed_by\": \"%s\", \"read_mostly\": %s}",
+                   aa_managed_location_name(pp->advise_preferred),
+                   aa_managed_location_name(pp->advise_accessed_by),
+                   pp->advise_read_mostly ? "true" : "false");
+    aa__buf_printf(b, ",\n      \"allow_oversubscribe\": %s",
+                   pp->allow_oversubscribe ? "true" : "false");
+  }
   aa__buf_printf(b, "\n    }");
 }
 

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "adaptalloc/cuda.h" /* aa_managed_location */
 #include "adaptalloc/policy.h"
 
 #include "cJSON.h"
@@ -56,6 +57,13 @@ typedef struct aa__pool_policy {
   uint64_t large_page_bytes; /* large.page_bytes: 0 = the backend's granularity */
   bool large_map_runs;       /* large.map_runs */
   uint64_t limit_bytes;
+  /* backend: "default" (the section's own: device, pinned, host memory) or
+   * "managed" (device and regions only), with its advice and the cap */
+  bool managed;
+  aa_managed_location advise_preferred;   /* advise.preferred_location */
+  aa_managed_location advise_accessed_by; /* advise.accessed_by */
+  bool advise_read_mostly;                /* advise.read_mostly */
+  bool allow_oversubscribe;
 } aa__pool_policy;
 
 typedef struct aa__region_policy {

@@ -43,13 +43,17 @@
  *   backend_host.c  the host backend (its test hooks: test_hooks.h)
  *   pack_copy.c  the packer's parallel gather copy (pack_copy.h, outside
  *                this header; built without CUDA too, for its test)
- *   cuda/        the CUDA backends (cuda/cuda_internal.h)
+ *   managed_cap.c  the managed backend's safety cap, a pure function
+ *                (managed_cap.h, outside this header; built without CUDA too)
+ *   cuda/        the CUDA backends (cuda/cuda_internal.h); cuda_managed.c
+ *                the managed-memory backend
  *
  * Layers, bottom first: a file uses what its own layer and the layers below
  * define, never what a higher layer defines (tools/check-layers.sh reads
  * this list and the object files: the ctest test_core_layers):
- *   layer 0 backend:  backend_host.c pack_copy.c cuda/cuda_common.c
- *                     cuda/cuda_device.c cuda/cuda_pinned.c cuda/stub/cuda_stub.c
+ *   layer 0 backend:  backend_host.c pack_copy.c managed_cap.c cuda/cuda_common.c
+ *                     cuda/cuda_device.c cuda/cuda_pinned.c cuda/cuda_managed.c
+ *                     cuda/stub/cuda_stub.c
  *   layer 1 base:     common.c config.c pagemap.c base_backend.c base_events.c
  *                     base_misuse.c
  *   layer 2 block:    central.c large.c large_seg.c large_ltc.c large_check.c

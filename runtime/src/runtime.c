@@ -261,19 +261,52 @@ static int rt_make_backend(aa_backend_kind kind, int device, aa_backend **out) {
   }
 }
 
+/* Managed memory (docs/cuda.md): a device pool whose policy section says
+ * backend "managed" gets a managed backend of its own (a region's pool too:
+ * its own cap accounting and advice), and aa_runtime_managed_pool's pools
+ * always do. *backend is NULL when the pool is not managed. */
+static int rt_make_managed(aa_runtime *rt, aa_backend_kind kind, int device, const char *region,
+                           bool force, aa_backend **backend) {
+  aa_managed_config mc;
+  bool managed = false;
+  int rc;
+
+  *backend = NULL;
+  if (kind != AA_BACKEND_DEVICE)
+    return AA_OK;
+  if (aa__rt_pool_backend(rt, region, &managed, &mc) != AA_OK)
+    managed = false; /* logged by aa__rt_pool_config; mc has the defaults */
+  if (!managed && !force)
+    return AA_OK;
+  mc.device = device;
+  rc = aa_backend_managed_new(&mc, backend);
+  if (rc != AA_OK && !rt->managed_failed_logged) {
+    rt->managed_failed_logged = true;
+    aa__rt_log("cannot create a managed-memory backend (device %d%s%s): %s", device,
+               region != NULL ? ", region " : "", region != NULL ? region : "",
+               aa_strerror(rc));
+  }
+  return rc;
+}
+
 /* Creates the pool for (kind, device) over `shared` (a backend of another
  * pool: a region's pool uses its backend pool's), or over a new backend when
- * shared is NULL. region: NULL, or the region the pool serves. Called with
- * rt->lock held. */
+ * shared is NULL or the policy makes it managed (force_managed: always).
+ * region: NULL, or the region the pool serves. Called with rt->lock held. */
 static aa_pool *rt_create_pool(aa_runtime *rt, aa_backend_kind kind, int device,
-                               aa_backend *shared, const char *region) {
+                               aa_backend *shared, const char *region, bool force_managed) {
   aa_backend *backend = NULL;
   aa_pool *pool = NULL;
   aa_pool_config cfg;
   char name[32];
   int rc;
 
-  if (shared == NULL) {
+  rc = rt_make_managed(rt, kind, device, region, force_managed, &backend);
+  if (rc != AA_OK)
+    return NULL;
+  if (backend != NULL) {
+    shared = NULL; /* the new managed backend serves this pool */
+  } else if (shared == NULL) {
     if (rt->failed[kind][device < 0 ? 0 : device])
       return NULL; /* tried before and it cannot be had; do not retry per call */
     rc = rt_make_backend(kind, device, &backend);
@@ -285,7 +318,9 @@ static aa_pool *rt_create_pool(aa_runtime *rt, aa_backend_kind kind, int device,
     }
   }
   aa_pool_config_init(&cfg);
-  if (kind == AA_BACKEND_DEVICE)
+  if (force_managed)
+    snprintf(name, sizeof(name), "managed%d", device);
+  else if (kind == AA_BACKEND_DEVICE)
     snprintf(name, sizeof(name), "device%d", device);
   else
     snprintf(name, sizeof(name), "%s", aa_policy_kind_name(kind));
@@ -335,7 +370,33 @@ aa_pool *aa_rt_pool(aa_runtime *rt, aa_backend_kind kind, int device) {
   pthread_mutex_lock(&rt->lock);
   pool = atomic_load_explicit(slot, memory_order_relaxed);
   if (pool == NULL && !rt->shut_down) {
-    pool = rt_create_pool(rt, kind, device, NULL, NULL);
+    pool = rt_create_pool(rt, kind, device, NULL, NULL, false);
+    if (pool != NULL) {
+      pthread_mutex_lock(&rt->pools_lock);
+      rt->pools[rt->npools++] = pool;
+      pthread_mutex_unlock(&rt->pools_lock);
+      atomic_store_explicit(slot, pool, memory_order_release);
+    }
+  }
+  pthread_mutex_unlock(&rt->lock);
+  return pool;
+}
+
+aa_pool *aa_rt_managed_pool(aa_runtime *rt, int device) {
+  _Atomic(aa_pool *) *slot;
+  aa_pool *pool;
+
+  if (device < 0 || device >= AA_MAX_DEVICES)
+    return NULL;
+  slot = &rt->managed_pools[device];
+  pool = atomic_load_explicit(slot, memory_order_acquire);
+  if (pool != NULL)
+    return pool;
+  aa__rt_ensure_started(rt);
+  pthread_mutex_lock(&rt->lock);
+  pool = atomic_load_explicit(slot, memory_order_relaxed);
+  if (pool == NULL && !rt->shut_down) {
+    pool = rt_create_pool(rt, AA_BACKEND_DEVICE, device, NULL, NULL, true);
     if (pool != NULL) {
       pthread_mutex_lock(&rt->pools_lock);
       rt->pools[rt->npools++] = pool;
@@ -351,6 +412,10 @@ aa_pool *aa_rt_pool(aa_runtime *rt, aa_backend_kind kind, int device) {
 
 aa_pool *aa_runtime_pool(aa_backend_kind kind, int device) {
   return aa_rt_pool(&rt_default, kind, device);
+}
+
+aa_pool *aa_runtime_managed_pool(int device) {
+  return aa_rt_managed_pool(&rt_default, device);
 }
 
 int aa_runtime_region_id(const char *name, int *id, char *err, size_t errcap) {
@@ -434,7 +499,7 @@ aa_pool *aa_runtime_region_pool(int id, aa_backend_kind kind, int device) {
                    r->name, AA_RUNTIME_MAX_REGION_POOLS);
       rt->region_pools_full_logged = true;
     } else {
-      pool = rt_create_pool(rt, kind, device, aa_pool_backend(base), r->name);
+      pool = rt_create_pool(rt, kind, device, aa_pool_backend(base), r->name, false);
     }
     if (pool != NULL) {
       rt->nregion_pools++;
@@ -469,6 +534,8 @@ static void rt_stop(aa_runtime *rt) {
     atomic_store(&rt->device_pools[i], NULL);
   atomic_store(&rt->pinned_pool, NULL);
   atomic_store(&rt->host_pool, NULL);
+  for (i = 0; i < AA_MAX_DEVICES; i++)
+    atomic_store(&rt->managed_pools[i], NULL);
   for (i = 0; i < AA_RUNTIME_MAX_REGIONS; i++) {
     for (size_t d = 0; d < AA_MAX_DEVICES; d++)
       atomic_store(&rt->regions[i].device[d], NULL);

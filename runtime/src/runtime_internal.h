@@ -21,7 +21,8 @@
 #include "adaptalloc/runtime.h"
 #include "adaptalloc/store.h"
 
-#define AA_RT_MAX_POOLS (AA_MAX_DEVICES + 2 + AA_RUNTIME_MAX_REGION_POOLS)
+/* device pools, managed pools (aa_runtime_managed_pool), host, pinned, regions */
+#define AA_RT_MAX_POOLS (2 * AA_MAX_DEVICES + 2 + AA_RUNTIME_MAX_REGION_POOLS)
 
 /* How long the end of a run at exit waits for the store's writer to commit
  * what is queued: while the writer makes progress, at most
@@ -82,6 +83,11 @@ typedef struct aa__rt_oom {
   aa_oom_info last;
   aa_oom_info pending[AA__RT_OOM_PENDING];
   unsigned npending;
+  /* a managed pool's cap refusals logged so far (the first 8), and the last
+   * one's backend and count, so that one refusal is logged once */
+  unsigned cap_logged;
+  const aa_backend *cap_backend;
+  uint64_t cap_count;
 } aa__rt_oom;
 
 /* One runtime (the opaque aa_runtime of adaptalloc/runtime.h): its
@@ -121,6 +127,9 @@ struct aa_runtime {
   _Atomic(aa_pool *) pinned_pool;
   _Atomic(aa_pool *) host_pool;
   bool failed[4][AA_MAX_DEVICES]; /* [aa_backend_kind][device] */
+  /* aa_rt_managed_pool's pools (managed memory, docs/cuda.md) */
+  _Atomic(aa_pool *) managed_pools[AA_MAX_DEVICES];
+  bool managed_failed_logged;
 
   aa__rt_region regions[AA_RUNTIME_MAX_REGIONS];
   atomic_int nregions;  /* registered names; each written before the count */
@@ -224,6 +233,11 @@ void aa__rt_pool_created(aa_runtime *rt, aa_pool *pool);
  * leaves it off on failure. */
 void aa__rt_start_http(aa_runtime *rt);
 
+/* Whether the policy's section for a device pool (region NULL or "": the
+ * device section; else the region's, or the device section when the policy
+ * has none for it) selects backend "managed", and then its settings in *mc
+ * (device 0). AA_OK, or the policy's error with *managed false. */
+int aa__rt_pool_backend(aa_runtime *rt, const char *region, bool *managed, aa_managed_config *mc);
 /* runtime_oom.c: out-of-memory records */
 /* Sets rt's OOM observer on a new pool. */
 void aa__rt_oom_watch(aa_runtime *rt, aa_pool *pool);

@@ -5,7 +5,8 @@
  * the pending records to the store (aa__rt_oom_drain), so the failing
  * thread never waits for the store and a store that is off, full or closed
  * changes nothing for the allocation. The records are the runtime's
- * (rt->oom), each pool's observer gets its runtime as user. Entry points:
+ * (rt->oom), each pool's observer gets its runtime as user. A refusal by a
+ * managed pool's safety cap is also logged with its figures. Entry points:
  * aa__rt_oom_watch, aa__rt_oom_drain, aa_rt_last_oom, aa_rt_oom_json (and
  * aa_runtime_last_oom, aa_runtime_oom_json on the default runtime).
  */
@@ -18,11 +19,31 @@
 
 #define PENDING_MAX AA__RT_OOM_PENDING
 
+/* A managed pool's failure may be the safety cap's refusal (docs/cuda.md),
+ * whose figures the OOM record has no room for: the first CAP_LOGS new
+ * refusals are logged in words. Called with o->mu held. */
+#define CAP_LOGS 8
+
+static void log_cap_refusal_locked(aa__rt_oom *o, aa_pool *pool) {
+  const aa_backend *b = aa_pool_backend(pool);
+  aa_managed_refusal f;
+  if (o->cap_logged >= CAP_LOGS || !aa_backend_is_managed(b) ||
+      aa_managed_last_refusal(b, &f) != AA_OK)
+    return;
+  if (b == o->cap_backend && f.count == o->cap_count)
+    return; /* no new refusal: this failure was another out-of-memory */
+  o->cap_backend = b;
+  o->cap_count = f.count;
+  o->cap_logged++;
+  aa__rt_log("pool %s: %s%s", aa_pool_name(pool), f.message,
+             o->cap_logged == CAP_LOGS ? " (further refusals are not logged)" : "");
+}
+
 /* The observer: copies and returns (core calls it with no pool lock held). */
 static void observe(void *user, aa_pool *pool, const aa_oom_info *info) {
   aa__rt_oom *o = user;
-  (void)pool;
   pthread_mutex_lock(&o->mu);
+  log_cap_refusal_locked(o, pool);
   o->total++;
   o->last = *info;
   o->have_last = true;

@@ -102,6 +102,21 @@ int aa__rt_pool_config(aa_runtime *rt, const char *kind, const char *region,
   return rc;
 }
 
+int aa__rt_pool_backend(aa_runtime *rt, const char *region, bool *managed,
+                        aa_managed_config *mc) {
+  char section[48] = "";
+  int rc = AA_OK;
+  *managed = false;
+  aa_managed_config_init(mc);
+  pthread_mutex_lock(&rt->svc.policy_lock);
+  if (rt->svc.policy != NULL) {
+    aa_policy_section_for(rt->svc.policy, "device", region, section, sizeof(section));
+    rc = aa_policy_pool_backend(rt->svc.policy, section, managed, mc);
+  }
+  pthread_mutex_unlock(&rt->svc.policy_lock);
+  return rc;
+}
+
 /* Reads the policy's telemetry settings into the runtime's atomics. Called
  * with policy_lock held. */
 void aa__rt_adopt_telemetry(aa_runtime *rt, const aa_policy *p) {

@@ -498,6 +498,78 @@ def test_regions_names_policy_and_stats_without_torch(run_py):
     assert len(d["warnings"]) == 1 and "install() has not run" in d["warnings"][0]
 
 
+def test_managed_without_torch_or_gpu_says_why(run_py):
+    """Managed memory without torch: the tensor functions say they need it;
+    the C layer's checks answer clearly (a host address is not managed
+    memory, a bad location or kind is named); without a GPU a managed block
+    cannot be had and says so. A policy with a managed region round-trips."""
+    r = run_py("""
+        import json, adaptalloc, adaptalloc.torch as at
+        from adaptalloc import _C
+        out = {"all": [n for n in ("managed_empty", "prefetch", "managed_range_info")
+                       if n in at.__all__]}
+        for name, call in [("empty", lambda: at.managed_empty((2, 3))),
+                           ("prefetch", lambda: at.prefetch(None, "cpu")),
+                           ("info", lambda: at.managed_range_info(None))]:
+            try:
+                call()
+                out[name] = "ran"
+            except ImportError as e:
+                out[name] = str(e)
+        try:
+            _C.Block("bogus", 16)
+        except ValueError as e:
+            out["kind"] = str(e)
+        buf = bytearray(64)
+        import ctypes
+        addr = ctypes.addressof((ctypes.c_char * 64).from_buffer(buf))
+        for name, call in [("pf_host", lambda: _C.managed_prefetch(addr, 64, 0, None)),
+                           ("pf_loc", lambda: _C.managed_prefetch(addr, 64, -7, None)),
+                           ("pf_size", lambda: _C.managed_prefetch(addr, 0, 0, None)),
+                           ("adv_loc", lambda: _C.managed_advise(addr, 64, 0, "gpu", "none", False)),
+                           ("info_host", lambda: _C.managed_range_info(addr, 64))]:
+            try:
+                call()
+                out[name] = "ran"
+            except (ValueError, RuntimeError) as e:
+                out[name] = "%s: %s" % (type(e).__name__, e)
+        out["gpus"] = adaptalloc.cuda_device_count()
+        if out["gpus"] == 0:
+            try:
+                _C.Block("managed", 1024)
+                out["block"] = "ran"
+            except RuntimeError as e:
+                out["block"] = str(e)
+        adaptalloc.patch_policy({"pools": {"regions": {"opt": {
+            "backend": "managed", "advise": {"preferred_location": "device"}}}}})
+        sec = adaptalloc.policy()["pools"]["regions"]["opt"]
+        out["section"] = [sec["backend"], sec["advise"], sec["allow_oversubscribe"]]
+        try:
+            adaptalloc.patch_policy({"pools": {"regions": {"opt": {"allow_oversubscribe": "yes"}}}})
+        except adaptalloc.PolicyError as e:
+            out["bad"] = str(e)
+        print(json.dumps(out))
+    """)
+    assert r.rc == 0, r.err
+    d = r.json()
+    assert d["all"] == ["managed_empty", "prefetch", "managed_range_info"]
+    for name, fn in [("empty", "managed_empty"), ("prefetch", "prefetch"),
+                     ("info", "managed_range_info")]:
+        assert "adaptalloc.torch.%s needs PyTorch" % fn in d[name]
+    assert "'pinned', 'host' or 'managed', not 'bogus'" in d["kind"]
+    assert d["pf_loc"].startswith("ValueError") and "not -7" in d["pf_loc"]
+    assert d["pf_size"].startswith("ValueError") and "size must be > 0" in d["pf_size"]
+    assert d["adv_loc"].startswith("ValueError") and "not 'gpu'" in d["adv_loc"]
+    # a CUDA build says "not managed memory"; one without CUDA "not supported"
+    for name in ("pf_host", "info_host"):
+        assert ("not managed memory" in d[name]) or ("not supported" in d[name]), d[name]
+    if d["gpus"] == 0:
+        assert "no managed-memory pool for device 0" in d["block"]
+    assert d["section"] == ["managed", {"preferred_location": "device", "accessed_by": "none",
+                                        "read_mostly": False}, False]
+    assert "pools.regions.opt.allow_oversubscribe: expected true or false" in d["bad"]
+
+
 STANDIN_TORCH = '''
 """A stand-in for torch with what adaptalloc.torch.pinned_empty's routing reads."""
 __version__ = "0.0-standin"

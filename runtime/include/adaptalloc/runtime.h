@@ -115,6 +115,17 @@ AA_EXTERN bool aa_runtime_started(void);
  * runtime if needed. NULL if that backend cannot be had (no GPU, no CUDA). */
 AA_EXTERN aa_pool *aa_runtime_pool(aa_backend_kind kind, int device);
 
+/* The runtime's managed-memory pool of CUDA device `device`, named
+ * "managed<device>" (adaptalloc.torch.managed_empty's), created on first use
+ * over its own managed backend (aa_backend_managed_new, docs/cuda.md) with
+ * the policy's device section: its slabs and classes, and its advise and
+ * allow_oversubscribe when that section says backend "managed" (else no
+ * advice and the safety cap on). Owned by the runtime like aa_runtime_pool's.
+ * NULL without CUDA, without such a GPU or managed-memory support (logged
+ * once). Device pools and region pools whose policy section says backend
+ * "managed" are managed too, each over a managed backend of its own. */
+AA_EXTERN aa_pool *aa_runtime_managed_pool(int device);
+
 /* Fills cfg (after aa_pool_config_init) with the settings the policy in
  * force gives the pool of a backend kind: slab and class ladder, thread
  * caches, large mode, limit. The class list and prefill come only with a
@@ -218,6 +229,7 @@ AA_EXTERN void aa_runtime_shutdown(void);
 /* The same calls on the runtime rt (the default one's are above):
  * aa_rt_pool as aa_runtime_pool, and so on. NULL rt: NULL, 0 or AA_EINVAL. */
 AA_EXTERN aa_pool *aa_rt_pool(aa_runtime *rt, aa_backend_kind kind, int device);
+AA_EXTERN aa_pool *aa_rt_managed_pool(aa_runtime *rt, int device);
 AA_EXTERN int aa_rt_http_port(aa_runtime *rt);
 AA_EXTERN int aa_rt_http_address(aa_runtime *rt, char *buf, size_t cap);
 AA_EXTERN int64_t aa_rt_run_id(aa_runtime *rt);

@@ -6,7 +6,8 @@
  * Schema: policies/schema.json). It holds, per pool ("device", "pinned",
  * "host"): slab size, largest small class, the class table (explicit sizes,
  * explicit {size, cache_limit, prefill} objects, or a ladder spec), thread
- * cache bounds, the large path and a reserve limit; the adapt loop's
+ * cache bounds, the large path, a reserve limit and (device and regions)
+ * the backend: "managed" memory with its advice and safety cap; the adapt loop's
  * parameters; telemetry settings. Every field has a default, so "{}" is a
  * valid policy (the built-in default).
  *
@@ -43,6 +44,7 @@
 
 #include "adaptalloc/common.h"
 #include "adaptalloc/core.h"
+#include "adaptalloc/cuda.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -179,6 +181,15 @@ AA_EXTERN bool aa_policy_has_region(const aa_policy *p, const char *name);
 AA_EXTERN int aa_policy_pool_config(const aa_policy *p, const char *pool,
                                     aa_pool_config *cfg, aa_class_spec *classes,
                                     size_t cap, size_t *n);
+
+/* The backend section `pool` selects (as for aa_policy_pool_config):
+ * *managed (may be NULL) is true for backend "managed"; then *mc (may be
+ * NULL; aa_managed_config_init'ed first, its device left 0 for the caller
+ * to set) gets the advice and allow_oversubscribe. AA_OK; AA_ENOENT for a
+ * region section the policy lacks; AA_EINVAL for a NULL policy or an
+ * unknown pool name. */
+AA_EXTERN int aa_policy_pool_backend(const aa_policy *p, const char *pool,
+                                     bool *managed, aa_managed_config *mc);
 
 /* The section that configures a pool: "regions.<name>" when the pool serves
  * a region the policy has a section for, else its backend's ("device",
