@@ -529,6 +529,18 @@ def summarise(doc):
                  "reserved_over_cap": any(p.get("peak_reserved", 0) > cap for p in probes
                                           if p.get("ok")),
                  "rc": r.get("rc", 0)}
+            # the next size's peak from this allocator's own capped probes: the
+            # line through the two largest sizes that ran (peaks grow about
+            # linearly with batch and, with fused attention, sequence length)
+            oks = sorted((p["size"], p["peak_allocated"]) for p in probes
+                         if p.get("ok") and "peak_allocated" in p)
+            if best and len(oks) >= 2 and oks[-1][0] == best:
+                (s1, p1), (s2, p2) = oks[-2], oks[-1]
+                est = p2 + (p2 - p1) * step / (s2 - s1)
+                d["next_extrapolated_peak_allocated"] = int(est)
+                d["at_limit_extrapolated"] = None if res.get("at_max") else est > cap
+            else:
+                d["next_extrapolated_peak_allocated"] = d["at_limit_extrapolated"] = None
             if res.get("at_max"):
                 d["at_limit"] = None  # the search's maximum, not the cap, stopped it
             elif floor.get(nxt) is not None:
@@ -553,6 +565,20 @@ def fmt_size(d):
     return s
 
 
+def limit_text(d):
+    """The table's "at the limit?" for one allocator's figures."""
+    if d.get("at_max"):
+        return "search maximum reached"
+    est = d.get("next_extrapolated_peak_allocated")
+    how = f"{est / MIB:.0f} MiB extrapolated" if est is not None else ""
+    if d.get("at_limit") is None:
+        if d.get("at_limit_extrapolated") is None:
+            return "-"
+        return f"{'yes' if d['at_limit_extrapolated'] else 'no'} ({d['next']}: {how})"
+    unc = f"{d['next']} allocates {d['next_uncapped_peak_allocated'] / MIB:.0f} MiB uncapped"
+    return f"{'yes' if d['at_limit'] else 'no'} ({unc}" + (f", {how})" if how else ")")
+
+
 def print_report(rows, modes):
     """The markdown table and the figures behind "at the limit"."""
     ours = "native"
@@ -565,22 +591,15 @@ def print_report(rows, modes):
         ratio = "-"
         if o and e and o.get("best") and e.get("best"):
             ratio = f"{o['best'] / e['best']:.3f}"
-        lim = "-"
-        if o:
-            if o.get("at_max"):
-                lim = "search maximum reached"
-            elif o.get("at_limit") is True:
-                lim = f"yes ({o['next']} needs {o['next_uncapped_peak_allocated'] / MIB:.0f} MiB)"
-            elif o.get("at_limit") is False:
-                lim = (f"no ({o['next']} allocates {o['next_uncapped_peak_allocated'] / MIB:.0f} "
-                       "MiB uncapped)")
+        lim = limit_text(o) if o else "-"
         print(f"| {r['what']} ({r['fixed']}) | {r['axis']} | {r['cap'] / GIB:g} GiB | "
               f"{fmt_size(ms.get(ours))} | {fmt_size(ms.get('default'))} | "
               f"{fmt_size(ms.get('expandable'))} | {ratio} | {lim} |")
     print("\nPer allocator (MiB): largest size; its peak allocated and reserved under the cap; "
-          "the next size's peak allocated without a cap (PyTorch's default, 2 steps); "
-          "at the limit = that is above the cap; non-allocator memory = driver's in use - "
-          "memory_reserved()")
+          "the next size's peak allocated without a cap (PyTorch's default, 2 steps), "
+          "extrapolated from the two largest sizes that ran under the cap, and as far as it "
+          "got before its OOM; at the limit = the uncapped figure is above the cap; "
+          "non-allocator memory = driver's in use - memory_reserved()")
     for r in rows:
         for m in modes:
             d = r["modes"].get(m)
@@ -593,6 +612,7 @@ def print_report(rows, modes):
             print(f"  {r['workload']:8} {LABEL.get(m, m):10} {fmt_size(d):>16}  "
                   f"peak allocated {mib(d['peak_allocated'])} reserved {mib(d['peak_reserved'])} "
                   f"| next {d['next']}: uncapped {mib(d['next_uncapped_peak_allocated'])}, "
+                  f"extrapolated {mib(d['next_extrapolated_peak_allocated'])}, "
                   f"at its OOM {mib(d['next_peak_allocated_at_oom'])} | non-allocator "
                   f"{mib(d['non_allocator'])} | at the limit {d['at_limit']}"
                   + (" | RESERVED ABOVE THE CAP" if d["reserved_over_cap"] else "")

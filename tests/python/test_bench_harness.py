@@ -503,10 +503,11 @@ def _run_fake(monkeypatch, tmp_path, capsys, *args):
 def test_maxbatch_harness_on_fake_torch(monkeypatch, tmp_path, capsys):
     # the fake device checks the cap (0.25 GiB) against reserved bytes; a step
     # holds size + size/2 MiB, so 168 fits (252 MiB) and 176 (264) does not
-    rc, doc, out = _run_fake(monkeypatch, tmp_path, capsys, "--modes", "default,expandable")
+    rc, doc, out = _run_fake(monkeypatch, tmp_path, capsys)
     assert rc == 0
     runs = doc["workloads"]["smoke"]["runs"]
-    for m in ("default", "expandable"):
+    assert runs["native"]["pool_limit"] == [1 << 28]  # the fraction reached the pool
+    for m in ("native", "default", "expandable"):
         assert runs[m]["result"]["best"] == 168 and runs[m]["result"]["fail"] == 176
         assert runs[m]["cap"] == 1 << 28
         ok = [p for p in runs[m]["probes"] if p["ok"]]
@@ -517,7 +518,9 @@ def test_maxbatch_harness_on_fake_torch(monkeypatch, tmp_path, capsys):
     d = rows["smoke"]["modes"]["default"]
     assert d["at_limit"] is True and d["next_uncapped_peak_allocated"] == 264 << 20
     assert d["peak_allocated"] == 252 << 20 and not d["reserved_over_cap"]
-    assert "| smoke (the harness's check) (two tensors) | MiB | 0.25 GiB | - | 168 | 168 |" in out
+    assert d["next_extrapolated_peak_allocated"] == 264 << 20 and d["at_limit_extrapolated"]
+    assert ("| smoke (the harness's check) (two tensors) | MiB | 0.25 GiB | 168 | 168 | 168 "
+            "| 1.000 | yes (176 allocates 264 MiB uncapped, 264 MiB extrapolated) |") in out
 
 
 def test_maxbatch_one_process_per_probe(monkeypatch, tmp_path, capsys):
@@ -538,6 +541,16 @@ def test_maxbatch_budget_stops_with_a_lower_bound(monkeypatch, tmp_path, capsys)
     assert not res["complete"] and 0 < res["best"] < 168  # stopped, what it had
     assert runs["expandable"] is None and "smoke/expandable" in doc["skipped"]
     assert "(partial)" in out
+
+
+def test_maxbatch_native_must_be_the_native_allocator(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("FAKE_ADAPTALLOC_INSTALL", "pluggable")
+    rc, doc, out = _run_fake(monkeypatch, tmp_path, capsys, "--modes", "native,default",
+                             "--no-limit-check")
+    assert rc == 1 and "FAILED: smoke/native" in out
+    assert "gave 'pluggable', not the native allocator" in \
+        doc["workloads"]["smoke"]["runs"]["native"]["stderr_tail"]
+    assert doc["workloads"]["smoke"]["runs"]["default"]["result"]["best"] == 168
 
 
 def test_maxbatch_failed_child_is_an_error(monkeypatch, tmp_path, capsys):
