@@ -19,6 +19,8 @@ Workloads (random weights, fixed seeds; each searches one axis):
   cnn      CNN training: the zoo's ResNet-style conv net (zoo_workloads.
            cnn_net), fp32, SGD with momentum, 224x224 images; batch searched
            in steps of 4 under 4 GiB
+  smoke    (not in the default list) two plain tensors of N and N/2 MiB a
+           step under 0.25 GiB: the harness's check, seconds on a GPU
 --cap-gib W=G,... and --step W=N,... change a workload's cap and step.
 
 Allocators (--modes): native (adaptalloc.torch.install(), which must return
@@ -70,7 +72,14 @@ allocates is reserved under the cap. (The non-allocator memory is not
 subtracted: set_per_process_memory_fraction does not count it, for either
 allocator; the report prints it, and the JSON has "at_limit_minus_non_
 allocator", the same test against cap minus the largest non-allocator
-memory measured, for a cap meant as the whole device's.)
+memory measured, for a cap meant as the whole device's.) Beside it, from
+the allocator's own capped probes, the next size's peak extrapolated along
+the line through the two largest sizes that ran ("extrapolated"): the
+uncapped run's libraries may choose differently with the whole device free
+(cuDNN's heuristics take algorithms whose workspace the allocator can give,
+so the CNN's uncapped figure can hold a larger workspace than any capped
+run); where the two figures disagree on "at the limit", the table shows both
+and the per-allocator lines say which is which.
 
 Budget: --budget-s S (default 420) stops starting processes whose expected
 time (the longest one so far) would end after S seconds, and every search
@@ -83,9 +92,11 @@ import gc
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -399,35 +410,40 @@ class Harness:
                "--mode", FLOOR_MODE if mode == FLOOR else mode, "--cap", str(cap),
                "--probe-steps", str(self.a.probe_steps), "--seq-batch", str(self.a.seq_batch),
                "--deadline", str(self.deadline)] + extra
-        timeout = self.a.timeout_s if left is None else max(10.0, min(self.a.timeout_s, left + 30))
+        timeout = self.a.timeout_s
+        if left is not None:
+            timeout = max(10.0, min(timeout, left + 30))
         t = time.time()
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=self.tmp,
-                               timeout=timeout)
-            rc, out, err = p.returncode, p.stdout, p.stderr
-        except subprocess.TimeoutExpired as e:
-            rc = 124
-            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-            err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        result, probes = None, []
+        with tempfile.TemporaryFile("w+") as errf:
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True, env=env,
+                                 cwd=self.tmp)
+            killer = threading.Timer(timeout, p.kill)  # past its time: killed, lines kept
+            killer.start()
+            try:
+                for line in p.stdout:  # as they come: a log cut short still has them
+                    kind, _, rest = line.rstrip("\n").partition(" ")
+                    try:
+                        doc = json.loads(rest) if kind in ("PROBE", "RESULT") else None
+                    except ValueError:
+                        continue
+                    if kind == "PROBE":
+                        probes.append(doc)
+                        print_probe(label, doc)
+                    elif kind == "RESULT":
+                        result = doc
+                rc = p.wait()
+            finally:
+                killer.cancel()
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            if rc < 0 and time.time() - t >= timeout:
+                rc = 124
+            errf.seek(0)
+            err = errf.read()
         took = time.time() - t
         self.longest = max(self.longest, took)
-        result, probes = None, []
-        for line in out.splitlines():
-            kind, _, rest = line.partition(" ")
-            try:
-                if kind == "PROBE":
-                    probes.append(json.loads(rest))
-                elif kind == "RESULT":
-                    result = json.loads(rest)
-            except ValueError:
-                continue
-        for r in probes:
-            print(f"    {label} {r['size']}: " + ("ok" if r.get("ok") else "OOM"
-                  if r.get("ok") is False else "error/skipped") +
-                  (f", peak allocated {r['peak_allocated'] / MIB:.0f} MiB"
-                   if "peak_allocated" in r else "") +
-                  (f", reserved {r['peak_reserved'] / MIB:.0f} MiB" if "peak_reserved" in r else ""),
-                  flush=True)
         if rc != 0 or result is None:
             print(f"  {label}: rc={rc} after {took:.0f} s; stderr: {err.strip()[-800:]}",
                   flush=True)
@@ -469,6 +485,16 @@ class Harness:
         return out
 
 
+def print_probe(label, r):
+    what = "ok" if r.get("ok") else "OOM" if r.get("ok") is False else "error/not run"
+    print(f"    {label} {r.get('size')}: {what}"
+          + (f", peak allocated {r['peak_allocated'] / MIB:.0f} MiB"
+             if "peak_allocated" in r else "")
+          + (f", reserved {r['peak_reserved'] / MIB:.0f} MiB" if "peak_reserved" in r else "")
+          + (f" ({r['error'][:160]})" if r.get("ok") is None and r.get("error") else ""),
+          flush=True)
+
+
 def from_probes(probes, spec):
     """A search's figures from its PROBE lines alone (its process died): the
     largest size that ran is a lower bound."""
@@ -503,8 +529,8 @@ def summarise(doc):
         for p in (wd["runs"].get(FLOOR) or {}).get("probes", []):
             if p.get("ok"):
                 floor[p["size"]] = p["peak_allocated"]
-        non_alloc = [p["non_allocator"] for r in wd["runs"].values() for p in (r or {}).get("probes", [])
-                     if "non_allocator" in p]
+        non_alloc = [p["non_allocator"] for r in wd["runs"].values()
+                     for p in (r or {}).get("probes", []) if "non_allocator" in p]
         worst_na = max(non_alloc) if non_alloc else None
         row = {"workload": w, "what": wd["what"], "axis": wd["axis"], "fixed": wd["fixed"],
                "cap": cap, "step": step, "modes": {}}
@@ -693,6 +719,9 @@ def main():
     caps = parse_kv(a.cap_gib, "cap-gib", float)
     steps = parse_kv(a.step, "step", int)
     h = Harness(a)
+    # stopped from outside (the stage's time limit): the table and the JSON of
+    # what was measured still come out (the finally below)
+    old_term = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     doc = {"modes": modes, "budget_s": a.budget_s, "probe_steps": a.probe_steps,
            "per_probe_process": a.probe_process, "workloads": {}}
     try:
@@ -730,6 +759,7 @@ def main():
                                              "stderr_tail": err if rc else "",
                                              "process_s": round(took, 1)}
     finally:
+        signal.signal(signal.SIGTERM, old_term)
         h.close()
         doc["skipped"] = h.skipped
         doc["elapsed_s"] = round(time.time() - h.t0, 1)

@@ -553,6 +553,16 @@ def test_maxbatch_native_must_be_the_native_allocator(monkeypatch, tmp_path, cap
     assert doc["workloads"]["smoke"]["runs"]["default"]["result"]["best"] == 168
 
 
+def test_maxbatch_killed_child_keeps_its_probes(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("FAKETORCH_SLEEP", "0.4")
+    rc, doc, out = _run_fake(monkeypatch, tmp_path, capsys, "--modes", "default",
+                             "--no-limit-check", "--budget-s", "0", "--timeout-s", "1.8")
+    r = doc["workloads"]["smoke"]["runs"]["default"]
+    assert rc == 1 and r["rc"] == 124 and "FAILED: smoke/default (rc 124)" in out
+    assert not r["result"]["complete"] and r["result"]["best"] in (16, 32, 64)
+    assert [p["size"] for p in r["probes"]][:1] == [16]
+
+
 def test_maxbatch_failed_child_is_an_error(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("FAKETORCH_FAIL_INIT", "1")
     rc, doc, out = _run_fake(monkeypatch, tmp_path, capsys, "--modes", "default",
