@@ -718,6 +718,10 @@ def main():
     modes = names(a.modes, MODES, "modes")
     caps = parse_kv(a.cap_gib, "cap-gib", float)
     steps = parse_kv(a.step, "step", int)
+    for w, n in steps.items():
+        if n > WORKLOADS[w]["max"]:
+            sys.exit(f"bench_maxbatch: --step {w}={n} is above its maximum "
+                     f"{WORKLOADS[w]['max']}")
     h = Harness(a)
     # stopped from outside (the stage's time limit): the table and the JSON of
     # what was measured still come out (the finally below)
@@ -731,9 +735,6 @@ def main():
             spec["cap"] = int(caps.get(w, spec["cap_gib"]) * GIB)
             spec["step"] = steps.get(w, spec["step"])
             spec["start"] = max(spec["start"], spec["step"])
-            if spec["step"] > spec["max"]:
-                sys.exit(f"bench_maxbatch: --step {w}={spec['step']} is above its maximum "
-                         f"{spec['max']}")
             print(f"{w}: {spec['what']}, {spec['fixed']}, {spec['axis']} searched in steps of "
                   f"{spec['step']} from {spec['start']} under {spec['cap'] / GIB:g} GiB",
                   flush=True)

@@ -538,7 +538,7 @@ def test_maxbatch_budget_stops_with_a_lower_bound(monkeypatch, tmp_path, capsys)
                              "--budget-s", "2")
     runs = doc["workloads"]["smoke"]["runs"]
     res = runs["default"]["result"]
-    assert not res["complete"] and 0 < res["best"] < 168  # stopped, what it had
+    assert not res["complete"] and res["best"] < 168  # stopped with what it had
     assert runs["expandable"] is None and "smoke/expandable" in doc["skipped"]
     assert "(partial)" in out
 
@@ -559,8 +559,9 @@ def test_maxbatch_killed_child_keeps_its_probes(monkeypatch, tmp_path, capsys):
                              "--no-limit-check", "--budget-s", "0", "--timeout-s", "1.8")
     r = doc["workloads"]["smoke"]["runs"]["default"]
     assert rc == 1 and r["rc"] == 124 and "FAILED: smoke/default (rc 124)" in out
-    assert not r["result"]["complete"] and r["result"]["best"] in (16, 32, 64)
-    assert [p["size"] for p in r["probes"]][:1] == [16]
+    # what its probes said before the kill (how many depends on the machine's load)
+    assert not r["result"]["complete"] and r["result"]["best"] < 168
+    assert r["result"]["best"] == max([p["size"] for p in r["probes"] if p["ok"]], default=0)
 
 
 def test_maxbatch_failed_child_is_an_error(monkeypatch, tmp_path, capsys):
@@ -573,7 +574,7 @@ def test_maxbatch_failed_child_is_an_error(monkeypatch, tmp_path, capsys):
 
 def test_maxbatch_bad_arguments(monkeypatch):
     for args in (["--workloads", "resnet"], ["--modes", "async"], ["--cap-gib", "bert=x"],
-                 ["--step", "nope=4"], ["--step", "gpt2=0"]):
+                 ["--step", "nope=4"], ["--step", "gpt2=0"], ["--step", "gpt2=100000"]):
         monkeypatch.setattr(sys, "argv", ["bench_maxbatch.py"] + args)
         with pytest.raises(SystemExit) as e:
             bench_maxbatch.main()
