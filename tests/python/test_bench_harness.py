@@ -455,7 +455,7 @@ def test_zoo_runner_end_to_end_with_a_stand_in_torch(tmp_path, lockstep):
 
 import bench_maxbatch  # noqa: E402
 
-FAKE_TORCH = os.path.join(ROOT, "tests", "python", "faketorch")
+FAKE_TORCH_DIR = os.path.join(ROOT, "tests", "python", "faketorch")  # torch + adaptalloc
 
 
 def _probe_until(limit, seen):
@@ -491,7 +491,7 @@ def test_maxbatch_search_edges():
 
 
 def _run_fake(monkeypatch, tmp_path, capsys, *args):
-    monkeypatch.setenv("PYTHONPATH", FAKE_TORCH)
+    monkeypatch.setenv("PYTHONPATH", FAKE_TORCH_DIR)
     out = tmp_path / "mb.json"
     monkeypatch.setattr(sys, "argv", ["bench_maxbatch.py", "--workloads", "smoke",
                                       "--out", str(out)] + list(args))
