@@ -749,6 +749,10 @@ def main():
                     print(f"  {w}/{m}: largest {spec['axis']} {res.get('best')} (first failure "
                           f"{res.get('fail')}, complete {res.get('complete')}) in "
                           f"{r.get('process_s', 0):.0f} s", flush=True)
+                    if "pool_limit" in r:  # the fraction, as the native allocator took it
+                        print(f"  {w}/{m}: cap by set_per_process_memory_fraction; the device "
+                              f"pool's limit_bytes {r['pool_limit']} (cap {spec['cap']})",
+                              flush=True)
             if not a.no_limit_check:
                 sizes = floor_sizes(wd["runs"], spec["step"], spec["max"])
                 if sizes:
