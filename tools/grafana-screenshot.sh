@@ -14,7 +14,7 @@
 #
 # Usage: bash tools/grafana-screenshot.sh [BUILD_DIR] [SECONDS]
 #   BUILD_DIR  where adaptalloc-demo was built (default build)
-#   SECONDS    how long Prometheus scrapes before the picture (default 75)
+#   SECONDS    how long Prometheus scrapes before the picture (default 100)
 #   AA_GRAFANA_OUT=DIR     write grafana.png (and grafana.html, grafana.json:
 #                          the page and what each panel got) there; default
 #                          docs/img (only the .png is kept there)
@@ -28,7 +28,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
-wait_s=${2:-75}
+wait_s=${2:-100}
 out=${AA_GRAFANA_OUT:-docs/img}
 scrape=${AA_GRAFANA_SCRAPE:-5s}
 range=${AA_GRAFANA_RANGE:-now-2m}

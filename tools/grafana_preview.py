@@ -139,6 +139,7 @@ def decimals_for(value):
 
 def fixed(value, decimals):
     if decimals is None:
+        value = float("%.12g" % value)  # 3.0000000000000004e-05 s is 30 µs
         decimals = decimals_for(value)
     return "%.*f" % (min(decimals, 6), value)
 
@@ -448,7 +449,12 @@ def draw_timeseries(panel, results, w, h, start, end, unit, decimals):
         hi = lo + (abs(lo) if lo else 1)
     ticks, step = axis_ticks(lo, hi, max(2, int(ch // 40)), unit)
     lo, hi = min(lo, ticks[0]), max(hi, ticks[-1])
-    tdec = decimals if decimals is not None else tick_decimals(ticks, step, unit)
+    if decimals is not None:
+        tdec = decimals
+    elif unit in ("s", "ms", "µs", "ns"):
+        tdec = None  # ticks cross units (50 s, 1.25 min): each its own decimals
+    else:
+        tdec = tick_decimals(ticks, step, unit)
     labels = [format_value(t, unit, tdec) for t in ticks]
     left = 10 + 6.2 * max(len(x) for x in labels)
     right, top, bottom = 8, 6, 20

@@ -46,7 +46,7 @@ class Panels(html.parser.HTMLParser):
             self.panels[owner]["titles"] += 1
         if "nodata" in cls and owner is not None:
             self.nodata.append(self.panels[owner]["id"])
-        self.stack.append((tag, owner if "data-panel-id" not in a else owner, in_title))
+        self.stack.append((tag, owner, in_title))
 
     def handle_endtag(self, tag):
         while self.stack:
