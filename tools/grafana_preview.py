@@ -286,7 +286,7 @@ def resolve_variables(dash, prom, start, end, overrides):
                 raise InputError("--var %s: %s not among its values %s"
                                  % (name, ", ".join(unknown), found))
             shown = picked
-            regex = picked[0] if len(picked) == 1 else \
+            regex = regex_escape(picked[0]) if len(picked) == 1 else \
                 "(" + "|".join(regex_escape(v) for v in picked) + ")"
         elif var.get("includeAll") and (var.get("current") or {}).get("value") in \
                 ("$__all", ["$__all"]):
