@@ -521,7 +521,6 @@ struct aa_pool {
   uint64_t large_req;
   uint64_t large_allocs, large_frees;
   uint64_t large_misses;  /* large allocations that called the backend (a segment, page maps) */
-  bool lmerge_due;        /* a free chunk became usable everywhere: merge first (large.c) */
   uint64_t large_settled; /* free chunks whose streams' work had completed, made usable
                            * everywhere on the way to growing (large.c settle) */
 

@@ -223,8 +223,8 @@ static void park(aa_pool *pool, aa__chunk *c) {
 /* Whether a free chunk may be handed out on `stream` now: its freeing stream
  * is idle (no event needed), or the event recorded on it lazily (one event
  * covers the chunk) has completed. A chunk found usable everywhere here is
- * not merged with its neighbours at once (the caller is walking the bins):
- * pool->lmerge_due asks the next allocation to merge first (merge_due). */
+ * not merged with its neighbours (the caller is walking the bins): settle
+ * merges such chunks on the way to growing. */
 bool aa__lg_usable(aa_pool *pool, aa__chunk *c, aa_stream stream) {
   aa_backend *b = pool->backend;
   if (c->nxev > 0) {
@@ -233,13 +233,11 @@ bool aa__lg_usable(aa_pool *pool, aa__chunk *c, aa_stream stream) {
       return false;
     free(c->xev);
     c->xev = NULL;
-    pool->lmerge_due = true;
   }
   if (c->any || c->stream == stream)
     return true;
   if (c->ev == NULL && aa__stream_idle(pool, c->stream)) {
     c->any = 1; /* freed before the query: its work has completed */
-    pool->lmerge_due = true;
     return true;
   }
   if (c->ev == NULL && b->ops->event_record(b, c->stream, &c->ev) != AA_OK) {
@@ -250,7 +248,6 @@ bool aa__lg_usable(aa_pool *pool, aa__chunk *c, aa_stream stream) {
   if (aa__events_done(pool, &c->ev, &one)) {
     c->ev = NULL;
     c->any = 1;
-    pool->lmerge_due = true;
     return true;
   }
   return false;
@@ -313,23 +310,6 @@ static size_t settle(aa_pool *pool, uint64_t *settled) {
   for (aa__seg *s = pool->segs; s; s = s->next)
     merged += aa__lg_seg_merge(pool, s);
   return merged;
-}
-
-/* The chunks aa__lg_usable found usable everywhere since the last look
- * merge with their free neighbours alike (aa__lg_seg_merge), before the
- * next search: a block freed on a side stream (record_stream'd, or freed on
- * one stream and wanted on another) would otherwise stay a hole of its own
- * size, split by the next requests into ever smaller pieces, while the pool
- * grows beside them (on the side-stream input pipeline of BENCHMARKS.md:
- * 146 MiB reserved for 91 MiB in use on the host replica, reserved growing
- * cycle after cycle on the GPU). One pass over the segments' chunks, only
- * after such a change; no backend call. */
-static void merge_due(aa_pool *pool) {
-  if (!pool->lmerge_due)
-    return;
-  pool->lmerge_due = false;
-  for (aa__seg *s = pool->segs; s; s = s->next)
-    (void)aa__lg_seg_merge(pool, s);
 }
 
 /* Expandable: best fit among the free chunks whose pages are all mapped or,
@@ -463,9 +443,6 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
     aa__lg_ltc_drop_locked(pool, tc, tc->nlheld - 1);
   (void)aa__lg_ltc_reclaim(pool, tc, false);
   uint64_t maps0 = pool->vmm_maps;
-  if (!passthrough)
-    aa__lg_unpark_all(pool); /* before merge_due: parked chunks do not merge */
-  merge_due(pool);
   for (;;) {
     if (pool->lhash_n >= pool->lhash_cap && hash_grow(pool) != AA_OK)
       break;
