@@ -138,6 +138,8 @@ int bench_host_main(int argc, char **argv);
 int bench_steps_main(int argc, char **argv);
 /* bench_staging.c: `adaptalloc-bench staging`. */
 int bench_staging_main(int argc, char **argv);
+/* bench_streams.c: `adaptalloc-bench streams`. */
+int bench_streams_main(int argc, char **argv);
 
 /* Keeps a pointer alive in the eyes of the compiler without touching the
  * memory it points to, so alloc/free pairs cannot be elided. */

@@ -64,7 +64,9 @@ static void usage(FILE *f) {
           "  steps   the allocator's own cost per training step (the GPU zoo's moe\n"
           "          step as allocations, on a host pool)\n"
           "  staging pinned staging buffers' get+put (pinned_empty + free) on the host\n"
-          "          backend: events and stream queries per pair\n");
+          "          backend: events and stream queries per pair\n"
+          "  streams host replicas of the GPU zoo's side-stream workloads (sidepipe,\n"
+          "          fsdp): what the large path holds, per cycle, no timing\n");
 }
 
 /* Re-executes this program with more optional static TLS. Returns only when
@@ -114,7 +116,10 @@ int main(int argc, char **argv) {
     return bench_steps_main(argc - 1, argv + 1);
   if (strcmp(argv[1], "staging") == 0)
     return bench_staging_main(argc - 1, argv + 1);
-  fprintf(stderr, "adaptalloc-bench: unknown command '%s' (host, steps, staging)\n", argv[1]);
+  if (strcmp(argv[1], "streams") == 0)
+    return bench_streams_main(argc - 1, argv + 1);
+  fprintf(stderr, "adaptalloc-bench: unknown command '%s' (host, steps, staging, streams)\n",
+          argv[1]);
   fprintf(stderr, "(adaptalloc-bench --help for usage)\n");
   return 2;
 }

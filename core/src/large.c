@@ -266,7 +266,7 @@ static size_t settle(aa_pool *pool, uint64_t *settled) {
   aa_stream seen[NSTREAMS];
   bool idle[NSTREAMS];
   unsigned nseen = 0;
-  uint64_t n = 0, tied = 0;
+  uint64_t n = 0;
   for (unsigned b = next_bin(pool, 0); b < AA__LARGE_BINS; b = next_bin(pool, b + 1)) {
     for (aa__chunk *c = pool->lbins[b]; c; c = c->fnext) {
       aa__assert_internal(c->free && !c->parked);
@@ -278,7 +278,6 @@ static size_t settle(aa_pool *pool, uint64_t *settled) {
           continue;
         free(c->xev);
         c->xev = NULL;
-        tied++; /* may merge with its stream's free neighbours now */
       }
       if (c->ev != NULL) {
         uint32_t one = 1;
@@ -304,11 +303,11 @@ static size_t settle(aa_pool *pool, uint64_t *settled) {
     }
   }
   *settled += n;
-  if (n == 0 && tied == 0)
+  if (n == 0)
     return 0;
   size_t merged = 0;
   for (aa__seg *s = pool->segs; s; s = s->next)
-    merged += aa__lg_seg_merge(pool, s);
+    merged += aa__lg_seg_merge(pool, s, true);
   return merged;
 }
 

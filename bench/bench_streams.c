@@ -1,0 +1,216 @@
+/*
+ * bench_streams.c — `adaptalloc-bench streams`: host replicas of the GPU
+ * zoo's side-stream workloads (bench/gpu/zoo_workloads.py), so that what the
+ * large path holds for them can be measured, and compared before and after
+ * a change, without a GPU. The allocations and frees of one step each, on an
+ * expandable host pool (the device pools' large mode) with two streams of
+ * the host backend's test hooks: "busy" holds a stream's events pending, as
+ * a GPU that runs behind the CPU does.
+ *
+ *   sidepipe  a batch copied and transformed on a side stream (uint8 input,
+ *             two float tensors), handed to the compute stream with
+ *             record_stream, a compute-stream tensor beside it; six shapes
+ *             cycling; --busy: both streams busy until the step's end
+ *   fsdp      eight layers' weights gathered on a side stream one layer
+ *             ahead (a temporary half, the whole), used on the compute stream
+ *             (record_stream) and freed after the layer, forward and
+ *             backward, with activations on the compute stream; --busy: the
+ *             GPU a whole step behind
+ *
+ * Prints, per cycle, the pool's reserved and peak in-use bytes, the large
+ * path's settled chunks and page maps. The figures are the allocator's own
+ * (no timing): the same run gives the same numbers.
+ *
+ * Entry point: bench_streams_main.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "test_hooks.h" /* core/src: busy streams of the host backend */
+
+#define SIDE ((aa_stream)(uintptr_t)0x1000)
+#define CUR ((aa_stream)(uintptr_t)0x2000)
+#define MIB (1024.0 * 1024.0)
+
+typedef struct run {
+  aa_backend *b;
+  aa_pool *p;
+  bool busy;
+  uint64_t failed;
+} run;
+
+static void *take(run *r, size_t n, aa_stream s) {
+  void *p = aa_alloc(r->p, n, s);
+  if (p == NULL)
+    r->failed++;
+  return p;
+}
+
+static void give(run *r, void *p, size_t n, aa_stream s) {
+  if (p != NULL)
+    (void)aa_free(r->p, p, n, s);
+}
+
+static void streams_busy(run *r, bool busy) {
+  if (r->busy) {
+    (void)aa_backend_host_stream_busy(r->b, SIDE, busy);
+    (void)aa_backend_host_stream_busy(r->b, CUR, busy);
+  }
+}
+
+static void report(run *r, const char *what, int cycle) {
+  aa_pool_stats st;
+  if (aa_pool_stats_get_opts(r->p, &st, AA_STATS_NO_SIZES) != AA_OK)
+    return;
+  printf("%-8s cycle %2d  reserved %8.1f MiB  peak in use %8.1f MiB  settled %6llu  "
+         "page maps %6llu\n",
+         what, cycle, (double)st.bytes_reserved / MIB, (double)st.peak_bytes_in_use / MIB,
+         (unsigned long long)st.large_settled, (unsigned long long)st.large_pages_mapped);
+}
+
+static void sidepipe(run *r, int cycles) {
+  static const size_t shapes[6][4] = {{64, 3, 224, 224}, {32, 3, 320, 320}, {96, 3, 160, 160},
+                                      {48, 3, 256, 256}, {128, 3, 128, 128}, {16, 3, 448, 448}};
+  for (int c = 0; c < cycles; c++) {
+    for (int k = 0; k < 6; k++) {
+      size_t n = shapes[k][0] * shapes[k][1] * shapes[k][2] * shapes[k][3];
+      void *raw = take(r, n, SIDE);
+      void *x = take(r, n * 4, SIDE);
+      void *y = take(r, n * 4, SIDE);
+      give(r, raw, n, SIDE);
+      if (x != NULL)
+        (void)aa_record_stream(r->p, x, CUR);
+      if (y != NULL)
+        (void)aa_record_stream(r->p, y, CUR);
+      streams_busy(r, true);
+      void *w = take(r, (size_t)16 << 20, CUR);
+      streams_busy(r, false);
+      give(r, x, n * 4, SIDE);
+      give(r, y, n * 4, SIDE);
+      give(r, w, (size_t)16 << 20, CUR);
+    }
+    report(r, "sidepipe", c);
+  }
+}
+
+/* One layer's weights gathered on the side stream: a temporary half, then
+ * the whole. */
+static void *gather(run *r, size_t whole) {
+  void *tmp = take(r, whole / 2, SIDE);
+  void *full = take(r, whole, SIDE);
+  give(r, tmp, whole / 2, SIDE);
+  return full;
+}
+
+static void fsdp(run *r, int cycles) {
+  enum { L = 8 };
+  const size_t d = 2048, whole = 8 * d * d * 4 + 5 * d * 4;
+  static const size_t counts[6] = {1024, 8192, 3000, 6000, 2048, 7000};
+  void *shard[L];
+  for (int k = 0; k < L; k++)
+    shard[k] = take(r, whole / 2, CUR);
+  for (int c = 0; c < cycles; c++) {
+    size_t n = counts[c % 6], act = n * d * 4, hid = n * 4 * d * 4;
+    void *acts[L + 1];
+    streams_busy(r, true);
+    acts[0] = take(r, act, CUR);
+    void *next = gather(r, whole);
+    for (int k = 0; k < L; k++) { /* forward */
+      void *full = next;
+      if (full != NULL)
+        (void)aa_record_stream(r->p, full, CUR);
+      if (k + 1 < L)
+        next = gather(r, whole);
+      void *h = take(r, hid, CUR);
+      void *g = take(r, hid, CUR);
+      acts[k + 1] = take(r, act, CUR);
+      give(r, h, hid, CUR);
+      give(r, g, hid, CUR);
+      give(r, full, whole, SIDE);
+    }
+    next = gather(r, whole);
+    for (int k = L; k-- > 0;) { /* backward: gathered again */
+      void *full = next;
+      if (full != NULL)
+        (void)aa_record_stream(r->p, full, CUR);
+      if (k > 0)
+        next = gather(r, whole);
+      void *w = take(r, whole, CUR);
+      void *h = take(r, hid, CUR);
+      void *g = take(r, act, CUR);
+      void *flat = take(r, whole, CUR);
+      give(r, h, hid, CUR);
+      give(r, w, whole, CUR);
+      give(r, flat, whole, CUR);
+      give(r, acts[k + 1], act, CUR);
+      give(r, g, act, CUR);
+      give(r, full, whole, SIDE);
+    }
+    give(r, acts[0], act, CUR);
+    streams_busy(r, false);
+    report(r, "fsdp", c);
+  }
+  for (int k = 0; k < L; k++)
+    give(r, shard[k], whole / 2, CUR);
+}
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: adaptalloc-bench streams [sidepipe|fsdp] [--busy] [--cycles N]\n"
+             "  host replicas of the GPU zoo's side-stream workloads on an expandable\n"
+             "  host pool: reserved and peak in use per cycle (no timing)\n"
+             "  --busy      both streams busy through each step (a GPU behind the CPU)\n"
+             "  --cycles N  cycles to run (default 6, 1..1000)\n");
+}
+
+int bench_streams_main(int argc, char **argv) {
+  const char *which = "sidepipe";
+  int cycles = 6;
+  run r;
+  aa_pool_config cfg;
+  memset(&r, 0, sizeof r);
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage(stdout);
+      return 0;
+    } else if (strcmp(argv[i], "--busy") == 0) {
+      r.busy = true;
+    } else if (strcmp(argv[i], "--cycles") == 0 && i + 1 < argc) {
+      if (!bench_arg_int("streams", "--cycles", argv[++i], 1, 1000, &cycles))
+        return 2;
+    } else if (strcmp(argv[i], "sidepipe") == 0 || strcmp(argv[i], "fsdp") == 0) {
+      which = argv[i];
+    } else {
+      fprintf(stderr, "adaptalloc-bench streams: unknown argument '%s'\n", argv[i]);
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (aa_backend_host_new(&r.b) != AA_OK) {
+    fprintf(stderr, "adaptalloc-bench streams: cannot create the host backend\n");
+    return 1;
+  }
+  aa_pool_config_init(&cfg);
+  cfg.backend = r.b;
+  cfg.large_mode = AA_LARGE_EXPANDABLE; /* the default policy's device pools */
+  cfg.max_small = 16384;
+  if (aa_pool_new(&cfg, &r.p) != AA_OK) {
+    fprintf(stderr, "adaptalloc-bench streams: cannot create the pool\n");
+    aa_backend_destroy(r.b);
+    return 1;
+  }
+  if (strcmp(which, "fsdp") == 0)
+    fsdp(&r, cycles);
+  else
+    sidepipe(&r, cycles);
+  aa_pool_destroy(r.p);
+  aa_backend_destroy(r.b);
+  if (r.failed > 0) {
+    fprintf(stderr, "adaptalloc-bench streams: %llu allocations failed\n",
+                (unsigned long long)r.failed);
+    return 1;
+  }
+  return 0;
+}
