@@ -5,6 +5,7 @@
  * adapt loop and telemetry.
  *
  * Entry points: aa_policy_default, aa_policy_parse, aa_policy_load_file,
+ * aa_policy_missing (and the _complete forms of parse and load_file),
  * aa_policy_equal, aa_policy_clone, aa_policy_pool_config.
  * Parsing and validation live in policy_parse.c, the writer and merge patch in
  * policy_json.c, aa_policy_apply (the only part that changes a live pool)
@@ -235,6 +236,99 @@ done:
   return rc;
 }
 
+/* ---------------------------------------------------- complete policies */
+
+/* The parts AA_POLICY_COMPLETE_PARTS names: a section of pools, or a top-level
+ * member (pool NULL). */
+static const struct {
+  const char *pool;
+  const char *top;
+} complete_parts[] = {
+    {"device", "pools"},
+    {"pinned", "pools"},
+    {"host", "pools"},
+    {NULL, "adapt"},
+    {NULL, "telemetry"},
+};
+
+int aa_policy_missing(const char *json, size_t len, size_t *n, char *missing,
+                      size_t cap) {
+  cJSON *root = NULL;
+  size_t count = 0, used = 0;
+  int rc;
+
+  if (n != NULL)
+    *n = 0;
+  if (missing != NULL && cap > 0)
+    missing[0] = '\0';
+  if (json == NULL) {
+    aa__errf(missing, cap, "(root): no document given");
+    return AA_EINVAL;
+  }
+  rc = aa__policy_parse_tree(json, len, &root, missing, cap);
+  if (rc != AA_OK)
+    goto done;
+  if (!cJSON_IsObject(root)) {
+    aa__errf(missing, cap, "(root): expected an object");
+    rc = AA_EINVAL;
+    goto done;
+  }
+  for (size_t i = 0; i < sizeof complete_parts / sizeof complete_parts[0]; i++) {
+    const cJSON *top = cJSON_GetObjectItemCaseSensitive(root, complete_parts[i].top);
+    const cJSON *part = top;
+    int w;
+    if (complete_parts[i].pool != NULL)
+      part = cJSON_IsObject(top)
+                 ? cJSON_GetObjectItemCaseSensitive(top, complete_parts[i].pool)
+                 : NULL;
+    if (part != NULL && !cJSON_IsNull(part))
+      continue;
+    count++;
+    if (missing == NULL || used >= cap)
+      continue;
+    w = snprintf(missing + used, cap - used, "%s%s%s%s", count > 1 ? ", " : "",
+                 complete_parts[i].top, complete_parts[i].pool ? "." : "",
+                 complete_parts[i].pool ? complete_parts[i].pool : "");
+    used = w < 0 ? cap : used + (size_t)w;
+  }
+  if (n != NULL)
+    *n = count;
+done:
+  cJSON_Delete(root);
+  return rc;
+}
+
+/* AA_OK when the document (already valid) names every part, else AA_EINVAL
+ * with the message. */
+static int check_complete(const char *json, size_t len, char *err, size_t errcap) {
+  char missing[AA_POLICY_ERR_CAP];
+  size_t n = 0;
+  int rc = aa_policy_missing(json, len, &n, missing, sizeof missing);
+  if (rc != AA_OK) {
+    aa__errf(err, errcap, "%s", missing);
+    return rc;
+  }
+  if (n == 0)
+    return AA_OK;
+  aa__errf(err, errcap,
+           "(root): not a complete policy: missing %s (a whole policy names " AA_POLICY_COMPLETE_PARTS ")",
+           missing);
+  return AA_EINVAL;
+}
+
+int aa_policy_parse_complete(const char *json, size_t len, aa_policy **out,
+                             char *err, size_t errcap) {
+  int rc = aa_policy_parse(json, len, out, err, errcap);
+  if (rc != AA_OK)
+    return rc;
+  rc = check_complete(json, len, err, errcap);
+  if (rc != AA_OK) {
+    aa_policy_free(*out);
+    *out = NULL;
+  }
+  return rc;
+}
+
 static int not_regular(const char *path, const struct stat *sb, char *err,
                        size_t errcap) {
   aa__errf(err, errcap, "%s: not a regular file (%s); a policy is a JSON file",
@@ -247,8 +341,9 @@ static int not_regular(const char *path, const struct stat *sb, char *err,
   return AA_EINVAL;
 }
 
-int aa_policy_load_file(const char *path, aa_policy **out, char *err,
-                        size_t errcap) {
+/* aa_policy_load_file, and with `complete` aa_policy_load_file_complete. */
+static int load_file(const char *path, bool complete, aa_policy **out, char *err,
+                     size_t errcap) {
   FILE *f = NULL;
   int fd = -1;
   struct stat sb;
@@ -334,7 +429,8 @@ int aa_policy_load_file(const char *path, aa_policy **out, char *err,
     goto done;
   }
   inner[0] = '\0';
-  rc = aa_policy_parse(buf, len, out, inner, sizeof inner);
+  rc = complete ? aa_policy_parse_complete(buf, len, out, inner, sizeof inner)
+                : aa_policy_parse(buf, len, out, inner, sizeof inner);
   if (rc != AA_OK)
     aa__errf(err, errcap, "%s: %s", path, inner);
 done:
@@ -344,6 +440,16 @@ done:
   if (fd >= 0)
     close(fd);
   return rc;
+}
+
+int aa_policy_load_file(const char *path, aa_policy **out, char *err,
+                        size_t errcap) {
+  return load_file(path, false, out, err, errcap);
+}
+
+int aa_policy_load_file_complete(const char *path, aa_policy **out, char *err,
+                                 size_t errcap) {
+  return load_file(path, true, out, err, errcap);
 }
 
 static bool pool_equal(const aa__pool_policy *a, const aa__pool_policy *b) {
