@@ -978,8 +978,8 @@ static const abuse_case policy_cases[] = {
     {"put: escaped lone surrogate", "PUT", "/policy", NULL,
      "{\"name\":\"\\ud800\"}", 0, EXACT(400), F_JSON, NULL, NULL, NULL},
     {"put: slab_size live change (fixed while the pool lives)", "PUT", "/policy", NULL,
-     "{\"adapt\":{\"enabled\":false},\"pools\":{\"host\":{\"slab_size\":4194304,"
-     "\"max_small\":1048576}}}",
+     "{\"adapt\":{\"enabled\":false},\"telemetry\":{},\"pools\":{\"device\":{},"
+     "\"pinned\":{},\"host\":{\"slab_size\":4194304,\"max_small\":1048576}}}",
      0, EXACT(400), F_JSON, "slab_size", NULL, NULL},
     /* strict JSON (issue 16): cJSON alone accepted and applied these */
     {"put: leading zero 0100", "PUT", "/policy", NULL,
@@ -1015,7 +1015,7 @@ static const abuse_case policy_cases[] = {
     {"put: exponent without digits", "PUT", "/policy", NULL,
      "{\"adapt\":{\"interval_ms\":1e}}", 0, EXACT(400), F_JSON, NULL, NULL, NULL},
     {"put: valid body, stale If-Match", "PUT", "/policy", "If-Match: \"999\"\r\n",
-     "{\"adapt\":{\"enabled\":false}}", 0, EXACT(412), F_JSON, NULL, NULL, NULL},
+     "{\"pools\":{\"device\":{},\"pinned\":{},\"host\":{}},\"adapt\":{\"enabled\":false},\"telemetry\":{}}", 0, EXACT(412), F_JSON, NULL, NULL, NULL},
 };
 
 /* PATCH /policy: merge patches whose result breaks a rule. */
@@ -1651,7 +1651,9 @@ static void set_env(const char *tag, bool token) {
   if (f == NULL)
     _exit(3);
   /* the loop off: the policy version moves only when a request changes it */
-  fputs("{\"name\":\"abuse\",\"adapt\":{\"enabled\":false}}\n", f);
+  fputs("{\"name\":\"abuse\",\"pools\":{\"device\":{},\"pinned\":{},\"host\":{}},\"adapt\":{\"enabled\":false},"
+        "\"telemetry\":{}}\n",
+        f);
   fclose(f);
   setenv("ADAPTALLOC_DB", db, 1);
   setenv("ADAPTALLOC_HTTP", "127.0.0.1:0", 1);
@@ -1718,7 +1720,8 @@ static int scenario_class_slots(void) {
   f = fopen(pol, "w");
   if (f == NULL)
     _exit(3);
-  fputs("{\"name\":\"slots\",\"adapt\":{\"enabled\":false},\"pools\":{\"host\":"
+  fputs("{\"name\":\"slots\",\"adapt\":{\"enabled\":false},\"telemetry\":{},"
+        "\"pools\":{\"device\":{},\"pinned\":{},\"host\":"
         "{\"slab_size\":2097152,\"max_small\":1048576,\"classes\":{\"min\":512,"
         "\"per_doubling\":11}}}}\n",
         f);

@@ -336,6 +336,30 @@ static int prov_policy_get(void *user, char **json, size_t *len, uint64_t *versi
   return AA_OK;
 }
 
+/* A whole policy (PUT /policy, set_policy) must be complete
+ * (aa_policy_missing): a fragment would reset the parts it leaves out to
+ * their defaults. AA_OK, or AA_EINVAL with err naming what is missing and
+ * the call that changes part. */
+static int refuse_incomplete(const aa_http_policy_change *c, char *err,
+                             size_t errcap) {
+  char missing[AA_POLICY_ERR_CAP];
+  size_t n = 0;
+  bool python = c->source != NULL && strcmp(c->source, "python") == 0;
+  bool http = c->client == NULL || strcmp(c->client, "in-process") != 0;
+  int rc = aa_policy_missing(c->body, c->len, &n, missing, sizeof missing);
+  if (rc != AA_OK || n == 0)
+    return rc; /* a document that parsed parses again; else its error */
+  snprintf(err, errcap, "%s needs a complete policy: missing %s (use %s to change part)",
+           http     ? "PUT /policy"
+           : python ? "set_policy"
+                    : "a whole policy",
+           missing,
+           http     ? "PATCH"
+           : python ? "patch_policy"
+                    : "a merge patch");
+  return AA_EINVAL;
+}
+
 static int prov_policy_change(const aa_http_policy_change *c, bool patch,
                               uint64_t *new_version, char *err, size_t errcap) {
   aa_policy *next = NULL;
@@ -350,8 +374,11 @@ static int prov_policy_change(const aa_http_policy_change *c, bool patch,
     pthread_mutex_unlock(&svc.policy_lock);
   } else {
     rc = aa_policy_parse(c->body, c->len, &next, err, errcap);
+    if (rc == AA_OK)
+      rc = refuse_incomplete(c, err, errcap);
   }
   if (rc != AA_OK) {
+    aa_policy_free(next);
     atomic_fetch_add(&svc.policy_rejects, 1);
     return rc;
   }
