@@ -349,11 +349,9 @@ static int refuse_incomplete(const aa_http_policy_change *c, char *err,
   int rc = aa_policy_missing(c->body, c->len, &n, missing, sizeof missing);
   if (rc != AA_OK || n == 0)
     return rc; /* a document that parsed parses again; else its error */
-  snprintf(err, errcap, "%s needs a complete policy: missing %s (use %s to change part)",
-           http     ? "PUT /policy"
-           : python ? "set_policy"
-                    : "a whole policy",
-           missing,
+  /* Python's message is prefixed with the function's name already */
+  snprintf(err, errcap, "%s a complete policy: missing %s (use %s to change part)",
+           http ? "PUT /policy needs" : "not", missing,
            http     ? "PATCH"
            : python ? "patch_policy"
                     : "a merge patch");
