@@ -75,7 +75,7 @@ int aa_runtime_last_oom(aa_oom_info *out, uint64_t *total) {
 int aa_runtime_oom_json(char **out, size_t *len) {
   aa_oom_info last;
   uint64_t total = 0;
-  char rec[2048];
+  char rec[4096];
   int have = aa_runtime_last_oom(&last, &total) == AA_OK;
   size_t n = aa_oom_info_json(have ? &last : NULL, rec, sizeof rec);
   char *s = NULL;
