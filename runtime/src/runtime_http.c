@@ -102,6 +102,20 @@ static void append_audit_json(aa__buf *sb, const char *only) {
   }
 }
 
+/* ,"last_oom": the process's last out-of-memory record (aa_oom_info as
+ * JSON, as GET /oom's "last") or null; with ?pool=NAME only when it is that
+ * pool's. */
+static void append_last_oom(aa__buf *sb, const char *pool) {
+  aa_oom_info last;
+  char rec[4096];
+  bool have = aa_runtime_last_oom(&last, NULL) == AA_OK;
+  if (have && pool != NULL && strncmp(last.pool, pool, sizeof last.pool) != 0)
+    have = false;
+  if (aa_oom_info_json(have ? &last : NULL, rec, sizeof rec) >= sizeof rec)
+    snprintf(rec, sizeof rec, "null"); /* cannot happen: AA_OOM_TOP bounds it */
+  aa__buf_printf(sb, ",\"last_oom\":%s", rec);
+}
+
 static int prov_stats_json(void *user, const char *pool, char **out, size_t *len) {
   aa_pool_stats *arr = NULL;
   size_t n = 0, i, shown = 0;
@@ -174,9 +188,11 @@ static int prov_stats_json(void *user, const char *pool, char **out, size_t *len
   } else {
     aa__buf_printf(&sb, "{\"enabled\":0,\"path\":null}");
   }
-  aa__buf_printf(&sb, ",\"policy_changes\":%llu,\"policy_rejects\":%llu}",
+  aa__buf_printf(&sb, ",\"policy_changes\":%llu,\"policy_rejects\":%llu",
                  (unsigned long long)atomic_load(&svc.policy_changes),
                  (unsigned long long)atomic_load(&svc.policy_rejects));
+  append_last_oom(&sb, pool);
+  aa__buf_printf(&sb, "}");
   free(arr);
   if (sb.failed) {
     aa__buf_free(&sb);
