@@ -960,6 +960,16 @@ static const abuse_case policy_cases[] = {
      mk_name_128, NULL},
     {"put: $schema is a number", "PUT", "/policy", NULL,
      "{\"$schema\":5}", 0, EXACT(400), F_JSON, NULL, NULL, NULL},
+    /* a whole policy must be complete (docs/policy.md): a fragment would
+     * reset what it leaves out to the defaults */
+    {"put: {\"version\":1} would reset the policy", "PUT", "/policy", NULL,
+     "{\"version\":1}", 0, EXACT(400), F_JSON,
+     "missing pools.device, pools.pinned, pools.host, adapt, telemetry (use PATCH", NULL, NULL},
+    {"put: {} would reset the policy", "PUT", "/policy", NULL, "{}", 0, EXACT(400), F_JSON,
+     "needs a complete policy", NULL, NULL},
+    {"put: one pool section left out", "PUT", "/policy", NULL,
+     "{\"pools\":{\"device\":{},\"host\":{}},\"adapt\":{\"enabled\":false},\"telemetry\":{}}", 0,
+     EXACT(400), F_JSON, "missing pools.pinned (use PATCH", NULL, NULL},
     {"put: empty body", "PUT", "/policy", NULL, "", 0, EXACT(400), F_JSON, "empty", NULL, NULL},
     {"put: whitespace only", "PUT", "/policy", NULL, "   \r\n\t", 0, EXACT(400), F_JSON, NULL, NULL, NULL},
     {"put: array document", "PUT", "/policy", NULL, "[]", 0, EXACT(400), F_JSON, NULL, NULL, NULL},
