@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 #include "adaptalloc/core.h"
-#include "test_hooks.h" /* core/src: the host backend's test hooks */
+#include "core_test.h" /* core: the host backend's test hooks */
 
 #define MiB ((size_t)1 << 20)
 

@@ -21,7 +21,7 @@
 #include "adaptalloc/policy.h"
 
 #include "cJSON.h"
-#include "policy_model.h" /* aa__json_merge_patch */
+#include "policy_test.h" /* the policy model: aa__json_merge_patch */
 
 static aa_policy *parse_ok(const char *doc) {
   char err[AA_POLICY_ERR_CAP] = "";
@@ -115,7 +115,7 @@ static const bad_doc bad_docs[] = {
     {POOL("{\"slab_size\": -65536}"), AA_EINVAL,
      "pools.device.slab_size: -65536 is negative"},
     {POOL("{\"slab_size\": 1e300}"), AA_EINVAL,
-     "pools.device.slab_size: 1e+300 is beyond 2^53"},
+     "pools.device.slab_size: 1e300 is beyond 2^53"},
     {POOL("{\"limit_bytes\": 9007199254740994}"), AA_EINVAL,
      "pools.device.limit_bytes: 9007199254740994 is beyond 2^53"},
     {POOL("{\"slab_size\": 100000}"), AA_EINVAL,
@@ -197,7 +197,7 @@ static const bad_doc bad_docs[] = {
     {"{\"telemetry\": {\"snapshot_interval_ms\": 99}}", AA_EINVAL,
      "telemetry.snapshot_interval_ms: 99 is out of range [100, 86400000]"},
     {"{\"version\": -1}", AA_EINVAL, "version: -1 is negative"},
-    {"{\"version\": 1e16}", AA_EINVAL, "version: 10000000000000000 is beyond 2^53"},
+    {"{\"version\": 1e16}", AA_EINVAL, "version: 1e16 is beyond 2^53"},
     {"{\"$schema\": 3}", AA_EINVAL, "$schema: expected a string, got a number"},
     {"{\"pools\": {\"regions\": []}}", AA_EINVAL,
      "pools.regions: expected an object of region sections, got an array"},
@@ -364,6 +364,207 @@ static void test_adapt_policy_complete(void **state) {
   aa_policy_free(p);
   unlink(path);
   rmdir(dir);
+}
+
+/* ---------------------------------------------------- numbers as written */
+
+/* A document {"<key>": <num>} in section `sect` ("adapt", "pools.device"),
+ * malloc'd. */
+static char *doc_with(const char *sect, const char *key, const char *num) {
+  size_t n = strlen(num) + 128;
+  char *d = malloc(n);
+  assert_non_null(d);
+  if (strcmp(sect, "pools.device") == 0)
+    snprintf(d, n, "{\"pools\": {\"device\": {\"%s\": %s}}}", key, num);
+  else
+    snprintf(d, n, "{\"%s\": {\"%s\": %s}}", sect, key, num);
+  return d;
+}
+
+/* digits of the given count, "1234567890..." (first digit never 0) */
+static char *digits(size_t n, const char *sign) {
+  size_t k = strlen(sign);
+  char *s = malloc(k + n + 1);
+  assert_non_null(s);
+  memcpy(s, sign, k);
+  for (size_t i = 0; i < n; i++)
+    s[k + i] = (char)('1' + (i % 9));
+  s[k + n] = '\0';
+  return s;
+}
+
+/* Every message of every entry point quotes the number as written: parse
+ * (whole, _msg), parse into a buffer of len + 1024, merge patch (_msg and
+ * buffer) and load_file (_msg). want_rule follows the number. */
+static void expect_quoted(const char *doc, const char *num, const char *want_rule) {
+  size_t len = strlen(doc), cap = len + 1024;
+  char *want = malloc(strlen(num) + strlen(want_rule) + 4);
+  char *msg = NULL, *buf = malloc(cap);
+  aa_policy *p = (aa_policy *)&msg, *base = NULL;
+  int rc;
+  assert_non_null(want);
+  assert_non_null(buf);
+  sprintf(want, "%s %s", num, want_rule);
+
+  rc = aa_policy_parse_msg(doc, len, &p, &msg);
+  if (rc == AA_OK || msg == NULL || strstr(msg, want) == NULL)
+    print_error("parse_msg: rc %d\n  got:  %.400s\n  want: %.400s\n", rc,
+                msg ? msg : "(null)", want);
+  assert_int_not_equal(rc, AA_OK);
+  assert_null(p);
+  assert_non_null(msg);
+  assert_non_null(strstr(msg, want));
+  free(msg);
+  msg = NULL;
+
+  buf[0] = '\0';
+  assert_int_not_equal(aa_policy_parse(doc, len, &p, buf, cap), AA_OK);
+  if (strstr(buf, want) == NULL)
+    print_error("parse: got %.400s\n", buf);
+  assert_non_null(strstr(buf, want));
+
+  assert_int_equal(aa_policy_default(&base), AA_OK);
+  assert_int_not_equal(aa_policy_merge_patch_msg(base, doc, len, &p, &msg), AA_OK);
+  assert_non_null(msg);
+  assert_non_null(strstr(msg, want));
+  free(msg);
+  msg = NULL;
+  buf[0] = '\0';
+  assert_int_not_equal(aa_policy_merge_patch(base, doc, len, &p, buf, cap), AA_OK);
+  assert_non_null(strstr(buf, want));
+  assert_null(p);
+  aa_policy_free(base);
+
+  {
+    char dir[] = "/tmp/aa-policy-num-XXXXXX", path[128];
+    FILE *f;
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/p.json", dir);
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    fputs(doc, f);
+    fclose(f);
+    assert_int_not_equal(aa_policy_load_file_msg(path, &p, &msg), AA_OK);
+    assert_non_null(msg);
+    assert_non_null(strstr(msg, path));
+    assert_non_null(strstr(msg, want));
+    free(msg);
+    unlink(path);
+    rmdir(dir);
+  }
+  free(want);
+  free(buf);
+}
+
+static void test_adapt_policy_number_1000_digits_quoted_whole(void **state) {
+  char *num = digits(1000, "");
+  char *doc = doc_with("adapt", "interval_ms", num);
+  char small[AA_POLICY_ERR_CAP];
+  aa_policy *p = NULL;
+  (void)state;
+  expect_quoted(doc, num, "at line 1, column 27 is out of range");
+  /* never inf, never a cut */
+  assert_int_equal(aa_policy_parse(doc, strlen(doc), &p, small, sizeof small),
+                   AA_EPARSE);
+  assert_null(strstr(small, "inf"));
+  assert_int_equal(strlen(small), sizeof small - 1); /* cut to fit, still */
+  free(doc);
+  free(num);
+}
+
+static void test_adapt_policy_number_20_digits_exact(void **state) {
+  (void)state;
+  /* the double would print 12345678901234567168 */
+  char *doc = doc_with("pools.device", "limit_bytes", "12345678901234567890");
+  expect_quoted(doc, "12345678901234567890", "is beyond 2^53 - 1");
+  free(doc);
+}
+
+static void test_adapt_policy_number_17_18_21_digits_exact(void **state) {
+  static const char *nums[] = {
+      "12345678901234567",     /* 17: the double is ...568 */
+      "123456789012345678",    /* 18: ...680 */
+      "999999999999999999999", /* 21: the double is 1e+21 */
+      "100000000000000000001", /* 21 */
+      "9007199254740993",      /* 2^53 + 1: the double is 2^53 */
+  };
+  (void)state;
+  for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+    char *doc = doc_with("pools.device", "limit_bytes", nums[i]);
+    expect_quoted(doc, nums[i], "is beyond 2^53 - 1");
+    free(doc);
+  }
+}
+
+static void test_adapt_policy_number_negative_huge_exact(void **state) {
+  char *n1000 = digits(1000, "-"), *doc;
+  (void)state;
+  doc = doc_with("adapt", "interval_ms", "-12345678901234567890");
+  expect_quoted(doc, "-12345678901234567890", "is negative");
+  free(doc);
+  doc = doc_with("adapt", "interval_ms", n1000);
+  expect_quoted(doc, n1000, "at line 1, column 27 is out of range");
+  free(doc);
+  doc = doc_with("adapt", "interval_ms", "-1e400");
+  expect_quoted(doc, "-1e400", "is negative");
+  free(doc);
+  free(n1000);
+}
+
+static void test_adapt_policy_number_exponent_fraction_as_written(void **state) {
+  static const struct {
+    const char *num, *rule;
+  } cases[] = {
+      {"1e400", "is beyond 2^53 - 1"},
+      {"1E+400", "is beyond 2^53 - 1"},
+      {"12345678901234567890123456789.5", "is beyond 2^53 - 1"},
+      {"1.5e300", "is beyond 2^53 - 1"},
+      {"2.50", "is not an integer"},
+      /* reads as the double 1000: still not an integer */
+      {"1000.0000000000000000001", "is not an integer"},
+      {"1e-400", "is not an integer"},
+  };
+  char *frac = digits(1000, "1.");
+  char *doc;
+  (void)state;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    doc = doc_with("adapt", "interval_ms", cases[i].num);
+    expect_quoted(doc, cases[i].num, cases[i].rule);
+    free(doc);
+  }
+  /* a fraction of 1000 digits, quoted whole */
+  doc = doc_with("adapt", "hot_fraction", frac);
+  expect_quoted(doc, frac, "is out of range (0, 1]");
+  free(doc);
+  free(frac);
+  /* what is an integer exactly still reads as one */
+  {
+    aa_policy *p = parse_ok("{\"adapt\": {\"interval_ms\": 2.5e2, \"max_classes\": 1.0}}");
+    aa_adapt_params a;
+    aa_policy_adapt_params(p, &a);
+    assert_int_equal(a.interval_ms, 250);
+    assert_int_equal(a.max_classes, 1);
+    aa_policy_free(p);
+  }
+}
+
+/* json_text.h relies on cJSON freeing a number's valuestring (the texts
+ * would leak: the sanitizer build catches that) and cJSON_Duplicate copying
+ * it (merge patch copies the patch's items). */
+static void test_adapt_policy_number_text_survives(void **state) {
+  cJSON *n = cJSON_CreateNumber(5), *d;
+  (void)state;
+  assert_non_null(n);
+  n->valuestring = cJSON_malloc(4);
+  assert_non_null(n->valuestring);
+  memcpy(n->valuestring, "5.0", 4);
+  d = cJSON_Duplicate(n, 1);
+  assert_non_null(d);
+  assert_non_null(aa__json_number_text(d));
+  assert_string_equal(aa__json_number_text(d), "5.0");
+  assert_true(cJSON_IsNumber(d));
+  cJSON_Delete(n);
+  cJSON_Delete(d);
 }
 
 static void test_adapt_policy_limits_before_parse(void **state) {
@@ -927,11 +1128,12 @@ static void test_adapt_policy_schema_matches_parser(void **state) {
   assert_int_equal(aa_policy_default(&def), AA_OK);
   checked = schema_walk(schema, schema, keys, 0, def);
   /* version; 3 pools x (slab_size, tcache.blocks, large.cache_bytes,
-   * large.page_bytes, limit_bytes; max_small, large.map_runs, classes, tcache.bytes and large.mode have no
-   * schema default: they differ between pools); 11 adapt + 4 hysteresis;
-   * 5 telemetry. (Defaults under "oneOf" — class entries, ladder fields —
-   * are not walked.) */
-  assert_int_equal(checked, 1 + 3 * 5 + 15 + 5);
+   * large.page_bytes, limit_bytes, backend, advise's three,
+   * allow_oversubscribe; max_small, large.map_runs, classes, tcache.bytes
+   * and large.mode have no schema default: they differ between pools);
+   * 11 adapt + 4 hysteresis; 5 telemetry. (Defaults under "oneOf" — class
+   * entries, ladder fields — are not walked.) */
+  assert_int_equal(checked, 1 + 3 * 10 + 15 + 5);
   {
     aa_policy *p = parse_ok(full_doc);
     char *j = aa_policy_to_json(p);
@@ -1046,6 +1248,137 @@ static void test_adapt_policy_regions(void **state) {
   aa_policy_free(p);
 }
 
+/* Backend "managed": pools.device and regions may select it, with advice
+ * and allow_oversubscribe; strict validation (each error names the path
+ * and the value), round trip through the writer and a merge patch, and what
+ * aa_policy_pool_backend answers. */
+static void expect_bad(const char *doc, const char *want) {
+  char err[AA_POLICY_ERR_CAP] = "";
+  aa_policy *p = (aa_policy *)(uintptr_t)1;
+  int rc = aa_policy_parse(doc, strlen(doc), &p, err, sizeof err);
+  if (rc != AA_EINVAL || strstr(err, want) == NULL)
+    print_error("doc: %s\n  got %d: %s\n  want: %s\n", doc, rc, err, want);
+  assert_int_equal(rc, AA_EINVAL);
+  assert_null(p);
+  assert_non_null(strstr(err, want));
+}
+
+static void test_adapt_policy_managed(void **state) {
+  const char *doc =
+      "{\"pools\": {\"regions\": {\"optimizer\": {\"backend\": \"managed\","
+      " \"advise\": {\"preferred_location\": \"host\", \"accessed_by\": \"device\","
+      " \"read_mostly\": true}, \"allow_oversubscribe\": false},"
+      " \"kv\": {\"limit_bytes\": 8388608}}}}";
+  aa_managed_config mc;
+  aa_policy *p = parse_ok(doc), *q, *r = NULL, *d;
+  char *j, err[AA_POLICY_ERR_CAP];
+  bool managed = true;
+  (void)state;
+
+  assert_int_equal(aa_policy_pool_backend(p, "regions.optimizer", &managed, &mc), AA_OK);
+  assert_true(managed);
+  assert_int_equal(mc.version, AA_MANAGED_CONFIG_VERSION);
+  assert_int_equal(mc.preferred_location, AA_MANAGED_LOC_HOST);
+  assert_int_equal(mc.accessed_by, AA_MANAGED_LOC_DEVICE);
+  assert_true(mc.read_mostly);
+  assert_false(mc.allow_oversubscribe);
+  assert_int_equal(aa_policy_pool_backend(p, "regions.kv", &managed, &mc), AA_OK);
+  assert_false(managed);
+  assert_int_equal(mc.preferred_location, AA_MANAGED_LOC_NONE);
+  assert_int_equal(aa_policy_pool_backend(p, "device", &managed, NULL), AA_OK);
+  assert_false(managed);
+  assert_int_equal(aa_policy_pool_backend(p, "regions.nope", &managed, &mc), AA_ENOENT);
+  assert_int_equal(aa_policy_pool_backend(p, "gpu", &managed, &mc), AA_EINVAL);
+  assert_int_equal(aa_policy_pool_backend(NULL, "device", &managed, &mc), AA_EINVAL);
+
+  /* the writer says it back, and it parses to the same policy */
+  j = aa_policy_to_json(p);
+  assert_non_null(j);
+  assert_non_null(strstr(j, "\"backend\": \"managed\""));
+  assert_non_null(strstr(j, "\"advise\": {\"preferred_location\": \"host\", "
+                            "\"accessed_by\": \"device\", \"read_mostly\": true}"));
+  assert_non_null(strstr(j, "\"allow_oversubscribe\": false"));
+  assert_non_null(strstr(j, "\"backend\": \"default\""));
+  q = parse_ok(j);
+  assert_true(aa_policy_equal(p, q));
+  free(j);
+  aa_policy_free(q);
+
+  /* a merge patch changes one piece of advice; equal no more */
+  const char *patch = "{\"pools\": {\"regions\": {\"optimizer\": {\"advise\": "
+                      "{\"read_mostly\": false}, \"allow_oversubscribe\": true}}}}";
+  assert_int_equal(aa_policy_merge_patch(p, patch, strlen(patch), &r, err, sizeof err),
+                   AA_OK);
+  assert_false(aa_policy_equal(p, r));
+  assert_int_equal(aa_policy_pool_backend(r, "regions.optimizer", &managed, &mc), AA_OK);
+  assert_true(managed);
+  assert_false(mc.read_mostly);
+  assert_true(mc.allow_oversubscribe);
+  assert_int_equal(mc.preferred_location, AA_MANAGED_LOC_HOST);
+  aa_policy_free(r);
+  aa_policy_free(p);
+
+  /* pools.device managed: a region without a section of its own answers
+   * through it; one that says "default" drops the advice it inherited */
+  p = parse_ok("{\"pools\": {\"device\": {\"backend\": \"managed\", \"advise\":"
+               " {\"preferred_location\": \"device\"}},"
+               " \"regions\": {\"a\": {}, \"b\": {\"backend\": \"default\"}}}}");
+  assert_int_equal(aa_policy_pool_backend(p, "regions.a", &managed, &mc), AA_OK);
+  assert_true(managed);
+  assert_int_equal(mc.preferred_location, AA_MANAGED_LOC_DEVICE);
+  assert_int_equal(aa_policy_pool_backend(p, "regions.b", &managed, &mc), AA_OK);
+  assert_false(managed);
+  assert_int_equal(mc.preferred_location, AA_MANAGED_LOC_NONE);
+  aa_policy_free(p);
+
+  /* the default policy: no managed memory anywhere; "default" is the default */
+  assert_int_equal(aa_policy_default(&d), AA_OK);
+  p = parse_ok("{\"pools\": {\"device\": {\"backend\": \"default\"},"
+               " \"pinned\": {\"backend\": \"default\", \"allow_oversubscribe\": false}}}");
+  assert_true(aa_policy_equal(p, d));
+  aa_policy_free(p);
+  aa_policy_free(d);
+
+#define REGION(x) "{\"pools\": {\"regions\": {\"opt\": " x "}}}"
+  expect_bad(REGION("{\"backend\": \"managed\", \"advise\": {\"read_mostley\": true}}"),
+             "pools.regions.opt.advise.read_mostley: unknown key (did you mean "
+             "\"read_mostly\"?)");
+  expect_bad(REGION("{\"backend\": \"managed\", \"advise\": {\"prefetch\": \"device\"}}"),
+             "pools.regions.opt.advise.prefetch: unknown key");
+  expect_bad(REGION("{\"backend\": \"managed\", \"advise\": "
+                    "{\"preferred_location\": \"gpu\"}}"),
+             "pools.regions.opt.advise.preferred_location: \"gpu\" is not one of "
+             "\"none\", \"device\", \"host\"");
+  expect_bad(REGION("{\"backend\": \"managed\", \"advise\": {\"accessed_by\": 0}}"),
+             "pools.regions.opt.advise.accessed_by: expected \"none\", \"device\" or "
+             "\"host\", got a number");
+  expect_bad(REGION("{\"backend\": \"managed\", \"advise\": {\"read_mostly\": 1}}"),
+             "pools.regions.opt.advise.read_mostly: expected true or false, got a number");
+  expect_bad(REGION("{\"backend\": \"managed\", \"advise\": [\"read_mostly\"]}"),
+             "pools.regions.opt.advise: expected an object, got an array");
+  expect_bad(REGION("{\"backend\": \"managed\", \"allow_oversubscribe\": \"yes\"}"),
+             "pools.regions.opt.allow_oversubscribe: expected true or false, got a string");
+  expect_bad(REGION("{\"backend\": \"managed\", \"allow_oversubscribe\": 0}"),
+             "pools.regions.opt.allow_oversubscribe: expected true or false, got a number");
+  expect_bad(REGION("{\"backend\": \"unified\"}"),
+             "pools.regions.opt.backend: \"unified\" is not one of \"default\", \"managed\"");
+  expect_bad(REGION("{\"backend\": true}"),
+             "pools.regions.opt.backend: expected \"default\" or \"managed\", got a boolean");
+  expect_bad(REGION("{\"advise\": {\"read_mostly\": true}}"),
+             "pools.regions.opt.advise: advice applies only to backend \"managed\"");
+  expect_bad(REGION("{\"allow_oversubscribe\": true}"),
+             "pools.regions.opt.allow_oversubscribe: applies only to backend \"managed\"");
+  expect_bad("{\"pools\": {\"pinned\": {\"backend\": \"managed\"}}}",
+             "pools.pinned.backend: \"managed\" is for pools.device and "
+             "pools.regions.<name> only");
+  expect_bad("{\"pools\": {\"host\": {\"backend\": \"managed\"}}}",
+             "pools.host.backend: \"managed\" is for pools.device");
+  expect_bad("{\"pools\": {\"device\": {\"backend\": \"managed\"}, \"regions\": {\"b\":"
+             " {\"backend\": \"default\", \"advise\": {\"preferred_location\": \"host\"}}}}}",
+             "pools.regions.b.advise: advice applies only to backend \"managed\"");
+#undef REGION
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_adapt_policy_default_is_empty_object),
@@ -1053,6 +1386,12 @@ int main(void) {
       cmocka_unit_test(test_adapt_policy_load_file_strict),
       cmocka_unit_test(test_adapt_policy_complete),
       cmocka_unit_test(test_adapt_policy_limits_before_parse),
+      cmocka_unit_test(test_adapt_policy_number_1000_digits_quoted_whole),
+      cmocka_unit_test(test_adapt_policy_number_20_digits_exact),
+      cmocka_unit_test(test_adapt_policy_number_17_18_21_digits_exact),
+      cmocka_unit_test(test_adapt_policy_number_negative_huge_exact),
+      cmocka_unit_test(test_adapt_policy_number_exponent_fraction_as_written),
+      cmocka_unit_test(test_adapt_policy_number_text_survives),
       cmocka_unit_test(test_adapt_policy_round_trip),
       cmocka_unit_test(test_adapt_policy_default_round_trip),
       cmocka_unit_test(test_adapt_policy_pool_config),
@@ -1061,6 +1400,7 @@ int main(void) {
       cmocka_unit_test(test_adapt_policy_example_files),
       cmocka_unit_test(test_adapt_policy_schema_matches_parser),
       cmocka_unit_test(test_adapt_policy_regions),
+      cmocka_unit_test(test_adapt_policy_managed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

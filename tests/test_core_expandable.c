@@ -18,7 +18,7 @@
 #include <cmocka.h>
 
 #include "adaptalloc/core.h"
-#include "test_hooks.h" /* core/src: the host backend's test hooks */
+#include "core_test.h" /* core: the host backend's test hooks */
 
 #include "core_large_fixture.h"
 

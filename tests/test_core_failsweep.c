@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "adaptalloc/core.h"
-#include "test_hooks.h" /* core/src: the host backend's test hooks */
+#include "core_test.h" /* core: the host backend's test hooks */
 
 #define SA ((aa_stream)(uintptr_t)0x10)
 #define SB ((aa_stream)(uintptr_t)0x20)

@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "pack_copy.h"
+#include "core_test.h" /* core: the packer's gather copy */
 
 #define GUARD 0xA5
 

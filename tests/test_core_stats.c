@@ -20,7 +20,7 @@
 #include <cmocka.h>
 
 #include "adaptalloc/core.h"
-#include "test_hooks.h"
+#include "core_test.h" /* core: the snapshot's merge hook */
 
 typedef struct fx {
   aa_backend *b;

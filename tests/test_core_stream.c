@@ -18,7 +18,7 @@
 
 #include "adaptalloc/core.h"
 #include "adaptalloc/cuda.h" /* AA_STREAM_HOST */
-#include "test_hooks.h"      /* core/src: the host backend's test hooks */
+#include "core_test.h"       /* core: the host backend's test hooks */
 
 #define SA ((aa_stream)(uintptr_t)0x1000)
 #define SB ((aa_stream)(uintptr_t)0x2000)

@@ -33,7 +33,7 @@
 
 #include "adaptalloc/core.h"
 #include "adaptalloc/cuda.h" /* AA_STREAM_HOST */
-#include "test_hooks.h"      /* core/src: the host backend's test hooks */
+#include "core_test.h"       /* core: the host backend's test hooks */
 
 /* A pool over b with a limit, without thread caches (every free reaches
  * the central lists, every free of a large block the locked path). */

@@ -19,7 +19,7 @@
 #include <cmocka.h>
 
 #include "adaptalloc/core.h"
-#include "test_hooks.h" /* core/src: the host backend's test hooks */
+#include "core_test.h" /* core: the host backend's test hooks */
 
 enum { WORKERS = 4,
        LIVE = 128,

@@ -13,8 +13,7 @@
 #include <cmocka.h>
 
 #include "adaptalloc/http.h"
-#include "http_internal.h"
-#include "router.h"
+#include "http_test.h" /* the server's internals, the routing checks */
 
 typedef struct {
   const char *spec;

@@ -19,7 +19,7 @@
 
 #include "adaptalloc/core.h"
 #include "adaptalloc/http.h"
-#include "http_internal.h"
+#include "http_test.h" /* the server's internals */
 
 static void init_pool(aa_pool_stats *st, const char *name, const char *backend,
                       int device) {

@@ -76,6 +76,27 @@ static void test_replay_synth_hist_json(void **state) {
                           &h, err),
                    AA_EPARSE);
   assert_non_null(strstr(err, "sizes[1]: expected"));
+  /* numbers are quoted as the file wrote them, not as a double reads them */
+  assert_int_equal(hparse("{\"hist\": [1, 12345678901234567890]}", &h, err), AA_EPARSE);
+  assert_non_null(strstr(err, "hist[1]: expected a non-negative integer count below "
+                              "2^53, got 12345678901234567890"));
+  assert_int_equal(hparse("{\"sizes\": [{\"size\": 4096, \"count\": 1.5e400}]}", &h, err),
+                   AA_EPARSE);
+  assert_non_null(strstr(err, "got 1.5e400"));
+  assert_int_equal(hparse("{\"hist\": [-12345678901234567890123]}", &h, err), AA_EPARSE);
+  assert_non_null(strstr(err, "the integer -12345678901234567890123 at line 1"));
+  {
+    /* over 100 bytes: first 40 and last 8 digits and the length, so the
+     * message fits AA_REPLAY_ERR_CAP (docs/security.md) */
+    char doc[1100];
+    int k = sprintf(doc, "{\"hist\": [");
+    for (int i = 0; i < 1000; i++)
+      doc[k++] = (char)('1' + i % 9);
+    strcpy(doc + k, "]}");
+    assert_int_equal(hparse(doc, &h, err), AA_EPARSE);
+    assert_non_null(strstr(err, "the integer 1234567891234567891234567891234567891234"
+                                "...34567891 (1000 characters) at line 1"));
+  }
   assert_int_equal(hparse("{\"other\": 1}", &h, err), AA_EPARSE);
   assert_non_null(strstr(err, "no \"hist\" or \"sizes\""));
   assert_int_equal(hparse("{\"hist\": [1,", &h, err), AA_EPARSE);

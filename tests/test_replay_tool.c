@@ -895,6 +895,23 @@ static void test_replay_tool_import_run_db(void **state) {
   free(err);
   /* reading a store leaves nothing beside it (no -wal, no -shm) */
   assert_int_equal(sh(NULL, NULL, "test ! -e {TMP}/t.db-wal && test ! -e {TMP}/t.db-shm"), 0);
+  /* nor through a symbolic link, whose target's name SQLite gives them (the
+   * old check looked beside the link and left t.db-wal, t.db-shm behind,
+   * after which import into t.db was refused as "open in another process") */
+  assert_int_equal(sh(NULL, NULL, "ln -sf t.db {TMP}/tl.db && {BIN} run --db {TMP}/tl.db && "
+                                  "{BIN} export --db {TMP}/tl.db -o {TMP}/tl.csv && "
+                                  "test ! -e {TMP}/t.db-wal && test ! -e {TMP}/t.db-shm"),
+                   0);
+  /* an import through a link to a database with a -wal file is refused like
+   * one into the database itself, and changes nothing */
+  assert_int_equal(sh(NULL, &err, "cp {TMP}/t.db {TMP}/w.db && ln -sf w.db {TMP}/wl.db && "
+                                  "touch {TMP}/w.db-wal && cksum {TMP}/w.db > {TMP}/w.sum && "
+                                  "{BIN} import --csv {SRC}/tests/data/replay/small.csv "
+                                  "-o {TMP}/wl.db"),
+                   1);
+  assert_non_null(strstr(err, "w.db-wal exists"));
+  free(err);
+  assert_int_equal(sh(NULL, NULL, "cksum {TMP}/w.db | cmp - {TMP}/w.sum && rm {TMP}/w.db-wal"), 0);
   /* a store trace's progress counts down from the events its run wrote */
   assert_int_equal(sh(&out, &err, "{BIN} import --events 200000 --histogram "
                                   "{SRC}/tests/data/replay/hist_mixed.json -o {TMP}/big.db && "

@@ -498,6 +498,7 @@ typedef struct gen {
   char *raw;     /* malloc'd whole request or NULL */
   size_t raw_len;
   unsigned answers_before; /* F_LAST: good requests before the last */
+  char *want;              /* malloc'd or NULL: the reply must contain it too */
 } gen;
 
 typedef struct abuse_case {
@@ -567,8 +568,12 @@ static void run_case(world *w, const abuse_case *c) {
     if (c->want_sub != NULL && (r.body == NULL || strstr(r.body, c->want_sub) == NULL))
       case_fail(w, c->name, "reply does not mention '%s': %.300s", c->want_sub,
                 r.body ? r.body : "");
+    if (g.want != NULL && (r.body == NULL || strstr(r.body, g.want) == NULL))
+      case_fail(w, c->name, "reply does not quote the %zu bytes '%.60s...': %.300s",
+                strlen(g.want), g.want, r.body ? r.body : "");
   }
   reply_free(&r);
+  free(g.want);
   free(g.body);
   free(g.headers);
   free(g.raw);
@@ -821,21 +826,60 @@ static void mk_128_classes(gen *g) {
 
 /* PUT /policy with documents that must be refused whole (400), or 413 for
  * the one over the server's body limit. */
-static void mk_digits_1000(gen *g) {
-  static const char pre[] = "{\"adapt\":{\"interval_ms\":";
-  size_t n = sizeof pre - 1;
-  g->body = malloc(n + 1000 + 3);
+/* {"<sect>":{"<key>":<sign><n digits><tail>}}; g->want is the number,
+ * which the reply must quote whole (every digit, as written). */
+static void mk_number(gen *g, const char *sect, const char *key, const char *sign,
+                      size_t n, const char *tail) {
+  size_t cap = n + 128, off;
+  char *num = malloc(n + 64);
+  assert_non_null(num);
+  off = (size_t)sprintf(num, "%s", sign);
+  for (size_t i = 0; i < n; i++)
+    num[off++] = (char)('1' + i % 9);
+  off += (size_t)sprintf(num + off, "%s", tail);
+  g->body = malloc(cap);
   assert_non_null(g->body);
-  memcpy(g->body, pre, n);
-  for (int i = 0; i < 1000; i++)
-    g->body[n + (size_t)i] = (char)('1' + i % 9);
-  memcpy(g->body + n + 1000, "}}", 3);
-  g->body_len = n + 1002;
+  g->body_len = (size_t)snprintf(g->body, cap, "{\"%s\":{\"%s\":%s}}", sect, key, num);
+  g->want = num;
 }
+static void mk_digits_1000(gen *g) { mk_number(g, "adapt", "interval_ms", "", 1000, ""); }
+static void mk_digits_20(gen *g) { mk_number(g, "adapt", "interval_ms", "", 20, ""); }
+static void mk_digits_17(gen *g) { /* odd: no double holds it */
+  mk_number(g, "adapt", "interval_ms", "", 16, "9");
+}
+static void mk_digits_18(gen *g) { mk_number(g, "adapt", "interval_ms", "", 18, ""); }
+static void mk_digits_21(gen *g) { mk_number(g, "adapt", "interval_ms", "", 21, ""); }
+static void mk_digits_neg_1000(gen *g) { mk_number(g, "adapt", "interval_ms", "-", 1000, ""); }
+static void mk_digits_neg_20(gen *g) { mk_number(g, "adapt", "interval_ms", "-", 20, ""); }
+static void mk_digits_frac(gen *g) { mk_number(g, "adapt", "interval_ms", "", 30, ".5"); }
+static void mk_digits_exp(gen *g) { mk_number(g, "adapt", "interval_ms", "", 5, "e400"); }
+static void mk_digits_hot(gen *g) { mk_number(g, "adapt", "hot_fraction", "1.", 2000, ""); }
+/* near the 64 KiB body limit: the reply quotes all 60000 digits */
+static void mk_digits_60000(gen *g) { mk_number(g, "adapt", "interval_ms", "", 60000, ""); }
 
 static const abuse_case policy_cases[] = {
-    {"put: a 1000-digit integer is out of range", "PUT", "/policy", NULL, NULL, 0, EXACT(400),
-     F_JSON, "integer of 1000 digits", mk_digits_1000, NULL},
+    {"put: a 1000-digit integer is quoted with every digit", "PUT", "/policy", NULL, NULL, 0,
+     EXACT(400), F_JSON, "is out of range", mk_digits_1000, NULL},
+    {"put: a 60000-digit integer is quoted with every digit", "PUT", "/policy", NULL, NULL, 0,
+     EXACT(400), F_JSON, "is out of range", mk_digits_60000, NULL},
+    {"put: a 20-digit integer is quoted exactly", "PUT", "/policy", NULL, NULL, 0, EXACT(400),
+     F_JSON, "adapt.interval_ms: 12345678912345678912 is beyond", mk_digits_20, NULL},
+    {"put: a 17-digit integer is quoted exactly", "PUT", "/policy", NULL, NULL, 0, EXACT(400),
+     F_JSON, "is beyond", mk_digits_17, NULL},
+    {"put: an 18-digit integer is quoted exactly", "PUT", "/policy", NULL, NULL, 0, EXACT(400),
+     F_JSON, "is beyond", mk_digits_18, NULL},
+    {"put: a 21-digit integer is quoted exactly", "PUT", "/policy", NULL, NULL, 0, EXACT(400),
+     F_JSON, "is beyond", mk_digits_21, NULL},
+    {"put: a negative 1000-digit integer is quoted whole", "PUT", "/policy", NULL, NULL, 0,
+     EXACT(400), F_JSON, "is out of range", mk_digits_neg_1000, NULL},
+    {"put: a negative 20-digit integer is quoted exactly", "PUT", "/policy", NULL, NULL, 0,
+     EXACT(400), F_JSON, "is negative", mk_digits_neg_20, NULL},
+    {"put: a 30-digit number with a fraction, as written", "PUT", "/policy", NULL, NULL, 0,
+     EXACT(400), F_JSON, "is beyond", mk_digits_frac, NULL},
+    {"put: 12345e400, as written", "PUT", "/policy", NULL, NULL, 0, EXACT(400), F_JSON,
+     "is beyond", mk_digits_exp, NULL},
+    {"put: a 2000-digit fraction, as written", "PUT", "/policy", NULL, NULL, 0, EXACT(400),
+     F_JSON, "hot_fraction", mk_digits_hot, NULL},
     {"put: a 22-digit integer is quoted whole", "PUT", "/policy", NULL,
      "{\"adapt\":{\"interval_ms\":1234567890123456789012}}", 0, EXACT(400), F_JSON,
      "1234567890123456789012 at line", NULL, NULL},
@@ -1030,6 +1074,14 @@ static const abuse_case policy_cases[] = {
 
 /* PATCH /policy: merge patches whose result breaks a rule. */
 static const abuse_case patch_cases[] = {
+    {"patch: a 1000-digit integer is quoted with every digit", "PATCH", "/policy", NULL, NULL,
+     0, EXACT(400), F_JSON, "is out of range", mk_digits_1000, NULL},
+    {"patch: a 20-digit integer is quoted exactly", "PATCH", "/policy", NULL, NULL, 0,
+     EXACT(400), F_JSON, "is beyond", mk_digits_20, NULL},
+    {"patch: a negative 20-digit integer is quoted exactly", "PATCH", "/policy", NULL, NULL, 0,
+     EXACT(400), F_JSON, "is negative", mk_digits_neg_20, NULL},
+    {"patch: 12345e400, as written", "PATCH", "/policy", NULL, NULL, 0, EXACT(400), F_JSON,
+     "is beyond", mk_digits_exp, NULL},
     {"patch: interval_ms becomes a string", "PATCH", "/policy", NULL,
      "{\"adapt\":{\"interval_ms\":\"fast\"}}", 0, EXACT(400), F_JSON, "interval_ms", NULL, NULL},
     {"patch: a class not a multiple of 512", "PATCH", "/policy", NULL,

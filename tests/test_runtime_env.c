@@ -7,6 +7,7 @@
  * its scenario in a forked child and checks the exit status.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -27,7 +28,7 @@
 
 #include "adaptalloc/runtime.h"
 #include "adaptalloc/store.h"
-#include "runtime_internal.h"
+#include "runtime_test.h" /* the runtime's internals */
 #include "adaptalloc/internal/util.h"
 #if AA_TEST_WITH_STORE
 #include <sqlite3.h>
@@ -479,7 +480,7 @@ static int stderr_begin(const char *name, char *path, size_t cap) {
 }
 
 static char *stderr_end(int saved, const char *path) {
-  static char text[8192];
+  static char text[65536]; /* a log line may quote a long number */
   FILE *f;
   size_t n;
   fflush(stderr);
@@ -608,6 +609,38 @@ static void scenario_default_policy_named(void) {
   said = stderr_end(saved, log);
   CHECK(strstr(said, "adaptalloc: policy: the built-in default (model default; no ") != NULL);
   CHECK(strstr(said, "no-policies-here/default.json)") != NULL);
+}
+
+/* A start-up policy file with a 20000-digit integer: the log line quotes
+ * every digit (the message was cut at 256 bytes, the line at 4 KiB). */
+static void scenario_policy_file_long_number(void) {
+  char path[512], log[600];
+  char *doc = malloc(20100), *num = malloc(20001);
+  const char *said;
+  int saved;
+  size_t n;
+  CHECK(doc != NULL && num != NULL);
+  for (n = 0; n < 20000; n++)
+    num[n] = (char)('1' + n % 9);
+  num[n] = '\0';
+  snprintf(doc, 20100, "{\"adapt\": {\"interval_ms\": %s}}", num);
+  set_env_common();
+  unsetenv("ADAPTALLOC_QUIET");
+  snprintf(path, sizeof(path), "%s/long-number.json", tmpdir);
+  write_file(path, doc);
+  setenv("ADAPTALLOC_POLICY", path, 1);
+  setenv("ADAPTALLOC_DB", "off", 1);
+  setenv("ADAPTALLOC_HTTP", "off", 1);
+  saved = stderr_begin("long-number.err", log, sizeof(log));
+  CHECK(aa_runtime_pool(AA_BACKEND_HOST, -1) != NULL);
+  aa_runtime_shutdown();
+  said = stderr_end(saved, log);
+  CHECK(strstr(said, "long-number.json: (root): the integer ") != NULL);
+  CHECK(strstr(said, num) != NULL);
+  CHECK(strstr(said, " at line 1, column 27 is out of range") != NULL);
+  CHECK(strstr(said, "using the built-in default policy") != NULL);
+  free(doc);
+  free(num);
 }
 
 static void scenario_bad_policy_file(void) {
@@ -867,7 +900,7 @@ static void scenario_token_newline(void) {
   setenv("ADAPTALLOC_DB", "off", 1);
   CHECK(aa_runtime_pool(AA_BACKEND_HOST, -1) != NULL);
   CHECK(aa_runtime_http_port() == 0);
-  CHECK(aa__rt.token[0] == '\0'); /* not kept either */
+  CHECK(aa__rt_default()->token[0] == '\0'); /* not kept either */
   aa_runtime_shutdown();
 }
 
@@ -901,6 +934,30 @@ static void scenario_off_any_case(void) {
   CHECK(access("OFF", F_OK) != 0);
   CHECK(access("Off", F_OK) != 0);
   aa_runtime_shutdown();
+}
+
+/* " off" and "off\n" (white space around a value) create no file of that
+ * name: refused with a line, as ADAPTALLOC_HTTP refuses " off". One value
+ * per child (the runtime starts once per process). */
+static const char *space_val;
+static void scenario_off_with_space(void) {
+  char dir[512];
+  DIR *d;
+  struct dirent *e;
+  set_env_common();
+  snprintf(dir, sizeof dir, "%s/offspace", tmpdir);
+  CHECK(mkdir(dir, 0700) == 0 || errno == EEXIST);
+  CHECK(chdir(dir) == 0);
+  setenv("ADAPTALLOC_DB", space_val, 1);
+  setenv("ADAPTALLOC_HTTP", "off", 1);
+  CHECK(aa_runtime_pool(AA_BACKEND_HOST, -1) != NULL);
+  CHECK(aa_runtime_run_id() == 0);
+  aa_runtime_shutdown();
+  d = opendir(".");
+  CHECK(d != NULL);
+  while ((e = readdir(d)) != NULL)
+    CHECK(strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0);
+  closedir(d);
 }
 
 /* ADAPTALLOC_MODEL=../outside does not load a policy from outside
@@ -1004,6 +1061,11 @@ static void test_runtime_default_policy_named(void **state) {
   (void)state;
   assert_int_equal(run_child(scenario_default_policy_named), 0);
 }
+static void test_runtime_policy_file_long_number_logged_whole(void **state) {
+  (void)state;
+  assert_int_equal(run_child(scenario_policy_file_long_number), 0);
+}
+
 static void test_runtime_bad_policy_file_uses_default(void **state) {
   (void)state;
   assert_int_equal(run_child(scenario_bad_policy_file), 0);
@@ -1041,6 +1103,15 @@ static void test_runtime_token_control_byte_api_refused(void **state) {
   (void)state;
   assert_int_equal(run_child(scenario_token_control_byte_api), 0);
 }
+static void test_runtime_off_with_space(void **state) {
+  static const char *vals[] = {" off", "OFF ", "off\n", "\tx.db"};
+  (void)state;
+  for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+    space_val = vals[i];
+    assert_int_equal(run_child(scenario_off_with_space), 0);
+  }
+}
+
 static void test_runtime_off_any_case(void **state) {
   (void)state;
   assert_int_equal(run_child(scenario_off_any_case), 0);
@@ -1121,19 +1192,19 @@ static void test_runtime_model_rule(void **state) {
 static void test_runtime_rank_expanded_everywhere(void **state) {
   char out[64];
   (void)state;
-  setenv("LOCAL_RANK", "2", 1);
-  assert_true(aa__rt_expand_rank("r-{rank}-{rank}.db", out, sizeof out));
+  assert_true(aa__rt_expand_rank("r-{rank}-{rank}.db", 2, out, sizeof out));
   assert_string_equal(out, "r-2-2.db");
-  assert_true(aa__rt_expand_rank("{rank}{rank}{rank}", out, sizeof out));
+  assert_true(aa__rt_expand_rank("{rank}{rank}{rank}", 2, out, sizeof out));
   assert_string_equal(out, "222");
-  assert_true(aa__rt_expand_rank("{rank", out, sizeof out));
+  assert_true(aa__rt_expand_rank("{rank", 2, out, sizeof out));
   assert_string_equal(out, "{rank");
-  assert_true(aa__rt_expand_rank("x.db", out, sizeof out));
+  assert_true(aa__rt_expand_rank("x.db", 2, out, sizeof out));
   assert_string_equal(out, "x.db");
-  setenv("LOCAL_RANK", "12345678901234567890", 1);
-  assert_false(aa__rt_expand_rank("{rank}{rank}{rank}{rank}", out, sizeof out));
+  assert_true(aa__rt_expand_rank("r{rank}", -1, out, sizeof out)); /* unset: 0 */
+  assert_string_equal(out, "r0");
+  /* 4 x 10 digits do not fit in 32 bytes: refused whole, never shortened */
+  assert_false(aa__rt_expand_rank("{rank}{rank}{rank}{rank}", 1234567890, out, 32));
   assert_string_equal(out, "");
-  unsetenv("LOCAL_RANK");
   assert_true(aa__rt_is_off("off") && aa__rt_is_off("OFF") && aa__rt_is_off("oFf"));
   assert_false(aa__rt_is_off("off ") || aa__rt_is_off("of") || aa__rt_is_off(""));
 }
@@ -1196,6 +1267,7 @@ int main(void) {
       cmocka_unit_test(test_runtime_trace_loss_reported),
       cmocka_unit_test(test_runtime_default_policy_named),
       cmocka_unit_test(test_runtime_bad_policy_file_uses_default),
+      cmocka_unit_test(test_runtime_policy_file_long_number_logged_whole),
       cmocka_unit_test(test_runtime_policy_file_applied),
       cmocka_unit_test(test_runtime_port_taken_keeps_working),
       cmocka_unit_test(test_runtime_db_unwritable_keeps_working),
@@ -1207,6 +1279,7 @@ int main(void) {
       cmocka_unit_test(test_runtime_token_newline_refused),
       cmocka_unit_test(test_runtime_token_control_byte_api_refused),
       cmocka_unit_test(test_runtime_off_any_case),
+      cmocka_unit_test(test_runtime_off_with_space),
       cmocka_unit_test(test_runtime_model_outside_dir_refused),
       cmocka_unit_test(test_runtime_log_escaped),
       cmocka_unit_test(test_runtime_token_rule),

@@ -65,7 +65,7 @@
 #include <cmocka.h>
 
 #include "adaptalloc/runtime.h"
-#include "test_hooks.h" /* core/src: the host backend's test hooks */
+#include "core_test.h" /* core: the host backend's test hooks */
 #include "adaptalloc/store.h"
 
 #if !AA_TEST_WITH_STORE

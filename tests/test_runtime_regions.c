@@ -204,6 +204,14 @@ static void scenario_policy_changes(void) {
                                  sizeof(err)) == AA_EINVAL);
   CHECK(strstr(err, "pools.regions.kv: max_small is fixed") != NULL);
   CHECK(strstr(err, "host:kv") != NULL);
+  /* the backend is fixed too: a live pool does not turn into managed memory */
+  {
+    const char *managed = "{\"pools\": {\"regions\": {\"kv\": {\"backend\": \"managed\"}}}}";
+    CHECK(aa_runtime_policy_update(managed, strlen(managed), true, "unit", 0, &v, err,
+                                   sizeof(err)) == AA_EINVAL);
+    CHECK(strstr(err, "pools.regions.kv.backend: fixed while pool host:kv is live "
+                      "(\"default\" in force, \"managed\" asked)") != NULL);
+  }
   {
     char *doc = NULL;
     uint64_t now = 0;

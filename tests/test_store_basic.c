@@ -236,6 +236,9 @@ static void test_store_region_column(void **state) {
                                   "CREATE VIEW latest_snapshots AS SELECT s.* FROM snapshots s"
                                   " WHERE s.id = (SELECT max(id) FROM snapshots t"
                                   " WHERE t.run_id = s.run_id AND t.pool = s.pool);"
+                                  "DROP TABLE ooms;"
+                                  "ALTER TABLE runs DROP COLUMN local_rank;"
+                                  "ALTER TABLE runs DROP COLUMN world_size;"
                                   "PRAGMA user_version=2;",
                                   NULL, NULL, NULL),
                      SQLITE_OK);
@@ -245,6 +248,55 @@ static void test_store_region_column(void **state) {
   assert_int_equal(aa_store_close(st), AA_OK);
   assert_int_equal(sql_int(path, "PRAGMA user_version"), AA_STORE_SCHEMA_VERSION);
   assert_int_equal(sql_int(path, "SELECT count(*) FROM snapshots WHERE region IS NULL"), 2);
+}
+
+/* Schema 5: a run row carries its rank, local rank and world size; a
+ * schema-4 file is migrated (its rows keep NULL there) and read before
+ * that (readers never migrate) with null for both. */
+static void test_store_run_ranks_and_v4_migration(void **state) {
+  (void)state;
+  char path[300];
+  char *json = NULL;
+  aa_store_run_info info = {.model = "ranked", .rank = 5, .local_rank = 1, .world_size = 8};
+  aa_store_run_info none = {.model = "single", .rank = -1, .local_rank = -1, .world_size = 0};
+  int64_t id = 0;
+  db_file(path, sizeof path, "ranks.db");
+  aa_store *st = open_store(path, 0);
+  assert_int_equal(aa_store_begin_run(st, &info, &id), AA_OK);
+  assert_int_equal(aa_store_begin_run(st, &none, &id), AA_OK);
+  assert_int_equal(aa_store_close(st), AA_OK);
+  assert_int_equal(sql_int(path, "SELECT rank FROM runs WHERE model='ranked'"), 5);
+  assert_int_equal(sql_int(path, "SELECT local_rank FROM runs WHERE model='ranked'"), 1);
+  assert_int_equal(sql_int(path, "SELECT world_size FROM runs WHERE model='ranked'"), 8);
+  assert_int_equal(sql_int(path, "SELECT count(*) FROM runs WHERE model='single' AND rank IS NULL"
+                                 " AND local_rank IS NULL AND world_size IS NULL"),
+                   1);
+  assert_int_equal(aa_store_runs_json(path, 10, &json), AA_OK);
+  assert_non_null(strstr(json, "\"rank\":5,\"local_rank\":1,\"world_size\":8"));
+  assert_non_null(strstr(json, "\"rank\":null,\"local_rank\":null,\"world_size\":null"));
+  free(json);
+
+  /* back to schema 4: read as it is, then opened: migrated, rows kept */
+  sql_exec(path, "ALTER TABLE runs DROP COLUMN local_rank;"
+                 "ALTER TABLE runs DROP COLUMN world_size;"
+                 "PRAGMA user_version=4;");
+  assert_int_equal(sql_int(path, "SELECT count(*) FROM pragma_table_info('runs')"
+                                 " WHERE name IN ('local_rank', 'world_size')"),
+                   0);
+  assert_int_equal(aa_store_runs_json(path, 10, &json), AA_OK);
+  assert_non_null(strstr(json, "\"rank\":5,\"local_rank\":null,\"world_size\":null"));
+  free(json);
+  assert_int_equal(sql_int(path, "PRAGMA user_version"), 4); /* the reader changed nothing */
+  st = open_store(path, 0);
+  assert_int_equal(sql_int(path, "PRAGMA user_version"), AA_STORE_SCHEMA_VERSION);
+  info.model = "after";
+  info.local_rank = 0;
+  assert_int_equal(aa_store_begin_run(st, &info, &id), AA_OK);
+  assert_int_equal(aa_store_close(st), AA_OK);
+  assert_int_equal(sql_int(path, "SELECT count(*) FROM runs"), 3);
+  assert_int_equal(sql_int(path, "SELECT count(*) FROM runs WHERE local_rank IS NULL"), 2);
+  assert_int_equal(sql_int(path, "SELECT local_rank FROM runs WHERE model='after'"), 0);
+  assert_int_equal(sql_int(path, "SELECT world_size FROM runs WHERE model='after'"), 8);
 }
 
 static void test_store_refuses_newer_schema(void **state) {
@@ -1026,6 +1078,7 @@ int main(void) {
       cmocka_unit_test(test_store_reopen_keeps_data),
       cmocka_unit_test(test_store_refuses_newer_schema),
       cmocka_unit_test(test_store_region_column),
+      cmocka_unit_test(test_store_run_ranks_and_v4_migration),
       cmocka_unit_test(test_store_rejects_bad_config),
       cmocka_unit_test(test_store_newer_schema_left_byte_identical),
       cmocka_unit_test(test_store_overlong_path_refused_no_file),

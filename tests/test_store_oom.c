@@ -135,7 +135,10 @@ static void test_store_oom_migrates_v3(void **state) {
   {
     sqlite3 *db = NULL;
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, "DROP TABLE ooms; PRAGMA user_version=3;", NULL, NULL, NULL),
+    assert_int_equal(sqlite3_exec(db, "DROP TABLE ooms; ALTER TABLE runs DROP COLUMN local_rank;"
+                                      " ALTER TABLE runs DROP COLUMN world_size;"
+                                      " PRAGMA user_version=3;",
+                                  NULL, NULL, NULL),
                      SQLITE_OK);
     sqlite3_close(db);
   }

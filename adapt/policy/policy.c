@@ -199,33 +199,48 @@ int aa_policy_default(aa_policy **out) {
   return AA_OK;
 }
 
-int aa_policy_parse(const char *json, size_t len, aa_policy **out, char *err,
-                    size_t errcap) {
+/* The message of a failed call: malloc'd whole into *errmsg (the _msg
+ * forms), or cut into err[errcap] (the others); the builder is freed. */
+static void hand_back(aa__buf *b, char **errmsg, char *err, size_t errcap) {
+  char *m = NULL;
+  size_t n = 0;
+  if (b->data == NULL && !b->failed)
+    aa__buf_puts(b, "");
+  if (aa__buf_take(b, &m, &n) != AA_OK)
+    m = NULL;
+  if (errmsg != NULL)
+    *errmsg = m;
+  else {
+    aa__errcpy(err, errcap, m != NULL ? m : "out of memory");
+    free(m);
+  }
+  aa__buf_free(b);
+}
+
+static int parse_doc(const char *json, size_t len, aa_policy **out, aa__buf *err) {
   cJSON *root = NULL;
   aa_policy *p = NULL;
   int rc;
 
-  if (err != NULL && errcap > 0)
-    err[0] = '\0';
   if (out == NULL) {
-    aa__errf(err, errcap, "(root): no output pointer given");
+    aa__buf_puts(err, "(root): no output pointer given");
     return AA_EINVAL;
   }
   *out = NULL;
   if (json == NULL) {
-    aa__errf(err, errcap, "(root): no document given");
+    aa__buf_puts(err, "(root): no document given");
     return AA_EINVAL;
   }
-  rc = aa__policy_parse_tree(json, len, &root, err, errcap);
+  rc = aa__policy_parse_tree(json, len, &root, err);
   if (rc != AA_OK)
     goto done;
   p = malloc(sizeof *p);
   if (p == NULL) {
-    aa__errf(err, errcap, "(root): out of memory");
+    aa__buf_puts(err, "(root): out of memory");
     rc = AA_ENOMEM;
     goto done;
   }
-  rc = aa__policy_from_tree(root, p, err, errcap);
+  rc = aa__policy_from_tree(root, p, err);
   if (rc != AA_OK)
     goto done;
   *out = p;
@@ -233,6 +248,35 @@ int aa_policy_parse(const char *json, size_t len, aa_policy **out, char *err,
 done:
   free(p);
   cJSON_Delete(root);
+  return rc;
+}
+
+int aa_policy_parse_msg(const char *json, size_t len, aa_policy **out,
+                        char **errmsg) {
+  aa__buf b;
+  int rc;
+
+  if (errmsg != NULL)
+    *errmsg = NULL;
+  aa__buf_init(&b);
+  rc = parse_doc(json, len, out, &b);
+  if (rc != AA_OK && errmsg != NULL)
+    hand_back(&b, errmsg, NULL, 0);
+  aa__buf_free(&b);
+  return rc;
+}
+
+int aa_policy_parse(const char *json, size_t len, aa_policy **out, char *err,
+                    size_t errcap) {
+  aa__buf b;
+  int rc;
+
+  aa__errcpy(err, errcap, "");
+  aa__buf_init(&b);
+  rc = parse_doc(json, len, out, &b);
+  if (rc != AA_OK)
+    hand_back(&b, NULL, err, errcap);
+  aa__buf_free(&b);
   return rc;
 }
 
@@ -254,115 +298,119 @@ static const struct {
 int aa_policy_missing(const char *json, size_t len, size_t *n, char *missing,
                       size_t cap) {
   cJSON *root = NULL;
-  size_t count = 0, used = 0;
+  aa__buf b;
+  size_t count = 0;
   int rc;
 
   if (n != NULL)
     *n = 0;
-  if (missing != NULL && cap > 0)
-    missing[0] = '\0';
+  aa__errcpy(missing, cap, "");
   if (json == NULL) {
-    aa__errf(missing, cap, "(root): no document given");
+    aa__errcpy(missing, cap, "(root): no document given");
     return AA_EINVAL;
   }
-  rc = aa__policy_parse_tree(json, len, &root, missing, cap);
-  if (rc != AA_OK)
+  aa__buf_init(&b);
+  rc = aa__policy_parse_tree(json, len, &root, &b);
+  if (rc != AA_OK) {
+    hand_back(&b, NULL, missing, cap);
     goto done;
+  }
   if (!cJSON_IsObject(root)) {
-    aa__errf(missing, cap, "(root): expected an object");
+    aa__errcpy(missing, cap, "(root): expected an object");
     rc = AA_EINVAL;
     goto done;
   }
   for (size_t i = 0; i < sizeof complete_parts / sizeof complete_parts[0]; i++) {
     const cJSON *top = cJSON_GetObjectItemCaseSensitive(root, complete_parts[i].top);
     const cJSON *part = top;
-    int w;
     if (complete_parts[i].pool != NULL)
       part = cJSON_IsObject(top)
                  ? cJSON_GetObjectItemCaseSensitive(top, complete_parts[i].pool)
                  : NULL;
     if (part != NULL && !cJSON_IsNull(part))
       continue;
+    aa__buf_printf(&b, "%s%s%s%s", count > 0 ? ", " : "", complete_parts[i].top,
+                   complete_parts[i].pool ? "." : "",
+                   complete_parts[i].pool ? complete_parts[i].pool : "");
     count++;
-    if (missing == NULL || used >= cap)
-      continue;
-    w = snprintf(missing + used, cap - used, "%s%s%s%s", count > 1 ? ", " : "",
-                 complete_parts[i].top, complete_parts[i].pool ? "." : "",
-                 complete_parts[i].pool ? complete_parts[i].pool : "");
-    used = w < 0 ? cap : used + (size_t)w;
   }
   if (n != NULL)
     *n = count;
+  hand_back(&b, NULL, missing, cap);
 done:
+  aa__buf_free(&b);
   cJSON_Delete(root);
   return rc;
 }
 
-/* AA_OK when the document (already valid) names every part, else AA_EINVAL
- * with the message. */
-static int check_complete(const char *json, size_t len, char *err, size_t errcap) {
+/* parse_doc, then AA_EINVAL with the parts left out when the document is
+ * not complete (*out NULL then). */
+static int parse_doc_complete(const char *json, size_t len, aa_policy **out, aa__buf *err) {
   char missing[AA_POLICY_ERR_CAP];
   size_t n = 0;
-  int rc = aa_policy_missing(json, len, &n, missing, sizeof missing);
-  if (rc != AA_OK) {
-    aa__errf(err, errcap, "%s", missing);
+  int rc = parse_doc(json, len, out, err);
+  if (rc != AA_OK)
     return rc;
-  }
-  if (n == 0)
+  rc = aa_policy_missing(json, len, &n, missing, sizeof missing);
+  if (rc == AA_OK && n == 0)
     return AA_OK;
-  aa__errf(err, errcap,
-           "(root): not a complete policy: missing %s (a whole policy names " AA_POLICY_COMPLETE_PARTS ")",
-           missing);
-  return AA_EINVAL;
+  if (rc == AA_OK) {
+    aa__buf_printf(err,
+                   "(root): not a complete policy: missing %s (a whole policy names " AA_POLICY_COMPLETE_PARTS ")",
+                   missing);
+    rc = AA_EINVAL;
+  } else {
+    aa__buf_puts(err, missing);
+  }
+  aa_policy_free(*out);
+  *out = NULL;
+  return rc;
 }
 
 int aa_policy_parse_complete(const char *json, size_t len, aa_policy **out,
                              char *err, size_t errcap) {
-  int rc = aa_policy_parse(json, len, out, err, errcap);
+  aa__buf b;
+  int rc;
+
+  aa__errcpy(err, errcap, "");
+  aa__buf_init(&b);
+  rc = parse_doc_complete(json, len, out, &b);
   if (rc != AA_OK)
-    return rc;
-  rc = check_complete(json, len, err, errcap);
-  if (rc != AA_OK) {
-    aa_policy_free(*out);
-    *out = NULL;
-  }
+    hand_back(&b, NULL, err, errcap);
+  aa__buf_free(&b);
   return rc;
 }
 
-static int not_regular(const char *path, const struct stat *sb, char *err,
-                       size_t errcap) {
-  aa__errf(err, errcap, "%s: not a regular file (%s); a policy is a JSON file",
-           path,
-           S_ISDIR(sb->st_mode)                           ? "a directory"
-           : S_ISFIFO(sb->st_mode)                        ? "a FIFO"
-           : S_ISSOCK(sb->st_mode)                        ? "a socket"
-           : S_ISCHR(sb->st_mode) || S_ISBLK(sb->st_mode) ? "a device"
-                                                          : "not a file");
+static int not_regular(const char *path, const struct stat *sb, aa__buf *err) {
+  aa__buf_printf(err, "%s: not a regular file (%s); a policy is a JSON file",
+                 path,
+                 S_ISDIR(sb->st_mode)                           ? "a directory"
+                 : S_ISFIFO(sb->st_mode)                        ? "a FIFO"
+                 : S_ISSOCK(sb->st_mode)                        ? "a socket"
+                 : S_ISCHR(sb->st_mode) || S_ISBLK(sb->st_mode) ? "a device"
+                                                                : "not a file");
   return AA_EINVAL;
 }
 
-/* aa_policy_load_file, and with `complete` aa_policy_load_file_complete. */
-static int load_file(const char *path, bool complete, aa_policy **out, char *err,
-                     size_t errcap) {
+/* Reads and parses a policy file; with `complete` it must be a complete
+ * policy (parse_doc_complete). */
+static int load_file(const char *path, bool complete, aa_policy **out, aa__buf *err) {
   FILE *f = NULL;
   int fd = -1;
   struct stat sb;
   char *buf = NULL;
   size_t len = 0;
-  char inner[AA_POLICY_ERR_CAP];
   int rc = AA_OK;
 
-  if (err != NULL && errcap > 0)
-    err[0] = '\0';
   if (out == NULL || path == NULL) {
-    aa__errf(err, errcap, "(root): no path or output pointer given");
+    aa__buf_printf(err, "(root): no path or output pointer given");
     return AA_EINVAL;
   }
   *out = NULL;
   if (strnlen(path, PATH_MAX) >= PATH_MAX) {
-    aa__errf(err, errcap,
-             "(path): the policy path is over the limit of %d bytes",
-             PATH_MAX - 1);
+    aa__buf_printf(err,
+                   "(path): the policy path is over the limit of %d bytes",
+                   PATH_MAX - 1);
     rc = AA_EINVAL;
     goto done;
   }
@@ -372,38 +420,38 @@ static int load_file(const char *path, bool complete, aa_policy **out, char *err
    * O_NONBLOCK: should a FIFO take its place meanwhile, the open must not
    * block start-up. */
   if (stat(path, &sb) != 0) {
-    aa__errf(err, errcap, "%s: cannot open: %s", path, strerror(errno));
+    aa__buf_printf(err, "%s: cannot open: %s", path, strerror(errno));
     rc = AA_EIO;
     goto done;
   }
   if (!S_ISREG(sb.st_mode)) {
-    rc = not_regular(path, &sb, err, errcap);
+    rc = not_regular(path, &sb, err);
     goto done;
   }
   fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) {
-    aa__errf(err, errcap, "%s: cannot open: %s", path, strerror(errno));
+    aa__buf_printf(err, "%s: cannot open: %s", path, strerror(errno));
     rc = AA_EIO;
     goto done;
   }
   if (fstat(fd, &sb) != 0) {
-    aa__errf(err, errcap, "%s: cannot stat: %s", path, strerror(errno));
+    aa__buf_printf(err, "%s: cannot stat: %s", path, strerror(errno));
     rc = AA_EIO;
     goto done;
   }
   if (!S_ISREG(sb.st_mode)) {
-    rc = not_regular(path, &sb, err, errcap);
+    rc = not_regular(path, &sb, err);
     goto done;
   }
   if (sb.st_size > (off_t)AA_POLICY_MAX_BYTES) {
-    aa__errf(err, errcap, "%s: document is over the %u-byte limit",
-             path, (unsigned)AA_POLICY_MAX_BYTES);
+    aa__buf_printf(err, "%s: document is over the %u-byte limit",
+                   path, (unsigned)AA_POLICY_MAX_BYTES);
     rc = AA_EPARSE;
     goto done;
   }
   f = fdopen(fd, "rb");
   if (f == NULL) {
-    aa__errf(err, errcap, "%s: cannot open: %s", path, strerror(errno));
+    aa__buf_printf(err, "%s: cannot open: %s", path, strerror(errno));
     rc = AA_EIO;
     goto done;
   }
@@ -411,28 +459,26 @@ static int load_file(const char *path, bool complete, aa_policy **out, char *err
   /* Read one byte past the limit so an oversized file is recognised. */
   buf = malloc(AA_POLICY_MAX_BYTES + 1);
   if (buf == NULL) {
-    aa__errf(err, errcap, "%s: out of memory", path);
+    aa__buf_printf(err, "%s: out of memory", path);
     rc = AA_ENOMEM;
     goto done;
   }
   len = fread(buf, 1, AA_POLICY_MAX_BYTES + 1, f);
   if (ferror(f)) {
-    aa__errf(err, errcap, "%s: read error: %s", path, strerror(errno));
+    aa__buf_printf(err, "%s: read error: %s", path, strerror(errno));
     rc = AA_EIO;
     goto done;
   }
   if (len > AA_POLICY_MAX_BYTES) {
-    aa__errf(err, errcap,
-             "%s: document is over the %u-byte limit", path,
-             (unsigned)AA_POLICY_MAX_BYTES);
+    aa__buf_printf(err,
+                   "%s: document is over the %u-byte limit", path,
+                   (unsigned)AA_POLICY_MAX_BYTES);
     rc = AA_EPARSE;
     goto done;
   }
-  inner[0] = '\0';
-  rc = complete ? aa_policy_parse_complete(buf, len, out, inner, sizeof inner)
-                : aa_policy_parse(buf, len, out, inner, sizeof inner);
-  if (rc != AA_OK)
-    aa__errf(err, errcap, "%s: %s", path, inner);
+  /* "path: " first; the parser's message follows, whole */
+  aa__buf_printf(err, "%s: ", path);
+  rc = complete ? parse_doc_complete(buf, len, out, err) : parse_doc(buf, len, out, err);
 done:
   free(buf);
   if (f != NULL)
@@ -442,14 +488,60 @@ done:
   return rc;
 }
 
+int aa_policy_load_file_msg(const char *path, aa_policy **out, char **errmsg) {
+  aa__buf b;
+  int rc;
+
+  if (errmsg != NULL)
+    *errmsg = NULL;
+  aa__buf_init(&b);
+  rc = load_file(path, false, out, &b);
+  if (rc != AA_OK && errmsg != NULL)
+    hand_back(&b, errmsg, NULL, 0);
+  aa__buf_free(&b);
+  return rc;
+}
+
 int aa_policy_load_file(const char *path, aa_policy **out, char *err,
                         size_t errcap) {
-  return load_file(path, false, out, err, errcap);
+  aa__buf b;
+  int rc;
+
+  aa__errcpy(err, errcap, "");
+  aa__buf_init(&b);
+  rc = load_file(path, false, out, &b);
+  if (rc != AA_OK)
+    hand_back(&b, NULL, err, errcap);
+  aa__buf_free(&b);
+  return rc;
+}
+
+int aa_policy_load_file_complete_msg(const char *path, aa_policy **out, char **errmsg) {
+  aa__buf b;
+  int rc;
+
+  if (errmsg != NULL)
+    *errmsg = NULL;
+  aa__buf_init(&b);
+  rc = load_file(path, true, out, &b);
+  if (rc != AA_OK && errmsg != NULL)
+    hand_back(&b, errmsg, NULL, 0);
+  aa__buf_free(&b);
+  return rc;
 }
 
 int aa_policy_load_file_complete(const char *path, aa_policy **out, char *err,
                                  size_t errcap) {
-  return load_file(path, true, out, err, errcap);
+  aa__buf b;
+  int rc;
+
+  aa__errcpy(err, errcap, "");
+  aa__buf_init(&b);
+  rc = load_file(path, true, out, &b);
+  if (rc != AA_OK)
+    hand_back(&b, NULL, err, errcap);
+  aa__buf_free(&b);
+  return rc;
 }
 
 static bool pool_equal(const aa__pool_policy *a, const aa__pool_policy *b) {
@@ -458,7 +550,11 @@ static bool pool_equal(const aa__pool_policy *a, const aa__pool_policy *b) {
       a->tcache_bytes != b->tcache_bytes || a->large_mode != b->large_mode ||
       a->large_cache_bytes != b->large_cache_bytes ||
       a->large_page_bytes != b->large_page_bytes || a->large_map_runs != b->large_map_runs ||
-      a->limit_bytes != b->limit_bytes)
+      a->limit_bytes != b->limit_bytes || a->managed != b->managed ||
+      a->advise_preferred != b->advise_preferred ||
+      a->advise_accessed_by != b->advise_accessed_by ||
+      a->advise_read_mostly != b->advise_read_mostly ||
+      a->allow_oversubscribe != b->allow_oversubscribe)
     return false;
   if (a->classes_kind == AA__CLASSES_LADDER)
     return a->ladder_min == b->ladder_min &&
@@ -594,6 +690,31 @@ int aa_policy_pool_config(const aa_policy *p, const char *pool,
   if (classes == NULL)
     return AA_OK;
   return count > cap ? AA_ERANGE : AA_OK;
+}
+
+int aa_policy_pool_backend(const aa_policy *p, const char *pool, bool *managed,
+                           aa_managed_config *mc) {
+  const aa__pool_policy *pp = NULL;
+  int rc;
+
+  if (managed != NULL)
+    *managed = false;
+  if (mc != NULL)
+    aa_managed_config_init(mc);
+  if (p == NULL)
+    return AA_EINVAL;
+  rc = aa__policy_section(p, pool, &pp);
+  if (rc != AA_OK)
+    return rc;
+  if (managed != NULL)
+    *managed = pp->managed;
+  if (mc != NULL && pp->managed) {
+    mc->preferred_location = pp->advise_preferred;
+    mc->accessed_by = pp->advise_accessed_by;
+    mc->read_mostly = pp->advise_read_mostly;
+    mc->allow_oversubscribe = pp->allow_oversubscribe;
+  }
+  return AA_OK;
 }
 
 void aa_policy_adapt_params(const aa_policy *p, aa_adapt_params *out) {

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "adaptalloc/internal/debug.h" /* util/: tiered assertions */
 #include "policy_model.h"
 
 #define SECTION_MAX 48 /* "regions." + a region name + NUL */
@@ -85,6 +86,45 @@ static const char *fixed_changed(const aa_pool_config *cur, const aa_pool_config
     }
   }
   return NULL;
+}
+
+/* The backend is fixed too: a pool made over managed memory stays so, one
+ * made over device memory stays so, and a managed pool keeps the advice and
+ * cap it was made with (its backend took a copy). Like check_fixed, this
+ * compares the section in force with the one asked (cur NULL skips it: a
+ * pool being made took its backend from the same policy). Refuses
+ * (AA_EINVAL, err names it) a change of them. */
+static int check_backend(const aa_policy *cur, const aa_policy *next, aa_pool *pool,
+                         const char *sec, char *err, size_t errcap) {
+  aa_managed_config cm, wm;
+  char cur_sec[SECTION_MAX];
+  bool was = false, want = false;
+
+  if (cur == NULL)
+    return AA_OK;
+  aa_policy_pool_section(cur, pool, cur_sec, sizeof(cur_sec));
+  if (aa_policy_pool_backend(cur, cur_sec, &was, &cm) != AA_OK)
+    return AA_OK; /* nothing known in force to compare against */
+  if (aa_policy_pool_backend(next, sec, &want, &wm) != AA_OK)
+    return AA_OK; /* the class table's prepare reports a missing section */
+  if (was != want) {
+    snprintf(err, errcap,
+             "pools.%s.backend: fixed while pool %s is live (\"%s\" in force, "
+             "\"%s\" asked); restart to change it",
+             sec, aa_pool_name(pool), was ? "managed" : "default",
+             want ? "managed" : "default");
+    return AA_EINVAL;
+  }
+  if (was && (cm.preferred_location != wm.preferred_location ||
+              cm.accessed_by != wm.accessed_by || cm.read_mostly != wm.read_mostly ||
+              cm.allow_oversubscribe != wm.allow_oversubscribe)) {
+    snprintf(err, errcap,
+             "pools.%s: advise and allow_oversubscribe are fixed while pool %s is "
+             "live; restart to change them",
+             sec, aa_pool_name(pool));
+    return AA_EINVAL;
+  }
+  return AA_OK;
 }
 
 /* Refuses (AA_EINVAL, err names them) settings of `sec` under next that
@@ -185,8 +225,12 @@ typedef struct pool_change {
   bool map_runs;
 } pool_change;
 
+/* Invariants (aa__assert_internal): pools[0 .. n) are prepared, each with
+ * its pool and its table's txn, and pools[n .. want) hold nothing; only a
+ * whole change (n == want) is committed; abort gives back every txn. */
 struct aa_policy_change {
-  size_t n;
+  size_t n;    /* pools prepared so far */
+  size_t want; /* pools asked for */
   pool_change pools[];
 };
 
@@ -208,6 +252,8 @@ static int prepare_pool(const aa_policy *cur, const aa_policy *next, const char 
     return rc;
   }
   rc = check_fixed(cur, next, pool, sec, err, errcap);
+  if (rc == AA_OK)
+    rc = check_backend(cur, next, pool, sec, err, errcap);
   if (rc != AA_OK)
     return rc;
   rc = aa_policy_pool_config(next, sec, NULL, want, AA_MAX_CLASSES, &nw);
@@ -248,6 +294,7 @@ static int prepare_pool(const aa_policy *cur, const aa_policy *next, const char 
 }
 
 static void commit_pool(pool_change *c) {
+  aa__assert_internal(c->pool != NULL && c->txn != NULL);
   aa_pool_classes_commit(c->txn);
   aa_pool_set_limit(c->pool, c->limit_bytes);
   aa_pool_set_map_runs(c->pool, c->map_runs);
@@ -269,6 +316,7 @@ int aa_policy_change_prepare(const aa_policy *cur, const aa_policy *next,
   ch = calloc(1, sizeof(*ch) + n * sizeof(ch->pools[0]));
   if (ch == NULL)
     return AA_ENOMEM;
+  ch->want = n;
   for (i = 0; i < n; i++) {
     char sec[SECTION_MAX];
     aa_policy_pool_section(next, pools[i], sec, sizeof(sec));
@@ -277,12 +325,14 @@ int aa_policy_change_prepare(const aa_policy *cur, const aa_policy *next,
       rc = AA_EINVAL; /* a table the pool cannot hold is the request's problem */
     if (rc != AA_OK)
       break;
+    aa__assert_internal(ch->pools[i].pool == pools[i] && ch->pools[i].txn != NULL);
     ch->n = i + 1;
   }
   if (rc != AA_OK) {
     aa_policy_change_abort(ch);
     return rc;
   }
+  aa__assert_internal(ch->n == n);
   *out = ch;
   return AA_OK;
 }
@@ -290,6 +340,8 @@ int aa_policy_change_prepare(const aa_policy *cur, const aa_policy *next,
 void aa_policy_change_commit(aa_policy_change *ch) {
   if (ch == NULL)
     return;
+  /* only a change every pool accepted is committed */
+  aa__assert_internal(ch->n == ch->want);
   for (size_t i = 0; i < ch->n; i++)
     commit_pool(&ch->pools[i]);
   free(ch);
@@ -298,8 +350,14 @@ void aa_policy_change_commit(aa_policy_change *ch) {
 void aa_policy_change_abort(aa_policy_change *ch) {
   if (ch == NULL)
     return;
-  for (size_t i = 0; i < ch->n; i++)
-    aa_pool_classes_abort(ch->pools[i].txn);
+  aa__assert_internal(ch->n <= ch->want);
+  for (size_t i = 0; i < ch->want; i++) {
+    pool_change *c = &ch->pools[i];
+    /* every table held is one of the prepared pools', and each goes back */
+    aa__assert_internal((i < ch->n) == (c->txn != NULL));
+    aa_pool_classes_abort(c->txn);
+    c->txn = NULL;
+  }
   free(ch);
 }
 

@@ -17,12 +17,13 @@
 /* ------------------------------------------------------------ error helpers */
 
 int aa__pv_fail(vctx *v, const char *path, const char *fmt, ...) {
-  char msg[AA_POLICY_ERR_CAP];
   va_list ap;
+  if (v->err == NULL)
+    return AA_EINVAL;
+  aa__buf_printf(v->err, "%s: ", path[0] ? path : "(root)");
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  aa__buf_vprintf(v->err, fmt, ap);
   va_end(ap);
-  aa__errf(v->err, v->cap, "%s: %s", path[0] ? path : "(root)", msg);
   return AA_EINVAL;
 }
 
@@ -103,13 +104,62 @@ const char *aa__pv_type_name(const cJSON *item) {
   return "an invalid value";
 }
 
-static void fmt_num(char *dst, size_t cap, double d) {
-  /* integral values below 1e21 print every digit: 2^64 is
-   * 18446744073709551616, not 1.84467e+19 */
+/* A number for a message: its text as the document wrote it (every digit,
+ * however many: 12345678901234567890 stays itself, not the double's
+ * 12345678901234567168), written into *tmp only when the item has no text
+ * (a tree not parsed from a document: then the double, integral values below
+ * 1e21 with every digit). */
+static const char *num_text(const cJSON *item, char *tmp, size_t cap) {
+  const char *t = aa__json_number_text(item);
+  double d = item->valuedouble;
+  if (t != NULL)
+    return t;
   if (isfinite(d) && floor(d) == d && fabs(d) < 1e21)
-    snprintf(dst, cap, "%.0f", d);
+    snprintf(tmp, cap, "%.0f", d);
   else
-    snprintf(dst, cap, "%g", d);
+    snprintf(tmp, cap, "%g", d);
+  return tmp;
+}
+
+/* Whether a JSON number's text is an integer exactly: 1.0, 1e3 and 1.5e1
+ * are; 1.0000000000000000001, which a double reads as 1, is not. */
+static bool text_is_integer(const char *t, bool *nonzero) {
+  const char *p = t;
+  size_t trailing_zeros = 0, frac = 0;
+  bool any_nonzero = false, in_frac = false;
+  long long exp = 0;
+  if (*p == '-')
+    p++;
+  for (; (*p >= '0' && *p <= '9') || *p == '.'; p++) {
+    if (*p == '.') {
+      in_frac = true;
+      continue;
+    }
+    if (in_frac)
+      frac++;
+    if (*p == '0') {
+      trailing_zeros++;
+    } else {
+      trailing_zeros = 0;
+      any_nonzero = true;
+    }
+  }
+  if (*p == 'e' || *p == 'E') {
+    int sign = 1;
+    p++;
+    if (*p == '+' || *p == '-')
+      sign = *p++ == '-' ? -1 : 1;
+    for (; *p >= '0' && *p <= '9'; p++)
+      if (exp < 1000000000LL)
+        exp = exp * 10 + (*p - '0');
+    exp *= sign;
+  }
+  *nonzero = any_nonzero;
+  if (!any_nonzero)
+    return true; /* zero, however written */
+  /* value = digits x 10^(exp - frac); integral when the zeros at the end
+   * of the digits make up for a negative power */
+  return exp - (long long)frac + (long long)trailing_zeros >= 0;
 }
 
 /* ------------------------------------------------------------ field helpers */
@@ -183,22 +233,37 @@ const cJSON *aa__pv_member(const cJSON *obj, const char *key) {
 
 int aa__pv_get_uint(vctx *v, const cJSON *item, const char *path, uint64_t lo,
                     uint64_t hi, uint64_t *out) {
-  char num[40];
+  char tmp[40];
+  const char *num, *text;
+  bool integer, negative;
   double d;
   uint64_t u;
   if (!cJSON_IsNumber(item))
     return aa__pv_fail(v, path, "expected an integer, got %s", aa__pv_type_name(item));
   d = item->valuedouble;
-  fmt_num(num, sizeof num, d);
-  if (!isfinite(d))
-    return aa__pv_fail(v, path, "%s is not a finite number", num);
-  if (d < 0)
+  text = aa__json_number_text(item);
+  num = num_text(item, tmp, sizeof tmp);
+  if (text != NULL) {
+    bool nonzero = false;
+    integer = text_is_integer(text, &nonzero);
+    negative = text[0] == '-' && nonzero; /* -0 is 0; -1e-400 is negative */
+  } else {
+    integer = floor(d) == d;
+    negative = d < 0;
+  }
+  /* A JSON number is never infinite: one too large for a double (1e400, a
+   * 400-digit integer) reads as inf, and the two rules below name it by its
+   * sign, quoting its text. */
+  if (negative)
     return aa__pv_fail(v, path, "%s is negative", num);
   /* 2^53 itself is refused too: 2^53 + 1 reads as 2^53 in a double, so only
    * integers below 2^53 are known to be what the document said. */
   if (d >= TWO_POW_53)
     return aa__pv_fail(v, path, "%s is beyond 2^53 - 1, the largest exact integer", num);
-  if (floor(d) != d)
+  if (!isfinite(d))
+    return aa__pv_fail(v, path, "%s is not a finite number", num);
+  /* the text decides: 1.0000000000000000001 reads as the double 1 */
+  if (!integer || floor(d) != d)
     return aa__pv_fail(v, path, "%s is not an integer", num);
   u = (uint64_t)d;
   if (u < lo || u > hi)
@@ -219,12 +284,13 @@ int aa__pv_get_u32(vctx *v, const cJSON *item, const char *path, uint32_t lo,
 
 static int get_frac(vctx *v, const cJSON *item, const char *path, bool lo_open,
                     bool hi_open, double *out) {
-  char num[40];
+  char tmp[40];
+  const char *num;
   double d;
   if (!cJSON_IsNumber(item))
     return aa__pv_fail(v, path, "expected a number, got %s", aa__pv_type_name(item));
   d = item->valuedouble;
-  fmt_num(num, sizeof num, d);
+  num = num_text(item, tmp, sizeof tmp);
   if (!isfinite(d) || d < 0 || d > 1 || (lo_open && d == 0) ||
       (hi_open && d == 1))
     return aa__pv_fail(v, path, "%s is out of range %s0, 1%s", num, lo_open ? "(" : "[",

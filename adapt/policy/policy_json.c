@@ -74,6 +74,17 @@ static void write_pool(aa__buf *b, const aa__pool_policy *pp) {
   aa__buf_printf(b, ", \"map_runs\": %s", pp->large_map_runs ? "true" : "false");
   aa__buf_printf(b, "},\n      \"limit_bytes\": ");
   sb_u64(b, pp->limit_bytes);
+  aa__buf_printf(b, ",\n      \"backend\": \"%s\"", pp->managed ? "managed" : "default");
+  if (pp->managed) { /* advice and the cap mean something only here */
+    aa__buf_printf(b,
+                   ",\n      \"advise\": {\"preferred_location\": \"%s\", "
+                   "\"accessed_by\": \"%s\", \"read_mostly\": %s}",
+                   aa_managed_location_name(pp->advise_preferred),
+                   aa_managed_location_name(pp->advise_accessed_by),
+                   pp->advise_read_mostly ? "true" : "false");
+    aa__buf_printf(b, ",\n      \"allow_oversubscribe\": %s",
+                   pp->allow_oversubscribe ? "true" : "false");
+  }
   aa__buf_printf(b, "\n    }");
 }
 
@@ -186,43 +197,41 @@ cJSON *aa__json_merge_patch(cJSON *target, const cJSON *patch) {
   return target;
 }
 
-int aa_policy_merge_patch(const aa_policy *base, const char *patch, size_t len,
-                          aa_policy **out, char *err, size_t errcap) {
+static int merge_patch(const aa_policy *base, const char *patch, size_t len,
+                       aa_policy **out, aa__buf *err) {
   char *base_json = NULL;
   cJSON *target = NULL, *ptree = NULL;
   aa_policy *p = NULL;
   int rc;
 
-  if (err != NULL && errcap > 0)
-    err[0] = '\0';
   if (out == NULL) {
-    aa__errf(err, errcap, "(root): no output pointer given");
+    aa__buf_puts(err, "(root): no output pointer given");
     return AA_EINVAL;
   }
   *out = NULL;
   if (base == NULL || patch == NULL) {
-    aa__errf(err, errcap, "(root): no base policy or patch given");
+    aa__buf_puts(err, "(root): no base policy or patch given");
     return AA_EINVAL;
   }
-  rc = aa__policy_parse_tree(patch, len, &ptree, err, errcap);
+  rc = aa__policy_parse_tree(patch, len, &ptree, err);
   if (rc != AA_OK)
     goto done;
   base_json = aa_policy_to_json(base);
   if (base_json != NULL)
     target = cJSON_Parse(base_json);
   if (target == NULL) {
-    aa__errf(err, errcap, "(root): out of memory");
+    aa__buf_puts(err, "(root): out of memory");
     rc = AA_ENOMEM;
     goto done;
   }
   target = aa__json_merge_patch(target, ptree);
   p = malloc(sizeof *p);
   if (target == NULL || p == NULL) {
-    aa__errf(err, errcap, "(root): out of memory");
+    aa__buf_puts(err, "(root): out of memory");
     rc = AA_ENOMEM;
     goto done;
   }
-  rc = aa__policy_from_tree(target, p, err, errcap);
+  rc = aa__policy_from_tree(target, p, err);
   if (rc != AA_OK)
     goto done;
   *out = p;
@@ -232,5 +241,35 @@ done:
   cJSON_Delete(target);
   cJSON_Delete(ptree);
   free(base_json);
+  return rc;
+}
+
+int aa_policy_merge_patch_msg(const aa_policy *base, const char *patch,
+                              size_t len, aa_policy **out, char **errmsg) {
+  aa__buf b;
+  int rc;
+
+  if (errmsg != NULL)
+    *errmsg = NULL;
+  aa__buf_init(&b);
+  rc = merge_patch(base, patch, len, out, &b);
+  if (rc != AA_OK && errmsg != NULL && aa__buf_take(&b, errmsg, NULL) != AA_OK)
+    *errmsg = NULL;
+  aa__buf_free(&b);
+  return rc;
+}
+
+int aa_policy_merge_patch(const aa_policy *base, const char *patch, size_t len,
+                          aa_policy **out, char *err, size_t errcap) {
+  aa__buf b;
+  int rc;
+
+  aa__errcpy(err, errcap, "");
+  aa__buf_init(&b);
+  rc = merge_patch(base, patch, len, out, &b);
+  if (rc != AA_OK)
+    aa__errcpy(err, errcap, b.failed ? "(root): out of memory" : b.data != NULL ? b.data
+                                                                                : "");
+  aa__buf_free(&b);
   return rc;
 }

@@ -22,10 +22,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "adaptalloc/cuda.h" /* aa_managed_location */
 #include "adaptalloc/policy.h"
 
 #include "cJSON.h"
-#include "adaptalloc/internal/util.h" /* util/: aa__errf */
+#include "adaptalloc/internal/util.h"      /* util/: aa__buf, the strict check */
+#include "adaptalloc/internal/json_text.h" /* numbers' texts on the tree */
 
 #define AA__POLICY_POOLS 3 /* device, pinned, host (this order) */
 /* The default policy's device and host pools (policy.c says why): slabs up
@@ -55,6 +57,13 @@ typedef struct aa__pool_policy {
   uint64_t large_page_bytes; /* large.page_bytes: 0 = the backend's granularity */
   bool large_map_runs;       /* large.map_runs */
   uint64_t limit_bytes;
+  /* backend: "default" (the section's own: device, pinned, host memory) or
+   * "managed" (device and regions only), with its advice and the cap */
+  bool managed;
+  aa_managed_location advise_preferred;   /* advise.preferred_location */
+  aa_managed_location advise_accessed_by; /* advise.accessed_by */
+  bool advise_read_mostly;                /* advise.read_mostly */
+  bool allow_oversubscribe;
 } aa__pool_policy;
 
 typedef struct aa__region_policy {
@@ -93,16 +102,15 @@ void aa__policy_defaults(aa_policy *p);
 size_t aa__ladder_expand(uint64_t min, uint64_t max, uint32_t per_doubling,
                          aa_class_spec *out, size_t cap);
 
-/* Pre-scan (size, NUL, UTF-8, depth), bounded parse, trailing bytes, duplicate
- * keys. On success *out is the tree (caller: cJSON_Delete). Errors: AA_EPARSE
- * or AA_ENOMEM with err filled in. */
-int aa__policy_parse_tree(const char *json, size_t len, cJSON **out, char *err,
-                          size_t errcap);
+/* Pre-scan (size, NUL, UTF-8, depth), bounded parse, the strict check,
+ * duplicate keys; each number item keeps its text (json_text.h). On success
+ * *out is the tree (caller: cJSON_Delete). Errors: AA_EPARSE or AA_ENOMEM
+ * with the message appended to err (may be NULL). */
+int aa__policy_parse_tree(const char *json, size_t len, cJSON **out, aa__buf *err);
 
 /* Validates a whole tree into *out (which it fills from the defaults first).
- * AA_EINVAL with err on a rule violation. */
-int aa__policy_from_tree(const cJSON *root, aa_policy *out, char *err,
-                         size_t errcap);
+ * AA_EINVAL with the message appended to err on a rule violation. */
+int aa__policy_from_tree(const cJSON *root, aa_policy *out, aa__buf *err);
 
 /* RFC 7386 MergePatch(target, patch) on cJSON trees. Consumes target (may be
  * NULL); returns the new target (the caller owns it: cJSON_Delete), or NULL

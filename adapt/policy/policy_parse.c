@@ -142,10 +142,105 @@ static int classes_from(vctx *v, const cJSON *cl, const char *path,
   return AA_OK;
 }
 
+/* A location of the advice: "none", "device" or "host". */
+static int location_from(vctx *v, const cJSON *it, const char *path,
+                         aa_managed_location *out) {
+  static const aa_managed_location locs[] = {AA_MANAGED_LOC_NONE, AA_MANAGED_LOC_DEVICE,
+                                             AA_MANAGED_LOC_HOST};
+  char k[64];
+  if (!cJSON_IsString(it) || it->valuestring == NULL)
+    return aa__pv_fail(v, path, "expected \"none\", \"device\" or \"host\", got %s",
+                       aa__pv_type_name(it));
+  for (size_t i = 0; i < sizeof locs / sizeof locs[0]; i++) {
+    if (strcmp(it->valuestring, aa_managed_location_name(locs[i])) == 0) {
+      *out = locs[i];
+      return AA_OK;
+    }
+  }
+  aa__pv_key_safe(k, sizeof k, it->valuestring);
+  return aa__pv_fail(v, path, "\"%s\" is not one of \"none\", \"device\", \"host\"", k);
+}
+
+/* backend, advise and allow_oversubscribe of a pool section. managed_ok:
+ * the section may select managed memory (pools.device, regions). A section
+ * that says backend "default" drops advice it inherited (a region from
+ * pools.device); advice or allow_oversubscribe on a section whose backend is
+ * not "managed" is refused, as it would do nothing. */
+static int backend_from(vctx *v, const cJSON *obj, const char *path,
+                        aa__pool_policy *pp, bool managed_ok) {
+  static const char *const akeys[] = {"preferred_location", "accessed_by",
+                                      "read_mostly", NULL};
+  char p1[PATH_CAP], p2[PATH_CAP];
+  const cJSON *it, *adv, *f;
+  int rc;
+
+  it = FIELD(obj, "backend", p1, path);
+  if (it != NULL) {
+    char k[64];
+    if (!cJSON_IsString(it) || it->valuestring == NULL)
+      return aa__pv_fail(v, p1, "expected \"default\" or \"managed\", got %s",
+                         aa__pv_type_name(it));
+    if (strcmp(it->valuestring, "managed") == 0) {
+      if (!managed_ok)
+        return aa__pv_fail(v, p1,
+                           "\"managed\" is for pools.device and pools.regions.<name> "
+                           "only (managed memory is device memory the driver may move)");
+      pp->managed = true;
+    } else if (strcmp(it->valuestring, "default") == 0) {
+      pp->managed = false;
+      pp->advise_preferred = AA_MANAGED_LOC_NONE;
+      pp->advise_accessed_by = AA_MANAGED_LOC_NONE;
+      pp->advise_read_mostly = false;
+      pp->allow_oversubscribe = false;
+    } else {
+      aa__pv_key_safe(k, sizeof k, it->valuestring);
+      return aa__pv_fail(v, p1, "\"%s\" is not one of \"default\", \"managed\"", k);
+    }
+  }
+  adv = FIELD(obj, "advise", p1, path);
+  if (adv != NULL) {
+    rc = aa__pv_check_object(v, adv, p1, akeys);
+    if (rc != AA_OK)
+      return rc;
+    f = FIELD(adv, "preferred_location", p2, p1);
+    if (f != NULL) {
+      rc = location_from(v, f, p2, &pp->advise_preferred);
+      if (rc != AA_OK)
+        return rc;
+    }
+    f = FIELD(adv, "accessed_by", p2, p1);
+    if (f != NULL) {
+      rc = location_from(v, f, p2, &pp->advise_accessed_by);
+      if (rc != AA_OK)
+        return rc;
+    }
+    rc = aa__pv_opt_bool(v, adv, p1, "read_mostly", &pp->advise_read_mostly);
+    if (rc != AA_OK)
+      return rc;
+  }
+  rc = aa__pv_opt_bool(v, obj, path, "allow_oversubscribe", &pp->allow_oversubscribe);
+  if (rc != AA_OK)
+    return rc;
+  if (!pp->managed) {
+    if (adv != NULL && (pp->advise_preferred != AA_MANAGED_LOC_NONE ||
+                        pp->advise_accessed_by != AA_MANAGED_LOC_NONE ||
+                        pp->advise_read_mostly))
+      return aa__pv_fail(v, p1, "advice applies only to backend \"managed\" (this "
+                                "section's backend is \"default\")");
+    if (pp->allow_oversubscribe) {
+      aa__pv_path_key(p2, path, "allow_oversubscribe");
+      return aa__pv_fail(v, p2, "applies only to backend \"managed\" (this "
+                                "section's backend is \"default\")");
+    }
+  }
+  return AA_OK;
+}
+
 static int pool_from(vctx *v, const cJSON *obj, const char *path,
-                     aa__pool_policy *pp) {
+                     aa__pool_policy *pp, bool managed_ok) {
   static const char *const keys[] = {"slab_size", "max_small", "classes",
                                      "tcache", "large", "limit_bytes",
+                                     "backend", "advise", "allow_oversubscribe",
                                      NULL};
   static const char *const tkeys[] = {"blocks", "bytes", NULL};
   static const char *const lkeys[] = {"mode", "cache_bytes", "page_bytes", "map_runs",
@@ -157,6 +252,9 @@ static int pool_from(vctx *v, const cJSON *obj, const char *path,
   int rc;
 
   rc = aa__pv_check_object(v, obj, path, keys);
+  if (rc != AA_OK)
+    return rc;
+  rc = backend_from(v, obj, path, pp, managed_ok);
   if (rc != AA_OK)
     return rc;
   it = FIELD(obj, "slab_size", p1, path);
@@ -369,7 +467,7 @@ static int regions_from(vctx *v, const cJSON *obj, const char *path,
       r->pool.ladder_min = AA_DEFAULT_MIN_BLOCK;
       r->pool.ladder_per_doubling = AA__POLICY_DEF_PER_DOUBLING;
     }
-    rc = pool_from(v, c, p1, &r->pool);
+    rc = pool_from(v, c, p1, &r->pool, true);
     if (rc != AA_OK)
       return rc;
     p->n_regions++;
@@ -485,8 +583,7 @@ static int telemetry_from(vctx *v, const cJSON *obj, const char *path,
   return rc;
 }
 
-int aa__policy_from_tree(const cJSON *root, aa_policy *out, char *err,
-                         size_t errcap) {
+int aa__policy_from_tree(const cJSON *root, aa_policy *out, aa__buf *err) {
   static const char *const keys[] = {"$schema", "version", "name",
                                      "description", "pools", "adapt",
                                      "telemetry", NULL};
@@ -494,7 +591,7 @@ int aa__policy_from_tree(const cJSON *root, aa_policy *out, char *err,
                                       NULL};
   char p1[PATH_CAP], p2[PATH_CAP];
   const cJSON *it, *f;
-  vctx v = {err, errcap};
+  vctx v = {err};
   aa_policy *p = out;
   int rc;
 
@@ -534,7 +631,7 @@ int aa__policy_from_tree(const cJSON *root, aa_policy *out, char *err,
       f = FIELD(it, aa__policy_pool_names[i], p2, p1);
       if (f == NULL)
         continue;
-      rc = pool_from(&v, f, p2, &p->pools[i]);
+      rc = pool_from(&v, f, p2, &p->pools[i], i == 0); /* pools[0]: device */
       if (rc != AA_OK)
         goto done;
     }

@@ -16,10 +16,10 @@
 
 #define PATH_CAP 256
 
-/* Where error messages go: err[0..cap), through aa__pv_fail. */
+/* Where the error message goes (through aa__pv_fail): a string builder,
+ * so that a message may quote a number of any length as written. */
 typedef struct vctx {
-  char *err;
-  size_t cap;
+  aa__buf *err; /* may be NULL: no message */
 } vctx;
 
 /* policy_fields.c */
@@ -41,7 +41,8 @@ const char *aa__pv_type_name(const cJSON *item);
 int aa__pv_check_object(vctx *v, const cJSON *item, const char *path, const char *const *keys);
 /* The member `key` of obj (exact, case-sensitive) or NULL. */
 const cJSON *aa__pv_member(const cJSON *obj, const char *key);
-/* An integer in [lo, hi] (exactly representable), a string into dst[cap]. */
+/* An integer in [lo, hi] (exactly representable), a string into dst[cap].
+ * Messages quote the number as the document wrote it. */
 int aa__pv_get_uint(vctx *v, const cJSON *item, const char *path, uint64_t lo, uint64_t hi,
                     uint64_t *out);
 int aa__pv_get_u32(vctx *v, const cJSON *item, const char *path, uint32_t lo, uint32_t hi,

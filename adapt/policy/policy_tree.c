@@ -5,12 +5,28 @@
  * bytes, and a whole-tree scan for duplicate keys (cJSON keeps them).
  * Entry point: aa__policy_parse_tree.
  */
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "policy_parse.h"
 
 /* ------------------------------------------------------------ pre-scan */
+
+/* Appends to err when there is one (err may be NULL). */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void
+err_add(aa__buf *err, const char *fmt, ...) {
+  va_list ap;
+  if (err == NULL)
+    return;
+  va_start(ap, fmt);
+  aa__buf_vprintf(err, fmt, ap);
+  va_end(ap);
+}
 
 static size_t utf8_bad_at(const unsigned char *s, size_t len, bool *nul) {
   size_t i = 0;
@@ -75,7 +91,7 @@ static void line_col(const char *s, size_t off, unsigned *line, unsigned *col) {
   *col = c;
 }
 
-static int prescan(const char *json, size_t len, char *err, size_t errcap) {
+static int prescan(const char *json, size_t len, aa__buf *err) {
   const unsigned char *s = (const unsigned char *)json;
   bool nul = false;
   size_t bad;
@@ -83,13 +99,13 @@ static int prescan(const char *json, size_t len, char *err, size_t errcap) {
   bool in_str = false;
 
   if (len == 0) {
-    aa__errf(err, errcap, "(root): empty document");
+    err_add(err, "(root): empty document");
     return AA_EPARSE;
   }
   if (len > AA_POLICY_MAX_BYTES) {
-    aa__errf(err, errcap,
-             "(root): document is %zu bytes, over the %u-byte limit", len,
-             (unsigned)AA_POLICY_MAX_BYTES);
+    err_add(err,
+            "(root): document is %zu bytes, over the %u-byte limit", len,
+            (unsigned)AA_POLICY_MAX_BYTES);
     return AA_EPARSE;
   }
   bad = utf8_bad_at(s, len, &nul);
@@ -97,13 +113,13 @@ static int prescan(const char *json, size_t len, char *err, size_t errcap) {
     unsigned l, c;
     line_col(json, bad, &l, &c);
     if (nul)
-      aa__errf(err, errcap,
-               "(root): NUL byte at byte offset %zu (line %u, column %u)",
-               bad, l, c);
+      err_add(err,
+              "(root): NUL byte at byte offset %zu (line %u, column %u)",
+              bad, l, c);
     else
-      aa__errf(err, errcap,
-               "(root): invalid UTF-8 at byte offset %zu (line %u, column %u)",
-               bad, l, c);
+      err_add(err,
+              "(root): invalid UTF-8 at byte offset %zu (line %u, column %u)",
+              bad, l, c);
     return AA_EPARSE;
   }
   for (size_t i = 0; i < len; i++) {
@@ -120,9 +136,9 @@ static int prescan(const char *json, size_t len, char *err, size_t errcap) {
     } else if (c == '{' || c == '[') {
       depth++;
       if (depth > AA_POLICY_MAX_DEPTH) {
-        aa__errf(err, errcap,
-                 "(root): nested deeper than %u levels (at byte offset %zu)",
-                 (unsigned)AA_POLICY_MAX_DEPTH, i);
+        err_add(err,
+                "(root): nested deeper than %u levels (at byte offset %zu)",
+                (unsigned)AA_POLICY_MAX_DEPTH, i);
         return AA_EPARSE;
       }
     } else if ((c == '}' || c == ']') && depth > 0) {
@@ -154,7 +170,7 @@ static int dup_scan(vctx *v, const cJSON *item, const char *path) {
   if (cJSON_IsObject(item) && n > 1) {
     names = malloc(n * sizeof *names);
     if (names == NULL) {
-      aa__errf(v->err, v->cap, "(root): out of memory");
+      err_add(v->err, "(root): out of memory");
       return AA_ENOMEM;
     }
     for (c = item->child; c != NULL; c = c->next)
@@ -183,17 +199,18 @@ done:
   return rc;
 }
 
-int aa__policy_parse_tree(const char *json, size_t len, cJSON **out, char *err,
-                          size_t errcap) {
+int aa__policy_parse_tree(const char *json, size_t len, cJSON **out, aa__buf *err) {
   const char *end = NULL;
   const char *doc = json;
   size_t doc_len = len;
   cJSON *root = NULL;
-  vctx v = {err, errcap};
+  aa__json_numbers nums;
+  vctx v = {err};
   int rc;
 
   *out = NULL;
-  rc = prescan(json, len, err, errcap);
+  memset(&nums, 0, sizeof nums);
+  rc = prescan(json, len, err);
   if (rc != AA_OK)
     return rc;
   /* A UTF-8 byte-order mark (some editors write one) is skipped. */
@@ -208,36 +225,42 @@ int aa__policy_parse_tree(const char *json, size_t len, cJSON **out, char *err,
                      ? (size_t)(end - json)
                      : 0;
     line_col(json, off, &l, &c);
-    aa__errf(err, errcap, "(root): malformed JSON at line %u, column %u",
-             l, c);
-    return AA_EPARSE;
+    err_add(err, "(root): malformed JSON at line %u, column %u", l, c);
+    rc = AA_EPARSE;
+    goto done;
   }
   if (end != NULL && end >= json && end <= json + len) {
     for (const char *q = end; q < json + len; q++) {
       if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
         unsigned l, c;
         line_col(json, (size_t)(q - json), &l, &c);
-        aa__errf(err, errcap,
-                 "(root): unexpected data after the document at line %u, "
-                 "column %u",
-                 l, c);
-        cJSON_Delete(root);
-        return AA_EPARSE;
+        err_add(err,
+                "(root): unexpected data after the document at line %u, "
+                "column %u",
+                l, c);
+        rc = AA_EPARSE;
+        goto done;
       }
     }
   }
   /* What cJSON accepts but JSON is not (leading zeros, raw control bytes,
-   * \u0000, a second byte-order mark): refused whole. */
-  rc = aa__json_strict_check(doc, doc_len, AA_POLICY_MAX_DEPTH, err, errcap);
+   * \u0000, a second byte-order mark): refused whole. The same scan lists
+   * the number tokens, whose texts the tree then keeps. */
+  rc = aa__json_strict_check(doc, doc_len, AA_POLICY_MAX_DEPTH, SIZE_MAX, err, &nums);
+  if (rc != AA_OK)
+    goto done;
+  rc = aa__json_text_attach(root, doc, &nums);
   if (rc != AA_OK) {
-    cJSON_Delete(root);
-    return rc;
+    err_add(err, "(root): out of memory");
+    goto done;
   }
   rc = dup_scan(&v, root, "");
-  if (rc != AA_OK) {
-    cJSON_Delete(root);
-    return rc;
-  }
+  if (rc != AA_OK)
+    goto done;
   *out = root;
-  return AA_OK;
+  root = NULL;
+done:
+  aa__json_numbers_free(&nums);
+  cJSON_Delete(root);
+  return rc;
 }

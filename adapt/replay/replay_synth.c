@@ -11,10 +11,15 @@
 
 #include <cJSON.h>
 
+#include "adaptalloc/internal/json_text.h"
 #include "replay_internal.h"
 
 #define BATCH 1024
 #define HIST_MAX_FILE (64u << 20)
+/* A message quotes a number whole up to this many bytes (messages fit
+ * AA_REPLAY_ERR_CAP); a longer one by its first and last digits and its
+ * length (docs/security.md). */
+#define HIST_QUOTE_MAX 100
 
 void aa_replay_hist_clear(aa_replay_hist *h) {
   if (h == NULL)
@@ -60,6 +65,21 @@ static bool json_u64(const cJSON *v, uint64_t *out) {
   return true;
 }
 
+/* A number for a message, as the file wrote it (HIST_QUOTE_MAX). */
+static const char *quote(const cJSON *v, char *dst, size_t cap) {
+  const char *t = aa__json_number_text(v);
+  aa__buf b;
+  if (t == NULL) {
+    snprintf(dst, cap, "%.17g", v != NULL ? v->valuedouble : 0.0);
+    return dst;
+  }
+  aa__buf_init(&b);
+  aa__buf_number(&b, t, strlen(t), HIST_QUOTE_MAX);
+  snprintf(dst, cap, "%s", b.data != NULL ? b.data : "?");
+  aa__buf_free(&b);
+  return dst;
+}
+
 static int json_pool(const cJSON *o, const char *where, aa_replay_hist *h,
                      size_t *cap, bool *found, char *err, size_t errcap) {
   const cJSON *hist = cJSON_GetObjectItemCaseSensitive(o, "hist");
@@ -80,9 +100,10 @@ static int json_pool(const cJSON *o, const char *where, aa_replay_hist *h,
     cJSON_ArrayForEach(it, hist) {
       uint64_t c;
       if (!json_u64(it, &c)) {
+        char num[HIST_QUOTE_MAX + 64];
         aa__errf(err, errcap, "%shist[%d]: expected a non-negative "
-                              "integer count",
-                 where, i);
+                              "integer count below 2^53, got %s",
+                 where, i, quote(it, num, sizeof num));
         return AA_EPARSE;
       }
       h->hist[i++] += c;
@@ -98,14 +119,24 @@ static int json_pool(const cJSON *o, const char *where, aa_replay_hist *h,
     }
     i = 0;
     cJSON_ArrayForEach(it, sizes) {
-      uint64_t sz, c;
-      if (!cJSON_IsObject(it) ||
-          !json_u64(cJSON_GetObjectItemCaseSensitive(it, "size"), &sz) ||
-          !json_u64(cJSON_GetObjectItemCaseSensitive(it, "count"), &c)) {
+      uint64_t sz = 0, c = 0;
+      const cJSON *bad = NULL; /* the member that is not one, if any */
+      bool ok = cJSON_IsObject(it);
+      if (ok) {
+        bad = cJSON_GetObjectItemCaseSensitive(it, "size");
+        ok = json_u64(bad, &sz);
+        if (ok) {
+          bad = cJSON_GetObjectItemCaseSensitive(it, "count");
+          ok = json_u64(bad, &c);
+        }
+      }
+      if (!ok) {
+        char num[HIST_QUOTE_MAX + 64];
         aa__errf(err, errcap, "%s%s[%d]: expected {\"size\": N, "
-                              "\"count\": N} with non-negative integers",
-                 where,
-                 sizes->string, i);
+                              "\"count\": N} with non-negative integers "
+                              "below 2^53%s%s",
+                 where, sizes->string, i, cJSON_IsNumber(bad) ? ", got " : "",
+                 cJSON_IsNumber(bad) ? quote(bad, num, sizeof num) : "");
         return AA_EPARSE;
       }
       if (c > 0 && add_exact(h, cap, sz, c) != AA_OK) {
@@ -125,11 +156,15 @@ static int parse_json(const char *buf, size_t len, aa_replay_hist *h,
   const cJSON *pools;
   size_t cap = 0;
   bool found = false;
-  char why[160];
-  int rc = aa__json_strict_check(buf, len, 64, why, sizeof why);
+  aa__buf why;
+  aa__json_numbers nums;
+  int rc;
 
+  aa__buf_init(&why);
+  rc = aa__json_strict_check(buf, len, 64, HIST_QUOTE_MAX, &why, &nums);
   if (rc != AA_OK) {
-    aa__errf(err, errcap, "histogram: malformed JSON: %s", why);
+    aa__errf(err, errcap, "histogram: malformed JSON: %s",
+             why.data != NULL ? why.data : "out of memory");
     goto out;
   }
   root = cJSON_ParseWithLength(buf, len);
@@ -138,6 +173,11 @@ static int parse_json(const char *buf, size_t len, aa_replay_hist *h,
     aa__errf(err, errcap, "histogram: not a JSON object%s",
              root == NULL ? " (malformed JSON)" : "");
     rc = AA_EPARSE;
+    goto out;
+  }
+  rc = aa__json_text_attach(root, buf, &nums);
+  if (rc != AA_OK) {
+    aa__errf(err, errcap, "out of memory");
     goto out;
   }
   rc = json_pool(root, "", h, &cap, &found, err, errcap);
@@ -166,6 +206,8 @@ static int parse_json(const char *buf, size_t len, aa_replay_hist *h,
     rc = AA_EPARSE;
   }
 out:
+  aa__json_numbers_free(&nums);
+  aa__buf_free(&why);
   cJSON_Delete(root);
   return rc;
 }

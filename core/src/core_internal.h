@@ -23,7 +23,7 @@
  *   config.c     defaults, validation, the class ladder, large-mode names
  *   base_backend.c  backend calls with accounting (limit, counters, time)
  *   base_events.c   stream events, idle streams, record_stream's events
- *   base_misuse.c   assertion failures, misuse reports
+ *   base_misuse.c   misuse reports (assertion failures: util's debug.h)
  *   pool.c       class slots, pool life cycle, release/trim, the OOM retry
  *   central.c    block lists, central free lists, slabs (carve, release,
  *                prefill, retire)
@@ -43,13 +43,17 @@
  *   backend_host.c  the host backend (its test hooks: test_hooks.h)
  *   pack_copy.c  the packer's parallel gather copy (pack_copy.h, outside
  *                this header; built without CUDA too, for its test)
- *   cuda/        the CUDA backends (cuda/cuda_internal.h)
+ *   managed_cap.c  the managed backend's safety cap, a pure function
+ *                (managed_cap.h, outside this header; built without CUDA too)
+ *   cuda/        the CUDA backends (cuda/cuda_internal.h); cuda_managed.c
+ *                the managed-memory backend
  *
  * Layers, bottom first: a file uses what its own layer and the layers below
  * define, never what a higher layer defines (tools/check-layers.sh reads
  * this list and the object files: the ctest test_core_layers):
- *   layer 0 backend:  backend_host.c pack_copy.c cuda/cuda_common.c
- *                     cuda/cuda_device.c cuda/cuda_pinned.c cuda/stub/cuda_stub.c
+ *   layer 0 backend:  backend_host.c pack_copy.c managed_cap.c cuda/cuda_common.c
+ *                     cuda/cuda_device.c cuda/cuda_pinned.c cuda/cuda_managed.c
+ *                     cuda/stub/cuda_stub.c
  *   layer 1 base:     common.c config.c pagemap.c base_backend.c base_events.c
  *                     base_misuse.c
  *   layer 2 block:    central.c large.c large_seg.c large_ltc.c large_check.c
@@ -73,28 +77,9 @@
 #include "adaptalloc/core.h"
 
 /* ------------------------------------------------------------ assertions */
-#ifndef AA_DEBUG
-#define AA_DEBUG 1
-#endif
-
-/* base_misuse.c: prints the failed expression and aborts. */
-void aa__assert_fail(const char *expr, const char *file, int line);
-
-#if AA_DEBUG >= 1
-#define aa__assert(e) ((e) ? (void)0 : aa__assert_fail(#e, __FILE__, __LINE__))
-#else
-#define aa__assert(e) ((void)0)
-#endif
-#if AA_DEBUG >= 2
-#define aa__assert_internal(e) aa__assert(e)
-#else
-#define aa__assert_internal(e) ((void)0)
-#endif
-#if AA_DEBUG >= 3
-#define aa__assert_expensive(e) aa__assert(e)
-#else
-#define aa__assert_expensive(e) ((void)0)
-#endif
+/* aa__assert (AA_DEBUG >= 1), aa__assert_internal (>= 2) and
+ * aa__assert_expensive (>= 3): util's, one definition for every module. */
+#include "adaptalloc/internal/debug.h"
 
 #define AA__LIKELY(x) __builtin_expect(!!(x), 1)
 #define AA__UNLIKELY(x) __builtin_expect(!!(x), 0)

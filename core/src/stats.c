@@ -399,6 +399,15 @@ int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned opts) {
   out->window_peak_bytes_in_use = atomic_load(&pool->win_peak_out_bytes);
   if (out->window_peak_bytes_in_use < out->bytes_in_use)
     out->window_peak_bytes_in_use = out->bytes_in_use;
+  if (pool->backend->ops->residency != NULL) {
+    /* no pool lock is held here: the backend asks the driver */
+    aa_backend_residency r = {0, 0, 0};
+    if (pool->backend->ops->residency(pool->backend, &r) == AA_OK) {
+      out->managed_device_bytes = r.device_bytes;
+      out->managed_host_bytes = r.host_bytes;
+      out->managed_unknown_bytes = r.unknown_bytes;
+    }
+  }
   return AA_OK;
 }
 
@@ -514,6 +523,9 @@ size_t aa_pool_stats_json(const aa_pool_stats *st, char *buf, size_t cap) {
   jw_u64(&w, "large_held_reclaims", st->large_held_reclaims);
   jw_u64(&w, "stream_queries", st->stream_queries);
   jw_u64(&w, "stream_idle", st->stream_idle);
+  jw_u64(&w, "managed_device_bytes", st->managed_device_bytes);
+  jw_u64(&w, "managed_host_bytes", st->managed_host_bytes);
+  jw_u64(&w, "managed_unknown_bytes", st->managed_unknown_bytes);
   uint32_t nc = st->class_count < AA_MAX_CLASSES ? st->class_count : AA_MAX_CLASSES;
   jw_fmt(&w, ",\"class_count\":%" PRIu32 ",\"classes\":[", nc);
   for (uint32_t i = 0; i < nc; i++) {

@@ -316,7 +316,10 @@ static void ep_policy_change(aa__http_state *st, const aa__http_req *req,
   aa_http_policy_change ch;
   uint64_t new_version = 0;
   bool unchanged = false;
-  char err[1024];
+  char *err = NULL; /* the body's size + 1 KiB: holds any message whole
+                     * (aa_policy_parse: a message quotes a number of the
+                     * body with every digit) */
+  size_t errcap;
   int im;
   int rc;
   aa__buf b;
@@ -367,17 +370,25 @@ static void ep_policy_change(aa__http_state *st, const aa__http_req *req,
   ch.source = "http";
   ch.client = req->client != NULL ? req->client : "";
   ch.unchanged = &unchanged;
+  errcap = req->body_len + 1024;
+  err = malloc(errcap);
+  if (err == NULL) {
+    aa__http_set_oom(r);
+    return;
+  }
   err[0] = '\0';
-  rc = fn(st->prov.user, &ch, &new_version, err, sizeof err);
-  err[sizeof err - 1] = '\0';
+  rc = fn(st->prov.user, &ch, &new_version, err, errcap);
+  err[errcap - 1] = '\0';
   if (rc != AA_OK) {
     if (rc == AA_ESTALE && err[0] == '\0')
-      snprintf(err, sizeof err,
+      snprintf(err, errcap,
                "the policy changed since version %llu; GET /policy and retry",
                (unsigned long long)ch.if_match);
     aa__http_provider_error(r, req, rc, "policy", err);
+    free(err);
     return;
   }
+  free(err);
   /* the same document as the policy in force changes nothing: no new
    * version, so no change counted and the caches stay */
   if (!unchanged) {

@@ -7,6 +7,16 @@
  * chunked body chunk by chunk; its answers come back the same way. A refused request is answered after the
  * answers owed before it. Entry points: aa__relay_hand_over, aa__relay_pump
  * (mu held).
+ *
+ * The relay's modes (M_*, intake_internal.h) move only along these edges,
+ * checked by set_mode (aa__assert_internal):
+ *   M_HEAD        -> M_PASS (a good head), M_STOP
+ *   M_PASS        -> its `next` once pass_left bytes went (M_HEAD,
+ *                    M_CHUNK_SIZE, M_CHUNK_END, M_CHUNK_LAST, M_DONE), M_STOP
+ *   M_CHUNK_*     -> M_PASS (the line, then the data), M_STOP
+ *   M_DONE        -> M_STOP
+ *   M_STOP        -> nothing: input has ended for good
+ * and M_PASS never passes more than pass_left bytes.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -18,14 +28,42 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "adaptalloc/internal/debug.h" /* util/: tiered assertions */
 #include "intake_internal.h"
+
+/* Whether the relay may go from mode `from` to `to` (the edges above);
+ * inline: used only by assertions, which AA_DEBUG < 2 compiles out. */
+static inline bool mode_edge(int from, int to) {
+  switch (from) {
+  case M_HEAD:
+    return to == M_PASS || to == M_STOP;
+  case M_PASS:
+    return to == M_HEAD || to == M_CHUNK_SIZE || to == M_CHUNK_END || to == M_CHUNK_LAST ||
+           to == M_DONE || to == M_STOP;
+  case M_CHUNK_SIZE:
+  case M_CHUNK_END:
+  case M_CHUNK_LAST:
+    return to == M_PASS || to == M_STOP;
+  case M_DONE:
+    return to == M_STOP;
+  default:
+    return false;
+  }
+}
+
+static void set_mode(entry *e, int to) {
+  aa__assert_internal(mode_edge(e->mode, to));
+  /* M_PASS has bytes to pass, and a mode to go to after them */
+  aa__assert_internal(to != M_PASS || (e->pass_left > 0 && e->next != M_PASS &&
+                                       e->next != M_STOP && mode_edge(M_PASS, e->next)));
+  e->mode = to;
+}
 
 /* A good head: what of the client's stream libmicrohttpd may have now. */
 static void start_request(entry *e, const aa__http_head *h) {
   e->reqs_fwd++;
   /* the path its body's refusals name (a chunk framing error's document) */
   memcpy(e->path, h->path, sizeof e->path);
-  e->mode = M_PASS;
   if (h->chunked) {
     /* its chunks are checked one by one too; it is the last request the
      * connection carries all the same (nothing after a chunked body is
@@ -38,6 +76,7 @@ static void start_request(entry *e, const aa__http_head *h) {
     e->pass_left = (uint64_t)h->len + h->content_length;
     e->next = M_HEAD;
   }
+  set_mode(e, M_PASS);
 }
 
 /* Nothing more goes to libmicrohttpd: it answers what it has, then sees the
@@ -52,7 +91,7 @@ static void stop_input(entry *e, const aa__http_head *h, bool mid_request) {
    * end is not waited for: libmicrohttpd may not notice the end of input
    * that arrived with the last bytes it read) */
   e->answer_after = e->reqs_fwd - (mid_request && e->reqs_fwd > 0 ? 1 : 0);
-  e->mode = M_STOP;
+  set_mode(e, M_STOP);
   if (e->peer >= 0)
     (void)shutdown(e->peer, SHUT_WR);
 }
@@ -81,9 +120,10 @@ static int pass(entry *e, char *buf, size_t n, size_t queued, size_t asked) {
   if ((size_t)w == queued && queued < asked && !e->c_hup)
     e->c_rd = false;
   if (e->mode == M_PASS) {
+    aa__assert_internal((uint64_t)w <= e->pass_left);
     e->pass_left -= (uint64_t)w;
     if (e->pass_left == 0) {
-      e->mode = e->next;
+      set_mode(e, e->next);
       if (e->mode == M_DONE) /* the last request is whole: nothing more */
         stop_input(e, NULL, false);
     }
@@ -114,7 +154,7 @@ static int chunk_step(aa__intake *in, entry *e, const char *buf, size_t n,
     }
     e->pass_left = 2;
     e->next = e->mode == M_CHUNK_END ? M_CHUNK_SIZE : M_DONE;
-    e->mode = M_PASS;
+    set_mode(e, M_PASS);
     return 1;
   }
   r = aa__http_chunk_line(buf, n, 4 * (uint64_t)in->st->cfg.max_body + 65536,
@@ -127,7 +167,7 @@ static int chunk_step(aa__intake *in, entry *e, const char *buf, size_t n,
   }
   e->pass_left = (uint64_t)len + size;
   e->next = size > 0 ? M_CHUNK_END : M_CHUNK_LAST;
-  e->mode = M_PASS;
+  set_mode(e, M_PASS);
   return 1;
 }
 
@@ -226,6 +266,7 @@ static int backward(aa__intake *in, entry *e) {
       return 0;
     }
     e->out_off += (size_t)w;
+    aa__assert_internal(e->out_off <= e->out_len);
     if (e->out_off < e->out_len) {
       e->c_wr = false;
     } else {

@@ -4,6 +4,7 @@
  * provider's error mapped to its status, 503 while a part is off, the
  * ETag of a policy version, and the cache of the last /stats and /metrics.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,9 +46,10 @@ static size_t bounded_len(const char *s, size_t max) {
   return n;
 }
 
-/* {"error": msg, "path": path[, "code": "AA_..."]} */
-void aa__http_error_doc(aa__http_resp *r, const aa__http_req *req, int status,
-                        const char *msg, int aa_code) {
+/* {"error": msg, "path": path[, "code": "AA_..."]}; msg cut at msg_max
+ * bytes. */
+static void error_doc(aa__http_resp *r, const aa__http_req *req, int status,
+                      const char *msg, size_t msg_max, int aa_code) {
   aa__buf b;
   char *body;
   size_t len;
@@ -56,7 +58,7 @@ void aa__http_error_doc(aa__http_resp *r, const aa__http_req *req, int status,
   aa__http_resp_free(r);
   aa__buf_init(&b);
   aa__buf_puts(&b, "{\"error\":");
-  aa__buf_json_str(&b, msg, bounded_len(msg, 1024));
+  aa__buf_json_str(&b, msg, bounded_len(msg, msg_max));
   aa__buf_puts(&b, ",\"path\":");
   aa__buf_json_str(&b, path, bounded_len(path, 256));
   if (aa_code != 0) {
@@ -70,6 +72,11 @@ void aa__http_error_doc(aa__http_resp *r, const aa__http_req *req, int status,
     return;
   }
   aa__http_set_body(r, status, CT_JSON, body, len);
+}
+
+void aa__http_error_doc(aa__http_resp *r, const aa__http_req *req, int status,
+                        const char *msg, int aa_code) {
+  error_doc(r, req, status, msg, 1024, aa_code);
 }
 
 static int status_of(int err) {
@@ -94,15 +101,21 @@ static int status_of(int err) {
   }
 }
 
-/* A provider error: its message when it gave one, else aa_strerror. */
+/* A provider error: its message when it gave one, whole (a policy message
+ * quotes a number of the body with every digit; the provider's buffer, the
+ * body's size + 1 KiB, bounds it), else aa_strerror. */
 void aa__http_provider_error(aa__http_resp *r, const aa__http_req *req, int err,
                              const char *what, const char *msg) {
   char text[1200];
   int status = status_of(err);
 
-  if (msg != NULL && msg[0] != '\0')
-    snprintf(text, sizeof text, "%s", msg);
-  else if (err == AA_ENOTSUP || err == AA_ECLOSED)
+  if (msg != NULL && msg[0] != '\0') {
+    error_doc(r, req, status, msg, SIZE_MAX, err);
+    if (err == AA_EBUSY || err == AA_EAGAIN)
+      r->retry_after = 1;
+    return;
+  }
+  if (err == AA_ENOTSUP || err == AA_ECLOSED)
     snprintf(text, sizeof text, "%s not available (%s)", what,
              aa_strerror(err));
   else

@@ -1,9 +1,9 @@
 """adaptalloc: an adaptive GPU and pinned-host memory allocator.
 
 The Python layer over libadaptalloc (bundled in this package). The runtime
-(pools, SQLite store, policy loop, HTTP server) starts on first use and reads
-the ADAPTALLOC_* environment; ``configure()`` sets that environment from
-keywords, before the runtime starts.
+(pools, SQLite store, policy loop, HTTP server) starts on first use with the
+configuration ``configure()`` gave it (a C call: the ADAPTALLOC_* environment
+with the keywords on top), else with the ADAPTALLOC_* environment.
 
     import adaptalloc
     adaptalloc.start(model="bert-base", http="127.0.0.1:0", db="off")
@@ -50,7 +50,8 @@ class PolicyConflict(AdaptallocError):
 #: record_stream); b.address, b.size, b.capacity, b.device_address.
 Block = _C.Block
 
-# keyword -> the environment variable the runtime reads (README "Environment")
+# keyword -> the environment variable the runtime reads for it when no keyword
+# sets it (README "Environment")
 ENV = {
     "model": "ADAPTALLOC_MODEL",
     "policy": "ADAPTALLOC_POLICY",
@@ -71,7 +72,8 @@ def policy_dir():
 
 
 def _env_value(key, value):
-    """The environment string for one keyword, or a clear error."""
+    """The setting's string (as its environment variable would hold it) for
+    one keyword, or a clear error."""
     if key in ("trace", "quiet"):
         if isinstance(value, bool) or (type(value) is int and value in (0, 1)):
             return "1" if value else "0"
@@ -95,13 +97,34 @@ def _env_value(key, value):
     return value
 
 
+# What configure() gave the runtime so far: environment variable name ->
+# value (the keywords' values, as _env_value spells them). The runtime takes
+# the environment for the others, when configure() runs.
+_configured = {}
+
+
+def _configure_c(settings):
+    """Hands settings (environment variable name -> string) to the C runtime
+    (_C.configure: the environment with these on top)."""
+    kw = {}
+    for key, name in ENV.items():
+        v = settings.get(name)
+        if v is None:
+            continue
+        kw[key] = v == "1" if key in ("trace", "quiet") else v
+    _C.configure(**kw)
+
+
 def configure(**overrides):
-    """Sets the ADAPTALLOC_* environment from keywords (model, policy,
-    policy_dir, db, http, token, trace, quiet; None leaves one alone; db=False
-    and http=False mean "off"). Must run before the runtime starts: the runtime
-    reads its environment once. Also points ADAPTALLOC_POLICY_DIR at the
-    packaged policies when neither it nor ./policies exists. Returns the
-    variables it set."""
+    """Configures the runtime from keywords (model, policy, policy_dir, db,
+    http, token, trace, quiet; None leaves one alone; db=False and
+    http=False mean "off") through a C call (_C.configure): the runtime starts
+    with the ADAPTALLOC_* environment as it is now, with every keyword given
+    to configure() so far on top. The environment is not changed. Must run
+    before the runtime starts: afterwards only the values in force are
+    accepted. Also points policy_dir at the packaged policies when neither it
+    nor ADAPTALLOC_POLICY_DIR is set and ./policies does not exist. Returns
+    the settings it changed, by environment variable name."""
     unknown = sorted(set(overrides) - set(ENV))
     if unknown:
         raise TypeError("adaptalloc: unknown keyword(s) %s; known: %s" % (
@@ -110,23 +133,33 @@ def configure(**overrides):
     for key, value in overrides.items():
         if value is not None:
             wanted[ENV[key]] = _env_value(key, value)
-    # The runtime is quiet when ADAPTALLOC_QUIET is set at all.
-    loud = wanted.get("ADAPTALLOC_QUIET") == "0"
-    if loud:
-        del wanted["ADAPTALLOC_QUIET"]
     if started():
-        changed = {k: v for k, v in wanted.items() if _os.environ.get(k) != v}
+        # in force: what configure() gave, else the environment it started with
+        def in_force(name):
+            if name in _configured:
+                return _configured[name]
+            v = _os.environ.get(name)
+            if name == "ADAPTALLOC_QUIET":  # quiet when set at all
+                return "1" if v is not None else "0"
+            return v
+        changed = {k: v for k, v in wanted.items() if in_force(k) != v}
         if changed:
             raise AdaptallocError(
                 "adaptalloc: the runtime already started; %s cannot change now (set it "
                 "before the first allocation or adaptalloc.start())" % ", ".join(sorted(changed)))
         return {}
-    if ("ADAPTALLOC_POLICY_DIR" not in wanted and not _os.environ.get("ADAPTALLOC_POLICY_DIR")
+    if ("ADAPTALLOC_POLICY_DIR" not in wanted and "ADAPTALLOC_POLICY_DIR" not in _configured
+            and not _os.environ.get("ADAPTALLOC_POLICY_DIR")
             and not _os.path.isdir("policies") and _os.path.isdir(policy_dir())):
         wanted["ADAPTALLOC_POLICY_DIR"] = policy_dir()
-    _os.environ.update(wanted)
-    if loud:
-        _os.environ.pop("ADAPTALLOC_QUIET", None)
+    settings = dict(_configured)
+    settings.update(wanted)
+    try:
+        _configure_c(settings)
+    except RuntimeError as e:  # it started meanwhile (another thread's allocation)
+        raise AdaptallocError(str(e)) from None
+    _configured.clear()
+    _configured.update(settings)
     return wanted
 
 
@@ -139,7 +172,7 @@ def started():
 def start(**overrides):
     """configure(**overrides), then starts the runtime (idempotent)."""
     configure(**overrides)
-    _C.start(quiet=_os.environ.get("ADAPTALLOC_QUIET") is not None)
+    _C.start()
 
 
 def _ensure():

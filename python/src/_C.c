@@ -1,6 +1,6 @@
 /*
  * _C.c — adaptalloc._C, the CPython extension over the C API: the runtime
- * (start, stats, policy, HTTP address, run id, shutdown), pool blocks that
+ * (configure, start, stats, policy, HTTP address, run id, shutdown), pool blocks that
  * Python can see as buffers (host and pinned, for adaptalloc.torch's pinned
  * tensors), mapped device addresses and the transfer packer.
  *
@@ -99,6 +99,93 @@ static PyObject *py_start(PyObject *self, PyObject *args, PyObject *kw) {
   Py_END_ALLOW_THREADS
   if (rc != AA_OK)
     return err_from(rc, "cannot start the runtime");
+  Py_RETURN_NONE;
+}
+
+/* An optional keyword: None leaves *out alone; a bool sets 1/0. */
+static int opt_bool(PyObject *o, const char *name, int *out) {
+  if (o == NULL || o == Py_None)
+    return 0;
+  if (!PyBool_Check(o)) {
+    PyErr_Format(PyExc_TypeError, "adaptalloc: %s= must be True or False, not %s", name,
+                 Py_TYPE(o)->tp_name);
+    return -1;
+  }
+  *out = o == Py_True;
+  return 0;
+}
+
+/* An optional keyword: None leaves *out alone; an int in [lo, hi] sets it. */
+static int opt_int(PyObject *o, const char *name, long lo, long hi, int *out) {
+  long v;
+  if (o == NULL || o == Py_None)
+    return 0;
+  if (!PyLong_Check(o) || PyBool_Check(o)) {
+    PyErr_Format(PyExc_TypeError, "adaptalloc: %s= must be an int, not %s", name,
+                 Py_TYPE(o)->tp_name);
+    return -1;
+  }
+  v = PyLong_AsLong(o);
+  if ((v == -1 && PyErr_Occurred()) || v < lo || v > hi) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_ValueError, "adaptalloc: %s= must be from %ld to %ld", name, lo, hi);
+    return -1;
+  }
+  *out = (int)v;
+  return 0;
+}
+
+/* configure(model=, policy=, policy_dir=, db=, http=, token=, trace=,
+ * quiet=, rank=, local_rank=, world_size=): the default runtime's
+ * configuration (aa_runtime_configure): the environment
+ * (aa_runtime_config_from_env) with the keywords that are not None on top.
+ * Strings are taken as given ("off" for db/http turns them off): the rules
+ * (plain model name, token bytes, lengths) apply when the runtime starts,
+ * as for the environment. RuntimeError once the runtime has started. */
+static PyObject *py_configure(PyObject *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"model", "policy", "policy_dir", "db", "http", "token",
+                           "trace", "quiet", "rank", "local_rank", "world_size", NULL};
+  const char *model = NULL, *policy = NULL, *policy_dir = NULL, *db = NULL, *http = NULL,
+             *token = NULL;
+  PyObject *trace = NULL, *quiet = NULL, *rank = NULL, *local_rank = NULL, *world = NULL;
+  aa_runtime_config cfg;
+  int q = -1, rc;
+  (void)self;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|zzzzzzOOOOO", kwlist, &model, &policy,
+                                   &policy_dir, &db, &http, &token, &trace, &quiet, &rank,
+                                   &local_rank, &world))
+    return NULL;
+  if (refuse_after_shutdown())
+    return NULL;
+  aa_runtime_config_from_env(&cfg);
+  if (opt_bool(trace, "trace", &cfg.trace) < 0 || opt_bool(quiet, "quiet", &q) < 0 ||
+      opt_int(rank, "rank", 0, 1L << 30, &cfg.rank) < 0 ||
+      opt_int(local_rank, "local_rank", 0, 65535, &cfg.local_rank) < 0 ||
+      opt_int(world, "world_size", 1, 1L << 30, &cfg.world_size) < 0)
+    return NULL;
+  if (q >= 0)
+    cfg.quiet = q != 0;
+  if (model != NULL)
+    cfg.model = model;
+  if (policy != NULL)
+    cfg.policy_path = policy;
+  if (policy_dir != NULL)
+    cfg.policy_dir = policy_dir;
+  if (db != NULL)
+    cfg.db = db;
+  if (http != NULL)
+    cfg.http = http;
+  if (token != NULL)
+    cfg.token = token;
+  rc = aa_runtime_configure(&cfg);
+  if (rc == AA_EBUSY) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "adaptalloc: the runtime already started; its configuration cannot "
+                    "change now");
+    return NULL;
+  }
+  if (rc != AA_OK)
+    return err_from(rc, "cannot configure the runtime");
   Py_RETURN_NONE;
 }
 
@@ -290,6 +377,146 @@ static PyObject *py_pinned_record_stream(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------- managed memory */
+
+/* A location argument: a CUDA ordinal, or -1 (AA_MANAGED_HOST) for the host. */
+static int location_arg(int loc) {
+  if (loc == AA_MANAGED_HOST || (loc >= 0 && loc < AA_MAX_DEVICES))
+    return 0;
+  PyErr_Format(PyExc_ValueError,
+               "adaptalloc: a location is a CUDA ordinal or -1 (the host), not %d", loc);
+  return -1;
+}
+
+/* managed_prefetch(address, size, location, stream): cudaMemPrefetchAsync of
+ * managed memory to a device or (-1) the host, on stream. */
+static PyObject *py_managed_prefetch(PyObject *self, PyObject *args) {
+  unsigned long long addr;
+  Py_ssize_t size;
+  int loc, rc;
+  PyObject *stream;
+  aa_stream s;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "KniO", &addr, &size, &loc, &stream))
+    return NULL;
+  if (size <= 0)
+    return PyErr_Format(PyExc_ValueError, "adaptalloc: prefetch size must be > 0, got %zd",
+                        size);
+  if (location_arg(loc) < 0 || stream_arg(stream, &s) < 0)
+    return NULL;
+  Py_BEGIN_ALLOW_THREADS
+  rc = aa_managed_prefetch(NULL, (const void *)(uintptr_t)addr, (size_t)size, loc, s);
+  Py_END_ALLOW_THREADS
+  if (rc == AA_EINVAL)
+    return PyErr_Format(PyExc_ValueError,
+                        "adaptalloc: prefetch: that memory is not managed memory, or "
+                        "device %d is not there",
+                        loc);
+  if (rc != AA_OK)
+    return err_from(rc, "prefetch of managed memory");
+  Py_RETURN_NONE;
+}
+
+static int location_name(const char *name, aa_managed_location *out) {
+  if (strcmp(name, "none") == 0)
+    *out = AA_MANAGED_LOC_NONE;
+  else if (strcmp(name, "device") == 0)
+    *out = AA_MANAGED_LOC_DEVICE;
+  else if (strcmp(name, "host") == 0)
+    *out = AA_MANAGED_LOC_HOST;
+  else {
+    PyErr_Format(PyExc_ValueError,
+                 "adaptalloc: a location is 'none', 'device' or 'host', not '%s'", name);
+    return -1;
+  }
+  return 0;
+}
+
+/* managed_advise(address, size, device, preferred_location, accessed_by,
+ * read_mostly): cudaMemAdvise ('none'/'device'/'host'; 'device' is device). */
+static PyObject *py_managed_advise(PyObject *self, PyObject *args) {
+  unsigned long long addr;
+  Py_ssize_t size;
+  const char *pref, *acc;
+  int device, rm, rc;
+  aa_managed_config c;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "Knissp", &addr, &size, &device, &pref, &acc, &rm))
+    return NULL;
+  aa_managed_config_init(&c);
+  if (size <= 0)
+    return PyErr_Format(PyExc_ValueError, "adaptalloc: advise size must be > 0, got %zd",
+                        size);
+  if (device < 0 || device >= AA_MAX_DEVICES)
+    return PyErr_Format(PyExc_ValueError, "adaptalloc: device %d is not a CUDA ordinal",
+                        device);
+  if (location_name(pref, &c.preferred_location) < 0 ||
+      location_name(acc, &c.accessed_by) < 0)
+    return NULL;
+  c.device = device;
+  c.read_mostly = rm != 0;
+  Py_BEGIN_ALLOW_THREADS
+  rc = aa_managed_advise((const void *)(uintptr_t)addr, (size_t)size, &c);
+  Py_END_ALLOW_THREADS
+  if (rc == AA_EINVAL)
+    return PyErr_Format(PyExc_ValueError,
+                        "adaptalloc: advise: that memory is not managed memory, or "
+                        "device %d is not there",
+                        device);
+  if (rc != AA_OK)
+    return err_from(rc, "advice for managed memory");
+  Py_RETURN_NONE;
+}
+
+/* A location as Python sees it: the ordinal, -1 for the host, None unset. */
+static PyObject *loc_obj(int loc) {
+  if (loc == AA_MANAGED_UNSET) {
+    Py_INCREF(Py_None);
+    return Py_None;
+  }
+  return PyLong_FromLong(loc);
+}
+
+/* managed_range_info(address, size) -> dict: what the driver says of a
+ * managed range (cudaMemRangeGetAttribute); locations are ordinals, -1 the
+ * host, None unset or mixed. */
+static PyObject *py_managed_range_info(PyObject *self, PyObject *args) {
+  unsigned long long addr;
+  Py_ssize_t size;
+  aa_managed_range r;
+  PyObject *acc, *d;
+  int rc;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "Kn", &addr, &size))
+    return NULL;
+  if (size <= 0)
+    return PyErr_Format(PyExc_ValueError, "adaptalloc: range size must be > 0, got %zd",
+                        size);
+  Py_BEGIN_ALLOW_THREADS
+  rc = aa_managed_range_info((const void *)(uintptr_t)addr, (size_t)size, &r);
+  Py_END_ALLOW_THREADS
+  if (rc == AA_EINVAL)
+    return PyErr_Format(PyExc_ValueError, "adaptalloc: that memory is not managed memory");
+  if (rc != AA_OK)
+    return err_from(rc, "managed range attributes");
+  acc = PyList_New(0);
+  if (acc == NULL)
+    return NULL;
+  for (uint32_t i = 0; i < r.n_accessed_by && i < 8; i++) {
+    PyObject *v = PyLong_FromLong(r.accessed_by[i]);
+    if (v == NULL || PyList_Append(acc, v) < 0) {
+      Py_XDECREF(v);
+      Py_DECREF(acc);
+      return NULL;
+    }
+    Py_DECREF(v);
+  }
+  d = Py_BuildValue("{s:N,s:N,s:O,s:N}", "preferred_location", loc_obj(r.preferred_location),
+                    "last_prefetch_location", loc_obj(r.last_prefetch_location),
+                    "read_mostly", r.read_mostly ? Py_True : Py_False, "accessed_by", acc);
+  return d;
+}
+
 /* --------------------------------------------------------------- Block */
 
 typedef struct {
@@ -297,16 +524,63 @@ typedef struct {
       aa_pool *pool;
   void *ptr;
   size_t size;
-  int kind; /* AA_BACKEND_HOST or AA_BACKEND_PINNED */
+  int kind; /* AA_BACKEND_HOST, AA_BACKEND_PINNED, or AA_BACKEND_DEVICE for a
+               managed block (the only device memory a Block holds) */
   aa_stream last_use;
   Py_ssize_t exports;
 } Block;
 
+/* The managed pool a Block comes from: the runtime's for `device`
+ * (region < 0), or region's pool on that device, which must be managed. */
+static aa_pool *managed_pool_for(int device, int region) {
+  aa_pool *pool;
+  Py_BEGIN_ALLOW_THREADS
+  pool = region < 0 ? aa_runtime_managed_pool(device)
+                    : aa_runtime_region_pool(region, AA_BACKEND_DEVICE, device);
+  Py_END_ALLOW_THREADS
+  if (pool == NULL) {
+    PyErr_Format(PyExc_RuntimeError,
+                 "adaptalloc: no managed-memory pool for device %d%s (no CUDA, no such "
+                 "GPU, no managed-memory support, or the runtime's limit of pools: "
+                 "see stderr)",
+                 device, region < 0 ? "" : " in that region");
+    return NULL;
+  }
+  if (!aa_backend_is_managed(aa_pool_backend(pool))) {
+    PyErr_Format(PyExc_ValueError,
+                 "adaptalloc: region %s is not managed memory: its policy section "
+                 "(pools.regions.%s, else pools.device) does not say backend \"managed\"",
+                 aa_runtime_region_name(region), aa_runtime_region_name(region));
+    return NULL;
+  }
+  return pool;
+}
+
+/* MemoryError for a failed managed allocation: the safety cap's words when
+ * it refused (its refusal count moved), else plain out of memory. */
+static void managed_alloc_error(aa_pool *pool, uint64_t refusals_before,
+                                Py_ssize_t size) {
+  aa_managed_refusal f;
+  if (aa_managed_last_refusal(aa_pool_backend(pool), &f) == AA_OK &&
+      f.count > refusals_before) {
+    PyErr_Format(PyExc_MemoryError,
+                 "adaptalloc: managed memory: %s (pool %s, %zd bytes asked; set "
+                 "allow_oversubscribe: true in the policy section to go beyond free "
+                 "device memory, at the risk of hanging a shared GPU)",
+                 f.message, aa_pool_name(pool), size);
+    return;
+  }
+  PyErr_Format(PyExc_MemoryError,
+               "adaptalloc: out of managed memory allocating %zd bytes (pool %s)", size,
+               aa_pool_name(pool));
+}
+
 static int block_init(Block *self, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"kind", "size", "stream", NULL};
+  static char *kwlist[] = {"kind", "size", "stream", "device", "region", NULL};
   const char *kind;
   Py_ssize_t size;
   PyObject *stream = NULL;
+  int device = 0, region = -1;
   aa_pool *pool;
   void *ptr;
 
@@ -314,7 +588,8 @@ static int block_init(Block *self, PyObject *args, PyObject *kw) {
     PyErr_SetString(PyExc_RuntimeError, "adaptalloc: Block already holds memory");
     return -1;
   }
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "sn|O", kwlist, &kind, &size, &stream))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "sn|Oii", kwlist, &kind, &size, &stream,
+                                   &device, &region))
     return -1;
   if (size <= 0) {
     PyErr_Format(PyExc_ValueError, "adaptalloc: block size must be > 0, got %zd", size);
@@ -324,15 +599,40 @@ static int block_init(Block *self, PyObject *args, PyObject *kw) {
     self->kind = AA_BACKEND_PINNED;
   } else if (strcmp(kind, "host") == 0) {
     self->kind = AA_BACKEND_HOST;
+  } else if (strcmp(kind, "managed") == 0) {
+    self->kind = AA_BACKEND_DEVICE;
   } else {
     PyErr_Format(PyExc_ValueError,
-                 "adaptalloc: block kind must be 'pinned' or 'host', not '%s'", kind);
+                 "adaptalloc: block kind must be 'pinned', 'host' or 'managed', not '%s'",
+                 kind);
     return -1;
   }
   if (stream_arg(stream, &self->last_use) < 0)
     return -1;
   if (refuse_after_shutdown())
     return -1;
+  if (self->kind == AA_BACKEND_DEVICE) {
+    aa_managed_refusal f;
+    if (device < 0 || device >= AA_MAX_DEVICES) {
+      PyErr_Format(PyExc_ValueError, "adaptalloc: device %d is not a CUDA ordinal", device);
+      return -1;
+    }
+    pool = managed_pool_for(device, region);
+    if (pool == NULL)
+      return -1;
+    (void)aa_managed_last_refusal(aa_pool_backend(pool), &f);
+    Py_BEGIN_ALLOW_THREADS
+    ptr = aa_alloc(pool, (size_t)size, self->last_use);
+    Py_END_ALLOW_THREADS
+    if (ptr == NULL) {
+      managed_alloc_error(pool, f.count, size);
+      return -1;
+    }
+    self->pool = pool;
+    self->ptr = ptr;
+    self->size = (size_t)size;
+    return 0;
+  }
   Py_BEGIN_ALLOW_THREADS
   pool = aa_runtime_pool((aa_backend_kind)self->kind, 0);
   ptr = NULL;
@@ -361,6 +661,8 @@ static void block_dealloc(Block *self) {
   if (self->ptr != NULL && !atomic_load(&g_shut)) {
     if (self->kind == AA_BACKEND_PINNED)
       (void)aa_staging_put(self->pool, self->ptr, self->size, self->last_use);
+    else if (self->kind == AA_BACKEND_DEVICE) /* managed: stream-ordered reuse */
+      (void)aa_free(self->pool, self->ptr, self->size, self->last_use);
     else
       (void)aa_free(self->pool, self->ptr, self->size, NULL);
   }
@@ -403,7 +705,9 @@ static PyObject *block_size(Block *self, void *closure) {
 
 static PyObject *block_kind(Block *self, void *closure) {
   (void)closure;
-  return PyUnicode_FromString(self->kind == AA_BACKEND_PINNED ? "pinned" : "host");
+  return PyUnicode_FromString(self->kind == AA_BACKEND_PINNED   ? "pinned"
+                              : self->kind == AA_BACKEND_DEVICE ? "managed"
+                                                                : "host");
 }
 
 static PyObject *block_capacity(Block *self, void *closure) {
@@ -418,9 +722,11 @@ static PyObject *block_device_address(Block *self, void *closure) {
   void *dev = NULL;
   int rc;
   (void)closure;
+  if (self->kind == AA_BACKEND_DEVICE) /* managed: one address everywhere */
+    return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)self->ptr);
   if (self->kind != AA_BACKEND_PINNED) {
     PyErr_SetString(PyExc_ValueError,
-                    "adaptalloc: only pinned blocks have a device address");
+                    "adaptalloc: only pinned and managed blocks have a device address");
     return NULL;
   }
   rc = aa_pinned_device_ptr(self->ptr, &dev);
@@ -459,9 +765,9 @@ static PyGetSetDef block_getset[] = {
     {"address", (getter)block_address, NULL, "host address of the block", NULL},
     {"size", (getter)block_size, NULL, "bytes asked for", NULL},
     {"capacity", (getter)block_capacity, NULL, "bytes of the pool block (class size)", NULL},
-    {"kind", (getter)block_kind, NULL, "'pinned' or 'host'", NULL},
+    {"kind", (getter)block_kind, NULL, "'pinned', 'host' or 'managed'", NULL},
     {"device_address", (getter)block_device_address, NULL,
-     "device address of a pinned block (mapped, zero-copy)", NULL},
+     "device address of a pinned block (mapped, zero-copy) or a managed one", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -477,8 +783,9 @@ static PyTypeObject BlockType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "adaptalloc._C.Block",
     .tp_basicsize = sizeof(Block),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Block(kind, size, stream=None): one block of the runtime's 'pinned' or "
-              "'host' pool, a writable buffer; returned to the pool when it dies.",
+    .tp_doc = "Block(kind, size, stream=None, device=0, region=-1): one block of the "
+              "runtime's 'pinned' or 'host' pool, or of a 'managed' pool (the device's, "
+              "or region id's), a writable buffer; returned to the pool when it dies.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)block_init,
     .tp_dealloc = (destructor)block_dealloc,
@@ -743,7 +1050,12 @@ static PyTypeObject PackerType = {
 
 static PyMethodDef methods[] = {
     {"start", (PyCFunction)(void (*)(void))py_start, METH_VARARGS | METH_KEYWORDS,
-     "start(quiet=False): start the runtime from the environment (idempotent)"},
+     "start(quiet=False): start the runtime with configure()'s configuration, else the "
+     "environment (idempotent)"},
+    {"configure", (PyCFunction)(void (*)(void))py_configure, METH_VARARGS | METH_KEYWORDS,
+     "configure(model=, policy=, policy_dir=, db=, http=, token=, trace=, quiet=, rank=, "
+     "local_rank=, world_size=): the runtime's configuration, the environment with these "
+     "on top (before it starts)"},
     {"shutdown", py_shutdown, METH_NOARGS, "stop the runtime; its pools are destroyed"},
     {"is_shut_down", py_is_shut_down, METH_NOARGS, "whether shutdown() ran"},
     {"started", py_started, METH_NOARGS, "whether the runtime runs now"},
@@ -762,6 +1074,12 @@ static PyMethodDef methods[] = {
      "pinned_record_stream(address, stream): the pinned block is used on stream too"},
     {"pinned_device_ptr", py_pinned_device_ptr, METH_O,
      "pinned_device_ptr(host_address) -> device address of mapped pinned memory"},
+    {"managed_prefetch", py_managed_prefetch, METH_VARARGS,
+     "managed_prefetch(address, size, location, stream): to device `location` or -1 (host)"},
+    {"managed_advise", py_managed_advise, METH_VARARGS,
+     "managed_advise(address, size, device, preferred_location, accessed_by, read_mostly)"},
+    {"managed_range_info", py_managed_range_info, METH_VARARGS,
+     "managed_range_info(address, size) -> dict of cudaMemRangeGetAttribute's answers"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -794,6 +1112,7 @@ PyMODINIT_FUNC PyInit__C(void) {
       PyModule_AddIntConstant(m, "ERANGE", AA_ERANGE) < 0 ||
       PyModule_AddIntConstant(m, "ESTALE", AA_ESTALE) < 0 ||
       PyModule_AddIntConstant(m, "ENOTSUP", AA_ENOTSUP) < 0 ||
+      PyModule_AddIntConstant(m, "EBUSY", AA_EBUSY) < 0 ||
       PyModule_AddIntConstant(m, "PACKER_ALIGN", AA_PACKER_ALIGN) < 0) {
     Py_DECREF(m);
     return NULL;

@@ -1,13 +1,18 @@
 /*
- * runtime.c — the process-wide runtime: configuration from the environment,
- * the pools (one per CUDA device, one pinned, one host) and the regions'
- * pools created on first use, and the start/stop of the optional services
- * (runtime_services.c).
+ * runtime.c — a runtime's life and pools: the process's default runtime
+ * (static storage, started on first use, ended at exit) and the ones
+ * aa_runtime_new makes; the pools (one per CUDA device, one pinned, one
+ * host) and the regions' pools created on first use, and the start/stop of
+ * the optional services (runtime_services.c). Its configuration is
+ * runtime_config.c's.
  *
- * Entry points: aa_runtime_init, aa_runtime_pool, aa_runtime_region_id,
- * aa_runtime_region_pool, aa_runtime_shutdown; rt_at_exit ends the store's
- * run of a process that exits without aa_runtime_shutdown.
- * The hot path is aa_runtime_pool(): one acquire load once the pool exists.
+ * Entry points: aa_runtime_init, aa_runtime_pool / aa_rt_pool,
+ * aa_runtime_region_id, aa_runtime_region_pool, aa_runtime_shutdown,
+ * aa_runtime_new, aa_runtime_destroy; rt_at_exit ends the default runtime's
+ * store run in a process that exits without aa_runtime_shutdown (the one
+ * thing kept for the default runtime alone: atexit takes no argument, and a
+ * runtime made by aa_runtime_new is its owner's to destroy).
+ * The hot path is aa_rt_pool(): one acquire load once the pool exists.
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -28,189 +33,39 @@
 _Static_assert(AA_RUNTIME_MAX_REGIONS == AA_POLICY_MAX_REGIONS,
                "a policy section for every region the runtime can have");
 
-aa__runtime aa__rt;
-
+/* The process's default runtime: the one the aa_runtime_* calls without a
+ * handle (and so the PyTorch hooks, Python and the tools) work on. Static
+ * storage: it is never freed, so a pointer to it stays valid after
+ * aa_runtime_shutdown. Lock order: lock (pool creation, init, shutdown) ->
+ * the services' policy lock -> pools_lock (a leaf: held only to copy the
+ * pool list). */
+static aa_runtime rt_default = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .pools_lock = PTHREAD_MUTEX_INITIALIZER,
+    .is_default = true,
+    .svc =
+        {
+            .policy_lock = PTHREAD_MUTEX_INITIALIZER,
+            .ticker_lock = PTHREAD_MUTEX_INITIALIZER,
+            .ticker_cond = PTHREAD_COND_INITIALIZER,
+        },
+    .oom = {.mu = PTHREAD_MUTEX_INITIALIZER},
+};
 static pthread_once_t rt_once = PTHREAD_ONCE_INIT;
-/* Lock order: rt_lock (pool creation, init, shutdown) -> the services'
- * policy lock -> pools_lock (a leaf: held only to copy the pool list). */
-static pthread_mutex_t rt_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
 static const aa_runtime_config *rt_pending_cfg;
 
-void aa_runtime_config_init(aa_runtime_config *cfg) {
-  memset(cfg, 0, sizeof(*cfg));
-  cfg->version = AA_RUNTIME_CONFIG_VERSION;
-  cfg->trace = -1;
-}
+aa_runtime *aa__rt_default(void) { return &rt_default; }
 
 void aa__rt_log(const char *fmt, ...) {
   va_list ap;
-  char line[AA__LOG_LINE_MAX];
+  aa__buf line;
+  aa__buf_init(&line);
   va_start(ap, fmt);
-  vsnprintf(line, sizeof(line), fmt, ap);
+  aa__buf_vprintf(&line, fmt, ap); /* whole: a message may quote a long number */
   va_end(ap);
-  aa__log_line(line); /* every value it quotes escaped: one line, always */
-}
-
-static const char *pick(const char *explicit_value, const char *env_name,
-                        const char *fallback) {
-  const char *v = explicit_value;
-  if (v == NULL || v[0] == '\0')
-    v = getenv(env_name);
-  if (v == NULL || v[0] == '\0')
-    v = fallback;
-  return v;
-}
-
-/* Copies the setting `name` into dst. A value that does not fit is never
- * cut short (a truncated token would be accepted by prefix, a truncated
- * path names a file the user never gave): dst stays empty, *refused is set
- * and one line names the setting, its length and the limit. */
-static void copy_setting(char *dst, size_t cap, const char *src,
-                         const char *name, bool *refused) {
-  size_t n = src != NULL ? strlen(src) : 0;
-  *refused = false;
-  dst[0] = '\0';
-  if (n >= cap) {
-    *refused = true;
-    aa__rt_log("%s is %zu bytes, over the limit of %zu bytes: refused", name,
-               n, cap - 1);
-    return;
-  }
-  if (n > 0)
-    memcpy(dst, src, n + 1);
-}
-
-bool aa__rt_is_off(const char *v) { return v != NULL && strcasecmp(v, "off") == 0; }
-
-int aa__rt_token_check(const char *token, char *why, size_t cap) {
-  for (size_t i = 0; token[i] != '\0'; i++) {
-    unsigned char c = (unsigned char)token[i];
-    if (c > 0x20 && c < 0x7F)
-      continue;
-    snprintf(why, cap,
-             "byte %zu of %zu is 0x%02x%s; a token is printable ASCII without "
-             "spaces (0x21 to 0x7e), the bytes a client can send after "
-             "\"Bearer \"",
-             i + 1, strlen(token), c,
-             c == '\n' && token[i + 1] == '\0' ? " (a trailing newline)"
-             : c == '\r' || c == '\n'          ? " (a line break)"
-             : c == ' '                        ? " (a space)"
-             : c < 0x20 || c == 0x7F           ? " (a control byte)"
-                                               : " (not ASCII)");
-    return AA_EINVAL;
-  }
-  return AA_OK;
-}
-
-int aa__rt_model_check(const char *model, char *why, size_t cap) {
-  size_t n = strlen(model);
-  if (n == 0) {
-    snprintf(why, cap, "it is empty");
-    return AA_EINVAL;
-  }
-  if (model[0] == '.') {
-    snprintf(why, cap, "it starts with a dot (\".\", \"..\" and hidden names "
-                       "are not model names)");
-    return AA_EINVAL;
-  }
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)model[i];
-    if (c == '/' || c == '\\') {
-      snprintf(why, cap, "byte %zu is '%c' (a model name is a plain name: "
-                         "no directory part)",
-               i + 1, c);
-      return AA_EINVAL;
-    }
-    if (c < 0x20 || c == 0x7F) {
-      snprintf(why, cap, "byte %zu is the control byte 0x%02x", i + 1, c);
-      return AA_EINVAL;
-    }
-  }
-  return AA_OK;
-}
-
-#ifndef AA_INSTALLED_POLICY_DIR
-#define AA_INSTALLED_POLICY_DIR ""
-#endif
-
-static bool is_dir(const char *path) {
-  struct stat st;
-  return path[0] != '\0' && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-const char *aa__rt_default_policy_dir(const char *local, const char *installed) {
-  if (is_dir(local) || installed == NULL || !is_dir(installed))
-    return local;
-  return installed;
-}
-
-static void rt_read_config(const aa_runtime_config *cfg) {
-  aa_runtime_config empty;
-  char why[256];
-  bool refused;
-  if (cfg == NULL) {
-    aa_runtime_config_init(&empty);
-    cfg = &empty;
-  }
-  copy_setting(aa__rt.model, sizeof(aa__rt.model),
-               pick(cfg->model, "ADAPTALLOC_MODEL", "default"),
-               "ADAPTALLOC_MODEL", &refused);
-  if (!refused && aa__rt_model_check(aa__rt.model, why, sizeof(why)) != AA_OK) {
-    /* the name is not echoed whole here: the log line escapes it anyway,
-     * but a name that is a path is not worth repeating */
-    aa__rt_log("ADAPTALLOC_MODEL is not a plain name: %s; a model name has "
-               "no '/' or '\\', does not start with a dot and holds no control "
-               "byte: refused, the model is \"default\"",
-               why);
-    refused = true;
-  }
-  if (refused)
-    snprintf(aa__rt.model, sizeof(aa__rt.model), "default");
-  copy_setting(aa__rt.policy_path, sizeof(aa__rt.policy_path),
-               pick(cfg->policy_path, "ADAPTALLOC_POLICY", ""),
-               "ADAPTALLOC_POLICY", &aa__rt.policy_refused);
-  copy_setting(aa__rt.policy_dir, sizeof(aa__rt.policy_dir),
-               pick(cfg->policy_dir, "ADAPTALLOC_POLICY_DIR",
-                    aa__rt_default_policy_dir("./policies",
-                                              AA_INSTALLED_POLICY_DIR)),
-               "ADAPTALLOC_POLICY_DIR", &refused);
-  aa__rt.policy_refused = aa__rt.policy_refused || refused;
-  copy_setting(aa__rt.db, sizeof(aa__rt.db),
-               pick(cfg->db, "ADAPTALLOC_DB", "./adaptalloc.db"),
-               "ADAPTALLOC_DB", &aa__rt.db_refused);
-  copy_setting(aa__rt.http, sizeof(aa__rt.http),
-               pick(cfg->http, "ADAPTALLOC_HTTP", "127.0.0.1:9100"),
-               "ADAPTALLOC_HTTP", &aa__rt.http_refused);
-  copy_setting(aa__rt.token, sizeof(aa__rt.token),
-               pick(cfg->token, "ADAPTALLOC_TOKEN", ""), "ADAPTALLOC_TOKEN",
-               &refused);
-  /* a token that cannot be held whole keeps the server off: serving with a
-   * shorter one (or none) would accept what the operator never set */
-  aa__rt.http_refused = aa__rt.http_refused || refused;
-  /* a token no client can send (a trailing newline from `$(cat file)`, a
-   * control byte) keeps it off too: served, it would make the policy
-   * unchangeable while telemetry stayed open, and serving without it would
-   * open the policy to every client. The token itself is never logged. */
-  if (!refused && aa__rt_token_check(aa__rt.token, why, sizeof(why)) != AA_OK) {
-    aa__rt_log("ADAPTALLOC_TOKEN is refused: %s; the server stays off", why);
-    explicit_bzero(aa__rt.token, sizeof(aa__rt.token));
-    aa__rt.http_refused = true;
-  }
-  if (cfg->trace >= 0) {
-    aa__rt.trace = cfg->trace != 0;
-  } else {
-    const char *t = getenv("ADAPTALLOC_TRACE");
-    aa__rt.trace = t != NULL && strcmp(t, "1") == 0;
-    if (t != NULL && t[0] != '\0' && !aa__rt.trace && strcmp(t, "0") != 0 &&
-        !aa__rt_is_off(t))
-      aa__rt_log("ADAPTALLOC_TRACE is \"%s\": expected 1 (on), or 0 or off; "
-                 "tracing stays off",
-                 t);
-  }
-  aa__rt.quiet = cfg->quiet;
-  if (getenv("ADAPTALLOC_QUIET") != NULL)
-    aa__rt.quiet = true;
+  /* every value it quotes escaped: one line, always */
+  aa__log_line(line.data != NULL && !line.failed ? line.data : "(out of memory)");
+  aa__buf_free(&line);
 }
 
 /* ------------------------------------------------------------ exit */
@@ -254,8 +109,7 @@ static void rt_exit_stage_set(int stage) {
 static void rt_exit_detached(void) { rt_exit_stage_set(1); }
 
 static void *rt_exit_main(void *arg) {
-  (void)arg;
-  aa__rt_services_end_run(AA__RT_EXIT_FLUSH_MAX_MS, rt_exit_detached);
+  aa__rt_services_end_run(arg, AA__RT_EXIT_FLUSH_MAX_MS, rt_exit_detached);
   rt_exit_stage_set(2);
   return NULL;
 }
@@ -282,28 +136,29 @@ static bool rt_exit_wait(int stage, uint32_t ms) {
 }
 
 static void rt_at_exit(void) {
+  aa_runtime *rt = &rt_default;
   struct timespec until;
   pthread_t helper;
 
   if (!atomic_exchange(&rt_exit_armed, false) || getpid() != rt_exit_pid)
     return;
-  /* rt_lock keeps a shutdown from another thread out while the run ends;
+  /* rt->lock keeps a shutdown from another thread out while the run ends;
    * never wait long for it (a thread may hold it creating a pool). */
   clock_gettime(CLOCK_REALTIME, &until);
   until.tv_sec += 1;
-  if (pthread_mutex_timedlock(&rt_lock, &until) != 0) {
+  if (pthread_mutex_timedlock(&rt->lock, &until) != 0) {
     aa__rt_log("store: run %lld was not ended at exit: the runtime was busy "
                "for over a second; its last trace events and snapshots are lost",
                (long long)aa_runtime_run_id());
     return;
   }
-  if (aa__rt.shut_down) {
-    pthread_mutex_unlock(&rt_lock);
+  if (rt->shut_down) {
+    pthread_mutex_unlock(&rt->lock);
     return;
   }
-  if (pthread_create(&helper, NULL, rt_exit_main, NULL) != 0) {
-    aa__rt_services_end_run(AA__RT_EXIT_FLUSH_MAX_MS, NULL); /* here, then */
-    pthread_mutex_unlock(&rt_lock);
+  if (pthread_create(&helper, NULL, rt_exit_main, rt) != 0) {
+    aa__rt_services_end_run(rt, AA__RT_EXIT_FLUSH_MAX_MS, NULL); /* here, then */
+    pthread_mutex_unlock(&rt->lock);
     return;
   }
   if (!rt_exit_wait(1, AA__RT_FLUSH_STALL_MS)) {
@@ -324,7 +179,7 @@ static void rt_at_exit(void) {
   } else {
     pthread_join(helper, NULL);
   }
-  pthread_mutex_unlock(&rt_lock);
+  pthread_mutex_unlock(&rt->lock);
 }
 
 static void rt_arm_exit(void) {
@@ -343,42 +198,50 @@ static void rt_arm_exit(void) {
 }
 
 static void rt_init_once(void) {
-  rt_read_config(rt_pending_cfg);
-  aa__rt.started_ns = aa_now_ns();
-  aa__rt_services_start();
+  aa_runtime *rt = &rt_default;
+  aa__rt_default_config(rt, rt_pending_cfg);
+  rt->started_ns = aa_now_ns();
+  aa__rt_services_start(rt);
   rt_arm_exit();
-  atomic_store_explicit(&aa__rt.ready, 1, memory_order_release);
+  atomic_store_explicit(&rt->ready, 1, memory_order_release);
 }
 
 int aa_runtime_init(const aa_runtime_config *cfg) {
-  if (cfg != NULL && cfg->version != AA_RUNTIME_CONFIG_VERSION)
+  aa_runtime *rt = &rt_default;
+  if (aa__rt_config_check(cfg) != AA_OK)
     return AA_EINVAL;
-  pthread_mutex_lock(&rt_lock);
+  pthread_mutex_lock(&rt->lock);
   rt_pending_cfg = cfg;
   pthread_once(&rt_once, rt_init_once);
   rt_pending_cfg = NULL;
-  pthread_mutex_unlock(&rt_lock);
+  pthread_mutex_unlock(&rt->lock);
   return AA_OK;
 }
 
-bool aa_runtime_started(void) {
-  /* No lock: a shutdown may follow the answer either way (the callers
-   * document that race); this is asked on every pinned tensor's free. */
-  if (!atomic_load_explicit(&aa__rt.ready, memory_order_acquire))
-    return false;
-  return !atomic_load_explicit(&aa__rt.shut_down, memory_order_acquire);
+void aa__rt_ensure_started(aa_runtime *rt) {
+  if (rt == &rt_default && !atomic_load_explicit(&rt->ready, memory_order_acquire))
+    (void)aa_runtime_init(NULL);
 }
 
-static _Atomic(aa_pool *) *pool_slot(aa_backend_kind kind, int device) {
+bool aa_runtime_started(void) {
+  aa_runtime *rt = &rt_default;
+  /* No lock: a shutdown may follow the answer either way (the callers
+   * document that race); this is asked on every pinned tensor's free. */
+  if (!atomic_load_explicit(&rt->ready, memory_order_acquire))
+    return false;
+  return !atomic_load_explicit(&rt->shut_down, memory_order_acquire);
+}
+
+static _Atomic(aa_pool *) *pool_slot(aa_runtime *rt, aa_backend_kind kind, int device) {
   switch (kind) {
   case AA_BACKEND_DEVICE:
     if (device < 0 || device >= AA_MAX_DEVICES)
       return NULL;
-    return &aa__rt.device_pools[device];
+    return &rt->device_pools[device];
   case AA_BACKEND_PINNED:
-    return &aa__rt.pinned_pool;
+    return &rt->pinned_pool;
   case AA_BACKEND_HOST:
-    return &aa__rt.host_pool;
+    return &rt->host_pool;
   default:
     return NULL;
   }
@@ -398,31 +261,66 @@ static int rt_make_backend(aa_backend_kind kind, int device, aa_backend **out) {
   }
 }
 
+/* Managed memory (docs/cuda.md): a device pool whose policy section says
+ * backend "managed" gets a managed backend of its own (a region's pool too:
+ * its own cap accounting and advice), and aa_runtime_managed_pool's pools
+ * always do. *backend is NULL when the pool is not managed. */
+static int rt_make_managed(aa_runtime *rt, aa_backend_kind kind, int device, const char *region,
+                           bool force, aa_backend **backend) {
+  aa_managed_config mc;
+  bool managed = false;
+  int rc;
+
+  *backend = NULL;
+  if (kind != AA_BACKEND_DEVICE)
+    return AA_OK;
+  if (aa__rt_pool_backend(rt, region, &managed, &mc) != AA_OK)
+    managed = false; /* logged by aa__rt_pool_config; mc has the defaults */
+  if (!managed && !force)
+    return AA_OK;
+  mc.device = device;
+  rc = aa_backend_managed_new(&mc, backend);
+  if (rc != AA_OK && !rt->managed_failed_logged) {
+    rt->managed_failed_logged = true;
+    aa__rt_log("cannot create a managed-memory backend (device %d%s%s): %s", device,
+               region != NULL ? ", region " : "", region != NULL ? region : "",
+               aa_strerror(rc));
+  }
+  return rc;
+}
+
 /* Creates the pool for (kind, device) over `shared` (a backend of another
  * pool: a region's pool uses its backend pool's), or over a new backend when
- * shared is NULL. region: NULL, or the region the pool serves. Called with
- * rt_lock held. */
-static aa_pool *rt_create_pool(aa_backend_kind kind, int device,
-                               aa_backend *shared, const char *region) {
+ * shared is NULL or the policy makes it managed (force_managed: always).
+ * region: NULL, or the region the pool serves. Called with rt->lock held. */
+static aa_pool *rt_create_pool(aa_runtime *rt, aa_backend_kind kind, int device,
+                               aa_backend *shared, const char *region, bool force_managed) {
   aa_backend *backend = NULL;
   aa_pool *pool = NULL;
   aa_pool_config cfg;
   char name[32];
   int rc;
 
-  if (shared == NULL) {
-    if (aa__rt.failed[kind][device < 0 ? 0 : device])
+  rc = rt_make_managed(rt, kind, device, region, force_managed, &backend);
+  if (rc != AA_OK)
+    return NULL;
+  if (backend != NULL) {
+    shared = NULL; /* the new managed backend serves this pool */
+  } else if (shared == NULL) {
+    if (rt->failed[kind][device < 0 ? 0 : device])
       return NULL; /* tried before and it cannot be had; do not retry per call */
     rc = rt_make_backend(kind, device, &backend);
     if (rc != AA_OK) {
-      aa__rt.failed[kind][device < 0 ? 0 : device] = true;
+      rt->failed[kind][device < 0 ? 0 : device] = true;
       aa__rt_log("cannot create the %s backend (device %d): %s",
                  aa_policy_kind_name(kind), device, aa_strerror(rc));
       goto done;
     }
   }
   aa_pool_config_init(&cfg);
-  if (kind == AA_BACKEND_DEVICE)
+  if (force_managed)
+    snprintf(name, sizeof(name), "managed%d", device);
+  else if (kind == AA_BACKEND_DEVICE)
     snprintf(name, sizeof(name), "device%d", device);
   else
     snprintf(name, sizeof(name), "%s", aa_policy_kind_name(kind));
@@ -434,7 +332,7 @@ static aa_pool *rt_create_pool(aa_backend_kind kind, int device,
   cfg.name = name;
   cfg.region = region;
   cfg.backend = shared != NULL ? shared : backend;
-  rc = aa__rt_pool_config(aa_policy_kind_name(kind), region, &cfg);
+  rc = aa__rt_pool_config(rt, aa_policy_kind_name(kind), region, &cfg);
   if (rc != AA_OK)
     goto done;
   rc = aa_pool_new(&cfg, &pool);
@@ -442,9 +340,9 @@ static aa_pool *rt_create_pool(aa_backend_kind kind, int device,
     aa__rt_log("cannot create pool %s: %s", name, aa_strerror(rc));
     goto done;
   }
-  aa__rt_pool_created(pool);
+  aa__rt_pool_created(rt, pool);
   if (backend != NULL)
-    aa__rt.backends[aa__rt.nbackends++] = backend;
+    rt->backends[rt->nbackends++] = backend;
   backend = NULL;
 done:
   if (backend != NULL)
@@ -456,11 +354,11 @@ int aa_runtime_pool_config(aa_backend_kind kind, aa_pool_config *cfg) {
   if (cfg == NULL || (kind != AA_BACKEND_DEVICE && kind != AA_BACKEND_PINNED &&
                       kind != AA_BACKEND_HOST))
     return AA_EINVAL;
-  return aa__rt_pool_config(aa_policy_kind_name(kind), NULL, cfg);
+  return aa__rt_pool_config(&rt_default, aa_policy_kind_name(kind), NULL, cfg);
 }
 
-aa_pool *aa_runtime_pool(aa_backend_kind kind, int device) {
-  _Atomic(aa_pool *) *slot = pool_slot(kind, device);
+aa_pool *aa_rt_pool(aa_runtime *rt, aa_backend_kind kind, int device) {
+  _Atomic(aa_pool *) *slot = rt != NULL ? pool_slot(rt, kind, device) : NULL;
   aa_pool *pool;
 
   if (slot == NULL)
@@ -468,26 +366,60 @@ aa_pool *aa_runtime_pool(aa_backend_kind kind, int device) {
   pool = atomic_load_explicit(slot, memory_order_acquire);
   if (pool != NULL)
     return pool;
-  if (!atomic_load_explicit(&aa__rt.ready, memory_order_acquire))
-    aa_runtime_init(NULL);
-  pthread_mutex_lock(&rt_lock);
+  aa__rt_ensure_started(rt);
+  pthread_mutex_lock(&rt->lock);
   pool = atomic_load_explicit(slot, memory_order_relaxed);
-  if (pool == NULL && !aa__rt.shut_down) {
-    pool = rt_create_pool(kind, device, NULL, NULL);
+  if (pool == NULL && !rt->shut_down) {
+    pool = rt_create_pool(rt, kind, device, NULL, NULL, false);
     if (pool != NULL) {
-      pthread_mutex_lock(&pools_lock);
-      aa__rt.pools[aa__rt.npools++] = pool;
-      pthread_mutex_unlock(&pools_lock);
+      pthread_mutex_lock(&rt->pools_lock);
+      rt->pools[rt->npools++] = pool;
+      pthread_mutex_unlock(&rt->pools_lock);
       atomic_store_explicit(slot, pool, memory_order_release);
     }
   }
-  pthread_mutex_unlock(&rt_lock);
+  pthread_mutex_unlock(&rt->lock);
+  return pool;
+}
+
+aa_pool *aa_rt_managed_pool(aa_runtime *rt, int device) {
+  _Atomic(aa_pool *) *slot;
+  aa_pool *pool;
+
+  if (device < 0 || device >= AA_MAX_DEVICES)
+    return NULL;
+  slot = &rt->managed_pools[device];
+  pool = atomic_load_explicit(slot, memory_order_acquire);
+  if (pool != NULL)
+    return pool;
+  aa__rt_ensure_started(rt);
+  pthread_mutex_lock(&rt->lock);
+  pool = atomic_load_explicit(slot, memory_order_relaxed);
+  if (pool == NULL && !rt->shut_down) {
+    pool = rt_create_pool(rt, AA_BACKEND_DEVICE, device, NULL, NULL, true);
+    if (pool != NULL) {
+      pthread_mutex_lock(&rt->pools_lock);
+      rt->pools[rt->npools++] = pool;
+      pthread_mutex_unlock(&rt->pools_lock);
+      atomic_store_explicit(slot, pool, memory_order_release);
+    }
+  }
+  pthread_mutex_unlock(&rt->lock);
   return pool;
 }
 
 /* ------------------------------------------------------------------ regions */
 
+aa_pool *aa_runtime_pool(aa_backend_kind kind, int device) {
+  return aa_rt_pool(&rt_default, kind, device);
+}
+
+aa_pool *aa_runtime_managed_pool(int device) {
+  return aa_rt_managed_pool(&rt_default, device);
+}
+
 int aa_runtime_region_id(const char *name, int *id, char *err, size_t errcap) {
+  aa_runtime *rt = &rt_default;
   char why[AA_POLICY_ERR_CAP];
   int n, rc = AA_OK;
 
@@ -502,10 +434,10 @@ int aa_runtime_region_id(const char *name, int *id, char *err, size_t errcap) {
       snprintf(err, errcap, "not a region name: %s", why);
     return AA_EINVAL;
   }
-  pthread_mutex_lock(&rt_lock);
-  n = atomic_load_explicit(&aa__rt.nregions, memory_order_relaxed);
+  pthread_mutex_lock(&rt->lock);
+  n = atomic_load_explicit(&rt->nregions, memory_order_relaxed);
   for (int i = 0; i < n; i++) {
-    if (strcmp(aa__rt.regions[i].name, name) == 0) {
+    if (strcmp(rt->regions[i].name, name) == 0) {
       *id = i;
       goto unlock;
     }
@@ -519,28 +451,30 @@ int aa_runtime_region_id(const char *name, int *id, char *err, size_t errcap) {
     rc = AA_ELIMIT;
     goto unlock;
   }
-  snprintf(aa__rt.regions[n].name, sizeof(aa__rt.regions[n].name), "%s", name);
-  atomic_store_explicit(&aa__rt.nregions, n + 1, memory_order_release);
+  snprintf(rt->regions[n].name, sizeof(rt->regions[n].name), "%s", name);
+  atomic_store_explicit(&rt->nregions, n + 1, memory_order_release);
   *id = n;
 unlock:
-  pthread_mutex_unlock(&rt_lock);
+  pthread_mutex_unlock(&rt->lock);
   return rc;
 }
 
 const char *aa_runtime_region_name(int id) {
-  if (id < 0 || id >= atomic_load_explicit(&aa__rt.nregions, memory_order_acquire))
+  aa_runtime *rt = &rt_default;
+  if (id < 0 || id >= atomic_load_explicit(&rt->nregions, memory_order_acquire))
     return NULL;
-  return aa__rt.regions[id].name;
+  return rt->regions[id].name;
 }
 
 aa_pool *aa_runtime_region_pool(int id, aa_backend_kind kind, int device) {
+  aa_runtime *rt = &rt_default;
   _Atomic(aa_pool *) *slot;
   aa__rt_region *r;
   aa_pool *pool, *base;
 
   if (aa_runtime_region_name(id) == NULL)
     return NULL;
-  r = &aa__rt.regions[id];
+  r = &rt->regions[id];
   if (kind == AA_BACKEND_DEVICE && device >= 0 && device < AA_MAX_DEVICES)
     slot = &r->device[device];
   else if (kind == AA_BACKEND_HOST)
@@ -550,76 +484,165 @@ aa_pool *aa_runtime_region_pool(int id, aa_backend_kind kind, int device) {
   pool = atomic_load_explicit(slot, memory_order_acquire);
   if (pool != NULL)
     return pool;
-  /* the backend's own pool first (it takes rt_lock itself): the region's
+  /* the backend's own pool first (it takes rt->lock itself): the region's
    * pool shares its backend */
-  base = aa_runtime_pool(kind, device);
+  base = aa_rt_pool(rt, kind, device);
   if (base == NULL)
     return NULL;
-  pthread_mutex_lock(&rt_lock);
+  pthread_mutex_lock(&rt->lock);
   pool = atomic_load_explicit(slot, memory_order_relaxed);
-  if (pool == NULL && !aa__rt.shut_down) {
-    if (aa__rt.nregion_pools >= AA_RUNTIME_MAX_REGION_POOLS) {
-      if (!aa__rt.region_pools_full_logged)
+  if (pool == NULL && !rt->shut_down) {
+    if (rt->nregion_pools >= AA_RUNTIME_MAX_REGION_POOLS) {
+      if (!rt->region_pools_full_logged)
         aa__rt_log("region %s: %d region pools exist, the most there can be; "
                    "its allocations fail",
                    r->name, AA_RUNTIME_MAX_REGION_POOLS);
-      aa__rt.region_pools_full_logged = true;
+      rt->region_pools_full_logged = true;
     } else {
-      pool = rt_create_pool(kind, device, aa_pool_backend(base), r->name);
+      pool = rt_create_pool(rt, kind, device, aa_pool_backend(base), r->name, false);
     }
     if (pool != NULL) {
-      aa__rt.nregion_pools++;
-      pthread_mutex_lock(&pools_lock);
-      aa__rt.pools[aa__rt.npools++] = pool;
-      pthread_mutex_unlock(&pools_lock);
+      rt->nregion_pools++;
+      pthread_mutex_lock(&rt->pools_lock);
+      rt->pools[rt->npools++] = pool;
+      pthread_mutex_unlock(&rt->pools_lock);
       atomic_store_explicit(slot, pool, memory_order_release);
     }
   }
-  pthread_mutex_unlock(&rt_lock);
+  pthread_mutex_unlock(&rt->lock);
   return pool;
 }
 
-size_t aa__rt_pools_snapshot(aa_pool **out, size_t cap) {
+size_t aa__rt_pools_snapshot(aa_runtime *rt, aa_pool **out, size_t cap) {
   size_t n;
-  pthread_mutex_lock(&pools_lock);
-  n = aa__rt.npools < cap ? aa__rt.npools : cap;
-  memcpy(out, aa__rt.pools, n * sizeof(*out));
-  pthread_mutex_unlock(&pools_lock);
+  pthread_mutex_lock(&rt->pools_lock);
+  n = rt->npools < cap ? rt->npools : cap;
+  memcpy(out, rt->pools, n * sizeof(*out));
+  pthread_mutex_unlock(&rt->pools_lock);
   return n;
 }
 
-void aa_runtime_shutdown(void) {
+/* Stops rt's services and destroys its pools and backends; rt->shut_down
+ * was set by the caller. */
+static void rt_stop(aa_runtime *rt) {
   size_t i;
-  if (!atomic_load_explicit(&aa__rt.ready, memory_order_acquire))
-    return;
-  pthread_mutex_lock(&rt_lock);
-  if (aa__rt.shut_down || atomic_load(&rt_exit_abandoned)) {
-    pthread_mutex_unlock(&rt_lock);
-    return;
-  }
-  aa__rt.shut_down = true;
-  pthread_mutex_unlock(&rt_lock);
 
-  aa__rt_services_stop(); /* server, loop, snapshots, store — before pools go */
+  aa__rt_services_stop(rt); /* server, loop, snapshots, store — before pools go */
 
-  pthread_mutex_lock(&rt_lock);
+  pthread_mutex_lock(&rt->lock);
   for (i = 0; i < AA_MAX_DEVICES; i++)
-    atomic_store(&aa__rt.device_pools[i], NULL);
-  atomic_store(&aa__rt.pinned_pool, NULL);
-  atomic_store(&aa__rt.host_pool, NULL);
+    atomic_store(&rt->device_pools[i], NULL);
+  atomic_store(&rt->pinned_pool, NULL);
+  atomic_store(&rt->host_pool, NULL);
+  for (i = 0; i < AA_MAX_DEVICES; i++)
+    atomic_store(&rt->managed_pools[i], NULL);
   for (i = 0; i < AA_RUNTIME_MAX_REGIONS; i++) {
     for (size_t d = 0; d < AA_MAX_DEVICES; d++)
-      atomic_store(&aa__rt.regions[i].device[d], NULL);
-    atomic_store(&aa__rt.regions[i].host, NULL);
+      atomic_store(&rt->regions[i].device[d], NULL);
+    atomic_store(&rt->regions[i].host, NULL);
   }
-  aa__rt.nregion_pools = 0;
-  pthread_mutex_lock(&pools_lock);
-  for (i = aa__rt.npools; i-- > 0;)
-    aa_pool_destroy(aa__rt.pools[i]);
-  aa__rt.npools = 0;
-  pthread_mutex_unlock(&pools_lock);
-  for (i = aa__rt.nbackends; i-- > 0;)
-    aa_backend_destroy(aa__rt.backends[i]);
-  aa__rt.nbackends = 0;
-  pthread_mutex_unlock(&rt_lock);
+  rt->nregion_pools = 0;
+  pthread_mutex_lock(&rt->pools_lock);
+  for (i = rt->npools; i-- > 0;)
+    aa_pool_destroy(rt->pools[i]);
+  rt->npools = 0;
+  pthread_mutex_unlock(&rt->pools_lock);
+  for (i = rt->nbackends; i-- > 0;)
+    aa_backend_destroy(rt->backends[i]);
+  rt->nbackends = 0;
+  pthread_mutex_unlock(&rt->lock);
+}
+
+void aa_runtime_shutdown(void) {
+  aa_runtime *rt = &rt_default;
+  if (!atomic_load_explicit(&rt->ready, memory_order_acquire))
+    return;
+  pthread_mutex_lock(&rt->lock);
+  if (rt->shut_down || atomic_load(&rt_exit_abandoned)) {
+    pthread_mutex_unlock(&rt->lock);
+    return;
+  }
+  rt->shut_down = true;
+  pthread_mutex_unlock(&rt->lock);
+  rt_stop(rt);
+}
+
+/* ------------------------------------------------------------ instances */
+
+int aa_runtime_new(const aa_runtime_config *cfg, aa_runtime **out) {
+  aa_runtime *rt = NULL;
+  int rc = AA_EINVAL;
+  int inited = 0; /* how many of the five locks below exist */
+
+  if (out == NULL)
+    goto done;
+  *out = NULL;
+  if (aa__rt_config_check(cfg) != AA_OK)
+    goto done;
+  rc = AA_ENOMEM;
+  rt = calloc(1, sizeof(*rt));
+  if (rt == NULL)
+    goto done;
+  if (pthread_mutex_init(&rt->lock, NULL) != 0)
+    goto done;
+  inited++;
+  if (pthread_mutex_init(&rt->pools_lock, NULL) != 0)
+    goto done;
+  inited++;
+  if (pthread_mutex_init(&rt->svc.policy_lock, NULL) != 0)
+    goto done;
+  inited++;
+  if (pthread_mutex_init(&rt->svc.ticker_lock, NULL) != 0)
+    goto done;
+  inited++;
+  if (pthread_cond_init(&rt->svc.ticker_cond, NULL) != 0)
+    goto done;
+  inited++;
+  if (pthread_mutex_init(&rt->oom.mu, NULL) != 0)
+    goto done;
+  inited++;
+  aa__rt_apply_config(rt, cfg);
+  rt->started_ns = aa_now_ns();
+  aa__rt_services_start(rt);
+  atomic_store_explicit(&rt->ready, 1, memory_order_release);
+  *out = rt;
+  rt = NULL;
+  rc = AA_OK;
+done:
+  if (rt != NULL) {
+    if (inited > 5)
+      pthread_mutex_destroy(&rt->oom.mu);
+    if (inited > 4)
+      pthread_cond_destroy(&rt->svc.ticker_cond);
+    if (inited > 3)
+      pthread_mutex_destroy(&rt->svc.ticker_lock);
+    if (inited > 2)
+      pthread_mutex_destroy(&rt->svc.policy_lock);
+    if (inited > 1)
+      pthread_mutex_destroy(&rt->pools_lock);
+    if (inited > 0)
+      pthread_mutex_destroy(&rt->lock);
+    free(rt);
+  }
+  return rc;
+}
+
+void aa_runtime_destroy(aa_runtime *rt) {
+  if (rt == NULL)
+    return;
+  if (rt->is_default) {
+    aa_runtime_shutdown(); /* the default one lives in static storage */
+    return;
+  }
+  pthread_mutex_lock(&rt->lock);
+  rt->shut_down = true;
+  pthread_mutex_unlock(&rt->lock);
+  rt_stop(rt);
+  pthread_mutex_destroy(&rt->oom.mu);
+  pthread_cond_destroy(&rt->svc.ticker_cond);
+  pthread_mutex_destroy(&rt->svc.ticker_lock);
+  pthread_mutex_destroy(&rt->svc.policy_lock);
+  pthread_mutex_destroy(&rt->pools_lock);
+  pthread_mutex_destroy(&rt->lock);
+  free(rt);
 }

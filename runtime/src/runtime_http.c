@@ -5,8 +5,9 @@
  * (aa_runtime_stats_json, aa_runtime_policy_json, aa_runtime_policy_update).
  * Entry points: aa__rt_start_http and those three.
  *
- * The services' state is runtime_services.c's (aa__rt_svc, `svc` here as
- * there); its lock order is written at the top of that file.
+ * Each provider callback gets its runtime as `user`; the services' state
+ * (rt->svc) is runtime_services.c's, its lock order written at the top of
+ * that file. The aa_runtime_* calls here work on the default runtime.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -27,15 +28,13 @@
 #include "runtime_internal.h"
 #include "runtime_json.h"
 
-#define svc aa__rt_svc
-
 /* ------------------------------------------------------------------ http */
 
 static int prov_pool_stats(void *user, aa_pool_stats **out, size_t *n) {
+  aa_runtime *rt = user;
   aa_pool *pools[AA_RT_MAX_POOLS];
-  size_t np = aa__rt_pools_snapshot(pools, AA_RT_MAX_POOLS), i, k = 0;
+  size_t np = aa__rt_pools_snapshot(rt, pools, AA_RT_MAX_POOLS), i, k = 0;
   aa_pool_stats *arr;
-  (void)user;
 
   *out = NULL;
   *n = 0;
@@ -62,15 +61,15 @@ static void append_pool_json(aa__buf *sb, const aa_pool_stats *st) {
  * what the replay of the interval predicted before the change, and the
  * pool's reserved bytes at the change and AA_ADAPT_MEASURE_STEPS steps
  * later (null until then, and for a change that was not applied). */
-static void append_audit_json(aa__buf *sb, const char *only) {
+static void append_audit_json(aa_runtime *rt, aa__buf *sb, const char *only) {
   aa_pool *pools[AA_RT_MAX_POOLS];
   aa_adapt_audit au[AA_ADAPT_AUDIT_MAX];
-  size_t np = aa__rt_pools_snapshot(pools, AA_RT_MAX_POOLS), na, shown = 0;
+  size_t np = aa__rt_pools_snapshot(rt, pools, AA_RT_MAX_POOLS), na, shown = 0;
   for (size_t i = 0; i < np; i++) {
     const char *name = aa_pool_name(pools[i]);
     if (only != NULL && strcmp(name, only) != 0)
       continue;
-    if (aa_adapt_loop_audit(svc.loop, pools[i], au, AA_ADAPT_AUDIT_MAX, &na) != AA_OK)
+    if (aa_adapt_loop_audit(rt->svc.loop, pools[i], au, AA_ADAPT_AUDIT_MAX, &na) != AA_OK)
       continue;
     for (size_t k = 0; k < na; k++) {
       const aa_adapt_audit *a = &au[k];
@@ -105,10 +104,10 @@ static void append_audit_json(aa__buf *sb, const char *only) {
 /* ,"last_oom": the process's last out-of-memory record (aa_oom_info as
  * JSON, as GET /oom's "last") or null; with ?pool=NAME only when it is that
  * pool's. */
-static void append_last_oom(aa__buf *sb, const char *pool) {
+static void append_last_oom(aa_runtime *rt, aa__buf *sb, const char *pool) {
   aa_oom_info last;
   char rec[4096];
-  bool have = aa_runtime_last_oom(&last, NULL) == AA_OK;
+  bool have = aa_rt_last_oom(rt, &last, NULL) == AA_OK;
   if (have && pool != NULL && strncmp(last.pool, pool, sizeof last.pool) != 0)
     have = false;
   if (aa_oom_info_json(have ? &last : NULL, rec, sizeof rec) >= sizeof rec)
@@ -116,7 +115,21 @@ static void append_last_oom(aa__buf *sb, const char *pool) {
   aa__buf_printf(sb, ",\"last_oom\":%s", rec);
 }
 
+/* ,"rank":R,"local_rank":L,"world_size":W: each null when unset (RANK,
+ * LOCAL_RANK, WORLD_SIZE, or the runtime's config). */
+static void append_ranks(const aa_runtime *rt, aa__buf *sb) {
+  const char *names[3] = {"rank", "local_rank", "world_size"};
+  int v[3] = {rt->rank, rt->local_rank, rt->world_size};
+  for (int i = 0; i < 3; i++) {
+    if (v[i] >= 0)
+      aa__buf_printf(sb, ",\"%s\":%d", names[i], v[i]);
+    else
+      aa__buf_printf(sb, ",\"%s\":null", names[i]);
+  }
+}
+
 static int prov_stats_json(void *user, const char *pool, char **out, size_t *len) {
+  aa_runtime *rt = user;
   aa_pool_stats *arr = NULL;
   size_t n = 0, i, shown = 0;
   aa__buf sb;
@@ -139,20 +152,22 @@ static int prov_stats_json(void *user, const char *pool, char **out, size_t *len
       return AA_ENOENT;
     }
   }
-  pthread_mutex_lock(&svc.policy_lock);
-  version = svc.policy ? aa_policy_version(svc.policy) : 0;
-  pthread_mutex_unlock(&svc.policy_lock);
+  pthread_mutex_lock(&rt->svc.policy_lock);
+  version = rt->svc.policy ? aa_policy_version(rt->svc.policy) : 0;
+  pthread_mutex_unlock(&rt->svc.policy_lock);
 
   aa__buf_init(&sb);
   aa__buf_printf(&sb, "{\"version\":1,\"model\":");
-  aa__buf_json_cstr(&sb, aa__rt.model);
+  aa__buf_json_cstr(&sb, rt->model);
   aa__buf_printf(&sb, ",\"pid\":%ld,\"uptime_s\":%.3f,\"policy_version\":%llu,"
                       "\"policy_source\":",
                  (long)getpid(),
-                 (double)(aa_now_ns() - aa__rt.started_ns) / 1e9,
+                 (double)(aa_now_ns() - rt->started_ns) / 1e9,
                  (unsigned long long)version);
-  aa__buf_json_cstr(&sb, svc.policy_source);
-  aa__buf_printf(&sb, ",\"run_id\":%lld,\"pools\":[", (long long)svc.run_id);
+  aa__buf_json_cstr(&sb, rt->svc.policy_source);
+  aa__buf_printf(&sb, ",\"run_id\":%lld", (long long)rt->svc.run_id);
+  append_ranks(rt, &sb);
+  aa__buf_printf(&sb, ",\"pools\":[");
   for (i = 0; i < n; i++) {
     if (pool != NULL && strcmp(arr[i].name, pool) != 0)
       continue;
@@ -161,8 +176,8 @@ static int prov_stats_json(void *user, const char *pool, char **out, size_t *len
     append_pool_json(&sb, &arr[i]);
   }
   aa__buf_printf(&sb, "],\"adapt\":");
-  if (svc.loop != NULL) {
-    aa_adapt_loop_counters(svc.loop, &lc);
+  if (rt->svc.loop != NULL) {
+    aa_adapt_loop_counters(rt->svc.loop, &lc);
     aa__buf_printf(&sb, "{\"enabled\":true,\"steps\":%llu,\"decisions\":%llu,"
                         "\"classes_added\":%llu,\"classes_retired\":%llu,\"grows\":%llu,"
                         "\"trims\":%llu,\"bytes_trimmed\":%llu,\"apply_failures\":%llu,"
@@ -174,24 +189,24 @@ static int prov_stats_json(void *user, const char *pool, char **out, size_t *len
                    (unsigned long long)lc.bytes_trimmed,
                    (unsigned long long)lc.apply_failures,
                    (unsigned long long)lc.rejected);
-    append_audit_json(&sb, pool);
+    append_audit_json(rt, &sb, pool);
     aa__buf_printf(&sb, "]}");
   } else {
     aa__buf_printf(&sb, "{\"enabled\":false}");
   }
   aa__buf_printf(&sb, ",\"store\":");
-  if (svc.store != NULL) {
+  if (rt->svc.store != NULL) {
     aa_store_stats ss;
-    aa_store_stats_get(svc.store, &ss);
+    aa_store_stats_get(rt->svc.store, &ss);
     aa_store_stats_json(&ss, buf, sizeof(buf));
     aa__buf_printf(&sb, "%s", buf);
   } else {
     aa__buf_printf(&sb, "{\"enabled\":0,\"path\":null}");
   }
   aa__buf_printf(&sb, ",\"policy_changes\":%llu,\"policy_rejects\":%llu",
-                 (unsigned long long)atomic_load(&svc.policy_changes),
-                 (unsigned long long)atomic_load(&svc.policy_rejects));
-  append_last_oom(&sb, pool);
+                 (unsigned long long)atomic_load(&rt->svc.policy_changes),
+                 (unsigned long long)atomic_load(&rt->svc.policy_rejects));
+  append_last_oom(rt, &sb, pool);
   aa__buf_printf(&sb, "}");
   free(arr);
   if (sb.failed) {
@@ -219,18 +234,18 @@ static void prom_label(char *out, size_t cap, const char *s) {
 }
 
 static int prov_metrics_extra(void *user, char **out, size_t *len) {
+  aa_runtime *rt = user;
   aa__buf sb;
   uint64_t version;
-  char model[sizeof aa__rt.model * 2];
+  char model[sizeof rt->model * 2];
   char rank[16];
-  int r = aa__rt_env_rank();
-  (void)user;
+  int r = rt->rank;
 
-  pthread_mutex_lock(&svc.policy_lock);
-  version = svc.policy ? aa_policy_version(svc.policy) : 0;
-  pthread_mutex_unlock(&svc.policy_lock);
+  pthread_mutex_lock(&rt->svc.policy_lock);
+  version = rt->svc.policy ? aa_policy_version(rt->svc.policy) : 0;
+  pthread_mutex_unlock(&rt->svc.policy_lock);
   aa__buf_init(&sb);
-  prom_label(model, sizeof model, aa__rt.model);
+  prom_label(model, sizeof model, rt->model);
   if (r >= 0)
     snprintf(rank, sizeof rank, "%d", r);
   else
@@ -246,7 +261,7 @@ static int prov_metrics_extra(void *user, char **out, size_t *len) {
                  "# HELP adaptalloc_build_info The library version, the model and RANK (empty: unset).\n"
                  "# TYPE adaptalloc_build_info gauge\n"
                  "adaptalloc_build_info{version=\"%d.%d.%d\",model=\"%s\",rank=\"%s\"} 1\n",
-                 model, (long long)svc.run_id, rank, AA_VERSION_MAJOR, AA_VERSION_MINOR,
+                 model, (long long)rt->svc.run_id, rank, AA_VERSION_MAJOR, AA_VERSION_MINOR,
                  AA_VERSION_PATCH, AA_VERSION_MAJOR, AA_VERSION_MINOR, AA_VERSION_PATCH, model,
                  rank);
   {
@@ -255,7 +270,7 @@ static int prov_metrics_extra(void *user, char **out, size_t *len) {
     double start = 0.0;
     if (clock_gettime(CLOCK_REALTIME, &ts) == 0)
       start = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 -
-              (double)(aa_now_ns() - aa__rt.started_ns) / 1e9;
+              (double)(aa_now_ns() - rt->started_ns) / 1e9;
     aa__buf_printf(&sb,
                    "# HELP adaptalloc_process_start_time_seconds Start of this process's "
                    "adaptalloc runtime, Unix time.\n"
@@ -280,13 +295,13 @@ static int prov_metrics_extra(void *user, char **out, size_t *len) {
                  "# TYPE adaptalloc_adapt_classes_retired_total counter\n"
                  "adaptalloc_adapt_classes_retired_total %llu\n",
                  (unsigned long long)version,
-                 (unsigned long long)atomic_load(&svc.policy_changes),
-                 (unsigned long long)atomic_load(&svc.policy_rejects),
-                 (unsigned long long)atomic_load(&svc.classes_added),
-                 (unsigned long long)atomic_load(&svc.classes_retired));
-  if (svc.loop != NULL) {
+                 (unsigned long long)atomic_load(&rt->svc.policy_changes),
+                 (unsigned long long)atomic_load(&rt->svc.policy_rejects),
+                 (unsigned long long)atomic_load(&rt->svc.classes_added),
+                 (unsigned long long)atomic_load(&rt->svc.classes_retired));
+  if (rt->svc.loop != NULL) {
     aa_adapt_counters lc;
-    aa_adapt_loop_counters(svc.loop, &lc);
+    aa_adapt_loop_counters(rt->svc.loop, &lc);
     aa__buf_printf(&sb,
                    "# HELP adaptalloc_adapt_steps_total Steps of the policy loop.\n"
                    "# TYPE adaptalloc_adapt_steps_total counter\n"
@@ -311,9 +326,9 @@ static int prov_metrics_extra(void *user, char **out, size_t *len) {
                    (unsigned long long)lc.rejected, (unsigned long long)lc.grows,
                    (unsigned long long)lc.trims, (unsigned long long)lc.apply_failures);
   }
-  if (svc.store != NULL) {
+  if (rt->svc.store != NULL) {
     aa_store_stats ss;
-    aa_store_stats_get(svc.store, &ss);
+    aa_store_stats_get(rt->svc.store, &ss);
     aa__buf_printf(&sb,
                    "# HELP adaptalloc_store_enabled 1 while the store writes, 0 after a fault.\n"
                    "# TYPE adaptalloc_store_enabled gauge\n"
@@ -337,17 +352,17 @@ static int prov_metrics_extra(void *user, char **out, size_t *len) {
 }
 
 static int prov_policy_get(void *user, char **json, size_t *len, uint64_t *version) {
-  (void)user;
+  aa_runtime *rt = user;
   *json = NULL;
   *len = 0;
-  pthread_mutex_lock(&svc.policy_lock);
-  if (svc.policy != NULL) {
-    *json = aa_policy_to_json(svc.policy);
-    *version = aa_policy_version(svc.policy);
+  pthread_mutex_lock(&rt->svc.policy_lock);
+  if (rt->svc.policy != NULL) {
+    *json = aa_policy_to_json(rt->svc.policy);
+    *version = aa_policy_version(rt->svc.policy);
   }
-  pthread_mutex_unlock(&svc.policy_lock);
+  pthread_mutex_unlock(&rt->svc.policy_lock);
   if (*json == NULL)
-    return svc.policy == NULL ? AA_ENOTSUP : AA_ENOMEM;
+    return rt->svc.policy == NULL ? AA_ENOTSUP : AA_ENOMEM;
   *len = strlen(*json);
   return AA_OK;
 }
@@ -374,18 +389,18 @@ static int refuse_incomplete(const aa_http_policy_change *c, char *err,
   return AA_EINVAL;
 }
 
-static int prov_policy_change(const aa_http_policy_change *c, bool patch,
+static int prov_policy_change(aa_runtime *rt, const aa_http_policy_change *c, bool patch,
                               uint64_t *new_version, char *err, size_t errcap) {
   aa_policy *next = NULL;
   char reason[160];
   int rc;
 
   if (patch) {
-    pthread_mutex_lock(&svc.policy_lock);
-    rc = svc.policy ? aa_policy_merge_patch(svc.policy, c->body, c->len, &next,
-                                            err, errcap)
-                    : AA_ENOTSUP;
-    pthread_mutex_unlock(&svc.policy_lock);
+    pthread_mutex_lock(&rt->svc.policy_lock);
+    rc = rt->svc.policy ? aa_policy_merge_patch(rt->svc.policy, c->body, c->len, &next,
+                                                err, errcap)
+                        : AA_ENOTSUP;
+    pthread_mutex_unlock(&rt->svc.policy_lock);
   } else {
     rc = aa_policy_parse(c->body, c->len, &next, err, errcap);
     if (rc == AA_OK)
@@ -393,51 +408,49 @@ static int prov_policy_change(const aa_http_policy_change *c, bool patch,
   }
   if (rc != AA_OK) {
     aa_policy_free(next);
-    atomic_fetch_add(&svc.policy_rejects, 1);
+    atomic_fetch_add(&rt->svc.policy_rejects, 1);
     return rc;
   }
   snprintf(reason, sizeof(reason), "%s /policy from %s", patch ? "PATCH" : "PUT",
            c->client ? c->client : "?");
-  return aa__rt_install_policy(next, c->source ? c->source : "http", reason,
+  return aa__rt_install_policy(rt, next, c->source ? c->source : "http", reason,
                                c->has_if_match, c->if_match, new_version, c->unchanged, err,
                                errcap);
 }
 
 static int prov_policy_put(void *user, const aa_http_policy_change *c,
                            uint64_t *new_version, char *err, size_t errcap) {
-  (void)user;
-  return prov_policy_change(c, false, new_version, err, errcap);
+  return prov_policy_change(user, c, false, new_version, err, errcap);
 }
 
 static int prov_policy_patch(void *user, const aa_http_policy_change *c,
                              uint64_t *new_version, char *err, size_t errcap) {
-  (void)user;
-  return prov_policy_change(c, true, new_version, err, errcap);
+  return prov_policy_change(user, c, true, new_version, err, errcap);
 }
 
 static int prov_history_json(void *user, const aa_http_history_query *q,
                              char **out, size_t *len) {
+  aa_runtime *rt = user;
   aa_store_query sq;
   char *snaps = NULL, *changes = NULL;
   int rc;
-  (void)user;
 
   *out = NULL;
   *len = 0;
-  if (svc.store == NULL)
+  if (rt->svc.store == NULL)
     return AA_ENOTSUP;
   aa_store_query_init(&sq);
-  sq.run_id = q->run > 0 ? q->run : svc.run_id;
+  sq.run_id = q->run > 0 ? q->run : rt->svc.run_id;
   sq.since_ms = q->since > 0 ? q->since : 0;
   sq.limit = q->limit > 0 ? (uint32_t)q->limit : 100;
   sq.step_ms = q->step > 0 ? q->step : 0;
-  rc = aa_store_history_json(aa_store_db_path(svc.store), &sq, &snaps);
+  rc = aa_store_history_json(aa_store_db_path(rt->svc.store), &sq, &snaps);
   if (rc == AA_OK) {
     /* policies=1: each change with its document (at most 1000 of them) */
     sq.detail = q->policies;
     if (sq.detail && sq.limit > 1000)
       sq.limit = 1000;
-    rc = aa_store_policy_log_json(aa_store_db_path(svc.store), &sq, &changes);
+    rc = aa_store_policy_log_json(aa_store_db_path(rt->svc.store), &sq, &changes);
   }
   if (rc == AA_OK)
     rc = aa__rt_merge_history(snaps, changes, out, len);
@@ -448,9 +461,9 @@ static int prov_history_json(void *user, const aa_http_history_query *q,
 
 static int prov_segments_json(void *user, const char *pool, char **out,
                               size_t *len) {
+  aa_runtime *rt = user;
   aa_pool *pools[AA_RT_MAX_POOLS];
-  size_t n = aa__rt_pools_snapshot(pools, AA_RT_MAX_POOLS), i;
-  (void)user;
+  size_t n = aa__rt_pools_snapshot(rt, pools, AA_RT_MAX_POOLS), i;
 
   for (i = 0; i < n; i++)
     if (strcmp(aa_pool_name(pools[i]), pool) == 0)
@@ -459,13 +472,13 @@ static int prov_segments_json(void *user, const char *pool, char **out,
 }
 
 static int prov_runs_json(void *user, char **out, size_t *len) {
+  aa_runtime *rt = user;
   int rc;
-  (void)user;
   *out = NULL;
   *len = 0;
-  if (svc.store == NULL)
+  if (rt->svc.store == NULL)
     return AA_ENOTSUP;
-  rc = aa_store_runs_json(aa_store_db_path(svc.store), 100, out);
+  rc = aa_store_runs_json(aa_store_db_path(rt->svc.store), 100, out);
   if (rc == AA_OK)
     *len = strlen(*out);
   return rc;
@@ -473,27 +486,27 @@ static int prov_runs_json(void *user, char **out, size_t *len) {
 
 /* The live record, then with limit the store's: one object. */
 static int prov_oom_json(void *user, int64_t limit, char **out, size_t *len) {
+  aa_runtime *rt = user;
   char *live = NULL, *stored = NULL, *s = NULL;
   size_t n = 0;
   int rc;
-  (void)user;
   *out = NULL;
   *len = 0;
-  rc = aa_runtime_oom_json(&live, &n);
+  rc = aa_rt_oom_json(rt, &live, &n);
   if (rc != AA_OK || limit <= 0) {
     *out = live;
     *len = rc == AA_OK ? n : 0;
     return rc;
   }
-  if (svc.store == NULL) {
+  if (rt->svc.store == NULL) {
     rc = AA_ENOTSUP;
     goto done;
   }
   aa_store_query q;
   aa_store_query_init(&q);
-  q.run_id = svc.run_id;
+  q.run_id = rt->svc.run_id;
   q.limit = (uint32_t)limit;
-  rc = aa_store_ooms_json(aa_store_db_path(svc.store), &q, &stored);
+  rc = aa_store_ooms_json(aa_store_db_path(rt->svc.store), &q, &stored);
   if (rc != AA_OK)
     goto done;
   size_t ns = strlen(stored);
@@ -515,26 +528,23 @@ done:
   return rc;
 }
 
-void aa__rt_start_http(void) {
+void aa__rt_start_http(aa_runtime *rt) {
   aa_http_config cfg;
   aa_http_provider prov;
   char err[512];
-  int rank = -1;
   int rc;
 
-  if (aa__rt.http_refused) {
+  if (rt->http_refused) {
     aa__rt_log("http: a setting is refused (see above); the server is off, "
                "the allocator keeps working");
     return;
   }
-  if (aa__rt_is_off(aa__rt.http))
+  if (aa__rt_is_off(rt->http))
     return;
   aa_http_config_init(&cfg);
-  cfg.address = aa__rt.http;
-  cfg.token = aa__rt.token[0] ? aa__rt.token : NULL;
-  if (aa_http_local_rank_from_env(&rank) != AA_OK)
-    aa__rt_log("http: LOCAL_RANK is not a rank number; using rank 0");
-  cfg.local_rank = rank;
+  cfg.address = rt->http;
+  cfg.token = rt->token[0] ? rt->token : NULL;
+  cfg.local_rank = rt->local_rank;
   /* /stats and /metrics answers may be reused for 100 ms: a dashboard or a
    * scraper flood then costs the process one stats copy per 100 ms, not one
    * per request (docs/http.md, BENCHMARKS.md "HTTP load"). A policy change
@@ -542,6 +552,7 @@ void aa__rt_start_http(void) {
   cfg.stats_cache_ms = 100;
   memset(&prov, 0, sizeof(prov));
   prov.version = AA_HTTP_PROVIDER_VERSION;
+  prov.user = rt;
   prov.stats_json = prov_stats_json;
   prov.pool_stats = prov_pool_stats;
   prov.metrics_extra = prov_metrics_extra;
@@ -553,30 +564,34 @@ void aa__rt_start_http(void) {
   prov.runs_json = prov_runs_json;
   prov.oom_json = prov_oom_json;
   err[0] = '\0';
-  rc = aa_http_new(&cfg, &prov, &svc.http, err, sizeof(err));
+  rc = aa_http_new(&cfg, &prov, &rt->svc.http, err, sizeof(err));
   if (rc != AA_OK) {
     if (rc != AA_ENOTSUP)
       aa__rt_log("http: %s; the server is off, the allocator keeps working",
                  err[0] ? err : aa_strerror(rc));
-    svc.http = NULL;
+    rt->svc.http = NULL;
     return;
   }
-  atomic_store(&svc.http_port, aa_http_port(svc.http));
-  if (!aa__rt.quiet)
-    aa__rt_log("http: serving on http://%s/", aa_http_bound_address(svc.http));
+  atomic_store(&rt->svc.http_port, aa_http_port(rt->svc.http));
+  if (!rt->quiet)
+    aa__rt_log("http: serving on http://%s/", aa_http_bound_address(rt->svc.http));
 }
 
-int aa_runtime_http_port(void) { return atomic_load(&svc.http_port); }
+int aa_rt_http_port(aa_runtime *rt) {
+  return rt != NULL ? atomic_load(&rt->svc.http_port) : 0;
+}
 
-int aa_runtime_http_address(char *buf, size_t cap) {
+int aa_runtime_http_port(void) { return aa_rt_http_port(aa__rt_default()); }
+
+int aa_rt_http_address(aa_runtime *rt, char *buf, size_t cap) {
   const char *addr;
   int n;
-  if (buf == NULL || cap == 0)
+  if (rt == NULL || buf == NULL || cap == 0)
     return AA_EINVAL;
   buf[0] = '\0';
-  if (svc.http == NULL || atomic_load(&svc.http_port) == 0)
+  if (rt->svc.http == NULL || atomic_load(&rt->svc.http_port) == 0)
     return AA_ENOTSUP;
-  addr = aa_http_bound_address(svc.http);
+  addr = aa_http_bound_address(rt->svc.http);
   if (addr == NULL)
     return AA_ENOTSUP;
   n = snprintf(buf, cap, "%s", addr);
@@ -587,37 +602,44 @@ int aa_runtime_http_address(char *buf, size_t cap) {
   return AA_OK;
 }
 
-static void ensure_started(void) {
-  if (!atomic_load_explicit(&aa__rt.ready, memory_order_acquire))
-    (void)aa_runtime_init(NULL);
+int aa_runtime_http_address(char *buf, size_t cap) {
+  return aa_rt_http_address(aa__rt_default(), buf, cap);
 }
 
-int aa_runtime_stats_json(char **out, size_t *len) {
-  if (out == NULL || len == NULL)
+int aa_rt_stats_json(aa_runtime *rt, char **out, size_t *len) {
+  if (rt == NULL || out == NULL || len == NULL)
     return AA_EINVAL;
   *out = NULL;
   *len = 0;
-  ensure_started();
-  return prov_stats_json(NULL, NULL, out, len);
+  aa__rt_ensure_started(rt);
+  return prov_stats_json(rt, NULL, out, len);
 }
 
-int aa_runtime_policy_json(char **out, uint64_t *version) {
+int aa_runtime_stats_json(char **out, size_t *len) {
+  return aa_rt_stats_json(aa__rt_default(), out, len);
+}
+
+int aa_rt_policy_json(aa_runtime *rt, char **out, uint64_t *version) {
   size_t len = 0;
   uint64_t v = 0;
   int rc;
-  if (out == NULL)
+  if (rt == NULL || out == NULL)
     return AA_EINVAL;
   *out = NULL;
-  ensure_started();
-  rc = prov_policy_get(NULL, out, &len, &v);
+  aa__rt_ensure_started(rt);
+  rc = prov_policy_get(rt, out, &len, &v);
   if (rc == AA_OK && version != NULL)
     *version = v;
   return rc;
 }
 
-int aa_runtime_policy_update(const char *json, size_t len, bool patch,
-                             const char *source, uint64_t if_match,
-                             uint64_t *new_version, char *err, size_t errcap) {
+int aa_runtime_policy_json(char **out, uint64_t *version) {
+  return aa_rt_policy_json(aa__rt_default(), out, version);
+}
+
+int aa_rt_policy_update(aa_runtime *rt, const char *json, size_t len, bool patch,
+                        const char *source, uint64_t if_match,
+                        uint64_t *new_version, char *err, size_t errcap) {
   aa_http_policy_change c;
   char errbuf[512];
 
@@ -626,11 +648,11 @@ int aa_runtime_policy_update(const char *json, size_t len, bool patch,
     errcap = sizeof(errbuf);
   }
   err[0] = '\0';
-  if (json == NULL) {
-    snprintf(err, errcap, "no policy document given");
+  if (rt == NULL || json == NULL) {
+    snprintf(err, errcap, rt == NULL ? "no runtime given" : "no policy document given");
     return AA_EINVAL;
   }
-  ensure_started();
+  aa__rt_ensure_started(rt);
   memset(&c, 0, sizeof(c));
   c.body = json;
   c.len = len;
@@ -640,7 +662,16 @@ int aa_runtime_policy_update(const char *json, size_t len, bool patch,
   c.client = "in-process";
   /* A /stats answer the server cached may show the old policy version for
    * up to its cache time (100 ms). */
-  return prov_policy_change(&c, patch, new_version, err, errcap);
+  return prov_policy_change(rt, &c, patch, new_version, err, errcap);
 }
 
-int64_t aa_runtime_run_id(void) { return svc.run_id; }
+int aa_runtime_policy_update(const char *json, size_t len, bool patch,
+                             const char *source, uint64_t if_match,
+                             uint64_t *new_version, char *err, size_t errcap) {
+  return aa_rt_policy_update(aa__rt_default(), json, len, patch, source, if_match,
+                             new_version, err, errcap);
+}
+
+int64_t aa_rt_run_id(aa_runtime *rt) { return rt != NULL ? rt->svc.run_id : 0; }
+
+int64_t aa_runtime_run_id(void) { return aa_rt_run_id(aa__rt_default()); }

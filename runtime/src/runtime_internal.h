@@ -21,7 +21,8 @@
 #include "adaptalloc/runtime.h"
 #include "adaptalloc/store.h"
 
-#define AA_RT_MAX_POOLS (AA_MAX_DEVICES + 2 + AA_RUNTIME_MAX_REGION_POOLS)
+/* device pools, managed pools (aa_runtime_managed_pool), host, pinned, regions */
+#define AA_RT_MAX_POOLS (2 * AA_MAX_DEVICES + 2 + AA_RUNTIME_MAX_REGION_POOLS)
 
 /* How long the end of a run at exit waits for the store's writer to commit
  * what is queued: while the writer makes progress, at most
@@ -39,67 +40,8 @@ typedef struct aa__rt_region {
   _Atomic(aa_pool *) host;
 } aa__rt_region;
 
-typedef struct aa__runtime {
-  atomic_int ready;
-  /* set under rt_lock; read without it by aa_runtime_started, which every
-   * pinned tensor's free asks (python/src/torch_ext.cpp) */
-  atomic_bool shut_down;
-  bool quiet;
-  bool trace;
-  uint64_t started_ns;
-  char model[128];
-  char policy_path[1024];
-  char policy_dir[1024];
-  char db[1024];
-  char http[256];
-  char token[256];
-  /* a setting over its buffer is refused whole, never cut short */
-  bool policy_refused; /* ADAPTALLOC_POLICY or _POLICY_DIR: default policy */
-  bool db_refused;     /* ADAPTALLOC_DB: the store stays off */
-  bool http_refused;   /* ADAPTALLOC_HTTP or _TOKEN: the server stays off */
-
-  _Atomic(aa_pool *) device_pools[AA_MAX_DEVICES];
-  _Atomic(aa_pool *) pinned_pool;
-  _Atomic(aa_pool *) host_pool;
-  bool failed[4][AA_MAX_DEVICES]; /* [aa_backend_kind][device] */
-
-  aa__rt_region regions[AA_RUNTIME_MAX_REGIONS];
-  atomic_int nregions;  /* registered names; each written before the count */
-  size_t nregion_pools; /* under rt_lock */
-  bool region_pools_full_logged;
-
-  aa_pool *pools[AA_RT_MAX_POOLS]; /* creation order, for destroy */
-  size_t npools;
-  aa_backend *backends[AA_RT_MAX_POOLS];
-  size_t nbackends;
-} aa__runtime;
-
-extern aa__runtime aa__rt;
-
-/* printf-style line on stderr, prefixed "adaptalloc: ". */
-void aa__rt_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* The policy directory when none is configured: local ("./policies") when it
- * is a directory, else installed (the installed share/adaptalloc/policies)
- * when that is one, else local. */
-const char *aa__rt_default_policy_dir(const char *local, const char *installed);
-
-/* Whether an environment value is "off", in any case: the one rule of
- * ADAPTALLOC_DB, ADAPTALLOC_HTTP and ADAPTALLOC_TRACE. */
-bool aa__rt_is_off(const char *v);
-/* AA_OK when token can be sent in "Authorization: Bearer <token>": bytes
- * 0x21..0x7e only. Else AA_EINVAL and why names the byte (never the token). */
-int aa__rt_token_check(const char *token, char *why, size_t cap);
-/* AA_OK when model is a plain name: not empty, no '/' or '\\', no leading
- * dot, no byte below 0x20 or 0x7f. Else AA_EINVAL and why says which rule. */
-int aa__rt_model_check(const char *model, char *why, size_t cap);
-
-/* Copies up to cap of the live pools into out; returns how many. */
-size_t aa__rt_pools_snapshot(aa_pool **out, size_t cap);
-
-/* runtime_services.c */
-/* The services' state, one per process (runtime_services.c and
- * runtime_http.c call it `svc`). */
+/* The services' state, one per runtime (rt->svc): the store, the loop, the
+ * server, the ticker and the policy in force. */
 typedef struct aa__rt_services {
   pthread_mutex_t policy_lock;
   aa_policy *policy;      /* in force; guarded by policy_lock */
@@ -130,35 +72,125 @@ typedef struct aa__rt_services {
   atomic_uint_fast64_t policy_changes;
   atomic_uint_fast64_t policy_rejects;
 } aa__rt_services;
-extern aa__rt_services aa__rt_svc;
-/* in replaced into out with every "{rank}" expanded (LOCAL_RANK, else
- * RANK, else 0); false, and out empty, when it does not fit in cap. */
-bool aa__rt_expand_rank(const char *in, char *out, size_t cap);
-/* This process's rank: $RANK, or -1 when it is not set. */
-int aa__rt_env_rank(void);
 
-/* runtime_policy.c */
-/* Loads the start-up policy (ADAPTALLOC_POLICY, the model's file, or the
- * built-in default) into svc.policy. */
-void aa__rt_load_start_policy(void);
-/* Reads the policy's telemetry settings into the services' atomics. Called
- * with policy_lock held. */
-void aa__rt_adopt_telemetry(const aa_policy *p);
-/* Installs `next` (validated) as the policy in force: applies it, bumps the
- * version, logs the change to the store. Takes ownership of next. A `next`
- * equal to the policy in force changes nothing (no apply, no new version, no
- * audit entry): AA_OK, *new_version the version in force, *unchanged (may be
- * NULL) true. */
-int aa__rt_install_policy(aa_policy *next, const char *source,
-                          const char *reason, bool has_if_match,
-                          uint64_t if_match, uint64_t *new_version,
-                          bool *unchanged, char *err, size_t errcap);
-/* runtime_http.c: starts the server unless ADAPTALLOC_HTTP is off; logs and
- * leaves it off on failure. */
-void aa__rt_start_http(void);
-/* runtime_services.c, continued */
-void aa__rt_services_start(void);
-void aa__rt_services_stop(void);
+/* The out-of-memory records of one runtime's pools (runtime_oom.c). */
+#define AA__RT_OOM_PENDING 16
+typedef struct aa__rt_oom {
+  pthread_mutex_t mu;
+  uint64_t total;   /* OOMs reported by the runtime's pools */
+  uint64_t dropped; /* records not handed to the store (pending list full) */
+  bool have_last;
+  aa_oom_info last;
+  aa_oom_info pending[AA__RT_OOM_PENDING];
+  unsigned npending;
+  /* a managed pool's cap refusals logged so far (the first 8), and the last
+   * one's backend and count, so that one refusal is logged once */
+  unsigned cap_logged;
+  const aa_backend *cap_backend;
+  uint64_t cap_count;
+} aa__rt_oom;
+
+/* One runtime (the opaque aa_runtime of adaptalloc/runtime.h): its
+ * configuration, its pools, its services and its OOM records. Every
+ * internal function of the runtime takes the one it works on; the public
+ * aa_runtime_* calls without a handle work on the process's default one
+ * (aa__rt_default). */
+struct aa_runtime {
+  /* Lock order: lock (pool creation, init, shutdown) -> svc.policy_lock ->
+   * pools_lock (a leaf: held only to copy the pool list). */
+  pthread_mutex_t lock;
+  pthread_mutex_t pools_lock;
+  bool is_default; /* the process's default instance (static storage) */
+
+  atomic_int ready;
+  /* set under lock; read without it by aa_runtime_started, which every
+   * pinned tensor's free asks (python/src/torch_ext.cpp) */
+  atomic_bool shut_down;
+  bool quiet;
+  bool trace;
+  uint64_t started_ns;
+  char model[128];
+  char policy_path[1024];
+  char policy_dir[1024];
+  char db[1024];
+  char http[256];
+  char token[256];
+  /* a setting over its buffer is refused whole, never cut short */
+  bool policy_refused; /* ADAPTALLOC_POLICY or _POLICY_DIR: default policy */
+  bool db_refused;     /* ADAPTALLOC_DB: the store stays off */
+  bool http_refused;   /* ADAPTALLOC_HTTP or _TOKEN: the server stays off */
+  int rank;            /* RANK, -1 when unset */
+  int local_rank;      /* LOCAL_RANK, -1 when unset */
+  int world_size;      /* WORLD_SIZE, -1 when unset */
+
+  _Atomic(aa_pool *) device_pools[AA_MAX_DEVICES];
+  _Atomic(aa_pool *) pinned_pool;
+  _Atomic(aa_pool *) host_pool;
+  bool failed[4][AA_MAX_DEVICES]; /* [aa_backend_kind][device] */
+  /* aa_rt_managed_pool's pools (managed memory, docs/cuda.md) */
+  _Atomic(aa_pool *) managed_pools[AA_MAX_DEVICES];
+  bool managed_failed_logged;
+
+  aa__rt_region regions[AA_RUNTIME_MAX_REGIONS];
+  atomic_int nregions;  /* registered names; each written before the count */
+  size_t nregion_pools; /* under lock */
+  bool region_pools_full_logged;
+
+  aa_pool *pools[AA_RT_MAX_POOLS]; /* creation order, for destroy */
+  size_t npools;
+  aa_backend *backends[AA_RT_MAX_POOLS];
+  size_t nbackends;
+
+  aa__rt_services svc;
+  aa__rt_oom oom;
+};
+
+/* runtime.c */
+/* The process's default runtime (static storage, never freed; started by
+ * aa_runtime_init or the first pool asked for). Does not start it. */
+aa_runtime *aa__rt_default(void);
+/* Starts rt when it is the default one and has not started. */
+void aa__rt_ensure_started(aa_runtime *rt);
+
+/* printf-style line on stderr, prefixed "adaptalloc: ". */
+void aa__rt_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Copies up to cap of rt's live pools into out; returns how many. */
+size_t aa__rt_pools_snapshot(aa_runtime *rt, aa_pool **out, size_t cap);
+
+/* runtime_config.c: the configuration; the one reader of the environment */
+/* AA_OK for NULL or a config of this version (size, version, trace 0/1/-1,
+ * ranks >= -1, world_size -1 or >= 1); else AA_EINVAL. */
+int aa__rt_config_check(const aa_runtime_config *cfg);
+/* Takes cfg (NULL: every default) into rt under the rules below; a refused
+ * setting is said in one line and left at its default or off. */
+void aa__rt_apply_config(aa_runtime *rt, const aa_runtime_config *cfg);
+/* The default runtime's configuration: what aa_runtime_configure set, else
+ * the environment, with over's set fields (may be NULL) on top, applied to
+ * rt. After it aa_runtime_configure answers AA_EBUSY. */
+void aa__rt_default_config(aa_runtime *rt, const aa_runtime_config *over);
+/* The policy directory when none is configured: local ("./policies") when it
+ * is a directory, else installed (the installed share/adaptalloc/policies)
+ * when that is one, else local. */
+const char *aa__rt_default_policy_dir(const char *local, const char *installed);
+
+/* Whether an environment value is "off", in any case: the one rule of
+ * ADAPTALLOC_DB, ADAPTALLOC_HTTP and ADAPTALLOC_TRACE. */
+bool aa__rt_is_off(const char *v);
+/* AA_OK when token can be sent in "Authorization: Bearer <token>": bytes
+ * 0x21..0x7e only. Else AA_EINVAL and why names the byte (never the token). */
+int aa__rt_token_check(const char *token, char *why, size_t cap);
+/* AA_OK when model is a plain name: not empty, no '/' or '\\', no leading
+ * dot, no byte below 0x20 or 0x7f. Else AA_EINVAL and why says which rule. */
+int aa__rt_model_check(const char *model, char *why, size_t cap);
+
+/* in copied into out with every "{rank}" replaced by rank (0 when < 0);
+ * false, and out empty, when it does not fit in cap. */
+bool aa__rt_expand_rank(const char *in, int rank, char *out, size_t cap);
+
+/* runtime_services.c */
+void aa__rt_services_start(aa_runtime *rt);
+void aa__rt_services_stop(aa_runtime *rt);
 /* Ends the store's run, the pools living on: detaches every pool's trace
  * sink, stops the snapshot thread, takes a last snapshot of every pool,
  * ends the run and waits for the writer to commit it all: as long as it
@@ -166,25 +198,51 @@ void aa__rt_services_stop(void);
  * most limit_ms (exit; AA__RT_FLUSH_STALL_MS without progress ends the
  * wait). Says in one line on stderr when the trace lost events or the wait
  * gave up. Once: later calls (and the store part of aa__rt_services_stop)
- * do nothing more. Called with rt_lock held, or after shut_down was set.
+ * do nothing more. Called with rt->lock held, or after shut_down was set.
  * detached (may be NULL) is called once no pool traces any more and the
  * last snapshots are queued, before the wait for the writer. */
-void aa__rt_services_end_run(uint32_t limit_ms, void (*detached)(void));
-/* runtime_policy.c, continued */
+void aa__rt_services_end_run(aa_runtime *rt, uint32_t limit_ms,
+                             void (*detached)(void));
+
+/* runtime_policy.c */
+/* Loads the start-up policy (ADAPTALLOC_POLICY, the model's file, or the
+ * built-in default) into rt->svc.policy. */
+void aa__rt_load_start_policy(aa_runtime *rt);
+/* Reads the policy's telemetry settings into the services' atomics. Called
+ * with policy_lock held. */
+void aa__rt_adopt_telemetry(aa_runtime *rt, const aa_policy *p);
+/* Installs `next` (validated) as the policy in force: applies it, bumps the
+ * version, logs the change to the store. Takes ownership of next. A `next`
+ * equal to the policy in force changes nothing (no apply, no new version, no
+ * audit entry): AA_OK, *new_version the version in force, *unchanged (may be
+ * NULL) true. */
+int aa__rt_install_policy(aa_runtime *rt, aa_policy *next, const char *source,
+                          const char *reason, bool has_if_match,
+                          uint64_t if_match, uint64_t *new_version,
+                          bool *unchanged, char *err, size_t errcap);
 /* Applies the policy's settings for a pool of backend kind
  * "device"/"pinned"/"host" (region: NULL, or the region it serves, whose
  * pools.regions section wins when the policy has one) to cfg before the pool
  * is created. Never fails the pool for a policy problem. */
-int aa__rt_pool_config(const char *kind, const char *region,
+int aa__rt_pool_config(aa_runtime *rt, const char *kind, const char *region,
                        aa_pool_config *cfg);
+/* Hooks a new pool into the policy, the loop, the store and traces. */
+void aa__rt_pool_created(aa_runtime *rt, aa_pool *pool);
+
+/* runtime_http.c: starts the server unless ADAPTALLOC_HTTP is off; logs and
+ * leaves it off on failure. */
+void aa__rt_start_http(aa_runtime *rt);
+
+/* Whether the policy's section for a device pool (region NULL or "": the
+ * device section; else the region's, or the device section when the policy
+ * has none for it) selects backend "managed", and then its settings in *mc
+ * (device 0). AA_OK, or the policy's error with *managed false. */
+int aa__rt_pool_backend(aa_runtime *rt, const char *region, bool *managed, aa_managed_config *mc);
 /* runtime_oom.c: out-of-memory records */
-/* Sets the runtime's OOM observer on a new pool. */
-void aa__rt_oom_watch(aa_pool *pool);
+/* Sets rt's OOM observer on a new pool. */
+void aa__rt_oom_watch(aa_runtime *rt, aa_pool *pool);
 /* Hands the records reported since the last call to the store (NULL: they
  * are dropped; the last one stays for aa_runtime_last_oom). The ticker. */
-void aa__rt_oom_drain(aa_store *store);
-
-/* Hooks a new pool into the policy, the loop, the store and traces. */
-void aa__rt_pool_created(aa_pool *pool);
+void aa__rt_oom_drain(aa_runtime *rt, aa_store *store);
 
 #endif

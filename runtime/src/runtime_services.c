@@ -2,17 +2,19 @@
  * runtime_services.c — the optional services the runtime starts: the store,
  * the snapshot ticker, the policy loop and the HTTP server (whose provider
  * callbacks are in runtime_http.c); the policy in force is
- * runtime_policy.c's. Holds the services' state (svc).
+ * runtime_policy.c's. Each works on the runtime it is given (rt->svc: the
+ * services' state).
  *
  * Each service that fails to start is logged once and left off; allocation
  * never depends on any of them.
  *
  * Locks, in the only order they nest:
  *   adapt loop's lock (held while it calls on_loop_decision)
- *     -> svc.policy_lock (the policy document, its version)
+ *     -> rt->svc.policy_lock (the policy document, its version)
  * HTTP handlers take policy_lock and release it before calling into the
  * loop (aa_adapt_loop_set_params), so the order is never reversed.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -28,8 +30,6 @@
 #include "runtime_internal.h"
 #include "runtime_json.h" /* aa__buf */
 
-#define svc aa__rt_svc /* the services' state (runtime_internal.h) */
-
 /* The trace ring when ADAPTALLOC_TRACE=1: 512 Ki events (72 bytes each,
  * 36 MiB, allocated at the first event), about 2 s of the demo's events, so
  * that a writer held up by a checkpoint or a busy machine loses nothing. The
@@ -38,33 +38,27 @@
  * says so at exit (note_trace_loss). */
 #define AA__RT_TRACE_RING (1u << 19)
 
-aa__rt_services aa__rt_svc = {
-    .policy_lock = PTHREAD_MUTEX_INITIALIZER,
-    .ticker_lock = PTHREAD_MUTEX_INITIALIZER,
-    .ticker_cond = PTHREAD_COND_INITIALIZER,
-};
-
 /* ------------------------------------------------------------------ loop */
 
 /* Records a decision the loop applied: a new policy version whose class
  * table for that pool kind is the pool's live table, and an audit entry with
  * the loop's reason. Runs in the loop thread with the loop's lock held. */
 static void on_loop_decision(void *user, aa_pool *pool, const aa_adapt_decision *d) {
+  aa_runtime *rt = user;
   aa_class_spec specs[AA_MAX_CLASSES];
   size_t n = 0, i;
   aa__buf patch;
   aa_policy *next = NULL;
   char err[256];
   char reason[AA_ADAPT_REASON_CAP + 64];
-  (void)user;
 
-  atomic_fetch_add(&svc.loop_decisions, 1);
+  atomic_fetch_add(&rt->svc.loop_decisions, 1);
   if (d->result != AA_OK)
     return;
   if (d->kind == AA_ADAPT_ADD_CLASS)
-    atomic_fetch_add(&svc.classes_added, 1);
+    atomic_fetch_add(&rt->svc.classes_added, 1);
   else if (d->kind == AA_ADAPT_RETIRE_CLASS)
-    atomic_fetch_add(&svc.classes_retired, 1);
+    atomic_fetch_add(&rt->svc.classes_retired, 1);
   if (d->kind == AA_ADAPT_TRIM)
     return; /* trimming changes no policy */
   if (aa_pool_classes(pool, specs, AA_MAX_CLASSES, &n, NULL) != AA_OK)
@@ -86,88 +80,49 @@ static void on_loop_decision(void *user, aa_pool *pool, const aa_adapt_decision 
   snprintf(reason, sizeof(reason), "%s on %s: %s", aa_adapt_kind_name(d->kind),
            aa_pool_name(pool), d->reason);
 
-  pthread_mutex_lock(&svc.policy_lock);
-  if (svc.policy != NULL && patch.data != NULL &&
-      aa_policy_merge_patch(svc.policy, patch.data, patch.len, &next, err,
+  pthread_mutex_lock(&rt->svc.policy_lock);
+  if (rt->svc.policy != NULL && patch.data != NULL &&
+      aa_policy_merge_patch(rt->svc.policy, patch.data, patch.len, &next, err,
                             sizeof(err)) == AA_OK) {
-    uint64_t v = aa_policy_version(svc.policy);
+    uint64_t v = aa_policy_version(rt->svc.policy);
     char *json;
     aa_policy_set_version(next, v + 1);
-    aa_policy_free(svc.policy);
-    svc.policy = next;
-    snprintf(svc.policy_source, sizeof(svc.policy_source), "loop");
-    json = aa_policy_to_json(svc.policy);
-    if (svc.store != NULL)
-      aa_store_policy_change(svc.store, "loop", v, v + 1, reason, json);
+    aa_policy_free(rt->svc.policy);
+    rt->svc.policy = next;
+    snprintf(rt->svc.policy_source, sizeof(rt->svc.policy_source), "loop");
+    json = aa_policy_to_json(rt->svc.policy);
+    if (rt->svc.store != NULL)
+      aa_store_policy_change(rt->svc.store, "loop", v, v + 1, reason, json);
     free(json);
-    atomic_fetch_add(&svc.policy_changes, 1);
+    atomic_fetch_add(&rt->svc.policy_changes, 1);
   }
-  pthread_mutex_unlock(&svc.policy_lock);
+  pthread_mutex_unlock(&rt->svc.policy_lock);
   aa__buf_free(&patch);
 }
 
-static void start_loop(void) {
+static void start_loop(aa_runtime *rt) {
   aa_adapt_loop_config cfg;
   int rc;
 
   aa_adapt_loop_config_init(&cfg);
-  pthread_mutex_lock(&svc.policy_lock);
-  aa_policy_adapt_params(svc.policy, &cfg.params);
-  pthread_mutex_unlock(&svc.policy_lock);
+  pthread_mutex_lock(&rt->svc.policy_lock);
+  aa_policy_adapt_params(rt->svc.policy, &cfg.params);
+  pthread_mutex_unlock(&rt->svc.policy_lock);
   cfg.on_decision = on_loop_decision;
-  rc = aa_adapt_loop_new(&cfg, &svc.loop);
+  cfg.user = rt;
+  rc = aa_adapt_loop_new(&cfg, &rt->svc.loop);
   if (rc == AA_OK)
-    rc = aa_adapt_loop_start(svc.loop);
+    rc = aa_adapt_loop_start(rt->svc.loop);
   if (rc != AA_OK) {
     aa__rt_log("adapt: the policy loop is off: %s", aa_strerror(rc));
-    aa_adapt_loop_destroy(svc.loop);
-    svc.loop = NULL;
+    aa_adapt_loop_destroy(rt->svc.loop);
+    rt->svc.loop = NULL;
   }
 }
 
 /* ------------------------------------------------------------------ store */
 
-/* ADAPTALLOC_DB may hold "{rank}", any number of times: each is replaced by
- * LOCAL_RANK (or RANK, else 0) so that ranks on one host write distinct
- * files. False when the result does not fit in cap (out is then empty:
- * never a shortened path). */
-bool aa__rt_expand_rank(const char *in, char *out, size_t cap) {
-  const char *rank = getenv("LOCAL_RANK");
-  size_t w = 0, rlen;
-  if (rank == NULL || rank[0] == '\0')
-    rank = getenv("RANK");
-  if (rank == NULL || rank[0] == '\0')
-    rank = "0";
-  rlen = strlen(rank);
-  while (*in != '\0') {
-    const char *piece = in;
-    size_t plen = 1;
-    if (strncmp(in, "{rank}", 6) == 0) {
-      piece = rank;
-      plen = rlen;
-      in += 6;
-    } else {
-      in++;
-    }
-    if (plen >= cap - w) {
-      out[0] = '\0';
-      return false;
-    }
-    memcpy(out + w, piece, plen);
-    w += plen;
-  }
-  out[w] = '\0';
-  return true;
-}
-
-int aa__rt_env_rank(void) {
-  const char *r = getenv("RANK");
-  if (r == NULL || r[0] == '\0')
-    return -1;
-  return atoi(r);
-}
-
-static void start_store(void) {
+static void start_store(aa_runtime *rt) {
   aa_store_config cfg;
   aa_store_run_info info;
   aa_telemetry_params t;
@@ -175,93 +130,106 @@ static void start_store(void) {
   char *json;
   int rc;
 
-  if (aa__rt.db_refused) {
+  if (rt->db_refused) {
     aa__rt_log("store: ADAPTALLOC_DB is refused (see above); the store is off");
     return;
   }
-  if (aa__rt_is_off(aa__rt.db))
+  if (aa__rt_is_off(rt->db))
     return;
-  if (!aa__rt_expand_rank(aa__rt.db, svc.store_path, sizeof(svc.store_path))) {
+  if (rt->db[0] != '\0' && (isspace((unsigned char)rt->db[0]) ||
+                            isspace((unsigned char)rt->db[strlen(rt->db) - 1]))) {
+    /* " off" or "off " would create a file of that name: refused, as
+     * ADAPTALLOC_HTTP refuses " off" and ADAPTALLOC_TRACE "OFF " */
+    aa__rt_log("store: ADAPTALLOC_DB=\"%s\" begins or ends with white space; "
+               "write off to turn the store off, or name the file without it; "
+               "the store is off",
+               rt->db);
+    return;
+  }
+  if (!aa__rt_expand_rank(rt->db, rt->local_rank >= 0 ? rt->local_rank : rt->rank,
+                          rt->svc.store_path, sizeof(rt->svc.store_path))) {
     aa__rt_log("store: ADAPTALLOC_DB with {rank} expanded is over the limit "
                "of %zu bytes; the store is off",
-               sizeof(svc.store_path) - 1);
+               sizeof(rt->svc.store_path) - 1);
     return;
   }
   aa_store_config_init(&cfg);
-  cfg.path = svc.store_path;
-  pthread_mutex_lock(&svc.policy_lock);
-  aa_policy_telemetry_params(svc.policy, &t);
-  pthread_mutex_unlock(&svc.policy_lock);
+  cfg.path = rt->svc.store_path;
+  pthread_mutex_lock(&rt->svc.policy_lock);
+  aa_policy_telemetry_params(rt->svc.policy, &t);
+  pthread_mutex_unlock(&rt->svc.policy_lock);
   cfg.max_bytes = t.retention_bytes;
   cfg.max_age_s = t.retention_age_s;
   if (t.trace)
-    aa__rt.trace = true;
-  if (aa__rt.trace)
+    rt->trace = true;
+  if (rt->trace)
     cfg.trace_capacity = AA__RT_TRACE_RING;
-  rc = aa_store_open(&cfg, &svc.store);
+  rc = aa_store_open(&cfg, &rt->svc.store);
   if (rc != AA_OK) {
     /* aa_store_open logged the cause in one line. */
-    svc.store = NULL;
+    rt->svc.store = NULL;
     return;
   }
   aa__buf_init(&conf);
   aa__buf_printf(&conf, "{\"model\":");
-  aa__buf_json_cstr(&conf, aa__rt.model);
+  aa__buf_json_cstr(&conf, rt->model);
   aa__buf_printf(&conf, ",\"http\":");
-  aa__buf_json_cstr(&conf, aa__rt.http);
-  aa__buf_printf(&conf, ",\"trace\":%s,\"policy_source\":", aa__rt.trace ? "true" : "false");
-  aa__buf_json_cstr(&conf, svc.policy_source);
+  aa__buf_json_cstr(&conf, rt->http);
+  aa__buf_printf(&conf, ",\"trace\":%s,\"policy_source\":", rt->trace ? "true" : "false");
+  aa__buf_json_cstr(&conf, rt->svc.policy_source);
   aa__buf_printf(&conf, "}");
   memset(&info, 0, sizeof(info));
-  info.model = aa__rt.model;
-  info.rank = aa__rt_env_rank();
+  info.model = rt->model;
+  info.rank = rt->rank;
+  info.local_rank = rt->local_rank;
+  info.world_size = rt->world_size;
   info.policy_version = 1;
   info.config_json = conf.data;
-  rc = aa_store_begin_run(svc.store, &info, &svc.run_id);
+  rc = aa_store_begin_run(rt->svc.store, &info, &rt->svc.run_id);
   aa__buf_free(&conf);
   if (rc != AA_OK) {
     aa__rt_log("store: cannot begin a run: %s; store off", aa_strerror(rc));
-    aa_store_close(svc.store);
-    svc.store = NULL;
-    svc.run_id = 0;
+    aa_store_close(rt->svc.store);
+    rt->svc.store = NULL;
+    rt->svc.run_id = 0;
     return;
   }
-  pthread_mutex_lock(&svc.policy_lock);
-  json = aa_policy_to_json(svc.policy);
-  aa_store_policy_change(svc.store, svc.policy_source, 0, 1,
+  pthread_mutex_lock(&rt->svc.policy_lock);
+  json = aa_policy_to_json(rt->svc.policy);
+  aa_store_policy_change(rt->svc.store, rt->svc.policy_source, 0, 1,
                          "policy in force at start", json);
-  pthread_mutex_unlock(&svc.policy_lock);
+  pthread_mutex_unlock(&rt->svc.policy_lock);
   free(json);
-  if (!aa__rt.quiet)
-    aa__rt_log("store: %s (run %lld%s)", svc.store_path, (long long)svc.run_id,
-               aa__rt.trace ? ", tracing every event" : "");
+  if (!rt->quiet)
+    aa__rt_log("store: %s (run %lld%s)", rt->svc.store_path, (long long)rt->svc.run_id,
+               rt->trace ? ", tracing every event" : "");
 }
 
-static void snapshot_all(void) {
+static void snapshot_all(aa_runtime *rt) {
   aa_pool *pools[AA_RT_MAX_POOLS];
   aa_pool_stats *st;
   size_t n, i;
 
-  aa__rt_oom_drain(svc.store);
-  if (svc.store == NULL)
+  aa__rt_oom_drain(rt, rt->svc.store);
+  if (rt->svc.store == NULL)
     return;
   st = malloc(sizeof(*st));
   if (st == NULL)
     return;
-  n = aa__rt_pools_snapshot(pools, AA_RT_MAX_POOLS);
+  n = aa__rt_pools_snapshot(rt, pools, AA_RT_MAX_POOLS);
   for (i = 0; i < n; i++) {
     if (aa_pool_stats_get(pools[i], st) == AA_OK)
-      aa_store_snapshot(svc.store, st);
+      aa_store_snapshot(rt->svc.store, st);
   }
   free(st);
 }
 
 static void *ticker_main(void *arg) {
-  (void)arg;
-  pthread_mutex_lock(&svc.ticker_lock);
-  while (!svc.ticker_stop) {
+  aa_runtime *rt = arg;
+  pthread_mutex_lock(&rt->svc.ticker_lock);
+  while (!rt->svc.ticker_stop) {
     struct timespec ts;
-    unsigned ms = atomic_load(&svc.snapshot_interval_ms);
+    unsigned ms = atomic_load(&rt->svc.snapshot_interval_ms);
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_sec += ms / 1000;
     ts.tv_nsec += (long)(ms % 1000) * 1000000L;
@@ -269,61 +237,61 @@ static void *ticker_main(void *arg) {
       ts.tv_sec++;
       ts.tv_nsec -= 1000000000L;
     }
-    pthread_cond_timedwait(&svc.ticker_cond, &svc.ticker_lock, &ts);
-    if (svc.ticker_stop)
+    pthread_cond_timedwait(&rt->svc.ticker_cond, &rt->svc.ticker_lock, &ts);
+    if (rt->svc.ticker_stop)
       break;
-    pthread_mutex_unlock(&svc.ticker_lock);
-    snapshot_all();
-    pthread_mutex_lock(&svc.ticker_lock);
+    pthread_mutex_unlock(&rt->svc.ticker_lock);
+    snapshot_all(rt);
+    pthread_mutex_lock(&rt->svc.ticker_lock);
   }
-  pthread_mutex_unlock(&svc.ticker_lock);
+  pthread_mutex_unlock(&rt->svc.ticker_lock);
   return NULL;
 }
 
-static void start_ticker(void) {
-  if (svc.store == NULL)
+static void start_ticker(aa_runtime *rt) {
+  if (rt->svc.store == NULL)
     return;
-  svc.ticker_stop = false;
-  if (pthread_create(&svc.ticker, NULL, ticker_main, NULL) != 0) {
+  rt->svc.ticker_stop = false;
+  if (pthread_create(&rt->svc.ticker, NULL, ticker_main, rt) != 0) {
     aa__rt_log("store: cannot start the snapshot thread: %s", strerror(errno));
     return;
   }
-  svc.ticker_running = true;
+  rt->svc.ticker_running = true;
 }
 
-static void stop_ticker(void) {
-  if (!svc.ticker_running)
+static void stop_ticker(aa_runtime *rt) {
+  if (!rt->svc.ticker_running)
     return;
-  pthread_mutex_lock(&svc.ticker_lock);
-  svc.ticker_stop = true;
-  pthread_cond_signal(&svc.ticker_cond);
-  pthread_mutex_unlock(&svc.ticker_lock);
-  pthread_join(svc.ticker, NULL);
-  svc.ticker_running = false;
+  pthread_mutex_lock(&rt->svc.ticker_lock);
+  rt->svc.ticker_stop = true;
+  pthread_cond_signal(&rt->svc.ticker_cond);
+  pthread_mutex_unlock(&rt->svc.ticker_lock);
+  pthread_join(rt->svc.ticker, NULL);
+  rt->svc.ticker_running = false;
 }
 
 /* Once no pool traces any more and the writer had its chance: a trace that
  * lost events (the writer fell behind and the ring was full, or the store
  * failed) replays only up to its first loss, so say so now, not when someone
  * replays it. Printed even when quiet: it is about data the user asked for. */
-static void note_trace_loss(void) {
+static void note_trace_loss(aa_runtime *rt) {
   aa_store_stats ss;
 
-  if (!aa__rt.trace || aa_store_stats_get(svc.store, &ss) != AA_OK || ss.events_dropped == 0)
+  if (!rt->trace || aa_store_stats_get(rt->svc.store, &ss) != AA_OK || ss.events_dropped == 0)
     return;
   aa__rt_log("store: the trace of run %lld is incomplete: %llu events were dropped "
              "(the store's writer fell behind and its ring was full, or the store failed); "
              "adaptalloc-replay replays the events before the first loss only",
-             (long long)svc.run_id, (unsigned long long)ss.events_dropped);
+             (long long)rt->svc.run_id, (unsigned long long)ss.events_dropped);
 }
 
 /* What the writer has done so far: transactions committed, and events
  * still in the ring (which only shrinks once no pool traces). */
-static void writer_progress(uint64_t *transactions, uint64_t *queued) {
+static void writer_progress(aa_runtime *rt, uint64_t *transactions, uint64_t *queued) {
   aa_store_stats ss;
   *transactions = 0;
   *queued = 0;
-  if (aa_store_stats_get(svc.store, &ss) == AA_OK) {
+  if (aa_store_stats_get(rt->svc.store, &ss) == AA_OK) {
     *transactions = ss.transactions;
     *queued = ss.events_queued;
   }
@@ -333,19 +301,19 @@ static void writer_progress(uint64_t *transactions, uint64_t *queued) {
  * as it takes with limit_ms 0 (aa_store_close joins the writer anyway);
  * else until limit_ms after start_ns, or AA__RT_FLUSH_STALL_MS without
  * progress, when it returns AA_EAGAIN. Otherwise aa_store_flush's result. */
-static int flush_run(uint64_t start_ns, uint32_t limit_ms) {
+static int flush_run(aa_runtime *rt, uint64_t start_ns, uint32_t limit_ms) {
   uint64_t moved = aa_now_ns(), tx, queued, tx2, queued2, now;
   int rc;
 
   if (limit_ms == 0)
-    return aa_store_flush(svc.store, 0);
-  writer_progress(&tx, &queued);
+    return aa_store_flush(rt->svc.store, 0);
+  writer_progress(rt, &tx, &queued);
   for (;;) {
-    rc = aa_store_flush(svc.store, 250);
+    rc = aa_store_flush(rt->svc.store, 250);
     if (rc != AA_EAGAIN)
       return rc;
     now = aa_now_ns();
-    writer_progress(&tx2, &queued2);
+    writer_progress(rt, &tx2, &queued2);
     if (tx2 != tx || queued2 < queued) {
       moved = now;
       tx = tx2;
@@ -357,91 +325,92 @@ static int flush_run(uint64_t start_ns, uint32_t limit_ms) {
   }
 }
 
-void aa__rt_services_end_run(uint32_t limit_ms, void (*detached)(void)) {
+void aa__rt_services_end_run(aa_runtime *rt, uint32_t limit_ms,
+                             void (*detached)(void)) {
   aa_pool *pools[AA_RT_MAX_POOLS];
   aa_store_stats ss;
   uint64_t start = aa_now_ns();
   size_t n, i;
   int rc;
 
-  if (svc.store == NULL || atomic_exchange(&svc.run_ended, true))
+  if (rt->svc.store == NULL || atomic_exchange(&rt->svc.run_ended, true))
     return;
-  stop_ticker();
+  stop_ticker(rt);
   /* After this no event reaches the ring: set_trace waits for pushes under
    * way, so what the run traced is all in the ring now. */
-  n = aa__rt_pools_snapshot(pools, AA_RT_MAX_POOLS);
+  n = aa__rt_pools_snapshot(rt, pools, AA_RT_MAX_POOLS);
   for (i = 0; i < n; i++)
     aa_pool_set_trace(pools[i], NULL, NULL);
-  snapshot_all(); /* the final state of every pool */
+  snapshot_all(rt); /* the final state of every pool */
   if (detached != NULL)
     detached();
-  if (aa_store_end_run(svc.store) == AA_ELIMIT) {
+  if (aa_store_end_run(rt->svc.store) == AA_ELIMIT) {
     /* the queue is full (snapshots): let the writer take it, then end */
-    (void)flush_run(start, limit_ms);
-    (void)aa_store_end_run(svc.store);
+    (void)flush_run(rt, start, limit_ms);
+    (void)aa_store_end_run(rt->svc.store);
   }
-  rc = flush_run(start, limit_ms);
-  if (rc == AA_EAGAIN && aa_store_stats_get(svc.store, &ss) == AA_OK) {
+  rc = flush_run(rt, start, limit_ms);
+  if (rc == AA_EAGAIN && aa_store_stats_get(rt->svc.store, &ss) == AA_OK) {
     /* The writer is stuck (another process keeps the database locked, a
      * disk too slow): what it has not committed is lost; say so, never
      * wait longer. */
     double waited = (double)(aa_now_ns() - start) / 1e9;
-    if (aa__rt.trace)
+    if (rt->trace)
       aa__rt_log("store: the trace of run %lld is incomplete: the store's writer had not "
                  "finished after %.1f s at exit (the wait ends after %u s without progress "
                  "or %u s in all); the events it had not committed (%llu still in the "
                  "ring) are lost, and the run's row may not count them or its end",
-                 (long long)svc.run_id, waited, AA__RT_FLUSH_STALL_MS / 1000,
+                 (long long)rt->svc.run_id, waited, AA__RT_FLUSH_STALL_MS / 1000,
                  limit_ms / 1000, (unsigned long long)ss.events_queued);
     else
       aa__rt_log("store: run %lld may be incomplete: the store's writer had not finished "
                  "after %.1f s at exit; its last snapshots and its end may be lost",
-                 (long long)svc.run_id, waited);
+                 (long long)rt->svc.run_id, waited);
     return;
   }
-  note_trace_loss();
+  note_trace_loss(rt);
 }
 
 /* ------------------------------------------------------------------ start/stop */
 
-void aa__rt_services_start(void) {
-  atomic_store(&svc.snapshot_interval_ms, 1000);
-  atomic_store(&svc.histogram_on, true);
-  aa__rt_load_start_policy();
-  if (svc.policy != NULL) {
-    aa__rt_adopt_telemetry(svc.policy);
+void aa__rt_services_start(aa_runtime *rt) {
+  atomic_store(&rt->svc.snapshot_interval_ms, 1000);
+  atomic_store(&rt->svc.histogram_on, true);
+  aa__rt_load_start_policy(rt);
+  if (rt->svc.policy != NULL) {
+    aa__rt_adopt_telemetry(rt, rt->svc.policy);
     aa_adapt_params ap;
-    aa_policy_adapt_params(svc.policy, &ap);
+    aa_policy_adapt_params(rt->svc.policy, &ap);
     if (ap.enabled)
-      start_loop();
+      start_loop(rt);
   }
-  start_store();
-  start_ticker();
-  aa__rt_start_http();
+  start_store(rt);
+  start_ticker(rt);
+  aa__rt_start_http(rt);
 }
 
-void aa__rt_services_stop(void) {
+void aa__rt_services_stop(aa_runtime *rt) {
   aa_pool *pools[AA_RT_MAX_POOLS];
   size_t n, i;
 
-  aa_http_destroy(svc.http);
-  svc.http = NULL;
-  atomic_store(&svc.http_port, 0);
-  aa_adapt_loop_destroy(svc.loop);
-  svc.loop = NULL;
-  stop_ticker();
-  n = aa__rt_pools_snapshot(pools, AA_RT_MAX_POOLS);
+  aa_http_destroy(rt->svc.http);
+  rt->svc.http = NULL;
+  atomic_store(&rt->svc.http_port, 0);
+  aa_adapt_loop_destroy(rt->svc.loop);
+  rt->svc.loop = NULL;
+  stop_ticker(rt);
+  n = aa__rt_pools_snapshot(rt, pools, AA_RT_MAX_POOLS);
   for (i = 0; i < n; i++)
     aa_pool_set_trace(pools[i], NULL, NULL);
-  if (svc.store != NULL) {
+  if (rt->svc.store != NULL) {
     /* a no-op when the run already ended (at exit, from another thread);
      * waits as long as the writer needs, as aa_store_close's join does */
-    aa__rt_services_end_run(0, NULL);
-    aa_store_close(svc.store);
-    svc.store = NULL;
+    aa__rt_services_end_run(rt, 0, NULL);
+    aa_store_close(rt->svc.store);
+    rt->svc.store = NULL;
   }
-  pthread_mutex_lock(&svc.policy_lock);
-  aa_policy_free(svc.policy);
-  svc.policy = NULL;
-  pthread_mutex_unlock(&svc.policy_lock);
+  pthread_mutex_lock(&rt->svc.policy_lock);
+  aa_policy_free(rt->svc.policy);
+  rt->svc.policy = NULL;
+  pthread_mutex_unlock(&rt->svc.policy_lock);
 }

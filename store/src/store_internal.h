@@ -29,6 +29,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "adaptalloc/internal/debug.h" /* util/: tiered assertions */
 #include "adaptalloc/store.h"
 
 /* Counts SQLite calls for fault injection; shared by the writer's calls and
@@ -227,6 +228,8 @@ bool aa__store_is_enabled(const aa_store *st);
 void aa__store_item_free(item *it);
 /* Counts an item that will not be written as dropped. */
 void aa__store_count_dropped(aa_store *st, const item *it);
+/* The items of the list from head (for the queue's assertions). */
+uint32_t aa__store_list_length(const item *head);
 /* The queue length at which the writer is woken early. */
 uint32_t aa__store_wake_mark(const aa_store *st);
 /* The first sequence number run's trace lost, UINT64_MAX when none. */

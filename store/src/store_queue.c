@@ -8,6 +8,13 @@
  * Entry points: aa_store_begin_run, aa_store_snapshot,
  * aa_store_policy_change, aa_store_end_run, aa_store_trace_push;
  * aa__store_ring_pop for the writer.
+ *
+ * Invariants (aa__assert_internal; the walk aa__assert_expensive): under
+ * mu, head and tail are both NULL exactly when queued is 0, tail ends the
+ * list, queued never passes queue_capacity and is the list's length (no
+ * item lost); every item not written is counted dropped by its kind; the
+ * ring's reader never passes its writers, who never get more than ring_cap
+ * ahead of it.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -26,6 +33,8 @@ void aa__store_item_free(item *it) {
 }
 
 void aa__store_count_dropped(aa_store *st, const item *it) {
+  /* an item of no known kind would be lost uncounted */
+  aa__assert_internal(it->kind >= ITEM_SNAPSHOT && it->kind <= ITEM_OOM);
   if (it->kind == ITEM_SNAPSHOT) {
     atomic_fetch_add(&st->snapshots_dropped, 1);
   } else if (it->kind == ITEM_POLICY) {
@@ -47,6 +56,12 @@ static char *dup_bounded(const char *s, size_t max, bool *too_long) {
     d[n] = '\0';
   }
   return d;
+}
+
+uint32_t aa__store_list_length(const item *head) {
+  uint32_t n = 0;
+  for (const item *it = head; it != NULL; it = it->next) n++;
+  return n;
 }
 
 /* The queue length at which the writer is woken early. */
@@ -101,6 +116,8 @@ bool aa__store_ring_pop(aa_store *st, ring *r, aa_trace_event *ev,
   ring_slot *slot = &r->slots[pos & r->mask];
   uint64_t seq = atomic_load_explicit(&slot->seq, memory_order_acquire);
   if (seq != pos + 1) return false;
+  /* a published slot: its writer claimed pos, so the reader is behind */
+  aa__assert_internal(pos < atomic_load_explicit(&st->ring_enq, memory_order_relaxed));
   *ev = slot->ev;
   *run_id = slot->run_id;
   atomic_store_explicit(&slot->seq, pos + r->mask + 1, memory_order_release);
@@ -159,6 +176,11 @@ static int enqueue(aa_store *st, item *it, bool need_run) {
     err = AA_ENOENT;
     goto unlock;
   }
+  aa__assert_internal((st->head == NULL) == (st->tail == NULL));
+  aa__assert_internal((st->head == NULL) == (st->queued == 0));
+  aa__assert_internal(st->tail == NULL || st->tail->next == NULL);
+  aa__assert_internal(st->queued <= st->cfg.queue_capacity);
+  aa__assert_expensive(aa__store_list_length(st->head) == st->queued);
   if (st->queued >= st->cfg.queue_capacity) {
     err = AA_ELIMIT;
     goto unlock;
@@ -171,6 +193,7 @@ static int enqueue(aa_store *st, item *it, bool need_run) {
   }
   st->tail = it;
   st->queued++;
+  aa__assert_internal(st->head != NULL && st->queued <= st->cfg.queue_capacity);
   if (it->kind == ITEM_SNAPSHOT) atomic_fetch_add(&st->snapshots_queued, 1);
   if (st->queued >= aa__store_wake_mark(st)) aa__store_wake_writer(st);
   if (it->kind == ITEM_END_RUN) atomic_store(&st->run_id, 0);
@@ -359,6 +382,10 @@ void aa_store_trace_push(void *store, const aa_trace_event *ev) {
       pos = atomic_load_explicit(&st->ring_enq, memory_order_relaxed);
     }
   }
+  /* the slot was free: the reader took what was ring_cap behind it (and
+   * may not have moved ring_deq past it yet) */
+  aa__assert_internal(pos - atomic_load_explicit(&st->ring_deq, memory_order_relaxed) <=
+                      (uint64_t)st->ring_cap);
   slot->ev = *ev;
   slot->run_id = run;
   atomic_store_explicit(&slot->seq, pos + 1, memory_order_release);

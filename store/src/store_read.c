@@ -136,11 +136,13 @@ int aa_store_runs_json(const char *db_path, uint32_t limit, char **json) {
   if (limit == 0) limit = 100;
   err = rd_open(db_path, &db, &tidy);
   if (err != AA_OK) goto out;
-  static const char sql[] =
+  /* %s: the ranks; local_rank and world_size are schema 5's, an older file
+   * (read here, never migrated) says null */
+  static const char fmt[] =
       "SELECT json_object('runs', json(coalesce(json_group_array(json(j)), '[]')))"
       " FROM (SELECT json_object("
       "  'id', id, 'model', model, 'started_ms', started_ms,"
-      "  'ended_ms', ended_ms, 'pid', pid, 'host', host, 'rank', rank,"
+      "  'ended_ms', ended_ms, 'pid', pid, 'host', host, 'rank', rank, %s,"
       "  'policy_version', policy_version, 'library_version', library_version,"
       "  'mono_origin_ns', mono_origin_ns,"
       "  'config', " JSON_OR_TEXT("config") ","
@@ -154,7 +156,13 @@ int aa_store_runs_json(const char *db_path, uint32_t limit, char **json) {
                                             "  'policy_changes', (SELECT count(*) FROM policy_changes p"
                                             "                     WHERE p.run_id = r.id)"
                                             " ) AS j FROM runs r ORDER BY id DESC LIMIT ?1)";
+  char sql[sizeof fmt + 64];
+  snprintf(sql, sizeof sql, fmt, "'local_rank', local_rank, 'world_size', world_size");
   int rc = rd_prepare(db, sql, &s);
+  if (rc != SQLITE_OK) {
+    snprintf(sql, sizeof sql, fmt, "'local_rank', NULL, 'world_size', NULL");
+    rc = rd_prepare(db, sql, &s);
+  }
   if (rc != SQLITE_OK) {
     err = aa__store_err_from_sqlite(rc);
     goto out;

@@ -189,6 +189,14 @@ static const char *const kSchemaV4[] = {
     "CREATE INDEX IF NOT EXISTS ooms_run ON ooms(run_id, id);",
     NULL};
 
+/* v5: a run records where it ran in a distributed job beside its rank
+ * (RANK): the local rank on its host (LOCAL_RANK) and the world size
+ * (WORLD_SIZE); NULL when unset and in older rows. */
+static const char *const kSchemaV5[] = {
+    "ALTER TABLE runs ADD COLUMN local_rank INTEGER;",
+    "ALTER TABLE runs ADD COLUMN world_size INTEGER;",
+    NULL};
+
 typedef struct migration {
   int version;
   const char *const *sql; /* statements, NULL-terminated */
@@ -200,6 +208,7 @@ static const migration kMigrations[] = {
     {2, kSchemaV2},
     {3, kSchemaV3},
     {4, kSchemaV4},
+    {5, kSchemaV5},
 };
 #define AA__N_MIGRATIONS (sizeof kMigrations / sizeof kMigrations[0])
 
@@ -572,14 +581,23 @@ static int open_ro_once(const char *path, sqlite3 **out, int *sqlite_rc) {
   return err;
 }
 
-/* Whether path's -wal or -shm file exists. */
+/* Whether path's -wal or -shm file exists. SQLite names them after the
+ * file a symbolic link leads to (x.db -> t.db gets t.db-wal), so they are
+ * looked for beside the link's target: looked for beside the link, a
+ * read through it saw none before or after and left the target's behind. */
 static bool wal_files_exist(const char *path) {
   char side[4200];
-  int n = snprintf(side, sizeof side, "%s-wal", path);
-  if (n > 0 && (size_t)n < sizeof side && access(side, F_OK) == 0)
-    return true;
-  n = snprintf(side, sizeof side, "%s-shm", path);
-  return n > 0 && (size_t)n < sizeof side && access(side, F_OK) == 0;
+  char *real = realpath(path, NULL);
+  const char *base = real != NULL ? real : path;
+  bool found;
+  int n = snprintf(side, sizeof side, "%s-wal", base);
+  found = n > 0 && (size_t)n < sizeof side && access(side, F_OK) == 0;
+  if (!found) {
+    n = snprintf(side, sizeof side, "%s-shm", base);
+    found = n > 0 && (size_t)n < sizeof side && access(side, F_OK) == 0;
+  }
+  free(real);
+  return found;
 }
 
 /* A plain file name, beside which SQLite makes its -wal and -shm files (not

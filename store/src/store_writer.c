@@ -70,8 +70,8 @@ int aa__store_stmts_prepare(aa_store *st) {
   if (rc != SQLITE_OK) goto out;
   PREP(ins_run,
        "INSERT INTO runs(model, started_ms, pid, host, rank, policy_version,"
-       " config, library_version, mono_origin_ns)"
-       " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")
+       " config, library_version, mono_origin_ns, local_rank, world_size)"
+       " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)")
   PREP(end_run, "UPDATE runs SET ended_ms = ?2 WHERE id = ?1 AND ended_ms IS NULL")
   PREP(upd_run,
        "UPDATE runs SET snapshots_written = ?2, snapshots_dropped = ?3,"
@@ -184,6 +184,16 @@ static int write_begin_run(aa_store *st, begin_req *req) {
   }
   sqlite3_bind_text(s, 8, libver, -1, SQLITE_TRANSIENT);
   BIND_U64(s, 9, aa_now_ns());
+  if (in->local_rank >= 0) {
+    sqlite3_bind_int(s, 10, in->local_rank);
+  } else {
+    sqlite3_bind_null(s, 10);
+  }
+  if (in->world_size > 0) {
+    sqlite3_bind_int(s, 11, in->world_size);
+  } else {
+    sqlite3_bind_null(s, 11);
+  }
   rc = w_step(st, s);
   sqlite3_clear_bindings(s);
   if (rc != SQLITE_OK) goto fail;
@@ -472,6 +482,7 @@ static void writer_cycle(aa_store *st, item *list, begin_req *begins,
       rc = write_oom(st, it);
       ooms++;
     } else {
+      aa__assert_internal(it->kind == ITEM_END_RUN);
       what = "ending a run";
       rc = write_end_run(st, it);
     }
@@ -570,6 +581,9 @@ void *aa__store_writer_main(void *arg) {
       pthread_cond_timedwait(&st->wake, &st->mu, &ts);
     }
     item *list = st->head;
+    /* the writer takes every queued item: none is lost */
+    aa__assert_internal(aa__store_list_length(list) == st->queued);
+    aa__assert_internal(st->queued == 0 || st->tail->next == NULL);
     begin_req *begins = st->begins;
     uint64_t gen = st->flush_req;
     bool stop = st->stop;

@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "adaptalloc/core.h"
-#include "test_hooks.h" /* core/src: the host backend's test hooks */
+#include "core_test.h" /* core: the host backend's test hooks */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -19,7 +19,7 @@
 #include <cJSON.h>
 
 #include "adaptalloc/http.h"
-#include "http_internal.h"
+#include "http_test.h" /* the server's internals */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

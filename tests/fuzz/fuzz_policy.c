@@ -5,7 +5,10 @@
  * serialise and parse back to an equal policy with the same version (the
  * round-trip property); every error must come with a non-empty message. The
  * same bytes are then applied as a merge patch to the default policy, with
- * the same checks. Seed corpus: tests/fuzz/corpus/policy/.
+ * the same checks. A refused document's whole message (aa_policy_parse_msg)
+ * must begin with what the buffer form gave and be at most size + 1024
+ * bytes (the bound policy.h promises, on which the HTTP server sizes its
+ * buffer). Seed corpus: tests/fuzz/corpus/policy/.
  *
  *   CC=clang cmake -S . -B build-fuzz -DAA_BUILD_FUZZ=ON -DAA_BUILD_TESTS=OFF
  *   cmake --build build-fuzz --target fuzz_policy   (tests/fuzz/CMakeLists.txt)
@@ -50,6 +53,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     aa_policy_free(p);
   } else if (err[0] == '\0' || p != NULL) {
     abort();
+  } else {
+    char *whole = NULL;
+    if (aa_policy_parse_msg(doc, size, &p, &whole) != rc || p != NULL)
+      abort();
+    if (whole != NULL) { /* NULL: out of memory */
+      if (strncmp(whole, err, strlen(err)) != 0 || strlen(whole) > size + 1024) {
+        fprintf(stderr, "message of %zu bytes for %zu: %.200s\n", strlen(whole), size, whole);
+        abort();
+      }
+      free(whole);
+    }
   }
 
   if (aa_policy_default(&d) != AA_OK)

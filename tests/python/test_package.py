@@ -144,7 +144,7 @@ def test_bad_input_raises_a_clear_error_and_changes_nothing(run_py):
     assert d["install_record"][0] == "TypeError" and "record_stream" in d["install_record"][1]
 
 
-def test_keywords_map_to_the_environment_the_runtime_reads(run_py, tmp_path):
+def test_keywords_configure_the_runtime_through_a_c_call(run_py, tmp_path):
     pdir = tmp_path / "mypolicies"
     pdir.mkdir()
     src = os.path.join(os.path.dirname(__file__), "..", "..", "policies", "default.json")
@@ -157,6 +157,7 @@ def test_keywords_map_to_the_environment_the_runtime_reads(run_py, tmp_path):
         set_ = adaptalloc.configure(model="mine", policy_dir=sys_argv[1], db=sys_argv[2],
                                     http=False, trace=True)
         env = {k: os.environ.get(k) for k in adaptalloc.ENV.values()}
+        os.environ["ADAPTALLOC_MODEL"] = "set-after-configure"  # configure() took its copy
         adaptalloc.start()
         s = adaptalloc.stats()
         out = {"set": set_, "env": env, "model": s["model"],
@@ -171,14 +172,17 @@ def test_keywords_map_to_the_environment_the_runtime_reads(run_py, tmp_path):
         out["same_ok"] = adaptalloc.configure(model="mine")
         print(json.dumps(out))
     """.replace("sys_argv", "__import__('sys').argv"), args=(str(pdir), str(db)),
-        env={"ADAPTALLOC_HTTP": None, "ADAPTALLOC_DB": None})
+        env={"ADAPTALLOC_HTTP": None, "ADAPTALLOC_DB": None, "ADAPTALLOC_MODEL": None,
+             "ADAPTALLOC_TRACE": None, "ADAPTALLOC_POLICY_DIR": None})
     assert r.rc == 0, r.err
     d = r.json()
-    assert d["env"]["ADAPTALLOC_MODEL"] == "mine"
-    assert d["env"]["ADAPTALLOC_HTTP"] == "off"
-    assert d["env"]["ADAPTALLOC_DB"] == str(db)
-    assert d["env"]["ADAPTALLOC_TRACE"] == "1"
-    assert d["env"]["ADAPTALLOC_POLICY_DIR"] == str(tmp_path / "mypolicies")
+    # the settings went to the runtime through _C.configure, not the environment
+    assert d["set"] == {"ADAPTALLOC_MODEL": "mine", "ADAPTALLOC_HTTP": "off",
+                        "ADAPTALLOC_DB": str(db), "ADAPTALLOC_TRACE": "1",
+                        "ADAPTALLOC_POLICY_DIR": str(tmp_path / "mypolicies")}
+    for name in ("ADAPTALLOC_MODEL", "ADAPTALLOC_HTTP", "ADAPTALLOC_DB", "ADAPTALLOC_TRACE",
+                 "ADAPTALLOC_POLICY_DIR"):
+        assert d["env"][name] is None, name
     assert d["model"] == "mine"
     assert d["policy"] == "from-my-dir" and d["source"] == "file"
     assert d["http"] is None
@@ -187,17 +191,49 @@ def test_keywords_map_to_the_environment_the_runtime_reads(run_py, tmp_path):
     assert d["same_ok"] == {}
 
 
+def test_the_environment_still_configures_and_keywords_win(run_py, tmp_path):
+    # A user's ADAPTALLOC_* variables are the base; a keyword replaces one of
+    # them, the others stay; the ranks come from RANK/LOCAL_RANK/WORLD_SIZE.
+    db = tmp_path / "r{rank}.db"
+    r = run_py("""
+        import json, adaptalloc
+        adaptalloc.configure(model="from-keyword")
+        s = adaptalloc.stats()
+        print(json.dumps({"model": s["model"], "store": s["store"], "http": adaptalloc.http_address(),
+                          "ranks": [s["rank"], s["local_rank"], s["world_size"]],
+                          "run_id": adaptalloc.run_id()}))
+    """, env={"ADAPTALLOC_MODEL": "from-env", "ADAPTALLOC_DB": str(db),
+              "ADAPTALLOC_HTTP": "off", "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4"})
+    assert r.rc == 0, r.err
+    d = r.json()
+    assert d["model"] == "from-keyword"
+    assert d["http"] is None
+    assert d["ranks"] == [3, 1, 4]
+    assert d["run_id"] > 0 and (tmp_path / "r1.db").exists()
+    r = run_py("""
+        import json, adaptalloc
+        s = adaptalloc.stats()
+        print(json.dumps({"model": s["model"], "ranks": [s["rank"], s["local_rank"],
+                                                          s["world_size"]]}))
+    """, env={"ADAPTALLOC_MODEL": "only-env", "ADAPTALLOC_DB": "off", "ADAPTALLOC_HTTP": "off",
+              "RANK": None, "LOCAL_RANK": None, "WORLD_SIZE": None})
+    assert r.rc == 0, r.err
+    assert r.json() == {"model": "only-env", "ranks": [None, None, None]}
+
+
 def test_the_packaged_policies_are_the_default_policy_dir(run_py):
     r = run_py("""
         import json, os, adaptalloc
         print(json.dumps({"name": adaptalloc.policy()["name"],
                           "source": adaptalloc.stats()["policy_source"],
-                          "dir": os.environ.get("ADAPTALLOC_POLICY_DIR"),
+                          "dir": adaptalloc._configured.get("ADAPTALLOC_POLICY_DIR"),
+                          "env": os.environ.get("ADAPTALLOC_POLICY_DIR"),
                           "pkg": adaptalloc.policy_dir()}))
     """, env={"ADAPTALLOC_MODEL": "bert-base", "ADAPTALLOC_POLICY_DIR": None})
     assert r.rc == 0, r.err
     d = r.json()
     assert d["dir"] == d["pkg"]
+    assert d["env"] is None
     assert d["source"] == "file"
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert d["name"] == json.load(open(os.path.join(root, "policies", "bert-base.json")))["name"]
@@ -465,6 +501,78 @@ def test_regions_names_policy_and_stats_without_torch(run_py):
     assert d["region_stats"] == {}
     assert d["current"] is None
     assert len(d["warnings"]) == 1 and "install() has not run" in d["warnings"][0]
+
+
+def test_managed_without_torch_or_gpu_says_why(run_py):
+    """Managed memory without torch: the tensor functions say they need it;
+    the C layer's checks answer clearly (a host address is not managed
+    memory, a bad location or kind is named); without a GPU a managed block
+    cannot be had and says so. A policy with a managed region round-trips."""
+    r = run_py("""
+        import json, adaptalloc, adaptalloc.torch as at
+        from adaptalloc import _C
+        out = {"all": [n for n in ("managed_empty", "prefetch", "managed_range_info")
+                       if n in at.__all__]}
+        for name, call in [("empty", lambda: at.managed_empty((2, 3))),
+                           ("prefetch", lambda: at.prefetch(None, "cpu")),
+                           ("info", lambda: at.managed_range_info(None))]:
+            try:
+                call()
+                out[name] = "ran"
+            except ImportError as e:
+                out[name] = str(e)
+        try:
+            _C.Block("bogus", 16)
+        except ValueError as e:
+            out["kind"] = str(e)
+        buf = bytearray(64)
+        import ctypes
+        addr = ctypes.addressof((ctypes.c_char * 64).from_buffer(buf))
+        for name, call in [("pf_host", lambda: _C.managed_prefetch(addr, 64, 0, None)),
+                           ("pf_loc", lambda: _C.managed_prefetch(addr, 64, -7, None)),
+                           ("pf_size", lambda: _C.managed_prefetch(addr, 0, 0, None)),
+                           ("adv_loc", lambda: _C.managed_advise(addr, 64, 0, "gpu", "none", False)),
+                           ("info_host", lambda: _C.managed_range_info(addr, 64))]:
+            try:
+                call()
+                out[name] = "ran"
+            except (ValueError, RuntimeError) as e:
+                out[name] = "%s: %s" % (type(e).__name__, e)
+        out["gpus"] = adaptalloc.cuda_device_count()
+        if out["gpus"] == 0:
+            try:
+                _C.Block("managed", 1024)
+                out["block"] = "ran"
+            except RuntimeError as e:
+                out["block"] = str(e)
+        adaptalloc.patch_policy({"pools": {"regions": {"opt": {
+            "backend": "managed", "advise": {"preferred_location": "device"}}}}})
+        sec = adaptalloc.policy()["pools"]["regions"]["opt"]
+        out["section"] = [sec["backend"], sec["advise"], sec["allow_oversubscribe"]]
+        try:
+            adaptalloc.patch_policy({"pools": {"regions": {"opt": {"allow_oversubscribe": "yes"}}}})
+        except adaptalloc.PolicyError as e:
+            out["bad"] = str(e)
+        print(json.dumps(out))
+    """)
+    assert r.rc == 0, r.err
+    d = r.json()
+    assert d["all"] == ["managed_empty", "prefetch", "managed_range_info"]
+    for name, fn in [("empty", "managed_empty"), ("prefetch", "prefetch"),
+                     ("info", "managed_range_info")]:
+        assert "adaptalloc.torch.%s needs PyTorch" % fn in d[name]
+    assert "'pinned', 'host' or 'managed', not 'bogus'" in d["kind"]
+    assert d["pf_loc"].startswith("ValueError") and "not -7" in d["pf_loc"]
+    assert d["pf_size"].startswith("ValueError") and "size must be > 0" in d["pf_size"]
+    assert d["adv_loc"].startswith("ValueError") and "not 'gpu'" in d["adv_loc"]
+    # a CUDA build says "not managed memory"; one without CUDA "not supported"
+    for name in ("pf_host", "info_host"):
+        assert ("not managed memory" in d[name]) or ("not supported" in d[name]), d[name]
+    if d["gpus"] == 0:
+        assert "no managed-memory pool for device 0" in d["block"]
+    assert d["section"] == ["managed", {"preferred_location": "device", "accessed_by": "none",
+                                        "read_mostly": False}, False]
+    assert "pools.regions.opt.allow_oversubscribe: expected true or false" in d["bad"]
 
 
 STANDIN_TORCH = '''

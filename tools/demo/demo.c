@@ -286,13 +286,13 @@ static int parse_args(int argc, char **argv, demo_opts *o) {
   return 0;
 }
 
-/* Whether ADAPTALLOC_HTTP asks for port 0, a port the system picks (the
- * runtime reads the same variable; unset means its default port). */
+/* Whether ADAPTALLOC_HTTP asks for port 0, a port the system picks (read
+ * as the runtime reads it; unset means its default port). */
 static bool port_chosen_by_system(void) {
-  const char *spec = getenv("ADAPTALLOC_HTTP");
+  aa_runtime_config cfg;
   aa_http_addr a;
-  return spec != NULL && aa_http_parse_address(spec, -1, &a, NULL, 0) == AA_OK && !a.off &&
-         a.port == 0;
+  return aa_runtime_config_from_env(&cfg) == AA_OK && cfg.http != NULL &&
+         aa_http_parse_address(cfg.http, -1, &a, NULL, 0) == AA_OK && !a.off && a.port == 0;
 }
 
 /* The runtime's pool: the first GPU when there is one, else the host. */

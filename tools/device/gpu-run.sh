@@ -15,7 +15,10 @@
 #           its pinned-pool benchmark (bench/gpu/bench_py_pinned.py); nativebench: the
 #           native allocator against PyTorch's settings (bench/gpu/bench_native.py, after native);
 #           pkginstall sidetests zooside viz loopgpu: issue #24's side-stream, history and
-#           loop measurements (see below)
+#           loop measurements (see below);
+#           managed: managed memory: test_core_managed on the GPU (after build), the package
+#           installed, tests/gpu/test_managed.py; managedbench: bench/gpu/bench_managed_optim.py
+#           (the package installed first when it is not importable)
 # Output: $OUT/log.txt (everything) and $OUT/results.tar.gz (JSON, CSV);
 # without $OUT, into ./gpu-out/.
 set -uo pipefail
@@ -81,6 +84,22 @@ want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done;
     stage native-install 300 env -u LD_LIBRARY_PATH AA_PKG_TESTS=0 bash tools/device/package-test.sh
     stage native-tests 400 env -u LD_LIBRARY_PATH -C /tmp python3 -m pytest -v -rs \
       -p no:cacheprovider "$root/tests/gpu/test_torch_native.py"
+  fi
+  # managed memory: the C tests on the GPU (after build), the package's GPU
+  # tests (a pytest process of their own) and the optimizer-state benchmark;
+  # every allocation stays below free device memory (docs/cuda.md)
+  mpy=$(python3 -c 'import sys; print("python3" if sys.prefix != sys.base_prefix else "/tmp/aa-pkg-venv/bin/python")')
+  if want managed; then
+    [ -x "$build/tests/test_core_managed" ] && stage managed-ctest 120 "$build/tests/test_core_managed"
+    stage managed-install 300 env -u LD_LIBRARY_PATH AA_PKG_TESTS=0 bash tools/device/package-test.sh
+    stage managed-tests 300 env -u LD_LIBRARY_PATH -C /tmp $mpy -m pytest -v -rs \
+      -p no:cacheprovider "$root/tests/gpu/test_managed.py"
+  fi
+  if want managedbench; then
+    env -u LD_LIBRARY_PATH -C /tmp $mpy -c 'import adaptalloc.torch' 2>/dev/null ||
+      stage managed-install 300 env -u LD_LIBRARY_PATH AA_PKG_TESTS=0 bash tools/device/package-test.sh
+    stage managed-bench 400 env -u LD_LIBRARY_PATH $mpy bench/gpu/bench_managed_optim.py \
+      --reps ${AA_REPS_MANAGED:-20} --json $res/managed_optim.json
   fi
   # the native allocator against PyTorch's three settings (after `native`,
   # which installs the package)

@@ -509,6 +509,7 @@ int input_import(const tool_input *in, aa_replay_on_error mode,
   memset(&info, 0, sizeof info);
   info.model = "replay-import";
   info.rank = -1;
+  info.local_rank = -1;
   info.config_json = cfgjson;
   rc = aa_store_begin_run(st, &info, run_id);
   if (rc != AA_OK) {

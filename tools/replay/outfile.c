@@ -222,7 +222,12 @@ int out_open_db(tool_out *o, const char *path, char *err, size_t errcap) {
     snprintf(err, errcap, "%s: not a regular file; a database is a file", path);
     return AA_EINVAL;
   }
-  snprintf(side, sizeof side, "%s-wal", path);
+  {
+    /* SQLite names the -wal file after a link's target */
+    char *real = exists ? realpath(path, NULL) : NULL;
+    snprintf(side, sizeof side, "%s-wal", real != NULL ? real : path);
+    free(real);
+  }
   if (exists && access(side, F_OK) == 0) {
     snprintf(err, errcap,
              "%s: the database is open in another process, or was not closed cleanly "

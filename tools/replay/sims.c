@@ -52,9 +52,11 @@ int load_policy(const options *o, const char *path, loaded *l) {
     rc = aa_policy_default(&l->policy);
   } else {
     l->label = base_name(path);
-    rc = aa_policy_load_file(path, &l->policy, err, sizeof err);
+    char *why = NULL; /* whole: it may quote a number of any length */
+    rc = aa_policy_load_file_msg(path, &l->policy, &why);
     if (rc != AA_OK) {
-      fprintf(stderr, "adaptalloc-replay: %s\n", err);
+      fprintf(stderr, "adaptalloc-replay: %s\n", why != NULL ? why : aa_strerror(rc));
+      free(why);
       return rc == AA_ENOMEM ? EXIT_INTERNAL : EXIT_INPUT;
     }
   }

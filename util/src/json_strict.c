@@ -11,11 +11,15 @@
  *   - escapes other than \" \\ \/ \b \f \n \r \t \uXXXX, the escape \u0000,
  *     and UTF-16 surrogates that do not pair;
  *   - a second byte-order mark, or one anywhere but the very start;
- *   - nesting deeper than max_depth; anything after the one value.
+ *   - nesting deeper than max_depth; anything after the one value;
+ *   - integers of 22 digits or more (quoted with every digit).
+ * On the way it lists every number token (offset, length) for the caller,
+ * so that messages quote numbers as written: cJSON keeps only a double.
  * Entry point: aa__json_strict_check.
  */
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "adaptalloc/common.h"
@@ -30,6 +34,8 @@ typedef struct scan {
   const char *why;          /* static text of the first problem */
   size_t at;                /* its byte offset */
   size_t int_from, int_len; /* the over-long integer (why == TOO_LONG_INT) */
+  aa__json_numbers *nums;   /* where number tokens go (NULL: nowhere) */
+  bool nomem;               /* a token could not be listed */
 } scan;
 
 /* Integers of this many digits or more are 1e21 or more: beyond every
@@ -126,7 +132,27 @@ static bool digits(scan *c) {
   return c->i > from;
 }
 
+static void note_number(scan *c, size_t from) {
+  aa__json_numbers *ns = c->nums;
+  if (ns == NULL || c->nomem)
+    return;
+  if (ns->n == ns->cap) {
+    size_t cap = ns->cap ? ns->cap * 2 : 64;
+    struct aa__json_token *at = realloc(ns->at, cap * sizeof *at);
+    if (at == NULL) {
+      c->nomem = true;
+      return;
+    }
+    ns->at = at;
+    ns->cap = cap;
+  }
+  ns->at[ns->n].off = from;
+  ns->at[ns->n].len = c->i - from;
+  ns->n++;
+}
+
 static bool number(scan *c) {
+  size_t start = c->i;
   if (c->s[c->i] == '-')
     c->i++;
   if (c->i >= c->len || c->s[c->i] < '0' || c->s[c->i] > '9')
@@ -158,6 +184,7 @@ static bool number(scan *c) {
     if (!digits(c))
       return stop(c, "a number without digits in its exponent");
   }
+  note_number(c, start);
   return true;
 }
 
@@ -239,8 +266,26 @@ static bool value(scan *c) {
   }
 }
 
+void aa__json_numbers_free(aa__json_numbers *nums) {
+  if (nums == NULL)
+    return;
+  free(nums->at);
+  memset(nums, 0, sizeof *nums);
+}
+
+void aa__buf_number(aa__buf *b, const char *s, size_t n, size_t quote_max) {
+  if (n <= quote_max) {
+    aa__buf_append(b, s, n);
+    return;
+  }
+  aa__buf_append(b, s, 40);
+  aa__buf_puts(b, "...");
+  aa__buf_append(b, s + n - 8, 8);
+  aa__buf_printf(b, " (%zu characters)", n);
+}
+
 int aa__json_strict_check(const char *json, size_t len, unsigned max_depth,
-                          char *err, size_t errcap) {
+                          size_t quote_max, aa__buf *err, aa__json_numbers *nums) {
   scan c;
   unsigned line = 1, col = 1;
 
@@ -248,6 +293,9 @@ int aa__json_strict_check(const char *json, size_t len, unsigned max_depth,
   c.s = (const unsigned char *)json;
   c.len = len;
   c.max_depth = max_depth;
+  c.nums = nums;
+  if (nums != NULL)
+    memset(nums, 0, sizeof *nums);
   if (len >= 3 && memcmp(json, "\xef\xbb\xbf", 3) == 0)
     c.i = 3; /* one byte-order mark (some editors write one) */
   ws(&c);
@@ -260,8 +308,15 @@ int aa__json_strict_check(const char *json, size_t len, unsigned max_depth,
         stop(&c, "unexpected data after the document");
     }
   }
+  if (c.why == NULL && c.nomem) {
+    aa__json_numbers_free(nums);
+    if (err != NULL)
+      aa__buf_puts(err, "(root): out of memory");
+    return AA_ENOMEM;
+  }
   if (c.why == NULL)
     return AA_OK;
+  aa__json_numbers_free(nums);
   for (size_t k = 0; k < c.at && k < len; k++) {
     if (json[k] == '\n') {
       line++;
@@ -270,24 +325,23 @@ int aa__json_strict_check(const char *json, size_t len, unsigned max_depth,
       col++; /* columns count characters, not UTF-8 continuation bytes */
     }
   }
-  if (err != NULL && errcap > 0) {
-    if (c.why == TOO_LONG_INT && c.int_len <= 120)
-      snprintf(err, errcap,
-               "(root): the integer %.*s at line %u, column %u is out of range "
-               "(no field takes one over 2^53 - 1)",
-               (int)c.int_len, json + c.int_from, line, col);
-    else if (c.why == TOO_LONG_INT)
-      snprintf(err, errcap,
-               "(root): the integer of %zu digits at line %u, column %u (%.40s...) "
-               "is out of range (no field takes one over 2^53 - 1)",
-               c.int_len, line, col, json + c.int_from);
-    else if (strcmp(c.why, "nesting deeper than the limit") == 0)
-      snprintf(err, errcap,
-               "(root): nested deeper than %u levels (at line %u, column %u)",
-               max_depth, line, col);
-    else
-      snprintf(err, errcap, "(root): not strict JSON: %s at line %u, column %u",
-               c.why, line, col);
+  if (err == NULL)
+    return AA_EPARSE;
+  if (c.why == TOO_LONG_INT) {
+    /* every digit up to quote_max (SIZE_MAX for policies: the message is
+     * as long as the number) */
+    aa__buf_puts(err, "(root): the integer ");
+    aa__buf_number(err, json + c.int_from, c.int_len, quote_max);
+    aa__buf_printf(err,
+                   " at line %u, column %u is out of range (no field takes one "
+                   "over 2^53 - 1)",
+                   line, col);
+  } else if (strcmp(c.why, "nesting deeper than the limit") == 0) {
+    aa__buf_printf(err, "(root): nested deeper than %u levels (at line %u, column %u)",
+                   max_depth, line, col);
+  } else {
+    aa__buf_printf(err, "(root): not strict JSON: %s at line %u, column %u", c.why,
+                   line, col);
   }
   return AA_EPARSE;
 }

@@ -64,33 +64,34 @@ void aa__buf_append(aa__buf *b, const char *s, size_t n) {
 
 void aa__buf_puts(aa__buf *b, const char *s) { aa__buf_append(b, s, strlen(s)); }
 
-void aa__buf_printf(aa__buf *b, const char *fmt, ...) {
-  va_list ap;
+void aa__buf_vprintf(aa__buf *b, const char *fmt, va_list ap) {
+  va_list again;
   int n;
   size_t room;
 
   if (!buf_reserve(b, 64))
     return;
   room = b->cap - b->len;
-  va_start(ap, fmt);
+  va_copy(again, ap);
   n = vsnprintf(b->data + b->len, room, fmt, ap);
-  va_end(ap);
-  if (n < 0) {
+  if (n >= 0 && (size_t)n >= room && buf_reserve(b, (size_t)n))
+    n = vsnprintf(b->data + b->len, b->cap - b->len, fmt, again);
+  va_end(again);
+  if (n < 0)
     b->failed = true;
+  if (b->failed) {
+    if (b->data != NULL)
+      b->data[b->len] = '\0';
     return;
   }
-  if ((size_t)n >= room) {
-    if (!buf_reserve(b, (size_t)n))
-      return;
-    va_start(ap, fmt);
-    n = vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      b->failed = true;
-      return;
-    }
-  }
   b->len += (size_t)n;
+}
+
+void aa__buf_printf(aa__buf *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  aa__buf_vprintf(b, fmt, ap);
+  va_end(ap);
 }
 
 /* Length of a valid UTF-8 sequence starting at s (at most n bytes), or 0. */
@@ -133,6 +134,24 @@ void aa__errf(char *err, size_t errcap, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(err, errcap, fmt, ap);
   va_end(ap);
+}
+
+void aa__errcpy(char *err, size_t errcap, const char *msg) {
+  size_t n, k;
+  if (err == NULL || errcap == 0)
+    return;
+  n = msg != NULL ? strlen(msg) : 0;
+  if (n >= errcap) {
+    /* cut before the character that does not fit whole */
+    n = errcap - 1;
+    k = n;
+    while (k > 0 && ((unsigned char)msg[k] & 0xc0) == 0x80)
+      k--;
+    n = k;
+  }
+  if (n > 0)
+    memcpy(err, msg, n);
+  err[n] = '\0';
 }
 
 void aa__json_put(aa__put_fn put, void *sink, const char *s, size_t n) {
@@ -271,10 +290,23 @@ size_t aa__log_escape(const char *s, char *out, size_t cap) {
 }
 
 void aa__log_line(const char *line) {
-  char esc[AA__LOG_LINE_MAX];
-  size_t n;
+  char small[AA__LOG_LINE_MAX];
+  char *esc = small;
+  size_t n, cap = sizeof small;
+  size_t len = strlen(line);
+  /* every byte escapes to at most 4: a line of any length fits whole (a
+   * message may quote a number of any length); the stack for short ones */
+  if (len <= (SIZE_MAX - 14) / 4 && 4 * len + 14 > cap) {
+    char *big = malloc(4 * len + 14);
+    if (big != NULL) {
+      esc = big;
+      cap = 4 * len + 14;
+    }
+  }
   memcpy(esc, "adaptalloc: ", 12);
-  n = 12 + aa__log_escape(line, esc + 12, sizeof(esc) - 13);
+  n = 12 + aa__log_escape(line, esc + 12, cap - 13);
   esc[n++] = '\n';
   fwrite(esc, 1, n, stderr);
+  if (esc != small)
+    free(esc);
 }

@@ -50,6 +50,7 @@ typedef enum aa_backend_kind {
 } aa_backend_kind;
 
 typedef struct aa_backend aa_backend;
+struct aa_backend_residency;
 
 /* The primitive interface a backend implements. All functions may be called
  * from any thread concurrently. */
@@ -104,7 +105,22 @@ typedef struct aa_backend_ops {
    * asks this before it records an event for them, so that an idle stream
    * costs one query instead of an event's record and query. */
   int (*stream_query)(aa_backend *b, aa_stream stream);
+
+  /* Optional (NULL: not offered), for backends whose pages move between
+   * the device and the host (managed memory): where the bytes the backend
+   * holds now are, as far as the driver can tell (aa_backend_residency).
+   * Called by aa_pool_stats_get with no pool lock held. */
+  int (*residency)(aa_backend *b, struct aa_backend_residency *out);
 } aa_backend_ops;
+
+/* What a backend's residency op reports, over all it holds. */
+typedef struct aa_backend_residency {
+  uint64_t device_bytes;  /* last prefetched to the backend's device, or, never
+                             prefetched, advised to prefer it */
+  uint64_t host_bytes;    /* the same for the host */
+  uint64_t unknown_bytes; /* neither, mixed below the query granularity, or
+                             beyond the query budget */
+} aa_backend_residency;
 
 /* A backend is a value: the ops table, its private context, what it is. A
  * custom backend fills one of these in and keeps it alive for as long as any
@@ -369,7 +385,7 @@ AA_EXTERN void aa_pool_classes_abort(aa_class_txn *txn);
 
 /* ------------------------------------------------------------------ stats */
 
-#define AA_STATS_VERSION 9
+#define AA_STATS_VERSION 10
 #define AA_HIST_BUCKETS 192 /* quarter doublings: bucket(size) below */
 #define AA_HH_MAX 32        /* heavy-hitter exact sizes reported */
 
@@ -446,7 +462,13 @@ typedef struct aa_pool_stats {
   uint64_t large_misses;             /* large allocations that called the backend */
   uint64_t large_settled;            /* free large chunks made usable on every stream (their work done) on
                            * the way to growing, merged with their neighbours */
-  uint64_t last_oom_unix_ms;         /* wall clock of the last aa_alloc that returned NULL
+  /* Over a backend with a residency op (managed memory; 0 otherwise): where
+   * the backend's bytes are (aa_backend_residency; every pool over that
+   * backend reports the same figures). */
+  uint64_t managed_device_bytes;
+  uint64_t managed_host_bytes;
+  uint64_t managed_unknown_bytes;
+  uint64_t last_oom_unix_ms; /* wall clock of the last aa_alloc that returned NULL
                                         (ms since 1970; 0: none yet) */
 
   uint32_t class_count;

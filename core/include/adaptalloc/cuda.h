@@ -6,7 +6,8 @@
  * adaptalloc/torch_plugin.h, under torch/.)
  *
  * The backends themselves are made with aa_backend_cuda_new() and
- * aa_backend_pinned_new() from adaptalloc/core.h. Built without CUDA
+ * aa_backend_pinned_new() from adaptalloc/core.h, and the managed-memory
+ * backend with aa_backend_managed_new() below. Built without CUDA
  * (-DAA_WITH_CUDA=OFF) every function here exists and fails cleanly:
  * constructors return AA_ENOTSUP, getters return NULL / 0.
  *
@@ -22,6 +23,7 @@
 #ifndef ADAPTALLOC_CUDA_H
 #define ADAPTALLOC_CUDA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -61,6 +63,129 @@ typedef struct aa_cuda_counts {
  * aa_backend_pinned_new. AA_EINVAL for any other backend or NULL arguments;
  * AA_ENOTSUP without CUDA. */
 AA_EXTERN int aa_backend_cuda_counts(const aa_backend *b, aa_cuda_counts *out);
+
+/* ---------------------------------------------------------- managed memory */
+
+/* Unified (managed) memory: one address valid on the host and on every GPU,
+ * pages migrated on demand by the driver (cudaMallocManaged). A pool over a
+ * managed backend hands out blocks that kernels use like device memory (the
+ * backend's kind is AA_BACKEND_DEVICE, its name "managed") and that can be
+ * moved to the host and back with aa_managed_prefetch.
+ *
+ * The safety cap: managed memory can oversubscribe the GPU (more than it
+ * has, pages evicted to the host as needed); on a shared GPU that can stall
+ * or hang the card for every process on it, not only this one. So unless
+ * allow_oversubscribe is set, every reservation the backend makes (a slab or
+ * a large segment, not every aa_alloc) is checked first against the device's
+ * free memory (cudaMemGetInfo now): refused when
+ *     held + requested > device_free + held_on_device
+ * held being the managed bytes the backend holds already and held_on_device
+ * those of them whose last prefetch went to the device (they are already
+ * counted out of device_free). The refusal is AA_ELIMIT from the backend
+ * (aa_alloc returns NULL, the pool's OOM path runs) and its figures are kept:
+ * aa_managed_last_refusal. */
+
+/* Where managed memory is advised to live or be read from. */
+typedef enum aa_managed_location {
+  AA_MANAGED_LOC_NONE = 0,   /* no advice */
+  AA_MANAGED_LOC_DEVICE = 1, /* the backend's device */
+  AA_MANAGED_LOC_HOST = 2    /* the CPU */
+} aa_managed_location;
+
+/* "none", "device", "host"; "?" for anything else (the policy's names). */
+AA_EXTERN const char *aa_managed_location_name(aa_managed_location loc);
+
+#define AA_MANAGED_CONFIG_VERSION 1
+
+/* A managed backend's settings (a value type; version and size first). The
+ * advice is given with cudaMemAdvise to every reservation as it is made. */
+typedef struct aa_managed_config {
+  uint32_t version;                       /* AA_MANAGED_CONFIG_VERSION */
+  uint32_t size;                          /* sizeof(aa_managed_config) */
+  int device;                             /* CUDA ordinal (default 0) */
+  aa_managed_location preferred_location; /* cudaMemAdviseSetPreferredLocation */
+  aa_managed_location accessed_by;        /* cudaMemAdviseSetAccessedBy */
+  bool read_mostly;                       /* cudaMemAdviseSetReadMostly */
+  bool allow_oversubscribe;               /* skip the safety cap (see above);
+                                             default false */
+} aa_managed_config;
+
+/* Defaults: device 0, no advice, the cap on. */
+AA_EXTERN void aa_managed_config_init(aa_managed_config *cfg);
+
+/* A backend over cudaMallocManaged (cudaMemAttachGlobal) on cfg->device.
+ * *out is owned by the caller: aa_backend_destroy, after every pool over it.
+ * AA_EINVAL for a NULL or wrong-version config, a bad location or device
+ * number; AA_ENODEV when there is no such GPU or it cannot do managed memory
+ * (cudaDevAttrManagedMemory); AA_ENOTSUP without CUDA. */
+AA_EXTERN int aa_backend_managed_new(const aa_managed_config *cfg,
+                                     aa_backend **out);
+
+/* Whether b was made by aa_backend_managed_new (false for NULL). */
+AA_EXTERN bool aa_backend_is_managed(const aa_backend *b);
+
+/* The location meaning "the host" for aa_managed_prefetch (cudaCpuDeviceId). */
+#define AA_MANAGED_HOST (-1)
+
+/* Moves the pages of [ptr, ptr + size) to `device` (a CUDA ordinal) or to
+ * the host (AA_MANAGED_HOST), in order on `stream` (cudaMemPrefetchAsync;
+ * the call returns at once). `b` is the managed backend the memory came
+ * from (checked: its memory must be managed), or NULL for any managed memory.
+ * AA_EINVAL for NULL ptr, size 0, memory that is not managed, a bad
+ * device; AA_ENOTSUP without CUDA; AA_EBACKEND when the driver refuses
+ * (a device without concurrent managed access cannot prefetch). */
+AA_EXTERN int aa_managed_prefetch(const aa_backend *b, const void *ptr,
+                                  size_t size, int device, aa_stream stream);
+
+/* Gives [ptr, ptr + size) the advice of `cfg` (its device, locations and
+ * read_mostly; allow_oversubscribe is ignored) on top of what it has: a
+ * location NONE or read_mostly false leaves that advice alone. Advice is
+ * per page, so memory sharing a page with the range gets it too. */
+AA_EXTERN int aa_managed_advise(const void *ptr, size_t size,
+                                const aa_managed_config *cfg);
+
+#define AA_MANAGED_RANGE_VERSION 1
+
+/* What the driver says of a managed range (cudaMemRangeGetAttribute). A
+ * location is a CUDA ordinal, AA_MANAGED_HOST, or AA_MANAGED_UNSET (no
+ * advice or prefetch, or not the same for the whole range). */
+#define AA_MANAGED_UNSET (-2)
+typedef struct aa_managed_range {
+  uint32_t version;           /* AA_MANAGED_RANGE_VERSION */
+  uint32_t size;              /* sizeof(aa_managed_range) */
+  int preferred_location;     /* cudaMemRangeAttributePreferredLocation */
+  int last_prefetch_location; /* cudaMemRangeAttributeLastPrefetchLocation */
+  int read_mostly;            /* 1 when the whole range is read-mostly */
+  uint32_t n_accessed_by;     /* entries of accessed_by in use */
+  int accessed_by[8];         /* cudaMemRangeAttributeAccessedBy */
+} aa_managed_range;
+
+/* Fills *out for [ptr, ptr + size). AA_EINVAL for bad arguments or memory
+ * that is not managed; AA_ENOTSUP without CUDA. */
+AA_EXTERN int aa_managed_range_info(const void *ptr, size_t size,
+                                    aa_managed_range *out);
+
+#define AA_MANAGED_REFUSAL_VERSION 1
+
+/* The last reservation the safety cap refused (a value type). */
+typedef struct aa_managed_refusal {
+  uint32_t version; /* AA_MANAGED_REFUSAL_VERSION */
+  uint32_t size;    /* sizeof(aa_managed_refusal) */
+  uint64_t count;   /* refusals by this backend so far */
+  int32_t device;
+  uint32_t reserved0;
+  uint64_t requested;      /* bytes the reservation asked for */
+  uint64_t held;           /* managed bytes the backend held then */
+  uint64_t held_on_device; /* of them, last prefetched to the device */
+  uint64_t device_free;    /* cudaMemGetInfo's free bytes then */
+  char message[256];       /* the refusal in words, naming the figures */
+} aa_managed_refusal;
+
+/* Fills *out with the backend's last refusal: AA_OK, or AA_ENOENT (count 0,
+ * message "") when none happened; AA_EINVAL when b is not a managed
+ * backend; AA_ENOTSUP without CUDA. */
+AA_EXTERN int aa_managed_last_refusal(const aa_backend *b,
+                                      aa_managed_refusal *out);
 
 /* ----------------------------------------------------------- pinned memory */
 

@@ -20,6 +20,12 @@ The pinned pool from Python (docs/torch.md):
     mapped_empty(shape, dtype)   host and CUDA tensors over the same memory
     serve_pinned()               torch's own pinned memory from the pool
 
+Managed (unified) memory (docs/cuda.md):
+    managed_empty(shape, dtype, device, advise=, prefetch=)   CUDA tensor in
+                                 managed memory, from a managed pool
+    prefetch(tensor, device|'cpu')   move its pages (cudaMemPrefetchAsync)
+    managed_range_info(tensor)   the driver's advice and prefetch location
+
 Per-kind regions (native allocator): ``with region("kv_cache"):`` sends the
 thread's CUDA allocations to a named pool with its own policy section.
 
@@ -28,7 +34,7 @@ the modules read through it (_mode, _pluggable, _plug_lib, _ext; tests and
 benchmarks set them here) and re-exports the public names. Each concern is a
 module of its own: _install (install, the pluggable fallback), _regions,
 _pinned (the pinned pool's tensors), _pack, _prefetch (Prefetcher and its
-staging thread).
+staging thread), _managed (managed-memory tensors).
 """
 import os
 
@@ -44,7 +50,8 @@ except ImportError as _e:  # the package works without torch; these do not
 
 __all__ = ["install", "installed", "pluggable_library", "native_available",
            "pinned_empty", "pin", "record_stream", "pack", "Prefetcher", "mapped_empty",
-           "serve_pinned", "region", "current_region"]
+           "serve_pinned", "region", "current_region", "managed_empty", "prefetch",
+           "managed_range_info"]
 
 try:  # C++ helpers built against the torch present at install time
     from adaptalloc import _torch_ext as _ext
@@ -75,3 +82,5 @@ from adaptalloc.torch._pinned import (  # noqa: E402
     mapped_empty, pin, pinned_empty, record_stream, serve_pinned)
 from adaptalloc.torch._pack import pack  # noqa: E402
 from adaptalloc.torch._prefetch import Prefetcher  # noqa: E402
+from adaptalloc.torch._managed import (  # noqa: E402
+    managed_empty, managed_range_info, prefetch)

@@ -101,9 +101,10 @@ def _install_pluggable(torch, record_stream):
 def install(*, model=None, policy=None, policy_dir=None, db=None, http=None, token=None,
             trace=None, native=True, record_stream=True):
     """Makes adaptalloc PyTorch's CUDA allocator. Call it before the first
-    CUDA allocation. The keywords set the runtime's environment
-    (ADAPTALLOC_MODEL, _POLICY, _POLICY_DIR, _DB, _HTTP, _TOKEN, _TRACE;
-    db=False / http=False mean "off"); None leaves a variable as it is.
+    CUDA allocation. The keywords configure the runtime as
+    adaptalloc.configure() does (over ADAPTALLOC_MODEL, _POLICY, _POLICY_DIR,
+    _DB, _HTTP, _TOKEN, _TRACE; db=False / http=False mean "off"); None
+    leaves a setting as it is.
 
     native=True (default) uses the native allocator, with every torch.cuda
     memory call, OOM as torch.OutOfMemoryError and CUDA graphs; when it is
@@ -127,19 +128,16 @@ def install(*, model=None, policy=None, policy_dir=None, db=None, http=None, tok
             raise RuntimeError("adaptalloc.torch.install: no CUDA device is available to "
                                "PyTorch (torch.cuda.is_available() is False)")
         _check_untouched(torch)
-        saved = {k: os.environ.get(k) for k in adaptalloc.ENV.values()}
-        saved["ADAPTALLOC_POLICY_DIR"] = os.environ.get("ADAPTALLOC_POLICY_DIR")
+        saved = dict(adaptalloc._configured)
         adaptalloc.configure(model=model, policy=policy, policy_dir=policy_dir, db=db,
                              http=http, token=token, trace=trace)
         try:
             return _install_locked(torch, native, record_stream)
         except BaseException:
-            if not adaptalloc.started():  # nothing read the environment yet: undo it
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
+            if not adaptalloc.started():  # nothing took the configuration yet: undo it
+                adaptalloc._configured.clear()
+                adaptalloc._configured.update(saved)
+                adaptalloc._configure_c(saved)
             raise
 
 

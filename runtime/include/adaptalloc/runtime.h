@@ -1,15 +1,23 @@
 /*
  * adaptalloc/runtime.h — the embedding glue.
  *
- * The runtime reads the ADAPTALLOC_* environment (see README "Environment"),
- * creates pools on demand (one per CUDA device, one pinned, one host), loads
- * the policy, and starts the store's writer thread, the policy loop and the
- * HTTP server. Everything starts on first use; nothing it does can make an
+ * A runtime (aa_runtime) creates pools on demand (one per CUDA device, one
+ * pinned, one host), loads the policy, and starts the store's writer thread,
+ * the policy loop and the HTTP server. Nothing it does can make an
  * allocation fail: a store, policy or server that cannot start is logged once
  * and left off.
  *
- * Ownership: the runtime is a process-wide singleton; pools it returns are
- * owned by it and live until aa_runtime_shutdown().
+ * A process has one default runtime, the one the calls without a handle
+ * (aa_runtime_init, aa_runtime_pool, ... aa_runtime_shutdown) work on and the
+ * PyTorch allocator uses; it starts on first use with the configuration
+ * aa_runtime_configure gave, else the ADAPTALLOC_* environment (README
+ * "Environment"). More runtimes can be made with aa_runtime_new, each with
+ * its own configuration, pools, store, loop and server; the aa_rt_* calls
+ * work on the one they are given. The environment is read in one place,
+ * aa_runtime_config_from_env.
+ *
+ * Ownership: a runtime owns its pools; they live until aa_runtime_shutdown()
+ * (the default one) or aa_runtime_destroy() (one made by aa_runtime_new).
  */
 #ifndef ADAPTALLOC_RUNTIME_H
 #define ADAPTALLOC_RUNTIME_H
@@ -20,29 +28,83 @@
 extern "C" {
 #endif
 
-#define AA_RUNTIME_CONFIG_VERSION 1
+/* A runtime: its configuration, its pools, its store, loop and server.
+ * Opaque. The aa_runtime_* calls without a handle work on the process's
+ * default runtime; the aa_rt_* calls on the one they are given. */
+typedef struct aa_runtime aa_runtime;
 
-/* Overrides for the environment (NULL/0 fields fall back to the environment,
- * then to the defaults). */
+#define AA_RUNTIME_CONFIG_VERSION 2
+
+/* A runtime's configuration: a value type. The strings are borrowed: read
+ * (copied) by the call that takes the config, never kept. A NULL or empty
+ * string, trace -1, a rank -1 is "not set": the default (in brackets) then
+ * applies. Each field names the environment variable that
+ * aa_runtime_config_from_env reads into it. */
 typedef struct aa_runtime_config {
+  uint32_t size;           /* sizeof(aa_runtime_config) */
   uint32_t version;        /* AA_RUNTIME_CONFIG_VERSION */
-  const char *model;       /* ADAPTALLOC_MODEL */
-  const char *policy_path; /* ADAPTALLOC_POLICY */
-  const char *policy_dir;  /* ADAPTALLOC_POLICY_DIR */
-  const char *db;          /* ADAPTALLOC_DB ("off" disables) */
-  const char *http;        /* ADAPTALLOC_HTTP ("off" disables) */
-  const char *token;       /* ADAPTALLOC_TOKEN */
-  int trace;               /* ADAPTALLOC_TRACE: -1 = from env, 0/1 */
-  bool quiet;              /* no log lines on stderr except errors */
+  const char *model;       /* ADAPTALLOC_MODEL ["default"]: a plain name */
+  const char *policy_path; /* ADAPTALLOC_POLICY [none: <policy_dir>/<model>.json] */
+  const char *policy_dir;  /* ADAPTALLOC_POLICY_DIR [./policies or the installed] */
+  const char *db;          /* ADAPTALLOC_DB ["./adaptalloc.db"; "off" disables;
+                              "{rank}" becomes local_rank, else rank, else 0] */
+  const char *http;        /* ADAPTALLOC_HTTP ["127.0.0.1:9100"; "off" disables;
+                              docs/http.md "Address"] */
+  const char *token;       /* ADAPTALLOC_TOKEN [none]: bytes 0x21..0x7e */
+  int trace;               /* ADAPTALLOC_TRACE: 1 on; 0 or -1 off */
+  bool quiet;              /* ADAPTALLOC_QUIET set: no log lines but errors */
+  int rank;                /* RANK [-1 unset]: /stats, /metrics, the run row */
+  int local_rank;          /* LOCAL_RANK [-1]: {rank}, the "+rank" port */
+  int world_size;          /* WORLD_SIZE [-1 unset, else >= 1] */
 } aa_runtime_config;
 
+/* Sets every field of cfg to "not set", size and version to this header's. */
 AA_EXTERN void aa_runtime_config_init(aa_runtime_config *cfg);
 
-/* Starts the runtime once (later calls return the first call's result).
- * cfg may be NULL (environment only). Returns AA_OK even when optional parts
- * (store, server, policy) failed to start; those failures are logged and
- * visible in /stats. */
+/* Fills cfg (aa_runtime_config_init first) from the environment: the one
+ * place the runtime reads it. Unset or empty variables leave a field unset.
+ * The strings point into the environment: valid until it changes (setenv,
+ * unsetenv, putenv); take the config before that. A value that cannot be
+ * one (ADAPTALLOC_TRACE other than 1, 0 or off; RANK, LOCAL_RANK or
+ * WORLD_SIZE not a number in range) is said in one line and left unset
+ * (trace: off). The other rules (length, model name, token bytes) apply
+ * when a runtime takes the config. AA_EINVAL for a NULL cfg. */
+AA_EXTERN int aa_runtime_config_from_env(aa_runtime_config *cfg);
+
+/* Sets the configuration the default runtime starts with, in place of the
+ * environment (cfg is copied, strings included). The last call before the
+ * start wins; fields left unset take their defaults, not the environment's
+ * values (start from aa_runtime_config_from_env to keep those).
+ * AA_EBUSY once the default runtime has taken its configuration (it
+ * started); AA_EINVAL for a NULL cfg or another size or version; nothing
+ * changes then. */
+AA_EXTERN int aa_runtime_configure(const aa_runtime_config *cfg);
+
+/* Starts the default runtime once (later calls return the first call's
+ * result). Its configuration: aa_runtime_configure's, else the environment,
+ * with the set fields of cfg (may be NULL) on top. Returns AA_OK even when
+ * optional parts (store, server, policy) failed to start; those failures
+ * are logged and visible in /stats. AA_EINVAL for a cfg of another size or
+ * version. */
 AA_EXTERN int aa_runtime_init(const aa_runtime_config *cfg);
+
+/* Makes a runtime of its own, configured by cfg alone (NULL: every default;
+ * the environment is not read: pass aa_runtime_config_from_env's result for
+ * that), and starts it: its policy, store, loop and server, as the default
+ * one's. Its pools are made on first use (aa_rt_pool). Settings refused by
+ * the rules (see aa_runtime_config) are logged and left off, as for the
+ * default runtime: *out is still made. Two runtimes must not share a
+ * database file or a port. The end of its store run at exit() is not
+ * registered (the default runtime's is): destroy it before the process
+ * ends, or its run stays unended. AA_EINVAL (a NULL out, a cfg of another
+ * size or version, a field out of range) or AA_ENOMEM; *out NULL then.
+ * Ownership: the caller owns *out and frees it with aa_runtime_destroy. */
+AA_EXTERN int aa_runtime_new(const aa_runtime_config *cfg, aa_runtime **out);
+
+/* Stops rt's server, loop and store (ending its run, flushed), destroys its
+ * pools and frees rt. Pointers from its pools and rt itself are invalid
+ * after it. NULL does nothing. */
+AA_EXTERN void aa_runtime_destroy(aa_runtime *rt);
 
 /* Whether the runtime has started (aa_runtime_init ran, or a pool was asked
  * for) and is not shut down. */
@@ -52,6 +114,17 @@ AA_EXTERN bool aa_runtime_started(void);
  * AA_BACKEND_PINNED, AA_BACKEND_HOST), created on first use; starts the
  * runtime if needed. NULL if that backend cannot be had (no GPU, no CUDA). */
 AA_EXTERN aa_pool *aa_runtime_pool(aa_backend_kind kind, int device);
+
+/* The runtime's managed-memory pool of CUDA device `device`, named
+ * "managed<device>" (adaptalloc.torch.managed_empty's), created on first use
+ * over its own managed backend (aa_backend_managed_new, docs/cuda.md) with
+ * the policy's device section: its slabs and classes, and its advise and
+ * allow_oversubscribe when that section says backend "managed" (else no
+ * advice and the safety cap on). Owned by the runtime like aa_runtime_pool's.
+ * NULL without CUDA, without such a GPU or managed-memory support (logged
+ * once). Device pools and region pools whose policy section says backend
+ * "managed" are managed too, each over a managed backend of its own. */
+AA_EXTERN aa_pool *aa_runtime_managed_pool(int device);
 
 /* Fills cfg (after aa_pool_config_init) with the settings the policy in
  * force gives the pool of a backend kind: slab and class ladder, thread
@@ -152,6 +225,24 @@ AA_EXTERN int aa_runtime_oom_json(char **out, size_t *len);
  * (called from a signal handler that interrupted an allocation) gives the
  * run up, says so, and exits; aa_runtime_shutdown then does nothing. */
 AA_EXTERN void aa_runtime_shutdown(void);
+
+/* ------------------------------------------------ on a runtime given */
+
+/* The same calls on the runtime rt (the default one's are above):
+ * aa_rt_pool as aa_runtime_pool, and so on. NULL rt: NULL, 0 or AA_EINVAL. */
+AA_EXTERN aa_pool *aa_rt_pool(aa_runtime *rt, aa_backend_kind kind, int device);
+AA_EXTERN aa_pool *aa_rt_managed_pool(aa_runtime *rt, int device);
+AA_EXTERN int aa_rt_http_port(aa_runtime *rt);
+AA_EXTERN int aa_rt_http_address(aa_runtime *rt, char *buf, size_t cap);
+AA_EXTERN int64_t aa_rt_run_id(aa_runtime *rt);
+AA_EXTERN int aa_rt_stats_json(aa_runtime *rt, char **out, size_t *len);
+AA_EXTERN int aa_rt_policy_json(aa_runtime *rt, char **out, uint64_t *version);
+AA_EXTERN int aa_rt_policy_update(aa_runtime *rt, const char *json, size_t len,
+                                  bool patch, const char *source,
+                                  uint64_t if_match, uint64_t *new_version,
+                                  char *err, size_t errcap);
+AA_EXTERN int aa_rt_last_oom(aa_runtime *rt, aa_oom_info *out, uint64_t *total);
+AA_EXTERN int aa_rt_oom_json(aa_runtime *rt, char **out, size_t *len);
 
 #ifdef __cplusplus
 }

@@ -40,7 +40,7 @@ extern "C" {
 
 /* The newest schema version (PRAGMA user_version) this library writes and
  * reads. A database with a higher user_version is refused (AA_ESTALE). */
-#define AA_STORE_SCHEMA_VERSION 4
+#define AA_STORE_SCHEMA_VERSION 5
 
 typedef struct aa_store aa_store;
 
@@ -115,6 +115,9 @@ typedef struct aa_store_run_info {
   const char *config_json; /* free-form JSON describing the configuration
                               (environment, options); NULL = none. Stored as
                               given; shown as JSON by the readers when valid */
+  int32_t local_rank;      /* rank on this host; -1 = none (stored NULL).
+                              0 in a zeroed struct: set -1 when unknown */
+  int32_t world_size;      /* ranks in the job; 0 or -1 = none (stored NULL) */
 } aa_store_run_info;
 
 /* Inserts a run row and makes it the current run: later snapshots and trace

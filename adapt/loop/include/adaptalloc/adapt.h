@@ -203,9 +203,9 @@ AA_EXTERN int aa_adapt_loop_new(const aa_adapt_loop_config *cfg,
 /* Registers a pool (borrowed: it must outlive its registration) and takes its
  * baseline snapshot. AA_EEXIST if already registered, AA_ELIMIT beyond
  * AA_ADAPT_LOOP_MAX_POOLS. */
-/* every pool a runtime can make: 64 devices, host, pinned, 64 region pools
- * (runtime_services.c asserts it) */
-#define AA_ADAPT_LOOP_MAX_POOLS 160
+/* every pool a runtime can make: 64 devices, 64 managed (one per device),
+ * host, pinned, 64 region pools (runtime_policy.c asserts it) */
+#define AA_ADAPT_LOOP_MAX_POOLS 224
 AA_EXTERN int aa_adapt_loop_add_pool(aa_adapt_loop *loop, aa_pool *pool);
 /* Unregisters a pool; when this returns the loop no longer touches it.
  * AA_ENOENT if it was not registered. */

@@ -6,7 +6,8 @@
  * Schema: policies/schema.json). It holds, per pool ("device", "pinned",
  * "host"): slab size, largest small class, the class table (explicit sizes,
  * explicit {size, cache_limit, prefill} objects, or a ladder spec), thread
- * cache bounds, the large path and a reserve limit; the adapt loop's
+ * cache bounds, the large path, a reserve limit and (device and regions)
+ * the backend: "managed" memory with its advice and safety cap; the adapt loop's
  * parameters; telemetry settings. Every field has a default, so "{}" is a
  * valid policy (the built-in default).
  *
@@ -14,6 +15,12 @@
  * any error *out is NULL, nothing changes, and err (when non-NULL) gets one
  * NUL-terminated message naming the JSON path and the rule, for example
  *   pools.device.classes[3]: 1000 is not a multiple of 512
+ * A message quotes a number as the document wrote it, every digit however
+ * many (12345678901234567890 is not the double's 12345678901234567168, a
+ * 1000-digit integer is not "inf"). So a message is as long as the number it
+ * quotes: the _msg forms hand it back whole (malloc'd); the others cut it to
+ * errcap - 1 bytes (never half a UTF-8 character), which holds it whole when
+ * errcap is at least len + 1024 (a path, the rule and the number).
  * Documents over AA_POLICY_MAX_BYTES or nested deeper than AA_POLICY_MAX_DEPTH
  * are refused before cJSON sees them; so are invalid UTF-8, duplicate keys,
  * unknown keys, wrong types, non-integers where integers are due, numbers
@@ -37,6 +44,7 @@
 
 #include "adaptalloc/common.h"
 #include "adaptalloc/core.h"
+#include "adaptalloc/cuda.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,7 +52,7 @@ extern "C" {
 
 #define AA_POLICY_MAX_BYTES (64u * 1024u) /* larger documents are refused */
 #define AA_POLICY_MAX_DEPTH 32            /* deeper nesting is refused */
-#define AA_POLICY_ERR_CAP 256             /* a buffer this big holds any message */
+#define AA_POLICY_ERR_CAP 256             /* holds any message but the number it quotes */
 #define AA_POLICY_MAX_REGIONS 16          /* pools.regions sections at most */
 
 typedef struct aa_policy aa_policy; /* opaque */
@@ -98,12 +106,19 @@ AA_EXTERN int aa_policy_default(aa_policy **out);
  * *out is NULL and err (errcap bytes, may be NULL/0) gets the message. */
 AA_EXTERN int aa_policy_parse(const char *json, size_t len, aa_policy **out,
                               char *err, size_t errcap);
+/* The same; on error *errmsg (may be NULL) gets the whole message, malloc'd
+ * (the caller free()s it; NULL when out of memory), and NULL on success. */
+AA_EXTERN int aa_policy_parse_msg(const char *json, size_t len, aa_policy **out,
+                                  char **errmsg);
 
 /* Reads a file and parses it as above. AA_EIO (with the errno text in err) when
  * the file cannot be read; AA_EPARSE when it is over AA_POLICY_MAX_BYTES.
  * Messages are prefixed with the path. */
 AA_EXTERN int aa_policy_load_file(const char *path, aa_policy **out, char *err,
                                   size_t errcap);
+/* The same, with the whole message malloc'd into *errmsg (as _parse_msg). */
+AA_EXTERN int aa_policy_load_file_msg(const char *path, aa_policy **out,
+                                      char **errmsg);
 
 /* Complete policies. A policy put in force whole (a start-up file,
  * PUT /policy, aa_runtime_policy_update without patch) must name every part
@@ -132,6 +147,8 @@ AA_EXTERN int aa_policy_parse_complete(const char *json, size_t len,
                                        aa_policy **out, char *err, size_t errcap);
 AA_EXTERN int aa_policy_load_file_complete(const char *path, aa_policy **out,
                                            char *err, size_t errcap);
+AA_EXTERN int aa_policy_load_file_complete_msg(const char *path, aa_policy **out,
+                                               char **errmsg);
 
 /* Serialises a policy as a pretty-printed JSON object, every field explicit
  * (defaults included), "version" first. malloc'd, NUL-terminated; the caller
@@ -146,6 +163,10 @@ AA_EXTERN char *aa_policy_to_json(const aa_policy *p);
 AA_EXTERN int aa_policy_merge_patch(const aa_policy *base, const char *patch,
                                     size_t len, aa_policy **out, char *err,
                                     size_t errcap);
+/* The same, with the whole message malloc'd into *errmsg (as _parse_msg). */
+AA_EXTERN int aa_policy_merge_patch_msg(const aa_policy *base, const char *patch,
+                                        size_t len, aa_policy **out,
+                                        char **errmsg);
 
 /* True when a and b have the same content (the version is not compared).
  * Two NULLs are equal. */
@@ -190,6 +211,15 @@ AA_EXTERN bool aa_policy_has_region(const aa_policy *p, const char *name);
 AA_EXTERN int aa_policy_pool_config(const aa_policy *p, const char *pool,
                                     aa_pool_config *cfg, aa_class_spec *classes,
                                     size_t cap, size_t *n);
+
+/* The backend section `pool` selects (as for aa_policy_pool_config):
+ * *managed (may be NULL) is true for backend "managed"; then *mc (may be
+ * NULL; aa_managed_config_init'ed first, its device left 0 for the caller
+ * to set) gets the advice and allow_oversubscribe. AA_OK; AA_ENOENT for a
+ * region section the policy lacks; AA_EINVAL for a NULL policy or an
+ * unknown pool name. */
+AA_EXTERN int aa_policy_pool_backend(const aa_policy *p, const char *pool,
+                                     bool *managed, aa_managed_config *mc);
 
 /* The section that configures a pool: "regions.<name>" when the pool serves
  * a region the policy has a section for, else its backend's ("device",

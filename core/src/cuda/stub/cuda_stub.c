@@ -118,3 +118,56 @@ int aa_packer_sync(aa_packer *pk) {
 }
 
 void aa_packer_destroy(aa_packer *pk) { (void)pk; }
+
+int aa_backend_managed_new(const aa_managed_config *cfg, aa_backend **out) {
+  (void)cfg;
+  if (out)
+    *out = NULL;
+  return AA_ENOTSUP;
+}
+
+bool aa_backend_is_managed(const aa_backend *b) {
+  (void)b;
+  return false;
+}
+
+int aa_managed_prefetch(const aa_backend *b, const void *ptr, size_t size,
+                        int device, aa_stream stream) {
+  (void)b;
+  (void)ptr;
+  (void)size;
+  (void)device;
+  (void)stream;
+  return AA_ENOTSUP;
+}
+
+int aa_managed_advise(const void *ptr, size_t size,
+                      const aa_managed_config *cfg) {
+  (void)ptr;
+  (void)size;
+  (void)cfg;
+  return AA_ENOTSUP;
+}
+
+int aa_managed_range_info(const void *ptr, size_t size, aa_managed_range *out) {
+  (void)ptr;
+  (void)size;
+  if (out) {
+    memset(out, 0, sizeof *out);
+    out->version = AA_MANAGED_RANGE_VERSION;
+    out->size = (uint32_t)sizeof *out;
+    out->preferred_location = AA_MANAGED_UNSET;
+    out->last_prefetch_location = AA_MANAGED_UNSET;
+  }
+  return AA_ENOTSUP;
+}
+
+int aa_managed_last_refusal(const aa_backend *b, aa_managed_refusal *out) {
+  (void)b;
+  if (out) {
+    memset(out, 0, sizeof *out);
+    out->version = AA_MANAGED_REFUSAL_VERSION;
+    out->size = (uint32_t)sizeof *out;
+  }
+  return AA_ENOTSUP;
+}

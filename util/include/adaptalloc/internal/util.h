@@ -43,6 +43,7 @@ __attribute__((format(printf, 2, 3)))
 #endif
 void
 aa__buf_printf(aa__buf *b, const char *fmt, ...);
+void aa__buf_vprintf(aa__buf *b, const char *fmt, va_list ap);
 /* Appends s (n bytes) as a JSON string with quotes (aa__json_put). */
 void aa__buf_json_str(aa__buf *b, const char *s, size_t n);
 /* The same for a NUL-terminated string; NULL gives null. */
@@ -60,6 +61,10 @@ void aa__errf(char *err, size_t errcap, const char *fmt, ...)
 #endif
     ;
 
+/* Copies msg into err (errcap bytes) when err is non-NULL and errcap > 0,
+ * cut to errcap - 1 bytes before a character that does not fit whole. */
+void aa__errcpy(char *err, size_t errcap, const char *msg);
+
 /* Receives n bytes of output. */
 typedef void (*aa__put_fn)(void *sink, const char *s, size_t n);
 
@@ -74,17 +79,38 @@ void aa__json_put(aa__put_fn put, void *sink, const char *s, size_t n);
  * UTF-8 is kept. Writes at most cap - 1 bytes and a NUL into out (never half
  * an escape or a character); returns the length written. */
 size_t aa__log_escape(const char *s, char *out, size_t cap);
-/* Writes "adaptalloc: <line escaped>\n" to stderr in one call; the escaped
- * line is cut at AA__LOG_LINE_MAX bytes. */
+/* Writes "adaptalloc: <line escaped>\n" to stderr in one call, whole
+ * whatever its length (cut at AA__LOG_LINE_MAX bytes only when out of
+ * memory). */
 #define AA__LOG_LINE_MAX 4096
 void aa__log_line(const char *line);
+
+/* json_strict.c: the number tokens of a document, in document order (the
+ * order in which a depth-first walk of cJSON's tree meets them): byte offset
+ * and length of each, so that a message can quote a number as the document
+ * wrote it (cJSON keeps only a double). malloc'd; aa__json_numbers_free. */
+typedef struct aa__json_numbers {
+  struct aa__json_token {
+    size_t off, len;
+  } * at;
+  size_t n, cap;
+} aa__json_numbers;
+void aa__json_numbers_free(aa__json_numbers *nums);
 
 /* json_strict.c: RFC 8259 grammar on bytes already known to be UTF-8 (one
  * leading byte-order mark allowed), refusing what cJSON lets through:
  * leading zeros, raw control bytes in strings, \u0000, unpaired surrogate
- * escapes, a second byte-order mark, nesting over max_depth. AA_EPARSE with
- * "(root): ... at line L, column C" in err. */
+ * escapes, a second byte-order mark, nesting over max_depth, and integers of
+ * 22 digits or more (beyond every field). AA_EPARSE with "(root): ... at
+ * line L, column C" appended to err (may be NULL). nums (may be NULL) gets
+ * every number token; AA_ENOMEM (nums freed) when it cannot. Offsets count
+ * from json[0]. A message quotes a number whole up to quote_max bytes
+ * (SIZE_MAX: always), as aa__buf_number. */
 int aa__json_strict_check(const char *json, size_t len, unsigned max_depth,
-                          char *err, size_t errcap);
+                          size_t quote_max, aa__buf *err, aa__json_numbers *nums);
+/* Appends a number's text s (n bytes): whole when n <= quote_max, else its
+ * first 40 and last 8 bytes and its length ("1234...7890 (1000
+ * characters)"), for messages that must fit a fixed buffer. */
+void aa__buf_number(aa__buf *b, const char *s, size_t n, size_t quote_max);
 
 #endif
