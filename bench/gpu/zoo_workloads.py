@@ -39,20 +39,27 @@ def wl_kvgen(torch, dev):
     return step, 2 * len(pairs), len(pairs)
 
 
-def wl_cnn(torch, dev):
+def cnn_net(torch):
+    """cnn's ResNet-style conv net (on the CPU; the caller seeds and moves
+    it); bench_maxbatch.py trains it too."""
     import torch.nn as nn
-
-    torch.manual_seed(0)
 
     def block(cin, cout, stride):
         return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout),
                              nn.ReLU(inplace=True), nn.Conv2d(cout, cout, 3, 1, 1, bias=False),
                              nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
 
-    model = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
-                          block(64, 64, 1), block(64, 128, 2), block(128, 256, 2),
-                          block(256, 512, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                          nn.Linear(512, 1000)).to(dev)
+    return nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                         block(64, 64, 1), block(64, 128, 2), block(128, 256, 2),
+                         block(256, 512, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(512, 1000))
+
+
+def wl_cnn(torch, dev):
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    model = cnn_net(torch).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     batches = [32, 64, 128, 96, 48]
     lossf = nn.CrossEntropyLoss()

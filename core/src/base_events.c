@@ -47,7 +47,7 @@ void aa__event_release(aa_pool *pool, void *ev) {
 }
 
 uint32_t aa__stream_events(aa_pool *pool, const aa_stream *xs, uint32_t nxs, aa_stream stream,
-                           void ***evs, bool *synced) {
+                           bool own, void ***evs, bool *synced) {
   aa_backend *b = pool->backend;
   void **ev = calloc((size_t)nxs + 1, sizeof *ev);
   uint32_t n = 0;
@@ -62,7 +62,7 @@ uint32_t aa__stream_events(aa_pool *pool, const aa_stream *xs, uint32_t nxs, aa_
     else
       failed = true;
   }
-  if (!failed && n > 0) {
+  if (!failed && n > 0 && own) {
     if (b->ops->event_record(b, stream, &ev[n]) == AA_OK)
       n++;
     else

@@ -522,6 +522,7 @@ struct aa_pool {
   uint64_t large_req;
   uint64_t large_allocs, large_frees;
   uint64_t large_misses;  /* large allocations that called the backend (a segment, page maps) */
+  bool lmerge_due;        /* a free chunk became usable everywhere: merge first (large.c) */
   uint64_t large_settled; /* free chunks whose streams' work had completed, made usable
                            * everywhere on the way to growing (large.c settle) */
 
@@ -599,13 +600,17 @@ bool aa__stream_idle(aa_pool *pool, aa_stream stream);
  * small and the large path. */
 void aa__event_release(aa_pool *pool, void *ev);
 /* A block freed on `stream` whose work also ran on the record_stream'd
- * streams xs[0..nxs): records an event on each of those but `stream`, then
- * (when any was recorded) one on `stream`. Returns how many, the array in
- * *evs (the caller's), 0 when none is needed. When an event cannot be made
- * it waits for the device instead (*synced true, 0 events): the block may be
- * reused at once. The one rule for the small and the large path. */
+ * streams xs[0..nxs): records an event on each of those but `stream`, then,
+ * with `own` and when any was recorded, one on `stream`. Returns how many,
+ * the array in *evs (the caller's), 0 when none is needed. When an event
+ * cannot be made it waits for the device instead (*synced true, 0 events):
+ * the block may be reused at once. With `own` the block is usable anywhere
+ * once the events have completed (the small path's stream lists); without,
+ * it is a block freed on `stream` once they have (the large path: as
+ * PyTorch's caching allocator, which waits for the other streams only, so a
+ * side stream's block is not held for that stream's later work). */
 uint32_t aa__stream_events(aa_pool *pool, const aa_stream *xs, uint32_t nxs, aa_stream stream,
-                           void ***evs, bool *synced);
+                           bool own, void ***evs, bool *synced);
 /* The stream a record_stream'd block freed on `stream` is put back on with
  * no event: freed on the host pseudo-stream (the freer has no GPU work
  * behind it) with one recorded stream X, it is a block freed on X (usable

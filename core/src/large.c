@@ -222,20 +222,24 @@ static void park(aa_pool *pool, aa__chunk *c) {
 
 /* Whether a free chunk may be handed out on `stream` now: its freeing stream
  * is idle (no event needed), or the event recorded on it lazily (one event
- * covers the chunk) has completed. */
+ * covers the chunk) has completed. A chunk found usable everywhere here is
+ * not merged with its neighbours at once (the caller is walking the bins):
+ * pool->lmerge_due asks the next allocation to merge first (merge_due). */
 bool aa__lg_usable(aa_pool *pool, aa__chunk *c, aa_stream stream) {
   aa_backend *b = pool->backend;
   if (c->nxev > 0) {
+    /* record_stream's streams first; then it is a block freed on c->stream */
     if (!aa__events_done(pool, c->xev, &c->nxev))
       return false;
     free(c->xev);
     c->xev = NULL;
-    c->any = 1;
+    pool->lmerge_due = true;
   }
   if (c->any || c->stream == stream)
     return true;
   if (c->ev == NULL && aa__stream_idle(pool, c->stream)) {
     c->any = 1; /* freed before the query: its work has completed */
+    pool->lmerge_due = true;
     return true;
   }
   if (c->ev == NULL && b->ops->event_record(b, c->stream, &c->ev) != AA_OK) {
@@ -246,6 +250,7 @@ bool aa__lg_usable(aa_pool *pool, aa__chunk *c, aa_stream stream) {
   if (aa__events_done(pool, &c->ev, &one)) {
     c->ev = NULL;
     c->any = 1;
+    pool->lmerge_due = true;
     return true;
   }
   return false;
@@ -264,20 +269,21 @@ static size_t settle(aa_pool *pool, uint64_t *settled) {
   aa_stream seen[NSTREAMS];
   bool idle[NSTREAMS];
   unsigned nseen = 0;
-  uint64_t n = 0;
+  uint64_t n = 0, tied = 0;
   for (unsigned b = next_bin(pool, 0); b < AA__LARGE_BINS; b = next_bin(pool, b + 1)) {
     for (aa__chunk *c = pool->lbins[b]; c; c = c->fnext) {
       aa__assert_internal(c->free && !c->parked);
       if (c->any)
         continue;
       bool done;
-      if (c->nxev > 0) {
-        done = aa__events_done(pool, c->xev, &c->nxev) != 0;
-        if (done) {
-          free(c->xev);
-          c->xev = NULL;
-        }
-      } else if (c->ev != NULL) {
+      if (c->nxev > 0) { /* record_stream's streams, then c->stream's rule */
+        if (!aa__events_done(pool, c->xev, &c->nxev))
+          continue;
+        free(c->xev);
+        c->xev = NULL;
+        tied++; /* may merge with its stream's free neighbours now */
+      }
+      if (c->ev != NULL) {
         uint32_t one = 1;
         done = aa__events_done(pool, &c->ev, &one) != 0;
         if (done)
@@ -301,12 +307,29 @@ static size_t settle(aa_pool *pool, uint64_t *settled) {
     }
   }
   *settled += n;
-  if (n == 0)
+  if (n == 0 && tied == 0)
     return 0;
   size_t merged = 0;
   for (aa__seg *s = pool->segs; s; s = s->next)
     merged += aa__lg_seg_merge(pool, s);
   return merged;
+}
+
+/* The chunks aa__lg_usable found usable everywhere since the last look
+ * merge with their free neighbours alike (aa__lg_seg_merge), before the
+ * next search: a block freed on a side stream (record_stream'd, or freed on
+ * one stream and wanted on another) would otherwise stay a hole of its own
+ * size, split by the next requests into ever smaller pieces, while the pool
+ * grows beside them (on the side-stream input pipeline of BENCHMARKS.md:
+ * 146 MiB reserved for 91 MiB in use on the host replica, reserved growing
+ * cycle after cycle on the GPU). One pass over the segments' chunks, only
+ * after such a change; no backend call. */
+static void merge_due(aa_pool *pool) {
+  if (!pool->lmerge_due)
+    return;
+  pool->lmerge_due = false;
+  for (aa__seg *s = pool->segs; s; s = s->next)
+    (void)aa__lg_seg_merge(pool, s);
 }
 
 /* Expandable: best fit among the free chunks whose pages are all mapped or,
@@ -440,6 +463,9 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
     aa__lg_ltc_drop_locked(pool, tc, tc->nlheld - 1);
   (void)aa__lg_ltc_reclaim(pool, tc, false);
   uint64_t maps0 = pool->vmm_maps;
+  if (!passthrough)
+    aa__lg_unpark_all(pool); /* before merge_due: parked chunks do not merge */
+  merge_due(pool);
   for (;;) {
     if (pool->lhash_n >= pool->lhash_cap && hash_grow(pool) != AA_OK)
       break;
@@ -615,11 +641,18 @@ void aa__lg_release_chunk(aa_pool *pool, aa__chunk *c, aa_stream stream, bool co
   if (c->nxs > 0 && pool->has_events) {
     void **ev;
     bool synced;
-    uint32_t n = aa__stream_events(pool, c->xs, c->nxs, stream, &ev, &synced);
+    /* Events on the other streams (xev): once they are done, a block freed
+     * on `stream`, reused there at once as PyTorch reuses it. And one on
+     * `stream` itself (ev, which aa__lg_usable would otherwise record
+     * lazily): with both done it serves every stream, with no wait for the
+     * work `stream` is given after this free. */
+    uint32_t n = aa__stream_events(pool, c->xs, c->nxs, stream, false, &ev, &synced);
     if (synced)
       c->any = 1; /* the device was synchronized: usable on any stream */
     c->xev = ev;
     c->nxev = n;
+    if (n > 0 && pool->backend->ops->event_record(pool->backend, stream, &c->ev) != AA_OK)
+      c->ev = NULL; /* recorded lazily, when another stream asks */
   }
   free(c->xs);
   c->xs = NULL;

@@ -136,6 +136,8 @@ def main():
         deadline = time.time() + 40
         while True:
             try:
+                # Prometheus answers 503 until its storage is open (slow on a busy machine)
+                urllib.request.urlopen(base + "/-/ready", timeout=5).close()
                 up = query(base, 'up{job="adaptalloc"} == 1')
                 if ranks_of(up) == {"0", "1"}:
                     break

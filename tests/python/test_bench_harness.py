@@ -2,6 +2,7 @@
 GPU-local CPUs from sysfs, pinning, the calibration's figures, the zoo's run
 order and its paired ratios and tables (bench/gpu/benchcpu.py,
 bench/gpu/bench_zoo.py)."""
+import json
 import os
 import sys
 
@@ -448,3 +449,133 @@ def test_zoo_runner_end_to_end_with_a_stand_in_torch(tmp_path, lockstep):
     assert "," not in warm[0].split("steps")[1].split("ms")[0], warm[0]  # one step
     if lockstep:
         assert "peak reserved, MiB: the allocators' own max_memory_reserved" in r.stdout
+
+
+# ---- bench/gpu/bench_maxbatch.py: the search, and the harness on a fake torch
+
+import bench_maxbatch  # noqa: E402
+
+FAKE_TORCH_DIR = os.path.join(ROOT, "tests", "python", "faketorch")  # torch + adaptalloc
+
+
+def _probe_until(limit, seen):
+    def probe(size):
+        seen.append(size)
+        return size <= limit
+    return probe
+
+
+def test_maxbatch_search_doubles_then_bisects():
+    seen = []
+    r = bench_maxbatch.search(_probe_until(864, seen), 128, 32, 16384)
+    assert r == {"best": 864, "fail": 896, "complete": True, "at_max": False, "stopped": False}
+    assert seen[:4] == [128, 256, 512, 1024]  # doubling, then bisection between 512 and 1024
+    assert all(s % 32 == 0 for s in seen) and len(seen) == 4 + 4
+
+
+def test_maxbatch_search_edges():
+    # nothing fits: bisects below the start down to the step
+    assert bench_maxbatch.search(lambda s: False, 16, 4, 100)["best"] == 0
+    # everything fits: stops at the maximum, flagged
+    r = bench_maxbatch.search(lambda s: True, 1, 1, 5)
+    assert r["best"] == 5 and r["at_max"] and r["fail"] is None and r["complete"]
+    # a start off the grid is rounded up to it
+    seen = []
+    bench_maxbatch.search(_probe_until(50, seen), 10, 4, 100)
+    assert seen[0] == 12
+    # a stopped probe (budget, error) ends the search with what it had
+    r = bench_maxbatch.search(lambda s: True if s < 64 else None, 16, 8, 4096)
+    assert r["best"] == 32 and r["stopped"] and not r["complete"]
+    with pytest.raises(ValueError):
+        bench_maxbatch.search(lambda s: True, 1, 8, 4)
+
+
+def _run_fake(monkeypatch, tmp_path, capsys, *args):
+    monkeypatch.setenv("PYTHONPATH", FAKE_TORCH_DIR)
+    out = tmp_path / "mb.json"
+    monkeypatch.setattr(sys, "argv", ["bench_maxbatch.py", "--workloads", "smoke",
+                                      "--out", str(out)] + list(args))
+    rc = bench_maxbatch.main()
+    with open(out) as f:
+        return rc, json.load(f), capsys.readouterr().out
+
+
+def test_maxbatch_harness_on_fake_torch(monkeypatch, tmp_path, capsys):
+    # the fake device checks the cap (0.25 GiB) against reserved bytes; a step
+    # holds size + size/2 MiB, so 168 fits (252 MiB) and 176 (264) does not
+    rc, doc, out = _run_fake(monkeypatch, tmp_path, capsys)
+    assert rc == 0
+    runs = doc["workloads"]["smoke"]["runs"]
+    assert runs["native"]["pool_limit"] == [1 << 28]  # the fraction reached the pool
+    for m in ("native", "default", "expandable"):
+        assert runs[m]["result"]["best"] == 168 and runs[m]["result"]["fail"] == 176
+        assert runs[m]["cap"] == 1 << 28
+        ok = [p for p in runs[m]["probes"] if p["ok"]]
+        assert ok and all(p["non_allocator"] == 500 << 20 for p in ok)
+    # the uncapped run measured the largest size and the next
+    assert [p["size"] for p in runs["floor"]["probes"]] == [168, 176]
+    rows = {r["workload"]: r for r in doc["summary"]}
+    d = rows["smoke"]["modes"]["default"]
+    assert d["at_limit"] is True and d["next_uncapped_peak_allocated"] == 264 << 20
+    assert d["peak_allocated"] == 252 << 20 and not d["reserved_over_cap"]
+    assert d["next_extrapolated_peak_allocated"] == 264 << 20 and d["at_limit_extrapolated"]
+    assert ("| smoke (the harness's check) (two tensors) | MiB | 0.25 GiB | 168 | 168 | 168 "
+            "| 1.000 | yes (176 allocates 264 MiB uncapped, 264 MiB extrapolated) |") in out
+
+
+def test_maxbatch_one_process_per_probe(monkeypatch, tmp_path, capsys):
+    rc, doc, _ = _run_fake(monkeypatch, tmp_path, capsys, "--modes", "default",
+                           "--probe-process", "--no-limit-check")
+    r = doc["workloads"]["smoke"]["runs"]["default"]
+    assert rc == 0 and r["per_probe_process"] and r["result"]["best"] == 168
+    assert "floor" not in doc["workloads"]["smoke"]["runs"]
+
+
+def test_maxbatch_budget_stops_with_a_lower_bound(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("FAKETORCH_SLEEP", "0.3")  # each synchronize: 0.3 s
+    monkeypatch.setattr(bench_maxbatch, "START_FLOOR_S", 0.5)
+    rc, doc, out = _run_fake(monkeypatch, tmp_path, capsys, "--modes", "default,expandable",
+                             "--budget-s", "2")
+    runs = doc["workloads"]["smoke"]["runs"]
+    res = runs["default"]["result"]
+    assert not res["complete"] and res["best"] < 168  # stopped with what it had
+    assert runs["expandable"] is None and "smoke/expandable" in doc["skipped"]
+    assert "(partial)" in out
+
+
+def test_maxbatch_native_must_be_the_native_allocator(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("FAKE_ADAPTALLOC_INSTALL", "pluggable")
+    rc, doc, out = _run_fake(monkeypatch, tmp_path, capsys, "--modes", "native,default",
+                             "--no-limit-check")
+    assert rc == 1 and "FAILED: smoke/native" in out
+    assert "gave 'pluggable', not the native allocator" in \
+        doc["workloads"]["smoke"]["runs"]["native"]["stderr_tail"]
+    assert doc["workloads"]["smoke"]["runs"]["default"]["result"]["best"] == 168
+
+
+def test_maxbatch_killed_child_keeps_its_probes(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("FAKETORCH_SLEEP", "0.4")
+    rc, doc, out = _run_fake(monkeypatch, tmp_path, capsys, "--modes", "default",
+                             "--no-limit-check", "--budget-s", "0", "--timeout-s", "1.8")
+    r = doc["workloads"]["smoke"]["runs"]["default"]
+    assert rc == 1 and r["rc"] == 124 and "FAILED: smoke/default (rc 124)" in out
+    # what its probes said before the kill (how many depends on the machine's load)
+    assert not r["result"]["complete"] and r["result"]["best"] < 168
+    assert r["result"]["best"] == max([p["size"] for p in r["probes"] if p["ok"]], default=0)
+
+
+def test_maxbatch_failed_child_is_an_error(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("FAKETORCH_FAIL_INIT", "1")
+    rc, doc, out = _run_fake(monkeypatch, tmp_path, capsys, "--modes", "default",
+                             "--no-limit-check")
+    assert rc == 1 and "FAILED: smoke/default" in out
+    assert doc["workloads"]["smoke"]["runs"]["default"]["rc"] != 0
+
+
+def test_maxbatch_bad_arguments(monkeypatch):
+    for args in (["--workloads", "resnet"], ["--modes", "async"], ["--cap-gib", "bert=x"],
+                 ["--step", "nope=4"], ["--step", "gpt2=0"], ["--step", "gpt2=100000"]):
+        monkeypatch.setattr(sys, "argv", ["bench_maxbatch.py"] + args)
+        with pytest.raises(SystemExit) as e:
+            bench_maxbatch.main()
+        assert "bench_maxbatch:" in str(e.value)

@@ -19,6 +19,8 @@
 #           managed: managed memory: test_core_managed on the GPU (after build), the package
 #           installed, tests/gpu/test_managed.py; managedbench: bench/gpu/bench_managed_optim.py
 #           (the package installed first when it is not importable)
+#           maxbatch3: the package installed, then the largest batch / sequence under one
+#           cap for adaptalloc, default and expandable (bench/gpu/bench_maxbatch.py)
 # Output: $OUT/log.txt (everything) and $OUT/results.tar.gz (JSON, CSV);
 # without $OUT, into ./gpu-out/.
 set -uo pipefail
@@ -163,6 +165,19 @@ PY
       --workloads ${AA_LOOP_WORKLOADS:-serve,moe,encoder} --modes native,native@off \
       --native-variant off:ADAPTALLOC_POLICY=/tmp/aa-loop-off.json --out $res/zoo_loop.json
   fi
+  # the largest batch under one cap (issue 24 item 3): the installed package's
+  # native allocator against PyTorch's default and expandable segments; the
+  # benchmark's budget is AA_MB3_BUDGET_S (420) or what the install left of
+  # 520 s, whichever is less, so the stage ends inside one 10-minute call
+  # (after `pkginstall` in the same call the package is not installed again)
+  mb3_install="AA_PKG_TESTS=0 bash tools/device/package-test.sh"
+  want pkginstall && mb3_install="echo maxbatch3: the package pkginstall installed"
+  want maxbatch3 && stage maxbatch3 ${AA_MB3_LIMIT_S:-560} env -u LD_LIBRARY_PATH bash -c \
+    "t0=\$SECONDS && $mb3_install &&
+     py=\$(python3 -c 'import sys; print(\"python3\" if sys.prefix != sys.base_prefix else \"/tmp/aa-pkg-venv/bin/python\")') &&
+     b=\$(( 520 - (SECONDS - t0) )) && b=\$(( b < ${AA_MB3_BUDGET_S:-420} ? b : ${AA_MB3_BUDGET_S:-420} )) &&
+     echo \"maxbatch3: install took \$(( SECONDS - t0 )) s; budget \$b s\" &&
+     \$py bench/gpu/bench_maxbatch.py --budget-s \$b --workloads ${AA_MB3_WORKLOADS:-bert,gpt2,gpt2seq,cnn} --out $res/maxbatch3.json"
   if want zoocapture; then
     stage zoocapture 200 python3 bench/gpu/bench_zoo.py --capture $res/zoo-traces --workloads ${AA_ZOO_CAPTURE:-kvgen,cnn}
     for p in "$res"/zoo-traces/*.pickle; do
