@@ -283,6 +283,89 @@ static void test_adapt_policy_load_file_strict(void **state) {
   rmdir(dir);
 }
 
+/* Complete policies (docs/policy.md): aa_policy_missing names, in order,
+ * the parts a whole policy must have and a document leaves out; the
+ * _complete forms of parse and load_file refuse such a document (a file's
+ * path first) and return nothing; regions and the fields inside a part stay
+ * optional; a written policy is always complete. */
+static void test_adapt_policy_complete(void **state) {
+  static const char whole[] =
+      "{\"pools\": {\"device\": {}, \"pinned\": {}, \"host\": {}}, \"adapt\": {},"
+      " \"telemetry\": {}}";
+  char miss[AA_POLICY_ERR_CAP], err[AA_POLICY_ERR_CAP + 128], dir[] = "/tmp/aa-complete-XXXXXX",
+                                                              path[128];
+  aa_policy *p = (aa_policy *)1, *d = NULL;
+  size_t n = 99;
+  char *j;
+  FILE *f;
+  (void)state;
+
+  assert_int_equal(aa_policy_missing("{\"version\": 1}", 14, &n, miss, sizeof miss), AA_OK);
+  assert_int_equal(n, 5);
+  assert_string_equal(miss, AA_POLICY_COMPLETE_PARTS);
+  {
+    static const char some[] = "{\"pools\": {\"host\": {}, \"regions\": {}}, \"telemetry\": {}}";
+    assert_int_equal(aa_policy_missing(some, strlen(some), &n, miss, sizeof miss), AA_OK);
+  }
+  assert_int_equal(n, 3);
+  assert_string_equal(miss, "pools.device, pools.pinned, adapt");
+  assert_int_equal(aa_policy_missing(whole, strlen(whole), &n, miss, sizeof miss), AA_OK);
+  assert_int_equal(n, 0);
+  assert_string_equal(miss, "");
+  /* a short buffer still gets the count */
+  assert_int_equal(aa_policy_missing("{}", 2, &n, miss, 8), AA_OK);
+  assert_int_equal(n, 5);
+  assert_int_equal(aa_policy_missing("{}", 2, &n, NULL, 0), AA_OK);
+  assert_int_equal(n, 5);
+  /* not a document: its error, no count */
+  assert_int_equal(aa_policy_missing("{", 1, &n, miss, sizeof miss), AA_EPARSE);
+  assert_int_equal(n, 0);
+  assert_int_equal(aa_policy_missing("[]", 2, &n, miss, sizeof miss), AA_EINVAL);
+  assert_string_equal(miss, "(root): expected an object");
+
+  assert_int_equal(aa_policy_parse_complete("{\"version\": 1}", 14, &p, err, sizeof err),
+                   AA_EINVAL);
+  assert_null(p);
+  assert_string_equal(err, "(root): not a complete policy: missing pools.device, "
+                           "pools.pinned, pools.host, adapt, telemetry (a whole policy "
+                           "names pools.device, pools.pinned, pools.host, adapt, "
+                           "telemetry)");
+  /* a rule broken inside comes first */
+  {
+    static const char bad[] = "{\"adapt\": {\"interval_ms\": 1}}";
+    assert_int_equal(aa_policy_parse_complete(bad, strlen(bad), &p, err, sizeof err), AA_EINVAL);
+  }
+  assert_non_null(strstr(err, "adapt.interval_ms"));
+  assert_int_equal(aa_policy_parse_complete(whole, strlen(whole), &p, err, sizeof err), AA_OK);
+  assert_int_equal(aa_policy_default(&d), AA_OK);
+  assert_true(aa_policy_equal(p, d)); /* "{}" parts: their defaults */
+  /* what the writer writes is complete */
+  j = aa_policy_to_json(d);
+  assert_int_equal(aa_policy_missing(j, strlen(j), &n, miss, sizeof miss), AA_OK);
+  assert_int_equal(n, 0);
+  free(j);
+  aa_policy_free(p);
+  aa_policy_free(d);
+
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/partial.json", dir);
+  f = fopen(path, "wb");
+  assert_non_null(f);
+  fputs("{\"name\": \"partial\", \"pools\": {\"device\": {}}, \"adapt\": {}}", f);
+  fclose(f);
+  p = (aa_policy *)1;
+  assert_int_equal(aa_policy_load_file_complete(path, &p, err, sizeof err), AA_EINVAL);
+  assert_null(p);
+  assert_ptr_equal(strstr(err, path), err);
+  assert_non_null(strstr(err, "partial.json: (root): not a complete policy: missing "
+                              "pools.pinned, pools.host, telemetry"));
+  /* the plain loader still takes it (the replay tool reads such files) */
+  assert_int_equal(aa_policy_load_file(path, &p, err, sizeof err), AA_OK);
+  aa_policy_free(p);
+  unlink(path);
+  rmdir(dir);
+}
+
 /* ---------------------------------------------------- numbers as written */
 
 /* A document {"<key>": <num>} in section `sect` ("adapt", "pools.device"),
@@ -912,7 +995,8 @@ static void test_adapt_policy_example_files(void **state) {
       continue;
     snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
     err[0] = '\0';
-    if (aa_policy_load_file(path, &p, err, sizeof err) != AA_OK)
+    /* every shipped policy is complete: each can be a start-up file */
+    if (aa_policy_load_file_complete(path, &p, err, sizeof err) != AA_OK)
       print_error("%s\n", err);
     assert_non_null(p);
     j = aa_policy_to_json(p);
@@ -1300,6 +1384,7 @@ int main(void) {
       cmocka_unit_test(test_adapt_policy_default_is_empty_object),
       cmocka_unit_test(test_adapt_policy_bad_documents),
       cmocka_unit_test(test_adapt_policy_load_file_strict),
+      cmocka_unit_test(test_adapt_policy_complete),
       cmocka_unit_test(test_adapt_policy_limits_before_parse),
       cmocka_unit_test(test_adapt_policy_number_1000_digits_quoted_whole),
       cmocka_unit_test(test_adapt_policy_number_20_digits_exact),

@@ -1,8 +1,8 @@
 /*
  * test_core_oom.c — the out-of-memory observer (core/src/oom.c): a limited
  * host pool driven to OOM on the large and the small path reports the
- * request, the pool's figures, its segments, the largest free holes and the
- * most requested sizes; the pool keeps working afterwards; an allocation
+ * request, the pool's figures, its segments, the largest free holes, the
+ * most requested sizes and the live sizes holding the most bytes; the pool keeps working afterwards; an allocation
  * from inside the observer is not reported again; clearing the observer
  * stops the calls; the record's JSON.
  */
@@ -105,10 +105,15 @@ static void test_core_oom_large_record(void **state) {
   assert_true(r->unix_ms > (uint64_t)1700000000 * 1000);
   /* the heavy hitters: each size asked for once, the failed one too or not */
   assert_true(r->ntop >= 3 && r->ntop <= AA_OOM_TOP);
+  /* what was live: b alone (a was freed) */
+  assert_int_equal(r->nlive, 1);
+  assert_int_equal(r->live[0].size, 1536 << 10);
+  assert_int_equal(r->live[0].count, 1);
 
   aa_pool_stats st;
   assert_int_equal(aa_pool_stats_get(f->p, &st), AA_OK);
   assert_int_equal(st.ooms, 1);
+  assert_int_equal(st.last_oom_unix_ms, r->unix_ms);
 
   /* the pool works on: what fits is served, a second failure is counted */
   void *c = aa_alloc(f->p, 3 * MiB, stream);
@@ -152,6 +157,9 @@ static void test_core_oom_small_record(void **state) {
   assert_true(r->ntop >= 1);
   assert_int_equal(r->top[0].size, 4096);
   assert_true(r->top[0].count >= n);
+  assert_int_equal(r->nlive, 1); /* the class of 4096 B, n blocks */
+  assert_int_equal(r->live[0].size, 4096);
+  assert_int_equal(r->live[0].count, n);
   for (size_t i = 0; i < n; i++)
     assert_int_equal(aa_free(f->p, v[i], 4096, NULL), AA_OK);
   void *again = aa_alloc(f->p, 4096, NULL);
@@ -192,6 +200,49 @@ static void test_core_oom_observer_cleared(void **state) {
   done(f);
 }
 
+/* The live sizes mix the classes and the large path, the sizes holding the
+ * most bytes first; a pool that never failed says last_oom_unix_ms 0. */
+static void test_core_oom_live_sizes(void **state) {
+  (void)state;
+  fx *f = make(32 * MiB);
+  void *small[200], *four[2], *six;
+  aa_pool_stats st;
+  assert_int_equal(aa_pool_stats_get(f->p, &st), AA_OK);
+  assert_int_equal(st.last_oom_unix_ms, 0);
+  for (int i = 0; i < 200; i++) {
+    small[i] = aa_alloc(f->p, 4000, NULL); /* the 4096 B class */
+    assert_non_null(small[i]);
+  }
+  four[0] = aa_alloc(f->p, 4 * MiB, NULL);
+  four[1] = aa_alloc(f->p, 4 * MiB, NULL);
+  six = aa_alloc(f->p, 6 * MiB, NULL);
+  assert_non_null(four[0]);
+  assert_non_null(four[1]);
+  assert_non_null(six);
+  assert_null(aa_alloc(f->p, 64 * MiB, NULL));
+  assert_int_equal(f->s.n, 1);
+  const aa_oom_info *r = &f->s.last;
+  assert_int_equal(r->nlive, 3);
+  assert_int_equal(r->live[0].size, 4 * MiB); /* 8 MiB in all */
+  assert_int_equal(r->live[0].count, 2);
+  assert_int_equal(r->live[1].size, 6 * MiB);
+  assert_int_equal(r->live[1].count, 1);
+  assert_int_equal(r->live[2].size, 4096);
+  assert_int_equal(r->live[2].count, 200);
+  char buf[4096];
+  assert_true(aa_oom_info_json(r, buf, sizeof buf) < sizeof buf);
+  assert_non_null(strstr(buf, "\"live_sizes\":[{\"size\":4194304,\"count\":2},"
+                              "{\"size\":6291456,\"count\":1},{\"size\":4096,\"count\":200}]"));
+  assert_int_equal(aa_pool_stats_get(f->p, &st), AA_OK);
+  assert_int_equal(st.last_oom_unix_ms, r->unix_ms);
+  for (int i = 0; i < 200; i++)
+    assert_int_equal(aa_free(f->p, small[i], 4000, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, four[0], 0, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, four[1], 0, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, six, 0, NULL), AA_OK);
+  done(f);
+}
+
 static void test_core_oom_json(void **state) {
   (void)state;
   fx *f = make(4 * MiB);
@@ -205,7 +256,8 @@ static void test_core_oom_json(void **state) {
   assert_non_null(strstr(buf, "\"limit_bytes\":4194304,"));
   assert_non_null(strstr(buf, "\"holes\":[]"));
   /* only requests that were served are counted in the heavy hitters */
-  assert_non_null(strstr(buf, "\"segment_sizes\":[],\"holes\":[],\"top_sizes\":[]}"));
+  assert_non_null(
+      strstr(buf, "\"segment_sizes\":[],\"holes\":[],\"top_sizes\":[],\"live_sizes\":[]}"));
   assert_int_equal(buf[0], '{');
   assert_int_equal(buf[len - 1], '}');
   char small[16];
@@ -222,6 +274,7 @@ int main(void) {
       cmocka_unit_test(test_core_oom_small_record),
       cmocka_unit_test(test_core_oom_observer_reentry),
       cmocka_unit_test(test_core_oom_observer_cleared),
+      cmocka_unit_test(test_core_oom_live_sizes),
       cmocka_unit_test(test_core_oom_json),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

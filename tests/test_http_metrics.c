@@ -93,6 +93,8 @@ static void test_http_metrics_families_and_labels(void **state) {
   p[0].allocs = 77;
   p[0].backend_ns = 1500000001;
   p[0].large_misses = 4;
+  p[0].ooms = 3;
+  p[0].last_oom_unix_ms = 1764930000042;
   p[0].class_count = 2;
   p[0].classes[0].block_size = 512;
   p[0].classes[0].hits = 5;
@@ -115,6 +117,15 @@ static void test_http_metrics_families_and_labels(void **state) {
                                "backend=\"cuda\",device=\"0\"} 1.500000001\n"));
   assert_true(sample(text, "adaptalloc_large_misses_total{pool=\"device0\","
                            "backend=\"cuda\",device=\"0\"}") == 4);
+  /* out of memory: the count per pool, and when the last one was, a gauge
+   * of Unix time in seconds (0: never) */
+  assert_true(sample(text, "adaptalloc_ooms_total{pool=\"device0\","
+                           "backend=\"cuda\",device=\"0\"}") == 3);
+  assert_non_null(strstr(text, "# TYPE adaptalloc_last_oom_timestamp_seconds gauge\n"));
+  assert_non_null(strstr(text, "adaptalloc_last_oom_timestamp_seconds{pool=\"device0\","
+                               "backend=\"cuda\",device=\"0\"} 1764930000.042\n"));
+  assert_non_null(strstr(text, "adaptalloc_last_oom_timestamp_seconds{pool=\"we\\\"ird\\\\name"
+                               "\\n\",backend=\"host\",device=\"cpu\"} 0.000\n"));
   /* escaping: quote, backslash, newline */
   assert_non_null(strstr(text, "pool=\"we\\\"ird\\\\name\\n\",backend=\"host\","
                                "device=\"cpu\""));

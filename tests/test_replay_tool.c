@@ -692,6 +692,24 @@ static void test_replay_tool_suggest_compare(void **state) {
   cJSON_Delete(j);
   free(out);
   free(err);
+  /* The written policy is complete (docs/policy.md): it can be a start-up
+   * file or a PUT /policy body as it is. */
+  {
+    char path[1200];
+    char *text;
+    snprintf(path, sizeof path, "%s/tuned.json", g_tmp);
+    text = slurp(path);
+    assert_non_null(text);
+    j = cJSON_Parse(text);
+    assert_non_null(j);
+    assert_true(cJSON_IsObject(get(j, "pools.device")));
+    assert_true(cJSON_IsObject(get(j, "pools.pinned")));
+    assert_true(cJSON_IsObject(get(j, "pools.host")));
+    assert_true(cJSON_IsObject(get(j, "adapt")));
+    assert_true(cJSON_IsObject(get(j, "telemetry")));
+    cJSON_Delete(j);
+    free(text);
+  }
   /* The written policy validates (run loads it) and beats the default. */
   assert_int_equal(sh(&out, &err, "{BIN} compare --json --pool pinned default "
                                   "{TMP}/tuned.json {TMP}/skew.csv"),

@@ -1004,6 +1004,16 @@ static const abuse_case policy_cases[] = {
      mk_name_128, NULL},
     {"put: $schema is a number", "PUT", "/policy", NULL,
      "{\"$schema\":5}", 0, EXACT(400), F_JSON, NULL, NULL, NULL},
+    /* a whole policy must be complete (docs/policy.md): a fragment would
+     * reset what it leaves out to the defaults */
+    {"put: {\"version\":1} would reset the policy", "PUT", "/policy", NULL,
+     "{\"version\":1}", 0, EXACT(400), F_JSON,
+     "missing pools.device, pools.pinned, pools.host, adapt, telemetry (use PATCH", NULL, NULL},
+    {"put: {} would reset the policy", "PUT", "/policy", NULL, "{}", 0, EXACT(400), F_JSON,
+     "needs a complete policy", NULL, NULL},
+    {"put: one pool section left out", "PUT", "/policy", NULL,
+     "{\"pools\":{\"device\":{},\"host\":{}},\"adapt\":{\"enabled\":false},\"telemetry\":{}}", 0,
+     EXACT(400), F_JSON, "missing pools.pinned (use PATCH", NULL, NULL},
     {"put: empty body", "PUT", "/policy", NULL, "", 0, EXACT(400), F_JSON, "empty", NULL, NULL},
     {"put: whitespace only", "PUT", "/policy", NULL, "   \r\n\t", 0, EXACT(400), F_JSON, NULL, NULL, NULL},
     {"put: array document", "PUT", "/policy", NULL, "[]", 0, EXACT(400), F_JSON, NULL, NULL, NULL},
@@ -1022,8 +1032,8 @@ static const abuse_case policy_cases[] = {
     {"put: escaped lone surrogate", "PUT", "/policy", NULL,
      "{\"name\":\"\\ud800\"}", 0, EXACT(400), F_JSON, NULL, NULL, NULL},
     {"put: slab_size live change (fixed while the pool lives)", "PUT", "/policy", NULL,
-     "{\"adapt\":{\"enabled\":false},\"pools\":{\"host\":{\"slab_size\":4194304,"
-     "\"max_small\":1048576}}}",
+     "{\"adapt\":{\"enabled\":false},\"telemetry\":{},\"pools\":{\"device\":{},"
+     "\"pinned\":{},\"host\":{\"slab_size\":4194304,\"max_small\":1048576}}}",
      0, EXACT(400), F_JSON, "slab_size", NULL, NULL},
     /* strict JSON (issue 16): cJSON alone accepted and applied these */
     {"put: leading zero 0100", "PUT", "/policy", NULL,
@@ -1059,7 +1069,7 @@ static const abuse_case policy_cases[] = {
     {"put: exponent without digits", "PUT", "/policy", NULL,
      "{\"adapt\":{\"interval_ms\":1e}}", 0, EXACT(400), F_JSON, NULL, NULL, NULL},
     {"put: valid body, stale If-Match", "PUT", "/policy", "If-Match: \"999\"\r\n",
-     "{\"adapt\":{\"enabled\":false}}", 0, EXACT(412), F_JSON, NULL, NULL, NULL},
+     "{\"pools\":{\"device\":{},\"pinned\":{},\"host\":{}},\"adapt\":{\"enabled\":false},\"telemetry\":{}}", 0, EXACT(412), F_JSON, NULL, NULL, NULL},
 };
 
 /* PATCH /policy: merge patches whose result breaks a rule. */
@@ -1703,7 +1713,9 @@ static void set_env(const char *tag, bool token) {
   if (f == NULL)
     _exit(3);
   /* the loop off: the policy version moves only when a request changes it */
-  fputs("{\"name\":\"abuse\",\"adapt\":{\"enabled\":false}}\n", f);
+  fputs("{\"name\":\"abuse\",\"pools\":{\"device\":{},\"pinned\":{},\"host\":{}},\"adapt\":{\"enabled\":false},"
+        "\"telemetry\":{}}\n",
+        f);
   fclose(f);
   setenv("ADAPTALLOC_DB", db, 1);
   setenv("ADAPTALLOC_HTTP", "127.0.0.1:0", 1);
@@ -1770,7 +1782,8 @@ static int scenario_class_slots(void) {
   f = fopen(pol, "w");
   if (f == NULL)
     _exit(3);
-  fputs("{\"name\":\"slots\",\"adapt\":{\"enabled\":false},\"pools\":{\"host\":"
+  fputs("{\"name\":\"slots\",\"adapt\":{\"enabled\":false},\"telemetry\":{},"
+        "\"pools\":{\"device\":{},\"pinned\":{},\"host\":"
         "{\"slab_size\":2097152,\"max_small\":1048576,\"classes\":{\"min\":512,"
         "\"per_doubling\":11}}}}\n",
         f);

@@ -92,6 +92,16 @@ static void scenario_policy(void) {
                                  sizeof(err)) == AA_ESTALE);
   CHECK(strstr(err, "7") != NULL);
   CHECK(aa_runtime_policy_update(NULL, 0, true, NULL, 0, NULL, NULL, 0) == AA_EINVAL);
+  /* A whole document must be complete; the message names what is missing
+   * and the call that changes part (Python's names for Python). */
+  CHECK(aa_runtime_policy_update(good, strlen(good), false, "python", 0, &nv, err,
+                                 sizeof(err)) == AA_EINVAL);
+  CHECK(strcmp(err, "not a complete policy: missing pools.device, pools.pinned, "
+                    "pools.host, telemetry (use patch_policy to change part)") == 0);
+  CHECK(aa_runtime_policy_update(good, strlen(good), false, "unit", 0, &nv, err,
+                                 sizeof(err)) == AA_EINVAL);
+  CHECK(strcmp(err, "not a complete policy: missing pools.device, pools.pinned, "
+                    "pools.host, telemetry (use a merge patch to change part)") == 0);
   CHECK(aa_runtime_policy_json(&doc2, &v) == AA_OK && v == 2);
   CHECK(interval_of(doc2) == 1500);
 

@@ -361,6 +361,103 @@ static void scenario_policy_noop(void) {
   free(log);
 }
 
+/* PUT /policy carries a complete policy (docs/policy.md, "Complete
+ * policies"): {"version": 1}, which used to reset a tuned policy to the
+ * defaults, is refused with 400 naming every part it leaves out, and
+ * changes nothing (version, document, no audit entry, nothing counted as a
+ * change); a complete PUT and a PATCH of one part still work. */
+static void scenario_policy_put_incomplete(void) {
+  char db[512], *body = NULL, *doc = NULL, *log = NULL, *at;
+  const char *merge = "Content-Type: application/merge-patch+json\r\n";
+  const char *json = "Content-Type: application/json\r\n";
+  aa_store_query q;
+  int port, st;
+
+  set_env_common();
+  snprintf(db, sizeof(db), "%s/incomplete.db", tmpdir);
+  setenv("ADAPTALLOC_DB", db, 1);
+  setenv("ADAPTALLOC_HTTP", "127.0.0.1:0", 1);
+  setenv("ADAPTALLOC_MODEL", "default", 1);
+  CHECK(aa_runtime_pool(AA_BACKEND_HOST, -1) != NULL);
+  port = aa_runtime_http_port();
+  CHECK(port > 0);
+
+  /* a tuned policy: a name, the loop off at 250 ms */
+  st = http(port, "PATCH", "/policy", merge,
+            "{\"name\": \"tuned\", \"adapt\": {\"enabled\": false, \"interval_ms\": 250}}",
+            &body);
+  CHECK(st == 200);
+  CHECK(strstr(body, "\"version\":2,\"changed\":true") != NULL);
+  free(body);
+
+  st = http(port, "PUT", "/policy", json, "{\"version\": 1}", &body);
+  CHECK(st == 400);
+  CHECK(strstr(body, "{\"error\":\"PUT /policy needs a complete policy: missing "
+                     "pools.device, pools.pinned, pools.host, adapt, telemetry (use "
+                     "PATCH to change part)\",\"path\":\"/policy\"") != NULL);
+  free(body);
+  /* one part left out is named alone */
+  st = http(port, "PUT", "/policy", json,
+            "{\"pools\": {\"device\": {}, \"host\": {}}, \"adapt\": {\"enabled\": false},"
+            " \"telemetry\": {}}",
+            &body);
+  CHECK(st == 400);
+  CHECK(strstr(body, "missing pools.pinned (use PATCH to change part)") != NULL);
+  free(body);
+  /* a document that breaks a rule is refused for that rule first */
+  st = http(port, "PUT", "/policy", json, "{\"adapt\": {\"interval_ms\": 1}}", &body);
+  CHECK(st == 400);
+  CHECK(strstr(body, "adapt.interval_ms: 1 is out of range") != NULL);
+  free(body);
+
+  /* nothing changed */
+  CHECK(http(port, "GET", "/policy", NULL, NULL, &doc) == 200);
+  CHECK(strstr(doc, "\"version\": 2,") != NULL);
+  CHECK(strstr(doc, "\"name\": \"tuned\"") != NULL);
+  at = strstr(doc, "\"interval_ms\": 250");
+  CHECK(at != NULL);
+  st = http(port, "GET", "/metrics", NULL, NULL, &body);
+  CHECK(st == 200);
+  CHECK(strstr(body, "adaptalloc_policy_version 2\n") != NULL);
+  CHECK(strstr(body, "adaptalloc_policy_changes_total 1\n") != NULL);
+  CHECK(strstr(body, "adaptalloc_policy_rejects_total 3\n") != NULL);
+  free(body);
+
+  /* the complete document in force, with one value changed, is a change */
+  memcpy(at, "\"interval_ms\": 500", strlen("\"interval_ms\": 500"));
+  st = http(port, "PUT", "/policy", json, doc, &body);
+  CHECK(st == 200);
+  CHECK(strstr(body, "\"version\":3,\"changed\":true") != NULL);
+  free(body);
+  free(doc);
+  /* a complete document may leave fields inside a part out: the part's
+   * defaults, asked for on purpose */
+  st = http(port, "PUT", "/policy", json,
+            "{\"name\": \"whole\", \"pools\": {\"device\": {}, \"pinned\": {}, \"host\": {}},"
+            " \"adapt\": {\"enabled\": false, \"interval_ms\": 600}, \"telemetry\": {}}",
+            &body);
+  CHECK(st == 200);
+  CHECK(strstr(body, "\"version\":4,\"changed\":true") != NULL);
+  free(body);
+  /* PATCH changes part */
+  st = http(port, "PATCH", "/policy", merge, "{\"adapt\": {\"interval_ms\": 750}}", &body);
+  CHECK(st == 200);
+  CHECK(strstr(body, "\"version\":5,\"changed\":true") != NULL);
+  free(body);
+  CHECK(http(port, "GET", "/policy", NULL, NULL, &doc) == 200);
+  CHECK(strstr(doc, "\"name\": \"whole\"") != NULL);
+  CHECK(strstr(doc, "\"interval_ms\": 750") != NULL);
+  free(doc);
+  aa_runtime_shutdown();
+
+  /* the audit log: the start policy and the four changes, no refused one */
+  aa_store_query_init(&q);
+  CHECK(aa_store_policy_log_json(db, &q, &log) == AA_OK);
+  CHECK(occurrences(log, "\"source\":\"http\"") == 4);
+  CHECK(occurrences(log, "\"new_version\":") == 5);
+  free(log);
+}
+
 static int trace_count(void *user, const aa_trace_event *ev) {
   (void)ev;
   (*(int *)user)++;
@@ -571,6 +668,35 @@ static void scenario_bad_policy_file(void) {
   aa_runtime_shutdown();
 }
 
+/* A start-up file is put in force whole, so an incomplete one is refused
+ * like a PUT: the log names the file and what it leaves out, and the
+ * built-in default serves (as for any file that does not load). */
+static void scenario_incomplete_policy_file(void) {
+  char path[512], log[600], *body = NULL;
+  const char *said;
+  size_t len = 0;
+  int saved;
+
+  set_env_common();
+  unsetenv("ADAPTALLOC_QUIET");
+  snprintf(path, sizeof(path), "%s/partial.json", tmpdir);
+  write_file(path, "{\"name\": \"partial\", \"pools\": {\"host\": {\"limit_bytes\": 0}},"
+                   " \"adapt\": {\"enabled\": false}}");
+  setenv("ADAPTALLOC_POLICY", path, 1);
+  setenv("ADAPTALLOC_DB", "off", 1);
+  setenv("ADAPTALLOC_HTTP", "off", 1);
+  saved = stderr_begin("partial.err", log, sizeof(log));
+  CHECK(aa_runtime_pool(AA_BACKEND_HOST, -1) != NULL);
+  CHECK(aa_runtime_stats_json(&body, &len) == AA_OK);
+  aa_runtime_shutdown();
+  said = stderr_end(saved, log);
+  CHECK(strstr(said, "partial.json: (root): not a complete policy: missing pools.device, "
+                     "pools.pinned, telemetry") != NULL);
+  CHECK(strstr(said, "using the built-in default policy") != NULL);
+  CHECK(strstr(body, "\"policy_source\":\"default\"") != NULL);
+  free(body);
+}
+
 static void scenario_good_policy_file(void) {
   char path[512], *body = NULL;
   aa_class_spec specs[AA_MAX_CLASSES];
@@ -580,8 +706,10 @@ static void scenario_good_policy_file(void) {
 
   set_env_common();
   snprintf(path, sizeof(path), "%s/good.json", tmpdir);
-  write_file(path, "{\"pools\": {\"host\": {\"classes\": [512, 3072, 1048576],"
-                   " \"large\": {\"map_runs\": true}}}, \"adapt\": {\"enabled\": false}}");
+  write_file(path, "{\"pools\": {\"device\": {}, \"pinned\": {},"
+                   " \"host\": {\"classes\": [512, 3072, 1048576],"
+                   " \"large\": {\"map_runs\": true}}}, \"adapt\": {\"enabled\": false},"
+                   " \"telemetry\": {}}");
   setenv("ADAPTALLOC_POLICY", path, 1);
   setenv("ADAPTALLOC_DB", "off", 1);
   setenv("ADAPTALLOC_HTTP", "127.0.0.1:0", 1);
@@ -909,6 +1037,14 @@ static void test_runtime_policy_noop_keeps_version(void **state) {
   (void)state;
   assert_int_equal(run_child(scenario_policy_noop), 0);
 }
+static void test_runtime_policy_put_incomplete_refused(void **state) {
+  (void)state;
+  assert_int_equal(run_child(scenario_policy_put_incomplete), 0);
+}
+static void test_runtime_policy_file_incomplete_refused(void **state) {
+  (void)state;
+  assert_int_equal(run_child(scenario_incomplete_policy_file), 0);
+}
 static void test_runtime_trace_recorded(void **state) {
   (void)state;
   assert_int_equal(run_child(scenario_trace_recorded), 0);
@@ -1124,6 +1260,8 @@ int main(void) {
       cmocka_unit_test(test_runtime_all_off),
       cmocka_unit_test(test_runtime_full_service),
       cmocka_unit_test(test_runtime_policy_noop_keeps_version),
+      cmocka_unit_test(test_runtime_policy_put_incomplete_refused),
+      cmocka_unit_test(test_runtime_policy_file_incomplete_refused),
       cmocka_unit_test(test_runtime_trace_recorded),
       cmocka_unit_test(test_runtime_trace_burst_kept),
       cmocka_unit_test(test_runtime_trace_loss_reported),

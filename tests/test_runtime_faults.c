@@ -707,7 +707,9 @@ static void test_runtime_faults_sigkill_keeps_commits(void **state) {
   snprintf(pol, sizeof(pol), "%s/kill.json", tmpdir);
   f = fopen(pol, "w");
   assert_non_null(f);
-  fputs("{\"adapt\":{\"interval_ms\":50},\"telemetry\":{\"snapshot_interval_ms\":100}}\n", f);
+  fputs("{\"pools\":{\"device\":{},\"pinned\":{},\"host\":{}},\"adapt\":{\"interval_ms\":50},"
+        "\"telemetry\":{\"snapshot_interval_ms\":100}}\n",
+        f);
   fclose(f);
   for (int k = 0; k < 20; k++) {
     seen snaps, events, runs, changes;
@@ -917,12 +919,14 @@ static void mh_world_init(mh_world *w, const char *tag, bool loop) {
   f = fopen(pol, "w");
   CHECK(f != NULL);
   if (loop)
-    fputs("{\"adapt\":{\"enabled\":true,\"interval_ms\":10,\"min_requests\":1,"
+    fputs("{\"pools\":{\"device\":{},\"pinned\":{},\"host\":{}},\"adapt\":{\"enabled\":true,\"interval_ms\":10,\"min_requests\":1,"
           "\"hysteresis\":{\"min_class_age\":1,\"readd_cooldown\":1,\"grow_cooldown\":1,"
           "\"trim_cooldown\":1}},\"telemetry\":{\"snapshot_interval_ms\":100}}\n",
           f);
   else
-    fputs("{\"adapt\":{\"enabled\":false},\"telemetry\":{\"snapshot_interval_ms\":3600000}}\n", f);
+    fputs("{\"pools\":{\"device\":{},\"pinned\":{},\"host\":{}},\"adapt\":{\"enabled\":false},"
+          "\"telemetry\":{\"snapshot_interval_ms\":3600000}}\n",
+          f);
   fclose(f);
   setenv("ADAPTALLOC_DB", db, 1);
   setenv("ADAPTALLOC_HTTP", "127.0.0.1:0", 1);

@@ -27,14 +27,18 @@
 
 static char g_db[256];
 
+/* A 1 MiB block live, then a 16 MiB request over the 4 MiB limit. */
 static void drive(void) {
   aa_pool *pool = aa_runtime_pool(AA_BACKEND_HOST, 0);
   assert_non_null(pool);
   aa_pool_set_limit(pool, 4 * MiB);
+  void *live = aa_alloc(pool, 1 * MiB, NULL);
+  assert_non_null(live);
   assert_null(aa_alloc(pool, 16 * MiB, NULL));
   void *p = aa_alloc(pool, 2 * MiB, NULL); /* works on under the limit */
   assert_non_null(p);
   assert_int_equal(aa_free(pool, p, 0, NULL), AA_OK);
+  assert_int_equal(aa_free(pool, live, 0, NULL), AA_OK);
 }
 
 /* GET path from the runtime's server; the whole answer into buf. */
@@ -70,6 +74,16 @@ static void test_runtime_oom_recorded(void **state) {
   assert_int_equal(aa_runtime_oom_json(&json, &len), AA_OK);
   assert_string_equal(json, "{\"count\":0,\"last\":null}");
   free(json);
+  static char resp[16384];
+  /* before any: /stats says null, the metric 0 */
+  (void)aa_runtime_pool(AA_BACKEND_HOST, 0);
+  http_get("/stats", resp, sizeof resp);
+  assert_non_null(strstr(resp, ",\"last_oom\":null}"));
+  assert_non_null(strstr(resp, "\"ooms\":0,"));
+  assert_non_null(strstr(resp, "\"last_oom_unix_ms\":0"));
+  http_get("/metrics", resp, sizeof resp);
+  assert_non_null(strstr(resp, "adaptalloc_last_oom_timestamp_seconds{pool=\"host\","
+                               "backend=\"host\",device=\"cpu\"} 0.000\n"));
 
   drive();
   assert_int_equal(aa_runtime_last_oom(&o, &total), AA_OK);
@@ -79,13 +93,41 @@ static void test_runtime_oom_recorded(void **state) {
   assert_string_equal(o.pool, "host");
   assert_int_equal(aa_runtime_oom_json(&json, &len), AA_OK);
   assert_int_equal(strlen(json), len);
-  assert_non_null(strstr(json, "{\"count\":1,\"last\":{\"version\":1,\"pool\":\"host\""));
+  assert_non_null(strstr(json, "{\"count\":1,\"last\":{\"version\":2,\"pool\":\"host\""));
+  /* what was live: the 1 MiB block; the request; the segments */
+  assert_int_equal(o.nlive, 1);
+  assert_int_equal(o.live[0].size, 1 * MiB);
+  assert_int_equal(o.live[0].count, 1);
+  assert_true(o.segments >= 1);
+  assert_non_null(strstr(json, "\"live_sizes\":[{\"size\":1048576,\"count\":1}]"));
   free(json);
 
-  static char resp[16384];
+  /* /stats: the pool's count and time, the record as "last_oom" */
+  char want[128];
+  usleep(150 * 1000); /* past the server's 100 ms /stats cache */
+  http_get("/stats", resp, sizeof resp);
+  assert_non_null(strstr(resp, "200 OK"));
+  assert_non_null(strstr(resp, "\"ooms\":1,"));
+  snprintf(want, sizeof want, "\"last_oom_unix_ms\":%llu", (unsigned long long)o.unix_ms);
+  assert_non_null(strstr(resp, want));
+  assert_non_null(strstr(resp, ",\"last_oom\":{\"version\":2,\"pool\":\"host\""));
+  assert_non_null(strstr(resp, "\"request\":16777216,"));
+  assert_non_null(strstr(resp, "\"live_sizes\":[{\"size\":1048576,\"count\":1}]}}"));
+  http_get("/stats?pool=host", resp, sizeof resp);
+  assert_non_null(strstr(resp, ",\"last_oom\":{\"version\":2,\"pool\":\"host\""));
+  /* /metrics: the count per pool, the time in seconds */
+  http_get("/metrics", resp, sizeof resp);
+  assert_non_null(strstr(resp, "adaptalloc_ooms_total{pool=\"host\",backend=\"host\","
+                               "device=\"cpu\"} 1\n"));
+  snprintf(want, sizeof want,
+           "adaptalloc_last_oom_timestamp_seconds{pool=\"host\",backend=\"host\","
+           "device=\"cpu\"} %llu.%03llu\n",
+           (unsigned long long)(o.unix_ms / 1000), (unsigned long long)(o.unix_ms % 1000));
+  assert_non_null(strstr(resp, want));
+
   http_get("/oom", resp, sizeof resp);
   assert_non_null(strstr(resp, "200 OK"));
-  assert_non_null(strstr(resp, "{\"count\":1,\"last\":{\"version\":1"));
+  assert_non_null(strstr(resp, "{\"count\":1,\"last\":{\"version\":2"));
   assert_null(strstr(resp, "\"stored\""));
   http_get("/oom?limit=0", resp, sizeof resp);
   assert_non_null(strstr(resp, " 400 "));

@@ -49,8 +49,11 @@
 static char tmpdir[256];
 
 /* The policy in force at start: kv with a limit, scores with 1 MiB blocks
- * in 2 MiB slabs; the loop off, so the version moves only when we ask. */
-#define HEAD "{\"name\":\"atomic\",\"adapt\":{\"enabled\":false,\"prefill_max_bytes\":4398046511104},\"pools\":{"
+ * in 2 MiB slabs; the loop off, so the version moves only when we ask.
+ * Each whole document is complete (docs/policy.md). */
+#define HEAD                                                                                  \
+  "{\"name\":\"atomic\",\"telemetry\":{},\"adapt\":{\"enabled\":false,\"prefill_max_bytes\":" \
+  "4398046511104},\"pools\":{\"device\":{},\"pinned\":{},"
 static const char CUR[] = HEAD "\"host\":{\"classes\":{\"min\":512,\"per_doubling\":1}},"
                                "\"regions\":{\"kv\":{\"limit_bytes\":67108864},"
                                "\"scores\":{\"slab_size\":2097152,\"max_small\":1048576,"

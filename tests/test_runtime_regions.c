@@ -303,8 +303,9 @@ int main(void) {
   if (f == NULL)
     return 1;
   /* the loop off: its trims and classes must not move the numbers */
-  fputs("{\"adapt\": {\"enabled\": false},"
-        " \"pools\": {\"regions\": {\"kv\": {\"limit_bytes\": 4194304}}}}",
+  fputs("{\"adapt\": {\"enabled\": false}, \"telemetry\": {},"
+        " \"pools\": {\"device\": {}, \"pinned\": {}, \"host\": {},"
+        " \"regions\": {\"kv\": {\"limit_bytes\": 4194304}}}}",
         f);
   fclose(f);
   rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -100,7 +100,7 @@ static void test_store_oom_written_and_read(void **state) {
   assert_int_equal(aa_store_ooms_json(aa_store_db_path(st), &q, &json), AA_OK);
   assert_non_null(json);
   assert_non_null(strstr(json, "\"count\":2"));
-  assert_non_null(strstr(json, "\"pool\":\"host\",\"request\":6291456,\"record\":{\"version\":1"));
+  assert_non_null(strstr(json, "\"pool\":\"host\",\"request\":6291456,\"record\":{\"version\":2"));
   assert_non_null(strstr(json, "\"holes\":[1048576]"));
   assert_true(strstr(json, "\"pool\":\"host\"") < strstr(json, "\"pool\":\"device0\""));
   free(json);

@@ -12,6 +12,8 @@
  * and lists the classes (sortable), the policy changes with a diff between
  * any two versions (/history?policies=1), the policy loop's class-table
  * decisions with their predicted and measured effect (/stats adapt.audit),
+ * the last out-of-memory record (/stats last_oom: request, pool, when, the
+ * largest free holes, the top live sizes),
  * and edits the policy (PUT /policy with If-Match, and a bearer token when
  * one is entered).
  *
@@ -30,7 +32,7 @@ import { $, errorText, KEEP_MS, POLL_MS, RECENT_MS, setText, state } from "./com
 import { fmtClock, fmtUptime, num } from "./format.js";
 import { drawHistogram, drawMemory, histCounts, memTip } from "./charts.js";
 import { drawSegments, fetchSegments, pollSegments, segTip } from "./segments.js";
-import { renderCards, renderClasses, renderLoop } from "./tables.js";
+import { renderCards, renderClasses, renderLoop, renderOom } from "./tables.js";
 import { pollHistory, renderChanges, renderDiff } from "./history.js";
 import { applyPolicy, loadPolicy, showMsg } from "./policy.js";
 import { readView, writeView } from "./urlstate.js";
@@ -177,6 +179,7 @@ function onStats(s) {
   setText("run-info", info.join(" · "));
   setText("updated", "updated " + fmtClock(now, true));
   renderLoop(s.adapt);
+  renderOom(s && typeof s === "object" ? s.last_oom : undefined);
   const first = state.lastOk === 0; // the first answer: the segments at once
   if (state.range === null) {
     // no range in the URL: the whole run while it is under an hour (or its

@@ -1,9 +1,10 @@
 /*
  * tables.js — the selected pool's cards and size-class table (sortable),
- * and the policy loop's decisions (/stats adapt.audit).
+ * the last out-of-memory card (/stats last_oom), and the policy loop's
+ * decisions (/stats adapt.audit).
  */
 import { $, setText, state } from "./common.js";
-import { fmtBytes, fmtCount, fmtDeltaMiB, fmtPct, num } from "./format.js";
+import { fmtBytes, fmtClock, fmtCount, fmtDeltaMiB, fmtPct, num } from "./format.js";
 
 export function renderCards(p) {
   setText("c-inuse", fmtBytes(num(p.bytes_in_use)));
@@ -30,6 +31,60 @@ export function renderCards(p) {
   const cls = p.classes || [];
   setText("c-classes", String(num(p.class_count) || cls.length));
   setText("c-classes-s", "small " + fmtBytes(small) + " · large " + fmtBytes(num(p.large_bytes_in_use)));
+}
+
+// "2 × 4 MiB, 200 × 4 KiB" from [{size, count}]; "none" when empty
+function sizesText(list, max) {
+  const a = Array.isArray(list) ? list.slice(0, max) : [];
+  if (!a.length) return "none";
+  return a.map((e) => (num(e.count) === 1 ? "" : fmtCount(num(e.count)) + " × ") + fmtBytes(num(e.size))).join(", ");
+}
+
+// "3 min ago": how long before now a Unix time in ms was
+function ago(ms) {
+  const s = Math.max(0, (Date.now() - ms) / 1000);
+  if (s < 60) return Math.floor(s) + " s ago";
+  if (s < 3600) return Math.floor(s / 60) + " min ago";
+  if (s < 86400) return Math.floor(s / 3600) + " h ago";
+  return Math.floor(s / 86400) + " d ago";
+}
+
+/* The last out-of-memory record of the process (/stats' last_oom, the
+ * record GET /oom serves; docs/stats.md): the request and its pool, when,
+ * the pool's figures, the largest free holes, the live sizes holding the
+ * most bytes, the segments and the most requested sizes. null: none yet. */
+export function renderOom(rec) {
+  const card = $("oom");
+  if (rec === undefined) {
+    // a server whose /stats has no last_oom (not the runtime's)
+    card.dataset.state = "none";
+    setText("oom-v", "–");
+    setText("oom-s", "this server does not report out-of-memory records (GET /oom)");
+    $("oom-d").hidden = true;
+    return;
+  }
+  if (rec === null || typeof rec !== "object") {
+    card.dataset.state = "none";
+    setText("oom-v", "none");
+    setText("oom-s", "no allocation has failed since the process started");
+    $("oom-d").hidden = true;
+    return;
+  }
+  card.dataset.state = "oom";
+  setText("oom-v", fmtBytes(num(rec.request)) + " on " + String(rec.pool || "?"));
+  const lim = num(rec.limit_bytes);
+  setText("oom-s", fmtClock(num(rec.unix_ms), true) + " (" + ago(num(rec.unix_ms)) + ") · " +
+    fmtCount(num(rec.count)) + " failed in this pool · reserved " + fmtBytes(num(rec.bytes_reserved)) +
+    (lim ? " of a " + fmtBytes(lim) + " limit" : "") + " · in use " + fmtBytes(num(rec.bytes_in_use)));
+  const holes = Array.isArray(rec.holes) ? rec.holes : [];
+  setText("oom-holes", holes.length
+    ? holes.slice(0, 5).map((h) => fmtBytes(num(h))).join(", ") + " (" + fmtBytes(num(rec.large_bytes_free)) + " free in all)"
+    : "none (no free block on the large path)");
+  setText("oom-live", sizesText(rec.live_sizes, 5));
+  setText("oom-segs", fmtCount(num(rec.segments)) + " (" + fmtCount(num(rec.slabs)) + " slabs of " +
+    fmtBytes(num(rec.slab_size)) + "; large: " + sizesText(rec.segment_sizes, 4) + ")");
+  setText("oom-top", sizesText(rec.top_sizes, 5));
+  $("oom-d").hidden = false;
 }
 
 export function renderClasses(p) {

@@ -5,6 +5,7 @@
  * adapt loop and telemetry.
  *
  * Entry points: aa_policy_default, aa_policy_parse, aa_policy_load_file,
+ * aa_policy_missing (and the _complete forms of parse and load_file),
  * aa_policy_equal, aa_policy_clone, aa_policy_pool_config.
  * Parsing and validation live in policy_parse.c, the writer and merge patch in
  * policy_json.c, aa_policy_apply (the only part that changes a live pool)
@@ -279,6 +280,107 @@ int aa_policy_parse(const char *json, size_t len, aa_policy **out, char *err,
   return rc;
 }
 
+/* ---------------------------------------------------- complete policies */
+
+/* The parts AA_POLICY_COMPLETE_PARTS names: a section of pools, or a top-level
+ * member (pool NULL). */
+static const struct {
+  const char *pool;
+  const char *top;
+} complete_parts[] = {
+    {"device", "pools"},
+    {"pinned", "pools"},
+    {"host", "pools"},
+    {NULL, "adapt"},
+    {NULL, "telemetry"},
+};
+
+int aa_policy_missing(const char *json, size_t len, size_t *n, char *missing,
+                      size_t cap) {
+  cJSON *root = NULL;
+  aa__buf b;
+  size_t count = 0;
+  int rc;
+
+  if (n != NULL)
+    *n = 0;
+  aa__errcpy(missing, cap, "");
+  if (json == NULL) {
+    aa__errcpy(missing, cap, "(root): no document given");
+    return AA_EINVAL;
+  }
+  aa__buf_init(&b);
+  rc = aa__policy_parse_tree(json, len, &root, &b);
+  if (rc != AA_OK) {
+    hand_back(&b, NULL, missing, cap);
+    goto done;
+  }
+  if (!cJSON_IsObject(root)) {
+    aa__errcpy(missing, cap, "(root): expected an object");
+    rc = AA_EINVAL;
+    goto done;
+  }
+  for (size_t i = 0; i < sizeof complete_parts / sizeof complete_parts[0]; i++) {
+    const cJSON *top = cJSON_GetObjectItemCaseSensitive(root, complete_parts[i].top);
+    const cJSON *part = top;
+    if (complete_parts[i].pool != NULL)
+      part = cJSON_IsObject(top)
+                 ? cJSON_GetObjectItemCaseSensitive(top, complete_parts[i].pool)
+                 : NULL;
+    if (part != NULL && !cJSON_IsNull(part))
+      continue;
+    aa__buf_printf(&b, "%s%s%s%s", count > 0 ? ", " : "", complete_parts[i].top,
+                   complete_parts[i].pool ? "." : "",
+                   complete_parts[i].pool ? complete_parts[i].pool : "");
+    count++;
+  }
+  if (n != NULL)
+    *n = count;
+  hand_back(&b, NULL, missing, cap);
+done:
+  aa__buf_free(&b);
+  cJSON_Delete(root);
+  return rc;
+}
+
+/* parse_doc, then AA_EINVAL with the parts left out when the document is
+ * not complete (*out NULL then). */
+static int parse_doc_complete(const char *json, size_t len, aa_policy **out, aa__buf *err) {
+  char missing[AA_POLICY_ERR_CAP];
+  size_t n = 0;
+  int rc = parse_doc(json, len, out, err);
+  if (rc != AA_OK)
+    return rc;
+  rc = aa_policy_missing(json, len, &n, missing, sizeof missing);
+  if (rc == AA_OK && n == 0)
+    return AA_OK;
+  if (rc == AA_OK) {
+    aa__buf_printf(err,
+                   "(root): not a complete policy: missing %s (a whole policy names " AA_POLICY_COMPLETE_PARTS ")",
+                   missing);
+    rc = AA_EINVAL;
+  } else {
+    aa__buf_puts(err, missing);
+  }
+  aa_policy_free(*out);
+  *out = NULL;
+  return rc;
+}
+
+int aa_policy_parse_complete(const char *json, size_t len, aa_policy **out,
+                             char *err, size_t errcap) {
+  aa__buf b;
+  int rc;
+
+  aa__errcpy(err, errcap, "");
+  aa__buf_init(&b);
+  rc = parse_doc_complete(json, len, out, &b);
+  if (rc != AA_OK)
+    hand_back(&b, NULL, err, errcap);
+  aa__buf_free(&b);
+  return rc;
+}
+
 static int not_regular(const char *path, const struct stat *sb, aa__buf *err) {
   aa__buf_printf(err, "%s: not a regular file (%s); a policy is a JSON file",
                  path,
@@ -290,7 +392,9 @@ static int not_regular(const char *path, const struct stat *sb, aa__buf *err) {
   return AA_EINVAL;
 }
 
-static int load_file(const char *path, aa_policy **out, aa__buf *err) {
+/* Reads and parses a policy file; with `complete` it must be a complete
+ * policy (parse_doc_complete). */
+static int load_file(const char *path, bool complete, aa_policy **out, aa__buf *err) {
   FILE *f = NULL;
   int fd = -1;
   struct stat sb;
@@ -374,7 +478,7 @@ static int load_file(const char *path, aa_policy **out, aa__buf *err) {
   }
   /* "path: " first; the parser's message follows, whole */
   aa__buf_printf(err, "%s: ", path);
-  rc = parse_doc(buf, len, out, err);
+  rc = complete ? parse_doc_complete(buf, len, out, err) : parse_doc(buf, len, out, err);
 done:
   free(buf);
   if (f != NULL)
@@ -391,7 +495,7 @@ int aa_policy_load_file_msg(const char *path, aa_policy **out, char **errmsg) {
   if (errmsg != NULL)
     *errmsg = NULL;
   aa__buf_init(&b);
-  rc = load_file(path, out, &b);
+  rc = load_file(path, false, out, &b);
   if (rc != AA_OK && errmsg != NULL)
     hand_back(&b, errmsg, NULL, 0);
   aa__buf_free(&b);
@@ -405,7 +509,35 @@ int aa_policy_load_file(const char *path, aa_policy **out, char *err,
 
   aa__errcpy(err, errcap, "");
   aa__buf_init(&b);
-  rc = load_file(path, out, &b);
+  rc = load_file(path, false, out, &b);
+  if (rc != AA_OK)
+    hand_back(&b, NULL, err, errcap);
+  aa__buf_free(&b);
+  return rc;
+}
+
+int aa_policy_load_file_complete_msg(const char *path, aa_policy **out, char **errmsg) {
+  aa__buf b;
+  int rc;
+
+  if (errmsg != NULL)
+    *errmsg = NULL;
+  aa__buf_init(&b);
+  rc = load_file(path, true, out, &b);
+  if (rc != AA_OK && errmsg != NULL)
+    hand_back(&b, errmsg, NULL, 0);
+  aa__buf_free(&b);
+  return rc;
+}
+
+int aa_policy_load_file_complete(const char *path, aa_policy **out, char *err,
+                                 size_t errcap) {
+  aa__buf b;
+  int rc;
+
+  aa__errcpy(err, errcap, "");
+  aa__buf_init(&b);
+  rc = load_file(path, true, out, &b);
   if (rc != AA_OK)
     hand_back(&b, NULL, err, errcap);
   aa__buf_free(&b);

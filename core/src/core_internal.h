@@ -489,6 +489,7 @@ struct aa_pool {
    * idle (each saved an event) */
   _Atomic uint64_t stream_queries, stream_idle;
   _Atomic uint64_t ooms, oom_retries, invalid_frees;
+  _Atomic uint64_t last_oom_ms; /* wall clock of the last OOM (ms since 1970), 0: none */
   _Atomic size_t limit;
   _Atomic bool telemetry;
   _Atomic uint32_t tflags; /* AA__TF_*: what the hot path must do */

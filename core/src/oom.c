@@ -2,8 +2,8 @@
  * oom.c — the out-of-memory observer: counts each request that failed after
  * the release and the one retry (central.c), and when an observer is set
  * (aa_pool_set_oom_observer) fills an aa_oom_info — the request, the pool's
- * figures, its segments, the largest free holes and the most requested
- * sizes — and hands it over. Entry point: aa__oom_fail (alloc.c, large.c).
+ * figures, its segments, the largest free holes, the most requested sizes
+ * and the live block sizes holding the most bytes — and hands it over. Entry point: aa__oom_fail (alloc.c, large.c).
  * The record is built on the failing thread's stack from the public
  * snapshot calls (stats, the large-path walk); nothing comes from the pool.
  */
@@ -66,27 +66,81 @@ static void seg_put(aa_size_count *v, uint32_t *n, uint64_t size) {
   v[i].count = 1;
 }
 
+/* Distinct live block sizes gathered before the AA_OOM_TOP holding the most
+ * bytes are kept: each class's size and the large path's sizes. */
+#define LIVE_SCRATCH 64
+
+typedef struct oom_walk {
+  aa_oom_info *info;
+  aa_size_count live[LIVE_SCRATCH];
+  uint32_t nlive;
+} oom_walk;
+
+/* Counts `count` live blocks of `size` bytes. A size already gathered adds
+ * up; a new one takes a free slot, or, when every slot is taken, the slot of
+ * the size holding the fewest bytes if it holds more (so with more than
+ * LIVE_SCRATCH distinct sizes the list is close to, not always, the top). */
+static void live_put(oom_walk *w, uint64_t size, uint64_t count) {
+  uint32_t least = 0;
+  if (size == 0 || count == 0)
+    return;
+  for (uint32_t j = 0; j < w->nlive; j++) {
+    if (w->live[j].size == size) {
+      w->live[j].count += count;
+      return;
+    }
+    if (w->live[j].size * w->live[j].count < w->live[least].size * w->live[least].count)
+      least = j;
+  }
+  if (w->nlive < LIVE_SCRATCH) {
+    w->live[w->nlive++] = (aa_size_count){size, count};
+    return;
+  }
+  if (size * count > w->live[least].size * w->live[least].count)
+    w->live[least] = (aa_size_count){size, count};
+}
+
+/* Most bytes first, then the larger size. */
+static int live_cmp(const void *a, const void *b) {
+  const aa_size_count *x = a, *y = b;
+  uint64_t bx = x->size * x->count, by = y->size * y->count;
+  if (bx != by)
+    return bx < by ? 1 : -1;
+  return x->size < y->size ? 1 : x->size > y->size ? -1
+                                                   : 0;
+}
+
 static int walk_one(void *user, const aa_walk_entry *e) {
-  aa_oom_info *info = user;
+  oom_walk *w = user;
+  aa_oom_info *info = w->info;
   if (e->kind == AA_WALK_SEGMENT) {
     info->segments++;
     seg_put(info->seg_sizes, &info->nseg_sizes, e->size);
   } else if (!(e->flags & AA_WALK_IN_USE)) {
     info->large_bytes_free += e->size;
     top_put(info->holes, &info->nholes, e->size);
+  } else {
+    live_put(w, e->size, 1);
   }
   return 0;
 }
 
-static void fill(aa_pool *pool, size_t size, aa_stream stream, uint64_t count, aa_oom_info *info) {
+static uint64_t unix_ms(void) {
   struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void fill(aa_pool *pool, size_t size, aa_stream stream, uint64_t count, uint64_t when_ms,
+                 oom_walk *w) {
+  aa_oom_info *info = w->info;
   memset(info, 0, sizeof *info);
+  w->nlive = 0;
   info->version = AA_OOM_VERSION;
   info->size = sizeof *info;
   snprintf(info->pool, sizeof info->pool, "%s", pool->name);
   info->time_ns = aa_now_ns();
-  clock_gettime(CLOCK_REALTIME, &ts);
-  info->unix_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+  info->unix_ms = when_ms;
   info->count = count;
   info->request = size;
   info->stream = (uint64_t)(uintptr_t)stream;
@@ -101,18 +155,26 @@ static void fill(aa_pool *pool, size_t size, aa_stream stream, uint64_t count, a
     info->bytes_in_use = st->bytes_in_use;
     info->bytes_requested = st->bytes_requested;
     info->limit_bytes = st->limit_bytes;
-    for (uint32_t i = 0; i < st->class_count; i++)
+    for (uint32_t i = 0; i < st->class_count; i++) {
       info->slabs += st->classes[i].slabs;
+      live_put(w, st->classes[i].block_size, st->classes[i].blocks_in_use);
+    }
     for (uint32_t i = 0; i < st->hh_count && info->ntop < AA_OOM_TOP; i++)
       info->top[info->ntop++] = st->hh[i];
   }
   free(st);
-  (void)aa_pool_walk_large(pool, walk_one, info);
+  (void)aa_pool_walk_large(pool, walk_one, w);
   info->segments += info->slabs;
+  qsort(w->live, w->nlive, sizeof w->live[0], live_cmp);
+  info->nlive = w->nlive < AA_OOM_TOP ? w->nlive : AA_OOM_TOP;
+  memcpy(info->live, w->live, info->nlive * sizeof info->live[0]);
 }
 
 void aa__oom_fail(aa_pool *pool, size_t size, aa_stream stream) {
   uint64_t count = atomic_fetch_add_explicit(&pool->ooms, 1, AA__RLX) + 1;
+  uint64_t when = unix_ms();
+  /* the stats' last_oom_unix_ms, observer or not */
+  atomic_store_explicit(&pool->last_oom_ms, when, AA__RLX);
   if (t_reporting)
     return;
   /* a failure while another is reported is not made to wait for it */
@@ -120,8 +182,10 @@ void aa__oom_fail(aa_pool *pool, size_t size, aa_stream stream) {
     return;
   if (pool->oom_fn != NULL) {
     aa_oom_info info;
+    oom_walk w;
+    w.info = &info;
     t_reporting = true;
-    fill(pool, size, stream, count, &info);
+    fill(pool, size, stream, count, when, &w);
     pool->oom_fn(pool->oom_user, pool, &info);
     t_reporting = false;
   }
@@ -169,7 +233,9 @@ size_t aa_oom_info_json(const aa_oom_info *info, char *buf, size_t cap) {
     for (uint32_t i = 0; i < nholes; i++)
       aa__buf_printf(&b, "%s%" PRIu64, i ? "," : "", info->holes[i]);
     aa__buf_append(&b, "]", 1);
+    uint32_t nlive = info->nlive < AA_OOM_TOP ? info->nlive : AA_OOM_TOP;
     sizes_json(&b, "top_sizes", info->top, ntop);
+    sizes_json(&b, "live_sizes", info->live, nlive);
     aa__buf_append(&b, "}", 1);
   }
   if (aa__buf_take(&b, &s, &len) != AA_OK) {

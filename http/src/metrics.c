@@ -15,7 +15,8 @@
  * loop adds and retires classes. With a carry (aa__metrics_carry, kept by
  * the server) the counters of a class that leaves the table stay in its
  * bucket, so per-bucket counters never go down. Time is written in seconds
- * (adaptalloc_backend_seconds_total from backend_ns).
+ * (adaptalloc_backend_seconds_total from backend_ns,
+ * adaptalloc_last_oom_timestamp_seconds from last_oom_unix_ms).
  *
  * The request-size histogram is rebuilt from core's quarter-doubling buckets
  * (aa_hist_bucket_lower): one Prometheus bucket per doubling, with an
@@ -34,7 +35,9 @@
 
 typedef enum { GAUGE,
                COUNTER,
-               SECONDS /* a counter of nanoseconds, written in seconds */ } kind_t;
+               SECONDS, /* a counter of nanoseconds, written in seconds */
+               UNIX_MS  /* a gauge of Unix time in milliseconds, written in seconds */
+} kind_t;
 
 typedef struct {
   const char *name;
@@ -103,6 +106,9 @@ static const family_t pool_families[] = {
        COUNTER, ooms),
     PF("adaptalloc_oom_retries_total",
        "Releases of cached memory followed by a retry.", COUNTER, oom_retries),
+    PF("adaptalloc_last_oom_timestamp_seconds",
+       "When an allocation call last returned NULL (Unix time; 0: never).", UNIX_MS,
+       last_oom_unix_ms),
     PF("adaptalloc_invalid_frees_total",
        "Detected invalid frees (foreign, double, bad size, interior).",
        COUNTER, invalid_frees),
@@ -542,17 +548,21 @@ int aa__http_render_metrics_carry(const aa_pool_stats *pools, size_t n,
     const family_t *fam = &pool_families[f];
     size_t nl = strlen(fam->name);
     family_head(&b, fam->name, fam->help,
-                fam->kind == GAUGE ? "gauge" : "counter");
+                fam->kind == GAUGE || fam->kind == UNIX_MS ? "gauge" : "counter");
     for (p = 0; p < n; p++) {
       uint64_t v = field(&pools[p], fam);
-      if (fam->kind != SECONDS) {
+      if (fam->kind != SECONDS && fam->kind != UNIX_MS) {
         sample_line(&b, fam->name, nl, &labels[p], NULL, 0, v);
         continue;
       }
       aa__buf_append(&b, fam->name, nl);
       aa__buf_append(&b, labels[p].text, labels[p].len);
-      aa__buf_printf(&b, "} %llu.%09llu\n", (unsigned long long)(v / 1000000000u),
-                     (unsigned long long)(v % 1000000000u));
+      if (fam->kind == SECONDS)
+        aa__buf_printf(&b, "} %llu.%09llu\n", (unsigned long long)(v / 1000000000u),
+                       (unsigned long long)(v % 1000000000u));
+      else
+        aa__buf_printf(&b, "} %llu.%03llu\n", (unsigned long long)(v / 1000u),
+                       (unsigned long long)(v % 1000u));
     }
   }
   for (f = 0; f < sizeof class_families / sizeof class_families[0]; f++) {

@@ -287,7 +287,9 @@ def _update(doc, patch, if_match, what):
 def set_policy(doc, *, if_match=None):
     """Replaces the policy in force with `doc` (a dict or JSON text, the
     policies/schema.json format), as PUT /policy does: validated, applied to
-    every pool, logged to the store. Returns the new version (the version in
+    every pool, logged to the store. `doc` must be complete (pools.device,
+    pools.pinned, pools.host, adapt and telemetry present; a part left out
+    would go back to its defaults): use patch_policy to change part. Returns the new version (the version in
     force, unchanged, when `doc` equals the policy in force). Raises
     PolicyError (a ValueError) naming the problem; nothing changes then."""
     return _update(doc, False, if_match, "set_policy")

@@ -101,6 +101,20 @@ static void append_audit_json(aa_runtime *rt, aa__buf *sb, const char *only) {
   }
 }
 
+/* ,"last_oom": the process's last out-of-memory record (aa_oom_info as
+ * JSON, as GET /oom's "last") or null; with ?pool=NAME only when it is that
+ * pool's. */
+static void append_last_oom(aa_runtime *rt, aa__buf *sb, const char *pool) {
+  aa_oom_info last;
+  char rec[4096];
+  bool have = aa_rt_last_oom(rt, &last, NULL) == AA_OK;
+  if (have && pool != NULL && strncmp(last.pool, pool, sizeof last.pool) != 0)
+    have = false;
+  if (aa_oom_info_json(have ? &last : NULL, rec, sizeof rec) >= sizeof rec)
+    snprintf(rec, sizeof rec, "null"); /* cannot happen: AA_OOM_TOP bounds it */
+  aa__buf_printf(sb, ",\"last_oom\":%s", rec);
+}
+
 /* ,"rank":R,"local_rank":L,"world_size":W: each null when unset (RANK,
  * LOCAL_RANK, WORLD_SIZE, or the runtime's config). */
 static void append_ranks(const aa_runtime *rt, aa__buf *sb) {
@@ -189,9 +203,11 @@ static int prov_stats_json(void *user, const char *pool, char **out, size_t *len
   } else {
     aa__buf_printf(&sb, "{\"enabled\":0,\"path\":null}");
   }
-  aa__buf_printf(&sb, ",\"policy_changes\":%llu,\"policy_rejects\":%llu}",
+  aa__buf_printf(&sb, ",\"policy_changes\":%llu,\"policy_rejects\":%llu",
                  (unsigned long long)atomic_load(&rt->svc.policy_changes),
                  (unsigned long long)atomic_load(&rt->svc.policy_rejects));
+  append_last_oom(rt, &sb, pool);
+  aa__buf_printf(&sb, "}");
   free(arr);
   if (sb.failed) {
     aa__buf_free(&sb);
@@ -351,6 +367,28 @@ static int prov_policy_get(void *user, char **json, size_t *len, uint64_t *versi
   return AA_OK;
 }
 
+/* A whole policy (PUT /policy, set_policy) must be complete
+ * (aa_policy_missing): a fragment would reset the parts it leaves out to
+ * their defaults. AA_OK, or AA_EINVAL with err naming what is missing and
+ * the call that changes part. */
+static int refuse_incomplete(const aa_http_policy_change *c, char *err,
+                             size_t errcap) {
+  char missing[AA_POLICY_ERR_CAP];
+  size_t n = 0;
+  bool python = c->source != NULL && strcmp(c->source, "python") == 0;
+  bool http = c->client == NULL || strcmp(c->client, "in-process") != 0;
+  int rc = aa_policy_missing(c->body, c->len, &n, missing, sizeof missing);
+  if (rc != AA_OK || n == 0)
+    return rc; /* a document that parsed parses again; else its error */
+  /* Python's message is prefixed with the function's name already */
+  snprintf(err, errcap, "%s a complete policy: missing %s (use %s to change part)",
+           http ? "PUT /policy needs" : "not", missing,
+           http     ? "PATCH"
+           : python ? "patch_policy"
+                    : "a merge patch");
+  return AA_EINVAL;
+}
+
 static int prov_policy_change(aa_runtime *rt, const aa_http_policy_change *c, bool patch,
                               uint64_t *new_version, char *err, size_t errcap) {
   aa_policy *next = NULL;
@@ -365,8 +403,11 @@ static int prov_policy_change(aa_runtime *rt, const aa_http_policy_change *c, bo
     pthread_mutex_unlock(&rt->svc.policy_lock);
   } else {
     rc = aa_policy_parse(c->body, c->len, &next, err, errcap);
+    if (rc == AA_OK)
+      rc = refuse_incomplete(c, err, errcap);
   }
   if (rc != AA_OK) {
+    aa_policy_free(next);
     atomic_fetch_add(&rt->svc.policy_rejects, 1);
     return rc;
   }

@@ -99,7 +99,7 @@ int aa_runtime_last_oom(aa_oom_info *out, uint64_t *total) {
 int aa_rt_oom_json(aa_runtime *rt, char **out, size_t *len) {
   aa_oom_info last;
   uint64_t total = 0;
-  char rec[2048];
+  char rec[4096];
   int have, k;
   size_t n;
   char *s = NULL;

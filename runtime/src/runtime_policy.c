@@ -31,7 +31,8 @@ static bool file_exists(const char *path) {
 
 /* Loads the start-up policy: ADAPTALLOC_POLICY, else
  * ADAPTALLOC_POLICY_DIR/<model>.json when it exists, else the built-in
- * default. A file that does not load is reported and the default is used. */
+ * default. A file that does not load, or is not a complete policy, is
+ * reported and the default is used. */
 void aa__rt_load_start_policy(aa_runtime *rt) {
   char path[1300];
   char *err = NULL; /* malloc'd: whole, however long the number it quotes */
@@ -58,9 +59,12 @@ void aa__rt_load_start_policy(aa_runtime *rt) {
     }
   }
   if (path[0] != '\0') {
-    rc = aa_policy_load_file_msg(path, &p, &err);
+    /* A start-up file is put in force whole, so it must be complete
+     * (aa_policy_load_file_complete_msg), as a PUT must. */
+    rc = aa_policy_load_file_complete_msg(path, &p, &err);
     if (rc != AA_OK) {
-      /* err already names the file, the JSON path and the rule. */
+      /* err already names the file, the JSON path and the rule (or the
+       * parts an incomplete file leaves out). */
       aa__rt_log("policy: %s; using the built-in default policy",
                  err != NULL && err[0] ? err : aa_strerror(rc));
       free(err);

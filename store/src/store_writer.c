@@ -334,7 +334,7 @@ static int write_policy(aa_store *st, const item *it) {
 static int write_oom(aa_store *st, const item *it) {
   sqlite3_stmt *s = st->ws.ins_oom;
   const aa_oom_info *o = &it->oom;
-  char rec[2048];
+  char rec[4096];
   size_t n = aa_oom_info_json(o, rec, sizeof rec);
   if (n >= sizeof rec)
     return SQLITE_TOOBIG; /* AA_OOM_TOP bounds the record well below this */

@@ -6,7 +6,11 @@
 // loop's audit (predicted and measured effect); the class table sorts; a policy edit without
 // the token is refused with the server's message, a valid edit takes effect
 // (the version bumps) and shows in the diff view, an invalid one shows the
-// validator's error and changes nothing; the range button lit is the axis'
+// validator's error and changes nothing, an incomplete one is refused naming
+// what it leaves out; the last out-of-memory card shows its empty state,
+// then (the server fails a request when told on stdin) the request, the
+// pool, when, the largest free holes and the top live sizes, as GET /oom
+// serves them; the range button lit is the axis'
 // span, the view (pool, range, sort) lives in the URL's hash and survives a
 // reload; /favicon.ico answers; with the store off (a second server,
 // --no-store) the chart, the change list and the diff say so and how to turn
@@ -134,6 +138,49 @@ async function main() {
     await until(page, "the region's pool in the picker", () =>
       Array.from(document.getElementById("pool").options).some((o) =>
         o.value === "device0:kv_cache" && /region kv_cache/.test(o.textContent)));
+  }
+
+  // 1c. the last out-of-memory card: before any, its empty state says so;
+  //     then (our server: the line "oom" on its stdin makes pool host fail a
+  //     1 PiB request) it shows the request, the pool, when, the largest
+  //     free holes and the top live sizes, red, and GET /oom serves the same
+  //     record. Against a live process only the empty or filled state is
+  //     checked for its text.
+  await until(page, "the OOM card", () => ["none", "oom"].includes(document.getElementById("oom").dataset.state));
+  const oom0 = await page.evaluate(() => ({ state: document.getElementById("oom").dataset.state,
+    v: document.getElementById("oom-v").textContent, s: document.getElementById("oom-s").textContent,
+    detail: !document.getElementById("oom-d").hidden }));
+  if (serverBin || oom0.state === "none") {
+    if (oom0.state !== "none" || oom0.v !== "none" || !/no allocation has failed/.test(oom0.s) || oom0.detail) {
+      fail("the OOM card's empty state: " + JSON.stringify(oom0));
+    }
+  }
+  if (serverBin) {
+    server.stdin.write("oom\n");
+    await until(page, "the OOM card to fill", () => document.getElementById("oom").dataset.state === "oom");
+    const oom = await page.evaluate(() => {
+      const t = (id) => document.getElementById(id).textContent;
+      return { v: t("oom-v"), s: t("oom-s"), holes: t("oom-holes"), live: t("oom-live"), segs: t("oom-segs"),
+        shown: !document.getElementById("oom-d").hidden,
+        border: getComputedStyle(document.getElementById("oom")).borderTopColor };
+    });
+    log("OOM card:", JSON.stringify(oom));
+    if (oom.v !== "1 PiB on host") fail("the OOM card's request and pool: " + oom.v);
+    if (!/\d\d:\d\d:\d\d \(\d+ s ago\) · 1 failed in this pool · reserved /.test(oom.s)) fail("the OOM card's when: " + oom.s);
+    if (!oom.shown) fail("the OOM card hides its details");
+    // pool host keeps 16 resident 1 MiB blocks live (testserver.c), so the
+    // live sizes list them and the large path has segments
+    if (!/16 × 1 MiB/.test(oom.live)) fail("the OOM card's top live sizes: " + oom.live);
+    if (!/free in all\)$|^none \(no free block/.test(oom.holes)) fail("the OOM card's holes: " + oom.holes);
+    if (!/slabs of .*; large: /.test(oom.segs)) fail("the OOM card's segments: " + oom.segs);
+    if (oom.border !== "rgb(185, 28, 28)") fail("the OOM card is not marked: " + oom.border);
+    const served = await page.evaluate(async () => (await fetch("/oom")).json());
+    if (served.count !== 1 || !served.last || served.last.pool !== "host" || served.last.request !== 2 ** 50 ||
+        !Array.isArray(served.last.live_sizes) || !Array.isArray(served.last.holes)) {
+      fail("GET /oom: " + JSON.stringify(served).slice(0, 300));
+    }
+  } else if (oom0.state === "oom" && !/ on /.test(oom0.v)) {
+    fail("the OOM card: " + JSON.stringify(oom0));
   }
 
   // 2. the charts draw data: several points on the memory chart, histogram
@@ -363,6 +410,16 @@ async function main() {
   await page.fill("#policy-text", "{ not json");
   await page.click("#apply");
   await until(page, "the parse error", () => /400/.test(document.getElementById("policy-msg").textContent) && !/slab_size/.test(document.getElementById("policy-msg").textContent));
+  // 6b. a whole policy must be complete: a fragment is refused naming what
+  //     it leaves out (use PATCH to change part), and changes nothing
+  await page.fill("#policy-text", JSON.stringify({ version: 1 }));
+  await page.click("#apply");
+  await until(page, "the incomplete policy's error", () => /needs a complete policy/.test(document.getElementById("policy-msg").textContent));
+  const incomplete = await page.textContent("#policy-msg");
+  log("refused with:", incomplete);
+  if (!/400/.test(incomplete) || !/missing pools\.device, pools\.pinned, pools\.host, adapt, telemetry \(use PATCH to change part\)/.test(incomplete)) {
+    fail("the incomplete policy's error does not name what is missing: " + incomplete);
+  }
   const after = await page.evaluate(async () => { const r = await fetch("/policy"); return { etag: r.headers.get("ETag"), body: await r.json() }; });
   if (strict && after.etag !== `"${v1}"`) fail("the version moved after refused edits: " + after.etag);
   if (after.body.pools.device.slab_size === 1000) fail("the refused value is in force");

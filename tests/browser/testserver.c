@@ -21,7 +21,10 @@
  *
  * Prints "PORT <n>" on stdout once listening; runs until SIGTERM/SIGINT,
  * --seconds have passed, or (with --watch-stdin) stdin closes, so a parent
- * that dies takes it along.
+ * that dies takes it along. With --watch-stdin, a line "oom" makes pool host
+ * fail a request (1 PiB, which no backend serves): its OOM observer's
+ * record is /stats' last_oom and GET /oom's last, as in the runtime. A PUT
+ * /policy must be complete, as the runtime's.
  *
  * One program, the browser test's server, kept in one file though it runs
  * past 600 lines: its workload, provider and main share the pools and the
@@ -80,6 +83,10 @@ typedef struct server {
   snap snaps[NSNAP];
   size_t nsnaps;
   atomic_bool stop;
+  pthread_mutex_t oom_mu; /* the pools' out-of-memory records */
+  uint64_t oom_count;
+  bool have_oom;
+  aa_oom_info last_oom;
 } server;
 
 static server S;
@@ -103,6 +110,70 @@ static char *dup_n(const char *s, size_t n) {
     p[n] = '\0';
   }
   return p;
+}
+
+/* ------------------------------------------------------------ out of memory */
+
+/* Every pool's OOM observer, as the runtime's (runtime_oom.c): copies the
+ * record for /stats' last_oom and GET /oom. */
+static void observe_oom(void *user, aa_pool *pool, const aa_oom_info *info) {
+  (void)user;
+  (void)pool;
+  pthread_mutex_lock(&S.oom_mu);
+  S.oom_count++;
+  S.last_oom = *info;
+  S.have_oom = true;
+  pthread_mutex_unlock(&S.oom_mu);
+}
+
+/* The line "oom" on stdin: a request no backend can serve (1 PiB, beyond
+ * the address space) on pool host, so the browser test sees a real record
+ * of the pool as it is. */
+static void provoke_oom(void) {
+  void *p = aa_alloc(S.pools[1], (size_t)1 << 50, NULL);
+  if (p != NULL) /* cannot happen on a 47-bit address space */
+    aa_free(S.pools[1], p, 0, NULL);
+}
+
+/* The record as JSON ("null" when none), malloc'd. */
+static char *last_oom_json(uint64_t *count) {
+  aa_oom_info rec;
+  bool have;
+  char buf[4096];
+  pthread_mutex_lock(&S.oom_mu);
+  rec = S.last_oom;
+  have = S.have_oom;
+  if (count != NULL)
+    *count = S.oom_count;
+  pthread_mutex_unlock(&S.oom_mu);
+  if (aa_oom_info_json(have ? &rec : NULL, buf, sizeof buf) >= sizeof buf)
+    return NULL;
+  return dup_n(buf, strlen(buf));
+}
+
+static int oom_json(void *user, int64_t limit, char **out, size_t *len) {
+  uint64_t count = 0;
+  char *rec = last_oom_json(&count);
+  size_t cap;
+  (void)user;
+  *out = NULL;
+  *len = 0;
+  if (limit > 0) {
+    free(rec);
+    return AA_ENOTSUP; /* no store here */
+  }
+  if (rec == NULL)
+    return AA_ENOMEM;
+  cap = strlen(rec) + 64;
+  *out = malloc(cap);
+  if (*out == NULL) {
+    free(rec);
+    return AA_ENOMEM;
+  }
+  *len = (size_t)snprintf(*out, cap, "{\"count\":%llu,\"last\":%s}", (unsigned long long)count,
+                          rec);
+  free(rec);
+  return AA_OK;
 }
 
 /* ------------------------------------------------------------ workload */
@@ -323,7 +394,17 @@ static int stats_json(void *user, const char *pool, char **out, size_t *len) {
       return AA_ENOMEM;
     }
   }
-  off += (size_t)snprintf(buf + off, cap - off, "],\"adapt\":%s}", ADAPT_JSON);
+  {
+    char *rec = last_oom_json(NULL);
+    if (rec == NULL) {
+      free(a);
+      free(buf);
+      return AA_ENOMEM;
+    }
+    off += (size_t)snprintf(buf + off, cap - off, "],\"adapt\":%s,\"last_oom\":%s}", ADAPT_JSON,
+                            rec);
+    free(rec);
+  }
   free(a);
   if (off >= cap) {
     free(buf);
@@ -429,6 +510,19 @@ static int policy_put(void *user, const aa_http_policy_change *ch, uint64_t *nv,
   rc = aa_policy_parse(ch->body, ch->len, &next, err, errcap);
   if (rc != AA_OK)
     return rc;
+  {
+    /* a PUT carries a complete policy, as the runtime's (docs/policy.md) */
+    char missing[AA_POLICY_ERR_CAP];
+    size_t nmiss = 0;
+    if (aa_policy_missing(ch->body, ch->len, &nmiss, missing, sizeof missing) == AA_OK &&
+        nmiss > 0) {
+      snprintf(err, errcap,
+               "PUT /policy needs a complete policy: missing %s (use PATCH to change part)",
+               missing);
+      aa_policy_free(next);
+      return AA_EINVAL;
+    }
+  }
   pthread_mutex_lock(&S.mu);
   rc = install(next, ch, "PUT", nv, err, errcap);
   pthread_mutex_unlock(&S.mu);
@@ -606,6 +700,7 @@ int main(int argc, char **argv) {
   signal(SIGINT, on_signal);
   signal(SIGPIPE, SIG_IGN);
   pthread_mutex_init(&S.mu, NULL);
+  pthread_mutex_init(&S.oom_mu, NULL);
 
   rc = aa_policy_default(&S.policy);
   if (rc == AA_OK)
@@ -633,6 +728,8 @@ int main(int argc, char **argv) {
     rc = aa_pool_new(&pc, &S.pools[i]);
     if (rc == AA_OK)
       rc = aa_policy_apply(S.policy, S.policy_names[i], S.pools[i]);
+    if (rc == AA_OK)
+      aa_pool_set_oom_observer(S.pools[i], observe_oom, NULL);
     if (rc != AA_OK) {
       fprintf(stderr, "testserver: pool %d: %s\n", i, aa_strerror(rc));
       return 1;
@@ -652,6 +749,7 @@ int main(int argc, char **argv) {
   prov.history_json = no_store ? NULL : history_json;
   prov.runs_json = no_store ? NULL : runs_json;
   prov.segments_json = segments_json;
+  prov.oom_json = oom_json;
   aa_http_config_init(&cfg);
   cfg.address = address;
   cfg.token = token;
@@ -685,6 +783,8 @@ int main(int argc, char **argv) {
       ssize_t n = read(0, b, sizeof b);
       if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
         break; /* stdin closed: the parent went away */
+      if (n > 0 && memmem(b, (size_t)n, "oom", 3) != NULL)
+        provoke_oom();
     }
   }
   atomic_store(&S.stop, true);
@@ -695,5 +795,6 @@ int main(int argc, char **argv) {
   aa_backend_destroy(S.backend);
   aa_policy_free(S.policy);
   pthread_mutex_destroy(&S.mu);
+  pthread_mutex_destroy(&S.oom_mu);
   return 0;
 }

@@ -170,9 +170,10 @@ def test_prefill_beyond_device_memory_is_refused(tmp_path):
     # force and the device's memory stay as they were.
     pol = tmp_path / "big.json"
     pol.write_text(json.dumps({
-        "name": "big", "adapt": {"enabled": False},
+        "name": "big", "adapt": {"enabled": False}, "telemetry": {},
         "pools": {"device": {"slab_size": 2097152, "max_small": 1048576,
-                             "classes": {"min": 512, "per_doubling": 4}}}}))
+                             "classes": {"min": 512, "per_doubling": 4}},
+                  "pinned": {}, "host": {}}}))
     p, d = run("""
         import json, torch, adaptalloc, adaptalloc.torch as aat
         aat.install()

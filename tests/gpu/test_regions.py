@@ -130,6 +130,13 @@ def test_region_limit_is_out_of_memory_for_that_region_only():
     assert "device0:capped" in msg and "pools.regions.capped.limit_bytes" in msg, msg
     r = _region("capped")
     assert r["limit_bytes"] == CAP and r["ooms"] >= 1
+    # the out-of-memory record (/stats last_oom, GET /oom): the region's
+    # pool, the request, its limit, what was live (the 1 MiB tensor)
+    last = adaptalloc.stats()["last_oom"]
+    assert last["pool"] == "device0:capped" and last["request"] >= 2 * CAP, last
+    assert last["limit_bytes"] == CAP and last["live_sizes"], last
+    capped = [p for p in r["pools"] if p["name"] == "device0:capped"][0]
+    assert capped["last_oom_unix_ms"] == last["unix_ms"] > 0, (capped, last)
     # the same request outside the region, and in another region, succeeds
     big = torch.empty(2 * CAP, dtype=torch.uint8, device="cuda")
     with at.region("uncapped"):

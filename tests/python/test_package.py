@@ -95,6 +95,7 @@ def test_bad_input_raises_a_clear_error_and_changes_nothing(run_py):
         trap("stale", lambda: adaptalloc.patch_policy({"adapt": {"interval_ms": 900}}, if_match=99))
         trap("if_match_type", lambda: adaptalloc.patch_policy({}, if_match="1"))
         trap("nul", lambda: adaptalloc.set_policy('{"name": "a\\u0000"}' + "\\0"))
+        trap("incomplete", lambda: adaptalloc.set_policy({"version": 1}))
         trap("block_kind", lambda: adaptalloc.Block("gpu", 10))
         trap("block_size", lambda: adaptalloc.Block("host", 0))
         trap("block_stream", lambda: adaptalloc.Block("host", 8, "s"))
@@ -123,6 +124,10 @@ def test_bad_input_raises_a_clear_error_and_changes_nothing(run_py):
     assert d["stale"][0] == "PolicyConflict" and "99" in d["stale"][1]
     assert d["if_match_type"][0] == "TypeError" and "if_match" in d["if_match_type"][1]
     assert d["nul"][0] == "PolicyError" and "NUL" in d["nul"][1]
+    assert d["incomplete"][0] == "PolicyError", d["incomplete"]
+    assert d["incomplete"][1] == ("adaptalloc.set_policy: not a complete policy: missing "
+                                  "pools.device, pools.pinned, pools.host, adapt, telemetry "
+                                  "(use patch_policy to change part)"), d["incomplete"]
     assert d["block_kind"][0] == "ValueError" and "'gpu'" in d["block_kind"][1]
     assert d["block_size"][0] == "ValueError" and "> 0" in d["block_size"][1]
     assert d["block_stream"][0] == "TypeError" and "stream" in d["block_stream"][1]

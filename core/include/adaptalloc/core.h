@@ -385,7 +385,7 @@ AA_EXTERN void aa_pool_classes_abort(aa_class_txn *txn);
 
 /* ------------------------------------------------------------------ stats */
 
-#define AA_STATS_VERSION 9
+#define AA_STATS_VERSION 10
 #define AA_HIST_BUCKETS 192 /* quarter doublings: bucket(size) below */
 #define AA_HH_MAX 32        /* heavy-hitter exact sizes reported */
 
@@ -468,6 +468,8 @@ typedef struct aa_pool_stats {
   uint64_t managed_device_bytes;
   uint64_t managed_host_bytes;
   uint64_t managed_unknown_bytes;
+  uint64_t last_oom_unix_ms; /* wall clock of the last aa_alloc that returned NULL
+                                        (ms since 1970; 0: none yet) */
 
   uint32_t class_count;
   uint32_t hh_count;
@@ -509,8 +511,8 @@ AA_EXTERN void aa_pool_reset_peaks(aa_pool *pool);
 
 /* ------------------------------------------------------------------ OOM */
 
-#define AA_OOM_VERSION 1
-#define AA_OOM_TOP 8 /* entries in each of aa_oom_info's lists */
+#define AA_OOM_VERSION 2 /* 2: live_sizes (nlive, live) */
+#define AA_OOM_TOP 8     /* entries in each of aa_oom_info's lists */
 
 /* What the pool looked like when a request failed after the release and
  * the one retry (a value type, filled by the pool; version and size first).
@@ -529,11 +531,16 @@ typedef struct aa_oom_info {
   uint64_t slabs;    /* of them, slabs (each slab_size bytes) */
   uint64_t slab_size;
   uint64_t large_bytes_free; /* free bytes inside large-path segments */
-  uint32_t nseg_sizes, nholes, ntop, reserved0;
+  uint32_t nseg_sizes, nholes, ntop, nlive;
   aa_size_count seg_sizes[AA_OOM_TOP]; /* large-path segments: size, count */
   uint64_t holes[AA_OOM_TOP];          /* largest free large-path blocks */
   aa_size_count top[AA_OOM_TOP];       /* most requested exact sizes (heavy
                                           hitters; empty without telemetry) */
+  aa_size_count live[AA_OOM_TOP];      /* live blocks by size: (block size,
+                                          blocks in use), the sizes holding
+                                          the most bytes (size x count) first;
+                                          a class's blocks and the large
+                                          path's blocks of one size each */
 } aa_oom_info;
 
 /* Called from the failing thread once aa_alloc is about to return NULL

@@ -189,7 +189,9 @@ AA_EXTERN int aa_runtime_stats_json(char **out, size_t *len);
 AA_EXTERN int aa_runtime_policy_json(char **out, uint64_t *version);
 
 /* Replaces the policy in force (patch false: `json` is a whole policy, as PUT
- * /policy) or merges `json` into it (patch true: an RFC 7386 merge patch, as
+ * /policy, which must be complete: pools.device, pools.pinned, pools.host,
+ * adapt and telemetry present, else AA_EINVAL "not a complete policy:
+ * missing ..."; docs/policy.md) or merges `json` into it (patch true: an RFC 7386 merge patch, as
  * PATCH /policy), validates it, applies it to every pool and logs the change
  * to the store with `source` ("python", NULL = "api"). if_match > 0 refuses
  * the change with AA_ESTALE unless that version is in force. On error nothing

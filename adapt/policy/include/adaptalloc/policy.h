@@ -120,6 +120,36 @@ AA_EXTERN int aa_policy_load_file(const char *path, aa_policy **out, char *err,
 AA_EXTERN int aa_policy_load_file_msg(const char *path, aa_policy **out,
                                       char **errmsg);
 
+/* Complete policies. A policy put in force whole (a start-up file,
+ * PUT /policy, aa_runtime_policy_update without patch) must name every part
+ * a policy has, so that a fragment or a typo cannot reset a tuned policy to
+ * the defaults: pools.device, pools.pinned, pools.host, adapt and telemetry
+ * (AA_POLICY_COMPLETE_PARTS, in this order). Fields inside a part may still
+ * be left out (they take their defaults; "{}" asks for the part's defaults on
+ * purpose); pools.regions sections stay optional (a region without one uses
+ * its backend's section). A merge patch changes part of a policy and is not
+ * checked. docs/policy.md, "Complete policies". */
+#define AA_POLICY_COMPLETE_PARTS "pools.device, pools.pinned, pools.host, adapt, telemetry"
+
+/* Which parts of a complete policy the document (len bytes) leaves out:
+ * *n (may be NULL) gets their count, missing (cap bytes, may be NULL/0) their
+ * names joined by ", " in the order above ("" when none). Only the document's
+ * shape is read (aa_policy_parse checks the rest). AA_OK, or AA_EPARSE /
+ * AA_ENOMEM / AA_EINVAL (not a JSON object) with the message in missing and
+ * *n 0. */
+AA_EXTERN int aa_policy_missing(const char *json, size_t len, size_t *n,
+                                char *missing, size_t cap);
+
+/* aa_policy_parse and aa_policy_load_file that also refuse an incomplete
+ * document: AA_EINVAL with "(root): not a complete policy: missing
+ * pools.host, adapt (...)" (the file's path first for a file), *out NULL. */
+AA_EXTERN int aa_policy_parse_complete(const char *json, size_t len,
+                                       aa_policy **out, char *err, size_t errcap);
+AA_EXTERN int aa_policy_load_file_complete(const char *path, aa_policy **out,
+                                           char *err, size_t errcap);
+AA_EXTERN int aa_policy_load_file_complete_msg(const char *path, aa_policy **out,
+                                               char **errmsg);
+
 /* Serialises a policy as a pretty-printed JSON object, every field explicit
  * (defaults included), "version" first. malloc'd, NUL-terminated; the caller
  * free()s it. NULL on out of memory. Parsing the result gives an equal policy
