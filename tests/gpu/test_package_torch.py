@@ -128,6 +128,51 @@ def test_native_install_or_clear_fallback(tmp_path):
     assert d["dev"] and d["dev"][0] >= 1
 
 
+def test_oom_snapshot_is_written_and_training_goes_on(tmp_path):
+    """install(oom_snapshot=...): an out-of-memory error (a request over the
+    memory fraction's cap) writes PyTorch's snapshot pickle to the path
+    ({rank} expanded) before torch.OutOfMemoryError reaches the program, which
+    trains on; a folder that does not exist is refused at install."""
+    if not _INFO["native"]:
+        pytest.skip("the native allocator is not built here")
+    p, d = run("""
+        import json, os, pickle, torch, adaptalloc.torch as aat
+        try:
+            aat.install(oom_snapshot="missing-folder/oom.pickle")
+            bad = None
+        except ValueError as e:
+            bad = str(e)
+        aat.install(oom_snapshot="oom-{rank}.pickle")
+        torch.cuda.memory._record_memory_history(max_entries=10000)
+        x = torch.ones(1 << 20, device="cuda")
+        torch.cuda.set_per_process_memory_fraction(
+            (256 << 20) / torch.cuda.get_device_properties(0).total_memory)
+        try:
+            torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+            oom = False
+        except torch.OutOfMemoryError:
+            oom = True
+        torch.cuda.memory._record_memory_history(enabled=None)
+        y = float((x * 2).sum().item())
+        with open("oom-0.pickle", "rb") as f:
+            snap = pickle.load(f)
+        from adaptalloc.torch import _oom
+        print(json.dumps({"bad": bad, "oom": oom, "y": y, "keys": sorted(snap),
+                          "trace": len(snap["device_traces"][0]),
+                          "actions": sorted({e["action"] for e in snap["device_traces"][0]}),
+                          "stats": _oom.stats(), "tmp": [n for n in os.listdir(".")
+                                                         if ".tmp." in n]}))
+    """, tmp_path, env={"RANK": "0"})
+    assert p.returncode == 0, p.stderr
+    assert d["bad"] and "does not exist" in d["bad"]
+    assert d["oom"] and d["y"] == 2.0 * (1 << 20)
+    assert "segments" in d["keys"] and "device_traces" in d["keys"]
+    assert d["trace"] > 0 and "oom" in d["actions"], d["actions"]
+    assert d["stats"]["written"] == 1 and d["stats"]["failed"] == 0
+    assert d["tmp"] == []
+    assert "snapshot written to" in p.stderr
+
+
 def test_install_after_a_cuda_allocation_is_refused(tmp_path):
     p, d = run("""
         import json, torch, adaptalloc.torch as aat

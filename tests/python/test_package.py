@@ -725,3 +725,41 @@ def test_setup_without_wheel_names_what_is_missing(tmp_path):
     assert "needs the Python module 'wheel'" in r.stderr, r.stderr
     assert "python3-wheel" in r.stderr and "invalid command" not in r.stderr
     assert not os.listdir(str(tmp_path)), "setup.py built something: %s" % os.listdir(str(tmp_path))
+
+
+def test_oom_snapshot_path_rules(run_py, tmp_path):
+    """install(oom_snapshot=...)'s path, checked before anything changes:
+    {rank} and {pid} expanded, made absolute; a missing or unwritable folder,
+    a folder itself, an empty path and a non-string each refused naming it;
+    ADAPTALLOC_OOM_SNAPSHOT is the default."""
+    (tmp_path / "ro").mkdir()
+    os.chmod(tmp_path / "ro", 0o500)
+    (tmp_path / "adir").mkdir()
+    r = run_py("""
+        import json, os
+        from adaptalloc.torch import _oom
+        out = {"ok": _oom.resolve("snap-{rank}-{pid}.pickle"), "pid": os.getpid(),
+               "env": _oom.prepare(None), "none": None, "errors": {}}
+        os.environ.pop("ADAPTALLOC_OOM_SNAPSHOT")
+        out["none"] = _oom.prepare(None)
+        for name, bad in (("missing", "nope/x.pickle"), ("ro", "ro/x.pickle"),
+                          ("folder", "adir"), ("empty", ""), ("type", 3)):
+            try:
+                _oom.resolve(bad)
+                out["errors"][name] = None
+            except (TypeError, ValueError) as e:
+                out["errors"][name] = str(e)
+        print(json.dumps(out))
+    """, env={"LOCAL_RANK": "3", "ADAPTALLOC_OOM_SNAPSHOT": "e-{rank}.pickle"})
+    assert r.rc == 0, r.err
+    d = r.json()
+    assert d["ok"] == str(tmp_path / ("snap-3-%d.pickle" % d["pid"]))
+    assert d["env"] == str(tmp_path / "e-3.pickle")
+    assert d["none"] is None
+    e = d["errors"]
+    assert "does not exist" in e["missing"] and "nope" in e["missing"]
+    if os.geteuid() != 0:  # root writes anywhere
+        assert "not writable" in e["ro"]
+    assert "is a folder" in e["folder"]
+    assert "non-empty" in e["empty"]
+    assert "must be a path" in e["type"]

@@ -12,7 +12,7 @@ import warnings
 
 import adaptalloc
 from adaptalloc import torch as _pkg  # the package: the state it holds is rebound at run time
-from adaptalloc.torch import _need_torch
+from adaptalloc.torch import _need_torch, _oom
 
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -99,7 +99,7 @@ def _install_pluggable(torch, record_stream):
 
 
 def install(*, model=None, policy=None, policy_dir=None, db=None, http=None, token=None,
-            trace=None, native=True, record_stream=True):
+            trace=None, native=True, record_stream=True, oom_snapshot=None):
     """Makes adaptalloc PyTorch's CUDA allocator. Call it before the first
     CUDA allocation. The keywords configure the runtime as
     adaptalloc.configure() does (over ADAPTALLOC_MODEL, _POLICY, _POLICY_DIR,
@@ -111,6 +111,11 @@ def install(*, model=None, policy=None, policy_dir=None, db=None, http=None, tok
     not built for this torch, a RuntimeWarning says so and the pluggable
     fallback is used. native=False uses the pluggable fallback with every
     hook (init, empty_cache, memory fraction, record_stream).
+    oom_snapshot (default: ADAPTALLOC_OOM_SNAPSHOT, else none): a file path
+    ({rank}, {pid} expanded; its folder must exist and be writable) where,
+    at every CUDA out-of-memory error, PyTorch's memory snapshot of the
+    native allocator is written before torch.OutOfMemoryError is raised
+    (adaptalloc/torch/_oom.py); it needs the native allocator.
     Returns "native" or "pluggable". A second call with the same choice
     returns it again; a different one raises."""
     for name, value in (("native", native), ("record_stream", record_stream)):
@@ -128,11 +133,23 @@ def install(*, model=None, policy=None, policy_dir=None, db=None, http=None, tok
             raise RuntimeError("adaptalloc.torch.install: no CUDA device is available to "
                                "PyTorch (torch.cuda.is_available() is False)")
         _check_untouched(torch)
+        snap = _oom.prepare(oom_snapshot)  # a bad path is refused before anything changes
+        if snap is not None and not native:
+            raise ValueError("adaptalloc.torch.install: oom_snapshot needs the native allocator "
+                             "(native=True); the pluggable fallback has no snapshots")
         saved = dict(adaptalloc._configured)
         adaptalloc.configure(model=model, policy=policy, policy_dir=policy_dir, db=db,
                              http=http, token=token, trace=trace)
         try:
-            return _install_locked(torch, native, record_stream)
+            mode = _install_locked(torch, native, record_stream)
+            if snap is not None:
+                if mode == "native":
+                    _oom.attach(torch, snap)
+                else:
+                    warnings.warn("adaptalloc.torch: oom_snapshot %s is not written: the "
+                                  "native allocator is not available" % snap,
+                                  RuntimeWarning, stacklevel=2)
+            return mode
         except BaseException:
             if not adaptalloc.started():  # nothing took the configuration yet: undo it
                 adaptalloc._configured.clear()

@@ -1,0 +1,110 @@
+"""adaptalloc.torch's out-of-memory snapshot, one concern: on the native
+allocator, at every CUDA out-of-memory error, PyTorch's memory snapshot
+(torch.cuda.memory._dump_snapshot: segments, blocks and, while
+torch.cuda.memory._record_memory_history is on, the trace with stacks) is
+written to a configured path before torch.OutOfMemoryError reaches the
+program, so that the state at the failure can be opened in memory_viz
+(pytorch.org/memory_viz) afterwards. The runtime's own record of the same
+failure is at GET /oom, in /stats "last_oom" and in the store's ooms table.
+
+The path is install(oom_snapshot=...) or ADAPTALLOC_OOM_SNAPSHOT, with
+{rank} (LOCAL_RANK, else RANK, else 0) and {pid} expanded; its folder must
+exist and be writable when install() runs. Each out-of-memory error writes
+the file anew (through a temporary file renamed into place, so a failure
+never leaves half a pickle); a snapshot that cannot be written is reported on
+stderr and never hides the out-of-memory error itself.
+"""
+import os
+import sys
+import threading
+
+ENV = "ADAPTALLOC_OOM_SNAPSHOT"
+
+_lock = threading.Lock()
+_state = {"path": None, "written": 0, "failed": 0}
+
+
+def resolve(path):
+    """The snapshot path with {rank} and {pid} expanded, made absolute.
+    Raises TypeError or ValueError naming what is wrong."""
+    if not isinstance(path, str):
+        raise TypeError("adaptalloc.torch: oom_snapshot must be a path (str), not %r" % (path,))
+    if path == "" or "\0" in path:
+        raise ValueError("adaptalloc.torch: oom_snapshot must be a non-empty path without NUL "
+                         "bytes, not %r" % (path,))
+    rank = os.environ.get("LOCAL_RANK") or os.environ.get("RANK") or "0"
+    if not rank.isdigit():
+        rank = "0"
+    full = os.path.abspath(path.replace("{rank}", rank).replace("{pid}", str(os.getpid())))
+    folder = os.path.dirname(full)
+    if os.path.isdir(full):
+        raise ValueError("adaptalloc.torch: oom_snapshot %r is a folder; name a file in it, "
+                         "e.g. %r" % (path, os.path.join(path, "oom-{rank}.pickle")))
+    if not os.path.isdir(folder):
+        raise ValueError("adaptalloc.torch: oom_snapshot %r: its folder %r does not exist"
+                         % (path, folder))
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError("adaptalloc.torch: oom_snapshot %r: its folder %r is not writable"
+                         % (path, folder))
+    return full
+
+
+def _write(torch, path):
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    try:
+        torch.cuda.memory._dump_snapshot(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _observer(torch):
+    def on_oom(device, alloc, device_alloc, device_free):
+        # called by the native allocator without its locks, before it raises
+        # torch.OutOfMemoryError; nothing here may raise into it
+        with _lock:
+            path = _state["path"]
+            if path is None:
+                return
+            try:
+                _write(torch, path)
+                _state["written"] += 1
+            except Exception as e:  # noqa: BLE001 - reported, never raised
+                _state["failed"] += 1
+                print("adaptalloc: out of memory on device %d: the snapshot %s could not be "
+                      "written: %s" % (device, path, e), file=sys.stderr, flush=True)
+                return
+        print("adaptalloc: out of memory on device %d (%d bytes requested): snapshot written "
+              "to %s (open it in pytorch.org/memory_viz)" % (device, alloc, path),
+              file=sys.stderr, flush=True)
+    return on_oom
+
+
+def prepare(path):
+    """install()'s check before the allocator changes: the resolved path of
+    oom_snapshot (or ADAPTALLOC_OOM_SNAPSHOT when it is None), or None when
+    neither asks for one."""
+    if path is None:
+        path = os.environ.get(ENV)
+        if path is None or path == "":
+            return None
+    return resolve(path)
+
+
+def attach(torch, path):
+    """After the native allocator is installed: its out-of-memory observer
+    writes the snapshot to `path` (from prepare)."""
+    with _lock:
+        _state["path"] = path
+    torch._C._cuda_attach_out_of_memory_observer(_observer(torch))
+
+
+def stats():
+    """{"path", "written", "failed"}: where snapshots go and how many were
+    written or failed (path None: none configured)."""
+    with _lock:
+        return dict(_state)
