@@ -72,8 +72,7 @@ static void report(run *r, const char *what, int cycle) {
 }
 
 static void sidepipe(run *r, int cycles) {
-  static const size_t shapes[6][4] = {{64, 3, 224, 224}, {32, 3, 320, 320}, {96, 3, 160, 160},
-                                      {48, 3, 256, 256}, {128, 3, 128, 128}, {16, 3, 448, 448}};
+  static const size_t shapes[6][4] = {{64, 3, 224, 224}, {32, 3, 320, 320}, {96, 3, 160, 160}, {48, 3, 256, 256}, {128, 3, 128, 128}, {16, 3, 448, 448}};
   for (int c = 0; c < cycles; c++) {
     for (int k = 0; k < 6; k++) {
       size_t n = shapes[k][0] * shapes[k][1] * shapes[k][2] * shapes[k][3];
@@ -209,7 +208,7 @@ int bench_streams_main(int argc, char **argv) {
   aa_backend_destroy(r.b);
   if (r.failed > 0) {
     fprintf(stderr, "adaptalloc-bench streams: %llu allocations failed\n",
-                (unsigned long long)r.failed);
+            (unsigned long long)r.failed);
     return 1;
   }
   return 0;

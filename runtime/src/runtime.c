@@ -357,20 +357,18 @@ int aa_runtime_pool_config(aa_backend_kind kind, aa_pool_config *cfg) {
   return aa__rt_pool_config(&rt_default, aa_policy_kind_name(kind), NULL, cfg);
 }
 
-aa_pool *aa_rt_pool(aa_runtime *rt, aa_backend_kind kind, int device) {
-  _Atomic(aa_pool *) *slot = rt != NULL ? pool_slot(rt, kind, device) : NULL;
-  aa_pool *pool;
-
-  if (slot == NULL)
-    return NULL;
-  pool = atomic_load_explicit(slot, memory_order_acquire);
+/* The pool in `slot`, made on first use (kind, device; force_managed: over
+ * a managed backend whatever the policy says) and listed in rt->pools. */
+static aa_pool *rt_slot_pool(aa_runtime *rt, _Atomic(aa_pool *) *slot, aa_backend_kind kind,
+                             int device, bool force_managed) {
+  aa_pool *pool = atomic_load_explicit(slot, memory_order_acquire);
   if (pool != NULL)
     return pool;
   aa__rt_ensure_started(rt);
   pthread_mutex_lock(&rt->lock);
   pool = atomic_load_explicit(slot, memory_order_relaxed);
   if (pool == NULL && !rt->shut_down) {
-    pool = rt_create_pool(rt, kind, device, NULL, NULL, false);
+    pool = rt_create_pool(rt, kind, device, NULL, NULL, force_managed);
     if (pool != NULL) {
       pthread_mutex_lock(&rt->pools_lock);
       rt->pools[rt->npools++] = pool;
@@ -382,30 +380,15 @@ aa_pool *aa_rt_pool(aa_runtime *rt, aa_backend_kind kind, int device) {
   return pool;
 }
 
-aa_pool *aa_rt_managed_pool(aa_runtime *rt, int device) {
-  _Atomic(aa_pool *) *slot;
-  aa_pool *pool;
+aa_pool *aa_rt_pool(aa_runtime *rt, aa_backend_kind kind, int device) {
+  _Atomic(aa_pool *) *slot = rt != NULL ? pool_slot(rt, kind, device) : NULL;
+  return slot != NULL ? rt_slot_pool(rt, slot, kind, device, false) : NULL;
+}
 
-  if (device < 0 || device >= AA_MAX_DEVICES)
+aa_pool *aa_rt_managed_pool(aa_runtime *rt, int device) {
+  if (rt == NULL || device < 0 || device >= AA_MAX_DEVICES)
     return NULL;
-  slot = &rt->managed_pools[device];
-  pool = atomic_load_explicit(slot, memory_order_acquire);
-  if (pool != NULL)
-    return pool;
-  aa__rt_ensure_started(rt);
-  pthread_mutex_lock(&rt->lock);
-  pool = atomic_load_explicit(slot, memory_order_relaxed);
-  if (pool == NULL && !rt->shut_down) {
-    pool = rt_create_pool(rt, AA_BACKEND_DEVICE, device, NULL, NULL, true);
-    if (pool != NULL) {
-      pthread_mutex_lock(&rt->pools_lock);
-      rt->pools[rt->npools++] = pool;
-      pthread_mutex_unlock(&rt->pools_lock);
-      atomic_store_explicit(slot, pool, memory_order_release);
-    }
-  }
-  pthread_mutex_unlock(&rt->lock);
-  return pool;
+  return rt_slot_pool(rt, &rt->managed_pools[device], AA_BACKEND_DEVICE, device, true);
 }
 
 /* ------------------------------------------------------------------ regions */
