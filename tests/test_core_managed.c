@@ -219,11 +219,12 @@ static void test_core_managed_gpu_prefetch_and_data(void **state) {
   aa_managed_config c;
   aa_backend *b = NULL;
   aa_managed_range r;
-  aa_pool_stats *st = calloc(1, sizeof *st);
+  aa_pool_stats *st = NULL;
   size_t n = 4 * MIB;
   unsigned char *p;
   (void)state;
   NEED_GPU();
+  st = calloc(1, sizeof *st);
   assert_non_null(st);
   aa_managed_config_init(&c);
   aa_pool *pool = managed_pool(&c, &b);
