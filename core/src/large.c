@@ -220,9 +220,12 @@ static void park(aa_pool *pool, aa__chunk *c) {
   pool->lpark[pool->npark++] = c;
 }
 
-/* Whether a free chunk may be handed out on `stream` now: its freeing stream
- * is idle (no event needed), or the event recorded on it lazily (one event
- * covers the chunk) has completed. A chunk found usable everywhere here is
+/* Whether a free chunk may be handed out on `stream` now: first the events
+ * of its record_stream'd streams (xev) must have completed; then its own
+ * stream takes it at once, and another stream when its freeing stream is
+ * idle (no event needed) or the event on that stream (ev: recorded at the
+ * free for a record_stream'd chunk, else lazily here; one event covers the
+ * chunk) has completed. A chunk found usable everywhere here is
  * not merged with its neighbours (the caller is walking the bins): settle
  * merges such chunks on the way to growing. */
 bool aa__lg_usable(aa_pool *pool, aa__chunk *c, aa_stream stream) {

@@ -739,7 +739,8 @@ def test_oom_snapshot_path_rules(run_py, tmp_path):
         import json, os
         from adaptalloc.torch import _oom
         out = {"ok": _oom.resolve("snap-{rank}-{pid}.pickle"), "pid": os.getpid(),
-               "env": _oom.prepare(None), "none": None, "errors": {}}
+               "env": _oom.prepare(None), "arg": _oom.prepare("a.pickle"), "none": None,
+               "errors": {}}
         os.environ.pop("ADAPTALLOC_OOM_SNAPSHOT")
         out["none"] = _oom.prepare(None)
         for name, bad in (("missing", "nope/x.pickle"), ("ro", "ro/x.pickle"),
@@ -754,8 +755,9 @@ def test_oom_snapshot_path_rules(run_py, tmp_path):
     assert r.rc == 0, r.err
     d = r.json()
     assert d["ok"] == str(tmp_path / ("snap-3-%d.pickle" % d["pid"]))
-    assert d["env"] == str(tmp_path / "e-3.pickle")
-    assert d["none"] is None
+    assert d["env"] == [str(tmp_path / "e-3.pickle"), True]
+    assert d["arg"] == [str(tmp_path / "a.pickle"), False]
+    assert d["none"] == [None, False]
     e = d["errors"]
     assert "does not exist" in e["missing"] and "nope" in e["missing"]
     if os.geteuid() != 0:  # root writes anywhere

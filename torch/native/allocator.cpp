@@ -660,8 +660,10 @@ public:
       std::lock_guard<std::mutex> g(obs_mu_);
       obs = observers_;
     }
+    // as PyTorch's allocator calls them: the request, the most the device
+    // (or the limit) allows, the device's free bytes
     for (auto &o : obs)
-      o(device, t.in_use, total_b, free_b);
+      o(device, n, t.limit ? static_cast<size_t>(t.limit) : total_b, free_b);
     std::string limit =
         t.limit ? size_str(t.limit) : std::string("none (the whole device)");
     const char *region = aa_pool_region(pool);

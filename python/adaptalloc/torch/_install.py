@@ -133,10 +133,18 @@ def install(*, model=None, policy=None, policy_dir=None, db=None, http=None, tok
             raise RuntimeError("adaptalloc.torch.install: no CUDA device is available to "
                                "PyTorch (torch.cuda.is_available() is False)")
         _check_untouched(torch)
-        snap = _oom.prepare(oom_snapshot)  # a bad path is refused before anything changes
+        # a bad path is refused before anything changes
+        snap, snap_from_env = _oom.prepare(oom_snapshot)
         if snap is not None and not native:
-            raise ValueError("adaptalloc.torch.install: oom_snapshot needs the native allocator "
-                             "(native=True); the pluggable fallback has no snapshots")
+            if not snap_from_env:
+                raise ValueError("adaptalloc.torch.install: oom_snapshot needs the native "
+                                 "allocator (native=True); the pluggable fallback has no "
+                                 "snapshots")
+            warnings.warn("adaptalloc.torch: %s=%s is not used: the pluggable fallback has "
+                          "no snapshots" % (_oom.ENV, snap), RuntimeWarning, stacklevel=2)
+            snap = None
+        if snap is not None:
+            _oom.check_torch(torch)
         saved = dict(adaptalloc._configured)
         adaptalloc.configure(model=model, policy=policy, policy_dir=policy_dir, db=db,
                              http=http, token=token, trace=trace)

@@ -62,45 +62,70 @@ def _write(torch, path):
         raise
 
 
+def _say(text):
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except BaseException:  # noqa: BLE001 - stderr closed: nothing to say it on
+        pass
+
+
 def _observer(torch):
-    def on_oom(device, alloc, device_alloc, device_free):
+    def on_oom(device, alloc, device_total, device_free):
         # called by the native allocator without its locks, before it raises
-        # torch.OutOfMemoryError; nothing here may raise into it
-        with _lock:
-            path = _state["path"]
-            if path is None:
-                return
-            try:
-                _write(torch, path)
-                _state["written"] += 1
-            except Exception as e:  # noqa: BLE001 - reported, never raised
-                _state["failed"] += 1
-                print("adaptalloc: out of memory on device %d: the snapshot %s could not be "
-                      "written: %s" % (device, path, e), file=sys.stderr, flush=True)
-                return
-        print("adaptalloc: out of memory on device %d (%d bytes requested): snapshot written "
-              "to %s (open it in pytorch.org/memory_viz)" % (device, alloc, path),
-              file=sys.stderr, flush=True)
+        # torch.OutOfMemoryError (alloc: the request); nothing here may raise
+        # into it, or the program would see this error instead of that one
+        try:
+            with _lock:
+                path = _state["path"]
+                if path is None:
+                    return
+                try:
+                    _write(torch, path)
+                    _state["written"] += 1
+                    ok, why = True, None
+                except BaseException as e:  # noqa: BLE001 - reported, never raised
+                    _state["failed"] += 1
+                    ok, why = False, e
+            if ok:
+                _say("adaptalloc: out of memory on device %d (%d bytes requested, %d free): "
+                     "snapshot written to %s (open it in pytorch.org/memory_viz)"
+                     % (device, alloc, device_free, path))
+            else:
+                _say("adaptalloc: out of memory on device %d: the snapshot %s could not be "
+                     "written: %s" % (device, path, why))
+        except BaseException:  # noqa: BLE001 - see above
+            pass
     return on_oom
 
 
 def prepare(path):
-    """install()'s check before the allocator changes: the resolved path of
-    oom_snapshot (or ADAPTALLOC_OOM_SNAPSHOT when it is None), or None when
-    neither asks for one."""
-    if path is None:
+    """install()'s check before the allocator changes: (the resolved path of
+    oom_snapshot, or of ADAPTALLOC_OOM_SNAPSHOT when it is None; whether it
+    came from the environment), or (None, False) when neither asks for one.
+    Raises TypeError or ValueError naming what is wrong."""
+    from_env = path is None
+    if from_env:
         path = os.environ.get(ENV)
         if path is None or path == "":
-            return None
-    return resolve(path)
+            return None, False
+    return resolve(path), from_env
+
+
+def check_torch(torch):
+    """Raises RuntimeError when this torch has no out-of-memory observer."""
+    if not hasattr(torch._C, "_cuda_attach_out_of_memory_observer"):
+        raise RuntimeError("adaptalloc.torch: oom_snapshot needs torch's out-of-memory "
+                           "observer (torch._C._cuda_attach_out_of_memory_observer), which "
+                           "this torch %s lacks" % getattr(torch, "__version__", "?"))
 
 
 def attach(torch, path):
     """After the native allocator is installed: its out-of-memory observer
-    writes the snapshot to `path` (from prepare)."""
+    writes the snapshot to `path` (from prepare). The path is set once the
+    observer is attached, so stats() never names a path nothing writes."""
+    torch._C._cuda_attach_out_of_memory_observer(_observer(torch))
     with _lock:
         _state["path"] = path
-    torch._C._cuda_attach_out_of_memory_observer(_observer(torch))
 
 
 def stats():
