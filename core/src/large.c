@@ -258,13 +258,14 @@ bool aa__lg_usable(aa_pool *pool, aa__chunk *c, aa_stream stream) {
 
 /* Before the pool grows: every free chunk still tied to a stream (freed on
  * it, or waiting for record_stream's events) whose work has completed is
- * made usable on every stream, and free neighbours that may now merge do,
- * so that memory freed on a side stream serves the request instead of new
- * memory. PyTorch queries its outstanding events at every allocation; this
- * asks only on the way to growing: one query per pending event and one per
- * stream that holds free chunks (answers kept for the pass). Returns the
- * chunks merged (aa__lg_seg_merge); `settled` adds the chunks made usable. */
-static size_t settle(aa_pool *pool, uint64_t *settled) {
+ * made usable on every stream, and the run of such free neighbours that
+ * best fits a `need`-byte request merges, so that memory freed on a side
+ * stream serves the request instead of new memory. PyTorch queries its
+ * outstanding events at every allocation; this asks only on the way to
+ * growing: one query per pending event and one per stream that holds free
+ * chunks (answers kept for the pass). Returns the chunks merged; `settled`
+ * adds the chunks made usable. */
+static size_t settle(aa_pool *pool, size_t need, uint64_t *settled) {
   enum { NSTREAMS = 8 };
   aa_stream seen[NSTREAMS];
   bool idle[NSTREAMS];
@@ -308,9 +309,37 @@ static size_t settle(aa_pool *pool, uint64_t *settled) {
   *settled += n;
   if (n == 0)
     return 0;
+  /* Merge only the run of free neighbours usable everywhere that serves the
+   * request best (the smallest whose sum fits); the others keep their
+   * places, so a pattern that repeats finds its holes again next time
+   * (merging every run cut a repeating FSDP-like step's holes anew each
+   * step: adaptalloc-bench streams fsdp --busy) */
+  aa__chunk *best = NULL;
+  size_t best_size = 0;
+  for (aa__seg *s = pool->segs; s; s = s->next) {
+    for (aa__chunk *c = s->first; c;) {
+      size_t sum = c->size;
+      aa__chunk *e = c;
+      while (e->next && aa__lg_merge_ok(e, e->next) && e->any && e->next->any) {
+        e = e->next;
+        sum += e->size;
+      }
+      if (e != c && c->free && c->any && sum >= need && (best == NULL || sum < best_size)) {
+        best = c;
+        best_size = sum;
+      }
+      c = e->next;
+    }
+  }
+  if (best == NULL)
+    return 0;
   size_t merged = 0;
-  for (aa__seg *s = pool->segs; s; s = s->next)
-    merged += aa__lg_seg_merge(pool, s, true);
+  aa__lg_bin_remove(pool, best);
+  while (best->size < best_size) {
+    aa__lg_absorb(pool, best, best->next);
+    merged++;
+  }
+  aa__lg_bin_insert(pool, best);
   return merged;
 }
 
@@ -459,7 +488,7 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
         reclaimed = true;
         /* ...and the chunks whose streams' work has completed merge */
         size_t back = aa__lg_ltc_reclaim(pool, tc, true);
-        if (settle(pool, &pool->large_settled) + back > 0)
+        if (settle(pool, need, &pool->large_settled) + back > 0)
           continue;
         c = vmm ? find_fit(pool, need, stream, false) : NULL;
       }

@@ -134,12 +134,6 @@ void aa__lg_absorb(aa_pool *pool, aa__chunk *a, aa__chunk *b);
 void aa__lg_release_chunk(aa_pool *pool, aa__chunk *c, aa_stream stream, bool counted);
 
 /* large_seg.c */
-/* Merges the free neighbours in `s` that may merge and are alike in being
- * usable everywhere (aa__chunk.any); with any_only, only those that are
- * (two chunks of one stream that merge lose the events recorded at their
- * frees, and another stream then waits for that stream's later work too).
- * Returns the merges. */
-size_t aa__lg_seg_merge(aa_pool *pool, aa__seg *s, bool any_only);
 /* Maps every page under `c` (free, out of the bins; expandable). */
 int aa__lg_ensure_mapped(aa_pool *pool, aa__chunk *c);
 /* A new segment with one free chunk: of `segsize` bytes, or an expandable

@@ -332,24 +332,17 @@ static void seg_settle(aa_pool *pool, aa__seg *s) {
     if (c->free && !c->any && pool->has_events)
       (void)aa__lg_usable(pool, c, ANYWHERE);
   }
-  (void)aa__lg_seg_merge(pool, s, false);
-}
-
-size_t aa__lg_seg_merge(aa_pool *pool, aa__seg *s, bool any_only) {
-  size_t merged = 0;
   aa__chunk *c = s->first;
   while (c) {
     aa__chunk *n = c->next;
-    if (n && aa__lg_merge_ok(c, n) && c->any == n->any && (c->any || !any_only)) {
+    if (n && aa__lg_merge_ok(c, n) && c->any == n->any) {
       aa__lg_bin_remove(pool, c);
       aa__lg_absorb(pool, c, n);
       aa__lg_bin_insert(pool, c);
-      merged++;
       continue; /* try the new neighbour */
     }
     c = n;
   }
-  return merged;
 }
 
 static size_t release_locked(aa_pool *pool, size_t want) {
