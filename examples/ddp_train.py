@@ -7,12 +7,13 @@
 
 Each rank (one process per GPU, as torchrun starts them):
 
-- installs libadaptalloc_torch.so as PyTorch's CUDA allocator
-  (CUDAPluggableAllocator with aa_torch_alloc / aa_torch_free, through
+- makes adaptalloc PyTorch's CUDA allocator with
+  `adaptalloc.torch.install()` (the native allocator of `pip install .`;
+  --pluggable: the CUDAPluggableAllocator fallback of
   examples/torch_pluggable.py) before any CUDA allocation, unless --baseline;
-- serves its own /stats on 127.0.0.1:9100+LOCAL_RANK (ADAPTALLOC_HTTP, set
-  here unless already set) and writes ./adaptalloc-rank{rank}.db
-  (ADAPTALLOC_DB): see docs/multi-gpu.md;
+- serves its own /stats on 127.0.0.1:9100+LOCAL_RANK and writes
+  ./adaptalloc-rank{rank}.db, through install()'s keywords unless
+  ADAPTALLOC_HTTP / ADAPTALLOC_DB are set: see docs/multi-gpu.md;
 - trains GPT2LMHeadModel(GPT2Config()) -- 124 M parameters, random weights,
   nothing downloaded -- with AdamW under DistributedDataParallel over NCCL,
   on random token batches drawn from a seeded generator (the same batches in
@@ -29,7 +30,8 @@ agreement to a few 1e-3, not bit for bit).
 NCCL_NVLS_ENABLE=0 is set before torch.distributed is imported (NVLink
 multicast is not available on the lent machines).
 
-Needs torch with CUDA, transformers, two GPUs; --compare needs only python3.
+Needs torch with CUDA, transformers, two GPUs (or, with --backend gloo
+--one-gpu, two ranks sharing GPU 0); --compare needs only python3.
 """
 import os
 
@@ -60,6 +62,12 @@ def parse_args(argv):
                    help="step after which each rank reads its /stats (steps/2)")
     p.add_argument("--http-base", type=int, default=9100,
                    help="base port of the ranks' servers (9100: rank r on 9100+r)")
+    p.add_argument("--pluggable", action="store_true",
+                   help="the CUDAPluggableAllocator fallback instead of the native allocator")
+    p.add_argument("--backend", choices=("nccl", "gloo"), default="nccl",
+                   help="torch.distributed backend (nccl)")
+    p.add_argument("--one-gpu", action="store_true",
+                   help="every rank on GPU 0 (with --backend gloo: two ranks on one GPU)")
     p.add_argument("--lib", default=None,
                    help="path of libadaptalloc_torch.so (default: $AA_TORCH_LIB, "
                         "build/torch/pluggable/ ...)")
@@ -131,23 +139,20 @@ def main(argv):
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if not args.baseline:
-        # Read by the library when it starts (the first CUDA allocation).
-        os.environ.setdefault("ADAPTALLOC_HTTP", f"127.0.0.1:{args.http_base}+rank")
-        os.environ.setdefault("ADAPTALLOC_DB", "./adaptalloc-rank{rank}.db")
-        os.environ.setdefault("ADAPTALLOC_MODEL", "gpt2-small-ddp")
-        if args.lib:
-            os.environ["AA_TORCH_LIB"] = args.lib
+    http = os.environ.get("ADAPTALLOC_HTTP") or f"127.0.0.1:{args.http_base}+rank"
+    db = os.environ.get("ADAPTALLOC_DB") or "./adaptalloc-rank{rank}.db"
+    if args.lib:
+        os.environ["AA_TORCH_LIB"] = args.lib
 
     import torch
 
     if not args.baseline:
         # Before any CUDA allocation of this process (set_device included).
-        sys.path.insert(0, _HERE)
-        import torch_pluggable
+        import adaptalloc.torch as aat
 
-        torch_pluggable.install()
-        allocator = "adaptalloc"
+        mode = aat.install(http=http, db=db, model=os.environ.get("ADAPTALLOC_MODEL") or
+                           "gpt2-small-ddp", native=not args.pluggable)
+        allocator = "adaptalloc-" + mode
     else:
         allocator = "pytorch"
 
@@ -155,18 +160,22 @@ def main(argv):
     from torch.nn.parallel import DistributedDataParallel as DDP
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    torch.cuda.set_device(local_rank)
-    device = torch.device("cuda", local_rank)
-    try:
-        dist.init_process_group("nccl", device_id=device)
-    except TypeError:  # torch before 2.3 has no device_id
-        dist.init_process_group("nccl")
+    gpu = 0 if args.one_gpu else local_rank
+    torch.cuda.set_device(gpu)
+    device = torch.device("cuda", gpu)
+    if args.backend == "gloo":
+        dist.init_process_group("gloo")
+    else:
+        try:
+            dist.init_process_group("nccl", device_id=device)
+        except TypeError:  # torch before 2.3 has no device_id
+            dist.init_process_group("nccl")
 
     torch.manual_seed(args.seed)  # the same weights on every rank and run
     cfg = GPT2Config(n_positions=max(1024, args.seq), n_embd=768, n_layer=12,
                      n_head=12, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     model = GPT2LMHeadModel(cfg).to(device)
-    model = DDP(model, device_ids=[local_rank])
+    model = DDP(model, device_ids=[gpu])
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     gen = torch.Generator(device="cpu")
     gen.manual_seed(args.seed + 1000003 * rank)
@@ -210,9 +219,12 @@ def main(argv):
     torch.cuda.synchronize()
     wall = time.time() - t0
     peak = None
-    if not args.baseline:
+    if not args.baseline and args.pluggable:
+        sys.path.insert(0, _HERE)
+        import torch_pluggable  # the fallback's own figure
+
         peak = torch_pluggable.stat("peak_reserved", torch.cuda.current_device())
-    else:
+    else:  # PyTorch's, or the native allocator's through the same call
         peak = torch.cuda.max_memory_reserved(device)
     peaks = [None] * world
     dist.all_gather_object(peaks, peak)
