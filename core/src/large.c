@@ -307,9 +307,8 @@ static size_t settle(aa_pool *pool, size_t need, uint64_t *settled) {
     }
   }
   *settled += n;
-  if (n == 0)
-    return 0;
-  /* Merge only the run of free neighbours usable everywhere that serves the
+  /* (aa__lg_usable makes chunks usable everywhere too, without merging
+   * them: their runs count as well.) Merge only the run of free neighbours usable everywhere that serves the
    * request best (the smallest whose sum fits); the others keep their
    * places, so a pattern that repeats finds its holes again next time
    * (merging every run cut a repeating FSDP-like step's holes anew each
