@@ -47,13 +47,15 @@ void aa__event_release(aa_pool *pool, void *ev) {
 }
 
 uint32_t aa__stream_events(aa_pool *pool, const aa_stream *xs, uint32_t nxs, aa_stream stream,
-                           bool own, void ***evs, bool *synced) {
+                           void **own, void ***evs, bool *synced) {
   aa_backend *b = pool->backend;
   void **ev = calloc((size_t)nxs + 1, sizeof *ev);
   uint32_t n = 0;
   bool failed = ev == NULL;
   *evs = NULL;
   *synced = false;
+  if (own != NULL)
+    *own = NULL;
   for (uint32_t i = 0; i < nxs && !failed; i++) {
     if (xs[i] == stream)
       continue;
@@ -62,11 +64,13 @@ uint32_t aa__stream_events(aa_pool *pool, const aa_stream *xs, uint32_t nxs, aa_
     else
       failed = true;
   }
-  if (!failed && n > 0 && own) {
+  if (!failed && n > 0 && own == NULL) {
     if (b->ops->event_record(b, stream, &ev[n]) == AA_OK)
       n++;
     else
       failed = true;
+  } else if (!failed && n > 0 && b->ops->event_record(b, stream, own) != AA_OK) {
+    *own = NULL; /* the caller records it later, when it is asked for */
   }
   if (failed) {
     /* cannot track it: wait for all work instead */

@@ -600,16 +600,19 @@ bool aa__stream_idle(aa_pool *pool, aa_stream stream);
 void aa__event_release(aa_pool *pool, void *ev);
 /* A block freed on `stream` whose work also ran on the record_stream'd
  * streams xs[0..nxs): records an event on each of those but `stream`, then,
- * with `own` and when any was recorded, one on `stream`. Returns how many,
- * the array in *evs (the caller's), 0 when none is needed. When an event
- * cannot be made it waits for the device instead (*synced true, 0 events):
- * the block may be reused at once. With `own` the block is usable anywhere
- * once the events have completed (the small path's stream lists); without,
- * it is a block freed on `stream` once they have (the large path: as
- * PyTorch's caching allocator, which waits for the other streams only, so a
- * side stream's block is not held for that stream's later work). */
+ * when any was recorded, one on `stream`: into the array with own NULL, else
+ * into *own (NULL when it cannot be made: the caller records it later).
+ * Returns how many are in the array, which goes to *evs (the caller's), 0
+ * when none is needed. When an event of the array cannot be made it waits
+ * for the device instead (*synced true, 0 events): the block may be reused
+ * at once. With own NULL the block is usable anywhere once all have
+ * completed (the small path's stream lists); with own, it is a block freed
+ * on `stream` once the array's have, usable elsewhere once *own has too (the
+ * large path: as PyTorch's caching allocator, which waits for the other
+ * streams only, so a side stream's block is not held for that stream's later
+ * work). */
 uint32_t aa__stream_events(aa_pool *pool, const aa_stream *xs, uint32_t nxs, aa_stream stream,
-                           bool own, void ***evs, bool *synced);
+                           void **own, void ***evs, bool *synced);
 /* The stream a record_stream'd block freed on `stream` is put back on with
  * no event: freed on the host pseudo-stream (the freer has no GPU work
  * behind it) with one recorded stream X, it is a block freed on X (usable

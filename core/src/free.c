@@ -46,7 +46,7 @@ static uint32_t rs_events(aa_pool *pool, aa__rsrec *r, aa_stream *stream, void *
     *stream = on;
     return 0;
   }
-  return aa__stream_events(pool, r->s, r->n, *stream, true, evs, &synced);
+  return aa__stream_events(pool, r->s, r->n, *stream, NULL, evs, &synced);
 }
 
 static int free_slow(aa_pool *pool, aa__tcache *tc, aa__blk b, aa_stream stream, bool recorded) {

@@ -228,15 +228,22 @@ static void park(aa_pool *pool, aa__chunk *c) {
  * chunk) has completed. A chunk found usable everywhere here is
  * not merged with its neighbours (the caller is walking the bins): settle
  * merges such chunks on the way to growing. */
+/* Whether the events of c's record_stream'd streams (xev) have all
+ * completed, releasing them; from then on c is a chunk freed on c->stream. */
+static bool xev_done(aa_pool *pool, aa__chunk *c) {
+  if (c->nxev == 0)
+    return true;
+  if (!aa__events_done(pool, c->xev, &c->nxev))
+    return false;
+  free(c->xev);
+  c->xev = NULL;
+  return true;
+}
+
 bool aa__lg_usable(aa_pool *pool, aa__chunk *c, aa_stream stream) {
   aa_backend *b = pool->backend;
-  if (c->nxev > 0) {
-    /* record_stream's streams first; then it is a block freed on c->stream */
-    if (!aa__events_done(pool, c->xev, &c->nxev))
-      return false;
-    free(c->xev);
-    c->xev = NULL;
-  }
+  if (!xev_done(pool, c))
+    return false;
   if (c->any || c->stream == stream)
     return true;
   if (c->ev == NULL && aa__stream_idle(pool, c->stream)) {
@@ -277,12 +284,8 @@ static size_t settle(aa_pool *pool, size_t need, uint64_t *settled) {
       if (c->any)
         continue;
       bool done;
-      if (c->nxev > 0) { /* record_stream's streams, then c->stream's rule */
-        if (!aa__events_done(pool, c->xev, &c->nxev))
-          continue;
-        free(c->xev);
-        c->xev = NULL;
-      }
+      if (!xev_done(pool, c)) /* record_stream's streams, then c->stream's rule */
+        continue;
       if (c->ev != NULL) {
         uint32_t one = 1;
         done = aa__events_done(pool, &c->ev, &one) != 0;
@@ -653,13 +656,11 @@ void aa__lg_release_chunk(aa_pool *pool, aa__chunk *c, aa_stream stream, bool co
      * `stream` itself (ev, which aa__lg_usable would otherwise record
      * lazily): with both done it serves every stream, with no wait for the
      * work `stream` is given after this free. */
-    uint32_t n = aa__stream_events(pool, c->xs, c->nxs, stream, false, &ev, &synced);
+    uint32_t n = aa__stream_events(pool, c->xs, c->nxs, stream, &c->ev, &ev, &synced);
     if (synced)
       c->any = 1; /* the device was synchronized: usable on any stream */
     c->xev = ev;
     c->nxev = n;
-    if (n > 0 && pool->backend->ops->event_record(pool->backend, stream, &c->ev) != AA_OK)
-      c->ev = NULL; /* recorded lazily, when another stream asks */
   }
   free(c->xs);
   c->xs = NULL;
