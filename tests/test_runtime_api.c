@@ -20,13 +20,7 @@
 
 #include "adaptalloc/runtime.h"
 
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      _exit(10 + __LINE__ % 100);                                              \
-    }                                                                          \
-  } while (0)
+#include "child_check.h" /* CHECK: a failed check ends the forked child */
 
 static void run_child(void (*scenario)(void)) {
   int status = 0;

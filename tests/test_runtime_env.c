@@ -34,13 +34,7 @@
 #include <sqlite3.h>
 #endif
 
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      _exit(10 + __LINE__ % 100);                                              \
-    }                                                                          \
-  } while (0)
+#include "child_check.h" /* CHECK: a failed check ends the forked child */
 
 static char tmpdir[256];
 

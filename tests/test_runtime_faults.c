@@ -84,13 +84,7 @@ int main(void) {
 static char tmpdir[256];
 
 /* In a child: print the failed check and exit with a code naming the line. */
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      _exit(10 + __LINE__ % 100);                                              \
-    }                                                                          \
-  } while (0)
+#include "child_check.h"   /* CHECK: a failed check ends the forked child */
 
 /* ================================================================ model */
 
