@@ -4,10 +4,9 @@ calls) and printed as tables.
 """
 import statistics
 
-MIB = 1 << 20
-
 import benchcpu  # bench/gpu/benchcpu.py; bench_zoo.py put bench/gpu on sys.path
 from zoo_modes import TORCH_MODES, our_modes
+from zoo_workloads import MIB
 
 
 def med_range(v, nd=0):
