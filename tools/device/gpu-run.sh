@@ -14,7 +14,7 @@
 #           package installed and tested (tools/device/package-test.sh); pkgbench:
 #           its pinned-pool benchmark (bench/gpu/bench_py_pinned.py); nativebench: the
 #           native allocator against PyTorch's settings (bench/gpu/bench_native.py, after native);
-#           pkginstall sidetests zooside viz loopgpu: issue #24's side-stream, history and
+#           pkginstall pkgtests sidetests zooside viz loopgpu: issue #24's side-stream, history and
 #           loop measurements (see below);
 #           managed: managed memory: test_core_managed on the GPU (after build), the package
 #           installed, tests/gpu/test_managed.py; managedbench: bench/gpu/bench_managed_optim.py
@@ -65,6 +65,8 @@ want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done;
   fi
   want build && stage build 240 tools/device/setup.sh -DAA_BUILD_BENCH=ON
   [ -f "$build/env.sh" ] && source "$build/env.sh"
+  # the package installed, no tests: first, for every stage that imports it
+  want pkginstall && stage pkginstall 300 env -u LD_LIBRARY_PATH AA_PKG_TESTS=0 bash tools/device/package-test.sh
   want ctestcuda && stage ctest-cuda 120 ctest --test-dir "$build" -L cuda --output-on-failure --timeout 60
   if want ctest; then
     stage ctest-cuda 120 ctest --test-dir "$build" -L cuda --output-on-failure --timeout 60
@@ -93,7 +95,8 @@ want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done;
   mpy=$(python3 -c 'import sys; print("python3" if sys.prefix != sys.base_prefix else "/tmp/aa-pkg-venv/bin/python")')
   if want managed; then
     [ -x "$build/tests/test_core_managed" ] && stage managed-ctest 120 "$build/tests/test_core_managed"
-    stage managed-install 300 env -u LD_LIBRARY_PATH AA_PKG_TESTS=0 bash tools/device/package-test.sh
+    want pkginstall ||
+      stage managed-install 300 env -u LD_LIBRARY_PATH AA_PKG_TESTS=0 bash tools/device/package-test.sh
     stage managed-tests 300 env -u LD_LIBRARY_PATH -C /tmp $mpy -m pytest -v -rs \
       -p no:cacheprovider "$root/tests/gpu/test_managed.py"
   fi
@@ -140,7 +143,11 @@ want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done;
   # for tools/memory_viz_image.py --png anywhere); loopgpu the zoo's native
   # mode with the loop on and off (ADAPTALLOC_POLICY: adapt.enabled false)
   # on AA_LOOP_WORKLOADS, with the audit trail in each run's stats
-  want pkginstall && stage pkginstall 300 env -u LD_LIBRARY_PATH AA_PKG_TESTS=0 bash tools/device/package-test.sh
+  # pkgtests: chosen tests of the package (after pkginstall), AA_PKGTESTS
+  # files and AA_PKGTESTS_K the -k expression
+  want pkgtests && stage pkgtests ${AA_PKGTESTS_LIMIT_S:-200} env -u LD_LIBRARY_PATH -C /tmp python3 -m pytest -q -rs \
+    -p no:cacheprovider $(for f in ${AA_PKGTESTS:-tests/gpu/test_package_torch.py tests/gpu/test_regions.py}; do echo "$root/$f"; done) \
+    -k "${AA_PKGTESTS_K:-oom_snapshot or prefill_beyond or region_limit}"
   want sidetests && stage sidetests 200 env -u LD_LIBRARY_PATH -C /tmp python3 -m pytest -q -rs \
     "$root/tests/gpu/test_torch_native.py" -k "side_stream or history or export or record_stream"
   want zooside && stage zooside ${AA_ZOOSIDE_LIMIT_S:-330} env -u LD_LIBRARY_PATH python3 bench/gpu/bench_zoo.py \
