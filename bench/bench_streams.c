@@ -18,7 +18,8 @@
  *             GPU a whole step behind
  *
  * Prints, per cycle, the pool's reserved and peak in-use bytes, the large
- * path's settled chunks and page maps. The figures are the allocator's own
+ * path's settled chunks, stream waits (large_stream_wait; off with
+ * --no-stream-wait) and page maps. The figures are the allocator's own
  * (no timing): the same run gives the same numbers.
  *
  * Entry point: bench_streams_main.
@@ -66,9 +67,10 @@ static void report(run *r, const char *what, int cycle) {
   if (aa_pool_stats_get_opts(r->p, &st, AA_STATS_NO_SIZES) != AA_OK)
     return;
   printf("%-8s cycle %2d  reserved %8.1f MiB  peak in use %8.1f MiB  settled %6llu  "
-         "page maps %6llu\n",
+         "stream waits %6llu  page maps %6llu\n",
          what, cycle, (double)st.bytes_reserved / MIB, (double)st.peak_bytes_in_use / MIB,
-         (unsigned long long)st.large_settled, (unsigned long long)st.large_pages_mapped);
+         (unsigned long long)st.large_settled, (unsigned long long)st.large_stream_waits,
+         (unsigned long long)st.large_pages_mapped);
 }
 
 static void sidepipe(run *r, int cycles) {
@@ -157,16 +159,21 @@ static void fsdp(run *r, int cycles) {
 }
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: adaptalloc-bench streams [sidepipe|fsdp] [--busy] [--cycles N]\n"
+  fprintf(f, "usage: adaptalloc-bench streams [sidepipe|fsdp] [--busy] [--no-stream-wait]\n"
+             "                                [--cycles N]\n"
              "  host replicas of the GPU zoo's side-stream workloads on an expandable\n"
              "  host pool: reserved and peak in use per cycle (no timing)\n"
              "  --busy      both streams busy through each step (a GPU behind the CPU)\n"
+             "  --no-stream-wait  large_stream_wait off: pending blocks wait for their\n"
+             "              streams' work (PyTorch's rule) instead of ordering the\n"
+             "              requesting stream after it\n"
              "  --cycles N  cycles to run (default 6, 1..1000)\n");
 }
 
 int bench_streams_main(int argc, char **argv) {
   const char *which = "sidepipe";
   int cycles = 6;
+  bool no_wait = false;
   run r;
   aa_pool_config cfg;
   memset(&r, 0, sizeof r);
@@ -176,6 +183,8 @@ int bench_streams_main(int argc, char **argv) {
       return 0;
     } else if (strcmp(argv[i], "--busy") == 0) {
       r.busy = true;
+    } else if (strcmp(argv[i], "--no-stream-wait") == 0) {
+      no_wait = true;
     } else if (strcmp(argv[i], "--cycles") == 0 && i + 1 < argc) {
       if (!bench_arg_int("streams", "--cycles", argv[++i], 1, 1000, &cycles))
         return 2;
@@ -195,6 +204,7 @@ int bench_streams_main(int argc, char **argv) {
   cfg.backend = r.b;
   cfg.large_mode = AA_LARGE_EXPANDABLE; /* the default policy's device pools */
   cfg.max_small = 16384;
+  cfg.large_stream_wait = no_wait ? -1 : 0;
   if (aa_pool_new(&cfg, &r.p) != AA_OK) {
     fprintf(stderr, "adaptalloc-bench streams: cannot create the pool\n");
     aa_backend_destroy(r.b);

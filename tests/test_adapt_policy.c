@@ -165,6 +165,8 @@ static const bad_doc bad_docs[] = {
      "pools.device.large.page_bytes: 2147483648 is out of range [0, 1073741824]"},
     {POOL("{\"large\": {\"map_runs\": 1}}"), AA_EINVAL,
      "pools.device.large.map_runs: expected true or false, got a number"},
+    {POOL("{\"large\": {\"stream_wait\": \"off\"}}"), AA_EINVAL,
+     "pools.device.large.stream_wait: expected true or false, got a string"},
     {POOL("{\"large\": {\"map_run\": true}}"), AA_EINVAL,
      "pools.device.large.map_run: unknown key (did you mean \"map_runs\"?)"},
     {"{\"pools\": {\"host\": {\"large\": {\"mode\": \"lru\"}}}}", AA_EINVAL,
@@ -722,6 +724,27 @@ static void test_adapt_policy_default_round_trip(void **state) {
     assert_int_equal(aa_policy_pool_config(q, "host", &cfg, NULL, 0, NULL), AA_OK);
     assert_int_equal(cfg.large_map_runs, 0);
     assert_non_null(strstr(j, "\"map_runs\": false"));
+    /* stream-ordered reuse: on everywhere, written only when off */
+    assert_int_equal(cfg.large_stream_wait, 1);
+    assert_null(strstr(j, "stream_wait"));
+  }
+  { /* large.stream_wait false: off in the pool config, written back, and a
+     * policy that differs only there is another policy */
+    aa_policy *o = parse_ok("{\"pools\": {\"pinned\": {\"large\": {\"stream_wait\": false}}}}");
+    aa_pool_config cfg;
+    assert_int_equal(aa_policy_pool_config(o, "pinned", &cfg, NULL, 0, NULL), AA_OK);
+    assert_int_equal(cfg.large_stream_wait, -1);
+    assert_int_equal(aa_policy_pool_config(o, "device", &cfg, NULL, 0, NULL), AA_OK);
+    assert_int_equal(cfg.large_stream_wait, 1);
+    assert_false(aa_policy_equal(d, o));
+    char *oj = aa_policy_to_json(o);
+    assert_non_null(oj);
+    assert_non_null(strstr(oj, "\"stream_wait\": false"));
+    aa_policy *o2 = parse_ok(oj);
+    assert_true(aa_policy_equal(o, o2));
+    free(oj);
+    aa_policy_free(o);
+    aa_policy_free(o2);
   }
   free(j);
   aa_policy_free(d);
@@ -1128,12 +1151,12 @@ static void test_adapt_policy_schema_matches_parser(void **state) {
   assert_int_equal(aa_policy_default(&def), AA_OK);
   checked = schema_walk(schema, schema, keys, 0, def);
   /* version; 3 pools x (slab_size, tcache.blocks, large.cache_bytes,
-   * large.page_bytes, limit_bytes, backend, advise's three,
-   * allow_oversubscribe; max_small, large.map_runs, classes, tcache.bytes
+   * large.page_bytes, large.stream_wait, limit_bytes, backend, advise's
+   * three, allow_oversubscribe; max_small, large.map_runs, classes, tcache.bytes
    * and large.mode have no schema default: they differ between pools);
    * 11 adapt + 4 hysteresis; 5 telemetry. (Defaults under "oneOf" — class
    * entries, ladder fields — are not walked.) */
-  assert_int_equal(checked, 1 + 3 * 10 + 15 + 5);
+  assert_int_equal(checked, 1 + 3 * 11 + 15 + 5);
   {
     aa_policy *p = parse_ok(full_doc);
     char *j = aa_policy_to_json(p);

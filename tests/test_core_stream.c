@@ -168,8 +168,11 @@ static void test_core_stream_record_stream(void **state) {
   assert_int_equal(aa_record_stream(f->p, a, SB), AA_EINVAL);
 }
 
+/* PyTorch's rule (large_stream_wait off; on, test_core_stream_wait_*): a
+ * large block pending on its stream serves that stream only. */
 static void test_core_stream_large(void **state) {
   fx *f = *state;
+  aa_pool_set_stream_wait(f->p, false);
   aa_backend_host_hold_events(f->b, true);
   void *a = aa_alloc(f->p, 3u << 20, SA);
   assert_int_equal(aa_free(f->p, a, 0, SA), AA_OK);
@@ -274,8 +277,10 @@ static void test_core_stream_record_host_free(void **state) {
  * stream SB and freed on the host, SB itself gets it at once, busy. */
 static void check_host_free_edges(uint32_t tc, size_t n, size_t limit) {
   aa_backend *b = NULL;
-  /* two recorded streams, freed on the host: SC busy keeps it from all */
+  /* two recorded streams, freed on the host: SC busy keeps it from all
+   * (with large_stream_wait off: no stream is ordered after SC instead) */
   aa_pool *p = limited_pool(&b, tc, limit);
+  aa_pool_set_stream_wait(p, false);
   void *a = aa_alloc(p, n, AA_STREAM_HOST);
   assert_non_null(a);
   assert_int_equal(aa_record_stream(p, a, SB), AA_OK);
@@ -290,6 +295,7 @@ static void check_host_free_edges(uint32_t tc, size_t n, size_t limit) {
   limited_done(p, b);
   /* one recorded stream, freed on a real stream: both must finish */
   p = limited_pool(&b, tc, limit);
+  aa_pool_set_stream_wait(p, false);
   a = aa_alloc(p, n, SA);
   assert_non_null(a);
   assert_int_equal(aa_record_stream(p, a, SB), AA_OK);
@@ -302,6 +308,7 @@ static void check_host_free_edges(uint32_t tc, size_t n, size_t limit) {
   limited_done(p, b);
   /* one recorded stream, freed on the host: that stream gets it at once */
   p = limited_pool(&b, tc, limit);
+  aa_pool_set_stream_wait(p, false);
   a = aa_alloc(p, n, AA_STREAM_HOST);
   assert_non_null(a);
   assert_int_equal(aa_record_stream(p, a, SB), AA_OK);
@@ -479,6 +486,124 @@ static void test_core_stream_settle_two_streams(void **state) {
   check_settle_two_streams(AA_LARGE_EXPANDABLE);
 }
 
+/* Stream-ordered reuse (large_stream_wait): a free chunk whose uses on
+ * other streams are still pending serves a request once the requesting
+ * stream is ordered after them (the backend's stream_wait) instead of new
+ * memory; off, refused by the backend, or on the host pseudo-stream, the
+ * pool grows as PyTorch's caching allocator would, and the chunk waits. */
+static uint64_t waits_of(aa_pool *p) {
+  aa_pool_stats st;
+  assert_int_equal(aa_pool_stats_get_opts(p, &st, AA_STATS_NO_SIZES), AA_OK);
+  return st.large_stream_waits;
+}
+
+/* An 8 MiB block on SA, used on SB (record_stream), freed on SA with SB
+ * busy: pending. */
+static void *pending_block(aa_pool *p, aa_backend *b) {
+  void *x = aa_alloc(p, 8 * MIB, SA);
+  assert_non_null(x);
+  assert_int_equal(aa_record_stream(p, x, SB), AA_OK);
+  assert_int_equal(aa_backend_host_stream_busy(b, SB, true), AA_OK);
+  assert_int_equal(aa_free(p, x, 0, SA), AA_OK);
+  return x;
+}
+
+static void check_stream_wait(aa_large_mode mode, aa_stream req, uint64_t want_waits) {
+  aa_backend *b = NULL;
+  aa_pool *p = settle_pool(&b, mode);
+  void *x = pending_block(p, b);
+  uint64_t r0 = reserved_of(p, NULL), w0, wp0, w1, wp1;
+  aa_backend_host_stream_waits(b, &w0, &wp0);
+  void *y = aa_alloc(p, 8 * MIB, req);
+  assert_ptr_equal(y, x);                   /* the pending block, no new memory */
+  assert_int_equal(reserved_of(p, NULL), r0);
+  aa_backend_host_stream_waits(b, &w1, &wp1);
+  assert_int_equal(w1 - w0, want_waits);    /* SB's event (and SA's for another stream) */
+  assert_true(wp1 - wp0 >= 1);              /* SB's was pending: a real ordering */
+  assert_int_equal(waits_of(p), 1);
+  /* freed again on `req` with nothing pending on other streams: reused at
+   * once on `req`, no wait */
+  assert_int_equal(aa_free(p, y, 0, req), AA_OK);
+  void *z = aa_alloc(p, 8 * MIB, req);
+  assert_ptr_equal(z, x);
+  assert_int_equal(waits_of(p), 1);
+  assert_int_equal(aa_free(p, z, 0, req), AA_OK);
+  assert_int_equal(aa_backend_host_stream_busy(b, SB, false), AA_OK);
+  limited_done(p, b); /* every event released */
+}
+
+static void test_core_stream_wait_reuses_pending(void **state) {
+  (void)state;
+  check_stream_wait(AA_LARGE_CACHE, SA, 1);      /* its own stream: SB's event */
+  check_stream_wait(AA_LARGE_EXPANDABLE, SA, 1);
+  check_stream_wait(AA_LARGE_CACHE, SC, 2);      /* a third: SB's and SA's */
+  check_stream_wait(AA_LARGE_EXPANDABLE, SC, 2);
+}
+
+/* How the pool grows instead: off (aa_pool_set_stream_wait), the backend
+ * refusing (a stream under capture), the host pseudo-stream. The pending
+ * block is then left alone, and serves once SB's work is done. */
+enum { WAIT_OFF, WAIT_REFUSED, WAIT_HOST };
+
+static void check_no_stream_wait(aa_large_mode mode, int how) {
+  aa_backend *b = NULL;
+  aa_pool *p = settle_pool(&b, mode);
+  void *x = pending_block(p, b);
+  aa_stream req = how == WAIT_HOST ? AA_STREAM_HOST : SA;
+  if (how == WAIT_OFF)
+    aa_pool_set_stream_wait(p, false);
+  if (how == WAIT_REFUSED)
+    aa_backend_host_refuse_waits(b, true);
+  uint64_t r0 = reserved_of(p, NULL), w0, w1;
+  aa_backend_host_stream_waits(b, &w0, NULL);
+  void *y = aa_alloc(p, 8 * MIB, req);
+  assert_non_null(y);
+  assert_ptr_not_equal(y, x);
+  assert_true(reserved_of(p, NULL) > r0); /* new memory */
+  aa_backend_host_stream_waits(b, &w1, NULL);
+  assert_int_equal(w1, w0); /* refused calls are not counted by the host backend */
+  assert_int_equal(waits_of(p), 0);
+  assert_int_equal(aa_backend_host_stream_busy(b, SB, false), AA_OK);
+  void *z = aa_alloc(p, 8 * MIB, SA);
+  assert_ptr_equal(z, x); /* SB done: the block serves */
+  assert_int_equal(aa_free(p, z, 0, SA), AA_OK);
+  assert_int_equal(aa_free(p, y, 0, req), AA_OK);
+  limited_done(p, b);
+}
+
+static void test_core_stream_wait_off_refused_host(void **state) {
+  (void)state;
+  for (int how = WAIT_OFF; how <= WAIT_HOST; how++) {
+    check_no_stream_wait(AA_LARGE_CACHE, how);
+    check_no_stream_wait(AA_LARGE_EXPANDABLE, how);
+  }
+}
+
+/* The best fit among pending chunks, and the rest of a larger one stays
+ * free on the requesting stream: a 16 MiB and an 8 MiB pending block, a
+ * 6 MiB request takes the 8 MiB one; the 2 MiB left over serves the same
+ * stream at once, no second wait. */
+static void test_core_stream_wait_best_fit_and_rest(void **state) {
+  (void)state;
+  aa_backend *b = NULL;
+  aa_pool *p = settle_pool(&b, AA_LARGE_EXPANDABLE);
+  void *big = aa_alloc(p, 16 * MIB, SA);
+  void *x = pending_block(p, b);
+  assert_int_equal(aa_record_stream(p, big, SB), AA_OK);
+  assert_int_equal(aa_free(p, big, 0, SA), AA_OK);
+  uint64_t r0 = reserved_of(p, NULL);
+  void *y = aa_alloc(p, 6 * MIB, SC);
+  assert_ptr_equal(y, x);
+  void *rest = aa_alloc(p, 2 * MIB, SC);
+  assert_ptr_equal(rest, (char *)x + 6 * MIB);
+  assert_int_equal(reserved_of(p, NULL), r0);
+  assert_int_equal(waits_of(p), 1);
+  assert_int_equal(aa_free(p, y, 0, SC), AA_OK);
+  assert_int_equal(aa_free(p, rest, 0, SC), AA_OK);
+  assert_int_equal(aa_backend_host_stream_busy(b, SB, false), AA_OK);
+  limited_done(p, b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_core_stream_cross_stream_waits, setup, teardown),
@@ -491,6 +616,9 @@ int main(void) {
       cmocka_unit_test(test_core_stream_host_freed_large_released),
       cmocka_unit_test(test_core_stream_settle_record_stream),
       cmocka_unit_test(test_core_stream_settle_two_streams),
+      cmocka_unit_test(test_core_stream_wait_reuses_pending),
+      cmocka_unit_test(test_core_stream_wait_off_refused_host),
+      cmocka_unit_test(test_core_stream_wait_best_fit_and_rest),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

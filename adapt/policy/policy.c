@@ -170,6 +170,8 @@ void aa__policy_defaults(aa_policy *p) {
     /* Device memory: a request's unmapped pages in one map call per 16
      * (a CUDA map costs about 40 us for 2 MiB or 32); pools[0] is "device". */
     pp->large_map_runs = i == 0;
+    /* Every pool: a pending block reused by a stream's wait before new memory */
+    pp->large_stream_wait = true;
     pp->limit_bytes = 0;
   }
   aa_adapt_params_default(&p->adapt);
@@ -550,6 +552,7 @@ static bool pool_equal(const aa__pool_policy *a, const aa__pool_policy *b) {
       a->tcache_bytes != b->tcache_bytes || a->large_mode != b->large_mode ||
       a->large_cache_bytes != b->large_cache_bytes ||
       a->large_page_bytes != b->large_page_bytes || a->large_map_runs != b->large_map_runs ||
+      a->large_stream_wait != b->large_stream_wait ||
       a->limit_bytes != b->limit_bytes || a->managed != b->managed ||
       a->advise_preferred != b->advise_preferred ||
       a->advise_accessed_by != b->advise_accessed_by ||
@@ -680,6 +683,7 @@ int aa_policy_pool_config(const aa_policy *p, const char *pool,
     cfg->large_cache_bytes = (size_t)pp->large_cache_bytes;
     cfg->large_page_bytes = (size_t)pp->large_page_bytes;
     cfg->large_map_runs = pp->large_map_runs ? 1 : 0;
+    cfg->large_stream_wait = pp->large_stream_wait ? 1 : -1;
     cfg->limit_bytes = (size_t)pp->limit_bytes;
     cfg->telemetry = p->telemetry.histogram;
   }

@@ -223,6 +223,7 @@ typedef struct pool_change {
   aa_class_txn *txn; /* the class table, its slots held */
   size_t limit_bytes;
   bool map_runs;
+  bool stream_wait;
 } pool_change;
 
 /* Invariants (aa__assert_internal): pools[0 .. n) are prepared, each with
@@ -290,6 +291,7 @@ static int prepare_pool(const aa_policy *cur, const aa_policy *next, const char 
   out->pool = pool;
   out->limit_bytes = (size_t)pp->limit_bytes;
   out->map_runs = pp->large_map_runs;
+  out->stream_wait = pp->large_stream_wait;
   return AA_OK;
 }
 
@@ -298,6 +300,7 @@ static void commit_pool(pool_change *c) {
   aa_pool_classes_commit(c->txn);
   aa_pool_set_limit(c->pool, c->limit_bytes);
   aa_pool_set_map_runs(c->pool, c->map_runs);
+  aa_pool_set_stream_wait(c->pool, c->stream_wait);
   c->txn = NULL;
 }
 

@@ -72,6 +72,8 @@ static void write_pool(aa__buf *b, const aa__pool_policy *pp) {
   }
   /* always: its default differs between pools */
   aa__buf_printf(b, ", \"map_runs\": %s", pp->large_map_runs ? "true" : "false");
+  if (!pp->large_stream_wait) /* written only when off: the default is on everywhere */
+    aa__buf_printf(b, ", \"stream_wait\": false");
   aa__buf_printf(b, "},\n      \"limit_bytes\": ");
   sb_u64(b, pp->limit_bytes);
   aa__buf_printf(b, ",\n      \"backend\": \"%s\"", pp->managed ? "managed" : "default");

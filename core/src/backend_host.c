@@ -6,6 +6,8 @@
  * recorded events pending so tests can observe stream-ordered reuse),
  * aa_backend_host_stream_busy (one stream's work outstanding: its
  * stream_query says pending, its events stay pending),
+ * aa_backend_host_stream_waits / aa_backend_host_refuse_waits (the
+ * stream_wait op: host memory has nothing to order, so it counts the calls),
  * aa_backend_host_counts, aa_backend_host_event_counts.
  */
 #include <errno.h>
@@ -14,6 +16,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
+#include "adaptalloc/cuda.h" /* AA_STREAM_HOST */
 #include "core_internal.h"
 #include "test_hooks.h"
 
@@ -40,6 +43,8 @@ typedef struct host_ctx {
   _Atomic uint64_t allocs, frees, bytes_mapped;
   _Atomic uint64_t ev_recorded;
   _Atomic uint64_t queries;
+  _Atomic uint64_t waits, waits_pending; /* stream_wait calls; on a pending event */
+  _Atomic bool no_wait;                  /* stream_wait refuses (AA_EAGAIN) */
   bool hold;          /* under mu */
   host_event *events; /* outstanding (recorded, not released), under mu */
   uint64_t ev_outstanding;
@@ -211,6 +216,21 @@ static int host_stream_query(aa_backend *b, aa_stream stream) {
   return idle ? AA_OK : AA_EAGAIN;
 }
 
+/* Host memory has no queued work to order: counts the call, and whether
+ * the event was pending (the tests' evidence that a stream was ordered
+ * after work that had not completed). */
+static int host_stream_wait(aa_backend *b, aa_stream stream, void *event) {
+  host_ctx *h = b->ctx;
+  if (event == NULL)
+    return AA_EINVAL;
+  if (atomic_load(&h->no_wait) || stream == AA_STREAM_HOST)
+    return AA_EAGAIN;
+  atomic_fetch_add(&h->waits, 1);
+  if (host_event_query(b, event) == AA_EAGAIN)
+    atomic_fetch_add(&h->waits_pending, 1);
+  return AA_OK;
+}
+
 static void host_event_release(aa_backend *b, void *event) {
   host_ctx *h = b->ctx;
   host_event *e = event;
@@ -260,6 +280,7 @@ static const aa_backend_ops host_ops = {
     .map = host_map,
     .unmap = host_unmap,
     .stream_query = host_stream_query,
+    .stream_wait = host_stream_wait,
 };
 
 int aa_backend_host_new(aa_backend **out) {
@@ -344,6 +365,20 @@ int aa_backend_host_stream_busy(aa_backend *b, aa_stream stream, bool busy) {
   }
   pthread_mutex_unlock(&h->mu);
   return rc;
+}
+
+void aa_backend_host_stream_waits(const aa_backend *b, uint64_t *waits, uint64_t *pending) {
+  host_ctx *h = host_of(b);
+  if (waits)
+    *waits = h ? atomic_load(&h->waits) : 0;
+  if (pending)
+    *pending = h ? atomic_load(&h->waits_pending) : 0;
+}
+
+void aa_backend_host_refuse_waits(aa_backend *b, bool refuse) {
+  host_ctx *h = host_of(b);
+  if (h)
+    atomic_store(&h->no_wait, refuse);
 }
 
 uint64_t aa_backend_host_stream_queries(const aa_backend *b) {

@@ -524,6 +524,8 @@ struct aa_pool {
   uint64_t large_misses;  /* large allocations that called the backend (a segment, page maps) */
   uint64_t large_settled; /* free chunks whose streams' work had completed, made usable
                            * everywhere on the way to growing (large.c settle) */
+  uint64_t large_stream_waits; /* pending free chunks reused by a stream_wait (large.c) */
+  bool stream_wait;            /* large_stream_wait on and the backend has stream_wait */
 
   aa__pagemap map;
   _Atomic uint8_t size2cls[]; /* ntable entries, index (size-1)>>9 */

@@ -426,6 +426,75 @@ static aa__chunk *find_fit(aa_pool *pool, size_t need, aa_stream stream, bool ha
   return NULL;
 }
 
+/* Orders `stream` after the pending last uses of free chunk `c`: the events
+ * of its record_stream'd streams and, when `stream` is not the one it was
+ * freed on, an event on that one (recorded now when none was: it covers the
+ * free). On success c is a chunk freed on `stream` with no event pending
+ * (its events released), counted in large_stream_waits. On failure (a
+ * stream that cannot wait now, an event that cannot be made) some waits may
+ * have been issued, harmless: c is unchanged but for a recorded event. */
+static bool order_after(aa_pool *pool, aa__chunk *c, aa_stream stream) {
+  aa_backend *b = pool->backend;
+  bool other = !c->any && c->stream != stream;
+  if (other && c->ev == NULL && b->ops->event_record(b, c->stream, &c->ev) != AA_OK) {
+    c->ev = NULL;
+    return false;
+  }
+  for (uint32_t i = 0; i < c->nxev; i++) {
+    if (b->ops->stream_wait(b, stream, c->xev[i]) != AA_OK)
+      return false;
+  }
+  if (other && c->ev != NULL && b->ops->stream_wait(b, stream, c->ev) != AA_OK)
+    return false;
+  for (uint32_t i = 0; i < c->nxev; i++)
+    aa__event_release(pool, c->xev[i]);
+  free(c->xev);
+  c->xev = NULL;
+  c->nxev = 0;
+  if (other) {
+    aa__event_release(pool, c->ev);
+    c->ev = NULL;
+    c->stream = stream;
+  }
+  pool->large_stream_waits++;
+  return true;
+}
+
+/* On the way to growing, when no free chunk is usable on `stream` now (and
+ * settle merged nothing): the best-fitting free chunk whose last uses on
+ * other streams are still pending, with `stream` ordered after them
+ * (order_after) instead of new memory: a stream-ordered reuse, as
+ * cudaMallocAsync's pools make it, where PyTorch's caching allocator maps
+ * or allocates more while the events are pending (the CPU runs ahead of the
+ * GPU, so a block freed a few kernels ago is pending for most of a step:
+ * FSDP-like gathers, adaptalloc-bench streams fsdp --busy). The chunks
+ * considered are those find_fit would take but for their streams
+ * (expandable: pages mapped now or, without a limit, once); chunks still
+ * waiting for record_stream'd events do not merge, so each is taken alone.
+ * `stream` waits on the GPU for work that is already queued ahead of it;
+ * the host never blocks. Returns the chunk still in its bin, or NULL. */
+static aa__chunk *wait_fit(aa_pool *pool, size_t need, aa_stream stream) {
+  bool touched = atomic_load_explicit(&pool->limit, AA__RLX) == 0;
+  for (unsigned b = next_bin(pool, aa__lg_bin_of(need)); b < AA__LARGE_BINS;
+       b = next_bin(pool, b + 1)) {
+    aa__chunk *best = NULL;
+    for (aa__chunk *c = pool->lbins[b]; c; c = c->fnext) {
+      if (c->size < need || (best != NULL && c->size >= best->size) || c->any ||
+          (c->stream == stream && c->nxev == 0))
+        continue; /* too small, no better, or not held by another stream */
+      if (pool->vmm_page != 0 &&
+          !(touched ? aa__lg_prefix_touched(pool, c, need) : aa__lg_prefix_mapped(pool, c, need)))
+        continue;
+      best = c;
+    }
+    if (best != NULL && order_after(pool, best, stream))
+      return best;
+    if (best != NULL)
+      return NULL; /* the stream cannot wait now: the pool grows as before */
+  }
+  return NULL;
+}
+
 /* Cuts `c` (free, out of the bins) to `need`, putting the rest back. */
 static void split(aa_pool *pool, aa__chunk *c, size_t need) {
   aa__assert(c->free && !c->parked && need > 0 && need <= c->size);
@@ -492,7 +561,11 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
         size_t back = aa__lg_ltc_reclaim(pool, tc, true);
         if (settle(pool, need, &pool->large_settled) + back > 0)
           continue;
-        c = vmm ? find_fit(pool, need, stream, false) : NULL;
+        /* ...and, still nothing, a chunk whose other streams' work is
+         * pending serves once `stream` is ordered after it */
+        c = pool->stream_wait ? wait_fit(pool, need, stream) : NULL;
+        if (c == NULL && vmm)
+          c = find_fit(pool, need, stream, false);
       }
       if (c)
         aa__lg_bin_remove(pool, c);

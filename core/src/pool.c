@@ -408,6 +408,8 @@ int aa_pool_new(const aa_pool_config *cfg, aa_pool **out) {
   pool->cfg = c;
   pool->backend = c.backend;
   pool->has_events = c.backend->ops->event_record != NULL && c.backend->ops->event_query != NULL;
+  pool->stream_wait =
+      pool->has_events && c.backend->ops->stream_wait != NULL && c.large_stream_wait >= 0;
   if (pool->cfg.large_mode == AA_LARGE_EXPANDABLE) {
     const aa_backend_ops *o = c.backend->ops;
     size_t g = o->map_granularity && o->va_reserve && o->va_release && o->map && o->unmap
@@ -606,6 +608,14 @@ void aa_pool_set_map_runs(aa_pool *pool, bool on) {
     return;
   pthread_mutex_lock(&pool->large_mu); /* read under it by aa__lg_ensure_mapped */
   pool->vmm_runs = on;
+  pthread_mutex_unlock(&pool->large_mu);
+}
+
+void aa_pool_set_stream_wait(aa_pool *pool, bool on) {
+  if (pool == NULL)
+    return;
+  pthread_mutex_lock(&pool->large_mu); /* read under it by aa__large_alloc */
+  pool->stream_wait = on && pool->has_events && pool->backend->ops->stream_wait != NULL;
   pthread_mutex_unlock(&pool->large_mu);
 }
 

@@ -296,6 +296,7 @@ int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned opts) {
   out->large_allocs = pool->large_allocs + lt_allocs;
   out->large_misses = pool->large_misses;
   out->large_settled = pool->large_settled;
+  out->large_stream_waits = pool->large_stream_waits;
   out->last_oom_unix_ms = atomic_load_explicit(&pool->last_oom_ms, memory_order_relaxed);
   uint64_t lfrees = pool->large_frees + lt_frees;
   uint64_t lmaps = pool->vmm_maps, lunmaps = pool->vmm_unmaps;
@@ -504,6 +505,7 @@ size_t aa_pool_stats_json(const aa_pool_stats *st, char *buf, size_t cap) {
   jw_u64(&w, "large_allocs", st->large_allocs);
   jw_u64(&w, "large_misses", st->large_misses);
   jw_u64(&w, "large_settled", st->large_settled);
+  jw_u64(&w, "large_stream_waits", st->large_stream_waits);
   jw_u64(&w, "last_oom_unix_ms", st->last_oom_unix_ms);
   jw_rate(&w, "small_hit_rate", st->cache_hits, st->cache_hits + st->cache_misses);
   jw_rate(&w, "overall_hit_rate",

@@ -26,6 +26,11 @@ void aa_backend_host_hold_events(aa_backend *b, bool hold);
  * that is not the host one. Events held by aa_backend_host_hold_events stay
  * held either way. */
 int aa_backend_host_stream_busy(aa_backend *b, aa_stream stream, bool busy);
+/* stream_wait calls so far, and those on an event still pending then. */
+void aa_backend_host_stream_waits(const aa_backend *b, uint64_t *waits, uint64_t *pending);
+/* While `refuse` is true, stream_wait answers AA_EAGAIN (as a stream under
+ * CUDA graph capture does). */
+void aa_backend_host_refuse_waits(aa_backend *b, bool refuse);
 /* stream_query calls the backend has answered so far. */
 uint64_t aa_backend_host_stream_queries(const aa_backend *b);
 /* Calls made so far: allocs, frees, and bytes currently mapped. */

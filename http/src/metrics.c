@@ -121,6 +121,10 @@ static const family_t pool_families[] = {
        "Free large chunks whose streams' work had completed, made usable on every stream "
        "and merged with their neighbours before the pool grew.",
        COUNTER, large_settled),
+    PF("adaptalloc_large_stream_waits_total",
+       "Free large chunks still pending on other streams that served a request by ordering "
+       "its stream after them (cudaStreamWaitEvent) instead of new memory.",
+       COUNTER, large_stream_waits),
     PF("adaptalloc_backend_seconds_total",
        "Time spent inside backend alloc, free, map and unmap calls.", SECONDS,
        backend_ns),

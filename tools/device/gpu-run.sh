@@ -150,9 +150,25 @@ want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done;
     -k "${AA_PKGTESTS_K:-oom_snapshot or prefill_beyond or region_limit}"
   want sidetests && stage sidetests 200 env -u LD_LIBRARY_PATH -C /tmp python3 -m pytest -q -rs \
     "$root/tests/gpu/test_torch_native.py" -k "side_stream or history or export or record_stream"
-  want zooside && stage zooside ${AA_ZOOSIDE_LIMIT_S:-330} env -u LD_LIBRARY_PATH python3 bench/gpu/bench_zoo.py \
-    --reps ${AA_REPS_ZOO:-1} --budget-s ${AA_ZOOSIDE_BUDGET_S:-300} --timeout-s 100 \
-    --workloads ${AA_ZOOSIDE_WORKLOADS:-sidepipe,ddp,fsdp,prefetch} --out $res/zoo_side.json
+  # (native@nowait: the default policy with large.stream_wait false in every
+  # pool, PyTorch's rule for blocks pending on other streams)
+  if want zooside; then
+    python3 - "$root/policies/default.json" /tmp/aa-nowait.json <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+for sec in p["pools"].values():
+    if isinstance(sec, dict) and "large" in sec:
+        sec["large"]["stream_wait"] = False
+p["name"] = "default-nowait"
+p.pop("$schema", None)
+json.dump(p, open(sys.argv[2], "w"))
+PY
+    stage zooside ${AA_ZOOSIDE_LIMIT_S:-330} env -u LD_LIBRARY_PATH python3 bench/gpu/bench_zoo.py \
+      --reps ${AA_REPS_ZOO:-1} --budget-s ${AA_ZOOSIDE_BUDGET_S:-300} --timeout-s 100 \
+      --workloads ${AA_ZOOSIDE_WORKLOADS:-sidepipe,ddp,fsdp,prefetch} \
+      --modes ${AA_ZOOSIDE_MODES:-native,native@nowait,default,expandable,async} \
+      --native-variant nowait:ADAPTALLOC_POLICY=/tmp/aa-nowait.json --out $res/zoo_side.json
+  fi
   if want viz; then
     stage viz 120 env -u LD_LIBRARY_PATH python3 tools/memory_viz_image.py --out-dir "$res/viz"
     python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "utils", "viz", "MemoryViz.js"))' \

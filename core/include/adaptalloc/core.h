@@ -111,6 +111,16 @@ typedef struct aa_backend_ops {
    * holds now are, as far as the driver can tell (aa_backend_residency).
    * Called by aa_pool_stats_get with no pool lock held. */
   int (*residency)(aa_backend *b, struct aa_backend_residency *out);
+
+  /* Optional (NULL: not offered). Work issued on `stream` after this call
+   * waits for `event` (from event_record) to complete, the host not
+   * blocked (cudaStreamWaitEvent); the event stays the caller's. AA_OK when
+   * ordered; AA_EAGAIN when `stream` cannot wait now (under CUDA graph
+   * capture, the host pseudo-stream); another negative code on error. A
+   * pool asks it on the way to growing: a free block whose last uses on
+   * other streams are still pending serves a request on `stream` once
+   * `stream` is ordered after them (aa_pool_config.large_stream_wait). */
+  int (*stream_wait)(aa_backend *b, aa_stream stream, void *event);
 } aa_backend_ops;
 
 /* What a backend's residency op reports, over all it holds. */
@@ -261,6 +271,15 @@ typedef struct aa_pool_config {
                          aa_pool_set_map_runs changes it live.
                          Under a limit pages map one by one, so that stranded
                          pages can move */
+  int large_stream_wait;   /* before the large path grows, a free chunk whose last uses
+                              on other streams are still pending serves a request on
+                              `stream` by ordering `stream` after them (the backend's
+                              stream_wait: one cudaStreamWaitEvent per pending event) instead
+                              of new memory. 0 (the default) or 1 on where the backend
+                              offers stream_wait, -1 off: wait until the events complete,
+                              as PyTorch's caching allocator does. Policy:
+                              large.stream_wait; aa_pool_set_stream_wait changes it
+                              live */
 } aa_pool_config;
 
 /* The longest region label (aa_pool_config.region, aa_pool_stats.region). */
@@ -323,6 +342,9 @@ AA_EXTERN void aa_pool_set_limit(aa_pool *pool, size_t limit_bytes);
  * on (those made before keep their shape; each goes back whole as before).
  * No effect on a pool whose large path is not expandable. */
 AA_EXTERN void aa_pool_set_map_runs(aa_pool *pool, bool on);
+/* Turns large_stream_wait on or off for the allocations from now on (no
+ * effect where the backend has no stream_wait). */
+AA_EXTERN void aa_pool_set_stream_wait(aa_pool *pool, bool on);
 AA_EXTERN const char *aa_pool_name(const aa_pool *pool);
 /* The pool's region label ("" when none; see aa_pool_config.region). */
 AA_EXTERN const char *aa_pool_region(const aa_pool *pool);
@@ -385,7 +407,7 @@ AA_EXTERN void aa_pool_classes_abort(aa_class_txn *txn);
 
 /* ------------------------------------------------------------------ stats */
 
-#define AA_STATS_VERSION 10
+#define AA_STATS_VERSION 11
 #define AA_HIST_BUCKETS 192 /* quarter doublings: bucket(size) below */
 #define AA_HH_MAX 32        /* heavy-hitter exact sizes reported */
 
@@ -462,6 +484,9 @@ typedef struct aa_pool_stats {
   uint64_t large_misses;             /* large allocations that called the backend */
   uint64_t large_settled;            /* free large chunks made usable on every stream (their work done) on
                            * the way to growing, merged with their neighbours */
+  uint64_t large_stream_waits;       /* free large chunks still pending on other streams that served a
+                                        request by ordering its stream after them (the backend's
+                                        stream_wait) instead of the pool growing */
   /* Over a backend with a residency op (managed memory; 0 otherwise): where
    * the backend's bytes are (aa_backend_residency; every pool over that
    * backend reports the same figures). */

@@ -309,6 +309,33 @@ int aa__cuda_op_stream_query(aa_backend *b, aa_stream stream) {
   return aa__cuda_err(e);
 }
 
+int aa__cuda_op_stream_wait(aa_backend *b, aa_stream stream, void *event) {
+  aa__cuda_backend *cb = (aa__cuda_backend *)b->ctx;
+  const aa__cuda_event *e = (const aa__cuda_event *)event;
+  int prev = -1;
+  int rc;
+  if (e == NULL)
+    return AA_EINVAL;
+  if (stream == AA_STREAM_HOST)
+    return AA_EAGAIN; /* the host has no queue to order: it would block */
+  /* Under capture a wait on an event recorded outside the graph would be a
+   * dependency the graph cannot hold: refuse, as for event_record. */
+  if (stream != NULL && stream_capturing((cudaStream_t)stream))
+    return AA_EAGAIN;
+  /* The legacy default stream (NULL) is the current device's: a device
+   * pool's device made current, as aa__cuda_op_event_record does; pinned
+   * memory is used from any device's streams, so the caller's device there
+   * (the event may be another device's: a wait across devices is legal). */
+  if (cb->base.kind == AA_BACKEND_PINNED)
+    return aa__cuda_err(cudaStreamWaitEvent((cudaStream_t)stream, e->ev, 0));
+  rc = aa__cuda_enter(cb->evpools[0].device, &prev);
+  if (rc != AA_OK)
+    return rc;
+  rc = aa__cuda_err(cudaStreamWaitEvent((cudaStream_t)stream, e->ev, 0));
+  aa__cuda_leave(cb->evpools[0].device, prev);
+  return rc;
+}
+
 int aa__cuda_op_event_query(aa_backend *b, void *event) {
   (void)b;
   return aa__cuda_event_query((const aa__cuda_event *)event);

@@ -441,6 +441,7 @@ static const aa_backend_ops dev_ops = {
     .event_record = aa__cuda_op_event_record,
     .event_query = aa__cuda_op_event_query,
     .event_release = aa__cuda_op_event_release,
+    .stream_wait = aa__cuda_op_stream_wait,
     .synchronize = dev_synchronize,
     .destroy = dev_destroy,
     .map_granularity = dev_map_granularity,

@@ -102,6 +102,9 @@ int aa__cuda_op_event_query(aa_backend *b, void *event);
  * or is being captured into a graph; AA_STREAM_HOST is always idle. The
  * pinned backend's stream_query (the device backend offers none). */
 int aa__cuda_op_stream_query(aa_backend *b, aa_stream stream);
+/* stream_wait: cudaStreamWaitEvent, refused (AA_EAGAIN) for the host
+ * pseudo-stream and a stream under capture. Device, pinned and managed. */
+int aa__cuda_op_stream_wait(aa_backend *b, aa_stream stream, void *event);
 void aa__cuda_op_event_release(aa_backend *b, void *event);
 
 /* NULL unless b is one of ours. */

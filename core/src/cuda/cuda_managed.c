@@ -396,6 +396,7 @@ static const aa_backend_ops mg_ops = {
     .event_record = aa__cuda_op_event_record,
     .event_query = aa__cuda_op_event_query,
     .event_release = aa__cuda_op_event_release,
+    .stream_wait = aa__cuda_op_stream_wait,
     .synchronize = mg_synchronize,
     .destroy = mg_destroy,
     .residency = mg_residency,

@@ -84,6 +84,7 @@ static const aa_backend_ops pin_ops = {
     .event_record = aa__cuda_op_event_record,
     .event_query = aa__cuda_op_event_query,
     .event_release = aa__cuda_op_event_release,
+    .stream_wait = aa__cuda_op_stream_wait,
     .synchronize = pin_synchronize,
     .destroy = pin_destroy,
     .stream_query = aa__cuda_op_stream_query,

@@ -237,7 +237,7 @@ AA_EXTERN const char *aa_policy_pool_section(const aa_policy *p,
                                              size_t cap);
 
 /* Applies the policy's class table (with per-class cache limits and prefill),
- * limit_bytes and large.map_runs of section `pool` (as for
+ * limit_bytes, large.map_runs and large.stream_wait of section `pool` (as for
  * aa_policy_pool_config) to one pool, as it is made: on error nothing
  * changes. slab_size, max_small and the thread-cache bounds only take effect
  * when a pool is created (aa_policy_pool_config); a pool whose max_small
@@ -254,7 +254,7 @@ AA_EXTERN int aa_policy_apply(const aa_policy *p, const char *pool,
  * (aa_pool_classes_prepare). Nothing changes. AA_OK with *out set, or
  * AA_EINVAL (err names the section, the pool and the rule), AA_ENOMEM, with
  * *out NULL and nothing held. commit then writes every pool's table, limit
- * and large.map_runs and cannot fail; abort drops the change. Each prepared
+ * large.map_runs and large.stream_wait and cannot fail; abort drops the change. Each prepared
  * change goes to exactly one of them, which frees it. The pools must stay
  * alive until then, and the caller serialises changes of one pool's policy. */
 typedef struct aa_policy_change aa_policy_change;
