@@ -79,6 +79,42 @@ def _child(name, out):
     elif name == "oom":
         _load_native().install(torch.cuda.device_count())
         _oom_then_train()
+    elif name == "stream_wait":
+        m = _load_native()
+        m.install(torch.cuda.device_count())
+        _stream_wait_reuse(m)
+
+
+def _stream_wait_reuse(m):
+    """test_stream_wait_reuse_keeps_pending_reads_intact's child: prints
+    what happened as JSON."""
+    import torch
+    n = 48 << 20  # floats: 192 MiB, the large path
+    side = torch.cuda.Stream()
+    cur = torch.cuda.current_stream()
+    torch.ones(1, device="cuda")
+    torch.cuda.synchronize()
+    waits0 = json.loads(m.stats_json(0))["large_stream_waits"]
+    side.wait_stream(cur)
+    with torch.cuda.stream(side):
+        a = torch.full((n,), 3.0, device="cuda")
+    cur.wait_stream(side)
+    a.record_stream(cur)
+    torch.cuda._sleep(500_000_000)  # the current stream busy for a while
+    total = a.sum(dtype=torch.float64)
+    ptr = a.data_ptr()
+    reserved = torch.cuda.memory_reserved()
+    del a
+    with torch.cuda.stream(side):
+        b = torch.empty((n,), device="cuda")
+        pending = not cur.query()  # the read still queued when b was taken
+        b.fill_(7.0)
+    torch.cuda.synchronize()
+    print(json.dumps({"pending": pending, "same_block": b.data_ptr() == ptr,
+                      "grown": torch.cuda.memory_reserved() - reserved,
+                      "waits": json.loads(m.stats_json(0))["large_stream_waits"] - waits0,
+                      "read_ok": total.item() == 3.0 * n,
+                      "write_ok": bool((b == 7.0).all())}))
 
 
 def _compile_reduce_overhead():
@@ -148,9 +184,10 @@ def _stats():
     return json.loads(native.stats_json(DEV))
 
 
-def _run_child(name, tmp_path):
+def _run_child(name, tmp_path, **env_over):
     out = str(tmp_path / ("%s.pt" % name))
     env = dict(os.environ)
+    env.update(env_over)
     r = subprocess.run([sys.executable, HERE, "child", name, out], env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -390,6 +427,34 @@ def test_side_stream_reuse_data_and_peak():
     assert max(after[1:]) <= after[0], after
     # near the floor: the first cycle's placement may leave a hole or two
     assert peak_res <= 1.25 * peak_alloc + (8 << 20), (peak_res, peak_alloc)
+
+
+def test_stream_wait_reuse_keeps_pending_reads_intact(tmp_path):
+    """Stream-ordered reuse (policy large.stream_wait, on by default), in a
+    fresh process: a block allocated on a side stream, read on the current
+    stream behind a long kernel (record_stream) and freed serves the side
+    stream's next request of its size while that read is still queued,
+    because the side stream waits for it on the GPU; the side stream then
+    overwrites it. The read must see the old data and the pool must not
+    grow. With large.stream_wait false (PyTorch's rule) the same request
+    takes new memory instead."""
+    _, out = _run_child("stream_wait", tmp_path)
+    on = json.loads(out.strip().splitlines()[-1])
+    assert on["pending"], "the read finished before the reuse: lengthen the sleep"
+    assert on["same_block"] and on["grown"] == 0 and on["waits"] >= 1, on
+    assert on["read_ok"] and on["write_ok"], on
+    pol = json.load(open(os.path.join(os.path.dirname(HERE), "..", "..", "policies",
+                                      "default.json")))
+    for sec in pol["pools"].values():
+        if isinstance(sec, dict) and "large" in sec:
+            sec["large"]["stream_wait"] = False
+    pol.pop("$schema", None)
+    path = tmp_path / "nowait.json"
+    path.write_text(json.dumps(pol))
+    _, out = _run_child("stream_wait", tmp_path, ADAPTALLOC_POLICY=str(path))
+    off = json.loads(out.strip().splitlines()[-1])
+    assert not off["same_block"] and off["grown"] > 0 and off["waits"] == 0, off
+    assert off["read_ok"] and off["write_ok"], off
 
 
 def test_cudnn_benchmark_conv_net():

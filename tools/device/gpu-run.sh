@@ -149,7 +149,7 @@ want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done;
     -p no:cacheprovider $(for f in ${AA_PKGTESTS:-tests/gpu/test_package_torch.py tests/gpu/test_regions.py}; do echo "$root/$f"; done) \
     -k "${AA_PKGTESTS_K:-oom_snapshot or prefill_beyond or region_limit}"
   want sidetests && stage sidetests 200 env -u LD_LIBRARY_PATH -C /tmp python3 -m pytest -q -rs \
-    "$root/tests/gpu/test_torch_native.py" -k "side_stream or history or export or record_stream"
+    "$root/tests/gpu/test_torch_native.py" -k "side_stream or history or export or record_stream or stream_wait"
   # (native@nowait: the default policy with large.stream_wait false in every
   # pool, PyTorch's rule for blocks pending on other streams)
   if want zooside; then
