@@ -37,11 +37,12 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
 def _check_wheel():
-    """pip builds the package through 'setup.py bdist_wheel', a command that
-    setuptools before 70.1 takes from the wheel module: without it the build
-    stops at "invalid command 'bdist_wheel'" and no hint. Say what is missing
+    """pip builds the package through 'setup.py dist_info' (the metadata)
+    and 'setup.py bdist_wheel', commands that setuptools before 70.1 takes
+    from the wheel module: without it the build stops at "invalid command
+    'bdist_wheel'" or in the metadata step, with no hint. Say what is missing
     and how to get it instead, before anything is built."""
-    if "bdist_wheel" not in sys.argv[1:]:
+    if not {"bdist_wheel", "dist_info"} & set(sys.argv[1:]):
         return
     import importlib.util
     if importlib.util.find_spec("wheel") is not None:

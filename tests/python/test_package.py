@@ -711,20 +711,26 @@ def test_setup_without_wheel_names_what_is_missing(tmp_path):
     # setup.py as pip's wheel build runs it, in a Python where 'wheel' cannot
     # be imported: a message naming the module and the package, not
     # "invalid command 'bdist_wheel'"; nothing is built.
+    # Both commands pip's PEP 517 build runs: dist_info (the metadata, first)
+    # and bdist_wheel.
     import subprocess
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    code = ("import runpy, sys; sys.modules['wheel'] = None; "
-            "sys.argv = ['setup.py', 'bdist_wheel']; "
-            "runpy.run_path(%r, run_name='__main__')" % os.path.join(root, "setup.py"))
-    r = subprocess.run([sys.executable, "-c", code], cwd=str(tmp_path), capture_output=True,
-                       text=True, timeout=120)
     import setuptools
     if tuple(int(x) for x in setuptools.__version__.split(".")[:2]) >= (70, 1):
         pytest.skip("setuptools %s builds wheels without the wheel module" % setuptools.__version__)
-    assert r.returncode != 0
-    assert "needs the Python module 'wheel'" in r.stderr, r.stderr
-    assert "python3-wheel" in r.stderr and "invalid command" not in r.stderr
-    assert not os.listdir(str(tmp_path)), "setup.py built something: %s" % os.listdir(str(tmp_path))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for cmd in ("dist_info", "bdist_wheel"):
+        work = tmp_path / cmd
+        work.mkdir()
+        code = ("import runpy, sys; sys.modules['wheel'] = None; "
+                "sys.argv = ['setup.py', %r]; "
+                "runpy.run_path(%r, run_name='__main__')" % (cmd, os.path.join(root, "setup.py")))
+        r = subprocess.run([sys.executable, "-c", code], cwd=str(work), capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode != 0, cmd
+        assert "needs the Python module 'wheel'" in r.stderr, (cmd, r.stderr)
+        assert "python3-wheel" in r.stderr and "invalid command" not in r.stderr
+        assert not os.listdir(str(work)), "setup.py %s built something: %s" % (
+            cmd, os.listdir(str(work)))
 
 
 def test_oom_snapshot_path_rules(run_py, tmp_path):
