@@ -25,6 +25,8 @@ typedef struct host_event {
   int pending;
   aa_stream stream;
   uint64_t busy; /* its stream's busy period when recorded, 0 = idle then */
+  uint64_t deps[8]; /* busy periods its stream waited for (stream_wait) then */
+  int ndeps;
 } host_event;
 
 /* Streams marked busy (aa_backend_host_stream_busy): each busy period has
@@ -50,7 +52,17 @@ typedef struct host_ctx {
   uint64_t ev_outstanding;
   host_busy busy[HOST_BUSY_MAX]; /* under mu */
   uint64_t periods;              /* busy periods so far, under mu */
+  /* stream_wait's orderings: the busy periods (of other streams) each
+   * stream waits for, directly or through an event recorded on a stream
+   * that waited; inactive ones are pruned. Under mu. */
+  struct {
+    aa_stream stream;
+    int n;
+    uint64_t deps[8];
+  } waiting[HOST_BUSY_MAX];
 } host_ctx;
+
+#define HOST_DEPS 8
 
 /* The busy period `stream` is in, 0 when idle. Under mu. */
 static uint64_t busy_period(const host_ctx *h, aa_stream stream) {
@@ -59,6 +71,56 @@ static uint64_t busy_period(const host_ctx *h, aa_stream stream) {
       return h->busy[i].period;
   }
   return 0;
+}
+
+static bool period_active(const host_ctx *h, uint64_t p) {
+  for (int i = 0; p != 0 && i < HOST_BUSY_MAX; i++) {
+    if (h->busy[i].period == p)
+      return true;
+  }
+  return false;
+}
+
+/* `stream`'s slot in `waiting`, its inactive periods pruned; -1 when it
+ * has none (and `add` is false or no slot is free). Under mu. */
+static int waiting_slot(host_ctx *h, aa_stream stream, bool add) {
+  int at = -1;
+  for (int i = 0; i < HOST_BUSY_MAX; i++) {
+    int k = 0;
+    for (int j = 0; j < h->waiting[i].n; j++) {
+      if (period_active(h, h->waiting[i].deps[j]))
+        h->waiting[i].deps[k++] = h->waiting[i].deps[j];
+    }
+    h->waiting[i].n = k;
+    if (k > 0 && h->waiting[i].stream == stream)
+      at = i;
+  }
+  for (int i = 0; at < 0 && add && i < HOST_BUSY_MAX; i++) {
+    if (h->waiting[i].n == 0) {
+      h->waiting[i].stream = stream;
+      at = i;
+    }
+  }
+  return at;
+}
+
+/* Adds busy period `p` (if active) to what stream slot `w` waits for. */
+static bool waiting_add(host_ctx *h, int w, uint64_t p) {
+  if (!period_active(h, p))
+    return true;
+  for (int j = 0; j < h->waiting[w].n; j++) {
+    if (h->waiting[w].deps[j] == p)
+      return true;
+  }
+  if (h->waiting[w].n == HOST_DEPS)
+    return false;
+  h->waiting[w].deps[h->waiting[w].n++] = p;
+  return true;
+}
+
+/* Whether `stream` waits (stream_wait) for an active busy period. */
+static bool stream_waiting(host_ctx *h, aa_stream stream) {
+  return waiting_slot(h, stream, false) >= 0;
 }
 
 /* Sizes that are whole 64 KiB granules are mapped on a granule boundary
@@ -184,6 +246,9 @@ static int host_event_record(aa_backend *b, aa_stream stream, void **event_out) 
   e->pending = h->hold;
   e->stream = stream;
   e->busy = busy_period(h, stream);
+  int w = waiting_slot(h, stream, false);
+  for (int j = 0; w >= 0 && j < h->waiting[w].n; j++)
+    e->deps[e->ndeps++] = h->waiting[w].deps[j];
   e->next = h->events;
   if (h->events)
     h->events->prev = e;
@@ -202,6 +267,8 @@ static int host_event_query(aa_backend *b, void *event) {
     return AA_EINVAL;
   pthread_mutex_lock(&h->mu);
   int pending = e->pending || (e->busy != 0 && busy_period(h, e->stream) == e->busy);
+  for (int j = 0; j < e->ndeps && !pending; j++)
+    pending = period_active(h, e->deps[j]);
   pthread_mutex_unlock(&h->mu);
   return pending ? AA_EAGAIN : AA_OK;
 }
@@ -211,24 +278,40 @@ static int host_stream_query(aa_backend *b, aa_stream stream) {
   host_ctx *h = b->ctx;
   atomic_fetch_add(&h->queries, 1);
   pthread_mutex_lock(&h->mu);
-  bool idle = !h->hold && busy_period(h, stream) == 0;
+  bool idle = !h->hold && busy_period(h, stream) == 0 && !stream_waiting(h, stream);
   pthread_mutex_unlock(&h->mu);
   return idle ? AA_OK : AA_EAGAIN;
 }
 
 /* Host memory has no queued work to order: counts the call, and whether
  * the event was pending (the tests' evidence that a stream was ordered
- * after work that had not completed). */
+ * after work that had not completed), and models the ordering as CUDA has
+ * it: until the busy periods the event waits for end, `stream` is not idle
+ * and the events recorded on it stay pending
+ * (aa_backend_host_stream_ordered). */
 static int host_stream_wait(aa_backend *b, aa_stream stream, void *event) {
   host_ctx *h = b->ctx;
+  const host_event *e = event;
+  int rc = AA_OK;
   if (event == NULL)
     return AA_EINVAL;
   if (atomic_load(&h->no_wait) || stream == AA_STREAM_HOST)
     return AA_EAGAIN;
-  atomic_fetch_add(&h->waits, 1);
   if (host_event_query(b, event) == AA_EAGAIN)
     atomic_fetch_add(&h->waits_pending, 1);
-  return AA_OK;
+  pthread_mutex_lock(&h->mu);
+  if (e->stream != stream) {
+    int w = waiting_slot(h, stream, true);
+    bool ok = w >= 0 && waiting_add(h, w, e->busy);
+    for (int j = 0; ok && j < e->ndeps; j++)
+      ok = waiting_add(h, w, e->deps[j]);
+    if (!ok)
+      rc = AA_ELIMIT; /* more orderings than the model holds */
+  }
+  pthread_mutex_unlock(&h->mu);
+  if (rc == AA_OK)
+    atomic_fetch_add(&h->waits, 1);
+  return rc;
 }
 
 static void host_event_release(aa_backend *b, void *event) {
@@ -379,6 +462,39 @@ void aa_backend_host_refuse_waits(aa_backend *b, bool refuse) {
   host_ctx *h = host_of(b);
   if (h)
     atomic_store(&h->no_wait, refuse);
+}
+
+uint64_t aa_backend_host_stream_period(aa_backend *b, aa_stream stream, uint64_t *deps,
+                                       int *ndeps) {
+  host_ctx *h = host_of(b);
+  uint64_t p = 0;
+  if (ndeps)
+    *ndeps = 0;
+  if (h == NULL)
+    return 0;
+  pthread_mutex_lock(&h->mu);
+  p = busy_period(h, stream);
+  int w = waiting_slot(h, stream, false);
+  for (int j = 0; w >= 0 && deps && ndeps && j < h->waiting[w].n; j++)
+    deps[(*ndeps)++] = h->waiting[w].deps[j];
+  pthread_mutex_unlock(&h->mu);
+  return p;
+}
+
+bool aa_backend_host_stream_ordered(aa_backend *b, aa_stream stream, uint64_t period) {
+  host_ctx *h = host_of(b);
+  bool ok = true;
+  if (h == NULL || period == 0)
+    return true;
+  pthread_mutex_lock(&h->mu);
+  if (period_active(h, period) && busy_period(h, stream) != period) {
+    int w = waiting_slot(h, stream, false);
+    ok = false;
+    for (int j = 0; w >= 0 && j < h->waiting[w].n; j++)
+      ok = ok || h->waiting[w].deps[j] == period;
+  }
+  pthread_mutex_unlock(&h->mu);
+  return ok;
 }
 
 uint64_t aa_backend_host_stream_queries(const aa_backend *b) {

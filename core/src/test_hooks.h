@@ -31,6 +31,14 @@ void aa_backend_host_stream_waits(const aa_backend *b, uint64_t *waits, uint64_t
 /* While `refuse` is true, stream_wait answers AA_EAGAIN (as a stream under
  * CUDA graph capture does). */
 void aa_backend_host_refuse_waits(aa_backend *b, bool refuse);
+/* The busy period `stream` is in (0: idle) and, in deps[0..*ndeps) (room
+ * for 8), the active busy periods of other streams it waits for
+ * (stream_wait, directly or through an event of a stream that waited). */
+uint64_t aa_backend_host_stream_period(aa_backend *b, aa_stream stream, uint64_t *deps,
+                                       int *ndeps);
+/* Whether work issued on `stream` now runs after busy period `period`: the
+ * period has ended (or is 0), it is `stream`'s own, or `stream` waits for it. */
+bool aa_backend_host_stream_ordered(aa_backend *b, aa_stream stream, uint64_t period);
 /* stream_query calls the backend has answered so far. */
 uint64_t aa_backend_host_stream_queries(const aa_backend *b);
 /* Calls made so far: allocs, frees, and bytes currently mapped. */
