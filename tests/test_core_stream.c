@@ -604,6 +604,43 @@ static void test_core_stream_wait_best_fit_and_rest(void **state) {
   limited_done(p, b);
 }
 
+/* The rest of a pending chunk taken by a stream that waited: a 2 MiB
+ * request on SA takes 2 MiB of a block used on SB (record_stream, SB busy)
+ * and freed on SA, SA ordered after SB's event; the 6 MiB left over must
+ * not reach a third stream SC before SB's work is done unless SC is ordered
+ * after it too, and never reach the host pseudo-stream, which cannot wait.
+ * (The event recorded on SA at the free, before SA waited, went with the
+ * rest and completed at once: SC and the host took the rest unordered.) */
+static void check_wait_rest_ordered(aa_large_mode mode) {
+  aa_backend *b = NULL;
+  aa_pool *p = settle_pool(&b, mode);
+  void *x = pending_block(p, b);
+  uint64_t sb = aa_backend_host_stream_period(b, SB, NULL, NULL);
+  assert_true(sb != 0);
+  void *y = aa_alloc(p, 2 * MIB, SA);
+  assert_ptr_equal(y, x);
+  assert_true(aa_backend_host_stream_ordered(b, SA, sb));
+  void *z = aa_alloc(p, 4 * MIB, SC);
+  assert_non_null(z);
+  if ((char *)z >= (char *)x && (char *)z < (char *)x + 8 * MIB)
+    assert_true(aa_backend_host_stream_ordered(b, SC, sb)); /* SB's work before SC's */
+  /* the host cannot wait: nothing of the block while SB is busy */
+  void *h = aa_alloc(p, 2 * MIB, AA_STREAM_HOST);
+  assert_non_null(h);
+  assert_false((char *)h >= (char *)x && (char *)h < (char *)x + 8 * MIB);
+  assert_int_equal(aa_free(p, h, 0, AA_STREAM_HOST), AA_OK);
+  assert_int_equal(aa_free(p, z, 0, SC), AA_OK);
+  assert_int_equal(aa_free(p, y, 0, SA), AA_OK);
+  assert_int_equal(aa_backend_host_stream_busy(b, SB, false), AA_OK);
+  limited_done(p, b);
+}
+
+static void test_core_stream_wait_rest_ordered(void **state) {
+  (void)state;
+  check_wait_rest_ordered(AA_LARGE_CACHE);
+  check_wait_rest_ordered(AA_LARGE_EXPANDABLE);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_core_stream_cross_stream_waits, setup, teardown),
@@ -619,6 +656,7 @@ int main(void) {
       cmocka_unit_test(test_core_stream_wait_reuses_pending),
       cmocka_unit_test(test_core_stream_wait_off_refused_host),
       cmocka_unit_test(test_core_stream_wait_best_fit_and_rest),
+      cmocka_unit_test(test_core_stream_wait_rest_ordered),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

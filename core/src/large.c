@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "adaptalloc/cuda.h" /* AA_STREAM_HOST */
 #include "large_internal.h"
 
 #define SPLIT_MIN ((size_t)64 << 10)
@@ -429,10 +430,16 @@ static aa__chunk *find_fit(aa_pool *pool, size_t need, aa_stream stream, bool ha
 /* Orders `stream` after the pending last uses of free chunk `c`: the events
  * of its record_stream'd streams and, when `stream` is not the one it was
  * freed on, an event on that one (recorded now when none was: it covers the
- * free). On success c is a chunk freed on `stream` with no event pending
- * (its events released), counted in large_stream_waits. On failure (a
- * stream that cannot wait now, an event that cannot be made) some waits may
- * have been issued, harmless: c is unchanged but for a recorded event. */
+ * free). On success c is a chunk freed on `stream` whose old events are
+ * released, counted in large_stream_waits, with an event recorded on
+ * `stream` after the waits (ev): what is split off it, or c itself if it
+ * goes back unused, serves another stream only once that event completes.
+ * An event c held from before the waits is released, not kept: recorded on
+ * c->stream before `stream` waited for the record_stream'd streams, it does
+ * not cover their work (a remainder handed to a third stream when it
+ * completed raced with them). On failure (a stream that cannot wait now, an
+ * event that cannot be made) some waits may have been issued, harmless: c
+ * is unchanged but for a recorded event. */
 static bool order_after(aa_pool *pool, aa__chunk *c, aa_stream stream) {
   aa_backend *b = pool->backend;
   bool other = !c->any && c->stream != stream;
@@ -451,11 +458,14 @@ static bool order_after(aa_pool *pool, aa__chunk *c, aa_stream stream) {
   free(c->xev);
   c->xev = NULL;
   c->nxev = 0;
-  if (other) {
-    aa__event_release(pool, c->ev);
+  aa__event_release(pool, c->ev);
+  c->ev = NULL;
+  c->any = 0;
+  c->stream = stream;
+  /* after the waits: completes only once what they wait for has (without
+   * it, c->stream's idleness says so, stream_query counting the waits) */
+  if (b->ops->event_record(b, stream, &c->ev) != AA_OK)
     c->ev = NULL;
-    c->stream = stream;
-  }
   pool->large_stream_waits++;
   return true;
 }
@@ -563,7 +573,7 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
           continue;
         /* ...and, still nothing, a chunk whose other streams' work is
          * pending serves once `stream` is ordered after it */
-        c = pool->stream_wait ? wait_fit(pool, need, stream) : NULL;
+        c = pool->stream_wait && stream != AA_STREAM_HOST ? wait_fit(pool, need, stream) : NULL;
         if (c == NULL && vmm)
           c = find_fit(pool, need, stream, false);
       }
