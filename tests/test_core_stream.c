@@ -23,6 +23,7 @@
 #define SA ((aa_stream)(uintptr_t)0x1000)
 #define SB ((aa_stream)(uintptr_t)0x2000)
 #define SC ((aa_stream)(uintptr_t)0x3000)
+#define SD ((aa_stream)(uintptr_t)0x4000)
 
 typedef struct fx {
   aa_backend *b;
@@ -641,6 +642,217 @@ static void test_core_stream_wait_rest_ordered(void **state) {
   check_wait_rest_ordered(AA_LARGE_EXPANDABLE);
 }
 
+/* A block taken by stream-ordered reuse and freed, untouched, on the host
+ * pseudo-stream or another stream: its earlier uses on SB are behind the
+ * taking stream's wait, which the freeing caller knows nothing of, so the
+ * block must not go to the host (which cannot wait) while SB is busy, nor
+ * to another stream unordered. (It was given back as freed on an idle
+ * stream: the host took it at once.) Nor may the thread's large-block cache
+ * hold it for the host. */
+static void check_wait_freed_elsewhere(aa_large_mode mode, uint32_t tcache) {
+  aa_backend *b = NULL;
+  aa_pool *p = settle_pool(&b, mode);
+  if (tcache != 0) {
+    aa_pool_destroy(p);
+    aa_pool_config cfg;
+    aa_pool_config_init(&cfg);
+    cfg.backend = b;
+    cfg.tcache_blocks = tcache;
+    cfg.large_mode = mode;
+    assert_int_equal(aa_pool_new(&cfg, &p), AA_OK);
+  }
+  void *x = pending_block(p, b);
+  uint64_t sb = aa_backend_host_stream_period(b, SB, NULL, NULL);
+  void *y = aa_alloc(p, 8 * MIB, SC);
+  assert_ptr_equal(y, x);
+  assert_true(aa_backend_host_stream_ordered(b, SC, sb));
+  assert_int_equal(aa_free(p, y, 0, AA_STREAM_HOST), AA_OK);
+  void *h = aa_alloc(p, 8 * MIB, AA_STREAM_HOST);
+  assert_non_null(h);
+  assert_ptr_not_equal(h, x);
+  void *z = aa_alloc(p, 8 * MIB, SD);
+  assert_non_null(z);
+  if (z == x)
+    assert_true(aa_backend_host_stream_ordered(b, SD, sb));
+  assert_int_equal(aa_free(p, z, 0, SD), AA_OK);
+  assert_int_equal(aa_free(p, h, 0, AA_STREAM_HOST), AA_OK);
+  assert_int_equal(aa_backend_host_stream_busy(b, SB, false), AA_OK);
+  limited_done(p, b);
+}
+
+static void test_core_stream_wait_freed_elsewhere(void **state) {
+  (void)state;
+  check_wait_freed_elsewhere(AA_LARGE_CACHE, 0);
+  check_wait_freed_elsewhere(AA_LARGE_EXPANDABLE, 0);
+  check_wait_freed_elsewhere(AA_LARGE_CACHE, 64);
+}
+
+/* Randomized: blocks of many sizes allocated, record_stream'd and freed
+ * on four streams and the host pseudo-stream, streams marked busy and idle
+ * at random, stream_wait refused and the feature turned off now and then.
+ * A shadow model keeps, for every range freed, the busy periods its uses
+ * were in (the freeing stream's and the record_stream'd streams' periods at
+ * the free, and the periods those streams waited for; a block freed on a
+ * stream other than its own, the host's included, once its own is idle, has
+ * its last use there); a block handed to a stream must be ordered after
+ * every one of those still running on another stream (the host backend's
+ * model of stream_wait: aa_backend_host_stream_ordered). Live blocks never
+ * overlap; bytes_requested follows; at the end nothing is in use and every
+ * event has been released. */
+#define SW_LIVE 48
+#define SW_NONE ((aa_stream)(uintptr_t)0x9000)
+#define SW_PRINTS 512
+#define SW_PER 64
+
+typedef struct sw_live {
+  char *p;
+  size_t size;
+  aa_stream s, rec[4];
+  int nrec;
+} sw_live;
+
+typedef struct sw_print {
+  uintptr_t lo, hi;
+  uint64_t per[SW_PER];
+  int n;
+} sw_print;
+
+static uint64_t sw_rand(uint64_t *x) {
+  *x ^= *x << 13;
+  *x ^= *x >> 7;
+  *x ^= *x << 17;
+  return *x;
+}
+
+/* Adds `stream`'s busy period and what it waits for to footprint f. */
+static void sw_note(aa_backend *b, sw_print *f, aa_stream stream) {
+  uint64_t deps[8];
+  int nd = 0;
+  uint64_t per = aa_backend_host_stream_period(b, stream, deps, &nd);
+  if (per != 0 && f->n < SW_PER)
+    f->per[f->n++] = per;
+  for (int i = 0; i < nd && f->n < SW_PER; i++)
+    f->per[f->n++] = deps[i];
+  assert_true(f->n < SW_PER); /* room left: nothing dropped */
+}
+
+static void sw_check(aa_backend *b, sw_print *fp, int nfp, const char *p, size_t size,
+                     aa_stream s) {
+  uintptr_t lo = (uintptr_t)p, hi = lo + size;
+  for (int i = 0; i < nfp; i++) {
+    if (fp[i].hi <= lo || fp[i].lo >= hi)
+      continue;
+    for (int j = 0; j < fp[i].n; j++) {
+      if (!aa_backend_host_stream_ordered(b, s, fp[i].per[j]))
+        print_message("block %p+%zu on stream %p: range %d [%lx,%lx) period %llu pending\n",
+                      (const void *)p, size, s, i, (unsigned long)fp[i].lo,
+                      (unsigned long)fp[i].hi, (unsigned long long)fp[i].per[j]);
+      assert_true(aa_backend_host_stream_ordered(b, s, fp[i].per[j]));
+    }
+  }
+}
+
+static void sw_run(aa_large_mode mode, uint64_t seed, int steps) {
+  static const aa_stream streams[5] = {SA, SB, SC, SD, AA_STREAM_HOST};
+  static const size_t sizes[8] = {1 * MIB,       2 * MIB,          3 * MIB, 4 * MIB, 6 * MIB,
+                                  8 * MIB + 4096, MIB + 192 * 1024, 12 * MIB};
+  aa_backend *b = NULL;
+  aa_pool *p = settle_pool(&b, mode);
+  sw_live live[SW_LIVE];
+  sw_print *fp = calloc(SW_PRINTS, sizeof *fp);
+  assert_non_null(fp);
+  int nlive = 0, nfp = 0;
+  size_t req = 0;
+  uint64_t x = seed;
+  for (int step = 0; step < steps; step++) {
+    unsigned op = (unsigned)(sw_rand(&x) % 100);
+    aa_stream s = streams[sw_rand(&x) % 5];
+    if (op < 40 && nlive < SW_LIVE) {
+      size_t n = sizes[sw_rand(&x) % 8];
+      char *q = aa_alloc(p, n, s);
+      assert_non_null(q);
+      for (int i = 0; i < nlive; i++) /* no overlap with a live block */
+        assert_true(q + n <= live[i].p || live[i].p + live[i].size <= q);
+      sw_check(b, fp, nfp, q, n, s);
+      live[nlive++] = (sw_live){.p = q, .size = n, .s = s};
+      req += n;
+    } else if (op < 70 && nlive > 0) {
+      int k = (int)(sw_rand(&x) % (uint64_t)nlive);
+      sw_live *l = &live[k];
+      aa_stream fs = sw_rand(&x) % 4 == 0 ? s : l->s;
+      uint64_t zd[8];
+      int nzd = 0;
+      /* on another stream only once its own is idle (a caller that
+       * synchronized with it); the stream-ordered reuse's waits are the
+       * pool's to keep */
+      if (aa_backend_host_stream_period(b, l->s, zd, &nzd) != 0 || nzd > 0)
+        fs = l->s;
+      /* the footprint first: the free records events in these periods */
+      if (nfp == SW_PRINTS) { /* drop the ones whose periods all ended */
+        int m = 0;
+        for (int i = 0; i < nfp; i++) {
+          bool on = false;
+          for (int j = 0; j < fp[i].n && !on; j++) /* SNONE: never busy, never waits */
+            on = !aa_backend_host_stream_ordered(b, SW_NONE, fp[i].per[j]);
+          if (on)
+            fp[m++] = fp[i];
+        }
+        nfp = m;
+      }
+      assert_true(nfp < SW_PRINTS);
+      sw_print *f = &fp[nfp++];
+      *f = (sw_print){.lo = (uintptr_t)l->p, .hi = (uintptr_t)l->p + l->size};
+      sw_note(b, f, fs); /* the last use's stream (the alloc stream's work is the caller's to order) */
+      for (int i = 0; i < l->nrec; i++)
+        sw_note(b, f, l->rec[i]);
+      assert_int_equal(aa_free(p, l->p, 0, fs), AA_OK);
+      req -= l->size;
+      *l = live[--nlive];
+    } else if (op < 82 && nlive > 0) {
+      sw_live *l = &live[sw_rand(&x) % (uint64_t)nlive];
+      if (s != AA_STREAM_HOST && l->nrec < 4) {
+        assert_int_equal(aa_record_stream(p, l->p, s), AA_OK);
+        l->rec[l->nrec++] = s;
+      }
+    } else if (op < 96) {
+      if (s != AA_STREAM_HOST)
+        assert_int_equal(aa_backend_host_stream_busy(b, s, sw_rand(&x) % 3 != 0), AA_OK);
+    } else if (op < 98) {
+      aa_backend_host_refuse_waits(b, sw_rand(&x) % 3 == 0);
+    } else {
+      aa_pool_set_stream_wait(p, sw_rand(&x) % 4 != 0);
+    }
+    if (step % 64 == 0) {
+      aa_pool_stats st;
+      assert_int_equal(aa_pool_stats_get_opts(p, &st, AA_STATS_NO_SIZES), AA_OK);
+      assert_int_equal(st.bytes_requested, req);
+      assert_true(st.bytes_in_use >= req);
+    }
+  }
+  aa_pool_stats st;
+  assert_int_equal(aa_pool_stats_get_opts(p, &st, AA_STATS_NO_SIZES), AA_OK);
+  assert_true(st.large_stream_waits > 0); /* the feature was exercised */
+  while (nlive > 0) {
+    assert_int_equal(aa_free(p, live[nlive - 1].p, 0, live[nlive - 1].s), AA_OK);
+    nlive--;
+  }
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(aa_backend_host_stream_busy(b, streams[i], false), AA_OK);
+  assert_int_equal(aa_pool_stats_get_opts(p, &st, AA_STATS_NO_SIZES), AA_OK);
+  assert_int_equal(st.bytes_in_use, 0);
+  assert_int_equal(st.bytes_requested, 0);
+  free(fp);
+  limited_done(p, b); /* every event released */
+}
+
+static void test_core_stream_wait_stress(void **state) {
+  (void)state;
+  for (uint64_t seed = 1; seed <= 6; seed++) {
+    sw_run(AA_LARGE_CACHE, seed * 0x9E3779B97F4A7C15ull, 3000);
+    sw_run(AA_LARGE_EXPANDABLE, seed * 0x9E3779B97F4A7C15ull + 1, 3000);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_core_stream_cross_stream_waits, setup, teardown),
@@ -657,6 +869,8 @@ int main(void) {
       cmocka_unit_test(test_core_stream_wait_off_refused_host),
       cmocka_unit_test(test_core_stream_wait_best_fit_and_rest),
       cmocka_unit_test(test_core_stream_wait_rest_ordered),
+      cmocka_unit_test(test_core_stream_wait_freed_elsewhere),
+      cmocka_unit_test(test_core_stream_wait_stress),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -407,6 +407,12 @@ struct aa__chunk {
   aa_stream *xs; /* live: record_stream'd extra streams */
   uint32_t nxs;
   aa_stream held_stream; /* held: the stream its holder freed it on */
+  /* live: taken by stream-ordered reuse (large.c order_after): `stream`, the
+   * one it was handed to, was ordered after its earlier uses on other
+   * streams, so a free on another stream (the host's included) is ordered
+   * after them only through `stream`'s work: an event there, as for a
+   * record_stream'd stream */
+  int waited;
 };
 
 typedef struct aa__trace_cb {

@@ -540,7 +540,8 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
   bool passthrough = pool->cfg.large_mode == AA_LARGE_PASSTHROUGH;
   bool vmm = pool->vmm_page != 0;
   bool reclaimed = false;
-  bool fresh = false; /* a new segment was made for this request */
+  bool fresh = false;  /* a new segment was made for this request */
+  bool waited = false; /* c came from wait_fit: c->stream == stream */
   void *p = NULL;
   *retry = false;
   if (need < size) /* overflow */
@@ -574,6 +575,7 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
         /* ...and, still nothing, a chunk whose other streams' work is
          * pending serves once `stream` is ordered after it */
         c = pool->stream_wait && stream != AA_STREAM_HOST ? wait_fit(pool, need, stream) : NULL;
+        waited = c != NULL;
         if (c == NULL && vmm)
           c = find_fit(pool, need, stream, false);
       }
@@ -610,6 +612,9 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
     c->ev = NULL;
     c->free = 0;
     c->any = 0;
+    c->waited = waited;
+    if (waited)
+      c->stream = stream;
     c->req = size;
     hash_put(pool, c);
     pool->large_in_use += c->size;
@@ -724,6 +729,26 @@ void aa__lg_release_chunk(aa_pool *pool, aa__chunk *c, aa_stream stream, bool co
     aa__lg_seg_unlink_free(pool, c->seg);
     return;
   }
+  if (c->waited && pool->has_events && stream != c->stream) {
+    /* handed out ordered after other streams' pending work (order_after)
+     * and freed elsewhere: that work is behind c->stream's, which counts as
+     * a record_stream'd stream (an event there), so that the block is not
+     * taken on the free's stream, or anywhere once it is idle (the host
+     * pseudo-stream at once), while it is still running */
+    bool have = false;
+    for (uint32_t i = 0; i < c->nxs && !have; i++)
+      have = c->xs[i] == c->stream;
+    aa_stream *v = have ? c->xs : realloc(c->xs, (size_t)(c->nxs + 1) * sizeof *v);
+    if (v == NULL) {
+      aa_backend *b = pool->backend; /* cannot track it: wait for all work */
+      if (b->ops->synchronize)
+        b->ops->synchronize(b);
+    } else if (!have) {
+      c->xs = v;
+      c->xs[c->nxs++] = c->stream;
+    }
+  }
+  c->waited = 0;
   if (pool->has_events)
     stream = aa__rec_free_stream(c->xs, c->nxs, stream);
   c->free = 1;

@@ -197,8 +197,10 @@ bool aa__ltc_free(aa_pool *pool, aa__tcache *tc, void *p, size_t size, aa_stream
                                                memory_order_acquire))
     return false; /* freed or reused since: the locked path decides */
   if ((size != 0 && size != c->req) || c->size > cap ||
-      __atomic_load_n(&c->nxs, __ATOMIC_RELAXED) != 0) {
-    /* a misuse to report, too big to hold, or record_stream'd: undo */
+      __atomic_load_n(&c->nxs, __ATOMIC_RELAXED) != 0 || (c->waited && c->stream != stream)) {
+    /* a misuse to report, too big to hold, record_stream'd, or taken by
+     * stream-ordered reuse and freed on another stream (its earlier uses
+     * are behind c->stream's work: aa__lg_release_chunk): undo */
     atomic_store_explicit(&c->state, st, memory_order_release);
     return false;
   }
