@@ -396,7 +396,11 @@ static const aa_backend_ops mg_ops = {
     .event_record = aa__cuda_op_event_record,
     .event_query = aa__cuda_op_event_query,
     .event_release = aa__cuda_op_event_release,
-    .stream_wait = aa__cuda_op_stream_wait,
+    /* no stream_wait: the host reads and writes managed memory directly (a
+     * buffer filled before its copy is queued, Python's buffer view), so a
+     * block must not be handed out while a copy or kernel on another stream
+     * may still use it: a stream ordered after that work does not order
+     * the host (large.c wait_fit) */
     .synchronize = mg_synchronize,
     .destroy = mg_destroy,
     .residency = mg_residency,
