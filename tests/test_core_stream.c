@@ -516,11 +516,11 @@ static void check_stream_wait(aa_large_mode mode, aa_stream req, uint64_t want_w
   uint64_t r0 = reserved_of(p, NULL), w0, wp0, w1, wp1;
   aa_backend_host_stream_waits(b, &w0, &wp0);
   void *y = aa_alloc(p, 8 * MIB, req);
-  assert_ptr_equal(y, x);                   /* the pending block, no new memory */
+  assert_ptr_equal(y, x); /* the pending block, no new memory */
   assert_int_equal(reserved_of(p, NULL), r0);
   aa_backend_host_stream_waits(b, &w1, &wp1);
-  assert_int_equal(w1 - w0, want_waits);    /* SB's event (and SA's for another stream) */
-  assert_true(wp1 - wp0 >= 1);              /* SB's was pending: a real ordering */
+  assert_int_equal(w1 - w0, want_waits); /* SB's event (and SA's for another stream) */
+  assert_true(wp1 - wp0 >= 1);           /* SB's was pending: a real ordering */
   assert_int_equal(waits_of(p), 1);
   /* freed again on `req` with nothing pending on other streams: reused at
    * once on `req`, no wait */
@@ -535,16 +535,18 @@ static void check_stream_wait(aa_large_mode mode, aa_stream req, uint64_t want_w
 
 static void test_core_stream_wait_reuses_pending(void **state) {
   (void)state;
-  check_stream_wait(AA_LARGE_CACHE, SA, 1);      /* its own stream: SB's event */
+  check_stream_wait(AA_LARGE_CACHE, SA, 1); /* its own stream: SB's event */
   check_stream_wait(AA_LARGE_EXPANDABLE, SA, 1);
-  check_stream_wait(AA_LARGE_CACHE, SC, 2);      /* a third: SB's and SA's */
+  check_stream_wait(AA_LARGE_CACHE, SC, 2); /* a third: SB's and SA's */
   check_stream_wait(AA_LARGE_EXPANDABLE, SC, 2);
 }
 
 /* How the pool grows instead: off (aa_pool_set_stream_wait), the backend
  * refusing (a stream under capture), the host pseudo-stream. The pending
  * block is then left alone, and serves once SB's work is done. */
-enum { WAIT_OFF, WAIT_REFUSED, WAIT_HOST };
+enum { WAIT_OFF,
+       WAIT_REFUSED,
+       WAIT_HOST };
 
 static void check_no_stream_wait(aa_large_mode mode, int how) {
   aa_backend *b = NULL;
@@ -754,7 +756,7 @@ static void sw_check(aa_backend *b, sw_print *fp, int nfp, const char *p, size_t
 
 static void sw_run(aa_large_mode mode, uint64_t seed, int steps) {
   static const aa_stream streams[5] = {SA, SB, SC, SD, AA_STREAM_HOST};
-  static const size_t sizes[8] = {1 * MIB,       2 * MIB,          3 * MIB, 4 * MIB, 6 * MIB,
+  static const size_t sizes[8] = {1 * MIB, 2 * MIB, 3 * MIB, 4 * MIB, 6 * MIB,
                                   8 * MIB + 4096, MIB + 192 * 1024, 12 * MIB};
   aa_backend *b = NULL;
   aa_pool *p = settle_pool(&b, mode);

@@ -24,7 +24,7 @@ typedef struct host_event {
   struct host_event *next, *prev;
   int pending;
   aa_stream stream;
-  uint64_t busy; /* its stream's busy period when recorded, 0 = idle then */
+  uint64_t busy;    /* its stream's busy period when recorded, 0 = idle then */
   uint64_t deps[8]; /* busy periods its stream waited for (stream_wait) then */
   int ndeps;
 } host_event;
@@ -47,8 +47,8 @@ typedef struct host_ctx {
   _Atomic uint64_t queries;
   _Atomic uint64_t waits, waits_pending; /* stream_wait calls; on a pending event */
   _Atomic bool no_wait;                  /* stream_wait refuses (AA_EAGAIN) */
-  bool hold;          /* under mu */
-  host_event *events; /* outstanding (recorded, not released), under mu */
+  bool hold;                             /* under mu */
+  host_event *events;                    /* outstanding (recorded, not released), under mu */
   uint64_t ev_outstanding;
   host_busy busy[HOST_BUSY_MAX]; /* under mu */
   uint64_t periods;              /* busy periods so far, under mu */

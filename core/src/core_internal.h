@@ -527,8 +527,8 @@ struct aa_pool {
   uint64_t vmm_maps, vmm_unmaps; /* pages mapped and unmapped so far */
   uint64_t large_req;
   uint64_t large_allocs, large_frees;
-  uint64_t large_misses;  /* large allocations that called the backend (a segment, page maps) */
-  uint64_t large_settled; /* free chunks whose streams' work had completed, made usable
+  uint64_t large_misses;       /* large allocations that called the backend (a segment, page maps) */
+  uint64_t large_settled;      /* free chunks whose streams' work had completed, made usable
                            * everywhere on the way to growing (large.c settle) */
   uint64_t large_stream_waits; /* pending free chunks reused by a stream_wait (large.c) */
   bool stream_wait;            /* large_stream_wait on and the backend has stream_wait */
