@@ -92,7 +92,15 @@ def _stream_wait_reuse(m):
     n = 48 << 20  # floats: 192 MiB, the large path
     side = torch.cuda.Stream()
     cur = torch.cuda.current_stream()
-    torch.ones(1, device="cuda")
+    # every kernel below launched once first: a first launch loads its
+    # module, which may wait for the device and end the sleep early
+    with torch.cuda.stream(side):
+        t = torch.full((1024,), 3.0, device="cuda")
+    t.sum(dtype=torch.float64)
+    t.fill_(7.0)
+    bool((t == 7.0).all())
+    torch.cuda._sleep(1000)
+    del t
     torch.cuda.synchronize()
     waits0 = json.loads(m.stats_json(0))["large_stream_waits"]
     side.wait_stream(cur)
@@ -440,7 +448,7 @@ def test_stream_wait_reuse_keeps_pending_reads_intact(tmp_path):
     takes new memory instead."""
     _, out = _run_child("stream_wait", tmp_path)
     on = json.loads(out.strip().splitlines()[-1])
-    assert on["pending"], "the read finished before the reuse: lengthen the sleep"
+    assert on["pending"], ("the read finished before the reuse: lengthen the sleep", on)
     assert on["same_block"] and on["grown"] == 0 and on["waits"] >= 1, on
     assert on["read_ok"] and on["write_ok"], on
     pol = json.load(open(os.path.join(os.path.dirname(HERE), "..", "..", "policies",
