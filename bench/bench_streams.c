@@ -158,22 +158,55 @@ static void fsdp(run *r, int cycles) {
     give(r, shard[k], whole / 2, CUR);
 }
 
+/* A pool that served something else first: blocks of assorted sizes, about
+ * `mib` MiB in all, some kept, the rest freed, then aa_pool_release (PyTorch's
+ * empty_cache) gives back what it can, as a test run after others finds the
+ * pool. Returns the blocks kept, for the caller to free at the end. */
+static int prelude(run *r, int mib, void **kept, size_t *kept_n, int cap) {
+  size_t total = (size_t)mib << 20, sum = 0;
+  int n = 0, nk = 0;
+  void *v[512];
+  size_t sz[512];
+  uint32_t x = 12345;
+  while (sum < total && n < 512) {
+    x = x * 1103515245u + 12345u;
+    size_t b = ((size_t)(x >> 8) % (24u << 20)) + (32u << 10);
+    v[n] = take(r, b, CUR);
+    sz[n++] = b;
+    sum += b;
+  }
+  for (int i = 0; i < n; i++) {
+    if (i % 7 == 3 && nk < cap) { /* every seventh stays live */
+      kept[nk] = v[i];
+      kept_n[nk++] = sz[i];
+    } else {
+      give(r, v[i], sz[i], CUR);
+    }
+  }
+  (void)aa_pool_release(r->p);
+  return nk;
+}
+
 static void usage(FILE *f) {
   fprintf(f, "usage: adaptalloc-bench streams [sidepipe|fsdp] [--busy] [--no-stream-wait]\n"
-             "                                [--cycles N]\n"
+             "                                [--cycles N] [--after MIB]\n"
              "  host replicas of the GPU zoo's side-stream workloads on an expandable\n"
              "  host pool: reserved and peak in use per cycle (no timing)\n"
              "  --busy      both streams busy through each step (a GPU behind the CPU)\n"
              "  --no-stream-wait  large_stream_wait off: pending blocks wait for their\n"
              "              streams' work (PyTorch's rule) instead of ordering the\n"
              "              requesting stream after it\n"
-             "  --cycles N  cycles to run (default 6, 1..1000)\n");
+             "  --cycles N  cycles to run (default 6, 1..1000)\n"
+             "  --after MIB first serve about MIB MiB of assorted blocks, keep every\n"
+             "              seventh, free the rest and release the cache (empty_cache):\n"
+             "              the pool a test finds after others (default 0, 0..65536)\n");
 }
 
 int bench_streams_main(int argc, char **argv) {
   const char *which = "sidepipe";
   int cycles = 6;
   bool no_wait = false;
+  int after = 0;
   run r;
   aa_pool_config cfg;
   memset(&r, 0, sizeof r);
@@ -185,6 +218,9 @@ int bench_streams_main(int argc, char **argv) {
       r.busy = true;
     } else if (strcmp(argv[i], "--no-stream-wait") == 0) {
       no_wait = true;
+    } else if (strcmp(argv[i], "--after") == 0 && i + 1 < argc) {
+      if (!bench_arg_int("streams", "--after", argv[++i], 0, 65536, &after))
+        return 2;
     } else if (strcmp(argv[i], "--cycles") == 0 && i + 1 < argc) {
       if (!bench_arg_int("streams", "--cycles", argv[++i], 1, 1000, &cycles))
         return 2;
@@ -210,10 +246,15 @@ int bench_streams_main(int argc, char **argv) {
     aa_backend_destroy(r.b);
     return 1;
   }
+  void *kept[128];
+  size_t kept_n[128];
+  int nk = after > 0 ? prelude(&r, after, kept, kept_n, 128) : 0;
   if (strcmp(which, "fsdp") == 0)
     fsdp(&r, cycles);
   else
     sidepipe(&r, cycles);
+  for (int i = 0; i < nk; i++)
+    give(&r, kept[i], kept_n[i], CUR);
   aa_pool_destroy(r.p);
   aa_backend_destroy(r.b);
   if (r.failed > 0) {

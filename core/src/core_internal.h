@@ -377,6 +377,13 @@ typedef struct aa__seg {
   void *handle;               /* page records only */
   struct aa__seg **pages;     /* expandable segments only */
   size_t npages, mapped, hwm; /* hwm: no page at or above it is mapped */
+  /* expandable: pages below hwm that an explicit release (aa_pool_release,
+   * PyTorch's empty_cache) unmapped and nothing has mapped since: not
+   * "touched" (aa__lg_prefix_touched), so that placement after it prefers
+   * pages mapped now over re-mapping what the user gave back. NULL until
+   * the first such page; nforgot counts them. */
+  uint8_t *forgot;
+  size_t nforgot;
 } aa__seg;
 
 struct aa__chunk {
@@ -524,6 +531,7 @@ struct aa_pool {
   uint64_t large_in_use, large_reserved, large_free_bytes, nsegs;
   size_t vmm_page;               /* expandable: the mapping granularity */
   bool vmm_runs;                 /* expandable: a request's unmapped pages in one map call */
+  bool vmm_forget;               /* under large_mu: an explicit release is unmapping */
   uint64_t vmm_maps, vmm_unmaps; /* pages mapped and unmapped so far */
   uint64_t large_req;
   uint64_t large_allocs, large_frees;
@@ -732,8 +740,11 @@ void aa__large_destroy(aa_pool *pool);
 void aa__large_stats(aa_pool *pool, uint64_t *in_use, uint64_t *reserved, uint64_t *segs,
                      uint64_t *req);
 
-/* large_seg.c: releases cached large memory (takes large_mu). */
-size_t aa__large_release(aa_pool *pool, size_t want);
+/* large_seg.c: releases cached large memory (takes large_mu). `forget`: an
+ * explicit release (aa_pool_release): the pages it unmaps stop counting as
+ * touched for placement (aa__seg.forgot); a trim's or an OOM retry's keep
+ * counting, so the next requests land where they did before. */
+size_t aa__large_release(aa_pool *pool, size_t want, bool forget);
 
 /* large_ltc.c: the thread's large-block cache: an exact-size reuse (NULL on
  * a miss), a lock-free free of a block this thread allocated (false: take

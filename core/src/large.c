@@ -348,7 +348,8 @@ static size_t settle(aa_pool *pool, size_t need, uint64_t *settled) {
 
 /* Expandable: best fit among the free chunks whose pages are all mapped or,
  * without a limit, were all mapped once (below the segment's high-water
- * mark), so that placement is what it would have been had nothing been
+ * mark, and not given back by an explicit release since: aa__seg.forgot),
+ * so that placement is what it would have been had nothing been
  * unmapped. Until something is unmapped the two are the same. After a trim,
  * a release or an out-of-memory retry, a rule that preferred pages mapped
  * now put a request into a larger mapped hole instead of the unmapped one

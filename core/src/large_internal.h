@@ -102,8 +102,15 @@ static inline size_t aa__lg_unmapped_under(const aa_pool *pool, const aa__chunk 
  * from the reservation's low end up), mapped now or not. */
 static inline bool aa__lg_prefix_touched(const aa_pool *pool, const aa__chunk *c, size_t need) {
   size_t i0, i1;
+  const aa__seg *s = c->seg;
   aa__lg_pages_under(pool, c, need, &i0, &i1);
-  return i1 <= c->seg->hwm;
+  if (i1 > s->hwm)
+    return false;
+  for (size_t i = i0; s->nforgot > 0 && i < i1; i++) {
+    if (s->forgot[i])
+      return false; /* given back by an explicit release since it was mapped */
+  }
+  return true;
 }
 
 /* Whether the first `need` bytes of free chunk c (expandable) are mapped. */

@@ -52,6 +52,14 @@ static size_t page_unmap(aa_pool *pool, aa__seg *s, size_t i) {
   free(pg);
   for (size_t k = r0; k < r1; k++)
     s->pages[k] = NULL;
+  if (pool->vmm_forget) { /* an explicit release: these pages are not "touched" now */
+    if (s->forgot == NULL)
+      s->forgot = calloc(s->npages, 1); /* without it: touched, as before */
+    for (size_t k = r0; s->forgot != NULL && k < r1; k++) {
+      s->nforgot += !s->forgot[k];
+      s->forgot[k] = 1;
+    }
+  }
   s->mapped -= r1 - r0;
   pool->large_reserved -= len;
   pool->vmm_unmaps += r1 - r0;
@@ -84,6 +92,10 @@ static int run_map(aa_pool *pool, aa__seg *s, size_t i, size_t n) {
   for (size_t k = i; k < i + n; k++) {
     aa__assert(s->pages[k] == NULL);
     s->pages[k] = pg;
+    if (s->nforgot > 0 && s->forgot[k]) {
+      s->forgot[k] = 0;
+      s->nforgot--;
+    }
   }
   s->mapped += n;
   if (i + n > s->hwm)
@@ -289,6 +301,8 @@ void aa__lg_seg_unlink_free(aa_pool *pool, aa__seg *s) {
     pool->backend->ops->va_release(pool->backend, (void *)s->h.base, s->h.end - s->h.base);
     free(s->pages);
     s->pages = NULL;
+    free(s->forgot);
+    s->forgot = NULL;
   } else {
     aa__pm_remove(pool, &s->h);
     pool->large_reserved -= s->h.end - s->h.base;
@@ -382,12 +396,14 @@ void aa__lg_enforce_bound(aa_pool *pool) {
   release_locked(pool, pool->large_free_bytes - bound);
 }
 
-size_t aa__large_release(aa_pool *pool, size_t want) {
+size_t aa__large_release(aa_pool *pool, size_t want, bool forget) {
   pthread_mutex_lock(&pool->large_mu);
   /* what other threads hold goes back too (the caller flushed its own): on
    * out-of-memory it is what the retry needs */
   (void)aa__lg_ltc_reclaim(pool, NULL, true);
+  pool->vmm_forget = forget;
   size_t r = release_locked(pool, want);
+  pool->vmm_forget = false;
   pthread_mutex_unlock(&pool->large_mu);
   return r;
 }

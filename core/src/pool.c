@@ -510,7 +510,7 @@ size_t aa__release_cached(aa_pool *pool, bool sync) {
     if (atomic_load_explicit(&pool->classes[i].state, AA__RLX) != AA__CLS_EMPTY)
       r += aa__class_release(pool, &pool->classes[i], SIZE_MAX, false);
   }
-  r += aa__large_release(pool, SIZE_MAX);
+  r += aa__large_release(pool, SIZE_MAX, !sync); /* aa_pool_release: not an OOM retry */
   return r;
 }
 
@@ -537,7 +537,7 @@ size_t aa_pool_trim(aa_pool *pool, size_t keep_bytes) {
   if (reserved <= in_use + keep_bytes)
     return 0;
   size_t excess = (size_t)(reserved - in_use - keep_bytes);
-  r += aa__large_release(pool, excess);
+  r += aa__large_release(pool, excess, false);
   for (int i = 0; i < AA_MAX_CLASSES && r < excess; i++) {
     if (atomic_load_explicit(&pool->classes[i].state, AA__RLX) != AA__CLS_EMPTY)
       r += aa__class_release(pool, &pool->classes[i], excess - r, true);
