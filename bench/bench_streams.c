@@ -202,7 +202,7 @@ typedef struct ddp_grads {
 static void ddp(run *r, int cycles) {
   const size_t d = 1024, w = 4 * d * d * 4, b1 = 4 * d * 4, b2 = d * 4, flat = 2 * w + b1 + b2;
   static const size_t counts[12] = {11449, 3368, 9994, 6334, 2651, 2055,
-                                    4433,  11656, 9752, 8161, 7280, 2406};
+                                    4433, 11656, 9752, 8161, 7280, 2406};
   ddp_grads param[DDP_BLOCKS], grad[DDP_BLOCKS];
   for (int k = 0; k < DDP_BLOCKS; k++) { /* the model, on the compute stream */
     param[k].w1 = take(r, w, CUR);
