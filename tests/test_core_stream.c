@@ -422,6 +422,7 @@ static void two_halves(aa_pool *p, aa_stream sa, aa_stream sb, void **a, void **
 static void check_settle_record_stream(aa_large_mode mode) {
   aa_backend *b = NULL;
   aa_pool *p = settle_pool(&b, mode);
+  aa_pool_set_stream_wait(p, false); /* PyTorch's rule; on: test_core_stream_wait_merges_run */
   void *a, *c;
   two_halves(p, SA, SA, &a, &c);
   /* both used on SB (record_stream), freed on SA while SB works */
@@ -460,6 +461,7 @@ static void test_core_stream_settle_record_stream(void **state) {
 static void check_settle_two_streams(aa_large_mode mode) {
   aa_backend *b = NULL;
   aa_pool *p = settle_pool(&b, mode);
+  aa_pool_set_stream_wait(p, false); /* PyTorch's rule; on: test_core_stream_wait_merges_run */
   void *a, *c;
   two_halves(p, SA, SB, &a, &c);
   assert_int_equal(aa_backend_host_stream_busy(b, SA, true), AA_OK);
@@ -531,6 +533,40 @@ static void check_stream_wait(aa_large_mode mode, aa_stream req, uint64_t want_w
   assert_int_equal(aa_free(p, z, 0, req), AA_OK);
   assert_int_equal(aa_backend_host_stream_busy(b, SB, false), AA_OK);
   limited_done(p, b); /* every event released */
+}
+
+/* No single free chunk fits, but a run of free neighbours does, one of
+ * them still waiting for record_stream'd SB (such a block cannot merge):
+ * the requesting stream is ordered after SB, the run merges and serves the
+ * request, no new memory (DDP's gradients: adaptalloc-bench streams ddp
+ * --busy). */
+static void check_wait_merges_run(aa_large_mode mode, aa_stream req) {
+  aa_backend *b = NULL;
+  aa_pool *p = settle_pool(&b, mode);
+  void *a, *c;
+  two_halves(p, SA, SA, &a, &c);
+  assert_int_equal(aa_backend_host_stream_busy(b, SB, true), AA_OK);
+  assert_int_equal(aa_record_stream(p, a, SB), AA_OK);
+  assert_int_equal(aa_free(p, a, 0, SA), AA_OK); /* pending on SB */
+  assert_int_equal(aa_free(p, c, 0, SA), AA_OK); /* usable on SA */
+  uint64_t r0 = reserved_of(p, NULL), w0, wp0, w1, wp1;
+  aa_backend_host_stream_waits(b, &w0, &wp0);
+  void *y = aa_alloc(p, 8 * MIB, req);
+  assert_ptr_equal(y, a); /* the merged pair */
+  assert_int_equal(reserved_of(p, NULL), r0);
+  aa_backend_host_stream_waits(b, &w1, &wp1);
+  assert_true(w1 - w0 >= 1 && wp1 - wp0 >= 1); /* ordered after SB's pending work */
+  assert_true(waits_of(p) >= 1);
+  assert_int_equal(aa_free(p, y, 0, req), AA_OK);
+  assert_int_equal(aa_backend_host_stream_busy(b, SB, false), AA_OK);
+  limited_done(p, b); /* every event released */
+}
+
+static void test_core_stream_wait_merges_run(void **state) {
+  (void)state;
+  check_wait_merges_run(AA_LARGE_CACHE, SA);
+  check_wait_merges_run(AA_LARGE_EXPANDABLE, SA);
+  check_wait_merges_run(AA_LARGE_EXPANDABLE, SC);
 }
 
 static void test_core_stream_wait_reuses_pending(void **state) {
@@ -868,6 +904,7 @@ int main(void) {
       cmocka_unit_test(test_core_stream_settle_record_stream),
       cmocka_unit_test(test_core_stream_settle_two_streams),
       cmocka_unit_test(test_core_stream_wait_reuses_pending),
+      cmocka_unit_test(test_core_stream_wait_merges_run),
       cmocka_unit_test(test_core_stream_wait_off_refused_host),
       cmocka_unit_test(test_core_stream_wait_best_fit_and_rest),
       cmocka_unit_test(test_core_stream_wait_rest_ordered),

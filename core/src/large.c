@@ -471,6 +471,63 @@ static bool order_after(aa_pool *pool, aa__chunk *c, aa_stream stream) {
   return true;
 }
 
+/* Whether the first `n` bytes of free chunk `c` may serve a run wait_run
+ * merges: its pages mapped now or (without a limit) once. */
+static bool run_prefix_ok(aa_pool *pool, const aa__chunk *c, size_t n, bool touched) {
+  return pool->vmm_page == 0 ||
+         (touched ? aa__lg_prefix_touched(pool, c, n) : aa__lg_prefix_mapped(pool, c, n));
+}
+
+/* wait_fit, when no single free chunk fits: the smallest run of free
+ * neighbours (each usable on `stream` now, or once `stream` is ordered
+ * after its pending uses; the last one may reach past the pages the pool
+ * has, the request's part of it not) that fits `need`, merged into one
+ * chunk freed on `stream`. A block freed with record_stream'd streams still
+ * pending cannot merge (aa__lg_merge_ok), so a step whose blocks are
+ * record_stream'd on a side stream and freed while that stream's work is
+ * queued (DDP's gradients: adaptalloc-bench streams ddp --busy) leaves each
+ * of them a hole of its own between free neighbours, and the pool grew
+ * beside runs of them larger than the request. Scans every free chunk's
+ * run, but only on the way to growing. Returns the merged chunk still in
+ * its bin, or NULL (nothing fits, or a stream cannot wait: the members
+ * ordered before it stay ordered, harmless). */
+static aa__chunk *wait_run(aa_pool *pool, size_t need, aa_stream stream, bool touched) {
+  aa__chunk *best = NULL;
+  size_t best_size = 0;
+  for (aa__seg *s = pool->segs; s; s = s->next) {
+    for (aa__chunk *a = s->first; a; a = a->next) {
+      size_t w = 0;
+      for (aa__chunk *z = a; z && z->free && !z->parked; z = z->next) {
+        if (w + z->size >= need) { /* the window a..z, two or more chunks */
+          if (z != a && (best == NULL || w + z->size < best_size) &&
+              run_prefix_ok(pool, z, need - w, touched)) {
+            best = a;
+            best_size = w + z->size;
+          }
+          break;
+        }
+        if (!run_prefix_ok(pool, z, z->size, touched))
+          break;
+        w += z->size;
+      }
+    }
+  }
+  if (best == NULL)
+    return NULL;
+  size_t sum = 0;
+  for (aa__chunk *c = best; sum < best_size; c = c->next) {
+    sum += c->size;
+    bool ready = c->nxev == 0 && (c->any || c->stream == stream);
+    if (!ready && !order_after(pool, c, stream))
+      return NULL;
+  }
+  aa__lg_bin_remove(pool, best);
+  while (best->size < best_size)
+    aa__lg_absorb(pool, best, best->next);
+  aa__lg_bin_insert(pool, best);
+  return best;
+}
+
 /* On the way to growing, when no free chunk is usable on `stream` now (and
  * settle merged nothing): the best-fitting free chunk whose last uses on
  * other streams are still pending, with `stream` ordered after them
@@ -481,7 +538,9 @@ static bool order_after(aa_pool *pool, aa__chunk *c, aa_stream stream) {
  * FSDP-like gathers, adaptalloc-bench streams fsdp --busy). The chunks
  * considered are those find_fit would take but for their streams
  * (expandable: pages mapped now or, without a limit, once); chunks still
- * waiting for record_stream'd events do not merge, so each is taken alone.
+ * waiting for record_stream'd events do not merge, so each is taken alone,
+ * and when none fits alone, the smallest fitting run of free neighbours
+ * is ordered and merged (wait_run).
  * `stream` waits on the GPU for work that is already queued ahead of it;
  * the host never blocks. Returns the chunk still in its bin, or NULL. */
 static aa__chunk *wait_fit(aa_pool *pool, size_t need, aa_stream stream) {
@@ -503,7 +562,7 @@ static aa__chunk *wait_fit(aa_pool *pool, size_t need, aa_stream stream) {
     if (best != NULL)
       return NULL; /* the stream cannot wait now: the pool grows as before */
   }
-  return NULL;
+  return wait_run(pool, need, stream, touched);
 }
 
 /* Cuts `c` (free, out of the bins) to `need`, putting the rest back. */
