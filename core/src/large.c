@@ -264,6 +264,21 @@ bool aa__lg_usable(aa_pool *pool, aa__chunk *c, aa_stream stream) {
   return false;
 }
 
+/* Merges free chunk `first` (in its bin) with the free neighbours after it
+ * until it is `total` bytes, back in the bins; returns the chunks absorbed.
+ * The caller checked that they may merge (settle: all usable everywhere;
+ * wait_run: all usable on one stream). */
+static size_t merge_run(aa_pool *pool, aa__chunk *first, size_t total) {
+  size_t n = 0;
+  aa__lg_bin_remove(pool, first);
+  while (first->size < total) {
+    aa__lg_absorb(pool, first, first->next);
+    n++;
+  }
+  aa__lg_bin_insert(pool, first);
+  return n;
+}
+
 /* Before the pool grows: every free chunk still tied to a stream (freed on
  * it, or waiting for record_stream's events) whose work has completed is
  * made usable on every stream, and the run of such free neighbours that
@@ -336,14 +351,7 @@ static size_t settle(aa_pool *pool, size_t need, uint64_t *settled) {
   }
   if (best == NULL)
     return 0;
-  size_t merged = 0;
-  aa__lg_bin_remove(pool, best);
-  while (best->size < best_size) {
-    aa__lg_absorb(pool, best, best->next);
-    merged++;
-  }
-  aa__lg_bin_insert(pool, best);
-  return merged;
+  return merge_run(pool, best, best_size);
 }
 
 /* Expandable: best fit among the free chunks whose pages are all mapped or,
@@ -521,10 +529,7 @@ static aa__chunk *wait_run(aa_pool *pool, size_t need, aa_stream stream, bool to
     if (!ready && !order_after(pool, c, stream))
       return NULL;
   }
-  aa__lg_bin_remove(pool, best);
-  while (best->size < best_size)
-    aa__lg_absorb(pool, best, best->next);
-  aa__lg_bin_insert(pool, best);
+  (void)merge_run(pool, best, best_size);
   return best;
 }
 

@@ -57,6 +57,19 @@ stage() { # name limit_s command...
 
 want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 
+# variant OUT NAME STATEMENT: policies/default.json changed by a Python
+# statement on `p`, renamed NAME, written to OUT (a native@ variant's policy)
+variant() {
+  python3 - "$root/policies/default.json" "$1" "$2" "$3" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+exec(sys.argv[4])
+p["name"] = sys.argv[3]
+p.pop("$schema", None)
+json.dump(p, open(sys.argv[2], "w"))
+PY
+}
+
 {
   if want info; then
     nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv
@@ -153,16 +166,8 @@ want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done;
   # (native@nowait: the default policy with large.stream_wait false in every
   # pool, PyTorch's rule for blocks pending on other streams)
   if want zooside; then
-    python3 - "$root/policies/default.json" /tmp/aa-nowait.json <<'PY'
-import json, sys
-p = json.load(open(sys.argv[1]))
-for sec in p["pools"].values():
-    if isinstance(sec, dict) and "large" in sec:
-        sec["large"]["stream_wait"] = False
-p["name"] = "default-nowait"
-p.pop("$schema", None)
-json.dump(p, open(sys.argv[2], "w"))
-PY
+    variant /tmp/aa-nowait.json default-nowait \
+      'for sec in p["pools"].values(): sec.get("large", {}).update(stream_wait=False)'
     stage zooside ${AA_ZOOSIDE_LIMIT_S:-330} env -u LD_LIBRARY_PATH python3 bench/gpu/bench_zoo.py \
       --reps ${AA_REPS_ZOO:-1} --budget-s ${AA_ZOOSIDE_BUDGET_S:-300} --timeout-s 100 \
       --workloads ${AA_ZOOSIDE_WORKLOADS:-sidepipe,ddp,fsdp,prefetch} \
@@ -175,14 +180,7 @@ PY
       | xargs -I{} cp {} "$res/viz/" 2>/dev/null || echo "viz: torch's MemoryViz.js not found"
   fi
   if want loopgpu; then
-    python3 - "$root/policies/default.json" /tmp/aa-loop-off.json <<'PY'
-import json, sys
-p = json.load(open(sys.argv[1]))
-p["adapt"]["enabled"] = False
-p["name"] = "default-loop-off"
-p.pop("$schema", None)
-json.dump(p, open(sys.argv[2], "w"))
-PY
+    variant /tmp/aa-loop-off.json default-loop-off 'p["adapt"]["enabled"] = False'
     stage loopgpu ${AA_LOOP_LIMIT_S:-300} env -u LD_LIBRARY_PATH python3 bench/gpu/bench_zoo.py \
       --reps ${AA_REPS_LOOP:-1} --budget-s ${AA_LOOP_BUDGET_S:-270} --timeout-s 100 \
       --workloads ${AA_LOOP_WORKLOADS:-serve,moe,encoder} --modes native,native@off \
