@@ -11,11 +11,19 @@ transformer training loop whose sequence length changes every step, and
 writes DIR/memory_viz_timeline.pickle (the _dump_snapshot) and
 DIR/memory_viz_timeline.html (torch.cuda._memory_viz.trace_plot).
 
-    python3 tools/memory_viz_image.py --png DIR/memory_viz_timeline.html
+    python3 tools/memory_viz_image.py --png DIR/memory_viz_timeline.html \
+        [--viz-js DIR/MemoryViz.js] [--d3 NODE_MODULES] [--out PNG] [--size 1400x800]
 
 Anywhere with chromium: screenshots that HTML into memory_viz_timeline.png
-beside it (headless; the page loads MemoryViz.js and d3 from their CDNs,
-cdn.jsdelivr.net and cdn.skypack.dev, so it needs the network).
+beside it (or --out), headless. The page imports MemoryViz.js from
+cdn.jsdelivr.net and MemoryViz.js imports d3@5, d3-axis, d3-scale, d3-zoom
+and d3-brush from cdn.skypack.dev; the tool serves the page from 127.0.0.1
+with an import map that sends those URLs to a local MemoryViz.js (--viz-js;
+default torch's own, else the one beside the HTML, else the CDN) and to the
+ES-module sources of d3@5 in a node_modules folder (--d3; default
+~/.cache/adaptalloc/memory_viz, filled by npm when npm is here), so it needs
+no network once those are local. It waits until the timeline's SVG has its
+polygons and fails otherwise, naming what the page could not load.
 """
 import argparse
 import functools
@@ -23,6 +31,7 @@ import http.server
 import importlib.util
 import json
 import os
+import posixpath
 import re
 import shutil
 import subprocess
@@ -145,7 +154,7 @@ def d3_entry(mods, name):
     if not entry:
         raise VizError("%s/%s (version %s) has no ES-module entry (\"module\" in package.json): "
                        "MemoryViz.js needs d3@5" % (mods, name, meta.get("version")))
-    return "/d3/%s/%s" % (name, entry.lstrip("./")), meta.get("version", "?")
+    return "/d3/%s/%s" % (name, posixpath.normpath(entry)), meta.get("version", "?")
 
 
 def import_map(viz_url, viz_js, mods):
