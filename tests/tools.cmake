@@ -27,3 +27,20 @@ if(AA_PYTHON3_PROGRAM AND TARGET adaptalloc-replay)
             $<TARGET_FILE:adaptalloc-replay>)
   set_tests_properties(test_tools_export_torch PROPERTIES LABELS tools TIMEOUT 120)
 endif()
+
+# test_tools_memory_viz_image_args / _render: tools/memory_viz_image.py --png
+# (tests/tools/test_memory_viz_image.py: standard library only, no torch, no
+# network). _args: the argument errors, anywhere. _render: a stand-in
+# MemoryViz.js rendered offline in headless chromium with the d3@5 of
+# tests/browser/node_modules (npm ci --prefix tests/browser); skips (77)
+# without chromium or d3. Labelled browser so that the sanitizer runs of
+# .ci/run leave it out.
+if(AA_PYTHON3_PROGRAM)
+  add_test(NAME test_tools_memory_viz_image_args
+    COMMAND ${AA_PYTHON3_PROGRAM} ${CMAKE_CURRENT_LIST_DIR}/tools/test_memory_viz_image.py args)
+  set_tests_properties(test_tools_memory_viz_image_args PROPERTIES LABELS tools TIMEOUT 120)
+  add_test(NAME test_tools_memory_viz_image_render
+    COMMAND ${AA_PYTHON3_PROGRAM} ${CMAKE_CURRENT_LIST_DIR}/tools/test_memory_viz_image.py render)
+  set_tests_properties(test_tools_memory_viz_image_render PROPERTIES
+    LABELS "tools;browser" TIMEOUT 240 SKIP_RETURN_CODE 77)
+endif()

@@ -11,17 +11,33 @@ transformer training loop whose sequence length changes every step, and
 writes DIR/memory_viz_timeline.pickle (the _dump_snapshot) and
 DIR/memory_viz_timeline.html (torch.cuda._memory_viz.trace_plot).
 
-    python3 tools/memory_viz_image.py --png DIR/memory_viz_timeline.html
+    python3 tools/memory_viz_image.py --png DIR/memory_viz_timeline.html \
+        [--viz-js DIR/MemoryViz.js] [--d3 NODE_MODULES] [--out PNG] [--size 1400x800]
 
 Anywhere with chromium: screenshots that HTML into memory_viz_timeline.png
-beside it (headless; the page loads MemoryViz.js and d3 from their CDNs,
-cdn.jsdelivr.net and cdn.skypack.dev, so it needs the network).
+beside it (or --out), headless. The page imports MemoryViz.js from
+cdn.jsdelivr.net and MemoryViz.js imports d3@5, d3-axis, d3-scale, d3-zoom
+and d3-brush from cdn.skypack.dev; the tool serves the page from 127.0.0.1
+with an import map that sends those URLs to a local MemoryViz.js (--viz-js;
+default torch's own, else the one beside the HTML, else the CDN) and to the
+ES-module sources of d3@5 in a node_modules folder (--d3; default
+~/.cache/adaptalloc/memory_viz, filled by npm when npm is here), so it needs
+no network once those are local. It waits until the timeline's SVG has its
+polygons and fails otherwise, naming what the page could not load.
 """
 import argparse
+import functools
+import http.server
+import importlib.util
+import json
 import os
+import posixpath
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 
 
 def record(out_dir, steps):
@@ -60,20 +76,216 @@ def record(out_dir, steps):
     print("wrote %s and %s (%d trace entries, %d steps)" % (pickle_path, html_path, n, steps))
 
 
-def png(html_path):
-    chrome = next((c for c in ("chromium", "chromium-browser", "google-chrome")
-                   if shutil.which(c)), None)
+# --- --png: screenshot the trace_plot HTML, offline when MemoryViz.js and d3 are local ---
+
+CDN_VIZ_RE = re.compile(r'from\s+"(https://[^"]*/MemoryViz\.js)"')
+CDN_D3_RE = re.compile(r'from\s+["\'](https://cdn\.skypack\.dev/(d3(?:-[a-z]+)?)@[^"\']*)["\']')
+D3_CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                        "adaptalloc", "memory_viz")
+
+
+class VizError(Exception):
+    """A --png failure, with the message to print."""
+
+
+def torch_viz_js():
+    """torch's own MemoryViz.js, found without importing torch, or None."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = os.path.join(list(spec.submodule_search_locations)[0], "utils", "viz", "MemoryViz.js")
+    return path if os.path.isfile(path) else None
+
+
+def pick_viz_js(html_path, viz_js):
+    """The local MemoryViz.js to serve: --viz-js, torch's, the one beside the
+    HTML; None means the page's CDN copy."""
+    if viz_js is not None:
+        if not os.path.isfile(viz_js):
+            raise VizError("--viz-js %s: no such file" % viz_js)
+        return viz_js
+    for path in (torch_viz_js(), os.path.join(os.path.dirname(html_path), "MemoryViz.js")):
+        if path and os.path.isfile(path):
+            return path
+    return None
+
+
+def node_modules_of(d3_dir):
+    """DIR itself when it holds d3/, else DIR/node_modules; None when neither does."""
+    for cand in (d3_dir, os.path.join(d3_dir, "node_modules")):
+        if os.path.isfile(os.path.join(cand, "d3", "package.json")):
+            return cand
+    return None
+
+
+def pick_d3(d3_dir, need_fetch):
+    """A node_modules folder holding d3@5 and its modules: --d3, the cache
+    folder, or the cache filled with npm (registry.npmjs.org, not the CDNs).
+    None means the page's CDN copies."""
+    if d3_dir is not None:
+        mods = node_modules_of(d3_dir)
+        if mods is None:
+            raise VizError("--d3 %s: no d3/package.json there or in its node_modules "
+                           "(npm install --prefix %s d3@5)" % (d3_dir, d3_dir))
+        return mods
+    mods = node_modules_of(D3_CACHE)
+    if mods is not None or not need_fetch:
+        return mods
+    npm = shutil.which("npm")
+    if npm is None:
+        return None
+    print("memory_viz_image: fetching d3@5 with npm into", D3_CACHE)
+    os.makedirs(D3_CACHE, exist_ok=True)
+    r = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", D3_CACHE, "d3@5"],
+                       capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise VizError("npm install d3@5 into %s failed: %s" % (D3_CACHE, r.stderr[-1500:]))
+    return node_modules_of(D3_CACHE)
+
+
+def d3_entry(mods, name):
+    """URL path of package NAME's ES-module entry (its package.json "module")."""
+    try:
+        with open(os.path.join(mods, name, "package.json")) as f:
+            meta = json.load(f)
+    except (OSError, ValueError) as e:
+        raise VizError("%s: no usable %s/package.json (%s)" % (mods, name, e))
+    entry = meta.get("module") or meta.get("jsnext:main")
+    if not entry:
+        raise VizError("%s/%s (version %s) has no ES-module entry (\"module\" in package.json): "
+                       "MemoryViz.js needs d3@5" % (mods, name, meta.get("version")))
+    return "/d3/%s/%s" % (name, posixpath.normpath(entry)), meta.get("version", "?")
+
+
+def import_map(viz_url, viz_js, mods):
+    """The page's import map: MemoryViz.js's CDN URL to the local copy; its
+    skypack d3 URLs and every bare d3-* name the d3 sources import to the
+    packages in MODS."""
+    imports = {}
+    notes = []
+    if viz_js is not None:
+        imports[viz_url] = "/MemoryViz.js"
+        with open(viz_js, encoding="utf-8") as f:
+            cdn = CDN_D3_RE.findall(f.read())
+        if mods is not None:
+            for name in sorted(n for n in os.listdir(mods) if n == "d3" or n.startswith("d3-")):
+                if os.path.isfile(os.path.join(mods, name, "package.json")):
+                    imports[name] = d3_entry(mods, name)[0]
+            for url, name in cdn:
+                if not os.path.isfile(os.path.join(mods, name, "package.json")):
+                    raise VizError("MemoryViz.js imports %s, but %s has no %s "
+                                   "(npm install d3@5 brings it)" % (url, mods, name))
+                path, version = d3_entry(mods, name)
+                imports[url] = path
+                notes.append("%s -> %s %s" % (url.rsplit("/", 1)[1], name, version))
+    return {"imports": imports}, notes
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    """Serves the temp dir; d3's sources import "./foo" without ".js", so a
+    missing path is tried with ".js" and "/index.js"; records what was missing."""
+    missing = None
+
+    def translate_path(self, path):
+        p = super().translate_path(path)
+        if not os.path.exists(p):
+            for alt in (p + ".js", os.path.join(p, "index.js")):
+                if os.path.isfile(alt):
+                    return alt
+        return p
+
+    def send_error(self, code, message=None, explain=None):
+        if self.path != "/favicon.ico":
+            self.missing.append("%d %s" % (code, self.path))
+        super().send_error(code, message, explain)
+
+    def log_message(self, fmt, *args):
+        pass
+
+
+def chromium_path():
+    for c in (os.environ.get("CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
+        if c and shutil.which(c):
+            return shutil.which(c)
+    return None
+
+
+def run_chromium(chrome, url, extra, size):
+    w, h = size
+    cmd = [chrome, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+           "--hide-scrollbars", "--enable-logging=stderr", "--v=0",
+           "--virtual-time-budget=20000", "--window-size=%d,%d" % (w, h)] + extra + [url]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def console_lines(stderr):
+    return [l for l in stderr.splitlines() if "CONSOLE" in l or "Uncaught" in l][-8:]
+
+
+def png(html_path, out=None, viz_js=None, d3_dir=None, size=(1400, 800)):
+    if not os.path.isfile(html_path):
+        raise VizError("%s: no such file" % html_path)
+    with open(html_path, encoding="utf-8") as f:
+        page = f.read()
+    m = CDN_VIZ_RE.search(page)
+    if m is None or "add_local_files" not in page:
+        raise VizError("%s is not torch.cuda._memory_viz.trace_plot's HTML (no import of "
+                       "MemoryViz.js's add_local_files)" % html_path)
+    viz_url = m.group(1)
+    viz_js = pick_viz_js(html_path, viz_js)
+    mods = pick_d3(d3_dir, need_fetch=viz_js is not None)
+    imap, notes = import_map(viz_url, viz_js, mods)
+    chrome = chromium_path()
     if chrome is None:
-        sys.exit("memory_viz_image: no chromium here: take the HTML to a machine with one")
-    out = os.path.splitext(html_path)[0] + ".png"
-    r = subprocess.run([chrome, "--headless", "--no-sandbox", "--disable-gpu",
-                        "--virtual-time-budget=15000", "--window-size=1400,900",
-                        "--screenshot=" + os.path.abspath(out),
-                        "file://" + os.path.abspath(html_path)],
-                       capture_output=True, text=True, timeout=120)
-    if r.returncode != 0 or not os.path.exists(out):
-        sys.exit("memory_viz_image: chromium failed: %s" % r.stderr[-2000:])
-    print("wrote", out)
+        raise VizError("no chromium here (apt-get install chromium, or CHROMIUM=PATH)")
+    sources = ["MemoryViz.js: " + (viz_js or "%s (CDN: needs the network)" % viz_url),
+               "d3: " + (mods or "cdn.skypack.dev (CDN: needs the network)")]
+    print("memory_viz_image:", "; ".join(sources + notes))
+    out = out or os.path.splitext(html_path)[0] + ".png"
+    with tempfile.TemporaryDirectory(prefix="memviz.") as tmp:
+        if viz_js is not None:
+            shutil.copyfile(viz_js, os.path.join(tmp, "MemoryViz.js"))
+        if mods is not None:
+            os.symlink(os.path.abspath(mods), os.path.join(tmp, "d3"))
+        head = '<script type="importmap">%s</script>' % json.dumps(imap)
+        page2 = page.replace("<head>", "<head>\n" + head, 1) if "<head>" in page else head + page
+        with open(os.path.join(tmp, "index.html"), "w", encoding="utf-8") as f:
+            f.write(page2)
+        missing = []
+        handler = functools.partial(type("H", (_Handler,), {"missing": missing}), directory=tmp)
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = "http://127.0.0.1:%d/index.html" % server.server_address[1]
+        try:
+            r = run_chromium(chrome, url, ["--dump-dom"], size)
+            dom = r.stdout
+            polygons = len(re.findall(r"<polygon", dom))
+            if r.returncode != 0 or polygons < 2:
+                why = ["the Active Memory Timeline never rendered (%d polygons in the page's "
+                       "SVG after 20 s of page time)" % polygons]
+                if missing:
+                    why.append("not served: " + ", ".join(sorted(set(missing))))
+                why += [s for s in sources if "CDN" in s]
+                why += ["console: " + l.strip() for l in console_lines(r.stderr)]
+                if r.returncode != 0:
+                    why.append("chromium exit %d: %s" % (r.returncode, r.stderr[-800:]))
+                raise VizError("\n  ".join(why))
+            r = run_chromium(chrome, url, ["--screenshot=" + os.path.abspath(out)], size)
+            if r.returncode != 0 or not os.path.isfile(out):
+                raise VizError("chromium's screenshot failed (exit %d): %s"
+                               % (r.returncode, r.stderr[-1500:]))
+        finally:
+            server.shutdown()
+            server.server_close()
+    print("wrote %s (%dx%d, %d polygons in the timeline)" % (out, size[0], size[1], polygons))
+    return out
+
+
+def parse_size(text):
+    m = re.fullmatch(r"(\d+)x(\d+)", text or "")
+    if not m or not (200 <= int(m.group(1)) <= 8000 and 200 <= int(m.group(2)) <= 8000):
+        raise argparse.ArgumentTypeError("%r is not WIDTHxHEIGHT, each 200..8000 pixels" % text)
+    return int(m.group(1)), int(m.group(2))
 
 
 def main():
@@ -81,13 +293,29 @@ def main():
     ap.add_argument("--out-dir", default=".")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--png", metavar="HTML", help="only screenshot this HTML into a PNG")
+    ap.add_argument("--out", metavar="PNG", help="with --png: the PNG to write "
+                    "(default: the HTML's name with .png)")
+    ap.add_argument("--viz-js", metavar="PATH", help="with --png: a local MemoryViz.js "
+                    "(default: torch's, else the one beside the HTML, else the CDN's)")
+    ap.add_argument("--d3", metavar="DIR", help="with --png: a node_modules folder holding d3@5 "
+                    "(default: %s, filled with npm when npm is here)" % D3_CACHE)
+    ap.add_argument("--size", type=parse_size, default=(1400, 800), metavar="WxH",
+                    help="with --png: the window and image size (default 1400x800)")
     a = ap.parse_args()
+    if not a.png:
+        for opt, val in (("--out", a.out), ("--viz-js", a.viz_js), ("--d3", a.d3)):
+            if val is not None:
+                ap.error("%s goes with --png HTML" % opt)
+    if a.steps < 1:
+        ap.error("--steps must be at least 1")
     if a.png:
-        png(a.png)
+        try:
+            png(a.png, a.out, a.viz_js, a.d3, a.size)
+        except VizError as e:
+            sys.exit("memory_viz_image: %s" % e)
         return
     os.makedirs(a.out_dir, exist_ok=True)
     record(a.out_dir, a.steps)
-
 
 if __name__ == "__main__":
     main()
