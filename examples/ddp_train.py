@@ -146,7 +146,8 @@ def compare(a_path, b_path, tol):
     for path, r in ((a_path, a), (b_path, b)):
         peaks = r.get("peak_reserved_bytes") or []
         print(f"{path}: allocator {r['allocator']}, final loss {r['losses'][-1]:.6f}, "
-              "peak reserved " + ", ".join(f"rank {i} {_mib(x)}" for i, x in enumerate(peaks)))
+              "peak reserved " + (", ".join(f"rank {i} {_mib(x)}" for i, x in enumerate(peaks))
+                                   or "not recorded"))
     if len(la) != len(lb):
         print(f"different step counts: {len(la)} vs {len(lb)}")
         return 1

@@ -21,6 +21,11 @@
 #           (the package installed first when it is not importable)
 #           maxbatch3: the package installed, then the largest batch / sequence under one
 #           cap for adaptalloc, default and expandable (bench/gpu/bench_maxbatch.py)
+#           ddp2: the package installed (unless importable), then tests/gpu/test_ddp_ranks.py:
+#           two gloo ranks sharing GPU 0, with and without adaptalloc (a few MiB each)
+#           ddp: the package installed (unless importable), then tools/device/ddp-run.sh: GPT-2
+#           small over NCCL on 2 GPUs with and without adaptalloc, per-rank peaks and the loss
+#           comparison; with fewer than 2 GPUs it says SKIPPED and runs nothing
 # Output: $OUT/log.txt (everything) and $OUT/results.tar.gz (JSON, CSV);
 # without $OUT, into ./gpu-out/.
 set -uo pipefail
@@ -119,6 +124,21 @@ PY
     stage managed-bench 400 env -u LD_LIBRARY_PATH $mpy bench/gpu/bench_managed_optim.py \
       --reps ${AA_REPS_MANAGED:-20} --json $res/managed_optim.json
   fi
+  # issue #25 item 4: two ranks on one GPU (gloo), and the 2-GPU NCCL run
+  if want ddp2 || want ddp; then
+    env -u LD_LIBRARY_PATH -C /tmp $mpy -c 'import adaptalloc.torch' 2>/dev/null ||
+      stage ddp-install 300 env -u LD_LIBRARY_PATH AA_PKG_TESTS=0 bash tools/device/package-test.sh
+  fi
+  if want ddp2; then
+    if env -C /tmp $mpy -c 'import pytest' 2>/dev/null; then
+      stage ddp2 300 env -u LD_LIBRARY_PATH -C /tmp $mpy -m pytest -v -s -rs \
+        -p no:cacheprovider "$root/tests/gpu/test_ddp_ranks.py"
+    else
+      stage ddp2 300 env -u LD_LIBRARY_PATH -C /tmp $mpy "$root/tests/gpu/test_ddp_ranks.py"
+    fi
+  fi
+  want ddp && stage ddp 400 env -u LD_LIBRARY_PATH -u ADAPTALLOC_DB -u ADAPTALLOC_HTTP \
+    bash tools/device/ddp-run.sh $mpy $res/ddp
   # the native allocator against PyTorch's three settings (after `native`,
   # which installs the package)
   want nativebench && stage nativebench 400 env -u LD_LIBRARY_PATH python3 bench/gpu/bench_native.py \
