@@ -66,7 +66,12 @@ typedef struct worker {
   demo_eval eval; /* an evaluation phase's kept predictions */
 } worker;
 
-static volatile sig_atomic_t g_signalled;
+/* Set by the signal handler, read by the main thread: an atomic, since the
+ * signal may land on any thread (a worker's, the server's), where a plain
+ * sig_atomic_t is a data race (TSan saw one, now and then, when SIGTERM hit
+ * another thread); lock-free atomics are async-signal-safe. */
+static atomic_int g_signalled;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the signal flag must be lock-free");
 static atomic_int g_stop;
 static atomic_int g_seq_base; /* current phase's sequence length */
 static atomic_int g_phase;    /* current phase (demo_phase_eval says what it does) */
@@ -76,10 +81,9 @@ static uint64_t g_start_ns;
 
 static void on_signal(int sig) {
   (void)sig;
-  if (g_signalled) {
+  if (atomic_exchange(&g_signalled, 1)) {
     _exit(130);
   }
-  g_signalled = 1;
 }
 
 static int install_signals(void) {
@@ -431,7 +435,7 @@ int main(int argc, char **argv) {
   }
 
   last_ns = g_start_ns;
-  while (!g_signalled) {
+  while (!atomic_load(&g_signalled)) {
     uint64_t now;
     uint64_t steps = 0;
     uint64_t dh;
@@ -504,7 +508,7 @@ stop:
     printf("adaptalloc-demo: %s%llu steps in %.1f s (%.1f steps/s), %llu allocs, "
            "peak in_use %.1f MiB, peak reserved %.1f MiB, hit %.1f%%, failed allocs %llu, "
            "invalid frees %llu\n",
-           g_signalled ? "interrupted; " : "", (unsigned long long)total_steps, elapsed_s,
+           atomic_load(&g_signalled) ? "interrupted; " : "", (unsigned long long)total_steps, elapsed_s,
            elapsed_s > 0 ? (double)total_steps / elapsed_s : 0.0, (unsigned long long)st->allocs,
            mib(st->peak_bytes_in_use), mib(st->peak_bytes_reserved),
            st->cache_hits + st->cache_misses > 0
