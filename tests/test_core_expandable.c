@@ -73,6 +73,22 @@ static void test_core_expandable_maps_on_demand(void **state) {
   done(f);
 }
 
+/* The layout of the next two tests: x (24 MiB, pages 0..11), s1 (2 MiB, 12),
+ * y (64 MiB, 13..44), s2 (2 MiB, 45); x freed and its pages given back by a
+ * trim, or with `release` by aa_pool_release; then y freed, still mapped. */
+static fx *x_given_back(char **x, char **s1, char **y, char **s2, bool release) {
+  fx *f = make(AA_LARGE_EXPANDABLE, 0);
+  *x = aa_alloc(f->p, 24 * MiB, NULL);
+  *s1 = aa_alloc(f->p, 2 * MiB, NULL);
+  *y = aa_alloc(f->p, 64 * MiB, NULL);
+  *s2 = aa_alloc(f->p, 2 * MiB, NULL);
+  assert_true(*x && *s1 && *y && *s2);
+  assert_int_equal(aa_free(f->p, *x, 0, NULL), AA_OK);
+  assert_int_equal(release ? aa_pool_release(f->p) : aa_pool_trim(f->p, 0), 24 * MiB);
+  assert_int_equal(aa_free(f->p, *y, 0, NULL), AA_OK);
+  return f;
+}
+
 /* Without a limit a request goes where it would have gone had nothing been
  * unmapped: x (24 MiB, its pages given back by a trim: the loop's, or an
  * out-of-memory retry's; an explicit release forgets them, below) fits 22 MiB best,
@@ -81,15 +97,8 @@ static void test_core_expandable_maps_on_demand(void **state) {
  * mapped 30 new pages for the 60 MiB. */
 static void test_core_expandable_fit_as_if_mapped(void **state) {
   (void)state;
-  fx *f = make(AA_LARGE_EXPANDABLE, 0);
-  char *x = aa_alloc(f->p, 24 * MiB, NULL); /* pages 0..11 */
-  char *s1 = aa_alloc(f->p, 2 * MiB, NULL); /* 12 */
-  char *y = aa_alloc(f->p, 64 * MiB, NULL); /* 13..44 */
-  char *s2 = aa_alloc(f->p, 2 * MiB, NULL); /* 45 */
-  assert_true(x && s1 && y && s2);
-  assert_int_equal(aa_free(f->p, x, 0, NULL), AA_OK);
-  assert_int_equal(aa_pool_trim(f->p, 0), 24 * MiB);  /* x's pages */
-  assert_int_equal(aa_free(f->p, y, 0, NULL), AA_OK); /* y free, mapped */
+  char *x, *s1, *y, *s2;
+  fx *f = x_given_back(&x, &s1, &y, &s2, false);
   aa_pool_stats st0 = stats(f);
   assert_int_equal(st0.large_bytes_reserved, 68 * MiB);
   char *a = aa_alloc(f->p, 22 * MiB, NULL);
@@ -122,15 +131,8 @@ static void test_core_expandable_fit_as_if_mapped(void **state) {
  * which the old rule would have put back into x, mapping 12 pages). */
 static void test_core_expandable_release_forgets(void **state) {
   (void)state;
-  fx *f = make(AA_LARGE_EXPANDABLE, 0);
-  char *x = aa_alloc(f->p, 24 * MiB, NULL); /* pages 0..11 */
-  char *s1 = aa_alloc(f->p, 2 * MiB, NULL); /* 12 */
-  char *y = aa_alloc(f->p, 64 * MiB, NULL); /* 13..44 */
-  char *s2 = aa_alloc(f->p, 2 * MiB, NULL); /* 45 */
-  assert_true(x && s1 && y && s2);
-  assert_int_equal(aa_free(f->p, x, 0, NULL), AA_OK);
-  assert_int_equal(aa_pool_release(f->p), 24 * MiB);  /* x's pages */
-  assert_int_equal(aa_free(f->p, y, 0, NULL), AA_OK); /* y free, mapped */
+  char *x, *s1, *y, *s2;
+  fx *f = x_given_back(&x, &s1, &y, &s2, true);
   aa_pool_stats st0 = stats(f);
   char *a = aa_alloc(f->p, 22 * MiB, NULL);
   assert_ptr_equal(a, y);

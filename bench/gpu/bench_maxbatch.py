@@ -101,7 +101,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from zoo_modes import mode_env  # noqa: E402 - bench/gpu/zoo_modes.py
+from zoo_modes import mode_env, names  # noqa: E402 - bench/gpu/zoo_modes.py
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -661,16 +661,6 @@ def parse_kv(text, what, conv):
     return out
 
 
-def names(text, known, what):
-    got = [x for x in (text or "").split(",") if x]
-    if not got:
-        sys.exit(f"bench_maxbatch: --{what} is empty (one or more of {', '.join(known)})")
-    for x in got:
-        if x not in known:
-            sys.exit(f"bench_maxbatch: unknown {what[:-1]} {x!r} (one of {', '.join(known)})")
-    return got
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -714,8 +704,8 @@ def main():
         return 0
     if a.seq_batch < 1 or a.probe_steps < 1:
         sys.exit("bench_maxbatch: --seq-batch and --probe-steps must be at least 1")
-    wls = names(a.workloads, list(WORKLOADS), "workloads")
-    modes = names(a.modes, MODES, "modes")
+    wls = names("bench_maxbatch", a.workloads, list(WORKLOADS), "workloads")
+    modes = names("bench_maxbatch", a.modes, MODES, "modes")
     caps = parse_kv(a.cap_gib, "cap-gib", float)
     steps = parse_kv(a.step, "step", int)
     for w, n in steps.items():

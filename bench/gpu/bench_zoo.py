@@ -161,7 +161,7 @@ sys.path.insert(0, HERE)
 import benchcpu  # noqa: E402 - bench/gpu/benchcpu.py
 from zoo_child import WARM_ONLY, _backend_counts, child  # noqa: E402,F401
 from zoo_modes import (DEFAULT_MODES, MODES, TORCH_MODES, VARIANTS, mode_env,  # noqa: E402,F401
-                       parse_variant)
+                       names, parse_variant)
 from zoo_report import (print_tables, quiet_steps, run_device_calls,  # noqa: E402,F401
                         summarise)
 from zoo_runner import Runner, serve  # noqa: E402
@@ -201,16 +201,6 @@ def jit_warm_mode(modes):
     the modes, else the first (the driver's cache is the machine's, so which
     allocator fills it does not matter)."""
     return "default" if "default" in modes else modes[0]
-
-
-def names(text, known, what):
-    got = [x for x in (text or "").split(",") if x]
-    if not got:
-        sys.exit(f"bench_zoo: --{what} is empty (one or more of {', '.join(known)})")
-    for x in got:
-        if x not in known:
-            sys.exit(f"bench_zoo: unknown {what[:-1]} {x!r} (one of {', '.join(known)})")
-    return got
 
 
 def main():
@@ -261,7 +251,7 @@ def main():
     args = ap.parse_args()
     if args.reps < 1:
         sys.exit("bench_zoo: --reps must be at least 1")
-    wls = names(args.workloads, list(BUILD), "workloads")
+    wls = names("bench_zoo", args.workloads, list(BUILD), "workloads")
     steps = parse_steps(args.steps)
     if args.server:
         serve(args.server, wls)
@@ -279,7 +269,7 @@ def main():
     for v in args.native_variant:
         m, env = parse_variant(v)
         VARIANTS[m] = env
-    modes = names(args.modes, MODES + list(VARIANTS), "modes")
+    modes = names("bench_zoo", args.modes, MODES + list(VARIANTS), "modes")
     try:
         cpus, why = benchcpu.choose_cpus(args.cpus)
     except ValueError as e:
@@ -295,7 +285,7 @@ def main():
     if args.dry_run:
         warmed = set()
         for rep, w, m in plan(1 if args.capture else args.reps, wls,
-                              names(args.capture_modes, list(TORCH_MODES), "capture-modes")
+                              names("bench_zoo", args.capture_modes, list(TORCH_MODES), "capture-modes")
                               if args.capture else modes):
             if jit_warm and w not in warmed:
                 warmed.add(w)
@@ -308,7 +298,7 @@ def main():
         return
     t_start = time.time()
     if args.capture:
-        cmodes = names(args.capture_modes, list(TORCH_MODES), "capture-modes")
+        cmodes = names("bench_zoo", args.capture_modes, list(TORCH_MODES), "capture-modes")
         os.makedirs(args.capture, exist_ok=True)
         runner = Runner(cmodes, wls, not args.no_fork, args.runtime, args.timeout_s)
         try:

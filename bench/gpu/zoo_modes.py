@@ -16,6 +16,18 @@ VARIANTS = {}  # "native@NAME" -> {VAR: VAL} (--native-variant; the runner's pro
 CONF = {"expandable": "expandable_segments:True", "async": "backend:cudaMallocAsync"}
 
 
+def names(prog, text, known, what):
+    """A comma-separated option (--modes, --workloads) of `prog`: its names,
+    each one of `known`; exits naming an empty list or an unknown name."""
+    got = [x for x in (text or "").split(",") if x]
+    if not got:
+        sys.exit(f"{prog}: --{what} is empty (one or more of {', '.join(known)})")
+    for x in got:
+        if x not in known:
+            sys.exit(f"{prog}: unknown {what[:-1]} {x!r} (one of {', '.join(known)})")
+    return got
+
+
 def base_mode(mode):
     """native@NAME runs as native (with its environment overrides)."""
     return mode.split("@", 1)[0]

@@ -354,6 +354,15 @@ static size_t settle(aa_pool *pool, size_t need, uint64_t *settled) {
   return merge_run(pool, best, best_size);
 }
 
+/* Whether the first `n` bytes of free chunk `c` lie in memory the pool has:
+ * always without virtual memory; expandable, pages mapped now or, when
+ * `touched` (no limit), mapped once (aa__lg_prefix_touched). The one test
+ * of find_fit_mapped, wait_fit and wait_run. */
+static bool prefix_held(const aa_pool *pool, const aa__chunk *c, size_t n, bool touched) {
+  return pool->vmm_page == 0 ||
+         (touched ? aa__lg_prefix_touched(pool, c, n) : aa__lg_prefix_mapped(pool, c, n));
+}
+
 /* Expandable: best fit among the free chunks whose pages are all mapped or,
  * without a limit, were all mapped once (below the segment's high-water
  * mark, and not given back by an explicit release since: aa__seg.forgot),
@@ -374,7 +383,7 @@ static aa__chunk *find_fit_mapped(aa_pool *pool, size_t need, aa_stream stream) 
     aa__chunk *best = NULL;
     for (aa__chunk *c = pool->lbins[b]; c; c = c->fnext) {
       if (c->size >= need && (best == NULL || c->size < best->size) &&
-          (touched ? aa__lg_prefix_touched(pool, c, need) : aa__lg_prefix_mapped(pool, c, need)) &&
+          prefix_held(pool, c, need, touched) &&
           aa__lg_usable(pool, c, stream))
         best = c;
     }
@@ -479,13 +488,6 @@ static bool order_after(aa_pool *pool, aa__chunk *c, aa_stream stream) {
   return true;
 }
 
-/* Whether the first `n` bytes of free chunk `c` may serve a run wait_run
- * merges: its pages mapped now or (without a limit) once. */
-static bool run_prefix_ok(aa_pool *pool, const aa__chunk *c, size_t n, bool touched) {
-  return pool->vmm_page == 0 ||
-         (touched ? aa__lg_prefix_touched(pool, c, n) : aa__lg_prefix_mapped(pool, c, n));
-}
-
 /* wait_fit, when no single free chunk fits: the smallest run of free
  * neighbours (each usable on `stream` now, or once `stream` is ordered
  * after its pending uses; the last one may reach past the pages the pool
@@ -508,13 +510,13 @@ static aa__chunk *wait_run(aa_pool *pool, size_t need, aa_stream stream, bool to
       for (aa__chunk *z = a; z && z->free && !z->parked; z = z->next) {
         if (w + z->size >= need) { /* the window a..z, two or more chunks */
           if (z != a && (best == NULL || w + z->size < best_size) &&
-              run_prefix_ok(pool, z, need - w, touched)) {
+              prefix_held(pool, z, need - w, touched)) {
             best = a;
             best_size = w + z->size;
           }
           break;
         }
-        if (!run_prefix_ok(pool, z, z->size, touched))
+        if (!prefix_held(pool, z, z->size, touched))
           break;
         w += z->size;
       }
@@ -557,8 +559,7 @@ static aa__chunk *wait_fit(aa_pool *pool, size_t need, aa_stream stream) {
       if (c->size < need || (best != NULL && c->size >= best->size) || c->any ||
           (c->stream == stream && c->nxev == 0))
         continue; /* too small, no better, or not held by another stream */
-      if (pool->vmm_page != 0 &&
-          !(touched ? aa__lg_prefix_touched(pool, c, need) : aa__lg_prefix_mapped(pool, c, need)))
+      if (!prefix_held(pool, c, need, touched))
         continue;
       best = c;
     }

@@ -372,6 +372,12 @@ int aa_pool_set_classes(aa_pool *pool, const aa_class_spec *specs, size_t n) {
 
 /* ------------------------------------------------------------ life cycle */
 
+/* Stream-ordered reuse asked for (`on`) and possible: the backend records
+ * events and offers stream_wait. */
+static bool stream_wait_usable(const aa_pool *pool, bool on) {
+  return on && pool->has_events && pool->backend->ops->stream_wait != NULL;
+}
+
 int aa_pool_new(const aa_pool_config *cfg, aa_pool **out) {
   int rc = AA_EINVAL;
   aa_pool *pool = NULL;
@@ -408,8 +414,7 @@ int aa_pool_new(const aa_pool_config *cfg, aa_pool **out) {
   pool->cfg = c;
   pool->backend = c.backend;
   pool->has_events = c.backend->ops->event_record != NULL && c.backend->ops->event_query != NULL;
-  pool->stream_wait =
-      pool->has_events && c.backend->ops->stream_wait != NULL && c.large_stream_wait >= 0;
+  pool->stream_wait = stream_wait_usable(pool, c.large_stream_wait >= 0);
   if (pool->cfg.large_mode == AA_LARGE_EXPANDABLE) {
     const aa_backend_ops *o = c.backend->ops;
     size_t g = o->map_granularity && o->va_reserve && o->va_release && o->map && o->unmap
@@ -615,7 +620,7 @@ void aa_pool_set_stream_wait(aa_pool *pool, bool on) {
   if (pool == NULL)
     return;
   pthread_mutex_lock(&pool->large_mu); /* read under it by aa__large_alloc */
-  pool->stream_wait = on && pool->has_events && pool->backend->ops->stream_wait != NULL;
+  pool->stream_wait = stream_wait_usable(pool, on);
   pthread_mutex_unlock(&pool->large_mu);
 }
 

@@ -28,17 +28,13 @@
 // server (adaptalloc-demo, say). Exit 0 pass, 1 fail, 77 skipped (no
 // playwright-core or no chromium).
 import { spawn } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync } from "node:fs";
+import { mkdirSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { chromiumOrSkip, launch, options } from "./harness.mjs";
 import { layoutDiff, pageLayout } from "./layout.mjs";
 
-const SKIP = 77;
-const args = process.argv.slice(2);
-const opt = (name, dflt) => {
-  const i = args.indexOf("--" + name);
-  return i >= 0 && i + 1 < args.length ? args[i + 1] : dflt;
-};
+const opt = options(process.argv.slice(2));
 const serverBin = opt("server", process.env.AA_TESTSERVER || "");
 let baseUrl = opt("url", process.env.AA_DASHBOARD_URL || "");
 const outDir = opt("out", process.env.AA_TEST_BINARY_DIR ? join(process.env.AA_TEST_BINARY_DIR, "browser") : "build-browser");
@@ -48,17 +44,7 @@ const token = opt("token", serverBin ? "browser-test-token" : process.env.ADAPTA
 function log(...a) { console.log("[dashboard]", ...a); }
 function fail(msg) { throw new Error(msg); }
 
-let chromium;
-try {
-  ({ chromium } = await import("playwright-core"));
-} catch (e) {
-  log("SKIP: playwright-core is not installed (npm ci --prefix tests/browser):", e.message);
-  process.exit(SKIP);
-}
-if (!existsSync(chromiumPath)) {
-  log("SKIP: no chromium at", chromiumPath, "(apt-get install chromium)");
-  process.exit(SKIP);
-}
+const chromium = await chromiumOrSkip(log, chromiumPath);
 if (!serverBin && !baseUrl) {
   log("usage: --server PROGRAM | --url URL");
   process.exit(2);
@@ -101,12 +87,7 @@ async function until(page, what, fn, arg, timeout = 20000) {
 async function main() {
   if (serverBin) baseUrl = await startServer();
   log("dashboard at", baseUrl);
-  browser = await chromium.launch({
-    executablePath: chromiumPath,
-    headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-      "--disable-component-update", "--disable-sync", "--no-first-run"],
-  });
+  browser = await launch(chromium, chromiumPath);
   const page = await browser.newPage({ viewport: { width: 1440, height: 1000 } });
   const consoleErrors = [];
   // refused requests (401, 400) are logged by Chromium as "Failed to load

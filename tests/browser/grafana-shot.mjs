@@ -9,28 +9,15 @@
 // Exit 0 done, 1 failed, 77 no playwright-core or no chromium.
 import { existsSync, readFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
+import { chromiumOrSkip, launch, options } from "./harness.mjs";
 
-const args = process.argv.slice(2);
-const opt = (name, dflt) => {
-  const i = args.indexOf("--" + name);
-  return i >= 0 && i + 1 < args.length ? args[i + 1] : dflt;
-};
+const opt = options(process.argv.slice(2));
 const htmlPath = opt("html", "");
 const out = opt("out", "grafana.png");
 const chromiumPath = opt("chromium", process.env.CHROMIUM || "/usr/bin/chromium");
 const log = (...a) => console.log("[grafana-shot]", ...a);
 
-let chromium;
-try {
-  ({ chromium } = await import("playwright-core"));
-} catch (e) {
-  log("SKIP: playwright-core is not installed (npm ci --prefix tests/browser):", e.message);
-  process.exit(77);
-}
-if (!existsSync(chromiumPath)) {
-  log("SKIP: no chromium at", chromiumPath);
-  process.exit(77);
-}
+const chromium = await chromiumOrSkip(log, chromiumPath);
 if (!htmlPath || !existsSync(htmlPath)) {
   log("usage: --html PAGE.html --out FILE.png (no page at", JSON.stringify(htmlPath) + ")");
   process.exit(2);
@@ -38,8 +25,7 @@ if (!htmlPath || !existsSync(htmlPath)) {
 const reportPath = htmlPath.replace(/\.html$/, ".json");
 const report = existsSync(reportPath) ? JSON.parse(readFileSync(reportPath, "utf8")) : null;
 
-const browser = await chromium.launch({ executablePath: chromiumPath, headless: true,
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"] });
+const browser = await launch(chromium, chromiumPath);
 let code = 0;
 try {
   const page = await browser.newPage({ viewport: { width: 1440, height: 900 } });

@@ -9,38 +9,24 @@
 //   node tests/browser/screenshots.mjs --url http://127.0.0.1:PORT/ --out docs/img
 //
 // Exit 0 done, 1 failed, 77 no playwright-core or no chromium.
-import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { chromiumOrSkip, launch, options } from "./harness.mjs";
 import { pageLayout } from "./layout.mjs";
 
-const args = process.argv.slice(2);
-const opt = (name, dflt) => {
-  const i = args.indexOf("--" + name);
-  return i >= 0 && i + 1 < args.length ? args[i + 1] : dflt;
-};
+const opt = options(process.argv.slice(2));
 const url = opt("url", "");
 const out = opt("out", "docs/img");
 const chromiumPath = opt("chromium", process.env.CHROMIUM || "/usr/bin/chromium");
 const log = (...a) => console.log("[screenshots]", ...a);
 
-let chromium;
-try {
-  ({ chromium } = await import("playwright-core"));
-} catch (e) {
-  log("SKIP: playwright-core is not installed (npm ci --prefix tests/browser):", e.message);
-  process.exit(77);
-}
-if (!existsSync(chromiumPath)) {
-  log("SKIP: no chromium at", chromiumPath);
-  process.exit(77);
-}
+const chromium = await chromiumOrSkip(log, chromiumPath);
 if (!url) {
   log("usage: --url URL [--out DIR]");
   process.exit(2);
 }
 
-const browser = await chromium.launch({ executablePath: chromiumPath, headless: true,
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"] });
+const browser = await launch(chromium, chromiumPath);
 let code = 0;
 try {
   const page = await browser.newPage({ viewport: { width: 1440, height: 1000 } });

@@ -27,23 +27,7 @@ import subprocess
 import sys
 import tempfile
 
-try:
-    import pytest
-except ImportError:  # the GPU machine may lack pytest: see the runner at the end
-    pytest = None
-
-
-class Skip(Exception):
-    pass
-
-
-def skip(reason):
-    if pytest is not None:
-        pytest.skip(reason)
-    raise Skip(reason)
-
-
-PY = os.environ.get("ADAPTALLOC_TEST_PYTHON", sys.executable)
+from gpu_common import PY, pytest, run_all, skip  # noqa: E402 - tests/gpu/gpu_common.py
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(ROOT, "examples", "ddp_train.py")
 STEPS = 10
@@ -226,26 +210,5 @@ def test_losses_match_pytorch_allocator():
     assert la[-1] < la[0], la   # it trained
 
 
-def _main():
-    """Runs every test_* without pytest: one line each, exit 1 on a failure."""
-    if _WHY is not None:
-        print("SKIP all: DDP ranks test: %s" % _WHY)
-        return 0
-    failed = 0
-    for name, fn in sorted(globals().items()):
-        if not (name.startswith("test_") and callable(fn)):
-            continue
-        try:
-            fn()
-            print("PASS", name)
-        except Skip as e:
-            print("SKIP", name, e)
-        except Exception as e:  # AssertionError and the rest
-            failed += 1
-            print("FAIL", name, "%s: %s" % (type(e).__name__, str(e)[-3000:]))
-        sys.stdout.flush()
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main())
+if __name__ == "__main__":  # without pytest: one line a test, 1 on a failure
+    sys.exit(run_all(globals(), "DDP ranks test", _WHY))

@@ -11,29 +11,11 @@ case runs in a fresh process: the allocator is chosen once per process.
 """
 import json
 import os
-import pathlib
 import subprocess
 import sys
-import tempfile
 import textwrap
 
-try:
-    import pytest
-except ImportError:  # the GPU machine may lack pytest: see the runner at the end
-    pytest = None
-
-
-class Skip(Exception):
-    pass
-
-
-def skip(reason):
-    if pytest is not None:
-        pytest.skip(reason)
-    raise Skip(reason)
-
-
-PY = os.environ.get("ADAPTALLOC_TEST_PYTHON", sys.executable)
+from gpu_common import PY, pytest, run_all, skip  # noqa: E402 - tests/gpu/gpu_common.py
 
 
 def _probe():
@@ -134,7 +116,7 @@ def test_oom_snapshot_is_written_and_training_goes_on(tmp_path):
     ({rank} expanded) before torch.OutOfMemoryError reaches the program, which
     trains on; a folder that does not exist is refused at install."""
     if not _INFO["native"]:
-        pytest.skip("the native allocator is not built here")
+        skip("the native allocator is not built here")
     p, d = run("""
         import json, os, pickle, torch, adaptalloc.torch as aat
         try:
@@ -764,27 +746,6 @@ def test_mapped_empty_is_zero_copy(tmp_path):
     assert d["second"] == d["first"] + 1e6
 
 
-def _main():
-    """Runs every test_* without pytest: one line each, exit 1 on a failure."""
-    if _INFO is None:
-        print("SKIP all: adaptalloc GPU tests: %s" % _WHY)
-        return 0
-    failed = 0
-    for name, fn in sorted(globals().items()):
-        if not (name.startswith("test_") and callable(fn)):
-            continue
-        with tempfile.TemporaryDirectory() as d:
-            try:
-                fn(pathlib.Path(d))
-                print("PASS", name)
-            except Skip as e:
-                print("SKIP", name, e)
-            except Exception as e:  # AssertionError and the rest
-                failed += 1
-                print("FAIL", name, "%s: %s" % (type(e).__name__, str(e)[-3000:]))
-        sys.stdout.flush()
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main())
+if __name__ == "__main__":  # without pytest: one line a test, 1 on a failure
+    sys.exit(run_all(globals(), "adaptalloc GPU tests", None if _INFO is not None else _WHY,
+                     with_tmp=True))
