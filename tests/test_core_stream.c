@@ -5,7 +5,8 @@
  * every stream; the large path follows the same rules; nothing leaks events;
  * a large block freed on the host pseudo-stream (AA_STREAM_HOST) is given back
  * like one freed on an idle stream; a block freed on the host pseudo-stream
- * with one record_stream'd stream waits for that stream with no event.
+ * with one record_stream'd stream waits for that stream with no event; each
+ * device's default stream (aa_stream_default) is a stream of its own.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -106,6 +107,54 @@ static void test_core_stream_cross_stream_waits(void **state) {
     aa_free(f->p, c[i], 0, SC);
   aa_pool_stats_get(f->p, &st);
   assert_int_equal(st.bytes_in_use, 0);
+}
+
+/* aa_stream_default(d): one handle per device, told apart from NULL, the
+ * host pseudo-stream and real stream pointers, and decoded back. */
+static void test_core_stream_default_per_device(void **state) {
+  (void)state;
+  assert_null(aa_stream_default(-1));
+  assert_null(aa_stream_default(AA_STREAM_DEFAULT_DEVICES));
+  for (int d = 0; d < AA_STREAM_DEFAULT_DEVICES; d++) {
+    aa_stream s = aa_stream_default(d);
+    assert_non_null(s);
+    assert_true(s != AA_STREAM_HOST);
+    assert_int_equal(aa_stream_default_device(s), d);
+    if (d > 0)
+      assert_true(s != aa_stream_default(d - 1));
+  }
+  assert_int_equal(aa_stream_default_device(NULL), -1);
+  assert_int_equal(aa_stream_default_device(AA_STREAM_HOST), -1);
+  assert_int_equal(aa_stream_default_device(SA), -1);
+  assert_int_equal(aa_stream_default_device((aa_stream)(uintptr_t)0x1), -1); /* cudaStreamLegacy */
+  assert_int_equal(aa_stream_default_device((aa_stream)(uintptr_t)0x2), -1); /* ...PerThread */
+}
+
+/* Blocks freed on device 0's default stream while its work is pending do
+ * not serve device 1's default stream (with the one handle NULL for both,
+ * they did: the pinned pool, used from every device, handed a block still
+ * read by one GPU's copy to another GPU's copy); device 0's own stream
+ * reuses them at once. */
+static void test_core_stream_default_streams_apart(void **state) {
+  fx *f = *state;
+  aa_stream d0 = aa_stream_default(0), d1 = aa_stream_default(1);
+  void *a[N], *b[N];
+  aa_backend_host_hold_events(f->b, true);
+  for (int i = 0; i < N; i++)
+    a[i] = aa_alloc(f->p, BIG, d0);
+  for (int i = 0; i < N; i++)
+    assert_int_equal(aa_free(f->p, a[i], BIG, d0), AA_OK);
+  for (int i = 0; i < N; i++) {
+    b[i] = aa_alloc(f->p, BIG, d1);
+    assert_non_null(b[i]);
+    assert_false(contains(a, N, b[i]));
+  }
+  void *again = aa_alloc(f->p, BIG, d0);
+  assert_true(contains(a, N, again));
+  assert_int_equal(aa_free(f->p, again, BIG, d0), AA_OK);
+  for (int i = 0; i < N; i++)
+    assert_int_equal(aa_free(f->p, b[i], BIG, d1), AA_OK);
+  aa_backend_host_hold_events(f->b, false);
 }
 
 /* Same without thread caches: every block goes through the central lists. */
@@ -895,6 +944,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_core_stream_cross_stream_waits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stream_central_lists, setup_nocache, teardown),
+      cmocka_unit_test(test_core_stream_default_per_device),
+      cmocka_unit_test_setup_teardown(test_core_stream_default_streams_apart, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stream_record_stream, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_stream_large, setup, teardown),
       cmocka_unit_test(test_core_stream_record_host_free),

@@ -12,8 +12,9 @@
  * constructors return AA_ENOTSUP, getters return NULL / 0.
  *
  * Streams are aa_stream values; for CUDA they are cudaStream_t cast to
- * void * (NULL is the legacy default stream). No CUDA header is needed to use
- * this header.
+ * void * (NULL is the legacy default stream of the current device;
+ * aa_stream_default(d) is device d's). No CUDA header is needed to use this
+ * header.
  *
  * Ownership: a packer owns its two pinned buffers (from the pinned pool it was
  * given, or from cudaHostAlloc when none) and returns them in
@@ -39,6 +40,32 @@ extern "C" {
  * pinned memory out of stream order). A CUDA backend records no event for it.
  */
 #define AA_STREAM_HOST ((aa_stream)(intptr_t)-1)
+
+/* Device `device`'s default stream as an aa_stream of its own. To CUDA every
+ * device's legacy default stream is NULL, which means "of the current
+ * device"; a pool used from several devices (the pinned pool, a staging
+ * buffer, a packer) would take one device's default stream for another's,
+ * and wait on, or record an event in, the wrong queue. aa_stream_default(d)
+ * is a small non-pointer value, different for each device, that every CUDA
+ * call of this library turns back into NULL with device d made current for
+ * the call; pools compare it as any other stream. NULL still means the
+ * current device's default stream. For device >= AA_STREAM_DEFAULT_DEVICES or
+ * < 0 the value is NULL. */
+#define AA_STREAM_DEFAULT_DEVICES 256
+#define AA__STREAM_DEFAULT_BASE ((uintptr_t)0x100)
+static inline aa_stream aa_stream_default(int device) {
+  if (device < 0 || device >= AA_STREAM_DEFAULT_DEVICES)
+    return NULL;
+  return (aa_stream)(AA__STREAM_DEFAULT_BASE + (uintptr_t)device);
+}
+/* The device of a handle made by aa_stream_default, or -1 for any other
+ * stream (NULL, a cudaStream_t, AA_STREAM_HOST). */
+static inline int aa_stream_default_device(aa_stream s) {
+  uintptr_t v = (uintptr_t)s;
+  if (v < AA__STREAM_DEFAULT_BASE || v >= AA__STREAM_DEFAULT_BASE + AA_STREAM_DEFAULT_DEVICES)
+    return -1;
+  return (int)(v - AA__STREAM_DEFAULT_BASE);
+}
 
 /* --------------------------------------------------------------- backends */
 

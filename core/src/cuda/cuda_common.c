@@ -54,6 +54,14 @@ int aa__cuda_enter(int device, int *prev) {
   return AA_OK;
 }
 
+int aa__cuda_enter_for(int device, int *prev) {
+  if (device < 0) {
+    *prev = -1;
+    return AA_OK;
+  }
+  return aa__cuda_enter(device, prev);
+}
+
 void aa__cuda_leave(int device, int prev) {
   if (prev >= 0 && prev != device) {
     if (cudaSetDevice(prev) != cudaSuccess)
@@ -218,17 +226,24 @@ aa__cuda_backend *aa__cuda_from(const aa_backend *b) {
   return cb;
 }
 
-/* Which event pool serves events recorded on `stream`. */
-static int pool_for_stream(aa__cuda_backend *cb, cudaStream_t stream,
+/* Which event pool serves events recorded on `stream` (sdev: the device of
+ * an aa_stream_default handle, else -1). */
+static int pool_for_stream(aa__cuda_backend *cb, cudaStream_t stream, int sdev,
                            aa__cuda_evpool **out) {
   int dev = 0;
   *out = NULL;
   if (cb->base.kind == AA_BACKEND_DEVICE) {
+    /* another device's default stream: an event of this device cannot be
+     * recorded there */
+    if (sdev >= 0 && sdev != cb->evpools[0].device)
+      return AA_EINVAL;
     *out = &cb->evpools[0];
     return AA_OK;
   }
   /* Pinned memory is used from streams of any device. */
-  if (stream == NULL) {
+  if (sdev >= 0) {
+    dev = sdev;
+  } else if (stream == NULL) {
     cudaError_t e = cudaGetDevice(&dev);
     if (e != cudaSuccess)
       return aa__cuda_err(e);
@@ -259,6 +274,8 @@ int aa__cuda_op_event_record(aa_backend *b, aa_stream stream, void **out) {
   aa__cuda_evpool *p = NULL;
   aa__cuda_event *e = NULL;
   int prev = -1;
+  int sdev;
+  cudaStream_t cs = aa__cuda_stream(stream, &sdev);
   int rc;
 
   *out = NULL;
@@ -268,18 +285,19 @@ int aa__cuda_op_event_record(aa_backend *b, aa_stream stream, void **out) {
    * a node of the graph, and querying it is illegal. Refuse; the caller keeps
    * the blocks on their own stream until the capture has ended. (The legacy
    * default stream is never captured.) */
-  if (stream != NULL && stream_capturing((cudaStream_t)stream))
+  if (cs != NULL && stream_capturing(cs))
     return AA_EAGAIN;
-  rc = pool_for_stream(cb, (cudaStream_t)stream, &p);
+  rc = pool_for_stream(cb, cs, sdev, &p);
   if (rc != AA_OK)
     return rc;
-  /* The legacy default stream (NULL) and cudaStreamPerThread mean "of the
-   * current device": make the event's device current so that a device-1
-   * pool used from a thread on device 0 records on device 1's stream. */
+  /* The legacy default stream (NULL, or aa_stream_default(d)) and
+   * cudaStreamPerThread mean "of the current device": make the event's
+   * device current so that a device-1 pool used from a thread on device 0
+   * records on device 1's stream. */
   rc = aa__cuda_enter(p->device, &prev);
   if (rc != AA_OK)
     return rc;
-  rc = aa__cuda_evpool_record(p, (cudaStream_t)stream, &e);
+  rc = aa__cuda_evpool_record(p, cs, &e);
   aa__cuda_leave(p->device, prev);
   if (rc != AA_OK)
     return rc;
@@ -290,16 +308,22 @@ int aa__cuda_op_event_record(aa_backend *b, aa_stream stream, void **out) {
 
 int aa__cuda_op_stream_query(aa_backend *b, aa_stream stream) {
   cudaError_t e;
+  int sdev, prev = -1, rc;
+  cudaStream_t cs = aa__cuda_stream(stream, &sdev);
   (void)b;
   if (stream == AA_STREAM_HOST)
     return AA_OK; /* no GPU work */
   /* querying a capturing stream is illegal (and ends the capture): the
    * caller records an event instead, which is refused the same way */
-  if (stream != NULL && stream_capturing((cudaStream_t)stream))
+  if (cs != NULL && stream_capturing(cs))
     return AA_EAGAIN;
   /* The legacy default stream (NULL) is the current device's, as for
-   * aa__cuda_op_event_record. */
-  e = cudaStreamQuery((cudaStream_t)stream);
+   * aa__cuda_op_event_record; aa_stream_default(d) is device d's. */
+  rc = aa__cuda_enter_for(sdev, &prev);
+  if (rc != AA_OK)
+    return rc;
+  e = cudaStreamQuery(cs);
+  aa__cuda_leave(sdev, prev);
   if (e == cudaSuccess)
     return AA_OK;
   if (e == cudaErrorNotReady) {
@@ -313,6 +337,8 @@ int aa__cuda_op_stream_wait(aa_backend *b, aa_stream stream, void *event) {
   aa__cuda_backend *cb = (aa__cuda_backend *)b->ctx;
   const aa__cuda_event *e = (const aa__cuda_event *)event;
   int prev = -1;
+  int sdev, dev;
+  cudaStream_t cs = aa__cuda_stream(stream, &sdev);
   int rc;
   if (e == NULL)
     return AA_EINVAL;
@@ -320,19 +346,25 @@ int aa__cuda_op_stream_wait(aa_backend *b, aa_stream stream, void *event) {
     return AA_EAGAIN; /* the host has no queue to order: it would block */
   /* Under capture a wait on an event recorded outside the graph would be a
    * dependency the graph cannot hold: refuse, as for event_record. */
-  if (stream != NULL && stream_capturing((cudaStream_t)stream))
+  if (cs != NULL && stream_capturing(cs))
     return AA_EAGAIN;
   /* The legacy default stream (NULL) is the current device's: a device
    * pool's device made current, as aa__cuda_op_event_record does; pinned
    * memory is used from any device's streams, so the caller's device there
-   * (the event may be another device's: a wait across devices is legal). */
-  if (cb->base.kind == AA_BACKEND_PINNED)
-    return aa__cuda_err(cudaStreamWaitEvent((cudaStream_t)stream, e->ev, 0));
-  rc = aa__cuda_enter(cb->evpools[0].device, &prev);
+   * (the event may be another device's: a wait across devices is legal),
+   * and for aa_stream_default(d) device d. */
+  if (cb->base.kind == AA_BACKEND_PINNED) {
+    dev = sdev;
+  } else {
+    if (sdev >= 0 && sdev != cb->evpools[0].device)
+      return AA_EINVAL; /* another device's default stream */
+    dev = cb->evpools[0].device;
+  }
+  rc = aa__cuda_enter_for(dev, &prev);
   if (rc != AA_OK)
     return rc;
-  rc = aa__cuda_err(cudaStreamWaitEvent((cudaStream_t)stream, e->ev, 0));
-  aa__cuda_leave(cb->evpools[0].device, prev);
+  rc = aa__cuda_err(cudaStreamWaitEvent(cs, e->ev, 0));
+  aa__cuda_leave(dev, prev);
   return rc;
 }
 

@@ -28,6 +28,16 @@
 int aa__cuda_enter(int device, int *prev);
 /* Restores the device saved by aa__cuda_enter. */
 void aa__cuda_leave(int device, int prev);
+/* The cudaStream_t behind an aa_stream: for aa_stream_default(d), NULL (the
+ * legacy default stream) and *device = d, which the caller makes current for
+ * the call (aa__cuda_enter); otherwise the handle itself and *device = -1. */
+static inline cudaStream_t aa__cuda_stream(aa_stream s, int *device) {
+  *device = aa_stream_default_device(s);
+  return *device >= 0 ? NULL : (cudaStream_t)s;
+}
+/* aa__cuda_enter for a decoded stream's device; nothing when it is -1 (prev
+ * is then -1 too, and aa__cuda_leave(-1, -1) does nothing). */
+int aa__cuda_enter_for(int device, int *prev);
 typedef struct aa__cuda_backend aa__cuda_backend;
 /* Counts one backend allocation (or map) of `size` bytes that ended with
  * `rc`: a success, or a failure and, for AA_ENOMEM, an out-of-memory.

@@ -487,9 +487,16 @@ int aa_managed_prefetch(const aa_backend *b, const void *ptr, size_t size,
   } else if (!is_managed_ptr(ptr, size)) {
     return AA_EINVAL;
   }
-  return aa__cuda_err(mg_prefetch1(
-      ptr, size, device == AA_MANAGED_HOST ? cudaCpuDeviceId : device,
-      (cudaStream_t)stream));
+  {
+    int sdev, prev = -1;
+    cudaStream_t cs = aa__cuda_stream(stream, &sdev);
+    rc = aa__cuda_enter_for(sdev, &prev);
+    if (rc != AA_OK)
+      return rc;
+    rc = aa__cuda_err(mg_prefetch1(ptr, size, device == AA_MANAGED_HOST ? cudaCpuDeviceId : device, cs));
+    aa__cuda_leave(sdev, prev);
+    return rc;
+  }
 }
 
 int aa_managed_advise(const void *ptr, size_t size,

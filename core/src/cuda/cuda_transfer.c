@@ -244,17 +244,20 @@ size_t aa_packer_used(const aa_packer *pk) {
 
 int aa_packer_flush(aa_packer *pk, void *dst, aa_stream copy_stream) {
   packer_buf *pb;
-  int dev = 0;
+  int dev = 0, sdev, prev = -1;
+  cudaStream_t cs = aa__cuda_stream(copy_stream, &sdev);
   int rc;
-  cudaError_t e;
+  cudaError_t e = cudaSuccess;
 
   if (!pk || !dst || copy_stream == AA_STREAM_HOST)
     return AA_EINVAL;
   pb = &pk->b[pk->cur];
   if (pb->used == 0)
     return AA_OK;
-  if (copy_stream)
-    e = cudaStreamGetDevice((cudaStream_t)copy_stream, &dev);
+  if (sdev >= 0)
+    dev = sdev; /* aa_stream_default(d): device d's default stream */
+  else if (cs)
+    e = cudaStreamGetDevice(cs, &dev);
   else
     e = cudaGetDevice(&dev);
   if (e != cudaSuccess)
@@ -262,17 +265,18 @@ int aa_packer_flush(aa_packer *pk, void *dst, aa_stream copy_stream) {
   rc = buf_event_for(pb, dev);
   if (rc != AA_OK)
     return rc;
-  rc = aa__cuda_err(cudaMemcpyAsync(dst, pb->host, pb->used,
-                                    cudaMemcpyHostToDevice,
-                                    (cudaStream_t)copy_stream));
+  rc = aa__cuda_enter_for(sdev, &prev);
   if (rc != AA_OK)
     return rc;
-  rc = aa__cuda_err(cudaEventRecord(pb->ev, (cudaStream_t)copy_stream));
-  if (rc != AA_OK) {
-    /* The copy is queued but unmarked: wait for it the slow way. */
-    (void)aa__cuda_err(cudaStreamSynchronize((cudaStream_t)copy_stream));
-    return rc;
+  rc = aa__cuda_err(cudaMemcpyAsync(dst, pb->host, pb->used, cudaMemcpyHostToDevice, cs));
+  if (rc == AA_OK) {
+    rc = aa__cuda_err(cudaEventRecord(pb->ev, cs));
+    if (rc != AA_OK) /* the copy is queued but unmarked: wait for it the slow way */
+      (void)aa__cuda_err(cudaStreamSynchronize(cs));
   }
+  aa__cuda_leave(sdev, prev);
+  if (rc != AA_OK)
+    return rc;
   pb->inflight = true;
   pb->used = 0;
   pk->last = pk->cur;
@@ -289,7 +293,16 @@ int aa_packer_wait(aa_packer *pk, aa_stream stream) {
   pb = &pk->b[pk->last];
   if (!pb->inflight)
     return AA_OK;
-  return aa__cuda_err(cudaStreamWaitEvent((cudaStream_t)stream, pb->ev, 0));
+  {
+    int sdev, prev = -1, rc;
+    cudaStream_t cs = aa__cuda_stream(stream, &sdev);
+    rc = aa__cuda_enter_for(sdev, &prev);
+    if (rc != AA_OK)
+      return rc;
+    rc = aa__cuda_err(cudaStreamWaitEvent(cs, pb->ev, 0));
+    aa__cuda_leave(sdev, prev);
+    return rc;
+  }
 }
 
 int aa_packer_sync(aa_packer *pk) {
