@@ -337,6 +337,24 @@ static PyObject *py_cuda_device_count(PyObject *self, PyObject *noargs) {
   return PyLong_FromLong(n < 0 ? 0 : n);
 }
 
+/* default_stream(device) -> the handle of CUDA device `device`'s default
+ * stream (aa_stream_default): unlike 0, it names the device, so that a pool
+ * used from several GPUs (pinned memory) orders each block after the right
+ * device's queue. */
+static PyObject *py_default_stream(PyObject *self, PyObject *arg) {
+  long d;
+  (void)self;
+  d = PyLong_AsLong(arg);
+  if (d == -1 && PyErr_Occurred())
+    return NULL;
+  if (d < 0 || d >= AA_STREAM_DEFAULT_DEVICES) {
+    PyErr_Format(PyExc_ValueError, "adaptalloc: default_stream: device %ld is not in 0..%d", d,
+                 AA_STREAM_DEFAULT_DEVICES - 1);
+    return NULL;
+  }
+  return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)aa_stream_default((int)d));
+}
+
 static PyObject *py_pinned_device_ptr(PyObject *self, PyObject *arg) {
   unsigned long long host;
   void *dev = NULL;
@@ -1070,6 +1088,8 @@ static PyMethodDef methods[] = {
     {"region_id", py_region_id, METH_O,
      "region_id(name) -> int: the id of region name, registered on first use"},
     {"cuda_device_count", py_cuda_device_count, METH_NOARGS, "CUDA devices (0 without)"},
+    {"default_stream", py_default_stream, METH_O,
+     "default_stream(device) -> the stream handle of that device's default stream"},
     {"pinned_record_stream", py_pinned_record_stream, METH_VARARGS,
      "pinned_record_stream(address, stream): the pinned block is used on stream too"},
     {"pinned_device_ptr", py_pinned_device_ptr, METH_O,

@@ -590,8 +590,9 @@ class _C:
         return 1000 + device
 class cuda:
     class Stream:
-        def __init__(self, handle):
+        def __init__(self, handle, device=0):
             self.cuda_stream = handle
+            self.device = type("device", (), {"index": device})()
     @staticmethod
     def current_device():
         return 3
@@ -621,18 +622,33 @@ def test_pinned_empty_makes_one_call_into_the_cpp_helper(run_py, tmp_path):
                aat.pinned_empty([5], stream=torch.cuda.Stream(77))]
         Ext.CURRENT_STREAM = False      # built without CUDA's headers
         out.append(aat.pinned_empty(6))
+        # a device's default stream (raw handle 0 on every device) is passed
+        # as that device's own handle, _C.default_stream(device)
+        out.append(aat.pinned_empty(8, stream=torch.cuda.Stream(0, 2)))
+        torch._C._cuda_getCurrentRawStream = staticmethod(lambda device: 0)
+        out.append(aat.pinned_empty(9))
+        from adaptalloc import _C
+        defaults = [_C.default_stream(2), _C.default_stream(3)]
+        try:
+            _C.default_stream(-1)
+        except ValueError as e:
+            defaults.append(str(e))
         try:
             aat.pinned_empty(7, stream="s")
             err = None
         except TypeError as e:
             err = str(e)
-        print(json.dumps({"calls": calls, "out": out, "err": err}))
+        print(json.dumps({"calls": calls, "out": out, "err": err, "defaults": defaults}))
     """)
     assert r.rc == 0, r.err
     d = r.json()
-    assert d["out"] == ["tensor"] * 4
+    assert d["out"] == ["tensor"] * 6
+    d2, d3 = d["defaults"][:2]
+    assert d2 != d3 and 0 not in (d2, d3), d["defaults"]
+    assert "device -1 is not in 0..255" in d["defaults"][2]
     assert d["calls"] == [["(2, 3)", "None"], ["4", "torch.float16"], ["[5]", "None", "77"],
-                          ["6", "None", "1003"]], d
+                          ["6", "None", "1003"], ["8", "None", str(d2)],
+                          ["9", "None", str(d3)]], d
     assert d["err"] and "stream must be a torch.cuda.Stream" in d["err"]
 
 

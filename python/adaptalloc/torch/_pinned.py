@@ -38,13 +38,17 @@ def _dtype(torch, dtype, what):
 
 
 def _stream_handle(torch, stream):
+    """The pool's handle of `stream` (None: the current stream): its
+    cudaStream_t, except for a device's default stream, whose cudaStream_t
+    is 0 on every device: _C.default_stream(device) names the device too."""
     if stream is None:
+        dev = torch.cuda.current_device()
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        if raw is not None:
-            return raw(torch.cuda.current_device())
-        return torch.cuda.current_stream().cuda_stream
+        h = raw(dev) if raw is not None else torch.cuda.current_stream().cuda_stream
+        return h if h != 0 else _C.default_stream(dev)
     if isinstance(stream, torch.cuda.Stream):
-        return stream.cuda_stream
+        h = stream.cuda_stream
+        return h if h != 0 else _C.default_stream(stream.device.index)
     raise TypeError("adaptalloc.torch: stream must be a torch.cuda.Stream or None, not %s"
                     % type(stream).__name__)
 
