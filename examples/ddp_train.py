@@ -195,9 +195,14 @@ def build_model(args, torch):
             torch.nn.Linear(1024, 256), torch.nn.ReLU(),
             torch.nn.Linear(256, 10))
 
+        # targets from a fixed linear teacher (the same on every rank), so
+        # that the loss falls: random targets leave nothing to learn
+        teacher = torch.randn(256, 10, generator=torch.Generator().manual_seed(args.seed))
+        teacher /= 16.0  # targets of about unit variance
+
         def batch(step):
-            return (torch.randn(args.batch, 256, generator=gen),
-                    torch.randn(args.batch, 10, generator=gen))
+            x = torch.randn(args.batch, 256, generator=gen)
+            return x, x @ teacher
 
         def loss_of(m, x, y):  # MSE: no kernel of it is non-deterministic
             return torch.nn.functional.mse_loss(m(x), y)

@@ -114,7 +114,8 @@ def run_ranks(folder, tag, extra, env_extra):
     out = os.path.join(folder, tag + "-rank{rank}.json")
     cmd = [PY, "-m", "torch.distributed.run", "--nproc_per_node=%d" % WORLD, "--standalone",
            EXAMPLE, "--backend", "gloo", "--one-gpu", "--model", "mlp", "--deterministic",
-           "--steps", str(STEPS), "--batch", "32", "--seed", "7", "--json", out] + extra
+           "--steps", str(STEPS), "--batch", "32", "--seed", "7", "--lr", "3e-3",
+           "--json", out] + extra
     p = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, "%s run failed (rc %d):\n%s\n%s" % (
         tag, p.returncode, p.stdout[-3000:], p.stderr[-5000:])
@@ -207,7 +208,9 @@ def test_losses_match_pytorch_allocator():
     print("\nDDP ranks: largest relative loss difference %.3e at step %d (%s; tolerance %.0e)"
           % (worst, at, "bit for bit" if la == lb else "not bit for bit", REL_TOL))
     assert worst <= REL_TOL, "step %d: adaptalloc %r, pytorch %r" % (at, la[at], lb[at])
-    assert la[-1] < la[0], la   # it trained
+    # it trained: the mlp learns a fixed linear teacher (ddp_train.py), so
+    # the last steps' mean loss is well under the first steps'
+    assert sum(la[-3:]) < 0.9 * sum(la[:3]), la
 
 
 if __name__ == "__main__":  # without pytest: one line a test, 1 on a failure

@@ -419,7 +419,11 @@ def test_side_stream_reuse_data_and_peak():
     """Blocks used on the current stream but allocated and freed on a side
     stream come back once that work is done, before the pool grows: the
     pattern repeats, so after the first cycle the pool takes no more memory,
-    and the peak reserved stays near the peak allocated."""
+    and what the pattern adds to reserved memory stays within what PyTorch's
+    expandable segments hold for it (1.47x its allocated bytes on the H200,
+    the zoo's sidepipe: BENCHMARKS.md section 11). The earlier tests' live
+    tensors keep some pages mapped after empty_cache: the figures are
+    counted from there."""
     shapes = [(64, 3, 224, 224), (32, 3, 320, 320), (96, 3, 160, 160), (48, 3, 256, 256),
               (128, 3, 128, 128), (16, 3, 448, 448)]
     g = torch.Generator().manual_seed(3)
@@ -428,13 +432,18 @@ def test_side_stream_reuse_data_and_peak():
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
+    base_res, base_alloc = torch.cuda.memory_reserved(), torch.cuda.memory_allocated()
     after = _side_stream_cycles(5, shapes, host, sums)
-    peak_res = torch.cuda.max_memory_reserved()
-    peak_alloc = torch.cuda.max_memory_allocated()
+    peak_res = torch.cuda.max_memory_reserved() - base_res
+    peak_alloc = torch.cuda.max_memory_allocated() - base_alloc
+    print("\nside stream: base reserved %d / allocated %d MiB; the pattern's peak reserved %d / "
+          "allocated %d MiB (%.3f); reserved after each cycle %s MiB"
+          % (base_res >> 20, base_alloc >> 20, peak_res >> 20, peak_alloc >> 20,
+             peak_res / max(peak_alloc, 1), [a >> 20 for a in after]))
     # steady state: nothing new after the first cycle
     assert max(after[1:]) <= after[0], after
-    # near the floor: the first cycle's placement may leave a hole or two
-    assert peak_res <= 1.25 * peak_alloc + (8 << 20), (peak_res, peak_alloc)
+    # no more than expandable segments' ratio on this pattern, a page of slack
+    assert peak_res <= 1.47 * peak_alloc + (2 << 20), (peak_res, peak_alloc)
 
 
 def test_stream_wait_reuse_keeps_pending_reads_intact(tmp_path):
