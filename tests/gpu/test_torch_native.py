@@ -403,8 +403,8 @@ def _side_stream_cycles(cycles, shapes, host, sums):
                 y = torch.empty_like(x).copy_(x)
                 del raw
             cur.wait_stream(side)
-            for t in (x, y):
-                t.record_stream(cur)
+            x.record_stream(cur)  # (a loop variable would keep y alive into the next batch)
+            y.record_stream(cur)
             w = torch.empty(4 << 20, device="cuda")  # compute-stream work meanwhile
             w.normal_()
             got = int(y.sum(dtype=torch.float64).item())
