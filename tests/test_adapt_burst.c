@@ -184,7 +184,9 @@ typedef struct series {
 typedef struct outcome {
   series on, off;
   aa_adapt_counters con, coff;
-  aa_pool_stats *son, *soff; /* at the end */
+  aa_pool_stats *son, *soff;                /* at the end */
+  aa_adapt_audit audit[AA_ADAPT_AUDIT_MAX]; /* the loop's, on the loop-on side */
+  size_t naudit;
 } outcome;
 
 /* Runs the phases (burst_intervals long-context intervals between the short
@@ -240,6 +242,15 @@ static void run_on_off(const aa_policy *p, int burst_intervals, outcome *out) {
                 mib(out->soff->peak_bytes_reserved));
   /* the same requests reached both pools */
   assert_int_equal(out->son->allocs, out->soff->allocs);
+  assert_int_equal(
+      aa_adapt_loop_audit(on.loop, on.pool, out->audit, AA_ADAPT_AUDIT_MAX, &out->naudit), AA_OK);
+  for (size_t k = 0; k < out->naudit; k++)
+    print_message("audit: step %llu %s %llu B %s, released %.1f MiB, reserved %.1f -> %.1f MiB\n",
+                  (unsigned long long)out->audit[k].step, aa_adapt_kind_name(out->audit[k].kind),
+                  (unsigned long long)out->audit[k].block_size,
+                  out->audit[k].result == AA_OK ? "applied" : "not applied",
+                  mib(out->audit[k].released), mib(out->audit[k].measured_reserved_before),
+                  mib(out->audit[k].measured_reserved_after));
   side_close(&on);
   side_close(&off);
 }
@@ -299,6 +310,24 @@ static void test_adapt_burst_trim_gives_back_after_burst(void **state) {
   /* until then, loop on and off are the same pool: the same reserved bytes */
   for (int i = 0; i < trim_at; i++)
     assert_true(o.on.reserved[i] == o.off.reserved[i]);
+
+  /* the audit has the trim: at its step (the loop's steps count from 1), the
+   * bytes it gave back, the burst's reserved bytes before it and, measured
+   * AA_ADAPT_MEASURE_STEPS steps later, the trimmed pool's */
+  {
+    const aa_adapt_audit *t = NULL;
+    for (size_t k = 0; k < o.naudit && t == NULL; k++)
+      if (o.audit[k].kind == AA_ADAPT_TRIM)
+        t = &o.audit[k];
+    assert_non_null(t);
+    assert_int_equal(t->step, (uint64_t)trim_at + 1);
+    assert_int_equal(t->result, AA_OK);
+    assert_int_equal(t->released, o.on.reserved[trim_at - 1] - o.on.reserved[trim_at]);
+    assert_int_equal(t->measured, 1);
+    assert_int_equal(t->measured_reserved_before, o.on.reserved[trim_at - 1]);
+    assert_int_equal(t->measured_reserved_after,
+                     o.on.reserved[trim_at + AA_ADAPT_MEASURE_STEPS - 1]);
+  }
 
   /* the peak is the burst's, on both sides: the trim cannot lower it */
   assert_true(o.son->peak_bytes_reserved == o.soff->peak_bytes_reserved);

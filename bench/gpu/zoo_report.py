@@ -259,8 +259,10 @@ def print_phases(summary, modes):
                     (ad.get("bytes_trimmed") or 0) / MIB, ad.get("rejected_by_replay"))))
             for a in ad.get("audit") or []:
                 pr, me = a.get("predicted"), a.get("measured")
-                print("  audit: pool %s step %s %s %s B %s%s%s" % (
-                    a.get("pool"), a.get("step"), a.get("kind"), a.get("block_size"),
+                what = ("gave back %.1f MiB" % ((a.get("released") or 0) / MIB)
+                        if a.get("kind") == "trim" else "%s B" % a.get("block_size"))
+                print("  audit: pool %s step %s %s %s %s%s%s" % (
+                    a.get("pool"), a.get("step"), a.get("kind"), what,
                     "applied" if a.get("applied") else "not applied",
                     "; replay %.1f -> %.1f MiB" % (pr["peak_reserved_before"] / MIB,
                                                    pr["peak_reserved_after"] / MIB) if pr else "",

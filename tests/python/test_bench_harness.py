@@ -541,6 +541,42 @@ def test_phase_figures_of_a_trimming_run():
     assert f["phases"]["burst"]["device_calls"] == 2
 
 
+def test_phase_table_lists_the_loops_audit_with_its_trims(capsys):
+    t = [0.1 * i for i in range(6)]
+    r = {"warm": 0, "warm_ms": [], "step_ms": [1.0] * 6, "peak_mib": 2048.0, "rep": 0,
+         "phases": [["before", 0, 2], ["burst", 2, 3], ["after", 3, 6]],
+         "series": {"t_s": t, "used_mib": [300, 300, 2048, 2048, 500, 500],
+                    "reserved_mib": [None] * 6, "trims": [0, 0, 0, 0, 1, 1],
+                    "trimmed_mib": [0, 0, 0, 0, 1548, 1548]},
+         "pool": {"adapt": {"enabled": True, "steps": 30, "decisions": 2, "classes_added": 0,
+                            "classes_retired": 0, "grows": 0, "trims": 1,
+                            "bytes_trimmed": 1548 << 20, "rejected_by_replay": 1, "audit": [
+                                {"pool": "device0", "step": 3, "kind": "add_class",
+                                 "block_size": 3072, "applied": False,
+                                 "predicted": {"peak_reserved_before": 10 << 20,
+                                               "peak_reserved_after": 16 << 20},
+                                 "measured": None},
+                                {"pool": "device0", "step": 20, "kind": "trim", "block_size": 0,
+                                 "applied": True, "released": 1548 << 20, "predicted": None,
+                                 "measured": {"reserved_before": 2048 << 20,
+                                              "reserved_after": 500 << 20}}]}}}
+    off = dict(r, pool={"adapt": {"enabled": False}},
+               series=dict(r["series"], used_mib=[300, 300, 2048, 2048, 2048, 2048],
+                           trims=[None] * 6, trimmed_mib=[None] * 6))
+    modes = ["native", "native@off"]
+    s = bench_zoo.summarise({"burst": {"native": [r], "native@off": [off]}}, modes, ["burst"])
+    bench_zoo.print_tables(s, modes)
+    out = capsys.readouterr().out
+    assert "| burst | native | 2048 | 300 | 2048 | 500 | 200 | 0.2 | 1 (1548; 0.2) |" in out
+    assert "| burst | native@off | 2048 | 300 | 2048 | 2048 | 1748 | - | - |" in out
+    assert "burst native rep 1: loop 30 steps, 2 decisions" in out
+    assert "1 trims (1548.0 MiB), 1 rejected by replay" in out
+    assert "audit: pool device0 step 3 add_class 3072 B not applied; replay 10.0 -> 16.0" in out
+    assert ("audit: pool device0 step 20 trim gave back 1548.0 MiB applied; measured "
+            "2048.0 -> 500.0 MiB") in out
+    assert "burst native@off rep 1: loop off" in out
+
+
 # ---- bench/gpu/bench_maxbatch.py: the search, and the harness on a fake torch
 
 import bench_maxbatch  # noqa: E402
