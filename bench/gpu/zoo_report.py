@@ -250,7 +250,7 @@ def print_phases(summary, modes):
             ad = ((r.get("pool") or {}).get("adapt")) or {}
             if not ad:
                 continue
-            print(f"{w} {m} rep {r.get('rep', 0) + 1}: loop " + (
+            print(f"{w} {m} rep {(r.get('rep') or 0) + 1}: loop " + (
                 "off" if not ad.get("enabled") else
                 "%s steps, %s decisions: %s added, %s retired, %s grows, %s trims (%.1f MiB), "
                 "%s rejected by replay" % (

@@ -468,11 +468,12 @@ import zoo_child, zoo_workloads
 
 def build(torch, dev):
     """before 0-5, burst 6-8 (3 GiB used), after 9-19: 1 GiB held to step
-    13, 512 MiB from step 14 on."""
+    13, 512 MiB from step 14 on (a trim, under the fake adaptalloc)."""
     def step(i):
         torch._state["used"] = (3072 if 6 <= i < 9 else 1024 if i < 14 else 512) << 20
         if i < 6:
             torch._state["used"] = 512 << 20
+        torch._state["trims"] = 1 if i >= 14 else 0
         return i
 
     step.phases = zoo_workloads.phase_bounds((("before", 6), ("burst", 3), ("after", 11)))
@@ -481,19 +482,37 @@ def build(torch, dev):
 
 
 zoo_workloads.BUILD["phased"] = build
-print(json.dumps(zoo_child.child("phased", "default", None)))
+print(json.dumps(zoo_child.child("phased", sys.argv[3], None)))
+'''
+
+# adaptalloc beside FAKE_TORCH_MEM: the loop's trims as the workload sets them
+FAKE_ADAPTALLOC = '''
+import sys
+
+
+def stats():
+    torch = sys.modules["torch"]  # (the name torch here is adaptalloc.torch)
+    t = torch._state.get("trims", 0)
+    return {"pools": [{"name": "device0", "backend": "cuda",
+                       "bytes_reserved": torch._state["used"]}],
+            "adapt": {"enabled": True, "steps": 20, "trims": t,
+                      "bytes_trimmed": t * (512 << 20), "audit": []}}
 '''
 
 
-def test_phased_run_is_paced_and_its_memory_after_the_burst_tabled(tmp_path, capsys):
+@pytest.mark.parametrize("mode", ["default", "native"])
+def test_phased_run_is_paced_and_its_memory_after_the_burst_tabled(tmp_path, capsys, mode):
     import subprocess
 
-    (tmp_path / "fake").mkdir()
+    (tmp_path / "fake" / "adaptalloc").mkdir(parents=True)
     (tmp_path / "fake" / "torch.py").write_text(FAKE_TORCH_MEM)
+    (tmp_path / "fake" / "adaptalloc" / "__init__.py").write_text(FAKE_ADAPTALLOC)
+    (tmp_path / "fake" / "adaptalloc" / "torch.py").write_text("def install():\n"
+                                                               "    return 'native'\n")
     (tmp_path / "child.py").write_text(PHASED_CHILD)
     r = subprocess.run([sys.executable, str(tmp_path / "child.py"), str(tmp_path / "fake"),
-                        os.path.join(ROOT, "bench", "gpu")], capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=""), timeout=120)
+                        os.path.join(ROOT, "bench", "gpu"), mode], capture_output=True,
+                       text=True, env=dict(os.environ, PYTHONPATH=""), timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
     ser = res["series"]
@@ -503,7 +522,6 @@ def test_phased_run_is_paced_and_its_memory_after_the_burst_tabled(tmp_path, cap
     assert ser["t_s"][19] >= 19 * 0.05 - 0.01 and ser["t_s"][19] < 19 * 0.05 + 1.0
     assert ser["used_mib"][5] == 512 and ser["used_mib"][7] == 3072
     assert ser["used_mib"][13] == 1024 and ser["used_mib"][19] == 512
-    assert ser["trims"] == [None] * 20  # not adaptalloc: no loop
     assert len(res["step_ms"]) == 18 and max(res["step_ms"]) < 50  # the waits are not timed
     f = bench_zoo.phase_figures(res)
     assert f["phases"]["before"]["end_used_mib"] == 512
@@ -511,12 +529,19 @@ def test_phased_run_is_paced_and_its_memory_after_the_burst_tabled(tmp_path, cap
     assert f["held_mib"] == 0
     # half of the burst's extra (2560 MiB) back: at 1024 MiB (step 9) already
     assert f["half_back_s"] == pytest.approx(ser["t_s"][9] - ser["t_s"][8])
-    assert f["trims"] is None and f["first_trim_s"] is None
-    s = bench_zoo.summarise({"phased": {"default": [res]}}, ["default"], ["phased"])
-    bench_zoo.print_tables(s, ["default"])
+    if mode == "default":
+        assert ser["trims"] == [None] * 20  # not adaptalloc: no loop
+        assert f["trims"] is None and f["first_trim_s"] is None
+    else:  # the trim seen at step 14
+        assert ser["trims"] == [0] * 14 + [1] * 6 and ser["trimmed_mib"][19] == 512
+        assert f["trims"] == 1 and f["trimmed_mib"] == 512
+        assert f["first_trim_s"] == pytest.approx(ser["t_s"][14] - ser["t_s"][8])
+        assert res["pool"]["adapt"]["trims"] == 1
+    s = bench_zoo.summarise({"phased": {mode: [res]}}, [mode], ["phased"])
+    bench_zoo.print_tables(s, [mode])
     out = capsys.readouterr().out
     assert "memory after a burst" in out
-    assert "| phased | default | " in out and "| 512 | 3072 | 512 | 0 |" in out
+    assert f"| phased | {mode} | " in out and "| 512 | 3072 | 512 | 0 |" in out
 
 
 def test_phase_figures_of_a_trimming_run():
