@@ -560,6 +560,26 @@ static void test_adapt_loop_grow_and_trim_apply(void **state) {
   assert_int_equal(c.apply_failures, 0);
   /* trim_cooldown: not again at once. */
   assert_int_equal(aa_adapt_loop_step(loop), 0);
+  /* The audit has the trim (the grow is not listed): the bytes it gave
+   * back, the pool's reserved bytes at the decision and, measured
+   * AA_ADAPT_MEASURE_STEPS steps later, after it. */
+  {
+    aa_adapt_audit au[AA_ADAPT_AUDIT_MAX];
+    size_t na = 0;
+    uint64_t trimmed_to = st->bytes_reserved;
+    for (int k = 1; k < AA_ADAPT_MEASURE_STEPS; k++)
+      assert_int_equal(aa_adapt_loop_step(loop), 0);
+    assert_int_equal(aa_adapt_loop_audit(loop, e->pool, au, AA_ADAPT_AUDIT_MAX, &na), AA_OK);
+    assert_int_equal(na, 1);
+    assert_int_equal(au[0].kind, AA_ADAPT_TRIM);
+    assert_int_equal(au[0].result, AA_OK);
+    assert_int_equal(au[0].block_size, 0);
+    assert_int_equal(au[0].verified, 0);
+    assert_int_equal(au[0].released, e->seen[0].released);
+    assert_int_equal(au[0].measured, 1);
+    assert_int_equal(au[0].measured_reserved_before, reserved_before);
+    assert_int_equal(au[0].measured_reserved_after, trimmed_to);
+  }
   aa_adapt_loop_destroy(loop);
   free(st);
 }

@@ -742,6 +742,47 @@ static void scenario_good_policy_file(void) {
   aa_runtime_shutdown();
 }
 
+/* The loop's trim reaches /stats' audit with the bytes it gave back: a
+ * policy whose loop steps every 10 ms and trims above 4 MiB; 96 MiB
+ * allocated and freed (above the 64 MiB a thread's large-block cache
+ * holds) are cached until the interval that needed them leaves the window
+ * of recent peaks, then trimmed. */
+static void scenario_trim_audited(void) {
+  char path[512], *body = NULL;
+  const char *at = NULL;
+  aa_pool *pool;
+  void *big;
+
+  set_env_common();
+  snprintf(path, sizeof(path), "%s/trim.json", tmpdir);
+  write_file(path, "{\"pools\": {\"device\": {}, \"pinned\": {}, \"host\": {}},"
+                   " \"adapt\": {\"enabled\": true, \"interval_ms\": 10,"
+                   " \"trim_threshold_bytes\": 4194304}, \"telemetry\": {}}");
+  setenv("ADAPTALLOC_POLICY", path, 1);
+  setenv("ADAPTALLOC_DB", "off", 1);
+  setenv("ADAPTALLOC_HTTP", "127.0.0.1:0", 1);
+  pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
+  CHECK(pool != NULL);
+  big = aa_alloc(pool, (size_t)96 << 20, NULL);
+  CHECK(big != NULL);
+  CHECK(aa_free(pool, big, 0, NULL) == AA_OK);
+  for (int i = 0; i < 500 && at == NULL; i++) { /* up to 10 s */
+    free(body);
+    body = NULL;
+    CHECK(http(aa_runtime_http_port(), "GET", "/stats", NULL, NULL, &body) == 200);
+    at = strstr(body, "\"kind\":\"trim\"");
+    if (at == NULL)
+      usleep(20000);
+  }
+  CHECK(at != NULL);
+  CHECK(strstr(at, "\"applied\":true,\"released\":") != NULL);
+  at = strstr(at, "\"released\":") + strlen("\"released\":");
+  CHECK(strtoull(at, NULL, 10) >= (90ull << 20));
+  CHECK(strstr(at, "\"predicted\":null") != NULL);
+  free(body);
+  aa_runtime_shutdown();
+}
+
 static void scenario_port_taken(void) {
   struct sockaddr_in sa;
   socklen_t sl = sizeof(sa);
@@ -1068,6 +1109,10 @@ static void test_runtime_policy_file_applied(void **state) {
   (void)state;
   assert_int_equal(run_child(scenario_good_policy_file), 0);
 }
+static void test_runtime_trim_in_audit(void **state) {
+  (void)state;
+  assert_int_equal(run_child(scenario_trim_audited), 0);
+}
 static void test_runtime_port_taken_keeps_working(void **state) {
   (void)state;
   assert_int_equal(run_child(scenario_port_taken), 0);
@@ -1263,6 +1308,7 @@ int main(void) {
       cmocka_unit_test(test_runtime_bad_policy_file_uses_default),
       cmocka_unit_test(test_runtime_policy_file_long_number_logged_whole),
       cmocka_unit_test(test_runtime_policy_file_applied),
+      cmocka_unit_test(test_runtime_trim_in_audit),
       cmocka_unit_test(test_runtime_port_taken_keeps_working),
       cmocka_unit_test(test_runtime_db_unwritable_keeps_working),
       cmocka_unit_test(test_runtime_no_gpu),

@@ -133,9 +133,10 @@ export function renderClasses(p) {
 
 // ------------------------------------------------------------ loop decisions
 // /stats adapt: {"enabled", "steps", "rejected_by_replay", "audit": [{pool,
-// step, kind, block_size, applied, predicted: {peak_reserved_before,
-// peak_reserved_after, ...} | null, measured: {reserved_before,
-// reserved_after, after_steps} | null}]} (docs/stats.md)
+// step, kind, block_size, applied, released (trim), predicted:
+// {peak_reserved_before, peak_reserved_after, ...} | null, measured:
+// {reserved_before, reserved_after, after_steps} | null}]} (docs/stats.md);
+// a trim's size column shows the bytes it gave back
 const LOOP_ROWS = 64;
 function loopDelta(o, before, after) {
   if (!o || typeof o !== "object") return null;
@@ -178,7 +179,7 @@ export function renderLoop(a) {
   if (tb.dataset.key === key) return;
   tb.dataset.key = key;
   $("loop").dataset.rows = String(list.length);
-  if (!list.length) { empty("no class-table changes yet"); return; }
+  if (!list.length) { empty("no class-table changes or trims yet"); return; }
   const rows = list.slice().sort((x, y) => num(y.step) - num(x.step) || (x.pool < y.pool ? -1 : 1));
   tb.textContent = "";
   for (const e of rows.slice(0, LOOP_ROWS)) {
@@ -188,8 +189,11 @@ export function renderLoop(a) {
     stepTd.textContent = String(num(e.step));
     if (ago !== null) stepTd.title = ago + " steps ago";
     tr.insertCell(-1).textContent = e.pool;
+    const trim = e.kind === "trim";
     tr.insertCell(-1).textContent = e.kind === "add_class" ? "add" : e.kind === "retire_class" ? "retire" : String(e.kind);
-    tr.insertCell(-1).textContent = fmtBytes(num(e.block_size));
+    const size = tr.insertCell(-1);
+    size.textContent = fmtBytes(num(trim ? e.released : e.block_size));
+    if (trim) size.title = "given back by the trim";
     const res = tr.insertCell(-1);
     res.textContent = e.applied === true ? "applied" : "rejected";
     res.className = e.applied === true ? "gain" : "loss";
@@ -198,7 +202,7 @@ export function renderLoop(a) {
     deltaCell(tr, loopDelta(p, "peak_reserved_before", "peak_reserved_after"),
       p ? fmtBytes(num(p.peak_reserved_before)) + " → " + fmtBytes(num(p.peak_reserved_after)) +
         ", backend calls " + fmtCount(num(p.backend_calls_before)) + " → " + fmtCount(num(p.backend_calls_after))
-        : "nothing was replayed");
+        : trim ? "a trim is not replayed" : "nothing was replayed");
     const m = e.measured;
     deltaCell(tr, loopDelta(m, "reserved_before", "reserved_after"),
       m ? fmtBytes(num(m.reserved_before)) + " → " + fmtBytes(num(m.reserved_after)) +

@@ -332,10 +332,13 @@ static void verify_changes(aa_adapt_loop *l, loop_pool *lp, size_t n, size_t nd)
   }
 }
 
+/* Enters a table change or a trim in the pool's audit; its reserved bytes
+ * now are the "before" of the measurement (a trim has not yet been applied
+ * to lp->cur, taken at the step's start). */
 static void audit_note(loop_pool *lp, const aa_adapt_decision *d) {
   aa_adapt_audit *a;
   size_t slot;
-  if (!table_change(d))
+  if (!table_change(d) && d->kind != AA_ADAPT_TRIM)
     return;
   if (lp->audit_n < AA_ADAPT_AUDIT_MAX) {
     slot = (lp->audit_at + lp->audit_n++) % AA_ADAPT_AUDIT_MAX;
@@ -355,6 +358,7 @@ static void audit_note(loop_pool *lp, const aa_adapt_decision *d) {
   a->predicted_calls_before = d->predicted_calls_before;
   a->predicted_calls_after = d->predicted_calls_after;
   a->measured_reserved_before = lp->cur->bytes_reserved;
+  a->released = d->kind == AA_ADAPT_TRIM ? d->released : 0;
 }
 
 /* The measured effect, AA_ADAPT_MEASURE_STEPS steps after each applied

@@ -55,6 +55,11 @@ Workloads (random weights, fixed seeds, the same shapes for every allocator):
            expert's batch has a data-dependent size
   serve    BERT-base inference (fp16, no grad) on requests of a random batch
            (1..64) and length (16..512): a server's mix
+  burst    (not in the default list) kvgen's model serving prefills, one
+           request every 0.1 s: 6 s of short prompts, 2 s of long-context
+           ones (batch 8, 1536..2048 tokens: GiBs), 30 s of short ones; the
+           memory each allocator keeps after the burst (the table "memory
+           after a burst", from a time series per step; the loop's trims)
 
 Figures per run: peak device memory = the most of (total - free) from
 torch.cuda.mem_get_info, polled every 2 ms by a thread and after every step,
@@ -162,8 +167,8 @@ import benchcpu  # noqa: E402 - bench/gpu/benchcpu.py
 from zoo_child import WARM_ONLY, _backend_counts, child  # noqa: E402,F401
 from zoo_modes import (DEFAULT_MODES, MODES, TORCH_MODES, VARIANTS, mode_env,  # noqa: E402,F401
                        names, parse_variant)
-from zoo_report import (print_tables, quiet_steps, run_device_calls,  # noqa: E402,F401
-                        summarise)
+from zoo_report import (phase_figures, print_tables, quiet_steps,  # noqa: E402,F401
+                        run_device_calls, summarise)
 from zoo_runner import Runner, serve  # noqa: E402
 from zoo_workloads import BUILD, WORKLOADS  # noqa: E402
 
@@ -209,7 +214,8 @@ def main():
     ap.add_argument("--reps", type=int, default=2, help="repetitions of every run (default 2)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS),
                     help="comma-separated, of " + ",".join(WORKLOADS) +
-                         " (and smoke: a few allocations, to check the harness)")
+                         " (and burst: see above; smoke: a few allocations, to check the "
+                         "harness)")
     ap.add_argument("--modes", default=",".join(DEFAULT_MODES),
                     help="comma-separated, of " + ",".join(MODES) +
                          " (default " + ",".join(DEFAULT_MODES) + ")")

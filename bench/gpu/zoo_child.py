@@ -42,6 +42,29 @@ def _pool_summary(doc):
             "adapt": doc.get("adapt") or {}}
 
 
+# a phased run's time series, one value per step (after it): seconds since
+# the first step's start; the driver's used memory less the CUDA context and
+# the allocator's reserved bytes (MiB); adaptalloc's loop trims and bytes
+# trimmed so far (native; None elsewhere)
+SERIES = ("t_s", "used_mib", "reserved_mib", "trims", "trimmed_mib")
+
+
+def _sample(series, torch, aa, t_s, used):
+    """Appends one step's figures to a phased run's series (outside the
+    timed part; aa: the adaptalloc module under native, else None)."""
+    try:
+        reserved = torch.cuda.memory_reserved() / MIB
+    except (RuntimeError, AttributeError):
+        reserved = None
+    trims = trimmed = None
+    if aa is not None:
+        ad = aa.stats().get("adapt") or {}
+        trims, trimmed = ad.get("trims"), ad.get("bytes_trimmed")
+        trimmed = None if trimmed is None else trimmed / MIB
+    for k, v in zip(SERIES, (round(t_s, 4), round(used / MIB, 1), reserved, trims, trimmed)):
+        series[k].append(v)
+
+
 def device_calls(torch):
     """[device allocations, device frees] so far by the allocator's own
     counters (torch.cuda.memory_stats: cudaMalloc/cudaFree for PyTorch's,
@@ -122,6 +145,12 @@ def child(workload, mode, capture, steps=None, turns=None):
     times = []
     calls = [device_calls(torch)]
     backend = {}
+    # a workload with phases: a time series per step, requests paced
+    # (zoo_workloads.py's docstring); not in lockstep, whose turns pace it
+    phases = getattr(step, "phases", None)
+    pace = 0 if follower else getattr(step, "pace_s", 0) or 0
+    series = {k: [] for k in SERIES} if phases else None
+    t_first = None
     cpu0 = benchcpu.thread_cpu()
     if follower:
         torch.cuda.synchronize()
@@ -133,14 +162,23 @@ def child(workload, mode, capture, steps=None, turns=None):
             backend["start"] = _backend_counts(adaptalloc.stats())
         torch.cuda.synchronize()
         t0 = time.perf_counter()
+        if t_first is None:
+            t_first = t0
         step(i)
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
         f, t = torch.cuda.mem_get_info()
         peak[0] = max(peak[0], t - f)
         calls.append(device_calls(torch))  # outside the timed part
+        if series is not None:
+            _sample(series, torch, adaptalloc if mode == "native" else None,
+                    time.perf_counter() - t_first, t - f - base)
         if follower:
             follower.after_step()
+        if pace:  # until the next request's arrival
+            wait = t_first + (i + 1) * pace - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
     if follower:
         follower.finish()
     cpu_steps = benchcpu.cpu_between(cpu0, benchcpu.thread_cpu())
@@ -162,6 +200,10 @@ def child(workload, mode, capture, steps=None, turns=None):
            "cpu_steps": cpu_steps,
            "step_device_calls": [None if a is None or b is None else [y - x for x, y in zip(a, b)]
                                  for a, b in zip(calls, calls[1:])]}
+    if series is not None:
+        res["phases"] = [list(x) for x in phases]
+        res["pace_s"] = pace
+        res["series"] = series
     if mode == "pluggable":
         res["pool"] = {k: tp.stat(k) for k in ("peak_reserved", "reserved", "in_use")}
     else:

@@ -42,6 +42,55 @@ def quiet_steps(r):
     return [c is not None and c[0] + c[1] == 0 for c in v]
 
 
+def phase_figures(r):
+    """A phased run's figures (zoo_workloads.py's docstring; zoo_child.py's
+    SERIES): per phase the driver's used memory at its last step and its
+    most (MiB, less the CUDA context), the median step time (warm-up steps
+    left out) and the device calls in it; and for a run with phases
+    "before", "burst" and "after": held_mib, the used memory at the end of
+    "after" less that at the end of "before" (what the burst left behind);
+    half_back_s, the seconds from the burst's last step to the first step
+    of "after" at which the burst's extra memory was half given back (None:
+    never); trims and trimmed_mib in "after" and first_trim_s (seconds from
+    the burst's last step; adaptalloc only); after_trim_step_ms, the median
+    step time in "after" after the first trim."""
+    ser = r["series"]
+    t, used, trims, trimmed = ser["t_s"], ser["used_mib"], ser["trims"], ser["trimmed_mib"]
+    n, warm = len(used), r.get("warm", 0)
+    ms = list(r.get("warm_ms") or []) + list(r.get("step_ms") or [])
+    calls = r.get("step_device_calls") or []
+    bounds, ph = {}, {}
+    for name, a, b in r["phases"]:
+        b = min(b, n)
+        if a >= b:
+            continue
+        bounds[name] = (a, b)
+        st = ms[max(a, warm):b]
+        c = calls[a:b]
+        ph[name] = {"end_used_mib": used[b - 1], "max_used_mib": max(used[a:b]),
+                    "step_ms": statistics.median(st) if st else None,
+                    "device_calls": (None if not c or any(x is None for x in c)
+                                     else sum(x[0] + x[1] for x in c))}
+    out = {"phases": ph}
+    if not all(k in ph for k in ("before", "burst", "after")):
+        return out
+    (a, b), t_end = bounds["after"], t[bounds["burst"][1] - 1]
+    base, top = ph["before"]["end_used_mib"], ph["burst"]["max_used_mib"]
+    out["held_mib"] = ph["after"]["end_used_mib"] - base
+    out["half_back_s"] = next((t[k] - t_end for k in range(a, b)
+                               if used[k] <= base + (top - base) / 2), None)
+    out.update(trims=None, trimmed_mib=None, first_trim_s=None, after_trim_step_ms=None)
+    if trims[b - 1] is not None:
+        t0, m0 = trims[a - 1] or 0, trimmed[a - 1] or 0
+        out["trims"], out["trimmed_mib"] = trims[b - 1] - t0, trimmed[b - 1] - m0
+        k = next((k for k in range(a, b) if trims[k] > t0), None)
+        if k is not None:
+            out["first_trim_s"] = t[k] - t_end
+            st = ms[k + 1:b]
+            out["after_trim_step_ms"] = statistics.median(st) if st else None
+    return out
+
+
 def by_rep(rs):
     """{repetition: run} (runs of an older JSON without "rep": in order)."""
     return {r.get("rep", i): r for i, r in enumerate(rs)}
@@ -97,8 +146,10 @@ def summarise(runs, modes, wls):
               for m in our_modes(modes)}
         threads = {m: [[r["cpu_steps"]["main"], r["cpu_steps"]["others"]] for r in runs[w][m]
                        if r.get("cpu_steps")] for m in modes}
+        phased = {m: [phase_figures(r) for r in runs[w][m] if r.get("series")] for m in modes}
         out[w] = {"peak_mib": peaks, "step_ms": steps, "cpu_us": cpu, "device_calls": calls,
                   "backend_measured": bk, "thread_cpu_s": threads, "ratios": ratios,
+                  "phases": {m: v for m, v in phased.items() if v},
                   "extra": {m: [{k: r.get(k) for k in ("pool", "torch", "phase_s",
                                                        "process_s", "calib", "cpus", "rep",
                                                        "backend_measured", "peak_source")}
@@ -156,6 +207,69 @@ def print_limit(summary, modes):
         print(f"| {w} | " + " | ".join(cells) + " |")
 
 
+def print_phases(summary, modes):
+    """The phased workloads' table (burst): memory after the burst per
+    allocator, and adaptalloc's loop: its trims and its audit trail."""
+    rows = [(w, m, v) for w, s in summary.items() for m in modes
+            for v in [s.get("phases", {}).get(m)] if v]
+    if not rows:
+        return
+
+    def col(v, key, nd=0, sub=None):
+        x = [(f["phases"].get(sub, {}) if sub else f).get(key) for f in v]
+        return med_range([y for y in x if y is not None], nd)
+
+    print()
+    print("memory after a burst: the driver's used memory (MiB, less the CUDA context) at the "
+          "end of the phase before the burst, at its most in the burst and at the end of the "
+          "phase after; held = end of after - end of before; half back = seconds from the "
+          "burst's last step until half the burst's extra memory was given back ('-': never); "
+          "the loop's trims in the phase after (MiB given back, the first's seconds after the "
+          "burst); median step ms before the burst / after it / after the first trim; device "
+          "calls in the phase after (the allocator's num_device_alloc + num_device_free); "
+          "median [min, max] over the reps")
+    cols = ["workload", "mode", "peak", "end of before", "burst's most", "end of after", "held",
+            "half back, s", "trims after (MiB; first at s)", "step ms before / after / after trim",
+            "device calls after"]
+    print("| " + " | ".join(cols) + " |")
+    print("|---" * len(cols) + "|")
+    for w, m, v in rows:
+        trims = col(v, "trims")
+        if trims != "-":
+            trims += f" ({col(v, 'trimmed_mib')}; {col(v, 'first_trim_s', 1)})"
+        cells = [w, m, med_range(summary[w]["peak_mib"].get(m, [])),
+                 col(v, "end_used_mib", 0, "before"), col(v, "max_used_mib", 0, "burst"),
+                 col(v, "end_used_mib", 0, "after"), col(v, "held_mib"),
+                 col(v, "half_back_s", 1), trims,
+                 " / ".join([col(v, "step_ms", 2, "before"), col(v, "step_ms", 2, "after"),
+                             col(v, "after_trim_step_ms", 2)]),
+                 col(v, "device_calls", 0, "after")]
+        print("| " + " | ".join(cells) + " |")
+    for w, m, _ in rows:
+        for r in summary[w]["extra"].get(m, []):
+            ad = ((r.get("pool") or {}).get("adapt")) or {}
+            if not ad:
+                continue
+            print(f"{w} {m} rep {(r.get('rep') or 0) + 1}: loop " + (
+                "off" if not ad.get("enabled") else
+                "%s steps, %s decisions: %s added, %s retired, %s grows, %s trims (%.1f MiB), "
+                "%s rejected by replay" % (
+                    ad.get("steps"), ad.get("decisions"), ad.get("classes_added"),
+                    ad.get("classes_retired"), ad.get("grows"), ad.get("trims"),
+                    (ad.get("bytes_trimmed") or 0) / MIB, ad.get("rejected_by_replay"))))
+            for a in ad.get("audit") or []:
+                pr, me = a.get("predicted"), a.get("measured")
+                what = ("gave back %.1f MiB" % ((a.get("released") or 0) / MIB)
+                        if a.get("kind") == "trim" else "%s B" % a.get("block_size"))
+                print("  audit: pool %s step %s %s %s %s%s%s" % (
+                    a.get("pool"), a.get("step"), a.get("kind"), what,
+                    "applied" if a.get("applied") else "not applied",
+                    "; replay %.1f -> %.1f MiB" % (pr["peak_reserved_before"] / MIB,
+                                                   pr["peak_reserved_after"] / MIB) if pr else "",
+                    "; measured %.1f -> %.1f MiB" % (me["reserved_before"] / MIB,
+                                                     me["reserved_after"] / MIB) if me else ""))
+
+
 def print_tables(summary, modes):
     def fmt(x, nd=3, suffix=""):
         return f"{x:.{nd}f}{suffix}" if x is not None else "-"
@@ -181,6 +295,7 @@ def print_tables(summary, modes):
             cells += [fmt(r.get("peak_vs_default")), fmt(r.get("peak_vs_best")) + best]
         print(f"| {w} | " + " | ".join(cells) + " |")
     print_limit(summary, modes)
+    print_phases(summary, modes)
     print()
     print("step time, ms (median of each run's steps); median [min, max] over the reps; "
           "speed = default / ours: of the medians, and paired (median of step k's ratios "

@@ -1,24 +1,39 @@
 """The GPU workload zoo (bench_zoo.py), one concern: the six workloads (and
 smoke, the harness's check), each built by BUILD[name](torch, dev) into
 (step, steps, warm-up steps), and what a server imports for them.
+
+A workload with phases (burst) sets two attributes on its step function:
+`phases`, [(name, first step, end step)] covering every step, and `pace_s`,
+the seconds between two requests' arrivals: the run (zoo_child.py) then
+waits, outside the timed part, until step i's arrival time (first step's
+start + i * pace_s; no wait for a step that is late), so each phase lasts
+the same wall time on every GPU and allocator, and it records a time series
+per step (zoo_report.py's phase table).
 """
 import random
 
 
 WORKLOADS = ["kvgen", "cnn", "encoder", "gpt2", "moe", "serve", "sidepipe", "ddp", "fsdp", "prefetch"]
 # the side-stream shapes (blocks used on a second stream, handed over with
-# wait_stream + record_stream): sidepipe, ddp, fsdp, prefetch
+# wait_stream + record_stream): sidepipe, ddp, fsdp, prefetch. Not in the
+# default list: burst (38 s of wall time a run, for the loop's measurement:
+# tools/device/gpu-run.sh loopgpu) and smoke
 MIB = 1 << 20
 
 
-def wl_kvgen(torch, dev):
+def _llama(torch, dev):
+    """kvgen's and burst's model: a small Llama-style decoder, fp16, eval."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816,
                       num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4,
                       max_position_embeddings=2048)
-    model = LlamaForCausalLM(cfg).half().to(dev).eval()
+    return LlamaForCausalLM(cfg).half().to(dev).eval(), cfg
+
+
+def wl_kvgen(torch, dev):
+    model, cfg = _llama(torch, dev)
     pairs = [(1, 64), (16, 128), (2, 1024), (8, 384)]
     rnd = random.Random(1)
 
@@ -409,6 +424,65 @@ def wl_prefetch(torch, dev):
     return step, len(loader), 2
 
 
+# burst's phases, in requests; a request arrives every BURST_PACE_S seconds
+# (this module's docstring): 6 s of short requests, 2 s of
+# long-context ones, then 30 s of short ones. The loop's trim can act once
+# the burst's peak has left its window of recent peaks: 16 intervals of 1 s
+# (AA_ADAPT_PEAK_INTERVALS, adapt.interval_ms in policies/default.json), so
+# about 16-17 s into the last phase; the 13 s after show what it kept.
+BURST_PACE_S = 0.1
+BURST_PHASES = (("before", 60), ("burst", 20), ("after", 300))
+
+
+def burst_requests(seed=8):
+    """burst's requests, [(batch, tokens)] per step: short ones (batch 1..4,
+    32..256 tokens) around long-context ones (batch 8, 1536..2048 tokens)."""
+    rnd = random.Random(seed)
+    out = []
+    for name, n in BURST_PHASES:
+        for _ in range(n):
+            if name == "burst":
+                out.append((8, rnd.randrange(1536, 2049, 64)))
+            else:
+                out.append((rnd.randrange(1, 5), rnd.randrange(32, 257, 32)))
+    return out
+
+
+def phase_bounds(phases):
+    """[(name, count)] -> [(name, first step, end step)]."""
+    out, at = [], 0
+    for name, n in phases:
+        out.append((name, at, at + n))
+        at += n
+    return out
+
+
+def wl_burst(torch, dev):
+    """A server's prefill with a phase change: kvgen's Llama-style model (fp16,
+    inference) answers one request per step, a request arriving every
+    BURST_PACE_S seconds: short prompts, then a burst of long-context
+    prompts that takes GiBs for two seconds (the logits of 8 x 2048 tokens
+    alone are 1000 MiB), then short prompts again for 30 s. PyTorch's caching
+    allocator keeps the burst's memory reserved for the rest of the run
+    unless someone calls empty_cache(); adaptalloc's loop gives back what is
+    cached above the recent peak (docs/adapt.md, trim). Each step returns the
+    request's next tokens' count (greedy, from the last position)."""
+    model, cfg = _llama(torch, dev)
+    reqs = burst_requests()
+
+    def step(i):
+        b, n = reqs[i]
+        ids = torch.randint(3, cfg.vocab_size, (b, n), device=dev)
+        with torch.inference_mode():
+            logits = model(input_ids=ids).logits
+            nxt = logits[:, -1].argmax(-1)
+        return int(nxt.shape[0])
+
+    step.phases = phase_bounds(BURST_PHASES)
+    step.pace_s = BURST_PACE_S
+    return step, len(reqs), 2
+
+
 def wl_smoke(torch, dev):
     """Not a workload: a few allocations, to check the harness quickly."""
 
@@ -420,7 +494,7 @@ def wl_smoke(torch, dev):
 
 BUILD = {"smoke": wl_smoke, "kvgen": wl_kvgen, "cnn": wl_cnn, "encoder": wl_encoder, "gpt2": wl_gpt2,
          "moe": wl_moe, "serve": wl_serve, "sidepipe": wl_sidepipe, "ddp": wl_ddp,
-         "fsdp": wl_fsdp, "prefetch": wl_prefetch}
+         "fsdp": wl_fsdp, "prefetch": wl_prefetch, "burst": wl_burst}
 
 
 def preload(workloads):
@@ -429,6 +503,7 @@ def preload(workloads):
     import torch  # noqa: F401
 
     names = {"kvgen": ("LlamaConfig", "LlamaForCausalLM"),
+             "burst": ("LlamaConfig", "LlamaForCausalLM"),
              "encoder": ("BertConfig", "BertForSequenceClassification", "BertModel"),
              "serve": ("BertConfig", "BertForSequenceClassification", "BertModel"),
              "gpt2": ("GPT2Config", "GPT2LMHeadModel")}

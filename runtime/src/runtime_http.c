@@ -76,9 +76,12 @@ static void append_audit_json(aa_runtime *rt, aa__buf *sb, const char *only) {
       aa__buf_printf(sb, "%s{\"pool\":", shown++ ? "," : "");
       aa__buf_json_cstr(sb, name);
       aa__buf_printf(sb, ",\"step\":%llu,\"kind\":\"%s\",\"block_size\":%llu,"
-                         "\"applied\":%s,\"predicted\":",
+                         "\"applied\":%s,",
                      (unsigned long long)a->step, aa_adapt_kind_name(a->kind),
                      (unsigned long long)a->block_size, a->result == AA_OK ? "true" : "false");
+      if (a->kind == AA_ADAPT_TRIM)
+        aa__buf_printf(sb, "\"released\":%llu,", (unsigned long long)a->released);
+      aa__buf_printf(sb, "\"predicted\":");
       if (a->verified)
         aa__buf_printf(sb, "{\"peak_reserved_before\":%llu,\"peak_reserved_after\":%llu,"
                            "\"backend_calls_before\":%llu,\"backend_calls_after\":%llu}",

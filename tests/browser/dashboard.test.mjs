@@ -322,6 +322,7 @@ async function main() {
   if (serverBin) {
     const want = [
       ["41", "host", "add", "12 KiB", "applied", "–", "–"],
+      ["38", "device0", "trim", "512 MiB", "applied", "–", "-448.00 MiB"],
       ["36", "device0", "retire", "1.5 KiB", "rejected", "+0.25 MiB", "–"],
       ["30", "device0", "add", "3 KiB", "applied", "-2.00 MiB", "-1.00 MiB"],
     ];

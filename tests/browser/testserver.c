@@ -340,12 +340,13 @@ static uint64_t policy_version(void) {
 /* /stats' "adapt" object. This server runs no policy loop, so it serves a
  * fixed audit in the runtime's shape (docs/stats.md; the runtime's writer is
  * tested in test_runtime_env): an applied add with its prediction and its
- * measurement, a retire the replay rejected, and an applied add not yet
- * measured with nothing replayed. The dashboard's "Loop decisions" panel
- * must show all three. */
+ * measurement, a retire the replay rejected, a trim with the bytes it gave
+ * back and its measurement, and an applied add not yet measured with
+ * nothing replayed. The dashboard's "Loop decisions" panel must show all
+ * four. */
 static const char ADAPT_JSON[] =
-    "{\"enabled\":true,\"steps\":42,\"decisions\":3,\"classes_added\":2,"
-    "\"classes_retired\":0,\"grows\":0,\"trims\":0,\"bytes_trimmed\":0,"
+    "{\"enabled\":true,\"steps\":42,\"decisions\":4,\"classes_added\":2,"
+    "\"classes_retired\":0,\"grows\":0,\"trims\":1,\"bytes_trimmed\":536870912,"
     "\"apply_failures\":0,\"rejected_by_replay\":1,\"audit\":["
     "{\"pool\":\"device0\",\"step\":30,\"kind\":\"add_class\",\"block_size\":3072,"
     "\"applied\":true,\"predicted\":{\"peak_reserved_before\":8388608,"
@@ -356,6 +357,10 @@ static const char ADAPT_JSON[] =
     "\"applied\":false,\"predicted\":{\"peak_reserved_before\":6291456,"
     "\"peak_reserved_after\":6553600,\"backend_calls_before\":9,"
     "\"backend_calls_after\":11},\"measured\":null},"
+    "{\"pool\":\"device0\",\"step\":38,\"kind\":\"trim\",\"block_size\":0,"
+    "\"applied\":true,\"released\":536870912,\"predicted\":null,"
+    "\"measured\":{\"reserved_before\":1073741824,\"reserved_after\":603979776,"
+    "\"after_steps\":3}},"
     "{\"pool\":\"host\",\"step\":41,\"kind\":\"add_class\",\"block_size\":12288,"
     "\"applied\":true,\"predicted\":null,\"measured\":null}]}";
 

@@ -451,6 +451,157 @@ def test_zoo_runner_end_to_end_with_a_stand_in_torch(tmp_path, lockstep):
         assert "peak reserved, MiB: the allocators' own max_memory_reserved" in r.stdout
 
 
+# The stand-in torch, its used memory set by the workload (_state["used"]).
+FAKE_TORCH_MEM = FAKE_TORCH + '''
+_state["used"] = 0
+cuda.mem_get_info = staticmethod(lambda: ((100 << 30) - _state["used"], 100 << 30))
+cuda.memory_reserved = staticmethod(lambda: _state["used"])
+'''
+
+PHASED_CHILD = '''
+import json, sys
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[2])
+import torch
+import zoo_child, zoo_workloads
+
+
+def build(torch, dev):
+    """before 0-5, burst 6-8 (3 GiB used), after 9-19: 1 GiB held to step
+    13, 512 MiB from step 14 on (a trim, under the fake adaptalloc)."""
+    def step(i):
+        torch._state["used"] = (3072 if 6 <= i < 9 else 1024 if i < 14 else 512) << 20
+        if i < 6:
+            torch._state["used"] = 512 << 20
+        torch._state["trims"] = 1 if i >= 14 else 0
+        return i
+
+    step.phases = zoo_workloads.phase_bounds((("before", 6), ("burst", 3), ("after", 11)))
+    step.pace_s = 0.05
+    return step, 20, 2
+
+
+zoo_workloads.BUILD["phased"] = build
+print(json.dumps(zoo_child.child("phased", sys.argv[3], None)))
+'''
+
+# adaptalloc beside FAKE_TORCH_MEM: the loop's trims as the workload sets them
+FAKE_ADAPTALLOC = '''
+import sys
+
+
+def stats():
+    torch = sys.modules["torch"]  # (the name torch here is adaptalloc.torch)
+    t = torch._state.get("trims", 0)
+    return {"pools": [{"name": "device0", "backend": "cuda",
+                       "bytes_reserved": torch._state["used"]}],
+            "adapt": {"enabled": True, "steps": 20, "trims": t,
+                      "bytes_trimmed": t * (512 << 20), "audit": []}}
+'''
+
+
+@pytest.mark.parametrize("mode", ["default", "native"])
+def test_phased_run_is_paced_and_its_memory_after_the_burst_tabled(tmp_path, capsys, mode):
+    import subprocess
+
+    (tmp_path / "fake" / "adaptalloc").mkdir(parents=True)
+    (tmp_path / "fake" / "torch.py").write_text(FAKE_TORCH_MEM)
+    (tmp_path / "fake" / "adaptalloc" / "__init__.py").write_text(FAKE_ADAPTALLOC)
+    (tmp_path / "fake" / "adaptalloc" / "torch.py").write_text("def install():\n"
+                                                               "    return 'native'\n")
+    (tmp_path / "child.py").write_text(PHASED_CHILD)
+    r = subprocess.run([sys.executable, str(tmp_path / "child.py"), str(tmp_path / "fake"),
+                        os.path.join(ROOT, "bench", "gpu"), mode], capture_output=True,
+                       text=True, env=dict(os.environ, PYTHONPATH=""), timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    ser = res["series"]
+    assert res["phases"] == [["before", 0, 6], ["burst", 6, 9], ["after", 9, 20]]
+    assert all(len(ser[k]) == 20 for k in ("t_s", "used_mib", "reserved_mib", "trims"))
+    # step i's figures are taken after it: i + 1 arrivals (the last unwaited) apart
+    assert ser["t_s"][19] >= 19 * 0.05 - 0.01 and ser["t_s"][19] < 19 * 0.05 + 1.0
+    assert ser["used_mib"][5] == 512 and ser["used_mib"][7] == 3072
+    assert ser["used_mib"][13] == 1024 and ser["used_mib"][19] == 512
+    assert len(res["step_ms"]) == 18 and max(res["step_ms"]) < 50  # the waits are not timed
+    f = bench_zoo.phase_figures(res)
+    assert f["phases"]["before"]["end_used_mib"] == 512
+    assert f["phases"]["burst"]["max_used_mib"] == 3072
+    assert f["held_mib"] == 0
+    # half of the burst's extra (2560 MiB) back: at 1024 MiB (step 9) already
+    assert f["half_back_s"] == pytest.approx(ser["t_s"][9] - ser["t_s"][8])
+    if mode == "default":
+        assert ser["trims"] == [None] * 20  # not adaptalloc: no loop
+        assert f["trims"] is None and f["first_trim_s"] is None
+    else:  # the trim seen at step 14
+        assert ser["trims"] == [0] * 14 + [1] * 6 and ser["trimmed_mib"][19] == 512
+        assert f["trims"] == 1 and f["trimmed_mib"] == 512
+        assert f["first_trim_s"] == pytest.approx(ser["t_s"][14] - ser["t_s"][8])
+        assert res["pool"]["adapt"]["trims"] == 1
+    s = bench_zoo.summarise({"phased": {mode: [res]}}, [mode], ["phased"])
+    bench_zoo.print_tables(s, [mode])
+    out = capsys.readouterr().out
+    assert "memory after a burst" in out
+    assert f"| phased | {mode} | " in out and "| 512 | 3072 | 512 | 0 |" in out
+
+
+def test_phase_figures_of_a_trimming_run():
+    """A native run whose loop trims twice in the phase after the burst: the
+    trims counted from the phase's start, the first one's time from the
+    burst's last step, the step time after it."""
+    t = [0.1 * i for i in range(10)]
+    r = {"warm": 1, "warm_ms": [9.0], "step_ms": [1.0] * 4 + [5.0] + [2.0] * 4,
+         "phases": [["before", 0, 3], ["burst", 3, 5], ["after", 5, 10]],
+         "step_device_calls": [[1, 0]] * 5 + [[0, 0]] * 3 + [[0, 1], [2, 0]],
+         "series": {"t_s": t, "used_mib": [400, 400, 400, 2400, 2400, 2400, 2400, 600, 600, 650],
+                    "reserved_mib": [None] * 10, "trims": [0, 0, 0, 0, 1, 1, 1, 2, 3, 3],
+                    "trimmed_mib": [0, 0, 0, 0, 8, 8, 8, 1808, 1858, 1858]}}
+    f = bench_zoo.phase_figures(r)
+    assert f["held_mib"] == 250
+    assert f["half_back_s"] == pytest.approx(t[7] - t[4])
+    assert f["trims"] == 2 and f["trimmed_mib"] == 1850
+    assert f["first_trim_s"] == pytest.approx(t[7] - t[4])
+    assert f["after_trim_step_ms"] == 2.0
+    assert f["phases"]["before"]["step_ms"] == 1.0  # the warm-up step left out
+    assert f["phases"]["after"]["device_calls"] == 3
+    assert f["phases"]["burst"]["device_calls"] == 2
+
+
+def test_phase_table_lists_the_loops_audit_with_its_trims(capsys):
+    t = [0.1 * i for i in range(6)]
+    r = {"warm": 0, "warm_ms": [], "step_ms": [1.0] * 6, "peak_mib": 2048.0, "rep": 0,
+         "phases": [["before", 0, 2], ["burst", 2, 3], ["after", 3, 6]],
+         "series": {"t_s": t, "used_mib": [300, 300, 2048, 2048, 500, 500],
+                    "reserved_mib": [None] * 6, "trims": [0, 0, 0, 0, 1, 1],
+                    "trimmed_mib": [0, 0, 0, 0, 1548, 1548]},
+         "pool": {"adapt": {"enabled": True, "steps": 30, "decisions": 2, "classes_added": 0,
+                            "classes_retired": 0, "grows": 0, "trims": 1,
+                            "bytes_trimmed": 1548 << 20, "rejected_by_replay": 1, "audit": [
+                                {"pool": "device0", "step": 3, "kind": "add_class",
+                                 "block_size": 3072, "applied": False,
+                                 "predicted": {"peak_reserved_before": 10 << 20,
+                                               "peak_reserved_after": 16 << 20},
+                                 "measured": None},
+                                {"pool": "device0", "step": 20, "kind": "trim", "block_size": 0,
+                                 "applied": True, "released": 1548 << 20, "predicted": None,
+                                 "measured": {"reserved_before": 2048 << 20,
+                                              "reserved_after": 500 << 20}}]}}}
+    off = dict(r, pool={"adapt": {"enabled": False}},
+               series=dict(r["series"], used_mib=[300, 300, 2048, 2048, 2048, 2048],
+                           trims=[None] * 6, trimmed_mib=[None] * 6))
+    modes = ["native", "native@off"]
+    s = bench_zoo.summarise({"burst": {"native": [r], "native@off": [off]}}, modes, ["burst"])
+    bench_zoo.print_tables(s, modes)
+    out = capsys.readouterr().out
+    assert "| burst | native | 2048 | 300 | 2048 | 500 | 200 | 0.2 | 1 (1548; 0.2) |" in out
+    assert "| burst | native@off | 2048 | 300 | 2048 | 2048 | 1748 | - | - |" in out
+    assert "burst native rep 1: loop 30 steps, 2 decisions" in out
+    assert "1 trims (1548.0 MiB), 1 rejected by replay" in out
+    assert "audit: pool device0 step 3 add_class 3072 B not applied; replay 10.0 -> 16.0" in out
+    assert ("audit: pool device0 step 20 trim gave back 1548.0 MiB applied; measured "
+            "2048.0 -> 500.0 MiB") in out
+    assert "burst native@off rep 1: loop off" in out
+
+
 # ---- bench/gpu/bench_maxbatch.py: the search, and the harness on a fake torch
 
 import bench_maxbatch  # noqa: E402

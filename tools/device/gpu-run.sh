@@ -175,7 +175,9 @@ PY
   # timeline of a native training loop (pickle + HTML + torch's MemoryViz.js,
   # for tools/memory_viz_image.py --png anywhere); loopgpu the zoo's native
   # mode with the loop on and off (ADAPTALLOC_POLICY: adapt.enabled false)
-  # on AA_LOOP_WORKLOADS, with the audit trail in each run's stats
+  # and PyTorch's default and expandable (AA_LOOP_MODES) on AA_LOOP_WORKLOADS
+  # (default burst: bench/gpu/zoo_workloads.py, about 50 s a run; the table
+  # "memory after a burst"), with the audit trail in each run's stats
   # pkgtests: chosen tests of the package (after pkginstall), AA_PKGTESTS
   # files and AA_PKGTESTS_K the -k expression
   want pkgtests && stage pkgtests ${AA_PKGTESTS_LIMIT_S:-200} env -u LD_LIBRARY_PATH -C /tmp python3 -m pytest -q -rs \
@@ -201,9 +203,9 @@ PY
   fi
   if want loopgpu; then
     variant /tmp/aa-loop-off.json default-loop-off 'p["adapt"]["enabled"] = False'
-    stage loopgpu ${AA_LOOP_LIMIT_S:-300} env -u LD_LIBRARY_PATH python3 bench/gpu/bench_zoo.py \
-      --reps ${AA_REPS_LOOP:-1} --budget-s ${AA_LOOP_BUDGET_S:-270} --timeout-s 100 \
-      --workloads ${AA_LOOP_WORKLOADS:-serve,moe,encoder} --modes native,native@off \
+    stage loopgpu ${AA_LOOP_LIMIT_S:-330} env -u LD_LIBRARY_PATH python3 bench/gpu/bench_zoo.py \
+      --reps ${AA_REPS_LOOP:-1} --budget-s ${AA_LOOP_BUDGET_S:-300} --timeout-s 100 \
+      --workloads ${AA_LOOP_WORKLOADS:-burst} --modes ${AA_LOOP_MODES:-native,native@off,default,expandable} \
       --native-variant off:ADAPTALLOC_POLICY=/tmp/aa-loop-off.json --out $res/zoo_loop.json
   fi
   # the largest batch under one cap (issue 24 item 3): the installed package's

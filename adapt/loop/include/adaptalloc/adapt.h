@@ -244,14 +244,15 @@ AA_EXTERN void aa_adapt_loop_counters(aa_adapt_loop *loop,
                                       aa_adapt_counters *out);
 
 /* The audit of a pool's recent class-table changes, applied or rejected,
- * oldest first: what the replay predicted and, AA_ADAPT_MEASURE_STEPS steps
- * after an applied one, what the pool measured (its reserved bytes at the
- * decision and then). */
+ * and trims, oldest first: what the replay predicted (table changes) and,
+ * AA_ADAPT_MEASURE_STEPS steps after an applied one, what the pool measured
+ * (its reserved bytes at the decision and then); for a trim the bytes it
+ * gave back. Grows are not listed. */
 #define AA_ADAPT_AUDIT_MAX 16
 #define AA_ADAPT_MEASURE_STEPS 3
 typedef struct aa_adapt_audit {
   uint64_t step;      /* the loop step it was decided in */
-  aa_adapt_kind kind; /* add_class or retire_class */
+  aa_adapt_kind kind; /* add_class, retire_class or trim */
   int result;         /* AA_OK applied; AA_EAGAIN rejected by the replay */
   uint64_t block_size;
   uint8_t verified;
@@ -259,6 +260,7 @@ typedef struct aa_adapt_audit {
   uint64_t predicted_reserved_before, predicted_reserved_after;
   uint64_t predicted_calls_before, predicted_calls_after;
   uint64_t measured_reserved_before, measured_reserved_after;
+  uint64_t released; /* trim: the bytes aa_pool_trim gave back (0 otherwise) */
 } aa_adapt_audit;
 
 /* Copies up to cap entries of pool's audit into out; *n gets the count.
