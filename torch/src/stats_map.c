@@ -244,7 +244,9 @@ static int by_key(const aa__torch_stats *s, const char *key, int64_t *out) {
     for (f = 0; f < AA__COUNT(fields); f++) {
       if (strcmp(rest, fields[f]) == 0) {
         const aa__torch_stat *st = &arr[k];
-        *out = f == 0 ? st->current : f == 1 ? st->peak : f == 2 ? st->allocated : st->freed;
+        *out = f == 0 ? st->current : f == 1 ? st->peak
+                                  : f == 2   ? st->allocated
+                                             : st->freed;
         return AA_OK;
       }
     }

@@ -55,7 +55,10 @@ typedef struct aa__torch_stat {
 } aa__torch_stat;
 
 /* c10::CachingAllocator::StatType, in its order. */
-enum { AA__TORCH_ALL = 0, AA__TORCH_SMALL = 1, AA__TORCH_LARGE = 2, AA__TORCH_KINDS = 3 };
+enum { AA__TORCH_ALL = 0,
+       AA__TORCH_SMALL = 1,
+       AA__TORCH_LARGE = 2,
+       AA__TORCH_KINDS = 3 };
 
 /* c10::CachingDeviceAllocator::DeviceStats (memory_stats' keys are these
  * names: "allocated_bytes.all.current", "num_ooms", ...). */
