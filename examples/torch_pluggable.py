@@ -43,7 +43,7 @@ def lib_path():
     if env:
         return env
     for b in ("build-device", "build", "build-cuda"):
-        p = os.path.join(_ROOT, b, "torch", "pluggable", "libadaptalloc_torch.so")
+        p = os.path.join(_ROOT, b, "torch", "libadaptalloc_torch.so")
         if os.path.exists(p):
             return p
     raise FileNotFoundError("libadaptalloc_torch.so not found: set AA_TORCH_LIB")
