@@ -182,21 +182,21 @@ void deleter(void *ctx); // alloc.cpp
 // Runs f with the calling thread in relaxed stream-capture mode when a
 // region is open on the device (a capture may be under way), else plainly.
 template <class F>
-auto maybe_relaxed(const Dev &d, F &&f) -> decltype(f()) {
+static auto maybe_relaxed(const Dev &d, F &&f) -> decltype(f()) {
   if (d.regions.load(std::memory_order_relaxed) == 0)
     return f();
   c10::cuda::CUDAStreamCaptureModeGuard g(cudaStreamCaptureModeRelaxed);
   return f();
 }
 
-inline Dev &dev_at(int device) {
+static inline Dev &dev_at(int device) {
   TORCH_CHECK(
       device >= 0 && device < kMaxDevices,
       cat("adaptalloc: CUDA device ", device, " out of range (0..", kMaxDevices - 1, ")"));
   return g_dev[device];
 }
 
-inline aa_pool *device_pool(int device) {
+static inline aa_pool *device_pool(int device) {
   Dev &d = dev_at(device);
   aa_pool *p = d.pool.load(std::memory_order_acquire);
   if (p)
@@ -212,14 +212,14 @@ inline aa_pool *device_pool(int device) {
   return p;
 }
 
-inline aa_pool *device_pool_if_made(int device) {
+static inline aa_pool *device_pool_if_made(int device) {
   if (device < 0 || device >= kMaxDevices)
     return nullptr;
   return g_dev[device].pool.load(std::memory_order_acquire);
 }
 
 // Region id's pool on the device, made by the runtime on first use.
-inline aa_pool *named_pool(int device, int id) {
+static inline aa_pool *named_pool(int device, int id) {
   Dev &d = dev_at(device);
   aa_pool *p = d.named[id].load(std::memory_order_acquire);
   if (p)
@@ -236,7 +236,7 @@ inline aa_pool *named_pool(int device, int id) {
 
 // Calls f(pool) for each region pool made on the device.
 template <class F>
-void each_named(const Dev &d, F &&f) {
+static void each_named(const Dev &d, F &&f) {
   for (int i = 0; i < kMaxNamed; i++) {
     aa_pool *p = d.named[i].load(std::memory_order_acquire);
     if (p)
