@@ -251,6 +251,14 @@ class BuildExt(build_ext):
         for lib in self._libs:
             # copyfile, not copy2: the real file under its soname.
             shutil.copyfile(os.path.realpath(lib), os.path.join(pkgdir, os.path.basename(lib)))
+        # A torch module an earlier build left in the package (build_lib is
+        # kept between builds) goes when this build has none: torch gone,
+        # ADAPTALLOC_NO_TORCH=1, or it failed to build this time.
+        built = {os.path.basename(lib) for lib in self._libs}
+        for name in (TORCH_NATIVE[0], TORCH_EXT_PLAIN[0]):
+            stale = os.path.join(pkgdir, name + sysconfig.get_config_var("EXT_SUFFIX"))
+            if os.path.basename(stale) not in built and os.path.exists(stale):
+                os.remove(stale)
         super().build_extensions()
 
 
