@@ -1,17 +1,19 @@
 """Builds the adaptalloc Python package (pip install . from the repository).
 
-1. CMake builds libadaptalloc (the C library with its runtime: store, policy
-   loop, HTTP server) and, with CUDA, the CUDAPluggableAllocator fallback
-   libadaptalloc_torch.so linked to it, in Release, without tests or
-   benchmarks. Both go into the package with an rpath of $ORIGIN.
+1. CMake builds, in one run over the whole project, libadaptalloc (the C
+   library with its runtime: store, policy loop, HTTP server) and, with CUDA,
+   the CUDAPluggableAllocator fallback libadaptalloc_torch.so linked to it, in
+   Release, without tests or benchmarks; and, when torch is importable here,
+   the torch module's Python extensions (torch/CMakeLists.txt):
+   adaptalloc._torch_native, the native torch allocator (torch/native/*.cpp,
+   needs CUDA), and adaptalloc._torch_ext, the pinned-tensor and pack helpers
+   (torch/ext/torch_ext.cpp; with CUDA's headers when there are, so that it
+   reads the current stream itself, else without them). torch's paths and
+   flags come from torch.utils.cpp_extension as CMake cache variables
+   (_torch_cmake_args). A torch extension that fails to build is reported
+   and left out. Everything goes into the package with an rpath of $ORIGIN.
 2. adaptalloc._C, the CPython extension over the C API, links to them.
-3. When torch is importable here: adaptalloc._torch_native, the native torch
-   allocator (torch/native/*.cpp, needs CUDA), and adaptalloc._torch_ext, the
-   pinned-tensor and pack helpers (python/src/torch_ext.cpp; with CUDA's
-   headers when there are, so that it reads the current stream itself),
-   compiled against that torch (torch.utils.cpp_extension supplies paths and
-   flags). A torch extension that fails to build is reported and left out.
-4. policies/*.json ship as adaptalloc/policies/.
+3. policies/*.json ship as adaptalloc/policies/.
 
 Environment:
   ADAPTALLOC_CMAKE_ARGS  extra CMake arguments (e.g. -DCMAKE_PREFIX_PATH=...)
@@ -19,7 +21,6 @@ Environment:
   ADAPTALLOC_NO_TORCH=1  do not build the torch extensions even if torch is here
 Offline: pip install --no-build-isolation .
 """
-import concurrent.futures
 import glob
 import os
 import shlex
@@ -79,11 +80,12 @@ def _torch():
     return torch, cpp
 
 
-def _torch_flags(torch, cpp, name):
+def _torch_flags(torch, cpp):
+    """The compile flags of a torch extension (TORCH_EXTENSION_NAME is added
+    per module by torch/CMakeLists.txt)."""
     abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", 1))
     flags = ["-std=c++17", "-O2", "-fvisibility=hidden",
-             "-DTORCH_API_INCLUDE_EXTENSION_H", "-DTORCH_EXTENSION_NAME=%s" % name,
-             "-D_GLIBCXX_USE_CXX11_ABI=%d" % abi]
+             "-DTORCH_API_INCLUDE_EXTENSION_H", "-D_GLIBCXX_USE_CXX11_ABI=%d" % abi]
     # Older torch passes pybind11 ABI defines to extensions; torch >= 2.9
     # leaves that to pybind11 (and warns when asked).
     pyb = getattr(cpp, "_get_pybind11_abi_build_flags", None)
@@ -94,56 +96,63 @@ def _torch_flags(torch, cpp, name):
     return flags
 
 
-def _torch_extensions():
-    """adaptalloc._torch_native (torch/native/*.cpp, needs CUDA) and
-    adaptalloc._torch_ext (python/src/torch_ext.cpp), when torch is here."""
+def _torch_cmake_args():
+    """The CMake arguments that build the torch module's Python extensions
+    against the torch here (torch/CMakeLists.txt), or the one that turns
+    them off. The paths and libraries are those torch.utils.cpp_extension
+    gives its CppExtension (the plain build) and CUDAExtension (with CUDA:
+    _torch_native and the CUDA flavour of _torch_ext); without a CUDA
+    toolkit only the plain _torch_ext is built."""
+    off = ["-DAA_TORCH_EXTENSIONS=OFF"]
     found = _torch()
     if found is None:
-        return []
+        return off
     torch, cpp = found
-    exts = []
-    srcs = sorted(os.path.relpath(p, ROOT)
-                  for p in glob.glob(os.path.join(ROOT, "torch", "native", "*.cpp")))
-    # _torch_ext with CUDA's headers (AA_TORCH_EXT_CUDA: pinned_empty reads
-    # the current stream in C++), else without (Python passes the stream);
-    # a CUDA build that fails to compile falls back to the plain one
-    # (BuildExt.build_extension, ext.aa_fallback).
-    specs = [("_torch_ext", ["python/src/torch_ext.cpp"], cpp.CUDAExtension,
-              ["-DAA_TORCH_EXT_CUDA=1"], cpp.CppExtension)]
-    if srcs:
-        specs.append(("_torch_native", srcs, cpp.CUDAExtension, [], None))
-    for name, sources, kind, defines, plain in specs:
-        try:
-            ext = _make_ext(torch, cpp, kind, name, sources, defines)
-        except Exception as e:  # e.g. no CUDA_HOME for CUDAExtension
-            if plain is None:
-                print("adaptalloc: cannot build adaptalloc.%s here (%s)" % (name, e))
-                continue
-            ext, plain = _make_ext(torch, cpp, plain, name, sources, []), None
-        if plain is not None:
-            ext.aa_fallback = _make_ext(torch, cpp, plain, name, sources, [])
-        exts.append(ext)
-    return exts
+    try:
+        plain = cpp.CppExtension("adaptalloc._probe", ["probe.cpp"])
+    except Exception as e:
+        print("adaptalloc: cannot build the torch extensions here (%s)" % e)
+        return off
+    try:
+        cuda = cpp.CUDAExtension("adaptalloc._probe", ["probe.cpp"])
+    except Exception as e:  # e.g. no CUDA_HOME
+        print("adaptalloc: cannot build adaptalloc._torch_native here (%s); "
+              "adaptalloc._torch_ext without CUDA's headers" % e)
+        cuda = None
+    paths = sysconfig.get_paths()
+    pyinc = []
+    for d in (paths.get("include"), paths.get("platinclude")):
+        if d and d not in pyinc:
+            pyinc.append(d)
+
+    def lst(v):
+        return ";".join(str(x) for x in v)
+
+    args = ["-DAA_TORCH_EXTENSIONS=ON",
+            "-DAA_TORCH_CXX_FLAGS=" + lst(_torch_flags(torch, cpp)),
+            "-DAA_TORCH_INCLUDE_DIRS=" + lst(plain.include_dirs),
+            "-DAA_TORCH_LIBRARY_DIRS=" + lst(plain.library_dirs),
+            "-DAA_TORCH_LIBRARIES=" + lst(plain.libraries),
+            "-DAA_PYTHON_INCLUDE_DIRS=" + lst(pyinc),
+            "-DAA_PYTHON_EXT_SUFFIX=" + sysconfig.get_config_var("EXT_SUFFIX")]
+    # (set even when empty: a build folder configured before keeps its cache)
+    args += ["-DAA_TORCH_CUDA_INCLUDE_DIRS=" + lst(cuda.include_dirs if cuda else []),
+             "-DAA_TORCH_CUDA_LIBRARY_DIRS=" + lst(cuda.library_dirs if cuda else []),
+             "-DAA_TORCH_CUDA_LIBRARIES=" + lst(cuda.libraries if cuda else [])]
+    return args
 
 
-def _make_ext(torch, cpp, kind, name, sources, defines):
-    ext = kind("adaptalloc." + name, sources)
-    ext.include_dirs = INCLUDES + list(ext.include_dirs)
-    ext.extra_compile_args = _torch_flags(torch, cpp, name) + list(defines)
-    ext.libraries = ["adaptalloc"] + list(ext.libraries)
-    ext.extra_link_args = ["-Wl,-rpath,$ORIGIN"]
-    ext.language = "c++"
-    return ext
+# The torch module's Python extensions (torch/CMakeLists.txt): module name,
+# CMake target; _torch_ext's CUDA flavour falls back to its plain one.
+TORCH_NATIVE = ("_torch_native", "aa_torch_native")
+TORCH_EXT_CUDA = ("_torch_ext", "aa_torch_ext_cuda")
+TORCH_EXT_PLAIN = ("_torch_ext", "aa_torch_ext_plain")
 
 
 class BuildExt(build_ext):
-    """Runs CMake for libadaptalloc first, then builds the extensions
-    against it and copies the libraries next to them."""
-
-    def finalize_options(self):
-        super().finalize_options()
-        if not self.parallel:
-            self.parallel = True  # the extensions build side by side
+    """Runs CMake once for libadaptalloc, the pluggable library and the
+    torch extensions, then builds adaptalloc._C against the library and
+    copies everything CMake built next to it."""
 
     def run(self):
         self._cmake()
@@ -170,8 +179,11 @@ class BuildExt(build_ext):
         args += shlex.split(os.environ.get("ADAPTALLOC_CMAKE_ARGS", ""))
         if os.path.exists(os.path.join(bdir, "CMakeCache.txt")):
             args = ["cmake", bdir]  # configured before: keep its settings
+        # torch's settings each time: torch may have come, gone or changed
+        torch_args = _torch_cmake_args()
         jobs = os.environ.get("ADAPTALLOC_BUILD_JOBS") or str(os.cpu_count() or 2)
-        subprocess.check_call(args, stdout=subprocess.DEVNULL if not self.verbose else None)
+        subprocess.check_call(args + torch_args,
+                              stdout=subprocess.DEVNULL if not self.verbose else None)
         targets = ["adaptalloc"]
         cache = open(os.path.join(bdir, "CMakeCache.txt")).read()
         cuda = "AA_WITH_CUDA:BOOL=ON" in cache
@@ -183,67 +195,71 @@ class BuildExt(build_ext):
         if not os.path.exists(lib):
             raise RuntimeError("adaptalloc: CMake built no %s in %s" % (LIB, bdir))
         self._libs = [lib]
-        plugin = os.path.join(bdir, "torch", "pluggable", PLUGIN)
+        plugin = os.path.join(bdir, "torch", PLUGIN)
         if cuda and os.path.exists(plugin):
             self._libs.append(plugin)
+        if "-DAA_TORCH_EXTENSIONS=ON" in torch_args:
+            self._libs += self._torch_modules(bdir, jobs, cache,
+                                              "-DAA_TORCH_CUDA_INCLUDE_DIRS=" not in torch_args)
         for ext in self.extensions:
             ext.library_dirs = [bdir] + list(ext.library_dirs)
 
-    def _parallel_compile(self, jobs):
-        """Compiles an extension's sources in parallel (the torch headers
-        make each C++ file take tens of seconds)."""
-        orig = self.compiler.compile
+    def _torch_modules(self, bdir, jobs, cache, cuda):
+        """Builds the torch extensions (side by side, each failure reported
+        and left out: the C package stays usable) and returns the paths of
+        those that built."""
+        suffix = sysconfig.get_config_var("EXT_SUFFIX")
 
-        def compile_(sources, *args, **kwargs):
-            if len(sources) <= 1 or jobs <= 1:
-                return orig(sources, *args, **kwargs)
-            with concurrent.futures.ThreadPoolExecutor(min(jobs, len(sources))) as ex:
-                parts = list(ex.map(lambda src: orig([src], *args, **kwargs), sources))
-            return [obj for objs in parts for obj in objs]
+        def out(spec):
+            return os.path.join(bdir, "torch", spec[1], spec[0] + suffix)
 
-        self.compiler.compile = compile_
+        want = [TORCH_NATIVE, TORCH_EXT_CUDA] if cuda else [TORCH_EXT_PLAIN]
+        for spec in want + [TORCH_EXT_PLAIN]:
+            if os.path.exists(out(spec)):
+                os.remove(out(spec))  # no module left from an earlier build
+        keep_going = []
+        if "CMAKE_GENERATOR:INTERNAL=Ninja" in cache:
+            keep_going = ["--", "-k", "0"]
+        elif "CMAKE_GENERATOR:INTERNAL=Unix Makefiles" in cache:
+            keep_going = ["--", "-k"]
+
+        def build(specs):
+            subprocess.call(["cmake", "--build", bdir, "-j", jobs, "--target"] +
+                            [t for _, t in specs] + keep_going)
+            return [s for s in specs if os.path.exists(out(s))]
+
+        built = build(want)
+        if cuda and TORCH_EXT_CUDA not in built:
+            print("adaptalloc: WARNING: adaptalloc._torch_ext did not build with CUDA's "
+                  "headers (the compiler's messages are above); building it without them "
+                  "(pinned_empty then takes the current stream from Python)", file=sys.stderr)
+            built += build([TORCH_EXT_PLAIN])
+        names = {name for name, _ in built}
+        for name in ("_torch_native", "_torch_ext"):
+            if name in names or (name == "_torch_native" and not cuda):
+                continue
+            # install(native=True) then warns and uses the pluggable fallback
+            print("adaptalloc: WARNING: adaptalloc.%s did not build (the compiler's "
+                  "messages are above); adaptalloc.torch works without it (the pluggable "
+                  "allocator, tensors made in Python)" % name, file=sys.stderr)
+        return [out(s) for s in built]
 
     def build_extensions(self):
-        self._parallel_compile(int(os.environ.get("ADAPTALLOC_BUILD_JOBS") or
-                                   os.cpu_count() or 2))
         # The package directory in build_lib (or the source tree for --inplace).
         pkgdir = os.path.dirname(self.get_ext_fullpath("adaptalloc._C"))
         os.makedirs(pkgdir, exist_ok=True)
         for lib in self._libs:
             # copyfile, not copy2: the real file under its soname.
             shutil.copyfile(os.path.realpath(lib), os.path.join(pkgdir, os.path.basename(lib)))
+        # A torch module an earlier build left in the package (build_lib is
+        # kept between builds) goes when this build has none: torch gone,
+        # ADAPTALLOC_NO_TORCH=1, or it failed to build this time.
+        built = {os.path.basename(lib) for lib in self._libs}
+        for name in (TORCH_NATIVE[0], TORCH_EXT_PLAIN[0]):
+            stale = os.path.join(pkgdir, name + sysconfig.get_config_var("EXT_SUFFIX"))
+            if os.path.basename(stale) not in built and os.path.exists(stale):
+                os.remove(stale)
         super().build_extensions()
-
-    def build_extension(self, ext):
-        if ext.name in ("adaptalloc._torch_native", "adaptalloc._torch_ext"):
-            try:
-                super().build_extension(ext)
-                return
-            except Exception as e:
-                err = e
-            plain = getattr(ext, "aa_fallback", None)
-            if plain is not None:
-                print("adaptalloc: WARNING: %s did not build with CUDA's headers (%s); "
-                      "building it without them (pinned_empty then takes the current "
-                      "stream from Python)" % (ext.name, err), file=sys.stderr)
-                # the same Extension object (setuptools keeps its own state
-                # on it), with the plain build's settings
-                for f in ("include_dirs", "libraries", "extra_compile_args",
-                          "extra_link_args", "define_macros"):
-                    setattr(ext, f, list(getattr(plain, f)))
-                ext.library_dirs = [self._libdir] + list(plain.library_dirs)
-                try:
-                    super().build_extension(ext)
-                    return
-                except Exception as e:
-                    err = e
-            # The C package stays usable: install(native=True) then warns
-            # and uses the pluggable fallback.
-            print("adaptalloc: WARNING: %s did not build (%s); adaptalloc.torch works "
-                  "without it (the pluggable allocator, tensors made in Python)"
-                  % (ext.name, err), file=sys.stderr)
-            return
-        super().build_extension(ext)
 
 
 class BuildPy(build_py):
@@ -263,7 +279,6 @@ if sysconfig.get_config_var("Py_DEBUG"):
 exts = [Extension("adaptalloc._C", ["python/src/_C.c"], include_dirs=INCLUDES,
                   libraries=["adaptalloc"], extra_compile_args=cflags,
                   extra_link_args=["-Wl,-rpath,$ORIGIN"])]
-exts += _torch_extensions()
 
 setup(
     package_dir={"": "python"},

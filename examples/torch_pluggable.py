@@ -43,7 +43,7 @@ def lib_path():
     if env:
         return env
     for b in ("build-device", "build", "build-cuda"):
-        p = os.path.join(_ROOT, b, "torch", "pluggable", "libadaptalloc_torch.so")
+        p = os.path.join(_ROOT, b, "torch", "libadaptalloc_torch.so")
         if os.path.exists(p):
             return p
     raise FileNotFoundError("libadaptalloc_torch.so not found: set AA_TORCH_LIB")
@@ -97,7 +97,9 @@ def install(hooks=True, record_stream=True):
 
 
 def stat(name, device=0):
-    """One counter of the device pool: in_use, reserved, peak_reserved, ..."""
+    """One figure of the device's pools by name: a torch.cuda.memory_stats()
+    key ("allocated_bytes.all.current", ...) or a short name (in_use,
+    reserved, peak_reserved, ...; adaptalloc/torch_plugin.h); 0 when unknown."""
     return int(lib().aa_torch_stat(device, name.encode()))
 
 

@@ -104,7 +104,7 @@ struct aa_runtime {
 
   atomic_int ready;
   /* set under lock; read without it by aa_runtime_started, which every
-   * pinned tensor's free asks (python/src/torch_ext.cpp) */
+   * pinned tensor's free asks (torch/ext/torch_ext.cpp) */
   atomic_bool shut_down;
   bool quiet;
   bool trace;

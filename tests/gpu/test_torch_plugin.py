@@ -167,7 +167,15 @@ def _stats_json_run():
     st = tp.stats_json()
     print(json.dumps({"torch_raised": raised, "have_stats": st is not None,
                       "keys": sorted(st.keys())[:40] if st else [],
-                      "in_use": tp.stat("in_use")}))
+                      "in_use": tp.stat("in_use"),
+                      # memory_stats keys, through the mapping the native
+                      # allocator uses too (torch/src/stats_map.c)
+                      "figures": {k: tp.stat(k) for k in (
+                          "allocated_bytes.all.current", "allocation.all.current",
+                          "allocation.large_pool.current", "reserved_bytes.all.current",
+                          "requested_bytes.all.current")},
+                      "reserved": tp.stat("reserved"),
+                      "unknown": tp.stat("allocated_bytes.every.current")}))
     del x
 
 
@@ -272,6 +280,12 @@ def test_stats_json():
     assert rc == 0, log
     assert info["have_stats"], info
     assert info["in_use"] >= (4 << 20), info
+    fig = info["figures"]
+    assert fig["allocated_bytes.all.current"] == info["in_use"], info
+    assert fig["reserved_bytes.all.current"] == info["reserved"], info
+    assert fig["allocation.all.current"] >= 1 and fig["allocation.large_pool.current"] >= 1, info
+    assert fig["requested_bytes.all.current"] >= (4 << 20), info
+    assert info["unknown"] == 0, info
     return f"torch.cuda.memory_stats raised={info['torch_raised']}; ours has {len(info['keys'])} keys"
 
 

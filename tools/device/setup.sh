@@ -39,7 +39,7 @@ cmake -S "$root" -B "$build" -G "$gen" \
 cmake --build "$build" -j "$jobs" -- $keep || echo "setup: some targets failed to build (see above)"
 
 cat > "$build/env.sh" <<ENV
-export LD_LIBRARY_PATH="$libdir:$build:$build/torch/pluggable\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
-export AA_TORCH_LIB="$build/torch/pluggable/libadaptalloc_torch.so"
+export LD_LIBRARY_PATH="$libdir:$build:$build/torch\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+export AA_TORCH_LIB="$build/torch/libadaptalloc_torch.so"
 ENV
 echo "setup: built in $build; source $build/env.sh"

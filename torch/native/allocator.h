@@ -1,7 +1,10 @@
-// allocator.h — private to torch/native: the adaptalloc implementation of
-// PyTorch's c10::cuda::CUDACachingAllocator::CUDAAllocator, and what the
-// Python module (module.cpp) calls. The design and what is unsupported are in
-// docs/torch.md ("The native allocator").
+// allocator.h — private to torch/native: what the Python module (module.cpp)
+// calls of the native allocator, the adaptalloc implementation of PyTorch's
+// c10::cuda::CUDACachingAllocator::CUDAAllocator. Defined in allocator.cpp
+// (install, is_installed, set_limit), stats.cpp (stats_json),
+// graph_pools.cpp (private_pool_count) and regions.cpp (set_region,
+// current_region). The design and what is unsupported are in docs/torch.md
+// ("The native allocator").
 #pragma once
 
 #include <cstddef>

@@ -9,6 +9,9 @@
  *   aa_torch_memory_fraction            set_memory_fraction_fn void(double,int)
  *   aa_torch_record_stream              set_record_stream_fn   void(void*,stream)
  *   aa_torch_set_limit, aa_torch_stat, aa_torch_stats_json   for ctypes users
+ *     (aa_torch_stat: a torch.cuda.memory_stats() figure by its key, or a
+ *     short name, through the mapping the native allocator uses too,
+ *     torch/src/stats_map.c)
  *   aa_torch_set_region, aa_torch_region   the calling thread's region (ctypes)
  *
  * Pools are the runtime's (aa_runtime_pool(AA_BACKEND_DEVICE, device)), which
@@ -38,6 +41,7 @@
 #include "adaptalloc/core.h"
 #include "adaptalloc/torch_plugin.h"
 #include "adaptalloc/runtime.h"
+#include "stats_map.h"
 
 #define AA_TORCH_MAX_DEVICES 64
 
@@ -212,55 +216,36 @@ int aa_torch_set_limit(int device, size_t bytes) {
   return AA_OK;
 }
 
+/* Figures by name through the one mapping (torch/src/stats_map.c), over the
+ * device's pools: its own and its regions', as torch.cuda.memory_stats()
+ * shows them under the native allocator. */
+uint64_t aa_torch_stat(int device, const char *name) {
+  aa__torch_sums t;
+  aa__torch_stats s;
+  aa_pool *p = pool_if_made(device);
+  int64_t v = 0;
+  int i;
+  if (!p || !name)
+    return 0;
+  memset(&t, 0, sizeof t);
+  if (aa__torch_sums_add_pool(&t, p) != AA_OK)
+    return 0;
+  for (i = 0; i < AA_RUNTIME_MAX_REGIONS; i++) {
+    aa_pool *r = atomic_load_explicit(&g_region_pools[device][i], memory_order_acquire);
+    if (r && aa__torch_sums_add_pool(&t, r) != AA_OK)
+      return 0;
+  }
+  aa__torch_stats_map(&t, NULL, &s);
+  if (aa__torch_stat_named(&s, &t, name, &v) != AA_OK)
+    return 0;
+  return (uint64_t)v;
+}
+
 static aa_pool_stats g_stats_buf; /* ~20 KiB: static, guarded by g_stats_mu */
 static pthread_mutex_t g_stats_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void stats_lock(void) { pthread_mutex_lock(&g_stats_mu); }
 static void stats_unlock(void) { pthread_mutex_unlock(&g_stats_mu); }
-
-uint64_t aa_torch_stat(int device, const char *name) {
-  aa_pool *p = pool_if_made(device);
-  aa_pool_stats *s = &g_stats_buf;
-  uint64_t v = 0;
-  if (!p || !name)
-    return 0;
-  stats_lock();
-  /* counters only: no request sizes (histogram, heavy-hitter merge) */
-  if (aa_pool_stats_get_opts(p, s, AA_STATS_NO_SIZES) == AA_OK) {
-    if (!strcmp(name, "in_use"))
-      v = s->bytes_in_use;
-    else if (!strcmp(name, "reserved"))
-      v = s->bytes_reserved;
-    else if (!strcmp(name, "peak_in_use"))
-      v = s->peak_bytes_in_use;
-    else if (!strcmp(name, "peak_reserved"))
-      v = s->peak_bytes_reserved;
-    else if (!strcmp(name, "requested"))
-      v = s->bytes_requested;
-    else if (!strcmp(name, "allocs"))
-      v = s->allocs;
-    else if (!strcmp(name, "frees"))
-      v = s->frees;
-    else if (!strcmp(name, "ooms"))
-      v = s->ooms;
-    else if (!strcmp(name, "oom_retries"))
-      v = s->oom_retries;
-    else if (!strcmp(name, "pending"))
-      v = s->pending_blocks;
-    else if (!strcmp(name, "backend_allocs"))
-      v = s->backend_allocs;
-    else if (!strcmp(name, "backend_frees"))
-      v = s->backend_frees;
-    else if (!strcmp(name, "limit"))
-      v = s->limit_bytes;
-    else if (!strcmp(name, "classes"))
-      v = s->class_count;
-    else if (!strcmp(name, "invalid_frees"))
-      v = s->invalid_frees;
-  }
-  stats_unlock();
-  return v;
-}
 
 size_t aa_torch_stats_json(int device, char *buf, size_t cap) {
   aa_pool *p = pool_if_made(device);

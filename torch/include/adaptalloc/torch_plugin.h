@@ -1,9 +1,9 @@
 /*
  * adaptalloc/torch_plugin.h — the C entry points of libadaptalloc_torch.so,
  * the CUDAPluggableAllocator fallback of the PyTorch integration (built from
- * torch/pluggable/ when CUDA is on). The native allocator (torch/native/) is
- * the default path; this one serves a torch the native layer cannot build
- * against.
+ * torch/pluggable/ by torch/CMakeLists.txt when CUDA is on). The native
+ * allocator (torch/native/) is the default path; this one serves a torch the
+ * native layer cannot build against.
  */
 #ifndef ADAPTALLOC_TORCH_PLUGIN_H
 #define ADAPTALLOC_TORCH_PLUGIN_H
@@ -42,10 +42,14 @@ AA_EXTERN void aa_torch_record_stream(void *ptr, aa_stream stream);
 /* Helpers for Python (ctypes) tests and benchmarks: */
 /* Caps device `device`'s pool at `bytes` reserved (0 = no cap). */
 AA_EXTERN int aa_torch_set_limit(int device, size_t bytes);
-/* One counter of the device pool's stats by name: "in_use", "reserved",
- * "peak_in_use", "peak_reserved", "requested", "allocs", "frees", "ooms",
- * "oom_retries", "pending", "backend_allocs", "backend_frees", "limit",
- * "classes", "invalid_frees". 0 when unknown or no pool. */
+/* One figure of the device's pools (its own and its regions') by name: a
+ * torch.cuda.memory_stats() key ("allocated_bytes.all.current",
+ * "segment.large_pool.peak", "num_ooms", ...; the figures the native
+ * allocator shows, from the same mapping), or a short name: "in_use",
+ * "reserved", "peak_in_use", "peak_reserved", "requested", "allocs", "frees",
+ * "ooms", "oom_retries", "backend_allocs", "backend_frees" (each the
+ * memory_stats figure of that meaning), "pending", "limit", "classes",
+ * "invalid_frees". 0 when unknown or no pool. */
 AA_EXTERN uint64_t aa_torch_stat(int device, const char *name);
 /* The device pool's stats as JSON (aa_pool_stats_json); returns the length
  * needed, 0 when there is no pool. */
