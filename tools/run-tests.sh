@@ -11,8 +11,12 @@ cd "$(dirname "$0")/.."
 build=${AA_BUILD_DIR:-build-test}
 bash tools/install-deps.sh
 # The browser test's one npm dependency (playwright-core; it drives Debian's
-# chromium). Without node or the registry the browser test skips.
-if command -v npm >/dev/null && [ ! -d tests/browser/node_modules ]; then
+# chromium). Without node or the registry the browser test skips. Installed
+# again when package-lock.json changed since (npm ci's own copy of it in
+# node_modules is older or missing): a dependency added there would
+# otherwise be missing from a checkout that ran the tests before.
+lock=tests/browser/package-lock.json
+if command -v npm >/dev/null && [ "$lock" -nt tests/browser/node_modules/.package-lock.json ]; then
   npm ci --prefix tests/browser --no-audit --no-fund --loglevel=error || true
 fi
 cuda=()
