@@ -332,13 +332,16 @@ static void verify_changes(aa_adapt_loop *l, loop_pool *lp, size_t n, size_t nd)
   }
 }
 
-/* Enters a table change or a trim in the pool's audit; its reserved bytes
- * now are the "before" of the measurement (a trim has not yet been applied
- * to lp->cur, taken at the step's start). */
+/* Enters a table change or a trim that gave memory back in the pool's
+ * audit; its reserved bytes now are the "before" of the measurement (a trim
+ * has not yet been applied to lp->cur, taken at the step's start). A trim
+ * that gave nothing back (a pool held near its limit asks for one every
+ * trim_cooldown steps) is not entered: the ring would soon hold only those
+ * and lose the table changes it exists for. */
 static void audit_note(loop_pool *lp, const aa_adapt_decision *d) {
   aa_adapt_audit *a;
   size_t slot;
-  if (!table_change(d) && d->kind != AA_ADAPT_TRIM)
+  if (d->kind == AA_ADAPT_TRIM ? d->result == AA_OK && d->released == 0 : !table_change(d))
     return;
   if (lp->audit_n < AA_ADAPT_AUDIT_MAX) {
     slot = (lp->audit_at + lp->audit_n++) % AA_ADAPT_AUDIT_MAX;

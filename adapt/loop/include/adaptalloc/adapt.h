@@ -244,7 +244,7 @@ AA_EXTERN void aa_adapt_loop_counters(aa_adapt_loop *loop,
                                       aa_adapt_counters *out);
 
 /* The audit of a pool's recent class-table changes, applied or rejected,
- * and trims, oldest first: what the replay predicted (table changes) and,
+ * and trims that gave memory back, oldest first: what the replay predicted (table changes) and,
  * AA_ADAPT_MEASURE_STEPS steps after an applied one, what the pool measured
  * (its reserved bytes at the decision and then); for a trim the bytes it
  * gave back. Grows are not listed. */
