@@ -220,23 +220,29 @@ int aa_torch_set_limit(int device, size_t bytes) {
  * device's pools: its own and its regions', as torch.cuda.memory_stats()
  * shows them under the native allocator. */
 uint64_t aa_torch_stat(int device, const char *name) {
-  aa__torch_sums t;
+  aa__torch_sums own, t;
   aa__torch_stats s;
   aa_pool *p = pool_if_made(device);
   int64_t v = 0;
   int i;
   if (!p || !name)
     return 0;
-  memset(&t, 0, sizeof t);
-  if (aa__torch_sums_add_pool(&t, p) != AA_OK)
+  memset(&own, 0, sizeof own);
+  if (aa__torch_sums_add_pool(&own, p) != AA_OK)
     return 0;
+  /* memory_stats' figures: the device pool and its regions' pools, as the
+   * native allocator counts them (a region whose snapshot fails is left
+   * out); the names PyTorch has no figure for (limit, classes, pending,
+   * invalid_frees) stay the device pool's own, as aa_torch_set_limit sets
+   * that pool's limit */
+  t = own;
   for (i = 0; i < AA_RUNTIME_MAX_REGIONS; i++) {
     aa_pool *r = atomic_load_explicit(&g_region_pools[device][i], memory_order_acquire);
-    if (r && aa__torch_sums_add_pool(&t, r) != AA_OK)
-      return 0;
+    if (r)
+      (void)aa__torch_sums_add_pool(&t, r);
   }
   aa__torch_stats_map(&t, NULL, &s);
-  if (aa__torch_stat_named(&s, &t, name, &v) != AA_OK)
+  if (aa__torch_stat_named(&s, &own, name, &v) != AA_OK)
     return 0;
   return (uint64_t)v;
 }

@@ -101,7 +101,9 @@ void aa__torch_stats_map(const aa__torch_sums *t, const aa__torch_base *b,
  * "peak_reserved", "requested", "allocs", "frees", "ooms", "oom_retries",
  * "backend_allocs", "backend_frees" — each the memory_stats figure it names —
  * and "pending", "limit", "classes", "invalid_frees", which PyTorch has no
- * figure for). AA_EINVAL with *out 0 for a name it does not know. */
+ * figure for, read from `t`: the caller passes the sums it means for those,
+ * aa_torch_stat the device pool's own). AA_EINVAL with *out 0 for a name it
+ * does not know. */
 int aa__torch_stat_named(const aa__torch_stats *s, const aa__torch_sums *t, const char *name,
                          int64_t *out);
 

@@ -48,8 +48,9 @@ AA_EXTERN int aa_torch_set_limit(int device, size_t bytes);
  * allocator shows, from the same mapping), or a short name: "in_use",
  * "reserved", "peak_in_use", "peak_reserved", "requested", "allocs", "frees",
  * "ooms", "oom_retries", "backend_allocs", "backend_frees" (each the
- * memory_stats figure of that meaning), "pending", "limit", "classes",
- * "invalid_frees". 0 when unknown or no pool. */
+ * memory_stats figure of that meaning), and "pending", "limit" (what
+ * aa_torch_set_limit set), "classes", "invalid_frees", which are the device
+ * pool's own. 0 when unknown or no pool. */
 AA_EXTERN uint64_t aa_torch_stat(int device, const char *name);
 /* The device pool's stats as JSON (aa_pool_stats_json); returns the length
  * needed, 0 when there is no pool. */
