@@ -98,7 +98,7 @@ def test_no_prefetch_and_advice_as_the_driver_reports_it():
     # range, which nothing has prefetched yet (a reused block keeps the
     # driver's record of its last prefetch, as the first test's did on the
     # H100: last_prefetch_location 0 for prefetch=False); should the pool have
-    # placed it in memory it held (no growth), only the advice is checked
+    # placed it in memory it held (no growth) the test says so and skips
     before = _pool("managed%d" % DEV)
     held = before["bytes_reserved"] if before else 0
     x = at.managed_empty(48 * MIB, torch.uint8, device="cuda:%d" % DEV, prefetch=False,
@@ -106,14 +106,16 @@ def test_no_prefetch_and_advice_as_the_driver_reports_it():
                                  "accessed_by": "device"})
     fresh = _pool("managed%d" % DEV)["bytes_reserved"] >= held + 48 * MIB
     info = at.managed_range_info(x)
-    if fresh:
-        assert info["last_prefetch_location"] is None
     assert info["preferred_location"] == HOST
     assert info["read_mostly"] is True
     assert DEV in info["accessed_by"]
     x.zero_()
     torch.cuda.synchronize()
     assert x.sum().item() == 0
+    if not fresh:
+        pytest.skip("advice checked; the managed pool served 48 MiB from memory it held, "
+                    "whose last prefetch location is an earlier block's (run the file alone)")
+    assert info["last_prefetch_location"] is None
 
 
 def test_bad_arguments_are_named():
