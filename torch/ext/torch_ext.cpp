@@ -47,6 +47,7 @@
 #define AA_TORCH_EXT_CUDA 0 // setup.py defines it to 1 when it builds with CUDA
 #endif
 #if AA_TORCH_EXT_CUDA
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 // at::setHostAllocator (torch >= 2.9): the CUDA host allocator can be put
@@ -208,7 +209,9 @@ public:
       return next_->record_event(ptr, ctx, stream);
     if (rc != AA_OK) {
       // Cannot remember the use (no memory): wait for the copy instead, so
-      // that the block is safe whenever it dies.
+      // that the block is safe whenever it dies (on the stream's own device:
+      // a default stream is NULL to CUDA, the current device's)
+      c10::cuda::CUDAGuard guard(stream.device_index());
       (void)cudaStreamSynchronize(cs);
     }
     return true;
