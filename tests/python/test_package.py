@@ -652,6 +652,64 @@ def test_pinned_empty_makes_one_call_into_the_cpp_helper(run_py, tmp_path):
     assert d["err"] and "stream must be a torch.cuda.Stream" in d["err"]
 
 
+STANDIN_TORCH_DEVICES = '''
+"""A stand-in for torch with devices and streams, what pack's and
+Prefetcher's argument checks read."""
+__version__ = "0.0-standin"
+class device:
+    def __init__(self, spec, index=None):
+        if isinstance(spec, device):
+            spec, index = spec.type, spec.index
+        elif ":" in spec:
+            spec, index = spec.split(":")[0], int(spec.split(":")[1])
+        self.type, self.index = spec, index
+    def __eq__(self, other):
+        return isinstance(other, device) and (self.type, self.index) == (other.type, other.index)
+    def __repr__(self):
+        return "%s:%s" % (self.type, self.index)
+class Tensor:
+    pass
+class cuda:
+    class Stream:
+        def __init__(self, handle, index):
+            self.cuda_stream = handle
+            self.device = device("cuda", index)
+    @staticmethod
+    def current_device():
+        return 0
+'''
+
+
+def test_pack_and_prefetcher_refuse_another_devices_stream(run_py, tmp_path):
+    """pack and Prefetcher copy with the target device current: a stream of
+    another device (its default stream is 0 to CUDA, like every device's)
+    would put the copy in the wrong queue. Both refuse it, naming the two
+    devices, before anything is packed or allocated."""
+    (tmp_path / "standin").mkdir()
+    (tmp_path / "standin" / "torch.py").write_text(STANDIN_TORCH_DEVICES)
+    r = run_py("""
+        import json, sys
+        sys.path.insert(0, "standin")
+        import torch
+        import adaptalloc.torch as aat
+        errs = []
+        try:
+            aat.pack([], device="cuda:0", stream=torch.cuda.Stream(0, 1))
+        except ValueError as e:
+            errs.append(str(e))
+        try:
+            iter(aat.Prefetcher([], device="cuda:1", stream=torch.cuda.Stream(0, 0))).__next__()
+        except ValueError as e:
+            errs.append(str(e))
+        print(json.dumps(errs))
+    """)
+    assert r.rc == 0, r.err
+    errs = r.json()
+    assert errs == ["adaptalloc.torch.pack: stream is on cuda:1, not on the target cuda:0",
+                    "adaptalloc.torch.Prefetcher: stream is on cuda:0, not on the target "
+                    "cuda:1"], errs
+
+
 def test_serve_pinned_checks_and_routes(run_py, tmp_path):
     """serve_pinned takes a bool, says why it cannot serve without the C++
     helper (switching off is then a no-op), and hands the setting to the

@@ -42,6 +42,11 @@ def _pack(torch, tensors, device, stream, wait):
         device = torch.device("cuda", torch.cuda.current_device())
     if stream is not None and not isinstance(stream, torch.cuda.Stream):
         raise TypeError("adaptalloc.torch.pack: stream must be a torch.cuda.Stream or None")
+    if stream is not None and stream.device != device:
+        # the copy runs on `device`'s current device: another device's
+        # stream (its default stream above all, 0 to CUDA) would be the wrong queue
+        raise ValueError("adaptalloc.torch.pack: stream is on %s, not on the target %s"
+                         % (stream.device, device))
     if _pkg._ext is not None:
         with torch.cuda.device(device):
             current = torch.cuda.current_stream(device)

@@ -237,6 +237,11 @@ class Prefetcher:
         dev = self.device
         if dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
+        if self.stream is not None and self.stream.device != dev:
+            # the copies run with `dev` current: another device's stream (its
+            # default stream above all, 0 to CUDA) would be the wrong queue
+            raise ValueError("adaptalloc.torch.Prefetcher: stream is on %s, not on the target %s"
+                             % (self.stream.device, dev))
         side = self.stream or torch.cuda.Stream(dev)
         if self.background:
             yield from self._background(torch, dev, side)
