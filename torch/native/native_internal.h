@@ -256,7 +256,8 @@ public:
   c10::DeleterFnPtr raw_deleter() const override;
   // inline, as when they were defined in the class: only alloc.cpp calls
   // them, and the compiler weighs them for inlining into allocate() and
-  // deleter() as before the split
+  // deleter() as before the split. Defined in alloc.cpp alone: a call from
+  // any other file does not link (move the definition here first)
   inline Ctx *alloc_ctx(int device, size_t n, cudaStream_t stream);
   static inline Ctx *make_ctx(const Dev &d, const Ctx &v);
   inline void free_ctx(Ctx *c);
