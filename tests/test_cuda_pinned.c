@@ -249,6 +249,56 @@ static void pack_round_trip(aa_pool *pool) {
   free(src);
 }
 
+/* A device's default stream as its own handle (aa_stream_default): the
+ * packer's copy and event, a wait on it and a staging buffer's event go to
+ * device 0's legacy stream (an undecoded handle is an invalid stream to CUDA:
+ * every call below would fail); a handle of a device that is not there is
+ * refused; the caller's current device is kept throughout. */
+static void test_cuda_pinned_default_stream_handle(void **state) {
+  fixture *f = *state;
+  aa_stream d0 = aa_stream_default(0);
+  unsigned char src[4096], back[4096];
+  aa_packer *pk = NULL;
+  void *dev = NULL, *a;
+  size_t off = 0;
+  int cur = -1, n = 0;
+  NEED_GPU();
+  assert_int_equal(cudaSetDevice(0), cudaSuccess);
+  for (int i = 0; i < 4096; i++)
+    src[i] = (unsigned char)(i * 13 + 5);
+  assert_int_equal(cudaMalloc(&dev, 4096), cudaSuccess);
+  assert_int_equal(aa_packer_new(f->pool, 1 << 16, &pk), AA_OK);
+  assert_int_equal(aa_packer_add(pk, src, sizeof src, &off), AA_OK);
+  assert_int_equal(aa_packer_flush(pk, dev, d0), AA_OK);
+  assert_int_equal(aa_packer_wait(pk, d0), AA_OK);
+  assert_int_equal(cudaStreamSynchronize(NULL), cudaSuccess);
+  assert_int_equal(cudaMemcpy(back, (char *)dev + off, sizeof back, cudaMemcpyDeviceToHost),
+                   cudaSuccess);
+  assert_memory_equal(back, src, sizeof src);
+  /* a staging buffer read by a copy on device 0's default stream: put back
+   * with an event on that stream, handed out again once it completed */
+  a = aa_staging_get(f->pool, 4096);
+  assert_non_null(a);
+  memcpy(a, src, sizeof src);
+  assert_int_equal(cudaMemcpyAsync(dev, a, 4096, cudaMemcpyHostToDevice, NULL), cudaSuccess);
+  assert_int_equal(aa_staging_put(f->pool, a, 4096, d0), AA_OK);
+  assert_int_equal(cudaStreamSynchronize(NULL), cudaSuccess);
+  a = aa_staging_get(f->pool, 4096);
+  assert_non_null(a);
+  assert_int_equal(aa_staging_put(f->pool, a, 4096, AA_STREAM_HOST), AA_OK);
+  /* a device that is not there: refused, nothing queued, device kept */
+  assert_int_equal(cudaGetDeviceCount(&n), cudaSuccess);
+  if (n < AA_STREAM_DEFAULT_DEVICES) {
+    assert_int_equal(aa_packer_add(pk, src, 16, &off), AA_OK);
+    assert_int_not_equal(aa_packer_flush(pk, dev, aa_stream_default(n)), AA_OK);
+  }
+  assert_int_equal(cudaGetDevice(&cur), cudaSuccess);
+  assert_int_equal(cur, 0);
+  assert_int_equal(aa_packer_sync(pk), AA_OK);
+  aa_packer_destroy(pk);
+  assert_int_equal(cudaFree(dev), cudaSuccess);
+}
+
 static void test_cuda_pinned_packer_round_trip_pool(void **state) {
   fixture *f = *state;
   NEED_GPU();
@@ -348,6 +398,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_pinned_packer_round_trip_hostalloc),
       cmocka_unit_test(test_cuda_pinned_packer_add_many),
       cmocka_unit_test(test_cuda_pinned_packer_rejects_device_pool),
+      cmocka_unit_test(test_cuda_pinned_default_stream_handle),
   };
   return cmocka_run_group_tests(tests, setup_pool, teardown_pool);
 }
