@@ -584,6 +584,65 @@ static void check_stream_wait(aa_large_mode mode, aa_stream req, uint64_t want_w
   limited_done(p, b); /* every event released */
 }
 
+/* The GPU test's side-stream pipeline (tests/gpu/test_torch_native.py,
+ * adaptalloc-bench streams sidepipe --after): a pool first serves 250 MiB of
+ * assorted blocks, keeps every seventh and releases the rest (what earlier
+ * work leaves), then each step takes an input and two transformed copies on
+ * SA, hands the copies to SB (record_stream), takes a 16 MiB buffer on SB
+ * and frees all four; six sizes cycle. The pattern repeats, so after its
+ * first cycle the pool must take no more memory. It took more, cycle after
+ * cycle, while the chunks each stream's frees left stayed in pieces until
+ * the pool was about to grow (the bench's replica of this: 158, 158, 168,
+ * 196, 196, 234 MiB); with the events free chunks hold asked before each
+ * request and their pieces merged (large.c process_events), 150 MiB from
+ * the first cycle. */
+static void test_core_stream_repeating_pattern_steady(void **state) {
+  static const size_t shape[6] = {9633792, 9830400, 7372800, 9437184, 6291456, 9633792};
+  aa_backend *b = NULL;
+  aa_pool *p = settle_pool(&b, AA_LARGE_EXPANDABLE);
+  void *v[64], *kept[16];
+  size_t sz[64], nk = 0, n = 0, sum = 0;
+  uint32_t x = 12345;
+  uint64_t after[8];
+  (void)state;
+  while (sum < 250 * MIB && n < 64) {
+    x = x * 1103515245u + 12345u;
+    sz[n] = ((size_t)(x >> 8) % (24 * MIB)) + (32u << 10);
+    v[n] = aa_alloc(p, sz[n], SB);
+    assert_non_null(v[n]);
+    sum += sz[n++];
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (i % 7 == 3)
+      kept[nk++] = v[i];
+    else
+      assert_int_equal(aa_free(p, v[i], sz[i], SB), AA_OK);
+  }
+  (void)aa_pool_release(p);
+  for (int c = 0; c < 8; c++) {
+    for (int k = 0; k < 6; k++) {
+      void *raw = aa_alloc(p, shape[k], SA);
+      void *xa = aa_alloc(p, shape[k] * 4, SA);
+      void *ya = aa_alloc(p, shape[k] * 4, SA);
+      assert_true(raw && xa && ya);
+      assert_int_equal(aa_free(p, raw, shape[k], SA), AA_OK);
+      assert_int_equal(aa_record_stream(p, xa, SB), AA_OK);
+      assert_int_equal(aa_record_stream(p, ya, SB), AA_OK);
+      void *w = aa_alloc(p, 16 * MIB, SB);
+      assert_non_null(w);
+      assert_int_equal(aa_free(p, xa, 0, SA), AA_OK);
+      assert_int_equal(aa_free(p, ya, 0, SA), AA_OK);
+      assert_int_equal(aa_free(p, w, 0, SB), AA_OK);
+    }
+    after[c] = reserved_of(p, NULL);
+  }
+  for (int c = 1; c < 8; c++)
+    assert_true(after[c] <= after[0]);
+  for (size_t i = 0; i < nk; i++)
+    assert_int_equal(aa_free(p, kept[i], 0, SB), AA_OK);
+  limited_done(p, b);
+}
+
 /* No single free chunk fits, but a run of free neighbours does, one of
  * them still waiting for record_stream'd SB (such a block cannot merge):
  * the requesting stream is ordered after SB, the run merges and serves the
@@ -961,6 +1020,7 @@ int main(void) {
       cmocka_unit_test(test_core_stream_wait_rest_ordered),
       cmocka_unit_test(test_core_stream_wait_freed_elsewhere),
       cmocka_unit_test(test_core_stream_wait_stress),
+      cmocka_unit_test(test_core_stream_repeating_pattern_steady),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -540,6 +540,9 @@ struct aa_pool {
                            * everywhere on the way to growing (large.c settle) */
   uint64_t large_stream_waits; /* pending free chunks reused by a stream_wait (large.c) */
   bool stream_wait;            /* large_stream_wait on and the backend has stream_wait */
+  bool large_merge_due;        /* free chunks were made usable everywhere without merging
+                                * (aa__lg_usable in a bin walk): large.c process_events
+                                * merges them at the next request */
 
   aa__pagemap map;
   _Atomic uint8_t size2cls[]; /* ntable entries, index (size-1)>>9 */

@@ -423,10 +423,12 @@ def test_side_stream_reuse_data_and_peak():
     expandable segments hold for it (1.47x its allocated bytes on the H200,
     the zoo's sidepipe: BENCHMARKS.md section 11). The earlier tests' live
     tensors keep some pages mapped after empty_cache: the figures are
-    counted from there. Fails on the H100 as of 2026-12-05 (an open gap of
-    the large path, BENCHMARKS.md section 11, "Open: the GPU side-stream
-    test fails"; host reproduction: adaptalloc-bench streams sidepipe
-    --after 250)."""
+    counted from there. Failed on the H100 at 9685629 (BENCHMARKS.md
+    section 11, "Open: the GPU side-stream test fails"); its cause, free
+    pieces left apart until the pool grew, is fixed since on the host
+    (large.c process_events: adaptalloc-bench streams sidepipe --after 250
+    steady at 150 MiB; test_core_stream_repeating_pattern_steady), not yet
+    re-run on a GPU."""
     shapes = [(64, 3, 224, 224), (32, 3, 320, 320), (96, 3, 160, 160), (48, 3, 256, 256),
               (128, 3, 128, 128), (16, 3, 448, 448)]
     g = torch.Generator().manual_seed(3)
