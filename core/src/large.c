@@ -241,6 +241,25 @@ static bool xev_done(aa_pool *pool, aa__chunk *c) {
   return true;
 }
 
+/* Free chunk c's work on its freeing stream has completed: usable on every
+ * stream; its free neighbours merge with it at the next request
+ * (process_events). */
+static void usable_everywhere(aa_pool *pool, aa__chunk *c) {
+  c->any = 1;
+  pool->large_merge_due = true;
+}
+
+/* Whether the event free chunk c holds on its freeing stream (ev) has
+ * completed; then it is released and c is usable everywhere. */
+static bool ev_done(aa_pool *pool, aa__chunk *c) {
+  uint32_t one = 1;
+  if (!aa__events_done(pool, &c->ev, &one))
+    return false;
+  c->ev = NULL;
+  usable_everywhere(pool, c);
+  return true;
+}
+
 bool aa__lg_usable(aa_pool *pool, aa__chunk *c, aa_stream stream) {
   aa_backend *b = pool->backend;
   if (!xev_done(pool, c))
@@ -248,22 +267,14 @@ bool aa__lg_usable(aa_pool *pool, aa__chunk *c, aa_stream stream) {
   if (c->any || c->stream == stream)
     return true;
   if (c->ev == NULL && aa__stream_idle(pool, c->stream)) {
-    c->any = 1; /* freed before the query: its work has completed */
-    pool->large_merge_due = true;
+    usable_everywhere(pool, c); /* freed before the query: its work has completed */
     return true;
   }
   if (c->ev == NULL && b->ops->event_record(b, c->stream, &c->ev) != AA_OK) {
     c->ev = NULL;
     return false;
   }
-  uint32_t one = 1;
-  if (aa__events_done(pool, &c->ev, &one)) {
-    c->ev = NULL;
-    c->any = 1;
-    pool->large_merge_due = true;
-    return true;
-  }
-  return false;
+  return ev_done(pool, c);
 }
 
 /* Before each request, as PyTorch's allocator asks its outstanding events at
@@ -299,14 +310,8 @@ static void process_events(aa_pool *pool) {
           continue;
         changed = true; /* a chunk freed on c->stream now: its neighbours there merge */
       }
-      if (c->ev != NULL) {
-        uint32_t one = 1;
-        if (!aa__events_done(pool, &c->ev, &one))
-          continue;
-        c->ev = NULL;
-        c->any = 1;
-        changed = true;
-      }
+      if (c->ev != NULL)
+        changed |= ev_done(pool, c);
     }
   }
   if (!changed)
@@ -314,11 +319,13 @@ static void process_events(aa_pool *pool) {
   pool->large_merge_due = false;
   for (aa__seg *s = pool->segs; s; s = s->next) {
     for (aa__chunk *c = s->first; c; c = c->next) {
-      while (c->free && !c->parked && c->next && aa__lg_merge_ok(c, c->next)) {
-        aa__lg_bin_remove(pool, c);
+      if (!c->free || c->parked || c->next == NULL || !aa__lg_merge_ok(c, c->next))
+        continue;
+      aa__lg_bin_remove(pool, c); /* the run after c into c, back in its bin once */
+      do
         aa__lg_absorb(pool, c, c->next);
-        aa__lg_bin_insert(pool, c);
-      }
+      while (c->next && aa__lg_merge_ok(c, c->next));
+      aa__lg_bin_insert(pool, c);
     }
   }
 }
@@ -362,10 +369,7 @@ static size_t settle(aa_pool *pool, size_t need, uint64_t *settled) {
       if (!xev_done(pool, c)) /* record_stream's streams, then c->stream's rule */
         continue;
       if (c->ev != NULL) {
-        uint32_t one = 1;
-        done = aa__events_done(pool, &c->ev, &one) != 0;
-        if (done)
-          c->ev = NULL;
+        done = ev_done(pool, c);
       } else {
         unsigned i = 0;
         while (i < nseen && seen[i] != c->stream)
@@ -377,12 +381,10 @@ static size_t settle(aa_pool *pool, size_t need, uint64_t *settled) {
           idle[nseen++] = aa__stream_idle(pool, c->stream);
         }
         done = idle[i];
+        if (done) /* freed before the answer: its work has completed */
+          usable_everywhere(pool, c);
       }
-      if (done) {
-        c->any = 1; /* freed before the answer: its work has completed */
-        pool->large_merge_due = true;
-        n++;
-      }
+      n += done;
     }
   }
   *settled += n;

@@ -201,10 +201,8 @@ public:
       (void)cudaGetLastError();
     else if (cap != cudaStreamCaptureStatusNone && blk == ctx && keep(blk))
       return true; // a graph's copy of our tensor: the block is the graph's for good
-    // a device's default stream is 0 on every device: name the device
-    aa_stream as = cs != nullptr ? reinterpret_cast<aa_stream>(cs)
-                                 : aa_stream_default(static_cast<int>(stream.device_index()));
-    int rc = aa_record_stream(pool, blk, as);
+    // a device's default stream is 0 on every device: aa_stream_of names it
+    int rc = aa_record_stream(pool, blk, aa_stream_of(cs, static_cast<int>(stream.device_index())));
     if (rc == AA_EINVAL) // not a live block of ours after all
       return next_->record_event(ptr, ctx, stream);
     if (rc != AA_OK) {
@@ -467,12 +465,10 @@ bool stream_arg(PyObject *o, aa_stream *out, bool *given) {
 bool current_stream(aa_stream *out) {
 #if AA_TORCH_EXT_CUDA
   c10::cuda::CUDAStream st = c10::cuda::getCurrentCUDAStream();
-  cudaStream_t cs = st.stream();
-  // the default stream is 0 on every device: aa_stream_default names the
-  // device, so that the pinned pool, used from every device, orders a block
-  // after the right device's queue
-  *out = cs != nullptr ? reinterpret_cast<aa_stream>(cs)
-                       : aa_stream_default(static_cast<int>(st.device_index()));
+  // the default stream is 0 on every device: aa_stream_of names the device,
+  // so that the pinned pool, used from every device, orders a block after
+  // the right device's queue
+  *out = aa_stream_of(st.stream(), static_cast<int>(st.device_index()));
   return true;
 #else
   (void)out;

@@ -45,6 +45,19 @@ void to_array(Array &out, const aa__torch_stat (&in)[AA__TORCH_KINDS]) {
   out[static_cast<size_t>(StatType::LARGE_POOL)] = to_stat(in[AA__TORCH_LARGE]);
 }
 
+// The sums of device d's pools (its own, its regions', its private pools')
+// into t, then `under_lock` with d.mu still held (the reset base is d's and
+// is read or taken with the private pools' figures).
+template <class F>
+void device_sums(Dev &d, aa_pool *main, aa__torch_sums &t, F &&under_lock) {
+  (void)aa__torch_sums_add_pool(&t, main);
+  each_named(d, [&](aa_pool *p) { (void)aa__torch_sums_add_pool(&t, p); });
+  std::lock_guard<std::mutex> g(d.mu);
+  for (auto &kv : d.pools)
+    (void)aa__torch_sums_add_pool(&t, kv.second->pool);
+  under_lock();
+}
+
 } // namespace
 
 void AdaptAllocator::cacheInfo(c10::DeviceIndex device, size_t *largestBlock) {
@@ -68,14 +81,7 @@ DeviceStats AdaptAllocator::getDeviceStats(c10::DeviceIndex device) {
   Dev &d = dev_at(device);
   aa__torch_sums t{};
   aa__torch_base b{};
-  (void)aa__torch_sums_add_pool(&t, main);
-  each_named(d, [&](aa_pool *p) { (void)aa__torch_sums_add_pool(&t, p); });
-  {
-    std::lock_guard<std::mutex> g(d.mu);
-    for (auto &kv : d.pools)
-      (void)aa__torch_sums_add_pool(&t, kv.second->pool);
-    b = d.base;
-  }
+  device_sums(d, main, t, [&] { b = d.base; });
   aa__torch_stats m;
   aa__torch_stats_map(&t, &b, &m);
   to_array(s.allocation, m.allocation);
@@ -101,12 +107,7 @@ void AdaptAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
     return;
   Dev &d = dev_at(device);
   aa__torch_sums t{};
-  (void)aa__torch_sums_add_pool(&t, main);
-  each_named(d, [&](aa_pool *p) { (void)aa__torch_sums_add_pool(&t, p); });
-  std::lock_guard<std::mutex> g(d.mu);
-  for (auto &kv : d.pools)
-    (void)aa__torch_sums_add_pool(&t, kv.second->pool);
-  aa__torch_base_take(&d.base, &t);
+  device_sums(d, main, t, [&] { aa__torch_base_take(&d.base, &t); });
 }
 
 void AdaptAllocator::resetPeakStats(c10::DeviceIndex device) {

@@ -150,11 +150,14 @@ void aa__torch_stats_map(const aa__torch_sums *t, const aa__torch_base *base,
 
 /* ------------------------------------------------------------ by name */
 
-#define AA__OFF(f) offsetof(aa__torch_stats, f)
-static const struct {
+/* A figure's name and where aa__torch_stats keeps it. */
+typedef struct named_off {
   const char *name;
   size_t off;
-} stat_arrays[] = {
+} named_off;
+
+#define AA__OFF(f) offsetof(aa__torch_stats, f)
+static const named_off stat_arrays[] = {
     {"allocation", AA__OFF(allocation)},
     {"segment", AA__OFF(segment)},
     {"active", AA__OFF(active)},
@@ -167,10 +170,7 @@ static const struct {
     {"oversize_allocations", AA__OFF(oversize_allocations)},
     {"oversize_segments", AA__OFF(oversize_segments)},
 };
-static const struct {
-  const char *name;
-  size_t off;
-} scalars[] = {
+static const named_off scalars[] = {
     {"num_alloc_retries", AA__OFF(num_alloc_retries)},
     {"num_ooms", AA__OFF(num_ooms)},
     {"num_sync_all_streams", AA__OFF(num_sync_all_streams)},

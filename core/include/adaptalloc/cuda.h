@@ -58,6 +58,12 @@ static inline aa_stream aa_stream_default(int device) {
     return NULL;
   return (aa_stream)(AA__STREAM_DEFAULT_BASE + (uintptr_t)device);
 }
+/* The handle for CUDA stream `s` (a cudaStream_t) of device `device`: s
+ * itself, or aa_stream_default(device) for the legacy default stream (NULL),
+ * which names the device. */
+static inline aa_stream aa_stream_of(void *s, int device) {
+  return s != NULL ? (aa_stream)s : aa_stream_default(device);
+}
 /* The device of a handle made by aa_stream_default, or -1 for any other
  * stream (NULL, a cudaStream_t, AA_STREAM_HOST). */
 static inline int aa_stream_default_device(aa_stream s) {
