@@ -444,8 +444,8 @@ static void test_core_stats_telemetry_off(void **state) {
 }
 
 typedef struct tr {
-  int a, f, x;
-  uint64_t last_ptr, last_size;
+  int a, f, x, u;
+  uint64_t last_ptr, last_size, last_stream;
 } tr;
 
 static void on_trace(void *user, const aa_trace_event *ev) {
@@ -456,8 +456,11 @@ static void on_trace(void *user, const aa_trace_event *ev) {
     t->f++;
   else if (ev->op == 'x')
     t->x++;
+  else if (ev->op == 'u')
+    t->u++;
   t->last_ptr = ev->ptr;
   t->last_size = ev->size;
+  t->last_stream = ev->stream;
   assert_true(ev->time_ns > 0);
   assert_true(ev->thread != 0);
 }
@@ -476,6 +479,15 @@ static void test_core_stats_trace(void **state) {
   void *q = aa_alloc(f->p, 555, (aa_stream)(uintptr_t)7);
   aa_free(f->p, q, 0, (aa_stream)(uintptr_t)7);
   void *l = aa_alloc(f->p, 5u << 20, NULL);
+  /* a recorded stream use is an event 'u': the block, that stream; a
+   * refused one (not a live block) is none */
+  assert_int_equal(aa_record_stream(f->p, l, (aa_stream)(uintptr_t)9), AA_OK);
+  assert_int_equal(t.u, 1);
+  assert_int_equal(t.last_ptr, (uint64_t)(uintptr_t)l);
+  assert_int_equal(t.last_size, 0);
+  assert_int_equal(t.last_stream, 9);
+  assert_int_equal(aa_record_stream(f->p, (char *)l + 64, (aa_stream)(uintptr_t)9), AA_EINVAL);
+  assert_int_equal(t.u, 1);
   aa_free(f->p, l, 0, NULL);
   assert_int_equal(t.a, 3);
   assert_int_equal(t.f, 3);

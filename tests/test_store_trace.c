@@ -68,6 +68,14 @@ typedef struct pusher {
   uint64_t thread;
 } pusher;
 
+/* The op of a pusher's i-th event: alloc, failed alloc, free, and every
+ * sixth a stream use ('u', record_stream), which the store keeps as any op. */
+static char op_of(uint64_t i) {
+  if (i % 6 == 5)
+    return 'u';
+  return i % 3 == 0 ? 'a' : (i % 3 == 1 ? 'x' : 'f');
+}
+
 static void *push_main(void *arg) {
   pusher *p = arg;
   aa_trace_fn fn = aa_store_trace_push; /* usable as a core trace callback */
@@ -79,7 +87,7 @@ static void *push_main(void *arg) {
     ev.size = i % 3 == 2 ? 0 : 512 + i;
     ev.stream = p->thread * 2;
     ev.thread = p->thread;
-    ev.op = i % 3 == 0 ? 'a' : (i % 3 == 1 ? 'x' : 'f');
+    ev.op = op_of(i);
     fn(p->st, &ev);
   }
   return NULL;
@@ -101,7 +109,7 @@ static int check_cb(void *user, const aa_trace_event *ev) {
     return 0;
   }
   uint64_t i = c->next[t]++;
-  char op = i % 3 == 0 ? 'a' : (i % 3 == 1 ? 'x' : 'f');
+  char op = op_of(i);
   if (ev->time_ns != i * 10 + t || ev->ptr != 0x7f0000000000ull + i * 512 ||
       ev->size != (i % 3 == 2 ? 0 : 512 + i) || ev->stream != t * 2 ||
       ev->op != op) {

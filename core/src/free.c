@@ -284,9 +284,7 @@ int aa_free(aa_pool *pool, void *ptr, size_t size, aa_stream stream) {
 
 /* ------------------------------------------------------------ others */
 
-int aa_record_stream(aa_pool *pool, void *ptr, aa_stream stream) {
-  if (pool == NULL || ptr == NULL)
-    return AA_EINVAL;
+static int record_stream(aa_pool *pool, void *ptr, aa_stream stream) {
   uintptr_t p = (uintptr_t)ptr;
   aa__span *sp = aa__pm_lookup(&pool->map, p);
   if (sp == NULL)
@@ -333,6 +331,21 @@ int aa_record_stream(aa_pool *pool, void *ptr, aa_stream stream) {
                         AA__RLX);
 out:
   pthread_mutex_unlock(&pool->rs_mu);
+  return rc;
+}
+
+/* While a trace callback is set (with telemetry on), a use that was
+ * recorded is an event 'u' (the block, the stream): the replay needs it to
+ * hold the block for that stream's work after the free, as the pool does.
+ * Its number comes after the block's allocation and before its free, which
+ * the caller, owning the block, has not made yet. */
+int aa_record_stream(aa_pool *pool, void *ptr, aa_stream stream) {
+  if (pool == NULL || ptr == NULL)
+    return AA_EINVAL;
+  int rc = record_stream(pool, ptr, stream);
+  if (rc == AA_OK && AA__UNLIKELY(atomic_load_explicit(&pool->tflags, AA__RLX) ==
+                                  (AA__TF_TELEMETRY | AA__TF_TRACE)))
+    aa__trace(pool, 'u', ptr, 0, stream);
   return rc;
 }
 

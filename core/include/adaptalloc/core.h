@@ -196,7 +196,8 @@ typedef void (*aa_error_fn)(void *user, aa_pool *pool, aa_misuse what,
                             const void *ptr, size_t size, const char *message);
 
 /* One trace event (ADAPTALLOC_TRACE). op: 'a' alloc, 'f' free, 'x' failed
- * alloc. Delivered from the allocating/freeing thread after the operation;
+ * alloc, 'u' a use on another stream that aa_record_stream recorded (ptr,
+ * stream; size 0). Delivered from the allocating/freeing thread after the operation;
  * the callee must not block (copy into a ring buffer and return).
  * Delivery order across threads is not the order of the operations: sort
  * by seq. seq is process-wide and increasing; a free takes its number while
