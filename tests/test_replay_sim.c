@@ -322,6 +322,69 @@ static void test_replay_sim_streams(void **state) {
   aa_replay_sim_free(s);
 }
 
+/* One 8 MiB block used on stream 2 (record_stream, 'u'), freed on stream 1
+ * while stream 2's work is pending, then 8 MiB asked for on stream 1:
+ * returns the pool's peak reserved and its stream waits. */
+static uint64_t stream_use_peak(bool use, int stream_wait, uint64_t *waits) {
+  aa_replay_config cfg;
+  aa_replay_sim *s = NULL;
+  aa_replay_event e[4];
+  size_t n = 0;
+  aa_pool_stats st;
+  char err[AA_REPLAY_ERR_CAP];
+
+  aa_replay_config_init(&cfg);
+  cfg.event_delay_ns = 1000000; /* stream 2's work outlasts the trace */
+  cfg.pool.large_stream_wait = stream_wait;
+  assert_int_equal(aa_replay_sim_new(&cfg, &s, err, sizeof err), AA_OK);
+  e[n] = ev('a', 0, 0x10, 8 << 20, 1);
+  e[n++].stream = 1;
+  if (use) {
+    e[n] = ev('u', 1, 0x10, 0, 2);
+    e[n++].stream = 2;
+  }
+  e[n] = ev('f', 2, 0x10, 8 << 20, 3);
+  e[n++].stream = 1;
+  e[n] = ev('a', 3, 0x20, 8 << 20, 4);
+  e[n++].stream = 1;
+  assert_int_equal(aa_replay_sim_feed(s, e, n), AA_OK);
+  memset(&st, 0, sizeof st);
+  st.version = AA_STATS_VERSION;
+  st.size = sizeof st;
+  assert_int_equal(aa_pool_stats_get(aa_replay_sim_pool(s), &st), AA_OK);
+  *waits = st.large_stream_waits;
+  aa_replay_sim_free(s);
+  return st.peak_bytes_reserved;
+}
+
+/* A stream use ('u') holds a freed block for that stream's work, as the
+ * pool does on a GPU: with stream-ordered reuse the next request waits for
+ * it (one stream wait, no growth); without, the pool grows; without the
+ * use, the block's own stream reuses it at once. */
+static void test_replay_sim_stream_use(void **state) {
+  uint64_t waits = 99;
+  (void)state;
+
+  assert_true(stream_use_peak(false, 0, &waits) < (16u << 20));
+  assert_int_equal(waits, 0);
+  assert_true(stream_use_peak(true, 0, &waits) < (16u << 20));
+  assert_int_equal(waits, 1);
+  assert_true(stream_use_peak(true, -1, &waits) >= (16u << 20));
+  assert_int_equal(waits, 0);
+}
+
+/* A use of a pointer that is not live is bad input, named. */
+static void test_replay_sim_stream_use_bad(void **state) {
+  aa_replay_sim *s = new_sim(AA_REPLAY_STOP, 0, false);
+  aa_replay_event e = ev('u', 0, 0x40, 0, 1);
+  (void)state;
+
+  e.stream = 2;
+  assert_int_equal(aa_replay_sim_feed(s, &e, 1), AA_EPARSE);
+  assert_non_null(strstr(aa_replay_sim_error(s), "stream use of a not live"));
+  aa_replay_sim_free(s);
+}
+
 static void test_replay_sim_bad_config(void **state) {
   aa_replay_config cfg;
   aa_replay_sim *s = (aa_replay_sim *)&cfg;
@@ -466,6 +529,8 @@ int main(void) {
       cmocka_unit_test(test_replay_sim_sizes),
       cmocka_unit_test(test_replay_sim_large_and_many),
       cmocka_unit_test(test_replay_sim_streams),
+      cmocka_unit_test(test_replay_sim_stream_use),
+      cmocka_unit_test(test_replay_sim_stream_use_bad),
       cmocka_unit_test(test_replay_sim_bad_config),
       cmocka_unit_test(test_replay_sim_adapt_loop),
       cmocka_unit_test(test_replay_sim_per_thread),

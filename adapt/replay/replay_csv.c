@@ -635,6 +635,11 @@ out:
 }
 
 size_t aa_replay_csv_format(const aa_replay_event *ev, char *buf, size_t cap) {
+  if (ev->op == 'u') { /* RMM's format has no action for a stream use */
+    if (cap > 0)
+      buf[0] = '\0';
+    return 0;
+  }
   const char *action = ev->op == 'a'   ? "allocate"
                        : ev->op == 'f' ? "deallocate"
                                        : "allocate failure";

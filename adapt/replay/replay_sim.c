@@ -365,6 +365,26 @@ static int do_free(aa_replay_sim *s, const aa_replay_event *ev) {
   return AA_OK;
 }
 
+/* 'u': the recorded program used a live block on another stream
+ * (record_stream); the pool then holds the block after its free until that
+ * stream's work recorded at the free is done (cfg.event_delay_ns later). */
+static int do_use(aa_replay_sim *s, const aa_replay_event *ev) {
+  size_t i = pmap_find(&s->live, ev->ptr);
+  pslot *e = &s->live.s[i];
+
+  if (AA__UNLIKELY(e->blk == NULL))
+    return bad_event(s, &s->diag.unknown_free, ev, "stream use of a not live");
+  if (e->blk == FAILED_BLK || s->cfg.ignore_streams)
+    return AA_OK;
+  int rc = aa_record_stream(s->pool, e->blk, (aa_stream)(uintptr_t)ev->stream);
+  if (AA__UNLIKELY(rc != AA_OK)) {
+    snprintf(s->err, sizeof s->err, "%s %llu: the pool refused a stream use: %s", s->pos,
+             (unsigned long long)ev->line, aa_strerror(rc));
+    return rc;
+  }
+  return AA_OK;
+}
+
 static void do_failed(aa_replay_sim *s, const aa_replay_event *ev) {
   s->trace_failures++;
   if (s->cfg.replay_failures) {
@@ -452,6 +472,9 @@ int aa__replay_feed_local(aa_replay_sim *s, const aa_replay_event *ev, size_t n)
       break;
     case 'x':
       do_failed(s, e);
+      break;
+    case 'u':
+      rc = do_use(s, e);
       break;
     default:
       snprintf(s->err, sizeof s->err, "%s %llu: unknown op '%c'", s->pos,

@@ -183,6 +183,16 @@ static int sim_event_query(aa_backend *be, void *ev) {
   return rc;
 }
 
+/* Orders `stream` after `ev` (the pool's stream-ordered reuse, as
+ * cudaStreamWaitEvent on a GPU): the host never waits for it, and the trace
+ * clock is the only clock, so there is nothing to do here. Offered so the
+ * pool reuses a pending block the way it does over CUDA (its
+ * large_stream_waits counts them). */
+static int sim_stream_wait(aa_backend *be, aa_stream stream, void *ev) {
+  (void)be, (void)stream, (void)ev;
+  return AA_OK;
+}
+
 static void sim_event_release(aa_backend *be, void *ev) {
   simbk *b = be->ctx;
   sim_event *e = ev;
@@ -271,6 +281,7 @@ static const aa_backend_ops sim_ops = {
     .event_record = sim_event_record,
     .event_query = sim_event_query,
     .event_release = sim_event_release,
+    .stream_wait = sim_stream_wait,
     .synchronize = sim_synchronize,
     .map_granularity = sim_map_granularity,
     .va_reserve = sim_va_reserve,

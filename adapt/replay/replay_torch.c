@@ -677,6 +677,8 @@ int aa_replay_torch_feed(void *model, const aa_replay_event *ev, size_t n) {
     case 'x':
       t->trace_failures++;
       break;
+    case 'u': /* record_stream's events are not modelled (above) */
+      break;
     default:
       snprintf(t->err, sizeof t->err, "%s %llu: unknown op '%c'", t->pos,
                (unsigned long long)e->line, e->op >= 0x20 && e->op < 0x7f ? e->op : '?');

@@ -13,6 +13,7 @@ import os
 import pickle
 import pickletools
 import random
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -66,6 +67,28 @@ def make_trace(path, n_events=6000, seed=7):
         for a, p, s, st, tt in rows:
             f.write("1,%dus,%s,0x%x,%d,0x%x\n" % (tt, a, p, s, st))
     return rows, live
+
+
+def add_stream_uses(db):
+    """Gives every allocation of the database's one run a stream use ('u'
+    on stream 7) right after it, as the core's trace writes one for each
+    aa_record_stream: sequence numbers doubled, the uses at the odd ones,
+    in a trace batch of their own."""
+    con = sqlite3.connect(db)
+    run = con.execute("SELECT max(id) FROM runs").fetchone()[0]
+    con.execute("UPDATE trace_events SET seq = seq * 2 WHERE run_id = ?", (run,))
+    allocs = con.execute("SELECT time_ns, ptr, thread, seq FROM trace_events"
+                         " WHERE run_id = ? AND op = 'a' ORDER BY seq", (run,)).fetchall()
+    first = con.execute("SELECT max(id) FROM trace_events").fetchone()[0] + 1
+    for k, (t, ptr, thread, seq) in enumerate(allocs):
+        con.execute("INSERT INTO trace_events(id, run_id, time_ns, op, ptr, size, stream,"
+                    " thread, seq) VALUES (?, ?, ?, 'u', ?, 0, 7, ?, ?)",
+                    (first + k, run, t, ptr, thread, seq + 1))
+    con.execute("INSERT INTO trace_batches(run_id, ts_ms, first_id, last_id, events)"
+                " VALUES (?, 0, ?, ?, ?)", (run, first, first + len(allocs) - 1, len(allocs)))
+    con.commit()
+    con.close()
+    check(len(allocs) > 0, "stream uses added")
 
 
 def main():
@@ -143,6 +166,26 @@ def main():
         strip = lambda es: [(e["action"], e["addr"], e["size"], e["stream"]) for e in es]
         check(strip(from_db["device_traces"][0]) == strip(entries), "store trace exports as its CSV")
         check(from_db["segments"] == segments, "same segments from the store")
+        # A run's stream uses (op 'u', record_stream) after every allocation:
+        # the snapshot has no entry for them, the CSV export leaves them out,
+        # and the replay takes them.
+        add_stream_uses(db)
+        os.remove(out_db)
+        r = subprocess.run([tool, "export", "--format", "torch-snapshot", "--db", db,
+                            "-o", out_db], capture_output=True, text=True)
+        check(r.returncode == 0, "export --db with stream uses (%s)" % r.stderr)
+        with_uses = pickle.load(open(out_db, "rb"))
+        check(strip(with_uses["device_traces"][0]) == strip(entries), "stream uses add no entry")
+        out_csv = os.path.join(d, "back.csv")
+        r = subprocess.run([tool, "export", "--db", db, "-o", out_csv], capture_output=True, text=True)
+        check(r.returncode == 0, "export --db to CSV (%s)" % r.stderr)
+        csv_rows = open(out_csv).read().splitlines()
+        check(len(csv_rows) == 1 + len(rows), "CSV export: one line per alloc/free/failure, none "
+              "for a use (%d lines, %d events)" % (len(csv_rows), len(rows)))
+        r = subprocess.run([tool, "run", "--db", db, "--event-delay-us", "1000", "--json"],
+                           capture_output=True, text=True)
+        check(r.returncode == 0, "run --db with stream uses (%s)" % r.stderr)
+        os.remove(out_csv)
         os.remove(db)
         os.remove(out_db)
         # Bad input: exit 1, nothing written, an existing output kept.

@@ -150,6 +150,8 @@ static int snap_sink(void *user, const aa_replay_event *ev, size_t n) {
 
   for (i = 0; i < n; i++) {
     const aa_replay_event *e = &ev[i];
+    if (e->op == 'u')
+      continue; /* a stream use (record_stream): the snapshot has no entry for it */
     live_blk *old = e->ptr != 0 ? live_find(&t->live, e->ptr) : NULL;
     if (e->op == 'x') {
       entry(t, "oom", 0, e->size, e->stream, e->time_ns);

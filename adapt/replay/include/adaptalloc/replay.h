@@ -38,7 +38,9 @@ extern "C" {
 /* ------------------------------------------------------------------ events */
 
 /* One input event. op: 'a' allocate, 'f' free, 'x' an allocation that failed
- * in the recorded program. ptr is the recorded pointer, used only as an id.
+ * in the recorded program, 'u' a live block used on another stream
+ * (record_stream; store traces only): the simulator holds the block after
+ * its free for that stream's work, PyTorch's model ignores it. ptr is the recorded pointer, used only as an id.
  * line: 1-based line of a CSV input, or the 1-based event index of other
  * sources (0 when unknown); error messages quote it. */
 typedef struct aa_replay_event {
@@ -112,7 +114,8 @@ AA_EXTERN int aa_replay_csv_parse_file(const char *path,
                                        size_t errcap);
 
 /* Writes one event as a CSV line in the format above (no header), returns
- * the length like snprintf. */
+ * the length like snprintf. A stream use ('u', from a store trace) writes
+ * nothing and returns 0: RMM's format has no action for it. */
 AA_EXTERN size_t aa_replay_csv_format(const aa_replay_event *ev, char *buf,
                                       size_t cap);
 #define AA_REPLAY_CSV_HEADER "Thread,Time,Action,Pointer,Size,Stream"
