@@ -76,6 +76,41 @@ def device_calls(torch):
         return None
 
 
+def alloc_calls(torch):
+    """Allocations + frees so far by the allocator's own counters
+    (memory_stats' allocation.all.allocated / freed, which adaptalloc's
+    native allocator maps too); None where it has none."""
+    try:
+        st = torch.cuda.memory_stats()
+        return st["allocation.all.allocated"] + st["allocation.all.freed"]
+    except (RuntimeError, KeyError):
+        return None
+
+
+def alloc_cost_us(torch, dev, n=20000, budget_s=0.05):
+    """The allocator's own CPU cost of one allocation and its free in this
+    process, us: a loop of torch.empty(4096 floats) + del, less the same loop
+    of zero-element tensors (whose allocator call returns at once), best of
+    three (bench_native.py's loops, in miniature; up to n iterations, fewer
+    where one takes long, so each loop lasts about budget_s). Multiplied by a step's
+    allocations it is what the allocator costs the step."""
+    def loop(k):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            x = torch.empty(k, device=dev)
+            del x
+        return (time.perf_counter() - t0) / n * 1e6
+
+    t0 = time.perf_counter()
+    for _ in range(100):  # the block cached, the code warm
+        x = torch.empty(4096, device=dev)
+        del x
+    per = (time.perf_counter() - t0) / 100
+    n = max(100, min(n, int(budget_s / max(per, 1e-9))))  # each loop about budget_s at most
+    best = min(loop(4096) - loop(0) for _ in range(3))
+    return max(best, 0.0)
+
+
 def _backend_counts(doc):
     """adaptalloc's device pools, summed: time in backend calls (ms; 0 from
     a library without the figure), page maps and unmaps, backend calls."""
@@ -158,8 +193,10 @@ def child(workload, mode, capture, steps=None, turns=None):
     for i in range(n):
         if follower:
             follower.before_step()
-        if i == warm and mode == "native":  # outside the timed part
-            backend["start"] = _backend_counts(adaptalloc.stats())
+        if i == warm:  # outside the timed part
+            backend["calls0"] = alloc_calls(torch)
+            if mode == "native":
+                backend["start"] = _backend_counts(adaptalloc.stats())
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         if t_first is None:
@@ -182,10 +219,13 @@ def child(workload, mode, capture, steps=None, turns=None):
     if follower:
         follower.finish()
     cpu_steps = benchcpu.cpu_between(cpu0, benchcpu.thread_cpu())
+    calls_end = alloc_calls(torch)
     stop.set()
     th.join()
     t_steps = time.perf_counter() - t_built
     calib_after = benchcpu.calibrate(torch)
+    # after the steps and their peak: what one allocation costs this process
+    cost_us = None if pace else alloc_cost_us(torch, dev)
     props = torch.cuda.get_device_properties(0)
     res = {"workload": workload, "mode": variant, "steps": n, "warm": warm,
            "peak_mib": (peak[0] - base) / MIB, "context_mib": base / MIB,
@@ -198,6 +238,9 @@ def child(workload, mode, capture, steps=None, turns=None):
                                           getattr(props, "pci_device_id", 0)),
            "calib": {"before": calib_before, "after": calib_after},
            "cpu_steps": cpu_steps,
+           "alloc_calls_measured": (None if backend.get("calls0") is None or calls_end is None
+                                    else calls_end - backend["calls0"]),
+           "alloc_cost_us": cost_us,
            "step_device_calls": [None if a is None or b is None else [y - x for x, y in zip(a, b)]
                                  for a, b in zip(calls, calls[1:])]}
     if series is not None:

@@ -91,6 +91,18 @@ def phase_figures(r):
     return out
 
 
+def alloc_cpu(r):
+    """A run's allocator CPU per measured step: (allocations + frees per
+    step, us per allocation and free in that process, ms per step, share of
+    the step time); None without the figures (runs before they existed)."""
+    calls, cost, st = r.get("alloc_calls_measured"), r.get("alloc_cost_us"), r.get("step_ms")
+    if calls is None or cost is None or not st:
+        return None
+    per_step = calls / len(st)
+    ms = per_step / 2 * cost / 1e3
+    return per_step, cost, ms, ms / statistics.median(st)
+
+
 def by_rep(rs):
     """{repetition: run} (runs of an older JSON without "rep": in order)."""
     return {r.get("rep", i): r for i, r in enumerate(rs)}
@@ -142,12 +154,25 @@ def summarise(runs, modes, wls):
                 if a and b:
                     ratios[m]["cpu_vs_default"].append(a / b)
             ratios[m]["paired_all"] = statistics.median(pooled) if pooled else None
+            # and against PyTorch's other settings run beside it (step k of
+            # the same repetition; in lockstep, the same turn)
+            ratios[m]["paired_vs"] = {}
+            for tm in (t for t in TORCH_MODES if t != "default" and t in modes):
+                theirs = by_rep(runs[w][tm])
+                v = []
+                for rep in sorted(set(ours) & set(theirs)):
+                    pr = benchcpu.paired(theirs[rep]["step_ms"], ours[rep]["step_ms"])
+                    if pr:
+                        v.append(statistics.median(pr))
+                ratios[m]["paired_vs"][tm] = v
+        acpu = {m: [alloc_cpu(r) for r in runs[w][m] if alloc_cpu(r)] for m in modes}
         bk = {m: [r["backend_measured"] for r in runs[w][m] if r.get("backend_measured")]
               for m in our_modes(modes)}
         threads = {m: [[r["cpu_steps"]["main"], r["cpu_steps"]["others"]] for r in runs[w][m]
                        if r.get("cpu_steps")] for m in modes}
         phased = {m: [phase_figures(r) for r in runs[w][m] if r.get("series")] for m in modes}
         out[w] = {"peak_mib": peaks, "step_ms": steps, "cpu_us": cpu, "device_calls": calls,
+                  "alloc_cpu": {m: v for m, v in acpu.items() if v},
                   "backend_measured": bk, "thread_cpu_s": threads, "ratios": ratios,
                   "phases": {m: v for m, v in phased.items() if v},
                   "extra": {m: [{k: r.get(k) for k in ("pool", "torch", "phase_s",
@@ -300,17 +325,40 @@ def print_tables(summary, modes):
     print("step time, ms (median of each run's steps); median [min, max] over the reps; "
           "speed = default / ours: of the medians, and paired (median of step k's ratios "
           "in each rep; median [min, max] over the reps)")
+    others = [t for t in TORCH_MODES if t != "default" and t in modes]
     cols = list(modes) + [f"{m} speed vs default" for m in ours] + \
-        [f"{m} paired speed vs default" for m in ours]
+        [f"{m} paired speed vs {t}" for m in ours for t in ["default"] + others]
     print("| workload | " + " | ".join(cols) + " |")
     print("|---" * (1 + len(cols)) + "|")
     for w, s in summary.items():
         cells = [med_range(s["step_ms"][m], 2) for m in modes]
         cells += [fmt(s["ratios"].get(m, {}).get("speed_vs_default"), 3, "x") for m in ours]
         for m in ours:
-            v = s["ratios"].get(m, {}).get("paired_speed") or []
-            cells.append(med_range(v, 3) + "x" if v else "-")
+            r = s["ratios"].get(m, {})
+            for v in [r.get("paired_speed")] + [r.get("paired_vs", {}).get(t) for t in others]:
+                cells.append(med_range(v, 3) + "x" if v else "-")
         print(f"| {w} | " + " | ".join(cells) + " |")
+    if any(s.get("alloc_cpu") for s in summary.values()):
+        print()
+        print("the allocator's own CPU per step: allocations + frees per measured step (its "
+              "memory_stats), x the us one allocation and its free cost in the same process "
+              "(torch.empty(4096) + del, less the same loop on zero-element tensors, after "
+              "the steps) / 2 = ms per step (and the share of the step's median time); median "
+              "over the reps")
+        cols = [f"{m} calls/step, us/pair, ms/step (share)" for m in modes]
+        print("| workload | " + " | ".join(cols) + " |")
+        print("|---" * (1 + len(cols)) + "|")
+        for w, s in summary.items():
+            cells = []
+            for m in modes:
+                v = s.get("alloc_cpu", {}).get(m)
+                if not v:
+                    cells.append("-")
+                    continue
+                med = [statistics.median(x[k] for x in v) for k in range(4)]
+                cells.append("%.0f, %.3f, %.3f (%.2f%%)" % (med[0], med[1], med[2],
+                                                            100 * med[3]))
+            print(f"| {w} | " + " | ".join(cells) + " |")
     print()
     print("process speed: us per small torch CPU op (each run's mean of its calibrations "
           "before and after the steps; lower is faster); median [min, max] over the reps; "

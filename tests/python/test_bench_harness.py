@@ -140,6 +140,28 @@ def test_summary_pairs_steps_within_a_rep(capsys):
             "| 2.00/0.50 | 2.00/0.50 |") in out
 
 
+def test_paired_speed_against_each_pytorch_setting_and_allocator_cpu(capsys):
+    # native 2x faster than expandable on each step, equal to the default;
+    # 1000 allocations + frees over 4 steps of 10 ms at 2 us a pair: 0.25 ms
+    # a step (2.5%)
+    def run(mode, steps, **kw):
+        return dict(_run(mode, 0, steps, 1.0), **kw)
+    runs = {"moe": {
+        "native": [run("native", [10.0] * 4, alloc_calls_measured=1000, alloc_cost_us=2.0)],
+        "default": [run("default", [10.0] * 4)],
+        "expandable": [run("expandable", [20.0] * 4, alloc_calls_measured=None,
+                           alloc_cost_us=1.0)]}}
+    modes = ["native", "default", "expandable"]
+    s = bench_zoo.summarise(runs, modes, ["moe"])["moe"]
+    assert s["ratios"]["native"]["paired_vs"] == {"expandable": [2.0]}
+    assert s["alloc_cpu"] == {"native": [(250.0, 2.0, 0.25, 0.025)]}
+    bench_zoo.print_tables({"moe": s}, modes)
+    out = capsys.readouterr().out
+    assert ("| native paired speed vs default | native paired speed vs expandable |") in out
+    assert "| 1.000x | 2.000x |" in out
+    assert "| moe | 250, 2.000, 0.250 (2.50%) | - | - |" in out
+
+
 def test_summary_of_runs_without_calibration():
     old = {"moe": {"native": [{"peak_mib": 1.0, "step_ms": [2.0], "warm_ms": []}],
                    "default": [{"peak_mib": 1.0, "step_ms": [1.0], "warm_ms": []}]}}
