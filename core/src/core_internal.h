@@ -36,7 +36,8 @@
  *                large_seg.c segments, pages and trimming, large_ltc.c the
  *                per-thread large-block cache, large_check.c the AA_DEBUG 3 walk
  *   pagemap.c    address -> span
- *   stats.c      snapshots, the histogram, per-slot counter baselines
+ *   stats.c      snapshots, the histogram, per-slot counter baselines, the
+ *                account of the reserved bytes
  *   inspect.c    aa_pool_reset_peaks, aa_pool_walk
  *   oom.c        the out-of-memory observer and its record
  *   common.c     error strings, the clock
@@ -742,6 +743,11 @@ int aa__large_record(aa_pool *pool, aa__seg *seg, void *p, aa_stream stream);
 void aa__large_destroy(aa_pool *pool);
 void aa__large_stats(aa_pool *pool, uint64_t *in_use, uint64_t *reserved, uint64_t *segs,
                      uint64_t *req);
+/* The large path's free chunk bytes that are reserved (mapped), split into
+ * those usable now on some stream (*holes) and those waiting for their
+ * record_stream'd streams' events (*holds; the events are asked, none is
+ * recorded or released). Walks every chunk; large_mu held (aa_pool_account_get). */
+void aa__large_free_account(aa_pool *pool, uint64_t *holes, uint64_t *holds);
 
 /* large_seg.c: releases cached large memory (takes large_mu). `forget`: an
  * explicit release (aa_pool_release): the pages it unmaps stop counting as

@@ -1039,3 +1039,51 @@ void aa__large_stats(aa_pool *pool, uint64_t *in_use, uint64_t *reserved, uint64
   *req = pool->large_req;
   pthread_mutex_unlock(&pool->large_mu);
 }
+
+/* The mapped bytes of free chunk c: all of it but in an expandable
+ * segment, where only the parts on mapped pages are reserved. */
+static uint64_t chunk_mapped(const aa_pool *pool, const aa__chunk *c) {
+  const aa__seg *s = c->seg;
+  if (s->pages == NULL)
+    return c->size;
+  size_t ps = pool->vmm_page, i0, i1;
+  uint64_t n = 0;
+  aa__lg_pages_under(pool, c, c->size, &i0, &i1);
+  for (size_t i = i0; i < i1 && i < s->hwm; i++) {
+    if (s->pages[i] == NULL)
+      continue;
+    uintptr_t lo = s->h.base + i * ps, hi = lo + ps;
+    if (lo < c->base)
+      lo = c->base;
+    if (hi > c->base + c->size)
+      hi = c->base + c->size;
+    n += hi - lo;
+  }
+  return n;
+}
+
+/* Whether some record_stream'd stream's event of free chunk c is pending
+ * (asked, nothing released: an account changes nothing). */
+static bool xev_pending(aa_pool *pool, const aa__chunk *c) {
+  aa_backend *b = pool->backend;
+  for (uint32_t i = 0; i < c->nxev; i++) {
+    if (b->ops->event_query != NULL && b->ops->event_query(b, c->xev[i]) == AA_EAGAIN)
+      return true;
+  }
+  return false;
+}
+
+void aa__large_free_account(aa_pool *pool, uint64_t *holes, uint64_t *holds) {
+  *holes = *holds = 0;
+  for (aa__seg *s = pool->segs; s; s = s->next) {
+    for (aa__chunk *c = s->first; c; c = c->next) {
+      if (!c->free)
+        continue;
+      uint64_t m = chunk_mapped(pool, c);
+      if (xev_pending(pool, c))
+        *holds += m;
+      else
+        *holes += m;
+    }
+  }
+}
