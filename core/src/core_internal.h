@@ -650,6 +650,10 @@ uint32_t aa__central_take(aa__class *c, aa__blist *l, aa__blk *out, uint32_t wan
 /* Up to `want` blocks usable on `stream` now. Under c->mu. */
 uint32_t aa__central_pop(aa_pool *pool, aa__class *c, aa_stream stream, aa__blk *out,
                          uint32_t want);
+/* Of the class's blocks waiting for events (npending), those whose events
+ * are still pending when asked now (none is released or recorded: the
+ * account, aa_pool_account_get). Under c->mu. */
+uint64_t aa__central_held_now(aa_pool *pool, const aa__class *c);
 /* Carves one new slab into the class's `any` list. Under c->mu. */
 int aa__carve(aa_pool *pool, aa__class *c);
 size_t aa__class_release(aa_pool *pool, aa__class *c, size_t want, bool keep_prefill);

@@ -423,7 +423,11 @@ int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned opts) {
  * bytes the held counters give), then each class under its mu. The small
  * blocks in threads' small caches count as free from the user's free on
  * (the counters say so), so they land in slab_free with the central lists'
- * free slots; blocks waiting for an event (c->npending) in stream_holds. */
+ * free slots. Blocks waiting for an event (c->npending) whose event is
+ * still pending when asked now land in stream_holds; those whose events
+ * have completed, though the pool has not looked yet, in slab_free, as the
+ * large path's chunks whose record_stream'd streams are done land in holes
+ * (nothing is released or recorded: the account changes nothing). */
 int aa_pool_account_get(aa_pool *pool, aa_pool_account *out) {
   if (pool == NULL || out == NULL || out->version != AA_ACCOUNT_VERSION ||
       out->size != (uint32_t)sizeof *out)
@@ -468,7 +472,8 @@ int aa_pool_account_get(aa_pool *pool, aa_pool_account *out) {
     pthread_mutex_lock(&c->mu);
     uint32_t state = atomic_load_explicit(&c->state, AA__RLX);
     uint64_t bs = atomic_load_explicit(&c->block_size, AA__RLX);
-    uint64_t nslabs = c->nslabs, nblocks = c->nblocks, pending = c->npending;
+    uint64_t nslabs = c->nslabs, nblocks = c->nblocks;
+    uint64_t pending = c->npending > 0 ? aa__central_held_now(pool, c) : 0;
     pthread_mutex_unlock(&c->mu);
     if (state == AA__CLS_EMPTY || nslabs == 0)
       continue;

@@ -547,9 +547,12 @@ typedef struct aa_pool_account {
    * pages are not reserved) usable now on some stream, the stream a chunk
    * was freed on at least */
   uint64_t holes;
-  /* free bytes that no stream may take yet: small blocks waiting for a
-   * stream event (aa_pool_stats's pending_blocks), large free chunks whose
-   * record_stream'd streams' events have not completed */
+  /* free bytes waiting for stream work before reuse: small blocks waiting
+   * for a stream event (aa_pool_stats's pending_blocks: record_stream'd
+   * blocks, and batches freed on one stream waiting for its event to serve
+   * the others) and large free chunks whose record_stream'd streams' events
+   * have not completed; the events are asked now, so blocks whose events
+   * completed, though the pool has not looked yet, count as free */
   uint64_t stream_holds;
   uint64_t thread_caches; /* large blocks freed into threads' large caches */
   /* reserved and in none of the above: what the backend holds for the pool
