@@ -119,8 +119,7 @@ struct aa_replay_sim {
   uint64_t in_use, requested;
   uint64_t peak_in_use, peak_requested, peak_reserved;
   uint64_t req_at_peak_in_use, in_use_at_peak_reserved;
-  /* where the bytes were when reserved last reached a new peak (note_peaks;
-   * not taken in per_thread mode) */
+  /* where the bytes were when reserved last reached a new peak (note_peaks) */
   aa_pool_account acct_peak;
   bool have_acct_peak;
   bool have_time;

@@ -115,8 +115,7 @@ struct loaded;
 void print_result_text(FILE *f, const char *label, const aa_replay_result *r,
                        const aa_pool_account *acct);
 /* The account at peak reserved of a loaded run into *out: false when there
- * is none (a model of PyTorch's allocator, a per-thread replay, nothing
- * reserved). */
+ * is none (a model of PyTorch's allocator, nothing reserved). */
 bool account_at_peak(const struct loaded *l, aa_pool_account *out);
 /* ,"account_at_peak":{...} (byte figures), or null when there is none. */
 void print_json_account(FILE *f, const struct loaded *l);
