@@ -207,7 +207,8 @@ static void test_core_account_thread_cache(void **state) {
 /* Random requests, frees and record_streams on streams going busy and idle:
  * after every step the categories add up to bytes_reserved (account()). */
 static void run_random(aa_large_mode mode, uint32_t tcache_blocks, unsigned seed) {
-  enum { N = 64, STEPS = 1500 };
+  enum { N = 64,
+         STEPS = 1500 };
   aa_backend *b = NULL;
   aa_pool *p = pool_new(&b, mode, tcache_blocks);
   void *live[N] = {0};

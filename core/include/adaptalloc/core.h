@@ -529,8 +529,8 @@ AA_EXTERN int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned
 #define AA_ACCOUNT_VERSION 1
 
 typedef struct aa_pool_account {
-  uint32_t version; /* AA_ACCOUNT_VERSION, set by the caller */
-  uint32_t size;    /* sizeof(aa_pool_account), set by the caller */
+  uint32_t version;        /* AA_ACCOUNT_VERSION, set by the caller */
+  uint32_t size;           /* sizeof(aa_pool_account), set by the caller */
   uint64_t bytes_reserved; /* held from the backend: the sum of the fields below */
   uint64_t requested;      /* live requests, small and large, as asked for */
   /* handed-out block bytes beyond the request: a small request rounded up
