@@ -750,7 +750,8 @@ void aa__large_stats(aa_pool *pool, uint64_t *in_use, uint64_t *reserved, uint64
 /* The large path's free chunk bytes that are reserved (mapped), split into
  * those usable now on some stream (*holes) and those waiting for their
  * record_stream'd streams' events (*holds; the events are asked, none is
- * recorded or released). Walks every chunk; large_mu held (aa_pool_account_get). */
+ * recorded or released). Walks the free bins; large_mu held
+ * (aa_pool_account_get). */
 void aa__large_free_account(aa_pool *pool, uint64_t *holes, uint64_t *holds);
 
 /* large_seg.c: releases cached large memory (takes large_mu). `forget`: an

@@ -1073,17 +1073,39 @@ static bool xev_pending(aa_pool *pool, const aa__chunk *c) {
   return false;
 }
 
+#if AA_DEBUG >= 3
+/* The free chunks' mapped bytes by a walk over every chunk (the check of
+ * the identity aa__large_free_account relies on). */
+static uint64_t free_mapped_walk(const aa_pool *pool) {
+  uint64_t n = 0;
+  for (const aa__seg *s = pool->segs; s; s = s->next) {
+    for (const aa__chunk *c = s->first; c; c = c->next)
+      n += c->free ? chunk_mapped(pool, c) : 0;
+  }
+  return n;
+}
+#endif
+
+/* Chunks tile their segments and a chunk that is not free (live, held) is
+ * mapped whole, so the free chunks' mapped bytes are what is reserved less
+ * what is not free (expandable segments' pages shared by a free and a live
+ * chunk included): no walk over every chunk, which the replay's account at
+ * each new peak would pay hundreds of times. Only the free chunks with
+ * record_stream'd events are looked at (never parked: they are in bins). */
 void aa__large_free_account(aa_pool *pool, uint64_t *holes, uint64_t *holds) {
-  *holes = *holds = 0;
-  for (aa__seg *s = pool->segs; s; s = s->next) {
-    for (aa__chunk *c = s->first; c; c = c->next) {
-      if (!c->free)
-        continue;
-      uint64_t m = chunk_mapped(pool, c);
-      if (xev_pending(pool, c))
-        *holds += m;
-      else
-        *holes += m;
+  uint64_t held = 0;
+  for (unsigned b = next_bin(pool, 0); b < AA__LARGE_BINS; b = next_bin(pool, b + 1)) {
+    for (const aa__chunk *c = pool->lbins[b]; c; c = c->fnext) {
+      if (c->nxev > 0 && xev_pending(pool, c))
+        held += chunk_mapped(pool, c);
     }
   }
+  aa__assert(pool->large_reserved >= pool->large_in_use);
+  uint64_t free_mapped = pool->large_reserved - pool->large_in_use;
+#if AA_DEBUG >= 3
+  aa__assert(free_mapped == free_mapped_walk(pool));
+#endif
+  aa__assert(held <= free_mapped);
+  *holds = held;
+  *holes = free_mapped - held;
 }

@@ -418,9 +418,9 @@ int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned opts) {
 
 /* Sections as aa_pool_stats_get_opts takes them: large_mu then tc_mu for
  * the counters, the threads' held large blocks and the large path's free
- * chunks (walked under large_mu: a chunk changes hands only under it, but
- * for the thread caches' lock-free hits on held and live blocks, whose
- * bytes the held counters give), then each class under its mu. The small
+ * bytes (aa__large_free_account: a chunk goes free only under large_mu; the
+ * thread caches' lock-free hits move held and live blocks, whose bytes the
+ * held counters give), then each class under its mu. The small
  * blocks in threads' small caches count as free from the user's free on
  * (the counters say so), so they land in slab_free with the central lists'
  * free slots. Blocks waiting for an event (c->npending) whose event is

@@ -565,7 +565,8 @@ typedef struct aa_pool_account {
 /* Fills *out with where `pool`'s reserved bytes are now. Takes the locks a
  * snapshot takes, one section at a time (large_mu and tc_mu, then each
  * class's); exact when no other thread uses the pool meanwhile. Not for the
- * hot path: it walks the large path's chunks. AA_EINVAL for a NULL argument
+ * hot path: it walks the large path's free lists and each class's pending
+ * lists. AA_EINVAL for a NULL argument
  * or an out whose version or size is not this header's (*out unchanged). */
 AA_EXTERN int aa_pool_account_get(aa_pool *pool, aa_pool_account *out);
 
