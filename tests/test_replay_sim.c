@@ -518,6 +518,78 @@ static void test_replay_sim_per_thread(void **state) {
   assert_true(a.peak_in_use >= 667 * 4096);
 }
 
+static aa_pool_account acct_at_peak(const aa_replay_sim *s, int want_rc) {
+  aa_pool_account a;
+  memset(&a, 0, sizeof a);
+  a.version = AA_ACCOUNT_VERSION;
+  a.size = (uint32_t)sizeof a;
+  assert_int_equal(aa_replay_sim_account_at_peak(s, &a), want_rc);
+  return a;
+}
+
+/* The account at peak reserved on two hand-computed traces. feed_small's
+ * peak (4 MiB, at t=10): A 1000 in a 1024 block, B 3000 in a 4096 block,
+ * the rest of their two slabs free (both classes divide 2 MiB: no tail).
+ * Then, with a 3072 class (682 blocks, a 2048-byte tail a slab): P1 3000;
+ * P2 5 MiB + 1 (a 6 MiB segment, its block 5 MiB + 4 KiB) freed; P3 7 MiB,
+ * which P2's free 6 MiB cannot hold: an 8 MiB segment, reserved 16 MiB
+ * with 6 + 1 MiB of holes. */
+static void test_replay_sim_account_at_peak(void **state) {
+  static const aa_class_spec t3072[] = {{3072, 0, 0}, {1048576, 0, 0}};
+  aa_replay_sim *s = new_sim(AA_REPLAY_STOP, 0, false);
+  aa_replay_config cfg;
+  char err[AA_REPLAY_ERR_CAP];
+  aa_replay_event e[4];
+  aa_pool_account a;
+  (void)state;
+
+  (void)acct_at_peak(s, AA_ENOENT); /* nothing reserved yet */
+  feed_small(s);
+  a = acct_at_peak(s, AA_OK);
+  assert_int_equal(a.bytes_reserved, 4 * MIB);
+  assert_int_equal(a.requested, 4000);
+  assert_int_equal(a.rounding, 24 + 1096);
+  assert_int_equal(a.slab_free, 2047 * 1024 + 511 * 4096);
+  assert_int_equal(a.slab_tails + a.holes + a.stream_holds + a.thread_caches + a.other, 0);
+  /* bad arguments: AA_EINVAL, *out unchanged */
+  a.version = AA_ACCOUNT_VERSION + 1;
+  assert_int_equal(aa_replay_sim_account_at_peak(s, &a), AA_EINVAL);
+  assert_int_equal(a.bytes_reserved, 4 * MIB);
+  a.version = AA_ACCOUNT_VERSION;
+  a.size = 4;
+  assert_int_equal(aa_replay_sim_account_at_peak(s, &a), AA_EINVAL);
+  assert_int_equal(a.requested, 4000);
+  assert_int_equal(aa_replay_sim_account_at_peak(s, NULL), AA_EINVAL);
+  assert_int_equal(aa_replay_sim_account_at_peak(NULL, &a), AA_EINVAL);
+  aa_replay_sim_free(s);
+
+  for (int per_thread = 0; per_thread <= 1; per_thread++) {
+    aa_replay_config_init(&cfg);
+    cfg.classes = t3072;
+    cfg.nclasses = 2;
+    cfg.per_thread = per_thread != 0;
+    assert_int_equal(aa_replay_sim_new(&cfg, &s, err, sizeof err), AA_OK);
+    e[0] = ev('a', 0, 0x1000, 3000, 2);
+    e[1] = ev('a', 10, 0x2000, 5 * MIB + 1, 3);
+    e[2] = ev('f', 20, 0x2000, 5 * MIB + 1, 4);
+    e[3] = ev('a', 30, 0x3000, 7 * MIB, 5);
+    assert_int_equal(aa_replay_sim_feed(s, e, 4), AA_OK);
+    a = acct_at_peak(s, AA_OK);
+    assert_int_equal(a.bytes_reserved, 16 * MIB);
+    assert_int_equal(a.requested, 3000 + 7 * MIB);
+    assert_int_equal(a.rounding, 72);
+    assert_int_equal(a.slab_free, 681 * 3072);
+    assert_int_equal(a.slab_tails, 2048);
+    assert_int_equal(a.holes, 7 * MIB);
+    assert_int_equal(a.stream_holds + a.thread_caches + a.other, 0);
+    /* frees raise no peak: the account stays the peak's */
+    e[0] = ev('f', 40, 0x3000, 7 * MIB, 6);
+    assert_int_equal(aa_replay_sim_feed(s, e, 1), AA_OK);
+    assert_int_equal(acct_at_peak(s, AA_OK).requested, 3000 + 7 * MIB);
+    aa_replay_sim_free(s);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_replay_sim_hand_computed),
@@ -534,6 +606,7 @@ int main(void) {
       cmocka_unit_test(test_replay_sim_bad_config),
       cmocka_unit_test(test_replay_sim_adapt_loop),
       cmocka_unit_test(test_replay_sim_per_thread),
+      cmocka_unit_test(test_replay_sim_account_at_peak),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -585,7 +585,37 @@ static void test_replay_tool_run_small(void **state) {
               num(j, "result.sim_backend_us") < 86.1);
   assert_true(num(j, "events_per_s") > 0);
   assert_int_equal((int)num(j, "events"), 6);
+  /* Where the 4 MiB went at that peak: 1000 and 3000 requested, rounded by
+   * 24 and 72; the slabs' other blocks free (2047 of 1024, 681 of 3072);
+   * the 3072 slab's 2048-byte tail. */
+  assert_int_equal((int)num(j, "account_at_peak.bytes_reserved"), 4 << 20);
+  assert_int_equal((int)num(j, "account_at_peak.requested"), 4000);
+  assert_int_equal((int)num(j, "account_at_peak.rounding"), 96);
+  assert_int_equal((int)num(j, "account_at_peak.slab_free"), 2047 * 1024 + 681 * 3072);
+  assert_int_equal((int)num(j, "account_at_peak.slab_tails"), 2048);
+  assert_int_equal((int)num(j, "account_at_peak.holes"), 0);
+  assert_int_equal((int)num(j, "account_at_peak.stream_holds"), 0);
+  assert_int_equal((int)num(j, "account_at_peak.thread_caches"), 0);
+  assert_int_equal((int)num(j, "account_at_peak.other"), 0);
   cJSON_Delete(j);
+  free(out);
+  free(err);
+
+  /* The same account as text, after the peak line. */
+  assert_int_equal(sh(&out, &err, "{BIN} run --pool pinned "
+                                  "{SRC}/tests/data/replay/small.csv"),
+                   0);
+  {
+    const char *peak = strstr(out, "\npeak              in use");
+    const char *acct = strstr(out, "\nat peak reserved  requested 3.91 KiB (0.1 %), "
+                                   "rounding 96 B (0.0 %), slab free 3.99 MiB (99.9 %), "
+                                   "slab tails 2.00 KiB (0.0 %), holes 0 B (0.0 %), "
+                                   "stream holds 0 B (0.0 %), thread caches 0 B (0.0 %), "
+                                   "other 0 B (0.0 %)\n");
+    assert_non_null(peak);
+    assert_non_null(acct);
+    assert_true(acct > peak && memchr(peak + 1, '\n', (size_t)(acct - peak)) == acct);
+  }
   free(out);
   free(err);
 
@@ -908,6 +938,9 @@ static void test_replay_tool_torch_model(void **state) {
   assert_int_equal((int)num(j, "runs.1.result.backend_calls"), 1);
   assert_int_equal((int)num(j, "runs.2.result.peak_reserved"), 2 << 20);
   assert_int_equal((int)num(j, "runs.1.result.requests"), 3);
+  /* compare's runs carry the account too; a model of PyTorch's has none */
+  assert_int_equal((int)num(j, "runs.0.account_at_peak.bytes_reserved"), 4 << 20);
+  assert_true(cJSON_IsNull(get(j, "runs.1.account_at_peak")));
   cJSON_Delete(j);
   free(out);
   free(err);

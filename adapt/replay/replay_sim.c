@@ -273,6 +273,28 @@ void aa_replay_sim_now(const aa_replay_sim *s, aa_replay_now *out) {
   out->reserved = atomic_load_explicit(&s->bk->held, memory_order_relaxed);
 }
 
+/* Reserved reached a new peak: the pool's account of it. Only a backend
+ * call raises reserved, so this runs at most once per backend allocation. */
+static __attribute__((noinline, cold)) void note_peak_account(aa_replay_sim *s) {
+  aa_pool_account a;
+  a.version = AA_ACCOUNT_VERSION;
+  a.size = (uint32_t)sizeof a;
+  if (aa_pool_account_get(s->pool, &a) == AA_OK) {
+    s->acct_peak = a;
+    s->have_acct_peak = true;
+  }
+}
+
+int aa_replay_sim_account_at_peak(const aa_replay_sim *s, aa_pool_account *out) {
+  if (s == NULL || out == NULL || out->version != AA_ACCOUNT_VERSION ||
+      out->size != (uint32_t)sizeof *out)
+    return AA_EINVAL;
+  if (!s->have_acct_peak)
+    return AA_ENOENT;
+  *out = s->acct_peak;
+  return AA_OK;
+}
+
 static inline void note_peaks(aa_replay_sim *s) {
   uint64_t res = atomic_load_explicit(&s->bk->held, memory_order_relaxed);
 
@@ -285,6 +307,7 @@ static inline void note_peaks(aa_replay_sim *s) {
   if (res > s->peak_reserved) {
     s->peak_reserved = res;
     s->in_use_at_peak_reserved = s->in_use;
+    note_peak_account(s);
   }
 }
 

@@ -119,6 +119,9 @@ struct aa_replay_sim {
   uint64_t in_use, requested;
   uint64_t peak_in_use, peak_requested, peak_reserved;
   uint64_t req_at_peak_in_use, in_use_at_peak_reserved;
+  /* where the bytes were when reserved last reached a new peak (note_peaks) */
+  aa_pool_account acct_peak;
+  bool have_acct_peak;
   bool have_time;
   uint64_t first_time, last_time;
   double t_req, t_use, t_res; /* integrals over trace time */

@@ -36,7 +36,8 @@
  *                large_seg.c segments, pages and trimming, large_ltc.c the
  *                per-thread large-block cache, large_check.c the AA_DEBUG 3 walk
  *   pagemap.c    address -> span
- *   stats.c      snapshots, the histogram, per-slot counter baselines
+ *   stats.c      snapshots, the histogram, per-slot counter baselines, the
+ *                account of the reserved bytes
  *   inspect.c    aa_pool_reset_peaks, aa_pool_walk
  *   oom.c        the out-of-memory observer and its record
  *   common.c     error strings, the clock
@@ -649,6 +650,10 @@ uint32_t aa__central_take(aa__class *c, aa__blist *l, aa__blk *out, uint32_t wan
 /* Up to `want` blocks usable on `stream` now. Under c->mu. */
 uint32_t aa__central_pop(aa_pool *pool, aa__class *c, aa_stream stream, aa__blk *out,
                          uint32_t want);
+/* Of the class's blocks waiting for events (npending), those whose events
+ * are still pending when asked now (none is released or recorded: the
+ * account, aa_pool_account_get). Under c->mu. */
+uint64_t aa__central_held_now(aa_pool *pool, const aa__class *c);
 /* Carves one new slab into the class's `any` list. Under c->mu. */
 int aa__carve(aa_pool *pool, aa__class *c);
 size_t aa__class_release(aa_pool *pool, aa__class *c, size_t want, bool keep_prefill);
@@ -742,6 +747,12 @@ int aa__large_record(aa_pool *pool, aa__seg *seg, void *p, aa_stream stream);
 void aa__large_destroy(aa_pool *pool);
 void aa__large_stats(aa_pool *pool, uint64_t *in_use, uint64_t *reserved, uint64_t *segs,
                      uint64_t *req);
+/* The large path's free chunk bytes that are reserved (mapped), split into
+ * those usable now on some stream (*holes) and those waiting for their
+ * record_stream'd streams' events (*holds; the events are asked, none is
+ * recorded or released). Walks the free bins; large_mu held
+ * (aa_pool_account_get). */
+void aa__large_free_account(aa_pool *pool, uint64_t *holes, uint64_t *holds);
 
 /* large_seg.c: releases cached large memory (takes large_mu). `forget`: an
  * explicit release (aa_pool_release): the pages it unmaps stop counting as

@@ -1039,3 +1039,73 @@ void aa__large_stats(aa_pool *pool, uint64_t *in_use, uint64_t *reserved, uint64
   *req = pool->large_req;
   pthread_mutex_unlock(&pool->large_mu);
 }
+
+/* The mapped bytes of free chunk c: all of it but in an expandable
+ * segment, where only the parts on mapped pages are reserved. */
+static uint64_t chunk_mapped(const aa_pool *pool, const aa__chunk *c) {
+  const aa__seg *s = c->seg;
+  if (s->pages == NULL)
+    return c->size;
+  size_t ps = pool->vmm_page, i0, i1;
+  uint64_t n = 0;
+  aa__lg_pages_under(pool, c, c->size, &i0, &i1);
+  for (size_t i = i0; i < i1 && i < s->hwm; i++) {
+    if (s->pages[i] == NULL)
+      continue;
+    uintptr_t lo = s->h.base + i * ps, hi = lo + ps;
+    if (lo < c->base)
+      lo = c->base;
+    if (hi > c->base + c->size)
+      hi = c->base + c->size;
+    n += hi - lo;
+  }
+  return n;
+}
+
+/* Whether some record_stream'd stream's event of free chunk c is pending
+ * (asked, nothing released: an account changes nothing). */
+static bool xev_pending(aa_pool *pool, const aa__chunk *c) {
+  aa_backend *b = pool->backend;
+  for (uint32_t i = 0; i < c->nxev; i++) {
+    if (b->ops->event_query != NULL && b->ops->event_query(b, c->xev[i]) == AA_EAGAIN)
+      return true;
+  }
+  return false;
+}
+
+#if AA_DEBUG >= 3
+/* The free chunks' mapped bytes by a walk over every chunk (the check of
+ * the identity aa__large_free_account relies on). */
+static uint64_t free_mapped_walk(const aa_pool *pool) {
+  uint64_t n = 0;
+  for (const aa__seg *s = pool->segs; s; s = s->next) {
+    for (const aa__chunk *c = s->first; c; c = c->next)
+      n += c->free ? chunk_mapped(pool, c) : 0;
+  }
+  return n;
+}
+#endif
+
+/* Chunks tile their segments and a chunk that is not free (live, held) is
+ * mapped whole, so the free chunks' mapped bytes are what is reserved less
+ * what is not free (expandable segments' pages shared by a free and a live
+ * chunk included): no walk over every chunk, which the replay's account at
+ * each new peak would pay hundreds of times. Only the free chunks with
+ * record_stream'd events are looked at (never parked: they are in bins). */
+void aa__large_free_account(aa_pool *pool, uint64_t *holes, uint64_t *holds) {
+  uint64_t held = 0;
+  for (unsigned b = next_bin(pool, 0); b < AA__LARGE_BINS; b = next_bin(pool, b + 1)) {
+    for (const aa__chunk *c = pool->lbins[b]; c; c = c->fnext) {
+      if (c->nxev > 0 && xev_pending(pool, c))
+        held += chunk_mapped(pool, c);
+    }
+  }
+  aa__assert(pool->large_reserved >= pool->large_in_use);
+  uint64_t free_mapped = pool->large_reserved - pool->large_in_use;
+#if AA_DEBUG >= 3
+  aa__assert(free_mapped == free_mapped_walk(pool));
+#endif
+  aa__assert(held <= free_mapped);
+  *holds = held;
+  *holes = free_mapped - held;
+}

@@ -4,7 +4,9 @@
  * (aa_pool_stats_get_opts with AA_STATS_NO_SIZES: counters only, no
  * histogram or heavy hitters);
  * aa_pool_stats_json writes a snapshot as JSON by hand (docs/stats.md lists
- * every field); aa_hist_bucket / aa_hist_bucket_lower define the request-size
+ * every field); aa_pool_account_get splits the reserved bytes by where they
+ * are (requested, rounding, slab free slots and tails, holes, stream holds,
+ * thread caches); aa_hist_bucket / aa_hist_bucket_lower define the request-size
  * histogram (four buckets per doubling). Heavy hitters are merged here from
  * the per-thread exact-size tables and heavy-hitter tables.
  *
@@ -409,6 +411,95 @@ int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned opts) {
       out->managed_unknown_bytes = r.unknown_bytes;
     }
   }
+  return AA_OK;
+}
+
+/* ------------------------------------------------------------ account */
+
+/* Sections as aa_pool_stats_get_opts takes them: large_mu then tc_mu for
+ * the counters, the threads' held large blocks and the large path's free
+ * bytes (aa__large_free_account: a chunk goes free only under large_mu; the
+ * thread caches' lock-free hits move held and live blocks, whose bytes the
+ * held counters give), then each class under its mu. The small
+ * blocks in threads' small caches count as free from the user's free on
+ * (the counters say so), so they land in slab_free with the central lists'
+ * free slots. Blocks waiting for an event (c->npending) whose event is
+ * still pending when asked now land in stream_holds; those whose events
+ * have completed, though the pool has not looked yet, in slab_free, as the
+ * large path's chunks whose record_stream'd streams are done land in holes
+ * (nothing is released or recorded: the account changes nothing). */
+int aa_pool_account_get(aa_pool *pool, aa_pool_account *out) {
+  if (pool == NULL || out == NULL || out->version != AA_ACCOUNT_VERSION ||
+      out->size != (uint32_t)sizeof *out)
+    return AA_EINVAL;
+  aa_pool_account a;
+  memset(&a, 0, sizeof a);
+  a.version = AA_ACCOUNT_VERSION;
+  a.size = (uint32_t)sizeof a;
+  csum s[AA_MAX_CLASSES];
+
+  pthread_mutex_lock(&pool->large_mu);
+  pthread_mutex_lock(&pool->tc_mu);
+  slot_sums(pool, s);
+  uint64_t lt_block = 0, lt_req = 0;
+  for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next) {
+    lt_block += aa__cget(&tc->lheld_block);
+    lt_req += aa__cget(&tc->lheld_req);
+  }
+  lt_block -= atomic_load_explicit(&pool->ltc_taken_block, AA__RLX);
+  lt_req -= atomic_load_explicit(&pool->ltc_taken_req, AA__RLX);
+  uint64_t li = pool->large_in_use, lq = pool->large_req, holes, holds;
+  aa__large_free_account(pool, &holes, &holds);
+  pthread_mutex_unlock(&pool->tc_mu);
+  pthread_mutex_unlock(&pool->large_mu);
+
+  /* as aa_pool_stats_get: held blocks are freed, not in use */
+  if (lt_block > li)
+    lt_block = li;
+  li -= lt_block;
+  lq = lq > lt_req ? lq - lt_req : 0;
+  if (lq > li)
+    lq = li;
+  a.requested = lq;
+  a.rounding = li - lq;
+  a.holes = holes;
+  a.stream_holds = holds;
+  a.thread_caches = lt_block;
+
+  size_t slab_size = pool->cfg.slab_size;
+  for (int i = 0; i < AA_MAX_CLASSES; i++) {
+    aa__class *c = &pool->classes[i];
+    pthread_mutex_lock(&c->mu);
+    uint32_t state = atomic_load_explicit(&c->state, AA__RLX);
+    uint64_t bs = atomic_load_explicit(&c->block_size, AA__RLX);
+    uint64_t nslabs = c->nslabs, nblocks = c->nblocks;
+    uint64_t pending = c->npending > 0 ? aa__central_held_now(pool, c) : 0;
+    pthread_mutex_unlock(&c->mu);
+    if (state == AA__CLS_EMPTY || nslabs == 0)
+      continue;
+    uint64_t carved = nslabs * nblocks;
+    uint64_t allocs = s[i].hits + s[i].misses;
+    uint64_t live = allocs > s[i].frees ? allocs - s[i].frees : 0;
+    if (live > carved)
+      live = carved; /* counters read while others run */
+    if (pending > carved - live)
+      pending = carved - live;
+    uint64_t req = s[i].req_add > s[i].req_sub ? s[i].req_add - s[i].req_sub : 0;
+    if (req > live * bs)
+      req = live * bs;
+    a.requested += req;
+    a.rounding += live * bs - req;
+    a.slab_free += (carved - live - pending) * bs;
+    a.stream_holds += pending * bs;
+    a.slab_tails += nslabs * (slab_size - nblocks * bs);
+  }
+
+  uint64_t sum = a.requested + a.rounding + a.slab_free + a.slab_tails + a.holes +
+                 a.stream_holds + a.thread_caches;
+  uint64_t reserved = atomic_load(&pool->bytes_reserved);
+  a.other = reserved > sum ? reserved - sum : 0;
+  a.bytes_reserved = sum + a.other;
+  *out = a;
   return AA_OK;
 }
 

@@ -102,7 +102,52 @@ static void fmt_us(double us, char *buf, size_t cap) {
     snprintf(buf, cap, "%.1f us", us);
 }
 
-void print_result_text(FILE *f, const char *label, const aa_replay_result *r) {
+/* "  requested 1.00 MiB (50.0 %)" parts of the account line */
+static void acct_part(FILE *f, const char *sep, const char *name, uint64_t v, uint64_t whole) {
+  char b[32];
+  fmt_bytes(v, b, sizeof b);
+  fprintf(f, "%s%s %s (%.1f %%)", sep, name, b,
+          whole > 0 ? 100.0 * (double)v / (double)whole : 0.0);
+}
+
+static void print_account_text(FILE *f, const aa_pool_account *a) {
+  uint64_t w = a->bytes_reserved;
+  acct_part(f, "at peak reserved  ", "requested", a->requested, w);
+  acct_part(f, ", ", "rounding", a->rounding, w);
+  acct_part(f, ", ", "slab free", a->slab_free, w);
+  acct_part(f, ", ", "slab tails", a->slab_tails, w);
+  acct_part(f, ", ", "holes", a->holes, w);
+  acct_part(f, ", ", "stream holds", a->stream_holds, w);
+  acct_part(f, ", ", "thread caches", a->thread_caches, w);
+  acct_part(f, ", ", "other", a->other, w);
+  fprintf(f, "\n");
+}
+
+bool account_at_peak(const loaded *l, aa_pool_account *out) {
+  out->version = AA_ACCOUNT_VERSION;
+  out->size = (uint32_t)sizeof *out;
+  return !l->is_torch && l->sim != NULL && aa_replay_sim_account_at_peak(l->sim, out) == AA_OK;
+}
+
+void print_json_account(FILE *f, const loaded *l) {
+  aa_pool_account a;
+  if (!account_at_peak(l, &a)) {
+    fprintf(f, ",\"account_at_peak\":null");
+    return;
+  }
+  fprintf(f,
+          ",\"account_at_peak\":{\"bytes_reserved\":%llu,\"requested\":%llu,"
+          "\"rounding\":%llu,\"slab_free\":%llu,\"slab_tails\":%llu,\"holes\":%llu,"
+          "\"stream_holds\":%llu,\"thread_caches\":%llu,\"other\":%llu}",
+          (unsigned long long)a.bytes_reserved, (unsigned long long)a.requested,
+          (unsigned long long)a.rounding, (unsigned long long)a.slab_free,
+          (unsigned long long)a.slab_tails, (unsigned long long)a.holes,
+          (unsigned long long)a.stream_holds, (unsigned long long)a.thread_caches,
+          (unsigned long long)a.other);
+}
+
+void print_result_text(FILE *f, const char *label, const aa_replay_result *r,
+                       const aa_pool_account *acct) {
   char a[32], b[32], c[32];
 
   fprintf(f, "policy            %s (%u classes at the end)\n", label,
@@ -124,6 +169,8 @@ void print_result_text(FILE *f, const char *label, const aa_replay_result *r) {
   fmt_bytes(r->peak_reserved, b, sizeof b);
   fmt_bytes(r->peak_requested, c, sizeof c);
   fprintf(f, "peak              in use %s, reserved %s, requested %s\n", a, b, c);
+  if (acct != NULL)
+    print_account_text(f, acct);
   fprintf(f, "internal frag     %.2f %% at peak in use, %.2f %% time-averaged\n",
           100.0 * r->int_frag_peak, 100.0 * r->int_frag_avg);
   fprintf(f, "external frag     %.2f %% at peak reserved, %.2f %% time-averaged\n",

@@ -109,7 +109,16 @@ int input_import(const tool_input *in, aa_replay_on_error mode,
 /* "12.0 MiB" style. */
 void fmt_bytes(uint64_t v, char *buf, size_t cap);
 /* The text report of one run. */
-void print_result_text(FILE *f, const char *label, const aa_replay_result *r);
+struct loaded;
+/* The run report; acct, when not NULL, is the pool's account at peak
+ * reserved (aa_replay_sim_account_at_peak), printed after the peak line. */
+void print_result_text(FILE *f, const char *label, const aa_replay_result *r,
+                       const aa_pool_account *acct);
+/* The account at peak reserved of a loaded run into *out: false when there
+ * is none (a model of PyTorch's allocator, nothing reserved). */
+bool account_at_peak(const struct loaded *l, aa_pool_account *out);
+/* ,"account_at_peak":{...} (byte figures), or null when there is none. */
+void print_json_account(FILE *f, const struct loaded *l);
 /* A table of several results side by side. */
 void print_compare_table(FILE *f, const char *const *labels,
                          const aa_replay_result *r, size_t n);

@@ -392,6 +392,7 @@ int cmd_run(const options *o, bool compare) {
       print_json_string(stdout, l[0].label);
       fprintf(stdout, ",\"result\":");
       print_json_result(stdout, &l[0].res);
+      print_json_account(stdout, &l[0]);
       if (o->adapt)
         print_json_decisions(stdout, &l[0]);
       if (o->top > 0)
@@ -403,6 +404,7 @@ int cmd_run(const options *o, bool compare) {
         print_json_string(stdout, l[i].label);
         fprintf(stdout, ",\"result\":");
         print_json_result(stdout, &l[i].res);
+        print_json_account(stdout, &l[i]);
         if (o->adapt)
           print_json_decisions(stdout, &l[i]);
         fprintf(stdout, "}");
@@ -416,7 +418,9 @@ int cmd_run(const options *o, bool compare) {
     printf("input             %s, %llu events\npolicy pool       %s\n", desc,
            (unsigned long long)t.events, o->pool);
     if (!compare) {
-      print_result_text(stdout, l[0].label, &l[0].res);
+      aa_pool_account acct;
+      bool have = account_at_peak(&l[0], &acct);
+      print_result_text(stdout, l[0].label, &l[0].res, have ? &acct : NULL);
       if (o->adapt)
         print_text_decisions(stdout, &l[0]);
       if (o->top > 0)

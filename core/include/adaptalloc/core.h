@@ -524,6 +524,53 @@ enum {
  * AA_EINVAL for a NULL argument or an unknown option bit (*out zeroed). */
 AA_EXTERN int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned opts);
 
+/* Where a pool's reserved bytes are now (aa_pool_account_get): bytes_reserved
+ * split into disjoint categories that add up to it exactly. A value type; the
+ * caller sets version and size before the call. */
+#define AA_ACCOUNT_VERSION 1
+
+typedef struct aa_pool_account {
+  uint32_t version;        /* AA_ACCOUNT_VERSION, set by the caller */
+  uint32_t size;           /* sizeof(aa_pool_account), set by the caller */
+  uint64_t bytes_reserved; /* held from the backend: the sum of the fields below */
+  uint64_t requested;      /* live requests, small and large, as asked for */
+  /* handed-out block bytes beyond the request: a small request rounded up
+   * to its class's block, a large one to its chunk (4 KiB and the split
+   * minimum; passthrough: the segment) */
+  uint64_t rounding;
+  /* small path: slab bytes carved into blocks that nobody holds, usable now
+   * (free slots in the central lists, and blocks sitting in threads' small
+   * caches: those count as freed from the user's free on, as in
+   * aa_pool_stats's blocks_free) */
+  uint64_t slab_free;
+  uint64_t slab_tails; /* small path: each slab's bytes past its last block */
+  /* large path: free chunk bytes (mapped: an expandable segment's unmapped
+   * pages are not reserved) usable now on some stream, the stream a chunk
+   * was freed on at least */
+  uint64_t holes;
+  /* free bytes waiting for stream work before reuse: small blocks waiting
+   * for a stream event (aa_pool_stats's pending_blocks: record_stream'd
+   * blocks, and batches freed on one stream waiting for its event to serve
+   * the others) and large free chunks whose record_stream'd streams' events
+   * have not completed; the events are asked now, so blocks whose events
+   * completed, though the pool has not looked yet, count as free */
+  uint64_t stream_holds;
+  uint64_t thread_caches; /* large blocks freed into threads' large caches */
+  /* reserved and in none of the above: what the backend holds for the pool
+   * outside slabs and chunks; with other threads allocating while the
+   * account is taken, also the drift between its separate reads (then the
+   * sum may exceed what was read, and bytes_reserved is the sum) */
+  uint64_t other;
+} aa_pool_account;
+
+/* Fills *out with where `pool`'s reserved bytes are now. Takes the locks a
+ * snapshot takes, one section at a time (large_mu and tc_mu, then each
+ * class's); exact when no other thread uses the pool meanwhile. Not for the
+ * hot path: it walks the large path's free lists and each class's pending
+ * lists. AA_EINVAL for a NULL argument
+ * or an out whose version or size is not this header's (*out unchanged). */
+AA_EXTERN int aa_pool_account_get(aa_pool *pool, aa_pool_account *out);
+
 /* Writes a snapshot as one JSON object into buf (NUL-terminated). Returns the
  * length that the whole object needs (excluding NUL), like snprintf: a result
  * >= cap means it was truncated. Field names are documented in docs/stats.md. */

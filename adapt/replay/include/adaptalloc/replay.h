@@ -287,6 +287,16 @@ typedef struct aa_replay_now {
 } aa_replay_now;
 AA_EXTERN void aa_replay_sim_now(const aa_replay_sim *sim, aa_replay_now *out);
 
+/* Where the pool's reserved bytes were (aa_pool_account_get) the last time
+ * reserved reached a new peak: the account of peak_reserved. The caller
+ * sets out->version and out->size (AA_ACCOUNT_VERSION, sizeof). AA_EINVAL
+ * for a NULL argument or a wrong version or size, AA_ENOENT when none was
+ * taken (nothing reserved yet); *out unchanged on either. With per_thread
+ * the account is taken by the replay thread that raised reserved, while
+ * the others wait, so their caches are counted too. */
+AA_EXTERN int aa_replay_sim_account_at_peak(const aa_replay_sim *sim,
+                                            aa_pool_account *out);
+
 /* The pool being driven (borrowed; valid until aa_replay_sim_free). */
 AA_EXTERN aa_pool *aa_replay_sim_pool(aa_replay_sim *sim);
 
