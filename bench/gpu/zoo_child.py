@@ -227,7 +227,7 @@ def child(workload, mode, capture, steps=None, turns=None):
     # after the steps and their peak: what one allocation costs this process
     cost_us = None if pace else alloc_cost_us(torch, dev)
     props = torch.cuda.get_device_properties(0)
-    res = {"workload": workload, "mode": variant, "steps": n, "warm": warm,
+    res = {"workload": workload, "mode": variant, "pid": os.getpid(), "steps": n, "warm": warm,
            "peak_mib": (peak[0] - base) / MIB, "context_mib": base / MIB,
            "step_ms": times[warm:], "warm_ms": times[:warm],
            "phase_s": {"init": t_init - t_start, "build": t_built - t_init,

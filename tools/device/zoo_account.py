@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""Where the reserved bytes go, from each zoo workload's own trace (issue #24
+item 2; tools/device/zoo-account.sh runs it on the GPU machine).
+
+Collect (after the traced runs):
+  zoo_account.py --db TRACES.db --runs zoo_trace.json --replay ADAPTALLOC_REPLAY
+                 --policy policies/default.json --delays-us 0,1000,... --out account.json
+  finds each run's trace in the store by its process id, and replays it under
+  the policy at each stream-event delay (adaptalloc-replay run --json),
+  keeping the result and the pool's account at its peak reserved.
+Report (anywhere, standard library only):
+  zoo_account.py --report account.json
+  one row per workload: the GPU run's peak reserved / allocated, then, for
+  the delay whose replayed peak reserved is nearest the GPU's, the account
+  (MiB and share of the replay's peak reserved); and every delay's peak.
+"""
+import argparse
+import json
+import sqlite3
+import subprocess
+import sys
+
+MIB = 1 << 20
+PARTS = ("requested", "rounding", "slab_free", "slab_tails", "holes", "stream_holds",
+         "thread_caches", "other")
+
+
+def run_ids(db, runs):
+    """{workload: (run id, events written, events dropped)} by process id."""
+    con = sqlite3.connect(db)
+    out = {}
+    try:
+        for w, by_mode in runs.items():
+            for rs in by_mode.values():
+                for r in rs:
+                    row = con.execute("SELECT id, events_written, events_dropped FROM runs"
+                                      " WHERE pid = ? ORDER BY id DESC", (r.get("pid", -1),)
+                                      ).fetchone()
+                    if row is None:
+                        print(f"zoo_account: {w}: no run of pid {r.get('pid')} in {db}",
+                              file=sys.stderr)
+                        continue
+                    out[w] = (row[0], row[1], row[2], r)
+    finally:
+        con.close()
+    return out
+
+
+def collect(a):
+    runs = json.load(open(a.runs))["runs"]
+    delays = [int(x) for x in a.delays_us.split(",") if x != ""]
+    doc = {"policy": a.policy, "delays_us": delays, "workloads": {}}
+    for w, (rid, written, dropped, r) in run_ids(a.db, runs).items():
+        entry = {"run_id": rid, "events_written": written, "events_dropped": dropped,
+                 "gpu": {"peak_mib": r.get("peak_mib"), "torch": r.get("torch"),
+                         "steps": r.get("steps"),
+                         "step_ms_median": (sorted(r["step_ms"])[len(r["step_ms"]) // 2]
+                                            if r.get("step_ms") else None)},
+                 "replays": {}}
+        for d in delays:
+            cmd = [a.replay, "run", "--db", a.db, "--run", str(rid), "--policy", a.policy,
+                   "--event-delay-us", str(d), "--json", "--no-progress"]
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            if p.returncode != 0:
+                entry["replays"][str(d)] = {"error": p.stderr.strip()[-500:]}
+                print(f"zoo_account: {w} delay {d}: {p.stderr.strip()[-300:]}", file=sys.stderr)
+                continue
+            j = json.loads(p.stdout)
+            entry["replays"][str(d)] = {"result": j.get("result"),
+                                        "account_at_peak": j.get("account_at_peak"),
+                                        "warnings": p.stderr.strip()[-500:]}
+            res = j.get("result", {})
+            print(f"{w:9s} delay {d:>7d} us: peak reserved {res.get('peak_reserved', 0) / MIB:8.1f}"
+                  f" MiB, in use {res.get('peak_in_use', 0) / MIB:8.1f}", flush=True)
+        doc["workloads"][w] = entry
+    with open(a.out, "w") as f:
+        json.dump(doc, f, indent=1)
+
+
+def nearest(entry):
+    """The delay whose replayed peak reserved is nearest the GPU run's."""
+    gpu = (entry["gpu"].get("torch") or {}).get("max_reserved")
+    best = None
+    for d, rep in entry["replays"].items():
+        res = rep.get("result")
+        if not res:
+            continue
+        gap = abs(res["peak_reserved"] - gpu) if gpu else int(d)
+        if best is None or gap < best[0]:
+            best = (gap, d)
+    return best[1] if best else None
+
+
+def report(path):
+    doc = json.load(open(path))
+    print("where the reserved bytes are at the replay's peak reserved (MiB, share of it), the"
+          " replay of each run's own trace under the default policy at the stream-event delay"
+          " whose peak is nearest the GPU run's; GPU: the run's max_memory_reserved /"
+          " max_memory_allocated")
+    cols = ["GPU reserved / allocated (ratio)", "delay us", "replay reserved"] + \
+        [p.replace("_", " ") for p in PARTS]
+    print("| workload | " + " | ".join(cols) + " |")
+    print("|---" * (1 + len(cols)) + "|")
+    for w, e in doc["workloads"].items():
+        t = e["gpu"].get("torch") or {}
+        res_g, all_g = t.get("max_reserved"), t.get("max_allocated")
+        gpu = ("%.0f / %.0f (%.3f)" % (res_g / MIB, all_g / MIB, res_g / all_g)
+               if res_g and all_g else "-")
+        d = nearest(e)
+        if d is None:
+            print(f"| {w} | {gpu} | - |" + " - |" * (len(cols) - 2))
+            continue
+        acct = e["replays"][d]["account_at_peak"] or {}
+        total = acct.get("bytes_reserved") or 1
+        cells = [gpu, d, "%.0f" % (total / MIB)]
+        cells += ["%.1f (%.1f%%)" % (acct.get(p, 0) / MIB, 100.0 * acct.get(p, 0) / total)
+                  for p in PARTS]
+        print(f"| {w} | " + " | ".join(cells) + " |")
+    print()
+    print("replayed peak reserved, MiB, at each stream-event delay (us); the trace's events"
+          " (written / dropped: a run that dropped events is replayed up to its first loss)")
+    delays = [str(d) for d in doc["delays_us"]]
+    print("| workload | events | " + " | ".join(delays) + " |")
+    print("|---" * (2 + len(delays)) + "|")
+    for w, e in doc["workloads"].items():
+        cells = ["%s / %s" % (e.get("events_written"), e.get("events_dropped"))]
+        for d in delays:
+            res = (e["replays"].get(d) or {}).get("result")
+            cells.append("%.0f" % (res["peak_reserved"] / MIB) if res else "-")
+        print(f"| {w} | " + " | ".join(cells) + " |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--report", metavar="ACCOUNT_JSON")
+    ap.add_argument("--db")
+    ap.add_argument("--runs")
+    ap.add_argument("--replay")
+    ap.add_argument("--policy", default="policies/default.json")
+    ap.add_argument("--delays-us", default="0,1000,10000,50000,200000")
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    if a.report:
+        report(a.report)
+        return 0
+    missing = [k for k in ("db", "runs", "replay", "out") if getattr(a, k) is None]
+    if missing:
+        ap.error("collecting needs " + ", ".join("--" + k for k in missing))
+    collect(a)
+    report(a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
