@@ -100,6 +100,7 @@ typedef struct model {
   uint64_t nulls;  /* aa_alloc returned NULL */
   uint64_t allocs; /* aa_alloc succeeded */
   uint64_t frees;
+  uint64_t uses; /* aa_record_stream succeeded (a trace event 'u' each) */
   unsigned next_tag;
 } model;
 
@@ -188,8 +189,8 @@ static bool trainer(aa_pool *pool, aa_backend *b, model *m, int steps) {
   take(pool, m, (4u << 20) + 123, SA);
   take(pool, m, 3u << 20, SA);
   take(pool, m, 600000, SA);
-  if (m->n > 0)
-    (void)aa_record_stream(pool, m->p[0], SB);
+  if (m->n > 0 && aa_record_stream(pool, m->p[0], SB) == AA_OK)
+    m->uses++;
   for (int step = 0; step < steps; step++) {
     int mark = m->n;
     aa_stream s = step % 2 ? SB : SA;
@@ -450,7 +451,7 @@ static uint64_t private_once(const char *db, uint64_t n, bool every) {
 
   aa_backend_host_fail_nth(b, n, every);
   assert_true(with_store(pool, b, st, m, 6));
-  traced = m->allocs + m->frees + m->nulls;
+  traced = m->allocs + m->frees + m->nulls + m->uses;
   aa_backend_host_fail_nth(b, 0, false);
   why = accounting(pool, m, 0);
   if (why != NULL)
