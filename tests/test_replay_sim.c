@@ -590,6 +590,92 @@ static void test_replay_sim_account_at_peak(void **state) {
   }
 }
 
+static aa_pool_account acct_at_event(const aa_replay_sim *s, int want_rc) {
+  aa_pool_account a;
+  memset(&a, 0, sizeof a);
+  a.version = AA_ACCOUNT_VERSION;
+  a.size = (uint32_t)sizeof a;
+  assert_int_equal(aa_replay_sim_account_at_event(s, &a), want_rc);
+  return a;
+}
+
+/* The account at peak in use, apart from the one at peak reserved (the 3072
+ * table of the test above): P1 3000; P2 5 MiB + 1 (a 6 MiB segment) freed;
+ * P3 7 MiB: a new 8 MiB segment, reserved peaks at 16 MiB (event 4) with
+ * 6 + 1 MiB of holes and 7 MiB + 3072 in use; P4 5 MiB fits P2's free
+ * 6 MiB: in use peaks (event 5) at 12 MiB + 3072 with reserved still
+ * 16 MiB, its holes 1 + 1 MiB; then P3 freed. A second pass with
+ * account_at_event 5 takes that account; the first has none. */
+static void test_replay_sim_account_at_peak_in_use(void **state) {
+  static const aa_class_spec t3072[] = {{3072, 0, 0}, {1048576, 0, 0}};
+  aa_replay_config cfg;
+  aa_replay_sim *s = NULL;
+  char err[AA_REPLAY_ERR_CAP];
+  aa_replay_event e[6];
+  aa_pool_account a;
+  (void)state;
+
+  e[0] = ev('a', 0, 0x1000, 3000, 2);
+  e[1] = ev('a', 10, 0x2000, 5 * MIB + 1, 3);
+  e[2] = ev('f', 20, 0x2000, 5 * MIB + 1, 4);
+  e[3] = ev('a', 30, 0x3000, 7 * MIB, 5);
+  e[4] = ev('a', 40, 0x4000, 5 * MIB, 6);
+  e[5] = ev('f', 50, 0x3000, 7 * MIB, 7);
+  for (int per_thread = 0; per_thread <= 1; per_thread++) {
+    aa_replay_config_init(&cfg);
+    assert_int_equal(cfg.account_at_event, 0);
+    cfg.classes = t3072;
+    cfg.nclasses = 2;
+    cfg.per_thread = per_thread != 0;
+    /* first pass: where in use peaked, no account at an event */
+    assert_int_equal(aa_replay_sim_new(&cfg, &s, err, sizeof err), AA_OK);
+    assert_int_equal(aa_replay_sim_peak_in_use_event(s), 0);
+    assert_int_equal(aa_replay_sim_feed(s, e, 6), AA_OK);
+    assert_int_equal(aa_replay_sim_peak_in_use_event(s), 5);
+    (void)acct_at_event(s, AA_ENOENT);
+    aa_replay_sim_free(s);
+
+    /* second pass: the account after event 5 */
+    cfg.account_at_event = 5;
+    assert_int_equal(aa_replay_sim_new(&cfg, &s, err, sizeof err), AA_OK);
+    (void)acct_at_event(s, AA_ENOENT); /* not yet */
+    assert_int_equal(aa_replay_sim_feed(s, e, 3), AA_OK);
+    (void)acct_at_event(s, AA_ENOENT);
+    assert_int_equal(aa_replay_sim_feed(s, e + 3, 3), AA_OK);
+    a = acct_at_event(s, AA_OK);
+    assert_int_equal(a.bytes_reserved, 16 * MIB);
+    assert_int_equal(a.requested, 3000 + 12 * MIB);
+    assert_int_equal(a.rounding, 72);
+    assert_int_equal(a.slab_free, 681 * 3072);
+    assert_int_equal(a.slab_tails, 2048);
+    assert_int_equal(a.holes, 2 * MIB);
+    assert_int_equal(a.stream_holds + a.thread_caches + a.other, 0);
+    /* the account at peak reserved is still event 4's */
+    a = acct_at_peak(s, AA_OK);
+    assert_int_equal(a.requested, 3000 + 7 * MIB);
+    assert_int_equal(a.holes, 7 * MIB);
+    /* bad arguments: AA_EINVAL, *out unchanged */
+    a = acct_at_event(s, AA_OK);
+    a.version = AA_ACCOUNT_VERSION + 1;
+    assert_int_equal(aa_replay_sim_account_at_event(s, &a), AA_EINVAL);
+    assert_int_equal(a.holes, 2 * MIB);
+    a.version = AA_ACCOUNT_VERSION;
+    a.size = 4;
+    assert_int_equal(aa_replay_sim_account_at_event(s, &a), AA_EINVAL);
+    assert_int_equal(a.holes, 2 * MIB);
+    assert_int_equal(aa_replay_sim_account_at_event(s, NULL), AA_EINVAL);
+    assert_int_equal(aa_replay_sim_account_at_event(NULL, &a), AA_EINVAL);
+    aa_replay_sim_free(s);
+
+    /* an event past the input's end: none */
+    cfg.account_at_event = 7;
+    assert_int_equal(aa_replay_sim_new(&cfg, &s, err, sizeof err), AA_OK);
+    assert_int_equal(aa_replay_sim_feed(s, e, 6), AA_OK);
+    (void)acct_at_event(s, AA_ENOENT);
+    aa_replay_sim_free(s);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_replay_sim_hand_computed),
@@ -607,6 +693,7 @@ int main(void) {
       cmocka_unit_test(test_replay_sim_adapt_loop),
       cmocka_unit_test(test_replay_sim_per_thread),
       cmocka_unit_test(test_replay_sim_account_at_peak),
+      cmocka_unit_test(test_replay_sim_account_at_peak_in_use),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

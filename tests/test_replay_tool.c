@@ -562,6 +562,100 @@ static void test_replay_tool_demo_signal_on_thread(void **state) {
   }
 }
 
+/* The account at peak in use beside the one at peak reserved
+ * (tests/data/replay/peak_in_use.csv, the pinned pool's ladder with 3072):
+ * P1 3000; P2 5 MiB + 1 (a 6 MiB segment) freed; P3 7 MiB (an 8 MiB
+ * segment): reserved peaks at 16 MiB with 7 MiB in use and 6 + 1 MiB of
+ * holes; P4 5 MiB fits P2's free 6 MiB: in use peaks after event 5 at
+ * 12 MiB + 3072, holes 1 + 1 MiB. stdin is read once: no second pass, the
+ * rest printed. */
+static void test_replay_tool_account_at_peak_in_use(void **state) {
+  char *out = NULL, *err = NULL;
+  cJSON *j;
+  (void)state;
+
+  if (!have_binary())
+    skip();
+  assert_int_equal(sh(&out, &err, "{BIN} run --json --pool pinned "
+                                  "{SRC}/tests/data/replay/peak_in_use.csv"),
+                   0);
+  j = cJSON_Parse(out);
+  assert_non_null(j);
+  assert_int_equal((int)num(j, "account_at_peak.bytes_reserved"), 16 << 20);
+  assert_int_equal((int)num(j, "account_at_peak.requested"), 3000 + (7 << 20));
+  assert_int_equal((int)num(j, "account_at_peak.holes"), 7 << 20);
+  assert_int_equal((int)num(j, "account_at_peak_in_use.event"), 5);
+  assert_int_equal((int)num(j, "account_at_peak_in_use.bytes_reserved"), 16 << 20);
+  assert_int_equal((int)num(j, "account_at_peak_in_use.requested"), 3000 + (12 << 20));
+  assert_int_equal((int)num(j, "account_at_peak_in_use.rounding"), 72);
+  assert_int_equal((int)num(j, "account_at_peak_in_use.slab_free"), 681 * 3072);
+  assert_int_equal((int)num(j, "account_at_peak_in_use.slab_tails"), 2048);
+  assert_int_equal((int)num(j, "account_at_peak_in_use.holes"), 2 << 20);
+  assert_int_equal((int)num(j, "account_at_peak_in_use.stream_holds"), 0);
+  assert_int_equal((int)num(j, "account_at_peak_in_use.thread_caches"), 0);
+  assert_int_equal((int)num(j, "account_at_peak_in_use.other"), 0);
+  assert_null(get(j, "account_at_peak_in_use_why"));
+  /* the first pass's figures, not doubled by the second */
+  assert_int_equal((int)num(j, "events"), 6);
+  assert_int_equal((int)num(j, "result.events"), 6);
+  assert_int_equal((int)num(j, "result.peak_in_use"), (12 << 20) + 3072);
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+
+  /* text: the line after the peak-reserved one */
+  assert_int_equal(sh(&out, &err, "{BIN} run --pool pinned "
+                                  "{SRC}/tests/data/replay/peak_in_use.csv"),
+                   0);
+  assert_non_null(strstr(out, "holes 7.00 MiB (43.8 %), stream holds 0 B (0.0 %), "
+                              "thread caches 0 B (0.0 %), other 0 B (0.0 %)\n"
+                              "at peak in use    requested 12.00 MiB (75.0 %), "
+                              "rounding 72 B (0.0 %), slab free 2.00 MiB (12.5 %), "
+                              "slab tails 2.00 KiB (0.0 %), holes 2.00 MiB (12.5 %), "
+                              "stream holds 0 B (0.0 %), thread caches 0 B (0.0 %), "
+                              "other 0 B (0.0 %)\ninternal frag"));
+  free(out);
+  free(err);
+
+  /* compare: per run; a model of PyTorch's has none */
+  assert_int_equal(sh(&out, &err, "{BIN} compare --json --pool pinned default "
+                                  "torch:default default "
+                                  "{SRC}/tests/data/replay/peak_in_use.csv"),
+                   0);
+  j = cJSON_Parse(out);
+  assert_non_null(j);
+  assert_int_equal((int)num(j, "runs.0.account_at_peak_in_use.holes"), 2 << 20);
+  assert_true(cJSON_IsNull(get(j, "runs.1.account_at_peak_in_use")));
+  assert_null(get(j, "runs.1.account_at_peak_in_use_why"));
+  assert_int_equal((int)num(j, "runs.2.account_at_peak_in_use.event"), 5);
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+
+  /* stdin: read once, so none, said why; the rest is all there */
+  assert_int_equal(sh(&out, &err, "cat {SRC}/tests/data/replay/peak_in_use.csv | "
+                                  "{BIN} run --json --pool pinned -"),
+                   0);
+  j = cJSON_Parse(out);
+  assert_non_null(j);
+  assert_true(cJSON_IsNull(get(j, "account_at_peak_in_use")));
+  assert_string_equal(cJSON_GetStringValue(get(j, "account_at_peak_in_use_why")),
+                      "not available: stdin is read once (it takes a second pass)");
+  assert_int_equal((int)num(j, "account_at_peak.holes"), 7 << 20);
+  assert_int_equal((int)num(j, "result.peak_in_use"), (12 << 20) + 3072);
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+  assert_int_equal(sh(&out, &err, "cat {SRC}/tests/data/replay/peak_in_use.csv | "
+                                  "{BIN} run --pool pinned -"),
+                   0);
+  assert_non_null(strstr(out, "\nat peak in use    not available: stdin is read once "
+                              "(it takes a second pass)\ninternal frag"));
+  assert_non_null(strstr(out, "\nat peak reserved  requested 7.00 MiB"));
+  free(out);
+  free(err);
+}
+
 static void test_replay_tool_run_small(void **state) {
   char *out = NULL, *err = NULL;
   cJSON *j;
@@ -1527,6 +1621,7 @@ int main(void) {
       cmocka_unit_test(test_replay_tool_demo_signal_on_thread),
       cmocka_unit_test(test_replay_tool_plot),
       cmocka_unit_test(test_replay_tool_run_small),
+      cmocka_unit_test(test_replay_tool_account_at_peak_in_use),
       cmocka_unit_test(test_replay_tool_bad_input),
       cmocka_unit_test(test_replay_tool_suggest_compare),
       cmocka_unit_test(test_replay_tool_suggest_layout),

@@ -295,13 +295,44 @@ int aa_replay_sim_account_at_peak(const aa_replay_sim *s, aa_pool_account *out) 
   return AA_OK;
 }
 
+/* The event cfg.account_at_event has just been replayed: the pool's
+ * account now (once: note_peaks runs again after a loop step). */
+static __attribute__((noinline, cold)) void note_event_account(aa_replay_sim *s) {
+  aa_pool_account a;
+  if (s->have_acct_event)
+    return;
+  a.version = AA_ACCOUNT_VERSION;
+  a.size = (uint32_t)sizeof a;
+  if (aa_pool_account_get(s->pool, &a) == AA_OK) {
+    s->acct_event = a;
+    s->have_acct_event = true;
+  }
+}
+
+int aa_replay_sim_account_at_event(const aa_replay_sim *s, aa_pool_account *out) {
+  if (s == NULL || out == NULL || out->version != AA_ACCOUNT_VERSION ||
+      out->size != (uint32_t)sizeof *out)
+    return AA_EINVAL;
+  if (!s->have_acct_event)
+    return AA_ENOENT;
+  *out = s->acct_event;
+  return AA_OK;
+}
+
+uint64_t aa_replay_sim_peak_in_use_event(const aa_replay_sim *s) {
+  return s->peak_in_use_event;
+}
+
 static inline void note_peaks(aa_replay_sim *s) {
   uint64_t res = atomic_load_explicit(&s->bk->held, memory_order_relaxed);
 
   if (s->in_use > s->peak_in_use) {
     s->peak_in_use = s->in_use;
     s->req_at_peak_in_use = s->requested;
+    s->peak_in_use_event = s->events;
   }
+  if (AA__UNLIKELY(s->events == s->cfg.account_at_event))
+    note_event_account(s);
   if (s->requested > s->peak_requested)
     s->peak_requested = s->requested;
   if (res > s->peak_reserved) {

@@ -122,6 +122,10 @@ struct aa_replay_sim {
   /* where the bytes were when reserved last reached a new peak (note_peaks) */
   aa_pool_account acct_peak;
   bool have_acct_peak;
+  uint64_t peak_in_use_event; /* events fed when in_use first reached its peak */
+  /* the account after event cfg.account_at_event (note_peaks) */
+  aa_pool_account acct_event;
+  bool have_acct_event;
   bool have_time;
   uint64_t first_time, last_time;
   double t_req, t_use, t_res; /* integrals over trace time */

@@ -7,12 +7,19 @@ Collect (after the traced runs):
                  --policy policies/default.json --delays-us 0,1000,... --out account.json
   finds each run's trace in the store by its process id, and replays it under
   the policy at each stream-event delay (adaptalloc-replay run --json),
-  keeping the result and the pool's account at its peak reserved.
+  keeping the result and the pool's account at two moments: when the bytes
+  in use first reach their peak (account_at_peak_in_use: `run` replays the
+  trace a second time for it) and when reserved first reaches its peak
+  (account_at_peak).
 Report (anywhere, standard library only):
   zoo_account.py --report account.json
-  one row per workload: the GPU run's peak reserved / allocated, then, for
-  the delay whose replayed peak reserved is nearest the GPU's, the account
-  (MiB and share of the replay's peak reserved); and every delay's peak.
+  two tables, one row per workload: the GPU run's peak reserved / allocated,
+  then, for the delay whose replayed peak reserved is nearest the GPU's, the
+  account (MiB and share of what was reserved then) at peak in use -- the
+  moment that explains reserved / allocated: the reserved bytes not in use
+  when the allocated bytes peak -- and at peak reserved; then every delay's
+  peak. A file collected before the account at peak in use existed shows
+  "-" in the first table.
 """
 import argparse
 import json
@@ -66,9 +73,12 @@ def collect(a):
                 print(f"zoo_account: {w} delay {d}: {p.stderr.strip()[-300:]}", file=sys.stderr)
                 continue
             j = json.loads(p.stdout)
-            entry["replays"][str(d)] = {"result": j.get("result"),
-                                        "account_at_peak": j.get("account_at_peak"),
-                                        "warnings": p.stderr.strip()[-500:]}
+            entry["replays"][str(d)] = {
+                "result": j.get("result"),
+                "account_at_peak": j.get("account_at_peak"),
+                "account_at_peak_in_use": j.get("account_at_peak_in_use"),
+                "account_at_peak_in_use_why": j.get("account_at_peak_in_use_why"),
+                "warnings": p.stderr.strip()[-500:]}
             res = j.get("result", {})
             print(f"{w:9s} delay {d:>7d} us: peak reserved {res.get('peak_reserved', 0) / MIB:8.1f}"
                   f" MiB, in use {res.get('peak_in_use', 0) / MIB:8.1f}", flush=True)
@@ -91,31 +101,49 @@ def nearest(entry):
     return best[1] if best else None
 
 
-def report(path):
-    doc = json.load(open(path))
-    print("where the reserved bytes are at the replay's peak reserved (MiB, share of it), the"
-          " replay of each run's own trace under the default policy at the stream-event delay"
-          " whose peak is nearest the GPU run's; GPU: the run's max_memory_reserved /"
-          " max_memory_allocated")
-    cols = ["GPU reserved / allocated (ratio)", "delay us", "replay reserved"] + \
+def gpu_cell(e):
+    t = e["gpu"].get("torch") or {}
+    res_g, all_g = t.get("max_reserved"), t.get("max_allocated")
+    return ("%.0f / %.0f (%.3f)" % (res_g / MIB, all_g / MIB, res_g / all_g)
+            if res_g and all_g else "-")
+
+
+def account_table(doc, key, what):
+    """One row per workload: the account under `key` of the nearest delay's replay."""
+    cols = ["GPU reserved / allocated (ratio)", "delay us", what] + \
         [p.replace("_", " ") for p in PARTS]
     print("| workload | " + " | ".join(cols) + " |")
     print("|---" * (1 + len(cols)) + "|")
     for w, e in doc["workloads"].items():
-        t = e["gpu"].get("torch") or {}
-        res_g, all_g = t.get("max_reserved"), t.get("max_allocated")
-        gpu = ("%.0f / %.0f (%.3f)" % (res_g / MIB, all_g / MIB, res_g / all_g)
-               if res_g and all_g else "-")
+        gpu = gpu_cell(e)
         d = nearest(e)
-        if d is None:
-            print(f"| {w} | {gpu} | - |" + " - |" * (len(cols) - 2))
+        acct = e["replays"][d].get(key) if d is not None else None
+        if not acct:
+            print(f"| {w} | {gpu} | {d if d is not None else '-'} |" + " - |" * (len(cols) - 2))
             continue
-        acct = e["replays"][d]["account_at_peak"] or {}
         total = acct.get("bytes_reserved") or 1
-        cells = [gpu, d, "%.0f" % (total / MIB)]
+        inuse = acct.get("requested", 0) + acct.get("rounding", 0)
+        cells = [gpu, d, "%.0f / %.0f (%.3f)" % (total / MIB, inuse / MIB,
+                                                 total / inuse if inuse else 0.0)]
         cells += ["%.1f (%.1f%%)" % (acct.get(p, 0) / MIB, 100.0 * acct.get(p, 0) / total)
                   for p in PARTS]
         print(f"| {w} | " + " | ".join(cells) + " |")
+
+
+def report(path):
+    doc = json.load(open(path))
+    print("the replay of each run's own trace under the default policy at the stream-event"
+          " delay whose peak reserved is nearest the GPU run's; GPU: the run's"
+          " max_memory_reserved / max_memory_allocated; each part in MiB (share of what"
+          " the replay had reserved at that moment)")
+    print()
+    print("at peak in use (the event where the replay's in-use bytes first reach their"
+          " maximum: what reserved / allocated measures):")
+    account_table(doc, "account_at_peak_in_use", "replay reserved / in use then (ratio)")
+    print()
+    print("at peak reserved (the event where the replay's reserved bytes first reach their"
+          " maximum):")
+    account_table(doc, "account_at_peak", "replay reserved / in use then (ratio)")
     print()
     print("replayed peak reserved, MiB, at each stream-event delay (us); the trace's events"
           " (written / dropped: a run that dropped events is replayed up to its first loss)")

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cJSON.h>
@@ -416,6 +417,23 @@ const char *input_name(const tool_input *in) {
   if (in->path == NULL)
     return "input";
   return strcmp(in->path, "-") == 0 ? "stdin" : in->path;
+}
+
+bool input_rereadable(const tool_input *in, char *why, size_t cap) {
+  struct stat st;
+
+  why[0] = '\0';
+  if (in->kind == IN_DB_TRACE || in->kind == IN_DB_HIST)
+    return true; /* a database: read again by a new query */
+  if (in->path == NULL || strcmp(in->path, "-") == 0) {
+    snprintf(why, cap, "stdin is read once");
+    return false;
+  }
+  if (stat(in->path, &st) != 0 || !S_ISREG(st.st_mode)) {
+    snprintf(why, cap, "%s is not a regular file: it is read once", in->path);
+    return false;
+  }
+  return true;
 }
 
 const char *input_position_name(const tool_input *in) {

@@ -110,9 +110,9 @@ static void acct_part(FILE *f, const char *sep, const char *name, uint64_t v, ui
           whole > 0 ? 100.0 * (double)v / (double)whole : 0.0);
 }
 
-static void print_account_text(FILE *f, const aa_pool_account *a) {
+static void print_account_text(FILE *f, const char *head, const aa_pool_account *a) {
   uint64_t w = a->bytes_reserved;
-  acct_part(f, "at peak reserved  ", "requested", a->requested, w);
+  acct_part(f, head, "requested", a->requested, w);
   acct_part(f, ", ", "rounding", a->rounding, w);
   acct_part(f, ", ", "slab free", a->slab_free, w);
   acct_part(f, ", ", "slab tails", a->slab_tails, w);
@@ -129,25 +129,43 @@ bool account_at_peak(const loaded *l, aa_pool_account *out) {
   return !l->is_torch && l->sim != NULL && aa_replay_sim_account_at_peak(l->sim, out) == AA_OK;
 }
 
+/* {"bytes_reserved":...,"other":N (no closing brace) */
+static void print_json_account_fields(FILE *f, const aa_pool_account *a) {
+  fprintf(f,
+          "{\"bytes_reserved\":%llu,\"requested\":%llu,"
+          "\"rounding\":%llu,\"slab_free\":%llu,\"slab_tails\":%llu,\"holes\":%llu,"
+          "\"stream_holds\":%llu,\"thread_caches\":%llu,\"other\":%llu",
+          (unsigned long long)a->bytes_reserved, (unsigned long long)a->requested,
+          (unsigned long long)a->rounding, (unsigned long long)a->slab_free,
+          (unsigned long long)a->slab_tails, (unsigned long long)a->holes,
+          (unsigned long long)a->stream_holds, (unsigned long long)a->thread_caches,
+          (unsigned long long)a->other);
+}
+
 void print_json_account(FILE *f, const loaded *l) {
   aa_pool_account a;
   if (!account_at_peak(l, &a)) {
     fprintf(f, ",\"account_at_peak\":null");
+  } else {
+    fprintf(f, ",\"account_at_peak\":");
+    print_json_account_fields(f, &a);
+    fprintf(f, "}");
+  }
+  if (!l->have_acct_use) {
+    fprintf(f, ",\"account_at_peak_in_use\":null");
+    if (l->acct_use_why[0] != '\0') {
+      fprintf(f, ",\"account_at_peak_in_use_why\":");
+      print_json_string(f, l->acct_use_why);
+    }
     return;
   }
-  fprintf(f,
-          ",\"account_at_peak\":{\"bytes_reserved\":%llu,\"requested\":%llu,"
-          "\"rounding\":%llu,\"slab_free\":%llu,\"slab_tails\":%llu,\"holes\":%llu,"
-          "\"stream_holds\":%llu,\"thread_caches\":%llu,\"other\":%llu}",
-          (unsigned long long)a.bytes_reserved, (unsigned long long)a.requested,
-          (unsigned long long)a.rounding, (unsigned long long)a.slab_free,
-          (unsigned long long)a.slab_tails, (unsigned long long)a.holes,
-          (unsigned long long)a.stream_holds, (unsigned long long)a.thread_caches,
-          (unsigned long long)a.other);
+  fprintf(f, ",\"account_at_peak_in_use\":");
+  print_json_account_fields(f, &l->acct_use);
+  fprintf(f, ",\"event\":%llu}", (unsigned long long)l->acct_use_event);
 }
 
 void print_result_text(FILE *f, const char *label, const aa_replay_result *r,
-                       const aa_pool_account *acct) {
+                       const aa_pool_account *acct, const loaded *l) {
   char a[32], b[32], c[32];
 
   fprintf(f, "policy            %s (%u classes at the end)\n", label,
@@ -170,7 +188,11 @@ void print_result_text(FILE *f, const char *label, const aa_replay_result *r,
   fmt_bytes(r->peak_requested, c, sizeof c);
   fprintf(f, "peak              in use %s, reserved %s, requested %s\n", a, b, c);
   if (acct != NULL)
-    print_account_text(f, acct);
+    print_account_text(f, "at peak reserved  ", acct);
+  if (l != NULL && l->have_acct_use)
+    print_account_text(f, "at peak in use    ", &l->acct_use);
+  else if (l != NULL && l->acct_use_why[0] != '\0')
+    fprintf(f, "at peak in use    %s\n", l->acct_use_why);
   fprintf(f, "internal frag     %.2f %% at peak in use, %.2f %% time-averaged\n",
           100.0 * r->int_frag_peak, 100.0 * r->int_frag_avg);
   fprintf(f, "external frag     %.2f %% at peak reserved, %.2f %% time-averaged\n",

@@ -95,6 +95,12 @@ const char *input_name(const tool_input *in);
  * pool, several pools: the caller keeps "device"). */
 const char *input_run_pool(const tool_input *in);
 
+/* Whether the input can be fed a second time with the same events (a
+ * database, a regular file; a synthesised stream repeats for its seed).
+ * false for stdin, a pipe or another one-pass file, with why (one phrase,
+ * "stdin is read once") filled in. */
+bool input_rereadable(const tool_input *in, char *why, size_t cap);
+
 /* What messages call an event's position: "line" or "event". */
 const char *input_position_name(const tool_input *in);
 
@@ -111,13 +117,17 @@ void fmt_bytes(uint64_t v, char *buf, size_t cap);
 /* The text report of one run. */
 struct loaded;
 /* The run report; acct, when not NULL, is the pool's account at peak
- * reserved (aa_replay_sim_account_at_peak), printed after the peak line. */
+ * reserved (aa_replay_sim_account_at_peak), printed after the peak line,
+ * followed by the account at peak in use (account_at_peak_in_use's line:
+ * the account, or why there is none) when l is not NULL. */
 void print_result_text(FILE *f, const char *label, const aa_replay_result *r,
-                       const aa_pool_account *acct);
+                       const aa_pool_account *acct, const struct loaded *l);
 /* The account at peak reserved of a loaded run into *out: false when there
  * is none (a model of PyTorch's allocator, nothing reserved). */
 bool account_at_peak(const struct loaded *l, aa_pool_account *out);
-/* ,"account_at_peak":{...} (byte figures), or null when there is none. */
+/* ,"account_at_peak":{...} (byte figures), or null when there is none;
+ * then ,"account_at_peak_in_use":{..., "event":N} or null (with
+ * ,"account_at_peak_in_use_why":"..." when a reason is known). */
 void print_json_account(FILE *f, const struct loaded *l);
 /* A table of several results side by side. */
 void print_compare_table(FILE *f, const char *const *labels,
@@ -332,6 +342,13 @@ typedef struct loaded {
   aa_replay_torch_config tcfg;
   aa_replay_torch *torch;
   aa_replay_result res;
+  uint64_t account_at_event; /* make_sim: the config's account_at_event */
+  /* the account at peak in use (run.c's second pass): acct_use when
+   * have_acct_use, else acct_use_why says why not ("" when not asked) */
+  aa_pool_account acct_use;
+  bool have_acct_use;
+  uint64_t acct_use_event;
+  char acct_use_why[256];
 } loaded;
 
 typedef struct timing {
@@ -346,6 +363,12 @@ const char *base_name(const char *p);
 int load_policy(const options *o, const char *path, loaded *l);
 int make_sim(const options *o, loaded *l, bool collect_sizes);
 int replay_all(const options *o, loaded *l, size_t n, timing *t, tool_plot *plot);
+/* The account at peak in use of each simulator of l[0..n) after replay_all:
+ * a second pass over the input with fresh simulators that take the pool's
+ * account after the event where the first pass's in-use bytes first peaked.
+ * Fills l[i].acct_use, or l[i].acct_use_why when the input is read once or
+ * the second pass did not repeat the first. 0 or an exit code. */
+int account_in_use_pass(const options *o, loaded *l, size_t n);
 void free_loaded(loaded *l, size_t n);
 
 /* output.c: a result's JSON object, and the head of a command's JSON (the

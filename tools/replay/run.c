@@ -385,6 +385,8 @@ int cmd_run(const options *o, bool compare) {
   }
   if (o->plot != NULL)
     plot_free(&plot);
+  if (rc == 0) /* the account at peak in use: a second pass */
+    rc = account_in_use_pass(o, l, n);
   if (rc == 0 && o->json) {
     print_json_head(stdout, o, &t);
     if (!compare) {
@@ -420,7 +422,7 @@ int cmd_run(const options *o, bool compare) {
     if (!compare) {
       aa_pool_account acct;
       bool have = account_at_peak(&l[0], &acct);
-      print_result_text(stdout, l[0].label, &l[0].res, have ? &acct : NULL);
+      print_result_text(stdout, l[0].label, &l[0].res, have ? &acct : NULL, &l[0]);
       if (o->adapt)
         print_text_decisions(stdout, &l[0]);
       if (o->top > 0)

@@ -112,6 +112,7 @@ int make_sim(const options *o, loaded *l, bool collect_sizes) {
   rc.per_thread = o->threads;
   aa_policy_adapt_params(l->policy, &rc.adapt_params);
   rc.adapt_every_events = o->adapt_every;
+  rc.account_at_event = l->account_at_event;
   r = aa_replay_sim_new(&rc, &l->sim, err, sizeof err);
   if (r != AA_OK) {
     fprintf(stderr, "adaptalloc-replay: %s: %s\n", l->label, err);
@@ -226,6 +227,75 @@ int replay_all(const options *o, loaded *l, size_t n, timing *t,
             (unsigned long long)t->events, t->wall_s, t->events_per_s / 1e6,
             t->cpu_s, t->events_per_cpu_s / 1e6, n, n == 1 ? "y" : "ies");
   return 0;
+}
+
+int account_in_use_pass(const options *o, loaded *l, size_t n) {
+  loaded *l2 = NULL;
+  size_t idx[MAX_POLICIES], k = 0, i;
+  char why[160];
+  options o2 = *o;
+  timing t;
+  int rc = 0;
+
+  if (!input_rereadable(&o->in, why, sizeof why)) {
+    for (i = 0; i < n; i++)
+      if (!l[i].is_torch)
+        snprintf(l[i].acct_use_why, sizeof l[i].acct_use_why,
+                 "not available: %s (it takes a second pass)", why);
+    return 0;
+  }
+  l2 = calloc(n, sizeof *l2);
+  if (l2 == NULL) {
+    fprintf(stderr, "adaptalloc-replay: out of memory\n");
+    return EXIT_INTERNAL;
+  }
+  for (i = 0; i < n && rc == 0; i++) {
+    uint64_t ev;
+    if (l[i].is_torch || l[i].sim == NULL)
+      continue;
+    ev = aa_replay_sim_peak_in_use_event(l[i].sim);
+    if (ev == 0) {
+      snprintf(l[i].acct_use_why, sizeof l[i].acct_use_why,
+               "none: nothing was in use");
+      continue;
+    }
+    /* the same policy over a fresh simulator; the policy stays l[i]'s */
+    l2[k].label = l[i].label;
+    l2[k].policy = l[i].policy;
+    l2[k].pc = l[i].pc;
+    memcpy(l2[k].classes, l[i].classes, sizeof l2[k].classes);
+    l2[k].nclasses = l[i].nclasses;
+    l2[k].account_at_event = ev;
+    rc = make_sim(o, &l2[k], false);
+    idx[k++] = i;
+  }
+  o2.bench = false; /* the timing is the first pass's */
+  if (rc == 0 && k > 0)
+    rc = replay_all(&o2, l2, k, &t, NULL);
+  for (i = 0; i < k && rc == 0; i++) {
+    loaded *a = &l[idx[i]], *b = &l2[i];
+    uint64_t ev = aa_replay_sim_peak_in_use_event(a->sim);
+    b->acct_use.version = AA_ACCOUNT_VERSION;
+    b->acct_use.size = (uint32_t)sizeof b->acct_use;
+    if (b->res.peak_in_use != a->res.peak_in_use ||
+        aa_replay_sim_peak_in_use_event(b->sim) != ev ||
+        aa_replay_sim_account_at_event(b->sim, &b->acct_use) != AA_OK) {
+      snprintf(a->acct_use_why, sizeof a->acct_use_why,
+               "not available: the second pass did not repeat the first (peak in "
+               "use %llu at event %llu, then %llu at event %llu)",
+               (unsigned long long)a->res.peak_in_use, (unsigned long long)ev,
+               (unsigned long long)b->res.peak_in_use,
+               (unsigned long long)aa_replay_sim_peak_in_use_event(b->sim));
+      continue;
+    }
+    a->acct_use = b->acct_use;
+    a->have_acct_use = true;
+    a->acct_use_event = ev;
+  }
+  for (i = 0; i < k; i++)
+    aa_replay_sim_free(l2[i].sim); /* the policies are l's */
+  free(l2);
+  return rc;
 }
 
 void free_loaded(loaded *l, size_t n) {

@@ -189,7 +189,9 @@ typedef struct aa_replay_costs {
   double event_ns;         /* per event record (default 0) */
 } aa_replay_costs;
 
-#define AA_REPLAY_CONFIG_VERSION 1
+/* Bumped whenever aa_replay_config changes (2: account_at_event):
+ * aa_replay_sim_new refuses a config of another version (AA_EINVAL). */
+#define AA_REPLAY_CONFIG_VERSION 2
 
 typedef struct aa_replay_config {
   uint32_t version;             /* AA_REPLAY_CONFIG_VERSION */
@@ -218,6 +220,13 @@ typedef struct aa_replay_config {
    * input order, so the core's per-thread caches see the recorded pattern.
    * Slower: a hand-off at every change of thread id. */
   bool per_thread;
+  /* > 0: take the pool's account (aa_pool_account_get) once, right after
+   * the account_at_event-th good event (the count aa_replay_result's events
+   * reaches), before any loop step due then: aa_replay_sim_account_at_event.
+   * A second pass over the same input with this set to the first pass's
+   * aa_replay_sim_peak_in_use_event gives the account at peak in use.
+   * 0 (the default): none, and no cost. */
+  uint64_t account_at_event;
 } aa_replay_config;
 
 #define AA_REPLAY_MAX_THREADS 64
@@ -296,6 +305,20 @@ AA_EXTERN void aa_replay_sim_now(const aa_replay_sim *sim, aa_replay_now *out);
  * the others wait, so their caches are counted too. */
 AA_EXTERN int aa_replay_sim_account_at_peak(const aa_replay_sim *sim,
                                             aa_pool_account *out);
+
+/* The number of good events fed (as aa_replay_result's events counts them)
+ * when the live block bytes first reached peak_in_use: the event after
+ * which the allocated bytes were largest. 0 when nothing was ever in use.
+ * Recorded at each new peak in use, so it costs nothing to keep. */
+AA_EXTERN uint64_t aa_replay_sim_peak_in_use_event(const aa_replay_sim *sim);
+
+/* The account taken after event cfg.account_at_event, as
+ * aa_replay_sim_account_at_peak: out->version and size set by the caller;
+ * AA_EINVAL for a NULL argument or a wrong version or size, AA_ENOENT when
+ * none was taken (account_at_event 0, or the input had fewer good events);
+ * *out unchanged on either. */
+AA_EXTERN int aa_replay_sim_account_at_event(const aa_replay_sim *sim,
+                                             aa_pool_account *out);
 
 /* The pool being driven (borrowed; valid until aa_replay_sim_free). */
 AA_EXTERN aa_pool *aa_replay_sim_pool(aa_replay_sim *sim);
