@@ -23,9 +23,11 @@ Report (anywhere, standard library only):
 """
 import argparse
 import json
+import os
 import sqlite3
 import subprocess
 import sys
+import tempfile
 
 MIB = 1 << 20
 PARTS = ("requested", "rounding", "slab_free", "slab_tails", "holes", "stream_holds",
@@ -82,9 +84,43 @@ def collect(a):
             res = j.get("result", {})
             print(f"{w:9s} delay {d:>7d} us: peak reserved {res.get('peak_reserved', 0) / MIB:8.1f}"
                   f" MiB, in use {res.get('peak_in_use', 0) / MIB:8.1f}", flush=True)
+        entry["limits"] = limit_replays(a, w, rid, r)
         doc["workloads"][w] = entry
+    doc["limit_factors"] = [float(x) for x in a.limit_factors.split(",") if x != ""]
     with open(a.out, "w") as f:
         json.dump(doc, f, indent=1)
+
+
+def limit_replays(a, w, rid, r):
+    """What closing the holes would cost: the trace replayed (stream events
+    at once) with the device pool's limit_bytes at each factor x the GPU
+    run's peak allocated, so that the pool moves free pages into the request
+    (unmapping pages of free chunks, page by page) before it grows: its peak
+    reserved, failures and backend calls. {factor: figures}."""
+    out = {}
+    alloc = (r.get("torch") or {}).get("max_allocated")
+    factors = [float(x) for x in a.limit_factors.split(",") if x != ""]
+    if not alloc or not factors:
+        return out
+    pol = json.load(open(a.policy))
+    pol.pop("$schema", None)
+    for f in factors:
+        pol["pools"]["device"]["limit_bytes"] = int(alloc * f)
+        path = os.path.join(tempfile.gettempdir(), "zoo_account_limit.json")
+        with open(path, "w") as fh:
+            json.dump(pol, fh)
+        p = subprocess.run([a.replay, "run", "--db", a.db, "--run", str(rid), "--policy", path,
+                            "--json", "--no-progress"], capture_output=True, text=True)
+        if p.returncode != 0:
+            out[str(f)] = {"error": p.stderr.strip()[-500:]}
+            continue
+        res = json.loads(p.stdout)["result"]
+        out[str(f)] = {k: res[k] for k in ("peak_reserved", "peak_in_use", "failures",
+                                           "backend_allocs", "backend_frees")}
+        print(f"{w:9s} limit {f:.2f}x allocated: peak reserved "
+              f"{res['peak_reserved'] / MIB:8.1f} MiB, {res['failures']} failures, "
+              f"{res['backend_allocs']} + {res['backend_frees']} backend calls", flush=True)
+    return out
 
 
 def nearest(entry):
@@ -156,6 +192,31 @@ def report(path):
             res = (e["replays"].get(d) or {}).get("result")
             cells.append("%.0f" % (res["peak_reserved"] / MIB) if res else "-")
         print(f"| {w} | " + " | ".join(cells) + " |")
+    factors = doc.get("limit_factors") or []
+    if not factors:
+        return
+    print()
+    print("what closing the holes costs: the same trace (stream events at once) with the"
+          " device pool's limit_bytes at F x the GPU run's peak allocated (the pool then"
+          " moves free pages, page by page, before it grows); peak reserved MiB (/ peak in"
+          " use), failed allocations, backend calls (maps + unmaps); first column: no limit")
+    cols = ["no limit"] + ["limit %.2fx" % f for f in factors]
+    print("| workload | " + " | ".join(cols) + " |")
+    print("|---" * (1 + len(cols)) + "|")
+    for w, e in doc["workloads"].items():
+        res = (e["replays"].get("0") or {}).get("result")
+        cells = ["%.0f (%.3f), 0, %d" % (res["peak_reserved"] / MIB,
+                                         res["peak_reserved"] / res["peak_in_use"],
+                                         res["backend_allocs"] + res["backend_frees"])
+                 if res else "-"]
+        for f in factors:
+            x = (e.get("limits") or {}).get(str(f))
+            cells.append("%.0f (%.3f), %d, %d" % (x["peak_reserved"] / MIB,
+                                                  x["peak_reserved"] / x["peak_in_use"],
+                                                  x["failures"],
+                                                  x["backend_allocs"] + x["backend_frees"])
+                         if x and "peak_reserved" in x else "-")
+        print(f"| {w} | " + " | ".join(cells) + " |")
 
 
 def main():
@@ -166,6 +227,9 @@ def main():
     ap.add_argument("--replay")
     ap.add_argument("--policy", default="policies/default.json")
     ap.add_argument("--delays-us", default="0,1000,10000,50000,200000")
+    ap.add_argument("--limit-factors", default="1.03,1.05",
+                    help="replay each trace under a limit of F x its peak allocated too "
+                    "(comma-separated; '' for none)")
     ap.add_argument("--out")
     a = ap.parse_args()
     if a.report:
