@@ -273,50 +273,51 @@ void aa_replay_sim_now(const aa_replay_sim *s, aa_replay_now *out) {
   out->reserved = atomic_load_explicit(&s->bk->held, memory_order_relaxed);
 }
 
-/* Reserved reached a new peak: the pool's account of it. Only a backend
- * call raises reserved, so this runs at most once per backend allocation. */
-static __attribute__((noinline, cold)) void note_peak_account(aa_replay_sim *s) {
+/* The pool's account now into *dst (*have set when it was taken). */
+static void take_account(aa_replay_sim *s, aa_pool_account *dst, bool *have) {
   aa_pool_account a;
   a.version = AA_ACCOUNT_VERSION;
   a.size = (uint32_t)sizeof a;
   if (aa_pool_account_get(s->pool, &a) == AA_OK) {
-    s->acct_peak = a;
-    s->have_acct_peak = true;
+    *dst = a;
+    *have = true;
   }
 }
 
-int aa_replay_sim_account_at_peak(const aa_replay_sim *s, aa_pool_account *out) {
-  if (s == NULL || out == NULL || out->version != AA_ACCOUNT_VERSION ||
-      out->size != (uint32_t)sizeof *out)
+/* A kept account to the caller: AA_EINVAL for a bad out, AA_ENOENT when
+ * none was taken. */
+static int give_account(const aa_pool_account *src, bool have, aa_pool_account *out) {
+  if (out == NULL || out->version != AA_ACCOUNT_VERSION || out->size != (uint32_t)sizeof *out)
     return AA_EINVAL;
-  if (!s->have_acct_peak)
+  if (!have)
     return AA_ENOENT;
-  *out = s->acct_peak;
+  *out = *src;
   return AA_OK;
+}
+
+/* Reserved reached a new peak: the pool's account of it. Only a backend
+ * call raises reserved, so this runs at most once per backend allocation. */
+static __attribute__((noinline, cold)) void note_peak_account(aa_replay_sim *s) {
+  take_account(s, &s->acct_peak, &s->have_acct_peak);
+}
+
+int aa_replay_sim_account_at_peak(const aa_replay_sim *s, aa_pool_account *out) {
+  if (s == NULL)
+    return AA_EINVAL;
+  return give_account(&s->acct_peak, s->have_acct_peak, out);
 }
 
 /* The event cfg.account_at_event has just been replayed: the pool's
  * account now (once: note_peaks runs again after a loop step). */
 static __attribute__((noinline, cold)) void note_event_account(aa_replay_sim *s) {
-  aa_pool_account a;
-  if (s->have_acct_event)
-    return;
-  a.version = AA_ACCOUNT_VERSION;
-  a.size = (uint32_t)sizeof a;
-  if (aa_pool_account_get(s->pool, &a) == AA_OK) {
-    s->acct_event = a;
-    s->have_acct_event = true;
-  }
+  if (!s->have_acct_event)
+    take_account(s, &s->acct_event, &s->have_acct_event);
 }
 
 int aa_replay_sim_account_at_event(const aa_replay_sim *s, aa_pool_account *out) {
-  if (s == NULL || out == NULL || out->version != AA_ACCOUNT_VERSION ||
-      out->size != (uint32_t)sizeof *out)
+  if (s == NULL)
     return AA_EINVAL;
-  if (!s->have_acct_event)
-    return AA_ENOENT;
-  *out = s->acct_event;
-  return AA_OK;
+  return give_account(&s->acct_event, s->have_acct_event, out);
 }
 
 uint64_t aa_replay_sim_peak_in_use_event(const aa_replay_sim *s) {
