@@ -337,14 +337,16 @@ out:
 /* While a trace callback is set (with telemetry on), a use that was
  * recorded is an event 'u' (the block, the stream): the replay needs it to
  * hold the block for that stream's work after the free, as the pool does.
+ * A pool whose backend has no events records nothing, so traces nothing.
  * Its number comes after the block's allocation and before its free, which
  * the caller, owning the block, has not made yet. */
 int aa_record_stream(aa_pool *pool, void *ptr, aa_stream stream) {
   if (pool == NULL || ptr == NULL)
     return AA_EINVAL;
   int rc = record_stream(pool, ptr, stream);
-  if (rc == AA_OK && AA__UNLIKELY(atomic_load_explicit(&pool->tflags, AA__RLX) ==
-                                  (AA__TF_TELEMETRY | AA__TF_TRACE)))
+  if (rc == AA_OK && pool->has_events &&
+      AA__UNLIKELY(atomic_load_explicit(&pool->tflags, AA__RLX) ==
+                   (AA__TF_TELEMETRY | AA__TF_TRACE)))
     aa__trace(pool, 'u', ptr, 0, stream);
   return rc;
 }
