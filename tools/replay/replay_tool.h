@@ -366,8 +366,9 @@ int replay_all(const options *o, loaded *l, size_t n, timing *t, tool_plot *plot
 /* The account at peak in use of each simulator of l[0..n) after replay_all:
  * a second pass over the input with fresh simulators that take the pool's
  * account after the event where the first pass's in-use bytes first peaked.
- * Fills l[i].acct_use, or l[i].acct_use_why when the input is read once or
- * the second pass did not repeat the first. 0 or an exit code. */
+ * Fills l[i].acct_use, or l[i].acct_use_why when the input is read once,
+ * the second pass failed (its error printed) or did not repeat the first.
+ * Returns 0: the first pass's figures stand whatever happens here. */
 int account_in_use_pass(const options *o, loaded *l, size_t n);
 void free_loaded(loaded *l, size_t n);
 

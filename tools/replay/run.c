@@ -385,7 +385,9 @@ int cmd_run(const options *o, bool compare) {
   }
   if (o->plot != NULL)
     plot_free(&plot);
-  if (rc == 0) /* the account at peak in use: a second pass */
+  /* the account at peak in use: a second pass (compare prints it only in
+   * its JSON, so its table alone does not pay for one) */
+  if (rc == 0 && (!compare || o->json))
     rc = account_in_use_pass(o, l, n);
   if (rc == 0 && o->json) {
     print_json_head(stdout, o, &t);

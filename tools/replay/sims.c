@@ -246,8 +246,11 @@ int account_in_use_pass(const options *o, loaded *l, size_t n) {
   }
   l2 = calloc(n, sizeof *l2);
   if (l2 == NULL) {
-    fprintf(stderr, "adaptalloc-replay: out of memory\n");
-    return EXIT_INTERNAL;
+    for (i = 0; i < n; i++)
+      if (!l[i].is_torch)
+        snprintf(l[i].acct_use_why, sizeof l[i].acct_use_why,
+                 "not available: out of memory for the second pass");
+    return 0;
   }
   for (i = 0; i < n && rc == 0; i++) {
     uint64_t ev;
@@ -270,8 +273,15 @@ int account_in_use_pass(const options *o, loaded *l, size_t n) {
     idx[k++] = i;
   }
   o2.bench = false; /* the timing is the first pass's */
+  o2.progress = 0;  /* and so is the progress bar */
   if (rc == 0 && k > 0)
     rc = replay_all(&o2, l2, k, &t, NULL);
+  if (rc != 0) {
+    /* the first pass's figures stand: only this field is missing */
+    for (i = 0; i < k; i++)
+      snprintf(l[idx[i]].acct_use_why, sizeof l[idx[i]].acct_use_why,
+               "not available: the second pass failed (exit %d; the error above)", rc);
+  }
   for (i = 0; i < k && rc == 0; i++) {
     loaded *a = &l[idx[i]], *b = &l2[i];
     uint64_t ev = aa_replay_sim_peak_in_use_event(a->sim);
@@ -295,7 +305,7 @@ int account_in_use_pass(const options *o, loaded *l, size_t n) {
   for (i = 0; i < k; i++)
     aa_replay_sim_free(l2[i].sim); /* the policies are l's */
   free(l2);
-  return rc;
+  return 0;
 }
 
 void free_loaded(loaded *l, size_t n) {
