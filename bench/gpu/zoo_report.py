@@ -138,9 +138,21 @@ def summarise(runs, modes, wls):
                                      if "default" in med_step and med_step[m] else None),
                 "paired_speed": [], "paired_all": None, "cpu_vs_default": [],
                 "paired_quiet": []}
+            ours = by_rep(runs[w][m])
+            # against PyTorch's settings other than the default run beside it
+            # (step k of the same repetition; in lockstep, the same turn)
+            ratios[m]["paired_vs"] = {}
+            for tm in (t for t in TORCH_MODES if t != "default" and t in modes):
+                theirs = by_rep(runs[w][tm])
+                v = []
+                for rep in sorted(set(ours) & set(theirs)):
+                    pr = benchcpu.paired(theirs[rep]["step_ms"], ours[rep]["step_ms"])
+                    if pr:
+                        v.append(statistics.median(pr))
+                ratios[m]["paired_vs"][tm] = v
             if "default" not in modes:
                 continue
-            ours, dflt = by_rep(runs[w][m]), by_rep(runs[w]["default"])
+            dflt = by_rep(runs[w]["default"])
             pooled = []
             for rep in sorted(set(ours) & set(dflt)):
                 pr = benchcpu.paired(dflt[rep]["step_ms"], ours[rep]["step_ms"])
@@ -154,17 +166,6 @@ def summarise(runs, modes, wls):
                 if a and b:
                     ratios[m]["cpu_vs_default"].append(a / b)
             ratios[m]["paired_all"] = statistics.median(pooled) if pooled else None
-            # and against PyTorch's other settings run beside it (step k of
-            # the same repetition; in lockstep, the same turn)
-            ratios[m]["paired_vs"] = {}
-            for tm in (t for t in TORCH_MODES if t != "default" and t in modes):
-                theirs = by_rep(runs[w][tm])
-                v = []
-                for rep in sorted(set(ours) & set(theirs)):
-                    pr = benchcpu.paired(theirs[rep]["step_ms"], ours[rep]["step_ms"])
-                    if pr:
-                        v.append(statistics.median(pr))
-                ratios[m]["paired_vs"][tm] = v
         acpu = {m: [alloc_cpu(r) for r in runs[w][m] if alloc_cpu(r)] for m in modes}
         bk = {m: [r["backend_measured"] for r in runs[w][m] if r.get("backend_measured")]
               for m in our_modes(modes)}
