@@ -9,6 +9,7 @@ segment of its own, the blocks live at the end listed in "segments", and
 tools/torch_snapshot_to_trace.py turning the pickle back into the same trace.
 Usage: test_export_torch.py PATH/TO/adaptalloc-replay
 """
+import json
 import os
 import pickle
 import pickletools
@@ -169,6 +170,12 @@ def main():
         # A run's stream uses (op 'u', record_stream) after every allocation:
         # the snapshot has no entry for them, the CSV export leaves them out,
         # and the replay takes them.
+        def replay(extra=()):
+            r = subprocess.run([tool, "run", "--db", db, "--event-delay-us", "1000", "--json"]
+                               + list(extra), capture_output=True, text=True)
+            check(r.returncode == 0, "run --db (%s)" % r.stderr)
+            return json.loads(r.stdout)["result"] if r.returncode == 0 else {}
+        before = replay()
         add_stream_uses(db)
         os.remove(out_db)
         r = subprocess.run([tool, "export", "--format", "torch-snapshot", "--db", db,
@@ -182,9 +189,10 @@ def main():
         csv_rows = open(out_csv).read().splitlines()
         check(len(csv_rows) == 1 + len(rows), "CSV export: one line per alloc/free/failure, none "
               "for a use (%d lines, %d events)" % (len(csv_rows), len(rows)))
-        r = subprocess.run([tool, "run", "--db", db, "--event-delay-us", "1000", "--json"],
-                           capture_output=True, text=True)
-        check(r.returncode == 0, "run --db with stream uses (%s)" % r.stderr)
+        after = replay()
+        check(after.get("event_records", 0) > before.get("event_records", 0),
+              "the replay records the uses' events at the frees (%s, %s)"
+              % (before.get("event_records"), after.get("event_records")))
         os.remove(out_csv)
         os.remove(db)
         os.remove(out_db)

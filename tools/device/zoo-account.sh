@@ -12,8 +12,10 @@
 #      (adaptalloc-replay run --db --run --json) at several stream-event
 #      delays (how long a stream's work takes to complete after the CPU
 #      queued it: 0 = at once, the GPU never behind), and the pool's account
-#      at its peak reserved is kept: requested, rounding, slab free slots
-#      and tails, holes, stream holds, thread caches.
+#      at its peak in use and at its peak reserved is kept: requested,
+#      rounding, slab free slots and tails, holes, stream holds, thread
+#      caches; then each trace again under a limit of 1.03x and 1.05x its
+#      replay's peak in use (what closing the holes costs).
 #
 # Usage: tools/device/zoo-account.sh OUTDIR [WORKLOADS]
 #   OUTDIR/zoo_trace.json  the runs' figures (bench_zoo.py's JSON)

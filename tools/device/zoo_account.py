@@ -84,40 +84,45 @@ def collect(a):
             res = j.get("result", {})
             print(f"{w:9s} delay {d:>7d} us: peak reserved {res.get('peak_reserved', 0) / MIB:8.1f}"
                   f" MiB, in use {res.get('peak_in_use', 0) / MIB:8.1f}", flush=True)
-        entry["limits"] = limit_replays(a, w, rid, r)
+        base = (entry["replays"].get("0") or {}).get("result") or {}
+        entry["limits"] = limit_replays(a, w, rid, base.get("peak_in_use"))
         doc["workloads"][w] = entry
     doc["limit_factors"] = [float(x) for x in a.limit_factors.split(",") if x != ""]
     with open(a.out, "w") as f:
         json.dump(doc, f, indent=1)
 
 
-def limit_replays(a, w, rid, r):
+def limit_replays(a, w, rid, in_use):
     """What closing the holes would cost: the trace replayed (stream events
-    at once) with the device pool's limit_bytes at each factor x the GPU
-    run's peak allocated, so that the pool moves free pages into the request
+    at once) with the device pool's limit_bytes at each factor x the
+    replay's own peak in use (`in_use`, the delay-0 replay's: a trace may
+    hold a run's pinned blocks too, which the GPU's max_memory_allocated
+    does not count), so that the pool moves free pages into the request
     (unmapping pages of free chunks, page by page) before it grows: its peak
     reserved, failures and backend calls. {factor: figures}."""
     out = {}
-    alloc = (r.get("torch") or {}).get("max_allocated")
     factors = [float(x) for x in a.limit_factors.split(",") if x != ""]
-    if not alloc or not factors:
+    if not in_use or not factors:
         return out
     pol = json.load(open(a.policy))
     pol.pop("$schema", None)
     for f in factors:
-        pol["pools"]["device"]["limit_bytes"] = int(alloc * f)
-        path = os.path.join(tempfile.gettempdir(), "zoo_account_limit.json")
-        with open(path, "w") as fh:
+        pol["pools"]["device"]["limit_bytes"] = int(in_use * f)
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
             json.dump(pol, fh)
-        p = subprocess.run([a.replay, "run", "--db", a.db, "--run", str(rid), "--policy", path,
-                            "--json", "--no-progress"], capture_output=True, text=True)
+            path = fh.name
+        try:
+            p = subprocess.run([a.replay, "run", "--db", a.db, "--run", str(rid), "--policy",
+                                path, "--json", "--no-progress"], capture_output=True, text=True)
+        finally:
+            os.unlink(path)
         if p.returncode != 0:
             out[str(f)] = {"error": p.stderr.strip()[-500:]}
             continue
         res = json.loads(p.stdout)["result"]
         out[str(f)] = {k: res[k] for k in ("peak_reserved", "peak_in_use", "failures",
                                            "backend_allocs", "backend_frees")}
-        print(f"{w:9s} limit {f:.2f}x allocated: peak reserved "
+        print(f"{w:9s} limit {f:.2f}x in use: peak reserved "
               f"{res['peak_reserved'] / MIB:8.1f} MiB, {res['failures']} failures, "
               f"{res['backend_allocs']} + {res['backend_frees']} backend calls", flush=True)
     return out
@@ -197,7 +202,7 @@ def report(path):
         return
     print()
     print("what closing the holes costs: the same trace (stream events at once) with the"
-          " device pool's limit_bytes at F x the GPU run's peak allocated (the pool then"
+          " device pool's limit_bytes at F x the replay's own peak in use (the pool then"
           " moves free pages, page by page, before it grows); peak reserved MiB (/ peak in"
           " use), failed allocations, backend calls (maps + unmaps); first column: no limit")
     cols = ["no limit"] + ["limit %.2fx" % f for f in factors]
@@ -228,7 +233,7 @@ def main():
     ap.add_argument("--policy", default="policies/default.json")
     ap.add_argument("--delays-us", default="0,1000,10000,50000,200000")
     ap.add_argument("--limit-factors", default="1.03,1.05",
-                    help="replay each trace under a limit of F x its peak allocated too "
+                    help="replay each trace under a limit of F x its replay's peak in use too "
                     "(comma-separated; '' for none)")
     ap.add_argument("--out")
     a = ap.parse_args()
