@@ -94,7 +94,8 @@ static void on_error(void *user, aa_pool *pool, aa_misuse what, const void *ptr,
 
 static void on_trace(void *user, const aa_trace_event *ev) {
   fz *f = user;
-  REQUIRE(ev->op == 'a' || ev->op == 'f' || ev->op == 'x');
+  REQUIRE(ev->op == 'a' || ev->op == 'f' || ev->op == 'x' || ev->op == 'u');
+  REQUIRE(ev->op != 'u' || (ev->size == 0 && ev->ptr != 0)); /* a recorded stream use */
   f->trace_events++;
 }
 
