@@ -4,7 +4,7 @@
  * is idle, recording the events a record_stream'd block waits for, and the
  * stream such a block is put back on when it needs none.
  *
- * Entry points: aa__events_done, aa__stream_idle, aa__event_release,
+ * Entry points: aa__events_done, aa__event_pending, aa__stream_idle, aa__event_release,
  * aa__stream_events, aa__rec_free_stream.
  */
 #include <stdlib.h>
@@ -27,6 +27,11 @@ int aa__events_done(aa_pool *pool, void **ev, uint32_t *n) {
   }
   *n = j;
   return j == 0;
+}
+
+bool aa__event_pending(aa_pool *pool, void *ev) {
+  aa_backend *b = pool->backend;
+  return ev != NULL && b->ops->event_query != NULL && b->ops->event_query(b, ev) == AA_EAGAIN;
 }
 
 bool aa__stream_idle(aa_pool *pool, aa_stream stream) {

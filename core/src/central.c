@@ -193,20 +193,15 @@ static void poll_pending(aa_pool *pool, aa__class *c, aa_stream except, bool sta
   c->nmulti = j;
 }
 
-static bool ev_pending(aa_pool *pool, void *ev) {
-  aa_backend *b = pool->backend;
-  return ev != NULL && b->ops->event_query != NULL && b->ops->event_query(b, ev) == AA_EAGAIN;
-}
-
 uint64_t aa__central_held_now(aa_pool *pool, const aa__class *c) {
   uint64_t n = 0;
   for (uint32_t i = 0; i < c->nsl; i++) {
-    if (c->sl[i].infl.n > 0 && ev_pending(pool, c->sl[i].ev))
+    if (c->sl[i].infl.n > 0 && aa__event_pending(pool, c->sl[i].ev))
       n += c->sl[i].infl.n;
   }
   for (uint32_t i = 0; i < c->nmulti; i++) {
     for (uint32_t k = 0; k < c->multi[i].nev; k++) {
-      if (ev_pending(pool, c->multi[i].ev[k])) {
+      if (aa__event_pending(pool, c->multi[i].ev[k])) {
         n++;
         break;
       }

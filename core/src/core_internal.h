@@ -610,6 +610,9 @@ void aa__slot_rebase(aa_pool *pool, int slot);
 /* Queries events, releasing the completed ones (array compacted); 1 when
  * none is left pending. */
 int aa__events_done(aa_pool *pool, void **ev, uint32_t *n);
+/* Whether event ev is still pending, asked without releasing it (NULL: no).
+ * For the account, which changes nothing. */
+bool aa__event_pending(aa_pool *pool, void *ev);
 /* Whether all work issued on `stream` so far has completed, by the
  * backend's stream_query (false when it has none, says pending or fails);
  * counted in the pool's stream_queries / stream_idle. The one check for the

@@ -1065,9 +1065,8 @@ static uint64_t chunk_mapped(const aa_pool *pool, const aa__chunk *c) {
 /* Whether some record_stream'd stream's event of free chunk c is pending
  * (asked, nothing released: an account changes nothing). */
 static bool xev_pending(aa_pool *pool, const aa__chunk *c) {
-  aa_backend *b = pool->backend;
   for (uint32_t i = 0; i < c->nxev; i++) {
-    if (b->ops->event_query != NULL && b->ops->event_query(b, c->xev[i]) == AA_EAGAIN)
+    if (aa__event_pending(pool, c->xev[i]))
       return true;
   }
   return false;

@@ -247,6 +247,28 @@ int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out) {
   return aa_pool_stats_get_opts(pool, out, 0);
 }
 
+/* The block and requested bytes of the large blocks threads' caches hold
+ * now: what they were given less what other threads took back (large_ltc.c;
+ * modulo 2^64, read while threads run). tc_mu held. */
+static void held_large(aa_pool *pool, uint64_t *block, uint64_t *req) {
+  uint64_t b = 0, r = 0;
+  for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next) {
+    b += aa__cget(&tc->lheld_block);
+    r += aa__cget(&tc->lheld_req);
+  }
+  *block = b - atomic_load_explicit(&pool->ltc_taken_block, AA__RLX);
+  *req = r - atomic_load_explicit(&pool->ltc_taken_req, AA__RLX);
+}
+
+/* The large path's in-use and requested bytes net of the held blocks,
+ * which are freed, not in use (*held clamped to what is in use). */
+static void net_of_held(uint64_t *in_use, uint64_t *req, uint64_t *held, uint64_t held_req) {
+  if (*held > *in_use)
+    *held = *in_use;
+  *in_use -= *held;
+  *req = *req > held_req ? *req - held_req : 0;
+}
+
 int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned opts) {
   if (out == NULL)
     return AA_EINVAL;
@@ -282,15 +304,12 @@ int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned opts) {
   slot_sums(pool, s);
   uint64_t lt_allocs = atomic_load(&pool->dead_large_allocs);
   uint64_t lt_frees = atomic_load(&pool->dead_large_frees);
-  uint64_t lt_block = 0, lt_req = 0;
+  uint64_t lt_block, lt_req;
   for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next) {
     lt_allocs += aa__cget(&tc->large_allocs);
     lt_frees += aa__cget(&tc->large_frees);
-    lt_block += aa__cget(&tc->lheld_block);
-    lt_req += aa__cget(&tc->lheld_req);
   }
-  lt_block -= atomic_load_explicit(&pool->ltc_taken_block, AA__RLX);
-  lt_req -= atomic_load_explicit(&pool->ltc_taken_req, AA__RLX);
+  held_large(pool, &lt_block, &lt_req);
   csum ret = {pool->retired.frees, pool->retired.hits, pool->retired.misses,
               pool->retired.req_add, pool->retired.req_sub};
   uint64_t li = pool->large_in_use, lr = pool->large_reserved, ls = pool->nsegs,
@@ -361,13 +380,7 @@ int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned opts) {
   }
   out->class_count = nc;
 
-  /* blocks a thread's large cache holds are freed, not in use; those other
-   * threads took back are no longer held (large_ltc.c; modulo 2^64, read
-   * while threads run) */
-  if (lt_block > li)
-    lt_block = li;
-  li = li > lt_block ? li - lt_block : 0;
-  lq = lq > lt_req ? lq - lt_req : 0;
+  net_of_held(&li, &lq, &lt_block, lt_req);
   out->bytes_in_use = small_in_use + li;
   out->bytes_requested = small_req + lq;
   out->bytes_reserved = atomic_load(&pool->bytes_reserved);
@@ -441,23 +454,14 @@ int aa_pool_account_get(aa_pool *pool, aa_pool_account *out) {
   pthread_mutex_lock(&pool->large_mu);
   pthread_mutex_lock(&pool->tc_mu);
   slot_sums(pool, s);
-  uint64_t lt_block = 0, lt_req = 0;
-  for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next) {
-    lt_block += aa__cget(&tc->lheld_block);
-    lt_req += aa__cget(&tc->lheld_req);
-  }
-  lt_block -= atomic_load_explicit(&pool->ltc_taken_block, AA__RLX);
-  lt_req -= atomic_load_explicit(&pool->ltc_taken_req, AA__RLX);
+  uint64_t lt_block, lt_req;
+  held_large(pool, &lt_block, &lt_req);
   uint64_t li = pool->large_in_use, lq = pool->large_req, holes, holds;
   aa__large_free_account(pool, &holes, &holds);
   pthread_mutex_unlock(&pool->tc_mu);
   pthread_mutex_unlock(&pool->large_mu);
 
-  /* as aa_pool_stats_get: held blocks are freed, not in use */
-  if (lt_block > li)
-    lt_block = li;
-  li -= lt_block;
-  lq = lq > lt_req ? lq - lt_req : 0;
+  net_of_held(&li, &lq, &lt_block, lt_req);
   if (lq > li)
     lq = li;
   a.requested = lq;
