@@ -123,7 +123,9 @@ static void print_account_text(FILE *f, const char *head, const aa_pool_account 
   fprintf(f, "\n");
 }
 
-bool account_at_peak(const loaded *l, aa_pool_account *out) {
+/* The account at peak reserved of a loaded run into *out: false when there
+ * is none (a model of PyTorch's allocator, nothing reserved). */
+static bool account_at_peak(const loaded *l, aa_pool_account *out) {
   out->version = AA_ACCOUNT_VERSION;
   out->size = (uint32_t)sizeof *out;
   return !l->is_torch && l->sim != NULL && aa_replay_sim_account_at_peak(l->sim, out) == AA_OK;
@@ -164,8 +166,10 @@ void print_json_account(FILE *f, const loaded *l) {
   fprintf(f, ",\"event\":%llu}", (unsigned long long)l->acct_use_event);
 }
 
-void print_result_text(FILE *f, const char *label, const aa_replay_result *r,
-                       const aa_pool_account *acct, const loaded *l) {
+void print_result_text(FILE *f, const loaded *l) {
+  const aa_replay_result *r = &l->res;
+  const char *label = l->label;
+  aa_pool_account acct;
   char a[32], b[32], c[32];
 
   fprintf(f, "policy            %s (%u classes at the end)\n", label,
@@ -187,11 +191,11 @@ void print_result_text(FILE *f, const char *label, const aa_replay_result *r,
   fmt_bytes(r->peak_reserved, b, sizeof b);
   fmt_bytes(r->peak_requested, c, sizeof c);
   fprintf(f, "peak              in use %s, reserved %s, requested %s\n", a, b, c);
-  if (acct != NULL)
-    print_account_text(f, "at peak reserved  ", acct);
-  if (l != NULL && l->have_acct_use)
+  if (account_at_peak(l, &acct))
+    print_account_text(f, "at peak reserved  ", &acct);
+  if (l->have_acct_use)
     print_account_text(f, "at peak in use    ", &l->acct_use);
-  else if (l != NULL && l->acct_use_why[0] != '\0')
+  else if (l->acct_use_why[0] != '\0')
     fprintf(f, "at peak in use    %s\n", l->acct_use_why);
   fprintf(f, "internal frag     %.2f %% at peak in use, %.2f %% time-averaged\n",
           100.0 * r->int_frag_peak, 100.0 * r->int_frag_avg);

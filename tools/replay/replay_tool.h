@@ -116,15 +116,11 @@ int input_import(const tool_input *in, aa_replay_on_error mode,
 void fmt_bytes(uint64_t v, char *buf, size_t cap);
 /* The text report of one run. */
 struct loaded;
-/* The run report; acct, when not NULL, is the pool's account at peak
- * reserved (aa_replay_sim_account_at_peak), printed after the peak line,
- * followed by the account at peak in use (account_at_peak_in_use's line:
- * the account, or why there is none) when l is not NULL. */
-void print_result_text(FILE *f, const char *label, const aa_replay_result *r,
-                       const aa_pool_account *acct, const struct loaded *l);
-/* The account at peak reserved of a loaded run into *out: false when there
- * is none (a model of PyTorch's allocator, nothing reserved). */
-bool account_at_peak(const struct loaded *l, aa_pool_account *out);
+/* The report of loaded run l (its label and result); after the peak line,
+ * the pool's account at peak reserved (aa_replay_sim_account_at_peak; none
+ * for a model of PyTorch's allocator or when nothing was reserved) and the
+ * account at peak in use (the account, or why there is none). */
+void print_result_text(FILE *f, const struct loaded *l);
 /* ,"account_at_peak":{...} (byte figures), or null when there is none;
  * then ,"account_at_peak_in_use":{..., "event":N} or null (with
  * ,"account_at_peak_in_use_why":"..." when a reason is known). */

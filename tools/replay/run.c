@@ -422,9 +422,7 @@ int cmd_run(const options *o, bool compare) {
     printf("input             %s, %llu events\npolicy pool       %s\n", desc,
            (unsigned long long)t.events, o->pool);
     if (!compare) {
-      aa_pool_account acct;
-      bool have = account_at_peak(&l[0], &acct);
-      print_result_text(stdout, l[0].label, &l[0].res, have ? &acct : NULL, &l[0]);
+      print_result_text(stdout, &l[0]);
       if (o->adapt)
         print_text_decisions(stdout, &l[0]);
       if (o->top > 0)
