@@ -518,14 +518,29 @@ static void test_replay_sim_per_thread(void **state) {
   assert_true(a.peak_in_use >= 667 * 4096);
 }
 
-static aa_pool_account acct_at_peak(const aa_replay_sim *s, int want_rc) {
+/* An account the simulator kept (get: aa_replay_sim_account_at_peak or
+ * _at_event), its return code checked. */
+static aa_pool_account acct_got(int (*get)(const aa_replay_sim *, aa_pool_account *),
+                                const aa_replay_sim *s, int want_rc) {
   aa_pool_account a;
   memset(&a, 0, sizeof a);
   a.version = AA_ACCOUNT_VERSION;
   a.size = (uint32_t)sizeof a;
-  assert_int_equal(aa_replay_sim_account_at_peak(s, &a), want_rc);
+  assert_int_equal(get(s, &a), want_rc);
   return a;
 }
+
+static aa_pool_account acct_at_peak(const aa_replay_sim *s, int want_rc) {
+  return acct_got(aa_replay_sim_account_at_peak, s, want_rc);
+}
+
+static aa_pool_account acct_at_event(const aa_replay_sim *s, int want_rc) {
+  return acct_got(aa_replay_sim_account_at_event, s, want_rc);
+}
+
+/* The class table of the account tests: 3072 (682 blocks and a 2048-byte
+ * tail a 2 MiB slab) and 1 MiB. */
+static const aa_class_spec t3072[] = {{3072, 0, 0}, {1048576, 0, 0}};
 
 /* The account at peak reserved on two hand-computed traces. feed_small's
  * peak (4 MiB, at t=10): A 1000 in a 1024 block, B 3000 in a 4096 block,
@@ -535,7 +550,6 @@ static aa_pool_account acct_at_peak(const aa_replay_sim *s, int want_rc) {
  * which P2's free 6 MiB cannot hold: an 8 MiB segment, reserved 16 MiB
  * with 6 + 1 MiB of holes. */
 static void test_replay_sim_account_at_peak(void **state) {
-  static const aa_class_spec t3072[] = {{3072, 0, 0}, {1048576, 0, 0}};
   aa_replay_sim *s = new_sim(AA_REPLAY_STOP, 0, false);
   aa_replay_config cfg;
   char err[AA_REPLAY_ERR_CAP];
@@ -590,15 +604,6 @@ static void test_replay_sim_account_at_peak(void **state) {
   }
 }
 
-static aa_pool_account acct_at_event(const aa_replay_sim *s, int want_rc) {
-  aa_pool_account a;
-  memset(&a, 0, sizeof a);
-  a.version = AA_ACCOUNT_VERSION;
-  a.size = (uint32_t)sizeof a;
-  assert_int_equal(aa_replay_sim_account_at_event(s, &a), want_rc);
-  return a;
-}
-
 /* The account at peak in use, apart from the one at peak reserved (the 3072
  * table of the test above): P1 3000; P2 5 MiB + 1 (a 6 MiB segment) freed;
  * P3 7 MiB: a new 8 MiB segment, reserved peaks at 16 MiB (event 4) with
@@ -607,7 +612,6 @@ static aa_pool_account acct_at_event(const aa_replay_sim *s, int want_rc) {
  * 16 MiB, its holes 1 + 1 MiB; then P3 freed. A second pass with
  * account_at_event 5 takes that account; the first has none. */
 static void test_replay_sim_account_at_peak_in_use(void **state) {
-  static const aa_class_spec t3072[] = {{3072, 0, 0}, {1048576, 0, 0}};
   aa_replay_config cfg;
   aa_replay_sim *s = NULL;
   char err[AA_REPLAY_ERR_CAP];
