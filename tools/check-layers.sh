@@ -14,6 +14,13 @@
 # The objects list (one path a line; CMake writes it at generate time for
 # the ctest test_core_layers) names object files as CMake does,
 # .../src/<file>.c.o, so that <file>.c is the path under core/src.
+#
+# It also checks the walls: the header's block that starts "Walls" lists,
+# per subsystem, "wall <name>: <private header> <field>... | <files>", and a
+# file under core/src that is not one of the subsystem's files fails when it
+# includes the private header or reaches one of the fields (`->f` or `.f`
+# followed by a member access, comments and strings removed), so that a
+# subsystem's state is reached only through its short header.
 set -euo pipefail
 
 if [[ $# -lt 2 ]]; then
@@ -102,6 +109,67 @@ while read -r k f s; do
   fi
 done < <(sort -u "$syms")
 
+# The walls: "wall name: private.h field... | file.c ...", continued on
+# the next lines.
+src=$(dirname "$header")
+CPP_STRIP=${CC:-cc}
+if ! command -v "$CPP_STRIP" >/dev/null; then
+  echo "check-layers: no C compiler ($CPP_STRIP; set CC) to strip comments for the walls" >&2
+  exit 2
+fi
+nwall=0
+nbreach=0
+while IFS='|' read -r name priv files; do
+  nwall=$((nwall + 1))
+  read -r -a privs <<<"$priv"
+  hdr=${privs[0]}
+  declare -A own=()
+  for f in $files; do own[$f]=1; done
+  own[$hdr]=1
+  while IFS= read -r path; do
+    f=${path#"$src"/}
+    [[ -n ${own[$f]:-} ]] && continue
+    # comments out (the compiler's own lexer: no includes expanded), then
+    # string literals
+    if ! body=$("$CPP_STRIP" -fpreprocessed -dD -E -P -x c "$path" 2>/dev/null); then
+      echo "check-layers: $CPP_STRIP could not read $path" >&2
+      exit 2
+    fi
+    # (directives out too: an #include names a file, not a field)
+    body=$(sed -E 's/"([^"\\]|\\.)*"/""/g; /^[[:space:]]*#/d' <<<"$body")
+    if grep -qE "^[[:space:]]*#[[:space:]]*include[[:space:]]*\"$hdr\"" "$path"; then
+      echo "check-layers: $f includes $hdr, the $name subsystem's private header"
+      nbreach=$((nbreach + 1))
+    fi
+    for fld in "${privs[@]:1}"; do
+      re=${fld//./\\.}
+      if grep -qE "(->|\.)${re}" <<<"$body"; then
+        echo "check-layers: $f reaches ${fld}, a field of the $name subsystem (use its header)"
+        nbreach=$((nbreach + 1))
+      fi
+    done
+  done < <(find "$src" -name '*.c' -o -name '*.h' | sort)
+  unset own
+done < <(awk '
+  /Walls \(/ { on = 1; next }
+  on && /^ \*\/?[[:space:]]*$/ { exit }
+  on {
+    line = $0; sub(/^ \*[[:space:]]*/, "", line)
+    if (line ~ /^wall [A-Za-z0-9_]+:/) {
+      if (cur != "") print cur
+      sub(/^wall /, "", line); sub(/:/, "|", line); cur = line
+    } else if (cur != "") cur = cur " " line
+  }
+  END { if (cur != "") print cur }' "$header")
+if [[ $nwall -eq 0 ]]; then
+  echo "check-layers: no walls (\"Walls (\") in $header" >&2
+  exit 2
+fi
+if [[ $nbreach -gt 0 ]]; then
+  echo "check-layers: $nbreach breaches of a subsystem's wall: go through its header (docs/core.md, \"Walls\")"
+  bad=1
+fi
+
 if [[ $nup -gt 0 ]]; then
   echo "check-layers: $nup upward uses: move the caller up or the callee down (docs/core.md, \"Layers\")"
   bad=1
@@ -109,4 +177,4 @@ fi
 if [[ $bad -ne 0 ]]; then
   exit 1
 fi
-echo "check-layers: $nobj files, ${#def[@]} symbols, no upward use"
+echo "check-layers: $nobj files, ${#def[@]} symbols, no upward use; $nwall walls, no breach"

@@ -31,16 +31,19 @@
  *   telemetry.c  heavy hitters, dead-thread folding, trace events
  *   alloc.c      aa_alloc: the tcache hit, the refill, request counting
  *   free.c       aa_free, aa_record_stream, aa_block_size
- *   large.c      the large path: alloc, free, record_stream and the chunk
- *                structures (large_internal.h lists what its files share);
- *                large_seg.c segments, pages and trimming, large_ltc.c the
- *                per-thread large-block cache, large_check.c the AA_DEBUG 3 walk
+ *   large.c      the large path, a subsystem with its own state, lock and
+ *                header (large.h, the only way in; struct aa__large and
+ *                what its files share are in large_internal.h): alloc,
+ *                free, record_stream, the chunk structures, stats and the
+ *                walk; large_seg.c segments, pages and trimming,
+ *                large_ltc.c the per-thread large-block cache (aa__ltc, in
+ *                each tcache), large_check.c the AA_DEBUG 3 walk
  *   pagemap.c    address -> span
  *   stats.c      snapshots, the histogram, per-slot counter baselines, the
  *                account of the reserved bytes
  *   inspect.c    aa_pool_reset_peaks, aa_pool_walk
  *   oom.c        the out-of-memory observer and its record
- *   common.c     error strings, the clock
+ *   common.c     error strings, the clock, a walk's entry
  *   backend_host.c  the host backend (its test hooks: test_hooks.h)
  *   pack_copy.c  the packer's parallel gather copy (pack_copy.h, outside
  *                this header; built without CUDA too, for its test)
@@ -62,10 +65,17 @@
  *   layer 4 pool:     pool.c alloc.c free.c stats.c inspect.c oom.c
  *   layer 5 transfer: cuda/cuda_transfer.c
  *
+ * Walls (tools/check-layers.sh): a subsystem's private header and fields
+ * are its own files' alone; every other file goes through its short header.
+ * "wall name: private header, fields | the subsystem's files":
+ *   wall large: large_internal.h large-> ltc. | large.c large_seg.c
+ *               large_ltc.c large_check.c large.h
+ *
  * Locks (outer before inner): g_mu (thread registry, global) -> pool->class_mu
  * (class-table changes) -> pool->tc_mu (tcache list) -> class->mu -> pool->map_mu.
- * pool->large_mu is taken alone (or after class locks in the release path);
- * backend calls may be made under class->mu or large_mu.
+ * The large path's own lock (large.h) is taken alone (or after class locks
+ * in the release path), tc_mu after it; backend calls may be made under
+ * class->mu or the large path's lock.
  */
 #ifndef AA_CORE_INTERNAL_H
 #define AA_CORE_INTERNAL_H
@@ -149,14 +159,6 @@ static inline unsigned aa__hist_bucket(size_t size) {
 #define AA__HH_SAMPLE 16      /* evicted single requests: 1 in 16 */
 #define AA__SZ_BITS 12        /* per-thread exact-size table: 2^12 words */
 #define AA__SZ_SLOTS (1u << AA__SZ_BITS)
-#define AA__LARGE_ALIGN ((size_t)4096)
-#define AA__LARGE_SEG ((size_t)2 << 20) /* segments rounded to 2 MiB */
-#define AA__LARGE_BINS 96
-#define AA__LARGE_PARK 4 /* large chunks parked at free for exact reuse */
-#define AA__LTC_N 1      /* large blocks a thread caches (see aa__tcache) */
-/* ...and their bytes at most: memory only this thread reuses until another
- * thread's locked request takes it back (large_ltc.c) */
-#define AA__LTC_MAX_BYTES ((size_t)64 << 20)
 #define AA__RS_BUCKETS 1024
 
 /* pool->tflags */
@@ -200,6 +202,9 @@ typedef struct aa__span {
   uintptr_t base, end; /* [base, end), end - base a multiple of 64 KiB */
   int kind;
 } aa__span;
+
+/* The large path's entry points and its per-thread cache (aa__ltc). */
+#include "large.h"
 
 typedef struct aa__slab aa__slab;
 
@@ -318,35 +323,9 @@ typedef struct aa__tcache {
   uint32_t sweep;        /* where aa__tcache_make_room starts */
   uint32_t hh_countdown; /* heavy-hitter sampling of evicted single requests */
   uint64_t tid;
-  /* The large-block cache (large_ltc.c, aa__ltc_*): blocks this thread
-   * allocated from the large path (so that its own free finds the chunk
-   * without the lock) and blocks it freed and holds for an exact-size
-   * reuse on the same stream. Owner only, but for the counters. */
-  struct aa__ltc_live {
-    void *p;
-    struct aa__chunk *c;
-    uint64_t state; /* the chunk's state word when allocated */
-  } llive[AA__LTC_N];
-  struct aa__ltc_held {
-    void *p;
-    struct aa__chunk *c;
-    uint64_t state;
-    size_t req, size; /* the chunk's, copied while it was this thread's */
-    aa_stream stream;
-  } lheld[AA__LTC_N];
-  /* lheld[i].c for other threads (NULL past nlheld): a thread whose request
-   * would take new memory takes held blocks back (aa__lg_ltc_reclaim) */
-  _Atomic(struct aa__chunk *) lpub[AA__LTC_N];
-  /* the chunk and state word a reclaim walk last saw in lpub[i] (tc_mu):
-   * a block still held with the same word at the next walk sat idle */
-  struct aa__chunk *lseen_c[AA__LTC_N];
-  uint64_t lseen[AA__LTC_N];
-  uint32_t nlheld;
-  uint32_t ltc_epoch;
-  size_t lheld_bytes;
-  /* large blocks this thread handed out and took back without the lock,
-   * and the block and requested bytes it holds now (stats) */
-  _Atomic uint64_t large_allocs, large_frees, lheld_block, lheld_req;
+  /* The large path's per-thread cache (large.h: its fields are the large
+   * path's; tools/check-layers.sh refuses a file outside it that reads them). */
+  aa__ltc ltc;
   _Atomic uint64_t hist[AA_HIST_BUCKETS];
   aa__hh_slot hh[AA__HH_SLOTS];
   aa__bin bins[AA_MAX_CLASSES];
@@ -362,66 +341,6 @@ typedef struct aa__ccount {
 typedef struct aa__cbase {
   uint64_t frees, hits, misses, req_add, req_sub;
 } aa__cbase;
-
-/* The large path. */
-typedef struct aa__chunk aa__chunk;
-/* A segment: one backend region cut into chunks. An expandable segment
- * (AA_LARGE_EXPANDABLE) is an address-space reservation whose pages are
- * mapped on demand: `pages` has one entry per page, NULL while unmapped, else
- * that page's own record, an aa__seg whose span (in the page map) covers the
- * page, with `owner` the reservation and `handle` the backend's. */
-typedef struct aa__seg {
-  aa__span h;
-  aa__chunk *first;
-  struct aa__seg *next, *prev;
-  struct aa__seg *owner;      /* page records only */
-  void *handle;               /* page records only */
-  struct aa__seg **pages;     /* expandable segments only */
-  size_t npages, mapped, hwm; /* hwm: no page at or above it is mapped */
-  /* expandable: pages below hwm that an explicit release (aa_pool_release,
-   * PyTorch's empty_cache) unmapped and nothing has mapped since: not
-   * "touched" (aa__lg_prefix_touched), so that placement after it prefers
-   * pages mapped now over re-mapping what the user gave back. NULL until
-   * the first such page; nforgot counts them. */
-  uint8_t *forgot;
-  size_t nforgot;
-} aa__seg;
-
-struct aa__chunk {
-  aa__seg *seg;
-  uintptr_t base;
-  size_t size;
-  size_t req;
-  aa__chunk *prev, *next;   /* address order within the segment */
-  aa__chunk *fnext, *fprev; /* free bin list */
-  aa__chunk *hnext;         /* live-chunk hash chain */
-  int free;
-  unsigned bin; /* free: the bin it is in */
-  int parked;   /* free: in pool->lpark, not in a bin */
-  /* (generation << 2) | AA__CH_FREE, _LIVE, _HELD (in a thread's large
-   * cache) or _CLAIM (its owner's lock-free free is checking it). Every
-   * change of phase out of LIVE or HELD is a compare-and-swap, so an owner's
-   * lock-free free and another thread's locked free of the same block (or
-   * its taking a held block back) cannot both win; the generation makes a
-   * stale thread-cache entry fail its CAS. Chunk records are recycled, never
-   * freed, while the pool lives. */
-  _Atomic uint64_t state;
-  int any;           /* free: usable on every stream */
-  aa_stream stream;  /* free: the stream it was freed on */
-  uint64_t freed_at; /* free: pool->large_frees when it was freed (age order) */
-  void *ev;          /* free, !any: event recorded on stream, or NULL */
-  void **xev;        /* free: record_stream events, all must complete */
-  uint32_t nxev;
-  aa_stream *xs; /* live: record_stream'd extra streams */
-  uint32_t nxs;
-  aa_stream held_stream; /* held: the stream its holder freed it on */
-  /* live: taken by stream-ordered reuse (large.c order_after): `stream`, the
-   * one it was handed to, was ordered after its earlier uses on other
-   * streams, so a free on another stream (the host's included) is ordered
-   * after them only through `stream`'s work: an event there, as for a
-   * record_stream'd stream */
-  int waited;
-};
 
 typedef struct aa__trace_cb {
   aa_trace_fn fn;
@@ -490,13 +409,6 @@ struct aa_pool {
   /* pool-level counters (slow paths, atomic RMW) */
   _Atomic uint64_t bytes_reserved, peak_reserved;
   _Atomic uint64_t out_bytes, peak_out_bytes, win_peak_out_bytes;
-  _Atomic uint64_t dead_large_allocs, dead_large_frees; /* exited threads' lock-free counts */
-  /* held blocks other threads took back (aa__lg_ltc_reclaim), until their
-   * holders drop the stale entries; and how many were taken back */
-  _Atomic uint64_t ltc_taken_block, ltc_taken_req, ltc_reclaims;
-  /* 1: a thread published a held block since the last reclaim walk (set
-   * with a load-then-store by holders, cleared by the walk) */
-  _Atomic uint32_t ltc_published;
   _Atomic uint64_t backend_allocs, backend_frees, backend_failures;
   _Atomic uint64_t backend_ns; /* time inside those calls (aa__backend_*) */
   /* stream_query calls (aa__stream_idle) and those that found the stream
@@ -518,32 +430,8 @@ struct aa_pool {
   pthread_mutex_t rs_mu;
   aa__rsrec **rs; /* AA__RS_BUCKETS chains */
 
-  /* large path */
-  pthread_mutex_t large_mu;
-  aa__seg *segs;
-  aa__chunk *lbins[AA__LARGE_BINS];
-  uint64_t lbin_mask[(AA__LARGE_BINS + 63) / 64]; /* bins that are not empty */
-  aa__chunk *lpark[AA__LARGE_PARK];               /* freed whole, coalescing deferred (oldest first) */
-  unsigned npark;
-  aa__chunk *lspare; /* recycled chunk records */
-  size_t nlspare;
-  aa__chunk **lhash;
-  size_t lhash_cap, lhash_n;
-  uint64_t large_in_use, large_reserved, large_free_bytes, nsegs;
-  size_t vmm_page;               /* expandable: the mapping granularity */
-  bool vmm_runs;                 /* expandable: a request's unmapped pages in one map call */
-  bool vmm_forget;               /* under large_mu: an explicit release is unmapping */
-  uint64_t vmm_maps, vmm_unmaps; /* pages mapped and unmapped so far */
-  uint64_t large_req;
-  uint64_t large_allocs, large_frees;
-  uint64_t large_misses;       /* large allocations that called the backend (a segment, page maps) */
-  uint64_t large_settled;      /* free chunks whose streams' work had completed, made usable
-                           * everywhere on the way to growing (large.c settle) */
-  uint64_t large_stream_waits; /* pending free chunks reused by a stream_wait (large.c) */
-  bool stream_wait;            /* large_stream_wait on and the backend has stream_wait */
-  bool large_merge_due;        /* free chunks were made usable everywhere without merging
-                                * (aa__lg_usable in a bin walk): large.c process_events
-                                * merges them at the next request */
+  /* the large path (large.h; its state is private to large*.c) */
+  struct aa__large *large;
 
   aa__pagemap map;
   _Atomic uint8_t size2cls[]; /* ntable entries, index (size-1)>>9 */
@@ -576,6 +464,10 @@ static inline aa__span *aa__pm_lookup(const aa__pagemap *m, uintptr_t p) {
     return hi;
   return NULL;
 }
+
+/* common.c: hands one walk entry to fn (aa_pool_walk); fn's answer. */
+int aa__walk_emit(aa_walk_fn fn, void *user, uint32_t kind, uint32_t flags, uintptr_t addr,
+                  size_t size, size_t req, size_t bs);
 
 /* config.c: fills the config's zero fields with defaults and validates it
  * (AA_EINVAL); the pool's default class table (AA_EINVAL over
@@ -731,44 +623,5 @@ void *aa__small_alloc_slow(aa_pool *pool, size_t size, aa_stream stream);
 
 /* free.c: aa_free, aa_record_stream, aa_block_size */
 void aa__rs_destroy(aa_pool *pool);
-
-/* large.c: the large path (its files share large_internal.h) */
-/* A chunk's phase, the low two bits of its state word. CLAIM: its owner's
- * lock-free free is checking it (only that thread moves it on); HELD: in a
- * thread's large cache, where another thread may take it back. */
-enum { AA__CH_FREE = 0,
-       AA__CH_LIVE = 1,
-       AA__CH_HELD = 2,
-       AA__CH_CLAIM = 3 };
-/* NULL when out of memory; *retry true when a backend call refused, so that
- * releasing what the pool caches may help (the caller's aa__oom_retry). */
-void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stream,
-                      bool *retry);
-int aa__large_free(aa_pool *pool, aa__seg *seg, void *p, size_t size, aa_stream stream);
-size_t aa__large_block_size(aa_pool *pool, aa__seg *seg, const void *p);
-int aa__large_record(aa_pool *pool, aa__seg *seg, void *p, aa_stream stream);
-void aa__large_destroy(aa_pool *pool);
-void aa__large_stats(aa_pool *pool, uint64_t *in_use, uint64_t *reserved, uint64_t *segs,
-                     uint64_t *req);
-/* The large path's free chunk bytes that are reserved (mapped), split into
- * those usable now on some stream (*holes) and those waiting for their
- * record_stream'd streams' events (*holds; the events are asked, none is
- * recorded or released). Walks the free bins; large_mu held
- * (aa_pool_account_get). */
-void aa__large_free_account(aa_pool *pool, uint64_t *holes, uint64_t *holds);
-
-/* large_seg.c: releases cached large memory (takes large_mu). `forget`: an
- * explicit release (aa_pool_release): the pages it unmaps stop counting as
- * touched for placement (aa__seg.forgot); a trim's or an OOM retry's keep
- * counting, so the next requests land where they did before. */
-size_t aa__large_release(aa_pool *pool, size_t want, bool forget);
-
-/* large_ltc.c: the thread's large-block cache: an exact-size reuse (NULL on
- * a miss), a lock-free free of a block this thread allocated (false: take
- * the locked path), and giving every held block back (release, epoch
- * change, exit). */
-void *aa__ltc_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stream);
-bool aa__ltc_free(aa_pool *pool, aa__tcache *tc, void *p, size_t size, aa_stream stream);
-void aa__ltc_flush(aa_pool *pool, aa__tcache *tc);
 
 #endif /* AA_CORE_INTERNAL_H */

@@ -172,7 +172,7 @@ __attribute__((noinline)) static int free_odd(aa_pool *pool, void *ptr, size_t s
     aa__tcache *tc = aa__tcache_mine(pool);
     return tc != NULL && aa__ltc_free(pool, tc, ptr, size, stream)
                ? AA_OK
-               : aa__large_free(pool, (aa__seg *)sp, ptr, size, stream);
+               : aa__large_free(pool, sp, ptr, size, stream);
   }
   aa__slab *s = (aa__slab *)sp;
   uintptr_t off = (uintptr_t)ptr - s->h.base;
@@ -290,7 +290,7 @@ static int record_stream(aa_pool *pool, void *ptr, aa_stream stream) {
   if (sp == NULL)
     return AA_EINVAL;
   if (sp->kind != AA__SPAN_SLAB)
-    return aa__large_record(pool, (aa__seg *)sp, ptr, stream);
+    return aa__large_record(pool, sp, ptr, stream);
   aa__slab *s = (aa__slab *)sp;
   uintptr_t off = p - s->h.base;
   uint32_t idx = aa__slab_index(s, off);
@@ -359,7 +359,7 @@ size_t aa_block_size(aa_pool *pool, const void *ptr) {
   if (sp == NULL)
     return 0;
   if (sp->kind != AA__SPAN_SLAB)
-    return aa__large_block_size(pool, (aa__seg *)sp, ptr);
+    return aa__large_block_size(pool, sp, ptr);
   aa__slab *s = (aa__slab *)sp;
   uint32_t idx = aa__slab_index(s, p - s->h.base);
   if (idx >= s->nblocks)

@@ -24,7 +24,7 @@
  * changed only by compare-and-swap, settles races with other threads.
  *
  * Live chunks are found from their address through a hash table; the page
- * map gives the segment. Everything here runs under pool->large_mu but the
+ * map gives the segment. Everything here runs under pool->large->mu but the
  * thread cache's hits.
  * Entry points: aa__large_alloc, aa__large_free (here), aa__large_release
  * (large_seg.c), aa__ltc_alloc, aa__ltc_free, aa__ltc_flush (large_ltc.c).
@@ -56,14 +56,14 @@ static void coalesce_insert(aa_pool *pool, aa__chunk *c);
 /* ------------------------------------------------------------ hash */
 
 static int hash_grow(aa_pool *pool) {
-  size_t cap = pool->lhash_cap ? pool->lhash_cap * 2 : 256;
+  size_t cap = pool->large->hash_cap ? pool->large->hash_cap * 2 : 256;
   aa__chunk **v = calloc(cap, sizeof *v);
   if (v == NULL)
     return AA_ENOMEM;
-  aa__chunk **old = pool->lhash;
-  size_t ocap = pool->lhash_cap;
-  pool->lhash = v;
-  pool->lhash_cap = cap;
+  aa__chunk **old = pool->large->hash;
+  size_t ocap = pool->large->hash_cap;
+  pool->large->hash = v;
+  pool->large->hash_cap = cap;
   for (size_t i = 0; i < ocap; i++) {
     aa__chunk *c = old[i];
     while (c) {
@@ -81,27 +81,27 @@ static int hash_grow(aa_pool *pool) {
 static aa__chunk *hash_find(aa_pool *pool, uintptr_t base, bool remove);
 
 static void hash_put(aa_pool *pool, aa__chunk *c) {
-  aa__assert(pool->lhash_n < pool->lhash_cap); /* grown before the take */
+  aa__assert(pool->large->hash_n < pool->large->hash_cap); /* grown before the take */
   aa__assert(!c->free);
   aa__assert_internal(hash_find(pool, c->base, false) == NULL);
   size_t h = aa__lg_hidx(pool, c->base);
-  c->hnext = pool->lhash[h];
-  pool->lhash[h] = c;
-  pool->lhash_n++;
+  c->hnext = pool->large->hash[h];
+  pool->large->hash[h] = c;
+  pool->large->hash_n++;
 }
 
 static aa__chunk *hash_find(aa_pool *pool, uintptr_t base, bool remove) {
-  if (pool->lhash_cap == 0)
+  if (pool->large->hash_cap == 0)
     return NULL;
-  aa__chunk **pp = &pool->lhash[aa__lg_hidx(pool, base)];
+  aa__chunk **pp = &pool->large->hash[aa__lg_hidx(pool, base)];
   while (*pp && (*pp)->base != base)
     pp = &(*pp)->hnext;
   aa__chunk *c = *pp;
   if (c && remove) {
-    aa__assert(pool->lhash_n > 0);
+    aa__assert(pool->large->hash_n > 0);
     *pp = c->hnext;
     c->hnext = NULL;
-    pool->lhash_n--;
+    pool->large->hash_n--;
   }
   return c;
 }
@@ -111,41 +111,41 @@ static aa__chunk *hash_find(aa_pool *pool, uintptr_t base, bool remove) {
 void aa__lg_bin_insert(aa_pool *pool, aa__chunk *c) {
   aa__assert(c->free && !c->parked && c->size > 0);
   aa__assert_internal(c->fnext == NULL && c->fprev == NULL &&
-                      pool->lbins[aa__lg_bin_of(c->size)] != c);
+                      pool->large->bins[aa__lg_bin_of(c->size)] != c);
   unsigned b = aa__lg_bin_of(c->size);
   c->bin = b;
   c->fprev = NULL;
-  c->fnext = pool->lbins[b];
+  c->fnext = pool->large->bins[b];
   if (c->fnext)
     c->fnext->fprev = c;
-  pool->lbins[b] = c;
-  pool->lbin_mask[b / 64] |= (uint64_t)1 << (b % 64);
-  pool->large_free_bytes += c->size;
+  pool->large->bins[b] = c;
+  pool->large->bin_mask[b / 64] |= (uint64_t)1 << (b % 64);
+  pool->large->free_bytes += c->size;
 }
 
 void aa__lg_bin_remove(aa_pool *pool, aa__chunk *c) {
   unsigned b = c->bin;
-  aa__assert(c->free && b < AA__LARGE_BINS && pool->large_free_bytes >= c->size);
-  aa__assert(pool->lbin_mask[b / 64] & ((uint64_t)1 << (b % 64)));
+  aa__assert(c->free && b < AA__LARGE_BINS && pool->large->free_bytes >= c->size);
+  aa__assert(pool->large->bin_mask[b / 64] & ((uint64_t)1 << (b % 64)));
   aa__assert_internal(b == aa__lg_bin_of(c->size));
-  aa__assert_internal(c->fprev != NULL ? c->fprev->fnext == c : pool->lbins[b] == c);
+  aa__assert_internal(c->fprev != NULL ? c->fprev->fnext == c : pool->large->bins[b] == c);
   aa__assert_internal(c->fnext == NULL || c->fnext->fprev == c);
   if (c->fprev)
     c->fprev->fnext = c->fnext;
-  else if ((pool->lbins[b] = c->fnext) == NULL)
-    pool->lbin_mask[b / 64] &= ~((uint64_t)1 << (b % 64));
+  else if ((pool->large->bins[b] = c->fnext) == NULL)
+    pool->large->bin_mask[b / 64] &= ~((uint64_t)1 << (b % 64));
   if (c->fnext)
     c->fnext->fprev = c->fprev;
   c->fnext = c->fprev = NULL;
-  pool->large_free_bytes -= c->size;
+  pool->large->free_bytes -= c->size;
 }
 
 /* The first non-empty bin at or above b, or AA__LARGE_BINS. */
 static unsigned next_bin(const aa_pool *pool, unsigned b) {
   while (b < AA__LARGE_BINS) {
-    uint64_t m = pool->lbin_mask[b / 64] >> (b % 64);
+    uint64_t m = pool->large->bin_mask[b / 64] >> (b % 64);
     if (m != 0) {
-      aa__assert_internal(pool->lbins[b + (unsigned)__builtin_ctzll(m)] != NULL);
+      aa__assert_internal(pool->large->bins[b + (unsigned)__builtin_ctzll(m)] != NULL);
       return b + (unsigned)__builtin_ctzll(m);
     }
     b = (b / 64 + 1) * 64;
@@ -158,11 +158,11 @@ static unsigned next_bin(const aa_pool *pool, unsigned b) {
  * the compare-and-swap on `state`, whose generation survives the reuse).
  * Recycling also saves a calloc and a free per split and merge. */
 static aa__chunk *chunk_get(aa_pool *pool) {
-  aa__chunk *c = pool->lspare;
+  aa__chunk *c = pool->large->spare;
   if (c == NULL)
     return calloc(1, sizeof *c);
-  pool->lspare = c->fnext;
-  pool->nlspare--;
+  pool->large->spare = c->fnext;
+  pool->large->nspare--;
   uint64_t st = atomic_load_explicit(&c->state, AA__RLX);
   /* every field but `state`: a stale holder's compare-and-swap may read it
    * at any time, so it changes only atomically */
@@ -174,9 +174,9 @@ static aa__chunk *chunk_get(aa_pool *pool) {
 }
 
 void aa__lg_chunk_put(aa_pool *pool, aa__chunk *c) {
-  c->fnext = pool->lspare;
-  pool->lspare = c;
-  pool->nlspare++;
+  c->fnext = pool->large->spare;
+  pool->large->spare = c;
+  pool->large->nspare++;
 }
 
 /* Parking: a large chunk freed whole goes to a short list instead of being
@@ -185,22 +185,22 @@ void aa__lg_chunk_put(aa_pool *pool, aa__chunk *c) {
  * bin search. Everything that looks at free chunks as a whole unparks
  * first. */
 void aa__lg_unpark_all(aa_pool *pool) {
-  for (unsigned i = 0; i < pool->npark; i++) {
-    aa__chunk *c = pool->lpark[i];
+  for (unsigned i = 0; i < pool->large->npark; i++) {
+    aa__chunk *c = pool->large->park[i];
     c->parked = 0;
     coalesce_insert(pool, c);
   }
-  pool->npark = 0;
+  pool->large->npark = 0;
 }
 
 static void park_drop(aa_pool *pool, unsigned i) {
-  memmove(&pool->lpark[i], &pool->lpark[i + 1], (pool->npark - i - 1) * sizeof *pool->lpark);
-  pool->npark--;
+  memmove(&pool->large->park[i], &pool->large->park[i + 1], (pool->large->npark - i - 1) * sizeof *pool->large->park);
+  pool->large->npark--;
 }
 
 static aa__chunk *park_take(aa_pool *pool, size_t need, aa_stream stream) {
-  for (unsigned i = pool->npark; i-- > 0;) { /* newest first */
-    aa__chunk *c = pool->lpark[i];
+  for (unsigned i = pool->large->npark; i-- > 0;) { /* newest first */
+    aa__chunk *c = pool->large->park[i];
     if (c->size == need && aa__lg_usable(pool, c, stream)) {
       park_drop(pool, i);
       c->parked = 0;
@@ -212,13 +212,13 @@ static aa__chunk *park_take(aa_pool *pool, size_t need, aa_stream stream) {
 
 static void park(aa_pool *pool, aa__chunk *c) {
   c->parked = 1; /* first: the chunk unparked below must not merge into it */
-  if (pool->npark == AA__LARGE_PARK) {
-    aa__chunk *old = pool->lpark[0];
+  if (pool->large->npark == AA__LARGE_PARK) {
+    aa__chunk *old = pool->large->park[0];
     park_drop(pool, 0);
     old->parked = 0;
     coalesce_insert(pool, old);
   }
-  pool->lpark[pool->npark++] = c;
+  pool->large->park[pool->large->npark++] = c;
 }
 
 /* Whether a free chunk may be handed out on `stream` now: first the events
@@ -246,7 +246,7 @@ static bool xev_done(aa_pool *pool, aa__chunk *c) {
  * (process_events). */
 static void usable_everywhere(aa_pool *pool, aa__chunk *c) {
   c->any = 1;
-  pool->large_merge_due = true;
+  pool->large->merge_due = true;
 }
 
 /* Whether the event free chunk c holds on its freeing stream (ev) has
@@ -298,11 +298,11 @@ bool aa__lg_usable(aa_pool *pool, aa__chunk *c, aa_stream stream) {
  * default): with PyTorch's rule instead a layer's pending weights cannot be
  * reused by the next gather, and holes merged anew each step hold more
  * (fsdp --busy --no-stream-wait 5700 -> 7568 MiB with it). Called with
- * large_mu held. */
+ * large->mu held. */
 static void process_events(aa_pool *pool) {
-  bool changed = pool->large_merge_due;
+  bool changed = pool->large->merge_due;
   for (unsigned b = next_bin(pool, 0); b < AA__LARGE_BINS; b = next_bin(pool, b + 1)) {
-    for (aa__chunk *c = pool->lbins[b]; c; c = c->fnext) {
+    for (aa__chunk *c = pool->large->bins[b]; c; c = c->fnext) {
       if (c->any || (c->nxev == 0 && c->ev == NULL))
         continue;
       if (c->nxev > 0) {
@@ -316,8 +316,8 @@ static void process_events(aa_pool *pool) {
   }
   if (!changed)
     return;
-  pool->large_merge_due = false;
-  for (aa__seg *s = pool->segs; s; s = s->next) {
+  pool->large->merge_due = false;
+  for (aa__seg *s = pool->large->segs; s; s = s->next) {
     for (aa__chunk *c = s->first; c; c = c->next) {
       if (!c->free || c->parked || c->next == NULL || !aa__lg_merge_ok(c, c->next))
         continue;
@@ -361,7 +361,7 @@ static size_t settle(aa_pool *pool, size_t need, uint64_t *settled) {
   unsigned nseen = 0;
   uint64_t n = 0;
   for (unsigned b = next_bin(pool, 0); b < AA__LARGE_BINS; b = next_bin(pool, b + 1)) {
-    for (aa__chunk *c = pool->lbins[b]; c; c = c->fnext) {
+    for (aa__chunk *c = pool->large->bins[b]; c; c = c->fnext) {
       aa__assert_internal(c->free && !c->parked);
       if (c->any)
         continue;
@@ -396,7 +396,7 @@ static size_t settle(aa_pool *pool, size_t need, uint64_t *settled) {
    * step: adaptalloc-bench streams fsdp --busy) */
   aa__chunk *best = NULL;
   size_t best_size = 0;
-  for (aa__seg *s = pool->segs; s; s = s->next) {
+  for (aa__seg *s = pool->large->segs; s; s = s->next) {
     for (aa__chunk *c = s->first; c;) {
       size_t sum = c->size;
       aa__chunk *e = c;
@@ -421,7 +421,7 @@ static size_t settle(aa_pool *pool, size_t need, uint64_t *settled) {
  * `touched` (no limit), mapped once (aa__lg_prefix_touched). The one test
  * of find_fit_mapped, wait_fit and wait_run. */
 static bool prefix_held(const aa_pool *pool, const aa__chunk *c, size_t n, bool touched) {
-  return pool->vmm_page == 0 ||
+  return pool->large->vmm_page == 0 ||
          (touched ? aa__lg_prefix_touched(pool, c, n) : aa__lg_prefix_mapped(pool, c, n));
 }
 
@@ -443,7 +443,7 @@ static aa__chunk *find_fit_mapped(aa_pool *pool, size_t need, aa_stream stream) 
   for (unsigned b = next_bin(pool, aa__lg_bin_of(need)); b < AA__LARGE_BINS;
        b = next_bin(pool, b + 1)) {
     aa__chunk *best = NULL;
-    for (aa__chunk *c = pool->lbins[b]; c; c = c->fnext) {
+    for (aa__chunk *c = pool->large->bins[b]; c; c = c->fnext) {
       if (c->size >= need && (best == NULL || c->size < best->size) &&
           prefix_held(pool, c, need, touched) &&
           aa__lg_usable(pool, c, stream))
@@ -468,7 +468,7 @@ static aa__chunk *find_fit_fewest_maps(aa_pool *pool, size_t need, aa_stream str
   size_t best_new = 0;
   for (unsigned b = next_bin(pool, aa__lg_bin_of(need)); b < AA__LARGE_BINS;
        b = next_bin(pool, b + 1)) {
-    for (aa__chunk *c = pool->lbins[b]; c; c = c->fnext) {
+    for (aa__chunk *c = pool->large->bins[b]; c; c = c->fnext) {
       if (c->size < need)
         continue;
       size_t n = aa__lg_unmapped_under(pool, c, need, best ? best_new : SIZE_MAX);
@@ -487,7 +487,7 @@ static aa__chunk *find_fit_fewest_maps(aa_pool *pool, size_t need, aa_stream str
  * the pool needs no new memory for it (expandable: find_fit_mapped's chunks,
  * mapped now or, without a limit, once). */
 static aa__chunk *find_fit(aa_pool *pool, size_t need, aa_stream stream, bool have) {
-  if (pool->vmm_page != 0) {
+  if (pool->large->vmm_page != 0) {
     aa__chunk *c = find_fit_mapped(pool, need, stream);
     if (c || have)
       return c;
@@ -496,7 +496,7 @@ static aa__chunk *find_fit(aa_pool *pool, size_t need, aa_stream stream, bool ha
   for (unsigned b = next_bin(pool, aa__lg_bin_of(need)); b < AA__LARGE_BINS;
        b = next_bin(pool, b + 1)) {
     aa__chunk *best = NULL;
-    for (aa__chunk *c = pool->lbins[b]; c; c = c->fnext) {
+    for (aa__chunk *c = pool->large->bins[b]; c; c = c->fnext) {
       if (c->size >= need && (best == NULL || c->size < best->size) &&
           aa__lg_usable(pool, c, stream))
         best = c;
@@ -546,7 +546,7 @@ static bool order_after(aa_pool *pool, aa__chunk *c, aa_stream stream) {
    * it, c->stream's idleness says so, stream_query counting the waits) */
   if (b->ops->event_record(b, stream, &c->ev) != AA_OK)
     c->ev = NULL;
-  pool->large_stream_waits++;
+  pool->large->stream_waits++;
   return true;
 }
 
@@ -566,7 +566,7 @@ static bool order_after(aa_pool *pool, aa__chunk *c, aa_stream stream) {
 static aa__chunk *wait_run(aa_pool *pool, size_t need, aa_stream stream, bool touched) {
   aa__chunk *best = NULL;
   size_t best_size = 0;
-  for (aa__seg *s = pool->segs; s; s = s->next) {
+  for (aa__seg *s = pool->large->segs; s; s = s->next) {
     for (aa__chunk *a = s->first; a; a = a->next) {
       size_t w = 0;
       for (aa__chunk *z = a; z && z->free && !z->parked; z = z->next) {
@@ -617,7 +617,7 @@ static aa__chunk *wait_fit(aa_pool *pool, size_t need, aa_stream stream) {
   for (unsigned b = next_bin(pool, aa__lg_bin_of(need)); b < AA__LARGE_BINS;
        b = next_bin(pool, b + 1)) {
     aa__chunk *best = NULL;
-    for (aa__chunk *c = pool->lbins[b]; c; c = c->fnext) {
+    for (aa__chunk *c = pool->large->bins[b]; c; c = c->fnext) {
       if (c->size < need || (best != NULL && c->size >= best->size) || c->any ||
           (c->stream == stream && c->nxev == 0))
         continue; /* too small, no better, or not held by another stream */
@@ -666,7 +666,7 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
                       bool *retry) {
   size_t need = aa__lg_round_up(size, AA__LARGE_ALIGN);
   bool passthrough = pool->cfg.large_mode == AA_LARGE_PASSTHROUGH;
-  bool vmm = pool->vmm_page != 0;
+  bool vmm = pool->large->vmm_page != 0;
   bool reclaimed = false;
   bool fresh = false;  /* a new segment was made for this request */
   bool waited = false; /* c came from wait_fit: c->stream == stream */
@@ -674,20 +674,20 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
   *retry = false;
   if (need < size) /* overflow */
     return NULL;
-  pthread_mutex_lock(&pool->large_mu);
+  pthread_mutex_lock(&pool->large->mu);
   /* A size the thread's cache could not serve: what it holds merges back
    * first, and what other threads have held idle since the last look (a
    * held block is for its holder's next same-size request, not for a phase
    * in which only others allocate). Before the pool takes more memory every
    * held block comes back (below). */
-  while (tc != NULL && tc->nlheld > 0)
-    aa__lg_ltc_drop_locked(pool, tc, tc->nlheld - 1);
+  while (tc != NULL && tc->ltc.nheld > 0)
+    aa__lg_ltc_drop_locked(pool, tc, tc->ltc.nheld - 1);
   (void)aa__lg_ltc_reclaim(pool, tc, false);
-  uint64_t maps0 = pool->vmm_maps;
-  if (!passthrough && pool->stream_wait)
+  uint64_t maps0 = pool->large->vmm_maps;
+  if (!passthrough && pool->large->stream_wait)
     process_events(pool);
   for (;;) {
-    if (pool->lhash_n >= pool->lhash_cap && hash_grow(pool) != AA_OK)
+    if (pool->large->hash_n >= pool->large->hash_cap && hash_grow(pool) != AA_OK)
       break;
     aa__chunk *c = passthrough ? NULL : park_take(pool, need, stream);
     if (c == NULL && !passthrough) {
@@ -700,11 +700,11 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
         reclaimed = true;
         /* ...and the chunks whose streams' work has completed merge */
         size_t back = aa__lg_ltc_reclaim(pool, tc, true);
-        if (settle(pool, need, &pool->large_settled) + back > 0)
+        if (settle(pool, need, &pool->large->settled) + back > 0)
           continue;
         /* ...and, still nothing, a chunk whose other streams' work is
          * pending serves once `stream` is ordered after it */
-        c = pool->stream_wait && stream != AA_STREAM_HOST ? wait_fit(pool, need, stream) : NULL;
+        c = pool->large->stream_wait && stream != AA_STREAM_HOST ? wait_fit(pool, need, stream) : NULL;
         waited = c != NULL;
         if (c == NULL && vmm)
           c = find_fit(pool, need, stream, false);
@@ -747,11 +747,11 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
       c->stream = stream;
     c->req = size;
     hash_put(pool, c);
-    pool->large_in_use += c->size;
-    pool->large_req += size;
-    pool->large_allocs++;
-    if (fresh || pool->vmm_maps != maps0)
-      pool->large_misses++; /* the backend was called for it: a miss (docs/stats.md) */
+    pool->large->in_use += c->size;
+    pool->large->req += size;
+    pool->large->allocs++;
+    if (fresh || pool->large->vmm_maps != maps0)
+      pool->large->misses++; /* the backend was called for it: a miss (docs/stats.md) */
     p = (void *)c->base;
     uint64_t st = aa__lg_st_next_live(atomic_load_explicit(&c->state, AA__RLX));
     atomic_store_explicit(&c->state, st, AA__RLX);
@@ -763,7 +763,7 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
     break;
   }
   LARGE_CHECK(pool);
-  pthread_mutex_unlock(&pool->large_mu);
+  pthread_mutex_unlock(&pool->large->mu);
   return p;
 }
 
@@ -839,17 +839,17 @@ static aa__chunk *find_container(aa__seg *seg, uintptr_t p) {
 
 /* Gives a chunk (live or held, its state already moved to free) back:
  * accounting, record_stream events, parking. `counted`: a user's free (a
- * thread cache's flush was counted when the user freed it). Under large_mu. */
+ * thread cache's flush was counted when the user freed it). Under large->mu. */
 void aa__lg_release_chunk(aa_pool *pool, aa__chunk *c, aa_stream stream, bool counted) {
   aa__assert(!c->free && (atomic_load_explicit(&c->state, AA__RLX) & 3) == AA__CH_FREE);
-  aa__assert(pool->large_in_use >= c->size && pool->large_req >= c->req);
+  aa__assert(pool->large->in_use >= c->size && pool->large->req >= c->req);
   aa__chunk *h = hash_find(pool, c->base, true);
   aa__assert(h == c);
   (void)h;
-  pool->large_in_use -= c->size;
-  pool->large_req -= c->req;
+  pool->large->in_use -= c->size;
+  pool->large->req -= c->req;
   if (counted)
-    pool->large_frees++;
+    pool->large->frees++;
   atomic_fetch_sub_explicit(&pool->out_bytes, c->size, AA__RLX);
   if (pool->cfg.large_mode == AA_LARGE_PASSTHROUGH) {
     free(c->xs);
@@ -882,7 +882,7 @@ void aa__lg_release_chunk(aa_pool *pool, aa__chunk *c, aa_stream stream, bool co
   if (pool->has_events)
     stream = aa__rec_free_stream(c->xs, c->nxs, stream);
   c->free = 1;
-  c->freed_at = pool->large_frees;
+  c->freed_at = pool->large->frees;
   c->stream = stream;
   c->any = !pool->has_events;
   c->ev = NULL;
@@ -910,13 +910,14 @@ void aa__lg_release_chunk(aa_pool *pool, aa__chunk *c, aa_stream stream, bool co
   aa__lg_enforce_bound(pool);
 }
 
-int aa__large_free(aa_pool *pool, aa__seg *seg, void *ptr, size_t size, aa_stream stream) {
+int aa__large_free(aa_pool *pool, struct aa__span *sp, void *ptr, size_t size, aa_stream stream) {
+  aa__seg *seg = (aa__seg *)sp; /* a large span is a segment's (or page's) header */
   if (seg != NULL && seg->owner != NULL)
     seg = seg->owner; /* a page of an expandable segment */
   aa_misuse what = 0;
   const char *msg = NULL;
   uintptr_t p = (uintptr_t)ptr;
-  pthread_mutex_lock(&pool->large_mu);
+  pthread_mutex_lock(&pool->large->mu);
   aa__chunk *c = hash_find(pool, p, false);
   if (c == NULL) {
     aa__chunk *in = find_container(seg, p);
@@ -953,34 +954,36 @@ int aa__large_free(aa_pool *pool, aa__seg *seg, void *ptr, size_t size, aa_strea
   }
   aa__lg_release_chunk(pool, c, stream, true);
   LARGE_CHECK(pool);
-  pthread_mutex_unlock(&pool->large_mu);
+  pthread_mutex_unlock(&pool->large->mu);
   return AA_OK;
 bad:
-  pthread_mutex_unlock(&pool->large_mu);
+  pthread_mutex_unlock(&pool->large->mu);
   aa__misuse(pool, what, ptr, size, msg);
   return AA_EINVAL;
 }
 
-size_t aa__large_block_size(aa_pool *pool, aa__seg *seg, const void *ptr) {
+size_t aa__large_block_size(aa_pool *pool, struct aa__span *sp, const void *ptr) {
+  aa__seg *seg = (aa__seg *)sp; /* a large span is a segment's (or page's) header */
   if (seg != NULL && seg->owner != NULL)
     seg = seg->owner; /* a page of an expandable segment */
   size_t r = 0;
-  pthread_mutex_lock(&pool->large_mu);
+  pthread_mutex_lock(&pool->large->mu);
   aa__chunk *c = hash_find(pool, (uintptr_t)ptr, false);
   if (c == NULL)
     c = find_container(seg, (uintptr_t)ptr);
   if (c && !c->free && (atomic_load_explicit(&c->state, AA__RLX) & 3) == AA__CH_LIVE)
     r = c->size;
-  pthread_mutex_unlock(&pool->large_mu);
+  pthread_mutex_unlock(&pool->large->mu);
   return r;
 }
 
-int aa__large_record(aa_pool *pool, aa__seg *seg, void *ptr, aa_stream stream) {
+int aa__large_record(aa_pool *pool, struct aa__span *sp, void *ptr, aa_stream stream) {
+  aa__seg *seg = (aa__seg *)sp; /* a large span is a segment's (or page's) header */
   if (seg != NULL && seg->owner != NULL)
     seg = seg->owner; /* a page of an expandable segment */
   int rc = AA_OK;
   (void)seg;
-  pthread_mutex_lock(&pool->large_mu);
+  pthread_mutex_lock(&pool->large->mu);
   aa__chunk *c = hash_find(pool, (uintptr_t)ptr, false);
   if (c == NULL) {
     rc = AA_EINVAL;
@@ -1005,39 +1008,76 @@ int aa__large_record(aa_pool *pool, aa__seg *seg, void *ptr, aa_stream stream) {
   c->xs[c->nxs] = stream;
   __atomic_store_n(&c->nxs, c->nxs + 1, __ATOMIC_RELAXED); /* read by aa__ltc_free */
 out:
-  pthread_mutex_unlock(&pool->large_mu);
+  pthread_mutex_unlock(&pool->large->mu);
   return rc;
 }
 
+/* ------------------------------------------------------------ life cycle */
+
+static bool stream_wait_usable(const aa_pool *pool, bool on) {
+  return on && pool->has_events && pool->backend->ops->stream_wait != NULL;
+}
+
+int aa__large_new(aa_pool *pool) {
+  aa__large *L = calloc(1, sizeof *L);
+  if (L == NULL)
+    return AA_ENOMEM;
+  pthread_mutex_init(&L->mu, NULL);
+  const aa_pool_config *c = &pool->cfg;
+  L->stream_wait = stream_wait_usable(pool, c->large_stream_wait >= 0);
+  if (c->large_mode == AA_LARGE_EXPANDABLE) {
+    const aa_backend_ops *o = pool->backend->ops;
+    size_t g = o->map_granularity && o->va_reserve && o->va_release && o->map && o->unmap
+                   ? o->map_granularity(pool->backend)
+                   : 0;
+    if (g == 0 || g % AA__GRANULE != 0 || (g & (g - 1)) != 0) {
+      pool->cfg.large_mode = AA_LARGE_CACHE; /* no usable virtual memory */
+    } else {
+      /* both powers of two: the larger is a multiple of the other */
+      L->vmm_page = c->large_page_bytes > g ? c->large_page_bytes : g;
+      L->vmm_runs = c->large_map_runs > 0; /* the default policy asks for device memory */
+    }
+  }
+  pool->large = L;
+  return AA_OK;
+}
+
 void aa__large_destroy(aa_pool *pool) {
+  if (pool->large == NULL)
+    return;
   aa__lg_unpark_all(pool);
-  while (pool->segs) {
-    aa__seg *s = pool->segs;
+  while (pool->large->segs) {
+    aa__seg *s = pool->large->segs;
     for (aa__chunk *c = s->first; c; c = c->next) {
       if (c->free)
         aa__lg_bin_remove(pool, c);
     }
     aa__lg_seg_unlink_free(pool, s);
   }
-  while (pool->lspare) {
-    aa__chunk *n = pool->lspare->fnext;
-    free(pool->lspare);
-    pool->lspare = n;
+  while (pool->large->spare) {
+    aa__chunk *n = pool->large->spare->fnext;
+    free(pool->large->spare);
+    pool->large->spare = n;
   }
-  pool->nlspare = 0;
-  free(pool->lhash);
-  pool->lhash = NULL;
-  pool->lhash_cap = pool->lhash_n = 0;
+  pool->large->nspare = 0;
+  free(pool->large->hash);
+  pthread_mutex_destroy(&pool->large->mu);
+  free(pool->large);
+  pool->large = NULL;
 }
 
-void aa__large_stats(aa_pool *pool, uint64_t *in_use, uint64_t *reserved, uint64_t *segs,
-                     uint64_t *req) {
-  pthread_mutex_lock(&pool->large_mu);
-  *in_use = pool->large_in_use;
-  *reserved = pool->large_reserved;
-  *segs = pool->nsegs;
-  *req = pool->large_req;
-  pthread_mutex_unlock(&pool->large_mu);
+void aa__large_set_map_runs(aa_pool *pool, bool on) {
+  if (pool->large->vmm_page == 0)
+    return;
+  pthread_mutex_lock(&pool->large->mu); /* read under it by aa__lg_ensure_mapped */
+  pool->large->vmm_runs = on;
+  pthread_mutex_unlock(&pool->large->mu);
+}
+
+void aa__large_set_stream_wait(aa_pool *pool, bool on) {
+  pthread_mutex_lock(&pool->large->mu); /* read under it by aa__large_alloc */
+  pool->large->stream_wait = stream_wait_usable(pool, on);
+  pthread_mutex_unlock(&pool->large->mu);
 }
 
 /* The mapped bytes of free chunk c: all of it but in an expandable
@@ -1046,7 +1086,7 @@ static uint64_t chunk_mapped(const aa_pool *pool, const aa__chunk *c) {
   const aa__seg *s = c->seg;
   if (s->pages == NULL)
     return c->size;
-  size_t ps = pool->vmm_page, i0, i1;
+  size_t ps = pool->large->vmm_page, i0, i1;
   uint64_t n = 0;
   aa__lg_pages_under(pool, c, c->size, &i0, &i1);
   for (size_t i = i0; i < i1 && i < s->hwm; i++) {
@@ -1074,10 +1114,10 @@ static bool xev_pending(aa_pool *pool, const aa__chunk *c) {
 
 #if AA_DEBUG >= 3
 /* The free chunks' mapped bytes by a walk over every chunk (the check of
- * the identity aa__large_free_account relies on). */
+ * the identity free_account relies on). */
 static uint64_t free_mapped_walk(const aa_pool *pool) {
   uint64_t n = 0;
-  for (const aa__seg *s = pool->segs; s; s = s->next) {
+  for (const aa__seg *s = pool->large->segs; s; s = s->next) {
     for (const aa__chunk *c = s->first; c; c = c->next)
       n += c->free ? chunk_mapped(pool, c) : 0;
   }
@@ -1091,20 +1131,135 @@ static uint64_t free_mapped_walk(const aa_pool *pool) {
  * chunk included): no walk over every chunk, which the replay's account at
  * each new peak would pay hundreds of times. Only the free chunks with
  * record_stream'd events are looked at (never parked: they are in bins). */
-void aa__large_free_account(aa_pool *pool, uint64_t *holes, uint64_t *holds) {
+static void free_account(aa_pool *pool, uint64_t *holes, uint64_t *holds) {
   uint64_t held = 0;
   for (unsigned b = next_bin(pool, 0); b < AA__LARGE_BINS; b = next_bin(pool, b + 1)) {
-    for (const aa__chunk *c = pool->lbins[b]; c; c = c->fnext) {
+    for (const aa__chunk *c = pool->large->bins[b]; c; c = c->fnext) {
       if (c->nxev > 0 && xev_pending(pool, c))
         held += chunk_mapped(pool, c);
     }
   }
-  aa__assert(pool->large_reserved >= pool->large_in_use);
-  uint64_t free_mapped = pool->large_reserved - pool->large_in_use;
+  aa__assert(pool->large->reserved >= pool->large->in_use);
+  uint64_t free_mapped = pool->large->reserved - pool->large->in_use;
 #if AA_DEBUG >= 3
   aa__assert(free_mapped == free_mapped_walk(pool));
 #endif
   aa__assert(held <= free_mapped);
   *holds = held;
   *holes = free_mapped - held;
+}
+
+/* ------------------------------------------------------------ stats */
+
+uint64_t aa__large_in_use(aa_pool *pool) {
+  pthread_mutex_lock(&pool->large->mu);
+  uint64_t n = pool->large->in_use;
+  pthread_mutex_unlock(&pool->large->mu);
+  return n;
+}
+
+/* The large path's mu, then tc_mu (the order of aa__lg_ltc_reclaim): the
+ * threads' held bytes, the blocks others took back and the totals are read
+ * at one moment, so a reclaim cannot fall between them (a live block would
+ * read as free). Counters only but for the account's walk of the free bins:
+ * the allocating threads wait for this section. */
+void aa__large_stats_get(aa_pool *pool, bool account, aa__large_stats *out) {
+  aa__large *L = pool->large;
+  memset(out, 0, sizeof *out);
+  pthread_mutex_lock(&L->mu);
+  pthread_mutex_lock(&pool->tc_mu);
+  uint64_t allocs = atomic_load(&L->dead_allocs), frees = atomic_load(&L->dead_frees);
+  uint64_t hb = 0, hr = 0;
+  for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next) {
+    allocs += aa__cget(&tc->ltc.allocs);
+    frees += aa__cget(&tc->ltc.frees);
+    hb += aa__cget(&tc->ltc.held_block);
+    hr += aa__cget(&tc->ltc.held_req);
+  }
+  /* what threads were given less what other threads took back (modulo
+   * 2^64, read while threads run) */
+  uint64_t held = hb - atomic_load_explicit(&L->ltc_taken_block, AA__RLX);
+  uint64_t held_req = hr - atomic_load_explicit(&L->ltc_taken_req, AA__RLX);
+  uint64_t in_use = L->in_use, req = L->req;
+  out->reserved = L->reserved;
+  out->segments = L->nsegs;
+  out->allocs = L->allocs + allocs;
+  out->frees = L->frees + frees;
+  out->misses = L->misses;
+  out->settled = L->settled;
+  out->stream_waits = L->stream_waits;
+  out->pages_mapped = L->vmm_maps;
+  out->pages_unmapped = L->vmm_unmaps;
+  out->page_bytes = L->vmm_page;
+  if (account)
+    free_account(pool, &out->holes, &out->holds);
+  pthread_mutex_unlock(&pool->tc_mu);
+  pthread_mutex_unlock(&L->mu);
+  out->held_reclaims = atomic_load_explicit(&L->ltc_reclaims, AA__RLX);
+  /* the held blocks are freed, not in use (held clamped to what is) */
+  if (held > in_use)
+    held = in_use;
+  out->held = held;
+  out->in_use = in_use - held;
+  out->req = req > held_req ? req - held_req : 0;
+}
+
+/* ------------------------------------------------------------ walk */
+
+static bool chunk_in_use(const aa__chunk *c) {
+  return !c->free && (atomic_load_explicit(&c->state, AA__RLX) & 3) == AA__CH_LIVE;
+}
+
+/* The blocks of segment s that fall in [lo, hi). Under the large path's mu. */
+static int walk_chunks(const aa__seg *s, uintptr_t lo, uintptr_t hi, aa_walk_fn fn,
+                       void *user) {
+  int rc = 0;
+  for (const aa__chunk *c = s->first; rc == 0 && c; c = c->next) {
+    uintptr_t a = c->base > lo ? c->base : lo;
+    uintptr_t b = c->base + c->size < hi ? c->base + c->size : hi;
+    if (a >= b)
+      continue;
+    bool used = chunk_in_use(c);
+    rc = aa__walk_emit(fn, user, AA_WALK_BLOCK, used ? AA_WALK_IN_USE : 0, a, (size_t)(b - a),
+                       used ? c->req : 0, 0);
+  }
+  return rc;
+}
+
+/* A large segment; an expandable one as one segment per run of mapped
+ * pages (what is reserved from the device), its blocks clipped to the run. */
+static int walk_seg(const aa_pool *pool, const aa__seg *s, aa_walk_fn fn, void *user) {
+  if (s->pages == NULL) {
+    int rc = aa__walk_emit(fn, user, AA_WALK_SEGMENT, AA_WALK_LARGE, s->h.base,
+                           (size_t)(s->h.end - s->h.base), 0, 0);
+    return rc ? rc : walk_chunks(s, s->h.base, s->h.end, fn, user);
+  }
+  size_t ps = pool->large->vmm_page;
+  for (size_t i = 0; i < s->npages;) {
+    if (s->pages[i] == NULL) {
+      i++;
+      continue;
+    }
+    size_t j = i;
+    while (j < s->npages && s->pages[j] != NULL)
+      j++;
+    uintptr_t lo = s->h.base + i * ps, hi = s->h.base + j * ps;
+    int rc = aa__walk_emit(fn, user, AA_WALK_SEGMENT, AA_WALK_LARGE | AA_WALK_EXPANDABLE, lo,
+                           (size_t)(hi - lo), 0, 0);
+    if (rc == 0)
+      rc = walk_chunks(s, lo, hi, fn, user);
+    if (rc)
+      return rc;
+    i = j;
+  }
+  return 0;
+}
+
+int aa__large_walk(aa_pool *pool, aa_walk_fn fn, void *user) {
+  int rc = 0;
+  pthread_mutex_lock(&pool->large->mu);
+  for (const aa__seg *s = pool->large->segs; rc == 0 && s; s = s->next)
+    rc = walk_seg(pool, s, fn, user);
+  pthread_mutex_unlock(&pool->large->mu);
+  return rc;
 }

@@ -1,17 +1,17 @@
 /*
  * large_check.c — the large path's full invariant walk (AA_DEBUG 3), run
  * after every locked alloc and free: see large.c's opening comment for
- * what it checks. Under pool->large_mu.
+ * what it checks. Under pool->large->mu.
  */
 #include "large_internal.h"
 
 /* ------------------------------------------------------------ invariants */
 
 #if AA_DEBUG >= 3
-/* Full walk of the large path's structures (AA_DEBUG 3). Under large_mu. */
+/* Full walk of the large path's structures (AA_DEBUG 3). Under large->mu. */
 void aa__lg_check(aa_pool *pool) {
   size_t free_in_segs = 0, live = 0, free_bytes = 0, in_bins = 0, hashed = 0;
-  for (aa__seg *s = pool->segs; s; s = s->next) {
+  for (aa__seg *s = pool->large->segs; s; s = s->next) {
     aa__assert(s->next == NULL || s->next->prev == s);
     aa__assert(s->owner == NULL && s->first != NULL && s->first->base == s->h.base);
     uintptr_t end = s->h.base;
@@ -33,25 +33,25 @@ void aa__lg_check(aa_pool *pool) {
     aa__assert(end == s->h.end);
   }
   for (unsigned b = 0; b < AA__LARGE_BINS; b++) {
-    bool bit = (pool->lbin_mask[b / 64] >> (b % 64)) & 1;
-    aa__assert(bit == (pool->lbins[b] != NULL));
-    for (aa__chunk *c = pool->lbins[b]; c; c = c->fnext) {
+    bool bit = (pool->large->bin_mask[b / 64] >> (b % 64)) & 1;
+    aa__assert(bit == (pool->large->bins[b] != NULL));
+    for (aa__chunk *c = pool->large->bins[b]; c; c = c->fnext) {
       aa__assert(c->free && !c->parked && c->bin == b);
-      aa__assert(c->fprev != NULL ? c->fprev->fnext == c : pool->lbins[b] == c);
+      aa__assert(c->fprev != NULL ? c->fprev->fnext == c : pool->large->bins[b] == c);
       free_bytes += c->size;
       in_bins++;
     }
   }
-  for (unsigned i = 0; i < pool->npark; i++)
-    aa__assert(pool->lpark[i]->free && pool->lpark[i]->parked);
-  for (size_t i = 0; i < pool->lhash_cap; i++) {
-    for (aa__chunk *c = pool->lhash[i]; c; c = c->hnext) {
+  for (unsigned i = 0; i < pool->large->npark; i++)
+    aa__assert(pool->large->park[i]->free && pool->large->park[i]->parked);
+  for (size_t i = 0; i < pool->large->hash_cap; i++) {
+    for (aa__chunk *c = pool->large->hash[i]; c; c = c->hnext) {
       aa__assert(!c->free && aa__lg_hidx(pool, c->base) == i);
       hashed++;
     }
   }
-  aa__assert(free_bytes == pool->large_free_bytes);
+  aa__assert(free_bytes == pool->large->free_bytes);
   aa__assert(in_bins == free_in_segs);
-  aa__assert(hashed == pool->lhash_n && hashed == live);
+  aa__assert(hashed == pool->large->hash_n && hashed == live);
 }
 #endif

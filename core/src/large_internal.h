@@ -1,7 +1,7 @@
 /*
  * large_internal.h — what the large path's files share (requests above
  * max_small; large.c's opening comment has the design). Everything here
- * runs under pool->large_mu unless it says otherwise.
+ * runs under pool->large->mu unless it says otherwise.
  *
  * Files (each shared function below sits under the file that defines it):
  *   large.c        the path and the chunk structures it works on per call:
@@ -14,14 +14,127 @@
  *   large_check.c  the full invariant walk (AA_DEBUG 3)
  *
  * Shared names are aa__lg_<what>; the entry points the rest of core calls
- * (aa__large_*, aa__ltc_*) are in core_internal.h.
+ * (aa__large_*, aa__ltc_*) are in large.h. No file outside large*.c
+ * includes this header (tools/check-layers.sh).
  */
 #ifndef AA_LARGE_INTERNAL_H
 #define AA_LARGE_INTERNAL_H
 
 #include "core_internal.h"
 
+#define AA__LARGE_ALIGN ((size_t)4096)
+#define AA__LARGE_SEG ((size_t)2 << 20) /* segments rounded to 2 MiB */
+#define AA__LARGE_BINS 96
+#define AA__LARGE_PARK 4 /* large chunks parked at free for exact reuse */
+
+typedef struct aa__chunk aa__chunk;
+/* A segment: one backend region cut into chunks. An expandable segment
+ * (AA_LARGE_EXPANDABLE) is an address-space reservation whose pages are
+ * mapped on demand: `pages` has one entry per page, NULL while unmapped, else
+ * that page's own record, an aa__seg whose span (in the page map) covers the
+ * page, with `owner` the reservation and `handle` the backend's. */
+typedef struct aa__seg {
+  aa__span h;
+  aa__chunk *first;
+  struct aa__seg *next, *prev;
+  struct aa__seg *owner;      /* page records only */
+  void *handle;               /* page records only */
+  struct aa__seg **pages;     /* expandable segments only */
+  size_t npages, mapped, hwm; /* hwm: no page at or above it is mapped */
+  /* expandable: pages below hwm that an explicit release (aa_pool_release,
+   * PyTorch's empty_cache) unmapped and nothing has mapped since: not
+   * "touched" (aa__lg_prefix_touched), so that placement after it prefers
+   * pages mapped now over re-mapping what the user gave back. NULL until
+   * the first such page; nforgot counts them. */
+  uint8_t *forgot;
+  size_t nforgot;
+} aa__seg;
+
+struct aa__chunk {
+  aa__seg *seg;
+  uintptr_t base;
+  size_t size;
+  size_t req;
+  aa__chunk *prev, *next;   /* address order within the segment */
+  aa__chunk *fnext, *fprev; /* free bin list */
+  aa__chunk *hnext;         /* live-chunk hash chain */
+  int free;
+  unsigned bin; /* free: the bin it is in */
+  int parked;   /* free: in pool->large->park, not in a bin */
+  /* (generation << 2) | AA__CH_FREE, _LIVE, _HELD (in a thread's large
+   * cache) or _CLAIM (its owner's lock-free free is checking it). Every
+   * change of phase out of LIVE or HELD is a compare-and-swap, so an owner's
+   * lock-free free and another thread's locked free of the same block (or
+   * its taking a held block back) cannot both win; the generation makes a
+   * stale thread-cache entry fail its CAS. Chunk records are recycled, never
+   * freed, while the pool lives. */
+  _Atomic uint64_t state;
+  int any;           /* free: usable on every stream */
+  aa_stream stream;  /* free: the stream it was freed on */
+  uint64_t freed_at; /* free: pool->large->frees when it was freed (age order) */
+  void *ev;          /* free, !any: event recorded on stream, or NULL */
+  void **xev;        /* free: record_stream events, all must complete */
+  uint32_t nxev;
+  aa_stream *xs; /* live: record_stream'd extra streams */
+  uint32_t nxs;
+  aa_stream held_stream; /* held: the stream its holder freed it on */
+  /* live: taken by stream-ordered reuse (large.c order_after): `stream`, the
+   * one it was handed to, was ordered after its earlier uses on other
+   * streams, so a free on another stream (the host's included) is ordered
+   * after them only through `stream`'s work: an event there, as for a
+   * record_stream'd stream */
+  int waited;
+};
+
+/* The large path's state: one per pool (pool->large), made by
+ * aa__large_new. Everything below `mu` is read and written under it, but
+ * the atomics, which threads' lock-free paths and stats readers touch. */
+typedef struct aa__large aa__large;
+struct aa__large {
+  pthread_mutex_t mu;
+  aa__seg *segs;
+  aa__chunk *bins[AA__LARGE_BINS];
+  uint64_t bin_mask[(AA__LARGE_BINS + 63) / 64]; /* bins that are not empty */
+  aa__chunk *park[AA__LARGE_PARK];               /* freed whole, coalescing deferred (oldest first) */
+  unsigned npark;
+  aa__chunk *spare; /* recycled chunk records */
+  size_t nspare;
+  aa__chunk **hash; /* live chunks by base address */
+  size_t hash_cap, hash_n;
+  uint64_t in_use, reserved, free_bytes, nsegs;
+  size_t vmm_page;               /* expandable: the mapping granularity */
+  bool vmm_runs;                 /* expandable: a request's unmapped pages in one map call */
+  bool vmm_forget;               /* an explicit release is unmapping */
+  uint64_t vmm_maps, vmm_unmaps; /* pages mapped and unmapped so far */
+  uint64_t req;
+  uint64_t allocs, frees;
+  uint64_t misses;       /* large allocations that called the backend (a segment, page maps) */
+  uint64_t settled;      /* free chunks whose streams' work had completed, made usable
+                          * everywhere on the way to growing (large.c settle) */
+  uint64_t stream_waits; /* pending free chunks reused by a stream_wait (large.c) */
+  bool stream_wait;      /* large_stream_wait on and the backend has stream_wait */
+  bool merge_due;        /* free chunks were made usable everywhere without merging
+                          * (aa__lg_usable in a bin walk): large.c process_events
+                          * merges them at the next request */
+  /* exited threads' lock-free counts */
+  _Atomic uint64_t dead_allocs, dead_frees;
+  /* held blocks other threads took back (aa__lg_ltc_reclaim), until their
+   * holders drop the stale entries; and how many were taken back */
+  _Atomic uint64_t ltc_taken_block, ltc_taken_req, ltc_reclaims;
+  /* 1: a thread published a held block since the last reclaim walk (set
+   * with a load-then-store by holders, cleared by the walk) */
+  _Atomic uint32_t ltc_published;
+};
+
 static inline size_t aa__lg_round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+/* A chunk's phase, the low two bits of its state word. CLAIM: its owner's
+ * lock-free free is checking it (only that thread moves it on); HELD: in a
+ * thread's large cache, where another thread may take it back. */
+enum { AA__CH_FREE = 0,
+       AA__CH_LIVE = 1,
+       AA__CH_HELD = 2,
+       AA__CH_CLAIM = 3 };
 
 /* A chunk's state word with its phase (AA__CH_*) replaced, and the word of
  * its next allocation (a new generation, live). */
@@ -43,7 +156,7 @@ static inline unsigned aa__lg_bin_of(size_t size) {
 
 /* The live-chunk hash's slot of a base address. */
 static inline size_t aa__lg_hidx(const aa_pool *pool, uintptr_t base) {
-  return (size_t)(((uint64_t)base >> 12) * 0x9E3779B97F4A7C15ull >> 20) & (pool->lhash_cap - 1);
+  return (size_t)(((uint64_t)base >> 12) * 0x9E3779B97F4A7C15ull >> 20) & (pool->large->hash_cap - 1);
 }
 
 /* The thread cache's slot of a block this thread was handed. */
@@ -53,7 +166,7 @@ static inline size_t aa__lg_ltc_slot(const void *p) {
 
 /* Remembers a block this thread was handed, for a lock-free free of it. */
 static inline void aa__lg_ltc_note(aa__tcache *tc, void *p, aa__chunk *c, uint64_t state) {
-  struct aa__ltc_live *l = &tc->llive[aa__lg_ltc_slot(p)];
+  struct aa__ltc_live *l = &tc->ltc.live[aa__lg_ltc_slot(p)];
   l->p = p;
   l->c = c;
   l->state = state;
@@ -62,7 +175,7 @@ static inline void aa__lg_ltc_note(aa__tcache *tc, void *p, aa__chunk *c, uint64
 /* The pages under the first `len` bytes of chunk c. */
 static inline void aa__lg_pages_under(const aa_pool *pool, const aa__chunk *c, size_t len, size_t *i0,
                                       size_t *i1) {
-  size_t ps = pool->vmm_page;
+  size_t ps = pool->large->vmm_page;
   uintptr_t sb = c->seg->h.base;
   *i0 = (c->base - sb) / ps;
   *i1 = (c->base + len - 1 - sb) / ps + 1;
@@ -159,7 +272,7 @@ void aa__lg_ltc_drop_locked(aa_pool *pool, aa__tcache *tc, uint32_t i);
  * call again for long: an autograd thread between backward passes); returns
  * the bytes. With `all`, every held block (waits for tc_mu); without, only
  * blocks held unchanged since the last walk, and only when tc_mu is free
- * now (a stats reader may hold it a while). Takes tc_mu after large_mu. */
+ * now (a stats reader may hold it a while). Takes tc_mu after large->mu. */
 size_t aa__lg_ltc_reclaim(aa_pool *pool, const aa__tcache *self, bool all);
 
 /* large_check.c */

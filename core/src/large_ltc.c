@@ -40,22 +40,22 @@ static size_t ltc_cap(const aa_pool *pool) {
 /* Publishes the held chunks for other threads (aa__lg_ltc_reclaim). */
 static void ltc_publish(aa_pool *pool, aa__tcache *tc) {
   for (uint32_t i = 0; i < AA__LTC_N; i++)
-    atomic_store_explicit(&tc->lpub[i], i < tc->nlheld ? tc->lheld[i].c : NULL,
+    atomic_store_explicit(&tc->ltc.pub[i], i < tc->ltc.nheld ? tc->ltc.held[i].c : NULL,
                           memory_order_release);
   /* a load first: the line stays shared while the flag is already up */
-  if (tc->nlheld > 0 && atomic_load_explicit(&pool->ltc_published, AA__RLX) == 0)
-    atomic_store_explicit(&pool->ltc_published, 1, AA__RLX);
+  if (tc->ltc.nheld > 0 && atomic_load_explicit(&pool->large->ltc_published, AA__RLX) == 0)
+    atomic_store_explicit(&pool->large->ltc_published, 1, AA__RLX);
 }
 
 /* Takes held entry i out of the thread's cache and its counters. */
 static struct aa__ltc_held ltc_take(aa_pool *pool, aa__tcache *tc, uint32_t i) {
-  struct aa__ltc_held h = tc->lheld[i];
-  memmove(&tc->lheld[i], &tc->lheld[i + 1], (tc->nlheld - i - 1) * sizeof tc->lheld[0]);
-  tc->nlheld--;
+  struct aa__ltc_held h = tc->ltc.held[i];
+  memmove(&tc->ltc.held[i], &tc->ltc.held[i + 1], (tc->ltc.nheld - i - 1) * sizeof tc->ltc.held[0]);
+  tc->ltc.nheld--;
   ltc_publish(pool, tc);
-  tc->lheld_bytes -= h.size;
-  aa__cadd(&tc->lheld_block, (uint64_t)0 - h.size);
-  aa__cadd(&tc->lheld_req, (uint64_t)0 - h.req);
+  tc->ltc.held_bytes -= h.size;
+  aa__cadd(&tc->ltc.held_block, (uint64_t)0 - h.size);
+  aa__cadd(&tc->ltc.held_req, (uint64_t)0 - h.req);
   return h;
 }
 
@@ -63,17 +63,17 @@ static struct aa__ltc_held ltc_take(aa_pool *pool, aa__tcache *tc, uint32_t i) {
  * taker's note of it. */
 static void ltc_forget(aa_pool *pool, aa__tcache *tc, uint32_t i) {
   struct aa__ltc_held h = ltc_take(pool, tc, i);
-  atomic_fetch_sub_explicit(&pool->ltc_taken_block, h.size, AA__RLX);
-  atomic_fetch_sub_explicit(&pool->ltc_taken_req, h.req, AA__RLX);
+  atomic_fetch_sub_explicit(&pool->large->ltc_taken_block, h.size, AA__RLX);
+  atomic_fetch_sub_explicit(&pool->large->ltc_taken_req, h.req, AA__RLX);
 }
 
-/* Gives held entry i back to the pool. Under large_mu. */
+/* Gives held entry i back to the pool. Under large->mu. */
 void aa__lg_ltc_drop_locked(aa_pool *pool, aa__tcache *tc, uint32_t i) {
-  aa__assert(i < tc->nlheld);
-  aa__assert((tc->lheld[i].state & 3) == AA__CH_HELD);
-  uint64_t st = tc->lheld[i].state;
-  aa__chunk *c = tc->lheld[i].c;
-  aa_stream stream = tc->lheld[i].stream;
+  aa__assert(i < tc->ltc.nheld);
+  aa__assert((tc->ltc.held[i].state & 3) == AA__CH_HELD);
+  uint64_t st = tc->ltc.held[i].state;
+  aa__chunk *c = tc->ltc.held[i].c;
+  aa_stream stream = tc->ltc.held[i].stream;
   /* fails only when another thread took it back (under this same lock) */
   if (atomic_compare_exchange_strong_explicit(&c->state, &st, aa__lg_st_phase(st, AA__CH_FREE),
                                               memory_order_acq_rel, memory_order_acquire)) {
@@ -90,18 +90,18 @@ size_t aa__lg_ltc_reclaim(aa_pool *pool, const aa__tcache *self, bool all) {
   if (!all) {
     /* nothing published or left since the last walk (a missed flag only
      * defers this to the walk before the pool grows, which waits) */
-    if (atomic_load_explicit(&pool->ltc_published, AA__RLX) == 0 ||
+    if (atomic_load_explicit(&pool->large->ltc_published, AA__RLX) == 0 ||
         pthread_mutex_trylock(&pool->tc_mu) != 0)
       return 0;
   } else {
     pthread_mutex_lock(&pool->tc_mu);
   }
-  atomic_store_explicit(&pool->ltc_published, 0, AA__RLX);
+  atomic_store_explicit(&pool->large->ltc_published, 0, AA__RLX);
   for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next) {
     if (tc == self)
       continue;
     for (uint32_t i = 0; i < AA__LTC_N; i++) {
-      aa__chunk *c = atomic_load_explicit(&tc->lpub[i], memory_order_acquire);
+      aa__chunk *c = atomic_load_explicit(&tc->ltc.pub[i], memory_order_acquire);
       if (c == NULL)
         continue;
       /* Records are never freed while the pool lives, so a stale pointer
@@ -112,68 +112,68 @@ size_t aa__lg_ltc_reclaim(aa_pool *pool, const aa__tcache *self, bool all) {
       uint64_t st = atomic_load_explicit(&c->state, memory_order_acquire);
       if ((st & 3) != AA__CH_HELD)
         continue;
-      if (!all && (tc->lseen_c[i] != c || tc->lseen[i] != st)) {
-        tc->lseen_c[i] = c; /* first seen: taken if still so at the next walk */
-        tc->lseen[i] = st;
+      if (!all && (tc->ltc.seen_c[i] != c || tc->ltc.seen[i] != st)) {
+        tc->ltc.seen_c[i] = c; /* first seen: taken if still so at the next walk */
+        tc->ltc.seen[i] = st;
         left = true;
         continue;
       }
       size_t csz = c->size, creq = c->req;
-      atomic_fetch_add_explicit(&pool->ltc_taken_block, csz, AA__RLX);
-      atomic_fetch_add_explicit(&pool->ltc_taken_req, creq, AA__RLX);
+      atomic_fetch_add_explicit(&pool->large->ltc_taken_block, csz, AA__RLX);
+      atomic_fetch_add_explicit(&pool->large->ltc_taken_req, creq, AA__RLX);
       if (!atomic_compare_exchange_strong_explicit(&c->state, &st, aa__lg_st_phase(st, AA__CH_FREE),
                                                    memory_order_acq_rel, memory_order_acquire)) {
-        atomic_fetch_sub_explicit(&pool->ltc_taken_block, csz, AA__RLX);
-        atomic_fetch_sub_explicit(&pool->ltc_taken_req, creq, AA__RLX);
+        atomic_fetch_sub_explicit(&pool->large->ltc_taken_block, csz, AA__RLX);
+        atomic_fetch_sub_explicit(&pool->large->ltc_taken_req, creq, AA__RLX);
         continue;
       }
-      atomic_fetch_add_explicit(&pool->ltc_reclaims, 1, AA__RLX);
+      atomic_fetch_add_explicit(&pool->large->ltc_reclaims, 1, AA__RLX);
       got += c->size;
       aa__lg_release_chunk(pool, c, c->held_stream, false);
     }
   }
   if (left) /* the next walk looks again */
-    atomic_store_explicit(&pool->ltc_published, 1, AA__RLX);
+    atomic_store_explicit(&pool->large->ltc_published, 1, AA__RLX);
   pthread_mutex_unlock(&pool->tc_mu);
   return got;
 }
 
 void aa__ltc_flush(aa_pool *pool, aa__tcache *tc) {
-  if (tc->nlheld == 0)
+  if (tc->ltc.nheld == 0)
     return;
-  pthread_mutex_lock(&pool->large_mu);
-  while (tc->nlheld > 0)
-    aa__lg_ltc_drop_locked(pool, tc, tc->nlheld - 1);
+  pthread_mutex_lock(&pool->large->mu);
+  while (tc->ltc.nheld > 0)
+    aa__lg_ltc_drop_locked(pool, tc, tc->ltc.nheld - 1);
   LARGE_CHECK(pool);
-  pthread_mutex_unlock(&pool->large_mu);
+  pthread_mutex_unlock(&pool->large->mu);
 }
 
 /* A release (or a class change) since this thread last looked: what it
  * holds goes back first. */
 static void ltc_sync(aa_pool *pool, aa__tcache *tc) {
   uint32_t ep = atomic_load_explicit(&pool->epoch, memory_order_acquire);
-  if (tc->ltc_epoch != ep) {
+  if (tc->ltc.epoch != ep) {
     aa__ltc_flush(pool, tc);
-    tc->ltc_epoch = ep;
+    tc->ltc.epoch = ep;
   }
 }
 
 void *aa__ltc_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stream) {
-  if (tc->nlheld == 0)
+  if (tc->ltc.nheld == 0)
     return NULL;
   ltc_sync(pool, tc);
-  for (uint32_t i = tc->nlheld; i-- > 0;) { /* newest first */
-    if (tc->lheld[i].req != size || tc->lheld[i].stream != stream)
+  for (uint32_t i = tc->ltc.nheld; i-- > 0;) { /* newest first */
+    if (tc->ltc.held[i].req != size || tc->ltc.held[i].stream != stream)
       continue;
-    uint64_t st = tc->lheld[i].state;
+    uint64_t st = tc->ltc.held[i].state;
     uint64_t live = aa__lg_st_next_live(st);
-    if (!atomic_compare_exchange_strong_explicit(&tc->lheld[i].c->state, &st, live,
+    if (!atomic_compare_exchange_strong_explicit(&tc->ltc.held[i].c->state, &st, live,
                                                  memory_order_acq_rel, memory_order_acquire)) {
       ltc_forget(pool, tc, i); /* another thread took it back */
       continue;
     }
     struct aa__ltc_held h = ltc_take(pool, tc, i);
-    aa__cadd(&tc->large_allocs, 1);
+    aa__cadd(&tc->ltc.allocs, 1);
     aa__lg_ltc_note(tc, h.p, h.c, live);
     return h.p;
   }
@@ -181,7 +181,7 @@ void *aa__ltc_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stream
 }
 
 bool aa__ltc_free(aa_pool *pool, aa__tcache *tc, void *p, size_t size, aa_stream stream) {
-  struct aa__ltc_live *l = &tc->llive[aa__lg_ltc_slot(p)];
+  struct aa__ltc_live *l = &tc->ltc.live[aa__lg_ltc_slot(p)];
   if (l->p != p)
     return false;
   aa__chunk *c = l->c;
@@ -204,20 +204,33 @@ bool aa__ltc_free(aa_pool *pool, aa__tcache *tc, void *p, size_t size, aa_stream
     atomic_store_explicit(&c->state, st, memory_order_release);
     return false;
   }
-  if (tc->nlheld == AA__LTC_N || tc->lheld_bytes + c->size > cap) {
-    pthread_mutex_lock(&pool->large_mu);
-    while (tc->nlheld > 0 && (tc->nlheld == AA__LTC_N || tc->lheld_bytes + c->size > cap))
+  if (tc->ltc.nheld == AA__LTC_N || tc->ltc.held_bytes + c->size > cap) {
+    pthread_mutex_lock(&pool->large->mu);
+    while (tc->ltc.nheld > 0 && (tc->ltc.nheld == AA__LTC_N || tc->ltc.held_bytes + c->size > cap))
       aa__lg_ltc_drop_locked(pool, tc, 0); /* the oldest */
-    pthread_mutex_unlock(&pool->large_mu);
+    pthread_mutex_unlock(&pool->large->mu);
   }
   uint64_t held = aa__lg_st_phase(st, AA__CH_HELD);
   c->held_stream = stream;
-  tc->lheld[tc->nlheld++] = (struct aa__ltc_held){p, c, held, c->req, c->size, stream};
-  tc->lheld_bytes += c->size;
-  aa__cadd(&tc->lheld_block, c->size);
-  aa__cadd(&tc->lheld_req, c->req);
-  aa__cadd(&tc->large_frees, 1);
+  tc->ltc.held[tc->ltc.nheld++] = (struct aa__ltc_held){p, c, held, c->req, c->size, stream};
+  tc->ltc.held_bytes += c->size;
+  aa__cadd(&tc->ltc.held_block, c->size);
+  aa__cadd(&tc->ltc.held_req, c->req);
+  aa__cadd(&tc->ltc.frees, 1);
   atomic_store_explicit(&c->state, held, memory_order_release); /* now others may take it */
   ltc_publish(pool, tc);
   return true;
+}
+
+void aa__ltc_fold_dead(aa_pool *pool, aa__tcache *tc) {
+  atomic_fetch_add_explicit(&pool->large->dead_allocs, aa__cget(&tc->ltc.allocs), AA__RLX);
+  atomic_fetch_add_explicit(&pool->large->dead_frees, aa__cget(&tc->ltc.frees), AA__RLX);
+}
+
+void aa__ltc_forget_all(aa__tcache *tc) {
+  tc->ltc.nheld = 0;
+  for (uint32_t i = 0; i < AA__LTC_N; i++)
+    atomic_store_explicit(&tc->ltc.pub[i], NULL, AA__RLX);
+  tc->ltc.held_bytes = 0;
+  memset(tc->ltc.live, 0, sizeof tc->ltc.live);
 }

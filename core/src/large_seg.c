@@ -2,7 +2,7 @@
  * large_seg.c — the large path's memory: segments (made, linked, settled,
  * released whole), the expandable reservation's pages (mapped on demand,
  * unmapped from completed free chunks, oldest-freed first), and release and
- * trimming against large_cache_bytes. Under pool->large_mu but
+ * trimming against large_cache_bytes. Under pool->large->mu but
  * aa__large_release, which takes it.
  */
 #include <stdlib.h>
@@ -30,15 +30,15 @@ static const char anywhere_tag;
 #define MAP_RUN_PAGES 16
 
 /* A mapping is one backend handle behind pages [first, first + n) of a
- * reservation: one page, or (pool->vmm_runs) a run of the unmapped pages one
+ * reservation: one page, or (pool->large->vmm_runs) a run of the unmapped pages one
  * request needed, at most MAP_RUN_PAGES, mapped by one call (a CUDA map call
  * costs about the same for 2 MiB as for 20). Every page of the run points at the same record,
  * whose span covers the run; the run is unmapped whole, once no live chunk
  * needs any of its pages. */
 static void run_of(const aa_pool *pool, const aa__seg *s, size_t i, size_t *r0, size_t *r1) {
   const aa__seg *pg = s->pages[i];
-  *r0 = (pg->h.base - s->h.base) / pool->vmm_page;
-  *r1 = (pg->h.end - s->h.base) / pool->vmm_page;
+  *r0 = (pg->h.base - s->h.base) / pool->large->vmm_page;
+  *r1 = (pg->h.end - s->h.base) / pool->large->vmm_page;
 }
 
 /* Unmaps the mapping that page i belongs to; returns its bytes. */
@@ -52,7 +52,7 @@ static size_t page_unmap(aa_pool *pool, aa__seg *s, size_t i) {
   free(pg);
   for (size_t k = r0; k < r1; k++)
     s->pages[k] = NULL;
-  if (pool->vmm_forget) { /* an explicit release: these pages are not "touched" now */
+  if (pool->large->vmm_forget) { /* an explicit release: these pages are not "touched" now */
     if (s->forgot == NULL)
       s->forgot = calloc(s->npages, 1); /* without it: touched, as before */
     for (size_t k = r0; s->forgot != NULL && k < r1; k++) {
@@ -61,14 +61,14 @@ static size_t page_unmap(aa_pool *pool, aa__seg *s, size_t i) {
     }
   }
   s->mapped -= r1 - r0;
-  pool->large_reserved -= len;
-  pool->vmm_unmaps += r1 - r0;
+  pool->large->reserved -= len;
+  pool->large->vmm_unmaps += r1 - r0;
   return len;
 }
 
 /* Maps pages [i, i + n) of s (all unmapped) with one backend call. */
 static int run_map(aa_pool *pool, aa__seg *s, size_t i, size_t n) {
-  size_t ps = pool->vmm_page, len = n * ps;
+  size_t ps = pool->large->vmm_page, len = n * ps;
   uintptr_t a = s->h.base + i * ps;
   aa__assert(n > 0 && i + n <= s->npages);
   aa__seg *pg = calloc(1, sizeof *pg);
@@ -100,8 +100,8 @@ static int run_map(aa_pool *pool, aa__seg *s, size_t i, size_t n) {
   s->mapped += n;
   if (i + n > s->hwm)
     s->hwm = i + n;
-  pool->large_reserved += len;
-  pool->vmm_maps += n;
+  pool->large->reserved += len;
+  pool->large->vmm_maps += n;
   return AA_OK;
 }
 
@@ -116,7 +116,7 @@ static int by_freed_at(const void *a, const void *b) {
 
 /* The pages wholly inside chunk c, below its segment's high-water mark. */
 static void interior(const aa_pool *pool, const aa__chunk *c, size_t *i0, size_t *i1) {
-  size_t ps = pool->vmm_page;
+  size_t ps = pool->large->vmm_page;
   uintptr_t sb = c->seg->h.base;
   *i0 = (c->base - sb + ps - 1) / ps;
   *i1 = (c->base + c->size - sb) / ps;
@@ -160,7 +160,7 @@ static size_t vmm_unmap_free(aa_pool *pool, size_t want, const aa__chunk *skip) 
   size_t got = 0, n = 0, cap = 0;
   aa__chunk **v = NULL;
   aa__lg_unpark_all(pool);
-  for (aa__seg *s = pool->segs; s; s = s->next) {
+  for (aa__seg *s = pool->large->segs; s; s = s->next) {
     if (s->pages == NULL || s->mapped == 0)
       continue;
     for (aa__chunk *c = s->first; c; c = c->next) {
@@ -191,7 +191,7 @@ static size_t vmm_unmap_free(aa_pool *pool, size_t want, const aa__chunk *skip) 
  * pages from completed free chunks elsewhere as it needs. */
 int aa__lg_ensure_mapped(aa_pool *pool, aa__chunk *c) {
   aa__seg *s = c->seg;
-  size_t ps = pool->vmm_page, i0, i1, k = 0;
+  size_t ps = pool->large->vmm_page, i0, i1, k = 0;
   aa__lg_pages_under(pool, c, c->size, &i0, &i1);
   if (aa__lg_range_mapped(s, i0, i1))
     return AA_OK;
@@ -213,7 +213,7 @@ int aa__lg_ensure_mapped(aa_pool *pool, aa__chunk *c) {
   }
   /* Without a limit, each run of unmapped pages in one call (vmm_runs); under
    * one, page by page, so that pages can move between chunks later. */
-  bool runs = pool->vmm_runs && lim == 0;
+  bool runs = pool->large->vmm_runs && lim == 0;
   for (size_t i = i0; i < i1;) {
     if (s->pages[i] != NULL) {
       i++;
@@ -238,17 +238,17 @@ static void seg_link(aa_pool *pool, aa__seg *s, aa__chunk *c) {
   c->free = 1;
   c->any = 1;
   s->first = c;
-  s->next = pool->segs;
-  if (pool->segs)
-    pool->segs->prev = s;
-  pool->segs = s;
-  pool->nsegs++;
+  s->next = pool->large->segs;
+  if (pool->large->segs)
+    pool->large->segs->prev = s;
+  pool->large->segs = s;
+  pool->large->nsegs++;
 }
 
 /* A reservation of at least `need` bytes with one free, unmapped chunk. */
 aa__chunk *aa__lg_vseg_new(aa_pool *pool, size_t need, int *rc) {
   aa_backend *b = pool->backend;
-  size_t ps = pool->vmm_page;
+  size_t ps = pool->large->vmm_page;
   size_t size = aa__lg_round_up(need, ps);
   void *mem = NULL;
   if (size < need) {
@@ -305,16 +305,16 @@ void aa__lg_seg_unlink_free(aa_pool *pool, aa__seg *s) {
     s->forgot = NULL;
   } else {
     aa__pm_remove(pool, &s->h);
-    pool->large_reserved -= s->h.end - s->h.base;
+    pool->large->reserved -= s->h.end - s->h.base;
     aa__backend_free(pool, (void *)s->h.base, s->h.end - s->h.base);
   }
   if (s->prev)
     s->prev->next = s->next;
   else
-    pool->segs = s->next;
+    pool->large->segs = s->next;
   if (s->next)
     s->next->prev = s->prev;
-  pool->nsegs--;
+  pool->large->nsegs--;
   while (c) {
     aa__chunk *n = c->next;
     aa__event_release(pool, c->ev);
@@ -362,7 +362,7 @@ static void seg_settle(aa_pool *pool, aa__seg *s) {
 static size_t release_locked(aa_pool *pool, size_t want) {
   size_t released = 0;
   aa__lg_unpark_all(pool);
-  aa__seg *s = pool->segs;
+  aa__seg *s = pool->large->segs;
   while (s && released < want) {
     aa__seg *n = s->next;
     if (s->first->next != NULL)
@@ -375,36 +375,36 @@ static size_t release_locked(aa_pool *pool, size_t want) {
     }
     s = n;
   }
-  if (pool->vmm_page != 0 && released < want) /* every reservation at once */
+  if (pool->large->vmm_page != 0 && released < want) /* every reservation at once */
     released += vmm_unmap_free(pool, want - released, NULL);
   return released;
 }
 
 void aa__lg_enforce_bound(aa_pool *pool) {
   size_t bound = pool->cfg.large_cache_bytes;
-  if (pool->vmm_page != 0) {
-    uint64_t cached = pool->large_reserved - pool->large_in_use;
-    if (bound != 0 && pool->large_reserved > pool->large_in_use && cached > bound)
+  if (pool->large->vmm_page != 0) {
+    uint64_t cached = pool->large->reserved - pool->large->in_use;
+    if (bound != 0 && pool->large->reserved > pool->large->in_use && cached > bound)
       vmm_unmap_free(pool, cached - bound, NULL);
     return;
   }
   if (bound == 0)
     return;
   aa__lg_unpark_all(pool);
-  if (pool->large_free_bytes <= bound)
+  if (pool->large->free_bytes <= bound)
     return;
-  release_locked(pool, pool->large_free_bytes - bound);
+  release_locked(pool, pool->large->free_bytes - bound);
 }
 
 size_t aa__large_release(aa_pool *pool, size_t want, bool forget) {
-  pthread_mutex_lock(&pool->large_mu);
+  pthread_mutex_lock(&pool->large->mu);
   /* what other threads hold goes back too (the caller flushed its own): on
    * out-of-memory it is what the retry needs */
   (void)aa__lg_ltc_reclaim(pool, NULL, true);
-  pool->vmm_forget = forget;
+  pool->large->vmm_forget = forget;
   size_t r = release_locked(pool, want);
-  pool->vmm_forget = false;
-  pthread_mutex_unlock(&pool->large_mu);
+  pool->large->vmm_forget = false;
+  pthread_mutex_unlock(&pool->large->mu);
   return r;
 }
 
@@ -427,7 +427,7 @@ aa__chunk *aa__lg_seg_new(aa_pool *pool, size_t segsize, int *rc) {
   if (*rc != AA_OK)
     goto fail;
   seg_link(pool, s, c);
-  pool->large_reserved += segsize;
+  pool->large->reserved += segsize;
   return c;
 fail:
   if (mem)

@@ -372,12 +372,6 @@ int aa_pool_set_classes(aa_pool *pool, const aa_class_spec *specs, size_t n) {
 
 /* ------------------------------------------------------------ life cycle */
 
-/* Stream-ordered reuse asked for (`on`) and possible: the backend records
- * events and offers stream_wait. */
-static bool stream_wait_usable(const aa_pool *pool, bool on) {
-  return on && pool->has_events && pool->backend->ops->stream_wait != NULL;
-}
-
 int aa_pool_new(const aa_pool_config *cfg, aa_pool **out) {
   int rc = AA_EINVAL;
   aa_pool *pool = NULL;
@@ -414,25 +408,10 @@ int aa_pool_new(const aa_pool_config *cfg, aa_pool **out) {
   pool->cfg = c;
   pool->backend = c.backend;
   pool->has_events = c.backend->ops->event_record != NULL && c.backend->ops->event_query != NULL;
-  pool->stream_wait = stream_wait_usable(pool, c.large_stream_wait >= 0);
-  if (pool->cfg.large_mode == AA_LARGE_EXPANDABLE) {
-    const aa_backend_ops *o = c.backend->ops;
-    size_t g = o->map_granularity && o->va_reserve && o->va_release && o->map && o->unmap
-                   ? o->map_granularity(c.backend)
-                   : 0;
-    if (g == 0 || g % AA__GRANULE != 0 || (g & (g - 1)) != 0) {
-      pool->cfg.large_mode = AA_LARGE_CACHE; /* no usable virtual memory */
-    } else {
-      /* both powers of two: the larger is a multiple of the other */
-      pool->vmm_page = c.large_page_bytes > g ? c.large_page_bytes : g;
-      pool->vmm_runs = c.large_map_runs > 0; /* the default policy asks for device memory */
-    }
-  }
   pthread_mutex_init(&pool->class_mu, NULL);
   pthread_mutex_init(&pool->map_mu, NULL);
   pthread_mutex_init(&pool->tc_mu, NULL);
   pthread_mutex_init(&pool->rs_mu, NULL);
-  pthread_mutex_init(&pool->large_mu, NULL);
   pthread_mutex_init(&pool->oom_mu, NULL);
   pthread_mutexattr_t ma;
   pthread_mutexattr_init(&ma);
@@ -448,6 +427,10 @@ int aa_pool_new(const aa_pool_config *cfg, aa_pool **out) {
   atomic_store(&pool->table_version, 1);
   rc = AA_ENOMEM;
   if (aa__pm_init(&pool->map) != AA_OK)
+    goto fail;
+  /* the large path: an expandable mode without usable virtual memory falls
+   * back to AA_LARGE_CACHE in pool->cfg */
+  if (aa__large_new(pool) != AA_OK)
     goto fail;
   pool->rs = calloc(AA__RS_BUCKETS, sizeof *pool->rs);
   pool->dead_hh_n = AA__HH_SLOTS * 4;
@@ -487,7 +470,6 @@ void aa_pool_destroy(aa_pool *pool) {
   pthread_mutex_destroy(&pool->map_mu);
   pthread_mutex_destroy(&pool->tc_mu);
   pthread_mutex_destroy(&pool->rs_mu);
-  pthread_mutex_destroy(&pool->large_mu);
   pthread_mutex_destroy(&pool->oom_mu);
   free(pool);
 }
@@ -609,19 +591,15 @@ void aa_pool_set_limit(aa_pool *pool, size_t limit_bytes) {
 }
 
 void aa_pool_set_map_runs(aa_pool *pool, bool on) {
-  if (pool == NULL || pool->vmm_page == 0)
-    return;
-  pthread_mutex_lock(&pool->large_mu); /* read under it by aa__lg_ensure_mapped */
-  pool->vmm_runs = on;
-  pthread_mutex_unlock(&pool->large_mu);
+  if (pool != NULL)
+    aa__large_set_map_runs(pool, on);
 }
 
+/* Stream-ordered reuse asked for (`on`); used only where possible: the
+ * backend records events and offers stream_wait. */
 void aa_pool_set_stream_wait(aa_pool *pool, bool on) {
-  if (pool == NULL)
-    return;
-  pthread_mutex_lock(&pool->large_mu); /* read under it by aa__large_alloc */
-  pool->stream_wait = stream_wait_usable(pool, on);
-  pthread_mutex_unlock(&pool->large_mu);
+  if (pool != NULL)
+    aa__large_set_stream_wait(pool, on);
 }
 
 const char *aa_pool_name(const aa_pool *pool) { return pool ? pool->name : ""; }

@@ -10,9 +10,10 @@
  * histogram (four buckets per doubling). Heavy hitters are merged here from
  * the per-thread exact-size tables and heavy-hitter tables.
  *
- * A snapshot holds the locks the allocation paths take (tc_mu, large_mu)
- * only to copy: the tables under tc_mu alone, then the counters under
- * large_mu and tc_mu; sorting and merging come after, with no lock held.
+ * A snapshot holds the locks the allocation paths take (tc_mu, the large
+ * path's) only to copy: the tables under tc_mu alone, then the classes'
+ * counters under tc_mu, then the large path's figures (aa__large_stats_get,
+ * which takes its own lock); sorting and merging come after, no lock held.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -109,9 +110,7 @@ uint64_t aa__pool_in_use(aa_pool *pool) {
     if (allocs > s[i].frees)
       total += (allocs - s[i].frees) * atomic_load_explicit(&c->block_size, AA__RLX);
   }
-  uint64_t li, lr, ls, lq;
-  aa__large_stats(pool, &li, &lr, &ls, &lq);
-  return total + li;
+  return total + aa__large_in_use(pool);
 }
 
 /* ------------------------------------------------------------ heavy hitters */
@@ -247,28 +246,6 @@ int aa_pool_stats_get(aa_pool *pool, aa_pool_stats *out) {
   return aa_pool_stats_get_opts(pool, out, 0);
 }
 
-/* The block and requested bytes of the large blocks threads' caches hold
- * now: what they were given less what other threads took back (large_ltc.c;
- * modulo 2^64, read while threads run). tc_mu held. */
-static void held_large(aa_pool *pool, uint64_t *block, uint64_t *req) {
-  uint64_t b = 0, r = 0;
-  for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next) {
-    b += aa__cget(&tc->lheld_block);
-    r += aa__cget(&tc->lheld_req);
-  }
-  *block = b - atomic_load_explicit(&pool->ltc_taken_block, AA__RLX);
-  *req = r - atomic_load_explicit(&pool->ltc_taken_req, AA__RLX);
-}
-
-/* The large path's in-use and requested bytes net of the held blocks,
- * which are freed, not in use (*held clamped to what is in use). */
-static void net_of_held(uint64_t *in_use, uint64_t *req, uint64_t *held, uint64_t held_req) {
-  if (*held > *in_use)
-    *held = *in_use;
-  *in_use -= *held;
-  *req = *req > held_req ? *req - held_req : 0;
-}
-
 int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned opts) {
   if (out == NULL)
     return AA_EINVAL;
@@ -294,35 +271,21 @@ int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned opts) {
   if (sizes)
     copy_tables(pool, out->hist, &raw);
 
-  /* large_mu, then tc_mu (the order of aa__lg_ltc_reclaim): the threads'
-   * held bytes, the blocks others took back and the large path's totals are
-   * read at one moment, so a reclaim cannot fall between them (a live block
-   * would read as free). Counters only: the allocating threads wait for
-   * this section, so nothing here allocates, sorts or walks a table. */
-  pthread_mutex_lock(&pool->large_mu);
+  /* The small classes' counters under tc_mu, then the large path's
+   * figures (it takes its own lock, then tc_mu). Counters only: the
+   * allocating threads wait for these sections. */
   pthread_mutex_lock(&pool->tc_mu);
   slot_sums(pool, s);
-  uint64_t lt_allocs = atomic_load(&pool->dead_large_allocs);
-  uint64_t lt_frees = atomic_load(&pool->dead_large_frees);
-  uint64_t lt_block, lt_req;
-  for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next) {
-    lt_allocs += aa__cget(&tc->large_allocs);
-    lt_frees += aa__cget(&tc->large_frees);
-  }
-  held_large(pool, &lt_block, &lt_req);
   csum ret = {pool->retired.frees, pool->retired.hits, pool->retired.misses,
               pool->retired.req_add, pool->retired.req_sub};
-  uint64_t li = pool->large_in_use, lr = pool->large_reserved, ls = pool->nsegs,
-           lq = pool->large_req;
-  out->large_allocs = pool->large_allocs + lt_allocs;
-  out->large_misses = pool->large_misses;
-  out->large_settled = pool->large_settled;
-  out->large_stream_waits = pool->large_stream_waits;
-  out->last_oom_unix_ms = atomic_load_explicit(&pool->last_oom_ms, memory_order_relaxed);
-  uint64_t lfrees = pool->large_frees + lt_frees;
-  uint64_t lmaps = pool->vmm_maps, lunmaps = pool->vmm_unmaps;
   pthread_mutex_unlock(&pool->tc_mu);
-  pthread_mutex_unlock(&pool->large_mu);
+  aa__large_stats lg;
+  aa__large_stats_get(pool, false, &lg);
+  out->large_allocs = lg.allocs;
+  out->large_misses = lg.misses;
+  out->large_settled = lg.settled;
+  out->large_stream_waits = lg.stream_waits;
+  out->last_oom_unix_ms = atomic_load_explicit(&pool->last_oom_ms, memory_order_relaxed);
 
   if (sizes)
     out->hh_count = merge_hh(&raw, out->hh);
@@ -380,9 +343,8 @@ int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned opts) {
   }
   out->class_count = nc;
 
-  net_of_held(&li, &lq, &lt_block, lt_req);
-  out->bytes_in_use = small_in_use + li;
-  out->bytes_requested = small_req + lq;
+  out->bytes_in_use = small_in_use + lg.in_use;
+  out->bytes_requested = small_req + lg.req;
   out->bytes_reserved = atomic_load(&pool->bytes_reserved);
   out->peak_bytes_in_use = atomic_load(&pool->peak_out_bytes);
   if (out->peak_bytes_in_use < out->bytes_in_use)
@@ -392,24 +354,24 @@ int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned opts) {
     out->peak_bytes_reserved = out->bytes_reserved;
   out->limit_bytes = atomic_load(&pool->limit);
   out->allocs = allocs + out->large_allocs;
-  out->frees = frees + lfrees;
+  out->frees = frees + lg.frees;
   out->cache_hits = hits;
   out->cache_misses = misses;
   out->backend_allocs = atomic_load(&pool->backend_allocs);
   out->backend_frees = atomic_load(&pool->backend_frees);
   out->backend_failures = atomic_load(&pool->backend_failures);
   out->backend_ns = atomic_load(&pool->backend_ns);
-  out->large_page_bytes = pool->vmm_page;
+  out->large_page_bytes = lg.page_bytes;
   out->ooms = atomic_load(&pool->ooms);
   out->oom_retries = atomic_load(&pool->oom_retries);
   out->invalid_frees = atomic_load(&pool->invalid_frees);
-  out->large_bytes_in_use = li;
-  out->large_bytes_reserved = lr;
-  out->large_segments = ls;
-  out->large_pages_mapped = lmaps;
-  out->large_pages_unmapped = lunmaps;
-  out->large_bytes_held = lt_block;
-  out->large_held_reclaims = atomic_load_explicit(&pool->ltc_reclaims, AA__RLX);
+  out->large_bytes_in_use = lg.in_use;
+  out->large_bytes_reserved = lg.reserved;
+  out->large_segments = lg.segments;
+  out->large_pages_mapped = lg.pages_mapped;
+  out->large_pages_unmapped = lg.pages_unmapped;
+  out->large_bytes_held = lg.held;
+  out->large_held_reclaims = lg.held_reclaims;
   out->stream_queries = atomic_load_explicit(&pool->stream_queries, AA__RLX);
   out->stream_idle = atomic_load_explicit(&pool->stream_idle, AA__RLX);
   out->window_peak_bytes_in_use = atomic_load(&pool->win_peak_out_bytes);
@@ -429,11 +391,12 @@ int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned opts) {
 
 /* ------------------------------------------------------------ account */
 
-/* Sections as aa_pool_stats_get_opts takes them: large_mu then tc_mu for
- * the counters, the threads' held large blocks and the large path's free
- * bytes (aa__large_free_account: a chunk goes free only under large_mu; the
- * thread caches' lock-free hits move held and live blocks, whose bytes the
- * held counters give), then each class under its mu. The small
+/* Sections as aa_pool_stats_get_opts takes them: tc_mu for the classes'
+ * counters, then the large path's figures with its account of the free
+ * bytes (aa__large_stats_get: the threads' held blocks and the free chunks
+ * read at one moment under its lock; a chunk goes free only under it, and
+ * the thread caches' lock-free hits move held and live blocks, whose bytes
+ * the held counters give), then each class under its mu. The small
  * blocks in threads' small caches count as free from the user's free on
  * (the counters say so), so they land in slab_free with the central lists'
  * free slots. Blocks waiting for an event (c->npending) whose event is
@@ -451,24 +414,17 @@ int aa_pool_account_get(aa_pool *pool, aa_pool_account *out) {
   a.size = (uint32_t)sizeof a;
   csum s[AA_MAX_CLASSES];
 
-  pthread_mutex_lock(&pool->large_mu);
   pthread_mutex_lock(&pool->tc_mu);
   slot_sums(pool, s);
-  uint64_t lt_block, lt_req;
-  held_large(pool, &lt_block, &lt_req);
-  uint64_t li = pool->large_in_use, lq = pool->large_req, holes, holds;
-  aa__large_free_account(pool, &holes, &holds);
   pthread_mutex_unlock(&pool->tc_mu);
-  pthread_mutex_unlock(&pool->large_mu);
-
-  net_of_held(&li, &lq, &lt_block, lt_req);
-  if (lq > li)
-    lq = li;
+  aa__large_stats lg;
+  aa__large_stats_get(pool, true, &lg);
+  uint64_t lq = lg.req < lg.in_use ? lg.req : lg.in_use;
   a.requested = lq;
-  a.rounding = li - lq;
-  a.holes = holes;
-  a.stream_holds = holds;
-  a.thread_caches = lt_block;
+  a.rounding = lg.in_use - lq;
+  a.holes = lg.holes;
+  a.stream_holds = lg.holds;
+  a.thread_caches = lg.held;
 
   size_t slab_size = pool->cfg.slab_size;
   for (int i = 0; i < AA_MAX_CLASSES; i++) {

@@ -169,8 +169,7 @@ static void tcache_retire(aa__tcache *tc, bool flush) {
   }
   for (uint32_t i = 0; i < AA_HIST_BUCKETS; i++)
     aa__cadd(&pool->dead_hist[i], aa__cget(&tc->hist[i]));
-  atomic_fetch_add_explicit(&pool->dead_large_allocs, aa__cget(&tc->large_allocs), AA__RLX);
-  atomic_fetch_add_explicit(&pool->dead_large_frees, aa__cget(&tc->large_frees), AA__RLX);
+  aa__ltc_fold_dead(pool, tc);
   aa__fold_hh(pool, tc->hh, AA__HH_SLOTS);
   if (tc->prev)
     tc->prev->next = tc->next;
@@ -188,11 +187,7 @@ static void tcache_retire(aa__tcache *tc, bool flush) {
       tc->bins[k].n = tc->bins[k].lim = tc->bins[k].cap = 0;
     }
     tc->epoch = 0;
-    tc->nlheld = 0; /* the pool's destroy took every chunk back */
-    for (uint32_t i = 0; i < AA__LTC_N; i++)
-      atomic_store_explicit(&tc->lpub[i], NULL, AA__RLX);
-    tc->lheld_bytes = 0;
-    memset(tc->llive, 0, sizeof tc->llive);
+    aa__ltc_forget_all(tc); /* the pool's destroy took every chunk back */
     tc->pool = NULL;
     atomic_store_explicit(&tc->dead, 1, AA__RLX);
   }

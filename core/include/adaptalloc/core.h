@@ -564,7 +564,7 @@ typedef struct aa_pool_account {
 } aa_pool_account;
 
 /* Fills *out with where `pool`'s reserved bytes are now. Takes the locks a
- * snapshot takes, one section at a time (large_mu and tc_mu, then each
+ * snapshot takes, one section at a time (large->mu and tc_mu, then each
  * class's); exact when no other thread uses the pool meanwhile. Not for the
  * hot path: it walks the large path's free lists and each class's pending
  * lists. AA_EINVAL for a NULL argument

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# test_core_walls_refuse: tools/check-layers.sh fails on a copy of core/src
+# where a file outside the large path includes its private header, and on one
+# where a file reaches its fields; passes on the copy left as it is.
+#   bash tests/layers_walls_selftest.sh <core/src> <objects list> [nm]
+set -euo pipefail
+src=$1
+list=$2
+NM=${3:-nm}
+here=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+run() { # expect-rc label
+  local want=$1 label=$2 out rc=0
+  out=$(bash "$here/tools/check-layers.sh" "$tmp/src/core_internal.h" "$list" "$NM" 2>&1) || rc=$?
+  if [[ $rc -ne $want ]]; then
+    echo "FAIL $label: rc $rc, want $want"
+    echo "$out"
+    fail=1
+  else
+    echo "ok   $label: $(tail -1 <<<"$out")"
+  fi
+}
+fresh() { rm -rf "$tmp/src" && cp -r "$src" "$tmp/src"; }
+
+fresh
+run 0 "core/src as it is"
+
+fresh
+printf '#include "large_internal.h"\n' >>"$tmp/src/inspect.c"
+run 1 "inspect.c includes large_internal.h"
+
+fresh
+printf 'static unsigned peek(aa_pool *p) { return p->large->npark; }\n' >>"$tmp/src/stats.c"
+printf 'static unsigned peek2(aa_tcache_t *t) { return t->ltc.nheld; }\n' >>"$tmp/src/pool.c"
+run 1 "stats.c and pool.c reach the large path's fields"
+
+fresh
+printf '/* pool->large->mu in a comment */\nstatic const char *s_ = "t->ltc.nheld";\n' >>"$tmp/src/stats.c"
+run 0 "a comment and a string that name the fields"
+exit $fail
