@@ -34,7 +34,7 @@ static void on_error(void *user, aa_pool *pool, aa_misuse what, const void *ptr,
 }
 
 /* A pool on the host backend; map_runs sets aa_pool_config.large_map_runs. */
-static fx *make_with(aa_large_mode mode, size_t limit, int map_runs) {
+static inline fx *make_with(aa_large_mode mode, size_t limit, int map_runs) {
   fx *f = calloc(1, sizeof *f);
   assert_non_null(f);
   pthread_mutex_init(&f->mu, NULL);
@@ -51,7 +51,7 @@ static fx *make_with(aa_large_mode mode, size_t limit, int map_runs) {
   return f;
 }
 
-static fx *make(aa_large_mode mode, size_t limit) {
+static inline fx *make(aa_large_mode mode, size_t limit) {
   return make_with(mode, limit, 0);
 }
 

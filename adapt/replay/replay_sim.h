@@ -45,6 +45,7 @@ typedef struct simbk {
   _Atomic uint64_t now_ns;
   _Atomic uint64_t held;
   _Atomic uint64_t allocs, frees, failures, alloc_bytes;
+  _Atomic uint64_t aliases, unaliases; /* map_alias / unmap_alias calls (stitching) */
   _Atomic uint64_t event_records;
 } simbk;
 

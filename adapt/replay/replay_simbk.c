@@ -275,6 +275,22 @@ static void sim_unmap(aa_backend *be, void *addr, size_t size, void *handle) {
   atomic_fetch_add_explicit(&b->frees, 1, memory_order_relaxed);
 }
 
+/* An alias is the same memory at a second address: nothing held changes;
+ * counted apart (aliases) from maps. */
+static int sim_map_alias(aa_backend *be, void *addr, size_t size, void *handle) {
+  simbk *b = be->ctx;
+  if (addr == NULL || size == 0 || (uintptr_t)addr % SIM_ALIGN != 0 || handle == NULL)
+    return AA_EINVAL;
+  atomic_fetch_add_explicit(&b->aliases, 1, memory_order_relaxed);
+  return AA_OK;
+}
+
+static void sim_unmap_alias(aa_backend *be, void *addr, size_t size, void *handle) {
+  simbk *b = be->ctx;
+  (void)addr, (void)size, (void)handle;
+  atomic_fetch_add_explicit(&b->unaliases, 1, memory_order_relaxed);
+}
+
 static const aa_backend_ops sim_ops = {
     .alloc = sim_alloc,
     .free = sim_free,
@@ -288,6 +304,8 @@ static const aa_backend_ops sim_ops = {
     .va_release = sim_va_release,
     .map = sim_map,
     .unmap = sim_unmap,
+    .map_alias = sim_map_alias,
+    .unmap_alias = sim_unmap_alias,
 };
 
 void aa__simbk_free(simbk *b) {

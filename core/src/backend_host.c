@@ -8,7 +8,8 @@
  * stream_query says pending, its events stay pending),
  * aa_backend_host_stream_waits / aa_backend_host_refuse_waits (the
  * stream_wait op: host memory has nothing to order, so it counts the calls),
- * aa_backend_host_counts, aa_backend_host_event_counts.
+ * aa_backend_host_counts, aa_backend_host_alias_counts,
+ * aa_backend_host_event_counts.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -43,6 +44,7 @@ typedef struct host_ctx {
   _Atomic uint64_t fail_at; /* 0 = off */
   _Atomic bool fail_every;
   _Atomic uint64_t allocs, frees, bytes_mapped;
+  _Atomic uint64_t aliases, unaliases; /* map_alias and unmap_alias calls */
   _Atomic uint64_t ev_recorded;
   _Atomic uint64_t queries;
   _Atomic uint64_t waits, waits_pending; /* stream_wait calls; on a pending event */
@@ -184,9 +186,12 @@ static void host_free(aa_backend *b, void *ptr, size_t size) {
 }
 
 /* Virtual memory (the expandable large path): address space reserved
- * PROT_NONE, pages made readable and writable on map; unmap drops the pages
- * (MADV_DONTNEED) and takes access away again. 2 MiB pages, as on CUDA.
- * Map calls count towards fail_nth like alloc calls. */
+ * PROT_NONE; a map puts shared anonymous pages there (so that map_alias can
+ * show the same pages at a second address: mremap of a shared mapping with
+ * old size 0 makes another mapping of it); unmap puts the reservation's
+ * PROT_NONE pages back, which drops the memory once no alias is left. 2 MiB
+ * pages, as on CUDA. Map calls count towards fail_nth like alloc calls;
+ * the handle is the address map put the pages at. */
 #define HOST_VPAGE ((size_t)2 << 20)
 
 static size_t host_map_granularity(aa_backend *b) {
@@ -209,14 +214,25 @@ static void host_va_release(aa_backend *b, void *base, size_t size) {
     munmap(base, size);
 }
 
+/* [addr, addr + size) back to reserved address space (PROT_NONE). */
+static void host_unreserve_pages(void *addr, size_t size) {
+  (void)mmap(addr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+             0);
+}
+
+static bool host_vm_args(const void *addr, size_t size) {
+  return addr != NULL && size != 0 && (uintptr_t)addr % HOST_VPAGE == 0 && size % HOST_VPAGE == 0;
+}
+
 static int host_map(aa_backend *b, void *addr, size_t size, void **handle) {
   host_ctx *h = b->ctx;
   *handle = NULL;
-  if (addr == NULL || size == 0 || (uintptr_t)addr % HOST_VPAGE != 0 || size % HOST_VPAGE != 0)
+  if (!host_vm_args(addr, size))
     return AA_EINVAL;
   if (fail_injected(h))
     return AA_ENOMEM;
-  if (mprotect(addr, size, PROT_READ | PROT_WRITE) != 0)
+  void *m = mmap(addr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  if (m == MAP_FAILED)
     return errno == ENOMEM ? AA_ENOMEM : AA_EBACKEND;
   atomic_fetch_add(&h->allocs, 1);
   atomic_fetch_add(&h->bytes_mapped, size);
@@ -229,10 +245,31 @@ static void host_unmap(aa_backend *b, void *addr, size_t size, void *handle) {
   (void)handle;
   if (addr == NULL)
     return;
-  (void)madvise(addr, size, MADV_DONTNEED);
-  (void)mprotect(addr, size, PROT_NONE);
+  host_unreserve_pages(addr, size);
   atomic_fetch_add(&h->frees, 1);
   atomic_fetch_sub(&h->bytes_mapped, size);
+}
+
+static int host_map_alias(aa_backend *b, void *addr, size_t size, void *handle) {
+  host_ctx *h = b->ctx;
+  if (!host_vm_args(addr, size) || handle == NULL || addr == handle)
+    return AA_EINVAL;
+  if (fail_injected(h))
+    return AA_ENOMEM;
+  void *m = mremap(handle, 0, size, MREMAP_MAYMOVE | MREMAP_FIXED, addr);
+  if (m == MAP_FAILED)
+    return errno == ENOMEM ? AA_ENOMEM : AA_EBACKEND;
+  atomic_fetch_add(&h->aliases, 1);
+  return AA_OK;
+}
+
+static void host_unmap_alias(aa_backend *b, void *addr, size_t size, void *handle) {
+  host_ctx *h = b->ctx;
+  (void)handle;
+  if (addr == NULL)
+    return;
+  host_unreserve_pages(addr, size);
+  atomic_fetch_add(&h->unaliases, 1);
 }
 
 static int host_event_record(aa_backend *b, aa_stream stream, void **event_out) {
@@ -362,6 +399,8 @@ static const aa_backend_ops host_ops = {
     .va_release = host_va_release,
     .map = host_map,
     .unmap = host_unmap,
+    .map_alias = host_map_alias,
+    .unmap_alias = host_unmap_alias,
     .stream_query = host_stream_query,
     .stream_wait = host_stream_wait,
 };
@@ -511,6 +550,12 @@ void aa_backend_host_counts(const aa_backend *b, uint64_t *allocs, uint64_t *fre
     *frees = h ? atomic_load(&h->frees) : 0;
   if (bytes_mapped)
     *bytes_mapped = h ? atomic_load(&h->bytes_mapped) : 0;
+}
+
+void aa_backend_host_alias_counts(const aa_backend *b, uint64_t *aliases, uint64_t *unaliases) {
+  host_ctx *h = host_of(b);
+  *aliases = h ? atomic_load(&h->aliases) : 0;
+  *unaliases = h ? atomic_load(&h->unaliases) : 0;
 }
 
 void aa_backend_host_event_counts(const aa_backend *b, uint64_t *recorded,

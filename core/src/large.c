@@ -51,8 +51,6 @@
 
 #define SPLIT_MIN ((size_t)64 << 10)
 
-static void coalesce_insert(aa_pool *pool, aa__chunk *c);
-
 /* ------------------------------------------------------------ hash */
 
 static int hash_grow(aa_pool *pool) {
@@ -157,7 +155,7 @@ static unsigned next_bin(const aa_pool *pool, unsigned b) {
  * thread's large-block cache may still name one (its stale entry then fails
  * the compare-and-swap on `state`, whose generation survives the reuse).
  * Recycling also saves a calloc and a free per split and merge. */
-static aa__chunk *chunk_get(aa_pool *pool) {
+aa__chunk *aa__lg_chunk_get(aa_pool *pool) {
   aa__chunk *c = pool->large->spare;
   if (c == NULL)
     return calloc(1, sizeof *c);
@@ -188,7 +186,7 @@ void aa__lg_unpark_all(aa_pool *pool) {
   for (unsigned i = 0; i < pool->large->npark; i++) {
     aa__chunk *c = pool->large->park[i];
     c->parked = 0;
-    coalesce_insert(pool, c);
+    aa__lg_coalesce_insert(pool, c);
   }
   pool->large->npark = 0;
 }
@@ -216,7 +214,7 @@ static void park(aa_pool *pool, aa__chunk *c) {
     aa__chunk *old = pool->large->park[0];
     park_drop(pool, 0);
     old->parked = 0;
-    coalesce_insert(pool, old);
+    aa__lg_coalesce_insert(pool, old);
   }
   pool->large->park[pool->large->npark++] = c;
 }
@@ -639,7 +637,7 @@ static void split(aa_pool *pool, aa__chunk *c, size_t need) {
   aa__assert_internal(c->fnext == NULL && c->fprev == NULL);
   if (c->size - need < SPLIT_MIN)
     return;
-  aa__chunk *r = chunk_get(pool);
+  aa__chunk *r = aa__lg_chunk_get(pool);
   if (r == NULL)
     return; /* keep it whole */
   r->seg = c->seg;
@@ -668,8 +666,10 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
   bool passthrough = pool->cfg.large_mode == AA_LARGE_PASSTHROUGH;
   bool vmm = pool->large->vmm_page != 0;
   bool reclaimed = false;
-  bool fresh = false;  /* a new segment was made for this request */
-  bool waited = false; /* c came from wait_fit: c->stream == stream */
+  bool fresh = false;     /* a new segment was made for this request */
+  bool waited = false;    /* c came from wait_fit: c->stream == stream */
+  bool stitched = false;  /* c is a stitched range's (whole, never split) */
+  bool dissolved = false; /* the free stitched ranges were dissolved once */
   void *p = NULL;
   *retry = false;
   if (need < size) /* overflow */
@@ -706,10 +706,23 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
          * pending serves once `stream` is ordered after it */
         c = pool->large->stream_wait && stream != AA_STREAM_HOST ? wait_fit(pool, need, stream) : NULL;
         waited = c != NULL;
+        /* ...and, still nothing, whole free pages in holes mapped side by
+         * side at a new address (large_stitch.c); failing that, once, the
+         * free stitched ranges give their pages back to the holes they
+         * came from, and the search starts again */
+        if (c == NULL && pool->large->stitch_on) {
+          c = aa__lg_stitch_take(pool, need, stream);
+          stitched = c != NULL;
+          if (c == NULL && !dissolved && aa__lg_stitch_dissolve_free(pool) > 0) {
+            dissolved = true;
+            reclaimed = false;
+            continue;
+          }
+        }
         if (c == NULL && vmm)
           c = find_fit(pool, need, stream, false);
       }
-      if (c)
+      if (c && !stitched)
         aa__lg_bin_remove(pool, c);
     }
     if (c == NULL) {
@@ -726,15 +739,15 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
       c->stream = stream;
       fresh = true;
     }
-    if (!passthrough)
+    if (!passthrough && !stitched)
       split(pool, c, need);
-    if (vmm) {
+    if (vmm && !stitched) {
       c->free = 0; /* taken: nothing unparked while mapping may merge into it */
       int rc = aa__lg_ensure_mapped(pool, c);
       if (rc != AA_OK) {
         c->free = 1;
-        coalesce_insert(pool, c); /* back where it was taken from */
-        *retry = true;            /* the backend refused: releasing caches may help */
+        aa__lg_coalesce_insert(pool, c); /* back where it was taken from */
+        *retry = true;                   /* the backend refused: releasing caches may help */
         break;
       }
     }
@@ -802,7 +815,7 @@ void aa__lg_absorb(aa_pool *pool, aa__chunk *a, aa__chunk *b) {
 
 /* Puts free chunk `c` (out of the bins) into them, merged with whichever
  * free neighbours it may merge with. */
-static void coalesce_insert(aa_pool *pool, aa__chunk *c) {
+void aa__lg_coalesce_insert(aa_pool *pool, aa__chunk *c) {
   /* Until nothing merges: a neighbour that could not merge with the last
    * one may with the merged chunk (aa__lg_usable makes a free chunk usable
    * anywhere without merging it, and a merge gives the result the stream of
@@ -903,10 +916,14 @@ void aa__lg_release_chunk(aa_pool *pool, aa__chunk *c, aa_stream stream, bool co
   free(c->xs);
   c->xs = NULL;
   c->nxs = 0;
+  if (c->seg->st != NULL) {
+    aa__lg_stitch_freed(pool, c); /* a stitched range keeps its one chunk */
+    return;
+  }
   if (c->nxev == 0)
     park(pool, c);
   else
-    coalesce_insert(pool, c);
+    aa__lg_coalesce_insert(pool, c);
   aa__lg_enforce_bound(pool);
 }
 
@@ -1039,12 +1056,15 @@ int aa__large_new(aa_pool *pool) {
     }
   }
   pool->large = L;
+  L->stitch_on = c->large_mode == AA_LARGE_EXPANDABLE && c->large_stitch > 0 &&
+                 aa__lg_stitch_usable(pool);
   return AA_OK;
 }
 
 void aa__large_destroy(aa_pool *pool) {
   if (pool->large == NULL)
     return;
+  aa__lg_stitch_destroy(pool); /* while the handles it aliases are mapped */
   aa__lg_unpark_all(pool);
   while (pool->large->segs) {
     aa__seg *s = pool->large->segs;
@@ -1191,6 +1211,13 @@ void aa__large_stats_get(aa_pool *pool, bool account, aa__large_stats *out) {
   out->pages_mapped = L->vmm_maps;
   out->pages_unmapped = L->vmm_unmaps;
   out->page_bytes = L->vmm_page;
+  out->stitched_ranges = L->nstitch;
+  out->stitched_bytes = L->stitch_bytes;
+  out->stitches = L->stitches_made;
+  out->stitch_hits = L->stitch_hits;
+  out->stitch_dissolved = L->stitch_dissolved;
+  out->alias_maps = L->alias_maps;
+  out->alias_unmaps = L->alias_unmaps;
   if (account)
     free_account(pool, &out->holes, &out->holds);
   pthread_mutex_unlock(&pool->tc_mu);
@@ -1220,8 +1247,9 @@ static int walk_chunks(const aa__seg *s, uintptr_t lo, uintptr_t hi, aa_walk_fn 
     if (a >= b)
       continue;
     bool used = chunk_in_use(c);
-    rc = aa__walk_emit(fn, user, AA_WALK_BLOCK, used ? AA_WALK_IN_USE : 0, a, (size_t)(b - a),
-                       used ? c->req : 0, 0);
+    uint32_t fl = used ? AA_WALK_IN_USE : c->lent != NULL ? AA_WALK_LENT
+                                                          : 0;
+    rc = aa__walk_emit(fn, user, AA_WALK_BLOCK, fl, a, (size_t)(b - a), used ? c->req : 0, 0);
   }
   return rc;
 }
@@ -1260,6 +1288,12 @@ int aa__large_walk(aa_pool *pool, aa_walk_fn fn, void *user) {
   pthread_mutex_lock(&pool->large->mu);
   for (const aa__seg *s = pool->large->segs; rc == 0 && s; s = s->next)
     rc = walk_seg(pool, s, fn, user);
+  for (const aa__seg *s = pool->large->stitches; rc == 0 && s; s = s->next) {
+    rc = aa__walk_emit(fn, user, AA_WALK_SEGMENT, AA_WALK_LARGE | AA_WALK_STITCHED, s->h.base,
+                       (size_t)(s->h.end - s->h.base), 0, 0);
+    if (rc == 0)
+      rc = walk_chunks(s, s->h.base, s->h.end, fn, user);
+  }
   pthread_mutex_unlock(&pool->large->mu);
   return rc;
 }

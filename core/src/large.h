@@ -72,22 +72,27 @@ typedef struct aa__ltc {
 
 /* What the large path reports (aa__large_stats_get), read at one moment. */
 typedef struct aa__large_stats {
-  uint64_t in_use;    /* bytes of live chunks, net of threads' held blocks */
-  uint64_t req;       /* bytes asked for by those chunks' owners */
-  uint64_t reserved;  /* bytes the backend holds for the large path */
-  uint64_t segments;  /* segments (an expandable reservation counts one) */
-  uint64_t allocs;    /* blocks handed out, the threads' lock-free ones too */
-  uint64_t frees;     /* blocks given back, likewise */
-  uint64_t misses;    /* allocations that called the backend */
-  uint64_t settled;   /* free chunks made usable everywhere on the way to growing */
-  uint64_t stream_waits; /* pending free chunks reused by a stream_wait */
+  uint64_t in_use;                       /* bytes of live chunks, net of threads' held blocks */
+  uint64_t req;                          /* bytes asked for by those chunks' owners */
+  uint64_t reserved;                     /* bytes the backend holds for the large path */
+  uint64_t segments;                     /* segments (an expandable reservation counts one) */
+  uint64_t allocs;                       /* blocks handed out, the threads' lock-free ones too */
+  uint64_t frees;                        /* blocks given back, likewise */
+  uint64_t misses;                       /* allocations that called the backend */
+  uint64_t settled;                      /* free chunks made usable everywhere on the way to growing */
+  uint64_t stream_waits;                 /* pending free chunks reused by a stream_wait */
   uint64_t pages_mapped, pages_unmapped; /* expandable: pages so far */
   uint64_t page_bytes;                   /* expandable: the mapping granularity, else 0 */
-  uint64_t held;          /* bytes threads' caches hold (freed, not in use) */
-  uint64_t held_reclaims; /* held blocks other threads took back */
+  uint64_t held;                         /* bytes threads' caches hold (freed, not in use) */
+  uint64_t held_reclaims;                /* held blocks other threads took back */
   /* with `account` only: free chunk bytes that are mapped, usable now on
    * some stream (holes) or waiting for record_stream'd streams' events */
   uint64_t holes, holds;
+  /* stitching (large_stitch.c): ranges and their bytes now; ranges made,
+   * requests a kept range served again, ranges dissolved; alias map and
+   * unmap calls */
+  uint64_t stitched_ranges, stitched_bytes, stitches, stitch_hits, stitch_dissolved;
+  uint64_t alias_maps, alias_unmaps;
 } aa__large_stats;
 
 /* Life cycle (pool.c). aa__large_new reads the pool's normalised config and

@@ -26,12 +26,25 @@ void aa__lg_check(aa_pool *pool) {
           free_in_segs++;
           aa__assert(c->bin == aa__lg_bin_of(c->size));
         }
+      } else if (c->lent != NULL) {
+        aa__assert(c->lent->st != NULL && phase == AA__CH_FREE); /* lent: neither */
       } else {
         live++;
       }
     }
     aa__assert(end == s->h.end);
   }
+  size_t nst = 0, stb = 0;
+  for (aa__seg *s = pool->large->stitches; s; s = s->next) {
+    aa__assert(s->next == NULL || s->next->prev == s);
+    aa__chunk *c = s->first;
+    aa__assert(s->st != NULL && c->seg == s && c->base == s->h.base && c->next == NULL &&
+               c->base + c->size == s->h.end && !c->parked);
+    live += !c->free;
+    nst++;
+    stb += c->size;
+  }
+  aa__assert(nst == pool->large->nstitch && stb == pool->large->stitch_bytes);
   for (unsigned b = 0; b < AA__LARGE_BINS; b++) {
     bool bit = (pool->large->bin_mask[b / 64] >> (b % 64)) & 1;
     aa__assert(bit == (pool->large->bins[b] != NULL));

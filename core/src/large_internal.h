@@ -38,6 +38,7 @@ typedef struct aa__seg {
   aa__chunk *first;
   struct aa__seg *next, *prev;
   struct aa__seg *owner;      /* page records only */
+  struct aa__stitch *st;      /* a stitched range (large_stitch.c), else NULL */
   void *handle;               /* page records only */
   struct aa__seg **pages;     /* expandable segments only */
   size_t npages, mapped, hwm; /* hwm: no page at or above it is mapped */
@@ -84,7 +85,25 @@ struct aa__chunk {
    * after them only through `stream`'s work: an event there, as for a
    * record_stream'd stream */
   int waited;
+  /* not free, not live: an origin part whose handles stitched range `lent`
+   * maps (large_stitch.c); free again when that range is dissolved */
+  struct aa__seg *lent;
 };
+
+/* A stitched range's parts: one handle each (origin page record pg, mapped
+ * again at `at`), and the lent origin chunk it lies in. */
+typedef struct aa__stitch_part {
+  aa__seg *pg;
+  aa__chunk *from;
+  uintptr_t at;
+  size_t len;
+} aa__stitch_part;
+
+typedef struct aa__stitch {
+  aa__stitch_part *parts;
+  size_t nparts;
+  uint64_t used_at; /* the large path's stitch_clock at its last take or free */
+} aa__stitch;
 
 /* The large path's state: one per pool (pool->large), made by
  * aa__large_new. Everything below `mu` is read and written under it, but
@@ -116,6 +135,13 @@ struct aa__large {
   bool merge_due;        /* free chunks were made usable everywhere without merging
                           * (aa__lg_usable in a bin walk): large.c process_events
                           * merges them at the next request */
+  /* stitching (large_stitch.c): on when asked and the backend maps aliases */
+  bool stitch_on;
+  aa__seg *stitches; /* stitched ranges, newest first */
+  size_t nstitch;
+  uint64_t stitch_bytes; /* their bytes (the same memory as their lent parts) */
+  uint64_t stitches_made, stitch_hits, stitch_dissolved;
+  uint64_t alias_maps, alias_unmaps, stitch_clock;
   /* exited threads' lock-free counts */
   _Atomic uint64_t dead_allocs, dead_frees;
   /* held blocks other threads took back (aa__lg_ltc_reclaim), until their
@@ -237,6 +263,12 @@ static inline bool aa__lg_prefix_mapped(const aa_pool *pool, const aa__chunk *c,
 /* Free bins: insert and remove a free chunk. */
 void aa__lg_bin_insert(aa_pool *pool, aa__chunk *c);
 void aa__lg_bin_remove(aa_pool *pool, aa__chunk *c);
+/* A chunk record from the spare list (or new; NULL when memory is short),
+ * every field cleared but its state word's generation, phase FREE. */
+aa__chunk *aa__lg_chunk_get(aa_pool *pool);
+/* Puts free chunk c (out of the bins) into them, merged with whichever free
+ * neighbours it may merge with. */
+void aa__lg_coalesce_insert(aa_pool *pool, aa__chunk *c);
 /* A chunk record back to the spare list (records are never freed while the
  * pool lives). */
 void aa__lg_chunk_put(aa_pool *pool, aa__chunk *c);
@@ -274,6 +306,20 @@ void aa__lg_ltc_drop_locked(aa_pool *pool, aa__tcache *tc, uint32_t i);
  * blocks held unchanged since the last walk, and only when tc_mu is free
  * now (a stats reader may hold it a while). Takes tc_mu after large->mu. */
 size_t aa__lg_ltc_reclaim(aa_pool *pool, const aa__tcache *self, bool all);
+
+/* large_stitch.c */
+/* Whether the pool's backend and mode allow stitching. */
+bool aa__lg_stitch_usable(const aa_pool *pool);
+/* A free stitched range's chunk (not binned, not split) for a `need`-byte
+ * request on `stream`: one of about that size, else a new one made from
+ * whole free handles in holes; NULL when neither. */
+aa__chunk *aa__lg_stitch_take(aa_pool *pool, size_t need, aa_stream stream);
+/* A stitched range's chunk was freed (aa__lg_release_chunk): it stays. */
+void aa__lg_stitch_freed(aa_pool *pool, aa__chunk *c);
+/* Dissolves every free stitched range whose work is done; returns bytes. */
+size_t aa__lg_stitch_dissolve_free(aa_pool *pool);
+/* Undoes every range (pool destroy; the origin parts stay lent). */
+void aa__lg_stitch_destroy(aa_pool *pool);
 
 /* large_check.c */
 #if AA_DEBUG >= 3

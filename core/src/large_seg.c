@@ -401,6 +401,9 @@ size_t aa__large_release(aa_pool *pool, size_t want, bool forget) {
   /* what other threads hold goes back too (the caller flushed its own): on
    * out-of-memory it is what the retry needs */
   (void)aa__lg_ltc_reclaim(pool, NULL, true);
+  /* free stitched ranges give their pages back to the holes first, which
+   * can then be unmapped */
+  (void)aa__lg_stitch_dissolve_free(pool);
   pool->large->vmm_forget = forget;
   size_t r = release_locked(pool, want);
   pool->large->vmm_forget = false;

@@ -372,6 +372,13 @@ int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned opts) {
   out->large_pages_unmapped = lg.pages_unmapped;
   out->large_bytes_held = lg.held;
   out->large_held_reclaims = lg.held_reclaims;
+  out->large_stitched_ranges = lg.stitched_ranges;
+  out->large_stitched_bytes = lg.stitched_bytes;
+  out->large_stitches = lg.stitches;
+  out->large_stitch_hits = lg.stitch_hits;
+  out->large_stitch_dissolved = lg.stitch_dissolved;
+  out->large_alias_maps = lg.alias_maps;
+  out->large_alias_unmaps = lg.alias_unmaps;
   out->stream_queries = atomic_load_explicit(&pool->stream_queries, AA__RLX);
   out->stream_idle = atomic_load_explicit(&pool->stream_idle, AA__RLX);
   out->window_peak_bytes_in_use = atomic_load(&pool->win_peak_out_bytes);
@@ -574,6 +581,13 @@ size_t aa_pool_stats_json(const aa_pool_stats *st, char *buf, size_t cap) {
   jw_u64(&w, "large_page_bytes", st->large_page_bytes);
   jw_u64(&w, "large_bytes_held", st->large_bytes_held);
   jw_u64(&w, "large_held_reclaims", st->large_held_reclaims);
+  jw_u64(&w, "large_stitched_ranges", st->large_stitched_ranges);
+  jw_u64(&w, "large_stitched_bytes", st->large_stitched_bytes);
+  jw_u64(&w, "large_stitches", st->large_stitches);
+  jw_u64(&w, "large_stitch_hits", st->large_stitch_hits);
+  jw_u64(&w, "large_stitch_dissolved", st->large_stitch_dissolved);
+  jw_u64(&w, "large_alias_maps", st->large_alias_maps);
+  jw_u64(&w, "large_alias_unmaps", st->large_alias_unmaps);
   jw_u64(&w, "stream_queries", st->stream_queries);
   jw_u64(&w, "stream_idle", st->stream_idle);
   jw_u64(&w, "managed_device_bytes", st->managed_device_bytes);

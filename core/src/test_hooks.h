@@ -44,6 +44,8 @@ uint64_t aa_backend_host_stream_queries(const aa_backend *b);
 /* Calls made so far: allocs, frees, and bytes currently mapped. */
 void aa_backend_host_counts(const aa_backend *b, uint64_t *allocs,
                             uint64_t *frees, uint64_t *bytes_mapped);
+/* map_alias and unmap_alias calls so far (stitching). */
+void aa_backend_host_alias_counts(const aa_backend *b, uint64_t *aliases, uint64_t *unaliases);
 /* Host events recorded so far, and those not yet released (outstanding) —
  * for leak checks in tests. */
 void aa_backend_host_event_counts(const aa_backend *b, uint64_t *recorded,

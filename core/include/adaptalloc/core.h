@@ -121,6 +121,17 @@ typedef struct aa_backend_ops {
    * other streams are still pending serves a request on `stream` once
    * `stream` is ordered after them (aa_pool_config.large_stream_wait). */
   int (*stream_wait)(aa_backend *b, aa_stream stream, void *event);
+
+  /* Optional (NULL: not offered; both or neither), for stitching in the
+   * expandable large path (aa_pool_config.large_stitch): map the memory
+   * behind `handle` (from map, of the same size, still mapped where map put
+   * it) at `addr` too, a second address inside another reservation
+   * (aligned and sized as for map): a write through either address is read
+   * through the other. No new memory is made; the caller keeps the first
+   * mapping until every alias of it is undone. AA_ENOMEM, AA_EBACKEND. */
+  int (*map_alias)(aa_backend *b, void *addr, size_t size, void *handle);
+  /* Undo one map_alias: the memory stays, mapped where map put it. */
+  void (*unmap_alias)(aa_backend *b, void *addr, size_t size, void *handle);
 } aa_backend_ops;
 
 /* What a backend's residency op reports, over all it holds. */
@@ -272,6 +283,12 @@ typedef struct aa_pool_config {
                          aa_pool_set_map_runs changes it live.
                          Under a limit pages map one by one, so that stranded
                          pages can move */
+  int large_stitch;        /* expandable, on backends with map_alias: a request that no free
+                              chunk fits, while whole free pages lie in holes, is served by
+                              mapping those pages again side by side at a new address (a
+                              stitched range, kept for the next request of about its size)
+                              instead of new memory. 1 on, 0 (the default) off. Docs:
+                              docs/core.md "Stitching" */
   int large_stream_wait;   /* before the large path grows, a free chunk whose last uses
                               on other streams are still pending serves a request on
                               `stream` by ordering `stream` after them (the backend's
@@ -408,7 +425,7 @@ AA_EXTERN void aa_pool_classes_abort(aa_class_txn *txn);
 
 /* ------------------------------------------------------------------ stats */
 
-#define AA_STATS_VERSION 11
+#define AA_STATS_VERSION 12
 #define AA_HIST_BUCKETS 192 /* quarter doublings: bucket(size) below */
 #define AA_HH_MAX 32        /* heavy-hitter exact sizes reported */
 
@@ -502,6 +519,18 @@ typedef struct aa_pool_stats {
   aa_class_stats classes[AA_MAX_CLASSES];
   uint64_t hist[AA_HIST_BUCKETS]; /* request counts per bucket since start */
   aa_size_count hh[AA_HH_MAX];    /* most frequent exact sizes, descending */
+  /* Stitching in the expandable large path (aa_pool_config.large_stitch):
+   * stitched ranges and their bytes now (the same memory as the holes they
+   * were made from: not more reserved), ranges made so far, requests a kept
+   * range served again (no backend call), ranges dissolved, and the
+   * backend's alias map/unmap calls. */
+  uint64_t large_stitched_ranges;
+  uint64_t large_stitched_bytes;
+  uint64_t large_stitches;
+  uint64_t large_stitch_hits;
+  uint64_t large_stitch_dissolved;
+  uint64_t large_alias_maps;
+  uint64_t large_alias_unmaps;
 } aa_pool_stats;
 
 /* Takes a snapshot. Counters are per thread and summed here; no allocation
@@ -647,7 +676,12 @@ typedef enum aa_walk_kind {
 enum {
   AA_WALK_LARGE = 1,      /* segment: of the large path (else a slab) */
   AA_WALK_EXPANDABLE = 2, /* segment: a mapped run of an expandable reservation */
-  AA_WALK_IN_USE = 4      /* block: handed out (else free, cached or pending) */
+  AA_WALK_IN_USE = 4,     /* block: handed out (else free, cached or pending) */
+  AA_WALK_STITCHED = 8,   /* segment: a stitched range (aa_pool_config.large_stitch): the
+                             same memory as the blocks flagged AA_WALK_LENT, at a second
+                             address; not more reserved memory */
+  AA_WALK_LENT = 16       /* block: free pages a stitched range maps again (not usable here
+                             while it lives) */
 };
 
 typedef struct aa_walk_entry {

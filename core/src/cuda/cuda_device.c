@@ -435,6 +435,49 @@ static void dev_unmap(aa_backend *b, void *addr, size_t size, void *handle) {
   atomic_fetch_sub_explicit(&cb->bytes_mapped, size, memory_order_relaxed);
 }
 
+/* The memory behind `handle` at a second address (stitching): one cuMemMap
+ * of the handle whole, then cuMemSetAccess; no cuMemCreate. */
+static int dev_map_alias(aa_backend *b, void *addr, size_t size, void *handle) {
+  size_t g = dev_map_granularity(b);
+  CUmemAllocationProp prop;
+  CUmemAccessDesc access;
+  CUresult r;
+  int prev = -1;
+  int rc;
+
+  if (g == 0)
+    return AA_ENOTSUP;
+  if (!addr || size == 0 || size % g != 0 || (uintptr_t)addr % g != 0 || handle == NULL)
+    return AA_EINVAL;
+  rc = vm_enter(b, &prev);
+  if (rc != AA_OK)
+    return rc;
+  vm_prop(b, &prop);
+  memset(&access, 0, sizeof access);
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  r = vm_api.map(vm_addr(addr), size, 0, (CUmemGenericAllocationHandle)(uintptr_t)handle, 0);
+  if (r == CUDA_SUCCESS) {
+    r = vm_api.set_access(vm_addr(addr), size, &access, 1);
+    if (r != CUDA_SUCCESS)
+      (void)vm_api.unmap(vm_addr(addr), size);
+  }
+  aa__cuda_leave(b->device, prev);
+  return vm_err(r);
+}
+
+/* Undoes dev_map_alias: the handle stays (its first mapping holds it). */
+static void dev_unmap_alias(aa_backend *b, void *addr, size_t size, void *handle) {
+  int prev = -1;
+  (void)handle;
+  if (!addr || !vm_available())
+    return;
+  bool entered = vm_enter(b, &prev) == AA_OK;
+  (void)vm_api.unmap(vm_addr(addr), size);
+  if (entered)
+    aa__cuda_leave(b->device, prev);
+}
+
 static const aa_backend_ops dev_ops = {
     .alloc = dev_alloc,
     .free = dev_free,
@@ -449,6 +492,8 @@ static const aa_backend_ops dev_ops = {
     .va_release = dev_va_release,
     .map = dev_map,
     .unmap = dev_unmap,
+    .map_alias = dev_map_alias,
+    .unmap_alias = dev_unmap_alias,
 };
 
 int aa_backend_cuda_new(int device, aa_backend **out) {

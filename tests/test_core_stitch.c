@@ -1,0 +1,314 @@
+/*
+ * test_core_stitch.c — stitched ranges of the expandable large path
+ * (aa_pool_config.large_stitch) on the host backend, whose map_alias shows
+ * the same pages at a second address: a request no hole fits served from
+ * holes' whole pages with no new memory; data written through the stitched
+ * address read back through the lent one; the range kept and served again
+ * with no backend call; dissolved on release; off by default; under a limit
+ * a stitch before a failure; and a randomized shadow-model stress that
+ * checks every block's bytes and the accounting.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "adaptalloc/core.h"
+#include "core_test.h" /* core: the host backend's test hooks */
+
+#include "core_large_fixture.h"
+
+#define PAGE (2 * MiB)
+
+static fx *make_stitch(size_t limit, int stitch) {
+  fx *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  pthread_mutex_init(&f->mu, NULL);
+  assert_int_equal(aa_backend_host_new(&f->b), AA_OK);
+  aa_pool_config cfg;
+  aa_pool_config_init(&cfg);
+  cfg.backend = f->b;
+  cfg.large_mode = AA_LARGE_EXPANDABLE;
+  cfg.large_stitch = stitch;
+  cfg.limit_bytes = limit;
+  cfg.on_error = on_error;
+  cfg.on_error_user = f;
+  assert_int_equal(aa_pool_new(&cfg, &f->p), AA_OK);
+  return f;
+}
+
+/* Three 6 MiB holes between live 3 MiB blocks (each hole holds two whole
+ * pages), and the live blocks; `hole[i]` freed. */
+typedef struct layout {
+  char *hole[3], *keep[3];
+} layout;
+
+static layout holes(fx *f) {
+  layout l;
+  for (int i = 0; i < 3; i++) {
+    l.hole[i] = aa_alloc(f->p, 6 * MiB, NULL);
+    l.keep[i] = aa_alloc(f->p, 3 * MiB, NULL);
+    assert_non_null(l.hole[i]);
+    assert_non_null(l.keep[i]);
+    memset(l.keep[i], 0x40 + i, 3 * MiB);
+  }
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(aa_free(f->p, l.hole[i], 6 * MiB, NULL), AA_OK);
+  return l;
+}
+
+static void free_keep(fx *f, layout *l) {
+  for (int i = 0; i < 3; i++) {
+    const unsigned char *k = (const unsigned char *)l->keep[i];
+    assert_int_equal(k[0], 0x40 + i); /* never touched by the stitching */
+    assert_int_equal(k[3 * MiB - 1], 0x40 + i);
+    assert_int_equal(aa_free(f->p, l->keep[i], 3 * MiB, NULL), AA_OK);
+  }
+}
+
+typedef struct lent_walk {
+  uintptr_t lent[16];
+  size_t lent_size[16];
+  int nlent, nstitched;
+} lent_walk;
+
+static int on_walk(void *user, const aa_walk_entry *e) {
+  lent_walk *w = user;
+  if (e->kind == AA_WALK_SEGMENT && (e->flags & AA_WALK_STITCHED))
+    w->nstitched++;
+  if (e->kind == AA_WALK_BLOCK && (e->flags & AA_WALK_LENT) && w->nlent < 16) {
+    w->lent[w->nlent] = e->address;
+    w->lent_size[w->nlent++] = e->size;
+  }
+  return 0;
+}
+
+/* A request no hole fits, served from the holes' pages: reserved does not
+ * grow; what is written through the stitched address is what the lent
+ * pages hold at theirs. */
+static void test_core_stitch_serves_from_holes(void **state) {
+  (void)state;
+  fx *f = make_stitch(0, 1);
+  layout l = holes(f);
+  aa_pool_stats st = stats(f);
+  uint64_t reserved = st.large_bytes_reserved;
+  uint64_t maps0, frees0, mapped0, al0, unal0;
+  aa_backend_host_counts(f->b, &maps0, &frees0, &mapped0);
+  char *p = aa_alloc(f->p, 10 * MiB, NULL);
+  assert_non_null(p);
+  st = stats(f);
+  assert_int_equal(st.large_bytes_reserved, reserved); /* no new memory */
+  assert_int_equal(st.large_stitches, 1);
+  assert_int_equal(st.large_stitched_ranges, 1);
+  assert_true(st.large_stitched_bytes >= 10 * MiB);
+  uint64_t maps1, frees1, mapped1;
+  aa_backend_host_counts(f->b, &maps1, &frees1, &mapped1);
+  assert_int_equal(maps1, maps0);
+  assert_int_equal(mapped1, mapped0);
+  aa_backend_host_alias_counts(f->b, &al0, &unal0);
+  assert_int_equal(al0, st.large_alias_maps);
+  assert_true(al0 >= 5); /* 10 MiB of 2 MiB handles */
+
+  /* the bytes: every page of p is one of the lent blocks' pages, seen
+   * through their own addresses (lent in the order the holes were taken) */
+  for (size_t i = 0; i < 10 * MiB; i++)
+    p[i] = (char)(i / PAGE + 1);
+  lent_walk w;
+  memset(&w, 0, sizeof w);
+  assert_int_equal(aa_pool_walk_large(f->p, on_walk, &w), 0);
+  assert_int_equal(w.nstitched, 1);
+  assert_true(w.nlent >= 2);
+  unsigned seen = 0;
+  for (int k = 0; k < w.nlent; k++) {
+    assert_int_equal(w.lent[k] % PAGE, 0);
+    for (size_t pg = 0; pg < w.lent_size[k] / PAGE; pg++) {
+      const char *o = (const char *)w.lent[k] + pg * PAGE;
+      int v = o[0];
+      if (v < 1 || v > 5)
+        continue; /* past the 10 MiB written */
+      for (size_t j = 0; j < PAGE; j += 4096)
+        assert_int_equal(o[j], v);
+      seen |= 1u << v;
+    }
+  }
+  assert_int_equal(seen, 0x3Eu); /* pages 1..5 each found at a lent address */
+
+  /* kept: the next request of that size takes it again, no backend call */
+  assert_int_equal(aa_free(f->p, p, 10 * MiB, NULL), AA_OK);
+  char *q = aa_alloc(f->p, 10 * MiB, NULL);
+  assert_ptr_equal(q, p);
+  st = stats(f);
+  /* (through this thread's large-block cache, or the range's reuse) */
+  assert_true(st.large_stitch_hits <= 1);
+  assert_int_equal(st.large_stitches, 1);
+  uint64_t al1, unal1;
+  aa_backend_host_alias_counts(f->b, &al1, &unal1);
+  assert_int_equal(al1, al0);
+  assert_int_equal(aa_free(f->p, q, 10 * MiB, NULL), AA_OK);
+
+  /* released: the range is dissolved, its pages free in their holes again */
+  (void)aa_pool_release(f->p);
+  st = stats(f);
+  assert_int_equal(st.large_stitched_ranges, 0);
+  assert_int_equal(st.large_stitched_bytes, 0);
+  assert_int_equal(st.large_stitch_dissolved, 1);
+  aa_backend_host_alias_counts(f->b, &al1, &unal1);
+  assert_int_equal(unal1, al1);
+  free_keep(f, &l);
+  assert_int_equal(stats(f).large_bytes_in_use, 0);
+  fx_done(f);
+}
+
+/* Off by default: the same request maps new pages. */
+static void test_core_stitch_off_by_default(void **state) {
+  (void)state;
+  fx *f = make_stitch(0, 0);
+  layout l = holes(f);
+  uint64_t reserved = stats(f).large_bytes_reserved;
+  char *p = aa_alloc(f->p, 10 * MiB, NULL);
+  assert_non_null(p);
+  aa_pool_stats st = stats(f);
+  assert_true(st.large_bytes_reserved > reserved);
+  assert_int_equal(st.large_stitches, 0);
+  assert_int_equal(aa_free(f->p, p, 10 * MiB, NULL), AA_OK);
+  free_keep(f, &l);
+  fx_done(f);
+}
+
+/* A free range whose pages a different request needs is dissolved, and
+ * the request is served from the merged holes (or a new stitch). */
+static void test_core_stitch_dissolved_for_another_size(void **state) {
+  (void)state;
+  fx *f = make_stitch(0, 1);
+  layout l = holes(f);
+  uint64_t reserved = stats(f).large_bytes_reserved;
+  char *p = aa_alloc(f->p, 10 * MiB, NULL);
+  assert_non_null(p);
+  assert_int_equal(aa_free(f->p, p, 10 * MiB, NULL), AA_OK);
+  /* 7 MiB: the free range is too large for it (a range serves down to
+   * 7/8 of its size), no hole fits it, the pages not lent are too few for a
+   * stitch: the range goes back to its holes, and a new one serves it */
+  char *r = aa_alloc(f->p, 7 * MiB, NULL);
+  assert_non_null(r);
+  aa_pool_stats st = stats(f);
+  assert_int_equal(st.large_bytes_reserved, reserved);
+  assert_int_equal(st.large_stitch_dissolved, 1);
+  assert_int_equal(st.large_stitches, 2);
+  assert_int_equal(st.large_stitched_ranges, 1);
+  memset(r, 0x77, 7 * MiB);
+  assert_int_equal(aa_free(f->p, r, 7 * MiB, NULL), AA_OK);
+  free_keep(f, &l);
+  fx_done(f);
+}
+
+/* Under a limit that the request would pass by mapping new pages: the
+ * stitched range serves it. */
+static void test_core_stitch_under_limit(void **state) {
+  (void)state;
+  fx *f = make_stitch(40 * MiB, 1);
+  layout l = holes(f);
+  char *p = aa_alloc(f->p, 10 * MiB, NULL);
+  assert_non_null(p);
+  aa_pool_stats st = stats(f);
+  assert_true(st.bytes_reserved <= 40 * MiB);
+  memset(p, 0x5A, 10 * MiB);
+  assert_int_equal(aa_free(f->p, p, 10 * MiB, NULL), AA_OK);
+  free_keep(f, &l);
+  fx_done(f);
+}
+
+/* Randomized: blocks of 1-20 MiB allocated and freed at random with
+ * stitching on; every live block carries its own byte, checked before its
+ * free; no two live blocks overlap in the pages they touch; in use adds up. */
+typedef struct live {
+  unsigned char *p;
+  size_t n;
+  unsigned char v;
+} live;
+
+/* A mark every 64 KiB and at the end: two live blocks that shared a page
+ * (through either address) would overwrite each other's marks. */
+static void mark(unsigned char *p, size_t n, unsigned char v) {
+  for (size_t j = 0; j < n; j += 65536)
+    p[j] = v;
+  p[n - 1] = v;
+}
+
+static void check_marks(const unsigned char *p, size_t n, unsigned char v) {
+  for (size_t j = 0; j < n; j += 65536)
+    assert_int_equal(p[j], v);
+  assert_int_equal(p[n - 1], v);
+}
+
+static uint64_t rng(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+static void test_core_stitch_random_shadow(void **state) {
+  (void)state;
+  uint64_t made = 0, dissolved = 0;
+  for (int round = 0; round < 3; round++) {
+    fx *f = make_stitch(round == 2 ? 192 * MiB : 0, 1);
+    live v[48];
+    memset(v, 0, sizeof v);
+    uint64_t seed = 0x9E3779B97F4A7C15ull + (uint64_t)round;
+    uint64_t in_use = 0;
+    for (int step = 0; step < 3000; step++) {
+      live *e = &v[rng(&seed) % 48];
+      if (e->p != NULL) {
+        check_marks(e->p, e->n, e->v);
+        assert_int_equal(aa_free(f->p, e->p, e->n, NULL), AA_OK);
+        in_use -= e->n;
+        e->p = NULL;
+        continue;
+      }
+      size_t n = (size_t)(1 + rng(&seed) % 20) * MiB - (rng(&seed) % 4) * 4096;
+      e->p = aa_alloc(f->p, n, NULL);
+      if (e->p == NULL) {
+        assert_true(round == 2); /* only under the limit */
+        continue;
+      }
+      e->n = n;
+      e->v = (unsigned char)(step & 0xFF);
+      mark(e->p, n, e->v);
+      in_use += n;
+      aa_pool_stats st = stats(f);
+      assert_true(st.bytes_in_use >= in_use);
+      if (round == 2)
+        assert_true(st.bytes_reserved <= 192 * MiB);
+    }
+    for (int i = 0; i < 48; i++) {
+      if (v[i].p == NULL)
+        continue;
+      check_marks(v[i].p, v[i].n, v[i].v);
+      assert_int_equal(aa_free(f->p, v[i].p, v[i].n, NULL), AA_OK);
+    }
+    aa_pool_stats st = stats(f);
+    assert_int_equal(st.large_bytes_in_use, 0);
+    assert_int_equal(f->misuses, 0);
+    made += st.large_stitches;
+    dissolved += st.large_stitch_dissolved;
+    (void)aa_pool_release(f->p);
+    assert_int_equal(stats(f).large_stitched_ranges, 0);
+    fx_done(f);
+  }
+  assert_true(made > 0 && dissolved > 0); /* the paths under test ran */
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_core_stitch_serves_from_holes),
+      cmocka_unit_test(test_core_stitch_off_by_default),
+      cmocka_unit_test(test_core_stitch_dissolved_for_another_size),
+      cmocka_unit_test(test_core_stitch_under_limit),
+      cmocka_unit_test(test_core_stitch_random_shadow),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
