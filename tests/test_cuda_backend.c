@@ -502,6 +502,117 @@ static void test_cuda_backend_vm_map_unmap(void **state) {
   aa_backend_destroy(b);
 }
 
+/* map_alias: one handle at a second address (another reservation): data
+ * written through either is read through the other, on the device; the
+ * alias undone leaves the first mapping and its data; no new memory. */
+static void test_cuda_backend_vm_alias(void **state) {
+  aa_backend *b = NULL;
+  aa_cuda_counts c;
+  size_t g;
+  unsigned char *r1 = NULL, *r2 = NULL, *buf = NULL;
+  void *h = NULL;
+  (void)state;
+  NEED_GPU();
+  g = vm_backend_or_skip(&b);
+  assert_non_null(b->ops->map_alias);
+  assert_non_null(b->ops->unmap_alias);
+  buf = malloc(g);
+  assert_non_null(buf);
+  assert_int_equal(b->ops->va_reserve(b, 2 * g, (void **)&r1), AA_OK);
+  assert_int_equal(b->ops->va_reserve(b, 2 * g, (void **)&r2), AA_OK);
+  assert_int_equal(b->ops->map(b, r1 + g, g, &h), AA_OK);
+  assert_int_equal(b->ops->map_alias(b, r2, g, h), AA_OK);
+  assert_int_equal(aa_backend_cuda_counts(b, &c), AA_OK);
+  assert_int_equal(c.allocs, 1); /* the alias made no memory */
+  assert_int_equal(c.bytes_mapped, g);
+  vm_fill_check(r1 + g, g, 0x21u, buf);
+  vm_check(r2, g, 0x21u, buf); /* the same bytes at the second address */
+  vm_fill_check(r2, g, 0x5Eu, buf);
+  vm_check(r1 + g, g, 0x5Eu, buf);
+  assert_int_equal(b->ops->map_alias(b, r2 + 1, g, h), AA_EINVAL);
+  assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+  b->ops->unmap_alias(b, r2, g, h);
+  vm_check(r1 + g, g, 0x5Eu, buf); /* the first mapping keeps its data */
+  assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+  b->ops->unmap(b, r1 + g, g, h);
+  b->ops->va_release(b, r2, 2 * g);
+  b->ops->va_release(b, r1, 2 * g);
+  assert_int_equal(aa_backend_cuda_counts(b, &c), AA_OK);
+  assert_int_equal(c.bytes_mapped, 0);
+  assert_int_equal(cudaGetLastError(), cudaSuccess);
+  free(buf);
+  aa_backend_destroy(b);
+}
+
+/* A stitched range on the device: holes' pages serve a request no hole
+ * fits with no new memory; a kernel's writes (cudaMemset on a side stream)
+ * through the stitched address are what the lent pages hold. */
+static void test_cuda_pool_stitch(void **state) {
+  aa_backend *b = NULL;
+  aa_pool *pool = NULL;
+  aa_pool_config cfg;
+  aa_pool_stats st;
+  cudaStream_t s1 = NULL;
+  char *hole[3], *keep[3], *p;
+  unsigned char *buf;
+  size_t mib = (size_t)1 << 20;
+  (void)state;
+  NEED_GPU();
+  if (vm_backend_or_skip(&b) != ((size_t)2 << 20)) {
+    aa_backend_destroy(b);
+    skip(); /* the layout below assumes 2 MiB pages */
+  }
+  aa_pool_config_init(&cfg);
+  cfg.name = "test-cuda-stitch";
+  cfg.backend = b;
+  cfg.large_mode = AA_LARGE_EXPANDABLE;
+  cfg.large_stitch = 1;
+  assert_int_equal(aa_pool_new(&cfg, &pool), AA_OK);
+  for (int i = 0; i < 3; i++) {
+    hole[i] = aa_alloc(pool, 6 * mib, NULL);
+    keep[i] = aa_alloc(pool, 3 * mib, NULL);
+    assert_non_null(hole[i]);
+    assert_non_null(keep[i]);
+    assert_int_equal(cudaMemset(keep[i], 0x30 + i, 3 * mib), cudaSuccess);
+  }
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(aa_free(pool, hole[i], 6 * mib, NULL), AA_OK);
+  assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+  assert_int_equal(aa_pool_stats_get(pool, &st), AA_OK);
+  uint64_t reserved = st.large_bytes_reserved;
+  assert_int_equal(cudaStreamCreate(&s1), cudaSuccess);
+  p = aa_alloc(pool, 10 * mib, (aa_stream)s1);
+  assert_non_null(p);
+  assert_int_equal(aa_pool_stats_get(pool, &st), AA_OK);
+  assert_int_equal(st.large_bytes_reserved, reserved);
+  assert_int_equal(st.large_stitches, 1);
+  assert_int_equal(cudaMemsetAsync(p, 0x6B, 10 * mib, s1), cudaSuccess);
+  assert_int_equal(cudaStreamSynchronize(s1), cudaSuccess);
+  buf = malloc(10 * mib);
+  assert_non_null(buf);
+  assert_int_equal(cudaMemcpy(buf, p, 10 * mib, cudaMemcpyDeviceToHost), cudaSuccess);
+  assert_int_equal(buf[0], 0x6B);
+  assert_int_equal(buf[10 * mib - 1], 0x6B);
+  for (int i = 0; i < 3; i++) { /* the live blocks beside the holes untouched */
+    assert_int_equal(cudaMemcpy(buf, keep[i], 3 * mib, cudaMemcpyDeviceToHost), cudaSuccess);
+    assert_int_equal(buf[0], 0x30 + i);
+    assert_int_equal(buf[3 * mib - 1], 0x30 + i);
+  }
+  assert_int_equal(aa_free(pool, p, 10 * mib, (aa_stream)s1), AA_OK);
+  assert_int_equal(cudaStreamSynchronize(s1), cudaSuccess);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(aa_free(pool, keep[i], 3 * mib, NULL), AA_OK);
+  (void)aa_pool_release(pool);
+  assert_int_equal(aa_pool_stats_get(pool, &st), AA_OK);
+  assert_int_equal(st.large_stitched_ranges, 0);
+  assert_int_equal(st.large_alias_maps, st.large_alias_unmaps);
+  assert_int_equal(cudaGetLastError(), cudaSuccess);
+  free(buf);
+  assert_int_equal(cudaStreamDestroy(s1), cudaSuccess);
+  aa_pool_destroy(pool);
+  aa_backend_destroy(b);
+}
+
 /* Bad requests fail and map nothing: a misaligned address or size is
  * refused before the driver is asked; mapping over a mapped granule fails in
  * the driver, which must give its new memory back and leave the old
@@ -679,6 +790,8 @@ int main(void) {
       cmocka_unit_test(test_cuda_backend_vm_map_unmap),
       cmocka_unit_test(test_cuda_backend_vm_map_failures),
       cmocka_unit_test(test_cuda_backend_vm_fresh_thread),
+      cmocka_unit_test(test_cuda_backend_vm_alias),
+      cmocka_unit_test(test_cuda_pool_stitch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
