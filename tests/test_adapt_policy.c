@@ -649,7 +649,7 @@ static const char *full_doc =
     "\"cache_limit\": 64, \"prefill\": 16}, {\"size\": 8192}, 2097152],\n"
     "                \"tcache\": {\"blocks\": 7, \"bytes\": 65536}, \"large\": "
     "{\"mode\": \"passthrough\", \"cache_bytes\": 123456789012345, \"page_bytes\": 8388608,\n"
-    "                \"map_runs\": true},\n"
+    "                \"map_runs\": true, \"stitch\": true},\n"
     "                \"limit_bytes\": 9007199254740991},\n"
     "    \"pinned\": {\"max_small\": 262144, \"classes\": {\"min\": 1024, "
     "\"per_doubling\": 2}},\n"
@@ -680,7 +680,7 @@ static void test_adapt_policy_round_trip(void **state) {
   assert_string_equal(j1, j2); /* the writer is deterministic */
   assert_non_null(strstr(j1, "\"limit_bytes\": 9007199254740991"));
   assert_non_null(
-      strstr(j1, "\"cache_bytes\": 123456789012345, \"page_bytes\": 8388608, \"map_runs\": true}"));
+      strstr(j1, "\"cache_bytes\": 123456789012345, \"page_bytes\": 8388608, \"map_runs\": true, \"stitch\": true}"));
   assert_non_null(strstr(j1, "\"hot_fraction\": 0.123456789"));
   assert_non_null(strstr(j1, "\"waste_threshold\": 0.1,"));
   /* The host ladder's max is max_small and is written as max_small. */
@@ -1151,12 +1151,12 @@ static void test_adapt_policy_schema_matches_parser(void **state) {
   assert_int_equal(aa_policy_default(&def), AA_OK);
   checked = schema_walk(schema, schema, keys, 0, def);
   /* version; 3 pools x (slab_size, tcache.blocks, large.cache_bytes,
-   * large.page_bytes, large.stream_wait, limit_bytes, backend, advise's
-   * three, allow_oversubscribe; max_small, large.map_runs, classes, tcache.bytes
+   * large.page_bytes, large.stream_wait, large.stitch, limit_bytes, backend,
+   * advise's three, allow_oversubscribe; max_small, large.map_runs, classes, tcache.bytes
    * and large.mode have no schema default: they differ between pools);
    * 11 adapt + 4 hysteresis; 5 telemetry. (Defaults under "oneOf" — class
    * entries, ladder fields — are not walked.) */
-  assert_int_equal(checked, 1 + 3 * 11 + 15 + 5);
+  assert_int_equal(checked, 1 + 3 * 12 + 15 + 5);
   {
     aa_policy *p = parse_ok(full_doc);
     char *j = aa_policy_to_json(p);
