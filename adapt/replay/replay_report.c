@@ -71,6 +71,11 @@ size_t aa_replay_result_json(const aa_replay_result *r, char *buf, size_t cap) {
   U(live_bytes_at_end);
   U(trace_span_ns);
   U(class_count);
+  U(stitches);
+  U(stitch_hits);
+  U(stitch_dissolved);
+  U(alias_maps);
+  U(alias_unmaps);
   jputf(&j, "\"adapt\":{\"steps\":%llu,\"decisions\":%llu,\"classes_added\":"
             "%llu,\"classes_retired\":%llu,\"grows\":%llu,\"trims\":%llu,"
             "\"bytes_trimmed\":%llu,\"apply_failures\":%llu,\"rejected\":%llu},",

@@ -587,6 +587,9 @@ void aa_replay_sim_result(aa_replay_sim *s, aa_replay_result *r) {
     r->cache_hits = st->cache_hits;
     r->cache_misses = st->cache_misses;
     r->class_count = st->class_count;
+    r->stitches = st->large_stitches;
+    r->stitch_hits = st->large_stitch_hits;
+    r->stitch_dissolved = st->large_stitch_dissolved;
   }
   free(st);
   if (r->cache_hits + r->cache_misses > 0)
@@ -596,6 +599,8 @@ void aa_replay_sim_result(aa_replay_sim *s, aa_replay_result *r) {
   r->backend_calls = r->backend_allocs + r->backend_frees;
   r->backend_failures = atomic_load(&s->bk->failures);
   r->event_records = atomic_load(&s->bk->event_records);
+  r->alias_maps = atomic_load(&s->bk->aliases);
+  r->alias_unmaps = atomic_load(&s->bk->unaliases);
   r->peak_requested = s->peak_requested;
   r->peak_in_use = s->peak_in_use;
   r->peak_reserved = s->peak_reserved;

@@ -226,6 +226,11 @@ void result_combine(const aa_replay_result *r, size_t n,
     out->backend_calls += x->backend_calls;
     out->backend_failures += x->backend_failures;
     out->event_records += x->event_records;
+    out->stitches += x->stitches;
+    out->stitch_hits += x->stitch_hits;
+    out->stitch_dissolved += x->stitch_dissolved;
+    out->alias_maps += x->alias_maps;
+    out->alias_unmaps += x->alias_unmaps;
     out->sim_backend_us += x->sim_backend_us;
     out->live_at_end += x->live_at_end;
     out->live_bytes_at_end += x->live_bytes_at_end;

@@ -266,6 +266,10 @@ typedef struct aa_replay_result {
   uint32_t class_count;    /* classes in the table at the end */
   aa_adapt_counters adapt; /* the loop's counters (zero without adapt) */
   aa_replay_diag diag;
+  /* stitching (policy large.stitch; docs/core.md): ranges made, requests a
+   * kept range served again, ranges dissolved, and the backend's alias map
+   * and unmap calls (not in backend_calls: no memory is made or freed) */
+  uint64_t stitches, stitch_hits, stitch_dissolved, alias_maps, alias_unmaps;
 } aa_replay_result;
 
 typedef struct aa_replay_sim aa_replay_sim;
