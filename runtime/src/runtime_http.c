@@ -535,6 +535,7 @@ void aa__rt_start_http(aa_runtime *rt) {
   aa_http_config cfg;
   aa_http_provider prov;
   char err[512];
+  bool generated;
   int rc;
 
   if (rt->http_refused) {
@@ -544,6 +545,15 @@ void aa__rt_start_http(aa_runtime *rt) {
   }
   if (aa__rt_is_off(rt->http))
     return;
+  /* No token set (and not "off"): one is made, so that no mutating request
+   * is open to every local user; it goes into a file once the port is
+   * known (docs/security.md "The token file"). */
+  generated = rt->token[0] == '\0' && !rt->token_off;
+  if (generated && aa__rt_token_generate(rt->token, sizeof(rt->token)) != AA_OK) {
+    aa__rt_log("http: no random bytes for a token (getrandom failed); the server is off "
+               "(set ADAPTALLOC_TOKEN), the allocator keeps working");
+    return;
+  }
   aa_http_config_init(&cfg);
   cfg.address = rt->http;
   cfg.token = rt->token[0] ? rt->token : NULL;
@@ -576,8 +586,29 @@ void aa__rt_start_http(aa_runtime *rt) {
     return;
   }
   atomic_store(&rt->svc.http_port, aa_http_port(rt->svc.http));
-  if (!rt->quiet)
-    aa__rt_log("http: serving on http://%s/", aa_http_bound_address(rt->svc.http));
+  if (generated &&
+      aa__rt_token_file_write(rt->token, aa_http_port(rt->svc.http), rt->svc.token_file,
+                              sizeof(rt->svc.token_file), err, sizeof(err)) != AA_OK) {
+    /* reads stay served; no client can change the policy over HTTP */
+    aa__rt_log("http: serving on http://%s/ read-only: the token file cannot be written (%s); "
+               "set ADAPTALLOC_TOKEN to change the policy over HTTP",
+               aa_http_bound_address(rt->svc.http), err);
+    return;
+  }
+  if (generated)
+    aa__rt_token_file_arm_exit(rt);
+  if (rt->quiet)
+    return;
+  if (generated)
+    aa__rt_log("http: serving on http://%s/; changes need the token in %s",
+               aa_http_bound_address(rt->svc.http), rt->svc.token_file);
+  else if (rt->token_off)
+    aa__rt_log("http: serving on http://%s/; ADAPTALLOC_TOKEN=off: any local user can "
+               "change the policy",
+               aa_http_bound_address(rt->svc.http));
+  else
+    aa__rt_log("http: serving on http://%s/; changes need ADAPTALLOC_TOKEN",
+               aa_http_bound_address(rt->svc.http));
 }
 
 int aa_rt_http_port(aa_runtime *rt) {
