@@ -361,6 +361,7 @@ static void audit_note(loop_pool *lp, const aa_adapt_decision *d) {
   a->predicted_calls_before = d->predicted_calls_before;
   a->predicted_calls_after = d->predicted_calls_after;
   a->measured_reserved_before = lp->cur->bytes_reserved;
+  a->measured_small_before = lp->cur->bytes_reserved - lp->cur->large_bytes_reserved;
   a->released = d->kind == AA_ADAPT_TRIM ? d->released : 0;
 }
 
@@ -372,6 +373,7 @@ static void audit_measure(loop_pool *lp) {
     if (a->result == AA_OK && !a->measured && lp->steps - a->step >= AA_ADAPT_MEASURE_STEPS) {
       a->measured = 1;
       a->measured_reserved_after = lp->cur->bytes_reserved;
+      a->measured_small_after = lp->cur->bytes_reserved - lp->cur->large_bytes_reserved;
     }
   }
 }

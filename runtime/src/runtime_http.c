@@ -58,9 +58,11 @@ static void append_pool_json(aa__buf *sb, const aa_pool_stats *st) {
 }
 
 /* The loop's audit of class-table changes, every pool (or the one named):
- * what the replay of the interval predicted before the change, and the
- * pool's reserved bytes at the change and AA_ADAPT_MEASURE_STEPS steps
- * later (null until then, and for a change that was not applied). */
+ * what the replay of the interval predicted before the change (the small
+ * requests' peak reserved), and the pool's reserved bytes, whole and the
+ * small classes' alone (the prediction's scope), at the change and
+ * AA_ADAPT_MEASURE_STEPS steps later (null until then, and for a change
+ * that was not applied). */
 static void append_audit_json(aa_runtime *rt, aa__buf *sb, const char *only) {
   aa_pool *pools[AA_RT_MAX_POOLS];
   aa_adapt_audit au[AA_ADAPT_AUDIT_MAX];
@@ -94,9 +96,12 @@ static void append_audit_json(aa_runtime *rt, aa__buf *sb, const char *only) {
       aa__buf_printf(sb, ",\"measured\":");
       if (a->measured)
         aa__buf_printf(sb, "{\"reserved_before\":%llu,\"reserved_after\":%llu,"
+                           "\"small_reserved_before\":%llu,\"small_reserved_after\":%llu,"
                            "\"after_steps\":%d}",
                        (unsigned long long)a->measured_reserved_before,
-                       (unsigned long long)a->measured_reserved_after, AA_ADAPT_MEASURE_STEPS);
+                       (unsigned long long)a->measured_reserved_after,
+                       (unsigned long long)a->measured_small_before,
+                       (unsigned long long)a->measured_small_after, AA_ADAPT_MEASURE_STEPS);
       else
         aa__buf_printf(sb, "null");
       aa__buf_printf(sb, "}");
