@@ -845,3 +845,18 @@ def test_oom_snapshot_path_rules(run_py, tmp_path):
     assert "is a folder" in e["folder"]
     assert "non-empty" in e["empty"]
     assert "must be a path" in e["type"]
+
+
+def test_command_line_is_installed(aa_python):
+    """python -m adaptalloc and the adaptalloc script (cli.py) run from the
+    installed package; against no job they say so in one line, exit 3."""
+    import subprocess
+    r = subprocess.run([aa_python, "-m", "adaptalloc", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "status" in r.stdout and "policy" in r.stdout and "exit codes" in r.stdout
+    script = os.path.join(os.path.dirname(aa_python), "adaptalloc")
+    if os.path.exists(script):  # a venv's bin (ADAPTALLOC_TEST_PYTHON may be another)
+        r = subprocess.run([script, "--url", "127.0.0.1:1", "status"], capture_output=True,
+                           text=True)
+        assert r.returncode == 3, r.stderr
+        assert r.stderr.startswith("adaptalloc: ") and len(r.stderr.strip().splitlines()) == 1
