@@ -315,6 +315,10 @@ static void test_adapt_loop_verifies_changes(void **state) {
   assert_true(au[1].measured_small_after > 0);
   assert_true(au[1].measured_small_before <= au[1].measured_reserved_before);
   assert_true(au[1].measured_reserved_after - au[1].measured_small_after >= big_size);
+  /* the demand: what the small classes' live blocks asked for, within them */
+  assert_true(au[1].measured_small_requested_after > 0);
+  assert_true(au[1].measured_small_requested_after <= au[1].measured_small_after);
+  assert_true(au[1].measured_small_requested_before <= au[1].measured_small_before);
   assert_int_equal(aa_free(e->pool, big, big_size, NULL), AA_OK);
   assert_int_equal(au[0].measured, 0); /* a rejected change is not measured */
   assert_int_equal(aa_adapt_loop_audit(loop, (aa_pool *)e, au, AA_ADAPT_AUDIT_MAX, &na),

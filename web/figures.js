@@ -26,19 +26,31 @@ export function smallWaste(p) {
   return { wasted, inUse, frac: inUse > 0 ? wasted / inUse : 0, largeWasted };
 }
 
-// A loop decision's measured effect in the prediction's scope. The
-// prediction replays the interval's small requests, so it covers the small
-// classes only; the measurement is the small classes' reserved bytes
-// (measured.small_reserved_*) when the server gives them, else (an older
-// server) the whole pool's, said so in scope.
-// -> {delta, before, after, scope: "small" | "pool"} or null
+// A loop decision's measured effect, compared like with like. The
+// prediction replays the interval's small requests under the table before
+// and after the change: the small classes only, the demand held fixed. So
+// the measurement is the small classes' reserved bytes
+// (measured.small_reserved_*), less what the demand's growth needed (the
+// bytes their live blocks asked for, measured.small_requested_*, when they
+// grew): more tensors 3 steps later are not the change's cost. A demand that
+// fell is not credited: a pool keeps its slabs when demand falls (until a
+// trim), so the reserved bytes do not follow it down, whatever the change
+// did. An older server without the small figures: the whole pool's
+// reserved, said so in scope.
+// -> {delta, before, after, reservedDelta, demandDelta, scope: "small" | "pool"} or null
 export function measuredEffect(m) {
   if (!m || typeof m !== "object") return null;
-  const small = typeof m.small_reserved_before === "number" && typeof m.small_reserved_after === "number";
+  const isNum = (v) => typeof v === "number" && isFinite(v);
+  const small = isNum(m.small_reserved_before) && isNum(m.small_reserved_after);
   const b = small ? m.small_reserved_before : m.reserved_before;
   const a = small ? m.small_reserved_after : m.reserved_after;
-  if (typeof a !== "number" || typeof b !== "number") return null;
-  return { delta: a - b, before: b, after: a, scope: small ? "small" : "pool" };
+  if (!isNum(a) || !isNum(b)) return null;
+  const demand = small && isNum(m.small_requested_before) && isNum(m.small_requested_after)
+    ? m.small_requested_after - m.small_requested_before : null;
+  return {
+    delta: a - b - (demand === null ? 0 : Math.max(0, demand)), before: b, after: a,
+    reservedDelta: a - b, demandDelta: demand, scope: small ? "small" : "pool",
+  };
 }
 
 // The prediction's effect: the replayed peak reserved after minus before.

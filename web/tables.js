@@ -139,9 +139,10 @@ export function renderClasses(p) {
 // step, kind, block_size, applied, released (trim), predicted:
 // {peak_reserved_before, peak_reserved_after, ...} | null, measured:
 // {reserved_before, reserved_after, small_reserved_before,
-// small_reserved_after, after_steps} | null}]} (docs/stats.md); the
-// prediction covers the small classes, so the measured column shows theirs
-// (figures.js measuredEffect); a trim's size column shows the bytes it gave back
+// small_reserved_after, small_requested_before, small_requested_after,
+// after_steps} | null}]} (docs/stats.md); the prediction covers the small
+// classes with the demand held fixed, so the measured column shows their
+// reserved net of the demand's change (figures.js measuredEffect); a trim's size column shows the bytes it gave back
 const LOOP_ROWS = 64;
 function deltaCell(tr, d, title) {
   const td = tr.insertCell(-1);
@@ -209,6 +210,9 @@ export function renderLoop(a) {
     deltaCell(tr, me ? me.delta : null,
       me ? (me.scope === "small" ? "small classes' reserved " : "the pool's reserved (this server gives no small-class figure) ") +
         fmtBytes(me.before) + " → " + fmtBytes(me.after) + " after " + num(m.after_steps) + " steps" +
+        (me.demandDelta !== null ? (me.demandDelta > 0 ? ", less the demand's growth" : "; the demand did not grow") +
+          " (bytes asked for " + fmtBytes(num(m.small_requested_before)) + " → " +
+          fmtBytes(num(m.small_requested_after)) + "; the prediction holds it fixed)" : "") +
         (me.scope === "small" ? "; the whole pool's " + fmtBytes(num(m.reserved_before)) + " → " +
           fmtBytes(num(m.reserved_after)) + " (the large path is not predicted)" : "")
         : e.applied === true ? "measured 3 steps after the change" : "not applied");

@@ -97,11 +97,15 @@ static void append_audit_json(aa_runtime *rt, aa__buf *sb, const char *only) {
       if (a->measured)
         aa__buf_printf(sb, "{\"reserved_before\":%llu,\"reserved_after\":%llu,"
                            "\"small_reserved_before\":%llu,\"small_reserved_after\":%llu,"
+                           "\"small_requested_before\":%llu,\"small_requested_after\":%llu,"
                            "\"after_steps\":%d}",
                        (unsigned long long)a->measured_reserved_before,
                        (unsigned long long)a->measured_reserved_after,
                        (unsigned long long)a->measured_small_before,
-                       (unsigned long long)a->measured_small_after, AA_ADAPT_MEASURE_STEPS);
+                       (unsigned long long)a->measured_small_after,
+                       (unsigned long long)a->measured_small_requested_before,
+                       (unsigned long long)a->measured_small_requested_after,
+                       AA_ADAPT_MEASURE_STEPS);
       else
         aa__buf_printf(sb, "null");
       aa__buf_printf(sb, "}");

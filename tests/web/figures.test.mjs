@@ -22,13 +22,41 @@ test("loop panel: measured is the small classes' reserved, the prediction's scop
   const p = predictedEffect(e.predicted), m = measuredEffect(e.measured);
   assert.equal(m.scope, "small");
   assert.equal(m.delta, -1 * MiB); // not +10 MiB
+  assert.equal(m.demandDelta, null); // no demand figures: the reserved change as it is
   assert.ok(p.delta < 0 && m.delta < 0, "both are gains: the panel shows no red for this change");
   assert.equal(m.before, 28 * MiB);
 });
 
+test("loop panel: measured is net of the demand's growth, which the prediction holds fixed", () => {
+  // 3 steps after an add, the small classes hold 14 MiB more because the
+  // workload asks for 15.5 MiB more (a longer sequence): not the change's cost
+  const m = measuredEffect({
+    reserved_before: 300 * MiB, reserved_after: 330 * MiB,
+    small_reserved_before: 40 * MiB, small_reserved_after: 54 * MiB,
+    small_requested_before: 30 * MiB, small_requested_after: 45.5 * MiB, after_steps: 3,
+  });
+  assert.equal(m.reservedDelta, 14 * MiB);
+  assert.equal(m.demandDelta, 15.5 * MiB);
+  assert.equal(m.delta, -1.5 * MiB);
+  // a demand that fell is not credited: the pool keeps its slabs
+  const fell = measuredEffect({
+    reserved_before: 0, reserved_after: 0, small_reserved_before: 60 * MiB,
+    small_reserved_after: 62 * MiB, small_requested_before: 40 * MiB, small_requested_after: 20 * MiB,
+  });
+  assert.equal(fell.delta, 2 * MiB);
+  assert.equal(fell.demandDelta, -20 * MiB);
+  // the same demand: the reserved change itself
+  const same = measuredEffect({
+    reserved_before: 0, reserved_after: 0, small_reserved_before: 10 * MiB,
+    small_reserved_after: 12 * MiB, small_requested_before: 5 * MiB, small_requested_after: 5 * MiB,
+  });
+  assert.equal(same.delta, 2 * MiB);
+});
+
 test("loop panel: an older server without small figures falls back to the pool, said so", () => {
   const m = measuredEffect({ reserved_before: 8 * MiB, reserved_after: 7 * MiB, after_steps: 3 });
-  assert.deepEqual(m, { delta: -1 * MiB, before: 8 * MiB, after: 7 * MiB, scope: "pool" });
+  assert.deepEqual(m, { delta: -1 * MiB, before: 8 * MiB, after: 7 * MiB, reservedDelta: -1 * MiB,
+    demandDelta: null, scope: "pool" });
   assert.equal(measuredEffect(null), null);
   assert.equal(measuredEffect({ reserved_before: 1 }), null);
   assert.equal(predictedEffect(null), null);
