@@ -98,7 +98,7 @@ def find_token(base, token_file=None):
     if env and env.lower() != "off":
         return env, "ADAPTALLOC_TOKEN"
     if not is_loopback(base):
-        return None, "no token for a non-loopback job (set ADAPTALLOC_TOKEN or --token-file)"
+        return None, None  # a job elsewhere wrote its file on its own host
     path = default_token_file(urllib.parse.urlsplit(base).port)
     return read_token_file(path, explicit=False), path
 
@@ -171,7 +171,10 @@ def mutate(base, method, path, body, ctype, token_file=None, if_match=None):
         headers["If-Match"] = '"%d"' % if_match
     status, _h, answer = request(base, method, path, body, headers, token)
     if status in (401, 403):
-        if token is None:
+        if token is None and where is None:
+            hint = ("no token for a job on another host: set ADAPTALLOC_TOKEN or pass "
+                    "--token-file")
+        elif token is None:
             hint = ("no token found (%s: no such file; --token-file, ADAPTALLOC_TOKEN; the job "
                     "names its token file in its start-up line, another user's is not readable)"
                     % where)
