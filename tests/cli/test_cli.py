@@ -74,6 +74,8 @@ class TestServerCli(Base):
     def tearDownClass(cls):
         cls.proc.stdin.close()
         cls.proc.wait(10)
+        cls.proc.stdout.close()
+        cls.proc.stderr.close()
         cls.tmp.cleanup()
 
     def setUp(self):
@@ -225,7 +227,9 @@ class RuntimeCli(Base):
 
     def tearDown(self):
         self.proc.terminate()
-        self.proc.wait(20)
+        self.proc.wait(60)
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            f.close()
         self.tmp.cleanup()
 
     def test_token_file_picked_up(self):
