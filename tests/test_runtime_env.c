@@ -35,15 +35,17 @@
 #endif
 
 #include "child_check.h" /* CHECK: a failed check ends the forked child */
+#include "token_auth.h"  /* the header from the runtime's token file */
 
 static char tmpdir[256];
 
 /* One HTTP/1.1 request with Connection: close; returns the status code and
- * the body (malloc'd) in *body. */
+ * the body (malloc'd) in *body. A request other than GET carries the token
+ * of the runtime's token file (none set: the runtime made one). */
 static int http(int port, const char *method, const char *path,
                 const char *headers, const char *body, char **resp_body) {
   struct sockaddr_in sa;
-  char req[8192];
+  char req[8192], auth[400] = "";
   char *buf = NULL;
   size_t len = 0, cap = 0;
   int fd, status = -1, n;
@@ -58,10 +60,12 @@ static int http(int port, const char *method, const char *path,
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
     goto out;
+  if (strcmp(method, "GET") != 0)
+    aa_test_auth_header(NULL, auth, sizeof(auth));
   n = snprintf(req, sizeof(req),
-               "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n%s"
+               "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n%s%s"
                "Content-Length: %zu\r\n\r\n%s",
-               method, path, headers ? headers : "", body ? strlen(body) : 0,
+               method, path, auth, headers ? headers : "", body ? strlen(body) : 0,
                body ? body : "");
   if (write(fd, req, (size_t)n) != n)
     goto out;
@@ -123,6 +127,7 @@ static void set_env_common(void) {
   unsetenv("ADAPTALLOC_TOKEN");
   unsetenv("ADAPTALLOC_TRACE");
   setenv("ADAPTALLOC_QUIET", "1", 1);
+  setenv("XDG_RUNTIME_DIR", tmpdir, 1); /* the token file's directory */
 }
 
 /* Allocate and free a little from the host pool; checks data integrity of

@@ -85,6 +85,7 @@ static char tmpdir[256];
 
 /* In a child: print the failed check and exit with a code naming the line. */
 #include "child_check.h"   /* CHECK: a failed check ends the forked child */
+#include "token_auth.h"    /* the header from the runtime's token file */
 
 /* ================================================================ model */
 
@@ -820,8 +821,13 @@ static uint64_t mh_disarm(void) {
   return atomic_load(&mh_failed);
 }
 
+/* "Authorization: Bearer <token>\r\n" from the token file the runtime
+ * made (no ADAPTALLOC_TOKEN), read once while no fault is injected. */
+static char mh_auth[400];
+
 /* A small HTTP/1.1 client (Connection: close). Returns the status, -1 when
- * the connection closed without one; *body gets the body (malloc'd). */
+ * the connection closed without one; *body gets the body (malloc'd). A
+ * request other than GET carries mh_auth. */
 static int mh_http(int port, const char *method, const char *path, const char *body,
                    char **resp, long long *etag) {
   struct sockaddr_in sa;
@@ -844,9 +850,10 @@ static int mh_http(int port, const char *method, const char *path, const char *b
   if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
     goto out;
   n = snprintf(req, sizeof(req),
-               "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+               "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s"
                "Content-Length: %zu\r\n\r\n%s",
-               method, path, body ? strlen(body) : 0, body ? body : "");
+               method, path, strcmp(method, "GET") != 0 ? mh_auth : "",
+               body ? strlen(body) : 0, body ? body : "");
   if (send(fd, req, (size_t)n, MSG_NOSIGNAL) != n)
     goto out;
   for (;;) {
@@ -929,12 +936,14 @@ static void mh_world_init(mh_world *w, const char *tag, bool loop) {
   setenv("ADAPTALLOC_QUIET", "1", 1);
   unsetenv("ADAPTALLOC_TRACE");
   unsetenv("ADAPTALLOC_TOKEN");
+  setenv("XDG_RUNTIME_DIR", tmpdir, 1); /* the token file's directory */
   mh_exempt = 1;
   memset(w, 0, sizeof(*w));
   w->pool = aa_runtime_pool(AA_BACKEND_HOST, -1);
   CHECK(w->pool != NULL);
   w->port = aa_runtime_http_port();
   CHECK(w->port > 0);
+  CHECK(aa_test_auth_header(NULL, mh_auth, sizeof(mh_auth)));
   /* live blocks the loop and the server must leave alone */
   for (int i = 0; i < 40; i++)
     take(w->pool, &w->m, 300 + (size_t)i * 997 + (i == 7 ? (3u << 20) : 0), i % 2 ? SA : SB);

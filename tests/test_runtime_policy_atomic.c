@@ -39,6 +39,7 @@
 #include "adaptalloc/store.h"
 
 #include "child_check.h" /* CHECK: a failed check ends the forked child */
+#include "token_auth.h"
 
 static char tmpdir[256];
 
@@ -110,7 +111,7 @@ static int connect_port(int port) {
 static void http(int port, const char *method, const char *path, const char *body,
                  reply *out) {
   size_t blen = body ? strlen(body) : 0, len = 0, cap = 1 << 16;
-  char head[512];
+  char head[1024], auth[400] = "";
   char *buf = malloc(cap);
   const char *e;
   int fd = connect_port(port);
@@ -120,10 +121,13 @@ static void http(int port, const char *method, const char *path, const char *bod
   out->status = -1;
   out->etag = -1;
   CHECK(fd >= 0 && buf != NULL);
+  /* the token the runtime made (none set), from its file */
+  if (strcmp(method, "GET") != 0)
+    CHECK(aa_test_auth_header(NULL, auth, sizeof(auth)));
   n = snprintf(head, sizeof(head),
-               "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+               "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s"
                "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-               method, path, blen);
+               method, path, auth, blen);
   CHECK(send(fd, head, (size_t)n, MSG_NOSIGNAL) == n);
   CHECK(blen == 0 || send(fd, body, blen, MSG_NOSIGNAL) == (ssize_t)blen);
   for (;;) {
@@ -457,6 +461,7 @@ static void test_runtime_policy_atomic_refused_late(void **state) {
     setenv("ADAPTALLOC_HTTP", AA_TEST_WITH_HTTP ? "127.0.0.1:0" : "off", 1);
     setenv("ADAPTALLOC_POLICY", path, 1);
     unsetenv("ADAPTALLOC_TOKEN");
+    setenv("XDG_RUNTIME_DIR", tmpdir, 1); /* the token file's directory */
     unsetenv("ADAPTALLOC_MODEL");
     unsetenv("ADAPTALLOC_TRACE");
     scenario();

@@ -87,6 +87,9 @@ export ADAPTALLOC_DB="$out/soak.db"
 export ADAPTALLOC_MODEL=soak
 export ADAPTALLOC_POLICY_DIR="$here/policies"   # no soak.json there: the default policy, loop on
 unset ADAPTALLOC_POLICY ADAPTALLOC_TOKEN ADAPTALLOC_TRACE ADAPTALLOC_QUIET
+# no token set: the demo makes one and writes it to a file here (named in
+# its start-up line); the PATCHes below read it, as any client does
+export XDG_RUNTIME_DIR="$out"
 
 # --seconds is a safety net; the script stops the demo with SIGTERM.
 "$demo" --seconds $((seconds + 60)) --threads "$threads" --compute-us 500 --phase "$phase" \
@@ -105,6 +108,10 @@ if [ -z "$base" ]; then
 fi
 base=${base%/}
 case "$base" in http://127.*) ;; *) echo "soak: FAIL not a loopback address: $base"; exit 1 ;; esac
+token_file=$(grep -o 'changes need the token in .*' "$out/demo.err" | head -1 | sed 's/^changes need the token in //')
+if [ -z "$token_file" ] || [ ! -r "$token_file" ]; then
+  echo "soak: FAIL the demo named no readable token file"; cat "$out/demo.err" >&2; exit 1
+fi
 
 # ------------------------------------------------------------------ load
 # A PATCH every second, alternating two valid loop intervals.
@@ -113,6 +120,7 @@ case "$base" in http://127.*) ;; *) echo "soak: FAIL not a loopback address: $ba
   while :; do
     v=$(( i % 2 ? 500 : 1000 ))
     code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -X PATCH \
+      -H "Authorization: Bearer $(cat "$token_file")" \
       -H 'Content-Type: application/merge-patch+json' \
       --data "{\"adapt\":{\"interval_ms\":$v}}" "$base/policy")
     echo "$code" >>"$out/patch.codes"

@@ -4,6 +4,7 @@
  * decisions (/stats adapt.audit).
  */
 import { $, setText, state } from "./common.js";
+import { measuredEffect, predictedEffect, smallWaste } from "./figures.js";
 import { fmtBytes, fmtClock, fmtCount, fmtDeltaMiB, fmtPct, num } from "./format.js";
 
 export function renderCards(p) {
@@ -13,9 +14,11 @@ export function renderCards(p) {
   const lim = num(p.limit_bytes);
   setText("c-reserved-s", "peak " + fmtBytes(num(p.peak_bytes_reserved)) + (lim ? " · limit " + fmtBytes(lim) : ""));
   const small = num(p.bytes_in_use) - num(p.large_bytes_in_use);
-  const waste = num(p.bytes_in_use) > 0 ? (num(p.bytes_in_use) - num(p.bytes_requested)) / num(p.bytes_in_use) : 0;
-  setText("c-waste", fmtPct(Math.max(0, waste)));
-  setText("c-waste-s", fmtBytes(Math.max(0, num(p.bytes_in_use) - num(p.bytes_requested))) + " lost to rounding up");
+  /* the small classes' waste, as the class table's rows compute theirs */
+  const w = smallWaste(p);
+  setText("c-waste", fmtPct(w.frac));
+  setText("c-waste-s", fmtBytes(w.wasted) + " of " + fmtBytes(w.inUse) + " in the classes lost to rounding up" +
+    (w.largeWasted > 0 ? " · large path " + fmtBytes(w.largeWasted) : ""));
   /* two figures, each named: overall (every allocation; a small one that
    * carved a slab and a large one that called the backend are misses) and
    * small-path (small allocations only); docs/stats.md defines both */
@@ -135,14 +138,12 @@ export function renderClasses(p) {
 // /stats adapt: {"enabled", "steps", "rejected_by_replay", "audit": [{pool,
 // step, kind, block_size, applied, released (trim), predicted:
 // {peak_reserved_before, peak_reserved_after, ...} | null, measured:
-// {reserved_before, reserved_after, after_steps} | null}]} (docs/stats.md);
-// a trim's size column shows the bytes it gave back
+// {reserved_before, reserved_after, small_reserved_before,
+// small_reserved_after, small_requested_before, small_requested_after,
+// after_steps} | null}]} (docs/stats.md); the prediction covers the small
+// classes with the demand held fixed, so the measured column shows their
+// reserved net of the demand's change (figures.js measuredEffect); a trim's size column shows the bytes it gave back
 const LOOP_ROWS = 64;
-function loopDelta(o, before, after) {
-  if (!o || typeof o !== "object") return null;
-  const b = o[before], a = o[after];
-  return typeof a === "number" && typeof b === "number" ? a - b : null;
-}
 function deltaCell(tr, d, title) {
   const td = tr.insertCell(-1);
   td.textContent = fmtDeltaMiB(d);
@@ -199,14 +200,21 @@ export function renderLoop(a) {
     res.className = e.applied === true ? "gain" : "loss";
     if (e.applied !== true) res.title = "not applied: the replay of the interval predicted no gain";
     const p = e.predicted;
-    deltaCell(tr, loopDelta(p, "peak_reserved_before", "peak_reserved_after"),
+    const pe = predictedEffect(p);
+    deltaCell(tr, pe ? pe.delta : null,
       p ? fmtBytes(num(p.peak_reserved_before)) + " → " + fmtBytes(num(p.peak_reserved_after)) +
         ", backend calls " + fmtCount(num(p.backend_calls_before)) + " → " + fmtCount(num(p.backend_calls_after))
         : trim ? "a trim is not replayed" : "nothing was replayed");
     const m = e.measured;
-    deltaCell(tr, loopDelta(m, "reserved_before", "reserved_after"),
-      m ? fmtBytes(num(m.reserved_before)) + " → " + fmtBytes(num(m.reserved_after)) +
-        " after " + num(m.after_steps) + " steps"
+    const me = measuredEffect(m);
+    deltaCell(tr, me ? me.delta : null,
+      me ? (me.scope === "small" ? "small classes' reserved " : "the pool's reserved (this server gives no small-class figure) ") +
+        fmtBytes(me.before) + " → " + fmtBytes(me.after) + " after " + num(m.after_steps) + " steps" +
+        (me.demandDelta !== null ? (me.demandDelta > 0 ? ", less the demand's growth" : "; the demand did not grow") +
+          " (bytes asked for " + fmtBytes(num(m.small_requested_before)) + " → " +
+          fmtBytes(num(m.small_requested_after)) + "; the prediction holds it fixed)" : "") +
+        (me.scope === "small" ? "; the whole pool's " + fmtBytes(num(m.reserved_before)) + " → " +
+          fmtBytes(num(m.reserved_after)) + " (the large path is not predicted)" : "")
         : e.applied === true ? "measured 3 steps after the change" : "not applied");
     if (e.applied !== true) tr.className = "rejected";
   }

@@ -338,6 +338,14 @@ static void verify_changes(aa_adapt_loop *l, loop_pool *lp, size_t n, size_t nd)
  * that gave nothing back (a pool held near its limit asks for one every
  * trim_cooldown steps) is not entered: the ring would soon hold only those
  * and lose the table changes it exists for. */
+/* The bytes the small classes' live blocks asked for. */
+static uint64_t small_requested(const aa_pool_stats *st) {
+  uint64_t n = 0;
+  for (uint32_t i = 0; i < st->class_count && i < AA_MAX_CLASSES; i++)
+    n += st->classes[i].bytes_requested;
+  return n;
+}
+
 static void audit_note(loop_pool *lp, const aa_adapt_decision *d) {
   aa_adapt_audit *a;
   size_t slot;
@@ -361,6 +369,8 @@ static void audit_note(loop_pool *lp, const aa_adapt_decision *d) {
   a->predicted_calls_before = d->predicted_calls_before;
   a->predicted_calls_after = d->predicted_calls_after;
   a->measured_reserved_before = lp->cur->bytes_reserved;
+  a->measured_small_before = lp->cur->bytes_reserved - lp->cur->large_bytes_reserved;
+  a->measured_small_requested_before = small_requested(lp->cur);
   a->released = d->kind == AA_ADAPT_TRIM ? d->released : 0;
 }
 
@@ -372,6 +382,8 @@ static void audit_measure(loop_pool *lp) {
     if (a->result == AA_OK && !a->measured && lp->steps - a->step >= AA_ADAPT_MEASURE_STEPS) {
       a->measured = 1;
       a->measured_reserved_after = lp->cur->bytes_reserved;
+      a->measured_small_after = lp->cur->bytes_reserved - lp->cur->large_bytes_reserved;
+      a->measured_small_requested_after = small_requested(lp->cur);
     }
   }
 }

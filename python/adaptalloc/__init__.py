@@ -25,7 +25,7 @@ __all__ = [
     "AdaptallocError", "PolicyError", "PolicyConflict", "ENV", "configure", "start",
     "started", "shutdown", "stats", "region_stats", "region_id", "policy", "policy_version",
     "set_policy", "patch_policy",
-    "http_address", "http_port", "url", "run_id", "policy_dir", "cuda_device_count", "Block",
+    "http_address", "http_port", "url", "token_file", "run_id", "policy_dir", "cuda_device_count", "Block",
 ]
 
 __version__ = "0.1.0"
@@ -316,6 +316,17 @@ def url():
     """http://ADDRESS/ of the dashboard, None when the server is off."""
     addr = http_address()
     return None if addr is None else "http://%s/" % addr
+
+
+def token_file():
+    """The file holding the token this process's server made because no
+    ADAPTALLOC_TOKEN was set (mode 0600; docs/security.md "The token file"):
+    other processes of this user send its first line as "Authorization:
+    Bearer ..." to change the policy over HTTP (the adaptalloc command line
+    reads it by itself). None when the server is off or not started, a token
+    was set (or is "off"), or the file could not be written. This process
+    needs no token: set_policy and patch_policy are in-process calls."""
+    return _C.token_file()
 
 
 def run_id():

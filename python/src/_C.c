@@ -286,6 +286,15 @@ static PyObject *py_http_address(PyObject *self, PyObject *noargs) {
   return PyUnicode_FromString(buf);
 }
 
+static PyObject *py_token_file(PyObject *self, PyObject *noargs) {
+  char buf[1200];
+  (void)self;
+  (void)noargs;
+  if (aa_runtime_token_file(buf, sizeof(buf)) != AA_OK)
+    Py_RETURN_NONE;
+  return PyUnicode_DecodeFSDefault(buf);
+}
+
 static PyObject *py_run_id(PyObject *self, PyObject *noargs) {
   (void)self;
   (void)noargs;
@@ -1083,6 +1092,7 @@ static PyMethodDef methods[] = {
      "policy_update(doc, patch, if_match, source) -> (rc, version, message)"},
     {"http_port", py_http_port, METH_NOARGS, "bound port, 0 when off"},
     {"http_address", py_http_address, METH_NOARGS, "bound address or None"},
+    {"token_file", py_token_file, METH_NOARGS, "the made token's file or None"},
     {"run_id", py_run_id, METH_NOARGS, "store run id, 0 when the store is off"},
     {"strerror", py_strerror, METH_O, "strerror(rc) -> (name, message)"},
     {"region_id", py_region_id, METH_O,

@@ -378,6 +378,11 @@ void aa__rt_apply_config(aa_runtime *rt, const aa_runtime_config *cfg) {
    * control byte) keeps it off too: served, it would make the policy
    * unchangeable while telemetry stayed open, and serving without it would
    * open the policy to every client. The token itself is never logged. */
+  /* "off": no token at all, the opt-out for loopback (the server refuses
+   * it elsewhere, as it refuses no token); unset: one is made at start */
+  rt->token_off = !refused && aa__rt_is_off(rt->token);
+  if (rt->token_off)
+    explicit_bzero(rt->token, sizeof(rt->token));
   if (!refused && aa__rt_token_check(rt->token, why, sizeof(why)) != AA_OK) {
     aa__rt_log("ADAPTALLOC_TOKEN is refused: %s; the server stays off", why);
     explicit_bzero(rt->token, sizeof(rt->token));

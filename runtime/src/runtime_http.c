@@ -58,9 +58,11 @@ static void append_pool_json(aa__buf *sb, const aa_pool_stats *st) {
 }
 
 /* The loop's audit of class-table changes, every pool (or the one named):
- * what the replay of the interval predicted before the change, and the
- * pool's reserved bytes at the change and AA_ADAPT_MEASURE_STEPS steps
- * later (null until then, and for a change that was not applied). */
+ * what the replay of the interval predicted before the change (the small
+ * requests' peak reserved), and the pool's reserved bytes, whole and the
+ * small classes' alone (the prediction's scope), at the change and
+ * AA_ADAPT_MEASURE_STEPS steps later (null until then, and for a change
+ * that was not applied). */
 static void append_audit_json(aa_runtime *rt, aa__buf *sb, const char *only) {
   aa_pool *pools[AA_RT_MAX_POOLS];
   aa_adapt_audit au[AA_ADAPT_AUDIT_MAX];
@@ -94,9 +96,16 @@ static void append_audit_json(aa_runtime *rt, aa__buf *sb, const char *only) {
       aa__buf_printf(sb, ",\"measured\":");
       if (a->measured)
         aa__buf_printf(sb, "{\"reserved_before\":%llu,\"reserved_after\":%llu,"
+                           "\"small_reserved_before\":%llu,\"small_reserved_after\":%llu,"
+                           "\"small_requested_before\":%llu,\"small_requested_after\":%llu,"
                            "\"after_steps\":%d}",
                        (unsigned long long)a->measured_reserved_before,
-                       (unsigned long long)a->measured_reserved_after, AA_ADAPT_MEASURE_STEPS);
+                       (unsigned long long)a->measured_reserved_after,
+                       (unsigned long long)a->measured_small_before,
+                       (unsigned long long)a->measured_small_after,
+                       (unsigned long long)a->measured_small_requested_before,
+                       (unsigned long long)a->measured_small_requested_after,
+                       AA_ADAPT_MEASURE_STEPS);
       else
         aa__buf_printf(sb, "null");
       aa__buf_printf(sb, "}");
@@ -535,6 +544,7 @@ void aa__rt_start_http(aa_runtime *rt) {
   aa_http_config cfg;
   aa_http_provider prov;
   char err[512];
+  bool generated;
   int rc;
 
   if (rt->http_refused) {
@@ -544,6 +554,15 @@ void aa__rt_start_http(aa_runtime *rt) {
   }
   if (aa__rt_is_off(rt->http))
     return;
+  /* No token set (and not "off"): one is made, so that no mutating request
+   * is open to every local user; it goes into a file once the port is
+   * known (docs/security.md "The token file"). */
+  generated = rt->token[0] == '\0' && !rt->token_off;
+  if (generated && aa__rt_token_generate(rt->token, sizeof(rt->token)) != AA_OK) {
+    aa__rt_log("http: no random bytes for a token (getrandom failed); the server is off "
+               "(set ADAPTALLOC_TOKEN), the allocator keeps working");
+    return;
+  }
   aa_http_config_init(&cfg);
   cfg.address = rt->http;
   cfg.token = rt->token[0] ? rt->token : NULL;
@@ -576,8 +595,29 @@ void aa__rt_start_http(aa_runtime *rt) {
     return;
   }
   atomic_store(&rt->svc.http_port, aa_http_port(rt->svc.http));
-  if (!rt->quiet)
-    aa__rt_log("http: serving on http://%s/", aa_http_bound_address(rt->svc.http));
+  if (generated &&
+      aa__rt_token_file_write(rt->token, aa_http_port(rt->svc.http), rt->svc.token_file,
+                              sizeof(rt->svc.token_file), err, sizeof(err)) != AA_OK) {
+    /* reads stay served; no client can change the policy over HTTP */
+    aa__rt_log("http: serving on http://%s/ read-only: the token file cannot be written (%s); "
+               "set ADAPTALLOC_TOKEN to change the policy over HTTP",
+               aa_http_bound_address(rt->svc.http), err);
+    return;
+  }
+  if (generated)
+    aa__rt_token_file_arm_exit(rt);
+  if (rt->quiet)
+    return;
+  if (generated)
+    aa__rt_log("http: serving on http://%s/; changes need the token in %s",
+               aa_http_bound_address(rt->svc.http), rt->svc.token_file);
+  else if (rt->token_off)
+    aa__rt_log("http: serving on http://%s/; ADAPTALLOC_TOKEN=off: any local user can "
+               "change the policy",
+               aa_http_bound_address(rt->svc.http));
+  else
+    aa__rt_log("http: serving on http://%s/; changes need ADAPTALLOC_TOKEN",
+               aa_http_bound_address(rt->svc.http));
 }
 
 int aa_rt_http_port(aa_runtime *rt) {

@@ -57,6 +57,9 @@ typedef struct aa__rt_services {
   aa_adapt_loop *loop; /* NULL when off */
   aa_http *http;       /* NULL when off */
   atomic_int http_port;
+  /* the file holding the token the runtime made (none set), "" when none
+   * (runtime_token.c) */
+  char token_file[1100];
 
   pthread_t ticker;
   bool ticker_running;
@@ -115,6 +118,7 @@ struct aa_runtime {
   char db[1024];
   char http[256];
   char token[256];
+  bool token_off; /* ADAPTALLOC_TOKEN=off: no token on loopback (opt-out) */
   /* a setting over its buffer is refused whole, never cut short */
   bool policy_refused; /* ADAPTALLOC_POLICY or _POLICY_DIR: default policy */
   bool db_refused;     /* ADAPTALLOC_DB: the store stays off */
@@ -228,6 +232,21 @@ int aa__rt_pool_config(aa_runtime *rt, const char *kind, const char *region,
                        aa_pool_config *cfg);
 /* Hooks a new pool into the policy, the loop, the store and traces. */
 void aa__rt_pool_created(aa_runtime *rt, aa_pool *pool);
+
+/* runtime_token.c: the token the runtime makes when none is set */
+/* 64 hex digits of 32 bytes from getrandom into out (cap >= 65): AA_OK, or
+ * AA_EIO (no randomness) / AA_EINVAL with out empty. */
+int aa__rt_token_generate(char *out, size_t cap);
+/* Writes token and a newline to <dir>/<port>.token (mode 0600, in a 0700
+ * directory of this user's: $XDG_RUNTIME_DIR/adaptalloc, else
+ * /tmp/adaptalloc-<uid>), replacing an earlier job's file of that port;
+ * the path into path. Else an error, path empty and why saying what. */
+int aa__rt_token_file_write(const char *token, int port, char *path, size_t cap,
+                            char *why, size_t whycap);
+/* Removes rt's token file while it still holds rt's token; forgets it. */
+void aa__rt_token_file_remove(aa_runtime *rt);
+/* For the default runtime: removes its token file at exit() (once). */
+void aa__rt_token_file_arm_exit(aa_runtime *rt);
 
 /* runtime_http.c: starts the server unless ADAPTALLOC_HTTP is off; logs and
  * leaves it off on failure. */

@@ -395,6 +395,7 @@ void aa__rt_services_stop(aa_runtime *rt) {
 
   aa_http_destroy(rt->svc.http);
   rt->svc.http = NULL;
+  aa__rt_token_file_remove(rt);
   atomic_store(&rt->svc.http_port, 0);
   aa_adapt_loop_destroy(rt->svc.loop);
   rt->svc.loop = NULL;

@@ -25,8 +25,9 @@
 //
 // --server starts that program (aa_http_testserver or anything that prints
 // "PORT <n>" and accepts --token and --watch-stdin); --url uses a running
-// server (adaptalloc-demo, say). Exit 0 pass, 1 fail, 77 skipped (no
-// playwright-core or no chromium).
+// server (adaptalloc-demo, say; with no ADAPTALLOC_TOKEN it made a token:
+// pass --token "$(cat <the file its start-up line names>)"). Exit 0 pass,
+// 1 fail, 77 skipped (no playwright-core or no chromium).
 import { spawn } from "node:child_process";
 import { mkdirSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";

@@ -343,7 +343,10 @@ static uint64_t policy_version(void) {
  * measurement, a retire the replay rejected, a trim with the bytes it gave
  * back and its measurement, and an applied add not yet measured with
  * nothing replayed. The dashboard's "Loop decisions" panel must show all
- * four. */
+ * four. After the applied add the pool grew by 10 MiB on the large path and
+ * its small classes by 1 MiB while their demand grew by 2 MiB: the panel
+ * must show the small classes' -1.00 MiB net of demand (the prediction's
+ * scope), not the pool's +10.00 MiB nor the raw +1.00 MiB. */
 static const char ADAPT_JSON[] =
     "{\"enabled\":true,\"steps\":42,\"decisions\":4,\"classes_added\":2,"
     "\"classes_retired\":0,\"grows\":0,\"trims\":1,\"bytes_trimmed\":536870912,"
@@ -352,7 +355,9 @@ static const char ADAPT_JSON[] =
     "\"applied\":true,\"predicted\":{\"peak_reserved_before\":8388608,"
     "\"peak_reserved_after\":6291456,\"backend_calls_before\":12,"
     "\"backend_calls_after\":9},\"measured\":{\"reserved_before\":8388608,"
-    "\"reserved_after\":7340032,\"after_steps\":3}},"
+    "\"reserved_after\":18874368,\"small_reserved_before\":8388608,"
+    "\"small_reserved_after\":9437184,\"small_requested_before\":6291456,"
+    "\"small_requested_after\":8388608,\"after_steps\":3}},"
     "{\"pool\":\"device0\",\"step\":36,\"kind\":\"retire_class\",\"block_size\":1536,"
     "\"applied\":false,\"predicted\":{\"peak_reserved_before\":6291456,"
     "\"peak_reserved_after\":6553600,\"backend_calls_before\":9,"
@@ -360,6 +365,7 @@ static const char ADAPT_JSON[] =
     "{\"pool\":\"device0\",\"step\":38,\"kind\":\"trim\",\"block_size\":0,"
     "\"applied\":true,\"released\":536870912,\"predicted\":null,"
     "\"measured\":{\"reserved_before\":1073741824,\"reserved_after\":603979776,"
+    "\"small_reserved_before\":1073741824,\"small_reserved_after\":603979776,"
     "\"after_steps\":3}},"
     "{\"pool\":\"host\",\"step\":41,\"kind\":\"add_class\",\"block_size\":12288,"
     "\"applied\":true,\"predicted\":null,\"measured\":null}]}";

@@ -845,3 +845,61 @@ def test_oom_snapshot_path_rules(run_py, tmp_path):
     assert "is a folder" in e["folder"]
     assert "non-empty" in e["empty"]
     assert "must be a path" in e["type"]
+
+
+def test_command_line_is_installed(aa_python):
+    """python -m adaptalloc and the adaptalloc script (cli.py) run from the
+    installed package; against no job they say so in one line, exit 3."""
+    import subprocess
+    r = subprocess.run([aa_python, "-m", "adaptalloc", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "status" in r.stdout and "policy" in r.stdout and "exit codes" in r.stdout
+    script = os.path.join(os.path.dirname(aa_python), "adaptalloc")
+    if os.path.exists(script):  # a venv's bin (ADAPTALLOC_TEST_PYTHON may be another)
+        r = subprocess.run([script, "--url", "127.0.0.1:1", "status"], capture_output=True,
+                           text=True)
+        assert r.returncode == 3, r.stderr
+        assert r.stderr.startswith("adaptalloc: ") and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_http_changes_need_the_token_file(run_py, tmp_path):
+    """No ADAPTALLOC_TOKEN: the server's token is in adaptalloc.token_file()
+    (0600); an HTTP PATCH without it is refused 401 and changes nothing, with
+    it applied; in-process patch_policy needs none."""
+    xdg = tmp_path / "run"
+    xdg.mkdir(mode=0o700)
+    r = run_py("""
+        import json, os, stat, urllib.request, urllib.error, adaptalloc
+        adaptalloc.start()
+        f = adaptalloc.token_file()
+        base = adaptalloc.url().rstrip("/")
+        def patch(doc, token=None):
+            h = {"Content-Type": "application/merge-patch+json"}
+            if token:
+                h["Authorization"] = "Bearer " + token
+            req = urllib.request.Request(base + "/policy", data=json.dumps(doc).encode(),
+                                         method="PATCH", headers=h)
+            try:
+                with urllib.request.urlopen(req) as r:
+                    return r.status
+            except urllib.error.HTTPError as e:
+                return e.code
+        no = patch({"pools": {"host": {"limit_bytes": 268435456}}})
+        v_no = adaptalloc.policy_version()
+        token = open(f).readline().strip()
+        yes = patch({"adapt": {"interval_ms": 500}}, token)
+        v_yes = adaptalloc.policy_version()
+        v_api = adaptalloc.patch_policy({"adapt": {"interval_ms": 600}})
+        print(json.dumps({"file": f, "mode": stat.S_IMODE(os.stat(f).st_mode), "no": no,
+                          "v_no": v_no, "yes": yes, "v_yes": v_yes, "v_api": v_api,
+                          "limit": adaptalloc.policy()["pools"]["host"]["limit_bytes"]}))
+    """, env={"XDG_RUNTIME_DIR": str(xdg)})
+    assert r.rc == 0, r.err
+    d = r.json()
+    assert d["file"].startswith(str(xdg) + "/adaptalloc/") and d["file"].endswith(".token")
+    assert d["mode"] == 0o600
+    assert (d["no"], d["v_no"], d["limit"]) == (401, 1, 0)
+    assert (d["yes"], d["v_yes"], d["v_api"]) == (200, 2, 3)
+    r = run_py("import adaptalloc; adaptalloc.start(); print(adaptalloc.token_file())",
+               env={"ADAPTALLOC_TOKEN": "chosen", "XDG_RUNTIME_DIR": str(xdg)})
+    assert r.rc == 0 and r.out.strip() == "None", r.err

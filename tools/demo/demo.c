@@ -398,8 +398,12 @@ int main(int argc, char **argv) {
   }
   have_addr = aa_runtime_http_address(addr, sizeof addr) == AA_OK;
   if (opts.quiet && have_addr && port_chosen_by_system()) {
-    /* the only way to find a server on a port the system picked */
-    fprintf(stderr, "adaptalloc-demo: http://%s/ (port chosen by the system)\n", addr);
+    /* the only way to find a server on a port the system picked, and the
+     * token file it made (none set), which the quiet runtime does not name */
+    char token_file[1200];
+    bool have_token = aa_runtime_token_file(token_file, sizeof token_file) == AA_OK;
+    fprintf(stderr, "adaptalloc-demo: http://%s/ (port chosen by the system)%s%s\n", addr,
+            have_token ? "; changes need the token in " : "", have_token ? token_file : "");
     fflush(stderr);
   }
   if (!opts.quiet) {

@@ -50,7 +50,10 @@ typedef struct aa_runtime_config {
                               "{rank}" becomes local_rank, else rank, else 0] */
   const char *http;        /* ADAPTALLOC_HTTP ["127.0.0.1:9100"; "off" disables;
                               docs/http.md "Address"] */
-  const char *token;       /* ADAPTALLOC_TOKEN [none]: bytes 0x21..0x7e */
+  const char *token;       /* ADAPTALLOC_TOKEN [none: one is made and written
+                              to a file, aa_runtime_token_file]: bytes
+                              0x21..0x7e; "off" (any case): none, loopback
+                              only */
   int trace;               /* ADAPTALLOC_TRACE: 1 on; 0 or -1 off */
   bool quiet;              /* ADAPTALLOC_QUIET set: no log lines but errors */
   int rank;                /* RANK [-1 unset]: /stats, /metrics, the run row */
@@ -178,6 +181,14 @@ AA_EXTERN int64_t aa_runtime_run_id(void);
  * started, AA_ERANGE when cap is too small, AA_EINVAL for NULL buf. */
 AA_EXTERN int aa_runtime_http_address(char *buf, size_t cap);
 
+/* The path of the file holding the token the runtime made because none was
+ * set (ADAPTALLOC_TOKEN unset; docs/security.md "The token file"), copied
+ * into buf. Mutating requests need "Authorization: Bearer <its first line>".
+ * AA_ENOTSUP when the server is off, a token was set (or is "off"), or the
+ * file could not be written; AA_ERANGE when cap is too small (buf empty);
+ * AA_EINVAL for NULL buf. */
+AA_EXTERN int aa_runtime_token_file(char *buf, size_t cap);
+
 /* What GET /stats answers: the runtime's state and every pool's stats as one
  * JSON document. Starts the runtime if needed. *out is malloc'd, owned by the
  * caller (free()); on failure *out is NULL and *len 0. */
@@ -234,6 +245,7 @@ AA_EXTERN aa_pool *aa_rt_pool(aa_runtime *rt, aa_backend_kind kind, int device);
 AA_EXTERN aa_pool *aa_rt_managed_pool(aa_runtime *rt, int device);
 AA_EXTERN int aa_rt_http_port(aa_runtime *rt);
 AA_EXTERN int aa_rt_http_address(aa_runtime *rt, char *buf, size_t cap);
+AA_EXTERN int aa_rt_token_file(aa_runtime *rt, char *buf, size_t cap);
 AA_EXTERN int64_t aa_rt_run_id(aa_runtime *rt);
 AA_EXTERN int aa_rt_stats_json(aa_runtime *rt, char **out, size_t *len);
 AA_EXTERN int aa_rt_policy_json(aa_runtime *rt, char **out, uint64_t *version);

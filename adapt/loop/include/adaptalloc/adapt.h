@@ -260,6 +260,12 @@ typedef struct aa_adapt_audit {
   uint64_t predicted_reserved_before, predicted_reserved_after;
   uint64_t predicted_calls_before, predicted_calls_after;
   uint64_t measured_reserved_before, measured_reserved_after;
+  /* the same, the small classes' alone (reserved less the large path's):
+   * the scope of the prediction, which replays small requests only; and
+   * the bytes the small classes' live blocks asked for then (the demand,
+   * which the prediction holds fixed) */
+  uint64_t measured_small_before, measured_small_after;
+  uint64_t measured_small_requested_before, measured_small_requested_after;
   uint64_t released; /* trim: the bytes aa_pool_trim gave back (0 otherwise) */
 } aa_adapt_audit;
 

@@ -1,0 +1,444 @@
+"""adaptalloc command line: a running job's state and policy over its HTTP
+server (docs/operating.md "The command line"). Standard library only, and
+no import of the native library: it runs from a source tree as
+``python3 python/adaptalloc/cli.py`` as well as ``python -m adaptalloc`` or
+the installed ``adaptalloc`` script.
+
+    adaptalloc status                       pools at a glance
+    adaptalloc top [--interval S]           live view (curses; --once: one frame)
+    adaptalloc policy get                   the policy in force (JSON)
+    adaptalloc policy patch DOC|@FILE|-     merge patch (RFC 7386)
+    adaptalloc policy put FILE|-            replace the policy (complete)
+    adaptalloc snapshot [-o FILE]           stats, policy, segments, OOMs: one JSON
+    adaptalloc trace --seconds N            not served yet: exits 5 saying so
+
+The job: --url (http://HOST:PORT, HOST:PORT or PORT; default $ADAPTALLOC_URL,
+else 127.0.0.1:9100), --rank R adds R to the port (ADAPTALLOC_HTTP's
+"+rank": rank R of a job on one host listens on 9100 + R).
+
+The token (mutating requests only; reads need none): --token-file FILE, else
+$ADAPTALLOC_TOKEN (unless "off"), else, for a loopback URL, the file the job
+wrote at start: $XDG_RUNTIME_DIR/adaptalloc/<port>.token when
+XDG_RUNTIME_DIR is an absolute path, else /tmp/adaptalloc-<uid>/<port>.token
+(docs/security.md "The token file").
+
+Exit codes: 0 done; 1 the server refused (4xx other than 401/403, 5xx;
+its message is printed); 2 usage; 3 the job cannot be reached (or answered
+something that is not its JSON); 4 refused for want of the right token
+(401/403); 5 not supported by this server. Errors are one line on stderr.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_AUTH, EXIT_UNSUPPORTED = range(6)
+DEFAULT_URL = "127.0.0.1:9100"
+PROG = "adaptalloc"
+
+
+class CliError(Exception):
+    """One line for stderr and an exit code."""
+
+    def __init__(self, message, code):
+        super().__init__(message)
+        self.code = code
+
+
+# ------------------------------------------------------------------ the job
+
+def base_url(url, rank=None):
+    """http://host:port from URL, HOST:PORT or PORT, the port plus rank."""
+    url = (url or os.environ.get("ADAPTALLOC_URL") or DEFAULT_URL).strip()
+    if url.isdigit():
+        url = "127.0.0.1:" + url
+    if "://" not in url:
+        url = "http://" + url
+    u = urllib.parse.urlsplit(url)
+    if u.scheme != "http":
+        raise CliError("--url %r: only http:// (the job serves no TLS; use an SSH tunnel)" % url,
+                       EXIT_USAGE)
+    try:
+        port = u.port or 9100
+    except ValueError:
+        raise CliError("--url %r: the port is not a number from 0 to 65535" % url,
+                       EXIT_USAGE) from None
+    host = u.hostname or "127.0.0.1"
+    if rank:
+        port += rank
+        if port > 65535:
+            raise CliError("--rank %d: port %d is past 65535" % (rank, port), EXIT_USAGE)
+    if ":" in host:
+        host = "[%s]" % host
+    return "http://%s:%d" % (host, port)
+
+
+def is_loopback(base):
+    host = urllib.parse.urlsplit(base).hostname or ""
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def default_token_file(port):
+    """Where the job on `port` wrote its token (the runtime's rule)."""
+    xdg = os.environ.get("XDG_RUNTIME_DIR", "")
+    if xdg.startswith("/"):
+        return os.path.join(xdg, "adaptalloc", "%d.token" % port)
+    return "/tmp/adaptalloc-%d/%d.token" % (os.geteuid(), port)
+
+
+def find_token(base, token_file=None):
+    """(token, where) for a mutating request; token None when there is none."""
+    if token_file:
+        return read_token_file(token_file, explicit=True), token_file
+    env = os.environ.get("ADAPTALLOC_TOKEN")
+    if env and env.lower() != "off":
+        return env, "ADAPTALLOC_TOKEN"
+    if not is_loopback(base):
+        return None, None  # a job elsewhere wrote its file on its own host
+    path = default_token_file(urllib.parse.urlsplit(base).port)
+    return read_token_file(path, explicit=False), path
+
+
+def read_token_file(path, explicit):
+    try:
+        with open(path, "r", encoding="ascii") as f:
+            token = f.readline().strip()
+    except FileNotFoundError:
+        if explicit:
+            raise CliError("token file %s: no such file" % path, EXIT_USAGE) from None
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        raise CliError("token file %s: %s" % (path, getattr(e, "strerror", None) or e),
+                       EXIT_AUTH) from None
+    return token or None
+
+
+def request(base, method, path, body=None, headers=None, token=None, timeout=10.0):
+    """(status, headers, body bytes); CliError when the job cannot be reached."""
+    h = {"Accept": "application/json"}
+    h.update(headers or {})
+    if token:
+        h["Authorization"] = "Bearer " + token
+    data = body.encode("utf-8") if isinstance(body, str) else body
+    req = urllib.request.Request(base + path, data=data, method=method, headers=h)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+    except urllib.error.URLError as e:
+        raise CliError("%s: cannot reach the job: %s" % (base, reason_text(e.reason)),
+                       EXIT_UNREACHABLE) from None
+    except (OSError, ValueError) as e:  # timeouts, resets, a non-HTTP answer
+        raise CliError("%s: cannot reach the job: %s" % (base, reason_text(e)),
+                       EXIT_UNREACHABLE) from None
+
+
+def reason_text(r):
+    return getattr(r, "strerror", None) or str(r) or type(r).__name__
+
+
+def error_text(body):
+    try:
+        doc = json.loads(body)
+        if isinstance(doc, dict) and "error" in doc:
+            return str(doc["error"])
+    except ValueError:
+        pass
+    return body.decode("utf-8", "replace").strip()[:300] or "(no message)"
+
+
+def get_json(base, path):
+    status, _h, body = request(base, "GET", path)
+    if status != 200:
+        raise CliError("GET %s: %d %s" % (path, status, error_text(body)),
+                       EXIT_AUTH if status in (401, 403) else EXIT_REFUSED)
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise CliError("GET %s: the answer is not JSON (is %s an adaptalloc job?)"
+                       % (path, base), EXIT_UNREACHABLE) from None
+
+
+def mutate(base, method, path, body, ctype, token_file=None, if_match=None):
+    token, where = find_token(base, token_file)
+    headers = {"Content-Type": ctype}
+    if if_match is not None:
+        headers["If-Match"] = '"%d"' % if_match
+    status, _h, answer = request(base, method, path, body, headers, token)
+    if status in (401, 403):
+        if token is None and where is None:
+            hint = ("no token for a job on another host: set ADAPTALLOC_TOKEN or pass "
+                    "--token-file")
+        elif token is None:
+            hint = ("no token found (%s: no such file; --token-file, ADAPTALLOC_TOKEN; the job "
+                    "names its token file in its start-up line, another user's is not readable)"
+                    % where)
+        else:
+            hint = "the token from %s is not this job's" % where
+        raise CliError("%s %s: %d %s; %s" % (method, path, status, error_text(answer), hint),
+                       EXIT_AUTH)
+    if status >= 300:
+        raise CliError("%s %s: %d %s" % (method, path, status, error_text(answer)),
+                       EXIT_REFUSED)
+    try:
+        return json.loads(answer)
+    except ValueError:
+        return {}
+
+
+# ------------------------------------------------------------------ text
+
+def fmt_bytes(n):
+    n = float(n or 0)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return ("%d %s" % (n, unit)) if unit == "B" else ("%.1f %s" % (n, unit))
+        n /= 1024
+    return "%d B" % n
+
+
+def fmt_pct(x):
+    return "-" if x is None else "%.1f%%" % (100.0 * x)
+
+
+def pool_line(p):
+    return "%-16s %-8s in use %10s  reserved %10s  peak %10s  hit %6s  allocs %10d  ooms %d" % (
+        p.get("name", "?")[:16], p.get("backend", "?")[:8], fmt_bytes(p.get("bytes_in_use")),
+        fmt_bytes(p.get("bytes_reserved")), fmt_bytes(p.get("peak_bytes_reserved")),
+        fmt_pct(p.get("overall_hit_rate")), p.get("allocs", 0), p.get("ooms", 0))
+
+
+def status_text(base, st):
+    lines = ["%s  model %s  policy version %s%s" % (
+        base, st.get("model", "?"), st.get("policy_version", "?"),
+        ("  pid %s" % st["pid"]) if "pid" in st else "")]
+    for p in st.get("pools", []):
+        lines.append(pool_line(p))
+    a = st.get("adapt")
+    if isinstance(a, dict):
+        lines.append("loop %s: step %s, %s rejected by replay" % (
+            "on" if a.get("enabled") else "off", a.get("steps", 0), a.get("rejected_by_replay", 0)))
+    oom = st.get("last_oom")
+    if oom:
+        lines.append("last OOM: pool %s, %s asked" % (oom.get("pool", "?"),
+                                                      fmt_bytes(oom.get("size", 0))))
+    return "\n".join(lines)
+
+
+def top_lines(base, st, pool_index=0, width=120, classes=12, sizes=8):
+    """The top view as lines: every pool, then the selected pool's classes
+    (most in use first) and its most frequent request sizes."""
+    pools = st.get("pools", [])
+    out = ["adaptalloc top  %s  model %s  policy v%s  %s" % (
+        base, st.get("model", "?"), st.get("policy_version", "?"), time.strftime("%H:%M:%S")),
+        ""]
+    for i, p in enumerate(pools):
+        out.append(("> " if i == pool_index else "  ") + pool_line(p))
+    if pools:
+        p = pools[pool_index % len(pools)]
+        out += ["", "classes of %s (most in use first)" % p.get("name"),
+                "  %10s %6s %11s %11s %10s %10s %7s" % ("block", "slabs", "in use", "reserved",
+                                                         "hits", "misses", "waste")]
+        cls = sorted(p.get("classes", []), key=lambda k: -(k.get("bytes_in_use") or 0))
+        for k in cls[:classes]:
+            u = k.get("bytes_in_use") or 0
+            w = max(0, u - (k.get("bytes_requested") or 0)) / u if u else None
+            out.append("  %10s %6d %11s %11s %10d %10d %7s%s" % (
+                fmt_bytes(k.get("block_size")), k.get("slabs", 0), fmt_bytes(u),
+                fmt_bytes(k.get("bytes_reserved")), k.get("hits", 0), k.get("misses", 0),
+                fmt_pct(w), " (retiring)" if k.get("retiring") else ""))
+        out += ["", "top request sizes of %s" % p.get("name")]
+        for h in (p.get("hh") or [])[:sizes]:
+            out.append("  %10s x %d" % (fmt_bytes(h.get("size")), h.get("count", 0)))
+        out += ["", "q quits, p / tab next pool"]
+    return [line[:width] for line in out]
+
+
+# ------------------------------------------------------------------ commands
+
+def cmd_status(args, base):
+    st = get_json(base, "/stats")
+    print(json.dumps(st, indent=2) if args.json else status_text(base, st))
+    return EXIT_OK
+
+
+def cmd_top(args, base):
+    if args.once or not sys.stdout.isatty():
+        print("\n".join(top_lines(base, get_json(base, "/stats"))))
+        return EXIT_OK
+    import curses
+
+    def loop(scr):
+        curses.curs_set(0)
+        scr.timeout(int(args.interval * 1000))
+        sel, err = 0, None
+        while True:
+            try:
+                st = get_json(base, "/stats")
+                err = None
+            except CliError as e:
+                st, err = {"pools": []}, str(e)
+            h, w = scr.getmaxyx()
+            scr.erase()
+            lines = top_lines(base, st, sel, w - 1)
+            if err:
+                lines = [err[:w - 1]] + lines
+            for y, line in enumerate(lines[:h]):
+                scr.addstr(y, 0, line)
+            scr.refresh()
+            c = scr.getch()
+            if c in (ord("q"), ord("Q"), 27):
+                return
+            if c in (ord("p"), 9) and st.get("pools"):
+                sel = (sel + 1) % len(st["pools"])
+
+    try:
+        curses.wrapper(loop)
+    except KeyboardInterrupt:
+        pass
+    return EXIT_OK
+
+
+def read_doc(spec, what):
+    """The document of `spec`: JSON text, @FILE, FILE (for put) or - (stdin)."""
+    try:
+        if spec == "-":
+            text = sys.stdin.read()
+        elif spec.startswith("@") or (what == "put" and not spec.lstrip().startswith("{")):
+            path = spec[1:] if spec.startswith("@") else spec
+            with open(path, "r", encoding="utf-8") as f:
+                text = f.read()
+        else:
+            text = spec
+    except OSError as e:
+        raise CliError("policy %s: %s: %s" % (what, e.filename, e.strerror), EXIT_USAGE) from None
+    try:
+        json.loads(text)
+    except ValueError as e:
+        raise CliError("policy %s: the document is not JSON (%s)" % (what, e), EXIT_USAGE) from None
+    return text
+
+
+def cmd_policy(args, base):
+    if args.policy_cmd == "get":
+        print(json.dumps(get_json(base, "/policy"), indent=2))
+        return EXIT_OK
+    if args.policy_cmd == "patch":
+        doc = read_doc(args.doc, "patch")
+        ans = mutate(base, "PATCH", "/policy", doc, "application/merge-patch+json",
+                     args.token_file, args.if_match)
+    else:
+        doc = read_doc(args.file, "put")
+        ans = mutate(base, "PUT", "/policy", doc, "application/json", args.token_file,
+                     args.if_match)
+    v = ans.get("version", "?")
+    print("version %s in force%s" % (v, "" if ans.get("changed", True) else " (nothing changed)"))
+    return EXIT_OK
+
+
+def cmd_snapshot(args, base):
+    st = get_json(base, "/stats")
+    snap = {"url": base, "time_unix_ms": int(time.time() * 1000), "stats": st,
+            "policy": get_json(base, "/policy"), "segments": {}, "oom": None}
+    for p in st.get("pools", []):
+        name = p.get("name")
+        try:
+            snap["segments"][name] = get_json(base, "/segments?pool=" + urllib.parse.quote(name))
+        except CliError as e:
+            if e.code == EXIT_UNREACHABLE:
+                raise
+            snap["segments"][name] = None
+    try:
+        snap["oom"] = get_json(base, "/oom")
+    except CliError as e:
+        if e.code == EXIT_UNREACHABLE:
+            raise
+    text = json.dumps(snap, indent=1) + "\n"
+    if args.output in (None, "-"):
+        sys.stdout.write(text)
+    else:
+        tmp = args.output + ".tmp%d" % os.getpid()
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, args.output)
+        except OSError as e:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise CliError("snapshot: %s: %s" % (args.output, e.strerror), EXIT_USAGE) from None
+        print("%s: %d pools" % (args.output, len(st.get("pools", []))), file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_trace(args, base):
+    # The server has no run-time switch for tracing yet: the policy's
+    # telemetry.trace is read when a pool is made, and only ADAPTALLOC_TRACE=1
+    # at start traces (issue 38, item 3). Say so rather than pretend.
+    raise CliError("trace --seconds %d: this job cannot switch tracing on at run time (the server "
+                   "has no such switch yet); start it with ADAPTALLOC_TRACE=1 and export the "
+                   "store's trace (adaptalloc-replay export)" % args.seconds, EXIT_UNSUPPORTED)
+
+
+# ------------------------------------------------------------------ main
+
+def parser():
+    ap = argparse.ArgumentParser(
+        prog=PROG, description="A running adaptalloc job's state and policy over its HTTP server.",
+        epilog="exit codes: 0 done, 1 refused by the server, 2 usage, 3 job unreachable, "
+               "4 token missing or wrong, 5 not supported by this server")
+    ap.add_argument("--url", help="the job: http://HOST:PORT, HOST:PORT or PORT "
+                                  "(default $ADAPTALLOC_URL, else %s)" % DEFAULT_URL)
+    ap.add_argument("--rank", type=int, default=0, help="add RANK to the port (one job per rank)")
+    ap.add_argument("--token-file", help="the job's token file (default: the file it wrote)")
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
+    sub.required = True
+    s = sub.add_parser("status", help="pools at a glance")
+    s.add_argument("--json", action="store_true", help="the whole /stats document")
+    s.set_defaults(fn=cmd_status)
+    t = sub.add_parser("top", help="live view of pools, classes and top sizes")
+    t.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
+    t.add_argument("--once", action="store_true", help="print one frame and exit")
+    t.set_defaults(fn=cmd_top)
+    p = sub.add_parser("policy", help="get, patch or put the policy")
+    ps = p.add_subparsers(dest="policy_cmd", metavar="get|patch|put")
+    ps.required = True
+    ps.add_parser("get", help="the policy in force")
+    pp = ps.add_parser("patch", help="merge patch: JSON text, @FILE or -")
+    pp.add_argument("doc")
+    pp.add_argument("--if-match", type=int, help="only if this version is in force")
+    pu = ps.add_parser("put", help="replace the policy: FILE or -")
+    pu.add_argument("file")
+    pu.add_argument("--if-match", type=int, help="only if this version is in force")
+    p.set_defaults(fn=cmd_policy)
+    n = sub.add_parser("snapshot", help="stats, policy, segments and OOMs as one JSON document")
+    n.add_argument("-o", "--output", help="write to FILE (default stdout)")
+    n.set_defaults(fn=cmd_snapshot)
+    r = sub.add_parser("trace", help="trace the next N seconds (not served yet: exits 5)")
+    r.add_argument("--seconds", type=int, required=True)
+    r.set_defaults(fn=cmd_trace)
+    return ap
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)  # usage errors: exit 2 with argparse's line
+    if args.rank < 0:
+        print("%s: --rank must be >= 0" % PROG, file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return args.fn(args, base_url(args.url, args.rank))
+    except CliError as e:
+        print("%s: %s" % (PROG, e), file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

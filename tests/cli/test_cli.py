@@ -1,0 +1,266 @@
+"""tests/cli/test_cli.py — the command line (python/adaptalloc/cli.py) against
+the test server (aa_http_testserver, a token given) and against the real
+runtime (adaptalloc-demo, no token set: it writes its token file, which the
+CLI finds by itself). Standard library only; ctest test_cli (tests/cli.cmake).
+
+    AA_TESTSERVER=... AA_DEMO=... python3 tests/cli/test_cli.py
+"""
+import json
+import os
+import re
+import select
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLI = os.path.join(HERE, "..", "..", "python", "adaptalloc", "cli.py")
+TOKEN = "cli-test-token-0123"
+
+
+def start_server(argv, pattern, env=None, stream="stdout", timeout=15):
+    """Starts argv, waits for a line matching pattern on stream: (proc, match)."""
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                         text=True, stdin=subprocess.PIPE)
+    f = p.stdout if stream == "stdout" else p.stderr
+    end = time.time() + timeout
+    seen = []
+    while time.time() < end:
+        r, _, _ = select.select([f], [], [], 0.2)
+        if r:
+            line = f.readline()
+            if not line:
+                break
+            seen.append(line)
+            m = re.search(pattern, line)
+            if m:
+                return p, m
+    p.kill()
+    raise RuntimeError("%s did not start: %r" % (argv[0], seen))
+
+
+class Base(unittest.TestCase):
+    def cli(self, *args, env=None, stdin=None):
+        e = dict(os.environ)
+        e.pop("ADAPTALLOC_TOKEN", None)
+        e.pop("ADAPTALLOC_URL", None)
+        e["XDG_RUNTIME_DIR"] = self.xdg  # no token file unless a test makes one
+        e.update(env or {})
+        r = subprocess.run([sys.executable, CLI] + list(args), capture_output=True, text=True,
+                           env=e, input=stdin, timeout=60)
+        return r.returncode, r.stdout, r.stderr
+
+    def assertOneLineError(self, err):
+        self.assertEqual(len(err.strip().splitlines()), 1, err)
+        self.assertTrue(err.startswith("adaptalloc: "), err)
+        self.assertNotIn("Traceback", err)
+
+
+@unittest.skipUnless(os.environ.get("AA_TESTSERVER"), "AA_TESTSERVER not set")
+class TestServerCli(Base):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.proc, m = start_server([os.environ["AA_TESTSERVER"], "--address", "127.0.0.1:0",
+                                    "--token", TOKEN, "--watch-stdin"], r"PORT (\d+)")
+        cls.port = int(m.group(1))
+        cls.url = "127.0.0.1:%d" % cls.port
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.proc.stdin.close()
+        cls.proc.wait(10)
+        cls.proc.stdout.close()
+        cls.proc.stderr.close()
+        cls.tmp.cleanup()
+
+    def setUp(self):
+        self.xdg = tempfile.mkdtemp(dir=self.tmp.name)
+        os.chmod(self.xdg, 0o700)
+
+    def version(self):
+        with urllib.request.urlopen("http://%s/policy" % self.url) as r:
+            return int(r.headers["ETag"].strip('"'))
+
+    def test_status(self):
+        rc, out, err = self.cli("--url", self.url, "status")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("device0", out)
+        self.assertIn("policy version", out)
+        rc, out, err = self.cli("--url", "http://" + self.url, "status", "--json")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("pools", json.loads(out))
+
+    def test_top_once(self):
+        rc, out, err = self.cli("--url", self.url, "top", "--once")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("classes of device0", out)
+        self.assertIn("top request sizes", out)
+
+    def test_policy_get(self):
+        rc, out, err = self.cli("--url", str(self.port), "policy", "get")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("pools", json.loads(out))
+
+    def test_patch_without_token_refused_and_changes_nothing(self):
+        v = self.version()
+        rc, out, err = self.cli("--url", self.url, "policy", "patch", '{"adapt":{"interval_ms":700}}')
+        self.assertEqual(rc, 4, err)
+        self.assertOneLineError(err)
+        self.assertIn("401", err)
+        self.assertEqual(self.version(), v)
+
+    def test_patch_wrong_token(self):
+        v = self.version()
+        rc, _, err = self.cli("--url", self.url, "policy", "patch", '{"adapt":{"interval_ms":700}}',
+                              env={"ADAPTALLOC_TOKEN": "wrong"})
+        self.assertEqual(rc, 4, err)
+        self.assertIn("403", err)
+        self.assertEqual(self.version(), v)
+
+    def test_patch_with_the_token_file_found_by_itself(self):
+        d = os.path.join(self.xdg, "adaptalloc")
+        os.mkdir(d, 0o700)
+        with open(os.path.join(d, "%d.token" % self.port), "w") as f:
+            f.write(TOKEN + "\n")
+        v = self.version()
+        rc, out, err = self.cli("--url", self.url, "policy", "patch", '{"adapt":{"interval_ms":600}}')
+        self.assertEqual(rc, 0, err)
+        self.assertIn("version %d in force" % (v + 1), out)
+        self.assertEqual(self.version(), v + 1)
+
+    def test_patch_token_file_option_env_and_stdin(self):
+        tf = os.path.join(self.xdg, "t")
+        with open(tf, "w") as f:
+            f.write(TOKEN + "\n")
+        rc, out, err = self.cli("--url", self.url, "--token-file", tf, "policy", "patch",
+                                '{"adapt":{"interval_ms":650}}')
+        self.assertEqual(rc, 0, err)
+        rc, out, err = self.cli("--url", self.url, "policy", "patch", "-",
+                                env={"ADAPTALLOC_TOKEN": TOKEN}, stdin='{"adapt":{"interval_ms":660}}')
+        self.assertEqual(rc, 0, err)
+        rc, _, err = self.cli("--url", self.url, "--token-file", tf + "-none", "policy", "get")
+        self.assertEqual(rc, 0, err)  # reads need no token
+        rc, _, err = self.cli("--url", self.url, "--token-file", tf + "-none", "policy", "patch", "{}")
+        self.assertEqual(rc, 2, err)
+        self.assertOneLineError(err)
+
+    def test_put_and_if_match(self):
+        rc, doc, err = self.cli("--url", self.url, "policy", "get")
+        self.assertEqual(rc, 0, err)
+        f = os.path.join(self.xdg, "p.json")
+        with open(f, "w") as fh:
+            fh.write(doc)
+        env = {"ADAPTALLOC_TOKEN": TOKEN}
+        rc, out, err = self.cli("--url", self.url, "policy", "put", f, env=env)
+        self.assertEqual(rc, 0, err)
+        rc, _, err = self.cli("--url", self.url, "policy", "patch", "{}", "--if-match", "99999",
+                              env=env)
+        self.assertEqual(rc, 1, err)
+        self.assertIn("412", err)
+
+    def test_refused_document(self):
+        v = self.version()
+        rc, _, err = self.cli("--url", self.url, "policy", "patch", '{"adapt":{"interval_ms":1}}',
+                              env={"ADAPTALLOC_TOKEN": TOKEN})
+        self.assertEqual(rc, 1, err)
+        self.assertOneLineError(err)
+        self.assertIn("interval_ms", err)
+        self.assertEqual(self.version(), v)
+        rc, _, err = self.cli("--url", self.url, "policy", "patch", "{not json")
+        self.assertEqual(rc, 2, err)
+        self.assertOneLineError(err)
+
+    def test_rank_adds_to_the_port(self):
+        rc, out, err = self.cli("--url", "127.0.0.1:%d" % (self.port - 1), "--rank", "1", "status")
+        self.assertEqual(rc, 0, err)
+        self.assertIn(":%d" % self.port, out)
+
+    def test_snapshot(self):
+        f = os.path.join(self.xdg, "snap.json")
+        rc, _, err = self.cli("--url", self.url, "snapshot", "-o", f)
+        self.assertEqual(rc, 0, err)
+        with open(f) as fh:
+            snap = json.load(fh)
+        for k in ("stats", "policy", "segments", "oom"):
+            self.assertIn(k, snap)
+        self.assertIn("device0", snap["segments"])
+
+    def test_trace_is_not_served_yet(self):
+        rc, _, err = self.cli("--url", self.url, "trace", "--seconds", "5")
+        self.assertEqual(rc, 5, err)
+        self.assertOneLineError(err)
+
+    def test_unreachable_and_usage(self):
+        rc, _, err = self.cli("--url", "127.0.0.1:1", "status")
+        self.assertEqual(rc, 3, err)
+        self.assertOneLineError(err)
+        rc, _, err = self.cli("--url", "https://127.0.0.1:9100", "status")
+        self.assertEqual(rc, 2, err)
+        self.assertOneLineError(err)
+        rc, _, err = self.cli("--url", self.url)
+        self.assertEqual(rc, 2, err)
+        rc, _, err = self.cli("--url", self.url, "--rank", "-1", "status")
+        self.assertEqual(rc, 2, err)
+
+
+@unittest.skipUnless(os.environ.get("AA_DEMO"), "AA_DEMO not set")
+class RuntimeCli(Base):
+    """The real runtime with no token set: it makes one, writes the file, and
+    the CLI finds it by itself; without the file (another user) it is
+    refused and nothing changes."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.xdg = os.path.join(self.tmp.name, "run")
+        os.mkdir(self.xdg, 0o700)
+        env = dict(os.environ, ADAPTALLOC_DB="off", ADAPTALLOC_HTTP="127.0.0.1:0",
+                   XDG_RUNTIME_DIR=self.xdg, ADAPTALLOC_POLICY_DIR=self.tmp.name)
+        env.pop("ADAPTALLOC_TOKEN", None)
+        self.proc, m = start_server([os.environ["AA_DEMO"], "--seconds", "60", "--quiet"],
+                                    r"http://(127\.0\.0\.1:\d+)/", env=env, stream="stderr")
+        self.url = m.group(1)
+
+    def tearDown(self):
+        self.proc.terminate()
+        self.proc.wait(60)
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            f.close()
+        self.tmp.cleanup()
+
+    def test_token_file_picked_up(self):
+        port = int(self.url.rsplit(":", 1)[1])
+        tf = os.path.join(self.xdg, "adaptalloc", "%d.token" % port)
+        for _ in range(50):
+            if os.path.exists(tf):
+                break
+            time.sleep(0.1)
+        self.assertEqual(stat.S_IMODE(os.stat(tf).st_mode), 0o600)
+        # another user: no file to read
+        other = tempfile.mkdtemp(dir=self.tmp.name)
+        rc, _, err = self.cli("--url", self.url, "policy", "patch",
+                              '{"pools":{"host":{"limit_bytes":268435456}}}',
+                              env={"XDG_RUNTIME_DIR": other})
+        self.assertEqual(rc, 4, err)
+        self.assertIn("401", err)
+        rc, out, err = self.cli("--url", self.url, "policy", "get")
+        self.assertEqual(rc, 0, err)
+        doc = json.loads(out)
+        self.assertEqual(doc["pools"]["host"]["limit_bytes"], 0)
+        self.assertEqual(doc["version"], 1)
+        # the job's user: found by itself
+        rc, out, err = self.cli("--url", self.url, "policy", "patch",
+                                '{"adapt":{"interval_ms":500}}')
+        self.assertEqual(rc, 0, err)
+        self.assertIn("in force", out)
+        rc, out, err = self.cli("--url", self.url, "status")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("host", out)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
