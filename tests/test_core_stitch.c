@@ -205,6 +205,51 @@ static void test_core_stitch_dissolved_for_another_size(void **state) {
   fx_done(f);
 }
 
+/* A loop whose early phase fills the holes and whose peak needs the
+ * stitched range: from the second step on the range sleeps and wakes with
+ * no backend call, and reserved stays where the first step left it. */
+static void test_core_stitch_loop_no_calls(void **state) {
+  (void)state;
+  fx *f = make_stitch(0, 1);
+  layout l = holes(f);
+  uint64_t reserved = stats(f).large_bytes_reserved;
+  uint64_t maps[2] = {0, 0}, al[2] = {0, 0}, unal[2] = {0, 0}, fr;
+  for (int step = 0; step < 6; step++) {
+    char *a[3];
+    for (int i = 0; i < 3; i++) { /* the early phase: into the holes */
+      a[i] = aa_alloc(f->p, 6 * MiB, NULL);
+      assert_non_null(a[i]);
+      memset(a[i], 0x10 + i, 6 * MiB);
+    }
+    for (int i = 0; i < 3; i++) {
+      const unsigned char *x = (const unsigned char *)a[i];
+      assert_int_equal(x[0], 0x10 + i);
+      assert_int_equal(x[6 * MiB - 1], 0x10 + i);
+      assert_int_equal(aa_free(f->p, a[i], 6 * MiB, NULL), AA_OK);
+    }
+    char *p = aa_alloc(f->p, 10 * MiB, NULL); /* the peak */
+    assert_non_null(p);
+    memset(p, 0x99, 10 * MiB);
+    assert_int_equal(aa_free(f->p, p, 10 * MiB, NULL), AA_OK);
+    assert_int_equal(stats(f).large_bytes_reserved, reserved);
+    if (step == 1) {
+      aa_backend_host_counts(f->b, &maps[0], &fr, NULL);
+      aa_backend_host_alias_counts(f->b, &al[0], &unal[0]);
+    }
+  }
+  aa_backend_host_counts(f->b, &maps[1], &fr, NULL);
+  aa_backend_host_alias_counts(f->b, &al[1], &unal[1]);
+  assert_int_equal(maps[1], maps[0]);
+  assert_int_equal(al[1], al[0]);
+  assert_int_equal(unal[1], unal[0]);
+  aa_pool_stats st = stats(f);
+  assert_int_equal(st.large_stitches, 1);
+  assert_true(st.large_stitch_wakes >= 4);
+  assert_true(st.large_stitch_rests >= 4);
+  free_keep(f, &l);
+  fx_done(f);
+}
+
 /* Under a limit that the request would pass by mapping new pages: the
  * stitched range serves it. */
 static void test_core_stitch_under_limit(void **state) {
@@ -307,6 +352,7 @@ int main(void) {
       cmocka_unit_test(test_core_stitch_serves_from_holes),
       cmocka_unit_test(test_core_stitch_off_by_default),
       cmocka_unit_test(test_core_stitch_dissolved_for_another_size),
+      cmocka_unit_test(test_core_stitch_loop_no_calls),
       cmocka_unit_test(test_core_stitch_under_limit),
       cmocka_unit_test(test_core_stitch_random_shadow),
   };

@@ -76,6 +76,7 @@ size_t aa_replay_result_json(const aa_replay_result *r, char *buf, size_t cap) {
   U(stitch_dissolved);
   U(alias_maps);
   U(alias_unmaps);
+  U(stitch_wakes);
   jputf(&j, "\"adapt\":{\"steps\":%llu,\"decisions\":%llu,\"classes_added\":"
             "%llu,\"classes_retired\":%llu,\"grows\":%llu,\"trims\":%llu,"
             "\"bytes_trimmed\":%llu,\"apply_failures\":%llu,\"rejected\":%llu},",

@@ -590,6 +590,7 @@ void aa_replay_sim_result(aa_replay_sim *s, aa_replay_result *r) {
     r->stitches = st->large_stitches;
     r->stitch_hits = st->large_stitch_hits;
     r->stitch_dissolved = st->large_stitch_dissolved;
+    r->stitch_wakes = st->large_stitch_wakes;
   }
   free(st);
   if (r->cache_hits + r->cache_misses > 0)

@@ -666,10 +666,10 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
   bool passthrough = pool->cfg.large_mode == AA_LARGE_PASSTHROUGH;
   bool vmm = pool->large->vmm_page != 0;
   bool reclaimed = false;
-  bool fresh = false;     /* a new segment was made for this request */
-  bool waited = false;    /* c came from wait_fit: c->stream == stream */
-  bool stitched = false;  /* c is a stitched range's (whole, never split) */
-  bool dissolved = false; /* the free stitched ranges were dissolved once */
+  bool fresh = false;    /* a new segment was made for this request */
+  bool waited = false;   /* c came from wait_fit: c->stream == stream */
+  bool stitched = false; /* c is a stitched range's (whole, never split) */
+  int stitch_pass = 0;   /* 1: free ranges put to sleep; 2: dormant ones destroyed */
   void *p = NULL;
   *retry = false;
   if (need < size) /* overflow */
@@ -713,8 +713,16 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
         if (c == NULL && pool->large->stitch_on) {
           c = aa__lg_stitch_take(pool, need, stream);
           stitched = c != NULL;
-          if (c == NULL && !dissolved && aa__lg_stitch_dissolve_free(pool) > 0) {
-            dissolved = true;
+          /* nothing: the free ranges sleep (their parts back in the holes,
+           * no call), then the dormant ones go (their pages free for a new
+           * range); each once, and the search starts again */
+          if (c == NULL && stitch_pass == 0 && aa__lg_stitch_rest(pool) > 0) {
+            stitch_pass = 1;
+            reclaimed = false;
+            continue;
+          }
+          if (c == NULL && stitch_pass < 2 && aa__lg_stitch_drop_dormant(pool) > 0) {
+            stitch_pass = 2;
             reclaimed = false;
             continue;
           }
@@ -1211,7 +1219,10 @@ void aa__large_stats_get(aa_pool *pool, bool account, aa__large_stats *out) {
   out->pages_mapped = L->vmm_maps;
   out->pages_unmapped = L->vmm_unmaps;
   out->page_bytes = L->vmm_page;
-  out->stitched_ranges = L->nstitch;
+  out->stitched_ranges = L->nstitch - L->ndormant;
+  out->stitch_dormant = L->ndormant;
+  out->stitch_rests = L->stitch_rests;
+  out->stitch_wakes = L->stitch_wakes;
   out->stitched_bytes = L->stitch_bytes;
   out->stitches = L->stitches_made;
   out->stitch_hits = L->stitch_hits;
@@ -1289,6 +1300,8 @@ int aa__large_walk(aa_pool *pool, aa_walk_fn fn, void *user) {
   for (const aa__seg *s = pool->large->segs; rc == 0 && s; s = s->next)
     rc = walk_seg(pool, s, fn, user);
   for (const aa__seg *s = pool->large->stitches; rc == 0 && s; s = s->next) {
+    if (s->st->dormant)
+      continue; /* its pages are free blocks of their holes now */
     rc = aa__walk_emit(fn, user, AA_WALK_SEGMENT, AA_WALK_LARGE | AA_WALK_STITCHED, s->h.base,
                        (size_t)(s->h.end - s->h.base), 0, 0);
     if (rc == 0)

@@ -92,6 +92,7 @@ typedef struct aa__large_stats {
    * requests a kept range served again, ranges dissolved; alias map and
    * unmap calls */
   uint64_t stitched_ranges, stitched_bytes, stitches, stitch_hits, stitch_dissolved;
+  uint64_t stitch_dormant, stitch_rests, stitch_wakes;
   uint64_t alias_maps, alias_unmaps;
 } aa__large_stats;
 

@@ -34,17 +34,33 @@ void aa__lg_check(aa_pool *pool) {
     }
     aa__assert(end == s->h.end);
   }
-  size_t nst = 0, stb = 0;
+  size_t nst = 0, ndorm = 0, stb = 0;
   for (aa__seg *s = pool->large->stitches; s; s = s->next) {
     aa__assert(s->next == NULL || s->next->prev == s);
     aa__chunk *c = s->first;
     aa__assert(s->st != NULL && c->seg == s && c->base == s->h.base && c->next == NULL &&
                c->base + c->size == s->h.end && !c->parked);
-    live += !c->free;
+    aa__assert(s->st->nmapped == s->st->nparts && s->st->in_map);
+    for (size_t i = 0; i < s->st->nparts; i++) {
+      const aa__stitch_part *pt = &s->st->parts[i];
+      aa__assert(pt->pg->alias == s && pt->pg->owner != NULL);
+      /* active: each part inside its lent chunk; dormant: none lent */
+      aa__assert(s->st->dormant ? pt->from == NULL
+                                : pt->from != NULL && pt->from->lent == s &&
+                                      pt->from->base <= pt->pg->h.base &&
+                                      pt->pg->h.end <= pt->from->base + pt->from->size);
+    }
+    if (s->st->dormant) {
+      aa__assert(c->free);
+      ndorm++;
+    } else {
+      live += !c->free;
+      stb += c->size;
+    }
     nst++;
-    stb += c->size;
   }
-  aa__assert(nst == pool->large->nstitch && stb == pool->large->stitch_bytes);
+  aa__assert(nst == pool->large->nstitch && ndorm == pool->large->ndormant &&
+             stb == pool->large->stitch_bytes);
   for (unsigned b = 0; b < AA__LARGE_BINS; b++) {
     bool bit = (pool->large->bin_mask[b / 64] >> (b % 64)) & 1;
     aa__assert(bit == (pool->large->bins[b] != NULL));

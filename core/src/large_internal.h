@@ -39,6 +39,8 @@ typedef struct aa__seg {
   struct aa__seg *next, *prev;
   struct aa__seg *owner;      /* page records only */
   struct aa__stitch *st;      /* a stitched range (large_stitch.c), else NULL */
+  struct aa__seg *alias;      /* page records only: the stitched range that maps this
+                               * handle again, or NULL (at most one) */
   void *handle;               /* page records only */
   struct aa__seg **pages;     /* expandable segments only */
   size_t npages, mapped, hwm; /* hwm: no page at or above it is mapped */
@@ -101,8 +103,10 @@ typedef struct aa__stitch_part {
 
 typedef struct aa__stitch {
   aa__stitch_part *parts;
-  size_t nparts;
-  uint64_t used_at; /* the large path's stitch_clock at its last take or free */
+  size_t nparts, nmapped; /* parts, and those whose alias is mapped */
+  bool in_map;            /* its span is in the page map */
+  bool dormant;           /* parts free in their holes again, aliases kept */
+  uint64_t used_at;       /* the large path's stitch_clock at its last take or free */
 } aa__stitch;
 
 /* The large path's state: one per pool (pool->large), made by
@@ -137,10 +141,11 @@ struct aa__large {
                           * merges them at the next request */
   /* stitching (large_stitch.c): on when asked and the backend maps aliases */
   bool stitch_on;
-  aa__seg *stitches; /* stitched ranges, newest first */
-  size_t nstitch;
-  uint64_t stitch_bytes; /* their bytes (the same memory as their lent parts) */
-  uint64_t stitches_made, stitch_hits, stitch_dissolved;
+  aa__seg *stitches;     /* stitched ranges, newest first */
+  size_t nstitch;        /* ranges, active and dormant */
+  size_t ndormant;       /* of which dormant */
+  uint64_t stitch_bytes; /* the active ones' bytes (the same memory as their lent parts) */
+  uint64_t stitches_made, stitch_hits, stitch_dissolved, stitch_rests, stitch_wakes;
   uint64_t alias_maps, alias_unmaps, stitch_clock;
   /* exited threads' lock-free counts */
   _Atomic uint64_t dead_allocs, dead_frees;
@@ -311,14 +316,23 @@ size_t aa__lg_ltc_reclaim(aa_pool *pool, const aa__tcache *self, bool all);
 /* Whether the pool's backend and mode allow stitching. */
 bool aa__lg_stitch_usable(const aa_pool *pool);
 /* A free stitched range's chunk (not binned, not split) for a `need`-byte
- * request on `stream`: one of about that size, else a new one made from
- * whole free handles in holes; NULL when neither. */
+ * request on `stream`: an active one of about that size, else a dormant one
+ * woken (no backend call), else a new one made from whole free handles in
+ * holes; NULL when none. */
 aa__chunk *aa__lg_stitch_take(aa_pool *pool, size_t need, aa_stream stream);
 /* A stitched range's chunk was freed (aa__lg_release_chunk): it stays. */
 void aa__lg_stitch_freed(aa_pool *pool, aa__chunk *c);
-/* Dissolves every free stitched range whose work is done; returns bytes. */
-size_t aa__lg_stitch_dissolve_free(aa_pool *pool);
-/* Undoes every range (pool destroy; the origin parts stay lent). */
+/* Puts every free active range whose work is done to sleep (its parts free
+ * in their holes, aliases kept); returns the bytes given back. */
+size_t aa__lg_stitch_rest(aa_pool *pool);
+/* Destroys every dormant range (aliases undone); returns how many. */
+size_t aa__lg_stitch_drop_dormant(aa_pool *pool);
+/* Destroys every dormant range and every free active one whose work is
+ * done (release, trim, OOM retry); returns the active bytes given back. */
+size_t aa__lg_stitch_release(aa_pool *pool);
+/* Page record pg is being unmapped: the dormant range aliasing it goes. */
+void aa__lg_stitch_page_gone(aa_pool *pool, aa__seg *pg);
+/* Destroys every range (pool destroy; the origin parts stay lent). */
 void aa__lg_stitch_destroy(aa_pool *pool);
 
 /* large_check.c */

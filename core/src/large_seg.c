@@ -44,6 +44,7 @@ static void run_of(const aa_pool *pool, const aa__seg *s, size_t i, size_t *r0, 
 /* Unmaps the mapping that page i belongs to; returns its bytes. */
 static size_t page_unmap(aa_pool *pool, aa__seg *s, size_t i) {
   aa__seg *pg = s->pages[i];
+  aa__lg_stitch_page_gone(pool, pg); /* a dormant range's alias of it goes first */
   size_t r0, r1;
   run_of(pool, s, i, &r0, &r1);
   size_t len = pg->h.end - pg->h.base;
@@ -401,9 +402,9 @@ size_t aa__large_release(aa_pool *pool, size_t want, bool forget) {
   /* what other threads hold goes back too (the caller flushed its own): on
    * out-of-memory it is what the retry needs */
   (void)aa__lg_ltc_reclaim(pool, NULL, true);
-  /* free stitched ranges give their pages back to the holes first, which
-   * can then be unmapped */
-  (void)aa__lg_stitch_dissolve_free(pool);
+  /* stitched ranges that are free give their pages back to the holes first
+   * (their aliases undone), which can then be unmapped */
+  (void)aa__lg_stitch_release(pool);
   pool->large->vmm_forget = forget;
   size_t r = release_locked(pool, want);
   pool->large->vmm_forget = false;

@@ -3,25 +3,33 @@
  * (aa_pool_config.large_stitch): a large request that no free chunk fits,
  * while enough whole free pages lie in holes between live chunks, is served
  * by mapping those pages' handles (map_alias: no new memory) side by side at
- * a new address. The handles stay mapped where they were too; the origin
- * parts they cover are "lent" (not free, not live) while the stitched range
- * lives, so a page is never handed out through both addresses.
+ * a new address. The handles stay mapped where they were too.
  *
- * A stitched range is a segment of its own (aa__seg.st set, on the large
- * path's `stitches` list, not on `segs`) covered by one chunk that is never
- * split, never binned: it serves one block at a time, a request of its size
- * or a little less (a loop's next iteration asking the same again), so the
- * map calls are paid once. A free range is dissolved (its aliases undone,
- * its origin parts free again and merged) on release, trim and the OOM
- * retry, when a request that nothing fits needs its pages for a larger
- * stitch, and, least recently used first, when AA__STITCH_MAX ranges exist.
+ * A range is a segment of its own (aa__seg.st set, on the large path's
+ * `stitches` list, not on `segs`) covered by one chunk that is never split,
+ * never binned: it serves one block at a time, a request of its size down
+ * to 7/8 of it. A range is in one of two states:
+ *   active   its parts in the holes are "lent" (not free, not live), so a
+ *            page is never handed out through both addresses; its chunk is
+ *            live or free;
+ *   dormant  its parts are free chunks of their holes again, its aliases
+ *            still mapped; its chunk is free and not handed out. Waking it
+ *            (every part free again, usable on the request's stream) lends
+ *            the parts again: no backend call.
+ * So a loop whose peak needs the range and whose other phases need the
+ * holes pays the map calls once: a request that nothing fits puts the free
+ * active ranges to sleep (no call) and searches again; the next peak wakes
+ * them. Aliases are undone (the range destroyed) on release, trim and the
+ * OOM retry, when a new range or the page unmapper needs a dormant range's
+ * pages, and least recently used first beyond AA__STITCH_MAX ranges.
  *
  * Stitching uses only free chunks usable on the request's stream with no
- * event of their own (their work is done or was on that stream), and only
- * whole handles (map runs) inside them: cuMemMap maps a handle whole.
+ * event of their own, and only whole handles (map runs) inside them, each
+ * aliased by at most one range (its page record's `alias`): cuMemMap maps a
+ * handle whole.
  * Entry points (large_internal.h): aa__lg_stitch_take, aa__lg_stitch_freed,
- * aa__lg_stitch_dissolve_free, aa__lg_stitch_destroy. Under the large
- * path's mu.
+ * aa__lg_stitch_rest, aa__lg_stitch_drop_dormant, aa__lg_stitch_release,
+ * aa__lg_stitch_page_gone, aa__lg_stitch_destroy. Under the large path's mu.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -41,11 +49,11 @@ bool aa__lg_stitch_usable(const aa_pool *pool) {
   return pool->large->vmm_page != 0 && o->map_alias != NULL && o->unmap_alias != NULL;
 }
 
-/* ------------------------------------------------------------ dissolve */
+/* ------------------------------------------------------------ states */
 
-/* Whether free range s may be dissolved now: its chunk free, no event
- * pending (its parts go back usable everywhere). */
-static bool dissolvable(aa_pool *pool, aa__seg *s) {
+/* Whether free active range s's work is done (its chunk usable anywhere):
+ * its parts may go back to their holes, usable everywhere. */
+static bool work_done(aa_pool *pool, aa__seg *s) {
   aa__chunk *c = s->first;
   if (!c->free)
     return false;
@@ -62,9 +70,34 @@ static bool dissolvable(aa_pool *pool, aa__seg *s) {
     if (!aa__events_done(pool, &c->ev, &one))
       return false;
     c->ev = NULL;
+    c->any = 1;
     return true;
   }
-  return aa__stream_idle(pool, c->stream);
+  if (aa__stream_idle(pool, c->stream)) {
+    c->any = 1;
+    return true;
+  }
+  return false;
+}
+
+/* Active range s's lent parts back to their holes as free chunks, merged
+ * with their free neighbours (the range's work is done). */
+static void give_back(aa_pool *pool, aa__seg *s) {
+  aa__large *L = pool->large;
+  aa__stitch *st = s->st;
+  for (size_t i = 0; i < st->nparts; i++) {
+    aa__chunk *o = st->parts[i].from;
+    st->parts[i].from = NULL;
+    if (o == NULL || o->lent == NULL)
+      continue; /* never lent (a failed make), or given back with an earlier part */
+    aa__assert(o->lent == s && !o->free);
+    o->lent = NULL;
+    o->free = 1;
+    o->any = 1;
+    o->ev = NULL;
+    o->freed_at = L->frees;
+    aa__lg_coalesce_insert(pool, o);
+  }
 }
 
 static void unlink_range(aa_pool *pool, aa__seg *s) {
@@ -77,65 +110,107 @@ static void unlink_range(aa_pool *pool, aa__seg *s) {
   s->next = s->prev = NULL;
 }
 
-/* Undoes range s: aliases, page map, address space; its chunk record back
- * to the spares. With `give_back`, its origin parts become free chunks again
- * (merged with their neighbours); without (the pool is being destroyed),
- * they stay as they are. */
-static void range_undo(aa_pool *pool, aa__seg *s, bool give_back) {
+/* Destroys range s: its parts back to their holes when active and
+ * `give`, its aliases undone, page map, address space; its chunk record to
+ * the spares. Without `give` (the pool is being destroyed) lent parts stay
+ * as they are. */
+static void range_destroy(aa_pool *pool, aa__seg *s, bool give) {
   aa__large *L = pool->large;
   aa_backend *b = pool->backend;
   aa__stitch *st = s->st;
   size_t size = s->h.end - s->h.base;
-  for (size_t i = st->nparts; i-- > 0;)
-    b->ops->unmap_alias(b, (void *)st->parts[i].at, st->parts[i].len, st->parts[i].pg->handle);
-  L->alias_unmaps += st->nparts;
-  aa__pm_remove(pool, &s->h);
-  b->ops->va_release(b, (void *)s->h.base, size);
-  for (size_t i = 0; give_back && i < st->nparts; i++) {
-    aa__chunk *o = st->parts[i].from;
-    if (o == NULL || o->lent == NULL)
-      continue; /* never lent (a failed make), or given back with an earlier part */
-    aa__assert(o->lent == s && !o->free);
-    o->lent = NULL;
-    o->free = 1;
-    o->any = 1;
-    o->ev = NULL;
-    o->freed_at = L->frees;
-    aa__lg_coalesce_insert(pool, o);
+  if (!st->dormant) {
+    if (give)
+      give_back(pool, s);
+    L->stitch_bytes -= size;
+  } else {
+    L->ndormant--;
   }
+  for (size_t i = st->nmapped; i-- > 0;) {
+    aa__stitch_part *pt = &st->parts[i];
+    b->ops->unmap_alias(b, (void *)pt->at, pt->len, pt->pg->handle);
+    aa__assert(pt->pg->alias == s);
+    pt->pg->alias = NULL;
+  }
+  L->alias_unmaps += st->nmapped;
+  if (st->in_map)
+    aa__pm_remove(pool, &s->h);
+  b->ops->va_release(b, (void *)s->h.base, size);
   unlink_range(pool, s);
   L->nstitch--;
-  L->stitch_bytes -= size;
+  L->stitch_dissolved++;
   aa__lg_chunk_put(pool, s->first);
   free(st->parts);
   free(st);
   free(s);
 }
 
-size_t aa__lg_stitch_dissolve_free(aa_pool *pool) {
+/* Free active range s whose work is done goes to sleep: parts back to the
+ * holes, aliases kept. */
+static void rest(aa_pool *pool, aa__seg *s) {
+  give_back(pool, s);
+  s->st->dormant = true;
+  pool->large->stitch_bytes -= s->h.end - s->h.base;
+  pool->large->ndormant++;
+  pool->large->stitch_rests++;
+}
+
+size_t aa__lg_stitch_rest(aa_pool *pool) {
   size_t got = 0;
-  for (aa__seg *s = pool->large->stitches, *n; s; s = n) {
-    n = s->next;
-    if (dissolvable(pool, s)) {
+  for (aa__seg *s = pool->large->stitches; s; s = s->next) {
+    if (!s->st->dormant && work_done(pool, s)) {
       got += s->h.end - s->h.base;
-      pool->large->stitch_dissolved++;
-      range_undo(pool, s, true);
+      rest(pool, s);
     }
   }
   return got;
 }
 
-void aa__lg_stitch_destroy(aa_pool *pool) {
-  while (pool->large->stitches)
-    range_undo(pool, pool->large->stitches, false);
+size_t aa__lg_stitch_drop_dormant(aa_pool *pool) {
+  size_t n = 0;
+  for (aa__seg *s = pool->large->stitches, *nx; s; s = nx) {
+    nx = s->next;
+    if (s->st->dormant) {
+      range_destroy(pool, s, true);
+      n++;
+    }
+  }
+  return n;
 }
 
-/* The least recently used free range that may be dissolved, or NULL. */
+size_t aa__lg_stitch_release(aa_pool *pool) {
+  size_t got = 0;
+  for (aa__seg *s = pool->large->stitches, *nx; s; s = nx) {
+    nx = s->next;
+    if (s->st->dormant || work_done(pool, s)) {
+      got += s->st->dormant ? 0 : s->h.end - s->h.base;
+      range_destroy(pool, s, true);
+    }
+  }
+  return got;
+}
+
+void aa__lg_stitch_page_gone(aa_pool *pool, aa__seg *pg) {
+  aa__seg *s = pg->alias;
+  if (s == NULL)
+    return;
+  /* a page is unmapped only from a free chunk: its range is not lending it */
+  aa__assert(s->st->dormant);
+  range_destroy(pool, s, true);
+}
+
+void aa__lg_stitch_destroy(aa_pool *pool) {
+  while (pool->large->stitches)
+    range_destroy(pool, pool->large->stitches, false);
+}
+
+/* The least recently used range that may go (dormant, or free with its
+ * work done), or NULL. */
 static aa__seg *lru_free(aa_pool *pool) {
   aa__seg *best = NULL;
   for (aa__seg *s = pool->large->stitches; s; s = s->next) {
-    if (s->first->free && (best == NULL || s->st->used_at < best->st->used_at) &&
-        dissolvable(pool, s))
+    if ((best == NULL || s->st->used_at < best->st->used_at) &&
+        (s->st->dormant || work_done(pool, s)))
       best = s;
   }
   return best;
@@ -170,7 +245,8 @@ static bool whole_handles(const aa_pool *pool, const aa__chunk *c, size_t want, 
       continue;
     }
     size_t r0 = (pg->h.base - sb) / ps, r1 = (pg->h.end - sb) / ps;
-    if (r0 < lo || r1 > hi) { /* reaches outside the chunk: not lendable */
+    if (r0 < lo || r1 > hi || pg->alias != NULL) { /* reaches outside the chunk, or
+                                                     * a dormant range's: not lendable */
       if (a != SIZE_MAX)
         break;
       i = r1;
@@ -256,6 +332,81 @@ static aa__chunk *lend(aa_pool *pool, aa__chunk *c, size_t i0, size_t i1, aa__se
   return mid;
 }
 
+/* The free chunk of origin segment o that holds part pt's pages whole, if
+ * it may be lent for a request on `stream` (unparked, no events, usable
+ * there), else NULL. A walk of o's chunks: only on the way to growing. */
+static aa__chunk *part_home(const aa__stitch_part *pt, aa_stream stream) {
+  const aa__seg *pg = pt->pg;
+  aa__seg *o = pg->owner;
+  for (aa__chunk *c = o->first; c; c = c->next) {
+    if (c->base + c->size <= pg->h.base)
+      continue;
+    bool whole = c->base <= pg->h.base && pg->h.end <= c->base + c->size;
+    if (!whole || !c->free || c->parked || c->lent != NULL || c->nxev > 0 || c->ev != NULL ||
+        !(c->any || c->stream == stream))
+      return NULL;
+    return c;
+  }
+  return NULL;
+}
+
+/* Lends each part of range s (active, its parts' `from` NULL) from the free
+ * chunk that holds it; false when one cannot be (then the parts lent so far
+ * stay lent: the caller destroys or puts the range to sleep). */
+static bool lend_parts(aa_pool *pool, aa__seg *s) {
+  size_t ps = pool->large->vmm_page;
+  for (size_t i = 0; i < s->st->nparts; i++) {
+    aa__stitch_part *pt = &s->st->parts[i];
+    aa__seg *o = pt->pg->owner;
+    aa__chunk *home = part_home(pt, s->first->stream);
+    if (home == NULL)
+      return false;
+    size_t i0 = (pt->pg->h.base - o->h.base) / ps, i1 = (pt->pg->h.end - o->h.base) / ps;
+    aa__chunk *mid = lend(pool, home, i0, i1, s);
+    if (mid == NULL)
+      return false;
+    pt->from = mid;
+  }
+  return true;
+}
+
+/* Whether dormant range s can wake for a request on `stream`: every
+ * part's pages free in one chunk usable there; *any: all usable everywhere. */
+static bool can_wake(const aa__seg *s, aa_stream stream, bool *any) {
+  *any = true;
+  for (size_t i = 0; i < s->st->nparts; i++) {
+    const aa__chunk *home = part_home(&s->st->parts[i], stream);
+    if (home == NULL)
+      return false;
+    *any &= home->any != 0;
+  }
+  return true;
+}
+
+/* Wakes dormant range s for a request on `stream`: its parts lent again.
+ * No backend call. False (still dormant) when it cannot. */
+static bool wake(aa_pool *pool, aa__seg *s, aa_stream stream) {
+  bool any;
+  if (!can_wake(s, stream, &any))
+    return false;
+  aa__chunk *c = s->first;
+  c->any = any;
+  c->stream = stream;
+  s->st->dormant = false;
+  pool->large->ndormant--;
+  pool->large->stitch_bytes += s->h.end - s->h.base;
+  if (!lend_parts(pool, s)) { /* memory short for a cut: back to sleep */
+    give_back(pool, s);
+    s->st->dormant = true;
+    pool->large->ndormant++;
+    pool->large->stitch_bytes -= s->h.end - s->h.base;
+    c->any = 1;
+    return false;
+  }
+  pool->large->stitch_wakes++;
+  return true;
+}
+
 /* A new free range of at least `need` bytes from whole free handles usable
  * on `stream`, its chunk returned (not binned); NULL when the holes do not
  * hold enough, at the bound, or a backend call failed (nothing changed). */
@@ -276,8 +427,7 @@ static aa__chunk *range_new(aa_pool *pool, size_t need, aa_stream stream) {
     aa__seg *old = lru_free(pool);
     if (old == NULL)
       return NULL;
-    L->stitch_dissolved++;
-    range_undo(pool, old, true);
+    range_destroy(pool, old, true);
   }
   /* the holes, smallest bins first: the pieces least likely to serve
    * anything else */
@@ -337,20 +487,24 @@ static aa__chunk *range_new(aa_pool *pool, size_t need, aa_stream stream) {
       pt->len = len;
       if (b->ops->map_alias(b, (void *)pt->at, len, pg->handle) != AA_OK)
         goto fail;
+      aa__assert(pg->alias == NULL);
+      pg->alias = s;
       mapped++;
       off += len;
       i += len / ps;
     }
   }
   aa__assert(off == got && mapped == nparts);
+  L->alias_maps += nparts;
   s->h.base = (uintptr_t)base;
   s->h.end = (uintptr_t)base + got;
   s->h.kind = AA__SPAN_LARGE;
   if (aa__pm_insert(pool, &s->h) != AA_OK)
     goto fail;
-  /* the range exists: linked, its chunk free; a cut that fails (memory
-   * short) undoes it whole, the parts lent so far given back */
-  s->st->nparts = nparts;
+  /* the range exists: linked, active, its chunk free; a cut that fails
+   * (memory short) destroys it, the parts lent so far given back */
+  s->st->nparts = s->st->nmapped = nparts;
+  s->st->in_map = true;
   sc->seg = s;
   sc->base = s->h.base;
   sc->size = got;
@@ -365,27 +519,22 @@ static aa__chunk *range_new(aa_pool *pool, size_t need, aa_stream stream) {
   L->stitches = s;
   L->nstitch++;
   L->stitch_bytes += got;
-  size_t p = 0;
-  for (size_t k = 0; k < nv; k++) {
-    aa__seg *o = v[k].c->seg;
-    aa__chunk *mid = lend(pool, v[k].c, v[k].i0, v[k].i1, s);
-    if (mid == NULL) {
-      free(v);
-      range_undo(pool, s, true);
-      return NULL;
-    }
-    for (size_t i = v[k].i0; i < v[k].i1; i = (o->pages[i]->h.end - o->h.base) / ps)
-      s->st->parts[p++].from = mid;
-  }
-  aa__assert(p == nparts);
-  L->stitches_made++;
-  L->alias_maps += nparts;
   free(v);
+  v = NULL;
+  if (!lend_parts(pool, s)) {
+    range_destroy(pool, s, true);
+    return NULL;
+  }
+  L->stitches_made++;
   return sc;
 fail:
-  for (size_t i = mapped; i-- > 0;)
-    b->ops->unmap_alias(b, (void *)s->st->parts[i].at, s->st->parts[i].len,
-                        s->st->parts[i].pg->handle);
+  for (size_t i = mapped; i-- > 0;) {
+    aa__stitch_part *pt = &s->st->parts[i];
+    b->ops->unmap_alias(b, (void *)pt->at, pt->len, pt->pg->handle);
+    pt->pg->alias = NULL;
+  }
+  L->alias_maps += mapped;
+  L->alias_unmaps += mapped;
   if (base != NULL)
     b->ops->va_release(b, base, got);
   if (sc != NULL)
@@ -404,18 +553,24 @@ fail:
 aa__chunk *aa__lg_stitch_take(aa_pool *pool, size_t need, aa_stream stream) {
   aa__large *L = pool->large;
   aa__seg *best = NULL;
-  /* a free range of about this size first: a loop's next iteration */
-  for (aa__seg *s = L->stitches; s; s = s->next) {
-    aa__chunk *c = s->first;
-    size_t sz = c->size;
-    if (!c->free || sz < need || need < sz / AA__STITCH_FIT_DEN * AA__STITCH_FIT_NUM)
-      continue;
-    if (best != NULL && sz >= best->first->size)
-      continue;
-    if (!aa__lg_usable(pool, c, stream))
-      continue;
-    best = s;
+  /* a range of about this size first (a loop's next iteration): a free
+   * active one, else a dormant one that can wake; the smallest that fits */
+  for (int dormant = 0; dormant < 2 && best == NULL; dormant++) {
+    for (aa__seg *s = L->stitches; s; s = s->next) {
+      aa__chunk *c = s->first;
+      size_t sz = c->size;
+      bool any;
+      if (s->st->dormant != (dormant == 1) || !c->free || sz < need ||
+          need < sz / AA__STITCH_FIT_DEN * AA__STITCH_FIT_NUM)
+        continue;
+      if (best != NULL && sz >= best->first->size)
+        continue;
+      if (dormant ? can_wake(s, stream, &any) : aa__lg_usable(pool, c, stream))
+        best = s;
+    }
   }
+  if (best != NULL && best->st->dormant && !wake(pool, best, stream))
+    best = NULL;
   aa__chunk *c = best ? best->first : range_new(pool, need, stream);
   if (c == NULL)
     return NULL;

@@ -377,6 +377,9 @@ int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned opts) {
   out->large_stitches = lg.stitches;
   out->large_stitch_hits = lg.stitch_hits;
   out->large_stitch_dissolved = lg.stitch_dissolved;
+  out->large_stitch_dormant = lg.stitch_dormant;
+  out->large_stitch_rests = lg.stitch_rests;
+  out->large_stitch_wakes = lg.stitch_wakes;
   out->large_alias_maps = lg.alias_maps;
   out->large_alias_unmaps = lg.alias_unmaps;
   out->stream_queries = atomic_load_explicit(&pool->stream_queries, AA__RLX);
@@ -586,6 +589,9 @@ size_t aa_pool_stats_json(const aa_pool_stats *st, char *buf, size_t cap) {
   jw_u64(&w, "large_stitches", st->large_stitches);
   jw_u64(&w, "large_stitch_hits", st->large_stitch_hits);
   jw_u64(&w, "large_stitch_dissolved", st->large_stitch_dissolved);
+  jw_u64(&w, "large_stitch_dormant", st->large_stitch_dormant);
+  jw_u64(&w, "large_stitch_rests", st->large_stitch_rests);
+  jw_u64(&w, "large_stitch_wakes", st->large_stitch_wakes);
   jw_u64(&w, "large_alias_maps", st->large_alias_maps);
   jw_u64(&w, "large_alias_unmaps", st->large_alias_unmaps);
   jw_u64(&w, "stream_queries", st->stream_queries);

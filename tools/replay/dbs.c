@@ -231,6 +231,7 @@ void result_combine(const aa_replay_result *r, size_t n,
     out->stitch_dissolved += x->stitch_dissolved;
     out->alias_maps += x->alias_maps;
     out->alias_unmaps += x->alias_unmaps;
+    out->stitch_wakes += x->stitch_wakes;
     out->sim_backend_us += x->sim_backend_us;
     out->live_at_end += x->live_at_end;
     out->live_bytes_at_end += x->live_bytes_at_end;

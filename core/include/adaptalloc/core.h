@@ -519,11 +519,13 @@ typedef struct aa_pool_stats {
   aa_class_stats classes[AA_MAX_CLASSES];
   uint64_t hist[AA_HIST_BUCKETS]; /* request counts per bucket since start */
   aa_size_count hh[AA_HH_MAX];    /* most frequent exact sizes, descending */
-  /* Stitching in the expandable large path (aa_pool_config.large_stitch):
-   * stitched ranges and their bytes now (the same memory as the holes they
-   * were made from: not more reserved), ranges made so far, requests a kept
-   * range served again (no backend call), ranges dissolved, and the
-   * backend's alias map/unmap calls. */
+  /* Stitching in the expandable large path (aa_pool_config.large_stitch;
+   * docs/core.md "Stitching"): active stitched ranges and their bytes now
+   * (the same memory as the holes they were made from: not more reserved),
+   * ranges made so far, requests a kept range served again (no backend
+   * call), ranges destroyed (aliases undone), and the backend's alias
+   * map/unmap calls; dormant ranges now (aliases kept, pages back in their
+   * holes), and how often a range went to sleep and woke. */
   uint64_t large_stitched_ranges;
   uint64_t large_stitched_bytes;
   uint64_t large_stitches;
@@ -531,6 +533,9 @@ typedef struct aa_pool_stats {
   uint64_t large_stitch_dissolved;
   uint64_t large_alias_maps;
   uint64_t large_alias_unmaps;
+  uint64_t large_stitch_dormant;
+  uint64_t large_stitch_rests;
+  uint64_t large_stitch_wakes;
 } aa_pool_stats;
 
 /* Takes a snapshot. Counters are per thread and summed here; no allocation

@@ -270,6 +270,7 @@ typedef struct aa_replay_result {
    * kept range served again, ranges dissolved, and the backend's alias map
    * and unmap calls (not in backend_calls: no memory is made or freed) */
   uint64_t stitches, stitch_hits, stitch_dissolved, alias_maps, alias_unmaps;
+  uint64_t stitch_wakes; /* of stitch_hits, dormant ranges woken */
 } aa_replay_result;
 
 typedef struct aa_replay_sim aa_replay_sim;
