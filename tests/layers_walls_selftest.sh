@@ -37,6 +37,23 @@ printf 'static unsigned peek2(aa_tcache_t *t) { return t->ltc.nheld; }\n' >>"$tm
 run 1 "stats.c and pool.c reach the large path's fields"
 
 fresh
+printf '#include "../large_internal.h"\n' >>"$tmp/src/cuda/cuda_common.c"
+run 1 "cuda/cuda_common.c includes it by a relative path"
+
+fresh
+printf 'static unsigned peek3(aa_tcache_t *t) { aa__ltc *l = &t->ltc; return l->nheld; }\n' >>"$tmp/src/pool.c"
+run 1 "pool.c takes the address of a thread cache's large cache"
+
+fresh
+printf '#define PEEK(p) ((p)->large->in_use)\n' >>"$tmp/src/stats.c"
+run 1 "stats.c reaches a field in a macro"
+
+fresh
 printf '/* pool->large->mu in a comment */\nstatic const char *s_ = "t->ltc.nheld";\n' >>"$tmp/src/stats.c"
 run 0 "a comment and a string that name the fields"
+
+fresh
+if command -v clang >/dev/null; then
+  CC=clang run 0 "CC=clang (comments stripped by gcc)"
+fi
 exit $fail

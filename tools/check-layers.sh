@@ -18,9 +18,9 @@
 # It also checks the walls: the header's block that starts "Walls" lists,
 # per subsystem, "wall <name>: <private header> <field>... | <files>", and a
 # file under core/src that is not one of the subsystem's files fails when it
-# includes the private header or reaches one of the fields (`->f` or `.f`
-# followed by a member access, comments and strings removed), so that a
-# subsystem's state is reached only through its short header.
+# includes the private header (by any path) or names one of the fields as a
+# member (`->f` or `.f`, macros included; comments and strings removed), so
+# that a subsystem's state is reached only through its short header.
 set -euo pipefail
 
 if [[ $# -lt 2 ]]; then
@@ -112,9 +112,20 @@ done < <(sort -u "$syms")
 # The walls: "wall name: private.h field... | file.c ...", continued on
 # the next lines.
 src=$(dirname "$header")
-CPP_STRIP=${CC:-cc}
-if ! command -v "$CPP_STRIP" >/dev/null; then
-  echo "check-layers: no C compiler ($CPP_STRIP; set CC) to strip comments for the walls" >&2
+# Comments go through GCC's own lexer (-fpreprocessed: no includes
+# expanded); clang has no such mode, so GCC is preferred whatever CC is.
+strip_cmd=()
+for cand in gcc "${CC:-}" cc; do
+  [[ -z $cand ]] && continue
+  read -r -a try <<<"$cand"
+  if command -v "${try[0]}" >/dev/null &&
+    echo 'int x; /* c */' | "${try[@]}" -fpreprocessed -dD -E -P -x c - >/dev/null 2>&1; then
+    strip_cmd=("${try[@]}")
+    break
+  fi
+done
+if [[ ${#strip_cmd[@]} -eq 0 ]]; then
+  echo "check-layers: no GCC-compatible compiler with -fpreprocessed (gcc, \$CC, cc) to strip comments for the walls" >&2
   exit 2
 fi
 nwall=0
@@ -131,19 +142,19 @@ while IFS='|' read -r name priv files; do
     [[ -n ${own[$f]:-} ]] && continue
     # comments out (the compiler's own lexer: no includes expanded), then
     # string literals
-    if ! body=$("$CPP_STRIP" -fpreprocessed -dD -E -P -x c "$path" 2>/dev/null); then
-      echo "check-layers: $CPP_STRIP could not read $path" >&2
+    if ! body=$("${strip_cmd[@]}" -fpreprocessed -dD -E -P -x c "$path" 2>/dev/null); then
+      echo "check-layers: ${strip_cmd[*]} could not read $path" >&2
       exit 2
     fi
-    # (directives out too: an #include names a file, not a field)
-    body=$(sed -E 's/"([^"\\]|\\.)*"/""/g; /^[[:space:]]*#/d' <<<"$body")
-    if grep -qE "^[[:space:]]*#[[:space:]]*include[[:space:]]*\"$hdr\"" "$path"; then
+    # (#include lines out: they name files, not fields; other directives,
+    # macros among them, stay)
+    body=$(sed -E 's/"([^"\\]|\\.)*"/""/g; /^[[:space:]]*#[[:space:]]*include/d' <<<"$body")
+    if grep -qE "^[[:space:]]*#[[:space:]]*include[[:space:]]*[\"<]([^\">]*/)?${hdr//./\\.}[\">]" "$path"; then
       echo "check-layers: $f includes $hdr, the $name subsystem's private header"
       nbreach=$((nbreach + 1))
     fi
     for fld in "${privs[@]:1}"; do
-      re=${fld//./\\.}
-      if grep -qE "(->|\.)${re}" <<<"$body"; then
+      if grep -qE "(->|\.)[[:space:]]*${fld}([^A-Za-z0-9_]|$)" <<<"$body"; then
         echo "check-layers: $f reaches ${fld}, a field of the $name subsystem (use its header)"
         nbreach=$((nbreach + 1))
       fi

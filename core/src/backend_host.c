@@ -8,7 +8,8 @@
  * stream_query says pending, its events stay pending),
  * aa_backend_host_stream_waits / aa_backend_host_refuse_waits (the
  * stream_wait op: host memory has nothing to order, so it counts the calls),
- * aa_backend_host_counts, aa_backend_host_alias_counts,
+ * aa_backend_host_counts, aa_backend_host_aliasable (shared pages and
+ * map_alias, for stitching), aa_backend_host_alias_counts,
  * aa_backend_host_event_counts.
  */
 #include <errno.h>
@@ -45,6 +46,7 @@ typedef struct host_ctx {
   _Atomic bool fail_every;
   _Atomic uint64_t allocs, frees, bytes_mapped;
   _Atomic uint64_t aliases, unaliases; /* map_alias and unmap_alias calls */
+  bool shared;                         /* aliasable (aa_backend_host_aliasable): pages mapped shared */
   _Atomic uint64_t ev_recorded;
   _Atomic uint64_t queries;
   _Atomic uint64_t waits, waits_pending; /* stream_wait calls; on a pending event */
@@ -186,12 +188,15 @@ static void host_free(aa_backend *b, void *ptr, size_t size) {
 }
 
 /* Virtual memory (the expandable large path): address space reserved
- * PROT_NONE; a map puts shared anonymous pages there (so that map_alias can
- * show the same pages at a second address: mremap of a shared mapping with
- * old size 0 makes another mapping of it); unmap puts the reservation's
- * PROT_NONE pages back, which drops the memory once no alias is left. 2 MiB
- * pages, as on CUDA. Map calls count towards fail_nth like alloc calls;
- * the handle is the address map put the pages at. */
+ * PROT_NONE; a map makes the pages there readable and writable, private
+ * (copy-on-write in a forked child, as malloc's memory is); unmap drops them
+ * and takes access away again. An aliasable backend
+ * (aa_backend_host_aliasable, for stitching's tests) maps shared anonymous
+ * pages instead, so that map_alias can show them at a second address
+ * (mremap of a shared mapping with old size 0 makes another mapping of it);
+ * a forked child then shares them, which is why it is not the default. 2 MiB
+ * pages, as on CUDA. Map calls count towards fail_nth like alloc calls; the
+ * handle is the address map put the pages at. */
 #define HOST_VPAGE ((size_t)2 << 20)
 
 static size_t host_map_granularity(aa_backend *b) {
@@ -214,10 +219,19 @@ static void host_va_release(aa_backend *b, void *base, size_t size) {
     munmap(base, size);
 }
 
-/* [addr, addr + size) back to reserved address space (PROT_NONE). */
-static void host_unreserve_pages(void *addr, size_t size) {
-  (void)mmap(addr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
-             0);
+/* [addr, addr + size) back to reserved address space (PROT_NONE), the
+ * memory dropped (shared pages: once no other mapping of them is left). */
+static void host_unreserve_pages(void *addr, size_t size, bool shared) {
+  if (shared) {
+    void *m = mmap(addr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+                   -1, 0);
+    if (m != MAP_FAILED)
+      return;
+    (void)madvise(addr, size, MADV_REMOVE); /* no new mapping (out of map slots): drop */
+  } else {
+    (void)madvise(addr, size, MADV_DONTNEED);
+  }
+  (void)mprotect(addr, size, PROT_NONE);
 }
 
 static bool host_vm_args(const void *addr, size_t size) {
@@ -231,9 +245,14 @@ static int host_map(aa_backend *b, void *addr, size_t size, void **handle) {
     return AA_EINVAL;
   if (fail_injected(h))
     return AA_ENOMEM;
-  void *m = mmap(addr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-  if (m == MAP_FAILED)
+  if (h->shared) {
+    void *m =
+        mmap(addr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    if (m == MAP_FAILED)
+      return errno == ENOMEM ? AA_ENOMEM : AA_EBACKEND;
+  } else if (mprotect(addr, size, PROT_READ | PROT_WRITE) != 0) {
     return errno == ENOMEM ? AA_ENOMEM : AA_EBACKEND;
+  }
   atomic_fetch_add(&h->allocs, 1);
   atomic_fetch_add(&h->bytes_mapped, size);
   *handle = addr;
@@ -245,7 +264,7 @@ static void host_unmap(aa_backend *b, void *addr, size_t size, void *handle) {
   (void)handle;
   if (addr == NULL)
     return;
-  host_unreserve_pages(addr, size);
+  host_unreserve_pages(addr, size, h->shared);
   atomic_fetch_add(&h->frees, 1);
   atomic_fetch_sub(&h->bytes_mapped, size);
 }
@@ -268,7 +287,7 @@ static void host_unmap_alias(aa_backend *b, void *addr, size_t size, void *handl
   (void)handle;
   if (addr == NULL)
     return;
-  host_unreserve_pages(addr, size);
+  host_unreserve_pages(addr, size, true);
   atomic_fetch_add(&h->unaliases, 1);
 }
 
@@ -399,6 +418,24 @@ static const aa_backend_ops host_ops = {
     .va_release = host_va_release,
     .map = host_map,
     .unmap = host_unmap,
+    .stream_query = host_stream_query,
+    .stream_wait = host_stream_wait,
+};
+
+/* The same with map_alias (aa_backend_host_aliasable: shared pages). */
+static const aa_backend_ops host_alias_ops = {
+    .alloc = host_alloc,
+    .free = host_free,
+    .event_record = host_event_record,
+    .event_query = host_event_query,
+    .event_release = host_event_release,
+    .synchronize = host_synchronize,
+    .destroy = host_destroy,
+    .map_granularity = host_map_granularity,
+    .va_reserve = host_va_reserve,
+    .va_release = host_va_release,
+    .map = host_map,
+    .unmap = host_unmap,
     .map_alias = host_map_alias,
     .unmap_alias = host_unmap_alias,
     .stream_query = host_stream_query,
@@ -434,7 +471,7 @@ fail:
 }
 
 static host_ctx *host_of(const aa_backend *b) {
-  if (b == NULL || b->ops != &host_ops)
+  if (b == NULL || (b->ops != &host_ops && b->ops != &host_alias_ops))
     return NULL;
   return b->ctx;
 }
@@ -550,6 +587,15 @@ void aa_backend_host_counts(const aa_backend *b, uint64_t *allocs, uint64_t *fre
     *frees = h ? atomic_load(&h->frees) : 0;
   if (bytes_mapped)
     *bytes_mapped = h ? atomic_load(&h->bytes_mapped) : 0;
+}
+
+int aa_backend_host_aliasable(aa_backend *b) {
+  host_ctx *h = host_of(b);
+  if (h == NULL || atomic_load(&h->bytes_mapped) != 0)
+    return AA_EINVAL;
+  h->shared = true;
+  b->ops = &host_alias_ops;
+  return AA_OK;
 }
 
 void aa_backend_host_alias_counts(const aa_backend *b, uint64_t *aliases, uint64_t *unaliases) {

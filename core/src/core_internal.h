@@ -68,7 +68,7 @@
  * Walls (tools/check-layers.sh): a subsystem's private header and fields
  * are its own files' alone; every other file goes through its short header.
  * "wall name: private header, fields | the subsystem's files":
- *   wall large: large_internal.h large-> ltc. | large.c large_seg.c large_stitch.c
+ *   wall large: large_internal.h large ltc | large.c large_seg.c large_stitch.c
  *               large_ltc.c large_check.c large.h
  *
  * Locks (outer before inner): g_mu (thread registry, global) -> pool->class_mu

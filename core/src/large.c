@@ -946,7 +946,9 @@ int aa__large_free(aa_pool *pool, struct aa__span *sp, void *ptr, size_t size, a
   aa__chunk *c = hash_find(pool, p, false);
   if (c == NULL) {
     aa__chunk *in = find_container(seg, p);
-    if (in && in->free) {
+    if (in && (in->free || (in->lent != NULL && p == in->base))) { /* lent: a free chunk's
+                                                                      * pages a stitched
+                                                                      * range maps */
       what = AA_MISUSE_DOUBLE_FREE;
       msg = "large block already free";
     } else if (in) {
@@ -1149,6 +1151,10 @@ static uint64_t free_mapped_walk(const aa_pool *pool) {
     for (const aa__chunk *c = s->first; c; c = c->next)
       n += c->free ? chunk_mapped(pool, c) : 0;
   }
+  /* an active stitched range's free chunk is its lent parts' memory (a
+   * dormant one's parts are free chunks above) */
+  for (const aa__seg *s = pool->large->stitches; s; s = s->next)
+    n += !s->st->dormant && s->first->free ? s->first->size : 0;
   return n;
 }
 #endif

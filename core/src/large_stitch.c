@@ -93,7 +93,10 @@ static void give_back(aa_pool *pool, aa__seg *s) {
     aa__assert(o->lent == s && !o->free);
     o->lent = NULL;
     o->free = 1;
-    o->any = 1;
+    /* the range's stream state (its work done: usable everywhere; a range
+     * undone as it was made: as its parts were) */
+    o->any = s->first->any;
+    o->stream = s->first->stream;
     o->ev = NULL;
     o->freed_at = L->frees;
     aa__lg_coalesce_insert(pool, o);
@@ -139,7 +142,13 @@ static void range_destroy(aa_pool *pool, aa__seg *s, bool give) {
   unlink_range(pool, s);
   L->nstitch--;
   L->stitch_dissolved++;
-  aa__lg_chunk_put(pool, s->first);
+  aa__chunk *c = s->first; /* its events and streams go with it */
+  aa__event_release(pool, c->ev);
+  for (uint32_t i = 0; i < c->nxev; i++)
+    aa__event_release(pool, c->xev[i]);
+  free(c->xev);
+  free(c->xs);
+  aa__lg_chunk_put(pool, c);
   free(st->parts);
   free(st);
   free(s);
@@ -490,12 +499,12 @@ static aa__chunk *range_new(aa_pool *pool, size_t need, aa_stream stream) {
       aa__assert(pg->alias == NULL);
       pg->alias = s;
       mapped++;
+      L->alias_maps++;
       off += len;
       i += len / ps;
     }
   }
   aa__assert(off == got && mapped == nparts);
-  L->alias_maps += nparts;
   s->h.base = (uintptr_t)base;
   s->h.end = (uintptr_t)base + got;
   s->h.kind = AA__SPAN_LARGE;
@@ -533,7 +542,6 @@ fail:
     b->ops->unmap_alias(b, (void *)pt->at, pt->len, pt->pg->handle);
     pt->pg->alias = NULL;
   }
-  L->alias_maps += mapped;
   L->alias_unmaps += mapped;
   if (base != NULL)
     b->ops->va_release(b, base, got);

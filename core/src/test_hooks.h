@@ -44,6 +44,11 @@ uint64_t aa_backend_host_stream_queries(const aa_backend *b);
 /* Calls made so far: allocs, frees, and bytes currently mapped. */
 void aa_backend_host_counts(const aa_backend *b, uint64_t *allocs,
                             uint64_t *frees, uint64_t *bytes_mapped);
+/* Makes host backend b aliasable, before it maps anything: pages mapped
+ * shared (a forked child shares them) and map_alias/unmap_alias offered, so
+ * that a pool over it can stitch. AA_EINVAL when not a host backend or
+ * something is mapped. */
+int aa_backend_host_aliasable(aa_backend *b);
 /* map_alias and unmap_alias calls so far (stitching). */
 void aa_backend_host_alias_counts(const aa_backend *b, uint64_t *aliases, uint64_t *unaliases);
 /* Host events recorded so far, and those not yet released (outstanding) —
