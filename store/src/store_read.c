@@ -156,11 +156,17 @@ int aa_store_runs_json(const char *db_path, uint32_t limit, char **json) {
                                             "  'policy_changes', (SELECT count(*) FROM policy_changes p"
                                             "                     WHERE p.run_id = r.id)"
                                             " ) AS j FROM runs r ORDER BY id DESC LIMIT ?1)";
-  char sql[sizeof fmt + 64];
-  snprintf(sql, sizeof sql, fmt, "'local_rank', local_rank, 'world_size', world_size");
-  int rc = rd_prepare(db, sql, &s);
-  if (rc != SQLITE_OK) {
-    snprintf(sql, sizeof sql, fmt, "'local_rank', NULL, 'world_size', NULL");
+  /* the newest columns first, then those of older schemas (5, then 4) */
+  static const char *const cols[] = {
+      "'local_rank', local_rank, 'world_size', world_size,"
+      " 'ooms_written', ooms_written, 'ooms_dropped', ooms_dropped",
+      "'local_rank', local_rank, 'world_size', world_size,"
+      " 'ooms_written', NULL, 'ooms_dropped', NULL",
+      "'local_rank', NULL, 'world_size', NULL, 'ooms_written', NULL, 'ooms_dropped', NULL"};
+  char sql[sizeof fmt + 160];
+  int rc = SQLITE_ERROR;
+  for (size_t i = 0; i < sizeof cols / sizeof cols[0] && rc != SQLITE_OK; i++) {
+    snprintf(sql, sizeof sql, fmt, cols[i]);
     rc = rd_prepare(db, sql, &s);
   }
   if (rc != SQLITE_OK) {

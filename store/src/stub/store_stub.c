@@ -78,6 +78,11 @@ int aa_store_oom(aa_store *st, const aa_oom_info *info) {
   return AA_ENOTSUP;
 }
 
+void aa_store_ooms_lost(aa_store *st, uint64_t n) {
+  (void)st;
+  (void)n;
+}
+
 int aa_store_ooms_json(const char *db_path, const aa_store_query *q, char **json) {
   (void)db_path;
   (void)q;
