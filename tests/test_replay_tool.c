@@ -1139,6 +1139,39 @@ static void test_replay_tool_import_run_db(void **state) {
   free(err);
 }
 
+/* export --format torch-snapshot writes through an exclusive temporary (the
+ * project's rule for outputs, util/src/outfile.c): a link planted at the
+ * name it once used, <out>.tmp.<pid>, is not followed (issue #39 class 1).
+ * The pid is known before the tool runs: the shell that plants the link
+ * execs the tool. */
+static void test_replay_tool_export_planted_link(void **state) {
+  char path[512], *out = NULL, *err = NULL, *victim;
+  struct stat sb;
+  (void)state;
+
+  if (!have_binary())
+    skip();
+  snprintf(path, sizeof path, "%s/victim", g_tmp);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs("precious\n", f);
+  fclose(f);
+  assert_int_equal(sh(&out, &err, "sh -c \"ln -s {TMP}/victim {TMP}/snap.pickle.tmp.\\$\\$ && "
+                                  "exec {BIN} export --format torch-snapshot "
+                                  "{SRC}/tests/data/replay/small.csv -o {TMP}/snap.pickle\""),
+                   0);
+  free(out);
+  free(err);
+  victim = slurp(path);
+  assert_non_null(victim);
+  assert_string_equal(victim, "precious\n");
+  free(victim);
+  snprintf(path, sizeof path, "%s/snap.pickle", g_tmp);
+  assert_int_equal(lstat(path, &sb), 0);
+  assert_true(S_ISREG(sb.st_mode));
+  assert_true(sb.st_size > 0);
+}
+
 static void test_replay_tool_export_and_seed(void **state) {
   char *out = NULL, *err = NULL, *a = NULL, *b = NULL;
   cJSON *ja, *jb, *jc;
@@ -1633,6 +1666,7 @@ int main(void) {
       cmocka_unit_test(test_replay_tool_histogram_peak),
       cmocka_unit_test(test_replay_tool_output_is_input),
       cmocka_unit_test(test_replay_tool_export_and_seed),
+      cmocka_unit_test(test_replay_tool_export_planted_link),
       cmocka_unit_test(test_replay_tool_torch_converter),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -486,7 +486,7 @@ int input_import(const tool_input *in, aa_replay_on_error mode,
   aa_store_stats ss;
   aa_store *st = NULL;
   import_ctx c;
-  tool_out out;
+  aa__outfile out;
   char desc[512], cfgjson[1024];
   int rc, crc;
 
@@ -496,7 +496,7 @@ int input_import(const tool_input *in, aa_replay_on_error mode,
   /* The import goes into a copy of the database (or a new empty file)
    * renamed over it when every event is in: a failure leaves the database
    * byte for byte as it was, and a new path is never created. */
-  rc = out_open_db(&out, db_path, err, errcap);
+  rc = aa__out_open_db(&out, db_path, err, errcap);
   if (rc != AA_OK)
     return rc;
   aa_store_config_init(&sc);
@@ -507,7 +507,7 @@ int input_import(const tool_input *in, aa_replay_on_error mode,
   if (rc != AA_OK) {
     snprintf(err, errcap, "%s: cannot open the store: %s", db_path,
              store_err(rc));
-    out_abort(&out);
+    aa__out_abort(&out);
     return rc;
   }
   input_describe(in, desc, sizeof desc);
@@ -577,9 +577,9 @@ out:
     }
   }
   if (rc == AA_OK)
-    rc = out_commit(&out, err, errcap);
+    rc = aa__out_commit(&out, err, errcap);
   else
-    out_abort(&out);
+    aa__out_abort(&out);
   if (rc != AA_OK) {
     *events = 0;
     *run_id = 0;
