@@ -75,6 +75,11 @@ typedef struct tool_input {
  * the histogram sums) becomes in->synth.live_bytes, so the synthesised live
  * set is as large as the run's was. Leaves it 0 when the store says nothing. */
 void input_live_from_run(tool_input *in);
+/* A store's trace event as a replay event (index: its 1-based position),
+ * through the rules every reader's events pass (aa_replay_event_check, as
+ * the CSV reader's lines): AA_OK, or AA_EPARSE with msg naming the event. */
+int trace_event_of(const aa_trace_event *ev, uint64_t index, aa_replay_event *e, char *msg,
+                   size_t cap);
 
 /* Streams the input's events to sink. diag collects parse problems (CSV).
  * Returns AA_OK or an error with err filled in ("" when the sink failed and

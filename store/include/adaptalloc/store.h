@@ -290,10 +290,16 @@ AA_EXTERN int aa_store_ooms_json(const char *db_path, const aa_store_query *q, c
  * the run lost, so what is delivered is complete; a nonzero return from cb
  * stops the walk and is returned. Returns AA_OK when every event was
  * delivered (also when the run has none), AA_ENOENT when there is no such
- * run, or another error as for the JSON readers. */
+ * run, AA_EPARSE at a row the store never wrote (a number column that
+ * holds text, a real number or a blob, an op that is not one character:
+ * the row is not delivered), or another error as for the JSON readers. */
 typedef int (*aa_store_trace_cb)(void *user, const aa_trace_event *ev); /* nonzero return stops */
 AA_EXTERN int aa_store_trace_foreach(const char *db_path, int64_t run_id,
                                      aa_store_trace_cb cb, void *user);
+/* aa_store_trace_foreach saying why it stopped at a bad row: msg (cap
+ * bytes, may be NULL) names the row's id, the column and what it holds. */
+AA_EXTERN int aa_store_trace_read(const char *db_path, int64_t run_id, aa_store_trace_cb cb,
+                                  void *user, char *msg, size_t cap);
 
 /* How complete the run's trace is: *written events stored, *dropped events
  * lost (a full ring, a disabled store), *cut_seq the first lost sequence

@@ -170,6 +170,13 @@ int aa_store_trace_foreach(const char *db_path, int64_t run_id,
   return AA_ENOTSUP;
 }
 
+int aa_store_trace_read(const char *db_path, int64_t run_id, aa_store_trace_cb cb,
+                        void *user, char *msg, size_t cap) {
+  if (msg != NULL && cap > 0)
+    msg[0] = '\0';
+  return aa_store_trace_foreach(db_path, run_id, cb, user);
+}
+
 int aa_store_histogram_latest(const char *db_path, int64_t run_id,
                               const char *pool_name,
                               uint64_t hist[AA_HIST_BUCKETS]) {
