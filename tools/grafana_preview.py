@@ -945,6 +945,8 @@ def main(argv=None):
                 a.now = outfile.finite(a.now, "--now")
             except ValueError as e:
                 raise InputError(str(e))
+            if not 0 <= a.now <= LATEST_TIME:
+                raise InputError("--now %r is outside 1970 to 9999 (epoch seconds)" % a.now)
         dash, panels = load_dashboard(a.dashboard)
         expect = parse_pairs(a.expect, "--expect")
         overrides = parse_pairs(a.var, "--var")

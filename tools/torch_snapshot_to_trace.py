@@ -256,7 +256,7 @@ def main(argv=None):
         if device < 0:
             ap.error("--device: %d is not an index (0, 1, ...) or 'all'" % device)
     try:
-        outfile.check_output(args.output, [args.snapshot], "-o")
+        outfile.check_output(args.output, [args.snapshot], "-o", dash_is_stdout=True)
     except outfile.FileError as exc:
         ap.error(str(exc))
     try:

@@ -16,6 +16,9 @@ Outputs:
       when the block ends without an error, removed otherwise, so a failure
       leaves the old output as it was and creates nothing. A non-regular
       target (/dev/null, /dev/full, a FIFO) is written in place.
+      follow=False (a file written unattended into a shared folder: the OOM
+      snapshot): a symlink at the path is replaced, never followed, and
+      nothing is written in place.
   write_all([(path, data), ...])  several outputs, all or none: every
       temporary written and synced before the first rename.
 
@@ -55,15 +58,16 @@ def _target(path):
     return os.path.realpath(path) if os.path.lexists(path) else path
 
 
-def check_output(path, inputs=(), what="--out"):
+def check_output(path, inputs=(), what="--out", dash_is_stdout=False):
     """Refuses, before any work, an output that would destroy an input or
     cannot be written (FileError). `inputs`: paths (None skipped; "-" is
-    stdin); `what`: how the user named the output (an option)."""
+    stdin); `what`: how the user named the output (an option);
+    dash_is_stdout: the program writes "-" to stdout (else "-" is a file)."""
     if path is None or path == "":
         raise FileError("%s: the output path is empty" % what)
     if "\0" in path:
         raise FileError("%s %r: a path holds no NUL byte" % (what, path))
-    if path == "-":
+    if path == "-" and dash_is_stdout:
         try:
             ost = os.fstat(1)
         except OSError:
@@ -93,9 +97,9 @@ def check_output(path, inputs=(), what="--out"):
             if _same(ist, ost):
                 raise FileError("%s %s is the input %s (the same file); writing it would "
                                 "destroy the input: name another output"
-                                % (what, "(stdout)" if path == "-" else path,
+                                % (what, "(stdout)" if path == "-" and dash_is_stdout else path,
                                    "(stdin)" if inp == "-" else inp))
-    if path == "-" or (ost is not None and not stat.S_ISREG(ost.st_mode)):
+    if (path == "-" and dash_is_stdout) or (ost is not None and not stat.S_ISREG(ost.st_mode)):
         return  # written in place
     folder = os.path.dirname(_target(path)) or "."
     if not os.path.isdir(folder):
@@ -108,7 +112,7 @@ class _Out:
     """One output being written: .file (open for writing), .tmp (the
     temporary's path, None when written in place), .path."""
 
-    def __init__(self, path, binary, new_mode):
+    def __init__(self, path, binary, new_mode, follow=True):
         self.path = path
         self.tmp = None
         self.file = None
@@ -116,16 +120,18 @@ class _Out:
         mode = "wb" if binary else "w"
         enc = None if binary else "utf-8"
         try:
-            st = os.stat(path)
+            st = os.stat(path) if follow else os.lstat(path)
         except FileNotFoundError:
             st = None
         except OSError as e:
             raise FileError("cannot write %s: %s" % (path, _strerror(e)))
+        if st is not None and not follow and not stat.S_ISREG(st.st_mode):
+            st = None  # a link (or a device) at the name: replaced, not followed
         try:
             if st is not None and not stat.S_ISREG(st.st_mode):
                 self.file = open(path, mode, encoding=enc)  # /dev/null, a FIFO
                 return
-            self.target = _target(path)
+            self.target = _target(path) if follow else path
             folder = os.path.dirname(self.target) or "."
             fd, self.tmp = tempfile.mkstemp(prefix="." + os.path.basename(self.target) + ".",
                                             dir=folder)
@@ -199,8 +205,8 @@ class replacing:
     the file named out.name); renamed over path when the block ends without
     an error. binary: bytes; new_mode: a new file's mode under the umask."""
 
-    def __init__(self, path, binary=False, new_mode=0o666):
-        self._args = (path, binary, new_mode)
+    def __init__(self, path, binary=False, new_mode=0o666, follow=True):
+        self._args = (path, binary, new_mode, follow)
         self._out = None
 
     def __enter__(self):

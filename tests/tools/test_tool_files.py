@@ -215,6 +215,18 @@ class OomSnapshot(Base):
         self.assertEqual(self.listing(), ["oom-0.pickle", "oom-0.pickle.tmp.%d" % os.getpid(),
                                           "victim.txt"])
 
+    def test_link_at_the_snapshot_name_replaced_not_followed(self):
+        oom = load_oom()
+        victim = self.write("victim.txt", "precious")
+        path = self.path("oom-0.pickle")
+        os.symlink(victim, path)
+        oom._write(self.fake_torch(), path)
+        with open(victim) as f:
+            self.assertEqual(f.read(), "precious")
+        self.assertFalse(os.path.islink(path))
+        with open(path, "rb") as f:
+            self.assertIsInstance(pickle.load(f), dict)
+
     def test_failure_leaves_old_snapshot(self):
         oom = load_oom()
         path = self.write("oom.pickle", b"old", "wb")
@@ -356,7 +368,8 @@ class GrafanaPreview(Base):
         before = self.listing()
         for opt, val, words in (("--from", "nan", "nan"), ("--to", "inf", "inf"),
                                 ("--from", "-inf", "-inf"), ("--to", "1e300", "1e300"),
-                                ("--now", "nan", "nan"), ("--from", "now-99999999d", "1970")):
+                                ("--now", "nan", "nan"), ("--now", "1e300", "1970"),
+                                ("--from", "now-99999999d", "1970")):
             with self.subTest(opt=opt, val=val):
                 r = self.preview("%s=%s" % (opt, val))
                 self.refused(r, 2, "grafana_preview: ", words)

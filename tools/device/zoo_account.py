@@ -111,7 +111,7 @@ def parse_list(text, what, conv, ok, want):
 def check_collect(a):
     """Everything collect reads, checked before the first replay:
     (runs, delays, factors, policy)."""
-    outfile.check_output(a.out, [a.db, a.runs, a.policy], "--out")
+    outfile.check_output(a.out, [a.db, a.runs, a.policy, a.replay], "--out")
     delays = parse_list(a.delays_us, "--delays-us", int, lambda v: 0 <= v <= 10 ** 12,
                         "a delay in microseconds (0 to 10^12)")
     factors = parse_list(a.limit_factors, "--limit-factors", float,
@@ -124,12 +124,19 @@ def check_collect(a):
                                         for rs in m.values()) for m in runs.values()):
         raise InputError("--runs %s: \"runs\" is not {workload: {mode: [run objects]}}"
                          % a.runs)
+    for w, m in runs.items():
+        for rs in m.values():
+            for r in rs:
+                if not isinstance(r.get("pid", -1), int) or isinstance(r.get("pid"), bool):
+                    raise InputError("--runs %s: workload %r: a run's pid is not a number"
+                                     % (a.runs, w))
     policy = outfile.load_json(a.policy, "--policy", JSON_MAX_BYTES, dict)
     if factors and not isinstance((policy.get("pools") or {}).get("device"), dict):
         raise InputError("--policy %s has no pools.device object to set limit_bytes in"
                          % a.policy)
     if not os.path.isfile(a.db):
-        raise InputError("--db %s: no such file" % a.db)
+        raise InputError("--db %s: %s" % (a.db, "not a regular file" if os.path.exists(a.db)
+                                          else "no such file"))
     try:
         con = sqlite3.connect("file:%s?mode=ro" % urlquote(a.db), uri=True)
         try:
@@ -145,7 +152,10 @@ def check_collect(a):
 
 def replay_json(cmd):
     """Runs adaptalloc-replay ... --json: (its document, None) or (None, why)."""
-    p = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+    except OSError as e:
+        return None, "cannot run %s: %s" % (cmd[0], e.strerror or e)
     if p.returncode != 0:
         return None, p.stderr.strip()[-500:] or "exit %d" % p.returncode
     try:

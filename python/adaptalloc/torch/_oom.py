@@ -12,7 +12,8 @@ The path is install(oom_snapshot=...) or ADAPTALLOC_OOM_SNAPSHOT, with
 exist and be writable when install() runs. Each out-of-memory error writes
 the file anew through a temporary created exclusively (a random name, O_EXCL:
 a link planted in a shared run folder is never followed) in the file's
-folder and renamed into place, so a failure never leaves half a pickle
+folder and renamed into place (a link at the snapshot's own name is
+replaced, not followed), so a failure never leaves half a pickle
 (adaptalloc._outfile, the rule every program of the project follows); a
 snapshot that cannot be written is reported on stderr and never hides the
 out-of-memory error itself.
@@ -59,7 +60,7 @@ def _write(torch, path):
     """torch's snapshot pickled into `path` through an exclusive temporary
     (what torch.cuda.memory._dump_snapshot writes, without its plain open of
     a name)."""
-    with replacing(path, binary=True) as out:
+    with replacing(path, binary=True, follow=False) as out:
         snapshot = getattr(torch.cuda.memory, "_snapshot", None)
         if snapshot is not None:
             pickle.dump(snapshot(), out.file)
