@@ -133,8 +133,10 @@ class _Out:
                 return
             self.target = _target(path) if follow else path
             folder = os.path.dirname(self.target) or "."
+            # the target's extension kept: a program that writes the
+            # temporary by its name may pick the format by it (chromium)
             fd, self.tmp = tempfile.mkstemp(prefix="." + os.path.basename(self.target) + ".",
-                                            dir=folder)
+                                            suffix=os.path.splitext(self.target)[1], dir=folder)
         except OSError as e:
             raise FileError("cannot write %s: %s" % (path, _strerror(e)))
         try:

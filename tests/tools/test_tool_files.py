@@ -137,6 +137,8 @@ class OutfileRule(Base):
         os.symlink("t.txt", self.path("l.txt"))
         with outfile.replacing(self.path("l.txt")) as out:
             self.assertEqual(os.path.dirname(out.name), self.dir)
+            # the extension kept: chromium picks the screenshot's format by it
+            self.assertTrue(out.name.endswith(".txt"), out.name)
             out.file.write("new")
         self.assertTrue(os.path.islink(self.path("l.txt")))
         with open(target) as f:
