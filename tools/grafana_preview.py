@@ -928,9 +928,9 @@ def main(argv=None):
     ap.add_argument("--now", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     try:
-        outputs = [("--out", a.out)] + ([("--report", a.report)] if a.report else [])
-        for what, path in outputs:
-            outfile.check_output(path, [a.dashboard], what)
+        outfile.check_output(a.out, [a.dashboard], "--out")
+        if a.report:  # nor the page: a hard link to it is the same file
+            outfile.check_output(a.report, [a.dashboard, a.out], "--report")
         if a.report and os.path.realpath(a.report) == os.path.realpath(a.out):
             raise InputError("--report %s is the --out page: name two files" % a.report)
     except outfile.FileError as e:

@@ -322,15 +322,20 @@ class GrafanaPreview(Base):
 
     def test_output_is_the_dashboard(self):
         os.symlink("dash.json", self.path("link.json"))
+        self.write("page.html", "old page")
+        os.link(self.path("page.html"), self.path("hard.html"))
         before = self.listing()
         for extra, out in (((), self.dash), ((), self.path("link.json")),
                            (("--report", self.dash), None),
                            (("--report", self.path("link.json")), None),
-                           (("--report", self.path("page.html")), None)):
+                           (("--report", self.path("page.html")), None),
+                           (("--report", self.path("hard.html")), None)):
             with self.subTest(extra=extra, out=out):
                 r = self.preview(*extra, out=out)
                 self.refused(r, 2, "grafana_preview: ")
                 self.assert_nothing_written(before)
+                with open(self.path("page.html")) as f:
+                    self.assertEqual(f.read(), "old page")
 
     def test_bad_dashboards(self):
         p = dashboard()["panels"][0]
