@@ -707,6 +707,31 @@ static void test_http_policy_get_etag(void **state) {
   resp_free(&r);
 }
 
+/* A 304 says the length of the 200 it stands for, or none, never 0 (RFC
+ * 9110 8.6), and has no body: on /policy, /, the dashboard's files and the
+ * favicon (issue #39 class 6). */
+static void test_http_not_modified_length(void **state) {
+  static const char *const paths[] = {"/policy", "/", "/static/app.js", "/favicon.ico"};
+  fixture *fx = *state;
+  for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+    resp_t r;
+    char etag[64], len200[32], len304[32], hdr[128];
+    http(fx->port, "GET", paths[i], NULL, NULL, &r);
+    assert_int_equal(r.status, 200);
+    assert_true(header(&r, "ETag", etag, sizeof etag));
+    assert_true(header(&r, "Content-Length", len200, sizeof len200));
+    assert_true(strtoul(len200, NULL, 10) > 0);
+    resp_free(&r);
+    snprintf(hdr, sizeof hdr, "If-None-Match: %s\r\n", etag);
+    http(fx->port, "GET", paths[i], hdr, NULL, &r);
+    assert_int_equal(r.status, 304);
+    assert_int_equal(r.body_len, 0);
+    if (header(&r, "Content-Length", len304, sizeof len304) && strcmp(len304, len200) != 0)
+      fail_msg("%s: the 304 says Content-Length %s, the 200 %s", paths[i], len304, len200);
+    resp_free(&r);
+  }
+}
+
 static void test_http_policy_put(void **state) {
   fixture *fx = *state;
   resp_t r;
@@ -1833,6 +1858,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_http_stats, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_metrics_endpoint, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_policy_get_etag, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_http_not_modified_length, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_policy_put, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_policy_patch, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_history_and_runs, setup, teardown),

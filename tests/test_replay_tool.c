@@ -1053,6 +1053,75 @@ static void test_replay_tool_torch_model(void **state) {
   free(err);
 }
 
+/* Figures from events the readers' rules refuse, and from the simulator's
+ * own limit, are never reported with exit 0 (issue #39 class 4): a trace
+ * row of a store holding a negative, a real or a text size is refused as a
+ * CSV line with that value is (exit 1, naming the row), through the one
+ * rule of every reader (aa_replay_event_check); a request beyond the
+ * simulator's fake address space stops the replay with exit 3. */
+static void test_replay_tool_invalid_rows_and_sim_limit(void **state) {
+  static const struct {
+    const char *value, *says;
+  } bad[] = {{"-5", "-5 as a signed number"},
+             {"1.5", "size is a real number"},
+             {"char(97, 98, 99)", "size is text"},
+             {"zeroblob(1)", "size is a blob"}};
+  char *out = NULL, *err = NULL;
+  int rc;
+  (void)state;
+
+  if (!have_binary())
+    skip();
+  rc = sh(&out, &err, "{BIN} import {SRC}/tests/data/replay/small.csv -o {TMP}/rows.db");
+  free(out);
+  if (rc == 1 && err != NULL && strstr(err, "without the store") != NULL) {
+    free(err);
+    skip();
+  }
+  free(err);
+  assert_int_equal(rc, 0);
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    rc = sh(NULL, NULL,
+            "cp {TMP}/rows.db {TMP}/bad.db && python3 -c \"import sqlite3, sys; "
+            "c = sqlite3.connect(sys.argv[1]); "
+            "c.execute('UPDATE trace_events SET size = %s WHERE id = "
+            "(SELECT min(id) FROM trace_events WHERE op = \\'a\\')'); c.commit()\" "
+            "{TMP}/bad.db",
+            bad[i].value);
+    assert_int_equal(rc, 0);
+    rc = sh(&out, &err, "{BIN} run --db {TMP}/bad.db");
+    if (rc != 1 || err == NULL || strstr(err, bad[i].says) == NULL)
+      fail_msg("size %s: exit %d, stderr: %s", bad[i].value, rc, err ? err : "");
+    free(out);
+    free(err);
+    rc = sh(&out, &err, "{BIN} compare --db {TMP}/bad.db --db {TMP}/rows.db");
+    if (rc == 0)
+      fail_msg("size %s: compare exit 0: %s", bad[i].value, out ? out : "");
+    free(out);
+    free(err);
+  }
+  /* the same value in a CSV: refused as the store's row is */
+  rc = sh(&out, &err, "printf '1,0.1,allocate,0x10,18446744073709551611,0\\n' > {TMP}/neg.csv && "
+                      "{BIN} run {TMP}/neg.csv");
+  if (rc != 1 || err == NULL || strstr(err, "-5 as a signed number") == NULL)
+    fail_msg("CSV 2^64-5: exit %d, stderr: %s", rc, err ? err : "");
+  free(out);
+  free(err);
+  /* 120 TiB: more than the simulator's fake address space: exit 3 */
+  rc = sh(&out, &err, "printf '1,0.1,allocate,0x10,131941395333120,0\\n' > {TMP}/huge.csv && "
+                      "{BIN} run {TMP}/huge.csv");
+  if (rc != 3 || err == NULL || strstr(err, "fake address space") == NULL)
+    fail_msg("120 TiB: exit %d, stdout %s, stderr: %s", rc, out ? out : "", err ? err : "");
+  free(out);
+  free(err);
+  /* under --capacity, the device's refusal is a figure of the replay */
+  rc = sh(&out, &err, "{BIN} run --capacity 1GiB {TMP}/huge.csv");
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(out, "failures 1"));
+  free(out);
+  free(err);
+}
+
 static void test_replay_tool_import_run_db(void **state) {
   char *out = NULL, *err = NULL, *a, *b;
   cJSON *ja, *jb;
@@ -1137,6 +1206,39 @@ static void test_replay_tool_import_run_db(void **state) {
   assert_int_equal(sh(NULL, &err, "{BIN} run --db {TMP}/t.db --run 99"), 1);
   assert_non_null(strstr(err, "t.db"));
   free(err);
+}
+
+/* export --format torch-snapshot writes through an exclusive temporary (the
+ * project's rule for outputs, util/src/outfile.c): a link planted at the
+ * name it once used, <out>.tmp.<pid>, is not followed (issue #39 class 1).
+ * The pid is known before the tool runs: the shell that plants the link
+ * execs the tool. */
+static void test_replay_tool_export_planted_link(void **state) {
+  char path[512], *out = NULL, *err = NULL, *victim;
+  struct stat sb;
+  (void)state;
+
+  if (!have_binary())
+    skip();
+  snprintf(path, sizeof path, "%s/victim", g_tmp);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs("precious\n", f);
+  fclose(f);
+  assert_int_equal(sh(&out, &err, "sh -c \"ln -s {TMP}/victim {TMP}/snap.pickle.tmp.\\$\\$ && "
+                                  "exec {BIN} export --format torch-snapshot "
+                                  "{SRC}/tests/data/replay/small.csv -o {TMP}/snap.pickle\""),
+                   0);
+  free(out);
+  free(err);
+  victim = slurp(path);
+  assert_non_null(victim);
+  assert_string_equal(victim, "precious\n");
+  free(victim);
+  snprintf(path, sizeof path, "%s/snap.pickle", g_tmp);
+  assert_int_equal(lstat(path, &sb), 0);
+  assert_true(S_ISREG(sb.st_mode));
+  assert_true(sb.st_size > 0);
 }
 
 static void test_replay_tool_export_and_seed(void **state) {
@@ -1628,11 +1730,13 @@ int main(void) {
       cmocka_unit_test(test_replay_tool_suggest_refuses_worse),
       cmocka_unit_test(test_replay_tool_torch_model),
       cmocka_unit_test(test_replay_tool_import_run_db),
+      cmocka_unit_test(test_replay_tool_invalid_rows_and_sim_limit),
       cmocka_unit_test(test_replay_tool_db_histogram),
       cmocka_unit_test(test_replay_tool_pool_from_run),
       cmocka_unit_test(test_replay_tool_histogram_peak),
       cmocka_unit_test(test_replay_tool_output_is_input),
       cmocka_unit_test(test_replay_tool_export_and_seed),
+      cmocka_unit_test(test_replay_tool_export_planted_link),
       cmocka_unit_test(test_replay_tool_torch_converter),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

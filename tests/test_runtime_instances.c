@@ -10,6 +10,7 @@
  * default runtime (started once per process) run in a forked child.
  */
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -418,6 +419,59 @@ static void test_runtime_config_from_env(void **state) {
   clear_env();
 }
 
+static size_t count_of(const char *hay, const char *needle) {
+  size_t n = 0;
+  for (const char *p = strstr(hay, needle); p != NULL; p = strstr(p + 1, needle))
+    n++;
+  return n;
+}
+
+/* A refused RANK, LOCAL_RANK or WORLD_SIZE is said once a process, however
+ * often the environment is read (a caller's aa_runtime_config_from_env, as
+ * adaptalloc.configure() and adaptalloc-demo do, then the default runtime's
+ * start); a new refused value is said again (issue #39 class 7). */
+static void scenario_refused_rank_said_once(void) {
+  aa_runtime_config c;
+  char path[512], text[8192];
+  int saved, fd;
+  size_t n;
+  FILE *f;
+
+  setenv("ADAPTALLOC_DB", "off", 1);
+  setenv("ADAPTALLOC_HTTP", "off", 1);
+  setenv("RANK", "3x", 1);
+  setenv("LOCAL_RANK", "70000", 1);
+  setenv("WORLD_SIZE", "0w", 1); /* values the parent never said */
+  setenv("ADAPTALLOC_TRACE", "yes please", 1);
+  snprintf(path, sizeof path, "%s/said-once.err", tmpdir);
+  fflush(stderr);
+  saved = dup(2);
+  fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  CHECK(saved >= 0 && fd >= 0 && dup2(fd, 2) == 2);
+  close(fd);
+  CHECK(aa_runtime_config_from_env(&c) == AA_OK && c.rank == -1);
+  CHECK(aa_runtime_config_from_env(&c) == AA_OK && c.local_rank == -1);
+  CHECK(aa_runtime_init(NULL) == AA_OK);
+  setenv("RANK", "4y", 1);
+  CHECK(aa_runtime_config_from_env(&c) == AA_OK && c.world_size == -1);
+  aa_runtime_shutdown();
+  fflush(stderr);
+  CHECK(dup2(saved, 2) == 2);
+  close(saved);
+  f = fopen(path, "r");
+  CHECK(f != NULL);
+  n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  unlink(path);
+  text[n] = '\0';
+  if (count_of(text, "\"3x\"") != 1 || count_of(text, "\"70000\"") != 1 ||
+      count_of(text, "WORLD_SIZE is") != 1 || count_of(text, "\"4y\"") != 1 ||
+      count_of(text, "ADAPTALLOC_TRACE is") != 1) {
+    fprintf(stderr, "each refusal once, the new RANK once more; said:\n%s", text);
+    _exit(1);
+  }
+}
+
 static int run_child(void (*scenario)(void)) {
   int status = 0;
   pid_t pid;
@@ -468,6 +522,11 @@ static void scenario_configure_default(void) {
   CHECK(strstr(json, "\"model\":\"configured\"") != NULL);
   free(json);
   aa_runtime_shutdown();
+}
+
+static void test_runtime_refused_rank_said_once(void **state) {
+  (void)state;
+  assert_int_equal(run_child(scenario_refused_rank_said_once), 0);
 }
 
 static void test_runtime_configure_default(void **state) {
@@ -523,6 +582,7 @@ int main(void) {
       cmocka_unit_test(test_runtime_instance_settings_refused),
       cmocka_unit_test(test_runtime_new_bad_config),
       cmocka_unit_test(test_runtime_config_from_env),
+      cmocka_unit_test(test_runtime_refused_rank_said_once),
       cmocka_unit_test(test_runtime_configure_default),
       cmocka_unit_test(test_runtime_default_from_env),
   };

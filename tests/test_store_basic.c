@@ -239,6 +239,8 @@ static void test_store_region_column(void **state) {
                                   "DROP TABLE ooms;"
                                   "ALTER TABLE runs DROP COLUMN local_rank;"
                                   "ALTER TABLE runs DROP COLUMN world_size;"
+                                  "ALTER TABLE runs DROP COLUMN ooms_written;"
+                                  "ALTER TABLE runs DROP COLUMN ooms_dropped;"
                                   "PRAGMA user_version=2;",
                                   NULL, NULL, NULL),
                      SQLITE_OK);
@@ -279,6 +281,8 @@ static void test_store_run_ranks_and_v4_migration(void **state) {
   /* back to schema 4: read as it is, then opened: migrated, rows kept */
   sql_exec(path, "ALTER TABLE runs DROP COLUMN local_rank;"
                  "ALTER TABLE runs DROP COLUMN world_size;"
+                 "ALTER TABLE runs DROP COLUMN ooms_written;"
+                 "ALTER TABLE runs DROP COLUMN ooms_dropped;"
                  "PRAGMA user_version=4;");
   assert_int_equal(sql_int(path, "SELECT count(*) FROM pragma_table_info('runs')"
                                  " WHERE name IN ('local_rank', 'world_size')"),

@@ -137,6 +137,8 @@ static void test_store_oom_migrates_v3(void **state) {
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
     assert_int_equal(sqlite3_exec(db, "DROP TABLE ooms; ALTER TABLE runs DROP COLUMN local_rank;"
                                       " ALTER TABLE runs DROP COLUMN world_size;"
+                                      " ALTER TABLE runs DROP COLUMN ooms_written;"
+                                      " ALTER TABLE runs DROP COLUMN ooms_dropped;"
                                       " PRAGMA user_version=3;",
                                   NULL, NULL, NULL),
                      SQLITE_OK);

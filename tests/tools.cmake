@@ -44,3 +44,18 @@ if(AA_PYTHON3_PROGRAM)
   set_tests_properties(test_tools_memory_viz_image_render PROPERTIES
     LABELS "tools;browser" TIMEOUT 240 SKIP_RETURN_CODE 77)
 endif()
+
+# test_tools_files: the files the Python programs read and write, against
+# hostile input (tests/tools/test_tool_files.py: standard library only, a
+# stand-in Prometheus on 127.0.0.1): python/adaptalloc/_outfile.py, the one
+# rule for outputs (never an input, never through a link onto it, checked
+# before any work, an exclusive temporary renamed into place) and its bounded
+# reads; tools/grafana_preview.py, tools/device/zoo_account.py and
+# tools/memory_viz_image.py refusing an output that is an input and every bad
+# input in one line with their documented exit code; adaptalloc.torch's OOM
+# snapshot never following a planted link.
+if(AA_PYTHON3_PROGRAM)
+  add_test(NAME test_tools_files
+    COMMAND ${AA_PYTHON3_PROGRAM} ${CMAKE_CURRENT_LIST_DIR}/tools/test_tool_files.py)
+  set_tests_properties(test_tools_files PROPERTIES LABELS tools TIMEOUT 300)
+endif()

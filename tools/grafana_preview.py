@@ -25,13 +25,21 @@ any other type is drawn as a box naming the type and reported as unsupported.
 its series, their legends and label values) as JSON. --expect LABEL=V1,V2
 fails (exit 1) when a panel query returned no series carrying one of the
 values in LABEL. Exit 0 done, 1 a query or an expectation failed, 2 bad input
-(the message names it).
+or output: an unreadable dashboard (not UTF-8, not JSON, over 64 MiB, of the
+wrong shape: a list where an object belongs, a panel that is not an object, a
+panel taller than 500 grid rows), a time bound that is not a finite time, an
+output that is the dashboard (or a link to it) or cannot be written. Every
+problem is one line naming the file or option; arguments and outputs are
+checked before any query, and the page and the report are written whole or
+not at all (through temporaries renamed into place:
+python/adaptalloc/_outfile.py, the rule every program of the project follows).
 """
 import argparse
 import datetime
 import html
 import json
 import math
+import os
 import re
 import sys
 import urllib.error
@@ -39,6 +47,10 @@ import urllib.parse
 import urllib.request
 
 GRID_COLUMNS = 24
+MAX_GRID_ROWS = 500  # a panel's gridPos h and the page's bottom, in grid rows
+DASHBOARD_MAX_BYTES = 64 << 20
+ANSWER_MAX_BYTES = 256 << 20  # one Prometheus answer
+LATEST_TIME = 253402300799.0  # 9999-12-31T23:59:59Z, the last time a page can show
 GRID_CELL_HEIGHT = 30  # Grafana's react-grid-layout row height, px
 GRID_MARGIN = 8  # between panels, px
 PAGE_WIDTH = 1440
@@ -48,6 +60,22 @@ PALETTE = ["#7EB26D", "#EAB839", "#6ED0E0", "#EF843C", "#E24D42", "#1F78C1", "#B
            "#705DA0", "#508642", "#CCA300", "#447EBC", "#C15C17", "#890F02", "#0A437C",
            "#6D1F62", "#584477", "#B7DBAB", "#F4D598", "#70DBED", "#F9BA8F"]
 DRAWN_TYPES = ("timeseries", "graph", "stat", "gauge", "bargauge", "table", "text", "row")
+
+
+def _outfile():
+    """adaptalloc's one rule for outputs and bounded inputs
+    (python/adaptalloc/_outfile.py), loaded by its path: the tool needs no
+    installed package."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "python",
+                        "adaptalloc", "_outfile.py")
+    spec = importlib.util.spec_from_file_location("aa_outfile", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+outfile = _outfile()
 
 
 class InputError(Exception):
@@ -89,11 +117,17 @@ def parse_time(text, now):
         return now
     m = re.fullmatch(r"now-(.+)", text)
     if m:
-        return now - parse_duration(m.group(1))
+        t = now - parse_duration(m.group(1))
+        if t < 0:
+            raise InputError("time %r is before 1970" % text)
+        return t
     try:
-        return float(text)
+        t = outfile.finite(text, "time")
     except ValueError:
         raise InputError("not a time: %r (want now, now-5m or epoch seconds)" % text)
+    if not 0 <= t <= LATEST_TIME:
+        raise InputError("time %r is outside 1970 to 9999 (epoch seconds)" % text)
+    return t
 
 
 def round_interval(seconds):
@@ -208,18 +242,33 @@ class Prometheus:
         url = self.base + path + "?" + urllib.parse.urlencode(params, doseq=True)
         try:
             with urllib.request.urlopen(url, timeout=self.timeout) as r:
-                doc = json.load(r)
+                body = r.read(ANSWER_MAX_BYTES + 1)
         except urllib.error.HTTPError as e:
-            body = e.read().decode(errors="replace")[:300]
-            raise QueryError("%s refused (%d): %s" % (path, e.code, body))
-        except (urllib.error.URLError, OSError) as e:
+            body = e.read(4096).decode(errors="replace")[:300]
+            raise QueryError("%s refused (%d): %s" % (path, e.code, " ".join(body.split())))
+        except (urllib.error.URLError, OSError, ValueError) as e:
             raise QueryError("cannot reach Prometheus at %s: %s" % (self.base, e))
+        if len(body) > ANSWER_MAX_BYTES:
+            raise QueryError("%s: Prometheus's answer is over %d bytes" % (path, ANSWER_MAX_BYTES))
+        try:
+            doc = json.loads(body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            raise QueryError("%s: the answer from %s is not JSON (%r...): is it Prometheus?"
+                             % (path, self.base, body[:40].decode(errors="replace")))
+        if not isinstance(doc, dict):
+            raise QueryError("%s: the answer from %s is %s, not an object"
+                             % (path, self.base, outfile.json_kind(doc)))
         if doc.get("status") != "success":
-            raise QueryError("%s failed: %s" % (path, doc.get("error", doc)))
+            raise QueryError("%s failed: %s" % (path, str(doc.get("error", doc))[:300]))
+        if "data" not in doc:
+            raise QueryError("%s: the answer from %s has no \"data\"" % (path, self.base))
         return doc["data"]
 
     def scrape_interval(self):
-        cfg = self.get("/api/v1/status/config", {})["yaml"]
+        cfg = self.get("/api/v1/status/config", {})
+        cfg = cfg.get("yaml") if isinstance(cfg, dict) else None
+        if not isinstance(cfg, str):
+            raise QueryError("/api/v1/status/config: the answer has no \"yaml\" text")
         m = re.search(r"^global:\n(?:  .*\n)*?  scrape_interval: (\S+)", cfg, re.M)
         return parse_duration(m.group(1)) if m else 15.0
 
@@ -269,7 +318,14 @@ def resolve_variables(dash, prom, start, end, overrides):
             params = {"start": "%.3f" % start, "end": "%.3f" % end}
             if match:
                 params["match[]"] = match
-            found = sorted(set(prom.get("/api/v1/label/%s/values" % label, params)))
+            found = prom.get("/api/v1/label/%s/values" % label, params)
+            if not isinstance(found, list) or not all(isinstance(v, str) for v in found):
+                raise QueryError("/api/v1/label/%s/values: the answer's data is not a list of "
+                                 "strings" % label)
+            found = sorted(set(found))
+        elif not isinstance(var.get("query") or "", str):
+            raise InputError("template variable %r: a %s variable's query is a string"
+                             % (name, kind))
         elif kind == "custom":
             found = [v.strip() for v in (var.get("query") or "").split(",") if v.strip()]
         elif kind in ("constant", "textbox"):
@@ -352,24 +408,46 @@ def run_panel(panel, prom, values, start, end, scrape_s, inner):
         try:
             if t.get("instant") or t.get("format") == "table" and not t.get("range"):
                 data = prom.get("/api/v1/query", {"query": expr, "time": "%.3f" % end})
-                rows = [{"metric": s["metric"], "values": [s["value"]]}
-                        for s in data["result"]] if data["resultType"] == "vector" else []
+                path = "/api/v1/query"
             else:
                 data = prom.get("/api/v1/query_range", {
                     "query": expr, "start": "%.3f" % a_start, "end": "%.3f" % a_end,
                     "step": format_duration(interval)})
-                rows = data["result"]
+                path = "/api/v1/query_range"
+            res["series"] = answer_series(path, data, t.get("legendFormat"))
         except QueryError as e:
             res["error"] = str(e)
-            out.append(res)
-            continue
-        for s in rows:
-            pts = [(float(ts), float(v)) for ts, v in s["values"]]
-            res["series"].append({"metric": s["metric"],
-                                  "legend": legend_of(s, t.get("legendFormat")),
-                                  "points": pts})
         out.append(res)
     return out
+
+
+def answer_series(path, data, legend_format):
+    """A query's answer (its "data") -> [{metric, legend, points}]; QueryError
+    naming the query path when it is not the shape Prometheus answers with."""
+    try:
+        kind, result = data["resultType"], data["result"]
+        if not isinstance(result, list):
+            raise TypeError("result is not a list")
+        if path == "/api/v1/query":
+            rows = [{"metric": s["metric"], "values": [s["value"]]}
+                    for s in result] if kind == "vector" else []
+        else:
+            rows = result
+        out = []
+        for s in rows:
+            metric = s["metric"]
+            if not isinstance(metric, dict) or \
+                    not all(isinstance(v, str) for v in metric.values()):
+                raise TypeError("a series' metric is not an object of strings")
+            pts = [(float(ts), float(v)) for ts, v in s["values"]]
+            if not all(math.isfinite(ts) and 0 <= ts <= LATEST_TIME for ts, _ in pts):
+                raise ValueError("a sample's time is not a time")
+            out.append({"metric": metric, "legend": legend_of(s, legend_format),
+                        "points": pts})
+        return out
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+        raise QueryError("%s: the answer's data is not the shape Prometheus answers with (%s)"
+                         % (path, e))
 
 
 # ---------------------------------------------------------------- drawing
@@ -702,30 +780,124 @@ layout, queries and units as Grafana would use them, data from a live Prometheus
 
 # ---------------------------------------------------------------- main
 
+def _shape(cond, path, where, what):
+    if not cond:
+        raise InputError("%s: %s %s" % (path, where, what))
+
+
+def _opt(obj, key, kinds):
+    """obj[key] is absent, null or of one of kinds (a JSON boolean is not a
+    number)."""
+    v = obj.get(key)
+    if v is None:
+        return True
+    if isinstance(v, bool):
+        return bool in kinds
+    return isinstance(v, kinds)
+
+
+NUMBER = (int, float)
+
+
+def check_panel(path, p, i):
+    """Every field of a panel the preview reads is of the type it reads it as."""
+    _shape(isinstance(p, dict), path, "panel %d" % i,
+           "is %s, not an object" % outfile.json_kind(p))
+    title = p.get("title")
+    name = "panel %r" % (title if isinstance(title, str) else i)
+    for key in ("title", "type", "interval", "description"):
+        _shape(_opt(p, key, (str,)), path, name, "%s is not a string" % key)
+    gp = p.get("gridPos")
+    _shape(isinstance(gp, dict) and all(isinstance(gp.get(k), int) and
+                                        not isinstance(gp.get(k), bool) for k in "xywh"),
+           path, name, "has no gridPos {x, y, w, h}")
+    _shape(gp["x"] >= 0 and gp["y"] >= 0 and gp["w"] >= 1 and gp["h"] >= 1 and
+           gp["x"] + gp["w"] <= GRID_COLUMNS, path, name,
+           "gridPos %s is off the 24-column grid" % gp)
+    _shape(gp["h"] <= MAX_GRID_ROWS and gp["y"] + gp["h"] <= 20 * MAX_GRID_ROWS, path, name,
+           "gridPos %s is taller than %d grid rows or lower than %d: refused"
+           % (gp, MAX_GRID_ROWS, 20 * MAX_GRID_ROWS))
+    if p.get("interval"):
+        try:
+            parse_duration(p["interval"].lstrip("<>="))
+        except InputError as e:
+            raise InputError("%s: %s interval: %s" % (path, name, e))
+    targets = p.get("targets", [])
+    _shape(isinstance(targets, list), path, name, "targets is not a list")
+    for t in targets:
+        _shape(isinstance(t, dict), path, name, "has a target that is not an object")
+        for key in ("expr", "legendFormat", "refId", "format"):
+            _shape(_opt(t, key, (str,)), path, name, "target %s is not a string" % key)
+    fc = p.get("fieldConfig", {})
+    _shape(isinstance(fc, dict) and isinstance(fc.get("defaults", {}), dict), path, name,
+           "fieldConfig.defaults is not an object")
+    d = fc.get("defaults", {})
+    _shape(_opt(d, "unit", (str,)), path, name, "unit is not a string")
+    _shape(_opt(d, "decimals", (int,)) and 0 <= (d.get("decimals") or 0) <= 20, path, name,
+           "decimals is not a count from 0 to 20")
+    for key in ("min", "max"):
+        _shape(_opt(d, key, NUMBER), path, name, "%s is not a number" % key)
+        _shape(d.get(key) is None or math.isfinite(d[key]), path, name,
+               "%s is not finite" % key)
+    th = d.get("thresholds")
+    _shape(th is None or isinstance(th, dict) and _opt(th, "steps", (list,)), path, name,
+           "thresholds.steps is not a list")
+    for st in (th or {}).get("steps") or []:
+        _shape(isinstance(st, dict) and _opt(st, "color", (str,)) and
+               _opt(st, "value", NUMBER), path, name,
+               "a threshold step is not {color: string, value: number}")
+    opts = p.get("options", {})
+    _shape(isinstance(opts, dict) and _opt(opts, "content", (str,)) and
+           _opt(opts, "legend", (dict,)), path, name,
+           "options is not an object with a text content and a legend object")
+
+
 def load_dashboard(path):
     try:
-        with open(path) as f:
-            dash = json.load(f)
-    except OSError as e:
-        raise InputError("cannot read the dashboard %s: %s" % (path, e.strerror))
-    except json.JSONDecodeError as e:
-        raise InputError("%s is not JSON: %s" % (path, e))
+        dash = outfile.load_json(path, "--dashboard", DASHBOARD_MAX_BYTES, dict)
+    except outfile.FileError as e:
+        raise InputError(str(e))
     if "dashboard" in dash and "panels" not in dash:  # an export wrapped for the API
         dash = dash["dashboard"]
+        _shape(isinstance(dash, dict), path, "\"dashboard\"",
+               "is %s, not an object" % outfile.json_kind(dash))
     panels = dash.get("panels")
     if not isinstance(panels, list) or not panels:
         raise InputError("%s: no \"panels\" list" % path)
+    for key in ("title",):
+        _shape(_opt(dash, key, (str,)), path, key, "is not a string")
+    tm = dash.get("time", {})
+    _shape(isinstance(tm, dict) and _opt(tm, "from", (str,)) and _opt(tm, "to", (str,)),
+           path, "time", "is not {from: string, to: string}")
+    tpl = dash.get("templating", {})
+    _shape(isinstance(tpl, dict) and isinstance(tpl.get("list", []), list), path,
+           "templating", "is not {list: [...]}")
+    for var in tpl.get("list", []):
+        _shape(isinstance(var, dict), path, "templating.list",
+               "holds %s, not an object" % outfile.json_kind(var))
+        for key in ("name", "type", "label", "allValue"):
+            _shape(_opt(var, key, (str,)), path, "template variable %r" % var.get("name"),
+                   "%s is not a string" % key)
+        _shape(_opt(var, "query", (str, dict)), path,
+               "template variable %r" % var.get("name"), "query is not a string or object")
+        q = var.get("query")
+        _shape(not isinstance(q, dict) or _opt(q, "query", (str,)), path,
+               "template variable %r" % var.get("name"), "query.query is not a string")
+        _shape(_opt(var, "current", (dict,)), path,
+               "template variable %r" % var.get("name"), "current is not an object")
+        _shape(_opt(var, "hide", (int,)), path,
+               "template variable %r" % var.get("name"), "hide is not a number")
     flat = []
-    for p in panels:
+    for i, p in enumerate(panels):
+        check_panel(path, p, i)
         flat.append(p)
-        flat.extend(p.get("panels", []) if p.get("type") == "row" else [])
-    for p in flat:
-        gp = p.get("gridPos")
-        if not isinstance(gp, dict) or not all(isinstance(gp.get(k), int) for k in "xywh"):
-            raise InputError("%s: panel %r has no gridPos {x, y, w, h}" % (path, p.get("title")))
-        if gp["x"] < 0 or gp["w"] < 1 or gp["x"] + gp["w"] > GRID_COLUMNS or gp["h"] < 1:
-            raise InputError("%s: panel %r gridPos %s is off the 24-column grid"
-                             % (path, p.get("title"), gp))
+        if p.get("type") == "row":
+            sub = p.get("panels", [])
+            _shape(isinstance(sub, list), path, "row %r" % p.get("title"),
+                   "panels is not a list")
+            for j, q in enumerate(sub):
+                check_panel(path, q, "%d.%d" % (i, j))
+            flat.extend(sub)
     return dash, flat
 
 
@@ -753,16 +925,35 @@ def main(argv=None):
     ap.add_argument("--report", help="write what every panel got as JSON here")
     ap.add_argument("--expect", action="append", default=[], metavar="LABEL=V1,V2",
                     help="fail unless every query has a series for each value of LABEL")
-    ap.add_argument("--now", type=float, help=argparse.SUPPRESS)
+    ap.add_argument("--now", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     try:
+        outfile.check_output(a.out, [a.dashboard], "--out")
+        if a.report:  # nor the page: a hard link to it is the same file
+            outfile.check_output(a.report, [a.dashboard, a.out], "--report")
+        if a.report and os.path.realpath(a.report) == os.path.realpath(a.out):
+            raise InputError("--report %s is the --out page: name two files" % a.report)
+    except outfile.FileError as e:
+        print("grafana_preview: " + str(e), file=sys.stderr)
+        return 2
+    except InputError as e:
+        print("grafana_preview: " + str(e), file=sys.stderr)
+        return 2
+    try:
+        if a.now is not None:
+            try:
+                a.now = outfile.finite(a.now, "--now")
+            except ValueError as e:
+                raise InputError(str(e))
+            if not 0 <= a.now <= LATEST_TIME:
+                raise InputError("--now %r is outside 1970 to 9999 (epoch seconds)" % a.now)
         dash, panels = load_dashboard(a.dashboard)
         expect = parse_pairs(a.expect, "--expect")
         overrides = parse_pairs(a.var, "--var")
         frm = a.frm or dash.get("time", {}).get("from", "now-1h")
         to = a.to or dash.get("time", {}).get("to", "now")
         now = a.now if a.now is not None else datetime.datetime.now().timestamp()
-        start, end = parse_time(frm, now), parse_time(to, now)
+        start, end = parse_time(str(frm), now), parse_time(str(to), now)
         if end <= start:
             raise InputError("the range %s to %s is empty" % (frm, to))
         if not re.match(r"https?://", a.prometheus):
@@ -786,8 +977,6 @@ def main(argv=None):
         print("grafana_preview: " + str(e), file=sys.stderr)
         return 1
     page = render(dash, a.dashboard, values, done, start, end, frm, to, scrape_s)
-    with open(a.out, "w") as f:
-        f.write(page)
     problems = []
     report = {"dashboard": a.dashboard, "from": start, "to": end, "scrape_interval": scrape_s,
               "variables": {k: {"shown": v["shown"], "values": v.get("found", []),
@@ -820,9 +1009,12 @@ def main(argv=None):
                                        ",".join(missing), r["expr"]))
         report["panels"].append(entry)
     report["problems"] = problems
-    if a.report:
-        with open(a.report, "w") as f:
-            json.dump(report, f, indent=1)
+    try:
+        outfile.write_all([(a.out, page)] +
+                          ([(a.report, json.dumps(report, indent=1))] if a.report else []))
+    except outfile.FileError as e:
+        print("grafana_preview: " + str(e), file=sys.stderr)
+        return 2
     for msg in problems:
         print("grafana_preview: " + msg, file=sys.stderr)
     nseries = sum(len(r["series"]) for _, rs in done for r in rs)

@@ -24,6 +24,15 @@ ES-module sources of d3@5 in a node_modules folder (--d3; default
 ~/.cache/adaptalloc/memory_viz, filled by npm when npm is here), so it needs
 no network once those are local. It waits until the timeline's SVG has its
 polygons and fails otherwise, naming what the page could not load.
+
+Exit 0 done, 1 the page did not render (the message names what it could not
+load), 2 bad input or usage: an HTML or MemoryViz.js that is missing, not a
+file, over 1 GiB, not UTF-8, or not trace_plot's page; a --out that is an
+input (the HTML or --viz-js, directly or through a link) or cannot be
+written. Each is one line naming the file, said before chromium starts; the
+PNG is written through a temporary renamed into place, whole or not at all
+(python/adaptalloc/_outfile.py, the rule every program of the project
+follows).
 """
 import argparse
 import functools
@@ -38,6 +47,23 @@ import subprocess
 import sys
 import tempfile
 import threading
+
+PAGE_MAX_BYTES = 1 << 30
+
+
+def _outfile():
+    """adaptalloc's one rule for outputs and bounded inputs
+    (python/adaptalloc/_outfile.py), loaded by its path: the tool needs no
+    installed package."""
+    path = os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "python",
+                        "adaptalloc", "_outfile.py")
+    spec = importlib.util.spec_from_file_location("aa_outfile", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+outfile = _outfile()
 
 
 def record(out_dir, steps):
@@ -64,14 +90,12 @@ def record(out_dir, steps):
         opt.step()
     torch.cuda.synchronize()
     pickle_path = os.path.join(out_dir, "memory_viz_timeline.pickle")
-    torch.cuda.memory._dump_snapshot(pickle_path)
+    html_path = os.path.join(out_dir, "memory_viz_timeline.html")
+    snap = torch.cuda.memory._snapshot()
     torch.cuda.memory._record_memory_history(enabled=None)
     import pickle
-    with open(pickle_path, "rb") as f:
-        snap = pickle.load(f)
-    html_path = os.path.join(out_dir, "memory_viz_timeline.html")
-    with open(html_path, "w") as f:
-        f.write(_memory_viz.trace_plot(snap))
+    outfile.write_all([(pickle_path, pickle.dumps(snap))], binary=True)
+    outfile.write_all([(html_path, _memory_viz.trace_plot(snap))])
     n = len(snap["device_traces"][0])
     print("wrote %s and %s (%d trace entries, %d steps)" % (pickle_path, html_path, n, steps))
 
@@ -88,6 +112,10 @@ class VizError(Exception):
     """A --png failure, with the message to print."""
 
 
+class InputError(VizError):
+    """A --png input or output that cannot be used (exit 2)."""
+
+
 def torch_viz_js():
     """torch's own MemoryViz.js, found without importing torch, or None."""
     spec = importlib.util.find_spec("torch")
@@ -97,12 +125,17 @@ def torch_viz_js():
     return path if os.path.isfile(path) else None
 
 
+def not_a_file(path):
+    """Why path, which os.path.isfile refused, is not an input."""
+    return "not a regular file" if os.path.exists(path) else "no such file"
+
+
 def pick_viz_js(html_path, viz_js):
     """The local MemoryViz.js to serve: --viz-js, torch's, the one beside the
     HTML; None means the page's CDN copy."""
     if viz_js is not None:
         if not os.path.isfile(viz_js):
-            raise VizError("--viz-js %s: no such file" % viz_js)
+            raise InputError("--viz-js %s: %s" % (viz_js, not_a_file(viz_js)))
         return viz_js
     for path in (torch_viz_js(), os.path.join(os.path.dirname(html_path), "MemoryViz.js")):
         if path and os.path.isfile(path):
@@ -146,10 +179,13 @@ def pick_d3(d3_dir, need_fetch):
 def d3_entry(mods, name):
     """URL path of package NAME's ES-module entry (its package.json "module")."""
     try:
-        with open(os.path.join(mods, name, "package.json")) as f:
-            meta = json.load(f)
-    except (OSError, ValueError) as e:
+        meta = outfile.load_json(os.path.join(mods, name, "package.json"), "d3's",
+                                 PAGE_MAX_BYTES, dict)
+    except outfile.FileError as e:
         raise VizError("%s: no usable %s/package.json (%s)" % (mods, name, e))
+    if not all(isinstance(meta.get(k, ""), str) for k in ("module", "jsnext:main", "version")):
+        raise VizError("%s: %s/package.json: module, jsnext:main or version is not a string"
+                       % (mods, name))
     entry = meta.get("module") or meta.get("jsnext:main")
     if not entry:
         raise VizError("%s/%s (version %s) has no ES-module entry (\"module\" in package.json): "
@@ -165,8 +201,10 @@ def import_map(viz_url, viz_js, mods):
     notes = []
     if viz_js is not None:
         imports[viz_url] = "/MemoryViz.js"
-        with open(viz_js, encoding="utf-8") as f:
-            cdn = CDN_D3_RE.findall(f.read())
+        try:
+            cdn = CDN_D3_RE.findall(outfile.read_text(viz_js, "MemoryViz.js", PAGE_MAX_BYTES))
+        except outfile.FileError as e:
+            raise InputError(str(e))
         if mods is not None:
             for name in sorted(n for n in os.listdir(mods) if n == "d3" or n.startswith("d3-")):
                 if os.path.isfile(os.path.join(mods, name, "package.json")):
@@ -222,15 +260,29 @@ def console_lines(stderr):
     return [l for l in stderr.splitlines() if "CONSOLE" in l or "Uncaught" in l][-8:]
 
 
+def png_output(html_path, out, viz_js):
+    """The PNG to write, checked before any work (InputError): never the HTML
+    or MemoryViz.js, directly or through a link."""
+    out = out or os.path.splitext(html_path)[0] + ".png"
+    try:
+        outfile.check_output(out, [html_path, viz_js], "--out")
+    except outfile.FileError as e:
+        raise InputError(str(e))
+    return out
+
+
 def png(html_path, out=None, viz_js=None, d3_dir=None, size=(1400, 800)):
+    out = png_output(html_path, out, viz_js)
     if not os.path.isfile(html_path):
-        raise VizError("%s: no such file" % html_path)
-    with open(html_path, encoding="utf-8") as f:
-        page = f.read()
+        raise InputError("--png %s: %s" % (html_path, not_a_file(html_path)))
+    try:
+        page = outfile.read_text(html_path, "--png", PAGE_MAX_BYTES)
+    except outfile.FileError as e:
+        raise InputError(str(e))
     m = CDN_VIZ_RE.search(page)
     if m is None or "add_local_files" not in page:
-        raise VizError("%s is not torch.cuda._memory_viz.trace_plot's HTML (no import of "
-                       "MemoryViz.js's add_local_files)" % html_path)
+        raise InputError("%s is not torch.cuda._memory_viz.trace_plot's HTML (no import of "
+                         "MemoryViz.js's add_local_files)" % html_path)
     viz_url = m.group(1)
     viz_js = pick_viz_js(html_path, viz_js)
     mods = pick_d3(d3_dir, need_fetch=viz_js is not None)
@@ -241,7 +293,6 @@ def png(html_path, out=None, viz_js=None, d3_dir=None, size=(1400, 800)):
     sources = ["MemoryViz.js: " + (viz_js or "%s (CDN: needs the network)" % viz_url),
                "d3: " + (mods or "cdn.skypack.dev (CDN: needs the network)")]
     print("memory_viz_image:", "; ".join(sources + notes))
-    out = out or os.path.splitext(html_path)[0] + ".png"
     with tempfile.TemporaryDirectory(prefix="memviz.") as tmp:
         if viz_js is not None:
             shutil.copyfile(viz_js, os.path.join(tmp, "MemoryViz.js"))
@@ -270,10 +321,17 @@ def png(html_path, out=None, viz_js=None, d3_dir=None, size=(1400, 800)):
                 if r.returncode != 0:
                     why.append("chromium exit %d: %s" % (r.returncode, r.stderr[-800:]))
                 raise VizError("\n  ".join(why))
-            r = run_chromium(chrome, url, ["--screenshot=" + os.path.abspath(out)], size)
-            if r.returncode != 0 or not os.path.isfile(out):
-                raise VizError("chromium's screenshot failed (exit %d): %s"
-                               % (r.returncode, r.stderr[-1500:]))
+            try:
+                with outfile.replacing(out, binary=True) as shot:
+                    shot.file.close()  # chromium writes the temporary by its name
+                    r = run_chromium(chrome, url,
+                                     ["--screenshot=" + os.path.abspath(shot.name)], size)
+                    if r.returncode != 0 or not os.path.isfile(shot.name) or \
+                            os.path.getsize(shot.name) == 0:
+                        raise VizError("chromium's screenshot failed (exit %d): %s"
+                                       % (r.returncode, r.stderr[-1500:]))
+            except outfile.FileError as e:
+                raise InputError(str(e))
         finally:
             server.shutdown()
             server.server_close()
@@ -311,10 +369,20 @@ def main():
     if a.png:
         try:
             png(a.png, a.out, a.viz_js, a.d3, a.size)
+        except InputError as e:
+            print("memory_viz_image: %s" % e, file=sys.stderr)
+            sys.exit(2)
         except VizError as e:
             sys.exit("memory_viz_image: %s" % e)
         return
-    os.makedirs(a.out_dir, exist_ok=True)
+    try:
+        os.makedirs(a.out_dir, exist_ok=True)
+        for name in ("memory_viz_timeline.pickle", "memory_viz_timeline.html"):
+            outfile.check_output(os.path.join(a.out_dir, name), [], "--out-dir")
+    except (OSError, outfile.FileError) as e:
+        print("memory_viz_image: --out-dir %s: %s" % (a.out_dir, getattr(e, "strerror", None)
+                                                     or e), file=sys.stderr)
+        sys.exit(2)
     record(a.out_dir, a.steps)
 
 if __name__ == "__main__":

@@ -37,9 +37,7 @@ import io
 import os
 import pickle
 import pickletools
-import stat
 import sys
-import tempfile
 
 MAX_BYTES = 1 << 30
 
@@ -211,89 +209,19 @@ def convert(snap, out, device="all", free_event="requested",
     return counts
 
 
-def _same_file(a, b):
-    return a.st_dev == b.st_dev and a.st_ino == b.st_ino
+def _outfile():
+    """adaptalloc's one rule for outputs (python/adaptalloc/_outfile.py),
+    loaded by its path: the tool needs no installed package."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "python",
+                        "adaptalloc", "_outfile.py")
+    spec = importlib.util.spec_from_file_location("aa_outfile", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
-def _check_output(snapshot, output):
-    """Before any work: the output must not be the input (by file identity:
-    ./x, symlinks and hard links count) and its directory must be writable.
-    Returns a message, or None."""
-    try:
-        ist = os.stat(snapshot)
-    except OSError:
-        ist = None  # load_snapshot names the problem
-    if output == "-":
-        try:
-            ost = os.fstat(sys.stdout.fileno())
-        except (OSError, ValueError):
-            return None
-        if ist is not None and stat.S_ISREG(ost.st_mode) and _same_file(ist, ost):
-            return "stdout is the snapshot %s: writing it would destroy it" % snapshot
-        return None
-    try:
-        ost = os.stat(output)
-    except FileNotFoundError:
-        ost = None
-        if os.path.islink(output):
-            return "-o %s is a symlink to a missing file" % output
-    except OSError as exc:
-        return "-o %s: %s" % (output, exc.strerror)
-    if ost is not None:
-        if stat.S_ISDIR(ost.st_mode):
-            return "-o %s is a directory" % output
-        if ist is not None and _same_file(ist, ost):
-            return ("-o %s is the snapshot %s (the same file): writing it would "
-                    "destroy the input; name another output" % (output, snapshot))
-        if not stat.S_ISREG(ost.st_mode):
-            return None  # /dev/null, a FIFO: written in place
-    target = os.path.realpath(output) if ost is not None else output
-    d = os.path.dirname(target) or "."
-    if not os.path.isdir(d):
-        return "cannot write %s: its directory %s does not exist" % (output, d)
-    if not os.access(d, os.W_OK | os.X_OK):
-        return "cannot write %s: its directory %s is not writable" % (output, d)
-    return None
-
-
-def _write_replacing(output, text):
-    """Writes text to output through a temporary file in its directory
-    renamed into place (the old file's mode kept), so a failure never leaves
-    a half-written output; a non-regular file (/dev/null) is written in
-    place."""
-    try:
-        st = os.stat(output)
-    except FileNotFoundError:
-        st = None
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        with open(output, "w") as f:
-            f.write(text)
-        return
-    target = os.path.realpath(output) if st is not None else output
-    d = os.path.dirname(target) or "."
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(target) + ".", dir=d)
-    try:
-        if st is not None:
-            os.fchmod(fd, stat.S_IMODE(st.st_mode))
-        else:
-            um = os.umask(0)
-            os.umask(um)
-            os.fchmod(fd, 0o666 & ~um)
-        with os.fdopen(fd, "w") as f:
-            fd = -1
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-        tmp = None
-    finally:
-        if fd >= 0:
-            os.close(fd)
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+outfile = _outfile()
 
 
 def main(argv=None):
@@ -327,9 +255,10 @@ def main(argv=None):
             ap.error("--device: %r is not an index or 'all'" % args.device)
         if device < 0:
             ap.error("--device: %d is not an index (0, 1, ...) or 'all'" % device)
-    err = _check_output(args.snapshot, args.output)
-    if err is not None:
-        ap.error(err)
+    try:
+        outfile.check_output(args.output, [args.snapshot], "-o", dash_is_stdout=True)
+    except outfile.FileError as exc:
+        ap.error(str(exc))
     try:
         snap = load_snapshot(args.snapshot, args.max_bytes)
     except (OSError, SnapshotError) as exc:
@@ -349,7 +278,10 @@ def main(argv=None):
         if args.output == "-":
             sys.stdout.write(buf.getvalue())
         else:
-            _write_replacing(args.output, buf.getvalue())
+            outfile.write_all([(args.output, buf.getvalue())])
+    except outfile.FileError as exc:
+        print("torch_snapshot_to_trace: %s" % exc, file=sys.stderr)
+        return 1
     except OSError as exc:
         print("torch_snapshot_to_trace: %s: %s" % (args.output, exc),
               file=sys.stderr)

@@ -364,7 +364,7 @@ int aa__csv_parse_line(const csv_state *st, const char *s, const char *e,
     snprintf(msg, msgcap, "expected %u fields, got %u", st->ncols, i);
     return AA_EPARSE;
   }
-  return AA_OK;
+  return aa_replay_event_check(ev, msg, msgcap); /* the rules of every reader */
 }
 
 /* Whether a line looks like a header: its first field starts with a letter. */

@@ -348,6 +348,23 @@ static inline void note_peaks(aa_replay_sim *s) {
 static char failed_block;
 #define FAILED_BLK ((void *)&failed_block)
 
+/* After a NULL from the pool: AA_OK when the simulated device refused it (a
+ * failure the replay counts), AA_ENOMEM with the message when the
+ * simulator's fake address space ran out instead: its own limit, which
+ * must not pass for the policy's failures (docs/replay.md: exit 3). */
+static int check_space(aa_replay_sim *s, const aa_replay_event *ev) {
+  if (AA__LIKELY(atomic_load_explicit(&s->bk->space_exhausted, memory_order_relaxed) == 0))
+    return AA_OK;
+  snprintf(s->err, sizeof s->err,
+           "%s %llu: the simulator ran out of its fake address space (%llu TiB) serving a "
+           "request of %llu bytes: its figures would count its own limit as the policy's "
+           "failures, so the replay stops",
+           s->pos, (unsigned long long)ev->line,
+           (unsigned long long)((SIM_ADDR_LIMIT - SIM_BASE_ADDR) >> 40),
+           (unsigned long long)ev->size);
+  return AA_ENOMEM;
+}
+
 static int do_alloc(aa_replay_sim *s, const aa_replay_event *ev) {
   aa_stream st = s->cfg.ignore_streams ? NULL : (aa_stream)(uintptr_t)ev->stream;
   size_t i = pmap_find(&s->live, ev->ptr);
@@ -362,6 +379,11 @@ static int do_alloc(aa_replay_sim *s, const aa_replay_event *ev) {
   s->live.s[i].key = ev->ptr;
   s->live.n++;
   if (AA__UNLIKELY(p == NULL)) {
+    rc = check_space(s, ev);
+    if (rc != AA_OK) {
+      s->live.n--; /* not entered (blk stays NULL): the replay stops here */
+      return rc;
+    }
     s->failures++;
     s->failed_live++;
     s->live.s[i].blk = FAILED_BLK;
@@ -440,7 +462,7 @@ static int do_use(aa_replay_sim *s, const aa_replay_event *ev) {
   return AA_OK;
 }
 
-static void do_failed(aa_replay_sim *s, const aa_replay_event *ev) {
+static int do_failed(aa_replay_sim *s, const aa_replay_event *ev) {
   s->trace_failures++;
   if (s->cfg.replay_failures) {
     aa_stream st =
@@ -448,6 +470,9 @@ static void do_failed(aa_replay_sim *s, const aa_replay_event *ev) {
     void *p = aa_alloc(s->pool, (size_t)ev->size, st);
     s->requests++;
     if (p == NULL) {
+      int rc = check_space(s, ev);
+      if (rc != AA_OK)
+        return rc;
       s->failures++;
     } else {
       /* The recorded program never held it: give it straight back. */
@@ -456,6 +481,7 @@ static void do_failed(aa_replay_sim *s, const aa_replay_event *ev) {
       (void)aa_free(s->pool, p, (size_t)ev->size, st);
     }
   }
+  return AA_OK;
 }
 
 /* Whether the loop's next step is due after event e. */
@@ -526,7 +552,7 @@ int aa__replay_feed_local(aa_replay_sim *s, const aa_replay_event *ev, size_t n)
       rc = do_free(s, e);
       break;
     case 'x':
-      do_failed(s, e);
+      rc = do_failed(s, e);
       break;
     case 'u':
       rc = do_use(s, e);

@@ -47,7 +47,14 @@ typedef struct simbk {
   _Atomic uint64_t allocs, frees, failures, alloc_bytes;
   _Atomic uint64_t aliases, unaliases; /* map_alias / unmap_alias calls (stitching) */
   _Atomic uint64_t event_records;
+  /* requests refused because the fake address space ran out (not the
+   * capacity): the simulator's limit, never a figure of the replay */
+  _Atomic uint64_t space_exhausted;
 } simbk;
+
+/* The fake address space the simulated backend hands out addresses from. */
+#define SIM_BASE_ADDR 0x100000000000ull /* 16 TiB: clearly fake */
+#define SIM_ADDR_LIMIT 0x7f0000000000ull
 
 /* ---------------------------------------------------------------- maps */
 

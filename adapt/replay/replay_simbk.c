@@ -12,8 +12,6 @@
 
 /* ---------------------------------------------------------------- backend */
 
-#define SIM_BASE_ADDR 0x100000000000ull /* 16 TiB: clearly fake */
-#define SIM_ADDR_LIMIT 0x7f0000000000ull
 #define SIM_ALIGN (2ull << 20)
 
 static sim_event done_event = {NULL, 0, 1};
@@ -69,10 +67,14 @@ static int sim_alloc(aa_backend *be, size_t size, void **out) {
   if (size == 0)
     return AA_EINVAL;
   pthread_mutex_lock(&b->mu);
-  if (size > SIM_ADDR_LIMIT - SIM_BASE_ADDR ||
-      (b->capacity != 0 &&
-       size > b->capacity - atomic_load_explicit(&b->held, memory_order_relaxed))) {
-    rc = AA_ENOMEM;
+  if (b->capacity != 0 &&
+      size > b->capacity - atomic_load_explicit(&b->held, memory_order_relaxed)) {
+    rc = AA_ENOMEM; /* the simulated device is full: a figure of the replay */
+    goto out;
+  }
+  if (size > SIM_ADDR_LIMIT - SIM_BASE_ADDR) {
+    atomic_fetch_add_explicit(&b->space_exhausted, 1, memory_order_relaxed);
+    rc = AA_ENOMEM; /* more than the fake address space holds */
     goto out;
   }
   st = stack_find(b, size, false);
@@ -81,6 +83,7 @@ static int sim_alloc(aa_backend *be, size_t size, void **out) {
   } else {
     uint64_t span = round_up(size, SIM_ALIGN);
     if (b->next_addr + span > SIM_ADDR_LIMIT || b->next_addr + span < b->next_addr) {
+      atomic_fetch_add_explicit(&b->space_exhausted, 1, memory_order_relaxed);
       rc = AA_ENOMEM; /* fake address space exhausted */
       goto out;
     }
@@ -230,9 +233,12 @@ static int sim_va_reserve(aa_backend *be, size_t size, void **out) {
 
   *out = NULL;
   pthread_mutex_lock(&b->mu);
-  if (size == 0 || size > SIM_ADDR_LIMIT - b->next_addr)
-    rc = AA_ENOMEM;
-  else {
+  if (size == 0 || (b->capacity != 0 && size > b->capacity)) {
+    rc = AA_ENOMEM; /* more than the simulated device could ever map */
+  } else if (size > SIM_ADDR_LIMIT - b->next_addr) {
+    atomic_fetch_add_explicit(&b->space_exhausted, 1, memory_order_relaxed);
+    rc = AA_ENOMEM; /* fake address space exhausted */
+  } else {
     *out = (void *)(uintptr_t)b->next_addr;
     b->next_addr += round_up(size, SIM_ALIGN);
   }

@@ -1,10 +1,41 @@
 /*
- * replay_util.c — small helpers shared by the replay sources: quoting of bad input for messages, bad-input bookkeeping and
- * the seeded PRNG (xoshiro256** with a splitmix64 seeder).
+ * replay_util.c — small helpers shared by the replay sources: the rules
+ * every event passes whatever its source (aa_replay_event_check), quoting
+ * of bad input for messages, bad-input bookkeeping and the seeded PRNG
+ * (xoshiro256** with a splitmix64 seeder).
  */
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "replay_internal.h"
+
+int aa_replay_event_check(const aa_replay_event *ev, char *msg, size_t cap) {
+  const char *what = NULL;
+  uint64_t v = 0;
+
+  if (ev->op != 'a' && ev->op != 'f' && ev->op != 'x' && ev->op != 'u') {
+    if (msg != NULL && cap > 0)
+      snprintf(msg, cap, "unknown operation '%c' (0x%02x): expected allocate, deallocate, "
+                         "allocate failure or a stream use",
+               ev->op >= 0x20 && ev->op < 0x7f ? ev->op : '?', (unsigned char)ev->op);
+    return AA_EPARSE;
+  }
+  if (ev->size > (uint64_t)INT64_MAX) {
+    what = "Size";
+    v = ev->size;
+  } else if (ev->time_ns > (uint64_t)INT64_MAX) {
+    what = "Time";
+    v = ev->time_ns;
+  }
+  if (what == NULL)
+    return AA_OK;
+  if (msg != NULL && cap > 0)
+    snprintf(msg, cap, "%s: %llu (%lld as a signed number) is not below 2^63, the most a "
+                       "trace holds",
+             what, (unsigned long long)v, (long long)v);
+  return AA_EPARSE;
+}
 
 void aa__replay_quote(const char *s, size_t n, char *out, size_t cap) {
   size_t i, lim = n < 40 ? n : 40;

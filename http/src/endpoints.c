@@ -304,8 +304,7 @@ static void ep_policy_get(aa__http_state *st, const aa__http_req *req,
   }
   aa__http_set_etag(r, version);
   if (aa__http_if_none_match_hits(req->if_none_match, r->etag)) {
-    free(json);
-    aa__http_set_static(r, 304, CT_JSON, "", 0);
+    aa__http_set_not_modified(r, CT_JSON, json, len, false);
     return;
   }
   aa__http_set_body(r, 200, CT_JSON, json, len);

@@ -34,6 +34,16 @@ void aa__http_set_static(aa__http_resp *r, int status, const char *type,
   r->body_static = true;
 }
 
+void aa__http_set_not_modified(aa__http_resp *r, const char *type, char *body_200, size_t len,
+                               bool body_static) {
+  /* libmicrohttpd sends no body with a 304 but says the length of the one it
+   * holds: holding the 200's makes that the 200's length */
+  if (body_static)
+    aa__http_set_static(r, 304, type, body_200, len);
+  else
+    aa__http_set_body(r, 304, type, body_200, len);
+}
+
 void aa__http_set_oom(aa__http_resp *r) {
   aa__http_resp_free(r);
   aa__http_set_static(r, 500, CT_JSON, oom_body, sizeof oom_body - 1);

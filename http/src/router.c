@@ -291,7 +291,8 @@ static void route(aa__http_state *st, const aa__http_req *req,
     r->cache_control = "no-cache";
     r->is_asset = true;
     if (aa__http_if_none_match_hits(req->if_none_match, asset->etag)) {
-      aa__http_set_static(r, 304, asset->content_type, "", 0);
+      aa__http_set_not_modified(r, asset->content_type, (char *)(uintptr_t)asset->data,
+                                asset->size, true);
       return;
     }
     aa__http_set_static(r, 200, asset->content_type, (const char *)asset->data,

@@ -41,6 +41,12 @@ void aa__http_set_body(aa__http_resp *r, int status, const char *type, char *bod
 void aa__http_set_static(aa__http_resp *r, int status, const char *type, const char *body,
                          size_t len);
 void aa__http_set_oom(aa__http_resp *r);
+/* 304 Not Modified with the 200's body (owned or static, as set_body and
+ * set_static): the server sends no body with a 304 and says the 200's
+ * Content-Length, never 0 (RFC 9110 8.6: a 304 carries the selected
+ * representation's length or none). */
+void aa__http_set_not_modified(aa__http_resp *r, const char *type, char *body_200, size_t len,
+                               bool body_static);
 /* An error document {"error": msg, "path": path[, "code": "AA_..."]}. */
 void aa__http_error_doc(aa__http_resp *r, const aa__http_req *req, int status, const char *msg,
                         int aa_code);

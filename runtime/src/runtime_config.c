@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,16 +67,50 @@ static int parse_count(const char *s, long lo, long hi, int *out) {
   return AA_OK;
 }
 
+/* Whether a refused value of an environment variable is to be said: the
+ * environment is read again (aa_runtime_configure's caller, the default
+ * runtime's start, a tool checking its port), and each refusal is said once
+ * a process, not once a read. One slot per variable (name, a static
+ * string literal), keyed by a hash of the value it last said: a new value (setenv
+ * between reads) is said again. */
+#define REFUSED_SLOTS 8
+static pthread_mutex_t refused_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  const char *name;
+  uint64_t value_hash;
+} refusals[REFUSED_SLOTS];
+
+static bool refusal_is_new(const char *name, const char *value) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  bool is_new = true;
+  size_t i;
+  for (const char *p = value; *p != '\0'; p++)
+    h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  pthread_mutex_lock(&refused_mu);
+  for (i = 0; i < REFUSED_SLOTS && refusals[i].name != NULL; i++)
+    if (strcmp(refusals[i].name, name) == 0)
+      break;
+  if (i < REFUSED_SLOTS) {
+    is_new = refusals[i].name == NULL || refusals[i].value_hash != h;
+    refusals[i].name = name;
+    refusals[i].value_hash = h;
+  }
+  pthread_mutex_unlock(&refused_mu);
+  return is_new;
+}
+
 /* $name as a number in [lo, hi]; -1 when unset or empty, and when it is not
- * such a number (said in one line: it is then treated as unset). */
+ * such a number (said in one line, once a process: it is then treated as
+ * unset). */
 static int env_count(const char *name, long lo, long hi) {
   const char *s = getenv(name);
   int v = -1;
   if (s == NULL || s[0] == '\0')
     return -1;
   if (parse_count(s, lo, hi, &v) != AA_OK) {
-    aa__rt_log("%s is \"%s\": expected a number from %ld to %ld; treated as unset", name, s,
-               lo, hi);
+    if (refusal_is_new(name, s))
+      aa__rt_log("%s is \"%s\": expected a number from %ld to %ld; treated as unset", name,
+                 s, lo, hi);
     return -1;
   }
   return v;
@@ -104,7 +139,7 @@ int aa_runtime_config_from_env(aa_runtime_config *cfg) {
       cfg->trace = 1;
     } else {
       cfg->trace = 0;
-      if (strcmp(t, "0") != 0 && !aa__rt_is_off(t))
+      if (strcmp(t, "0") != 0 && !aa__rt_is_off(t) && refusal_is_new("ADAPTALLOC_TRACE", t))
         aa__rt_log("ADAPTALLOC_TRACE is \"%s\": expected 1 (on), or 0 or off; "
                    "tracing stays off",
                    t);

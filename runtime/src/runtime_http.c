@@ -350,9 +350,17 @@ static int prov_metrics_extra(void *user, char **out, size_t *len) {
                    "adaptalloc_store_snapshots_dropped_total %llu\n"
                    "# HELP adaptalloc_store_events_dropped_total Trace events the store could not queue.\n"
                    "# TYPE adaptalloc_store_events_dropped_total counter\n"
-                   "adaptalloc_store_events_dropped_total %llu\n",
+                   "adaptalloc_store_events_dropped_total %llu\n"
+                   "# HELP adaptalloc_store_ooms_written_total Out-of-memory records stored.\n"
+                   "# TYPE adaptalloc_store_ooms_written_total counter\n"
+                   "adaptalloc_store_ooms_written_total %llu\n"
+                   "# HELP adaptalloc_store_ooms_dropped_total Out-of-memory records lost before "
+                   "the store wrote them.\n"
+                   "# TYPE adaptalloc_store_ooms_dropped_total counter\n"
+                   "adaptalloc_store_ooms_dropped_total %llu\n",
                    ss.enabled, (unsigned long long)ss.snapshots_dropped,
-                   (unsigned long long)ss.events_dropped);
+                   (unsigned long long)ss.events_dropped, (unsigned long long)ss.ooms_written,
+                   (unsigned long long)ss.ooms_dropped);
   }
   if (sb.failed) {
     aa__buf_free(&sb);

@@ -80,8 +80,9 @@ typedef struct aa__rt_services {
 #define AA__RT_OOM_PENDING 16
 typedef struct aa__rt_oom {
   pthread_mutex_t mu;
-  uint64_t total;   /* OOMs reported by the runtime's pools */
-  uint64_t dropped; /* records not handed to the store (pending list full) */
+  uint64_t total;        /* OOMs reported by the runtime's pools */
+  uint64_t dropped;      /* records not handed to the store (pending list full) */
+  uint64_t dropped_told; /* ... of which the store was told (ooms_dropped) */
   bool have_last;
   aa_oom_info last;
   aa_oom_info pending[AA__RT_OOM_PENDING];

@@ -4,7 +4,9 @@
  * record into the last-OOM slot and a small pending list; the ticker hands
  * the pending records to the store (aa__rt_oom_drain), so the failing
  * thread never waits for the store and a store that is off, full or closed
- * changes nothing for the allocation. The records are the runtime's
+ * changes nothing for the allocation. Records over the pending list's
+ * bound between two ticks are counted, and the store told (its
+ * ooms_dropped), so that every record is stored or counted. The records are the runtime's
  * (rt->oom), each pool's observer gets its runtime as user. A refusal by a
  * managed pool's safety cap is also logged with its figures. Entry points:
  * aa__rt_oom_watch, aa__rt_oom_drain, aa_rt_last_oom, aa_rt_oom_json (and
@@ -61,12 +63,20 @@ void aa__rt_oom_watch(aa_runtime *rt, aa_pool *pool) {
 void aa__rt_oom_drain(aa_runtime *rt, aa_store *store) {
   aa__rt_oom *o = &rt->oom;
   aa_oom_info batch[PENDING_MAX];
+  uint64_t lost = 0;
   unsigned n;
   pthread_mutex_lock(&o->mu);
   n = o->npending;
   memcpy(batch, o->pending, n * sizeof batch[0]);
   o->npending = 0;
+  if (store != NULL) {
+    lost = o->dropped - o->dropped_told;
+    o->dropped_told = o->dropped;
+  }
   pthread_mutex_unlock(&o->mu);
+  /* the records the pending list had no room for: counted, so that every
+   * record is stored or counted (docs/store.md) */
+  aa_store_ooms_lost(store, lost);
   for (unsigned i = 0; i < n && store != NULL; i++)
     (void)aa_store_oom(store, &batch[i]); /* refusals: the store's ooms_dropped */
 }

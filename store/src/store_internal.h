@@ -160,6 +160,7 @@ struct aa_store {
   uint64_t last_retention_ns;
   uint64_t base_snap_written, base_snap_dropped; /* at begin of current run */
   uint64_t base_ev_written, base_ev_dropped;
+  uint64_t base_oom_written, base_oom_dropped;
   int64_t counted_run; /* the run whose counters the writer keeps updated */
 };
 

@@ -331,6 +331,11 @@ fail:
   return err;
 }
 
+void aa_store_ooms_lost(aa_store *st, uint64_t n) {
+  if (st != NULL && n > 0)
+    atomic_fetch_add(&st->ooms_dropped, n);
+}
+
 static ring *ring_get(aa_store *st) {
   ring *r = atomic_load_explicit(&st->ring, memory_order_acquire);
   if (r != NULL) return r;

@@ -156,11 +156,17 @@ int aa_store_runs_json(const char *db_path, uint32_t limit, char **json) {
                                             "  'policy_changes', (SELECT count(*) FROM policy_changes p"
                                             "                     WHERE p.run_id = r.id)"
                                             " ) AS j FROM runs r ORDER BY id DESC LIMIT ?1)";
-  char sql[sizeof fmt + 64];
-  snprintf(sql, sizeof sql, fmt, "'local_rank', local_rank, 'world_size', world_size");
-  int rc = rd_prepare(db, sql, &s);
-  if (rc != SQLITE_OK) {
-    snprintf(sql, sizeof sql, fmt, "'local_rank', NULL, 'world_size', NULL");
+  /* the newest columns first, then those of older schemas (5, then 4) */
+  static const char *const cols[] = {
+      "'local_rank', local_rank, 'world_size', world_size,"
+      " 'ooms_written', ooms_written, 'ooms_dropped', ooms_dropped",
+      "'local_rank', local_rank, 'world_size', world_size,"
+      " 'ooms_written', NULL, 'ooms_dropped', NULL",
+      "'local_rank', NULL, 'world_size', NULL, 'ooms_written', NULL, 'ooms_dropped', NULL"};
+  char sql[sizeof fmt + 160];
+  int rc = SQLITE_ERROR;
+  for (size_t i = 0; i < sizeof cols / sizeof cols[0] && rc != SQLITE_OK; i++) {
+    snprintf(sql, sizeof sql, fmt, cols[i]);
     rc = rd_prepare(db, sql, &s);
   }
   if (rc != SQLITE_OK) {
@@ -335,13 +341,56 @@ int aa_store_ooms_json(const char *db_path, const aa_store_query *q, char **json
   return run_list_query(db_path, q, head, fields, tail, json);
 }
 
+/* A trace row holds what the store wrote: integers in the number columns
+ * (seq may be NULL in rows of schema 1), one character as the op. AA_OK, or
+ * AA_EPARSE with msg naming the row, the column and what it holds. */
+static int check_trace_row(sqlite3_stmt *s, char *msg, size_t cap) {
+  static const char *const names[] = {"time_ns", "op", "ptr", "size", "stream", "thread", "seq"};
+  for (int c = 0; c < 7; c++) {
+    int t = sqlite3_column_type(s, c);
+    const char *kind = NULL;
+    if (c == 1) {
+      if (t != SQLITE_TEXT || sqlite3_column_bytes(s, 1) != 1)
+        kind = "not one character";
+    } else if (t != SQLITE_INTEGER && !(c == 6 && t == SQLITE_NULL)) {
+      kind = t == SQLITE_TEXT    ? "text"
+             : t == SQLITE_FLOAT ? "a real number"
+             : t == SQLITE_BLOB  ? "a blob"
+                                 : "null";
+    }
+    if (kind == NULL)
+      continue;
+    if (msg != NULL && cap > 0) {
+      const unsigned char *v = sqlite3_column_text(s, c);
+      char shown[44];
+      size_t n = 0;
+      for (; v != NULL && v[n] != '\0' && n < 40; n++)
+        shown[n] = v[n] >= 0x20 && v[n] < 0x7f ? (char)v[n] : '?';
+      shown[n] = '\0';
+      snprintf(msg, cap,
+               "trace row %lld: %s is %s ('%s'), not what the store writes (an integer%s): "
+               "the row was not written by adaptalloc",
+               (long long)sqlite3_column_int64(s, 7), names[c], kind, shown,
+               c == 1 ? " code, one character" : "");
+    }
+    return AA_EPARSE;
+  }
+  return AA_OK;
+}
+
 int aa_store_trace_foreach(const char *db_path, int64_t run_id,
                            aa_store_trace_cb cb, void *user) {
+  return aa_store_trace_read(db_path, run_id, cb, user, NULL, 0);
+}
+
+int aa_store_trace_read(const char *db_path, int64_t run_id, aa_store_trace_cb cb,
+                        void *user, char *msg, size_t cap) {
   sqlite3 *db = NULL;
   bool tidy = false;
   sqlite3_stmt *s = NULL;
   int64_t run = 0;
   int err = AA_OK;
+  if (msg != NULL && cap > 0) msg[0] = '\0';
   if (cb == NULL) return AA_EINVAL;
   err = rd_open(db_path, &db, &tidy);
   if (err != AA_OK) goto out;
@@ -358,7 +407,7 @@ int aa_store_trace_foreach(const char *db_path, int64_t run_id,
    * only those below the first one the run lost (a full ring), so that what
    * is read is a complete prefix of the run. */
   static const char v2[] =
-      "SELECT time_ns, op, ptr, size, stream, thread, seq"
+      "SELECT time_ns, op, ptr, size, stream, thread, seq, id"
       " FROM trace_events"
       " WHERE id BETWEEN"
       "   (SELECT min(first_id) FROM trace_batches WHERE run_id = ?1)"
@@ -368,7 +417,7 @@ int aa_store_trace_foreach(const char *db_path, int64_t run_id,
       "         (SELECT trace_cut_seq FROM runs WHERE id = ?1), seq + 1))"
       " ORDER BY seq, id";
   static const char v1[] =
-      "SELECT time_ns, op, ptr, size, stream, thread, NULL"
+      "SELECT time_ns, op, ptr, size, stream, thread, NULL, id"
       " FROM trace_events"
       " WHERE id BETWEEN"
       "   (SELECT min(first_id) FROM trace_batches WHERE run_id = ?1)"
@@ -391,6 +440,8 @@ int aa_store_trace_foreach(const char *db_path, int64_t run_id,
     rc = rd_step(s);
     if (rc == SQLITE_DONE) break;
     if (rc != SQLITE_ROW) goto sqlfail;
+    err = check_trace_row(s, msg, cap);
+    if (err != AA_OK) goto out;
     aa_trace_event ev;
     memset(&ev, 0, sizeof ev);
     ev.time_ns = (uint64_t)sqlite3_column_int64(s, 0);

@@ -197,6 +197,14 @@ static const char *const kSchemaV5[] = {
     "ALTER TABLE runs ADD COLUMN world_size INTEGER;",
     NULL};
 
+/* v6: a run counts its out-of-memory records, written and dropped (the
+ * store's ooms_written and ooms_dropped over the run), as it counts its
+ * snapshots and trace events; 0 in older rows. */
+static const char *const kSchemaV6[] = {
+    "ALTER TABLE runs ADD COLUMN ooms_written INTEGER NOT NULL DEFAULT 0;",
+    "ALTER TABLE runs ADD COLUMN ooms_dropped INTEGER NOT NULL DEFAULT 0;",
+    NULL};
+
 typedef struct migration {
   int version;
   const char *const *sql; /* statements, NULL-terminated */
@@ -209,6 +217,7 @@ static const migration kMigrations[] = {
     {3, kSchemaV3},
     {4, kSchemaV4},
     {5, kSchemaV5},
+    {6, kSchemaV6},
 };
 #define AA__N_MIGRATIONS (sizeof kMigrations / sizeof kMigrations[0])
 

@@ -75,7 +75,7 @@ int aa__store_stmts_prepare(aa_store *st) {
   PREP(end_run, "UPDATE runs SET ended_ms = ?2 WHERE id = ?1 AND ended_ms IS NULL")
   PREP(upd_run,
        "UPDATE runs SET snapshots_written = ?2, snapshots_dropped = ?3,"
-       " events_written = ?4, events_dropped = ?5,"
+       " events_written = ?4, events_dropped = ?5, ooms_written = ?7, ooms_dropped = ?8,"
        " trace_cut_seq = min(coalesce(trace_cut_seq, ?6), coalesce(?6, trace_cut_seq))"
        " WHERE id = ?1")
   PREP(ins_snap,
@@ -206,6 +206,8 @@ static int write_begin_run(aa_store *st, begin_req *req) {
   st->base_snap_dropped = atomic_load(&st->snapshots_dropped);
   st->base_ev_written = atomic_load(&st->events_written);
   st->base_ev_dropped = atomic_load(&st->events_dropped);
+  st->base_oom_written = atomic_load(&st->ooms_written);
+  st->base_oom_dropped = atomic_load(&st->ooms_dropped);
   req->err = AA_OK;
   return SQLITE_OK;
 fail:
@@ -499,6 +501,8 @@ static void writer_cycle(aa_store *st, item *list, begin_req *begins,
     BIND_U64(u, 3, atomic_load(&st->snapshots_dropped) - st->base_snap_dropped);
     BIND_U64(u, 4, atomic_load(&st->events_written) + evs - st->base_ev_written);
     BIND_U64(u, 5, atomic_load(&st->events_dropped) - st->base_ev_dropped);
+    BIND_U64(u, 7, atomic_load(&st->ooms_written) + ooms - st->base_oom_written);
+    BIND_U64(u, 8, atomic_load(&st->ooms_dropped) - st->base_oom_dropped);
     uint64_t cut = aa__store_trace_cut_of(st, run);
     if (cut != UINT64_MAX) {
       BIND_U64(u, 6, cut);

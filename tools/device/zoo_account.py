@@ -20,9 +20,20 @@ Report (anywhere, standard library only):
   when the allocated bytes peak -- and at peak reserved; then every delay's
   peak. A file collected before the account at peak in use existed shows
   "-" in the first table.
+
+Exit 0 done (a replay that failed is kept in the file as its error), 2 bad
+input or usage: an unreadable, non-UTF-8, non-JSON or wrongly shaped --runs,
+--policy or --report (over 64 MiB refused unread), a --db that is not a
+store, bad --delays-us or --limit-factors (positive finite factors), an
+--out that is an input (the database, directly or through a link) or cannot
+be written. Each is one line naming the file or option, said before any
+replay runs; the account is written whole or not at all (a temporary renamed
+into place: python/adaptalloc/_outfile.py, the rule every program of the
+project follows), and --report prints nothing unless the whole file reads.
 """
 import argparse
 import json
+import math
 import os
 import sqlite3
 import subprocess
@@ -30,13 +41,34 @@ import sys
 import tempfile
 
 MIB = 1 << 20
+JSON_MAX_BYTES = 64 << 20
+
+
+def _outfile():
+    """adaptalloc's one rule for outputs and bounded inputs
+    (python/adaptalloc/_outfile.py), loaded by its path: the tool needs no
+    installed package."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "python",
+                        "adaptalloc", "_outfile.py")
+    spec = importlib.util.spec_from_file_location("aa_outfile", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+outfile = _outfile()
+
+
+class InputError(Exception):
+    """Bad input or usage: the message names the file or option."""
 PARTS = ("requested", "rounding", "slab_free", "slab_tails", "holes", "stream_holds",
          "thread_caches", "other")
 
 
 def run_ids(db, runs):
     """{workload: (run id, events written, events dropped)} by process id."""
-    con = sqlite3.connect(db)
+    con = sqlite3.connect("file:%s?mode=ro" % urlquote(db), uri=True)
     out = {}
     try:
         for w, by_mode in runs.items():
@@ -55,9 +87,88 @@ def run_ids(db, runs):
     return out
 
 
+def urlquote(path):
+    import urllib.parse
+    return urllib.parse.quote(os.path.abspath(path))
+
+
+def parse_list(text, what, conv, ok, want):
+    """A comma-separated list (empty items skipped), each conv()-ed and ok()."""
+    out = []
+    for x in text.split(","):
+        if x.strip() == "":
+            continue
+        try:
+            v = conv(x)
+        except ValueError:
+            v = None
+        if v is None or not ok(v):
+            raise InputError("%s: %r is not %s" % (what, x, want))
+        out.append(v)
+    return out
+
+
+def check_collect(a):
+    """Everything collect reads, checked before the first replay:
+    (runs, delays, factors, policy)."""
+    outfile.check_output(a.out, [a.db, a.runs, a.policy, a.replay], "--out")
+    delays = parse_list(a.delays_us, "--delays-us", int, lambda v: 0 <= v <= 10 ** 12,
+                        "a delay in microseconds (0 to 10^12)")
+    factors = parse_list(a.limit_factors, "--limit-factors", float,
+                         lambda v: math.isfinite(v) and 0 < v <= 1000,
+                         "a positive finite factor (at most 1000)")
+    runs = outfile.load_json(a.runs, "--runs", JSON_MAX_BYTES, dict).get("runs")
+    if not isinstance(runs, dict) or not all(
+            isinstance(m, dict) and all(isinstance(rs, list) and
+                                        all(isinstance(r, dict) for r in rs)
+                                        for rs in m.values()) for m in runs.values()):
+        raise InputError("--runs %s: \"runs\" is not {workload: {mode: [run objects]}}"
+                         % a.runs)
+    for w, m in runs.items():
+        for rs in m.values():
+            for r in rs:
+                if not isinstance(r.get("pid", -1), int) or isinstance(r.get("pid"), bool):
+                    raise InputError("--runs %s: workload %r: a run's pid is not a number"
+                                     % (a.runs, w))
+    policy = outfile.load_json(a.policy, "--policy", JSON_MAX_BYTES, dict)
+    if factors and not isinstance((policy.get("pools") or {}).get("device"), dict):
+        raise InputError("--policy %s has no pools.device object to set limit_bytes in"
+                         % a.policy)
+    if not os.path.isfile(a.db):
+        raise InputError("--db %s: %s" % (a.db, "not a regular file" if os.path.exists(a.db)
+                                          else "no such file"))
+    try:
+        con = sqlite3.connect("file:%s?mode=ro" % urlquote(a.db), uri=True)
+        try:
+            con.execute("SELECT id, events_written, events_dropped, pid FROM runs LIMIT 1")
+        finally:
+            con.close()
+    except sqlite3.Error as e:
+        raise InputError("--db %s is not an adaptalloc store: %s" % (a.db, e))
+    if not os.access(a.replay, os.X_OK) or os.path.isdir(a.replay):
+        raise InputError("--replay %s is not an executable program" % a.replay)
+    return runs, delays, factors, policy
+
+
+def replay_json(cmd):
+    """Runs adaptalloc-replay ... --json: (its document, None) or (None, why)."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+    except OSError as e:
+        return None, "cannot run %s: %s" % (cmd[0], e.strerror or e)
+    if p.returncode != 0:
+        return None, p.stderr.strip()[-500:] or "exit %d" % p.returncode
+    try:
+        doc = json.loads(p.stdout)
+    except ValueError:
+        return None, "its output is not JSON: %r" % p.stdout[:200]
+    if not isinstance(doc, dict) or not isinstance(doc.get("result"), dict):
+        return None, "its output has no \"result\" object"
+    return doc, p.stderr.strip()[-500:]
+
+
 def collect(a):
-    runs = json.load(open(a.runs))["runs"]
-    delays = [int(x) for x in a.delays_us.split(",") if x != ""]
+    runs, delays, factors, policy = check_collect(a)
     doc = {"policy": a.policy, "delays_us": delays, "workloads": {}}
     for w, (rid, written, dropped, r) in run_ids(a.db, runs).items():
         entry = {"run_id": rid, "events_written": written, "events_dropped": dropped,
@@ -69,30 +180,28 @@ def collect(a):
         for d in delays:
             cmd = [a.replay, "run", "--db", a.db, "--run", str(rid), "--policy", a.policy,
                    "--event-delay-us", str(d), "--json", "--no-progress"]
-            p = subprocess.run(cmd, capture_output=True, text=True)
-            if p.returncode != 0:
-                entry["replays"][str(d)] = {"error": p.stderr.strip()[-500:]}
-                print(f"zoo_account: {w} delay {d}: {p.stderr.strip()[-300:]}", file=sys.stderr)
+            j, why = replay_json(cmd)
+            if j is None:
+                entry["replays"][str(d)] = {"error": why}
+                print(f"zoo_account: {w} delay {d}: {why[-300:]}", file=sys.stderr)
                 continue
-            j = json.loads(p.stdout)
             entry["replays"][str(d)] = {
                 "result": j.get("result"),
                 "account_at_peak": j.get("account_at_peak"),
                 "account_at_peak_in_use": j.get("account_at_peak_in_use"),
                 "account_at_peak_in_use_why": j.get("account_at_peak_in_use_why"),
-                "warnings": p.stderr.strip()[-500:]}
+                "warnings": why}
             res = j.get("result", {})
             print(f"{w:9s} delay {d:>7d} us: peak reserved {res.get('peak_reserved', 0) / MIB:8.1f}"
                   f" MiB, in use {res.get('peak_in_use', 0) / MIB:8.1f}", flush=True)
         base = (entry["replays"].get("0") or {}).get("result") or {}
-        entry["limits"] = limit_replays(a, w, rid, base.get("peak_in_use"))
+        entry["limits"] = limit_replays(a, w, rid, base.get("peak_in_use"), factors, policy)
         doc["workloads"][w] = entry
-    doc["limit_factors"] = [float(x) for x in a.limit_factors.split(",") if x != ""]
-    with open(a.out, "w") as f:
-        json.dump(doc, f, indent=1)
+    doc["limit_factors"] = factors
+    outfile.write_all([(a.out, json.dumps(doc, indent=1))])
 
 
-def limit_replays(a, w, rid, in_use):
+def limit_replays(a, w, rid, in_use, factors, pol):
     """What closing the holes would cost: the trace replayed (stream events
     at once) with the device pool's limit_bytes at each factor x the
     replay's own peak in use (`in_use`, the delay-0 replay's: a trace may
@@ -101,10 +210,9 @@ def limit_replays(a, w, rid, in_use):
     (unmapping pages of free chunks, page by page) before it grows: its peak
     reserved, failures and backend calls. {factor: figures}."""
     out = {}
-    factors = [float(x) for x in a.limit_factors.split(",") if x != ""]
     if not in_use or not factors:
         return out
-    pol = json.load(open(a.policy))
+    pol = json.loads(json.dumps(pol))
     pol.pop("$schema", None)
     for f in factors:
         pol["pools"]["device"]["limit_bytes"] = int(in_use * f)
@@ -112,14 +220,16 @@ def limit_replays(a, w, rid, in_use):
             json.dump(pol, fh)
             path = fh.name
         try:
-            p = subprocess.run([a.replay, "run", "--db", a.db, "--run", str(rid), "--policy",
-                                path, "--json", "--no-progress"], capture_output=True, text=True)
+            j, why = replay_json([a.replay, "run", "--db", a.db, "--run", str(rid), "--policy",
+                                  path, "--json", "--no-progress"])
         finally:
             os.unlink(path)
-        if p.returncode != 0:
-            out[str(f)] = {"error": p.stderr.strip()[-500:]}
+        res = j["result"] if j is not None else {}
+        if j is None or not all(isinstance(res.get(k), (int, float)) for k in
+                                ("peak_reserved", "peak_in_use", "failures",
+                                 "backend_allocs", "backend_frees")):
+            out[str(f)] = {"error": why if j is None else "the result lacks a figure"}
             continue
-        res = json.loads(p.stdout)["result"]
         out[str(f)] = {k: res[k] for k in ("peak_reserved", "peak_in_use", "failures",
                                            "backend_allocs", "backend_frees")}
         print(f"{w:9s} limit {f:.2f}x in use: peak reserved "
@@ -171,8 +281,45 @@ def account_table(doc, key, what):
         print(f"| {w} | " + " | ".join(cells) + " |")
 
 
+def check_account(path, doc):
+    """The account file's shape, as report reads it (InputError otherwise)."""
+    def want(cond, where):
+        if not cond:
+            raise InputError("--report %s: %s" % (path, where))
+    ws = doc.get("workloads")
+    want(isinstance(ws, dict), "\"workloads\" is not an object")
+    want(isinstance(doc.get("delays_us"), list), "\"delays_us\" is not a list")
+    want(isinstance(doc.get("limit_factors", []), (list, type(None))),
+         "\"limit_factors\" is not a list")
+    for w, e in ws.items():
+        want(isinstance(e, dict) and isinstance(e.get("replays"), dict) and
+             isinstance(e.get("gpu"), dict), "workload %r has no \"replays\" and \"gpu\" "
+             "objects" % w)
+        want(all(isinstance(r, dict) for r in e["replays"].values()),
+             "workload %r: a replay is not an object" % w)
+        want(isinstance(e.get("limits", {}), (dict, type(None))),
+             "workload %r: \"limits\" is not an object" % w)
+
+
 def report(path):
-    doc = json.load(open(path))
+    """Prints the tables of an account file; nothing when it cannot be read
+    whole (InputError)."""
+    import contextlib
+    import io
+    doc = outfile.load_json(path, "--report", JSON_MAX_BYTES, dict)
+    check_account(path, doc)
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            tables(doc)
+    except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError,
+            IndexError) as e:
+        raise InputError("--report %s: a figure the tables need is missing or not a number "
+                         "(%s: %s)" % (path, type(e).__name__, e))
+    sys.stdout.write(buf.getvalue())
+
+
+def tables(doc):
     print("the replay of each run's own trace under the default policy at the stream-event"
           " delay whose peak reserved is nearest the GPU run's; GPU: the run's"
           " max_memory_reserved / max_memory_allocated; each part in MiB (share of what"
@@ -237,14 +384,24 @@ def main():
                     "(comma-separated; '' for none)")
     ap.add_argument("--out")
     a = ap.parse_args()
-    if a.report:
-        report(a.report)
-        return 0
-    missing = [k for k in ("db", "runs", "replay", "out") if getattr(a, k) is None]
-    if missing:
-        ap.error("collecting needs " + ", ".join("--" + k for k in missing))
-    collect(a)
-    report(a.out)
+    if a.report is None:
+        missing = [k for k in ("db", "runs", "replay", "out") if getattr(a, k) is None]
+        if missing:
+            ap.error("collecting needs " + ", ".join("--" + k for k in missing))
+    elif a.report == "":
+        ap.error("--report: the path is empty")
+    try:
+        if a.report:
+            report(a.report)
+            return 0
+        collect(a)
+        report(a.out)
+    except (InputError, outfile.FileError) as e:
+        print("zoo_account: %s" % e, file=sys.stderr)
+        return 2
+    except sqlite3.Error as e:
+        print("zoo_account: --db %s: %s" % (a.db, e), file=sys.stderr)
+        return 2
     return 0
 
 

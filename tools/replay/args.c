@@ -486,9 +486,11 @@ int check_output(const options *o, const char *what, const char *path) {
   const char *paths[MAX_DBS + MAX_POLICIES + 1];
   char err[PATH_MAX * 2 + 256];
   size_t n = input_files(o, paths, sizeof paths / sizeof paths[0]);
-  int rc = out_check(what, path, paths, n, err, sizeof err);
+  int rc = aa__out_check(what, path, paths, n, err, sizeof err);
 
-  if (rc != 0)
+  if (rc != AA_OK) {
     fprintf(stderr, "adaptalloc-replay: %s\n", err);
-  return rc;
+    return EXIT_USAGE;
+  }
+  return 0;
 }

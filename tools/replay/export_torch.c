@@ -245,8 +245,9 @@ int cmd_export_torch(const options *o) {
   tool_progress prog;
   aa_replay_diag diag;
   tsnap t;
+  aa__outfile out;
   FILE *f;
-  char err[512], src[512], tmp[4096];
+  char err[512], src[512];
   int rc;
   bool to_stdout = strcmp(o->out, "-") == 0;
 
@@ -254,16 +255,14 @@ int cmd_export_torch(const options *o) {
     return usage_error("export --format torch-snapshot writes a binary pickle: "
                        "give -o FILE.pickle, or redirect stdout%s",
                        "");
-  /* A file is written beside its final name and renamed over it at the end:
+  /* A file is written through an exclusive temporary beside it, renamed
+   * over it at the end (the project's rule for outputs, util/src/outfile.c):
    * a failed export leaves whatever was there before. */
-  if (!to_stdout &&
-      (size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", o->out, (long)getpid()) >= sizeof tmp)
-    return usage_error("-o: path too long (%s)", o->out);
-  f = to_stdout ? stdout : fopen(tmp, "wb");
-  if (f == NULL) {
-    fprintf(stderr, "adaptalloc-replay: %s: %s\n", o->out, strerror(errno));
+  if (aa__out_open(&out, o->out, 0666, err, sizeof err) != AA_OK) {
+    fprintf(stderr, "adaptalloc-replay: %s\n", err);
     return EXIT_INPUT;
   }
+  f = out.f;
   memset(&t, 0, sizeof t);
   progress_init(&prog, o->progress == 1 || (o->progress == -1 && isatty(2)));
   t.prog = &prog;
@@ -292,17 +291,14 @@ int cmd_export_torch(const options *o) {
     rc = t.pk.err;
   progress_end(&prog);
   free(t.live.v);
-  if (!to_stdout) {
-    if (fclose(f) != 0 && rc == AA_OK)
-      rc = AA_EIO;
-    if (rc == AA_OK && rename(tmp, o->out) != 0) {
-      snprintf(err, sizeof err, "%s: %s", o->out, strerror(errno));
+  if (rc == AA_OK) {
+    char cerr[512];
+    if (aa__out_commit(&out, cerr, sizeof cerr) != AA_OK) {
+      snprintf(err, sizeof err, "%s", cerr);
       rc = AA_EIO;
     }
-    if (rc != AA_OK)
-      (void)unlink(tmp);
-  } else if (fflush(stdout) != 0 && rc == AA_OK) {
-    rc = AA_EIO;
+  } else {
+    aa__out_abort(&out);
   }
   if (rc != AA_OK) {
     if (err[0] == '\0')

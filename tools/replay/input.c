@@ -155,20 +155,36 @@ typedef struct trace_ctx {
   aa_replay_event batch[BATCH];
   size_t n;
   uint64_t index;
-  int rc; /* the sink's error */
+  int rc;        /* the sink's error, or a bad event's */
+  char why[256]; /* a bad event's message */
 } trace_ctx;
 
-static int trace_cb(void *user, const aa_trace_event *ev) {
-  trace_ctx *t = user;
-  aa_replay_event *e = &t->batch[t->n++];
+int trace_event_of(const aa_trace_event *ev, uint64_t index, aa_replay_event *e, char *msg,
+                   size_t cap) {
+  char why[200];
+  int rc;
 
   e->time_ns = ev->time_ns;
   e->ptr = ev->ptr;
   e->size = ev->size;
   e->stream = ev->stream;
   e->thread = ev->thread;
-  e->line = ++t->index;
+  e->line = index;
   e->op = ev->op;
+  rc = aa_replay_event_check(e, why, sizeof why);
+  if (rc != AA_OK)
+    snprintf(msg, cap, "trace event %llu: %s", (unsigned long long)index, why);
+  return rc;
+}
+
+static int trace_cb(void *user, const aa_trace_event *ev) {
+  trace_ctx *t = user;
+  aa_replay_event *e = &t->batch[t->n];
+
+  t->rc = trace_event_of(ev, ++t->index, e, t->why, sizeof t->why);
+  if (t->rc != AA_OK)
+    return 1;
+  t->n++;
   if (t->n == BATCH) {
     t->rc = t->sink(t->user, t->batch, t->n);
     t->n = 0;
@@ -196,10 +212,14 @@ static int feed_store_trace(const tool_input *in, aa_replay_sink sink,
   t->prog = prog;
   if (prog != NULL && prog->on)
     t->total = run_events(in->path, in->run_id);
-  rc = aa_store_trace_foreach(in->path, in->run_id, trace_cb, t);
+  rc = aa_store_trace_read(in->path, in->run_id, trace_cb, t, t->why, sizeof t->why);
   if (rc != AA_OK && t->rc != AA_OK) {
     rc = t->rc;
-    err[0] = '\0'; /* the sink has the message */
+    err[0] = '\0';         /* the sink has the message */
+    if (t->why[0] != '\0') /* a bad event, the message is here */
+      snprintf(err, errcap, "%s: %s", in->path, t->why);
+  } else if (rc == AA_EPARSE && t->why[0] != '\0') {
+    snprintf(err, errcap, "%s: %s", in->path, t->why); /* a row the store never wrote */
   } else if (rc != AA_OK) {
     char why[160];
     snprintf(err, errcap, "%s: cannot read the trace: %s", in->path,
@@ -486,7 +506,7 @@ int input_import(const tool_input *in, aa_replay_on_error mode,
   aa_store_stats ss;
   aa_store *st = NULL;
   import_ctx c;
-  tool_out out;
+  aa__outfile out;
   char desc[512], cfgjson[1024];
   int rc, crc;
 
@@ -496,7 +516,7 @@ int input_import(const tool_input *in, aa_replay_on_error mode,
   /* The import goes into a copy of the database (or a new empty file)
    * renamed over it when every event is in: a failure leaves the database
    * byte for byte as it was, and a new path is never created. */
-  rc = out_open_db(&out, db_path, err, errcap);
+  rc = aa__out_open_db(&out, db_path, err, errcap);
   if (rc != AA_OK)
     return rc;
   aa_store_config_init(&sc);
@@ -507,7 +527,7 @@ int input_import(const tool_input *in, aa_replay_on_error mode,
   if (rc != AA_OK) {
     snprintf(err, errcap, "%s: cannot open the store: %s", db_path,
              store_err(rc));
-    out_abort(&out);
+    aa__out_abort(&out);
     return rc;
   }
   input_describe(in, desc, sizeof desc);
@@ -577,9 +597,9 @@ out:
     }
   }
   if (rc == AA_OK)
-    rc = out_commit(&out, err, errcap);
+    rc = aa__out_commit(&out, err, errcap);
   else
-    out_abort(&out);
+    aa__out_abort(&out);
   if (rc != AA_OK) {
     *events = 0;
     *run_id = 0;

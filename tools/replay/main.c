@@ -51,7 +51,7 @@ static int cmd_export(const options *o) {
   tool_progress prog;
   aa_replay_diag diag;
   export_ctx c;
-  tool_out out;
+  aa__outfile out;
   char err[PATH_MAX * 2 + 256];
   int rc;
 
@@ -62,14 +62,14 @@ static int cmd_export(const options *o) {
     return rc;
   if (o->torch_snapshot)
     return cmd_export_torch(o); /* export_torch.c */
-  if (out_open(&out, o->out, 0666, err, sizeof err) != AA_OK) {
+  if (aa__out_open(&out, o->out, 0666, err, sizeof err) != AA_OK) {
     fprintf(stderr, "adaptalloc-replay: %s\n", err);
     return EXIT_INPUT;
   }
   c.f = out.f;
   c.buf = malloc(1024 * 128); /* one batch; a line is under 128 bytes */
   if (c.buf == NULL) {
-    out_abort(&out);
+    aa__out_abort(&out);
     fprintf(stderr, "adaptalloc-replay: out of memory\n");
     return EXIT_INTERNAL;
   }
@@ -84,13 +84,13 @@ static int cmd_export(const options *o) {
   free(c.buf);
   if (rc != AA_OK) {
     /* nothing half-written: the old output (or none) stays */
-    out_abort(&out);
+    aa__out_abort(&out);
     fprintf(stderr, "adaptalloc-replay: %s%s\n",
             err[0] != '\0' ? err : "writing the CSV failed",
             strcmp(o->out, "-") != 0 ? "; nothing written" : "");
     return rc == AA_ENOMEM ? EXIT_INTERNAL : EXIT_INPUT;
   }
-  if (out_commit(&out, err, sizeof err) != AA_OK) {
+  if (aa__out_commit(&out, err, sizeof err) != AA_OK) {
     fprintf(stderr, "adaptalloc-replay: %s; nothing written\n", err);
     return EXIT_INPUT;
   }

@@ -278,39 +278,39 @@ int plot_write(const tool_plot *p, const char *path, const char *title,
                const char *const *labels, char *err, size_t errcap) {
   size_t n = strlen(path);
   bool png = n > 4 && strcmp(path + n - 4, ".png") == 0;
-  tool_out svg, out;
+  aa__outfile svg, out;
   char e2[PATH_MAX + 200];
   int rc;
 
   /* the SVG: the output itself, or for a PNG a temporary beside it */
-  if (out_open(&out, path, 0666, e2, sizeof e2) != AA_OK) {
+  if (aa__out_open(&out, path, 0666, e2, sizeof e2) != AA_OK) {
     snprintf(err, errcap, "%s: cannot write the plot: %s", path, e2);
     return AA_EIO;
   }
   if (!png) {
     svg_to(out.f, p, title, labels);
-    if (out_commit(&out, e2, sizeof e2) != AA_OK) {
+    if (aa__out_commit(&out, e2, sizeof e2) != AA_OK) {
       snprintf(err, errcap, "%s: cannot write the plot: %s", path, e2);
       return AA_EIO;
     }
     return AA_OK;
   }
   if (out.tmp[0] == '\0') {
-    out_abort(&out);
+    aa__out_abort(&out);
     snprintf(err, errcap, "%s: a PNG plot goes to a regular file", path);
     return AA_EINVAL;
   }
   {
     char svgpath[PATH_MAX + 8];
     snprintf(svgpath, sizeof svgpath, "%s.svg", out.tmp);
-    if (out_open(&svg, svgpath, 0600, e2, sizeof e2) != AA_OK) {
-      out_abort(&out);
+    if (aa__out_open(&svg, svgpath, 0600, e2, sizeof e2) != AA_OK) {
+      aa__out_abort(&out);
       snprintf(err, errcap, "%s: cannot write the plot: %s", path, e2);
       return AA_EIO;
     }
     svg_to(svg.f, p, title, labels);
-    if (out_commit(&svg, e2, sizeof e2) != AA_OK) {
-      out_abort(&out);
+    if (aa__out_commit(&svg, e2, sizeof e2) != AA_OK) {
+      aa__out_abort(&out);
       snprintf(err, errcap, "%s: cannot write the plot: %s", path, e2);
       return AA_EIO;
     }
@@ -320,7 +320,7 @@ int plot_write(const tool_plot *p, const char *path, const char *title,
     unlink(svgpath);
   }
   if (rc != 0) {
-    out_abort(&out);
+    aa__out_abort(&out);
     if (rc == 127)
       snprintf(err, errcap, "%s: cannot write a PNG: rsvg-convert (Debian package "
                             "librsvg2-bin) is not installed; ask for an SVG (--plot FILE.svg)",
@@ -330,7 +330,7 @@ int plot_write(const tool_plot *p, const char *path, const char *title,
                path, rc);
     return AA_EIO;
   }
-  if (out_commit(&out, e2, sizeof e2) != AA_OK) {
+  if (aa__out_commit(&out, e2, sizeof e2) != AA_OK) {
     snprintf(err, errcap, "%s: cannot write the plot: %s", path, e2);
     return AA_EIO;
   }

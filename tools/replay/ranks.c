@@ -109,11 +109,17 @@ typedef struct hist_ctx {
   rank_info *ri;
   size_map map;
   int rc;
+  uint64_t index;
+  char why[256]; /* a bad event's or row's message */
 } hist_ctx;
 
 static int hist_cb(void *user, const aa_trace_event *ev) {
   hist_ctx *h = user;
+  aa_replay_event e;
 
+  h->rc = trace_event_of(ev, ++h->index, &e, h->why, sizeof h->why);
+  if (h->rc != AA_OK)
+    return 1;
   if (ev->op != 'a' && ev->op != 'x')
     return 0;
   h->ri->hist[aa_hist_bucket((size_t)ev->size)]++;
@@ -187,9 +193,13 @@ static int read_rank(rank_info *ri, int64_t run_id, const char *hist_pool,
   h.ri = ri;
   if (!from_histogram && ri->meta.events_written > 0) {
     ri->source = "trace";
-    rc = aa_store_trace_foreach(ri->path, ri->meta.run_id, hist_cb, &h);
+    rc = aa_store_trace_read(ri->path, ri->meta.run_id, hist_cb, &h, h.why, sizeof h.why);
     if (h.rc != AA_OK)
       rc = h.rc;
+    if (rc != AA_OK && h.why[0] != '\0') {
+      snprintf(err, errcap, "%s: run %lld: %s", ri->path, (long long)ri->meta.run_id, h.why);
+      goto out;
+    }
     if (rc != AA_OK) {
       snprintf(err, errcap, "%s: cannot read run %lld's trace: %s", ri->path,
                (long long)ri->meta.run_id, meta_store_err(rc));

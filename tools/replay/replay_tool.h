@@ -75,6 +75,11 @@ typedef struct tool_input {
  * the histogram sums) becomes in->synth.live_bytes, so the synthesised live
  * set is as large as the run's was. Leaves it 0 when the store says nothing. */
 void input_live_from_run(tool_input *in);
+/* A store's trace event as a replay event (index: its 1-based position),
+ * through the rules every reader's events pass (aa_replay_event_check, as
+ * the CSV reader's lines): AA_OK, or AA_EPARSE with msg naming the event. */
+int trace_event_of(const aa_trace_event *ev, uint64_t index, aa_replay_event *e, char *msg,
+                   size_t cap);
 
 /* Streams the input's events to sink. diag collects parse problems (CSV).
  * Returns AA_OK or an error with err filled in ("" when the sink failed and
@@ -220,38 +225,8 @@ void plot_free(tool_plot *p);
 
 /* ------------------------------------------------------------------ outputs */
 
-#include <limits.h>
-#include <sys/types.h>
-
-typedef struct tool_out {
-  const char *path;      /* as given */
-  char target[PATH_MAX]; /* the file the rename replaces (symlinks resolved) */
-  char tmp[PATH_MAX];    /* the temporary file; "" when written in place */
-  FILE *f;               /* out_open: where to write */
-  bool db;               /* out_open_db: a copy of the database to import into */
-  bool had;              /* the database existed: its size and mtime */
-  uint64_t size, mtime_ns;
-} tool_out;
-
-/* Before any work: refuses (EXIT_USAGE, err names what is wrong, prefixed by
- * what) an output that is one of inputs[0..n) by file identity (only regular
- * files count; "-" is stdin/stdout), a directory, a dangling symlink, a
- * missing or unwritable directory. 0 when the output can be written. */
-int out_check(const char *what, const char *path, const char *const *inputs,
-              size_t ninputs, char *err, size_t errcap);
-/* A temporary file beside path (its mode, or new_mode under the umask);
- * "-" is stdout and a non-regular file is written in place. AA_OK or
- * AA_EIO with err filled in. */
-int out_open(tool_out *o, const char *path, mode_t new_mode, char *err, size_t errcap);
-/* For import: o->tmp is a copy of the database at path (empty, mode 0600,
- * when there is none) for the store to open. AA_EBUSY when path-wal exists
- * (the database is open elsewhere). */
-int out_open_db(tool_out *o, const char *path, char *err, size_t errcap);
-/* Flushes, syncs, closes and renames the temporary into place; on failure
- * removes it (the old output is as it was). */
-int out_commit(tool_out *o, char *err, size_t errcap);
-/* Closes and removes the temporary file (and SQLite's side files). */
-void out_abort(tool_out *o);
+/* The project's one rule for outputs (util/src/outfile.c). */
+#include "adaptalloc/internal/outfile.h"
 
 /* ------------------------------------------------------------------ commands */
 

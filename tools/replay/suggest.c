@@ -305,20 +305,20 @@ int cmd_suggest(const options *opts) {
   improved = objective_better(&l[1 + best].res, &orig);
   write_it = improved || o->force;
   if (write_it) {
-    tool_out of;
+    aa__outfile of;
     char oerr[PATH_MAX * 2 + 128];
-    if (out_open(&of, o->out, 0666, oerr, sizeof oerr) != AA_OK) {
+    if (aa__out_open(&of, o->out, 0666, oerr, sizeof oerr) != AA_OK) {
       fprintf(stderr, "adaptalloc-replay: %s; nothing written\n", oerr);
       rc = EXIT_INPUT;
       goto out;
     }
     if (fputs(docs[best], of.f) < 0 || fputc('\n', of.f) == EOF) {
       fprintf(stderr, "adaptalloc-replay: %s: %s; nothing written\n", o->out, strerror(errno));
-      out_abort(&of);
+      aa__out_abort(&of);
       rc = EXIT_INPUT;
       goto out;
     }
-    if (out_commit(&of, oerr, sizeof oerr) != AA_OK) {
+    if (aa__out_commit(&of, oerr, sizeof oerr) != AA_OK) {
       fprintf(stderr, "adaptalloc-replay: %s; nothing written\n", oerr);
       rc = EXIT_INPUT;
       goto out;

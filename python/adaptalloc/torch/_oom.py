@@ -10,13 +10,20 @@ failure is at GET /oom, in /stats "last_oom" and in the store's ooms table.
 The path is install(oom_snapshot=...) or ADAPTALLOC_OOM_SNAPSHOT, with
 {rank} (LOCAL_RANK, else RANK, else 0) and {pid} expanded; its folder must
 exist and be writable when install() runs. Each out-of-memory error writes
-the file anew (through a temporary file renamed into place, so a failure
-never leaves half a pickle); a snapshot that cannot be written is reported on
-stderr and never hides the out-of-memory error itself.
+the file anew through a temporary created exclusively (a random name, O_EXCL:
+a link planted in a shared run folder is never followed) in the file's
+folder and renamed into place (a link at the snapshot's own name is
+replaced, not followed), so a failure never leaves half a pickle
+(adaptalloc._outfile, the rule every program of the project follows); a
+snapshot that cannot be written is reported on stderr and never hides the
+out-of-memory error itself.
 """
 import os
+import pickle
 import sys
 import threading
+
+from .._outfile import replacing
 
 ENV = "ADAPTALLOC_OOM_SNAPSHOT"
 
@@ -50,16 +57,16 @@ def resolve(path):
 
 
 def _write(torch, path):
-    tmp = "%s.tmp.%d" % (path, os.getpid())
-    try:
-        torch.cuda.memory._dump_snapshot(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """torch's snapshot pickled into `path` through an exclusive temporary
+    (what torch.cuda.memory._dump_snapshot writes, without its plain open of
+    a name)."""
+    with replacing(path, binary=True, follow=False) as out:
+        snapshot = getattr(torch.cuda.memory, "_snapshot", None)
+        if snapshot is not None:
+            pickle.dump(snapshot(), out.file)
+        else:  # an older torch: it writes the temporary by its name
+            out.file.close()
+            torch.cuda.memory._dump_snapshot(out.name)
 
 
 def _say(text):

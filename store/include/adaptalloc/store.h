@@ -40,7 +40,7 @@ extern "C" {
 
 /* The newest schema version (PRAGMA user_version) this library writes and
  * reads. A database with a higher user_version is refused (AA_ESTALE). */
-#define AA_STORE_SCHEMA_VERSION 5
+#define AA_STORE_SCHEMA_VERSION 6
 
 typedef struct aa_store aa_store;
 
@@ -170,6 +170,13 @@ AA_EXTERN int aa_store_policy_change(aa_store *st, const char *source,
  * also for a record of another version or size), counted in ooms_dropped. */
 AA_EXTERN int aa_store_oom(aa_store *st, const aa_oom_info *info);
 
+/* Counts n out-of-memory records its caller lost before they reached the
+ * store (the runtime keeps a bounded list of them between two ticks) in
+ * ooms_dropped, so that every record is stored or counted: in
+ * aa_store_stats, /stats, /metrics and the run's row. Never blocks; st NULL
+ * or n 0: nothing. */
+AA_EXTERN void aa_store_ooms_lost(aa_store *st, uint64_t n);
+
 /* The trace sink: copies the event into a bounded lock-free ring drained by
  * the writer thread. Never blocks, never allocates after the first call; a
  * full ring, a disabled store or no current run counts the event in
@@ -215,7 +222,8 @@ typedef struct aa_store_stats {
   uint64_t db_bytes;       /* database size at the last retention pass or
                                   open: pages in use times page size */
   uint64_t ooms_written;   /* out-of-memory records committed */
-  uint64_t ooms_dropped;   /* ... refused (as snapshots_dropped) or lost */
+  uint64_t ooms_dropped;   /* ... refused (as snapshots_dropped) or lost,
+                              aa_store_ooms_lost's included */
 } aa_store_stats;
 
 /* Fills *out (version and size set). Never blocks on the writer. AA_EINVAL on
@@ -282,10 +290,16 @@ AA_EXTERN int aa_store_ooms_json(const char *db_path, const aa_store_query *q, c
  * the run lost, so what is delivered is complete; a nonzero return from cb
  * stops the walk and is returned. Returns AA_OK when every event was
  * delivered (also when the run has none), AA_ENOENT when there is no such
- * run, or another error as for the JSON readers. */
+ * run, AA_EPARSE at a row the store never wrote (a number column that
+ * holds text, a real number or a blob, an op that is not one character:
+ * the row is not delivered), or another error as for the JSON readers. */
 typedef int (*aa_store_trace_cb)(void *user, const aa_trace_event *ev); /* nonzero return stops */
 AA_EXTERN int aa_store_trace_foreach(const char *db_path, int64_t run_id,
                                      aa_store_trace_cb cb, void *user);
+/* aa_store_trace_foreach saying why it stopped at a bad row: msg (cap
+ * bytes, may be NULL) names the row's id, the column and what it holds. */
+AA_EXTERN int aa_store_trace_read(const char *db_path, int64_t run_id, aa_store_trace_cb cb,
+                                  void *user, char *msg, size_t cap);
 
 /* How complete the run's trace is: *written events stored, *dropped events
  * lost (a full ring, a disabled store), *cut_seq the first lost sequence

@@ -78,6 +78,11 @@ int aa_store_oom(aa_store *st, const aa_oom_info *info) {
   return AA_ENOTSUP;
 }
 
+void aa_store_ooms_lost(aa_store *st, uint64_t n) {
+  (void)st;
+  (void)n;
+}
+
 int aa_store_ooms_json(const char *db_path, const aa_store_query *q, char **json) {
   (void)db_path;
   (void)q;
@@ -163,6 +168,13 @@ int aa_store_trace_foreach(const char *db_path, int64_t run_id,
   (void)cb;
   (void)user;
   return AA_ENOTSUP;
+}
+
+int aa_store_trace_read(const char *db_path, int64_t run_id, aa_store_trace_cb cb,
+                        void *user, char *msg, size_t cap) {
+  if (msg != NULL && cap > 0)
+    msg[0] = '\0';
+  return aa_store_trace_foreach(db_path, run_id, cb, user);
 }
 
 int aa_store_histogram_latest(const char *db_path, int64_t run_id,

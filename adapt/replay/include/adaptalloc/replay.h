@@ -53,6 +53,15 @@ typedef struct aa_replay_event {
   char op;
 } aa_replay_event;
 
+/* The rules every event passes whatever it was read from (a CSV line, a
+ * store's trace row, a torch snapshot), so that one reader's rules hold for
+ * all: op is 'a', 'f', 'x' or 'u'; size and time_ns are below 2^63 (what a
+ * store can hold: larger is a negative number read back, or no size at
+ * all). AA_OK, or AA_EPARSE with a message naming the field (msg may be
+ * NULL). The CSV reader applies it to every line; a reader of another
+ * source calls it on each event before its sink. */
+AA_EXTERN int aa_replay_event_check(const aa_replay_event *ev, char *msg, size_t cap);
+
 /* Receives a batch of n events (n >= 1). Returns AA_OK to go on; any other
  * value stops the source, which returns it. */
 typedef int (*aa_replay_sink)(void *user, const aa_replay_event *ev, size_t n);

@@ -1,15 +1,18 @@
 /*
- * outfile.c — how adaptalloc-replay writes its outputs (export's CSV,
- * suggest's policy, import's database, the plots) without ever losing data:
+ * outfile.c — how adaptalloc's programs write their outputs (the replay
+ * tool's export CSV and torch snapshot, suggest's policy, import's
+ * database, the plots) without ever losing data; the rule of
+ * adaptalloc/internal/outfile.h, whose Python twin is
+ * python/adaptalloc/_outfile.py:
  *
- *   - out_check refuses, before any work, an output that is one of the
+ *   - aa__out_check refuses, before any work, an output that is one of the
  *     inputs (by file identity, st_dev and st_ino, so ./x.db and x.db,
  *     symlinks and hard links all count), a missing or unwritable directory,
  *     a directory, a dangling symlink;
- *   - out_open / out_open_db write into a temporary file in the target's
+ *   - aa__out_open / aa__out_open_db write into a temporary file in the target's
  *     directory (symlinks resolved, so the link stays a link) with the
  *     target's mode (new files: the caller's mode under the umask);
- *     out_commit renames it into place, out_abort removes it, so a failure
+ *     aa__out_commit renames it into place, aa__out_abort removes it, so a failure
  *     leaves the old output as it was and creates nothing.
  *
  * An output that is not a regular file (stdout, /dev/null, a FIFO) is
@@ -24,7 +27,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "replay_tool.h"
+#include "adaptalloc/common.h"
+#include "adaptalloc/internal/outfile.h"
+
+/* The last component of path. */
+static const char *base_of(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash != NULL ? slash + 1 : path;
+}
 
 /* The directory part of path into buf ("." when there is none). */
 static void dir_of(const char *path, char *buf, size_t cap) {
@@ -45,8 +55,8 @@ static int stat_input(const char *path, struct stat *sb) {
   return stat(path, sb);
 }
 
-int out_check(const char *what, const char *path, const char *const *inputs,
-              size_t ninputs, char *err, size_t errcap) {
+int aa__out_check(const char *what, const char *path, const char *const *inputs,
+                  size_t ninputs, char *err, size_t errcap) {
   struct stat ob, ib, lb;
   char dir[PATH_MAX];
   bool exists;
@@ -55,7 +65,7 @@ int out_check(const char *what, const char *path, const char *const *inputs,
   err[0] = '\0';
   if (path == NULL || path[0] == '\0') {
     snprintf(err, errcap, "%s: the output path is empty", what);
-    return EXIT_USAGE;
+    return AA_EINVAL;
   }
   if (strcmp(path, "-") == 0) {
     exists = fstat(1, &ob) == 0;
@@ -63,17 +73,17 @@ int out_check(const char *what, const char *path, const char *const *inputs,
     exists = stat(path, &ob) == 0;
     if (!exists && errno != ENOENT) {
       snprintf(err, errcap, "%s: %s: %s", what, path, strerror(errno));
-      return EXIT_USAGE;
+      return AA_EINVAL;
     }
     if (!exists && lstat(path, &lb) == 0) {
       snprintf(err, errcap, "%s: %s is a symlink to a missing file; name the file itself",
                what, path);
-      return EXIT_USAGE;
+      return AA_EINVAL;
     }
   }
   if (exists && S_ISDIR(ob.st_mode)) {
     snprintf(err, errcap, "%s: %s is a directory", what, path);
-    return EXIT_USAGE;
+    return AA_EINVAL;
   }
   /* Only a regular file can be lost by being overwritten: /dev/null or a
    * terminal on both sides is no conflict. */
@@ -86,16 +96,16 @@ int out_check(const char *what, const char *path, const char *const *inputs,
                "destroy the input: name another output",
                what, strcmp(path, "-") == 0 ? "(stdout)" : path,
                strcmp(inputs[i], "-") == 0 ? "(stdin)" : inputs[i]);
-      return EXIT_USAGE;
+      return AA_EINVAL;
     }
   }
   if (strcmp(path, "-") == 0 || (exists && !S_ISREG(ob.st_mode)))
-    return 0; /* written in place */
+    return AA_OK; /* written in place */
   if (exists) {
     char real[PATH_MAX];
     if (realpath(path, real) == NULL) {
       snprintf(err, errcap, "%s: %s: %s", what, path, strerror(errno));
-      return EXIT_USAGE;
+      return AA_EINVAL;
     }
     dir_of(real, dir, sizeof dir);
   } else {
@@ -104,19 +114,19 @@ int out_check(const char *what, const char *path, const char *const *inputs,
   if (stat(dir, &ib) != 0 || !S_ISDIR(ib.st_mode)) {
     snprintf(err, errcap, "%s: cannot write %s: its directory %s %s", what, path, dir,
              errno == ENOENT || !S_ISDIR(ib.st_mode) ? "does not exist" : strerror(errno));
-    return EXIT_USAGE;
+    return AA_EINVAL;
   }
   if (access(dir, W_OK | X_OK) != 0) {
     snprintf(err, errcap, "%s: cannot write %s: its directory %s: %s", what, path, dir,
              strerror(errno));
-    return EXIT_USAGE;
+    return AA_EINVAL;
   }
-  return 0;
+  return AA_OK;
 }
 
 /* The temporary file beside the target: dir/.base.XXXXXX with the target's
  * mode (or new_mode under the umask); fd open for writing. */
-static int make_temp(tool_out *o, const char *path, mode_t new_mode, char *err,
+static int make_temp(aa__outfile *o, const char *path, mode_t new_mode, char *err,
                      size_t errcap) {
   struct stat sb;
   char dir[PATH_MAX];
@@ -161,7 +171,7 @@ static int make_temp(tool_out *o, const char *path, mode_t new_mode, char *err,
   return fd;
 }
 
-int out_open(tool_out *o, const char *path, mode_t new_mode, char *err, size_t errcap) {
+int aa__out_open(aa__outfile *o, const char *path, mode_t new_mode, char *err, size_t errcap) {
   struct stat sb;
   int fd;
 
@@ -206,7 +216,7 @@ static void unlink_sqlite_side(const char *path) {
   }
 }
 
-int out_open_db(tool_out *o, const char *path, char *err, size_t errcap) {
+int aa__out_open_db(aa__outfile *o, const char *path, char *err, size_t errcap) {
   char side[PATH_MAX + 16];
   char buf[1 << 16];
   struct stat sb;
@@ -288,7 +298,7 @@ out:
   return rc;
 }
 
-void out_abort(tool_out *o) {
+void aa__out_abort(aa__outfile *o) {
   if (o->f != NULL && o->f != stdout)
     fclose(o->f);
   o->f = NULL;
@@ -300,7 +310,7 @@ void out_abort(tool_out *o) {
   o->tmp[0] = '\0';
 }
 
-int out_commit(tool_out *o, char *err, size_t errcap) {
+int aa__out_commit(aa__outfile *o, char *err, size_t errcap) {
   int rc = AA_OK;
 
   err[0] = '\0';
@@ -343,7 +353,7 @@ int out_commit(tool_out *o, char *err, size_t errcap) {
     rc = AA_EIO;
   }
   if (rc != AA_OK) {
-    out_abort(o);
+    aa__out_abort(o);
     return rc;
   }
   o->tmp[0] = '\0';
