@@ -83,6 +83,48 @@ def _child(name, out):
         m = _load_native()
         m.install(torch.cuda.device_count())
         _stream_wait_reuse(m)
+    elif name == "stitch":  # ADAPTALLOC_POLICY: a policy with large.stitch on
+        m = _load_native()
+        m.install(torch.cuda.device_count())
+        _stitch(m)
+
+
+def _stitch(m):
+    """test_stitched_range_data_and_snapshot's child: three 6 MiB holes
+    between live 3 MiB tensors, then a 10 MiB tensor that no hole fits,
+    written by kernels on a side stream; prints what happened as JSON."""
+    import torch
+    mib = 1 << 20
+    u8 = dict(dtype=torch.uint8, device="cuda")
+    holes, keeps = [], []
+    for i in range(3):
+        holes.append(torch.empty(6 * mib, **u8))
+        keeps.append(torch.full((3 * mib,), 40 + i, **u8))
+    del holes
+    torch.cuda.synchronize()
+    reserved0 = torch.cuda.memory_reserved()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        x = torch.empty(10 * mib, **u8)
+        x.fill_(7)
+        s1 = int(x.sum(dtype=torch.int64))
+    side.synchronize()
+    st = json.loads(m.stats_json(0))
+    reserved1 = torch.cuda.memory_reserved()
+    snap = torch.cuda.memory._snapshot()
+    seg_total = sum(sg["total_size"] for sg in snap["segments"])
+    tiles_ok = all(sum(b["size"] for b in sg["blocks"]) == sg["total_size"]
+                   for sg in snap["segments"])
+    keeps_ok = all(int(k.min()) == 40 + i and int(k.max()) == 40 + i for i, k in enumerate(keeps))
+    x.record_stream(torch.cuda.current_stream())
+    del x
+    y = torch.empty(10 * mib, **u8)  # the kept range again, or its pages
+    y.fill_(9)
+    s2 = int(y.sum(dtype=torch.int64))
+    print(json.dumps({"reserved0": reserved0, "reserved1": reserved1,
+                      "stitches": st.get("large_stitches"), "sum1": s1, "sum2": s2,
+                      "keeps_ok": keeps_ok, "seg_total": seg_total, "tiles_ok": tiles_ok,
+                      "reserved_snap": torch.cuda.memory_reserved()}))
 
 
 def _stream_wait_reuse(m):
@@ -477,6 +519,26 @@ def test_stream_wait_reuse_keeps_pending_reads_intact(tmp_path):
     off = json.loads(out.strip().splitlines()[-1])
     assert not off["same_block"] and off["grown"] > 0 and off["waits"] == 0, off
     assert off["read_ok"] and off["write_ok"], off
+
+
+def test_stitched_range_data_and_snapshot(tmp_path):
+    """large.stitch on: a request that no hole fits is served from the
+    holes' pages (reserved does not grow), kernels' writes through the
+    stitched address are right, the live tensors beside the holes keep
+    theirs, and the snapshot's segments add up to what is reserved."""
+    pol = json.load(open(os.path.join(os.path.dirname(HERE), "..", "..", "policies",
+                                      "default.json")))
+    pol["pools"]["device"]["large"]["stitch"] = True
+    path = tmp_path / "stitch.json"
+    path.write_text(json.dumps(pol))
+    _, stdout = _run_child("stitch", tmp_path, ADAPTALLOC_POLICY=str(path))
+    res = json.loads(stdout.strip().splitlines()[-1])
+    mib = 1 << 20
+    assert res["stitches"] >= 1, res
+    assert res["reserved1"] == res["reserved0"], res
+    assert res["sum1"] == 7 * 10 * mib and res["sum2"] == 9 * 10 * mib, res
+    assert res["keeps_ok"], res
+    assert res["seg_total"] == res["reserved_snap"] and res["tiles_ok"], res
 
 
 def test_cudnn_benchmark_conv_net():

@@ -49,6 +49,27 @@ int snap_entry_impl(SnapWalk *w, const aa_walk_entry *e) {
   }
   if (w->out->empty())
     return 0;
+  if ((e->flags & AA_WALK_LENT) != 0) {
+    // Free pages a stitched range maps again (docs/core.md, "Stitching"):
+    // shown there, as that range's segment, so they are cut out of this one
+    // (the segments' sizes add up to what is reserved, once).
+    auto &cut = w->out->back();
+    const size_t end = cut.address + cut.total_size;
+    const size_t resume = static_cast<size_t>(e->address) + e->size;
+    c10::CachingDeviceAllocator::SegmentInfo rest;
+    rest.device = cut.device;
+    rest.address = resume;
+    rest.total_size = end > resume ? end - resume : 0;
+    rest.is_large = cut.is_large;
+    rest.is_expandable = cut.is_expandable;
+    rest.owner_private_pool_id = cut.owner_private_pool_id;
+    cut.total_size = static_cast<size_t>(e->address) - cut.address;
+    if (cut.total_size == 0 && cut.blocks.empty())
+      w->out->pop_back();
+    if (rest.total_size > 0)
+      w->out->push_back(std::move(rest));
+    return 0;
+  }
   auto &seg = w->out->back();
   bool used = (e->flags & AA_WALK_IN_USE) != 0;
   if (used) {
