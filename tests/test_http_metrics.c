@@ -17,6 +17,8 @@
 
 #include <cmocka.h>
 
+#include "core_test.h" /* core: the host backend's test hooks */
+
 #include "adaptalloc/core.h"
 #include "adaptalloc/http.h"
 #include "http_test.h" /* the server's internals */
@@ -426,6 +428,52 @@ static void test_http_metrics_bounded_and_stable(void **state) {
   aa_backend_destroy(b);
 }
 
+/* With stitching: the stitched range is a segment of its own marked
+ * "stitched", the pages it maps again are pieces marked 2 (lent), and
+ * "bytes" counts that memory once (the sum of the other segments). */
+static void test_http_segments_json_stitched(void **state) {
+  aa_backend *b = NULL;
+  aa_pool *pool = NULL;
+  aa_pool_config cfg;
+  void *hole[3], *keep[3], *x;
+  char *json = NULL;
+  size_t len = 0;
+  (void)state;
+  assert_int_equal(aa_backend_host_new(&b), AA_OK);
+  assert_int_equal(aa_backend_host_aliasable(b), AA_OK);
+  aa_pool_config_init(&cfg);
+  cfg.backend = b;
+  cfg.name = "st";
+  cfg.large_mode = AA_LARGE_EXPANDABLE;
+  cfg.large_stitch = 1;
+  assert_int_equal(aa_pool_new(&cfg, &pool), AA_OK);
+  for (int i = 0; i < 3; i++) {
+    hole[i] = aa_alloc(pool, (size_t)6 << 20, NULL);
+    keep[i] = aa_alloc(pool, (size_t)3 << 20, NULL);
+    assert_non_null(hole[i]);
+    assert_non_null(keep[i]);
+  }
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(aa_free(pool, hole[i], 0, NULL), AA_OK);
+  x = aa_alloc(pool, (size_t)10 << 20, NULL);
+  assert_non_null(x);
+  aa_pool_stats st;
+  assert_int_equal(aa_pool_stats_get(pool, &st), AA_OK);
+  assert_int_equal(st.large_stitched_ranges, 1);
+  assert_int_equal(aa_http_segments_json(pool, &json, &len), AA_OK);
+  assert_non_null(strstr(json, "\"stitched\":true"));
+  assert_non_null(strstr(json, ",2]"));
+  const char *p = strstr(json, "\"bytes\":");
+  assert_non_null(p);
+  assert_int_equal(strtoull(p + 8, NULL, 10), st.large_bytes_reserved);
+  free(json);
+  assert_int_equal(aa_free(pool, x, 0, NULL), AA_OK);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(aa_free(pool, keep[i], 0, NULL), AA_OK);
+  aa_pool_destroy(pool);
+  aa_backend_destroy(b);
+}
+
 /* GET /segments' JSON from a real pool: large segments only, pieces that
  * tile each segment, used bytes that add up, freed blocks shown free. */
 static void test_http_segments_json(void **state) {
@@ -511,6 +559,7 @@ int main(void) {
       cmocka_unit_test(test_http_metrics_real_pool),
       cmocka_unit_test(test_http_metrics_bounded_and_stable),
       cmocka_unit_test(test_http_segments_json),
+      cmocka_unit_test(test_http_segments_json_stitched),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -80,7 +80,8 @@ export function drawSegments() {
       let x0 = x0run;
       for (const pc of sg.pieces || []) {
         const pw = num(pc[0]) * scale;
-        g.fillStyle = pc[1] ? css("--large") : css("--free");
+        /* 1 in use, 2 lent to a stitched range, 0 free */
+        g.fillStyle = pc[1] === 1 ? css("--large") : pc[1] === 2 ? css("--mapped") : css("--free");
         g.fillRect(x0, y0 + lane, Math.max(0.5, pw - 0.5), ROW - lane);
         x0 += pw;
       }
@@ -119,13 +120,18 @@ export function segTip(ev) {
       off += num(pc[0]);
     }
   }
-  const blocks = r.runs.reduce((n, sg) => n + (sg.pieces || []).filter((pc) => pc[1]).length, 0);
+  const blocks = r.runs.reduce((n, sg) => n + (sg.pieces || []).filter((pc) => pc[1] === 1).length, 0);
   const lines = r.expandable
     ? ["expandable segment " + r.runs[0].id + ": " + r.runs.length + " mapped run" + (r.runs.length > 1 ? "s" : ""),
       fmtBytes(r.mapped) + " mapped over " + fmtBytes(r.end - r.base) + " of address space, " +
         fmtBytes(r.used) + " in use in " + blocks + " blocks"]
-    : ["segment " + r.runs[0].id, fmtBytes(r.mapped) + ", " + fmtBytes(r.used) + " in use in " + blocks + " blocks"];
-  if (piece) lines.push((piece[1] ? "block in use: " : "free (cached): ") + fmtBytes(num(piece[0])));
+    : [(r.runs[0].stitched ? "stitched range " : "segment ") + r.runs[0].id +
+        (r.runs[0].stitched ? " (free pages of other segments, mapped again here)" : ""),
+      fmtBytes(r.mapped) + ", " + fmtBytes(r.used) + " in use in " + blocks + " blocks"];
+  if (piece) {
+    lines.push((piece[1] === 1 ? "block in use: " : piece[1] === 2 ? "lent to a stitched range: " : "free (cached): ") +
+      fmtBytes(num(piece[0])));
+  }
   else if (r.expandable && !run && addr < r.end) lines.push("not mapped: reserved address space, no memory behind it");
   tip.textContent = lines.join("\n");
   tip.hidden = false;

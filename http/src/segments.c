@@ -38,6 +38,7 @@ typedef struct {
 typedef struct {
   size_t size;
   bool used;
+  bool lent; /* pages a stitched range maps again (AA_WALK_LENT) */
 } piece_t;
 
 typedef struct {
@@ -57,7 +58,8 @@ static int on_entry(void *user, const aa_walk_entry *e) {
     if (!w->in_large)
       return 0;
     w->total_segments++;
-    w->total_bytes += e->size;
+    if ((e->flags & AA_WALK_STITCHED) == 0) /* a stitched range: the same memory as */
+      w->total_bytes += e->size;            /* the lent pieces, counted there once */
     if (w->nsegs == SEG_MAX) {
       w->truncated = true;
       w->in_large = false; /* counted, not listed */
@@ -82,11 +84,13 @@ static int on_entry(void *user, const aa_walk_entry *e) {
   {
     seg_t *s = &w->segs[w->nsegs - 1];
     bool used = (e->flags & AA_WALK_IN_USE) != 0;
+    bool lent = (e->flags & AA_WALK_LENT) != 0;
     if (used) {
       s->used += e->size;
       w->used_bytes += e->size;
     }
-    if (s->npieces > 0 && !used && !w->pieces[w->npieces - 1].used) {
+    if (s->npieces > 0 && !used && !lent && !w->pieces[w->npieces - 1].used &&
+        !w->pieces[w->npieces - 1].lent) {
       w->pieces[w->npieces - 1].size += e->size; /* merge free neighbours */
       return 0;
     }
@@ -96,6 +100,7 @@ static int on_entry(void *user, const aa_walk_entry *e) {
     }
     w->pieces[w->npieces].size = e->size;
     w->pieces[w->npieces].used = used;
+    w->pieces[w->npieces].lent = lent;
     w->npieces++;
     s->npieces++;
   }
@@ -148,15 +153,17 @@ int aa_http_segments_json(aa_pool *pool, char **out, size_t *len) {
      * absolute address leaving the process */
     aa__buf_printf(&b,
                    "%s{\"id\":%zu,\"offset\":%llu,\"size\":%llu,\"used\":%llu,"
-                   "\"expandable\":%s,\"pieces\":[",
+                   "\"expandable\":%s,\"stitched\":%s,\"pieces\":[",
                    i > 0 ? "," : "", i,
                    (unsigned long long)(s->address - lowest),
                    (unsigned long long)s->size, (unsigned long long)s->used,
-                   (s->flags & AA_WALK_EXPANDABLE) != 0 ? "true" : "false");
+                   (s->flags & AA_WALK_EXPANDABLE) != 0 ? "true" : "false",
+                   (s->flags & AA_WALK_STITCHED) != 0 ? "true" : "false");
     for (j = 0; j < s->npieces; j++) {
       const piece_t *p = &w.pieces[s->first + j];
-      aa__buf_printf(&b, "%s[%llu,%d]", j > 0 ? "," : "",
-                     (unsigned long long)p->size, p->used ? 1 : 0);
+      aa__buf_printf(&b, "%s[%llu,%d]", j > 0 ? "," : "", (unsigned long long)p->size,
+                     p->used ? 1 : p->lent ? 2
+                                           : 0);
     }
     aa__buf_puts(&b, "]}");
   }
