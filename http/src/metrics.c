@@ -125,6 +125,21 @@ static const family_t pool_families[] = {
        "Free large chunks still pending on other streams that served a request by ordering "
        "its stream after them (cudaStreamWaitEvent) instead of new memory.",
        COUNTER, large_stream_waits),
+    PF("adaptalloc_large_stitched_ranges",
+       "Stitched ranges active now: free pages of holes mapped again side by side at a "
+       "new address (policy large.stitch).",
+       GAUGE, large_stitched_ranges),
+    PF("adaptalloc_large_stitched_bytes",
+       "Bytes of the active stitched ranges (the same memory as the holes they came from, "
+       "not more reserved).",
+       GAUGE, large_stitched_bytes),
+    PF("adaptalloc_large_stitches_total", "Stitched ranges made.", COUNTER, large_stitches),
+    PF("adaptalloc_large_stitch_hits_total",
+       "Requests a kept stitched range served again, with no backend call.", COUNTER,
+       large_stitch_hits),
+    PF("adaptalloc_large_alias_maps_total",
+       "Backend alias map calls (a stitched range's handles mapped at its address).", COUNTER,
+       large_alias_maps),
     PF("adaptalloc_backend_seconds_total",
        "Time spent inside backend alloc, free, map and unmap calls.", SECONDS,
        backend_ns),
