@@ -706,21 +706,23 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
          * pending serves once `stream` is ordered after it */
         c = pool->large->stream_wait && stream != AA_STREAM_HOST ? wait_fit(pool, need, stream) : NULL;
         waited = c != NULL;
-        /* ...and, still nothing, whole free pages in holes mapped side by
-         * side at a new address (large_stitch.c); failing that, once, the
-         * free stitched ranges give their pages back to the holes they
-         * came from, and the search starts again */
+        /* ...and, still nothing, stitching (large_stitch.c): first the free
+         * stitched ranges sleep (their pages back in the holes they came
+         * from, no call) and the search starts again, so that a request the
+         * old holes fit finds them; then a range of about this size (kept,
+         * or dormant and woken: no call) or a new one from whole free pages
+         * in holes; failing that, once, the dormant ranges go (their pages
+         * free for a new range) and the search starts again */
         if (c == NULL && pool->large->stitch_on) {
+          if (stitch_pass == 0) {
+            stitch_pass = 1;
+            if (aa__lg_stitch_rest(pool) > 0) {
+              reclaimed = false;
+              continue;
+            }
+          }
           c = aa__lg_stitch_take(pool, need, stream);
           stitched = c != NULL;
-          /* nothing: the free ranges sleep (their parts back in the holes,
-           * no call), then the dormant ones go (their pages free for a new
-           * range); each once, and the search starts again */
-          if (c == NULL && stitch_pass == 0 && aa__lg_stitch_rest(pool) > 0) {
-            stitch_pass = 1;
-            reclaimed = false;
-            continue;
-          }
           if (c == NULL && stitch_pass < 2 && aa__lg_stitch_drop_dormant(pool) > 0) {
             stitch_pass = 2;
             reclaimed = false;

@@ -215,13 +215,23 @@ int aa__lg_ensure_mapped(aa_pool *pool, aa__chunk *c) {
   /* Without a limit, each run of unmapped pages in one call (vmm_runs); under
    * one, page by page, so that pages can move between chunks later. */
   bool runs = pool->large->vmm_runs && lim == 0;
+  /* With stitching, a page the chunk shares with a neighbour is a handle of
+   * its own, so that the whole pages inside the chunk are whole handles a
+   * stitched range can map again once it is a hole (cuMemMap maps a handle
+   * whole); runs stay inside [cut_lo, cut_hi). */
+  size_t ps_ = pool->large->vmm_page, cut_lo = i0, cut_hi = i1;
+  if (pool->large->stitch_on) {
+    cut_lo = (c->base - s->h.base) % ps_ != 0 ? i0 + 1 : i0;
+    cut_hi = (c->base + c->size - s->h.base) % ps_ != 0 ? i1 - 1 : i1;
+  }
   for (size_t i = i0; i < i1;) {
     if (s->pages[i] != NULL) {
       i++;
       continue;
     }
     size_t j = i + 1;
-    while (runs && j < i1 && s->pages[j] == NULL && j - i < MAP_RUN_PAGES)
+    while (runs && j < i1 && s->pages[j] == NULL && j - i < MAP_RUN_PAGES && j != cut_lo &&
+           j != cut_hi)
       j++;
     int rc = run_map(pool, s, i, j - i);
     if (rc != AA_OK)

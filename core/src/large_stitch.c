@@ -51,8 +51,11 @@ bool aa__lg_stitch_usable(const aa_pool *pool) {
 
 /* ------------------------------------------------------------ states */
 
-/* Whether free active range s's work is done (its chunk usable anywhere):
- * its parts may go back to their holes, usable everywhere. */
+/* Whether free active range s may give its parts back: its chunk free,
+ * its record_stream'd streams' events done, no event of its own pending.
+ * The parts then are what the chunk is: freed on its stream (usable there
+ * at once, elsewhere once that stream's work is done, as any free chunk),
+ * or usable everywhere. */
 static bool work_done(aa_pool *pool, aa__seg *s) {
   aa__chunk *c = s->first;
   if (!c->free)
@@ -63,21 +66,14 @@ static bool work_done(aa_pool *pool, aa__seg *s) {
     free(c->xev);
     c->xev = NULL;
   }
-  if (c->any || !pool->has_events)
-    return true;
-  if (c->ev != NULL) {
+  if (c->ev != NULL) { /* recorded for another stream's use: one event, one chunk */
     uint32_t one = 1;
     if (!aa__events_done(pool, &c->ev, &one))
       return false;
     c->ev = NULL;
     c->any = 1;
-    return true;
   }
-  if (aa__stream_idle(pool, c->stream)) {
-    c->any = 1;
-    return true;
-  }
-  return false;
+  return true;
 }
 
 /* Active range s's lent parts back to their holes as free chunks, merged
