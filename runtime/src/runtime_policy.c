@@ -239,8 +239,8 @@ static int check_telemetry(aa_runtime *rt, const aa_telemetry_params *cur,
              "telemetry.%s: the store is off in this run (ADAPTALLOC_DB), so "
              "there is nothing to keep within it; it cannot change while the "
              "runtime lives",
-             next->retention_bytes != cur->retention_bytes ? "retention_bytes"
-                                                           : "retention_age_s");
+             next->retention_bytes != cur->retention_bytes ? "retention.max_bytes"
+                                                           : "retention.max_age_s");
     return AA_ECONFLICT;
   }
   return AA_OK;
