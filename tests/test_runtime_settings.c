@@ -102,6 +102,14 @@ static void test_runtime_settings_cap_survives_patch(void **state) {
   assert_int_equal(aa_rt_pool_cap_get(rt, host), 8 * MIB);
   assert_int_equal(version_of(rt), v0 + 1);
   assert_false(fits(host, 12 * MIB)); /* 1.5x the cap */
+  /* /stats shows it */
+  {
+    char *json = NULL;
+    size_t len = 0;
+    assert_int_equal(aa_rt_stats_json(rt, &json, &len), AA_OK);
+    assert_non_null(strstr(json, "\"overrides\":[{\"pool\":\"host\",\"user_limit\":8388608}]"));
+    free(json);
+  }
   /* the same cap again changes nothing */
   assert_int_equal(aa_rt_pool_cap(rt, host, 8 * MIB, "torch"), AA_OK);
   assert_int_equal(version_of(rt), v0 + 1);

@@ -246,6 +246,10 @@ typedef struct aa__rt_change {
  * force. Takes policy_lock (after the loop's lock, never before). */
 int aa__rt_settings_commit(aa_runtime *rt, const aa__rt_change *c, uint64_t *new_version,
                            bool *unchanged, char *err, size_t errcap);
+/* Appends ,"overrides":[{"pool":NAME,"user_limit":N},...] to sb: the pools'
+ * overrides in force (/stats). */
+struct aa__buf;
+void aa__rt_overrides_json(aa_runtime *rt, struct aa__buf *sb);
 /* Installs `next` (validated) as the policy in force through
  * aa__rt_settings_commit. Takes ownership of next. A `next`
  * equal to the policy in force changes nothing (no apply, no new version, no

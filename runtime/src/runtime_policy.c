@@ -26,6 +26,7 @@
 #include "adaptalloc/policy.h"
 #include "adaptalloc/store.h"
 #include "runtime_internal.h"
+#include "runtime_json.h" /* aa__buf */
 
 /* ------------------------------------------------------------------ policy */
 
@@ -308,9 +309,12 @@ int aa__rt_settings_commit(aa_runtime *rt, const aa__rt_change *c, uint64_t *new
     rc = AA_ESTALE;
     goto unlock;
   }
-  rc = c->build != NULL                                   ? c->build(c->arg, rt->svc.policy, &next, err, errcap)
-       : (next = aa_policy_clone(rt->svc.policy)) != NULL ? AA_OK
-                                                          : AA_ENOMEM;
+  if (c->build != NULL) {
+    rc = c->build(c->arg, rt->svc.policy, &next, err, errcap);
+  } else {
+    next = aa_policy_clone(rt->svc.policy);
+    rc = next != NULL ? AA_OK : AA_ENOMEM;
+  }
   if (rc != AA_OK)
     goto unlock;
   n = aa__rt_pools_snapshot(rt, pools, AA_RT_MAX_POOLS);
@@ -373,14 +377,17 @@ unlock:
   return rc;
 }
 
-/* build for a whole policy: the one the caller made. */
+/* build for a whole policy: the one the caller made (arg: its aa_policy **,
+ * taken over). */
 static int build_given(void *arg, const aa_policy *cur, aa_policy **out, char *err,
                        size_t errcap) {
+  aa_policy **given = arg;
   (void)cur;
   (void)err;
   (void)errcap;
-  *out = aa_policy_clone(arg);
-  return *out != NULL ? AA_OK : AA_ENOMEM;
+  *out = *given;
+  *given = NULL;
+  return AA_OK;
 }
 
 int aa__rt_install_policy(aa_runtime *rt, aa_policy *next, const char *source,
@@ -391,7 +398,7 @@ int aa__rt_install_policy(aa_runtime *rt, aa_policy *next, const char *source,
   int rc;
   memset(&c, 0, sizeof(c));
   c.build = build_given;
-  c.arg = next;
+  c.arg = &next;
   c.source = source;
   c.reason = reason;
   c.has_if_match = has_if_match;
@@ -456,4 +463,19 @@ size_t aa_rt_pool_cap_get(aa_runtime *rt, const aa_pool *pool) {
   ov = overrides_of(rt, pool);
   pthread_mutex_unlock(&rt->svc.policy_lock);
   return ov.user_limit;
+}
+
+void aa__rt_overrides_json(aa_runtime *rt, aa__buf *sb) {
+  size_t shown = 0;
+  aa__buf_printf(sb, ",\"overrides\":[");
+  pthread_mutex_lock(&rt->svc.policy_lock);
+  for (size_t i = 0; i < rt->svc.nov; i++) {
+    if (rt->svc.ov[i].user_limit == 0)
+      continue;
+    aa__buf_printf(sb, "%s{\"pool\":", shown++ ? "," : "");
+    aa__buf_json_cstr(sb, aa_pool_name(rt->svc.ov_pools[i]));
+    aa__buf_printf(sb, ",\"user_limit\":%zu}", rt->svc.ov[i].user_limit);
+  }
+  pthread_mutex_unlock(&rt->svc.policy_lock);
+  aa__buf_printf(sb, "]");
 }
