@@ -1,7 +1,8 @@
 /*
  * runtime_internal.h — state shared by runtime.c (pools, configuration),
  * runtime_services.c (store, loop, ticker, the services' state),
- * runtime_policy.c (the policy in force) and
+ * runtime_policy.c (the owner of each pool's settings: the policy in
+ * force, the pools' overrides, the one commit every change takes) and
  * runtime_http.c (the server's callbacks and start, the in-process /stats
  * and /policy calls); runtime_json.c is the /history merge; runtime_oom.c
  * the out-of-memory records.
