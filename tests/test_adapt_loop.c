@@ -327,6 +327,62 @@ static void test_adapt_loop_verifies_changes(void **state) {
   aa_adapt_loop_destroy(loop);
 }
 
+/* The loop never changes a pool itself: a step's decisions reach its
+ * committer as one proposal (the whole table after them); a committer that
+ * refuses leaves the pool as it was and each table decision carries its
+ * error. */
+static aa_adapt_proposal g_proposal;
+static int g_proposals;
+
+static int refusing_commit(void *user, aa_adapt_proposal *p) {
+  (void)user;
+  g_proposal = *p;
+  g_proposals++;
+  return AA_EBUSY;
+}
+
+static void test_adapt_loop_commits_one_proposal(void **state) {
+  env *e = *state;
+  aa_adapt_loop_config cfg;
+  aa_adapt_loop *loop = NULL;
+  aa_adapt_counters c;
+  aa_class_spec before[AA_MAX_CLASSES];
+  size_t nb = 0, hot = odd_size(e, 16384), exact = (hot + 511) / 512 * 512;
+  bool in_proposal = false;
+
+  aa_adapt_loop_config_init(&cfg);
+  cfg.params.trim_threshold_bytes = 0;
+  cfg.on_decision = on_decision;
+  cfg.commit = refusing_commit;
+  cfg.user = e;
+  assert_int_equal(aa_adapt_loop_new(&cfg, &loop), AA_OK);
+  assert_int_equal(aa_adapt_loop_add_pool(loop, e->pool), AA_OK);
+  assert_int_equal(aa_pool_classes(e->pool, before, AA_MAX_CLASSES, &nb, NULL), AA_OK);
+  g_proposals = 0;
+  e->nseen = 0;
+  for (int k = 0; k < 3 && g_proposals == 0; k++) {
+    interval(e, hot);
+    assert_true(aa_adapt_loop_step(loop) >= 0);
+  }
+  assert_int_equal(g_proposals, 1);
+  assert_ptr_equal(g_proposal.pool, e->pool);
+  assert_int_equal(g_proposal.n_classes, nb + 1); /* the table in force and the add */
+  for (size_t i = 0; i < g_proposal.n_classes; i++) {
+    in_proposal = in_proposal || g_proposal.classes[i].block_size == exact;
+    if (i > 0)
+      assert_true(g_proposal.classes[i].block_size > g_proposal.classes[i - 1].block_size);
+  }
+  assert_true(in_proposal);
+  assert_false(has_class(e, exact)); /* refused: nothing changed */
+  assert_true(e->nseen >= 1);
+  assert_int_equal(e->seen[0].kind, AA_ADAPT_ADD_CLASS);
+  assert_int_equal(e->seen[0].result, AA_EBUSY);
+  aa_adapt_loop_counters(loop, &c);
+  assert_int_equal(c.classes_added, 0);
+  assert_true(c.apply_failures >= 1);
+  aa_adapt_loop_destroy(loop);
+}
+
 /* A periodic workload (two odd sizes taking turns every 4 intervals, for 60
  * intervals) does not make the loop add and retire classes every cycle:
  * the flap backoff and the replay check keep the table changes few. */
@@ -644,6 +700,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_adapt_loop_closed_loop, setup, teardown),
       cmocka_unit_test_setup_teardown(test_adapt_loop_verifies_changes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_adapt_loop_commits_one_proposal, setup, teardown),
       cmocka_unit_test_setup_teardown(test_adapt_loop_periodic_no_churn, setup, teardown),
       cmocka_unit_test_setup_teardown(test_adapt_loop_dry_run_changes_nothing, setup,
                                       teardown),

@@ -1402,6 +1402,71 @@ static void test_adapt_policy_managed(void **state) {
 #undef REGION
 }
 
+/* The one rule (docs/policy.md, "A pool's settings"): the limit is the
+ * smallest of limit_bytes and every override set, 0 when none is; and the
+ * loop's proposal as a policy: a section's explicit table (a region's
+ * section made from pools.device), which round-trips. */
+static void test_adapt_policy_settings_rule_and_proposal(void **state) {
+  aa_pool_overrides ov = {0};
+  aa_policy *p = NULL, *q = NULL, *back = NULL;
+  aa_class_spec cl[AA_MAX_CLASSES], got[AA_MAX_CLASSES];
+  size_t n = 0, ng = 0;
+  char err[AA_POLICY_ERR_CAP] = "", *json;
+  (void)state;
+
+  assert_int_equal(aa_policy_limit_rule(0, NULL), 0);
+  assert_int_equal(aa_policy_limit_rule(0, &ov), 0);
+  assert_int_equal(aa_policy_limit_rule(1000, &ov), 1000);
+  ov.user_limit = 700;
+  assert_int_equal(aa_policy_limit_rule(0, &ov), 700);
+  assert_int_equal(aa_policy_limit_rule(1000, &ov), 700);
+  assert_int_equal(aa_policy_limit_rule(500, &ov), 500);
+
+  assert_int_equal(aa_policy_default(&p), AA_OK);
+  assert_int_equal(aa_policy_pool_config(p, "host", NULL, cl, AA_MAX_CLASSES, &n), AA_OK);
+  assert_true(n >= 2 && n < AA_MAX_CLASSES);
+  /* an exact class of 4608 bytes, with a prefill, in its place */
+  {
+    size_t at = 0;
+    while (at < n && cl[at].block_size < 4608)
+      at++;
+    memmove(&cl[at + 1], &cl[at], (n - at) * sizeof cl[0]);
+    memset(&cl[at], 0, sizeof cl[at]);
+    cl[at].block_size = 4608;
+    cl[at].prefill = 4;
+    n++;
+  }
+  assert_int_equal(aa_policy_with_classes(p, "host", cl, n, &q, err, sizeof err), AA_OK);
+  assert_int_equal(aa_policy_pool_config(q, "host", NULL, got, AA_MAX_CLASSES, &ng), AA_OK);
+  assert_int_equal(ng, n);
+  assert_memory_equal(got, cl, n * sizeof cl[0]);
+  assert_false(aa_policy_equal(p, q));
+  json = aa_policy_to_json(q);
+  assert_non_null(json);
+  assert_int_equal(aa_policy_parse(json, strlen(json), &back, err, sizeof err), AA_OK);
+  assert_true(aa_policy_equal(q, back));
+  free(json);
+  aa_policy_free(back);
+  aa_policy_free(q);
+  q = NULL;
+
+  /* a region without a section gets one, from pools.device */
+  assert_false(aa_policy_has_region(p, "kv"));
+  assert_int_equal(aa_policy_pool_config(p, "device", NULL, cl, AA_MAX_CLASSES, &n), AA_OK);
+  assert_int_equal(aa_policy_with_classes(p, "regions.kv", cl, n, &q, err, sizeof err), AA_OK);
+  assert_true(aa_policy_has_region(q, "kv"));
+  aa_policy_free(q);
+  q = NULL;
+
+  /* refused: not topped by max_small, not ascending; *out NULL */
+  q = (aa_policy *)p;
+  assert_int_equal(aa_policy_with_classes(p, "host", cl, n - 1, &q, err, sizeof err),
+                   AA_EINVAL);
+  assert_null(q);
+  assert_non_null(strstr(err, "pools.host.classes"));
+  aa_policy_free(p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_adapt_policy_default_is_empty_object),
@@ -1424,6 +1489,7 @@ int main(void) {
       cmocka_unit_test(test_adapt_policy_schema_matches_parser),
       cmocka_unit_test(test_adapt_policy_regions),
       cmocka_unit_test(test_adapt_policy_managed),
+      cmocka_unit_test(test_adapt_policy_settings_rule_and_proposal),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -283,12 +283,12 @@ static void assert_unchanged(world *w, const char *when) {
 }
 
 /* Refused: rc, *out NULL, err naming the last pool; nothing changed. */
-static void expect_refused(world *w, const char *doc, const char *want_err) {
+static void expect_refused(world *w, const char *doc, const char *want_err, int want_rc) {
   aa_policy *next = parse(doc);
   aa_policy_change *ch = (aa_policy_change *)w; /* not NULL: must be cleared */
   char err[512] = "";
   int rc = aa_policy_change_prepare(w->cur, next, w->pools, NPOOLS, &ch, err, sizeof err);
-  assert_int_equal(rc, AA_EINVAL);
+  assert_int_equal(rc, want_rc);
   assert_null(ch);
   if (strstr(err, want_err) == NULL || strstr(err, "host:scores") == NULL)
     print_error("err: %s\n", err);
@@ -328,7 +328,8 @@ static void test_adapt_policy_atomic_prefill_refused_late(void **state) {
   world w;
   (void)state;
   setup_world(&w);
-  expect_refused(&w, NEXT_PREFILL, "pools.regions.scores.classes: the prefill asks for");
+  expect_refused(&w, NEXT_PREFILL, "pools.regions.scores.classes: the prefill asks for",
+                 AA_EINVAL);
   expect_ok_changes(&w);
   teardown_world(&w);
 }
@@ -337,7 +338,8 @@ static void test_adapt_policy_atomic_fixed_refused_late(void **state) {
   world w;
   (void)state;
   setup_world(&w);
-  expect_refused(&w, NEXT_FIXED, "pools.regions.scores: slab_size is fixed");
+  /* a setting fixed while the pool lives is a conflict with it (HTTP 409) */
+  expect_refused(&w, NEXT_FIXED, "pools.regions.scores: slab_size is fixed", AA_ECONFLICT);
   expect_ok_changes(&w);
   teardown_world(&w);
 }

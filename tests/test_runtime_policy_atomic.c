@@ -363,7 +363,7 @@ static void scenario(void) {
   CHECK(strstr(err, "host:scores") != NULL);
   check_unchanged(&w, "aa_runtime_policy_update (prefill)");
   rc = aa_runtime_policy_update(FIXED, strlen(FIXED), false, "unit", 0, &v, err, sizeof(err));
-  CHECK(rc == AA_EINVAL);
+  CHECK(rc == AA_ECONFLICT); /* fixed while the pool lives: HTTP 409 */
   CHECK(strstr(err, "pools.regions.scores: slab_size is fixed") != NULL);
   check_unchanged(&w, "aa_runtime_policy_update (fixed)");
   rc = aa_runtime_policy_update(PATCH_PREFILL, strlen(PATCH_PREFILL), true, "unit", 0, &v, err,
@@ -380,7 +380,7 @@ static void scenario(void) {
     free(r.body);
     check_unchanged(&w, "PUT /policy (prefill)");
     http(w.port, "PUT", "/policy", FIXED, &r);
-    CHECK(r.status == 400 && strstr(r.body, "slab_size is fixed") != NULL);
+    CHECK(r.status == 409 && strstr(r.body, "slab_size is fixed") != NULL);
     free(r.body);
     check_unchanged(&w, "PUT /policy (fixed)");
     http(w.port, "PATCH", "/policy", PATCH_PREFILL, &r);

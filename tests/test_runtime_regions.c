@@ -195,14 +195,14 @@ static void scenario_policy_changes(void) {
                                  sizeof(err)) == AA_EINVAL);
   CHECK(strstr(err, "pools.regions.kv!: not a region name") != NULL);
   CHECK(aa_runtime_policy_update(fixed, strlen(fixed), true, "unit", 0, &v, err,
-                                 sizeof(err)) == AA_EINVAL);
+                                 sizeof(err)) == AA_ECONFLICT);
   CHECK(strstr(err, "pools.regions.kv: max_small is fixed") != NULL);
   CHECK(strstr(err, "host:kv") != NULL);
   /* the backend is fixed too: a live pool does not turn into managed memory */
   {
     const char *managed = "{\"pools\": {\"regions\": {\"kv\": {\"backend\": \"managed\"}}}}";
     CHECK(aa_runtime_policy_update(managed, strlen(managed), true, "unit", 0, &v, err,
-                                   sizeof(err)) == AA_EINVAL);
+                                   sizeof(err)) == AA_ECONFLICT);
     CHECK(strstr(err, "pools.regions.kv.backend: fixed while pool host:kv is live "
                       "(\"default\" in force, \"managed\" asked)") != NULL);
   }

@@ -3,9 +3,11 @@
  *
  * Every params.interval_ms, for each registered pool: take a stats snapshot,
  * read the class table, run aa_adapt_decide against the previous snapshot,
- * apply each decision through the core's public API (aa_pool_class_add,
- * aa_pool_class_retire, aa_pool_class_set, aa_pool_trim), record the result in
- * the decision and hand it to the callback. aa_adapt_loop_step does the same
+ * verify the table changes by replay, build the step's proposal (the table
+ * its adds, retires and grows leave, and a trim) and hand it whole to the
+ * committer (the runtime's one transactional path, or
+ * aa_adapt_proposal_commit), record the result in each decision and hand
+ * it to the callback. aa_adapt_loop_step does the same
  * in the caller's thread. One mutex guards the loop and serialises steps; the
  * thread waits on a condition variable (CLOCK_MONOTONIC) so stop is prompt.
  */
@@ -45,6 +47,8 @@ struct aa_adapt_loop {
   bool stopping;
   aa_class_spec specs[AA_MAX_CLASSES];
   aa_adapt_decision decisions[AA_ADAPT_MAX_DECISIONS];
+  aa_adapt_commit_fn commit;  /* the proposal's committer */
+  aa_adapt_proposal proposal; /* the step's, for one pool at a time */
 };
 
 void aa_adapt_loop_config_init(aa_adapt_loop_config *cfg) {
@@ -90,6 +94,7 @@ int aa_adapt_loop_new(const aa_adapt_loop_config *cfg, aa_adapt_loop **out) {
   l->on_decision = cfg->on_decision;
   l->user = cfg->user;
   l->dry_run = cfg->dry_run;
+  l->commit = cfg->commit != NULL ? cfg->commit : aa_adapt_proposal_commit;
   *out = l;
   return AA_OK;
 fail:
@@ -173,48 +178,120 @@ int aa_adapt_loop_set_params(aa_adapt_loop *loop, const aa_adapt_params *params)
   return AA_OK;
 }
 
-/* Applies one decision to the pool; returns the core's result. */
-static int apply(aa_adapt_loop *l, aa_pool *pool, aa_adapt_decision *d,
-                 const aa_class_spec *specs, size_t n) {
-  aa_class_spec spec;
+int aa_adapt_proposal_commit(void *user, aa_adapt_proposal *p) {
+  aa_class_txn *txn = NULL;
   int rc = AA_OK;
-  switch (d->kind) {
-  case AA_ADAPT_ADD_CLASS:
-    spec.block_size = (size_t)d->block_size;
-    spec.cache_limit = 0;
-    spec.prefill = 0;
-    rc = aa_pool_class_add(pool, &spec);
+  (void)user;
+  if (p == NULL || p->pool == NULL)
+    return AA_EINVAL;
+  if (p->n_classes > 0) {
+    rc = aa_pool_classes_prepare(p->pool, p->classes, p->n_classes, &txn);
     if (rc == AA_OK)
-      l->counters.classes_added++;
-    break;
-  case AA_ADAPT_RETIRE_CLASS:
-    rc = aa_pool_class_retire(pool, (size_t)d->block_size);
-    if (rc == AA_OK)
-      l->counters.classes_retired++;
-    break;
-  case AA_ADAPT_GROW_OR_PREFILL:
-    rc = AA_ENOENT;
-    for (size_t i = 0; i < n; i++) {
-      if (specs[i].block_size == d->block_size) {
-        spec = specs[i];
-        spec.prefill = (uint32_t)d->amount;
-        rc = aa_pool_class_set(pool, &spec);
-        break;
-      }
-    }
-    if (rc == AA_OK)
-      l->counters.grows++;
-    break;
-  case AA_ADAPT_TRIM:
-    d->released = aa_pool_trim(pool, (size_t)d->amount);
-    l->counters.trims++;
-    l->counters.bytes_trimmed += d->released;
-    break;
-  default:
-    rc = AA_EINVAL;
-    break;
+      aa_pool_classes_commit(txn);
   }
+  if (p->trim)
+    p->released = aa_pool_trim(p->pool, p->trim_keep);
   return rc;
+}
+
+static bool proposes(const aa_adapt_decision *d) { return d->result == AA_OK; }
+
+/* The step's proposal for lp from the table in force (l->specs, n) and the
+ * decisions still standing: retired classes out, added ones in (cache
+ * limit and prefill 0), grown ones with their new prefill. A grow of a
+ * class that is not there fails here (AA_ENOENT). n_classes stays 0 when
+ * the table does not change. */
+static void build_proposal(aa_adapt_loop *l, loop_pool *lp, size_t n, size_t nd) {
+  aa_adapt_proposal *p = &l->proposal;
+  bool table = false;
+  size_t m = 0;
+
+  memset(p, 0, sizeof *p);
+  p->pool = lp->pool;
+  p->decisions = l->decisions;
+  p->n_decisions = nd;
+  for (size_t i = 0; i < n; i++) {
+    bool retired = false;
+    for (size_t k = 0; k < nd; k++)
+      retired = retired || (proposes(&l->decisions[k]) &&
+                            l->decisions[k].kind == AA_ADAPT_RETIRE_CLASS &&
+                            l->decisions[k].block_size == l->specs[i].block_size);
+    if (retired)
+      table = true;
+    else
+      p->classes[m++] = l->specs[i];
+  }
+  for (size_t k = 0; k < nd; k++) {
+    aa_adapt_decision *d = &l->decisions[k];
+    size_t pos = 0;
+    if (!proposes(d))
+      continue;
+    if (d->kind == AA_ADAPT_TRIM) {
+      p->trim = true;
+      p->trim_keep = (size_t)d->amount;
+      continue;
+    }
+    if (d->kind != AA_ADAPT_ADD_CLASS && d->kind != AA_ADAPT_GROW_OR_PREFILL)
+      continue;
+    while (pos < m && p->classes[pos].block_size < d->block_size)
+      pos++;
+    if (d->kind == AA_ADAPT_GROW_OR_PREFILL) {
+      if (pos < m && p->classes[pos].block_size == d->block_size) {
+        p->classes[pos].prefill = (uint32_t)d->amount;
+        table = true;
+      } else {
+        d->result = AA_ENOENT; /* no such class to grow */
+      }
+      continue;
+    }
+    if (pos < m && p->classes[pos].block_size == d->block_size)
+      continue; /* there already */
+    if (m >= AA_MAX_CLASSES) {
+      d->result = AA_ELIMIT;
+      continue;
+    }
+    memmove(&p->classes[pos + 1], &p->classes[pos], (m - pos) * sizeof p->classes[0]);
+    memset(&p->classes[pos], 0, sizeof p->classes[0]);
+    p->classes[pos].block_size = (size_t)d->block_size;
+    m++;
+    table = true;
+  }
+  p->n_classes = table ? m : 0;
+}
+
+/* Commits the step's proposal for lp and gives each decision behind it its
+ * result, counted. */
+static void commit_step(aa_adapt_loop *l, loop_pool *lp, size_t n, size_t nd) {
+  aa_adapt_proposal *p = &l->proposal;
+  bool any = false;
+  int rc;
+
+  build_proposal(l, lp, n, nd);
+  for (size_t k = 0; k < nd; k++)
+    any = any || proposes(&l->decisions[k]);
+  if (!any)
+    return;
+  rc = l->commit(l->user, p);
+  for (size_t k = 0; k < nd; k++) {
+    aa_adapt_decision *d = &l->decisions[k];
+    if (!proposes(d))
+      continue;
+    if (d->kind == AA_ADAPT_TRIM) {
+      d->released = p->released;
+      l->counters.trims++;
+      l->counters.bytes_trimmed += d->released;
+      continue;
+    }
+    d->result = rc;
+    if (rc != AA_OK)
+      continue;
+    if (d->kind == AA_ADAPT_ADD_CLASS)
+      l->counters.classes_added++;
+    else if (d->kind == AA_ADAPT_RETIRE_CLASS)
+      l->counters.classes_retired++;
+    else if (d->kind == AA_ADAPT_GROW_OR_PREFILL)
+      l->counters.grows++;
+  }
 }
 
 static bool table_change(const aa_adapt_decision *d) {
@@ -408,17 +485,21 @@ static int step_locked(aa_adapt_loop *l) {
       nd = aa_adapt_decide(&l->params, lp->st, lp->have_prev ? lp->prev : NULL,
                            lp->cur, l->specs, n, l->decisions,
                            AA_ADAPT_MAX_DECISIONS);
-      if (!l->dry_run)
+      if (!l->dry_run) {
+        bool stood[AA_ADAPT_MAX_DECISIONS];
         verify_changes(l, lp, n, nd);
-      for (size_t k = 0; k < nd; k++) {
-        aa_adapt_decision *d = &l->decisions[k];
-        if (!l->dry_run && d->result == AA_OK) {
-          d->result = apply(l, lp->pool, d, l->specs, n);
-          if (d->result != AA_OK) {
+        for (size_t k = 0; k < nd; k++)
+          stood[k] = l->decisions[k].result == AA_OK;
+        commit_step(l, lp, n, nd);
+        for (size_t k = 0; k < nd; k++) {
+          if (stood[k] && l->decisions[k].result != AA_OK) {
             l->counters.apply_failures++;
-            aa_adapt_state_note_failure(lp->st, d);
+            aa_adapt_state_note_failure(lp->st, &l->decisions[k]);
           }
         }
+      }
+      for (size_t k = 0; k < nd; k++) {
+        aa_adapt_decision *d = &l->decisions[k];
         if (!l->dry_run)
           audit_note(lp, d);
         if (l->on_decision != NULL)

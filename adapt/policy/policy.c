@@ -740,3 +740,96 @@ void aa_policy_telemetry_params(const aa_policy *p, aa_telemetry_params *out) {
   else
     *out = p->telemetry;
 }
+
+/* ------------------------------------------------------------- proposals */
+
+/* The checks a parsed explicit table gets (policy_parse.c), on a table
+ * built in memory: ascending multiples of AA_BLOCK_ALIGN topped by
+ * max_small, each entry within the parser's bounds, the prefill within
+ * limit_bytes and adapt.prefill_max_bytes. */
+static int classes_check(const aa_policy *p, const aa__pool_policy *pp,
+                         const char *section, const aa_class_spec *classes, size_t n,
+                         char *err, size_t errcap) {
+  uint64_t total = 0;
+  if (n == 0 || n > AA_MAX_CLASSES || classes[n - 1].block_size != pp->max_small) {
+    aa__errf(err, errcap, "pools.%s.classes: a table of 1 to %d classes topped by "
+                          "max_small %llu is due",
+             section, AA_MAX_CLASSES,
+             (unsigned long long)pp->max_small);
+    return AA_EINVAL;
+  }
+  for (size_t i = 0; i < n; i++) {
+    const aa_class_spec *cs = &classes[i];
+    if (cs->block_size == 0 || cs->block_size % AA_BLOCK_ALIGN != 0 ||
+        (i > 0 && cs->block_size <= classes[i - 1].block_size) ||
+        cs->cache_limit > 65536 || cs->prefill > (1u << 20)) {
+      aa__errf(err, errcap, "pools.%s.classes[%zu]: not a class the policy can hold",
+               section, i);
+      return AA_EINVAL;
+    }
+    total += (uint64_t)cs->prefill * cs->block_size;
+  }
+  if ((pp->limit_bytes != 0 && total > pp->limit_bytes) ||
+      total > p->adapt.prefill_max_bytes) {
+    aa__errf(err, errcap, "pools.%s.classes: the prefill (%llu bytes) is over "
+                          "limit_bytes or adapt.prefill_max_bytes",
+             section,
+             (unsigned long long)total);
+    return AA_EINVAL;
+  }
+  return AA_OK;
+}
+
+int aa_policy_with_classes(const aa_policy *base, const char *section,
+                           const aa_class_spec *classes, size_t n, aa_policy **out,
+                           char *err, size_t errcap) {
+  aa_policy *next = NULL;
+  const aa__pool_policy *cur = NULL;
+  aa__pool_policy *pp;
+  int rc;
+
+  if (out == NULL)
+    return AA_EINVAL;
+  *out = NULL;
+  if (base == NULL || section == NULL || (classes == NULL && n > 0))
+    return AA_EINVAL;
+  rc = aa__policy_section(base, section, &cur);
+  if (rc == AA_ENOENT && base->n_regions >= AA_POLICY_MAX_REGIONS) {
+    aa__errf(err, errcap, "pools.%s: no room for another region section (%d at most)",
+             section, AA_POLICY_MAX_REGIONS);
+    return AA_ELIMIT;
+  }
+  if (rc != AA_OK && rc != AA_ENOENT)
+    return rc;
+  next = aa_policy_clone(base);
+  if (next == NULL)
+    return AA_ENOMEM;
+  if (rc == AA_ENOENT) {
+    /* a region without a section: one made now, from pools.device (the
+     * fields a region section leaves out are pools.device's), in name order */
+    uint32_t at = 0;
+    while (at < next->n_regions && strcmp(next->regions[at].name, section + 8) < 0)
+      at++;
+    memmove(&next->regions[at + 1], &next->regions[at],
+            (next->n_regions - at) * sizeof next->regions[0]);
+    memset(&next->regions[at], 0, sizeof next->regions[at]);
+    snprintf(next->regions[at].name, sizeof next->regions[at].name, "%s", section + 8);
+    next->regions[at].pool = next->pools[0];
+    next->n_regions++;
+  }
+  rc = aa__policy_section(next, section, &cur);
+  if (rc != AA_OK)
+    goto fail;
+  pp = (aa__pool_policy *)cur; /* next is ours */
+  rc = classes_check(next, pp, section, classes, n, err, errcap);
+  if (rc != AA_OK)
+    goto fail;
+  pp->classes_kind = AA__CLASSES_EXPLICIT;
+  pp->n_explicit = (uint32_t)n;
+  memcpy(pp->explicit_classes, classes, n * sizeof classes[0]);
+  *out = next;
+  return AA_OK;
+fail:
+  aa_policy_free(next);
+  return rc;
+}

@@ -4,7 +4,9 @@
  * at all (aa_policy_change_prepare / _commit / _abort; aa_policy_apply is
  * the one-pool form used when a pool is made).
  *
- * A change is prepared for every pool first: the settings a pool keeps from
+ * What a pool gets is the policy's section combined with the pool's
+ * overrides by one rule (aa_policy_limit_rule). A change is prepared for
+ * every pool first: the settings a pool keeps from
  * its creation, its largest class (max_small), the prefill against what the
  * machine can give, and the class table itself, whose slots core holds
  * (aa_pool_classes_prepare). Only when every pool has accepted is anything
@@ -93,7 +95,7 @@ static const char *fixed_changed(const aa_pool_config *cur, const aa_pool_config
  * cap it was made with (its backend took a copy). Like check_fixed, this
  * compares the section in force with the one asked (cur NULL skips it: a
  * pool being made took its backend from the same policy). Refuses
- * (AA_EINVAL, err names it) a change of them. */
+ * (AA_ECONFLICT, err names it) a change of them. */
 static int check_backend(const aa_policy *cur, const aa_policy *next, aa_pool *pool,
                          const char *sec, char *err, size_t errcap) {
   aa_managed_config cm, wm;
@@ -113,7 +115,7 @@ static int check_backend(const aa_policy *cur, const aa_policy *next, aa_pool *p
              "\"%s\" asked); restart to change it",
              sec, aa_pool_name(pool), was ? "managed" : "default",
              want ? "managed" : "default");
-    return AA_EINVAL;
+    return AA_ECONFLICT;
   }
   if (was && (cm.preferred_location != wm.preferred_location ||
               cm.accessed_by != wm.accessed_by || cm.read_mostly != wm.read_mostly ||
@@ -122,12 +124,12 @@ static int check_backend(const aa_policy *cur, const aa_policy *next, aa_pool *p
              "pools.%s: advise and allow_oversubscribe are fixed while pool %s is "
              "live; restart to change them",
              sec, aa_pool_name(pool));
-    return AA_EINVAL;
+    return AA_ECONFLICT;
   }
   return AA_OK;
 }
 
-/* Refuses (AA_EINVAL, err names them) settings of `sec` under next that
+/* Refuses (AA_ECONFLICT, err names them) settings of `sec` under next that
  * would change what pool keeps from its creation under cur. */
 static int check_fixed(const aa_policy *cur, const aa_policy *next, aa_pool *pool,
                        const char *sec, char *err, size_t errcap) {
@@ -162,7 +164,7 @@ static int check_fixed(const aa_policy *cur, const aa_policy *next, aa_pool *poo
              "pools.%s: %s is fixed while pool %s is live (%zu in force, %zu "
              "asked); restart to change it",
              sec, fixed, aa_pool_name(pool), was, asked);
-  return AA_EINVAL;
+  return AA_ECONFLICT;
 }
 
 /* Bytes the machine can still give pool `st` (device: the GPU's free
@@ -216,6 +218,18 @@ out:
   return rc;
 }
 
+/* ------------------------------------------------------------- the rule */
+
+/* The one rule that combines a pool's settings (docs/policy.md, "A pool's
+ * settings"): its limit is the smallest of the policy's limit_bytes and
+ * every override that is set, 0 (none) when none is. */
+size_t aa_policy_limit_rule(uint64_t policy_limit, const aa_pool_overrides *ov) {
+  uint64_t v = policy_limit;
+  if (ov != NULL && ov->user_limit != 0 && (v == 0 || ov->user_limit < v))
+    v = ov->user_limit;
+  return v > SIZE_MAX ? SIZE_MAX : (size_t)v;
+}
+
 /* ------------------------------------------------------------- changes */
 
 typedef struct pool_change {
@@ -238,8 +252,8 @@ struct aa_policy_change {
 /* Prepares one pool's change to section `sec` of next (cur: the policy in
  * force, NULL at creation). Errors as aa_policy_apply's; err says why. */
 static int prepare_pool(const aa_policy *cur, const aa_policy *next, const char *sec,
-                        aa_pool *pool, bool live, pool_change *out, char *err,
-                        size_t errcap) {
+                        aa_pool *pool, const aa_pool_overrides *ov, bool live,
+                        pool_change *out, char *err, size_t errcap) {
   aa_class_spec want[AA_MAX_CLASSES];
   aa_class_spec have[AA_MAX_CLASSES];
   size_t nw = 0, nh = 0;
@@ -272,7 +286,7 @@ static int prepare_pool(const aa_policy *cur, const aa_policy *next, const char 
              "pools.%s: max_small is fixed while pool %s is live (%zu in force, "
              "%zu asked); restart to change it",
              sec, aa_pool_name(pool), have[nh - 1].block_size, want[nw - 1].block_size);
-    return AA_EINVAL;
+    return live ? AA_ECONFLICT : AA_EINVAL;
   }
   if (live) {
     rc = check_fits(want, nw, pool, sec, err, errcap);
@@ -289,7 +303,7 @@ static int prepare_pool(const aa_policy *cur, const aa_policy *next, const char 
     return rc;
   }
   out->pool = pool;
-  out->limit_bytes = (size_t)pp->limit_bytes;
+  out->limit_bytes = aa_policy_limit_rule(pp->limit_bytes, ov);
   out->map_runs = pp->large_map_runs;
   out->stream_wait = pp->large_stream_wait;
   return AA_OK;
@@ -307,6 +321,13 @@ static void commit_pool(pool_change *c) {
 int aa_policy_change_prepare(const aa_policy *cur, const aa_policy *next,
                              aa_pool *const *pools, size_t n, aa_policy_change **out,
                              char *err, size_t errcap) {
+  return aa_policy_change_prepare_ov(cur, next, pools, NULL, n, out, err, errcap);
+}
+
+int aa_policy_change_prepare_ov(const aa_policy *cur, const aa_policy *next,
+                                aa_pool *const *pools, const aa_pool_overrides *ov,
+                                size_t n, aa_policy_change **out, char *err,
+                                size_t errcap) {
   aa_policy_change *ch = NULL;
   size_t i;
   int rc = AA_OK;
@@ -323,7 +344,8 @@ int aa_policy_change_prepare(const aa_policy *cur, const aa_policy *next,
   for (i = 0; i < n; i++) {
     char sec[SECTION_MAX];
     aa_policy_pool_section(next, pools[i], sec, sizeof(sec));
-    rc = prepare_pool(cur, next, sec, pools[i], true, &ch->pools[i], err, errcap);
+    rc = prepare_pool(cur, next, sec, pools[i], ov != NULL ? &ov[i] : NULL, true,
+                      &ch->pools[i], err, errcap);
     if (rc == AA_ELIMIT || rc == AA_ENOENT)
       rc = AA_EINVAL; /* a table the pool cannot hold is the request's problem */
     if (rc != AA_OK)
@@ -371,7 +393,7 @@ int aa_policy_apply(const aa_policy *p, const char *pool, aa_pool *target) {
 
   if (p == NULL || target == NULL || pool == NULL)
     return AA_EINVAL;
-  rc = prepare_pool(NULL, p, pool, target, false, &c, err, sizeof(err));
+  rc = prepare_pool(NULL, p, pool, target, NULL, false, &c, err, sizeof(err));
   if (rc != AA_OK)
     return rc;
   commit_pool(&c);

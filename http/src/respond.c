@@ -99,6 +99,8 @@ static int status_of(int err) {
     return 404;
   case AA_ESTALE:
     return 412;
+  case AA_ECONFLICT:
+    return 409;
   case AA_EPERM:
     return 403;
   case AA_ENOTSUP:

@@ -277,7 +277,9 @@ def _update(doc, patch, if_match, what):
     rc, version, message = _C.policy_update(text, patch, if_match or 0, "python")
     if rc == _C.OK:
         return version
-    if rc in (_C.EPARSE, _C.EINVAL, _C.ERANGE):
+    if rc in (_C.EPARSE, _C.EINVAL, _C.ERANGE, _C.ECONFLICT):
+        # ECONFLICT: a setting that cannot change while the runtime lives
+        # (HTTP 409); the message names it
         raise PolicyError("adaptalloc.%s: %s" % (what, message))
     if rc == _C.ESTALE:
         raise PolicyConflict("adaptalloc.%s: %s" % (what, message))

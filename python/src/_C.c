@@ -1141,6 +1141,7 @@ PyMODINIT_FUNC PyInit__C(void) {
       PyModule_AddIntConstant(m, "EPARSE", AA_EPARSE) < 0 ||
       PyModule_AddIntConstant(m, "ERANGE", AA_ERANGE) < 0 ||
       PyModule_AddIntConstant(m, "ESTALE", AA_ESTALE) < 0 ||
+      PyModule_AddIntConstant(m, "ECONFLICT", AA_ECONFLICT) < 0 ||
       PyModule_AddIntConstant(m, "ENOTSUP", AA_ENOTSUP) < 0 ||
       PyModule_AddIntConstant(m, "EBUSY", AA_EBUSY) < 0 ||
       PyModule_AddIntConstant(m, "PACKER_ALIGN", AA_PACKER_ALIGN) < 0) {

@@ -187,7 +187,9 @@ static int prov_stats_json(void *user, const char *pool, char **out, size_t *len
       aa__buf_printf(&sb, ",");
     append_pool_json(&sb, &arr[i]);
   }
-  aa__buf_printf(&sb, "],\"adapt\":");
+  aa__buf_printf(&sb, "]");
+  aa__rt_overrides_json(rt, &sb);
+  aa__buf_printf(&sb, ",\"adapt\":");
   if (rt->svc.loop != NULL) {
     aa_adapt_loop_counters(rt->svc.loop, &lc);
     aa__buf_printf(&sb, "{\"enabled\":true,\"steps\":%llu,\"decisions\":%llu,"
@@ -409,30 +411,43 @@ static int refuse_incomplete(const aa_http_policy_change *c, char *err,
   return AA_EINVAL;
 }
 
+/* build for a merge patch: the patch merged onto the policy in force, under
+ * the lock that keeps it in force until the change is committed. */
+static int build_merge(void *arg, const aa_policy *cur, aa_policy **out, char *err,
+                       size_t errcap) {
+  const aa_http_policy_change *c = arg;
+  return aa_policy_merge_patch(cur, c->body, c->len, out, err, errcap);
+}
+
 static int prov_policy_change(aa_runtime *rt, const aa_http_policy_change *c, bool patch,
                               uint64_t *new_version, char *err, size_t errcap) {
   aa_policy *next = NULL;
+  aa__rt_change ch;
   char reason[160];
   int rc;
 
+  snprintf(reason, sizeof(reason), "%s /policy from %s", patch ? "PATCH" : "PUT",
+           c->client ? c->client : "?");
   if (patch) {
-    pthread_mutex_lock(&rt->svc.policy_lock);
-    rc = rt->svc.policy ? aa_policy_merge_patch(rt->svc.policy, c->body, c->len, &next,
-                                                err, errcap)
-                        : AA_ENOTSUP;
-    pthread_mutex_unlock(&rt->svc.policy_lock);
-  } else {
-    rc = aa_policy_parse(c->body, c->len, &next, err, errcap);
-    if (rc == AA_OK)
-      rc = refuse_incomplete(c, err, errcap);
+    /* one transaction: merged onto the policy in force and committed under
+     * one hold of the policy lock */
+    memset(&ch, 0, sizeof(ch));
+    ch.build = build_merge;
+    ch.arg = (void *)c;
+    ch.source = c->source ? c->source : "http";
+    ch.reason = reason;
+    ch.has_if_match = c->has_if_match;
+    ch.if_match = c->if_match;
+    return aa__rt_settings_commit(rt, &ch, new_version, c->unchanged, err, errcap);
   }
+  rc = aa_policy_parse(c->body, c->len, &next, err, errcap);
+  if (rc == AA_OK)
+    rc = refuse_incomplete(c, err, errcap);
   if (rc != AA_OK) {
     aa_policy_free(next);
     atomic_fetch_add(&rt->svc.policy_rejects, 1);
     return rc;
   }
-  snprintf(reason, sizeof(reason), "%s /policy from %s", patch ? "PATCH" : "PUT",
-           c->client ? c->client : "?");
   return aa__rt_install_policy(rt, next, c->source ? c->source : "http", reason,
                                c->has_if_match, c->if_match, new_version, c->unchanged, err,
                                errcap);

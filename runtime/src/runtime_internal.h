@@ -1,7 +1,8 @@
 /*
  * runtime_internal.h — state shared by runtime.c (pools, configuration),
  * runtime_services.c (store, loop, ticker, the services' state),
- * runtime_policy.c (the policy in force) and
+ * runtime_policy.c (the owner of each pool's settings: the policy in
+ * force, the pools' overrides, the one commit every change takes) and
  * runtime_http.c (the server's callbacks and start, the in-process /stats
  * and /policy calls); runtime_json.c is the /history merge; runtime_oom.c
  * the out-of-memory records.
@@ -68,6 +69,16 @@ typedef struct aa__rt_services {
   bool ticker_stop;
   atomic_uint snapshot_interval_ms;
   atomic_bool histogram_on;
+  atomic_bool tracing; /* the pools trace into the store now (written under
+                          policy_lock) */
+  atomic_bool traced;  /* ... or did at some time in this run */
+
+  /* The pools' named overrides (aa_pool_overrides: the user's cap), which
+   * the policy's sections are combined with by aa_policy_limit_rule;
+   * guarded by policy_lock, changed only by aa__rt_settings_commit. */
+  aa_pool *ov_pools[AA_RT_MAX_POOLS];
+  aa_pool_overrides ov[AA_RT_MAX_POOLS];
+  size_t nov;
 
   atomic_uint_fast64_t classes_added;
   atomic_uint_fast64_t classes_retired;
@@ -216,8 +227,37 @@ void aa__rt_load_start_policy(aa_runtime *rt);
 /* Reads the policy's telemetry settings into the services' atomics. Called
  * with policy_lock held. */
 void aa__rt_adopt_telemetry(aa_runtime *rt, const aa_policy *p);
-/* Installs `next` (validated) as the policy in force: applies it, bumps the
- * version, logs the change to the store. Takes ownership of next. A `next`
+/* One change of the settings (aa__rt_settings_commit): a next policy built
+ * from the one in force under policy_lock (build NULL: it stays; build
+ * returns AA_OK with *out, the caller's, or an error with err set), and/or
+ * pool's overrides (pool NULL: none change). */
+typedef struct aa__rt_change {
+  int (*build)(void *arg, const aa_policy *cur, aa_policy **out, char *err,
+               size_t errcap);
+  void *arg;
+  aa_pool *pool;
+  aa_pool_overrides ov;
+  const char *source; /* "http", "python", "loop", "torch", ... (audit log) */
+  const char *reason;
+  bool has_if_match; /* refuse (AA_ESTALE) unless if_match is in force */
+  uint64_t if_match;
+} aa__rt_change;
+/* The one transactional path for every change of a pool's settings: every
+ * live pool gets its section of the next policy combined with its
+ * overrides (aa_policy_limit_rule), all of them or none; a telemetry
+ * setting that could not take effect is refused (AA_ECONFLICT), as is a
+ * setting fixed while a pool lives; the version is bumped and the change
+ * logged once. A result equal to what is in force changes nothing: AA_OK,
+ * *unchanged (may be NULL) true, *new_version (may be NULL) the version in
+ * force. Takes policy_lock (after the loop's lock, never before). */
+int aa__rt_settings_commit(aa_runtime *rt, const aa__rt_change *c, uint64_t *new_version,
+                           bool *unchanged, char *err, size_t errcap);
+/* Appends ,"overrides":[{"pool":NAME,"user_limit":N},...] to sb: the pools'
+ * overrides in force (/stats). */
+struct aa__buf;
+void aa__rt_overrides_json(aa_runtime *rt, struct aa__buf *sb);
+/* Installs `next` (validated) as the policy in force through
+ * aa__rt_settings_commit. Takes ownership of next. A `next`
  * equal to the policy in force changes nothing (no apply, no new version, no
  * audit entry): AA_OK, *new_version the version in force, *unchanged (may be
  * NULL) true. */

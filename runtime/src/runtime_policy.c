@@ -1,13 +1,18 @@
 /*
- * runtime_policy.c — the policy in force: the start-up policy (file or
- * built-in default), each pool's settings and classes from it when the pool
- * is made, the check that a policy fits the machine, and installing a new
- * policy on every live pool (from HTTP, Python or the loop). Each works on
- * the runtime it is given; the services' state (rt->svc) is
- * runtime_services.c's.
+ * runtime_policy.c — the owner of every pool's settings: the policy in
+ * force (the start-up file or the built-in default) and the pools' named
+ * overrides (the user's cap), combined by one rule (aa_policy_limit_rule,
+ * docs/policy.md "A pool's settings"); each pool's settings when it is
+ * made; and the one transactional path every change takes
+ * (aa__rt_settings_commit): HTTP PUT/PATCH, Python, the user's cap
+ * (aa_rt_pool_cap, PyTorch's set_per_process_memory_fraction) and the
+ * loop's proposals (runtime_services.c) all change every live pool or none,
+ * put the telemetry in force on the live services, bump the version and log
+ * once. Each works on the runtime it is given; the services' state
+ * (rt->svc) is runtime_services.c's.
  *
- * Lock: rt->svc.policy_lock guards the document and its version (the order
- * with the loop's lock is in runtime_services.c).
+ * Lock: rt->svc.policy_lock guards the document, its version and the
+ * overrides (the order with the loop's lock is in runtime_services.c).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -21,6 +26,7 @@
 #include "adaptalloc/policy.h"
 #include "adaptalloc/store.h"
 #include "runtime_internal.h"
+#include "runtime_json.h" /* aa__buf */
 
 /* ------------------------------------------------------------------ policy */
 
@@ -130,14 +136,21 @@ void aa__rt_adopt_telemetry(aa_runtime *rt, const aa_policy *p) {
                t.snapshot_interval_ms ? t.snapshot_interval_ms : 1000);
   /* The core delivers trace events only while a pool's telemetry is on, so
    * tracing keeps it on even when the policy turns the histogram off. */
-  atomic_store(&rt->svc.histogram_on, t.histogram || t.trace || rt->trace);
+  atomic_store(&rt->svc.histogram_on,
+               t.histogram || t.trace || rt->trace || atomic_load(&rt->svc.tracing));
 }
 
-/* Called with rt_lock held, as aa__rt_services_end_run is at exit: a pool
- * made after the run ended does not trace (its events would belong to no
- * run). */
+/* Whether the runtime can write a trace now: a store and a run going on. */
+static bool can_trace(aa_runtime *rt) {
+  return rt->svc.store != NULL && !atomic_load(&rt->svc.run_ended);
+}
+
+/* Called with rt_lock held, as aa__rt_services_end_run is at exit, and
+ * policy_lock, as every change of tracing is: a pool made while the pools
+ * trace traces too; one made after the run ended does not (its events would
+ * belong to no run). */
 static void trace_on(aa_runtime *rt, aa_pool *pool) {
-  if (rt->svc.store != NULL && rt->trace && !atomic_load(&rt->svc.run_ended))
+  if (can_trace(rt) && atomic_load(&rt->svc.tracing))
     aa_pool_set_trace(pool, aa_store_trace_push, rt->svc.store);
 }
 
@@ -153,12 +166,12 @@ void aa__rt_pool_created(aa_runtime *rt, aa_pool *pool) {
     aa_policy_pool_section(rt->svc.policy, pool, section, sizeof(section));
     rc = aa_policy_apply(rt->svc.policy, section, pool);
   }
+  aa_pool_set_telemetry(pool, atomic_load(&rt->svc.histogram_on));
+  trace_on(rt, pool);
   pthread_mutex_unlock(&rt->svc.policy_lock);
   if (rc != AA_OK)
     aa__rt_log("policy: cannot apply the %s classes to pool %s: %s", section,
                aa_pool_name(pool), aa_strerror(rc));
-  aa_pool_set_telemetry(pool, atomic_load(&rt->svc.histogram_on));
-  trace_on(rt, pool);
   aa__rt_oom_watch(rt, pool);
   /* A region's section starts from pools.device (docs/policy.md), so the
    * loop, which records its changes in that section, adapts only the device
@@ -174,52 +187,145 @@ void aa__rt_pool_created(aa_runtime *rt, aa_pool *pool) {
   }
 }
 
-/* Changes every live pool to `next` or none (aa_policy_change_prepare /
- * _commit), then sets their telemetry. Called with policy_lock held, which
- * serialises policy changes and keeps a pool made meanwhile waiting in
- * aa__rt_pool_created until the new policy is in force. */
-static int apply_to_pools(aa_runtime *rt, const aa_policy *next, char *err,
-                          size_t errcap) {
-  aa_pool *pools[AA_RT_MAX_POOLS];
-  size_t n = aa__rt_pools_snapshot(rt, pools, AA_RT_MAX_POOLS);
-  aa_policy_change *ch = NULL;
-  int rc = aa_policy_change_prepare(rt->svc.policy, next, pools, n, &ch, err, errcap);
-  if (rc != AA_OK)
-    return rc;
-  aa_policy_change_commit(ch);
-  for (size_t i = 0; i < n; i++)
-    aa_pool_set_telemetry(pools[i], atomic_load(&rt->svc.histogram_on));
+/* ---------------------------------------------------------------- settings */
+
+/* The overrides of pool (none set: zeros). policy_lock held. */
+static aa_pool_overrides overrides_of(const aa_runtime *rt, const aa_pool *pool) {
+  aa_pool_overrides ov;
+  memset(&ov, 0, sizeof ov);
+  for (size_t i = 0; i < rt->svc.nov; i++) {
+    if (rt->svc.ov_pools[i] == pool)
+      ov = rt->svc.ov[i];
+  }
+  return ov;
+}
+
+/* Sets pool's overrides. policy_lock held; cannot fail (one slot per
+ * pool the runtime has, AA_RT_MAX_POOLS). */
+static void overrides_set(aa_runtime *rt, aa_pool *pool, const aa_pool_overrides *ov) {
+  size_t i = 0;
+  while (i < rt->svc.nov && rt->svc.ov_pools[i] != pool)
+    i++;
+  if (i == AA_RT_MAX_POOLS)
+    return; /* not reached: every pool of rt has a slot */
+  if (i == rt->svc.nov) {
+    rt->svc.ov_pools[i] = pool;
+    rt->svc.nov++;
+  }
+  rt->svc.ov[i] = *ov;
+}
+
+/* The telemetry settings that act on live services, against what this run
+ * can do: a change that could not take effect is refused (AA_ECONFLICT,
+ * err names the setting), never answered as a change. policy_lock held. */
+static int check_telemetry(aa_runtime *rt, const aa_telemetry_params *cur,
+                           const aa_telemetry_params *next, char *err, size_t errcap) {
+  if (next->trace != cur->trace && !can_trace(rt)) {
+    snprintf(err, errcap,
+             "telemetry.trace: the store is off in this run (ADAPTALLOC_DB), so "
+             "there is nothing to write a trace to; it cannot change while the "
+             "runtime lives");
+    return AA_ECONFLICT;
+  }
+  if (cur->trace && !next->trace && rt->trace) {
+    snprintf(err, errcap,
+             "telemetry.trace: ADAPTALLOC_TRACE=1 traces this whole run; it "
+             "cannot be turned off while the runtime lives");
+    return AA_ECONFLICT;
+  }
+  if ((next->retention_bytes != cur->retention_bytes ||
+       next->retention_age_s != cur->retention_age_s) &&
+      rt->svc.store == NULL) {
+    snprintf(err, errcap,
+             "telemetry.%s: the store is off in this run (ADAPTALLOC_DB), so "
+             "there is nothing to keep within it; it cannot change while the "
+             "runtime lives",
+             next->retention_bytes != cur->retention_bytes ? "retention.max_bytes"
+                                                           : "retention.max_age_s");
+    return AA_ECONFLICT;
+  }
   return AA_OK;
 }
 
-/* Installs `next` (validated) as the policy in force: applies it, bumps the
- * version, logs the change to the store. Takes ownership of next. A policy
- * equal to the one in force (PUT of the same document, PATCH {} or of the
- * values in force) is no change: nothing is applied or logged and the
- * version stays, so PUT and PATCH are idempotent. */
-int aa__rt_install_policy(aa_runtime *rt, aa_policy *next, const char *source,
-                          const char *reason, bool has_if_match,
-                          uint64_t if_match, uint64_t *new_version,
-                          bool *unchanged, char *err, size_t errcap) {
-  aa_adapt_params params;
+/* Puts the telemetry of `t` in force on the live services: the snapshot
+ * interval and the histogram (aa__rt_adopt_telemetry), tracing on or off
+ * on every pool, the store's retention. policy_lock held. */
+static void telemetry_live(aa_runtime *rt, aa_pool *const *pools, size_t n,
+                           const aa_telemetry_params *was, const aa_telemetry_params *t) {
+  bool on = can_trace(rt) && (rt->trace || t->trace);
+  if (on != atomic_load(&rt->svc.tracing)) {
+    /* set_trace waits for the pushes under way, so after it no event of a
+     * pool turned off reaches the ring */
+    for (size_t i = 0; i < n; i++)
+      aa_pool_set_trace(pools[i], on ? aa_store_trace_push : NULL, on ? rt->svc.store : NULL);
+    atomic_store(&rt->svc.tracing, on);
+    if (on)
+      atomic_store(&rt->svc.traced, true);
+  }
+  if (rt->svc.store != NULL && (was->retention_bytes != t->retention_bytes ||
+                                was->retention_age_s != t->retention_age_s))
+    (void)aa_store_set_retention(rt->svc.store, t->retention_bytes, t->retention_age_s);
+  aa__rt_adopt_telemetry(rt, rt->svc.policy);
+  for (size_t i = 0; i < n; i++)
+    aa_pool_set_telemetry(pools[i], atomic_load(&rt->svc.histogram_on));
+}
+
+/* The one transactional path for a pool's settings (docs/runtime.md, "One
+ * path"). Under policy_lock: the next policy is built from the one in force
+ * (c->build; none: it stays), the overrides are those in force with c's on
+ * top; a result equal to what is in force is no change (nothing applied or
+ * logged, the version stays). Else every live pool is prepared with its
+ * section of the next policy and its overrides (aa_policy_change_prepare_ov:
+ * all or none), the telemetry is checked against the live services, and
+ * only then is anything written: the pools, the overrides, the policy with
+ * the version bumped once, the telemetry, one audit entry. */
+int aa__rt_settings_commit(aa_runtime *rt, const aa__rt_change *c, uint64_t *new_version,
+                           bool *unchanged, char *err, size_t errcap) {
+  aa_pool *pools[AA_RT_MAX_POOLS];
+  aa_pool_overrides ov[AA_RT_MAX_POOLS];
+  aa_policy_change *ch = NULL;
+  aa_policy *next = NULL;
+  aa_adapt_params params, was_params;
+  aa_telemetry_params was_t, t;
   uint64_t old_version;
-  bool same = false;
+  bool same = false, params_changed = false;
   char *json = NULL;
+  size_t n = 0;
   int rc;
 
   memset(&params, 0, sizeof(params));
   if (unchanged != NULL)
     *unchanged = false;
   pthread_mutex_lock(&rt->svc.policy_lock);
-  old_version = rt->svc.policy ? aa_policy_version(rt->svc.policy) : 0;
-  if (has_if_match && if_match != old_version) {
+  if (rt->svc.policy == NULL) {
+    snprintf(err, errcap, "no policy in force (the runtime is not running)");
+    rc = AA_ENOTSUP;
+    goto unlock;
+  }
+  old_version = aa_policy_version(rt->svc.policy);
+  if (c->has_if_match && c->if_match != old_version) {
     snprintf(err, errcap, "policy version %llu is in force, not %llu",
-             (unsigned long long)old_version, (unsigned long long)if_match);
+             (unsigned long long)old_version, (unsigned long long)c->if_match);
     rc = AA_ESTALE;
     goto unlock;
   }
-  if (rt->svc.policy != NULL && aa_policy_equal(rt->svc.policy, next)) {
-    same = true;
+  if (c->build != NULL) {
+    rc = c->build(c->arg, rt->svc.policy, &next, err, errcap);
+  } else {
+    next = aa_policy_clone(rt->svc.policy);
+    rc = next != NULL ? AA_OK : AA_ENOMEM;
+  }
+  if (rc != AA_OK)
+    goto unlock;
+  n = aa__rt_pools_snapshot(rt, pools, AA_RT_MAX_POOLS);
+  for (size_t i = 0; i < n; i++) {
+    ov[i] = overrides_of(rt, pools[i]);
+    if (c->pool == pools[i])
+      ov[i] = c->ov;
+  }
+  same = aa_policy_equal(rt->svc.policy, next) &&
+         (c->pool == NULL || overrides_of(rt, c->pool).user_limit == c->ov.user_limit);
+  if (same) {
     rc = AA_OK;
     if (unchanged != NULL)
       *unchanged = true;
@@ -227,26 +333,39 @@ int aa__rt_install_policy(aa_runtime *rt, aa_policy *next, const char *source,
       *new_version = old_version;
     goto unlock;
   }
-  rc = apply_to_pools(rt, next, err, errcap);
+  aa_policy_telemetry_params(rt->svc.policy, &was_t);
+  aa_policy_telemetry_params(next, &t);
+  rc = check_telemetry(rt, &was_t, &t, err, errcap);
+  if (rc != AA_OK)
+    goto unlock;
+  rc = aa_policy_change_prepare_ov(rt->svc.policy, next, pools, ov, n, &ch, err, errcap);
   if (rc != AA_OK)
     goto unlock; /* no pool changed */
+  /* nothing can fail from here on */
+  aa_policy_change_commit(ch);
+  if (c->pool != NULL)
+    overrides_set(rt, c->pool, &c->ov);
+  aa_policy_adapt_params(rt->svc.policy, &was_params);
   aa_policy_set_version(next, old_version + 1);
   aa_policy_free(rt->svc.policy);
   rt->svc.policy = next;
   next = NULL;
-  snprintf(rt->svc.policy_source, sizeof(rt->svc.policy_source), "%s", source);
-  aa__rt_adopt_telemetry(rt, rt->svc.policy);
+  snprintf(rt->svc.policy_source, sizeof(rt->svc.policy_source), "%s", c->source);
+  telemetry_live(rt, pools, n, &was_t, &t);
   aa_policy_adapt_params(rt->svc.policy, &params);
+  params_changed = memcmp(&params, &was_params, sizeof(params)) != 0;
   json = aa_policy_to_json(rt->svc.policy);
   if (rt->svc.store != NULL)
-    aa_store_policy_change(rt->svc.store, source, old_version, old_version + 1,
-                           reason, json);
+    aa_store_policy_change(rt->svc.store, c->source, old_version, old_version + 1,
+                           c->reason, json);
   atomic_fetch_add(&rt->svc.policy_changes, 1);
   if (new_version != NULL)
     *new_version = old_version + 1;
 unlock:
   pthread_mutex_unlock(&rt->svc.policy_lock);
-  if (rc == AA_OK && !same && rt->svc.loop != NULL) {
+  /* the loop's own proposals never change its parameters, so this is never
+   * reached from the loop's thread (which holds the loop's lock) */
+  if (rc == AA_OK && params_changed && rt->svc.loop != NULL) {
     int prc = aa_adapt_loop_set_params(rt->svc.loop, &params);
     if (prc != AA_OK)
       aa__rt_log("adapt: new parameters refused: %s", aa_strerror(prc));
@@ -256,4 +375,107 @@ unlock:
   free(json);
   aa_policy_free(next);
   return rc;
+}
+
+/* build for a whole policy: the one the caller made (arg: its aa_policy **,
+ * taken over). */
+static int build_given(void *arg, const aa_policy *cur, aa_policy **out, char *err,
+                       size_t errcap) {
+  aa_policy **given = arg;
+  (void)cur;
+  (void)err;
+  (void)errcap;
+  *out = *given;
+  *given = NULL;
+  return AA_OK;
+}
+
+int aa__rt_install_policy(aa_runtime *rt, aa_policy *next, const char *source,
+                          const char *reason, bool has_if_match,
+                          uint64_t if_match, uint64_t *new_version,
+                          bool *unchanged, char *err, size_t errcap) {
+  aa__rt_change c;
+  int rc;
+  memset(&c, 0, sizeof(c));
+  c.build = build_given;
+  c.arg = &next;
+  c.source = source;
+  c.reason = reason;
+  c.has_if_match = has_if_match;
+  c.if_match = if_match;
+  rc = aa__rt_settings_commit(rt, &c, new_version, unchanged, err, errcap);
+  aa_policy_free(next);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- the user's cap */
+
+/* Whether pool is one of rt's. */
+static bool owns_pool(aa_runtime *rt, const aa_pool *pool) {
+  aa_pool *pools[AA_RT_MAX_POOLS];
+  size_t n = aa__rt_pools_snapshot(rt, pools, AA_RT_MAX_POOLS);
+  for (size_t i = 0; i < n; i++) {
+    if (pools[i] == pool)
+      return true;
+  }
+  return false;
+}
+
+int aa_rt_pool_cap(aa_runtime *rt, aa_pool *pool, size_t bytes, const char *source) {
+  aa__rt_change c;
+  char err[AA_POLICY_ERR_CAP + 128] = "";
+  char reason[160];
+  int rc;
+
+  if (rt == NULL || pool == NULL)
+    return AA_EINVAL;
+  if (atomic_load(&rt->ready) == 0 || atomic_load(&rt->shut_down))
+    return AA_ECLOSED;
+  if (!owns_pool(rt, pool))
+    return AA_ENOENT;
+  memset(&c, 0, sizeof(c));
+  c.pool = pool;
+  c.ov.user_limit = bytes;
+  c.source = source != NULL && source[0] != '\0' ? source : "api";
+  if (bytes != 0)
+    snprintf(reason, sizeof(reason), "the user's cap on pool %s: %zu bytes",
+             aa_pool_name(pool), bytes);
+  else
+    snprintf(reason, sizeof(reason), "the user's cap on pool %s removed",
+             aa_pool_name(pool));
+  c.reason = reason;
+  rc = aa__rt_settings_commit(rt, &c, NULL, NULL, err, sizeof(err));
+  if (rc != AA_OK)
+    aa__rt_log("policy: the cap on pool %s is refused: %s", aa_pool_name(pool),
+               err[0] ? err : aa_strerror(rc));
+  return rc;
+}
+
+int aa_runtime_pool_cap(aa_pool *pool, size_t bytes, const char *source) {
+  return aa_rt_pool_cap(aa__rt_default(), pool, bytes, source);
+}
+
+size_t aa_rt_pool_cap_get(aa_runtime *rt, const aa_pool *pool) {
+  aa_pool_overrides ov;
+  if (rt == NULL || pool == NULL)
+    return 0;
+  pthread_mutex_lock(&rt->svc.policy_lock);
+  ov = overrides_of(rt, pool);
+  pthread_mutex_unlock(&rt->svc.policy_lock);
+  return ov.user_limit;
+}
+
+void aa__rt_overrides_json(aa_runtime *rt, aa__buf *sb) {
+  size_t shown = 0;
+  aa__buf_printf(sb, ",\"overrides\":[");
+  pthread_mutex_lock(&rt->svc.policy_lock);
+  for (size_t i = 0; i < rt->svc.nov; i++) {
+    if (rt->svc.ov[i].user_limit == 0)
+      continue;
+    aa__buf_printf(sb, "%s{\"pool\":", shown++ ? "," : "");
+    aa__buf_json_cstr(sb, aa_pool_name(rt->svc.ov_pools[i]));
+    aa__buf_printf(sb, ",\"user_limit\":%zu}", rt->svc.ov[i].user_limit);
+  }
+  pthread_mutex_unlock(&rt->svc.policy_lock);
+  aa__buf_printf(sb, "]");
 }

@@ -9,8 +9,10 @@
  * never depends on any of them.
  *
  * Locks, in the only order they nest:
- *   adapt loop's lock (held while it calls on_loop_decision)
- *     -> rt->svc.policy_lock (the policy document, its version)
+ *   adapt loop's lock (held while it calls commit_proposal and
+ *   on_loop_decision)
+ *     -> rt->svc.policy_lock (the policy document, its version, the
+ *        pools' overrides)
  * HTTP handlers take policy_lock and release it before calling into the
  * loop (aa_adapt_loop_set_params), so the order is never reversed.
  */
@@ -40,18 +42,11 @@
 
 /* ------------------------------------------------------------------ loop */
 
-/* Records a decision the loop applied: a new policy version whose class
- * table for that pool kind is the pool's live table, and an audit entry with
- * the loop's reason. Runs in the loop thread with the loop's lock held. */
+/* Counts each decision the loop made (its proposal was committed by
+ * commit_proposal). Runs in the loop thread with the loop's lock held. */
 static void on_loop_decision(void *user, aa_pool *pool, const aa_adapt_decision *d) {
   aa_runtime *rt = user;
-  aa_class_spec specs[AA_MAX_CLASSES];
-  size_t n = 0, i;
-  aa__buf patch;
-  aa_policy *next = NULL;
-  char err[256];
-  char reason[AA_ADAPT_REASON_CAP + 64];
-
+  (void)pool;
   atomic_fetch_add(&rt->svc.loop_decisions, 1);
   if (d->result != AA_OK)
     return;
@@ -59,45 +54,70 @@ static void on_loop_decision(void *user, aa_pool *pool, const aa_adapt_decision 
     atomic_fetch_add(&rt->svc.classes_added, 1);
   else if (d->kind == AA_ADAPT_RETIRE_CLASS)
     atomic_fetch_add(&rt->svc.classes_retired, 1);
-  if (d->kind == AA_ADAPT_TRIM)
-    return; /* trimming changes no policy */
-  if (aa_pool_classes(pool, specs, AA_MAX_CLASSES, &n, NULL) != AA_OK)
-    return;
+}
 
-  aa__buf_init(&patch);
-  /* a region's pool: its section (made now if the policy has none; it
-   * starts from pools.device) */
+/* The section a proposal for pool changes: a region's pool its region's
+ * (made from pools.device when the policy has none), else its backend's. */
+static void proposal_section(const aa_pool *pool, char *buf, size_t cap) {
   if (aa_pool_region(pool)[0] != '\0')
-    aa__buf_printf(&patch, "{\"pools\":{\"regions\":{\"%s\":{\"classes\":[",
-                   aa_pool_region(pool));
+    snprintf(buf, cap, "regions.%s", aa_pool_region(pool));
   else
-    aa__buf_printf(&patch, "{\"pools\":{\"%s\":{\"classes\":[", aa_policy_pool_kind(pool));
-  for (i = 0; i < n && i < AA_MAX_CLASSES; i++)
-    aa__buf_printf(&patch, "%s{\"size\":%zu,\"cache_limit\":%u,\"prefill\":%u}",
-                   i ? "," : "", specs[i].block_size, specs[i].cache_limit,
-                   specs[i].prefill);
-  aa__buf_printf(&patch, aa_pool_region(pool)[0] != '\0' ? "]}}}}" : "]}}}");
-  snprintf(reason, sizeof(reason), "%s on %s: %s", aa_adapt_kind_name(d->kind),
-           aa_pool_name(pool), d->reason);
+    snprintf(buf, cap, "%s", aa_policy_pool_kind(pool));
+}
 
-  pthread_mutex_lock(&rt->svc.policy_lock);
-  if (rt->svc.policy != NULL && patch.data != NULL &&
-      aa_policy_merge_patch(rt->svc.policy, patch.data, patch.len, &next, err,
-                            sizeof(err)) == AA_OK) {
-    uint64_t v = aa_policy_version(rt->svc.policy);
-    char *json;
-    aa_policy_set_version(next, v + 1);
-    aa_policy_free(rt->svc.policy);
-    rt->svc.policy = next;
-    snprintf(rt->svc.policy_source, sizeof(rt->svc.policy_source), "loop");
-    json = aa_policy_to_json(rt->svc.policy);
-    if (rt->svc.store != NULL)
-      aa_store_policy_change(rt->svc.store, "loop", v, v + 1, reason, json);
-    free(json);
-    atomic_fetch_add(&rt->svc.policy_changes, 1);
+typedef struct proposal_arg {
+  const aa_adapt_proposal *p;
+  char section[48];
+} proposal_arg;
+
+/* build for a proposal: the policy in force with the section's class table
+ * the proposal's. */
+static int build_proposal(void *arg, const aa_policy *cur, aa_policy **out, char *err,
+                          size_t errcap) {
+  const proposal_arg *a = arg;
+  return aa_policy_with_classes(cur, a->section, a->p->classes, a->p->n_classes, out, err,
+                                errcap);
+}
+
+/* The loop's committer: a proposal's class table becomes a new policy
+ * version through the one path (aa__rt_settings_commit, source "loop", the
+ * decisions' reasons as the audit's), so every pool of that section gets
+ * it with its overrides (the user's cap) in force; then the trim. Runs in
+ * the loop thread with the loop's lock held (the order: loop's lock ->
+ * policy_lock). */
+static int commit_proposal(void *user, aa_adapt_proposal *p) {
+  aa_runtime *rt = user;
+  aa__rt_change c;
+  proposal_arg a;
+  aa__buf reason;
+  char err[AA_POLICY_ERR_CAP + 128] = "";
+  int rc = AA_OK;
+
+  if (p->n_classes > 0) {
+    memset(&c, 0, sizeof(c));
+    a.p = p;
+    proposal_section(p->pool, a.section, sizeof(a.section));
+    aa__buf_init(&reason);
+    for (size_t k = 0; k < p->n_decisions; k++) {
+      const aa_adapt_decision *d = &p->decisions[k];
+      if (d->result != AA_OK || d->kind == AA_ADAPT_TRIM)
+        continue;
+      aa__buf_printf(&reason, "%s%s on %s: %s", reason.len ? "; " : "",
+                     aa_adapt_kind_name(d->kind), aa_pool_name(p->pool), d->reason);
+    }
+    c.build = build_proposal;
+    c.arg = &a;
+    c.source = "loop";
+    c.reason = reason.data != NULL ? reason.data : "loop proposal";
+    rc = aa__rt_settings_commit(rt, &c, NULL, NULL, err, sizeof(err));
+    if (rc != AA_OK && !rt->quiet)
+      aa__rt_log("adapt: the loop's proposal for pool %s is refused: %s",
+                 aa_pool_name(p->pool), err[0] ? err : aa_strerror(rc));
+    aa__buf_free(&reason);
   }
-  pthread_mutex_unlock(&rt->svc.policy_lock);
-  aa__buf_free(&patch);
+  if (p->trim)
+    p->released = aa_pool_trim(p->pool, p->trim_keep);
+  return rc;
 }
 
 static void start_loop(aa_runtime *rt) {
@@ -109,6 +129,7 @@ static void start_loop(aa_runtime *rt) {
   aa_policy_adapt_params(rt->svc.policy, &cfg.params);
   pthread_mutex_unlock(&rt->svc.policy_lock);
   cfg.on_decision = on_loop_decision;
+  cfg.commit = commit_proposal;
   cfg.user = rt;
   rc = aa_adapt_loop_new(&cfg, &rt->svc.loop);
   if (rc == AA_OK)
@@ -160,22 +181,26 @@ static void start_store(aa_runtime *rt) {
   pthread_mutex_unlock(&rt->svc.policy_lock);
   cfg.max_bytes = t.retention_bytes;
   cfg.max_age_s = t.retention_age_s;
-  if (t.trace)
-    rt->trace = true;
-  if (rt->trace)
-    cfg.trace_capacity = AA__RT_TRACE_RING;
+  /* the ring is allocated at the first event, so a run that never traces
+   * pays nothing for it; tracing may be turned on later (PATCH /policy) */
+  cfg.trace_capacity = AA__RT_TRACE_RING;
   rc = aa_store_open(&cfg, &rt->svc.store);
   if (rc != AA_OK) {
     /* aa_store_open logged the cause in one line. */
     rt->svc.store = NULL;
     return;
   }
+  if (rt->trace || t.trace) {
+    atomic_store(&rt->svc.tracing, true);
+    atomic_store(&rt->svc.traced, true);
+  }
   aa__buf_init(&conf);
   aa__buf_printf(&conf, "{\"model\":");
   aa__buf_json_cstr(&conf, rt->model);
   aa__buf_printf(&conf, ",\"http\":");
   aa__buf_json_cstr(&conf, rt->http);
-  aa__buf_printf(&conf, ",\"trace\":%s,\"policy_source\":", rt->trace ? "true" : "false");
+  aa__buf_printf(&conf, ",\"trace\":%s,\"policy_source\":",
+                 atomic_load(&rt->svc.tracing) ? "true" : "false");
   aa__buf_json_cstr(&conf, rt->svc.policy_source);
   aa__buf_printf(&conf, "}");
   memset(&info, 0, sizeof(info));
@@ -202,7 +227,7 @@ static void start_store(aa_runtime *rt) {
   free(json);
   if (!rt->quiet)
     aa__rt_log("store: %s (run %lld%s)", rt->svc.store_path, (long long)rt->svc.run_id,
-               rt->trace ? ", tracing every event" : "");
+               atomic_load(&rt->svc.tracing) ? ", tracing every event" : "");
 }
 
 static void snapshot_all(aa_runtime *rt) {
@@ -277,7 +302,8 @@ static void stop_ticker(aa_runtime *rt) {
 static void note_trace_loss(aa_runtime *rt) {
   aa_store_stats ss;
 
-  if (!rt->trace || aa_store_stats_get(rt->svc.store, &ss) != AA_OK || ss.events_dropped == 0)
+  if (!atomic_load(&rt->svc.traced) || aa_store_stats_get(rt->svc.store, &ss) != AA_OK ||
+      ss.events_dropped == 0)
     return;
   aa__rt_log("store: the trace of run %lld is incomplete: %llu events were dropped "
              "(the store's writer fell behind and its ring was full, or the store failed); "
@@ -355,7 +381,7 @@ void aa__rt_services_end_run(aa_runtime *rt, uint32_t limit_ms,
      * disk too slow): what it has not committed is lost; say so, never
      * wait longer. */
     double waited = (double)(aa_now_ns() - start) / 1e9;
-    if (rt->trace)
+    if (atomic_load(&rt->svc.traced))
       aa__rt_log("store: the trace of run %lld is incomplete: the store's writer had not "
                  "finished after %.1f s at exit (the wait ends after %u s without progress "
                  "or %u s in all); the events it had not committed (%llu still in the "
@@ -376,6 +402,9 @@ void aa__rt_services_end_run(aa_runtime *rt, uint32_t limit_ms,
 void aa__rt_services_start(aa_runtime *rt) {
   atomic_store(&rt->svc.snapshot_interval_ms, 1000);
   atomic_store(&rt->svc.histogram_on, true);
+  atomic_store(&rt->svc.tracing, false);
+  atomic_store(&rt->svc.traced, false);
+  rt->svc.nov = 0;
   aa__rt_load_start_policy(rt);
   if (rt->svc.policy != NULL) {
     aa__rt_adopt_telemetry(rt, rt->svc.policy);
@@ -413,5 +442,7 @@ void aa__rt_services_stop(aa_runtime *rt) {
   pthread_mutex_lock(&rt->svc.policy_lock);
   aa_policy_free(rt->svc.policy);
   rt->svc.policy = NULL;
+  rt->svc.nov = 0; /* the pools go too */
+  atomic_store(&rt->svc.tracing, false);
   pthread_mutex_unlock(&rt->svc.policy_lock);
 }

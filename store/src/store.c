@@ -305,6 +305,18 @@ void aa_store_fail_nth(aa_store *st, uint64_t n) {
   atomic_store(&st->fault.remaining, n);
 }
 
+int aa_store_set_retention(aa_store *st, uint64_t max_bytes, uint64_t max_age_s) {
+  if (st == NULL) return AA_EINVAL;
+  if (aa__store_forked_copy(st)) return AA_ECLOSED;
+  atomic_store(&st->ret_bytes, max_bytes);
+  atomic_store(&st->ret_age_s, max_age_s);
+  atomic_store(&st->ret_changed, true);
+  pthread_mutex_lock(&st->mu);
+  aa__store_wake_writer(st);
+  pthread_mutex_unlock(&st->mu);
+  return AA_OK;
+}
+
 int aa_store_flush(aa_store *st, uint32_t timeout_ms) {
   int err = AA_OK;
   struct timespec ts;

@@ -131,6 +131,12 @@ struct aa_store {
   _Atomic int last_error;
   char last_error_msg[256]; /* written once, before last_error is set */
 
+  /* retention bounds asked for since open (aa_store_set_retention): the
+   * writer takes them into cfg (which it alone reads after open) at its
+   * next cycle */
+  _Atomic uint64_t ret_bytes, ret_age_s;
+  atomic_bool ret_changed;
+
   _Atomic(ring *) ring;
   uint32_t ring_cap;
   _Alignas(64) _Atomic uint64_t ring_enq;

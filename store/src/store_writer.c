@@ -545,6 +545,12 @@ fail:
   goto dropped;
 
 maintenance:
+  if (atomic_exchange(&st->ret_changed, false)) {
+    /* new bounds (aa_store_set_retention) apply at once */
+    st->cfg.max_bytes = atomic_load(&st->ret_bytes);
+    st->cfg.max_age_s = atomic_load(&st->ret_age_s);
+    st->last_retention_ns = 0;
+  }
   if (st->cfg.max_bytes > 0 || st->cfg.max_age_s > 0) {
     uint64_t now = aa_now_ns();
     if (flush || st->last_retention_ns == 0 ||

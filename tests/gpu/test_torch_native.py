@@ -79,6 +79,9 @@ def _child(name, out):
     elif name == "oom":
         _load_native().install(torch.cuda.device_count())
         _oom_then_train()
+    elif name == "cap_patch":
+        _load_native().install(torch.cuda.device_count())
+        _cap_survives_patch()
     elif name == "stream_wait":
         m = _load_native()
         m.install(torch.cuda.device_count())
@@ -184,6 +187,36 @@ def _compile_reduce_overhead():
                 torch.testing.assert_close(got, block(x), rtol=1e-3, atol=1e-3)
                 checked += 1
     print(json.dumps({"checked": checked}))
+
+
+def _cap_survives_patch():
+    """issue 35: set_per_process_memory_fraction's cap stays in force across
+    a policy change (it was dropped: every change set each pool's limit from
+    the policy alone). Prints what happened as JSON."""
+    import torch
+    import adaptalloc
+    torch.ones(1, device="cuda")
+    frac = 0.02
+    torch.cuda.set_per_process_memory_fraction(frac, 0)
+    cap = int(frac * torch.cuda.get_device_properties(0).total_memory)
+
+    def refused():  # 1.5x the cap
+        try:
+            x = torch.empty(int(cap * 1.5), dtype=torch.uint8, device="cuda")
+        except torch.OutOfMemoryError:
+            return True
+        del x
+        return False
+
+    res = {"before": refused()}
+    v0 = adaptalloc.policy_version()
+    res["patched"] = adaptalloc.patch_policy({"adapt": {"interval_ms": 700}}) > v0
+    res["after_patch"] = refused()
+    adaptalloc.patch_policy({"pools": {"device": {"limit_bytes": 0}}})
+    res["after_limit_patch"] = refused()
+    torch.cuda.set_per_process_memory_fraction(1.0, 0)
+    res["after_release"] = not refused()
+    print(json.dumps(res))
 
 
 def _oom_then_train():
@@ -339,6 +372,13 @@ def test_snapshot_loads_in_memory_viz(tmp_path):
     html = _memory_viz.segment_plot(loaded)
     assert "<html" in html.lower() or "<!doctype" in html.lower() or len(html) > 1000
     del keep
+
+
+def test_memory_fraction_survives_a_policy_patch(tmp_path):
+    _, stdout = _run_child("cap_patch", tmp_path)
+    res = json.loads(stdout.strip().splitlines()[-1])
+    assert res == {"before": True, "patched": True, "after_patch": True,
+                   "after_limit_patch": True, "after_release": True}, res
 
 
 def test_oom_is_catchable_and_training_goes_on(tmp_path):

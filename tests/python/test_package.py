@@ -77,6 +77,32 @@ def test_policy_get_set_round_trip(run_py):
     assert d["stats_version"] == 4
 
 
+def test_a_setting_that_cannot_change_live_is_refused(run_py):
+    # issue 35: a setting fixed while its pool lives, or tracing without a
+    # store (ADAPTALLOC_DB=off here), is refused naming it (HTTP 409), never
+    # reported as a change
+    r = run_py("""
+        import json, adaptalloc
+        b = adaptalloc.Block("host", 4096)  # the host pool is live
+        v = adaptalloc.policy_version()
+        out = {}
+        for name, patch in (("slab", {"pools": {"host": {"slab_size": 4194304}}}),
+                            ("trace", {"telemetry": {"trace": True}})):
+            try:
+                adaptalloc.patch_policy(patch)
+                out[name] = None
+            except adaptalloc.PolicyError as e:
+                out[name] = str(e)
+        out["same"] = adaptalloc.policy_version() == v
+        print(json.dumps(out))
+    """)
+    assert r.rc == 0, r.err
+    d = r.json()
+    assert d["slab"] is not None and "slab_size is fixed" in d["slab"], d
+    assert d["trace"] is not None and "telemetry.trace" in d["trace"], d
+    assert d["same"] is True
+
+
 def test_bad_input_raises_a_clear_error_and_changes_nothing(run_py):
     r = run_py("""
         import json, adaptalloc

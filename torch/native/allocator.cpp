@@ -62,6 +62,15 @@ void AdaptAllocator::copy_data(void *dest, const void *src, std::size_t count) c
   C10_CUDA_CHECK(cudaMemcpy(dest, src, count, cudaMemcpyDeviceToDevice));
 }
 
+// The user's cap (set_per_process_memory_fraction, set_limit): an override
+// of the pool's settings through the runtime's one path, so that no later
+// policy change (PATCH, the loop) drops it; a pool the runtime does not run
+// (it is not started) gets the limit directly.
+static void cap_pool(aa_pool *p, size_t bytes) {
+  if (aa_runtime_pool_cap(p, bytes, "torch") != AA_OK)
+    aa_pool_set_limit(p, bytes);
+}
+
 double AdaptAllocator::getMemoryFraction(c10::DeviceIndex device) {
   Dev &d = dev_at(device);
   std::lock_guard<std::mutex> g(d.mu);
@@ -82,7 +91,7 @@ void AdaptAllocator::setMemoryFraction(double fraction, c10::DeviceIndex device)
   std::lock_guard<std::mutex> g(d.mu);
   d.fraction = fraction;
   // 1.0 is the whole card: no cap at all.
-  aa_pool_set_limit(
+  cap_pool(
       p,
       fraction >= 1.0
           ? 0
@@ -231,8 +240,6 @@ bool is_installed() {
   return g_alloc != nullptr && CCA::get() == g_alloc.get();
 }
 
-void set_limit(int device, size_t bytes) {
-  aa_pool_set_limit(device_pool(device), bytes);
-}
+void set_limit(int device, size_t bytes) { cap_pool(device_pool(device), bytes); }
 
 } // namespace adaptalloc_torch

@@ -162,6 +162,15 @@ void aa_torch_reset(void) {
   }
 }
 
+/* The user's cap (memory fraction, aa_torch_set_limit): an override of the
+ * pool's settings through the runtime's one path, so that no later policy
+ * change (PATCH, the loop) drops it; a pool the runtime does not run gets
+ * the limit directly. */
+static void cap_pool(aa_pool *p, size_t bytes) {
+  if (aa_runtime_pool_cap(p, bytes, "torch") != AA_OK)
+    aa_pool_set_limit(p, bytes);
+}
+
 void aa_torch_memory_fraction(double fraction, int device) {
   aa_pool *p;
   size_t free_b = 0, total_b = 0;
@@ -192,7 +201,7 @@ void aa_torch_memory_fraction(double fraction, int device) {
   if (e != cudaSuccess)
     return;
   /* fraction 1.0 means "the whole card", which is no cap at all. */
-  aa_pool_set_limit(p, fraction >= 1.0 ? 0 : (size_t)(fraction * (double)total_b));
+  cap_pool(p, fraction >= 1.0 ? 0 : (size_t)(fraction * (double)total_b));
 }
 
 void aa_torch_record_stream(void *ptr, aa_stream stream) {
@@ -212,7 +221,7 @@ int aa_torch_set_limit(int device, size_t bytes) {
   aa_pool *p = pool_for(device);
   if (!p)
     return AA_ENODEV;
-  aa_pool_set_limit(p, bytes);
+  cap_pool(p, bytes);
   return AA_OK;
 }
 

@@ -44,7 +44,8 @@ extern "C" {
   X(AA_EPERM, -14, "permission denied")            \
   X(AA_ENODEV, -15, "no such device")              \
   X(AA_ECLOSED, -16, "object is shut down")        \
-  X(AA_ECORRUPT, -17, "data is corrupt")
+  X(AA_ECORRUPT, -17, "data is corrupt")           \
+  X(AA_ECONFLICT, -18, "conflicts with the state in force")
 
 typedef enum aa_err {
 #define AA__ERR_ENUM(name, value, msg) name = (value),

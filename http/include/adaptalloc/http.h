@@ -105,6 +105,8 @@ typedef struct aa_http_policy_change {
  * leaves *out NULL. Error returns map to HTTP status codes as follows:
  *   AA_EPARSE, AA_EINVAL, AA_ERANGE -> 400     AA_ENOENT  -> 404
  *   AA_ESTALE -> 412                           AA_EPERM   -> 403
+ *   AA_ECONFLICT -> 409 (a setting that cannot change while its pool or
+ *   service lives; the message names it)
  *   AA_ENOTSUP, AA_ECLOSED -> 503 (e.g. the store is off)
  *   AA_EBUSY, AA_EAGAIN -> 503 with Retry-After: 1;  anything else -> 500. */
 #define AA_HTTP_PROVIDER_VERSION 1

@@ -215,6 +215,19 @@ AA_EXTERN int aa_runtime_policy_update(const char *json, size_t len, bool patch,
                                        uint64_t *new_version, char *err,
                                        size_t errcap);
 
+/* The user's cap on one of the runtime's pools (what
+ * torch.cuda.set_per_process_memory_fraction asks for): an override of the
+ * pool's settings, combined with its policy section by the one rule
+ * (docs/policy.md, "A pool's settings": the pool's limit is the smallest of
+ * the section's limit_bytes and the cap; bytes 0 removes the cap). It goes
+ * through the runtime's one transactional path, so it stays in force across
+ * every later policy change (PATCH, PUT, patch_policy, the loop's
+ * proposals), and is logged once with `source` (NULL: "api") as a new
+ * version. AA_OK; AA_ENOENT when pool is not the runtime's (the caller may
+ * then set the limit itself, aa_pool_set_limit); AA_ECLOSED when the runtime
+ * is not running; AA_EINVAL for a NULL pool. Does not start the runtime. */
+AA_EXTERN int aa_runtime_pool_cap(aa_pool *pool, size_t bytes, const char *source);
+
 /* The last out-of-memory record of any runtime pool (its observer, after the
  * release and the retry failed) into *out (may be NULL), and into *total
  * (may be NULL) how many the runtime's pools reported. AA_ENOENT (and *out
@@ -253,6 +266,10 @@ AA_EXTERN int aa_rt_policy_update(aa_runtime *rt, const char *json, size_t len,
                                   bool patch, const char *source,
                                   uint64_t if_match, uint64_t *new_version,
                                   char *err, size_t errcap);
+AA_EXTERN int aa_rt_pool_cap(aa_runtime *rt, aa_pool *pool, size_t bytes,
+                             const char *source);
+/* The user's cap on pool in force (0: none). */
+AA_EXTERN size_t aa_rt_pool_cap_get(aa_runtime *rt, const aa_pool *pool);
 AA_EXTERN int aa_rt_last_oom(aa_runtime *rt, aa_oom_info *out, uint64_t *total);
 AA_EXTERN int aa_rt_oom_json(aa_runtime *rt, char **out, size_t *len);
 

@@ -186,6 +186,13 @@ AA_EXTERN void aa_store_ooms_lost(aa_store *st, uint64_t n);
  * `store` is an aa_store *; NULL is a no-op. */
 AA_EXTERN void aa_store_trace_push(void *store, const aa_trace_event *ev);
 
+/* Changes the retention bounds of an open store (cfg's max_bytes and
+ * max_age_s; 0 = none): the writer applies them at its next cycle, at once
+ * (not at the next retention_interval_ms). AA_OK, AA_EINVAL for NULL,
+ * AA_ECLOSED in a forked child. */
+AA_EXTERN int aa_store_set_retention(aa_store *st, uint64_t max_bytes,
+                                     uint64_t max_age_s);
+
 /* Waits until everything enqueued (and every trace event pushed) before the
  * call is committed, and retention has been applied if limits are set.
  * timeout_ms 0 waits forever. Returns AA_OK, AA_EAGAIN on timeout, or the

@@ -95,6 +95,13 @@ void aa_store_trace_push(void *store, const aa_trace_event *ev) {
   (void)ev;
 }
 
+int aa_store_set_retention(aa_store *st, uint64_t max_bytes, uint64_t max_age_s) {
+  (void)st;
+  (void)max_bytes;
+  (void)max_age_s;
+  return AA_ENOTSUP;
+}
+
 int aa_store_flush(aa_store *st, uint32_t timeout_ms) {
   (void)st;
   (void)timeout_ms;

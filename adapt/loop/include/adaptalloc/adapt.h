@@ -10,10 +10,12 @@
  *                     nothing and allocates nothing; tests drive it with
  *                     synthetic stats.
  *   aa_adapt_loop     a background thread that, every params.interval_ms,
- *                     takes each registered pool's stats, decides, applies the
- *                     decisions through the core's public API and reports each
- *                     one (with the result of applying it) to a callback. The
- *                     runtime routes that to the store's audit log and stats
+ *                     takes each registered pool's stats, decides, and hands
+ *                     the step's proposal (aa_adapt_proposal: the class table
+ *                     after its adds, retires and grows, and a trim) to its
+ *                     committer, then reports each decision (with the result
+ *                     of committing it) to a callback. The runtime commits a
+ *                     proposal as a new policy version through its one path
  *                     and owns policy versions.
  *
  * Rules (details, numbers and the reason strings: docs/adapt.md), in the
@@ -174,12 +176,40 @@ AA_EXTERN void aa_adapt_state_note_failure(aa_adapt_state *st,
 
 typedef struct aa_adapt_loop aa_adapt_loop;
 
-/* Called once per decision, after it was applied (d->result says how that
+/* Called once per decision, after it was committed (d->result says how that
  * went), from the loop thread or from the aa_adapt_loop_step caller, with the
  * loop's lock held: it must not call aa_adapt_loop_* functions. d is valid
  * only during the call. */
 typedef void (*aa_adapt_decision_fn)(void *user, aa_pool *pool,
                                      const aa_adapt_decision *d);
+
+/* What one step proposes for one pool, committed whole by the loop's
+ * committer: the class table the step's accepted adds, retires and grows
+ * leave (every class with its cache_limit and prefill), and a trim. The loop
+ * never changes a pool's settings itself: a runtime commits the table as a
+ * new policy version through its one transactional path (with the pool's
+ * overrides, e.g. the user's cap, in force), and a loop without a runtime
+ * uses aa_adapt_proposal_commit. */
+typedef struct aa_adapt_proposal {
+  aa_pool *pool;
+  size_t n_classes;                      /* 0: the class table stays */
+  aa_class_spec classes[AA_MAX_CLASSES]; /* ascending, topped by max_small */
+  bool trim;                             /* release cached memory ... */
+  size_t trim_keep;                      /* ... down to this many cached bytes */
+  size_t released;                       /* set by the committer: bytes the trim gave back */
+  const aa_adapt_decision *decisions;    /* the step's decisions behind it */
+  size_t n_decisions;                    /* (those with result AA_OK make it) */
+} aa_adapt_proposal;
+
+/* Commits a proposal: AA_OK when the table is in force (or there was
+ * none); else the error, and the table is as it was. A trim is done either
+ * way (it changes no setting), its bytes in p->released. Called with the
+ * loop's lock held, like aa_adapt_decision_fn. */
+typedef int (*aa_adapt_commit_fn)(void *user, aa_adapt_proposal *p);
+
+/* The committer of a loop without one: the table through
+ * aa_pool_classes_prepare / _commit (all of it or none), then the trim. */
+AA_EXTERN int aa_adapt_proposal_commit(void *user, aa_adapt_proposal *p);
 
 #define AA_ADAPT_LOOP_CONFIG_VERSION 1
 
@@ -188,9 +218,10 @@ typedef struct aa_adapt_loop_config {
   aa_adapt_params params;           /* aa_adapt_params_default() by init */
   aa_adapt_decision_fn on_decision; /* optional */
   void *user;
-  bool dry_run; /* decide and report, apply nothing (a
+  bool dry_run;              /* decide and report, apply nothing (a
                                      decision then repeats each step, as the
                                      table it would change stays the same) */
+  aa_adapt_commit_fn commit; /* NULL: aa_adapt_proposal_commit; gets user */
 } aa_adapt_loop_config;
 
 AA_EXTERN void aa_adapt_loop_config_init(aa_adapt_loop_config *cfg);

@@ -246,22 +246,61 @@ AA_EXTERN const char *aa_policy_pool_section(const aa_policy *p,
 AA_EXTERN int aa_policy_apply(const aa_policy *p, const char *pool,
                               aa_pool *target);
 
+/* A pool's settings are the policy's section for it combined with the
+ * pool's named overrides by one rule (docs/policy.md, "A pool's settings"):
+ *   limit = the smallest of the section's limit_bytes and every override
+ *           that is set; 0 (no limit) when none is.
+ * The runtime holds the overrides (runtime/src/runtime_policy.c) and hands
+ * them to every change; a region's limit is its section's limit_bytes. */
+typedef struct aa_pool_overrides {
+  size_t user_limit; /* the user's cap (torch.cuda.set_per_process_memory_
+                        fraction, aa_runtime_pool_cap); 0 = none */
+} aa_pool_overrides;
+
+/* The rule above: the limit a pool gets from its section's limit_bytes
+ * and its overrides (ov may be NULL: none). */
+AA_EXTERN size_t aa_policy_limit_rule(uint64_t policy_limit,
+                                      const aa_pool_overrides *ov);
+
+/* A copy of base whose section `section` ("device", "pinned", "host" or
+ * "regions.<name>", made from pools.device when base has none) has the
+ * explicit class table classes[0 .. n) (ascending, topped by the section's
+ * max_small, within the parser's bounds and the prefill limits): how the
+ * loop's proposal becomes a policy. AA_OK with *out (the caller's:
+ * aa_policy_free), else AA_EINVAL / AA_ELIMIT (no room for a region
+ * section) / AA_ENOMEM with *out NULL and err saying why. The version is
+ * base's. */
+AA_EXTERN int aa_policy_with_classes(const aa_policy *base, const char *section,
+                                     const aa_class_spec *classes, size_t n,
+                                     aa_policy **out, char *err, size_t errcap);
+
 /* Changing live pools to a new policy, all of them or none. prepare checks,
  * for each of the n pools in its section of next (aa_policy_pool_section):
  * the settings the pool keeps from its creation against cur (the policy in
  * force; NULL skips that check), its max_small, that the prefill fits what
  * the machine can give, and the class table, whose class slots it holds
  * (aa_pool_classes_prepare). Nothing changes. AA_OK with *out set, or
- * AA_EINVAL (err names the section, the pool and the rule), AA_ENOMEM, with
- * *out NULL and nothing held. commit then writes every pool's table, limit
- * large.map_runs and large.stream_wait and cannot fail; abort drops the change. Each prepared
- * change goes to exactly one of them, which frees it. The pools must stay
- * alive until then, and the caller serialises changes of one pool's policy. */
+ * AA_ECONFLICT (a setting the pool keeps from its creation would change:
+ * slab_size, max_small, large.mode, large.cache_bytes, large.page_bytes,
+ * the backend; err names it, the section and the pool), AA_EINVAL (err
+ * names the section, the pool and the rule), AA_ENOMEM, with *out NULL and
+ * nothing held. commit then writes every pool's table, limit (the rule
+ * above, with the pool's overrides: _prepare_ov's ov[i] for pools[i], ov
+ * may be NULL; _prepare has none), large.map_runs and large.stream_wait
+ * and cannot fail; abort drops the change. Each prepared change goes to
+ * exactly one of them, which frees it. The pools must stay alive until
+ * then, and the caller serialises changes of one pool's policy. */
 typedef struct aa_policy_change aa_policy_change;
 AA_EXTERN int aa_policy_change_prepare(const aa_policy *cur, const aa_policy *next,
                                        aa_pool *const *pools, size_t n,
                                        aa_policy_change **out, char *err,
                                        size_t errcap);
+AA_EXTERN int aa_policy_change_prepare_ov(const aa_policy *cur,
+                                          const aa_policy *next,
+                                          aa_pool *const *pools,
+                                          const aa_pool_overrides *ov, size_t n,
+                                          aa_policy_change **out, char *err,
+                                          size_t errcap);
 AA_EXTERN void aa_policy_change_commit(aa_policy_change *ch);
 AA_EXTERN void aa_policy_change_abort(aa_policy_change *ch);
 
