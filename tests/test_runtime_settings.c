@@ -335,6 +335,9 @@ static void test_runtime_settings_retention_live(void **state) {
 
 /* An HTTP request on 127.0.0.1:port: the status, the body (malloc'd) in
  * *body. */
+/* The token the tests' runtimes are given (mutations need one). */
+#define TEST_TOKEN "settings-test-token-0123456789abcdef"
+
 static int http_req(int port, const char *method, const char *path, const char *payload,
                     char **body) {
   struct sockaddr_in sa;
@@ -350,6 +353,7 @@ static int http_req(int port, const char *method, const char *path, const char *
   assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
   n = snprintf(head, sizeof head,
                "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+               "Authorization: Bearer " TEST_TOKEN "\r\n"
                "Content-Type: application/merge-patch+json\r\nContent-Length: %zu\r\n\r\n",
                method, path, payload != NULL ? strlen(payload) : 0);
   assert_int_equal(write(fd, head, (size_t)n), n);
@@ -390,6 +394,7 @@ static void test_runtime_settings_conflict_409(void **state) {
 
   quiet_config(&cfg);
   cfg.http = AA_TEST_WITH_HTTP ? "127.0.0.1:0" : "off";
+  cfg.token = TEST_TOKEN;
   assert_int_equal(aa_runtime_new(&cfg, &rt), AA_OK);
   host = aa_rt_pool(rt, AA_BACKEND_HOST, -1);
   assert_non_null(host);
@@ -402,6 +407,10 @@ static void test_runtime_settings_conflict_409(void **state) {
             err, sizeof err),
       AA_ECONFLICT);
   assert_non_null(strstr(err, "slab_size"));
+  assert_int_equal(patch(rt, "{\"pools\":{\"host\":{\"large\":{\"stitch\":true}}}}", err,
+                         sizeof err),
+                   AA_ECONFLICT);
+  assert_non_null(strstr(err, "large.stitch"));
   assert_int_equal(patch(rt, "{\"telemetry\":{\"trace\":true}}", err, sizeof err),
                    AA_ECONFLICT);
   assert_non_null(strstr(err, "telemetry.trace"));
