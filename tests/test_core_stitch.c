@@ -385,6 +385,44 @@ static void test_core_stitch_double_free_lent(void **state) {
   fx_done(f);
 }
 
+/* Holes freed on one stream serve a stitched range for a request on
+ * another only once that stream's work is done: while it is busy the pool
+ * grows instead (no page that a kernel may still read is handed out), once
+ * it is idle the holes are stitched. */
+static void test_core_stitch_other_stream(void **state) {
+  (void)state;
+  const aa_stream sa = (aa_stream)0x10, sb = (aa_stream)0x20;
+  for (int busy = 1; busy >= 0; busy--) {
+    fx *f = make_stitch(0, 1);
+    char *hole[3], *keep[3];
+    for (int i = 0; i < 3; i++) {
+      hole[i] = aa_alloc(f->p, 6 * MiB, sa);
+      keep[i] = aa_alloc(f->p, 3 * MiB, sa);
+      assert_non_null(hole[i]);
+      assert_non_null(keep[i]);
+    }
+    assert_int_equal(aa_backend_host_stream_busy(f->b, sa, busy != 0), AA_OK);
+    for (int i = 0; i < 3; i++)
+      assert_int_equal(aa_free(f->p, hole[i], 6 * MiB, sa), AA_OK);
+    uint64_t reserved = stats(f).large_bytes_reserved;
+    char *p = aa_alloc(f->p, 10 * MiB, sb);
+    assert_non_null(p);
+    aa_pool_stats st = stats(f);
+    if (busy) {
+      assert_int_equal(st.large_stitches, 0);
+      assert_true(st.large_bytes_reserved > reserved);
+    } else {
+      assert_int_equal(st.large_stitches, 1);
+      assert_int_equal(st.large_bytes_reserved, reserved);
+    }
+    assert_int_equal(aa_backend_host_stream_busy(f->b, sa, false), AA_OK);
+    assert_int_equal(aa_free(f->p, p, 10 * MiB, sb), AA_OK);
+    for (int i = 0; i < 3; i++)
+      assert_int_equal(aa_free(f->p, keep[i], 3 * MiB, sa), AA_OK);
+    fx_done(f);
+  }
+}
+
 /* Under a limit that the request would pass by mapping new pages: the
  * stitched range serves it. */
 static void test_core_stitch_under_limit(void **state) {
@@ -492,6 +530,7 @@ int main(void) {
       cmocka_unit_test(test_core_stitch_account_free_range),
       cmocka_unit_test(test_core_stitch_destroy_live_recorded),
       cmocka_unit_test(test_core_stitch_double_free_lent),
+      cmocka_unit_test(test_core_stitch_other_stream),
       cmocka_unit_test(test_core_stitch_under_limit),
       cmocka_unit_test(test_core_stitch_random_shadow),
   };

@@ -340,15 +340,18 @@ static aa__chunk *lend(aa_pool *pool, aa__chunk *c, size_t i0, size_t i1, aa__se
 /* The free chunk of origin segment o that holds part pt's pages whole, if
  * it may be lent for a request on `stream` (unparked, no events, usable
  * there), else NULL. A walk of o's chunks: only on the way to growing. */
-static aa__chunk *part_home(const aa__stitch_part *pt, aa_stream stream) {
+static aa__chunk *part_home(aa_pool *pool, const aa__stitch_part *pt, aa_stream stream) {
   const aa__seg *pg = pt->pg;
   aa__seg *o = pg->owner;
   for (aa__chunk *c = o->first; c; c = c->next) {
     if (c->base + c->size <= pg->h.base)
       continue;
     bool whole = c->base <= pg->h.base && pg->h.end <= c->base + c->size;
-    if (!whole || !c->free || c->parked || c->lent != NULL || c->nxev > 0 || c->ev != NULL ||
-        !(c->any || c->stream == stream))
+    if (!whole || !c->free || c->parked || c->lent != NULL || c->nxev > 0)
+      return NULL;
+    /* usable there (its freeing stream's work done, asked as find_fit
+     * asks), and no event of its own left pending */
+    if (!aa__lg_usable(pool, c, stream) || c->ev != NULL)
       return NULL;
     return c;
   }
@@ -363,7 +366,7 @@ static bool lend_parts(aa_pool *pool, aa__seg *s) {
   for (size_t i = 0; i < s->st->nparts; i++) {
     aa__stitch_part *pt = &s->st->parts[i];
     aa__seg *o = pt->pg->owner;
-    aa__chunk *home = part_home(pt, s->first->stream);
+    aa__chunk *home = part_home(pool, pt, s->first->stream);
     if (home == NULL)
       return false;
     size_t i0 = (pt->pg->h.base - o->h.base) / ps, i1 = (pt->pg->h.end - o->h.base) / ps;
@@ -377,10 +380,10 @@ static bool lend_parts(aa_pool *pool, aa__seg *s) {
 
 /* Whether dormant range s can wake for a request on `stream`: every
  * part's pages free in one chunk usable there; *any: all usable everywhere. */
-static bool can_wake(const aa__seg *s, aa_stream stream, bool *any) {
+static bool can_wake(aa_pool *pool, const aa__seg *s, aa_stream stream, bool *any) {
   *any = true;
   for (size_t i = 0; i < s->st->nparts; i++) {
-    const aa__chunk *home = part_home(&s->st->parts[i], stream);
+    const aa__chunk *home = part_home(pool, &s->st->parts[i], stream);
     if (home == NULL)
       return false;
     *any &= home->any != 0;
@@ -392,7 +395,7 @@ static bool can_wake(const aa__seg *s, aa_stream stream, bool *any) {
  * No backend call. False (still dormant) when it cannot. */
 static bool wake(aa_pool *pool, aa__seg *s, aa_stream stream) {
   bool any;
-  if (!can_wake(s, stream, &any))
+  if (!can_wake(pool, s, stream, &any))
     return false;
   aa__chunk *c = s->first;
   c->any = any;
@@ -439,9 +442,11 @@ static aa__chunk *range_new(aa_pool *pool, size_t need, aa_stream stream) {
   for (unsigned bn = 0; bn < AA__LARGE_BINS && got < want; bn++) {
     for (aa__chunk *c = L->bins[bn]; c && got < want; c = c->fnext) {
       size_t i0, i1;
-      if (c->seg->pages == NULL || c->nxev > 0 || c->ev != NULL || c->size < ps)
+      if (c->seg->pages == NULL || c->nxev > 0 || c->size < ps)
         continue;
-      if (!(c->any || c->stream == stream))
+      /* usable on `stream` (a hole freed on another stream once that
+       * stream's work is done: asked as find_fit asks), no event pending */
+      if (!aa__lg_usable(pool, c, stream) || c->ev != NULL)
         continue;
       if (!whole_handles(pool, c, want - got, &i0, &i1))
         continue;
@@ -569,7 +574,7 @@ aa__chunk *aa__lg_stitch_take(aa_pool *pool, size_t need, aa_stream stream) {
         continue;
       if (best != NULL && sz >= best->first->size)
         continue;
-      if (dormant ? can_wake(s, stream, &any) : aa__lg_usable(pool, c, stream))
+      if (dormant ? can_wake(pool, s, stream, &any) : aa__lg_usable(pool, c, stream))
         best = s;
     }
   }
