@@ -422,25 +422,16 @@ static const aa_backend_ops host_ops = {
     .stream_wait = host_stream_wait,
 };
 
-/* The same with map_alias (aa_backend_host_aliasable: shared pages). */
-static const aa_backend_ops host_alias_ops = {
-    .alloc = host_alloc,
-    .free = host_free,
-    .event_record = host_event_record,
-    .event_query = host_event_query,
-    .event_release = host_event_release,
-    .synchronize = host_synchronize,
-    .destroy = host_destroy,
-    .map_granularity = host_map_granularity,
-    .va_reserve = host_va_reserve,
-    .va_release = host_va_release,
-    .map = host_map,
-    .unmap = host_unmap,
-    .map_alias = host_map_alias,
-    .unmap_alias = host_unmap_alias,
-    .stream_query = host_stream_query,
-    .stream_wait = host_stream_wait,
-};
+/* The same with map_alias (aa_backend_host_aliasable: shared pages),
+ * filled in once from host_ops. */
+static aa_backend_ops host_alias_ops;
+static pthread_once_t host_alias_once = PTHREAD_ONCE_INIT;
+
+static void host_alias_ops_init(void) {
+  host_alias_ops = host_ops;
+  host_alias_ops.map_alias = host_map_alias;
+  host_alias_ops.unmap_alias = host_unmap_alias;
+}
 
 int aa_backend_host_new(aa_backend **out) {
   int rc = AA_ENOMEM;
@@ -593,6 +584,7 @@ int aa_backend_host_aliasable(aa_backend *b) {
   host_ctx *h = host_of(b);
   if (h == NULL || atomic_load(&h->bytes_mapped) != 0)
     return AA_EINVAL;
+  (void)pthread_once(&host_alias_once, host_alias_ops_init);
   h->shared = true;
   b->ops = &host_alias_ops;
   return AA_OK;
