@@ -423,6 +423,33 @@ static void test_core_stitch_other_stream(void **state) {
   }
 }
 
+/* A range's aliases are undone only once no work may still use its
+ * address: a release while the stream it was freed on is busy keeps it;
+ * once that stream is idle the release undoes it. */
+static void test_core_stitch_release_waits_for_stream(void **state) {
+  (void)state;
+  const aa_stream sa = (aa_stream)0x10;
+  fx *f = make_stitch(0, 1);
+  layout l = holes(f);
+  char *p = aa_alloc(f->p, 10 * MiB, sa);
+  assert_non_null(p);
+  assert_int_equal(stats(f).large_stitches, 1);
+  assert_int_equal(aa_backend_host_stream_busy(f->b, sa, true), AA_OK);
+  assert_int_equal(aa_free(f->p, p, 10 * MiB, sa), AA_OK);
+  (void)aa_pool_release(f->p);
+  uint64_t al, unal;
+  aa_backend_host_alias_counts(f->b, &al, &unal);
+  assert_int_equal(unal, 0); /* a kernel on sa may still read it */
+  assert_int_equal(stats(f).large_stitched_ranges + stats(f).large_stitch_dormant, 1);
+  assert_int_equal(aa_backend_host_stream_busy(f->b, sa, false), AA_OK);
+  (void)aa_pool_release(f->p);
+  aa_backend_host_alias_counts(f->b, &al, &unal);
+  assert_int_equal(unal, al);
+  assert_int_equal(stats(f).large_stitched_ranges + stats(f).large_stitch_dormant, 0);
+  free_keep(f, &l);
+  fx_done(f);
+}
+
 /* Under a limit that the request would pass by mapping new pages: the
  * stitched range serves it. */
 static void test_core_stitch_under_limit(void **state) {
@@ -531,6 +558,7 @@ int main(void) {
       cmocka_unit_test(test_core_stitch_destroy_live_recorded),
       cmocka_unit_test(test_core_stitch_double_free_lent),
       cmocka_unit_test(test_core_stitch_other_stream),
+      cmocka_unit_test(test_core_stitch_release_waits_for_stream),
       cmocka_unit_test(test_core_stitch_under_limit),
       cmocka_unit_test(test_core_stitch_random_shadow),
   };

@@ -76,6 +76,22 @@ static bool work_done(aa_pool *pool, aa__seg *s) {
   return true;
 }
 
+/* Whether no work may still use range s's address: its chunk usable on
+ * every stream (its freeing stream idle, asked now). Its aliases are undone
+ * only then, as the expandable path unmaps only pages of chunks whose work
+ * has completed. */
+static bool address_idle(aa_pool *pool, aa__seg *s) {
+  aa__chunk *c = s->first;
+  if (!c->free || c->nxev > 0 || c->ev != NULL)
+    return false;
+  if (c->any || !pool->has_events)
+    return true;
+  if (!aa__stream_idle(pool, c->stream))
+    return false;
+  c->any = 1;
+  return true;
+}
+
 /* Active range s's lent parts back to their holes as free chunks, merged
  * with their free neighbours (the range's work is done). */
 static void give_back(aa_pool *pool, aa__seg *s) {
@@ -175,7 +191,7 @@ size_t aa__lg_stitch_drop_dormant(aa_pool *pool) {
   size_t n = 0;
   for (aa__seg *s = pool->large->stitches, *nx; s; s = nx) {
     nx = s->next;
-    if (s->st->dormant) {
+    if (s->st->dormant && address_idle(pool, s)) {
       range_destroy(pool, s, true);
       n++;
     }
@@ -187,8 +203,9 @@ size_t aa__lg_stitch_release(aa_pool *pool) {
   size_t got = 0;
   for (aa__seg *s = pool->large->stitches, *nx; s; s = nx) {
     nx = s->next;
-    if (s->st->dormant || work_done(pool, s)) {
-      got += s->st->dormant ? 0 : s->h.end - s->h.base;
+    bool dormant = s->st->dormant;
+    if ((dormant || work_done(pool, s)) && address_idle(pool, s)) {
+      got += dormant ? 0 : s->h.end - s->h.base;
       range_destroy(pool, s, true);
     }
   }
@@ -199,7 +216,10 @@ void aa__lg_stitch_page_gone(aa_pool *pool, aa__seg *pg) {
   aa__seg *s = pg->alias;
   if (s == NULL)
     return;
-  /* a page is unmapped only from a free chunk: its range is not lending it */
+  /* a page is unmapped only from a free chunk whose work has completed
+   * (usable everywhere): its range is dormant, and the part went back with
+   * the range's stream, so that stream's work, which used the alias, is
+   * done too */
   aa__assert(s->st->dormant);
   range_destroy(pool, s, true);
 }
@@ -215,7 +235,7 @@ static aa__seg *lru_free(aa_pool *pool) {
   aa__seg *best = NULL;
   for (aa__seg *s = pool->large->stitches; s; s = s->next) {
     if ((best == NULL || s->st->used_at < best->st->used_at) &&
-        (s->st->dormant || work_done(pool, s)))
+        (s->st->dormant || work_done(pool, s)) && address_idle(pool, s))
       best = s;
   }
   return best;
