@@ -385,12 +385,12 @@ static void do_misc(fz *f, int how) {
 
 /* ------------------------------------------------------------ pools
  * Creating a pool costs milliseconds (its address map), which would make the
- * pool's birth and death most of what the fuzzer measures. So eight pools,
+ * pool's birth and death most of what the fuzzer measures. So sixteen pools,
  * one per configuration, live across inputs; each input starts from an empty
  * pool (counters are compared as deltas) and leaves it empty with the
  * default class table. Every 32nd use the pool is destroyed and made anew,
  * which checks that destroy gives every byte back. */
-#define NSLOTS 8
+#define NSLOTS 16
 #define SLOT_USES 32
 
 typedef struct slot {
@@ -426,6 +426,14 @@ static bool slot_make(slot *sl, unsigned k) {
   aa_pool_config cfg;
   if (aa_backend_host_new(&sl->b) != AA_OK)
     return false;
+  /* expandable pools stitch (docs/core.md "Stitching") on an aliasable
+   * backend in half the inputs' slots */
+  bool stitch = (k & 1) && !(k & 2) && (k & 8);
+  if (stitch && aa_backend_host_aliasable(sl->b) != AA_OK) {
+    aa_backend_destroy(sl->b);
+    sl->b = NULL;
+    return false;
+  }
   aa_pool_config_init(&cfg);
   cfg.backend = sl->b;
   cfg.name = "fuzz";
@@ -439,6 +447,7 @@ static bool slot_make(slot *sl, unsigned k) {
   cfg.tcache_bytes = (k & 4) ? (256u << 10) : (4u << 20);
   cfg.telemetry = (k & 4) == 0;
   cfg.limit_bytes = 256u << 20; /* bounds what one input can reserve */
+  cfg.large_stitch = stitch ? 1 : 0;
   cfg.on_error = on_error;
   cfg.on_error_user = &state;
   if (aa_pool_new(&cfg, &sl->pool) != AA_OK) {
