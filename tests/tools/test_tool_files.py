@@ -551,6 +551,13 @@ class MemoryVizImage(Base):
             with self.subTest(out=out):
                 r = run(MEMVIZ, "--png", self.html, "--viz-js", self.js, opt, out)
                 self.refused(r, 2, "memory_viz_image: ", "the same file")
+        # without --viz-js the MemoryViz.js beside the HTML is an input too
+        for out in (self.js, self.path("link.js")):
+            with self.subTest(out=out, viz_js=None):
+                r = run(MEMVIZ, "--png", self.html, "--out", out)
+                self.refused(r, 2, "memory_viz_image: ", "the same file")
+                with open(self.js) as f:
+                    self.assertEqual(f.read(), "export function add_local_files() {}\n")
         r = run(MEMVIZ, "--png", page)  # default out: sub/t.png itself
         self.refused(r, 2, "memory_viz_image: ", "the same file")
         with open(self.html) as f:
