@@ -15,6 +15,9 @@ network (a stand-in Prometheus on 127.0.0.1).
   answer that is HTML or has no data, a panel of absurd height, bad
   --limit-factors, a missing or empty --report) one line naming it, the
   documented exit code, no traceback and nothing written.
+- tools/torch_snapshot_to_trace.py: reads in chunks (no reserve of the
+  whole limit: a small snapshot under ulimit -v), and --max-entries bounds
+  what a small pickle naming one list many times would write.
 - adaptalloc.torch's OOM snapshot (_oom._write): a symlink planted at the
   old predictable temporary name is never followed.
 """
@@ -36,6 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 GRAFANA = os.path.join(ROOT, "tools", "grafana_preview.py")
 ZOO = os.path.join(ROOT, "tools", "device", "zoo_account.py")
 MEMVIZ = os.path.join(ROOT, "tools", "memory_viz_image.py")
+CONVERTER = os.path.join(ROOT, "tools", "torch_snapshot_to_trace.py")
 CDN = "https://cdn.jsdelivr.net/gh/pytorch/pytorch@main/torch/utils/viz/MemoryViz.js"
 ROOT_USER = os.geteuid() == 0
 
@@ -185,6 +189,65 @@ class OutfileRule(Base):
                     outfile.load_json(path, "--x", 1 << 20, kind)
                 self.assertIn(words, str(cm.exception))
                 self.assertEqual(len(str(cm.exception).splitlines()), 1)
+
+
+    def test_bounded_read_reserves_nothing_up_front(self):
+        # a 1 GiB limit under a 900 MB address space: a small file reads
+        small = self.write("small", b"x" * 127, "wb")
+        code = ("import resource, importlib.util as u, sys\n"
+                "spec = u.spec_from_file_location('o', sys.argv[1])\n"
+                "o = u.module_from_spec(spec); spec.loader.exec_module(o)\n"
+                "resource.setrlimit(resource.RLIMIT_AS, (900 << 20, 900 << 20))\n"
+                "print(len(o.read_input(sys.argv[2], '--x', 1 << 30)))\n")
+        r = subprocess.run([sys.executable, "-c", code,
+                            os.path.join(ROOT, "python", "adaptalloc", "_outfile.py"), small],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual((r.returncode, r.stdout.strip()), (0, "127"), r.stderr)
+
+
+# ------------------------------------------------------------- torch converter
+
+def run_limited(tool, *args, address_space=900 << 20):
+    """run() under an address-space limit (ulimit -v)."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+    return subprocess.run([sys.executable, tool] + [str(a) for a in args], capture_output=True,
+                          text=True, timeout=120, errors="replace", preexec_fn=limit)
+
+
+class TorchConverter(Base):
+    """tools/torch_snapshot_to_trace.py: reads in chunks (a small snapshot
+    under a small address space), and bounds what it writes (--max-entries):
+    a small pickle that names one list many times is refused."""
+
+    def snapshot(self, traces):
+        p = self.path("snap.pickle")
+        with open(p, "wb") as f:
+            pickle.dump({"segments": [], "device_traces": traces}, f)
+        return p
+
+    def test_small_snapshot_under_a_small_address_space(self):
+        snap = self.snapshot([[{"action": "alloc", "addr": 16, "size": 512, "stream": 0}]])
+        r = run_limited(CONVERTER, snap, "-o", self.path("t.csv"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.path("t.csv")) as f:
+            self.assertEqual(len(f.read().splitlines()), 2)
+
+    def test_entries_bounded(self):
+        one = [{"action": "alloc", "addr": 16 * i, "size": 512} for i in range(1000)]
+        for traces, extra in (([one] * 10, ("--max-entries", "5000")),
+                              ([one] * 20000, ())):  # 20 M entries: over the default
+            with self.subTest(extra=extra):
+                snap = self.snapshot(traces)
+                self.assertLess(os.path.getsize(snap), 100000)
+                before = self.listing()
+                r = run(CONVERTER, snap, "-o", self.path("t.csv"), *extra)
+                self.refused(r, 1, "torch_snapshot_to_trace: ", "--max-entries")
+                self.assertEqual(self.listing(), before)
+        r = run(CONVERTER, self.snapshot([one]), "--max-entries", "0")
+        self.refused(r, 2, "", "--max-entries")
 
 
 class OomSnapshot(Base):
