@@ -533,6 +533,42 @@ class ZooAccount(Base):
                 self.assert_db_kept()
                 self.assertFalse(os.path.exists(self.calls), "a replay ran")
 
+    def test_out_is_a_journal_of_the_database(self):
+        for sfx in ("-wal", "-shm", "-journal"):
+            with self.subTest(sfx=sfx):
+                r = self.collect(out=self.db + sfx)
+                self.refused(r, 2, "zoo_account: ", sfx)
+                self.assertFalse(os.path.exists(self.db + sfx))
+                self.assertFalse(os.path.exists(self.calls), "a replay ran")
+                self.assert_db_kept()
+
+    def test_out_a_device_tables_from_memory(self):
+        # /dev/null: the tables still print (not read back: "--report /dev/null is empty")
+        r = self.collect(out="/dev/null")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("| bert |", r.stdout)
+        self.assertNotIn("--report", r.stderr)
+        # /dev/stdout into a pipe: the account then the tables, no reading back (a hang)
+        os.unlink(self.calls)
+        r = run(ZOO, "--db", self.db, "--runs", self.runs, "--replay", self.replay,
+                "--policy", self.policy, "--delays-us", "0", "--out", "/dev/stdout",
+                timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn('"workloads"', r.stdout)
+        self.assertIn("| bert |", r.stdout)
+
+    def test_bad_runs_one_line_before_any_replay(self):
+        for run_, words in (({"pid": 99999999999999999999999}, "2^63"),
+                            ({"pid": 42, "step_ms": 5}, "step_ms"),
+                            ({"pid": 42, "step_ms": [1, "a"]}, "step_ms"),
+                            ({"pid": 42, "step_ms": [True]}, "step_ms")):
+            with self.subTest(run=run_):
+                self.write("runs.json", json.dumps({"runs": {"bert": {"native": [run_]}}}))
+                r = self.collect()
+                self.refused(r, 2, "zoo_account: ", words)
+                self.assertFalse(os.path.exists(self.calls), "a replay ran")
+                self.assertFalse(os.path.exists(self.path("account.json")))
+
     def test_bad_arguments_refused_before_any_replay(self):
         cases = [(("--limit-factors", "1.03,abc"), "abc"), (("--limit-factors", "nan"), "nan"),
                  (("--limit-factors", "inf"), "inf"), (("--limit-factors", "-1"), "-1"),
