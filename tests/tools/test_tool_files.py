@@ -317,6 +317,13 @@ class Prom(http.server.BaseHTTPRequestHandler):
             body, ctype = b"<html><body>nginx</body></html>", "text/html"
         elif self.mode == "nodata":
             body, ctype = b'{"status":"success"}', "application/json"
+        elif self.mode in ("huge", "-huge"):
+            v = "1e308" if self.mode == "huge" else "-1e308"
+            body = json.dumps({"status": "success", "data": {
+                "resultType": "matrix", "result": [
+                    {"metric": {"__name__": "up", "rank": "0"},
+                     "values": [[1000.0, v], [1030.0, "2"]]}]}}).encode()
+            ctype = "application/json"
         elif self.mode == "list":
             body, ctype = b'[1,2]', "application/json"
         elif self.mode == "badseries":
@@ -422,6 +429,20 @@ class GrafanaPreview(Base):
                                   "templating"),
             "time a string": (json.dumps(dict(dashboard(), time="now")).encode(), "time"),
             "nan in JSON": (b'{"panels": NaN}', "not JSON"),
+            "min and max absurd": (json.dumps(dashboard(fieldConfig={"defaults": {
+                "min": -1e308, "max": 1e308}})).encode(), "beyond"),
+            "row panel a string": (json.dumps({"panels": [
+                {"type": "row", "title": "R", "gridPos": {"x": 0, "y": 0, "w": 24, "h": 1},
+                 "panels": ["x"]}]}).encode(), "not an object"),
+            "row panel a number": (json.dumps({"panels": [
+                {"type": "row", "title": "R", "gridPos": {"x": 0, "y": 0, "w": 24, "h": 1},
+                 "panels": [3]}]}).encode(), "not an object"),
+            "no gridPos": (json.dumps({"panels": [
+                {"id": 1, "title": "Up", "type": "timeseries", "targets": []}]}).encode(),
+                           "gridPos"),
+            "row without gridPos": (json.dumps({"panels": [
+                {"type": "row", "title": "R", "panels": [
+                    {"title": "in", "type": "timeseries"}]}]}).encode(), "gridPos"),
             "empty": (b"", "empty"),
         }
         for name, (data, words) in cases.items():
@@ -462,6 +483,15 @@ class GrafanaPreview(Base):
         r = self.preview("--report", "/dev/full")
         self.refused(r, 2, "grafana_preview: ", "/dev/full")
         self.assertEqual(self.listing(), before)  # the page is not left without its report
+
+    def test_samples_beyond_an_axis_refused(self):
+        for mode in ("huge", "-huge"):
+            with self.subTest(mode=mode):
+                Prom.mode = mode
+                before = self.listing()
+                r = self.preview("--report", self.path("r.json"))
+                self.refused(r, 2, "grafana_preview: ", "1e+308", "beyond")
+                self.assertEqual(self.listing(), before)
 
     def test_prometheus_answers_that_are_not_prometheus(self):
         for mode, words in (("html", "not JSON"), ("nodata", "no \"data\""),
