@@ -1122,6 +1122,85 @@ static void test_replay_tool_invalid_rows_and_sim_limit(void **state) {
   free(err);
 }
 
+/* The simulator's host memory does not grow with absurd simulated sizes
+ * (the pool's page map grows with the fake address space it covers): a
+ * request past the bounded fake space (4 TiB) stops the replay with exit 3
+ * before using host memory, a host-side failure of the core is exit 3 and
+ * never a failure counted with exit 0, and a size over 2^48 or a text seq
+ * is refused (exit 1) by both readers alike. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SANITIZED 1 /* a sanitizer reserves terabytes: ulimit -v cannot hold it */
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifndef SANITIZED
+#define SANITIZED 0
+#endif
+
+static void test_replay_tool_sim_host_memory_and_row_rules(void **state) {
+  static const struct {
+    const char *set, *says;
+  } bad[] = {{"size = 9223372036854775807", "over 2^48"},
+             {"size = 281474976710657", "over 2^48"},
+             {"seq = char(97, 98, 99)", "seq is text"}};
+  char *out = NULL, *err = NULL;
+  int rc;
+  (void)state;
+
+  if (!have_binary())
+    skip();
+  /* 50 TiB: past the fake space at once, in a 2 GB address space */
+  rc = sh(&out, &err, "printf '1,0.1,allocate,0x10,54975581388800,0\\n' > {TMP}/h50.csv && "
+                      "(%s {BIN} run {TMP}/h50.csv)",
+          SANITIZED ? "" : "ulimit -v 2000000;");
+  if (rc != 3 || err == NULL || strstr(err, "fake address space") == NULL)
+    fail_msg("50 TiB: exit %d, stdout %s, stderr: %s", rc, out ? out : "", err ? err : "");
+  free(out);
+  free(err);
+  /* 1 TiB in a 700 MB address space: the core fails on the host: exit 3 */
+  if (!SANITIZED) {
+    rc = sh(&out, &err, "printf '1,0.1,allocate,0x10,1099511627776,0\\n' > {TMP}/h1.csv && "
+                        "(ulimit -v 700000; {BIN} run {TMP}/h1.csv)");
+    if (rc != 3 || err == NULL || strstr(err, "out of host memory") == NULL)
+      fail_msg("1 TiB under ulimit: exit %d, stdout %s, stderr: %s", rc, out ? out : "",
+               err ? err : "");
+    free(out);
+    free(err);
+  }
+  /* 2^63 - 1 in a CSV: refused, not a failure counted with exit 0 */
+  rc = sh(&out, &err, "printf '1,0.1,allocate,0x10,9223372036854775807,0\\n' > {TMP}/max.csv && "
+                      "{BIN} run {TMP}/max.csv");
+  if (rc != 1 || err == NULL || strstr(err, "over 2^48") == NULL)
+    fail_msg("CSV 2^63-1: exit %d, stderr: %s", rc, err ? err : "");
+  free(out);
+  free(err);
+  rc = sh(&out, &err, "{BIN} import {SRC}/tests/data/replay/small.csv -o {TMP}/rr.db");
+  free(out);
+  if (rc == 1 && err != NULL && strstr(err, "without the store") != NULL) {
+    free(err);
+    skip();
+  }
+  free(err);
+  assert_int_equal(rc, 0);
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    rc = sh(NULL, NULL,
+            "cp {TMP}/rr.db {TMP}/rb.db && python3 -c \"import sqlite3, sys; "
+            "c = sqlite3.connect(sys.argv[1]); "
+            "c.execute('UPDATE trace_events SET %s WHERE id = "
+            "(SELECT min(id) FROM trace_events WHERE op = \\'a\\')'); c.commit()\" "
+            "{TMP}/rb.db",
+            bad[i].set);
+    assert_int_equal(rc, 0);
+    rc = sh(&out, &err, "{BIN} run --db {TMP}/rb.db");
+    if (rc != 1 || err == NULL || strstr(err, bad[i].says) == NULL)
+      fail_msg("%s: exit %d, stderr: %s", bad[i].set, rc, err ? err : "");
+    free(out);
+    free(err);
+  }
+}
+
 static void test_replay_tool_import_run_db(void **state) {
   char *out = NULL, *err = NULL, *a, *b;
   cJSON *ja, *jb;
@@ -1738,6 +1817,7 @@ int main(void) {
       cmocka_unit_test(test_replay_tool_export_and_seed),
       cmocka_unit_test(test_replay_tool_export_planted_link),
       cmocka_unit_test(test_replay_tool_torch_converter),
+      cmocka_unit_test(test_replay_tool_sim_host_memory_and_row_rules),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

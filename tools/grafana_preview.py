@@ -26,8 +26,10 @@ its series, their legends and label values) as JSON. --expect LABEL=V1,V2
 fails (exit 1) when a panel query returned no series carrying one of the
 values in LABEL. Exit 0 done, 1 a query or an expectation failed, 2 bad input
 or output: an unreadable dashboard (not UTF-8, not JSON, over 64 MiB, of the
-wrong shape: a list where an object belongs, a panel that is not an object, a
-panel taller than 500 grid rows), a time bound that is not a finite time, an
+wrong shape: a list where an object belongs, a panel that is not an object
+(in a row's panels too), a panel without gridPos, a panel taller than 500
+grid rows, a min or max beyond 1e300), a Prometheus sample beyond 1e300 (no
+axis can span it), a time bound that is not a finite time, an
 output that is the dashboard (or a link to it) or cannot be written. Every
 problem is one line naming the file or option; arguments and outputs are
 checked before any query, and the page and the report are written whole or
@@ -50,6 +52,7 @@ GRID_COLUMNS = 24
 MAX_GRID_ROWS = 500  # a panel's gridPos h and the page's bottom, in grid rows
 DASHBOARD_MAX_BYTES = 64 << 20
 ANSWER_MAX_BYTES = 256 << 20  # one Prometheus answer
+MAX_DRAWN = 1e300  # the largest magnitude an axis can span (-1e308..1e308 overflows)
 LATEST_TIME = 253402300799.0  # 9999-12-31T23:59:59Z, the last time a page can show
 GRID_CELL_HEIGHT = 30  # Grafana's react-grid-layout row height, px
 GRID_MARGIN = 8  # between panels, px
@@ -442,6 +445,10 @@ def answer_series(path, data, legend_format):
             pts = [(float(ts), float(v)) for ts, v in s["values"]]
             if not all(math.isfinite(ts) and 0 <= ts <= LATEST_TIME for ts, _ in pts):
                 raise ValueError("a sample's time is not a time")
+            big = next((v for _, v in pts if math.isfinite(v) and abs(v) > MAX_DRAWN), None)
+            if big is not None:
+                raise InputError("%s: a sample of %r is beyond what a panel can draw "
+                                 "(magnitude at most %g): refused" % (path, big, MAX_DRAWN))
             out.append({"metric": metric, "legend": legend_of(s, legend_format),
                         "points": pts})
         return out
@@ -801,7 +808,7 @@ NUMBER = (int, float)
 
 def check_panel(path, p, i):
     """Every field of a panel the preview reads is of the type it reads it as."""
-    _shape(isinstance(p, dict), path, "panel %d" % i,
+    _shape(isinstance(p, dict), path, "panel %s" % i,
            "is %s, not an object" % outfile.json_kind(p))
     title = p.get("title")
     name = "panel %r" % (title if isinstance(title, str) else i)
@@ -839,6 +846,9 @@ def check_panel(path, p, i):
         _shape(_opt(d, key, NUMBER), path, name, "%s is not a number" % key)
         _shape(d.get(key) is None or math.isfinite(d[key]), path, name,
                "%s is not finite" % key)
+        _shape(d.get(key) is None or abs(d[key]) <= MAX_DRAWN, path, name,
+               "%s %r is beyond what an axis can span (magnitude at most %g)"
+               % (key, d.get(key), MAX_DRAWN))
     th = d.get("thresholds")
     _shape(th is None or isinstance(th, dict) and _opt(th, "steps", (list,)), path, name,
            "thresholds.steps is not a list")

@@ -264,8 +264,12 @@ def png_output(html_path, out, viz_js):
     """The PNG to write, checked before any work (InputError): never the HTML
     or MemoryViz.js, directly or through a link."""
     out = out or os.path.splitext(html_path)[0] + ".png"
+    # without --viz-js, the copies pick_viz_js may serve are inputs too
+    # (torch's, the one beside the HTML): whichever is picked later
+    viz = [viz_js] if viz_js is not None else [
+        torch_viz_js(), os.path.join(os.path.dirname(html_path), "MemoryViz.js")]
     try:
-        outfile.check_output(out, [html_path, viz_js], "--out")
+        outfile.check_output(out, [html_path] + viz, "--out")
     except outfile.FileError as e:
         raise InputError(str(e))
     return out

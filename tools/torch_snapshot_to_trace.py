@@ -27,7 +27,11 @@ default), its pickle opcodes are checked before anything is built (only the
 opcodes of plain data are allowed: no globals, no object construction, no
 out-of-band buffers; every counted length must fit in the file), and it is
 then unpickled with every class lookup refused. Any malformed input gives
-one line on stderr and exit 1, never a traceback.
+one line on stderr and exit 1, never a traceback. A pickle's memo lets a
+small file name one list many times: the trace entries converted are bounded
+by --max-entries (10,000,000 by default, about 500 MB of CSV; torch records
+100,000 per device by default); a snapshot with more is refused (exit 1, one
+line, nothing written).
 
 Exit codes: 0 ok, 1 unreadable or malformed snapshot, 2 usage.
 """
@@ -40,6 +44,7 @@ import pickletools
 import sys
 
 MAX_BYTES = 1 << 30
+MAX_ENTRIES = 10000000
 
 # The opcodes of plain data: containers, numbers, strings, bytes, None and
 # booleans, the memo, stack marks. Everything else (GLOBAL, STACK_GLOBAL,
@@ -109,7 +114,7 @@ def load_snapshot(path, max_bytes=MAX_BYTES):
         if st.st_size > max_bytes:
             raise SnapshotError("the file is %d bytes, over --max-bytes %d"
                                 % (st.st_size, max_bytes))
-        data = f.read(max_bytes + 1)
+        data = outfile._read_bounded(f, max_bytes)  # in chunks: no reserve
     if len(data) > max_bytes:
         raise SnapshotError("the file is over --max-bytes %d" % max_bytes)
     if not data:
@@ -129,8 +134,9 @@ def _time_field(entry, index):
 
 
 def convert(snap, out, device="all", free_event="requested",
-            keep_unmatched=False):
-    """Writes the CSV to `out`; returns a dict of counts."""
+            keep_unmatched=False, max_entries=MAX_ENTRIES):
+    """Writes the CSV to `out`; returns a dict of counts. ValueError for a
+    snapshot with more than max_entries trace entries (all devices)."""
     if not isinstance(snap, dict) or "device_traces" not in snap:
         raise ValueError("no device_traces in the snapshot: record it after "
                          "torch.cuda.memory._record_memory_history()")
@@ -145,6 +151,12 @@ def convert(snap, out, device="all", free_event="requested",
                           len(traces)))
     counts = {"allocate": 0, "deallocate": 0, "allocate failure": 0,
               "skipped": 0, "unmatched_frees": 0, "devices": 0}
+    # counted before any is converted: a pickle can name one list many times
+    seen = sum(len(t) for d, t in enumerate(traces)
+               if isinstance(t, list) and (device == "all" or d == device))
+    if seen > max_entries:
+        raise ValueError("%d trace entries, over --max-entries %d (a pickle can name "
+                         "one list many times): refused" % (seen, max_entries))
     out.write("Thread,Time,Action,Pointer,Size,Stream\n")
     for dev, trace in enumerate(traces):
         if device != "all" and dev != device:
@@ -244,9 +256,14 @@ def main(argv=None):
     ap.add_argument("--max-bytes", type=int, default=MAX_BYTES,
                     help="refuse a snapshot file larger than this "
                          "(default 1 GiB)")
+    ap.add_argument("--max-entries", type=int, default=MAX_ENTRIES,
+                    help="refuse a snapshot with more trace entries than "
+                         "this, all devices together (default 10,000,000)")
     args = ap.parse_args(argv)
     if args.max_bytes <= 0:
         ap.error("--max-bytes: %d is not a positive byte count" % args.max_bytes)
+    if args.max_entries <= 0:
+        ap.error("--max-entries: %d is not a positive count" % args.max_entries)
     device = args.device
     if device != "all":
         try:
@@ -268,7 +285,7 @@ def main(argv=None):
     buf = io.StringIO()
     try:
         counts = convert(snap, buf, device, args.free_event,
-                         args.keep_unmatched)
+                         args.keep_unmatched, args.max_entries)
     except (ValueError, TypeError, KeyError, RecursionError) as exc:
         print("torch_snapshot_to_trace: %s: %s" % (args.snapshot,
                                                    _one_line(exc)),

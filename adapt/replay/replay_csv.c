@@ -410,7 +410,7 @@ static int reader_chunk(csv_reader *r, const char *buf, size_t len) {
     else
       nl = NULL;
     /* a line past the rules of every reader: the general path says why */
-    if (AA__UNLIKELY(nl != NULL && (r->batch[r->nb].size > (uint64_t)INT64_MAX ||
+    if (AA__UNLIKELY(nl != NULL && (r->batch[r->nb].size > AA_REPLAY_MAX_SIZE ||
                                     r->batch[r->nb].time_ns > (uint64_t)INT64_MAX)))
       nl = NULL;
     if (AA__LIKELY(nl != NULL)) {

@@ -352,13 +352,35 @@ static char failed_block;
  * failure the replay counts), AA_ENOMEM with the message when the
  * simulator's fake address space ran out instead: its own limit, which
  * must not pass for the policy's failures (docs/replay.md: exit 3). */
-static int check_space(aa_replay_sim *s, const aa_replay_event *ev) {
-  if (AA__LIKELY(atomic_load_explicit(&s->bk->space_exhausted, memory_order_relaxed) == 0))
-    return AA_OK;
+static int check_space(aa_replay_sim *s, const aa_replay_event *ev, uint64_t bk_refused) {
+  if (AA__LIKELY(atomic_load_explicit(&s->bk->space_exhausted, memory_order_relaxed) == 0)) {
+    aa_pool_stats *st;
+    int host = 0;
+    /* the simulated device refused (its capacity): a figure */
+    if (atomic_load_explicit(&s->bk->refused, memory_order_relaxed) != bk_refused)
+      return AA_OK;
+    /* neither the device nor a limit refused: the core failed on the host
+     * (its own memory: a page map leaf, a segment record), which must not
+     * pass for the policy's failure either */
+    st = malloc(sizeof *st);
+    if (st == NULL)
+      host = 1;
+    else if (aa_pool_stats_get(s->pool, st) == AA_OK && st->limit_bytes == 0)
+      host = 1;
+    free(st);
+    if (!host)
+      return AA_OK;
+    snprintf(s->err, sizeof s->err,
+             "%s %llu: out of host memory serving a request of %llu bytes (the core failed "
+             "with no refusal of the simulated device): its figures would count that as the "
+             "policy's failure, so the replay stops",
+             s->pos, (unsigned long long)ev->line, (unsigned long long)ev->size);
+    return AA_ENOMEM;
+  }
   snprintf(s->err, sizeof s->err,
-           "%s %llu: the simulator ran out of its fake address space (%llu TiB) serving a "
-           "request of %llu bytes: its figures would count its own limit as the policy's "
-           "failures, so the replay stops",
+           "%s %llu: the simulator ran out of its fake address space (%llu TiB, bounded by "
+           "the host memory that models it) serving a request of %llu bytes: its figures "
+           "would count its own limit as the policy's failures, so the replay stops",
            s->pos, (unsigned long long)ev->line,
            (unsigned long long)((SIM_ADDR_LIMIT - SIM_BASE_ADDR) >> 40),
            (unsigned long long)ev->size);
@@ -368,6 +390,7 @@ static int check_space(aa_replay_sim *s, const aa_replay_event *ev) {
 static int do_alloc(aa_replay_sim *s, const aa_replay_event *ev) {
   aa_stream st = s->cfg.ignore_streams ? NULL : (aa_stream)(uintptr_t)ev->stream;
   size_t i = pmap_find(&s->live, ev->ptr);
+  uint64_t bk_refused;
   void *p;
   int rc;
 
@@ -375,11 +398,12 @@ static int do_alloc(aa_replay_sim *s, const aa_replay_event *ev) {
     return bad_event(s, &s->diag.duplicate_ptr, ev,
                      "allocate of an already live");
   s->requests++;
+  bk_refused = atomic_load_explicit(&s->bk->refused, memory_order_relaxed);
   p = aa_alloc(s->pool, (size_t)ev->size, st);
   s->live.s[i].key = ev->ptr;
   s->live.n++;
   if (AA__UNLIKELY(p == NULL)) {
-    rc = check_space(s, ev);
+    rc = check_space(s, ev, bk_refused);
     if (rc != AA_OK) {
       s->live.n--; /* not entered (blk stays NULL): the replay stops here */
       return rc;
@@ -467,10 +491,11 @@ static int do_failed(aa_replay_sim *s, const aa_replay_event *ev) {
   if (s->cfg.replay_failures) {
     aa_stream st =
         s->cfg.ignore_streams ? NULL : (aa_stream)(uintptr_t)ev->stream;
+    uint64_t bk_refused = atomic_load_explicit(&s->bk->refused, memory_order_relaxed);
     void *p = aa_alloc(s->pool, (size_t)ev->size, st);
     s->requests++;
     if (p == NULL) {
-      int rc = check_space(s, ev);
+      int rc = check_space(s, ev, bk_refused);
       if (rc != AA_OK)
         return rc;
       s->failures++;

@@ -50,11 +50,21 @@ typedef struct simbk {
   /* requests refused because the fake address space ran out (not the
    * capacity): the simulator's limit, never a figure of the replay */
   _Atomic uint64_t space_exhausted;
+  /* requests the simulated device refused (its capacity, a reservation
+   * larger than it): a figure of the replay; a NULL from the pool with
+   * neither this nor a limit is a host-side failure (replay_sim.c) */
+  _Atomic uint64_t refused;
 } simbk;
 
-/* The fake address space the simulated backend hands out addresses from. */
+/* The fake address space the simulated backend hands out addresses from:
+ * 4 TiB from 16 TiB. Bounded because the host memory that models it grows
+ * with it: the pool's page map holds 32 bytes per 64 KiB granule it ever
+ * covered (0.5 GiB per TiB, kept until the pool dies), so a larger space
+ * let one absurd trace row take the host's memory; 4 TiB is many times any
+ * device's memory and costs at most a few GiB. A request past it stops the
+ * replay (exit 3), before any host memory is used for it. */
 #define SIM_BASE_ADDR 0x100000000000ull /* 16 TiB: clearly fake */
-#define SIM_ADDR_LIMIT 0x7f0000000000ull
+#define SIM_ADDR_LIMIT (SIM_BASE_ADDR + (4ull << 40))
 
 /* ---------------------------------------------------------------- maps */
 

@@ -69,6 +69,7 @@ static int sim_alloc(aa_backend *be, size_t size, void **out) {
   pthread_mutex_lock(&b->mu);
   if (b->capacity != 0 &&
       size > b->capacity - atomic_load_explicit(&b->held, memory_order_relaxed)) {
+    atomic_fetch_add_explicit(&b->refused, 1, memory_order_relaxed);
     rc = AA_ENOMEM; /* the simulated device is full: a figure of the replay */
     goto out;
   }
@@ -234,6 +235,7 @@ static int sim_va_reserve(aa_backend *be, size_t size, void **out) {
   *out = NULL;
   pthread_mutex_lock(&b->mu);
   if (size == 0 || (b->capacity != 0 && size > b->capacity)) {
+    atomic_fetch_add_explicit(&b->refused, 1, memory_order_relaxed);
     rc = AA_ENOMEM; /* more than the simulated device could ever map */
   } else if (size > SIM_ADDR_LIMIT - b->next_addr) {
     atomic_fetch_add_explicit(&b->space_exhausted, 1, memory_order_relaxed);
@@ -259,8 +261,10 @@ static int sim_map(aa_backend *be, void *addr, size_t size, void **handle) {
   if (addr == NULL || size == 0 || (uintptr_t)addr % SIM_ALIGN != 0)
     rc = AA_EINVAL;
   else if (b->capacity != 0 &&
-           size > b->capacity - atomic_load_explicit(&b->held, memory_order_relaxed))
+           size > b->capacity - atomic_load_explicit(&b->held, memory_order_relaxed)) {
+    atomic_fetch_add_explicit(&b->refused, 1, memory_order_relaxed);
     rc = AA_ENOMEM;
+  }
   if (rc == AA_OK) {
     atomic_fetch_add_explicit(&b->held, size, memory_order_relaxed);
     atomic_fetch_add_explicit(&b->allocs, 1, memory_order_relaxed);

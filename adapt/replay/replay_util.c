@@ -21,6 +21,13 @@ int aa_replay_event_check(const aa_replay_event *ev, char *msg, size_t cap) {
                ev->op >= 0x20 && ev->op < 0x7f ? ev->op : '?', (unsigned char)ev->op);
     return AA_EPARSE;
   }
+  if (ev->size > AA_REPLAY_MAX_SIZE && ev->size <= (uint64_t)INT64_MAX) {
+    if (msg != NULL && cap > 0)
+      snprintf(msg, cap, "Size: %llu is over 2^48 (256 TiB), more than any backend could give: "
+                         "not a request a trace holds",
+               (unsigned long long)ev->size);
+    return AA_EPARSE;
+  }
   if (ev->size > (uint64_t)INT64_MAX) {
     what = "Size";
     v = ev->size;

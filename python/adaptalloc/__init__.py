@@ -18,8 +18,35 @@ For PyTorch: ``import adaptalloc.torch; adaptalloc.torch.install()``
 # public namespace (dir(adaptalloc)) is __all__ and the subpackages alone.
 import json as _json
 import os as _os
+import sys as _sys
 
-from . import _C
+
+def _running_the_cli():
+    """True while ``python -m adaptalloc`` imports this package on its way
+    to __main__ (the command line, which never loads the native library):
+    runpy has set sys.argv[0] to "-m" and the command named this package."""
+    if _sys.argv[:1] != ["-m"]:
+        return False
+    orig = list(getattr(_sys, "orig_argv", []))
+    for i, a in enumerate(orig):
+        if a == "-m":
+            return orig[i + 1:i + 2] == [__name__]
+        if a == "-m" + __name__:
+            return True
+        if a.startswith("-m"):
+            return False
+    return False
+
+
+try:
+    from . import _C
+except ImportError:
+    # Without the built extension only `python -m adaptalloc` goes on (the
+    # API below is then unusable, and nothing calls it); `import adaptalloc`
+    # raises as it always did.
+    if not _running_the_cli():
+        raise
+    _C = None
 
 __all__ = [
     "AdaptallocError", "PolicyError", "PolicyConflict", "ENV", "configure", "start",
@@ -48,7 +75,7 @@ class PolicyConflict(AdaptallocError):
 #: returned to the pool when it dies. Pinned blocks are reused only after the
 #: work `stream` had at that moment has completed (set_last_use,
 #: record_stream); b.address, b.size, b.capacity, b.device_address.
-Block = _C.Block
+Block = _C.Block if _C is not None else None
 
 # keyword -> the environment variable the runtime reads for it when no keyword
 # sets it (README "Environment")

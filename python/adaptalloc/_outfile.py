@@ -255,6 +255,21 @@ def write_all(outputs, binary=False, new_mode=0o666):
         out.commit()
 
 
+def _read_bounded(f, limit, chunk=1 << 20):
+    """At most limit + 1 bytes of the open binary file f, read in chunks:
+    memory grows with what the file holds, never reserved for the whole
+    limit up front (a 100-byte file under a small address-space limit)."""
+    parts = []
+    left = limit + 1
+    while left > 0:
+        part = f.read(min(chunk, left))
+        if not part:
+            break
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
+
+
 def read_input(path, what, limit):
     """The bytes of the file `path`, at most `limit` of them (FileError
     beyond, and for a folder or an unreadable file). `what`: how the user
@@ -264,7 +279,7 @@ def read_input(path, what, limit):
             st = os.fstat(f.fileno())
             if stat.S_ISDIR(st.st_mode):
                 raise FileError("%s %s is a folder; name a file" % (what, path))
-            data = f.read(limit + 1)
+            data = _read_bounded(f, limit)
     except FileError:
         raise
     except IsADirectoryError:

@@ -23,9 +23,20 @@ XDG_RUNTIME_DIR is an absolute path, else /tmp/adaptalloc-<uid>/<port>.token
 (docs/security.md "The token file").
 
 Exit codes: 0 done; 1 the server refused (4xx other than 401/403, 5xx;
-its message is printed); 2 usage; 3 the job cannot be reached (or answered
-something that is not its JSON); 4 refused for want of the right token
-(401/403); 5 not supported by this server. Errors are one line on stderr.
+its message is printed); 2 usage, or a file named on the command line that
+cannot be read (@FILE, a policy not UTF-8 or not JSON) or written (snapshot
+-o: an input such as a token file, a missing folder, /dev/full); 3 the job
+cannot be reached (or answered something that is not its JSON); 4 refused
+for want of the right token (401/403), or a token that cannot be one (a
+token file that cannot be read, over 4096 bytes, or a token with a space, a
+newline or a control character); 5 not supported by this server. Errors are
+one line on stderr.
+
+Files: snapshot -o follows adaptalloc's one rule for outputs
+(_outfile.py): never an input (the token files count as inputs), checked
+before any request, written through an exclusive temporary in the target's
+folder and renamed (a device such as /dev/null is written in place). Every
+file read is bounded: a policy document 16 MiB, a token file 4096 bytes.
 """
 import argparse
 import json
@@ -36,8 +47,19 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+try:
+    from . import _outfile as outfile  # the package: python -m adaptalloc, adaptalloc
+except ImportError:  # python3 python/adaptalloc/cli.py: the file beside this one
+    import importlib.util as _ilu
+    _spec = _ilu.spec_from_file_location(
+        "aa_outfile", os.path.join(os.path.dirname(os.path.realpath(__file__)), "_outfile.py"))
+    outfile = _ilu.module_from_spec(_spec)
+    _spec.loader.exec_module(outfile)
+
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_AUTH, EXIT_UNSUPPORTED = range(6)
 DEFAULT_URL = "127.0.0.1:9100"
+MAX_DOC_BYTES = 16 << 20    # a policy document (@FILE, -)
+MAX_TOKEN_BYTES = 4096      # a token file
 PROG = "adaptalloc"
 
 
@@ -96,25 +118,44 @@ def find_token(base, token_file=None):
         return read_token_file(token_file, explicit=True), token_file
     env = os.environ.get("ADAPTALLOC_TOKEN")
     if env and env.lower() != "off":
-        return env, "ADAPTALLOC_TOKEN"
+        return check_token(env, "ADAPTALLOC_TOKEN"), "ADAPTALLOC_TOKEN"
     if not is_loopback(base):
         return None, None  # a job elsewhere wrote its file on its own host
     path = default_token_file(urllib.parse.urlsplit(base).port)
     return read_token_file(path, explicit=False), path
 
 
+def check_token(token, where):
+    """token if it can go in an Authorization header (visible ASCII, no
+    space), else CliError (exit 4) naming where it came from."""
+    for i, c in enumerate(token):
+        if not "!" <= c <= "~":
+            raise CliError("the token from %s holds %r at offset %d (a token is visible ASCII: "
+                           "no space, newline or control character); set it to the token alone"
+                           % (where, c, i), EXIT_AUTH)
+    return token
+
+
 def read_token_file(path, explicit):
+    """The token in the file's first line (at most MAX_TOKEN_BYTES read);
+    None when the job's default file is missing."""
     try:
-        with open(path, "r", encoding="ascii") as f:
-            token = f.readline().strip()
+        with open(path, "rb") as f:
+            data = f.read(MAX_TOKEN_BYTES + 1)
     except FileNotFoundError:
         if explicit:
             raise CliError("token file %s: no such file" % path, EXIT_USAGE) from None
         return None
-    except (OSError, UnicodeDecodeError) as e:
-        raise CliError("token file %s: %s" % (path, getattr(e, "strerror", None) or e),
-                       EXIT_AUTH) from None
-    return token or None
+    except OSError as e:
+        raise CliError("token file %s: %s" % (path, e.strerror or e), EXIT_AUTH) from None
+    if len(data) > MAX_TOKEN_BYTES:
+        raise CliError("token file %s is over %d bytes: not a token file"
+                       % (path, MAX_TOKEN_BYTES), EXIT_AUTH)
+    lines = data.splitlines()
+    token = lines[0].strip(b" \t") if lines else b""
+    if not token:
+        return None
+    return check_token(token.decode("latin-1"), "token file %s" % path)
 
 
 def request(base, method, path, body=None, headers=None, token=None, timeout=10.0):
@@ -305,18 +346,27 @@ def cmd_top(args, base):
 
 
 def read_doc(spec, what):
-    """The document of `spec`: JSON text, @FILE, FILE (for put) or - (stdin)."""
+    """The document of `spec`: JSON text, @FILE, FILE (for put) or - (stdin);
+    files read up to MAX_DOC_BYTES and checked as UTF-8 (CliError, exit 2)."""
     try:
         if spec == "-":
-            text = sys.stdin.read()
+            data = outfile._read_bounded(sys.stdin.buffer, MAX_DOC_BYTES)
+            if len(data) > MAX_DOC_BYTES:
+                raise CliError("policy %s: stdin is over %d bytes: refused"
+                               % (what, MAX_DOC_BYTES), EXIT_USAGE)
+            text = data.decode("utf-8")
         elif spec.startswith("@") or (what == "put" and not spec.lstrip().startswith("{")):
             path = spec[1:] if spec.startswith("@") else spec
-            with open(path, "r", encoding="utf-8") as f:
-                text = f.read()
+            text = outfile.read_text(path, "policy %s" % what, MAX_DOC_BYTES)
         else:
             text = spec
+            text.encode("utf-8")  # an argument that is not UTF-8 (surrogates)
+    except outfile.FileError as e:
+        raise CliError(str(e), EXIT_USAGE) from None
     except OSError as e:
-        raise CliError("policy %s: %s: %s" % (what, e.filename, e.strerror), EXIT_USAGE) from None
+        raise CliError("policy %s: %s" % (what, e.strerror or e), EXIT_USAGE) from None
+    except UnicodeError:
+        raise CliError("policy %s: the document is not UTF-8 text" % what, EXIT_USAGE) from None
     try:
         json.loads(text)
     except ValueError as e:
@@ -341,7 +391,18 @@ def cmd_policy(args, base):
     return EXIT_OK
 
 
+def token_files(args, base):
+    """The token files this command may read: inputs an output must not
+    replace (--token-file, the job's default file for its port)."""
+    return [args.token_file, default_token_file(urllib.parse.urlsplit(base).port)]
+
+
 def cmd_snapshot(args, base):
+    if args.output not in (None, "-"):
+        try:  # before any request: never an input, a folder that takes it
+            outfile.check_output(args.output, token_files(args, base), "snapshot -o")
+        except outfile.FileError as e:
+            raise CliError(str(e), EXIT_USAGE) from None
     st = get_json(base, "/stats")
     snap = {"url": base, "time_unix_ms": int(time.time() * 1000), "stats": st,
             "policy": get_json(base, "/policy"), "segments": {}, "oom": None}
@@ -360,19 +421,21 @@ def cmd_snapshot(args, base):
             raise
     text = json.dumps(snap, indent=1) + "\n"
     if args.output in (None, "-"):
-        sys.stdout.write(text)
-    else:
-        tmp = args.output + ".tmp%d" % os.getpid()
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, args.output)
+            sys.stdout.write(text)
+            sys.stdout.flush()
         except OSError as e:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise CliError("snapshot: %s: %s" % (args.output, e.strerror), EXIT_USAGE) from None
+            raise CliError("snapshot: cannot write stdout: %s" % (e.strerror or e),
+                           EXIT_USAGE) from None
+    else:
+        try:
+            with outfile.replacing(args.output) as out:
+                out.file.write(text)
+        except outfile.FileError as e:
+            raise CliError("snapshot: %s" % e, EXIT_USAGE) from None
+        except OSError as e:
+            raise CliError("snapshot: cannot write %s: %s" % (args.output, e.strerror or e),
+                           EXIT_USAGE) from None
         print("%s: %d pools" % (args.output, len(st.get("pools", []))), file=sys.stderr)
     return EXIT_OK
 
@@ -391,8 +454,9 @@ def cmd_trace(args, base):
 def parser():
     ap = argparse.ArgumentParser(
         prog=PROG, description="A running adaptalloc job's state and policy over its HTTP server.",
-        epilog="exit codes: 0 done, 1 refused by the server, 2 usage, 3 job unreachable, "
-               "4 token missing or wrong, 5 not supported by this server")
+        epilog="exit codes: 0 done, 1 refused by the server, 2 usage (or a file that cannot be "
+               "read or written), 3 job unreachable, 4 token missing, wrong or unreadable, "
+               "5 not supported by this server")
     ap.add_argument("--url", help="the job: http://HOST:PORT, HOST:PORT or PORT "
                                   "(default $ADAPTALLOC_URL, else %s)" % DEFAULT_URL)
     ap.add_argument("--rank", type=int, default=0, help="add RANK to the port (one job per rank)")

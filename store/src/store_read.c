@@ -405,7 +405,9 @@ int aa_store_trace_read(const char *db_path, int64_t run_id, aa_store_trace_cb c
    * Schema 2 on: the events in the core's sequence order (the write order
    * is the order threads reached the ring, not that of their operations),
    * only those below the first one the run lost (a full ring), so that what
-   * is read is a complete prefix of the run. */
+   * is read is a complete prefix of the run. A seq that is not an integer
+   * passes the filter so that check_trace_row refuses its row by id (text
+   * compares above every number: the filter would drop it unseen). */
   static const char v2[] =
       "SELECT time_ns, op, ptr, size, stream, thread, seq, id"
       " FROM trace_events"
@@ -413,7 +415,7 @@ int aa_store_trace_read(const char *db_path, int64_t run_id, aa_store_trace_cb c
       "   (SELECT min(first_id) FROM trace_batches WHERE run_id = ?1)"
       "   AND (SELECT max(last_id) FROM trace_batches WHERE run_id = ?1)"
       "  AND run_id = ?1"
-      "  AND (seq IS NULL OR seq < coalesce("
+      "  AND (seq IS NULL OR typeof(seq) <> 'integer' OR seq < coalesce("
       "         (SELECT trace_cut_seq FROM runs WHERE id = ?1), seq + 1))"
       " ORDER BY seq, id";
   static const char v1[] =

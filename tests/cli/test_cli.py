@@ -190,6 +190,65 @@ class TestServerCli(Base):
             self.assertIn(k, snap)
         self.assertIn("device0", snap["segments"])
 
+    def test_snapshot_output_follows_the_outfile_rule(self):
+        # the token file is an input: never overwritten, refused before any request
+        tf = os.path.join(self.xdg, "t")
+        with open(tf, "w") as f:
+            f.write(TOKEN + "\n")
+        d = os.path.join(self.xdg, "adaptalloc")
+        os.mkdir(d, 0o700)
+        default_tf = os.path.join(d, "%d.token" % self.port)
+        with open(default_tf, "w") as f:
+            f.write(TOKEN + "\n")
+        for extra, out, kept in ((("--token-file", tf), tf, tf), ((), default_tf, default_tf)):
+            with self.subTest(out=out):
+                rc, _, err = self.cli("--url", self.url, *extra, "snapshot", "-o", out)
+                self.assertEqual(rc, 2, err)
+                self.assertOneLineError(err)
+                self.assertIn("the same file", err)
+                with open(kept) as f:
+                    self.assertEqual(f.read(), TOKEN + "\n")
+        # a device is written in place and its error reported (exit 2)
+        rc, _, err = self.cli("--url", self.url, "snapshot", "-o", "/dev/full")
+        self.assertEqual(rc, 2, err)
+        self.assertOneLineError(err)
+        self.assertIn("/dev/full", err)
+        # the old predictable temporary is no more: a link planted there is not followed
+        out = os.path.join(self.xdg, "snap.json")
+        victim = os.path.join(self.xdg, "victim")
+        with open(victim, "w") as f:
+            f.write("keep")
+        for pid in range(os.getpid(), os.getpid() + 64):
+            os.symlink(victim, "%s.tmp%d" % (out, pid))
+        before = sorted(os.listdir(self.xdg))
+        rc, _, err = self.cli("--url", self.url, "snapshot", "-o", out)
+        self.assertEqual(rc, 0, err)
+        with open(victim) as f:
+            self.assertEqual(f.read(), "keep")
+        self.assertEqual(sorted(os.listdir(self.xdg)), sorted(before + ["snap.json"]))
+        with open(out) as f:
+            self.assertIn("stats", json.load(f))
+
+    def test_bad_documents_and_tokens_one_line(self):
+        bad = os.path.join(self.xdg, "bad.json")
+        with open(bad, "wb") as f:
+            f.write(b'{"adapt": "\xff"}')
+        v = self.version()
+        env = {"ADAPTALLOC_TOKEN": TOKEN}
+        for args, env_, code, words in (
+                (("policy", "patch", "@" + bad), env, 2, "not UTF-8"),
+                (("policy", "patch", "@/dev/zero"), env, 2, "over"),
+                (("policy", "put", "/dev/zero"), env, 2, "over"),
+                (("--token-file", "/dev/zero", "policy", "patch", "{}"), {}, 4, "over"),
+                (("policy", "patch", "{}"), {"ADAPTALLOC_TOKEN": TOKEN + "\n"}, 4,
+                 "ADAPTALLOC_TOKEN")):
+            with self.subTest(args=args):
+                rc, _, err = self.cli("--url", self.url, *args, env=env_)
+                self.assertEqual(rc, code, err)
+                self.assertOneLineError(err)
+                self.assertIn(words, err)
+        self.assertEqual(self.version(), v)
+
     def test_trace_is_not_served_yet(self):
         rc, _, err = self.cli("--url", self.url, "trace", "--seconds", "5")
         self.assertEqual(rc, 5, err)
@@ -206,6 +265,36 @@ class TestServerCli(Base):
         self.assertEqual(rc, 2, err)
         rc, _, err = self.cli("--url", self.url, "--rank", "-1", "status")
         self.assertEqual(rc, 2, err)
+
+
+class ModuleWithoutNative(Base):
+    """python -m adaptalloc is the command line, which never loads the
+    native library: it runs from a package without the built _C, while
+    `import adaptalloc` there still fails as before."""
+
+    def test_python_m_without_the_extension(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            self.xdg = tmp
+            pkg = os.path.join(tmp, "adaptalloc")
+            os.mkdir(pkg)
+            src = os.path.dirname(CLI)
+            for name in os.listdir(src):
+                if name.endswith(".py"):  # no _C*.so
+                    with open(os.path.join(src, name), "rb") as f, \
+                            open(os.path.join(pkg, name), "wb") as g:
+                        g.write(f.read())
+            e = dict(os.environ, PYTHONPATH=tmp, XDG_RUNTIME_DIR=tmp)
+            e.pop("ADAPTALLOC_URL", None)
+            r = subprocess.run([sys.executable, "-m", "adaptalloc", "--url", "127.0.0.1:1",
+                                "status"], capture_output=True, text=True, env=e, cwd=tmp,
+                               timeout=60)
+            self.assertEqual(r.returncode, 3, r.stderr)
+            self.assertOneLineError(r.stderr)
+            self.assertIn("cannot reach the job", r.stderr)
+            r = subprocess.run([sys.executable, "-c", "import adaptalloc"], capture_output=True,
+                               text=True, env=e, cwd=tmp, timeout=60)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("ImportError", r.stderr)
 
 
 @unittest.skipUnless(os.environ.get("AA_DEMO"), "AA_DEMO not set")

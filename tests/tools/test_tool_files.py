@@ -15,6 +15,9 @@ network (a stand-in Prometheus on 127.0.0.1).
   answer that is HTML or has no data, a panel of absurd height, bad
   --limit-factors, a missing or empty --report) one line naming it, the
   documented exit code, no traceback and nothing written.
+- tools/torch_snapshot_to_trace.py: reads in chunks (no reserve of the
+  whole limit: a small snapshot under ulimit -v), and --max-entries bounds
+  what a small pickle naming one list many times would write.
 - adaptalloc.torch's OOM snapshot (_oom._write): a symlink planted at the
   old predictable temporary name is never followed.
 """
@@ -36,6 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 GRAFANA = os.path.join(ROOT, "tools", "grafana_preview.py")
 ZOO = os.path.join(ROOT, "tools", "device", "zoo_account.py")
 MEMVIZ = os.path.join(ROOT, "tools", "memory_viz_image.py")
+CONVERTER = os.path.join(ROOT, "tools", "torch_snapshot_to_trace.py")
 CDN = "https://cdn.jsdelivr.net/gh/pytorch/pytorch@main/torch/utils/viz/MemoryViz.js"
 ROOT_USER = os.geteuid() == 0
 
@@ -187,6 +191,65 @@ class OutfileRule(Base):
                 self.assertEqual(len(str(cm.exception).splitlines()), 1)
 
 
+    def test_bounded_read_reserves_nothing_up_front(self):
+        # a 1 GiB limit under a 900 MB address space: a small file reads
+        small = self.write("small", b"x" * 127, "wb")
+        code = ("import resource, importlib.util as u, sys\n"
+                "spec = u.spec_from_file_location('o', sys.argv[1])\n"
+                "o = u.module_from_spec(spec); spec.loader.exec_module(o)\n"
+                "resource.setrlimit(resource.RLIMIT_AS, (900 << 20, 900 << 20))\n"
+                "print(len(o.read_input(sys.argv[2], '--x', 1 << 30)))\n")
+        r = subprocess.run([sys.executable, "-c", code,
+                            os.path.join(ROOT, "python", "adaptalloc", "_outfile.py"), small],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual((r.returncode, r.stdout.strip()), (0, "127"), r.stderr)
+
+
+# ------------------------------------------------------------- torch converter
+
+def run_limited(tool, *args, address_space=900 << 20):
+    """run() under an address-space limit (ulimit -v)."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+    return subprocess.run([sys.executable, tool] + [str(a) for a in args], capture_output=True,
+                          text=True, timeout=120, errors="replace", preexec_fn=limit)
+
+
+class TorchConverter(Base):
+    """tools/torch_snapshot_to_trace.py: reads in chunks (a small snapshot
+    under a small address space), and bounds what it writes (--max-entries):
+    a small pickle that names one list many times is refused."""
+
+    def snapshot(self, traces):
+        p = self.path("snap.pickle")
+        with open(p, "wb") as f:
+            pickle.dump({"segments": [], "device_traces": traces}, f)
+        return p
+
+    def test_small_snapshot_under_a_small_address_space(self):
+        snap = self.snapshot([[{"action": "alloc", "addr": 16, "size": 512, "stream": 0}]])
+        r = run_limited(CONVERTER, snap, "-o", self.path("t.csv"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.path("t.csv")) as f:
+            self.assertEqual(len(f.read().splitlines()), 2)
+
+    def test_entries_bounded(self):
+        one = [{"action": "alloc", "addr": 16 * i, "size": 512} for i in range(1000)]
+        for traces, extra in (([one] * 10, ("--max-entries", "5000")),
+                              ([one] * 20000, ())):  # 20 M entries: over the default
+            with self.subTest(extra=extra):
+                snap = self.snapshot(traces)
+                self.assertLess(os.path.getsize(snap), 100000)
+                before = self.listing()
+                r = run(CONVERTER, snap, "-o", self.path("t.csv"), *extra)
+                self.refused(r, 1, "torch_snapshot_to_trace: ", "--max-entries")
+                self.assertEqual(self.listing(), before)
+        r = run(CONVERTER, self.snapshot([one]), "--max-entries", "0")
+        self.refused(r, 2, "", "--max-entries")
+
+
 class OomSnapshot(Base):
     """adaptalloc.torch writes its OOM snapshot without following a link
     planted at a predictable name (issue #39 class 3)."""
@@ -254,6 +317,13 @@ class Prom(http.server.BaseHTTPRequestHandler):
             body, ctype = b"<html><body>nginx</body></html>", "text/html"
         elif self.mode == "nodata":
             body, ctype = b'{"status":"success"}', "application/json"
+        elif self.mode in ("huge", "-huge"):
+            v = "1e308" if self.mode == "huge" else "-1e308"
+            body = json.dumps({"status": "success", "data": {
+                "resultType": "matrix", "result": [
+                    {"metric": {"__name__": "up", "rank": "0"},
+                     "values": [[1000.0, v], [1030.0, "2"]]}]}}).encode()
+            ctype = "application/json"
         elif self.mode == "list":
             body, ctype = b'[1,2]', "application/json"
         elif self.mode == "badseries":
@@ -359,6 +429,20 @@ class GrafanaPreview(Base):
                                   "templating"),
             "time a string": (json.dumps(dict(dashboard(), time="now")).encode(), "time"),
             "nan in JSON": (b'{"panels": NaN}', "not JSON"),
+            "min and max absurd": (json.dumps(dashboard(fieldConfig={"defaults": {
+                "min": -1e308, "max": 1e308}})).encode(), "beyond"),
+            "row panel a string": (json.dumps({"panels": [
+                {"type": "row", "title": "R", "gridPos": {"x": 0, "y": 0, "w": 24, "h": 1},
+                 "panels": ["x"]}]}).encode(), "not an object"),
+            "row panel a number": (json.dumps({"panels": [
+                {"type": "row", "title": "R", "gridPos": {"x": 0, "y": 0, "w": 24, "h": 1},
+                 "panels": [3]}]}).encode(), "not an object"),
+            "no gridPos": (json.dumps({"panels": [
+                {"id": 1, "title": "Up", "type": "timeseries", "targets": []}]}).encode(),
+                           "gridPos"),
+            "row without gridPos": (json.dumps({"panels": [
+                {"type": "row", "title": "R", "panels": [
+                    {"title": "in", "type": "timeseries"}]}]}).encode(), "gridPos"),
             "empty": (b"", "empty"),
         }
         for name, (data, words) in cases.items():
@@ -399,6 +483,15 @@ class GrafanaPreview(Base):
         r = self.preview("--report", "/dev/full")
         self.refused(r, 2, "grafana_preview: ", "/dev/full")
         self.assertEqual(self.listing(), before)  # the page is not left without its report
+
+    def test_samples_beyond_an_axis_refused(self):
+        for mode in ("huge", "-huge"):
+            with self.subTest(mode=mode):
+                Prom.mode = mode
+                before = self.listing()
+                r = self.preview("--report", self.path("r.json"))
+                self.refused(r, 2, "grafana_preview: ", "1e+308", "beyond")
+                self.assertEqual(self.listing(), before)
 
     def test_prometheus_answers_that_are_not_prometheus(self):
         for mode, words in (("html", "not JSON"), ("nodata", "no \"data\""),
@@ -469,6 +562,42 @@ class ZooAccount(Base):
                 self.refused(r, 2, "zoo_account: ", "the same file")
                 self.assert_db_kept()
                 self.assertFalse(os.path.exists(self.calls), "a replay ran")
+
+    def test_out_is_a_journal_of_the_database(self):
+        for sfx in ("-wal", "-shm", "-journal"):
+            with self.subTest(sfx=sfx):
+                r = self.collect(out=self.db + sfx)
+                self.refused(r, 2, "zoo_account: ", sfx)
+                self.assertFalse(os.path.exists(self.db + sfx))
+                self.assertFalse(os.path.exists(self.calls), "a replay ran")
+                self.assert_db_kept()
+
+    def test_out_a_device_tables_from_memory(self):
+        # /dev/null: the tables still print (not read back: "--report /dev/null is empty")
+        r = self.collect(out="/dev/null")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("| bert |", r.stdout)
+        self.assertNotIn("--report", r.stderr)
+        # /dev/stdout into a pipe: the account then the tables, no reading back (a hang)
+        os.unlink(self.calls)
+        r = run(ZOO, "--db", self.db, "--runs", self.runs, "--replay", self.replay,
+                "--policy", self.policy, "--delays-us", "0", "--out", "/dev/stdout",
+                timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn('"workloads"', r.stdout)
+        self.assertIn("| bert |", r.stdout)
+
+    def test_bad_runs_one_line_before_any_replay(self):
+        for run_, words in (({"pid": 99999999999999999999999}, "2^63"),
+                            ({"pid": 42, "step_ms": 5}, "step_ms"),
+                            ({"pid": 42, "step_ms": [1, "a"]}, "step_ms"),
+                            ({"pid": 42, "step_ms": [True]}, "step_ms")):
+            with self.subTest(run=run_):
+                self.write("runs.json", json.dumps({"runs": {"bert": {"native": [run_]}}}))
+                r = self.collect()
+                self.refused(r, 2, "zoo_account: ", words)
+                self.assertFalse(os.path.exists(self.calls), "a replay ran")
+                self.assertFalse(os.path.exists(self.path("account.json")))
 
     def test_bad_arguments_refused_before_any_replay(self):
         cases = [(("--limit-factors", "1.03,abc"), "abc"), (("--limit-factors", "nan"), "nan"),
@@ -551,6 +680,13 @@ class MemoryVizImage(Base):
             with self.subTest(out=out):
                 r = run(MEMVIZ, "--png", self.html, "--viz-js", self.js, opt, out)
                 self.refused(r, 2, "memory_viz_image: ", "the same file")
+        # without --viz-js the MemoryViz.js beside the HTML is an input too
+        for out in (self.js, self.path("link.js")):
+            with self.subTest(out=out, viz_js=None):
+                r = run(MEMVIZ, "--png", self.html, "--out", out)
+                self.refused(r, 2, "memory_viz_image: ", "the same file")
+                with open(self.js) as f:
+                    self.assertEqual(f.read(), "export function add_local_files() {}\n")
         r = run(MEMVIZ, "--png", page)  # default out: sub/t.png itself
         self.refused(r, 2, "memory_viz_image: ", "the same file")
         with open(self.html) as f:

@@ -26,8 +26,11 @@ input or usage: an unreadable, non-UTF-8, non-JSON or wrongly shaped --runs,
 --policy or --report (over 64 MiB refused unread), a --db that is not a
 store, bad --delays-us or --limit-factors (positive finite factors), an
 --out that is an input (the database, directly or through a link) or cannot
-be written. Each is one line naming the file or option, said before any
-replay runs; the account is written whole or not at all (a temporary renamed
+be written, or a file of its journal (<db>-wal, -shm, -journal), a pid past
+2^63 or a "step_ms" that is not a list of numbers. Each is one line naming
+the file or option, said before any replay runs; the tables printed after
+collecting come from the account in memory, never read back from --out (a
+device such as /dev/stdout or /dev/null is written in place); the account is written whole or not at all (a temporary renamed
 into place: python/adaptalloc/_outfile.py, the rule every program of the
 project follows), and --report prints nothing unless the whole file reads.
 """
@@ -111,7 +114,14 @@ def parse_list(text, what, conv, ok, want):
 def check_collect(a):
     """Everything collect reads, checked before the first replay:
     (runs, delays, factors, policy)."""
-    outfile.check_output(a.out, [a.db, a.runs, a.policy, a.replay], "--out")
+    # the database's journal files are inputs too: SQLite reads <db>-wal,
+    # -shm, -journal by name, so a new file there would be taken for one
+    journals = [a.db + sfx for sfx in ("-wal", "-shm", "-journal")]
+    for j in journals:
+        if os.path.realpath(a.out) == os.path.realpath(j):
+            raise InputError("--out %s is the database's %s file (SQLite reads it with %s): "
+                             "name another output" % (a.out, j[len(a.db):], a.db))
+    outfile.check_output(a.out, [a.db, a.runs, a.policy, a.replay] + journals, "--out")
     delays = parse_list(a.delays_us, "--delays-us", int, lambda v: 0 <= v <= 10 ** 12,
                         "a delay in microseconds (0 to 10^12)")
     factors = parse_list(a.limit_factors, "--limit-factors", float,
@@ -127,9 +137,20 @@ def check_collect(a):
     for w, m in runs.items():
         for rs in m.values():
             for r in rs:
-                if not isinstance(r.get("pid", -1), int) or isinstance(r.get("pid"), bool):
+                pid = r.get("pid", -1)
+                if not isinstance(pid, int) or isinstance(pid, bool):
                     raise InputError("--runs %s: workload %r: a run's pid is not a number"
                                      % (a.runs, w))
+                if not -(1 << 63) <= pid < (1 << 63):
+                    raise InputError("--runs %s: workload %r: pid %d is not a process id "
+                                     "(over 2^63)" % (a.runs, w, pid))
+                steps = r.get("step_ms")
+                if steps is not None and not (
+                        isinstance(steps, list) and
+                        all(isinstance(v, (int, float)) and not isinstance(v, bool) and
+                            math.isfinite(v) for v in steps)):
+                    raise InputError("--runs %s: workload %r: \"step_ms\" is not a list of "
+                                     "numbers (milliseconds per step)" % (a.runs, w))
     policy = outfile.load_json(a.policy, "--policy", JSON_MAX_BYTES, dict)
     if factors and not isinstance((policy.get("pools") or {}).get("device"), dict):
         raise InputError("--policy %s has no pools.device object to set limit_bytes in"
@@ -199,6 +220,7 @@ def collect(a):
         doc["workloads"][w] = entry
     doc["limit_factors"] = factors
     outfile.write_all([(a.out, json.dumps(doc, indent=1))])
+    return doc
 
 
 def limit_replays(a, w, rid, in_use, factors, pol):
@@ -301,12 +323,14 @@ def check_account(path, doc):
              "workload %r: \"limits\" is not an object" % w)
 
 
-def report(path):
-    """Prints the tables of an account file; nothing when it cannot be read
-    whole (InputError)."""
+def report(path, doc=None):
+    """Prints the tables of an account file (or of `doc`, the account just
+    collected into `path`: never read back from --out, which may be a device
+    such as /dev/stdout); nothing when it cannot be read whole (InputError)."""
     import contextlib
     import io
-    doc = outfile.load_json(path, "--report", JSON_MAX_BYTES, dict)
+    if doc is None:
+        doc = outfile.load_json(path, "--report", JSON_MAX_BYTES, dict)
     check_account(path, doc)
     buf = io.StringIO()
     try:
@@ -394,8 +418,7 @@ def main():
         if a.report:
             report(a.report)
             return 0
-        collect(a)
-        report(a.out)
+        report(a.out, collect(a))
     except (InputError, outfile.FileError) as e:
         print("zoo_account: %s" % e, file=sys.stderr)
         return 2

@@ -276,6 +276,13 @@ int account_in_use_pass(const options *o, loaded *l, size_t n) {
   o2.progress = 0;  /* and so is the progress bar */
   if (rc == 0 && k > 0)
     rc = replay_all(&o2, l2, k, &t, NULL);
+  if (rc == EXIT_INTERNAL) {
+    /* out of host memory (the error above): never figures with exit 0 */
+    for (i = 0; i < k; i++)
+      aa_replay_sim_free(l2[i].sim);
+    free(l2);
+    return rc;
+  }
   if (rc != 0) {
     /* the first pass's figures stand: only this field is missing */
     for (i = 0; i < k; i++)

@@ -53,12 +53,17 @@ typedef struct aa_replay_event {
   char op;
 } aa_replay_event;
 
+/* The largest size an event may hold: 2^48 (256 TiB), more than any
+ * backend could give (a device's or a host's address space). */
+#define AA_REPLAY_MAX_SIZE (1ull << 48)
+
 /* The rules every event passes whatever it was read from (a CSV line, a
  * store's trace row, a torch snapshot), so that one reader's rules hold for
- * all: op is 'a', 'f', 'x' or 'u'; size and time_ns are below 2^63 (what a
- * store can hold: larger is a negative number read back, or no size at
- * all). AA_OK, or AA_EPARSE with a message naming the field (msg may be
- * NULL). The CSV reader applies it to every line; a reader of another
+ * all: op is 'a', 'f', 'x' or 'u'; size is at most AA_REPLAY_MAX_SIZE (a
+ * larger one, up to 2^63 - 1, would only count as a failure); size and
+ * time_ns are below 2^63 (what a store can hold: larger is a negative
+ * number read back, or no size at all). AA_OK, or AA_EPARSE with a message
+ * naming the field (msg may be NULL). The CSV reader applies it to every line; a reader of another
  * source calls it on each event before its sink. */
 AA_EXTERN int aa_replay_event_check(const aa_replay_event *ev, char *msg, size_t cap);
 
