@@ -27,7 +27,8 @@ def _pool_summary(doc):
             "peak_bytes_reserved", "large_bytes_in_use", "large_bytes_reserved",
             "large_segments", "large_pages_mapped", "large_pages_unmapped", "large_bytes_held",
             "large_held_reclaims", "backend_allocs", "backend_frees", "backend_ns",
-            "large_page_bytes")
+            "large_page_bytes", "large_stitches", "large_stitch_hits", "large_stitch_wakes",
+            "large_alias_maps", "large_alias_unmaps")
     ckeys = ("block_size", "prefill", "slabs", "bytes_in_use", "bytes_reserved",
              "peak_bytes_in_use", "allocs", "misses")
     pools = []
@@ -114,7 +115,8 @@ def alloc_cost_us(torch, dev, n=20000, budget_s=0.05):
 def _backend_counts(doc):
     """adaptalloc's device pools, summed: time in backend calls (ms; 0 from
     a library without the figure), page maps and unmaps, backend calls."""
-    out = {"backend_ms": 0.0, "pages_mapped": 0, "pages_unmapped": 0, "backend_calls": 0}
+    out = {"backend_ms": 0.0, "pages_mapped": 0, "pages_unmapped": 0, "backend_calls": 0,
+           "alias_calls": 0}
     for p in doc.get("pools", []):
         if p.get("backend") != "cuda" and not str(p.get("name", "")).startswith("device"):
             continue
@@ -122,6 +124,9 @@ def _backend_counts(doc):
         out["pages_mapped"] += p.get("large_pages_mapped", 0)
         out["pages_unmapped"] += p.get("large_pages_unmapped", 0)
         out["backend_calls"] += p.get("backend_allocs", 0) + p.get("backend_frees", 0)
+        # stitching's alias map/unmap calls (cuMemMap of an existing handle):
+        # device calls too, though PyTorch's num_device_alloc does not count them
+        out["alias_calls"] += p.get("large_alias_maps", 0) + p.get("large_alias_unmaps", 0)
     return out
 
 
