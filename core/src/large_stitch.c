@@ -82,12 +82,25 @@ static bool work_done(aa_pool *pool, aa__seg *s) {
  * has completed. */
 static bool address_idle(aa_pool *pool, aa__seg *s) {
   aa__chunk *c = s->first;
-  if (!c->free || c->nxev > 0 || c->ev != NULL)
+  aa_backend *b = pool->backend;
+  if (!c->free || c->nxev > 0)
     return false;
   if (c->any || !pool->has_events)
     return true;
-  if (!aa__stream_idle(pool, c->stream))
+  if (c->ev == NULL && aa__stream_idle(pool, c->stream)) {
+    c->any = 1;
+    return true;
+  }
+  /* an event on its freeing stream, asked now and at later calls (as
+   * aa__lg_usable asks for a free chunk wanted on another stream) */
+  if (c->ev == NULL && b->ops->event_record(b, c->stream, &c->ev) != AA_OK) {
+    c->ev = NULL;
     return false;
+  }
+  uint32_t one = 1;
+  if (!aa__events_done(pool, &c->ev, &one))
+    return false;
+  c->ev = NULL;
   c->any = 1;
   return true;
 }
