@@ -201,7 +201,10 @@ def test_backend_time_of_native_runs_is_tabled(capsys):
                       "backend_allocs": 6, "backend_frees": 1},
                      {"name": "host", "backend": "host", "backend_ns": 10 ** 9}]}
     assert bench_zoo._backend_counts(doc) == {"backend_ms": 2.5, "pages_mapped": 5,
-                                              "pages_unmapped": 1, "backend_calls": 7}
+                                              "pages_unmapped": 1, "backend_calls": 7,
+                                              "alias_calls": 0}
+    doc["pools"][0].update(large_alias_maps=4, large_alias_unmaps=3)  # stitching's calls
+    assert bench_zoo._backend_counts(doc)["alias_calls"] == 7
 
 
 def test_thread_cpu_sees_a_busy_thread():
