@@ -33,22 +33,32 @@ static void on_error(void *user, aa_pool *pool, aa_misuse what, const void *ptr,
   pthread_mutex_unlock(&f->mu);
 }
 
-/* A pool on the host backend; map_runs sets aa_pool_config.large_map_runs. */
-static inline fx *make_with(aa_large_mode mode, size_t limit, int map_runs) {
+/* A pool on the host backend; map_runs sets aa_pool_config.large_map_runs,
+ * stitch its large_stitch; `aliasable`: the backend made aliasable first
+ * (aa_backend_host_aliasable: shared pages, map_alias). */
+static inline fx *make_full(aa_large_mode mode, size_t limit, int map_runs, bool aliasable,
+                            int stitch) {
   fx *f = calloc(1, sizeof *f);
   assert_non_null(f);
   pthread_mutex_init(&f->mu, NULL);
   assert_int_equal(aa_backend_host_new(&f->b), AA_OK);
+  if (aliasable)
+    assert_int_equal(aa_backend_host_aliasable(f->b), AA_OK);
   aa_pool_config cfg;
   aa_pool_config_init(&cfg);
   cfg.backend = f->b;
   cfg.large_mode = mode;
   cfg.large_map_runs = map_runs;
+  cfg.large_stitch = stitch;
   cfg.limit_bytes = limit;
   cfg.on_error = on_error;
   cfg.on_error_user = f;
   assert_int_equal(aa_pool_new(&cfg, &f->p), AA_OK);
   return f;
+}
+
+static inline fx *make_with(aa_large_mode mode, size_t limit, int map_runs) {
+  return make_full(mode, limit, map_runs, false, 0);
 }
 
 static inline fx *make(aa_large_mode mode, size_t limit) {

@@ -26,22 +26,9 @@
 
 #define PAGE (2 * MiB)
 
+/* An expandable pool over an aliasable host backend. */
 static fx *make_stitch(size_t limit, int stitch) {
-  fx *f = calloc(1, sizeof *f);
-  assert_non_null(f);
-  pthread_mutex_init(&f->mu, NULL);
-  assert_int_equal(aa_backend_host_new(&f->b), AA_OK);
-  assert_int_equal(aa_backend_host_aliasable(f->b), AA_OK);
-  aa_pool_config cfg;
-  aa_pool_config_init(&cfg);
-  cfg.backend = f->b;
-  cfg.large_mode = AA_LARGE_EXPANDABLE;
-  cfg.large_stitch = stitch;
-  cfg.limit_bytes = limit;
-  cfg.on_error = on_error;
-  cfg.on_error_user = f;
-  assert_int_equal(aa_pool_new(&cfg, &f->p), AA_OK);
-  return f;
+  return make_full(AA_LARGE_EXPANDABLE, limit, 0, true, stitch);
 }
 
 /* Three 6 MiB holes between live 3 MiB blocks (each hole holds two whole
@@ -171,19 +158,8 @@ static void test_core_stitch_serves_from_holes(void **state) {
  * stitch even when asked. */
 static void test_core_stitch_default_host_private(void **state) {
   (void)state;
-  fx *f = calloc(1, sizeof *f);
-  assert_non_null(f);
-  pthread_mutex_init(&f->mu, NULL);
-  assert_int_equal(aa_backend_host_new(&f->b), AA_OK);
+  fx *f = make_full(AA_LARGE_EXPANDABLE, 0, 0, false, 1);
   assert_null(f->b->ops->map_alias);
-  aa_pool_config cfg;
-  aa_pool_config_init(&cfg);
-  cfg.backend = f->b;
-  cfg.large_mode = AA_LARGE_EXPANDABLE;
-  cfg.large_stitch = 1;
-  cfg.on_error = on_error;
-  cfg.on_error_user = f;
-  assert_int_equal(aa_pool_new(&cfg, &f->p), AA_OK);
   char *p = aa_alloc(f->p, 4 * MiB, NULL);
   assert_non_null(p);
   memset(p, 1, 4 * MiB);

@@ -258,6 +258,22 @@ static bool ev_done(aa_pool *pool, aa__chunk *c) {
   return true;
 }
 
+/* "Usable on any stream?": aa__lg_usable asked on a stream no caller has,
+ * so that a chunk freed on any real stream records its event and is tested
+ * on it. (aa_stream)-1 was used before and is AA_STREAM_HOST: a chunk freed
+ * on the host pseudo-stream answered "usable on your own stream", never
+ * became usable anywhere, and was never released, trimmed or unmapped. */
+static const char anywhere_tag;
+#define ANYWHERE ((aa_stream)(uintptr_t)&anywhere_tag)
+
+bool aa__lg_usable_anywhere(aa_pool *pool, aa__chunk *c) {
+  return !pool->has_events || (aa__lg_usable(pool, c, ANYWHERE) && c->any);
+}
+
+bool aa__lg_events_done(aa_pool *pool, aa__chunk *c) {
+  return xev_done(pool, c) && (c->ev == NULL || ev_done(pool, c));
+}
+
 bool aa__lg_usable(aa_pool *pool, aa__chunk *c, aa_stream stream) {
   aa_backend *b = pool->backend;
   if (!xev_done(pool, c))

@@ -40,7 +40,6 @@ void aa__lg_check(aa_pool *pool) {
     aa__chunk *c = s->first;
     aa__assert(s->st != NULL && c->seg == s && c->base == s->h.base && c->next == NULL &&
                c->base + c->size == s->h.end && !c->parked);
-    aa__assert(s->st->nmapped == s->st->nparts && s->st->in_map);
     for (size_t i = 0; i < s->st->nparts; i++) {
       const aa__stitch_part *pt = &s->st->parts[i];
       aa__assert(pt->pg->alias == s && pt->pg->owner != NULL);

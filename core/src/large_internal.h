@@ -103,10 +103,9 @@ typedef struct aa__stitch_part {
 
 typedef struct aa__stitch {
   aa__stitch_part *parts;
-  size_t nparts, nmapped; /* parts, and those whose alias is mapped */
-  bool in_map;            /* its span is in the page map */
-  bool dormant;           /* parts free in their holes again, aliases kept */
-  uint64_t used_at;       /* the large path's stitch_clock at its last take or free */
+  size_t nparts;    /* each mapped at its address, the range in the page map */
+  bool dormant;     /* parts free in their holes again, aliases kept */
+  uint64_t used_at; /* the large path's stitch_clock at its last take or free */
 } aa__stitch;
 
 /* The large path's state: one per pool (pool->large), made by
@@ -281,6 +280,14 @@ void aa__lg_chunk_put(aa_pool *pool, aa__chunk *c);
 void aa__lg_unpark_all(aa_pool *pool);
 /* Whether a free chunk may be handed out on `stream` now. */
 bool aa__lg_usable(aa_pool *pool, aa__chunk *c, aa_stream stream);
+/* Whether free chunk c may be handed out on every stream now (no events:
+ * always; else its freeing stream's work done, asked as aa__lg_usable asks:
+ * an event recorded and queried, kept for later calls). */
+bool aa__lg_usable_anywhere(aa_pool *pool, aa__chunk *c);
+/* Whether the events free chunk c holds (its record_stream'd streams', and
+ * one on its freeing stream) have all completed, releasing them; with the
+ * last, c is usable everywhere. */
+bool aa__lg_events_done(aa_pool *pool, aa__chunk *c);
 /* Whether free neighbours a (lower) and b can merge; merges b (free, in
  * bins) into a (free, out of bins). */
 bool aa__lg_merge_ok(const aa__chunk *a, const aa__chunk *b);

@@ -10,14 +10,6 @@
 
 #include "large_internal.h"
 
-/* "Usable on any stream?": aa__lg_usable asked on a stream no caller has,
- * so that a chunk freed on any real stream records its event and is tested
- * on it. (aa_stream)-1 was used before and is AA_STREAM_HOST: a chunk freed
- * on the host pseudo-stream answered "usable on your own stream", never
- * became usable anywhere, and was never released, trimmed or unmapped. */
-static const char anywhere_tag;
-#define ANYWHERE ((aa_stream)(uintptr_t)&anywhere_tag)
-
 /* ------------------------------------------------------------ pages */
 
 #define VMM_VA ((size_t)256 << 30)
@@ -167,7 +159,7 @@ static size_t vmm_unmap_free(aa_pool *pool, size_t want, const aa__chunk *skip) 
     for (aa__chunk *c = s->first; c; c = c->next) {
       if (!c->free || c == skip || !has_interior_mapped(pool, c))
         continue;
-      if (pool->has_events && !(aa__lg_usable(pool, c, ANYWHERE) && c->any))
+      if (!aa__lg_usable_anywhere(pool, c))
         continue;
       if (n == cap) {
         size_t nc = cap ? cap * 2 : 64;
@@ -344,9 +336,7 @@ static bool seg_releasable(aa_pool *pool, aa__seg *s) {
   aa__chunk *c = s->first;
   if (s->pages != NULL || !c->free || c->next != NULL)
     return false;
-  if (!pool->has_events)
-    return true;
-  return aa__lg_usable(pool, c, ANYWHERE) && c->any;
+  return aa__lg_usable_anywhere(pool, c);
 }
 
 /* Free chunks whose events completed become usable anywhere and merge with
@@ -355,7 +345,7 @@ static bool seg_releasable(aa_pool *pool, aa__seg *s) {
 static void seg_settle(aa_pool *pool, aa__seg *s) {
   for (aa__chunk *c = s->first; c; c = c->next) {
     if (c->free && !c->any && pool->has_events)
-      (void)aa__lg_usable(pool, c, ANYWHERE);
+      (void)aa__lg_usable_anywhere(pool, c);
   }
   aa__chunk *c = s->first;
   while (c) {

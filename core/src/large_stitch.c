@@ -57,52 +57,14 @@ bool aa__lg_stitch_usable(const aa_pool *pool) {
  * at once, elsewhere once that stream's work is done, as any free chunk),
  * or usable everywhere. */
 static bool work_done(aa_pool *pool, aa__seg *s) {
-  aa__chunk *c = s->first;
-  if (!c->free)
-    return false;
-  if (c->nxev > 0) { /* record_stream'd streams' events: all must be done */
-    if (!aa__events_done(pool, c->xev, &c->nxev))
-      return false;
-    free(c->xev);
-    c->xev = NULL;
-  }
-  if (c->ev != NULL) { /* recorded for another stream's use: one event, one chunk */
-    uint32_t one = 1;
-    if (!aa__events_done(pool, &c->ev, &one))
-      return false;
-    c->ev = NULL;
-    c->any = 1;
-  }
-  return true;
+  return s->first->free && aa__lg_events_done(pool, s->first);
 }
 
 /* Whether no work may still use range s's address: its chunk usable on
- * every stream (its freeing stream idle, asked now). Its aliases are undone
- * only then, as the expandable path unmaps only pages of chunks whose work
- * has completed. */
+ * every stream. Its aliases are undone only then, as the expandable path
+ * unmaps only pages of chunks whose work has completed. */
 static bool address_idle(aa_pool *pool, aa__seg *s) {
-  aa__chunk *c = s->first;
-  aa_backend *b = pool->backend;
-  if (!c->free || c->nxev > 0)
-    return false;
-  if (c->any || !pool->has_events)
-    return true;
-  if (c->ev == NULL && aa__stream_idle(pool, c->stream)) {
-    c->any = 1;
-    return true;
-  }
-  /* an event on its freeing stream, asked now and at later calls (as
-   * aa__lg_usable asks for a free chunk wanted on another stream) */
-  if (c->ev == NULL && b->ops->event_record(b, c->stream, &c->ev) != AA_OK) {
-    c->ev = NULL;
-    return false;
-  }
-  uint32_t one = 1;
-  if (!aa__events_done(pool, &c->ev, &one))
-    return false;
-  c->ev = NULL;
-  c->any = 1;
-  return true;
+  return s->first->free && aa__lg_usable_anywhere(pool, s->first);
 }
 
 /* Active range s's lent parts back to their holes as free chunks, merged
@@ -154,15 +116,14 @@ static void range_destroy(aa_pool *pool, aa__seg *s, bool give) {
   } else {
     L->ndormant--;
   }
-  for (size_t i = st->nmapped; i-- > 0;) {
+  for (size_t i = st->nparts; i-- > 0;) {
     aa__stitch_part *pt = &st->parts[i];
     b->ops->unmap_alias(b, (void *)pt->at, pt->len, pt->pg->handle);
     aa__assert(pt->pg->alias == s);
     pt->pg->alias = NULL;
   }
-  L->alias_unmaps += st->nmapped;
-  if (st->in_map)
-    aa__pm_remove(pool, &s->h);
+  L->alias_unmaps += st->nparts;
+  aa__pm_remove(pool, &s->h);
   b->ops->va_release(b, (void *)s->h.base, size);
   unlink_range(pool, s);
   L->nstitch--;
@@ -546,8 +507,7 @@ static aa__chunk *range_new(aa_pool *pool, size_t need, aa_stream stream) {
     goto fail;
   /* the range exists: linked, active, its chunk free; a cut that fails
    * (memory short) destroys it, the parts lent so far given back */
-  s->st->nparts = s->st->nmapped = nparts;
-  s->st->in_map = true;
+  s->st->nparts = nparts;
   sc->seg = s;
   sc->base = s->h.base;
   sc->size = got;

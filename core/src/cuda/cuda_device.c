@@ -373,44 +373,59 @@ static void dev_va_release(aa_backend *b, void *base, size_t size) {
     aa__cuda_leave(b->device, prev);
 }
 
-static int dev_map(aa_backend *b, void *addr, size_t size, void **handle) {
-  aa__cuda_backend *cb = (aa__cuda_backend *)b->ctx;
+/* Whether [addr, addr + size) is a range map calls take: AA_OK, AA_ENOTSUP
+ * without virtual memory, AA_EINVAL unaligned. */
+static int vm_range_ok(aa_backend *b, const void *addr, size_t size) {
   size_t g = dev_map_granularity(b);
-  CUmemGenericAllocationHandle h = 0;
-  CUmemAllocationProp prop;
-  CUmemAccessDesc access;
-  CUresult r = CUDA_SUCCESS;
-  bool created = false, mapped = false;
-  int prev = -1;
-  int rc;
-
-  *handle = NULL;
   if (g == 0)
     return AA_ENOTSUP;
   if (!addr || size == 0 || size % g != 0 || (uintptr_t)addr % g != 0)
     return AA_EINVAL;
-  rc = vm_enter(b, &prev);
-  if (rc != AA_OK)
-    goto done;
+  return AA_OK;
+}
+
+/* Maps handle h whole at addr and makes it readable and writable from the
+ * backend's device; a failed cuMemSetAccess unmaps it again (a failed
+ * cuMemMap, the range already mapped say, must not unmap what was there).
+ * Inside vm_enter. */
+static CUresult map_rw(aa_backend *b, void *addr, size_t size, CUmemGenericAllocationHandle h) {
+  CUmemAllocationProp prop;
+  CUmemAccessDesc access;
   vm_prop(b, &prop);
   memset(&access, 0, sizeof access);
   access.location = prop.location;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CUresult r = vm_api.map(vm_addr(addr), size, 0, h, 0);
+  if (r == CUDA_SUCCESS) {
+    r = vm_api.set_access(vm_addr(addr), size, &access, 1);
+    if (r != CUDA_SUCCESS)
+      (void)vm_api.unmap(vm_addr(addr), size);
+  }
+  return r;
+}
+
+static int dev_map(aa_backend *b, void *addr, size_t size, void **handle) {
+  aa__cuda_backend *cb = (aa__cuda_backend *)b->ctx;
+  CUmemGenericAllocationHandle h = 0;
+  CUmemAllocationProp prop;
+  CUresult r;
+  int prev = -1;
+  int rc;
+
+  *handle = NULL;
+  rc = vm_range_ok(b, addr, size);
+  if (rc != AA_OK)
+    return rc;
+  rc = vm_enter(b, &prev);
+  if (rc != AA_OK)
+    goto done;
+  vm_prop(b, &prop);
   r = vm_api.create(&h, size, &prop, 0);
   if (r == CUDA_SUCCESS) {
-    created = true;
-    r = vm_api.map(vm_addr(addr), size, 0, h, 0);
+    r = map_rw(b, addr, size, h);
+    if (r != CUDA_SUCCESS)
+      (void)vm_api.release(h);
   }
-  if (r == CUDA_SUCCESS) {
-    mapped = true;
-    r = vm_api.set_access(vm_addr(addr), size, &access, 1);
-  }
-  /* Undo in reverse order. A failed cuMemMap (the range already mapped, say)
-   * must not unmap what was there before. */
-  if (r != CUDA_SUCCESS && mapped)
-    (void)vm_api.unmap(vm_addr(addr), size);
-  if (r != CUDA_SUCCESS && created)
-    (void)vm_api.release(h);
   aa__cuda_leave(b->device, prev);
   rc = vm_err(r);
 done:
@@ -438,30 +453,16 @@ static void dev_unmap(aa_backend *b, void *addr, size_t size, void *handle) {
 /* The memory behind `handle` at a second address (stitching): one cuMemMap
  * of the handle whole, then cuMemSetAccess; no cuMemCreate. */
 static int dev_map_alias(aa_backend *b, void *addr, size_t size, void *handle) {
-  size_t g = dev_map_granularity(b);
-  CUmemAllocationProp prop;
-  CUmemAccessDesc access;
-  CUresult r;
   int prev = -1;
-  int rc;
-
-  if (g == 0)
-    return AA_ENOTSUP;
-  if (!addr || size == 0 || size % g != 0 || (uintptr_t)addr % g != 0 || handle == NULL)
+  int rc = vm_range_ok(b, addr, size);
+  if (rc != AA_OK)
+    return rc;
+  if (handle == NULL)
     return AA_EINVAL;
   rc = vm_enter(b, &prev);
   if (rc != AA_OK)
     return rc;
-  vm_prop(b, &prop);
-  memset(&access, 0, sizeof access);
-  access.location = prop.location;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  r = vm_api.map(vm_addr(addr), size, 0, (CUmemGenericAllocationHandle)(uintptr_t)handle, 0);
-  if (r == CUDA_SUCCESS) {
-    r = vm_api.set_access(vm_addr(addr), size, &access, 1);
-    if (r != CUDA_SUCCESS)
-      (void)vm_api.unmap(vm_addr(addr), size);
-  }
+  CUresult r = map_rw(b, addr, size, (CUmemGenericAllocationHandle)(uintptr_t)handle);
   aa__cuda_leave(b->device, prev);
   return vm_err(r);
 }
