@@ -153,7 +153,7 @@ void aa__http_resp_free(aa__http_resp *r);
 
 /* What /metrics remembers between renders so that a per-bucket counter keeps
  * the counts of a class the policy loop retired (metrics.c). One render at a
- * time per carry (the server renders from its polling thread). */
+ * time per carry (the server renders from its one thread, the intake's). */
 #define AA__METRICS_CARRY_POOLS 32
 typedef struct aa__metrics_carry aa__metrics_carry;
 aa__metrics_carry *aa__metrics_carry_new(void); /* NULL: out of memory */
@@ -173,7 +173,7 @@ typedef struct aa__http_state {
   int port; /* bound port, for the error text and Host checks */
 
   /* Cache of the last /stats (no filter) and /metrics answers; touched only
-   * from the polling thread. */
+   * from the server's one thread (the intake's). */
   char *stats_cache;
   size_t stats_cache_len;
   uint64_t stats_cache_ns;

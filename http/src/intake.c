@@ -48,9 +48,11 @@
  * Room for new clients (the oldest connection with no request in progress
  * is closed when a newcomer needs its place): intake_room.c.
  *
- * Lock: in->mu guards the table; held by the intake thread while it handles
- * an event (all socket calls are non-blocking) and briefly by libmicrohttpd's
- * thread (its callbacks). Never held across MHD_add_connection.
+ * One thread, no lock: libmicrohttpd runs without a thread of its own
+ * (external mode, its epoll set watched by the intake's), so MHD_run, its
+ * callbacks (intake_mhd.c, request.c) and the router all run here, between
+ * the intake's own events. Measured (BENCHMARKS.md, "One HTTP path"), the
+ * hop between two threads was not what the relay costs: the bytes are.
  */
 #include <poll.h>
 #include <pthread.h>
@@ -111,7 +113,6 @@ static void on_readable(aa__intake *in, entry *e, bool rdhup) {
 static void sweep(aa__intake *in) {
   uint64_t now;
   char msg[160];
-  pthread_mutex_lock(&in->mu);
   now = aa_now_ns(); /* after the lock: no since_ns is later than now */
   for (size_t i = 0; i < in->cap; i++) {
     entry *e = &in->e[i];
@@ -161,7 +162,6 @@ static void sweep(aa__intake *in) {
       break;
     }
   }
-  pthread_mutex_unlock(&in->mu);
 }
 
 static void *intake_main(void *arg) {
@@ -170,15 +170,23 @@ static void *intake_main(void *arg) {
   uint64_t last_sweep = 0;
 
   while (!in->stop) {
-    int n = epoll_wait(in->ep, evs, 64, in->again ? 0 : 100);
+    bool mhd_due = false;
+    MHD_UNSIGNED_LONG_LONG mt = 100;
+    int wait_ms = 100;
+    int n;
+    /* libmicrohttpd's own deadlines, and work it left for the next run */
+    if (MHD_get_timeout(in->daemon, &mt) == MHD_YES && mt < 100)
+      wait_ms = (int)mt;
+    n = epoll_wait(in->ep, evs, 64, in->again ? 0 : wait_ms);
     for (int k = 0; k < n; k++) {
       uint64_t tag = evs[k].data.u64;
       if (tag == TAG_LISTEN) {
         aa__intake_accept_all(in);
+      } else if (tag == TAG_MHD) {
+        mhd_due = true;
       } else if (tag == TAG_WAKE) {
         uint64_t v;
-        (void)!read(in->wake_fd, &v, sizeof v);
-        in->again = true; /* a callback marked entries (e->again) */
+        (void)!read(in->wake_fd, &v, sizeof v); /* aa__intake_stop */
       } else if (tag >= TAG_BASE && (tag - TAG_BASE) / 2 < in->cap) {
         entry *e = &in->e[(tag - TAG_BASE) / 2];
         bool client_side = ((tag - TAG_BASE) & 1) == 0;
@@ -186,7 +194,6 @@ static void *intake_main(void *arg) {
         bool hup = (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0;
         bool rd = hup || (ev & EPOLLIN) != 0;
         bool wr = (ev & (EPOLLOUT | EPOLLHUP | EPOLLERR)) != 0;
-        pthread_mutex_lock(&in->mu);
         if (e->state >= E_MHD_NEW) {
           if (client_side) {
             e->c_hup |= hup;
@@ -201,11 +208,14 @@ static void *intake_main(void *arg) {
         } else if (client_side)
           on_readable(in, e,
                       (evs[k].events & (EPOLLRDHUP | EPOLLHUP)) != 0);
-        pthread_mutex_unlock(&in->mu);
       }
     }
+    /* libmicrohttpd reads what the relay passed it, answers, and writes the
+     * answers to its ends of the pairs (their events come next turn); its
+     * callbacks may mark entries (e->again) */
+    if (mhd_due || n == 0)
+      MHD_run(in->daemon);
     if (in->again) {
-      pthread_mutex_lock(&in->mu);
       in->again = false;
       for (size_t i = 0; i < in->cap; i++) {
         entry *e = &in->e[i];
@@ -215,7 +225,6 @@ static void *intake_main(void *arg) {
         if (e->state >= E_MHD_NEW)
           aa__relay_pump(in, e);
       }
-      pthread_mutex_unlock(&in->mu);
     }
     if (aa_now_ns() - last_sweep > 100000000ull) {
       sweep(in);
@@ -246,7 +255,6 @@ int aa__intake_new(aa__http_state *st, const aa_http_config *cfg,
     close(listen_fd);
     return AA_ENOMEM;
   }
-  pthread_mutex_init(&in->mu, NULL);
   in->st = st;
   in->listen_fd = listen_fd;
   in->ep = -1;
@@ -289,7 +297,17 @@ fail:
 }
 
 int aa__intake_start(aa__intake *in, struct MHD_Daemon *d) {
+  const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_EPOLL_FD);
+  struct epoll_event ev;
   in->daemon = d;
+  if (di == NULL)
+    return AA_EIO;
+  /* level-triggered: readable while libmicrohttpd has events to handle */
+  memset(&ev, 0, sizeof ev);
+  ev.events = EPOLLIN;
+  ev.data.u64 = TAG_MHD;
+  if (epoll_ctl(in->ep, EPOLL_CTL_ADD, di->epoll_fd, &ev) != 0)
+    return AA_EIO;
   if (pthread_create(&in->thread, NULL, intake_main, in) != 0)
     return AA_EIO;
   in->running = true;
@@ -308,13 +326,11 @@ void aa__intake_stop(aa__intake *in) {
   }
   /* nobody relays any more: every client is closed, and libmicrohttpd sees
    * the end of each pair (slots it holds stay DETACHED until it lets go) */
-  pthread_mutex_lock(&in->mu);
   for (size_t i = 0; i < in->cap; i++) {
     entry *e = &in->e[i];
     if (e->state != E_FREE && e->state != E_DETACHED)
       aa__intake_close_entry(in, e);
   }
-  pthread_mutex_unlock(&in->mu);
 }
 
 void aa__intake_free(aa__intake *in) {
@@ -339,7 +355,6 @@ void aa__intake_free(aa__intake *in) {
     close(in->wake_fd);
   if (in->listen_fd >= 0)
     close(in->listen_fd);
-  pthread_mutex_destroy(&in->mu);
   free(in->e);
   free(in->buf);
   free(in->relay);

@@ -5,7 +5,7 @@
  * abrupt end (deadline, room, a broken client); and freeing a slot, at once
  * or once libmicrohttpd lets go of its end (DETACHED).
  * Entry points: aa__intake_close_with_error, aa__intake_refuse,
- * aa__intake_end_entry, aa__intake_close_entry (mu held).
+ * aa__intake_end_entry, aa__intake_close_entry (intake thread).
  */
 #include <errno.h>
 #include <stdio.h>

@@ -44,7 +44,8 @@ enum { M_HEAD,       /* a request head: checked whole before a byte goes */
 #define RELAY_BYTES 65536        /* one relay step, each way */
 #define PUMP_ROUNDS 32           /* relay steps per connection per turn */
 #define TAG_LISTEN 1ull
-#define TAG_WAKE 2ull
+#define TAG_WAKE 2ull  /* aa__intake_stop */
+#define TAG_MHD 3ull   /* libmicrohttpd's epoll set has events */
 #define TAG_BASE 16ull /* entry i: TAG_BASE + 2 i (client), + 1 (pair) */
 
 typedef struct entry {
@@ -81,7 +82,6 @@ typedef struct entry {
 } entry;
 
 struct aa__intake {
-  pthread_mutex_t mu;
   aa__http_state *st;
   struct MHD_Daemon *daemon;
   int listen_fd;
@@ -117,10 +117,10 @@ static inline uint64_t tag_of(const aa__intake *in, const entry *e, bool peer) {
 bool aa__intake_client_shut(int fd);
 
 /* intake_room.c: accepts every waiting client, making room or refusing
- * (intake thread; takes mu). */
+ * (intake thread). */
 void aa__intake_accept_all(aa__intake *in);
 
-/* intake_close.c: refusals, closing, freeing slots (mu held). */
+/* intake_close.c: refusals, closing, freeing slots. */
 void aa__intake_entry_free(entry *e);
 bool aa__intake_drain(aa__intake *in, int fd);
 int aa__intake_flush_closing(entry *e);
@@ -133,8 +133,7 @@ void aa__intake_refuse(aa__intake *in, entry *e, int status, const char *msg,
                        const char *path);
 
 /* relay.c: hands a connection whose first head h passed to libmicrohttpd
- * through a socket pair, and moves its bytes both ways (mu held; hand_over
- * drops it around MHD_add_connection). */
+ * through a socket pair, and moves its bytes both ways (intake thread). */
 void aa__relay_hand_over(aa__intake *in, entry *e, const aa__http_head *h);
 void aa__relay_pump(aa__intake *in, entry *e);
 

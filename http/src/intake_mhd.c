@@ -1,14 +1,12 @@
 /*
  * intake_mhd.c — libmicrohttpd's side of the intake's table (intake.c has
- * the states), called from libmicrohttpd's thread: it finds the entry of a
+ * the states), called from inside MHD_run on the intake's own thread: it finds the entry of a
  * connection it took, follows its requests (MHD_BODY once a head is parsed,
  * MHD_IDLE once answered) and frees the slot when libmicrohttpd lets go.
  * Entry points: the aa__intake_conn_* and aa__intake_request_* of intake.h,
- * and aa__intake_must_close (each takes mu briefly).
+ * and aa__intake_must_close.
  */
-#include <pthread.h>
 #include <stdint.h>
-#include <unistd.h>
 
 #include "intake_internal.h"
 
@@ -25,7 +23,6 @@ void aa__intake_conn_started(aa__intake *in, struct MHD_Connection *c,
   *socket_context = NULL;
   if (ci == NULL)
     return;
-  pthread_mutex_lock(&in->mu);
   for (size_t i = 0; i < in->cap; i++) {
     entry *e = &in->e[i];
     if (e->attached && !e->known && e->mhd_fd == ci->connect_fd &&
@@ -36,27 +33,23 @@ void aa__intake_conn_started(aa__intake *in, struct MHD_Connection *c,
       break;
     }
   }
-  pthread_mutex_unlock(&in->mu);
 }
 
 void aa__intake_conn_closed(aa__intake *in, void **socket_context) {
   entry *e = *socket_context;
+  (void)in;
   if (e == NULL)
     return;
-  pthread_mutex_lock(&in->mu);
   e->attached = false;
   if (e->state == E_DETACHED)
     aa__intake_entry_free(e); /* we were done with it: the slot is free now */
-  pthread_mutex_unlock(&in->mu);
   *socket_context = NULL;
 }
 
 static void set_state(aa__intake *in, struct MHD_Connection *c, int state) {
   entry *e = entry_of(c);
-  bool wake = false;
   if (e == NULL)
     return;
-  pthread_mutex_lock(&in->mu);
   if (e->state >= E_MHD_NEW) {
     e->state = state;
     e->since_ns = aa_now_ns();
@@ -68,14 +61,9 @@ static void set_state(aa__intake *in, struct MHD_Connection *c, int state) {
     /* the relay waits for this answer to end the connection */
     if (e->state >= E_MHD_NEW && e->mode == M_STOP &&
         e->reqs_done >= e->answer_after) {
-      e->again = true;
-      wake = true;
+      e->again = true; /* the loop pumps it after MHD_run */
+      in->again = true;
     }
-  }
-  pthread_mutex_unlock(&in->mu);
-  if (wake) {
-    uint64_t one = 1;
-    (void)!write(in->wake_fd, &one, sizeof one);
   }
 }
 
@@ -89,11 +77,6 @@ void aa__intake_request_done(aa__intake *in, struct MHD_Connection *c) {
 
 bool aa__intake_must_close(aa__intake *in, struct MHD_Connection *c) {
   entry *e = entry_of(c);
-  bool close_it;
-  if (e == NULL)
-    return false;
-  pthread_mutex_lock(&in->mu);
-  close_it = e->close_at != 0 && e->reqs_begun >= e->close_at;
-  pthread_mutex_unlock(&in->mu);
-  return close_it;
+  (void)in;
+  return e != NULL && e->close_at != 0 && e->reqs_begun >= e->close_at;
 }

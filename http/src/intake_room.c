@@ -10,7 +10,7 @@
  * every slot: each one is closed at its deadline or when someone new needs
  * its place.
  *
- * Entry point: aa__intake_accept_all (intake thread; takes mu).
+ * Entry point: aa__intake_accept_all (intake thread).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -80,7 +80,6 @@ static void admit(aa__intake *in, int fd, const struct sockaddr_storage *ss,
   struct epoll_event ev;
 
   aa__http_addr_text((const struct sockaddr *)(const void *)ss, ip, sizeof ip);
-  pthread_mutex_lock(&in->mu);
   for (size_t i = 0; i < in->cap; i++) {
     entry *e = &in->e[i];
     if (e->state == E_FREE) {
@@ -112,7 +111,6 @@ static void admit(aa__intake *in, int fd, const struct sockaddr_storage *ss,
       evict(in, v);
   }
   if (slot == NULL) {
-    pthread_mutex_unlock(&in->mu);
     close(fd); /* no slot even to answer in: the table is full of closers */
     return;
   }
@@ -130,7 +128,6 @@ static void admit(aa__intake *in, int fd, const struct sockaddr_storage *ss,
   ev.data.u64 = tag_of(in, slot, false);
   if (epoll_ctl(in->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
     aa__intake_entry_free(slot);
-    pthread_mutex_unlock(&in->mu);
     close(fd);
     return;
   }
@@ -139,7 +136,6 @@ static void admit(aa__intake *in, int fd, const struct sockaddr_storage *ss,
                       "too many connections (from this address or in all) with "
                       "requests in progress; retry",
                       "");
-  pthread_mutex_unlock(&in->mu);
 }
 
 void aa__intake_accept_all(aa__intake *in) {

@@ -6,7 +6,7 @@
  * once whole and good, then the body its Content-Length announces, or a
  * chunked body chunk by chunk; its answers come back the same way. A refused request is answered after the
  * answers owed before it. Entry points: aa__relay_hand_over, aa__relay_pump
- * (mu held).
+ * (intake thread).
  *
  * The relay's modes (M_*, intake_internal.h) move only along these edges,
  * checked by set_mode (aa__assert_internal):
@@ -331,7 +331,7 @@ static void finish(aa__intake *in, entry *e) {
   e->since_ns = aa_now_ns();
 }
 
-/* Moves bytes both ways until both are waiting. Called with mu held for an
+/* Moves bytes both ways until both are waiting. Called for an
  * entry in an MHD_* state. The socket calls follow what epoll reported
  * (c_rd ... p_wr: set by an event, cleared when a call finds nothing or no
  * room), so a request costs no call that is bound to find nothing. */
@@ -351,7 +351,7 @@ void aa__relay_pump(aa__intake *in, entry *e) {
     }
     if (e->mode == M_STOP && e->reqs_done >= e->answer_after &&
         e->out_len == 0) {
-      /* every answer owed was written before its count (under mu): one
+      /* every answer owed was written before its count: one
        * more read of the pair to its end, then it is over */
       if (!e->drained) {
         e->drained = true;
@@ -371,7 +371,7 @@ void aa__relay_pump(aa__intake *in, entry *e) {
 }
 
 /* Hands e (a complete, good first head h) to libmicrohttpd through a socket
- * pair and starts relaying. Called with mu held; returns with it held. */
+ * pair and starts relaying (intake thread). */
 void aa__relay_hand_over(aa__intake *in, entry *e, const aa__http_head *h) {
   int sv[2];
   int one = 1;
@@ -403,11 +403,9 @@ void aa__relay_hand_over(aa__intake *in, entry *e, const aa__http_head *h) {
   e->state = E_MHD_NEW;
   e->since_ns = aa_now_ns();
   start_request(e, h);
-  pthread_mutex_unlock(&in->mu);
   /* MHD takes sv[1] (and closes it even when it refuses the connection) */
   if (MHD_add_connection(in->daemon, sv[1], (const struct sockaddr *)&ss,
                          alen) != MHD_YES) {
-    pthread_mutex_lock(&in->mu);
     if (e->state == E_MHD_NEW && e->peer == sv[0] && !e->known) {
       aa__intake_close_peer(in, e);
       e->attached = false;
@@ -417,7 +415,6 @@ void aa__relay_hand_over(aa__intake *in, entry *e, const aa__http_head *h) {
     }
     return;
   }
-  pthread_mutex_lock(&in->mu);
   if (e->state == E_MHD_NEW && e->peer == sv[0])
     aa__relay_pump(in, e);
 }

@@ -1,10 +1,10 @@
 /*
  * server.c — the server's life cycle: binds the listening socket itself (so
  * that "address in use" is a clear error, never a silent other port), hands
- * it to the intake (intake.c), and starts libmicrohttpd on its internal
- * polling thread (epoll, else poll; never select) with the request
- * callbacks of request.c, which collect each request, let the router answer
- * and send the response.
+ * it to the intake (intake.c), and starts libmicrohttpd without a thread of
+ * its own (external mode, epoll): the intake's thread runs it, with the
+ * request callbacks of request.c, which collect each request, let the
+ * router answer and send the response.
  * Entry points: aa_http_new, aa_http_destroy, aa_http_port.
  */
 #include <arpa/inet.h>
@@ -214,12 +214,9 @@ int aa_http_new(const aa_http_config *cfg, const aa_http_provider *prov,
     fmt_err(err, errcap, spec, "cannot start the connection intake");
     goto fail_state;
   }
-  flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_NO_LISTEN_SOCKET |
-          MHD_USE_ITC;
-  if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES)
-    flags |= MHD_USE_EPOLL | MHD_USE_TURBO;
-  else
-    flags |= MHD_USE_POLL;
+  /* no thread, no listening socket: the intake's thread calls MHD_run when
+   * libmicrohttpd's epoll set (watched by the intake's) has events */
+  flags = MHD_USE_NO_LISTEN_SOCKET | MHD_USE_EPOLL | MHD_USE_TURBO;
   /* libmicrohttpd's memory for one connection holds the head as read
    * (max_header), a copy of a Cookie value (at most max_header), a record
    * for each header field, Cookie pair and query argument, and the answer's
