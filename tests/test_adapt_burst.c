@@ -30,6 +30,7 @@
 #include <cmocka.h>
 
 #include "adaptalloc/adapt.h"
+#include "adaptalloc/replay.h"
 #include "adaptalloc/policy.h"
 
 #define MIB ((uint64_t)1 << 20)
@@ -144,6 +145,7 @@ static void side_open(const aa_policy *p, bool loop_on, side *sd) {
   assert_int_equal(aa_policy_apply(p, "device", sd->pool), AA_OK);
   aa_pool_set_telemetry(sd->pool, true);
   aa_adapt_loop_config_init(&lcfg);
+  lcfg.verify = aa_replay_adapt_verify;
   aa_policy_adapt_params(p, &lcfg.params);
   assert_true(lcfg.params.enabled); /* the default policy has the loop on */
   lcfg.params.enabled = loop_on;

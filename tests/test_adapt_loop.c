@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "adaptalloc/adapt.h"
+#include "adaptalloc/replay.h"
 
 #define HOT_N 1000
 #define OTHER_N 100
@@ -142,6 +143,7 @@ static aa_adapt_loop *make_loop(env *e, bool dry_run) {
   aa_adapt_loop_config cfg;
   aa_adapt_loop *loop = NULL;
   aa_adapt_loop_config_init(&cfg);
+  cfg.verify = aa_replay_adapt_verify;
   cfg.params.cold_intervals = 3;
   cfg.params.min_class_age = 2;
   cfg.params.readd_cooldown = 10;
@@ -351,6 +353,8 @@ static void test_adapt_loop_commits_one_proposal(void **state) {
   bool in_proposal = false;
 
   aa_adapt_loop_config_init(&cfg);
+
+  cfg.verify = aa_replay_adapt_verify;
   cfg.params.trim_threshold_bytes = 0;
   cfg.on_decision = on_decision;
   cfg.commit = refusing_commit;
@@ -435,6 +439,7 @@ static void test_adapt_loop_api(void **state) {
   aa_adapt_params p;
   (void)e;
   aa_adapt_loop_config_init(&cfg);
+  cfg.verify = aa_replay_adapt_verify;
   assert_int_equal(aa_adapt_loop_new(NULL, &loop), AA_EINVAL);
   assert_int_equal(aa_adapt_loop_new(&cfg, NULL), AA_EINVAL);
   cfg.params.interval_ms = 0;
@@ -479,6 +484,7 @@ static void test_adapt_loop_thread(void **state) {
   int spins = 0, busy, set_rc, restart_rc;
   double w;
   aa_adapt_loop_config_init(&cfg);
+  cfg.verify = aa_replay_adapt_verify;
   cfg.params.interval_ms = 10;
   assert_int_equal(aa_adapt_loop_new(&cfg, &loop), AA_OK);
   assert_int_equal(aa_adapt_loop_add_pool(loop, e->pool), AA_OK);
@@ -530,6 +536,7 @@ static void test_adapt_loop_interval_change_mid_run(void **state) {
   struct timespec ts = {0, 1000 * 1000};
   int set_rc;
   aa_adapt_loop_config_init(&cfg);
+  cfg.verify = aa_replay_adapt_verify;
   cfg.params.interval_ms = 60;
   cfg.params.cold_intervals = 3;
   cfg.params.min_class_age = 2;
@@ -583,6 +590,7 @@ static void test_adapt_loop_grow_and_trim_apply(void **state) {
   uint64_t reserved_before;
   assert_non_null(st);
   aa_adapt_loop_config_init(&cfg);
+  cfg.verify = aa_replay_adapt_verify;
   cfg.params.trim_threshold_bytes = 4u << 20;
   cfg.on_decision = on_decision;
   cfg.user = e;

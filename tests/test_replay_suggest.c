@@ -15,6 +15,7 @@
 
 #include "adaptalloc/policy.h"
 #include "adaptalloc/replay.h"
+#include "replay_parts.h" /* tools/replay/lib: the tool's own parts */
 
 static size_t default_table(aa_class_spec *out, aa_pool_config *pc) {
   aa_policy *p = NULL;

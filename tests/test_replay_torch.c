@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "adaptalloc/replay.h"
+#include "replay_parts.h" /* tools/replay/lib: the tool's own parts */
 
 #define MIB (1ull << 20)
 

@@ -19,7 +19,6 @@
 #include <time.h>
 
 #include "adaptalloc/adapt.h"
-#include "loop_internal.h"
 
 typedef struct loop_pool {
   aa_pool *pool;
@@ -47,7 +46,9 @@ struct aa_adapt_loop {
   bool stopping;
   aa_class_spec specs[AA_MAX_CLASSES];
   aa_adapt_decision decisions[AA_ADAPT_MAX_DECISIONS];
-  aa_adapt_commit_fn commit;  /* the proposal's committer */
+  aa_adapt_commit_fn commit; /* the proposal's committer */
+  aa_adapt_verify_fn verify; /* NULL: no verification */
+  void *verify_user;
   aa_adapt_proposal proposal; /* the step's, for one pool at a time */
 };
 
@@ -95,6 +96,8 @@ int aa_adapt_loop_new(const aa_adapt_loop_config *cfg, aa_adapt_loop **out) {
   l->user = cfg->user;
   l->dry_run = cfg->dry_run;
   l->commit = cfg->commit != NULL ? cfg->commit : aa_adapt_proposal_commit;
+  l->verify = cfg->verify;
+  l->verify_user = cfg->verify_user;
   *out = l;
   return AA_OK;
 fail:
@@ -332,17 +335,17 @@ static size_t candidate_table(const aa_class_spec *specs, size_t n, const aa_ada
  * reserved then backend calls, does not improve. */
 static void verify_changes(aa_adapt_loop *l, loop_pool *lp, size_t n, size_t nd) {
   aa_class_spec cand[AA_MAX_CLASSES];
-  aa_replay_result rb, rc;
+  aa_adapt_prediction rb, rc;
   size_t nc, k;
   uint64_t before, after, freed = 0, stranded = 0;
   bool any = false, better;
   for (k = 0; k < nd; k++)
     any = any || table_change(&l->decisions[k]);
-  if (!any)
+  if (!any || l->verify == NULL)
     return;
   nc = candidate_table(l->specs, n, l->decisions, nd, cand);
-  if (nc == 0 || aa__adapt_predict(lp->have_prev ? lp->prev : NULL, lp->cur, l->specs, n, cand,
-                                   nc, &rb, &rc) != AA_OK)
+  if (nc == 0 || l->verify(l->verify_user, lp->have_prev ? lp->prev : NULL, lp->cur, l->specs,
+                           n, cand, nc, &rb, &rc) != AA_OK)
     return; /* nothing to replay: the rules alone decide */
   /* A retired class gives back the slabs it holds now, which a replay that
    * starts empty does not see. */

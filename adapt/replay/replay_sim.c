@@ -214,6 +214,7 @@ int aa_replay_sim_new(const aa_replay_config *cfg, aa_replay_sim **out,
     lc.params = cfg->adapt_params;
     lc.on_decision = note_decision;
     lc.user = s;
+    lc.verify = aa_replay_adapt_verify;
     rc = aa_adapt_loop_new(&lc, &s->loop);
     if (rc == AA_OK)
       rc = aa_adapt_loop_add_pool(s->loop, s->pool);

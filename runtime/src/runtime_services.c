@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "adaptalloc/adapt.h"
+#include "adaptalloc/replay.h" /* the loop's verifier */
 #include "adaptalloc/http.h"
 #include "adaptalloc/policy.h"
 #include "adaptalloc/store.h"
@@ -131,6 +132,7 @@ static void start_loop(aa_runtime *rt) {
   cfg.on_decision = on_loop_decision;
   cfg.commit = commit_proposal;
   cfg.user = rt;
+  cfg.verify = aa_replay_adapt_verify; /* the simulator, above the loop */
   rc = aa_adapt_loop_new(&cfg, &rt->svc.loop);
   if (rc == AA_OK)
     rc = aa_adapt_loop_start(rt->svc.loop);

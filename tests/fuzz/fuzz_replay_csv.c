@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "adaptalloc/replay.h"
+#include "replay_parts.h" /* tools/replay/lib: the tool's own parts */
 
 #define MAX_EVENTS 4096
 

@@ -25,6 +25,7 @@
 #include <stdio.h>
 
 #include "adaptalloc/replay.h"
+#include "replay_parts.h" /* tools/replay/lib: the tool's own parts */
 
 /* Exit codes (docs/replay.md "Exit codes"). */
 #define EXIT_OK 0

@@ -211,7 +211,27 @@ typedef int (*aa_adapt_commit_fn)(void *user, aa_adapt_proposal *p);
  * aa_pool_classes_prepare / _commit (all of it or none), then the trim. */
 AA_EXTERN int aa_adapt_proposal_commit(void *user, aa_adapt_proposal *p);
 
-#define AA_ADAPT_LOOP_CONFIG_VERSION 1
+#define AA_ADAPT_LOOP_CONFIG_VERSION 2
+
+/* What a verifier predicts for one class table over the interval just
+ * measured: the objective the loop compares (peak reserved, then backend
+ * calls). */
+typedef struct aa_adapt_prediction {
+  uint64_t peak_reserved;
+  uint64_t backend_calls;
+} aa_adapt_prediction;
+
+/* A verifier: predicts the interval between prev (NULL: from the start) and
+ * cur under the class table base and under the candidate cand. AA_OK with
+ * both filled; AA_ENOENT when there is nothing to predict from; any error
+ * leaves the rules alone to decide. Called from the loop's step with its
+ * lock held, never on an allocating thread. The loop sits below the
+ * simulator: aa_replay_adapt_verify (adaptalloc/replay.h) is the verifier
+ * the runtime and the replay give it. */
+typedef int (*aa_adapt_verify_fn)(void *user, const aa_pool_stats *prev,
+                                  const aa_pool_stats *cur, const aa_class_spec *base,
+                                  size_t nbase, const aa_class_spec *cand, size_t ncand,
+                                  aa_adapt_prediction *before, aa_adapt_prediction *after);
 
 typedef struct aa_adapt_loop_config {
   uint32_t version;                 /* AA_ADAPT_LOOP_CONFIG_VERSION */
@@ -222,6 +242,9 @@ typedef struct aa_adapt_loop_config {
                                      decision then repeats each step, as the
                                      table it would change stays the same) */
   aa_adapt_commit_fn commit; /* NULL: aa_adapt_proposal_commit; gets user */
+  aa_adapt_verify_fn verify; /* NULL: table changes are not verified (the
+                                     rules alone decide); gets verify_user */
+  void *verify_user;
 } aa_adapt_loop_config;
 
 AA_EXTERN void aa_adapt_loop_config_init(aa_adapt_loop_config *cfg);

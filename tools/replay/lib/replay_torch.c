@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "replay_internal.h"
+#include "replay_parts.h"
 
 #define T_MIN_BLOCK 512ull
 #define T_SMALL_SIZE (1ull << 20)

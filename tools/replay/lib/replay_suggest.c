@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "replay_internal.h"
+#include "replay_parts.h"
 
 void aa_replay_suggest_config_init(aa_replay_suggest_config *cfg) {
   cfg->max_classes = AA_MAX_CLASSES;

@@ -1,10 +1,13 @@
 /*
- * loop_verify.c — the policy loop's check of a class-table change before it
- * is applied: the small requests of the interval just measured (the two
+ * replay_verify.c — the policy loop's verifier (aa_adapt_verify_fn), the
+ * check of a class-table change before it is applied: the small requests of the interval just measured (the two
  * snapshots' histogram and heavy hitters) are synthesised into a request
  * stream and replayed through the simulator under the current table and
- * the candidate one; the change is applied only when the candidate's peak
- * reserved is lower, or equal with fewer backend calls.
+ * the candidate one; the loop applies the change only when the candidate's
+ * peak reserved is lower, or equal with fewer backend calls. The loop knows
+ * nothing of the simulator: whoever makes a loop (the runtime, the replay's
+ * --adapt) hands it this function (aa_adapt_loop_config.verify).
+ * Entry point: aa_replay_adapt_verify.
  *
  * Runs in the loop's thread (or aa_adapt_loop_step's caller) with the
  * loop's lock held, never on an allocating thread: the simulator drives
@@ -15,7 +18,6 @@
 
 #include "adaptalloc/adapt.h"
 #include "adaptalloc/replay.h"
-#include "loop_internal.h"
 
 static uint64_t delta(uint64_t cur, uint64_t prev) { return cur >= prev ? cur - prev : cur; }
 
@@ -70,9 +72,11 @@ static uint64_t window_hist(const aa_pool_stats *prev, const aa_pool_stats *cur,
   return total;
 }
 
-int aa__adapt_predict(const aa_pool_stats *prev, const aa_pool_stats *cur,
-                      const aa_class_spec *base, size_t nbase, const aa_class_spec *cand,
-                      size_t ncand, aa_replay_result *rb, aa_replay_result *rc) {
+int aa_replay_adapt_verify(void *user, const aa_pool_stats *prev, const aa_pool_stats *cur,
+                           const aa_class_spec *base, size_t nbase, const aa_class_spec *cand,
+                           size_t ncand, aa_adapt_prediction *before,
+                           aa_adapt_prediction *after) {
+  aa_replay_result rb, rc;
   aa_size_count exact[AA_HH_MAX];
   aa_replay_hist h;
   aa_replay_config cfg;
@@ -82,7 +86,8 @@ int aa__adapt_predict(const aa_pool_stats *prev, const aa_pool_stats *cur,
   char err[AA_REPLAY_ERR_CAP];
   int r;
 
-  if (nbase == 0 || ncand == 0)
+  (void)user;
+  if (nbase == 0 || ncand == 0 || before == NULL || after == NULL)
     return AA_EINVAL;
   total = window_hist(prev, cur, base[nbase - 1].block_size, &h, exact, AA_HH_MAX);
   if (total == 0)
@@ -120,8 +125,12 @@ int aa__adapt_predict(const aa_pool_stats *prev, const aa_pool_stats *cur,
     r = aa_replay_synth(&h, &sc, pair_feed, &p, err, sizeof err);
   }
   if (r == AA_OK) {
-    aa_replay_sim_result(p.a, rb);
-    aa_replay_sim_result(p.b, rc);
+    aa_replay_sim_result(p.a, &rb);
+    aa_replay_sim_result(p.b, &rc);
+    before->peak_reserved = rb.peak_reserved;
+    before->backend_calls = rb.backend_calls;
+    after->peak_reserved = rc.peak_reserved;
+    after->backend_calls = rc.backend_calls;
   }
   aa_replay_sim_free(p.a);
   aa_replay_sim_free(p.b);

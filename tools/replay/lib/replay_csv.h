@@ -11,6 +11,7 @@
 #define ADAPTALLOC_REPLAY_CSV_H
 
 #include "replay_internal.h"
+#include "replay_parts.h"
 
 #define MAX_COLS 32
 
