@@ -15,6 +15,20 @@
  *   buffer    aa__buf: a growable byte string (util/src/strbuf.c).
  *   asset     an embedded web/ file (aa_web_assets.c, generated at configure
  *             time by cmake/AAEmbed.cmake).
+ *
+ * Layers, bottom first: a file uses what its own layer and the layers below
+ * define, never what a higher layer defines (tools/check-layers.sh reads
+ * this list and the object files: the ctest test_layers_http). No I/O in
+ * the first four; the connection's files above them; the life cycle on top:
+ *   layer 0 base:      addr.c head.c metrics.c segments.c
+ *                      __/web/aa_web_assets.c (generated: CMake's name for it)
+ *   layer 1 respond:   respond.c
+ *   layer 2 endpoints: endpoints.c
+ *   layer 3 router:    router.c
+ *   layer 4 close:     intake_close.c
+ *   layer 5 relay:     relay.c intake_room.c intake_mhd.c
+ *   layer 6 intake:    intake.c request.c
+ *   layer 7 server:    server.c
  */
 #ifndef AA_HTTP_INTERNAL_H
 #define AA_HTTP_INTERNAL_H
@@ -146,7 +160,7 @@ typedef struct aa__http_resp {
   bool close;                /* Connection: close, then close */
 } aa__http_resp;
 
-/* Frees a response's body unless it is static (router.c). */
+/* Frees a response's body unless it is static (respond.c). */
 void aa__http_resp_free(aa__http_resp *r);
 
 /* ------------------------------------------------------ metrics (metrics.c) */

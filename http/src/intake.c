@@ -54,7 +54,6 @@
  * the intake's own events. Measured (BENCHMARKS.md, "One HTTP path"), the
  * hop between two threads was not what the relay costs: the bytes are.
  */
-#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,13 +64,6 @@
 #include <unistd.h>
 
 #include "intake_internal.h"
-
-/* Whether the client has shut its sending side (checked on the socket: an
- * event's flag may be a stale one of an earlier connection of the slot). */
-bool aa__intake_client_shut(int fd) {
-  struct pollfd pf = {fd, POLLRDHUP, 0};
-  return poll(&pf, 1, 0) == 1 && (pf.revents & (POLLRDHUP | POLLHUP)) != 0;
-}
 
 static void on_readable(aa__intake *in, entry *e, bool rdhup) {
   aa__http_head h;

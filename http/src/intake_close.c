@@ -8,6 +8,7 @@
  * aa__intake_end_entry, aa__intake_close_entry (intake thread).
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,13 @@ static const char *reason(int status) {
   default:
     return "Error";
   }
+}
+
+/* Whether the client has shut its sending side (checked on the socket: an
+ * event's flag may be a stale one of an earlier connection of the slot). */
+bool aa__intake_client_shut(int fd) {
+  struct pollfd pf = {fd, POLLRDHUP, 0};
+  return poll(&pf, 1, 0) == 1 && (pf.revents & (POLLRDHUP | POLLHUP)) != 0;
 }
 
 /* Empties a slot (its buffers freed; its descriptors are closed by now). */

@@ -113,14 +113,13 @@ static inline uint64_t tag_of(const aa__intake *in, const entry *e, bool peer) {
 
 /* ------------------------------------------------------------ shared */
 
-/* intake.c: whether the client has shut its sending side. */
-bool aa__intake_client_shut(int fd);
-
 /* intake_room.c: accepts every waiting client, making room or refusing
  * (intake thread). */
 void aa__intake_accept_all(aa__intake *in);
 
-/* intake_close.c: refusals, closing, freeing slots. */
+/* intake_close.c: refusals, closing, freeing slots; whether the client has
+ * shut its sending side. */
+bool aa__intake_client_shut(int fd);
 void aa__intake_entry_free(entry *e);
 bool aa__intake_drain(aa__intake *in, int fd);
 int aa__intake_flush_closing(entry *e);

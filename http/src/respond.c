@@ -189,3 +189,16 @@ void aa__http_cache_store(const aa__http_state *st, char **slot, size_t *slot_le
   *slot_len = len;
   *slot_ns = aa_now_ns();
 }
+
+/* (moved from router.c: respond.c sits below the router and the
+ * endpoints, which both use these) */
+bool aa__http_is_get(const char *m) {
+  return strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0;
+}
+
+void aa__http_resp_free(aa__http_resp *r) {
+  if (!r->body_static)
+    free(r->body);
+  r->body = NULL;
+  r->len = 0;
+}

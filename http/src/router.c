@@ -26,6 +26,21 @@
 
 /* ------------------------------------------------------------ state */
 
+/* The public config's defaults (the state's, beside its init). */
+void aa_http_config_init(aa_http_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->version = AA_HTTP_CONFIG_VERSION;
+  cfg->address = NULL;
+  cfg->local_rank = -1;
+  cfg->token = NULL;
+  cfg->max_connections = 64;
+  cfg->per_ip_connections = 32;
+  cfg->timeout_s = 10;
+  cfg->max_body = 64 * 1024;
+  cfg->max_header = 16 * 1024;
+  cfg->stats_cache_ms = 0;
+}
+
 int aa__http_state_init(aa__http_state *st, const aa_http_config *cfg,
                         const aa_http_provider *prov) {
   int rc = AA_OK;
@@ -69,13 +84,6 @@ void aa__http_state_fini(aa__http_state *st) {
   free(st->metrics_cache);
   aa__metrics_carry_free(st->metrics_carry);
   memset(st, 0, sizeof *st);
-}
-
-void aa__http_resp_free(aa__http_resp *r) {
-  if (!r->body_static)
-    free(r->body);
-  r->body = NULL;
-  r->len = 0;
 }
 
 bool aa__http_token_equal(const char *given, size_t given_len,
@@ -156,10 +164,6 @@ static const char *bearer(const char *auth, size_t *len) {
 static bool is_safe_method(const char *m) {
   return strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0 ||
          strcmp(m, "OPTIONS") == 0;
-}
-
-bool aa__http_is_get(const char *m) {
-  return strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0;
 }
 
 static const aa__web_asset *find_asset(const char *path) {

@@ -16,9 +16,6 @@
 #define CT_TEXT "text/plain; charset=utf-8"
 #define CT_PROM "text/plain; version=0.0.4; charset=utf-8"
 
-/* router.c: GET or HEAD. */
-bool aa__http_is_get(const char *m);
-
 /* endpoints.c: the handlers of the endpoint table; whether an If-None-Match
  * header names etag (also for assets). */
 void aa__http_ep_healthz(aa__http_state *st, const aa__http_req *req, aa__http_resp *r);
@@ -34,7 +31,8 @@ bool aa__http_if_none_match_hits(const char *h, const char *etag);
  * decimal (router.c). */
 bool aa__http_canonical_loopback4(const char *h);
 
-/* respond.c */
+/* respond.c: GET or HEAD; and the rest below */
+bool aa__http_is_get(const char *m);
 /* Sets a response's body: owned (malloc'd, freed with the response) or
  * static; 500 with a static body for out of memory. */
 void aa__http_set_body(aa__http_resp *r, int status, const char *type, char *body, size_t len);

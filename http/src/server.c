@@ -18,20 +18,6 @@
 
 #include "server_internal.h"
 
-void aa_http_config_init(aa_http_config *cfg) {
-  memset(cfg, 0, sizeof *cfg);
-  cfg->version = AA_HTTP_CONFIG_VERSION;
-  cfg->address = NULL;
-  cfg->local_rank = -1;
-  cfg->token = NULL;
-  cfg->max_connections = 64;
-  cfg->per_ip_connections = 32;
-  cfg->timeout_s = 10;
-  cfg->max_body = 64 * 1024;
-  cfg->max_header = 16 * 1024;
-  cfg->stats_cache_ms = 0;
-}
-
 /* ------------------------------------------------------------ socket */
 
 static void fmt_err(char *err, size_t errcap, const char *spec,
