@@ -22,40 +22,6 @@
 
 static _Atomic uint64_t g_memory_counter;
 
-/* Bumped in the child of every fork(). A handle opened in another
- * generation belongs to the parent: its writer thread does not exist here and
- * its SQLite connection must not be touched (SQLite forbids carrying a
- * connection across fork), so the child's copy is inert. */
-static _Atomic uint64_t g_fork_gen;
-static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
-
-static void on_fork_child(void) { atomic_fetch_add(&g_fork_gen, 1); }
-
-static void atfork_register(void) {
-  pthread_atfork(NULL, NULL, on_fork_child);
-}
-
-/* ------------------------------------------------------------------ small */
-
-void aa__store_deadline_after(struct timespec *ts, uint32_t ms) {
-  clock_gettime(CLOCK_MONOTONIC, ts);
-  ts->tv_sec += ms / 1000;
-  ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (ts->tv_nsec >= 1000000000L) {
-    ts->tv_sec += 1;
-    ts->tv_nsec -= 1000000000L;
-  }
-}
-
-bool aa__store_forked_copy(const aa_store *st) {
-  return atomic_load_explicit(&g_fork_gen, memory_order_relaxed) != st->fork_gen;
-}
-
-bool aa__store_is_enabled(const aa_store *st) {
-  return atomic_load_explicit(&st->enabled, memory_order_acquire) != 0 &&
-         !aa__store_forked_copy(st);
-}
-
 /* ------------------------------------------------------------------ config */
 
 void aa_store_config_init(aa_store_config *cfg) {
@@ -234,8 +200,7 @@ int aa_store_open(const aa_store_config *cfg, aa_store **out) {
   }
   st->cfg.path = st->path;
   st->ring_cap = c.trace_capacity;
-  pthread_once(&g_atfork_once, atfork_register);
-  st->fork_gen = atomic_load(&g_fork_gen);
+  st->fork_gen = aa__store_fork_gen();
   atomic_store(&st->fault.remaining, c.fault_nth);
   if (st->path == NULL || st->reader_path == NULL) {
     err = AA_ENOMEM;

@@ -14,10 +14,21 @@
  *
  * Files: store.c (handle life cycle: open, flush, close, counters),
  * store_queue.c (item queue, trace ring), store_writer.c (writer thread, SQL
- * inserts, faults), store_retention.c (retention), store_json.c (stats
- * JSON), store_schema.c (migrations, connection setup), store_sqlite.c
- * (exec/step through the fault counter, error mapping), store_read.c
- * (readers).
+ * inserts), store_retention.c (retention), store_json.c (stats JSON),
+ * store_schema.c (migrations, connection setup), store_sqlite.c (exec/step
+ * through the fault counter, error mapping), store_read.c (readers),
+ * store_state.c (the handle's small accessors, the writer's fault path).
+ *
+ * Layers, bottom first: a file uses what its own layer and the layers below
+ * define, never what a higher layer defines (tools/check-layers.sh reads
+ * this list and the object files: the ctest test_layers_store). State at
+ * the bottom, services above, the life cycle on top:
+ *   layer 0 sqlite:    store_sqlite.c store_json.c
+ *   layer 1 state:     store_state.c
+ *   layer 2 schema:    store_schema.c store_read.c
+ *   layer 3 queue:     store_queue.c store_retention.c
+ *   layer 4 writer:    store_writer.c
+ *   layer 5 lifecycle: store.c
  */
 #ifndef AA_STORE_INTERNAL_H
 #define AA_STORE_INTERNAL_H
@@ -221,14 +232,22 @@ int aa__store_db_open_ro(const char *path, sqlite3 **out, bool *tidy);
  * open. */
 void aa__store_db_close_ro(const char *path, sqlite3 *db, bool tidy);
 
-/* ------------------------------------------------------------ store.c */
+/* ------------------------------------------------------ store_state.c */
 
+/* The fork generation now (registers the fork handler once). */
+uint64_t aa__store_fork_gen(void);
 /* Sets *ts to ms milliseconds from now on CLOCK_MONOTONIC. */
 void aa__store_deadline_after(struct timespec *ts, uint32_t ms);
 /* True in a forked child for a handle opened by the parent (inert there). */
 bool aa__store_forked_copy(const aa_store *st);
 /* True while the store is enabled (no fault) and not a forked copy. */
 bool aa__store_is_enabled(const aa_store *st);
+/* Exec on the writer's connection, through the fault counter. */
+int aa__store_w_exec(aa_store *st, const char *sql);
+/* Disables the store after a SQLite failure: one log line, error recorded,
+ * transaction rolled back. */
+void aa__store_writer_fail(aa_store *st, int rc, const char *what);
+void aa__store_wake_writer(aa_store *st);
 
 /* ------------------------------------------------------- store_queue.c */
 
@@ -249,13 +268,8 @@ bool aa__store_ring_pop(aa_store *st, ring *r, aa_trace_event *ev,
 
 /* ------------------------------------------------------ store_writer.c */
 
-int aa__store_w_exec(aa_store *st, const char *sql);
 void aa__store_stmts_finalize(writer_stmts *ws);
 int aa__store_stmts_prepare(aa_store *st);
-/* Disables the store after a SQLite failure: one log line, error recorded,
- * transaction rolled back. */
-void aa__store_writer_fail(aa_store *st, int rc, const char *what);
-void aa__store_wake_writer(aa_store *st);
 /* The writer thread's body (arg: the aa_store). */
 void *aa__store_writer_main(void *arg);
 

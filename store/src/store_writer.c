@@ -5,8 +5,9 @@
  * fault path that disables the store with one logged line.
  *
  * Entry point: aa__store_writer_main (started by aa_store_open); also
- * aa__store_stmts_prepare / aa__store_stmts_finalize, aa__store_w_exec,
- * aa__store_writer_fail, aa__store_wake_writer.
+ * aa__store_stmts_prepare / aa__store_stmts_finalize. Its small shared
+ * helpers (aa__store_w_exec, aa__store_writer_fail, aa__store_wake_writer)
+ * are store_state.c's, below the writer and retention both.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -19,13 +20,6 @@
 #include "store_internal.h"
 #include "adaptalloc/internal/util.h" /* aa__log_line */
 
-static void store_log(const aa_store_config *cfg, const char *line) {
-  char full[AA__LOG_LINE_MAX];
-  if (cfg->quiet) return;
-  snprintf(full, sizeof full, "store: %s", line);
-  aa__log_line(full); /* escaped: lines quote paths */
-}
-
 /* ------------------------------------------------------------------ writer */
 
 /* Steps a write statement through the fault counter and resets it. Returns
@@ -36,10 +30,6 @@ static int w_step(aa_store *st, sqlite3_stmt *stmt) {
   if (rc == SQLITE_DONE || rc == SQLITE_ROW) return SQLITE_OK;
   if (rc == AA__STORE_FAULT_RC && rrc == SQLITE_OK) return rc;
   return rc;
-}
-
-int aa__store_w_exec(aa_store *st, const char *sql) {
-  return aa__store_exec(st->db, &st->fault, sql);
 }
 
 static int w_prepare(aa_store *st, const char *sql, sqlite3_stmt **out) {
@@ -119,29 +109,6 @@ out:
 }
 
 #define BIND_U64(stmt, i, v) sqlite3_bind_int64((stmt), (i), (sqlite3_int64)(v))
-
-/* Disables the store after a SQLite failure: one log line, error recorded,
- * transaction rolled back. The caller counts what it was writing as dropped. */
-void aa__store_writer_fail(aa_store *st, int rc, const char *what) {
-  char msg[sizeof st->last_error_msg];
-  char reason[200];
-  aa__store_fault_message(&st->fault, st->db, rc, what, st->path, reason,
-                          sizeof reason);
-  snprintf(msg, sizeof msg,
-           "disabled: %s; later snapshots and trace events are dropped",
-           reason);
-  if (sqlite3_get_autocommit(st->db) == 0) {
-    sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
-  }
-  if (atomic_load(&st->last_error) == AA_OK) {
-    memcpy(st->last_error_msg, msg, sizeof msg);
-    int err = aa__store_err_from_sqlite(rc);
-    if (err == AA_OK) err = AA_EIO;
-    atomic_store_explicit(&st->last_error, err, memory_order_release);
-    store_log(&st->cfg, msg);
-  }
-  atomic_store_explicit(&st->enabled, 0, memory_order_release);
-}
 
 static int write_begin_run(aa_store *st, begin_req *req) {
   const aa_store_run_info *in = req->info;
@@ -440,8 +407,6 @@ static void drain_trace_dropped(aa_store *st) {
 }
 
 /* ------------------------------------------------------------------ the loop */
-
-void aa__store_wake_writer(aa_store *st) { pthread_cond_signal(&st->wake); }
 
 /* One writer cycle: begin-run requests, the queued items, the trace ring, in
  * one transaction; then retention when due. */
