@@ -24,7 +24,8 @@ endif()
 # test_layers_<module>: the same check over every other module's floors (the
 # layer list in its internal header; no walls outside core).
 if(AA_BASH)
-  set(_aa_layer_mods "adapt|adapt/layers.h|aa_policy aa_loop aa_replay")
+  set(_aa_layer_mods "adapt|adapt/layers.h|aa_policy aa_loop aa_replay"
+    "runtime|runtime/src/runtime_internal.h|aa_runtime")
   if(AA_WITH_HTTP)
     list(APPEND _aa_layer_mods "http|http/src/http_internal.h|aa_http")
   endif()

@@ -1,14 +1,16 @@
 /*
- * runtime.c — a runtime's life and pools: the process's default runtime
- * (static storage, started on first use, ended at exit) and the ones
- * aa_runtime_new makes; the pools (one per CUDA device, one pinned, one
+ * runtime.c — the runtime's top floor, its life and pools: the process's
+ * default runtime (its storage is runtime_state.c's; started here on first
+ * use, ended at exit) and the ones aa_runtime_new makes; the pools (one per CUDA device, one pinned, one
  * host) and the regions' pools created on first use, and the start/stop of
  * the optional services (runtime_services.c). Its configuration is
  * runtime_config.c's.
  *
  * Entry points: aa_runtime_init, aa_runtime_pool / aa_rt_pool,
  * aa_runtime_region_id, aa_runtime_region_pool, aa_runtime_shutdown,
- * aa_runtime_new, aa_runtime_destroy; rt_at_exit ends the default runtime's
+ * aa_runtime_new, aa_runtime_destroy, the in-process aa_rt_stats_json /
+ * aa_rt_policy_json / aa_rt_policy_update (they start the runtime, then ask
+ * runtime_http.c's provider); rt_at_exit ends the default runtime's
  * store run in a process that exits without aa_runtime_shutdown (the one
  * thing kept for the default runtime alone: atexit takes no argument, and a
  * runtime made by aa_runtime_new is its owner's to destroy).
@@ -33,40 +35,8 @@
 _Static_assert(AA_RUNTIME_MAX_REGIONS == AA_POLICY_MAX_REGIONS,
                "a policy section for every region the runtime can have");
 
-/* The process's default runtime: the one the aa_runtime_* calls without a
- * handle (and so the PyTorch hooks, Python and the tools) work on. Static
- * storage: it is never freed, so a pointer to it stays valid after
- * aa_runtime_shutdown. Lock order: lock (pool creation, init, shutdown) ->
- * the services' policy lock -> pools_lock (a leaf: held only to copy the
- * pool list). */
-static aa_runtime rt_default = {
-    .lock = PTHREAD_MUTEX_INITIALIZER,
-    .pools_lock = PTHREAD_MUTEX_INITIALIZER,
-    .is_default = true,
-    .svc =
-        {
-            .policy_lock = PTHREAD_MUTEX_INITIALIZER,
-            .ticker_lock = PTHREAD_MUTEX_INITIALIZER,
-            .ticker_cond = PTHREAD_COND_INITIALIZER,
-        },
-    .oom = {.mu = PTHREAD_MUTEX_INITIALIZER},
-};
 static pthread_once_t rt_once = PTHREAD_ONCE_INIT;
 static const aa_runtime_config *rt_pending_cfg;
-
-aa_runtime *aa__rt_default(void) { return &rt_default; }
-
-void aa__rt_log(const char *fmt, ...) {
-  va_list ap;
-  aa__buf line;
-  aa__buf_init(&line);
-  va_start(ap, fmt);
-  aa__buf_vprintf(&line, fmt, ap); /* whole: a message may quote a long number */
-  va_end(ap);
-  /* every value it quotes escaped: one line, always */
-  aa__log_line(line.data != NULL && !line.failed ? line.data : "(out of memory)");
-  aa__buf_free(&line);
-}
 
 /* ------------------------------------------------------------ exit */
 
@@ -136,7 +106,7 @@ static bool rt_exit_wait(int stage, uint32_t ms) {
 }
 
 static void rt_at_exit(void) {
-  aa_runtime *rt = &rt_default;
+  aa_runtime *rt = aa__rt_default();
   struct timespec until;
   pthread_t helper;
 
@@ -198,7 +168,7 @@ static void rt_arm_exit(void) {
 }
 
 static void rt_init_once(void) {
-  aa_runtime *rt = &rt_default;
+  aa_runtime *rt = aa__rt_default();
   aa__rt_default_config(rt, rt_pending_cfg);
   rt->started_ns = aa_now_ns();
   aa__rt_services_start(rt);
@@ -207,7 +177,7 @@ static void rt_init_once(void) {
 }
 
 int aa_runtime_init(const aa_runtime_config *cfg) {
-  aa_runtime *rt = &rt_default;
+  aa_runtime *rt = aa__rt_default();
   if (aa__rt_config_check(cfg) != AA_OK)
     return AA_EINVAL;
   pthread_mutex_lock(&rt->lock);
@@ -219,12 +189,12 @@ int aa_runtime_init(const aa_runtime_config *cfg) {
 }
 
 void aa__rt_ensure_started(aa_runtime *rt) {
-  if (rt == &rt_default && !atomic_load_explicit(&rt->ready, memory_order_acquire))
+  if (rt == aa__rt_default() && !atomic_load_explicit(&rt->ready, memory_order_acquire))
     (void)aa_runtime_init(NULL);
 }
 
 bool aa_runtime_started(void) {
-  aa_runtime *rt = &rt_default;
+  aa_runtime *rt = aa__rt_default();
   /* No lock: a shutdown may follow the answer either way (the callers
    * document that race); this is asked on every pinned tensor's free. */
   if (!atomic_load_explicit(&rt->ready, memory_order_acquire))
@@ -354,7 +324,7 @@ int aa_runtime_pool_config(aa_backend_kind kind, aa_pool_config *cfg) {
   if (cfg == NULL || (kind != AA_BACKEND_DEVICE && kind != AA_BACKEND_PINNED &&
                       kind != AA_BACKEND_HOST))
     return AA_EINVAL;
-  return aa__rt_pool_config(&rt_default, aa_policy_kind_name(kind), NULL, cfg);
+  return aa__rt_pool_config(aa__rt_default(), aa_policy_kind_name(kind), NULL, cfg);
 }
 
 /* The pool in `slot`, made on first use (kind, device; force_managed: over
@@ -394,15 +364,15 @@ aa_pool *aa_rt_managed_pool(aa_runtime *rt, int device) {
 /* ------------------------------------------------------------------ regions */
 
 aa_pool *aa_runtime_pool(aa_backend_kind kind, int device) {
-  return aa_rt_pool(&rt_default, kind, device);
+  return aa_rt_pool(aa__rt_default(), kind, device);
 }
 
 aa_pool *aa_runtime_managed_pool(int device) {
-  return aa_rt_managed_pool(&rt_default, device);
+  return aa_rt_managed_pool(aa__rt_default(), device);
 }
 
 int aa_runtime_region_id(const char *name, int *id, char *err, size_t errcap) {
-  aa_runtime *rt = &rt_default;
+  aa_runtime *rt = aa__rt_default();
   char why[AA_POLICY_ERR_CAP];
   int n, rc = AA_OK;
 
@@ -443,14 +413,14 @@ unlock:
 }
 
 const char *aa_runtime_region_name(int id) {
-  aa_runtime *rt = &rt_default;
+  aa_runtime *rt = aa__rt_default();
   if (id < 0 || id >= atomic_load_explicit(&rt->nregions, memory_order_acquire))
     return NULL;
   return rt->regions[id].name;
 }
 
 aa_pool *aa_runtime_region_pool(int id, aa_backend_kind kind, int device) {
-  aa_runtime *rt = &rt_default;
+  aa_runtime *rt = aa__rt_default();
   _Atomic(aa_pool *) *slot;
   aa__rt_region *r;
   aa_pool *pool, *base;
@@ -496,15 +466,6 @@ aa_pool *aa_runtime_region_pool(int id, aa_backend_kind kind, int device) {
   return pool;
 }
 
-size_t aa__rt_pools_snapshot(aa_runtime *rt, aa_pool **out, size_t cap) {
-  size_t n;
-  pthread_mutex_lock(&rt->pools_lock);
-  n = rt->npools < cap ? rt->npools : cap;
-  memcpy(out, rt->pools, n * sizeof(*out));
-  pthread_mutex_unlock(&rt->pools_lock);
-  return n;
-}
-
 /* Stops rt's services and destroys its pools and backends; rt->shut_down
  * was set by the caller. */
 static void rt_stop(aa_runtime *rt) {
@@ -537,7 +498,7 @@ static void rt_stop(aa_runtime *rt) {
 }
 
 void aa_runtime_shutdown(void) {
-  aa_runtime *rt = &rt_default;
+  aa_runtime *rt = aa__rt_default();
   if (!atomic_load_explicit(&rt->ready, memory_order_acquire))
     return;
   pthread_mutex_lock(&rt->lock);
@@ -628,4 +589,74 @@ void aa_runtime_destroy(aa_runtime *rt) {
   pthread_mutex_destroy(&rt->pools_lock);
   pthread_mutex_destroy(&rt->lock);
   free(rt);
+}
+
+/* ------------------------------------------------------------ in-process calls */
+
+/* /stats and /policy without the server (moved whole from runtime_http.c:
+ * they start the runtime first, which only the top floor may do). */
+int aa_rt_stats_json(aa_runtime *rt, char **out, size_t *len) {
+  if (rt == NULL || out == NULL || len == NULL)
+    return AA_EINVAL;
+  *out = NULL;
+  *len = 0;
+  aa__rt_ensure_started(rt);
+  return aa__rt_prov_stats_json(rt, out, len);
+}
+
+int aa_runtime_stats_json(char **out, size_t *len) {
+  return aa_rt_stats_json(aa__rt_default(), out, len);
+}
+
+int aa_rt_policy_json(aa_runtime *rt, char **out, uint64_t *version) {
+  size_t len = 0;
+  uint64_t v = 0;
+  int rc;
+  if (rt == NULL || out == NULL)
+    return AA_EINVAL;
+  *out = NULL;
+  aa__rt_ensure_started(rt);
+  rc = aa__rt_prov_policy_get(rt, out, &len, &v);
+  if (rc == AA_OK && version != NULL)
+    *version = v;
+  return rc;
+}
+
+int aa_runtime_policy_json(char **out, uint64_t *version) {
+  return aa_rt_policy_json(aa__rt_default(), out, version);
+}
+
+int aa_rt_policy_update(aa_runtime *rt, const char *json, size_t len, bool patch,
+                        const char *source, uint64_t if_match,
+                        uint64_t *new_version, char *err, size_t errcap) {
+  aa_http_policy_change c;
+  char errbuf[512];
+
+  if (err == NULL || errcap == 0) {
+    err = errbuf;
+    errcap = sizeof(errbuf);
+  }
+  err[0] = '\0';
+  if (rt == NULL || json == NULL) {
+    snprintf(err, errcap, rt == NULL ? "no runtime given" : "no policy document given");
+    return AA_EINVAL;
+  }
+  aa__rt_ensure_started(rt);
+  memset(&c, 0, sizeof(c));
+  c.body = json;
+  c.len = len;
+  c.has_if_match = if_match > 0;
+  c.if_match = if_match;
+  c.source = source != NULL && source[0] != '\0' ? source : "api";
+  c.client = "in-process";
+  /* A /stats answer the server cached may show the old policy version for
+   * up to its cache time (100 ms). */
+  return aa__rt_prov_policy_change(rt, &c, patch, new_version, err, errcap);
+}
+
+int aa_runtime_policy_update(const char *json, size_t len, bool patch,
+                             const char *source, uint64_t if_match,
+                             uint64_t *new_version, char *err, size_t errcap) {
+  return aa_rt_policy_update(aa__rt_default(), json, len, patch, source, if_match,
+                             new_version, err, errcap);
 }

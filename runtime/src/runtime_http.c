@@ -2,8 +2,9 @@
  * runtime_http.c — the HTTP server's provider callbacks over the runtime's
  * services (/stats, /metrics extras, /policy, /history, /segments, /runs),
  * the server's start, and the same operations for in-process callers
- * (aa_runtime_stats_json, aa_runtime_policy_json, aa_runtime_policy_update).
- * Entry points: aa__rt_start_http and those three.
+ * (aa__rt_prov_*: the public aa_runtime_stats_json, aa_runtime_policy_json
+ * and aa_runtime_policy_update are runtime.c's, which starts the runtime
+ * first). Entry points: aa__rt_start_http and those three.
  *
  * Each provider callback gets its runtime as `user`; the services' state
  * (rt->svc) is runtime_services.c's, its lock order written at the top of
@@ -672,70 +673,19 @@ int aa_runtime_http_address(char *buf, size_t cap) {
   return aa_rt_http_address(aa__rt_default(), buf, cap);
 }
 
-int aa_rt_stats_json(aa_runtime *rt, char **out, size_t *len) {
-  if (rt == NULL || out == NULL || len == NULL)
-    return AA_EINVAL;
-  *out = NULL;
-  *len = 0;
-  aa__rt_ensure_started(rt);
+/* For the in-process calls (runtime.c, above: they start the runtime
+ * first): the provider's answers without the server. */
+int aa__rt_prov_stats_json(aa_runtime *rt, char **out, size_t *len) {
   return prov_stats_json(rt, NULL, out, len);
 }
 
-int aa_runtime_stats_json(char **out, size_t *len) {
-  return aa_rt_stats_json(aa__rt_default(), out, len);
+int aa__rt_prov_policy_get(aa_runtime *rt, char **out, size_t *len, uint64_t *version) {
+  return prov_policy_get(rt, out, len, version);
 }
 
-int aa_rt_policy_json(aa_runtime *rt, char **out, uint64_t *version) {
-  size_t len = 0;
-  uint64_t v = 0;
-  int rc;
-  if (rt == NULL || out == NULL)
-    return AA_EINVAL;
-  *out = NULL;
-  aa__rt_ensure_started(rt);
-  rc = prov_policy_get(rt, out, &len, &v);
-  if (rc == AA_OK && version != NULL)
-    *version = v;
-  return rc;
-}
-
-int aa_runtime_policy_json(char **out, uint64_t *version) {
-  return aa_rt_policy_json(aa__rt_default(), out, version);
-}
-
-int aa_rt_policy_update(aa_runtime *rt, const char *json, size_t len, bool patch,
-                        const char *source, uint64_t if_match,
-                        uint64_t *new_version, char *err, size_t errcap) {
-  aa_http_policy_change c;
-  char errbuf[512];
-
-  if (err == NULL || errcap == 0) {
-    err = errbuf;
-    errcap = sizeof(errbuf);
-  }
-  err[0] = '\0';
-  if (rt == NULL || json == NULL) {
-    snprintf(err, errcap, rt == NULL ? "no runtime given" : "no policy document given");
-    return AA_EINVAL;
-  }
-  aa__rt_ensure_started(rt);
-  memset(&c, 0, sizeof(c));
-  c.body = json;
-  c.len = len;
-  c.has_if_match = if_match > 0;
-  c.if_match = if_match;
-  c.source = source != NULL && source[0] != '\0' ? source : "api";
-  c.client = "in-process";
-  /* A /stats answer the server cached may show the old policy version for
-   * up to its cache time (100 ms). */
-  return prov_policy_change(rt, &c, patch, new_version, err, errcap);
-}
-
-int aa_runtime_policy_update(const char *json, size_t len, bool patch,
-                             const char *source, uint64_t if_match,
-                             uint64_t *new_version, char *err, size_t errcap) {
-  return aa_rt_policy_update(aa__rt_default(), json, len, patch, source, if_match,
-                             new_version, err, errcap);
+int aa__rt_prov_policy_change(aa_runtime *rt, const aa_http_policy_change *c, bool patch,
+                              uint64_t *new_version, char *err, size_t errcap) {
+  return prov_policy_change(rt, c, patch, new_version, err, errcap);
 }
 
 int64_t aa_rt_run_id(aa_runtime *rt) { return rt != NULL ? rt->svc.run_id : 0; }

@@ -1,11 +1,26 @@
 /*
- * runtime_internal.h — state shared by runtime.c (pools, configuration),
+ * runtime_internal.h — state shared by runtime.c (life cycle: pools,
+ * configuration, the in-process /stats and /policy calls), runtime_state.c
+ * (the default runtime, the log, the pool list's copy),
  * runtime_services.c (store, loop, ticker, the services' state),
  * runtime_policy.c (the owner of each pool's settings: the policy in
  * force, the pools' overrides, the one commit every change takes) and
- * runtime_http.c (the server's callbacks and start, the in-process /stats
- * and /policy calls); runtime_json.c is the /history merge; runtime_oom.c
- * the out-of-memory records.
+ * runtime_http.c (the server's callbacks and start); runtime_json.c is
+ * the /history merge; runtime_oom.c the out-of-memory records;
+ * runtime_config.c the configuration; runtime_token.c the token file.
+ *
+ * Layers, bottom first: a file uses what its own layer and the layers below
+ * define, never what a higher layer defines (tools/check-layers.sh reads
+ * this list and the object files: the ctest test_layers_runtime). State at
+ * the bottom, services above, the life cycle on top; a service that needs
+ * the runtime started is called by runtime.c, never the other way round:
+ *   layer 0 state:     runtime_state.c runtime_config.c runtime_json.c
+ *                      runtime_token.c
+ *   layer 1 oom:       runtime_oom.c
+ *   layer 2 policy:    runtime_policy.c
+ *   layer 3 http:      runtime_http.c
+ *   layer 4 services:  runtime_services.c
+ *   layer 5 lifecycle: runtime.c
  */
 #ifndef AA_RUNTIME_INTERNAL_H
 #define AA_RUNTIME_INTERNAL_H
@@ -161,18 +176,20 @@ struct aa_runtime {
   aa__rt_oom oom;
 };
 
-/* runtime.c */
+/* runtime_state.c */
 /* The process's default runtime (static storage, never freed; started by
  * aa_runtime_init or the first pool asked for). Does not start it. */
 aa_runtime *aa__rt_default(void);
-/* Starts rt when it is the default one and has not started. */
-void aa__rt_ensure_started(aa_runtime *rt);
 
 /* printf-style line on stderr, prefixed "adaptalloc: ". */
 void aa__rt_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Copies up to cap of rt's live pools into out; returns how many. */
 size_t aa__rt_pools_snapshot(aa_runtime *rt, aa_pool **out, size_t cap);
+
+/* runtime.c */
+/* Starts rt when it is the default one and has not started. */
+void aa__rt_ensure_started(aa_runtime *rt);
 
 /* runtime_config.c: the configuration; the one reader of the environment */
 /* AA_OK for NULL or a config of this version (size, version, trace 0/1/-1,
@@ -292,6 +309,12 @@ void aa__rt_token_file_arm_exit(aa_runtime *rt);
 /* runtime_http.c: starts the server unless ADAPTALLOC_HTTP is off; logs and
  * leaves it off on failure. */
 void aa__rt_start_http(aa_runtime *rt);
+/* runtime_http.c: the provider's answers without the server, for the
+ * in-process calls of runtime.c (which start the runtime first). */
+int aa__rt_prov_stats_json(aa_runtime *rt, char **out, size_t *len);
+int aa__rt_prov_policy_get(aa_runtime *rt, char **out, size_t *len, uint64_t *version);
+int aa__rt_prov_policy_change(aa_runtime *rt, const aa_http_policy_change *c, bool patch,
+                              uint64_t *new_version, char *err, size_t errcap);
 
 /* Whether the policy's section for a device pool (region NULL or "": the
  * device section; else the region's, or the device section when the policy
