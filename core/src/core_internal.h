@@ -60,7 +60,8 @@
  *                     cuda/stub/cuda_stub.c
  *   layer 1 base:     common.c config.c pagemap.c base_backend.c base_events.c
  *                     base_misuse.c
- *   layer 2 block:    central.c large.c large_seg.c large_ltc.c large_stitch.c large_check.c
+ *   layer 2 block:    central.c large.c large_seg.c large_ltc.c large_stitch.c large_plan.c
+ *                     large_check.c
  *   layer 3 cache:    tcache.c telemetry.c
  *   layer 4 pool:     pool.c alloc.c free.c stats.c inspect.c oom.c
  *   layer 5 transfer: cuda/cuda_transfer.c
@@ -69,7 +70,7 @@
  * are its own files' alone; every other file goes through its short header.
  * "wall name: private header, fields | the subsystem's files":
  *   wall large: large_internal.h large ltc | large.c large_seg.c large_stitch.c
- *               large_ltc.c large_check.c large.h
+ *               large_plan.c large_ltc.c large_check.c large.h
  *
  * Locks (outer before inner): g_mu (thread registry, global) -> pool->class_mu
  * (class-table changes) -> pool->tc_mu (tcache list) -> class->mu -> pool->map_mu.

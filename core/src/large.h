@@ -94,6 +94,13 @@ typedef struct aa__large_stats {
   uint64_t stitched_ranges, stitched_bytes, stitches, stitch_hits, stitch_dissolved;
   uint64_t stitch_dormant, stitch_rests, stitch_wakes;
   uint64_t alias_maps, alias_unmaps;
+  /* the learned placement (large_plan.c): its state (AA_PLAN_*), requests
+   * per period, arena bytes, bytes live in it, requests served at their
+   * planned offsets and not, plans adopted, dropped and refused (the
+   * window's replay said they would not lower peak reserved), and the bytes
+   * the adopted one saves by that replay */
+  uint64_t plan_state, plan_period, plan_bytes, plan_live;
+  uint64_t plan_hits, plan_misses, plans_adopted, plans_dropped, plans_refused, plan_saved;
 } aa__large_stats;
 
 /* Life cycle (pool.c). aa__large_new reads the pool's normalised config and

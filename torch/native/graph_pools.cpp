@@ -74,6 +74,7 @@ PrivatePool *create_or_incref(Dev &d, int device, MempoolId_t id) {
   (void)aa_runtime_pool_config(AA_BACKEND_DEVICE, &cfg);
   cfg.large_mode = AA_LARGE_CACHE;
   cfg.large_stitch = 0; // no stitched ranges in a private pool (a capture's pool)
+  cfg.large_plan = 0;   // nor a learned plan: a capture replays fixed addresses
   cfg.large_cache_bytes = 0;
   cfg.limit_bytes = 0;
   cfg.region = nullptr;

@@ -298,6 +298,17 @@ typedef struct aa_pool_config {
                               as PyTorch's caching allocator does. Policy:
                               large.stream_wait; aa_pool_set_stream_wait changes it
                               live */
+  int large_plan;          /* cache or expandable: a placement learned from the first
+                              steps. The large requests are watched; once they repeat
+                              (the period found in the order of requests and frees), the
+                              repeating ones with a lifetime shorter than a period get
+                              offsets planned from their lifetimes in one arena, adopted
+                              only when the window's replay says peak reserved falls;
+                              from the period's next start they are served there with no
+                              backend call, the rest as before; a plan that stops
+                              matching is dropped and learned again. 1 on, 0 (the
+                              default) off. Fixed while the pool lives. Policy:
+                              large.plan. Docs: docs/core.md "The learned plan" */
 } aa_pool_config;
 
 /* The longest region label (aa_pool_config.region, aa_pool_stats.region). */
@@ -425,7 +436,7 @@ AA_EXTERN void aa_pool_classes_abort(aa_class_txn *txn);
 
 /* ------------------------------------------------------------------ stats */
 
-#define AA_STATS_VERSION 12
+#define AA_STATS_VERSION 13
 #define AA_HIST_BUCKETS 192 /* quarter doublings: bucket(size) below */
 #define AA_HH_MAX 32        /* heavy-hitter exact sizes reported */
 
@@ -536,7 +547,34 @@ typedef struct aa_pool_stats {
   uint64_t large_stitch_dormant;
   uint64_t large_stitch_rests;
   uint64_t large_stitch_wakes;
+  /* The learned placement (aa_pool_config.large_plan; docs/core.md "The
+   * learned plan"): its state (AA_PLAN_*), requests per period, the arena's
+   * bytes and the bytes live in it, requests served at their planned
+   * offsets (hits) and requests the plan expected elsewhere or found its
+   * room taken (misses), plans adopted, dropped (stopped matching, a
+   * release) and refused (the window's replay said peak reserved would not
+   * fall), and the bytes of peak reserved the adopted plan saves by that
+   * replay. */
+  uint64_t large_plan_state;
+  uint64_t large_plan_period;
+  uint64_t large_plan_bytes;
+  uint64_t large_plan_live_bytes;
+  uint64_t large_plan_hits;
+  uint64_t large_plan_misses;
+  uint64_t large_plans_adopted;
+  uint64_t large_plans_dropped;
+  uint64_t large_plans_refused;
+  uint64_t large_plan_saved_bytes;
 } aa_pool_stats;
+
+/* aa_pool_stats.large_plan_state */
+enum {
+  AA_PLAN_OFF = 0,      /* not asked for, or the mode cannot (passthrough) */
+  AA_PLAN_LEARNING = 1, /* watching the requests for a period */
+  AA_PLAN_WAITING = 2,  /* planned: served from the period's next start */
+  AA_PLAN_ACTIVE = 3,   /* requests served at their planned offsets */
+  AA_PLAN_DRAINING = 4  /* dropped: its arena goes once its blocks are freed */
+};
 
 /* Takes a snapshot. Counters are per thread and summed here; no allocation
  * lock is held for more than a copy. Same as aa_pool_stats_get_opts(pool,
@@ -685,8 +723,10 @@ enum {
   AA_WALK_STITCHED = 8,   /* segment: a stitched range (aa_pool_config.large_stitch): the
                              same memory as the blocks flagged AA_WALK_LENT, at a second
                              address; not more reserved memory */
-  AA_WALK_LENT = 16       /* block: free pages a stitched range maps again (not usable here
+  AA_WALK_LENT = 16,      /* block: free pages a stitched range maps again (not usable here
                              while it lives) */
+  AA_WALK_PLANNED = 32    /* block: in the learned plan's arena (aa_pool_config.large_plan),
+                             at its planned offset (in use) or room between (free) */
 };
 
 typedef struct aa_walk_entry {
