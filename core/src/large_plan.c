@@ -63,9 +63,9 @@ enum { EV_ALLOC = 0,
 
 typedef struct plan_ev {
   uint64_t tok;
-  uint64_t seq;             /* request: its number; free: its block's (0: unknown) */
+  uint64_t seq;              /* request: its number; free: its block's (0: unknown) */
   uint64_t in_use, reserved; /* the path's bytes after the event */
-  size_t size;              /* bytes asked for */
+  size_t size;               /* bytes asked for */
   aa_stream stream;
   uint32_t kind;
 } plan_ev;
@@ -466,8 +466,8 @@ static void plan_make(aa_pool *pool, struct aa__plan *P, uint64_t q) {
     n += ev_at(P, i)->kind == EV_ALLOC;
   if (n == 0 || n > PLAN_MAX_N)
     goto out;
-  at = malloc((size_t)n * sizeof *at);       /* each request's event */
-  freed = calloc(n, sizeof *freed);          /* its free's event, or 0 */
+  at = malloc((size_t)n * sizeof *at); /* each request's event */
+  freed = calloc(n, sizeof *freed);    /* its free's event, or 0 */
   cs = malloc((size_t)n * sizeof *cs);
   diff = calloc(q + 1, sizeof *diff);
   ent = calloc(n, sizeof *ent);
@@ -939,8 +939,10 @@ int aa__lg_plan_walk(const aa_pool *pool, uintptr_t lo, uintptr_t hi, aa_walk_fn
   uintptr_t at = lo;
   for (size_t i = 0; rc == 0 && i <= n; i++) {
     uintptr_t a = i < n ? v[i].p : hi, b = i < n ? v[i].p + v[i].size : hi;
-    a = a < lo ? lo : a > hi ? hi : a;
-    b = b < lo ? lo : b > hi ? hi : b;
+    a = a < lo ? lo : a > hi ? hi
+                             : a;
+    b = b < lo ? lo : b > hi ? hi
+                             : b;
     if (a > at)
       rc = aa__walk_emit(fn, user, AA_WALK_BLOCK, AA_WALK_PLANNED, at, (size_t)(a - at), 0, 0);
     if (rc == 0 && b > a)
