@@ -93,7 +93,15 @@ Ctx *AdaptAllocator::alloc_on_oom_pool(Dev &d, int device, size_t n, cudaStream_
     PrivatePool *pp = kv.second;
     if (!pp->use_on_oom)
       continue;
+    // only what the pool holds already: capped at its reserved bytes for
+    // the call (a private pool has no limit of its own)
+    aa_pool_stats st;
+    if (aa_pool_stats_get_opts(pp->pool, &st, AA_STATS_NO_SIZES) != AA_OK ||
+        st.bytes_reserved == 0)
+      continue;
+    aa_pool_set_limit(pp->pool, static_cast<size_t>(st.bytes_reserved));
     void *p = maybe_relaxed(d, [&] { return aa_alloc(pp->pool, n, stream); });
+    aa_pool_set_limit(pp->pool, 0);
     if (p == nullptr)
       continue;
     Ctx *c = make_ctx(d, Ctx{p, n, pp->pool, stream, pp, device, false});
