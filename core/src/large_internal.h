@@ -391,6 +391,8 @@ int aa__lg_plan_free(aa_pool *pool, uintptr_t p, size_t size, aa_stream stream, 
                      const char **msg);
 size_t aa__lg_plan_block_size(aa_pool *pool, uintptr_t p);
 int aa__lg_plan_record(aa_pool *pool, uintptr_t p, aa_stream stream);
+/* The block of the arena holding p: its start and bytes (false: none). */
+bool aa__lg_plan_block_of(const aa_pool *pool, uintptr_t p, uintptr_t *base, size_t *size);
 /* Whether chunk c is the plan's arena, and its blocks walked in [lo, hi). */
 bool aa__lg_plan_is_arena(const aa_pool *pool, const aa__chunk *c);
 int aa__lg_plan_walk(const aa_pool *pool, uintptr_t lo, uintptr_t hi, aa_walk_fn fn, void *user);

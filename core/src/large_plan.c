@@ -811,6 +811,15 @@ static const plan_live *live_containing(const struct aa__plan *P, uintptr_t p) {
   return NULL;
 }
 
+bool aa__lg_plan_block_of(const aa_pool *pool, uintptr_t p, uintptr_t *base, size_t *size) {
+  const plan_live *l = live_containing(pool->large->plan, p);
+  if (l == NULL)
+    return false;
+  *base = l->p;
+  *size = l->size;
+  return true;
+}
+
 int aa__lg_plan_free(aa_pool *pool, uintptr_t p, size_t size, aa_stream stream, aa_misuse *what,
                      const char **msg) {
   struct aa__plan *P = pool->large->plan;

@@ -132,6 +132,16 @@ typedef struct aa_backend_ops {
   int (*map_alias)(aa_backend *b, void *addr, size_t size, void *handle);
   /* Undo one map_alias: the memory stays, mapped where map put it. */
   void (*unmap_alias)(aa_backend *b, void *addr, size_t size, void *handle);
+
+  /* Optional (NULL: not offered), for sharing memory with another process
+   * (aa_block_share, CUDA IPC): a POSIX file descriptor that another
+   * process can import the memory behind `handle` (from map, still
+   * mapped) with (CUDA: cuMemExportToShareableHandle). The descriptor is
+   * the backend's, the same one at every call for one handle, and stays
+   * open while the handle is mapped: unmap closes it. AA_ENOTSUP when the
+   * handle was made without an exportable type (a driver that refused
+   * one), AA_EBACKEND. */
+  int (*export_fd)(aa_backend *b, void *handle, int *fd);
 } aa_backend_ops;
 
 /* What a backend's residency op reports, over all it holds. */
@@ -345,6 +355,35 @@ AA_EXTERN int aa_record_stream(aa_pool *pool, void *ptr, aa_stream stream);
 /* Size of the block that holds ptr (its class size or large size), 0 if the
  * pool does not own it. */
 AA_EXTERN size_t aa_block_size(aa_pool *pool, const void *ptr);
+
+/* ---------------------------------------------------- sharing a block
+ * What another process needs to map a live block: the backend memory under
+ * it, one piece per backend allocation (a slab, a large segment of the
+ * cache path) or per map handle (pages of the expandable path, the parts of
+ * a stitched range), in address order, contiguous, covering the block. A
+ * piece is mapped whole at [addr, addr + size) in this process. */
+typedef struct aa_share_piece {
+  void *addr;   /* where the piece starts in this process */
+  size_t size;  /* its bytes */
+  void *handle; /* the backend's map handle (map op), for aa_backend_export_fd;
+                   NULL: a whole backend allocation (alloc op) starting at addr */
+} aa_share_piece;
+
+/* Describes the live block that holds `ptr` (its start or any byte of it):
+ * fills pieces[0 .. *n) (at most cap) and *block with the block's start.
+ * AA_ERANGE when more than cap pieces are needed (*n says how many);
+ * AA_EINVAL when ptr is in no live block of the pool (free, cached in a
+ * thread's cache, another pool's). The description holds while the block
+ * stays live: the pool never gives a live block's memory back, so a
+ * consumer may map the pieces until the owner frees the block (PyTorch's
+ * CUDA IPC keeps the owner's block live until every consumer let go). */
+AA_EXTERN int aa_block_share(aa_pool *pool, const void *ptr, aa_share_piece *pieces, size_t cap,
+                             size_t *n, void **block);
+
+/* The backend's export_fd: a POSIX descriptor for a map handle of a
+ * piece (the backend's; never close it). AA_ENOTSUP when the backend has no
+ * export_fd, AA_EINVAL for a NULL handle or backend. */
+AA_EXTERN int aa_backend_export_fd(aa_backend *b, void *handle, int *fd);
 
 /* Returns cached memory to the backend: free blocks in this thread's cache and
  * the central lists, empty slabs, cached large segments (torch empty_cache).
