@@ -671,5 +671,5 @@ def preload(workloads):
 
         for n in wanted:
             getattr(transformers, n)
-    if "vit" in workloads:
-        import torchvision.models  # noqa: F401
+    # (vit's torchvision is imported by its run, not here: a server that
+    # imports it would do so for every workload's runs)
