@@ -374,12 +374,12 @@ def main():
     finally:
         runner.close()
     summary = summarise(runs, modes, wls)
-    print_tables(summary, modes)
-    print(f"\n{time.time() - t_start:.0f} s; skipped: {', '.join(skipped) or 'none'}")
-    if args.out:
+    if args.out:  # before the tables: a table that fails leaves the figures written
         with open(args.out, "w") as f:
             json.dump({"reps": args.reps, "modes": modes, "skipped": skipped,
                        "summary": summary, "runs": runs}, f, indent=1)
+    print_tables(summary, modes)
+    print(f"\n{time.time() - t_start:.0f} s; skipped: {', '.join(skipped) or 'none'}")
 
 
 if __name__ == "__main__":
