@@ -606,6 +606,18 @@ def print_util_table(summary, out=None):
                 f"{f(x['util'], '.3f')} | {calls} | {f(x['retries'], '.0f')} | {seg} |")
 
 
+def _outfile():
+    """adaptalloc's one rule for outputs (python/adaptalloc/_outfile.py),
+    loaded by its path: no installed package needed."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "python", "adaptalloc", "_outfile.py")
+    spec = importlib.util.spec_from_file_location("aa_outfile", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="The zoo's utilisation table (issue #36) from "
                                  "bench_zoo.py --out files or logs with its RESULT lines.")
@@ -614,6 +626,13 @@ def main(argv=None):
     ap.add_argument("--json", default=None, metavar="OUT",
                     help="also write the table's figures as JSON here")
     args = ap.parse_args(argv)
+    outfile = _outfile()
+    if args.json:
+        try:  # never an input, its folder writable: before any work
+            outfile.check_output(args.json, args.util_table, "--json")
+        except outfile.FileError as e:
+            print(f"zoo_report: {e}", file=sys.stderr)
+            return 2
     try:
         runs = load_runs(args.util_table)
     except (OSError, ValueError) as e:
@@ -625,8 +644,11 @@ def main(argv=None):
     summary = util_summary(runs)
     print_util_table(summary)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(summary, f, indent=1)
+        try:
+            outfile.write_all([(args.json, json.dumps(summary, indent=1) + "\n")])
+        except (outfile.FileError, OSError) as e:
+            print(f"zoo_report: {e}", file=sys.stderr)
+            return 1
     return 0
 
 
