@@ -65,6 +65,18 @@ want() { case ",$parts," in *",$1,"*) return 0 ;; esac; return 1; }
 pkg_python() {
   python3 -c 'import sys; print("python3" if sys.prefix != sys.base_prefix else "/tmp/aa-pkg-venv/bin/python")'
 }
+# convert PICKLE: a captured snapshot into traces/NAME.csv.gz beside its
+# run's figures (NAME.json); the pickle removed
+convert() {
+  local p=$1 name
+  name=$(basename "${1%.pickle}")
+  if python3 tools/torch_snapshot_to_trace.py "$p" -o "$work/traces/$name.csv"; then
+    gzip -f "$work/traces/$name.csv"
+    [ -f "${p%.pickle}.json" ] && cp "${p%.pickle}.json" "$work/traces/"
+    echo "util-run: $name.csv.gz $(stat -c %s "$work/traces/$name.csv.gz") bytes"
+  fi
+  rm -f "$p"
+}
 native_ok() { # outside the repository: its torch/ folder must not shadow PyTorch
   env -u LD_LIBRARY_PATH -C /tmp "$1" -c \
     'import sys, adaptalloc.torch as t; ok, why = t.native_available(); print("native:", ok, why); sys.exit(0 if ok else 1)'
@@ -141,24 +153,28 @@ PY
     if [ "$b" -lt 45 ]; then
       echo "=== capture: SKIPPED (${b}s left)"
     else
+      # each snapshot converted while the next workload runs: a run's JSON is
+      # written after its pickle, so a pickle with its JSON beside it is whole
+      ( while [ ! -f "$work/capture.done" ]; do
+          for j in "$work"/capture/*.json; do
+            [ -f "${j%.json}.pickle" ] && convert "${j%.json}.pickle"
+          done
+          sleep 2
+        done ) &
+      conv=$!
       # --budget-s: no capture starts after it; the rest is for one run and
-      # the conversions
+      # the last conversions
       echo "=== capture (budget $(( b - 75 ))s, limit $(( b - 15 ))s, elapsed $(( SECONDS - t_start ))s) $(date -u +%H:%M:%S)"
       t0=$SECONDS
       timeout -k 10 $(( b - 15 )) env -u LD_LIBRARY_PATH "$py" bench/gpu/bench_zoo.py \
         --capture "$work/capture" --capture-modes default --workloads "$cwls" \
         --budget-s $(( b - 75 > 1 ? b - 75 : 1 )) --timeout-s "$run_limit"
       echo "=== capture: rc=$? in $(( SECONDS - t0 ))s"
+      touch "$work/capture.done"
+      wait "$conv"
     fi
     for p in "$work"/capture/*.pickle; do
-      [ -f "$p" ] || continue
-      name=$(basename "${p%.pickle}")
-      if python3 tools/torch_snapshot_to_trace.py "$p" -o "$work/traces/$name.csv"; then
-        gzip -9 -f "$work/traces/$name.csv"
-        [ -f "${p%.pickle}.json" ] && cp "${p%.pickle}.json" "$work/traces/"
-        echo "util-run: $name.csv.gz $(stat -c %s "$work/traces/$name.csv.gz") bytes"
-      fi
-      rm -f "$p"
+      [ -f "$p" ] && convert "$p"
     done
     # into tars of at most 15 MiB (a file back from the device: 16 MiB at most)
     python3 - "$work/traces" "$out" <<'PY'
