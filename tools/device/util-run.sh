@@ -23,8 +23,9 @@
 #
 # Usage (repository root, .deps carried): tools/device/util-run.sh
 #   AA_UTIL_BUDGET_S            seconds for everything (default 540)
-#   AA_UTIL_WORKLOADS           the bench's workloads (default the four new
-#                               ones, then the ten)
+#   AA_UTIL_WORKLOADS           the bench's workloads, in this order (default
+#                               the four new ones, then the ten, those with
+#                               the most holes in section 13's account first)
 #   AA_UTIL_MODES               default native,native@st,default,expandable,async
 #   AA_UTIL_REPS                repetitions (default 1)
 #   AA_UTIL_PARTS               bench,capture (default both, in that order)
@@ -49,7 +50,7 @@ mkdir -p "$out"
 rm -rf "$work" && mkdir -p "$work/capture" "$work/traces" "$work/pkg"
 export PYTHONUNBUFFERED=1
 budget=${AA_UTIL_BUDGET_S:-540}
-wls=${AA_UTIL_WORKLOADS:-phases,shapes,offload,vit,kvgen,cnn,encoder,gpt2,moe,serve,sidepipe,ddp,fsdp,prefetch}
+wls=${AA_UTIL_WORKLOADS:-phases,shapes,offload,vit,moe,gpt2,serve,sidepipe,prefetch,ddp,fsdp,encoder,cnn,kvgen}
 modes=${AA_UTIL_MODES:-native,native@st,default,expandable,async}
 reps=${AA_UTIL_REPS:-1}
 parts=${AA_UTIL_PARTS:-bench,capture}
