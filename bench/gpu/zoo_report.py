@@ -429,7 +429,7 @@ def print_tables(summary, modes):
 # (native), with stitching (native@st: ADAPTALLOC_POLICY a policy with
 # pools.device.large.stitch true), PyTorch's three settings; other modes
 # found in the runs follow
-UTIL_MODES = ("native", "native@st", "default", "expandable", "async")
+UTIL_MODES = ("native", "native@st", "native@pl", "native@sp", "default", "expandable", "async")
 
 
 def load_runs(paths):

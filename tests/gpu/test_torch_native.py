@@ -90,6 +90,12 @@ def _child(name, out):
         m = _load_native()
         m.install(torch.cuda.device_count())
         _stitch(m)
+    elif name == "plan":  # ADAPTALLOC_POLICY: a policy with large.plan on
+        m = _load_native()
+        m.install(torch.cuda.device_count())
+        _plan(m, out)
+    elif name == "plan_ref":
+        _plan(None, out)
     elif name.startswith("ipc_"):  # ipc_<consumer mode>_<bytes>
         _, mode, nbytes = name.split("_")
         _load_native().install(torch.cuda.device_count())
@@ -104,6 +110,53 @@ def _child(name, out):
         import adaptalloc.torch
         adaptalloc.torch.install()
         _settings_applied()
+
+
+def _plan_steps(steps, side_every=0):
+    """A fixed-shape training loop (the learned plan's case): a small
+    transformer, AdamW, 16 steps; every side_every-th step a copy of the
+    activations goes through a side stream (record_stream). Returns the
+    losses and the final parameters on the CPU."""
+    import torch
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(d_model=256, nhead=4, dim_feedforward=1024,
+                                             dropout=0.0, batch_first=True)
+    model = torch.nn.Sequential(layer, torch.nn.Linear(256, 10)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    g = torch.Generator(device="cpu").manual_seed(1)
+    xs = [torch.randn(16, 128, 256, generator=g) for _ in range(4)]
+    side = torch.cuda.Stream()
+    losses = []
+    for step in range(steps):
+        x = xs[step % 4].cuda()
+        y = model(x)
+        if side_every and step % side_every == 0:
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                z = (y.detach() * 2).sum()
+            y.record_stream(side)
+            z.record_stream(torch.cuda.current_stream())
+        loss = (y.mean(dim=1) ** 2).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    torch.cuda.synchronize()
+    return losses, [p.detach().cpu() for p in model.parameters()]
+
+
+def _plan(m, out):
+    """test_plan_same_training_and_adopted's child: the loop above; under
+    adaptalloc, the pool's plan figures printed as JSON."""
+    import torch
+    torch.save(_plan_steps(16, side_every=3), out)
+    if m is not None:
+        st = json.loads(m.stats_json(0))
+        pool = next(p for p in st["pools"] if p.get("backend") == "cuda")
+        print(json.dumps({k: pool.get(k) for k in (
+            "large_plan_state", "large_plan_period", "large_plan_bytes", "large_plan_hits",
+            "large_plan_misses", "large_plans_adopted", "large_plans_dropped",
+            "large_plans_refused", "peak_bytes_reserved", "peak_bytes_in_use")}))
 
 
 def _stitch(m):
@@ -743,6 +796,27 @@ def test_stitched_range_data_and_snapshot(tmp_path):
     assert res["sum1"] == 7 * 10 * mib and res["sum2"] == 9 * 10 * mib, res
     assert res["keeps_ok"], res
     assert res["seg_total"] == res["reserved_snap"] and res["tiles_ok"], res
+
+
+def test_plan_same_training_and_adopted(tmp_path):
+    """large.plan on: a fixed-shape training loop (with a side stream's
+    record_stream every third step) computes what it computes under
+    PyTorch's allocator, and the pool learned a plan and served from it."""
+    ref, _ = _run_child("plan_ref", tmp_path, PYTORCH_CUDA_ALLOC_CONF="")
+    pol = json.load(open(os.path.join(os.path.dirname(HERE), "..", "..", "policies",
+                                      "default.json")))
+    pol["pools"]["device"]["large"]["plan"] = True
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(pol))
+    (tmp_path / "sub").mkdir()
+    out, stdout = _run_child("plan", tmp_path / "sub", ADAPTALLOC_POLICY=str(path))
+    res = json.loads(stdout.strip().splitlines()[-1])
+    ref_losses, ref_params = torch.load(ref)
+    losses, params = torch.load(out)
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=1e-5, atol=1e-6)
+    for a, b in zip(params, ref_params):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert res["large_plans_adopted"] >= 1 and res["large_plan_hits"] > 0, res
 
 
 def test_cudnn_benchmark_conv_net():

@@ -26,7 +26,8 @@
 #   AA_UTIL_WORKLOADS           the bench's workloads, in this order (default
 #                               the four new ones, then the ten, those with
 #                               the most holes in section 13's account first)
-#   AA_UTIL_MODES               default native,native@st,default,expandable,async
+#   AA_UTIL_MODES               default native,native@st,native@pl,native@sp,default,
+#                               expandable,async
 #   AA_UTIL_REPS                repetitions (default 1)
 #   AA_UTIL_PARTS               bench,capture (default both, in that order)
 #   AA_UTIL_CAPTURE_WORKLOADS   the captured workloads (default AA_UTIL_WORKLOADS)
@@ -51,7 +52,7 @@ rm -rf "$work" && mkdir -p "$work/capture" "$work/traces" "$work/pkg"
 export PYTHONUNBUFFERED=1
 budget=${AA_UTIL_BUDGET_S:-540}
 wls=${AA_UTIL_WORKLOADS:-phases,shapes,offload,vit,moe,gpt2,serve,sidepipe,prefetch,ddp,fsdp,encoder,cnn,kvgen}
-modes=${AA_UTIL_MODES:-native,native@st,default,expandable,async}
+modes=${AA_UTIL_MODES:-native,native@st,native@pl,native@sp,default,expandable,async}
 reps=${AA_UTIL_REPS:-1}
 parts=${AA_UTIL_PARTS:-bench,capture}
 cwls=${AA_UTIL_CAPTURE_WORKLOADS:-$wls}
@@ -104,16 +105,19 @@ native_ok() { # outside the repository: its torch/ folder must not shadow PyTorc
     native_ok "$py" || echo "util-run: the native allocator is not importable from $py: the native modes will fail"
   fi
 
-  # native@st's policy: the default with stitching on in the device pool
-  python3 - "$root/policies/default.json" /tmp/stitch.json <<'PY'
+  # the variants' policies: the default with, in the device pool, stitching
+  # (native@st), the learned plan (native@pl), both (native@sp)
+  python3 - "$root/policies/default.json" <<'PY'
 import json, sys
-p = json.load(open(sys.argv[1]))
-p["pools"]["device"]["large"]["stitch"] = True
-p["name"] = "default-stitch"
-p.pop("$schema", None)
-json.dump(p, open(sys.argv[2], "w"), indent=1)
+for name, keys in (("stitch", ("stitch",)), ("plan", ("plan",)), ("stitchplan", ("stitch", "plan"))):
+    p = json.load(open(sys.argv[1]))
+    for k in keys:
+        p["pools"]["device"]["large"][k] = True
+    p["name"] = "default-" + name
+    p.pop("$schema", None)
+    json.dump(p, open(f"/tmp/{name}.json", "w"), indent=1)
 PY
-  echo "util-run: /tmp/stitch.json: policies/default.json with pools.device.large.stitch true"
+  echo "util-run: /tmp/{stitch,plan,stitchplan}.json: policies/default.json with pools.device.large.{stitch,plan,both} true"
 
   if want bench; then
     b=$(left)
@@ -130,6 +134,8 @@ PY
       timeout -k 10 $(( b + 30 )) env -u LD_LIBRARY_PATH "$py" bench/gpu/bench_zoo.py \
         --reps "$reps" --no-jit-warm --workloads "$wls" --modes "$modes" \
         --native-variant st:ADAPTALLOC_POLICY=/tmp/stitch.json \
+        --native-variant pl:ADAPTALLOC_POLICY=/tmp/plan.json \
+        --native-variant sp:ADAPTALLOC_POLICY=/tmp/stitchplan.json \
         --budget-s $(( b - 45 )) --timeout-s "$run_limit" --out "$work/zoo.json" | tee "$work/bench.log"
       rc=${PIPESTATUS[0]}
       echo "=== bench: rc=$rc in $(( SECONDS - t0 ))s"
