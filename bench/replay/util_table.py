@@ -37,7 +37,9 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MIB = 1 << 20
 # the policies, in the order of the table: label -> what `compare` is given
-ADAPTALLOC = ("default", "stitch")
+ADAPTALLOC = ("default", "stitch", "plan", "stitch+plan")
+# the device pool's large-path keys each adaptalloc variant turns on
+VARIANT_KEYS = {"stitch": ("stitch",), "plan": ("plan",), "stitch+plan": ("stitch", "plan")}
 TORCH = ("torch:default", "torch:expandable")
 
 
@@ -73,15 +75,22 @@ def find_traces(args):
     return [(os.path.basename(p).rsplit(".csv", 1)[0], p) for p in out]
 
 
-def stitch_policy(path):
-    """policies/default.json with stitching on in the device pool, at path."""
+def variant_policy(path, keys):
+    """policies/default.json with the device pool's large.KEY true for each
+    of keys (stitch, plan), at path."""
     with open(os.path.join(ROOT, "policies", "default.json")) as f:
         p = json.load(f)
-    p["pools"]["device"]["large"]["stitch"] = True
-    p["name"] = "default-stitch"
+    for k in keys:
+        p["pools"]["device"]["large"][k] = True
+    p["name"] = "default-" + "-".join(keys)
     p.pop("$schema", None)
     with open(path, "w") as f:
         json.dump(p, f)
+
+
+def stitch_policy(path):
+    """policies/default.json with stitching on in the device pool, at path."""
+    variant_policy(path, ("stitch",))
 
 
 def sidecar(path):
@@ -132,6 +141,8 @@ def figures(run):
             "backend_calls": res.get("backend_calls"),
             "alias_calls": (res.get("alias_maps") or 0) + (res.get("alias_unmaps") or 0),
             "stitches": res.get("stitches"),
+            "plan_hits": res.get("plan_hits"),
+            "plans_adopted": res.get("plans_adopted"),
             "input_errors": sum(v for k, v in errors.items()
                                 if isinstance(v, int) and k not in ("first_line",))}
 
@@ -189,11 +200,12 @@ def print_table(rows, labels, out=sys.stdout):
     say()
     say("Per trace and policy (MiB): peak reserved, peak in use (blocks), peak requested, "
         "utilisation against each, holes at peak in use (free large-path chunks between live "
-        "blocks), backend calls (alias map/unmap calls apart), stitched ranges made, input "
+        "blocks), backend calls (alias map/unmap calls apart), stitched ranges made, requests "
+        "served at their planned offsets, input "
         "errors counted (--on-error count).")
     say()
     cols = ["trace", "policy", "reserved", "in use", "requested", "util", "requested / reserved",
-            "holes", "backend calls", "alias calls", "stitches", "input errors"]
+            "holes", "backend calls", "alias calls", "stitches", "plan hits", "input errors"]
     say("| " + " | ".join(cols) + " |")
     say("|---|---|" + "---:|" * (len(cols) - 2))
     for name, _, _, fig in rows:
@@ -203,7 +215,8 @@ def print_table(rows, labels, out=sys.stdout):
                 f"{f['requested_mib']:,.1f} | {fmt(f['util'], '.3f')} | "
                 f"{fmt(f['util_requested'], '.3f')} | {fmt(f['holes_mib'], ',.1f')} | "
                 f"{fmt(f['backend_calls'], 'd')} | {f['alias_calls']} | "
-                f"{fmt(f['stitches'], 'd')} | {f['input_errors']} |")
+                f"{fmt(f['stitches'], 'd')} | {fmt(f.get('plan_hits'), 'd')} | "
+                f"{f['input_errors']} |")
 
 
 def main(argv=None):
@@ -236,9 +249,11 @@ def main(argv=None):
             return 2
     rows, failed = [], 0
     with tempfile.TemporaryDirectory(prefix="aa-util-") as tmp:
-        st = os.path.join(tmp, "stitch.json")
-        stitch_policy(st)
-        policies = [("default", "default"), ("stitch", st)]
+        policies = [("default", "default")]
+        for label in ADAPTALLOC[1:]:
+            path = os.path.join(tmp, label.replace("+", "-") + ".json")
+            variant_policy(path, VARIANT_KEYS[label])
+            policies.append((label, path))
         if not args.no_torch:
             policies += [(x, x) for x in TORCH]
         for name, path in traces:

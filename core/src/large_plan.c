@@ -120,6 +120,7 @@ struct aa__plan {
   size_t npend, pend_cap;
   uint64_t live_bytes;
   uint64_t hits, misses, adopted, dropped, refused, saved;
+  uint64_t observed; /* the window's peak reserved the plan was measured against */
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -301,9 +302,16 @@ static uint64_t find_period(struct aa__plan *P) {
       rr = i + k;
     }
   }
+  /* a step leaves the path's bytes in use as it found them; a period
+   * inside one (a layer of the forward pass, which keeps activations, or of
+   * the backward, which frees them) does not; and the repetition must
+   * cover a quarter of the window at least (an optimizer's loop of
+   * temporaries balances, but only over a stretch of the step) */
+  uint64_t in_use = ev_at(P, P->nev - 1)->in_use;
   uint64_t best = 0, bm = 0;
   for (uint64_t q = PLAN_MIN_Q; q <= n / 2; q++) {
-    if (z[q] >= q && z[q] > bm) {
+    if (z[q] >= q && z[q] >= n / 4 && z[q] > bm &&
+        ev_at(P, P->nev - 1 - q)->in_use == in_use) {
       best = q;
       bm = z[q];
     }
@@ -579,6 +587,7 @@ static void plan_make(aa_pool *pool, struct aa__plan *P, uint64_t q) {
   P->stream = stream;
   P->arena_bytes = arena;
   P->saved = observed - predicted;
+  P->observed = observed;
   P->state = AA_PLAN_WAITING;
   P->wait_miss = 0;
   P->backoff = 0;
@@ -696,6 +705,13 @@ static bool activate(aa_pool *pool, struct aa__plan *P) {
   }
   (void)aa__lg_stitch_release(pool);
   (void)aa__lg_release_locked(pool, SIZE_MAX);
+  /* what could not be given back (pages that live blocks share) stays:
+   * the arena on top of it must still come in under the window's peak */
+  if (pool->large->reserved + P->arena_bytes > P->observed) {
+    free(bits);
+    free(live);
+    return false;
+  }
   bool retry;
   aa__chunk *c = aa__lg_take(pool, NULL, P->arena_bytes, P->arena_bytes, P->stream, &retry);
   if (c == NULL) {
@@ -754,8 +770,13 @@ void *aa__lg_plan_alloc(aa_pool *pool, size_t size, aa_stream stream, uint64_t s
     if (k != 0)
       return NULL;
     if (!activate(pool, P)) {
+      uint64_t q = P->q;
       P->refused++;
       plan_finish(pool, P);
+      P->backoff = P->backoff ? P->backoff * 2 : 4 * q;
+      if (P->backoff > 4 * PLAN_WIN)
+        P->backoff = 4 * PLAN_WIN;
+      P->next_check = P->nev + P->backoff;
       return NULL;
     }
   }
