@@ -244,7 +244,7 @@ static int pool_from(vctx *v, const cJSON *obj, const char *path,
                                      NULL};
   static const char *const tkeys[] = {"blocks", "bytes", NULL};
   static const char *const lkeys[] = {"mode", "cache_bytes", "page_bytes", "map_runs",
-                                      "stream_wait", "stitch", NULL};
+                                      "stream_wait", "stitch", "plan", NULL};
   char p1[PATH_CAP], p2[PATH_CAP];
   const cJSON *it, *f;
   bool have_slab = false, have_max = false, have_lmax = false;
@@ -347,6 +347,9 @@ static int pool_from(vctx *v, const cJSON *obj, const char *path,
     if (rc != AA_OK)
       return rc;
     rc = aa__pv_opt_bool(v, it, p1, "stitch", &pp->large_stitch);
+    if (rc != AA_OK)
+      return rc;
+    rc = aa__pv_opt_bool(v, it, p1, "plan", &pp->large_plan);
     if (rc != AA_OK)
       return rc;
   }

@@ -30,14 +30,15 @@
  *   tcache.c     thread registry, thread caches (bins, sync, flush, retire)
  *   telemetry.c  heavy hitters, dead-thread folding, trace events
  *   alloc.c      aa_alloc: the tcache hit, the refill, request counting
- *   free.c       aa_free, aa_record_stream, aa_block_size
+ *   free.c       aa_free, aa_record_stream, aa_block_size, aa_block_share
  *   large.c      the large path, a subsystem with its own state, lock and
  *                header (large.h, the only way in; struct aa__large and
  *                what its files share are in large_internal.h): alloc,
  *                free, record_stream, the chunk structures, stats and the
  *                walk; large_seg.c segments, pages and trimming,
  *                large_ltc.c the per-thread large-block cache (aa__ltc, in
- *                each tcache), large_check.c the AA_DEBUG 3 walk
+ *                each tcache), large_ipc.c a live block's backend memory
+ *                for sharing (aa_block_share), large_check.c the AA_DEBUG 3 walk
  *   pagemap.c    address -> span
  *   stats.c      snapshots, the histogram, per-slot counter baselines, the
  *                account of the reserved bytes
@@ -60,7 +61,8 @@
  *                     cuda/stub/cuda_stub.c
  *   layer 1 base:     common.c config.c pagemap.c base_backend.c base_events.c
  *                     base_misuse.c
- *   layer 2 block:    central.c large.c large_seg.c large_ltc.c large_stitch.c large_check.c
+ *   layer 2 block:    central.c large.c large_seg.c large_ltc.c large_stitch.c large_plan.c
+ *                     large_ipc.c large_check.c
  *   layer 3 cache:    tcache.c telemetry.c
  *   layer 4 pool:     pool.c alloc.c free.c stats.c inspect.c oom.c
  *   layer 5 transfer: cuda/cuda_transfer.c
@@ -69,7 +71,7 @@
  * are its own files' alone; every other file goes through its short header.
  * "wall name: private header, fields | the subsystem's files":
  *   wall large: large_internal.h large ltc | large.c large_seg.c large_stitch.c
- *               large_ltc.c large_check.c large.h
+ *               large_plan.c large_ltc.c large_ipc.c large_check.c large.h
  *
  * Locks (outer before inner): g_mu (thread registry, global) -> pool->class_mu
  * (class-table changes) -> pool->tc_mu (tcache list) -> class->mu -> pool->map_mu.

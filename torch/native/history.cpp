@@ -9,7 +9,8 @@
 // while other streams may still use it, so the two come together), oom with
 // the device's free bytes when an allocation fails. Stack frames are
 // gathered by PyTorch's context recorder: for allocations when `when` is
-// ALLOC or ALL, for frees when it is ALL.
+// ALLOC or ALL, for frees when it is ALL. record_function's annotations
+// (recordAnnotation) are kept beside them (annotate, annotations).
 #include "history.h"
 
 #include <c10/util/Exception.h>
@@ -37,8 +38,11 @@ void History::configure(
     clock = std::make_unique<c10::ApproximateClockToUnixTimeConverter>();
 
   std::lock_guard<std::mutex> g(mu_);
-  if (clear)
+  if (clear) {
     rings_.clear();
+    notes_.clear();
+    notes_next_ = 0;
+  }
   if (enabled) {
     context_ = context_recorder;
     when_ = when;
@@ -106,6 +110,37 @@ std::vector<std::vector<History::TraceEntry>> History::traces(size_t ndevices) {
     for (TraceEntry &e : o)
       e.time_.t_ = to_unix ? to_unix(e.time_.approx_t_) / 1000 : 0;
   }
+  return out;
+}
+
+void History::annotate(int device, const std::vector<std::pair<std::string, std::string>> &md) {
+  if (!on() || device < 0)
+    return;
+  AnnotationEntry e(static_cast<c10::DeviceIndex>(device), c10::getApproximateTime());
+  for (const auto &kv : md)
+    e.recordUserMetadata(kv.first, kv.second);
+  std::lock_guard<std::mutex> g(mu_);
+  if (!on())
+    return;
+  if (notes_.size() < max_) {
+    notes_.push_back(std::move(e));
+    return;
+  }
+  notes_[notes_next_] = std::move(e);
+  notes_next_ = (notes_next_ + 1) % max_;
+}
+
+std::vector<History::AnnotationEntry> History::annotations() {
+  std::vector<AnnotationEntry> out;
+  std::function<time_t(c10::approx_time_t)> to_unix;
+  std::lock_guard<std::mutex> g(mu_);
+  if (clock_)
+    to_unix = clock_->makeConverter();
+  out.reserve(notes_.size());
+  for (size_t i = 0; i < notes_.size(); i++)
+    out.push_back(notes_[(notes_next_ + i) % notes_.size()]);
+  for (AnnotationEntry &e : out)
+    e.time_.t_ = to_unix ? to_unix(e.time_.approx_t_) / 1000 : 0;
   return out;
 }
 

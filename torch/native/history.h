@@ -13,6 +13,7 @@
 // GIL to gather Python frames) runs outside it.
 #pragma once
 
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/util/ApproximateClock.h>
 
@@ -21,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace adaptalloc_torch {
@@ -51,6 +53,14 @@ public:
   // microseconds since the epoch (what _dump_snapshot writes as time_us).
   std::vector<std::vector<TraceEntry>> traces(size_t ndevices);
 
+  // recordAnnotation (record_function's names, while recording is on): one
+  // entry of the device's with the metadata, kept like the trace entries
+  // (the newest max_entries); annotations() hands them to snapshot() with
+  // the same time conversion.
+  using AnnotationEntry = c10::CachingDeviceAllocator::AnnotationEntry;
+  void annotate(int device, const std::vector<std::pair<std::string, std::string>> &md);
+  std::vector<AnnotationEntry> annotations();
+
 private:
   struct Ring {
     std::vector<TraceEntry> v;
@@ -64,6 +74,8 @@ private:
   size_t max_ = 1;
   std::vector<bool> skip_;
   std::vector<Ring> rings_;
+  std::vector<AnnotationEntry> notes_; // a ring of max_, as a Ring's v
+  size_t notes_next_ = 0;
   std::unique_ptr<c10::ApproximateClockToUnixTimeConverter> clock_;
 };
 

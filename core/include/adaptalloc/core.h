@@ -132,6 +132,16 @@ typedef struct aa_backend_ops {
   int (*map_alias)(aa_backend *b, void *addr, size_t size, void *handle);
   /* Undo one map_alias: the memory stays, mapped where map put it. */
   void (*unmap_alias)(aa_backend *b, void *addr, size_t size, void *handle);
+
+  /* Optional (NULL: not offered), for sharing memory with another process
+   * (aa_block_share, CUDA IPC): a POSIX file descriptor that another
+   * process can import the memory behind `handle` (from map, still
+   * mapped) with (CUDA: cuMemExportToShareableHandle). The descriptor is
+   * the backend's, the same one at every call for one handle, and stays
+   * open while the handle is mapped: unmap closes it. AA_ENOTSUP when the
+   * handle was made without an exportable type (a driver that refused
+   * one), AA_EBACKEND. */
+  int (*export_fd)(aa_backend *b, void *handle, int *fd);
 } aa_backend_ops;
 
 /* What a backend's residency op reports, over all it holds. */
@@ -298,6 +308,17 @@ typedef struct aa_pool_config {
                               as PyTorch's caching allocator does. Policy:
                               large.stream_wait; aa_pool_set_stream_wait changes it
                               live */
+  int large_plan;          /* cache or expandable: a placement learned from the first
+                              steps. The large requests are watched; once they repeat
+                              (the period found in the order of requests and frees), the
+                              repeating ones with a lifetime shorter than a period get
+                              offsets planned from their lifetimes in one arena, adopted
+                              only when the window's replay says peak reserved falls;
+                              from the period's next start they are served there with no
+                              backend call, the rest as before; a plan that stops
+                              matching is dropped and learned again. 1 on, 0 (the
+                              default) off. Fixed while the pool lives. Policy:
+                              large.plan. Docs: docs/core.md "The learned plan" */
 } aa_pool_config;
 
 /* The longest region label (aa_pool_config.region, aa_pool_stats.region). */
@@ -334,6 +355,35 @@ AA_EXTERN int aa_record_stream(aa_pool *pool, void *ptr, aa_stream stream);
 /* Size of the block that holds ptr (its class size or large size), 0 if the
  * pool does not own it. */
 AA_EXTERN size_t aa_block_size(aa_pool *pool, const void *ptr);
+
+/* ---------------------------------------------------- sharing a block
+ * What another process needs to map a live block: the backend memory under
+ * it, one piece per backend allocation (a slab, a large segment of the
+ * cache path) or per map handle (pages of the expandable path, the parts of
+ * a stitched range), in address order, contiguous, covering the block. A
+ * piece is mapped whole at [addr, addr + size) in this process. */
+typedef struct aa_share_piece {
+  void *addr;   /* where the piece starts in this process */
+  size_t size;  /* its bytes */
+  void *handle; /* the backend's map handle (map op), for aa_backend_export_fd;
+                   NULL: a whole backend allocation (alloc op) starting at addr */
+} aa_share_piece;
+
+/* Describes the live block that holds `ptr` (its start or any byte of it):
+ * fills pieces[0 .. *n) (at most cap) and *block with the block's start.
+ * AA_ERANGE when more than cap pieces are needed (*n says how many);
+ * AA_EINVAL when ptr is in no live block of the pool (free, cached in a
+ * thread's cache, another pool's). The description holds while the block
+ * stays live: the pool never gives a live block's memory back, so a
+ * consumer may map the pieces until the owner frees the block (PyTorch's
+ * CUDA IPC keeps the owner's block live until every consumer let go). */
+AA_EXTERN int aa_block_share(aa_pool *pool, const void *ptr, aa_share_piece *pieces, size_t cap,
+                             size_t *n, void **block);
+
+/* The backend's export_fd: a POSIX descriptor for a map handle of a
+ * piece (the backend's; never close it). AA_ENOTSUP when the backend has no
+ * export_fd, AA_EINVAL for a NULL handle or backend. */
+AA_EXTERN int aa_backend_export_fd(aa_backend *b, void *handle, int *fd);
 
 /* Returns cached memory to the backend: free blocks in this thread's cache and
  * the central lists, empty slabs, cached large segments (torch empty_cache).
@@ -425,7 +475,7 @@ AA_EXTERN void aa_pool_classes_abort(aa_class_txn *txn);
 
 /* ------------------------------------------------------------------ stats */
 
-#define AA_STATS_VERSION 12
+#define AA_STATS_VERSION 13
 #define AA_HIST_BUCKETS 192 /* quarter doublings: bucket(size) below */
 #define AA_HH_MAX 32        /* heavy-hitter exact sizes reported */
 
@@ -536,7 +586,34 @@ typedef struct aa_pool_stats {
   uint64_t large_stitch_dormant;
   uint64_t large_stitch_rests;
   uint64_t large_stitch_wakes;
+  /* The learned placement (aa_pool_config.large_plan; docs/core.md "The
+   * learned plan"): its state (AA_PLAN_*), requests per period, the arena's
+   * bytes and the bytes live in it, requests served at their planned
+   * offsets (hits) and requests the plan expected elsewhere or found its
+   * room taken (misses), plans adopted, dropped (stopped matching, a
+   * release) and refused (the window's replay said peak reserved would not
+   * fall), and the bytes of peak reserved the adopted plan saves by that
+   * replay. */
+  uint64_t large_plan_state;
+  uint64_t large_plan_period;
+  uint64_t large_plan_bytes;
+  uint64_t large_plan_live_bytes;
+  uint64_t large_plan_hits;
+  uint64_t large_plan_misses;
+  uint64_t large_plans_adopted;
+  uint64_t large_plans_dropped;
+  uint64_t large_plans_refused;
+  uint64_t large_plan_saved_bytes;
 } aa_pool_stats;
+
+/* aa_pool_stats.large_plan_state */
+enum {
+  AA_PLAN_OFF = 0,      /* not asked for, or the mode cannot (passthrough) */
+  AA_PLAN_LEARNING = 1, /* watching the requests for a period */
+  AA_PLAN_WAITING = 2,  /* planned: served from the period's next start */
+  AA_PLAN_ACTIVE = 3,   /* requests served at their planned offsets */
+  AA_PLAN_DRAINING = 4  /* dropped: its arena goes once its blocks are freed */
+};
 
 /* Takes a snapshot. Counters are per thread and summed here; no allocation
  * lock is held for more than a copy. Same as aa_pool_stats_get_opts(pool,
@@ -685,8 +762,10 @@ enum {
   AA_WALK_STITCHED = 8,   /* segment: a stitched range (aa_pool_config.large_stitch): the
                              same memory as the blocks flagged AA_WALK_LENT, at a second
                              address; not more reserved memory */
-  AA_WALK_LENT = 16       /* block: free pages a stitched range maps again (not usable here
+  AA_WALK_LENT = 16,      /* block: free pages a stitched range maps again (not usable here
                              while it lives) */
+  AA_WALK_PLANNED = 32    /* block: in the learned plan's arena (aa_pool_config.large_plan),
+                             at its planned offset (in use) or room between (free) */
 };
 
 typedef struct aa_walk_entry {

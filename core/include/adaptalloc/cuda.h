@@ -297,6 +297,32 @@ AA_EXTERN int aa_packer_sync(aa_packer *pk);
  * a no-op. */
 AA_EXTERN void aa_packer_destroy(aa_packer *pk);
 
+/* ------------------------------------------------------ CUDA IPC
+ * Mapped device memory (the expandable large path's handles) shared
+ * between processes: the owner describes a block with aa_block_share and
+ * exports each handle's POSIX descriptor (aa_backend_export_fd); another
+ * process maps them with aa_cuda_ipc_import. */
+typedef struct aa_cuda_import aa_cuda_import;
+
+/* Maps, in this process, the n handles whose descriptors fds[i] (numbers
+ * in process `pid`; pid 0 or this process's own: descriptors of this
+ * process) were exported, sizes[i] bytes each, side by side at a new
+ * address (*base) on `device`, readable and writable there. The copies
+ * of the descriptors are taken with pidfd_getfd (Linux 5.6; the caller
+ * needs ptrace access to pid, as for PyTorch's expandable segments) and
+ * closed once imported. *out is the caller's: aa_cuda_ipc_close unmaps
+ * and frees. AA_ENOTSUP (no driver entry points, or a kernel without
+ * pidfd_getfd), AA_EPERM (no ptrace access to pid), AA_ENOENT (pid or a
+ * descriptor gone), AA_ENOMEM, AA_EBACKEND. */
+AA_EXTERN int aa_cuda_ipc_import(int device, int pid, const int *fds, const size_t *sizes,
+                                 size_t n, aa_cuda_import **out, void **base);
+AA_EXTERN void aa_cuda_ipc_close(aa_cuda_import *im);
+
+/* The device allocation (cudaMalloc's, or a VMM mapping's) that holds ptr:
+ * its start and size (cuMemGetAddressRange). AA_EINVAL for no such
+ * allocation, AA_ENOTSUP without CUDA. */
+AA_EXTERN int aa_cuda_alloc_base(const void *ptr, void **base, size_t *size);
+
 #ifdef __cplusplus
 }
 #endif

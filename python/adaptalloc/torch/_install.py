@@ -174,6 +174,10 @@ def _install_locked(torch, native, record_stream):
             from adaptalloc import _torch_native
             _torch_native.install(torch.cuda.device_count())
             _pkg._mode = "native"
+            # PyTorch's allocator settings: one line naming what is done
+            # with each, now and at each _set_allocator_settings (_settings)
+            from adaptalloc.torch import _settings
+            _settings.install_hooks(torch)
             return _pkg._mode
         warnings.warn("adaptalloc.torch: the native allocator is not available (%s); "
                       "using the CUDAPluggableAllocator fallback, with which "

@@ -171,3 +171,24 @@ int aa_managed_last_refusal(const aa_backend *b, aa_managed_refusal *out) {
   }
   return AA_ENOTSUP;
 }
+
+int aa_cuda_ipc_import(int device, int pid, const int *fds, const size_t *sizes, size_t n,
+                       aa_cuda_import **out, void **base) {
+  (void)device, (void)pid, (void)fds, (void)sizes, (void)n;
+  if (out)
+    *out = NULL;
+  if (base)
+    *base = NULL;
+  return AA_ENOTSUP;
+}
+
+void aa_cuda_ipc_close(aa_cuda_import *im) { (void)im; }
+
+int aa_cuda_alloc_base(const void *ptr, void **base, size_t *size) {
+  (void)ptr;
+  if (base)
+    *base = NULL;
+  if (size)
+    *size = 0;
+  return AA_ENOTSUP;
+}
