@@ -105,7 +105,7 @@ static void on_readable(aa__intake *in, entry *e, bool rdhup) {
 static void sweep(aa__intake *in) {
   uint64_t now;
   char msg[160];
-  now = aa_now_ns(); /* after the lock: no since_ns is later than now */
+  now = aa_now_ns(); /* one thread: no since_ns is later than now */
   for (size_t i = 0; i < in->cap; i++) {
     entry *e = &in->e[i];
     uint64_t age = now > e->since_ns ? now - e->since_ns : 0;

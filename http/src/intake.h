@@ -26,14 +26,15 @@ typedef struct aa__intake aa__intake;
  * by aa__intake_free). AA_ENOMEM / AA_EIO. */
 int aa__intake_new(aa__http_state *st, const aa_http_config *cfg,
                    int listen_fd, aa__intake **out);
-/* Starts the thread that accepts and hands connections to d. */
+/* Starts the server's one thread: it accepts, hands connections to d and
+ * runs d (libmicrohttpd in external mode, with epoll). */
 int aa__intake_start(aa__intake *in, struct MHD_Daemon *d);
 /* Stops the thread and closes the connections it still holds. The daemon
  * must be stopped after this and before aa__intake_free. */
 void aa__intake_stop(aa__intake *in);
 void aa__intake_free(aa__intake *in);
 
-/* libmicrohttpd's side, called from its thread. */
+/* libmicrohttpd's side, called from inside MHD_run on the intake's thread. */
 void aa__intake_conn_started(aa__intake *in, struct MHD_Connection *c,
                              void **socket_context);
 void aa__intake_conn_closed(aa__intake *in, void **socket_context);

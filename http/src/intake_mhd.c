@@ -1,8 +1,9 @@
 /*
  * intake_mhd.c — libmicrohttpd's side of the intake's table (intake.c has
- * the states), called from inside MHD_run on the intake's own thread: it finds the entry of a
- * connection it took, follows its requests (MHD_BODY once a head is parsed,
- * MHD_IDLE once answered) and frees the slot when libmicrohttpd lets go.
+ * the states), called from inside MHD_run on the intake's own thread: it
+ * finds the entry of a connection it took, follows its requests (MHD_BODY
+ * once a head is parsed, MHD_IDLE once answered) and frees the slot when
+ * libmicrohttpd lets go.
  * Entry points: the aa__intake_conn_* and aa__intake_request_* of intake.h,
  * and aa__intake_must_close.
  */
