@@ -7,9 +7,9 @@
  * callbacks plus a user pointer. The server parses and checks requests,
  * calls the provider, and turns its answers into HTTP responses.
  *
- * Threads: the server runs libmicrohttpd's internal polling thread (epoll
- * where available, else poll; never select). Every provider callback is
- * called from that one thread, one request at a time; callbacks must still be
+ * Threads: the server has one thread, which accepts, checks every request
+ * head and runs libmicrohttpd (external mode, epoll; never select). Every
+ * provider callback is called from that one thread, one request at a time; callbacks must still be
  * safe against the creator's other threads (the allocator keeps running).
  * Callbacks should return quickly: they hold up other requests, never the
  * allocator.
