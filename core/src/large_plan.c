@@ -120,7 +120,8 @@ struct aa__plan {
   size_t npend, pend_cap;
   uint64_t live_bytes;
   uint64_t hits, misses, adopted, dropped, refused, saved;
-  uint64_t observed; /* the window's peak reserved the plan was measured against */
+  uint64_t observed;     /* the window's peak reserved the plan was measured against */
+  unsigned idle_checks;  /* looks in a row that found no period */
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -624,10 +625,15 @@ void aa__lg_plan_note(aa_pool *pool, int kind, size_t size, size_t req, aa_strea
   e->reserved = pool->large->reserved;
   P->nev++;
   if (P->state == AA_PLAN_LEARNING && P->nev >= P->next_check) {
-    P->next_check = P->nev + PLAN_EVERY;
+    /* a window that does not repeat is looked at less often, down to
+     * once per 8 * PLAN_EVERY events (the search is linear in the window) */
+    P->idle_checks = P->idle_checks < 4 ? P->idle_checks + 1 : 4;
+    P->next_check = P->nev + ((uint64_t)PLAN_EVERY << (P->idle_checks - 1));
     uint64_t q = find_period(P);
-    if (q != 0)
+    if (q != 0) {
+      P->idle_checks = 0;
       plan_make(pool, P, q);
+    }
   }
 }
 
