@@ -67,6 +67,11 @@ typedef struct tool_input {
   const char *hist_pool; /* NULL: all pools summed */
   bool from_histogram;
   bool live_given; /* --live N: a block count, not the run's peak bytes */
+  /* a stored trace's call stacks ('c' events, aa_pool_trace_frame) are
+   * delivered as events op 'c' with the stack's id in `size` (the export
+   * asks for them); otherwise they are skipped, as every other reader of
+   * replay events knows no 'c' */
+  bool frames;
   aa_replay_synth_config synth;
 } tool_input;
 
