@@ -10,7 +10,9 @@ the installed ``adaptalloc`` script.
     adaptalloc policy patch DOC|@FILE|-     merge patch (RFC 7386)
     adaptalloc policy put FILE|-            replace the policy (complete)
     adaptalloc snapshot [-o FILE]           stats, policy, segments, OOMs: one JSON
-    adaptalloc trace --seconds N            not served yet: exits 5 saying so
+    adaptalloc trace --seconds N [--sample N] [--min-bytes B] [--max-events N] [--wait]
+                                            trace the next N seconds into the job's store
+    adaptalloc trace --off | --status       end it now; what is traced
 
 The job: --url (http://HOST:PORT, HOST:PORT or PORT; default $ADAPTALLOC_URL,
 else 127.0.0.1:9100), --rank R adds R to the port (ADAPTALLOC_HTTP's
@@ -440,13 +442,89 @@ def cmd_snapshot(args, base):
     return EXIT_OK
 
 
+def trace_patch(seconds=None, sample=None, min_bytes=None, max_events=None, off=False):
+    """The merge patch that turns a live trace on (or off): the one rule the
+    CLI and adaptalloc.trace() share (docs/operating.md "Tracing a live job").
+    min_bytes alone traces only sizes of at least min_bytes (trace_sample 0)."""
+    if off:
+        return {"telemetry": {"trace": False}}
+    t = {"trace": True, "trace_seconds": int(seconds or 0)}
+    if sample is None:
+        sample = 0 if min_bytes else 1
+    t["trace_sample"] = int(sample)
+    t["trace_min_bytes"] = int(min_bytes or 0)
+    if max_events is not None:
+        t["trace_max_events"] = int(max_events)
+    return {"telemetry": t}
+
+
+def trace_text(tr):
+    """One line about /stats' trace object."""
+    if not tr:
+        return "this job reports no trace state (an older adaptalloc)"
+    if not tr.get("on"):
+        return "tracing is off" + ("" if tr.get("available", True) else
+                                   " (no store in this run: ADAPTALLOC_DB=off)")
+    what = "every event" if tr.get("sample") == 1 and not tr.get("min_bytes") else (
+        "%s%s" % ("1 in %d allocations" % tr["sample"] if tr.get("sample") else "",
+                  ("%severy allocation of %s or more" % (" and " if tr.get("sample") else "",
+                                                         fmt_bytes(tr["min_bytes"])))
+                  if tr.get("min_bytes") else ""))
+    left = tr.get("remaining_ms")
+    when = ("until turned off" if left is None else "%.1f s left" % (left / 1000.0))
+    s = "tracing %s, %s" % (what, when)
+    sm = tr.get("sampled")
+    if sm:
+        s += "; %d traced, %d live" % (sm.get("traced", 0), sm.get("live", 0))
+    if tr.get("max_events"):
+        s += "; the store keeps the newest %d events" % tr["max_events"]
+    return s
+
+
 def cmd_trace(args, base):
-    # The server has no run-time switch for tracing yet: the policy's
-    # telemetry.trace is read when a pool is made, and only ADAPTALLOC_TRACE=1
-    # at start traces (issue 38, item 3). Say so rather than pretend.
-    raise CliError("trace --seconds %d: this job cannot switch tracing on at run time (the server "
-                   "has no such switch yet); start it with ADAPTALLOC_TRACE=1 and export the "
-                   "store's trace (adaptalloc-replay export)" % args.seconds, EXIT_UNSUPPORTED)
+    if args.off:
+        if args.seconds is not None or args.sample is not None or args.min_bytes is not None:
+            raise CliError("trace --off takes no --seconds, --sample or --min-bytes", EXIT_USAGE)
+        doc = trace_patch(off=True)
+    elif args.status:
+        st = get_json(base, "/stats")
+        print(json.dumps(st.get("trace"), indent=2) if args.json else trace_text(st.get("trace")))
+        return EXIT_OK
+    else:
+        if args.seconds is None:
+            raise CliError("trace needs --seconds N (0: until `trace --off`), --off or --status",
+                           EXIT_USAGE)
+        if args.seconds < 0 or args.seconds > 2592000:
+            raise CliError("--seconds %d: 0 to 2592000 (30 days)" % args.seconds, EXIT_USAGE)
+        if args.sample is not None and (args.sample < 0 or args.sample > 1000000000):
+            raise CliError("--sample %d: 0 to 1000000000 (1: every event)" % args.sample,
+                           EXIT_USAGE)
+        if args.sample == 0 and not args.min_bytes:
+            raise CliError("--sample 0 traces nothing by count: give --min-bytes", EXIT_USAGE)
+        if args.min_bytes is not None and args.min_bytes < 0:
+            raise CliError("--min-bytes must be >= 0", EXIT_USAGE)
+        doc = trace_patch(args.seconds, args.sample, args.min_bytes, args.max_events)
+    st = get_json(base, "/stats")
+    if "trace" not in st:
+        raise CliError("this job's server has no live tracing (an adaptalloc before it); start "
+                       "it with ADAPTALLOC_TRACE=1 instead", EXIT_UNSUPPORTED)
+    ans = mutate(base, "PATCH", "/policy", json.dumps(doc), "application/merge-patch+json",
+                 args.token_file)
+    tr = get_json(base, "/stats").get("trace")
+    if not ans.get("changed", True) and not args.off:
+        print("nothing changed: %s" % trace_text(tr))
+    else:
+        print("version %s in force: %s" % (ans.get("version", "?"), trace_text(tr)))
+    if args.wait and not args.off and args.seconds:
+        deadline = time.monotonic() + args.seconds + 5
+        while time.monotonic() < deadline:
+            time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
+            tr = get_json(base, "/stats").get("trace") or {}
+            if not tr.get("on"):
+                print("the trace ended")
+                return EXIT_OK
+        raise CliError("the trace did not end within %d s" % (args.seconds + 5), EXIT_REFUSED)
+    return EXIT_OK
 
 
 # ------------------------------------------------------------------ main
@@ -484,8 +562,19 @@ def parser():
     n = sub.add_parser("snapshot", help="stats, policy, segments and OOMs as one JSON document")
     n.add_argument("-o", "--output", help="write to FILE (default stdout)")
     n.set_defaults(fn=cmd_snapshot)
-    r = sub.add_parser("trace", help="trace the next N seconds (not served yet: exits 5)")
-    r.add_argument("--seconds", type=int, required=True)
+    r = sub.add_parser("trace", help="trace the next N seconds into the job's store, sampled")
+    r.add_argument("--seconds", type=int,
+                   help="turn tracing on for N seconds (0: until trace --off)")
+    r.add_argument("--sample", type=int,
+                   help="trace one allocation in N on average (default 1: all; 0: by size only)")
+    r.add_argument("--min-bytes", type=int,
+                   help="also trace every allocation of at least B bytes (alone: only those)")
+    r.add_argument("--max-events", type=int,
+                   help="the store keeps the newest N trace events (0: no bound)")
+    r.add_argument("--wait", action="store_true", help="return when the trace has ended")
+    r.add_argument("--off", action="store_true", help="turn tracing off now")
+    r.add_argument("--status", action="store_true", help="say what is traced now")
+    r.add_argument("--json", action="store_true", help="--status: the /stats trace object")
     r.set_defaults(fn=cmd_trace)
     return ap
 
