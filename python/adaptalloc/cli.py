@@ -13,6 +13,8 @@ the installed ``adaptalloc`` script.
     adaptalloc trace --seconds N [--sample N] [--min-bytes B] [--max-events N] [--wait]
                                             trace the next N seconds into the job's store
     adaptalloc trace --off | --status       end it now; what is traced
+    adaptalloc holders --db FILE [--top N]  who holds the memory: live sizes, largest
+                                            live blocks and bytes by call stack
 
 The job: --url (http://HOST:PORT, HOST:PORT or PORT; default $ADAPTALLOC_URL,
 else 127.0.0.1:9100), --rank R adds R to the port (ADAPTALLOC_HTTP's
@@ -527,6 +529,82 @@ def cmd_trace(args, base):
     return EXIT_OK
 
 
+def holders(db, run=None, top=10):
+    """Who holds the memory at the end of a stored trace (the store's
+    trace_events and trace_frames, sqlite3 of the standard library): the
+    live blocks replayed in sequence order, then the live sizes by bytes
+    held and the largest live blocks with their call stacks. A sampled trace
+    answers for its sample."""
+    import sqlite3
+    try:
+        con = sqlite3.connect("file:%s?mode=ro" % urllib.parse.quote(db), uri=True)
+        if run is None:
+            run = con.execute("SELECT max(id) FROM runs").fetchone()[0]
+        if run is None:
+            raise CliError("%s: no run" % db, EXIT_USAGE)
+        cols = {r[1] for r in con.execute("PRAGMA table_info(trace_events)")}
+        frame_col = "frame" if "frame" in cols else "NULL"
+        rows = con.execute("SELECT op, ptr, size, %s FROM trace_events WHERE run_id = ? "
+                           "ORDER BY seq, id" % frame_col, (run,))
+        live = {}
+        for op, ptr, size, frame in rows:
+            if op == "a" and ptr:
+                live[ptr] = [size, None]
+            elif op == "f":
+                live.pop(ptr, None)
+            elif op == "c" and ptr in live:
+                live[ptr][1] = frame
+        stacks = {}
+        if "frame" in cols:
+            stacks = dict(con.execute("SELECT id, frames FROM trace_frames WHERE run_id = ?",
+                                      (run,)))
+        con.close()
+    except sqlite3.Error as e:
+        raise CliError("%s: %s" % (db, e), EXIT_USAGE) from None
+    by_size = {}
+    for size, _f in live.values():
+        n, b = by_size.get(size, (0, 0))
+        by_size[size] = (n + 1, b + size)
+    sizes = sorted(by_size.items(), key=lambda kv: -kv[1][1])[:top]
+    largest = sorted(live.items(), key=lambda kv: -kv[1][0])[:top]
+    by_stack = {}
+    for size, f in live.values():
+        if f:
+            n, b = by_stack.get(f, (0, 0))
+            by_stack[f] = (n + 1, b + size)
+    return {
+        "run": run, "live_blocks": len(live), "live_bytes": sum(s for s, _ in live.values()),
+        "top_sizes": [{"size": s, "blocks": n, "bytes": b} for s, (n, b) in sizes],
+        "largest": [{"ptr": "0x%x" % p, "size": s, "frames": stacks.get(f, "").splitlines()}
+                    for p, (s, f) in largest],
+        "by_stack": [{"frames": stacks.get(f, "").splitlines(), "blocks": n, "bytes": b}
+                     for f, (n, b) in sorted(by_stack.items(), key=lambda kv: -kv[1][1])[:top]],
+    }
+
+
+def cmd_holders(args, base):
+    del base  # reads the store, not the server
+    h = holders(args.db, args.run, args.top)
+    if args.json:
+        print(json.dumps(h, indent=2))
+        return EXIT_OK
+    print("run %s: %d blocks live, %s, at the end of the trace"
+          % (h["run"], h["live_blocks"], fmt_bytes(h["live_bytes"])))
+    print("live sizes by bytes held:")
+    for e in h["top_sizes"]:
+        print("  %12s x %-6d %s" % (fmt_bytes(e["size"]), e["blocks"], fmt_bytes(e["bytes"])))
+    print("largest live blocks:")
+    for e in h["largest"]:
+        print("  %s %s  %s" % (e["ptr"], fmt_bytes(e["size"]),
+                               " <- ".join(e["frames"][:4]) or "(no stack)"))
+    if h["by_stack"]:
+        print("bytes held by call stack:")
+        for e in h["by_stack"]:
+            print("  %s in %d blocks: %s" % (fmt_bytes(e["bytes"]), e["blocks"],
+                                              " <- ".join(e["frames"][:4])))
+    return EXIT_OK
+
+
 # ------------------------------------------------------------------ main
 
 def parser():
@@ -576,6 +654,12 @@ def parser():
     r.add_argument("--status", action="store_true", help="say what is traced now")
     r.add_argument("--json", action="store_true", help="--status: the /stats trace object")
     r.set_defaults(fn=cmd_trace)
+    h = sub.add_parser("holders", help="who holds the memory at the end of a stored trace")
+    h.add_argument("--db", required=True, help="the job's store (ADAPTALLOC_DB)")
+    h.add_argument("--run", type=int, help="the run (default: the latest)")
+    h.add_argument("--top", type=int, default=10, help="rows per list (default 10)")
+    h.add_argument("--json", action="store_true", help="as JSON")
+    h.set_defaults(fn=cmd_holders)
     return ap
 
 

@@ -435,6 +435,15 @@ class RuntimeTraceCli(Base):
         rc, out, err = self.cli("--url", self.url, "trace", "--off")
         self.assertEqual(rc, 0, err)
         self.assertIn("tracing is off", out)
+        rc, out, err = self.cli("holders", "--db", self.db, "--json")
+        self.assertEqual(rc, 0, err)
+        h = json.loads(out)
+        self.assertEqual(h["live_blocks"], len(live))
+        self.assertEqual(h["live_bytes"], sum(e["bytes"] for e in h["top_sizes"])
+                         if len(h["top_sizes"]) < 10 else h["live_bytes"])
+        rc, out, err = self.cli("holders", "--db", self.db)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("largest live blocks", out)
 
 
 if __name__ == "__main__":

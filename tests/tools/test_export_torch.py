@@ -205,6 +205,19 @@ def bounded(tool, d, csv, rows):
     r = subprocess.run([tool, "export", "--format", "torch-snapshot", "--db", db, "-o", out,
                         "--since", "2026-13-01T00:00"], capture_output=True, text=True)
     check(r.returncode == 2 and "no such date" in r.stderr, "a bad time named (%s)" % r.stderr)
+    # who holds the memory: the CLI's answer from the same store agrees with
+    # the export's live blocks and names their stacks
+    cli = os.path.join(HERE, "..", "..", "python", "adaptalloc", "cli.py")
+    r = subprocess.run([sys.executable, cli, "holders", "--db", db, "--json", "--top", "100000"],
+                       capture_output=True, text=True)
+    check(r.returncode == 0, "adaptalloc holders (%s)" % r.stderr)
+    h = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(h.get("live_blocks") == len(whole["segments"]), "holders: the live blocks")
+    framed = [b for b in h.get("largest", []) if b["frames"]]
+    check(len(framed) == len(live_framed) and framed[0]["frames"][1] == "model.py:7:forward",
+          "holders: the live blocks' stacks (%d, %d)" % (len(framed), len(live_framed)))
+    check(sum(s["bytes"] for s in h.get("by_stack", [])) == 65536 * len(live_framed),
+          "holders: bytes by stack")
     os.remove(db)
     if os.path.exists(out):
         os.remove(out)
