@@ -536,6 +536,13 @@ def holders(db, run=None, top=10):
     held and the largest live blocks with their call stacks. A sampled trace
     answers for its sample."""
     import sqlite3
+    if not os.path.isfile(db):
+        raise CliError("%s: no such database" % db, EXIT_USAGE)
+    # a read-only connection makes the -wal and -shm files when missing and
+    # cannot remove them: then a read-write open and close does, as the
+    # store's readers do (SQLite removes them only when no one else has the
+    # database open)
+    had_wal = os.path.exists(db + "-wal")
     try:
         con = sqlite3.connect("file:%s?mode=ro" % urllib.parse.quote(db), uri=True)
         if run is None:
@@ -559,6 +566,10 @@ def holders(db, run=None, top=10):
             stacks = dict(con.execute("SELECT id, frames FROM trace_frames WHERE run_id = ?",
                                       (run,)))
         con.close()
+        if not had_wal and os.path.exists(db + "-wal") and os.access(db, os.W_OK):
+            tidy = sqlite3.connect(db)
+            tidy.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            tidy.close()
     except sqlite3.Error as e:
         raise CliError("%s: %s" % (db, e), EXIT_USAGE) from None
     by_size = {}
