@@ -801,7 +801,8 @@ def test_live_trace_stores_python_frames(tmp_path):
     assert any("test_torch_native.py" in f["filename"] for e in framed for f in e["frames"])
     html = _memory_viz.trace_plot(snap)
     assert "Active Memory Timeline" in html
-    cli = os.path.join(os.path.dirname(os.path.dirname(HERE)), "python", "adaptalloc", "cli.py")
+    cli = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(HERE))), "python",
+                       "adaptalloc", "cli.py")
     r = subprocess.run([sys.executable, cli, "holders", "--db", db, "--json"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
