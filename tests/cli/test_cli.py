@@ -435,10 +435,21 @@ class RuntimeTraceCli(Base):
         rc, out, err = self.cli("--url", self.url, "trace", "--off")
         self.assertEqual(rc, 0, err)
         self.assertIn("tracing is off", out)
+        time.sleep(0.5)  # the writer commits what the ring still holds (trace off)
+        con = sqlite3.connect(self.db)
+        live = {}
+        for op, ptr, size in con.execute("SELECT op, ptr, size FROM trace_events "
+                                         "WHERE run_id = (SELECT max(id) FROM runs) ORDER BY seq"):
+            if op == "a":
+                live[ptr] = size
+            elif op == "f":
+                live.pop(ptr, None)
+        con.close()
         rc, out, err = self.cli("holders", "--db", self.db, "--json")
         self.assertEqual(rc, 0, err)
         h = json.loads(out)
         self.assertEqual(h["live_blocks"], len(live))
+        self.assertEqual(h["live_bytes"], sum(live.values()))
         self.assertEqual(h["live_bytes"], sum(e["bytes"] for e in h["top_sizes"])
                          if len(h["top_sizes"]) < 10 else h["live_bytes"])
         rc, out, err = self.cli("holders", "--db", self.db)
