@@ -132,6 +132,10 @@ void aa_telemetry_params_default(aa_telemetry_params *out) {
   out->histogram = true;
   out->retention_bytes = 1024u * 1024u * 1024u;
   out->retention_age_s = 7u * 24u * 3600u;
+  out->trace_sample = 1;
+  out->trace_min_bytes = 0;
+  out->trace_seconds = 0;
+  out->trace_max_events = 0;
 }
 
 void aa__policy_defaults(aa_policy *p) {
@@ -615,7 +619,11 @@ bool aa_policy_equal(const aa_policy *a, const aa_policy *b) {
          a->telemetry.trace == b->telemetry.trace &&
          a->telemetry.histogram == b->telemetry.histogram &&
          a->telemetry.retention_bytes == b->telemetry.retention_bytes &&
-         a->telemetry.retention_age_s == b->telemetry.retention_age_s;
+         a->telemetry.retention_age_s == b->telemetry.retention_age_s &&
+         a->telemetry.trace_sample == b->telemetry.trace_sample &&
+         a->telemetry.trace_min_bytes == b->telemetry.trace_min_bytes &&
+         a->telemetry.trace_seconds == b->telemetry.trace_seconds &&
+         a->telemetry.trace_max_events == b->telemetry.trace_max_events;
 }
 
 aa_policy *aa_policy_clone(const aa_policy *p) {

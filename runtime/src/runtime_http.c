@@ -217,6 +217,7 @@ static int prov_stats_json(void *user, const char *pool, char **out, size_t *len
   } else {
     aa__buf_printf(&sb, "{\"enabled\":0,\"path\":null}");
   }
+  aa__rt_trace_json(rt, &sb);
   aa__buf_printf(&sb, ",\"policy_changes\":%llu,\"policy_rejects\":%llu",
                  (unsigned long long)atomic_load(&rt->svc.policy_changes),
                  (unsigned long long)atomic_load(&rt->svc.policy_rejects));

@@ -72,6 +72,13 @@ typedef struct aa__rt_services {
   atomic_bool tracing; /* the pools trace into the store now (written under
                           policy_lock) */
   atomic_bool traced;  /* ... or did at some time in this run */
+  /* live tracing's sample (telemetry.trace_sample, trace_min_bytes) in
+   * force on the pools, and when a trace of trace_seconds ends (aa_now_ns;
+   * 0: not timed) and began; written under policy_lock */
+  atomic_uint trace_every;
+  _Atomic uint64_t trace_min_bytes;
+  _Atomic uint64_t trace_deadline_ns;
+  _Atomic uint64_t trace_began_ns;
 
   /* The pools' named overrides (aa_pool_overrides: the user's cap), which
    * the policy's sections are combined with by aa_policy_limit_rule;
@@ -256,6 +263,14 @@ int aa__rt_settings_commit(aa_runtime *rt, const aa__rt_change *c, uint64_t *new
  * overrides in force (/stats). */
 struct aa__buf;
 void aa__rt_overrides_json(aa_runtime *rt, struct aa__buf *sb);
+/* Appends ,"trace":{...} to sb: live tracing now (on, sample, the time
+ * left of a timed trace, the events: docs/operating.md) (/stats). */
+void aa__rt_trace_json(aa_runtime *rt, struct aa__buf *sb);
+/* The ticker's part of a timed trace: how long until it ends (ns; UINT64_MAX
+ * when none is timed), and, once it is due, ends it through
+ * aa__rt_settings_commit (source "trace-timer"). */
+uint64_t aa__rt_trace_due_in(aa_runtime *rt);
+void aa__rt_trace_expire(aa_runtime *rt);
 /* Installs `next` (validated) as the policy in force through
  * aa__rt_settings_commit. Takes ownership of next. A `next`
  * equal to the policy in force changes nothing (no apply, no new version, no
