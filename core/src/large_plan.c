@@ -327,6 +327,7 @@ typedef struct cand {
   uint64_t a, l; /* its arc: occupied from event a (after its request) for l events */
   size_t size;
   size_t off;
+  uint64_t key; /* the order being tried (set_keys) */
 } cand;
 
 typedef struct span {
@@ -340,10 +341,9 @@ enum { ORD_SIZE,
        ORD_AREA,
        ORD_START,
        ORD_N };
-static int g_order; /* qsort has no user pointer: set under the large path's lock */
 
-static uint64_t key_of(const cand *c) {
-  switch (g_order) {
+static uint64_t key_of(const cand *c, int order) {
+  switch (order) {
   case ORD_SIZE:
     return c->size;
   case ORD_LIFE:
@@ -355,11 +355,17 @@ static uint64_t key_of(const cand *c) {
   }
 }
 
+/* The keys of `order` into the candidates (each pool plans under its own
+ * lock: the order is the candidates', never a global's). */
+static void set_keys(cand *c, size_t nc, int order) {
+  for (size_t i = 0; i < nc; i++)
+    c[i].key = key_of(&c[i], order);
+}
+
 static int by_key_desc(const void *x, const void *y) {
   const cand *a = x, *b = y;
-  uint64_t ka = key_of(a), kb = key_of(b);
-  if (ka != kb)
-    return ka < kb ? 1 : -1;
+  if (a->key != b->key)
+    return a->key < b->key ? 1 : -1;
   if (a->size != b->size)
     return a->size < b->size ? 1 : -1;
   return a->a < b->a ? -1 : a->a > b->a;
@@ -409,7 +415,7 @@ static size_t place(cand *c, size_t nc, uint64_t q) {
   if (sp == NULL || keep == NULL)
     goto out;
   for (int o = 0; o < ORD_N; o++) {
-    g_order = o;
+    set_keys(c, nc, o);
     qsort(c, nc, sizeof *c, by_key_desc);
     size_t top = place_once(c, nc, q, sp);
     if (best == 0 || top < best) {
@@ -417,7 +423,7 @@ static size_t place(cand *c, size_t nc, uint64_t q) {
       best_ord = o;
     }
   }
-  g_order = best_ord; /* placed again in the best order */
+  set_keys(c, nc, best_ord); /* placed again in the best order */
   qsort(c, nc, sizeof *c, by_key_desc);
   best = place_once(c, nc, q, sp);
   /* then a bounded local search: two blocks of the order swapped, kept
@@ -519,7 +525,7 @@ static void plan_make(aa_pool *pool, struct aa__plan *P, uint64_t q) {
     if (e->stream != stream || freed[j] == 0 || freed[j] - at[j] >= q)
       continue; /* another stream, or lives a period or more: the path's */
     uint64_t a = (at[j] - b + 1) % q, l = freed[j] - at[j];
-    cs[nc++] = (cand){j, a, l, ent[j].size, 0};
+    cs[nc++] = (cand){j, a, l, ent[j].size, 0, 0};
     int64_t sz = (int64_t)ent[j].size;
     diff[a] += sz;
     if (a + l <= q) {
