@@ -1212,8 +1212,9 @@ static bool xev_pending(aa_pool *pool, const aa__chunk *c) {
 #if AA_DEBUG >= 3
 /* The free chunks' mapped bytes by a walk over every chunk (the check of
  * the identity free_account relies on). */
-static uint64_t free_mapped_walk(const aa_pool *pool) {
-  uint64_t n = 0;
+static uint64_t free_mapped_walk(aa_pool *pool) {
+  uint64_t held;
+  uint64_t n = aa__lg_plan_room(pool, &held); /* the plan's arena: a live chunk, not in use */
   for (const aa__seg *s = pool->large->segs; s; s = s->next) {
     for (const aa__chunk *c = s->first; c; c = c->next)
       n += c->free ? chunk_mapped(pool, c) : 0;
@@ -1240,6 +1241,11 @@ static void free_account(aa_pool *pool, uint64_t *holes, uint64_t *holds) {
         held += chunk_mapped(pool, c);
     }
   }
+  /* the plan's arena: rooms freed that wait for events are held, the rest
+   * holes (a live chunk: reserved, not counted in use) */
+  uint64_t room_held;
+  (void)aa__lg_plan_room(pool, &room_held);
+  held += room_held;
   aa__assert(pool->large->reserved >= pool->large->in_use);
   uint64_t free_mapped = pool->large->reserved - pool->large->in_use;
 #if AA_DEBUG >= 3

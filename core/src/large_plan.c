@@ -969,6 +969,22 @@ int aa__lg_plan_walk(const aa_pool *pool, uintptr_t lo, uintptr_t hi, aa_walk_fn
   return rc;
 }
 
+uint64_t aa__lg_plan_room(aa_pool *pool, uint64_t *held) {
+  struct aa__plan *P = pool->large->plan;
+  *held = 0;
+  if (P == NULL || P->arena == NULL)
+    return 0;
+  for (size_t i = 0; i < P->npend; i++) {
+    const plan_pend *d = &P->pend[i];
+    bool pending = aa__event_pending(pool, d->own);
+    for (uint32_t k = 0; k < d->nevs && !pending; k++)
+      pending = aa__event_pending(pool, d->evs[k]);
+    *held += pending ? d->size : 0;
+  }
+  aa__assert(P->arena->size >= P->live_bytes + *held);
+  return P->arena->size - P->live_bytes;
+}
+
 void aa__lg_plan_stats(const aa_pool *pool, aa__large_stats *out) {
   const struct aa__plan *P = pool->large->plan;
   if (!pool->large->plan_on && P == NULL)
