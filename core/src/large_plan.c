@@ -744,6 +744,13 @@ static void miss(aa_pool *pool, struct aa__plan *P) {
 
 void *aa__lg_plan_alloc(aa_pool *pool, size_t size, aa_stream stream, uint64_t seq) {
   struct aa__plan *P = plan_get(pool);
+  if (P != NULL && P->state == AA_PLAN_DRAINING && P->nlive == 0) {
+    /* its last rooms waited for events at their frees: the arena goes once
+     * they complete, and learning starts again */
+    pend_poll(pool, P);
+    if (P->npend == 0)
+      plan_finish(pool, P);
+  }
   if (P == NULL || P->state == AA_PLAN_LEARNING || P->state == AA_PLAN_DRAINING)
     return NULL;
   uint64_t tok = tok_of(EV_ALLOC, size, stream);
