@@ -906,15 +906,17 @@ static aa__chunk *find_container(aa__seg *seg, uintptr_t p) {
  * thread cache's flush was counted when the user freed it). Under large->mu. */
 void aa__lg_release_chunk(aa_pool *pool, aa__chunk *c, aa_stream stream, bool counted) {
   aa__assert(!c->free && (atomic_load_explicit(&c->state, AA__RLX) & 3) == AA__CH_FREE);
-  aa__assert(pool->large->in_use >= c->size && pool->large->req >= c->req);
   aa__chunk *h = hash_find(pool, c->base, true);
   aa__assert(h == c);
   (void)h;
-  pool->large->in_use -= c->size;
-  pool->large->req -= c->req;
+  if (!aa__lg_plan_is_arena(pool, c)) { /* the plan's arena was never counted in use */
+    aa__assert(pool->large->in_use >= c->size && pool->large->req >= c->req);
+    pool->large->in_use -= c->size;
+    pool->large->req -= c->req;
+    atomic_fetch_sub_explicit(&pool->out_bytes, c->size, AA__RLX);
+  }
   if (counted)
     pool->large->frees++;
-  atomic_fetch_sub_explicit(&pool->out_bytes, c->size, AA__RLX);
   if (pool->cfg.large_mode == AA_LARGE_PASSTHROUGH) {
     free(c->xs);
     c->xs = NULL;

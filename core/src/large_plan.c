@@ -636,16 +636,13 @@ static void plan_finish(aa_pool *pool, struct aa__plan *P) {
   aa__assert(P->nlive == 0 && P->npend == 0);
   aa__chunk *c = P->arena;
   if (c != NULL) {
-    aa__large *L = pool->large;
-    /* it was never counted as in use: counted now, so that the path's
-     * release of it takes back what it adds */
-    L->in_use += c->size;
-    L->req += c->req;
-    atomic_fetch_add_explicit(&pool->out_bytes, c->size, AA__RLX);
+    /* still the arena while the path takes it back: never counted in use,
+     * so nothing is taken off the counts (pool->out_bytes raised for the
+     * moment would reach a peak another thread's small request takes) */
     uint64_t st = atomic_load_explicit(&c->state, AA__RLX);
     atomic_store_explicit(&c->state, aa__lg_st_phase(st, AA__CH_FREE), AA__RLX);
-    P->arena = NULL;
     aa__lg_release_chunk(pool, c, P->stream, false);
+    P->arena = NULL;
   }
   free(P->bits);
   P->bits = NULL;
