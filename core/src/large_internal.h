@@ -405,6 +405,10 @@ void aa__lg_plan_release(aa_pool *pool);
 uint64_t aa__lg_plan_room(aa_pool *pool, uint64_t *held);
 /* The plan's figures into out. */
 void aa__lg_plan_stats(const aa_pool *pool, aa__large_stats *out);
+#if AA_DEBUG >= 3
+/* The plan's full walk (large_check.c's): live table, bitmap, counts. */
+void aa__lg_plan_check(aa_pool *pool);
+#endif
 /* Frees the plan (pool destroy: every block goes with the pool). */
 void aa__lg_plan_destroy(aa_pool *pool);
 

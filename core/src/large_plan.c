@@ -1007,6 +1007,48 @@ void aa__lg_plan_stats(const aa_pool *pool, aa__large_stats *out) {
   out->plan_saved = P->arena != NULL ? P->saved : 0;
 }
 
+#if AA_DEBUG >= 3
+void aa__lg_plan_check(aa_pool *pool) {
+  struct aa__plan *P = pool->large->plan;
+  if (P == NULL || P->arena == NULL) {
+    aa__assert(P == NULL || (P->nlive == 0 && P->npend == 0 && P->live_bytes == 0));
+    return;
+  }
+  aa__assert(P->state == AA_PLAN_ACTIVE || P->state == AA_PLAN_DRAINING);
+  aa__assert(P->arena_bytes <= P->arena->size && !P->arena->free);
+  /* every live block found from its home slot (the probe chains whole
+   * after live_del), inside the arena, its room covered */
+  uint64_t *want = calloc(P->nwords, sizeof *want);
+  size_t n = 0;
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < P->live_cap; i++) {
+    const plan_live *l = &P->live[i];
+    if (l->p == 0)
+      continue;
+    aa__assert(live_find(P, l->p) == l);
+    aa__assert(l->p >= P->arena->base && l->p + l->size <= P->arena->base + P->arena_bytes);
+    aa__assert(l->size % PLAN_UNIT == 0 && l->req <= l->size);
+    n++;
+    bytes += l->size;
+    for (size_t u = (l->p - P->arena->base) / PLAN_UNIT; want && u < (l->p + l->size - P->arena->base) / PLAN_UNIT; u++) {
+      aa__assert((want[u / 64] >> (u % 64) & 1) == 0); /* no two rooms overlap */
+      want[u / 64] |= (uint64_t)1 << (u % 64);
+    }
+  }
+  aa__assert(n == P->nlive && bytes == P->live_bytes && P->nlive < P->live_cap);
+  for (size_t i = 0; i < P->npend; i++) {
+    const plan_pend *d = &P->pend[i];
+    for (size_t u = d->off / PLAN_UNIT; want && u < (d->off + d->size) / PLAN_UNIT; u++) {
+      aa__assert((want[u / 64] >> (u % 64) & 1) == 0);
+      want[u / 64] |= (uint64_t)1 << (u % 64);
+    }
+  }
+  for (size_t w = 0; want && w < P->nwords; w++)
+    aa__assert(want[w] == P->bits[w]); /* the bitmap: the live and waiting rooms exactly */
+  free(want);
+}
+#endif
+
 void aa__lg_plan_destroy(aa_pool *pool) {
   struct aa__plan *P = pool->large->plan;
   if (P == NULL)
