@@ -906,15 +906,17 @@ static aa__chunk *find_container(aa__seg *seg, uintptr_t p) {
  * thread cache's flush was counted when the user freed it). Under large->mu. */
 void aa__lg_release_chunk(aa_pool *pool, aa__chunk *c, aa_stream stream, bool counted) {
   aa__assert(!c->free && (atomic_load_explicit(&c->state, AA__RLX) & 3) == AA__CH_FREE);
-  aa__assert(pool->large->in_use >= c->size && pool->large->req >= c->req);
   aa__chunk *h = hash_find(pool, c->base, true);
   aa__assert(h == c);
   (void)h;
-  pool->large->in_use -= c->size;
-  pool->large->req -= c->req;
+  if (!aa__lg_plan_is_arena(pool, c)) { /* the plan's arena was never counted in use */
+    aa__assert(pool->large->in_use >= c->size && pool->large->req >= c->req);
+    pool->large->in_use -= c->size;
+    pool->large->req -= c->req;
+    atomic_fetch_sub_explicit(&pool->out_bytes, c->size, AA__RLX);
+  }
   if (counted)
     pool->large->frees++;
-  atomic_fetch_sub_explicit(&pool->out_bytes, c->size, AA__RLX);
   if (pool->cfg.large_mode == AA_LARGE_PASSTHROUGH) {
     free(c->xs);
     c->xs = NULL;
@@ -1212,8 +1214,9 @@ static bool xev_pending(aa_pool *pool, const aa__chunk *c) {
 #if AA_DEBUG >= 3
 /* The free chunks' mapped bytes by a walk over every chunk (the check of
  * the identity free_account relies on). */
-static uint64_t free_mapped_walk(const aa_pool *pool) {
-  uint64_t n = 0;
+static uint64_t free_mapped_walk(aa_pool *pool) {
+  uint64_t held;
+  uint64_t n = aa__lg_plan_room(pool, &held); /* the plan's arena: a live chunk, not in use */
   for (const aa__seg *s = pool->large->segs; s; s = s->next) {
     for (const aa__chunk *c = s->first; c; c = c->next)
       n += c->free ? chunk_mapped(pool, c) : 0;
@@ -1240,6 +1243,11 @@ static void free_account(aa_pool *pool, uint64_t *holes, uint64_t *holds) {
         held += chunk_mapped(pool, c);
     }
   }
+  /* the plan's arena: rooms freed that wait for events are held, the rest
+   * holes (a live chunk: reserved, not counted in use) */
+  uint64_t room_held;
+  (void)aa__lg_plan_room(pool, &room_held);
+  held += room_held;
   aa__assert(pool->large->reserved >= pool->large->in_use);
   uint64_t free_mapped = pool->large->reserved - pool->large->in_use;
 #if AA_DEBUG >= 3

@@ -399,8 +399,16 @@ int aa__lg_plan_walk(const aa_pool *pool, uintptr_t lo, uintptr_t hi, aa_walk_fn
 /* An explicit release or an out-of-memory retry: an active plan with no
  * live block gives its arena back (it is learned again). */
 void aa__lg_plan_release(aa_pool *pool);
+/* The arena's bytes no planned block holds (reserved, not in use: the
+ * account's), and in *held those of them waiting for stream work (events
+ * asked, nothing released). 0 with no arena. */
+uint64_t aa__lg_plan_room(aa_pool *pool, uint64_t *held);
 /* The plan's figures into out. */
 void aa__lg_plan_stats(const aa_pool *pool, aa__large_stats *out);
+#if AA_DEBUG >= 3
+/* The plan's full walk (large_check.c's): live table, bitmap, counts. */
+void aa__lg_plan_check(aa_pool *pool);
+#endif
 /* Frees the plan (pool destroy: every block goes with the pool). */
 void aa__lg_plan_destroy(aa_pool *pool);
 

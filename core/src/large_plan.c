@@ -336,6 +336,7 @@ typedef struct cand {
   uint64_t a, l; /* its arc: occupied from event a (after its request) for l events */
   size_t size;
   size_t off;
+  uint64_t key; /* the order being tried (set_keys) */
 } cand;
 
 typedef struct span {
@@ -349,10 +350,9 @@ enum { ORD_SIZE,
        ORD_AREA,
        ORD_START,
        ORD_N };
-static int g_order; /* qsort has no user pointer: set under the large path's lock */
 
-static uint64_t key_of(const cand *c) {
-  switch (g_order) {
+static uint64_t key_of(const cand *c, int order) {
+  switch (order) {
   case ORD_SIZE:
     return c->size;
   case ORD_LIFE:
@@ -364,11 +364,17 @@ static uint64_t key_of(const cand *c) {
   }
 }
 
+/* The keys of `order` into the candidates (each pool plans under its own
+ * lock: the order is the candidates', never a global's). */
+static void set_keys(cand *c, size_t nc, int order) {
+  for (size_t i = 0; i < nc; i++)
+    c[i].key = key_of(&c[i], order);
+}
+
 static int by_key_desc(const void *x, const void *y) {
   const cand *a = x, *b = y;
-  uint64_t ka = key_of(a), kb = key_of(b);
-  if (ka != kb)
-    return ka < kb ? 1 : -1;
+  if (a->key != b->key)
+    return a->key < b->key ? 1 : -1;
   if (a->size != b->size)
     return a->size < b->size ? 1 : -1;
   return a->a < b->a ? -1 : a->a > b->a;
@@ -418,7 +424,7 @@ static size_t place(cand *c, size_t nc, uint64_t q) {
   if (sp == NULL || keep == NULL)
     goto out;
   for (int o = 0; o < ORD_N; o++) {
-    g_order = o;
+    set_keys(c, nc, o);
     qsort(c, nc, sizeof *c, by_key_desc);
     size_t top = place_once(c, nc, q, sp);
     if (best == 0 || top < best) {
@@ -426,7 +432,7 @@ static size_t place(cand *c, size_t nc, uint64_t q) {
       best_ord = o;
     }
   }
-  g_order = best_ord; /* placed again in the best order */
+  set_keys(c, nc, best_ord); /* placed again in the best order */
   qsort(c, nc, sizeof *c, by_key_desc);
   best = place_once(c, nc, q, sp);
   /* then a bounded local search: two blocks of the order swapped, kept
@@ -528,7 +534,7 @@ static void plan_make(aa_pool *pool, struct aa__plan *P, uint64_t q) {
     if (e->stream != stream || freed[j] == 0 || freed[j] - at[j] >= q)
       continue; /* another stream, or lives a period or more: the path's */
     uint64_t a = (at[j] - b + 1) % q, l = freed[j] - at[j];
-    cs[nc++] = (cand){j, a, l, ent[j].size, 0};
+    cs[nc++] = (cand){j, a, l, ent[j].size, 0, 0};
     int64_t sz = (int64_t)ent[j].size;
     diff[a] += sz;
     if (a + l <= q) {
@@ -645,16 +651,13 @@ static void plan_finish(aa_pool *pool, struct aa__plan *P) {
   aa__assert(P->nlive == 0 && P->npend == 0);
   aa__chunk *c = P->arena;
   if (c != NULL) {
-    aa__large *L = pool->large;
-    /* it was never counted as in use: counted now, so that the path's
-     * release of it takes back what it adds */
-    L->in_use += c->size;
-    L->req += c->req;
-    atomic_fetch_add_explicit(&pool->out_bytes, c->size, AA__RLX);
+    /* still the arena while the path takes it back: never counted in use,
+     * so nothing is taken off the counts (pool->out_bytes raised for the
+     * moment would reach a peak another thread's small request takes) */
     uint64_t st = atomic_load_explicit(&c->state, AA__RLX);
     atomic_store_explicit(&c->state, aa__lg_st_phase(st, AA__CH_FREE), AA__RLX);
-    P->arena = NULL;
     aa__lg_release_chunk(pool, c, P->stream, false);
+    P->arena = NULL;
   }
   free(P->bits);
   P->bits = NULL;
@@ -760,6 +763,13 @@ static void miss(aa_pool *pool, struct aa__plan *P) {
 
 void *aa__lg_plan_alloc(aa_pool *pool, size_t size, aa_stream stream, uint64_t seq) {
   struct aa__plan *P = plan_get(pool);
+  if (P != NULL && P->state == AA_PLAN_DRAINING && P->nlive == 0) {
+    /* its last rooms waited for events at their frees: the arena goes once
+     * they complete, and learning starts again */
+    pend_poll(pool, P);
+    if (P->npend == 0)
+      plan_finish(pool, P);
+  }
   if (P == NULL || P->state == AA_PLAN_LEARNING || P->state == AA_PLAN_DRAINING)
     return NULL;
   uint64_t tok = tok_of(EV_ALLOC, size, stream);
@@ -990,6 +1000,22 @@ int aa__lg_plan_walk(const aa_pool *pool, uintptr_t lo, uintptr_t hi, aa_walk_fn
   return rc;
 }
 
+uint64_t aa__lg_plan_room(aa_pool *pool, uint64_t *held) {
+  struct aa__plan *P = pool->large->plan;
+  *held = 0;
+  if (P == NULL || P->arena == NULL)
+    return 0;
+  for (size_t i = 0; i < P->npend; i++) {
+    const plan_pend *d = &P->pend[i];
+    bool pending = aa__event_pending(pool, d->own);
+    for (uint32_t k = 0; k < d->nevs && !pending; k++)
+      pending = aa__event_pending(pool, d->evs[k]);
+    *held += pending ? d->size : 0;
+  }
+  aa__assert(P->arena->size >= P->live_bytes + *held);
+  return P->arena->size - P->live_bytes;
+}
+
 void aa__lg_plan_stats(const aa_pool *pool, aa__large_stats *out) {
   const struct aa__plan *P = pool->large->plan;
   if (!pool->large->plan_on && P == NULL)
@@ -1007,6 +1033,48 @@ void aa__lg_plan_stats(const aa_pool *pool, aa__large_stats *out) {
   out->plans_refused = P->refused;
   out->plan_saved = P->arena != NULL ? P->saved : 0;
 }
+
+#if AA_DEBUG >= 3
+void aa__lg_plan_check(aa_pool *pool) {
+  struct aa__plan *P = pool->large->plan;
+  if (P == NULL || P->arena == NULL) {
+    aa__assert(P == NULL || (P->nlive == 0 && P->npend == 0 && P->live_bytes == 0));
+    return;
+  }
+  aa__assert(P->state == AA_PLAN_ACTIVE || P->state == AA_PLAN_DRAINING);
+  aa__assert(P->arena_bytes <= P->arena->size && !P->arena->free);
+  /* every live block found from its home slot (the probe chains whole
+   * after live_del), inside the arena, its room covered */
+  uint64_t *want = calloc(P->nwords, sizeof *want);
+  size_t n = 0;
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < P->live_cap; i++) {
+    const plan_live *l = &P->live[i];
+    if (l->p == 0)
+      continue;
+    aa__assert(live_find(P, l->p) == l);
+    aa__assert(l->p >= P->arena->base && l->p + l->size <= P->arena->base + P->arena_bytes);
+    aa__assert(l->size % PLAN_UNIT == 0 && l->req <= l->size);
+    n++;
+    bytes += l->size;
+    for (size_t u = (l->p - P->arena->base) / PLAN_UNIT; want && u < (l->p + l->size - P->arena->base) / PLAN_UNIT; u++) {
+      aa__assert((want[u / 64] >> (u % 64) & 1) == 0); /* no two rooms overlap */
+      want[u / 64] |= (uint64_t)1 << (u % 64);
+    }
+  }
+  aa__assert(n == P->nlive && bytes == P->live_bytes && P->nlive < P->live_cap);
+  for (size_t i = 0; i < P->npend; i++) {
+    const plan_pend *d = &P->pend[i];
+    for (size_t u = d->off / PLAN_UNIT; want && u < (d->off + d->size) / PLAN_UNIT; u++) {
+      aa__assert((want[u / 64] >> (u % 64) & 1) == 0);
+      want[u / 64] |= (uint64_t)1 << (u % 64);
+    }
+  }
+  for (size_t w = 0; want && w < P->nwords; w++)
+    aa__assert(want[w] == P->bits[w]); /* the bitmap: the live and waiting rooms exactly */
+  free(want);
+}
+#endif
 
 void aa__lg_plan_destroy(aa_pool *pool) {
   struct aa__plan *P = pool->large->plan;
