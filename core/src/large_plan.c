@@ -54,7 +54,7 @@
 #define PLAN_WIN ((uint64_t)1 << 16) /* events watched */
 #define PLAN_EVERY 512               /* events between looks for a period */
 #define PLAN_MIN_Q 4                 /* the shortest period, in events */
-#define PLAN_MAX_N 8192              /* requests per period planned at most */
+#define PLAN_MAX_N 4096              /* requests per period planned at most */
 #define PLAN_RESYNC 8                /* expected requests looked ahead on a miss */
 #define PLAN_UNIT AA__LARGE_ALIGN    /* the arena's bitmap unit */
 
@@ -93,6 +93,10 @@ typedef struct plan_pend {
   void *own;
   void **evs;
   uint32_t nevs;
+  /* no event could be recorded on `idle` (a stream under graph capture):
+   * the room waits until that stream is idle */
+  bool by_query;
+  aa_stream idle;
 } plan_pend;
 
 struct aa__plan {
@@ -120,8 +124,8 @@ struct aa__plan {
   size_t npend, pend_cap;
   uint64_t live_bytes;
   uint64_t hits, misses, adopted, dropped, refused, saved;
-  uint64_t observed;     /* the window's peak reserved the plan was measured against */
-  unsigned idle_checks;  /* looks in a row that found no period */
+  uint64_t observed;    /* the window's peak reserved the plan was measured against */
+  unsigned idle_checks; /* looks in a row that found no period */
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -219,6 +223,8 @@ static void pend_poll(aa_pool *pool, struct aa__plan *P) {
   for (size_t i = 0; i < P->npend;) {
     plan_pend *d = &P->pend[i];
     bool done = aa__events_done(pool, d->evs, &d->nevs) != 0;
+    if (done && d->by_query)
+      done = aa__stream_idle(pool, d->idle);
     if (done && d->own != NULL) {
       uint32_t one = 1;
       done = aa__events_done(pool, &d->own, &one) != 0;
@@ -423,7 +429,10 @@ static size_t place(cand *c, size_t nc, uint64_t q) {
   int best_ord = 0;
   if (sp == NULL || keep == NULL)
     goto out;
-  for (int o = 0; o < ORD_N; o++) {
+  /* every order when that is cheap, else size alone (planning runs under
+   * the large path's lock: about 2e7 steps of work at most in all) */
+  int orders = (uint64_t)nc * nc * ORD_N <= 20000000 ? ORD_N : 1;
+  for (int o = 0; o < orders; o++) {
     set_keys(c, nc, o);
     qsort(c, nc, sizeof *c, by_key_desc);
     size_t top = place_once(c, nc, q, sp);
@@ -896,12 +905,13 @@ int aa__lg_plan_free(aa_pool *pool, uintptr_t p, size_t size, aa_stream stream, 
     bool synced = false;
     uint32_t nevs = aa__stream_events(pool, b.xs, b.nxs, fs, &own, &evs, &synced);
     aa_backend *bk = pool->backend;
+    bool by_query = false;
     if (!synced && own == NULL && fs != P->stream &&
         bk->ops->event_record(bk, fs, &own) != AA_OK) {
+      /* no event (a stream under capture, where synchronizing is not
+       * allowed either): the room waits until the stream says it is idle */
       own = NULL;
-      if (bk->ops->synchronize)
-        bk->ops->synchronize(bk); /* cannot track it: wait for all work */
-      synced = true;
+      by_query = true;
     }
     if (synced) {
       aa__event_release(pool, own);
@@ -926,7 +936,7 @@ int aa__lg_plan_free(aa_pool *pool, uintptr_t p, size_t size, aa_stream stream, 
       }
     }
     if (!now)
-      P->pend[P->npend++] = (plan_pend){off, b.size, own, evs, nevs};
+      P->pend[P->npend++] = (plan_pend){off, b.size, own, evs, nevs, by_query, fs};
   }
   free(b.xs);
   if (now)
