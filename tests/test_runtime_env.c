@@ -630,7 +630,8 @@ static void scenario_default_policy_named(void) {
   CHECK(aa_runtime_pool(AA_BACKEND_HOST, -1) != NULL);
   aa_runtime_shutdown();
   said = stderr_end(saved, log);
-  CHECK(strstr(said, "adaptalloc: policy: the built-in default (model default; no ") != NULL);
+  CHECK(strstr(said, "adaptalloc: policy: the built-in default (model default; looked for ") !=
+        NULL);
   CHECK(strstr(said, "no-policies-here/default.json)") != NULL);
 }
 
@@ -1293,18 +1294,34 @@ static void test_runtime_log_escape_rule(void **state) {
 
 /* With no ADAPTALLOC_POLICY_DIR, ./policies wins when it exists; else the
  * installed share/adaptalloc/policies; else ./policies (nothing found). */
+/* Without ADAPTALLOC_POLICY_DIR a model's file is looked for in ./policies,
+ * then beside the library (its installed share/adaptalloc/policies, found
+ * from where the library is, whatever the prefix), then in the configured
+ * prefix: each folder once, ./policies first. */
 static void test_runtime_policy_dir_falls_back_to_installed(void **state) {
-  char local[300], inst[300], none[300];
+  char dirs[8][AA__RT_PATH_MAX], cwd[PATH_MAX], local[PATH_MAX + 16], real[PATH_MAX];
+  size_t n;
   (void)state;
-  snprintf(local, sizeof(local), "%s/cwd-policies", tmpdir);
-  snprintf(inst, sizeof(inst), "%s/share-adaptalloc-policies", tmpdir);
-  snprintf(none, sizeof(none), "%s/not-there", tmpdir);
-  assert_int_equal(mkdir(inst, 0700), 0);
-  assert_string_equal(aa__rt_default_policy_dir(local, inst), inst);
-  assert_string_equal(aa__rt_default_policy_dir(local, none), local);
-  assert_string_equal(aa__rt_default_policy_dir(local, ""), local);
+  char here[PATH_MAX];
+  assert_non_null(getcwd(cwd, sizeof cwd));
+  snprintf(here, sizeof here, "%s/cwd-policy-dirs", tmpdir);
+  assert_int_equal(mkdir(here, 0700), 0);
+  assert_int_equal(chdir(here), 0);
+  n = aa__rt_policy_dirs(dirs, 8);
+  assert_true(n >= 1);
+  assert_string_equal(dirs[0], "./policies"); /* not there: as written */
+  snprintf(local, sizeof local, "%s/policies", here);
   assert_int_equal(mkdir(local, 0700), 0);
-  assert_string_equal(aa__rt_default_policy_dir(local, inst), local);
+  n = aa__rt_policy_dirs(dirs, 8);
+  assert_non_null(realpath(local, real));
+  assert_string_equal(dirs[0], real); /* there: its real path */
+  for (size_t i = 0; i < n; i++)
+    for (size_t k = i + 1; k < n; k++)
+      assert_string_not_equal(dirs[i], dirs[k]);
+  assert_int_equal(aa__rt_policy_dirs(dirs, 1), 1);
+  assert_int_equal(rmdir(local), 0);
+  assert_int_equal(chdir(cwd), 0);
+  assert_int_equal(rmdir(here), 0);
 }
 
 static int setup(void **state) {

@@ -186,10 +186,15 @@ void aa__rt_apply_config(aa_runtime *rt, const aa_runtime_config *cfg);
  * the environment, with over's set fields (may be NULL) on top, applied to
  * rt. After it aa_runtime_configure answers AA_EBUSY. */
 void aa__rt_default_config(aa_runtime *rt, const aa_runtime_config *over);
-/* The policy directory when none is configured: local ("./policies") when it
- * is a directory, else installed (the installed share/adaptalloc/policies)
- * when that is one, else local. */
-const char *aa__rt_default_policy_dir(const char *local, const char *installed);
+/* The folders where a model's policy file is looked for when
+ * ADAPTALLOC_POLICY_DIR is unset, in order: ./policies; beside the file
+ * this code was loaded from (libadaptalloc.so or the program linked with
+ * it), the installed share/adaptalloc/policies relative to it and a
+ * policies/ folder (the Python package); the prefix the library was
+ * configured for. Each once, real paths where they exist. Returns how many
+ * went into dirs (at most cap). */
+#define AA__RT_PATH_MAX 1024
+size_t aa__rt_policy_dirs(char dirs[][AA__RT_PATH_MAX], size_t cap);
 
 /* Whether an environment value is "off", in any case: the one rule of
  * ADAPTALLOC_DB, ADAPTALLOC_HTTP and ADAPTALLOC_TRACE. */
