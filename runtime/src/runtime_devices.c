@@ -11,7 +11,8 @@
  * Entry points: aa__rt_devices_read (the figures), aa__rt_devices_json
  * (/stats "host" and "devices"), aa__rt_devices_metrics (/metrics
  * adaptalloc_device_*), aa__rt_pool_labels (the server's pool_labels),
- * aa__rt_process_labels, aa__rt_host_name; aa__rt_devices_test_probe (tests:
+ * aa__rt_process_labels, aa__rt_host_name, aa__rt_prom_label (the one label
+ * escape of the runtime's series); aa__rt_devices_test_probe (tests:
  * a fake GPU without CUDA).
  *
  * Only devices that a pool of this process is on are asked (a CUDA context
@@ -174,8 +175,7 @@ void aa__rt_devices_json(aa__buf *sb, const aa_pool_stats *pools, size_t n) {
 
 /* ------------------------------------------------------------ Prometheus */
 
-/* A label value: \\, \" and \n escaped, other control bytes '_'. */
-static void label_value(char *out, size_t cap, const char *s) {
+void aa__rt_prom_label(char *out, size_t cap, const char *s) {
   size_t o = 0;
   for (; *s != '\0' && o + 3 < cap; s++) {
     unsigned char c = (unsigned char)*s;
@@ -191,7 +191,7 @@ static void label_value(char *out, size_t cap, const char *s) {
 
 void aa__rt_process_labels(const aa_runtime *rt, char *out, size_t cap) {
   char host[512];
-  label_value(host, sizeof host, aa__rt_host_name());
+  aa__rt_prom_label(host, sizeof host, aa__rt_host_name());
   if (rt->rank >= 0)
     snprintf(out, cap, "rank=\"%d\",host=\"%s\"", rt->rank, host);
   else
@@ -261,7 +261,7 @@ void aa__rt_devices_metrics(aa__buf *sb, const aa_runtime *rt, const aa_pool_sta
       char name[sizeof dv[i].id.name * 2 + 4];
       if (!dv[i].have_id)
         continue;
-      label_value(name, sizeof name, dv[i].id.name);
+      aa__rt_prom_label(name, sizeof name, dv[i].id.name);
       aa__buf_printf(sb,
                      "adaptalloc_device_info{device=\"%d\",gpu_uuid=\"%s\",pci_bus_id=\"%s\","
                      "name=\"%s\",%s} 1\n",

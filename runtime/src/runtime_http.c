@@ -233,21 +233,6 @@ static int prov_stats_json(void *user, const char *pool, char **out, size_t *len
   return AA_OK;
 }
 
-/* A Prometheus label value: \\, \" and \n escaped, other control bytes '_'. */
-static void prom_label(char *out, size_t cap, const char *s) {
-  size_t o = 0;
-  for (; *s != '\0' && o + 3 < cap; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '\\' || c == '"' || c == '\n') {
-      out[o++] = '\\';
-      out[o++] = c == '\n' ? 'n' : (char)c;
-    } else {
-      out[o++] = c < 0x20 || c == 0x7F ? '_' : (char)c;
-    }
-  }
-  out[o] = '\0';
-}
-
 /* Copies text into out with the process's labels (plabels, without braces)
  * on every sample line that has no labels of its own: "name value" becomes
  * "name{plabels} value". */
@@ -288,8 +273,8 @@ static int prov_metrics_extra(void *user, char **out, size_t *len) {
   version = rt->svc.policy ? aa_policy_version(rt->svc.policy) : 0;
   pthread_mutex_unlock(&rt->svc.policy_lock);
   aa__buf_init(&sb);
-  prom_label(model, sizeof model, rt->model);
-  prom_label(host, sizeof host, aa__rt_host_name());
+  aa__rt_prom_label(model, sizeof model, rt->model);
+  aa__rt_prom_label(host, sizeof host, aa__rt_host_name());
   if (r >= 0)
     snprintf(rank, sizeof rank, "%d", r);
   else

@@ -338,6 +338,9 @@ typedef struct aa__rt_device {
  * Asks only those devices: never one without a pool (a context). */
 size_t aa__rt_devices_read(const aa_pool_stats *pools, size_t n, aa__rt_device *out,
                            size_t cap);
+/* A Prometheus label value into out (cap bytes): \\, \" and \n escaped, other
+ * control bytes '_'. The runtime's series' one escape. */
+void aa__rt_prom_label(char *out, size_t cap, const char *s);
 /* gethostname(), read once ("unknown" when it fails). */
 const char *aa__rt_host_name(void);
 /* Appends ,"host":"..","devices":[{device, gpu_uuid, pci_bus_id, name,
