@@ -132,38 +132,27 @@ def _fail_native(why, tail=None):
 
 
 def _env_site_dirs():
-    """The site-packages of the environment being installed into, as its
-    interpreter knows them without pip's isolation: sysconfig's purelib and
-    platlib of sys.prefix, site.getsitepackages() (a venv made with
-    --system-site-packages adds the system's), the user site unless
-    PYTHONNOUSERSITE is set by someone other than pip."""
-    import site
+    """The import path of the environment being installed into, as its own
+    interpreter has it without pip's isolation: the same interpreter run with
+    -I (which ignores the PYTHONPATH and PYTHONNOUSERSITE pip's isolated
+    build sets), so that a venv's site-packages, the system's under
+    --system-site-packages, Debian's dist-packages and a conda prefix are all
+    as they are at run time; sysconfig's purelib and platlib besides."""
     dirs = []
-    for scheme_dir in (sysconfig.get_paths().get("purelib"), sysconfig.get_paths().get("platlib")):
-        if scheme_dir:
-            dirs.append(scheme_dir)
     try:
-        dirs += list(site.getsitepackages())
-    except AttributeError:  # an old virtualenv's site module
+        r = subprocess.run([sys.executable, "-I", "-c",
+                            "import json, sys; print(json.dumps(sys.path))"],
+                           capture_output=True, text=True, timeout=60)
+        if r.returncode == 0:
+            dirs += [d for d in json.loads(r.stdout) if isinstance(d, str)]
+    except (OSError, ValueError, subprocess.SubprocessError):
         pass
-    if sys.prefix != sys.base_prefix and _venv_includes_system():
-        for d in list(dirs):
-            dirs.append(d.replace(sys.prefix, sys.base_prefix, 1))
+    dirs += [sysconfig.get_paths().get("purelib"), sysconfig.get_paths().get("platlib")]
     out = []
     for d in dirs:
         if d and os.path.isdir(d) and d not in out:
             out.append(d)
     return out
-
-
-def _venv_includes_system():
-    cfg = os.path.join(sys.prefix, "pyvenv.cfg")
-    try:
-        with open(cfg) as f:
-            return any(l.split("=")[0].strip() == "include-system-site-packages" and
-                       l.split("=", 1)[1].strip().lower() == "true" for l in f if "=" in l)
-    except OSError:
-        return False
 
 
 def _find_env_torch():
