@@ -52,15 +52,30 @@ void aa__rt_load_start_policy(aa_runtime *rt) {
   } else if (rt->policy_path[0] != '\0') {
     snprintf(path, sizeof(path), "%s", rt->policy_path);
   } else {
-    snprintf(path, sizeof(path), "%s/%s.json", rt->policy_dir, rt->model);
-    if (!file_exists(path)) {
+    /* ADAPTALLOC_POLICY_DIR, else every folder policies are installed in */
+    char dirs[8][AA__RT_PATH_MAX];
+    char tried[2048] = "";
+    size_t nd = 1;
+    bool found = false;
+    if (rt->policy_dir[0] != '\0')
+      snprintf(dirs[0], sizeof dirs[0], "%s", rt->policy_dir);
+    else
+      nd = aa__rt_policy_dirs(dirs, 8);
+    for (size_t i = 0; i < nd && !found; i++) {
+      size_t used = strlen(tried);
+      snprintf(path, sizeof(path), "%s/%s.json", dirs[i], rt->model);
+      found = file_exists(path);
+      if (used < sizeof tried)
+        snprintf(tried + used, sizeof tried - used, "%s%s", used ? ", " : "", path);
+    }
+    if (!found) {
       /* A model named on purpose that has no policy is a likely typo. */
       if (strcmp(rt->model, "default") != 0)
-        aa__rt_log("policy: no policy for model %s (%s does not exist); using the "
+        aa__rt_log("policy: no policy for model %s (looked for %s: none exists); using the "
                    "built-in default policy",
-                   rt->model, path);
+                   rt->model, tried);
       else if (!rt->quiet)
-        aa__rt_log("policy: the built-in default (model default; no %s)", path);
+        aa__rt_log("policy: the built-in default (model default; looked for %s)", tried);
       path[0] = '\0';
     }
   }
