@@ -56,6 +56,7 @@
 #define PLAN_MIN_Q 4                 /* the shortest period, in events */
 #define PLAN_MAX_N 4096              /* requests per period planned at most */
 #define PLAN_RESYNC 8                /* expected requests looked ahead on a miss */
+#define PLAN_MAX_REPS 8              /* periods in a row a plan may have to repeat */
 #define PLAN_UNIT AA__LARGE_ALIGN    /* the arena's bitmap unit */
 
 enum { EV_ALLOC = 0,
@@ -126,6 +127,11 @@ struct aa__plan {
   uint64_t hits, misses, adopted, dropped, refused, saved;
   uint64_t observed;    /* the window's peak reserved the plan was measured against */
   unsigned idle_checks; /* looks in a row that found no period */
+  /* periods in a row the window must repeat to be planned: 2, one more
+   * after each plan the requests stopped matching (a loop with phases,
+   * an evaluation pass every few steps), up to PLAN_MAX_REPS */
+  unsigned reps;
+  uint32_t period_misses; /* misses since the period last started */
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -168,6 +174,7 @@ static struct aa__plan *plan_get(aa_pool *pool) {
   }
   P->state = AA_PLAN_LEARNING;
   P->next_check = PLAN_EVERY;
+  P->reps = 2;
   L->plan = P;
   return P;
 }
@@ -317,7 +324,7 @@ static uint64_t find_period(struct aa__plan *P) {
   uint64_t in_use = ev_at(P, P->nev - 1)->in_use;
   uint64_t best = 0, bm = 0;
   for (uint64_t q = PLAN_MIN_Q; q <= n / 2; q++) {
-    if (z[q] >= q && z[q] >= n / 4 && z[q] > bm &&
+    if (z[q] >= (uint64_t)(P->reps - 1) * q && z[q] >= n / 4 && z[q] > bm &&
         ev_at(P, P->nev - 1 - q)->in_use == in_use) {
       best = q;
       bm = z[q];
@@ -685,13 +692,78 @@ static void plan_finish(aa_pool *pool, struct aa__plan *P) {
   P->next_check = P->nev + PLAN_EVERY;
 }
 
-/* Stops serving from the plan; its arena goes once its blocks are freed. */
+static int by_piece(const void *x, const void *y) {
+  const aa__lg_piece *a = x, *b = y;
+  return a->base < b->base ? -1 : a->base > b->base;
+}
+
+/* The arena becomes chunks of the path at once: its live blocks live
+ * chunks, the rooms waiting for events free chunks holding those events,
+ * the rest free (aa__lg_carve). The memory the plan no longer serves is the
+ * path's from this moment, for the requests the plan did not know (a loop's
+ * other phase). false when it cannot be (a stitched range's arena: one chunk
+ * for ever; memory short): the caller drains instead. */
+static bool dissolve(aa_pool *pool, struct aa__plan *P) {
+  aa__chunk *c = P->arena;
+  if (c == NULL)
+    return true;
+  if (c->seg->st != NULL)
+    return false;
+  aa__lg_piece *v = calloc(P->nlive + P->npend + 1, sizeof *v);
+  if (v == NULL)
+    return false;
+  size_t n = 0;
+  for (size_t i = 0; i < P->live_cap; i++) {
+    const plan_live *l = &P->live[i];
+    if (l->p != 0)
+      v[n++] = (aa__lg_piece){.base = l->p, .size = l->size, .live = 1, .req = l->req,
+                              .born = l->seq, .xs = l->xs, .nxs = l->nxs};
+  }
+  for (size_t i = 0; i < P->npend; i++) {
+    const plan_pend *d = &P->pend[i];
+    /* a room that waits for a stream's idleness (no event could be
+     * recorded) is a chunk freed on that stream */
+    v[n++] = (aa__lg_piece){.base = c->base + d->off, .size = d->size, .stream = d->idle,
+                            .ev = d->own, .xev = d->evs, .nxev = d->nevs};
+  }
+  qsort(v, n, sizeof *v, by_piece);
+  bool ok = aa__lg_carve(pool, c, v, n, P->stream);
+  free(v);
+  if (!ok)
+    return false;
+  /* the chunks own the streams and events now */
+  for (size_t i = 0; i < P->live_cap; i++)
+    P->live[i] = (plan_live){0};
+  P->nlive = 0;
+  P->npend = 0;
+  P->live_bytes = 0;
+  P->arena = NULL;
+  return true;
+}
+
+/* Stops serving from the plan: the arena becomes the path's chunks at once
+ * (dissolve), else it goes once its blocks are freed. */
 static void plan_drop(aa_pool *pool, struct aa__plan *P) {
   P->dropped++;
-  P->state = AA_PLAN_DRAINING;
   pend_poll(pool, P);
-  if (P->nlive == 0 && P->npend == 0)
+  if ((P->nlive == 0 && P->npend == 0) || dissolve(pool, P)) {
     plan_finish(pool, P);
+    return;
+  }
+  P->state = AA_PLAN_DRAINING;
+}
+
+bool aa__lg_plan_can_yield(const aa_pool *pool) {
+  const struct aa__plan *P = pool->large->plan;
+  return P != NULL && P->state == AA_PLAN_ACTIVE && P->arena != NULL &&
+         P->live_bytes < P->arena_bytes;
+}
+
+void aa__lg_plan_yield(aa_pool *pool) {
+  struct aa__plan *P = pool->large->plan;
+  if (P->reps < PLAN_MAX_REPS)
+    P->reps++; /* the next plan must have held longer */
+  plan_drop(pool, P);
 }
 
 void aa__lg_plan_release(aa_pool *pool) {
@@ -762,12 +834,28 @@ static uint32_t match(const struct aa__plan *P, uint64_t tok) {
   return P->ent[0].tok == tok ? 0 : P->n;
 }
 
+/* Drops a plan the requests stopped following; the next one must have
+ * repeated for one period more. */
+static void stop_following(aa_pool *pool, struct aa__plan *P) {
+  if (P->reps < PLAN_MAX_REPS)
+    P->reps++;
+  plan_drop(pool, P);
+}
+
+/* A request the plan did not serve: a run of them longer than a quarter
+ * period (16 at least), or more than an eighth of a period's requests (4
+ * at least) between two starts of the period, and the plan goes. The
+ * second catches a loop whose other phase (an evaluation pass) the plan
+ * does not know: its requests miss among the hits of the known phase, while
+ * the arena holds memory that phase cannot use. */
 static void miss(aa_pool *pool, struct aa__plan *P) {
   P->misses++;
   P->streak++;
+  P->period_misses++;
   uint32_t limit = P->n / 4 > 16 ? P->n / 4 : 16;
-  if (P->streak > limit)
-    plan_drop(pool, P);
+  uint32_t plimit = P->n / 8 > 4 ? P->n / 8 : 4;
+  if (P->streak > limit || P->period_misses > plimit)
+    stop_following(pool, P);
 }
 
 void *aa__lg_plan_alloc(aa_pool *pool, size_t size, aa_stream stream, uint64_t seq) {
@@ -810,6 +898,8 @@ void *aa__lg_plan_alloc(aa_pool *pool, size_t size, aa_stream stream, uint64_t s
     miss(pool, P);
     return NULL;
   }
+  if (k == 0)
+    P->period_misses = 0; /* a new period's start */
   P->cursor = (k + 1) % P->n;
   const plan_ent *e = &P->ent[k];
   size_t room = room_of(size);
