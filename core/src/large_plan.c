@@ -793,6 +793,13 @@ static bool activate(aa_pool *pool, struct aa__plan *P) {
     free(live);
     return false;
   }
+  /* at best everything not in use goes back: when even that with the
+   * arena would not come in under the window's peak, nothing is released */
+  if (pool->large->in_use + P->arena_bytes > P->observed) {
+    free(bits);
+    free(live);
+    return false;
+  }
   (void)aa__lg_stitch_release(pool);
   (void)aa__lg_release_locked(pool, SIZE_MAX);
   /* what could not be given back (pages that live blocks share) stays:
@@ -885,6 +892,8 @@ void *aa__lg_plan_alloc(aa_pool *pool, size_t size, aa_stream stream, uint64_t s
     if (!activate(pool, P)) {
       uint64_t q = P->q;
       P->refused++;
+      if (P->reps < PLAN_MAX_REPS)
+        P->reps++; /* what the path holds would not make room: wait longer */
       plan_finish(pool, P);
       P->backoff = P->backoff ? P->backoff * 2 : 4 * q;
       if (P->backoff > 4 * PLAN_WIN)
