@@ -827,7 +827,8 @@ bool aa__lg_carve(aa_pool *pool, aa__chunk *c, aa__lg_piece *v, size_t n, aa_str
     uintptr_t b = i < n ? v[i].base : end;
     aa__assert(b >= at && b <= end);
     for (int part = 0; part < 2; part++) {
-      uintptr_t lo = part == 0 ? at : b, hi = part == 0 ? b : i < n ? b + v[i].size : b;
+      uintptr_t lo = part == 0 ? at : b, hi = part == 0 ? b : i < n ? b + v[i].size
+                                                                    : b;
       if (hi <= lo)
         continue;
       aa__chunk *r = rec[used++];

@@ -716,15 +716,13 @@ static bool dissolve(aa_pool *pool, struct aa__plan *P) {
   for (size_t i = 0; i < P->live_cap; i++) {
     const plan_live *l = &P->live[i];
     if (l->p != 0)
-      v[n++] = (aa__lg_piece){.base = l->p, .size = l->size, .live = 1, .req = l->req,
-                              .born = l->seq, .xs = l->xs, .nxs = l->nxs};
+      v[n++] = (aa__lg_piece){.base = l->p, .size = l->size, .live = 1, .req = l->req, .born = l->seq, .xs = l->xs, .nxs = l->nxs};
   }
   for (size_t i = 0; i < P->npend; i++) {
     const plan_pend *d = &P->pend[i];
     /* a room that waits for a stream's idleness (no event could be
      * recorded) is a chunk freed on that stream */
-    v[n++] = (aa__lg_piece){.base = c->base + d->off, .size = d->size, .stream = d->idle,
-                            .ev = d->own, .xev = d->evs, .nxev = d->nevs};
+    v[n++] = (aa__lg_piece){.base = c->base + d->off, .size = d->size, .stream = d->idle, .ev = d->own, .xev = d->evs, .nxev = d->nevs};
   }
   qsort(v, n, sizeof *v, by_piece);
   bool ok = aa__lg_carve(pool, c, v, n, P->stream);
