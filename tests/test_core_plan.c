@@ -9,7 +9,9 @@
  * explicit release gives an idle arena back; and a randomized shadow-model
  * stress under all three large modes.
  */
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -441,6 +443,394 @@ static void test_core_plan_stress(void **state) {
   assert_true(adopted >= 4); /* the noise met plans in most runs */
 }
 
+/* ------------------------------------------------------------ review */
+
+/* A planned block's room while the plan is active: the account adds up and
+ * (AA_DEBUG 3) its walk agrees with the large path's free bytes. */
+static void account_in(aa_large_mode mode) {
+  fx *f = make_plan(mode, 1);
+  shadow *s = calloc(1, sizeof *s);
+  steps t = make_steps(31);
+  weights(f, s);
+  for (int k = 0; k < 10; k++)
+    run_step(f, s, &t);
+  assert_int_equal(stats(f).large_plan_state, AA_PLAN_ACTIVE);
+  /* the step's first two requests (both live at once in every step):
+   * planned blocks live. (More, without the step's frees, would take rooms
+   * later requests are planned in: the plan would yield its arena.) */
+  for (int i = 0; i < 2; i++)
+    (void)sh_alloc(f, s, t.bytes[i], NULL);
+  assert_true(stats(f).large_plan_live_bytes > 0);
+  aa_pool_account a;
+  memset(&a, 0, sizeof a);
+  a.version = AA_ACCOUNT_VERSION;
+  a.size = (uint32_t)sizeof a;
+  assert_int_equal(aa_pool_account_get(f->p, &a), AA_OK);
+  assert_int_equal(a.requested + a.rounding + a.slab_free + a.slab_tails + a.holes +
+                       a.stream_holds + a.thread_caches + a.other,
+                   a.bytes_reserved);
+  free_all(f, s);
+  fx_done(f);
+  free(s);
+}
+
+static void test_core_plan_account(void **state) {
+  (void)state;
+  account_in(AA_LARGE_EXPANDABLE);
+  account_in(AA_LARGE_CACHE);
+}
+
+/* A plan dropped while planned blocks used on a busy stream live: its
+ * arena becomes the path's chunks at once (the blocks live chunks, freed
+ * later through the path, which waits for the side stream's events), and a
+ * new loop is learned. */
+static void test_core_plan_drain_pending(void **state) {
+  (void)state;
+  fx *f = make_plan(AA_LARGE_EXPANDABLE, 1);
+  aa_pool_set_stream_wait(f->p, false);
+  shadow *s = calloc(1, sizeof *s);
+  steps a = make_steps(41), b = make_steps(42);
+  for (int k = 0; k < 10; k++)
+    run_step(f, s, &a);
+  assert_int_equal(stats(f).large_plan_state, AA_PLAN_ACTIVE);
+  const aa_stream side = (aa_stream)(uintptr_t)0x40000;
+  assert_int_equal(aa_backend_host_stream_busy(f->b, side, true), AA_OK);
+  uint64_t h0 = stats(f).large_plan_hits;
+  unsigned char *pl[4];
+  for (int i = 0; i < 4; i++) { /* planned blocks, used on the busy side stream */
+    int k = sh_alloc(f, s, a.bytes[i], NULL);
+    pl[i] = s->p[k];
+    assert_int_equal(aa_record_stream(f->p, pl[i], side), AA_OK);
+  }
+  assert_int_equal(stats(f).large_plan_hits, h0 + 4);
+  run_step(f, s, &b); /* another loop: the plan is dropped, its arena dissolved */
+  assert_int_equal(stats(f).large_plan_state, AA_PLAN_LEARNING);
+  assert_int_equal(stats(f).large_plan_live_bytes, 0);
+  assert_int_equal(stats(f).large_plan_bytes, 0);
+  for (int i = 0; i < 4; i++)
+    sh_free_at(f, s, sh_find(s, pl[i]), NULL); /* rooms wait for the side stream */
+  assert_int_equal(aa_backend_host_stream_busy(f->b, side, false), AA_OK);
+  for (int k = 0; k < 14; k++)
+    run_step(f, s, &b);
+  aa_pool_stats st = stats(f);
+  assert_int_equal(st.large_plans_adopted, 2); /* the new loop's */
+  assert_int_equal(st.large_plan_state, AA_PLAN_ACTIVE);
+  free_all(f, s);
+  fx_done(f);
+  free(s);
+}
+
+/* Pools planning on threads of their own at once (each under its own lock):
+ * nothing shared between them (TSan). */
+static void *own_pool_loop(void *arg) {
+  uint64_t seed = (uint64_t)(uintptr_t)arg;
+  fx *f = make_plan(AA_LARGE_CACHE, 1);
+  shadow *s = calloc(1, sizeof *s);
+  steps t = make_steps(seed);
+  for (int k = 0; k < 12; k++)
+    run_step(f, s, &t);
+  assert_int_equal(stats(f).large_plans_adopted, 1);
+  fx_done(f);
+  free(s);
+  return NULL;
+}
+
+static void test_core_plan_pools_in_threads(void **state) {
+  (void)state;
+  pthread_t th[3];
+  for (uintptr_t i = 0; i < 3; i++)
+    assert_int_equal(pthread_create(&th[i], NULL, own_pool_loop, (void *)(i + 51)), 0);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(pthread_join(th[i], NULL), 0);
+}
+
+/* Runs steps of t until the plan waits for its period's start. */
+static void until_waiting(fx *f, shadow *s, const steps *t) {
+  for (int k = 0; k < 20 && stats(f).large_plan_state != AA_PLAN_WAITING; k++)
+    run_step(f, s, t);
+  assert_int_equal(stats(f).large_plan_state, AA_PLAN_WAITING);
+}
+
+/* The arena's backend call refused (once): the plan is refused, the request
+ * served by the path with no error to the user, the counts exact, and the
+ * plan learned again and adopted; then, under a limit the loop fits in, no
+ * backend call per step. */
+static void arena_refused_in(aa_large_mode mode) {
+  steps t = make_steps(61);
+  fx *f = make_plan(mode, 1);
+  shadow *s = calloc(1, sizeof *s);
+  weights(f, s);
+  until_waiting(f, s, &t);
+  aa_backend_host_fail_nth(f->b, 1, false);
+  run_step(f, s, &t);
+  aa_pool_stats st = stats(f);
+  assert_int_equal(st.large_plans_refused, 1);
+  assert_int_equal(st.large_plans_adopted, 0);
+  assert_int_equal(st.large_plan_state, AA_PLAN_LEARNING);
+  assert_int_equal(f->misuses, 0);
+  aa_pool_set_limit(f->p, (size_t)st.peak_bytes_reserved);
+  for (int k = 0; k < 12; k++)
+    run_step(f, s, &t);
+  st = stats(f);
+  assert_int_equal(st.large_plans_adopted, 1);
+  assert_int_equal(st.large_plan_state, AA_PLAN_ACTIVE);
+  uint64_t c0 = backend_calls(f);
+  for (int k = 0; k < 4; k++)
+    run_step(f, s, &t);
+  assert_int_equal(backend_calls(f), c0);
+  uint64_t sum = 0;
+  for (int i = 0; i < s->n; i++)
+    sum += aa_block_size(f->p, s->p[i]);
+  assert_int_equal(stats(f).bytes_in_use, sum);
+  free_all(f, s);
+  assert_int_equal(stats(f).bytes_in_use, 0);
+  fx_done(f);
+  free(s);
+}
+
+static void test_core_plan_arena_refused(void **state) {
+  (void)state;
+  arena_refused_in(AA_LARGE_CACHE);
+  arena_refused_in(AA_LARGE_EXPANDABLE);
+}
+
+/* The pool destroyed with planned blocks live and rooms waiting for a busy
+ * stream: every byte and every event goes back. */
+static void test_core_plan_destroy_live(void **state) {
+  (void)state;
+  for (int mode = 0; mode < 2; mode++) {
+    fx *f = make_plan(mode ? AA_LARGE_EXPANDABLE : AA_LARGE_CACHE, 1);
+    aa_pool_set_stream_wait(f->p, false);
+    shadow *s = calloc(1, sizeof *s);
+    steps t = make_steps(71);
+    weights(f, s);
+    for (int k = 0; k < 10; k++)
+      run_step(f, s, &t);
+    assert_int_equal(stats(f).large_plan_state, AA_PLAN_ACTIVE);
+    const aa_stream side = (aa_stream)(uintptr_t)0x50000;
+    assert_int_equal(aa_backend_host_stream_busy(f->b, side, true), AA_OK);
+    for (int i = 0; i < 2; i++) { /* the step's first two: planned, live at once */
+      int k = sh_alloc(f, s, t.bytes[i], NULL);
+      assert_int_equal(aa_record_stream(f->p, s->p[k], side), AA_OK);
+      if (i == 0)
+        sh_free_at(f, s, k, NULL); /* its room waits for the side stream */
+    }
+    assert_true(stats(f).large_plan_live_bytes > 0);
+    aa_pool_destroy(f->p);
+    uint64_t a, fr, mapped, rec, out;
+    aa_backend_host_counts(f->b, &a, &fr, &mapped);
+    assert_int_equal(mapped, 0);
+    assert_int_equal(a, fr);
+    aa_backend_host_event_counts(f->b, &rec, &out);
+    assert_int_equal(out, 0);
+    assert_int_equal(aa_backend_host_stream_busy(f->b, side, false), AA_OK);
+    aa_backend_destroy(f->b);
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+    free(s);
+  }
+}
+
+/* A planned block freed on a third stream while busy (with and without
+ * record_stream on another busy one): its room is not handed out until the
+ * streams are idle; a second free and a record_stream of it are refused. */
+static void test_core_plan_free_other_stream(void **state) {
+  (void)state;
+  fx *f = make_plan(AA_LARGE_EXPANDABLE, 1);
+  aa_pool_set_stream_wait(f->p, false);
+  shadow *s = calloc(1, sizeof *s);
+  steps t = make_steps(81);
+  for (int k = 0; k < 10; k++)
+    run_step(f, s, &t);
+  assert_int_equal(stats(f).large_plan_state, AA_PLAN_ACTIVE);
+  const aa_stream x = (aa_stream)(uintptr_t)0x60000, y = (aa_stream)(uintptr_t)0x70000;
+  assert_int_equal(aa_backend_host_stream_busy(f->b, x, true), AA_OK);
+  assert_int_equal(aa_backend_host_stream_busy(f->b, y, true), AA_OK);
+  unsigned char *held[NREQ];
+  size_t hs[NREQ];
+  uint64_t h0 = stats(f).large_plan_hits;
+  for (int i = 0; i < NREQ; i++) {
+    int k = sh_alloc(f, s, t.bytes[i], NULL);
+    held[i] = s->p[k];
+    hs[i] = s->size[k];
+    if (i % 2)
+      assert_int_equal(aa_record_stream(f->p, held[i], y), AA_OK);
+    sh_free_at(f, s, k, x);
+    assert_int_equal(aa_free(f->p, held[i], hs[i], x), AA_EINVAL);
+    assert_int_equal(f->last, AA_MISUSE_DOUBLE_FREE);
+    assert_int_equal(aa_record_stream(f->p, held[i], y), AA_EINVAL);
+    assert_int_equal(aa_block_size(f->p, held[i]), 0);
+  }
+  assert_true(stats(f).large_plan_hits > h0);
+  assert_int_equal(stats(f).bytes_in_use, 0);
+  for (int i = 0; i < NREQ; i++) {
+    int k = sh_alloc(f, s, t.bytes[i], NULL);
+    for (int j = 0; j < NREQ; j++)
+      assert_true(s->p[k] + s->size[k] <= held[j] || held[j] + hs[j] <= s->p[k]);
+  }
+  free_all(f, s);
+  assert_int_equal(aa_backend_host_stream_busy(f->b, x, false), AA_OK);
+  assert_int_equal(aa_backend_host_stream_busy(f->b, y, false), AA_OK);
+  for (int k = 0; k < 4; k++)
+    run_step(f, s, &t);
+  fx_done(f);
+  free(s);
+}
+
+/* A release or a trim in the middle of a step, planned blocks live: every
+ * live block keeps its bytes and its room, the counts stay exact, and the
+ * loop goes on (a trim leaves the arena; a release gives it back once idle). */
+static void test_core_plan_release_mid_step(void **state) {
+  (void)state;
+  for (int mode = 0; mode < 2; mode++) {
+    fx *f = make_plan(mode ? AA_LARGE_EXPANDABLE : AA_LARGE_CACHE, 1);
+    shadow *s = calloc(1, sizeof *s);
+    steps t = make_steps(7);
+    uint64_t r = 12345;
+    weights(f, s);
+    for (int k = 0; k < 24; k++) {
+      unsigned char *mine[NREQ];
+      int at = (int)(rnd(&r) % NREQ);
+      for (int i = 0; i < NREQ; i++) {
+        mine[i] = s->p[sh_alloc(f, s, t.bytes[i], NULL)];
+        if (i == at && k > 10) {
+          if (k % 3 == 0)
+            (void)aa_pool_release(f->p);
+          else
+            (void)aa_pool_trim(f->p, k % 3 == 1 ? 0 : 8 * MiB);
+        }
+        for (int j = 0; j <= i; j++) {
+          if (mine[j] != NULL && t.free_after[j] == i) {
+            sh_free_at(f, s, sh_find(s, mine[j]), NULL);
+            mine[j] = NULL;
+          }
+        }
+      }
+      for (int j = 0; j < NREQ; j++) {
+        if (mine[j] != NULL)
+          sh_free_at(f, s, sh_find(s, mine[j]), NULL);
+      }
+      uint64_t sum = 0;
+      for (int i = 0; i < s->n; i++) {
+        check_bytes(s->p[i], s->size[i], s->tag[i]);
+        sum += aa_block_size(f->p, s->p[i]);
+      }
+      aa_pool_stats st = stats(f);
+      assert_int_equal(st.bytes_in_use, sum);
+      assert_true(st.bytes_reserved >= st.bytes_in_use);
+    }
+    assert_true(stats(f).large_plans_adopted >= 1);
+    free_all(f, s);
+    (void)aa_pool_release(f->p);
+    aa_pool_stats st = stats(f);
+    assert_int_equal(st.bytes_in_use, 0);
+    assert_int_equal(st.large_plan_bytes, 0);
+    fx_done(f);
+    free(s);
+  }
+}
+
+/* Threads take turns running whole steps (so the requests stay periodic)
+ * while others read the pool's stats, account and walk, and allocate small
+ * blocks, with no lock of the test's: TSan, and the peak in use never
+ * above what the steps and small blocks held. */
+typedef struct mt {
+  fx *f;
+  shadow *s;
+  steps t[2];
+  pthread_mutex_t step_mu;
+  int turn, steps_left;
+  _Atomic int stop;
+  uint64_t large_peak;
+} mt;
+
+static void *mt_stepper(void *arg) {
+  mt *m = arg;
+  for (;;) {
+    pthread_mutex_lock(&m->step_mu);
+    if (m->steps_left == 0) {
+      pthread_mutex_unlock(&m->step_mu);
+      return NULL;
+    }
+    int k = m->steps_left--;
+    /* the loop changes every 12 steps: dropped and learned again */
+    run_step(m->f, m->s, &m->t[(k / 12) % 2]);
+    pthread_mutex_unlock(&m->step_mu);
+  }
+}
+
+static int mt_walk(void *user, const aa_walk_entry *e) {
+  (void)user, (void)e;
+  return 0;
+}
+
+static void *mt_reader(void *arg) {
+  mt *m = arg;
+  aa_pool_account a;
+  while (!atomic_load(&m->stop)) {
+    memset(&a, 0, sizeof a);
+    a.version = AA_ACCOUNT_VERSION;
+    a.size = (uint32_t)sizeof a;
+    assert_int_equal(aa_pool_account_get(m->f->p, &a), AA_OK);
+    (void)stats(m->f);
+    assert_int_equal(aa_pool_walk_large(m->f->p, mt_walk, NULL), 0);
+  }
+  return NULL;
+}
+
+static void *mt_small(void *arg) {
+  mt *m = arg;
+  while (!atomic_load(&m->stop)) {
+    void *p = aa_alloc(m->f->p, 1000, NULL);
+    assert_non_null(p);
+    assert_int_equal(aa_free(m->f->p, p, 1000, NULL), AA_OK);
+  }
+  return NULL;
+}
+
+static void test_core_plan_threads(void **state) {
+  (void)state;
+  mt *m = calloc(1, sizeof *m);
+  m->f = make_plan(AA_LARGE_EXPANDABLE, 1);
+  m->s = calloc(1, sizeof *m->s);
+  m->t[0] = make_steps(101);
+  m->t[1] = make_steps(102);
+  m->steps_left = 60;
+  pthread_mutex_init(&m->step_mu, NULL);
+  weights(m->f, m->s);
+  pthread_t th[6];
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(pthread_create(&th[i], NULL, mt_stepper, m), 0);
+  assert_int_equal(pthread_create(&th[4], NULL, mt_reader, m), 0);
+  assert_int_equal(pthread_create(&th[5], NULL, mt_small, m), 0);
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(pthread_join(th[i], NULL), 0);
+  atomic_store(&m->stop, 1);
+  assert_int_equal(pthread_join(th[4], NULL), 0);
+  assert_int_equal(pthread_join(th[5], NULL), 0);
+  aa_pool_stats st = stats(m->f);
+  /* the same steps on one thread with no plan: the peak in use (blocks are
+   * rounded alike), plus what the small thread's cache may hold */
+  fx *ref = make_plan(AA_LARGE_EXPANDABLE, 0);
+  shadow *rs = calloc(1, sizeof *rs);
+  weights(ref, rs);
+  for (int k = 60; k > 0; k--)
+    run_step(ref, rs, &m->t[(k / 12) % 2]);
+  uint64_t ref_peak = stats(ref).peak_bytes_in_use;
+  free_all(ref, rs);
+  fx_done(ref);
+  free(rs);
+  assert_true(st.peak_bytes_in_use <= ref_peak + 2 * MiB);
+  assert_true(st.large_plans_adopted >= 2);
+  assert_true(st.large_plan_hits > 0);
+  free_all(m->f, m->s);
+  assert_int_equal(stats(m->f).bytes_in_use, 0);
+  fx_done(m->f);
+  pthread_mutex_destroy(&m->step_mu);
+  free(m->s);
+  free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_core_plan_adopted_expandable),
@@ -451,6 +841,14 @@ int main(void) {
       cmocka_unit_test(test_core_plan_busy_stream),
       cmocka_unit_test(test_core_plan_release),
       cmocka_unit_test(test_core_plan_stress),
+      cmocka_unit_test(test_core_plan_account),
+      cmocka_unit_test(test_core_plan_drain_pending),
+      cmocka_unit_test(test_core_plan_pools_in_threads),
+      cmocka_unit_test(test_core_plan_arena_refused),
+      cmocka_unit_test(test_core_plan_destroy_live),
+      cmocka_unit_test(test_core_plan_free_other_stream),
+      cmocka_unit_test(test_core_plan_release_mid_step),
+      cmocka_unit_test(test_core_plan_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -452,7 +452,11 @@ bool aa_policy_equal(const aa_policy *a, const aa_policy *b) {
          a->telemetry.trace == b->telemetry.trace &&
          a->telemetry.histogram == b->telemetry.histogram &&
          a->telemetry.retention_bytes == b->telemetry.retention_bytes &&
-         a->telemetry.retention_age_s == b->telemetry.retention_age_s;
+         a->telemetry.retention_age_s == b->telemetry.retention_age_s &&
+         a->telemetry.trace_sample == b->telemetry.trace_sample &&
+         a->telemetry.trace_min_bytes == b->telemetry.trace_min_bytes &&
+         a->telemetry.trace_seconds == b->telemetry.trace_seconds &&
+         a->telemetry.trace_max_events == b->telemetry.trace_max_events;
 }
 
 aa_policy *aa_policy_clone(const aa_policy *p) {

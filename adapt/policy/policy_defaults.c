@@ -127,6 +127,10 @@ void aa_telemetry_params_default(aa_telemetry_params *out) {
   out->histogram = true;
   out->retention_bytes = 1024u * 1024u * 1024u;
   out->retention_age_s = 7u * 24u * 3600u;
+  out->trace_sample = 1;
+  out->trace_min_bytes = 0;
+  out->trace_seconds = 0;
+  out->trace_max_events = 0;
 }
 
 void aa__policy_defaults(aa_policy *p) {

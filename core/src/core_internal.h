@@ -423,6 +423,9 @@ struct aa_pool {
   _Atomic uint32_t tflags; /* AA__TF_*: what the hot path must do */
   _Atomic(aa__trace_cb *) trace;
   aa__trace_cb *trace_all; /* every record ever set (class_mu) */
+  /* sampled tracing (telemetry.c), made at the first sampled setting and
+   * freed with the pool */
+  _Atomic(struct aa__tsample *) tsample;
   /* the OOM observer (oom.c): set and called under oom_mu */
   pthread_mutex_t oom_mu;
   aa_oom_fn oom_fn;
@@ -614,6 +617,17 @@ uint64_t aa__trace_seq_next(void);
 /* aa__trace with a sequence number taken earlier (a free takes it while it
  * still owns the block). */
 void aa__trace_at(aa_pool *pool, char op, const void *p, size_t size, aa_stream s, uint64_t seq);
+/* A traced free's number, taken before the block can go to another thread;
+ * 0 when the free is not traced (sampling, and the block's allocation was
+ * not). While sampling, the block leaves the traced set here (*claimed
+ * true): a free that then fails gives it back (aa__trace_free_undo). */
+uint64_t aa__trace_free_begin(aa_pool *pool, const void *p, bool *claimed);
+void aa__trace_free_undo(aa_pool *pool, const void *p);
+/* Sampling's settings (pool.c's aa_pool_set_trace_sampled, with no trace
+ * callback set, so no event is under way): makes the table on first use
+ * (AA_ENOMEM), clears it, sets the rule. every 1 with min_bytes 0: off. */
+int aa__tsample_configure(aa_pool *pool, uint32_t every, uint64_t min_bytes);
+void aa__tsample_free(aa_pool *pool);
 
 /* oom.c: the out-of-memory observer */
 /* Counts a failed request (pool->ooms) and, when an observer is set, reports

@@ -267,10 +267,13 @@ static inline __attribute__((always_inline)) int free_any(aa_pool *pool, void *p
  * the event is delivered once the free succeeded. */
 __attribute__((noinline)) static int free_traced(aa_pool *pool, void *ptr, size_t size,
                                                  aa_stream stream) {
-  uint64_t seq = aa__trace_seq_next();
+  bool claimed;                                             /* sampled tracing: the block left the traced set */
+  uint64_t seq = aa__trace_free_begin(pool, ptr, &claimed); /* 0: not traced */
   int rc = free_any(pool, ptr, size, stream);
-  if (rc == AA_OK && ptr != NULL)
+  if (rc == AA_OK && ptr != NULL && seq != 0)
     aa__trace_at(pool, 'f', ptr, size, stream, seq);
+  else if (rc != AA_OK && claimed)
+    aa__trace_free_undo(pool, ptr);
   return rc;
 }
 

@@ -685,6 +685,7 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
   bool waited = false;   /* c came from wait_fit: c->stream == stream */
   bool stitched = false; /* c is a stitched range's (whole, never split) */
   int stitch_pass = 0;   /* 1: free ranges put to sleep; 2: dormant ones destroyed */
+  bool yielded = false;  /* the plan's arena was given to the path for this request */
   uint64_t maps0 = pool->large->vmm_maps;
   *retry = false;
   if (!passthrough && pool->large->stream_wait)
@@ -738,6 +739,18 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
       if (c && !stitched)
         aa__lg_bin_remove(pool, c);
     }
+    /* new memory for a request the plan does not serve, while the plan's
+     * arena has free room: the arena becomes the path's chunks first
+     * (large_plan.c), so that a plan never costs memory */
+    if (!yielded && (c == NULL || (vmm && !stitched && aa__lg_unmapped_under(pool, c, need, 0) > 0)) &&
+        aa__lg_plan_can_yield(pool)) {
+      yielded = true;
+      if (c != NULL && !stitched)
+        aa__lg_coalesce_insert(pool, c); /* back first: the arena's room may merge with it */
+      aa__lg_plan_yield(pool);
+      reclaimed = false;
+      continue;
+    }
     if (c == NULL) {
       int rc = AA_OK;
       size_t segsize = passthrough ? aa__lg_round_up(need, AA__GRANULE)
@@ -779,6 +792,103 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
     atomic_store_explicit(&c->state, st, AA__RLX);
     return c;
   }
+}
+
+bool aa__lg_carve(aa_pool *pool, aa__chunk *c, aa__lg_piece *v, size_t n, aa_stream stream) {
+  aa__large *L = pool->large;
+  size_t want = 2 * n + 1, got = 0, nlive = 0;
+  for (size_t i = 0; i < n; i++)
+    nlive += v[i].live != 0;
+  while (L->hash_n + nlive >= L->hash_cap) {
+    if (hash_grow(pool) != AA_OK)
+      return false;
+  }
+  aa__chunk **rec = malloc(want * sizeof *rec);
+  if (rec == NULL)
+    return false;
+  for (; got < want; got++) {
+    rec[got] = aa__lg_chunk_get(pool);
+    if (rec[got] == NULL) {
+      while (got > 0)
+        aa__lg_chunk_put(pool, rec[--got]);
+      free(rec);
+      return false;
+    }
+  }
+  aa__chunk *h = hash_find(pool, c->base, true);
+  aa__assert(h == c);
+  (void)h;
+  /* the new chunks in address order: gaps free (parked until binned, so
+   * that none merges with one not yet binned), pieces as given */
+  aa__chunk *first = NULL, *last = NULL;
+  size_t used = 0;
+  uintptr_t at = c->base, end = c->base + c->size;
+  for (size_t i = 0; i <= n; i++) {
+    uintptr_t b = i < n ? v[i].base : end;
+    aa__assert(b >= at && b <= end);
+    for (int part = 0; part < 2; part++) {
+      uintptr_t lo = part == 0 ? at : b, hi = part == 0 ? b : i < n ? b + v[i].size
+                                                                    : b;
+      if (hi <= lo)
+        continue;
+      aa__chunk *r = rec[used++];
+      r->seg = c->seg;
+      r->base = lo;
+      r->size = (size_t)(hi - lo);
+      r->prev = last;
+      if (last)
+        last->next = r;
+      else
+        first = r;
+      last = r;
+      if (part == 1 && v[i].live) {
+        r->req = v[i].req;
+        r->born = v[i].born;
+        r->xs = v[i].xs;
+        r->nxs = v[i].nxs;
+        r->stream = stream;
+        uint64_t st = aa__lg_st_next_live(atomic_load_explicit(&r->state, AA__RLX));
+        atomic_store_explicit(&r->state, st, AA__RLX);
+        hash_put(pool, r);
+      } else {
+        r->free = 1;
+        r->parked = 1;
+        r->freed_at = L->frees;
+        r->stream = part == 1 ? v[i].stream : stream;
+        r->any = !pool->has_events;
+        if (part == 1) {
+          r->ev = v[i].ev;
+          r->xev = v[i].xev;
+          r->nxev = v[i].nxev;
+        }
+      }
+    }
+    if (i < n)
+      at = v[i].base + v[i].size;
+  }
+  aa__assert(first != NULL);
+  first->prev = c->prev;
+  if (c->prev)
+    c->prev->next = first;
+  else
+    c->seg->first = first;
+  last->next = c->next;
+  if (c->next)
+    c->next->prev = last;
+  for (size_t i = used; i < want; i++)
+    aa__lg_chunk_put(pool, rec[i]);
+  free(rec);
+  c->next = c->prev = NULL;
+  aa__lg_chunk_put(pool, c);
+  for (aa__chunk *r = first, *stop = last->next; r != stop;) {
+    aa__chunk *nx = r->next;
+    if (r->free && r->parked) {
+      r->parked = 0;
+      aa__lg_coalesce_insert(pool, r);
+    }
+    r = nx;
+  }
+  return true;
 }
 
 void aa__lg_count_out(aa_pool *pool, size_t size, size_t req) {
@@ -906,15 +1016,17 @@ static aa__chunk *find_container(aa__seg *seg, uintptr_t p) {
  * thread cache's flush was counted when the user freed it). Under large->mu. */
 void aa__lg_release_chunk(aa_pool *pool, aa__chunk *c, aa_stream stream, bool counted) {
   aa__assert(!c->free && (atomic_load_explicit(&c->state, AA__RLX) & 3) == AA__CH_FREE);
-  aa__assert(pool->large->in_use >= c->size && pool->large->req >= c->req);
   aa__chunk *h = hash_find(pool, c->base, true);
   aa__assert(h == c);
   (void)h;
-  pool->large->in_use -= c->size;
-  pool->large->req -= c->req;
+  if (!aa__lg_plan_is_arena(pool, c)) { /* the plan's arena was never counted in use */
+    aa__assert(pool->large->in_use >= c->size && pool->large->req >= c->req);
+    pool->large->in_use -= c->size;
+    pool->large->req -= c->req;
+    atomic_fetch_sub_explicit(&pool->out_bytes, c->size, AA__RLX);
+  }
   if (counted)
     pool->large->frees++;
-  atomic_fetch_sub_explicit(&pool->out_bytes, c->size, AA__RLX);
   if (pool->cfg.large_mode == AA_LARGE_PASSTHROUGH) {
     free(c->xs);
     c->xs = NULL;
@@ -1212,8 +1324,9 @@ static bool xev_pending(aa_pool *pool, const aa__chunk *c) {
 #if AA_DEBUG >= 3
 /* The free chunks' mapped bytes by a walk over every chunk (the check of
  * the identity free_account relies on). */
-static uint64_t free_mapped_walk(const aa_pool *pool) {
-  uint64_t n = 0;
+static uint64_t free_mapped_walk(aa_pool *pool) {
+  uint64_t held;
+  uint64_t n = aa__lg_plan_room(pool, &held); /* the plan's arena: a live chunk, not in use */
   for (const aa__seg *s = pool->large->segs; s; s = s->next) {
     for (const aa__chunk *c = s->first; c; c = c->next)
       n += c->free ? chunk_mapped(pool, c) : 0;
@@ -1240,6 +1353,11 @@ static void free_account(aa_pool *pool, uint64_t *holes, uint64_t *holds) {
         held += chunk_mapped(pool, c);
     }
   }
+  /* the plan's arena: rooms freed that wait for events are held, the rest
+   * holes (a live chunk: reserved, not counted in use) */
+  uint64_t room_held;
+  (void)aa__lg_plan_room(pool, &room_held);
+  held += room_held;
   aa__assert(pool->large->reserved >= pool->large->in_use);
   uint64_t free_mapped = pool->large->reserved - pool->large->in_use;
 #if AA_DEBUG >= 3

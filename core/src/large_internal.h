@@ -317,6 +317,28 @@ void aa__lg_release_chunk(aa_pool *pool, aa__chunk *c, aa_stream stream, bool co
  * NULL. */
 aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, aa_stream stream,
                        bool *retry);
+/* A piece of a chunk being carved (aa__lg_carve): a live block (req, born,
+ * its record_stream'd streams) or a freed one waiting for events (stream,
+ * ev, xev); arrays are taken over. */
+typedef struct aa__lg_piece {
+  uintptr_t base;
+  size_t size;
+  int live;
+  size_t req;
+  uint64_t born;
+  aa_stream *xs;
+  uint32_t nxs;
+  aa_stream stream;
+  void *ev;
+  void **xev;
+  uint32_t nxev;
+} aa__lg_piece;
+/* Replaces live chunk c (the plan's arena: never counted in use) by chunks:
+ * the pieces v[0..n) (sorted, inside c, not overlapping) and, between them,
+ * free chunks freed on `stream`, merged and binned. The live pieces count
+ * in use already. false when chunk records or the hash cannot grow (nothing
+ * changed then). */
+bool aa__lg_carve(aa_pool *pool, aa__chunk *c, aa__lg_piece *v, size_t n, aa_stream stream);
 /* Counts a block handed out to a user (in_use, req, allocs, the pool's
  * bytes out and peaks). */
 void aa__lg_count_out(aa_pool *pool, size_t size, size_t req);
@@ -396,11 +418,24 @@ bool aa__lg_plan_block_of(const aa_pool *pool, uintptr_t p, uintptr_t *base, siz
 /* Whether chunk c is the plan's arena, and its blocks walked in [lo, hi). */
 bool aa__lg_plan_is_arena(const aa_pool *pool, const aa__chunk *c);
 int aa__lg_plan_walk(const aa_pool *pool, uintptr_t lo, uintptr_t hi, aa_walk_fn fn, void *user);
+/* The path is about to take new memory for a request the plan does not
+ * serve: whether the plan is active with free room in its arena, and then
+ * its drop, the arena made the path's chunks (or drained). */
+bool aa__lg_plan_can_yield(const aa_pool *pool);
+void aa__lg_plan_yield(aa_pool *pool);
 /* An explicit release or an out-of-memory retry: an active plan with no
  * live block gives its arena back (it is learned again). */
 void aa__lg_plan_release(aa_pool *pool);
+/* The arena's bytes no planned block holds (reserved, not in use: the
+ * account's), and in *held those of them waiting for stream work (events
+ * asked, nothing released). 0 with no arena. */
+uint64_t aa__lg_plan_room(aa_pool *pool, uint64_t *held);
 /* The plan's figures into out. */
 void aa__lg_plan_stats(const aa_pool *pool, aa__large_stats *out);
+#if AA_DEBUG >= 3
+/* The plan's full walk (large_check.c's): live table, bitmap, counts. */
+void aa__lg_plan_check(aa_pool *pool);
+#endif
 /* Frees the plan (pool destroy: every block goes with the pool). */
 void aa__lg_plan_destroy(aa_pool *pool);
 

@@ -54,8 +54,9 @@
 #define PLAN_WIN ((uint64_t)1 << 16) /* events watched */
 #define PLAN_EVERY 512               /* events between looks for a period */
 #define PLAN_MIN_Q 4                 /* the shortest period, in events */
-#define PLAN_MAX_N 8192              /* requests per period planned at most */
+#define PLAN_MAX_N 4096              /* requests per period planned at most */
 #define PLAN_RESYNC 8                /* expected requests looked ahead on a miss */
+#define PLAN_MAX_REPS 8              /* periods in a row a plan may have to repeat */
 #define PLAN_UNIT AA__LARGE_ALIGN    /* the arena's bitmap unit */
 
 enum { EV_ALLOC = 0,
@@ -93,6 +94,10 @@ typedef struct plan_pend {
   void *own;
   void **evs;
   uint32_t nevs;
+  /* no event could be recorded on `idle` (a stream under graph capture):
+   * the room waits until that stream is idle */
+  bool by_query;
+  aa_stream idle;
 } plan_pend;
 
 struct aa__plan {
@@ -120,7 +125,13 @@ struct aa__plan {
   size_t npend, pend_cap;
   uint64_t live_bytes;
   uint64_t hits, misses, adopted, dropped, refused, saved;
-  uint64_t observed; /* the window's peak reserved the plan was measured against */
+  uint64_t observed;    /* the window's peak reserved the plan was measured against */
+  unsigned idle_checks; /* looks in a row that found no period */
+  /* periods in a row the window must repeat to be planned: 2, one more
+   * after each plan the requests stopped matching (a loop with phases,
+   * an evaluation pass every few steps), up to PLAN_MAX_REPS */
+  unsigned reps;
+  uint32_t period_misses; /* misses since the period last started */
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -163,6 +174,7 @@ static struct aa__plan *plan_get(aa_pool *pool) {
   }
   P->state = AA_PLAN_LEARNING;
   P->next_check = PLAN_EVERY;
+  P->reps = 2;
   L->plan = P;
   return P;
 }
@@ -218,6 +230,8 @@ static void pend_poll(aa_pool *pool, struct aa__plan *P) {
   for (size_t i = 0; i < P->npend;) {
     plan_pend *d = &P->pend[i];
     bool done = aa__events_done(pool, d->evs, &d->nevs) != 0;
+    if (done && d->by_query)
+      done = aa__stream_idle(pool, d->idle);
     if (done && d->own != NULL) {
       uint32_t one = 1;
       done = aa__events_done(pool, &d->own, &one) != 0;
@@ -310,7 +324,7 @@ static uint64_t find_period(struct aa__plan *P) {
   uint64_t in_use = ev_at(P, P->nev - 1)->in_use;
   uint64_t best = 0, bm = 0;
   for (uint64_t q = PLAN_MIN_Q; q <= n / 2; q++) {
-    if (z[q] >= q && z[q] >= n / 4 && z[q] > bm &&
+    if (z[q] >= (uint64_t)(P->reps - 1) * q && z[q] >= n / 4 && z[q] > bm &&
         ev_at(P, P->nev - 1 - q)->in_use == in_use) {
       best = q;
       bm = z[q];
@@ -335,6 +349,7 @@ typedef struct cand {
   uint64_t a, l; /* its arc: occupied from event a (after its request) for l events */
   size_t size;
   size_t off;
+  uint64_t key; /* the order being tried (set_keys) */
 } cand;
 
 typedef struct span {
@@ -348,10 +363,9 @@ enum { ORD_SIZE,
        ORD_AREA,
        ORD_START,
        ORD_N };
-static int g_order; /* qsort has no user pointer: set under the large path's lock */
 
-static uint64_t key_of(const cand *c) {
-  switch (g_order) {
+static uint64_t key_of(const cand *c, int order) {
+  switch (order) {
   case ORD_SIZE:
     return c->size;
   case ORD_LIFE:
@@ -363,11 +377,17 @@ static uint64_t key_of(const cand *c) {
   }
 }
 
+/* The keys of `order` into the candidates (each pool plans under its own
+ * lock: the order is the candidates', never a global's). */
+static void set_keys(cand *c, size_t nc, int order) {
+  for (size_t i = 0; i < nc; i++)
+    c[i].key = key_of(&c[i], order);
+}
+
 static int by_key_desc(const void *x, const void *y) {
   const cand *a = x, *b = y;
-  uint64_t ka = key_of(a), kb = key_of(b);
-  if (ka != kb)
-    return ka < kb ? 1 : -1;
+  if (a->key != b->key)
+    return a->key < b->key ? 1 : -1;
   if (a->size != b->size)
     return a->size < b->size ? 1 : -1;
   return a->a < b->a ? -1 : a->a > b->a;
@@ -416,8 +436,11 @@ static size_t place(cand *c, size_t nc, uint64_t q) {
   int best_ord = 0;
   if (sp == NULL || keep == NULL)
     goto out;
-  for (int o = 0; o < ORD_N; o++) {
-    g_order = o;
+  /* every order when that is cheap, else size alone (planning runs under
+   * the large path's lock: about 2e7 steps of work at most in all) */
+  int orders = (uint64_t)nc * nc * ORD_N <= 20000000 ? ORD_N : 1;
+  for (int o = 0; o < orders; o++) {
+    set_keys(c, nc, o);
     qsort(c, nc, sizeof *c, by_key_desc);
     size_t top = place_once(c, nc, q, sp);
     if (best == 0 || top < best) {
@@ -425,7 +448,7 @@ static size_t place(cand *c, size_t nc, uint64_t q) {
       best_ord = o;
     }
   }
-  g_order = best_ord; /* placed again in the best order */
+  set_keys(c, nc, best_ord); /* placed again in the best order */
   qsort(c, nc, sizeof *c, by_key_desc);
   best = place_once(c, nc, q, sp);
   /* then a bounded local search: two blocks of the order swapped, kept
@@ -527,7 +550,7 @@ static void plan_make(aa_pool *pool, struct aa__plan *P, uint64_t q) {
     if (e->stream != stream || freed[j] == 0 || freed[j] - at[j] >= q)
       continue; /* another stream, or lives a period or more: the path's */
     uint64_t a = (at[j] - b + 1) % q, l = freed[j] - at[j];
-    cs[nc++] = (cand){j, a, l, ent[j].size, 0};
+    cs[nc++] = (cand){j, a, l, ent[j].size, 0, 0};
     int64_t sz = (int64_t)ent[j].size;
     diff[a] += sz;
     if (a + l <= q) {
@@ -624,10 +647,15 @@ void aa__lg_plan_note(aa_pool *pool, int kind, size_t size, size_t req, aa_strea
   e->reserved = pool->large->reserved;
   P->nev++;
   if (P->state == AA_PLAN_LEARNING && P->nev >= P->next_check) {
-    P->next_check = P->nev + PLAN_EVERY;
+    /* a window that does not repeat is looked at less often, down to
+     * once per 8 * PLAN_EVERY events (the search is linear in the window) */
+    P->idle_checks = P->idle_checks < 4 ? P->idle_checks + 1 : 4;
+    P->next_check = P->nev + ((uint64_t)PLAN_EVERY << (P->idle_checks - 1));
     uint64_t q = find_period(P);
-    if (q != 0)
+    if (q != 0) {
+      P->idle_checks = 0;
       plan_make(pool, P, q);
+    }
   }
 }
 
@@ -639,16 +667,13 @@ static void plan_finish(aa_pool *pool, struct aa__plan *P) {
   aa__assert(P->nlive == 0 && P->npend == 0);
   aa__chunk *c = P->arena;
   if (c != NULL) {
-    aa__large *L = pool->large;
-    /* it was never counted as in use: counted now, so that the path's
-     * release of it takes back what it adds */
-    L->in_use += c->size;
-    L->req += c->req;
-    atomic_fetch_add_explicit(&pool->out_bytes, c->size, AA__RLX);
+    /* still the arena while the path takes it back: never counted in use,
+     * so nothing is taken off the counts (pool->out_bytes raised for the
+     * moment would reach a peak another thread's small request takes) */
     uint64_t st = atomic_load_explicit(&c->state, AA__RLX);
     atomic_store_explicit(&c->state, aa__lg_st_phase(st, AA__CH_FREE), AA__RLX);
-    P->arena = NULL;
     aa__lg_release_chunk(pool, c, P->stream, false);
+    P->arena = NULL;
   }
   free(P->bits);
   P->bits = NULL;
@@ -667,13 +692,76 @@ static void plan_finish(aa_pool *pool, struct aa__plan *P) {
   P->next_check = P->nev + PLAN_EVERY;
 }
 
-/* Stops serving from the plan; its arena goes once its blocks are freed. */
+static int by_piece(const void *x, const void *y) {
+  const aa__lg_piece *a = x, *b = y;
+  return a->base < b->base ? -1 : a->base > b->base;
+}
+
+/* The arena becomes chunks of the path at once: its live blocks live
+ * chunks, the rooms waiting for events free chunks holding those events,
+ * the rest free (aa__lg_carve). The memory the plan no longer serves is the
+ * path's from this moment, for the requests the plan did not know (a loop's
+ * other phase). false when it cannot be (a stitched range's arena: one chunk
+ * for ever; memory short): the caller drains instead. */
+static bool dissolve(aa_pool *pool, struct aa__plan *P) {
+  aa__chunk *c = P->arena;
+  if (c == NULL)
+    return true;
+  if (c->seg->st != NULL)
+    return false;
+  aa__lg_piece *v = calloc(P->nlive + P->npend + 1, sizeof *v);
+  if (v == NULL)
+    return false;
+  size_t n = 0;
+  for (size_t i = 0; i < P->live_cap; i++) {
+    const plan_live *l = &P->live[i];
+    if (l->p != 0)
+      v[n++] = (aa__lg_piece){.base = l->p, .size = l->size, .live = 1, .req = l->req, .born = l->seq, .xs = l->xs, .nxs = l->nxs};
+  }
+  for (size_t i = 0; i < P->npend; i++) {
+    const plan_pend *d = &P->pend[i];
+    /* a room that waits for a stream's idleness (no event could be
+     * recorded) is a chunk freed on that stream */
+    v[n++] = (aa__lg_piece){.base = c->base + d->off, .size = d->size, .stream = d->idle, .ev = d->own, .xev = d->evs, .nxev = d->nevs};
+  }
+  qsort(v, n, sizeof *v, by_piece);
+  bool ok = aa__lg_carve(pool, c, v, n, P->stream);
+  free(v);
+  if (!ok)
+    return false;
+  /* the chunks own the streams and events now */
+  for (size_t i = 0; i < P->live_cap; i++)
+    P->live[i] = (plan_live){0};
+  P->nlive = 0;
+  P->npend = 0;
+  P->live_bytes = 0;
+  P->arena = NULL;
+  return true;
+}
+
+/* Stops serving from the plan: the arena becomes the path's chunks at once
+ * (dissolve), else it goes once its blocks are freed. */
 static void plan_drop(aa_pool *pool, struct aa__plan *P) {
   P->dropped++;
-  P->state = AA_PLAN_DRAINING;
   pend_poll(pool, P);
-  if (P->nlive == 0 && P->npend == 0)
+  if ((P->nlive == 0 && P->npend == 0) || dissolve(pool, P)) {
     plan_finish(pool, P);
+    return;
+  }
+  P->state = AA_PLAN_DRAINING;
+}
+
+bool aa__lg_plan_can_yield(const aa_pool *pool) {
+  const struct aa__plan *P = pool->large->plan;
+  return P != NULL && P->state == AA_PLAN_ACTIVE && P->arena != NULL &&
+         P->live_bytes < P->arena_bytes;
+}
+
+void aa__lg_plan_yield(aa_pool *pool) {
+  struct aa__plan *P = pool->large->plan;
+  if (P->reps < PLAN_MAX_REPS)
+    P->reps++; /* the next plan must have held longer */
+  plan_drop(pool, P);
 }
 
 void aa__lg_plan_release(aa_pool *pool) {
@@ -699,6 +787,13 @@ static bool activate(aa_pool *pool, struct aa__plan *P) {
   uint64_t *bits = calloc(nw, sizeof *bits);
   plan_live *live = calloc(cap, sizeof *live);
   if (bits == NULL || live == NULL) {
+    free(bits);
+    free(live);
+    return false;
+  }
+  /* at best everything not in use goes back: when even that with the
+   * arena would not come in under the window's peak, nothing is released */
+  if (pool->large->in_use + P->arena_bytes > P->observed) {
     free(bits);
     free(live);
     return false;
@@ -744,16 +839,39 @@ static uint32_t match(const struct aa__plan *P, uint64_t tok) {
   return P->ent[0].tok == tok ? 0 : P->n;
 }
 
+/* Drops a plan the requests stopped following; the next one must have
+ * repeated for one period more. */
+static void stop_following(aa_pool *pool, struct aa__plan *P) {
+  if (P->reps < PLAN_MAX_REPS)
+    P->reps++;
+  plan_drop(pool, P);
+}
+
+/* A request the plan did not serve: a run of them longer than a quarter
+ * period (16 at least), or more than an eighth of a period's requests (4
+ * at least) between two starts of the period, and the plan goes. The
+ * second catches a loop whose other phase (an evaluation pass) the plan
+ * does not know: its requests miss among the hits of the known phase, while
+ * the arena holds memory that phase cannot use. */
 static void miss(aa_pool *pool, struct aa__plan *P) {
   P->misses++;
   P->streak++;
+  P->period_misses++;
   uint32_t limit = P->n / 4 > 16 ? P->n / 4 : 16;
-  if (P->streak > limit)
-    plan_drop(pool, P);
+  uint32_t plimit = P->n / 8 > 4 ? P->n / 8 : 4;
+  if (P->streak > limit || P->period_misses > plimit)
+    stop_following(pool, P);
 }
 
 void *aa__lg_plan_alloc(aa_pool *pool, size_t size, aa_stream stream, uint64_t seq) {
   struct aa__plan *P = plan_get(pool);
+  if (P != NULL && P->state == AA_PLAN_DRAINING && P->nlive == 0) {
+    /* its last rooms waited for events at their frees: the arena goes once
+     * they complete, and learning starts again */
+    pend_poll(pool, P);
+    if (P->npend == 0)
+      plan_finish(pool, P);
+  }
   if (P == NULL || P->state == AA_PLAN_LEARNING || P->state == AA_PLAN_DRAINING)
     return NULL;
   uint64_t tok = tok_of(EV_ALLOC, size, stream);
@@ -772,6 +890,8 @@ void *aa__lg_plan_alloc(aa_pool *pool, size_t size, aa_stream stream, uint64_t s
     if (!activate(pool, P)) {
       uint64_t q = P->q;
       P->refused++;
+      if (P->reps < PLAN_MAX_REPS)
+        P->reps++; /* what the path holds would not make room: wait longer */
       plan_finish(pool, P);
       P->backoff = P->backoff ? P->backoff * 2 : 4 * q;
       if (P->backoff > 4 * PLAN_WIN)
@@ -785,6 +905,8 @@ void *aa__lg_plan_alloc(aa_pool *pool, size_t size, aa_stream stream, uint64_t s
     miss(pool, P);
     return NULL;
   }
+  if (k == 0)
+    P->period_misses = 0; /* a new period's start */
   P->cursor = (k + 1) % P->n;
   const plan_ent *e = &P->ent[k];
   size_t room = room_of(size);
@@ -880,12 +1002,13 @@ int aa__lg_plan_free(aa_pool *pool, uintptr_t p, size_t size, aa_stream stream, 
     bool synced = false;
     uint32_t nevs = aa__stream_events(pool, b.xs, b.nxs, fs, &own, &evs, &synced);
     aa_backend *bk = pool->backend;
+    bool by_query = false;
     if (!synced && own == NULL && fs != P->stream &&
         bk->ops->event_record(bk, fs, &own) != AA_OK) {
+      /* no event (a stream under capture, where synchronizing is not
+       * allowed either): the room waits until the stream says it is idle */
       own = NULL;
-      if (bk->ops->synchronize)
-        bk->ops->synchronize(bk); /* cannot track it: wait for all work */
-      synced = true;
+      by_query = true;
     }
     if (synced) {
       aa__event_release(pool, own);
@@ -910,7 +1033,7 @@ int aa__lg_plan_free(aa_pool *pool, uintptr_t p, size_t size, aa_stream stream, 
       }
     }
     if (!now)
-      P->pend[P->npend++] = (plan_pend){off, b.size, own, evs, nevs};
+      P->pend[P->npend++] = (plan_pend){off, b.size, own, evs, nevs, by_query, fs};
   }
   free(b.xs);
   if (now)
@@ -984,6 +1107,22 @@ int aa__lg_plan_walk(const aa_pool *pool, uintptr_t lo, uintptr_t hi, aa_walk_fn
   return rc;
 }
 
+uint64_t aa__lg_plan_room(aa_pool *pool, uint64_t *held) {
+  struct aa__plan *P = pool->large->plan;
+  *held = 0;
+  if (P == NULL || P->arena == NULL)
+    return 0;
+  for (size_t i = 0; i < P->npend; i++) {
+    const plan_pend *d = &P->pend[i];
+    bool pending = aa__event_pending(pool, d->own);
+    for (uint32_t k = 0; k < d->nevs && !pending; k++)
+      pending = aa__event_pending(pool, d->evs[k]);
+    *held += pending ? d->size : 0;
+  }
+  aa__assert(P->arena->size >= P->live_bytes + *held);
+  return P->arena->size - P->live_bytes;
+}
+
 void aa__lg_plan_stats(const aa_pool *pool, aa__large_stats *out) {
   const struct aa__plan *P = pool->large->plan;
   if (!pool->large->plan_on && P == NULL)
@@ -1001,6 +1140,48 @@ void aa__lg_plan_stats(const aa_pool *pool, aa__large_stats *out) {
   out->plans_refused = P->refused;
   out->plan_saved = P->arena != NULL ? P->saved : 0;
 }
+
+#if AA_DEBUG >= 3
+void aa__lg_plan_check(aa_pool *pool) {
+  struct aa__plan *P = pool->large->plan;
+  if (P == NULL || P->arena == NULL) {
+    aa__assert(P == NULL || (P->nlive == 0 && P->npend == 0 && P->live_bytes == 0));
+    return;
+  }
+  aa__assert(P->state == AA_PLAN_ACTIVE || P->state == AA_PLAN_DRAINING);
+  aa__assert(P->arena_bytes <= P->arena->size && !P->arena->free);
+  /* every live block found from its home slot (the probe chains whole
+   * after live_del), inside the arena, its room covered */
+  uint64_t *want = calloc(P->nwords, sizeof *want);
+  size_t n = 0;
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < P->live_cap; i++) {
+    const plan_live *l = &P->live[i];
+    if (l->p == 0)
+      continue;
+    aa__assert(live_find(P, l->p) == l);
+    aa__assert(l->p >= P->arena->base && l->p + l->size <= P->arena->base + P->arena_bytes);
+    aa__assert(l->size % PLAN_UNIT == 0 && l->req <= l->size);
+    n++;
+    bytes += l->size;
+    for (size_t u = (l->p - P->arena->base) / PLAN_UNIT; want && u < (l->p + l->size - P->arena->base) / PLAN_UNIT; u++) {
+      aa__assert((want[u / 64] >> (u % 64) & 1) == 0); /* no two rooms overlap */
+      want[u / 64] |= (uint64_t)1 << (u % 64);
+    }
+  }
+  aa__assert(n == P->nlive && bytes == P->live_bytes && P->nlive < P->live_cap);
+  for (size_t i = 0; i < P->npend; i++) {
+    const plan_pend *d = &P->pend[i];
+    for (size_t u = d->off / PLAN_UNIT; want && u < (d->off + d->size) / PLAN_UNIT; u++) {
+      aa__assert((want[u / 64] >> (u % 64) & 1) == 0);
+      want[u / 64] |= (uint64_t)1 << (u % 64);
+    }
+  }
+  for (size_t w = 0; want && w < P->nwords; w++)
+    aa__assert(want[w] == P->bits[w]); /* the bitmap: the live and waiting rooms exactly */
+  free(want);
+}
+#endif
 
 void aa__lg_plan_destroy(aa_pool *pool) {
   struct aa__plan *P = pool->large->plan;

@@ -402,13 +402,14 @@ size_t aa__large_release(aa_pool *pool, size_t want, bool forget) {
   /* what other threads hold goes back too (the caller flushed its own): on
    * out-of-memory it is what the retry needs */
   (void)aa__lg_ltc_reclaim(pool, NULL, true);
+  /* an explicit release or an out-of-memory retry (everything asked for;
+   * a trim asks for its excess) takes an idle plan's arena too, first: it
+   * may lie in a stitched range */
+  if (want == SIZE_MAX)
+    aa__lg_plan_release(pool);
   /* stitched ranges that are free give their pages back to the holes first
    * (their aliases undone), which can then be unmapped */
   (void)aa__lg_stitch_release(pool);
-  /* an explicit release or an out-of-memory retry (everything asked for;
-   * a trim asks for its excess) takes an idle plan's arena too */
-  if (want == SIZE_MAX)
-    aa__lg_plan_release(pool);
   pool->large->vmm_forget = forget;
   size_t r = aa__lg_release_locked(pool, want);
   pool->large->vmm_forget = false;

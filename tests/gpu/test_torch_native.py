@@ -73,6 +73,18 @@ def _child(name, out):
     elif name == "traced":  # ADAPTALLOC_TRACE=1 in the environment
         _load_native().install(torch.cuda.device_count())
         _train(3)
+    elif name == "traced_frames":  # ADAPTALLOC_DB set, no ADAPTALLOC_TRACE
+        _load_native().install(torch.cuda.device_count())
+        import adaptalloc
+        torch.cuda.memory._record_memory_history(stacks="python")
+        # a live, sampled, timed trace: 1 in 4 allocations and every one of
+        # 1 MiB or more, for 30 s (ended here before)
+        adaptalloc.trace(30, sample=4, min_bytes=1 << 20)
+        _train(3)
+        held = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")  # live at the end
+        adaptalloc.trace_off()
+        torch.cuda.memory._record_memory_history(enabled=None)
+        print(json.dumps({"held": held.data_ptr()}))
     elif name == "compile":
         _load_native().install(torch.cuda.device_count())
         _compile_reduce_overhead()
@@ -1106,3 +1118,52 @@ def test_memory_fraction_survives_a_loop_decision(tmp_path):
     res = _child_json("cap_loop", tmp_path)
     assert res == {"before": True, "decided": True, "after_loop": True}, res
 
+def test_live_trace_stores_python_frames(tmp_path):
+    """Issue 38 item 3 on the native path: a live sampled trace with
+    _record_memory_history(stacks="python") stores the traced allocations'
+    Python frames; the bounded export carries them to memory_viz, and
+    `adaptalloc holders` names this file as the holder of the 64 MiB block."""
+    from torch.cuda import _memory_viz
+    tool = _replay_bin()
+    db = str(tmp_path / "frames.db")
+    env = dict(os.environ, ADAPTALLOC_DB=db, ADAPTALLOC_HTTP="off")
+    env.pop("ADAPTALLOC_TRACE", None)
+    r = subprocess.run([sys.executable, HERE, "child", "traced_frames", str(tmp_path / "x.pt")],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    held = json.loads(r.stdout.strip().splitlines()[-1])["held"]
+    import sqlite3
+    con = sqlite3.connect(db)
+    n_frames = con.execute("SELECT count(*) FROM trace_frames").fetchone()[0]
+    n_c = con.execute("SELECT count(*) FROM trace_events WHERE op = 'c'").fetchone()[0]
+    n_a = con.execute("SELECT count(*) FROM trace_events WHERE op = 'a'").fetchone()[0]
+    con.close()
+    assert n_frames > 0 and n_c > 0 and n_c <= n_a, (n_frames, n_c, n_a)
+    out = str(tmp_path / "bounded.pickle")
+    r = subprocess.run([tool, "export", "--format", "torch-snapshot", "--db", db, "-o", out,
+                        "--max-entries", "2000", "--json"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["entries"] <= 2000 and summary["with_frames"] > 0, summary
+    with open(out, "rb") as f:
+        snap = pickle.load(f)
+    framed = [e for e in snap["device_traces"][0] if e["action"] == "alloc" and e["frames"]]
+    assert any("test_torch_native.py" in f["filename"] for e in framed for f in e["frames"])
+    html = _memory_viz.trace_plot(snap)
+    assert "Active Memory Timeline" in html
+    cli = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(HERE))), "python",
+                       "adaptalloc", "cli.py")
+    r = subprocess.run([sys.executable, cli, "holders", "--db", db, "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    h = json.loads(r.stdout)
+    big = [b for b in h["largest"] if int(b["ptr"], 16) == held]
+    assert big and big[0]["size"] == 64 << 20, h["largest"][:3]
+    assert any("test_torch_native.py" in f for f in big[0]["frames"]), big[0]
+
+
+def test_unsupported_features_raise_clearly():
+    x = torch.ones(4, device="cuda")
+    with pytest.raises(RuntimeError, match="adaptalloc"):
+        x.untyped_storage()._share_cuda_()

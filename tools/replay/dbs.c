@@ -83,6 +83,10 @@ int db_meta_read(const char *path, int64_t run_id, db_meta *m, char *err,
     m->events_written = cJSON_IsNumber(v) && v->valuedouble > 0
                             ? (uint64_t)v->valuedouble
                             : 0;
+    v = cJSON_GetObjectItemCaseSensitive(pick, "started_ms");
+    m->started_ms = cJSON_IsNumber(v) && v->valuedouble > 0 ? (int64_t)v->valuedouble : 0;
+    v = cJSON_GetObjectItemCaseSensitive(pick, "mono_origin_ns");
+    m->mono_origin_ns = cJSON_IsNumber(v) && v->valuedouble > 0 ? (uint64_t)v->valuedouble : 0;
     v = cJSON_GetObjectItemCaseSensitive(pick, "snapshots");
     m->snapshots = cJSON_IsNumber(v) && v->valuedouble > 0
                        ? (uint64_t)v->valuedouble

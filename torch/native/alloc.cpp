@@ -29,7 +29,8 @@ c10::DataPtr AdaptAllocator::allocate(size_t n) {
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
   Ctx *c = alloc_ctx(device, n, stream);
   if (history_.on()) // history:
-    history_.record(History::Action::ALLOC, device, reinterpret_cast<size_t>(c->ptr), n, stream);
+    history_.record(History::Action::ALLOC, device, reinterpret_cast<size_t>(c->ptr), n, stream,
+                    c->pool);
   if (tracking()) // trackers:
     track(History::Action::ALLOC, device, reinterpret_cast<size_t>(c->ptr), n, stream);
   return c10::DataPtr(
@@ -242,7 +243,8 @@ void *AdaptAllocator::raw_alloc_with_stream(size_t nbytes, cudaStream_t stream) 
   C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
   Ctx *c = alloc_ctx(device, nbytes, stream);
   if (history_.on()) // history:
-    history_.record(History::Action::ALLOC, device, reinterpret_cast<size_t>(c->ptr), nbytes, stream);
+    history_.record(History::Action::ALLOC, device, reinterpret_cast<size_t>(c->ptr), nbytes,
+                    stream, c->pool);
   if (tracking()) // trackers:
     track(History::Action::ALLOC, device, reinterpret_cast<size_t>(c->ptr), nbytes, stream);
   try {

@@ -14,9 +14,13 @@
 #include "history.h"
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/profiler/combined_traceback.h>
 
 #include <algorithm>
+#include <string>
 #include <string_view>
+
+#include "adaptalloc/runtime.h"
 
 namespace adaptalloc_torch {
 
@@ -62,7 +66,38 @@ void History::configure(
   on_.store(enabled && when != CCA::RecordContext::NEVER, std::memory_order_relaxed);
 }
 
-void History::record(Action action, int device, size_t addr, size_t size, void *stream) {
+namespace {
+
+// The frames PyTorch's recorder gathered, as the store keeps a call stack:
+// one frame a line, "file:line:function", innermost first (at most about
+// 60 KiB). Empty for a context that is not a CapturedTraceback.
+std::string frames_text(c10::GatheredContext *ctx) {
+  auto *tb = dynamic_cast<torch::CapturedTraceback *>(ctx);
+  std::string out;
+  if (tb == nullptr)
+    return out;
+  std::vector<torch::CapturedTraceback *> one{tb};
+  torch::SymbolizedTracebacks s = torch::symbolize(one);
+  if (s.tracebacks.empty())
+    return out;
+  for (uint64_t i : s.tracebacks[0]) {
+    if (i >= s.all_frames.size() || out.size() > 60000)
+      break;
+    const auto &f = s.all_frames[i];
+    out += f.filename;
+    out += ':';
+    out += std::to_string(f.lineno);
+    out += ':';
+    out += f.funcname;
+    out += '\n';
+  }
+  return out;
+}
+
+} // namespace
+
+void History::record(Action action, int device, size_t addr, size_t size, void *stream,
+                     aa_pool *pool) {
   if (!on() || device < 0)
     return;
   CCA::CreateContextFn ctx_fn = nullptr;
@@ -77,6 +112,16 @@ void History::record(Action action, int device, size_t addr, size_t size, void *
   }
   // Frames are gathered without our lock: the recorder takes the GIL.
   std::shared_ptr<c10::GatheredContext> ctx = ctx_fn ? ctx_fn() : nullptr;
+  // ... and so is their text for the store, only for a block the live trace
+  // takes (sampled: rarely); a stack the store refuses is only not stored
+  if (ctx && pool != nullptr && action == TraceEntry::ALLOC) {
+    const void *p = reinterpret_cast<const void *>(addr);
+    if (aa_runtime_trace_wants(pool, p)) {
+      std::string text = frames_text(ctx.get());
+      if (!text.empty())
+        (void)aa_runtime_trace_frames(pool, p, text.data(), text.size());
+    }
+  }
   std::lock_guard<std::mutex> g(mu_);
   if (!on())
     return; // turned off meanwhile

@@ -127,9 +127,9 @@ std::shared_ptr<void> open_fds(int pid, const std::vector<int> &fds, const std::
       rc == AA_OK,
       cat("adaptalloc: getIpcDevPtr: cannot map the ", fds.size(),
           " memory handle(s) shared by process ", pid, ": ", aa_strerror(rc),
-          rc == AA_EPERM ? " (taking a descriptor of another process with pidfd_getfd needs "
-                           "ptrace access to it: same user, and kernel.yama.ptrace_scope 0 or "
-                           "CAP_SYS_PTRACE)"
+          rc == AA_EPERM     ? " (taking a descriptor of another process with pidfd_getfd needs "
+                               "ptrace access to it: same user, and kernel.yama.ptrace_scope 0 or "
+                               "CAP_SYS_PTRACE)"
           : rc == AA_ENOTSUP ? " (the kernel lacks pidfd_getfd, Linux 5.6, or the driver "
                                "the VMM export entry points)"
                              : ""));
@@ -262,7 +262,7 @@ std::shared_ptr<void> AdaptAllocator::getIpcDevPtr(std::string handle) {
   } else {
     TORCH_CHECK(false, cat("adaptalloc: getIpcDevPtr: unknown handle type ",
                            static_cast<int>(type), " (the fabric handles of a multi-node "
-                           "NVLink system are not read)"));
+                                                   "NVLink system are not read)"));
   }
   g_opened[handle] = p;
   return p;

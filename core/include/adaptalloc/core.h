@@ -218,7 +218,8 @@ typedef void (*aa_error_fn)(void *user, aa_pool *pool, aa_misuse what,
 
 /* One trace event (ADAPTALLOC_TRACE). op: 'a' alloc, 'f' free, 'x' failed
  * alloc, 'u' a use on another stream that aa_record_stream recorded (ptr,
- * stream; size 0). Delivered from the allocating/freeing thread after the operation;
+ * stream; size 0), 'c' the call stack of the block at ptr (size 0, frame:
+ * an id the caller of aa_pool_trace_frame chose, docs/store.md). Delivered from the allocating/freeing thread after the operation;
  * the callee must not block (copy into a ring buffer and return).
  * Delivery order across threads is not the order of the operations: sort
  * by seq. seq is process-wide and increasing; a free takes its number while
@@ -233,6 +234,7 @@ typedef struct aa_trace_event {
   uint64_t thread;
   char op;
   uint64_t seq;
+  uint64_t frame; /* op 'c' (aa_pool_trace_frame): the frames' id; else 0 */
 } aa_trace_event;
 typedef void (*aa_trace_fn)(void *user, const aa_trace_event *ev);
 
@@ -405,6 +407,40 @@ AA_EXTERN void aa_pool_set_telemetry(aa_pool *pool, bool on);
  * freed then. Never call it from inside a trace callback (it would wait for
  * itself). */
 AA_EXTERN void aa_pool_set_trace(aa_pool *pool, aa_trace_fn fn, void *user);
+/* Sampled tracing: aa_pool_set_trace, with only some allocations traced.
+ * An allocation is traced when its size is at least min_bytes (min_bytes >
+ * 0), or when it is drawn one time in `every` on average (every > 1: a
+ * per-thread countdown drawn uniformly from 1..2*every-1, so a loop of
+ * exactly `every` allocations is not always sampled at the same place;
+ * every 0: none by count). every 1 with min_bytes 0 traces every event, as
+ * aa_pool_set_trace does. While sampling, the free, the uses on other
+ * streams ('u') and the frames ('c') of a block are traced exactly when its
+ * allocation was: the pool keeps the traced live blocks in a table of
+ * AA_TRACE_SAMPLE_SLOTS addresses (allocated at the first sampled setting,
+ * about 512 KiB, freed with the pool); an allocation that finds no room is
+ * not traced (counted as table_full). Blocks allocated before the call are
+ * not in the sample: their frees are not traced. The trace is off during the
+ * call (a few events may be missed); the same rules as aa_pool_set_trace
+ * apply to fn and user (fn NULL: tracing off). Returns AA_OK, AA_EINVAL
+ * (pool NULL), AA_ENOMEM (no table: nothing changed). */
+#define AA_TRACE_SAMPLE_SLOTS 65536
+AA_EXTERN int aa_pool_set_trace_sampled(aa_pool *pool, aa_trace_fn fn, void *user,
+                                        uint32_t every, uint64_t min_bytes);
+/* Whether the block at ptr (live, the caller's) is in the pool's trace:
+ * the pool traces, and, while sampling, the block's allocation was traced.
+ * For callers that gather something costly for the trace (a call stack). */
+AA_EXTERN bool aa_pool_trace_wants(aa_pool *pool, const void *ptr);
+/* Traces an event 'c' that attaches `frame` (the caller's id of a call
+ * stack; nonzero) to the live block at ptr, when aa_pool_trace_wants says
+ * so. Returns AA_OK when traced, AA_ENOENT when the block is not in the
+ * trace, AA_EINVAL for NULL pool or ptr or frame 0. */
+AA_EXTERN int aa_pool_trace_frame(aa_pool *pool, const void *ptr, uint64_t frame);
+/* The sampling's counters since the last aa_pool_set_trace_sampled that
+ * turned sampling on: allocations traced, allocations not drawn, traced
+ * blocks live now, allocations not traced for want of room in the table.
+ * Zeros when the pool never sampled. Any pointer may be NULL. */
+AA_EXTERN void aa_pool_trace_sample_counts(aa_pool *pool, uint64_t *traced, uint64_t *skipped,
+                                           uint64_t *live, uint64_t *table_full);
 AA_EXTERN void aa_pool_set_limit(aa_pool *pool, size_t limit_bytes);
 /* Turns large_map_runs on or off for the mappings the pool makes from now
  * on (those made before keep their shape; each goes back whole as before).

@@ -97,6 +97,35 @@ typedef struct aa_cuda_counts {
  * AA_ENOTSUP without CUDA. */
 AA_EXTERN int aa_backend_cuda_counts(const aa_backend *b, aa_cuda_counts *out);
 
+/* ------------------------------------------------------ device identity */
+
+#define AA_CUDA_IDENTITY_VERSION 1
+
+/* Which physical GPU a CUDA ordinal is (a value type). The ordinal depends
+ * on CUDA_VISIBLE_DEVICES (every rank of a torchrun job sees its GPU as 0);
+ * the UUID and the PCI bus id do not, and they are the labels the DCGM
+ * exporter and nvidia-smi use: the UUID as "GPU-" and 8-4-4-4-12 hex digits
+ * (DCGM's UUID label), the bus id as NVML writes it, an 8-digit domain
+ * ("00000000:3B:00.0", DCGM's pci_bus_id label). Under MIG the UUID is the
+ * one CUDA reports for the instance. */
+typedef struct aa_cuda_identity {
+  uint32_t version; /* AA_CUDA_IDENTITY_VERSION */
+  uint32_t size;    /* sizeof(aa_cuda_identity) */
+  int32_t device;   /* the CUDA ordinal asked for */
+  uint32_t reserved0;
+  uint64_t total_bytes; /* the card's memory (cudaDeviceProp.totalGlobalMem) */
+  char uuid[48];        /* "GPU-8b2f...-...": NUL-terminated */
+  char pci_bus_id[32];  /* "00000000:3B:00.0" */
+  char name[96];        /* "NVIDIA H100 80GB HBM3" */
+} aa_cuda_identity;
+
+/* Fills *out for CUDA device `device` (cudaGetDeviceProperties: no context
+ * is created, no memory taken; a query costs up to a few milliseconds, so
+ * callers keep the answer, it never changes while the process lives).
+ * AA_EINVAL for NULL out; AA_ENODEV for a device that is not there;
+ * AA_ENOTSUP without CUDA. *out is zeroed (version and size set) on failure. */
+AA_EXTERN int aa_cuda_device_identity(int device, aa_cuda_identity *out);
+
 /* ---------------------------------------------------------- managed memory */
 
 /* Unified (managed) memory: one address valid on the host and on every GPU,

@@ -30,6 +30,16 @@ int aa_cuda_mem_info(int device, size_t *free_bytes, size_t *total_bytes) {
   return AA_ENOTSUP;
 }
 
+int aa_cuda_device_identity(int device, aa_cuda_identity *out) {
+  if (out == NULL)
+    return AA_EINVAL;
+  memset(out, 0, sizeof *out);
+  out->version = AA_CUDA_IDENTITY_VERSION;
+  out->size = (uint32_t)sizeof *out;
+  out->device = device;
+  return AA_ENOTSUP;
+}
+
 int aa_backend_cuda_counts(const aa_backend *b, aa_cuda_counts *out) {
   (void)b;
   if (out) {
