@@ -57,17 +57,17 @@
  *   oom.c        the out-of-memory observer and its record
  *   common.c     error strings, the clock, a walk's entry
  *   backend_host.c  the host backend (its test hooks: test_hooks.h)
- *   pack_copy.c  the packer's parallel gather copy (pack_copy.h, outside
- *                this header; built without CUDA too, for its test)
  *   managed_cap.c  the managed backend's safety cap, a pure function
  *                (managed_cap.h, outside this header; built without CUDA too)
  *   cuda/        the CUDA backends (cuda/cuda_internal.h); cuda_managed.c
- *                the managed-memory backend
+ *                the managed-memory backend. Staging buffers and the packer,
+ *                users of the pool's public API, are the transfer module's
+ *                (transfer/), outside core.
  *
  * Layers, bottom first: a file uses what its own layer and the layers below
  * define, never what a higher layer defines (tools/check-layers.sh reads
  * this list and the object files: the ctest test_core_layers):
- *   layer 0 backend:  backend_host.c pack_copy.c managed_cap.c cuda/cuda_common.c
+ *   layer 0 backend:  backend_host.c managed_cap.c cuda/cuda_common.c
  *                     cuda/cuda_device.c cuda/cuda_pinned.c cuda/cuda_managed.c
  *                     cuda/stub/cuda_stub.c
  *   layer 1 base:     common.c config.c pagemap.c base_backend.c base_events.c
@@ -75,7 +75,6 @@
  *   layer 2 block:    central.c large.c large_seg.c large_ltc.c large_stitch.c large_check.c
  *   layer 3 cache:    small_tc.c sampler.c tcache.c trace.c
  *   layer 4 pool:     small.c small_stats.c pool.c alloc.c free.c stats.c inspect.c oom.c
- *   layer 5 transfer: cuda/cuda_transfer.c
  *
  * Walls (tools/check-layers.sh): a subsystem's private header and fields
  * are its own files' alone; every other file goes through its short header.
