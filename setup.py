@@ -15,13 +15,29 @@
 2. adaptalloc._C, the CPython extension over the C API, links to them.
 3. policies/*.json ship as adaptalloc/policies/.
 
+The torch the extensions are built against is the one of the environment
+being installed into, also under pip's default build isolation (which hides
+that environment's site-packages from this script): when torch does not
+import here, the environment's own site-packages are searched for it
+(_find_env_torch) and added to the end of sys.path. The build never silently
+loses the native allocator: when torch is there (a CUDA build) and
+adaptalloc._torch_native cannot be built -- no CUDA Toolkit, a compiler
+error, a torch that does not import -- the install FAILS, with the reason,
+the compiler's last lines and the two ways on (fix it, or say
+ADAPTALLOC_ALLOW_NO_NATIVE=1 to install without it). What the build found
+and did is kept in the package as adaptalloc/_build_info.json, which
+adaptalloc.torch.native_available() reads to name the real cause.
+
 Environment:
   ADAPTALLOC_CMAKE_ARGS  extra CMake arguments (e.g. -DCMAKE_PREFIX_PATH=...)
   ADAPTALLOC_BUILD_JOBS  parallel build jobs (default: CPU count)
   ADAPTALLOC_NO_TORCH=1  do not build the torch extensions even if torch is here
+  ADAPTALLOC_ALLOW_NO_NATIVE=1  install even when the native allocator cannot be
+                         built for the torch here (the pluggable fallback only)
 Offline: pip install --no-build-isolation .
 """
 import glob
+import json
 import os
 import shlex
 import shutil
@@ -67,16 +83,134 @@ LIB = "libadaptalloc.so.0"
 PLUGIN = "libadaptalloc_torch.so"
 
 
+# What the build found and did (adaptalloc/_build_info.json in the package).
+BUILD_INFO = {"version": 1, "torch": None, "torch_path": None, "torch_cuda": None,
+              "torch_from": None, "torch_error": None, "cuda_toolkit": None,
+              "native": "not built", "native_why": None, "ext": "not built",
+              "compiler_tail": None}
+
+
+def _compiler_errors(log):
+    """The compiler's error lines of a build log (the first few, each file
+    once), else its last lines: what a reader needs, not ninja's tail."""
+    errs = []
+    for line in log.splitlines():
+        if ("error:" in line or "Error " in line or "fatal error" in line) and line not in errs:
+            errs.append(line.strip())
+        if len(errs) == 6:
+            break
+    return "\n".join(errs) if errs else "\n".join(log.strip().splitlines()[-15:])
+
+
+def _allow_no_native():
+    return os.environ.get("ADAPTALLOC_ALLOW_NO_NATIVE") == "1"
+
+
+def _fail_native(why, tail=None):
+    """The torch here gets no native allocator: stop the install, loudly
+    (pip shows a failed build's output without -v), unless the user said
+    ADAPTALLOC_ALLOW_NO_NATIVE=1; then keep why for native_available()."""
+    BUILD_INFO["native"] = "not built"
+    BUILD_INFO["native_why"] = why
+    if tail:
+        BUILD_INFO["compiler_tail"] = tail[-4000:]
+    if _allow_no_native():
+        print("adaptalloc: WARNING: %s; installing without the native allocator "
+              "(ADAPTALLOC_ALLOW_NO_NATIVE=1)" % why, file=sys.stderr)
+        return
+    msg = ["", "=" * 72,
+           "adaptalloc: the native PyTorch allocator cannot be built: %s." % why]
+    if tail:
+        msg += ["The compiler says:", tail[-3000:].rstrip()]
+    msg += ["Without it, torch.cuda.memory_stats, CUDA graphs and "
+            "torch.compile(mode='reduce-overhead') do not work with adaptalloc.",
+            "Fix the cause and run pip again, or install without it:",
+            "    ADAPTALLOC_ALLOW_NO_NATIVE=1 pip install .      (the pluggable fallback)",
+            "    ADAPTALLOC_NO_TORCH=1 pip install .             (no torch extensions at all)",
+            "=" * 72]
+    sys.exit("\n".join(msg))
+
+
+def _env_site_dirs():
+    """The import path of the environment being installed into, as its own
+    interpreter has it without pip's isolation: the same interpreter run with
+    -I (which ignores the PYTHONPATH and PYTHONNOUSERSITE pip's isolated
+    build sets), so that a venv's site-packages, the system's under
+    --system-site-packages, Debian's dist-packages and a conda prefix are all
+    as they are at run time; sysconfig's purelib and platlib besides."""
+    dirs = []
+    try:
+        r = subprocess.run([sys.executable, "-I", "-c",
+                            "import json, sys; print(json.dumps(sys.path))"],
+                           capture_output=True, text=True, timeout=60)
+        if r.returncode == 0:
+            dirs += [d for d in json.loads(r.stdout) if isinstance(d, str)]
+    except (OSError, ValueError, subprocess.SubprocessError):
+        pass
+    dirs += [sysconfig.get_paths().get("purelib"), sysconfig.get_paths().get("platlib")]
+    out = []
+    for d in dirs:
+        if d and os.path.isdir(d) and d not in out:
+            out.append(d)
+    return out
+
+
+def _find_env_torch():
+    """The folder holding the environment's torch package when torch does
+    not import here (pip's build isolation), else None."""
+    for d in _env_site_dirs():
+        if os.path.isfile(os.path.join(d, "torch", "__init__.py")) and d not in sys.path:
+            return d
+    return None
+
+
 def _torch():
-    """torch and its cpp_extension helpers, or None."""
+    """torch and its cpp_extension helpers, or None. Under pip's build
+    isolation the environment's torch is found and used (_find_env_torch).
+    Sets BUILD_INFO's torch fields. A torch that is there but does not
+    import fails the install (_fail_native), unless allowed."""
     if os.environ.get("ADAPTALLOC_NO_TORCH") == "1":
+        BUILD_INFO["torch_error"] = "ADAPTALLOC_NO_TORCH=1 at build time"
         return None
+    if BUILD_INFO.get("_probed"):
+        return BUILD_INFO.get("_found")
+    BUILD_INFO["_probed"] = True
+    import importlib.util
+    here = None
+    try:
+        here = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        pass
+    if here is None or not here.origin or os.path.dirname(os.path.dirname(here.origin)) == ROOT:
+        env = _find_env_torch()
+        if env is None:
+            BUILD_INFO["torch_error"] = ("torch was not installed in %s when adaptalloc was "
+                                         "built" % sys.prefix)
+            print("adaptalloc: no torch in this environment: no torch extensions (install "
+                  "torch, then reinstall adaptalloc, for the native allocator)")
+            return None
+        sys.path.append(env)
+        BUILD_INFO["torch_from"] = "the environment's site-packages, hidden by build isolation"
+        print("adaptalloc: pip's build isolation hides the environment's torch: using the one "
+              "in %s" % env)
     try:
         import torch
         import torch.utils.cpp_extension as cpp  # fails for the repository's torch/ folder
-    except Exception as e:  # a broken torch must not break the C package
-        print("adaptalloc: torch not usable here (%s): no torch extensions" % e)
+        if not hasattr(torch, "__version__"):
+            raise ImportError("'torch' here is %s, not PyTorch" % list(getattr(torch, "__path__", [])))
+    except Exception as e:
+        BUILD_INFO["torch_error"] = "torch did not import at build time (%s: %s)" % (
+            type(e).__name__, e)
+        _fail_native("torch is installed but does not import here (%s: %s)"
+                     % (type(e).__name__, e))
         return None
+    BUILD_INFO["torch"] = torch.__version__
+    BUILD_INFO["torch_path"] = os.path.dirname(os.path.abspath(torch.__file__))
+    BUILD_INFO["torch_cuda"] = getattr(getattr(torch, "version", None), "cuda", None)
+    BUILD_INFO["torch_from"] = BUILD_INFO["torch_from"] or "importable at build time"
+    print("adaptalloc: building the torch extensions against torch %s (%s)"
+          % (torch.__version__, BUILD_INFO["torch_path"]))
+    BUILD_INFO["_found"] = (torch, cpp)
     return torch, cpp
 
 
@@ -111,7 +245,7 @@ def _torch_cmake_args():
     try:
         plain = cpp.CppExtension("adaptalloc._probe", ["probe.cpp"])
     except Exception as e:
-        print("adaptalloc: cannot build the torch extensions here (%s)" % e)
+        _fail_native("torch %s gives no C++ extension settings here (%s)" % (torch.__version__, e))
         return off
     try:
         cuda = cpp.CUDAExtension("adaptalloc._probe", ["probe.cpp"])
@@ -119,6 +253,8 @@ def _torch_cmake_args():
         print("adaptalloc: cannot build adaptalloc._torch_native here (%s); "
               "adaptalloc._torch_ext without CUDA's headers" % e)
         cuda = None
+        BUILD_INFO["native_why"] = ("torch's CUDAExtension settings are not available here "
+                                    "(%s)" % e)
     paths = sysconfig.get_paths()
     pyinc = []
     for d in (paths.get("include"), paths.get("platinclude")):
@@ -198,9 +334,24 @@ class BuildExt(build_ext):
         plugin = os.path.join(bdir, "torch", PLUGIN)
         if cuda and os.path.exists(plugin):
             self._libs.append(plugin)
+        BUILD_INFO["cuda_toolkit"] = cuda
+        found = _torch()
         if "-DAA_TORCH_EXTENSIONS=ON" in torch_args:
             self._libs += self._torch_modules(bdir, jobs, cache,
                                               "-DAA_TORCH_CUDA_INCLUDE_DIRS=" not in torch_args)
+            if found is not None and not BUILD_INFO["torch_cuda"]:
+                BUILD_INFO["native_why"] = ("torch %s is a CPU-only build; the native "
+                                            "allocator needs a CUDA build of torch"
+                                            % BUILD_INFO["torch"])
+            if found is not None and BUILD_INFO["native"] != "built" and \
+                    BUILD_INFO["torch_cuda"] and not BUILD_INFO.get("compiler_tail"):
+                # a CUDA torch, and no native allocator before any compile:
+                # no CUDA Toolkit here (nothing to build it, nor the fallback)
+                _fail_native("torch %s is a CUDA build (CUDA %s) but %s" % (
+                    BUILD_INFO["torch"], BUILD_INFO["torch_cuda"],
+                    "adaptalloc found no CUDA Toolkit (nvcc in /usr/local/cuda or on PATH): "
+                    "install the toolkit" if not cuda else BUILD_INFO["native_why"] or
+                    "its CUDA settings are not usable"))
         for ext in self.extensions:
             ext.library_dirs = [bdir] + list(ext.library_dirs)
 
@@ -223,9 +374,17 @@ class BuildExt(build_ext):
         elif "CMAKE_GENERATOR:INTERNAL=Unix Makefiles" in cache:
             keep_going = ["--", "-k"]
 
+        log = []
+
         def build(specs):
-            subprocess.call(["cmake", "--build", bdir, "-j", jobs, "--target"] +
-                            [t for _, t in specs] + keep_going)
+            # the compiler's output is kept (and echoed: pip -v shows it) so
+            # that a failure can be shown without -v and recorded
+            p = subprocess.run(["cmake", "--build", bdir, "-j", jobs, "--target"] +
+                               [t for _, t in specs] + keep_going,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            sys.stdout.write(p.stdout)
+            if p.returncode != 0:
+                log.append(p.stdout)
             return [s for s in specs if os.path.exists(out(s))]
 
         built = build(want)
@@ -235,13 +394,20 @@ class BuildExt(build_ext):
                   "(pinned_empty then takes the current stream from Python)", file=sys.stderr)
             built += build([TORCH_EXT_PLAIN])
         names = {name for name, _ in built}
+        BUILD_INFO["ext"] = "built" if "_torch_ext" in names else "not built"
+        if "_torch_native" in names:
+            BUILD_INFO["native"] = "built"
         for name in ("_torch_native", "_torch_ext"):
             if name in names or (name == "_torch_native" and not cuda):
                 continue
-            # install(native=True) then warns and uses the pluggable fallback
+            if name == "_torch_native":
+                _fail_native("adaptalloc._torch_native did not compile against torch %s"
+                             % BUILD_INFO["torch"],
+                             _compiler_errors("\n".join(log)) or "(no output)")
+                continue
             print("adaptalloc: WARNING: adaptalloc.%s did not build (the compiler's "
-                  "messages are above); adaptalloc.torch works without it (the pluggable "
-                  "allocator, tensors made in Python)" % name, file=sys.stderr)
+                  "messages are above); adaptalloc.torch works without it (tensors made "
+                  "in Python)" % name, file=sys.stderr)
         return [out(s) for s in built]
 
     def build_extensions(self):
@@ -251,6 +417,10 @@ class BuildExt(build_ext):
         for lib in self._libs:
             # copyfile, not copy2: the real file under its soname.
             shutil.copyfile(os.path.realpath(lib), os.path.join(pkgdir, os.path.basename(lib)))
+        # what this build found and did, for native_available()
+        with open(os.path.join(pkgdir, "_build_info.json"), "w") as f:
+            json.dump({k: v for k, v in BUILD_INFO.items() if not k.startswith("_")}, f,
+                      indent=1)
         # A torch module an earlier build left in the package (build_lib is
         # kept between builds) goes when this build has none: torch gone,
         # ADAPTALLOC_NO_TORCH=1, or it failed to build this time.

@@ -138,6 +138,8 @@ int bench_host_main(int argc, char **argv);
 int bench_steps_main(int argc, char **argv);
 /* bench_staging.c: `adaptalloc-bench staging`. */
 int bench_staging_main(int argc, char **argv);
+/* bench_trace.c: what live tracing costs the hot path, the writer's events/s */
+int bench_trace_main(int argc, char **argv);
 /* bench_streams.c: `adaptalloc-bench streams`. */
 int bench_streams_main(int argc, char **argv);
 

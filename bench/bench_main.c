@@ -66,7 +66,9 @@ static void usage(FILE *f) {
           "  staging pinned staging buffers' get+put (pinned_empty + free) on the host\n"
           "          backend: events and stream queries per pair\n"
           "  streams host replicas of the GPU zoo's side-stream workloads (sidepipe,\n"
-          "          fsdp): what the large path holds, per cycle, no timing\n");
+          "          fsdp): what the large path holds, per cycle, no timing\n"
+          "  trace   live tracing's cost on the hot path (off, every event, sampled)\n"
+          "          and the store writer's events/s\n");
 }
 
 /* Re-executes this program with more optional static TLS. Returns only when
@@ -118,7 +120,9 @@ int main(int argc, char **argv) {
     return bench_staging_main(argc - 1, argv + 1);
   if (strcmp(argv[1], "streams") == 0)
     return bench_streams_main(argc - 1, argv + 1);
-  fprintf(stderr, "adaptalloc-bench: unknown command '%s' (host, steps, staging, streams)\n",
+  if (strcmp(argv[1], "trace") == 0)
+    return bench_trace_main(argc - 1, argv + 1);
+  fprintf(stderr, "adaptalloc-bench: unknown command '%s' (host, steps, staging, streams, trace)\n",
           argv[1]);
   fprintf(stderr, "(adaptalloc-bench --help for usage)\n");
   return 2;

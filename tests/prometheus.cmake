@@ -32,3 +32,30 @@ if(TARGET adaptalloc-demo AND Python3_Interpreter_FOUND)
   set_tests_properties(test_http_grafana_preview PROPERTIES
     LABELS "http;prometheus;browser" TIMEOUT 150 SKIP_RETURN_CODE 77)
 endif()
+
+# test_http_grafana_schema: examples/grafana/adaptalloc.json checked against
+# Grafana's published dashboard schema (@grafana/schema's Dashboard type and
+# each panel plugin's options, compiled by TypeScript:
+# tests/grafana/check_dashboard.mjs). Needs node and the two npm packages of
+# tests/grafana/package-lock.json (npm ci --prefix tests/grafana, which
+# tools/run-tests.sh and so CI do); skips (77) without them, fails instead
+# with AA_REQUIRE_SCHEMA_CHECK=1 (.ci/run sets it).
+add_test(NAME test_http_grafana_schema
+  COMMAND sh -c "command -v node >/dev/null 2>&1 || { echo 'node not found'; \
+[ \"$AA_REQUIRE_SCHEMA_CHECK\" = 1 ] && exit 1; exit 77; }; exec node \"$0\" \"$1\" \"$2\""
+    ${CMAKE_CURRENT_LIST_DIR}/grafana/check_dashboard.mjs
+    ${PROJECT_SOURCE_DIR}/examples/grafana/adaptalloc.json
+    ${PROJECT_BINARY_DIR}/grafana-schema)
+set_tests_properties(test_http_grafana_schema PROPERTIES
+  LABELS "http;grafana" TIMEOUT 120 SKIP_RETURN_CODE 77)
+
+# test_http_alert_runbooks: every alert of the shipped rules has a
+# runbook_url whose anchor is a heading of docs/operating.md (GitHub's
+# anchors), and a summary. No Prometheus needed.
+if(Python3_Interpreter_FOUND)
+  add_test(NAME test_http_alert_runbooks
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/prometheus/check_runbooks.py
+      ${PROJECT_SOURCE_DIR}/examples/prometheus/adaptalloc-rules.yml
+      ${PROJECT_SOURCE_DIR}/docs/operating.md)
+  set_tests_properties(test_http_alert_runbooks PROPERTIES LABELS "http;prometheus" TIMEOUT 60)
+endif()

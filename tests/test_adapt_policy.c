@@ -1151,12 +1151,13 @@ static void test_adapt_policy_schema_matches_parser(void **state) {
   assert_int_equal(aa_policy_default(&def), AA_OK);
   checked = schema_walk(schema, schema, keys, 0, def);
   /* version; 3 pools x (slab_size, tcache.blocks, large.cache_bytes,
-   * large.page_bytes, large.stream_wait, large.stitch, limit_bytes, backend,
+   * large.page_bytes, large.stream_wait, large.stitch, large.plan, limit_bytes, backend,
    * advise's three, allow_oversubscribe; max_small, large.map_runs, classes, tcache.bytes
    * and large.mode have no schema default: they differ between pools);
-   * 11 adapt + 4 hysteresis; 5 telemetry. (Defaults under "oneOf" — class
-   * entries, ladder fields — are not walked.) */
-  assert_int_equal(checked, 1 + 3 * 12 + 15 + 5);
+   * 11 adapt + 4 hysteresis; 9 telemetry (4 of them live tracing's).
+   * (Defaults under "oneOf" — class entries, ladder fields — are not
+   * walked.) */
+  assert_int_equal(checked, 1 + 3 * 13 + 15 + 9);
   {
     aa_policy *p = parse_ok(full_doc);
     char *j = aa_policy_to_json(p);

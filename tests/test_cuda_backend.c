@@ -82,6 +82,35 @@ static void test_cuda_backend_bad_arguments(void **state) {
   assert_int_equal(aa_backend_cuda_counts(NULL, NULL), AA_EINVAL);
 }
 
+/* A device's identity: the UUID and bus id in the forms DCGM and nvidia-smi
+ * write, the card's memory; a device that is not there is AA_ENODEV with the
+ * struct zeroed, its version and size set. */
+static void test_cuda_backend_device_identity(void **state) {
+  aa_cuda_identity id;
+  size_t f = 0, t = 0;
+  int n = aa_cuda_device_count();
+  (void)state;
+  assert_int_equal(aa_cuda_device_identity(0, NULL), AA_EINVAL);
+  assert_int_equal(aa_cuda_device_identity(n, &id), AA_ENODEV);
+  assert_int_equal(id.version, AA_CUDA_IDENTITY_VERSION);
+  assert_int_equal(id.size, sizeof id);
+  assert_string_equal(id.uuid, "");
+  assert_int_equal(aa_cuda_device_identity(-1, &id), AA_ENODEV);
+  NEED_GPU();
+  assert_int_equal(aa_cuda_device_identity(0, &id), AA_OK);
+  print_message("device 0: %s %s %s\n", id.name, id.uuid, id.pci_bus_id);
+  assert_int_equal(strlen(id.uuid), 40);
+  assert_memory_equal(id.uuid, "GPU-", 4);
+  assert_int_equal(id.uuid[12], '-');
+  assert_int_equal(id.uuid[27], '-');
+  assert_int_equal(strlen(id.pci_bus_id), 16);
+  assert_int_equal(id.pci_bus_id[8], ':');
+  assert_int_equal(id.pci_bus_id[13], '.');
+  assert_true(id.name[0] != '\0');
+  assert_int_equal(aa_cuda_mem_info(0, &f, &t), AA_OK);
+  assert_true(id.total_bytes >= t);
+}
+
 static void test_cuda_backend_alloc_free(void **state) {
   aa_backend *b = NULL;
   aa_cuda_counts c;
@@ -778,6 +807,7 @@ static void test_cuda_backend_vm_fresh_thread(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cuda_backend_bad_arguments),
+      cmocka_unit_test(test_cuda_backend_device_identity),
       cmocka_unit_test(test_cuda_backend_alloc_free),
       cmocka_unit_test(test_cuda_backend_oom_is_enomem),
       cmocka_unit_test(test_cuda_backend_keeps_current_device),

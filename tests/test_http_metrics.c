@@ -263,6 +263,64 @@ static void test_http_metrics_edge_cases(void **state) {
   free(p);
 }
 
+static void set_label(aa_http_labels *l, const char *name, const char *value) {
+  snprintf(l->name[l->n], sizeof l->name[0], "%s", name);
+  snprintf(l->value[l->n], sizeof l->value[0], "%s", value);
+  l->n++;
+}
+
+/* A provider's labels go on every series of their pool, after the server's
+ * own, escaped; a name that is not a label name, is reserved or is the
+ * server's own, an empty value and a second use of a name are left out. */
+static void test_http_metrics_provider_labels(void **state) {
+  aa_pool_stats *p = calloc(2, sizeof *p);
+  aa_http_labels *l = calloc(2, sizeof *l);
+  char *text = NULL;
+  size_t len = 0;
+  const char *want = "{pool=\"device0\",backend=\"cuda\",device=\"0\",rank=\"3\","
+                     "host=\"n\\\"7\",gpu_uuid=\"GPU-0a1b\",pci_bus_id=\"00000000:3B:00.0\"";
+  (void)state;
+  assert_non_null(p);
+  assert_non_null(l);
+  init_pool(&p[0], "device0", "cuda", 0);
+  init_pool(&p[1], "host", "host", -1);
+  p[0].bytes_reserved = 4096;
+  set_label(&l[0], "rank", "3");
+  set_label(&l[0], "host", "n\"7");
+  set_label(&l[0], "__x", "no");
+  set_label(&l[0], "pool", "no");
+  set_label(&l[0], "1bad", "no");
+  set_label(&l[0], "gpu_uuid", "GPU-0a1b");
+  set_label(&l[0], "empty", "");
+  set_label(&l[0], "rank", "4");
+  set_label(&l[1], "rank", "3");
+  assert_int_equal(aa__http_render_metrics_labeled(p, 2, l, NULL, &text, &len), AA_OK);
+  assert_null(strstr(text, "\"no\""));
+  assert_null(strstr(text, "empty="));
+  assert_null(strstr(text, "rank=\"4\""));
+  assert_null(strstr(text, "pci_bus_id")); /* not set yet: see below */
+  assert_true(sample(text, "adaptalloc_reserved_bytes{pool=\"host\",backend=\"host\","
+                           "device=\"cpu\",rank=\"3\"}") == 0);
+  free(text);
+  l[0].n = 4; /* rank, host and the two refused */
+  set_label(&l[0], "gpu_uuid", "GPU-0a1b");
+  set_label(&l[0], "pci_bus_id", "00000000:3B:00.0");
+  assert_int_equal(aa__http_render_metrics_labeled(p, 2, l, NULL, &text, &len), AA_OK);
+  {
+    char line[512];
+    snprintf(line, sizeof line, "adaptalloc_reserved_bytes%s}", want);
+    assert_true(sample(text, line) == 4096);
+    snprintf(line, sizeof line, "adaptalloc_class_slabs%s,size_le=\"4095\"}", want);
+    assert_true(sample(text, line) == 0);
+    snprintf(line, sizeof line, "adaptalloc_request_size_bytes_bucket%s,le=\"+Inf\"}", want);
+    assert_true(sample(text, line) == 0);
+  }
+  promtool_check(text);
+  free(text);
+  free(l);
+  free(p);
+}
+
 static void test_http_metrics_real_pool(void **state) {
   aa_backend *b = NULL;
   aa_pool *pool = NULL;
@@ -558,6 +616,7 @@ int main(void) {
       cmocka_unit_test(test_http_metrics_edge_cases),
       cmocka_unit_test(test_http_metrics_real_pool),
       cmocka_unit_test(test_http_metrics_bounded_and_stable),
+      cmocka_unit_test(test_http_metrics_provider_labels),
       cmocka_unit_test(test_http_segments_json),
       cmocka_unit_test(test_http_segments_json_stitched),
   };

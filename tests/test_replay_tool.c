@@ -811,6 +811,37 @@ static void test_replay_tool_bad_input(void **state) {
 
 /* --layout: suggest also picks max_small and large.mode by replay; what it
  * writes validates and replays no worse than the base it started from. */
+/* suggest -o into an adaptalloc source tree (setup.py, policies/schema.json
+ * and core.h above the file) says the next wheel would ship the file, and
+ * writes it; anywhere else it says nothing of the kind. */
+static void test_replay_tool_suggest_warns_of_the_source_tree(void **state) {
+  char *out = NULL, *err = NULL;
+  (void)state;
+  if (!have_binary())
+    skip();
+  assert_int_equal(sh(&out, &err, "mkdir -p {TMP}/srctree/policies {TMP}/srctree/core/include/"
+                                  "adaptalloc && touch {TMP}/srctree/setup.py "
+                                  "{TMP}/srctree/policies/schema.json "
+                                  "{TMP}/srctree/core/include/adaptalloc/core.h"),
+                   0);
+  free(out);
+  free(err);
+  (void)sh(&out, &err, "{BIN} suggest --force {SRC}/tests/data/replay/small.csv "
+                       "-o {TMP}/srctree/policies/mine.json");
+  assert_non_null(strstr(err, "is inside adaptalloc's source tree"));
+  assert_non_null(strstr(err, "ADAPTALLOC_POLICY_DIR"));
+  free(out);
+  free(err);
+  assert_int_equal(sh(&out, &err, "test -s {TMP}/srctree/policies/mine.json"), 0);
+  free(out);
+  free(err);
+  (void)sh(&out, &err, "{BIN} suggest --force {SRC}/tests/data/replay/small.csv "
+                       "-o {TMP}/mine_outside.json");
+  assert_null(strstr(err, "source tree"));
+  free(out);
+  free(err);
+}
+
 static void test_replay_tool_suggest_layout(void **state) {
   char *out = NULL, *err = NULL;
   cJSON *j;
@@ -1806,6 +1837,7 @@ int main(void) {
       cmocka_unit_test(test_replay_tool_bad_input),
       cmocka_unit_test(test_replay_tool_suggest_compare),
       cmocka_unit_test(test_replay_tool_suggest_layout),
+      cmocka_unit_test(test_replay_tool_suggest_warns_of_the_source_tree),
       cmocka_unit_test(test_replay_tool_suggest_refuses_worse),
       cmocka_unit_test(test_replay_tool_torch_model),
       cmocka_unit_test(test_replay_tool_import_run_db),

@@ -37,6 +37,30 @@
 #include "child_check.h" /* CHECK: a failed check ends the forked child */
 #include "token_auth.h"  /* the header from the runtime's token file */
 
+/* The value of the first sample whose line starts with `head` (a metric
+ * name and, maybe, its first labels): the text after the line's last space,
+ * up to the newline, copied into out; "" when there is none. The process's
+ * labels (rank, host) follow those a test names. */
+static char sv[64]; /* sample_value's answer in the checks below */
+static const char *sample_value(const char *text, const char *head, char *out, size_t cap) {
+  const char *p = text;
+  size_t n = strlen(head);
+  out[0] = '\0';
+  while (p != NULL && *p != '\0') {
+    const char *eol = strchr(p, '\n');
+    size_t len = eol != NULL ? (size_t)(eol - p) : strlen(p);
+    if (len > n && strncmp(p, head, n) == 0 && (p[n] == ' ' || p[n] == '{' || p[n] == ',')) {
+      const char *sp = p + len;
+      while (sp > p && sp[-1] != ' ')
+        sp--;
+      snprintf(out, cap, "%.*s", (int)(p + len - sp), sp);
+      break;
+    }
+    p = eol != NULL ? eol + 1 : NULL;
+  }
+  return out;
+}
+
 static char tmpdir[256];
 
 /* One HTTP/1.1 request with Connection: close; returns the status code and
@@ -230,7 +254,7 @@ static void scenario_full(void) {
   free(body);
   st = http(port, "GET", "/metrics", NULL, NULL, &body);
   CHECK(st == 200);
-  CHECK(strstr(body, "adaptalloc_policy_version 2") != NULL);
+  CHECK(strcmp(sample_value(body, "adaptalloc_policy_version", sv, sizeof sv), "2") == 0);
   {
     char info[128];
     snprintf(info, sizeof info, "adaptalloc_info{model=\"unit-model\",run=\"%lld\",",
@@ -346,9 +370,9 @@ static void scenario_policy_noop(void) {
 
   st = http(port, "GET", "/metrics", NULL, NULL, &body);
   CHECK(st == 200);
-  CHECK(strstr(body, "adaptalloc_policy_version 2\n") != NULL);
-  CHECK(strstr(body, "adaptalloc_policy_changes_total 1\n") != NULL);
-  CHECK(strstr(body, "adaptalloc_http_policy_changes_total 1\n") != NULL);
+  CHECK(strcmp(sample_value(body, "adaptalloc_policy_version", sv, sizeof sv), "2") == 0);
+  CHECK(strcmp(sample_value(body, "adaptalloc_policy_changes_total", sv, sizeof sv), "1") == 0);
+  CHECK(strcmp(sample_value(body, "adaptalloc_http_policy_changes_total", sv, sizeof sv), "1") == 0);
   free(body);
   aa_runtime_shutdown();
 
@@ -417,9 +441,9 @@ static void scenario_policy_put_incomplete(void) {
   CHECK(at != NULL);
   st = http(port, "GET", "/metrics", NULL, NULL, &body);
   CHECK(st == 200);
-  CHECK(strstr(body, "adaptalloc_policy_version 2\n") != NULL);
-  CHECK(strstr(body, "adaptalloc_policy_changes_total 1\n") != NULL);
-  CHECK(strstr(body, "adaptalloc_policy_rejects_total 3\n") != NULL);
+  CHECK(strcmp(sample_value(body, "adaptalloc_policy_version", sv, sizeof sv), "2") == 0);
+  CHECK(strcmp(sample_value(body, "adaptalloc_policy_changes_total", sv, sizeof sv), "1") == 0);
+  CHECK(strcmp(sample_value(body, "adaptalloc_policy_rejects_total", sv, sizeof sv), "3") == 0);
   free(body);
 
   /* the complete document in force, with one value changed, is a change */
@@ -606,7 +630,8 @@ static void scenario_default_policy_named(void) {
   CHECK(aa_runtime_pool(AA_BACKEND_HOST, -1) != NULL);
   aa_runtime_shutdown();
   said = stderr_end(saved, log);
-  CHECK(strstr(said, "adaptalloc: policy: the built-in default (model default; no ") != NULL);
+  CHECK(strstr(said, "adaptalloc: policy: the built-in default (model default; looked for ") !=
+        NULL);
   CHECK(strstr(said, "no-policies-here/default.json)") != NULL);
 }
 
@@ -1269,18 +1294,34 @@ static void test_runtime_log_escape_rule(void **state) {
 
 /* With no ADAPTALLOC_POLICY_DIR, ./policies wins when it exists; else the
  * installed share/adaptalloc/policies; else ./policies (nothing found). */
+/* Without ADAPTALLOC_POLICY_DIR a model's file is looked for in ./policies,
+ * then beside the library (its installed share/adaptalloc/policies, found
+ * from where the library is, whatever the prefix), then in the configured
+ * prefix: each folder once, ./policies first. */
 static void test_runtime_policy_dir_falls_back_to_installed(void **state) {
-  char local[300], inst[300], none[300];
+  char dirs[8][AA__RT_PATH_MAX], cwd[PATH_MAX], local[PATH_MAX + 16], real[PATH_MAX];
+  size_t n;
   (void)state;
-  snprintf(local, sizeof(local), "%s/cwd-policies", tmpdir);
-  snprintf(inst, sizeof(inst), "%s/share-adaptalloc-policies", tmpdir);
-  snprintf(none, sizeof(none), "%s/not-there", tmpdir);
-  assert_int_equal(mkdir(inst, 0700), 0);
-  assert_string_equal(aa__rt_default_policy_dir(local, inst), inst);
-  assert_string_equal(aa__rt_default_policy_dir(local, none), local);
-  assert_string_equal(aa__rt_default_policy_dir(local, ""), local);
+  char here[PATH_MAX];
+  assert_non_null(getcwd(cwd, sizeof cwd));
+  snprintf(here, sizeof here, "%s/cwd-policy-dirs", tmpdir);
+  assert_int_equal(mkdir(here, 0700), 0);
+  assert_int_equal(chdir(here), 0);
+  n = aa__rt_policy_dirs(dirs, 8);
+  assert_true(n >= 1);
+  assert_string_equal(dirs[0], "./policies"); /* not there: as written */
+  snprintf(local, sizeof local, "%s/policies", here);
   assert_int_equal(mkdir(local, 0700), 0);
-  assert_string_equal(aa__rt_default_policy_dir(local, inst), local);
+  n = aa__rt_policy_dirs(dirs, 8);
+  assert_non_null(realpath(local, real));
+  assert_string_equal(dirs[0], real); /* there: its real path */
+  for (size_t i = 0; i < n; i++)
+    for (size_t k = i + 1; k < n; k++)
+      assert_string_not_equal(dirs[i], dirs[k]);
+  assert_int_equal(aa__rt_policy_dirs(dirs, 1), 1);
+  assert_int_equal(rmdir(local), 0);
+  assert_int_equal(chdir(cwd), 0);
+  assert_int_equal(rmdir(here), 0);
 }
 
 static int setup(void **state) {

@@ -241,6 +241,9 @@ static void test_store_region_column(void **state) {
                                   "ALTER TABLE runs DROP COLUMN world_size;"
                                   "ALTER TABLE runs DROP COLUMN ooms_written;"
                                   "ALTER TABLE runs DROP COLUMN ooms_dropped;"
+                                  "ALTER TABLE trace_events DROP COLUMN frame;"
+                                  "DROP TABLE trace_frames;"
+                                  "ALTER TABLE runs DROP COLUMN events_evicted;"
                                   "PRAGMA user_version=2;",
                                   NULL, NULL, NULL),
                      SQLITE_OK);
@@ -283,6 +286,9 @@ static void test_store_run_ranks_and_v4_migration(void **state) {
                  "ALTER TABLE runs DROP COLUMN world_size;"
                  "ALTER TABLE runs DROP COLUMN ooms_written;"
                  "ALTER TABLE runs DROP COLUMN ooms_dropped;"
+                 "ALTER TABLE trace_events DROP COLUMN frame;"
+                 "DROP TABLE trace_frames;"
+                 "ALTER TABLE runs DROP COLUMN events_evicted;"
                  "PRAGMA user_version=4;");
   assert_int_equal(sql_int(path, "SELECT count(*) FROM pragma_table_info('runs')"
                                  " WHERE name IN ('local_rank', 'world_size')"),

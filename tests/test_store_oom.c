@@ -139,6 +139,9 @@ static void test_store_oom_migrates_v3(void **state) {
                                       " ALTER TABLE runs DROP COLUMN world_size;"
                                       " ALTER TABLE runs DROP COLUMN ooms_written;"
                                       " ALTER TABLE runs DROP COLUMN ooms_dropped;"
+                                      " ALTER TABLE trace_events DROP COLUMN frame;"
+                                      " DROP TABLE trace_frames;"
+                                      " ALTER TABLE runs DROP COLUMN events_evicted;"
                                       " PRAGMA user_version=3;",
                                   NULL, NULL, NULL),
                      SQLITE_OK);

@@ -382,6 +382,9 @@ static void test_store_trace_order_old_schema(void **state) {
   assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
   assert_int_equal(sqlite3_exec(db, "ALTER TABLE trace_events DROP COLUMN seq;"
                                     "ALTER TABLE runs DROP COLUMN trace_cut_seq;"
+                                    "ALTER TABLE trace_events DROP COLUMN frame;"
+                                    "DROP TABLE trace_frames;"
+                                    "ALTER TABLE runs DROP COLUMN events_evicted;"
                                     "PRAGMA user_version=1;",
                                 NULL, NULL, NULL),
                    SQLITE_OK);

@@ -28,6 +28,16 @@ if(AA_PYTHON3_PROGRAM AND TARGET adaptalloc-replay)
   set_tests_properties(test_tools_export_torch PROPERTIES LABELS tools TIMEOUT 120)
 endif()
 
+# test_tools_util_table: bench/replay/util_table.py, issue #36's utilisation
+# table from the committed traces (bench/replay/traces/) through this build's
+# replay (tests/tools/test_util_table.py: standard library only, no torch).
+if(AA_PYTHON3_PROGRAM AND TARGET adaptalloc-replay)
+  add_test(NAME test_tools_util_table
+    COMMAND ${AA_PYTHON3_PROGRAM} ${CMAKE_CURRENT_LIST_DIR}/tools/test_util_table.py
+            $<TARGET_FILE:adaptalloc-replay>)
+  set_tests_properties(test_tools_util_table PROPERTIES LABELS tools TIMEOUT 240)
+endif()
+
 # test_tools_memory_viz_image_args / _render: tools/memory_viz_image.py --png
 # (tests/tools/test_memory_viz_image.py: standard library only, no torch, no
 # network). _args: the argument errors, anywhere. _render: a stand-in

@@ -13,8 +13,9 @@ nothing from the network. tools/grafana-screenshot.sh runs it against two demo
 ranks and photographs the page with headless chromium (docs/img/grafana.png).
 
 It is a preview, not Grafana: panel types timeseries, stat, gauge, bargauge,
-table, text and row are drawn (in Grafana's dark theme and classic palette);
-any other type is drawn as a box naming the type and reported as unsupported.
+table, heatmap (Prometheus buckets: format "heatmap", one row per le), text
+and row are drawn (in Grafana's dark theme and classic palette); any other
+type is drawn as a box naming the type and reported as unsupported.
 
     python3 tools/grafana_preview.py --prometheus http://127.0.0.1:9090 \\
         --dashboard examples/grafana/adaptalloc.json --out grafana.html \\
@@ -23,8 +24,9 @@ any other type is drawn as a box naming the type and reported as unsupported.
 
 --report writes what each panel got (per query: the interpolated expression,
 its series, their legends and label values) as JSON. --expect LABEL=V1,V2
-fails (exit 1) when a panel query returned no series carrying one of the
-values in LABEL. Exit 0 done, 1 a query or an expectation failed, 2 bad input
+fails (exit 1) when a panel query whose series carry LABEL returned none with
+one of the values (a query summed over LABEL, or with no series at all, is not
+held to it: the caller checks those). Exit 0 done, 1 a query or an expectation failed, 2 bad input
 or output: an unreadable dashboard (not UTF-8, not JSON, over 64 MiB, of the
 wrong shape: a list where an object belongs, a panel that is not an object
 (in a row's panels too), a panel without gridPos, a panel taller than 500
@@ -62,7 +64,8 @@ PAGE_PADDING = 16
 PALETTE = ["#7EB26D", "#EAB839", "#6ED0E0", "#EF843C", "#E24D42", "#1F78C1", "#BA43A6",
            "#705DA0", "#508642", "#CCA300", "#447EBC", "#C15C17", "#890F02", "#0A437C",
            "#6D1F62", "#584477", "#B7DBAB", "#F4D598", "#70DBED", "#F9BA8F"]
-DRAWN_TYPES = ("timeseries", "graph", "stat", "gauge", "bargauge", "table", "text", "row")
+DRAWN_TYPES = ("timeseries", "graph", "stat", "gauge", "bargauge", "table", "heatmap", "text",
+               "row")
 
 
 def _outfile():
@@ -205,9 +208,9 @@ def format_value(value, unit, decimals=None):
         return fixed(value * 100, decimals) + "%"
     if unit == "percent":
         return fixed(value, decimals) + "%"
-    if unit in ("ops", "reqps", "rps", "wps", "iops", "cps"):
+    if unit in ("ops", "reqps", "rps", "wps", "iops", "cps", "opm"):
         name = {"ops": "ops/s", "reqps": "req/s", "rps": "rd/s", "wps": "wr/s",
-                "iops": "io/s", "cps": "c/s"}[unit]
+                "iops": "io/s", "cps": "c/s", "opm": "ops/min"}[unit]
         return scaled(value, 1000, ["", "K", "M", "B", "T"], decimals, "") + " " + name
     if unit in ("short", "", None):
         return scaled(value, 1000, ["", "K", "Mil", "Bil", "Tri"], decimals)
@@ -231,7 +234,7 @@ def format_value(value, unit, decimals=None):
 
 
 KNOWN_UNITS = ("bytes", "decbytes", "percentunit", "percent", "ops", "reqps", "rps", "wps",
-               "iops", "cps", "short", "none", "s", "ms", "µs", "ns", "dateTimeAsIso", "")
+               "iops", "cps", "opm", "short", "none", "s", "ms", "µs", "ns", "dateTimeAsIso", "")
 
 
 # ---------------------------------------------------------------- Prometheus
@@ -669,6 +672,66 @@ def draw_values(panel, results, w, h, unit, decimals, kind):
     return "".join(out)
 
 
+def le_value(series):
+    """A bucket series' upper bound (its le label, or its legend), +Inf last."""
+    v = series["metric"].get("le", series["legend"])
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.inf
+
+
+def draw_heatmap(panel, results, w, h, start, end):
+    """Prometheus buckets as Grafana draws format "heatmap": the series sorted
+    by le, each cumulative count less the one below it, one row per bucket,
+    one column per step; colour by the square root of the value (the
+    "Oranges" scheme, exponent 0.5). The y axis names each row's upper bound
+    in the panel's options.yAxis.unit."""
+    series = sorted((s for r in results for s in r["series"]), key=le_value)
+    if not series:
+        return '<div class="nodata" style="height:%dpx">No data</div>' % h
+    times = sorted({t for s in series for t, _ in s["points"]})
+    if not times:
+        return '<div class="nodata" style="height:%dpx">No data</div>' % h
+    col_of = {t: i for i, t in enumerate(times)}
+    grid = [[0.0] * len(times) for _ in series]
+    for r, s in enumerate(series):
+        for t, v in s["points"]:
+            if math.isfinite(v):
+                grid[r][col_of[t]] = v
+    for r in range(len(series) - 1, 0, -1):  # cumulative -> per bucket
+        for c in range(len(times)):
+            grid[r][c] = max(0.0, grid[r][c] - grid[r - 1][c])
+    top = max((v for row in grid for v in row), default=0.0)
+    yunit = (panel.get("options", {}).get("yAxis") or {}).get("unit", "")
+    left, bottom = 70, 18
+    pw, ph = max(1.0, w - left - 6), max(1.0, h - bottom - 4)
+    cw, rh = pw / len(times), ph / len(series)
+    out = ['<svg class="chart heatmap" width="%d" height="%d">' % (w, h)]
+    for r, s in enumerate(series):
+        y = 4 + ph - (r + 1) * rh
+        for c in range(len(times)):
+            v = grid[r][c]
+            if v <= 0 or top <= 0:
+                continue
+            f = math.sqrt(v / top)
+            out.append('<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="rgb(%d,%d,%d)"/>'
+                       % (left + c * cw, y, max(0.5, cw - 1), max(0.5, rh - 1),
+                          int(60 + 195 * f), int(30 + 110 * f), int(10 + 10 * f)))
+        le = le_value(s)
+        name = "+Inf" if math.isinf(le) else format_value(le, yunit, 0)
+        if len(series) <= 24 or r % math.ceil(len(series) / 24) == 0:
+            out.append('<text class="tick" x="%d" y="%.1f" text-anchor="end">%s</text>'
+                       % (left - 4, y + rh / 2 + 4, html.escape(name)))
+    for t in (times[0], times[-1]):
+        x = left + (col_of[t] + 0.5) * cw
+        out.append('<text class="tick" x="%.1f" y="%d" text-anchor="middle">%s</text>'
+                   % (x, h - 4, datetime.datetime.fromtimestamp(
+                       t, datetime.timezone.utc).strftime("%H:%M:%S")))
+    out.append("</svg>")
+    return "".join(out)
+
+
 def draw_table(panel, results, w, h, unit, decimals):
     series = [s for r in results for s in r["series"]]
     if not series:
@@ -748,6 +811,8 @@ def render(dash, source, values, panels_out, start, end, frm, to, scrape_s):
             inner_html = draw_values(p, results, iw, ih, unit, decimals, kind)
         elif kind == "table":
             inner_html = draw_table(p, results, iw, ih, unit, decimals)
+        elif kind == "heatmap":
+            inner_html = draw_heatmap(p, results, iw, ih, start, end)
         elif kind == "text":
             inner_html = '<div class="legend"><pre>%s</pre></div>' % html.escape(
                 p.get("options", {}).get("content", ""))
@@ -1011,6 +1076,8 @@ def main(argv=None):
                 problems.append("panel %r %s: %s" % (p.get("title"), r["refId"], r["error"]))
                 continue
             for label, want in expect.items():
+                if not any(label in s["metric"] for s in r["series"]):
+                    continue  # summed over LABEL (a heatmap's by le), or no data here
                 got = {s["metric"].get(label) for s in r["series"] if s["points"]}
                 missing = [v for v in want if v not in got]
                 if missing:

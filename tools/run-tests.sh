@@ -19,6 +19,13 @@ lock=tests/browser/package-lock.json
 if command -v npm >/dev/null && [ "$lock" -nt tests/browser/node_modules/.package-lock.json ]; then
   npm ci --prefix tests/browser --no-audit --no-fund --loglevel=error || true
 fi
+# The Grafana dashboard's schema check (test_http_grafana_schema): Grafana's
+# published schema (@grafana/schema) and the TypeScript compiler, pinned by
+# tests/grafana/package-lock.json; without them that test skips.
+lock=tests/grafana/package-lock.json
+if command -v npm >/dev/null && [ "$lock" -nt tests/grafana/node_modules/.package-lock.json ]; then
+  npm ci --prefix tests/grafana --no-audit --no-fund --loglevel=error || true
+fi
 cuda=()
 if [ -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null 2>&1; then
   cuda=(-DCUDAToolkit_ROOT=/usr/local/cuda)

@@ -132,6 +132,10 @@ void aa_telemetry_params_default(aa_telemetry_params *out) {
   out->histogram = true;
   out->retention_bytes = 1024u * 1024u * 1024u;
   out->retention_age_s = 7u * 24u * 3600u;
+  out->trace_sample = 1;
+  out->trace_min_bytes = 0;
+  out->trace_seconds = 0;
+  out->trace_max_events = 0;
 }
 
 void aa__policy_defaults(aa_policy *p) {
@@ -552,7 +556,7 @@ static bool pool_equal(const aa__pool_policy *a, const aa__pool_policy *b) {
       a->tcache_bytes != b->tcache_bytes || a->large_mode != b->large_mode ||
       a->large_cache_bytes != b->large_cache_bytes ||
       a->large_page_bytes != b->large_page_bytes || a->large_map_runs != b->large_map_runs ||
-      a->large_stitch != b->large_stitch ||
+      a->large_stitch != b->large_stitch || a->large_plan != b->large_plan ||
       a->large_stream_wait != b->large_stream_wait ||
       a->limit_bytes != b->limit_bytes || a->managed != b->managed ||
       a->advise_preferred != b->advise_preferred ||
@@ -615,7 +619,11 @@ bool aa_policy_equal(const aa_policy *a, const aa_policy *b) {
          a->telemetry.trace == b->telemetry.trace &&
          a->telemetry.histogram == b->telemetry.histogram &&
          a->telemetry.retention_bytes == b->telemetry.retention_bytes &&
-         a->telemetry.retention_age_s == b->telemetry.retention_age_s;
+         a->telemetry.retention_age_s == b->telemetry.retention_age_s &&
+         a->telemetry.trace_sample == b->telemetry.trace_sample &&
+         a->telemetry.trace_min_bytes == b->telemetry.trace_min_bytes &&
+         a->telemetry.trace_seconds == b->telemetry.trace_seconds &&
+         a->telemetry.trace_max_events == b->telemetry.trace_max_events;
 }
 
 aa_policy *aa_policy_clone(const aa_policy *p) {
@@ -685,6 +693,7 @@ int aa_policy_pool_config(const aa_policy *p, const char *pool,
     cfg->large_page_bytes = (size_t)pp->large_page_bytes;
     cfg->large_map_runs = pp->large_map_runs ? 1 : 0;
     cfg->large_stitch = pp->large_stitch ? 1 : 0;
+    cfg->large_plan = pp->large_plan ? 1 : 0;
     cfg->large_stream_wait = pp->large_stream_wait ? 1 : -1;
     cfg->limit_bytes = (size_t)pp->limit_bytes;
     cfg->telemetry = p->telemetry.histogram;

@@ -80,6 +80,7 @@ static const char *fixed_changed(const aa_pool_config *cur, const aa_pool_config
       {"large.cache_bytes", cur->large_cache_bytes, want->large_cache_bytes},
       {"large.page_bytes", cur->large_page_bytes, want->large_page_bytes},
       {"large.stitch", (size_t)(cur->large_stitch > 0), (size_t)(want->large_stitch > 0)},
+      {"large.plan", (size_t)(cur->large_plan > 0), (size_t)(want->large_plan > 0)},
   };
   for (size_t k = 0; k < sizeof f / sizeof f[0]; k++) {
     if (f[k].cur != f[k].want) {

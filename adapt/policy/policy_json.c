@@ -76,6 +76,8 @@ static void write_pool(aa__buf *b, const aa__pool_policy *pp) {
     aa__buf_printf(b, ", \"stream_wait\": false");
   if (pp->large_stitch) /* written only when on: off by default */
     aa__buf_printf(b, ", \"stitch\": true");
+  if (pp->large_plan) /* likewise */
+    aa__buf_printf(b, ", \"plan\": true");
   aa__buf_printf(b, "},\n      \"limit_bytes\": ");
   sb_u64(b, pp->limit_bytes);
   aa__buf_printf(b, ",\n      \"backend\": \"%s\"", pp->managed ? "managed" : "default");
@@ -159,7 +161,13 @@ char *aa_policy_to_json(const aa_policy *p) {
   sb_u64(&b, t->retention_bytes);
   aa__buf_printf(&b, ", \"max_age_s\": ");
   sb_u64(&b, t->retention_age_s);
-  aa__buf_printf(&b, "}\n  }\n}\n");
+  aa__buf_printf(&b, "},\n    \"trace_sample\": %u", t->trace_sample);
+  aa__buf_printf(&b, ",\n    \"trace_min_bytes\": ");
+  sb_u64(&b, t->trace_min_bytes);
+  aa__buf_printf(&b, ",\n    \"trace_seconds\": %u", t->trace_seconds);
+  aa__buf_printf(&b, ",\n    \"trace_max_events\": ");
+  sb_u64(&b, t->trace_max_events);
+  aa__buf_printf(&b, "\n  }\n}\n");
   if (aa__buf_take(&b, &out, NULL) != AA_OK)
     return NULL;
   return out;

@@ -244,7 +244,7 @@ static int pool_from(vctx *v, const cJSON *obj, const char *path,
                                      NULL};
   static const char *const tkeys[] = {"blocks", "bytes", NULL};
   static const char *const lkeys[] = {"mode", "cache_bytes", "page_bytes", "map_runs",
-                                      "stream_wait", "stitch", NULL};
+                                      "stream_wait", "stitch", "plan", NULL};
   char p1[PATH_CAP], p2[PATH_CAP];
   const cJSON *it, *f;
   bool have_slab = false, have_max = false, have_lmax = false;
@@ -347,6 +347,9 @@ static int pool_from(vctx *v, const cJSON *obj, const char *path,
     if (rc != AA_OK)
       return rc;
     rc = aa__pv_opt_bool(v, it, p1, "stitch", &pp->large_stitch);
+    if (rc != AA_OK)
+      return rc;
+    rc = aa__pv_opt_bool(v, it, p1, "plan", &pp->large_plan);
     if (rc != AA_OK)
       return rc;
   }
@@ -553,7 +556,9 @@ static int adapt_from(vctx *v, const cJSON *obj, const char *path,
 static int telemetry_from(vctx *v, const cJSON *obj, const char *path,
                           aa_telemetry_params *t) {
   static const char *const keys[] = {"snapshot_interval_ms", "trace",
-                                     "histogram", "retention", NULL};
+                                     "histogram", "retention", "trace_sample",
+                                     "trace_min_bytes", "trace_seconds",
+                                     "trace_max_events", NULL};
   static const char *const rkeys[] = {"max_bytes", "max_age_s", NULL};
   char p1[PATH_CAP], p2[PATH_CAP];
   const cJSON *it, *f;
@@ -567,6 +572,18 @@ static int telemetry_from(vctx *v, const cJSON *obj, const char *path,
     rc = aa__pv_opt_bool(v, obj, path, "trace", &t->trace);
   if (rc == AA_OK)
     rc = aa__pv_opt_bool(v, obj, path, "histogram", &t->histogram);
+  if (rc == AA_OK)
+    rc = aa__pv_opt_u32(v, obj, path, "trace_sample", 0, 1000000000, &t->trace_sample);
+  if (rc == AA_OK)
+    rc = aa__pv_opt_uint(v, obj, path, "trace_min_bytes", 0, MAX_U53, &t->trace_min_bytes);
+  if (rc == AA_OK)
+    rc = aa__pv_opt_u32(v, obj, path, "trace_seconds", 0, 30u * 24u * 3600u, &t->trace_seconds);
+  if (rc == AA_OK)
+    rc = aa__pv_opt_uint(v, obj, path, "trace_max_events", 0, MAX_U53, &t->trace_max_events);
+  if (rc == AA_OK && t->trace_sample == 0 && t->trace_min_bytes == 0)
+    rc = aa__pv_fail(v, path,
+                     "trace_sample 0 (none by count) needs trace_min_bytes above 0: "
+                     "else nothing would be traced");
   if (rc != AA_OK)
     return rc;
   it = FIELD(obj, "retention", p1, path);

@@ -77,6 +77,12 @@ size_t aa_replay_result_json(const aa_replay_result *r, char *buf, size_t cap) {
   U(alias_maps);
   U(alias_unmaps);
   U(stitch_wakes);
+  U(plan_hits);
+  U(plan_misses);
+  U(plans_adopted);
+  U(plans_dropped);
+  U(plans_refused);
+  U(plan_bytes);
   jputf(&j, "\"adapt\":{\"steps\":%llu,\"decisions\":%llu,\"classes_added\":"
             "%llu,\"classes_retired\":%llu,\"grows\":%llu,\"trims\":%llu,"
             "\"bytes_trimmed\":%llu,\"apply_failures\":%llu,\"rejected\":%llu},",

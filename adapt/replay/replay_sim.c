@@ -642,6 +642,12 @@ void aa_replay_sim_result(aa_replay_sim *s, aa_replay_result *r) {
     r->stitch_hits = st->large_stitch_hits;
     r->stitch_dissolved = st->large_stitch_dissolved;
     r->stitch_wakes = st->large_stitch_wakes;
+    r->plan_hits = st->large_plan_hits;
+    r->plan_misses = st->large_plan_misses;
+    r->plans_adopted = st->large_plans_adopted;
+    r->plans_dropped = st->large_plans_dropped;
+    r->plans_refused = st->large_plans_refused;
+    r->plan_bytes = st->large_plan_bytes;
   }
   free(st);
   if (r->cache_hits + r->cache_misses > 0)

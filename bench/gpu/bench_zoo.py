@@ -60,6 +60,19 @@ Workloads (random weights, fixed seeds, the same shapes for every allocator):
            ones (batch 8, 1536..2048 tokens: GiBs), 30 s of short ones; the
            memory each allocator keeps after the burst (the table "memory
            after a burst", from a time series per step; the loop's trims)
+Issue #36's four (zoo_workloads.NEW_WORKLOADS; not in the default list, name
+them in --workloads):
+  phases   phases that alternate: a GPT-2-style LM (8 layers, vocabulary
+           8192) trained at batch 16 x 256, an evaluation pass at batch 32 x
+           512 (no_grad) after every third training step
+  shapes   shapes that change every step: a Llama-style decoder fine-tuned
+           packing-free, each step a padded length drawn from a log-normal
+           (16..1536) and as many rows as fit 4096 tokens, padding masked
+  offload  host offload: 6 transformer encoder layers (d 1024) whose saved
+           activations go to pinned host memory and back every step
+           (torch.autograd.graph.save_on_cpu(pin_memory=True))
+  vit      a model family the ten lack: torchvision's VisionTransformer in
+           ViT-B/16's shape at 160x160 images, batch 48, AdamW, bf16
 
 Figures per run: peak device memory = the most of (total - free) from
 torch.cuda.mem_get_info, polled every 2 ms by a thread and after every step,
@@ -120,6 +133,13 @@ adaptalloc the time spent inside its backend calls over those steps (the
 pools' backend_ns: cudaMalloc/cudaFree, page maps and unmaps), the pages
 mapped/unmapped, and that time as a share of the summed step time
 (RESULT's "backend_measured").
+The utilisation table (issue #36; not printed here: `python3
+bench/gpu/zoo_report.py --util-table zoo.json`): per run max_memory_reserved,
+max_memory_allocated and their ratio, and the backend calls per step from the
+fifth step on -- RESULT's "from_step": the device pools' backend and alias
+calls (adaptalloc) and memory_stats' counters (every allocator) taken before
+the fifth step and right after the last; "torch_stats": memory_stats'
+num_alloc_retries, segment counts and device calls at the end.
 
 JIT warm-up. The first process on a machine that runs a workload pays for
 compiling the GPU code it uses first (the CUDA driver's JIT, whose results
@@ -170,7 +190,7 @@ from zoo_modes import (DEFAULT_MODES, MODES, TORCH_MODES, VARIANTS, mode_env,  #
 from zoo_report import (phase_figures, print_tables, quiet_steps,  # noqa: E402,F401
                         run_device_calls, summarise)
 from zoo_runner import Runner, serve  # noqa: E402
-from zoo_workloads import BUILD, WORKLOADS  # noqa: E402
+from zoo_workloads import BUILD, NEW_WORKLOADS, WORKLOADS  # noqa: E402
 
 
 def plan(reps, wls, modes):
@@ -214,8 +234,8 @@ def main():
     ap.add_argument("--reps", type=int, default=2, help="repetitions of every run (default 2)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS),
                     help="comma-separated, of " + ",".join(WORKLOADS) +
-                         " (and burst: see above; smoke: a few allocations, to check the "
-                         "harness)")
+                         " (and " + ",".join(NEW_WORKLOADS) + " and burst: see above; "
+                         "smoke: a few allocations, to check the harness)")
     ap.add_argument("--modes", default=",".join(DEFAULT_MODES),
                     help="comma-separated, of " + ",".join(MODES) +
                          " (default " + ",".join(DEFAULT_MODES) + ")")
@@ -354,12 +374,12 @@ def main():
     finally:
         runner.close()
     summary = summarise(runs, modes, wls)
-    print_tables(summary, modes)
-    print(f"\n{time.time() - t_start:.0f} s; skipped: {', '.join(skipped) or 'none'}")
-    if args.out:
+    if args.out:  # before the tables: a table that fails leaves the figures written
         with open(args.out, "w") as f:
             json.dump({"reps": args.reps, "modes": modes, "skipped": skipped,
                        "summary": summary, "runs": runs}, f, indent=1)
+    print_tables(summary, modes)
+    print(f"\n{time.time() - t_start:.0f} s; skipped: {', '.join(skipped) or 'none'}")
 
 
 if __name__ == "__main__":

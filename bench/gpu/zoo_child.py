@@ -28,7 +28,9 @@ def _pool_summary(doc):
             "large_segments", "large_pages_mapped", "large_pages_unmapped", "large_bytes_held",
             "large_held_reclaims", "backend_allocs", "backend_frees", "backend_ns",
             "large_page_bytes", "large_stitches", "large_stitch_hits", "large_stitch_wakes",
-            "large_alias_maps", "large_alias_unmaps")
+            "large_alias_maps", "large_alias_unmaps", "large_plan_state", "large_plan_period",
+            "large_plan_bytes", "large_plan_hits", "large_plan_misses", "large_plans_adopted",
+            "large_plans_dropped", "large_plans_refused", "large_plan_saved_bytes")
     ckeys = ("block_size", "prefill", "slabs", "bytes_in_use", "bytes_reserved",
              "peak_bytes_in_use", "allocs", "misses")
     pools = []
@@ -75,6 +77,50 @@ def device_calls(torch):
         return [st["num_device_alloc"], st["num_device_free"]]
     except (RuntimeError, KeyError):
         return None
+
+
+# the figures "from the fifth step on" (issue #36: zero backend calls per step
+# from the fifth step in a steady workload) are taken before step index
+# FROM_STEP and after the last step
+FROM_STEP = 4
+# torch.cuda.memory_stats keys a run keeps at its end and over the steps from
+# the fifth on: PyTorch's (cudaMalloc/cudaFree, the retries after a failed
+# cudaMalloc that freed the cache, segments) and what adaptalloc's native
+# allocator maps to them; a key the allocator lacks is left out
+TORCH_STAT_KEYS = ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free",
+                   "num_sync_all_streams", "segment.all.current", "segment.all.peak",
+                   "segment.all.allocated", "segment.all.freed")
+
+
+def torch_stats(torch):
+    """TORCH_STAT_KEYS from torch.cuda.memory_stats() now ({} where it has
+    none)."""
+    try:
+        st = torch.cuda.memory_stats()
+    except (RuntimeError, AttributeError):
+        return {}
+    return {k: st[k] for k in TORCH_STAT_KEYS if isinstance(st.get(k), (int, float))}
+
+
+def from_step_figures(n, at, end):
+    """The figures over the steps from the fifth on (FROM_STEP; None for a
+    run of no more steps): {"step": 5, "steps": how many, "torch_stats":
+    the counters' increase (TORCH_STAT_KEYS: the *.current and *.peak keys
+    as they were at the end), "backend": the device pools' increase
+    (_backend_counts; adaptalloc only, else None)}; `at` and `end`:
+    {"torch": torch_stats(), "backend": _backend_counts() or None}."""
+    if n <= FROM_STEP or at is None or end is None:
+        return None
+    ts = {}
+    for k, v in end["torch"].items():
+        if k.endswith((".current", ".peak")):
+            ts[k] = v
+        elif k in at["torch"]:
+            ts[k] = v - at["torch"][k]
+    bk = None
+    if at.get("backend") is not None and end.get("backend") is not None:
+        bk = {k: end["backend"][k] - at["backend"][k] for k in end["backend"]}
+    return {"step": FROM_STEP + 1, "steps": n - FROM_STEP, "torch_stats": ts, "backend": bk}
 
 
 def alloc_calls(torch):
@@ -202,6 +248,10 @@ def child(workload, mode, capture, steps=None, turns=None):
             backend["calls0"] = alloc_calls(torch)
             if mode == "native":
                 backend["start"] = _backend_counts(adaptalloc.stats())
+        if i == FROM_STEP:  # outside the timed part too
+            backend["at5"] = {"torch": torch_stats(torch),
+                              "backend": (_backend_counts(adaptalloc.stats())
+                                          if mode == "native" else None)}
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         if t_first is None:
@@ -225,6 +275,8 @@ def child(workload, mode, capture, steps=None, turns=None):
         follower.finish()
     cpu_steps = benchcpu.cpu_between(cpu0, benchcpu.thread_cpu())
     calls_end = alloc_calls(torch)
+    stats_end = {"torch": torch_stats(torch),  # right after the steps, before anything else
+                 "backend": _backend_counts(adaptalloc.stats()) if mode == "native" else None}
     stop.set()
     th.join()
     t_steps = time.perf_counter() - t_built
@@ -247,7 +299,9 @@ def child(workload, mode, capture, steps=None, turns=None):
                                     else calls_end - backend["calls0"]),
            "alloc_cost_us": cost_us,
            "step_device_calls": [None if a is None or b is None else [y - x for x, y in zip(a, b)]
-                                 for a, b in zip(calls, calls[1:])]}
+                                 for a, b in zip(calls, calls[1:])],
+           "torch_stats": stats_end["torch"],
+           "from_step": from_step_figures(n, backend.get("at5"), stats_end)}
     if series is not None:
         res["phases"] = [list(x) for x in phases]
         res["pace_s"] = pace

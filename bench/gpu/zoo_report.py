@@ -1,12 +1,23 @@
 """The GPU workload zoo (bench_zoo.py), one concern: the report -- the runs
 summarised per workload (peaks, step times, paired speed, CPU, device
 calls) and printed as tables.
-"""
-import statistics
 
-import benchcpu  # bench/gpu/benchcpu.py; bench_zoo.py put bench/gpu on sys.path
-from zoo_modes import TORCH_MODES, our_modes
-from zoo_workloads import MIB
+As a program, the utilisation table (issue #36) of one or more runs'
+figures: bench_zoo.py --out JSON files, or logs holding its RESULT lines
+(what a run that was cut short printed):
+
+    python3 bench/gpu/zoo_report.py --util-table zoo.json [more.json bench.log ...]
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a program too
+import benchcpu  # noqa: E402 - bench/gpu/benchcpu.py
+from zoo_modes import TORCH_MODES, base_mode, our_modes  # noqa: E402
+from zoo_workloads import MIB  # noqa: E402
 
 
 def med_range(v, nd=0):
@@ -411,3 +422,235 @@ def print_tables(summary, modes):
             v = s["ratios"].get(m, {}).get("paired_quiet") or []
             cells.append(med_range(v, 3) + "x" if v else "-")
         print(f"| {w} | " + " | ".join(cells) + " |")
+
+
+# ------------------------------------------------------------ utilisation
+# the utilisation table's columns, in this order where present: adaptalloc
+# (native), with stitching (native@st: ADAPTALLOC_POLICY a policy with
+# pools.device.large.stitch true), PyTorch's three settings; other modes
+# found in the runs follow
+UTIL_MODES = ("native", "native@st", "native@pl", "native@sp", "default", "expandable", "async")
+
+
+def load_runs(paths):
+    """{workload: {mode: [run]}} from bench_zoo.py --out JSON files and logs
+    with its RESULT lines, merged; a run found twice (the same workload,
+    mode, pid and repetition: a JSON and the log of the same call) counts
+    once. Raises OSError or ValueError naming the file."""
+    runs, seen = {}, set()
+
+    def add(r, where):
+        if not isinstance(r, dict) or "workload" not in r or "mode" not in r:
+            raise ValueError(f"{where}: not a run's figures")
+        key = (r["workload"], r["mode"], r.get("pid"), r.get("rep"))
+        if key in seen:
+            return
+        seen.add(key)
+        runs.setdefault(r["workload"], {}).setdefault(r["mode"], []).append(r)
+
+    for p in paths:
+        with open(p) as f:
+            text = f.read()
+        if text.lstrip().startswith("{"):
+            try:
+                doc = json.loads(text)
+            except ValueError as e:
+                raise ValueError(f"{p}: not JSON: {e}")
+            for w, by_mode in (doc.get("runs") or {}).items():
+                for m, rs in by_mode.items():
+                    for r in rs:
+                        add(r, p)
+            continue
+        for k, line in enumerate(text.splitlines(), 1):
+            if line.startswith("RESULT {"):
+                try:
+                    add(json.loads(line[len("RESULT "):]), f"{p}: line {k}")
+                except ValueError as e:
+                    raise ValueError(f"{p}: line {k}: {e}")
+    return runs
+
+
+def run_util(r):
+    """A run's (driver peak MiB, max_memory_reserved MiB,
+    max_memory_allocated MiB, utilisation = allocated / reserved); None for
+    a figure the run lacks."""
+    t = r.get("torch") or {}
+    res, alloc = t.get("max_reserved"), t.get("max_allocated")
+    peak = r.get("peak_mib") if r.get("peak_source") is None else None  # lockstep: not the driver's
+    return (peak, res / MIB if res else None, alloc / MIB if alloc else None,
+            alloc / res if res and alloc else None)
+
+
+def run_calls_from5(r):
+    """A run's backend calls per step from the fifth step on: (calls per step,
+    alias calls per step or None, source). adaptalloc's runs count their
+    device pools' own backend calls (creates, maps, unmaps, frees) plus
+    stitching's alias map and unmap calls; PyTorch's count cudaMalloc +
+    cudaFree (num_device_alloc + num_device_free; page maps for expandable
+    segments). None where the run has neither."""
+    fs = r.get("from_step") or {}
+    n = fs.get("steps")
+    bk = fs.get("backend")
+    if n and bk:
+        alias = bk.get("alias_calls", 0)
+        return (bk.get("backend_calls", 0) + alias) / n, alias / n, "pool"
+    ts = fs.get("torch_stats") or {}
+    if n and "num_device_alloc" in ts and "num_device_free" in ts:
+        return (ts["num_device_alloc"] + ts["num_device_free"]) / n, None, "memory_stats"
+    v = (r.get("step_device_calls") or [])[4:]  # runs before "from_step" was kept
+    if v and all(x is not None for x in v):
+        return sum(a + b for a, b in v) / len(v), None, "memory_stats"
+    return None
+
+
+def _med(v):
+    v = [x for x in v if x is not None]
+    return statistics.median(v) if v else None
+
+
+def util_summary(runs):
+    """{workload: {mode: figures}}: the medians over a mode's runs of each
+    run_util figure, of run_calls_from5, and of the allocator's retries and
+    segments (torch_stats at the end: num_alloc_retries, segment.all.peak,
+    segment.all.allocated); plus per workload "best": PyTorch's setting of
+    the lowest driver peak and that peak."""
+    out = {}
+    for w, by_mode in runs.items():
+        figs = {}
+        for m, rs in by_mode.items():
+            if not rs:
+                continue
+            u = [run_util(r) for r in rs]
+            c = [run_calls_from5(r) for r in rs]
+            ts = [r.get("torch_stats") or {} for r in rs]
+            figs[m] = {"reps": len(rs),
+                       "peak_mib": _med(x[0] for x in u), "reserved_mib": _med(x[1] for x in u),
+                       "allocated_mib": _med(x[2] for x in u), "util": _med(x[3] for x in u),
+                       "calls_per_step": _med(x[0] for x in c if x),
+                       "alias_per_step": _med(x[1] for x in c if x),
+                       "calls_source": next((x[2] for x in c if x), None),
+                       "retries": _med(t.get("num_alloc_retries") for t in ts),
+                       "segments_peak": _med(t.get("segment.all.peak") for t in ts),
+                       "segments_made": _med(t.get("segment.all.allocated") for t in ts)}
+        torch_peaks = {m: f["peak_mib"] for m, f in figs.items()
+                       if m in TORCH_MODES and f["peak_mib"] is not None}
+        best = min(torch_peaks, key=torch_peaks.get) if torch_peaks else None
+        out[w] = {"modes": figs, "best": best,
+                  "best_peak_mib": torch_peaks[best] if best else None}
+    return out
+
+
+def util_modes(summary):
+    """The modes of the table: UTIL_MODES first, then the others found."""
+    found = {m for s in summary.values() for m in s["modes"]}
+    return [m for m in UTIL_MODES if m in found] + sorted(found - set(UTIL_MODES))
+
+
+def print_util_table(summary, out=None):
+    """The utilisation table as markdown: per workload each mode's driver
+    peak, its ratio to the best PyTorch setting, and utilisation; then per
+    workload and mode the figures behind them."""
+    out = out or sys.stdout
+    modes = util_modes(summary)
+    ours = [m for m in modes if base_mode(m) in ("native", "pluggable")]
+
+    def f(x, fmt):
+        return "-" if x is None else format(x, fmt)
+
+    def say(line=""):
+        out.write(line + "\n")
+
+    say("Peak device memory (MiB, the driver's: total - free, less the CUDA context), its "
+        "ratio to the best (lowest) of PyTorch's settings, and utilisation (max_memory_allocated "
+        "/ max_memory_reserved, the allocator's own); median over the repetitions.")
+    say()
+    cols = ([f"{m} MiB" for m in modes] + ["best PyTorch"] + [f"{m} / best" for m in ours] +
+            [f"util {m}" for m in modes])
+    say("| workload | " + " | ".join(cols) + " |")
+    say("|---|" + "---:|" * len(cols))
+    for w, s in summary.items():
+        fm, best = s["modes"], s["best_peak_mib"]
+        cells = [f(fm.get(m, {}).get("peak_mib"), ",.0f") for m in modes]
+        cells.append(f"{s['best']} {best:,.0f}" if best is not None else "-")
+        for m in ours:
+            p = fm.get(m, {}).get("peak_mib")
+            cells.append(f(p / best if p is not None and best else None, ".3f"))
+        cells += [f(fm.get(m, {}).get("util"), ".3f") for m in modes]
+        say(f"| {w} | " + " | ".join(cells) + " |")
+    say()
+    say("Per workload and allocator: the driver's peak, max_memory_reserved and "
+        "max_memory_allocated (MiB), utilisation; backend calls per step from the fifth step "
+        "on (adaptalloc: its device pools' backend calls plus stitching's alias map/unmap "
+        "calls, the alias calls in brackets; PyTorch: cudaMalloc + cudaFree, or page maps "
+        "and unmaps under expandable segments); and at the run's end the allocator's "
+        "num_alloc_retries and segments (segment.all.peak / segment.all.allocated); "
+        "median over the repetitions.")
+    say()
+    cols = ["workload", "mode", "reps", "peak MiB", "reserved MiB", "allocated MiB", "util",
+            "backend calls / step, steps 5+ (alias)", "alloc retries", "segments peak / made"]
+    say("| " + " | ".join(cols) + " |")
+    say("|---|---|" + "---:|" * (len(cols) - 2))
+    for w, s in summary.items():
+        for m in modes:
+            x = s["modes"].get(m)
+            if not x:
+                continue
+            calls = f(x["calls_per_step"], ".2f")
+            if x["alias_per_step"] is not None:
+                calls += f" ({x['alias_per_step']:.2f})"
+            seg = "-"
+            if x["segments_peak"] is not None or x["segments_made"] is not None:
+                seg = f"{f(x['segments_peak'], '.0f')} / {f(x['segments_made'], '.0f')}"
+            say(f"| {w} | {m} | {x['reps']} | {f(x['peak_mib'], ',.0f')} | "
+                f"{f(x['reserved_mib'], ',.0f')} | {f(x['allocated_mib'], ',.0f')} | "
+                f"{f(x['util'], '.3f')} | {calls} | {f(x['retries'], '.0f')} | {seg} |")
+
+
+def _outfile():
+    """adaptalloc's one rule for outputs (python/adaptalloc/_outfile.py),
+    loaded by its path: no installed package needed."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "python", "adaptalloc", "_outfile.py")
+    spec = importlib.util.spec_from_file_location("aa_outfile", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="The zoo's utilisation table (issue #36) from "
+                                 "bench_zoo.py --out files or logs with its RESULT lines.")
+    ap.add_argument("--util-table", nargs="+", required=True, metavar="FILE",
+                    help="bench_zoo.py --out JSON files and/or logs holding RESULT lines")
+    ap.add_argument("--json", default=None, metavar="OUT",
+                    help="also write the table's figures as JSON here")
+    args = ap.parse_args(argv)
+    outfile = _outfile()
+    if args.json:
+        try:  # never an input, its folder writable: before any work
+            outfile.check_output(args.json, args.util_table, "--json")
+        except outfile.FileError as e:
+            print(f"zoo_report: {e}", file=sys.stderr)
+            return 2
+    try:
+        runs = load_runs(args.util_table)
+    except (OSError, ValueError) as e:
+        print(f"zoo_report: {e}", file=sys.stderr)
+        return 1
+    if not runs:
+        print("zoo_report: no runs in " + ", ".join(args.util_table), file=sys.stderr)
+        return 1
+    summary = util_summary(runs)
+    print_util_table(summary)
+    if args.json:
+        try:
+            outfile.write_all([(args.json, json.dumps(summary, indent=1) + "\n")])
+        except (outfile.FileError, OSError) as e:
+            print(f"zoo_report: {e}", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

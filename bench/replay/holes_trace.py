@@ -24,9 +24,13 @@ def main():
     ap.add_argument("--experts", type=int, default=34)
     ap.add_argument("--jitter", type=int, default=64,
                     help="activation sizes vary by up to this many 4 KiB pages a step")
+    ap.add_argument("--keep-jitter", type=int, default=64,
+                    help="the small long-lived tensors vary over this many 4 KiB pages "
+                         "(0 with --jitter 0: every step the same, the learned plan's case)")
     a = ap.parse_args()
-    if a.steps < 1 or a.experts < 1 or a.jitter < 0:
-        sys.exit("holes_trace: --steps and --experts must be at least 1, --jitter at least 0")
+    if a.steps < 1 or a.experts < 1 or a.jitter < 0 or a.keep_jitter < 0:
+        sys.exit("holes_trace: --steps and --experts must be at least 1, --jitter and "
+                 "--keep-jitter at least 0")
     rng = random.Random(a.seed)
     t = 0
     nxt = [0x7f0000000000]
@@ -54,7 +58,7 @@ def main():
         acts, keep = [], []
         for _ in range(a.experts):
             acts.append(alloc(int(15.4 * MiB) + rng.randint(-a.jitter, a.jitter) * 4096))
-            keep.append(alloc(600 * 1024 + rng.randrange(0, 64) * 4096))
+            keep.append(alloc(600 * 1024 + (rng.randrange(0, a.keep_jitter) if a.keep_jitter else 0) * 4096))
         for p in acts:
             free(p)
         comb = [alloc(16 * MiB) for _ in range(a.experts // 4)]

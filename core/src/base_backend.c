@@ -4,7 +4,7 @@
  * and failure counters and the time spent inside the backend.
  *
  * Entry points: aa__backend_alloc, aa__backend_free, aa__backend_map,
- * aa__backend_unmap.
+ * aa__backend_unmap; aa_backend_export_fd (a map handle's descriptor).
  */
 #include "core_internal.h"
 
@@ -66,4 +66,14 @@ void aa__backend_unmap(aa_pool *pool, void *addr, size_t size, void *handle) {
   backend_time(pool, t0);
   atomic_fetch_add_explicit(&pool->backend_frees, 1, AA__RLX);
   atomic_fetch_sub_explicit(&pool->bytes_reserved, size, AA__RLX);
+}
+
+int aa_backend_export_fd(aa_backend *b, void *handle, int *fd) {
+  if (fd != NULL)
+    *fd = -1;
+  if (b == NULL || b->ops == NULL || handle == NULL || fd == NULL)
+    return AA_EINVAL;
+  if (b->ops->export_fd == NULL)
+    return AA_ENOTSUP;
+  return b->ops->export_fd(b, handle, fd);
 }

@@ -34,14 +34,15 @@
  *                small_stats.c its stats, walk and peaks, alloc.c aa_alloc
  *                (the bins' hit, the refill; the large path and the sampler
  *                through their headers), free.c aa_free, aa_record_stream,
- *                aa_block_size
+ *                aa_block_size, aa_block_share
  *   large.c      the large path, a subsystem with its own state, lock and
  *                header (large.h, the only way in; struct aa__large and
  *                what its files share are in large_internal.h): alloc,
  *                free, record_stream, the chunk structures, stats and the
  *                walk; large_seg.c segments, pages and trimming,
  *                large_ltc.c the per-thread large-block cache (aa__ltc, in
- *                each tcache), large_check.c the AA_DEBUG 3 walk
+ *                each tcache), large_ipc.c a live block's backend memory
+ *                for sharing (aa_block_share), large_check.c the AA_DEBUG 3 walk
  *   sampler.c    the size sampler, a subsystem with its own state and header
  *                (sampler.h; struct aa__sampler in sampler_internal.h): the
  *                per-thread size table, histogram and heavy hitters
@@ -72,7 +73,8 @@
  *                     cuda/stub/cuda_stub.c
  *   layer 1 base:     common.c config.c pagemap.c base_backend.c base_events.c
  *                     base_misuse.c
- *   layer 2 block:    central.c large.c large_seg.c large_ltc.c large_stitch.c large_check.c
+ *   layer 2 block:    central.c large.c large_seg.c large_ltc.c large_stitch.c large_plan.c
+ *                     large_ipc.c large_check.c
  *   layer 3 cache:    small_tc.c sampler.c tcache.c trace.c
  *   layer 4 pool:     small.c small_stats.c pool.c alloc.c free.c stats.c inspect.c oom.c
  *
@@ -80,7 +82,7 @@
  * are its own files' alone; every other file goes through its short header.
  * "wall name: private header, fields | the subsystem's files":
  *   wall large: large_internal.h large ltc | large.c large_seg.c large_stitch.c
- *               large_ltc.c large_check.c large.h
+ *               large_plan.c large_ltc.c large_ipc.c large_check.c large.h
  *   wall small: small_internal.h small stc | small.c central.c small_tc.c
  *               small_stats.c alloc.c free.c small.h
  *   wall sampler: sampler_internal.h sampler smp runs bucket hitters countdown |
@@ -278,6 +280,9 @@ struct aa_pool {
   _Atomic(aa__trace_cb *) trace;
   aa__trace_cb *trace_all; /* every record ever set (set_mu) */
   pthread_mutex_t set_mu;  /* telemetry and trace settings */
+  /* sampled tracing (trace.c), made at the first sampled setting and
+   * freed with the pool */
+  _Atomic(struct aa__tsample *) tsample;
   /* the OOM observer (oom.c): set and called under oom_mu */
   pthread_mutex_t oom_mu;
   aa_oom_fn oom_fn;
@@ -405,6 +410,17 @@ uint64_t aa__trace_seq_next(void);
 /* aa__trace with a sequence number taken earlier (a free takes it while it
  * still owns the block). */
 void aa__trace_at(aa_pool *pool, char op, const void *p, size_t size, aa_stream s, uint64_t seq);
+/* A traced free's number, taken before the block can go to another thread;
+ * 0 when the free is not traced (sampling, and the block's allocation was
+ * not). While sampling, the block leaves the traced set here (*claimed
+ * true): a free that then fails gives it back (aa__trace_free_undo). */
+uint64_t aa__trace_free_begin(aa_pool *pool, const void *p, bool *claimed);
+void aa__trace_free_undo(aa_pool *pool, const void *p);
+/* Sampling's settings (pool.c's aa_pool_set_trace_sampled, with no trace
+ * callback set, so no event is under way): makes the table on first use
+ * (AA_ENOMEM), clears it, sets the rule. every 1 with min_bytes 0: off. */
+int aa__tsample_configure(aa_pool *pool, uint32_t every, uint64_t min_bytes);
+void aa__tsample_free(aa_pool *pool);
 
 /* oom.c: the out-of-memory observer */
 /* Counts a failed request (pool->ooms) and, when an observer is set, reports

@@ -2,7 +2,8 @@
  * free.c — the small path's free: aa_free (a bin push through the
  * one-entry slab cache, else the page map), the locked path with
  * stream-ordered reuse, misuse reports; aa_record_stream and its records;
- * aa_block_size.
+ * aa_block_size, aa_block_share (a live block's backend memory for another
+ * process; its large-path part is large_ipc.c).
  */
 #include "adaptalloc/cuda.h" /* AA_STREAM_HOST */
 #include "small_internal.h"
@@ -266,10 +267,13 @@ static inline __attribute__((always_inline)) int free_any(aa_pool *pool, void *p
  * the event is delivered once the free succeeded. */
 __attribute__((noinline)) static int free_traced(aa_pool *pool, void *ptr, size_t size,
                                                  aa_stream stream) {
-  uint64_t seq = aa__trace_seq_next();
+  bool claimed;                                             /* sampled tracing: the block left the traced set */
+  uint64_t seq = aa__trace_free_begin(pool, ptr, &claimed); /* 0: not traced */
   int rc = free_any(pool, ptr, size, stream);
-  if (rc == AA_OK && ptr != NULL)
+  if (rc == AA_OK && ptr != NULL && seq != 0)
     aa__trace_at(pool, 'f', ptr, size, stream, seq);
+  else if (rc != AA_OK && claimed)
+    aa__trace_free_undo(pool, ptr);
   return rc;
 }
 
@@ -365,6 +369,36 @@ size_t aa_block_size(aa_pool *pool, const void *ptr) {
   if (idx >= s->nblocks)
     return 0;
   return s->block_size;
+}
+
+int aa_block_share(aa_pool *pool, const void *ptr, aa_share_piece *pieces, size_t cap,
+                   size_t *n, void **block) {
+  if (n == NULL || block == NULL)
+    return AA_EINVAL;
+  *n = 0;
+  *block = NULL;
+  if (pool == NULL || ptr == NULL || (pieces == NULL && cap > 0))
+    return AA_EINVAL;
+  uintptr_t p = (uintptr_t)ptr;
+  aa__span *sp = aa__pm_lookup(&pool->map, p);
+  if (sp == NULL)
+    return AA_EINVAL;
+  if (sp->kind != AA__SPAN_SLAB)
+    return aa__large_share(pool, sp, ptr, pieces, cap, n, block);
+  /* A slab is one backend allocation: the whole of it is the one piece. */
+  aa__slab *s = (aa__slab *)sp;
+  uint32_t idx = aa__slab_index(s, p - s->h.base);
+  if (idx >= s->nblocks ||
+      (atomic_load_explicit(&s->meta[idx], AA__RLX) & AA__M_USED) == 0)
+    return AA_EINVAL;
+  *n = 1;
+  *block = (void *)(s->h.base + (uintptr_t)idx * s->block_size);
+  if (cap == 0)
+    return AA_ERANGE;
+  pieces[0].addr = (void *)s->h.base;
+  pieces[0].size = (size_t)(s->h.end - s->h.base);
+  pieces[0].handle = NULL;
+  return AA_OK;
 }
 
 /* Frees record_stream records at destroy. */

@@ -676,9 +676,8 @@ static void split(aa_pool *pool, aa__chunk *c, size_t need) {
   aa__lg_bin_insert(pool, r);
 }
 
-void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stream,
-                      bool *retry) {
-  size_t need = aa__lg_round_up(size, AA__LARGE_ALIGN);
+aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, aa_stream stream,
+                       bool *retry) {
   bool passthrough = pool->cfg.large_mode == AA_LARGE_PASSTHROUGH;
   bool vmm = pool->large->vmm_page != 0;
   bool reclaimed = false;
@@ -686,25 +685,14 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
   bool waited = false;   /* c came from wait_fit: c->stream == stream */
   bool stitched = false; /* c is a stitched range's (whole, never split) */
   int stitch_pass = 0;   /* 1: free ranges put to sleep; 2: dormant ones destroyed */
-  void *p = NULL;
-  *retry = false;
-  if (need < size) /* overflow */
-    return NULL;
-  pthread_mutex_lock(&pool->large->mu);
-  /* A size the thread's cache could not serve: what it holds merges back
-   * first, and what other threads have held idle since the last look (a
-   * held block is for its holder's next same-size request, not for a phase
-   * in which only others allocate). Before the pool takes more memory every
-   * held block comes back (below). */
-  while (tc != NULL && tc->ltc.nheld > 0)
-    aa__lg_ltc_drop_locked(pool, tc, tc->ltc.nheld - 1);
-  (void)aa__lg_ltc_reclaim(pool, tc, false);
+  bool yielded = false;  /* the plan's arena was given to the path for this request */
   uint64_t maps0 = pool->large->vmm_maps;
+  *retry = false;
   if (!passthrough && pool->large->stream_wait)
     process_events(pool);
   for (;;) {
     if (pool->large->hash_n >= pool->large->hash_cap && hash_grow(pool) != AA_OK)
-      break;
+      return NULL;
     aa__chunk *c = passthrough ? NULL : park_take(pool, need, stream);
     if (c == NULL && !passthrough) {
       aa__lg_unpark_all(pool); /* parked chunks serve exact repeats; else they merge */
@@ -751,16 +739,28 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
       if (c && !stitched)
         aa__lg_bin_remove(pool, c);
     }
+    /* new memory for a request the plan does not serve, while the plan's
+     * arena has free room: the arena becomes the path's chunks first
+     * (large_plan.c), so that a plan never costs memory */
+    if (!yielded && (c == NULL || (vmm && !stitched && aa__lg_unmapped_under(pool, c, need, 0) > 0)) &&
+        aa__lg_plan_can_yield(pool)) {
+      yielded = true;
+      if (c != NULL && !stitched)
+        aa__lg_coalesce_insert(pool, c); /* back first: the arena's room may merge with it */
+      aa__lg_plan_yield(pool);
+      reclaimed = false;
+      continue;
+    }
     if (c == NULL) {
       int rc = AA_OK;
       size_t segsize = passthrough ? aa__lg_round_up(need, AA__GRANULE)
                                    : aa__lg_round_up(need, AA__LARGE_SEG);
       if (segsize < need)
-        break;
+        return NULL;
       c = vmm ? aa__lg_vseg_new(pool, need, &rc) : aa__lg_seg_new(pool, segsize, &rc);
       if (c == NULL) {
         *retry = true; /* the backend refused: releasing caches may help */
-        break;
+        return NULL;
       }
       c->stream = stream;
       fresh = true;
@@ -774,7 +774,7 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
         c->free = 1;
         aa__lg_coalesce_insert(pool, c); /* back where it was taken from */
         *retry = true;                   /* the backend refused: releasing caches may help */
-        break;
+        return NULL;
       }
     }
     aa__event_release(pool, c->ev);
@@ -786,21 +786,155 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
       c->stream = stream;
     c->req = size;
     hash_put(pool, c);
-    pool->large->in_use += c->size;
-    pool->large->req += size;
-    pool->large->allocs++;
     if (fresh || pool->large->vmm_maps != maps0)
       pool->large->misses++; /* the backend was called for it: a miss (docs/stats.md) */
-    p = (void *)c->base;
     uint64_t st = aa__lg_st_next_live(atomic_load_explicit(&c->state, AA__RLX));
     atomic_store_explicit(&c->state, st, AA__RLX);
-    if (tc != NULL && !passthrough)
-      aa__lg_ltc_note(tc, p, c, st);
-    uint64_t ob = atomic_fetch_add_explicit(&pool->out_bytes, c->size, AA__RLX) + c->size;
-    aa__atomic_max(&pool->peak_out_bytes, ob);
-    aa__atomic_max(&pool->win_peak_out_bytes, ob);
-    break;
+    return c;
   }
+}
+
+bool aa__lg_carve(aa_pool *pool, aa__chunk *c, aa__lg_piece *v, size_t n, aa_stream stream) {
+  aa__large *L = pool->large;
+  size_t want = 2 * n + 1, got = 0, nlive = 0;
+  for (size_t i = 0; i < n; i++)
+    nlive += v[i].live != 0;
+  while (L->hash_n + nlive >= L->hash_cap) {
+    if (hash_grow(pool) != AA_OK)
+      return false;
+  }
+  aa__chunk **rec = malloc(want * sizeof *rec);
+  if (rec == NULL)
+    return false;
+  for (; got < want; got++) {
+    rec[got] = aa__lg_chunk_get(pool);
+    if (rec[got] == NULL) {
+      while (got > 0)
+        aa__lg_chunk_put(pool, rec[--got]);
+      free(rec);
+      return false;
+    }
+  }
+  aa__chunk *h = hash_find(pool, c->base, true);
+  aa__assert(h == c);
+  (void)h;
+  /* the new chunks in address order: gaps free (parked until binned, so
+   * that none merges with one not yet binned), pieces as given */
+  aa__chunk *first = NULL, *last = NULL;
+  size_t used = 0;
+  uintptr_t at = c->base, end = c->base + c->size;
+  for (size_t i = 0; i <= n; i++) {
+    uintptr_t b = i < n ? v[i].base : end;
+    aa__assert(b >= at && b <= end);
+    for (int part = 0; part < 2; part++) {
+      uintptr_t lo = part == 0 ? at : b, hi = part == 0 ? b : i < n ? b + v[i].size : b;
+      if (hi <= lo)
+        continue;
+      aa__chunk *r = rec[used++];
+      r->seg = c->seg;
+      r->base = lo;
+      r->size = (size_t)(hi - lo);
+      r->prev = last;
+      if (last)
+        last->next = r;
+      else
+        first = r;
+      last = r;
+      if (part == 1 && v[i].live) {
+        r->req = v[i].req;
+        r->born = v[i].born;
+        r->xs = v[i].xs;
+        r->nxs = v[i].nxs;
+        r->stream = stream;
+        uint64_t st = aa__lg_st_next_live(atomic_load_explicit(&r->state, AA__RLX));
+        atomic_store_explicit(&r->state, st, AA__RLX);
+        hash_put(pool, r);
+      } else {
+        r->free = 1;
+        r->parked = 1;
+        r->freed_at = L->frees;
+        r->stream = part == 1 ? v[i].stream : stream;
+        r->any = !pool->has_events;
+        if (part == 1) {
+          r->ev = v[i].ev;
+          r->xev = v[i].xev;
+          r->nxev = v[i].nxev;
+        }
+      }
+    }
+    if (i < n)
+      at = v[i].base + v[i].size;
+  }
+  aa__assert(first != NULL);
+  first->prev = c->prev;
+  if (c->prev)
+    c->prev->next = first;
+  else
+    c->seg->first = first;
+  last->next = c->next;
+  if (c->next)
+    c->next->prev = last;
+  for (size_t i = used; i < want; i++)
+    aa__lg_chunk_put(pool, rec[i]);
+  free(rec);
+  c->next = c->prev = NULL;
+  aa__lg_chunk_put(pool, c);
+  for (aa__chunk *r = first, *stop = last->next; r != stop;) {
+    aa__chunk *nx = r->next;
+    if (r->free && r->parked) {
+      r->parked = 0;
+      aa__lg_coalesce_insert(pool, r);
+    }
+    r = nx;
+  }
+  return true;
+}
+
+void aa__lg_count_out(aa_pool *pool, size_t size, size_t req) {
+  pool->large->in_use += size;
+  pool->large->req += req;
+  pool->large->allocs++;
+  uint64_t ob = atomic_fetch_add_explicit(&pool->out_bytes, size, AA__RLX) + size;
+  aa__atomic_max(&pool->peak_out_bytes, ob);
+  aa__atomic_max(&pool->win_peak_out_bytes, ob);
+}
+
+void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stream,
+                      bool *retry) {
+  size_t need = aa__lg_round_up(size, AA__LARGE_ALIGN);
+  void *p = NULL;
+  *retry = false;
+  if (need < size) /* overflow */
+    return NULL;
+  pthread_mutex_lock(&pool->large->mu);
+  /* A size the thread's cache could not serve: what it holds merges back
+   * first, and what other threads have held idle since the last look (a
+   * held block is for its holder's next same-size request, not for a phase
+   * in which only others allocate). Before the pool takes more memory every
+   * held block comes back (aa__lg_take). */
+  while (tc != NULL && tc->ltc.nheld > 0)
+    aa__lg_ltc_drop_locked(pool, tc, tc->ltc.nheld - 1);
+  (void)aa__lg_ltc_reclaim(pool, tc, false);
+  uint64_t seq = 0;
+  if (pool->large->plan_on) {
+    /* the learned placement (large_plan.c) sees every request: served at
+     * its planned offset, or by the path below and recorded */
+    seq = ++pool->large->alloc_seq;
+    p = aa__lg_plan_alloc(pool, size, stream, seq);
+    if (p != NULL)
+      goto out;
+  }
+  aa__chunk *c = aa__lg_take(pool, tc, size, need, stream, retry);
+  if (c != NULL) {
+    aa__lg_count_out(pool, c->size, size);
+    p = (void *)c->base;
+    c->born = seq;
+    if (pool->large->plan_on) /* its frees take the locked path, which the plan sees */
+      aa__lg_plan_note(pool, 0, c->size, size, stream, seq);
+    else if (tc != NULL && pool->cfg.large_mode != AA_LARGE_PASSTHROUGH)
+      aa__lg_ltc_note(tc, p, c, atomic_load_explicit(&c->state, AA__RLX));
+  }
+out:
   LARGE_CHECK(pool);
   pthread_mutex_unlock(&pool->large->mu);
   return p;
@@ -881,15 +1015,17 @@ static aa__chunk *find_container(aa__seg *seg, uintptr_t p) {
  * thread cache's flush was counted when the user freed it). Under large->mu. */
 void aa__lg_release_chunk(aa_pool *pool, aa__chunk *c, aa_stream stream, bool counted) {
   aa__assert(!c->free && (atomic_load_explicit(&c->state, AA__RLX) & 3) == AA__CH_FREE);
-  aa__assert(pool->large->in_use >= c->size && pool->large->req >= c->req);
   aa__chunk *h = hash_find(pool, c->base, true);
   aa__assert(h == c);
   (void)h;
-  pool->large->in_use -= c->size;
-  pool->large->req -= c->req;
+  if (!aa__lg_plan_is_arena(pool, c)) { /* the plan's arena was never counted in use */
+    aa__assert(pool->large->in_use >= c->size && pool->large->req >= c->req);
+    pool->large->in_use -= c->size;
+    pool->large->req -= c->req;
+    atomic_fetch_sub_explicit(&pool->out_bytes, c->size, AA__RLX);
+  }
   if (counted)
     pool->large->frees++;
-  atomic_fetch_sub_explicit(&pool->out_bytes, c->size, AA__RLX);
   if (pool->cfg.large_mode == AA_LARGE_PASSTHROUGH) {
     free(c->xs);
     c->xs = NULL;
@@ -961,6 +1097,15 @@ int aa__large_free(aa_pool *pool, struct aa__span *sp, void *ptr, size_t size, a
   const char *msg = NULL;
   uintptr_t p = (uintptr_t)ptr;
   pthread_mutex_lock(&pool->large->mu);
+  if (aa__lg_plan_owns(pool, p)) { /* a block at its planned offset (the arena's own
+                                    * chunk is never the user's) */
+    int rc = aa__lg_plan_free(pool, p, size, stream, &what, &msg);
+    if (rc != AA_OK)
+      goto bad;
+    LARGE_CHECK(pool);
+    pthread_mutex_unlock(&pool->large->mu);
+    return AA_OK;
+  }
   aa__chunk *c = hash_find(pool, p, false);
   if (c == NULL) {
     aa__chunk *in = find_container(seg, p);
@@ -997,7 +1142,11 @@ int aa__large_free(aa_pool *pool, struct aa__span *sp, void *ptr, size_t size, a
     msg = "large block freed twice at once";
     goto bad;
   }
+  size_t csize = c->size, creq = c->req;
+  uint64_t born = c->born;
   aa__lg_release_chunk(pool, c, stream, true);
+  if (pool->large->plan_on)
+    aa__lg_plan_note(pool, 1, csize, creq, stream, born);
   LARGE_CHECK(pool);
   pthread_mutex_unlock(&pool->large->mu);
   return AA_OK;
@@ -1013,6 +1162,11 @@ size_t aa__large_block_size(aa_pool *pool, struct aa__span *sp, const void *ptr)
     seg = seg->owner; /* a page of an expandable segment */
   size_t r = 0;
   pthread_mutex_lock(&pool->large->mu);
+  if (aa__lg_plan_owns(pool, (uintptr_t)ptr)) {
+    r = aa__lg_plan_block_size(pool, (uintptr_t)ptr);
+    pthread_mutex_unlock(&pool->large->mu);
+    return r;
+  }
   aa__chunk *c = hash_find(pool, (uintptr_t)ptr, false);
   if (c == NULL)
     c = find_container(seg, (uintptr_t)ptr);
@@ -1029,6 +1183,10 @@ int aa__large_record(aa_pool *pool, struct aa__span *sp, void *ptr, aa_stream st
   int rc = AA_OK;
   (void)seg;
   pthread_mutex_lock(&pool->large->mu);
+  if (aa__lg_plan_owns(pool, (uintptr_t)ptr)) {
+    rc = aa__lg_plan_record(pool, (uintptr_t)ptr, stream);
+    goto out;
+  }
   aa__chunk *c = hash_find(pool, (uintptr_t)ptr, false);
   if (c == NULL) {
     rc = AA_EINVAL;
@@ -1086,12 +1244,14 @@ int aa__large_new(aa_pool *pool) {
   pool->large = L;
   L->stitch_on = c->large_mode == AA_LARGE_EXPANDABLE && c->large_stitch > 0 &&
                  aa__lg_stitch_usable(pool);
+  L->plan_on = aa__lg_plan_usable(pool);
   return AA_OK;
 }
 
 void aa__large_destroy(aa_pool *pool) {
   if (pool->large == NULL)
     return;
+  aa__lg_plan_destroy(pool);   /* its arena is a live chunk: it goes with its segment */
   aa__lg_stitch_destroy(pool); /* while the handles it aliases are mapped */
   aa__lg_unpark_all(pool);
   while (pool->large->segs) {
@@ -1163,8 +1323,9 @@ static bool xev_pending(aa_pool *pool, const aa__chunk *c) {
 #if AA_DEBUG >= 3
 /* The free chunks' mapped bytes by a walk over every chunk (the check of
  * the identity free_account relies on). */
-static uint64_t free_mapped_walk(const aa_pool *pool) {
-  uint64_t n = 0;
+static uint64_t free_mapped_walk(aa_pool *pool) {
+  uint64_t held;
+  uint64_t n = aa__lg_plan_room(pool, &held); /* the plan's arena: a live chunk, not in use */
   for (const aa__seg *s = pool->large->segs; s; s = s->next) {
     for (const aa__chunk *c = s->first; c; c = c->next)
       n += c->free ? chunk_mapped(pool, c) : 0;
@@ -1191,6 +1352,11 @@ static void free_account(aa_pool *pool, uint64_t *holes, uint64_t *holds) {
         held += chunk_mapped(pool, c);
     }
   }
+  /* the plan's arena: rooms freed that wait for events are held, the rest
+   * holes (a live chunk: reserved, not counted in use) */
+  uint64_t room_held;
+  (void)aa__lg_plan_room(pool, &room_held);
+  held += room_held;
   aa__assert(pool->large->reserved >= pool->large->in_use);
   uint64_t free_mapped = pool->large->reserved - pool->large->in_use;
 #if AA_DEBUG >= 3
@@ -1253,6 +1419,7 @@ void aa__large_stats_get(aa_pool *pool, bool account, aa__large_stats *out) {
   out->stitch_dissolved = L->stitch_dissolved;
   out->alias_maps = L->alias_maps;
   out->alias_unmaps = L->alias_unmaps;
+  aa__lg_plan_stats(pool, out);
   if (account)
     free_account(pool, &out->holes, &out->holds);
   pthread_mutex_unlock(&pool->tc_mu);
@@ -1273,14 +1440,18 @@ static bool chunk_in_use(const aa__chunk *c) {
 }
 
 /* The blocks of segment s that fall in [lo, hi). Under the large path's mu. */
-static int walk_chunks(const aa__seg *s, uintptr_t lo, uintptr_t hi, aa_walk_fn fn,
-                       void *user) {
+static int walk_chunks(const aa_pool *pool, const aa__seg *s, uintptr_t lo, uintptr_t hi,
+                       aa_walk_fn fn, void *user) {
   int rc = 0;
   for (const aa__chunk *c = s->first; rc == 0 && c; c = c->next) {
     uintptr_t a = c->base > lo ? c->base : lo;
     uintptr_t b = c->base + c->size < hi ? c->base + c->size : hi;
     if (a >= b)
       continue;
+    if (aa__lg_plan_is_arena(pool, c)) { /* its blocks at their planned offsets */
+      rc = aa__lg_plan_walk(pool, a, b, fn, user);
+      continue;
+    }
     bool used = chunk_in_use(c);
     uint32_t fl = used ? AA_WALK_IN_USE : c->lent != NULL ? AA_WALK_LENT
                                                           : 0;
@@ -1295,7 +1466,7 @@ static int walk_seg(const aa_pool *pool, const aa__seg *s, aa_walk_fn fn, void *
   if (s->pages == NULL) {
     int rc = aa__walk_emit(fn, user, AA_WALK_SEGMENT, AA_WALK_LARGE, s->h.base,
                            (size_t)(s->h.end - s->h.base), 0, 0);
-    return rc ? rc : walk_chunks(s, s->h.base, s->h.end, fn, user);
+    return rc ? rc : walk_chunks(pool, s, s->h.base, s->h.end, fn, user);
   }
   size_t ps = pool->large->vmm_page;
   for (size_t i = 0; i < s->npages;) {
@@ -1310,7 +1481,7 @@ static int walk_seg(const aa_pool *pool, const aa__seg *s, aa_walk_fn fn, void *
     int rc = aa__walk_emit(fn, user, AA_WALK_SEGMENT, AA_WALK_LARGE | AA_WALK_EXPANDABLE, lo,
                            (size_t)(hi - lo), 0, 0);
     if (rc == 0)
-      rc = walk_chunks(s, lo, hi, fn, user);
+      rc = walk_chunks(pool, s, lo, hi, fn, user);
     if (rc)
       return rc;
     i = j;
@@ -1329,7 +1500,7 @@ int aa__large_walk(aa_pool *pool, aa_walk_fn fn, void *user) {
     rc = aa__walk_emit(fn, user, AA_WALK_SEGMENT, AA_WALK_LARGE | AA_WALK_STITCHED, s->h.base,
                        (size_t)(s->h.end - s->h.base), 0, 0);
     if (rc == 0)
-      rc = walk_chunks(s, s->h.base, s->h.end, fn, user);
+      rc = walk_chunks(pool, s, s->h.base, s->h.end, fn, user);
   }
   pthread_mutex_unlock(&pool->large->mu);
   return rc;

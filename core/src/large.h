@@ -94,6 +94,13 @@ typedef struct aa__large_stats {
   uint64_t stitched_ranges, stitched_bytes, stitches, stitch_hits, stitch_dissolved;
   uint64_t stitch_dormant, stitch_rests, stitch_wakes;
   uint64_t alias_maps, alias_unmaps;
+  /* the learned placement (large_plan.c): its state (AA_PLAN_*), requests
+   * per period, arena bytes, bytes live in it, requests served at their
+   * planned offsets and not, plans adopted, dropped and refused (the
+   * window's replay said they would not lower peak reserved), and the bytes
+   * the adopted one saves by that replay */
+  uint64_t plan_state, plan_period, plan_bytes, plan_live;
+  uint64_t plan_hits, plan_misses, plans_adopted, plans_dropped, plans_refused, plan_saved;
 } aa__large_stats;
 
 /* Life cycle (pool.c). aa__large_new reads the pool's normalised config and
@@ -110,6 +117,11 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
 int aa__large_free(aa_pool *pool, struct aa__span *sp, void *p, size_t size, aa_stream stream);
 size_t aa__large_block_size(aa_pool *pool, struct aa__span *sp, const void *p);
 int aa__large_record(aa_pool *pool, struct aa__span *sp, void *p, aa_stream stream);
+/* large_ipc.c: the backend memory under the live block holding p (span sp),
+ * for aa_block_share: pieces as core.h's aa_share_piece, at most cap
+ * written, *n the count (AA_ERANGE past cap); AA_EINVAL for no live block. */
+int aa__large_share(aa_pool *pool, struct aa__span *sp, const void *p, aa_share_piece *pieces,
+                    size_t cap, size_t *n, void **block);
 
 /* Releases cached large memory (up to `want` bytes). `forget`: an explicit
  * release (aa_pool_release): the pages it unmaps stop counting as touched

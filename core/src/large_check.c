@@ -81,5 +81,6 @@ void aa__lg_check(aa_pool *pool) {
   aa__assert(free_bytes == pool->large->free_bytes);
   aa__assert(in_bins == free_in_segs);
   aa__assert(hashed == pool->large->hash_n && hashed == live);
+  aa__lg_plan_check(pool);
 }
 #endif

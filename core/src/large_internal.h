@@ -11,6 +11,11 @@
  *   large_seg.c    segments and the expandable reservation's pages: made,
  *                  mapped, unmapped, released; release and the cache bound
  *   large_ltc.c    the per-thread large-block cache (aa__ltc_*, lock-free)
+ *   large_stitch.c stitched ranges: free pages in holes mapped again side by
+ *                  side at a new address
+ *   large_plan.c   a placement learned from the first steps: the requests'
+ *                  period found, offsets planned from lifetimes, served from
+ *                  one arena chunk
  *   large_check.c  the full invariant walk (AA_DEBUG 3)
  *
  * Shared names are aa__lg_<what>; the entry points the rest of core calls
@@ -90,6 +95,7 @@ struct aa__chunk {
   /* not free, not live: an origin part whose handles stitched range `lent`
    * maps (large_stitch.c); free again when that range is dissolved */
   struct aa__seg *lent;
+  uint64_t born; /* live: the large path's allocation sequence number (large_plan.c) */
 };
 
 /* A stitched range's parts: one handle each (origin page record pg, mapped
@@ -146,6 +152,11 @@ struct aa__large {
   uint64_t stitch_bytes; /* the active ones' bytes (the same memory as their lent parts) */
   uint64_t stitches_made, stitch_hits, stitch_dissolved, stitch_rests, stitch_wakes;
   uint64_t alias_maps, alias_unmaps, stitch_clock;
+  /* the learned placement (large_plan.c): on when asked (not passthrough);
+   * the state, made at the first request; allocations numbered */
+  bool plan_on;
+  struct aa__plan *plan;
+  uint64_t alloc_seq;
   /* exited threads' lock-free counts */
   _Atomic uint64_t dead_allocs, dead_frees;
   /* held blocks other threads took back (aa__lg_ltc_reclaim), until their
@@ -297,7 +308,45 @@ void aa__lg_absorb(aa_pool *pool, aa__chunk *a, aa__chunk *b);
  * thread cache's flush was counted when the user freed it). */
 void aa__lg_release_chunk(aa_pool *pool, aa__chunk *c, aa_stream stream, bool counted);
 
+/* The path's own take of a chunk for `size` bytes (`need` rounded) on
+ * `stream`: best fit, parking, settling, stream-ordered reuse, stitching,
+ * new memory; the chunk comes back live (hashed, its state word a new
+ * generation) but uncounted: in_use, req, allocs and the pool's bytes out
+ * are the caller's. NULL when nothing could be had (*retry: a backend call
+ * refused). tc: the calling thread's cache (its held blocks merge first), or
+ * NULL. */
+aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, aa_stream stream,
+                       bool *retry);
+/* A piece of a chunk being carved (aa__lg_carve): a live block (req, born,
+ * its record_stream'd streams) or a freed one waiting for events (stream,
+ * ev, xev); arrays are taken over. */
+typedef struct aa__lg_piece {
+  uintptr_t base;
+  size_t size;
+  int live;
+  size_t req;
+  uint64_t born;
+  aa_stream *xs;
+  uint32_t nxs;
+  aa_stream stream;
+  void *ev;
+  void **xev;
+  uint32_t nxev;
+} aa__lg_piece;
+/* Replaces live chunk c (the plan's arena: never counted in use) by chunks:
+ * the pieces v[0..n) (sorted, inside c, not overlapping) and, between them,
+ * free chunks freed on `stream`, merged and binned. The live pieces count
+ * in use already. false when chunk records or the hash cannot grow (nothing
+ * changed then). */
+bool aa__lg_carve(aa_pool *pool, aa__chunk *c, aa__lg_piece *v, size_t n, aa_stream stream);
+/* Counts a block handed out to a user (in_use, req, allocs, the pool's
+ * bytes out and peaks). */
+void aa__lg_count_out(aa_pool *pool, size_t size, size_t req);
+
 /* large_seg.c */
+/* Gives back what the large path caches, up to `want` bytes: wholly free
+ * segments, the free pages of an expandable reservation. */
+size_t aa__lg_release_locked(aa_pool *pool, size_t want);
 /* Maps every page under `c` (free, out of the bins; expandable). */
 int aa__lg_ensure_mapped(aa_pool *pool, aa__chunk *c);
 /* A new segment with one free chunk: of `segsize` bytes, or an expandable
@@ -341,6 +390,54 @@ size_t aa__lg_stitch_release(aa_pool *pool);
 void aa__lg_stitch_page_gone(aa_pool *pool, aa__seg *pg);
 /* Destroys every range (pool destroy; the origin parts stay lent). */
 void aa__lg_stitch_destroy(aa_pool *pool);
+
+/* large_plan.c */
+/* Whether the pool may plan (large_plan asked, not passthrough). */
+bool aa__lg_plan_usable(const aa_pool *pool);
+/* A request (size bytes, allocation number seq) on `stream`: served at its
+ * planned offset when the plan expects it there and the room is free, else
+ * NULL (the path serves it; aa__lg_plan_note records it). Activates a plan
+ * waiting for its period's start (a release of what the path caches and
+ * the arena's take). */
+void *aa__lg_plan_alloc(aa_pool *pool, size_t size, aa_stream stream, uint64_t seq);
+/* Records a request the path served (its chunk's size) or a free of a
+ * chunk (born: its allocation number); learning looks for the period every
+ * so many events, and plans. kind: 0 alloc, 1 free. */
+void aa__lg_plan_note(aa_pool *pool, int kind, size_t size, size_t req, aa_stream stream,
+                      uint64_t seq);
+/* Whether p lies in the plan's arena (the calls below then answer for it). */
+bool aa__lg_plan_owns(const aa_pool *pool, uintptr_t p);
+/* A free, a size and a record_stream of a pointer in the arena (misuse
+ * reported by the caller from *what / *msg when AA_EINVAL). */
+int aa__lg_plan_free(aa_pool *pool, uintptr_t p, size_t size, aa_stream stream, aa_misuse *what,
+                     const char **msg);
+size_t aa__lg_plan_block_size(aa_pool *pool, uintptr_t p);
+int aa__lg_plan_record(aa_pool *pool, uintptr_t p, aa_stream stream);
+/* The block of the arena holding p: its start and bytes (false: none). */
+bool aa__lg_plan_block_of(const aa_pool *pool, uintptr_t p, uintptr_t *base, size_t *size);
+/* Whether chunk c is the plan's arena, and its blocks walked in [lo, hi). */
+bool aa__lg_plan_is_arena(const aa_pool *pool, const aa__chunk *c);
+int aa__lg_plan_walk(const aa_pool *pool, uintptr_t lo, uintptr_t hi, aa_walk_fn fn, void *user);
+/* The path is about to take new memory for a request the plan does not
+ * serve: whether the plan is active with free room in its arena, and then
+ * its drop, the arena made the path's chunks (or drained). */
+bool aa__lg_plan_can_yield(const aa_pool *pool);
+void aa__lg_plan_yield(aa_pool *pool);
+/* An explicit release or an out-of-memory retry: an active plan with no
+ * live block gives its arena back (it is learned again). */
+void aa__lg_plan_release(aa_pool *pool);
+/* The arena's bytes no planned block holds (reserved, not in use: the
+ * account's), and in *held those of them waiting for stream work (events
+ * asked, nothing released). 0 with no arena. */
+uint64_t aa__lg_plan_room(aa_pool *pool, uint64_t *held);
+/* The plan's figures into out. */
+void aa__lg_plan_stats(const aa_pool *pool, aa__large_stats *out);
+#if AA_DEBUG >= 3
+/* The plan's full walk (large_check.c's): live table, bitmap, counts. */
+void aa__lg_plan_check(aa_pool *pool);
+#endif
+/* Frees the plan (pool destroy: every block goes with the pool). */
+void aa__lg_plan_destroy(aa_pool *pool);
 
 /* large_check.c */
 #if AA_DEBUG >= 3

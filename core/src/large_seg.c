@@ -360,7 +360,7 @@ static void seg_settle(aa_pool *pool, aa__seg *s) {
   }
 }
 
-static size_t release_locked(aa_pool *pool, size_t want) {
+size_t aa__lg_release_locked(aa_pool *pool, size_t want) {
   size_t released = 0;
   aa__lg_unpark_all(pool);
   aa__seg *s = pool->large->segs;
@@ -394,7 +394,7 @@ void aa__lg_enforce_bound(aa_pool *pool) {
   aa__lg_unpark_all(pool);
   if (pool->large->free_bytes <= bound)
     return;
-  release_locked(pool, pool->large->free_bytes - bound);
+  aa__lg_release_locked(pool, pool->large->free_bytes - bound);
 }
 
 size_t aa__large_release(aa_pool *pool, size_t want, bool forget) {
@@ -402,11 +402,16 @@ size_t aa__large_release(aa_pool *pool, size_t want, bool forget) {
   /* what other threads hold goes back too (the caller flushed its own): on
    * out-of-memory it is what the retry needs */
   (void)aa__lg_ltc_reclaim(pool, NULL, true);
+  /* an explicit release or an out-of-memory retry (everything asked for;
+   * a trim asks for its excess) takes an idle plan's arena too, first: it
+   * may lie in a stitched range */
+  if (want == SIZE_MAX)
+    aa__lg_plan_release(pool);
   /* stitched ranges that are free give their pages back to the holes first
    * (their aliases undone), which can then be unmapped */
   (void)aa__lg_stitch_release(pool);
   pool->large->vmm_forget = forget;
-  size_t r = release_locked(pool, want);
+  size_t r = aa__lg_release_locked(pool, want);
   pool->large->vmm_forget = false;
   pthread_mutex_unlock(&pool->large->mu);
   return r;

@@ -81,6 +81,7 @@ void aa_pool_destroy(aa_pool *pool) {
     free(t);
     t = o;
   }
+  aa__tsample_free(pool);
   pthread_mutex_destroy(&pool->map_mu);
   pthread_mutex_destroy(&pool->tc_mu);
   pthread_mutex_destroy(&pool->set_mu);
@@ -192,6 +193,24 @@ void aa_pool_set_trace(aa_pool *pool, aa_trace_fn fn, void *user) {
     while (atomic_load_explicit(&old->inflight, memory_order_seq_cst) != 0)
       sched_yield();
   }
+}
+
+/* Sampling's table and rule change only while no callback is set (none
+ * under way: set_trace waited for them); one change at a time. */
+static pthread_mutex_t g_sample_mu = PTHREAD_MUTEX_INITIALIZER;
+
+int aa_pool_set_trace_sampled(aa_pool *pool, aa_trace_fn fn, void *user, uint32_t every,
+                              uint64_t min_bytes) {
+  if (pool == NULL)
+    return AA_EINVAL;
+  pthread_mutex_lock(&g_sample_mu);
+  aa_pool_set_trace(pool, NULL, NULL);
+  int rc = aa__tsample_configure(pool, every, min_bytes);
+  /* on failure the rule in force stays, and so does tracing off */
+  if (rc == AA_OK && fn != NULL)
+    aa_pool_set_trace(pool, fn, user);
+  pthread_mutex_unlock(&g_sample_mu);
+  return rc;
 }
 
 void aa_pool_set_limit(aa_pool *pool, size_t limit_bytes) {

@@ -150,6 +150,7 @@ static void server_metrics(aa__http_state *st, aa__buf *b) {
 void aa__http_ep_metrics(aa__http_state *st, const aa__http_req *req,
                          aa__http_resp *r) {
   aa_pool_stats *pools = NULL;
+  aa_http_labels *labels = NULL; /* the provider's, per pool (NULL: none) */
   size_t n = 0;
   char *text = NULL;
   size_t len = 0;
@@ -173,7 +174,13 @@ void aa__http_ep_metrics(aa__http_state *st, const aa__http_req *req,
     aa__http_provider_error(r, req, rc, "metrics", NULL);
     goto done;
   }
-  rc = aa__http_render_metrics_carry(pools, n, st->metrics_carry, &text, &len);
+  if (st->prov.pool_labels != NULL && n > 0) {
+    labels = calloc(n, sizeof *labels);
+    for (size_t i = 0; labels != NULL && i < n; i++)
+      if (st->prov.pool_labels(st->prov.user, &pools[i], &labels[i]) != AA_OK)
+        memset(&labels[i], 0, sizeof labels[i]);
+  }
+  rc = aa__http_render_metrics_labeled(pools, n, labels, st->metrics_carry, &text, &len);
   if (rc != AA_OK) {
     aa__http_set_oom(r);
     goto done;
@@ -198,6 +205,7 @@ done:
   aa__buf_free(&b);
   free(extra);
   free(text);
+  free(labels);
   free(pools);
 }
 

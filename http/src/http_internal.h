@@ -162,6 +162,12 @@ void aa__metrics_carry_free(aa__metrics_carry *c);
 int aa__http_render_metrics_carry(const aa_pool_stats *pools, size_t n,
                                   aa__metrics_carry *carry, char **out,
                                   size_t *len);
+/* The same with labels[p] (labels may be NULL: none) added to every series
+ * of pools[p] (aa_http_labels: names checked, values escaped here). */
+int aa__http_render_metrics_labeled(const aa_pool_stats *pools, size_t n,
+                                    const aa_http_labels *labels,
+                                    aa__metrics_carry *carry, char **out,
+                                    size_t *len);
 
 /* ------------------------------------------------- state, router (router.c) */
 

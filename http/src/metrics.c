@@ -1,11 +1,12 @@
 /*
  * metrics.c — Prometheus text exposition (format 0.0.4) of pool snapshots.
- * Entry point: aa_http_render_metrics (public), aa__http_metric_labels.
+ * Entry point: aa_http_render_metrics (public), aa__http_render_metrics_labeled.
  *
  * Every family is written once with its HELP and TYPE lines, then one sample
  * per pool (or per pool and size bucket). Labels: pool (the pool name),
  * backend ("host", "cuda", "pinned"...), device (the CUDA ordinal, "cpu" for
- * host memory), region (only on a region's pool: its name) and, on per-class
+ * host memory), region (only on a region's pool: its name), the provider's
+ * own (pool_labels: the process's rank and host, a GPU's UUID) and, on per-class
  * families, size_le: the classes are summed into fixed block-size buckets,
  * each bound inclusive and written as the request-size histogram writes its
  * le (1023, 4095, ... 67108863, +Inf: size_le="4095" and le="4095" are the
@@ -140,6 +141,27 @@ static const family_t pool_families[] = {
     PF("adaptalloc_large_alias_maps_total",
        "Backend alias map calls (a stitched range's handles mapped at its address).", COUNTER,
        large_alias_maps),
+    PF("adaptalloc_large_plan_state",
+       "The learned plan's state (policy large.plan): 0 off, 1 learning, 2 waiting for the "
+       "period's start, 3 active, 4 draining.",
+       GAUGE, large_plan_state),
+    PF("adaptalloc_large_plan_bytes",
+       "Bytes of the learned plan's arena (blocks at their planned offsets).", GAUGE,
+       large_plan_bytes),
+    PF("adaptalloc_large_plan_saved_bytes",
+       "Peak reserved bytes the adopted plan saves, by the replay of the window it was "
+       "learned from.",
+       GAUGE, large_plan_saved_bytes),
+    PF("adaptalloc_large_plan_hits_total",
+       "Large requests served at their planned offsets (no search, no backend call).",
+       COUNTER, large_plan_hits),
+    PF("adaptalloc_large_plan_misses_total",
+       "Large requests the plan expected elsewhere or whose planned room was still taken.",
+       COUNTER, large_plan_misses),
+    PF("adaptalloc_large_plans_adopted_total", "Plans adopted.", COUNTER, large_plans_adopted),
+    PF("adaptalloc_large_plans_dropped_total",
+       "Plans dropped (the requests stopped matching, or a release).", COUNTER,
+       large_plans_dropped),
     PF("adaptalloc_backend_seconds_total",
        "Time spent inside backend alloc, free, map and unmap calls.", SECONDS,
        backend_ns),
@@ -385,9 +407,53 @@ static void label_value(char *out, size_t cap, const char *s, size_t max) {
  *   {pool="..",backend="..",device=".."[,region=".."]
  * built once per pool and render. */
 typedef struct {
-  char text[192];
+  char text[192 + AA_HTTP_MAX_LABELS * (32 + 2 * 128 + 4)];
   size_t len;
 } labels_t;
+
+/* Whether name may be added to a pool's label set: a Prometheus label name,
+ * not reserved ("__"), not one the server writes itself. */
+static bool extra_name_ok(const char *name, size_t max) {
+  static const char *const own[] = {"pool", "backend", "device", "region", "size_le", "le"};
+  size_t i;
+  size_t len = strnlen(name, max);
+  if (len == 0 || len == max || (name[0] == '_' && name[1] == '_'))
+    return false;
+  for (i = 0; i < len; i++) {
+    char c = name[i];
+    bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+    if (!alpha && (i == 0 || c < '0' || c > '9'))
+      return false;
+  }
+  for (i = 0; i < sizeof own / sizeof own[0]; i++)
+    if (strcmp(name, own[i]) == 0)
+      return false;
+  return true;
+}
+
+/* Appends ,name="value" for each usable pair of x (a name seen before in x
+ * is skipped: a label once). */
+static void add_extra_labels(labels_t *l, const aa_http_labels *x) {
+  size_t i;
+  size_t k;
+  size_t n = x->n < AA_HTTP_MAX_LABELS ? x->n : AA_HTTP_MAX_LABELS;
+  for (i = 0; i < n; i++) {
+    char value[sizeof x->value[0] * 2 + 4];
+    bool dup = false;
+    int w;
+    if (!extra_name_ok(x->name[i], sizeof x->name[i]) || x->value[i][0] == '\0')
+      continue;
+    for (k = 0; k < i && !dup; k++)
+      dup = strncmp(x->name[k], x->name[i], sizeof x->name[i]) == 0;
+    if (dup)
+      continue;
+    label_value(value, sizeof value, x->value[i], sizeof x->value[i]);
+    w = snprintf(l->text + l->len, sizeof l->text - l->len, ",%s=\"%s\"", x->name[i], value);
+    if (w < 0 || (size_t)w >= sizeof l->text - l->len)
+      break; /* cannot happen: text holds every label at its largest */
+    l->len += (size_t)w;
+  }
+}
 
 static void make_labels(labels_t *l, const aa_pool_stats *st) {
   char name[sizeof st->name * 2 + 4];
@@ -528,6 +594,13 @@ int aa_http_render_metrics(const aa_pool_stats *pools, size_t n, char **out,
 int aa__http_render_metrics_carry(const aa_pool_stats *pools, size_t n,
                                   aa__metrics_carry *carry, char **out,
                                   size_t *len) {
+  return aa__http_render_metrics_labeled(pools, n, NULL, carry, out, len);
+}
+
+int aa__http_render_metrics_labeled(const aa_pool_stats *pools, size_t n,
+                                    const aa_http_labels *extra,
+                                    aa__metrics_carry *carry, char **out,
+                                    size_t *len) {
   aa__buf b;
   labels_t *labels = NULL;
   carry_pool_t **cps = NULL;
@@ -554,6 +627,8 @@ int aa__http_render_metrics_carry(const aa_pool_stats *pools, size_t n,
   }
   for (p = 0; p < n; p++) {
     make_labels(&labels[p], &pools[p]);
+    if (extra != NULL)
+      add_extra_labels(&labels[p], &extra[p]);
     hint += (60 + 9 * NBUCKETS) * (labels[p].len + 48);
     if (carry != NULL) {
       cps[p] = carry_find(carry, &pools[p]);

@@ -51,7 +51,7 @@ except ImportError:
 __all__ = [
     "AdaptallocError", "PolicyError", "PolicyConflict", "ENV", "configure", "start",
     "started", "shutdown", "stats", "region_stats", "region_id", "policy", "policy_version",
-    "set_policy", "patch_policy",
+    "set_policy", "patch_policy", "trace", "trace_off",
     "http_address", "http_port", "url", "token_file", "run_id", "policy_dir", "cuda_device_count", "Block",
 ]
 
@@ -329,6 +329,26 @@ def patch_policy(patch, *, if_match=None):
     policy in force, as PATCH /policy does. Returns the new version (the
     version in force, unchanged, when the patch changes nothing, e.g. {})."""
     return _update(patch, True, if_match, "patch_policy")
+
+
+def trace(seconds=0, *, sample=None, min_bytes=None, max_events=None):
+    """Turns live tracing on for `seconds` (0: until trace_off()): one
+    allocation in `sample` on average (default 1: every one), and/or every
+    allocation of at least `min_bytes` (given alone: only those), into the
+    store, whose trace table keeps the newest `max_events` events when given.
+    A traced block's free follows it; the trace ends by itself after
+    `seconds` (stats()["trace"]["remaining_ms"]). Goes through the policy
+    (telemetry.trace*), as PATCH /policy and `adaptalloc trace` do. Returns
+    the policy version. PolicyError when it cannot apply (no store:
+    ADAPTALLOC_DB=off; ADAPTALLOC_TRACE=1 traces the whole run)."""
+    from .cli import trace_patch
+    return _update(trace_patch(seconds, sample, min_bytes, max_events), True, None, "trace")
+
+
+def trace_off():
+    """Ends live tracing now. Returns the policy version."""
+    from .cli import trace_patch
+    return _update(trace_patch(off=True), True, None, "trace_off")
 
 
 def http_port():

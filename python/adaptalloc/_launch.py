@@ -21,6 +21,9 @@ allocator, installed before the script's first line. Options:
   --http HOST:PORT|off  ADAPTALLOC_HTTP
   --trace             ADAPTALLOC_TRACE=1
   --no-native         use the CUDAPluggableAllocator fallback
+  --require-gpu       without a usable GPU, fail (exit 2) instead of running
+                      the script on PyTorch's own allocator (also
+                      ADAPTALLOC_REQUIRE_GPU=1)
   -h, --help          this text
 Options may also be written --name=value."""
 
@@ -34,6 +37,11 @@ class UsageError(Exception):
 
 class InstallError(Exception):
     """The installer cannot run here (e.g. torch is missing)."""
+
+
+class NoDevice(Exception):
+    """No GPU adaptalloc can serve (the reason is the message): the script
+    runs on PyTorch's own allocator, or, with --require-gpu, does not run."""
 
 
 def parse(argv):
@@ -68,6 +76,8 @@ def parse(argv):
             opts["trace"] = True
         elif name == "--no-native" and not eq:
             opts["native"] = False
+        elif name == "--require-gpu" and not eq:
+            opts["require_gpu"] = True
         else:
             raise UsageError("unknown option %s" % a)
         i += 1
@@ -81,9 +91,11 @@ def parse(argv):
 
 def main(argv, install, prog="python -m adaptalloc.torch"):
     """Parses argv, calls install(**keywords), then runs the target as
-    __main__ with sys.argv set to what it would see without us. Returns an
-    exit status for usage errors; otherwise what the script does (including
-    SystemExit) propagates."""
+    __main__ with sys.argv set to what it would see without us. install may
+    raise NoDevice: then one line says so and the target runs on PyTorch's
+    own allocator (exit 2 instead with --require-gpu or
+    ADAPTALLOC_REQUIRE_GPU=1). Returns an exit status for usage errors;
+    otherwise what the script does (including SystemExit) propagates."""
     try:
         opts, kind, target, targv = parse(argv)
     except UsageError as e:
@@ -92,11 +104,20 @@ def main(argv, install, prog="python -m adaptalloc.torch"):
             return 0
         print("%s: %s\n%s" % (prog, e.args[0], USAGE), file=sys.stderr)
         return 2
+    require = opts.pop("require_gpu", False) or os.environ.get("ADAPTALLOC_REQUIRE_GPU") == "1"
     try:
         install(**opts)
     except InstallError as e:
         print("%s: %s" % (prog, e), file=sys.stderr)
         return 2
+    except NoDevice as e:
+        if require:
+            print("%s: %s; not running %s (--require-gpu or ADAPTALLOC_REQUIRE_GPU=1)"
+                  % (prog, e, target), file=sys.stderr)
+            return 2
+        # one line, then the script as it would run without us
+        print("%s: %s; running %s on PyTorch's own allocator, without adaptalloc "
+              "(--require-gpu makes this an error)" % (prog, e, target), file=sys.stderr)
     sys.argv = list(targv)
     if kind == "module":
         sys.path.insert(0, os.getcwd())

@@ -10,7 +10,11 @@ the installed ``adaptalloc`` script.
     adaptalloc policy patch DOC|@FILE|-     merge patch (RFC 7386)
     adaptalloc policy put FILE|-            replace the policy (complete)
     adaptalloc snapshot [-o FILE]           stats, policy, segments, OOMs: one JSON
-    adaptalloc trace --seconds N            not served yet: exits 5 saying so
+    adaptalloc trace --seconds N [--sample N] [--min-bytes B] [--max-events N] [--wait]
+                                            trace the next N seconds into the job's store
+    adaptalloc trace --off | --status       end it now; what is traced
+    adaptalloc holders --db FILE [--top N]  who holds the memory: live sizes, largest
+                                            live blocks and bytes by call stack
 
 The job: --url (http://HOST:PORT, HOST:PORT or PORT; default $ADAPTALLOC_URL,
 else 127.0.0.1:9100), --rank R adds R to the port (ADAPTALLOC_HTTP's
@@ -440,13 +444,176 @@ def cmd_snapshot(args, base):
     return EXIT_OK
 
 
+def trace_patch(seconds=None, sample=None, min_bytes=None, max_events=None, off=False):
+    """The merge patch that turns a live trace on (or off): the one rule the
+    CLI and adaptalloc.trace() share (docs/operating.md "Tracing a live job").
+    min_bytes alone traces only sizes of at least min_bytes (trace_sample 0)."""
+    if off:
+        return {"telemetry": {"trace": False}}
+    t = {"trace": True, "trace_seconds": int(seconds or 0)}
+    if sample is None:
+        sample = 0 if min_bytes else 1
+    t["trace_sample"] = int(sample)
+    t["trace_min_bytes"] = int(min_bytes or 0)
+    if max_events is not None:
+        t["trace_max_events"] = int(max_events)
+    return {"telemetry": t}
+
+
+def trace_text(tr):
+    """One line about /stats' trace object."""
+    if not tr:
+        return "this job reports no trace state (an older adaptalloc)"
+    if not tr.get("on"):
+        return "tracing is off" + ("" if tr.get("available", True) else
+                                   " (no store in this run: ADAPTALLOC_DB=off)")
+    what = "every event" if tr.get("sample") == 1 and not tr.get("min_bytes") else (
+        "%s%s" % ("1 in %d allocations" % tr["sample"] if tr.get("sample") else "",
+                  ("%severy allocation of %s or more" % (" and " if tr.get("sample") else "",
+                                                         fmt_bytes(tr["min_bytes"])))
+                  if tr.get("min_bytes") else ""))
+    left = tr.get("remaining_ms")
+    when = ("until turned off" if left is None else "%.1f s left" % (left / 1000.0))
+    s = "tracing %s, %s" % (what, when)
+    sm = tr.get("sampled")
+    if sm:
+        s += "; %d traced, %d live" % (sm.get("traced", 0), sm.get("live", 0))
+    if tr.get("max_events"):
+        s += "; the store keeps the newest %d events" % tr["max_events"]
+    return s
+
+
 def cmd_trace(args, base):
-    # The server has no run-time switch for tracing yet: the policy's
-    # telemetry.trace is read when a pool is made, and only ADAPTALLOC_TRACE=1
-    # at start traces (issue 38, item 3). Say so rather than pretend.
-    raise CliError("trace --seconds %d: this job cannot switch tracing on at run time (the server "
-                   "has no such switch yet); start it with ADAPTALLOC_TRACE=1 and export the "
-                   "store's trace (adaptalloc-replay export)" % args.seconds, EXIT_UNSUPPORTED)
+    if args.off:
+        if args.seconds is not None or args.sample is not None or args.min_bytes is not None:
+            raise CliError("trace --off takes no --seconds, --sample or --min-bytes", EXIT_USAGE)
+        doc = trace_patch(off=True)
+    elif args.status:
+        st = get_json(base, "/stats")
+        print(json.dumps(st.get("trace"), indent=2) if args.json else trace_text(st.get("trace")))
+        return EXIT_OK
+    else:
+        if args.seconds is None:
+            raise CliError("trace needs --seconds N (0: until `trace --off`), --off or --status",
+                           EXIT_USAGE)
+        if args.seconds < 0 or args.seconds > 2592000:
+            raise CliError("--seconds %d: 0 to 2592000 (30 days)" % args.seconds, EXIT_USAGE)
+        if args.sample is not None and (args.sample < 0 or args.sample > 1000000000):
+            raise CliError("--sample %d: 0 to 1000000000 (1: every event)" % args.sample,
+                           EXIT_USAGE)
+        if args.sample == 0 and not args.min_bytes:
+            raise CliError("--sample 0 traces nothing by count: give --min-bytes", EXIT_USAGE)
+        if args.min_bytes is not None and args.min_bytes < 0:
+            raise CliError("--min-bytes must be >= 0", EXIT_USAGE)
+        doc = trace_patch(args.seconds, args.sample, args.min_bytes, args.max_events)
+    st = get_json(base, "/stats")
+    if "trace" not in st:
+        raise CliError("this job's server has no live tracing (an adaptalloc before it); start "
+                       "it with ADAPTALLOC_TRACE=1 instead", EXIT_UNSUPPORTED)
+    ans = mutate(base, "PATCH", "/policy", json.dumps(doc), "application/merge-patch+json",
+                 args.token_file)
+    tr = get_json(base, "/stats").get("trace")
+    if not ans.get("changed", True) and not args.off:
+        print("nothing changed: %s" % trace_text(tr))
+    else:
+        print("version %s in force: %s" % (ans.get("version", "?"), trace_text(tr)))
+    if args.wait and not args.off and args.seconds:
+        deadline = time.monotonic() + args.seconds + 5
+        while time.monotonic() < deadline:
+            time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
+            tr = get_json(base, "/stats").get("trace") or {}
+            if not tr.get("on"):
+                print("the trace ended")
+                return EXIT_OK
+        raise CliError("the trace did not end within %d s" % (args.seconds + 5), EXIT_REFUSED)
+    return EXIT_OK
+
+
+def holders(db, run=None, top=10):
+    """Who holds the memory at the end of a stored trace (the store's
+    trace_events and trace_frames, sqlite3 of the standard library): the
+    live blocks replayed in sequence order, then the live sizes by bytes
+    held and the largest live blocks with their call stacks. A sampled trace
+    answers for its sample."""
+    import sqlite3
+    if not os.path.isfile(db):
+        raise CliError("%s: no such database" % db, EXIT_USAGE)
+    # a read-only connection makes the -wal and -shm files when missing and
+    # cannot remove them: then a read-write open and close does, as the
+    # store's readers do (SQLite removes them only when no one else has the
+    # database open)
+    had_wal = os.path.exists(db + "-wal")
+    try:
+        con = sqlite3.connect("file:%s?mode=ro" % urllib.parse.quote(db), uri=True)
+        if run is None:
+            run = con.execute("SELECT max(id) FROM runs").fetchone()[0]
+        if run is None:
+            raise CliError("%s: no run" % db, EXIT_USAGE)
+        cols = {r[1] for r in con.execute("PRAGMA table_info(trace_events)")}
+        frame_col = "frame" if "frame" in cols else "NULL"
+        rows = con.execute("SELECT op, ptr, size, %s FROM trace_events WHERE run_id = ? "
+                           "ORDER BY seq, id" % frame_col, (run,))
+        live = {}
+        for op, ptr, size, frame in rows:
+            if op == "a" and ptr:
+                live[ptr] = [size, None]
+            elif op == "f":
+                live.pop(ptr, None)
+            elif op == "c" and ptr in live:
+                live[ptr][1] = frame
+        stacks = {}
+        if "frame" in cols:
+            stacks = dict(con.execute("SELECT id, frames FROM trace_frames WHERE run_id = ?",
+                                      (run,)))
+        con.close()
+        if not had_wal and os.path.exists(db + "-wal") and os.access(db, os.W_OK):
+            tidy = sqlite3.connect(db)
+            tidy.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            tidy.close()
+    except sqlite3.Error as e:
+        raise CliError("%s: %s" % (db, e), EXIT_USAGE) from None
+    by_size = {}
+    for size, _f in live.values():
+        n, b = by_size.get(size, (0, 0))
+        by_size[size] = (n + 1, b + size)
+    sizes = sorted(by_size.items(), key=lambda kv: -kv[1][1])[:top]
+    largest = sorted(live.items(), key=lambda kv: -kv[1][0])[:top]
+    by_stack = {}
+    for size, f in live.values():
+        if f:
+            n, b = by_stack.get(f, (0, 0))
+            by_stack[f] = (n + 1, b + size)
+    return {
+        "run": run, "live_blocks": len(live), "live_bytes": sum(s for s, _ in live.values()),
+        "top_sizes": [{"size": s, "blocks": n, "bytes": b} for s, (n, b) in sizes],
+        "largest": [{"ptr": "0x%x" % p, "size": s, "frames": stacks.get(f, "").splitlines()}
+                    for p, (s, f) in largest],
+        "by_stack": [{"frames": stacks.get(f, "").splitlines(), "blocks": n, "bytes": b}
+                     for f, (n, b) in sorted(by_stack.items(), key=lambda kv: -kv[1][1])[:top]],
+    }
+
+
+def cmd_holders(args, base):
+    del base  # reads the store, not the server
+    h = holders(args.db, args.run, args.top)
+    if args.json:
+        print(json.dumps(h, indent=2))
+        return EXIT_OK
+    print("run %s: %d blocks live, %s, at the end of the trace"
+          % (h["run"], h["live_blocks"], fmt_bytes(h["live_bytes"])))
+    print("live sizes by bytes held:")
+    for e in h["top_sizes"]:
+        print("  %12s x %-6d %s" % (fmt_bytes(e["size"]), e["blocks"], fmt_bytes(e["bytes"])))
+    print("largest live blocks:")
+    for e in h["largest"]:
+        print("  %s %s  %s" % (e["ptr"], fmt_bytes(e["size"]),
+                               " <- ".join(e["frames"][:4]) or "(no stack)"))
+    if h["by_stack"]:
+        print("bytes held by call stack:")
+        for e in h["by_stack"]:
+            print("  %s in %d blocks: %s" % (fmt_bytes(e["bytes"]), e["blocks"],
+                                              " <- ".join(e["frames"][:4])))
+    return EXIT_OK
 
 
 # ------------------------------------------------------------------ main
@@ -484,9 +651,26 @@ def parser():
     n = sub.add_parser("snapshot", help="stats, policy, segments and OOMs as one JSON document")
     n.add_argument("-o", "--output", help="write to FILE (default stdout)")
     n.set_defaults(fn=cmd_snapshot)
-    r = sub.add_parser("trace", help="trace the next N seconds (not served yet: exits 5)")
-    r.add_argument("--seconds", type=int, required=True)
+    r = sub.add_parser("trace", help="trace the next N seconds into the job's store, sampled")
+    r.add_argument("--seconds", type=int,
+                   help="turn tracing on for N seconds (0: until trace --off)")
+    r.add_argument("--sample", type=int,
+                   help="trace one allocation in N on average (default 1: all; 0: by size only)")
+    r.add_argument("--min-bytes", type=int,
+                   help="also trace every allocation of at least B bytes (alone: only those)")
+    r.add_argument("--max-events", type=int,
+                   help="the store keeps the newest N trace events (0: no bound)")
+    r.add_argument("--wait", action="store_true", help="return when the trace has ended")
+    r.add_argument("--off", action="store_true", help="turn tracing off now")
+    r.add_argument("--status", action="store_true", help="say what is traced now")
+    r.add_argument("--json", action="store_true", help="--status: the /stats trace object")
     r.set_defaults(fn=cmd_trace)
+    h = sub.add_parser("holders", help="who holds the memory at the end of a stored trace")
+    h.add_argument("--db", required=True, help="the job's store (ADAPTALLOC_DB)")
+    h.add_argument("--run", type=int, help="the run (default: the latest)")
+    h.add_argument("--top", type=int, default=10, help="rows per list (default 10)")
+    h.add_argument("--json", action="store_true", help="as JSON")
+    h.set_defaults(fn=cmd_holders)
     return ap
 
 

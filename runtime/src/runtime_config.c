@@ -11,7 +11,9 @@
  * Entry points: aa_runtime_config_init, aa_runtime_config_from_env,
  * aa_runtime_configure, aa__rt_default_config, aa__rt_apply_config.
  */
+#include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -331,16 +333,67 @@ int aa__rt_model_check(const char *model, char *why, size_t cap) {
 #ifndef AA_INSTALLED_POLICY_DIR
 #define AA_INSTALLED_POLICY_DIR ""
 #endif
+/* The installed policies relative to the installed library's folder and to
+ * the programs' (runtime/CMakeLists.txt: "../share/adaptalloc/policies" for
+ * the usual lib/ and bin/), so that a tree installed, or copied, under any
+ * prefix finds its own. */
+#ifndef AA_POLICY_RELDIR_FROM_LIB
+#define AA_POLICY_RELDIR_FROM_LIB ""
+#endif
+#ifndef AA_POLICY_RELDIR_FROM_BIN
+#define AA_POLICY_RELDIR_FROM_BIN ""
+#endif
 
 static bool is_dir(const char *path) {
   struct stat st;
   return path[0] != '\0' && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-const char *aa__rt_default_policy_dir(const char *local, const char *installed) {
-  if (is_dir(local) || installed == NULL || !is_dir(installed))
-    return local;
-  return installed;
+/* Adds dir to dirs unless it is empty, too long or there already (the same
+ * folder by its real path when it exists). */
+static void add_dir(char dirs[][AA__RT_PATH_MAX], size_t *n, size_t cap, const char *dir) {
+  char real[PATH_MAX];
+  const char *key = dir;
+  if (dir[0] == '\0' || *n == cap || strlen(dir) >= AA__RT_PATH_MAX)
+    return;
+  if (realpath(dir, real) != NULL && strlen(real) < AA__RT_PATH_MAX)
+    key = real;
+  for (size_t i = 0; i < *n; i++)
+    if (strcmp(dirs[i], key) == 0)
+      return;
+  snprintf(dirs[(*n)++], AA__RT_PATH_MAX, "%s", key);
+}
+
+/* an object of this file: dladdr names the file it was loaded from */
+static const char where_am_i = 0;
+
+size_t aa__rt_policy_dirs(char dirs[][AA__RT_PATH_MAX], size_t cap) {
+  static const char *const rel[] = {AA_POLICY_RELDIR_FROM_LIB, AA_POLICY_RELDIR_FROM_BIN,
+                                    "policies"};
+  size_t n = 0;
+  Dl_info info;
+  char obj[PATH_MAX];
+
+  add_dir(dirs, &n, cap, "./policies");
+  /* the folder of the file this code was loaded from: libadaptalloc.so, or
+   * the program it was linked into */
+  if (dladdr(&where_am_i, &info) != 0 && info.dli_fname != NULL &&
+      realpath(info.dli_fname, obj) != NULL) {
+    char *slash = strrchr(obj, '/');
+    if (slash != NULL) {
+      *slash = '\0';
+      for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+        char dir[PATH_MAX + 64];
+        if (rel[i][0] == '\0')
+          continue;
+        snprintf(dir, sizeof dir, "%s/%s", obj, rel[i]);
+        if (is_dir(dir))
+          add_dir(dirs, &n, cap, dir);
+      }
+    }
+  }
+  add_dir(dirs, &n, cap, AA_INSTALLED_POLICY_DIR); /* the prefix it was built for */
+  return n;
 }
 
 /* ADAPTALLOC_DB may hold "{rank}", any number of times: each is replaced by
@@ -395,9 +448,9 @@ void aa__rt_apply_config(aa_runtime *rt, const aa_runtime_config *cfg) {
     snprintf(rt->model, sizeof(rt->model), "default");
   copy_setting(rt->policy_path, sizeof(rt->policy_path), or_default(cfg->policy_path, ""),
                "ADAPTALLOC_POLICY", &rt->policy_refused);
-  copy_setting(rt->policy_dir, sizeof(rt->policy_dir),
-               or_default(cfg->policy_dir,
-                          aa__rt_default_policy_dir("./policies", AA_INSTALLED_POLICY_DIR)),
+  /* unset: "" (aa__rt_load_start_policy looks in every folder of
+   * aa__rt_policy_dirs for the model's file) */
+  copy_setting(rt->policy_dir, sizeof(rt->policy_dir), or_default(cfg->policy_dir, ""),
                "ADAPTALLOC_POLICY_DIR", &refused);
   rt->policy_refused = rt->policy_refused || refused;
   copy_setting(rt->db, sizeof(rt->db), or_default(cfg->db, "./adaptalloc.db"), "ADAPTALLOC_DB",

@@ -179,6 +179,7 @@ static int prov_stats_json(void *user, const char *pool, char **out, size_t *len
   aa__buf_json_cstr(&sb, rt->svc.policy_source);
   aa__buf_printf(&sb, ",\"run_id\":%lld", (long long)rt->svc.run_id);
   append_ranks(rt, &sb);
+  aa__rt_devices_json(&sb, arr, n);
   aa__buf_printf(&sb, ",\"pools\":[");
   for (i = 0; i < n; i++) {
     if (pool != NULL && strcmp(arr[i].name, pool) != 0)
@@ -217,6 +218,7 @@ static int prov_stats_json(void *user, const char *pool, char **out, size_t *len
   } else {
     aa__buf_printf(&sb, "{\"enabled\":0,\"path\":null}");
   }
+  aa__rt_trace_json(rt, &sb);
   aa__buf_printf(&sb, ",\"policy_changes\":%llu,\"policy_rejects\":%llu",
                  (unsigned long long)atomic_load(&rt->svc.policy_changes),
                  (unsigned long long)atomic_load(&rt->svc.policy_rejects));
@@ -232,50 +234,71 @@ static int prov_stats_json(void *user, const char *pool, char **out, size_t *len
   return AA_OK;
 }
 
-/* A Prometheus label value: \\, \" and \n escaped, other control bytes '_'. */
-static void prom_label(char *out, size_t cap, const char *s) {
-  size_t o = 0;
-  for (; *s != '\0' && o + 3 < cap; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '\\' || c == '"' || c == '\n') {
-      out[o++] = '\\';
-      out[o++] = c == '\n' ? 'n' : (char)c;
+/* Copies text into out with the process's labels (plabels, without braces)
+ * on every sample line that has no labels of its own: "name value" becomes
+ * "name{plabels} value". */
+static void add_process_labels(aa__buf *out, const char *text, size_t len,
+                               const char *plabels) {
+  const char *p = text;
+  const char *end = text + len;
+  while (p < end) {
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    const char *eol = nl != NULL ? nl : end;
+    const char *sp = memchr(p, ' ', (size_t)(eol - p));
+    if (*p != '#' && sp != NULL && memchr(p, '{', (size_t)(sp - p)) == NULL) {
+      aa__buf_append(out, p, (size_t)(sp - p));
+      aa__buf_printf(out, "{%s}", plabels);
+      aa__buf_append(out, sp, (size_t)(eol - sp));
     } else {
-      out[o++] = c < 0x20 || c == 0x7F ? '_' : (char)c;
+      aa__buf_append(out, p, (size_t)(eol - p));
     }
+    if (nl != NULL)
+      aa__buf_append(out, "\n", 1);
+    p = eol + 1;
   }
-  out[o] = '\0';
 }
 
 static int prov_metrics_extra(void *user, char **out, size_t *len) {
   aa_runtime *rt = user;
   aa__buf sb;
+  aa__buf labeled;
   uint64_t version;
   char model[sizeof rt->model * 2];
+  char host[512];
+  char plabels[640];
   char rank[16];
+  char local_rank[16];
   int r = rt->rank;
 
   pthread_mutex_lock(&rt->svc.policy_lock);
   version = rt->svc.policy ? aa_policy_version(rt->svc.policy) : 0;
   pthread_mutex_unlock(&rt->svc.policy_lock);
   aa__buf_init(&sb);
-  prom_label(model, sizeof model, rt->model);
+  aa__rt_prom_label(model, sizeof model, rt->model);
+  aa__rt_prom_label(host, sizeof host, aa__rt_host_name());
   if (r >= 0)
     snprintf(rank, sizeof rank, "%d", r);
   else
     rank[0] = '\0';
+  if (rt->local_rank >= 0)
+    snprintf(local_rank, sizeof local_rank, "%d", rt->local_rank);
+  else
+    local_rank[0] = '\0';
   /* One series per process: joins the pool series to the run in the store
    * (run), the policy file (model) and the build (version). build_info is
    * the same process seen as a build: the server leaves it to this provider
    * (http.h, metrics_extra). */
   aa__buf_printf(&sb,
-                 "# HELP adaptalloc_info The run this process is: model, store run id, rank, version.\n"
+                 "# HELP adaptalloc_info The run this process is: model, store run id, rank, "
+                 "local rank, host, version.\n"
                  "# TYPE adaptalloc_info gauge\n"
-                 "adaptalloc_info{model=\"%s\",run=\"%lld\",rank=\"%s\",version=\"%d.%d.%d\"} 1\n"
+                 "adaptalloc_info{model=\"%s\",run=\"%lld\",rank=\"%s\",local_rank=\"%s\","
+                 "host=\"%s\",version=\"%d.%d.%d\"} 1\n"
                  "# HELP adaptalloc_build_info The library version, the model and RANK (empty: unset).\n"
                  "# TYPE adaptalloc_build_info gauge\n"
                  "adaptalloc_build_info{version=\"%d.%d.%d\",model=\"%s\",rank=\"%s\"} 1\n",
-                 model, (long long)rt->svc.run_id, rank, AA_VERSION_MAJOR, AA_VERSION_MINOR,
+                 model, (long long)rt->svc.run_id, rank, local_rank, host, AA_VERSION_MAJOR,
+                 AA_VERSION_MINOR,
                  AA_VERSION_PATCH, AA_VERSION_MAJOR, AA_VERSION_MINOR, AA_VERSION_PATCH, model,
                  rank);
   {
@@ -364,13 +387,34 @@ static int prov_metrics_extra(void *user, char **out, size_t *len) {
                    (unsigned long long)ss.events_dropped, (unsigned long long)ss.ooms_written,
                    (unsigned long long)ss.ooms_dropped);
   }
+  {
+    /* the GPUs the pools are on: identity, memory, headroom */
+    aa_pool_stats *arr = NULL;
+    size_t n = 0;
+    if (prov_pool_stats(rt, &arr, &n) == AA_OK)
+      aa__rt_devices_metrics(&sb, rt, arr, n);
+    free(arr);
+  }
   if (sb.failed) {
     aa__buf_free(&sb);
     return AA_ENOMEM;
   }
-  *out = sb.data;
-  *len = sb.len;
+  /* every series says which process it is, whatever the scrape adds */
+  aa__rt_process_labels(rt, plabels, sizeof plabels);
+  aa__buf_init(&labeled);
+  add_process_labels(&labeled, sb.data, sb.len, plabels);
+  aa__buf_free(&sb);
+  if (labeled.failed) {
+    aa__buf_free(&labeled);
+    return AA_ENOMEM;
+  }
+  *out = labeled.data;
+  *len = labeled.len;
   return AA_OK;
+}
+
+static int prov_pool_labels(void *user, const aa_pool_stats *st, aa_http_labels *out) {
+  return aa__rt_pool_labels(user, st, out);
 }
 
 static int prov_policy_get(void *user, char **json, size_t *len, uint64_t *version) {
@@ -601,6 +645,7 @@ void aa__rt_start_http(aa_runtime *rt) {
   prov.stats_json = prov_stats_json;
   prov.pool_stats = prov_pool_stats;
   prov.metrics_extra = prov_metrics_extra;
+  prov.pool_labels = prov_pool_labels;
   prov.policy_get = prov_policy_get;
   prov.policy_put = prov_policy_put;
   prov.policy_patch = prov_policy_patch;

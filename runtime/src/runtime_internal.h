@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "adaptalloc/adapt.h"
+#include "adaptalloc/cuda.h"
 #include "adaptalloc/http.h"
 #include "adaptalloc/policy.h"
 #include "adaptalloc/runtime.h"
@@ -72,6 +73,13 @@ typedef struct aa__rt_services {
   atomic_bool tracing; /* the pools trace into the store now (written under
                           policy_lock) */
   atomic_bool traced;  /* ... or did at some time in this run */
+  /* live tracing's sample (telemetry.trace_sample, trace_min_bytes) in
+   * force on the pools, and when a trace of trace_seconds ends (aa_now_ns;
+   * 0: not timed) and began; written under policy_lock */
+  atomic_uint trace_every;
+  _Atomic uint64_t trace_min_bytes;
+  _Atomic uint64_t trace_deadline_ns;
+  _Atomic uint64_t trace_began_ns;
 
   /* The pools' named overrides (aa_pool_overrides: the user's cap), which
    * the policy's sections are combined with by aa_policy_limit_rule;
@@ -185,10 +193,15 @@ void aa__rt_apply_config(aa_runtime *rt, const aa_runtime_config *cfg);
  * the environment, with over's set fields (may be NULL) on top, applied to
  * rt. After it aa_runtime_configure answers AA_EBUSY. */
 void aa__rt_default_config(aa_runtime *rt, const aa_runtime_config *over);
-/* The policy directory when none is configured: local ("./policies") when it
- * is a directory, else installed (the installed share/adaptalloc/policies)
- * when that is one, else local. */
-const char *aa__rt_default_policy_dir(const char *local, const char *installed);
+/* The folders where a model's policy file is looked for when
+ * ADAPTALLOC_POLICY_DIR is unset, in order: ./policies; beside the file
+ * this code was loaded from (libadaptalloc.so or the program linked with
+ * it), the installed share/adaptalloc/policies relative to it and a
+ * policies/ folder (the Python package); the prefix the library was
+ * configured for. Each once, real paths where they exist. Returns how many
+ * went into dirs (at most cap). */
+#define AA__RT_PATH_MAX 1024
+size_t aa__rt_policy_dirs(char dirs[][AA__RT_PATH_MAX], size_t cap);
 
 /* Whether an environment value is "off", in any case: the one rule of
  * ADAPTALLOC_DB, ADAPTALLOC_HTTP and ADAPTALLOC_TRACE. */
@@ -256,6 +269,14 @@ int aa__rt_settings_commit(aa_runtime *rt, const aa__rt_change *c, uint64_t *new
  * overrides in force (/stats). */
 struct aa__buf;
 void aa__rt_overrides_json(aa_runtime *rt, struct aa__buf *sb);
+/* Appends ,"trace":{...} to sb: live tracing now (on, sample, the time
+ * left of a timed trace, the events: docs/operating.md) (/stats). */
+void aa__rt_trace_json(aa_runtime *rt, struct aa__buf *sb);
+/* The ticker's part of a timed trace: how long until it ends (ns; UINT64_MAX
+ * when none is timed), and, once it is due, ends it through
+ * aa__rt_settings_commit (source "trace-timer"). */
+uint64_t aa__rt_trace_due_in(aa_runtime *rt);
+void aa__rt_trace_expire(aa_runtime *rt);
 /* Installs `next` (validated) as the policy in force through
  * aa__rt_settings_commit. Takes ownership of next. A `next`
  * equal to the policy in force changes nothing (no apply, no new version, no
@@ -304,5 +325,51 @@ void aa__rt_oom_watch(aa_runtime *rt, aa_pool *pool);
 /* Hands the records reported since the last call to the store (NULL: they
  * are dropped; the last one stays for aa_runtime_last_oom). The ticker. */
 void aa__rt_oom_drain(aa_runtime *rt, aa_store *store);
+
+/* runtime_devices.c: the GPUs the pools are on, the process's labels */
+/* Where a device's identity and memory come from: CUDA's
+ * (aa_cuda_device_identity, aa_cuda_mem_info), or a test's. */
+typedef struct aa__rt_device_probe {
+  int (*identity)(int device, aa_cuda_identity *out);
+  int (*mem_info)(int device, size_t *free_bytes, size_t *total_bytes);
+} aa__rt_device_probe;
+/* Tests: p's functions instead of CUDA's (copied; NULL: CUDA's again); the
+ * identities kept so far are forgotten. */
+void aa__rt_devices_test_probe(const aa__rt_device_probe *p);
+/* One GPU that a pool is on, read now. */
+typedef struct aa__rt_device {
+  int device;          /* the CUDA ordinal */
+  bool have_id;        /* id is known */
+  bool have_mem;       /* total, free, used and non_allocator are known */
+  aa_cuda_identity id; /* its UUID, PCI bus id, name */
+  uint64_t total;
+  uint64_t free;
+  uint64_t used;          /* total - free: every process's */
+  uint64_t reserved;      /* what the pools in the snapshot hold on it */
+  uint64_t non_allocator; /* used - reserved, at least 0 */
+} aa__rt_device;
+/* The devices of pools[0..n) (pools on "cuda" or "managed" backends; each
+ * device once, in ordinal order) into out, at most cap; returns how many.
+ * Asks only those devices: never one without a pool (a context). */
+size_t aa__rt_devices_read(const aa_pool_stats *pools, size_t n, aa__rt_device *out,
+                           size_t cap);
+/* A Prometheus label value into out (cap bytes): \\, \" and \n escaped, other
+ * control bytes '_'. The runtime's series' one escape. */
+void aa__rt_prom_label(char *out, size_t cap, const char *s);
+/* gethostname(), read once ("unknown" when it fails). */
+const char *aa__rt_host_name(void);
+/* Appends ,"host":"..","devices":[{device, gpu_uuid, pci_bus_id, name,
+ * reserved_bytes, total_bytes, free_bytes, used_bytes,
+ * non_allocator_bytes}, ...] to sb (/stats; unknown figures null). */
+void aa__rt_devices_json(struct aa__buf *sb, const aa_pool_stats *pools, size_t n);
+/* Appends the adaptalloc_device_* families (none without a GPU pool). */
+void aa__rt_devices_metrics(struct aa__buf *sb, const aa_runtime *rt,
+                            const aa_pool_stats *pools, size_t n);
+/* The labels of every series of this process, escaped, without braces:
+ * rank="R",host="H" (no rank when RANK is unset). */
+void aa__rt_process_labels(const aa_runtime *rt, char *out, size_t cap);
+/* The server's pool_labels: the process's labels and, for a pool on a GPU,
+ * gpu_uuid and pci_bus_id. */
+int aa__rt_pool_labels(aa_runtime *rt, const aa_pool_stats *st, aa_http_labels *out);
 
 #endif

@@ -52,15 +52,30 @@ void aa__rt_load_start_policy(aa_runtime *rt) {
   } else if (rt->policy_path[0] != '\0') {
     snprintf(path, sizeof(path), "%s", rt->policy_path);
   } else {
-    snprintf(path, sizeof(path), "%s/%s.json", rt->policy_dir, rt->model);
-    if (!file_exists(path)) {
+    /* ADAPTALLOC_POLICY_DIR, else every folder policies are installed in */
+    char dirs[8][AA__RT_PATH_MAX];
+    char tried[2048] = "";
+    size_t nd = 1;
+    bool found = false;
+    if (rt->policy_dir[0] != '\0')
+      snprintf(dirs[0], sizeof dirs[0], "%s", rt->policy_dir);
+    else
+      nd = aa__rt_policy_dirs(dirs, 8);
+    for (size_t i = 0; i < nd && !found; i++) {
+      size_t used = strlen(tried);
+      snprintf(path, sizeof(path), "%s/%s.json", dirs[i], rt->model);
+      found = file_exists(path);
+      if (used < sizeof tried)
+        snprintf(tried + used, sizeof tried - used, "%s%s", used ? ", " : "", path);
+    }
+    if (!found) {
       /* A model named on purpose that has no policy is a likely typo. */
       if (strcmp(rt->model, "default") != 0)
-        aa__rt_log("policy: no policy for model %s (%s does not exist); using the "
+        aa__rt_log("policy: no policy for model %s (looked for %s: none exists); using the "
                    "built-in default policy",
-                   rt->model, path);
+                   rt->model, tried);
       else if (!rt->quiet)
-        aa__rt_log("policy: the built-in default (model default; no %s)", path);
+        aa__rt_log("policy: the built-in default (model default; looked for %s)", tried);
       path[0] = '\0';
     }
   }
@@ -150,8 +165,12 @@ static bool can_trace(aa_runtime *rt) {
  * trace traces too; one made after the run ended does not (its events would
  * belong to no run). */
 static void trace_on(aa_runtime *rt, aa_pool *pool) {
-  if (can_trace(rt) && atomic_load(&rt->svc.tracing))
-    aa_pool_set_trace(pool, aa_store_trace_push, rt->svc.store);
+  if (can_trace(rt) && atomic_load(&rt->svc.tracing) &&
+      aa_pool_set_trace_sampled(pool, aa_store_trace_push, rt->svc.store,
+                                atomic_load(&rt->svc.trace_every),
+                                atomic_load(&rt->svc.trace_min_bytes)) != AA_OK)
+    aa__rt_log("trace: pool %s: no memory for the sample's table; it is not traced",
+               aa_pool_name(pool));
 }
 
 _Static_assert(AA_ADAPT_LOOP_MAX_POOLS >= AA_RT_MAX_POOLS,
@@ -233,6 +252,21 @@ static int check_telemetry(aa_runtime *rt, const aa_telemetry_params *cur,
              "cannot be turned off while the runtime lives");
     return AA_ECONFLICT;
   }
+  if (rt->trace && (next->trace_sample != 1 || next->trace_min_bytes != 0 || next->trace_seconds != 0) &&
+      (next->trace_sample != cur->trace_sample || next->trace_min_bytes != cur->trace_min_bytes ||
+       next->trace_seconds != cur->trace_seconds)) {
+    snprintf(err, errcap,
+             "telemetry.%s: ADAPTALLOC_TRACE=1 traces every event of this whole run; a "
+             "sample or a time limit cannot apply while the runtime lives",
+             next->trace_seconds != cur->trace_seconds ? "trace_seconds" : "trace_sample");
+    return AA_ECONFLICT;
+  }
+  if (next->trace_max_events != cur->trace_max_events && rt->svc.store == NULL) {
+    snprintf(err, errcap,
+             "telemetry.trace_max_events: the store is off in this run (ADAPTALLOC_DB), so "
+             "there is no trace to bound; it cannot change while the runtime lives");
+    return AA_ECONFLICT;
+  }
   if ((next->retention_bytes != cur->retention_bytes ||
        next->retention_age_s != cur->retention_age_s) &&
       rt->svc.store == NULL) {
@@ -253,15 +287,50 @@ static int check_telemetry(aa_runtime *rt, const aa_telemetry_params *cur,
 static void telemetry_live(aa_runtime *rt, aa_pool *const *pools, size_t n,
                            const aa_telemetry_params *was, const aa_telemetry_params *t) {
   bool on = can_trace(rt) && (rt->trace || t->trace);
-  if (on != atomic_load(&rt->svc.tracing)) {
+  bool was_on = atomic_load(&rt->svc.tracing);
+  uint32_t every = rt->trace ? 1 : t->trace_sample;
+  uint64_t min_bytes = rt->trace ? 0 : t->trace_min_bytes;
+  bool resample = on && was_on &&
+                  (every != atomic_load(&rt->svc.trace_every) ||
+                   min_bytes != atomic_load(&rt->svc.trace_min_bytes));
+  atomic_store(&rt->svc.trace_every, every);
+  atomic_store(&rt->svc.trace_min_bytes, min_bytes);
+  if (on != was_on || resample) {
     /* set_trace waits for the pushes under way, so after it no event of a
-     * pool turned off reaches the ring */
-    for (size_t i = 0; i < n; i++)
-      aa_pool_set_trace(pools[i], on ? aa_store_trace_push : NULL, on ? rt->svc.store : NULL);
+     * pool turned off reaches the ring; a new sample starts clean (its
+     * blocks' frees follow them, those of the old sample are not traced) */
+    for (size_t i = 0; i < n; i++) {
+      if (!on) {
+        aa_pool_set_trace(pools[i], NULL, NULL);
+      } else if (aa_pool_set_trace_sampled(pools[i], aa_store_trace_push, rt->svc.store, every,
+                                           min_bytes) != AA_OK) {
+        aa__rt_log("trace: pool %s: no memory for the sample's table; it is not traced",
+                   aa_pool_name(pools[i]));
+      }
+    }
     atomic_store(&rt->svc.tracing, on);
     if (on)
       atomic_store(&rt->svc.traced, true);
   }
+  /* a timed trace ends trace_seconds after it was turned on, or after the
+   * time was changed while it runs */
+  if (!on) {
+    atomic_store(&rt->svc.trace_deadline_ns, 0);
+  } else if (!was_on || t->trace_seconds != was->trace_seconds || resample) {
+    uint64_t now = aa_now_ns();
+    if (!was_on)
+      atomic_store(&rt->svc.trace_began_ns, now);
+    atomic_store(&rt->svc.trace_deadline_ns,
+                 t->trace_seconds ? now + (uint64_t)t->trace_seconds * 1000000000ull : 0);
+    if (t->trace_seconds && rt->svc.ticker_running) {
+      /* the ticker sleeps until then at most */
+      pthread_mutex_lock(&rt->svc.ticker_lock);
+      pthread_cond_signal(&rt->svc.ticker_cond);
+      pthread_mutex_unlock(&rt->svc.ticker_lock);
+    }
+  }
+  if (rt->svc.store != NULL && was->trace_max_events != t->trace_max_events)
+    (void)aa_store_set_trace_bound(rt->svc.store, t->trace_max_events);
   if (rt->svc.store != NULL && (was->retention_bytes != t->retention_bytes ||
                                 was->retention_age_s != t->retention_age_s))
     (void)aa_store_set_retention(rt->svc.store, t->retention_bytes, t->retention_age_s);
@@ -478,4 +547,119 @@ void aa__rt_overrides_json(aa_runtime *rt, aa__buf *sb) {
   }
   pthread_mutex_unlock(&rt->svc.policy_lock);
   aa__buf_printf(sb, "]");
+}
+
+/* ---------------------------------------------------------------- live tracing */
+
+uint64_t aa__rt_trace_due_in(aa_runtime *rt) {
+  uint64_t d = atomic_load(&rt->svc.trace_deadline_ns), now = aa_now_ns();
+  if (d == 0)
+    return UINT64_MAX;
+  return d > now ? d - now : 0;
+}
+
+/* build: the policy in force with tracing off. */
+static int build_trace_off(void *arg, const aa_policy *cur, aa_policy **out, char *err,
+                           size_t errcap) {
+  (void)arg;
+  return aa_policy_merge_patch(cur, "{\"telemetry\":{\"trace\":false}}",
+                               strlen("{\"telemetry\":{\"trace\":false}}"), out, err, errcap);
+}
+
+void aa__rt_trace_expire(aa_runtime *rt) {
+  aa__rt_change c;
+  char err[AA_POLICY_ERR_CAP + 128] = "";
+  char reason[96];
+  uint64_t d = atomic_load(&rt->svc.trace_deadline_ns);
+  if (d == 0 || aa_now_ns() < d)
+    return;
+  uint64_t began = atomic_load(&rt->svc.trace_began_ns);
+  snprintf(reason, sizeof reason, "the timed trace ended after %.1f s",
+           (double)(aa_now_ns() - began) / 1e9);
+  memset(&c, 0, sizeof c);
+  c.build = build_trace_off;
+  c.source = "trace-timer";
+  c.reason = reason;
+  int rc = aa__rt_settings_commit(rt, &c, NULL, NULL, err, sizeof err);
+  if (rc != AA_OK) {
+    aa__rt_log("trace: the timed trace could not end: %s", err[0] ? err : aa_strerror(rc));
+    /* not again every tick: it ends when tracing is turned off */
+    atomic_store(&rt->svc.trace_deadline_ns, 0);
+  } else if (!rt->quiet) {
+    aa__rt_log("trace: %s", reason);
+  }
+}
+
+void aa__rt_trace_json(aa_runtime *rt, aa__buf *sb) {
+  aa_pool *pools[AA_RT_MAX_POOLS];
+  aa_telemetry_params t;
+  uint64_t traced = 0, skipped = 0, live = 0, full = 0;
+  bool on = atomic_load(&rt->svc.tracing);
+  pthread_mutex_lock(&rt->svc.policy_lock);
+  aa_policy_telemetry_params(rt->svc.policy, &t);
+  pthread_mutex_unlock(&rt->svc.policy_lock);
+  size_t n = aa__rt_pools_snapshot(rt, pools, AA_RT_MAX_POOLS);
+  for (size_t i = 0; on && i < n; i++) {
+    uint64_t a, b, c, d;
+    aa_pool_trace_sample_counts(pools[i], &a, &b, &c, &d);
+    traced += a;
+    skipped += b;
+    live += c;
+    full += d;
+  }
+  uint64_t due = aa__rt_trace_due_in(rt);
+  uint32_t every = atomic_load(&rt->svc.trace_every);
+  uint64_t min_bytes = atomic_load(&rt->svc.trace_min_bytes);
+  bool sampled = on && !(every == 1 && min_bytes == 0);
+  aa__buf_printf(sb, ",\"trace\":{\"on\":%s,\"whole_run\":%s,\"available\":%s", on ? "true" : "false",
+                 rt->trace ? "true" : "false", can_trace(rt) ? "true" : "false");
+  aa__buf_printf(sb, ",\"sample\":%u,\"min_bytes\":%llu,\"seconds\":%u", on ? every : t.trace_sample,
+                 (unsigned long long)(on ? min_bytes : t.trace_min_bytes), t.trace_seconds);
+  if (on && due != UINT64_MAX)
+    aa__buf_printf(sb, ",\"remaining_ms\":%llu", (unsigned long long)(due / 1000000));
+  else
+    aa__buf_printf(sb, ",\"remaining_ms\":null");
+  if (on)
+    aa__buf_printf(sb, ",\"running_ms\":%llu",
+                   (unsigned long long)((aa_now_ns() - atomic_load(&rt->svc.trace_began_ns)) /
+                                        1000000));
+  else
+    aa__buf_printf(sb, ",\"running_ms\":null");
+  aa__buf_printf(sb, ",\"max_events\":%llu", (unsigned long long)t.trace_max_events);
+  if (sampled)
+    aa__buf_printf(sb,
+                   ",\"sampled\":{\"traced\":%llu,\"skipped\":%llu,\"live\":%llu,"
+                   "\"table_full\":%llu}",
+                   (unsigned long long)traced, (unsigned long long)skipped,
+                   (unsigned long long)live, (unsigned long long)full);
+  else
+    aa__buf_printf(sb, ",\"sampled\":null");
+  aa__buf_printf(sb, "}");
+}
+
+bool aa_rt_trace_wants(aa_runtime *rt, aa_pool *pool, const void *ptr) {
+  return rt != NULL && atomic_load(&rt->svc.tracing) && aa_pool_trace_wants(pool, ptr);
+}
+
+int aa_rt_trace_frames(aa_runtime *rt, aa_pool *pool, const void *ptr, const char *frames,
+                       size_t len) {
+  uint64_t id = 0;
+  if (rt == NULL || pool == NULL || ptr == NULL || frames == NULL || len == 0)
+    return AA_EINVAL;
+  if (rt->svc.store == NULL || !can_trace(rt))
+    return AA_ECLOSED;
+  if (!aa_rt_trace_wants(rt, pool, ptr))
+    return AA_ENOENT;
+  int rc = aa_store_frames_id(rt->svc.store, frames, len, &id);
+  if (rc != AA_OK)
+    return rc == AA_ENOENT ? AA_ECLOSED : rc;
+  return aa_pool_trace_frame(pool, ptr, id);
+}
+
+bool aa_runtime_trace_wants(aa_pool *pool, const void *ptr) {
+  return aa_rt_trace_wants(aa__rt_default(), pool, ptr);
+}
+
+int aa_runtime_trace_frames(aa_pool *pool, const void *ptr, const char *frames, size_t len) {
+  return aa_rt_trace_frames(aa__rt_default(), pool, ptr, frames, len);
 }

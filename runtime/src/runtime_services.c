@@ -181,6 +181,7 @@ static void start_store(aa_runtime *rt) {
   pthread_mutex_unlock(&rt->svc.policy_lock);
   cfg.max_bytes = t.retention_bytes;
   cfg.max_age_s = t.retention_age_s;
+  cfg.trace_max_events = t.trace_max_events;
   /* the ring is allocated at the first event, so a run that never traces
    * pays nothing for it; tracing may be turned on later (PATCH /policy) */
   cfg.trace_capacity = AA__RT_TRACE_RING;
@@ -190,9 +191,15 @@ static void start_store(aa_runtime *rt) {
     rt->svc.store = NULL;
     return;
   }
+  atomic_store(&rt->svc.trace_every, rt->trace ? 1u : t.trace_sample);
+  atomic_store(&rt->svc.trace_min_bytes, rt->trace ? 0 : t.trace_min_bytes);
   if (rt->trace || t.trace) {
+    uint64_t now = aa_now_ns();
     atomic_store(&rt->svc.tracing, true);
     atomic_store(&rt->svc.traced, true);
+    atomic_store(&rt->svc.trace_began_ns, now);
+    if (!rt->trace && t.trace_seconds)
+      atomic_store(&rt->svc.trace_deadline_ns, now + (uint64_t)t.trace_seconds * 1000000000ull);
   }
   aa__buf_init(&conf);
   aa__buf_printf(&conf, "{\"model\":");
@@ -255,6 +262,9 @@ static void *ticker_main(void *arg) {
   while (!rt->svc.ticker_stop) {
     struct timespec ts;
     unsigned ms = atomic_load(&rt->svc.snapshot_interval_ms);
+    uint64_t due = aa__rt_trace_due_in(rt); /* a timed trace ends on time */
+    if (due != UINT64_MAX && due / 1000000 < ms)
+      ms = (unsigned)(due / 1000000) + 1;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_sec += ms / 1000;
     ts.tv_nsec += (long)(ms % 1000) * 1000000L;
@@ -266,6 +276,7 @@ static void *ticker_main(void *arg) {
     if (rt->svc.ticker_stop)
       break;
     pthread_mutex_unlock(&rt->svc.ticker_lock);
+    aa__rt_trace_expire(rt);
     snapshot_all(rt);
     pthread_mutex_lock(&rt->svc.ticker_lock);
   }

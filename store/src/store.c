@@ -10,6 +10,7 @@
  * aa_store_stats_get, aa_store_config_init.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,7 +140,7 @@ static int config_check(const aa_store_config *in, aa_store_config *out,
     snprintf(msg, cap, "config is NULL");
     return AA_EINVAL;
   }
-  if (in->version != AA_STORE_CONFIG_VERSION) {
+  if (in->version != 1 && in->version != AA_STORE_CONFIG_VERSION) {
     snprintf(msg, cap, "config version %u, expected %u", in->version,
              AA_STORE_CONFIG_VERSION);
     return AA_EINVAL;
@@ -158,7 +159,13 @@ static int config_check(const aa_store_config *in, aa_store_config *out,
     snprintf(msg, cap, "trace_capacity %u is over 16777216", in->trace_capacity);
     return AA_EINVAL;
   }
-  *out = *in;
+  if (in->version == 1) { /* the fields before trace_max_events */
+    memset(out, 0, sizeof *out);
+    memcpy(out, in, offsetof(aa_store_config, trace_max_events));
+    out->version = AA_STORE_CONFIG_VERSION;
+  } else {
+    *out = *in;
+  }
   if (out->queue_capacity == 0) out->queue_capacity = 256;
   if (out->trace_capacity == 0) out->trace_capacity = 65536;
   out->trace_capacity = pow2_at_least(out->trace_capacity < 2 ? 2 : out->trace_capacity);
@@ -185,6 +192,9 @@ static void store_free(aa_store *st) {
   pthread_cond_destroy(&st->wake);
   pthread_mutex_destroy(&st->mu);
   pthread_mutex_destroy(&st->cut_mu);
+  pthread_mutex_destroy(&st->frames_mu);
+  free(st->frames_hash);
+  free(st->frames_ids);
   free(st->reader_path);
   free(st->path);
   free(st);
@@ -214,6 +224,7 @@ int aa_store_open(const aa_store_config *cfg, aa_store **out) {
   }
   pthread_mutex_init(&st->mu, NULL);
   pthread_mutex_init(&st->cut_mu, NULL);
+  pthread_mutex_init(&st->frames_mu, NULL);
   st->cut_seq = UINT64_MAX;
   pthread_condattr_init(&ca);
   ca_init = true;
@@ -221,6 +232,7 @@ int aa_store_open(const aa_store_config *cfg, aa_store **out) {
   pthread_cond_init(&st->wake, &ca);
   pthread_cond_init(&st->done, &ca);
   st->cfg = c;
+  atomic_store(&st->trace_bound, c.trace_max_events);
   st->path = strdup(c.path);
   st->memory = strcmp(c.path, ":memory:") == 0;
   if (st->memory) {
@@ -404,5 +416,9 @@ int aa_store_stats_get(const aa_store *cst, aa_store_stats *out) {
   out->retention_runs = atomic_load(&st->retention_runs);
   out->rows_deleted = atomic_load(&st->rows_deleted);
   out->db_bytes = atomic_load(&st->db_bytes);
+  out->events_evicted = atomic_load(&st->events_evicted);
+  out->trace_max_events = atomic_load(&st->trace_bound);
+  out->frames_written = atomic_load(&st->frames_written);
+  out->frames_dropped = atomic_load(&st->frames_dropped);
   return AA_OK;
 }

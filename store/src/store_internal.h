@@ -42,6 +42,8 @@ typedef struct aa__store_fault {
 #define AA__STORE_MAX_PATH 4096
 #define AA__STORE_MAX_TEXT 4096
 #define AA__STORE_MAX_JSON (1u << 20)
+/* the frames table: twice AA_STORE_MAX_FRAMES slots, a power of two */
+#define AA__STORE_FRAMES_SLOTS (2u * AA_STORE_MAX_FRAMES)
 
 /* ------------------------------------------------- types (all files) */
 
@@ -49,7 +51,8 @@ typedef enum item_kind {
   ITEM_SNAPSHOT = 1,
   ITEM_POLICY = 2,
   ITEM_END_RUN = 3,
-  ITEM_OOM = 4
+  ITEM_OOM = 4,
+  ITEM_FRAMES = 5
 } item_kind;
 
 typedef struct item {
@@ -65,6 +68,8 @@ typedef struct item {
   char *policy;
   /* ITEM_OOM */
   aa_oom_info oom;
+  /* ITEM_FRAMES: a call stack's id in its run and its text (`reason`) */
+  uint64_t frame_id;
   /* ITEM_SNAPSHOT: one element */
   aa_pool_stats snap[];
 } item;
@@ -100,6 +105,7 @@ typedef struct writer_stmts {
   sqlite3_stmt *ins_trace;
   sqlite3_stmt *ins_batch;
   sqlite3_stmt *ins_oom;
+  sqlite3_stmt *ins_frames;
 } writer_stmts;
 
 struct aa_store {
@@ -136,6 +142,18 @@ struct aa_store {
    * next cycle */
   _Atomic uint64_t ret_bytes, ret_age_s;
   atomic_bool ret_changed;
+  /* the trace table's bound (aa_store_set_trace_bound), taken by the
+   * writer into cfg.trace_max_events at its next cycle */
+  _Atomic uint64_t trace_bound;
+  atomic_bool trace_bound_changed;
+
+  /* call stacks interned in the current run (aa_store_frames_id): their
+   * 64-bit hashes (0: empty slot) and ids, under frames_mu */
+  pthread_mutex_t frames_mu;
+  int64_t frames_run;
+  uint64_t frames_n;
+  uint64_t *frames_hash; /* AA__STORE_FRAMES_SLOTS, made at first use */
+  uint64_t *frames_ids;
 
   _Atomic(ring *) ring;
   uint32_t ring_cap;
@@ -151,6 +169,9 @@ struct aa_store {
   _Atomic uint64_t events_dropped;
   _Atomic uint64_t ooms_written;
   _Atomic uint64_t ooms_dropped;
+  _Atomic uint64_t events_evicted;
+  _Atomic uint64_t frames_written;
+  _Atomic uint64_t frames_dropped;
   /* The first sequence number the current run's trace lost (cut_run's;
    * UINT64_MAX = none): its trace is complete below it. Drops are rare
    * (a full ring, a disabled store), so a lock is fine here. */
@@ -167,7 +188,8 @@ struct aa_store {
   uint64_t base_snap_written, base_snap_dropped; /* at begin of current run */
   uint64_t base_ev_written, base_ev_dropped;
   uint64_t base_oom_written, base_oom_dropped;
-  int64_t counted_run; /* the run whose counters the writer keeps updated */
+  int64_t counted_run;      /* the run whose counters the writer keeps updated */
+  bool trace_bound_pending; /* a new bound not yet applied */
 };
 
 /* ------------------------------------------------------ store_sqlite.c */
@@ -265,5 +287,9 @@ void *aa__store_writer_main(void *arg);
 int aa__store_db_used_bytes(aa_store *st, int64_t *used);
 /* One retention pass; disables the store on failure. */
 int aa__store_retention(aa_store *st);
+/* The trace table's bound (cfg.trace_max_events): deletes the oldest rows
+ * beyond it, counting them per run (runs.events_evicted) and in
+ * events_evicted. Inside the writer's transaction; a SQLite code. */
+int aa__store_trace_bound(aa_store *st);
 
 #endif /* AA_STORE_INTERNAL_H */

@@ -58,7 +58,8 @@ size_t aa_store_stats_json(const aa_store_stats *s, char *buf, size_t cap) {
          "\"events_written\":%llu,\"events_dropped\":%llu,"
          "\"transactions\":%llu,\"retention_runs\":%llu,"
          "\"rows_deleted\":%llu,\"db_bytes\":%llu,\"ooms_written\":%llu,"
-         "\"ooms_dropped\":%llu}",
+         "\"ooms_dropped\":%llu,\"events_evicted\":%llu,\"trace_max_events\":%llu,"
+         "\"frames_written\":%llu,\"frames_dropped\":%llu}",
          (long long)s->run_id, (unsigned long long)s->snapshots_queued,
          (unsigned long long)s->snapshots_written,
          (unsigned long long)s->snapshots_dropped,
@@ -72,7 +73,11 @@ size_t aa_store_stats_json(const aa_store_stats *s, char *buf, size_t cap) {
          (unsigned long long)s->rows_deleted,
          (unsigned long long)s->db_bytes,
          (unsigned long long)s->ooms_written,
-         (unsigned long long)s->ooms_dropped);
+         (unsigned long long)s->ooms_dropped,
+         (unsigned long long)s->events_evicted,
+         (unsigned long long)s->trace_max_events,
+         (unsigned long long)s->frames_written,
+         (unsigned long long)s->frames_dropped);
 #undef APPEND
   if (len < cap) {
     buf[len] = '\0';

@@ -34,13 +34,15 @@ void aa__store_item_free(item *it) {
 
 void aa__store_count_dropped(aa_store *st, const item *it) {
   /* an item of no known kind would be lost uncounted */
-  aa__assert_internal(it->kind >= ITEM_SNAPSHOT && it->kind <= ITEM_OOM);
+  aa__assert_internal(it->kind >= ITEM_SNAPSHOT && it->kind <= ITEM_FRAMES);
   if (it->kind == ITEM_SNAPSHOT) {
     atomic_fetch_add(&st->snapshots_dropped, 1);
   } else if (it->kind == ITEM_POLICY) {
     atomic_fetch_add(&st->policy_dropped, 1);
   } else if (it->kind == ITEM_OOM) {
     atomic_fetch_add(&st->ooms_dropped, 1);
+  } else if (it->kind == ITEM_FRAMES) {
+    atomic_fetch_add(&st->frames_dropped, 1);
   }
 }
 
@@ -397,4 +399,97 @@ void aa_store_trace_push(void *store, const aa_trace_event *ev) {
   /* Wake the writer early when the ring is half full. */
   uint64_t deq = atomic_load_explicit(&st->ring_deq, memory_order_relaxed);
   if (pos + 1 - deq == (uint64_t)st->ring_cap / 2) aa__store_wake_writer(st);
+}
+
+/* ------------------------------------------------------------------ frames */
+
+/* FNV-1a, then a mix: the text's 64-bit name (never 0). */
+static uint64_t frames_hash(const char *s, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++) {
+    h ^= (unsigned char)s[i];
+    h *= 0x100000001b3ull;
+  }
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  return h != 0 ? h : 1;
+}
+
+int aa_store_frames_id(aa_store *st, const char *frames, size_t len, uint64_t *id) {
+  int err = AA_OK;
+  item *it = NULL;
+  if (id != NULL) *id = 0;
+  if (st == NULL || frames == NULL || id == NULL || len == 0 ||
+      len > AA_STORE_MAX_FRAMES_BYTES)
+    return AA_EINVAL;
+  if (aa__store_forked_copy(st) || !aa__store_is_enabled(st)) return AA_ECLOSED;
+  int64_t run = atomic_load(&st->run_id);
+  if (run <= 0) return AA_ENOENT;
+  uint64_t h = frames_hash(frames, len);
+  pthread_mutex_lock(&st->frames_mu);
+  if (st->frames_hash == NULL) {
+    st->frames_hash = calloc(AA__STORE_FRAMES_SLOTS, sizeof *st->frames_hash);
+    st->frames_ids = calloc(AA__STORE_FRAMES_SLOTS, sizeof *st->frames_ids);
+    if (st->frames_hash == NULL || st->frames_ids == NULL) {
+      free(st->frames_hash);
+      free(st->frames_ids);
+      st->frames_hash = st->frames_ids = NULL;
+      err = AA_ENOMEM;
+      goto unlock;
+    }
+  }
+  if (st->frames_run != run) { /* a new run: its own ids, from 1 */
+    memset(st->frames_hash, 0, AA__STORE_FRAMES_SLOTS * sizeof *st->frames_hash);
+    st->frames_run = run;
+    st->frames_n = 0;
+  }
+  size_t i = (size_t)h & (AA__STORE_FRAMES_SLOTS - 1);
+  while (st->frames_hash[i] != 0 && st->frames_hash[i] != h)
+    i = (i + 1) & (AA__STORE_FRAMES_SLOTS - 1);
+  if (st->frames_hash[i] == h) {
+    *id = st->frames_ids[i];
+    goto unlock;
+  }
+  if (st->frames_n >= AA_STORE_MAX_FRAMES) {
+    err = AA_ELIMIT;
+    atomic_fetch_add(&st->frames_dropped, 1);
+    goto unlock;
+  }
+  it = calloc(1, sizeof *it);
+  if (it != NULL) it->reason = malloc(len + 1);
+  if (it == NULL || it->reason == NULL) {
+    aa__store_item_free(it);
+    err = AA_ENOMEM;
+    atomic_fetch_add(&st->frames_dropped, 1);
+    goto unlock;
+  }
+  memcpy(it->reason, frames, len);
+  it->reason[len] = '\0';
+  it->kind = ITEM_FRAMES;
+  it->ts_ms = aa__store_wall_ms();
+  it->frame_id = st->frames_n + 1;
+  /* queued under frames_mu so that an id is handed out only once its row
+   * is on its way (enqueue counts a refusal in frames_dropped) */
+  err = enqueue(st, it, true);
+  if (err == AA_OK) {
+    st->frames_n++;
+    st->frames_hash[i] = h;
+    st->frames_ids[i] = st->frames_n;
+    *id = st->frames_n;
+  }
+unlock:
+  pthread_mutex_unlock(&st->frames_mu);
+  return err;
+}
+
+int aa_store_set_trace_bound(aa_store *st, uint64_t max_events) {
+  if (st == NULL) return AA_EINVAL;
+  if (aa__store_forked_copy(st)) return AA_ECLOSED;
+  atomic_store(&st->trace_bound, max_events);
+  atomic_store(&st->trace_bound_changed, true);
+  pthread_mutex_lock(&st->mu);
+  aa__store_wake_writer(st);
+  pthread_mutex_unlock(&st->mu);
+  return AA_OK;
 }

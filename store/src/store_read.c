@@ -408,8 +408,18 @@ int aa_store_trace_read(const char *db_path, int64_t run_id, aa_store_trace_cb c
    * is read is a complete prefix of the run. A seq that is not an integer
    * passes the filter so that check_trace_row refuses its row by id (text
    * compares above every number: the filter would drop it unseen). */
+  static const char v7[] =
+      "SELECT time_ns, op, ptr, size, stream, thread, seq, id, frame"
+      " FROM trace_events"
+      " WHERE id BETWEEN"
+      "   (SELECT min(first_id) FROM trace_batches WHERE run_id = ?1)"
+      "   AND (SELECT max(last_id) FROM trace_batches WHERE run_id = ?1)"
+      "  AND run_id = ?1"
+      "  AND (seq IS NULL OR typeof(seq) <> 'integer' OR seq < coalesce("
+      "         (SELECT trace_cut_seq FROM runs WHERE id = ?1), seq + 1))"
+      " ORDER BY seq, id";
   static const char v2[] =
-      "SELECT time_ns, op, ptr, size, stream, thread, seq, id"
+      "SELECT time_ns, op, ptr, size, stream, thread, seq, id, NULL"
       " FROM trace_events"
       " WHERE id BETWEEN"
       "   (SELECT min(first_id) FROM trace_batches WHERE run_id = ?1)"
@@ -419,7 +429,7 @@ int aa_store_trace_read(const char *db_path, int64_t run_id, aa_store_trace_cb c
       "         (SELECT trace_cut_seq FROM runs WHERE id = ?1), seq + 1))"
       " ORDER BY seq, id";
   static const char v1[] =
-      "SELECT time_ns, op, ptr, size, stream, thread, NULL, id"
+      "SELECT time_ns, op, ptr, size, stream, thread, NULL, id, NULL"
       " FROM trace_events"
       " WHERE id BETWEEN"
       "   (SELECT min(first_id) FROM trace_batches WHERE run_id = ?1)"
@@ -434,8 +444,20 @@ int aa_store_trace_read(const char *db_path, int64_t run_id, aa_store_trace_cb c
   rc = rd_step(cols);
   bool has_seq = rc == SQLITE_ROW && sqlite3_column_int64(cols, 0) > 0;
   sqlite3_finalize(cols);
+  cols = NULL;
   if (rc != SQLITE_ROW) goto sqlfail;
-  rc = rd_prepare(db, has_seq ? v2 : v1, &s);
+  rc = rd_prepare(db,
+                  "SELECT count(*) FROM pragma_table_info('trace_events')"
+                  " WHERE name = 'frame'",
+                  &cols);
+  if (rc != SQLITE_OK) goto sqlfail;
+  rc = rd_step(cols);
+  bool has_frame = rc == SQLITE_ROW && sqlite3_column_int64(cols, 0) > 0;
+  sqlite3_finalize(cols);
+  if (rc != SQLITE_ROW) goto sqlfail;
+  rc = rd_prepare(db, has_frame ? v7 : has_seq ? v2
+                                               : v1,
+                  &s);
   if (rc != SQLITE_OK) goto sqlfail;
   sqlite3_bind_int64(s, 1, run);
   for (;;) {
@@ -454,7 +476,49 @@ int aa_store_trace_read(const char *db_path, int64_t run_id, aa_store_trace_cb c
     ev.stream = (uint64_t)sqlite3_column_int64(s, 4);
     ev.thread = (uint64_t)sqlite3_column_int64(s, 5);
     ev.seq = (uint64_t)sqlite3_column_int64(s, 6);
+    ev.frame = (uint64_t)sqlite3_column_int64(s, 8);
     int r = cb(user, &ev);
+    if (r != 0) {
+      err = r;
+      goto out;
+    }
+  }
+  goto out;
+sqlfail:
+  err = aa__store_err_from_sqlite(rc);
+  if (err == AA_OK) err = AA_EIO;
+out:
+  sqlite3_finalize(s);
+  aa__store_db_close_ro(db_path, db, tidy);
+  return err;
+}
+
+int aa_store_frames_foreach(const char *db_path, int64_t run_id, aa_store_frames_cb cb,
+                            void *user) {
+  sqlite3 *db = NULL;
+  bool tidy = false;
+  sqlite3_stmt *s = NULL;
+  int64_t run = 0;
+  int err, rc;
+  if (db_path == NULL || cb == NULL) return AA_EINVAL;
+  err = rd_open(db_path, &db, &tidy);
+  if (err != AA_OK) goto out;
+  err = resolve_run(db, run_id, &run);
+  if (err != AA_OK) goto out;
+  if (run == 0) {
+    err = AA_ENOENT;
+    goto out;
+  }
+  /* a database older than schema 7 has no call stacks */
+  rc = rd_prepare(db, "SELECT id, frames FROM trace_frames WHERE run_id = ?1 ORDER BY id", &s);
+  if (rc != SQLITE_OK) goto out;
+  sqlite3_bind_int64(s, 1, run);
+  for (;;) {
+    rc = rd_step(s);
+    if (rc == SQLITE_DONE) break;
+    if (rc != SQLITE_ROW) goto sqlfail;
+    const unsigned char *t = sqlite3_column_text(s, 1);
+    int r = cb(user, (uint64_t)sqlite3_column_int64(s, 0), t != NULL ? (const char *)t : "");
     if (r != 0) {
       err = r;
       goto out;

@@ -4,7 +4,8 @@
  * file is under 3/4 of the size limit, incremental vacuum and a WAL
  * checkpoint, and the size measurement. Runs on the writer thread only.
  *
- * Entry point: aa__store_retention; also aa__store_db_used_bytes.
+ * Entry points: aa__store_retention; aa__store_trace_bound (the trace
+ * table as a ring of trace_max_events rows); aa__store_db_used_bytes.
  */
 #include <stdio.h>
 #include <string.h>
@@ -158,5 +159,58 @@ int aa__store_retention(aa_store *st) {
   return SQLITE_OK;
 fail:
   aa__store_writer_fail(st, rc, what);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ the trace's bound */
+
+/* The trace table's rows are ids min..max with no gap: rows are appended
+ * with increasing ids and deleted only from the oldest (here, and by
+ * retention, which deletes ids below a cut), so max - min + 1 counts them
+ * in two index lookups. Rows beyond the bound are deleted oldest first,
+ * each run's count added to its events_evicted. */
+int aa__store_trace_bound(aa_store *st) {
+  int64_t lo = 0, hi = 0;
+  bool null = true;
+  uint64_t evicted = 0;
+  sqlite3_stmt *s = NULL;
+  int rc = q_int(st, "SELECT min(id) FROM trace_events", 0, false, &lo, &null);
+  if (rc != SQLITE_OK || null) return rc;
+  rc = q_int(st, "SELECT max(id) FROM trace_events", 0, false, &hi, &null);
+  if (rc != SQLITE_OK || null) return rc;
+  uint64_t rows = (uint64_t)(hi - lo + 1), max = st->cfg.trace_max_events;
+  if (max == 0 || rows <= max) return SQLITE_OK;
+  int64_t cut = hi - (int64_t)max + 1; /* ids below it go */
+  rc = sqlite3_prepare_v2(st->db,
+                          "SELECT run_id, count(*) FROM trace_events WHERE id < ?1 GROUP BY run_id",
+                          -1, &s, NULL);
+  if (rc != SQLITE_OK) goto out;
+  sqlite3_bind_int64(s, 1, cut);
+  for (;;) {
+    rc = aa__store_step(s, &st->fault);
+    if (rc != SQLITE_ROW) break;
+    char sql[160];
+    int64_t run = sqlite3_column_int64(s, 0), n = sqlite3_column_int64(s, 1);
+    snprintf(sql, sizeof sql,
+             "UPDATE runs SET events_evicted = events_evicted + %lld WHERE id = %lld",
+             (long long)n, (long long)run);
+    rc = aa__store_w_exec(st, sql);
+    if (rc != SQLITE_OK) goto out;
+  }
+  if (rc != SQLITE_DONE) goto out;
+  sqlite3_finalize(s);
+  s = NULL;
+  rc = exec_changes(st, "DELETE FROM trace_events WHERE id < ?1", cut, &evicted);
+  if (rc != SQLITE_OK) goto out;
+  uint64_t ignored = 0;
+  rc = exec_changes(st, "DELETE FROM trace_batches WHERE last_id < ?1", cut, &ignored);
+  if (rc != SQLITE_OK) goto out;
+  /* a batch the cut runs through starts at the cut now */
+  rc = exec_changes(st, "UPDATE trace_batches SET first_id = ?1 WHERE first_id < ?1", cut,
+                    &ignored);
+  if (rc != SQLITE_OK) goto out;
+  atomic_fetch_add(&st->events_evicted, evicted);
+out:
+  sqlite3_finalize(s);
   return rc;
 }

@@ -205,6 +205,19 @@ static const char *const kSchemaV6[] = {
     "ALTER TABLE runs ADD COLUMN ooms_dropped INTEGER NOT NULL DEFAULT 0;",
     NULL};
 
+/* v7: bounded live tracing. trace_events.frame: a 'c' event's call stack,
+ * by id; trace_frames: the stacks' texts per run; runs.events_evicted: the
+ * run's rows deleted by the trace bound (trace_max_events). */
+static const char *const kSchemaV7[] = {
+    "ALTER TABLE trace_events ADD COLUMN frame INTEGER;",
+    "CREATE TABLE IF NOT EXISTS trace_frames ("
+    " run_id INTEGER NOT NULL,"
+    " id INTEGER NOT NULL,"
+    " frames TEXT NOT NULL,"
+    " PRIMARY KEY (run_id, id)) WITHOUT ROWID;",
+    "ALTER TABLE runs ADD COLUMN events_evicted INTEGER NOT NULL DEFAULT 0;",
+    NULL};
+
 typedef struct migration {
   int version;
   const char *const *sql; /* statements, NULL-terminated */
@@ -218,6 +231,7 @@ static const migration kMigrations[] = {
     {4, kSchemaV4},
     {5, kSchemaV5},
     {6, kSchemaV6},
+    {7, kSchemaV7},
 };
 #define AA__N_MIGRATIONS (sizeof kMigrations / sizeof kMigrations[0])
 

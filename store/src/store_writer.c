@@ -59,6 +59,7 @@ void aa__store_stmts_finalize(writer_stmts *ws) {
   sqlite3_finalize(ws->ins_trace);
   sqlite3_finalize(ws->ins_batch);
   sqlite3_finalize(ws->ins_oom);
+  sqlite3_finalize(ws->ins_frames);
   memset(ws, 0, sizeof *ws);
 }
 
@@ -105,8 +106,10 @@ int aa__store_stmts_prepare(aa_store *st) {
        "INSERT INTO policy_changes(run_id, ts_ms, source, old_version,"
        " new_version, reason, policy) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")
   PREP(ins_trace,
-       "INSERT INTO trace_events(run_id, time_ns, op, ptr, size, stream, thread, seq)"
-       " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)")
+       "INSERT INTO trace_events(run_id, time_ns, op, ptr, size, stream, thread, seq, frame)"
+       " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")
+  PREP(ins_frames,
+       "INSERT OR REPLACE INTO trace_frames(run_id, id, frames) VALUES (?1, ?2, ?3)")
   PREP(ins_batch,
        "INSERT INTO trace_batches(run_id, ts_ms, first_id, last_id, events)"
        " VALUES (?1, ?2, ?3, ?4, ?5)")
@@ -333,6 +336,14 @@ static int write_policy(aa_store *st, const item *it) {
   return rc;
 }
 
+static int write_frames(aa_store *st, const item *it) {
+  sqlite3_stmt *s = st->ws.ins_frames;
+  sqlite3_bind_int64(s, 1, it->run_id);
+  BIND_U64(s, 2, it->frame_id);
+  sqlite3_bind_text(s, 3, it->reason, -1, SQLITE_STATIC);
+  return w_step(st, s);
+}
+
 static int write_oom(aa_store *st, const item *it) {
   sqlite3_stmt *s = st->ws.ins_oom;
   const aa_oom_info *o = &it->oom;
@@ -421,6 +432,11 @@ static int write_trace(aa_store *st, uint64_t *n) {
     } else {
       sqlite3_bind_null(s, 8);
     }
+    if (ev.frame != 0) {
+      BIND_U64(s, 9, ev.frame);
+    } else {
+      sqlite3_bind_null(s, 9);
+    }
     rc = w_step(st, s);
     if (rc != SQLITE_OK) return rc;
     last = sqlite3_last_insert_rowid(st->db);
@@ -449,7 +465,7 @@ static void writer_cycle(aa_store *st, item *list, begin_req *begins,
                          bool flush) {
   int rc = SQLITE_OK;
   const char *what = "writing";
-  uint64_t snaps = 0, pols = 0, ooms = 0, evs = 0;
+  uint64_t snaps = 0, pols = 0, ooms = 0, evs = 0, frames = 0;
 
   for (begin_req *b = begins; b != NULL; b = b->next) {
     if (!aa__store_is_enabled(st)) {
@@ -465,7 +481,9 @@ static void writer_cycle(aa_store *st, item *list, begin_req *begins,
   bool have_ring = atomic_load_explicit(&st->ring, memory_order_acquire) !=
                        NULL &&
                    atomic_load(&st->ring_deq) != atomic_load(&st->ring_enq);
-  if (list == NULL && !have_ring) goto maintenance;
+  /* a new, smaller bound applies at once, without waiting for an event */
+  if (atomic_load(&st->trace_bound_changed)) st->trace_bound_pending = true;
+  if (list == NULL && !have_ring && !st->trace_bound_pending) goto maintenance;
 
   what = "starting a transaction";
   rc = aa__store_w_exec(st, "BEGIN IMMEDIATE");
@@ -483,6 +501,10 @@ static void writer_cycle(aa_store *st, item *list, begin_req *begins,
       what = "writing an out-of-memory record";
       rc = write_oom(st, it);
       ooms++;
+    } else if (it->kind == ITEM_FRAMES) {
+      what = "writing a call stack";
+      rc = write_frames(st, it);
+      frames++;
     } else {
       aa__assert_internal(it->kind == ITEM_END_RUN);
       what = "ending a run";
@@ -493,6 +515,14 @@ static void writer_cycle(aa_store *st, item *list, begin_req *begins,
   what = "writing trace events";
   rc = write_trace(st, &evs);
   if (rc != SQLITE_OK) goto fail;
+  if (atomic_exchange(&st->trace_bound_changed, false))
+    st->cfg.trace_max_events = atomic_load(&st->trace_bound);
+  if (st->cfg.trace_max_events > 0 && (evs > 0 || st->trace_bound_pending)) {
+    what = "keeping the trace within its bound";
+    rc = aa__store_trace_bound(st);
+    if (rc != SQLITE_OK) goto fail;
+    st->trace_bound_pending = false;
+  }
   int64_t run = st->counted_run;
   if (run > 0) {
     sqlite3_stmt *u = st->ws.upd_run;
@@ -536,12 +566,14 @@ static void writer_cycle(aa_store *st, item *list, begin_req *begins,
   atomic_fetch_add(&st->policy_written, pols);
   atomic_fetch_add(&st->ooms_written, ooms);
   atomic_fetch_add(&st->events_written, evs);
+  atomic_fetch_add(&st->frames_written, frames);
   goto maintenance;
 
 fail:
   aa__store_writer_fail(st, rc, what);
   /* What was in the failed transaction is lost. */
   atomic_fetch_add(&st->events_dropped, evs);
+  atomic_fetch_add(&st->frames_dropped, frames);
   goto dropped;
 
 maintenance:

@@ -249,10 +249,16 @@ class TestServerCli(Base):
                 self.assertIn(words, err)
         self.assertEqual(self.version(), v)
 
-    def test_trace_is_not_served_yet(self):
-        rc, _, err = self.cli("--url", self.url, "trace", "--seconds", "5")
-        self.assertEqual(rc, 5, err)
-        self.assertOneLineError(err)
+    def test_trace_usage(self):
+        for args, words in ((("trace",), "needs --seconds"),
+                            (("trace", "--seconds", "-1"), "0 to 2592000"),
+                            (("trace", "--seconds", "5", "--sample", "0"), "--min-bytes"),
+                            (("trace", "--off", "--seconds", "5"), "--off takes no")):
+            with self.subTest(args=args):
+                rc, _, err = self.cli("--url", self.url, *args)
+                self.assertEqual(rc, 2, err)
+                self.assertOneLineError(err)
+                self.assertIn(words, err)
 
     def test_unreachable_and_usage(self):
         rc, _, err = self.cli("--url", "127.0.0.1:1", "status")
@@ -349,6 +355,106 @@ class RuntimeCli(Base):
         rc, out, err = self.cli("--url", self.url, "status")
         self.assertEqual(rc, 0, err)
         self.assertIn("host", out)
+
+
+@unittest.skipUnless(os.environ.get("AA_DEMO"), "AA_DEMO not set")
+class RuntimeTraceCli(Base):
+    """`adaptalloc trace` against the real runtime with a store: a sampled
+    trace for a second ends by itself, its frees follow its allocations,
+    --status says what is traced, --off ends one at once."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.xdg = os.path.join(self.tmp.name, "run")
+        os.mkdir(self.xdg, 0o700)
+        self.db = os.path.join(self.tmp.name, "t.db")
+        env = dict(os.environ, ADAPTALLOC_DB=self.db, ADAPTALLOC_HTTP="127.0.0.1:0",
+                   XDG_RUNTIME_DIR=self.xdg, ADAPTALLOC_POLICY_DIR=self.tmp.name)
+        env.pop("ADAPTALLOC_TOKEN", None)
+        env.pop("ADAPTALLOC_TRACE", None)
+        self.proc, m = start_server([os.environ["AA_DEMO"], "--seconds", "60", "--quiet"],
+                                    r"http://(127\.0\.0\.1:\d+)/", env=env, stream="stderr")
+        self.url = m.group(1)
+        port = int(self.url.rsplit(":", 1)[1])
+        tf = os.path.join(self.xdg, "adaptalloc", "%d.token" % port)
+        for _ in range(50):
+            if os.path.exists(tf):
+                break
+            time.sleep(0.1)
+
+    def tearDown(self):
+        self.proc.terminate()
+        self.proc.wait(60)
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            f.close()
+        self.tmp.cleanup()
+
+    def test_trace_seconds_sampled(self):
+        rc, out, err = self.cli("--url", self.url, "trace", "--status")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("tracing is off", out)
+        rc, out, err = self.cli("--url", self.url, "trace", "--seconds", "1", "--sample", "20",
+                                "--max-events", "200000", "--wait")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("tracing 1 in 20 allocations", out)
+        self.assertIn("the trace ended", out)
+        rc, out, err = self.cli("--url", self.url, "trace", "--status", "--json")
+        self.assertEqual(rc, 0, err)
+        tr = json.loads(out)
+        self.assertFalse(tr["on"])
+        self.assertEqual(tr["max_events"], 200000)
+        rc, out, err = self.cli("--url", self.url, "policy", "get")
+        self.assertFalse(json.loads(out)["telemetry"]["trace"])
+        # the store has the sample: every traced free after its allocation
+        import sqlite3
+        for _ in range(40):  # the writer commits within 100 ms
+            con = sqlite3.connect(self.db)
+            n = con.execute("SELECT count(*) FROM trace_events").fetchone()[0]
+            con.close()
+            if n:
+                break
+            time.sleep(0.1)
+        con = sqlite3.connect(self.db)
+        rows = con.execute("SELECT op, ptr FROM trace_events ORDER BY seq").fetchall()
+        src = con.execute("SELECT source FROM policy_changes ORDER BY id").fetchall()
+        con.close()
+        self.assertGreater(len(rows), 10)
+        live = set()
+        for op, ptr in rows:
+            if op == "a":
+                live.add(ptr)
+            elif op == "f":
+                self.assertIn(ptr, live, "a traced free follows its traced allocation")
+                live.discard(ptr)
+        self.assertIn(("trace-timer",), src)
+        # sizes only, until turned off
+        rc, out, err = self.cli("--url", self.url, "trace", "--seconds", "0", "--min-bytes",
+                                "1048576")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("every allocation of 1.0 MiB or more, until turned off", out)
+        rc, out, err = self.cli("--url", self.url, "trace", "--off")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("tracing is off", out)
+        time.sleep(0.5)  # the writer commits what the ring still holds (trace off)
+        con = sqlite3.connect(self.db)
+        live = {}
+        for op, ptr, size in con.execute("SELECT op, ptr, size FROM trace_events "
+                                         "WHERE run_id = (SELECT max(id) FROM runs) ORDER BY seq"):
+            if op == "a":
+                live[ptr] = size
+            elif op == "f":
+                live.pop(ptr, None)
+        con.close()
+        rc, out, err = self.cli("holders", "--db", self.db, "--json")
+        self.assertEqual(rc, 0, err)
+        h = json.loads(out)
+        self.assertEqual(h["live_blocks"], len(live))
+        self.assertEqual(h["live_bytes"], sum(live.values()))
+        self.assertEqual(h["live_bytes"], sum(e["bytes"] for e in h["top_sizes"])
+                         if len(h["top_sizes"]) < 10 else h["live_bytes"])
+        rc, out, err = self.cli("holders", "--db", self.db)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("largest live blocks", out)
 
 
 if __name__ == "__main__":

@@ -169,6 +169,49 @@ def test_install_after_a_cuda_allocation_is_refused(tmp_path):
     assert d and "before the first CUDA allocation" in d and "python -m adaptalloc.torch" in d
 
 
+def test_stats_and_metrics_name_the_gpu_and_its_headroom(tmp_path):
+    """After install() and a CUDA allocation: /stats "devices" has the card's
+    UUID (torch's), its PCI bus id, total as cudaMemGetInfo says, free,
+    this process's reserved and the rest as non-allocator memory; /metrics
+    has the adaptalloc_device_* series and gpu_uuid/pci_bus_id on device0's
+    series; the host in adaptalloc_info."""
+    p, d = run("""
+        import json, urllib.request, torch, adaptalloc, adaptalloc.torch as aat
+        aat.install()
+        x = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+        free, total = torch.cuda.mem_get_info()
+        props = torch.cuda.get_device_properties(0)
+        url = adaptalloc.url()
+        st = json.load(urllib.request.urlopen(url + "stats", timeout=10))
+        text = urllib.request.urlopen(url + "metrics", timeout=10).read().decode()
+        print(json.dumps({"devices": st["devices"], "host": st["host"],
+                          "uuid": str(getattr(props, "uuid", "")), "total": total,
+                          "free": free, "reserved": torch.cuda.memory_reserved(0),
+                          "metrics": [l for l in text.splitlines()
+                                      if l.startswith(("adaptalloc_device_",
+                                                       "adaptalloc_reserved_bytes{",
+                                                       "adaptalloc_info{"))]}))
+    """, tmp_path)
+    assert p.returncode == 0, p.stderr
+    dev = d["devices"]
+    assert len(dev) == 1 and dev[0]["device"] == 0, dev
+    g = dev[0]
+    assert g["gpu_uuid"].startswith("GPU-") and len(g["gpu_uuid"]) == 40, g
+    if d["uuid"]:  # torch's _CudaDeviceProperties.uuid: the same digits, no "GPU-"
+        assert g["gpu_uuid"][4:] == d["uuid"].replace("GPU-", ""), (g, d["uuid"])
+    assert len(g["pci_bus_id"]) == 16 and g["pci_bus_id"][8] == ":", g
+    assert g["total_bytes"] == d["total"], (g, d["total"])
+    assert g["reserved_bytes"] >= 256 << 20
+    assert g["used_bytes"] == g["total_bytes"] - g["free_bytes"]
+    assert g["non_allocator_bytes"] == max(0, g["used_bytes"] - g["reserved_bytes"])
+    m = d["metrics"]
+    assert any(l.startswith('adaptalloc_device_total_bytes{device="0",gpu_uuid="%s",'
+                            'pci_bus_id="%s"' % (g["gpu_uuid"], g["pci_bus_id"])) for l in m), m
+    assert any(l.startswith("adaptalloc_device_nonallocator_bytes{") for l in m), m
+    assert any('pool="device0"' in l and 'gpu_uuid="%s"' % g["gpu_uuid"] in l for l in m), m
+    assert any(l.startswith("adaptalloc_info{") and 'host="%s"' % d["host"] in l for l in m), m
+
+
 def test_launcher_runs_an_unmodified_script(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent("""

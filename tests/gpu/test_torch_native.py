@@ -73,6 +73,18 @@ def _child(name, out):
     elif name == "traced":  # ADAPTALLOC_TRACE=1 in the environment
         _load_native().install(torch.cuda.device_count())
         _train(3)
+    elif name == "traced_frames":  # ADAPTALLOC_DB set, no ADAPTALLOC_TRACE
+        _load_native().install(torch.cuda.device_count())
+        import adaptalloc
+        torch.cuda.memory._record_memory_history(stacks="python")
+        # a live, sampled, timed trace: 1 in 4 allocations and every one of
+        # 1 MiB or more, for 30 s (ended here before)
+        adaptalloc.trace(30, sample=4, min_bytes=1 << 20)
+        _train(3)
+        held = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")  # live at the end
+        adaptalloc.trace_off()
+        torch.cuda.memory._record_memory_history(enabled=None)
+        print(json.dumps({"held": held.data_ptr()}))
     elif name == "compile":
         _load_native().install(torch.cuda.device_count())
         _compile_reduce_overhead()
@@ -90,6 +102,73 @@ def _child(name, out):
         m = _load_native()
         m.install(torch.cuda.device_count())
         _stitch(m)
+    elif name == "plan":  # ADAPTALLOC_POLICY: a policy with large.plan on
+        m = _load_native()
+        m.install(torch.cuda.device_count())
+        _plan(m, out)
+    elif name == "plan_ref":
+        _plan(None, out)
+    elif name.startswith("ipc_"):  # ipc_<consumer mode>_<bytes>
+        _, mode, nbytes = name.split("_")
+        _load_native().install(torch.cuda.device_count())
+        _ipc_producer(mode, int(nbytes))
+    elif name == "cap_loop":
+        _load_native().install(torch.cuda.device_count())
+        _cap_survives_loop()
+    elif name == "mempool_oom":
+        _load_native().install(torch.cuda.device_count())
+        _mempool_use_on_oom()
+    elif name == "settings":  # PYTORCH_CUDA_ALLOC_CONF in the environment
+        import adaptalloc.torch
+        adaptalloc.torch.install()
+        _settings_applied()
+
+
+def _plan_steps(steps, side_every=0):
+    """A fixed-shape training loop (the learned plan's case): a small
+    transformer, AdamW, 16 steps; every side_every-th step a copy of the
+    activations goes through a side stream (record_stream). Returns the
+    losses and the final parameters on the CPU."""
+    import torch
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(d_model=256, nhead=4, dim_feedforward=1024,
+                                             dropout=0.0, batch_first=True)
+    model = torch.nn.Sequential(layer, torch.nn.Linear(256, 10)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    g = torch.Generator(device="cpu").manual_seed(1)
+    xs = [torch.randn(16, 128, 256, generator=g) for _ in range(4)]
+    side = torch.cuda.Stream()
+    losses = []
+    for step in range(steps):
+        x = xs[step % 4].cuda()
+        y = model(x)
+        if side_every and step % side_every == 0:
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                z = (y.detach() * 2).sum()
+            y.record_stream(side)
+            z.record_stream(torch.cuda.current_stream())
+        loss = (y.mean(dim=1) ** 2).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    torch.cuda.synchronize()
+    return losses, [p.detach().cpu() for p in model.parameters()]
+
+
+def _plan(m, out):
+    """test_plan_same_training_and_adopted's child: the loop above; under
+    adaptalloc, the pool's plan figures printed as JSON."""
+    import torch
+    torch.save(_plan_steps(16, side_every=3), out)
+    if m is not None:
+        st = json.loads(m.stats_json(0))
+        pool = next(p for p in st["pools"] if p.get("backend") == "cuda")
+        print(json.dumps({k: pool.get(k) for k in (
+            "large_plan_state", "large_plan_period", "large_plan_bytes", "large_plan_hits",
+            "large_plan_misses", "large_plans_adopted", "large_plans_dropped",
+            "large_plans_refused", "peak_bytes_reserved", "peak_bytes_in_use")}))
 
 
 def _stitch(m):
@@ -216,6 +295,156 @@ def _cap_survives_patch():
     res["after_limit_patch"] = refused()
     torch.cuda.set_per_process_memory_fraction(1.0, 0)
     res["after_release"] = not refused()
+    print(json.dumps(res))
+
+
+def _ipc_producer(mode, nbytes):
+    """The IPC tests' producer (on adaptalloc): shares a tensor with a
+    consumer process (spawn; on adaptalloc or PyTorch's allocator), which
+    reads it and writes element 0; frees its own tensor while the consumer
+    still holds it and allocates over the pool, the consumer's data intact;
+    the block goes back only after the consumer let go. Prints JSON."""
+    import torch
+    import torch.multiprocessing as mp
+    sys.path.insert(0, os.path.dirname(HERE))
+    import _ipc_consumer
+    ctx = mp.get_context("spawn")
+    q, r = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=_ipc_consumer.consume,
+                    args=(q, r, mode, os.environ.get("AA_TORCH_NATIVE_PATH", "")))
+    p.start()
+    res = {}
+    t = torch.full((nbytes,), 7, dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    ptr = t.data_ptr()
+    q.put(t)
+    got = r.get(timeout=120)
+    if got[0] == "error":
+        print(json.dumps({"error": got[1]}))
+        p.join(30)
+        return
+    res["sum_ok"] = got[1] == 7 * nbytes
+    torch.cuda.synchronize()
+    res["write_seen"] = int(t[0]) == 42
+    del t
+    torch.cuda.ipc_collect()
+    res["held_while_shared"] = torch.cuda.memory_allocated() == base
+    fill = [torch.full((nbytes,), 9, dtype=torch.uint8, device="cuda") for _ in range(3)]
+    res["not_reused"] = all(f.data_ptr() != ptr for f in fill)
+    torch.cuda.synchronize()
+    q.put("check")
+    res["consumer_data_intact"] = r.get(timeout=120)[1]
+    del fill
+    q.put("release")
+    res["released"] = r.get(timeout=120)[0] == "released"
+    p.join(60)
+    res["consumer_exit"] = p.exitcode
+    for _ in range(50):
+        torch.cuda.ipc_collect()
+        if torch.cuda.memory_allocated() <= base - nbytes:
+            break
+        import time
+        time.sleep(0.1)
+    res["freed_after_release"] = torch.cuda.memory_allocated() <= base - nbytes
+    again = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    res["reusable"] = again.data_ptr() != 0
+    print(json.dumps(res))
+
+
+def _cap_survives_loop():
+    """The memory-fraction cap stays in force after the policy loop applied
+    a decision of its own (a hot size's exact class). Prints JSON."""
+    import time
+    import torch
+    import adaptalloc
+    torch.ones(1, device="cuda")
+    frac = 0.02
+    torch.cuda.set_per_process_memory_fraction(frac, 0)
+    cap = int(frac * torch.cuda.get_device_properties(0).total_memory)
+
+    def refused():
+        try:
+            x = torch.empty(int(cap * 1.5), dtype=torch.uint8, device="cuda")
+        except torch.OutOfMemoryError:
+            return True
+        del x
+        return False
+
+    res = {"before": refused()}
+    adaptalloc.patch_policy({"adapt": {"interval_ms": 200}})
+    d0 = adaptalloc.stats()["adapt"]["decisions"]
+    deadline = time.time() + 60
+    keep = []
+    while time.time() < deadline:
+        # one hot size that no class fits well: the loop adds a class for it
+        xs = [torch.empty(1700, dtype=torch.uint8, device="cuda") for _ in range(2000)]
+        keep = xs[:10]
+        del xs
+        time.sleep(0.05)
+        if adaptalloc.stats()["adapt"]["decisions"] > d0:
+            break
+    res["decided"] = adaptalloc.stats()["adapt"]["decisions"] > d0
+    res["after_loop"] = refused()
+    del keep
+    torch.cuda.set_per_process_memory_fraction(1.0, 0)
+    print(json.dumps(res))
+
+
+def _mempool_use_on_oom():
+    """MemPool(use_on_oom=True): an allocation of the default pool that the
+    cap refuses is served from the MemPool's free memory; a pool without
+    the option lends nothing. Prints JSON."""
+    import torch
+    torch.ones(1, device="cuda")
+    mib = 1 << 20
+    pool = torch.cuda.MemPool(use_on_oom=True)
+    with torch.cuda.use_mem_pool(pool):
+        x = torch.empty(64 * mib, dtype=torch.uint8, device="cuda")
+    xp = x.data_ptr()
+    del x  # the pool keeps the memory cached
+    torch.cuda.synchronize()
+    used = torch.cuda.memory_reserved()
+    torch.cuda.set_per_process_memory_fraction(
+        (used + 16 * mib) / torch.cuda.get_device_properties(0).total_memory, 0)
+    res = {}
+    try:
+        y = torch.empty(48 * mib, dtype=torch.uint8, device="cuda")  # over the cap
+        segs = [s for s in torch.cuda.memory._snapshot()["segments"]
+                if tuple(s["segment_pool_id"]) == tuple(pool.id)]
+        res["served"] = True
+        res["from_pool"] = any(s["address"] <= y.data_ptr() < s["address"] + s["total_size"]
+                               for s in segs)
+        res["same_memory"] = xp <= y.data_ptr() < xp + 64 * mib
+        y.fill_(3)
+        res["data_ok"] = int(y.sum(dtype=torch.int64)) == 3 * 48 * mib
+        del y
+    except torch.OutOfMemoryError as e:
+        res["served"] = False
+        res["msg"] = str(e)
+    plain = torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(plain):
+        z = torch.empty(64 * mib, dtype=torch.uint8, device="cuda")
+    del z
+    try:
+        torch.empty(200 * mib, dtype=torch.uint8, device="cuda")
+        res["plain_refused"] = False
+    except torch.OutOfMemoryError:
+        res["plain_refused"] = True
+    torch.cuda.set_per_process_memory_fraction(1.0, 0)
+    print(json.dumps(res))
+
+
+def _settings_applied():
+    """PYTORCH_CUDA_ALLOC_CONF under adaptalloc (the line is on stderr) and
+    a later _set_allocator_settings. Prints JSON."""
+    import torch
+    import adaptalloc
+    torch.ones(1, device="cuda")
+    res = {"fraction": torch.cuda.get_per_process_memory_fraction(0),
+           "mode": adaptalloc.policy()["pools"]["device"]["large"]["mode"]}
+    torch.cuda.memory._set_allocator_settings("expandable_segments:True")
+    res["mode_after"] = adaptalloc.policy()["pools"]["device"]["large"]["mode"]
     print(json.dumps(res))
 
 
@@ -581,6 +810,27 @@ def test_stitched_range_data_and_snapshot(tmp_path):
     assert res["seg_total"] == res["reserved_snap"] and res["tiles_ok"], res
 
 
+def test_plan_same_training_and_adopted(tmp_path):
+    """large.plan on: a fixed-shape training loop (with a side stream's
+    record_stream every third step) computes what it computes under
+    PyTorch's allocator, and the pool learned a plan and served from it."""
+    ref, _ = _run_child("plan_ref", tmp_path, PYTORCH_CUDA_ALLOC_CONF="")
+    pol = json.load(open(os.path.join(os.path.dirname(HERE), "..", "..", "policies",
+                                      "default.json")))
+    pol["pools"]["device"]["large"]["plan"] = True
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(pol))
+    (tmp_path / "sub").mkdir()
+    out, stdout = _run_child("plan", tmp_path / "sub", ADAPTALLOC_POLICY=str(path))
+    res = json.loads(stdout.strip().splitlines()[-1])
+    ref_losses, ref_params = torch.load(ref)
+    losses, params = torch.load(out)
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=1e-5, atol=1e-6)
+    for a, b in zip(params, ref_params):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert res["large_plans_adopted"] >= 1 and res["large_plan_hits"] > 0, res
+
+
 def test_cudnn_benchmark_conv_net():
     old = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = True
@@ -753,6 +1003,164 @@ def test_export_torch_snapshot_of_a_traced_run_renders(tmp_path):
     assert len(live) == summary["live_at_end"]
     html = _memory_viz.trace_plot(snap)
     assert "Active Memory Timeline" in html and len(html) > 10000
+
+
+def _child_json(name, tmp_path, **env):
+    _, stdout = _run_child(name, tmp_path, **env)
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("consumer", ["adaptalloc", "default"])
+@pytest.mark.parametrize("nbytes", [4096, 64 << 20])  # a slab block; the expandable path
+def test_ipc_share_with_a_spawned_consumer(tmp_path, consumer, nbytes):
+    res = _child_json("ipc_%s_%d" % (consumer, nbytes), tmp_path)
+    assert "error" not in res, res
+    assert res == dict(res, sum_ok=True, write_seen=True, held_while_shared=True,
+                       not_reused=True, consumer_data_intact=True, released=True,
+                       consumer_exit=0, freed_after_release=True, reusable=True), res
+
+
+def test_ipc_share_an_interior_tensor_and_reopen_twice():
+    # a view's storage is the block; two shares of one storage: one mapping
+    x = torch.arange(1 << 20, dtype=torch.int32, device="cuda")
+    st = x[100:].untyped_storage()
+    h1 = st._share_cuda_()
+    h2 = st._share_cuda_()
+    assert h1[1] == h2[1]  # the same handle bytes
+    assert isinstance(h1[3], int)
+
+
+def test_trace_tracker_sees_allocs_frees_and_segments():
+    native._tracker_attach()
+    native._tracker_entries()
+    torch.cuda.empty_cache()
+    native._tracker_entries()
+    x = torch.empty(40 << 20, dtype=torch.uint8, device="cuda")  # new pages: a segment
+    ptr = x.data_ptr()
+    del x
+    torch.cuda.empty_cache()
+    e = native._tracker_entries()
+    acts = [a for a, _, _ in e]
+    assert ("alloc", ptr, 40 << 20) in e, e[:20]
+    assert ("free_requested", ptr, 40 << 20) in e and ("free_completed", ptr, 40 << 20) in e
+    assert acts.index("alloc") < acts.index("free_completed")
+    maps = [x for x in e if x[0] in ("segment_map", "segment_alloc")]
+    unmaps = [x for x in e if x[0] in ("segment_unmap", "segment_free")]
+    assert any(a <= ptr < a + n for _, a, n in maps), e
+    assert maps and unmaps
+    # every segment announced mapped before the block in it
+    first_map = min(i for i, x in enumerate(e) if x in maps and x[1] <= ptr < x[1] + x[2])
+    assert first_map < acts.index("alloc")
+
+
+def test_mempool_no_split_blocks_are_their_own_segments():
+    pool = torch.cuda.MemPool(no_split=True)
+    with torch.cuda.use_mem_pool(pool):
+        xs = [torch.empty(n, dtype=torch.uint8, device="cuda") for n in (6 << 20, 10 << 20)]
+    segs = [s for s in torch.cuda.memory._snapshot()["segments"]
+            if tuple(s["segment_pool_id"]) == tuple(pool.id) and s["is_large"]]
+    for x in xs:
+        mine = [s for s in segs if s["address"] <= x.data_ptr() < s["address"] + s["total_size"]]
+        assert len(mine) == 1
+        assert [b["state"] for b in mine[0]["blocks"]].count("active_allocated") == 1
+        assert mine[0]["address"] == x.data_ptr()
+    del xs
+    del pool
+    torch.cuda.empty_cache()
+
+
+def test_mempool_use_on_oom_lends_its_memory(tmp_path):
+    res = _child_json("mempool_oom", tmp_path)
+    assert res.get("served"), res
+    assert res == dict(res, from_pool=True, same_memory=True, data_ok=True,
+                       plain_refused=True), res
+
+
+def test_allocator_settings_line_and_mapping(tmp_path):
+    conf = "expandable_segments:False,max_split_size_mb:64,garbage_collection_threshold:0.8"
+    out = str(tmp_path / "settings.pt")
+    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=conf)
+    r = subprocess.run([sys.executable, HERE, "child", "settings", out], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("adaptalloc: PYTORCH_CUDA_ALLOC_CONF:")]
+    assert len(lines) == 1, r.stderr
+    for key, status in (("expandable_segments:False", "translated"),
+                        ("max_split_size_mb:64", "ignored"),
+                        ("garbage_collection_threshold:0.8", "translated")):
+        assert "%s %s" % (key, status) in lines[0], lines[0]
+    assert res["mode"] == "cache" and res["mode_after"] == "expandable", res
+    assert any(ln.startswith("adaptalloc: _set_allocator_settings: expandable_segments:True "
+                             "translated") for ln in r.stderr.splitlines()), r.stderr
+
+
+def test_record_function_annotations_in_history(tmp_path):
+    torch.cuda.memory._record_memory_history(max_entries=100000)
+    try:
+        with torch.profiler.record_function("aa_phase_one"):
+            x = torch.empty(1 << 20, device="cuda")
+        with torch.profiler.record_function("aa_phase_two"):
+            y = torch.empty(1 << 20, device="cuda")
+        path = str(tmp_path / "ann.pickle")
+        torch.cuda.memory._dump_snapshot(path)
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    del x, y
+    with open(path, "rb") as f:
+        snap = pickle.load(f)
+    ann = snap.get("external_annotations", [])
+    text = repr(ann)
+    assert "aa_phase_one" in text and "aa_phase_two" in text, ann[:10]
+
+
+def test_memory_fraction_survives_a_loop_decision(tmp_path):
+    res = _child_json("cap_loop", tmp_path)
+    assert res == {"before": True, "decided": True, "after_loop": True}, res
+
+def test_live_trace_stores_python_frames(tmp_path):
+    """Issue 38 item 3 on the native path: a live sampled trace with
+    _record_memory_history(stacks="python") stores the traced allocations'
+    Python frames; the bounded export carries them to memory_viz, and
+    `adaptalloc holders` names this file as the holder of the 64 MiB block."""
+    from torch.cuda import _memory_viz
+    tool = _replay_bin()
+    db = str(tmp_path / "frames.db")
+    env = dict(os.environ, ADAPTALLOC_DB=db, ADAPTALLOC_HTTP="off")
+    env.pop("ADAPTALLOC_TRACE", None)
+    r = subprocess.run([sys.executable, HERE, "child", "traced_frames", str(tmp_path / "x.pt")],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    held = json.loads(r.stdout.strip().splitlines()[-1])["held"]
+    import sqlite3
+    con = sqlite3.connect(db)
+    n_frames = con.execute("SELECT count(*) FROM trace_frames").fetchone()[0]
+    n_c = con.execute("SELECT count(*) FROM trace_events WHERE op = 'c'").fetchone()[0]
+    n_a = con.execute("SELECT count(*) FROM trace_events WHERE op = 'a'").fetchone()[0]
+    con.close()
+    assert n_frames > 0 and n_c > 0 and n_c <= n_a, (n_frames, n_c, n_a)
+    out = str(tmp_path / "bounded.pickle")
+    r = subprocess.run([tool, "export", "--format", "torch-snapshot", "--db", db, "-o", out,
+                        "--max-entries", "2000", "--json"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["entries"] <= 2000 and summary["with_frames"] > 0, summary
+    with open(out, "rb") as f:
+        snap = pickle.load(f)
+    framed = [e for e in snap["device_traces"][0] if e["action"] == "alloc" and e["frames"]]
+    assert any("test_torch_native.py" in f["filename"] for e in framed for f in e["frames"])
+    html = _memory_viz.trace_plot(snap)
+    assert "Active Memory Timeline" in html
+    cli = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(HERE))), "python",
+                       "adaptalloc", "cli.py")
+    r = subprocess.run([sys.executable, cli, "holders", "--db", db, "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    h = json.loads(r.stdout)
+    big = [b for b in h["largest"] if int(b["ptr"], 16) == held]
+    assert big and big[0]["size"] == 64 << 20, h["largest"][:3]
+    assert any("test_torch_native.py" in f for f in big[0]["frames"]), big[0]
 
 
 def test_unsupported_features_raise_clearly():

@@ -112,4 +112,45 @@ if(PKG_CONFIG AND CC)
     message(FATAL_ERROR "the README's C example (LD_LIBRARY_PATH) failed: ${rc} ${out}")
   endif()
 endif()
-message(STATUS "install check: find_package and pkg-config consumers of adaptalloc and adaptalloc-core, the README example, ok")
+# An installed tree finds its own policies wherever it is: copied to another
+# prefix, the installed demo (the runtime inside it) takes bert-base.json
+# from the copy's share/adaptalloc/policies, found from where its library is,
+# not from the prefix it was configured for; a model without a file names
+# every folder it looked in.
+file(GLOB demo ${prefix}/bin/adaptalloc-demo)
+if(demo)
+  set(moved ${WORK_DIR}/moved-prefix)
+  file(REMOVE_RECURSE ${moved} ${WORK_DIR}/elsewhere)
+  file(COPY ${prefix}/ DESTINATION ${moved})
+  file(MAKE_DIRECTORY ${WORK_DIR}/elsewhere)
+  file(GLOB moved_lib LIST_DIRECTORIES true ${moved}/lib ${moved}/lib64 ${moved}/lib/*-linux-gnu)
+  string(REPLACE ";" ":" moved_lib "${moved_lib}")
+  foreach(model bert-base no-such-model)
+    execute_process(COMMAND ${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=${moved_lib}
+        ADAPTALLOC_MODEL=${model} ADAPTALLOC_HTTP=off ADAPTALLOC_DB=off
+        --unset=ADAPTALLOC_POLICY_DIR --unset=ADAPTALLOC_POLICY --unset=ADAPTALLOC_QUIET
+        ${moved}/bin/adaptalloc-demo --seconds 1
+      WORKING_DIRECTORY ${WORK_DIR}/elsewhere
+      RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err)
+    if(rc)
+      message(FATAL_ERROR "the moved tree's demo failed (${rc}):\n${err}")
+    endif()
+    if(model STREQUAL "bert-base")
+      set(want "policy: ${moved}/share/adaptalloc/policies/bert-base.json (model bert-base)")
+    else()
+      set(want "${moved}/share/adaptalloc/policies/no-such-model.json")
+    endif()
+    string(FIND "${err}" "${want}" at)
+    if(at EQUAL -1)
+      message(FATAL_ERROR "the moved tree (model ${model}) did not say '${want}':\n${err}")
+    endif()
+    if(model STREQUAL "no-such-model")
+      string(FIND "${err}" "./policies/no-such-model.json" at_local)
+      string(FIND "${err}" "${prefix}/share/adaptalloc/policies/no-such-model.json" at_conf)
+      if(at_local EQUAL -1)
+        message(FATAL_ERROR "the log does not name every folder it looked in:\n${err}")
+      endif()
+    endif()
+  endforeach()
+endif()
+message(STATUS "install check: find_package and pkg-config consumers of adaptalloc and adaptalloc-core, the README example, a moved tree's own policies, ok")

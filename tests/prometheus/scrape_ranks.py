@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
 """Two ranks of adaptalloc-demo scraped by a real Prometheus on loopback.
 
+The scrape configuration is a plain static list of the two targets, with no
+labels and no relabelling: the rank and host on every series come from the
+processes themselves (RANK), as they must for a static configuration.
 Every query of the shipped Grafana dashboard (template variables replaced by
 '.*', $__rate_interval by 30s) and every rule of the shipped rules file (as
 Prometheus loaded it, from /api/v1/rules) is evaluated through the HTTP API;
-each must return at least one series for rank 0 and one for rank 1. The
-promtool checks of the rules, their unit tests and examples/prometheus.yml run
-first. Exit 0 pass, 1 fail, 77 skip (no prometheus or promtool).
+each must return at least one series for rank 0 and one for rank 1, except
+those that need a GPU, a pool cap or the DCGM exporter (GPU_ONLY), which must
+return none here (the demo runs on the host backend: no device series at all).
+The promtool checks of the rules, their unit tests and examples/prometheus.yml
+run first. Exit 0 pass, 1 fail, 77 skip (no prometheus or promtool).
 """
 import argparse
 import json
@@ -22,6 +27,12 @@ import urllib.parse
 import urllib.request
 
 RANKS = (0, 1)
+# Recording rules and dashboard queries over series a host-only job has not:
+# the GPU's (adaptalloc_device_*), a pool's cap (limit 0 here), DCGM's.
+GPU_ONLY_RULES = {"adaptalloc:device_headroom_ratio", "adaptalloc:cap_headroom_ratio",
+                  "adaptalloc:dcgm_fb_used_bytes", "adaptalloc:dcgm_nonallocator_bytes"}
+GPU_ONLY_SERIES = re.compile(r"adaptalloc_device_|adaptalloc:(device|cap)_headroom|"
+                             r"adaptalloc:dcgm_|DCGM_|adaptalloc_limit_bytes")
 
 
 def fail(msg):
@@ -65,19 +76,25 @@ def dashboard_queries(path):
     with open(path) as f:
         dash = json.load(f)
     names = [v["name"] for v in dash["templating"]["list"] if v["type"] == "query"]
-    for want in ("job", "instance", "rank", "pool"):
+    for want in ("job", "host", "rank", "pool"):
         if want not in names:
             fail("dashboard: no template variable %r" % want)
     out = []
+    panels = []
     for p in dash["panels"]:
+        panels += [p] + list(p.get("panels", []))
+    for p in panels:
+        if p.get("type") in ("row", "text"):
+            continue
         if not p.get("targets"):
             fail("dashboard panel %r has no query" % p.get("title"))
         for t in p["targets"]:
-            e = t["expr"].replace("$__rate_interval", "30s")
-            e = re.sub(r"\$(job|instance|rank|pool)\b", ".*", e)
+            e = t["expr"].replace("$__rate_interval", "30s").replace("$__interval", "15s")
+            e = re.sub(r"\$\{?(job|host|instance|rank|pool|device)\}?\b", ".*", e)
             if "$" in e:
                 fail("dashboard panel %r: a variable left in %s" % (p["title"], e))
-            out.append((p["title"], e))
+            # a heatmap sums the ranks by le: its series name no rank
+            out.append((p["title"] if p["type"] != "heatmap" else "heatmap:" + p["title"], e))
     return out
 
 
@@ -113,17 +130,14 @@ def main():
             procs.append(subprocess.Popen([a.demo, "--seconds", "50", "--quiet"], env=env,
                                           stdout=subprocess.DEVNULL,
                                           stderr=open(os.path.join(a.work, "demo%d.log" % r), "w")))
-            targets.append({"targets": ["127.0.0.1:%d" % port],
-                            "labels": {"rank": str(r), "local_rank": str(r)}})
-        # file_sd, as examples/prometheus.yml's second job: a rank label per target
-        with open(os.path.join(a.work, "targets.json"), "w") as f:
-            json.dump(targets, f)
+            targets.append("127.0.0.1:%d" % port)
+        # a static list, no labels: the ranks must tell themselves apart
         shutil.copy(rules, os.path.join(a.work, "rules.yml"))
         with open(os.path.join(a.work, "prometheus.yml"), "w") as f:
             f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
                     "rule_files: [rules.yml]\n"
-                    "scrape_configs:\n  - job_name: adaptalloc\n    file_sd_configs:\n"
-                    "      - files: [targets.json]\n")
+                    "scrape_configs:\n  - job_name: adaptalloc\n    static_configs:\n"
+                    "      - targets: %s\n" % json.dumps(targets))
         pport = free_port()
         base = "http://127.0.0.1:%d" % pport
         procs.append(subprocess.Popen(
@@ -138,8 +152,10 @@ def main():
             try:
                 # Prometheus answers 503 until its storage is open (slow on a busy machine)
                 urllib.request.urlopen(base + "/-/ready", timeout=5).close()
+                # up has the target's labels only: the ranks are in the series
                 up = query(base, 'up{job="adaptalloc"} == 1')
-                if ranks_of(up) == {"0", "1"}:
+                if len(up) == len(RANKS) and \
+                        ranks_of(query(base, "adaptalloc_info")) == {str(r) for r in RANKS}:
                     break
             except (urllib.error.URLError, ConnectionError, OSError):
                 pass
@@ -151,6 +167,17 @@ def main():
         want = {str(r) for r in RANKS}
         checked = 0
         for title, e in queries:
+            if GPU_ONLY_SERIES.search(e):
+                got = query(base, e)
+                if got:
+                    fail("dashboard panel %r: series without a GPU: %s" % (title, got[:2]))
+                continue
+            if title.startswith("heatmap:"):
+                got = query(base, e)
+                if not got or not all("le" in s["metric"] for s in got):
+                    fail("dashboard panel %r: no buckets:\n  %s" % (title, e))
+                checked += 1
+                continue
             got = ranks_of(query(base, e))
             if not want <= got:
                 fail("dashboard panel %r: series for ranks %s, want %s:\n  %s" %
@@ -163,6 +190,14 @@ def main():
                 if rule["health"] != "ok" and rule.get("lastError"):
                     fail("rule %s: %s" % (rule["name"], rule["lastError"]))
                 if rule["type"] != "recording":
+                    if not rule.get("annotations", {}).get("runbook_url"):
+                        fail("alert %s has no runbook_url" % rule["name"])
+                    continue
+                if rule["name"] in GPU_ONLY_RULES:
+                    got = query(base, rule["name"])
+                    if got:
+                        fail("recording rule %s has series without a GPU: %s"
+                             % (rule["name"], got[:2]))
                     continue
                 nrules += 1
                 got = ranks_of(query(base, rule["query"]))
@@ -182,8 +217,15 @@ def main():
                 if not 0.0 <= v <= 1.0:
                     fail("%s = %s is not a ratio (%s)" % (name, v, s["metric"]))
         info = query(base, "adaptalloc_build_info")
-        if {s["metric"].get("exported_rank") for s in info} != want:
+        if {s["metric"].get("rank") for s in info} != want:
             fail("adaptalloc_build_info does not carry each process's RANK: %s" % info)
+        info = query(base, "adaptalloc_info")
+        if not all(s["metric"].get("host") for s in info) or ranks_of(info) != want:
+            fail("adaptalloc_info does not carry each process's rank and host: %s" % info)
+        # no GPU: no device series at all (clearly host-only)
+        dev = query(base, '{__name__=~"adaptalloc_device_.*"}')
+        if dev:
+            fail("device series without a GPU: %s" % dev[:2])
         print("ok: %d dashboard queries and %d recording rules returned series for ranks %s"
               % (checked, nrules, ", ".join(sorted(want))))
         return 0

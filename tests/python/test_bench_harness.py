@@ -548,6 +548,15 @@ def test_phased_run_is_paced_and_its_memory_after_the_burst_tabled(tmp_path, cap
     assert ser["used_mib"][5] == 512 and ser["used_mib"][7] == 3072
     assert ser["used_mib"][13] == 1024 and ser["used_mib"][19] == 512
     assert len(res["step_ms"]) == 18 and max(res["step_ms"]) < 50  # the waits are not timed
+    # the counters over the steps from the fifth on (zoo_child.FROM_STEP): 16 of 20
+    fs = res["from_step"]
+    assert fs["step"] == 5 and fs["steps"] == 16
+    assert fs["torch_stats"] == {"num_device_alloc": 0, "num_device_free": 0}
+    assert res["torch_stats"] == {"num_device_alloc": 0, "num_device_free": 0}
+    if mode == "native":
+        assert fs["backend"]["backend_calls"] == 0 and fs["backend"]["alias_calls"] == 0
+    else:
+        assert fs["backend"] is None
     f = bench_zoo.phase_figures(res)
     assert f["phases"]["before"]["end_used_mib"] == 512
     assert f["phases"]["burst"]["max_used_mib"] == 3072
@@ -755,3 +764,85 @@ def test_maxbatch_bad_arguments(monkeypatch):
         with pytest.raises(SystemExit) as e:
             bench_maxbatch.main()
         assert "bench_maxbatch:" in str(e.value)
+
+
+def _util_run(w, m, peak, res, alloc, calls=None, rep=0, pid=1, **extra):
+    r = {"workload": w, "mode": m, "rep": rep, "pid": pid, "peak_mib": peak,
+         "torch": {"max_reserved": res * MIB, "max_allocated": alloc * MIB},
+         "step_device_calls": [[9, 9]] * 4 + [[1, 0]] * 6, "warm": 2}
+    if calls is not None:
+        r["from_step"] = {"step": 5, "steps": 6, "torch_stats": {}, "backend": calls}
+    r.update(extra)
+    return r
+
+
+MIB = 1 << 20
+
+
+def test_util_table_from_json_and_result_lines(tmp_path):
+    """zoo_report.py --util-table: the driver peak, reserved, allocated,
+    utilisation, the ratio to the best PyTorch setting, backend calls per
+    step from the fifth step (the pool's counters with the alias calls for
+    adaptalloc, num_device_alloc + free for PyTorch), retries and segments;
+    a run found in both a JSON and a log counts once; the runs of a log
+    whose JSON was never written are read from its RESULT lines."""
+    import subprocess
+
+    import zoo_report
+
+    nat = _util_run("moe", "native", 5700, 5500, 5250,
+                    {"backend_calls": 12, "alias_calls": 0, "pages_mapped": 3})
+    st = _util_run("moe", "native@st", 5600, 5400, 5250,
+                   {"backend_calls": 0, "alias_calls": 6, "pages_mapped": 0})
+    dfl = _util_run("moe", "default", 6900, 6700, 5250,
+                    torch_stats={"num_alloc_retries": 2, "segment.all.peak": 40,
+                                 "segment.all.allocated": 55})
+    exp = _util_run("moe", "expandable", 5800, 5580, 5250)
+    doc = {"modes": ["native", "native@st", "default", "expandable"],
+           "runs": {"moe": {"native": [nat], "native@st": [st], "default": [dfl],
+                            "expandable": [exp]}}}
+    (tmp_path / "zoo.json").write_text(json.dumps(doc))
+    # a second call's log: gpt2 (only there) and moe's native again (a duplicate)
+    g = _util_run("gpt2", "default", 9000, 8900, 7300, pid=7)
+    (tmp_path / "bench.log").write_text("  moe native peak ...\nRESULT " + json.dumps(nat) +
+                                        "\nRESULT " + json.dumps(g) + "\nnoise\n")
+    runs = zoo_report.load_runs([str(tmp_path / "zoo.json"), str(tmp_path / "bench.log")])
+    assert list(runs) == ["moe", "gpt2"] and len(runs["moe"]["native"]) == 1
+    s = zoo_report.util_summary(runs)
+    assert s["moe"]["best"] == "expandable" and s["moe"]["best_peak_mib"] == 5800
+    assert s["moe"]["modes"]["native@st"]["calls_per_step"] == 1.0
+    assert s["moe"]["modes"]["native@st"]["alias_per_step"] == 1.0
+    assert s["moe"]["modes"]["native"]["calls_per_step"] == 2.0
+    assert s["moe"]["modes"]["default"]["calls_per_step"] == 1.0  # steps 5+ of step_device_calls
+    assert s["moe"]["modes"]["default"]["util"] == pytest.approx(5250 / 6700)
+    assert zoo_report.util_modes(s) == ["native", "native@st", "default", "expandable"]
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu", "zoo_report.py"),
+                        "--util-table", str(tmp_path / "zoo.json"), str(tmp_path / "bench.log"),
+                        "--json", str(tmp_path / "util.json")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert ("| moe | 5,700 | 5,600 | 6,900 | 5,800 | expandable 5,800 | 0.983 | 0.966 | "
+            "0.955 | 0.972 | 0.784 | 0.941 |") in out, out
+    assert "| moe | native@st | 1 | 5,600 | 5,400 | 5,250 | 0.972 | 1.00 (1.00) | - | - |" in out
+    assert "| moe | default | 1 | 6,900 | 6,700 | 5,250 | 0.784 | 1.00 | 2 | 40 / 55 |" in out
+    assert "| gpt2 | - | - | 9,000 | - | default 9,000 | - | - | - | - | 0.820 | - |" in out
+    assert json.loads((tmp_path / "util.json").read_text())["gpt2"]["best"] == "default"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu", "zoo_report.py"),
+                        "--util-table", str(tmp_path / "nothing.json")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "zoo_report: " in r.stderr
+
+
+def test_new_workloads_are_registered_apart_from_the_ten():
+    import zoo_workloads
+
+    assert zoo_workloads.NEW_WORKLOADS == ["phases", "shapes", "offload", "vit"]
+    assert not set(zoo_workloads.NEW_WORKLOADS) & set(zoo_workloads.WORKLOADS)
+    assert all(w in zoo_workloads.BUILD for w in zoo_workloads.NEW_WORKLOADS)
+    b = zoo_workloads.shapes_batches()
+    assert b == zoo_workloads.shapes_batches()  # seeded
+    assert len({n for n, _ in b}) > 12  # the padded length hardly repeats
+    for n, lens in b:
+        assert 16 <= n <= 1536 and len(lens) * n <= 4096 or len(lens) == 1
+        assert all(n // 2 <= x <= n for x in lens)

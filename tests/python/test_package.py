@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 def test_installs_into_a_fresh_venv_and_imports(run_py):
     r = run_py("""
@@ -449,6 +451,149 @@ def test_launcher_without_torch_says_so(run_py, tmp_path, aa_python):
     assert "needs PyTorch" in p.stderr and "ran" not in p.stdout
 
 
+def test_launcher_without_a_gpu_runs_the_script_on_torchs_allocator(aa_python, tmp_path):
+    """torch without CUDA (a stand-in CPU-only torch): the launcher says so
+    in one line and runs the script, unchanged, on PyTorch's allocator;
+    --require-gpu or ADAPTALLOC_REQUIRE_GPU=1 make that an error (exit 2,
+    the script not run)."""
+    import subprocess
+    (tmp_path / "standin").mkdir()
+    (tmp_path / "standin" / "torch.py").write_text(STANDIN_TORCH_CPU)
+    script = tmp_path / "t.py"
+    script.write_text("import sys\nprint('ran', sys.argv[1:])\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ADAPTALLOC_")}
+    env.update(PYTHONPATH=str(tmp_path / "standin"), ADAPTALLOC_HTTP="off", ADAPTALLOC_DB="off")
+
+    def launch(*args, **extra):
+        return subprocess.run([aa_python, "-m", "adaptalloc.torch", *args],
+                              cwd=str(tmp_path), env=dict(env, **extra),
+                              capture_output=True, text=True, timeout=60)
+    p = launch(str(script), "--x", "1")
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert p.stdout == "ran ['--x', '1']\n", p.stdout
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1, p.stderr
+    assert "built without CUDA" in lines[0] and "on PyTorch's own allocator" in lines[0], lines
+    assert "--require-gpu" in lines[0]
+    for p in (launch("--require-gpu", str(script)),
+              launch(str(script), ADAPTALLOC_REQUIRE_GPU="1")):
+        assert p.returncode == 2 and "ran" not in p.stdout, (p.stdout, p.stderr)
+        assert "not running" in p.stderr and "built without CUDA" in p.stderr, p.stderr
+
+
+FAKE_ENV_TORCH = {
+    "torch/__init__.py": '''"""A stand-in for a CUDA build of torch, installed in a virtual
+environment, with the C++ extension settings setup.py asks for: its include
+folder has no headers, so adaptalloc's torch extensions cannot compile."""
+import os
+__version__ = "2.99.0+fake"
+class version:
+    cuda = "12.8"
+class _C:
+    _GLIBCXX_USE_CXX11_ABI = 1
+class cuda:
+    @staticmethod
+    def is_available():
+        return False
+    @staticmethod
+    def device_count():
+        return 0
+''',
+    "torch/utils/__init__.py": "",
+    "torch/utils/cpp_extension.py": '''import os
+class _Ext:
+    def __init__(self, name, sources):
+        self.include_dirs = [os.path.join(os.path.dirname(__file__), "no-headers-here")]
+        self.library_dirs = []
+        self.libraries = ["c10", "torch"]
+def CppExtension(name, sources, **kw):
+    return _Ext(name, sources)
+def CUDAExtension(name, sources, **kw):
+    return _Ext(name, sources)
+''',
+}
+
+
+def _offline_wheelhouse(where):
+    """setuptools and wheel as wheels, for pip's isolated build environment
+    without an index: Debian's setuptools wheel (python3-pip-whl) and one
+    packed from Debian's installed wheel module. None when either is
+    missing."""
+    import glob
+    import shutil
+    import subprocess
+    st = glob.glob("/usr/share/python-wheels/setuptools-*.whl")
+    src = "/usr/lib/python3/dist-packages/wheel"
+    if not st or not os.path.isdir(src) or not os.path.exists("/usr/bin/python3"):
+        return None
+    os.makedirs(where)
+    shutil.copy(st[0], where)
+    ver = subprocess.run(["/usr/bin/python3", "-c", "import wheel; print(wheel.__version__)"],
+                         capture_output=True, text=True).stdout.strip()
+    tree = os.path.join(where, "tree", "wheel-" + ver)
+    shutil.copytree(src, os.path.join(tree, "wheel"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    di = os.path.join(tree, "wheel-%s.dist-info" % ver)
+    os.makedirs(di)
+    with open(os.path.join(di, "METADATA"), "w") as f:
+        f.write("Metadata-Version: 2.1\nName: wheel\nVersion: %s\n" % ver)
+    with open(os.path.join(di, "WHEEL"), "w") as f:
+        f.write("Wheel-Version: 1.0\nGenerator: adaptalloc-test\nRoot-Is-Purelib: true\n"
+                "Tag: py3-none-any\n")
+    with open(os.path.join(di, "entry_points.txt"), "w") as f:
+        f.write("[distutils.commands]\nbdist_wheel = wheel.bdist_wheel:bdist_wheel\n")
+    r = subprocess.run(["/usr/bin/python3", "-m", "wheel", "pack", tree, "-d", where],
+                       capture_output=True, text=True)
+    return where if r.returncode == 0 else None
+
+
+def test_isolated_build_uses_the_environments_torch_and_fails_loudly(tmp_path):
+    """pip install . with pip's default build isolation (offline: setuptools
+    and wheel from a local wheelhouse) into a virtual environment that has
+    torch (a stand-in CUDA build whose headers are missing): setup.py finds
+    the environment's torch although the isolation hides it, tries to build
+    the native allocator against it, and the install FAILS, the reason and
+    the two ways on shown without pip -v. With ADAPTALLOC_ALLOW_NO_NATIVE=1
+    it installs, and native_available() names the compile failure and the
+    torch it was for."""
+    import subprocess
+    import sysconfig
+    wh = _offline_wheelhouse(str(tmp_path / "wheelhouse"))
+    if wh is None:
+        pytest.skip("no offline setuptools/wheel wheels (Debian python3-pip-whl, python3-wheel)")
+    venv = tmp_path / "venv"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", str(venv)], check=True)
+    py = str(venv / "bin" / "python")
+    site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    for rel, text in FAKE_ENV_TORCH.items():
+        path = os.path.join(site, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("ADAPTALLOC_", "PIP_", "PYTHON"))}
+    cmd = [py, "-m", "pip", "install", "--no-index", "--find-links", wh,
+           "--disable-pip-version-check", ROOT]
+    r = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True,
+                       timeout=900)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out[-3000:]
+    assert "pip's build isolation hides the environment's torch: using the one in " + site \
+        in out, out[-3000:]
+    assert "the native PyTorch allocator cannot be built" in out, out[-3000:]
+    assert "did not compile against torch 2.99.0+fake" in out, out[-3000:]
+    assert "ADAPTALLOC_ALLOW_NO_NATIVE=1 pip install ." in out, out[-3000:]
+    r = subprocess.run(cmd, cwd=str(tmp_path), env=dict(env, ADAPTALLOC_ALLOW_NO_NATIVE="1"),
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    r = subprocess.run([py, "-c", "import adaptalloc.torch as t; print(t.native_available())"],
+                       cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "False" in r.stdout and "did not compile against torch 2.99.0+fake" in r.stdout, r.stdout
+    assert "fix that, then reinstall adaptalloc" in r.stdout, r.stdout
+
+
 def test_native_available_says_why_not_built(run_py):
     r = run_py("""
         import json
@@ -614,6 +759,8 @@ class _C:
     @staticmethod
     def _cuda_getCurrentRawStream(device):
         return 1000 + device
+class version:
+    cuda = "12.8"
 class cuda:
     class Stream:
         def __init__(self, handle, device=0):
@@ -622,7 +769,83 @@ class cuda:
     @staticmethod
     def current_device():
         return 3
+    @staticmethod
+    def is_available():
+        return True
+    @staticmethod
+    def device_count():
+        return 4
 '''
+
+
+STANDIN_TORCH_CPU = '''
+"""A stand-in for a CPU-only torch (torch.version.cuda is None) whose
+torch.cuda raises what PyTorch's raises without CUDA."""
+__version__ = "2.99.0+cpu"
+class dtype:
+    pass
+float32 = dtype()
+class version:
+    cuda = None
+class cuda:
+    class Stream:
+        pass
+    @staticmethod
+    def is_available():
+        return False
+    @staticmethod
+    def device_count():
+        return 0
+    @staticmethod
+    def current_device():
+        raise AssertionError("Torch not compiled with CUDA enabled")
+'''
+
+
+def test_cuda_helpers_without_cuda_raise_adaptallocs_error(run_py, tmp_path):
+    """pinned_empty, pin, mapped_empty, pack, Prefetcher, serve_pinned,
+    managed_empty and prefetch on a CPU-only torch, and on a CUDA torch that
+    sees no GPU: adaptalloc's CUDAUnavailableError (a RuntimeError) naming
+    the helper, why and what to do, never torch's raw AssertionError."""
+    (tmp_path / "standin").mkdir()
+    (tmp_path / "standin" / "torch.py").write_text(STANDIN_TORCH_CPU)
+    code = """
+        import json, sys
+        sys.path.insert(0, "standin")
+        import torch
+        if len(sys.argv) > 1:          # a CUDA build that sees no device
+            torch.version.cuda = "12.8"
+        import adaptalloc.torch as aat
+        out = {}
+        calls = {"pinned_empty": lambda: aat.pinned_empty(4),
+                 "pin": lambda: aat.pin(object()),
+                 "mapped_empty": lambda: aat.mapped_empty(4),
+                 "pack": lambda: aat.pack([]),
+                 "Prefetcher": lambda: aat.Prefetcher([]),
+                 "serve_pinned": lambda: aat.serve_pinned(True),
+                 "managed_empty": lambda: aat.managed_empty(4),
+                 "prefetch": lambda: aat.prefetch(None, "cpu")}
+        for name, call in calls.items():
+            try:
+                call()
+                out[name] = "ran"
+            except aat.CUDAUnavailableError as e:
+                out[name] = ["CUDAUnavailableError", isinstance(e, RuntimeError), str(e)]
+            except BaseException as e:
+                out[name] = [type(e).__name__, str(e)]
+        print(json.dumps(out))
+    """
+    for args, why in (((), "built without CUDA, a CPU-only build"),
+                      (("nogpu",), "no CUDA device is visible to torch")):
+        r = run_py(code, args=args, env={"CUDA_VISIBLE_DEVICES": None})
+        assert r.rc == 0, r.err
+        out = r.json()
+        for name, got in out.items():
+            assert got[0] == "CUDAUnavailableError" and got[1] is True, (name, got)
+            assert got[2].startswith("adaptalloc.torch.%s needs CUDA: " % name), got
+            assert why in got[2], (name, got)
+    assert "CUDAUnavailableError" in run_py(
+        "import adaptalloc.torch as t; print(t.__all__)").out
 
 
 def test_pinned_empty_makes_one_call_into_the_cpp_helper(run_py, tmp_path):
@@ -695,6 +918,8 @@ class device:
         return "%s:%s" % (self.type, self.index)
 class Tensor:
     pass
+class version:
+    cuda = "12.8"
 class cuda:
     class Stream:
         def __init__(self, handle, index):
@@ -703,6 +928,12 @@ class cuda:
     @staticmethod
     def current_device():
         return 0
+    @staticmethod
+    def is_available():
+        return True
+    @staticmethod
+    def device_count():
+        return 2
 '''
 
 

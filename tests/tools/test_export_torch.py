@@ -92,12 +92,144 @@ def add_stream_uses(db):
     check(len(allocs) > 0, "stream uses added")
 
 
+def add_frames(db):
+    """Gives every allocation of 64 KiB of the database's one run a call
+    stack, as the runtime stores them (aa_rt_trace_frames: a row of
+    trace_frames and a 'c' event after the allocation). Returns
+    {address of the allocation's nth occurrence: stack text} by event order
+    and the run's time range."""
+    con = sqlite3.connect(db)
+    run = con.execute("SELECT max(id) FROM runs").fetchone()[0]
+    con.execute("UPDATE trace_events SET seq = seq * 2 WHERE run_id = ?", (run,))
+    rows = con.execute("SELECT seq, time_ns, ptr FROM trace_events WHERE run_id = ? AND op = 'a'"
+                       " AND size = 65536 ORDER BY seq", (run,)).fetchall()
+    stacks = ["train.py:%d:step\nmodel.py:7:forward\n" % (10 + k % 3) for k in range(3)]
+    for k, text in enumerate(stacks):
+        con.execute("INSERT INTO trace_frames(run_id, id, frames) VALUES (?, ?, ?)",
+                    (run, k + 1, text))
+    first = None
+    for i, (seq, t, ptr) in enumerate(rows):
+        cur = con.execute("INSERT INTO trace_events(run_id, time_ns, op, ptr, size, stream, thread,"
+                          " seq, frame) VALUES (?, ?, 'c', ?, 0, 0, 1, ?, ?)",
+                          (run, t, ptr, seq + 1, i % 3 + 1))
+        first = first or cur.lastrowid
+    last = con.execute("SELECT max(id) FROM trace_events").fetchone()[0]
+    con.execute("INSERT INTO trace_batches(run_id, ts_ms, first_id, last_id, events)"
+                " VALUES (?, 0, ?, ?, ?)", (run, first, last, last - first + 1))
+    lo, hi = con.execute("SELECT min(time_ns), max(time_ns) FROM trace_events WHERE run_id = ?",
+                         (run,)).fetchone()
+    # a clock origin, as a live run has: started at Unix 1796223937 s
+    con.execute("UPDATE runs SET started_ms = 1796223937000, mono_origin_ns = ? WHERE id = ?",
+                (lo, run))
+    con.commit()
+    con.close()
+    return len(rows), stacks, lo, hi
+
+
+def bounded(tool, d, csv, rows):
+    """--max-entries, --last-seconds, --since/--until and call stacks."""
+    db = os.path.join(d, "b.db")
+    r = subprocess.run([tool, "import", csv, "-o", db], capture_output=True, text=True)
+    check(r.returncode == 0, "import (%s)" % r.stderr)
+    n_with, stacks, lo, hi = add_frames(db)
+    out = os.path.join(d, "b.pickle")
+
+    def export(*extra):
+        if os.path.exists(out):
+            os.remove(out)
+        r = subprocess.run([tool, "export", "--format", "torch-snapshot", "--db", db, "-o", out,
+                            "--json"] + list(extra), capture_output=True, text=True)
+        check(r.returncode == 0, "export %s (%s)" % (" ".join(extra), r.stderr))
+        return (pickle.load(open(out, "rb")), json.loads(r.stdout)) if r.returncode == 0 else ({}, {})
+
+    whole, js = export()
+    entries = whole["device_traces"][0]
+    with_frames = [e for e in entries if e["action"] == "alloc" and e["frames"]]
+    check(len(with_frames) == n_with and js["with_frames"] == n_with,
+          "every 64 KiB allocation carries its stack (%d of %d)" % (len(with_frames), n_with))
+    f0 = with_frames[0]["frames"]
+    check(f0 == [{"filename": "train.py", "line": 10, "name": "step"},
+                 {"filename": "model.py", "line": 7, "name": "forward"}],
+          "frames as memory_viz reads them: %s" % f0)
+    live_framed = [s for s in whole["segments"] if s["blocks"][0]["frames"]]
+    check(all(s["total_size"] == 65536 for s in live_framed) and live_framed,
+          "live blocks keep their stacks in segments (%d)" % len(live_framed))
+
+    # the newest 1000 entries: whole events, the last ones, frames kept
+    part, js = export("--max-entries", "1000")
+    pe = part["device_traces"][0]
+    check(len(pe) <= 1000 and len(pe) > 990, "--max-entries 1000 keeps about 1000 (%d)" % len(pe))
+    strip = lambda es: [(e["action"], e["addr"], e["size"], e["time_us"]) for e in es]
+    check(strip(pe) == strip(entries[len(entries) - len(pe):]), "the newest entries, in order")
+    check(js["left_out"] == len(entries) - len(pe), "left_out counts them (%s)" % js["left_out"])
+    check(part["segments"] == whole["segments"], "the live blocks at the end are the same")
+    check(sum(1 for e in pe if e["action"] == "alloc" and e["frames"]) > 0, "stacks in the newest")
+    # memory_viz's invariants hold: a free of a block allocated before the
+    # window keeps its size, each alloc in its segment
+    segs = {}
+    for e in pe:
+        if e["action"] == "segment_alloc":
+            segs[e["addr"]] = e["size"]
+        elif e["action"] == "alloc":
+            check(segs.get(e["addr"]) == e["size"], "alloc inside its segment")
+    # the last 2 ms of the trace (the CSV's times are microseconds 1..N)
+    span_us = (hi - lo) // 1000
+    last, js = export("--last-seconds", "0.002")
+    le = last["device_traces"][0]
+    check(le and all(e["time_us"] * 1000 >= hi - 2000000 for e in le),
+          "--last-seconds: only the end (%d entries)" % len(le))
+    # a wall-clock window: 1 ms to 3 ms after the run's start
+    since = "%.3f" % (1796223937 + 0.001)
+    until = "2026-12-02T16:05:37.003+01:00"  # 1796223937.003
+    win, js = export("--since", since, "--until", until)
+    we = win["device_traces"][0]
+    check(we and all(lo + 1000000 <= e["time_us"] * 1000 <= lo + 3000000 for e in we),
+          "--since/--until: the window only (%d entries, span %d us)" % (len(we), span_us))
+    live_at_until = {}
+    for a, p_, s_, st_, t_ in rows:
+        if t_ * 1000 > lo + 3000000:
+            break
+        if a == "allocate":
+            live_at_until[p_] = s_
+        elif a == "deallocate":
+            live_at_until.pop(p_, None)
+    check({s["address"] for s in win["segments"]} == set(live_at_until),
+          "segments: the blocks live at --until (%d, %d)" % (len(win["segments"]), len(live_at_until)))
+    # refusals
+    r = subprocess.run([tool, "export", "--format", "torch-snapshot", csv, "-o", out, "--since", "1"],
+                       capture_output=True, text=True)
+    check(r.returncode == 2 and "wall" in r.stderr, "--since on a CSV refused (%s)" % r.stderr)
+    r = subprocess.run([tool, "export", "--db", db, "-o", out, "--max-entries", "5"],
+                       capture_output=True, text=True)
+    check(r.returncode == 2 and "torch-snapshot" in r.stderr, "--max-entries needs torch-snapshot")
+    r = subprocess.run([tool, "export", "--format", "torch-snapshot", "--db", db, "-o", out,
+                        "--since", "2026-13-01T00:00"], capture_output=True, text=True)
+    check(r.returncode == 2 and "no such date" in r.stderr, "a bad time named (%s)" % r.stderr)
+    # who holds the memory: the CLI's answer from the same store agrees with
+    # the export's live blocks and names their stacks
+    cli = os.path.join(HERE, "..", "..", "python", "adaptalloc", "cli.py")
+    r = subprocess.run([sys.executable, cli, "holders", "--db", db, "--json", "--top", "100000"],
+                       capture_output=True, text=True)
+    check(r.returncode == 0, "adaptalloc holders (%s)" % r.stderr)
+    h = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(h.get("live_blocks") == len(whole["segments"]), "holders: the live blocks")
+    framed = [b for b in h.get("largest", []) if b["frames"]]
+    check(len(framed) == len(live_framed) and framed[0]["frames"][1] == "model.py:7:forward",
+          "holders: the live blocks' stacks (%d, %d)" % (len(framed), len(live_framed)))
+    check(sum(s["bytes"] for s in h.get("by_stack", [])) == 65536 * len(live_framed),
+          "holders: bytes by stack")
+    os.remove(db)
+    if os.path.exists(out):
+        os.remove(out)
+
+
 def main():
     tool = sys.argv[1]
     with tempfile.TemporaryDirectory() as d:
         csv = os.path.join(d, "t.csv")
         out = os.path.join(d, "snap.pickle")
         rows, live = make_trace(csv)
+        bounded(tool, d, csv, rows)
         r = subprocess.run([tool, "export", "--format", "torch-snapshot", csv,
                             "-o", out, "--json"], capture_output=True, text=True)
         check(r.returncode == 0, "export exits 0 (%d: %s)" % (r.returncode, r.stderr))

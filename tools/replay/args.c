@@ -14,6 +14,7 @@
 #include "adaptalloc/policy.h"
 #include "adaptalloc/replay.h"
 #include "replay_tool.h"
+#include "adaptalloc/internal/timespec.h"
 #include "adaptalloc/internal/util.h"
 
 static bool parse_u64_arg(const char *s, uint64_t *out, bool suffixes) {
@@ -122,6 +123,10 @@ enum {
   OPT_FORCE,
   OPT_PLOT,
   OPT_FORMAT,
+  OPT_MAX_ENTRIES,
+  OPT_SINCE,
+  OPT_UNTIL,
+  OPT_LAST_SECONDS,
   OPT_HELP
 };
 
@@ -163,6 +168,10 @@ static const struct option long_opts[] = {
     {"each-rank", no_argument, NULL, OPT_EACH_RANK},
     {"plot", required_argument, NULL, OPT_PLOT},
     {"format", required_argument, NULL, OPT_FORMAT},
+    {"max-entries", required_argument, NULL, OPT_MAX_ENTRIES},
+    {"since", required_argument, NULL, OPT_SINCE},
+    {"until", required_argument, NULL, OPT_UNTIL},
+    {"last-seconds", required_argument, NULL, OPT_LAST_SECONDS},
     {"output", required_argument, NULL, 'o'},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0}};
@@ -374,6 +383,42 @@ int parse_args(int argc, char **argv, options *o) {
         return usage_error("--format: '%s' is not csv or torch-snapshot", optarg);
       o->torch_snapshot = strcmp(optarg, "torch-snapshot") == 0;
       break;
+    case OPT_MAX_ENTRIES:
+      if (strcmp(o->cmd, "export") != 0)
+        return usage_error("--max-entries goes with export (at %s)", optarg);
+      if (!parse_u64_arg(optarg, &o->max_entries, true) || o->max_entries == 0)
+        return usage_error("--max-entries: '%s' is not a count above 0 (k, M suffixes)", optarg);
+      break;
+    case OPT_SINCE:
+    case OPT_UNTIL: {
+      char why[160];
+      int64_t ms = 0;
+      const char *name = c == OPT_SINCE ? "--since" : "--until";
+      if (strcmp(o->cmd, "export") != 0)
+        return usage_error("--since and --until go with export (at %s)", optarg);
+      if (aa__parse_time(optarg, strlen(optarg), &ms, why, sizeof why) != AA_OK) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "%s '%s': %s", name, optarg, why);
+        return usage_error("%s", msg);
+      }
+      if (c == OPT_SINCE) {
+        o->has_since = true;
+        o->since_ms = ms;
+      } else {
+        o->has_until = true;
+        o->until_ms = ms;
+      }
+      break;
+    }
+    case OPT_LAST_SECONDS: {
+      char *end = NULL;
+      if (strcmp(o->cmd, "export") != 0)
+        return usage_error("--last-seconds goes with export (at %s)", optarg);
+      o->last_seconds = strtod(optarg, &end);
+      if (end == optarg || *end != '\0' || !(o->last_seconds > 0) || o->last_seconds > 1e9)
+        return usage_error("--last-seconds: '%s' is not a number of seconds above 0", optarg);
+      break;
+    }
     case OPT_HELP:
       print_help(stdout, find_command(o->cmd));
       exit(EXIT_OK);

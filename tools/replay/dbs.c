@@ -83,6 +83,10 @@ int db_meta_read(const char *path, int64_t run_id, db_meta *m, char *err,
     m->events_written = cJSON_IsNumber(v) && v->valuedouble > 0
                             ? (uint64_t)v->valuedouble
                             : 0;
+    v = cJSON_GetObjectItemCaseSensitive(pick, "started_ms");
+    m->started_ms = cJSON_IsNumber(v) && v->valuedouble > 0 ? (int64_t)v->valuedouble : 0;
+    v = cJSON_GetObjectItemCaseSensitive(pick, "mono_origin_ns");
+    m->mono_origin_ns = cJSON_IsNumber(v) && v->valuedouble > 0 ? (uint64_t)v->valuedouble : 0;
     v = cJSON_GetObjectItemCaseSensitive(pick, "snapshots");
     m->snapshots = cJSON_IsNumber(v) && v->valuedouble > 0
                        ? (uint64_t)v->valuedouble
@@ -232,6 +236,12 @@ void result_combine(const aa_replay_result *r, size_t n,
     out->alias_maps += x->alias_maps;
     out->alias_unmaps += x->alias_unmaps;
     out->stitch_wakes += x->stitch_wakes;
+    out->plan_hits += x->plan_hits;
+    out->plan_misses += x->plan_misses;
+    out->plans_adopted += x->plans_adopted;
+    out->plans_dropped += x->plans_dropped;
+    out->plans_refused += x->plans_refused;
+    out->plan_bytes += x->plan_bytes;
     out->sim_backend_us += x->sim_backend_us;
     out->live_at_end += x->live_at_end;
     out->live_bytes_at_end += x->live_bytes_at_end;

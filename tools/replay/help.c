@@ -22,7 +22,8 @@ static const cmd_help commands[] = {
      "  derive a tuned policy for INPUT (-o tuned.json)\n"},
     {"import", C_IMPORT, "import INPUT -o out.db",
      "  store INPUT as a new run's trace in a database (-o out.db)\n"},
-    {"export", C_EXPORT, "export [--format csv|torch-snapshot] INPUT -o FILE",
+    {"export", C_EXPORT, "export [--format csv|torch-snapshot [--max-entries N] [--since T] "
+                         "[--until T] [--last-seconds S]] INPUT -o FILE",
      "  write INPUT as an RMM-format CSV (-o out.csv, '-' = stdout), or\n"
      "  as a PyTorch memory snapshot for memory_viz (--format torch-snapshot)\n"},
     {"ranks", C_RANKS, "ranks --db rank0.db --db rank1.db ... [options]",
@@ -88,6 +89,11 @@ static const help_line option_help[] = {
     {C_SUGGEST | C_IMPORT | C_EXPORT, "  -o FILE                output file (suggest, import, export)\n"},
     {C_EXPORT, "  --format F             export: csv (default) or torch-snapshot (the\n"
                "                         pickle torch.cuda.memory._dump_snapshot writes)\n"},
+    {C_EXPORT, "  --max-entries N        torch-snapshot: the newest N entries (k, M)\n"},
+    {C_EXPORT, "  --since T, --until T   torch-snapshot: events in a wall-clock window of a\n"
+               "                         stored trace (T: Unix seconds or\n"
+               "                         2026-12-06T10:00:00Z, +HH:MM; no zone: UTC)\n"},
+    {C_EXPORT, "  --last-seconds S       torch-snapshot: the trace's last S seconds\n"},
     {C_SUGGEST, "  --max-classes N        suggest: class table bound (policy's\n"
                 "                         adapt.max_classes)\n"},
     {C_SUGGEST, "  --min-gain-slabs X     suggest: least saving per added class (0.5)\n"},

@@ -148,6 +148,7 @@ const char *input_run_pool(const tool_input *in) {
 }
 
 typedef struct trace_ctx {
+  bool frames; /* deliver 'c' events (tool_input.frames) */
   aa_replay_sink sink;
   void *user;
   tool_progress *prog;
@@ -181,9 +182,21 @@ static int trace_cb(void *user, const aa_trace_event *ev) {
   trace_ctx *t = user;
   aa_replay_event *e = &t->batch[t->n];
 
-  t->rc = trace_event_of(ev, ++t->index, e, t->why, sizeof t->why);
-  if (t->rc != AA_OK)
-    return 1;
+  if (ev->op == 'c') { /* a call stack: not an operation */
+    if (!t->frames)
+      return 0;
+    memset(e, 0, sizeof *e);
+    e->time_ns = ev->time_ns;
+    e->ptr = ev->ptr;
+    e->size = ev->frame;
+    e->thread = ev->thread;
+    e->line = ++t->index;
+    e->op = 'c';
+  } else {
+    t->rc = trace_event_of(ev, ++t->index, e, t->why, sizeof t->why);
+    if (t->rc != AA_OK)
+      return 1;
+  }
   t->n++;
   if (t->n == BATCH) {
     t->rc = t->sink(t->user, t->batch, t->n);
@@ -210,6 +223,7 @@ static int feed_store_trace(const tool_input *in, aa_replay_sink sink,
   t->sink = sink;
   t->user = user;
   t->prog = prog;
+  t->frames = in->frames;
   if (prog != NULL && prog->on)
     t->total = run_events(in->path, in->run_id);
   rc = aa_store_trace_read(in->path, in->run_id, trace_cb, t, t->why, sizeof t->why);

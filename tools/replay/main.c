@@ -62,6 +62,10 @@ static int cmd_export(const options *o) {
     return rc;
   if (o->torch_snapshot)
     return cmd_export_torch(o); /* export_torch.c */
+  if (o->max_entries || o->has_since || o->has_until || o->last_seconds > 0)
+    return usage_error("--max-entries, --since, --until and --last-seconds go with "
+                       "--format torch-snapshot%s",
+                       "");
   if (aa__out_open(&out, o->out, 0666, err, sizeof err) != AA_OK) {
     fprintf(stderr, "adaptalloc-replay: %s\n", err);
     return EXIT_INPUT;

@@ -117,6 +117,8 @@ static int hist_cb(void *user, const aa_trace_event *ev) {
   hist_ctx *h = user;
   aa_replay_event e;
 
+  if (ev->op == 'c')
+    return 0; /* a call stack, not a request */
   h->rc = trace_event_of(ev, ++h->index, &e, h->why, sizeof h->why);
   if (h->rc != AA_OK)
     return 1;

@@ -67,6 +67,11 @@ typedef struct tool_input {
   const char *hist_pool; /* NULL: all pools summed */
   bool from_histogram;
   bool live_given; /* --live N: a block count, not the run's peak bytes */
+  /* a stored trace's call stacks ('c' events, aa_pool_trace_frame) are
+   * delivered as events op 'c' with the stack's id in `size` (the export
+   * asks for them); otherwise they are skipped, as every other reader of
+   * replay events knows no 'c' */
+  bool frames;
   aa_replay_synth_config synth;
 } tool_input;
 
@@ -147,6 +152,9 @@ typedef struct db_meta {
   char host[128];
   uint64_t events_written; /* trace events stored */
   uint64_t snapshots;
+  int64_t started_ms;      /* the run's start, Unix ms (0: unknown) */
+  uint64_t mono_origin_ns; /* aa_now_ns() at started_ms: an event's wall time
+                              is started_ms + (time_ns - mono_origin_ns) / 1e6 */
 } db_meta;
 
 /* Reads run run_id (<= 0: the latest) of the database at path. AA_OK, or an
@@ -268,6 +276,13 @@ typedef struct options {
   bool each_rank;      /* expand each database into the latest run per rank */
   double threshold;    /* ranks: flag a rank farther than this (< 0: default) */
   bool torch_snapshot; /* export --format torch-snapshot (else CSV) */
+  /* export --format torch-snapshot: the newest max_entries entries (0: all),
+   * events in a wall-clock window (--since/--until, Unix ms; a stored
+   * trace), or the last last_seconds of the trace (0: none) */
+  uint64_t max_entries;
+  bool has_since, has_until;
+  int64_t since_ms, until_ms;
+  double last_seconds;
 } options;
 
 /* help.c: the command table, help, usage errors. */

@@ -7,9 +7,13 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "adaptalloc/policy.h"
@@ -154,6 +158,48 @@ static bool objective_better(const aa_replay_result *a, const aa_replay_result *
   return a->backend_calls < b->backend_calls;
 }
 
+/* Says so when `out` is inside an adaptalloc source tree (a folder above it
+ * holds setup.py, policies/schema.json and core/include/adaptalloc/core.h):
+ * pip install . ships every JSON file of policies/ in the next wheel, and the tree's
+ * next checkout or clean may drop it. A warning, not a refusal: the file is
+ * still written. */
+static void warn_source_tree(const char *out) {
+  char dir[PATH_MAX];
+  char probe[PATH_MAX + 64];
+  const char *slash = strrchr(out, '/');
+  char *end;
+  struct stat st;
+
+  if (slash == NULL)
+    snprintf(probe, sizeof probe, ".");
+  else
+    snprintf(probe, sizeof probe, "%.*s", (int)(slash - out == 0 ? 1 : slash - out), out);
+  if (realpath(probe, dir) == NULL)
+    return;
+  for (;;) {
+    static const char *const marks[] = {"setup.py", "policies/schema.json",
+                                        "core/include/adaptalloc/core.h"};
+    bool all = true;
+    for (size_t k = 0; k < sizeof marks / sizeof marks[0] && all; k++) {
+      snprintf(probe, sizeof probe, "%s/%s", dir, marks[k]);
+      all = stat(probe, &st) == 0;
+    }
+    if (all) {
+      fprintf(stderr,
+              "adaptalloc-replay: warning: %s is inside adaptalloc's source tree (%s): "
+              "pip install . ships every policies/*.json of it in the next wheel; keep "
+              "tuned policies in a folder of your own (ADAPTALLOC_POLICY_DIR=DIR, or "
+              "ADAPTALLOC_POLICY=FILE)\n",
+              out, dir);
+      return;
+    }
+    end = strrchr(dir, '/');
+    if (end == NULL || end == dir)
+      return;
+    *end = '\0';
+  }
+}
+
 /* How many of the ranked additions each candidate table keeps (0 = all that
  * suggest found): exact classes also cost partly filled slabs, which the
  * per-size estimate does not see, so fewer can replay better than more. */
@@ -191,6 +237,7 @@ int cmd_suggest(const options *opts) {
   rc = check_output(o, "suggest", o->out);
   if (rc != 0)
     return rc;
+  warn_source_tree(o->out);
   l = calloc(1 + SUGGEST_CANDIDATES, sizeof *l);
   tuned = calloc(SUGGEST_CANDIDATES, sizeof *tuned);
   if (l == NULL || tuned == NULL) {

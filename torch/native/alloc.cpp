@@ -29,7 +29,10 @@ c10::DataPtr AdaptAllocator::allocate(size_t n) {
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
   Ctx *c = alloc_ctx(device, n, stream);
   if (history_.on()) // history:
-    history_.record(History::Action::ALLOC, device, reinterpret_cast<size_t>(c->ptr), n, stream);
+    history_.record(History::Action::ALLOC, device, reinterpret_cast<size_t>(c->ptr), n, stream,
+                    c->pool);
+  if (tracking()) // trackers:
+    track(History::Action::ALLOC, device, reinterpret_cast<size_t>(c->ptr), n, stream);
   return c10::DataPtr(
       c->ptr, c, &deleter, c10::Device(c10::DeviceType::CUDA, device));
 }
@@ -70,9 +73,49 @@ inline Ctx *AdaptAllocator::alloc_ctx(int device, size_t n, cudaStream_t stream)
       out_of_memory(device, n, failed);
   }
   void *p = maybe_relaxed(d, [&] { return aa_alloc(pool, n, stream); });
-  if (p == nullptr)
+  if (p == nullptr) {
+    if (d.oom_pools.load(std::memory_order_relaxed) > 0) {
+      Ctx *c = alloc_on_oom_pool(d, device, n, stream);
+      if (c)
+        return c;
+    }
     out_of_memory(device, n, pool);
+  }
   return make_ctx(d, Ctx{p, n, pool, stream, nullptr, device, false});
+}
+
+// MemPool(use_on_oom=True), PyTorch's meaning: a request the device pool
+// cannot serve is served from such a pool's memory (its cached blocks,
+// then new memory under the pool's own rules) before out of memory is
+// raised. The block belongs to that pool (freed back to it, counted in it).
+Ctx *AdaptAllocator::alloc_on_oom_pool(Dev &d, int device, size_t n, cudaStream_t stream) {
+  std::lock_guard<std::mutex> g(d.mu);
+  for (auto &kv : d.pools) {
+    PrivatePool *pp = kv.second;
+    if (!pp->use_on_oom)
+      continue;
+    // only what the pool holds already: capped at its reserved bytes for
+    // the call (a private pool has no limit of its own)
+    aa_pool_stats st;
+    if (aa_pool_stats_get_opts(pp->pool, &st, AA_STATS_NO_SIZES) != AA_OK ||
+        st.bytes_reserved == 0)
+      continue;
+    aa_pool_set_limit(pp->pool, static_cast<size_t>(st.bytes_reserved));
+    void *p = maybe_relaxed(d, [&] { return aa_alloc(pp->pool, n, stream); });
+    aa_pool_set_limit(pp->pool, 0);
+    if (p == nullptr)
+      continue;
+    Ctx *c = make_ctx(d, Ctx{p, n, pp->pool, stream, pp, device, false});
+    try {
+      pp->live.insert(c);
+    } catch (...) {
+      maybe_relaxed(d, [&] { return aa_free(c->pool, c->ptr, c->size, c->stream); });
+      delete c;
+      throw;
+    }
+    return c;
+  }
+  return nullptr;
 }
 
 // The host record of a block just allocated; when it cannot be made, the
@@ -87,13 +130,37 @@ inline Ctx *AdaptAllocator::make_ctx(const Dev &d, const Ctx &v) {
 }
 
 inline void AdaptAllocator::free_ctx(Ctx *c) {
-  Dev &d = g_dev[c->device];
   if (history_.on()) { // history: the pool takes the block back at once
     history_.record(History::Action::FREE_REQUESTED, c->device,
                     reinterpret_cast<size_t>(c->ptr), c->size, c->stream);
     history_.record(History::Action::FREE_COMPLETED, c->device,
                     reinterpret_cast<size_t>(c->ptr), c->size, c->stream);
   }
+  if (tracking()) { // trackers: FREE_COMPLETED also looks at the segments after
+    struct After {
+      AdaptAllocator *a;
+      int dev;
+      size_t p, n;
+      cudaStream_t s;
+      ~After() {
+        try {
+          a->track(History::Action::FREE_COMPLETED, dev, p, n, s);
+        } catch (...) {
+          // a deleter must not throw: a tracker's failure is dropped
+        }
+      }
+    };
+    track(History::Action::FREE_REQUESTED, c->device, reinterpret_cast<size_t>(c->ptr), c->size,
+          c->stream);
+    After after{this, c->device, reinterpret_cast<size_t>(c->ptr), c->size, c->stream};
+    free_ctx_now(c);
+    return;
+  }
+  free_ctx_now(c);
+}
+
+inline void AdaptAllocator::free_ctx_now(Ctx *c) {
+  Dev &d = g_dev[c->device];
   if (c->priv == nullptr) {
     maybe_relaxed(d, [&] { return aa_free(c->pool, c->ptr, c->size, c->stream); });
     delete c;
@@ -176,7 +243,10 @@ void *AdaptAllocator::raw_alloc_with_stream(size_t nbytes, cudaStream_t stream) 
   C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
   Ctx *c = alloc_ctx(device, nbytes, stream);
   if (history_.on()) // history:
-    history_.record(History::Action::ALLOC, device, reinterpret_cast<size_t>(c->ptr), nbytes, stream);
+    history_.record(History::Action::ALLOC, device, reinterpret_cast<size_t>(c->ptr), nbytes,
+                    stream, c->pool);
+  if (tracking()) // trackers:
+    track(History::Action::ALLOC, device, reinterpret_cast<size_t>(c->ptr), nbytes, stream);
   try {
     std::lock_guard<std::mutex> g(raw_mu_);
     raw_[c->ptr] = c;

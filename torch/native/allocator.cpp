@@ -16,10 +16,10 @@
 // and region pools (regions.cpp) are aa_pools of their own on the same
 // device backend.
 //
-// What stays unsupported raises c10::Error naming adaptalloc: CUDA IPC
-// (shareIpcHandle, getIpcDevPtr), MemPools made
-// with another allocator, use_on_oom and no_split pools, and restoring a
-// CUDA-graph-tree checkpoint whose blocks were freed since. See docs/torch.md.
+// CUDA IPC (shareIpcHandle, getIpcDevPtr) is ipc.cpp's; trace trackers are
+// tracker.cpp's. What stays unsupported raises c10::Error naming adaptalloc:
+// MemPools made with another allocator and restoring a CUDA-graph-tree
+// checkpoint whose blocks were freed since. See docs/torch.md.
 #include "native_internal.h"
 
 #include <torch/csrc/cuda/CUDAPluggableAllocator.h>
@@ -124,6 +124,12 @@ void AdaptAllocator::emptyCache(MempoolId_t mempool_id) {
         (void)aa_pool_release(pp->pool);
     }
   }
+  if (tracking_.load(std::memory_order_acquire)) { // trackers: the segments released
+    for (int dev = 0; dev < kMaxDevices; dev++) {
+      if (device_pool_if_made(dev) != nullptr)
+        track(CCA::TraceEntry::SNAPSHOT, dev, 0, 0, nullptr);
+    }
+  }
 }
 
 std::vector<CCA::StreamSegmentSize> AdaptAllocator::getExpandableSegmentSizes(
@@ -161,33 +167,9 @@ void *AdaptAllocator::getBaseAllocation(void *ptr, size_t *size) {
   return nullptr;
 }
 
-std::shared_ptr<void> AdaptAllocator::getIpcDevPtr(std::string /*handle*/) {
-  TORCH_CHECK(
-      false,
-      "adaptalloc: CUDA IPC (opening a CUDA tensor shared by another "
-      "process) is not supported by the adaptalloc allocator");
-  return nullptr;
-}
-
-CCA::ShareableHandle AdaptAllocator::shareIpcHandle(void * /*ptr*/) {
-  TORCH_CHECK(
-      false,
-      "adaptalloc: CUDA IPC (sharing a CUDA tensor with another process, "
-      "e.g. through torch.multiprocessing) is not supported by the "
-      "adaptalloc allocator");
-  return {};
-}
-
 void AdaptAllocator::attachOutOfMemoryObserver(CCA::OutOfMemoryObserver observer) {
   std::lock_guard<std::mutex> g(obs_mu_);
   observers_.push_back(std::move(observer));
-}
-
-void AdaptAllocator::attachAllocatorTraceTracker(CCA::AllocatorTraceTracker /*tracker*/) {
-  TORCH_CHECK(
-      false,
-      "adaptalloc: allocator trace trackers are not supported by the "
-      "adaptalloc allocator (it keeps no PyTorch trace entries)");
 }
 
 void AdaptAllocator::enablePeerAccess(c10::DeviceIndex dev, c10::DeviceIndex dev_to_access) {

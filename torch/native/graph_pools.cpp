@@ -9,7 +9,9 @@
 // blocks they list; a pinned block freed by its tensor is kept as a zombie
 // until the checkpoint is restored or dropped. Everything here is under the
 // device's mutex (Dev::mu). Restoring a checkpoint whose blocks were freed
-// since raises c10::Error, as do use_on_oom and no_split pools.
+// since raises c10::Error. MemPool options: use_on_oom (alloc.cpp lends the
+// pool's memory to the device pool's failing requests) and no_split (the
+// pool's large blocks straight from the backend, PASSTHROUGH).
 #include "native_internal.h"
 
 #include <algorithm>
@@ -56,13 +58,8 @@ CheckpointState::~CheckpointState() {
 
 } // namespace
 
-// Under d.mu.
-PrivatePool *create_or_incref(Dev &d, int device, MempoolId_t id) {
-  auto it = d.pools.find(id);
-  if (it != d.pools.end()) {
-    it->second->use_count++;
-    return it->second;
-  }
+// A private pool's aa_pool on the device (PrivatePool::pool).
+aa_pool *make_private_pool(int device, MempoolId_t id, bool no_split) {
   aa_pool *main = device_pool(device);
   // The device policy's slab and class ladder (a graph pool made with the
   // core's defaults, classes to 1 MiB in slabs of their own, took a third
@@ -72,8 +69,12 @@ PrivatePool *create_or_incref(Dev &d, int device, MempoolId_t id) {
   aa_pool_config cfg;
   aa_pool_config_init(&cfg);
   (void)aa_runtime_pool_config(AA_BACKEND_DEVICE, &cfg);
-  cfg.large_mode = AA_LARGE_CACHE;
+  // no_split (MemPool(no_split=True)): every large block its own backend
+  // allocation, never a part of a cached segment (PyTorch's meaning: NCCL's
+  // symmetric memory registers each block as its own segment)
+  cfg.large_mode = no_split ? AA_LARGE_PASSTHROUGH : AA_LARGE_CACHE;
   cfg.large_stitch = 0; // no stitched ranges in a private pool (a capture's pool)
+  cfg.large_plan = 0;   // nor a learned plan: a capture replays fixed addresses
   cfg.large_cache_bytes = 0;
   cfg.limit_bytes = 0;
   cfg.region = nullptr;
@@ -99,11 +100,24 @@ PrivatePool *create_or_incref(Dev &d, int device, MempoolId_t id) {
     aa_pool_config_init(&cfg);
     cfg.name = name;
     cfg.backend = aa_pool_backend(main);
+    if (no_split)
+      cfg.large_mode = AA_LARGE_PASSTHROUGH;
     rc = aa_pool_new(&cfg, &p);
   }
   TORCH_CHECK(
       rc == AA_OK,
       cat("adaptalloc: cannot make a private pool on device ", device, ": ", aa_strerror(rc)));
+  return p;
+}
+
+// Under d.mu.
+PrivatePool *create_or_incref(Dev &d, int device, MempoolId_t id) {
+  auto it = d.pools.find(id);
+  if (it != d.pools.end()) {
+    it->second->use_count++;
+    return it->second;
+  }
+  aa_pool *p = make_private_pool(device, id, false);
   auto *pp = new PrivatePool();
   pp->id = id;
   pp->device = device;
@@ -126,6 +140,8 @@ bool maybe_destroy(Dev &d, PrivatePool *pp) {
     C10_CUDA_CHECK(cudaDeviceSynchronize());
   }
   d.pools.erase(pp->id);
+  if (pp->use_on_oom)
+    d.oom_pools.fetch_sub(1, std::memory_order_relaxed);
   aa_pool_destroy(pp->pool);
   for (auto &z : pp->zombies)
     delete z.second;
@@ -226,15 +242,38 @@ void AdaptAllocator::createOrIncrefPool(
   (void)create_or_incref(d, device, mempool_id);
 }
 
-void AdaptAllocator::setUseOnOOM(c10::DeviceIndex /*device*/, MempoolId_t /*id*/, bool use_on_oom) {
-  TORCH_CHECK(
-      !use_on_oom,
-      "adaptalloc: MemPool(use_on_oom=True) is not supported: a pool's "
-      "memory is not lent to others on out of memory");
+void AdaptAllocator::setUseOnOOM(c10::DeviceIndex device, MempoolId_t mempool_id,
+                                 bool use_on_oom) {
+  Dev &d = dev_at(device);
+  std::lock_guard<std::mutex> g(d.mu);
+  auto it = d.pools.find(mempool_id);
+  TORCH_CHECK(it != d.pools.end(),
+              cat("adaptalloc: setUseOnOOM: no pool (", mempool_id.first, ", ",
+                  mempool_id.second, ") on device ", static_cast<int>(device)));
+  PrivatePool *pp = it->second;
+  if (pp->use_on_oom != use_on_oom)
+    d.oom_pools.fetch_add(use_on_oom ? 1 : -1, std::memory_order_relaxed);
+  pp->use_on_oom = use_on_oom;
 }
 
-void AdaptAllocator::setNoSplit(c10::DeviceIndex /*device*/, MempoolId_t /*id*/) {
-  TORCH_CHECK(false, "adaptalloc: MemPool(no_split=True) is not supported");
+// PyTorch calls it right after making the MemPool: the pool holds no block
+// yet, and is made again with large blocks straight from the backend.
+void AdaptAllocator::setNoSplit(c10::DeviceIndex device, MempoolId_t mempool_id) {
+  Dev &d = dev_at(device);
+  std::lock_guard<std::mutex> g(d.mu);
+  auto it = d.pools.find(mempool_id);
+  TORCH_CHECK(it != d.pools.end(),
+              cat("adaptalloc: setNoSplit: no pool (", mempool_id.first, ", ",
+                  mempool_id.second, ") on device ", static_cast<int>(device)));
+  PrivatePool *pp = it->second;
+  if (pp->no_split)
+    return;
+  TORCH_CHECK(pp->live.empty() && pp->zombies.empty(),
+              "adaptalloc: setNoSplit: the pool already holds blocks");
+  aa_pool *fresh = make_private_pool(device, mempool_id, true);
+  aa_pool_destroy(pp->pool);
+  pp->pool = fresh;
+  pp->no_split = true;
 }
 
 bool AdaptAllocator::checkPoolLiveAllocations(

@@ -9,13 +9,18 @@
 // while other streams may still use it, so the two come together), oom with
 // the device's free bytes when an allocation fails. Stack frames are
 // gathered by PyTorch's context recorder: for allocations when `when` is
-// ALLOC or ALL, for frees when it is ALL.
+// ALLOC or ALL, for frees when it is ALL. record_function's annotations
+// (recordAnnotation) are kept beside them (annotate, annotations).
 #include "history.h"
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/profiler/combined_traceback.h>
 
 #include <algorithm>
+#include <string>
 #include <string_view>
+
+#include "adaptalloc/runtime.h"
 
 namespace adaptalloc_torch {
 
@@ -37,8 +42,11 @@ void History::configure(
     clock = std::make_unique<c10::ApproximateClockToUnixTimeConverter>();
 
   std::lock_guard<std::mutex> g(mu_);
-  if (clear)
+  if (clear) {
     rings_.clear();
+    notes_.clear();
+    notes_next_ = 0;
+  }
   if (enabled) {
     context_ = context_recorder;
     when_ = when;
@@ -58,7 +66,38 @@ void History::configure(
   on_.store(enabled && when != CCA::RecordContext::NEVER, std::memory_order_relaxed);
 }
 
-void History::record(Action action, int device, size_t addr, size_t size, void *stream) {
+namespace {
+
+// The frames PyTorch's recorder gathered, as the store keeps a call stack:
+// one frame a line, "file:line:function", innermost first (at most about
+// 60 KiB). Empty for a context that is not a CapturedTraceback.
+std::string frames_text(c10::GatheredContext *ctx) {
+  auto *tb = dynamic_cast<torch::CapturedTraceback *>(ctx);
+  std::string out;
+  if (tb == nullptr)
+    return out;
+  std::vector<torch::CapturedTraceback *> one{tb};
+  torch::SymbolizedTracebacks s = torch::symbolize(one);
+  if (s.tracebacks.empty())
+    return out;
+  for (uint64_t i : s.tracebacks[0]) {
+    if (i >= s.all_frames.size() || out.size() > 60000)
+      break;
+    const auto &f = s.all_frames[i];
+    out += f.filename;
+    out += ':';
+    out += std::to_string(f.lineno);
+    out += ':';
+    out += f.funcname;
+    out += '\n';
+  }
+  return out;
+}
+
+} // namespace
+
+void History::record(Action action, int device, size_t addr, size_t size, void *stream,
+                     aa_pool *pool) {
   if (!on() || device < 0)
     return;
   CCA::CreateContextFn ctx_fn = nullptr;
@@ -73,6 +112,16 @@ void History::record(Action action, int device, size_t addr, size_t size, void *
   }
   // Frames are gathered without our lock: the recorder takes the GIL.
   std::shared_ptr<c10::GatheredContext> ctx = ctx_fn ? ctx_fn() : nullptr;
+  // ... and so is their text for the store, only for a block the live trace
+  // takes (sampled: rarely); a stack the store refuses is only not stored
+  if (ctx && pool != nullptr && action == TraceEntry::ALLOC) {
+    const void *p = reinterpret_cast<const void *>(addr);
+    if (aa_runtime_trace_wants(pool, p)) {
+      std::string text = frames_text(ctx.get());
+      if (!text.empty())
+        (void)aa_runtime_trace_frames(pool, p, text.data(), text.size());
+    }
+  }
   std::lock_guard<std::mutex> g(mu_);
   if (!on())
     return; // turned off meanwhile
@@ -106,6 +155,37 @@ std::vector<std::vector<History::TraceEntry>> History::traces(size_t ndevices) {
     for (TraceEntry &e : o)
       e.time_.t_ = to_unix ? to_unix(e.time_.approx_t_) / 1000 : 0;
   }
+  return out;
+}
+
+void History::annotate(int device, const std::vector<std::pair<std::string, std::string>> &md) {
+  if (!on() || device < 0)
+    return;
+  AnnotationEntry e(static_cast<c10::DeviceIndex>(device), c10::getApproximateTime());
+  for (const auto &kv : md)
+    e.recordUserMetadata(kv.first, kv.second);
+  std::lock_guard<std::mutex> g(mu_);
+  if (!on())
+    return;
+  if (notes_.size() < max_) {
+    notes_.push_back(std::move(e));
+    return;
+  }
+  notes_[notes_next_] = std::move(e);
+  notes_next_ = (notes_next_ + 1) % max_;
+}
+
+std::vector<History::AnnotationEntry> History::annotations() {
+  std::vector<AnnotationEntry> out;
+  std::function<time_t(c10::approx_time_t)> to_unix;
+  std::lock_guard<std::mutex> g(mu_);
+  if (clock_)
+    to_unix = clock_->makeConverter();
+  out.reserve(notes_.size());
+  for (size_t i = 0; i < notes_.size(); i++)
+    out.push_back(notes_[(notes_next_ + i) % notes_.size()]);
+  for (AnnotationEntry &e : out)
+    e.time_.t_ = to_unix ? to_unix(e.time_.approx_t_) / 1000 : 0;
   return out;
 }
 

@@ -8,12 +8,20 @@
 //
 // allocator.cpp calls record() at each allocation, free and OOM, guarded by
 // on(): while recording is off the whole cost is that one relaxed load.
+// An allocation's record() is given its pool: when adaptalloc's live trace
+// takes the block (aa_runtime_trace_wants) and the recorder gathered Python
+// frames (stacks="python" or "all"), the frames also go to the store as the
+// block's call stack (aa_runtime_trace_frames), so that the store's trace
+// and its export carry them (docs/torch.md "Memory history").
 // Thread safety: every member function may be called from any thread; the
 // rings are under one mutex, and the context recorder (which takes the
 // GIL to gather Python frames) runs outside it.
 #pragma once
 
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+
+#include "adaptalloc/core.h"
 #include <c10/util/ApproximateClock.h>
 
 #include <atomic>
@@ -21,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace adaptalloc_torch {
@@ -44,12 +53,22 @@ public:
       const std::vector<std::string> &skip_actions);
 
   // One entry (no-op while off or for a skipped action). For OOM, addr is
-  // the device's free bytes, as in PyTorch.
-  void record(Action action, int device, size_t addr, size_t size, void *stream);
+  // the device's free bytes, as in PyTorch. pool: an allocation's pool, for
+  // the store's call stacks (nullptr: none).
+  void record(Action action, int device, size_t addr, size_t size, void *stream,
+              aa_pool *pool = nullptr);
 
   // The entries of devices 0..ndevices-1, oldest first, times converted to
   // microseconds since the epoch (what _dump_snapshot writes as time_us).
   std::vector<std::vector<TraceEntry>> traces(size_t ndevices);
+
+  // recordAnnotation (record_function's names, while recording is on): one
+  // entry of the device's with the metadata, kept like the trace entries
+  // (the newest max_entries); annotations() hands them to snapshot() with
+  // the same time conversion.
+  using AnnotationEntry = c10::CachingDeviceAllocator::AnnotationEntry;
+  void annotate(int device, const std::vector<std::pair<std::string, std::string>> &md);
+  std::vector<AnnotationEntry> annotations();
 
 private:
   struct Ring {
@@ -64,6 +83,8 @@ private:
   size_t max_ = 1;
   std::vector<bool> skip_;
   std::vector<Ring> rings_;
+  std::vector<AnnotationEntry> notes_; // a ring of max_, as a Ring's v
+  size_t notes_next_ = 0;
   std::unique_ptr<c10::ApproximateClockToUnixTimeConverter> clock_;
 };
 

@@ -25,17 +25,65 @@
 //       previous id. A CUDA graph capture's private pool still wins.
 //   current_region() -> int
 //       This thread's region id (-1: none).
+//   _tracker_attach() -> None, _tracker_entries() -> list[(str, int, int)]
+//       Tests: attaches a trace tracker of the module's own, through
+//       PyTorch's attachAllocatorTraceTracker, that keeps each entry's
+//       action name, address and size; _tracker_entries takes them.
 // Everything else goes through torch.cuda's own functions (memory_stats,
 // memory_summary, empty_cache, _snapshot, graphs, MemPool, ...).
 #include <torch/extension.h>
 
 #include "allocator.h"
 
+#include <c10/cuda/CUDACachingAllocator.h>
+
+#include <mutex>
+#include <tuple>
+#include <vector>
+
 #ifndef TORCH_EXTENSION_NAME
 #define TORCH_EXTENSION_NAME _torch_native
 #endif
 
 namespace py = pybind11;
+
+namespace {
+
+std::mutex g_trk_mu;
+std::vector<std::tuple<std::string, size_t, size_t>> g_trk;
+
+const char *action_name(int a) {
+  using E = c10::cuda::CUDACachingAllocator::TraceEntry;
+  switch (a) {
+  case E::ALLOC: return "alloc";
+  case E::FREE_REQUESTED: return "free_requested";
+  case E::FREE_COMPLETED: return "free_completed";
+  case E::SEGMENT_ALLOC: return "segment_alloc";
+  case E::SEGMENT_FREE: return "segment_free";
+  case E::SEGMENT_MAP: return "segment_map";
+  case E::SEGMENT_UNMAP: return "segment_unmap";
+  case E::SNAPSHOT: return "snapshot";
+  case E::OOM: return "oom";
+  default: return "?";
+  }
+}
+
+void tracker_attach() {
+  c10::cuda::CUDACachingAllocator::attachAllocatorTraceTracker(
+      [](const c10::cuda::CUDACachingAllocator::TraceEntry &e) {
+        std::lock_guard<std::mutex> g(g_trk_mu);
+        g_trk.emplace_back(action_name(static_cast<int>(e.action_)), e.addr_, e.size_);
+      });
+}
+
+std::vector<std::tuple<std::string, size_t, size_t>> tracker_entries() {
+  std::lock_guard<std::mutex> g(g_trk_mu);
+  std::vector<std::tuple<std::string, size_t, size_t>> out;
+  out.swap(g_trk);
+  return out;
+}
+
+} // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "adaptalloc as PyTorch's native CUDA allocator";
@@ -54,4 +102,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "returns the previous id.");
   m.def("current_region", &adaptalloc_torch::current_region,
         "This thread's region id (-1: none).");
+  m.def("_tracker_attach", &tracker_attach,
+        "Tests: attach a trace tracker that keeps (action, addr, size) of each entry.");
+  m.def("_tracker_entries", &tracker_entries,
+        "Tests: the entries the test tracker kept since the last call.");
 }

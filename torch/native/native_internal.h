@@ -18,7 +18,10 @@
 //
 // Who defines what (the class's members are grouped the same way below):
 //   allocator.cpp    g_dev, g_alloc, install, is_installed, set_limit; the
-//                    life cycle, limits, empty_cache, IPC, peers
+//                    life cycle, limits, empty_cache, peers
+//   ipc.cpp          CUDA IPC: shareIpcHandle, getIpcDevPtr
+//   tracker.cpp      trace trackers: attachAllocatorTraceTracker, track,
+//                    segment_diff
 //   alloc.cpp        deleter; allocate, alloc_ctx, free_ctx, raw alloc/delete,
 //                    out_of_memory, recordStream
 //   graph_pools.cpp  create_or_incref, maybe_destroy, route, private_pool_count;
@@ -156,6 +159,12 @@ struct PrivatePool {
   // address; it is freed for real when no checkpoint lists it any more.
   std::unordered_map<void *, int> pinned;
   std::unordered_map<void *, Ctx *> zombies;
+  // MemPool(use_on_oom=True): the device pool's allocations that fail take
+  // this pool's memory before raising (alloc.cpp)
+  bool use_on_oom = false;
+  // MemPool(no_split=True): every block its own backend allocation
+  // (graph_pools.cpp makes the aa_pool so)
+  bool no_split = false;
 };
 
 struct Region { // an open beginAllocateToPool
@@ -171,6 +180,7 @@ struct Dev {
   std::mutex mu;                              // pools, region list, released pools, fraction, base
   std::map<MempoolId_t, PrivatePool *> pools; // use_count > 0, or blocks live
   std::vector<Region> open;
+  std::atomic<int> oom_pools{0}; // private pools with use_on_oom
   double fraction = 1.0;
   aa__torch_base base{}; // what resetAccumulatedStats subtracts
 };
@@ -246,6 +256,8 @@ static void each_named(const Dev &d, F &&f) {
 
 // graph_pools.cpp (each under d.mu)
 PrivatePool *create_or_incref(Dev &d, int device, MempoolId_t id);
+// A private pool's aa_pool (no_split: large blocks straight from the backend).
+aa_pool *make_private_pool(int device, MempoolId_t id, bool no_split);
 bool maybe_destroy(Dev &d, PrivatePool *pp);
 PrivatePool *route(Dev &d, cudaStream_t stream);
 
@@ -261,7 +273,11 @@ public:
   inline Ctx *alloc_ctx(int device, size_t n, cudaStream_t stream);
   static inline Ctx *make_ctx(const Dev &d, const Ctx &v);
   inline void free_ctx(Ctx *c);
+  inline void free_ctx_now(Ctx *c); // free_ctx past history and trackers
   [[noreturn]] void out_of_memory(int device, size_t n, aa_pool *pool);
+  // A use_on_oom private pool's block for a request the device pool
+  // refused, or nullptr (under no lock; takes d.mu).
+  Ctx *alloc_on_oom_pool(Dev &d, int device, size_t n, cudaStream_t stream);
   void *raw_alloc(size_t nbytes) override;
   void *raw_alloc_with_stream(size_t nbytes, cudaStream_t stream) override;
   void raw_delete(void *ptr) override;
@@ -284,9 +300,9 @@ public:
       c10::DeviceIndex device,
       MempoolId_t mempool_id,
       std::shared_ptr<CCA::CUDAAllocator> allocator) override;
-  void setUseOnOOM(c10::DeviceIndex /*device*/, MempoolId_t /*id*/, bool use_on_oom)
+  void setUseOnOOM(c10::DeviceIndex device, MempoolId_t mempool_id, bool use_on_oom)
       override;
-  void setNoSplit(c10::DeviceIndex /*device*/, MempoolId_t /*id*/) override;
+  void setNoSplit(c10::DeviceIndex device, MempoolId_t mempool_id) override;
   bool checkPoolLiveAllocations(
       c10::DeviceIndex device,
       MempoolId_t mempool_id,
@@ -308,6 +324,7 @@ public:
   CCA::SnapshotInfo snapshot(MempoolId_t mempool_id, bool /*include_traces*/)
       override;
   bool isHistoryEnabled() override;
+  void recordAnnotation(const std::vector<std::pair<std::string, std::string>> &md) override;
   void recordHistory(
       bool enabled,
       CCA::CreateContextFn context_recorder,
@@ -329,11 +346,15 @@ public:
   std::vector<CCA::StreamSegmentSize> getExpandableSegmentSizes(
       c10::DeviceIndex /*device*/) override;
   void *getBaseAllocation(void *ptr, size_t *size) override;
-  std::shared_ptr<void> getIpcDevPtr(std::string /*handle*/) override;
-  CCA::ShareableHandle shareIpcHandle(void * /*ptr*/) override;
+  std::shared_ptr<void> getIpcDevPtr(std::string handle) override;
+  CCA::ShareableHandle shareIpcHandle(void *ptr) override;
   void attachOutOfMemoryObserver(CCA::OutOfMemoryObserver observer) override;
-  void attachAllocatorTraceTracker(CCA::AllocatorTraceTracker /*tracker*/)
-      override;
+  // tracker.cpp: trace trackers
+  void attachAllocatorTraceTracker(CCA::AllocatorTraceTracker tracker) override;
+  bool tracking() const { return tracking_.load(std::memory_order_relaxed); }
+  // Tells the trackers of one action (SNAPSHOT: only the segments' changes).
+  void track(History::Action action, int device, size_t addr, size_t size,
+             cudaStream_t stream);
   void enablePeerAccess(c10::DeviceIndex dev, c10::DeviceIndex dev_to_access)
       override;
   cudaError_t memcpyAsync(
@@ -353,6 +374,18 @@ private:
   std::mutex obs_mu_;
   std::vector<CCA::OutOfMemoryObserver> observers_;
   History history_; // history: _record_memory_history's state and entries
+  // trackers (tracker.cpp): the attached ones, and each device's segments
+  // as last seen with its pools' backend-call count then
+  struct SegState {
+    std::map<size_t, std::pair<size_t, bool>> segs;
+    uint64_t calls = 0;
+    bool seen = false;
+  };
+  void segment_diff(int dev, std::vector<CCA::TraceEntry> &out);
+  std::atomic<bool> tracking_{false};
+  std::mutex trk_mu_; // trackers_, segs_
+  std::vector<CCA::AllocatorTraceTracker> trackers_;
+  SegState segs_[kMaxDevices];
 };
 
 extern std::shared_ptr<AdaptAllocator> g_alloc; // allocator.cpp

@@ -120,6 +120,7 @@ CCA::SnapshotInfo AdaptAllocator::snapshot(MempoolId_t mempool_id, bool /*includ
     }
   }
   info.device_traces = history_.traces(static_cast<size_t>(c10::cuda::device_count())); // history:
+  info.external_annotations = history_.annotations();
   info.config_metadata.garbage_collection_threshold = 0.0;
   info.config_metadata.max_split_size = std::numeric_limits<size_t>::max();
   info.config_metadata.pinned_num_register_threads = 0;
@@ -133,6 +134,19 @@ CCA::SnapshotInfo AdaptAllocator::snapshot(MempoolId_t mempool_id, bool /*includ
 
 bool AdaptAllocator::isHistoryEnabled() { // history:
   return history_.on();
+}
+
+// record_function's annotations (torch.profiler.record_function and the
+// memory history's phase names in memory_viz), kept while recording.
+void AdaptAllocator::recordAnnotation(const std::vector<std::pair<std::string, std::string>> &md) {
+  if (!history_.on())
+    return;
+  c10::DeviceIndex device = 0;
+  if (c10::cuda::GetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  history_.annotate(device, md);
 }
 
 void AdaptAllocator::recordHistory(

@@ -132,6 +132,16 @@ typedef struct aa_backend_ops {
   int (*map_alias)(aa_backend *b, void *addr, size_t size, void *handle);
   /* Undo one map_alias: the memory stays, mapped where map put it. */
   void (*unmap_alias)(aa_backend *b, void *addr, size_t size, void *handle);
+
+  /* Optional (NULL: not offered), for sharing memory with another process
+   * (aa_block_share, CUDA IPC): a POSIX file descriptor that another
+   * process can import the memory behind `handle` (from map, still
+   * mapped) with (CUDA: cuMemExportToShareableHandle). The descriptor is
+   * the backend's, the same one at every call for one handle, and stays
+   * open while the handle is mapped: unmap closes it. AA_ENOTSUP when the
+   * handle was made without an exportable type (a driver that refused
+   * one), AA_EBACKEND. */
+  int (*export_fd)(aa_backend *b, void *handle, int *fd);
 } aa_backend_ops;
 
 /* What a backend's residency op reports, over all it holds. */
@@ -208,7 +218,8 @@ typedef void (*aa_error_fn)(void *user, aa_pool *pool, aa_misuse what,
 
 /* One trace event (ADAPTALLOC_TRACE). op: 'a' alloc, 'f' free, 'x' failed
  * alloc, 'u' a use on another stream that aa_record_stream recorded (ptr,
- * stream; size 0). Delivered from the allocating/freeing thread after the operation;
+ * stream; size 0), 'c' the call stack of the block at ptr (size 0, frame:
+ * an id the caller of aa_pool_trace_frame chose, docs/store.md). Delivered from the allocating/freeing thread after the operation;
  * the callee must not block (copy into a ring buffer and return).
  * Delivery order across threads is not the order of the operations: sort
  * by seq. seq is process-wide and increasing; a free takes its number while
@@ -223,6 +234,7 @@ typedef struct aa_trace_event {
   uint64_t thread;
   char op;
   uint64_t seq;
+  uint64_t frame; /* op 'c' (aa_pool_trace_frame): the frames' id; else 0 */
 } aa_trace_event;
 typedef void (*aa_trace_fn)(void *user, const aa_trace_event *ev);
 
@@ -298,6 +310,17 @@ typedef struct aa_pool_config {
                               as PyTorch's caching allocator does. Policy:
                               large.stream_wait; aa_pool_set_stream_wait changes it
                               live */
+  int large_plan;          /* cache or expandable: a placement learned from the first
+                              steps. The large requests are watched; once they repeat
+                              (the period found in the order of requests and frees), the
+                              repeating ones with a lifetime shorter than a period get
+                              offsets planned from their lifetimes in one arena, adopted
+                              only when the window's replay says peak reserved falls;
+                              from the period's next start they are served there with no
+                              backend call, the rest as before; a plan that stops
+                              matching is dropped and learned again. 1 on, 0 (the
+                              default) off. Fixed while the pool lives. Policy:
+                              large.plan. Docs: docs/core.md "The learned plan" */
 } aa_pool_config;
 
 /* The longest region label (aa_pool_config.region, aa_pool_stats.region). */
@@ -335,6 +358,35 @@ AA_EXTERN int aa_record_stream(aa_pool *pool, void *ptr, aa_stream stream);
  * pool does not own it. */
 AA_EXTERN size_t aa_block_size(aa_pool *pool, const void *ptr);
 
+/* ---------------------------------------------------- sharing a block
+ * What another process needs to map a live block: the backend memory under
+ * it, one piece per backend allocation (a slab, a large segment of the
+ * cache path) or per map handle (pages of the expandable path, the parts of
+ * a stitched range), in address order, contiguous, covering the block. A
+ * piece is mapped whole at [addr, addr + size) in this process. */
+typedef struct aa_share_piece {
+  void *addr;   /* where the piece starts in this process */
+  size_t size;  /* its bytes */
+  void *handle; /* the backend's map handle (map op), for aa_backend_export_fd;
+                   NULL: a whole backend allocation (alloc op) starting at addr */
+} aa_share_piece;
+
+/* Describes the live block that holds `ptr` (its start or any byte of it):
+ * fills pieces[0 .. *n) (at most cap) and *block with the block's start.
+ * AA_ERANGE when more than cap pieces are needed (*n says how many);
+ * AA_EINVAL when ptr is in no live block of the pool (free, cached in a
+ * thread's cache, another pool's). The description holds while the block
+ * stays live: the pool never gives a live block's memory back, so a
+ * consumer may map the pieces until the owner frees the block (PyTorch's
+ * CUDA IPC keeps the owner's block live until every consumer let go). */
+AA_EXTERN int aa_block_share(aa_pool *pool, const void *ptr, aa_share_piece *pieces, size_t cap,
+                             size_t *n, void **block);
+
+/* The backend's export_fd: a POSIX descriptor for a map handle of a
+ * piece (the backend's; never close it). AA_ENOTSUP when the backend has no
+ * export_fd, AA_EINVAL for a NULL handle or backend. */
+AA_EXTERN int aa_backend_export_fd(aa_backend *b, void *handle, int *fd);
+
 /* Returns cached memory to the backend: free blocks in this thread's cache and
  * the central lists, empty slabs, cached large segments (torch empty_cache).
  * Blocks pending on events are kept. Returns bytes released. */
@@ -355,6 +407,40 @@ AA_EXTERN void aa_pool_set_telemetry(aa_pool *pool, bool on);
  * freed then. Never call it from inside a trace callback (it would wait for
  * itself). */
 AA_EXTERN void aa_pool_set_trace(aa_pool *pool, aa_trace_fn fn, void *user);
+/* Sampled tracing: aa_pool_set_trace, with only some allocations traced.
+ * An allocation is traced when its size is at least min_bytes (min_bytes >
+ * 0), or when it is drawn one time in `every` on average (every > 1: a
+ * per-thread countdown drawn uniformly from 1..2*every-1, so a loop of
+ * exactly `every` allocations is not always sampled at the same place;
+ * every 0: none by count). every 1 with min_bytes 0 traces every event, as
+ * aa_pool_set_trace does. While sampling, the free, the uses on other
+ * streams ('u') and the frames ('c') of a block are traced exactly when its
+ * allocation was: the pool keeps the traced live blocks in a table of
+ * AA_TRACE_SAMPLE_SLOTS addresses (allocated at the first sampled setting,
+ * about 512 KiB, freed with the pool); an allocation that finds no room is
+ * not traced (counted as table_full). Blocks allocated before the call are
+ * not in the sample: their frees are not traced. The trace is off during the
+ * call (a few events may be missed); the same rules as aa_pool_set_trace
+ * apply to fn and user (fn NULL: tracing off). Returns AA_OK, AA_EINVAL
+ * (pool NULL), AA_ENOMEM (no table: nothing changed). */
+#define AA_TRACE_SAMPLE_SLOTS 65536
+AA_EXTERN int aa_pool_set_trace_sampled(aa_pool *pool, aa_trace_fn fn, void *user,
+                                        uint32_t every, uint64_t min_bytes);
+/* Whether the block at ptr (live, the caller's) is in the pool's trace:
+ * the pool traces, and, while sampling, the block's allocation was traced.
+ * For callers that gather something costly for the trace (a call stack). */
+AA_EXTERN bool aa_pool_trace_wants(aa_pool *pool, const void *ptr);
+/* Traces an event 'c' that attaches `frame` (the caller's id of a call
+ * stack; nonzero) to the live block at ptr, when aa_pool_trace_wants says
+ * so. Returns AA_OK when traced, AA_ENOENT when the block is not in the
+ * trace, AA_EINVAL for NULL pool or ptr or frame 0. */
+AA_EXTERN int aa_pool_trace_frame(aa_pool *pool, const void *ptr, uint64_t frame);
+/* The sampling's counters since the last aa_pool_set_trace_sampled that
+ * turned sampling on: allocations traced, allocations not drawn, traced
+ * blocks live now, allocations not traced for want of room in the table.
+ * Zeros when the pool never sampled. Any pointer may be NULL. */
+AA_EXTERN void aa_pool_trace_sample_counts(aa_pool *pool, uint64_t *traced, uint64_t *skipped,
+                                           uint64_t *live, uint64_t *table_full);
 AA_EXTERN void aa_pool_set_limit(aa_pool *pool, size_t limit_bytes);
 /* Turns large_map_runs on or off for the mappings the pool makes from now
  * on (those made before keep their shape; each goes back whole as before).
@@ -425,7 +511,7 @@ AA_EXTERN void aa_pool_classes_abort(aa_class_txn *txn);
 
 /* ------------------------------------------------------------------ stats */
 
-#define AA_STATS_VERSION 12
+#define AA_STATS_VERSION 13
 #define AA_HIST_BUCKETS 192 /* quarter doublings: bucket(size) below */
 #define AA_HH_MAX 32        /* heavy-hitter exact sizes reported */
 
@@ -536,7 +622,34 @@ typedef struct aa_pool_stats {
   uint64_t large_stitch_dormant;
   uint64_t large_stitch_rests;
   uint64_t large_stitch_wakes;
+  /* The learned placement (aa_pool_config.large_plan; docs/core.md "The
+   * learned plan"): its state (AA_PLAN_*), requests per period, the arena's
+   * bytes and the bytes live in it, requests served at their planned
+   * offsets (hits) and requests the plan expected elsewhere or found its
+   * room taken (misses), plans adopted, dropped (stopped matching, a
+   * release) and refused (the window's replay said peak reserved would not
+   * fall), and the bytes of peak reserved the adopted plan saves by that
+   * replay. */
+  uint64_t large_plan_state;
+  uint64_t large_plan_period;
+  uint64_t large_plan_bytes;
+  uint64_t large_plan_live_bytes;
+  uint64_t large_plan_hits;
+  uint64_t large_plan_misses;
+  uint64_t large_plans_adopted;
+  uint64_t large_plans_dropped;
+  uint64_t large_plans_refused;
+  uint64_t large_plan_saved_bytes;
 } aa_pool_stats;
+
+/* aa_pool_stats.large_plan_state */
+enum {
+  AA_PLAN_OFF = 0,      /* not asked for, or the mode cannot (passthrough) */
+  AA_PLAN_LEARNING = 1, /* watching the requests for a period */
+  AA_PLAN_WAITING = 2,  /* planned: served from the period's next start */
+  AA_PLAN_ACTIVE = 3,   /* requests served at their planned offsets */
+  AA_PLAN_DRAINING = 4  /* dropped: its arena goes once its blocks are freed */
+};
 
 /* Takes a snapshot. Counters are per thread and summed here; no allocation
  * lock is held for more than a copy. Same as aa_pool_stats_get_opts(pool,
@@ -685,8 +798,10 @@ enum {
   AA_WALK_STITCHED = 8,   /* segment: a stitched range (aa_pool_config.large_stitch): the
                              same memory as the blocks flagged AA_WALK_LENT, at a second
                              address; not more reserved memory */
-  AA_WALK_LENT = 16       /* block: free pages a stitched range maps again (not usable here
+  AA_WALK_LENT = 16,      /* block: free pages a stitched range maps again (not usable here
                              while it lives) */
+  AA_WALK_PLANNED = 32    /* block: in the learned plan's arena (aa_pool_config.large_plan),
+                             at its planned offset (in use) or room between (free) */
 };
 
 typedef struct aa_walk_entry {

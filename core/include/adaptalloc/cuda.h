@@ -92,6 +92,35 @@ typedef struct aa_cuda_counts {
  * AA_ENOTSUP without CUDA. */
 AA_EXTERN int aa_backend_cuda_counts(const aa_backend *b, aa_cuda_counts *out);
 
+/* ------------------------------------------------------ device identity */
+
+#define AA_CUDA_IDENTITY_VERSION 1
+
+/* Which physical GPU a CUDA ordinal is (a value type). The ordinal depends
+ * on CUDA_VISIBLE_DEVICES (every rank of a torchrun job sees its GPU as 0);
+ * the UUID and the PCI bus id do not, and they are the labels the DCGM
+ * exporter and nvidia-smi use: the UUID as "GPU-" and 8-4-4-4-12 hex digits
+ * (DCGM's UUID label), the bus id as NVML writes it, an 8-digit domain
+ * ("00000000:3B:00.0", DCGM's pci_bus_id label). Under MIG the UUID is the
+ * one CUDA reports for the instance. */
+typedef struct aa_cuda_identity {
+  uint32_t version; /* AA_CUDA_IDENTITY_VERSION */
+  uint32_t size;    /* sizeof(aa_cuda_identity) */
+  int32_t device;   /* the CUDA ordinal asked for */
+  uint32_t reserved0;
+  uint64_t total_bytes; /* the card's memory (cudaDeviceProp.totalGlobalMem) */
+  char uuid[48];        /* "GPU-8b2f...-...": NUL-terminated */
+  char pci_bus_id[32];  /* "00000000:3B:00.0" */
+  char name[96];        /* "NVIDIA H100 80GB HBM3" */
+} aa_cuda_identity;
+
+/* Fills *out for CUDA device `device` (cudaGetDeviceProperties: no context
+ * is created, no memory taken; a query costs up to a few milliseconds, so
+ * callers keep the answer, it never changes while the process lives).
+ * AA_EINVAL for NULL out; AA_ENODEV for a device that is not there;
+ * AA_ENOTSUP without CUDA. *out is zeroed (version and size set) on failure. */
+AA_EXTERN int aa_cuda_device_identity(int device, aa_cuda_identity *out);
+
 /* ---------------------------------------------------------- managed memory */
 
 /* Unified (managed) memory: one address valid on the host and on every GPU,
@@ -222,6 +251,32 @@ AA_EXTERN int aa_managed_last_refusal(const aa_backend *b,
  * (zero-copy). `host` may point anywhere inside a pinned allocation.
  * AA_EINVAL when `host` is not mapped pinned memory. */
 AA_EXTERN int aa_pinned_device_ptr(const void *host, void **dev_out);
+
+/* ------------------------------------------------------ CUDA IPC
+ * Mapped device memory (the expandable large path's handles) shared
+ * between processes: the owner describes a block with aa_block_share and
+ * exports each handle's POSIX descriptor (aa_backend_export_fd); another
+ * process maps them with aa_cuda_ipc_import. */
+typedef struct aa_cuda_import aa_cuda_import;
+
+/* Maps, in this process, the n handles whose descriptors fds[i] (numbers
+ * in process `pid`; pid 0 or this process's own: descriptors of this
+ * process) were exported, sizes[i] bytes each, side by side at a new
+ * address (*base) on `device`, readable and writable there. The copies
+ * of the descriptors are taken with pidfd_getfd (Linux 5.6; the caller
+ * needs ptrace access to pid, as for PyTorch's expandable segments) and
+ * closed once imported. *out is the caller's: aa_cuda_ipc_close unmaps
+ * and frees. AA_ENOTSUP (no driver entry points, or a kernel without
+ * pidfd_getfd), AA_EPERM (no ptrace access to pid), AA_ENOENT (pid or a
+ * descriptor gone), AA_ENOMEM, AA_EBACKEND. */
+AA_EXTERN int aa_cuda_ipc_import(int device, int pid, const int *fds, const size_t *sizes,
+                                 size_t n, aa_cuda_import **out, void **base);
+AA_EXTERN void aa_cuda_ipc_close(aa_cuda_import *im);
+
+/* The device allocation (cudaMalloc's, or a VMM mapping's) that holds ptr:
+ * its start and size (cuMemGetAddressRange). AA_EINVAL for no such
+ * allocation, AA_ENOTSUP without CUDA. */
+AA_EXTERN int aa_cuda_alloc_base(const void *ptr, void **base, size_t *size);
 
 #ifdef __cplusplus
 }

@@ -3,7 +3,8 @@
  * event ops, the counters (the device guard and the error mapping are
  * util's adaptalloc/internal/cuda_guard.h, shared with transfer/).
  *
- * Entry points: aa_cuda_device_count, aa_backend_cuda_counts,
+ * Entry points: aa_cuda_device_count, aa_cuda_mem_info, aa_cuda_device_identity,
+ * aa_backend_cuda_counts,
  * aa_pinned_device_ptr; internal aa__cuda_* (see cuda_internal.h).
  *
  * Events: every event is created with cudaEventDisableTiming (cheapest to
@@ -12,6 +13,7 @@
  * the number created is bounded by the most outstanding at once, never one
  * per free.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +50,34 @@ int aa_cuda_mem_info(int device, size_t *free_bytes, size_t *total_bytes) {
   }
   *free_bytes = f;
   *total_bytes = t;
+  return AA_OK;
+}
+
+int aa_cuda_device_identity(int device, aa_cuda_identity *out) {
+  struct cudaDeviceProp prop;
+  const unsigned char *u;
+  cudaError_t e;
+
+  if (out == NULL)
+    return AA_EINVAL;
+  memset(out, 0, sizeof *out);
+  out->version = AA_CUDA_IDENTITY_VERSION;
+  out->size = (uint32_t)sizeof *out;
+  out->device = device;
+  if (device < 0 || device >= aa_cuda_device_count())
+    return AA_ENODEV;
+  e = cudaGetDeviceProperties(&prop, device);
+  if (e != cudaSuccess)
+    return aa__cuda_err(e);
+  u = (const unsigned char *)prop.uuid.bytes;
+  snprintf(out->uuid, sizeof out->uuid,
+           "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+           u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12],
+           u[13], u[14], u[15]);
+  snprintf(out->pci_bus_id, sizeof out->pci_bus_id, "%08X:%02X:%02X.0",
+           (unsigned)prop.pciDomainID, (unsigned)prop.pciBusID, (unsigned)prop.pciDeviceID);
+  snprintf(out->name, sizeof out->name, "%.95s", prop.name);
+  out->total_bytes = (uint64_t)prop.totalGlobalMem;
   return AA_OK;
 }
 

@@ -30,9 +30,23 @@
  * does), counted like a cudaMalloc in the backend's counters; unmap gives
  * it back to the driver at once (no implicit synchronisation: the core
  * unmaps only memory no work uses).
+ *
+ * Sharing with another process (CUDA IPC, aa_block_share): maps ask for
+ * handles exportable as POSIX file descriptors where the device offers the
+ * type (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED);
+ * a driver that refuses it at cuMemCreate turns the request off for the
+ * backend's later maps. export_fd makes one descriptor per handle
+ * (cuMemExportToShareableHandle), kept until the handle is unmapped, so
+ * that a consumer can take a copy of it (pidfd_getfd) while the block it
+ * shares is live. aa_cuda_ipc_import maps such descriptors of another
+ * process into this one; aa_cuda_alloc_base finds the cudaMalloc
+ * allocation under a pointer (cudaIpcGetMemHandle wants its start).
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cuda.h> /* driver types only: libcuda is never linked */
 
@@ -154,6 +168,10 @@ static void dev_destroy(aa_backend *b) {
   }
   free(cb->mis);
   pthread_mutex_destroy(&cb->mis_lock);
+  for (i = 0; i < cb->nfds; i++)
+    (void)close(cb->fds[i].fd);
+  free(cb->fds);
+  pthread_mutex_destroy(&cb->fd_lock);
   cb->magic = 0;
   free(cb);
 }
@@ -188,6 +206,13 @@ typedef CUresult(CUDAAPI *vm_set_access_fn)(CUdeviceptr ptr, size_t size,
                                             const CUmemAccessDesc *desc,
                                             size_t count);
 
+typedef CUresult(CUDAAPI *vm_export_fn)(void *shareable, CUmemGenericAllocationHandle handle,
+                                        CUmemAllocationHandleType type,
+                                        unsigned long long flags);
+typedef CUresult(CUDAAPI *vm_import_fn)(CUmemGenericAllocationHandle *handle, void *shareable,
+                                        CUmemAllocationHandleType type);
+typedef CUresult(CUDAAPI *vm_addr_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr p);
+
 _Static_assert(sizeof(vm_map_fn) == sizeof(void *),
                "driver entry points travel through a void *");
 _Static_assert(sizeof(CUmemGenericAllocationHandle) <= sizeof(uintptr_t),
@@ -207,6 +232,10 @@ static struct {
   vm_map_fn map;
   vm_unmap_fn unmap;
   vm_set_access_fn set_access;
+  /* optional (NULL: no CUDA IPC of mapped memory) */
+  vm_export_fn export_handle;
+  vm_import_fn import_handle;
+  vm_addr_range_fn addr_range;
 } vm_api;
 static pthread_once_t vm_once = PTHREAD_ONCE_INIT;
 
@@ -247,6 +276,11 @@ static void vm_resolve(void) {
   ok = vm_sym("cuMemUnmap", &vm_api.unmap) && ok;
   ok = vm_sym("cuMemSetAccess", &vm_api.set_access) && ok;
   vm_api.ok = ok;
+  if (!vm_sym("cuMemExportToShareableHandle", &vm_api.export_handle) ||
+      !vm_sym("cuMemImportFromShareableHandle", &vm_api.import_handle))
+    vm_api.export_handle = NULL, vm_api.import_handle = NULL;
+  if (!vm_sym("cuMemGetAddressRange", &vm_api.addr_range))
+    vm_api.addr_range = NULL;
 }
 
 static bool vm_available(void) {
@@ -263,6 +297,8 @@ static int vm_err(CUresult r) {
 
 static CUdeviceptr vm_addr(const void *p) { return (CUdeviceptr)(uintptr_t)p; }
 
+static void fd_forget(aa__cuda_backend *cb, void *handle);
+
 /* Pinned (non-migratable) memory on the backend's device, no export handle. */
 static void vm_prop(const aa_backend *b, CUmemAllocationProp *prop) {
   memset(prop, 0, sizeof *prop);
@@ -270,6 +306,15 @@ static void vm_prop(const aa_backend *b, CUmemAllocationProp *prop) {
   prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop->location.id = b->device;
   prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+}
+
+/* vm_prop for a cuMemCreate: with the POSIX descriptor handle type while
+ * the backend asks for it (cb->vm_fd). */
+static void vm_prop_create(const aa_backend *b, CUmemAllocationProp *prop) {
+  const aa__cuda_backend *cb = (const aa__cuda_backend *)b->ctx;
+  vm_prop(b, prop);
+  if (atomic_load_explicit(&cb->vm_fd, memory_order_relaxed))
+    prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 }
 
 /* aa__cuda_enter, plus a current driver context. A thread that has made no
@@ -314,6 +359,15 @@ static size_t vm_query_granularity(const aa_backend *b) {
       vm_api.get_granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) !=
           CUDA_SUCCESS)
     g = 0;
+  if (g != 0 && vm_api.export_handle != NULL) {
+    int fd_ok = 0;
+    aa__cuda_backend *cb = (aa__cuda_backend *)b->ctx;
+    if (vm_api.device_get_attribute(&fd_ok,
+                                    CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                                    dev) == CUDA_SUCCESS &&
+        fd_ok)
+      atomic_store_explicit(&cb->vm_fd, true, memory_order_relaxed);
+  }
   aa__cuda_leave(b->device, prev);
   if (g == 0)
     return 0;
@@ -419,8 +473,16 @@ static int dev_map(aa_backend *b, void *addr, size_t size, void **handle) {
   rc = vm_enter(b, &prev);
   if (rc != AA_OK)
     goto done;
-  vm_prop(b, &prop);
+  vm_prop_create(b, &prop);
   r = vm_api.create(&h, size, &prop, 0);
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY &&
+      prop.requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE) {
+    /* the driver refuses the exportable type here: plain handles from now
+     * on (such memory cannot be shared with another process) */
+    atomic_store_explicit(&cb->vm_fd, false, memory_order_relaxed);
+    vm_prop(b, &prop);
+    r = vm_api.create(&h, size, &prop, 0);
+  }
   if (r == CUDA_SUCCESS) {
     r = map_rw(b, addr, size, h);
     if (r != CUDA_SUCCESS)
@@ -441,6 +503,7 @@ static void dev_unmap(aa_backend *b, void *addr, size_t size, void *handle) {
   bool entered;
   if (!addr || !vm_available())
     return;
+  fd_forget(cb, handle);
   entered = vm_enter(b, &prev) == AA_OK;
   (void)vm_api.unmap(vm_addr(addr), size);
   (void)vm_api.release((CUmemGenericAllocationHandle)(uintptr_t)handle);
@@ -479,6 +542,240 @@ static void dev_unmap_alias(aa_backend *b, void *addr, size_t size, void *handle
     aa__cuda_leave(b->device, prev);
 }
 
+/* ------------------------------------------------------- sharing (IPC) */
+
+/* Closes the descriptor export_fd made for `handle`, if any (its handle is
+ * being unmapped). */
+static void fd_forget(aa__cuda_backend *cb, void *handle) {
+  uint64_t h = (uint64_t)(uintptr_t)handle;
+  int fd = -1;
+  pthread_mutex_lock(&cb->fd_lock);
+  for (size_t i = 0; i < cb->nfds; i++) {
+    if (cb->fds[i].handle == h) {
+      fd = cb->fds[i].fd;
+      cb->fds[i] = cb->fds[--cb->nfds];
+      break;
+    }
+  }
+  pthread_mutex_unlock(&cb->fd_lock);
+  if (fd >= 0)
+    (void)close(fd);
+}
+
+static int dev_export_fd(aa_backend *b, void *handle, int *fd) {
+  aa__cuda_backend *cb = (aa__cuda_backend *)b->ctx;
+  uint64_t h = (uint64_t)(uintptr_t)handle;
+  int rc = AA_OK;
+  *fd = -1;
+  if (!vm_available() || vm_api.export_handle == NULL)
+    return AA_ENOTSUP;
+  pthread_mutex_lock(&cb->fd_lock);
+  for (size_t i = 0; i < cb->nfds; i++) {
+    if (cb->fds[i].handle == h) {
+      *fd = cb->fds[i].fd;
+      goto out;
+    }
+  }
+  if (cb->nfds == cb->capfds) {
+    size_t ncap = cb->capfds ? cb->capfds * 2 : 16;
+    struct aa__cuda_fd *n = realloc(cb->fds, ncap * sizeof *n);
+    if (n == NULL) {
+      rc = AA_ENOMEM;
+      goto out;
+    }
+    cb->fds = n;
+    cb->capfds = ncap;
+  }
+  int made = -1;
+  CUresult r = vm_api.export_handle(&made, (CUmemGenericAllocationHandle)h,
+                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  if (r != CUDA_SUCCESS) {
+    /* a handle made without the type (the driver refused it) */
+    rc = r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE ||
+                 r == CUDA_ERROR_NOT_PERMITTED
+             ? AA_ENOTSUP
+             : AA_EBACKEND;
+    goto out;
+  }
+  cb->fds[cb->nfds].handle = h;
+  cb->fds[cb->nfds].fd = made;
+  cb->nfds++;
+  *fd = made;
+out:
+  pthread_mutex_unlock(&cb->fd_lock);
+  return rc;
+}
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_pidfd_getfd
+#define SYS_pidfd_getfd 438
+#endif
+
+struct aa_cuda_import {
+  int device;
+  CUdeviceptr base;
+  size_t size;      /* the reservation */
+  size_t n, mapped; /* handles; of which mapped */
+  size_t *sizes;
+  CUmemGenericAllocationHandle *h;
+};
+
+void aa_cuda_ipc_close(aa_cuda_import *im) {
+  int prev = -1;
+  if (im == NULL)
+    return;
+  if (vm_available()) {
+    bool entered = aa__cuda_enter(im->device, &prev) == AA_OK;
+    size_t off = 0;
+    for (size_t i = 0; i < im->n; i++) {
+      if (i < im->mapped)
+        (void)vm_api.unmap(im->base + off, im->sizes[i]);
+      if (im->h[i] != 0)
+        (void)vm_api.release(im->h[i]);
+      off += im->sizes[i];
+    }
+    if (im->base != 0)
+      (void)vm_api.address_free(im->base, im->size);
+    if (entered)
+      aa__cuda_leave(im->device, prev);
+  }
+  free(im->sizes);
+  free(im->h);
+  free(im);
+}
+
+int aa_cuda_ipc_import(int device, int pid, const int *fds, const size_t *sizes, size_t n,
+                       aa_cuda_import **out, void **base) {
+  aa_cuda_import *im = NULL;
+  long pidfd = -1;
+  int prev = -1, rc = AA_OK;
+  bool entered = false;
+  size_t total = 0;
+  if (out != NULL)
+    *out = NULL;
+  if (base != NULL)
+    *base = NULL;
+  if (out == NULL || base == NULL || fds == NULL || sizes == NULL || n == 0 || device < 0)
+    return AA_EINVAL;
+  for (size_t i = 0; i < n; i++) {
+    if (sizes[i] == 0 || total > SIZE_MAX - sizes[i])
+      return AA_EINVAL;
+    total += sizes[i];
+  }
+  if (!vm_available() || vm_api.import_handle == NULL)
+    return AA_ENOTSUP;
+  im = calloc(1, sizeof *im);
+  if (im == NULL)
+    return AA_ENOMEM;
+  im->device = device;
+  im->n = n;
+  im->size = total;
+  im->sizes = calloc(n, sizeof *im->sizes);
+  im->h = calloc(n, sizeof *im->h);
+  if (im->sizes == NULL || im->h == NULL) {
+    rc = AA_ENOMEM;
+    goto fail;
+  }
+  memcpy(im->sizes, sizes, n * sizeof *sizes);
+  rc = aa__cuda_enter(device, &prev);
+  if (rc != AA_OK)
+    goto fail;
+  entered = true;
+  if (pid > 0 && pid != (int)getpid()) {
+    pidfd = syscall(SYS_pidfd_open, (pid_t)pid, 0);
+    if (pidfd < 0) {
+      rc = errno == ENOSYS ? AA_ENOTSUP : errno == EPERM ? AA_EPERM
+                                                         : AA_ENOENT;
+      goto fail;
+    }
+  }
+  for (size_t i = 0; i < n; i++) {
+    long mine = fds[i];
+    if (pidfd >= 0) {
+      mine = syscall(SYS_pidfd_getfd, (int)pidfd, fds[i], 0);
+      if (mine < 0) {
+        rc = errno == ENOSYS ? AA_ENOTSUP : errno == EPERM ? AA_EPERM
+                                                           : AA_ENOENT;
+        goto fail;
+      }
+    }
+    CUresult r = vm_api.import_handle(&im->h[i], (void *)(uintptr_t)mine,
+                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (pidfd >= 0)
+      (void)close((int)mine);
+    if (r != CUDA_SUCCESS) {
+      im->h[i] = 0;
+      rc = vm_err(r);
+      goto fail;
+    }
+  }
+  /* the reservation aligned to the largest handle's power of two at most
+   * (the driver wants the granularity; sizes are multiples of it) */
+  size_t align = sizes[0];
+  while (align & (align - 1))
+    align &= align - 1;
+  CUresult r = vm_api.address_reserve(&im->base, total, align, 0, 0);
+  if (r != CUDA_SUCCESS) {
+    im->base = 0;
+    rc = vm_err(r);
+    goto fail;
+  }
+  CUmemAccessDesc access;
+  memset(&access, 0, sizeof access);
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  size_t off = 0;
+  for (size_t i = 0; i < n; i++) {
+    r = vm_api.map(im->base + off, sizes[i], 0, im->h[i], 0);
+    if (r != CUDA_SUCCESS) {
+      rc = vm_err(r);
+      goto fail;
+    }
+    im->mapped = i + 1;
+    off += sizes[i];
+  }
+  r = vm_api.set_access(im->base, total, &access, 1);
+  if (r != CUDA_SUCCESS) {
+    rc = vm_err(r);
+    goto fail;
+  }
+  if (pidfd >= 0)
+    (void)close((int)pidfd);
+  aa__cuda_leave(device, prev);
+  *out = im;
+  *base = (void *)(uintptr_t)im->base;
+  return AA_OK;
+fail:
+  if (pidfd >= 0)
+    (void)close((int)pidfd);
+  if (entered)
+    aa__cuda_leave(device, prev);
+  aa_cuda_ipc_close(im);
+  return rc;
+}
+
+int aa_cuda_alloc_base(const void *ptr, void **base, size_t *size) {
+  CUdeviceptr b = 0;
+  size_t n = 0;
+  if (base != NULL)
+    *base = NULL;
+  if (size != NULL)
+    *size = 0;
+  if (ptr == NULL || base == NULL)
+    return AA_EINVAL;
+  if (!vm_available() || vm_api.addr_range == NULL)
+    return AA_ENOTSUP;
+  if (vm_api.addr_range(&b, &n, vm_addr(ptr)) != CUDA_SUCCESS)
+    return AA_EINVAL;
+  *base = (void *)(uintptr_t)b;
+  if (size != NULL)
+    *size = n;
+  return AA_OK;
+}
+
 static const aa_backend_ops dev_ops = {
     .alloc = dev_alloc,
     .free = dev_free,
@@ -495,6 +792,7 @@ static const aa_backend_ops dev_ops = {
     .unmap = dev_unmap,
     .map_alias = dev_map_alias,
     .unmap_alias = dev_unmap_alias,
+    .export_fd = dev_export_fd,
 };
 
 int aa_backend_cuda_new(int device, aa_backend **out) {
@@ -524,6 +822,12 @@ int aa_backend_cuda_new(int device, aa_backend **out) {
     rc = AA_ENOMEM;
     goto fail_ev;
   }
+  if (pthread_mutex_init(&cb->fd_lock, NULL) != 0) {
+    pthread_mutex_destroy(&cb->mis_lock);
+    rc = AA_ENOMEM;
+    goto fail_ev;
+  }
+  atomic_init(&cb->vm_fd, false);
   cb->base.ops = &dev_ops;
   cb->base.ctx = cb;
   cb->base.kind = AA_BACKEND_DEVICE;

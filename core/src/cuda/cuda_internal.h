@@ -87,6 +87,17 @@ struct aa__cuda_backend {
   /* device backend only: the virtual-memory mapping granularity, asked of
    * the driver on first use (AA__CUDA_VM_UNKNOWN until then; 0 = no VMM). */
   _Atomic size_t vm_granularity;
+  /* device backend only: maps ask for handles exportable as POSIX file
+   * descriptors (CUDA IPC); cleared when the driver refuses the type. */
+  _Atomic bool vm_fd;
+  /* device backend only: descriptors export_fd made, one per handle,
+   * closed when the handle is unmapped (cuda_device.c) */
+  pthread_mutex_t fd_lock;
+  struct aa__cuda_fd {
+    uint64_t handle;
+    int fd;
+  } * fds;
+  size_t nfds, capfds;
 };
 
 #define AA__CUDA_VM_UNKNOWN SIZE_MAX

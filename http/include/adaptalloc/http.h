@@ -99,6 +99,19 @@ typedef struct aa_http_policy_change {
                          version) */
 } aa_http_policy_change;
 
+/* Labels a provider adds to a pool's series in /metrics (pool_labels): n
+ * name/value pairs. A name must be a Prometheus label name ([a-zA-Z_]
+ * [a-zA-Z0-9_]*, not starting with "__") other than the server's own (pool,
+ * backend, device, region, size_le, le); the server skips any other, and
+ * an empty value (Prometheus reads it as no label). Values are escaped by
+ * the server. */
+#define AA_HTTP_MAX_LABELS 8
+typedef struct aa_http_labels {
+  size_t n;
+  char name[AA_HTTP_MAX_LABELS][32];
+  char value[AA_HTTP_MAX_LABELS][128];
+} aa_http_labels;
+
 /* The callbacks. Every pointer may be NULL: the endpoint then answers 503
  * with {"error": "... not available"}. All text results are malloc'd by the
  * provider and freed by the server with free(); on any error the provider
@@ -168,6 +181,13 @@ typedef struct aa_http_provider {
    * this process, plus with limit > 0 "stored": the store's newest `limit`
    * records of the run (docs/http.md). limit 0: not asked. */
   int (*oom_json)(void *user, int64_t limit, char **out, size_t *len);
+
+  /* GET /metrics, optional: labels added to every series of the pool whose
+   * snapshot is *st (one of pool_stats's), after pool, backend, device and
+   * region: e.g. the process's rank and host and a GPU's UUID, so that a
+   * series names its process and card whatever the scrape configuration
+   * adds. *out is zeroed before the call; anything but AA_OK adds none. */
+  int (*pool_labels)(void *user, const aa_pool_stats *st, aa_http_labels *out);
 } aa_http_provider;
 
 /* ------------------------------------------------------------ server */

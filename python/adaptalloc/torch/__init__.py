@@ -48,7 +48,7 @@ except ImportError as _e:  # the package works without torch; these do not
     _torch = None
     _TORCH_ERROR = _e
 
-__all__ = ["install", "installed", "pluggable_library", "native_available",
+__all__ = ["install", "installed", "pluggable_library", "native_available", "CUDAUnavailableError",
            "pinned_empty", "pin", "record_stream", "pack", "Prefetcher", "mapped_empty",
            "serve_pinned", "region", "current_region", "managed_empty", "prefetch",
            "managed_range_info"]
@@ -71,6 +71,51 @@ def _need_torch(what):
         raise ImportError("adaptalloc.torch.%s needs PyTorch (import torch failed: %s)"
                           % (what, _TORCH_ERROR))
     return _torch
+
+
+class CUDAUnavailableError(RuntimeError):
+    """A helper that needs CUDA (pinned_empty, pin, mapped_empty, pack,
+    Prefetcher, serve_pinned, managed_empty, prefetch) was called where it
+    cannot have it: torch built without CUDA, no GPU visible, or adaptalloc
+    built without the CUDA Toolkit. The message says which and what to do."""
+
+
+_cuda_ok = False  # once a helper found CUDA usable, later calls skip the check
+
+
+def _cuda_missing(torch):
+    """Why CUDA cannot serve adaptalloc.torch here, or None."""
+    if getattr(getattr(torch, "version", None), "cuda", None) is None:
+        return ("this torch (%s) is built without CUDA, a CPU-only build: install a CUDA "
+                "build of torch" % getattr(torch, "__version__", "?"))
+    try:
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception as e:  # a driver that does not load
+        return "torch.cuda cannot be used (%s)" % e
+    if count == 0:
+        vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return ("no CUDA device is visible to torch (CUDA_VISIBLE_DEVICES=%r; no GPU, or a "
+                "driver that does not load: see nvidia-smi)" % vis if vis is not None else
+                "no CUDA device is visible to torch (no GPU, or a driver that does not load: "
+                "see nvidia-smi)")
+    if not os.path.exists(os.path.join(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__))), "libadaptalloc_torch.so")):
+        return ("this adaptalloc was built without CUDA (no CUDA Toolkit at install time): "
+                "reinstall it where /usr/local/cuda exists")
+    return None
+
+
+def _need_cuda(what):
+    """torch, once CUDA is known to serve; else ImportError without torch,
+    CUDAUnavailableError naming why without CUDA."""
+    global _cuda_ok
+    torch = _need_torch(what)
+    if not _cuda_ok:
+        why = _cuda_missing(torch)
+        if why is not None:
+            raise CUDAUnavailableError("adaptalloc.torch.%s needs CUDA: %s" % (what, why))
+        _cuda_ok = True
+    return torch
 
 
 # The modules import _need_torch and the state above from this package: they

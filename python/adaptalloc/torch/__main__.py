@@ -7,9 +7,13 @@ from adaptalloc import _launch
 def _install(**keywords):
     try:
         from adaptalloc import torch as aa_torch
-        aa_torch.install(**keywords)
+        torch = aa_torch._need_torch("install")
     except ImportError as e:  # no torch; install() runs no user code
         raise _launch.InstallError(str(e)) from None
+    why = aa_torch._cuda_missing(torch)  # no GPU: the script runs on torch's allocator
+    if why is not None:
+        raise _launch.NoDevice(why)
+    aa_torch.install(**keywords)
 
 
 if __name__ == "__main__":

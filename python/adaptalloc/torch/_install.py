@@ -6,6 +6,7 @@ The state it sets (_mode, _pluggable, _plug_lib) lives in the package
 """
 import ctypes
 import importlib.util
+import json
 import os
 import threading
 import warnings
@@ -27,19 +28,53 @@ def pluggable_library():
     return p if os.path.exists(p) else None
 
 
+def _build_info():
+    """What the package's build found and did (setup.py's BUILD_INFO, kept
+    as adaptalloc/_build_info.json), or {} for a package built before it."""
+    try:
+        with open(os.path.join(_PKG, "_build_info.json")) as f:
+            info = json.load(f)
+        return info if isinstance(info, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+_REINSTALL = "pip install --force-reinstall --no-deps <adaptalloc's source folder>"
+
+
 def native_available():
-    """(True, None) when the native allocator imports, else (False, why)."""
+    """(True, None) when the native allocator imports, else (False, why):
+    the real cause, from what the build recorded (adaptalloc/_build_info.json:
+    torch absent at build time, a CPU-only torch, no CUDA Toolkit, a
+    compiler error) and what is here now (a torch other than the one it was
+    built against), with what to do."""
+    info = _build_info()
+    built_for = info.get("torch")
+    now = getattr(_pkg._torch, "__version__", None)
     if importlib.util.find_spec("adaptalloc._torch_native") is None:
         # not built, rather than broken: say why and what to do (the bare
         # ImportError read "cannot import name '_torch_native'")
+        if info.get("native_why") or info.get("torch_error"):
+            why = info.get("native_why") or info.get("torch_error")
+            tail = (info.get("compiler_tail") or "").strip().splitlines()[:3]
+            todo = ("install torch, then reinstall adaptalloc" if built_for is None and
+                    not info.get("native_why") else "fix that, then reinstall adaptalloc")
+            return False, ("this adaptalloc was installed without its native allocator: %s%s; "
+                           "%s (%s)"
+                           % (why, " (the compiler: %s)" % " | ".join(tail)
+                              if tail else "", todo, _REINSTALL))
         return False, ("this adaptalloc was installed without its native allocator, which is "
                        "built only when torch with CUDA is importable at install time: "
                        "install torch, then reinstall adaptalloc")
     try:
         from adaptalloc import _torch_native  # noqa: F401
     except ImportError as e:
+        if built_for and now and built_for != now:
+            return False, ("adaptalloc._torch_native was built against torch %s and this is "
+                           "torch %s (%s); reinstall adaptalloc for this torch (%s)"
+                           % (built_for, now, e, _REINSTALL))
         return False, ("adaptalloc._torch_native does not load (%s); reinstall adaptalloc "
-                       "after installing or upgrading torch" % e)
+                       "after installing or upgrading torch (%s)" % (e, _REINSTALL))
     return True, None
 
 
@@ -174,6 +209,10 @@ def _install_locked(torch, native, record_stream):
             from adaptalloc import _torch_native
             _torch_native.install(torch.cuda.device_count())
             _pkg._mode = "native"
+            # PyTorch's allocator settings: one line naming what is done
+            # with each, now and at each _set_allocator_settings (_settings)
+            from adaptalloc.torch import _settings
+            _settings.install_hooks(torch)
             return _pkg._mode
         warnings.warn("adaptalloc.torch: the native allocator is not available (%s); "
                       "using the CUDAPluggableAllocator fallback, with which "

@@ -11,7 +11,7 @@ import math
 
 import adaptalloc
 from adaptalloc import _C
-from adaptalloc.torch import _need_torch
+from adaptalloc.torch import _need_cuda, _need_torch
 from adaptalloc.torch._pinned import _CudaView, _dtype, _itemsize, _shape, _stream_handle
 
 _HOST = -1  # AA_MANAGED_HOST
@@ -101,7 +101,7 @@ def managed_empty(shape, dtype=None, device=None, *, advise=None, prefetch=True,
     whose message names the figures (requested, held, device free). The
     block returns to the pool when the tensor's storage dies, reused on
     other streams only after `stream`'s work up to then."""
-    torch = _need_torch("managed_empty")
+    torch = _need_cuda("managed_empty")
     shape = _shape(shape, "managed_empty")
     dtype = _dtype(torch, torch.float32 if dtype is None else dtype, "managed_empty")
     dev = _device_index(torch, device, "managed_empty")
@@ -139,7 +139,7 @@ def prefetch(tensor, device, *, stream=None):
     on `stream` (None: the current stream of the tensor's device); returns
     at once (cudaMemPrefetchAsync). ValueError when the tensor is not in
     managed memory."""
-    torch = _need_torch("prefetch")
+    torch = _need_cuda("prefetch")
     addr, nbytes = _span(torch, tensor, "prefetch")
     loc = _device_index(torch, device, "prefetch", allow_cpu=True)
     if nbytes == 0:

@@ -8,7 +8,7 @@ import threading
 
 from adaptalloc import _C
 from adaptalloc import torch as _pkg  # the package: the state it holds is rebound at run time
-from adaptalloc.torch import _need_torch
+from adaptalloc.torch import _need_cuda
 
 
 _PACK_MIN_CAPACITY = 16 << 20
@@ -108,6 +108,6 @@ def pack(tensors, device="cuda", stream=None):
     with the same shapes and dtypes: views of one device allocation (it is
     freed when all of them are). Each thread has a double-buffered packer per
     device, so the next batch packs while the last one copies."""
-    torch = _need_torch("pack")
+    torch = _need_cuda("pack")
     out, _base = _pack(torch, tensors, device, stream, wait=True)
     return out

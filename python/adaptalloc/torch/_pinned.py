@@ -9,7 +9,7 @@ import operator
 
 from adaptalloc import _C
 from adaptalloc import torch as _pkg  # the package: the state it holds is rebound at run time
-from adaptalloc.torch import _need_torch
+from adaptalloc.torch import _need_cuda, _need_torch
 
 
 def _shape(shape, what):
@@ -86,6 +86,7 @@ def pinned_empty(shape, dtype=None, *, stream=None):
     Without copy tracking: after `stream` (the current CUDA stream when None)
     has finished the work issued up to then; copies on other streams need
     record_stream(tensor, stream). docs/torch.md has the details."""
+    _need_cuda("pinned_empty")
     ext = _pkg._ext
     if ext is not None:
         # One call into C++, which checks shape and dtype and, built with
@@ -110,7 +111,7 @@ def serve_pinned(enable=True):
     if not isinstance(enable, bool):
         raise TypeError("adaptalloc.torch.serve_pinned: enable must be True or False, not %r"
                         % (enable,))
-    _need_torch("serve_pinned")
+    _need_cuda("serve_pinned")
     ext = _pkg._ext
     if ext is None or not hasattr(ext, "serve_pinned"):
         if not enable:
@@ -125,7 +126,7 @@ def serve_pinned(enable=True):
 def pin(tensor, *, stream=None):
     """A copy of CPU tensor `tensor` in adaptalloc's pinned pool (like
     tensor.pin_memory(), from the pool); see pinned_empty."""
-    torch = _need_torch("pin")
+    torch = _need_cuda("pin")
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("adaptalloc.torch.pin: expected a torch.Tensor, not %s"
                         % type(tensor).__name__)
@@ -162,7 +163,7 @@ def mapped_empty(shape, dtype=None):
     pinned memory (zero-copy). Kernels read the host's writes directly over
     the bus; use it for small data read once. The memory returns to the pool
     when both tensors are gone."""
-    torch = _need_torch("mapped_empty")
+    torch = _need_cuda("mapped_empty")
     block, host, nbytes = _pinned(torch, shape, dtype, None, "mapped_empty")
     if nbytes == 0:
         return host, torch.empty(host.shape, dtype=host.dtype, device="cuda")

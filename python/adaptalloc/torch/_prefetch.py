@@ -6,7 +6,7 @@ import queue
 import threading
 
 from adaptalloc import _C
-from adaptalloc.torch import _need_torch
+from adaptalloc.torch import _need_cuda
 from adaptalloc.torch._pack import _PACK_MIN_CAPACITY
 from adaptalloc.torch._regions import _region_id, _set_region
 
@@ -215,7 +215,7 @@ class Prefetcher:
     in force where the iteration starts."""
 
     def __init__(self, loader, device="cuda", stream=None, *, background=True):
-        torch = _need_torch("Prefetcher")
+        torch = _need_cuda("Prefetcher")
         self.loader = loader
         self.device = torch.device(device)
         if self.device.type != "cuda":
@@ -233,7 +233,7 @@ class Prefetcher:
         return len(self.loader)
 
     def __iter__(self):
-        torch = _need_torch("Prefetcher")
+        torch = _need_cuda("Prefetcher")
         dev = self.device
         if dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())

@@ -228,6 +228,22 @@ AA_EXTERN int aa_runtime_policy_update(const char *json, size_t len, bool patch,
  * is not running; AA_EINVAL for a NULL pool. Does not start the runtime. */
 AA_EXTERN int aa_runtime_pool_cap(aa_pool *pool, size_t bytes, const char *source);
 
+/* Live tracing's call stacks (docs/operating.md "Tracing a live job"):
+ * whether the live block at ptr of pool (one of the runtime's) is in the
+ * trace now (tracing on, and the block in the sample), so that a caller
+ * gathers its call stack only then; and attaching that stack (text: one
+ * frame a line, "file:line:function", innermost first) to the block, stored
+ * as the block's frames (trace_frames, a 'c' event) and exported with it.
+ * AA_OK, AA_ENOENT (the block is not traced), AA_ECLOSED (no store or no
+ * run), AA_ELIMIT (too many distinct stacks this run), AA_EINVAL. Thread
+ * safe; never waits on the store. */
+AA_EXTERN bool aa_rt_trace_wants(aa_runtime *rt, aa_pool *pool, const void *ptr);
+AA_EXTERN int aa_rt_trace_frames(aa_runtime *rt, aa_pool *pool, const void *ptr,
+                                 const char *frames, size_t len);
+AA_EXTERN bool aa_runtime_trace_wants(aa_pool *pool, const void *ptr);
+AA_EXTERN int aa_runtime_trace_frames(aa_pool *pool, const void *ptr, const char *frames,
+                                      size_t len);
+
 /* The last out-of-memory record of any runtime pool (its observer, after the
  * release and the retry failed) into *out (may be NULL), and into *total
  * (may be NULL) how many the runtime's pools reported. AA_ENOENT (and *out

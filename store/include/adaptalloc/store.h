@@ -40,13 +40,13 @@ extern "C" {
 
 /* The newest schema version (PRAGMA user_version) this library writes and
  * reads. A database with a higher user_version is refused (AA_ESTALE). */
-#define AA_STORE_SCHEMA_VERSION 6
+#define AA_STORE_SCHEMA_VERSION 7
 
 typedef struct aa_store aa_store;
 
 /* ------------------------------------------------------------------ config */
 
-#define AA_STORE_CONFIG_VERSION 1
+#define AA_STORE_CONFIG_VERSION 2 /* 2: trace_max_events; 1 is read too */
 
 typedef struct aa_store_config {
   uint32_t version;               /* AA_STORE_CONFIG_VERSION */
@@ -68,6 +68,11 @@ typedef struct aa_store_config {
   uint64_t fault_nth;             /* testing: the nth SQLite call made by the store
                                 (open included, 1 = the first) fails as if the
                                 disk were full; 0 = off */
+  /* version 2 */
+  uint64_t trace_max_events; /* the trace table as a ring: at most this many
+                                rows of trace_events (every run's), the oldest
+                                deleted after each commit and counted in
+                                events_evicted (0 = no bound but retention's) */
 } aa_store_config;
 
 /* Fills in the defaults above (path NULL). */
@@ -186,6 +191,25 @@ AA_EXTERN void aa_store_ooms_lost(aa_store *st, uint64_t n);
  * `store` is an aa_store *; NULL is a no-op. */
 AA_EXTERN void aa_store_trace_push(void *store, const aa_trace_event *ev);
 
+/* Changes the trace table's bound (cfg's trace_max_events; 0 = none): the
+ * writer applies it at its next cycle. AA_OK, AA_EINVAL for NULL,
+ * AA_ECLOSED in a forked child. */
+AA_EXTERN int aa_store_set_trace_bound(aa_store *st, uint64_t max_events);
+
+/* Call stacks for the trace (docs/store.md "trace_frames"): the id of the
+ * text `frames` (len bytes, at most AA_STORE_MAX_FRAMES_BYTES; any text: one
+ * frame a line, "file:line:function", innermost first, is what the export
+ * expects) in the current run, the same id for the same text (interned by
+ * its 64-bit hash), queued to be written as a row of trace_frames the first
+ * time. Pass the id to aa_pool_trace_frame. Never blocks on SQLite; takes a
+ * mutex. At most AA_STORE_MAX_FRAMES distinct texts a run: beyond, and when
+ * the queue is full, AA_ELIMIT (counted in frames_dropped). AA_EINVAL (NULL
+ * or empty or too long), AA_ENOENT (no current run), AA_ECLOSED, AA_ENOMEM;
+ * *id is 0 on failure. */
+#define AA_STORE_MAX_FRAMES 65536
+#define AA_STORE_MAX_FRAMES_BYTES 65536
+AA_EXTERN int aa_store_frames_id(aa_store *st, const char *frames, size_t len, uint64_t *id);
+
 /* Changes the retention bounds of an open store (cfg's max_bytes and
  * max_age_s; 0 = none): the writer applies them at its next cycle, at once
  * (not at the next retention_interval_ms). AA_OK, AA_EINVAL for NULL,
@@ -222,15 +246,20 @@ typedef struct aa_store_stats {
   uint64_t events_queued; /* in the trace ring now */
   uint64_t events_written;
   uint64_t events_dropped;
-  uint64_t transactions;   /* write transactions committed */
-  uint64_t retention_runs; /* retention passes done */
-  uint64_t rows_deleted;   /* snapshots + trace events + policy changes
+  uint64_t transactions;     /* write transactions committed */
+  uint64_t retention_runs;   /* retention passes done */
+  uint64_t rows_deleted;     /* snapshots + trace events + policy changes
                                   deleted by retention */
-  uint64_t db_bytes;       /* database size at the last retention pass or
+  uint64_t db_bytes;         /* database size at the last retention pass or
                                   open: pages in use times page size */
-  uint64_t ooms_written;   /* out-of-memory records committed */
-  uint64_t ooms_dropped;   /* ... refused (as snapshots_dropped) or lost,
+  uint64_t ooms_written;     /* out-of-memory records committed */
+  uint64_t ooms_dropped;     /* ... refused (as snapshots_dropped) or lost,
                               aa_store_ooms_lost's included */
+  uint64_t events_evicted;   /* trace rows deleted by the trace bound
+                              (trace_max_events), oldest first */
+  uint64_t trace_max_events; /* the bound in force (0 = none) */
+  uint64_t frames_written;   /* rows of trace_frames committed */
+  uint64_t frames_dropped;   /* call stacks refused (aa_store_frames_id) */
 } aa_store_stats;
 
 /* Fills *out (version and size set). Never blocks on the writer. AA_EINVAL on
@@ -314,6 +343,15 @@ AA_EXTERN int aa_store_trace_read(const char *db_path, int64_t run_id, aa_store_
  * database). Any out pointer may be NULL. AA_ENOENT when there is no run. */
 AA_EXTERN int aa_store_trace_lost(const char *db_path, int64_t run_id, uint64_t *written,
                                   uint64_t *dropped, uint64_t *cut_seq);
+
+/* Calls cb for each call stack of the run's trace (trace_frames: the id
+ * that 'c' events carry in aa_trace_event.frame, and the text), by id.
+ * Returns AA_OK (also when there are none, or the database predates them),
+ * the callback's nonzero value, AA_ENOENT when there is no such run, or an
+ * error as for the JSON readers. */
+typedef int (*aa_store_frames_cb)(void *user, uint64_t id, const char *frames);
+AA_EXTERN int aa_store_frames_foreach(const char *db_path, int64_t run_id,
+                                      aa_store_frames_cb cb, void *user);
 
 /* The request-size histogram of the run's latest snapshot of pool_name, or
  * with pool_name NULL the sum over every pool of each pool's latest snapshot.

@@ -102,6 +102,29 @@ int aa_store_set_retention(aa_store *st, uint64_t max_bytes, uint64_t max_age_s)
   return AA_ENOTSUP;
 }
 
+int aa_store_set_trace_bound(aa_store *st, uint64_t max_events) {
+  (void)st;
+  (void)max_events;
+  return AA_ENOTSUP;
+}
+
+int aa_store_frames_id(aa_store *st, const char *frames, size_t len, uint64_t *id) {
+  (void)st;
+  (void)frames;
+  (void)len;
+  if (id != NULL) *id = 0;
+  return AA_ENOTSUP;
+}
+
+int aa_store_frames_foreach(const char *db_path, int64_t run_id, aa_store_frames_cb cb,
+                            void *user) {
+  (void)db_path;
+  (void)run_id;
+  (void)cb;
+  (void)user;
+  return AA_ENOTSUP;
+}
+
 int aa_store_flush(aa_store *st, uint32_t timeout_ms) {
   (void)st;
   (void)timeout_ms;

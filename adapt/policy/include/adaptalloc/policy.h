@@ -94,6 +94,16 @@ typedef struct aa_telemetry_params {
   bool histogram;                /* histogram + heavy hitters on (default true) */
   uint64_t retention_bytes;      /* store size bound, 0 = none (default 1 GiB) */
   uint64_t retention_age_s;      /* store age bound, 0 = none (default 7 days) */
+  /* live tracing (docs/operating.md "Tracing a live job") */
+  uint32_t trace_sample;     /* trace one allocation in N (1: all; 0: none by
+                                count, only trace_min_bytes) (default 1) */
+  uint64_t trace_min_bytes;  /* also every allocation of at least this many
+                                bytes (0: none by size) (default 0) */
+  uint32_t trace_seconds;    /* tracing turned on ends by itself after this
+                                many seconds (0: when turned off) (default 0) */
+  uint64_t trace_max_events; /* the store keeps at most this many trace
+                                events, the oldest dropped (0: retention's
+                                bounds only) (default 0) */
 } aa_telemetry_params;
 
 /* The built-in default policy (the same as parsing "{}"). Returns AA_OK or

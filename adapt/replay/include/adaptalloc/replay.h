@@ -285,6 +285,10 @@ typedef struct aa_replay_result {
    * and unmap calls (not in backend_calls: no memory is made or freed) */
   uint64_t stitches, stitch_hits, stitch_dissolved, alias_maps, alias_unmaps;
   uint64_t stitch_wakes; /* of stitch_hits, dormant ranges woken */
+  /* the learned plan (policy large.plan; docs/core.md): requests served at
+   * their planned offsets and not, plans adopted, dropped and refused, and
+   * the arena's bytes at the end */
+  uint64_t plan_hits, plan_misses, plans_adopted, plans_dropped, plans_refused, plan_bytes;
 } aa_replay_result;
 
 typedef struct aa_replay_sim aa_replay_sim;

@@ -30,6 +30,16 @@ int aa_cuda_mem_info(int device, size_t *free_bytes, size_t *total_bytes) {
   return AA_ENOTSUP;
 }
 
+int aa_cuda_device_identity(int device, aa_cuda_identity *out) {
+  if (out == NULL)
+    return AA_EINVAL;
+  memset(out, 0, sizeof *out);
+  out->version = AA_CUDA_IDENTITY_VERSION;
+  out->size = (uint32_t)sizeof *out;
+  out->device = device;
+  return AA_ENOTSUP;
+}
+
 int aa_backend_cuda_counts(const aa_backend *b, aa_cuda_counts *out) {
   (void)b;
   if (out) {
@@ -97,5 +107,26 @@ int aa_managed_last_refusal(const aa_backend *b, aa_managed_refusal *out) {
     out->version = AA_MANAGED_REFUSAL_VERSION;
     out->size = (uint32_t)sizeof *out;
   }
+  return AA_ENOTSUP;
+}
+
+int aa_cuda_ipc_import(int device, int pid, const int *fds, const size_t *sizes, size_t n,
+                       aa_cuda_import **out, void **base) {
+  (void)device, (void)pid, (void)fds, (void)sizes, (void)n;
+  if (out)
+    *out = NULL;
+  if (base)
+    *base = NULL;
+  return AA_ENOTSUP;
+}
+
+void aa_cuda_ipc_close(aa_cuda_import *im) { (void)im; }
+
+int aa_cuda_alloc_base(const void *ptr, void **base, size_t *size) {
+  (void)ptr;
+  if (base)
+    *base = NULL;
+  if (size)
+    *size = 0;
   return AA_ENOTSUP;
 }

@@ -1,0 +1,854 @@
+/*
+ * test_core_plan.c — the learned placement of the large path
+ * (aa_pool_config.large_plan) on the host backend: a loop whose large
+ * requests repeat gets a plan after a few steps, served from one arena with
+ * no backend call and less reserved than best fit; no two live blocks ever
+ * overlap and every block keeps its bytes; a loop that changes drops the
+ * plan and learns again; misuse of a planned block is refused; the walk
+ * shows planned blocks; a block freed on a busy stream keeps its room; an
+ * explicit release gives an idle arena back; and a randomized shadow-model
+ * stress under all three large modes.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdatomic.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "adaptalloc/core.h"
+#include "core_test.h" /* core: the host backend's test hooks */
+
+#include "core_large_fixture.h"
+
+/* A pool on the host backend with the plan on or off. */
+static fx *make_plan(aa_large_mode mode, int plan) {
+  fx *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  pthread_mutex_init(&f->mu, NULL);
+  assert_int_equal(aa_backend_host_new(&f->b), AA_OK);
+  aa_pool_config cfg;
+  aa_pool_config_init(&cfg);
+  cfg.backend = f->b;
+  cfg.large_mode = mode;
+  cfg.large_plan = plan;
+  cfg.large_cache_bytes = 0; /* no bound: what best fit leaves stays, as on a GPU */
+  cfg.on_error = on_error;
+  cfg.on_error_user = f;
+  assert_int_equal(aa_pool_new(&cfg, &f->p), AA_OK);
+  return f;
+}
+
+/* ------------------------------------------------------------ a loop */
+
+/* One step's requests: request i of `bytes`, freed after request
+ * free_after[i] (or at the step's end). Fixed by a seed. */
+#define NREQ 48
+typedef struct steps {
+  size_t bytes[NREQ];
+  int free_after[NREQ];
+} steps;
+
+static uint64_t rnd(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+static steps make_steps(uint64_t seed) {
+  steps t;
+  for (int i = 0; i < NREQ; i++) {
+    t.bytes[i] = (size_t)(1200 << 10) + (size_t)(rnd(&seed) % (6 * MiB)) / 512 * 512 + 100;
+    t.free_after[i] = i + 1 + (int)(rnd(&seed) % 10);
+  }
+  return t;
+}
+
+/* Live blocks, checked against each other and for their bytes. */
+#define MAXLIVE 4096
+typedef struct shadow {
+  unsigned char *p[MAXLIVE];
+  size_t size[MAXLIVE];
+  unsigned char tag[MAXLIVE];
+  aa_stream stream[MAXLIVE];
+  int n;
+  unsigned char next_tag;
+} shadow;
+
+static void stamp(unsigned char *p, size_t n, unsigned char tag) {
+  memset(p, tag, 64);
+  memset(p + n / 2, tag, 1);
+  memset(p + n - 64, tag, 64);
+}
+
+static void check_bytes(const unsigned char *p, size_t n, unsigned char tag) {
+  for (int i = 0; i < 64; i++) {
+    assert_int_equal(p[i], tag);
+    assert_int_equal(p[n - 64 + i], tag);
+  }
+  assert_int_equal(p[n / 2], tag);
+}
+
+static int sh_alloc(fx *f, shadow *s, size_t n, aa_stream stream) {
+  unsigned char *p = aa_alloc(f->p, n, stream);
+  assert_non_null(p);
+  for (int i = 0; i < s->n; i++) /* no live block overlaps it */
+    assert_true(p + n <= s->p[i] || s->p[i] + s->size[i] <= p);
+  assert_true(aa_block_size(f->p, p) >= n);
+  assert_true(s->n < MAXLIVE);
+  int k = s->n++;
+  s->p[k] = p;
+  s->size[k] = n;
+  s->tag[k] = (unsigned char)(++s->next_tag | 1);
+  s->stream[k] = stream;
+  stamp(p, n, s->tag[k]);
+  return k;
+}
+
+static void sh_free_at(fx *f, shadow *s, int k, aa_stream stream) {
+  check_bytes(s->p[k], s->size[k], s->tag[k]);
+  assert_int_equal(aa_free(f->p, s->p[k], s->size[k], stream), AA_OK);
+  s->n--;
+  s->p[k] = s->p[s->n];
+  s->size[k] = s->size[s->n];
+  s->tag[k] = s->tag[s->n];
+  s->stream[k] = s->stream[s->n];
+}
+
+static int sh_find(const shadow *s, const void *p) {
+  for (int i = 0; i < s->n; i++) {
+    if (s->p[i] == p)
+      return i;
+  }
+  return -1;
+}
+
+/* One step of t. */
+static void run_step(fx *f, shadow *s, const steps *t) {
+  unsigned char *mine[NREQ];
+  for (int i = 0; i < NREQ; i++) {
+    mine[i] = s->p[sh_alloc(f, s, t->bytes[i], NULL)];
+    for (int j = 0; j <= i; j++) {
+      if (mine[j] != NULL && t->free_after[j] == i) {
+        sh_free_at(f, s, sh_find(s, mine[j]), NULL);
+        mine[j] = NULL;
+      }
+    }
+  }
+  for (int j = 0; j < NREQ; j++) {
+    if (mine[j] != NULL)
+      sh_free_at(f, s, sh_find(s, mine[j]), NULL);
+  }
+}
+
+/* Weights: long-lived blocks allocated before the loop. */
+static void weights(fx *f, shadow *s) {
+  for (int i = 0; i < 3; i++)
+    (void)sh_alloc(f, s, (size_t)(3 + i) * MiB + 4096, NULL);
+}
+
+static void free_all(fx *f, shadow *s) {
+  while (s->n > 0)
+    sh_free_at(f, s, s->n - 1, s->stream[s->n - 1]);
+}
+
+static uint64_t backend_calls(fx *f) {
+  aa_pool_stats st = stats(f);
+  uint64_t a, fr, m;
+  aa_backend_host_counts(f->b, &a, &fr, &m);
+  return a + fr + st.large_pages_mapped + st.large_pages_unmapped;
+}
+
+/* A plan is adopted after a few steps, serves the loop with no backend call
+ * and holds less than best fit does. */
+static void adopted_in(aa_large_mode mode) {
+  steps t = make_steps(7);
+  fx *on = make_plan(mode, 1), *off = make_plan(mode, 0);
+  shadow *s1 = calloc(1, sizeof *s1), *s0 = calloc(1, sizeof *s0);
+  weights(on, s1);
+  weights(off, s0);
+  uint64_t calls8 = 0;
+  for (int k = 0; k < 16; k++) {
+    run_step(on, s1, &t);
+    run_step(off, s0, &t);
+    if (k == 7)
+      calls8 = backend_calls(on);
+  }
+  aa_pool_stats a = stats(on), b = stats(off);
+  assert_int_equal(a.large_plan_state, AA_PLAN_ACTIVE);
+  assert_int_equal(a.large_plans_adopted, 1);
+  assert_int_equal(a.large_plans_dropped, 0);
+  assert_int_equal(a.large_plan_period, NREQ);
+  assert_true(a.large_plan_hits >= 6 * NREQ); /* every request of the last steps */
+  assert_int_equal(a.large_plan_misses, 0);
+  assert_true(a.large_plan_bytes > 0);
+  assert_true(a.large_plan_saved_bytes > 0);
+  assert_int_equal(backend_calls(on), calls8); /* none from the ninth step on */
+  /* less reserved now, and no more at the peak */
+  assert_true(a.bytes_reserved < b.bytes_reserved);
+  assert_true(a.peak_bytes_reserved <= b.peak_bytes_reserved);
+  assert_int_equal(a.bytes_in_use, b.bytes_in_use);
+  assert_int_equal(a.peak_bytes_in_use, b.peak_bytes_in_use);
+  assert_int_equal(b.large_plan_state, AA_PLAN_OFF);
+  free_all(on, s1);
+  free_all(off, s0);
+  assert_int_equal(stats(on).bytes_in_use, 0);
+  fx_done(on);
+  fx_done(off);
+  free(s1);
+  free(s0);
+}
+
+static void test_core_plan_adopted_expandable(void **state) {
+  (void)state;
+  adopted_in(AA_LARGE_EXPANDABLE);
+}
+
+static void test_core_plan_adopted_cache(void **state) {
+  (void)state;
+  adopted_in(AA_LARGE_CACHE);
+}
+
+/* Off by default, and in passthrough mode. */
+static void test_core_plan_off(void **state) {
+  (void)state;
+  fx *f = make(AA_LARGE_EXPANDABLE, 0);
+  fx *g = make_plan(AA_LARGE_PASSTHROUGH, 1);
+  steps t = make_steps(3);
+  shadow *s = calloc(1, sizeof *s), *s2 = calloc(1, sizeof *s2);
+  for (int k = 0; k < 6; k++) {
+    run_step(f, s, &t);
+    run_step(g, s2, &t);
+  }
+  assert_int_equal(stats(f).large_plan_state, AA_PLAN_OFF);
+  assert_int_equal(stats(g).large_plan_state, AA_PLAN_OFF);
+  assert_int_equal(stats(f).large_plans_adopted, 0);
+  fx_done(f);
+  fx_done(g);
+  free(s);
+  free(s2);
+}
+
+/* A loop that changes drops the plan (its arena goes with its last block)
+ * and a new one is learned. */
+static void test_core_plan_dropped_and_relearned(void **state) {
+  (void)state;
+  fx *f = make_plan(AA_LARGE_EXPANDABLE, 1);
+  shadow *s = calloc(1, sizeof *s);
+  weights(f, s);
+  steps a = make_steps(11), b = make_steps(12);
+  for (int k = 0; k < 10; k++)
+    run_step(f, s, &a);
+  assert_int_equal(stats(f).large_plans_adopted, 1);
+  for (int k = 0; k < 14; k++)
+    run_step(f, s, &b);
+  aa_pool_stats st = stats(f);
+  assert_true(st.large_plans_dropped >= 1);
+  assert_true(st.large_plan_misses > 0);
+  assert_int_equal(st.large_plans_adopted, 2); /* the new loop's */
+  assert_int_equal(st.large_plan_state, AA_PLAN_ACTIVE);
+  free_all(f, s);
+  fx_done(f);
+  free(s);
+}
+
+/* A block at its planned offset: its size, and a double free, an interior
+ * pointer and a wrong size refused without harm. */
+static int npl;
+static size_t planned_in_use;
+static int on_walk(void *user, const aa_walk_entry *e) {
+  (void)user;
+  if (e->kind == AA_WALK_BLOCK && (e->flags & AA_WALK_PLANNED) && (e->flags & AA_WALK_IN_USE)) {
+    npl++;
+    planned_in_use += e->size;
+  }
+  return 0;
+}
+
+static void test_core_plan_misuse_and_walk(void **state) {
+  (void)state;
+  fx *f = make_plan(AA_LARGE_EXPANDABLE, 1);
+  shadow *s = calloc(1, sizeof *s);
+  steps t = make_steps(5);
+  for (int k = 0; k < 10; k++)
+    run_step(f, s, &t);
+  assert_int_equal(stats(f).large_plan_state, AA_PLAN_ACTIVE);
+  uint64_t h0 = stats(f).large_plan_hits;
+  int k = sh_alloc(f, s, t.bytes[0], NULL); /* entry 0 */
+  assert_int_equal(stats(f).large_plan_hits, h0 + 1);
+  unsigned char *p = s->p[k];
+  size_t n = s->size[k];
+  assert_int_equal(aa_block_size(f->p, p), (n + 4095) / 4096 * 4096);
+  npl = 0;
+  planned_in_use = 0;
+  assert_int_equal(aa_pool_walk_large(f->p, on_walk, NULL), 0);
+  assert_int_equal(npl, 1);
+  assert_int_equal(planned_in_use, stats(f).large_plan_live_bytes);
+  assert_int_equal(aa_free(f->p, p + 4096, 0, NULL), AA_EINVAL);
+  assert_int_equal(f->last, AA_MISUSE_INTERIOR);
+  assert_int_equal(aa_free(f->p, p, n + 1, NULL), AA_EINVAL);
+  assert_int_equal(f->last, AA_MISUSE_BAD_SIZE);
+  check_bytes(p, n, s->tag[k]);
+  sh_free_at(f, s, k, NULL);
+  assert_int_equal(aa_free(f->p, p, n, NULL), AA_EINVAL);
+  assert_int_equal(f->last, AA_MISUSE_DOUBLE_FREE);
+  assert_int_equal(f->misuses, 3);
+  assert_int_equal(stats(f).bytes_in_use, 0);
+  fx_done(f);
+  free(s);
+}
+
+/* A planned block freed on another stream while that stream is busy keeps
+ * its room: no later block is placed over it until the stream is idle. */
+static void test_core_plan_busy_stream(void **state) {
+  (void)state;
+  fx *f = make_plan(AA_LARGE_EXPANDABLE, 1);
+  /* the path's stream-ordered reuse would order the next step after the
+   * side stream's work (legal): PyTorch's rule here, so that the path too
+   * waits for the events */
+  aa_pool_set_stream_wait(f->p, false);
+  shadow *s = calloc(1, sizeof *s);
+  steps t = make_steps(9);
+  for (int k = 0; k < 10; k++)
+    run_step(f, s, &t);
+  assert_int_equal(stats(f).large_plan_state, AA_PLAN_ACTIVE);
+  const aa_stream side = (aa_stream)(uintptr_t)0x20000;
+  assert_int_equal(aa_backend_host_stream_busy(f->b, side, true), AA_OK);
+  /* a step whose blocks are all freed on the busy side stream: none of the
+   * next step's may overlap any of them */
+  unsigned char *held[NREQ];
+  size_t hs[NREQ];
+  for (int i = 0; i < NREQ; i++) {
+    int k = sh_alloc(f, s, t.bytes[i], NULL);
+    held[i] = s->p[k];
+    hs[i] = s->size[k];
+    assert_int_equal(aa_record_stream(f->p, held[i], side), AA_OK);
+    sh_free_at(f, s, k, NULL);
+  }
+  for (int i = 0; i < NREQ; i++) {
+    int k = sh_alloc(f, s, t.bytes[i], NULL);
+    for (int j = 0; j < NREQ; j++)
+      assert_true(s->p[k] + s->size[k] <= held[j] || held[j] + hs[j] <= s->p[k]);
+  }
+  assert_true(stats(f).large_plan_misses > 0);
+  free_all(f, s);
+  assert_int_equal(aa_backend_host_stream_busy(f->b, side, false), AA_OK);
+  fx_done(f);
+  free(s);
+}
+
+/* An explicit release at a step boundary gives the idle arena back. */
+static void test_core_plan_release(void **state) {
+  (void)state;
+  fx *f = make_plan(AA_LARGE_EXPANDABLE, 1);
+  shadow *s = calloc(1, sizeof *s);
+  steps t = make_steps(21);
+  for (int k = 0; k < 10; k++)
+    run_step(f, s, &t);
+  assert_int_equal(stats(f).large_plan_state, AA_PLAN_ACTIVE);
+  (void)aa_pool_release(f->p);
+  aa_pool_stats st = stats(f);
+  assert_int_equal(st.large_plan_state, AA_PLAN_LEARNING);
+  assert_int_equal(st.large_plan_bytes, 0);
+  assert_int_equal(st.bytes_reserved, 0);
+  for (int k = 0; k < 10; k++)
+    run_step(f, s, &t);
+  assert_int_equal(stats(f).large_plans_adopted, 2);
+  fx_done(f);
+  free(s);
+}
+
+/* Randomized: a loop with noise (extra requests, skipped ones, late frees,
+ * frees on a second stream, record_stream) under every large mode; the
+ * shadow checks every block's room and bytes, the pool's count of bytes in
+ * use, and the teardown that every byte went back. */
+static void stress_in(aa_large_mode mode, uint64_t seed, uint64_t *adopted) {
+  fx *f = make_plan(mode, 1);
+  shadow *s = calloc(1, sizeof *s);
+  steps t = make_steps(seed);
+  const aa_stream side = (aa_stream)(uintptr_t)0x30000;
+  uint64_t r = seed * 2654435761u + 1;
+  unsigned char *late[64];
+  int nlate = 0;
+  for (int k = 0; k < 30; k++) {
+    int noise = k > 8 && k % 7 != 0; /* steady steps between noisy ones */
+    unsigned char *mine[NREQ];
+    for (int i = 0; i < NREQ; i++) {
+      mine[i] = NULL;
+      if (noise && rnd(&r) % 16 == 0)
+        continue; /* skipped */
+      if (noise && rnd(&r) % 16 == 0)
+        (void)sh_alloc(f, s, (size_t)(rnd(&r) % (3 * MiB)) + 20000, NULL); /* extra, kept */
+      int q = sh_alloc(f, s, t.bytes[i], NULL);
+      mine[i] = s->p[q];
+      if (noise && rnd(&r) % 8 == 0)
+        assert_int_equal(aa_record_stream(f->p, mine[i], side), AA_OK);
+      for (int j = 0; j <= i; j++) {
+        if (mine[j] != NULL && t.free_after[j] == i) {
+          int w = sh_find(s, mine[j]);
+          if (noise && rnd(&r) % 10 == 0 && nlate < 64)
+            late[nlate++] = mine[j]; /* freed a step later */
+          else
+            sh_free_at(f, s, w, noise && rnd(&r) % 6 == 0 ? side : NULL);
+          mine[j] = NULL;
+        }
+      }
+    }
+    for (int j = 0; j < NREQ; j++) {
+      if (mine[j] != NULL)
+        sh_free_at(f, s, sh_find(s, mine[j]), NULL);
+    }
+    if (k % 2 == 1) {
+      for (int j = 0; j < nlate; j++)
+        sh_free_at(f, s, sh_find(s, late[j]), NULL);
+      nlate = 0;
+    }
+    if (k % 5 == 4) { /* the extras go too */
+      while (s->n > 0)
+        sh_free_at(f, s, s->n - 1, NULL);
+      nlate = 0;
+    }
+    uint64_t sum = 0;
+    for (int i = 0; i < s->n; i++)
+      sum += aa_block_size(f->p, s->p[i]);
+    assert_int_equal(stats(f).bytes_in_use, sum);
+    assert_int_equal(aa_backend_host_stream_busy(f->b, side, k % 3 == 0), AA_OK);
+  }
+  aa_pool_stats st = stats(f);
+  if (mode != AA_LARGE_PASSTHROUGH) { /* a plan was made (adopted, or refused as no gain) */
+    assert_true(st.large_plans_adopted + st.large_plans_refused >= 1);
+    assert_true(st.large_plans_adopted == 0 || st.large_plan_hits > 0);
+    *adopted += st.large_plans_adopted;
+  }
+  free_all(f, s);
+  assert_int_equal(stats(f).bytes_in_use, 0);
+  assert_int_equal(aa_backend_host_stream_busy(f->b, side, false), AA_OK);
+  fx_done(f);
+  free(s);
+}
+
+static void test_core_plan_stress(void **state) {
+  (void)state;
+  uint64_t adopted = 0;
+  for (uint64_t seed = 1; seed <= 4; seed++) {
+    stress_in(AA_LARGE_EXPANDABLE, seed, &adopted);
+    stress_in(AA_LARGE_CACHE, seed, &adopted);
+    stress_in(AA_LARGE_PASSTHROUGH, seed, &adopted);
+  }
+  assert_true(adopted >= 4); /* the noise met plans in most runs */
+}
+
+/* ------------------------------------------------------------ review */
+
+/* A planned block's room while the plan is active: the account adds up and
+ * (AA_DEBUG 3) its walk agrees with the large path's free bytes. */
+static void account_in(aa_large_mode mode) {
+  fx *f = make_plan(mode, 1);
+  shadow *s = calloc(1, sizeof *s);
+  steps t = make_steps(31);
+  weights(f, s);
+  for (int k = 0; k < 10; k++)
+    run_step(f, s, &t);
+  assert_int_equal(stats(f).large_plan_state, AA_PLAN_ACTIVE);
+  /* the step's first two requests (both live at once in every step):
+   * planned blocks live. (More, without the step's frees, would take rooms
+   * later requests are planned in: the plan would yield its arena.) */
+  for (int i = 0; i < 2; i++)
+    (void)sh_alloc(f, s, t.bytes[i], NULL);
+  assert_true(stats(f).large_plan_live_bytes > 0);
+  aa_pool_account a;
+  memset(&a, 0, sizeof a);
+  a.version = AA_ACCOUNT_VERSION;
+  a.size = (uint32_t)sizeof a;
+  assert_int_equal(aa_pool_account_get(f->p, &a), AA_OK);
+  assert_int_equal(a.requested + a.rounding + a.slab_free + a.slab_tails + a.holes +
+                       a.stream_holds + a.thread_caches + a.other,
+                   a.bytes_reserved);
+  free_all(f, s);
+  fx_done(f);
+  free(s);
+}
+
+static void test_core_plan_account(void **state) {
+  (void)state;
+  account_in(AA_LARGE_EXPANDABLE);
+  account_in(AA_LARGE_CACHE);
+}
+
+/* A plan dropped while planned blocks used on a busy stream live: its
+ * arena becomes the path's chunks at once (the blocks live chunks, freed
+ * later through the path, which waits for the side stream's events), and a
+ * new loop is learned. */
+static void test_core_plan_drain_pending(void **state) {
+  (void)state;
+  fx *f = make_plan(AA_LARGE_EXPANDABLE, 1);
+  aa_pool_set_stream_wait(f->p, false);
+  shadow *s = calloc(1, sizeof *s);
+  steps a = make_steps(41), b = make_steps(42);
+  for (int k = 0; k < 10; k++)
+    run_step(f, s, &a);
+  assert_int_equal(stats(f).large_plan_state, AA_PLAN_ACTIVE);
+  const aa_stream side = (aa_stream)(uintptr_t)0x40000;
+  assert_int_equal(aa_backend_host_stream_busy(f->b, side, true), AA_OK);
+  uint64_t h0 = stats(f).large_plan_hits;
+  unsigned char *pl[4];
+  for (int i = 0; i < 4; i++) { /* planned blocks, used on the busy side stream */
+    int k = sh_alloc(f, s, a.bytes[i], NULL);
+    pl[i] = s->p[k];
+    assert_int_equal(aa_record_stream(f->p, pl[i], side), AA_OK);
+  }
+  assert_int_equal(stats(f).large_plan_hits, h0 + 4);
+  run_step(f, s, &b); /* another loop: the plan is dropped, its arena dissolved */
+  assert_int_equal(stats(f).large_plan_state, AA_PLAN_LEARNING);
+  assert_int_equal(stats(f).large_plan_live_bytes, 0);
+  assert_int_equal(stats(f).large_plan_bytes, 0);
+  for (int i = 0; i < 4; i++)
+    sh_free_at(f, s, sh_find(s, pl[i]), NULL); /* rooms wait for the side stream */
+  assert_int_equal(aa_backend_host_stream_busy(f->b, side, false), AA_OK);
+  for (int k = 0; k < 14; k++)
+    run_step(f, s, &b);
+  aa_pool_stats st = stats(f);
+  assert_int_equal(st.large_plans_adopted, 2); /* the new loop's */
+  assert_int_equal(st.large_plan_state, AA_PLAN_ACTIVE);
+  free_all(f, s);
+  fx_done(f);
+  free(s);
+}
+
+/* Pools planning on threads of their own at once (each under its own lock):
+ * nothing shared between them (TSan). */
+static void *own_pool_loop(void *arg) {
+  uint64_t seed = (uint64_t)(uintptr_t)arg;
+  fx *f = make_plan(AA_LARGE_CACHE, 1);
+  shadow *s = calloc(1, sizeof *s);
+  steps t = make_steps(seed);
+  for (int k = 0; k < 12; k++)
+    run_step(f, s, &t);
+  assert_int_equal(stats(f).large_plans_adopted, 1);
+  fx_done(f);
+  free(s);
+  return NULL;
+}
+
+static void test_core_plan_pools_in_threads(void **state) {
+  (void)state;
+  pthread_t th[3];
+  for (uintptr_t i = 0; i < 3; i++)
+    assert_int_equal(pthread_create(&th[i], NULL, own_pool_loop, (void *)(i + 51)), 0);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(pthread_join(th[i], NULL), 0);
+}
+
+/* Runs steps of t until the plan waits for its period's start. */
+static void until_waiting(fx *f, shadow *s, const steps *t) {
+  for (int k = 0; k < 20 && stats(f).large_plan_state != AA_PLAN_WAITING; k++)
+    run_step(f, s, t);
+  assert_int_equal(stats(f).large_plan_state, AA_PLAN_WAITING);
+}
+
+/* The arena's backend call refused (once): the plan is refused, the request
+ * served by the path with no error to the user, the counts exact, and the
+ * plan learned again and adopted; then, under a limit the loop fits in, no
+ * backend call per step. */
+static void arena_refused_in(aa_large_mode mode) {
+  steps t = make_steps(61);
+  fx *f = make_plan(mode, 1);
+  shadow *s = calloc(1, sizeof *s);
+  weights(f, s);
+  until_waiting(f, s, &t);
+  aa_backend_host_fail_nth(f->b, 1, false);
+  run_step(f, s, &t);
+  aa_pool_stats st = stats(f);
+  assert_int_equal(st.large_plans_refused, 1);
+  assert_int_equal(st.large_plans_adopted, 0);
+  assert_int_equal(st.large_plan_state, AA_PLAN_LEARNING);
+  assert_int_equal(f->misuses, 0);
+  aa_pool_set_limit(f->p, (size_t)st.peak_bytes_reserved);
+  for (int k = 0; k < 12; k++)
+    run_step(f, s, &t);
+  st = stats(f);
+  assert_int_equal(st.large_plans_adopted, 1);
+  assert_int_equal(st.large_plan_state, AA_PLAN_ACTIVE);
+  uint64_t c0 = backend_calls(f);
+  for (int k = 0; k < 4; k++)
+    run_step(f, s, &t);
+  assert_int_equal(backend_calls(f), c0);
+  uint64_t sum = 0;
+  for (int i = 0; i < s->n; i++)
+    sum += aa_block_size(f->p, s->p[i]);
+  assert_int_equal(stats(f).bytes_in_use, sum);
+  free_all(f, s);
+  assert_int_equal(stats(f).bytes_in_use, 0);
+  fx_done(f);
+  free(s);
+}
+
+static void test_core_plan_arena_refused(void **state) {
+  (void)state;
+  arena_refused_in(AA_LARGE_CACHE);
+  arena_refused_in(AA_LARGE_EXPANDABLE);
+}
+
+/* The pool destroyed with planned blocks live and rooms waiting for a busy
+ * stream: every byte and every event goes back. */
+static void test_core_plan_destroy_live(void **state) {
+  (void)state;
+  for (int mode = 0; mode < 2; mode++) {
+    fx *f = make_plan(mode ? AA_LARGE_EXPANDABLE : AA_LARGE_CACHE, 1);
+    aa_pool_set_stream_wait(f->p, false);
+    shadow *s = calloc(1, sizeof *s);
+    steps t = make_steps(71);
+    weights(f, s);
+    for (int k = 0; k < 10; k++)
+      run_step(f, s, &t);
+    assert_int_equal(stats(f).large_plan_state, AA_PLAN_ACTIVE);
+    const aa_stream side = (aa_stream)(uintptr_t)0x50000;
+    assert_int_equal(aa_backend_host_stream_busy(f->b, side, true), AA_OK);
+    for (int i = 0; i < 2; i++) { /* the step's first two: planned, live at once */
+      int k = sh_alloc(f, s, t.bytes[i], NULL);
+      assert_int_equal(aa_record_stream(f->p, s->p[k], side), AA_OK);
+      if (i == 0)
+        sh_free_at(f, s, k, NULL); /* its room waits for the side stream */
+    }
+    assert_true(stats(f).large_plan_live_bytes > 0);
+    aa_pool_destroy(f->p);
+    uint64_t a, fr, mapped, rec, out;
+    aa_backend_host_counts(f->b, &a, &fr, &mapped);
+    assert_int_equal(mapped, 0);
+    assert_int_equal(a, fr);
+    aa_backend_host_event_counts(f->b, &rec, &out);
+    assert_int_equal(out, 0);
+    assert_int_equal(aa_backend_host_stream_busy(f->b, side, false), AA_OK);
+    aa_backend_destroy(f->b);
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+    free(s);
+  }
+}
+
+/* A planned block freed on a third stream while busy (with and without
+ * record_stream on another busy one): its room is not handed out until the
+ * streams are idle; a second free and a record_stream of it are refused. */
+static void test_core_plan_free_other_stream(void **state) {
+  (void)state;
+  fx *f = make_plan(AA_LARGE_EXPANDABLE, 1);
+  aa_pool_set_stream_wait(f->p, false);
+  shadow *s = calloc(1, sizeof *s);
+  steps t = make_steps(81);
+  for (int k = 0; k < 10; k++)
+    run_step(f, s, &t);
+  assert_int_equal(stats(f).large_plan_state, AA_PLAN_ACTIVE);
+  const aa_stream x = (aa_stream)(uintptr_t)0x60000, y = (aa_stream)(uintptr_t)0x70000;
+  assert_int_equal(aa_backend_host_stream_busy(f->b, x, true), AA_OK);
+  assert_int_equal(aa_backend_host_stream_busy(f->b, y, true), AA_OK);
+  unsigned char *held[NREQ];
+  size_t hs[NREQ];
+  uint64_t h0 = stats(f).large_plan_hits;
+  for (int i = 0; i < NREQ; i++) {
+    int k = sh_alloc(f, s, t.bytes[i], NULL);
+    held[i] = s->p[k];
+    hs[i] = s->size[k];
+    if (i % 2)
+      assert_int_equal(aa_record_stream(f->p, held[i], y), AA_OK);
+    sh_free_at(f, s, k, x);
+    assert_int_equal(aa_free(f->p, held[i], hs[i], x), AA_EINVAL);
+    assert_int_equal(f->last, AA_MISUSE_DOUBLE_FREE);
+    assert_int_equal(aa_record_stream(f->p, held[i], y), AA_EINVAL);
+    assert_int_equal(aa_block_size(f->p, held[i]), 0);
+  }
+  assert_true(stats(f).large_plan_hits > h0);
+  assert_int_equal(stats(f).bytes_in_use, 0);
+  for (int i = 0; i < NREQ; i++) {
+    int k = sh_alloc(f, s, t.bytes[i], NULL);
+    for (int j = 0; j < NREQ; j++)
+      assert_true(s->p[k] + s->size[k] <= held[j] || held[j] + hs[j] <= s->p[k]);
+  }
+  free_all(f, s);
+  assert_int_equal(aa_backend_host_stream_busy(f->b, x, false), AA_OK);
+  assert_int_equal(aa_backend_host_stream_busy(f->b, y, false), AA_OK);
+  for (int k = 0; k < 4; k++)
+    run_step(f, s, &t);
+  fx_done(f);
+  free(s);
+}
+
+/* A release or a trim in the middle of a step, planned blocks live: every
+ * live block keeps its bytes and its room, the counts stay exact, and the
+ * loop goes on (a trim leaves the arena; a release gives it back once idle). */
+static void test_core_plan_release_mid_step(void **state) {
+  (void)state;
+  for (int mode = 0; mode < 2; mode++) {
+    fx *f = make_plan(mode ? AA_LARGE_EXPANDABLE : AA_LARGE_CACHE, 1);
+    shadow *s = calloc(1, sizeof *s);
+    steps t = make_steps(7);
+    uint64_t r = 12345;
+    weights(f, s);
+    for (int k = 0; k < 24; k++) {
+      unsigned char *mine[NREQ];
+      int at = (int)(rnd(&r) % NREQ);
+      for (int i = 0; i < NREQ; i++) {
+        mine[i] = s->p[sh_alloc(f, s, t.bytes[i], NULL)];
+        if (i == at && k > 10) {
+          if (k % 3 == 0)
+            (void)aa_pool_release(f->p);
+          else
+            (void)aa_pool_trim(f->p, k % 3 == 1 ? 0 : 8 * MiB);
+        }
+        for (int j = 0; j <= i; j++) {
+          if (mine[j] != NULL && t.free_after[j] == i) {
+            sh_free_at(f, s, sh_find(s, mine[j]), NULL);
+            mine[j] = NULL;
+          }
+        }
+      }
+      for (int j = 0; j < NREQ; j++) {
+        if (mine[j] != NULL)
+          sh_free_at(f, s, sh_find(s, mine[j]), NULL);
+      }
+      uint64_t sum = 0;
+      for (int i = 0; i < s->n; i++) {
+        check_bytes(s->p[i], s->size[i], s->tag[i]);
+        sum += aa_block_size(f->p, s->p[i]);
+      }
+      aa_pool_stats st = stats(f);
+      assert_int_equal(st.bytes_in_use, sum);
+      assert_true(st.bytes_reserved >= st.bytes_in_use);
+    }
+    assert_true(stats(f).large_plans_adopted >= 1);
+    free_all(f, s);
+    (void)aa_pool_release(f->p);
+    aa_pool_stats st = stats(f);
+    assert_int_equal(st.bytes_in_use, 0);
+    assert_int_equal(st.large_plan_bytes, 0);
+    fx_done(f);
+    free(s);
+  }
+}
+
+/* Threads take turns running whole steps (so the requests stay periodic)
+ * while others read the pool's stats, account and walk, and allocate small
+ * blocks, with no lock of the test's: TSan, and the peak in use never
+ * above what the steps and small blocks held. */
+typedef struct mt {
+  fx *f;
+  shadow *s;
+  steps t[2];
+  pthread_mutex_t step_mu;
+  int turn, steps_left;
+  _Atomic int stop;
+  uint64_t large_peak;
+} mt;
+
+static void *mt_stepper(void *arg) {
+  mt *m = arg;
+  for (;;) {
+    pthread_mutex_lock(&m->step_mu);
+    if (m->steps_left == 0) {
+      pthread_mutex_unlock(&m->step_mu);
+      return NULL;
+    }
+    int k = m->steps_left--;
+    /* the loop changes every 12 steps: dropped and learned again */
+    run_step(m->f, m->s, &m->t[(k / 12) % 2]);
+    pthread_mutex_unlock(&m->step_mu);
+  }
+}
+
+static int mt_walk(void *user, const aa_walk_entry *e) {
+  (void)user, (void)e;
+  return 0;
+}
+
+static void *mt_reader(void *arg) {
+  mt *m = arg;
+  aa_pool_account a;
+  while (!atomic_load(&m->stop)) {
+    memset(&a, 0, sizeof a);
+    a.version = AA_ACCOUNT_VERSION;
+    a.size = (uint32_t)sizeof a;
+    assert_int_equal(aa_pool_account_get(m->f->p, &a), AA_OK);
+    (void)stats(m->f);
+    assert_int_equal(aa_pool_walk_large(m->f->p, mt_walk, NULL), 0);
+  }
+  return NULL;
+}
+
+static void *mt_small(void *arg) {
+  mt *m = arg;
+  while (!atomic_load(&m->stop)) {
+    void *p = aa_alloc(m->f->p, 1000, NULL);
+    assert_non_null(p);
+    assert_int_equal(aa_free(m->f->p, p, 1000, NULL), AA_OK);
+  }
+  return NULL;
+}
+
+static void test_core_plan_threads(void **state) {
+  (void)state;
+  mt *m = calloc(1, sizeof *m);
+  m->f = make_plan(AA_LARGE_EXPANDABLE, 1);
+  m->s = calloc(1, sizeof *m->s);
+  m->t[0] = make_steps(101);
+  m->t[1] = make_steps(102);
+  m->steps_left = 60;
+  pthread_mutex_init(&m->step_mu, NULL);
+  weights(m->f, m->s);
+  pthread_t th[6];
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(pthread_create(&th[i], NULL, mt_stepper, m), 0);
+  assert_int_equal(pthread_create(&th[4], NULL, mt_reader, m), 0);
+  assert_int_equal(pthread_create(&th[5], NULL, mt_small, m), 0);
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(pthread_join(th[i], NULL), 0);
+  atomic_store(&m->stop, 1);
+  assert_int_equal(pthread_join(th[4], NULL), 0);
+  assert_int_equal(pthread_join(th[5], NULL), 0);
+  aa_pool_stats st = stats(m->f);
+  /* the same steps on one thread with no plan: the peak in use (blocks are
+   * rounded alike), plus what the small thread's cache may hold */
+  fx *ref = make_plan(AA_LARGE_EXPANDABLE, 0);
+  shadow *rs = calloc(1, sizeof *rs);
+  weights(ref, rs);
+  for (int k = 60; k > 0; k--)
+    run_step(ref, rs, &m->t[(k / 12) % 2]);
+  uint64_t ref_peak = stats(ref).peak_bytes_in_use;
+  free_all(ref, rs);
+  fx_done(ref);
+  free(rs);
+  assert_true(st.peak_bytes_in_use <= ref_peak + 2 * MiB);
+  assert_true(st.large_plans_adopted >= 2);
+  assert_true(st.large_plan_hits > 0);
+  free_all(m->f, m->s);
+  assert_int_equal(stats(m->f).bytes_in_use, 0);
+  fx_done(m->f);
+  pthread_mutex_destroy(&m->step_mu);
+  free(m->s);
+  free(m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_core_plan_adopted_expandable),
+      cmocka_unit_test(test_core_plan_adopted_cache),
+      cmocka_unit_test(test_core_plan_off),
+      cmocka_unit_test(test_core_plan_dropped_and_relearned),
+      cmocka_unit_test(test_core_plan_misuse_and_walk),
+      cmocka_unit_test(test_core_plan_busy_stream),
+      cmocka_unit_test(test_core_plan_release),
+      cmocka_unit_test(test_core_plan_stress),
+      cmocka_unit_test(test_core_plan_account),
+      cmocka_unit_test(test_core_plan_drain_pending),
+      cmocka_unit_test(test_core_plan_pools_in_threads),
+      cmocka_unit_test(test_core_plan_arena_refused),
+      cmocka_unit_test(test_core_plan_destroy_live),
+      cmocka_unit_test(test_core_plan_free_other_stream),
+      cmocka_unit_test(test_core_plan_release_mid_step),
+      cmocka_unit_test(test_core_plan_threads),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""bench/replay/util_table.py, the utilisation table from committed traces,
+on the CPU (standard library only, no torch): the committed synthetic trace
+replayed under the default policy, with stitching, and the replay's models of
+PyTorch's allocator; a GPU run's figures beside a trace; a --json output
+that is an input refused; no replay program, no trace.
+
+    python3 tests/tools/test_util_table.py PATH/TO/adaptalloc-replay
+"""
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOOL = os.path.join(ROOT, "bench", "replay", "util_table.py")
+TRACE = os.path.join(ROOT, "bench", "replay", "traces", "holes-j64-s1.csv.gz")
+
+
+def run(*args, env=None):
+    return subprocess.run([sys.executable, TOOL] + list(args), capture_output=True, text=True,
+                          timeout=240, env=env)
+
+
+def row(out, first):
+    """The cells of the first table row starting with `| first |`."""
+    for line in out.splitlines():
+        if line.startswith(f"| {first} |"):
+            return [c.strip() for c in line.strip("|").split("|")]
+    raise AssertionError(f"no row {first!r} in:\n{out}")
+
+
+def main():
+    replay = sys.argv[1]
+    failures = []
+
+    def check(cond, what):
+        if not cond:
+            failures.append(what)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        # the committed trace: stitching raises utilisation and lowers reserved
+        js = os.path.join(tmp, "u.json")
+        r = run("--replay", replay, TRACE, "--json", js)
+        check(r.returncode == 0, f"committed trace: rc {r.returncode}: {r.stderr}")
+        doc = json.load(open(js))[0]
+        d, s = doc["replay"]["default"], doc["replay"]["stitch"]
+        check(doc["trace"] == "holes-j64-s1" and doc["events"] > 0, "trace name, events")
+        check(s["util"] > d["util"] and s["reserved_mib"] < d["reserved_mib"],
+              f"stitching: util {d['util']} -> {s['util']}, reserved {d['reserved_mib']} -> "
+              f"{s['reserved_mib']}")
+        check(s["alias_calls"] > 0 and d["alias_calls"] == 0 and s["stitches"] > 0,
+              "alias calls and stitches only with stitching")
+        check(s["holes_mib"] < d["holes_mib"], "holes at peak in use fewer with stitching")
+        check(set(doc["replay"]) == {"default", "stitch", "torch:default", "torch:expandable"},
+              "four policies")
+        cells = row(r.stdout, "holes-j64-s1")
+        check(cells[3] == f"{d['util']:.3f}" and cells[4] == f"{s['util']:.3f}",
+              f"table's util cells: {cells}")
+        check(row(r.stdout, "holes-j64-s1 | stitch")[1] == "stitch", "detail row")
+        # a GPU run's figures beside a trace: steps and the GPU's utilisation
+        shutil.copy(TRACE, os.path.join(tmp, "w-default.csv.gz"))
+        with open(os.path.join(tmp, "w-default.json"), "w") as f:
+            json.dump({"workload": "w", "mode": "default", "steps": 20,
+                       "torch": {"max_reserved": 1000 << 20, "max_allocated": 800 << 20}}, f)
+        r = run("--replay", replay, "--no-torch", tmp)
+        cells = row(r.stdout, "w-default")
+        check(r.returncode == 0 and cells[2] == "20" and cells[5] == "0.800",
+              f"sidecar: rc {r.returncode}, cells {cells}: {r.stderr}")
+        check("torch:default" not in r.stdout, "--no-torch")
+        check(cells[-2].endswith(")") and "in all" not in cells[-2], "calls per step")
+        # a plain CSV replays the same as its gzip
+        plain = os.path.join(tmp, "plain.csv")
+        with gzip.open(TRACE, "rb") as a, open(plain, "wb") as b:
+            shutil.copyfileobj(a, b)
+        r = run("--replay", replay, plain, "--json", os.path.join(tmp, "p.json"))
+        p = json.load(open(os.path.join(tmp, "p.json")))[0]["replay"]
+        check(r.returncode == 0 and p["stitch"] == s and p["default"] == d, "plain CSV")
+        # refusals
+        r = run("--replay", replay, TRACE, "--json", TRACE)
+        check(r.returncode == 2 and "util_table: " in r.stderr, f"--json onto the input: {r}")
+        r = run("--replay", os.path.join(tmp, "nothing"), TRACE)
+        check(r.returncode == 1 and "no adaptalloc-replay" in r.stderr, f"no replay: {r}")
+        os.makedirs(os.path.join(tmp, "empty"))
+        r = run("--replay", replay, os.path.join(tmp, "empty"))
+        check(r.returncode == 1 and "no traces" in r.stderr, f"no traces: {r}")
+        bad = os.path.join(tmp, "bad.csv")
+        with open(bad, "w") as f:
+            f.write("Thread,Time,Action\n1,2\n")
+        r = run("--replay", replay, bad, TRACE)
+        check(r.returncode == 1 and "bad.csv" in r.stderr and "| holes-j64-s1 |" in r.stdout,
+              f"a trace that does not replay: the others still tabled: {r}")
+    for f in failures:
+        print("FAIL:", f)
+    print("test_util_table: %s" % ("FAILED" if failures else "ok"))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
