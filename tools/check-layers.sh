@@ -128,6 +128,23 @@ if [[ ${#strip_cmd[@]} -eq 0 ]]; then
   echo "check-layers: no GCC-compatible compiler with -fpreprocessed (gcc, \$CC, cc) to strip comments for the walls" >&2
   exit 2
 fi
+# Every file under core/src once: comments out (the compiler's own lexer: no
+# includes expanded), then string literals and #include lines (they name
+# files, not fields; other directives, macros among them, stay), into
+# $bodies/<n>; the walls below read those.
+bodies=$(mktemp -d)
+trap 'rm -f "$syms"; rm -rf "$bodies"' EXIT
+declare -A body_of
+nb=0
+while IFS= read -r path; do
+  nb=$((nb + 1))
+  if ! "${strip_cmd[@]}" -fpreprocessed -dD -E -P -x c "$path" 2>/dev/null |
+    sed -E 's/"([^"\\]|\\.)*"/""/g; /^[[:space:]]*#[[:space:]]*include/d' >"$bodies/$nb"; then
+    echo "check-layers: ${strip_cmd[*]} could not read $path" >&2
+    exit 2
+  fi
+  body_of[$path]=$bodies/$nb
+done < <(find "$src" -name '*.c' -o -name '*.h' | sort)
 nwall=0
 nbreach=0
 while IFS='|' read -r name priv files; do
@@ -137,28 +154,20 @@ while IFS='|' read -r name priv files; do
   declare -A own=()
   for f in $files; do own[$f]=1; done
   own[$hdr]=1
+  fields=$(IFS='|'; echo "${privs[*]:1}")
   while IFS= read -r path; do
     f=${path#"$src"/}
     [[ -n ${own[$f]:-} ]] && continue
-    # comments out (the compiler's own lexer: no includes expanded), then
-    # string literals
-    if ! body=$("${strip_cmd[@]}" -fpreprocessed -dD -E -P -x c "$path" 2>/dev/null); then
-      echo "check-layers: ${strip_cmd[*]} could not read $path" >&2
-      exit 2
-    fi
-    # (#include lines out: they name files, not fields; other directives,
-    # macros among them, stay)
-    body=$(sed -E 's/"([^"\\]|\\.)*"/""/g; /^[[:space:]]*#[[:space:]]*include/d' <<<"$body")
     if grep -qE "^[[:space:]]*#[[:space:]]*include[[:space:]]*[\"<]([^\">]*/)?${hdr//./\\.}[\">]" "$path"; then
       echo "check-layers: $f includes $hdr, the $name subsystem's private header"
       nbreach=$((nbreach + 1))
     fi
-    for fld in "${privs[@]:1}"; do
-      if grep -qE "(->|\.)[[:space:]]*${fld}([^A-Za-z0-9_]|$)" <<<"$body"; then
-        echo "check-layers: $f reaches ${fld}, a field of the $name subsystem (use its header)"
-        nbreach=$((nbreach + 1))
-      fi
-    done
+    [[ -z $fields ]] && continue
+    while IFS= read -r fld; do
+      echo "check-layers: $f reaches ${fld}, a field of the $name subsystem (use its header)"
+      nbreach=$((nbreach + 1))
+    done < <(grep -oE "(->|\.)[[:space:]]*(${fields})([^A-Za-z0-9_]|$)" "${body_of[$path]}" |
+      sed -E 's/^(->|\.)[[:space:]]*//; s/[^A-Za-z0-9_]$//' | sort -u)
   done < <(find "$src" -name '*.c' -o -name '*.h' | sort)
   unset own
 done < <(awk '
