@@ -78,7 +78,7 @@ def _check_wheel():
 
 _check_wheel()
 INCLUDES = [os.path.join(ROOT, d) for d in
-            ("core/include", "runtime/include", "torch/include")]
+            ("core/include", "transfer/include", "runtime/include", "torch/include")]
 LIB = "libadaptalloc.so.0"
 PLUGIN = "libadaptalloc_torch.so"
 

@@ -9,6 +9,7 @@
 # stops the configure. Used by tests/CMakeLists.txt and tests/fuzz.
 function(aa_test_internal_headers target src)
   set(dir_core ${PROJECT_SOURCE_DIR}/core/test)
+  set(dir_transfer ${PROJECT_SOURCE_DIR}/transfer/test)
   set(dir_policy ${PROJECT_SOURCE_DIR}/adapt/policy/test)
   set(dir_http ${PROJECT_SOURCE_DIR}/http/test)
   set(dir_runtime ${PROJECT_SOURCE_DIR}/runtime/test)

@@ -17,7 +17,7 @@ if(AA_BASH)
   add_test(NAME test_core_walls_refuse
     COMMAND ${AA_BASH} ${PROJECT_SOURCE_DIR}/tests/layers_walls_selftest.sh
             ${PROJECT_SOURCE_DIR}/core/src ${PROJECT_BINARY_DIR}/core-objects.txt ${CMAKE_NM})
-  set_tests_properties(test_core_walls_refuse PROPERTIES LABELS core TIMEOUT 180
+  set_tests_properties(test_core_walls_refuse PROPERTIES LABELS core TIMEOUT 300
     ENVIRONMENT "CC=${CMAKE_C_COMPILER}")
 endif()
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_core_walls_refuse: tools/check-layers.sh fails on a copy of core/src
-# where a file outside the large path includes its private header, and on one
-# where a file reaches its fields; passes on the copy left as it is.
+# where a file outside a walled subsystem (the large path, the small path,
+# the size sampler) includes its private header, and on one where a file
+# reaches its fields; passes on the copy left as it is.
 #   bash tests/layers_walls_selftest.sh <core/src> <objects list> [nm]
 set -euo pipefail
 src=$1
@@ -51,6 +52,34 @@ run 1 "stats.c reaches a field in a macro"
 fresh
 printf '/* pool->large->mu in a comment */\nstatic const char *s_ = "t->ltc.nheld";\n' >>"$tmp/src/stats.c"
 run 0 "a comment and a string that name the fields"
+
+fresh
+printf '#include "small_internal.h"\n' >>"$tmp/src/stats.c"
+run 1 "stats.c includes small_internal.h"
+
+fresh
+printf 'static size_t peek4(aa_pool *p) { return p->small->ntable; }\n' >>"$tmp/src/pool.c"
+run 1 "pool.c reaches the small path's state"
+
+fresh
+printf 'static uint32_t peek5(aa_tcache_t *t) { return t->stc.bins[0].n; }\n' >>"$tmp/src/tcache.c"
+run 1 "tcache.c reaches a thread cache's small bins"
+
+fresh
+printf 'static void *peek6(aa_tcache_t *t) { return &t -> stc; }\n' >>"$tmp/src/large_ltc.c"
+run 1 "the large path takes the address of the small bins"
+
+fresh
+printf '#include "sampler_internal.h"\n' >>"$tmp/src/inspect.c"
+run 1 "inspect.c includes sampler_internal.h"
+
+fresh
+printf 'static uint64_t peek7(aa_tcache_t *t) { return aa__smp_of(t)->bucket[0]; }\n' >>"$tmp/src/alloc.c"
+run 1 "alloc.c (the small path) reads the sampler's per-thread histogram"
+
+fresh
+printf 'static void *peek8(aa_pool *p, aa_tcache_t *t) { return p->sampler ? (void *)&t->smp : 0; }\n' >>"$tmp/src/stats.c"
+run 1 "stats.c reaches the sampler's state"
 
 fresh
 if command -v clang >/dev/null; then

@@ -329,6 +329,37 @@ static void test_core_classes_thread_exit_returns_cache(void **state) {
   assert_int_equal(st.frees, 20);
 }
 
+/* A pool whose default table is refused (more than AA_MAX_CLASSES classes)
+ * fails after the pool struct was made: it must give back no thread-cache
+ * slot it never held. Before, its destroy cleared slot 0, the fixture pool's,
+ * so the next pool took that slot too and was served the fixture's cached
+ * blocks. */
+static void test_core_classes_refused_table_keeps_slots(void **state) {
+  fx *f = *state;
+  void *a = aa_alloc(f->p, 4096, NULL); /* the fixture's thread cache */
+  assert_non_null(a);
+  assert_int_equal(aa_free(f->p, a, 4096, NULL), AA_OK);
+  aa_pool_config cfg;
+  aa_pool_config_init(&cfg);
+  cfg.backend = f->b;
+  cfg.classes_per_doubling = 16;
+  cfg.max_small = (size_t)4 << 20;
+  cfg.slab_size = (size_t)8 << 20;
+  aa_pool *bad = (aa_pool *)&cfg;
+  assert_int_equal(aa_pool_new(&cfg, &bad), AA_EINVAL);
+  assert_null(bad);
+  aa_pool_config_init(&cfg);
+  cfg.backend = f->b;
+  aa_pool *other = NULL;
+  assert_int_equal(aa_pool_new(&cfg, &other), AA_OK);
+  void *q = aa_alloc(other, 4096, NULL);
+  assert_non_null(q);
+  assert_int_equal(aa_block_size(other, q), 4096); /* its own block */
+  assert_int_equal(aa_block_size(f->p, q), 0);
+  assert_int_equal(aa_free(other, q, 4096, NULL), AA_OK);
+  aa_pool_destroy(other);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_core_classes_add, setup, teardown),
@@ -340,6 +371,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_core_classes_set_classes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_classes_retire_with_thread_cache, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_classes_thread_exit_returns_cache, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_core_classes_refused_table_keeps_slots, setup,
                                       teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

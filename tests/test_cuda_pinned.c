@@ -20,6 +20,7 @@
 
 #include "adaptalloc/core.h"
 #include "adaptalloc/cuda.h"
+#include "adaptalloc/transfer.h"
 
 static int have_gpu(void) {
   static int n = -1;

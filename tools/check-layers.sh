@@ -3,14 +3,15 @@
 #
 # Every module's internal header lists its layers (floors), bottom first,
 # each with its files (core/src/core_internal.h, http/src/http_internal.h,
-# store/src/store_internal.h, adapt/layers.h) (the block that starts "Layers, bottom first"; lines "layer N name:"
-# followed by file names, continued on the next lines). This script reads,
-# from the object files of aa_core, which file defines each global symbol and
-# which files use it (nm), and fails when a file uses a symbol that a file of
-# a higher layer defines, or when a compiled file is in no layer. Calls
-# inside one layer are allowed.
+# store/src/store_internal.h, runtime/src/runtime_internal.h,
+# adapt/layers.h): the block that starts "Layers, bottom first"; lines
+# "layer N name:" followed by file names, continued on the next lines. This
+# script reads, from the module's object files, which file defines each
+# global symbol and which files use it (nm), and fails when a file uses a
+# symbol that a file of a higher layer defines, or when a compiled file is in
+# no layer. Calls inside one layer are allowed.
 #
-#   bash tools/check-layers.sh <core_internal.h> <objects list file> [nm]
+#   bash tools/check-layers.sh <internal header> <objects list file> [nm]
 #
 # The objects list (one path a line; CMake writes it at generate time for
 # the ctests test_core_layers and test_layers_<module>) names object files as
@@ -129,13 +130,33 @@ for cand in gcc "${CC:-}" cc; do
     break
   fi
 done
+has_walls=1
 if ! grep -q "Walls (" "$header"; then
+  has_walls=0
   strip_cmd=(none) # no walls to check: no compiler needed
 fi
 if [[ ${#strip_cmd[@]} -eq 0 ]]; then
   echo "check-layers: no GCC-compatible compiler with -fpreprocessed (gcc, \$CC, cc) to strip comments for the walls" >&2
   exit 2
 fi
+# Every file under the header's directory once (when it has walls):
+# comments out (the compiler's own lexer: no includes expanded), then string
+# literals and #include lines (they name files, not fields; other
+# directives, macros among them, stay), into $bodies/<n>; the walls below
+# read those.
+bodies=$(mktemp -d)
+trap 'rm -f "$syms"; rm -rf "$bodies"' EXIT
+declare -A body_of
+nb=0
+while [[ $has_walls -eq 1 ]] && IFS= read -r path; do
+  nb=$((nb + 1))
+  if ! "${strip_cmd[@]}" -fpreprocessed -dD -E -P -x c "$path" 2>/dev/null |
+    sed -E 's/"([^"\\]|\\.)*"/""/g; /^[[:space:]]*#[[:space:]]*include/d' >"$bodies/$nb"; then
+    echo "check-layers: ${strip_cmd[*]} could not read $path" >&2
+    exit 2
+  fi
+  body_of[$path]=$bodies/$nb
+done < <(find "$src" -name '*.c' -o -name '*.h' | sort)
 nwall=0
 nbreach=0
 while IFS='|' read -r name priv files; do
@@ -145,28 +166,20 @@ while IFS='|' read -r name priv files; do
   declare -A own=()
   for f in $files; do own[$f]=1; done
   own[$hdr]=1
+  fields=$(IFS='|'; echo "${privs[*]:1}")
   while IFS= read -r path; do
     f=${path#"$src"/}
     [[ -n ${own[$f]:-} ]] && continue
-    # comments out (the compiler's own lexer: no includes expanded), then
-    # string literals
-    if ! body=$("${strip_cmd[@]}" -fpreprocessed -dD -E -P -x c "$path" 2>/dev/null); then
-      echo "check-layers: ${strip_cmd[*]} could not read $path" >&2
-      exit 2
-    fi
-    # (#include lines out: they name files, not fields; other directives,
-    # macros among them, stay)
-    body=$(sed -E 's/"([^"\\]|\\.)*"/""/g; /^[[:space:]]*#[[:space:]]*include/d' <<<"$body")
     if grep -qE "^[[:space:]]*#[[:space:]]*include[[:space:]]*[\"<]([^\">]*/)?${hdr//./\\.}[\">]" "$path"; then
       echo "check-layers: $f includes $hdr, the $name subsystem's private header"
       nbreach=$((nbreach + 1))
     fi
-    for fld in "${privs[@]:1}"; do
-      if grep -qE "(->|\.)[[:space:]]*${fld}([^A-Za-z0-9_]|$)" <<<"$body"; then
-        echo "check-layers: $f reaches ${fld}, a field of the $name subsystem (use its header)"
-        nbreach=$((nbreach + 1))
-      fi
-    done
+    [[ -z $fields ]] && continue
+    while IFS= read -r fld; do
+      echo "check-layers: $f reaches ${fld}, a field of the $name subsystem (use its header)"
+      nbreach=$((nbreach + 1))
+    done < <(grep -oE "(->|\.)[[:space:]]*(${fields})([^A-Za-z0-9_]|$)" "${body_of[$path]}" |
+      sed -E 's/^(->|\.)[[:space:]]*//; s/[^A-Za-z0-9_]$//' | sort -u)
   done < <(find "$src" -name '*.c' -o -name '*.h' | sort)
   unset own
 done < <(awk '

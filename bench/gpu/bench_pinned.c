@@ -30,6 +30,7 @@
 
 #include "adaptalloc/core.h"
 #include "adaptalloc/cuda.h"
+#include "adaptalloc/transfer.h"
 
 #define CK(x)                                                   \
   do {                                                          \

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core_internal.h"
+#include "small_internal.h"
 
 /* ------------------------------------------------------------ block lists */
 
@@ -291,7 +291,7 @@ int aa__carve(aa_pool *pool, aa__class *c) {
   int rc = blist_reserve(&c->any, (uint32_t)((c->nslabs + 1) * nb));
   if (rc != AA_OK)
     goto fail;
-  s = aligned_alloc(pool->hdr_align, pool->hdr_align);
+  s = aligned_alloc(pool->small->hdr_align, pool->small->hdr_align);
   if (s == NULL) {
     rc = AA_ENOMEM;
     goto fail;
@@ -303,7 +303,7 @@ int aa__carve(aa_pool *pool, aa__class *c) {
   s->h.base = (uintptr_t)mem;
   s->h.end = (uintptr_t)mem + slab_size;
   s->h.kind = AA__SPAN_SLAB;
-  s->cls = (uint32_t)(c - pool->classes);
+  s->cls = (uint32_t)(c - pool->small->classes);
   s->nblocks = nb;
   s->block_size = bs;
   s->div_magic = c->div_magic;

@@ -1,36 +1,36 @@
 /*
- * free.c — the small-block free path: aa_free (a bin push through the
+ * free.c — the small path's free: aa_free (a bin push through the
  * one-entry slab cache, else the page map), the locked path with
  * stream-ordered reuse, misuse reports; aa_record_stream and its records;
  * aa_block_size, aa_block_share (a live block's backend memory for another
  * process; its large-path part is large_ipc.c).
  */
 #include "adaptalloc/cuda.h" /* AA_STREAM_HOST */
-#include "core_internal.h"
+#include "small_internal.h"
 
 /* ------------------------------------------------------------ free */
 
 static void count_free(aa_pool *pool, aa__tcache *tc, uint32_t k, uint32_t rq) {
   if (tc) {
-    aa__cadd(&tc->bins[k].frees, 1);
-    aa__cadd(&tc->bins[k].req_sub, rq);
+    aa__cadd(&tc->stc.bins[k].frees, 1);
+    aa__cadd(&tc->stc.bins[k].req_sub, rq);
   } else {
-    atomic_fetch_add_explicit(&pool->dead[k].frees, 1, AA__RLX);
-    atomic_fetch_add_explicit(&pool->dead[k].req_sub, rq, AA__RLX);
+    atomic_fetch_add_explicit(&pool->small->dead[k].frees, 1, AA__RLX);
+    atomic_fetch_add_explicit(&pool->small->dead[k].req_sub, rq, AA__RLX);
   }
 }
 
 /* Takes the record_stream set of a small block (NULL if none). */
 static aa__rsrec *rs_take(aa_pool *pool, const void *p) {
   size_t h = ((uintptr_t)p >> 9) & (AA__RS_BUCKETS - 1);
-  pthread_mutex_lock(&pool->rs_mu);
-  aa__rsrec **pp = &pool->rs[h];
+  pthread_mutex_lock(&pool->small->rs_mu);
+  aa__rsrec **pp = &pool->small->rs[h];
   while (*pp && (*pp)->p != p)
     pp = &(*pp)->next;
   aa__rsrec *r = *pp;
   if (r)
     *pp = r->next;
-  pthread_mutex_unlock(&pool->rs_mu);
+  pthread_mutex_unlock(&pool->small->rs_mu);
   return r;
 }
 
@@ -51,10 +51,10 @@ static uint32_t rs_events(aa_pool *pool, aa__rsrec *r, aa_stream *stream, void *
 }
 
 static int free_slow(aa_pool *pool, aa__tcache *tc, aa__blk b, aa_stream stream, bool recorded) {
-  aa__class *c = &pool->classes[b.s->cls];
-  if (tc && !recorded && tc->cached_bytes + b.s->block_size > tc->max_bytes &&
-      b.s->block_size <= tc->max_bytes / 4)
-    aa__tcache_make_room(pool, tc);
+  aa__class *c = &pool->small->classes[b.s->cls];
+  if (tc && !recorded && tc->stc.cached_bytes + b.s->block_size > tc->stc.max_bytes &&
+      b.s->block_size <= tc->stc.max_bytes / 4)
+    aa__stc_make_room(pool, tc);
   void **evs = NULL;
   uint32_t nev = 0;
   if (recorded) {
@@ -98,7 +98,7 @@ static int free_slow(aa_pool *pool, aa__tcache *tc, aa__blk b, aa_stream stream,
     return AA_OK;
   }
   if (tc && atomic_load_explicit(&c->state, AA__RLX) == AA__CLS_ACTIVE) {
-    aa__bin *bin = &tc->bins[b.s->cls];
+    aa__bin *bin = &tc->stc.bins[b.s->cls];
     aa__bin_sync(pool, tc, bin, c);
     if (bin->n > 0 && bin->stream != stream && bin->stream == AA_STREAM_HOST) {
       /* Pinned staging: the thread takes buffers on the host pseudo-stream
@@ -113,12 +113,12 @@ static int free_slow(aa_pool *pool, aa__tcache *tc, aa__blk b, aa_stream stream,
     if (bin->lim > 0) {
       if (bin->n >= bin->lim)
         aa__bin_flush_n(pool, tc, bin, c, (bin->n + 1) / 2);
-      if (tc->cached_bytes + bin->bsize > pool->cfg.tcache_bytes)
+      if (tc->stc.cached_bytes + bin->bsize > pool->cfg.tcache_bytes)
         aa__bin_flush_n(pool, tc, bin, c, bin->n);
-      if (tc->cached_bytes + bin->bsize <= pool->cfg.tcache_bytes && bin->n < bin->lim) {
+      if (tc->stc.cached_bytes + bin->bsize <= pool->cfg.tcache_bytes && bin->n < bin->lim) {
         bin->items[bin->n++] = aa__blk_item(b);
         bin->stream = stream;
-        tc->cached_bytes += bin->bsize;
+        tc->stc.cached_bytes += bin->bsize;
         pthread_mutex_unlock(&c->mu);
         return AA_OK;
       }
@@ -216,20 +216,20 @@ free_in_slab(aa_pool *pool, aa__tcache *tc, aa__slab *s, aa__bin *bin, void *ptr
   if (AA__UNLIKELY((m & AA__M_REC) != 0))
     return free_rest(pool, ptr, size, stream);
   if (fill) {
-    bin = &tc->bins[s->cls];
-    tc->sc_base = s->h.base;
-    tc->sc_size = s->h.end - s->h.base;
-    tc->sc_slab = s;
-    tc->sc_bin = bin;
+    bin = &tc->stc.bins[s->cls];
+    tc->stc.sc_base = s->h.base;
+    tc->stc.sc_size = s->h.end - s->h.base;
+    tc->stc.sc_slab = s;
+    tc->stc.sc_bin = bin;
   }
   uint32_t n = bin->n;
-  size_t cached = tc->cached_bytes + bin->bsize;
-  if (AA__UNLIKELY(!(n < bin->lim && bin->stream == stream && cached <= tc->max_bytes)))
+  size_t cached = tc->stc.cached_bytes + bin->bsize;
+  if (AA__UNLIKELY(!(n < bin->lim && bin->stream == stream && cached <= tc->stc.max_bytes)))
     return free_rest(pool, ptr, size, stream);
   /* all plain loads and stores first, the atomic ones after (the compiler
    * reloads plain fields across an atomic store) */
   bin->n = n + 1;
-  tc->cached_bytes = cached;
+  tc->stc.cached_bytes = cached;
   bin->items[n] = (aa__bitem){ptr, mp};
   aa__cadd(&bin->frees, 1);
   aa__cadd(&bin->req_sub, rq);
@@ -257,9 +257,9 @@ static inline __attribute__((always_inline)) int free_any(aa_pool *pool, void *p
   aa__tcache *tc = aa__tl_tc[pool->slot_ix];
   if (AA__UNLIKELY(tc == NULL || tc->epoch != atomic_load_explicit(&pool->epoch, AA__RLX)))
     return free_rest(pool, ptr, size, stream);
-  if (AA__UNLIKELY((uintptr_t)ptr - tc->sc_base >= tc->sc_size))
+  if (AA__UNLIKELY((uintptr_t)ptr - tc->stc.sc_base >= tc->stc.sc_size))
     return free_lookup(pool, tc, ptr, size, stream);
-  return free_in_slab(pool, tc, tc->sc_slab, tc->sc_bin, ptr, size, stream, false);
+  return free_in_slab(pool, tc, tc->stc.sc_slab, tc->stc.sc_bin, ptr, size, stream, false);
 }
 
 /* A free while a trace callback is set (with telemetry on): the sequence
@@ -306,8 +306,8 @@ static int record_stream(aa_pool *pool, void *ptr, aa_stream stream) {
     return AA_OK;
   int rc = AA_OK;
   size_t h = (p >> 9) & (AA__RS_BUCKETS - 1);
-  pthread_mutex_lock(&pool->rs_mu);
-  aa__rsrec *r = pool->rs[h];
+  pthread_mutex_lock(&pool->small->rs_mu);
+  aa__rsrec *r = pool->small->rs[h];
   while (r && r->p != ptr)
     r = r->next;
   if (r == NULL) {
@@ -317,8 +317,8 @@ static int record_stream(aa_pool *pool, void *ptr, aa_stream stream) {
       goto out;
     }
     r->p = ptr;
-    r->next = pool->rs[h];
-    pool->rs[h] = r;
+    r->next = pool->small->rs[h];
+    pool->small->rs[h] = r;
   }
   for (uint32_t i = 0; i < r->n; i++) {
     if (r->s[i] == stream)
@@ -334,7 +334,7 @@ static int record_stream(aa_pool *pool, void *ptr, aa_stream stream) {
   atomic_store_explicit(&s->meta[idx], atomic_load_explicit(&s->meta[idx], AA__RLX) | AA__M_REC,
                         AA__RLX);
 out:
-  pthread_mutex_unlock(&pool->rs_mu);
+  pthread_mutex_unlock(&pool->small->rs_mu);
   return rc;
 }
 
@@ -403,17 +403,14 @@ int aa_block_share(aa_pool *pool, const void *ptr, aa_share_piece *pieces, size_
 
 /* Frees record_stream records at destroy. */
 void aa__rs_destroy(aa_pool *pool) {
-  if (pool->rs == NULL)
-    return;
   for (size_t i = 0; i < AA__RS_BUCKETS; i++) {
-    aa__rsrec *r = pool->rs[i];
+    aa__rsrec *r = pool->small->rs[i];
     while (r) {
       aa__rsrec *n = r->next;
       free(r->s);
       free(r);
       r = n;
     }
+    pool->small->rs[i] = NULL;
   }
-  free(pool->rs);
-  pool->rs = NULL;
 }

@@ -7,13 +7,13 @@
  * every field); aa_pool_account_get splits the reserved bytes by where they
  * are (requested, rounding, slab free slots and tails, holes, stream holds,
  * thread caches); aa_hist_bucket / aa_hist_bucket_lower define the request-size
- * histogram (four buckets per doubling). Heavy hitters are merged here from
- * the per-thread exact-size tables and heavy-hitter tables.
+ * histogram (four buckets per doubling).
  *
- * A snapshot holds the locks the allocation paths take (tc_mu, the large
- * path's) only to copy: the tables under tc_mu alone, then the classes'
- * counters under tc_mu, then the large path's figures (aa__large_stats_get,
- * which takes its own lock); sorting and merging come after, no lock held.
+ * Every figure comes from a subsystem's own stats call, each under its own
+ * locks, held only to copy: the size sampler's tables
+ * (aa__sampler_stats_get: copied under tc_mu alone, merged with no lock
+ * held), the small path's counters and classes (aa__small_stats_get), the
+ * large path's (aa__large_stats_get); the pool's own counters are atomics.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -21,7 +21,6 @@
 
 #include "core_internal.h"
 #include "adaptalloc/internal/util.h"
-#include "test_hooks.h"
 
 /* ------------------------------------------------------------ histogram */
 
@@ -34,210 +33,6 @@ uint64_t aa_hist_bucket_lower(unsigned bucket) {
     return bucket;
   unsigned l = bucket / 4u + 1u, m = bucket % 4u;
   return (uint64_t)(4u + m) << (l - 2u);
-}
-
-/* ------------------------------------------------------------ sums */
-
-typedef struct csum {
-  uint64_t frees, hits, misses, req_add, req_sub;
-} csum;
-
-static void add_ccount(csum *s, const aa__ccount *c) {
-  s->frees += aa__cget(&c->frees);
-  s->hits += aa__cget(&c->hits);
-  s->misses += aa__cget(&c->misses);
-  s->req_add += aa__cget(&c->req_add);
-  s->req_sub += aa__cget(&c->req_sub);
-}
-
-static void add_bin(csum *s, const aa__bin *b) {
-  s->frees += aa__cget(&b->frees);
-  s->hits += aa__cget(&b->hits);
-  s->misses += aa__cget(&b->misses);
-  s->req_add += aa__cget(&b->req_add);
-  s->req_sub += aa__cget(&b->req_sub);
-}
-
-/* Per-slot sums since the slot's current class was activated. tc_mu held. */
-static void slot_sums(aa_pool *pool, csum *out) {
-  for (int i = 0; i < AA_MAX_CLASSES; i++) {
-    memset(&out[i], 0, sizeof out[i]);
-    add_ccount(&out[i], &pool->dead[i]);
-  }
-  for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next) {
-    for (int i = 0; i < AA_MAX_CLASSES; i++)
-      add_bin(&out[i], &tc->bins[i]);
-  }
-  for (int i = 0; i < AA_MAX_CLASSES; i++) {
-    const aa__cbase *b = &pool->base[i];
-    out[i].frees -= b->frees;
-    out[i].hits -= b->hits;
-    out[i].misses -= b->misses;
-    out[i].req_add -= b->req_add;
-    out[i].req_sub -= b->req_sub;
-  }
-}
-
-void aa__slot_rebase(aa_pool *pool, int slot) {
-  csum s[AA_MAX_CLASSES];
-  pthread_mutex_lock(&pool->tc_mu);
-  slot_sums(pool, s);
-  aa__cbase *b = &pool->base[slot];
-  pool->retired.frees += s[slot].frees;
-  pool->retired.hits += s[slot].hits;
-  pool->retired.misses += s[slot].misses;
-  pool->retired.req_add += s[slot].req_add;
-  pool->retired.req_sub += s[slot].req_sub;
-  b->frees += s[slot].frees;
-  b->hits += s[slot].hits;
-  b->misses += s[slot].misses;
-  b->req_add += s[slot].req_add;
-  b->req_sub += s[slot].req_sub;
-  pthread_mutex_unlock(&pool->tc_mu);
-}
-
-uint64_t aa__pool_in_use(aa_pool *pool) {
-  csum s[AA_MAX_CLASSES];
-  uint64_t total = 0;
-  pthread_mutex_lock(&pool->tc_mu);
-  slot_sums(pool, s);
-  pthread_mutex_unlock(&pool->tc_mu);
-  for (int i = 0; i < AA_MAX_CLASSES; i++) {
-    aa__class *c = &pool->classes[i];
-    if (atomic_load_explicit(&c->state, AA__RLX) == AA__CLS_EMPTY)
-      continue;
-    uint64_t allocs = s[i].hits + s[i].misses;
-    if (allocs > s[i].frees)
-      total += (allocs - s[i].frees) * atomic_load_explicit(&c->block_size, AA__RLX);
-  }
-  return total + aa__large_in_use(pool);
-}
-
-/* ------------------------------------------------------------ heavy hitters */
-
-static int cmp_size(const void *a, const void *b) {
-  uint64_t x = ((const aa_size_count *)a)->size, y = ((const aa_size_count *)b)->size;
-  return x < y ? -1 : x > y;
-}
-
-static int cmp_count_desc(const void *a, const void *b) {
-  const aa_size_count *x = a, *y = b;
-  if (x->count != y->count)
-    return x->count > y->count ? -1 : 1;
-  return x->size < y->size ? -1 : x->size > y->size;
-}
-
-/* The exact-size entries a snapshot copies under tc_mu (the dead threads'
- * table, each live thread's heavy hitters and size table) and merges once no
- * lock is held: sorting them takes about a millisecond per thread, which an
- * allocating thread must never wait for. */
-typedef struct hh_raw {
-  aa_size_count *v;
-  size_t n, cap;
-} hh_raw;
-
-#define HH_PER_THREAD ((size_t)AA__HH_SLOTS + AA__SZ_SLOTS)
-
-static void raw_put(hh_raw *r, uint64_t size, uint64_t count) {
-  if (r->n < r->cap) {
-    r->v[r->n].size = size;
-    r->v[r->n].count = count;
-    r->n++;
-  }
-}
-
-static void raw_hh(hh_raw *r, const aa__hh_slot *t, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    uint64_t c = aa__cget(&t[i].count);
-    if (c)
-      raw_put(r, aa__cget(&t[i].size), c);
-  }
-}
-
-/* Entries a copy of the tables may need now. tc_mu held. */
-static size_t raw_need(const aa_pool *pool) {
-  size_t n = pool->dead_hh != NULL ? pool->dead_hh_n : 0;
-  for (const aa__tcache *tc = pool->tcaches; tc; tc = tc->next)
-    n += HH_PER_THREAD;
-  return n;
-}
-
-/* Copies the request histogram (every live thread's, its size table folded
- * in, and the dead threads') into hist and the exact-size entries into *raw,
- * under tc_mu alone (it keeps the threads' tables alive). The buffer is
- * allocated with no lock held and sized again should threads have come in
- * meanwhile; after three tries (or without memory) what does not fit is left
- * out of the heavy hitters only, never out of the histogram. */
-static void copy_tables(aa_pool *pool, uint64_t *hist, hh_raw *raw) {
-  bool locked = false;
-  for (int round = 0; round < 3 && !locked; round++) {
-    pthread_mutex_lock(&pool->tc_mu);
-    size_t need = raw_need(pool);
-    if (need <= raw->cap) {
-      locked = true;
-      break;
-    }
-    pthread_mutex_unlock(&pool->tc_mu);
-    free(raw->v);
-    raw->cap = need + 4 * HH_PER_THREAD; /* a few threads may register meanwhile */
-    raw->v = malloc(raw->cap * sizeof *raw->v);
-    if (raw->v == NULL)
-      raw->cap = 0;
-  }
-  if (!locked)
-    pthread_mutex_lock(&pool->tc_mu);
-  for (int i = 0; i < AA_HIST_BUCKETS; i++)
-    hist[i] = aa__cget(&pool->dead_hist[i]);
-  if (pool->dead_hh != NULL)
-    raw_hh(raw, pool->dead_hh, pool->dead_hh_n);
-  for (aa__tcache *tc = pool->tcaches; tc; tc = tc->next) {
-    for (int i = 0; i < AA_HIST_BUCKETS; i++)
-      hist[i] += atomic_load_explicit(&tc->hist[i], memory_order_acquire);
-    /* the size table (read after the histogram: see sz_evict) */
-    for (uint32_t k = 0; k < AA__SZ_SLOTS; k++) {
-      uint64_t w = atomic_load_explicit(&tc->sz[k], memory_order_acquire);
-      if (aa__run_count(w)) {
-        hist[aa_hist_bucket((size_t)aa__run_size(w))] += aa__run_count(w);
-        raw_put(raw, aa__run_size(w), aa__run_count(w));
-      }
-    }
-    raw_hh(raw, tc->hh, AA__HH_SLOTS);
-  }
-  pthread_mutex_unlock(&pool->tc_mu);
-}
-
-/* Test hook (test_hooks.h): called between the copy of the tables and their
- * merge, with no lock held. */
-static void (*_Atomic g_merge_hook)(void *user);
-static void *_Atomic g_merge_hook_user;
-
-void aa_test_stats_merge_hook(void (*fn)(void *user), void *user) {
-  atomic_store(&g_merge_hook_user, user);
-  atomic_store(&g_merge_hook, fn);
-}
-
-/* The heaviest AA_HH_MAX exact sizes of raw (one entry per size, counts
- * summed) into out; sorts raw in place. No lock held. */
-static uint32_t merge_hh(hh_raw *raw, aa_size_count *out) {
-  void (*hook)(void *) = atomic_load(&g_merge_hook);
-  if (hook != NULL)
-    hook(atomic_load(&g_merge_hook_user));
-  aa_size_count *v = raw->v;
-  size_t k = raw->n;
-  if (k == 0)
-    return 0;
-  qsort(v, k, sizeof *v, cmp_size);
-  size_t m = 0;
-  for (size_t i = 0; i < k; i++) {
-    if (m > 0 && v[m - 1].size == v[i].size)
-      v[m - 1].count += v[i].count;
-    else
-      v[m++] = v[i];
-  }
-  qsort(v, m, sizeof *v, cmp_count_desc);
-  uint32_t n = (uint32_t)(m < AA_HH_MAX ? m : AA_HH_MAX);
-  memcpy(out, v, n * sizeof *v);
-  return n;
 }
 
 /* ------------------------------------------------------------ snapshot */
@@ -253,7 +48,6 @@ int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned opts) {
   if (pool == NULL || (opts & ~(unsigned)AA_STATS_NO_SIZES) != 0)
     return AA_EINVAL;
   bool sizes = (opts & AA_STATS_NO_SIZES) == 0;
-  csum s[AA_MAX_CLASSES];
   out->version = AA_STATS_VERSION;
   out->size = (uint32_t)sizeof *out;
   snprintf(out->name, sizeof out->name, "%s", pool->name);
@@ -263,88 +57,30 @@ int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned opts) {
   out->device = pool->backend->device;
   out->telemetry = atomic_load_explicit(&pool->telemetry, AA__RLX) ? 1 : 0;
   out->time_ns = aa_now_ns();
-  out->class_table_version = atomic_load_explicit(&pool->table_version, memory_order_acquire);
 
-  /* The histogram and the exact sizes first, under tc_mu alone; merged
-   * below once no lock is held. Not at all without sizes. */
-  hh_raw raw = {NULL, 0, 0};
+  /* The histogram and the exact sizes first (the sampler copies them under
+   * tc_mu alone and merges them with no lock held). Not at all without
+   * sizes. */
   if (sizes)
-    copy_tables(pool, out->hist, &raw);
+    aa__sampler_stats_get(pool, out->hist, out->hh, &out->hh_count);
 
-  /* The small classes' counters under tc_mu, then the large path's
-   * figures (it takes its own lock, then tc_mu). Counters only: the
-   * allocating threads wait for these sections. */
-  pthread_mutex_lock(&pool->tc_mu);
-  slot_sums(pool, s);
-  csum ret = {pool->retired.frees, pool->retired.hits, pool->retired.misses,
-              pool->retired.req_add, pool->retired.req_sub};
-  pthread_mutex_unlock(&pool->tc_mu);
+  /* Then each subsystem's figures, each read under its own locks. */
+  aa__small_stats small, *sm = &small;
+  aa__small_stats_get(pool, false, sm);
   aa__large_stats lg;
   aa__large_stats_get(pool, false, &lg);
+  out->class_table_version = sm->table_version;
   out->large_allocs = lg.allocs;
   out->large_misses = lg.misses;
   out->large_settled = lg.settled;
   out->large_stream_waits = lg.stream_waits;
   out->last_oom_unix_ms = atomic_load_explicit(&pool->last_oom_ms, memory_order_relaxed);
+  out->class_count = sm->nclasses;
+  memcpy(out->classes, sm->classes, sm->nclasses * sizeof sm->classes[0]);
+  out->pending_blocks = sm->pending;
 
-  if (sizes)
-    out->hh_count = merge_hh(&raw, out->hh);
-  free(raw.v);
-
-  uint64_t small_in_use = 0, small_req = 0;
-  uint64_t allocs = ret.hits + ret.misses, frees = ret.frees;
-  uint64_t hits = ret.hits, misses = ret.misses;
-  uint32_t nc = 0;
-  for (int i = 0; i < AA_MAX_CLASSES; i++) {
-    aa__class *c = &pool->classes[i];
-    aa_class_stats cs;
-    memset(&cs, 0, sizeof cs);
-    pthread_mutex_lock(&c->mu);
-    uint32_t state = atomic_load_explicit(&c->state, AA__RLX);
-    cs.block_size = atomic_load_explicit(&c->block_size, AA__RLX);
-    cs.cache_limit = atomic_load_explicit(&c->cache_limit, AA__RLX);
-    cs.prefill = atomic_load_explicit(&c->prefill, AA__RLX);
-    cs.retiring = state == AA__CLS_RETIRING;
-    cs.slabs = c->nslabs;
-    uint64_t carved = c->nslabs * c->nblocks;
-    uint64_t peak_out = c->peak_out;
-    out->pending_blocks += c->npending;
-    pthread_mutex_unlock(&c->mu);
-    cs.allocs = s[i].hits + s[i].misses;
-    cs.frees = s[i].frees;
-    cs.hits = s[i].hits;
-    cs.misses = s[i].misses;
-    allocs += cs.allocs;
-    frees += cs.frees;
-    hits += cs.hits;
-    misses += cs.misses;
-    if (state == AA__CLS_EMPTY)
-      continue;
-    uint64_t live = cs.allocs > cs.frees ? cs.allocs - cs.frees : 0;
-    if (live > carved)
-      live = carved; /* counters read while others run */
-    cs.blocks_in_use = live;
-    cs.blocks_free = carved - live;
-    cs.bytes_in_use = live * cs.block_size;
-    cs.bytes_requested = s[i].req_add > s[i].req_sub ? s[i].req_add - s[i].req_sub : 0;
-    cs.bytes_reserved = cs.slabs * pool->cfg.slab_size;
-    cs.peak_bytes_in_use = peak_out * cs.block_size;
-    if (cs.peak_bytes_in_use < cs.bytes_in_use)
-      cs.peak_bytes_in_use = cs.bytes_in_use;
-    small_in_use += cs.bytes_in_use;
-    small_req += cs.bytes_requested;
-    /* ascending block size; a retiring class sorts before an active twin */
-    uint32_t j = nc++;
-    while (j > 0 && out->classes[j - 1].block_size > cs.block_size) {
-      out->classes[j] = out->classes[j - 1];
-      j--;
-    }
-    out->classes[j] = cs;
-  }
-  out->class_count = nc;
-
-  out->bytes_in_use = small_in_use + lg.in_use;
-  out->bytes_requested = small_req + lg.req;
+  out->bytes_in_use = sm->in_use + lg.in_use;
+  out->bytes_requested = sm->req + lg.req;
   out->bytes_reserved = atomic_load(&pool->bytes_reserved);
   out->peak_bytes_in_use = atomic_load(&pool->peak_out_bytes);
   if (out->peak_bytes_in_use < out->bytes_in_use)
@@ -353,10 +89,10 @@ int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned opts) {
   if (out->peak_bytes_reserved < out->bytes_reserved)
     out->peak_bytes_reserved = out->bytes_reserved;
   out->limit_bytes = atomic_load(&pool->limit);
-  out->allocs = allocs + out->large_allocs;
-  out->frees = frees + lg.frees;
-  out->cache_hits = hits;
-  out->cache_misses = misses;
+  out->allocs = sm->allocs + lg.allocs;
+  out->frees = sm->frees + lg.frees;
+  out->cache_hits = sm->hits;
+  out->cache_misses = sm->misses;
   out->backend_allocs = atomic_load(&pool->backend_allocs);
   out->backend_frees = atomic_load(&pool->backend_frees);
   out->backend_failures = atomic_load(&pool->backend_failures);
@@ -411,19 +147,20 @@ int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned opts) {
 
 /* ------------------------------------------------------------ account */
 
-/* Sections as aa_pool_stats_get_opts takes them: tc_mu for the classes'
- * counters, then the large path's figures with its account of the free
- * bytes (aa__large_stats_get: the threads' held blocks and the free chunks
- * read at one moment under its lock; a chunk goes free only under it, and
- * the thread caches' lock-free hits move held and live blocks, whose bytes
- * the held counters give), then each class under its mu. The small
- * blocks in threads' small caches count as free from the user's free on
- * (the counters say so), so they land in slab_free with the central lists'
- * free slots. Blocks waiting for an event (c->npending) whose event is
- * still pending when asked now land in stream_holds; those whose events
- * have completed, though the pool has not looked yet, in slab_free, as the
- * large path's chunks whose record_stream'd streams are done land in holes
- * (nothing is released or recorded: the account changes nothing). */
+/* Sections as aa_pool_stats_get_opts takes them: the small path's part
+ * (aa__small_stats_get: its counters under tc_mu, then each class under its
+ * mu), then the large path's figures with its account of the free bytes
+ * (aa__large_stats_get: the threads' held blocks and the free chunks read at
+ * one moment under its lock; a chunk goes free only under it, and the
+ * thread caches' lock-free hits move held and live blocks, whose bytes the
+ * held counters give). The small blocks in threads' small caches count as
+ * free from the user's free on (the counters say so), so they land in
+ * slab_free with the central lists' free slots. Blocks waiting for an event
+ * whose event is still pending when asked now land in stream_holds; those
+ * whose events have completed, though the pool has not looked yet, in
+ * slab_free, as the large path's chunks whose record_stream'd streams are
+ * done land in holes (nothing is released or recorded: the account changes
+ * nothing). */
 int aa_pool_account_get(aa_pool *pool, aa_pool_account *out) {
   if (pool == NULL || out == NULL || out->version != AA_ACCOUNT_VERSION ||
       out->size != (uint32_t)sizeof *out)
@@ -432,47 +169,23 @@ int aa_pool_account_get(aa_pool *pool, aa_pool_account *out) {
   memset(&a, 0, sizeof a);
   a.version = AA_ACCOUNT_VERSION;
   a.size = (uint32_t)sizeof a;
-  csum s[AA_MAX_CLASSES];
 
-  pthread_mutex_lock(&pool->tc_mu);
-  slot_sums(pool, s);
-  pthread_mutex_unlock(&pool->tc_mu);
+  /* the small path's part, then the large path's (each under its locks) */
+  aa__small_stats small, *sm = &small;
+  aa__small_stats_get(pool, true, sm);
+  a.requested = sm->acc_requested;
+  a.rounding = sm->acc_rounding;
+  a.slab_free = sm->acc_slab_free;
+  a.stream_holds = sm->acc_holds;
+  a.slab_tails = sm->acc_tails;
   aa__large_stats lg;
   aa__large_stats_get(pool, true, &lg);
   uint64_t lq = lg.req < lg.in_use ? lg.req : lg.in_use;
-  a.requested = lq;
-  a.rounding = lg.in_use - lq;
+  a.requested += lq;
+  a.rounding += lg.in_use - lq;
   a.holes = lg.holes;
-  a.stream_holds = lg.holds;
+  a.stream_holds += lg.holds;
   a.thread_caches = lg.held;
-
-  size_t slab_size = pool->cfg.slab_size;
-  for (int i = 0; i < AA_MAX_CLASSES; i++) {
-    aa__class *c = &pool->classes[i];
-    pthread_mutex_lock(&c->mu);
-    uint32_t state = atomic_load_explicit(&c->state, AA__RLX);
-    uint64_t bs = atomic_load_explicit(&c->block_size, AA__RLX);
-    uint64_t nslabs = c->nslabs, nblocks = c->nblocks;
-    uint64_t pending = c->npending > 0 ? aa__central_held_now(pool, c) : 0;
-    pthread_mutex_unlock(&c->mu);
-    if (state == AA__CLS_EMPTY || nslabs == 0)
-      continue;
-    uint64_t carved = nslabs * nblocks;
-    uint64_t allocs = s[i].hits + s[i].misses;
-    uint64_t live = allocs > s[i].frees ? allocs - s[i].frees : 0;
-    if (live > carved)
-      live = carved; /* counters read while others run */
-    if (pending > carved - live)
-      pending = carved - live;
-    uint64_t req = s[i].req_add > s[i].req_sub ? s[i].req_add - s[i].req_sub : 0;
-    if (req > live * bs)
-      req = live * bs;
-    a.requested += req;
-    a.rounding += live * bs - req;
-    a.slab_free += (carved - live - pending) * bs;
-    a.stream_holds += pending * bs;
-    a.slab_tails += nslabs * (slab_size - nblocks * bs);
-  }
 
   uint64_t sum = a.requested + a.rounding + a.slab_free + a.slab_tails + a.holes +
                  a.stream_holds + a.thread_caches;

@@ -25,6 +25,7 @@
 
 #include "adaptalloc/core.h"
 #include "adaptalloc/cuda.h"
+#include "adaptalloc/transfer.h"
 #include "adaptalloc/runtime.h"
 
 /* Set once shutdown() has run: pools are destroyed, blocks must not be

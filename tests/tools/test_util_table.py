@@ -55,8 +55,11 @@ def main():
         check(s["alias_calls"] > 0 and d["alias_calls"] == 0 and s["stitches"] > 0,
               "alias calls and stitches only with stitching")
         check(s["holes_mib"] < d["holes_mib"], "holes at peak in use fewer with stitching")
-        check(set(doc["replay"]) == {"default", "stitch", "torch:default", "torch:expandable"},
-              "four policies")
+        check(set(doc["replay"]) == {"default", "stitch", "plan", "stitch+plan", "torch:default",
+                                     "torch:expandable"}, "six policies")
+        pl, sp = doc["replay"]["plan"], doc["replay"]["stitch+plan"]
+        check(pl["plans_adopted"] is not None and sp["plan_hits"] is not None,
+              "the plan's figures")
         cells = row(r.stdout, "holes-j64-s1")
         check(cells[3] == f"{d['util']:.3f}" and cells[4] == f"{s['util']:.3f}",
               f"table's util cells: {cells}")
@@ -68,7 +71,7 @@ def main():
                        "torch": {"max_reserved": 1000 << 20, "max_allocated": 800 << 20}}, f)
         r = run("--replay", replay, "--no-torch", tmp)
         cells = row(r.stdout, "w-default")
-        check(r.returncode == 0 and cells[2] == "20" and cells[5] == "0.800",
+        check(r.returncode == 0 and cells[2] == "20" and cells[7] == "0.800",
               f"sidecar: rc {r.returncode}, cells {cells}: {r.stderr}")
         check("torch:default" not in r.stdout, "--no-torch")
         check(cells[-2].endswith(")") and "in all" not in cells[-2], "calls per step")

@@ -145,7 +145,7 @@ PY
     --reps ${AA_REPS_NATIVE:-3} --out $res/native.json
   want pair && stage pair 120 python3 bench/gpu/bench_pair.py --reps ${AA_REPS_PAIR:-7} --out $res/pair.json
   if want pinned; then
-    gcc -O2 -std=c11 bench/gpu/bench_pinned.c -Icore/include -I/usr/local/cuda/include \
+    gcc -O2 -std=c11 bench/gpu/bench_pinned.c -Icore/include -Itransfer/include -I/usr/local/cuda/include \
       "$build/libadaptalloc_static.a" -L/usr/local/cuda/lib64 -lcudart -lpthread -lm \
       -o /tmp/bench_pinned && stage pinned 120 /tmp/bench_pinned 7 $res/timeline.csv
   fi

@@ -5,7 +5,7 @@
 // over a pool block is one at::for_blob, and pack's device views are built
 // straight from the storage.
 //
-// Everything goes through the C API (adaptalloc/cuda.h, runtime.h); nothing
+// Everything goes through the C API (adaptalloc/transfer.h, runtime.h); nothing
 // here allocates or copies by itself.
 //   pinned_empty(shape, dtype=None, stream=None) -> Tensor
 //       CPU tensor over aa_staging_get(runtime pinned pool); its deleter
@@ -76,6 +76,7 @@
 
 #include "adaptalloc/core.h"
 #include "adaptalloc/cuda.h"
+#include "adaptalloc/transfer.h"
 #include "adaptalloc/runtime.h"
 
 namespace py = pybind11;

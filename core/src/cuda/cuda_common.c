@@ -1,6 +1,7 @@
 /*
- * cuda_common.c — what both CUDA backends share: the device guard, the
- * error mapping, the pooled events and the event ops, the counters.
+ * cuda_common.c — what both CUDA backends share: the pooled events and the
+ * event ops, the counters (the device guard and the error mapping are
+ * util's adaptalloc/internal/cuda_guard.h, shared with transfer/).
  *
  * Entry points: aa_cuda_device_count, aa_cuda_mem_info, aa_cuda_device_identity,
  * aa_backend_cuda_counts,
@@ -17,59 +18,6 @@
 #include <string.h>
 
 #include "cuda_internal.h"
-
-int aa__cuda_err(cudaError_t e) {
-  if (e == cudaSuccess)
-    return AA_OK;
-  (void)cudaGetLastError(); /* clear it so it does not leak into torch */
-  switch (e) {
-  case cudaErrorMemoryAllocation:
-    return AA_ENOMEM;
-  case cudaErrorNoDevice:
-  case cudaErrorInvalidDevice:
-  case cudaErrorInsufficientDriver:
-    return AA_ENODEV;
-  case cudaErrorInvalidValue:
-    return AA_EINVAL;
-  case cudaErrorNotReady:
-    return AA_EAGAIN;
-  default:
-    return AA_EBACKEND;
-  }
-}
-
-int aa__cuda_enter(int device, int *prev) {
-  int cur = -1;
-  cudaError_t e = cudaGetDevice(&cur);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    cur = -1;
-  }
-  *prev = cur;
-  if (cur == device)
-    return AA_OK;
-  e = cudaSetDevice(device);
-  if (e != cudaSuccess) {
-    *prev = -1;
-    return aa__cuda_err(e);
-  }
-  return AA_OK;
-}
-
-int aa__cuda_enter_for(int device, int *prev) {
-  if (device < 0) {
-    *prev = -1;
-    return AA_OK;
-  }
-  return aa__cuda_enter(device, prev);
-}
-
-void aa__cuda_leave(int device, int prev) {
-  if (prev >= 0 && prev != device) {
-    if (cudaSetDevice(prev) != cudaSuccess)
-      (void)cudaGetLastError();
-  }
-}
 
 int aa_cuda_device_count(void) {
   int n = 0;

@@ -1,8 +1,10 @@
 /*
  * cuda_internal.h — shared by the CUDA backend files (never installed).
  *
- *   device guard   aa__cuda_enter / aa__cuda_leave: make `device` current for
- *                  one call and restore the caller's device afterwards.
+ *   device guard   aa__cuda_enter / aa__cuda_leave (util's
+ *                  adaptalloc/internal/cuda_guard.h, with the error mapping
+ *                  aa__cuda_err and aa__cuda_stream): make `device` current
+ *                  for one call and restore the caller's device afterwards.
  *   event pool     a free list of cudaEvent_t (cudaEventDisableTiming), one
  *                  per device; events are created only when the list is
  *                  empty and destroyed only with the backend.
@@ -22,29 +24,13 @@
 
 #include "adaptalloc/core.h"
 #include "adaptalloc/cuda.h"
+#include "adaptalloc/internal/cuda_guard.h"
 
-/* Makes `device` current; *prev gets the caller's device (-1 if none could
- * be read). AA_EBACKEND when cudaSetDevice fails (error cleared). */
-int aa__cuda_enter(int device, int *prev);
-/* Restores the device saved by aa__cuda_enter. */
-void aa__cuda_leave(int device, int prev);
-/* The cudaStream_t behind an aa_stream: for aa_stream_default(d), NULL (the
- * legacy default stream) and *device = d, which the caller makes current for
- * the call (aa__cuda_enter); otherwise the handle itself and *device = -1. */
-static inline cudaStream_t aa__cuda_stream(aa_stream s, int *device) {
-  *device = aa_stream_default_device(s);
-  return *device >= 0 ? NULL : (cudaStream_t)s;
-}
-/* aa__cuda_enter for a decoded stream's device; nothing when it is -1 (prev
- * is then -1 too, and aa__cuda_leave(-1, -1) does nothing). */
-int aa__cuda_enter_for(int device, int *prev);
 typedef struct aa__cuda_backend aa__cuda_backend;
 /* Counts one backend allocation (or map) of `size` bytes that ended with
  * `rc`: a success, or a failure and, for AA_ENOMEM, an out-of-memory.
  * Returns rc. */
 int aa__cuda_count_alloc(aa__cuda_backend *cb, int rc, size_t size);
-/* Maps a cudaError_t to an aa_err, clearing the runtime's last error. */
-int aa__cuda_err(cudaError_t e);
 
 /* ------------------------------------------------------------- event pool */
 

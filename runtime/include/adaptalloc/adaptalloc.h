@@ -21,6 +21,7 @@
 #include "adaptalloc/common.h"
 #include "adaptalloc/core.h"
 #include "adaptalloc/cuda.h"
+#include "adaptalloc/transfer.h"
 #include "adaptalloc/store.h"
 #include "adaptalloc/policy.h"
 #include "adaptalloc/adapt.h"

@@ -1,7 +1,10 @@
 /*
- * cuda_transfer.c — host-to-device transfers through pinned memory:
- * staging buffers (aa_staging_get / aa_staging_put) and the packer
- * (aa_packer_new / _add / _flush / _wait / _sync / _destroy).
+ * transfer.c — host-to-device transfers through pinned memory: staging
+ * buffers (aa_staging_get / aa_staging_put) and the packer (aa_packer_new /
+ * _add / _flush / _wait / _sync / _destroy); adaptalloc/transfer.h. A user
+ * of the pool's public API (aa_alloc / aa_free on a pinned pool) and of the
+ * CUDA runtime, with CUDA's device guard and error mapping from util
+ * (adaptalloc/internal/cuda_guard.h), as core's backends.
  *
  * The packer copies many small host tensors into one pinned buffer and sends
  * them with ONE cudaMemcpyAsync (4096 separate 4 KiB copies cost about 10 ms
@@ -22,7 +25,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cuda_internal.h"
+#include <cuda_runtime.h>
+
+#include "adaptalloc/internal/cuda_guard.h"
+#include "adaptalloc/transfer.h"
 #include "pack_copy.h"
 
 #define AA__PACK_PAR_MIN ((size_t)2 << 20) /* below this one thread copies */

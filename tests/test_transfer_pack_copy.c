@@ -1,6 +1,6 @@
 /*
- * test_core_pack_copy.c — the packer's parallel gather copy (aa__pack_copy,
- * core/src/pack_copy.c): every item lands at its offset byte for byte,
+ * test_transfer_pack_copy.c — the packer's parallel gather copy (aa__pack_copy,
+ * transfer/src/pack_copy.c): every item lands at its offset byte for byte,
  * nothing between or after the items is written, for one large item split
  * across threads, many small items, sizes that do not divide by a page or
  * by the thread count, more threads than pages, and out-of-range thread
@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "core_test.h" /* core: the packer's gather copy */
+#include "transfer_test.h" /* transfer: the packer's gather copy */
 
 #define GUARD 0xA5
 

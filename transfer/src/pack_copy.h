@@ -1,7 +1,8 @@
 /*
  * pack_copy.h — the packer's parallel gather copy (aa_packer_add_many), kept
  * apart from the CUDA code so that it builds and is tested without CUDA.
- * Defined in core/src/pack_copy.c; internal (aa__), not installed.
+ * Defined in transfer/src/pack_copy.c; internal (aa__), not installed; tests
+ * reach it through transfer/test/transfer_test.h.
  */
 #ifndef AA_PACK_COPY_H
 #define AA_PACK_COPY_H
