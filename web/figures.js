@@ -61,3 +61,26 @@ export function predictedEffect(p) {
   if (typeof a !== "number" || typeof b !== "number") return null;
   return { delta: a - b, before: b, after: a };
 }
+
+// The large path's placement (docs/core.md "The learned plan" and
+// "Stitching"): the plan's state in words, its hit rate over the requests it
+// saw (hits / (hits + misses); null before any), its arena and the peak
+// reserved it saves by the replay it was adopted on; utilisation, peak in
+// use over peak reserved (null before any reservation); stitched ranges.
+// -> {state, hitRate, arena, saved, adopted, dropped, refused, util, stitched}
+const PLAN_STATES = ["off", "learning", "waiting for the period", "active", "draining"];
+export function largePlacement(p) {
+  const hits = num(p.large_plan_hits), misses = num(p.large_plan_misses);
+  const reserved = num(p.peak_bytes_reserved);
+  return {
+    state: PLAN_STATES[num(p.large_plan_state)] || "off",
+    hitRate: hits + misses > 0 ? hits / (hits + misses) : null,
+    arena: num(p.large_plan_bytes),
+    saved: num(p.large_plan_saved_bytes),
+    adopted: num(p.large_plans_adopted),
+    dropped: num(p.large_plans_dropped),
+    refused: num(p.large_plans_refused),
+    util: reserved > 0 ? num(p.peak_bytes_in_use) / reserved : null,
+    stitched: num(p.large_stitched_ranges),
+  };
+}

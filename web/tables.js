@@ -4,7 +4,7 @@
  * decisions (/stats adapt.audit).
  */
 import { $, setText, state } from "./common.js";
-import { measuredEffect, predictedEffect, smallWaste } from "./figures.js";
+import { largePlacement, measuredEffect, predictedEffect, smallWaste } from "./figures.js";
 import { fmtBytes, fmtClock, fmtCount, fmtDeltaMiB, fmtPct, num } from "./format.js";
 
 export function renderCards(p) {
@@ -34,6 +34,14 @@ export function renderCards(p) {
   const cls = p.classes || [];
   setText("c-classes", String(num(p.class_count) || cls.length));
   setText("c-classes-s", "small " + fmtBytes(small) + " · large " + fmtBytes(num(p.large_bytes_in_use)));
+  /* the large path's placement: utilisation, the learned plan, stitching */
+  const lp = largePlacement(p);
+  setText("c-place", lp.util === null ? "–" : fmtPct(lp.util) + " used");
+  setText("c-place-s", "peak in use / peak reserved · plan " + lp.state +
+    (lp.hitRate === null ? "" : ", " + fmtPct(lp.hitRate) + " of its requests served") +
+    (lp.arena > 0 ? ", arena " + fmtBytes(lp.arena) + ", saves " + fmtBytes(lp.saved) : "") +
+    " (" + fmtCount(lp.adopted) + " adopted, " + fmtCount(lp.dropped) + " dropped, " +
+    fmtCount(lp.refused) + " refused) · " + fmtCount(lp.stitched) + " stitched ranges");
 }
 
 // "2 × 4 MiB, 200 × 4 KiB" from [{size, count}]; "none" when empty

@@ -3,7 +3,7 @@
 //   node --test tests/web/figures.test.mjs
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { measuredEffect, predictedEffect, smallWaste } from "../../web/figures.js";
+import { largePlacement, measuredEffect, predictedEffect, smallWaste } from "../../web/figures.js";
 
 const MiB = 1048576, KiB = 1024;
 
@@ -92,4 +92,27 @@ test("internal waste card: the in-use weighted mean of the class rows", () => {
   // the large path's rounding is given apart, not in the card's fraction
   assert.equal(w.largeWasted, 64 * MiB - (90 * MiB + 8 * KiB - (32 * MiB + 8 * KiB + 100)));
   assert.deepEqual(smallWaste({}), { wasted: 0, inUse: 0, frac: 0, largeWasted: 0 });
+});
+
+test("largePlacement: the plan's state, hit rate, arena and savings; utilisation", () => {
+  const MiB = 1 << 20;
+  const f = largePlacement({
+    large_plan_state: 3, large_plan_hits: 90, large_plan_misses: 10,
+    large_plan_bytes: 512 * MiB, large_plan_saved_bytes: 64 * MiB,
+    large_plans_adopted: 1, large_plans_dropped: 0, large_plans_refused: 2,
+    peak_bytes_in_use: 900 * MiB, peak_bytes_reserved: 1000 * MiB, large_stitched_ranges: 3,
+  });
+  assert.equal(f.state, "active");
+  assert.ok(Math.abs(f.hitRate - 0.9) < 1e-12);
+  assert.equal(f.arena, 512 * MiB);
+  assert.equal(f.saved, 64 * MiB);
+  assert.equal(f.refused, 2);
+  assert.ok(Math.abs(f.util - 0.9) < 1e-12);
+  assert.equal(f.stitched, 3);
+  // a pool without the plan (an older server): off, no rate, no utilisation
+  const z = largePlacement({});
+  assert.equal(z.state, "off");
+  assert.equal(z.hitRate, null);
+  assert.equal(z.util, null);
+  assert.equal(largePlacement({ large_plan_state: 9 }).state, "off");
 });
