@@ -858,8 +858,10 @@ bool aa__lg_carve(aa_pool *pool, aa__chunk *c, aa__lg_piece *v, size_t n, aa_str
         r->any = !pool->has_events;
         if (part == 1) {
           r->ev = v[i].ev;
-          r->xev = v[i].xev;
+          r->xev = v[i].nxev > 0 ? v[i].xev : NULL; /* the path frees it with its last event */
           r->nxev = v[i].nxev;
+          if (v[i].nxev == 0)
+            free(v[i].xev); /* emptied while the room waited for its own event */
         }
       }
     }
