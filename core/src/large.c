@@ -745,6 +745,7 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
     if (!yielded && (c == NULL || (vmm && !stitched && aa__lg_unmapped_under(pool, c, need, 0) > 0)) &&
         aa__lg_plan_can_yield(pool)) {
       yielded = true;
+      waited = false; /* c goes back: the next one is found afresh */
       if (c != NULL && !stitched)
         aa__lg_coalesce_insert(pool, c); /* back first: the arena's room may merge with it */
       aa__lg_plan_yield(pool);
