@@ -831,7 +831,6 @@ static void test_core_plan_threads(void **state) {
   free(m);
 }
 
-
 /* ------------------------------------------------------------ yield */
 
 /* A pool with the plan on, stitching as asked (an aliasable backend). */
