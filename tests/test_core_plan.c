@@ -831,6 +831,194 @@ static void test_core_plan_threads(void **state) {
   free(m);
 }
 
+/* ------------------------------------------------------------ yield */
+
+/* A pool with the plan on, stitching as asked (an aliasable backend). */
+static fx *make_plan_stitch(aa_large_mode mode, bool stitch) {
+  fx *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  pthread_mutex_init(&f->mu, NULL);
+  assert_int_equal(aa_backend_host_new(&f->b), AA_OK);
+  if (stitch)
+    assert_int_equal(aa_backend_host_aliasable(f->b), AA_OK);
+  aa_pool_config cfg;
+  aa_pool_config_init(&cfg);
+  cfg.backend = f->b;
+  cfg.large_mode = mode;
+  cfg.large_plan = 1;
+  cfg.large_stitch = stitch ? 1 : 0;
+  cfg.large_cache_bytes = 0;
+  cfg.on_error = on_error;
+  cfg.on_error_user = f;
+  assert_int_equal(aa_pool_new(&cfg, &f->p), AA_OK);
+  return f;
+}
+
+static void until_active(fx *f, shadow *s, const steps *t) {
+  for (int k = 0; k < 24 && stats(f).large_plan_state != AA_PLAN_ACTIVE; k++)
+    run_step(f, s, t);
+  assert_int_equal(stats(f).large_plan_state, AA_PLAN_ACTIVE);
+}
+
+static void check_all(fx *f, const shadow *s) {
+  uint64_t sum = 0;
+  for (int i = 0; i < s->n; i++) {
+    check_bytes(s->p[i], s->size[i], s->tag[i]);
+    sum += aa_block_size(f->p, s->p[i]);
+  }
+  assert_int_equal(stats(f).bytes_in_use, sum);
+}
+
+/* Mid-step, planned blocks live (some record_stream'd on a busy stream),
+ * rooms waiting for events (one freed on the busy stream after a
+ * record_stream on an idle one: its idle stream's event completes, its own
+ * stays pending), a request the plan does not know and no free chunk fits:
+ * the plan yields, its arena dissolved. Every block keeps its bytes, the
+ * counts stay exact, a planned block's interior pointer and double free
+ * are refused, every event goes back, and the loop is learned again. */
+static void yield_in(aa_large_mode mode, bool stitch) {
+  fx *f = make_plan_stitch(mode, stitch);
+  aa_pool_set_stream_wait(f->p, false);
+  shadow *s = calloc(1, sizeof *s);
+  steps t = make_steps(7);
+  weights(f, s);
+  until_active(f, s, &t);
+  const aa_stream side = (aa_stream)(uintptr_t)0x80000, idle = (aa_stream)(uintptr_t)0x90000;
+  assert_int_equal(aa_backend_host_stream_busy(f->b, side, true), AA_OK);
+  uint64_t h0 = stats(f).large_plan_hits, d0 = stats(f).large_plans_dropped;
+  unsigned char *pl[4];
+  size_t pn[4];
+  for (int i = 0; i < 4; i++) {
+    int k = sh_alloc(f, s, t.bytes[i], NULL);
+    pl[i] = s->p[k];
+    pn[i] = s->size[k];
+    if (i < 2)
+      assert_int_equal(aa_record_stream(f->p, pl[i], side), AA_OK);
+    if (i == 2)
+      assert_int_equal(aa_record_stream(f->p, pl[i], idle), AA_OK);
+  }
+  assert_int_equal(stats(f).large_plan_hits, h0 + 4);
+  sh_free_at(f, s, sh_find(s, pl[0]), NULL); /* waits for side's event */
+  sh_free_at(f, s, sh_find(s, pl[2]), side); /* idle's event done, side's pending */
+  assert_true(stats(f).large_plan_live_bytes > 0);
+  (void)sh_alloc(f, s, 200 * MiB + 12345, NULL); /* unknown, fits no free chunk */
+  aa_pool_stats st = stats(f);
+  assert_int_equal(st.large_plan_state, AA_PLAN_LEARNING);
+  assert_int_equal(st.large_plans_dropped, d0 + 1);
+  assert_int_equal(st.large_plan_bytes, 0);
+  assert_int_equal(st.large_plan_live_bytes, 0);
+  check_all(f, s);
+  /* the blocks planned before the dissolve: path blocks now */
+  assert_int_equal(aa_block_size(f->p, pl[1]), (pn[1] + 4095) / 4096 * 4096);
+  assert_int_equal(aa_free(f->p, pl[1] + 4096, 0, NULL), AA_EINVAL);
+  assert_int_equal(f->last, AA_MISUSE_INTERIOR);
+  assert_int_equal(aa_free(f->p, pl[0], pn[0], NULL), AA_EINVAL);
+  assert_int_equal(f->last, AA_MISUSE_DOUBLE_FREE);
+  assert_int_equal(aa_record_stream(f->p, pl[3], idle), AA_OK);
+  sh_free_at(f, s, sh_find(s, pl[1]), NULL);
+  assert_int_equal(aa_free(f->p, pl[1], pn[1], NULL), AA_EINVAL);
+  assert_int_equal(f->last, AA_MISUSE_DOUBLE_FREE);
+  assert_int_equal(f->misuses, 3);
+  /* nothing reuses a room while the side stream's work is pending */
+  for (int i = 0; i < NREQ; i++) {
+    int k = sh_alloc(f, s, t.bytes[i], NULL);
+    assert_true(s->p[k] + s->size[k] <= pl[0] || pl[0] + pn[0] <= s->p[k]);
+    assert_true(s->p[k] + s->size[k] <= pl[2] || pl[2] + pn[2] <= s->p[k]);
+    sh_free_at(f, s, k, NULL);
+  }
+  check_all(f, s);
+  assert_int_equal(aa_backend_host_stream_busy(f->b, side, false), AA_OK);
+  for (int k = 0; k < 3; k++)
+    run_step(f, s, &t);
+  check_all(f, s);
+  free_all(f, s);
+  for (int k = 0; k < 16; k++)
+    run_step(f, s, &t);
+  st = stats(f);
+  assert_true(st.large_plans_adopted >= 2);
+  assert_int_equal(st.bytes_in_use, 0);
+  (void)aa_pool_release(f->p);
+  aa_pool_destroy(f->p);
+  uint64_t a, fr, mapped, rec, out;
+  aa_backend_host_counts(f->b, &a, &fr, &mapped);
+  assert_int_equal(mapped, 0);
+  assert_int_equal(a, fr);
+  aa_backend_host_event_counts(f->b, &rec, &out);
+  assert_int_equal(out, 0);
+  aa_backend_destroy(f->b);
+  pthread_mutex_destroy(&f->mu);
+  free(f);
+  free(s);
+}
+
+static void test_core_plan_yield_expandable(void **state) {
+  (void)state;
+  yield_in(AA_LARGE_EXPANDABLE, false);
+}
+
+static void test_core_plan_yield_cache(void **state) {
+  (void)state;
+  yield_in(AA_LARGE_CACHE, false);
+}
+
+static void test_core_plan_yield_stitch(void **state) {
+  (void)state;
+  yield_in(AA_LARGE_EXPANDABLE, true);
+}
+
+/* Stitching and the plan: a loop with noise (unknown requests of every
+ * size, some kept over steps to leave holes; blocks used on a busy stream)
+ * under stitching, so that the plan yields, is learned again, and the
+ * path stitches holes around the arena; the shadow checks every block. */
+static void test_core_plan_stitch_stress(void **state) {
+  (void)state;
+  for (uint64_t seed = 1; seed <= 3; seed++) {
+    fx *f = make_plan_stitch(AA_LARGE_EXPANDABLE, true);
+    aa_pool_set_stream_wait(f->p, seed != 2);
+    shadow *s = calloc(1, sizeof *s);
+    steps t = make_steps(seed + 200);
+    const aa_stream side = (aa_stream)(uintptr_t)0xA0000;
+    uint64_t r = seed * 7919 + 3;
+    weights(f, s);
+    for (int k = 0; k < 40; k++) {
+      bool noisy = k > 10 && k % 4 == 0;
+      unsigned char *mine[NREQ];
+      for (int i = 0; i < NREQ; i++) {
+        if (noisy && rnd(&r) % 12 == 0) {
+          int q = sh_alloc(f, s, (size_t)(rnd(&r) % (40 * MiB)) + MiB, NULL);
+          if (rnd(&r) % 2)
+            sh_free_at(f, s, q, NULL);
+        }
+        int q = sh_alloc(f, s, t.bytes[i], NULL);
+        mine[i] = s->p[q];
+        if (noisy && rnd(&r) % 5 == 0)
+          assert_int_equal(aa_record_stream(f->p, mine[i], side), AA_OK);
+        for (int j = 0; j <= i; j++) {
+          if (mine[j] != NULL && t.free_after[j] == i) {
+            sh_free_at(f, s, sh_find(s, mine[j]), noisy && rnd(&r) % 4 == 0 ? side : NULL);
+            mine[j] = NULL;
+          }
+        }
+      }
+      for (int j = 0; j < NREQ; j++) {
+        if (mine[j] != NULL)
+          sh_free_at(f, s, sh_find(s, mine[j]), NULL);
+      }
+      check_all(f, s);
+      assert_int_equal(aa_backend_host_stream_busy(f->b, side, k % 3 == 0), AA_OK);
+      if (k % 9 == 8) { /* the kept noise goes */
+        while (s->n > 3)
+          sh_free_at(f, s, s->n - 1, NULL);
+      }
+    }
+    assert_int_equal(aa_backend_host_stream_busy(f->b, side, false), AA_OK);
+    free_all(f, s);
+    assert_int_equal(stats(f).bytes_in_use, 0);
+    fx_done(f);
+    free(s);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_core_plan_adopted_expandable),
@@ -849,6 +1037,10 @@ int main(void) {
       cmocka_unit_test(test_core_plan_free_other_stream),
       cmocka_unit_test(test_core_plan_release_mid_step),
       cmocka_unit_test(test_core_plan_threads),
+      cmocka_unit_test(test_core_plan_yield_expandable),
+      cmocka_unit_test(test_core_plan_yield_cache),
+      cmocka_unit_test(test_core_plan_yield_stitch),
+      cmocka_unit_test(test_core_plan_stitch_stress),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -745,6 +745,7 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
     if (!yielded && (c == NULL || (vmm && !stitched && aa__lg_unmapped_under(pool, c, need, 0) > 0)) &&
         aa__lg_plan_can_yield(pool)) {
       yielded = true;
+      waited = false; /* c goes back: the next one is found afresh */
       if (c != NULL && !stitched)
         aa__lg_coalesce_insert(pool, c); /* back first: the arena's room may merge with it */
       aa__lg_plan_yield(pool);
@@ -858,8 +859,10 @@ bool aa__lg_carve(aa_pool *pool, aa__chunk *c, aa__lg_piece *v, size_t n, aa_str
         r->any = !pool->has_events;
         if (part == 1) {
           r->ev = v[i].ev;
-          r->xev = v[i].xev;
+          r->xev = v[i].nxev > 0 ? v[i].xev : NULL; /* the path frees it with its last event */
           r->nxev = v[i].nxev;
+          if (v[i].nxev == 0)
+            free(v[i].xev); /* emptied while the room waited for its own event */
         }
       }
     }

@@ -132,6 +132,7 @@ struct aa__plan {
    * an evaluation pass every few steps), up to PLAN_MAX_REPS */
   unsigned reps;
   uint32_t period_misses; /* misses since the period last started */
+  uint32_t good_periods;  /* period starts served since reps last eased */
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -688,6 +689,7 @@ static void plan_finish(aa_pool *pool, struct aa__plan *P) {
   P->ent = NULL;
   P->n = 0;
   P->arena_bytes = 0;
+  P->good_periods = 0;
   P->state = AA_PLAN_LEARNING;
   P->next_check = P->nev + PLAN_EVERY;
 }
@@ -808,7 +810,12 @@ static bool activate(aa_pool *pool, struct aa__plan *P) {
     return false;
   }
   bool retry;
+  /* never a stitched range (one chunk for ever: the arena could not be
+   * made the path's chunks when the plan goes) */
+  bool stitch = pool->large->stitch_on;
+  pool->large->stitch_on = false;
   aa__chunk *c = aa__lg_take(pool, NULL, P->arena_bytes, P->arena_bytes, P->stream, &retry);
+  pool->large->stitch_on = stitch;
   if (c == NULL) {
     free(bits);
     free(live);
@@ -905,8 +912,15 @@ void *aa__lg_plan_alloc(aa_pool *pool, size_t size, aa_stream stream, uint64_t s
     miss(pool, P);
     return NULL;
   }
-  if (k == 0)
-    P->period_misses = 0; /* a new period's start */
+  if (k == 0) { /* a new period's start */
+    P->period_misses = 0;
+    /* a plan that has held for 16 periods eases what the next must show */
+    if (++P->good_periods >= 16) {
+      P->good_periods = 0;
+      if (P->reps > 2)
+        P->reps--;
+    }
+  }
   P->cursor = (k + 1) % P->n;
   const plan_ent *e = &P->ent[k];
   size_t room = room_of(size);
