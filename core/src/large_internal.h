@@ -347,6 +347,9 @@ void aa__lg_count_out(aa_pool *pool, size_t size, size_t req);
 /* Gives back what the large path caches, up to `want` bytes: wholly free
  * segments, the free pages of an expandable reservation. */
 size_t aa__lg_release_locked(aa_pool *pool, size_t want);
+/* What aa__lg_release_locked(pool, SIZE_MAX) would give back now (free
+ * stitched ranges apart), changing nothing but events asked. */
+size_t aa__lg_releasable(aa_pool *pool);
 /* Maps every page under `c` (free, out of the bins; expandable). */
 int aa__lg_ensure_mapped(aa_pool *pool, aa__chunk *c);
 /* A new segment with one free chunk: of `segsize` bytes, or an expandable

@@ -793,14 +793,16 @@ static bool activate(aa_pool *pool, struct aa__plan *P) {
     free(live);
     return false;
   }
-  /* at best everything not in use goes back: when even that with the
-   * arena would not come in under the window's peak, nothing is released */
-  if (pool->large->in_use + P->arena_bytes > P->observed) {
+  /* free stitched ranges give their pages back to their holes first (no
+   * memory changes hands); then what a release would give back (pages that
+   * live blocks' map runs share stay): when what is left with the arena
+   * would not come in under the window's peak, nothing is released */
+  (void)aa__lg_stitch_release(pool);
+  if (pool->large->reserved - aa__lg_releasable(pool) + P->arena_bytes > P->observed) {
     free(bits);
     free(live);
     return false;
   }
-  (void)aa__lg_stitch_release(pool);
   (void)aa__lg_release_locked(pool, SIZE_MAX);
   /* what could not be given back (pages that live blocks share) stays:
    * the arena on top of it must still come in under the window's peak */
@@ -810,12 +812,9 @@ static bool activate(aa_pool *pool, struct aa__plan *P) {
     return false;
   }
   bool retry;
-  /* never a stitched range (one chunk for ever: the arena could not be
-   * made the path's chunks when the plan goes) */
-  bool stitch = pool->large->stitch_on;
-  pool->large->stitch_on = false;
+  /* a stitched range when holes make one (no new memory; such an arena,
+   * one chunk for ever, drains instead of dissolving when the plan goes) */
   aa__chunk *c = aa__lg_take(pool, NULL, P->arena_bytes, P->arena_bytes, P->stream, &retry);
-  pool->large->stitch_on = stitch;
   if (c == NULL) {
     free(bits);
     free(live);

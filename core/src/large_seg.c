@@ -360,6 +360,33 @@ static void seg_settle(aa_pool *pool, aa__seg *s) {
   }
 }
 
+size_t aa__lg_releasable(aa_pool *pool) {
+  size_t got = 0;
+  aa__lg_unpark_all(pool);
+  for (aa__seg *s = pool->large->segs; s; s = s->next) {
+    if (s->pages == NULL) { /* a fixed segment goes whole, when wholly free */
+      if (seg_releasable(pool, s))
+        got += s->h.end - s->h.base;
+      continue;
+    }
+    for (aa__chunk *c = s->first; c && s->mapped > 0; c = c->next) {
+      if (!c->free || !has_interior_mapped(pool, c) || !aa__lg_usable_anywhere(pool, c))
+        continue;
+      size_t i0, i1, r0, r1;
+      interior(pool, c, &i0, &i1);
+      for (size_t i = i0; i < i1; i++) {
+        if (s->pages[i] == NULL)
+          continue;
+        run_of(pool, s, i, &r0, &r1);
+        if (r0 >= i0 && r1 <= i1)
+          got += (r1 - r0) * pool->large->vmm_page;
+        i = r1 - 1;
+      }
+    }
+  }
+  return got;
+}
+
 size_t aa__lg_release_locked(aa_pool *pool, size_t want) {
   size_t released = 0;
   aa__lg_unpark_all(pool);
