@@ -164,6 +164,31 @@ static uint64_t backend_calls(fx *f) {
   return a + fr + st.large_pages_mapped + st.large_pages_unmapped;
 }
 
+/* Ten steps of t: the plan is active by then. */
+static void learn(fx *f, shadow *s, const steps *t) {
+  for (int k = 0; k < 10; k++)
+    run_step(f, s, t);
+  assert_int_equal(stats(f).large_plan_state, AA_PLAN_ACTIVE);
+}
+
+/* The pool destroyed (live blocks too): the backend has every mapping and
+ * every event back. fx_free then frees the rest of the fixture. */
+static void destroy_checked(fx *f) {
+  aa_pool_destroy(f->p);
+  uint64_t a, fr, mapped, rec, out;
+  aa_backend_host_counts(f->b, &a, &fr, &mapped);
+  assert_int_equal(mapped, 0);
+  assert_int_equal(a, fr);
+  aa_backend_host_event_counts(f->b, &rec, &out);
+  assert_int_equal(out, 0);
+}
+
+static void fx_free(fx *f) {
+  aa_backend_destroy(f->b);
+  pthread_mutex_destroy(&f->mu);
+  free(f);
+}
+
 /* A plan is adopted after a few steps, serves the loop with no backend call
  * and holds less than best fit does. */
 static void adopted_in(aa_large_mode mode) {
@@ -275,9 +300,7 @@ static void test_core_plan_misuse_and_walk(void **state) {
   fx *f = make_plan(AA_LARGE_EXPANDABLE, 1);
   shadow *s = calloc(1, sizeof *s);
   steps t = make_steps(5);
-  for (int k = 0; k < 10; k++)
-    run_step(f, s, &t);
-  assert_int_equal(stats(f).large_plan_state, AA_PLAN_ACTIVE);
+  learn(f, s, &t);
   uint64_t h0 = stats(f).large_plan_hits;
   int k = sh_alloc(f, s, t.bytes[0], NULL); /* entry 0 */
   assert_int_equal(stats(f).large_plan_hits, h0 + 1);
@@ -314,9 +337,7 @@ static void test_core_plan_busy_stream(void **state) {
   aa_pool_set_stream_wait(f->p, false);
   shadow *s = calloc(1, sizeof *s);
   steps t = make_steps(9);
-  for (int k = 0; k < 10; k++)
-    run_step(f, s, &t);
-  assert_int_equal(stats(f).large_plan_state, AA_PLAN_ACTIVE);
+  learn(f, s, &t);
   const aa_stream side = (aa_stream)(uintptr_t)0x20000;
   assert_int_equal(aa_backend_host_stream_busy(f->b, side, true), AA_OK);
   /* a step whose blocks are all freed on the busy side stream: none of the
@@ -348,9 +369,7 @@ static void test_core_plan_release(void **state) {
   fx *f = make_plan(AA_LARGE_EXPANDABLE, 1);
   shadow *s = calloc(1, sizeof *s);
   steps t = make_steps(21);
-  for (int k = 0; k < 10; k++)
-    run_step(f, s, &t);
-  assert_int_equal(stats(f).large_plan_state, AA_PLAN_ACTIVE);
+  learn(f, s, &t);
   (void)aa_pool_release(f->p);
   aa_pool_stats st = stats(f);
   assert_int_equal(st.large_plan_state, AA_PLAN_LEARNING);
@@ -452,9 +471,7 @@ static void account_in(aa_large_mode mode) {
   shadow *s = calloc(1, sizeof *s);
   steps t = make_steps(31);
   weights(f, s);
-  for (int k = 0; k < 10; k++)
-    run_step(f, s, &t);
-  assert_int_equal(stats(f).large_plan_state, AA_PLAN_ACTIVE);
+  learn(f, s, &t);
   /* the step's first two requests (both live at once in every step):
    * planned blocks live. (More, without the step's frees, would take rooms
    * later requests are planned in: the plan would yield its arena.) */
@@ -490,9 +507,7 @@ static void test_core_plan_drain_pending(void **state) {
   aa_pool_set_stream_wait(f->p, false);
   shadow *s = calloc(1, sizeof *s);
   steps a = make_steps(41), b = make_steps(42);
-  for (int k = 0; k < 10; k++)
-    run_step(f, s, &a);
-  assert_int_equal(stats(f).large_plan_state, AA_PLAN_ACTIVE);
+  learn(f, s, &a);
   const aa_stream side = (aa_stream)(uintptr_t)0x40000;
   assert_int_equal(aa_backend_host_stream_busy(f->b, side, true), AA_OK);
   uint64_t h0 = stats(f).large_plan_hits;
@@ -604,9 +619,7 @@ static void test_core_plan_destroy_live(void **state) {
     shadow *s = calloc(1, sizeof *s);
     steps t = make_steps(71);
     weights(f, s);
-    for (int k = 0; k < 10; k++)
-      run_step(f, s, &t);
-    assert_int_equal(stats(f).large_plan_state, AA_PLAN_ACTIVE);
+    learn(f, s, &t);
     const aa_stream side = (aa_stream)(uintptr_t)0x50000;
     assert_int_equal(aa_backend_host_stream_busy(f->b, side, true), AA_OK);
     for (int i = 0; i < 2; i++) { /* the step's first two: planned, live at once */
@@ -616,17 +629,9 @@ static void test_core_plan_destroy_live(void **state) {
         sh_free_at(f, s, k, NULL); /* its room waits for the side stream */
     }
     assert_true(stats(f).large_plan_live_bytes > 0);
-    aa_pool_destroy(f->p);
-    uint64_t a, fr, mapped, rec, out;
-    aa_backend_host_counts(f->b, &a, &fr, &mapped);
-    assert_int_equal(mapped, 0);
-    assert_int_equal(a, fr);
-    aa_backend_host_event_counts(f->b, &rec, &out);
-    assert_int_equal(out, 0);
+    destroy_checked(f);
     assert_int_equal(aa_backend_host_stream_busy(f->b, side, false), AA_OK);
-    aa_backend_destroy(f->b);
-    pthread_mutex_destroy(&f->mu);
-    free(f);
+    fx_free(f);
     free(s);
   }
 }
@@ -640,9 +645,7 @@ static void test_core_plan_free_other_stream(void **state) {
   aa_pool_set_stream_wait(f->p, false);
   shadow *s = calloc(1, sizeof *s);
   steps t = make_steps(81);
-  for (int k = 0; k < 10; k++)
-    run_step(f, s, &t);
-  assert_int_equal(stats(f).large_plan_state, AA_PLAN_ACTIVE);
+  learn(f, s, &t);
   const aa_stream x = (aa_stream)(uintptr_t)0x60000, y = (aa_stream)(uintptr_t)0x70000;
   assert_int_equal(aa_backend_host_stream_busy(f->b, x, true), AA_OK);
   assert_int_equal(aa_backend_host_stream_busy(f->b, y, true), AA_OK);
@@ -938,16 +941,8 @@ static void yield_in(aa_large_mode mode, bool stitch) {
   assert_true(st.large_plans_adopted >= 2);
   assert_int_equal(st.bytes_in_use, 0);
   (void)aa_pool_release(f->p);
-  aa_pool_destroy(f->p);
-  uint64_t a, fr, mapped, rec, out;
-  aa_backend_host_counts(f->b, &a, &fr, &mapped);
-  assert_int_equal(mapped, 0);
-  assert_int_equal(a, fr);
-  aa_backend_host_event_counts(f->b, &rec, &out);
-  assert_int_equal(out, 0);
-  aa_backend_destroy(f->b);
-  pthread_mutex_destroy(&f->mu);
-  free(f);
+  destroy_checked(f);
+  fx_free(f);
   free(s);
 }
 

@@ -934,7 +934,7 @@ void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stre
     p = (void *)c->base;
     c->born = seq;
     if (pool->large->plan_on) /* its frees take the locked path, which the plan sees */
-      aa__lg_plan_note(pool, 0, c->size, size, stream, seq);
+      aa__lg_plan_note(pool, 0, size, stream, seq);
     else if (tc != NULL && pool->cfg.large_mode != AA_LARGE_PASSTHROUGH)
       aa__lg_ltc_note(tc, p, c, atomic_load_explicit(&c->state, AA__RLX));
   }
@@ -1146,11 +1146,11 @@ int aa__large_free(aa_pool *pool, struct aa__span *sp, void *ptr, size_t size, a
     msg = "large block freed twice at once";
     goto bad;
   }
-  size_t csize = c->size, creq = c->req;
+  size_t creq = c->req;
   uint64_t born = c->born;
   aa__lg_release_chunk(pool, c, stream, true);
   if (pool->large->plan_on)
-    aa__lg_plan_note(pool, 1, csize, creq, stream, born);
+    aa__lg_plan_note(pool, 1, creq, stream, born);
   LARGE_CHECK(pool);
   pthread_mutex_unlock(&pool->large->mu);
   return AA_OK;

@@ -403,11 +403,10 @@ bool aa__lg_plan_usable(const aa_pool *pool);
  * waiting for its period's start (a release of what the path caches and
  * the arena's take). */
 void *aa__lg_plan_alloc(aa_pool *pool, size_t size, aa_stream stream, uint64_t seq);
-/* Records a request the path served (its chunk's size) or a free of a
+/* Records a request the path served (req bytes asked for) or a free of a
  * chunk (born: its allocation number); learning looks for the period every
  * so many events, and plans. kind: 0 alloc, 1 free. */
-void aa__lg_plan_note(aa_pool *pool, int kind, size_t size, size_t req, aa_stream stream,
-                      uint64_t seq);
+void aa__lg_plan_note(aa_pool *pool, int kind, size_t req, aa_stream stream, uint64_t seq);
 /* Whether p lies in the plan's arena (the calls below then answer for it). */
 bool aa__lg_plan_owns(const aa_pool *pool, uintptr_t p);
 /* A free, a size and a record_stream of a pointer in the arena (misuse

@@ -483,6 +483,25 @@ out:
   return best;
 }
 
+/* A refused plan (the window's replay, or its arena at the period's
+ * start): not tried again for a while, longer each time. */
+static void refused(struct aa__plan *P, uint64_t q) {
+  P->refused++;
+  P->backoff = P->backoff ? P->backoff * 2 : 4 * q;
+  if (P->backoff > 4 * PLAN_WIN)
+    P->backoff = 4 * PLAN_WIN;
+  P->next_check = P->nev + P->backoff;
+}
+
+/* The next plan must have repeated one period longer (up to PLAN_MAX_REPS). */
+static void ask_longer(struct aa__plan *P) {
+  if (P->reps < PLAN_MAX_REPS)
+    P->reps++;
+}
+
+/* Requests out of step a plan bears in a row: a quarter period, 16 at least. */
+static uint32_t run_limit(const struct aa__plan *P) { return P->n / 4 > 16 ? P->n / 4 : 16; }
+
 /* Plans the period before the last of a window with period q (events);
  * installs it (waiting for the period's start) when the window's replay
  * says peak reserved falls, else counts a refusal. */
@@ -617,13 +636,8 @@ static void plan_make(aa_pool *pool, struct aa__plan *P, uint64_t q) {
   P->backoff = 0;
   refuse = false;
 out:
-  if (refuse) { /* not tried again for a while, longer each time */
-    P->refused++;
-    P->backoff = P->backoff ? P->backoff * 2 : 4 * q;
-    if (P->backoff > 4 * PLAN_WIN)
-      P->backoff = 4 * PLAN_WIN;
-    P->next_check = P->nev + P->backoff;
-  }
+  if (refuse)
+    refused(P, q);
   free(at);
   free(freed);
   free(cs);
@@ -632,9 +646,7 @@ out:
   free(rot);
 }
 
-void aa__lg_plan_note(aa_pool *pool, int kind, size_t size, size_t req, aa_stream stream,
-                      uint64_t seq) {
-  (void)size;
+void aa__lg_plan_note(aa_pool *pool, int kind, size_t req, aa_stream stream, uint64_t seq) {
   struct aa__plan *P = plan_get(pool);
   if (P == NULL)
     return;
@@ -753,18 +765,20 @@ static void plan_drop(aa_pool *pool, struct aa__plan *P) {
   P->state = AA_PLAN_DRAINING;
 }
 
+/* Drops a plan the requests stopped following; the next one must have
+ * repeated for one period more. */
+static void stop_following(aa_pool *pool, struct aa__plan *P) {
+  ask_longer(P);
+  plan_drop(pool, P);
+}
+
 bool aa__lg_plan_can_yield(const aa_pool *pool) {
   const struct aa__plan *P = pool->large->plan;
   return P != NULL && P->state == AA_PLAN_ACTIVE && P->arena != NULL &&
          P->live_bytes < P->arena_bytes;
 }
 
-void aa__lg_plan_yield(aa_pool *pool) {
-  struct aa__plan *P = pool->large->plan;
-  if (P->reps < PLAN_MAX_REPS)
-    P->reps++; /* the next plan must have held longer */
-  plan_drop(pool, P);
-}
+void aa__lg_plan_yield(aa_pool *pool) { stop_following(pool, pool->large->plan); }
 
 void aa__lg_plan_release(aa_pool *pool) {
   struct aa__plan *P = pool->large->plan;
@@ -845,14 +859,6 @@ static uint32_t match(const struct aa__plan *P, uint64_t tok) {
   return P->ent[0].tok == tok ? 0 : P->n;
 }
 
-/* Drops a plan the requests stopped following; the next one must have
- * repeated for one period more. */
-static void stop_following(aa_pool *pool, struct aa__plan *P) {
-  if (P->reps < PLAN_MAX_REPS)
-    P->reps++;
-  plan_drop(pool, P);
-}
-
 /* A request the plan did not serve: a run of them longer than a quarter
  * period (16 at least), or more than an eighth of a period's requests (4
  * at least) between two starts of the period, and the plan goes. The
@@ -863,9 +869,8 @@ static void miss(aa_pool *pool, struct aa__plan *P) {
   P->misses++;
   P->streak++;
   P->period_misses++;
-  uint32_t limit = P->n / 4 > 16 ? P->n / 4 : 16;
   uint32_t plimit = P->n / 8 > 4 ? P->n / 8 : 4;
-  if (P->streak > limit || P->period_misses > plimit)
+  if (P->streak > run_limit(P) || P->period_misses > plimit)
     stop_following(pool, P);
 }
 
@@ -884,8 +889,7 @@ void *aa__lg_plan_alloc(aa_pool *pool, size_t size, aa_stream stream, uint64_t s
   if (P->state == AA_PLAN_WAITING) {
     uint32_t k = (uint32_t)((seq - P->s0) % P->n);
     if (P->ent[k].tok != tok) {
-      uint32_t limit = P->n / 4 > 16 ? P->n / 4 : 16;
-      if (++P->wait_miss > limit) { /* the requests moved on: learn again */
+      if (++P->wait_miss > run_limit(P)) { /* the requests moved on: learn again */
         P->dropped++;
         plan_finish(pool, P);
       }
@@ -893,16 +897,11 @@ void *aa__lg_plan_alloc(aa_pool *pool, size_t size, aa_stream stream, uint64_t s
     }
     if (k != 0)
       return NULL;
-    if (!activate(pool, P)) {
+    if (!activate(pool, P)) { /* what the path holds would not make room */
       uint64_t q = P->q;
-      P->refused++;
-      if (P->reps < PLAN_MAX_REPS)
-        P->reps++; /* what the path holds would not make room: wait longer */
+      ask_longer(P);
       plan_finish(pool, P);
-      P->backoff = P->backoff ? P->backoff * 2 : 4 * q;
-      if (P->backoff > 4 * PLAN_WIN)
-        P->backoff = 4 * PLAN_WIN;
-      P->next_check = P->nev + P->backoff;
+      refused(P, q);
       return NULL;
     }
   }
@@ -942,7 +941,7 @@ void *aa__lg_plan_alloc(aa_pool *pool, size_t size, aa_stream stream, uint64_t s
   P->hits++;
   P->streak = 0;
   aa__lg_count_out(pool, room, size);
-  aa__lg_plan_note(pool, EV_ALLOC, room, size, stream, seq);
+  aa__lg_plan_note(pool, EV_ALLOC, size, stream, seq);
   return (void *)p;
 }
 
@@ -1004,7 +1003,7 @@ int aa__lg_plan_free(aa_pool *pool, uintptr_t p, size_t size, aa_stream stream, 
   L->frees++;
   P->live_bytes -= b.size;
   atomic_fetch_sub_explicit(&pool->out_bytes, b.size, AA__RLX);
-  aa__lg_plan_note(pool, EV_FREE, b.size, b.req, stream, b.seq);
+  aa__lg_plan_note(pool, EV_FREE, b.req, stream, b.seq);
   size_t off = b.p - P->arena->base;
   /* the room is free at once for the plan's stream when the block's work
    * is all there; else when the events recorded now complete */

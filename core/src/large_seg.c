@@ -119,8 +119,8 @@ static void interior(const aa_pool *pool, const aa__chunk *c, size_t *i0, size_t
 
 /* Unmaps the mappings wholly inside free chunk c's interior until `want`
  * bytes are back; a run that reaches outside it (under a live chunk, or
- * past the chunk) stays. */
-static size_t unmap_interior(aa_pool *pool, aa__chunk *c, size_t want) {
+ * past the chunk) stays. dry: counts those bytes, unmaps nothing. */
+static size_t unmap_interior(aa_pool *pool, aa__chunk *c, size_t want, bool dry) {
   aa__seg *s = c->seg;
   size_t got = 0, i0, i1, r0, r1;
   interior(pool, c, &i0, &i1);
@@ -129,7 +129,7 @@ static size_t unmap_interior(aa_pool *pool, aa__chunk *c, size_t want) {
       continue;
     run_of(pool, s, i, &r0, &r1);
     if (r0 >= i0 && r1 <= i1)
-      got += page_unmap(pool, s, i);
+      got += dry ? (r1 - r0) * pool->large->vmm_page : page_unmap(pool, s, i);
     i = r1 - 1;
   }
   return got;
@@ -175,7 +175,7 @@ static size_t vmm_unmap_free(aa_pool *pool, size_t want, const aa__chunk *skip) 
   if (n > 1)
     qsort(v, n, sizeof *v, by_freed_at);
   for (size_t i = 0; i < n && got < want; i++)
-    got += unmap_interior(pool, v[i], want - got);
+    got += unmap_interior(pool, v[i], want - got, false);
   free(v);
   return got;
 }
@@ -370,18 +370,8 @@ size_t aa__lg_releasable(aa_pool *pool) {
       continue;
     }
     for (aa__chunk *c = s->first; c && s->mapped > 0; c = c->next) {
-      if (!c->free || !has_interior_mapped(pool, c) || !aa__lg_usable_anywhere(pool, c))
-        continue;
-      size_t i0, i1, r0, r1;
-      interior(pool, c, &i0, &i1);
-      for (size_t i = i0; i < i1; i++) {
-        if (s->pages[i] == NULL)
-          continue;
-        run_of(pool, s, i, &r0, &r1);
-        if (r0 >= i0 && r1 <= i1)
-          got += (r1 - r0) * pool->large->vmm_page;
-        i = r1 - 1;
-      }
+      if (c->free && has_interior_mapped(pool, c) && aa__lg_usable_anywhere(pool, c))
+        got += unmap_interior(pool, c, SIZE_MAX, true);
     }
   }
   return got;
