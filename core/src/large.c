@@ -742,8 +742,8 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
     /* new memory for a request the plan does not serve, while the plan's
      * arena has free room: the arena becomes the path's chunks first
      * (large_plan.c), so that a plan never costs memory */
-    if (!yielded && (c == NULL || (vmm && !stitched && aa__lg_unmapped_under(pool, c, need, 0) > 0)) &&
-        aa__lg_plan_can_yield(pool)) {
+    if (!yielded && pool->large->plan != NULL && aa__lg_plan_can_yield(pool) &&
+        (c == NULL || (vmm && !stitched && aa__lg_unmapped_under(pool, c, need, 0) > 0))) {
       yielded = true;
       waited = false; /* c goes back: the next one is found afresh */
       if (c != NULL && !stitched)
@@ -1101,7 +1101,7 @@ int aa__large_free(aa_pool *pool, struct aa__span *sp, void *ptr, size_t size, a
   const char *msg = NULL;
   uintptr_t p = (uintptr_t)ptr;
   pthread_mutex_lock(&pool->large->mu);
-  if (aa__lg_plan_owns(pool, p)) { /* a block at its planned offset (the arena's own
+  if (pool->large->plan != NULL && aa__lg_plan_owns(pool, p)) { /* a block at its planned offset (the arena's own
                                     * chunk is never the user's) */
     int rc = aa__lg_plan_free(pool, p, size, stream, &what, &msg);
     if (rc != AA_OK)
@@ -1166,7 +1166,7 @@ size_t aa__large_block_size(aa_pool *pool, struct aa__span *sp, const void *ptr)
     seg = seg->owner; /* a page of an expandable segment */
   size_t r = 0;
   pthread_mutex_lock(&pool->large->mu);
-  if (aa__lg_plan_owns(pool, (uintptr_t)ptr)) {
+  if (pool->large->plan != NULL && aa__lg_plan_owns(pool, (uintptr_t)ptr)) {
     r = aa__lg_plan_block_size(pool, (uintptr_t)ptr);
     pthread_mutex_unlock(&pool->large->mu);
     return r;
@@ -1187,7 +1187,7 @@ int aa__large_record(aa_pool *pool, struct aa__span *sp, void *ptr, aa_stream st
   int rc = AA_OK;
   (void)seg;
   pthread_mutex_lock(&pool->large->mu);
-  if (aa__lg_plan_owns(pool, (uintptr_t)ptr)) {
+  if (pool->large->plan != NULL && aa__lg_plan_owns(pool, (uintptr_t)ptr)) {
     rc = aa__lg_plan_record(pool, (uintptr_t)ptr, stream);
     goto out;
   }
