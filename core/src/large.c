@@ -1101,8 +1101,8 @@ int aa__large_free(aa_pool *pool, struct aa__span *sp, void *ptr, size_t size, a
   const char *msg = NULL;
   uintptr_t p = (uintptr_t)ptr;
   pthread_mutex_lock(&pool->large->mu);
-  if (pool->large->plan != NULL && aa__lg_plan_owns(pool, p)) { /* a block at its planned offset (the arena's own
-                                    * chunk is never the user's) */
+  /* a block at its planned offset (the arena's own chunk is never the user's) */
+  if (pool->large->plan != NULL && aa__lg_plan_owns(pool, p)) {
     int rc = aa__lg_plan_free(pool, p, size, stream, &what, &msg);
     if (rc != AA_OK)
       goto bad;
