@@ -30,6 +30,7 @@
 #include "adaptalloc/store.h"
 #include "runtime_test.h" /* the runtime's internals */
 #include "adaptalloc/internal/util.h"
+#include "metrics_sample.h"
 #if AA_TEST_WITH_STORE
 #include <sqlite3.h>
 #endif
@@ -37,29 +38,7 @@
 #include "child_check.h" /* CHECK: a failed check ends the forked child */
 #include "token_auth.h"  /* the header from the runtime's token file */
 
-/* The value of the first sample whose line starts with `head` (a metric
- * name and, maybe, its first labels): the text after the line's last space,
- * up to the newline, copied into out; "" when there is none. The process's
- * labels (rank, host) follow those a test names. */
 static char sv[64]; /* sample_value's answer in the checks below */
-static const char *sample_value(const char *text, const char *head, char *out, size_t cap) {
-  const char *p = text;
-  size_t n = strlen(head);
-  out[0] = '\0';
-  while (p != NULL && *p != '\0') {
-    const char *eol = strchr(p, '\n');
-    size_t len = eol != NULL ? (size_t)(eol - p) : strlen(p);
-    if (len > n && strncmp(p, head, n) == 0 && (p[n] == ' ' || p[n] == '{' || p[n] == ',')) {
-      const char *sp = p + len;
-      while (sp > p && sp[-1] != ' ')
-        sp--;
-      snprintf(out, cap, "%.*s", (int)(p + len - sp), sp);
-      break;
-    }
-    p = eol != NULL ? eol + 1 : NULL;
-  }
-  return out;
-}
 
 static char tmpdir[256];
 

@@ -22,33 +22,11 @@
 
 #include "adaptalloc/runtime.h"
 #include "adaptalloc/store.h"
+#include "metrics_sample.h"
 
 #define MiB ((size_t)1 << 20)
 
 static char g_db[256];
-
-/* The value of the first sample whose line starts with `head` (a metric
- * name and, maybe, its first labels): the text after the line's last space,
- * up to the newline, copied into out; "" when there is none. The process's
- * labels (rank, host) follow those a test names. */
-static const char *sample_value(const char *text, const char *head, char *out, size_t cap) {
-  const char *p = text;
-  size_t n = strlen(head);
-  out[0] = '\0';
-  while (p != NULL && *p != '\0') {
-    const char *eol = strchr(p, '\n');
-    size_t len = eol != NULL ? (size_t)(eol - p) : strlen(p);
-    if (len > n && strncmp(p, head, n) == 0 && (p[n] == ' ' || p[n] == '{' || p[n] == ',')) {
-      const char *sp = p + len;
-      while (sp > p && sp[-1] != ' ')
-        sp--;
-      snprintf(out, cap, "%.*s", (int)(p + len - sp), sp);
-      break;
-    }
-    p = eol != NULL ? eol + 1 : NULL;
-  }
-  return out;
-}
 
 /* A 1 MiB block live, then a 16 MiB request over the 4 MiB limit. */
 static void drive(void) {
