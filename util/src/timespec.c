@@ -94,7 +94,7 @@ int aa__parse_time(const char *s, size_t len, int64_t *unix_ms, char *why, size_
   size_t k = 0;
   while (k < len && s[k] >= '0' && s[k] <= '9')
     k++;
-  if (k > 0 && (k == len || s[k] == '.') && k <= 11) {
+  if (k > 0 && (k == len || s[k] == '.') && k <= 12) { /* 9999-12-31 is 12 digits */
     int64_t sec = 0;
     for (size_t j = 0; j < k; j++)
       sec = sec * 10 + (s[j] - '0');
