@@ -45,6 +45,7 @@ file read is bounded: a policy document 16 MiB, a token file 4096 bytes.
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 import urllib.error
@@ -314,7 +315,10 @@ def cmd_status(args, base):
 
 def cmd_top(args, base):
     if args.once or not sys.stdout.isatty():
-        print("\n".join(top_lines(base, get_json(base, "/stats"))))
+        # one frame: cut to the terminal's width when there is one, whole
+        # lines into a pipe or a file
+        width = shutil.get_terminal_size((1 << 16, 0)).columns if sys.stdout.isatty() else 1 << 16
+        print("\n".join(top_lines(base, get_json(base, "/stats"), width=width)))
         return EXIT_OK
     import curses
 

@@ -100,6 +100,9 @@ class TestServerCli(Base):
         self.assertEqual(rc, 0, err)
         self.assertIn("classes of device0", out)
         self.assertIn("top request sizes", out)
+        # into a pipe the pool lines are whole: the last field is there
+        pool = [l for l in out.splitlines() if l.startswith("> ")][0]
+        self.assertRegex(pool, r"ooms \d+$")
 
     def test_policy_get(self):
         rc, out, err = self.cli("--url", str(self.port), "policy", "get")
