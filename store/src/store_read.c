@@ -65,6 +65,12 @@ static int rd_open(const char *path, sqlite3 **db, bool *tidy) {
   return err;
 }
 
+/* The error for a failed SQLite call: never AA_OK. */
+static int rd_sqlerr(int rc) {
+  int err = aa__store_err_from_sqlite(rc);
+  return err == AA_OK ? AA_EIO : err;
+}
+
 /* Resolves run_id (<= 0: the latest). *out = 0 when there are no runs.
  * AA_ENOENT for an explicit id that does not exist. */
 static int resolve_run(sqlite3 *db, int64_t run_id, int64_t *out) {
@@ -87,20 +93,61 @@ static int resolve_run(sqlite3 *db, int64_t run_id, int64_t *out) {
   }
   goto out;
 sqlfail:
-  err = aa__store_err_from_sqlite(rc);
-  if (err == AA_OK) err = AA_EIO;
+  err = rd_sqlerr(rc);
 out:
   sqlite3_finalize(s);
   return err;
 }
 
+/* A read of one run: the database open for reading and the run resolved.
+ * rd_run_open: AA_ENOENT when run_id names no run or (run_id <= 0) there is
+ * none yet, with everything it opened closed again; else rd_run_close(r)
+ * closes it. */
+typedef struct {
+  const char *path;
+  sqlite3 *db;
+  bool tidy;
+  int64_t run;
+} rd_run;
+
+static int rd_run_open(const char *path, int64_t run_id, rd_run *r) {
+  r->path = path;
+  r->run = 0;
+  int err = rd_open(path, &r->db, &r->tidy);
+  if (err != AA_OK) return err;
+  err = resolve_run(r->db, run_id, &r->run);
+  if (err == AA_OK && r->run == 0) err = AA_ENOENT;
+  if (err != AA_OK) {
+    aa__store_db_close_ro(path, r->db, r->tidy);
+    r->db = NULL;
+  }
+  return err;
+}
+
+static void rd_run_close(rd_run *r) {
+  aa__store_db_close_ro(r->path, r->db, r->tidy);
+  r->db = NULL;
+}
+
+/* *has: whether table has a column of that name (an older schema may not). */
+static int rd_has_column(sqlite3 *db, const char *table, const char *col, bool *has) {
+  sqlite3_stmt *s = NULL;
+  *has = false;
+  int rc = rd_prepare(db, "SELECT count(*) FROM pragma_table_info(?1) WHERE name = ?2", &s);
+  if (rc == SQLITE_OK) {
+    sqlite3_bind_text(s, 1, table, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, col, -1, SQLITE_STATIC);
+    rc = rd_step(s);
+    *has = rc == SQLITE_ROW && sqlite3_column_int64(s, 0) > 0;
+  }
+  sqlite3_finalize(s);
+  return rc == SQLITE_ROW ? AA_OK : rd_sqlerr(rc);
+}
+
 /* Runs a query whose single row, single column is the JSON text. */
 static int json_result(sqlite3_stmt *s, char **json) {
   int rc = rd_step(s);
-  if (rc != SQLITE_ROW) {
-    int err = aa__store_err_from_sqlite(rc);
-    return err == AA_OK ? AA_EIO : err;
-  }
+  if (rc != SQLITE_ROW) return rd_sqlerr(rc);
   const unsigned char *t = sqlite3_column_text(s, 0);
   int n = sqlite3_column_bytes(s, 0);
   if (t == NULL) return AA_EIO;
@@ -170,7 +217,7 @@ int aa_store_runs_json(const char *db_path, uint32_t limit, char **json) {
     rc = rd_prepare(db, sql, &s);
   }
   if (rc != SQLITE_OK) {
-    err = aa__store_err_from_sqlite(rc);
+    err = rd_sqlerr(rc);
     goto out;
   }
   sqlite3_bind_int64(s, 1, limit);
@@ -247,8 +294,7 @@ static int run_list_query(const char *db_path, const aa_store_query *q,
   memcpy(sql + nh + nf, tail, nt + 1);
   int rc = rd_prepare(db, sql, &s);
   if (rc != SQLITE_OK) {
-    err = aa__store_err_from_sqlite(rc);
-    if (err == AA_OK) err = AA_EIO;
+    err = rd_sqlerr(rc);
     goto out;
   }
   sqlite3_bind_int(s, 1, q->all_runs ? 1 : 0);
@@ -385,21 +431,18 @@ int aa_store_trace_foreach(const char *db_path, int64_t run_id,
 
 int aa_store_trace_read(const char *db_path, int64_t run_id, aa_store_trace_cb cb,
                         void *user, char *msg, size_t cap) {
-  sqlite3 *db = NULL;
-  bool tidy = false;
+  rd_run r;
   sqlite3_stmt *s = NULL;
-  int64_t run = 0;
-  int err = AA_OK;
+  bool has_seq = false, has_frame = false;
+  int rc = SQLITE_OK;
   if (msg != NULL && cap > 0) msg[0] = '\0';
   if (cb == NULL) return AA_EINVAL;
-  err = rd_open(db_path, &db, &tidy);
+  int err = rd_run_open(db_path, run_id, &r);
+  if (err != AA_OK) return err;
+  /* seq is schema 2's, frame schema 7's: an older file reads as NULL */
+  err = rd_has_column(r.db, "trace_events", "seq", &has_seq);
+  if (err == AA_OK) err = rd_has_column(r.db, "trace_events", "frame", &has_frame);
   if (err != AA_OK) goto out;
-  err = resolve_run(db, run_id, &run);
-  if (err != AA_OK) goto out;
-  if (run == 0) {
-    err = AA_ENOENT;
-    goto out;
-  }
   /* trace_batches gives the id range of the run's events; the range scan
    * on the rowid skips other runs' rows without an index on trace_events.
    * Schema 2 on: the events in the core's sequence order (the write order
@@ -408,62 +451,23 @@ int aa_store_trace_read(const char *db_path, int64_t run_id, aa_store_trace_cb c
    * is read is a complete prefix of the run. A seq that is not an integer
    * passes the filter so that check_trace_row refuses its row by id (text
    * compares above every number: the filter would drop it unseen). */
-  static const char v7[] =
-      "SELECT time_ns, op, ptr, size, stream, thread, seq, id, frame"
-      " FROM trace_events"
-      " WHERE id BETWEEN"
-      "   (SELECT min(first_id) FROM trace_batches WHERE run_id = ?1)"
-      "   AND (SELECT max(last_id) FROM trace_batches WHERE run_id = ?1)"
-      "  AND run_id = ?1"
-      "  AND (seq IS NULL OR typeof(seq) <> 'integer' OR seq < coalesce("
-      "         (SELECT trace_cut_seq FROM runs WHERE id = ?1), seq + 1))"
-      " ORDER BY seq, id";
-  static const char v2[] =
-      "SELECT time_ns, op, ptr, size, stream, thread, seq, id, NULL"
-      " FROM trace_events"
-      " WHERE id BETWEEN"
-      "   (SELECT min(first_id) FROM trace_batches WHERE run_id = ?1)"
-      "   AND (SELECT max(last_id) FROM trace_batches WHERE run_id = ?1)"
-      "  AND run_id = ?1"
-      "  AND (seq IS NULL OR typeof(seq) <> 'integer' OR seq < coalesce("
-      "         (SELECT trace_cut_seq FROM runs WHERE id = ?1), seq + 1))"
-      " ORDER BY seq, id";
-  static const char v1[] =
-      "SELECT time_ns, op, ptr, size, stream, thread, NULL, id, NULL"
-      " FROM trace_events"
-      " WHERE id BETWEEN"
-      "   (SELECT min(first_id) FROM trace_batches WHERE run_id = ?1)"
-      "   AND (SELECT max(last_id) FROM trace_batches WHERE run_id = ?1)"
-      "  AND run_id = ?1 ORDER BY id";
-  sqlite3_stmt *cols = NULL;
-  int rc = rd_prepare(db,
-                      "SELECT count(*) FROM pragma_table_info('trace_events')"
-                      " WHERE name = 'seq'",
-                      &cols);
+  char sql[1024];
+  snprintf(sql, sizeof sql,
+           "SELECT time_ns, op, ptr, size, stream, thread, %s, id, %s"
+           " FROM trace_events"
+           " WHERE id BETWEEN"
+           "   (SELECT min(first_id) FROM trace_batches WHERE run_id = ?1)"
+           "   AND (SELECT max(last_id) FROM trace_batches WHERE run_id = ?1)"
+           "  AND run_id = ?1%s",
+           has_seq ? "seq" : "NULL", has_frame ? "frame" : "NULL",
+           has_seq ? "  AND (seq IS NULL OR typeof(seq) <> 'integer' OR seq < coalesce("
+                     "         (SELECT trace_cut_seq FROM runs WHERE id = ?1), seq + 1))"
+                     " ORDER BY seq, id"
+                   : " ORDER BY id");
+  rc = rd_prepare(r.db, sql, &s);
   if (rc != SQLITE_OK) goto sqlfail;
-  rc = rd_step(cols);
-  bool has_seq = rc == SQLITE_ROW && sqlite3_column_int64(cols, 0) > 0;
-  sqlite3_finalize(cols);
-  cols = NULL;
-  if (rc != SQLITE_ROW) goto sqlfail;
-  rc = rd_prepare(db,
-                  "SELECT count(*) FROM pragma_table_info('trace_events')"
-                  " WHERE name = 'frame'",
-                  &cols);
-  if (rc != SQLITE_OK) goto sqlfail;
-  rc = rd_step(cols);
-  bool has_frame = rc == SQLITE_ROW && sqlite3_column_int64(cols, 0) > 0;
-  sqlite3_finalize(cols);
-  if (rc != SQLITE_ROW) goto sqlfail;
-  rc = rd_prepare(db, has_frame ? v7 : has_seq ? v2
-                                               : v1,
-                  &s);
-  if (rc != SQLITE_OK) goto sqlfail;
-  sqlite3_bind_int64(s, 1, run);
-  for (;;) {
-    rc = rd_step(s);
-    if (rc == SQLITE_DONE) break;
-    if (rc != SQLITE_ROW) goto sqlfail;
+  sqlite3_bind_int64(s, 1, r.run);
+  while ((rc = rd_step(s)) == SQLITE_ROW) {
     err = check_trace_row(s, msg, cap);
     if (err != AA_OK) goto out;
     aa_trace_event ev;
@@ -477,125 +481,91 @@ int aa_store_trace_read(const char *db_path, int64_t run_id, aa_store_trace_cb c
     ev.thread = (uint64_t)sqlite3_column_int64(s, 5);
     ev.seq = (uint64_t)sqlite3_column_int64(s, 6);
     ev.frame = (uint64_t)sqlite3_column_int64(s, 8);
-    int r = cb(user, &ev);
-    if (r != 0) {
-      err = r;
-      goto out;
-    }
+    err = cb(user, &ev);
+    if (err != 0) goto out;
   }
-  goto out;
 sqlfail:
-  err = aa__store_err_from_sqlite(rc);
-  if (err == AA_OK) err = AA_EIO;
+  if (rc != SQLITE_DONE) err = rd_sqlerr(rc);
 out:
   sqlite3_finalize(s);
-  aa__store_db_close_ro(db_path, db, tidy);
+  rd_run_close(&r);
   return err;
 }
 
 int aa_store_frames_foreach(const char *db_path, int64_t run_id, aa_store_frames_cb cb,
                             void *user) {
-  sqlite3 *db = NULL;
-  bool tidy = false;
+  rd_run r;
   sqlite3_stmt *s = NULL;
-  int64_t run = 0;
-  int err, rc;
+  bool has = false;
+  int rc = SQLITE_DONE;
   if (db_path == NULL || cb == NULL) return AA_EINVAL;
-  err = rd_open(db_path, &db, &tidy);
-  if (err != AA_OK) goto out;
-  err = resolve_run(db, run_id, &run);
-  if (err != AA_OK) goto out;
-  if (run == 0) {
-    err = AA_ENOENT;
-    goto out;
-  }
-  /* a database older than schema 7 has no call stacks */
-  rc = rd_prepare(db, "SELECT id, frames FROM trace_frames WHERE run_id = ?1 ORDER BY id", &s);
-  if (rc != SQLITE_OK) goto out;
-  sqlite3_bind_int64(s, 1, run);
-  for (;;) {
-    rc = rd_step(s);
-    if (rc == SQLITE_DONE) break;
-    if (rc != SQLITE_ROW) goto sqlfail;
+  int err = rd_run_open(db_path, run_id, &r);
+  if (err != AA_OK) return err;
+  /* a database older than schema 7 has no call stacks: none to visit */
+  err = rd_has_column(r.db, "trace_frames", "frames", &has);
+  if (err != AA_OK || !has) goto out;
+  rc = rd_prepare(r.db, "SELECT id, frames FROM trace_frames WHERE run_id = ?1 ORDER BY id", &s);
+  if (rc != SQLITE_OK) goto sqlfail;
+  sqlite3_bind_int64(s, 1, r.run);
+  while ((rc = rd_step(s)) == SQLITE_ROW) {
     const unsigned char *t = sqlite3_column_text(s, 1);
-    int r = cb(user, (uint64_t)sqlite3_column_int64(s, 0), t != NULL ? (const char *)t : "");
-    if (r != 0) {
-      err = r;
-      goto out;
-    }
+    err = cb(user, (uint64_t)sqlite3_column_int64(s, 0), t != NULL ? (const char *)t : "");
+    if (err != 0) goto out;
   }
-  goto out;
 sqlfail:
-  err = aa__store_err_from_sqlite(rc);
-  if (err == AA_OK) err = AA_EIO;
+  if (rc != SQLITE_DONE) err = rd_sqlerr(rc);
 out:
   sqlite3_finalize(s);
-  aa__store_db_close_ro(db_path, db, tidy);
+  rd_run_close(&r);
   return err;
 }
 
 int aa_store_trace_lost(const char *db_path, int64_t run_id, uint64_t *written,
                         uint64_t *dropped, uint64_t *cut_seq) {
-  sqlite3 *db = NULL;
-  bool tidy = false;
+  rd_run r;
   sqlite3_stmt *s = NULL;
-  int64_t run = 0;
-  int err = AA_OK;
-  int rc;
+  bool has_cut = false;
   if (written != NULL) *written = 0;
   if (dropped != NULL) *dropped = 0;
   if (cut_seq != NULL) *cut_seq = 0;
-  err = rd_open(db_path, &db, &tidy);
+  int err = rd_run_open(db_path, run_id, &r);
+  if (err != AA_OK) return err;
+  /* trace_cut_seq is schema 2's; an older file has nothing to say. */
+  err = rd_has_column(r.db, "runs", "trace_cut_seq", &has_cut);
   if (err != AA_OK) goto out;
-  err = resolve_run(db, run_id, &run);
-  if (err != AA_OK) goto out;
-  if (run == 0) {
-    err = AA_ENOENT;
+  int rc = rd_prepare(r.db,
+                      has_cut ? "SELECT events_written, events_dropped, trace_cut_seq"
+                                " FROM runs WHERE id = ?1"
+                              : "SELECT events_written, events_dropped, NULL"
+                                " FROM runs WHERE id = ?1",
+                      &s);
+  if (rc == SQLITE_OK) {
+    sqlite3_bind_int64(s, 1, r.run);
+    rc = rd_step(s);
+  }
+  if (rc != SQLITE_ROW) {
+    err = rd_sqlerr(rc);
     goto out;
   }
-  /* trace_cut_seq is schema 2's; an older file has nothing to say. */
-  rc = rd_prepare(db, "SELECT events_written, events_dropped, trace_cut_seq"
-                      " FROM runs WHERE id = ?1",
-                  &s);
-  if (rc != SQLITE_OK)
-    rc = rd_prepare(db, "SELECT events_written, events_dropped, NULL"
-                        " FROM runs WHERE id = ?1",
-                    &s);
-  if (rc != SQLITE_OK) goto sqlfail;
-  sqlite3_bind_int64(s, 1, run);
-  rc = rd_step(s);
-  if (rc != SQLITE_ROW) goto sqlfail;
   if (written != NULL) *written = (uint64_t)sqlite3_column_int64(s, 0);
   if (dropped != NULL) *dropped = (uint64_t)sqlite3_column_int64(s, 1);
   if (cut_seq != NULL) *cut_seq = (uint64_t)sqlite3_column_int64(s, 2);
-  goto out;
-sqlfail:
-  err = aa__store_err_from_sqlite(rc);
-  if (err == AA_OK) err = AA_EIO;
 out:
   sqlite3_finalize(s);
-  aa__store_db_close_ro(db_path, db, tidy);
+  rd_run_close(&r);
   return err;
 }
 
 int aa_store_histogram_latest(const char *db_path, int64_t run_id,
                               const char *pool_name,
                               uint64_t hist[AA_HIST_BUCKETS]) {
-  sqlite3 *db = NULL;
-  bool tidy = false;
+  rd_run r;
   sqlite3_stmt *s = NULL;
-  int64_t run = 0, snaps = 0;
-  int err = AA_OK;
+  int64_t snaps = 0;
   if (hist == NULL) return AA_EINVAL;
   memset(hist, 0, sizeof(uint64_t) * AA_HIST_BUCKETS);
-  err = rd_open(db_path, &db, &tidy);
-  if (err != AA_OK) goto out;
-  err = resolve_run(db, run_id, &run);
-  if (err != AA_OK) goto out;
-  if (run == 0) {
-    err = AA_ENOENT;
-    goto out;
-  }
+  int err = rd_run_open(db_path, run_id, &r);
+  if (err != AA_OK) return err;
   /* Which snapshots: the latest one of the pool, or of every pool. */
   static const char one[] =
       "WITH pick AS (SELECT max(id) AS id FROM snapshots"
@@ -609,14 +579,11 @@ int aa_store_histogram_latest(const char *db_path, int64_t run_id,
            " UNION ALL SELECT h.bucket, sum(h.count) FROM histograms h"
            " WHERE h.snapshot_id IN (SELECT id FROM pick) GROUP BY h.bucket",
            pool_name != NULL ? one : all);
-  int rc = rd_prepare(db, sql, &s);
+  int rc = rd_prepare(r.db, sql, &s);
   if (rc != SQLITE_OK) goto sqlfail;
-  sqlite3_bind_int64(s, 1, run);
+  sqlite3_bind_int64(s, 1, r.run);
   if (pool_name != NULL) sqlite3_bind_text(s, 2, pool_name, -1, SQLITE_STATIC);
-  for (;;) {
-    rc = rd_step(s);
-    if (rc == SQLITE_DONE) break;
-    if (rc != SQLITE_ROW) goto sqlfail;
+  while ((rc = rd_step(s)) == SQLITE_ROW) {
     int64_t b = sqlite3_column_int64(s, 0);
     int64_t v = sqlite3_column_int64(s, 1);
     if (b < 0) {
@@ -625,14 +592,14 @@ int aa_store_histogram_latest(const char *db_path, int64_t run_id,
       hist[b] += (uint64_t)v;
     }
   }
-  if (snaps == 0) err = AA_ENOENT;
-  goto out;
 sqlfail:
-  err = aa__store_err_from_sqlite(rc);
-  if (err == AA_OK) err = AA_EIO;
-out:
+  if (rc != SQLITE_DONE) {
+    err = rd_sqlerr(rc);
+  } else if (snaps == 0) {
+    err = AA_ENOENT;
+  }
   if (err != AA_OK) memset(hist, 0, sizeof(uint64_t) * AA_HIST_BUCKETS);
   sqlite3_finalize(s);
-  aa__store_db_close_ro(db_path, db, tidy);
+  rd_run_close(&r);
   return err;
 }
