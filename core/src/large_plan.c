@@ -51,22 +51,22 @@
 
 #include "large_internal.h"
 
-#define PLAN_WIN ((uint64_t)1 << 16) /* events watched */
-#define PLAN_EVERY 512               /* events between looks for a period */
-#define PLAN_MIN_Q 4                 /* the shortest period, in events */
-#define PLAN_MAX_N 4096              /* requests per period planned at most */
-#define PLAN_RESYNC 8                /* expected requests looked ahead on a miss */
-#define PLAN_MAX_REPS 8              /* periods in a row a plan may have to repeat */
-#define PLAN_UNIT AA__LARGE_ALIGN    /* the arena's bitmap unit */
-#define PLAN_MAX_SEEN 16             /* periods whose sizes make the rooms */
+#define PLAN_WIN ((uint64_t)1 << 16)     /* events watched */
+#define PLAN_EVERY 512                   /* events between looks for a period */
+#define PLAN_MIN_Q 4                     /* the shortest period, in events */
+#define PLAN_MAX_N 4096                  /* requests per period planned at most */
+#define PLAN_RESYNC 8                    /* expected requests looked ahead on a miss */
+#define PLAN_MAX_REPS 8                  /* periods in a row a plan may have to repeat */
+#define PLAN_UNIT AA__LARGE_ALIGN        /* the arena's bitmap unit */
+#define PLAN_MAX_SEEN 16                 /* periods whose sizes make the rooms */
 #define PLAN_HEAD_MIN ((size_t)64 << 10) /* a varying slot's headroom, at least */
 
 enum { EV_ALLOC = 0,
        EV_FREE = 1 };
 
 typedef struct plan_ev {
-  uint64_t tok;  /* exact: request or free, bytes asked for, stream */
-  uint64_t stok; /* the shape (shape_of): request or free, stream, and for a
+  uint64_t tok;              /* exact: request or free, bytes asked for, stream */
+  uint64_t stok;             /* the shape (shape_of): request or free, stream, and for a
                   * free how many requests ago its block was asked for */
   uint64_t seq;              /* request: its number; free: its block's (0: unknown) */
   uint64_t in_use, reserved; /* the path's bytes after the event */
@@ -81,13 +81,13 @@ typedef struct plan_ev {
  * when its shape token is the entry's and it asks for lo..cap bytes (the
  * expected entry: any bytes, judged by its room). */
 typedef struct plan_ent {
-  uint64_t tok;  /* the shape token of a request on its stream */
-  size_t lo;     /* the fewest bytes it may ask for */
-  size_t size;   /* its room: the most bytes seen in its slot, plus headroom */
-  size_t cap;    /* the room it may take at off (>= size): up to the next
+  uint64_t tok; /* the shape token of a request on its stream */
+  size_t lo;    /* the fewest bytes it may ask for */
+  size_t size;  /* its room: the most bytes seen in its slot, plus headroom */
+  size_t cap;   /* the room it may take at off (>= size): up to the next
                   * block placed above it whose lifetime meets its own */
-  size_t off;    /* in the arena; NO_OFF: served by the path */
-  bool varied;   /* its sizes differed over the periods seen */
+  size_t off;   /* in the arena; NO_OFF: served by the path */
+  bool varied;  /* its sizes differed over the periods seen */
 } plan_ent;
 #define NO_OFF SIZE_MAX
 
