@@ -386,7 +386,7 @@ static void test_core_plan_release(void **state) {
  * frees on a second stream, record_stream) under every large mode; the
  * shadow checks every block's room and bytes, the pool's count of bytes in
  * use, and the teardown that every byte went back. */
-static void stress_in(aa_large_mode mode, uint64_t seed, uint64_t *adopted) {
+static void stress_in(aa_large_mode mode, uint64_t seed, unsigned jit, uint64_t *adopted) {
   fx *f = make_plan(mode, 1);
   shadow *s = calloc(1, sizeof *s);
   steps t = make_steps(seed);
@@ -403,7 +403,9 @@ static void stress_in(aa_large_mode mode, uint64_t seed, uint64_t *adopted) {
         continue; /* skipped */
       if (noise && rnd(&r) % 16 == 0)
         (void)sh_alloc(f, s, (size_t)(rnd(&r) % (3 * MiB)) + 20000, NULL); /* extra, kept */
-      int q = sh_alloc(f, s, t.bytes[i], NULL);
+      /* jit: sizes up to jit - 1 pages apart every step */
+      size_t n = t.bytes[i] + (jit ? (size_t)(rnd(&r) % jit) * 4096 : 0);
+      int q = sh_alloc(f, s, n, NULL);
       mine[i] = s->p[q];
       if (noise && rnd(&r) % 8 == 0)
         assert_int_equal(aa_record_stream(f->p, mine[i], side), AA_OK);
@@ -455,11 +457,23 @@ static void test_core_plan_stress(void **state) {
   (void)state;
   uint64_t adopted = 0;
   for (uint64_t seed = 1; seed <= 4; seed++) {
-    stress_in(AA_LARGE_EXPANDABLE, seed, &adopted);
-    stress_in(AA_LARGE_CACHE, seed, &adopted);
-    stress_in(AA_LARGE_PASSTHROUGH, seed, &adopted);
+    stress_in(AA_LARGE_EXPANDABLE, seed, 0, &adopted);
+    stress_in(AA_LARGE_CACHE, seed, 0, &adopted);
+    stress_in(AA_LARGE_PASSTHROUGH, seed, 0, &adopted);
   }
   assert_true(adopted >= 4); /* the noise met plans in most runs */
+}
+
+/* The same with sizes a few pages apart every step. */
+static void test_core_plan_stress_jitter(void **state) {
+  (void)state;
+  uint64_t adopted = 0;
+  for (uint64_t seed = 1; seed <= 4; seed++) {
+    stress_in(AA_LARGE_EXPANDABLE, seed, 16, &adopted);
+    stress_in(AA_LARGE_CACHE, seed, 16, &adopted);
+    stress_in(AA_LARGE_PASSTHROUGH, seed, 16, &adopted);
+  }
+  assert_true(adopted >= 4);
 }
 
 /* ------------------------------------------------------------ review */
@@ -1014,6 +1028,148 @@ static void test_core_plan_stitch_stress(void **state) {
   }
 }
 
+/* ------------------------------------------------------------ tolerance */
+
+/* One step of t with every size scaled by num / den and moved by up to
+ * jit - 1 pages (drawn from *r); the blocks freed as t says. */
+static void run_step_sized(fx *f, shadow *s, const steps *t, size_t num, size_t den, unsigned jit,
+                           uint64_t *r) {
+  steps u = *t;
+  for (int i = 0; i < NREQ; i++)
+    u.bytes[i] = t->bytes[i] * num / den + (jit ? (size_t)(rnd(r) % jit) * 4096 : 0);
+  run_step(f, s, &u);
+}
+
+/* A loop whose sizes differ a few pages every step: a plan is adopted (by
+ * the requests' shapes), serves the later steps with few misses, and holds
+ * no more than best fit at the peak and less at the end. */
+static void jitter_in(aa_large_mode mode) {
+  steps t = make_steps(17);
+  fx *on = make_plan(mode, 1), *off = make_plan(mode, 0);
+  shadow *s1 = calloc(1, sizeof *s1), *s0 = calloc(1, sizeof *s0);
+  weights(on, s1);
+  weights(off, s0);
+  uint64_t r1 = 99, r0 = 99;
+  for (int k = 0; k < 24; k++) {
+    run_step_sized(on, s1, &t, 1, 1, 24, &r1);
+    run_step_sized(off, s0, &t, 1, 1, 24, &r0);
+  }
+  aa_pool_stats a = stats(on), b = stats(off);
+  assert_int_equal(a.large_plan_state, AA_PLAN_ACTIVE);
+  assert_int_equal(a.large_plan_period, NREQ);
+  assert_true(a.large_plan_hits >= 8 * NREQ);
+  assert_true(a.large_plan_misses <= a.large_plan_hits / 16);
+  assert_true(a.peak_bytes_reserved <= b.peak_bytes_reserved);
+  assert_true(a.bytes_reserved < b.bytes_reserved);
+  free_all(on, s1);
+  free_all(off, s0);
+  assert_int_equal(stats(on).bytes_in_use, 0);
+  fx_done(on);
+  fx_done(off);
+  free(s1);
+  free(s0);
+}
+
+static void test_core_plan_jitter_expandable(void **state) {
+  (void)state;
+  jitter_in(AA_LARGE_EXPANDABLE);
+}
+
+static void test_core_plan_jitter_cache(void **state) {
+  (void)state;
+  jitter_in(AA_LARGE_CACHE);
+}
+
+/* A loop whose sizes scale every step (a sequence length drawn each step:
+ * the same requests in the same order, every size times 4, 5, 6 or 8 over
+ * 4): a plan is adopted with rooms for the largest step seen, serves the
+ * steps of every length, and costs no memory at the peak. */
+static void test_core_plan_varying_length(void **state) {
+  (void)state;
+  steps t = make_steps(23);
+  fx *on = make_plan(AA_LARGE_EXPANDABLE, 1), *off = make_plan(AA_LARGE_EXPANDABLE, 0);
+  shadow *s1 = calloc(1, sizeof *s1), *s0 = calloc(1, sizeof *s0);
+  weights(on, s1);
+  weights(off, s0);
+  uint64_t r = 5, r1 = 0, r0 = 0;
+  for (int k = 0; k < 30; k++) {
+    static const size_t scale[4] = {4, 5, 6, 8};
+    size_t num = k == 1 ? 8 : scale[rnd(&r) % 4]; /* the longest early */
+    run_step_sized(on, s1, &t, num, 4, 0, &r1);
+    run_step_sized(off, s0, &t, num, 4, 0, &r0);
+  }
+  aa_pool_stats a = stats(on), b = stats(off);
+  assert_int_equal(a.large_plan_state, AA_PLAN_ACTIVE);
+  assert_true(a.large_plan_hits >= 8 * NREQ);
+  assert_true(a.large_plan_misses <= a.large_plan_hits / 16);
+  assert_true(a.peak_bytes_reserved <= b.peak_bytes_reserved);
+  assert_int_equal(a.peak_bytes_in_use, b.peak_bytes_in_use);
+  free_all(on, s1);
+  free_all(off, s0);
+  fx_done(on);
+  fx_done(off);
+  free(s1);
+  free(s0);
+}
+
+/* A request over its room is a miss served by the path (the counts exact;
+ * where the path would take memory past the window's peak, the plan yields
+ * its arena) and the plan costs no memory, and the loop is planned again;
+ * a loop whose every size grew past its room drops the plan, which is
+ * planned again (adopted or refused by the replay) at no memory cost. */
+static void test_core_plan_over_room(void **state) {
+  (void)state;
+  steps t = make_steps(29);
+  fx *on = make_plan(AA_LARGE_EXPANDABLE, 1), *off = make_plan(AA_LARGE_EXPANDABLE, 0);
+  shadow *s1 = calloc(1, sizeof *s1), *s0 = calloc(1, sizeof *s0);
+  weights(on, s1);
+  weights(off, s0);
+  uint64_t r1 = 7, r0 = 7;
+  for (int k = 0; k < 16; k++) {
+    run_step_sized(on, s1, &t, 1, 1, 8, &r1);
+    run_step_sized(off, s0, &t, 1, 1, 8, &r0);
+  }
+  assert_int_equal(stats(on).large_plan_state, AA_PLAN_ACTIVE);
+  /* one step whose first request asks for twice its bytes */
+  aa_pool_stats a = stats(on);
+  steps u = t;
+  u.bytes[0] *= 2;
+  uint64_t m0 = a.large_plan_misses, h0 = a.large_plan_hits;
+  run_step(on, s1, &u);
+  run_step(off, s0, &u);
+  a = stats(on);
+  assert_int_equal(a.large_plan_misses, m0 + 1);
+  assert_true(a.large_plan_hits >= h0);
+  assert_true(a.peak_bytes_reserved <= stats(off).peak_bytes_reserved);
+  check_all(on, s1);
+  for (int k = 0; k < 16; k++) { /* back to the loop: planned again */
+    run_step_sized(on, s1, &t, 1, 1, 8, &r1);
+    run_step_sized(off, s0, &t, 1, 1, 8, &r0);
+  }
+  a = stats(on);
+  assert_int_equal(a.large_plan_state, AA_PLAN_ACTIVE);
+  /* every size grown by a third: dropped, planned again for the new sizes */
+  uint64_t d0 = a.large_plans_dropped, ad0 = a.large_plans_adopted;
+  for (int k = 0; k < 16; k++) {
+    run_step_sized(on, s1, &t, 4, 3, 8, &r1);
+    run_step_sized(off, s0, &t, 4, 3, 8, &r0);
+    check_all(on, s1);
+  }
+  a = stats(on);
+  aa_pool_stats b = stats(off);
+  assert_true(a.large_plans_dropped > d0);
+  assert_true(a.large_plans_adopted + a.large_plans_refused > ad0);
+  /* within a page: the arena yielded mid-step (its blocks at their planned
+   * offsets) leaves the grown loop one segment higher here */
+  assert_true(a.peak_bytes_reserved <= b.peak_bytes_reserved + 2 * MiB);
+  free_all(on, s1);
+  free_all(off, s0);
+  fx_done(on);
+  fx_done(off);
+  free(s1);
+  free(s0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_core_plan_adopted_expandable),
@@ -1036,6 +1192,11 @@ int main(void) {
       cmocka_unit_test(test_core_plan_yield_cache),
       cmocka_unit_test(test_core_plan_yield_stitch),
       cmocka_unit_test(test_core_plan_stitch_stress),
+      cmocka_unit_test(test_core_plan_stress_jitter),
+      cmocka_unit_test(test_core_plan_jitter_expandable),
+      cmocka_unit_test(test_core_plan_jitter_cache),
+      cmocka_unit_test(test_core_plan_varying_length),
+      cmocka_unit_test(test_core_plan_over_room),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -742,7 +742,7 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
     /* new memory for a request the plan does not serve, while the plan's
      * arena has free room: the arena becomes the path's chunks first
      * (large_plan.c), so that a plan never costs memory */
-    if (!yielded && pool->large->plan != NULL && aa__lg_plan_can_yield(pool) &&
+    if (!yielded && pool->large->plan != NULL && aa__lg_plan_can_yield(pool, need) &&
         (c == NULL || (vmm && !stitched && aa__lg_unmapped_under(pool, c, need, 0) > 0))) {
       yielded = true;
       waited = false; /* c goes back: the next one is found afresh */

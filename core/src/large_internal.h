@@ -423,7 +423,7 @@ int aa__lg_plan_walk(const aa_pool *pool, uintptr_t lo, uintptr_t hi, aa_walk_fn
 /* The path is about to take new memory for a request the plan does not
  * serve: whether the plan is active with free room in its arena, and then
  * its drop, the arena made the path's chunks (or drained). */
-bool aa__lg_plan_can_yield(const aa_pool *pool);
+bool aa__lg_plan_can_yield(const aa_pool *pool, size_t need);
 void aa__lg_plan_yield(aa_pool *pool);
 /* An explicit release or an out-of-memory retry: an active plan with no
  * live block gives its arena back (it is learned again). */

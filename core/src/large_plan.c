@@ -51,31 +51,43 @@
 
 #include "large_internal.h"
 
-#define PLAN_WIN ((uint64_t)1 << 16) /* events watched */
-#define PLAN_EVERY 512               /* events between looks for a period */
-#define PLAN_MIN_Q 4                 /* the shortest period, in events */
-#define PLAN_MAX_N 4096              /* requests per period planned at most */
-#define PLAN_RESYNC 8                /* expected requests looked ahead on a miss */
-#define PLAN_MAX_REPS 8              /* periods in a row a plan may have to repeat */
-#define PLAN_UNIT AA__LARGE_ALIGN    /* the arena's bitmap unit */
+#define PLAN_WIN ((uint64_t)1 << 16)     /* events watched */
+#define PLAN_EVERY 512                   /* events between looks for a period */
+#define PLAN_MIN_Q 4                     /* the shortest period, in events */
+#define PLAN_MAX_N 4096                  /* requests per period planned at most */
+#define PLAN_RESYNC 8                    /* expected requests looked ahead on a miss */
+#define PLAN_MAX_REPS 8                  /* periods in a row a plan may have to repeat */
+#define PLAN_UNIT AA__LARGE_ALIGN        /* the arena's bitmap unit */
+#define PLAN_MAX_SEEN 16                 /* periods whose sizes make the rooms */
+#define PLAN_HEAD_MIN ((size_t)64 << 10) /* a varying slot's headroom, at least */
 
 enum { EV_ALLOC = 0,
        EV_FREE = 1 };
 
 typedef struct plan_ev {
-  uint64_t tok;
+  uint64_t tok;              /* exact: request or free, bytes asked for, stream */
+  uint64_t stok;             /* the shape (shape_of): request or free, stream, and for a
+                  * free how many requests ago its block was asked for */
   uint64_t seq;              /* request: its number; free: its block's (0: unknown) */
   uint64_t in_use, reserved; /* the path's bytes after the event */
   size_t size;               /* bytes asked for */
+  size_t blk;                /* request: the bytes in use it added (its
+                              * room, chunk or stitched range) */
   aa_stream stream;
   uint32_t kind;
 } plan_ev;
 
-/* A request of the period, in order from entry 0. */
+/* A request of the period, in order from entry 0. A request is this entry
+ * when its shape token is the entry's and it asks for lo..cap bytes (the
+ * expected entry: any bytes, judged by its room). */
 typedef struct plan_ent {
-  uint64_t tok;
-  size_t size; /* its room: the request rounded to PLAN_UNIT */
-  size_t off;  /* in the arena; NO_OFF: served by the path */
+  uint64_t tok; /* the shape token of a request on its stream */
+  size_t lo;    /* the fewest bytes it may ask for */
+  size_t size;  /* its room: the most bytes seen in its slot, plus headroom */
+  size_t cap;   /* the room it may take at off (>= size): up to the next
+                  * block placed above it whose lifetime meets its own */
+  size_t off;   /* in the arena; NO_OFF: served by the path */
+  bool varied;  /* its sizes differed over the periods seen */
 } plan_ent;
 #define NO_OFF SIZE_MAX
 
@@ -132,6 +144,8 @@ struct aa__plan {
    * an evaluation pass every few steps), up to PLAN_MAX_REPS */
   unsigned reps;
   uint32_t period_misses; /* misses since the period last started */
+  uint32_t period_grown;  /* of which requests that outgrew their rooms */
+  bool grew;              /* the request being served outgrew its room */
   uint32_t good_periods;  /* period starts served since reps last eased */
 };
 
@@ -142,6 +156,14 @@ static uint64_t tok_of(uint32_t kind, size_t req, aa_stream s) {
   h ^= ((uint64_t)(uintptr_t)s + 0x632BE59BD9B4E019ull) * 0xD6E8FEB86659FD93ull;
   h ^= h >> 31;
   return (h << 1) | kind;
+}
+
+/* The shape token: a request on its stream, whatever its bytes; a free,
+ * with how many requests ago its block was asked for (dist; UINT64_MAX:
+ * not known). Where only sizes change from step to step (a sequence length
+ * drawn each step, sizes a few pages apart), the shapes still repeat. */
+static uint64_t shape_of(uint32_t kind, uint64_t dist, aa_stream s) {
+  return tok_of(kind, (size_t)(kind == EV_ALLOC ? 0 : dist) ^ (size_t)0x5851F42D4C957F2Dull, s);
 }
 
 static size_t room_of(size_t req) { return aa__lg_round_up(req, PLAN_UNIT); }
@@ -292,15 +314,20 @@ static void live_del(struct aa__plan *P, plan_live *e) {
 
 /* ------------------------------------------------------------ the period */
 
-/* The period in events, 0 when the window does not repeat. */
-static uint64_t find_period(struct aa__plan *P) {
+/* The period in events, 0 when the window does not repeat; *matched: how
+ * many events back the window equals itself shifted by it. shape: the
+ * shape tokens instead of the exact ones. */
+static uint64_t find_period(struct aa__plan *P, bool shape, uint64_t *matched) {
   uint64_t n = P->nev < PLAN_WIN ? P->nev : PLAN_WIN;
+  *matched = 0;
   if (n < 2 * PLAN_MIN_Q)
     return 0;
   uint64_t *r = P->rtok;
   uint32_t *z = P->z;
-  for (uint64_t i = 0; i < n; i++)
-    r[i] = ev_at(P, P->nev - 1 - i)->tok;
+  for (uint64_t i = 0; i < n; i++) {
+    const plan_ev *e = ev_at(P, P->nev - 1 - i);
+    r[i] = shape ? e->stok : e->tok;
+  }
   /* z[i]: the length of the longest common prefix of r and r + i */
   z[0] = (uint32_t)n;
   uint64_t l = 0, rr = 0;
@@ -317,20 +344,27 @@ static uint64_t find_period(struct aa__plan *P) {
       rr = i + k;
     }
   }
-  /* a step leaves the path's bytes in use as it found them; a period
-   * inside one (a layer of the forward pass, which keeps activations, or of
-   * the backward, which frees them) does not; and the repetition must
-   * cover a quarter of the window at least (an optimizer's loop of
-   * temporaries balances, but only over a stretch of the step) */
+  /* a step leaves the path's bytes in use as it found them (by shape, where
+   * sizes change: as many blocks live); a period inside one (a layer of the
+   * forward pass, which keeps activations, or of the backward, which frees
+   * them) does not; and the repetition must cover a quarter of the window
+   * at least (an optimizer's loop of temporaries balances, but only over a
+   * stretch of the step). By shape, a third period is asked for too: the
+   * sizes of each slot over three periods at least make its room. */
   uint64_t in_use = ev_at(P, P->nev - 1)->in_use;
+  uint64_t reps = P->reps - 1 + (shape ? 2 : 0);
   uint64_t best = 0, bm = 0;
-  for (uint64_t q = PLAN_MIN_Q; q <= n / 2; q++) {
-    if (z[q] >= (uint64_t)(P->reps - 1) * q && z[q] >= n / 4 && z[q] > bm &&
-        ev_at(P, P->nev - 1 - q)->in_use == in_use) {
-      best = q;
-      bm = z[q];
-    }
+  int64_t bal = 0; /* requests less frees over the last q events */
+  for (uint64_t q = 1; q <= n / 2; q++) {
+    bal += ev_at(P, P->nev - q)->kind == EV_ALLOC ? 1 : -1;
+    if (q < PLAN_MIN_Q || z[q] < reps * q || z[q] < n / 4 || z[q] <= bm)
+      continue;
+    if (shape ? bal != 0 : ev_at(P, P->nev - 1 - q)->in_use != in_use)
+      continue;
+    best = q;
+    bm = z[q];
   }
+  *matched = bm;
   return best;
 }
 
@@ -502,28 +536,84 @@ static void ask_longer(struct aa__plan *P) {
 /* Requests out of step a plan bears in a row: a quarter period, 16 at least. */
 static uint32_t run_limit(const struct aa__plan *P) { return P->n / 4 > 16 ? P->n / 4 : 16; }
 
-/* Plans the period before the last of a window with period q (events);
- * installs it (waiting for the period's start) when the window's replay
- * says peak reserved falls, else counts a refusal. */
-static void plan_make(aa_pool *pool, struct aa__plan *P, uint64_t q) {
+/* The bytes a slot's room holds over the largest request seen in it (lo..hi
+ * over m periods): where sizes scatter in a range, its end estimated from
+ * the slot's own sizes (the largest plus twice the spread over m - 1) and
+ * from the slots of about its size (within a doubling: their largest
+ * spread, `range`, times m / (m - 1), from its smallest), whichever is
+ * higher; at most
+ * an eighth of the largest (PLAN_HEAD_MIN at least). A slot whose sizes
+ * never changed gets none: its room is its request's. */
+static size_t headroom(size_t lo, size_t hi, size_t range, uint64_t m) {
+  if (lo == hi)
+    return 0;
+  size_t own = 2 * (hi - lo) / (size_t)(m - 1);
+  range = range / (size_t)(m - 1) * (size_t)m; /* a range seen is short of the true one */
+  size_t near = lo + range > hi ? lo + range - hi : 0;
+  size_t h = own > near ? own : near;
+  size_t lim = hi / 8 > PLAN_HEAD_MIN ? hi / 8 : PLAN_HEAD_MIN;
+  return h < lim ? h : lim;
+}
+
+/* The doubling a size is in. */
+static unsigned octave(size_t v) {
+  unsigned o = 0;
+  while (v > 1) {
+    v >>= 1;
+    o++;
+  }
+  return o;
+}
+
+/* Each candidate's cap: the room it may take at its offset, up to the
+ * lowest block above it whose arc meets its own, or the arena's end. */
+static void set_caps(const cand *c, size_t nc, uint64_t q, size_t arena, plan_ent *ent) {
+  for (size_t i = 0; i < nc; i++) {
+    size_t top = arena, end = c[i].off + c[i].size;
+    for (size_t k = 0; k < nc; k++) {
+      if (k != i && c[k].off >= end && c[k].off < top &&
+          arcs_meet(c[i].a, c[i].l, c[k].a, c[k].l, q))
+        top = c[k].off;
+    }
+    ent[c[i].j].cap = top - c[i].off;
+  }
+}
+
+/* Plans a window whose last `matched` events repeat with period q (events):
+ * the lifetimes of the period before the last, the rooms from the sizes of
+ * every whole period repeated (up to PLAN_MAX_SEEN); installs the plan
+ * (waiting for the period's start) when the window's replay says peak
+ * reserved falls, else counts a refusal. */
+static void plan_make(aa_pool *pool, struct aa__plan *P, uint64_t q, uint64_t matched) {
   uint64_t b = P->nev - 2 * q; /* the model period: events [b, b + q) */
+  uint64_t nwin = P->nev < PLAN_WIN ? P->nev : PLAN_WIN;
+  uint64_t m = (matched + q) / q; /* whole periods seen, the last included */
+  if (m > PLAN_MAX_SEEN)
+    m = PLAN_MAX_SEEN;
+  if (m * q > nwin)
+    m = nwin / q;
   uint64_t *at = NULL, *freed = NULL;
+  size_t *lo = NULL, *hi = NULL;
   cand *cs = NULL;
-  int64_t *diff = NULL;
+  int64_t *diff = NULL, *pl = NULL;
   plan_ent *ent = NULL, *rot = NULL;
   bool refuse = true;
   uint32_t n = 0;
   for (uint64_t i = b; i < b + q; i++)
     n += ev_at(P, i)->kind == EV_ALLOC;
-  if (n == 0 || n > PLAN_MAX_N)
+  if (n == 0 || n > PLAN_MAX_N || m < 2)
     goto out;
   at = malloc((size_t)n * sizeof *at); /* each request's event */
   freed = calloc(n, sizeof *freed);    /* its free's event, or 0 */
+  lo = malloc((size_t)n * sizeof *lo); /* the fewest and most bytes seen */
+  hi = calloc(n, sizeof *hi);
   cs = malloc((size_t)n * sizeof *cs);
   diff = calloc(q + 1, sizeof *diff);
+  pl = calloc(nwin + 2, sizeof *pl);
   ent = calloc(n, sizeof *ent);
   rot = malloc((size_t)n * sizeof *rot);
-  if (at == NULL || freed == NULL || cs == NULL || diff == NULL || ent == NULL || rot == NULL) {
+  if (at == NULL || freed == NULL || lo == NULL || hi == NULL || cs == NULL || diff == NULL ||
+      pl == NULL || ent == NULL || rot == NULL) {
     refuse = false; /* memory is short: try again later */
     goto out;
   }
@@ -536,11 +626,24 @@ static void plan_make(aa_pool *pool, struct aa__plan *P, uint64_t q) {
   for (uint32_t j = 0; j < n; j++) {
     if (ev_at(P, at[j])->seq != seq0 + j)
       goto out; /* a request the window missed: no model */
+    lo[j] = SIZE_MAX;
   }
   for (uint64_t i = b; i < P->nev; i++) {
     const plan_ev *e = ev_at(P, i);
     if (e->kind == EV_FREE && e->seq >= seq0 && e->seq < seq0 + n && freed[e->seq - seq0] == 0)
       freed[e->seq - seq0] = i;
+  }
+  /* the sizes of each slot over the periods seen (request j of each is at
+   * the same place in it: the periods repeat) */
+  for (uint64_t p = 0; p < m; p++) {
+    uint64_t bp = P->nev - (p + 1) * q;
+    for (uint32_t j = 0; j < n; j++) {
+      const plan_ev *e = ev_at(P, bp + (at[j] - b));
+      if (e->kind != EV_ALLOC)
+        goto out;
+      lo[j] = e->size < lo[j] ? e->size : lo[j];
+      hi[j] = e->size > hi[j] ? e->size : hi[j];
+    }
   }
   /* the plan's stream: the one with the most bytes asked for */
   aa_stream st[8];
@@ -554,18 +657,33 @@ static void plan_make(aa_pool *pool, struct aa__plan *P, uint64_t q) {
     if (s == nst && nst < 8)
       st[nst++] = e->stream;
     if (s < nst)
-      sb[s] += e->size;
+      sb[s] += hi[j];
   }
   int best = 0;
   for (int s = 1; s < nst; s++)
     best = sb[s] > sb[best] ? s : best;
   aa_stream stream = st[best];
-  /* the candidates, and the planned bytes live before each event */
+  /* the largest spread of the slots in each doubling */
+  size_t range[64] = {0};
+  for (uint32_t j = 0; j < n; j++) {
+    unsigned o = octave(hi[j]);
+    range[o] = hi[j] - lo[j] > range[o] ? hi[j] - lo[j] : range[o];
+  }
+  /* the candidates, and the planned bytes (rooms) live before each event */
   size_t nc = 0;
   for (uint32_t j = 0; j < n; j++) {
     const plan_ev *e = ev_at(P, at[j]);
-    ent[j].tok = e->tok;
-    ent[j].size = room_of(e->size);
+    size_t h = headroom(lo[j], hi[j], range[octave(hi[j])], m);
+    ent[j].tok = e->stok;
+    ent[j].size = room_of(hi[j] + h);
+    ent[j].varied = lo[j] < hi[j];
+    if (ent[j].varied) { /* down to half its room, or the fewest bytes seen */
+      ent[j].lo = lo[j] > h ? lo[j] - h : 1;
+      ent[j].lo = ent[j].lo < ent[j].size / 2 ? ent[j].lo : ent[j].size / 2;
+    } else {
+      ent[j].lo = lo[j];
+    }
+    ent[j].cap = ent[j].size;
     ent[j].off = NO_OFF;
     if (e->stream != stream || freed[j] == 0 || freed[j] - at[j] >= q)
       continue; /* another stream, or lives a period or more: the path's */
@@ -603,15 +721,38 @@ static void plan_make(aa_pool *pool, struct aa__plan *P, uint64_t q) {
   }
   for (size_t i = 0; i < nc; i++)
     ent[cs[i].j].off = cs[i].off;
-  /* the window's replay: the last period's peak reserved against its peak
-   * in use outside the plan, plus the arena, plus what is live at entry 0 */
+  set_caps(cs, nc, q, arena, ent);
+  /* the window's replay: the last period's peak reserved against the peak
+   * in use outside the plan, plus the arena, plus what is live at entry 0.
+   * Outside the plan: what was in use less the bytes the planned blocks of
+   * each period asked for, over the events of the repeating stretch
+   * (from valid0) whose live planned blocks were all asked for in it (a
+   * period in: they live less than one). pl[t]: the change of the planned
+   * bytes live after event valid0 + t. */
+  uint64_t valid0 = P->nev - (matched + q < nwin ? matched + q : nwin);
+  for (uint64_t p = 0; (p + 1) * q <= P->nev - valid0 + q; p++) {
+    for (size_t i = 0; i < nc; i++) {
+      uint64_t ea = P->nev - (p + 1) * q + (at[cs[i].j] - b);
+      if ((p + 1) * q > P->nev + (at[cs[i].j] - b) || ea < valid0 || ea >= P->nev)
+        continue;
+      const plan_ev *e = ev_at(P, ea);
+      aa__assert(e->kind == EV_ALLOC);
+      uint64_t t1 = ea + cs[i].l < P->nev ? ea + cs[i].l : P->nev;
+      pl[ea - valid0] += (int64_t)e->blk;
+      pl[t1 - valid0] -= (int64_t)e->blk;
+    }
+  }
   uint64_t observed = 0, outside = 0;
-  for (uint64_t i = b + q; i < P->nev; i++) {
+  run = 0;
+  for (uint64_t i = valid0; i < P->nev; i++) {
     const plan_ev *e = ev_at(P, i);
-    uint64_t planned = (uint64_t)diff[(i - (b + q) + 1) % q]; /* after event i */
+    run += pl[i - valid0];
+    uint64_t planned = (uint64_t)run; /* after event i */
     uint64_t o = e->in_use > planned ? e->in_use - planned : 0;
-    observed = e->reserved > observed ? e->reserved : observed;
-    outside = o > outside ? o : outside;
+    if (i >= P->nev - q)
+      observed = e->reserved > observed ? e->reserved : observed;
+    if (i >= valid0 + q)
+      outside = o > outside ? o : outside;
   }
   uint64_t predicted = outside + arena + live0;
   size_t page = pool->large->vmm_page ? pool->large->vmm_page : AA__LARGE_SEG;
@@ -640,8 +781,11 @@ out:
     refused(P, q);
   free(at);
   free(freed);
+  free(lo);
+  free(hi);
   free(cs);
   free(diff);
+  free(pl);
   free(ent);
   free(rot);
 }
@@ -651,23 +795,37 @@ void aa__lg_plan_note(aa_pool *pool, int kind, size_t req, aa_stream stream, uin
   if (P == NULL)
     return;
   plan_ev *e = &P->win[P->nev % PLAN_WIN];
+  uint64_t dist = kind == EV_FREE && seq != 0 ? pool->large->alloc_seq - seq : UINT64_MAX;
   e->tok = tok_of((uint32_t)kind, req, stream);
+  e->stok = shape_of((uint32_t)kind, dist, stream);
   e->seq = seq;
   e->size = req;
   e->stream = stream;
   e->kind = (uint32_t)kind;
   e->in_use = pool->large->in_use;
   e->reserved = pool->large->reserved;
+  /* what it added to the bytes in use (every change to them is an event
+   * here), within its room and twice that */
+  e->blk = room_of(req);
+  if (kind == EV_ALLOC && P->nev > 0) {
+    uint64_t prev = ev_at(P, P->nev - 1)->in_use;
+    if (e->in_use > prev + e->blk && e->in_use - prev <= 2 * (uint64_t)e->blk)
+      e->blk = (size_t)(e->in_use - prev);
+  }
   P->nev++;
   if (P->state == AA_PLAN_LEARNING && P->nev >= P->next_check) {
     /* a window that does not repeat is looked at less often, down to
-     * once per 8 * PLAN_EVERY events (the search is linear in the window) */
+     * once per 8 * PLAN_EVERY events (the search is linear in the window);
+     * the exact requests first, then their shapes (sizes that change) */
     P->idle_checks = P->idle_checks < 4 ? P->idle_checks + 1 : 4;
     P->next_check = P->nev + ((uint64_t)PLAN_EVERY << (P->idle_checks - 1));
-    uint64_t q = find_period(P);
+    uint64_t matched;
+    uint64_t q = find_period(P, false, &matched);
+    if (q == 0)
+      q = find_period(P, true, &matched);
     if (q != 0) {
       P->idle_checks = 0;
-      plan_make(pool, P, q);
+      plan_make(pool, P, q, matched);
     }
   }
 }
@@ -702,6 +860,9 @@ static void plan_finish(aa_pool *pool, struct aa__plan *P) {
   P->n = 0;
   P->arena_bytes = 0;
   P->good_periods = 0;
+  P->period_misses = 0;
+  P->period_grown = 0;
+  P->grew = false;
   P->state = AA_PLAN_LEARNING;
   P->next_check = P->nev + PLAN_EVERY;
 }
@@ -766,16 +927,27 @@ static void plan_drop(aa_pool *pool, struct aa__plan *P) {
 }
 
 /* Drops a plan the requests stopped following; the next one must have
- * repeated for one period more. */
+ * repeated for one period more, unless the requests still follow it and
+ * only their bytes outgrew their rooms (the request that made the path
+ * take memory, or most of the period's misses): then it is planned again
+ * from the window, with the larger sizes, at the next look. */
 static void stop_following(aa_pool *pool, struct aa__plan *P) {
-  ask_longer(P);
+  bool grown = P->grew || 2 * P->period_grown > P->period_misses;
+  if (!grown)
+    ask_longer(P);
   plan_drop(pool, P);
 }
 
-bool aa__lg_plan_can_yield(const aa_pool *pool) {
+bool aa__lg_plan_can_yield(const aa_pool *pool, size_t need) {
   const struct aa__plan *P = pool->large->plan;
-  return P != NULL && P->state == AA_PLAN_ACTIVE && P->arena != NULL &&
-         P->live_bytes < P->arena_bytes;
+  if (P == NULL || P->state != AA_PLAN_ACTIVE || P->arena == NULL ||
+      P->live_bytes >= P->arena_bytes)
+    return false;
+  /* a request the plan expected, grown past its room (sizes that change a
+   * little every step), may take new memory while the pool stays under
+   * the peak the plan was measured against: the plan holds */
+  size_t page = pool->large->vmm_page ? pool->large->vmm_page : AA__LARGE_SEG;
+  return !P->grew || pool->large->reserved + aa__lg_round_up(need, page) > P->observed;
 }
 
 void aa__lg_plan_yield(aa_pool *pool) { stop_following(pool, pool->large->plan); }
@@ -848,15 +1020,29 @@ static bool activate(aa_pool *pool, struct aa__plan *P) {
   return true;
 }
 
-/* The entry a request with token tok matches: the expected one, one of the
+/* Whether a request of `size` bytes with shape token tok is entry e. */
+static bool is_ent(const plan_ent *e, uint64_t tok, size_t size) {
+  return e->tok == tok && size >= e->lo && room_of(size) <= e->cap;
+}
+
+/* The entry a request matches: the expected one (also when its bytes
+ * outgrew its room, where its slot's sizes vary: *grown set), one of the
  * next few, or the period's start; n (none) otherwise. */
-static uint32_t match(const struct aa__plan *P, uint64_t tok) {
-  for (uint32_t d = 0; d <= PLAN_RESYNC && d < P->n; d++) {
+static uint32_t match(const struct aa__plan *P, uint64_t tok, size_t size, bool *grown) {
+  const plan_ent *e = &P->ent[P->cursor];
+  *grown = false;
+  if (is_ent(e, tok, size))
+    return P->cursor;
+  if (e->varied && e->tok == tok && size >= e->lo) {
+    *grown = true;
+    return P->cursor;
+  }
+  for (uint32_t d = 1; d <= PLAN_RESYNC && d < P->n; d++) {
     uint32_t k = (P->cursor + d) % P->n;
-    if (P->ent[k].tok == tok)
+    if (is_ent(&P->ent[k], tok, size))
       return k;
   }
-  return P->ent[0].tok == tok ? 0 : P->n;
+  return is_ent(&P->ent[0], tok, size) ? 0 : P->n;
 }
 
 /* A request the plan did not serve: a run of them longer than a quarter
@@ -885,10 +1071,11 @@ void *aa__lg_plan_alloc(aa_pool *pool, size_t size, aa_stream stream, uint64_t s
   }
   if (P == NULL || P->state == AA_PLAN_LEARNING || P->state == AA_PLAN_DRAINING)
     return NULL;
-  uint64_t tok = tok_of(EV_ALLOC, size, stream);
+  uint64_t tok = shape_of(EV_ALLOC, 0, stream);
+  P->grew = false;
   if (P->state == AA_PLAN_WAITING) {
     uint32_t k = (uint32_t)((seq - P->s0) % P->n);
-    if (P->ent[k].tok != tok) {
+    if (!is_ent(&P->ent[k], tok, size)) {
       if (++P->wait_miss > run_limit(P)) { /* the requests moved on: learn again */
         P->dropped++;
         plan_finish(pool, P);
@@ -905,13 +1092,15 @@ void *aa__lg_plan_alloc(aa_pool *pool, size_t size, aa_stream stream, uint64_t s
       return NULL;
     }
   }
-  uint32_t k = match(P, tok);
+  bool grown;
+  uint32_t k = match(P, tok, size, &grown);
   if (k == P->n) {
     miss(pool, P);
     return NULL;
   }
-  if (k == 0) { /* a new period's start */
+  if (k == 0 && !grown) { /* a new period's start */
     P->period_misses = 0;
+    P->period_grown = 0;
     /* a plan that has held for 16 periods eases what the next must show */
     if (++P->good_periods >= 16) {
       P->good_periods = 0;
@@ -922,8 +1111,14 @@ void *aa__lg_plan_alloc(aa_pool *pool, size_t size, aa_stream stream, uint64_t s
   P->cursor = (k + 1) % P->n;
   const plan_ent *e = &P->ent[k];
   size_t room = room_of(size);
-  if (e->off == NO_OFF || room > e->size) {
+  if (e->off == NO_OFF) {
     P->streak = 0; /* expected, and the path's */
+    return NULL;
+  }
+  if (grown) { /* more bytes than its room: the path's, and a miss */
+    P->grew = true;
+    P->period_grown++;
+    miss(pool, P);
     return NULL;
   }
   if (!bits_clear(P, e->off, room)) {
