@@ -45,6 +45,7 @@ typedef struct dl_device {
   _Atomic(aa_pool *) region[AA__DL_MAX_REGIONS];
   atomic_int nregions; /* region pools made */
   atomic_int nprivate; /* private pools listed */
+  atomic_int others;   /* nregions + nprivate: the free path's one load */
   pthread_mutex_t mu;  /* privs and their counts */
   aa__dl_private *privs; /* in id order, as a std::map of MempoolId_t */
 } dl_device;
@@ -250,9 +251,10 @@ aa_pool *aa__dl_region_pool(aa__dl *dl, int device, int region) {
   if (p == NULL)
     return NULL;
   if (atomic_compare_exchange_strong_explicit(&d->region[region], &none, p, memory_order_acq_rel,
-                                              memory_order_acquire))
+                                              memory_order_acquire)) {
     atomic_fetch_add_explicit(&d->nregions, 1, memory_order_release);
-  else
+    atomic_fetch_add_explicit(&d->others, 1, memory_order_release);
+  } else
     p = none;
   return p;
 }
@@ -369,9 +371,10 @@ aa_pool *aa__dl_free_pool(aa__dl *dl, int device, const void *ptr) {
     return NULL;
   d = &dl->dev[device];
   main = atomic_load_explicit(&d->pool, memory_order_acquire);
-  if (main == NULL || ptr == NULL ||
-      (atomic_load_explicit(&d->nregions, memory_order_relaxed) == 0 &&
-       atomic_load_explicit(&d->nprivate, memory_order_relaxed) == 0))
+  if (atomic_load_explicit(&d->others, memory_order_relaxed) == 0 || main == NULL || ptr == NULL)
+    return main;
+  /* the device pool's blocks first (most of them): one page-map lookup */
+  if (aa_pool_owns(main, ptr))
     return main;
   pool = owner_hint(dl, (uintptr_t)ptr, device, &dev);
   if (pool == NULL)
@@ -452,6 +455,7 @@ int aa__dl_private_ref(aa__dl *dl, int device, aa__dl_id id, aa__dl_private **ou
   rec->next = *link;
   *link = rec;
   atomic_fetch_add_explicit(&d->nprivate, 1, memory_order_release);
+  atomic_fetch_add_explicit(&d->others, 1, memory_order_release);
   pthread_mutex_unlock(&d->mu);
   *out = rec;
   return AA_OK;
@@ -567,6 +571,7 @@ int aa__dl_private_destroy(aa__dl *dl, aa__dl_private *pp) {
     ;
   *link = pp->next;
   atomic_fetch_sub_explicit(&d->nprivate, 1, memory_order_release);
+  atomic_fetch_sub_explicit(&d->others, 1, memory_order_release);
   pthread_mutex_unlock(&d->mu);
   /* out of the list: no lookup reaches its pool any more */
   aa_pool_destroy(atomic_load_explicit(&pp->pool, memory_order_relaxed));
