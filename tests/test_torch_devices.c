@@ -30,10 +30,10 @@ void *__real_calloc(size_t n, size_t sz);
 void *__wrap_malloc(size_t n);
 void *__wrap_calloc(size_t n, size_t sz);
 
-static _Atomic bool g_armed;        /* count (and maybe fail) the calls made now */
-static _Atomic uint64_t g_calls;    /* calls counted since armed */
-static _Atomic uint64_t g_fail_at;  /* 0: none; else the call number that fails */
-static _Atomic uint64_t g_failed;   /* calls failed since armed */
+static _Atomic bool g_armed;       /* count (and maybe fail) the calls made now */
+static _Atomic uint64_t g_calls;   /* calls counted since armed */
+static _Atomic uint64_t g_fail_at; /* 0: none; else the call number that fails */
+static _Atomic uint64_t g_failed;  /* calls failed since armed */
 
 static bool fail_now(void) {
   if (!atomic_load(&g_armed))

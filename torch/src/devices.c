@@ -43,10 +43,10 @@ struct aa__dl_private {
 typedef struct dl_device {
   _Atomic(aa_pool *) pool;
   _Atomic(aa_pool *) region[AA__DL_MAX_REGIONS];
-  atomic_int nregions; /* region pools made */
-  atomic_int nprivate; /* private pools listed */
-  atomic_int others;   /* nregions + nprivate: the free path's one load */
-  pthread_mutex_t mu;  /* privs and their counts */
+  atomic_int nregions;   /* region pools made */
+  atomic_int nprivate;   /* private pools listed */
+  atomic_int others;     /* nregions + nprivate: the free path's one load */
+  pthread_mutex_t mu;    /* privs and their counts */
   aa__dl_private *privs; /* in id order, as a std::map of MempoolId_t */
 } dl_device;
 
@@ -501,10 +501,10 @@ int aa__dl_private_blocks(aa__dl_private *pp, int delta) {
   if (pp == NULL)
     return AA_EINVAL;
   pthread_mutex_lock(pp->mu);
-  if (delta < 0 && (size_t)-(long long)delta > pp->live)
+  if (delta < 0 && (size_t) - (long long)delta > pp->live)
     rc = AA_EINVAL;
   else if (delta < 0)
-    pp->live -= (size_t)-(long long)delta;
+    pp->live -= (size_t) - (long long)delta;
   else
     pp->live += (size_t)delta;
   pthread_mutex_unlock(pp->mu);
