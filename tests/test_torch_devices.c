@@ -612,7 +612,8 @@ static void test_torch_devices_threads(void **state) {
 static void test_torch_devices_failsweep(void **state) {
   fx *f = *state;
   bool clean = false;
-  for (uint64_t at = 1; at < 2000 && !clean; at++) {
+  uint64_t at;
+  for (at = 1; at < 2000 && !clean; at++) {
     aa__dl *dl = NULL;
     aa__dl_private *pp = NULL;
     void *b = NULL;
@@ -649,6 +650,8 @@ static void test_torch_devices_failsweep(void **state) {
     aa__dl_destroy(dl);
   }
   assert_true(clean); /* the sweep reached a run with no failure */
+  print_message("failsweep: %llu runs\n", (unsigned long long)(at - 1));
+  assert_true(at > 5); /* and failed each of the allocations before it */
 }
 
 int main(void) {

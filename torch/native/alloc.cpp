@@ -173,7 +173,7 @@ inline void AdaptAllocator::free_ctx_now(Ctx *c) {
   PrivatePool *pp = c->priv;
   live_erase(pp, c);
   if (!free_private(d, pp, c))
-    return; // a zombie now
+    return;                           // a zombie now
   if (aa__dl_private_idle(pp->rec)) { // use count 0, no live block
     try {
       maybe_destroy(d, pp);

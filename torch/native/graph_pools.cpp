@@ -172,7 +172,7 @@ void AdaptAllocator::releasePool(c10::DeviceIndex device, MempoolId_t mempool_id
   std::lock_guard<std::mutex> g(d.mu);
   PrivatePool *pp = find_private(device, mempool_id);
   if (pp == nullptr)
-    return; // already gone (graph reset after empty_cache)
+    return;                               // already gone (graph reset after empty_cache)
   if (aa__dl_private_unref(pp->rec) == 0) // never below 0
     (void)maybe_destroy(d, pp);
 }
