@@ -25,7 +25,8 @@ endif()
 # layer list in its internal header; no walls outside core).
 if(AA_BASH)
   set(_aa_layer_mods "adapt|adapt/layers.h|aa_policy aa_loop aa_replay"
-    "runtime|runtime/src/runtime_internal.h|aa_runtime")
+    "runtime|runtime/src/runtime_internal.h|aa_runtime"
+    "torch|torch/src/torch_internal.h|aa_torch_stats aa_torch_devices")
   if(AA_WITH_HTTP)
     list(APPEND _aa_layer_mods "http|http/src/http_internal.h|aa_http")
   endif()

@@ -225,6 +225,41 @@ static void test_core_pool_large(void **state) {
   assert_int_equal(st.large_segments, 0);
 }
 
+/* aa_pool_owns: a pointer in the pool's memory (small or large, live or
+ * cached), not another pool's or a foreign one, and not once the memory
+ * went back to the backend. */
+static void test_core_pool_owns(void **state) {
+  fx *f = *state;
+  aa_pool *q = NULL;
+  aa_pool_config cfg;
+  int local;
+  aa_pool_config_init(&cfg);
+  cfg.backend = f->b;
+  cfg.name = "other";
+  assert_int_equal(aa_pool_new(&cfg, &q), AA_OK);
+  void *s = aa_alloc(f->p, 1000, NULL), *l = aa_alloc(f->p, 5u << 20, NULL);
+  void *o = aa_alloc(q, 1000, NULL);
+  assert_non_null(s);
+  assert_non_null(l);
+  assert_non_null(o);
+  assert_true(aa_pool_owns(f->p, s));
+  assert_true(aa_pool_owns(f->p, l));
+  assert_true(aa_pool_owns(f->p, (char *)l + (4u << 20)));
+  assert_false(aa_pool_owns(f->p, o));
+  assert_true(aa_pool_owns(q, o));
+  assert_false(aa_pool_owns(q, l));
+  assert_false(aa_pool_owns(f->p, &local));
+  assert_false(aa_pool_owns(f->p, NULL));
+  assert_false(aa_pool_owns(NULL, s));
+  assert_int_equal(aa_free(f->p, l, 0, NULL), AA_OK);
+  assert_true(aa_pool_owns(f->p, l)); /* cached: still the pool's memory */
+  aa_pool_release(f->p);
+  assert_false(aa_pool_owns(f->p, l)); /* back to the backend */
+  assert_int_equal(aa_free(f->p, s, 0, NULL), AA_OK);
+  assert_int_equal(aa_free(q, o, 0, NULL), AA_OK);
+  aa_pool_destroy(q);
+}
+
 static void test_core_pool_large_passthrough(void **state) {
   (void)state;
   aa_backend *b;
@@ -342,6 +377,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_core_pool_reuse_same_block, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_pool_many_blocks, setup, teardown),
       cmocka_unit_test_setup_teardown(test_core_pool_large, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_core_pool_owns, setup, teardown),
       cmocka_unit_test(test_core_pool_large_passthrough),
       cmocka_unit_test(test_core_pool_hist_buckets),
       cmocka_unit_test_setup_teardown(test_core_pool_name_backend, setup, teardown),

@@ -2,7 +2,7 @@
  * free.c — the small path's free: aa_free (a bin push through the
  * one-entry slab cache, else the page map), the locked path with
  * stream-ordered reuse, misuse reports; aa_record_stream and its records;
- * aa_block_size, aa_block_share (a live block's backend memory for another
+ * aa_block_size, aa_pool_owns, aa_block_share (a live block's backend memory for another
  * process; its large-path part is large_ipc.c).
  */
 #include "adaptalloc/cuda.h" /* AA_STREAM_HOST */
@@ -369,6 +369,12 @@ size_t aa_block_size(aa_pool *pool, const void *ptr) {
   if (idx >= s->nblocks)
     return 0;
   return s->block_size;
+}
+
+bool aa_pool_owns(const aa_pool *pool, const void *ptr) {
+  if (pool == NULL || ptr == NULL)
+    return false;
+  return aa__pm_lookup(&pool->map, (uintptr_t)ptr) != NULL;
 }
 
 int aa_block_share(aa_pool *pool, const void *ptr, aa_share_piece *pieces, size_t cap,

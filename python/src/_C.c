@@ -14,6 +14,11 @@
  * (pinned blocks through aa_staging_put, so a copy still reading it finishes
  * before the block is handed out again). A Packer owns an aa_packer. Both
  * refuse to touch the pools once shutdown() ran (the pools are gone then).
+ *
+ * The one module that binds staging, the packer and the runtime: the
+ * package's tensor side, adaptalloc._torch_ext, reaches them only through
+ * this module's C API (the capsule _C_API, adaptalloc_capi.h), under the
+ * same rules (nothing touches a pool after shutdown()).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -27,6 +32,7 @@
 #include "adaptalloc/cuda.h"
 #include "adaptalloc/transfer.h"
 #include "adaptalloc/runtime.h"
+#include "adaptalloc_capi.h"
 
 /* Set once shutdown() has run: pools are destroyed, blocks must not be
  * returned to them. */
@@ -1114,6 +1120,45 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* -------------------------------------------------------------- the C API */
+
+static int capi_live(void) { return !atomic_load(&g_shut) && aa_runtime_started(); }
+
+static aa_pool *capi_pinned_pool(void) {
+  return atomic_load(&g_shut) ? NULL : aa_runtime_pool(AA_BACKEND_PINNED, 0);
+}
+
+static void capi_staging_put(aa_pool *pinned, void *block, size_t size, aa_stream stream) {
+  if (capi_live())
+    (void)aa_staging_put(pinned, block, size, stream);
+}
+
+static int capi_record(aa_pool *pool, void *ptr, aa_stream stream) {
+  return capi_live() ? aa_record_stream(pool, ptr, stream) : AA_ENOTSUP;
+}
+
+static void capi_release(aa_pool *pool) {
+  if (capi_live())
+    (void)aa_pool_release(pool);
+}
+
+static const aa_py_capi g_capi = {
+    .size = sizeof(aa_py_capi),
+    .version = AA_PY_CAPI_VERSION,
+    .live = capi_live,
+    .pinned_pool = capi_pinned_pool,
+    .staging_get = aa_staging_get,
+    .staging_put = capi_staging_put,
+    .block_size = aa_block_size,
+    .record = capi_record,
+    .release = capi_release,
+    .strerror = aa_strerror,
+    .pack = aa_packer_add_many,
+    .packed = aa_packer_used,
+    .flush = aa_packer_flush,
+    .wait = aa_packer_wait,
+};
+
 static struct PyModuleDef moduledef = {
     PyModuleDef_HEAD_INIT,
     "adaptalloc._C",
@@ -1127,12 +1172,19 @@ static struct PyModuleDef moduledef = {
 };
 
 PyMODINIT_FUNC PyInit__C(void) {
-  PyObject *m;
+  PyObject *m, *capi;
   if (PyType_Ready(&BlockType) < 0 || PyType_Ready(&PackerType) < 0)
     return NULL;
   m = PyModule_Create(&moduledef);
   if (m == NULL)
     return NULL;
+  /* the table is static: the capsule only points at it */
+  capi = PyCapsule_New((void *)&g_capi, AA_PY_CAPI_NAME, NULL);
+  if (capi == NULL || PyModule_AddObject(m, "_C_API", capi) < 0) {
+    Py_XDECREF(capi);
+    Py_DECREF(m);
+    return NULL;
+  }
   Py_INCREF(&BlockType);
   Py_INCREF(&PackerType);
   if (PyModule_AddObject(m, "Block", (PyObject *)&BlockType) < 0 ||

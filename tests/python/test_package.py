@@ -315,6 +315,42 @@ def test_shutdown_refuses_later_calls_clearly(run_py):
     assert "shut down" in msg and started is False
 
 
+def test_c_api_for_the_tensor_side(run_py):
+    """adaptalloc._C is the one module that binds staging, the packer and the
+    runtime: it publishes its C API (python/src/adaptalloc_capi.h) as the
+    capsule _C_API for adaptalloc._torch_ext, with _C's rules (no pool after
+    shutdown)."""
+    r = run_py("""
+        import ctypes, json, adaptalloc
+        from adaptalloc import _C
+        cap = _C._C_API
+        get = ctypes.pythonapi.PyCapsule_GetPointer
+        get.restype = ctypes.c_void_p
+        get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+        p = get(cap, b"adaptalloc._C._C_API")
+        size, version = ctypes.cast(p, ctypes.POINTER(ctypes.c_uint32))[0:2]
+        fns = ctypes.cast(p + 8, ctypes.POINTER(ctypes.c_void_p))
+        live = ctypes.CFUNCTYPE(ctypes.c_int)(fns[0])
+        pinned = ctypes.CFUNCTYPE(ctypes.c_void_p)(fns[1])
+        strerror = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.c_int)(fns[7])
+        out = {"type": type(cap).__name__, "size": size, "version": version,
+               "live_before": live(), "err": strerror(_C.EINVAL).decode()}
+        adaptalloc.stats()  # starts the runtime
+        out["live_started"] = live()
+        adaptalloc.shutdown()
+        out["live_after"] = live()
+        out["pinned_after"] = pinned()
+        print(json.dumps(out))
+    """)
+    assert r.rc == 0, r.err
+    d = r.json()
+    assert d["type"] == "PyCapsule"
+    assert d["version"] == 1 and d["size"] == 8 + 12 * 8
+    assert d["live_before"] == 0 and d["live_started"] == 1
+    assert d["live_after"] == 0 and d["pinned_after"] is None
+    assert d["err"] == "invalid argument"
+
+
 @pytest.mark.parametrize("ending", ["", "sys.exit(3)"])
 def test_a_traced_run_ends_complete_without_shutdown(run_py, tmp_path, ending):
     # A Python program never calls adaptalloc.shutdown() (a PyTorch one

@@ -5,8 +5,13 @@
 // over a pool block is one at::for_blob, and pack's device views are built
 // straight from the storage.
 //
-// Everything goes through the C API (adaptalloc/transfer.h, runtime.h); nothing
-// here allocates or copies by itself.
+// Everything goes through adaptalloc._C, the one module that binds the
+// library's staging buffers, packer and runtime: its C API table
+// (python/src/adaptalloc_capi.h, the capsule adaptalloc._C._C_API, taken at
+// import) wraps aa_staging_get/put, aa_record_stream, aa_packer_* under _C's
+// rules (nothing touches a pool after adaptalloc.shutdown()). This module is
+// the tensor side only and does not link libadaptalloc; nothing here
+// allocates or copies by itself.
 //   pinned_empty(shape, dtype=None, stream=None) -> Tensor
 //       CPU tensor over aa_staging_get(runtime pinned pool); its deleter
 //       returns the block with aa_staging_put. shape: an int or a sequence
@@ -75,18 +80,22 @@
 #include <vector>
 
 #include "adaptalloc/core.h"
-#include "adaptalloc/cuda.h"
+#include "adaptalloc/cuda.h" // AA_STREAM_HOST, aa_stream_of (inline)
 #include "adaptalloc/transfer.h"
-#include "adaptalloc/runtime.h"
+#include "adaptalloc_capi.h"
 
 namespace py = pybind11;
 
 namespace {
 
+// adaptalloc._C's C API, set once at import (PYBIND11_MODULE below) before
+// any function here can run; never cleared.
+const aa_py_capi *g_api = nullptr;
+
 aa_pool *pinned_pool() {
-  aa_pool *pool = aa_runtime_pool(AA_BACKEND_PINNED, 0);
+  aa_pool *pool = g_api->pinned_pool();
   if (pool == nullptr)
-    throw std::runtime_error(aa_runtime_started()
+    throw std::runtime_error(g_api->live()
                                  ? "adaptalloc: no pinned pool in this process (no CUDA or no GPU)"
                                  : "adaptalloc: the runtime was shut down in this process");
   return pool;
@@ -107,16 +116,15 @@ struct PinnedBlock {
 
 void pinned_block_put(void *ctx) {
   auto *b = static_cast<PinnedBlock *>(ctx);
-  // After aa_runtime_shutdown the pool is gone: nothing to return to.
-  if (aa_runtime_started())
-    (void)aa_staging_put(b->pool, b->ptr, b->size, b->stream);
+  // After a shutdown the pool is gone: staging_put returns nothing to it.
+  g_api->staging_put(b->pool, b->ptr, b->size, b->stream);
   delete b;
 }
 
 // ------------------------------------------------------------ copy tracking
 
 // The pinned pool of the tracker (set once, with it; never cleared: after a
-// shutdown aa_runtime_started() is false and nothing touches it).
+// shutdown g_api->live() is false and nothing touches it).
 std::atomic<aa_pool *> g_tracked_pool{nullptr};
 
 // Blocks a copy captured into a CUDA graph used: every replay of the graph
@@ -151,8 +159,8 @@ void tracked_block_put(void *ctx) {
   if (kept_take(ctx))
     return;
   aa_pool *pool = g_tracked_pool.load(std::memory_order_acquire);
-  if (pool != nullptr && aa_runtime_started())
-    (void)aa_staging_put(pool, ctx, 0, AA_STREAM_HOST);
+  if (pool != nullptr)
+    g_api->staging_put(pool, ctx, 0, AA_STREAM_HOST); // nothing after a shutdown
 }
 
 #if AA_COPY_TRACKING
@@ -172,8 +180,8 @@ public:
   at::DataPtr allocate(size_t n) override {
     aa_pool *pool = g_tracked_pool.load(std::memory_order_acquire);
     if (n > 0 && serve_.load(std::memory_order_relaxed) && pool != nullptr &&
-        !g_forked.load(std::memory_order_relaxed) && aa_runtime_started()) {
-      void *p = aa_staging_get(pool, n);
+        !g_forked.load(std::memory_order_relaxed) && g_api->live()) {
+      void *p = g_api->staging_get(pool, n);
       if (p != nullptr)
         return at::DataPtr(p, p, &tracked_block_put, c10::Device(c10::kCPU));
     }
@@ -185,7 +193,7 @@ public:
   }
   bool record_event(void *ptr, void *ctx, c10::Stream stream) override {
     aa_pool *pool = g_tracked_pool.load(std::memory_order_acquire);
-    if (pool == nullptr || !aa_runtime_started() ||
+    if (pool == nullptr || !g_api->live() ||
         stream.device_type() != c10::DeviceType::CUDA)
       return next_->record_event(ptr, ctx, stream);
     // The block: the storage's context for our tensors and their views; else
@@ -193,8 +201,8 @@ public:
     // pool tensor's memory with a storage of its own: torch.from_numpy of
     // its .numpy(), torch.frombuffer, DLPack), as torch's own allocator
     // falls back on the address.
-    void *blk = ctx != nullptr && aa_block_size(pool, ctx) != 0 ? ctx : ptr;
-    if (blk == nullptr || aa_block_size(pool, blk) == 0)
+    void *blk = ctx != nullptr && g_api->block_size(pool, ctx) != 0 ? ctx : ptr;
+    if (blk == nullptr || g_api->block_size(pool, blk) == 0)
       return next_->record_event(ptr, ctx, stream);
     cudaStream_t cs = c10::cuda::CUDAStream(c10::cuda::CUDAStream::UNCHECKED, stream).stream();
     cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
@@ -203,7 +211,7 @@ public:
     else if (cap != cudaStreamCaptureStatusNone && blk == ctx && keep(blk))
       return true; // a graph's copy of our tensor: the block is the graph's for good
     // a device's default stream is 0 on every device: aa_stream_of names it
-    int rc = aa_record_stream(pool, blk, aa_stream_of(cs, static_cast<int>(stream.device_index())));
+    int rc = g_api->record(pool, blk, aa_stream_of(cs, static_cast<int>(stream.device_index())));
     if (rc == AA_EINVAL) // not a live block of ours after all
       return next_->record_event(ptr, ctx, stream);
     if (rc != AA_OK) {
@@ -220,8 +228,8 @@ public:
   void empty_cache() override {
     next_->empty_cache();
     aa_pool *pool = g_tracked_pool.load(std::memory_order_acquire);
-    if (pool != nullptr && aa_runtime_started())
-      (void)aa_pool_release(pool);
+    if (pool != nullptr)
+      g_api->release(pool); // nothing after a shutdown
   }
   at::HostStats get_stats() override { return next_->get_stats(); }
   void reset_accumulated_stats() override { next_->reset_accumulated_stats(); }
@@ -527,7 +535,7 @@ PyObject *pinned_empty_impl(PyObject *const *args, Py_ssize_t nargs) {
   bool tracked = copy_tracking() && pool == g_tracked_pool.load(std::memory_order_relaxed);
   if (!tracked && !given && !current_stream(&s))
     return nullptr;
-  void *p = aa_staging_get(pool, size);
+  void *p = g_api->staging_get(pool, size);
   if (p == nullptr) {
     PyErr_Format(PyExc_MemoryError, "adaptalloc: out of pinned memory allocating %zu bytes", size);
     return nullptr;
@@ -536,17 +544,17 @@ PyObject *pinned_empty_impl(PyObject *const *args, Py_ssize_t nargs) {
   c10::DeleterFnPtr put = &tracked_block_put;
   if (tracked) {
     // A stream given: a use recorded now (its work up to the tensor's death).
-    int rc = given && s != AA_STREAM_HOST ? aa_record_stream(pool, p, s) : AA_OK;
+    int rc = given && s != AA_STREAM_HOST ? g_api->record(pool, p, s) : AA_OK;
     if (rc != AA_OK) {
-      (void)aa_staging_put(pool, p, 0, AA_STREAM_HOST); // never handed out
+      g_api->staging_put(pool, p, 0, AA_STREAM_HOST); // never handed out
       PyErr_Format(PyExc_MemoryError, "%scannot record stream %p for the block: %s", kPE,
-                   static_cast<void *>(s), aa_strerror(rc));
+                   static_cast<void *>(s), g_api->strerror(rc));
       return nullptr;
     }
   } else {
     ctx = new (std::nothrow) PinnedBlock{pool, p, size, s};
     if (ctx == nullptr) {
-      (void)aa_staging_put(pool, p, size, AA_STREAM_HOST); // never handed out
+      g_api->staging_put(pool, p, size, AA_STREAM_HOST); // never handed out
       return PyErr_NoMemory();
     }
     put = &pinned_block_put;
@@ -627,25 +635,25 @@ py::object pack(uint64_t packer, const std::vector<at::Tensor> &tensors, int64_t
   int rc = AA_OK;
   if (!src.empty()) {
     py::gil_scoped_release nogil;
-    rc = aa_packer_add_many(pk, src.data(), len.data(), src.size(), packed_off.data());
+    rc = g_api->pack(pk, src.data(), len.data(), src.size(), packed_off.data());
   }
   if (rc == AA_ELIMIT)
     return py::int_(need); // the caller makes a larger packer and calls again
   if (rc != AA_OK)
-    throw std::runtime_error(std::string("adaptalloc: pack: ") + aa_strerror(rc));
+    throw std::runtime_error(std::string("adaptalloc: pack: ") + g_api->strerror(rc));
   for (size_t k = 0; k < idx.size(); k++)
     off[idx[k]] = packed_off[k];
-  size_t used = aa_packer_used(pk);
+  size_t used = g_api->packed(pk);
   at::Tensor base = at::empty({static_cast<int64_t>(used ? used : 1)},
                               at::TensorOptions().dtype(at::kByte).device(
                                   at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device))));
   if (used) {
     aa_stream cs = reinterpret_cast<aa_stream>(static_cast<uintptr_t>(copy_stream));
-    rc = aa_packer_flush(pk, base.data_ptr(), cs);
+    rc = g_api->flush(pk, base.data_ptr(), cs);
     if (rc == AA_OK && wait_stream != copy_stream)
-      rc = aa_packer_wait(pk, reinterpret_cast<aa_stream>(static_cast<uintptr_t>(wait_stream)));
+      rc = g_api->wait(pk, reinterpret_cast<aa_stream>(static_cast<uintptr_t>(wait_stream)));
     if (rc != AA_OK)
-      throw std::runtime_error(std::string("adaptalloc: pack copy: ") + aa_strerror(rc));
+      throw std::runtime_error(std::string("adaptalloc: pack copy: ") + g_api->strerror(rc));
   }
   std::vector<at::Tensor> out;
   out.reserve(count);
@@ -671,6 +679,19 @@ py::object pack(uint64_t packer, const std::vector<at::Tensor> &tensors, int64_t
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "adaptalloc's pinned-pool tensors and packed copies (see adaptalloc.torch)";
+  // adaptalloc._C's C API (imports adaptalloc._C): an ImportError when it is
+  // missing or of another build, so that adaptalloc.torch falls back to its
+  // Python paths as without this module
+  g_api = static_cast<const aa_py_capi *>(PyCapsule_Import(AA_PY_CAPI_NAME, 0));
+  if (g_api == nullptr || g_api->version != AA_PY_CAPI_VERSION ||
+      g_api->size < sizeof(aa_py_capi)) {
+    g_api = nullptr;
+    PyErr_Clear();
+    PyErr_SetString(PyExc_ImportError,
+                    "adaptalloc._torch_ext: adaptalloc._C's C API (" AA_PY_CAPI_NAME
+                    ") is missing or of another build: reinstall adaptalloc");
+    throw py::error_already_set();
+  }
   if (PyModule_AddFunctions(m.ptr(), fast_methods) != 0)
     throw py::error_already_set();
   (void)pthread_atfork(nullptr, nullptr, cuda_ready_after_fork);

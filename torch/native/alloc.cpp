@@ -57,7 +57,7 @@ inline Ctx *AdaptAllocator::alloc_ctx(int device, size_t n, cudaStream_t stream)
         if (p) {
           Ctx *c = make_ctx(d, Ctx{p, n, priv->pool, stream, priv, device, false});
           try {
-            priv->live.insert(c);
+            live_add(priv, c);
           } catch (...) {
             maybe_relaxed(d, [&] { return aa_free(c->pool, c->ptr, c->size, c->stream); });
             delete c;
@@ -90,8 +90,7 @@ inline Ctx *AdaptAllocator::alloc_ctx(int device, size_t n, cudaStream_t stream)
 // raised. The block belongs to that pool (freed back to it, counted in it).
 Ctx *AdaptAllocator::alloc_on_oom_pool(Dev &d, int device, size_t n, cudaStream_t stream) {
   std::lock_guard<std::mutex> g(d.mu);
-  for (auto &kv : d.pools) {
-    PrivatePool *pp = kv.second;
+  for (PrivatePool *pp : private_pools(device)) {
     if (!pp->use_on_oom)
       continue;
     // only what the pool holds already: capped at its reserved bytes for
@@ -107,7 +106,7 @@ Ctx *AdaptAllocator::alloc_on_oom_pool(Dev &d, int device, size_t n, cudaStream_
       continue;
     Ctx *c = make_ctx(d, Ctx{p, n, pp->pool, stream, pp, device, false});
     try {
-      pp->live.insert(c);
+      live_add(pp, c);
     } catch (...) {
       maybe_relaxed(d, [&] { return aa_free(c->pool, c->ptr, c->size, c->stream); });
       delete c;
@@ -172,10 +171,10 @@ inline void AdaptAllocator::free_ctx_now(Ctx *c) {
     return;
   }
   PrivatePool *pp = c->priv;
-  pp->live.erase(c);
+  live_erase(pp, c);
   if (!free_private(d, pp, c))
-    return; // a zombie now
-  if (pp->use_count == 0 && pp->live.empty()) {
+    return;                           // a zombie now
+  if (aa__dl_private_idle(pp->rec)) { // use count 0, no live block
     try {
       maybe_destroy(d, pp);
     } catch (const std::exception &) {
@@ -284,12 +283,11 @@ bool AdaptAllocator::raw_delete_private(void *ptr) {
       continue;
     Dev &d = g_dev[dev];
     std::lock_guard<std::mutex> g(d.mu);
-    for (auto &kv : d.pools) {
-      PrivatePool *pp = kv.second;
+    for (PrivatePool *pp : private_pools(dev)) {
       for (Ctx *c : pp->live) {
         if (c->ptr != ptr)
           continue;
-        pp->live.erase(c);
+        live_erase(pp, c);
         auto *n = new Ctx(*c);
         c->dead = true; // should its holder's deleter still run, it only drops c
         (void)free_private(d, pp, n);

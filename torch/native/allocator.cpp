@@ -14,7 +14,8 @@
 // (aa_runtime_pool(AA_BACKEND_DEVICE, d)): the pool the policy loop adapts,
 // the store records and GET /stats shows. Private pools (graph_pools.cpp)
 // and region pools (regions.cpp) are aa_pools of their own on the same
-// device backend.
+// device backend. The device layer (torch/src/devices.h) owns all three
+// and finds the pool that holds a pointer (getBaseAllocation, ipc.cpp).
 //
 // CUDA IPC (shareIpcHandle, getIpcDevPtr) is ipc.cpp's; trace trackers are
 // tracker.cpp's. What stays unsupported raises c10::Error naming adaptalloc:
@@ -112,12 +113,12 @@ void AdaptAllocator::emptyCache(MempoolId_t mempool_id) {
       continue;
     if (mempool_id == kDefaultPool) {
       (void)aa_pool_release(main);
-      each_named(d, [](aa_pool *p) { (void)aa_pool_release(p); });
+      each_named(dev, [](aa_pool *p) { (void)aa_pool_release(p); });
     }
     std::vector<PrivatePool *> pps;
-    for (auto &kv : d.pools) {
-      if (mempool_id == kDefaultPool || kv.first == mempool_id)
-        pps.push_back(kv.second);
+    for (PrivatePool *pp : private_pools(dev)) {
+      if (mempool_id == kDefaultPool || pp->id == mempool_id)
+        pps.push_back(pp);
     }
     for (PrivatePool *pp : pps) {
       if (!maybe_destroy(d, pp))
@@ -138,30 +139,14 @@ std::vector<CCA::StreamSegmentSize> AdaptAllocator::getExpandableSegmentSizes(
 }
 
 void *AdaptAllocator::getBaseAllocation(void *ptr, size_t *size) {
-  for (int dev = 0; dev < kMaxDevices; dev++) {
-    aa_pool *main = device_pool_if_made(dev);
-    if (main == nullptr)
-      continue;
-    size_t n = aa_block_size(main, ptr);
-    if (n == 0)
-      each_named(g_dev[dev], [&](aa_pool *q) {
-        if (n == 0)
-          n = aa_block_size(q, ptr);
-      });
-    if (n == 0) {
-      Dev &d = g_dev[dev];
-      std::lock_guard<std::mutex> g(d.mu);
-      for (auto &kv : d.pools) {
-        n = aa_block_size(kv.second->pool, ptr);
-        if (n)
-          break;
-      }
-    }
-    if (n) {
-      if (size)
-        *size = n;
-      return ptr; // a block is its own allocation
-    }
+  // the pool whose memory holds ptr, on any device (the layer's owner
+  // lookup: device, region and private pools)
+  aa_pool *owner = aa__dl_owner(aa__dl_default(), ptr, nullptr);
+  size_t n = owner != nullptr ? aa_block_size(owner, ptr) : 0;
+  if (n) {
+    if (size)
+      *size = n;
+    return ptr; // a block is its own allocation
   }
   TORCH_CHECK(false, cat("adaptalloc: getBaseAllocation: ", ptr, " is not ours"));
   return nullptr;

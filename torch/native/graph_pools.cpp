@@ -1,9 +1,12 @@
 // graph_pools.cpp — the native allocator's private pools: each pool PyTorch
-// asks for (a CUDA graph's capture pool, a torch.cuda.MemPool) is an aa_pool
-// of its own over the device's backend, made on the first
-// beginAllocateToPool or createOrIncrefPool of its id and destroyed when its
-// use count is back to 0 and its last block is freed (or at the next
-// empty_cache). An open beginAllocateToPool whose filter takes the stream
+// asks for (a CUDA graph's capture pool, a torch.cuda.MemPool) is a private
+// pool of the device layer (torch/src/devices.h: an aa_pool of its own over
+// the device's backend, its use count and live blocks), made on the first
+// beginAllocateToPool or createOrIncrefPool of its id and destroyed when the
+// layer's rule lets it go (use count back to 0, last block freed) and no
+// region is open (or at the next empty_cache). This file adds what is
+// PyTorch's: MempoolId_t, the regions, checkpoints, the PrivatePool beside
+// each record. An open beginAllocateToPool whose filter takes the stream
 // routes allocations to it (route, called by alloc.cpp). Checkpoints
 // (getCheckpointState, setCheckpointPoolState: CUDA-graph trees) pin the
 // blocks they list; a pinned block freed by its tensor is kept as a zombie
@@ -15,6 +18,7 @@
 #include "native_internal.h"
 
 #include <algorithm>
+#include <new>
 
 namespace adaptalloc_torch {
 
@@ -37,10 +41,9 @@ struct CheckpointState : CCA::AllocatorState {
 CheckpointState::~CheckpointState() {
   Dev &d = g_dev[device];
   std::lock_guard<std::mutex> g(d.mu);
-  auto it = d.pools.find(id);
-  if (it == d.pools.end())
+  PrivatePool *pp = find_private(device, id);
+  if (pp == nullptr)
     return;
-  PrivatePool *pp = it->second;
   for (const Block &b : live) {
     auto p = pp->pinned.find(b.ptr);
     if (p == pp->pinned.end() || --p->second > 0)
@@ -58,72 +61,31 @@ CheckpointState::~CheckpointState() {
 
 } // namespace
 
-// A private pool's aa_pool on the device (PrivatePool::pool).
-aa_pool *make_private_pool(int device, MempoolId_t id, bool no_split) {
-  aa_pool *main = device_pool(device);
-  // The device policy's slab and class ladder (a graph pool made with the
-  // core's defaults, classes to 1 MiB in slabs of their own, took a third
-  // more device memory than PyTorch's graph pool), but the cache path for
-  // large blocks: a capture's memory stays mapped while the graph lives,
-  // and no limit (set_per_process_memory_fraction caps the device pool).
-  aa_pool_config cfg;
-  aa_pool_config_init(&cfg);
-  (void)aa_runtime_pool_config(AA_BACKEND_DEVICE, &cfg);
-  // no_split (MemPool(no_split=True)): every large block its own backend
-  // allocation, never a part of a cached segment (PyTorch's meaning: NCCL's
-  // symmetric memory registers each block as its own segment)
-  cfg.large_mode = no_split ? AA_LARGE_PASSTHROUGH : AA_LARGE_CACHE;
-  cfg.large_stitch = 0; // no stitched ranges in a private pool (a capture's pool)
-  cfg.large_plan = 0;   // nor a learned plan: a capture replays fixed addresses
-  cfg.large_cache_bytes = 0;
-  cfg.limit_bytes = 0;
-  cfg.region = nullptr;
-  // Small slabs: each class of a private pool holds one slab at least, and
-  // in a graph's pool most classes hold a few blocks, so 2 MiB slabs left
-  // 10 MiB of a BERT b1 capture's pool empty (48 MiB against PyTorch's 42);
-  // 64 KiB slabs (at least four blocks of the largest class, never more
-  // than the policy's slab) made it 42. A capture allocates once, so the
-  // extra slab refills cost nothing that matters.
-  size_t slab = size_t(64) << 10;
-  while (slab < cfg.max_small * 4 && slab < cfg.slab_size)
-    slab *= 2;
-  cfg.slab_size = std::min(slab, cfg.slab_size);
-  char name[32];
-  std::snprintf(name, sizeof name, "cuda%d.pool%llu.%llu", device,
-                static_cast<unsigned long long>(id.first),
-                static_cast<unsigned long long>(id.second));
-  cfg.name = name;
-  cfg.backend = aa_pool_backend(main);
-  aa_pool *p = nullptr;
-  int rc = aa_pool_new(&cfg, &p);
-  if (rc != AA_OK) { // a policy the core refuses here: its defaults
-    aa_pool_config_init(&cfg);
-    cfg.name = name;
-    cfg.backend = aa_pool_backend(main);
-    if (no_split)
-      cfg.large_mode = AA_LARGE_PASSTHROUGH;
-    rc = aa_pool_new(&cfg, &p);
-  }
+// Under d.mu. The layer makes the aa_pool (the device policy's slab and
+// class ladder, the cache path for large blocks, no limit: devices.c,
+// make_private) or finds the record and raises its use count.
+PrivatePool *create_or_incref(Dev &d, int device, MempoolId_t id) {
+  (void)d;
+  (void)device_pool(device); // raises naming the device when it has none
+  aa__dl_private *rec = nullptr;
+  int rc = aa__dl_private_ref(dl(), device, to_dl_id(id), &rec);
   TORCH_CHECK(
       rc == AA_OK,
       cat("adaptalloc: cannot make a private pool on device ", device, ": ", aa_strerror(rc)));
-  return p;
-}
-
-// Under d.mu.
-PrivatePool *create_or_incref(Dev &d, int device, MempoolId_t id) {
-  auto it = d.pools.find(id);
-  if (it != d.pools.end()) {
-    it->second->use_count++;
-    return it->second;
+  auto *pp = static_cast<PrivatePool *>(aa__dl_private_user(rec));
+  if (pp != nullptr)
+    return pp; // there already: its use count raised
+  pp = new (std::nothrow) PrivatePool();
+  if (pp == nullptr) {
+    (void)aa__dl_private_unref(rec);
+    (void)aa__dl_private_destroy(dl(), rec);
+    TORCH_CHECK(false, "adaptalloc: out of host memory for a private pool's record");
   }
-  aa_pool *p = make_private_pool(device, id, false);
-  auto *pp = new PrivatePool();
   pp->id = id;
   pp->device = device;
-  pp->pool = p;
-  pp->use_count = 1;
-  d.pools.emplace(id, pp);
+  pp->rec = rec;
+  pp->pool = aa__dl_private_pool(rec);
+  aa__dl_private_set_user(rec, pp);
   return pp;
 }
 
@@ -131,18 +93,16 @@ PrivatePool *create_or_incref(Dev &d, int device, MempoolId_t id) {
 // and no capture can be under way (the synchronize). Under d.mu. Returns
 // whether it was destroyed.
 bool maybe_destroy(Dev &d, PrivatePool *pp) {
-  if (pp->use_count > 0 || !pp->live.empty() ||
-      d.regions.load(std::memory_order_relaxed) > 0)
+  if (!aa__dl_private_idle(pp->rec) || d.regions.load(std::memory_order_relaxed) > 0)
     return false;
   {
     c10::cuda::CUDAGuard g(static_cast<c10::DeviceIndex>(pp->device));
     // Graph replays may still read this memory.
     C10_CUDA_CHECK(cudaDeviceSynchronize());
   }
-  d.pools.erase(pp->id);
   if (pp->use_on_oom)
     d.oom_pools.fetch_sub(1, std::memory_order_relaxed);
-  aa_pool_destroy(pp->pool);
+  (void)aa__dl_private_destroy(dl(), pp->rec); // idle: out of the list, its aa_pool destroyed
   for (auto &z : pp->zombies)
     delete z.second;
   delete pp;
@@ -210,21 +170,18 @@ void AdaptAllocator::endAllocateToPool(c10::DeviceIndex device, MempoolId_t memp
 void AdaptAllocator::releasePool(c10::DeviceIndex device, MempoolId_t mempool_id) {
   Dev &d = dev_at(device);
   std::lock_guard<std::mutex> g(d.mu);
-  auto it = d.pools.find(mempool_id);
-  if (it == d.pools.end())
-    return; // already gone (graph reset after empty_cache)
-  PrivatePool *pp = it->second;
-  if (pp->use_count > 0)
-    pp->use_count--;
-  if (pp->use_count == 0)
+  PrivatePool *pp = find_private(device, mempool_id);
+  if (pp == nullptr)
+    return;                               // already gone (graph reset after empty_cache)
+  if (aa__dl_private_unref(pp->rec) == 0) // never below 0
     (void)maybe_destroy(d, pp);
 }
 
 int AdaptAllocator::getPoolUseCount(c10::DeviceIndex device, MempoolId_t mempool_id) {
   Dev &d = dev_at(device);
   std::lock_guard<std::mutex> g(d.mu);
-  auto it = d.pools.find(mempool_id);
-  return it == d.pools.end() ? 0 : it->second->use_count;
+  PrivatePool *pp = find_private(device, mempool_id);
+  return pp == nullptr ? 0 : aa__dl_private_use_count(pp->rec);
 }
 
 void AdaptAllocator::createOrIncrefPool(
@@ -246,11 +203,10 @@ void AdaptAllocator::setUseOnOOM(c10::DeviceIndex device, MempoolId_t mempool_id
                                  bool use_on_oom) {
   Dev &d = dev_at(device);
   std::lock_guard<std::mutex> g(d.mu);
-  auto it = d.pools.find(mempool_id);
-  TORCH_CHECK(it != d.pools.end(),
+  PrivatePool *pp = find_private(device, mempool_id);
+  TORCH_CHECK(pp != nullptr,
               cat("adaptalloc: setUseOnOOM: no pool (", mempool_id.first, ", ",
                   mempool_id.second, ") on device ", static_cast<int>(device)));
-  PrivatePool *pp = it->second;
   if (pp->use_on_oom != use_on_oom)
     d.oom_pools.fetch_add(use_on_oom ? 1 : -1, std::memory_order_relaxed);
   pp->use_on_oom = use_on_oom;
@@ -261,19 +217,19 @@ void AdaptAllocator::setUseOnOOM(c10::DeviceIndex device, MempoolId_t mempool_id
 void AdaptAllocator::setNoSplit(c10::DeviceIndex device, MempoolId_t mempool_id) {
   Dev &d = dev_at(device);
   std::lock_guard<std::mutex> g(d.mu);
-  auto it = d.pools.find(mempool_id);
-  TORCH_CHECK(it != d.pools.end(),
+  PrivatePool *pp = find_private(device, mempool_id);
+  TORCH_CHECK(pp != nullptr,
               cat("adaptalloc: setNoSplit: no pool (", mempool_id.first, ", ",
                   mempool_id.second, ") on device ", static_cast<int>(device)));
-  PrivatePool *pp = it->second;
-  if (pp->no_split)
+  if (aa__dl_private_no_split(pp->rec))
     return;
   TORCH_CHECK(pp->live.empty() && pp->zombies.empty(),
               "adaptalloc: setNoSplit: the pool already holds blocks");
-  aa_pool *fresh = make_private_pool(device, mempool_id, true);
-  aa_pool_destroy(pp->pool);
-  pp->pool = fresh;
-  pp->no_split = true;
+  // the layer makes the new pool first and destroys the old one after
+  int rc = aa__dl_private_remake(dl(), pp->rec, true);
+  TORCH_CHECK(rc == AA_OK, cat("adaptalloc: cannot make a private pool on device ",
+                               static_cast<int>(device), ": ", aa_strerror(rc)));
+  pp->pool = aa__dl_private_pool(pp->rec);
 }
 
 bool AdaptAllocator::checkPoolLiveAllocations(
@@ -282,10 +238,10 @@ bool AdaptAllocator::checkPoolLiveAllocations(
     const std::unordered_set<void *> &expected_live_allocations) {
   Dev &d = dev_at(device);
   std::lock_guard<std::mutex> g(d.mu);
-  auto it = d.pools.find(mempool_id);
-  if (it == d.pools.end())
+  PrivatePool *pp = find_private(device, mempool_id);
+  if (pp == nullptr)
     return expected_live_allocations.empty();
-  const auto &live = it->second->live;
+  const auto &live = pp->live;
   if (live.size() != expected_live_allocations.size())
     return false;
   for (Ctx *c : live) {
@@ -300,16 +256,16 @@ std::shared_ptr<CCA::AllocatorState> AdaptAllocator::getCheckpointState(
     MempoolId_t id) {
   Dev &d = dev_at(device);
   std::lock_guard<std::mutex> g(d.mu);
-  auto it = d.pools.find(id);
+  PrivatePool *pp = find_private(device, id);
   TORCH_CHECK(
-      it != d.pools.end(),
+      pp != nullptr,
       cat("adaptalloc: getCheckpointState: no pool (", id.first, ", ", id.second, ") on device ", static_cast<int>(device)));
   auto st = std::make_shared<CheckpointState>();
   st->device = device;
   st->id = id;
-  for (Ctx *c : it->second->live) {
+  for (Ctx *c : pp->live) {
     st->live.push_back({c->ptr, c->size, c->stream});
-    it->second->pinned[c->ptr]++;
+    pp->pinned[c->ptr]++;
   }
   return st;
 }
@@ -321,9 +277,8 @@ CCA::CheckpointDelta AdaptAllocator::setCheckpointPoolState(
   TORCH_CHECK(st != nullptr, "adaptalloc: setCheckpointPoolState: not our state");
   Dev &d = dev_at(device);
   std::lock_guard<std::mutex> g(d.mu);
-  auto it = d.pools.find(st->id);
-  TORCH_CHECK(it != d.pools.end(), "adaptalloc: setCheckpointPoolState: pool is gone");
-  PrivatePool *pp = it->second;
+  PrivatePool *pp = find_private(device, st->id);
+  TORCH_CHECK(pp != nullptr, "adaptalloc: setCheckpointPoolState: pool is gone");
   std::unordered_map<void *, Ctx *> now;
   for (Ctx *c : pp->live)
     now[c->ptr] = c;
@@ -342,11 +297,11 @@ CCA::CheckpointDelta AdaptAllocator::setCheckpointPoolState(
   std::vector<Ctx *> cur(pp->live.begin(), pp->live.end());
   for (Ctx *c : cur) {
     delta.ptrs_freed.push_back(c->ptr);
-    pp->live.erase(c);
+    live_erase(pp, c);
     if (keep.count(c->ptr)) {
       auto *n = new Ctx(*c);
       c->dead = true; // its holder's deleter only drops the record
-      pp->live.insert(n);
+      live_add(pp, n);
       delta.dataptrs_allocd.emplace_back(
           n->ptr, n, &deleter, c10::Device(c10::DeviceType::CUDA, device));
     } else {
@@ -361,7 +316,7 @@ CCA::CheckpointDelta AdaptAllocator::setCheckpointPoolState(
       continue;
     Ctx *c = z->second; // owned by us since its tensor died
     pp->zombies.erase(z);
-    pp->live.insert(c);
+    live_add(pp, c);
     delta.dataptrs_allocd.emplace_back(
         c->ptr, c, &deleter, c10::Device(c10::DeviceType::CUDA, device));
   }
@@ -373,7 +328,7 @@ int private_pool_count(int device) {
     return 0;
   Dev &d = g_dev[device];
   std::lock_guard<std::mutex> g(d.mu);
-  return static_cast<int>(d.pools.size());
+  return static_cast<int>(aa__dl_private_list(aa__dl_default(), device, nullptr, 0));
 }
 
 } // namespace adaptalloc_torch

@@ -78,30 +78,11 @@ T take(const std::string &s, size_t &at) {
   return v;
 }
 
-// The pool whose live block holds ptr, on any device, and the device.
+// The pool whose live block holds ptr, on any device, and the device (the
+// device layer's owner lookup; nullptr when ptr is no live block of ours).
 aa_pool *owner_of(void *ptr, int *device) {
-  for (int dev = 0; dev < kMaxDevices; dev++) {
-    aa_pool *main = device_pool_if_made(dev);
-    if (main == nullptr)
-      continue;
-    *device = dev;
-    if (aa_block_size(main, ptr) != 0)
-      return main;
-    aa_pool *hit = nullptr;
-    each_named(g_dev[dev], [&](aa_pool *q) {
-      if (hit == nullptr && aa_block_size(q, ptr) != 0)
-        hit = q;
-    });
-    if (hit)
-      return hit;
-    Dev &d = g_dev[dev];
-    std::lock_guard<std::mutex> g(d.mu);
-    for (auto &kv : d.pools) {
-      if (aa_block_size(kv.second->pool, ptr) != 0)
-        return kv.second->pool;
-    }
-  }
-  return nullptr;
+  aa_pool *p = aa__dl_owner(aa__dl_default(), ptr, device);
+  return p != nullptr && aa_block_size(p, ptr) != 0 ? p : nullptr;
 }
 
 std::shared_ptr<void> open_malloc(const std::string &h, size_t at, int device) {

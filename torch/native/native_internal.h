@@ -2,18 +2,21 @@
 // files share. The design is allocator.cpp's header comment and docs/torch.md
 // ("The native allocator").
 //
-// Glossary: a device (Dev, one per CUDA ordinal, g_dev) has pools: the
-// runtime's device pool, the pools of named regions (Dev::named, made on
-// first use) and private pools (PrivatePool: a CUDA graph's or a
-// torch.cuda.MemPool's, Dev::pools). A block handed to PyTorch has one host
-// record (Ctx), the DataPtr's context, naming its pool. An open
-// beginAllocateToPool (Region, Dev::open) routes a stream's allocations to a
-// private pool.
+// Glossary: a device (Dev, one per CUDA ordinal, g_dev) has pools, which the
+// device layer (torch/src/devices.h, aa__dl_default) owns: the runtime's
+// device pool, the pools of named regions (made on first use) and private
+// pools (a CUDA graph's or a torch.cuda.MemPool's: the layer's record, with
+// the use count and the live-block count of the rule that keeps a pool,
+// plus this allocator's PrivatePool, the record's user pointer). A block
+// handed to PyTorch has one host record (Ctx), the DataPtr's context,
+// naming its pool. An open beginAllocateToPool (Region, Dev::open) routes a
+// stream's allocations to a private pool.
 //
-// Locking: Dev::mu guards a device's private pools, open regions, fraction
-// and stats base; the plain allocation and free take no lock (they read
-// Dev::pool, Dev::named and Dev::regions, atomics). The hot path's helpers are
-// inline here (dev_at, device_pool, named_pool, maybe_relaxed) so that
+// Locking: Dev::mu guards a device's private pools (made, counted and
+// destroyed under it; the layer's own mutex is taken inside), open regions,
+// fraction and stats base; the plain allocation and free take no lock (the
+// layer's pool slots and Dev::regions are atomics). The hot path's helpers
+// are inline here (dev_at, device_pool, named_pool, maybe_relaxed) so that
 // alloc.cpp compiles them into allocate() as one file did.
 //
 // Who defines what (the class's members are grouped the same way below):
@@ -60,6 +63,7 @@
 
 #include "adaptalloc/core.h"
 #include "adaptalloc/runtime.h"
+#include "devices.h"
 #include "stats_map.h"
 
 namespace adaptalloc_torch {
@@ -143,14 +147,16 @@ struct Ctx {
              // the block over (or freed it); the deleter only drops the record
 };
 
-// A private pool. Everything in it is under its device's mutex (Dev::mu):
-// private pools are used while capturing or inside use_mem_pool, never on
-// the plain allocation path.
+// A private pool: the device layer's record (its aa_pool, use count and
+// live-block count) and what only this allocator needs. Everything in it is
+// under its device's mutex (Dev::mu): private pools are used while
+// capturing or inside use_mem_pool, never on the plain allocation path.
 struct PrivatePool {
   MempoolId_t id;
   int device = 0;
-  aa_pool *pool = nullptr;
-  int use_count = 0;
+  aa__dl_private *rec = nullptr; // the layer's; its user pointer is this
+  aa_pool *pool = nullptr;       // aa__dl_private_pool(rec), kept at hand
+  // the live blocks; live_add / live_erase keep the layer's count in step
   std::unordered_set<Ctx *> live;
   // Blocks some outstanding checkpoint (getCheckpointState) lists, with the
   // number of such checkpoints. One of them freed by its tensor is not
@@ -162,9 +168,8 @@ struct PrivatePool {
   // MemPool(use_on_oom=True): the device pool's allocations that fail take
   // this pool's memory before raising (alloc.cpp)
   bool use_on_oom = false;
-  // MemPool(no_split=True): every block its own backend allocation
-  // (graph_pools.cpp makes the aa_pool so)
-  bool no_split = false;
+  // MemPool(no_split=True) is the layer's (aa__dl_private_no_split; setNoSplit
+  // makes the aa_pool again with aa__dl_private_remake)
 };
 
 struct Region { // an open beginAllocateToPool
@@ -174,11 +179,8 @@ struct Region { // an open beginAllocateToPool
 };
 
 struct Dev {
-  std::atomic<aa_pool *> pool{nullptr};
-  std::atomic<aa_pool *> named[kMaxNamed]{};  // regions' pools, made on first use
-  std::atomic<int> regions{0};                // open beginAllocateToPool regions
-  std::mutex mu;                              // pools, region list, released pools, fraction, base
-  std::map<MempoolId_t, PrivatePool *> pools; // use_count > 0, or blocks live
+  std::atomic<int> regions{0}; // open beginAllocateToPool regions
+  std::mutex mu;               // private pools, region list, fraction, base
   std::vector<Region> open;
   std::atomic<int> oom_pools{0}; // private pools with use_on_oom
   double fraction = 1.0;
@@ -206,58 +208,100 @@ static inline Dev &dev_at(int device) {
   return g_dev[device];
 }
 
+// The device layer (torch/src/devices.h): made at the first call; raises
+// when it cannot be made (out of host memory).
+static inline aa__dl *dl() {
+  aa__dl *l = aa__dl_default();
+  TORCH_CHECK(l != nullptr, "adaptalloc: out of host memory for the device layer");
+  return l;
+}
+
 static inline aa_pool *device_pool(int device) {
-  Dev &d = dev_at(device);
-  aa_pool *p = d.pool.load(std::memory_order_acquire);
-  if (p)
-    return p;
-  // The runtime makes each pool once under its own lock.
-  p = aa_runtime_pool(AA_BACKEND_DEVICE, device);
+  (void)dev_at(device);
+  // The layer asks the runtime once (it makes each pool once under its own
+  // lock) and reads its slot afterwards.
+  aa_pool *p = aa__dl_pool(dl(), device);
   TORCH_CHECK(
       p != nullptr, cat(
                         "adaptalloc: no pool for CUDA device ",
                         device,
                         " (no such GPU, or adaptalloc was built without CUDA)"));
-  d.pool.store(p, std::memory_order_release);
   return p;
 }
 
 static inline aa_pool *device_pool_if_made(int device) {
   if (device < 0 || device >= kMaxDevices)
     return nullptr;
-  return g_dev[device].pool.load(std::memory_order_acquire);
+  return aa__dl_pool_if_made(aa__dl_default(), device);
 }
 
 // Region id's pool on the device, made by the runtime on first use.
 static inline aa_pool *named_pool(int device, int id) {
-  Dev &d = dev_at(device);
-  aa_pool *p = d.named[id].load(std::memory_order_acquire);
-  if (p)
-    return p;
-  p = aa_runtime_region_pool(id, AA_BACKEND_DEVICE, device);
+  (void)dev_at(device);
+  aa_pool *p = aa__dl_region_pool(dl(), device, id);
   TORCH_CHECK(
       p != nullptr,
       cat("adaptalloc: no pool for region ", aa_runtime_region_name(id),
           " on CUDA device ", device, " (at most ", AA_RUNTIME_MAX_REGION_POOLS,
           " region pools in a process; the log says why)"));
-  d.named[id].store(p, std::memory_order_release);
   return p;
 }
 
 // Calls f(pool) for each region pool made on the device.
 template <class F>
-static void each_named(const Dev &d, F &&f) {
+static void each_named(int device, F &&f) {
   for (int i = 0; i < kMaxNamed; i++) {
-    aa_pool *p = d.named[i].load(std::memory_order_acquire);
+    aa_pool *p = aa__dl_region_pool_if_made(aa__dl_default(), device, i);
     if (p)
       f(p);
   }
 }
 
+// Private pools through the layer (each under d.mu, where they are made
+// and destroyed). MempoolId_t is the layer's opaque 128-bit id.
+static inline aa__dl_id to_dl_id(MempoolId_t id) {
+  aa__dl_id out;
+  out.first = static_cast<uint64_t>(id.first);
+  out.second = static_cast<uint64_t>(id.second);
+  return out;
+}
+
+// Private pool `id` on the device, or nullptr.
+static inline PrivatePool *find_private(int device, MempoolId_t id) {
+  aa__dl_private *rec = aa__dl_private_find(aa__dl_default(), device, to_dl_id(id));
+  return rec != nullptr ? static_cast<PrivatePool *>(aa__dl_private_user(rec)) : nullptr;
+}
+
+// The device's private pools, in id order (as a std::map of MempoolId_t).
+static inline std::vector<PrivatePool *> private_pools(int device) {
+  std::vector<PrivatePool *> out;
+  aa__dl *l = aa__dl_default();
+  size_t n = aa__dl_private_list(l, device, nullptr, 0);
+  if (n == 0)
+    return out;
+  std::vector<aa__dl_private *> recs(n);
+  n = aa__dl_private_list(l, device, recs.data(), recs.size());
+  for (size_t i = 0; i < n && i < recs.size(); i++) {
+    auto *pp = static_cast<PrivatePool *>(aa__dl_private_user(recs[i]));
+    if (pp != nullptr)
+      out.push_back(pp);
+  }
+  return out;
+}
+
+// A block enters or leaves pp's live set; the layer counts it (a private
+// pool stays while it is used or while blocks are live: aa__dl_private_idle).
+static inline void live_add(PrivatePool *pp, Ctx *c) {
+  pp->live.insert(c);
+  (void)aa__dl_private_blocks(pp->rec, 1);
+}
+static inline void live_erase(PrivatePool *pp, Ctx *c) {
+  if (pp->live.erase(c) != 0)
+    (void)aa__dl_private_blocks(pp->rec, -1);
+}
+
 // graph_pools.cpp (each under d.mu)
 PrivatePool *create_or_incref(Dev &d, int device, MempoolId_t id);
-// A private pool's aa_pool (no_split: large blocks straight from the backend).
-aa_pool *make_private_pool(int device, MempoolId_t id, bool no_split);
 bool maybe_destroy(Dev &d, PrivatePool *pp);
 PrivatePool *route(Dev &d, cudaStream_t stream);
 

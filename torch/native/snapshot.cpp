@@ -103,7 +103,7 @@ CCA::SnapshotInfo AdaptAllocator::snapshot(MempoolId_t mempool_id, bool /*includ
       SnapWalk w{&info.segments, dev, kDefaultPool};
       (void)aa_pool_walk(main, snap_entry, &w);
       TORCH_CHECK(!w.failed, "adaptalloc: snapshot: out of host memory walking the pool");
-      each_named(g_dev[dev], [&](aa_pool *q) {
+      each_named(dev, [&](aa_pool *q) {
         SnapWalk wn{&info.segments, dev, kDefaultPool};
         (void)aa_pool_walk(q, snap_entry, &wn);
         TORCH_CHECK(!wn.failed, "adaptalloc: snapshot: out of host memory walking the pool");
@@ -111,11 +111,11 @@ CCA::SnapshotInfo AdaptAllocator::snapshot(MempoolId_t mempool_id, bool /*includ
     }
     Dev &d = g_dev[dev];
     std::lock_guard<std::mutex> g(d.mu);
-    for (auto &kv : d.pools) {
-      if (mempool_id != kDefaultPool && kv.first != mempool_id)
+    for (PrivatePool *pp : private_pools(dev)) {
+      if (mempool_id != kDefaultPool && pp->id != mempool_id)
         continue;
-      SnapWalk w{&info.segments, dev, kv.first};
-      (void)aa_pool_walk(kv.second->pool, snap_entry, &w);
+      SnapWalk w{&info.segments, dev, pp->id};
+      (void)aa_pool_walk(pp->pool, snap_entry, &w);
       TORCH_CHECK(!w.failed, "adaptalloc: snapshot: out of host memory walking the pool");
     }
   }

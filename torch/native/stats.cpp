@@ -49,12 +49,12 @@ void to_array(Array &out, const aa__torch_stat (&in)[AA__TORCH_KINDS]) {
 // into t, then `under_lock` with d.mu still held (the reset base is d's and
 // is read or taken with the private pools' figures).
 template <class F>
-void device_sums(Dev &d, aa_pool *main, aa__torch_sums &t, F &&under_lock) {
+void device_sums(int device, Dev &d, aa_pool *main, aa__torch_sums &t, F &&under_lock) {
   (void)aa__torch_sums_add_pool(&t, main);
-  each_named(d, [&](aa_pool *p) { (void)aa__torch_sums_add_pool(&t, p); });
+  each_named(device, [&](aa_pool *p) { (void)aa__torch_sums_add_pool(&t, p); });
   std::lock_guard<std::mutex> g(d.mu);
-  for (auto &kv : d.pools)
-    (void)aa__torch_sums_add_pool(&t, kv.second->pool);
+  for (PrivatePool *pp : private_pools(device))
+    (void)aa__torch_sums_add_pool(&t, pp->pool);
   under_lock();
 }
 
@@ -65,7 +65,7 @@ void AdaptAllocator::cacheInfo(c10::DeviceIndex device, size_t *largestBlock) {
   FreeWalk w;
   if (p) {
     (void)aa_pool_walk(p, free_entry, &w);
-    each_named(g_dev[device], [&](aa_pool *q) {
+    each_named(device, [&](aa_pool *q) {
       w.run = 0;
       (void)aa_pool_walk(q, free_entry, &w);
     });
@@ -81,7 +81,7 @@ DeviceStats AdaptAllocator::getDeviceStats(c10::DeviceIndex device) {
   Dev &d = dev_at(device);
   aa__torch_sums t{};
   aa__torch_base b{};
-  device_sums(d, main, t, [&] { b = d.base; });
+  device_sums(device, d, main, t, [&] { b = d.base; });
   aa__torch_stats m;
   aa__torch_stats_map(&t, &b, &m);
   to_array(s.allocation, m.allocation);
@@ -107,7 +107,7 @@ void AdaptAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
     return;
   Dev &d = dev_at(device);
   aa__torch_sums t{};
-  device_sums(d, main, t, [&] { aa__torch_base_take(&d.base, &t); });
+  device_sums(device, d, main, t, [&] { aa__torch_base_take(&d.base, &t); });
 }
 
 void AdaptAllocator::resetPeakStats(c10::DeviceIndex device) {
@@ -116,10 +116,10 @@ void AdaptAllocator::resetPeakStats(c10::DeviceIndex device) {
     return;
   aa_pool_reset_peaks(main);
   Dev &d = dev_at(device);
-  each_named(d, [](aa_pool *p) { aa_pool_reset_peaks(p); });
+  each_named(device, [](aa_pool *p) { aa_pool_reset_peaks(p); });
   std::lock_guard<std::mutex> g(d.mu);
-  for (auto &kv : d.pools)
-    aa_pool_reset_peaks(kv.second->pool);
+  for (PrivatePool *pp : private_pools(device))
+    aa_pool_reset_peaks(pp->pool);
 }
 
 std::string stats_json(int device) {

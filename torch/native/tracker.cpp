@@ -53,10 +53,10 @@ void each_pool(int dev, F &&f) {
     return;
   f(main);
   Dev &d = g_dev[dev];
-  each_named(d, f);
+  each_named(dev, f);
   std::lock_guard<std::mutex> g(d.mu);
-  for (auto &kv : d.pools)
-    f(kv.second->pool);
+  for (PrivatePool *pp : private_pools(dev))
+    f(pp->pool);
 }
 
 } // namespace

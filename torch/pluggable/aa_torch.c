@@ -14,17 +14,19 @@
  *     torch/src/stats_map.c)
  *   aa_torch_set_region, aa_torch_region   the calling thread's region (ctypes)
  *
- * Pools are the runtime's (aa_runtime_pool(AA_BACKEND_DEVICE, device)), which
- * starts the store, the policy loop and the HTTP server on first use. The hot
- * path is one relaxed atomic load of the cached pool pointer and aa_alloc /
- * aa_free; no lock and no CUDA call of ours.
+ * An adapter over the device layer (torch/src/devices.h, aa__dl_default):
+ * the device's pool (the runtime's aa_runtime_pool(AA_BACKEND_DEVICE,
+ * device), which starts the store, the policy loop and the HTTP server on
+ * first use), its region pools, and the pool that holds a pointer. The hot
+ * path is the layer's acquire load of the pool and aa_alloc / aa_free; no
+ * lock and no CUDA call of ours.
  *
  * Regions (adaptalloc.torch.region): a thread-local region id sends the
  * thread's allocations to that region's pool on the device
- * (aa_runtime_region_pool). free_fn gets only the pointer and the device, so
- * once a device has region pools a free whose block the device pool does not
- * hold looks it up in them (one page-map lookup per pool); before that the
- * free path is as it was.
+ * (aa__dl_region_pool). free_fn gets only the pointer and the device:
+ * aa__dl_free_pool answers with the device pool and no lookup while the
+ * device has no other pool, and once it has, with the pool that holds the
+ * pointer (the layer's owner table: one probe and one page-map lookup).
  *
  * PyTorch does not check the pointer alloc_fn returns: NULL (out of memory
  * after the pool released its cache and retried) reaches torch as a tensor
@@ -32,7 +34,6 @@
  * cause is visible; `ooms` in /stats counts them.
  */
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -41,63 +42,17 @@
 #include "adaptalloc/core.h"
 #include "adaptalloc/torch_plugin.h"
 #include "adaptalloc/runtime.h"
-#include "stats_map.h"
+#include "torch_internal.h" /* devices.h, stats_map.h */
 
-#define AA_TORCH_MAX_DEVICES 64
+#define AA_TORCH_MAX_DEVICES AA__DL_MAX_DEVICES
 
-static _Atomic(aa_pool *) g_pools[AA_TORCH_MAX_DEVICES];
-static _Atomic(aa_pool *) g_region_pools[AA_TORCH_MAX_DEVICES][AA_RUNTIME_MAX_REGIONS];
-static atomic_int g_nregion_pools[AA_TORCH_MAX_DEVICES]; /* made so far, per device */
-static _Thread_local int t_region = -1;                  /* aa_runtime_region_id, -1: none */
+static _Thread_local int t_region = -1; /* aa_runtime_region_id, -1: none */
 
-static aa_pool *pool_for(int device) {
-  aa_pool *p;
-  if (device < 0 || device >= AA_TORCH_MAX_DEVICES)
-    return NULL;
-  p = atomic_load_explicit(&g_pools[device], memory_order_acquire);
-  if (p)
-    return p;
-  /* The runtime creates each pool once (it holds its own lock); racing
-   * threads get the same pointer. */
-  p = aa_runtime_pool(AA_BACKEND_DEVICE, device);
-  if (p)
-    atomic_store_explicit(&g_pools[device], p, memory_order_release);
-  return p;
-}
+static aa_pool *pool_for(int device) { return aa__dl_pool(aa__dl_default(), device); }
 
 /* The pool already made for a device, without creating one. */
 static aa_pool *pool_if_made(int device) {
-  if (device < 0 || device >= AA_TORCH_MAX_DEVICES)
-    return NULL;
-  return atomic_load_explicit(&g_pools[device], memory_order_acquire);
-}
-
-/* Region id's pool on the device, made on first use (the device's own pool
- * exists by then). */
-static aa_pool *region_pool_for(int device, int id) {
-  aa_pool *p = atomic_load_explicit(&g_region_pools[device][id], memory_order_acquire);
-  aa_pool *none = NULL;
-  if (p)
-    return p;
-  p = aa_runtime_region_pool(id, AA_BACKEND_DEVICE, device);
-  if (p && atomic_compare_exchange_strong(&g_region_pools[device][id], &none, p))
-    atomic_fetch_add(&g_nregion_pools[device], 1);
-  return p;
-}
-
-/* The pool that holds ptr on the device: its own pool, or a region's. */
-static aa_pool *owner_of(int device, const void *ptr) {
-  aa_pool *p = pool_if_made(device);
-  int i;
-  if (!p || atomic_load_explicit(&g_nregion_pools[device], memory_order_acquire) == 0 ||
-      aa_block_size(p, ptr) != 0)
-    return p;
-  for (i = 0; i < AA_RUNTIME_MAX_REGIONS; i++) {
-    aa_pool *r = atomic_load_explicit(&g_region_pools[device][i], memory_order_acquire);
-    if (r && aa_block_size(r, ptr) != 0)
-      return r;
-  }
-  return p; /* not ours: aa_free reports it */
+  return aa__dl_pool_if_made(aa__dl_default(), device);
 }
 
 void *aa_torch_alloc(size_t size, int device, aa_stream stream) {
@@ -109,7 +64,7 @@ void *aa_torch_alloc(size_t size, int device, aa_stream stream) {
     return NULL;
   }
   if (t_region >= 0) {
-    p = region_pool_for(device, t_region);
+    p = aa__dl_region_pool(aa__dl_default(), device, t_region);
     if (!p) {
       fprintf(stderr, "adaptalloc: no pool for region %s on CUDA device %d\n",
               aa_runtime_region_name(t_region), device);
@@ -127,7 +82,7 @@ void aa_torch_free(void *ptr, size_t size, int device, aa_stream stream) {
   aa_pool *p;
   if (!ptr || device < 0 || device >= AA_TORCH_MAX_DEVICES)
     return;
-  p = owner_of(device, ptr);
+  p = aa__dl_free_pool(aa__dl_default(), device, ptr);
   if (p)
     (void)aa_free(p, ptr, size, stream);
 }
@@ -155,7 +110,7 @@ void aa_torch_reset(void) {
     if (p)
       (void)aa_pool_release(p);
     for (int i = 0; p && i < AA_RUNTIME_MAX_REGIONS; i++) {
-      aa_pool *r = atomic_load_explicit(&g_region_pools[d][i], memory_order_acquire);
+      aa_pool *r = aa__dl_region_pool_if_made(aa__dl_default(), d, i);
       if (r)
         (void)aa_pool_release(r);
     }
@@ -205,16 +160,14 @@ void aa_torch_memory_fraction(double fraction, int device) {
 }
 
 void aa_torch_record_stream(void *ptr, aa_stream stream) {
-  int d;
+  aa_pool *p;
   if (!ptr)
     return;
-  for (d = 0; d < AA_TORCH_MAX_DEVICES; d++) {
-    aa_pool *p = owner_of(d, ptr);
-    if (p && aa_block_size(p, ptr) != 0) {
-      (void)aa_record_stream(p, ptr, stream);
-      return;
-    }
-  }
+  /* the pool of whichever device holds it; a pointer that is no live block
+   * of it is refused by aa_record_stream (ignored, as before) */
+  p = aa__dl_owner(aa__dl_default(), ptr, NULL);
+  if (p)
+    (void)aa_record_stream(p, ptr, stream);
 }
 
 int aa_torch_set_limit(int device, size_t bytes) {
@@ -246,7 +199,7 @@ uint64_t aa_torch_stat(int device, const char *name) {
    * that pool's limit */
   t = own;
   for (i = 0; i < AA_RUNTIME_MAX_REGIONS; i++) {
-    aa_pool *r = atomic_load_explicit(&g_region_pools[device][i], memory_order_acquire);
+    aa_pool *r = aa__dl_region_pool_if_made(aa__dl_default(), device, i);
     if (r)
       (void)aa__torch_sums_add_pool(&t, r);
   }

@@ -358,6 +358,15 @@ AA_EXTERN int aa_record_stream(aa_pool *pool, void *ptr, aa_stream stream);
  * pool does not own it. */
 AA_EXTERN size_t aa_block_size(aa_pool *pool, const void *ptr);
 
+/* Whether ptr lies in memory the pool holds from its backend now (a slab or
+ * a large segment of its own, the block live or not): one page-map lookup,
+ * no lock, so a caller that keeps several pools can find the owner of a
+ * pointer cheaply (the PyTorch integration's device layer). false for NULL
+ * arguments. The answer can change as soon as the pool returns memory to
+ * its backend; for a live block of the pool's it stays true until the
+ * block is freed. */
+AA_EXTERN bool aa_pool_owns(const aa_pool *pool, const void *ptr);
+
 /* ---------------------------------------------------- sharing a block
  * What another process needs to map a live block: the backend memory under
  * it, one piece per backend allocation (a slab, a large segment of the
