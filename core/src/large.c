@@ -181,19 +181,31 @@ void aa__lg_chunk_put(aa_pool *pool, aa__chunk *c) {
  * coalesced at once, so an allocation of the same size on the same stream
  * (a loop's next iteration) takes it back without a split, a merge or a
  * bin search. Everything that looks at free chunks as a whole unparks
- * first. */
-void aa__lg_unpark_all(aa_pool *pool) {
-  for (unsigned i = 0; i < pool->large->npark; i++) {
-    aa__chunk *c = pool->large->park[i];
-    c->parked = 0;
-    aa__lg_coalesce_insert(pool, c);
-  }
-  pool->large->npark = 0;
-}
-
+ * first.
+ *
+ * Only a chunk that would merge with no free neighbour is parked, and a
+ * parked chunk is unparked (merged) the moment a neighbour becomes free
+ * beside it (aa__lg_coalesce_insert), so a parked chunk is always an exact
+ * hole on its own: taking it is what best fit would do. Before, a chunk
+ * freed beside free memory was parked too, and the next request of its
+ * size took it back out of the middle of what would have been one larger
+ * free chunk while an exact hole of that size lay elsewhere: a training
+ * trace's second step cut a 72 MiB free run that its 250 MiB logits then
+ * could not use (bench/replay/train_trace.py: peak reserved 3766 MiB,
+ * 3716 with this; the replay's model of PyTorch's expandable segments
+ * 3742). */
 static void park_drop(aa_pool *pool, unsigned i) {
   memmove(&pool->large->park[i], &pool->large->park[i + 1], (pool->large->npark - i - 1) * sizeof *pool->large->park);
   pool->large->npark--;
+}
+
+void aa__lg_unpark_all(aa_pool *pool) {
+  while (pool->large->npark > 0) { /* oldest first; a merge may unlist a neighbour */
+    aa__chunk *c = pool->large->park[0];
+    park_drop(pool, 0);
+    c->parked = 0;
+    aa__lg_coalesce_insert(pool, c);
+  }
 }
 
 static aa__chunk *park_take(aa_pool *pool, size_t need, aa_stream stream) {
@@ -208,7 +220,33 @@ static aa__chunk *park_take(aa_pool *pool, size_t need, aa_stream stream) {
   return NULL;
 }
 
+/* Whether free neighbours a (lower) and b could merge were neither parked. */
+static bool merge_ok_unparked(const aa__chunk *a, const aa__chunk *b) {
+  if (!a->free || !b->free || a->nxev > 0 || b->nxev > 0)
+    return false;
+  return a->any || b->any || a->stream == b->stream;
+}
+
+/* Neighbour n of a chunk becoming free, if it is parked (in the park list:
+ * aa__lg_carve marks its pieces parked without listing them) and could
+ * merge with it: out of the list and into its bin, so that it merges. */
+static void unpark_neighbour(aa_pool *pool, aa__chunk *n) {
+  for (unsigned i = 0; i < pool->large->npark; i++) {
+    if (pool->large->park[i] == n) {
+      park_drop(pool, i);
+      n->parked = 0;
+      aa__lg_bin_insert(pool, n);
+      return;
+    }
+  }
+}
+
 static void park(aa_pool *pool, aa__chunk *c) {
+  if ((c->prev != NULL && merge_ok_unparked(c->prev, c)) ||
+      (c->next != NULL && merge_ok_unparked(c, c->next))) {
+    aa__lg_coalesce_insert(pool, c); /* beside free memory: merged, not parked */
+    return;
+  }
   c->parked = 1; /* first: the chunk unparked below must not merge into it */
   if (pool->large->npark == AA__LARGE_PARK) {
     aa__chunk *old = pool->large->park[0];
@@ -985,6 +1023,12 @@ void aa__lg_coalesce_insert(aa_pool *pool, aa__chunk *c) {
    * anywhere without merging it, and a merge gives the result the stream of
    * its part that was not), so one step each way can leave a pair that
    * merges. Each pass merges two chunks into one: it ends. */
+  if (pool->large->npark > 0) { /* a parked neighbour merges now (park) */
+    if (c->next && c->next->parked && merge_ok_unparked(c, c->next))
+      unpark_neighbour(pool, c->next);
+    if (c->prev && c->prev->parked && merge_ok_unparked(c->prev, c))
+      unpark_neighbour(pool, c->prev);
+  }
   for (;;) {
     if (c->next && aa__lg_merge_ok(c, c->next)) {
       aa__lg_absorb(pool, c, c->next);
