@@ -211,7 +211,7 @@ void aa__lg_unpark_all(aa_pool *pool) {
 static aa__chunk *park_take(aa_pool *pool, size_t need, aa_stream stream) {
   for (unsigned i = pool->large->npark; i-- > 0;) { /* newest first */
     aa__chunk *c = pool->large->park[i];
-    if (c->size == need && aa__lg_usable(pool, c, stream)) {
+    if (c->size == need && c->seg->small_reqs == aa__lg_small(need) && aa__lg_usable(pool, c, stream)) {
       park_drop(pool, i);
       c->parked = 0;
       return c;
@@ -449,6 +449,8 @@ static size_t settle(aa_pool *pool, size_t need, uint64_t *settled) {
   aa__chunk *best = NULL;
   size_t best_size = 0;
   for (aa__seg *s = pool->large->segs; s; s = s->next) {
+    if (s->small_reqs != aa__lg_small(need))
+      continue; /* the request's region only */
     for (aa__chunk *c = s->first; c;) {
       size_t sum = c->size;
       aa__chunk *e = c;
@@ -492,11 +494,12 @@ static bool prefix_held(const aa_pool *pool, const aa__chunk *c, size_t n, bool 
  * come first: memory there moves between holes, and moving costs calls. */
 static aa__chunk *find_fit_mapped(aa_pool *pool, size_t need, aa_stream stream) {
   bool touched = atomic_load_explicit(&pool->limit, AA__RLX) == 0;
+  bool small = aa__lg_small(need);
   for (unsigned b = next_bin(pool, aa__lg_bin_of(need)); b < AA__LARGE_BINS;
        b = next_bin(pool, b + 1)) {
     aa__chunk *best = NULL;
     for (aa__chunk *c = pool->large->bins[b]; c; c = c->fnext) {
-      if (c->size >= need && (best == NULL || c->size < best->size) &&
+      if (c->size >= need && (best == NULL || c->size < best->size) && c->seg->small_reqs == small &&
           prefix_held(pool, c, need, touched) &&
           aa__lg_usable(pool, c, stream))
         best = c;
@@ -518,10 +521,11 @@ static aa__chunk *find_fit_mapped(aa_pool *pool, size_t need, aa_stream stream) 
 static aa__chunk *find_fit_fewest_maps(aa_pool *pool, size_t need, aa_stream stream) {
   aa__chunk *best = NULL;
   size_t best_new = 0;
+  bool small = aa__lg_small(need);
   for (unsigned b = next_bin(pool, aa__lg_bin_of(need)); b < AA__LARGE_BINS;
        b = next_bin(pool, b + 1)) {
     for (aa__chunk *c = pool->large->bins[b]; c; c = c->fnext) {
-      if (c->size < need)
+      if (c->size < need || c->seg->small_reqs != small)
         continue;
       size_t n = aa__lg_unmapped_under(pool, c, need, best ? best_new : SIZE_MAX);
       if (best != NULL && (n > best_new || (n == best_new && c->size >= best->size)))
@@ -545,11 +549,12 @@ static aa__chunk *find_fit(aa_pool *pool, size_t need, aa_stream stream, bool ha
       return c;
     return find_fit_fewest_maps(pool, need, stream);
   }
+  bool small = aa__lg_small(need);
   for (unsigned b = next_bin(pool, aa__lg_bin_of(need)); b < AA__LARGE_BINS;
        b = next_bin(pool, b + 1)) {
     aa__chunk *best = NULL;
     for (aa__chunk *c = pool->large->bins[b]; c; c = c->fnext) {
-      if (c->size >= need && (best == NULL || c->size < best->size) &&
+      if (c->size >= need && (best == NULL || c->size < best->size) && c->seg->small_reqs == small &&
           aa__lg_usable(pool, c, stream))
         best = c;
     }
@@ -619,6 +624,8 @@ static aa__chunk *wait_run(aa_pool *pool, size_t need, aa_stream stream, bool to
   aa__chunk *best = NULL;
   size_t best_size = 0;
   for (aa__seg *s = pool->large->segs; s; s = s->next) {
+    if (s->small_reqs != aa__lg_small(need))
+      continue; /* the request's region only */
     for (aa__chunk *a = s->first; a; a = a->next) {
       size_t w = 0;
       for (aa__chunk *z = a; z && z->free && !z->parked; z = z->next) {
@@ -666,11 +673,12 @@ static aa__chunk *wait_run(aa_pool *pool, size_t need, aa_stream stream, bool to
  * the host never blocks. Returns the chunk still in its bin, or NULL. */
 static aa__chunk *wait_fit(aa_pool *pool, size_t need, aa_stream stream) {
   bool touched = atomic_load_explicit(&pool->limit, AA__RLX) == 0;
+  bool small = aa__lg_small(need);
   for (unsigned b = next_bin(pool, aa__lg_bin_of(need)); b < AA__LARGE_BINS;
        b = next_bin(pool, b + 1)) {
     aa__chunk *best = NULL;
     for (aa__chunk *c = pool->large->bins[b]; c; c = c->fnext) {
-      if (c->size < need || (best != NULL && c->size >= best->size) || c->any ||
+      if (c->size < need || (best != NULL && c->size >= best->size) || c->any || c->seg->small_reqs != small ||
           (c->stream == stream && c->nxev == 0))
         continue; /* too small, no better, or not held by another stream */
       if (!prefix_held(pool, c, need, touched))
@@ -796,7 +804,8 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
                                    : aa__lg_round_up(need, AA__LARGE_SEG);
       if (segsize < need)
         return NULL;
-      c = vmm ? aa__lg_vseg_new(pool, need, &rc) : aa__lg_seg_new(pool, segsize, &rc);
+      bool small = !passthrough && aa__lg_small(need);
+      c = vmm ? aa__lg_vseg_new(pool, need, small, &rc) : aa__lg_seg_new(pool, segsize, small, &rc);
       if (c == NULL) {
         *retry = true; /* the backend refused: releasing caches may help */
         return NULL;
