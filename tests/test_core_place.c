@@ -2,9 +2,10 @@
  * test_core_place.c — where the large path places a block (docs/core.md,
  * "Placement"): requests of at most 1 MiB in segments of their own, apart
  * from larger ones, in both modes, so that the holes small long-lived
- * blocks would leave between freed activations do not form; and parking,
- * which takes back only an exact hole of its own, never a chunk freed
- * beside free memory.
+ * blocks would leave between freed activations do not form (a hole between
+ * live large blocks serves a small request before its region grows); and
+ * parking, which takes back only an exact hole of its own, never a chunk
+ * freed beside free memory.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -112,32 +113,50 @@ static void test_core_place_small_apart_cache(void **state) {
   holes(AA_LARGE_CACHE);
 }
 
-/* A small request never takes a hole among the larger blocks, nor a large
- * one the small blocks' room; each region grows on its own. */
-static void test_core_place_regions_apart(void **state) {
+/* Whether two blocks lie in different reservations (each holds at least
+ * 32 GiB of address space, so blocks of one lie within a few MiB here). */
+static bool apart(const void *x, const void *y) {
+  uintptr_t a = (uintptr_t)x, b = (uintptr_t)y;
+  return (a > b ? a - b : b - a) >= ((uintptr_t)1 << 30);
+}
+
+/* The regions in expandable mode: a small request is not cut from the
+ * fresh memory after the large blocks, a large one never takes the small
+ * blocks' room; a small request takes a hole between live large blocks
+ * only when its own region would need new memory. */
+static void test_core_place_regions(void **state) {
   (void)state;
   fx *f = make(AA_LARGE_EXPANDABLE);
   char *a = aa_alloc(f->p, 4 * MiB, NULL);
-  char *h = aa_alloc(f->p, 2 * MiB, NULL);
   char *b = aa_alloc(f->p, 4 * MiB, NULL);
-  assert_int_equal(aa_free(f->p, h, 2 * MiB, NULL), AA_OK); /* a 2 MiB hole between a and b */
-  char *s = aa_alloc(f->p, 512 * KiB, NULL);
-  assert_non_null(s);
-  assert_false((uintptr_t)s >= (uintptr_t)a && (uintptr_t)s < (uintptr_t)b + 4 * MiB);
-  /* the small blocks' room is not the large requests' */
+  assert_ptr_equal(b, a + 4 * MiB);
+  char *s = aa_alloc(f->p, 512 * KiB, NULL); /* before: right after b */
+  assert_true(apart(s, a));
   char *s2 = aa_alloc(f->p, 1 * MiB, NULL); /* at the bound: small */
-  char *l = aa_alloc(f->p, 1 * MiB + 4 * KiB, NULL); /* above it: in the hole */
-  assert_ptr_equal(l, h);
-  assert_true((uintptr_t)s2 < (uintptr_t)a || (uintptr_t)s2 >= (uintptr_t)b + 4 * MiB);
+  assert_ptr_equal(s2, s + 512 * KiB);
+  char *l = aa_alloc(f->p, 1 * MiB + 4 * KiB, NULL); /* above it: after b */
+  assert_ptr_equal(l, b + 4 * MiB);
   assert_int_equal(aa_free(f->p, s, 512 * KiB, NULL), AA_OK);
   assert_int_equal(aa_free(f->p, s2, 1 * MiB, NULL), AA_OK);
-  /* the small room freed: a large request still does not go there */
-  char *l2 = aa_alloc(f->p, 2 * MiB, NULL);
-  assert_true((uintptr_t)l2 >= (uintptr_t)a && (uintptr_t)l2 < (uintptr_t)a + 64 * MiB);
-  assert_int_equal(aa_free(f->p, l2, 2 * MiB, NULL), AA_OK);
-  assert_int_equal(aa_free(f->p, l, 1 * MiB + 4 * KiB, NULL), AA_OK);
-  assert_int_equal(aa_free(f->p, a, 4 * MiB, NULL), AA_OK);
+  /* the small blocks' room, free and mapped, is not the large requests' */
+  char *l2 = aa_alloc(f->p, 1 * MiB + 4 * KiB, NULL);
+  assert_ptr_equal(l2, l + 1 * MiB + 4 * KiB);
+  /* b freed: a hole between live blocks, which small requests leave alone
+   * while their own region's mapped page has room... */
   assert_int_equal(aa_free(f->p, b, 4 * MiB, NULL), AA_OK);
+  aa_pool_stats before = stats(f);
+  char *s3 = aa_alloc(f->p, 512 * KiB, NULL);
+  char *s4 = aa_alloc(f->p, 1 * MiB, NULL);
+  assert_ptr_equal(s3, s);
+  assert_ptr_equal(s4, s + 512 * KiB);
+  /* ...and take once it would need a new page: memory held anyway */
+  char *s5 = aa_alloc(f->p, 1 * MiB, NULL);
+  assert_ptr_equal(s5, b);
+  assert_int_equal(stats(f).large_bytes_reserved, before.large_bytes_reserved);
+  char *bufs[] = {a, l, l2, s3, s4, s5};
+  size_t sizes[] = {4 * MiB, 1 * MiB + 4 * KiB, 1 * MiB + 4 * KiB, 512 * KiB, 1 * MiB, 1 * MiB};
+  for (int i = 0; i < 6; i++)
+    assert_int_equal(aa_free(f->p, bufs[i], sizes[i], NULL), AA_OK);
   done(f);
 }
 
@@ -227,7 +246,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_core_place_small_apart_expandable),
       cmocka_unit_test(test_core_place_small_apart_cache),
-      cmocka_unit_test(test_core_place_regions_apart),
+      cmocka_unit_test(test_core_place_regions),
       cmocka_unit_test(test_core_place_park_exact_hole_expandable),
       cmocka_unit_test(test_core_place_park_exact_hole_cache),
       cmocka_unit_test(test_core_place_park_neighbour_merges),

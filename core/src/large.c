@@ -564,6 +564,33 @@ static aa__chunk *find_fit(aa_pool *pool, size_t need, aa_stream stream, bool ha
   return NULL;
 }
 
+/* A small request (aa__lg_small) that its own region cannot serve without
+ * new memory: the best-fitting free chunk of the larger requests' region
+ * that lies between two blocks still in use (not free, so no freed
+ * neighbour's room is cut: the hole is memory held anyway) and is mapped
+ * now. Without it, the moe step of `adaptalloc-bench steps` reserved about
+ * 0.3% more than with one region (its router logits and expert indices,
+ * 16 KiB-1 MiB, mapped pages of their own while holes among the experts'
+ * tensors stayed free); the tail where the large blocks are cut one after
+ * another, where a small block outliving its neighbour pins a hole, is not
+ * between two live blocks. Runs only on the way to growing. */
+static aa__chunk *find_fit_between(aa_pool *pool, size_t need, aa_stream stream) {
+  for (unsigned b = next_bin(pool, aa__lg_bin_of(need)); b < AA__LARGE_BINS;
+       b = next_bin(pool, b + 1)) {
+    aa__chunk *best = NULL;
+    for (aa__chunk *c = pool->large->bins[b]; c; c = c->fnext) {
+      if (c->size < need || (best != NULL && c->size >= best->size) || c->seg->small_reqs ||
+          c->prev == NULL || c->next == NULL || c->prev->free || c->next->free)
+        continue;
+      if (prefix_held(pool, c, need, false) && aa__lg_usable(pool, c, stream))
+        best = c;
+    }
+    if (best != NULL)
+      return best;
+  }
+  return NULL;
+}
+
 /* Orders `stream` after the pending last uses of free chunk `c`: the events
  * of its record_stream'd streams and, when `stream` is not the one it was
  * freed on, an event on that one (recorded now when none was: it covers the
@@ -779,6 +806,10 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
             continue;
           }
         }
+        /* ...and a small request takes a hole between live blocks of the
+         * large ones' region before its own region grows (regions, above) */
+        if (c == NULL && aa__lg_small(need))
+          c = find_fit_between(pool, need, stream);
         if (c == NULL && vmm)
           c = find_fit(pool, need, stream, false);
       }
