@@ -770,6 +770,10 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
     if (c == NULL && !passthrough) {
       aa__lg_unpark_all(pool); /* parked chunks serve exact repeats; else they merge */
       c = find_fit(pool, need, stream, !reclaimed);
+      /* a small request takes a hole between live blocks of the large
+       * ones' region before its own region grows (find_fit_between) */
+      if (c == NULL && !reclaimed && aa__lg_small(need))
+        c = find_fit_between(pool, need, stream);
       if (c == NULL && !reclaimed) {
         /* nothing fits in what the pool has (expandable: below the
          * high-water mark, find_fit_mapped): the blocks other threads'
@@ -806,10 +810,6 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
             continue;
           }
         }
-        /* ...and a small request takes a hole between live blocks of the
-         * large ones' region before its own region grows (regions, above) */
-        if (c == NULL && aa__lg_small(need))
-          c = find_fit_between(pool, need, stream);
         if (c == NULL && vmm)
           c = find_fit(pool, need, stream, false);
       }
