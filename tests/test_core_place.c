@@ -4,8 +4,8 @@
  * from larger ones, in both modes, so that the holes small long-lived
  * blocks would leave between freed activations do not form (a hole between
  * live large blocks serves a small request before its region grows); and
- * parking, which takes back only an exact hole of its own, never a chunk
- * freed beside free memory.
+ * parking, which takes back a chunk freed beside free memory only when no
+ * exact hole of the size lies elsewhere.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -160,10 +160,9 @@ static void test_core_place_regions(void **state) {
   done(f);
 }
 
-/* Parking takes back only a chunk that is an exact hole of its own: a chunk
- * freed beside free memory merges with it at once (and a parked neighbour
- * with them), so that a request of its size goes to an exact hole elsewhere
- * and the merged room stays whole for a larger one. */
+/* Parking: a chunk freed beside free memory is not taken back while an
+ * exact hole of its size lies elsewhere (best fit's choice), so that the
+ * room it would merge into stays whole for a larger request. */
 static void park_exact(aa_large_mode mode) {
   fx *f = make(mode);
   /* one run of 4 MiB blocks, a h b x y z: carved from one free chunk */
@@ -178,9 +177,9 @@ static void park_exact(aa_large_mode mode) {
   }
   char *last = aa_alloc(f->p, 64 * KiB, NULL);
   char *h = v[1], *x = v[3], *y = v[4];
-  assert_int_equal(aa_free(f->p, h, 4 * MiB, NULL), AA_OK); /* a hole of its own: parked */
-  assert_int_equal(aa_free(f->p, y, 4 * MiB, NULL), AA_OK); /* likewise, for now */
-  assert_int_equal(aa_free(f->p, x, 4 * MiB, NULL), AA_OK); /* beside y: x and y merge */
+  assert_int_equal(aa_free(f->p, h, 4 * MiB, NULL), AA_OK); /* a hole of its own */
+  assert_int_equal(aa_free(f->p, y, 4 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, x, 4 * MiB, NULL), AA_OK); /* beside y: one 8 MiB room */
   aa_pool_stats before = stats(f);
   /* the exact hole h, not x out of the 8 MiB room x + y (before: x, the
    * newest parked chunk of the size) */
@@ -215,28 +214,44 @@ static void test_core_place_park_exact_hole_cache(void **state) {
   park_exact(AA_LARGE_CACHE);
 }
 
-/* A chunk parked alone merges when its neighbour is freed: the two serve a
- * request of both their sizes in place. */
-static void test_core_place_park_neighbour_merges(void **state) {
+/* With no exact hole elsewhere, a chunk freed beside free memory is taken
+ * back as it was (the loop's fast path: no merge, no split); parked
+ * neighbours merge for a request of both. */
+static void test_core_place_park_fast_path(void **state) {
   (void)state;
   fx *f = make(AA_LARGE_EXPANDABLE);
-  char *big = aa_alloc(f->p, 12 * MiB, NULL);
+  char *big = aa_alloc(f->p, 16 * MiB, NULL);
   char *w = aa_alloc(f->p, 64 * KiB, NULL);
-  assert_int_equal(aa_free(f->p, big, 12 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, big, 16 * MiB, NULL), AA_OK);
   char *a = aa_alloc(f->p, 4 * MiB, NULL);
   char *b = aa_alloc(f->p, 4 * MiB, NULL);
   char *c = aa_alloc(f->p, 4 * MiB, NULL);
+  char *d = aa_alloc(f->p, 4 * MiB, NULL);
   char *last = aa_alloc(f->p, 64 * KiB, NULL);
   assert_ptr_equal(b, a + 4 * MiB);
-  assert_int_equal(aa_free(f->p, a, 4 * MiB, NULL), AA_OK); /* parked: b is live */
-  assert_int_equal(aa_free(f->p, b, 4 * MiB, NULL), AA_OK); /* a merges with it */
   aa_pool_stats before = stats(f);
-  /* both sizes at once: the merged room, no new memory */
-  char *d = aa_alloc(f->p, 8 * MiB, NULL);
-  assert_ptr_equal(d, a);
+  char *m[3];
+  for (int i = 0; i < 3; i++) { /* a loop freeing and asking again */
+    assert_int_equal(aa_free(f->p, a, 4 * MiB, NULL), AA_OK);
+    assert_int_equal(aa_free(f->p, b, 4 * MiB, NULL), AA_OK); /* beside a */
+    char *b2 = aa_alloc(f->p, 4 * MiB, NULL);
+    char *a2 = aa_alloc(f->p, 4 * MiB, NULL);
+    assert_ptr_equal(b2, b); /* the newest first, no exact hole elsewhere */
+    assert_ptr_equal(a2, a);
+    m[i] = aa_alloc(f->p, 64 * KiB, NULL); /* the thread's last block: not a */
+  }
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(aa_free(f->p, m[i], 64 * KiB, NULL), AA_OK);
   assert_int_equal(stats(f).large_bytes_reserved, before.large_bytes_reserved);
-  assert_int_equal(aa_free(f->p, d, 8 * MiB, NULL), AA_OK);
+  /* c and d parked side by side: one room for 8 MiB */
   assert_int_equal(aa_free(f->p, c, 4 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, d, 4 * MiB, NULL), AA_OK);
+  char *e = aa_alloc(f->p, 8 * MiB, NULL);
+  assert_ptr_equal(e, c);
+  assert_int_equal(stats(f).large_bytes_reserved, before.large_bytes_reserved);
+  assert_int_equal(aa_free(f->p, e, 8 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, a, 4 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, b, 4 * MiB, NULL), AA_OK);
   assert_int_equal(aa_free(f->p, w, 64 * KiB, NULL), AA_OK);
   assert_int_equal(aa_free(f->p, last, 64 * KiB, NULL), AA_OK);
   done(f);
@@ -249,7 +264,7 @@ int main(void) {
       cmocka_unit_test(test_core_place_regions),
       cmocka_unit_test(test_core_place_park_exact_hole_expandable),
       cmocka_unit_test(test_core_place_park_exact_hole_cache),
-      cmocka_unit_test(test_core_place_park_neighbour_merges),
+      cmocka_unit_test(test_core_place_park_fast_path),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

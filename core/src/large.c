@@ -183,17 +183,16 @@ void aa__lg_chunk_put(aa_pool *pool, aa__chunk *c) {
  * bin search. Everything that looks at free chunks as a whole unparks
  * first.
  *
- * Only a chunk that would merge with no free neighbour is parked, and a
- * parked chunk is unparked (merged) the moment a neighbour becomes free
- * beside it (aa__lg_coalesce_insert), so a parked chunk is always an exact
- * hole on its own: taking it is what best fit would do. Before, a chunk
- * freed beside free memory was parked too, and the next request of its
- * size took it back out of the middle of what would have been one larger
- * free chunk while an exact hole of that size lay elsewhere: a training
- * trace's second step cut a 72 MiB free run that its 250 MiB logits then
- * could not use (bench/replay/train_trace.py: peak reserved 3766 MiB,
- * 3716 with this; the replay's model of PyTorch's expandable segments
- * 3742). */
+ * A parked chunk beside free memory is taken back only when no free chunk
+ * elsewhere is an exact hole of the request's size (park_take); else the
+ * request goes to best fit, with the parked chunks merged first. Before,
+ * the newest parked chunk of the size was taken whatever lay around it: a
+ * training trace's second step took a 12 MiB block out of what would have
+ * been a 72 MiB free run while an exact 12 MiB hole lay elsewhere, and its
+ * 250 MiB logits found no room (bench/replay/train_trace.py: peak reserved
+ * 3766 MiB, 3716 with this; the replay's model of PyTorch's expandable
+ * segments 3742). A chunk freed beside a parked one merges it
+ * (aa__lg_coalesce_insert). */
 static void park_drop(aa_pool *pool, unsigned i) {
   memmove(&pool->large->park[i], &pool->large->park[i + 1], (pool->large->npark - i - 1) * sizeof *pool->large->park);
   pool->large->npark--;
@@ -208,23 +207,54 @@ void aa__lg_unpark_all(aa_pool *pool) {
   }
 }
 
-static aa__chunk *park_take(aa_pool *pool, size_t need, aa_stream stream) {
-  for (unsigned i = pool->large->npark; i-- > 0;) { /* newest first */
-    aa__chunk *c = pool->large->park[i];
-    if (c->size == need && c->seg->small_reqs == aa__lg_small(need) && aa__lg_usable(pool, c, stream)) {
-      park_drop(pool, i);
-      c->parked = 0;
-      return c;
-    }
-  }
-  return NULL;
-}
-
 /* Whether free neighbours a (lower) and b could merge were neither parked. */
 static bool merge_ok_unparked(const aa__chunk *a, const aa__chunk *b) {
   if (!a->free || !b->free || a->nxev > 0 || b->nxev > 0)
     return false;
   return a->any || b->any || a->stream == b->stream;
+}
+
+/* Whether parked chunk c would merge with a free neighbour. */
+static bool beside_free(const aa__chunk *c) {
+  return (c->prev != NULL && merge_ok_unparked(c->prev, c)) ||
+         (c->next != NULL && merge_ok_unparked(c, c->next));
+}
+
+static bool prefix_held(const aa_pool *pool, const aa__chunk *c, size_t n, bool touched);
+
+/* Whether a free chunk in the bins is an exact hole of `need` bytes that
+ * best fit would take on `stream` (its region, its pages held). */
+static bool exact_hole(aa_pool *pool, size_t need, aa_stream stream) {
+  bool touched = atomic_load_explicit(&pool->limit, AA__RLX) == 0, small = aa__lg_small(need);
+  for (aa__chunk *c = pool->large->bins[aa__lg_bin_of(need)]; c; c = c->fnext) {
+    if (c->size == need && c->seg->small_reqs == small && prefix_held(pool, c, need, touched) &&
+        aa__lg_usable(pool, c, stream))
+      return true;
+  }
+  return false;
+}
+
+static aa__chunk *park_take(aa_pool *pool, size_t need, aa_stream stream) {
+  unsigned beside = AA__LARGE_PARK; /* the newest fitting one beside free memory */
+  for (unsigned i = pool->large->npark; i-- > 0;) { /* newest first */
+    aa__chunk *c = pool->large->park[i];
+    if (c->size != need || c->seg->small_reqs != aa__lg_small(need) || !aa__lg_usable(pool, c, stream))
+      continue;
+    if (beside_free(c)) {
+      if (beside == AA__LARGE_PARK)
+        beside = i;
+      continue;
+    }
+    park_drop(pool, i); /* an exact hole of its own: what best fit takes */
+    c->parked = 0;
+    return c;
+  }
+  if (beside == AA__LARGE_PARK || exact_hole(pool, need, stream))
+    return NULL;
+  aa__chunk *c = pool->large->park[beside]; /* no exact hole elsewhere */
+  park_drop(pool, beside);
+  c->parked = 0;
+  return c;
 }
 
 /* Neighbour n of a chunk becoming free, if it is parked (in the park list:
@@ -242,11 +272,6 @@ static void unpark_neighbour(aa_pool *pool, aa__chunk *n) {
 }
 
 static void park(aa_pool *pool, aa__chunk *c) {
-  if ((c->prev != NULL && merge_ok_unparked(c->prev, c)) ||
-      (c->next != NULL && merge_ok_unparked(c, c->next))) {
-    aa__lg_coalesce_insert(pool, c); /* beside free memory: merged, not parked */
-    return;
-  }
   c->parked = 1; /* first: the chunk unparked below must not merge into it */
   if (pool->large->npark == AA__LARGE_PARK) {
     aa__chunk *old = pool->large->park[0];
