@@ -235,7 +235,7 @@ static bool exact_hole(aa_pool *pool, size_t need, aa_stream stream) {
 }
 
 static aa__chunk *park_take(aa_pool *pool, size_t need, aa_stream stream) {
-  unsigned beside = AA__LARGE_PARK; /* the newest fitting one beside free memory */
+  unsigned beside = AA__LARGE_PARK;                 /* the newest fitting one beside free memory */
   for (unsigned i = pool->large->npark; i-- > 0;) { /* newest first */
     aa__chunk *c = pool->large->park[i];
     if (c->size != need || c->seg->small_reqs != aa__lg_small(need) || !aa__lg_usable(pool, c, stream))
