@@ -17,8 +17,16 @@
  * whose work has completed are unmapped (oldest-freed first), so memory
  * stranded in holes moves to where it is needed.
  *
+ * Regions: requests of at most AA__LARGE_SMALL_MAX bytes are placed in
+ * segments of their own (aa__seg.small_reqs; in expandable mode a second
+ * reservation), apart from larger ones, so that a small block outliving
+ * the large one cut before it does not leave a hole at each end of a run
+ * of freed large blocks (docs/core.md, "Placement"); a small request takes
+ * a hole between live large blocks before its own region grows
+ * (find_fit_between).
  * Parking (park_take/park): a chunk freed whole waits, unmerged, for an
- * exact-size request on its stream. The per-thread large-block cache
+ * exact-size request on its stream (one beside free memory only while no
+ * exact hole of the size lies elsewhere). The per-thread large-block cache
  * (aa__ltc_*, large_ltc.c): a thread's free of a block it allocated, and its
  * next same-size request, without the lock; the chunk's `state` word,
  * changed only by compare-and-swap, settles races with other threads.

@@ -32,8 +32,8 @@
 #define AA__LARGE_BINS 96
 #define AA__LARGE_PARK 4 /* large chunks parked at free for exact reuse */
 /* Requests of at most this many bytes (rounded) are placed in segments of
- * their own, apart from larger ones (large.c, "Regions"): PyTorch's small
- * pool bound. */
+ * their own, apart from larger ones (large.c, "Regions"; docs/core.md,
+ * "Placement"): PyTorch's small-pool bound. */
 #define AA__LARGE_SMALL_MAX ((size_t)1 << 20)
 
 typedef struct aa__chunk aa__chunk;

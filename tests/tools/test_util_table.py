@@ -46,7 +46,7 @@ def main():
 
     with tempfile.TemporaryDirectory() as tmp:
         # the committed trace: its small long-lived tensors placed apart from
-        # the activations (docs/core.md, "Regions"), the default reserves no
+        # the activations (docs/core.md, "Placement"), the default reserves no
         # more than the replay's models of PyTorch's allocator, and stitching
         # no more than the default
         js = os.path.join(tmp, "u.json")
