@@ -27,10 +27,14 @@ def main():
     ap.add_argument("--keep-jitter", type=int, default=64,
                     help="the small long-lived tensors vary over this many 4 KiB pages "
                          "(0 with --jitter 0: every step the same, the learned plan's case)")
+    ap.add_argument("--keep-kib", type=int, default=600,
+                    help="the small long-lived tensors' size in KiB (600: at most 1 MiB, which "
+                         "the large path places apart from the activations; above 1 MiB they "
+                         "share the activations' region and leave the holes between them)")
     a = ap.parse_args()
-    if a.steps < 1 or a.experts < 1 or a.jitter < 0 or a.keep_jitter < 0:
+    if a.steps < 1 or a.experts < 1 or a.jitter < 0 or a.keep_jitter < 0 or a.keep_kib < 1:
         sys.exit("holes_trace: --steps and --experts must be at least 1, --jitter and "
-                 "--keep-jitter at least 0")
+                 "--keep-jitter at least 0, --keep-kib at least 1")
     rng = random.Random(a.seed)
     t = 0
     nxt = [0x7f0000000000]
@@ -58,7 +62,7 @@ def main():
         acts, keep = [], []
         for _ in range(a.experts):
             acts.append(alloc(int(15.4 * MiB) + rng.randint(-a.jitter, a.jitter) * 4096))
-            keep.append(alloc(600 * 1024 + (rng.randrange(0, a.keep_jitter) if a.keep_jitter else 0) * 4096))
+            keep.append(alloc(a.keep_kib * 1024 + (rng.randrange(0, a.keep_jitter) if a.keep_jitter else 0) * 4096))
         for p in acts:
             free(p)
         comb = [alloc(16 * MiB) for _ in range(a.experts // 4)]

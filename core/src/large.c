@@ -17,8 +17,16 @@
  * whose work has completed are unmapped (oldest-freed first), so memory
  * stranded in holes moves to where it is needed.
  *
+ * Regions: requests of at most AA__LARGE_SMALL_MAX bytes are placed in
+ * segments of their own (aa__seg.small_reqs; in expandable mode a second
+ * reservation), apart from larger ones, so that a small block outliving
+ * the large one cut before it does not leave a hole at each end of a run
+ * of freed large blocks (docs/core.md, "Placement"); a small request takes
+ * a hole between live large blocks before its own region grows
+ * (find_fit_between).
  * Parking (park_take/park): a chunk freed whole waits, unmerged, for an
- * exact-size request on its stream. The per-thread large-block cache
+ * exact-size request on its stream (one beside free memory only while no
+ * exact hole of the size lies elsewhere). The per-thread large-block cache
  * (aa__ltc_*, large_ltc.c): a thread's free of a block it allocated, and its
  * next same-size request, without the lock; the chunk's `state` word,
  * changed only by compare-and-swap, settles races with other threads.
@@ -181,31 +189,94 @@ void aa__lg_chunk_put(aa_pool *pool, aa__chunk *c) {
  * coalesced at once, so an allocation of the same size on the same stream
  * (a loop's next iteration) takes it back without a split, a merge or a
  * bin search. Everything that looks at free chunks as a whole unparks
- * first. */
-void aa__lg_unpark_all(aa_pool *pool) {
-  for (unsigned i = 0; i < pool->large->npark; i++) {
-    aa__chunk *c = pool->large->park[i];
-    c->parked = 0;
-    aa__lg_coalesce_insert(pool, c);
-  }
-  pool->large->npark = 0;
-}
-
+ * first.
+ *
+ * A parked chunk beside free memory is taken back only when no free chunk
+ * elsewhere is an exact hole of the request's size (park_take); else the
+ * request goes to best fit, with the parked chunks merged first. Before,
+ * the newest parked chunk of the size was taken whatever lay around it: a
+ * training trace's second step took a 12 MiB block out of what would have
+ * been a 72 MiB free run while an exact 12 MiB hole lay elsewhere, and its
+ * 250 MiB logits found no room (bench/replay/train_trace.py: peak reserved
+ * 3766 MiB, 3716 with this; the replay's model of PyTorch's expandable
+ * segments 3742). A chunk that goes into the bins beside a parked one
+ * merges it (aa__lg_coalesce_insert). */
 static void park_drop(aa_pool *pool, unsigned i) {
   memmove(&pool->large->park[i], &pool->large->park[i + 1], (pool->large->npark - i - 1) * sizeof *pool->large->park);
   pool->large->npark--;
 }
 
+void aa__lg_unpark_all(aa_pool *pool) {
+  while (pool->large->npark > 0) { /* oldest first; a merge may unlist a neighbour */
+    aa__chunk *c = pool->large->park[0];
+    park_drop(pool, 0);
+    c->parked = 0;
+    aa__lg_coalesce_insert(pool, c);
+  }
+}
+
+/* Whether free neighbours a (lower) and b could merge were neither parked. */
+static bool merge_ok_unparked(const aa__chunk *a, const aa__chunk *b) {
+  if (!a->free || !b->free || a->nxev > 0 || b->nxev > 0)
+    return false;
+  return a->any || b->any || a->stream == b->stream;
+}
+
+/* Whether parked chunk c would merge with a free neighbour. */
+static bool beside_free(const aa__chunk *c) {
+  return (c->prev != NULL && merge_ok_unparked(c->prev, c)) ||
+         (c->next != NULL && merge_ok_unparked(c, c->next));
+}
+
+static bool prefix_held(const aa_pool *pool, const aa__chunk *c, size_t n, bool touched);
+
+/* Whether a free chunk in the bins is an exact hole of `need` bytes that
+ * best fit would take on `stream` (its region, its pages held). */
+static bool exact_hole(aa_pool *pool, size_t need, aa_stream stream) {
+  bool touched = atomic_load_explicit(&pool->limit, AA__RLX) == 0, small = aa__lg_small(need);
+  for (aa__chunk *c = pool->large->bins[aa__lg_bin_of(need)]; c; c = c->fnext) {
+    if (c->size == need && c->seg->small_reqs == small && prefix_held(pool, c, need, touched) &&
+        aa__lg_usable(pool, c, stream))
+      return true;
+  }
+  return false;
+}
+
 static aa__chunk *park_take(aa_pool *pool, size_t need, aa_stream stream) {
+  unsigned beside = AA__LARGE_PARK;                 /* the newest fitting one beside free memory */
   for (unsigned i = pool->large->npark; i-- > 0;) { /* newest first */
     aa__chunk *c = pool->large->park[i];
-    if (c->size == need && aa__lg_usable(pool, c, stream)) {
+    if (c->size != need || c->seg->small_reqs != aa__lg_small(need) || !aa__lg_usable(pool, c, stream))
+      continue;
+    if (beside_free(c)) {
+      if (beside == AA__LARGE_PARK)
+        beside = i;
+      continue;
+    }
+    park_drop(pool, i); /* an exact hole of its own: what best fit takes */
+    c->parked = 0;
+    return c;
+  }
+  if (beside == AA__LARGE_PARK || exact_hole(pool, need, stream))
+    return NULL;
+  aa__chunk *c = pool->large->park[beside]; /* no exact hole elsewhere */
+  park_drop(pool, beside);
+  c->parked = 0;
+  return c;
+}
+
+/* Neighbour n of a chunk becoming free, if it is parked (in the park list:
+ * aa__lg_carve marks its pieces parked without listing them) and could
+ * merge with it: out of the list and into its bin, so that it merges. */
+static void unpark_neighbour(aa_pool *pool, aa__chunk *n) {
+  for (unsigned i = 0; i < pool->large->npark; i++) {
+    if (pool->large->park[i] == n) {
       park_drop(pool, i);
-      c->parked = 0;
-      return c;
+      n->parked = 0;
+      aa__lg_bin_insert(pool, n);
+      return;
     }
   }
-  return NULL;
 }
 
 static void park(aa_pool *pool, aa__chunk *c) {
@@ -411,6 +482,8 @@ static size_t settle(aa_pool *pool, size_t need, uint64_t *settled) {
   aa__chunk *best = NULL;
   size_t best_size = 0;
   for (aa__seg *s = pool->large->segs; s; s = s->next) {
+    if (s->small_reqs != aa__lg_small(need))
+      continue; /* the request's region only */
     for (aa__chunk *c = s->first; c;) {
       size_t sum = c->size;
       aa__chunk *e = c;
@@ -454,11 +527,12 @@ static bool prefix_held(const aa_pool *pool, const aa__chunk *c, size_t n, bool 
  * come first: memory there moves between holes, and moving costs calls. */
 static aa__chunk *find_fit_mapped(aa_pool *pool, size_t need, aa_stream stream) {
   bool touched = atomic_load_explicit(&pool->limit, AA__RLX) == 0;
+  bool small = aa__lg_small(need);
   for (unsigned b = next_bin(pool, aa__lg_bin_of(need)); b < AA__LARGE_BINS;
        b = next_bin(pool, b + 1)) {
     aa__chunk *best = NULL;
     for (aa__chunk *c = pool->large->bins[b]; c; c = c->fnext) {
-      if (c->size >= need && (best == NULL || c->size < best->size) &&
+      if (c->size >= need && (best == NULL || c->size < best->size) && c->seg->small_reqs == small &&
           prefix_held(pool, c, need, touched) &&
           aa__lg_usable(pool, c, stream))
         best = c;
@@ -480,10 +554,11 @@ static aa__chunk *find_fit_mapped(aa_pool *pool, size_t need, aa_stream stream) 
 static aa__chunk *find_fit_fewest_maps(aa_pool *pool, size_t need, aa_stream stream) {
   aa__chunk *best = NULL;
   size_t best_new = 0;
+  bool small = aa__lg_small(need);
   for (unsigned b = next_bin(pool, aa__lg_bin_of(need)); b < AA__LARGE_BINS;
        b = next_bin(pool, b + 1)) {
     for (aa__chunk *c = pool->large->bins[b]; c; c = c->fnext) {
-      if (c->size < need)
+      if (c->size < need || c->seg->small_reqs != small)
         continue;
       size_t n = aa__lg_unmapped_under(pool, c, need, best ? best_new : SIZE_MAX);
       if (best != NULL && (n > best_new || (n == best_new && c->size >= best->size)))
@@ -507,15 +582,46 @@ static aa__chunk *find_fit(aa_pool *pool, size_t need, aa_stream stream, bool ha
       return c;
     return find_fit_fewest_maps(pool, need, stream);
   }
+  bool small = aa__lg_small(need);
   for (unsigned b = next_bin(pool, aa__lg_bin_of(need)); b < AA__LARGE_BINS;
        b = next_bin(pool, b + 1)) {
     aa__chunk *best = NULL;
     for (aa__chunk *c = pool->large->bins[b]; c; c = c->fnext) {
-      if (c->size >= need && (best == NULL || c->size < best->size) &&
+      if (c->size >= need && (best == NULL || c->size < best->size) && c->seg->small_reqs == small &&
           aa__lg_usable(pool, c, stream))
         best = c;
     }
     if (best)
+      return best;
+  }
+  return NULL;
+}
+
+/* A small request (aa__lg_small) that its own region cannot serve without
+ * new memory: the best-fitting free chunk of the larger requests' region
+ * that lies between two blocks still in use (not free, so no freed
+ * neighbour's room is cut: the hole is memory held anyway) and is mapped
+ * now. Without it, the moe step of `adaptalloc-bench steps` reserved about
+ * 0.3% more than with one region (its router logits and expert indices,
+ * 16 KiB-1 MiB, mapped pages of their own while holes among the experts'
+ * tensors stayed free); the tail where the large blocks are cut one after
+ * another, where a small block outliving its neighbour pins a hole, is not
+ * between two live blocks. Runs only when the region's own search found
+ * nothing, before the growth path's settle and waits (after them, it sent
+ * every such request through those scans: 5% more instructions a call on
+ * that step). */
+static aa__chunk *find_fit_between(aa_pool *pool, size_t need, aa_stream stream) {
+  for (unsigned b = next_bin(pool, aa__lg_bin_of(need)); b < AA__LARGE_BINS;
+       b = next_bin(pool, b + 1)) {
+    aa__chunk *best = NULL;
+    for (aa__chunk *c = pool->large->bins[b]; c; c = c->fnext) {
+      if (c->size < need || (best != NULL && c->size >= best->size) || c->seg->small_reqs ||
+          c->prev == NULL || c->next == NULL || c->prev->free || c->next->free)
+        continue;
+      if (prefix_held(pool, c, need, false) && aa__lg_usable(pool, c, stream))
+        best = c;
+    }
+    if (best != NULL)
       return best;
   }
   return NULL;
@@ -581,6 +687,8 @@ static aa__chunk *wait_run(aa_pool *pool, size_t need, aa_stream stream, bool to
   aa__chunk *best = NULL;
   size_t best_size = 0;
   for (aa__seg *s = pool->large->segs; s; s = s->next) {
+    if (s->small_reqs != aa__lg_small(need))
+      continue; /* the request's region only */
     for (aa__chunk *a = s->first; a; a = a->next) {
       size_t w = 0;
       for (aa__chunk *z = a; z && z->free && !z->parked; z = z->next) {
@@ -628,11 +736,12 @@ static aa__chunk *wait_run(aa_pool *pool, size_t need, aa_stream stream, bool to
  * the host never blocks. Returns the chunk still in its bin, or NULL. */
 static aa__chunk *wait_fit(aa_pool *pool, size_t need, aa_stream stream) {
   bool touched = atomic_load_explicit(&pool->limit, AA__RLX) == 0;
+  bool small = aa__lg_small(need);
   for (unsigned b = next_bin(pool, aa__lg_bin_of(need)); b < AA__LARGE_BINS;
        b = next_bin(pool, b + 1)) {
     aa__chunk *best = NULL;
     for (aa__chunk *c = pool->large->bins[b]; c; c = c->fnext) {
-      if (c->size < need || (best != NULL && c->size >= best->size) || c->any ||
+      if (c->size < need || (best != NULL && c->size >= best->size) || c->any || c->seg->small_reqs != small ||
           (c->stream == stream && c->nxev == 0))
         continue; /* too small, no better, or not held by another stream */
       if (!prefix_held(pool, c, need, touched))
@@ -697,6 +806,10 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
     if (c == NULL && !passthrough) {
       aa__lg_unpark_all(pool); /* parked chunks serve exact repeats; else they merge */
       c = find_fit(pool, need, stream, !reclaimed);
+      /* a small request takes a hole between live blocks of the large
+       * ones' region before its own region grows (find_fit_between) */
+      if (c == NULL && !reclaimed && aa__lg_small(need))
+        c = find_fit_between(pool, need, stream);
       if (c == NULL && !reclaimed) {
         /* nothing fits in what the pool has (expandable: below the
          * high-water mark, find_fit_mapped): the blocks other threads'
@@ -758,7 +871,8 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
                                    : aa__lg_round_up(need, AA__LARGE_SEG);
       if (segsize < need)
         return NULL;
-      c = vmm ? aa__lg_vseg_new(pool, need, &rc) : aa__lg_seg_new(pool, segsize, &rc);
+      bool small = !passthrough && aa__lg_small(need);
+      c = vmm ? aa__lg_vseg_new(pool, need, small, &rc) : aa__lg_seg_new(pool, segsize, small, &rc);
       if (c == NULL) {
         *retry = true; /* the backend refused: releasing caches may help */
         return NULL;
@@ -985,6 +1099,12 @@ void aa__lg_coalesce_insert(aa_pool *pool, aa__chunk *c) {
    * anywhere without merging it, and a merge gives the result the stream of
    * its part that was not), so one step each way can leave a pair that
    * merges. Each pass merges two chunks into one: it ends. */
+  if (pool->large->npark > 0) { /* a parked neighbour merges now (park) */
+    if (c->next && c->next->parked && merge_ok_unparked(c, c->next))
+      unpark_neighbour(pool, c->next);
+    if (c->prev && c->prev->parked && merge_ok_unparked(c->prev, c))
+      unpark_neighbour(pool, c->prev);
+  }
   for (;;) {
     if (c->next && aa__lg_merge_ok(c, c->next)) {
       aa__lg_absorb(pool, c, c->next);

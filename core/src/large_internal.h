@@ -31,6 +31,10 @@
 #define AA__LARGE_SEG ((size_t)2 << 20) /* segments rounded to 2 MiB */
 #define AA__LARGE_BINS 96
 #define AA__LARGE_PARK 4 /* large chunks parked at free for exact reuse */
+/* Requests of at most this many bytes (rounded) are placed in segments of
+ * their own, apart from larger ones (large.c, "Regions"; docs/core.md,
+ * "Placement"): PyTorch's small-pool bound. */
+#define AA__LARGE_SMALL_MAX ((size_t)1 << 20)
 
 typedef struct aa__chunk aa__chunk;
 /* A segment: one backend region cut into chunks. An expandable segment
@@ -49,6 +53,9 @@ typedef struct aa__seg {
   void *handle;               /* page records only */
   struct aa__seg **pages;     /* expandable segments only */
   size_t npages, mapped, hwm; /* hwm: no page at or above it is mapped */
+  /* the region (large.c): chunks here serve requests of at most
+   * AA__LARGE_SMALL_MAX bytes only, or (false) larger ones only */
+  bool small_reqs;
   /* expandable: pages below hwm that an explicit release (aa_pool_release,
    * PyTorch's empty_cache) unmapped and nothing has mapped since: not
    * "touched" (aa__lg_prefix_touched), so that placement after it prefers
@@ -267,6 +274,10 @@ static inline bool aa__lg_prefix_touched(const aa_pool *pool, const aa__chunk *c
   return true;
 }
 
+/* The region a request of `need` bytes (rounded) is placed in: whether it
+ * is one of the small ones (aa__seg.small_reqs). */
+static inline bool aa__lg_small(size_t need) { return need <= AA__LARGE_SMALL_MAX; }
+
 /* Whether the first `need` bytes of free chunk c (expandable) are mapped. */
 static inline bool aa__lg_prefix_mapped(const aa_pool *pool, const aa__chunk *c, size_t need) {
   size_t i0, i1;
@@ -353,9 +364,10 @@ size_t aa__lg_releasable(aa_pool *pool);
 /* Maps every page under `c` (free, out of the bins; expandable). */
 int aa__lg_ensure_mapped(aa_pool *pool, aa__chunk *c);
 /* A new segment with one free chunk: of `segsize` bytes, or an expandable
- * reservation of at least `need`; NULL with *rc set on failure. */
-aa__chunk *aa__lg_seg_new(aa_pool *pool, size_t segsize, int *rc);
-aa__chunk *aa__lg_vseg_new(aa_pool *pool, size_t need, int *rc);
+ * reservation of at least `need`, of the small requests' region or not
+ * (aa__seg.small_reqs); NULL with *rc set on failure. */
+aa__chunk *aa__lg_seg_new(aa_pool *pool, size_t segsize, bool small, int *rc);
+aa__chunk *aa__lg_vseg_new(aa_pool *pool, size_t need, bool small, int *rc);
 /* Gives a segment back to the backend and its chunk records to the spares. */
 void aa__lg_seg_unlink_free(aa_pool *pool, aa__seg *s);
 /* Releases or unmaps cached memory above large_cache_bytes. */

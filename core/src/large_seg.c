@@ -13,6 +13,9 @@
 /* ------------------------------------------------------------ pages */
 
 #define VMM_VA ((size_t)256 << 30)
+/* The small requests' region (large.c): 32 GiB of address space, a page
+ * table of 128 KiB on the host; another is made if it fills. */
+#define VMM_VA_SMALL ((size_t)32 << 30)
 
 /* The most pages one mapping covers (vmm_runs): 32 MiB of 2 MiB pages, about
  * PyTorch's 20 MiB handle. A run goes back only whole, so a longer one could
@@ -249,7 +252,7 @@ static void seg_link(aa_pool *pool, aa__seg *s, aa__chunk *c) {
 }
 
 /* A reservation of at least `need` bytes with one free, unmapped chunk. */
-aa__chunk *aa__lg_vseg_new(aa_pool *pool, size_t need, int *rc) {
+aa__chunk *aa__lg_vseg_new(aa_pool *pool, size_t need, bool small, int *rc) {
   aa_backend *b = pool->backend;
   size_t ps = pool->large->vmm_page;
   size_t size = aa__lg_round_up(need, ps);
@@ -258,8 +261,8 @@ aa__chunk *aa__lg_vseg_new(aa_pool *pool, size_t need, int *rc) {
     *rc = AA_ENOMEM;
     return NULL;
   }
-  if (size < VMM_VA)
-    size = VMM_VA;
+  if (size < (small ? VMM_VA_SMALL : VMM_VA))
+    size = small ? VMM_VA_SMALL : VMM_VA;
   aa__seg *s = calloc(1, sizeof *s);
   aa__chunk *c = calloc(1, sizeof *c);
   *rc = s && c ? AA_OK : AA_ENOMEM;
@@ -288,6 +291,7 @@ aa__chunk *aa__lg_vseg_new(aa_pool *pool, size_t need, int *rc) {
   s->h.base = (uintptr_t)mem;
   s->h.end = (uintptr_t)mem + size;
   s->h.kind = AA__SPAN_LARGE;
+  s->small_reqs = small;
   seg_link(pool, s, c);
   return c;
 }
@@ -435,7 +439,7 @@ size_t aa__large_release(aa_pool *pool, size_t want, bool forget) {
 }
 
 /* Makes a segment of `segsize` bytes with one free chunk; NULL on failure. */
-aa__chunk *aa__lg_seg_new(aa_pool *pool, size_t segsize, int *rc) {
+aa__chunk *aa__lg_seg_new(aa_pool *pool, size_t segsize, bool small, int *rc) {
   void *mem = NULL;
   aa__seg *s = calloc(1, sizeof *s);
   aa__chunk *c = calloc(1, sizeof *c);
@@ -452,6 +456,7 @@ aa__chunk *aa__lg_seg_new(aa_pool *pool, size_t segsize, int *rc) {
   *rc = aa__pm_insert(pool, &s->h);
   if (*rc != AA_OK)
     goto fail;
+  s->small_reqs = small;
   seg_link(pool, s, c);
   pool->large->reserved += segsize;
   return c;

@@ -1,0 +1,270 @@
+/*
+ * test_core_place.c — where the large path places a block (docs/core.md,
+ * "Placement"): requests of at most 1 MiB in segments of their own, apart
+ * from larger ones, in both modes, so that the holes small long-lived
+ * blocks would leave between freed activations do not form (a hole between
+ * live large blocks serves a small request before its region grows); and
+ * parking, which takes back a chunk freed beside free memory only when no
+ * exact hole of the size lies elsewhere.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "adaptalloc/core.h"
+#include "core_test.h" /* core: the host backend's test hooks */
+
+#define MiB ((size_t)1 << 20)
+#define KiB ((size_t)1 << 10)
+#define NACT 8
+#define ACT ((size_t)(15.4 * (double)MiB)) /* an activation: fits no 16 MiB request */
+#define KEEP (600 * KiB)                   /* a small block that outlives it */
+
+typedef struct fx {
+  aa_backend *b;
+  aa_pool *p;
+} fx;
+
+/* A pool on the host backend whose large path starts at 16 KiB, as the
+ * default policy's device pool. */
+static fx *make(aa_large_mode mode) {
+  fx *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  assert_int_equal(aa_backend_host_new(&f->b), AA_OK);
+  aa_pool_config cfg;
+  aa_pool_config_init(&cfg);
+  cfg.backend = f->b;
+  cfg.max_small = 16 * KiB;
+  cfg.classes_per_doubling = 1;
+  cfg.large_mode = mode;
+  assert_int_equal(aa_pool_new(&cfg, &f->p), AA_OK);
+  return f;
+}
+
+static aa_pool_stats stats(fx *f) {
+  aa_pool_stats st;
+  assert_int_equal(aa_pool_stats_get(f->p, &st), AA_OK);
+  return st;
+}
+
+static void done(fx *f) {
+  assert_int_equal(stats(f).large_bytes_in_use, 0);
+  aa_pool_destroy(f->p);
+  uint64_t a, fr, mapped;
+  aa_backend_host_counts(f->b, &a, &fr, &mapped);
+  assert_int_equal(mapped, 0);
+  assert_int_equal(a, fr);
+  aa_backend_destroy(f->b);
+  free(f);
+}
+
+/* The holes pattern (bench/replay/holes_trace.py): activations each
+ * followed by a small block that outlives it; the activations freed; then
+ * requests a little larger than any one of them. */
+static void holes(aa_large_mode mode) {
+  fx *f = make(mode);
+  char *act[NACT], *keep[NACT], *comb[2];
+  for (int i = 0; i < NACT; i++) {
+    act[i] = aa_alloc(f->p, ACT, NULL);
+    keep[i] = aa_alloc(f->p, KEEP, NULL);
+    assert_non_null(act[i]);
+    assert_non_null(keep[i]);
+  }
+  /* no small block lies inside any activation's segment room */
+  for (int i = 0; i < NACT; i++) {
+    for (int j = 0; j < NACT; j++) {
+      uintptr_t k = (uintptr_t)keep[j], a = (uintptr_t)act[i];
+      assert_false(k >= a && k < a + 16 * MiB);
+    }
+  }
+  for (int i = 0; i < NACT; i++)
+    assert_int_equal(aa_free(f->p, act[i], ACT, NULL), AA_OK);
+  aa_pool_stats before = stats(f);
+  /* 16 MiB each: the freed activations' room serves them, no new memory
+   * (before, each small block sat right after its activation, every hole
+   * was 15.4 MiB, and both requests mapped new pages or made segments) */
+  for (int i = 0; i < 2; i++) {
+    comb[i] = aa_alloc(f->p, 16 * MiB, NULL);
+    assert_non_null(comb[i]);
+  }
+  aa_pool_stats after = stats(f);
+  assert_int_equal(after.large_bytes_reserved, before.large_bytes_reserved);
+  assert_int_equal(after.large_segments, before.large_segments);
+  assert_int_equal(after.backend_allocs, before.backend_allocs);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(aa_free(f->p, comb[i], 16 * MiB, NULL), AA_OK);
+  for (int i = 0; i < NACT; i++)
+    assert_int_equal(aa_free(f->p, keep[i], KEEP, NULL), AA_OK);
+  done(f);
+}
+
+static void test_core_place_small_apart_expandable(void **state) {
+  (void)state;
+  holes(AA_LARGE_EXPANDABLE);
+}
+
+static void test_core_place_small_apart_cache(void **state) {
+  (void)state;
+  holes(AA_LARGE_CACHE);
+}
+
+/* Whether two blocks lie in different reservations (each holds at least
+ * 32 GiB of address space, so blocks of one lie within a few MiB here). */
+static bool apart(const void *x, const void *y) {
+  uintptr_t a = (uintptr_t)x, b = (uintptr_t)y;
+  return (a > b ? a - b : b - a) >= ((uintptr_t)1 << 30);
+}
+
+/* The regions in expandable mode: a small request is not cut from the
+ * fresh memory after the large blocks, a large one never takes the small
+ * blocks' room; a small request takes a hole between live large blocks
+ * only when its own region would need new memory. */
+static void test_core_place_regions(void **state) {
+  (void)state;
+  fx *f = make(AA_LARGE_EXPANDABLE);
+  char *a = aa_alloc(f->p, 4 * MiB, NULL);
+  char *b = aa_alloc(f->p, 4 * MiB, NULL);
+  assert_ptr_equal(b, a + 4 * MiB);
+  char *s = aa_alloc(f->p, 512 * KiB, NULL); /* before: right after b */
+  assert_true(apart(s, a));
+  char *s2 = aa_alloc(f->p, 1 * MiB, NULL); /* at the bound: small */
+  assert_ptr_equal(s2, s + 512 * KiB);
+  char *l = aa_alloc(f->p, 1 * MiB + 4 * KiB, NULL); /* above it: after b */
+  assert_ptr_equal(l, b + 4 * MiB);
+  assert_int_equal(aa_free(f->p, s, 512 * KiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, s2, 1 * MiB, NULL), AA_OK);
+  /* the small blocks' room, free and mapped, is not the large requests' */
+  char *l2 = aa_alloc(f->p, 1 * MiB + 4 * KiB, NULL);
+  assert_ptr_equal(l2, l + 1 * MiB + 4 * KiB);
+  /* b freed: a hole between live blocks, which small requests leave alone
+   * while their own region's mapped page has room... */
+  assert_int_equal(aa_free(f->p, b, 4 * MiB, NULL), AA_OK);
+  aa_pool_stats before = stats(f);
+  char *s3 = aa_alloc(f->p, 512 * KiB, NULL);
+  char *s4 = aa_alloc(f->p, 1 * MiB, NULL);
+  assert_ptr_equal(s3, s);
+  assert_ptr_equal(s4, s + 512 * KiB);
+  /* ...and take once it would need a new page: memory held anyway */
+  char *s5 = aa_alloc(f->p, 1 * MiB, NULL);
+  assert_ptr_equal(s5, b);
+  assert_int_equal(stats(f).large_bytes_reserved, before.large_bytes_reserved);
+  char *bufs[] = {a, l, l2, s3, s4, s5};
+  size_t sizes[] = {4 * MiB, 1 * MiB + 4 * KiB, 1 * MiB + 4 * KiB, 512 * KiB, 1 * MiB, 1 * MiB};
+  for (int i = 0; i < 6; i++)
+    assert_int_equal(aa_free(f->p, bufs[i], sizes[i], NULL), AA_OK);
+  done(f);
+}
+
+/* Parking: a chunk freed beside free memory is not taken back while an
+ * exact hole of its size lies elsewhere (best fit's choice), so that the
+ * room it would merge into stays whole for a larger request. */
+static void park_exact(aa_large_mode mode) {
+  fx *f = make(mode);
+  /* one run of 4 MiB blocks, a h b x y z: carved from one free chunk */
+  char *big = aa_alloc(f->p, 24 * MiB, NULL);
+  assert_non_null(big);
+  char *w = aa_alloc(f->p, 64 * KiB, NULL); /* the thread's last block is not one of a..z */
+  assert_int_equal(aa_free(f->p, big, 24 * MiB, NULL), AA_OK);
+  char *v[6];
+  for (int i = 0; i < 6; i++) {
+    v[i] = aa_alloc(f->p, 4 * MiB, NULL);
+    assert_ptr_equal(v[i], big + (size_t)i * 4 * MiB);
+  }
+  char *last = aa_alloc(f->p, 64 * KiB, NULL);
+  char *h = v[1], *x = v[3], *y = v[4];
+  assert_int_equal(aa_free(f->p, h, 4 * MiB, NULL), AA_OK); /* a hole of its own */
+  assert_int_equal(aa_free(f->p, y, 4 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, x, 4 * MiB, NULL), AA_OK); /* beside y: one 8 MiB room */
+  aa_pool_stats before = stats(f);
+  /* the exact hole h, not x out of the 8 MiB room x + y (before: x, the
+   * newest parked chunk of the size) */
+  char *p = aa_alloc(f->p, 4 * MiB, NULL);
+  assert_ptr_equal(p, h);
+  /* and that room serves 8 MiB with no new memory */
+  char *q = aa_alloc(f->p, 8 * MiB, NULL);
+  assert_ptr_equal(q, x);
+  assert_int_equal(stats(f).large_bytes_reserved, before.large_bytes_reserved);
+  assert_int_equal(stats(f).large_segments, before.large_segments);
+  assert_int_equal(aa_free(f->p, p, 4 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, q, 8 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, v[0], 4 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, v[2], 4 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, v[5], 4 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, w, 64 * KiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, last, 64 * KiB, NULL), AA_OK);
+  /* everything merged back: the run serves its whole size again */
+  char *all = aa_alloc(f->p, 24 * MiB, NULL);
+  assert_ptr_equal(all, big);
+  assert_int_equal(aa_free(f->p, all, 24 * MiB, NULL), AA_OK);
+  done(f);
+}
+
+static void test_core_place_park_exact_hole_expandable(void **state) {
+  (void)state;
+  park_exact(AA_LARGE_EXPANDABLE);
+}
+
+static void test_core_place_park_exact_hole_cache(void **state) {
+  (void)state;
+  park_exact(AA_LARGE_CACHE);
+}
+
+/* With no exact hole elsewhere, a chunk freed beside free memory is taken
+ * back as it was (the loop's fast path: no merge, no split); parked
+ * neighbours merge for a request of both. */
+static void test_core_place_park_fast_path(void **state) {
+  (void)state;
+  fx *f = make(AA_LARGE_EXPANDABLE);
+  char *big = aa_alloc(f->p, 16 * MiB, NULL);
+  char *w = aa_alloc(f->p, 64 * KiB, NULL);
+  assert_int_equal(aa_free(f->p, big, 16 * MiB, NULL), AA_OK);
+  char *a = aa_alloc(f->p, 4 * MiB, NULL);
+  char *b = aa_alloc(f->p, 4 * MiB, NULL);
+  char *c = aa_alloc(f->p, 4 * MiB, NULL);
+  char *d = aa_alloc(f->p, 4 * MiB, NULL);
+  char *last = aa_alloc(f->p, 64 * KiB, NULL);
+  assert_ptr_equal(b, a + 4 * MiB);
+  aa_pool_stats before = stats(f);
+  char *m[3];
+  for (int i = 0; i < 3; i++) { /* a loop freeing and asking again */
+    assert_int_equal(aa_free(f->p, a, 4 * MiB, NULL), AA_OK);
+    assert_int_equal(aa_free(f->p, b, 4 * MiB, NULL), AA_OK); /* beside a */
+    char *b2 = aa_alloc(f->p, 4 * MiB, NULL);
+    char *a2 = aa_alloc(f->p, 4 * MiB, NULL);
+    assert_ptr_equal(b2, b); /* the newest first, no exact hole elsewhere */
+    assert_ptr_equal(a2, a);
+    m[i] = aa_alloc(f->p, 64 * KiB, NULL); /* the thread's last block: not a */
+  }
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(aa_free(f->p, m[i], 64 * KiB, NULL), AA_OK);
+  assert_int_equal(stats(f).large_bytes_reserved, before.large_bytes_reserved);
+  /* c and d parked side by side: one room for 8 MiB */
+  assert_int_equal(aa_free(f->p, c, 4 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, d, 4 * MiB, NULL), AA_OK);
+  char *e = aa_alloc(f->p, 8 * MiB, NULL);
+  assert_ptr_equal(e, c);
+  assert_int_equal(stats(f).large_bytes_reserved, before.large_bytes_reserved);
+  assert_int_equal(aa_free(f->p, e, 8 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, a, 4 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, b, 4 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, w, 64 * KiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, last, 64 * KiB, NULL), AA_OK);
+  done(f);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_core_place_small_apart_expandable),
+      cmocka_unit_test(test_core_place_small_apart_cache),
+      cmocka_unit_test(test_core_place_regions),
+      cmocka_unit_test(test_core_place_park_exact_hole_expandable),
+      cmocka_unit_test(test_core_place_park_exact_hole_cache),
+      cmocka_unit_test(test_core_place_park_fast_path),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
