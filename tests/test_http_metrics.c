@@ -532,6 +532,37 @@ static void test_http_segments_json_stitched(void **state) {
   aa_backend_destroy(b);
 }
 
+/* A pool in expandable mode places requests of at most 1 MiB in a
+ * reservation of their own: its runs say "small_requests":true, the larger
+ * requests' false, so that the dashboard draws each reservation as a row. */
+static void test_http_segments_json_small_region(void **state) {
+  aa_backend *b = NULL;
+  aa_pool *pool = NULL;
+  aa_pool_config cfg;
+  char *json = NULL;
+  size_t len = 0;
+  (void)state;
+  assert_int_equal(aa_backend_host_new(&b), AA_OK);
+  aa_pool_config_init(&cfg);
+  cfg.backend = b;
+  cfg.name = "two";
+  cfg.max_small = 16 << 10;
+  cfg.large_mode = AA_LARGE_EXPANDABLE;
+  assert_int_equal(aa_pool_new(&cfg, &pool), AA_OK);
+  void *big = aa_alloc(pool, (size_t)8 << 20, NULL);
+  void *mid = aa_alloc(pool, (size_t)600 << 10, NULL);
+  assert_non_null(big);
+  assert_non_null(mid);
+  assert_int_equal(aa_http_segments_json(pool, &json, &len), AA_OK);
+  assert_non_null(strstr(json, "\"expandable\":true,\"stitched\":false,\"small_requests\":true"));
+  assert_non_null(strstr(json, "\"expandable\":true,\"stitched\":false,\"small_requests\":false"));
+  free(json);
+  assert_int_equal(aa_free(pool, big, 0, NULL), AA_OK);
+  assert_int_equal(aa_free(pool, mid, 0, NULL), AA_OK);
+  aa_pool_destroy(pool);
+  aa_backend_destroy(b);
+}
+
 /* GET /segments' JSON from a real pool: large segments only, pieces that
  * tile each segment, used bytes that add up, freed blocks shown free. */
 static void test_http_segments_json(void **state) {
@@ -619,6 +650,7 @@ int main(void) {
       cmocka_unit_test(test_http_metrics_provider_labels),
       cmocka_unit_test(test_http_segments_json),
       cmocka_unit_test(test_http_segments_json_stitched),
+      cmocka_unit_test(test_http_segments_json_small_region),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,21 +13,25 @@ import { css, emptyNote, setupCanvas } from "./charts.js";
 // server lists each run as a segment, in address order) share one row that
 // spans them: a lane of what is mapped (pages backed by memory) over the
 // gaps that are only reserved address space, above the blocks cut from the
-// runs. [{expandable, base, end, mapped, used, runs: [segment]}]
+// runs. A pool in expandable mode has two reservations (docs/core.md
+// "Placement"): the larger requests' and the region of requests of at most
+// 1 MiB (small_requests), a row each, whatever lies between their addresses.
+// [{expandable, small, base, end, mapped, used, runs: [segment]}]
 function rowsOf(segs) {
   const rows = [];
   for (const sg of segs) {
     const base = num(sg.offset);
     const size = num(sg.size);
-    const last = rows[rows.length - 1];
-    if (sg.expandable && last && last.expandable && Number.isFinite(base) && base >= last.end) {
+    const small = !!sg.small_requests;
+    const last = rows.findLast((r) => r.expandable && r.small === small);
+    if (sg.expandable && last && Number.isFinite(base) && base >= last.end) {
       last.runs.push(sg);
       last.end = base + size;
       last.mapped += size;
       last.used += num(sg.used);
       continue;
     }
-    rows.push({ expandable: !!sg.expandable, base: Number.isFinite(base) ? base : 0,
+    rows.push({ expandable: !!sg.expandable, small, base: Number.isFinite(base) ? base : 0,
       end: (Number.isFinite(base) ? base : 0) + size, mapped: size, used: num(sg.used), runs: [sg] });
   }
   return rows;
@@ -63,7 +67,7 @@ export function drawSegments() {
     // a label where there is room: every row when tall, else every 10th
     if (ROW >= 9 || i % 10 === 0) {
       g.fillText(fmtBytes(r.mapped) + (r.expandable ? " mapped" : ""), L - 6, y0 + (ROW >= 24 ? ROW / 2 - 7 : ROW / 2));
-      if (r.expandable && ROW >= 24) g.fillText("expandable", L - 6, y0 + ROW / 2 + 7);
+      if (r.expandable && ROW >= 24) g.fillText(r.small ? "expandable, ≤ 1 MiB" : "expandable", L - 6, y0 + ROW / 2 + 7);
     }
     if (r.expandable) {
       // the span's gaps: reserved address space without memory

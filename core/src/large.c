@@ -1587,8 +1587,9 @@ static int walk_chunks(const aa_pool *pool, const aa__seg *s, uintptr_t lo, uint
 /* A large segment; an expandable one as one segment per run of mapped
  * pages (what is reserved from the device), its blocks clipped to the run. */
 static int walk_seg(const aa_pool *pool, const aa__seg *s, aa_walk_fn fn, void *user) {
+  uint32_t region = s->small_reqs ? AA_WALK_SMALL_REQS : 0;
   if (s->pages == NULL) {
-    int rc = aa__walk_emit(fn, user, AA_WALK_SEGMENT, AA_WALK_LARGE, s->h.base,
+    int rc = aa__walk_emit(fn, user, AA_WALK_SEGMENT, AA_WALK_LARGE | region, s->h.base,
                            (size_t)(s->h.end - s->h.base), 0, 0);
     return rc ? rc : walk_chunks(pool, s, s->h.base, s->h.end, fn, user);
   }
@@ -1602,7 +1603,7 @@ static int walk_seg(const aa_pool *pool, const aa__seg *s, aa_walk_fn fn, void *
     while (j < s->npages && s->pages[j] != NULL)
       j++;
     uintptr_t lo = s->h.base + i * ps, hi = s->h.base + j * ps;
-    int rc = aa__walk_emit(fn, user, AA_WALK_SEGMENT, AA_WALK_LARGE | AA_WALK_EXPANDABLE, lo,
+    int rc = aa__walk_emit(fn, user, AA_WALK_SEGMENT, AA_WALK_LARGE | AA_WALK_EXPANDABLE | region, lo,
                            (size_t)(hi - lo), 0, 0);
     if (rc == 0)
       rc = walk_chunks(pool, s, lo, hi, fn, user);

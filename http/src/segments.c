@@ -153,12 +153,13 @@ int aa_http_segments_json(aa_pool *pool, char **out, size_t *len) {
      * absolute address leaving the process */
     aa__buf_printf(&b,
                    "%s{\"id\":%zu,\"offset\":%llu,\"size\":%llu,\"used\":%llu,"
-                   "\"expandable\":%s,\"stitched\":%s,\"pieces\":[",
+                   "\"expandable\":%s,\"stitched\":%s,\"small_requests\":%s,\"pieces\":[",
                    i > 0 ? "," : "", i,
                    (unsigned long long)(s->address - lowest),
                    (unsigned long long)s->size, (unsigned long long)s->used,
                    (s->flags & AA_WALK_EXPANDABLE) != 0 ? "true" : "false",
-                   (s->flags & AA_WALK_STITCHED) != 0 ? "true" : "false");
+                   (s->flags & AA_WALK_STITCHED) != 0 ? "true" : "false",
+                   (s->flags & AA_WALK_SMALL_REQS) != 0 ? "true" : "false");
     for (j = 0; j < s->npieces; j++) {
       const piece_t *p = &w.pieces[s->first + j];
       aa__buf_printf(&b, "%s[%llu,%d]", j > 0 ? "," : "", (unsigned long long)p->size,

@@ -809,8 +809,11 @@ enum {
                              address; not more reserved memory */
   AA_WALK_LENT = 16,      /* block: free pages a stitched range maps again (not usable here
                              while it lives) */
-  AA_WALK_PLANNED = 32    /* block: in the learned plan's arena (aa_pool_config.large_plan),
+  AA_WALK_PLANNED = 32,   /* block: in the learned plan's arena (aa_pool_config.large_plan),
                              at its planned offset (in use) or room between (free) */
+  AA_WALK_SMALL_REQS = 64 /* segment: of the large path's region for requests of at most
+                             1 MiB (docs/core.md "Placement"; in expandable mode a
+                             reservation of its own), else of the larger requests' */
 };
 
 typedef struct aa_walk_entry {
