@@ -67,7 +67,7 @@ export function drawSegments() {
     // a label where there is room: every row when tall, else every 10th
     if (ROW >= 9 || i % 10 === 0) {
       g.fillText(fmtBytes(r.mapped) + (r.expandable ? " mapped" : ""), L - 6, y0 + (ROW >= 24 ? ROW / 2 - 7 : ROW / 2));
-      if (r.expandable && ROW >= 24) g.fillText(r.small ? "expandable, ≤ 1 MiB" : "expandable", L - 6, y0 + ROW / 2 + 7);
+      if (r.expandable && ROW >= 24) g.fillText(r.small ? "≤ 1 MiB blocks" : "expandable", L - 6, y0 + ROW / 2 + 7);
     }
     if (r.expandable) {
       // the span's gaps: reserved address space without memory
