@@ -1,6 +1,6 @@
 /*
  * core_large_fixture.h — the pool fixture of the large-path tests
- * (test_core_expandable.c, test_core_ltc.c): a host backend, a pool in the
+ * (test_core_expandable.c, test_core_ltc.c, test_core_place.c): a host backend, a pool in the
  * given large mode, misuse reports counted (from any thread), and a
  * teardown that checks the backend got every byte back.
  */
@@ -33,28 +33,35 @@ static void on_error(void *user, aa_pool *pool, aa_misuse what, const void *ptr,
   pthread_mutex_unlock(&f->mu);
 }
 
-/* A pool on the host backend; map_runs sets aa_pool_config.large_map_runs,
- * stitch its large_stitch; `aliasable`: the backend made aliasable first
- * (aa_backend_host_aliasable: shared pages, map_alias). */
-static inline fx *make_full(aa_large_mode mode, size_t limit, int map_runs, bool aliasable,
-                            int stitch) {
+/* The fixture over a configuration the caller filled (aa_pool_config_init
+ * and its own fields); the backend (made aliasable first when asked:
+ * aa_backend_host_aliasable, shared pages, map_alias) and the misuse hook
+ * are set here. */
+static inline fx *make_cfg(aa_pool_config *cfg, bool aliasable) {
   fx *f = calloc(1, sizeof *f);
   assert_non_null(f);
   pthread_mutex_init(&f->mu, NULL);
   assert_int_equal(aa_backend_host_new(&f->b), AA_OK);
   if (aliasable)
     assert_int_equal(aa_backend_host_aliasable(f->b), AA_OK);
+  cfg->backend = f->b;
+  cfg->on_error = on_error;
+  cfg->on_error_user = f;
+  assert_int_equal(aa_pool_new(cfg, &f->p), AA_OK);
+  return f;
+}
+
+/* A pool on the host backend; map_runs sets aa_pool_config.large_map_runs,
+ * stitch its large_stitch; `aliasable` as make_cfg's. */
+static inline fx *make_full(aa_large_mode mode, size_t limit, int map_runs, bool aliasable,
+                            int stitch) {
   aa_pool_config cfg;
   aa_pool_config_init(&cfg);
-  cfg.backend = f->b;
   cfg.large_mode = mode;
   cfg.large_map_runs = map_runs;
   cfg.large_stitch = stitch;
   cfg.limit_bytes = limit;
-  cfg.on_error = on_error;
-  cfg.on_error_user = f;
-  assert_int_equal(aa_pool_new(&cfg, &f->p), AA_OK);
-  return f;
+  return make_cfg(&cfg, aliasable);
 }
 
 static inline fx *make_with(aa_large_mode mode, size_t limit, int map_runs) {

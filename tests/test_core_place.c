@@ -16,58 +16,32 @@
 
 #include <cmocka.h>
 
-#include "adaptalloc/core.h"
-#include "core_test.h" /* core: the host backend's test hooks */
+#include "core_large_fixture.h"
 
-#define MiB ((size_t)1 << 20)
 #define KiB ((size_t)1 << 10)
 #define NACT 8
 #define ACT ((size_t)(15.4 * (double)MiB)) /* an activation: fits no 16 MiB request */
 #define KEEP (600 * KiB)                   /* a small block that outlives it */
 
-typedef struct fx {
-  aa_backend *b;
-  aa_pool *p;
-} fx;
-
 /* A pool on the host backend whose large path starts at 16 KiB, as the
  * default policy's device pool. */
-static fx *make(aa_large_mode mode) {
-  fx *f = calloc(1, sizeof *f);
-  assert_non_null(f);
-  assert_int_equal(aa_backend_host_new(&f->b), AA_OK);
+static fx *make_place(aa_large_mode mode) {
   aa_pool_config cfg;
   aa_pool_config_init(&cfg);
-  cfg.backend = f->b;
   cfg.max_small = 16 * KiB;
   cfg.classes_per_doubling = 1;
   cfg.large_mode = mode;
-  assert_int_equal(aa_pool_new(&cfg, &f->p), AA_OK);
-  return f;
+  return make_cfg(&cfg, false);
 }
 
-static aa_pool_stats stats(fx *f) {
-  aa_pool_stats st;
-  assert_int_equal(aa_pool_stats_get(f->p, &st), AA_OK);
-  return st;
-}
-
+/* Every large block freed: the backend gets every mapping back. */
 static void done(fx *f) {
   assert_int_equal(stats(f).large_bytes_in_use, 0);
-  aa_pool_destroy(f->p);
-  uint64_t a, fr, mapped;
-  aa_backend_host_counts(f->b, &a, &fr, &mapped);
-  assert_int_equal(mapped, 0);
-  assert_int_equal(a, fr);
-  aa_backend_destroy(f->b);
-  free(f);
+  fx_done(f);
 }
 
-/* The holes pattern (bench/replay/holes_trace.py): activations each
- * followed by a small block that outlives it; the activations freed; then
- * requests a little larger than any one of them. */
 static void holes(aa_large_mode mode) {
-  fx *f = make(mode);
+  fx *f = make_place(mode);
   char *act[NACT], *keep[NACT], *comb[2];
   for (int i = 0; i < NACT; i++) {
     act[i] = aa_alloc(f->p, ACT, NULL);
@@ -126,7 +100,7 @@ static bool apart(const void *x, const void *y) {
  * only when its own region would need new memory. */
 static void test_core_place_regions(void **state) {
   (void)state;
-  fx *f = make(AA_LARGE_EXPANDABLE);
+  fx *f = make_place(AA_LARGE_EXPANDABLE);
   char *a = aa_alloc(f->p, 4 * MiB, NULL);
   char *b = aa_alloc(f->p, 4 * MiB, NULL);
   assert_ptr_equal(b, a + 4 * MiB);
@@ -164,7 +138,7 @@ static void test_core_place_regions(void **state) {
  * exact hole of its size lies elsewhere (best fit's choice), so that the
  * room it would merge into stays whole for a larger request. */
 static void park_exact(aa_large_mode mode) {
-  fx *f = make(mode);
+  fx *f = make_place(mode);
   /* one run of 4 MiB blocks, a h b x y z: carved from one free chunk */
   char *big = aa_alloc(f->p, 24 * MiB, NULL);
   assert_non_null(big);
@@ -219,7 +193,7 @@ static void test_core_place_park_exact_hole_cache(void **state) {
  * neighbours merge for a request of both. */
 static void test_core_place_park_fast_path(void **state) {
   (void)state;
-  fx *f = make(AA_LARGE_EXPANDABLE);
+  fx *f = make_place(AA_LARGE_EXPANDABLE);
   char *big = aa_alloc(f->p, 16 * MiB, NULL);
   char *w = aa_alloc(f->p, 64 * KiB, NULL);
   assert_int_equal(aa_free(f->p, big, 16 * MiB, NULL), AA_OK);

@@ -157,6 +157,19 @@ static void free_all(fx *f, shadow *s) {
     sh_free_at(f, s, s->n - 1, s->stream[s->n - 1]);
 }
 
+/* The end of a paired test: each pool's shadow freed (the pool then holds
+ * nothing in use), both pools destroyed with every mapping back. */
+static void finish_pair(fx *on, shadow *s1, fx *off, shadow *s0) {
+  free_all(on, s1);
+  free_all(off, s0);
+  assert_int_equal(stats(on).bytes_in_use, 0);
+  assert_int_equal(stats(off).bytes_in_use, 0);
+  fx_done(on);
+  fx_done(off);
+  free(s1);
+  free(s0);
+}
+
 static uint64_t backend_calls(fx *f) {
   aa_pool_stats st = stats(f);
   uint64_t a, fr, m;
@@ -220,13 +233,7 @@ static void adopted_in(aa_large_mode mode) {
   assert_int_equal(a.bytes_in_use, b.bytes_in_use);
   assert_int_equal(a.peak_bytes_in_use, b.peak_bytes_in_use);
   assert_int_equal(b.large_plan_state, AA_PLAN_OFF);
-  free_all(on, s1);
-  free_all(off, s0);
-  assert_int_equal(stats(on).bytes_in_use, 0);
-  fx_done(on);
-  fx_done(off);
-  free(s1);
-  free(s0);
+  finish_pair(on, s1, off, s0);
 }
 
 static void test_core_plan_adopted_expandable(void **state) {
@@ -1061,13 +1068,7 @@ static void jitter_in(aa_large_mode mode) {
   assert_true(a.large_plan_misses <= a.large_plan_hits / 16);
   assert_true(a.peak_bytes_reserved <= b.peak_bytes_reserved);
   assert_true(a.bytes_reserved < b.bytes_reserved);
-  free_all(on, s1);
-  free_all(off, s0);
-  assert_int_equal(stats(on).bytes_in_use, 0);
-  fx_done(on);
-  fx_done(off);
-  free(s1);
-  free(s0);
+  finish_pair(on, s1, off, s0);
 }
 
 static void test_core_plan_jitter_expandable(void **state) {
@@ -1104,12 +1105,7 @@ static void test_core_plan_varying_length(void **state) {
   assert_true(a.large_plan_misses <= a.large_plan_hits / 16);
   assert_true(a.peak_bytes_reserved <= b.peak_bytes_reserved);
   assert_int_equal(a.peak_bytes_in_use, b.peak_bytes_in_use);
-  free_all(on, s1);
-  free_all(off, s0);
-  fx_done(on);
-  fx_done(off);
-  free(s1);
-  free(s0);
+  finish_pair(on, s1, off, s0);
 }
 
 /* A request over its room is a miss served by the path (the counts exact;
@@ -1162,12 +1158,7 @@ static void test_core_plan_over_room(void **state) {
   /* within a page: the arena yielded mid-step (its blocks at their planned
    * offsets) leaves the grown loop one segment higher here */
   assert_true(a.peak_bytes_reserved <= b.peak_bytes_reserved + 2 * MiB);
-  free_all(on, s1);
-  free_all(off, s0);
-  fx_done(on);
-  fx_done(off);
-  free(s1);
-  free(s0);
+  finish_pair(on, s1, off, s0);
 }
 
 int main(void) {
