@@ -60,6 +60,7 @@
  * planner thread) and the planner thread's own loop (under its mutex).
  * Entry points: aa__lg_plan_alloc, aa__lg_plan_note, aa__lg_plan_free.
  */
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -956,6 +957,12 @@ static void plan_run(const plan_view *v, plan_job *j, const _Atomic bool *cancel
 
 static void *planner_main(void *arg) {
   plan_thread *T = arg;
+#ifdef SCHED_BATCH
+  /* a batch thread: waking it to plan never preempts the allocating thread
+   * that handed the plan over (nor any other) */
+  struct sched_param sp = {0};
+  (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
+#endif
   pthread_mutex_lock(&T->mu);
   for (;;) {
     while (!T->quit && T->st != PT_QUEUED)
@@ -1045,8 +1052,7 @@ static plan_job *job_snapshot(struct aa__plan *P, uint64_t q, uint64_t matched, 
   uint64_t n1 = PLAN_WIN - at < count ? PLAN_WIN - at : count;
   memcpy(ev, &P->win[at], (size_t)n1 * sizeof *ev);
   memcpy(ev + n1, P->win, (size_t)(count - n1) * sizeof *ev);
-  *j = (plan_job){.ev = ev, .first = first, .nev = P->nev, .nwin = nwin, .q = q,
-                  .matched = matched, .page = page, .shape = shape};
+  *j = (plan_job){.ev = ev, .first = first, .nev = P->nev, .nwin = nwin, .q = q, .matched = matched, .page = page, .shape = shape};
   return j;
 }
 
@@ -1096,8 +1102,7 @@ static void plan_start(aa_pool *pool, struct aa__plan *P, uint64_t q, uint64_t m
   }
   uint64_t nwin = P->nev < PLAN_WIN ? P->nev : PLAN_WIN;
   plan_view v = {P->win, 0, PLAN_WIN, P->nev, nwin};
-  plan_job j = {.nev = P->nev, .nwin = nwin, .q = q, .matched = matched, .page = page,
-                .shape = shape};
+  plan_job j = {.nev = P->nev, .nwin = nwin, .q = q, .matched = matched, .page = page, .shape = shape};
   plan_run(&v, &j, NULL);
   plan_install(P, &j);
   free(j.ent);
