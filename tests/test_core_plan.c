@@ -811,10 +811,9 @@ static void *mt_small(void *arg) {
   return NULL;
 }
 
-static void test_core_plan_threads(void **state) {
-  (void)state;
+static void threads_in(int plan) {
   mt *m = calloc(1, sizeof *m);
-  m->f = make_plan(AA_LARGE_EXPANDABLE, SYNC);
+  m->f = make_plan(AA_LARGE_EXPANDABLE, plan);
   m->s = calloc(1, sizeof *m->s);
   m->t[0] = make_steps(101);
   m->t[1] = make_steps(102);
@@ -844,14 +843,27 @@ static void test_core_plan_threads(void **state) {
   fx_done(ref);
   free(rs);
   assert_true(st.peak_bytes_in_use <= ref_peak + 2 * MiB);
-  assert_true(st.large_plans_adopted >= 2);
-  assert_true(st.large_plan_hits > 0);
+  if (plan == SYNC) { /* made in the background, a plan may come a loop late */
+    assert_true(st.large_plans_adopted >= 2);
+    assert_true(st.large_plan_hits > 0);
+  }
   free_all(m->f, m->s);
   assert_int_equal(stats(m->f).bytes_in_use, 0);
   fx_done(m->f);
   pthread_mutex_destroy(&m->step_mu);
   free(m->s);
   free(m);
+}
+
+static void test_core_plan_threads(void **state) {
+  (void)state;
+  threads_in(SYNC);
+}
+
+/* The same with the plans made on the pool's planner thread. */
+static void test_core_plan_threads_bg(void **state) {
+  (void)state;
+  threads_in(1);
 }
 
 /* ------------------------------------------------------------ yield */
@@ -1266,6 +1278,99 @@ static void test_core_plan_bg_destroy_while_planning(void **state) {
   }
 }
 
+/* The loop changes while its plan is made (the planner held): the plan,
+ * done for a loop the requests no longer follow, is discarded when the
+ * allocating path collects it (stale), and the new loop is planned and
+ * adopted. */
+static void test_core_plan_bg_stale(void **state) {
+  (void)state;
+  fx *f = make_plan(AA_LARGE_EXPANDABLE, 1);
+  shadow *s = calloc(1, sizeof *s);
+  steps a = make_steps(11), b = make_steps(12);
+  weights(f, s);
+  unsigned h0 = aa_test_plan_held();
+  aa_test_plan_hold(true);
+  for (int k = 0; k < 10; k++)
+    run_step(f, s, &a);
+  until_held(h0);
+  for (int k = 0; k < 3; k++)
+    run_step(f, s, &b);
+  aa_test_plan_hold(false);
+  assert_int_equal(aa_test_plan_wait(f->p), AA_OK);
+  (void)sh_alloc(f, s, b.bytes[0], NULL); /* collected here: stale */
+  aa_pool_stats st = stats(f);
+  assert_int_equal(st.large_plans_stale, 1);
+  assert_int_equal(st.large_plans_adopted, 0);
+  assert_int_equal(st.large_plan_state, AA_PLAN_LEARNING);
+  assert_true(st.large_plan_ns > 0);
+  free_all(f, s);
+  weights(f, s);
+  for (int k = 0; k < 30 && stats(f).large_plan_state != AA_PLAN_ACTIVE; k++) {
+    run_step(f, s, &b);
+    assert_int_equal(aa_test_plan_wait(f->p), AA_OK);
+  }
+  st = stats(f);
+  assert_int_equal(st.large_plan_state, AA_PLAN_ACTIVE);
+  assert_int_equal(st.large_plans_adopted, 1);
+  assert_int_equal(st.large_plans_inline, 0);
+  uint64_t h1 = st.large_plan_hits;
+  run_step(f, s, &b);
+  assert_int_equal(stats(f).large_plan_hits, h1 + NREQ);
+  free_all(f, s);
+  fx_done(f);
+  free(s);
+}
+
+/* No planner thread can be started: the plan is made on the allocating
+ * thread, as with AA_LARGE_PLAN_SYNC, and counted. */
+static void test_core_plan_bg_thread_fails(void **state) {
+  (void)state;
+  aa_test_plan_thread_fail(true);
+  fx *f = make_plan(AA_LARGE_CACHE, 1);
+  shadow *s = calloc(1, sizeof *s);
+  steps t = make_steps(5);
+  weights(f, s);
+  learn(f, s, &t);
+  aa_pool_stats st = stats(f);
+  assert_int_equal(st.large_plans_adopted, 1);
+  assert_int_equal(st.large_plans_inline, 1);
+  assert_true(st.large_plan_stall_max_ns >= st.large_plan_ns); /* the planning itself */
+  assert_int_equal(aa_test_plan_wait(f->p), AA_EINVAL); /* no thread */
+  aa_test_plan_thread_fail(false);
+  free_all(f, s);
+  fx_done(f);
+  free(s);
+}
+
+/* Pools planning in the background on threads of their own, their stats
+ * read meanwhile (TSan: the planner threads share nothing but their jobs). */
+static void *bg_pool_loop(void *arg) {
+  uint64_t seed = (uint64_t)(uintptr_t)arg;
+  fx *f = make_plan(AA_LARGE_CACHE, 1);
+  shadow *s = calloc(1, sizeof *s);
+  steps t = make_steps(seed);
+  for (int k = 0; k < 40 && stats(f).large_plan_state != AA_PLAN_ACTIVE; k++) {
+    run_step(f, s, &t);
+    if (k % 3 == 2)
+      (void)aa_test_plan_wait(f->p);
+  }
+  assert_int_equal(stats(f).large_plan_state, AA_PLAN_ACTIVE);
+  assert_int_equal(stats(f).large_plans_adopted, 1);
+  free_all(f, s);
+  fx_done(f);
+  free(s);
+  return NULL;
+}
+
+static void test_core_plan_bg_pools_in_threads(void **state) {
+  (void)state;
+  pthread_t th[3];
+  for (uintptr_t i = 0; i < 3; i++)
+    assert_int_equal(pthread_create(&th[i], NULL, bg_pool_loop, (void *)(i + 91)), 0);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(pthread_join(th[i], NULL), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_core_plan_adopted_expandable),
@@ -1295,6 +1400,10 @@ int main(void) {
       cmocka_unit_test(test_core_plan_over_room),
       cmocka_unit_test(test_core_plan_bg_adopted),
       cmocka_unit_test(test_core_plan_bg_destroy_while_planning),
+      cmocka_unit_test(test_core_plan_bg_stale),
+      cmocka_unit_test(test_core_plan_bg_thread_fails),
+      cmocka_unit_test(test_core_plan_bg_pools_in_threads),
+      cmocka_unit_test(test_core_plan_threads_bg),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
