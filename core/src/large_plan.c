@@ -151,8 +151,8 @@ enum { PJ_RETRY, /* memory was short: the window is looked at again later */
        PJ_CANCELLED };
 
 typedef struct plan_job {
-  /* in: the window's last events [first, nev) (a copy, owned by the job,
-   * freed once planned; NULL when planned on the window itself), the
+  /* in: the window's last events [first, nev) (a copy in the planner
+   * thread's buffer; NULL when planned on the window itself), the
    * period, how far back it matched, the path's page, and whether it was
    * found by the requests' shapes */
   plan_ev *ev;
@@ -186,6 +186,12 @@ typedef struct plan_thread {
   pthread_mutex_t mu;
   pthread_cond_t cv; /* a job queued, a job done, quit */
   plan_job *job;
+  /* the copies of the window: grown to the largest asked for (PLAN_WIN
+   * events at most), kept (its pages faulted once, not at every copy),
+   * freed with the thread; written by the allocating path only while the
+   * thread has no job */
+  plan_ev *buf;
+  uint64_t buf_cap;
   int st; /* PT_* */
   bool quit;
   _Atomic bool cancel;
@@ -943,7 +949,6 @@ static void plan_install(struct aa__plan *P, plan_job *j) {
 static void job_free(plan_job *j) {
   if (j == NULL)
     return;
-  free(j->ev);
   free(j->ent);
   free(j);
 }
@@ -974,8 +979,6 @@ static void *planner_main(void *arg) {
     pthread_mutex_unlock(&T->mu);
     plan_view v = {j->ev, j->first, j->nev - j->first, j->nev, j->nwin};
     plan_run(&v, j, &T->cancel);
-    free(j->ev); /* the copy goes as soon as it is planned */
-    j->ev = NULL;
     pthread_mutex_lock(&T->mu);
     T->st = PT_DONE;
     atomic_store_explicit(&T->ready, true, memory_order_release);
@@ -999,6 +1002,7 @@ static void planner_stop(plan_thread *T) {
   pthread_mutex_unlock(&T->mu);
   pthread_join(T->th, NULL);
   job_free(T->job);
+  free(T->buf);
   pthread_cond_destroy(&T->cv);
   pthread_mutex_destroy(&T->mu);
   free(T);
@@ -1035,24 +1039,35 @@ static plan_thread *planner_get(struct aa__plan *P) {
 }
 
 /* The window's last events planning reads (from valid0, the start of the
- * repetition, which holds every period it reads) copied into a job of
- * their own; NULL when memory is short. */
-static plan_job *job_snapshot(struct aa__plan *P, uint64_t q, uint64_t matched, bool shape,
-                              size_t page) {
+ * repetition, which holds every period it reads) copied into T's buffer,
+ * for a job of their own; NULL when memory is short. T has no job. */
+static plan_job *job_snapshot(struct aa__plan *P, plan_thread *T, uint64_t q, uint64_t matched,
+                              bool shape, size_t page) {
   uint64_t nwin = P->nev < PLAN_WIN ? P->nev : PLAN_WIN;
   uint64_t count = matched + q < nwin ? matched + q : nwin;
-  plan_job *j = calloc(1, sizeof *j);
-  plan_ev *ev = malloc((size_t)count * sizeof *ev);
-  if (j == NULL || ev == NULL) {
-    free(j);
-    free(ev);
-    return NULL;
+  if (count > T->buf_cap) { /* grown by doubling at least (PLAN_WIN at most) */
+    uint64_t cap = 2 * T->buf_cap > count ? 2 * T->buf_cap : count;
+    cap = cap < PLAN_WIN ? cap : PLAN_WIN;
+    free(T->buf);
+    T->buf = malloc((size_t)cap * sizeof *T->buf);
+    T->buf_cap = T->buf != NULL ? cap : 0;
   }
+  plan_job *j = T->buf != NULL ? calloc(1, sizeof *j) : NULL;
+  if (j == NULL)
+    return NULL;
+  plan_ev *ev = T->buf;
   uint64_t first = P->nev - count, at = first % PLAN_WIN;
   uint64_t n1 = PLAN_WIN - at < count ? PLAN_WIN - at : count;
   memcpy(ev, &P->win[at], (size_t)n1 * sizeof *ev);
   memcpy(ev + n1, P->win, (size_t)(count - n1) * sizeof *ev);
-  *j = (plan_job){.ev = ev, .first = first, .nev = P->nev, .nwin = nwin, .q = q, .matched = matched, .page = page, .shape = shape};
+  j->ev = ev;
+  j->first = first;
+  j->nev = P->nev;
+  j->nwin = nwin;
+  j->q = q;
+  j->matched = matched;
+  j->page = page;
+  j->shape = shape;
   return j;
 }
 
@@ -1086,7 +1101,7 @@ static void plan_start(aa_pool *pool, struct aa__plan *P, uint64_t q, uint64_t m
   uint64_t t0 = aa_now_ns();
   if (pool->cfg.large_plan != AA_LARGE_PLAN_SYNC) {
     plan_thread *T = planner_get(P);
-    plan_job *j = T != NULL ? job_snapshot(P, q, matched, shape, page) : NULL;
+    plan_job *j = T != NULL ? job_snapshot(P, T, q, matched, shape, page) : NULL;
     if (j != NULL) {
       pthread_mutex_lock(&T->mu);
       aa__assert(T->st == PT_IDLE && T->job == NULL);
