@@ -46,9 +46,9 @@ static tev *read_trace(const char *path, size_t *n) {
     char act[32];
     if (sscanf(line, "%llu,%lf,%31[^,],%llx,%llu,%llx", &th, &t, act, &ptr, &size, &st) != 6)
       continue; /* the header */
-    char op = strcmp(act, "allocate") == 0 ? 'a'
+    char op = strcmp(act, "allocate") == 0                                 ? 'a'
               : strcmp(act, "free") == 0 || strcmp(act, "deallocate") == 0 ? 'f'
-                                                                            : 0;
+                                                                           : 0;
     if (op == 0)
       continue;
     if (k == cap) {

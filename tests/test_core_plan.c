@@ -1335,7 +1335,7 @@ static void test_core_plan_bg_thread_fails(void **state) {
   assert_int_equal(st.large_plans_adopted, 1);
   assert_int_equal(st.large_plans_inline, 1);
   assert_true(st.large_plan_stall_max_ns >= st.large_plan_ns); /* the planning itself */
-  assert_int_equal(aa_test_plan_wait(f->p), AA_EINVAL); /* no thread */
+  assert_int_equal(aa_test_plan_wait(f->p), AA_EINVAL);        /* no thread */
   aa_test_plan_thread_fail(false);
   free_all(f, s);
   fx_done(f);
