@@ -1126,15 +1126,16 @@ static void plan_start(aa_pool *pool, struct aa__plan *P, uint64_t q, uint64_t m
 
 /* A plan the planner thread finished: installed when the requests still
  * repeat with its period, else discarded (counted stale; the window is
- * looked at again). Nothing when it is not done yet. */
+ * looked at again). Nothing when it is not done yet (one atomic load). A
+ * fork()ed child whose fork came while a plan was made does not plan. */
 static void plan_collect(struct aa__plan *P) {
   plan_thread *T = P->thr;
-  if (T == NULL || T->pid != getpid()) { /* a fork()ed child: the parent's thread */
+  if (!atomic_load_explicit(&T->ready, memory_order_acquire))
+    return;
+  if (T->pid != getpid()) { /* a fork()ed child: the job was the parent's thread's */
     P->job_out = false;
     return;
   }
-  if (!atomic_load_explicit(&T->ready, memory_order_acquire))
-    return;
   uint64_t t0 = aa_now_ns();
   pthread_mutex_lock(&T->mu);
   plan_job *j = T->job;
