@@ -591,8 +591,9 @@ static size_t place(cand *c, size_t nc, uint64_t q, const _Atomic bool *cancel) 
   int best_ord = 0;
   if (sp == NULL || keep == NULL)
     goto out;
-  /* every order when that is cheap, else size alone (planning runs under
-   * the large path's lock: about 2e7 steps of work at most in all) */
+  /* every order when that is cheap, else size alone (planning runs on
+   * the planner thread, or under the large path's lock: about 2e7 steps of
+   * work at most in all) */
   int orders = (uint64_t)nc * nc * ORD_N <= 20000000 ? ORD_N : 1;
   for (int o = 0; o < orders; o++) {
     if (cancelled(cancel)) {
@@ -850,8 +851,7 @@ static void plan_compute(const plan_view *v, plan_job *job, const _Atomic bool *
   uint64_t live0 = (uint64_t)diff[at[j0] - b];
   size_t arena = place(cs, nc, q, cancel);
   if (arena == 0) {
-    outcome = cancel != NULL && atomic_load_explicit(cancel, memory_order_relaxed) ? PJ_CANCELLED
-                                                                                   : PJ_RETRY;
+    outcome = cancelled(cancel) ? PJ_CANCELLED : PJ_RETRY;
     goto out;
   }
   for (size_t i = 0; i < nc; i++)
