@@ -66,6 +66,10 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#endif
 
 #include "large_internal.h"
 #include "test_hooks.h"
@@ -962,11 +966,14 @@ static void plan_run(const plan_view *v, plan_job *j, const _Atomic bool *cancel
 
 static void *planner_main(void *arg) {
   plan_thread *T = arg;
-#ifdef SCHED_BATCH
-  /* a batch thread: waking it to plan never preempts the allocating thread
-   * that handed the plan over (nor any other) */
+#ifdef __linux__
+  /* a batch thread (waking it to plan never preempts the allocating thread
+   * that handed the plan over) of the lowest priority (on a core the
+   * application's threads want, it takes a sliver: a plan comes back later,
+   * no step is slower) */
   struct sched_param sp = {0};
   (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
+  (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
 #endif
   pthread_mutex_lock(&T->mu);
   for (;;) {
