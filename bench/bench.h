@@ -140,6 +140,8 @@ int bench_steps_main(int argc, char **argv);
 int bench_staging_main(int argc, char **argv);
 /* bench_trace.c: what live tracing costs the hot path, the writer's events/s */
 int bench_trace_main(int argc, char **argv);
+/* bench_plan.c: the learned plan's stall of the allocating thread */
+int bench_plan_main(int argc, char **argv);
 /* bench_streams.c: `adaptalloc-bench streams`. */
 int bench_streams_main(int argc, char **argv);
 

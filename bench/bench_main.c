@@ -68,7 +68,9 @@ static void usage(FILE *f) {
           "  streams host replicas of the GPU zoo's side-stream workloads (sidepipe,\n"
           "          fsdp): what the large path holds, per cycle, no timing\n"
           "  trace   live tracing's cost on the hot path (off, every event, sampled)\n"
-          "          and the store writer's events/s\n");
+          "          and the store writer's events/s\n"
+          "  plan    the learned plan's stall of the allocating thread on RMM-format\n"
+          "          traces: planned there, and on the pool's planner thread\n");
 }
 
 /* Re-executes this program with more optional static TLS. Returns only when
@@ -122,6 +124,8 @@ int main(int argc, char **argv) {
     return bench_streams_main(argc - 1, argv + 1);
   if (strcmp(argv[1], "trace") == 0)
     return bench_trace_main(argc - 1, argv + 1);
+  if (strcmp(argv[1], "plan") == 0)
+    return bench_plan_main(argc - 1, argv + 1);
   fprintf(stderr, "adaptalloc-bench: unknown command '%s' (host, steps, staging, streams, trace)\n",
           argv[1]);
   fprintf(stderr, "(adaptalloc-bench --help for usage)\n");

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -25,7 +26,12 @@
 
 #include "core_large_fixture.h"
 
-/* A pool on the host backend with the plan on or off. */
+/* The plan made on the allocating thread: the same plans at the same
+ * events on every run (the tests below count them); the planner thread's
+ * own tests are at the end. */
+#define SYNC AA_LARGE_PLAN_SYNC
+
+/* A pool on the host backend with the plan as asked (aa_pool_config.large_plan). */
 static fx *make_plan(aa_large_mode mode, int plan) {
   fx *f = calloc(1, sizeof *f);
   assert_non_null(f);
@@ -206,7 +212,7 @@ static void fx_free(fx *f) {
  * and holds less than best fit does. */
 static void adopted_in(aa_large_mode mode) {
   steps t = make_steps(7);
-  fx *on = make_plan(mode, 1), *off = make_plan(mode, 0);
+  fx *on = make_plan(mode, SYNC), *off = make_plan(mode, 0);
   shadow *s1 = calloc(1, sizeof *s1), *s0 = calloc(1, sizeof *s0);
   weights(on, s1);
   weights(off, s0);
@@ -250,7 +256,7 @@ static void test_core_plan_adopted_cache(void **state) {
 static void test_core_plan_off(void **state) {
   (void)state;
   fx *f = make(AA_LARGE_EXPANDABLE, 0);
-  fx *g = make_plan(AA_LARGE_PASSTHROUGH, 1);
+  fx *g = make_plan(AA_LARGE_PASSTHROUGH, SYNC);
   steps t = make_steps(3);
   shadow *s = calloc(1, sizeof *s), *s2 = calloc(1, sizeof *s2);
   for (int k = 0; k < 6; k++) {
@@ -270,7 +276,7 @@ static void test_core_plan_off(void **state) {
  * and a new one is learned. */
 static void test_core_plan_dropped_and_relearned(void **state) {
   (void)state;
-  fx *f = make_plan(AA_LARGE_EXPANDABLE, 1);
+  fx *f = make_plan(AA_LARGE_EXPANDABLE, SYNC);
   shadow *s = calloc(1, sizeof *s);
   weights(f, s);
   steps a = make_steps(11), b = make_steps(12);
@@ -304,7 +310,7 @@ static int on_walk(void *user, const aa_walk_entry *e) {
 
 static void test_core_plan_misuse_and_walk(void **state) {
   (void)state;
-  fx *f = make_plan(AA_LARGE_EXPANDABLE, 1);
+  fx *f = make_plan(AA_LARGE_EXPANDABLE, SYNC);
   shadow *s = calloc(1, sizeof *s);
   steps t = make_steps(5);
   learn(f, s, &t);
@@ -337,7 +343,7 @@ static void test_core_plan_misuse_and_walk(void **state) {
  * its room: no later block is placed over it until the stream is idle. */
 static void test_core_plan_busy_stream(void **state) {
   (void)state;
-  fx *f = make_plan(AA_LARGE_EXPANDABLE, 1);
+  fx *f = make_plan(AA_LARGE_EXPANDABLE, SYNC);
   /* the path's stream-ordered reuse would order the next step after the
    * side stream's work (legal): PyTorch's rule here, so that the path too
    * waits for the events */
@@ -373,7 +379,7 @@ static void test_core_plan_busy_stream(void **state) {
 /* An explicit release at a step boundary gives the idle arena back. */
 static void test_core_plan_release(void **state) {
   (void)state;
-  fx *f = make_plan(AA_LARGE_EXPANDABLE, 1);
+  fx *f = make_plan(AA_LARGE_EXPANDABLE, SYNC);
   shadow *s = calloc(1, sizeof *s);
   steps t = make_steps(21);
   learn(f, s, &t);
@@ -394,7 +400,7 @@ static void test_core_plan_release(void **state) {
  * shadow checks every block's room and bytes, the pool's count of bytes in
  * use, and the teardown that every byte went back. */
 static void stress_in(aa_large_mode mode, uint64_t seed, unsigned jit, uint64_t *adopted) {
-  fx *f = make_plan(mode, 1);
+  fx *f = make_plan(mode, SYNC);
   shadow *s = calloc(1, sizeof *s);
   steps t = make_steps(seed);
   const aa_stream side = (aa_stream)(uintptr_t)0x30000;
@@ -488,7 +494,7 @@ static void test_core_plan_stress_jitter(void **state) {
 /* A planned block's room while the plan is active: the account adds up and
  * (AA_DEBUG 3) its walk agrees with the large path's free bytes. */
 static void account_in(aa_large_mode mode) {
-  fx *f = make_plan(mode, 1);
+  fx *f = make_plan(mode, SYNC);
   shadow *s = calloc(1, sizeof *s);
   steps t = make_steps(31);
   weights(f, s);
@@ -524,7 +530,7 @@ static void test_core_plan_account(void **state) {
  * new loop is learned. */
 static void test_core_plan_drain_pending(void **state) {
   (void)state;
-  fx *f = make_plan(AA_LARGE_EXPANDABLE, 1);
+  fx *f = make_plan(AA_LARGE_EXPANDABLE, SYNC);
   aa_pool_set_stream_wait(f->p, false);
   shadow *s = calloc(1, sizeof *s);
   steps a = make_steps(41), b = make_steps(42);
@@ -560,7 +566,7 @@ static void test_core_plan_drain_pending(void **state) {
  * nothing shared between them (TSan). */
 static void *own_pool_loop(void *arg) {
   uint64_t seed = (uint64_t)(uintptr_t)arg;
-  fx *f = make_plan(AA_LARGE_CACHE, 1);
+  fx *f = make_plan(AA_LARGE_CACHE, SYNC);
   shadow *s = calloc(1, sizeof *s);
   steps t = make_steps(seed);
   for (int k = 0; k < 12; k++)
@@ -593,7 +599,7 @@ static void until_waiting(fx *f, shadow *s, const steps *t) {
  * backend call per step. */
 static void arena_refused_in(aa_large_mode mode) {
   steps t = make_steps(61);
-  fx *f = make_plan(mode, 1);
+  fx *f = make_plan(mode, SYNC);
   shadow *s = calloc(1, sizeof *s);
   weights(f, s);
   until_waiting(f, s, &t);
@@ -635,7 +641,7 @@ static void test_core_plan_arena_refused(void **state) {
 static void test_core_plan_destroy_live(void **state) {
   (void)state;
   for (int mode = 0; mode < 2; mode++) {
-    fx *f = make_plan(mode ? AA_LARGE_EXPANDABLE : AA_LARGE_CACHE, 1);
+    fx *f = make_plan(mode ? AA_LARGE_EXPANDABLE : AA_LARGE_CACHE, SYNC);
     aa_pool_set_stream_wait(f->p, false);
     shadow *s = calloc(1, sizeof *s);
     steps t = make_steps(71);
@@ -662,7 +668,7 @@ static void test_core_plan_destroy_live(void **state) {
  * streams are idle; a second free and a record_stream of it are refused. */
 static void test_core_plan_free_other_stream(void **state) {
   (void)state;
-  fx *f = make_plan(AA_LARGE_EXPANDABLE, 1);
+  fx *f = make_plan(AA_LARGE_EXPANDABLE, SYNC);
   aa_pool_set_stream_wait(f->p, false);
   shadow *s = calloc(1, sizeof *s);
   steps t = make_steps(81);
@@ -707,7 +713,7 @@ static void test_core_plan_free_other_stream(void **state) {
 static void test_core_plan_release_mid_step(void **state) {
   (void)state;
   for (int mode = 0; mode < 2; mode++) {
-    fx *f = make_plan(mode ? AA_LARGE_EXPANDABLE : AA_LARGE_CACHE, 1);
+    fx *f = make_plan(mode ? AA_LARGE_EXPANDABLE : AA_LARGE_CACHE, SYNC);
     shadow *s = calloc(1, sizeof *s);
     steps t = make_steps(7);
     uint64_t r = 12345;
@@ -812,10 +818,9 @@ static void *mt_small(void *arg) {
   return NULL;
 }
 
-static void test_core_plan_threads(void **state) {
-  (void)state;
+static void threads_in(int plan) {
   mt *m = calloc(1, sizeof *m);
-  m->f = make_plan(AA_LARGE_EXPANDABLE, 1);
+  m->f = make_plan(AA_LARGE_EXPANDABLE, plan);
   m->s = calloc(1, sizeof *m->s);
   m->t[0] = make_steps(101);
   m->t[1] = make_steps(102);
@@ -845,14 +850,27 @@ static void test_core_plan_threads(void **state) {
   fx_done(ref);
   free(rs);
   assert_true(st.peak_bytes_in_use <= ref_peak + 2 * MiB);
-  assert_true(st.large_plans_adopted >= 2);
-  assert_true(st.large_plan_hits > 0);
+  if (plan == SYNC) { /* made in the background, a plan may come a loop late */
+    assert_true(st.large_plans_adopted >= 2);
+    assert_true(st.large_plan_hits > 0);
+  }
   free_all(m->f, m->s);
   assert_int_equal(stats(m->f).bytes_in_use, 0);
   fx_done(m->f);
   pthread_mutex_destroy(&m->step_mu);
   free(m->s);
   free(m);
+}
+
+static void test_core_plan_threads(void **state) {
+  (void)state;
+  threads_in(SYNC);
+}
+
+/* The same with the plans made on the pool's planner thread. */
+static void test_core_plan_threads_bg(void **state) {
+  (void)state;
+  threads_in(1);
 }
 
 /* ------------------------------------------------------------ yield */
@@ -869,7 +887,7 @@ static fx *make_plan_stitch(aa_large_mode mode, bool stitch) {
   aa_pool_config_init(&cfg);
   cfg.backend = f->b;
   cfg.large_mode = mode;
-  cfg.large_plan = 1;
+  cfg.large_plan = SYNC;
   cfg.large_stitch = stitch ? 1 : 0;
   cfg.large_cache_bytes = 0;
   cfg.on_error = on_error;
@@ -1052,7 +1070,7 @@ static void run_step_sized(fx *f, shadow *s, const steps *t, size_t num, size_t 
  * no more than best fit at the peak and less at the end. */
 static void jitter_in(aa_large_mode mode) {
   steps t = make_steps(17);
-  fx *on = make_plan(mode, 1), *off = make_plan(mode, 0);
+  fx *on = make_plan(mode, SYNC), *off = make_plan(mode, 0);
   shadow *s1 = calloc(1, sizeof *s1), *s0 = calloc(1, sizeof *s0);
   weights(on, s1);
   weights(off, s0);
@@ -1088,7 +1106,7 @@ static void test_core_plan_jitter_cache(void **state) {
 static void test_core_plan_varying_length(void **state) {
   (void)state;
   steps t = make_steps(23);
-  fx *on = make_plan(AA_LARGE_EXPANDABLE, 1), *off = make_plan(AA_LARGE_EXPANDABLE, 0);
+  fx *on = make_plan(AA_LARGE_EXPANDABLE, SYNC), *off = make_plan(AA_LARGE_EXPANDABLE, 0);
   shadow *s1 = calloc(1, sizeof *s1), *s0 = calloc(1, sizeof *s0);
   weights(on, s1);
   weights(off, s0);
@@ -1116,7 +1134,7 @@ static void test_core_plan_varying_length(void **state) {
 static void test_core_plan_over_room(void **state) {
   (void)state;
   steps t = make_steps(29);
-  fx *on = make_plan(AA_LARGE_EXPANDABLE, 1), *off = make_plan(AA_LARGE_EXPANDABLE, 0);
+  fx *on = make_plan(AA_LARGE_EXPANDABLE, SYNC), *off = make_plan(AA_LARGE_EXPANDABLE, 0);
   shadow *s1 = calloc(1, sizeof *s1), *s0 = calloc(1, sizeof *s0);
   weights(on, s1);
   weights(off, s0);
@@ -1161,6 +1179,189 @@ static void test_core_plan_over_room(void **state) {
   finish_pair(on, s1, off, s0);
 }
 
+/* ------------------------------------------------------------ background */
+
+/* Steps of t until the pool has handed a plan to its planner thread, then
+ * until that plan is done: the next request collects it. */
+static void until_planned(fx *f, shadow *s, const steps *t) {
+  int k = 0;
+  while (aa_test_plan_wait(f->p) != AA_OK) {
+    assert_true(++k < 24);
+    run_step(f, s, t);
+  }
+}
+
+/* A plan made on the planner thread (large_plan 1): the allocating thread
+ * only copied the window (a stall far shorter than the planning), the plan
+ * is adopted at the period's start after it was ready, and serves the loop
+ * with no backend call and less reserved than best fit. */
+static void test_core_plan_bg_adopted(void **state) {
+  (void)state;
+  steps t = make_steps(7);
+  fx *on = make_plan(AA_LARGE_EXPANDABLE, 1), *off = make_plan(AA_LARGE_EXPANDABLE, 0);
+  shadow *s1 = calloc(1, sizeof *s1), *s0 = calloc(1, sizeof *s0);
+  weights(on, s1);
+  weights(off, s0);
+  until_planned(on, s1, &t);
+  assert_int_equal(stats(on).large_plan_state, AA_PLAN_LEARNING); /* not collected yet */
+  for (int k = 0; k < 3 && stats(on).large_plan_state != AA_PLAN_ACTIVE; k++)
+    run_step(on, s1, &t); /* collected, waiting, then active from the period's start */
+  aa_pool_stats a = stats(on);
+  assert_int_equal(a.large_plan_state, AA_PLAN_ACTIVE);
+  assert_int_equal(a.large_plans_adopted, 1);
+  assert_int_equal(a.large_plans_inline, 0);
+  assert_int_equal(a.large_plans_stale, 0);
+  assert_true(a.large_plan_ns > 0);
+  assert_true(a.large_plan_stall_max_ns > 0);
+  assert_true(a.large_plan_stall_max_ns < a.large_plan_ns); /* a copy, not a planning */
+  uint64_t c0 = backend_calls(on), h0 = a.large_plan_hits;
+  for (int k = 0; k < 4; k++)
+    run_step(on, s1, &t);
+  for (int k = 0; k < 16; k++)
+    run_step(off, s0, &t);
+  a = stats(on);
+  aa_pool_stats b = stats(off);
+  assert_int_equal(backend_calls(on), c0);
+  assert_int_equal(a.large_plan_hits, h0 + 4 * NREQ);
+  assert_int_equal(a.large_plan_misses, 0);
+  assert_true(a.bytes_reserved < b.bytes_reserved);
+  assert_true(a.peak_bytes_reserved <= b.peak_bytes_reserved);
+  free_all(on, s1);
+  free_all(off, s0);
+  fx_done(on);
+  fx_done(off);
+  free(s1);
+  free(s0);
+}
+
+/* Waits (up to 20 s) until a planner thread reached the test hook's hold
+ * (held0: the count before). */
+static void until_held(unsigned held0) {
+  struct timespec ms = {0, 1000000};
+  for (int i = 0; i < 20000 && aa_test_plan_held() == held0; i++)
+    nanosleep(&ms, NULL);
+  assert_true(aa_test_plan_held() > held0);
+}
+
+/* The pool destroyed while its planner thread plans (held in its local
+ * search by the test hook): the destroy cancels it and returns at once,
+ * every byte and every event goes back (ASan: the job and its copy too). */
+static void test_core_plan_bg_destroy_while_planning(void **state) {
+  (void)state;
+  for (int mode = 0; mode < 2; mode++) {
+    fx *f = make_plan(mode ? AA_LARGE_EXPANDABLE : AA_LARGE_CACHE, 1);
+    shadow *s = calloc(1, sizeof *s);
+    steps t = make_steps(71);
+    weights(f, s);
+    unsigned h0 = aa_test_plan_held();
+    aa_test_plan_hold(true);
+    for (int k = 0; k < 10; k++) /* the period found: a plan handed to the thread */
+      run_step(f, s, &t);
+    if (mode == 1)
+      (void)sh_alloc(f, s, t.bytes[0], NULL); /* a block live at the destroy */
+    until_held(h0);
+    uint64_t t0 = aa_now_ns();
+    destroy_checked(f); /* the hold is still on: only the cancel ends it */
+    assert_true(aa_now_ns() - t0 < 5000000000ull);
+    aa_test_plan_hold(false);
+    fx_free(f);
+    free(s);
+  }
+}
+
+/* The loop changes while its plan is made (the planner held): the plan,
+ * done for a loop the requests no longer follow, is discarded when the
+ * allocating path collects it (stale), and the new loop is planned and
+ * adopted. */
+static void test_core_plan_bg_stale(void **state) {
+  (void)state;
+  fx *f = make_plan(AA_LARGE_EXPANDABLE, 1);
+  shadow *s = calloc(1, sizeof *s);
+  steps a = make_steps(11), b = make_steps(12);
+  weights(f, s);
+  unsigned h0 = aa_test_plan_held();
+  aa_test_plan_hold(true);
+  for (int k = 0; k < 10; k++)
+    run_step(f, s, &a);
+  until_held(h0);
+  for (int k = 0; k < 3; k++)
+    run_step(f, s, &b);
+  aa_test_plan_hold(false);
+  assert_int_equal(aa_test_plan_wait(f->p), AA_OK);
+  (void)sh_alloc(f, s, b.bytes[0], NULL); /* collected here: stale */
+  aa_pool_stats st = stats(f);
+  assert_int_equal(st.large_plans_stale, 1);
+  assert_int_equal(st.large_plans_adopted, 0);
+  assert_int_equal(st.large_plan_state, AA_PLAN_LEARNING);
+  assert_true(st.large_plan_ns > 0);
+  free_all(f, s);
+  weights(f, s);
+  for (int k = 0; k < 30 && stats(f).large_plan_state != AA_PLAN_ACTIVE; k++) {
+    run_step(f, s, &b);
+    assert_int_equal(aa_test_plan_wait(f->p), AA_OK);
+  }
+  st = stats(f);
+  assert_int_equal(st.large_plan_state, AA_PLAN_ACTIVE);
+  assert_int_equal(st.large_plans_adopted, 1);
+  assert_int_equal(st.large_plans_inline, 0);
+  uint64_t h1 = st.large_plan_hits;
+  run_step(f, s, &b);
+  assert_int_equal(stats(f).large_plan_hits, h1 + NREQ);
+  free_all(f, s);
+  fx_done(f);
+  free(s);
+}
+
+/* No planner thread can be started: the plan is made on the allocating
+ * thread, as with AA_LARGE_PLAN_SYNC, and counted. */
+static void test_core_plan_bg_thread_fails(void **state) {
+  (void)state;
+  aa_test_plan_thread_fail(true);
+  fx *f = make_plan(AA_LARGE_CACHE, 1);
+  shadow *s = calloc(1, sizeof *s);
+  steps t = make_steps(5);
+  weights(f, s);
+  learn(f, s, &t);
+  aa_pool_stats st = stats(f);
+  assert_int_equal(st.large_plans_adopted, 1);
+  assert_int_equal(st.large_plans_inline, 1);
+  assert_true(st.large_plan_stall_max_ns >= st.large_plan_ns); /* the planning itself */
+  assert_int_equal(aa_test_plan_wait(f->p), AA_EINVAL);        /* no thread */
+  aa_test_plan_thread_fail(false);
+  free_all(f, s);
+  fx_done(f);
+  free(s);
+}
+
+/* Pools planning in the background on threads of their own, their stats
+ * read meanwhile (TSan: the planner threads share nothing but their jobs). */
+static void *bg_pool_loop(void *arg) {
+  uint64_t seed = (uint64_t)(uintptr_t)arg;
+  fx *f = make_plan(AA_LARGE_CACHE, 1);
+  shadow *s = calloc(1, sizeof *s);
+  steps t = make_steps(seed);
+  for (int k = 0; k < 40 && stats(f).large_plan_state != AA_PLAN_ACTIVE; k++) {
+    run_step(f, s, &t);
+    if (k % 3 == 2)
+      (void)aa_test_plan_wait(f->p);
+  }
+  assert_int_equal(stats(f).large_plan_state, AA_PLAN_ACTIVE);
+  assert_int_equal(stats(f).large_plans_adopted, 1);
+  free_all(f, s);
+  fx_done(f);
+  free(s);
+  return NULL;
+}
+
+static void test_core_plan_bg_pools_in_threads(void **state) {
+  (void)state;
+  pthread_t th[3];
+  for (uintptr_t i = 0; i < 3; i++)
+    assert_int_equal(pthread_create(&th[i], NULL, bg_pool_loop, (void *)(i + 91)), 0);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(pthread_join(th[i], NULL), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_core_plan_adopted_expandable),
@@ -1188,6 +1389,12 @@ int main(void) {
       cmocka_unit_test(test_core_plan_jitter_cache),
       cmocka_unit_test(test_core_plan_varying_length),
       cmocka_unit_test(test_core_plan_over_room),
+      cmocka_unit_test(test_core_plan_bg_adopted),
+      cmocka_unit_test(test_core_plan_bg_destroy_while_planning),
+      cmocka_unit_test(test_core_plan_bg_stale),
+      cmocka_unit_test(test_core_plan_bg_thread_fails),
+      cmocka_unit_test(test_core_plan_bg_pools_in_threads),
+      cmocka_unit_test(test_core_plan_threads_bg),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

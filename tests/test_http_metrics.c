@@ -95,6 +95,8 @@ static void test_http_metrics_families_and_labels(void **state) {
   p[0].allocs = 77;
   p[0].backend_ns = 1500000001;
   p[0].large_misses = 4;
+  p[0].large_plan_ns = 250000000;
+  p[0].large_plan_stall_max_ns = 120000;
   p[0].ooms = 3;
   p[0].last_oom_unix_ms = 1764930000042;
   p[0].class_count = 2;
@@ -119,6 +121,13 @@ static void test_http_metrics_families_and_labels(void **state) {
                                "backend=\"cuda\",device=\"0\"} 1.500000001\n"));
   assert_true(sample(text, "adaptalloc_large_misses_total{pool=\"device0\","
                            "backend=\"cuda\",device=\"0\"}") == 4);
+  /* the learned plan's planning time and stall: gauges in seconds */
+  assert_non_null(strstr(text, "# TYPE adaptalloc_large_plan_seconds gauge\n"));
+  assert_non_null(strstr(text, "adaptalloc_large_plan_seconds{pool=\"device0\","
+                               "backend=\"cuda\",device=\"0\"} 0.250000000\n"));
+  assert_non_null(strstr(text, "# TYPE adaptalloc_large_plan_stall_max_seconds gauge\n"));
+  assert_non_null(strstr(text, "adaptalloc_large_plan_stall_max_seconds{pool=\"device0\","
+                               "backend=\"cuda\",device=\"0\"} 0.000120000\n"));
   /* out of memory: the count per pool, and when the last one was, a gauge
    * of Unix time in seconds (0: never) */
   assert_true(sample(text, "adaptalloc_ooms_total{pool=\"device0\","

@@ -193,6 +193,10 @@ int aa_replay_sim_new(const aa_replay_config *cfg, aa_replay_sim **out,
   pc.backend = &s->bk->be;
   pc.name = s->name;
   pc.on_error = NULL; /* misuse cannot happen: the map checks first */
+  /* the learned plan made where the period is found, on this thread: the
+   * same plans at the same events on every run (the figures reproducible) */
+  if (pc.large_plan > 0)
+    pc.large_plan = AA_LARGE_PLAN_SYNC;
   rc = aa_pool_new(&pc, &s->pool);
   if (rc != AA_OK) {
     aa__errf(err, errcap, "the core refused the pool configuration: %s",

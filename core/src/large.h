@@ -101,6 +101,10 @@ typedef struct aa__large_stats {
    * the adopted one saves by that replay */
   uint64_t plan_state, plan_period, plan_bytes, plan_live;
   uint64_t plan_hits, plan_misses, plans_adopted, plans_dropped, plans_refused, plan_saved;
+  /* planning's cost: the last plan's time, the longest stall of the
+   * allocating thread, plans made inline for want of the helper thread,
+   * plans from the helper discarded as stale (ns, ns, counts) */
+  uint64_t plan_ns, plan_stall_ns, plans_inline, plans_stale;
 } aa__large_stats;
 
 /* Life cycle (pool.c). aa__large_new reads the pool's normalised config and

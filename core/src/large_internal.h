@@ -14,8 +14,9 @@
  *   large_stitch.c stitched ranges: free pages in holes mapped again side by
  *                  side at a new address
  *   large_plan.c   a placement learned from the first steps: the requests'
- *                  period found, offsets planned from lifetimes, served from
- *                  one arena chunk
+ *                  period found, offsets planned from lifetimes (on the
+ *                  pool's planner thread, from a copy of the window),
+ *                  served from one arena chunk
  *   large_check.c  the full invariant walk (AA_DEBUG 3)
  *
  * Shared names are aa__lg_<what>; the entry points the rest of core calls
@@ -411,13 +412,14 @@ void aa__lg_stitch_destroy(aa_pool *pool);
 bool aa__lg_plan_usable(const aa_pool *pool);
 /* A request (size bytes, allocation number seq) on `stream`: served at its
  * planned offset when the plan expects it there and the room is free, else
- * NULL (the path serves it; aa__lg_plan_note records it). Activates a plan
- * waiting for its period's start (a release of what the path caches and
- * the arena's take). */
+ * NULL (the path serves it; aa__lg_plan_note records it). Collects a plan
+ * the planner thread finished; activates a plan waiting for its period's
+ * start (a release of what the path caches and the arena's take). */
 void *aa__lg_plan_alloc(aa_pool *pool, size_t size, aa_stream stream, uint64_t seq);
 /* Records a request the path served (req bytes asked for) or a free of a
  * chunk (born: its allocation number); learning looks for the period every
- * so many events, and plans. kind: 0 alloc, 1 free. */
+ * so many events, and plans (hands a copy of the window to the planner
+ * thread, or plans here: AA_LARGE_PLAN_SYNC). kind: 0 alloc, 1 free. */
 void aa__lg_plan_note(aa_pool *pool, int kind, size_t req, aa_stream stream, uint64_t seq);
 /* Whether p lies in the plan's arena (the calls below then answer for it). */
 bool aa__lg_plan_owns(const aa_pool *pool, uintptr_t p);
@@ -450,7 +452,8 @@ void aa__lg_plan_stats(const aa_pool *pool, aa__large_stats *out);
 /* The plan's full walk (large_check.c's): live table, bitmap, counts. */
 void aa__lg_plan_check(aa_pool *pool);
 #endif
-/* Frees the plan (pool destroy: every block goes with the pool). */
+/* Frees the plan (pool destroy: every block goes with the pool); stops and
+ * joins its planner thread first, cancelling a planning under way. */
 void aa__lg_plan_destroy(aa_pool *pool);
 
 /* large_check.c */

@@ -43,13 +43,36 @@
  * arena, which goes back to the path with its last block, and learning
  * starts again.
  *
- * Everything here runs under pool->large->mu.
+ * Planning in the background (large_plan 1): where the period is found,
+ * the allocating thread copies the window's events that planning reads
+ * (from the start of the repetition: at most PLAN_WIN) into a job and hands
+ * it to the pool's planner thread (one, started at the first plan; joined
+ * at destroy, which cancels a planning under way: the placement looks at a
+ * flag), and goes on learning without waiting. The finished plan is
+ * collected at the next request: installed, waiting for the period's start
+ * as one made inline is, when the events since the copy still repeat with
+ * its period; else discarded. AA_LARGE_PLAN_SYNC (the replay, the
+ * deterministic tests), or no thread, or no memory for the copy: planned
+ * on the allocating thread from the window itself, as before.
+ *
+ * Everything here runs under pool->large->mu, but plan_compute and what it
+ * calls (they read only their job and its copy of the window: also on the
+ * planner thread) and the planner thread's own loop (under its mutex).
  * Entry points: aa__lg_plan_alloc, aa__lg_plan_note, aa__lg_plan_free.
  */
+#include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#endif
 
 #include "large_internal.h"
+#include "test_hooks.h"
 
 #define PLAN_WIN ((uint64_t)1 << 16)     /* events watched */
 #define PLAN_EVERY 512                   /* events between looks for a period */
@@ -112,6 +135,74 @@ typedef struct plan_pend {
   aa_stream idle;
 } plan_pend;
 
+/* The events planning reads: event i (first <= i < nev) at
+ * ev[(i - first) % cap]. The window itself (first 0, cap PLAN_WIN), or a
+ * copy of its last events (cap nev - first). nwin: the events the window
+ * held when the copy was made. */
+typedef struct plan_view {
+  const plan_ev *ev;
+  uint64_t first, cap, nev, nwin;
+} plan_view;
+
+static const plan_ev *vat(const plan_view *v, uint64_t i) {
+  return &v->ev[(i - v->first) % v->cap];
+}
+
+/* A planning: what it needs, what came of it. */
+enum { PJ_RETRY, /* memory was short: the window is looked at again later */
+       PJ_REFUSE,
+       PJ_ADOPT,
+       PJ_CANCELLED };
+
+typedef struct plan_job {
+  /* in: the window's last events [first, nev) (a copy in the planner
+   * thread's buffer; NULL when planned on the window itself), the
+   * period, how far back it matched, the path's page, and whether it was
+   * found by the requests' shapes */
+  plan_ev *ev;
+  uint64_t first, nev, nwin;
+  uint64_t q, matched;
+  size_t page;
+  bool shape;
+  /* out: PJ_*; with PJ_ADOPT the plan (ent owned by the job until installed) */
+  int outcome;
+  plan_ent *ent;
+  uint32_t n;
+  uint64_t s0, saved, observed;
+  aa_stream stream;
+  size_t arena;
+  uint64_t ns; /* the planning's time */
+} plan_job;
+
+/* The pool's planner thread (one at most, started at the first plan of a
+ * pool asked to plan in the background; stopped and joined at destroy).
+ * One job at a time: queued by the allocating path, taken and planned by
+ * the thread, left done for the allocating path to collect. Everything
+ * here under mu but `ready` (done, read without mu by the allocating path)
+ * and `cancel` (read by the planning). */
+enum { PT_IDLE,
+       PT_QUEUED,
+       PT_RUNNING,
+       PT_DONE };
+
+typedef struct plan_thread {
+  pthread_t th;
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* a job queued, a job done, quit */
+  plan_job *job;
+  /* the copies of the window: grown to the largest asked for (PLAN_WIN
+   * events at most), kept (its pages faulted once, not at every copy),
+   * freed with the thread; written by the allocating path only while the
+   * thread has no job */
+  plan_ev *buf;
+  uint64_t buf_cap;
+  int st; /* PT_* */
+  bool quit;
+  _Atomic bool cancel;
+  _Atomic bool ready;
+  pid_t pid; /* the process that started it (a fork()ed child has no thread) */
+} plan_thread;
+
 struct aa__plan {
   /* the window (a ring) and the Z-function's scratch */
   plan_ev *win;
@@ -147,6 +238,11 @@ struct aa__plan {
   uint32_t period_grown;  /* of which requests that outgrew their rooms */
   bool grew;              /* the request being served outgrew its room */
   uint32_t good_periods;  /* period starts served since reps last eased */
+  /* planning in the background (large_plan 1): the thread, a job handed
+   * to it and not yet collected; planning's cost and what came of it */
+  plan_thread *thr;
+  bool job_out;
+  uint64_t plan_ns, stall_ns, inline_plans, stale;
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -433,13 +529,39 @@ static int by_lo(const void *x, const void *y) {
   return a->lo < b->lo ? -1 : a->lo > b->lo;
 }
 
+/* Test hooks (test_hooks.h): planner threads that reach the local search
+ * wait there while g_hold is set (until cancelled); starting one fails
+ * while g_fail_thread is set. */
+static _Atomic bool g_hold, g_fail_thread;
+static _Atomic unsigned g_held;
+
+void aa_test_plan_hold(bool hold) { atomic_store(&g_hold, hold); }
+void aa_test_plan_thread_fail(bool fail) { atomic_store(&g_fail_thread, fail); }
+unsigned aa_test_plan_held(void) { return atomic_load(&g_held); }
+
+static bool cancelled(const _Atomic bool *cancel) {
+  return cancel != NULL && atomic_load_explicit(cancel, memory_order_relaxed);
+}
+
+/* The planner thread (cancel set) at the test hook's hold. */
+static void hold_here(const _Atomic bool *cancel) {
+  if (cancel == NULL || !atomic_load_explicit(&g_hold, memory_order_relaxed))
+    return;
+  atomic_fetch_add(&g_held, 1);
+  struct timespec ms = {0, 1000000};
+  while (atomic_load(&g_hold) && !cancelled(cancel))
+    nanosleep(&ms, NULL);
+}
+
 /* Offsets for the candidates in the current order, each in the gap among
  * the placed blocks whose arcs meet its own that fits it best (the lowest
  * of equals; above them all when none fits); returns the arena's bytes. sp:
  * room for nc spans. */
-static size_t place_once(cand *c, size_t nc, uint64_t q, span *sp) {
+static size_t place_once(cand *c, size_t nc, uint64_t q, span *sp, const _Atomic bool *cancel) {
   size_t top = 0;
   for (size_t i = 0; i < nc; i++) {
+    if (i % 64 == 63 && cancelled(cancel))
+      return SIZE_MAX; /* the caller sees the cancel */
     size_t ns = 0;
     for (size_t k = 0; k < i; k++) {
       if (arcs_meet(c[i].a, c[i].l, c[k].a, c[k].l, q))
@@ -463,21 +585,28 @@ static size_t place_once(cand *c, size_t nc, uint64_t q, span *sp) {
 }
 
 /* Offsets for the candidates: every order tried, the smallest arena kept;
- * returns its bytes, 0 when memory is short. */
-static size_t place(cand *c, size_t nc, uint64_t q) {
+ * returns its bytes, 0 when memory is short or *cancel was set (the
+ * planner thread's: a pool destroyed while it plans; NULL on the
+ * allocating thread). */
+static size_t place(cand *c, size_t nc, uint64_t q, const _Atomic bool *cancel) {
   span *sp = malloc((nc + 1) * sizeof *sp);
   size_t *keep = malloc((nc + 1) * sizeof *keep);
   size_t best = 0;
   int best_ord = 0;
   if (sp == NULL || keep == NULL)
     goto out;
-  /* every order when that is cheap, else size alone (planning runs under
-   * the large path's lock: about 2e7 steps of work at most in all) */
+  /* every order when that is cheap, else size alone (planning runs on
+   * the planner thread, or under the large path's lock: about 2e7 steps of
+   * work at most in all) */
   int orders = (uint64_t)nc * nc * ORD_N <= 20000000 ? ORD_N : 1;
   for (int o = 0; o < orders; o++) {
+    if (cancelled(cancel)) {
+      best = 0;
+      goto out;
+    }
     set_keys(c, nc, o);
     qsort(c, nc, sizeof *c, by_key_desc);
-    size_t top = place_once(c, nc, q, sp);
+    size_t top = place_once(c, nc, q, sp, cancel);
     if (best == 0 || top < best) {
       best = top;
       best_ord = o;
@@ -485,12 +614,17 @@ static size_t place(cand *c, size_t nc, uint64_t q) {
   }
   set_keys(c, nc, best_ord); /* placed again in the best order */
   qsort(c, nc, sizeof *c, by_key_desc);
-  best = place_once(c, nc, q, sp);
+  best = place_once(c, nc, q, sp, cancel);
   /* then a bounded local search: two blocks of the order swapped, kept
    * when the arena does not grow (about 2e7 steps of work in all) */
   uint64_t work = (uint64_t)nc * nc + 1, budget = 20000000;
   uint64_t r = 0x9E3779B97F4A7C15ull ^ nc;
+  hold_here(cancel);
   for (uint64_t it = 0; nc > 2 && (it + 1) * work < budget && it < 2000; it++) {
+    if (cancelled(cancel)) {
+      best = 0;
+      goto out;
+    }
     for (size_t i = 0; i < nc; i++)
       keep[i] = c[i].off;
     r ^= r << 13, r ^= r >> 7, r ^= r << 17;
@@ -500,7 +634,7 @@ static size_t place(cand *c, size_t nc, uint64_t q) {
     cand t = c[i];
     c[i] = c[j];
     c[j] = t;
-    size_t top = place_once(c, nc, q, sp);
+    size_t top = place_once(c, nc, q, sp, cancel);
     if (top <= best) {
       best = top;
       continue;
@@ -511,6 +645,8 @@ static size_t place(cand *c, size_t nc, uint64_t q) {
     for (size_t k = 0; k < nc; k++)
       c[k].off = keep[k];
   }
+  if (cancelled(cancel))
+    best = 0;
 out:
   free(sp);
   free(keep);
@@ -579,14 +715,17 @@ static void set_caps(const cand *c, size_t nc, uint64_t q, size_t arena, plan_en
   }
 }
 
-/* Plans a window whose last `matched` events repeat with period q (events):
- * the lifetimes of the period before the last, the rooms from the sizes of
- * every whole period repeated (up to PLAN_MAX_SEEN); installs the plan
- * (waiting for the period's start) when the window's replay says peak
- * reserved falls, else counts a refusal. */
-static void plan_make(aa_pool *pool, struct aa__plan *P, uint64_t q, uint64_t matched) {
-  uint64_t b = P->nev - 2 * q; /* the model period: events [b, b + q) */
-  uint64_t nwin = P->nev < PLAN_WIN ? P->nev : PLAN_WIN;
+/* Plans j: a window (v) whose last job->matched events repeat with period
+ * job->q (events): the lifetimes of the period before the last, the rooms
+ * from the sizes of every whole period repeated (up to PLAN_MAX_SEEN);
+ * job->outcome PJ_ADOPT with the plan when the window's replay says peak
+ * reserved falls, PJ_REFUSE when it does not, PJ_RETRY when memory is short,
+ * PJ_CANCELLED when *cancel was set. Reads nothing but v and job: it runs on
+ * the planner thread as well as on the allocating one. */
+static void plan_compute(const plan_view *v, plan_job *job, const _Atomic bool *cancel) {
+  uint64_t q = job->q, matched = job->matched;
+  uint64_t b = v->nev - 2 * q; /* the model period: events [b, b + q) */
+  uint64_t nwin = v->nwin;
   uint64_t m = (matched + q) / q; /* whole periods seen, the last included */
   if (m > PLAN_MAX_SEEN)
     m = PLAN_MAX_SEEN;
@@ -597,10 +736,10 @@ static void plan_make(aa_pool *pool, struct aa__plan *P, uint64_t q, uint64_t ma
   cand *cs = NULL;
   int64_t *diff = NULL, *pl = NULL;
   plan_ent *ent = NULL, *rot = NULL;
-  bool refuse = true;
+  int outcome = PJ_REFUSE;
   uint32_t n = 0;
   for (uint64_t i = b; i < b + q; i++)
-    n += ev_at(P, i)->kind == EV_ALLOC;
+    n += vat(v, i)->kind == EV_ALLOC;
   if (n == 0 || n > PLAN_MAX_N || m < 2)
     goto out;
   at = malloc((size_t)n * sizeof *at); /* each request's event */
@@ -614,31 +753,31 @@ static void plan_make(aa_pool *pool, struct aa__plan *P, uint64_t q, uint64_t ma
   rot = malloc((size_t)n * sizeof *rot);
   if (at == NULL || freed == NULL || lo == NULL || hi == NULL || cs == NULL || diff == NULL ||
       pl == NULL || ent == NULL || rot == NULL) {
-    refuse = false; /* memory is short: try again later */
+    outcome = PJ_RETRY; /* memory is short: try again later */
     goto out;
   }
   uint32_t k = 0;
   for (uint64_t i = b; i < b + q; i++) {
-    if (ev_at(P, i)->kind == EV_ALLOC)
+    if (vat(v, i)->kind == EV_ALLOC)
       at[k++] = i;
   }
-  uint64_t seq0 = ev_at(P, at[0])->seq;
+  uint64_t seq0 = vat(v, at[0])->seq;
   for (uint32_t j = 0; j < n; j++) {
-    if (ev_at(P, at[j])->seq != seq0 + j)
+    if (vat(v, at[j])->seq != seq0 + j)
       goto out; /* a request the window missed: no model */
     lo[j] = SIZE_MAX;
   }
-  for (uint64_t i = b; i < P->nev; i++) {
-    const plan_ev *e = ev_at(P, i);
+  for (uint64_t i = b; i < v->nev; i++) {
+    const plan_ev *e = vat(v, i);
     if (e->kind == EV_FREE && e->seq >= seq0 && e->seq < seq0 + n && freed[e->seq - seq0] == 0)
       freed[e->seq - seq0] = i;
   }
   /* the sizes of each slot over the periods seen (request j of each is at
    * the same place in it: the periods repeat) */
   for (uint64_t p = 0; p < m; p++) {
-    uint64_t bp = P->nev - (p + 1) * q;
+    uint64_t bp = v->nev - (p + 1) * q;
     for (uint32_t j = 0; j < n; j++) {
-      const plan_ev *e = ev_at(P, bp + (at[j] - b));
+      const plan_ev *e = vat(v, bp + (at[j] - b));
       if (e->kind != EV_ALLOC)
         goto out;
       lo[j] = e->size < lo[j] ? e->size : lo[j];
@@ -650,7 +789,7 @@ static void plan_make(aa_pool *pool, struct aa__plan *P, uint64_t q, uint64_t ma
   uint64_t sb[8] = {0};
   int nst = 0;
   for (uint32_t j = 0; j < n; j++) {
-    const plan_ev *e = ev_at(P, at[j]);
+    const plan_ev *e = vat(v, at[j]);
     int s = 0;
     while (s < nst && st[s] != e->stream)
       s++;
@@ -672,7 +811,7 @@ static void plan_make(aa_pool *pool, struct aa__plan *P, uint64_t q, uint64_t ma
   /* the candidates, and the planned bytes (rooms) live before each event */
   size_t nc = 0;
   for (uint32_t j = 0; j < n; j++) {
-    const plan_ev *e = ev_at(P, at[j]);
+    const plan_ev *e = vat(v, at[j]);
     size_t h = headroom(lo[j], hi[j], range[octave(hi[j])], m);
     ent[j].tok = e->stok;
     ent[j].size = room_of(hi[j] + h);
@@ -714,9 +853,9 @@ static void plan_make(aa_pool *pool, struct aa__plan *P, uint64_t q, uint64_t ma
       j0 = j;
   }
   uint64_t live0 = (uint64_t)diff[at[j0] - b];
-  size_t arena = place(cs, nc, q);
+  size_t arena = place(cs, nc, q, cancel);
   if (arena == 0) {
-    refuse = false;
+    outcome = cancelled(cancel) ? PJ_CANCELLED : PJ_RETRY;
     goto out;
   }
   for (size_t i = 0; i < nc; i++)
@@ -729,56 +868,50 @@ static void plan_make(aa_pool *pool, struct aa__plan *P, uint64_t q, uint64_t ma
    * (from valid0) whose live planned blocks were all asked for in it (a
    * period in: they live less than one). pl[t]: the change of the planned
    * bytes live after event valid0 + t. */
-  uint64_t valid0 = P->nev - (matched + q < nwin ? matched + q : nwin);
-  for (uint64_t p = 0; (p + 1) * q <= P->nev - valid0 + q; p++) {
+  uint64_t valid0 = v->nev - (matched + q < nwin ? matched + q : nwin);
+  for (uint64_t p = 0; (p + 1) * q <= v->nev - valid0 + q; p++) {
     for (size_t i = 0; i < nc; i++) {
-      uint64_t ea = P->nev - (p + 1) * q + (at[cs[i].j] - b);
-      if ((p + 1) * q > P->nev + (at[cs[i].j] - b) || ea < valid0 || ea >= P->nev)
+      uint64_t ea = v->nev - (p + 1) * q + (at[cs[i].j] - b);
+      if ((p + 1) * q > v->nev + (at[cs[i].j] - b) || ea < valid0 || ea >= v->nev)
         continue;
-      const plan_ev *e = ev_at(P, ea);
+      const plan_ev *e = vat(v, ea);
       aa__assert(e->kind == EV_ALLOC);
-      uint64_t t1 = ea + cs[i].l < P->nev ? ea + cs[i].l : P->nev;
+      uint64_t t1 = ea + cs[i].l < v->nev ? ea + cs[i].l : v->nev;
       pl[ea - valid0] += (int64_t)e->blk;
       pl[t1 - valid0] -= (int64_t)e->blk;
     }
   }
   uint64_t observed = 0, outside = 0;
   run = 0;
-  for (uint64_t i = valid0; i < P->nev; i++) {
-    const plan_ev *e = ev_at(P, i);
+  for (uint64_t i = valid0; i < v->nev; i++) {
+    const plan_ev *e = vat(v, i);
     run += pl[i - valid0];
     uint64_t planned = (uint64_t)run; /* after event i */
     uint64_t o = e->in_use > planned ? e->in_use - planned : 0;
-    if (i >= P->nev - q)
+    if (i >= v->nev - q)
       observed = e->reserved > observed ? e->reserved : observed;
     if (i >= valid0 + q)
       outside = o > outside ? o : outside;
   }
   uint64_t predicted = outside + arena + live0;
-  size_t page = pool->large->vmm_page ? pool->large->vmm_page : AA__LARGE_SEG;
+  size_t page = job->page;
   uint64_t margin = observed / 100 > 2 * page ? observed / 100 : 2 * page;
   if (predicted + margin > observed)
     goto out;
   /* adopted: entry 0 is request j0 */
   for (uint32_t j = 0; j < n; j++)
     rot[j] = ent[(j0 + j) % n];
-  free(P->ent);
-  P->ent = rot;
+  job->ent = rot;
   rot = NULL;
-  P->n = n;
-  P->q = q;
-  P->s0 = seq0 + j0;
-  P->stream = stream;
-  P->arena_bytes = arena;
-  P->saved = observed - predicted;
-  P->observed = observed;
-  P->state = AA_PLAN_WAITING;
-  P->wait_miss = 0;
-  P->backoff = 0;
-  refuse = false;
+  job->n = n;
+  job->s0 = seq0 + j0;
+  job->stream = stream;
+  job->arena = arena;
+  job->saved = observed - predicted;
+  job->observed = observed;
+  outcome = PJ_ADOPT;
 out:
-  if (refuse)
-    refused(P, q);
+  job->outcome = outcome;
   free(at);
   free(freed);
   free(lo);
@@ -788,6 +921,259 @@ out:
   free(pl);
   free(ent);
   free(rot);
+}
+
+/* ------------------------------------------------------------ planning */
+
+/* What came of a planning, on the allocating path: the plan installed
+ * (waiting for the period's start) when adopted, a refusal counted. */
+static void plan_install(struct aa__plan *P, plan_job *j) {
+  P->plan_ns = j->ns;
+  if (j->outcome == PJ_REFUSE) {
+    refused(P, j->q);
+    return;
+  }
+  if (j->outcome != PJ_ADOPT)
+    return;
+  free(P->ent);
+  P->ent = j->ent;
+  j->ent = NULL;
+  P->n = j->n;
+  P->q = j->q;
+  P->s0 = j->s0;
+  P->stream = j->stream;
+  P->arena_bytes = j->arena;
+  P->saved = j->saved;
+  P->observed = j->observed;
+  P->state = AA_PLAN_WAITING;
+  P->wait_miss = 0;
+  P->backoff = 0;
+}
+
+static void job_free(plan_job *j) {
+  if (j == NULL)
+    return;
+  free(j->ent);
+  free(j);
+}
+
+/* Plans j on the events of v, timed. */
+static void plan_run(const plan_view *v, plan_job *j, const _Atomic bool *cancel) {
+  uint64_t t0 = aa_now_ns();
+  plan_compute(v, j, cancel);
+  j->ns = aa_now_ns() - t0;
+}
+
+static void *planner_main(void *arg) {
+  plan_thread *T = arg;
+#ifdef __linux__
+  /* a batch thread (waking it to plan never preempts the allocating thread
+   * that handed the plan over) of the lowest priority (on a core the
+   * application's threads want, it takes a sliver: a plan comes back later,
+   * no step is slower) */
+  struct sched_param sp = {0};
+  (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
+  (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+#endif
+  pthread_mutex_lock(&T->mu);
+  for (;;) {
+    while (!T->quit && T->st != PT_QUEUED)
+      pthread_cond_wait(&T->cv, &T->mu);
+    if (T->quit)
+      break;
+    plan_job *j = T->job;
+    T->st = PT_RUNNING;
+    pthread_mutex_unlock(&T->mu);
+    plan_view v = {j->ev, j->first, j->nev - j->first, j->nev, j->nwin};
+    plan_run(&v, j, &T->cancel);
+    pthread_mutex_lock(&T->mu);
+    T->st = PT_DONE;
+    atomic_store_explicit(&T->ready, true, memory_order_release);
+    pthread_cond_broadcast(&T->cv);
+  }
+  pthread_mutex_unlock(&T->mu);
+  return NULL;
+}
+
+/* Stops and joins the thread (a planning under way sees the cancel within
+ * one placement), frees it and its job. In a fork()ed child, where the
+ * thread does not run (and its lock may have been held at the fork), it is
+ * only forgotten. */
+static void planner_stop(plan_thread *T) {
+  if (T == NULL || T->pid != getpid())
+    return;
+  pthread_mutex_lock(&T->mu);
+  T->quit = true;
+  atomic_store(&T->cancel, true);
+  pthread_cond_broadcast(&T->cv);
+  pthread_mutex_unlock(&T->mu);
+  pthread_join(T->th, NULL);
+  job_free(T->job);
+  free(T->buf);
+  pthread_cond_destroy(&T->cv);
+  pthread_mutex_destroy(&T->mu);
+  free(T);
+}
+
+/* The pool's planner thread, started the first time; NULL when it cannot
+ * be (the caller plans on the allocating thread). The thread takes no
+ * signal (they stay the application's threads'). */
+static plan_thread *planner_get(struct aa__plan *P) {
+  if (P->thr != NULL && P->thr->pid == getpid())
+    return P->thr;
+  P->thr = NULL; /* a fork()ed child's copy: its thread is the parent's */
+  if (atomic_load(&g_fail_thread))
+    return NULL;
+  plan_thread *T = calloc(1, sizeof *T);
+  if (T == NULL)
+    return NULL;
+  pthread_mutex_init(&T->mu, NULL);
+  pthread_cond_init(&T->cv, NULL);
+  T->pid = getpid();
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int rc = pthread_create(&T->th, NULL, planner_main, T);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) {
+    pthread_cond_destroy(&T->cv);
+    pthread_mutex_destroy(&T->mu);
+    free(T);
+    return NULL;
+  }
+  P->thr = T;
+  return T;
+}
+
+/* The window's last events planning reads (from valid0, the start of the
+ * repetition, which holds every period it reads) copied into T's buffer,
+ * for a job of their own; NULL when memory is short. T has no job. */
+static plan_job *job_snapshot(struct aa__plan *P, plan_thread *T, uint64_t q, uint64_t matched,
+                              bool shape, size_t page) {
+  uint64_t nwin = P->nev < PLAN_WIN ? P->nev : PLAN_WIN;
+  uint64_t count = matched + q < nwin ? matched + q : nwin;
+  if (count > T->buf_cap) { /* grown by doubling at least (PLAN_WIN at most) */
+    uint64_t cap = 2 * T->buf_cap > count ? 2 * T->buf_cap : count;
+    cap = cap < PLAN_WIN ? cap : PLAN_WIN;
+    free(T->buf);
+    T->buf = malloc((size_t)cap * sizeof *T->buf);
+    T->buf_cap = T->buf != NULL ? cap : 0;
+  }
+  plan_job *j = T->buf != NULL ? calloc(1, sizeof *j) : NULL;
+  if (j == NULL)
+    return NULL;
+  plan_ev *ev = T->buf;
+  uint64_t first = P->nev - count, at = first % PLAN_WIN;
+  uint64_t n1 = PLAN_WIN - at < count ? PLAN_WIN - at : count;
+  memcpy(ev, &P->win[at], (size_t)n1 * sizeof *ev);
+  memcpy(ev + n1, P->win, (size_t)(count - n1) * sizeof *ev);
+  j->ev = ev;
+  j->first = first;
+  j->nev = P->nev;
+  j->nwin = nwin;
+  j->q = q;
+  j->matched = matched;
+  j->page = page;
+  j->shape = shape;
+  return j;
+}
+
+/* Whether the events since j's copy still repeat with its period (what
+ * the window still holds of them): else the loop changed while it was
+ * planned, and the plan is not for it. */
+static bool still_repeats(const struct aa__plan *P, const plan_job *j) {
+  uint64_t lo = j->nev, nwin = P->nev < PLAN_WIN ? P->nev : PLAN_WIN;
+  if (lo < P->nev - nwin + j->q)
+    lo = P->nev - nwin + j->q;
+  for (uint64_t i = lo; i < P->nev; i++) {
+    const plan_ev *a = ev_at(P, i), *b = ev_at(P, i - j->q);
+    if (j->shape ? a->stok != b->stok : a->tok != b->tok)
+      return false;
+  }
+  return true;
+}
+
+static void stalled(struct aa__plan *P, uint64_t t0) {
+  uint64_t d = aa_now_ns() - t0;
+  P->stall_ns = d > P->stall_ns ? d : P->stall_ns;
+}
+
+/* A window whose last `matched` events repeat with period q: planned on
+ * the planner thread from a copy (large_plan 1), the allocating path going
+ * on at once; on the allocating thread, from the window itself, with
+ * AA_LARGE_PLAN_SYNC or when the thread or the copy cannot be had. */
+static void plan_start(aa_pool *pool, struct aa__plan *P, uint64_t q, uint64_t matched,
+                       bool shape) {
+  size_t page = pool->large->vmm_page ? pool->large->vmm_page : AA__LARGE_SEG;
+  uint64_t t0 = aa_now_ns();
+  if (pool->cfg.large_plan != AA_LARGE_PLAN_SYNC) {
+    plan_thread *T = planner_get(P);
+    plan_job *j = T != NULL ? job_snapshot(P, T, q, matched, shape, page) : NULL;
+    if (j != NULL) {
+      pthread_mutex_lock(&T->mu);
+      aa__assert(T->st == PT_IDLE && T->job == NULL);
+      T->job = j;
+      T->st = PT_QUEUED;
+      pthread_cond_broadcast(&T->cv);
+      pthread_mutex_unlock(&T->mu);
+      P->job_out = true;
+      stalled(P, t0);
+      return;
+    }
+    P->inline_plans++; /* no thread, or no memory for the copy: planned here */
+  }
+  uint64_t nwin = P->nev < PLAN_WIN ? P->nev : PLAN_WIN;
+  plan_view v = {P->win, 0, PLAN_WIN, P->nev, nwin};
+  plan_job j = {.nev = P->nev, .nwin = nwin, .q = q, .matched = matched, .page = page, .shape = shape};
+  plan_run(&v, &j, NULL);
+  plan_install(P, &j);
+  free(j.ent);
+  stalled(P, t0);
+}
+
+/* A plan the planner thread finished: installed when the requests still
+ * repeat with its period, else discarded (counted stale; the window is
+ * looked at again). Nothing when it is not done yet (one atomic load). A
+ * fork()ed child whose fork came while a plan was made does not plan. */
+static void plan_collect(struct aa__plan *P) {
+  plan_thread *T = P->thr;
+  if (!atomic_load_explicit(&T->ready, memory_order_acquire))
+    return;
+  if (T->pid != getpid()) { /* a fork()ed child: the job was the parent's thread's */
+    P->job_out = false;
+    return;
+  }
+  uint64_t t0 = aa_now_ns();
+  pthread_mutex_lock(&T->mu);
+  plan_job *j = T->job;
+  T->job = NULL;
+  T->st = PT_IDLE;
+  atomic_store_explicit(&T->ready, false, memory_order_relaxed);
+  pthread_cond_broadcast(&T->cv);
+  pthread_mutex_unlock(&T->mu);
+  P->job_out = false;
+  if ((j->outcome == PJ_ADOPT || j->outcome == PJ_REFUSE) && !still_repeats(P, j)) {
+    P->stale++;
+    P->plan_ns = j->ns;
+  } else {
+    plan_install(P, j);
+  }
+  job_free(j);
+  stalled(P, t0);
+}
+
+int aa_test_plan_wait(aa_pool *pool) {
+  aa__large *L = pool->large;
+  pthread_mutex_lock(&L->mu);
+  plan_thread *T = L->plan != NULL ? L->plan->thr : NULL;
+  pthread_mutex_unlock(&L->mu);
+  if (T == NULL)
+    return AA_EINVAL;
+  pthread_mutex_lock(&T->mu);
+  while (T->st == PT_QUEUED || T->st == PT_RUNNING)
+    pthread_cond_wait(&T->cv, &T->mu);
+  pthread_mutex_unlock(&T->mu);
+  return AA_OK;
 }
 
 void aa__lg_plan_note(aa_pool *pool, int kind, size_t req, aa_stream stream, uint64_t seq) {
@@ -813,7 +1199,7 @@ void aa__lg_plan_note(aa_pool *pool, int kind, size_t req, aa_stream stream, uin
       e->blk = (size_t)(e->in_use - prev);
   }
   P->nev++;
-  if (P->state == AA_PLAN_LEARNING && P->nev >= P->next_check) {
+  if (P->state == AA_PLAN_LEARNING && !P->job_out && P->nev >= P->next_check) {
     /* a window that does not repeat is looked at less often, down to
      * once per 8 * PLAN_EVERY events (the search is linear in the window);
      * the exact requests first, then their shapes (sizes that change) */
@@ -821,11 +1207,12 @@ void aa__lg_plan_note(aa_pool *pool, int kind, size_t req, aa_stream stream, uin
     P->next_check = P->nev + ((uint64_t)PLAN_EVERY << (P->idle_checks - 1));
     uint64_t matched;
     uint64_t q = find_period(P, false, &matched);
-    if (q == 0)
+    bool shape = q == 0;
+    if (shape)
       q = find_period(P, true, &matched);
     if (q != 0) {
       P->idle_checks = 0;
-      plan_make(pool, P, q, matched);
+      plan_start(pool, P, q, matched, shape);
     }
   }
 }
@@ -1062,6 +1449,8 @@ static void miss(aa_pool *pool, struct aa__plan *P) {
 
 void *aa__lg_plan_alloc(aa_pool *pool, size_t size, aa_stream stream, uint64_t seq) {
   struct aa__plan *P = plan_get(pool);
+  if (P != NULL && P->job_out)
+    plan_collect(P); /* a plan made in the background, when done */
   if (P != NULL && P->state == AA_PLAN_DRAINING && P->nlive == 0) {
     /* its last rooms waited for events at their frees: the arena goes once
      * they complete, and learning starts again */
@@ -1346,6 +1735,10 @@ void aa__lg_plan_stats(const aa_pool *pool, aa__large_stats *out) {
   out->plans_dropped = P->dropped;
   out->plans_refused = P->refused;
   out->plan_saved = P->arena != NULL ? P->saved : 0;
+  out->plan_ns = P->plan_ns;
+  out->plan_stall_ns = P->stall_ns;
+  out->plans_inline = P->inline_plans;
+  out->plans_stale = P->stale;
 }
 
 #if AA_DEBUG >= 3
@@ -1394,6 +1787,7 @@ void aa__lg_plan_destroy(aa_pool *pool) {
   struct aa__plan *P = pool->large->plan;
   if (P == NULL)
     return;
+  planner_stop(P->thr); /* a planning under way is cancelled, its job freed */
   for (size_t i = 0; i < P->live_cap; i++)
     free(P->live[i].xs);
   for (size_t i = 0; i < P->npend; i++) {

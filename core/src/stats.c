@@ -126,6 +126,10 @@ int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned opts) {
   out->large_plans_dropped = lg.plans_dropped;
   out->large_plans_refused = lg.plans_refused;
   out->large_plan_saved_bytes = lg.plan_saved;
+  out->large_plan_ns = lg.plan_ns;
+  out->large_plan_stall_max_ns = lg.plan_stall_ns;
+  out->large_plans_inline = lg.plans_inline;
+  out->large_plans_stale = lg.plans_stale;
   out->large_alias_maps = lg.alias_maps;
   out->large_alias_unmaps = lg.alias_unmaps;
   out->stream_queries = atomic_load_explicit(&pool->stream_queries, AA__RLX);
@@ -325,6 +329,10 @@ size_t aa_pool_stats_json(const aa_pool_stats *st, char *buf, size_t cap) {
   jw_u64(&w, "large_plans_dropped", st->large_plans_dropped);
   jw_u64(&w, "large_plans_refused", st->large_plans_refused);
   jw_u64(&w, "large_plan_saved_bytes", st->large_plan_saved_bytes);
+  jw_u64(&w, "large_plan_ns", st->large_plan_ns);
+  jw_u64(&w, "large_plan_stall_max_ns", st->large_plan_stall_max_ns);
+  jw_u64(&w, "large_plans_inline", st->large_plans_inline);
+  jw_u64(&w, "large_plans_stale", st->large_plans_stale);
   jw_u64(&w, "large_alias_maps", st->large_alias_maps);
   jw_u64(&w, "large_alias_unmaps", st->large_alias_unmaps);
   jw_u64(&w, "stream_queries", st->stream_queries);

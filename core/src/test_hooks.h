@@ -1,7 +1,8 @@
 /*
  * test_hooks.h — test-only hooks of the host backend (core/src/backend_host.c):
- * fault injection, held events, call counts; and of the snapshot
- * (core/src/stats.c). For the tests, fuzz targets and
+ * fault injection, held events, call counts; of the snapshot
+ * (core/src/stats.c); and of the learned plan's planner thread
+ * (core/src/large_plan.c). For the tests, fuzz targets and
  * benchmarks built in this tree against adaptalloc_static; not installed,
  * not exported from the shared libraries.
  */
@@ -60,5 +61,19 @@ void aa_backend_host_event_counts(const aa_backend *b, uint64_t *recorded,
  * tables and merging its heavy hitters, with none of the pool's locks held
  * (so a test can allocate from fn's wait). NULL removes it. */
 void aa_test_stats_merge_hook(void (*fn)(void *user), void *user);
+
+/* The learned plan's planner thread (core/src/large_plan.c; large_plan 1).
+ * While `hold` is true, a planner thread that reaches its local search
+ * waits there (a destroy's cancel still ends it); aa_test_plan_held counts
+ * those that did so far. While `fail` is true, starting a planner thread
+ * fails as pthread_create would (the plan is made on the allocating
+ * thread, counted in large_plans_inline). aa_test_plan_wait waits until the
+ * pool's planner thread has no plan queued or under way (its result may
+ * wait for the allocating path's next request): AA_OK, or AA_EINVAL when
+ * the pool has none. Global switches: for tests that run one at a time. */
+void aa_test_plan_hold(bool hold);
+unsigned aa_test_plan_held(void);
+void aa_test_plan_thread_fail(bool fail);
+int aa_test_plan_wait(aa_pool *pool);
 
 #endif

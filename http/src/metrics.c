@@ -36,8 +36,9 @@
 
 typedef enum { GAUGE,
                COUNTER,
-               SECONDS, /* a counter of nanoseconds, written in seconds */
-               UNIX_MS  /* a gauge of Unix time in milliseconds, written in seconds */
+               SECONDS,  /* a counter of nanoseconds, written in seconds */
+               GAUGE_NS, /* a gauge of nanoseconds, written in seconds */
+               UNIX_MS   /* a gauge of Unix time in milliseconds, written in seconds */
 } kind_t;
 
 typedef struct {
@@ -162,6 +163,19 @@ static const family_t pool_families[] = {
     PF("adaptalloc_large_plans_dropped_total",
        "Plans dropped (the requests stopped matching, or a release).", COUNTER,
        large_plans_dropped),
+    PF("adaptalloc_large_plans_stale_total",
+       "Plans made on the planner thread and discarded: the requests had stopped repeating "
+       "with their period before adoption.",
+       COUNTER, large_plans_stale),
+    PF("adaptalloc_large_plans_inline_total",
+       "Plans made on the allocating thread because the planner thread could not be started.",
+       COUNTER, large_plans_inline),
+    PF("adaptalloc_large_plan_seconds", "The learned plan's last planning time.", GAUGE_NS,
+       large_plan_ns),
+    PF("adaptalloc_large_plan_stall_max_seconds",
+       "The longest the allocating thread was held up by one plan (the window's copy when "
+       "planned in the background).",
+       GAUGE_NS, large_plan_stall_max_ns),
     PF("adaptalloc_backend_seconds_total",
        "Time spent inside backend alloc, free, map and unmap calls.", SECONDS,
        backend_ns),
@@ -642,16 +656,17 @@ int aa__http_render_metrics_labeled(const aa_pool_stats *pools, size_t n,
     const family_t *fam = &pool_families[f];
     size_t nl = strlen(fam->name);
     family_head(&b, fam->name, fam->help,
-                fam->kind == GAUGE || fam->kind == UNIX_MS ? "gauge" : "counter");
+                fam->kind == GAUGE || fam->kind == GAUGE_NS || fam->kind == UNIX_MS ? "gauge"
+                                                                                    : "counter");
     for (p = 0; p < n; p++) {
       uint64_t v = field(&pools[p], fam);
-      if (fam->kind != SECONDS && fam->kind != UNIX_MS) {
+      if (fam->kind != SECONDS && fam->kind != GAUGE_NS && fam->kind != UNIX_MS) {
         sample_line(&b, fam->name, nl, &labels[p], NULL, 0, v);
         continue;
       }
       aa__buf_append(&b, fam->name, nl);
       aa__buf_append(&b, labels[p].text, labels[p].len);
-      if (fam->kind == SECONDS)
+      if (fam->kind == SECONDS || fam->kind == GAUGE_NS)
         aa__buf_printf(&b, "} %llu.%09llu\n", (unsigned long long)(v / 1000000000u),
                        (unsigned long long)(v % 1000000000u));
       else

@@ -450,7 +450,7 @@ static bool slot_make(slot *sl, unsigned k) {
   cfg.large_stitch = stitch ? 1 : 0;
   /* the learned plan in the cache and expandable slots with small thread
    * caches (a quarter of the slots, with and without stitching) */
-  cfg.large_plan = !(k & 2) && (k & 4) ? 1 : 0;
+  cfg.large_plan = !(k & 2) && (k & 4) ? AA_LARGE_PLAN_SYNC : 0; /* reproducible: inline */
   cfg.on_error = on_error;
   cfg.on_error_user = &state;
   if (aa_pool_new(&cfg, &sl->pool) != AA_OK) {

@@ -319,9 +319,19 @@ typedef struct aa_pool_config {
                               from the period's next start they are served there with no
                               backend call, the rest as before; a plan that stops
                               matching is dropped and learned again. 1 on, 0 (the
-                              default) off. Fixed while the pool lives. Policy:
+                              default) off; AA_LARGE_PLAN_SYNC on, planned on the
+                              allocating thread. Fixed while the pool lives. Policy:
                               large.plan. Docs: docs/core.md "The learned plan" */
 } aa_pool_config;
+
+/* aa_pool_config.large_plan: on (1), a plan is made on a helper thread of the
+ * pool (started at the first plan, joined by aa_pool_destroy) from a copy of
+ * the window, and adopted at the period's start after it is ready: the
+ * allocating thread only copies. AA_LARGE_PLAN_SYNC: made on the allocating
+ * thread, under the large path's lock, where the period is found (a stall
+ * of up to about 200 ms): the same plans at the same events every run, as
+ * the replay (adaptalloc-replay) and deterministic tests need. */
+#define AA_LARGE_PLAN_SYNC 2
 
 /* The longest region label (aa_pool_config.region, aa_pool_stats.region). */
 #define AA_REGION_NAME_MAX 20
@@ -520,7 +530,7 @@ AA_EXTERN void aa_pool_classes_abort(aa_class_txn *txn);
 
 /* ------------------------------------------------------------------ stats */
 
-#define AA_STATS_VERSION 13
+#define AA_STATS_VERSION 14
 #define AA_HIST_BUCKETS 192 /* quarter doublings: bucket(size) below */
 #define AA_HH_MAX 32        /* heavy-hitter exact sizes reported */
 
@@ -649,6 +659,18 @@ typedef struct aa_pool_stats {
   uint64_t large_plans_dropped;
   uint64_t large_plans_refused;
   uint64_t large_plan_saved_bytes;
+  /* Planning's cost (stats version 14): the last plan's planning time (ns,
+   * on whichever thread made it), the longest the allocating thread was held
+   * up by one plan (ns: the window's copy and the adoption's check when
+   * planned on the helper thread, the whole planning call when on the
+   * allocating thread), plans made on the allocating thread although the
+   * helper was asked for (it could not be started, or the copy's memory was
+   * short), and plans made on the helper that were discarded because the
+   * requests had stopped repeating with their period before adoption. */
+  uint64_t large_plan_ns;
+  uint64_t large_plan_stall_max_ns;
+  uint64_t large_plans_inline;
+  uint64_t large_plans_stale;
 } aa_pool_stats;
 
 /* aa_pool_stats.large_plan_state */
