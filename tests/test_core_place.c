@@ -16,6 +16,9 @@
 
 #include <cmocka.h>
 
+#include "adaptalloc/core.h"
+#include "core_test.h" /* core: the host backend's test hooks */
+
 #include "core_large_fixture.h"
 
 #define KiB ((size_t)1 << 10)
