@@ -257,6 +257,56 @@ static void test_core_place_park_fast_path(void **state) {
   done(f);
 }
 
+/* Under a cap: a request whose own region has no room takes free memory
+ * of the other region before it fails. Cache mode: a free tail of a large
+ * block's segment (not between two live blocks) served no small request,
+ * and a small block's segment no large one, so that a pool with 8 MiB
+ * free under its cap failed a 600 KiB request (the out-of-memory retry
+ * releases only wholly free segments). */
+static void capped(aa_large_mode mode) {
+  fx *f = make(mode);
+  char *x = aa_alloc(f->p, 16 * MiB, NULL);
+  assert_non_null(x);
+  assert_int_equal(aa_free(f->p, x, 16 * MiB, NULL), AA_OK);
+  char *a = aa_alloc(f->p, 8 * MiB, NULL); /* cut from x's room: 8 MiB free after it */
+  assert_ptr_equal(a, x);
+  size_t reserved = stats(f).large_bytes_reserved;
+  aa_pool_set_limit(f->p, reserved + MiB);
+  char *s = aa_alloc(f->p, 600 * KiB, NULL);
+  assert_non_null(s);
+  char *s2 = aa_alloc(f->p, 600 * KiB, NULL);
+  assert_non_null(s2);
+  assert_true(stats(f).large_bytes_reserved <= reserved + MiB);
+  aa_pool_set_limit(f->p, 0);
+  assert_int_equal(aa_free(f->p, s, 600 * KiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, s2, 600 * KiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, a, 8 * MiB, NULL), AA_OK);
+  done(f);
+  /* the other way: a large request in the room of a small block's segment */
+  f = make(mode);
+  s = aa_alloc(f->p, 600 * KiB, NULL);
+  assert_non_null(s);
+  reserved = stats(f).large_bytes_reserved;
+  aa_pool_set_limit(f->p, reserved + MiB);
+  char *l = aa_alloc(f->p, 1 * MiB + 64 * KiB, NULL);
+  assert_non_null(l);
+  assert_true(stats(f).large_bytes_reserved <= reserved + MiB);
+  aa_pool_set_limit(f->p, 0);
+  assert_int_equal(aa_free(f->p, l, 1 * MiB + 64 * KiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, s, 600 * KiB, NULL), AA_OK);
+  done(f);
+}
+
+static void test_core_place_capped_cache(void **state) {
+  (void)state;
+  capped(AA_LARGE_CACHE);
+}
+
+static void test_core_place_capped_expandable(void **state) {
+  (void)state;
+  capped(AA_LARGE_EXPANDABLE);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_core_place_small_apart_expandable),
@@ -265,6 +315,8 @@ int main(void) {
       cmocka_unit_test(test_core_place_park_exact_hole_expandable),
       cmocka_unit_test(test_core_place_park_exact_hole_cache),
       cmocka_unit_test(test_core_place_park_fast_path),
+      cmocka_unit_test(test_core_place_capped_cache),
+      cmocka_unit_test(test_core_place_capped_expandable),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
