@@ -234,6 +234,142 @@ static void test_core_place_park_fast_path(void **state) {
   done(f);
 }
 
+/* Under a cap: a request whose own region has no room takes free memory
+ * of the other region before it fails. Cache mode: a free tail of a large
+ * block's segment (not between two live blocks) served no small request,
+ * and a small block's segment no large one, so that a pool with 8 MiB
+ * free under its cap failed a 600 KiB request (the out-of-memory retry
+ * releases only wholly free segments). */
+static void capped(aa_large_mode mode) {
+  fx *f = make(mode);
+  char *x = aa_alloc(f->p, 16 * MiB, NULL);
+  assert_non_null(x);
+  assert_int_equal(aa_free(f->p, x, 16 * MiB, NULL), AA_OK);
+  char *a = aa_alloc(f->p, 8 * MiB, NULL); /* cut from x's room: 8 MiB free after it */
+  assert_ptr_equal(a, x);
+  size_t reserved = stats(f).large_bytes_reserved;
+  aa_pool_set_limit(f->p, reserved + MiB);
+  char *s = aa_alloc(f->p, 600 * KiB, NULL);
+  assert_non_null(s);
+  char *s2 = aa_alloc(f->p, 600 * KiB, NULL);
+  assert_non_null(s2);
+  assert_true(stats(f).large_bytes_reserved <= reserved + MiB);
+  aa_pool_set_limit(f->p, 0);
+  assert_int_equal(aa_free(f->p, s, 600 * KiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, s2, 600 * KiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, a, 8 * MiB, NULL), AA_OK);
+  done(f);
+  /* the other way: a large request in the room of a small block's segment */
+  f = make(mode);
+  s = aa_alloc(f->p, 600 * KiB, NULL);
+  assert_non_null(s);
+  reserved = stats(f).large_bytes_reserved;
+  aa_pool_set_limit(f->p, reserved + MiB);
+  char *l = aa_alloc(f->p, 1 * MiB + 64 * KiB, NULL);
+  assert_non_null(l);
+  assert_true(stats(f).large_bytes_reserved <= reserved + MiB);
+  aa_pool_set_limit(f->p, 0);
+  assert_int_equal(aa_free(f->p, l, 1 * MiB + 64 * KiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, s, 600 * KiB, NULL), AA_OK);
+  done(f);
+}
+
+static void test_core_place_capped_cache(void **state) {
+  (void)state;
+  capped(AA_LARGE_CACHE);
+}
+
+static void test_core_place_capped_expandable(void **state) {
+  (void)state;
+  capped(AA_LARGE_EXPANDABLE);
+}
+
+/* A randomized shadow model of the two regions: sizes on both sides of
+ * the bound, frees in any order, releases and trims, a cap set and lifted.
+ * Every live block keeps its bytes, none overlaps another, the pool owns
+ * each and knows its size, the accounts add up (in use at least what was
+ * asked, reserved at least in use, within the cap while one is set), and
+ * at the end every byte has gone back. */
+#define RND_N 64
+
+static uint64_t rnd(uint64_t *x) {
+  *x ^= *x << 13;
+  *x ^= *x >> 7;
+  *x ^= *x << 17;
+  return *x;
+}
+
+static void random_regions(aa_large_mode mode) {
+  fx *f = make(mode);
+  unsigned char *v[RND_N] = {0};
+  size_t n[RND_N] = {0};
+  uint64_t seed = 0x9E3779B97F4A7C15ull ^ (uint64_t)mode;
+  size_t cap = 0;
+  for (int step = 0; step < 6000; step++) {
+    int k = (int)(rnd(&seed) % RND_N);
+    uint64_t op = rnd(&seed) % 100;
+    if (op < 2) {
+      (void)aa_pool_release(f->p);
+    } else if (op < 3) {
+      (void)aa_pool_trim(f->p, 4 * MiB);
+    } else if (op < 4) { /* a cap a little above what is in use, or none */
+      cap = cap == 0 ? (size_t)stats(f).bytes_reserved + 8 * MiB : 0;
+      aa_pool_set_limit(f->p, cap);
+    } else if (v[k] != NULL) {
+      for (size_t i = 0; i < n[k]; i += 4096)
+        assert_int_equal(v[k][i], (unsigned char)k);
+      assert_int_equal(v[k][n[k] - 1], (unsigned char)k);
+      assert_int_equal(aa_free(f->p, v[k], n[k], NULL), AA_OK);
+      v[k] = NULL;
+    } else {
+      /* half at most 1 MiB (the small requests' region), half above */
+      size_t sz = rnd(&seed) % 2 ? 17 * KiB + rnd(&seed) % (MiB - 17 * KiB + 1)
+                                 : MiB + 1 + rnd(&seed) % (8 * MiB);
+      v[k] = aa_alloc(f->p, sz, NULL);
+      if (v[k] == NULL) {
+        assert_true(cap != 0); /* only under the cap */
+        continue;
+      }
+      n[k] = sz;
+      assert_true(aa_pool_owns(f->p, v[k]));
+      assert_true(aa_pool_owns(f->p, v[k] + sz - 1));
+      assert_true(aa_block_size(f->p, v[k]) >= sz);
+      for (size_t i = 0; i < sz; i += 4096)
+        v[k][i] = (unsigned char)k;
+      v[k][sz - 1] = (unsigned char)k;
+      for (int j = 0; j < RND_N; j++) { /* no overlap */
+        if (j != k && v[j] != NULL)
+          assert_true(v[j] + n[j] <= v[k] || v[k] + sz <= v[j]);
+      }
+    }
+    aa_pool_stats st = stats(f);
+    uint64_t asked = 0;
+    for (int j = 0; j < RND_N; j++)
+      asked += v[j] != NULL ? n[j] : 0;
+    assert_true(st.large_bytes_in_use >= asked);
+    assert_true(st.large_bytes_reserved >= st.large_bytes_in_use);
+    if (cap != 0 && op >= 4)
+      assert_true(st.bytes_reserved <= cap);
+  }
+  aa_pool_set_limit(f->p, 0);
+  for (int j = 0; j < RND_N; j++) {
+    if (v[j] != NULL)
+      assert_int_equal(aa_free(f->p, v[j], n[j], NULL), AA_OK);
+  }
+  (void)aa_pool_release(f->p);
+  done(f);
+}
+
+static void test_core_place_random_cache(void **state) {
+  (void)state;
+  random_regions(AA_LARGE_CACHE);
+}
+
+static void test_core_place_random_expandable(void **state) {
+  (void)state;
+  random_regions(AA_LARGE_EXPANDABLE);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_core_place_small_apart_expandable),
@@ -242,6 +378,10 @@ int main(void) {
       cmocka_unit_test(test_core_place_park_exact_hole_expandable),
       cmocka_unit_test(test_core_place_park_exact_hole_cache),
       cmocka_unit_test(test_core_place_park_fast_path),
+      cmocka_unit_test(test_core_place_capped_cache),
+      cmocka_unit_test(test_core_place_capped_expandable),
+      cmocka_unit_test(test_core_place_random_cache),
+      cmocka_unit_test(test_core_place_random_expandable),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -604,6 +604,56 @@ static void test_torch_devices_threads(void **state) {
   assert_int_equal(aa__dl_private_destroy(f->dl, pp), AA_OK);
 }
 
+/* A region pool is published by one store; a thread that sees it (and
+ * blocks of it) at once must find them in the free path: the counts the
+ * free path reads (regions made) were raised after the store, so a free
+ * that came between the two went to the device pool (reported as foreign,
+ * the block lost). A watcher spins on the slot and frees a block of the
+ * region the moment the slot is set. */
+typedef struct pub_arg {
+  aa__dl *dl;
+  int region;
+  void *block;
+  aa_pool *got;
+  atomic_int ready;
+} pub_arg;
+
+static void *pub_watch(void *v) {
+  pub_arg *a = v;
+  atomic_store(&a->ready, 1);
+  while (aa__dl_region_pool_if_made(a->dl, 0, a->region) == NULL)
+    ;
+  a->got = aa__dl_free_pool(a->dl, 0, a->block);
+  return NULL;
+}
+
+static void test_torch_devices_region_published(void **state) {
+  fx *f = *state;
+  void *blocks[NREG];
+  int wrong = 0;
+  for (int r = 0; r < NREG; r++) {
+    assert_non_null(src_region(&f->s, r, 0));
+    blocks[r] = aa_alloc(f->s.reg[0][r], LARGE, NULL);
+    assert_non_null(blocks[r]);
+  }
+  for (int it = 0; it < 4000; it++) {
+    pub_arg a = {.region = it % NREG, .block = blocks[it % NREG]};
+    pthread_t th;
+    assert_int_equal(aa__dl_new(&f->source, &a.dl), AA_OK);
+    assert_non_null(aa__dl_pool(a.dl, 0));
+    assert_int_equal(pthread_create(&th, NULL, pub_watch, &a), 0);
+    while (atomic_load(&a.ready) == 0)
+      ;
+    aa_pool *r = aa__dl_region_pool(a.dl, 0, a.region);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    wrong += a.got != r;
+    aa__dl_destroy(a.dl);
+  }
+  for (int r = 0; r < NREG; r++)
+    assert_int_equal(aa_free(f->s.reg[0][r], blocks[r], LARGE, NULL), AA_OK);
+  assert_int_equal(wrong, 0);
+}
+
 /* ------------------------------------------------------------ allocation failures */
 
 /* Each malloc/calloc of a layer's life (made, pools, a private pool and its
@@ -669,6 +719,7 @@ int main(void) {
                                       teardown),
       cmocka_unit_test(test_torch_devices_new_refused),
       cmocka_unit_test_setup_teardown(test_torch_devices_threads, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_torch_devices_region_published, setup, teardown),
       cmocka_unit_test_setup_teardown(test_torch_devices_failsweep, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -627,6 +627,31 @@ static aa__chunk *find_fit_between(aa_pool *pool, size_t need, aa_stream stream)
   return NULL;
 }
 
+/* The backend refused new memory for a request (a pool at its cap): the
+ * best-fitting free chunk of the other region, its pages mapped now,
+ * before the out-of-memory path (aa__lg_take tries it once, after a
+ * segment or a page map was refused). The regions keep requests apart while
+ * memory can grow; under a cap, memory free in one is the request's.
+ * Without it, a cache-mode pool with 8 MiB free at the end of a large
+ * block's segment failed a 600 KiB request (the retry releases only
+ * wholly free segments; test_core_place_capped_cache). */
+static aa__chunk *find_fit_other(aa_pool *pool, size_t need, aa_stream stream) {
+  bool small = aa__lg_small(need);
+  for (unsigned b = next_bin(pool, aa__lg_bin_of(need)); b < AA__LARGE_BINS;
+       b = next_bin(pool, b + 1)) {
+    aa__chunk *best = NULL;
+    for (aa__chunk *c = pool->large->bins[b]; c; c = c->fnext) {
+      if (c->size < need || (best != NULL && c->size >= best->size) || c->seg->small_reqs == small)
+        continue;
+      if (prefix_held(pool, c, need, false) && aa__lg_usable(pool, c, stream))
+        best = c;
+    }
+    if (best != NULL)
+      return best;
+  }
+  return NULL;
+}
+
 /* Orders `stream` after the pending last uses of free chunk `c`: the events
  * of its record_stream'd streams and, when `stream` is not the one it was
  * freed on, an event on that one (recorded now when none was: it covers the
@@ -795,6 +820,7 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
   bool stitched = false; /* c is a stitched range's (whole, never split) */
   int stitch_pass = 0;   /* 1: free ranges put to sleep; 2: dormant ones destroyed */
   bool yielded = false;  /* the plan's arena was given to the path for this request */
+  int other = 0;         /* 1: the backend refused, the other region's memory next; 2: taken */
   uint64_t maps0 = pool->large->vmm_maps;
   *retry = false;
   if (!passthrough && pool->large->stream_wait)
@@ -802,7 +828,19 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
   for (;;) {
     if (pool->large->hash_n >= pool->large->hash_cap && hash_grow(pool) != AA_OK)
       return NULL;
-    aa__chunk *c = passthrough ? NULL : park_take(pool, need, stream);
+    aa__chunk *c = NULL;
+    if (other == 1) { /* the backend refused new memory: the other region's free memory */
+      other = 2;
+      c = find_fit_other(pool, need, stream);
+      if (c == NULL) {
+        *retry = true; /* releasing caches may help */
+        return NULL;
+      }
+      aa__lg_bin_remove(pool, c);
+      waited = stitched = false;
+    } else if (!passthrough) {
+      c = park_take(pool, need, stream);
+    }
     if (c == NULL && !passthrough) {
       aa__lg_unpark_all(pool); /* parked chunks serve exact repeats; else they merge */
       c = find_fit(pool, need, stream, !reclaimed);
@@ -873,6 +911,10 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
         return NULL;
       bool small = !passthrough && aa__lg_small(need);
       c = vmm ? aa__lg_vseg_new(pool, need, small, &rc) : aa__lg_seg_new(pool, segsize, small, &rc);
+      if (c == NULL && !passthrough && other == 0) {
+        other = 1;
+        continue;
+      }
       if (c == NULL) {
         *retry = true; /* the backend refused: releasing caches may help */
         return NULL;
@@ -888,7 +930,11 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
       if (rc != AA_OK) {
         c->free = 1;
         aa__lg_coalesce_insert(pool, c); /* back where it was taken from */
-        *retry = true;                   /* the backend refused: releasing caches may help */
+        if (other == 0) {
+          other = 1;
+          continue;
+        }
+        *retry = true; /* the backend refused: releasing caches may help */
         return NULL;
       }
     }

@@ -250,12 +250,17 @@ aa_pool *aa__dl_region_pool(aa__dl *dl, int device, int region) {
   p = dl->src.region_pool(dl->src.user, region, device);
   if (p == NULL)
     return NULL;
-  if (atomic_compare_exchange_strong_explicit(&d->region[region], &none, p, memory_order_acq_rel,
-                                              memory_order_acquire)) {
-    atomic_fetch_add_explicit(&d->nregions, 1, memory_order_release);
-    atomic_fetch_add_explicit(&d->others, 1, memory_order_release);
-  } else
+  /* counted before the pool is published: a thread that sees it (and its
+   * blocks) must find the free path looking at regions; a count raised for
+   * a store that loses the race is taken back (a search more meanwhile) */
+  atomic_fetch_add_explicit(&d->nregions, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&d->others, 1, memory_order_relaxed);
+  if (!atomic_compare_exchange_strong_explicit(&d->region[region], &none, p, memory_order_acq_rel,
+                                               memory_order_acquire)) {
+    atomic_fetch_sub_explicit(&d->nregions, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&d->others, 1, memory_order_relaxed);
     p = none;
+  }
   return p;
 }
 
