@@ -241,7 +241,7 @@ static void test_core_place_park_fast_path(void **state) {
  * free under its cap failed a 600 KiB request (the out-of-memory retry
  * releases only wholly free segments). */
 static void capped(aa_large_mode mode) {
-  fx *f = make(mode);
+  fx *f = make_place(mode);
   char *x = aa_alloc(f->p, 16 * MiB, NULL);
   assert_non_null(x);
   assert_int_equal(aa_free(f->p, x, 16 * MiB, NULL), AA_OK);
@@ -260,7 +260,7 @@ static void capped(aa_large_mode mode) {
   assert_int_equal(aa_free(f->p, a, 8 * MiB, NULL), AA_OK);
   done(f);
   /* the other way: a large request in the room of a small block's segment */
-  f = make(mode);
+  f = make_place(mode);
   s = aa_alloc(f->p, 600 * KiB, NULL);
   assert_non_null(s);
   reserved = stats(f).large_bytes_reserved;
@@ -300,7 +300,7 @@ static uint64_t rnd(uint64_t *x) {
 }
 
 static void random_regions(aa_large_mode mode) {
-  fx *f = make(mode);
+  fx *f = make_place(mode);
   unsigned char *v[RND_N] = {0};
   size_t n[RND_N] = {0};
   uint64_t seed = 0x9E3779B97F4A7C15ull ^ (uint64_t)mode;
