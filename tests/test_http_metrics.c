@@ -3,7 +3,8 @@
  * families with HELP and TYPE once each, labels and their escaping, exact
  * cumulative histogram buckets built from core's quarter-doubling buckets
  * (le inclusive, +Inf equal to _count), the approximate _sum, snapshots of a
- * real pool, and `promtool check metrics` when promtool is installed.
+ * real pool, and `promtool check metrics` when promtool is installed; the
+ * JSON of GET /segments and GET /holders from real pools.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -648,6 +649,124 @@ static void test_http_segments_json(void **state) {
   aa_backend_destroy(b);
 }
 
+static unsigned long long field_u(const char *json, const char *key) {
+  const char *p = strstr(json, key);
+  assert_non_null(p);
+  return strtoull(p + strlen(key), NULL, 10);
+}
+
+static size_t count_of(const char *json, const char *needle) {
+  size_t n = 0;
+  const char *p;
+  for (p = json; (p = strstr(p, needle)) != NULL; p++)
+    n++;
+  return n;
+}
+
+/* GET /holders' JSON from a real pool: the requested sizes that hold the
+ * most bytes, the largest live blocks first with their kind, freed blocks
+ * gone, at most `top` rows each, no address served. */
+static void test_http_holders_json(void **state) {
+  aa_backend *b = NULL;
+  aa_pool *pool = NULL;
+  aa_pool_config cfg;
+  void *big[3], *small[20], *odd[7];
+  char *json = NULL;
+  size_t len = 0, i;
+  const char *p;
+  (void)state;
+  assert_int_equal(aa_backend_host_new(&b), AA_OK);
+  aa_pool_config_init(&cfg);
+  cfg.backend = b;
+  cfg.name = "hold";
+  assert_int_equal(aa_pool_new(&cfg, &pool), AA_OK);
+  big[0] = aa_alloc(pool, 5u << 20, NULL);
+  big[1] = aa_alloc(pool, 5u << 20, NULL);
+  big[2] = aa_alloc(pool, 2u << 20, NULL);
+  for (i = 0; i < 3; i++)
+    assert_non_null(big[i]);
+  for (i = 0; i < 20; i++)
+    assert_non_null(small[i] = aa_alloc(pool, 4096, NULL));
+  for (i = 0; i < 7; i++)
+    assert_non_null(odd[i] = aa_alloc(pool, 1000, NULL));
+  assert_int_equal(aa_free(pool, small[19], 0, NULL), AA_OK); /* gone */
+
+  assert_int_equal(aa_http_holders_json(pool, 3, &json, &len), AA_OK);
+  assert_int_equal(strlen(json), len);
+  assert_non_null(strstr(json, "{\"pool\":\"hold\",\"top\":3,"));
+  assert_int_equal(field_u(json, "\"live_blocks\":"), 3 + 19 + 7);
+  assert_true(field_u(json, "\"live_bytes\":") >= (12ull << 20) + 19 * 4096 + 7 * 1000);
+  assert_int_equal(field_u(json, "\"requested_bytes\":"),
+                   (12ull << 20) + 19 * 4096 + 7 * 1000);
+  assert_int_equal(field_u(json, "\"distinct_sizes\":"), 4);
+  assert_non_null(strstr(json, "\"other\":{\"blocks\":0,\"bytes\":0}"));
+  /* sizes: 5 MiB (two blocks), 2 MiB, then 4096 (19 blocks); 1000 cut */
+  p = strstr(json, "\"sizes\":[");
+  assert_non_null(p);
+  assert_true(strncmp(p + 9, "{\"size\":5242880,\"blocks\":2,\"bytes\":", 35) == 0);
+  assert_non_null(strstr(p, "{\"size\":2097152,\"blocks\":1,"));
+  assert_non_null(strstr(p, "{\"size\":4096,\"blocks\":19,\"bytes\":"));
+  assert_null(strstr(p, "{\"size\":1000,"));
+  /* largest: the two 5 MiB blocks, then the 2 MiB one, of the large path */
+  p = strstr(json, "\"largest\":[");
+  assert_non_null(p);
+  assert_int_equal(count_of(p, "{\"offset\":"), 3);
+  assert_int_equal(count_of(p, "\"requested\":5242880,\"kind\":\"large\""), 2);
+  assert_non_null(strstr(p, "\"requested\":2097152,\"kind\":\"large\",\"stitched\":false,"
+                            "\"frames\":null}]}"));
+  /* no heap address is served */
+  assert_null(strstr(json, "address"));
+  assert_null(strstr(json, "0x"));
+  {
+    char hex[32];
+    snprintf(hex, sizeof hex, "%llx", (unsigned long long)(uintptr_t)big[0]);
+    hex[8] = '\0';
+    assert_null(strstr(json, hex));
+  }
+  free(json);
+  json = NULL;
+
+  /* top 1: one row each */
+  assert_int_equal(aa_http_holders_json(pool, 1, &json, &len), AA_OK);
+  assert_int_equal(count_of(json, "{\"offset\":"), 1);
+  assert_int_equal(count_of(json, "{\"size\":"), 1);
+  free(json);
+  json = NULL;
+
+  /* only slab blocks left: the largest are the slab's */
+  for (i = 0; i < 3; i++)
+    assert_int_equal(aa_free(pool, big[i], 0, NULL), AA_OK);
+  assert_int_equal(aa_http_holders_json(pool, AA_HTTP_HOLDERS_MAX, &json, &len), AA_OK);
+  assert_int_equal(field_u(json, "\"live_blocks\":"), 19 + 7);
+  assert_int_equal(count_of(json, "{\"offset\":"), 19 + 7);
+  assert_int_equal(count_of(json, "\"kind\":\"slab\""), 19 + 7);
+  assert_non_null(strstr(json, "\"largest\":[{\"offset\":"));
+  assert_non_null(strstr(json, ",\"requested\":4096,\"kind\":\"slab\""));
+  free(json);
+  json = NULL;
+
+  /* bad arguments */
+  assert_int_equal(aa_http_holders_json(NULL, 10, &json, &len), AA_EINVAL);
+  assert_null(json);
+  assert_int_equal(aa_http_holders_json(pool, 0, &json, &len), AA_EINVAL);
+  assert_int_equal(aa_http_holders_json(pool, AA_HTTP_HOLDERS_MAX + 1, &json, &len),
+                   AA_EINVAL);
+  assert_null(json);
+  assert_int_equal(len, 0);
+  for (i = 0; i < 19; i++)
+    aa_free(pool, small[i], 0, NULL);
+  for (i = 0; i < 7; i++)
+    aa_free(pool, odd[i], 0, NULL);
+  /* an empty pool: nothing live */
+  assert_int_equal(aa_http_holders_json(pool, 10, &json, &len), AA_OK);
+  assert_non_null(strstr(json, "\"live_blocks\":0,\"live_bytes\":0,"));
+  assert_non_null(strstr(json, "\"sizes\":[]"));
+  assert_non_null(strstr(json, "\"largest\":[]}"));
+  free(json);
+  aa_pool_destroy(pool);
+  aa_backend_destroy(b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_http_metrics_families_and_labels),
@@ -660,6 +779,7 @@ int main(void) {
       cmocka_unit_test(test_http_segments_json),
       cmocka_unit_test(test_http_segments_json_stitched),
       cmocka_unit_test(test_http_segments_json_small_region),
+      cmocka_unit_test(test_http_holders_json),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -215,7 +215,8 @@ typedef struct fake {
   int stats_calls;
   bool store_off;
   aa_http_history_query last_q;
-  char client[64]; /* the client address of the last accepted PUT */
+  unsigned last_top; /* the top the last GET /holders passed */
+  char client[64];   /* the client address of the last accepted PUT */
 } fake;
 
 static char *dup_text(const char *s, size_t *len) {
@@ -472,6 +473,21 @@ static int fake_runs(void *user, char **out, size_t *len) {
   return AA_OK;
 }
 
+static int fake_holders(void *user, const char *pool, unsigned top, char **out,
+                        size_t *len) {
+  fake *f = user;
+  char buf[128];
+  *out = NULL;
+  if (strcmp(pool, "host") != 0)
+    return AA_ENOENT;
+  pthread_mutex_lock(&f->mu);
+  f->last_top = top;
+  pthread_mutex_unlock(&f->mu);
+  snprintf(buf, sizeof buf, "{\"pool\":\"host\",\"top\":%u,\"sizes\":[],\"largest\":[]}", top);
+  *out = dup_text(buf, len);
+  return AA_OK;
+}
+
 static aa_http_provider fake_provider(fake *f) {
   aa_http_provider p;
   memset(&p, 0, sizeof p);
@@ -485,6 +501,7 @@ static aa_http_provider fake_provider(fake *f) {
   p.policy_patch = fake_policy_patch;
   p.history_json = fake_history;
   p.runs_json = fake_runs;
+  p.holders_json = fake_holders;
   return p;
 }
 
@@ -1779,6 +1796,58 @@ static void test_http_plus_rank(void **state) {
   pthread_mutex_destroy(&f.mu);
 }
 
+/* GET /holders: pool required, top 1 to 100 (default 10), each bad
+ * parameter a 400 naming it, an unknown pool 404, other methods 405. */
+static void test_http_holders(void **state) {
+  fixture *fx = *state;
+  resp_t r;
+  static const struct {
+    const char *path, *needle;
+  } bad[] = {
+      {"/holders", "pool"},
+      {"/holders?pool=", "pool"},
+      {"/holders?pool=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "pool"},
+      {"/holders?pool=host&top=0", "top"},
+      {"/holders?pool=host&top=101", "top"},
+      {"/holders?pool=host&top=-1", "top"},
+      {"/holders?pool=host&top=1.5", "top"},
+      {"/holders?pool=host&top=", "top"},
+      {"/holders?pool=host&top=x", "top"},
+      {"/holders?pool=host&top=99999999999999999999", "top"},
+      {"/holders?pool=host&top=1&top=2", "top"},
+      {"/holders?pool=host&pool=host", "pool"},
+      {"/holders?pool=host&address=1", "address"},
+  };
+  size_t i;
+
+  http(fx->port, "GET", "/holders?pool=host", NULL, NULL, &r);
+  assert_int_equal(r.status, 200);
+  assert_non_null(strstr(r.body, "{\"pool\":\"host\",\"top\":10,"));
+  resp_free(&r);
+  http(fx->port, "GET", "/holders?pool=host&top=100", NULL, NULL, &r);
+  assert_int_equal(r.status, 200);
+  resp_free(&r);
+  pthread_mutex_lock(&fx->f.mu);
+  assert_int_equal(fx->f.last_top, 100);
+  pthread_mutex_unlock(&fx->f.mu);
+  http(fx->port, "GET", "/holders?top=1&pool=host", NULL, NULL, &r);
+  assert_int_equal(r.status, 200);
+  assert_non_null(strstr(r.body, "\"top\":1,"));
+  resp_free(&r);
+  for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    http(fx->port, "GET", bad[i].path, NULL, NULL, &r);
+    expect_json_error(&r, 400, "/holders", bad[i].needle);
+    resp_free(&r);
+  }
+  http(fx->port, "GET", "/holders?pool=nope", NULL, NULL, &r);
+  expect_json_error(&r, 404, "/holders", "no pool named 'nope'");
+  resp_free(&r);
+  http(fx->port, "POST", "/holders?pool=host", NULL, "{}", &r);
+  assert_int_equal(r.status, 405);
+  resp_free(&r);
+  expect_alive(fx);
+}
+
 static void test_http_provider_without_callbacks(void **state) {
   aa_http_config cfg;
   aa_http_provider p;
@@ -1787,7 +1856,7 @@ static void test_http_provider_without_callbacks(void **state) {
   int port;
   resp_t r;
   static const char *const paths[] = {"/stats", "/metrics", "/policy",
-                                      "/history", "/runs"};
+                                      "/history", "/runs", "/holders?pool=host"};
   size_t i;
   (void)state;
   memset(&p, 0, sizeof p);
@@ -1798,7 +1867,9 @@ static void test_http_provider_without_callbacks(void **state) {
   port = aa_http_port(srv);
   for (i = 0; i < sizeof paths / sizeof paths[0]; i++) {
     http(port, "GET", paths[i], NULL, NULL, &r);
-    expect_json_error(&r, 503, paths[i], "not available");
+    char path[32];
+    snprintf(path, sizeof path, "%.*s", (int)strcspn(paths[i], "?"), paths[i]);
+    expect_json_error(&r, 503, path, "not available");
     resp_free(&r);
   }
   http(port, "PUT", "/policy", NULL, "{}", &r);
@@ -1862,6 +1933,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_http_policy_put, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_policy_patch, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_history_and_runs, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_http_holders, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_dashboard_files, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_not_found_and_traversal, setup,
                                       teardown),

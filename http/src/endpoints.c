@@ -1,7 +1,7 @@
 /*
  * endpoints.c — the router's endpoints, one function each (aa__http_ep_*):
  * /healthz, /stats, /metrics, /policy (GET, PUT, PATCH with If-Match),
- * /history, /runs, /segments; their query checks. The table that names
+ * /history, /runs, /segments, /holders; their query checks. The table that names
  * them is router.c's.
  */
 #include <stdio.h>
@@ -57,7 +57,8 @@ static bool check_args(aa__http_resp *r, const aa__http_req *req,
 
 /* ------------------------------------------------------------ endpoints */
 
-/* The `pool` argument of /stats (optional) and /segments (required): a
+/* The `pool` argument of /stats (optional), /segments and /holders
+ * (required): a
  * pool name of 1 to 31 bytes. False after answering 400. */
 static bool pool_arg(aa__http_resp *r, const aa__http_req *req, bool required,
                      const char **pool) {
@@ -561,6 +562,38 @@ void aa__http_ep_segments(aa__http_state *st, const aa__http_req *req,
       return;
     }
     aa__http_provider_error(r, req, rc != AA_OK ? rc : AA_EIO, "segments", NULL);
+    return;
+  }
+  aa__http_set_body(r, 200, CT_JSON, out, len);
+}
+
+void aa__http_ep_holders(aa__http_state *st, const aa__http_req *req,
+                         aa__http_resp *r) {
+  static const char *const allowed[] = {"pool", "top", NULL};
+  const char *pool;
+  int64_t top = 10;
+  char *out = NULL;
+  size_t len = 0;
+  int rc;
+
+  if (!check_args(r, req, allowed) || !pool_arg(r, req, true, &pool))
+    return;
+  if (!query_int(r, req, "top", 1, AA_HTTP_HOLDERS_MAX, &top, "an integer from 1 to 100"))
+    return;
+  if (st->prov.holders_json == NULL) {
+    aa__http_unavailable(r, req, "holders");
+    return;
+  }
+  rc = st->prov.holders_json(st->prov.user, pool, (unsigned)top, &out, &len);
+  if (rc != AA_OK || out == NULL) {
+    free(out);
+    if (rc == AA_ENOENT) {
+      char text[96];
+      snprintf(text, sizeof text, "no pool named '%s'", pool);
+      aa__http_error_doc(r, req, 404, text, AA_ENOENT);
+      return;
+    }
+    aa__http_provider_error(r, req, rc != AA_OK ? rc : AA_EIO, "holders", NULL);
     return;
   }
   aa__http_set_body(r, 200, CT_JSON, out, len);

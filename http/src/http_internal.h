@@ -20,7 +20,7 @@
  * define, never what a higher layer defines (tools/check-layers.sh reads
  * this list and the object files: the ctest test_layers_http). No I/O in
  * the first four; the connection's files above them; the life cycle on top:
- *   layer 0 base:      addr.c head.c metrics.c segments.c
+ *   layer 0 base:      addr.c head.c holders.c metrics.c segments.c
  *                      __/web/aa_web_assets.c (generated: CMake's name for it)
  *   layer 1 respond:   respond.c
  *   layer 2 endpoints: endpoints.c

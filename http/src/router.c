@@ -197,6 +197,7 @@ static const route_t routes[] = {
     {"/history", ALLOW_GET, aa__http_ep_history},
     {"/runs", ALLOW_GET, aa__http_ep_runs},
     {"/segments", ALLOW_GET, aa__http_ep_segments},
+    {"/holders", ALLOW_GET, aa__http_ep_holders},
     {"/oom", ALLOW_GET, aa__http_ep_oom},
 };
 

@@ -26,6 +26,7 @@ void aa__http_ep_history(aa__http_state *st, const aa__http_req *req, aa__http_r
 void aa__http_ep_runs(aa__http_state *st, const aa__http_req *req, aa__http_resp *r);
 void aa__http_ep_oom(aa__http_state *st, const aa__http_req *req, aa__http_resp *r);
 void aa__http_ep_segments(aa__http_state *st, const aa__http_req *req, aa__http_resp *r);
+void aa__http_ep_holders(aa__http_state *st, const aa__http_req *req, aa__http_resp *r);
 bool aa__http_if_none_match_hits(const char *h, const char *etag);
 /* Whether h (a Host name, port removed) is 127.a.b.c in canonical dotted
  * decimal (router.c). */

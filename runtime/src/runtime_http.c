@@ -551,6 +551,18 @@ static int prov_segments_json(void *user, const char *pool, char **out,
   return AA_ENOENT;
 }
 
+static int prov_holders_json(void *user, const char *pool, unsigned top, char **out,
+                             size_t *len) {
+  aa_runtime *rt = user;
+  aa_pool *pools[AA_RT_MAX_POOLS];
+  size_t n = aa__rt_pools_snapshot(rt, pools, AA_RT_MAX_POOLS), i;
+
+  for (i = 0; i < n; i++)
+    if (strcmp(aa_pool_name(pools[i]), pool) == 0)
+      return aa_http_holders_json(pools[i], top, out, len);
+  return AA_ENOENT;
+}
+
 static int prov_runs_json(void *user, char **out, size_t *len) {
   aa_runtime *rt = user;
   int rc;
@@ -652,6 +664,7 @@ void aa__rt_start_http(aa_runtime *rt) {
   prov.policy_patch = prov_policy_patch;
   prov.history_json = prov_history_json;
   prov.segments_json = prov_segments_json;
+  prov.holders_json = prov_holders_json;
   prov.runs_json = prov_runs_json;
   prov.oom_json = prov_oom_json;
   err[0] = '\0';

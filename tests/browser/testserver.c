@@ -625,6 +625,15 @@ static int segments_json(void *user, const char *pool, char **out, size_t *len) 
   return AA_ENOENT;
 }
 
+static int holders_json(void *user, const char *pool, unsigned top, char **out, size_t *len) {
+  int p;
+  (void)user;
+  for (p = 0; p < NPOOLS; p++)
+    if (strcmp(aa_pool_name(S.pools[p]), pool) == 0)
+      return aa_http_holders_json(S.pools[p], top, out, len);
+  return AA_ENOENT;
+}
+
 static int runs_json(void *user, char **out, size_t *len) {
   const char *t = "{\"runs\":[{\"id\":1,\"model\":\"testserver\"}]}";
   (void)user;
@@ -760,6 +769,7 @@ int main(int argc, char **argv) {
   prov.history_json = no_store ? NULL : history_json;
   prov.runs_json = no_store ? NULL : runs_json;
   prov.segments_json = segments_json;
+  prov.holders_json = holders_json;
   prov.oom_json = oom_json;
   aa_http_config_init(&cfg);
   cfg.address = address;

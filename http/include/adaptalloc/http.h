@@ -177,6 +177,12 @@ typedef struct aa_http_provider {
    * AA_ENOENT. */
   int (*segments_json)(void *user, const char *pool, char **out, size_t *len);
 
+  /* GET /holders?pool=NAME[&top=N], optional: who holds the pool's memory
+   * now, the top `top` (1 to AA_HTTP_HOLDERS_MAX) live sizes and largest
+   * live blocks (aa_http_holders_json; docs/http.md); an unknown pool is
+   * AA_ENOENT. */
+  int (*holders_json)(void *user, const char *pool, unsigned top, char **out, size_t *len);
+
   /* GET /oom[?limit=N], optional: {"count":N,"last":{record}|null} for
    * this process, plus with limit > 0 "stored": the store's newest `limit`
    * records of the run (docs/http.md). limit 0: not asked. */
@@ -261,6 +267,22 @@ AA_EXTERN void aa_http_get_counters(const aa_http *srv, aa_http_counters *out);
  * and 65536 pieces listed (then "truncated": true; the totals count all).
  * *out is malloc'd (free()). AA_EINVAL, AA_ENOMEM. */
 AA_EXTERN int aa_http_segments_json(aa_pool *pool, char **out, size_t *len);
+
+/* Who holds pool's memory now, as JSON (GET /holders), from one
+ * aa_pool_walk (every class and the large path, each under its lock):
+ *   {"pool":"..","top":N,"live_blocks":B,"live_bytes":H,"requested_bytes":R,
+ *    "walk_us":T,"sizes":[{"size":requested,"blocks":n,"bytes":held},...],
+ *    "distinct_sizes":D,"other":{"blocks":n,"bytes":held},
+ *    "largest":[{"offset":O,"size":S,"requested":R,"kind":"slab|large|planned",
+ *                "stitched":false,"frames":null},...]}
+ * sizes: the `top` requested sizes holding the most block bytes (at most
+ * 32768 distinct sizes are told apart; the blocks of any further size are
+ * "other"); largest: the `top` largest live blocks, largest first, placed by
+ * their offset from the lowest segment of the walk (no address is served).
+ * frames is null: the pool keeps no call stack per live block. top is 1 to
+ * AA_HTTP_HOLDERS_MAX. *out is malloc'd (free()). AA_EINVAL, AA_ENOMEM. */
+#define AA_HTTP_HOLDERS_MAX 100
+AA_EXTERN int aa_http_holders_json(aa_pool *pool, unsigned top, char **out, size_t *len);
 
 /* Renders snapshots of n pools as Prometheus text exposition (format 0.0.4)
  * into a malloc'd NUL-terminated string (*out, freed with free(); *len its

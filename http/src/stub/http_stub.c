@@ -77,6 +77,16 @@ int aa_http_render_metrics(const aa_pool_stats *pools, size_t n, char **out,
   return AA_ENOTSUP;
 }
 
+int aa_http_holders_json(aa_pool *pool, unsigned top, char **out, size_t *len) {
+  (void)pool;
+  (void)top;
+  if (out != NULL)
+    *out = NULL;
+  if (len != NULL)
+    *len = 0;
+  return AA_ENOTSUP;
+}
+
 int aa_http_segments_json(aa_pool *pool, char **out, size_t *len) {
   (void)pool;
   if (out != NULL)
