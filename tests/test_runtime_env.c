@@ -276,6 +276,16 @@ static void scenario_full(void) {
   st = http(port, "GET", "/segments", NULL, NULL, &body);
   CHECK(st == 400);
   free(body);
+  st = http(port, "GET", "/holders?pool=host&top=5", NULL, NULL, &body);
+  CHECK(st == 200);
+  CHECK(strstr(body, "{\"pool\":\"host\",\"top\":5,\"live_blocks\":") != NULL);
+  free(body);
+  st = http(port, "GET", "/holders?pool=nope", NULL, NULL, &body);
+  CHECK(st == 404);
+  free(body);
+  st = http(port, "GET", "/holders?pool=host&top=101", NULL, NULL, &body);
+  CHECK(st == 400);
+  free(body);
 
   aa_runtime_shutdown();
 
