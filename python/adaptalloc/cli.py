@@ -13,8 +13,11 @@ the installed ``adaptalloc`` script.
     adaptalloc trace --seconds N [--sample N] [--min-bytes B] [--max-events N] [--wait]
                                             trace the next N seconds into the job's store
     adaptalloc trace --off | --status       end it now; what is traced
-    adaptalloc holders --db FILE [--top N]  who holds the memory: live sizes, largest
-                                            live blocks and bytes by call stack
+    adaptalloc holders [--pool NAME] [--top N]
+                                            who holds the job's memory now: live sizes
+                                            and largest live blocks (GET /holders)
+    adaptalloc holders --db FILE [--top N]  the same at the end of a stored trace, with
+                                            bytes by call stack
 
 The job: --url (http://HOST:PORT, HOST:PORT or PORT; default $ADAPTALLOC_URL,
 else 127.0.0.1:9100), --rank R adds R to the port (ADAPTALLOC_HTTP's
@@ -597,8 +600,60 @@ def holders(db, run=None, top=10):
     }
 
 
+def live_holders(base, pool=None, top=10):
+    """Who holds the job's memory now: GET /holders of each pool (or of
+    `pool`), the server's documents as they are (docs/http.md "GET
+    /holders"): {"url": base, "pools": [doc, ...]}."""
+    if pool is not None:
+        names = [pool]
+    else:
+        names = [p.get("name") for p in get_json(base, "/stats").get("pools", [])
+                 if p.get("name")]
+    docs = []
+    for name in names:
+        docs.append(get_json(base, "/holders?pool=%s&top=%d"
+                             % (urllib.parse.quote(name, safe=""), top)))
+    return {"url": base, "pools": docs}
+
+
+def live_holders_text(h):
+    out = []
+    for d in h["pools"]:
+        out.append("pool %s: %d blocks live, %s held (%s requested), now (walk %d us)"
+                   % (d.get("pool"), d.get("live_blocks", 0), fmt_bytes(d.get("live_bytes")),
+                      fmt_bytes(d.get("requested_bytes")), d.get("walk_us", 0)))
+        out.append("live sizes by bytes held (bytes requested):")
+        for e in d.get("top_sizes", []):
+            out.append("  %12d x %-6d %s" % (e["size"], e["blocks"], fmt_bytes(e["bytes"])))
+        other = d.get("other") or {}
+        if other.get("blocks"):
+            out.append("  %12s x %-6d %s" % ("other sizes", other["blocks"],
+                                             fmt_bytes(other.get("bytes"))))
+        out.append("largest live blocks (offset from the pool's lowest segment):")
+        for e in d.get("largest", []):
+            frames = e.get("frames")
+            out.append("  +%-14d %10s  %-7s %s" % (
+                e["offset"], fmt_bytes(e["size"]), e.get("kind", "?"),
+                " <- ".join(frames[:4]) if frames else "(no stack)"))
+        out.append("")
+    if any(d.get("largest") for d in h["pools"]):
+        out.append("stacks: the job keeps none per live block; trace with stacks on and ask "
+                   "`adaptalloc holders --db` (docs/operating.md \"Who holds the memory\")")
+    return "\n".join(out).rstrip("\n")
+
+
 def cmd_holders(args, base):
-    del base  # reads the store, not the server
+    if args.top < 1 or (args.db is None and args.top > 100):
+        raise CliError("--top %d: must be from 1%s" % (args.top, "" if args.db else " to 100"),
+                       EXIT_USAGE)
+    if args.db is None:
+        if args.run is not None:
+            raise CliError("--run: only with --db (a stored trace)", EXIT_USAGE)
+        h = live_holders(base, args.pool, args.top)
+        print(json.dumps(h, indent=2) if args.json else live_holders_text(h))
+        return EXIT_OK
+    if args.pool is not None:
+        raise CliError("--pool: only against a job (without --db)", EXIT_USAGE)
     h = holders(args.db, args.run, args.top)
     if args.json:
         print(json.dumps(h, indent=2))
@@ -669,10 +724,14 @@ def parser():
     r.add_argument("--status", action="store_true", help="say what is traced now")
     r.add_argument("--json", action="store_true", help="--status: the /stats trace object")
     r.set_defaults(fn=cmd_trace)
-    h = sub.add_parser("holders", help="who holds the memory at the end of a stored trace")
-    h.add_argument("--db", required=True, help="the job's store (ADAPTALLOC_DB)")
+    h = sub.add_parser("holders", help="who holds the memory: the job now, or the end of a "
+                                       "stored trace (--db)")
+    h.add_argument("--db", help="a store (ADAPTALLOC_DB): the end of its trace, with stacks "
+                                "(default: ask the job)")
+    h.add_argument("--pool", help="the job's pool (default: every pool)")
     h.add_argument("--run", type=int, help="the run (default: the latest)")
-    h.add_argument("--top", type=int, default=10, help="rows per list (default 10)")
+    h.add_argument("--top", type=int, default=10,
+                   help="rows per list (default 10; at most 100 from a job)")
     h.add_argument("--json", action="store_true", help="as JSON")
     h.set_defaults(fn=cmd_holders)
     return ap

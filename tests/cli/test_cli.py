@@ -104,6 +104,45 @@ class TestServerCli(Base):
         pool = [l for l in out.splitlines() if l.startswith("> ")][0]
         self.assertRegex(pool, r"ooms \d+$")
 
+    def test_holders_live(self):
+        rc, out, err = self.cli("--url", self.url, "holders", "--pool", "device0", "--top", "3",
+                                "--json")
+        self.assertEqual(rc, 0, err)
+        h = json.loads(out)
+        self.assertEqual(len(h["pools"]), 1)
+        d = h["pools"][0]
+        self.assertEqual(d["pool"], "device0")
+        self.assertEqual(d["top"], 3)
+        self.assertLessEqual(len(d["top_sizes"]), 3)
+        self.assertLessEqual(len(d["largest"]), 3)
+        for e in d["largest"]:
+            self.assertIn(e["kind"], ("slab", "large", "planned"))
+            self.assertIsNone(e["frames"])
+            self.assertNotIn("ptr", e)  # no address leaves the job
+        sizes = [e["size"] for e in d["largest"]]
+        self.assertEqual(sizes, sorted(sizes, reverse=True))
+        # every pool when none is named; the text form
+        rc, out, err = self.cli("--url", self.url, "holders")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("pool device0:", out)
+        self.assertIn("live sizes by bytes held", out)
+        self.assertIn("largest live blocks", out)
+        rc, out, err = self.cli("--url", self.url, "holders", "--json")
+        self.assertEqual(rc, 0, err)
+        self.assertGreaterEqual(len(json.loads(out)["pools"]), 1)
+
+    def test_holders_live_errors(self):
+        rc, out, err = self.cli("--url", self.url, "holders", "--pool", "nope")
+        self.assertEqual(rc, 1, err)
+        self.assertOneLineError(err)
+        self.assertIn("404", err)
+        self.assertIn("no pool named 'nope'", err)
+        for argv in (("--top", "101"), ("--top", "0"), ("--run", "1"),
+                     ("--db", "x.db", "--pool", "device0")):
+            rc, out, err = self.cli("--url", self.url, "holders", *argv)
+            self.assertEqual(rc, 2, (argv, err))
+            self.assertOneLineError(err)
+
     def test_policy_get(self):
         rc, out, err = self.cli("--url", str(self.port), "policy", "get")
         self.assertEqual(rc, 0, err)
