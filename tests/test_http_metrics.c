@@ -701,7 +701,7 @@ static void test_http_holders_json(void **state) {
   assert_int_equal(field_u(json, "\"distinct_sizes\":"), 4);
   assert_non_null(strstr(json, "\"other\":{\"blocks\":0,\"bytes\":0}"));
   /* sizes: 5 MiB (two blocks), 2 MiB, then 4096 (19 blocks); 1000 cut */
-  p = strstr(json, "\"sizes\":[");
+  p = strstr(json, "\"top_sizes\":[");
   assert_non_null(p);
   assert_true(strncmp(p + 9, "{\"size\":5242880,\"blocks\":2,\"bytes\":", 35) == 0);
   assert_non_null(strstr(p, "{\"size\":2097152,\"blocks\":1,"));
@@ -760,7 +760,7 @@ static void test_http_holders_json(void **state) {
   /* an empty pool: nothing live */
   assert_int_equal(aa_http_holders_json(pool, 10, &json, &len), AA_OK);
   assert_non_null(strstr(json, "\"live_blocks\":0,\"live_bytes\":0,"));
-  assert_non_null(strstr(json, "\"sizes\":[]"));
+  assert_non_null(strstr(json, "\"top_sizes\":[]"));
   assert_non_null(strstr(json, "\"largest\":[]}"));
   free(json);
   aa_pool_destroy(pool);

@@ -483,7 +483,7 @@ static int fake_holders(void *user, const char *pool, unsigned top, char **out,
   pthread_mutex_lock(&f->mu);
   f->last_top = top;
   pthread_mutex_unlock(&f->mu);
-  snprintf(buf, sizeof buf, "{\"pool\":\"host\",\"top\":%u,\"sizes\":[],\"largest\":[]}", top);
+  snprintf(buf, sizeof buf, "{\"pool\":\"host\",\"top\":%u,\"top_sizes\":[],\"largest\":[]}", top);
   *out = dup_text(buf, len);
   return AA_OK;
 }

@@ -216,7 +216,7 @@ int aa_http_holders_json(aa_pool *pool, unsigned top, char **out, size_t *len) {
   aa__buf_json_cstr(&b, aa_pool_name(pool));
   aa__buf_printf(&b,
                  ",\"top\":%u,\"live_blocks\":%llu,\"live_bytes\":%llu,"
-                 "\"requested_bytes\":%llu,\"walk_us\":%llu,\"sizes\":[",
+                 "\"requested_bytes\":%llu,\"walk_us\":%llu,\"top_sizes\":[",
                  top, (unsigned long long)w.live_blocks, (unsigned long long)w.live_bytes,
                  (unsigned long long)w.requested_bytes, (unsigned long long)walk_us);
   for (i = 0; i < j && i < top; i++)

@@ -271,7 +271,7 @@ AA_EXTERN int aa_http_segments_json(aa_pool *pool, char **out, size_t *len);
 /* Who holds pool's memory now, as JSON (GET /holders), from one
  * aa_pool_walk (every class and the large path, each under its lock):
  *   {"pool":"..","top":N,"live_blocks":B,"live_bytes":H,"requested_bytes":R,
- *    "walk_us":T,"sizes":[{"size":requested,"blocks":n,"bytes":held},...],
+ *    "walk_us":T,"top_sizes":[{"size":requested,"blocks":n,"bytes":held},...],
  *    "distinct_sizes":D,"other":{"blocks":n,"bytes":held},
  *    "largest":[{"offset":O,"size":S,"requested":R,"kind":"slab|large|planned",
  *                "stitched":false,"frames":null},...]}
