@@ -37,7 +37,9 @@ typedef struct {
   uint64_t bytes; /* block bytes held */
 } size_row;
 
-typedef enum { K_SLAB = 0, K_LARGE = 1, K_PLANNED = 2 } block_kind;
+typedef enum { K_SLAB = 0,
+               K_LARGE = 1,
+               K_PLANNED = 2 } block_kind;
 
 typedef struct {
   uintptr_t address;
@@ -146,9 +148,9 @@ static int on_entry(void *user, const aa_walk_entry *e) {
     b.address = e->address;
     b.size = e->size;
     b.requested = (size_t)req;
-    b.kind = !w->in_large                          ? K_SLAB
+    b.kind = !w->in_large                        ? K_SLAB
              : (e->flags & AA_WALK_PLANNED) != 0 ? K_PLANNED
-                                                   : K_LARGE;
+                                                 : K_LARGE;
     b.stitched = w->in_large && w->in_stitched;
     add_big(w, &b);
   }
