@@ -703,7 +703,7 @@ static void test_http_holders_json(void **state) {
   /* sizes: 5 MiB (two blocks), 2 MiB, then 4096 (19 blocks); 1000 cut */
   p = strstr(json, "\"top_sizes\":[");
   assert_non_null(p);
-  assert_true(strncmp(p + 9, "{\"size\":5242880,\"blocks\":2,\"bytes\":", 35) == 0);
+  assert_true(strncmp(p + 13, "{\"size\":5242880,\"blocks\":2,\"bytes\":", 35) == 0);
   assert_non_null(strstr(p, "{\"size\":2097152,\"blocks\":1,"));
   assert_non_null(strstr(p, "{\"size\":4096,\"blocks\":19,\"bytes\":"));
   assert_null(strstr(p, "{\"size\":1000,"));
