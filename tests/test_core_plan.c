@@ -1168,13 +1168,17 @@ static void test_core_plan_over_room(void **state) {
     run_step_sized(on, s1, &t, 4, 3, 8, &r1);
     run_step_sized(off, s0, &t, 4, 3, 8, &r0);
     check_all(on, s1);
-  }
+    }
   a = stats(on);
   aa_pool_stats b = stats(off);
   assert_true(a.large_plans_dropped > d0);
   assert_true(a.large_plans_adopted + a.large_plans_refused > ad0);
   /* within a page: the arena yielded mid-step (its blocks at their planned
-   * offsets) leaves the grown loop one segment higher here */
+   * offsets) leaves the grown loop one segment higher here. The slack
+   * stays (docs/core.md, "The learned plan", the drop mid-step): over
+   * seeds 20-49 of this test the grown loop peaks at best fit's in 23,
+   * 2 MiB above in 3, 6 and 10 MiB above in one each, and 2 and 12 MiB
+   * below in one each */
   assert_true(a.peak_bytes_reserved <= b.peak_bytes_reserved + 2 * MiB);
   finish_pair(on, s1, off, s0);
 }
