@@ -1168,7 +1168,7 @@ static void test_core_plan_over_room(void **state) {
     run_step_sized(on, s1, &t, 4, 3, 8, &r1);
     run_step_sized(off, s0, &t, 4, 3, 8, &r0);
     check_all(on, s1);
-    }
+  }
   a = stats(on);
   aa_pool_stats b = stats(off);
   assert_true(a.large_plans_dropped > d0);
