@@ -1174,9 +1174,98 @@ static void test_core_plan_over_room(void **state) {
   assert_true(a.large_plans_dropped > d0);
   assert_true(a.large_plans_adopted + a.large_plans_refused > ad0);
   /* within a page: the arena yielded mid-step (its blocks at their planned
-   * offsets) leaves the grown loop one segment higher here */
+   * offsets) leaves the grown loop one segment higher here. The slack
+   * stays (docs/core.md, "The learned plan", the drop mid-step): over
+   * seeds 20-49 of this test the grown loop peaks at best fit's in 23,
+   * 2 MiB above in 3, 6 and 10 MiB above in one each, and 2 and 12 MiB
+   * below in one each */
   assert_true(a.peak_bytes_reserved <= b.peak_bytes_reserved + 2 * MiB);
   finish_pair(on, s1, off, s0);
+}
+
+/* ------------------------------------------------------------ small requests */
+
+/* A pool as make_plan's whose large path starts at 16 KiB, as the default
+ * policy's device pool: requests of at most 1 MiB go to a region of their
+ * own (docs/core.md, "Placement"). */
+static fx *make_plan_small(aa_large_mode mode, int plan) {
+  aa_pool_config cfg;
+  aa_pool_config_init(&cfg);
+  cfg.max_small = 16 << 10;
+  cfg.classes_per_doubling = 1;
+  cfg.large_mode = mode;
+  cfg.large_plan = plan;
+  cfg.large_cache_bytes = 0;
+  return make_cfg(&cfg, false);
+}
+
+#define NKEPT 3
+
+/* One step of t with NKEPT small blocks (at most 1 MiB) asked for among its
+ * requests and freed three steps later (longer than a period: the path's,
+ * not the plan's); ring holds them, k is the step. */
+static void run_step_kept(fx *f, shadow *s, const steps *t, unsigned char *ring[3][NKEPT], int k) {
+  static const size_t ksz[NKEPT] = {1 << 20, (1 << 20) - 4096, 768 << 10};
+  unsigned char *mine[NREQ];
+  unsigned char **r = ring[k % 3];
+  for (int i = 0; i < NREQ; i++) {
+    mine[i] = s->p[sh_alloc(f, s, t->bytes[i], NULL)];
+    if (i % 16 == 5) {
+      int j = i / 16;
+      unsigned char *old = r[j];
+      r[j] = s->p[sh_alloc(f, s, ksz[j], NULL)];
+      if (old != NULL)
+        sh_free_at(f, s, sh_find(s, old), NULL);
+    }
+    for (int j = 0; j <= i; j++) {
+      if (mine[j] != NULL && t->free_after[j] == i) {
+        sh_free_at(f, s, sh_find(s, mine[j]), NULL);
+        mine[j] = NULL;
+      }
+    }
+  }
+  for (int j = 0; j < NREQ; j++) {
+    if (mine[j] != NULL)
+      sh_free_at(f, s, sh_find(s, mine[j]), NULL);
+  }
+}
+
+/* A loop whose steps also ask for small blocks the plan does not serve
+ * (they live three steps): after the plan is adopted (the path's free pages
+ * given back) such a request maps a page of the small requests' region,
+ * which the arena's free room could not serve (no hole between its live
+ * blocks fits it); the plan holds, with no more reserved than best fit at
+ * the peak. Before, the plan yielded its arena at that page and was learned
+ * again, over and over. */
+static void kept_small_in(aa_large_mode mode) {
+  steps t = make_steps(31);
+  fx *on = make_plan_small(mode, SYNC), *off = make_plan_small(mode, 0);
+  shadow *s1 = calloc(1, sizeof *s1), *s0 = calloc(1, sizeof *s0);
+  unsigned char *ring1[3][NKEPT] = {{NULL}}, *ring0[3][NKEPT] = {{NULL}};
+  weights(on, s1);
+  weights(off, s0);
+  for (int k = 0; k < 32; k++) {
+    run_step_kept(on, s1, &t, ring1, k);
+    run_step_kept(off, s0, &t, ring0, k);
+    check_all(on, s1);
+  }
+  aa_pool_stats a = stats(on), b = stats(off);
+  assert_int_equal(a.large_plan_state, AA_PLAN_ACTIVE);
+  assert_int_equal(a.large_plans_adopted, 1);
+  assert_int_equal(a.large_plans_dropped, 0);
+  assert_true(a.large_plan_hits >= 8 * NREQ);
+  assert_true(a.peak_bytes_reserved <= b.peak_bytes_reserved);
+  finish_pair(on, s1, off, s0);
+}
+
+static void test_core_plan_kept_small_expandable(void **state) {
+  (void)state;
+  kept_small_in(AA_LARGE_EXPANDABLE);
+}
+
+static void test_core_plan_kept_small_cache(void **state) {
+  (void)state;
+  kept_small_in(AA_LARGE_CACHE);
 }
 
 /* ------------------------------------------------------------ background */
@@ -1389,6 +1478,8 @@ int main(void) {
       cmocka_unit_test(test_core_plan_jitter_cache),
       cmocka_unit_test(test_core_plan_varying_length),
       cmocka_unit_test(test_core_plan_over_room),
+      cmocka_unit_test(test_core_plan_kept_small_expandable),
+      cmocka_unit_test(test_core_plan_kept_small_cache),
       cmocka_unit_test(test_core_plan_bg_adopted),
       cmocka_unit_test(test_core_plan_bg_destroy_while_planning),
       cmocka_unit_test(test_core_plan_bg_stale),

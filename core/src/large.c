@@ -810,6 +810,18 @@ static void split(aa_pool *pool, aa__chunk *c, size_t need) {
   aa__lg_bin_insert(pool, r);
 }
 
+/* The backend refused new memory for a request: a plan that has not
+ * yielded yet for it (a small request's region grows by its own pages
+ * while the plan holds) yields now, its arena's free room the request's
+ * before the other region's and the out-of-memory path. */
+static bool plan_yield_refused(aa_pool *pool, bool *yielded, size_t need, aa_stream stream) {
+  if (*yielded || pool->large->plan == NULL || !aa__lg_plan_can_yield(pool, need, stream, true))
+    return false;
+  *yielded = true;
+  aa__lg_plan_yield(pool);
+  return true;
+}
+
 aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, aa_stream stream,
                        bool *retry) {
   bool passthrough = pool->cfg.large_mode == AA_LARGE_PASSTHROUGH;
@@ -893,7 +905,7 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
     /* new memory for a request the plan does not serve, while the plan's
      * arena has free room: the arena becomes the path's chunks first
      * (large_plan.c), so that a plan never costs memory */
-    if (!yielded && pool->large->plan != NULL && aa__lg_plan_can_yield(pool, need) &&
+    if (!yielded && pool->large->plan != NULL && aa__lg_plan_can_yield(pool, need, stream, false) &&
         (c == NULL || (vmm && !stitched && aa__lg_unmapped_under(pool, c, need, 0) > 0))) {
       yielded = true;
       waited = false; /* c goes back: the next one is found afresh */
@@ -912,6 +924,10 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
       bool small = !passthrough && aa__lg_small(need);
       c = vmm ? aa__lg_vseg_new(pool, need, small, &rc) : aa__lg_seg_new(pool, segsize, small, &rc);
       if (c == NULL && !passthrough && other == 0) {
+        if (plan_yield_refused(pool, &yielded, need, stream)) {
+          reclaimed = false;
+          continue;
+        }
         other = 1;
         continue;
       }
@@ -931,6 +947,11 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
         c->free = 1;
         aa__lg_coalesce_insert(pool, c); /* back where it was taken from */
         if (other == 0) {
+          waited = false;
+          if (plan_yield_refused(pool, &yielded, need, stream)) {
+            reclaimed = false;
+            continue;
+          }
           other = 1;
           continue;
         }

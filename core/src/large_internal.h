@@ -435,9 +435,10 @@ bool aa__lg_plan_block_of(const aa_pool *pool, uintptr_t p, uintptr_t *base, siz
 bool aa__lg_plan_is_arena(const aa_pool *pool, const aa__chunk *c);
 int aa__lg_plan_walk(const aa_pool *pool, uintptr_t lo, uintptr_t hi, aa_walk_fn fn, void *user);
 /* The path is about to take new memory for a request the plan does not
- * serve: whether the plan is active with free room in its arena, and then
- * its drop, the arena made the path's chunks (or drained). */
-bool aa__lg_plan_can_yield(const aa_pool *pool, size_t need);
+ * serve (refused: the backend refused it): whether the plan is active with
+ * free room in its arena that the request could take, and then its drop,
+ * the arena made the path's chunks (or drained). */
+bool aa__lg_plan_can_yield(const aa_pool *pool, size_t need, aa_stream stream, bool refused);
 void aa__lg_plan_yield(aa_pool *pool);
 /* An explicit release or an out-of-memory retry: an active plan with no
  * live block gives its arena back (it is learned again). */
