@@ -6,8 +6,10 @@
  * overlap and every block keeps its bytes; a loop that changes drops the
  * plan and learns again; misuse of a planned block is refused; the walk
  * shows planned blocks; a block freed on a busy stream keeps its room; an
- * explicit release gives an idle arena back; and a randomized shadow-model
- * stress under all three large modes.
+ * explicit release gives an idle arena back; a small request past the
+ * plan's peak yields its arena only for a hole between live blocks, and a
+ * request the backend refuses takes the arena's room; and a randomized
+ * shadow-model stress under all three large modes.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -1268,6 +1270,213 @@ static void test_core_plan_kept_small_cache(void **state) {
   kept_small_in(AA_LARGE_CACHE);
 }
 
+/* ------------------------------------------------------------ yields */
+
+/* The gap, in bytes, between two planned blocks of this step (mine) that
+ * are live now, with no live block between them: the largest such. */
+static size_t widest_hole(fx *f, unsigned char *const mine[NREQ]) {
+  size_t best = 0;
+  for (int i = 0; i < NREQ; i++) {
+    if (mine[i] == NULL)
+      continue;
+    unsigned char *end = mine[i] + aa_block_size(f->p, mine[i]), *next = NULL;
+    for (int j = 0; j < NREQ; j++) {
+      if (mine[j] != NULL && mine[j] >= end && (next == NULL || mine[j] < next))
+        next = mine[j];
+    }
+    if (next != NULL && (size_t)(next - end) > best)
+      best = (size_t)(next - end);
+  }
+  return best;
+}
+
+/* Request i of step t, then the frees t asks for after it. */
+static void step_one(fx *f, shadow *s, const steps *t, unsigned char *mine[NREQ], int i) {
+  mine[i] = s->p[sh_alloc(f, s, t->bytes[i], NULL)];
+  for (int j = 0; j <= i; j++) {
+    if (mine[j] != NULL && t->free_after[j] == i) {
+      sh_free_at(f, s, sh_find(s, mine[j]), NULL);
+      mine[j] = NULL;
+    }
+  }
+}
+
+static void step_rest(fx *f, shadow *s, const steps *t, unsigned char *mine[NREQ], int from) {
+  for (int i = from; i < NREQ; i++)
+    step_one(f, s, t, mine, i);
+  for (int j = 0; j < NREQ; j++) {
+    if (mine[j] != NULL)
+      sh_free_at(f, s, sh_find(s, mine[j]), NULL);
+    mine[j] = NULL;
+  }
+}
+
+/* Small requests (1 MiB) past the peak the plan was measured against: asked
+ * for between steps (no planned block live, so no hole of the arena's fits
+ * them: the plan holds), four a step (the period's misses stay under its
+ * limit), kept, until the small requests' region has grown past the pool's
+ * peak (at least the plan's). Then, mid-step, with a hole between two
+ * planned blocks live, one more: the plan yields (hole_fits) and the
+ * request takes the hole, no new memory. */
+static void small_past_in(aa_large_mode mode) {
+  steps t = make_steps(31);
+  fx *f = make_plan_small(mode, SYNC);
+  shadow *s = calloc(1, sizeof *s);
+  weights(f, s);
+  until_active(f, s, &t);
+  aa_pool_stats st = stats(f);
+  uint64_t peak = st.peak_bytes_reserved, d0 = st.large_plans_dropped;
+  int past = 0, k = 0;
+  for (; k < 64 && past < 4; k++) {
+    for (int i = 0; i < 4; i++) {
+      uint64_t r0 = stats(f).large_bytes_reserved;
+      (void)sh_alloc(f, s, MiB, NULL);
+      st = stats(f);
+      if (st.large_bytes_reserved > r0 && r0 >= peak)
+        past++; /* new memory, the pool past its peak */
+      assert_int_equal(st.large_plan_state, AA_PLAN_ACTIVE);
+      assert_int_equal(st.large_plans_dropped, d0);
+    }
+    run_step(f, s, &t);
+  }
+  assert_true(past >= 4);
+  check_all(f, s);
+  /* mid-step, a hole of 2 MiB between two live planned blocks */
+  unsigned char *mine[NREQ] = {NULL};
+  int i = 0;
+  for (; i < NREQ && widest_hole(f, mine) < 2 * MiB; i++)
+    step_one(f, s, &t, mine, i);
+  assert_true(i < NREQ);
+  st = stats(f);
+  assert_int_equal(st.large_plan_state, AA_PLAN_ACTIVE);
+  uint64_t r0 = st.large_bytes_reserved;
+  (void)sh_alloc(f, s, MiB, NULL);
+  st = stats(f);
+  assert_int_equal(st.large_plans_dropped, d0 + 1);
+  assert_int_not_equal(st.large_plan_state, AA_PLAN_ACTIVE);
+  assert_int_equal(st.large_bytes_reserved, r0); /* the hole's, no new memory */
+  check_all(f, s);
+  step_rest(f, s, &t, mine, i);
+  check_all(f, s);
+  free_all(f, s);
+  assert_int_equal(stats(f).bytes_in_use, 0);
+  assert_int_equal(f->misuses, 0);
+  fx_done(f);
+  free(s);
+}
+
+static void test_core_plan_small_past_expandable(void **state) {
+  (void)state;
+  small_past_in(AA_LARGE_EXPANDABLE);
+}
+
+static void test_core_plan_small_past_cache(void **state) {
+  (void)state;
+  small_past_in(AA_LARGE_CACHE);
+}
+
+/* The backend refuses new memory mid-step (fault injection, or the pool at
+ * its cap: limit_bytes) for a request the plan would hold for (a small one
+ * under the peak; a grown one of a slot whose sizes vary): the plan yields
+ * its arena (plan_yield_refused) and the request takes the arena's room, no
+ * error; the plan counted dropped, reserved never past the cap, and every
+ * byte back at destroy. */
+static void refused_small_in(aa_large_mode mode, bool cap) {
+  steps t = make_steps(31);
+  fx *f = make_plan_small(mode, SYNC);
+  shadow *s = calloc(1, sizeof *s);
+  weights(f, s);
+  until_active(f, s, &t);
+  unsigned char *mine[NREQ] = {NULL};
+  for (int i = 0; i < 3; i++)
+    step_one(f, s, &t, mine, i);
+  aa_pool_stats st = stats(f);
+  assert_int_equal(st.large_plan_state, AA_PLAN_ACTIVE);
+  assert_true(st.large_plan_live_bytes < st.large_plan_bytes);
+  uint64_t d0 = st.large_plans_dropped, r0 = st.bytes_reserved;
+  if (cap)
+    aa_pool_set_limit(f->p, (size_t)r0);
+  else
+    aa_backend_host_fail_nth(f->b, 1, true);
+  (void)sh_alloc(f, s, MiB, NULL);
+  st = stats(f);
+  assert_int_equal(st.large_plans_dropped, d0 + 1);
+  assert_int_not_equal(st.large_plan_state, AA_PLAN_ACTIVE);
+  assert_int_equal(st.bytes_reserved, r0); /* the arena's room */
+  assert_int_equal(f->misuses, 0);
+  check_all(f, s);
+  aa_backend_host_fail_nth(f->b, 0, false);
+  aa_pool_set_limit(f->p, 0);
+  step_rest(f, s, &t, mine, 3);
+  check_all(f, s);
+  free_all(f, s);
+  assert_int_equal(stats(f).bytes_in_use, 0);
+  fx_done(f);
+  free(s);
+}
+
+static void test_core_plan_refused_small(void **state) {
+  (void)state;
+  refused_small_in(AA_LARGE_EXPANDABLE, false);
+  refused_small_in(AA_LARGE_CACHE, false);
+}
+
+static void test_core_plan_refused_small_cap(void **state) {
+  (void)state;
+  refused_small_in(AA_LARGE_EXPANDABLE, true);
+  refused_small_in(AA_LARGE_CACHE, true);
+}
+
+/* A grown request (its slot's sizes vary: the plan holds while the pool is
+ * under its peak) at a step's start, the backend refusing: the arena's. */
+static void refused_grown_in(aa_large_mode mode, bool cap) {
+  steps t = make_steps(17);
+  fx *f = make_plan(mode, SYNC);
+  shadow *s = calloc(1, sizeof *s);
+  weights(f, s);
+  uint64_t r = 99;
+  for (int k = 0; k < 24; k++)
+    run_step_sized(f, s, &t, 1, 1, 24, &r);
+  aa_pool_stats st = stats(f);
+  assert_int_equal(st.large_plan_state, AA_PLAN_ACTIVE);
+  uint64_t d0 = st.large_plans_dropped, m0 = st.large_plan_misses, r0 = st.bytes_reserved;
+  if (cap)
+    aa_pool_set_limit(f->p, (size_t)r0);
+  else
+    aa_backend_host_fail_nth(f->b, 1, true);
+  steps u = t;
+  u.bytes[0] += MiB;
+  unsigned char *mine[NREQ] = {NULL};
+  step_one(f, s, &u, mine, 0);
+  st = stats(f);
+  assert_int_equal(st.large_plan_misses, m0 + 1);
+  assert_int_equal(st.large_plans_dropped, d0 + 1);
+  assert_int_not_equal(st.large_plan_state, AA_PLAN_ACTIVE);
+  assert_int_equal(st.bytes_reserved, r0);
+  assert_int_equal(f->misuses, 0);
+  check_all(f, s);
+  aa_backend_host_fail_nth(f->b, 0, false);
+  aa_pool_set_limit(f->p, 0);
+  step_rest(f, s, &t, mine, 1);
+  check_all(f, s);
+  free_all(f, s);
+  assert_int_equal(stats(f).bytes_in_use, 0);
+  fx_done(f);
+  free(s);
+}
+
+static void test_core_plan_refused_grown(void **state) {
+  (void)state;
+  refused_grown_in(AA_LARGE_EXPANDABLE, false);
+  refused_grown_in(AA_LARGE_CACHE, false);
+}
+
+static void test_core_plan_refused_grown_cap(void **state) {
+  (void)state;
+  refused_grown_in(AA_LARGE_EXPANDABLE, true);
+  refused_grown_in(AA_LARGE_CACHE, true);
+}
+
 /* ------------------------------------------------------------ background */
 
 /* Steps of t until the pool has handed a plan to its planner thread, then
@@ -1480,6 +1689,12 @@ int main(void) {
       cmocka_unit_test(test_core_plan_over_room),
       cmocka_unit_test(test_core_plan_kept_small_expandable),
       cmocka_unit_test(test_core_plan_kept_small_cache),
+      cmocka_unit_test(test_core_plan_small_past_expandable),
+      cmocka_unit_test(test_core_plan_small_past_cache),
+      cmocka_unit_test(test_core_plan_refused_small),
+      cmocka_unit_test(test_core_plan_refused_small_cap),
+      cmocka_unit_test(test_core_plan_refused_grown),
+      cmocka_unit_test(test_core_plan_refused_grown_cap),
       cmocka_unit_test(test_core_plan_bg_adopted),
       cmocka_unit_test(test_core_plan_bg_destroy_while_planning),
       cmocka_unit_test(test_core_plan_bg_stale),
