@@ -225,12 +225,21 @@ static void test_core_trace_sample_frames(void **state) {
   assert_int_equal(aa_pool_trace_frame(f->p, b, 8), AA_ENOENT);
   assert_int_equal(aa_pool_trace_frame(f->p, a, 0), AA_EINVAL);
   assert_int_equal(aa_pool_trace_frame(NULL, a, 1), AA_EINVAL);
+  /* the id is kept beside the block while it lives, and goes with it */
+  assert_int_equal(aa_pool_trace_frame_of(f->p, a), 7);
+  assert_int_equal(aa_pool_trace_frame_of(f->p, b), 0);
+  assert_int_equal(aa_pool_trace_frame_of(NULL, a), 0);
   aa_free(f->p, a, 0, NULL);
+  assert_int_equal(aa_pool_trace_frame_of(f->p, a), 0);
   aa_free(f->p, b, 0, NULL);
+  void *again = aa_alloc(f->p, 8192, NULL); /* traced again, no frame yet */
+  assert_true(aa_pool_trace_wants(f->p, again));
+  assert_int_equal(aa_pool_trace_frame_of(f->p, again), 0);
+  aa_free(f->p, again, 0, NULL);
   aa_pool_set_trace(f->p, NULL, NULL);
   assert_int_equal(count_op(r, 'c'), 1);
   qsort(r->ev, r->n, sizeof r->ev[0], by_seq);
-  assert_int_equal(r->n, 3);
+  assert_int_equal(r->n, 5);
   assert_int_equal(r->ev[0].op, 'a');
   assert_int_equal(r->ev[1].op, 'c');
   assert_int_equal(r->ev[1].frame, 7);
@@ -287,11 +296,16 @@ typedef struct targ {
   int id;
 } targ;
 
+/* a frame id that names its block, so a stale one would show */
+static uint64_t frame_for(const void *p) { return (((uintptr_t)p >> 4) & 0x7fffffffu) | 1u; }
+
 static void *producer(void *arg) {
   targ *t = arg;
   for (int i = 0; i < 40000; i++) {
     void *p = aa_alloc(t->f->p, 256 + (size_t)((i * 37 + t->id) % 16) * 512, NULL);
     assert_non_null(p);
+    if (aa_pool_trace_wants(t->f->p, p))
+      assert_int_equal(aa_pool_trace_frame(t->f->p, p, frame_for(p)), AA_OK);
     if (i % 2 == 0) {
       aa_free(t->f->p, p, 0, NULL);
       continue;
@@ -319,8 +333,12 @@ static void *consumer(void *arg) {
       p = t->q->slot[--t->q->n];
     done = t->q->done;
     pthread_mutex_unlock(&t->q->mu);
-    if (p != NULL)
+    if (p != NULL) {
+      /* the producer's frame, or none (not sampled): never another block's */
+      uint64_t fr = aa_pool_trace_frame_of(t->f->p, p);
+      assert_true(fr == 0 || fr == frame_for(p));
       aa_free(t->f->p, p, 0, NULL);
+    }
     else if (done)
       return NULL;
   }

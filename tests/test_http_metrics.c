@@ -713,7 +713,7 @@ static void test_http_holders_json(void **state) {
   assert_int_equal(count_of(p, "{\"offset\":"), 3);
   assert_int_equal(count_of(p, "\"requested\":5242880,\"kind\":\"large\""), 2);
   assert_non_null(strstr(p, "\"requested\":2097152,\"kind\":\"large\",\"stitched\":false,"
-                            "\"frames\":null}]}"));
+                            "\"frames\":null,\"frames_evicted\":false}]}"));
   /* no heap address is served */
   assert_null(strstr(json, "address"));
   assert_null(strstr(json, "0x"));

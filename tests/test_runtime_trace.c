@@ -6,7 +6,8 @@
  * (an audit entry of source "trace-timer"), with the time left in /stats;
  * call stacks attached to traced blocks reach the store; the store's bound
  * (trace_max_events) is put in force live; settings that cannot apply are
- * refused (409) and change nothing.
+ * refused (409) and change nothing; GET /holders names a live block's stack
+ * while a sampled trace keeps it (null once evicted, or with tracing off).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +18,10 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <cmocka.h>
 
@@ -50,6 +55,25 @@ static aa_runtime *start(const char *name, char *db, size_t cap) {
   cfg.policy_dir = "/nonexistent-adaptalloc-policies";
   assert_int_equal(aa_runtime_new(&cfg, &rt), AA_OK);
   return rt;
+}
+
+/* GET path from rt's server (loopback); the body into buf. */
+static void http_get(aa_runtime *rt, const char *path, char *buf, size_t cap) {
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)aa_rt_http_port(rt))};
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  char req[256];
+  int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                   path);
+  assert_int_equal(write(fd, req, (size_t)n), n);
+  size_t len = 0;
+  ssize_t k;
+  while (len + 1 < cap && (k = read(fd, buf + len, cap - 1 - len)) > 0)
+    len += (size_t)k;
+  buf[len] = '\0';
+  close(fd);
 }
 
 static int patch(aa_runtime *rt, const char *doc, char *err, size_t cap) {
@@ -250,6 +274,91 @@ static void test_runtime_trace_frames(void **state) {
 #endif
 }
 
+/* GET /holders names each largest live block's stack while a sampled trace
+ * keeps it: the frames as a list of lines; a stack the runtime no longer
+ * keeps (its slot taken by a newer one) is null with frames_evicted; a
+ * trace of every event keeps no table (null); tracing off, null. */
+static void test_runtime_trace_holders_frames(void **state) {
+#if AA_TEST_WITH_STORE && AA_TEST_WITH_HTTP
+  static char resp[1 << 20];
+  char db[300], err[512] = "", path[128], one[64];
+  aa_runtime_config cfg;
+  aa_runtime *rt = NULL;
+  (void)state;
+  snprintf(db, sizeof db, "%s/holders.db", tmpdir);
+  aa_runtime_config_init(&cfg);
+  cfg.db = db;
+  cfg.http = "127.0.0.1:0";
+  cfg.quiet = true;
+  cfg.policy_dir = "/nonexistent-adaptalloc-policies";
+  assert_int_equal(aa_runtime_new(&cfg, &rt), AA_OK);
+  aa_pool *host = aa_rt_pool(rt, AA_BACKEND_HOST, -1);
+  snprintf(path, sizeof path, "/holders?pool=%s&top=3", aa_pool_name(host));
+  assert_int_equal(patch(rt,
+                         "{\"telemetry\":{\"trace\":true,\"trace_sample\":0,"
+                         "\"trace_min_bytes\":4000000}}",
+                         err, sizeof err),
+                   AA_OK);
+  /* the three largest live blocks: a (a stack), b (a stack, later
+   * evicted), c (none) */
+  void *a = aa_alloc(host, 6000000, NULL), *b = aa_alloc(host, 5000000, NULL);
+  void *c = aa_alloc(host, 4500000, NULL);
+  const char *sa = "train.py:42:step\ntrain.py:90:<module>\n", *sb = "model.py:7:\"fwd\"";
+  assert_int_equal(aa_rt_trace_frames(rt, host, b, sb, strlen(sb)), AA_OK); /* id 1 */
+  assert_int_equal(aa_rt_trace_frames(rt, host, a, sa, strlen(sa)), AA_OK); /* id 2 */
+  http_get(rt, path, resp, sizeof resp);
+  assert_non_null(strstr(resp, "\"requested\":6000000,"));
+  assert_non_null(strstr(resp, "\"frames\":[\"train.py:42:step\",\"train.py:90:<module>\"],"
+                               "\"frames_evicted\":false}"));
+  assert_non_null(strstr(resp, "\"frames\":[\"model.py:7:\\\"fwd\\\"\"],\"frames_evicted\":false}"));
+  assert_non_null(strstr(resp, "\"frames\":null,\"frames_evicted\":false}]}")); /* c */
+
+  /* 4095 newer distinct stacks (ids 3 .. 4097) on c: id 4097 takes b's
+   * slot (id 1), so b's stack is gone; c's last one (4097) and a's stay */
+  for (int i = 0; i < 4095; i++) {
+    int rc;
+    snprintf(one, sizeof one, "gen.py:%d:loop", i);
+    /* the store's queue full (AA_ELIMIT, no id handed out): its writer
+     * catches up */
+    while ((rc = aa_rt_trace_frames(rt, host, c, one, strlen(one))) == AA_ELIMIT)
+      usleep(1000);
+    assert_int_equal(rc, AA_OK);
+  }
+  http_get(rt, path, resp, sizeof resp);
+  assert_non_null(strstr(resp, "\"frames\":[\"train.py:42:step\",\"train.py:90:<module>\"],"));
+  assert_null(strstr(resp, "model.py"));
+  assert_non_null(strstr(resp, "\"requested\":5000000,\"kind\":\"large\","
+                               "\"stitched\":false,\"frames\":null,\"frames_evicted\":true}"));
+  assert_non_null(strstr(resp, "\"frames\":[\"gen.py:4094:loop\"],\"frames_evicted\":false}]}"));
+
+  /* tracing off: the table no longer follows frees, so nothing is named */
+  assert_int_equal(patch(rt, "{\"telemetry\":{\"trace\":false}}", err, sizeof err), AA_OK);
+  http_get(rt, path, resp, sizeof resp);
+  assert_null(strstr(resp, "train.py"));
+  assert_null(strstr(resp, "\"frames_evicted\":true"));
+  assert_non_null(strstr(resp, "\"frames\":null,\"frames_evicted\":false}]}"));
+
+  /* every event: no table, so no stack per live block */
+  assert_int_equal(patch(rt, "{\"telemetry\":{\"trace\":true,\"trace_sample\":1,"
+                             "\"trace_min_bytes\":0}}",
+                         err, sizeof err),
+                   AA_OK);
+  void *d = aa_alloc(host, 7000000, NULL);
+  assert_int_equal(aa_rt_trace_frames(rt, host, d, sa, strlen(sa)), AA_OK);
+  http_get(rt, path, resp, sizeof resp);
+  assert_non_null(strstr(resp, "\"requested\":7000000,"));
+  assert_null(strstr(resp, "train.py"));
+  aa_free(host, a, 0, NULL);
+  aa_free(host, b, 0, NULL);
+  aa_free(host, c, 0, NULL);
+  aa_free(host, d, 0, NULL);
+  aa_runtime_destroy(rt);
+#else
+  (void)state;
+  skip();
+#endif
+}
+
 /* trace_max_events bounds the store's trace live; refusals change nothing. */
 static void test_runtime_trace_bound_and_refusals(void **state) {
 #if AA_TEST_WITH_STORE
@@ -327,6 +436,7 @@ int main(void) {
       cmocka_unit_test(test_runtime_trace_sampled_patch),
       cmocka_unit_test(test_runtime_trace_timed),
       cmocka_unit_test(test_runtime_trace_frames),
+      cmocka_unit_test(test_runtime_trace_holders_frames),
       cmocka_unit_test(test_runtime_trace_bound_and_refusals),
   };
   return cmocka_run_group_tests(tests, setup_dir, teardown_dir);

@@ -4,7 +4,7 @@
  * number, and sampled tracing (the rule that draws allocations into the
  * trace and the set of traced live blocks that makes their frees follow
  * them). Entry points: aa__trace, aa__trace_at, aa__trace_free_begin,
- * aa__tsample_configure, aa_pool_trace_frame. What telemetry counts of each
+ * aa__tsample_configure, aa_pool_trace_frame, aa_pool_trace_frame_of. What telemetry counts of each
  * request's size is the sampler's (sampler.c).
  */
 #include <string.h>
@@ -33,7 +33,16 @@ uint64_t aa__trace_seq_next(void) {
  * by the allocating thread, removed by the freeing one (a block is in it at
  * most once: it is live while it is); every access is an atomic, and the
  * table lives as long as the pool, so a free that races a reconfiguration
- * at worst misses an entry of the old sample. */
+ * at worst misses an entry of the old sample.
+ *
+ * Beside each slot, the id of the call stack last attached to its block
+ * (aa_pool_trace_frame; 0 none), so that a live block's stack can be named
+ * (aa_pool_trace_frame_of, GET /holders): set by the thread that owns the
+ * block, cleared by its free before the slot is given up (the release of
+ * that exchange orders the clear before the next owner's acquire, so a
+ * later block never inherits a stale id). Ids are the store's (at most
+ * AA_STORE_MAX_FRAMES a run): 32 bits, 256 KiB beside the 512 KiB of
+ * addresses. */
 #define AA__TS_GONE ((uintptr_t)1)
 #define AA__TS_PROBES 32u
 _Static_assert((AA_TRACE_SAMPLE_SLOTS & (AA_TRACE_SAMPLE_SLOTS - 1)) == 0,
@@ -45,6 +54,7 @@ typedef struct aa__tsample {
   _Atomic uint64_t min_bytes;
   _Atomic uint64_t traced, skipped, full, live;
   _Atomic uintptr_t slot[AA_TRACE_SAMPLE_SLOTS];
+  _Atomic uint32_t frame[AA_TRACE_SAMPLE_SLOTS]; /* beside slot[i] */
 } aa__tsample;
 
 static inline size_t ts_home(uintptr_t p) {
@@ -58,7 +68,8 @@ static bool ts_insert(aa__tsample *ts, uintptr_t p) {
     uintptr_t v = atomic_load_explicit(s, AA__RLX);
     if (v > AA__TS_GONE)
       continue;
-    if (atomic_compare_exchange_strong_explicit(s, &v, p, AA__RLX, AA__RLX)) {
+    /* acquire: after the free that gave the slot up cleared its frame */
+    if (atomic_compare_exchange_strong_explicit(s, &v, p, memory_order_acquire, AA__RLX)) {
       atomic_fetch_add_explicit(&ts->live, 1, AA__RLX);
       return true;
     }
@@ -82,11 +93,19 @@ static _Atomic uintptr_t *ts_find(aa__tsample *ts, uintptr_t p) {
   return NULL;
 }
 
+static _Atomic uint32_t *ts_frame(aa__tsample *ts, _Atomic uintptr_t *s) {
+  return &ts->frame[s - ts->slot];
+}
+
 static bool ts_remove(aa__tsample *ts, uintptr_t p) {
   _Atomic uintptr_t *s = ts_find(ts, p);
   uintptr_t want = p;
-  if (s == NULL || !atomic_compare_exchange_strong_explicit(s, &want, AA__TS_GONE, AA__RLX,
-                                                            AA__RLX))
+  if (s == NULL)
+    return false;
+  /* only p's owner frees it: the slot stays p until the exchange below */
+  atomic_store_explicit(ts_frame(ts, s), 0, AA__RLX);
+  if (!atomic_compare_exchange_strong_explicit(s, &want, AA__TS_GONE, memory_order_release,
+                                               AA__RLX))
     return false;
   atomic_fetch_sub_explicit(&ts->live, 1, AA__RLX);
   return true;
@@ -146,8 +165,10 @@ int aa__tsample_configure(aa_pool *pool, uint32_t every, uint64_t min_bytes) {
       return AA_ENOMEM;
     atomic_store_explicit(&pool->tsample, ts, memory_order_release);
   }
-  for (size_t i = 0; i < AA_TRACE_SAMPLE_SLOTS; i++)
+  for (size_t i = 0; i < AA_TRACE_SAMPLE_SLOTS; i++) {
     atomic_store_explicit(&ts->slot[i], 0, AA__RLX);
+    atomic_store_explicit(&ts->frame[i], 0, AA__RLX);
+  }
   atomic_store_explicit(&ts->traced, 0, AA__RLX);
   atomic_store_explicit(&ts->skipped, 0, AA__RLX);
   atomic_store_explicit(&ts->full, 0, AA__RLX);
@@ -261,8 +282,32 @@ int aa_pool_trace_frame(aa_pool *pool, const void *ptr, uint64_t frame) {
     return AA_EINVAL;
   if (!aa_pool_trace_wants(pool, ptr))
     return AA_ENOENT;
+  /* kept beside the block while sampling (the caller owns the block, so
+   * its slot stays put); an id past 32 bits is not kept (never a store's) */
+  aa__tsample *ts = sampling(pool);
+  if (ts != NULL) {
+    _Atomic uintptr_t *s = ts_find(ts, (uintptr_t)ptr);
+    if (s != NULL)
+      atomic_store_explicit(ts_frame(ts, s), frame <= UINT32_MAX ? (uint32_t)frame : 0, AA__RLX);
+  }
   /* numbered after the block's allocation, before its free (the caller
    * owns the block) */
   trace_emit(pool, 'c', ptr, 0, NULL, aa__trace_seq_next(), frame);
   return AA_OK;
+}
+
+uint64_t aa_pool_trace_frame_of(aa_pool *pool, const void *ptr) {
+  if (pool == NULL || ptr == NULL ||
+      (atomic_load_explicit(&pool->tflags, AA__RLX) & AA__TF_TRACE) == 0)
+    return 0;
+  aa__tsample *ts = sampling(pool);
+  if (ts == NULL)
+    return 0;
+  _Atomic uintptr_t *s = ts_find(ts, (uintptr_t)ptr);
+  if (s == NULL)
+    return 0;
+  uint32_t f = atomic_load_explicit(ts_frame(ts, s), memory_order_acquire);
+  /* the block may have been freed meanwhile (a reader, not its owner):
+   * an id read while the slot still held it is its */
+  return atomic_load_explicit(s, memory_order_acquire) == (uintptr_t)ptr ? f : 0;
 }

@@ -17,10 +17,12 @@
  *
  * No address is served: a block is placed by its offset from the lowest
  * segment the walk reported, as /segments does (docs/security.md, "What
- * each read reveals"). The pool keeps no call stack per live block (the
- * sampled trace's table holds addresses only; stacks go to the store as 'c'
- * events), so "frames" is null: `adaptalloc holders --db` names them from a
- * trace taken with stacks on (docs/operating.md "Who holds the memory").
+ * each read reveals"). The frames of the largest
+ * blocks come from the caller's frames_fn after the walk (the runtime's:
+ * a sampled trace keeps each traced block's stack id beside it, the runtime
+ * the recent stacks' text; docs/http.md "GET /holders"): a list of the
+ * text's lines, or null with "frames_evicted" saying whether a stack was
+ * traced but is no longer kept.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -178,7 +180,39 @@ static const char *kind_name(block_kind k) {
                                                    : "slab";
 }
 
+/* "frames": the text's lines as a list of strings (a last empty line
+ * dropped), or null; then "frames_evicted". */
+static void put_frames(aa__buf *b, aa_pool *pool, const big_t *x, aa_http_frames_fn fn,
+                       void *user) {
+  char *text = NULL;
+  size_t len = 0;
+  int rc = fn != NULL ? fn(user, pool, (const void *)x->address, &text, &len) : AA_ENOENT;
+  if (rc != AA_OK || text == NULL) {
+    aa__buf_printf(b, ",\"frames\":null,\"frames_evicted\":%s", rc == AA_ELIMIT ? "true" : "false");
+    free(text);
+    return;
+  }
+  aa__buf_puts(b, ",\"frames\":[");
+  size_t at = 0;
+  bool first = true;
+  while (at < len) {
+    const char *nl = memchr(text + at, '\n', len - at);
+    size_t end = nl != NULL ? (size_t)(nl - text) : len;
+    aa__buf_printf(b, "%s", first ? "" : ",");
+    aa__buf_json_str(b, text + at, end - at);
+    first = false;
+    at = end + 1;
+  }
+  aa__buf_puts(b, "],\"frames_evicted\":false");
+  free(text);
+}
+
 int aa_http_holders_json(aa_pool *pool, unsigned top, char **out, size_t *len) {
+  return aa_http_holders_json_frames(pool, top, NULL, NULL, out, len);
+}
+
+int aa_http_holders_json_frames(aa_pool *pool, unsigned top, aa_http_frames_fn frames_fn,
+                                void *user, char **out, size_t *len) {
   walk_t w;
   aa__buf b;
   size_t i, j;
@@ -236,10 +270,12 @@ int aa_http_holders_json(aa_pool *pool, unsigned top, char **out, size_t *len) {
      * address leaves the process */
     aa__buf_printf(&b,
                    "%s{\"offset\":%llu,\"size\":%llu,\"requested\":%llu,\"kind\":\"%s\","
-                   "\"stitched\":%s,\"frames\":null}",
+                   "\"stitched\":%s",
                    i > 0 ? "," : "", (unsigned long long)(x->address - w.lowest),
                    (unsigned long long)x->size, (unsigned long long)x->requested,
                    kind_name(x->kind), x->stitched ? "true" : "false");
+    put_frames(&b, pool, x, frames_fn, user);
+    aa__buf_puts(&b, "}");
   }
   aa__buf_puts(&b, "]}");
   {

@@ -634,10 +634,12 @@ def live_holders_text(h):
             frames = e.get("frames")
             out.append("  +%-14d %10s  %-7s %s" % (
                 e["offset"], fmt_bytes(e["size"]), e.get("kind", "?"),
-                " <- ".join(frames[:4]) if frames else "(no stack)"))
+                " <- ".join(frames[:4]) if frames
+                else "(stack evicted)" if e.get("frames_evicted") else "(no stack)"))
         out.append("")
-    if any(d.get("largest") for d in h["pools"]):
-        out.append("stacks: the job keeps none per live block; trace with stacks on and ask "
+    if any(d.get("largest") for d in h["pools"]) and not any(
+            e.get("frames") for d in h["pools"] for e in d.get("largest", [])):
+        out.append("stacks: only while a sampled trace with stacks is on; or ask "
                    "`adaptalloc holders --db` (docs/operating.md \"Who holds the memory\")")
     return "\n".join(out).rstrip("\n")
 

@@ -472,6 +472,7 @@ static void rt_stop(aa_runtime *rt) {
   size_t i;
 
   aa__rt_services_stop(rt); /* server, loop, snapshots, store — before pools go */
+  aa__rt_stacks_clear(rt);   /* no /holders and no trace after the services */
 
   pthread_mutex_lock(&rt->lock);
   for (i = 0; i < AA_MAX_DEVICES; i++)
@@ -545,6 +546,9 @@ int aa_runtime_new(const aa_runtime_config *cfg, aa_runtime **out) {
   if (pthread_mutex_init(&rt->oom.mu, NULL) != 0)
     goto done;
   inited++;
+  if (pthread_mutex_init(&rt->stacks.mu, NULL) != 0)
+    goto done;
+  inited++;
   aa__rt_apply_config(rt, cfg);
   rt->started_ns = aa_now_ns();
   aa__rt_services_start(rt);
@@ -554,6 +558,8 @@ int aa_runtime_new(const aa_runtime_config *cfg, aa_runtime **out) {
   rc = AA_OK;
 done:
   if (rt != NULL) {
+    if (inited > 6)
+      pthread_mutex_destroy(&rt->stacks.mu);
     if (inited > 5)
       pthread_mutex_destroy(&rt->oom.mu);
     if (inited > 4)
@@ -582,6 +588,7 @@ void aa_runtime_destroy(aa_runtime *rt) {
   rt->shut_down = true;
   pthread_mutex_unlock(&rt->lock);
   rt_stop(rt);
+  pthread_mutex_destroy(&rt->stacks.mu);
   pthread_mutex_destroy(&rt->oom.mu);
   pthread_cond_destroy(&rt->svc.ticker_cond);
   pthread_mutex_destroy(&rt->svc.ticker_lock);

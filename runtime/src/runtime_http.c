@@ -551,6 +551,18 @@ static int prov_segments_json(void *user, const char *pool, char **out,
   return AA_ENOENT;
 }
 
+/* A live block's stack for /holders: the id its pool keeps beside it while
+ * a sampled trace runs (aa_pool_trace_frame_of), the text from the recent
+ * stacks (runtime_stacks.c). Tracing off: none. */
+static int holders_frames(void *user, aa_pool *pool, const void *ptr, char **text, size_t *len) {
+  aa_runtime *rt = user;
+  *text = NULL;
+  *len = 0;
+  if (!atomic_load(&rt->svc.tracing))
+    return AA_ENOENT;
+  return aa__rt_stacks_get(rt, rt->svc.run_id, aa_pool_trace_frame_of(pool, ptr), text, len);
+}
+
 static int prov_holders_json(void *user, const char *pool, unsigned top, char **out,
                              size_t *len) {
   aa_runtime *rt = user;
@@ -559,7 +571,7 @@ static int prov_holders_json(void *user, const char *pool, unsigned top, char **
 
   for (i = 0; i < n; i++)
     if (strcmp(aa_pool_name(pools[i]), pool) == 0)
-      return aa_http_holders_json(pools[i], top, out, len);
+      return aa_http_holders_json_frames(pools[i], top, holders_frames, rt, out, len);
   return AA_ENOENT;
 }
 

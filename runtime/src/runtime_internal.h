@@ -7,7 +7,8 @@
  * force, the pools' overrides, the one commit every change takes) and
  * runtime_http.c (the server's callbacks and start); runtime_json.c is
  * the /history merge; runtime_oom.c the out-of-memory records;
- * runtime_config.c the configuration; runtime_token.c the token file.
+ * runtime_config.c the configuration; runtime_token.c the token file;
+ * runtime_stacks.c the live trace's recent call stacks (GET /holders).
  *
  * Layers, bottom first: a file uses what its own layer and the layers below
  * define, never what a higher layer defines (tools/check-layers.sh reads
@@ -16,7 +17,7 @@
  * the runtime started is called by runtime.c, never the other way round:
  *   layer 0 state:     runtime_state.c runtime_config.c runtime_json.c
  *                      runtime_token.c
- *   layer 1 records:   runtime_oom.c runtime_devices.c
+ *   layer 1 records:   runtime_oom.c runtime_devices.c runtime_stacks.c
  *   layer 2 policy:    runtime_policy.c
  *   layer 3 http:      runtime_http.c
  *   layer 4 services:  runtime_services.c
@@ -110,6 +111,31 @@ typedef struct aa__rt_services {
   atomic_uint_fast64_t policy_rejects;
 } aa__rt_services;
 
+/* The live trace's recent call stacks (runtime_stacks.c): the text of each
+ * store frames id (aa_store_frames_id) that aa_rt_trace_frames attached to
+ * a block, so that GET /holders names a live block's stack from the id its
+ * pool keeps beside it (aa_pool_trace_frame_of). Direct-mapped by id (ids
+ * are handed out 1, 2, ... a run, so the newest AA__RT_STACKS distinct
+ * stacks sit in distinct slots), at most AA__RT_STACKS_BYTES of text (past
+ * it, the oldest slots in sweep order are dropped). A dropped stack is
+ * "evicted": /holders says frames null, frames_evicted true. Guarded by mu
+ * (a leaf lock); slot is NULL until the first stack. */
+#define AA__RT_STACKS 4096u /* a power of two */
+#define AA__RT_STACKS_BYTES ((size_t)4 << 20)
+typedef struct aa__rt_stack {
+  int64_t run;
+  uint64_t id;
+  size_t len;
+  char text[]; /* len bytes, NUL after */
+} aa__rt_stack;
+typedef struct aa__rt_stacks {
+  pthread_mutex_t mu;
+  aa__rt_stack **slot; /* AA__RT_STACKS, calloc'd at the first stack */
+  size_t bytes;        /* text held */
+  unsigned sweep;      /* the next slot dropped for room */
+  uint64_t evicted;    /* stacks dropped (a slot's id replaced, or for room) */
+} aa__rt_stacks;
+
 /* The out-of-memory records of one runtime's pools (runtime_oom.c). */
 #define AA__RT_OOM_PENDING 16
 typedef struct aa__rt_oom {
@@ -182,6 +208,7 @@ struct aa_runtime {
 
   aa__rt_services svc;
   aa__rt_oom oom;
+  aa__rt_stacks stacks;
 };
 
 /* runtime_state.c */
@@ -342,6 +369,18 @@ int aa__rt_prov_policy_change(aa_runtime *rt, const aa_http_policy_change *c, bo
  * has none for it) selects backend "managed", and then its settings in *mc
  * (device 0). AA_OK, or the policy's error with *managed false. */
 int aa__rt_pool_backend(aa_runtime *rt, const char *region, bool *managed, aa_managed_config *mc);
+/* runtime_stacks.c: the live trace's recent call stacks */
+/* Keeps a copy of frames (len bytes) as the stack of store id `id` in
+ * `run`, replacing whatever held its slot. AA_OK, AA_ENOMEM (nothing kept;
+ * its blocks then read as evicted). */
+int aa__rt_stacks_put(aa_runtime *rt, int64_t run, uint64_t id, const char *frames, size_t len);
+/* The text of id in run: AA_OK with *text malloc'd (free()) and *len;
+ * AA_ELIMIT when it is no longer kept (evicted); AA_ENOENT for id 0;
+ * AA_ENOMEM. */
+int aa__rt_stacks_get(aa_runtime *rt, int64_t run, uint64_t id, char **text, size_t *len);
+/* Drops every stack (the runtime's stop); the lock stays usable. */
+void aa__rt_stacks_clear(aa_runtime *rt);
+
 /* runtime_oom.c: out-of-memory records */
 /* Sets rt's OOM observer on a new pool. */
 void aa__rt_oom_watch(aa_runtime *rt, aa_pool *pool);

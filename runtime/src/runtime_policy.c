@@ -653,6 +653,11 @@ int aa_rt_trace_frames(aa_runtime *rt, aa_pool *pool, const void *ptr, const cha
   int rc = aa_store_frames_id(rt->svc.store, frames, len, &id);
   if (rc != AA_OK)
     return rc == AA_ENOENT ? AA_ECLOSED : rc;
+  /* A sampled trace keeps the id beside the block (a trace of every event
+   * keeps no table): keep its text too, before the id is there to be read,
+   * for GET /holders. Not kept (no memory): the block reads as evicted. */
+  if (!(atomic_load(&rt->svc.trace_every) == 1 && atomic_load(&rt->svc.trace_min_bytes) == 0))
+    (void)aa__rt_stacks_put(rt, rt->svc.run_id, id, frames, len);
   return aa_pool_trace_frame(pool, ptr, id);
 }
 

@@ -30,6 +30,7 @@ static aa_runtime rt_default = {
             .ticker_cond = PTHREAD_COND_INITIALIZER,
         },
     .oom = {.mu = PTHREAD_MUTEX_INITIALIZER},
+    .stacks = {.mu = PTHREAD_MUTEX_INITIALIZER},
 };
 aa_runtime *aa__rt_default(void) { return &rt_default; }
 

@@ -117,7 +117,8 @@ class TestServerCli(Base):
         self.assertLessEqual(len(d["largest"]), 3)
         for e in d["largest"]:
             self.assertIn(e["kind"], ("slab", "large", "planned"))
-            self.assertIsNone(e["frames"])
+            self.assertIsNone(e["frames"])  # no trace here
+            self.assertFalse(e["frames_evicted"])
             self.assertNotIn("ptr", e)  # no address leaves the job
         sizes = [e["size"] for e in d["largest"]]
         self.assertEqual(sizes, sorted(sizes, reverse=True))
@@ -313,6 +314,32 @@ class TestServerCli(Base):
         self.assertEqual(rc, 2, err)
         rc, _, err = self.cli("--url", self.url, "--rank", "-1", "status")
         self.assertEqual(rc, 2, err)
+
+
+class LiveHoldersText(unittest.TestCase):
+    """The text form of a live /holders answer: a block's frames while a
+    sampled trace with stacks keeps them, "(stack evicted)" for a stack the
+    job dropped, "(no stack)" else; the hint only when no block has one."""
+
+    def test_frames_evicted_none(self):
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("aa_cli_text", CLI)
+        cli = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(cli)
+        row = {"offset": 0, "size": 3 << 20, "kind": "large", "frames": None,
+               "frames_evicted": False}
+        doc = {"pool": "device0", "live_blocks": 3, "live_bytes": 9 << 20,
+               "requested_bytes": 9 << 20, "walk_us": 5, "top_sizes": [],
+               "largest": [dict(row, frames=["train.py:42:step", "train.py:90:<module>"]),
+                           dict(row, offset=1 << 22, frames_evicted=True),
+                           dict(row, offset=1 << 23)]}
+        out = cli.live_holders_text({"pools": [doc]}).splitlines()
+        self.assertIn("train.py:42:step <- train.py:90:<module>", out[-3])
+        self.assertTrue(out[-2].endswith("(stack evicted)"), out)
+        self.assertTrue(out[-1].endswith("(no stack)"), out)
+        doc["largest"] = [dict(row)]
+        out = cli.live_holders_text({"pools": [doc]})
+        self.assertIn("only while a sampled trace with stacks is on", out)
 
 
 class ModuleWithoutNative(Base):

@@ -436,7 +436,7 @@ AA_EXTERN void aa_pool_set_trace(aa_pool *pool, aa_trace_fn fn, void *user);
  * streams ('u') and the frames ('c') of a block are traced exactly when its
  * allocation was: the pool keeps the traced live blocks in a table of
  * AA_TRACE_SAMPLE_SLOTS addresses (allocated at the first sampled setting,
- * about 512 KiB, freed with the pool); an allocation that finds no room is
+ * about 768 KiB with the stack id beside each, freed with the pool); an allocation that finds no room is
  * not traced (counted as table_full). Blocks allocated before the call are
  * not in the sample: their frees are not traced. The trace is off during the
  * call (a few events may be missed); the same rules as aa_pool_set_trace
@@ -454,6 +454,13 @@ AA_EXTERN bool aa_pool_trace_wants(aa_pool *pool, const void *ptr);
  * so. Returns AA_OK when traced, AA_ENOENT when the block is not in the
  * trace, AA_EINVAL for NULL pool or ptr or frame 0. */
 AA_EXTERN int aa_pool_trace_frame(aa_pool *pool, const void *ptr, uint64_t frame);
+/* The id last given to aa_pool_trace_frame for the live block at ptr, kept
+ * beside the block in the sample's table: 0 when the pool is not sampling
+ * now (a trace of every event keeps no table), the block is not in the
+ * sample, or it had no frame (or one past 32 bits). A reader's answer: the
+ * block may be freed meanwhile (then 0, or the id of the block that took
+ * the address since). Lock-free: at most 32 probes of the table. */
+AA_EXTERN uint64_t aa_pool_trace_frame_of(aa_pool *pool, const void *ptr);
 /* The sampling's counters since the last aa_pool_set_trace_sampled that
  * turned sampling on: allocations traced, allocations not drawn, traced
  * blocks live now, allocations not traced for want of room in the table.

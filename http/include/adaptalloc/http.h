@@ -274,15 +274,29 @@ AA_EXTERN int aa_http_segments_json(aa_pool *pool, char **out, size_t *len);
  *    "walk_us":T,"top_sizes":[{"size":requested,"blocks":n,"bytes":held},...],
  *    "distinct_sizes":D,"other":{"blocks":n,"bytes":held},
  *    "largest":[{"offset":O,"size":S,"requested":R,"kind":"slab|large|planned",
- *                "stitched":false,"frames":null},...]}
+ *                "stitched":false,"frames":null,"frames_evicted":false},...]}
  * sizes: the `top` requested sizes holding the most block bytes (at most
  * 32768 distinct sizes are told apart; the blocks of any further size are
  * "other"); largest: the `top` largest live blocks, largest first, placed by
  * their offset from the lowest segment of the walk (no address is served).
- * frames is null: the pool keeps no call stack per live block. top is 1 to
- * AA_HTTP_HOLDERS_MAX. *out is malloc'd (free()). AA_EINVAL, AA_ENOMEM. */
+ * frames is null here: aa_http_holders_json_frames names them. top is 1
+ * to AA_HTTP_HOLDERS_MAX. *out is malloc'd (free()). AA_EINVAL, AA_ENOMEM. */
 #define AA_HTTP_HOLDERS_MAX 100
 AA_EXTERN int aa_http_holders_json(aa_pool *pool, unsigned top, char **out, size_t *len);
+
+/* The call stack of the live block at ptr of pool, for /holders: AA_OK with
+ * *text malloc'd (the frames, one a line; the caller frees it) and *len;
+ * AA_ENOENT when no stack is known for it; AA_ELIMIT when it was traced
+ * with a stack that is no longer kept (evicted). Called after the walk, for
+ * the `top` largest blocks only. */
+typedef int (*aa_http_frames_fn)(void *user, aa_pool *pool, const void *ptr, char **text,
+                                 size_t *len);
+/* aa_http_holders_json, with each of the largest blocks' "frames" from
+ * frames_fn (NULL: none): a list of strings, one a line of the text, or
+ * null; and "frames_evicted": true where frames_fn said AA_ELIMIT (else
+ * false). The runtime's /holders (docs/http.md "GET /holders"). */
+AA_EXTERN int aa_http_holders_json_frames(aa_pool *pool, unsigned top, aa_http_frames_fn frames_fn,
+                                          void *user, char **out, size_t *len);
 
 /* Renders snapshots of n pools as Prometheus text exposition (format 0.0.4)
  * into a malloc'd NUL-terminated string (*out, freed with free(); *len its

@@ -87,6 +87,13 @@ int aa_http_holders_json(aa_pool *pool, unsigned top, char **out, size_t *len) {
   return AA_ENOTSUP;
 }
 
+int aa_http_holders_json_frames(aa_pool *pool, unsigned top, aa_http_frames_fn frames_fn,
+                                void *user, char **out, size_t *len) {
+  (void)frames_fn;
+  (void)user;
+  return aa_http_holders_json(pool, top, out, len);
+}
+
 int aa_http_segments_json(aa_pool *pool, char **out, size_t *len) {
   (void)pool;
   if (out != NULL)
