@@ -338,8 +338,7 @@ static void *consumer(void *arg) {
       uint64_t fr = aa_pool_trace_frame_of(t->f->p, p);
       assert_true(fr == 0 || fr == frame_for(p));
       aa_free(t->f->p, p, 0, NULL);
-    }
-    else if (done)
+    } else if (done)
       return NULL;
   }
 }

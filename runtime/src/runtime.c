@@ -472,7 +472,7 @@ static void rt_stop(aa_runtime *rt) {
   size_t i;
 
   aa__rt_services_stop(rt); /* server, loop, snapshots, store — before pools go */
-  aa__rt_stacks_clear(rt);   /* no /holders and no trace after the services */
+  aa__rt_stacks_clear(rt);  /* no /holders and no trace after the services */
 
   pthread_mutex_lock(&rt->lock);
   for (i = 0; i < AA_MAX_DEVICES; i++)
