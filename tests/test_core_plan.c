@@ -1375,6 +1375,29 @@ static void test_core_plan_small_past_cache(void **state) {
   small_past_in(AA_LARGE_CACHE);
 }
 
+/* The backend refuses new memory from now on: a cap at what the pool
+ * holds (`cap`), or its next call failing. */
+static void refuse(fx *f, bool cap, uint64_t reserved) {
+  if (cap)
+    aa_pool_set_limit(f->p, (size_t)reserved);
+  else
+    aa_backend_host_fail_nth(f->b, 1, true);
+}
+
+/* After a refused request: the plan dropped once and the request served
+ * from its arena's room (nothing more reserved), no misuse, every byte
+ * right; then the backend gives again. */
+static void served_by_arena(fx *f, shadow *s, uint64_t dropped, uint64_t reserved) {
+  aa_pool_stats st = stats(f);
+  assert_int_equal(st.large_plans_dropped, dropped + 1);
+  assert_int_not_equal(st.large_plan_state, AA_PLAN_ACTIVE);
+  assert_int_equal(st.bytes_reserved, reserved);
+  assert_int_equal(f->misuses, 0);
+  check_all(f, s);
+  aa_backend_host_fail_nth(f->b, 0, false);
+  aa_pool_set_limit(f->p, 0);
+}
+
 /* The backend refuses new memory mid-step (fault injection, or the pool at
  * its cap: limit_bytes) for a request the plan would hold for (a small one
  * under the peak; a grown one of a slot whose sizes vary): the plan yields
@@ -1394,19 +1417,9 @@ static void refused_small_in(aa_large_mode mode, bool cap) {
   assert_int_equal(st.large_plan_state, AA_PLAN_ACTIVE);
   assert_true(st.large_plan_live_bytes < st.large_plan_bytes);
   uint64_t d0 = st.large_plans_dropped, r0 = st.bytes_reserved;
-  if (cap)
-    aa_pool_set_limit(f->p, (size_t)r0);
-  else
-    aa_backend_host_fail_nth(f->b, 1, true);
+  refuse(f, cap, r0);
   (void)sh_alloc(f, s, MiB, NULL);
-  st = stats(f);
-  assert_int_equal(st.large_plans_dropped, d0 + 1);
-  assert_int_not_equal(st.large_plan_state, AA_PLAN_ACTIVE);
-  assert_int_equal(st.bytes_reserved, r0); /* the arena's room */
-  assert_int_equal(f->misuses, 0);
-  check_all(f, s);
-  aa_backend_host_fail_nth(f->b, 0, false);
-  aa_pool_set_limit(f->p, 0);
+  served_by_arena(f, s, d0, r0);
   step_rest(f, s, &t, mine, 3);
   check_all(f, s);
   free_all(f, s);
@@ -1440,23 +1453,13 @@ static void refused_grown_in(aa_large_mode mode, bool cap) {
   aa_pool_stats st = stats(f);
   assert_int_equal(st.large_plan_state, AA_PLAN_ACTIVE);
   uint64_t d0 = st.large_plans_dropped, m0 = st.large_plan_misses, r0 = st.bytes_reserved;
-  if (cap)
-    aa_pool_set_limit(f->p, (size_t)r0);
-  else
-    aa_backend_host_fail_nth(f->b, 1, true);
+  refuse(f, cap, r0);
   steps u = t;
   u.bytes[0] += MiB;
   unsigned char *mine[NREQ] = {NULL};
   step_one(f, s, &u, mine, 0);
-  st = stats(f);
-  assert_int_equal(st.large_plan_misses, m0 + 1);
-  assert_int_equal(st.large_plans_dropped, d0 + 1);
-  assert_int_not_equal(st.large_plan_state, AA_PLAN_ACTIVE);
-  assert_int_equal(st.bytes_reserved, r0);
-  assert_int_equal(f->misuses, 0);
-  check_all(f, s);
-  aa_backend_host_fail_nth(f->b, 0, false);
-  aa_pool_set_limit(f->p, 0);
+  assert_int_equal(stats(f).large_plan_misses, m0 + 1);
+  served_by_arena(f, s, d0, r0);
   step_rest(f, s, &t, mine, 1);
   check_all(f, s);
   free_all(f, s);
