@@ -538,6 +538,25 @@ void aa__http_ep_oom(aa__http_state *st, const aa__http_req *req, aa__http_resp 
   aa__http_set_body(r, 200, CT_JSON, out, len);
 }
 
+/* The answer of a provider that renders one pool's JSON (segments,
+ * holders): 200 with `out` (taken), 404 naming an unknown pool, or the
+ * provider's error. */
+static void pool_answer(aa__http_resp *r, const aa__http_req *req, const char *pool,
+                        const char *what, int rc, char *out, size_t len) {
+  if (rc == AA_OK && out != NULL) {
+    aa__http_set_body(r, 200, CT_JSON, out, len);
+    return;
+  }
+  free(out);
+  if (rc == AA_ENOENT) {
+    char text[96];
+    snprintf(text, sizeof text, "no pool named '%s'", pool);
+    aa__http_error_doc(r, req, 404, text, AA_ENOENT);
+    return;
+  }
+  aa__http_provider_error(r, req, rc != AA_OK ? rc : AA_EIO, what, NULL);
+}
+
 void aa__http_ep_segments(aa__http_state *st, const aa__http_req *req,
                           aa__http_resp *r) {
   static const char *const allowed[] = {"pool", NULL};
@@ -553,18 +572,7 @@ void aa__http_ep_segments(aa__http_state *st, const aa__http_req *req,
     return;
   }
   rc = st->prov.segments_json(st->prov.user, pool, &out, &len);
-  if (rc != AA_OK || out == NULL) {
-    free(out);
-    if (rc == AA_ENOENT) {
-      char text[96];
-      snprintf(text, sizeof text, "no pool named '%s'", pool);
-      aa__http_error_doc(r, req, 404, text, AA_ENOENT);
-      return;
-    }
-    aa__http_provider_error(r, req, rc != AA_OK ? rc : AA_EIO, "segments", NULL);
-    return;
-  }
-  aa__http_set_body(r, 200, CT_JSON, out, len);
+  pool_answer(r, req, pool, "segments", rc, out, len);
 }
 
 void aa__http_ep_holders(aa__http_state *st, const aa__http_req *req,
@@ -585,16 +593,5 @@ void aa__http_ep_holders(aa__http_state *st, const aa__http_req *req,
     return;
   }
   rc = st->prov.holders_json(st->prov.user, pool, (unsigned)top, &out, &len);
-  if (rc != AA_OK || out == NULL) {
-    free(out);
-    if (rc == AA_ENOENT) {
-      char text[96];
-      snprintf(text, sizeof text, "no pool named '%s'", pool);
-      aa__http_error_doc(r, req, 404, text, AA_ENOENT);
-      return;
-    }
-    aa__http_provider_error(r, req, rc != AA_OK ? rc : AA_EIO, "holders", NULL);
-    return;
-  }
-  aa__http_set_body(r, 200, CT_JSON, out, len);
+  pool_answer(r, req, pool, "holders", rc, out, len);
 }
