@@ -539,16 +539,21 @@ static int prov_history_json(void *user, const aa_http_history_query *q,
   return rc;
 }
 
-static int prov_segments_json(void *user, const char *pool, char **out,
-                              size_t *len) {
-  aa_runtime *rt = user;
+/* The runtime's pool of that name, or NULL (pools live until shutdown). */
+static aa_pool *pool_named(aa_runtime *rt, const char *name) {
   aa_pool *pools[AA_RT_MAX_POOLS];
   size_t n = aa__rt_pools_snapshot(rt, pools, AA_RT_MAX_POOLS), i;
 
   for (i = 0; i < n; i++)
-    if (strcmp(aa_pool_name(pools[i]), pool) == 0)
-      return aa_http_segments_json(pools[i], out, len);
-  return AA_ENOENT;
+    if (strcmp(aa_pool_name(pools[i]), name) == 0)
+      return pools[i];
+  return NULL;
+}
+
+static int prov_segments_json(void *user, const char *pool, char **out,
+                              size_t *len) {
+  aa_pool *p = pool_named(user, pool);
+  return p != NULL ? aa_http_segments_json(p, out, len) : AA_ENOENT;
 }
 
 /* A live block's stack for /holders: the id its pool keeps beside it while
@@ -565,14 +570,9 @@ static int holders_frames(void *user, aa_pool *pool, const void *ptr, char **tex
 
 static int prov_holders_json(void *user, const char *pool, unsigned top, char **out,
                              size_t *len) {
-  aa_runtime *rt = user;
-  aa_pool *pools[AA_RT_MAX_POOLS];
-  size_t n = aa__rt_pools_snapshot(rt, pools, AA_RT_MAX_POOLS), i;
-
-  for (i = 0; i < n; i++)
-    if (strcmp(aa_pool_name(pools[i]), pool) == 0)
-      return aa_http_holders_json_frames(pools[i], top, holders_frames, rt, out, len);
-  return AA_ENOENT;
+  aa_pool *p = pool_named(user, pool);
+  return p != NULL ? aa_http_holders_json_frames(p, top, holders_frames, user, out, len)
+                   : AA_ENOENT;
 }
 
 static int prov_runs_json(void *user, char **out, size_t *len) {
