@@ -23,7 +23,7 @@
  * the large one cut before it does not leave a hole at each end of a run
  * of freed large blocks (docs/core.md, "Placement"); a small request takes
  * a hole between live large blocks before its own region grows
- * (find_fit_between).
+ * (find_fit_other).
  * Parking (park_take/park): a chunk freed whole waits, unmerged, for an
  * exact-size request on its stream (one beside free memory only while no
  * exact hole of the size lies elsewhere). The per-thread large-block cache
@@ -597,51 +597,38 @@ static aa__chunk *find_fit(aa_pool *pool, size_t need, aa_stream stream, bool ha
   return NULL;
 }
 
-/* A small request (aa__lg_small) that its own region cannot serve without
- * new memory: the best-fitting free chunk of the larger requests' region
- * that lies between two blocks still in use (not free, so no freed
- * neighbour's room is cut: the hole is memory held anyway) and is mapped
- * now. Without it, the moe step of `adaptalloc-bench steps` reserved about
- * 0.3% more than with one region (its router logits and expert indices,
- * 16 KiB-1 MiB, mapped pages of their own while holes among the experts'
- * tensors stayed free); the tail where the large blocks are cut one after
- * another, where a small block outliving its neighbour pins a hole, is not
- * between two live blocks. Runs only when the region's own search found
- * nothing, before the growth path's settle and waits (after them, it sent
- * every such request through those scans: 5% more instructions a call on
- * that step). */
-static aa__chunk *find_fit_between(aa_pool *pool, size_t need, aa_stream stream) {
-  for (unsigned b = next_bin(pool, aa__lg_bin_of(need)); b < AA__LARGE_BINS;
-       b = next_bin(pool, b + 1)) {
-    aa__chunk *best = NULL;
-    for (aa__chunk *c = pool->large->bins[b]; c; c = c->fnext) {
-      if (c->size < need || (best != NULL && c->size >= best->size) || c->seg->small_reqs ||
-          c->prev == NULL || c->next == NULL || c->prev->free || c->next->free)
-        continue;
-      if (prefix_held(pool, c, need, false) && aa__lg_usable(pool, c, stream))
-        best = c;
-    }
-    if (best != NULL)
-      return best;
-  }
-  return NULL;
-}
-
-/* The backend refused new memory for a request (a pool at its cap): the
- * best-fitting free chunk of the other region, its pages mapped now,
- * before the out-of-memory path (aa__lg_take tries it once, after a
- * segment or a page map was refused). The regions keep requests apart while
- * memory can grow; under a cap, memory free in one is the request's.
- * Without it, a cache-mode pool with 8 MiB free at the end of a large
- * block's segment failed a 600 KiB request (the retry releases only
- * wholly free segments; test_core_place_capped_cache). */
-static aa__chunk *find_fit_other(aa_pool *pool, size_t need, aa_stream stream) {
+/* The best-fitting free chunk of the other region than the one `need`
+ * belongs to (aa__lg_small), its pages mapped now; `between`: only one
+ * that lies between two blocks still in use. Two callers in aa__lg_take:
+ *
+ * - between: a small request that its own region cannot
+ *   serve without new memory takes a hole of the larger requests' region
+ *   (not beside a free chunk, so no freed neighbour's room is cut: the hole
+ *   is memory held anyway). Without it, the moe step of `adaptalloc-bench
+ *   steps` reserved about 0.3% more than with one region (its router logits
+ *   and expert indices, 16 KiB-1 MiB, mapped pages of their own while holes
+ *   among the experts' tensors stayed free); the tail where the large
+ *   blocks are cut one after another, where a small block outliving its
+ *   neighbour pins a hole, is not between two live blocks. It runs only
+ *   when the region's own search found nothing, before the growth path's
+ *   settle and waits (after them, it sent every such request through those
+ *   scans: 5% more instructions a call on that step).
+ * - any: the backend refused new memory (a pool at its
+ *   cap), before the out-of-memory path (tried once, after a segment or a
+ *   page map was refused). The regions keep requests apart while memory can
+ *   grow; under a cap, memory free in one is the request's. Without it, a
+ *   cache-mode pool with 8 MiB free at the end of a large block's segment
+ *   failed a 600 KiB request (the retry releases only wholly free segments;
+ *   test_core_place_capped_cache). */
+static aa__chunk *find_fit_other(aa_pool *pool, size_t need, aa_stream stream, bool between) {
   bool small = aa__lg_small(need);
   for (unsigned b = next_bin(pool, aa__lg_bin_of(need)); b < AA__LARGE_BINS;
        b = next_bin(pool, b + 1)) {
     aa__chunk *best = NULL;
     for (aa__chunk *c = pool->large->bins[b]; c; c = c->fnext) {
       if (c->size < need || (best != NULL && c->size >= best->size) || c->seg->small_reqs == small)
+        continue;
+      if (between && (c->prev == NULL || c->next == NULL || c->prev->free || c->next->free))
         continue;
       if (prefix_held(pool, c, need, false) && aa__lg_usable(pool, c, stream))
         best = c;
@@ -843,7 +830,7 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
     aa__chunk *c = NULL;
     if (other == 1) { /* the backend refused new memory: the other region's free memory */
       other = 2;
-      c = find_fit_other(pool, need, stream);
+      c = find_fit_other(pool, need, stream, false);
       if (c == NULL) {
         *retry = true; /* releasing caches may help */
         return NULL;
@@ -857,9 +844,9 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
       aa__lg_unpark_all(pool); /* parked chunks serve exact repeats; else they merge */
       c = find_fit(pool, need, stream, !reclaimed);
       /* a small request takes a hole between live blocks of the large
-       * ones' region before its own region grows (find_fit_between) */
+       * ones' region before its own region grows (find_fit_other) */
       if (c == NULL && !reclaimed && aa__lg_small(need))
-        c = find_fit_between(pool, need, stream);
+        c = find_fit_other(pool, need, stream, true);
       if (c == NULL && !reclaimed) {
         /* nothing fits in what the pool has (expandable: below the
          * high-water mark, find_fit_mapped): the blocks other threads'

@@ -1328,7 +1328,7 @@ static void stop_following(aa_pool *pool, struct aa__plan *P) {
 /* Whether a small request (aa__lg_small) of need bytes on `stream` could
  * take some of the arena's free room were the arena the path's chunks
  * (aa__lg_carve): a small request takes the larger requests' memory only
- * from a hole between two blocks in use (large.c find_fit_between), so a
+ * from a hole between two blocks in use (large.c find_fit_other), so a
  * clear run of the bitmap of at least need bytes between two live blocks
  * (a chunk in use beyond the arena's edge counts), whose chunk would be
  * freed on the plan's stream. A run beside a room that waits for events
