@@ -27,6 +27,7 @@
 
 #include "adaptalloc/internal/util.h"
 #include "runtime_test.h"
+#include "loopback_get.h"
 
 #define GiB ((uint64_t)1 << 30)
 
@@ -191,27 +192,9 @@ static void test_runtime_devices_json_and_metrics(void **state) {
   free(p);
 }
 
-/* GET path from the runtime's server; the body into buf. */
+/* GET path from the runtime's server; the whole answer into buf. */
 static void http_get(const char *path, char *buf, size_t cap) {
-  char addr[64];
-  assert_int_equal(aa_runtime_http_address(addr, sizeof addr), AA_OK);
-  char *colon = strrchr(addr, ':');
-  assert_non_null(colon);
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  assert_true(fd >= 0);
-  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-  char req[256];
-  int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-                   path);
-  assert_int_equal(write(fd, req, (size_t)n), n);
-  size_t len = 0;
-  ssize_t k;
-  while (len + 1 < cap && (k = read(fd, buf + len, cap - 1 - len)) > 0)
-    len += (size_t)k;
-  buf[len] = '\0';
-  close(fd);
+  loopback_get(runtime_http_port(), path, buf, cap);
 }
 
 /* The real runtime on the host backend: no device pool, so no device

@@ -27,6 +27,7 @@
 
 #include "adaptalloc/runtime.h"
 #include "adaptalloc/store.h"
+#include "loopback_get.h"
 
 static char tmpdir[256];
 
@@ -57,23 +58,9 @@ static aa_runtime *start(const char *name, char *db, size_t cap) {
   return rt;
 }
 
-/* GET path from rt's server (loopback); the body into buf. */
+/* GET path from rt's server (loopback); the whole answer into buf. */
 static void http_get(aa_runtime *rt, const char *path, char *buf, size_t cap) {
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)aa_rt_http_port(rt))};
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  assert_true(fd >= 0);
-  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-  char req[256];
-  int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-                   path);
-  assert_int_equal(write(fd, req, (size_t)n), n);
-  size_t len = 0;
-  ssize_t k;
-  while (len + 1 < cap && (k = read(fd, buf + len, cap - 1 - len)) > 0)
-    len += (size_t)k;
-  buf[len] = '\0';
-  close(fd);
+  loopback_get(aa_rt_http_port(rt), path, buf, cap);
 }
 
 static int patch(aa_runtime *rt, const char *doc, char *err, size_t cap) {
