@@ -67,9 +67,7 @@ static bool parse_num(const char *s, const char *e, uint64_t *out) {
 
 /* An id (pointer, stream): 0x-hex, decimal, bare hex digits, or "(nil)". */
 static bool parse_id(const char *s, const char *e, uint64_t *out) {
-  if (e - s > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))
-    return parse_hex_digits(s + 2, e, out);
-  if (parse_dec(s, e, out))
+  if (parse_num(s, e, out))
     return true;
   if (e - s == 5 && memcmp(s, "(nil)", 5) == 0) {
     *out = 0;
