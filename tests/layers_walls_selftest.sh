@@ -12,17 +12,9 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
-run() { # expect-rc label
-  local want=$1 label=$2 out rc=0
-  out=$(bash "$here/tools/check-layers.sh" "$tmp/src/core_internal.h" "$list" "$NM" 2>&1) || rc=$?
-  if [[ $rc -ne $want ]]; then
-    echo "FAIL $label: rc $rc, want $want"
-    echo "$out"
-    fail=1
-  else
-    echo "ok   $label: $(tail -1 <<<"$out")"
-  fi
-}
+# shellcheck source=tests/layers_selftest_lib.sh
+. "$here/tests/layers_selftest_lib.sh"
+run() { expect_layers "$1" "$2" "$tmp/src/core_internal.h" "$list"; } # expect-rc label
 fresh() { rm -rf "$tmp/src" && cp -r "$src" "$tmp/src"; }
 
 fresh
