@@ -167,7 +167,7 @@ def _plan(m, out):
     torch.save(_plan_steps(40, side_every=3), out)
     if m is not None:
         st = json.loads(m.stats_json(0))
-        pool = next(p for p in st["pools"] if p.get("backend") == "cuda")
+        pool = st  # stats_json(device): that device's pool, one object
         print(json.dumps({k: pool.get(k) for k in (
             "large_plan_state", "large_plan_period", "large_plan_bytes", "large_plan_hits",
             "large_plan_misses", "large_plans_adopted", "large_plans_dropped",
@@ -189,14 +189,23 @@ def _stitch(m):
     torch.cuda.synchronize()
     reserved0 = torch.cuda.memory_reserved()
     side = torch.cuda.Stream()
+    steps = {}  # reserved after each step: where it grew, when it does
     with torch.cuda.stream(side):
         x = torch.empty(10 * mib, **u8)
+        steps["alloc"] = torch.cuda.memory_reserved()
         x.fill_(7)
+        steps["fill"] = torch.cuda.memory_reserved()
         s1 = int(x.sum(dtype=torch.int64))
+        steps["sum"] = torch.cuda.memory_reserved()
     side.synchronize()
     st = json.loads(m.stats_json(0))
     reserved1 = torch.cuda.memory_reserved()
     snap = torch.cuda.memory._snapshot()
+    # the segments as (size MiB, stream, [(block KiB, state)...]): shown when
+    # an assertion fails
+    seg_view = [(sg["total_size"] >> 20, sg["stream"] != 0,
+                 [(b["size"] >> 10, b["state"][:6]) for b in sg["blocks"]][:12])
+                for sg in snap["segments"]]
     seg_total = sum(sg["total_size"] for sg in snap["segments"])
     tiles_ok = all(sum(b["size"] for b in sg["blocks"]) == sg["total_size"]
                    for sg in snap["segments"])
@@ -209,7 +218,9 @@ def _stitch(m):
     print(json.dumps({"reserved0": reserved0, "reserved1": reserved1,
                       "stitches": st.get("large_stitches"), "sum1": s1, "sum2": s2,
                       "keeps_ok": keeps_ok, "seg_total": seg_total, "tiles_ok": tiles_ok,
-                      "reserved_snap": torch.cuda.memory_reserved()}))
+                      "reserved_snap": torch.cuda.memory_reserved(), "steps": steps,
+                      "segments": seg_view,
+                      "large": {k: v for k, v in st.items() if k.startswith("large_")}}))
 
 
 def _stream_wait_reuse(m):
@@ -388,6 +399,10 @@ def _cap_survives_loop():
         if adaptalloc.stats()["adapt"]["decisions"] > d0:
             break
     res["decided"] = adaptalloc.stats()["adapt"]["decisions"] > d0
+    if not res["decided"]:  # what the loop saw (shown when the test fails)
+        a = adaptalloc.stats()["adapt"]
+        res["adapt"] = {k: a.get(k) for k in ("enabled", "steps", "decisions",
+                                                "rejected_by_replay", "apply_failures")}
     res["after_loop"] = refused()
     del keep
     torch.cuda.set_per_process_memory_fraction(1.0, 0)
@@ -410,7 +425,11 @@ def _mempool_use_on_oom():
     used = torch.cuda.memory_reserved()
     torch.cuda.set_per_process_memory_fraction(
         (used + 16 * mib) / torch.cuda.get_device_properties(0).total_memory, 0)
-    res = {}
+    # what the MemPool holds before the refused request (shown when an
+    # assertion fails)
+    res = {"pool_bytes": sum(s["total_size"] for s in torch.cuda.memory._snapshot()["segments"]
+                             if tuple(s["segment_pool_id"]) == tuple(pool.id)),
+           "reserved": used}
     try:
         y = torch.empty(48 * mib, dtype=torch.uint8, device="cuda")  # over the cap
         segs = [s for s in torch.cuda.memory._snapshot()["segments"]
@@ -1061,7 +1080,7 @@ def test_mempool_no_split_blocks_are_their_own_segments():
     with torch.cuda.use_mem_pool(pool):
         xs = [torch.empty(n, dtype=torch.uint8, device="cuda") for n in (6 << 20, 10 << 20)]
     segs = [s for s in torch.cuda.memory._snapshot()["segments"]
-            if tuple(s["segment_pool_id"]) == tuple(pool.id) and s["is_large"]]
+            if tuple(s["segment_pool_id"]) == tuple(pool.id) and s["segment_type"] == "large"]
     for x in xs:
         mine = [s for s in segs if s["address"] <= x.data_ptr() < s["address"] + s["total_size"]]
         assert len(mine) == 1
@@ -1093,7 +1112,7 @@ def test_allocator_settings_line_and_mapping(tmp_path):
                         ("max_split_size_mb:64", "ignored"),
                         ("garbage_collection_threshold:0.8", "translated")):
         assert "%s %s" % (key, status) in lines[0], lines[0]
-    assert res["mode"] == "cache" and res["mode_after"] == "expandable", res
+    assert res["mode"] == "cache" and res["mode_after"] == "expandable", (res, r.stderr[-3000:])
     assert any(ln.startswith("adaptalloc: _set_allocator_settings: expandable_segments:True "
                              "translated") for ln in r.stderr.splitlines()), r.stderr
 
