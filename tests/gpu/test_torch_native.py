@@ -465,8 +465,11 @@ def _settings_applied():
     torch.ones(1, device="cuda")
     res = {"fraction": torch.cuda.get_per_process_memory_fraction(0),
            "mode": adaptalloc.policy()["pools"]["device"]["large"]["mode"]}
-    torch.cuda.memory._set_allocator_settings("expandable_segments:True")
-    res["mode_after"] = adaptalloc.policy()["pools"]["device"]["large"]["mode"]
+    # the pool holds memory now: its mode is fixed, the rounding is not
+    torch.cuda.memory._set_allocator_settings("expandable_segments:True,roundup_power2_divisions:8")
+    dev = adaptalloc.policy()["pools"]["device"]
+    res["mode_after"] = dev["large"]["mode"]
+    res["per_doubling_after"] = dev.get("classes", {}).get("per_doubling")
     print(json.dumps(res))
 
 
@@ -1112,9 +1115,17 @@ def test_allocator_settings_line_and_mapping(tmp_path):
                         ("max_split_size_mb:64", "ignored"),
                         ("garbage_collection_threshold:0.8", "translated")):
         assert "%s %s" % (key, status) in lines[0], lines[0]
-    assert res["mode"] == "cache" and res["mode_after"] == "expandable", (res, r.stderr[-3000:])
-    assert any(ln.startswith("adaptalloc: _set_allocator_settings: expandable_segments:True "
-                             "translated") for ln in r.stderr.splitlines()), r.stderr
+    # at _set_allocator_settings the device pool is live: its large mode is
+    # fixed (refused, with the reason and what to do instead), the rounding
+    # applies
+    assert res["mode"] == "cache" and res["mode_after"] == "cache", (res, r.stderr[-3000:])
+    assert res["per_doubling_after"] == 8, (res, r.stderr[-3000:])
+    later = [ln for ln in r.stderr.splitlines()
+             if ln.startswith("adaptalloc: _set_allocator_settings: ")]
+    assert len(later) == 1, r.stderr
+    assert "expandable_segments:True refused (pools.device: large.mode is fixed" in later[0], later
+    assert "PYTORCH_CUDA_ALLOC_CONF" in later[0], later
+    assert "roundup_power2_divisions:8 translated" in later[0], later
 
 
 def test_record_function_annotations_in_history(tmp_path):

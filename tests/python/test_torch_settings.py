@@ -66,3 +66,50 @@ def test_bracketed_lists_keep_their_commas():
     assert [i.key for i in items] == ["roundup_power2_divisions", "max_split_size_mb"]
     assert items[0].status == "ignored" and "one number" in items[0].why
     assert S.parse("") == [] and S.parse(None) == []
+
+
+def test_settle_marks_a_refused_mode_and_applies_the_rest():
+    """_set_allocator_settings on a live device pool: its large mode is
+    fixed, so the policy refuses a patch with it; the key is then marked
+    refused with the policy's words, and the other keys are applied."""
+    seen = []
+
+    def patch_policy(patch):
+        seen.append(patch)
+        if "large" in patch.get("pools", {}).get("device", {}):
+            raise ValueError("pools.device: large.mode is fixed while pool device0 is live "
+                             "(\"cache\" in force, \"expandable\" asked); restart to change it")
+
+    items = S.parse("expandable_segments:True,roundup_power2_divisions:4")
+    fraction, msg = S.settle(items, None, patch_policy)
+    assert fraction is None and msg is None
+    assert seen == [{"pools": {"device": {"large": {"mode": "expandable"},
+                                          "classes": {"per_doubling": 4}}}},
+                    {"pools": {"device": {"classes": {"per_doubling": 4}}}}]
+    mode = items[0]
+    assert mode.status == "refused" and "large.mode is fixed" in mode.why
+    assert "PYTORCH_CUDA_ALLOC_CONF" in mode.why
+    line = S.report(items, "_set_allocator_settings")
+    assert "expandable_segments:True refused (pools.device: large.mode is fixed" in line
+    assert "roundup_power2_divisions:4 translated" in line
+
+
+def test_settle_reports_a_patch_refused_for_another_reason():
+    def patch_policy(patch):
+        raise ValueError("adapt.trim_threshold_bytes: out of range")
+
+    items = S.parse("garbage_collection_threshold:0.5,per_process_memory_fraction:0.5")
+    fraction, msg = S.settle(items, 1 << 30, patch_policy)
+    assert fraction == 0.5
+    assert msg.startswith("the policy refused {'adapt': {'trim_threshold_bytes': ")
+    assert "out of range" in msg and "nothing of it changed" in msg
+    assert items[0].status == "translated"  # not a fixed setting: nothing marked
+
+
+def test_settle_applies_an_accepted_patch_once():
+    seen = []
+    items = S.parse("expandable_segments:False")
+    assert S.settle(items, None, seen.append) == (None, None)
+    assert seen == [{"pools": {"device": {"large": {"mode": "cache"}}}}]
+    assert S.settle(S.parse("max_split_size_mb:64"), None, seen.append) == (None, None)
+    assert len(seen) == 1  # nothing to patch: not called

@@ -12,16 +12,21 @@ with what adaptalloc does with it:
               (the pinned-memory keys: PyTorch's own host allocator)
   ignored     no counterpart; the reason says why
   invalid     not a value PyTorch accepts either
+  refused     translated, but the policy in force refused it (the device
+              pool's large mode is fixed once the pool is made: a later
+              _set_allocator_settings cannot switch it); the reason quotes
+              the policy's refusal, and the other keys still apply
 report(items, source) is the one line that names each key; plan(items,
-device_bytes) the policy patch and the fraction to apply. Neither needs
-torch, so the mapping is tested without a GPU (tests/python); apply()
-does the rest with torch and the runtime. Nothing here raises for a bad
+device_bytes) the policy patch and the fraction to apply; settle() applies
+the patch through a given patch function and marks what it refused. None
+needs torch, so the mapping is tested without a GPU (tests/python);
+apply() does the rest with torch and the runtime. Nothing here raises for a bad
 setting: PyTorch itself refuses those where it reads them.
 """
 import re
 
-HONOURED, TRANSLATED, PASSED, IGNORED, INVALID = (
-    "honoured", "translated", "passed", "ignored", "invalid")
+HONOURED, TRANSLATED, PASSED, IGNORED, INVALID, REFUSED = (
+    "honoured", "translated", "passed", "ignored", "invalid", "refused")
 
 _BOOL = {"true": True, "false": False, "1": True, "0": False}
 
@@ -175,6 +180,37 @@ def plan(items, allowed_bytes=None):
     return patch, fraction
 
 
+def settle(items, allowed_bytes, patch_policy):
+    """Applies plan(items, allowed_bytes)'s policy patch through
+    patch_policy (adaptalloc.patch_policy, or a test's). A policy refuses a
+    patch whole; when what it refused is the device pool's large mode (fixed
+    once the pool is made), the expandable_segments key is marked refused,
+    with the policy's words as its reason, and the rest is applied without
+    it. Returns (fraction, message): the fraction cap to set (None: none)
+    and what to say of a patch refused for another reason (None: applied)."""
+    patch, fraction = plan(items, allowed_bytes)
+    err = None
+    for _ in range(2):
+        if not patch:
+            return fraction, None
+        try:
+            patch_policy(patch)
+            return fraction, None
+        except Exception as e:  # a refused patch changes nothing
+            err = str(e)
+        mode = [i for i in items
+                if i.key.lower() == "expandable_segments" and i.status == TRANSLATED]
+        if not mode or "large.mode" not in err:
+            break
+        for i in mode:
+            i.status = REFUSED
+            i.why = ("%s; give expandable_segments in PYTORCH_CUDA_ALLOC_CONF before the "
+                     "first CUDA allocation, or pools.device.large.mode in the policy file"
+                     % err.rstrip("."))
+        patch, fraction = plan(items, allowed_bytes)
+    return fraction, "the policy refused %r (%s); nothing of it changed" % (patch, err)
+
+
 def _env():
     """(source, text) of the settings in the environment, PyTorch's order:
     PYTORCH_CUDA_ALLOC_CONF wins over PYTORCH_ALLOC_CONF."""
@@ -192,22 +228,18 @@ def apply(torch, text, source, log=None):
     import sys
     import adaptalloc
     items = parse(text)
-    msgs = [report(items, source)]
     allowed = None
     try:
         total = torch.cuda.get_device_properties(0).total_memory
-        patch0, fraction = plan(items, None)
+        fraction = plan(items, None)[1]
         allowed = int(total * (fraction if fraction is not None else
                                torch.cuda.get_per_process_memory_fraction(0)))
     except Exception:  # no device properties: the threshold is left out
-        fraction = plan(items, None)[1]
-    patch, fraction = plan(items, allowed)
-    if patch:
-        try:
-            adaptalloc.patch_policy(patch)
-        except Exception as e:  # a refused patch changes nothing: say so
-            msgs.append("adaptalloc: %s: the policy refused %r (%s); nothing changed"
-                        % (source, patch, e))
+        pass
+    fraction, refused = settle(items, allowed, adaptalloc.patch_policy)
+    msgs = [report(items, source)]
+    if refused:
+        msgs.append("adaptalloc: %s: %s" % (source, refused))
     if fraction is not None:
         for d in range(torch.cuda.device_count()):
             torch.cuda.set_per_process_memory_fraction(fraction, d)
