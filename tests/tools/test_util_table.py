@@ -18,9 +18,9 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOOL = os.path.join(ROOT, "bench", "replay", "util_table.py")
 TRACE = os.path.join(ROOT, "bench", "replay", "traces", "holes-j64-s1.csv.gz")
-# the same with long-lived tensors above 1 MiB, which share the activations'
+# the same with long-lived tensors of 4 MiB, which share the activations'
 # region: the holes stay, and stitching closes them
-HOLES = os.path.join(ROOT, "bench", "replay", "traces", "holes-k1536-s1.csv.gz")
+HOLES = os.path.join(ROOT, "bench", "replay", "traces", "holes-k4096-s1.csv.gz")
 
 
 def run(*args, env=None):
