@@ -163,14 +163,21 @@ static void test_core_expandable_release_forgets(void **state) {
 static void test_core_expandable_fit_fewest_maps(void **state) {
   (void)state;
   fx *f = make(AA_LARGE_EXPANDABLE, 256 * MiB);
-  char *x = aa_alloc(f->p, 24 * MiB, NULL);  /* pages 0..11 */
+  /* x in three blocks, so that s1 after it opens no room (docs/core.md,
+   * "Placement": a 2 MiB block right after a 24 MiB one would) */
+  char *x = aa_alloc(f->p, 8 * MiB, NULL); /* pages 0..11 */
+  char *x2 = aa_alloc(f->p, 8 * MiB, NULL);
+  char *x3 = aa_alloc(f->p, 8 * MiB, NULL);
   char *s1 = aa_alloc(f->p, 2 * MiB, NULL);  /* 12 */
   char *y1 = aa_alloc(f->p, 4 * MiB, NULL);  /* 13, 14 */
   char *y2 = aa_alloc(f->p, 28 * MiB, NULL); /* 15..28 */
   char *s2 = aa_alloc(f->p, 2 * MiB, NULL);  /* 29 */
-  assert_true(x && s1 && y1 && y2 && s2);
+  assert_true(x && x2 && x3 && s1 && y1 && y2 && s2);
+  assert_ptr_equal(x3, x + 16 * MiB);
   assert_ptr_equal(y1, x + 26 * MiB);
   assert_int_equal(aa_free(f->p, x, 0, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, x2, 0, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, x3, 0, NULL), AA_OK);
   assert_int_equal(aa_free(f->p, y1, 0, NULL), AA_OK);
   assert_int_equal(aa_pool_release(f->p), 28 * MiB);   /* x's pages and y1's */
   assert_int_equal(aa_free(f->p, y2, 0, NULL), AA_OK); /* y = y1 + y2, mapped but 13, 14 */

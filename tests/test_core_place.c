@@ -3,9 +3,11 @@
  * "Placement"): requests of at most 1 MiB in segments of their own, apart
  * from larger ones, in both modes, so that the holes small long-lived
  * blocks would leave between freed activations do not form (a hole between
- * live large blocks serves a small request before its region grows); and
- * parking, which takes back a chunk freed beside free memory only when no
- * exact hole of the size lies elsewhere.
+ * live large blocks serves a small request before its region grows);
+ * rooms, where mid-size (1-10 MiB) blocks cut after a much larger block lie
+ * together for the same reason; and parking, which takes back a chunk
+ * freed beside free memory only when no exact hole of the size lies
+ * elsewhere.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,6 +27,7 @@
 #define NACT 8
 #define ACT ((size_t)(15.4 * (double)MiB)) /* an activation: fits no 16 MiB request */
 #define KEEP (600 * KiB)                   /* a small block that outlives it */
+#define KEEP_MID (1536 * KiB)              /* a mid-size one: above the small bound */
 
 /* A pool on the host backend whose large path starts at 16 KiB, as the
  * default policy's device pool. */
@@ -134,6 +137,117 @@ static void test_core_place_regions(void **state) {
   size_t sizes[] = {4 * MiB, 1 * MiB + 4 * KiB, 1 * MiB + 4 * KiB, 512 * KiB, 1 * MiB, 1 * MiB};
   for (int i = 0; i < 6; i++)
     assert_int_equal(aa_free(f->p, bufs[i], sizes[i], NULL), AA_OK);
+  done(f);
+}
+
+/* The holes pattern with mid-size blocks (1.5 MiB: the large requests'
+ * region, bench/replay/holes_trace.py --keep-kib 1536): expandable, the
+ * first opens a room after the first activation and the others fill it, so
+ * the activations after it lie side by side and, freed, serve the 16 MiB
+ * requests with no new memory (before, each kept block sat right after its
+ * activation: 15.4 MiB holes, and both requests mapped new pages). Cache
+ * mode gives each activation a segment of its own already. */
+static void mid_holes(aa_large_mode mode) {
+  fx *f = make_place(mode);
+  char *act[NACT], *keep[NACT], *comb[2];
+  for (int i = 0; i < NACT; i++) {
+    act[i] = aa_alloc(f->p, ACT, NULL);
+    keep[i] = aa_alloc(f->p, KEEP_MID, NULL);
+    assert_non_null(act[i]);
+    assert_non_null(keep[i]);
+  }
+  if (mode == AA_LARGE_EXPANDABLE) { /* one room: the kept blocks together */
+    for (int i = 1; i < NACT; i++)
+      assert_ptr_equal(keep[i], keep[0] + (size_t)i * KEEP_MID);
+  }
+  for (int i = 0; i < NACT; i++)
+    assert_int_equal(aa_free(f->p, act[i], ACT, NULL), AA_OK);
+  aa_pool_stats before = stats(f);
+  for (int i = 0; i < 2; i++) {
+    comb[i] = aa_alloc(f->p, 16 * MiB, NULL);
+    assert_non_null(comb[i]);
+  }
+  aa_pool_stats after = stats(f);
+  assert_int_equal(after.large_bytes_reserved, before.large_bytes_reserved);
+  assert_int_equal(after.large_segments, before.large_segments);
+  assert_int_equal(after.backend_allocs, before.backend_allocs);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(aa_free(f->p, comb[i], 16 * MiB, NULL), AA_OK);
+  for (int i = 0; i < NACT; i++)
+    assert_int_equal(aa_free(f->p, keep[i], KEEP_MID, NULL), AA_OK);
+  done(f);
+}
+
+static void test_core_place_mid_room_expandable(void **state) {
+  (void)state;
+  mid_holes(AA_LARGE_EXPANDABLE);
+}
+
+static void test_core_place_mid_room_cache(void **state) {
+  (void)state;
+  mid_holes(AA_LARGE_CACHE);
+}
+
+/* The rule: a mid-size request cut from the free end right after a live
+ * block at least six times its size opens a 20 MiB room; mid-size requests
+ * fill it, larger ones are cut after it (its memory, where mapped, is
+ * theirs before new pages); below the ratio no room is opened; a mid-size
+ * request that the room at the free end cannot hold extends it; a room
+ * left empty is memory like any other. */
+static void test_core_place_mid_room_rule(void **state) {
+  (void)state;
+  fx *f = make_place(AA_LARGE_EXPANDABLE);
+  char *a = aa_alloc(f->p, 32 * MiB, NULL);
+  char *m1 = aa_alloc(f->p, 2 * MiB, NULL); /* 32 >= 6 x 2: a room */
+  assert_ptr_equal(m1, a + 32 * MiB);
+  char *l = aa_alloc(f->p, 16 * MiB, NULL); /* larger: after the room */
+  assert_ptr_equal(l, m1 + 20 * MiB);
+  char *m2 = aa_alloc(f->p, 3 * MiB, NULL); /* mid-size: in it */
+  char *m3 = aa_alloc(f->p, 10 * MiB, NULL);
+  assert_ptr_equal(m2, m1 + 2 * MiB);
+  assert_ptr_equal(m3, m2 + 3 * MiB);
+  char *x = aa_alloc(f->p, 6 * MiB, NULL); /* 5 MiB left in the room; 16 < 6 x 6: no room */
+  char *y = aa_alloc(f->p, 16 * MiB, NULL);
+  assert_ptr_equal(x, l + 16 * MiB);
+  assert_ptr_equal(y, x + 6 * MiB);
+  /* m2 and m3 freed (m1 keeps the room): its mapped free memory serves a
+   * larger request before new pages do */
+  assert_int_equal(aa_free(f->p, m2, 3 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, m3, 10 * MiB, NULL), AA_OK);
+  aa_pool_stats before = stats(f);
+  char *z = aa_alloc(f->p, 12 * MiB, NULL);
+  assert_ptr_equal(z, m2);
+  assert_int_equal(stats(f).large_bytes_reserved, before.large_bytes_reserved);
+  char *bufs[] = {a, l, x, y, z, m1};
+  size_t sizes[] = {32 * MiB, 16 * MiB, 6 * MiB, 16 * MiB, 12 * MiB, 2 * MiB};
+  for (int i = 0; i < 6; i++)
+    assert_int_equal(aa_free(f->p, bufs[i], sizes[i], NULL), AA_OK);
+  done(f);
+  /* a room at the free end grows: no partial page between its blocks */
+  f = make_place(AA_LARGE_EXPANDABLE);
+  a = aa_alloc(f->p, 64 * MiB, NULL);
+  char *v[3];
+  for (int i = 0; i < 3; i++) {
+    v[i] = aa_alloc(f->p, 7 * MiB, NULL); /* the third fits the room's 6 MiB left no more */
+    assert_ptr_equal(v[i], a + 64 * MiB + (size_t)i * 7 * MiB);
+  }
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(aa_free(f->p, v[i], 7 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, a, 64 * MiB, NULL), AA_OK);
+  done(f);
+  /* a room with no block left in it is memory like any other: its free
+   * neighbours merge with it, and a larger request takes it */
+  f = make_place(AA_LARGE_EXPANDABLE);
+  a = aa_alloc(f->p, 32 * MiB, NULL);
+  m1 = aa_alloc(f->p, 2 * MiB, NULL);
+  l = aa_alloc(f->p, 16 * MiB, NULL);
+  assert_ptr_equal(l, m1 + 20 * MiB);
+  assert_int_equal(aa_free(f->p, m1, 2 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, l, 16 * MiB, NULL), AA_OK);
+  char *big = aa_alloc(f->p, 30 * MiB, NULL);
+  assert_ptr_equal(big, m1);
+  assert_int_equal(aa_free(f->p, big, 30 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, a, 32 * MiB, NULL), AA_OK);
   done(f);
 }
 
@@ -375,6 +489,9 @@ int main(void) {
       cmocka_unit_test(test_core_place_small_apart_expandable),
       cmocka_unit_test(test_core_place_small_apart_cache),
       cmocka_unit_test(test_core_place_regions),
+      cmocka_unit_test(test_core_place_mid_room_expandable),
+      cmocka_unit_test(test_core_place_mid_room_cache),
+      cmocka_unit_test(test_core_place_mid_room_rule),
       cmocka_unit_test(test_core_place_park_exact_hole_expandable),
       cmocka_unit_test(test_core_place_park_exact_hole_cache),
       cmocka_unit_test(test_core_place_park_fast_path),

@@ -30,7 +30,8 @@ def main():
     ap.add_argument("--keep-kib", type=int, default=600,
                     help="the small long-lived tensors' size in KiB (600: at most 1 MiB, which "
                          "the large path places apart from the activations; above 1 MiB they "
-                         "share the activations' region and leave the holes between them)")
+                         "share the activations' region: up to a sixth of an activation they "
+                         "lie together in rooms, larger ones leave the holes between them)")
     a = ap.parse_args()
     if a.steps < 1 or a.experts < 1 or a.jitter < 0 or a.keep_jitter < 0 or a.keep_kib < 1:
         sys.exit("holes_trace: --steps and --experts must be at least 1, --jitter and "

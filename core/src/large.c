@@ -24,6 +24,12 @@
  * of freed large blocks (docs/core.md, "Placement"); a small request takes
  * a hole between live large blocks before its own region grows
  * (find_fit_other).
+ * Rooms (room_open): in expandable mode a mid-size request (1-10 MiB) cut
+ * from the free end right after a live block at least six times its size
+ * opens a 20 MiB room there for the mid-size requests that follow, which
+ * larger requests pass over, so that blocks of that size outliving the
+ * large ones beside them lie together instead of one at the end of each
+ * large block's hole.
  * Parking (park_take/park): a chunk freed whole waits, unmerged, for an
  * exact-size request on its stream (one beside free memory only while no
  * exact hole of the size lies elsewhere). The per-thread large-block cache
@@ -47,8 +53,9 @@
  * neighbours left unmerged); 3, expensive, aa__lg_check after every locked
  * alloc and free: each segment's chunks tile it in address order, every
  * free unparked chunk is in the bin of its size, the bins bitmap is set
- * exactly for the non-empty bins, the free bytes add up, and the hash holds
- * exactly the chunks that are not free.
+ * exactly for the non-empty bins, the free bytes add up, the hash holds
+ * exactly the chunks that are not free, and rooms lie only in expandable
+ * segments of the larger requests' region.
  */
 #include <stddef.h>
 #include <stdlib.h>
@@ -215,17 +222,39 @@ void aa__lg_unpark_all(aa_pool *pool) {
   }
 }
 
-/* Whether free neighbours a (lower) and b could merge were neither parked. */
-static bool merge_ok_unparked(const aa__chunk *a, const aa__chunk *b) {
+/* Whether free chunk a, a room's free part (room_open), and free memory b
+ * above it that is no room stay apart: while some of a's pages are
+ * unmapped. Merged, the chunk would start with them, and the next request
+ * cut from it would map them while the mapped memory above lay idle (a
+ * freed activation after a room of kept blocks). A room's free part merges
+ * with free memory below it, and once mapped with any. Out of line: the
+ * merge tests below ask it only of a room. */
+__attribute__((noinline)) static bool room_kept(const aa_pool *pool, const aa__chunk *a,
+                                                const aa__chunk *b) {
+  return !b->room && pool->large->vmm_page != 0 && !aa__lg_prefix_mapped(pool, a, a->size);
+}
+
+/* Whether free neighbours a (lower) and b may merge as their streams go,
+ * parking and rooms aside. */
+static inline bool merge_state_ok(const aa__chunk *a, const aa__chunk *b) {
   if (!a->free || !b->free || a->nxev > 0 || b->nxev > 0)
     return false;
   return a->any || b->any || a->stream == b->stream;
 }
 
+/* Whether free neighbours a (lower) and b could merge were neither parked.
+ * (merge_state_ok's tests written out: GCC did not inline it here, 2% more
+ * instructions a call in the replay.) */
+static inline bool merge_ok_unparked(const aa_pool *pool, const aa__chunk *a, const aa__chunk *b) {
+  if (!a->free || !b->free || a->nxev > 0 || b->nxev > 0 || (a->room && room_kept(pool, a, b)))
+    return false;
+  return a->any || b->any || a->stream == b->stream;
+}
+
 /* Whether parked chunk c would merge with a free neighbour. */
-static bool beside_free(const aa__chunk *c) {
-  return (c->prev != NULL && merge_ok_unparked(c->prev, c)) ||
-         (c->next != NULL && merge_ok_unparked(c, c->next));
+static bool beside_free(const aa_pool *pool, const aa__chunk *c) {
+  return (c->prev != NULL && merge_ok_unparked(pool, c->prev, c)) ||
+         (c->next != NULL && merge_ok_unparked(pool, c, c->next));
 }
 
 static bool prefix_held(const aa_pool *pool, const aa__chunk *c, size_t n, bool touched);
@@ -248,7 +277,7 @@ static aa__chunk *park_take(aa_pool *pool, size_t need, aa_stream stream) {
     aa__chunk *c = pool->large->park[i];
     if (c->size != need || c->seg->small_reqs != aa__lg_small(need) || !aa__lg_usable(pool, c, stream))
       continue;
-    if (beside_free(c)) {
+    if (beside_free(pool, c)) {
       if (beside == AA__LARGE_PARK)
         beside = i;
       continue;
@@ -404,12 +433,12 @@ static void process_events(aa_pool *pool) {
   pool->large->merge_due = false;
   for (aa__seg *s = pool->large->segs; s; s = s->next) {
     for (aa__chunk *c = s->first; c; c = c->next) {
-      if (!c->free || c->parked || c->next == NULL || !aa__lg_merge_ok(c, c->next))
+      if (!c->free || c->parked || c->next == NULL || !aa__lg_merge_ok(pool, c, c->next))
         continue;
       aa__lg_bin_remove(pool, c); /* the run after c into c, back in its bin once */
       do
         aa__lg_absorb(pool, c, c->next);
-      while (c->next && aa__lg_merge_ok(c, c->next));
+      while (c->next && aa__lg_merge_ok(pool, c, c->next));
       aa__lg_bin_insert(pool, c);
     }
   }
@@ -487,7 +516,7 @@ static size_t settle(aa_pool *pool, size_t need, uint64_t *settled) {
     for (aa__chunk *c = s->first; c;) {
       size_t sum = c->size;
       aa__chunk *e = c;
-      while (e->next && aa__lg_merge_ok(e, e->next) && e->any && e->next->any) {
+      while (e->next && aa__lg_merge_ok(pool, e, e->next) && e->any && e->next->any) {
         e = e->next;
         sum += e->size;
       }
@@ -528,12 +557,13 @@ static bool prefix_held(const aa_pool *pool, const aa__chunk *c, size_t n, bool 
 static aa__chunk *find_fit_mapped(aa_pool *pool, size_t need, aa_stream stream) {
   bool touched = atomic_load_explicit(&pool->limit, AA__RLX) == 0;
   bool small = aa__lg_small(need);
+  bool large = need > AA__LARGE_MID_MAX; /* rooms are the mid-size requests' (room_open) */
   for (unsigned b = next_bin(pool, aa__lg_bin_of(need)); b < AA__LARGE_BINS;
        b = next_bin(pool, b + 1)) {
     aa__chunk *best = NULL;
     for (aa__chunk *c = pool->large->bins[b]; c; c = c->fnext) {
       if (c->size >= need && (best == NULL || c->size < best->size) && c->seg->small_reqs == small &&
-          prefix_held(pool, c, need, touched) &&
+          !(large && c->room) && prefix_held(pool, c, need, touched) &&
           aa__lg_usable(pool, c, stream))
         best = c;
     }
@@ -555,6 +585,7 @@ static aa__chunk *find_fit_fewest_maps(aa_pool *pool, size_t need, aa_stream str
   aa__chunk *best = NULL;
   size_t best_new = 0;
   bool small = aa__lg_small(need);
+  bool large = need > AA__LARGE_MID_MAX;
   for (unsigned b = next_bin(pool, aa__lg_bin_of(need)); b < AA__LARGE_BINS;
        b = next_bin(pool, b + 1)) {
     for (aa__chunk *c = pool->large->bins[b]; c; c = c->fnext) {
@@ -563,6 +594,8 @@ static aa__chunk *find_fit_fewest_maps(aa_pool *pool, size_t need, aa_stream str
       size_t n = aa__lg_unmapped_under(pool, c, need, best ? best_new : SIZE_MAX);
       if (best != NULL && (n > best_new || (n == best_new && c->size >= best->size)))
         continue;
+      if (large && c->room && n > 0)
+        continue; /* a room's mapped memory before new pages, not its unmapped pages */
       if (!aa__lg_usable(pool, c, stream))
         continue;
       best = c;
@@ -703,7 +736,8 @@ static aa__chunk *wait_run(aa_pool *pool, size_t need, aa_stream stream, bool to
       continue; /* the request's region only */
     for (aa__chunk *a = s->first; a; a = a->next) {
       size_t w = 0;
-      for (aa__chunk *z = a; z && z->free && !z->parked; z = z->next) {
+      for (aa__chunk *z = a; z && z->free && !z->parked && (z == a || !z->prev->room || !room_kept(pool, z->prev, z));
+           z = z->next) {
         if (w + z->size >= need) { /* the window a..z, two or more chunks */
           if (z != a && (best == NULL || w + z->size < best_size) &&
               prefix_held(pool, z, need - w, touched)) {
@@ -768,8 +802,10 @@ static aa__chunk *wait_fit(aa_pool *pool, size_t need, aa_stream stream) {
   return wait_run(pool, need, stream, touched);
 }
 
-/* Cuts `c` (free, out of the bins) to `need`, putting the rest back. */
-static void split(aa_pool *pool, aa__chunk *c, size_t need) {
+/* Cuts `c` (free, out of the bins) to `need`, putting the rest back.
+ * Inlined into aa__lg_take, as when it was its one caller (room_open is
+ * the other). */
+static inline __attribute__((always_inline)) void split(aa_pool *pool, aa__chunk *c, size_t need) {
   aa__assert(c->free && !c->parked && need > 0 && need <= c->size);
   aa__assert_internal(c->fnext == NULL && c->fprev == NULL);
   if (c->size - need < SPLIT_MIN)
@@ -784,6 +820,7 @@ static void split(aa_pool *pool, aa__chunk *c, size_t need) {
   r->any = c->any;
   r->stream = c->stream;
   r->freed_at = c->freed_at;
+  r->room = c->room;
   r->ev = c->ev; /* recorded after the whole was freed: covers the rest */
   c->ev = NULL;
   c->size = need;
@@ -795,6 +832,64 @@ static void split(aa_pool *pool, aa__chunk *c, size_t need) {
   aa__assert(c->base + c->size == r->base);
   aa__assert_internal(r->next == NULL || r->base + r->size == r->next->base);
   aa__lg_bin_insert(pool, r);
+}
+
+/* Rooms. Best fit cuts a block that needs fresh memory from the free end
+ * of the reservation, right after the block before it. A mid-size block
+ * (1-10 MiB) cut so after a large one that it outlives ends that block's
+ * hole: a step that allocates 34 pairs of a 15.4 MiB activation and a
+ * 1.5 MiB tensor kept past it, then frees the activations, left 34 holes
+ * of 15.4 MiB between the kept tensors; the next phase's 16 MiB buffers fit
+ * none and mapped 128 MiB more (bench/replay/holes_trace.py --keep-kib
+ * 1536: 966 MiB reserved for 837 in use; the replay's model of PyTorch's
+ * allocator, whose 1-10 MiB requests share 20 MiB segments, 896). Requests
+ * of at most 1 MiB have a region of their own for this; one for 1-10 MiB
+ * put a training trace's weights and gradients apart from its activations
+ * and cost it 6% (BENCHMARKS.md section 14). Instead, a mid-size request
+ * whose chunk is the free end (the segment's last chunk), right after a
+ * live block at least AA__LARGE_ROOM_RATIO times its size, opens a room
+ * there: AA__LARGE_ROOM bytes (to a page boundary) flagged `room`, the
+ * block at its start. The mid-size requests that follow fill it by best
+ * fit. A larger request passes over rooms (find_fit_mapped), so it is cut
+ * after the room and the step's activations lie side by side (844 MiB);
+ * only on the way to new pages does it take a room's free memory, and only
+ * where mapped (find_fit_fewest_maps). A room costs address space, not
+ * memory: its free pages stay unmapped until a mid-size block needs them.
+ * It is one no more once no block is left in it (aa__lg_coalesce_insert)
+ * or it is merged with other free memory (aa__lg_absorb), which its free
+ * part is not while it has unmapped pages and that memory lies above it
+ * (room_kept). A mid-size request that does not fit a room lying
+ * at the free end extends it (the room's free part and the end merge, the
+ * block at the room's free start), so that no partial page is left
+ * between the room and the block after it (a room for a layer's weights
+ * raised a training trace's peak by a page). The bound of six: at four,
+ * 2.25 MiB gradients cut after 12 MiB activations opened rooms and a
+ * training trace's peak rose (train_trace.py --vary-seq: 5774 -> 5800
+ * MiB); from five to eight only the holes traces changed in the replay
+ * lab. c: the free end (out of the bins), which the request takes on
+ * `stream`; returns the chunk it takes instead, or c. */
+__attribute__((noinline)) static aa__chunk *room_open(aa_pool *pool, aa__chunk *c, size_t need,
+                                                      aa_stream stream) {
+  aa__assert(c->free && c->next == NULL && !c->parked);
+  aa__chunk *a = c->prev;
+  if (a != NULL && a->room && merge_state_ok(a, c) && aa__lg_usable(pool, a, stream)) {
+    /* a room at the free end: it grows (usable on `stream`, as c is, so
+     * the merged chunk is too) */
+    aa__lg_bin_remove(pool, a);
+    aa__lg_bin_insert(pool, c);
+    aa__lg_absorb(pool, a, c);
+    return a;
+  }
+  if (a == NULL || a->free || a->size / AA__LARGE_ROOM_RATIO < need)
+    return c;
+  size_t ps = pool->large->vmm_page;
+  uintptr_t sb = c->seg->h.base;
+  size_t len = (size_t)(sb + aa__lg_round_up(c->base - sb + AA__LARGE_ROOM, ps) - c->base);
+  if (c->size < len + SPLIT_MIN)
+    return c;          /* the reservation's last room: plain best fit */
+  split(pool, c, len); /* the rest, the new free end, is no room */
+  c->room = 1;         /* the caller's split cuts the block from it, the rest stays a room */
+  return c;
 }
 
 /* The backend refused new memory for a request: a plan that has not
@@ -925,6 +1020,8 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
       c->stream = stream;
       fresh = true;
     }
+    if (aa__lg_mid(need) && c->next == NULL && vmm && !stitched && !c->room && !c->seg->small_reqs)
+      c = room_open(pool, c, need, stream); /* the free end: a room for mid-size requests */
     if (!passthrough && !stitched)
       split(pool, c, need);
     if (vmm && !stitched) {
@@ -1112,9 +1209,11 @@ out:
   return p;
 }
 
-/* Whether free neighbours a (lower) and b can merge; sets the merged state. */
-bool aa__lg_merge_ok(const aa__chunk *a, const aa__chunk *b) {
-  if (!a->free || !b->free || a->parked || b->parked || a->nxev > 0 || b->nxev > 0)
+/* Whether free neighbours a (lower) and b can merge: parking, record_stream
+ * events, streams and rooms (room_kept) allow it. */
+bool aa__lg_merge_ok(const aa_pool *pool, const aa__chunk *a, const aa__chunk *b) {
+  if (!a->free || !b->free || a->parked || b->parked || a->nxev > 0 || b->nxev > 0 ||
+      (a->room && room_kept(pool, a, b)))
     return false;
   if (a->any || b->any)
     return true;
@@ -1138,6 +1237,7 @@ void aa__lg_absorb(aa_pool *pool, aa__chunk *a, aa__chunk *b) {
   }
   if (b->freed_at > a->freed_at)
     a->freed_at = b->freed_at;
+  a->room &= b->room; /* a room merged with other memory is a room no more */
   a->size += b->size;
   a->next = b->next;
   if (b->next)
@@ -1154,17 +1254,17 @@ void aa__lg_coalesce_insert(aa_pool *pool, aa__chunk *c) {
    * its part that was not), so one step each way can leave a pair that
    * merges. Each pass merges two chunks into one: it ends. */
   if (pool->large->npark > 0) { /* a parked neighbour merges now (park) */
-    if (c->next && c->next->parked && merge_ok_unparked(c, c->next))
+    if (c->next && c->next->parked && merge_ok_unparked(pool, c, c->next))
       unpark_neighbour(pool, c->next);
-    if (c->prev && c->prev->parked && merge_ok_unparked(c->prev, c))
+    if (c->prev && c->prev->parked && merge_ok_unparked(pool, c->prev, c))
       unpark_neighbour(pool, c->prev);
   }
   for (;;) {
-    if (c->next && aa__lg_merge_ok(c, c->next)) {
+    if (c->next && aa__lg_merge_ok(pool, c, c->next)) {
       aa__lg_absorb(pool, c, c->next);
       continue;
     }
-    if (c->prev && aa__lg_merge_ok(c->prev, c)) {
+    if (c->prev && aa__lg_merge_ok(pool, c->prev, c)) {
       aa__chunk *a = c->prev;
       aa__lg_bin_remove(pool, a);
       aa__lg_bin_insert(pool, c);
@@ -1172,11 +1272,15 @@ void aa__lg_coalesce_insert(aa_pool *pool, aa__chunk *c) {
       c = a;
       continue;
     }
+    if (c->room && (c->prev == NULL || !c->prev->room) && (c->next == NULL || !c->next->room)) {
+      c->room = 0; /* a room with no block in it: memory like any other (room_open) */
+      continue;
+    }
     break;
   }
   /* what is left unmerged may not merge: stream state or parking says so */
-  aa__assert_internal(c->next == NULL || !aa__lg_merge_ok(c, c->next));
-  aa__assert_internal(c->prev == NULL || !aa__lg_merge_ok(c->prev, c));
+  aa__assert_internal(c->next == NULL || !aa__lg_merge_ok(pool, c, c->next));
+  aa__assert_internal(c->prev == NULL || !aa__lg_merge_ok(pool, c->prev, c));
   aa__lg_bin_insert(pool, c);
 }
 

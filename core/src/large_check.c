@@ -18,7 +18,8 @@ void aa__lg_check(aa_pool *pool) {
     for (aa__chunk *c = s->first; c; c = c->next) {
       aa__assert(c->seg == s && c->base == end && c->size > 0);
       aa__assert(c->next == NULL || c->next->prev == c);
-      aa__assert(c->nxev > 0 || c->xev == NULL); /* an array only while events wait */
+      aa__assert(c->nxev > 0 || c->xev == NULL);                    /* an array only while events wait */
+      aa__assert(!c->room || (s->pages != NULL && !s->small_reqs)); /* rooms: expandable, larger requests' region */
       end = c->base + c->size;
       uint64_t phase = atomic_load_explicit(&c->state, AA__RLX) & 3;
       if (c->free) {

@@ -36,6 +36,15 @@
  * their own, apart from larger ones (large.c, "Regions"; docs/core.md,
  * "Placement"): PyTorch's small-pool bound. */
 #define AA__LARGE_SMALL_MAX ((size_t)1 << 20)
+/* Rooms (large.c room_open; docs/core.md, "Placement"), expandable mode:
+ * a request above AA__LARGE_SMALL_MAX and at most AA__LARGE_MID_MAX bytes
+ * (PyTorch's 1-10 MiB class) cut from the free end of the reservation
+ * right after a live block at least AA__LARGE_ROOM_RATIO times its size
+ * opens a room of AA__LARGE_ROOM bytes (PyTorch's segment for that class)
+ * for the mid-size requests that follow; larger ones pass over it. */
+#define AA__LARGE_MID_MAX ((size_t)10 << 20)
+#define AA__LARGE_ROOM ((size_t)20 << 20)
+#define AA__LARGE_ROOM_RATIO 6
 
 typedef struct aa__chunk aa__chunk;
 /* A segment: one backend region cut into chunks. An expandable segment
@@ -77,6 +86,9 @@ struct aa__chunk {
   int free;
   unsigned bin; /* free: the bin it is in */
   int parked;   /* free: in pool->large->park, not in a bin */
+  /* free or live: part of a room for mid-size requests (large.c
+   * room_open); kept by a split, and by a merge only when both parts are */
+  int room;
   /* (generation << 2) | AA__CH_FREE, _LIVE, _HELD (in a thread's large
    * cache) or _CLAIM (its owner's lock-free free is checking it). Every
    * change of phase out of LIVE or HELD is a compare-and-swap, so an owner's
@@ -279,6 +291,12 @@ static inline bool aa__lg_prefix_touched(const aa_pool *pool, const aa__chunk *c
  * is one of the small ones (aa__seg.small_reqs). */
 static inline bool aa__lg_small(size_t need) { return need <= AA__LARGE_SMALL_MAX; }
 
+/* Whether a request of `need` bytes (rounded) is a mid-size one, which
+ * may open a room (large.c room_open). */
+static inline bool aa__lg_mid(size_t need) {
+  return need > AA__LARGE_SMALL_MAX && need <= AA__LARGE_MID_MAX;
+}
+
 /* Whether the first `need` bytes of free chunk c (expandable) are mapped. */
 static inline bool aa__lg_prefix_mapped(const aa_pool *pool, const aa__chunk *c, size_t need) {
   size_t i0, i1;
@@ -313,7 +331,7 @@ bool aa__lg_usable_anywhere(aa_pool *pool, aa__chunk *c);
 bool aa__lg_events_done(aa_pool *pool, aa__chunk *c);
 /* Whether free neighbours a (lower) and b can merge; merges b (free, in
  * bins) into a (free, out of bins). */
-bool aa__lg_merge_ok(const aa__chunk *a, const aa__chunk *b);
+bool aa__lg_merge_ok(const aa_pool *pool, const aa__chunk *a, const aa__chunk *b);
 void aa__lg_absorb(aa_pool *pool, aa__chunk *a, aa__chunk *b);
 /* Gives a chunk (live or held, its state already moved to free) back:
  * accounting, record_stream events, parking. `counted`: a user's free (a

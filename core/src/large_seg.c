@@ -354,7 +354,7 @@ static void seg_settle(aa_pool *pool, aa__seg *s) {
   aa__chunk *c = s->first;
   while (c) {
     aa__chunk *n = c->next;
-    if (n && aa__lg_merge_ok(c, n) && c->any == n->any) {
+    if (n && aa__lg_merge_ok(pool, c, n) && c->any == n->any) {
       aa__lg_bin_remove(pool, c);
       aa__lg_absorb(pool, c, n);
       aa__lg_bin_insert(pool, c);

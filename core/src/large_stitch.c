@@ -280,6 +280,7 @@ static aa__chunk *cut(aa_pool *pool, aa__chunk *c, uintptr_t at) {
   r->any = c->any;
   r->stream = c->stream;
   r->freed_at = c->freed_at;
+  r->room = c->room;
   c->size = at - c->base;
   r->prev = c;
   r->next = c->next;

@@ -18,9 +18,11 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOOL = os.path.join(ROOT, "bench", "replay", "util_table.py")
 TRACE = os.path.join(ROOT, "bench", "replay", "traces", "holes-j64-s1.csv.gz")
-# the same with long-lived tensors above 1 MiB, which share the activations'
-# region: the holes stay, and stitching closes them
-HOLES = os.path.join(ROOT, "bench", "replay", "traces", "holes-k1536-s1.csv.gz")
+# the same with long-lived tensors of 1.5 MiB: above the small requests'
+# bound, they lie together in rooms (docs/core.md, "Placement")
+ROOMS = os.path.join(ROOT, "bench", "replay", "traces", "holes-k1536-s1.csv.gz")
+# and of 4 MiB, which open no room: the holes stay, and stitching closes them
+HOLES = os.path.join(ROOT, "bench", "replay", "traces", "holes-k4096-s1.csv.gz")
 
 
 def run(*args, env=None):
@@ -60,6 +62,16 @@ def main():
         check(d["reserved_mib"] <= best and s["reserved_mib"] <= d["reserved_mib"],
               f"default {d['reserved_mib']}, stitch {s['reserved_mib']}, best model {best}")
         check(d["util"] >= 0.98, f"default's utilisation {d['util']}")
+        # the same with 1.5 MiB long-lived tensors: the default at or under
+        # the better model too (before the rooms, 966 MiB against 896)
+        js3 = os.path.join(tmp, "k.json")
+        r3 = run("--replay", replay, ROOMS, "--json", js3)
+        check(r3.returncode == 0, f"rooms trace: rc {r3.returncode}: {r3.stderr}")
+        kd = json.load(open(js3))[0]["replay"]
+        kbest = min(kd["torch:default"]["reserved_mib"], kd["torch:expandable"]["reserved_mib"])
+        check(kd["default"]["reserved_mib"] <= kbest and kd["default"]["util"] >= 0.98,
+              f"rooms: default {kd['default']['reserved_mib']} "
+              f"(util {kd['default']['util']}), best model {kbest}")
         # the trace whose holes stay: stitching raises utilisation and lowers reserved
         js2 = os.path.join(tmp, "h.json")
         r2 = run("--replay", replay, HOLES, "--json", js2)
