@@ -491,6 +491,32 @@ static void test_torch_devices_private_default(void **state) {
   /* left to aa__dl_destroy (teardown), with its use count */
 }
 
+/* What MemPool(use_on_oom=True) relies on (torch/native/alloc.cpp,
+ * alloc_on_oom_pool): a default private pool keeps a freed block's memory,
+ * and under a limit of exactly what it holds serves a smaller request
+ * from it, at the same address, without new memory. */
+static void test_torch_devices_private_lends_what_it_holds(void **state) {
+  fx *f = *state;
+  aa__dl_private *pp = NULL;
+  const size_t big = (size_t)64 << 20, part = (size_t)48 << 20;
+  assert_int_equal(aa__dl_private_ref(f->dl, 0, id_of(5, 1), &pp), AA_OK);
+  aa_pool *pool = aa__dl_private_pool(pp);
+  void *x = aa_alloc(pool, big, NULL);
+  assert_non_null(x);
+  assert_int_equal(aa_free(pool, x, big, NULL), AA_OK);
+  aa_pool_stats st;
+  assert_int_equal(aa_pool_stats_get_opts(pool, &st, AA_STATS_NO_SIZES), AA_OK);
+  assert_true(st.bytes_reserved >= big);
+  uint64_t allocs = st.backend_allocs;
+  aa_pool_set_limit(pool, (size_t)st.bytes_reserved);
+  void *y = aa_alloc(pool, part, NULL);
+  aa_pool_set_limit(pool, 0);
+  assert_ptr_equal(y, x);
+  assert_int_equal(aa_pool_stats_get_opts(pool, &st, AA_STATS_NO_SIZES), AA_OK);
+  assert_int_equal(st.backend_allocs, allocs);
+  assert_int_equal(aa_free(pool, y, part, NULL), AA_OK);
+}
+
 static void test_torch_devices_new_refused(void **state) {
   (void)state;
   aa__dl_source bad = {0};
@@ -715,6 +741,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_torch_devices_private_misuse, setup, teardown),
       cmocka_unit_test_setup_teardown(test_torch_devices_private_remake, setup, teardown),
       cmocka_unit_test_setup_teardown(test_torch_devices_private_order, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_torch_devices_private_lends_what_it_holds,
+                                      setup_default_private, teardown),
       cmocka_unit_test_setup_teardown(test_torch_devices_private_default, setup_default_private,
                                       teardown),
       cmocka_unit_test(test_torch_devices_new_refused),
