@@ -1128,7 +1128,8 @@ def test_allocator_settings_line_and_mapping(tmp_path):
     later = [ln for ln in r.stderr.splitlines()
              if ln.startswith("adaptalloc: _set_allocator_settings: ")]
     assert len(later) == 1, r.stderr
-    assert "expandable_segments:True refused (pools.device: large.mode is fixed" in later[0], later
+    assert "expandable_segments:True refused (" in later[0], later
+    assert "large.mode is fixed" in later[0], later
     assert "PYTORCH_CUDA_ALLOC_CONF" in later[0], later
     assert "roundup_power2_divisions:8 translated" in later[0], later
 

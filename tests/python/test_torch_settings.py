@@ -77,7 +77,8 @@ def test_settle_marks_a_refused_mode_and_applies_the_rest():
     def patch_policy(patch):
         seen.append(patch)
         if "large" in patch.get("pools", {}).get("device", {}):
-            raise ValueError("pools.device: large.mode is fixed while pool device0 is live "
+            raise ValueError("adaptalloc.patch_policy: pools.device: large.mode is fixed "
+                             "while pool device0 is live "
                              "(\"cache\" in force, \"expandable\" asked); restart to change it")
 
     items = S.parse("expandable_segments:True,roundup_power2_divisions:4")

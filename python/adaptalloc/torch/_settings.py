@@ -197,7 +197,8 @@ def settle(items, allowed_bytes, patch_policy):
             patch_policy(patch)
             return fraction, None
         except Exception as e:  # a refused patch changes nothing
-            err = str(e)
+            # the policy's words, without patch_policy's own prefix
+            err = re.sub(r"^adaptalloc\.\w+: ", "", str(e))
         mode = [i for i in items
                 if i.key.lower() == "expandable_segments" and i.status == TRANSLATED]
         if not mode or "large.mode" not in err:
