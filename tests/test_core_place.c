@@ -46,28 +46,24 @@ static void done(fx *f) {
   fx_done(f);
 }
 
-static void holes(aa_large_mode mode) {
+/* The holes pattern (bench/replay/holes_trace.py): NACT pairs of an
+ * activation and a `keep`-byte block that outlives it; the activations
+ * freed, two 16 MiB requests must need no new memory. check(): the kept
+ * blocks' layout, asked before the activations are freed. */
+static void holes_with(aa_large_mode mode, size_t keep_bytes,
+                       void (*check)(aa_large_mode, char **act, char **keep)) {
   fx *f = make_place(mode);
   char *act[NACT], *keep[NACT], *comb[2];
   for (int i = 0; i < NACT; i++) {
     act[i] = aa_alloc(f->p, ACT, NULL);
-    keep[i] = aa_alloc(f->p, KEEP, NULL);
+    keep[i] = aa_alloc(f->p, keep_bytes, NULL);
     assert_non_null(act[i]);
     assert_non_null(keep[i]);
   }
-  /* no small block lies inside any activation's segment room */
-  for (int i = 0; i < NACT; i++) {
-    for (int j = 0; j < NACT; j++) {
-      uintptr_t k = (uintptr_t)keep[j], a = (uintptr_t)act[i];
-      assert_false(k >= a && k < a + 16 * MiB);
-    }
-  }
+  check(mode, act, keep);
   for (int i = 0; i < NACT; i++)
     assert_int_equal(aa_free(f->p, act[i], ACT, NULL), AA_OK);
   aa_pool_stats before = stats(f);
-  /* 16 MiB each: the freed activations' room serves them, no new memory
-   * (before, each small block sat right after its activation, every hole
-   * was 15.4 MiB, and both requests mapped new pages or made segments) */
   for (int i = 0; i < 2; i++) {
     comb[i] = aa_alloc(f->p, 16 * MiB, NULL);
     assert_non_null(comb[i]);
@@ -79,9 +75,25 @@ static void holes(aa_large_mode mode) {
   for (int i = 0; i < 2; i++)
     assert_int_equal(aa_free(f->p, comb[i], 16 * MiB, NULL), AA_OK);
   for (int i = 0; i < NACT; i++)
-    assert_int_equal(aa_free(f->p, keep[i], KEEP, NULL), AA_OK);
+    assert_int_equal(aa_free(f->p, keep[i], keep_bytes, NULL), AA_OK);
   done(f);
 }
+
+/* Small kept blocks (600 KiB): none lies inside any activation's room (the
+ * small requests' region); before, each sat right after its activation,
+ * every hole was 15.4 MiB, and both 16 MiB requests mapped new pages or
+ * made segments. */
+static void small_apart(aa_large_mode mode, char **act, char **keep) {
+  (void)mode;
+  for (int i = 0; i < NACT; i++) {
+    for (int j = 0; j < NACT; j++) {
+      uintptr_t k = (uintptr_t)keep[j], a = (uintptr_t)act[i];
+      assert_false(k >= a && k < a + 16 * MiB);
+    }
+  }
+}
+
+static void holes(aa_large_mode mode) { holes_with(mode, KEEP, small_apart); }
 
 static void test_core_place_small_apart_expandable(void **state) {
   (void)state;
@@ -147,36 +159,15 @@ static void test_core_place_regions(void **state) {
  * requests with no new memory (before, each kept block sat right after its
  * activation: 15.4 MiB holes, and both requests mapped new pages). Cache
  * mode gives each activation a segment of its own already. */
-static void mid_holes(aa_large_mode mode) {
-  fx *f = make_place(mode);
-  char *act[NACT], *keep[NACT], *comb[2];
-  for (int i = 0; i < NACT; i++) {
-    act[i] = aa_alloc(f->p, ACT, NULL);
-    keep[i] = aa_alloc(f->p, KEEP_MID, NULL);
-    assert_non_null(act[i]);
-    assert_non_null(keep[i]);
-  }
+static void one_room(aa_large_mode mode, char **act, char **keep) {
+  (void)act;
   if (mode == AA_LARGE_EXPANDABLE) { /* one room: the kept blocks together */
     for (int i = 1; i < NACT; i++)
       assert_ptr_equal(keep[i], keep[0] + (size_t)i * KEEP_MID);
   }
-  for (int i = 0; i < NACT; i++)
-    assert_int_equal(aa_free(f->p, act[i], ACT, NULL), AA_OK);
-  aa_pool_stats before = stats(f);
-  for (int i = 0; i < 2; i++) {
-    comb[i] = aa_alloc(f->p, 16 * MiB, NULL);
-    assert_non_null(comb[i]);
-  }
-  aa_pool_stats after = stats(f);
-  assert_int_equal(after.large_bytes_reserved, before.large_bytes_reserved);
-  assert_int_equal(after.large_segments, before.large_segments);
-  assert_int_equal(after.backend_allocs, before.backend_allocs);
-  for (int i = 0; i < 2; i++)
-    assert_int_equal(aa_free(f->p, comb[i], 16 * MiB, NULL), AA_OK);
-  for (int i = 0; i < NACT; i++)
-    assert_int_equal(aa_free(f->p, keep[i], KEEP_MID, NULL), AA_OK);
-  done(f);
 }
+
+static void mid_holes(aa_large_mode mode) { holes_with(mode, KEEP_MID, one_room); }
 
 static void test_core_place_mid_room_expandable(void **state) {
   (void)state;
