@@ -251,6 +251,50 @@ static void test_core_place_mid_room_rule(void **state) {
   done(f);
 }
 
+#define SA ((aa_stream)(uintptr_t)0x1000)
+#define SB ((aa_stream)(uintptr_t)0x2000)
+
+/* A room whose blocks are freed while one of them still waits for a
+ * record_stream'd stream: its chunks merge later, when the stream's work
+ * has completed (large.c process_events), not in aa__lg_coalesce_insert.
+ * The room, now with no block in it, must end there too, as it does when
+ * its last block is freed plainly (test_core_place_mid_room_rule): else
+ * its free part, still flagged and with unmapped pages, stays apart from
+ * the free memory above it and larger requests pass over it for good. */
+static void test_core_place_mid_room_ends_after_events(void **state) {
+  (void)state;
+  fx *f = make_place(AA_LARGE_EXPANDABLE);
+  char *a = aa_alloc(f->p, 32 * MiB, SA);
+  char *m1 = aa_alloc(f->p, 2 * MiB, SA); /* a room */
+  char *m2 = aa_alloc(f->p, 2 * MiB, SA); /* in it */
+  char *l = aa_alloc(f->p, 16 * MiB, SA); /* after it */
+  assert_ptr_equal(m1, a + 32 * MiB);
+  assert_ptr_equal(m2, m1 + 2 * MiB);
+  assert_ptr_equal(l, m1 + 20 * MiB);
+  assert_int_equal(aa_free(f->p, l, 16 * MiB, SA), AA_OK);
+  /* m2 used on SB while SB works: freed, it waits, and m1 beside it is
+   * freed with it still waiting */
+  assert_int_equal(aa_backend_host_stream_busy(f->b, SB, true), AA_OK);
+  assert_int_equal(aa_record_stream(f->p, m2, SB), AA_OK);
+  assert_int_equal(aa_free(f->p, m2, 2 * MiB, SA), AA_OK);
+  assert_int_equal(aa_free(f->p, m1, 2 * MiB, SA), AA_OK);
+  /* a small request, which unparks m1: it goes back to the bins while m2
+   * still waits, so nothing merges then */
+  char *s = aa_alloc(f->p, 512 * KiB, SA);
+  assert_non_null(s);
+  assert_int_equal(aa_backend_host_stream_busy(f->b, SB, false), AA_OK);
+  /* the room is empty: memory like any other, from m1 on (16 MiB of new
+   * pages for 36 MiB; after it, from l, 20) */
+  aa_pool_stats before = stats(f);
+  char *big = aa_alloc(f->p, 36 * MiB, SA);
+  assert_ptr_equal(big, m1);
+  assert_int_equal(stats(f).large_bytes_reserved, before.large_bytes_reserved + 16 * MiB);
+  assert_int_equal(aa_free(f->p, big, 36 * MiB, SA), AA_OK);
+  assert_int_equal(aa_free(f->p, a, 32 * MiB, SA), AA_OK);
+  assert_int_equal(aa_free(f->p, s, 512 * KiB, SA), AA_OK);
+  done(f);
+}
+
 /* Parking: a chunk freed beside free memory is not taken back while an
  * exact hole of its size lies elsewhere (best fit's choice), so that the
  * room it would merge into stays whole for a larger request. */
@@ -492,6 +536,7 @@ int main(void) {
       cmocka_unit_test(test_core_place_mid_room_expandable),
       cmocka_unit_test(test_core_place_mid_room_cache),
       cmocka_unit_test(test_core_place_mid_room_rule),
+      cmocka_unit_test(test_core_place_mid_room_ends_after_events),
       cmocka_unit_test(test_core_place_park_exact_hole_expandable),
       cmocka_unit_test(test_core_place_park_exact_hole_cache),
       cmocka_unit_test(test_core_place_park_fast_path),

@@ -438,7 +438,9 @@ static void process_events(aa_pool *pool) {
       aa__lg_bin_remove(pool, c); /* the run after c into c, back in its bin once */
       do
         aa__lg_absorb(pool, c, c->next);
-      while (c->next && aa__lg_merge_ok(pool, c, c->next));
+      while (c->next && (aa__lg_merge_ok(pool, c, c->next) ||
+                         (aa__lg_room_end(c) && aa__lg_merge_ok(pool, c, c->next))));
+      (void)aa__lg_room_end(c); /* also where the run ends the segment */
       aa__lg_bin_insert(pool, c);
     }
   }
@@ -455,6 +457,7 @@ static size_t merge_run(aa_pool *pool, aa__chunk *first, size_t total) {
     aa__lg_absorb(pool, first, first->next);
     n++;
   }
+  (void)aa__lg_room_end(first); /* the run was a room's every chunk */
   aa__lg_bin_insert(pool, first);
   return n;
 }
@@ -1272,10 +1275,8 @@ void aa__lg_coalesce_insert(aa_pool *pool, aa__chunk *c) {
       c = a;
       continue;
     }
-    if (c->room && (c->prev == NULL || !c->prev->room) && (c->next == NULL || !c->next->room)) {
-      c->room = 0; /* a room with no block in it: memory like any other (room_open) */
-      continue;
-    }
+    if (aa__lg_room_end(c))
+      continue; /* a room with no block in it: memory like any other (room_open) */
     break;
   }
   /* what is left unmerged may not merge: stream state or parking says so */
