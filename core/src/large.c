@@ -875,9 +875,11 @@ __attribute__((noinline)) static aa__chunk *room_open(aa_pool *pool, aa__chunk *
                                                       aa_stream stream) {
   aa__assert(c->free && c->next == NULL && !c->parked);
   aa__chunk *a = c->prev;
-  if (a != NULL && a->room && merge_state_ok(a, c) && aa__lg_usable(pool, a, stream)) {
+  if (a != NULL && a->room && !a->parked && merge_state_ok(a, c) && aa__lg_usable(pool, a, stream)) {
     /* a room at the free end: it grows (usable on `stream`, as c is, so
-     * the merged chunk is too) */
+     * the merged chunk is too). Not from a parked room chunk (c came from
+     * park_take, at the end of a reservation, its neighbour parked too):
+     * that one is in no bin and still in the park list. */
     aa__lg_bin_remove(pool, a);
     aa__lg_bin_insert(pool, c);
     aa__lg_absorb(pool, a, c);
