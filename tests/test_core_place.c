@@ -242,6 +242,129 @@ static void test_core_place_mid_room_rule(void **state) {
   done(f);
 }
 
+#define SA ((aa_stream)(uintptr_t)0x1000)
+#define SB ((aa_stream)(uintptr_t)0x2000)
+
+/* A room whose blocks are freed while one of them still waits for a
+ * record_stream'd stream: its chunks merge later, when the stream's work
+ * has completed (large.c process_events), not in aa__lg_coalesce_insert.
+ * The room, now with no block in it, must end there too, as it does when
+ * its last block is freed plainly (test_core_place_mid_room_rule): else
+ * its free part, still flagged and with unmapped pages, stays apart from
+ * the free memory above it and larger requests pass over it for good. */
+static void test_core_place_mid_room_ends_after_events(void **state) {
+  (void)state;
+  fx *f = make_place(AA_LARGE_EXPANDABLE);
+  char *a = aa_alloc(f->p, 32 * MiB, SA);
+  char *m1 = aa_alloc(f->p, 2 * MiB, SA); /* a room */
+  char *m2 = aa_alloc(f->p, 2 * MiB, SA); /* in it */
+  char *l = aa_alloc(f->p, 16 * MiB, SA); /* after it */
+  assert_ptr_equal(m1, a + 32 * MiB);
+  assert_ptr_equal(m2, m1 + 2 * MiB);
+  assert_ptr_equal(l, m1 + 20 * MiB);
+  assert_int_equal(aa_free(f->p, l, 16 * MiB, SA), AA_OK);
+  /* m2 used on SB while SB works: freed, it waits, and m1 beside it is
+   * freed with it still waiting */
+  assert_int_equal(aa_backend_host_stream_busy(f->b, SB, true), AA_OK);
+  assert_int_equal(aa_record_stream(f->p, m2, SB), AA_OK);
+  assert_int_equal(aa_free(f->p, m2, 2 * MiB, SA), AA_OK);
+  assert_int_equal(aa_free(f->p, m1, 2 * MiB, SA), AA_OK);
+  /* a small request, which unparks m1: it goes back to the bins while m2
+   * still waits, so nothing merges then */
+  char *s = aa_alloc(f->p, 512 * KiB, SA);
+  assert_non_null(s);
+  assert_int_equal(aa_backend_host_stream_busy(f->b, SB, false), AA_OK);
+  /* the room is empty: memory like any other, from m1 on (16 MiB of new
+   * pages for 36 MiB; after it, from l, 20) */
+  aa_pool_stats before = stats(f);
+  char *big = aa_alloc(f->p, 36 * MiB, SA);
+  assert_ptr_equal(big, m1);
+  assert_int_equal(stats(f).large_bytes_reserved, before.large_bytes_reserved + 16 * MiB);
+  assert_int_equal(aa_free(f->p, big, 36 * MiB, SA), AA_OK);
+  assert_int_equal(aa_free(f->p, a, 32 * MiB, SA), AA_OK);
+  assert_int_equal(aa_free(f->p, s, 512 * KiB, SA), AA_OK);
+  done(f);
+}
+
+/* A host backend whose reservations are at most 128 MiB (a bigger one is
+ * refused, and the pool asks for half), so that a test reaches the end of
+ * an expandable segment. */
+static aa_backend_ops small_va_ops;
+static int (*host_va_reserve)(aa_backend *b, size_t size, void **out);
+
+static int small_va_reserve(aa_backend *b, size_t size, void **out) {
+  if (size > 128 * MiB) {
+    *out = NULL;
+    return AA_ENOMEM;
+  }
+  return host_va_reserve(b, size, out);
+}
+
+typedef struct other_free {
+  aa_pool *p;
+  void *ptr;
+  size_t size;
+} other_free;
+
+static void *free_on_thread(void *arg) {
+  other_free *of = arg;
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(aa_free(of[i].p, of[i].ptr, of[i].size, NULL), AA_OK);
+  return NULL;
+}
+
+/* The room at the free end grows (room_open) only from a room chunk in
+ * the bins: at the end of a reservation, a block freed whole there and
+ * the room's last block freed whole before it are both parked; a request
+ * of the first's size takes it back (park_take) and must leave the parked
+ * room chunk alone (it is in no bin, and in the park list). */
+static void test_core_place_mid_room_parked_beside_end(void **state) {
+  (void)state;
+  aa_backend *hb = NULL;
+  assert_int_equal(aa_backend_host_new(&hb), AA_OK);
+  aa_backend w = *hb;
+  small_va_ops = *hb->ops;
+  host_va_reserve = small_va_ops.va_reserve;
+  small_va_ops.va_reserve = small_va_reserve;
+  w.ops = &small_va_ops;
+  aa_pool_config cfg;
+  aa_pool_config_init(&cfg);
+  cfg.backend = &w;
+  cfg.max_small = 16 * KiB;
+  cfg.classes_per_doubling = 1;
+  cfg.large_mode = AA_LARGE_EXPANDABLE;
+  cfg.tcache_blocks = 0; /* frees go to the pool, not the thread's cache */
+  aa_pool *p = NULL;
+  assert_int_equal(aa_pool_new(&cfg, &p), AA_OK);
+  char *big = aa_alloc(p, 104 * MiB, NULL);
+  char *m1 = aa_alloc(p, 10 * MiB, NULL); /* a room: 104 .. 124 MiB */
+  char *m2 = aa_alloc(p, 10 * MiB, NULL); /* its last 10 MiB */
+  char *x = aa_alloc(p, 4 * MiB, NULL);   /* the reservation's last 4 MiB */
+  assert_non_null(big);
+  assert_ptr_equal(m1, big + 104 * MiB);
+  assert_ptr_equal(m2, m1 + 10 * MiB);
+  assert_ptr_equal(x, m2 + 10 * MiB);
+  /* freed by another thread: to the pool (parked), not this thread's cache */
+  other_free of[2] = {{p, m2, 10 * MiB}, {p, x, 4 * MiB}};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, free_on_thread, of), AA_OK);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  char *y = aa_alloc(p, 4 * MiB, NULL);
+  assert_ptr_equal(y, x);                /* its parked chunk, whole */
+  char *z = aa_alloc(p, 10 * MiB, NULL); /* m2's room again, or new memory */
+  assert_non_null(z);
+  assert_int_equal(aa_free(p, y, 4 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(p, z, 10 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(p, m1, 10 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(p, big, 104 * MiB, NULL), AA_OK);
+  aa_pool_destroy(p);
+  uint64_t a, fr, mapped;
+  aa_backend_host_counts(hb, &a, &fr, &mapped);
+  assert_int_equal(mapped, 0);
+  assert_int_equal(a, fr);
+  aa_backend_destroy(hb);
+}
+
 /* Parking: a chunk freed beside free memory is not taken back while an
  * exact hole of its size lies elsewhere (best fit's choice), so that the
  * room it would merge into stays whole for a larger request. */
@@ -483,6 +606,8 @@ int main(void) {
       cmocka_unit_test(test_core_place_mid_room_expandable),
       cmocka_unit_test(test_core_place_mid_room_cache),
       cmocka_unit_test(test_core_place_mid_room_rule),
+      cmocka_unit_test(test_core_place_mid_room_ends_after_events),
+      cmocka_unit_test(test_core_place_mid_room_parked_beside_end),
       cmocka_unit_test(test_core_place_park_exact_hole_expandable),
       cmocka_unit_test(test_core_place_park_exact_hole_cache),
       cmocka_unit_test(test_core_place_park_fast_path),

@@ -438,7 +438,9 @@ static void process_events(aa_pool *pool) {
       aa__lg_bin_remove(pool, c); /* the run after c into c, back in its bin once */
       do
         aa__lg_absorb(pool, c, c->next);
-      while (c->next && aa__lg_merge_ok(pool, c, c->next));
+      while (c->next && (aa__lg_merge_ok(pool, c, c->next) ||
+                         (aa__lg_room_end(c) && aa__lg_merge_ok(pool, c, c->next))));
+      (void)aa__lg_room_end(c); /* also where the run ends the segment */
       aa__lg_bin_insert(pool, c);
     }
   }
@@ -455,6 +457,7 @@ static size_t merge_run(aa_pool *pool, aa__chunk *first, size_t total) {
     aa__lg_absorb(pool, first, first->next);
     n++;
   }
+  (void)aa__lg_room_end(first); /* the run was a room's every chunk */
   aa__lg_bin_insert(pool, first);
   return n;
 }
@@ -872,9 +875,11 @@ __attribute__((noinline)) static aa__chunk *room_open(aa_pool *pool, aa__chunk *
                                                       aa_stream stream) {
   aa__assert(c->free && c->next == NULL && !c->parked);
   aa__chunk *a = c->prev;
-  if (a != NULL && a->room && merge_state_ok(a, c) && aa__lg_usable(pool, a, stream)) {
+  if (a != NULL && a->room && !a->parked && merge_state_ok(a, c) && aa__lg_usable(pool, a, stream)) {
     /* a room at the free end: it grows (usable on `stream`, as c is, so
-     * the merged chunk is too) */
+     * the merged chunk is too). Not from a parked room chunk (c came from
+     * park_take, at the end of a reservation, its neighbour parked too):
+     * that one is in no bin and still in the park list. */
     aa__lg_bin_remove(pool, a);
     aa__lg_bin_insert(pool, c);
     aa__lg_absorb(pool, a, c);
@@ -1272,10 +1277,8 @@ void aa__lg_coalesce_insert(aa_pool *pool, aa__chunk *c) {
       c = a;
       continue;
     }
-    if (c->room && (c->prev == NULL || !c->prev->room) && (c->next == NULL || !c->next->room)) {
-      c->room = 0; /* a room with no block in it: memory like any other (room_open) */
-      continue;
-    }
+    if (aa__lg_room_end(c))
+      continue; /* a room with no block in it: memory like any other (room_open) */
     break;
   }
   /* what is left unmerged may not merge: stream state or parking says so */

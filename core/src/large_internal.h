@@ -297,6 +297,22 @@ static inline bool aa__lg_mid(size_t need) {
   return need > AA__LARGE_SMALL_MAX && need <= AA__LARGE_MID_MAX;
 }
 
+/* Free chunk c, flagged `room`, is a room with no block left in it when
+ * neither neighbour is part of a room: it becomes memory like any other
+ * (large.c room_open), and the caller tries its neighbours again. Asked
+ * wherever free chunks merge: aa__lg_coalesce_insert, and the merges of
+ * chunks whose streams' work completed (process_events, merge_run,
+ * seg_settle), where a room emptied while one of its blocks waited for
+ * an event ends too (else it stayed a room for good: its free part with
+ * unmapped pages never merged with the free memory above it, and larger
+ * requests passed over it). */
+static inline bool aa__lg_room_end(aa__chunk *c) {
+  if (!c->room || (c->prev != NULL && c->prev->room) || (c->next != NULL && c->next->room))
+    return false;
+  c->room = 0;
+  return true;
+}
+
 /* Whether the first `need` bytes of free chunk c (expandable) are mapped. */
 static inline bool aa__lg_prefix_mapped(const aa_pool *pool, const aa__chunk *c, size_t need) {
   size_t i0, i1;

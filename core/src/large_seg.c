@@ -360,6 +360,8 @@ static void seg_settle(aa_pool *pool, aa__seg *s) {
       aa__lg_bin_insert(pool, c);
       continue; /* try the new neighbour */
     }
+    if (c->free && !c->parked && aa__lg_room_end(c))
+      continue; /* a room emptied here (its blocks' events done): try again */
     c = n;
   }
 }
