@@ -862,10 +862,11 @@ static inline __attribute__((always_inline)) void split(aa_pool *pool, aa__chunk
  * or it is merged with other free memory (aa__lg_absorb), which its free
  * part is not while it has unmapped pages and that memory lies above it
  * (room_kept). A mid-size request that does not fit a room lying
- * at the free end extends it (the room's free part and the end merge, the
- * block at the room's free start), so that no partial page is left
+ * at the free end is cut from the room's free part merged with the end
+ * (the block at the room's free start), so that no partial page is left
  * between the room and the block after it (a room for a layer's weights
- * raised a training trace's peak by a page). The bound of six: at four,
+ * raised a training trace's peak by a page); merged with memory that is no
+ * room, the room ends there. The bound of six: at four,
  * 2.25 MiB gradients cut after 12 MiB activations opened rooms and a
  * training trace's peak rose (train_trace.py --vary-seq: 5774 -> 5800
  * MiB); from five to eight only the holes traces changed in the replay
@@ -876,8 +877,9 @@ __attribute__((noinline)) static aa__chunk *room_open(aa_pool *pool, aa__chunk *
   aa__assert(c->free && c->next == NULL && !c->parked);
   aa__chunk *a = c->prev;
   if (a != NULL && a->room && !a->parked && merge_state_ok(a, c) && aa__lg_usable(pool, a, stream)) {
-    /* a room at the free end: it grows (usable on `stream`, as c is, so
-     * the merged chunk is too). Not from a parked room chunk (c came from
+    /* a room at the free end: its free part and the end merge, the block
+     * at its start, and the room ends (aa__lg_absorb); the merged chunk is
+     * usable on `stream`, as both parts are. Not from a parked room chunk (c came from
      * park_take, at the end of a reservation, its neighbour parked too):
      * that one is in no bin and still in the park list. */
     aa__lg_bin_remove(pool, a);
