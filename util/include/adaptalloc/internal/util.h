@@ -43,7 +43,13 @@ __attribute__((format(printf, 2, 3)))
 #endif
 void
 aa__buf_printf(aa__buf *b, const char *fmt, ...);
-void aa__buf_vprintf(aa__buf *b, const char *fmt, va_list ap);
+/* (format(printf, 2, 0): fmt is checked at its callers, each a printf-like
+ * function itself; clang's -Wformat-nonliteral asks it of the v-form) */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 0)))
+#endif
+void
+aa__buf_vprintf(aa__buf *b, const char *fmt, va_list ap);
 /* Appends s (n bytes) as a JSON string with quotes (aa__json_put). */
 void aa__buf_json_str(aa__buf *b, const char *s, size_t n);
 /* The same for a NUL-terminated string; NULL gives null. */
