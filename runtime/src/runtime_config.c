@@ -361,7 +361,8 @@ static void add_dir(char dirs[][AA__RT_PATH_MAX], size_t *n, size_t cap, const c
   for (size_t i = 0; i < *n; i++)
     if (strcmp(dirs[i], key) == 0)
       return;
-  snprintf(dirs[(*n)++], AA__RT_PATH_MAX, "%s", key);
+  /* shorter than AA__RT_PATH_MAX either way (checked above): copied whole */
+  memcpy(dirs[(*n)++], key, strlen(key) + 1);
 }
 
 /* an object of this file: dladdr names the file it was loaded from */
