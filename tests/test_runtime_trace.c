@@ -45,17 +45,23 @@ static int teardown_dir(void **state) {
 }
 
 #if AA_TEST_WITH_STORE
-static aa_runtime *start(const char *name, char *db, size_t cap) {
+/* A runtime over a fresh database tmpdir/NAME.db, serving HTTP on `http`
+ * ("off": none). */
+static aa_runtime *start_http(const char *name, char *db, size_t cap, const char *http) {
   aa_runtime_config cfg;
   aa_runtime *rt = NULL;
   snprintf(db, cap, "%s/%s.db", tmpdir, name);
   aa_runtime_config_init(&cfg);
   cfg.db = db;
-  cfg.http = "off";
+  cfg.http = http;
   cfg.quiet = true;
   cfg.policy_dir = "/nonexistent-adaptalloc-policies";
   assert_int_equal(aa_runtime_new(&cfg, &rt), AA_OK);
   return rt;
+}
+
+static aa_runtime *start(const char *name, char *db, size_t cap) {
+  return start_http(name, db, cap, "off");
 }
 
 /* GET path from rt's server (loopback); the whole answer into buf. */
@@ -269,16 +275,8 @@ static void test_runtime_trace_holders_frames(void **state) {
 #if AA_TEST_WITH_STORE && AA_TEST_WITH_HTTP
   static char resp[1 << 20];
   char db[300], err[512] = "", path[128], one[64];
-  aa_runtime_config cfg;
-  aa_runtime *rt = NULL;
   (void)state;
-  snprintf(db, sizeof db, "%s/holders.db", tmpdir);
-  aa_runtime_config_init(&cfg);
-  cfg.db = db;
-  cfg.http = "127.0.0.1:0";
-  cfg.quiet = true;
-  cfg.policy_dir = "/nonexistent-adaptalloc-policies";
-  assert_int_equal(aa_runtime_new(&cfg, &rt), AA_OK);
+  aa_runtime *rt = start_http("holders", db, sizeof db, "127.0.0.1:0");
   aa_pool *host = aa_rt_pool(rt, AA_BACKEND_HOST, -1);
   snprintf(path, sizeof path, "/holders?pool=%s&top=3", aa_pool_name(host));
   assert_int_equal(patch(rt,
