@@ -167,6 +167,14 @@ static void free_all(fx *f, shadow *s) {
 
 /* The end of a paired test: each pool's shadow freed (the pool then holds
  * nothing in use), both pools destroyed with every mapping back. */
+/* Every block freed, the pool empty, the fixture and its shadow gone. */
+static void finish(fx *f, shadow *s) {
+  free_all(f, s);
+  assert_int_equal(stats(f).bytes_in_use, 0);
+  fx_done(f);
+  free(s);
+}
+
 static void finish_pair(fx *on, shadow *s1, fx *off, shadow *s0) {
   free_all(on, s1);
   free_all(off, s0);
@@ -626,10 +634,7 @@ static void arena_refused_in(aa_large_mode mode) {
   for (int i = 0; i < s->n; i++)
     sum += aa_block_size(f->p, s->p[i]);
   assert_int_equal(stats(f).bytes_in_use, sum);
-  free_all(f, s);
-  assert_int_equal(stats(f).bytes_in_use, 0);
-  fx_done(f);
-  free(s);
+  finish(f, s);
 }
 
 static void test_core_plan_arena_refused(void **state) {
@@ -1048,10 +1053,7 @@ static void test_core_plan_stitch_stress(void **state) {
       }
     }
     assert_int_equal(aa_backend_host_stream_busy(f->b, side, false), AA_OK);
-    free_all(f, s);
-    assert_int_equal(stats(f).bytes_in_use, 0);
-    fx_done(f);
-    free(s);
+    finish(f, s);
   }
 }
 
@@ -1422,10 +1424,7 @@ static void refused_small_in(aa_large_mode mode, bool cap) {
   served_by_arena(f, s, d0, r0);
   step_rest(f, s, &t, mine, 3);
   check_all(f, s);
-  free_all(f, s);
-  assert_int_equal(stats(f).bytes_in_use, 0);
-  fx_done(f);
-  free(s);
+  finish(f, s);
 }
 
 static void test_core_plan_refused_small(void **state) {
@@ -1462,10 +1461,7 @@ static void refused_grown_in(aa_large_mode mode, bool cap) {
   served_by_arena(f, s, d0, r0);
   step_rest(f, s, &t, mine, 1);
   check_all(f, s);
-  free_all(f, s);
-  assert_int_equal(stats(f).bytes_in_use, 0);
-  fx_done(f);
-  free(s);
+  finish(f, s);
 }
 
 static void test_core_plan_refused_grown(void **state) {
