@@ -30,9 +30,15 @@
 
 namespace adaptalloc_torch {
 
-Dev g_dev[kMaxDevices];
+// Never destroyed (allocated once, at load): a DataPtr may be freed after
+// this library's static destructors ran, at the process's exit, by
+// PyTorch's own statics (the CUDA IPC limbo of blocks a consumer still
+// held, which logs "Producer process has been terminated before all
+// shared CUDA tensors released" and then frees them). A destroyed
+// allocator there corrupted the heap.
+Dev *const g_dev = new Dev[kMaxDevices];
 
-std::shared_ptr<AdaptAllocator> g_alloc;
+std::shared_ptr<AdaptAllocator> &g_alloc = *new std::shared_ptr<AdaptAllocator>();
 static std::mutex g_install_mu;
 
 void AdaptAllocator::init(int device_count) {

@@ -62,7 +62,9 @@ struct OwnPiece {
 };
 
 std::mutex g_ipc_mu;
-std::unordered_map<std::string, std::weak_ptr<void>> g_opened;
+// never destroyed: a mapping's deleter may run at exit, after this
+// library's static destructors (allocator.cpp's g_alloc says why)
+auto &g_opened = *new std::unordered_map<std::string, std::weak_ptr<void>>();
 
 template <class T>
 void put(std::string &s, const T &v) {

@@ -50,7 +50,9 @@ namespace py = pybind11;
 namespace {
 
 std::mutex g_trk_mu;
-std::vector<std::tuple<std::string, size_t, size_t>> g_trk;
+// never destroyed: the tracker may see a free at exit (allocator.cpp's
+// g_alloc says why)
+auto &g_trk = *new std::vector<std::tuple<std::string, size_t, size_t>>();
 
 const char *action_name(int a) {
   using E = c10::cuda::CUDACachingAllocator::TraceEntry;

@@ -187,7 +187,7 @@ struct Dev {
   aa__torch_base base{}; // what resetAccumulatedStats subtracts
 };
 
-extern Dev g_dev[kMaxDevices]; // allocator.cpp
+extern Dev *const g_dev; // allocator.cpp: kMaxDevices of them, never destroyed
 
 void deleter(void *ctx); // alloc.cpp
 
@@ -432,7 +432,7 @@ private:
   SegState segs_[kMaxDevices];
 };
 
-extern std::shared_ptr<AdaptAllocator> g_alloc; // allocator.cpp
+extern std::shared_ptr<AdaptAllocator> &g_alloc; // allocator.cpp: never destroyed
 
 #pragma GCC visibility pop
 
