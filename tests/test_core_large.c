@@ -1,6 +1,7 @@
 /*
  * test_core_large.c — the large path: splitting, coalescing, best fit, the
- * cache bound, limit_bytes and the out-of-memory release-and-retry.
+ * cache bound, limit_bytes (one pool's, and one shared by several pools:
+ * aa_pool_share_limit) and the out-of-memory release-and-retry.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -157,6 +158,83 @@ static void test_core_large_limit(void **state) {
   done(f);
 }
 
+/* A second pool on the same backend, no limit of its own. */
+static aa_pool *sharer(fx *f) {
+  aa_pool_config cfg;
+  aa_pool_config_init(&cfg);
+  cfg.backend = f->b;
+  aa_pool *q = NULL;
+  assert_int_equal(aa_pool_new(&cfg, &q), AA_OK);
+  return q;
+}
+
+/* A sharer's reservations count against the owner's limit, both ways: the
+ * owner is refused what the sharer holds, the sharer what the owner's limit
+ * leaves; the sharer's cached memory still serves it; and what it gives
+ * back is the owner's again. */
+static void test_core_large_shared_limit(void **state) {
+  (void)state;
+  fx *f = make(0, 0);
+  aa_pool *q = sharer(f);
+  assert_int_equal(aa_pool_share_limit(q, f->p), AA_OK);
+  void *x = aa_alloc(q, 8 * MiB, NULL);
+  assert_non_null(x);
+  aa_pool_stats st;
+  aa_pool_stats_get(q, &st);
+  uint64_t held = st.bytes_reserved;
+  assert_true(held >= 8 * MiB);
+  assert_int_equal(aa_pool_sharers_reserved(f->p), held);
+  aa_pool_set_limit(f->p, held + 4 * MiB);
+  /* the owner alone would fit 6 MiB under its limit; with the sharer's
+   * bytes it does not */
+  assert_null(aa_alloc(f->p, 6 * MiB, NULL));
+  void *ok = aa_alloc(f->p, 3 * MiB, NULL);
+  assert_non_null(ok);
+  /* the sharer: freed memory serves it again with no new reservation ... */
+  assert_int_equal(aa_free(q, x, 0, NULL), AA_OK);
+  void *again = aa_alloc(q, 6 * MiB, NULL);
+  assert_non_null(again);
+  aa_pool_stats_get(q, &st);
+  assert_int_equal(st.bytes_reserved, held);
+  /* ... and new memory past the owner's limit is refused */
+  assert_null(aa_alloc(q, 16 * MiB, NULL));
+  assert_int_equal(aa_free(q, again, 0, NULL), AA_OK);
+  aa_pool_destroy(q); /* before its owner, as aa_pool_share_limit asks */
+  assert_int_equal(aa_pool_sharers_reserved(f->p), 0);
+  void *now = aa_alloc(f->p, 6 * MiB, NULL); /* the sharer's bytes are back */
+  assert_non_null(now);
+  aa_free(f->p, now, 0, NULL);
+  aa_free(f->p, ok, 0, NULL);
+  done(f);
+}
+
+/* aa_pool_share_limit refuses what it cannot keep, and changes nothing. */
+static void test_core_large_shared_limit_refused(void **state) {
+  (void)state;
+  fx *f = make(0, 0);
+  aa_pool *q = sharer(f), *r = sharer(f);
+  assert_int_equal(aa_pool_share_limit(NULL, f->p), AA_EINVAL);
+  assert_int_equal(aa_pool_share_limit(q, NULL), AA_EINVAL);
+  assert_int_equal(aa_pool_share_limit(q, q), AA_EINVAL);
+  /* a pool that has reserved memory: its bytes were never counted */
+  void *x = aa_alloc(r, 4 * MiB, NULL);
+  assert_non_null(x);
+  assert_int_equal(aa_pool_share_limit(r, f->p), AA_EINVAL);
+  aa_free(r, x, 0, NULL);
+  assert_int_equal(aa_pool_share_limit(q, f->p), AA_OK);
+  assert_int_equal(aa_pool_share_limit(q, f->p), AA_EINVAL); /* shares already */
+  /* one level: no owner of a sharer, no sharer of another's owner */
+  aa_pool *s = sharer(f);
+  assert_int_equal(aa_pool_share_limit(s, q), AA_EINVAL);
+  assert_int_equal(aa_pool_share_limit(f->p, s), AA_EINVAL);
+  assert_int_equal(aa_pool_sharers_reserved(f->p), 0);
+  assert_int_equal(aa_pool_sharers_reserved(NULL), 0);
+  aa_pool_destroy(s);
+  aa_pool_destroy(r);
+  aa_pool_destroy(q);
+  done(f);
+}
+
 /* Cached memory is given back and the allocation retried. */
 static void test_core_large_oom_releases_cache(void **state) {
   (void)state;
@@ -202,6 +280,8 @@ int main(void) {
       cmocka_unit_test(test_core_large_cache_bound),
       cmocka_unit_test(test_core_large_trim),
       cmocka_unit_test(test_core_large_limit),
+      cmocka_unit_test(test_core_large_shared_limit),
+      cmocka_unit_test(test_core_large_shared_limit_refused),
       cmocka_unit_test(test_core_large_oom_releases_cache),
       cmocka_unit_test(test_core_large_backend_failure),
   };

@@ -517,6 +517,36 @@ static void test_torch_devices_private_lends_what_it_holds(void **state) {
   assert_int_equal(aa_free(pool, y, part, NULL), AA_OK);
 }
 
+/* A private pool has no limit of its own but counts against the device
+ * pool's (PyTorch's memory fraction covers MemPools and graph pools): the
+ * device pool is refused what the private pool holds, and the private
+ * pool's cached memory still serves it. */
+static void test_torch_devices_private_shares_the_device_limit(void **state) {
+  fx *f = *state;
+  aa__dl_private *pp = NULL;
+  const size_t big = (size_t)64 << 20, part = (size_t)48 << 20;
+  assert_int_equal(aa__dl_private_ref(f->dl, 0, id_of(6, 1), &pp), AA_OK);
+  aa_pool *priv = aa__dl_private_pool(pp), *dev = aa__dl_pool(f->dl, 0);
+  void *x = aa_alloc(priv, big, NULL);
+  assert_non_null(x);
+  assert_int_equal(aa_free(priv, x, big, NULL), AA_OK);
+  aa_pool_stats ps, ds;
+  assert_int_equal(aa_pool_stats_get_opts(priv, &ps, AA_STATS_NO_SIZES), AA_OK);
+  assert_int_equal(aa_pool_stats_get_opts(dev, &ds, AA_STATS_NO_SIZES), AA_OK);
+  assert_int_equal(ps.limit_bytes, 0);
+  assert_int_equal(aa_pool_sharers_reserved(dev), ps.bytes_reserved);
+  /* the fraction's cap: what the device holds, and 16 MiB */
+  aa_pool_set_limit(dev, (size_t)(ds.bytes_reserved + ps.bytes_reserved) + ((size_t)16 << 20));
+  assert_null(aa_alloc(dev, part, NULL)); /* alone, the device pool would fit it */
+  void *y = aa_alloc(priv, part, NULL);
+  assert_ptr_equal(y, x);
+  assert_int_equal(aa_free(priv, y, part, NULL), AA_OK);
+  aa_pool_set_limit(dev, 0);
+  void *z = aa_alloc(dev, part, NULL);
+  assert_non_null(z);
+  assert_int_equal(aa_free(dev, z, part, NULL), AA_OK);
+}
+
 static void test_torch_devices_new_refused(void **state) {
   (void)state;
   aa__dl_source bad = {0};
@@ -742,6 +772,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_torch_devices_private_remake, setup, teardown),
       cmocka_unit_test_setup_teardown(test_torch_devices_private_order, setup, teardown),
       cmocka_unit_test_setup_teardown(test_torch_devices_private_lends_what_it_holds,
+                                      setup_default_private, teardown),
+      cmocka_unit_test_setup_teardown(test_torch_devices_private_shares_the_device_limit,
                                       setup_default_private, teardown),
       cmocka_unit_test_setup_teardown(test_torch_devices_private_default, setup_default_private,
                                       teardown),

@@ -275,6 +275,12 @@ struct aa_pool {
   _Atomic uint64_t ooms, oom_retries, invalid_frees;
   _Atomic uint64_t last_oom_ms; /* wall clock of the last OOM (ms since 1970), 0: none */
   _Atomic size_t limit;
+  /* aa_pool_share_limit: the pool whose limit this one's reservations
+   * count against as well (set before the first, never changed), and on
+   * that pool the bytes its sharers hold (reserved less its own) */
+  aa_pool *limit_owner;
+  _Atomic uint64_t sharers_reserved;
+  _Atomic uint32_t sharers; /* pools ever made to share this one's limit */
   _Atomic bool telemetry;
   _Atomic uint32_t tflags; /* AA__TF_*: what the hot path must do */
   _Atomic(aa__trace_cb *) trace;

@@ -218,6 +218,23 @@ void aa_pool_set_limit(aa_pool *pool, size_t limit_bytes) {
     atomic_store(&pool->limit, limit_bytes);
 }
 
+int aa_pool_share_limit(aa_pool *pool, aa_pool *owner) {
+  /* one level: an owner shares no other pool's limit, a sharer owns none;
+   * and from the first reservation on, so that every byte counted on the
+   * owner is one the sharer will give back through it */
+  if (pool == NULL || owner == NULL || pool == owner || pool->limit_owner != NULL ||
+      atomic_load(&pool->sharers) != 0 || owner->limit_owner != NULL ||
+      atomic_load(&pool->bytes_reserved) != 0)
+    return AA_EINVAL;
+  atomic_fetch_add(&owner->sharers, 1);
+  pool->limit_owner = owner;
+  return AA_OK;
+}
+
+uint64_t aa_pool_sharers_reserved(aa_pool *pool) {
+  return pool != NULL ? atomic_load(&pool->sharers_reserved) : 0;
+}
+
 void aa_pool_set_map_runs(aa_pool *pool, bool on) {
   if (pool != NULL)
     aa__large_set_map_runs(pool, on);

@@ -209,6 +209,9 @@ void AdaptAllocator::out_of_memory(int device, size_t n, aa_pool *pool) {
     o(device, n, t.limit ? static_cast<size_t>(t.limit) : total_b, free_b);
   std::string limit =
       t.limit ? size_str(t.limit) : std::string("none (the whole device)");
+  uint64_t shared = aa_pool_sharers_reserved(pool);
+  if (t.limit && shared != 0) // the device's private pools count against it
+    limit += cat(" (of which CUDA-graph and MemPool pools hold ", size_str(shared), ")");
   const char *region = aa_pool_region(pool);
   std::string how = region[0] != '\0'
                         ? cat("the policy's pools.regions.", region,

@@ -72,8 +72,10 @@ static aa_pool *rt_region_pool(void *user, int region, int device) {
  * ladder (a graph pool made with the core's defaults, classes to 1 MiB in
  * slabs of their own, took a third more device memory than PyTorch's graph
  * pool), but the cache path for large blocks: a capture's memory stays
- * mapped while the graph lives, and no limit (set_per_process_memory_fraction
- * caps the device pool). */
+ * mapped while the graph lives, and no limit of its own: what it reserves
+ * counts against the device pool's (aa_pool_share_limit), as PyTorch's
+ * set_per_process_memory_fraction caps its graph and MemPool pools too (a
+ * MemPool(use_on_oom=True) then lends the device pool what it holds). */
 static int make_private(int device, aa_pool *main, aa__dl_id id, bool no_split, aa_pool **out) {
   aa_pool_config cfg;
   char name[32];
@@ -115,6 +117,10 @@ static int make_private(int device, aa_pool *main, aa__dl_id id, bool no_split, 
     if (no_split)
       cfg.large_mode = AA_LARGE_PASSTHROUGH;
     rc = aa_pool_new(&cfg, out);
+  }
+  if (rc == AA_OK && (rc = aa_pool_share_limit(*out, main)) != AA_OK) {
+    aa_pool_destroy(*out);
+    *out = NULL;
   }
   return rc;
 }

@@ -468,6 +468,16 @@ AA_EXTERN uint64_t aa_pool_trace_frame_of(aa_pool *pool, const void *ptr);
 AA_EXTERN void aa_pool_trace_sample_counts(aa_pool *pool, uint64_t *traced, uint64_t *skipped,
                                            uint64_t *live, uint64_t *table_full);
 AA_EXTERN void aa_pool_set_limit(aa_pool *pool, size_t limit_bytes);
+/* Makes pool's reservations count against owner's limit as well as its
+ * own: owner's limit then caps owner's reserved bytes plus those of every
+ * pool sharing it (PyTorch's per-process memory fraction covers a device's
+ * CUDA-graph and MemPool pools with its device pool). Call it before pool
+ * reserves anything; owner must outlive pool, and neither may already
+ * share (pool another's limit, owner a third's). AA_EINVAL otherwise,
+ * nothing changed. Not thread-safe against pool's own allocations. */
+AA_EXTERN int aa_pool_share_limit(aa_pool *pool, aa_pool *owner);
+/* The bytes the pools sharing pool's limit hold now (0 for NULL). */
+AA_EXTERN uint64_t aa_pool_sharers_reserved(aa_pool *pool);
 /* Turns large_map_runs on or off for the mappings the pool makes from now
  * on (those made before keep their shape; each goes back whole as before).
  * No effect on a pool whose large path is not expandable. */
