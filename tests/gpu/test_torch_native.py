@@ -176,10 +176,14 @@ def _plan(m, out):
     """test_plan_same_training_and_adopted's child: the loop above; under
     adaptalloc, the pool's plan figures printed as JSON."""
     import torch
-    # 40 steps: the plan is made on the pool's planner thread and adopted at
+    # 80 steps: the plan is made on the pool's planner thread and adopted at
     # the first period's start after it is back, some steps after the period
-    # was found (16 were enough when it was planned on the allocating thread)
-    torch.save(_plan_steps(40, side_every=3), out)
+    # was found (16 were enough when it was planned on the allocating
+    # thread). The loop makes ~185 large-path events a step, and a window
+    # that does not repeat yet is looked at after 512, 1,024, 2,048, 4,096
+    # and then every 4,096 events: 40 steps left the last look at step 22,
+    # and one H100 run of 40 ended still learning (another adopted)
+    torch.save(_plan_steps(80, side_every=3), out)
     if m is not None:
         st = json.loads(m.stats_json(0))
         pool = st  # stats_json(device): that device's pool, one object
