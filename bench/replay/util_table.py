@@ -9,7 +9,8 @@ reserved, what max_memory_allocated / max_memory_reserved measures on the
 GPU), the holes at the peak in use, and the backend calls.
 
     python3 bench/replay/util_table.py [TRACE_OR_DIR ...] [--replay PATH]
-                                       [--no-torch] [--json OUT]
+                                       [--no-torch] [--event-delay-us N]
+                                       [--json OUT]
 
 Inputs: RMM-format CSV traces (adaptalloc-replay's --csv), gzipped or not
 (NAME.csv.gz, NAME.csv); a folder stands for the traces in it; default
@@ -18,7 +19,9 @@ bench/replay/traces/. A trace recorded on the GPU by tools/device/util-run.sh
 (WORKLOAD-default.json: steps, max_memory_reserved / max_memory_allocated
 under PyTorch's default allocator): the table then gives backend calls per
 step and the GPU's own utilisation under the default beside the replay's
-model of it. A synthetic trace: python3 bench/replay/holes_trace.py.
+model of it. --event-delay-us N: each stream event completes N us of
+trace time after it is recorded, as on a GPU whose stream runs behind the
+host (adaptalloc-replay's option; 0, at once, by default). A synthetic trace: python3 bench/replay/holes_trace.py.
 The replay: --replay, else $AA_REPLAY, else the newest
 build*/tools/adaptalloc-replay of this tree (cmake --build BUILD).
 Exit status: 0; 1 when a trace could not be replayed or none was found;
@@ -104,7 +107,7 @@ def sidecar(path):
         return {}
 
 
-def replay(prog, csv, policies, tmp):
+def replay(prog, csv, policies, tmp, delay_us=0):
     """adaptalloc-replay compare --json on a trace (a gzipped one unpacked
     into tmp first: the account at peak in use takes a second pass, which a
     pipe cannot give); {label: run} in the order of policies, and the events."""
@@ -114,6 +117,8 @@ def replay(prog, csv, policies, tmp):
             shutil.copyfileobj(src, dst)
         csv = plain
     cmd = [prog, "compare", "--csv", csv, "--json", "--on-error", "count", "--no-progress"]
+    if delay_us:
+        cmd += ["--event-delay-us", str(delay_us)]
     cmd += [p for _, p in policies]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -228,6 +233,9 @@ def main(argv=None):
     ap.add_argument("--replay", default=None, help="the adaptalloc-replay program")
     ap.add_argument("--no-torch", action="store_true",
                     help="leave out the replay's models of PyTorch's allocator")
+    ap.add_argument("--event-delay-us", type=int, default=0, metavar="N",
+                    help="stream events complete N us of trace time after they are "
+                         "recorded (a GPU behind the host); default 0: at once")
     ap.add_argument("--json", default=None, metavar="OUT", help="also write the figures here")
     args = ap.parse_args(argv)
     prog = find_replay(args.replay)
@@ -258,7 +266,7 @@ def main(argv=None):
             policies += [(x, x) for x in TORCH]
         for name, path in traces:
             try:
-                runs, events = replay(prog, path, policies, tmp)
+                runs, events = replay(prog, path, policies, tmp, args.event_delay_us)
             except (OSError, ValueError, RuntimeError) as e:
                 print(f"util_table: {path}: {e}", file=sys.stderr)
                 failed += 1

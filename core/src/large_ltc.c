@@ -197,10 +197,13 @@ bool aa__ltc_free(aa_pool *pool, aa__tcache *tc, void *p, size_t size, aa_stream
                                                memory_order_acquire))
     return false; /* freed or reused since: the locked path decides */
   if ((size != 0 && size != c->req) || c->size > cap ||
-      __atomic_load_n(&c->nxs, __ATOMIC_RELAXED) != 0 || (c->waited && c->stream != stream)) {
-    /* a misuse to report, too big to hold, record_stream'd, or taken by
+      __atomic_load_n(&c->nxs, __ATOMIC_RELAXED) != 0 || (c->waited && c->stream != stream) ||
+      c->seg->st != NULL) {
+    /* a misuse to report, too big to hold, record_stream'd, taken by
      * stream-ordered reuse and freed on another stream (its earlier uses
-     * are behind c->stream's work: aa__lg_release_chunk): undo */
+     * are behind c->stream's work: aa__lg_release_chunk), or a stitched
+     * range's (freed now, its event recorded at the free and its parts
+     * free to go back to their holes: aa__lg_stitch_freed): undo */
     atomic_store_explicit(&c->state, st, memory_order_release);
     return false;
   }

@@ -52,12 +52,14 @@ bool aa__lg_stitch_usable(const aa_pool *pool) {
 /* ------------------------------------------------------------ states */
 
 /* Whether free active range s may give its parts back: its chunk free,
- * its record_stream'd streams' events done, no event of its own pending.
+ * its record_stream'd streams' events done (usable on its own stream).
  * The parts then are what the chunk is: freed on its stream (usable there
  * at once, elsewhere once that stream's work is done, as any free chunk),
- * or usable everywhere. */
+ * or usable everywhere. The event on its own stream (recorded at the free,
+ * aa__lg_stitch_freed) need not have completed: it stays with the chunk
+ * for address_idle. */
 static bool work_done(aa_pool *pool, aa__seg *s) {
-  return s->first->free && aa__lg_events_done(pool, s->first);
+  return s->first->free && aa__lg_usable(pool, s->first, s->first->stream);
 }
 
 /* Whether no work may still use range s's address: its chunk usable on
@@ -586,4 +588,15 @@ aa__chunk *aa__lg_stitch_take(aa_pool *pool, size_t need, aa_stream stream) {
 void aa__lg_stitch_freed(aa_pool *pool, aa__chunk *c) {
   aa__assert(c->free && c->seg->st != NULL && c->seg->first == c && c->next == NULL);
   c->seg->st->used_at = ++pool->large->stitch_clock;
+  /* The event on the freeing stream now, not when address_idle first asks
+   * (as a hole's is, lazily): asked then, on a GPU whose stream runs behind
+   * the host, an event recorded then is still pending behind the work
+   * queued since, and a dormant range that a new range needs the pages of
+   * could not go (the pool grew instead: the replay's --event-delay-us 1000
+   * on the H100 traces, phases 3,650 -> 3,854 MiB). One record per free of
+   * a range's block. (record_stream'd: recorded with its streams'.) */
+  aa_backend *b = pool->backend;
+  if (pool->has_events && !c->any && c->ev == NULL && c->nxev == 0 &&
+      b->ops->event_record(b, c->stream, &c->ev) != AA_OK)
+    c->ev = NULL; /* recorded lazily when asked, as before */
 }
