@@ -396,6 +396,11 @@ size_t aa__lg_release_locked(aa_pool *pool, size_t want);
 /* What aa__lg_release_locked(pool, SIZE_MAX) would give back now (free
  * stitched ranges apart), changing nothing but events asked. */
 size_t aa__lg_releasable(aa_pool *pool);
+/* Expandable: every page below a reservation's high-water mark that is
+ * unmapped now is no longer "touched" (aa__seg.forgot), as after an
+ * explicit release: placement prefers the pages mapped now over mapping
+ * those again. */
+void aa__lg_forget_unmapped(aa_pool *pool);
 /* Maps every page under `c` (free, out of the bins; expandable). */
 int aa__lg_ensure_mapped(aa_pool *pool, aa__chunk *c);
 /* A new segment with one free chunk: of `segsize` bytes, or an expandable

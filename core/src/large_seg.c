@@ -383,6 +383,25 @@ size_t aa__lg_releasable(aa_pool *pool) {
   return got;
 }
 
+void aa__lg_forget_unmapped(aa_pool *pool) {
+  /* the pages of every mapping unmapped since, below hwm (as page_unmap
+   * marks them under an explicit release) */
+  for (aa__seg *s = pool->large->segs; s; s = s->next) {
+    if (s->pages == NULL || s->mapped == s->hwm)
+      continue;
+    for (size_t k = 0; k < s->hwm; k++) {
+      if (s->pages[k] != NULL)
+        continue;
+      if (s->forgot == NULL)
+        s->forgot = calloc(s->npages, 1);
+      if (s->forgot == NULL)
+        return; /* touched, as before */
+      s->nforgot += !s->forgot[k];
+      s->forgot[k] = 1;
+    }
+  }
+}
+
 size_t aa__lg_release_locked(aa_pool *pool, size_t want) {
   size_t released = 0;
   aa__lg_unpark_all(pool);
