@@ -221,7 +221,11 @@ static void test_core_large_shared_limit_refused(void **state) {
   assert_non_null(x);
   assert_int_equal(aa_pool_share_limit(r, f->p), AA_EINVAL);
   aa_free(r, x, 0, NULL);
+  assert_null(aa_pool_limit_owner(q));
   assert_int_equal(aa_pool_share_limit(q, f->p), AA_OK);
+  assert_ptr_equal(aa_pool_limit_owner(q), f->p);
+  assert_null(aa_pool_limit_owner(f->p));
+  assert_null(aa_pool_limit_owner(NULL));
   assert_int_equal(aa_pool_share_limit(q, f->p), AA_EINVAL); /* shares already */
   /* one level: no owner of a sharer, no sharer of another's owner */
   aa_pool *s = sharer(f);

@@ -235,6 +235,8 @@ uint64_t aa_pool_sharers_reserved(aa_pool *pool) {
   return pool != NULL ? atomic_load(&pool->sharers_reserved) : 0;
 }
 
+aa_pool *aa_pool_limit_owner(aa_pool *pool) { return pool != NULL ? pool->limit_owner : NULL; }
+
 void aa_pool_set_map_runs(aa_pool *pool, bool on) {
   if (pool != NULL)
     aa__large_set_map_runs(pool, on);

@@ -487,15 +487,27 @@ def _mempool_use_on_oom():
     except torch.OutOfMemoryError as e:
         res["served"] = False
         res["msg"] = str(e)
+    # a MemPool without the option, the lending one gone: the cap lifted
+    # while it takes its memory (it counts against the cap, as under
+    # PyTorch's allocator), then the same cap over what is held now; a
+    # request its cached 64 MiB would fit is refused, not lent
+    torch.cuda.set_per_process_memory_fraction(1.0, 0)
+    del pool
+    torch.cuda.empty_cache()
     plain = torch.cuda.MemPool()
     with torch.cuda.use_mem_pool(plain):
         z = torch.empty(64 * mib, dtype=torch.uint8, device="cuda")
     del z
+    torch.cuda.synchronize()
+    used = torch.cuda.memory_reserved()
+    torch.cuda.set_per_process_memory_fraction(
+        (used + 16 * mib) / torch.cuda.get_device_properties(0).total_memory, 0)
     try:
-        torch.empty(200 * mib, dtype=torch.uint8, device="cuda")
+        torch.empty(48 * mib, dtype=torch.uint8, device="cuda")
         res["plain_refused"] = False
-    except torch.OutOfMemoryError:
+    except torch.OutOfMemoryError as e:
         res["plain_refused"] = True
+        res["plain_msg"] = str(e)
     torch.cuda.set_per_process_memory_fraction(1.0, 0)
     print(json.dumps(res))
 
@@ -1141,7 +1153,9 @@ def test_mempool_use_on_oom_lends_its_memory(tmp_path):
     res = _child_json("mempool_oom", tmp_path)
     assert res.get("served"), _show(res)
     assert res == dict(res, from_pool=True, same_memory=True, data_ok=True,
-                       plain_refused=True), res
+                       plain_refused=True), _show(res)
+    # the message names what the MemPool holds of the limit
+    assert "MemPool pools hold 64.00 MiB" in res["plain_msg"], res["plain_msg"]
 
 
 def test_allocator_settings_line_and_mapping(tmp_path):

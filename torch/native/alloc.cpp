@@ -198,6 +198,13 @@ void AdaptAllocator::out_of_memory(int device, size_t n, aa_pool *pool) {
   }
   if (history_.on()) // history: addr is the device's free bytes, as PyTorch's
     history_.record(History::Action::OOM, device, free_b, n, nullptr);
+  // A private pool's limit is the device pool's, which it shares (with the
+  // device's other CUDA-graph and MemPool pools): that one is shown.
+  aa_pool *owner = aa_pool_limit_owner(pool);
+  aa_pool *lp = owner != nullptr ? owner : pool;
+  aa__torch_sums ls{};
+  (void)aa__torch_sums_add_pool(&ls, lp);
+  uint64_t shared = aa_pool_sharers_reserved(lp);
   std::vector<CCA::OutOfMemoryObserver> obs;
   {
     std::lock_guard<std::mutex> g(obs_mu_);
@@ -206,12 +213,13 @@ void AdaptAllocator::out_of_memory(int device, size_t n, aa_pool *pool) {
   // as PyTorch's allocator calls them: the request, the most the device
   // (or the limit) allows, the device's free bytes
   for (auto &o : obs)
-    o(device, n, t.limit ? static_cast<size_t>(t.limit) : total_b, free_b);
+    o(device, n, ls.limit ? static_cast<size_t>(ls.limit) : total_b, free_b);
   std::string limit =
-      t.limit ? size_str(t.limit) : std::string("none (the whole device)");
-  uint64_t shared = aa_pool_sharers_reserved(pool);
-  if (t.limit && shared != 0) // the device's private pools count against it
-    limit += cat(" (of which CUDA-graph and MemPool pools hold ", size_str(shared), ")");
+      ls.limit ? size_str(ls.limit) : std::string("none (the whole device)");
+  if (ls.limit && owner != nullptr)
+    limit += cat(" (the device pool's, ", aa_pool_name(owner), ")");
+  if (ls.limit && shared != 0) // the device's private pools count against it
+    limit += cat(", of which CUDA-graph and MemPool pools hold ", size_str(shared));
   const char *region = aa_pool_region(pool);
   std::string how = region[0] != '\0'
                         ? cat("the policy's pools.regions.", region,

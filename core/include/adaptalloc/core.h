@@ -478,6 +478,8 @@ AA_EXTERN void aa_pool_set_limit(aa_pool *pool, size_t limit_bytes);
 AA_EXTERN int aa_pool_share_limit(aa_pool *pool, aa_pool *owner);
 /* The bytes the pools sharing pool's limit hold now (0 for NULL). */
 AA_EXTERN uint64_t aa_pool_sharers_reserved(aa_pool *pool);
+/* The pool whose limit pool shares (aa_pool_share_limit), else NULL. */
+AA_EXTERN aa_pool *aa_pool_limit_owner(aa_pool *pool);
 /* Turns large_map_runs on or off for the mappings the pool makes from now
  * on (those made before keep their shape; each goes back whole as before).
  * No effect on a pool whose large path is not expandable. */
