@@ -177,6 +177,15 @@ struct aa__large {
   bool plan_on;
   struct aa__plan *plan;
   uint64_t alloc_seq;
+  /* expandable: while the plan maps its arena, the offsets (from the
+   * arena's base) where a map run must end, so that the room around any
+   * block of the plan is whole runs (aa__lg_ensure_mapped); NULL otherwise */
+  const size_t *map_cuts;
+  size_t map_ncuts;
+  /* expandable: bytes of free pages the path may still unmap to map a
+   * request's new pages instead of growing: the free room of an arena
+   * dissolved around live blocks (large_plan.c dissolve), used up once */
+  uint64_t unmap_credit;
   /* exited threads' lock-free counts */
   _Atomic uint64_t dead_allocs, dead_frees;
   /* held blocks other threads took back (aa__lg_ltc_reclaim), until their
@@ -395,7 +404,7 @@ void aa__lg_count_out(aa_pool *pool, size_t size, size_t req);
 size_t aa__lg_release_locked(aa_pool *pool, size_t want);
 /* What aa__lg_release_locked(pool, SIZE_MAX) would give back now (free
  * stitched ranges apart), changing nothing but events asked. */
-size_t aa__lg_releasable(aa_pool *pool);
+size_t aa__lg_releasable(aa_pool *pool, bool most);
 /* Expandable: every page below a reservation's high-water mark that is
  * unmapped now is no longer "touched" (aa__seg.forgot), as after an
  * explicit release: placement prefers the pages mapped now over mapping

@@ -1298,7 +1298,13 @@ static bool dissolve(aa_pool *pool, struct aa__plan *P) {
     v[n++] = (aa__lg_piece){.base = c->base + d->off, .size = d->size, .stream = d->idle, .ev = d->own, .xev = d->evs, .nxev = d->nevs};
   }
   qsort(v, n, sizeof *v, by_piece);
+  /* the free room around the blocks still live: expandable, its pages go
+   * where the path would map new ones (aa__lg_ensure_mapped), so that the
+   * placement the plan leaves behind costs no memory */
+  uint64_t room = c->size > P->live_bytes ? c->size - P->live_bytes : 0;
   bool ok = aa__lg_carve(pool, c, v, n, P->stream);
+  if (ok && P->nlive > 0 && pool->large->vmm_page != 0)
+    pool->large->unmap_credit += room;
   free(v);
   if (!ok)
     return false;
@@ -1454,7 +1460,10 @@ static bool activate(aa_pool *pool, struct aa__plan *P) {
    * live blocks' map runs share stay): when what is left with the arena
    * would not come in under the window's peak, nothing is released */
   (void)aa__lg_stitch_release(pool);
-  if (pool->large->reserved - aa__lg_releasable(pool) + P->arena_bytes > P->observed) {
+  /* asked first changing nothing (at most what a release gives back);
+   * then, that passed, with the free chunks' events recorded */
+  if (pool->large->reserved - aa__lg_releasable(pool, true) + P->arena_bytes > P->observed ||
+      pool->large->reserved - aa__lg_releasable(pool, false) + P->arena_bytes > P->observed) {
     free(bits);
     free(live);
     return false;
@@ -1468,9 +1477,25 @@ static bool activate(aa_pool *pool, struct aa__plan *P) {
     return false;
   }
   bool retry;
+  /* expandable: the arena's map runs end at its planned blocks' edges
+   * (aa__lg_ensure_mapped), so that a drop mid-step can give back the free
+   * room around the blocks then live; no cuts when memory is short */
+  size_t *cuts = malloc(2 * (size_t)P->n * sizeof *cuts), ncuts = 0;
+  for (uint32_t j = 0; cuts != NULL && j < P->n; j++) {
+    if (P->ent[j].off != NO_OFF) {
+      cuts[ncuts++] = P->ent[j].off;
+      cuts[ncuts++] = P->ent[j].off + P->ent[j].size;
+    }
+  }
+  pool->large->map_cuts = cuts;
+  pool->large->map_ncuts = cuts != NULL ? ncuts : 0;
+  pool->large->unmap_credit = 0;
   /* a stitched range when holes make one (no new memory; such an arena,
    * one chunk for ever, drains instead of dissolving when the plan goes) */
   aa__chunk *c = aa__lg_take(pool, NULL, P->arena_bytes, P->arena_bytes, P->stream, &retry);
+  pool->large->map_cuts = NULL;
+  pool->large->map_ncuts = 0;
+  free(cuts);
   if (c == NULL) {
     free(bits);
     free(live);

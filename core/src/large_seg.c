@@ -206,6 +206,12 @@ int aa__lg_ensure_mapped(aa_pool *pool, aa__chunk *c) {
   if (lim != 0 && after > lim) {
     uint64_t over = after - lim;
     (void)vmm_unmap_free(pool, over < k * ps ? over : k * ps, c);
+  } else if (pool->large->unmap_credit > 0) {
+    /* an arena dissolved around live blocks left its free room between
+     * them: its pages move here rather than the pool growing, once */
+    uint64_t want = pool->large->unmap_credit < k * ps ? pool->large->unmap_credit : k * ps;
+    size_t got = vmm_unmap_free(pool, (size_t)want, c);
+    pool->large->unmap_credit = got < want ? 0 : pool->large->unmap_credit - got;
   }
   /* Without a limit, each run of unmapped pages in one call (vmm_runs); under
    * one, page by page, so that pages can move between chunks later. */
@@ -219,6 +225,20 @@ int aa__lg_ensure_mapped(aa_pool *pool, aa__chunk *c) {
     cut_lo = (c->base - s->h.base) % ps_ != 0 ? i0 + 1 : i0;
     cut_hi = (c->base + c->size - s->h.base) % ps_ != 0 ? i1 - 1 : i1;
   }
+  /* the plan's arena: a run ends at each page that holds a planned block's
+   * edge, and that page is a run of its own, so that the room around the
+   * blocks live when the arena is dissolved is whole runs (unmap_credit) */
+  bool *cut = NULL;
+  if (runs && pool->large->map_ncuts > 0 && i1 > i0)
+    cut = calloc(i1 - i0 + 1, sizeof *cut);
+  for (size_t m = 0; cut != NULL && m < pool->large->map_ncuts; m++) {
+    uintptr_t x = c->base + pool->large->map_cuts[m];
+    size_t p = (x - s->h.base) / ps_;
+    if (p >= i0 && p <= i1)
+      cut[p - i0] = true;
+    if ((x - s->h.base) % ps_ != 0 && p + 1 >= i0 && p + 1 <= i1)
+      cut[p + 1 - i0] = true;
+  }
   for (size_t i = i0; i < i1;) {
     if (s->pages[i] != NULL) {
       i++;
@@ -226,13 +246,16 @@ int aa__lg_ensure_mapped(aa_pool *pool, aa__chunk *c) {
     }
     size_t j = i + 1;
     while (runs && j < i1 && s->pages[j] == NULL && j - i < MAP_RUN_PAGES && j != cut_lo &&
-           j != cut_hi)
+           j != cut_hi && (cut == NULL || !cut[j - i0]))
       j++;
     int rc = run_map(pool, s, i, j - i);
-    if (rc != AA_OK)
+    if (rc != AA_OK) {
+      free(cut);
       return rc;
+    }
     i = j;
   }
+  free(cut);
   return AA_OK;
 }
 
@@ -366,18 +389,63 @@ static void seg_settle(aa_pool *pool, aa__seg *s) {
   }
 }
 
-size_t aa__lg_releasable(aa_pool *pool) {
+/* The mapped runs wholly inside [lo, hi) of s, in bytes. */
+static size_t runs_inside(const aa_pool *pool, const aa__seg *s, uintptr_t lo, uintptr_t hi) {
+  size_t ps = pool->large->vmm_page, got = 0, r0, r1;
+  size_t i0 = (lo - s->h.base + ps - 1) / ps, i1 = (hi - s->h.base) / ps;
+  if (i1 > s->hwm)
+    i1 = s->hwm;
+  for (size_t i = i0; i < i1; i++) {
+    if (s->pages[i] == NULL)
+      continue;
+    run_of(pool, s, i, &r0, &r1);
+    if (r0 >= i0 && r1 <= i1)
+      got += (r1 - r0) * ps;
+    i = r1 - 1;
+  }
+  return got;
+}
+
+/* Whether free chunk c's work has completed. most: asked changing nothing
+ * (no event recorded or released, c not made usable anywhere), a chunk
+ * with no event yet on a stream that cannot be asked counts as done. */
+static bool work_done(aa_pool *pool, aa__chunk *c, bool most) {
+  aa_backend *b = pool->backend;
+  if (!most)
+    return aa__lg_usable_anywhere(pool, c);
+  if (!pool->has_events || c->any)
+    return true;
+  for (uint32_t i = 0; i < c->nxev; i++) {
+    if (b->ops->event_query != NULL && b->ops->event_query(b, c->xev[i]) == AA_EAGAIN)
+      return false;
+  }
+  return c->ev == NULL || b->ops->event_query == NULL || b->ops->event_query(b, c->ev) != AA_EAGAIN;
+}
+
+size_t aa__lg_releasable(aa_pool *pool, bool most) {
+  /* no parked chunk merged (a plan refused after the question had moved
+   * the placement that followed: sidepipe, events 1 ms late, 1,104 ->
+   * 1,156 MiB with no plan adopted); free neighbours whose work is done
+   * count as merged, as the release would merge them */
   size_t got = 0;
-  aa__lg_unpark_all(pool);
   for (aa__seg *s = pool->large->segs; s; s = s->next) {
     if (s->pages == NULL) { /* a fixed segment goes whole, when wholly free */
-      if (seg_releasable(pool, s))
-        got += s->h.end - s->h.base;
+      aa__chunk *c = s->first;
+      while (c != NULL && c->free && work_done(pool, c, most))
+        c = c->next;
+      got += c == NULL ? s->h.end - s->h.base : 0;
       continue;
     }
-    for (aa__chunk *c = s->first; c && s->mapped > 0; c = c->next) {
-      if (c->free && has_interior_mapped(pool, c) && aa__lg_usable_anywhere(pool, c))
-        got += unmap_interior(pool, c, SIZE_MAX, true);
+    for (aa__chunk *c = s->first; c && s->mapped > 0;) {
+      if (!c->free || !work_done(pool, c, most)) {
+        c = c->next;
+        continue;
+      }
+      aa__chunk *e = c;
+      while (e->next != NULL && e->next->free && work_done(pool, e->next, most))
+        e = e->next;
+      got += runs_inside(pool, s, c->base, e->base + e->size);
+      c = e->next;
     }
   }
   return got;
