@@ -977,7 +977,9 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
               continue;
             }
           }
-          c = aa__lg_stitch_take(pool, need, stream);
+          /* the chunk the pool would map new pages under for it: the
+           * only one with unmapped pages a new range may take pages of */
+          c = aa__lg_stitch_take(pool, need, stream, find_fit(pool, need, stream, false));
           stitched = c != NULL;
           if (c == NULL && stitch_pass < 2 && aa__lg_stitch_drop_dormant(pool) > 0) {
             stitch_pass = 2;

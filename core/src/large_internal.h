@@ -438,8 +438,11 @@ bool aa__lg_stitch_usable(const aa_pool *pool);
 /* A free stitched range's chunk (not binned, not split) for a `need`-byte
  * request on `stream`: an active one of about that size, else a dormant one
  * woken (no backend call), else a new one made from whole free handles in
- * holes; NULL when none. */
-aa__chunk *aa__lg_stitch_take(aa_pool *pool, size_t need, aa_stream stream);
+ * holes; NULL when none. `grow`: the free chunk the pool would map new
+ * pages under for the request (find_fit's, or NULL), the only chunk with
+ * unmapped pages a new range may take pages of. */
+aa__chunk *aa__lg_stitch_take(aa_pool *pool, size_t need, aa_stream stream,
+                              const aa__chunk *grow);
 /* A stitched range's chunk was freed (aa__lg_release_chunk): it stays. */
 void aa__lg_stitch_freed(aa_pool *pool, aa__chunk *c);
 /* Puts every free active range whose work is done to sleep (its parts free

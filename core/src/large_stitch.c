@@ -414,8 +414,15 @@ static bool wake(aa_pool *pool, aa__seg *s, aa_stream stream) {
 
 /* A new free range of at least `need` bytes from whole free handles usable
  * on `stream`, its chunk returned (not binned); NULL when the holes do not
- * hold enough, at the bound, or a backend call failed (nothing changed). */
-static aa__chunk *range_new(aa_pool *pool, size_t need, aa_stream stream) {
+ * hold enough, at the bound, or a backend call failed (nothing changed).
+ * Of the free chunks with unmapped pages under them (a segment's free end,
+ * where the pool grows, or pages given back), only `grow` lends: the one
+ * the pool would map new pages under for this request. Another one's
+ * mapped pages serve the next request that grows there with fewer new
+ * pages; lent, that request maps new ones (the replay's kvgen trace: a
+ * range took 4 MiB of the small requests' free end, 458 MiB reserved
+ * against 456 without stitching; 456 with this rule). */
+static aa__chunk *range_new(aa_pool *pool, size_t need, aa_stream stream, const aa__chunk *grow) {
   aa__large *L = pool->large;
   aa_backend *b = pool->backend;
   size_t ps = L->vmm_page;
@@ -445,6 +452,8 @@ static aa__chunk *range_new(aa_pool *pool, size_t need, aa_stream stream) {
        * stream's work is done: asked as find_fit asks), no event pending */
       if (!aa__lg_usable(pool, c, stream) || c->ev != NULL)
         continue;
+      if (c != grow && aa__lg_unmapped_under(pool, c, c->size, 0) > 0)
+        continue; /* another free end: its pages are that growth's */
       if (!whole_handles(pool, c, want - got, &i0, &i1))
         continue;
       size_t np = 0;
@@ -555,7 +564,8 @@ fail:
 
 /* ------------------------------------------------------------ entry points */
 
-aa__chunk *aa__lg_stitch_take(aa_pool *pool, size_t need, aa_stream stream) {
+aa__chunk *aa__lg_stitch_take(aa_pool *pool, size_t need, aa_stream stream,
+                              const aa__chunk *grow) {
   aa__large *L = pool->large;
   aa__seg *best = NULL;
   /* a range of about this size first (a loop's next iteration): a free
@@ -576,7 +586,7 @@ aa__chunk *aa__lg_stitch_take(aa_pool *pool, size_t need, aa_stream stream) {
   }
   if (best != NULL && best->st->dormant && !wake(pool, best, stream))
     best = NULL;
-  aa__chunk *c = best ? best->first : range_new(pool, need, stream);
+  aa__chunk *c = best ? best->first : range_new(pool, need, stream, grow);
   if (c == NULL)
     return NULL;
   if (best != NULL)
