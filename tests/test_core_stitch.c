@@ -37,28 +37,33 @@ typedef struct layout {
   char *hole[3], *keep[3];
 } layout;
 
-static layout holes(fx *f) {
+/* Three 6 MiB holes between live 3 MiB blocks, all on stream s. */
+static layout holes_on(fx *f, aa_stream s) {
   layout l;
   for (int i = 0; i < 3; i++) {
-    l.hole[i] = aa_alloc(f->p, 6 * MiB, NULL);
-    l.keep[i] = aa_alloc(f->p, 3 * MiB, NULL);
+    l.hole[i] = aa_alloc(f->p, 6 * MiB, s);
+    l.keep[i] = aa_alloc(f->p, 3 * MiB, s);
     assert_non_null(l.hole[i]);
     assert_non_null(l.keep[i]);
     memset(l.keep[i], 0x40 + i, 3 * MiB);
   }
   for (int i = 0; i < 3; i++)
-    assert_int_equal(aa_free(f->p, l.hole[i], 6 * MiB, NULL), AA_OK);
+    assert_int_equal(aa_free(f->p, l.hole[i], 6 * MiB, s), AA_OK);
   return l;
 }
 
-static void free_keep(fx *f, layout *l) {
+static layout holes(fx *f) { return holes_on(f, NULL); }
+
+static void free_keep_on(fx *f, layout *l, aa_stream s) {
   for (int i = 0; i < 3; i++) {
     const unsigned char *k = (const unsigned char *)l->keep[i];
     assert_int_equal(k[0], 0x40 + i); /* never touched by the stitching */
     assert_int_equal(k[3 * MiB - 1], 0x40 + i);
-    assert_int_equal(aa_free(f->p, l->keep[i], 3 * MiB, NULL), AA_OK);
+    assert_int_equal(aa_free(f->p, l->keep[i], 3 * MiB, s), AA_OK);
   }
 }
+
+static void free_keep(fx *f, layout *l) { free_keep_on(f, l, NULL); }
 
 typedef struct lent_walk {
   uintptr_t lent[16];
@@ -505,15 +510,7 @@ static void test_core_stitch_dissolved_while_stream_runs_ahead(void **state) {
   (void)state;
   const aa_stream sa = (aa_stream)0x10;
   fx *f = make_stitch(0, 1);
-  char *hole[3], *keep[3];
-  for (int i = 0; i < 3; i++) {
-    hole[i] = aa_alloc(f->p, 6 * MiB, sa);
-    keep[i] = aa_alloc(f->p, 3 * MiB, sa);
-    assert_non_null(hole[i]);
-    assert_non_null(keep[i]);
-  }
-  for (int i = 0; i < 3; i++)
-    assert_int_equal(aa_free(f->p, hole[i], 6 * MiB, sa), AA_OK);
+  layout l = holes_on(f, sa);
   uint64_t reserved = stats(f).large_bytes_reserved;
   char *p = aa_alloc(f->p, 10 * MiB, sa);
   assert_non_null(p);
@@ -534,8 +531,7 @@ static void test_core_stitch_dissolved_while_stream_runs_ahead(void **state) {
   assert_int_equal(st.large_bytes_reserved, reserved);
   assert_int_equal(aa_backend_host_stream_busy(f->b, sa, false), AA_OK);
   assert_int_equal(aa_free(f->p, r, 7 * MiB, sa), AA_OK);
-  for (int i = 0; i < 3; i++)
-    assert_int_equal(aa_free(f->p, keep[i], 3 * MiB, sa), AA_OK);
+  free_keep_on(f, &l, sa);
   fx_done(f);
 }
 
