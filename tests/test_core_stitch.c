@@ -37,8 +37,8 @@ typedef struct layout {
   char *hole[3], *keep[3];
 } layout;
 
-/* Three 6 MiB holes between live 3 MiB blocks, all on stream s. */
-static layout holes_on(fx *f, aa_stream s) {
+/* Three 6 MiB blocks between live 3 MiB ones, all on stream s ... */
+static layout placed(fx *f, aa_stream s) {
   layout l;
   for (int i = 0; i < 3; i++) {
     l.hole[i] = aa_alloc(f->p, 6 * MiB, s);
@@ -47,8 +47,18 @@ static layout holes_on(fx *f, aa_stream s) {
     assert_non_null(l.keep[i]);
     memset(l.keep[i], 0x40 + i, 3 * MiB);
   }
+  return l;
+}
+
+/* ... the 6 MiB ones freed: three holes */
+static void free_holes(fx *f, const layout *l, aa_stream s) {
   for (int i = 0; i < 3; i++)
-    assert_int_equal(aa_free(f->p, l.hole[i], 6 * MiB, s), AA_OK);
+    assert_int_equal(aa_free(f->p, l->hole[i], 6 * MiB, s), AA_OK);
+}
+
+static layout holes_on(fx *f, aa_stream s) {
+  layout l = placed(f, s);
+  free_holes(f, &l, s);
   return l;
 }
 
@@ -256,18 +266,11 @@ static void test_core_stitch_other_free_end(void **state) {
   }
   for (int i = 1; i < 5; i++) /* its free end: pages 1 and 2 whole */
     assert_int_equal(aa_free(f->p, s[i], 1 * MiB, NULL), AA_OK);
-  layout l; /* holes()'s, and 8 MiB after them: the large free end's mapped pages */
-  for (int i = 0; i < 3; i++) {
-    l.hole[i] = aa_alloc(f->p, 6 * MiB, NULL);
-    l.keep[i] = aa_alloc(f->p, 3 * MiB, NULL);
-    assert_non_null(l.hole[i]);
-    assert_non_null(l.keep[i]);
-    memset(l.keep[i], 0x40 + i, 3 * MiB);
-  }
+  /* holes()'s, and 8 MiB after them: the large free end's mapped pages */
+  layout l = placed(f, NULL);
   char *end = aa_alloc(f->p, 8 * MiB, NULL);
   assert_ptr_equal(end, l.keep[2] + 3 * MiB);
-  for (int i = 0; i < 3; i++)
-    assert_int_equal(aa_free(f->p, l.hole[i], 6 * MiB, NULL), AA_OK);
+  free_holes(f, &l, NULL);
   assert_int_equal(aa_free(f->p, end, 8 * MiB, NULL), AA_OK);
   aa_pool_stats st = stats(f);
   uint64_t reserved = st.large_bytes_reserved;
