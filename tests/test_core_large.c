@@ -239,6 +239,29 @@ static void test_core_large_shared_limit_refused(void **state) {
   done(f);
 }
 
+/* A sharer refused by its owner's limit while the owner's cache, free,
+ * holds it: the out-of-memory retry gives the owner's cache back too (as
+ * PyTorch's release_cached_blocks frees the device pool's cache when a
+ * MemPool's request fails), and the request is served. */
+static void test_core_large_shared_limit_oom_releases_owner(void **state) {
+  (void)state;
+  fx *f = make(0, 32 * MiB);
+  aa_pool *q = sharer(f);
+  assert_int_equal(aa_pool_share_limit(q, f->p), AA_OK);
+  void *x = aa_alloc(f->p, 30 * MiB, NULL);
+  assert_non_null(x);
+  assert_int_equal(aa_free(f->p, x, 0, NULL), AA_OK); /* cached by the owner */
+  void *y = aa_alloc(q, 16 * MiB, NULL);
+  assert_non_null(y);
+  aa_pool_stats st;
+  aa_pool_stats_get(q, &st);
+  assert_int_equal(st.ooms, 0);
+  assert_int_equal(aa_free(q, y, 0, NULL), AA_OK);
+  aa_pool_destroy(q);
+  assert_int_equal(aa_pool_sharers_reserved(f->p), 0);
+  done(f);
+}
+
 /* Cached memory is given back and the allocation retried. */
 static void test_core_large_oom_releases_cache(void **state) {
   (void)state;
@@ -286,6 +309,7 @@ int main(void) {
       cmocka_unit_test(test_core_large_limit),
       cmocka_unit_test(test_core_large_shared_limit),
       cmocka_unit_test(test_core_large_shared_limit_refused),
+      cmocka_unit_test(test_core_large_shared_limit_oom_releases_owner),
       cmocka_unit_test(test_core_large_oom_releases_cache),
       cmocka_unit_test(test_core_large_backend_failure),
   };

@@ -97,6 +97,11 @@ bool aa__oom_retry(aa_pool *pool, bool *retried) {
   *retried = true;
   atomic_fetch_add_explicit(&pool->oom_retries, 1, AA__RLX);
   aa__release_cached(pool, true);
+  /* a sharer (aa_pool_share_limit): the owner's cache counts against the
+   * same limit, and PyTorch's retry frees the device pool's cache for a
+   * MemPool's request too (the backend was synchronized just now) */
+  if (pool->limit_owner != NULL)
+    aa__release_cached(pool->limit_owner, false);
   return true;
 }
 
