@@ -395,6 +395,10 @@ static bool wake(aa_pool *pool, aa__seg *s, aa_stream stream) {
   if (!can_wake(pool, s, stream, &any))
     return false;
   aa__chunk *c = s->first;
+  /* its state from the free (its event there may still be pending: a
+   * range rests once its record_stream'd work is done, work_done) */
+  bool any0 = c->any;
+  aa_stream stream0 = c->stream;
   c->any = any;
   c->stream = stream;
   s->st->dormant = false;
@@ -405,7 +409,8 @@ static bool wake(aa_pool *pool, aa__seg *s, aa_stream stream) {
     s->st->dormant = true;
     pool->large->ndormant++;
     pool->large->stitch_bytes -= s->h.end - s->h.base;
-    c->any = 1;
+    c->any = any0; /* not 1: address_idle would undo its aliases under pending work */
+    c->stream = stream0;
     return false;
   }
   pool->large->stitch_wakes++;
