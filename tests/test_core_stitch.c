@@ -215,8 +215,9 @@ static void test_core_stitch_off_by_default(void **state) {
   fx_done(f);
 }
 
-/* A free range whose pages a different request needs is dissolved, and
- * the request is served from the merged holes (or a new stitch). */
+/* A free range whose pages a different request needs is retired (its
+ * pages free for a new range, its aliases kept), and the request is served
+ * from the merged holes (or a new stitch). */
 static void test_core_stitch_dissolved_for_another_size(void **state) {
   (void)state;
   fx *f = make_stitch(0, 1);
@@ -227,12 +228,14 @@ static void test_core_stitch_dissolved_for_another_size(void **state) {
   assert_int_equal(aa_free(f->p, p, 10 * MiB, NULL), AA_OK);
   /* 7 MiB: the free range is too large for it (a range serves down to
    * 7/8 of its size), no hole fits it, the pages not lent are too few for a
-   * stitch: the range goes back to its holes, and a new one serves it */
+   * stitch: the range goes back to its holes, retired, and a new one
+   * serves it */
   char *r = aa_alloc(f->p, 7 * MiB, NULL);
   assert_non_null(r);
   aa_pool_stats st = stats(f);
   assert_int_equal(st.large_bytes_reserved, reserved);
-  assert_int_equal(st.large_stitch_dissolved, 1);
+  assert_int_equal(st.large_stitch_dissolved, 0);
+  assert_int_equal(st.large_stitch_dormant, 1);
   assert_int_equal(st.large_stitches, 2);
   assert_int_equal(st.large_stitched_ranges, 1);
   memset(r, 0x77, 7 * MiB);
@@ -342,6 +345,58 @@ static void test_core_stitch_loop_no_calls(void **state) {
   assert_true(st.large_stitch_wakes >= 4);
   assert_true(st.large_stitch_rests >= 4);
   free_keep(f, &l);
+  fx_done(f);
+}
+
+/* A loop of two phases whose peaks need stitched ranges of different
+ * sizes from the same holes (the replay's phases trace: 512 MiB and
+ * 128 MiB requests in turn): both ranges are kept, one dormant while the
+ * other serves, though they alias the same pages. From the second step on
+ * each request is served by the range the first step made, woken with no
+ * backend call, and reserved stays where the first step left it. Before,
+ * a handle was aliased by one range at most: each phase's new range needed
+ * the dormant one's pages, so the dormant range was destroyed and the
+ * other made again, every step. */
+static void test_core_stitch_two_sizes_kept(void **state) {
+  (void)state;
+  fx *f = make_stitch(0, 1);
+  layout l = holes(f);
+  uint64_t reserved = stats(f).large_bytes_reserved;
+  uint64_t maps[2] = {0, 0}, al[2] = {0, 0}, unal[2] = {0, 0}, fr;
+  const size_t size[2] = {10 * MiB, 7 * MiB};
+  char *first[2] = {NULL, NULL};
+  for (int step = 0; step < 6; step++) {
+    for (int k = 0; k < 2; k++) {
+      char *p = aa_alloc(f->p, size[k], NULL);
+      assert_non_null(p);
+      if (step == 0)
+        first[k] = p;
+      else
+        assert_ptr_equal(p, first[k]); /* the same range */
+      memset(p, 0x60 + k, size[k]);
+      assert_int_equal(p[size[k] - 1], 0x60 + k);
+      assert_int_equal(aa_free(f->p, p, size[k], NULL), AA_OK);
+      assert_int_equal(stats(f).large_bytes_reserved, reserved);
+    }
+    if (step == 0) {
+      aa_backend_host_counts(f->b, &maps[0], &fr, NULL);
+      aa_backend_host_alias_counts(f->b, &al[0], &unal[0]);
+    }
+  }
+  aa_backend_host_counts(f->b, &maps[1], &fr, NULL);
+  aa_backend_host_alias_counts(f->b, &al[1], &unal[1]);
+  assert_int_equal(maps[1], maps[0]);
+  assert_int_equal(al[1], al[0]);
+  assert_int_equal(unal[1], unal[0]);
+  aa_pool_stats st = stats(f);
+  assert_int_equal(st.large_stitches, 2);
+  assert_int_equal(st.large_stitch_dissolved, 0);
+  assert_true(st.large_stitch_hits >= 10);
+  assert_true(st.large_stitch_wakes >= 10);
+  free_keep(f, &l);
+  (void)aa_pool_release(f->p); /* both ranges undone */
+  aa_backend_host_alias_counts(f->b, &al[1], &unal[1]);
+  assert_int_equal(unal[1], al[1]);
   fx_done(f);
 }
 
@@ -502,14 +557,14 @@ static void test_core_stitch_release_waits_for_stream(void **state) {
 
 /* A GPU runs behind the host: when a request needs a dormant range's pages
  * for a new range, the stream that used the range has long finished that
- * work but is busy with later work. The range is dissolved and the request
+ * work but is busy with later work. The range is retired and the request
  * stitched from its pages with no new memory: its address was known idle
  * from an event recorded when its block was freed, not from one recorded
  * only now, behind the later work (which left every such range standing on
  * the GPU and mapped new pages: the replay's --event-delay-us 1000 showed
  * phases 4,190 -> 3,854 MiB, offload 1,696 -> 1,724, serve 804 -> 912, as
  * the H100 did). */
-static void test_core_stitch_dissolved_while_stream_runs_ahead(void **state) {
+static void test_core_stitch_retired_while_stream_runs_ahead(void **state) {
   (void)state;
   const aa_stream sa = (aa_stream)0x10;
   fx *f = make_stitch(0, 1);
@@ -525,11 +580,11 @@ static void test_core_stitch_dissolved_while_stream_runs_ahead(void **state) {
   assert_int_equal(aa_backend_host_stream_busy(f->b, sa, false), AA_OK);
   assert_int_equal(aa_backend_host_stream_busy(f->b, sa, true), AA_OK);
   /* 7 MiB: too small for the range, no hole fits, the pages not lent too
-   * few: the range goes, its pages serve a new one */
+   * few: the range retires, its pages serve a new one */
   char *r = aa_alloc(f->p, 7 * MiB, sa);
   assert_non_null(r);
   aa_pool_stats st = stats(f);
-  assert_int_equal(st.large_stitch_dissolved, 1);
+  assert_int_equal(st.large_stitch_dormant, 1);
   assert_int_equal(st.large_stitches, 2);
   assert_int_equal(st.large_bytes_reserved, reserved);
   assert_int_equal(aa_backend_host_stream_busy(f->b, sa, false), AA_OK);
@@ -642,13 +697,14 @@ int main(void) {
       cmocka_unit_test(test_core_stitch_default_host_private),
       cmocka_unit_test(test_core_stitch_dissolved_for_another_size),
       cmocka_unit_test(test_core_stitch_loop_no_calls),
+      cmocka_unit_test(test_core_stitch_two_sizes_kept),
       cmocka_unit_test(test_core_stitch_other_free_end),
       cmocka_unit_test(test_core_stitch_account_free_range),
       cmocka_unit_test(test_core_stitch_destroy_live_recorded),
       cmocka_unit_test(test_core_stitch_double_free_lent),
       cmocka_unit_test(test_core_stitch_other_stream),
       cmocka_unit_test(test_core_stitch_release_waits_for_stream),
-      cmocka_unit_test(test_core_stitch_dissolved_while_stream_runs_ahead),
+      cmocka_unit_test(test_core_stitch_retired_while_stream_runs_ahead),
       cmocka_unit_test(test_core_stitch_under_limit),
       cmocka_unit_test(test_core_stitch_random_shadow),
   };

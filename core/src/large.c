@@ -967,8 +967,9 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
          * from, no call) and the search starts again, so that a request the
          * old holes fit finds them; then a range of about this size (kept,
          * or dormant and woken: no call) or a new one from whole free pages
-         * in holes; failing that, once, the dormant ranges go (their pages
-         * free for a new range) and the search starts again */
+         * in holes; failing that, once, the dormant ranges retire (their
+         * pages free for a new range, which is one of them again when it
+         * would map exactly its handles) and the search starts again */
         if (c == NULL && pool->large->stitch_on) {
           if (stitch_pass == 0) {
             stitch_pass = 1;
@@ -981,7 +982,7 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
            * only one with unmapped pages a new range may take pages of */
           c = aa__lg_stitch_take(pool, need, stream, find_fit(pool, need, stream, false));
           stitched = c != NULL;
-          if (c == NULL && stitch_pass < 2 && aa__lg_stitch_drop_dormant(pool) > 0) {
+          if (c == NULL && stitch_pass < 2 && aa__lg_stitch_retire_dormant(pool) > 0) {
             stitch_pass = 2;
             reclaimed = false;
             continue;

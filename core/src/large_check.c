@@ -36,7 +36,7 @@ void aa__lg_check(aa_pool *pool) {
     }
     aa__assert(end == s->h.end);
   }
-  size_t nst = 0, ndorm = 0, stb = 0;
+  size_t nst = 0, ndorm = 0, nret = 0, stb = 0;
   for (aa__seg *s = pool->large->stitches; s; s = s->next) {
     aa__assert(s->next == NULL || s->next->prev == s);
     aa__chunk *c = s->first;
@@ -44,7 +44,8 @@ void aa__lg_check(aa_pool *pool) {
                c->base + c->size == s->h.end && !c->parked);
     for (size_t i = 0; i < s->st->nparts; i++) {
       const aa__stitch_part *pt = &s->st->parts[i];
-      aa__assert(pt->pg->alias == s && pt->pg->owner != NULL);
+      aa__assert(pt->pg->nalias > 0 && pt->pg->owner != NULL);
+      aa__assert(s->st->retired ? s->st->dormant : pt->pg->nheld > 0);
       /* active: each part inside its lent chunk; dormant: none lent */
       aa__assert(s->st->dormant ? pt->from == NULL
                                 : pt->from != NULL && pt->from->lent == s &&
@@ -54,6 +55,7 @@ void aa__lg_check(aa_pool *pool) {
     if (s->st->dormant) {
       aa__assert(c->free);
       ndorm++;
+      nret += s->st->retired;
     } else {
       live += !c->free;
       stb += c->size;
@@ -61,6 +63,7 @@ void aa__lg_check(aa_pool *pool) {
     nst++;
   }
   aa__assert(nst == pool->large->nstitch && ndorm == pool->large->ndormant &&
+             nret == pool->large->nretired &&
              stb == pool->large->stitch_bytes);
   for (unsigned b = 0; b < AA__LARGE_BINS; b++) {
     bool bit = (pool->large->bin_mask[b / 64] >> (b % 64)) & 1;

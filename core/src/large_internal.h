@@ -56,10 +56,12 @@ typedef struct aa__seg {
   aa__span h;
   aa__chunk *first;
   struct aa__seg *next, *prev;
-  struct aa__seg *owner;      /* page records only */
-  struct aa__stitch *st;      /* a stitched range (large_stitch.c), else NULL */
-  struct aa__seg *alias;      /* page records only: the stitched range that maps this
-                               * handle again, or NULL (at most one) */
+  struct aa__seg *owner; /* page records only */
+  struct aa__stitch *st; /* a stitched range (large_stitch.c), else NULL */
+  /* page records only: the stitched ranges that map this handle again
+   * (nalias), and of them those not retired (nheld: a new range takes no
+   * handle a held range maps; at most one range lends it at a time) */
+  uint32_t nalias, nheld;
   void *handle;               /* page records only */
   struct aa__seg **pages;     /* expandable segments only */
   size_t npages, mapped, hwm; /* hwm: no page at or above it is mapped */
@@ -131,6 +133,8 @@ typedef struct aa__stitch {
   aa__stitch_part *parts;
   size_t nparts;    /* each mapped at its address, the range in the page map */
   bool dormant;     /* parts free in their holes again, aliases kept */
+  bool retired;     /* dormant, its handles free for new ranges: it serves
+                     * again only as a new range of exactly its handles */
   uint64_t used_at; /* the large path's stitch_clock at its last take or free */
 } aa__stitch;
 
@@ -169,6 +173,7 @@ struct aa__large {
   aa__seg *stitches;     /* stitched ranges, newest first */
   size_t nstitch;        /* ranges, active and dormant */
   size_t ndormant;       /* of which dormant */
+  size_t nretired;       /* of which retired */
   uint64_t stitch_bytes; /* the active ones' bytes (the same memory as their lent parts) */
   uint64_t stitches_made, stitch_hits, stitch_dissolved, stitch_rests, stitch_wakes;
   uint64_t alias_maps, alias_unmaps, stitch_clock;
@@ -448,12 +453,13 @@ void aa__lg_stitch_freed(aa_pool *pool, aa__chunk *c);
 /* Puts every free active range whose work is done to sleep (its parts free
  * in their holes, aliases kept); returns the bytes given back. */
 size_t aa__lg_stitch_rest(aa_pool *pool);
-/* Destroys every dormant range (aliases undone); returns how many. */
-size_t aa__lg_stitch_drop_dormant(aa_pool *pool);
+/* Retires every dormant range whose address is idle (its handles free for
+ * new ranges, its aliases kept); returns how many. */
+size_t aa__lg_stitch_retire_dormant(aa_pool *pool);
 /* Destroys every dormant range and every free active one whose work is
  * done (release, trim, OOM retry); returns the active bytes given back. */
 size_t aa__lg_stitch_release(aa_pool *pool);
-/* Page record pg is being unmapped: the dormant range aliasing it goes. */
+/* Page record pg is being unmapped: the dormant ranges aliasing it go. */
 void aa__lg_stitch_page_gone(aa_pool *pool, aa__seg *pg);
 /* Destroys every range (pool destroy; the origin parts stay lent). */
 void aa__lg_stitch_destroy(aa_pool *pool);

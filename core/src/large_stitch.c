@@ -19,16 +19,23 @@
  * So a loop whose peak needs the range and whose other phases need the
  * holes pays the map calls once: a request that nothing fits puts the free
  * active ranges to sleep (no call) and searches again; the next peak wakes
- * them. Aliases are undone (the range destroyed) on release, trim and the
- * OOM retry, when a new range or the page unmapper needs a dormant range's
- * pages, and least recently used first beyond AA__STITCH_MAX ranges.
+ * them. A dormant range whose pages a new range needs, or the least
+ * recently used beyond AA__STITCH_MAX ranges, is *retired*: its handles are
+ * free for new ranges as if it were gone, its aliases stay, and a new range
+ * that would map exactly its handles is that range, woken (no call): a loop
+ * of peaks of different sizes from the same holes (the replay's phases
+ * trace) pays each range's map calls once. Aliases are undone (the range
+ * destroyed) on release, trim and the OOM retry, when the page unmapper
+ * needs a dormant range's page, and least recently used first beyond
+ * AA__STITCH_KEPT retired ranges.
  *
  * Stitching uses only free chunks usable on the request's stream with no
- * event of their own, and only whole handles (map runs) inside them, each
- * aliased by at most one range (its page record's `alias`): cuMemMap maps a
- * handle whole.
+ * event of their own, and only whole handles (map runs) inside them:
+ * cuMemMap maps a handle whole. A handle is mapped by any number of ranges
+ * (its page record's `nalias`), held by at most one not retired (`nheld`),
+ * lent by at most one at a time (a lent part is not free).
  * Entry points (large_internal.h): aa__lg_stitch_take, aa__lg_stitch_freed,
- * aa__lg_stitch_rest, aa__lg_stitch_drop_dormant, aa__lg_stitch_release,
+ * aa__lg_stitch_rest, aa__lg_stitch_retire_dormant, aa__lg_stitch_release,
  * aa__lg_stitch_page_gone, aa__lg_stitch_destroy. Under the large path's mu.
  */
 #include <stdlib.h>
@@ -36,9 +43,11 @@
 
 #include "large_internal.h"
 
-/* The most stitched ranges at once, and the handles one range joins (map
- * calls paid once each). */
+/* The most stitched ranges at once, not counting the retired ones, of
+ * which at most AA__STITCH_KEPT are kept; and the handles one range joins
+ * (map calls paid once each). */
 #define AA__STITCH_MAX 16
+#define AA__STITCH_KEPT 16
 #define AA__STITCH_PARTS 256
 /* A free range serves a request down to this share of its size. */
 #define AA__STITCH_FIT_NUM 7
@@ -117,12 +126,14 @@ static void range_destroy(aa_pool *pool, aa__seg *s, bool give) {
     L->stitch_bytes -= size;
   } else {
     L->ndormant--;
+    L->nretired -= st->retired;
   }
   for (size_t i = st->nparts; i-- > 0;) {
     aa__stitch_part *pt = &st->parts[i];
     b->ops->unmap_alias(b, (void *)pt->at, pt->len, pt->pg->handle);
-    aa__assert(pt->pg->alias == s);
-    pt->pg->alias = NULL;
+    aa__assert(pt->pg->nalias > 0 && (st->retired || pt->pg->nheld > 0));
+    pt->pg->nalias--;
+    pt->pg->nheld -= !st->retired;
   }
   L->alias_unmaps += st->nparts;
   aa__pm_remove(pool, &s->h);
@@ -163,15 +174,49 @@ size_t aa__lg_stitch_rest(aa_pool *pool) {
   return got;
 }
 
-size_t aa__lg_stitch_drop_dormant(aa_pool *pool) {
+/* The least recently used retired range, or NULL. */
+static aa__seg *lru_retired(aa_pool *pool) {
+  aa__seg *best = NULL;
+  for (aa__seg *s = pool->large->stitches; s; s = s->next) {
+    if (s->st->retired && (best == NULL || s->st->used_at < best->st->used_at))
+      best = s;
+  }
+  return best;
+}
+
+/* Destroys the least recently used retired ranges beyond AA__STITCH_KEPT
+ * (their addresses idle: they were at retirement, nothing used them since). */
+static void trim_retired(aa_pool *pool) {
+  while (pool->large->nretired > AA__STITCH_KEPT)
+    range_destroy(pool, lru_retired(pool), true);
+}
+
+/* Retires range s, dormant or free with its work done, its address idle:
+ * parts back to their holes, its handles free for new ranges (as though it
+ * were destroyed), its aliases kept. The caller trims the retired ones. */
+static void retire(aa_pool *pool, aa__seg *s) {
+  aa__large *L = pool->large;
+  aa__assert(!s->st->retired && address_idle(pool, s));
+  if (!s->st->dormant)
+    rest(pool, s);
+  for (size_t i = 0; i < s->st->nparts; i++) {
+    aa__assert(s->st->parts[i].pg->nheld > 0);
+    s->st->parts[i].pg->nheld--;
+  }
+  s->st->retired = true;
+  L->nretired++;
+}
+
+size_t aa__lg_stitch_retire_dormant(aa_pool *pool) {
   size_t n = 0;
   for (aa__seg *s = pool->large->stitches, *nx; s; s = nx) {
     nx = s->next;
-    if (s->st->dormant && address_idle(pool, s)) {
-      range_destroy(pool, s, true);
+    if (s->st->dormant && !s->st->retired && address_idle(pool, s)) {
+      retire(pool, s);
       n++;
     }
   }
+  trim_retired(pool);
   return n;
 }
 
@@ -188,16 +233,28 @@ size_t aa__lg_stitch_release(aa_pool *pool) {
   return got;
 }
 
+/* Whether range s maps page record pg. */
+static bool maps_page(const aa__seg *s, const aa__seg *pg) {
+  for (size_t i = 0; i < s->st->nparts; i++) {
+    if (s->st->parts[i].pg == pg)
+      return true;
+  }
+  return false;
+}
+
 void aa__lg_stitch_page_gone(aa_pool *pool, aa__seg *pg) {
-  aa__seg *s = pg->alias;
-  if (s == NULL)
-    return;
   /* a page is unmapped only from a free chunk whose work has completed
-   * (usable everywhere): its range is dormant, and the part went back with
-   * the range's stream, so that stream's work, which used the alias, is
-   * done too */
-  aa__assert(s->st->dormant);
-  range_destroy(pool, s, true);
+   * (usable everywhere): the ranges that map it are dormant (an active
+   * one's part is lent), and the part went back with each one's stream,
+   * so that stream's work, which used the alias, is done too */
+  for (aa__seg *s = pool->large->stitches, *nx; s && pg->nalias > 0; s = nx) {
+    nx = s->next;
+    if (!maps_page(s, pg))
+      continue;
+    aa__assert(s->st->dormant);
+    range_destroy(pool, s, true);
+  }
+  aa__assert(pg->nalias == 0);
 }
 
 void aa__lg_stitch_destroy(aa_pool *pool) {
@@ -205,12 +262,12 @@ void aa__lg_stitch_destroy(aa_pool *pool) {
     range_destroy(pool, pool->large->stitches, false);
 }
 
-/* The least recently used range that may go (dormant, or free with its
- * work done), or NULL. */
+/* The least recently used range not retired that may retire (dormant, or
+ * free with its work done, its address idle), or NULL. */
 static aa__seg *lru_free(aa_pool *pool) {
   aa__seg *best = NULL;
   for (aa__seg *s = pool->large->stitches; s; s = s->next) {
-    if ((best == NULL || s->st->used_at < best->st->used_at) &&
+    if ((best == NULL || s->st->used_at < best->st->used_at) && !s->st->retired &&
         (s->st->dormant || work_done(pool, s)) && address_idle(pool, s))
       best = s;
   }
@@ -246,8 +303,8 @@ static bool whole_handles(const aa_pool *pool, const aa__chunk *c, size_t want, 
       continue;
     }
     size_t r0 = (pg->h.base - sb) / ps, r1 = (pg->h.end - sb) / ps;
-    if (r0 < lo || r1 > hi || pg->alias != NULL) { /* reaches outside the chunk, or
-                                                     * a dormant range's: not lendable */
+    if (r0 < lo || r1 > hi || pg->nheld > 0) { /* reaches outside the chunk, or
+                                                 * a held range's: not lendable */
       if (a != SIZE_MAX)
         break;
       i = r1;
@@ -417,6 +474,58 @@ static bool wake(aa_pool *pool, aa__seg *s, aa_stream stream) {
   return true;
 }
 
+/* The retired range that maps exactly the handles of candidates v[0, nv)
+ * (nparts of them), in order, or NULL. */
+static aa__seg *retired_same(aa_pool *pool, const cand *v, size_t nv, size_t nparts) {
+  size_t ps = pool->large->vmm_page;
+  for (aa__seg *s = pool->large->stitches; s; s = s->next) {
+    if (!s->st->retired || s->st->nparts != nparts)
+      continue;
+    size_t m = 0;
+    bool same = true;
+    for (size_t k = 0; k < nv && same; k++) {
+      const aa__seg *o = v[k].c->seg;
+      for (size_t i = v[k].i0; i < v[k].i1 && same; i = (o->pages[i]->h.end - o->h.base) / ps)
+        same = s->st->parts[m++].pg == o->pages[i];
+    }
+    if (same)
+      return s;
+  }
+  return NULL;
+}
+
+/* Retired range s serves a request on `stream` again, as the new range
+ * that would map exactly its handles (all free, usable there; `any`: all
+ * usable everywhere): held again, first on the list as a new range is,
+ * its parts lent. No backend call. False when a cut fails (memory short):
+ * s is destroyed, as a new range is then. */
+static bool revive(aa_pool *pool, aa__seg *s, aa_stream stream, bool any) {
+  aa__large *L = pool->large;
+  for (size_t i = 0; i < s->st->nparts; i++)
+    s->st->parts[i].pg->nheld++;
+  s->st->retired = false;
+  L->nretired--;
+  unlink_range(pool, s);
+  s->next = L->stitches;
+  if (L->stitches)
+    L->stitches->prev = s;
+  L->stitches = s;
+  aa__chunk *c = s->first;
+  c->any = any;
+  c->stream = stream;
+  c->freed_at = L->frees;
+  s->st->dormant = false;
+  L->ndormant--;
+  L->stitch_bytes += s->h.end - s->h.base;
+  if (!lend_parts(pool, s)) {
+    range_destroy(pool, s, true);
+    return false;
+  }
+  L->stitch_wakes++;
+  L->stitch_hits++;
+  return true;
+}
+
 /* A new free range of at least `need` bytes from whole free handles usable
  * on `stream`, its chunk returned (not binned); NULL when the holes do not
  * hold enough, at the bound, or a backend call failed (nothing changed).
@@ -440,11 +549,12 @@ static aa__chunk *range_new(aa_pool *pool, size_t need, aa_stream stream, const 
   size_t mapped = 0;
   bool all_any = true;
 
-  if (L->nstitch >= AA__STITCH_MAX) {
+  if (L->nstitch - L->nretired >= AA__STITCH_MAX) {
     aa__seg *old = lru_free(pool);
     if (old == NULL)
       return NULL;
-    range_destroy(pool, old, true);
+    retire(pool, old);
+    trim_retired(pool);
   }
   /* the holes, smallest bins first: the pieces least likely to serve
    * anything else */
@@ -482,6 +592,11 @@ static aa__chunk *range_new(aa_pool *pool, size_t need, aa_stream stream, const 
   }
   if (got < want || nv < 2)
     goto fail; /* one chunk's handles alone: find_fit's business */
+  s = retired_same(pool, v, nv, nparts);
+  if (s != NULL) { /* a retired range maps exactly these: it wakes */
+    free(v);
+    return revive(pool, s, stream, all_any) ? s->first : NULL;
+  }
   s = calloc(1, sizeof *s);
   if (s != NULL)
     s->st = calloc(1, sizeof *s->st);
@@ -508,8 +623,9 @@ static aa__chunk *range_new(aa_pool *pool, size_t need, aa_stream stream, const 
       pt->len = len;
       if (b->ops->map_alias(b, (void *)pt->at, len, pg->handle) != AA_OK)
         goto fail;
-      aa__assert(pg->alias == NULL);
-      pg->alias = s;
+      aa__assert(pg->nheld == 0);
+      pg->nalias++;
+      pg->nheld++;
       mapped++;
       L->alias_maps++;
       off += len;
@@ -551,7 +667,8 @@ fail:
   for (size_t i = mapped; i-- > 0;) {
     aa__stitch_part *pt = &s->st->parts[i];
     b->ops->unmap_alias(b, (void *)pt->at, pt->len, pt->pg->handle);
-    pt->pg->alias = NULL;
+    pt->pg->nalias--;
+    pt->pg->nheld--;
   }
   L->alias_unmaps += mapped;
   if (base != NULL)
@@ -580,7 +697,7 @@ aa__chunk *aa__lg_stitch_take(aa_pool *pool, size_t need, aa_stream stream,
       aa__chunk *c = s->first;
       size_t sz = c->size;
       bool any;
-      if (s->st->dormant != (dormant == 1) || !c->free || sz < need ||
+      if (s->st->dormant != (dormant == 1) || s->st->retired || !c->free || sz < need ||
           need < sz / AA__STITCH_FIT_DEN * AA__STITCH_FIT_NUM)
         continue;
       if (best != NULL && sz >= best->first->size)
