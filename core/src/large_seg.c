@@ -410,16 +410,15 @@ static size_t runs_inside(const aa_pool *pool, const aa__seg *s, uintptr_t lo, u
  * (no event recorded or released, c not made usable anywhere), a chunk
  * with no event yet on a stream that cannot be asked counts as done. */
 static bool work_done(aa_pool *pool, aa__chunk *c, bool most) {
-  aa_backend *b = pool->backend;
   if (!most)
     return aa__lg_usable_anywhere(pool, c);
   if (!pool->has_events || c->any)
     return true;
   for (uint32_t i = 0; i < c->nxev; i++) {
-    if (b->ops->event_query != NULL && b->ops->event_query(b, c->xev[i]) == AA_EAGAIN)
+    if (aa__event_pending(pool, c->xev[i]))
       return false;
   }
-  return c->ev == NULL || b->ops->event_query == NULL || b->ops->event_query(b, c->ev) != AA_EAGAIN;
+  return !aa__event_pending(pool, c->ev);
 }
 
 size_t aa__lg_releasable(aa_pool *pool, bool most) {

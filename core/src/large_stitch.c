@@ -111,6 +111,15 @@ static void unlink_range(aa_pool *pool, aa__seg *s) {
   s->next = s->prev = NULL;
 }
 
+/* Range s first on the list, as the newest. */
+static void link_range(aa_pool *pool, aa__seg *s) {
+  aa__large *L = pool->large;
+  s->next = L->stitches;
+  if (L->stitches)
+    L->stitches->prev = s;
+  L->stitches = s;
+}
+
 /* Destroys range s: its parts back to their holes when active and
  * `give`, its aliases undone, page map, address space; its chunk record to
  * the spares. Without `give` (the pool is being destroyed) lent parts stay
@@ -155,11 +164,16 @@ static void range_destroy(aa_pool *pool, aa__seg *s, bool give) {
 
 /* Free active range s whose work is done goes to sleep: parts back to the
  * holes, aliases kept. */
-static void rest(aa_pool *pool, aa__seg *s) {
+/* Active range s dormant: its parts back in their holes, its aliases kept. */
+static void to_dormant(aa_pool *pool, aa__seg *s) {
   give_back(pool, s);
   s->st->dormant = true;
   pool->large->stitch_bytes -= s->h.end - s->h.base;
   pool->large->ndormant++;
+}
+
+static void rest(aa_pool *pool, aa__seg *s) {
+  to_dormant(pool, s);
   pool->large->stitch_rests++;
 }
 
@@ -432,6 +446,18 @@ static bool lend_parts(aa_pool *pool, aa__seg *s) {
   return true;
 }
 
+/* Dormant range s active again for a request on `stream` (`any`: its
+ * parts all usable everywhere): its chunk's stream state, the counts, its
+ * parts lent. False when a cut fails (memory short): the caller undoes it. */
+static bool to_active(aa_pool *pool, aa__seg *s, aa_stream stream, bool any) {
+  s->first->any = any;
+  s->first->stream = stream;
+  s->st->dormant = false;
+  pool->large->ndormant--;
+  pool->large->stitch_bytes += s->h.end - s->h.base;
+  return lend_parts(pool, s);
+}
+
 /* Whether dormant range s can wake for a request on `stream`: every
  * part's pages free in one chunk usable there; *any: all usable everywhere. */
 static bool can_wake(aa_pool *pool, const aa__seg *s, aa_stream stream, bool *any) {
@@ -456,16 +482,8 @@ static bool wake(aa_pool *pool, aa__seg *s, aa_stream stream) {
    * range rests once its record_stream'd work is done, work_done) */
   bool any0 = c->any;
   aa_stream stream0 = c->stream;
-  c->any = any;
-  c->stream = stream;
-  s->st->dormant = false;
-  pool->large->ndormant--;
-  pool->large->stitch_bytes += s->h.end - s->h.base;
-  if (!lend_parts(pool, s)) { /* memory short for a cut: back to sleep */
-    give_back(pool, s);
-    s->st->dormant = true;
-    pool->large->ndormant++;
-    pool->large->stitch_bytes -= s->h.end - s->h.base;
+  if (!to_active(pool, s, stream, any)) { /* memory short for a cut: back to sleep */
+    to_dormant(pool, s);
     c->any = any0; /* not 1: address_idle would undo its aliases under pending work */
     c->stream = stream0;
     return false;
@@ -506,18 +524,9 @@ static bool revive(aa_pool *pool, aa__seg *s, aa_stream stream, bool any) {
   s->st->retired = false;
   L->nretired--;
   unlink_range(pool, s);
-  s->next = L->stitches;
-  if (L->stitches)
-    L->stitches->prev = s;
-  L->stitches = s;
-  aa__chunk *c = s->first;
-  c->any = any;
-  c->stream = stream;
-  c->freed_at = L->frees;
-  s->st->dormant = false;
-  L->ndormant--;
-  L->stitch_bytes += s->h.end - s->h.base;
-  if (!lend_parts(pool, s)) {
+  link_range(pool, s);
+  s->first->freed_at = L->frees;
+  if (!to_active(pool, s, stream, any)) {
     range_destroy(pool, s, true);
     return false;
   }
@@ -649,10 +658,7 @@ static aa__chunk *range_new(aa_pool *pool, size_t need, aa_stream stream, const 
   sc->stream = stream;
   sc->freed_at = L->frees;
   s->first = sc;
-  s->next = L->stitches;
-  if (L->stitches)
-    L->stitches->prev = s;
-  L->stitches = s;
+  link_range(pool, s);
   L->nstitch++;
   L->stitch_bytes += got;
   free(v);

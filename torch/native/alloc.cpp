@@ -201,10 +201,12 @@ void AdaptAllocator::out_of_memory(int device, size_t n, aa_pool *pool) {
   // A private pool's limit is the device pool's, which it shares (with the
   // device's other CUDA-graph and MemPool pools): that one is shown.
   aa_pool *owner = aa_pool_limit_owner(pool);
-  aa_pool *lp = owner != nullptr ? owner : pool;
-  aa__torch_sums ls{};
-  (void)aa__torch_sums_add_pool(&ls, lp);
-  uint64_t shared = aa_pool_sharers_reserved(lp);
+  aa__torch_sums ls = t; // the limit's pool: this one, or the device pool it shares
+  if (owner != nullptr) {
+    ls = aa__torch_sums{};
+    (void)aa__torch_sums_add_pool(&ls, owner);
+  }
+  uint64_t shared = aa_pool_sharers_reserved(owner != nullptr ? owner : pool);
   std::vector<CCA::OutOfMemoryObserver> obs;
   {
     std::lock_guard<std::mutex> g(obs_mu_);
