@@ -12,6 +12,15 @@ if(AA_BASH)
   # the walls strip comments with the C compiler
   set_property(TEST test_core_layers PROPERTY ENVIRONMENT "CC=${CMAKE_C_COMPILER}")
   set_tests_properties(test_core_layers PROPERTIES LABELS core TIMEOUT 60)
+  # test_layers_large: the large path's own floors (large_internal.h), over
+  # its object files alone
+  file(GENERATE OUTPUT ${PROJECT_BINARY_DIR}/large-objects.txt
+    CONTENT "$<JOIN:$<FILTER:$<TARGET_OBJECTS:aa_core>,INCLUDE,/large[a-z_]*\\.c\\.o$>,\n>\n")
+  add_test(NAME test_layers_large
+    COMMAND ${AA_BASH} ${PROJECT_SOURCE_DIR}/tools/check-layers.sh
+            ${PROJECT_SOURCE_DIR}/core/src/large_internal.h
+            ${PROJECT_BINARY_DIR}/large-objects.txt ${CMAKE_NM})
+  set_tests_properties(test_layers_large PROPERTIES LABELS core TIMEOUT 60)
 endif()
 if(AA_BASH)
   add_test(NAME test_core_walls_refuse

@@ -247,7 +247,7 @@ static void test_core_place_mid_room_rule(void **state) {
 
 /* A room whose blocks are freed while one of them still waits for a
  * record_stream'd stream: its chunks merge later, when the stream's work
- * has completed (large.c process_events), not in aa__lg_coalesce_insert.
+ * has completed (large_take.c process_events), not in aa__lg_coalesce_insert.
  * The room, now with no block in it, must end there too, as it does when
  * its last block is freed plainly (test_core_place_mid_room_rule): else
  * its free part, still flagged and with unmapped pages, stays apart from

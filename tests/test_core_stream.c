@@ -594,7 +594,7 @@ static void check_stream_wait(aa_large_mode mode, aa_stream req, uint64_t want_w
  * cycle, while the chunks each stream's frees left stayed in pieces until
  * the pool was about to grow (the bench's replica of this: 158, 158, 168,
  * 196, 196, 234 MiB); with the events free chunks hold asked before each
- * request and their pieces merged (large.c process_events), 150 MiB from
+ * request and their pieces merged (large_take.c process_events), 150 MiB from
  * the first cycle. */
 static void test_core_stream_repeating_pattern_steady(void **state) {
   static const size_t shape[6] = {9633792, 9830400, 7372800, 9437184, 6291456, 9633792};

@@ -38,11 +38,15 @@
  *   large.c      the large path, a subsystem with its own state, lock and
  *                header (large.h, the only way in; struct aa__large and
  *                what its files share are in large_internal.h): alloc,
- *                free, record_stream, the chunk structures, stats and the
- *                walk; large_seg.c segments, pages and trimming,
- *                large_ltc.c the per-thread large-block cache (aa__ltc, in
- *                each tcache), large_ipc.c a live block's backend memory
- *                for sharing (aa_block_share), large_check.c the AA_DEBUG 3 walk
+ *                free, record_stream, release, stats and the walk, over
+ *                floors of its own (large_internal.h): large_chunk.c the
+ *                chunk structures, large_stitch.c stitched ranges,
+ *                large_seg.c segments and pages, large_give.c a block
+ *                given back, large_ltc.c the per-thread large-block cache
+ *                (aa__ltc, in each tcache), large_take.c placement,
+ *                large_plan.c the learned plan; large_ipc.c a live block's
+ *                backend memory for sharing (aa_block_share), large_check.c
+ *                the AA_DEBUG 3 walk
  *   sampler.c    the size sampler, a subsystem with its own state and header
  *                (sampler.h; struct aa__sampler in sampler_internal.h): the
  *                per-thread size table, histogram and heavy hitters
@@ -73,16 +77,19 @@
  *                     cuda/stub/cuda_stub.c
  *   layer 1 base:     common.c config.c pagemap.c base_backend.c base_events.c
  *                     base_misuse.c
- *   layer 2 block:    central.c large.c large_seg.c large_ltc.c large_stitch.c large_plan.c
+ *   layer 2 block:    central.c large.c large_chunk.c large_stitch.c large_seg.c
+ *                     large_give.c large_ltc.c large_take.c large_plan.c
  *                     large_ipc.c large_check.c
+ *                     (the large path's own floors: large_internal.h)
  *   layer 3 cache:    small_tc.c sampler.c tcache.c trace.c
  *   layer 4 pool:     small.c small_stats.c pool.c alloc.c free.c stats.c inspect.c oom.c
  *
  * Walls (tools/check-layers.sh): a subsystem's private header and fields
  * are its own files' alone; every other file goes through its short header.
  * "wall name: private header, fields | the subsystem's files":
- *   wall large: large_internal.h large ltc | large.c large_seg.c large_stitch.c
- *               large_plan.c large_ltc.c large_ipc.c large_check.c large.h
+ *   wall large: large_internal.h large ltc | large.c large_chunk.c large_seg.c
+ *               large_stitch.c large_give.c large_ltc.c large_take.c
+ *               large_plan.c large_ipc.c large_check.c large.h
  *   wall small: small_internal.h small stc | small.c central.c small_tc.c
  *               small_stats.c alloc.c free.c small.h
  *   wall sampler: sampler_internal.h sampler smp runs bucket hitters countdown |

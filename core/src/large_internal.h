@@ -4,20 +4,44 @@
  * runs under pool->large->mu unless it says otherwise.
  *
  * Files (each shared function below sits under the file that defines it):
- *   large.c        the path and the chunk structures it works on per call:
- *                  best-fit alloc, free, the live-chunk hash, the free bins,
- *                  chunk records, split and coalesce, parking, usability on
- *                  a stream; block size, record_stream, destroy, stats
- *   large_seg.c    segments and the expandable reservation's pages: made,
- *                  mapped, unmapped, released; release and the cache bound
- *   large_ltc.c    the per-thread large-block cache (aa__ltc_*, lock-free)
+ *   large.c        the entry points (aa__large_*: alloc, free, size,
+ *                  record_stream, release, new, destroy, stats, walk) and
+ *                  the design (its opening comment)
+ *   large_chunk.c  chunk records, the park list, merging free neighbours,
+ *                  a free chunk's events and usability on a stream, the
+ *                  count of a block handed out, the carve of an arena (the
+ *                  hash and bins are inline below)
  *   large_stitch.c stitched ranges: free pages in holes mapped again side by
  *                  side at a new address
+ *   large_seg.c    segments and the expandable reservation's pages: made,
+ *                  mapped, unmapped, released; the cache bound
+ *   large_give.c   a block given back to the path: counts, events, its
+ *                  place (a range's chunk, parked, or merged into the bins)
+ *   large_ltc.c    the per-thread large-block cache (aa__ltc_*, lock-free)
+ *   large_take.c   placement: where a request is served (best fit, settling,
+ *                  stream-ordered reuse, stitching, new memory)
  *   large_plan.c   a placement learned from the first steps: the requests'
  *                  period found, offsets planned from lifetimes (on the
  *                  pool's planner thread, from a copy of the window),
  *                  served from one arena chunk
+ *   large_ipc.c    a block's share handle (CUDA IPC)
  *   large_check.c  the full invariant walk (AA_DEBUG 3)
+ *
+ * Layers, bottom first: a file calls its own floor and the floors below,
+ * never one above (tools/check-layers.sh reads this list and the large
+ * path's object files: the ctest test_layers_large). The pages (segments,
+ * the reservation, stitched ranges) sit over the chunks; the give-back
+ * over the pages; the thread cache over the give-back; placement over the
+ * cache; the plan over placement, which asks the plan for its arena only
+ * through aa__large.yield:
+ *   layer 0 chunk: large_chunk.c
+ *   layer 1 stitch: large_stitch.c
+ *   layer 2 seg: large_seg.c
+ *   layer 3 give: large_give.c
+ *   layer 4 ltc: large_ltc.c
+ *   layer 5 take: large_take.c
+ *   layer 6 plan: large_plan.c
+ *   layer 7 entry: large.c large_ipc.c large_check.c
  *
  * Shared names are aa__lg_<what>; the entry points the rest of core calls
  * (aa__large_*, aa__ltc_*) are in large.h. No file outside large*.c
@@ -36,7 +60,7 @@
  * their own, apart from larger ones (large.c, "Regions"; docs/core.md,
  * "Placement"): PyTorch's small-pool bound. */
 #define AA__LARGE_SMALL_MAX ((size_t)1 << 20)
-/* Rooms (large.c room_open; docs/core.md, "Placement"), expandable mode:
+/* Rooms (large_take.c room_open; docs/core.md, "Placement"), expandable mode:
  * a request above AA__LARGE_SMALL_MAX and at most AA__LARGE_MID_MAX bytes
  * (PyTorch's 1-10 MiB class) cut from the free end of the reservation
  * right after a live block at least AA__LARGE_ROOM_RATIO times its size
@@ -108,7 +132,7 @@ struct aa__chunk {
   aa_stream *xs; /* live: record_stream'd extra streams */
   uint32_t nxs;
   aa_stream held_stream; /* held: the stream its holder freed it on */
-  /* live: taken by stream-ordered reuse (large.c order_after): `stream`, the
+  /* live: taken by stream-ordered reuse (large_take.c order_after): `stream`, the
    * one it was handed to, was ordered after its earlier uses on other
    * streams, so a free on another stream (the host's included) is ordered
    * after them only through `stream`'s work: an event there, as for a
@@ -138,6 +162,16 @@ typedef struct aa__stitch {
   uint64_t used_at; /* the large path's stitch_clock at its last take or free */
 } aa__stitch;
 
+/* What placement (large_take.c, a floor below the plan) asks of the plan
+ * before the pool grows: whether its arena has free room the request could
+ * take (refused: the backend refused new memory), and its drop, the arena
+ * made the path's chunks. large_plan.c's aa__lg_plan_can_yield and
+ * aa__lg_plan_yield, set as aa__large.yield with the plan's state. */
+typedef struct aa__lg_yield {
+  bool (*can)(const aa_pool *pool, size_t need, aa_stream stream, bool refused);
+  void (*give)(aa_pool *pool);
+} aa__lg_yield;
+
 /* The large path's state: one per pool (pool->large), made by
  * aa__large_new. Everything below `mu` is read and written under it, but
  * the atomics, which threads' lock-free paths and stats readers touch. */
@@ -162,11 +196,11 @@ struct aa__large {
   uint64_t allocs, frees;
   uint64_t misses;       /* large allocations that called the backend (a segment, page maps) */
   uint64_t settled;      /* free chunks whose streams' work had completed, made usable
-                          * everywhere on the way to growing (large.c settle) */
-  uint64_t stream_waits; /* pending free chunks reused by a stream_wait (large.c) */
+                          * everywhere on the way to growing (large_take.c settle) */
+  uint64_t stream_waits; /* pending free chunks reused by a stream_wait (large_take.c) */
   bool stream_wait;      /* large_stream_wait on and the backend has stream_wait */
   bool merge_due;        /* free chunks were made usable everywhere without merging
-                          * (aa__lg_usable in a bin walk): large.c process_events
+                          * (aa__lg_usable in a bin walk): large_take.c process_events
                           * merges them at the next request */
   /* stitching (large_stitch.c): on when asked and the backend maps aliases */
   bool stitch_on;
@@ -181,6 +215,12 @@ struct aa__large {
    * the state, made at the first request; allocations numbered */
   bool plan_on;
   struct aa__plan *plan;
+  /* set by the plan (large_plan.c) with its state: the one way placement
+   * calls up into it; NULL without a plan */
+  const aa__lg_yield *yield;
+  /* the plan's arena chunk, NULL when none: a live chunk never counted in
+   * use (large_give.c gives it back without taking it off the counts) */
+  const aa__chunk *arena;
   uint64_t alloc_seq;
   /* expandable: while the plan maps its arena, the offsets (from the
    * arena's base) where a map run must end, so that the room around any
@@ -232,6 +272,82 @@ static inline unsigned aa__lg_bin_of(size_t size) {
 /* The live-chunk hash's slot of a base address. */
 static inline size_t aa__lg_hidx(const aa_pool *pool, uintptr_t base) {
   return (size_t)(((uint64_t)base >> 12) * 0x9E3779B97F4A7C15ull >> 20) & (pool->large->hash_cap - 1);
+}
+
+/* ------------------------------------------------------------ hash, bins
+ * (large_chunk.c's floor, inline: the hot path's every request and free) */
+/* The live chunk at base, or NULL; taken out of the hash with `remove`. */
+static inline aa__chunk *aa__lg_hash_find(aa_pool *pool, uintptr_t base, bool remove) {
+  if (pool->large->hash_cap == 0)
+    return NULL;
+  aa__chunk **pp = &pool->large->hash[aa__lg_hidx(pool, base)];
+  while (*pp && (*pp)->base != base)
+    pp = &(*pp)->hnext;
+  aa__chunk *c = *pp;
+  if (c && remove) {
+    aa__assert(pool->large->hash_n > 0);
+    *pp = c->hnext;
+    c->hnext = NULL;
+    pool->large->hash_n--;
+  }
+  return c;
+}
+
+/* Live chunk c into the hash (grown beforehand: aa__lg_hash_grow). */
+static inline void aa__lg_hash_put(aa_pool *pool, aa__chunk *c) {
+  aa__assert(pool->large->hash_n < pool->large->hash_cap); /* grown before the take */
+  aa__assert(!c->free);
+  aa__assert_internal(aa__lg_hash_find(pool, c->base, false) == NULL);
+  size_t h = aa__lg_hidx(pool, c->base);
+  c->hnext = pool->large->hash[h];
+  pool->large->hash[h] = c;
+  pool->large->hash_n++;
+}
+
+/* Free bins: insert and remove a free chunk (not parked). */
+static inline void aa__lg_bin_insert(aa_pool *pool, aa__chunk *c) {
+  aa__assert(c->free && !c->parked && c->size > 0);
+  aa__assert_internal(c->fnext == NULL && c->fprev == NULL &&
+                      pool->large->bins[aa__lg_bin_of(c->size)] != c);
+  unsigned b = aa__lg_bin_of(c->size);
+  c->bin = b;
+  c->fprev = NULL;
+  c->fnext = pool->large->bins[b];
+  if (c->fnext)
+    c->fnext->fprev = c;
+  pool->large->bins[b] = c;
+  pool->large->bin_mask[b / 64] |= (uint64_t)1 << (b % 64);
+  pool->large->free_bytes += c->size;
+}
+
+static inline void aa__lg_bin_remove(aa_pool *pool, aa__chunk *c) {
+  unsigned b = c->bin;
+  aa__assert(c->free && b < AA__LARGE_BINS && pool->large->free_bytes >= c->size);
+  aa__assert(pool->large->bin_mask[b / 64] & ((uint64_t)1 << (b % 64)));
+  aa__assert_internal(b == aa__lg_bin_of(c->size));
+  aa__assert_internal(c->fprev != NULL ? c->fprev->fnext == c : pool->large->bins[b] == c);
+  aa__assert_internal(c->fnext == NULL || c->fnext->fprev == c);
+  if (c->fprev)
+    c->fprev->fnext = c->fnext;
+  else if ((pool->large->bins[b] = c->fnext) == NULL)
+    pool->large->bin_mask[b / 64] &= ~((uint64_t)1 << (b % 64));
+  if (c->fnext)
+    c->fnext->fprev = c->fprev;
+  c->fnext = c->fprev = NULL;
+  pool->large->free_bytes -= c->size;
+}
+
+/* The first non-empty bin at or above b, or AA__LARGE_BINS. */
+static inline unsigned aa__lg_next_bin(const aa_pool *pool, unsigned b) {
+  while (b < AA__LARGE_BINS) {
+    uint64_t m = pool->large->bin_mask[b / 64] >> (b % 64);
+    if (m != 0) {
+      aa__assert_internal(pool->large->bins[b + (unsigned)__builtin_ctzll(m)] != NULL);
+      return b + (unsigned)__builtin_ctzll(m);
+    }
+    b = (b / 64 + 1) * 64;
+  }
+  return AA__LARGE_BINS;
 }
 
 /* The thread cache's slot of a block this thread was handed. */
@@ -306,14 +422,14 @@ static inline bool aa__lg_prefix_touched(const aa_pool *pool, const aa__chunk *c
 static inline bool aa__lg_small(size_t need) { return need <= AA__LARGE_SMALL_MAX; }
 
 /* Whether a request of `need` bytes (rounded) is a mid-size one, which
- * may open a room (large.c room_open). */
+ * may open a room (large_take.c room_open). */
 static inline bool aa__lg_mid(size_t need) {
   return need > AA__LARGE_SMALL_MAX && need <= AA__LARGE_MID_MAX;
 }
 
 /* Free chunk c, flagged `room`, is a room with no block left in it when
  * neither neighbour is part of a room: it becomes memory like any other
- * (large.c room_open), and the caller tries its neighbours again. Asked
+ * (large_take.c room_open), and the caller tries its neighbours again. Asked
  * wherever free chunks merge: aa__lg_coalesce_insert, and the merges of
  * chunks whose streams' work completed (process_events, merge_run,
  * seg_settle), where a room emptied while one of its blocks waited for
@@ -334,21 +450,27 @@ static inline bool aa__lg_prefix_mapped(const aa_pool *pool, const aa__chunk *c,
   return aa__lg_range_mapped(c->seg, i0, i1);
 }
 
-/* large.c */
-/* Free bins: insert and remove a free chunk. */
-void aa__lg_bin_insert(aa_pool *pool, aa__chunk *c);
-void aa__lg_bin_remove(aa_pool *pool, aa__chunk *c);
+/* large_chunk.c */
+/* Doubles the live-chunk hash (AA_ENOMEM: unchanged). */
+int aa__lg_hash_grow(aa_pool *pool);
 /* A chunk record from the spare list (or new; NULL when memory is short),
  * every field cleared but its state word's generation, phase FREE. */
 aa__chunk *aa__lg_chunk_get(aa_pool *pool);
-/* Puts free chunk c (out of the bins) into them, merged with whichever free
- * neighbours it may merge with. */
-void aa__lg_coalesce_insert(aa_pool *pool, aa__chunk *c);
 /* A chunk record back to the spare list (records are never freed while the
  * pool lives). */
 void aa__lg_chunk_put(aa_pool *pool, aa__chunk *c);
-/* Every parked chunk back into the bins (merged where it may). */
+/* The park list: chunk c (free, out of the bins) parked, the oldest
+ * unparked into the bins when the list is full; entry i taken off the list
+ * (the chunk's flag is the caller's); every parked chunk back into the bins
+ * (merged where it may); whether parked chunk c would merge with a free
+ * neighbour. */
+void aa__lg_park(aa_pool *pool, aa__chunk *c);
+void aa__lg_park_unlist(aa_pool *pool, unsigned i);
 void aa__lg_unpark_all(aa_pool *pool);
+bool aa__lg_beside_free(const aa_pool *pool, const aa__chunk *c);
+/* Puts free chunk c (out of the bins) into them, merged with whichever free
+ * neighbours it may merge with. */
+void aa__lg_coalesce_insert(aa_pool *pool, aa__chunk *c);
 /* Whether a free chunk may be handed out on `stream` now. */
 bool aa__lg_usable(aa_pool *pool, aa__chunk *c, aa_stream stream);
 /* Whether free chunk c may be handed out on every stream now (no events:
@@ -359,24 +481,20 @@ bool aa__lg_usable_anywhere(aa_pool *pool, aa__chunk *c);
  * one on its freeing stream) have all completed, releasing them; with the
  * last, c is usable everywhere. */
 bool aa__lg_events_done(aa_pool *pool, aa__chunk *c);
+/* The parts of that: whether c's record_stream'd streams' events (xev) have
+ * completed (released then); whether its freeing stream's event (ev) has
+ * (released, c usable everywhere then); c usable on every stream, its free
+ * neighbours merging at the next request (large_take.c process_events). */
+bool aa__lg_xev_done(aa_pool *pool, aa__chunk *c);
+bool aa__lg_ev_done(aa_pool *pool, aa__chunk *c);
+void aa__lg_usable_everywhere(aa_pool *pool, aa__chunk *c);
+/* Whether free chunk a, a room's free part, and the free memory b above it
+ * that is no room stay apart (while some of a's pages are unmapped). */
+bool aa__lg_room_kept(const aa_pool *pool, const aa__chunk *a, const aa__chunk *b);
 /* Whether free neighbours a (lower) and b can merge; merges b (free, in
  * bins) into a (free, out of bins). */
 bool aa__lg_merge_ok(const aa_pool *pool, const aa__chunk *a, const aa__chunk *b);
 void aa__lg_absorb(aa_pool *pool, aa__chunk *a, aa__chunk *b);
-/* Gives a chunk (live or held, its state already moved to free) back:
- * accounting, record_stream events, parking. `counted`: a user's free (a
- * thread cache's flush was counted when the user freed it). */
-void aa__lg_release_chunk(aa_pool *pool, aa__chunk *c, aa_stream stream, bool counted);
-
-/* The path's own take of a chunk for `size` bytes (`need` rounded) on
- * `stream`: best fit, parking, settling, stream-ordered reuse, stitching,
- * new memory; the chunk comes back live (hashed, its state word a new
- * generation) but uncounted: in_use, req, allocs and the pool's bytes out
- * are the caller's. NULL when nothing could be had (*retry: a backend call
- * refused). tc: the calling thread's cache (its held blocks merge first), or
- * NULL. */
-aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, aa_stream stream,
-                       bool *retry);
 /* A piece of a chunk being carved (aa__lg_carve): a live block (req, born,
  * its record_stream'd streams) or a freed one waiting for events (stream,
  * ev, xev); arrays are taken over. */
@@ -402,40 +520,6 @@ bool aa__lg_carve(aa_pool *pool, aa__chunk *c, aa__lg_piece *v, size_t n, aa_str
 /* Counts a block handed out to a user (in_use, req, allocs, the pool's
  * bytes out and peaks). */
 void aa__lg_count_out(aa_pool *pool, size_t size, size_t req);
-
-/* large_seg.c */
-/* Gives back what the large path caches, up to `want` bytes: wholly free
- * segments, the free pages of an expandable reservation. */
-size_t aa__lg_release_locked(aa_pool *pool, size_t want);
-/* What aa__lg_release_locked(pool, SIZE_MAX) would give back now (free
- * stitched ranges apart), changing nothing but events asked. */
-size_t aa__lg_releasable(aa_pool *pool, bool most);
-/* Expandable: every page below a reservation's high-water mark that is
- * unmapped now is no longer "touched" (aa__seg.forgot), as after an
- * explicit release: placement prefers the pages mapped now over mapping
- * those again. */
-void aa__lg_forget_unmapped(aa_pool *pool);
-/* Maps every page under `c` (free, out of the bins; expandable). */
-int aa__lg_ensure_mapped(aa_pool *pool, aa__chunk *c);
-/* A new segment with one free chunk: of `segsize` bytes, or an expandable
- * reservation of at least `need`, of the small requests' region or not
- * (aa__seg.small_reqs); NULL with *rc set on failure. */
-aa__chunk *aa__lg_seg_new(aa_pool *pool, size_t segsize, bool small, int *rc);
-aa__chunk *aa__lg_vseg_new(aa_pool *pool, size_t need, bool small, int *rc);
-/* Gives a segment back to the backend and its chunk records to the spares. */
-void aa__lg_seg_unlink_free(aa_pool *pool, aa__seg *s);
-/* Releases or unmaps cached memory above large_cache_bytes. */
-void aa__lg_enforce_bound(aa_pool *pool);
-
-/* large_ltc.c */
-/* Gives held entry i back to the pool. */
-void aa__lg_ltc_drop_locked(aa_pool *pool, aa__tcache *tc, uint32_t i);
-/* Takes back the blocks other threads' caches hold (their owners may not
- * call again for long: an autograd thread between backward passes); returns
- * the bytes. With `all`, every held block (waits for tc_mu); without, only
- * blocks held unchanged since the last walk, and only when tc_mu is free
- * now (a stats reader may hold it a while). Takes tc_mu after large->mu. */
-size_t aa__lg_ltc_reclaim(aa_pool *pool, const aa__tcache *self, bool all);
 
 /* large_stitch.c */
 /* Whether the pool's backend and mode allow stitching. */
@@ -463,6 +547,57 @@ size_t aa__lg_stitch_release(aa_pool *pool);
 void aa__lg_stitch_page_gone(aa_pool *pool, aa__seg *pg);
 /* Destroys every range (pool destroy; the origin parts stay lent). */
 void aa__lg_stitch_destroy(aa_pool *pool);
+
+/* large_seg.c */
+/* Gives back what the large path caches, up to `want` bytes: wholly free
+ * segments, the free pages of an expandable reservation. */
+size_t aa__lg_release_locked(aa_pool *pool, size_t want);
+/* What aa__lg_release_locked(pool, SIZE_MAX) would give back now (free
+ * stitched ranges apart), changing nothing but events asked. */
+size_t aa__lg_releasable(aa_pool *pool, bool most);
+/* Expandable: every page below a reservation's high-water mark that is
+ * unmapped now is no longer "touched" (aa__seg.forgot), as after an
+ * explicit release: placement prefers the pages mapped now over mapping
+ * those again. */
+void aa__lg_forget_unmapped(aa_pool *pool);
+/* Maps every page under `c` (free, out of the bins; expandable). */
+int aa__lg_ensure_mapped(aa_pool *pool, aa__chunk *c);
+/* A new segment with one free chunk: of `segsize` bytes, or an expandable
+ * reservation of at least `need`, of the small requests' region or not
+ * (aa__seg.small_reqs); NULL with *rc set on failure. */
+aa__chunk *aa__lg_seg_new(aa_pool *pool, size_t segsize, bool small, int *rc);
+aa__chunk *aa__lg_vseg_new(aa_pool *pool, size_t need, bool small, int *rc);
+/* Gives a segment back to the backend and its chunk records to the spares. */
+void aa__lg_seg_unlink_free(aa_pool *pool, aa__seg *s);
+/* Releases or unmaps cached memory above large_cache_bytes. */
+void aa__lg_enforce_bound(aa_pool *pool);
+
+/* large_give.c */
+/* Gives a chunk (live or held, its state already moved to free) back:
+ * accounting, record_stream events, parking. `counted`: a user's free (a
+ * thread cache's flush was counted when the user freed it). */
+void aa__lg_release_chunk(aa_pool *pool, aa__chunk *c, aa_stream stream, bool counted);
+
+/* large_ltc.c */
+/* Gives held entry i back to the pool. */
+void aa__lg_ltc_drop_locked(aa_pool *pool, aa__tcache *tc, uint32_t i);
+/* Takes back the blocks other threads' caches hold (their owners may not
+ * call again for long: an autograd thread between backward passes); returns
+ * the bytes. With `all`, every held block (waits for tc_mu); without, only
+ * blocks held unchanged since the last walk, and only when tc_mu is free
+ * now (a stats reader may hold it a while). Takes tc_mu after large->mu. */
+size_t aa__lg_ltc_reclaim(aa_pool *pool, const aa__tcache *self, bool all);
+
+/* large_take.c */
+/* The path's own take of a chunk for `size` bytes (`need` rounded) on
+ * `stream`: best fit, parking, settling, stream-ordered reuse, stitching,
+ * new memory; the chunk comes back live (hashed, its state word a new
+ * generation) but uncounted: in_use, req, allocs and the pool's bytes out
+ * are the caller's. NULL when nothing could be had (*retry: a backend call
+ * refused). tc: the calling thread's cache (its held blocks merge first), or
+ * NULL. */
+aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, aa_stream stream,
+                       bool *retry);
 
 /* large_plan.c */
 /* Whether the pool may plan (large_plan asked, not passthrough). */

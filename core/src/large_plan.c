@@ -32,7 +32,7 @@
  * Serving: the requests of a period are numbered from the point where the
  * fewest planned bytes are live. At the next period start the path gives
  * back what it caches (so that reserved falls), takes the arena as one chunk
- * (large.c aa__lg_take: the arena is a live chunk of the path, not counted as
+ * (large_take.c aa__lg_take: the arena is a live chunk of the path, not counted as
  * in use), and serves each request whose token is the one expected next at
  * its offset, provided no block still covers that room: a bitmap of the
  * arena's 4 KiB units, set while a block is live and, when its free was on
@@ -270,6 +270,10 @@ bool aa__lg_plan_usable(const aa_pool *pool) {
   return pool->cfg.large_plan > 0 && pool->cfg.large_mode != AA_LARGE_PASSTHROUGH;
 }
 
+/* What the path below asks of the plan before it grows (aa__lg_take): it
+ * calls up only through this, set with the plan's state. */
+static const aa__lg_yield plan_yield_ops = {aa__lg_plan_can_yield, aa__lg_plan_yield};
+
 /* The plan's state, made at the first event; NULL when it cannot be. */
 static struct aa__plan *plan_get(aa_pool *pool) {
   aa__large *L = pool->large;
@@ -295,6 +299,7 @@ static struct aa__plan *plan_get(aa_pool *pool) {
   P->next_check = PLAN_EVERY;
   P->reps = 2;
   L->plan = P;
+  L->yield = &plan_yield_ops;
   return P;
 }
 
@@ -1229,6 +1234,13 @@ void aa__lg_plan_note(aa_pool *pool, int kind, size_t req, aa_stream stream, uin
  * forgotten, as after an explicit release: the arena's room first. */
 static void handed_over(aa_pool *pool) { aa__lg_forget_unmapped(pool); }
 
+/* The arena is chunk c now (NULL: none), also in the path's state, whose
+ * give-back (aa__lg_release_chunk) never counts the arena in use. */
+static void set_arena(aa_pool *pool, struct aa__plan *P, aa__chunk *c) {
+  P->arena = c;
+  pool->large->arena = c;
+}
+
 /* The arena back to the path (no block in it), the plan gone; learning
  * starts again. */
 static void plan_finish(aa_pool *pool, struct aa__plan *P) {
@@ -1241,7 +1253,7 @@ static void plan_finish(aa_pool *pool, struct aa__plan *P) {
     uint64_t st = atomic_load_explicit(&c->state, AA__RLX);
     atomic_store_explicit(&c->state, aa__lg_st_phase(st, AA__CH_FREE), AA__RLX);
     aa__lg_release_chunk(pool, c, P->stream, false);
-    P->arena = NULL;
+    set_arena(pool, P, NULL);
     handed_over(pool);
   }
   free(P->bits);
@@ -1314,7 +1326,7 @@ static bool dissolve(aa_pool *pool, struct aa__plan *P) {
   P->nlive = 0;
   P->npend = 0;
   P->live_bytes = 0;
-  P->arena = NULL;
+  set_arena(pool, P, NULL);
   handed_over(pool);
   return true;
 }
@@ -1346,7 +1358,7 @@ static void stop_following(aa_pool *pool, struct aa__plan *P) {
 /* Whether a small request (aa__lg_small) of need bytes on `stream` could
  * take some of the arena's free room were the arena the path's chunks
  * (aa__lg_carve): a small request takes the larger requests' memory only
- * from a hole between two blocks in use (large.c find_fit_other), so a
+ * from a hole between two blocks in use (large_take.c find_fit_other), so a
  * clear run of the bitmap of at least need bytes between two live blocks
  * (a chunk in use beyond the arena's edge counts), whose chunk would be
  * freed on the plan's stream. A run beside a room that waits for events
@@ -1502,7 +1514,7 @@ static bool activate(aa_pool *pool, struct aa__plan *P) {
     return false;
   }
   c->born = 0;
-  P->arena = c;
+  set_arena(pool, P, c);
   P->bits = bits;
   P->nwords = nw;
   P->live = live;
@@ -1913,4 +1925,6 @@ void aa__lg_plan_destroy(aa_pool *pool) {
   free(P->z);
   free(P);
   pool->large->plan = NULL;
+  pool->large->arena = NULL;
+  pool->large->yield = NULL;
 }

@@ -2,8 +2,10 @@
  * large_seg.c — the large path's memory: segments (made, linked, settled,
  * released whole), the expandable reservation's pages (mapped on demand,
  * unmapped from completed free chunks, oldest-freed first), and release and
- * trimming against large_cache_bytes. Under pool->large->mu but
- * aa__large_release, which takes it.
+ * trimming against large_cache_bytes. Under pool->large->mu. Above the
+ * chunks and the stitched ranges (a page unmapped takes a dormant range's
+ * alias of it first); what the caches and the plan give back before a
+ * release is large.c's aa__large_release.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -504,26 +506,6 @@ void aa__lg_enforce_bound(aa_pool *pool) {
   if (pool->large->free_bytes <= bound)
     return;
   aa__lg_release_locked(pool, pool->large->free_bytes - bound);
-}
-
-size_t aa__large_release(aa_pool *pool, size_t want, bool forget) {
-  pthread_mutex_lock(&pool->large->mu);
-  /* what other threads hold goes back too (the caller flushed its own): on
-   * out-of-memory it is what the retry needs */
-  (void)aa__lg_ltc_reclaim(pool, NULL, true);
-  /* an explicit release or an out-of-memory retry (everything asked for;
-   * a trim asks for its excess) takes an idle plan's arena too, first: it
-   * may lie in a stitched range */
-  if (want == SIZE_MAX)
-    aa__lg_plan_release(pool);
-  /* stitched ranges that are free give their pages back to the holes first
-   * (their aliases undone), which can then be unmapped */
-  (void)aa__lg_stitch_release(pool);
-  pool->large->vmm_forget = forget;
-  size_t r = aa__lg_release_locked(pool, want);
-  pool->large->vmm_forget = false;
-  pthread_mutex_unlock(&pool->large->mu);
-  return r;
 }
 
 /* Makes a segment of `segsize` bytes with one free chunk; NULL on failure. */

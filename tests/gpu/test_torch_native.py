@@ -817,7 +817,7 @@ def test_side_stream_reuse_data_and_peak():
     counted from there. Failed on the H100 at 9685629 (BENCHMARKS.md
     section 11, "Open: the GPU side-stream test fails"); its cause, free
     pieces left apart until the pool grew, is fixed since on the host
-    (large.c process_events: adaptalloc-bench streams sidepipe --after 250
+    (large_take.c process_events: adaptalloc-bench streams sidepipe --after 250
     steady at 150 MiB; test_core_stream_repeating_pattern_steady), not yet
     re-run on a GPU."""
     shapes = [(64, 3, 224, 224), (32, 3, 320, 320), (96, 3, 160, 160), (48, 3, 256, 256),

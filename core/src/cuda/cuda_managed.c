@@ -400,7 +400,7 @@ static const aa_backend_ops mg_ops = {
      * buffer filled before its copy is queued, Python's buffer view), so a
      * block must not be handed out while a copy or kernel on another stream
      * may still use it: a stream ordered after that work does not order
-     * the host (large.c wait_fit) */
+     * the host (large_take.c wait_fit) */
     .synchronize = mg_synchronize,
     .destroy = mg_destroy,
     .residency = mg_residency,
