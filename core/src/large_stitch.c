@@ -19,15 +19,16 @@
  * So a loop whose peak needs the range and whose other phases need the
  * holes pays the map calls once: a request that nothing fits puts the free
  * active ranges to sleep (no call) and searches again; the next peak wakes
- * them. A dormant range whose pages a new range needs, or the least
- * recently used beyond AA__STITCH_MAX ranges, is *retired*: its handles are
+ * them. A dormant range whose pages a new range needs (work on its stream
+ * may still use its address), or the least recently used beyond
+ * AA__STITCH_MAX ranges (its address idle), is *retired*: its handles are
  * free for new ranges as if it were gone, its aliases stay, and a new range
  * that would map exactly its handles is that range, woken (no call): a loop
  * of peaks of different sizes from the same holes (the replay's phases
  * trace) pays each range's map calls once. Aliases are undone (the range
- * destroyed) on release, trim and the OOM retry, when the page unmapper
- * needs a dormant range's page, and least recently used first beyond
- * AA__STITCH_KEPT retired ranges.
+ * destroyed), once no work may use its address, on release, trim and the
+ * OOM retry, when the page unmapper needs a dormant range's page, and least
+ * recently used first beyond AA__STITCH_KEPT retired ranges.
  *
  * Stitching uses only free chunks usable on the request's stream with no
  * event of their own, and only whole handles (map runs) inside them:
@@ -188,29 +189,40 @@ size_t aa__lg_stitch_rest(aa_pool *pool) {
   return got;
 }
 
-/* The least recently used retired range, or NULL. */
+/* The least recently used retired range whose address is idle (that may
+ * be destroyed), or NULL. */
 static aa__seg *lru_retired(aa_pool *pool) {
   aa__seg *best = NULL;
   for (aa__seg *s = pool->large->stitches; s; s = s->next) {
-    if (s->st->retired && (best == NULL || s->st->used_at < best->st->used_at))
+    if (s->st->retired && (best == NULL || s->st->used_at < best->st->used_at) &&
+        address_idle(pool, s))
       best = s;
   }
   return best;
 }
 
-/* Destroys the least recently used retired ranges beyond AA__STITCH_KEPT
- * (their addresses idle: they were at retirement, nothing used them since). */
+/* Destroys the least recently used retired ranges beyond AA__STITCH_KEPT,
+ * of those whose address is idle: one that work may still use stays (its
+ * aliases with it) until a later trim finds it idle. */
 static void trim_retired(aa_pool *pool) {
-  while (pool->large->nretired > AA__STITCH_KEPT)
-    range_destroy(pool, lru_retired(pool), true);
+  while (pool->large->nretired > AA__STITCH_KEPT) {
+    aa__seg *s = lru_retired(pool);
+    if (s == NULL)
+      return;
+    range_destroy(pool, s, true);
+  }
 }
 
-/* Retires range s, dormant or free with its work done, its address idle:
- * parts back to their holes, its handles free for new ranges (as though it
- * were destroyed), its aliases kept. The caller trims the retired ones. */
+/* Retires range s, dormant or free with its work done: parts back to their
+ * holes, its handles free for new ranges (as though it were destroyed),
+ * its aliases kept. Its address need not be idle: its parts went back as
+ * chunks freed on its stream (give_back), which a new range lends on that
+ * stream at once and on another once that stream's work is done, as any
+ * hole; only undoing its aliases waits for the address (lru_retired,
+ * aa__lg_stitch_release). The caller trims the retired ones. */
 static void retire(aa_pool *pool, aa__seg *s) {
   aa__large *L = pool->large;
-  aa__assert(!s->st->retired && address_idle(pool, s));
+  aa__assert(!s->st->retired && (s->st->dormant || work_done(pool, s)));
   if (!s->st->dormant)
     rest(pool, s);
   for (size_t i = 0; i < s->st->nparts; i++) {
@@ -221,11 +233,17 @@ static void retire(aa_pool *pool, aa__seg *s) {
   L->nretired++;
 }
 
+/* Every dormant range retires, its address idle or not: on a GPU the host
+ * runs ahead of the stream, and a range freed a step ago whose event has
+ * not completed yet held its pages from every new range, so that the pool
+ * mapped new ones (the replay's H100 traces at --event-delay-us 5000:
+ * offload 1,696 -> 1,724 MiB against 1,616 with no delay, sidepipe 1,040
+ * -> 1,244; with the rule 1,616 and 1,088). */
 size_t aa__lg_stitch_retire_dormant(aa_pool *pool) {
   size_t n = 0;
   for (aa__seg *s = pool->large->stitches, *nx; s; s = nx) {
     nx = s->next;
-    if (s->st->dormant && !s->st->retired && address_idle(pool, s)) {
+    if (s->st->dormant && !s->st->retired) {
       retire(pool, s);
       n++;
     }
@@ -516,18 +534,33 @@ static aa__seg *retired_same(aa_pool *pool, const cand *v, size_t nv, size_t npa
  * that would map exactly its handles (all free, usable there; `any`: all
  * usable everywhere): held again, first on the list as a new range is,
  * its parts lent. No backend call. False when a cut fails (memory short):
- * s is destroyed, as a new range is then. */
+ * s is destroyed, as a new range is then, or, while work may still use its
+ * address, retired again. */
 static bool revive(aa_pool *pool, aa__seg *s, aa_stream stream, bool any) {
   aa__large *L = pool->large;
+  aa__chunk *c = s->first;
+  bool any0 = c->any;
+  aa_stream stream0 = c->stream;
   for (size_t i = 0; i < s->st->nparts; i++)
     s->st->parts[i].pg->nheld++;
   s->st->retired = false;
   L->nretired--;
   unlink_range(pool, s);
   link_range(pool, s);
-  s->first->freed_at = L->frees;
-  if (!to_active(pool, s, stream, any)) {
-    range_destroy(pool, s, true);
+  c->freed_at = L->frees;
+  if (!to_active(pool, s, stream, any)) { /* memory short for a cut */
+    to_dormant(pool, s);
+    c->any = any0; /* its state from the free, for address_idle */
+    c->stream = stream0;
+    if (address_idle(pool, s)) {
+      range_destroy(pool, s, true); /* as a new range is then */
+      return false;
+    }
+    /* work may still use its address: retired again, as it was */
+    for (size_t i = 0; i < s->st->nparts; i++)
+      s->st->parts[i].pg->nheld--;
+    s->st->retired = true;
+    L->nretired++;
     return false;
   }
   L->stitch_wakes++;
