@@ -11,11 +11,29 @@ transformer training loop whose sequence length changes every step, and
 writes DIR/memory_viz_timeline.pickle (the _dump_snapshot) and
 DIR/memory_viz_timeline.html (torch.cuda._memory_viz.trace_plot).
 
+    python3 tools/memory_viz_image.py --bounded [--out-dir DIR] [--steps N]
+        [--max-entries N] [--replay PATH]
+
+The same loop traced by adaptalloc itself, bounded, as an operator traces a
+long job (docs/operating.md, "Tracing a live job"): a child process with
+ADAPTALLOC_DB=DIR/memory_viz_bounded.db asks for Python frames
+(_record_memory_history(stacks="python")) and a live sampled trace
+(adaptalloc.trace: 1 in 4 requests and every one of 1 MiB or more), runs
+the loop and holds a 64 MiB tensor at the end; then `adaptalloc-replay
+export --format torch-snapshot --max-entries N` (default 2000) writes
+DIR/memory_viz_bounded.pickle and trace_plot DIR/memory_viz_bounded.html.
+The replay tool: --replay, $AA_REPLAY_BIN, else build*/tools/ of this tree.
+
     python3 tools/memory_viz_image.py --png DIR/memory_viz_timeline.html \
         [--viz-js DIR/MemoryViz.js] [--d3 NODE_MODULES] [--out PNG] [--size 1400x800]
+        [--hover largest|none]
 
 Anywhere with chromium: screenshots that HTML into memory_viz_timeline.png
-beside it (or --out), headless. The page imports MemoryViz.js from
+beside it (or --out), headless. With --hover largest (the default) the
+page's largest plotted allocation is hovered once the timeline is drawn,
+as a user's pointer would, so that the view's context pane below the plot
+shows that block: its address, size and the Python frames that allocated
+it; the tool fails when the pane does not show it. The page imports MemoryViz.js from
 cdn.jsdelivr.net and MemoryViz.js imports d3@5, d3-axis, d3-scale, d3-zoom
 and d3-brush from cdn.skypack.dev; the tool serves the page from 127.0.0.1
 with an import map that sends those URLs to a local MemoryViz.js (--viz-js;
@@ -66,22 +84,23 @@ def _outfile():
 outfile = _outfile()
 
 
-def record(out_dir, steps):
-    import torch
+def load_native():
     try:
         from adaptalloc import _torch_native as native
     except ImportError:
         sys.path.insert(0, os.environ.get("AA_TORCH_NATIVE_PATH", "."))
         import _torch_native as native
-    native.install(torch.cuda.device_count())
-    from torch.cuda import _memory_viz
+    return native
 
+
+def train_loop(torch, steps):
+    """A small transformer's training steps, the sequence length changing
+    every step (the timeline's shape)."""
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(d_model=256, nhead=8, dim_feedforward=1024,
                                              dropout=0.0, batch_first=True)
     model = torch.nn.Sequential(layer, torch.nn.Linear(256, 16)).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    torch.cuda.memory._record_memory_history(max_entries=100000, stacks="python")
     for step in range(steps):
         x = torch.randn(16, 64 + 32 * (step % 4), 256, device="cuda")
         loss = model(x).square().mean()
@@ -89,6 +108,72 @@ def record(out_dir, steps):
         loss.backward()
         opt.step()
     torch.cuda.synchronize()
+
+
+def record_child_bounded(out_dir, steps):
+    """The --bounded child: ADAPTALLOC_DB is set by the parent."""
+    import torch
+    load_native().install(torch.cuda.device_count())
+    import adaptalloc
+    torch.cuda.memory._record_memory_history(stacks="python")
+    adaptalloc.trace(60, sample=4, min_bytes=1 << 20)
+    train_loop(torch, steps)
+    held = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")  # live at the end
+    adaptalloc.trace_off()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    print("held 64 MiB at 0x%x" % held.data_ptr())
+
+
+def replay_bin(given):
+    root = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    import glob
+    for c in [given, os.environ.get("AA_REPLAY_BIN")] + \
+            sorted(glob.glob(os.path.join(root, "build*", "tools", "adaptalloc-replay"))):
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    raise VizError("no adaptalloc-replay (--replay PATH, AA_REPLAY_BIN, or build the tree: "
+                   "cmake --build build --target adaptalloc-replay)")
+
+
+def record_bounded(out_dir, steps, max_entries, replay):
+    tool = replay_bin(replay)
+    db = os.path.join(out_dir, "memory_viz_bounded.db")
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(db + suffix):
+            os.remove(db + suffix)  # the tool's own scratch database of an earlier run
+    env = dict(os.environ, ADAPTALLOC_DB=db, ADAPTALLOC_HTTP="off")
+    env.pop("ADAPTALLOC_TRACE", None)
+    r = subprocess.run([sys.executable, os.path.realpath(__file__), "--_child-bounded", out_dir,
+                        "--steps", str(steps)], env=env, capture_output=True, text=True,
+                       timeout=600)
+    if r.returncode != 0:
+        raise VizError("the traced run failed (exit %d): %s" % (r.returncode, r.stderr[-1500:]))
+    pickle_path = os.path.join(out_dir, "memory_viz_bounded.pickle")
+    html_path = os.path.join(out_dir, "memory_viz_bounded.html")
+    r = subprocess.run([tool, "export", "--format", "torch-snapshot", "--db", db, "-o",
+                        pickle_path, "--max-entries", str(max_entries), "--json"],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise VizError("adaptalloc-replay export failed (exit %d): %s"
+                       % (r.returncode, r.stderr[-1500:]))
+    summary = json.loads(r.stdout)
+    import pickle
+    from torch.cuda import _memory_viz
+    with open(pickle_path, "rb") as f:
+        snap = pickle.load(f)
+    outfile.write_all([(html_path, _memory_viz.trace_plot(snap))])
+    print("wrote %s and %s (%s entries, %s with frames; %s)" % (
+        pickle_path, html_path, summary.get("entries"), summary.get("with_frames"),
+        r.stdout.strip()))
+
+
+def record(out_dir, steps):
+    import torch
+    load_native().install(torch.cuda.device_count())
+    from torch.cuda import _memory_viz
+
+    torch.cuda.memory._record_memory_history(max_entries=100000, stacks="python")
+    train_loop(torch, steps)
     pickle_path = os.path.join(out_dir, "memory_viz_timeline.pickle")
     html_path = os.path.join(out_dir, "memory_viz_timeline.html")
     snap = torch.cuda.memory._snapshot()
@@ -106,6 +191,35 @@ CDN_VIZ_RE = re.compile(r'from\s+"(https://[^"]*/MemoryViz\.js)"')
 CDN_D3_RE = re.compile(r'from\s+["\'](https://cdn\.skypack\.dev/(d3(?:-[a-z]+)?)@[^"\']*)["\']')
 D3_CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
                         "adaptalloc", "memory_viz")
+
+
+# --hover largest: once the timeline's polygons are drawn, the one with the
+# largest allocation (its d3 datum's size; not the "summarized" band, not the
+# minimap) gets a mouseover, which MemoryViz.js's context pane answers with
+# the block's address, size and frames. Page time is virtual (chromium's
+# --virtual-time-budget), so the retries cost no wall time.
+HOVER_JS = """<script>
+(function () {
+  var tries = 0;
+  function hover() {
+    var best = null, size = -1;
+    document.querySelectorAll("svg polygon").forEach(function (p) {
+      var d = p.__data__;
+      if (d && d.elem !== "summarized" && typeof d.size === "number" && d.size > size) {
+        best = p;
+        size = d.size;
+      }
+    });
+    if (best === null) {
+      if (++tries < 150) setTimeout(hover, 100);
+      return;
+    }
+    best.dispatchEvent(new MouseEvent("mouseover", {bubbles: true}));
+  }
+  window.addEventListener("load", function () { setTimeout(hover, 200); });
+})();
+</script>"""
+FRAME_LINE_RE = re.compile(r"^\S+\.py:\d+:\S+$", re.M)
 
 
 class VizError(Exception):
@@ -275,7 +389,18 @@ def png_output(html_path, out, viz_js):
     return out
 
 
-def png(html_path, out=None, viz_js=None, d3_dir=None, size=(1400, 800)):
+def hovered_pane(dom):
+    """The context pane's text after the hover (MemoryViz.js's <pre> that
+    starts with the element's id and "Addr: "), unescaped; None when none."""
+    import html as htmlmod
+    for m in re.finditer(r"<pre[^>]*>([^<]*)</pre>", dom):
+        text = htmlmod.unescape(m.group(1))
+        if re.match(r"\d+ Addr: ", text):
+            return text
+    return None
+
+
+def png(html_path, out=None, viz_js=None, d3_dir=None, size=(1400, 800), hover="largest"):
     out = png_output(html_path, out, viz_js)
     if not os.path.isfile(html_path):
         raise InputError("--png %s: %s" % (html_path, not_a_file(html_path)))
@@ -303,6 +428,8 @@ def png(html_path, out=None, viz_js=None, d3_dir=None, size=(1400, 800)):
         if mods is not None:
             os.symlink(os.path.abspath(mods), os.path.join(tmp, "d3"))
         head = '<script type="importmap">%s</script>' % json.dumps(imap)
+        if hover == "largest":
+            head += "\n" + HOVER_JS
         page2 = page.replace("<head>", "<head>\n" + head, 1) if "<head>" in page else head + page
         with open(os.path.join(tmp, "index.html"), "w", encoding="utf-8") as f:
             f.write(page2)
@@ -325,6 +452,10 @@ def png(html_path, out=None, viz_js=None, d3_dir=None, size=(1400, 800)):
                 if r.returncode != 0:
                     why.append("chromium exit %d: %s" % (r.returncode, r.stderr[-800:]))
                 raise VizError("\n  ".join(why))
+            pane = hovered_pane(dom) if hover == "largest" else None
+            if hover == "largest" and pane is None:
+                raise VizError("the timeline rendered (%d polygons) but hovering its largest "
+                               "allocation showed nothing in the context pane" % polygons)
             try:
                 with outfile.replacing(out, binary=True) as shot:
                     shot.file.close()  # chromium writes the temporary by its name
@@ -340,6 +471,13 @@ def png(html_path, out=None, viz_js=None, d3_dir=None, size=(1400, 800)):
             server.shutdown()
             server.server_close()
     print("wrote %s (%dx%d, %d polygons in the timeline)" % (out, size[0], size[1], polygons))
+    if pane is not None:
+        first = pane.splitlines()[0]
+        frames = FRAME_LINE_RE.findall(pane)
+        print("hovered: %s; %d Python frame%s shown" % (first, len(frames),
+                                                       "" if len(frames) == 1 else "s"))
+        for f in frames[:3]:
+            print("  " + f)
     return out
 
 
@@ -363,30 +501,59 @@ def main():
                     "(default: %s, filled with npm when npm is here)" % D3_CACHE)
     ap.add_argument("--size", type=parse_size, default=(1400, 800), metavar="WxH",
                     help="with --png: the window and image size (default 1400x800)")
+    ap.add_argument("--hover", choices=("largest", "none"), default=None,
+                    help="with --png: hover the largest allocation so its frames show "
+                    "(default largest)")
+    ap.add_argument("--bounded", action="store_true", help="record through adaptalloc's own "
+                    "live trace, exported bounded (needs the replay tool)")
+    ap.add_argument("--max-entries", type=int, default=None,
+                    help="with --bounded: the export's bound (default 2000)")
+    ap.add_argument("--replay", metavar="PATH", help="with --bounded: adaptalloc-replay")
+    ap.add_argument("--_child-bounded", dest="child_bounded", metavar="DIR",
+                    help=argparse.SUPPRESS)
     a = ap.parse_args()
     if not a.png:
-        for opt, val in (("--out", a.out), ("--viz-js", a.viz_js), ("--d3", a.d3)):
+        for opt, val in (("--out", a.out), ("--viz-js", a.viz_js), ("--d3", a.d3),
+                         ("--hover", a.hover)):
             if val is not None:
                 ap.error("%s goes with --png HTML" % opt)
+    if not a.bounded:
+        for opt, val in (("--max-entries", a.max_entries), ("--replay", a.replay)):
+            if val is not None:
+                ap.error("%s goes with --bounded" % opt)
+    if a.png and a.bounded:
+        ap.error("--png and --bounded: one at a time (record, then screenshot the HTML)")
     if a.steps < 1:
         ap.error("--steps must be at least 1")
+    if a.max_entries is not None and a.max_entries < 1:
+        ap.error("--max-entries must be at least 1")
+    if a.child_bounded:
+        record_child_bounded(a.child_bounded, a.steps)
+        return
     if a.png:
         try:
-            png(a.png, a.out, a.viz_js, a.d3, a.size)
+            png(a.png, a.out, a.viz_js, a.d3, a.size, a.hover or "largest")
         except InputError as e:
             print("memory_viz_image: %s" % e, file=sys.stderr)
             sys.exit(2)
         except VizError as e:
             sys.exit("memory_viz_image: %s" % e)
         return
+    stem = "memory_viz_bounded" if a.bounded else "memory_viz_timeline"
     try:
         os.makedirs(a.out_dir, exist_ok=True)
-        for name in ("memory_viz_timeline.pickle", "memory_viz_timeline.html"):
+        for name in (stem + ".pickle", stem + ".html"):
             outfile.check_output(os.path.join(a.out_dir, name), [], "--out-dir")
     except (OSError, outfile.FileError) as e:
         print("memory_viz_image: --out-dir %s: %s" % (a.out_dir, getattr(e, "strerror", None)
                                                      or e), file=sys.stderr)
         sys.exit(2)
+    if a.bounded:
+        try:
+            record_bounded(a.out_dir, a.steps, a.max_entries or 2000, a.replay)
+        except VizError as e:
+            sys.exit("memory_viz_image: %s" % e)
+        return
     record(a.out_dir, a.steps)
 
 if __name__ == "__main__":

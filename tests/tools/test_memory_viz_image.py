@@ -59,6 +59,9 @@ def page(tmp, entries, name="memory_viz_timeline.html"):
 
 # A stand-in for MemoryViz.js (not PyTorch's code): the same CDN imports, one
 # polygon per entry; d3.event read in a zoom handler checks the live binding.
+# Each polygon's datum is {elem, size}, as the timeline's are, and hovering
+# one writes "<elem> Addr: ..." and a frame into a context <pre> (%%HOVER%%:
+# the mouseover handler, or nothing).
 STANDIN = """'use strict';
 import * as d3 from "https://cdn.skypack.dev/d3@5";
 import {axisLeft} from "https://cdn.skypack.dev/d3-axis@1";
@@ -73,13 +76,27 @@ export function add_local_files(files, view_value) {
   const svg = d3.select('body').append('svg').attr('viewBox', '0 0 1000 500')
     .attr('style', 'width: 100%%; height: 90%%');
   svg.append('g').attr('transform', 'translate(40, 0)').call(axisLeft(y));
-  svg.selectAll('polygon').data(sizes).enter().append('polygon')
-    .attr('points', (s, i) => `${x(i)},500 ${x(i + 1)},500 ${x(i + 1)},${y(s)} ${x(i)},${y(s)}`)
-    .attr('fill', (s, i) => ['#4e79a7', '#f28e2c', '#e15759'][i %% 3]);
+  const pane = d3.select('body').append('pre').text('none');
+  const data = sizes.map((size, elem) => ({elem, size}));
+  svg.selectAll('polygon').data(data).enter().append('polygon')
+    .attr('points', (d, i) => `${x(i)},500 ${x(i + 1)},500 ${x(i + 1)},${y(d.size)} ${x(i)},${y(d.size)}`)
+    .attr('fill', (d, i) => ['#4e79a7', '#f28e2c', '#e15759'][i %% 3])
+    %%HOVER%%;
   svg.call(zoom().on('zoom', () => svg.attr('data-k', d3.event.transform.k)));
   svg.append('g').call(brushX());
 }
 """
+
+
+HOVER = """.on('mouseover', function () {
+      const d = d3.select(this).datum();
+      pane.text(`${d.elem} Addr: b${d.elem}_0, Size: ${d.size}B allocation\\n` +
+                `train.py:42:step\\ntrain.py:90:<module>`);
+    })"""
+
+
+def standin(throw="", hover=HOVER):
+    return STANDIN.replace("%%HOVER%%", hover) % throw
 
 
 def write(path, text):
@@ -98,7 +115,7 @@ def png_size(path):
 
 def test_args(tmp):
     html = page(tmp, [1, 2, 3])
-    js = write(os.path.join(tmp, "standin.js"), STANDIN % "")
+    js = write(os.path.join(tmp, "standin.js"), standin())
     rc, out = tool("--png", os.path.join(tmp, "absent.html"))
     check(rc != 0 and "absent.html: no such file" in out, "missing HTML named: " + out.strip())
     rc, out = tool("--png", js)
@@ -113,6 +130,17 @@ def test_args(tmp):
     for opt in ("--viz-js", "--d3", "--out"):
         rc, out = tool(opt, js)
         check(rc == 2 and "%s goes with --png HTML" % opt in out, opt + " without --png refused")
+    rc, out = tool("--hover", "none")
+    check(rc == 2 and "--hover goes with --png HTML" in out, "--hover without --png refused")
+    rc, out = tool("--png", html, "--hover", "smallest")
+    check(rc == 2 and "invalid choice" in out, "--hover smallest refused")
+    for opt, val in (("--max-entries", "10"), ("--replay", "/bin/true")):
+        rc, out = tool(opt, val)
+        check(rc == 2 and "%s goes with --bounded" % opt in out, opt + " without --bounded refused")
+    rc, out = tool("--bounded", "--max-entries", "0")
+    check(rc == 2 and "--max-entries must be at least 1" in out, "--max-entries 0 refused")
+    rc, out = tool("--png", html, "--bounded")
+    check(rc == 2 and "one at a time" in out, "--png with --bounded refused")
     for bad in ("10x10", "wide", "1400x", "9000x800"):
         rc, out = tool("--png", html, "--size", bad)
         check(rc == 2 and "is not WIDTHxHEIGHT" in out, "--size %s refused" % bad)
@@ -138,7 +166,7 @@ def find_d3():
 def test_render(tmp, d3):
     sizes = [5, 9, 14, 7, 22, 30, 12, 3, 18, 26]
     html = page(tmp, sizes)
-    js = write(os.path.join(tmp, "standin.js"), STANDIN % "")
+    js = write(os.path.join(tmp, "standin.js"), standin())
     out_png = os.path.join(tmp, "out.png")
     rc, out = tool("--png", html, "--viz-js", js, "--d3", d3, "--out", out_png,
                    "--size", "900x500")
@@ -147,9 +175,21 @@ def test_render(tmp, d3):
           "the CDN imports mapped to the local packages")
     check("%d polygons" % len(sizes) in out, "every entry drawn (%d polygons)" % len(sizes))
     check(png_size(out_png) == (900, 500), "a 900x500 PNG: %s" % (png_size(out_png),))
+    big = sizes.index(max(sizes))
+    check("hovered: %d Addr: b%d_0, Size: %dB allocation; 2 Python frames shown" % (
+        big, big, max(sizes)) in out and "train.py:42:step" in out,
+        "the largest allocation hovered, its frames named: " + out.strip())
 
-    bad = write(os.path.join(tmp, "throws.js"), STANDIN % "throw new Error('stand-in fails');")
+    rc, out = tool("--png", html, "--viz-js", js, "--d3", d3, "--out", out_png, "--hover", "none")
+    check(rc == 0 and "hovered" not in out, "--hover none: no hover: " + out.strip())
+    nohover = write(os.path.join(tmp, "nohover.js"), standin(hover=""))
     bad_png = os.path.join(tmp, "bad.png")
+    rc, out = tool("--png", html, "--viz-js", nohover, "--d3", d3, "--out", bad_png)
+    check(rc != 0 and "showed nothing in the context pane" in out,
+          "a hover that shows nothing fails: " + out.strip())
+    check(not os.path.exists(bad_png), "and writes no PNG")
+
+    bad = write(os.path.join(tmp, "throws.js"), standin("throw new Error('stand-in fails');"))
     rc, out = tool("--png", html, "--viz-js", bad, "--d3", d3, "--out", bad_png)
     check(rc != 0 and "never rendered" in out, "a page that draws nothing fails: " + out.strip())
     check(not os.path.exists(bad_png), "and writes no PNG")
