@@ -144,6 +144,14 @@ def bounded(tool, d, csv, rows):
 
     whole, js = export()
     entries = whole["device_traces"][0]
+    # time_us on the epoch clock, as PyTorch's snapshots (the run's origin:
+    # started_ms at mono_origin_ns = lo); ns_of gives the trace's clock back
+    epoch_us = 1796223937000 * 1000
+    ns_of = lambda us: (us - epoch_us) * 1000 + lo
+    check(entries and all(e["time_us"] >= epoch_us for e in entries) and
+          ns_of(entries[-1]["time_us"]) // 1000 == hi // 1000,
+          "time_us: microseconds since the Unix epoch (%d .. %d)"
+          % (entries[0]["time_us"], entries[-1]["time_us"]))
     with_frames = [e for e in entries if e["action"] == "alloc" and e["frames"]]
     check(len(with_frames) == n_with and js["with_frames"] == n_with,
           "every 64 KiB allocation carries its stack (%d of %d)" % (len(with_frames), n_with))
@@ -176,14 +184,14 @@ def bounded(tool, d, csv, rows):
     span_us = (hi - lo) // 1000
     last, js = export("--last-seconds", "0.002")
     le = last["device_traces"][0]
-    check(le and all(e["time_us"] * 1000 >= hi - 2000000 for e in le),
+    check(le and all(ns_of(e["time_us"]) >= hi - 2000000 for e in le),
           "--last-seconds: only the end (%d entries)" % len(le))
     # a wall-clock window: 1 ms to 3 ms after the run's start
     since = "%.3f" % (1796223937 + 0.001)
     until = "2026-12-02T16:05:37.003+01:00"  # 1796223937.003
     win, js = export("--since", since, "--until", until)
     we = win["device_traces"][0]
-    check(we and all(lo + 1000000 <= e["time_us"] * 1000 <= lo + 3000000 for e in we),
+    check(we and all(lo + 1000000 <= ns_of(e["time_us"]) <= lo + 3000000 for e in we),
           "--since/--until: the window only (%d entries, span %d us)" % (len(we), span_us))
     live_at_until = {}
     for a, p_, s_, st_, t_ in rows:

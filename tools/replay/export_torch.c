@@ -14,6 +14,9 @@
  *   deallocate         -> free_requested, free_completed, segment_free
  *   allocate failure   -> oom (device_free 0: a trace does not know it)
  * Every entry has action, addr, size, stream, time_us and frames = [].
+ * time_us: for a stored trace whose run has a clock origin, microseconds
+ * since the Unix epoch, as PyTorch's own snapshots (memory_viz prints it
+ * as a date); else the trace's own clock (a CSV's).
  * A trace records requests, not the pool's slabs, so each block is its own
  * segment (reserved reads as in use in memory_viz's segment views); this
  * keeps every block inside a segment, which memory_viz's "Allocator State
@@ -219,6 +222,10 @@ typedef struct tsnap {
   uint64_t with_frames;       /* alloc entries written with a stack */
   nth_map stacks;             /* allocation ordinal -> call stack id */
   const frame_tab *frames;
+  /* a stored trace with a clock origin: time_us = time_ns / 1000 + wall_us
+   * (the epoch's microseconds; db_meta) */
+  bool wall;
+  int64_t wall_us;
 } tsnap;
 
 /* "frames": [{"filename", "line", "name"}, ...] from a stack's text, one
@@ -283,7 +290,8 @@ static void entry(tsnap *t, const char *action, uint64_t addr, uint64_t size,
   pk_kv_uint(w, "addr", addr);
   pk_kv_uint(w, "size", size);
   pk_kv_uint(w, "stream", stream);
-  pk_kv_uint(w, "time_us", time_ns / 1000);
+  int64_t us = t->wall ? (int64_t)(time_ns / 1000) + t->wall_us : (int64_t)(time_ns / 1000);
+  pk_kv_uint(w, "time_us", us > 0 ? (uint64_t)us : 0);
   if (strcmp(action, "oom") == 0)
     pk_kv_uint(w, "device_free", 0);
   write_frames(w, frames_of(t, frame));
@@ -463,6 +471,14 @@ static int plan_window(const options *o, tool_input *in, tsnap *t, frame_tab *ft
   t->lo_ns = 0;
   t->hi_ns = UINT64_MAX;
   if (in->kind == IN_DB_TRACE) {
+    db_meta wm;
+    char werr[256];
+    /* the epoch clock for time_us when the run has one (else the trace's) */
+    if (db_meta_read(in->path, in->run_id, &wm, werr, sizeof werr) == AA_OK &&
+        wm.started_ms > 0 && wm.mono_origin_ns != 0) {
+      t->wall = true;
+      t->wall_us = wm.started_ms * 1000 - (int64_t)(wm.mono_origin_ns / 1000);
+    }
     in->frames = true;
     rc = aa_store_frames_foreach(in->path, in->run_id, frames_keep, ft);
     if (rc != AA_OK && rc != AA_ENOENT) {
