@@ -647,6 +647,50 @@ static void test_core_stitch_retired_while_range_busy(void **state) {
   fx_done(f);
 }
 
+/* The GPU far behind the host: every range a loop of growing requests on
+ * one stream stitches is still in use by its kernel when the next request
+ * needs its pages. A dormant range retires while its address is busy, but
+ * the retired ones stay bounded (AA__STITCH_RETIRED, 64, beside at most
+ * AA__STITCH_MAX, 16, not retired): at the bound a busy range stays dormant
+ * (its pages held) and the request maps new pages, as before the rule.
+ * Before, every request retired the last range and stitched a new one, the
+ * retired ones kept with their aliases and address space until the stream
+ * went idle (90 requests: 90 ranges). */
+static void test_core_stitch_retired_bounded_while_busy(void **state) {
+  (void)state;
+  const aa_stream sa = (aa_stream)0x10;
+  const int nh = 48, nreq = 90;
+  fx *f = make_stitch(0, 1);
+  char *hole[48], *keep[48];
+  for (int i = 0; i < nh; i++) { /* 48 holes of two whole pages each */
+    hole[i] = aa_alloc(f->p, 6 * MiB, sa);
+    keep[i] = aa_alloc(f->p, 3 * MiB, sa);
+    assert_non_null(hole[i]);
+    assert_non_null(keep[i]);
+  }
+  for (int i = 0; i < nh; i++)
+    assert_int_equal(aa_free(f->p, hole[i], 6 * MiB, sa), AA_OK);
+  /* the kernels queued from here on have not run */
+  assert_int_equal(aa_backend_host_stream_busy(f->b, sa, true), AA_OK);
+  for (int k = 0; k < nreq; k++) {
+    size_t n = (size_t)(8 + 2 * k) * MiB;
+    char *p = aa_alloc(f->p, n, sa);
+    assert_non_null(p);
+    assert_int_equal(aa_free(f->p, p, n, sa), AA_OK);
+    aa_pool_stats st = stats(f);
+    assert_true(st.large_stitched_ranges + st.large_stitch_dormant <= 16 + 64);
+  }
+  assert_true(stats(f).large_stitches > 64); /* busy ones retired up to the bound */
+  assert_int_equal(aa_backend_host_stream_busy(f->b, sa, false), AA_OK);
+  (void)aa_pool_release(f->p);
+  uint64_t al, unal;
+  aa_backend_host_alias_counts(f->b, &al, &unal);
+  assert_int_equal(unal, al);
+  for (int i = 0; i < nh; i++)
+    assert_int_equal(aa_free(f->p, keep[i], 3 * MiB, sa), AA_OK);
+  fx_done(f);
+}
+
 /* Under a limit that the request would pass by mapping new pages: the
  * stitched range serves it. */
 static void test_core_stitch_under_limit(void **state) {
@@ -760,6 +804,7 @@ int main(void) {
       cmocka_unit_test(test_core_stitch_release_waits_for_stream),
       cmocka_unit_test(test_core_stitch_retired_while_stream_runs_ahead),
       cmocka_unit_test(test_core_stitch_retired_while_range_busy),
+      cmocka_unit_test(test_core_stitch_retired_bounded_while_busy),
       cmocka_unit_test(test_core_stitch_under_limit),
       cmocka_unit_test(test_core_stitch_random_shadow),
   };
