@@ -691,6 +691,76 @@ static void test_core_stitch_retired_bounded_while_busy(void **state) {
   fx_done(f);
 }
 
+/* A retired range that a request would revive (a new range of exactly its
+ * handles), when a cut of one of its parts out of its hole finds memory
+ * short (the `fail`th chunk record refused; 0: none): the request is
+ * served otherwise, with no alias call; the range, whose address the
+ * stream may still use (`busy`), is retired again, its aliases kept, and
+ * revives at the next such request; idle, it is destroyed. Either way the
+ * counts stay whole: the release once the stream is idle undoes every
+ * alias (and AA_DEBUG 3 walks the structures after each call). */
+static void revive_short(int fail, bool busy) {
+  const aa_stream sa = (aa_stream)0x10;
+  fx *f = make_stitch(0, 1);
+  layout l = holes_on(f, sa);
+  char *p = aa_alloc(f->p, 10 * MiB, sa); /* range 1 */
+  assert_non_null(p);
+  if (busy)
+    assert_int_equal(aa_backend_host_stream_busy(f->b, sa, true), AA_OK);
+  assert_int_equal(aa_free(f->p, p, 10 * MiB, sa), AA_OK);
+  char *r = aa_alloc(f->p, 7 * MiB, sa); /* range 1 retires, range 2 from its pages */
+  assert_non_null(r);
+  assert_int_equal(aa_free(f->p, r, 7 * MiB, sa), AA_OK);
+  aa_pool_stats st = stats(f);
+  assert_int_equal(st.large_stitches, 2);
+  uint64_t reserved = st.large_bytes_reserved, wakes = st.large_stitch_wakes;
+  calls c0 = calls_now(f);
+  /* range 2 retires too; range 1's handles are free: it revives */
+  aa_test_chunk_fail_nth((uint64_t)fail);
+  char *q = aa_alloc(f->p, 10 * MiB, sa);
+  aa_test_chunk_fail_nth(0);
+  assert_non_null(q);
+  st = stats(f);
+  calls c1 = calls_now(f);
+  assert_int_equal(c1.aliases, c0.aliases); /* no new range either way */
+  if (fail == 0) {
+    assert_ptr_equal(q, p);
+    assert_int_equal(st.large_stitch_wakes, wakes + 1);
+    assert_int_equal(st.large_bytes_reserved, reserved);
+  } else {
+    assert_true(q != p);
+    assert_int_equal(st.large_stitch_wakes, wakes);
+    assert_int_equal(st.large_stitched_ranges + st.large_stitch_dormant, busy ? 2 : 1);
+    assert_int_equal(c1.unaliases, busy ? c0.unaliases : c0.unaliases + 5);
+  }
+  memset(q, 0x3C, 10 * MiB);
+  if (fail != 0 && busy) { /* retired again as it was: it revives now */
+    char *q2 = aa_alloc(f->p, 10 * MiB, sa);
+    assert_ptr_equal(q2, p);
+    assert_int_equal(stats(f).large_stitch_wakes, wakes + 1);
+    assert_int_equal(aa_free(f->p, q2, 10 * MiB, sa), AA_OK);
+  }
+  assert_int_equal(aa_free(f->p, q, 10 * MiB, sa), AA_OK);
+  if (busy)
+    assert_int_equal(aa_backend_host_stream_busy(f->b, sa, false), AA_OK);
+  (void)aa_pool_release(f->p);
+  uint64_t al, unal;
+  aa_backend_host_alias_counts(f->b, &al, &unal);
+  assert_int_equal(unal, al);
+  st = stats(f);
+  assert_int_equal(st.large_stitched_ranges + st.large_stitch_dormant, 0);
+  free_keep_on(f, &l, sa);
+  fx_done(f);
+}
+
+static void test_core_stitch_revive_memory_short(void **state) {
+  (void)state;
+  for (int busy = 0; busy < 2; busy++) {
+    for (int fail = 0; fail <= 3; fail++)
+      revive_short(fail, busy != 0);
+  }
+}
+
 /* Under a limit that the request would pass by mapping new pages: the
  * stitched range serves it. */
 static void test_core_stitch_under_limit(void **state) {
@@ -805,6 +875,7 @@ int main(void) {
       cmocka_unit_test(test_core_stitch_retired_while_stream_runs_ahead),
       cmocka_unit_test(test_core_stitch_retired_while_range_busy),
       cmocka_unit_test(test_core_stitch_retired_bounded_while_busy),
+      cmocka_unit_test(test_core_stitch_revive_memory_short),
       cmocka_unit_test(test_core_stitch_under_limit),
       cmocka_unit_test(test_core_stitch_random_shadow),
   };
