@@ -112,7 +112,7 @@ struct aa__chunk {
   int free;
   unsigned bin; /* free: the bin it is in */
   int parked;   /* free: in pool->large->park, not in a bin */
-  /* free or live: part of a room for mid-size requests (large.c
+  /* free or live: part of a room for mid-size requests (large_take.c
    * room_open); kept by a split, and by a merge only when both parts are */
   int room;
   /* (generation << 2) | AA__CH_FREE, _LIVE, _HELD (in a thread's large
