@@ -647,6 +647,120 @@ static void test_core_stitch_retired_while_range_busy(void **state) {
   fx_done(f);
 }
 
+/* The GPU far behind the host: every range a loop of growing requests on
+ * one stream stitches is still in use by its kernel when the next request
+ * needs its pages. A dormant range retires while its address is busy, but
+ * the retired ones stay bounded (AA__STITCH_RETIRED, 64, beside at most
+ * AA__STITCH_MAX, 16, not retired): at the bound a busy range stays dormant
+ * (its pages held) and the request maps new pages, as before the rule.
+ * Before, every request retired the last range and stitched a new one, the
+ * retired ones kept with their aliases and address space until the stream
+ * went idle (90 requests: 90 ranges). */
+static void test_core_stitch_retired_bounded_while_busy(void **state) {
+  (void)state;
+  const aa_stream sa = (aa_stream)0x10;
+  const int nh = 48, nreq = 90;
+  fx *f = make_stitch(0, 1);
+  char *hole[48], *keep[48];
+  for (int i = 0; i < nh; i++) { /* 48 holes of two whole pages each */
+    hole[i] = aa_alloc(f->p, 6 * MiB, sa);
+    keep[i] = aa_alloc(f->p, 3 * MiB, sa);
+    assert_non_null(hole[i]);
+    assert_non_null(keep[i]);
+  }
+  for (int i = 0; i < nh; i++)
+    assert_int_equal(aa_free(f->p, hole[i], 6 * MiB, sa), AA_OK);
+  /* the kernels queued from here on have not run */
+  assert_int_equal(aa_backend_host_stream_busy(f->b, sa, true), AA_OK);
+  for (int k = 0; k < nreq; k++) {
+    size_t n = (size_t)(8 + 2 * k) * MiB;
+    char *p = aa_alloc(f->p, n, sa);
+    assert_non_null(p);
+    assert_int_equal(aa_free(f->p, p, n, sa), AA_OK);
+    aa_pool_stats st = stats(f);
+    assert_true(st.large_stitched_ranges + st.large_stitch_dormant <= 16 + 64);
+  }
+  assert_true(stats(f).large_stitches > 64); /* busy ones retired up to the bound */
+  assert_int_equal(aa_backend_host_stream_busy(f->b, sa, false), AA_OK);
+  (void)aa_pool_release(f->p);
+  uint64_t al, unal;
+  aa_backend_host_alias_counts(f->b, &al, &unal);
+  assert_int_equal(unal, al);
+  for (int i = 0; i < nh; i++)
+    assert_int_equal(aa_free(f->p, keep[i], 3 * MiB, sa), AA_OK);
+  fx_done(f);
+}
+
+/* A retired range that a request would revive (a new range of exactly its
+ * handles), when a cut of one of its parts out of its hole finds memory
+ * short (the `fail`th chunk record refused; 0: none): the request is
+ * served otherwise, with no alias call; the range, whose address the
+ * stream may still use (`busy`), is retired again, its aliases kept, and
+ * revives at the next such request; idle, it is destroyed. Either way the
+ * counts stay whole: the release once the stream is idle undoes every
+ * alias (and AA_DEBUG 3 walks the structures after each call). */
+static void revive_short(int fail, bool busy) {
+  const aa_stream sa = (aa_stream)0x10;
+  fx *f = make_stitch(0, 1);
+  layout l = holes_on(f, sa);
+  char *p = aa_alloc(f->p, 10 * MiB, sa); /* range 1 */
+  assert_non_null(p);
+  if (busy)
+    assert_int_equal(aa_backend_host_stream_busy(f->b, sa, true), AA_OK);
+  assert_int_equal(aa_free(f->p, p, 10 * MiB, sa), AA_OK);
+  char *r = aa_alloc(f->p, 7 * MiB, sa); /* range 1 retires, range 2 from its pages */
+  assert_non_null(r);
+  assert_int_equal(aa_free(f->p, r, 7 * MiB, sa), AA_OK);
+  aa_pool_stats st = stats(f);
+  assert_int_equal(st.large_stitches, 2);
+  uint64_t reserved = st.large_bytes_reserved, wakes = st.large_stitch_wakes;
+  calls c0 = calls_now(f);
+  /* range 2 retires too; range 1's handles are free: it revives */
+  aa_test_chunk_fail_nth((uint64_t)fail);
+  char *q = aa_alloc(f->p, 10 * MiB, sa);
+  aa_test_chunk_fail_nth(0);
+  assert_non_null(q);
+  st = stats(f);
+  calls c1 = calls_now(f);
+  assert_int_equal(c1.aliases, c0.aliases); /* no new range either way */
+  if (fail == 0) {
+    assert_ptr_equal(q, p);
+    assert_int_equal(st.large_stitch_wakes, wakes + 1);
+    assert_int_equal(st.large_bytes_reserved, reserved);
+  } else {
+    assert_true(q != p);
+    assert_int_equal(st.large_stitch_wakes, wakes);
+    assert_int_equal(st.large_stitched_ranges + st.large_stitch_dormant, busy ? 2 : 1);
+    assert_int_equal(c1.unaliases, busy ? c0.unaliases : c0.unaliases + 5);
+  }
+  memset(q, 0x3C, 10 * MiB);
+  if (fail != 0 && busy) { /* retired again as it was: it revives now */
+    char *q2 = aa_alloc(f->p, 10 * MiB, sa);
+    assert_ptr_equal(q2, p);
+    assert_int_equal(stats(f).large_stitch_wakes, wakes + 1);
+    assert_int_equal(aa_free(f->p, q2, 10 * MiB, sa), AA_OK);
+  }
+  assert_int_equal(aa_free(f->p, q, 10 * MiB, sa), AA_OK);
+  if (busy)
+    assert_int_equal(aa_backend_host_stream_busy(f->b, sa, false), AA_OK);
+  (void)aa_pool_release(f->p);
+  uint64_t al, unal;
+  aa_backend_host_alias_counts(f->b, &al, &unal);
+  assert_int_equal(unal, al);
+  st = stats(f);
+  assert_int_equal(st.large_stitched_ranges + st.large_stitch_dormant, 0);
+  free_keep_on(f, &l, sa);
+  fx_done(f);
+}
+
+static void test_core_stitch_revive_memory_short(void **state) {
+  (void)state;
+  for (int busy = 0; busy < 2; busy++) {
+    for (int fail = 0; fail <= 3; fail++)
+      revive_short(fail, busy != 0);
+  }
+}
+
 /* Under a limit that the request would pass by mapping new pages: the
  * stitched range serves it. */
 static void test_core_stitch_under_limit(void **state) {
@@ -760,6 +874,8 @@ int main(void) {
       cmocka_unit_test(test_core_stitch_release_waits_for_stream),
       cmocka_unit_test(test_core_stitch_retired_while_stream_runs_ahead),
       cmocka_unit_test(test_core_stitch_retired_while_range_busy),
+      cmocka_unit_test(test_core_stitch_retired_bounded_while_busy),
+      cmocka_unit_test(test_core_stitch_revive_memory_short),
       cmocka_unit_test(test_core_stitch_under_limit),
       cmocka_unit_test(test_core_stitch_random_shadow),
   };

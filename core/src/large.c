@@ -41,7 +41,7 @@
  * map gives the segment. Everything here runs under pool->large->mu but the
  * thread cache's hits.
  * Entry points: aa__large_alloc, aa__large_free, aa__large_release (here),
- * aa__ltc_alloc, aa__ltc_free, aa__ltc_flush (large_ltc.c).
+ * aa__ltc_alloc, aa__ltc_free (large_ltc.c), aa__ltc_flush (here).
  * Files, in floors that call only downward (large_internal.h lists them and
  * what they share; the ctest test_layers_large checks them): the chunk
  * structures (large_chunk.c; the hash and bins inline in the header), the
@@ -66,6 +66,18 @@
 
 #include "adaptalloc/cuda.h" /* AA_STREAM_HOST */
 #include "large_internal.h"
+
+/* The thread cache's flush (large_ltc.c's blocks, given back here: the
+ * full walk after it, AA_DEBUG 3, is a floor above the cache's). */
+void aa__ltc_flush(aa_pool *pool, aa__tcache *tc) {
+  if (tc->ltc.nheld == 0)
+    return;
+  pthread_mutex_lock(&pool->large->mu);
+  while (tc->ltc.nheld > 0)
+    aa__lg_ltc_drop_locked(pool, tc, tc->ltc.nheld - 1);
+  LARGE_CHECK(pool);
+  pthread_mutex_unlock(&pool->large->mu);
+}
 
 void *aa__large_alloc(aa_pool *pool, aa__tcache *tc, size_t size, aa_stream stream,
                       bool *retry) {

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "large_internal.h"
+#include "test_hooks.h"
 
 /* ------------------------------------------------------------ hash */
 
@@ -43,7 +44,24 @@ int aa__lg_hash_grow(aa_pool *pool) {
  * thread's large-block cache may still name one (its stale entry then fails
  * the compare-and-swap on `state`, whose generation survives the reuse).
  * Recycling also saves a calloc and a free per split and merge. */
+/* Test hook (test_hooks.h): while not 0, the count of chunk records asked
+ * for until one is refused (a cut of a stitched range's part, a split:
+ * their memory-short paths). */
+static _Atomic uint64_t g_chunk_fail;
+
+void aa_test_chunk_fail_nth(uint64_t n) { atomic_store(&g_chunk_fail, n); }
+
+/* Whether the hook refuses this record: its count reached. */
+static bool chunk_fail_now(void) {
+  uint64_t n = atomic_load_explicit(&g_chunk_fail, AA__RLX);
+  while (n != 0 && !atomic_compare_exchange_weak(&g_chunk_fail, &n, n - 1))
+    ;
+  return n == 1;
+}
+
 aa__chunk *aa__lg_chunk_get(aa_pool *pool) {
+  if (atomic_load_explicit(&g_chunk_fail, AA__RLX) != 0 && chunk_fail_now())
+    return NULL;
   aa__chunk *c = pool->large->spare;
   if (c == NULL)
     return calloc(1, sizeof *c);

@@ -112,7 +112,7 @@ struct aa__chunk {
   int free;
   unsigned bin; /* free: the bin it is in */
   int parked;   /* free: in pool->large->park, not in a bin */
-  /* free or live: part of a room for mid-size requests (large.c
+  /* free or live: part of a room for mid-size requests (large_take.c
    * room_open); kept by a split, and by a merge only when both parts are */
   int room;
   /* (generation << 2) | AA__CH_FREE, _LIVE, _HELD (in a thread's large
@@ -537,8 +537,10 @@ void aa__lg_stitch_freed(aa_pool *pool, aa__chunk *c);
 /* Puts every free active range whose work is done to sleep (its parts free
  * in their holes, aliases kept); returns the bytes given back. */
 size_t aa__lg_stitch_rest(aa_pool *pool);
-/* Retires every dormant range whose address is idle (its handles free for
- * new ranges, its aliases kept); returns how many. */
+/* Retires the dormant ranges (their handles free for new ranges, their
+ * aliases kept): every one whose address is idle, and one that work may
+ * still use while the retired ones are under their bound (an idle retired
+ * one destroyed to make room); returns how many. */
 size_t aa__lg_stitch_retire_dormant(aa_pool *pool);
 /* Destroys every dormant range and every free active one whose work is
  * done (release, trim, OOM retry); returns the active bytes given back. */

@@ -18,8 +18,9 @@
  * taker moves a HELD chunk to FREE by compare-and-swap; the holder finds its
  * entry stale (its own CAS fails) and forgets it. A free being checked is
  * in phase CLAIM, which no other thread moves on.
- * Entry points: aa__ltc_alloc, aa__ltc_free, aa__ltc_flush (and
- * aa__lg_ltc_drop_locked, aa__lg_ltc_reclaim for the locked path).
+ * Entry points: aa__ltc_alloc, aa__ltc_free (and aa__lg_ltc_drop_locked,
+ * aa__lg_ltc_reclaim for the locked path; aa__ltc_flush is large.c's, after
+ * which the full walk runs, AA_DEBUG 3: large_check.c is a floor above).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -138,22 +139,18 @@ size_t aa__lg_ltc_reclaim(aa_pool *pool, const aa__tcache *self, bool all) {
   return got;
 }
 
-void aa__ltc_flush(aa_pool *pool, aa__tcache *tc) {
-  if (tc->ltc.nheld == 0)
-    return;
-  pthread_mutex_lock(&pool->large->mu);
-  while (tc->ltc.nheld > 0)
-    aa__lg_ltc_drop_locked(pool, tc, tc->ltc.nheld - 1);
-  LARGE_CHECK(pool);
-  pthread_mutex_unlock(&pool->large->mu);
-}
-
 /* A release (or a class change) since this thread last looked: what it
- * holds goes back first. */
+ * holds goes back first (as aa__ltc_flush, large.c, gives it back; the
+ * full walk, AA_DEBUG 3, is the entry floor's). */
 static void ltc_sync(aa_pool *pool, aa__tcache *tc) {
   uint32_t ep = atomic_load_explicit(&pool->epoch, memory_order_acquire);
   if (tc->ltc.epoch != ep) {
-    aa__ltc_flush(pool, tc);
+    if (tc->ltc.nheld > 0) {
+      pthread_mutex_lock(&pool->large->mu);
+      while (tc->ltc.nheld > 0)
+        aa__lg_ltc_drop_locked(pool, tc, tc->ltc.nheld - 1);
+      pthread_mutex_unlock(&pool->large->mu);
+    }
     tc->ltc.epoch = ep;
   }
 }

@@ -49,6 +49,12 @@
  * (map calls paid once each). */
 #define AA__STITCH_MAX 16
 #define AA__STITCH_KEPT 16
+/* The most retired ranges at all: a retired range that work may still use
+ * is not trimmed (its aliases wait for its address), so a dormant one that
+ * is busy retires only below this (aa__lg_stitch_retire_dormant). The
+ * replay's holes-k4096-s1 trace at --event-delay-us 5000 retires up to 34
+ * at once (sidepipe and prefetch 18). */
+#define AA__STITCH_RETIRED 64
 #define AA__STITCH_PARTS 256
 /* A free range serves a request down to this share of its size. */
 #define AA__STITCH_FIT_NUM 7
@@ -238,15 +244,29 @@ static void retire(aa_pool *pool, aa__seg *s) {
  * not completed yet held its pages from every new range, so that the pool
  * mapped new ones (the replay's H100 traces at --event-delay-us 5000:
  * offload 1,696 -> 1,724 MiB against 1,616 with no delay, sidepipe 1,040
- * -> 1,244; with the rule 1,616 and 1,088). */
+ * -> 1,244; with the rule 1,616 and 1,088). A busy one retires only below
+ * AA__STITCH_RETIRED retired ones (the least recently used idle ones
+ * destroyed to make room): the trim destroys only idle ones, so that a
+ * loop far ahead of its stream, retiring each range it stitched for the
+ * next, kept every one with its aliases and address space until the
+ * stream caught up (test_core_stitch retired_bounded_while_busy); at the
+ * bound it stays dormant, its pages held, as before the rule. */
 size_t aa__lg_stitch_retire_dormant(aa_pool *pool) {
+  aa__large *L = pool->large;
   size_t n = 0;
-  for (aa__seg *s = pool->large->stitches, *nx; s; s = nx) {
+  for (aa__seg *s = L->stitches, *nx; s; s = nx) {
     nx = s->next;
-    if (s->st->dormant && !s->st->retired) {
-      retire(pool, s);
-      n++;
+    if (!s->st->dormant || s->st->retired)
+      continue;
+    if (L->nretired >= AA__STITCH_RETIRED && !address_idle(pool, s)) {
+      for (aa__seg *old; L->nretired >= AA__STITCH_RETIRED && (old = lru_retired(pool));)
+        range_destroy(pool, old, true); /* retired, so not s */
+      nx = s->next;
+      if (L->nretired >= AA__STITCH_RETIRED)
+        continue; /* every retired one busy too: s stays dormant */
     }
+    retire(pool, s);
+    n++;
   }
   trim_retired(pool);
   return n;

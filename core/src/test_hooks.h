@@ -1,8 +1,8 @@
 /*
  * test_hooks.h — test-only hooks of the host backend (core/src/backend_host.c):
- * fault injection, held events, call counts; of the snapshot
- * (core/src/stats.c); and of the learned plan's planner thread
- * (core/src/large_plan.c). For the tests, fuzz targets and
+ * fault injection, held events, call counts; of the large path's chunk
+ * records (core/src/large_chunk.c); of the snapshot (core/src/stats.c);
+ * and of the learned plan's planner thread (core/src/large_plan.c). For the tests, fuzz targets and
  * benchmarks built in this tree against adaptalloc_static; not installed,
  * not exported from the shared libraries.
  */
@@ -56,6 +56,12 @@ void aa_backend_host_alias_counts(const aa_backend *b, uint64_t *aliases, uint64
  * for leak checks in tests. */
 void aa_backend_host_event_counts(const aa_backend *b, uint64_t *recorded,
                                   uint64_t *outstanding);
+
+/* The large path's chunk records (core/src/large_chunk.c): the `n`th one
+ * asked for from now (1 = the next one), by any pool, is refused as when
+ * memory is short; once, then the hook is off. n = 0 disables. A global
+ * switch: for tests that run one at a time. */
+void aa_test_chunk_fail_nth(uint64_t n);
 
 /* fn(user) is called by every aa_pool_stats_get between copying the pool's
  * tables and merging its heavy hitters, with none of the pool's locks held
