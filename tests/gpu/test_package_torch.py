@@ -315,6 +315,57 @@ def _pinned_case(tmp_path, env):
     assert d["zero"] == [0]
 
 
+_PINNED_SHARE = """
+import json, sys, torch, torch.multiprocessing as mp, adaptalloc, adaptalloc.torch as aat
+
+def consumer(q, back):
+    t = q.get()
+    s = int(t.sum().item())
+    t[0] = -1                                    # seen by the producer: shared memory
+    back.put({"sum": s, "pinned_in_consumer": bool(t.is_pinned())})
+
+def in_use():
+    return [p for p in adaptalloc.stats()["pools"] if p["name"] == "pinned"][0]["bytes_in_use"]
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    t = aat.pinned_empty(1 << 20, torch.int32)      # 4 MiB from the pinned pool
+    t.copy_(torch.arange(1 << 20, dtype=torch.int32))
+    before = in_use()
+    q, back = ctx.Queue(), ctx.Queue()
+    c = ctx.Process(target=consumer, args=(q, back))
+    c.start()
+    q.put(t)                                         # moved into shared memory here
+    got = back.get(timeout=120)
+    c.join(120)
+    after = in_use()
+    print(json.dumps(dict(got, consumer_exit=c.exitcode, write_seen=int(t[0].item()) == -1,
+                          rest_intact=bool(torch.equal(t[1:], torch.arange(1, 1 << 20,
+                                                                           dtype=torch.int32))),
+                          before=before, after=after,
+                          pinned_after_put=bool(t.is_pinned()))))
+"""
+
+
+def test_pinned_tensor_shared_through_torch_multiprocessing(tmp_path):
+    """Issue 37: a pinned tensor from adaptalloc's pool on a torch.multiprocessing
+    queue (spawn) behaves as one from PyTorch's pinned allocator: PyTorch moves
+    it into shared memory (a copy, no longer pinned), the consumer reads and
+    writes it, and the pool gets its block back (not leaked, no crash)."""
+    script = tmp_path / "share_pinned.py"
+    script.write_text(_PINNED_SHARE)
+    e = {k: v for k, v in os.environ.items() if not k.startswith("ADAPTALLOC_")}
+    e.update({"ADAPTALLOC_DB": "off", "ADAPTALLOC_HTTP": "off", "ADAPTALLOC_QUIET": "1"})
+    p = subprocess.run([PY, str(script)], cwd=str(tmp_path), env=e, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    d = json.loads([l for l in p.stdout.splitlines() if l.strip()][-1])
+    n = 1 << 20
+    assert d["consumer_exit"] == 0 and d["sum"] == n * (n - 1) // 2, d
+    assert d["write_seen"] and d["rest_intact"], d
+    assert d["before"] >= 4 * n and d["after"] <= d["before"] - 4 * n, d
+
+
 def test_pinned_block_is_not_reused_before_its_copy_completes(tmp_path):
     p, d = run("""
         import json, torch, adaptalloc.torch as aat
