@@ -169,6 +169,18 @@ static const bad_doc bad_docs[] = {
      "pools.device.large.stream_wait: expected true or false, got a string"},
     {POOL("{\"large\": {\"map_run\": true}}"), AA_EINVAL,
      "pools.device.large.map_run: unknown key (did you mean \"map_runs\"?)"},
+    {POOL("{\"large\": {\"map_run_pages\": 0}}"), AA_EINVAL,
+     "pools.device.large.map_run_pages: 0 is out of range [1, 16]"},
+    {POOL("{\"large\": {\"map_run_pages\": 17}}"), AA_EINVAL,
+     "pools.device.large.map_run_pages: 17 is out of range [1, 16]"},
+    {POOL("{\"large\": {\"map_run_pages\": true}}"), AA_EINVAL,
+     "pools.device.large.map_run_pages: expected"},
+    {POOL("{\"large\": {\"map_run_pages\": 2.5}}"), AA_EINVAL,
+     "pools.device.large.map_run_pages:"},
+    {POOL("{\"large\": {\"map_run_min_bytes\": -1}}"), AA_EINVAL,
+     "pools.device.large.map_run_min_bytes:"},
+    {POOL("{\"large\": {\"map_run_min_byte\": 1}}"), AA_EINVAL,
+     "pools.device.large.map_run_min_byte: unknown key (did you mean \"map_run_min_bytes\"?)"},
     {"{\"pools\": {\"host\": {\"large\": {\"mode\": \"lru\"}}}}", AA_EINVAL,
      "pools.host.large.mode: \"lru\" is not one of \"cache\", \"passthrough\", \"expandable\""},
     {POOL("{\"limit_bytes\": 1000}"), AA_EINVAL,
@@ -649,7 +661,8 @@ static const char *full_doc =
     "\"cache_limit\": 64, \"prefill\": 16}, {\"size\": 8192}, 2097152],\n"
     "                \"tcache\": {\"blocks\": 7, \"bytes\": 65536}, \"large\": "
     "{\"mode\": \"passthrough\", \"cache_bytes\": 123456789012345, \"page_bytes\": 8388608,\n"
-    "                \"map_runs\": true, \"stitch\": true},\n"
+    "                \"map_runs\": true, \"map_run_pages\": 2, \"map_run_min_bytes\": 67108864,\n"
+    "                \"stitch\": true},\n"
     "                \"limit_bytes\": 9007199254740991},\n"
     "    \"pinned\": {\"max_small\": 262144, \"classes\": {\"min\": 1024, "
     "\"per_doubling\": 2}},\n"
@@ -680,7 +693,10 @@ static void test_adapt_policy_round_trip(void **state) {
   assert_string_equal(j1, j2); /* the writer is deterministic */
   assert_non_null(strstr(j1, "\"limit_bytes\": 9007199254740991"));
   assert_non_null(
-      strstr(j1, "\"cache_bytes\": 123456789012345, \"page_bytes\": 8388608, \"map_runs\": true, \"stitch\": true}"));
+      strstr(j1, "\"cache_bytes\": 123456789012345, \"page_bytes\": 8388608, \"map_runs\": true, "
+                 "\"map_run_pages\": 2, \"map_run_min_bytes\": 67108864, \"stitch\": true}"));
+  /* written only where set: the device pool's, not pinned's and host's */
+  assert_null(strstr(strstr(j1, "\"map_run_pages\"") + 1, "\"map_run_pages\""));
   assert_non_null(strstr(j1, "\"hot_fraction\": 0.123456789"));
   assert_non_null(strstr(j1, "\"waste_threshold\": 0.1,"));
   /* The host ladder's max is max_small and is written as max_small. */
@@ -770,6 +786,8 @@ static void test_adapt_policy_pool_config(void **state) {
   assert_int_equal(cfg.large_cache_bytes, 123456789012345ull);
   assert_int_equal(cfg.large_page_bytes, 8388608);
   assert_int_equal(cfg.large_map_runs, 1);
+  assert_int_equal(cfg.large_map_run_pages, 2);
+  assert_int_equal(cfg.large_map_run_min_bytes, 67108864);
   assert_int_equal(cfg.limit_bytes, 9007199254740991ull);
   assert_false(cfg.telemetry);
   assert_int_equal(n, 4);
@@ -786,7 +804,9 @@ static void test_adapt_policy_pool_config(void **state) {
   assert_int_equal(cfg.min_block, 1024);
   assert_int_equal(cfg.classes_per_doubling, 2);
   assert_int_equal(cfg.max_small, 262144);
-  assert_int_equal(cfg.large_map_runs, 0); /* the default: off */
+  assert_int_equal(cfg.large_map_runs, 0);       /* the default: off */
+  assert_int_equal(cfg.large_map_run_pages, 16); /* the default: runs of 16 for all */
+  assert_int_equal(cfg.large_map_run_min_bytes, 0);
   assert_int_equal(cl[0].block_size, 1024);
   assert_int_equal(cl[1].block_size, 1536);
   assert_int_equal(cl[2].block_size, 2048);
@@ -1151,13 +1171,14 @@ static void test_adapt_policy_schema_matches_parser(void **state) {
   assert_int_equal(aa_policy_default(&def), AA_OK);
   checked = schema_walk(schema, schema, keys, 0, def);
   /* version; 3 pools x (slab_size, tcache.blocks, large.cache_bytes,
-   * large.page_bytes, large.stream_wait, large.stitch, large.plan, limit_bytes, backend,
-   * advise's three, allow_oversubscribe; max_small, large.map_runs, classes, tcache.bytes
+   * large.page_bytes, large.map_run_pages, large.map_run_min_bytes, large.stream_wait,
+   * large.stitch, large.plan, limit_bytes, backend, advise's three, allow_oversubscribe;
+   * max_small, large.map_runs, classes, tcache.bytes
    * and large.mode have no schema default: they differ between pools);
    * 11 adapt + 4 hysteresis; 9 telemetry (4 of them live tracing's).
    * (Defaults under "oneOf" — class entries, ladder fields — are not
    * walked.) */
-  assert_int_equal(checked, 1 + 3 * 13 + 15 + 9);
+  assert_int_equal(checked, 1 + 3 * 15 + 15 + 9);
   {
     aa_policy *p = parse_ok(full_doc);
     char *j = aa_policy_to_json(p);

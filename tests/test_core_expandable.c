@@ -575,6 +575,68 @@ static void test_core_expandable_map_runs_capped(void **state) {
   done(f);
 }
 
+/* large_map_run_pages: a request of at least large_map_run_min_bytes maps in
+ * runs of that many pages, a smaller one in runs of 16; out of range refused. */
+static void test_core_expandable_map_run_pages(void **state) {
+  (void)state;
+  aa_backend *b = NULL;
+  assert_int_equal(aa_backend_host_new(&b), AA_OK);
+  aa_pool_config cfg;
+  aa_pool_config_init(&cfg);
+  cfg.backend = b;
+  cfg.large_mode = AA_LARGE_EXPANDABLE;
+  cfg.large_map_runs = 1;
+  aa_pool *p = NULL;
+  static const int bad[] = {-1, AA_LARGE_MAP_RUN_MAX + 1};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    cfg.large_map_run_pages = bad[i];
+    assert_int_equal(aa_pool_new(&cfg, &p), AA_EINVAL);
+    assert_null(p);
+  }
+  cfg.large_map_run_pages = 2;
+  cfg.large_map_run_min_bytes = 64 * MiB;
+  assert_int_equal(aa_pool_new(&cfg, &p), AA_OK);
+  aa_pool_stats st0, st1, st2, st3;
+  assert_int_equal(aa_pool_stats_get(p, &st0), AA_OK);
+  char *a = aa_alloc(p, 100 * MiB, NULL); /* 50 pages in runs of 2: 25 calls */
+  assert_non_null(a);
+  fill(a, 100 * MiB, 1);
+  assert_int_equal(aa_pool_stats_get(p, &st1), AA_OK);
+  assert_int_equal(st1.large_pages_mapped - st0.large_pages_mapped, 50);
+  assert_int_equal(st1.backend_allocs - st0.backend_allocs, 25);
+  char *c = aa_alloc(p, 40 * MiB, NULL); /* under 64 MiB: 20 pages, 16 + 4 */
+  assert_non_null(c);
+  fill(c, 40 * MiB, 2);
+  assert_int_equal(aa_pool_stats_get(p, &st2), AA_OK);
+  assert_int_equal(st2.large_pages_mapped - st1.large_pages_mapped, 20);
+  assert_int_equal(st2.backend_allocs - st1.backend_allocs, 2);
+  char *d = aa_alloc(p, 7 * MiB, NULL); /* 4 pages, one call */
+  assert_non_null(d);
+  assert_int_equal(aa_pool_stats_get(p, &st3), AA_OK);
+  assert_int_equal(st3.backend_allocs - st2.backend_allocs, 1);
+  assert_true(check(a, 100 * MiB, 1));
+  assert_true(check(c, 40 * MiB, 2));
+  /* a's runs go back whole: all 50 pages once a is free */
+  assert_int_equal(aa_free(p, a, 100 * MiB, NULL), AA_OK);
+  (void)aa_pool_release(p);
+  assert_int_equal(aa_pool_stats_get(p, &st1), AA_OK);
+  assert_int_equal(st1.large_pages_unmapped - st3.large_pages_unmapped, 50);
+  assert_int_equal(aa_free(p, c, 40 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(p, d, 7 * MiB, NULL), AA_OK);
+  aa_pool_destroy(p);
+  /* 1 and no threshold: every request page by page */
+  cfg.large_map_run_pages = 1;
+  cfg.large_map_run_min_bytes = 0;
+  assert_int_equal(aa_pool_new(&cfg, &p), AA_OK);
+  a = aa_alloc(p, 7 * MiB, NULL);
+  assert_non_null(a);
+  assert_int_equal(aa_pool_stats_get(p, &st1), AA_OK);
+  assert_int_equal(st1.backend_allocs, 4);
+  assert_int_equal(aa_free(p, a, 7 * MiB, NULL), AA_OK);
+  aa_pool_destroy(p);
+  aa_backend_destroy(b);
+}
+
 /* aa_pool_set_map_runs changes how the next mappings are made; those made
  * before keep their shape; a pool without the expandable path ignores it. */
 static void test_core_expandable_map_runs_live(void **state) {
@@ -653,6 +715,7 @@ int main(void) {
       cmocka_unit_test(test_core_expandable_page_bytes),
       cmocka_unit_test(test_core_expandable_map_runs),
       cmocka_unit_test(test_core_expandable_map_runs_capped),
+      cmocka_unit_test(test_core_expandable_map_run_pages),
       cmocka_unit_test(test_core_expandable_map_runs_limit),
       cmocka_unit_test(test_core_expandable_map_runs_live),
       cmocka_unit_test(test_core_expandable_map_runs_churn),

@@ -389,6 +389,8 @@ static bool pool_equal(const aa__pool_policy *a, const aa__pool_policy *b) {
       a->tcache_bytes != b->tcache_bytes || a->large_mode != b->large_mode ||
       a->large_cache_bytes != b->large_cache_bytes ||
       a->large_page_bytes != b->large_page_bytes || a->large_map_runs != b->large_map_runs ||
+      a->large_map_run_pages != b->large_map_run_pages ||
+      a->large_map_run_min_bytes != b->large_map_run_min_bytes ||
       a->large_stitch != b->large_stitch || a->large_plan != b->large_plan ||
       a->large_stream_wait != b->large_stream_wait ||
       a->limit_bytes != b->limit_bytes || a->managed != b->managed ||
@@ -525,6 +527,8 @@ int aa_policy_pool_config(const aa_policy *p, const char *pool,
     cfg->large_cache_bytes = (size_t)pp->large_cache_bytes;
     cfg->large_page_bytes = (size_t)pp->large_page_bytes;
     cfg->large_map_runs = pp->large_map_runs ? 1 : 0;
+    cfg->large_map_run_pages = (int)pp->large_map_run_pages;
+    cfg->large_map_run_min_bytes = (size_t)pp->large_map_run_min_bytes;
     cfg->large_stitch = pp->large_stitch ? 1 : 0;
     cfg->large_plan = pp->large_plan ? 1 : 0;
     cfg->large_stream_wait = pp->large_stream_wait ? 1 : -1;

@@ -68,6 +68,11 @@ const char *aa_policy_pool_section(const aa_policy *p, const aa_pool *pool,
  * bounds are not among them: they are read when a pool is made, and a
  * region's pool that loses its section takes its backend's, whose bounds
  * differ (docs/policy.md). */
+/* large_map_run_pages with its default (0) as the value it stands for */
+static size_t run_pages(const aa_pool_config *c) {
+  return c->large_map_run_pages > 0 ? (size_t)c->large_map_run_pages : AA_LARGE_MAP_RUN_MAX;
+}
+
 static const char *fixed_changed(const aa_pool_config *cur, const aa_pool_config *want,
                                  size_t *was, size_t *asked) {
   const struct {
@@ -81,6 +86,8 @@ static const char *fixed_changed(const aa_pool_config *cur, const aa_pool_config
       {"large.page_bytes", cur->large_page_bytes, want->large_page_bytes},
       {"large.stitch", (size_t)(cur->large_stitch > 0), (size_t)(want->large_stitch > 0)},
       {"large.plan", (size_t)(cur->large_plan > 0), (size_t)(want->large_plan > 0)},
+      {"large.map_run_pages", run_pages(cur), run_pages(want)},
+      {"large.map_run_min_bytes", cur->large_map_run_min_bytes, want->large_map_run_min_bytes},
   };
   for (size_t k = 0; k < sizeof f / sizeof f[0]; k++) {
     if (f[k].cur != f[k].want) {

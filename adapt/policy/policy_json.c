@@ -72,6 +72,12 @@ static void write_pool(aa__buf *b, const aa__pool_policy *pp) {
   }
   /* always: its default differs between pools */
   aa__buf_printf(b, ", \"map_runs\": %s", pp->large_map_runs ? "true" : "false");
+  if (pp->large_map_run_pages != AA_LARGE_MAP_RUN_MAX) /* written only when set */
+    aa__buf_printf(b, ", \"map_run_pages\": %llu", (unsigned long long)pp->large_map_run_pages);
+  if (pp->large_map_run_min_bytes != 0) {
+    aa__buf_printf(b, ", \"map_run_min_bytes\": ");
+    sb_u64(b, pp->large_map_run_min_bytes);
+  }
   if (!pp->large_stream_wait) /* written only when off: the default is on everywhere */
     aa__buf_printf(b, ", \"stream_wait\": false");
   if (pp->large_stitch) /* written only when on: off by default */

@@ -59,6 +59,10 @@ typedef struct aa__pool_policy {
   bool large_stitch;         /* large.stitch (fixed while the pool lives) */
   bool large_plan;           /* large.plan (likewise) */
   bool large_stream_wait;    /* large.stream_wait */
+  /* large.map_run_pages (1..16) and large.map_run_min_bytes (fixed while the
+   * pool lives) */
+  uint64_t large_map_run_pages;
+  uint64_t large_map_run_min_bytes;
   uint64_t limit_bytes;
   /* backend: "default" (the section's own: device, pinned, host memory) or
    * "managed" (device and regions only), with its advice and the cap */

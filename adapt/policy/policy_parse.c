@@ -244,7 +244,8 @@ static int pool_from(vctx *v, const cJSON *obj, const char *path,
                                      NULL};
   static const char *const tkeys[] = {"blocks", "bytes", NULL};
   static const char *const lkeys[] = {"mode", "cache_bytes", "page_bytes", "map_runs",
-                                      "stream_wait", "stitch", "plan", NULL};
+                                      "map_run_pages", "map_run_min_bytes", "stream_wait",
+                                      "stitch", "plan", NULL};
   char p1[PATH_CAP], p2[PATH_CAP];
   const cJSON *it, *f;
   bool have_slab = false, have_max = false, have_lmax = false;
@@ -343,6 +344,18 @@ static int pool_from(vctx *v, const cJSON *obj, const char *path,
     rc = aa__pv_opt_bool(v, it, p1, "map_runs", &pp->large_map_runs);
     if (rc != AA_OK)
       return rc;
+    f = FIELD(it, "map_run_pages", p2, p1);
+    if (f != NULL) {
+      rc = aa__pv_get_uint(v, f, p2, 1, AA_LARGE_MAP_RUN_MAX, &pp->large_map_run_pages);
+      if (rc != AA_OK)
+        return rc;
+    }
+    f = FIELD(it, "map_run_min_bytes", p2, p1);
+    if (f != NULL) {
+      rc = aa__pv_get_uint(v, f, p2, 0, MAX_U53, &pp->large_map_run_min_bytes);
+      if (rc != AA_OK)
+        return rc;
+    }
     rc = aa__pv_opt_bool(v, it, p1, "stream_wait", &pp->large_stream_wait);
     if (rc != AA_OK)
       return rc;

@@ -76,6 +76,8 @@ int aa__config_normalise(const aa_pool_config *in, aa_pool_config *c) {
       (c->large_page_bytes < AA_LARGE_PAGE_MIN || c->large_page_bytes > AA_LARGE_PAGE_MAX ||
        (c->large_page_bytes & (c->large_page_bytes - 1)) != 0))
     return AA_EINVAL;
+  if (c->large_map_run_pages < 0 || c->large_map_run_pages > AA_LARGE_MAP_RUN_MAX)
+    return AA_EINVAL;
   return AA_OK;
 }
 

@@ -301,6 +301,9 @@ int aa__large_new(aa_pool *pool) {
       /* both powers of two: the larger is a multiple of the other */
       L->vmm_page = c->large_page_bytes > g ? c->large_page_bytes : g;
       L->vmm_runs = c->large_map_runs > 0; /* the default policy asks for device memory */
+      L->vmm_run_pages = c->large_map_run_pages > 0 ? (size_t)c->large_map_run_pages
+                                                    : AA_LARGE_MAP_RUN_MAX;
+      L->vmm_run_min = c->large_map_run_min_bytes;
     }
   }
   pool->large = L;

@@ -190,6 +190,8 @@ struct aa__large {
   uint64_t in_use, reserved, free_bytes, nsegs;
   size_t vmm_page;               /* expandable: the mapping granularity */
   bool vmm_runs;                 /* expandable: a request's unmapped pages in one map call */
+  size_t vmm_run_pages;          /* a run's most pages for a request of at least... */
+  size_t vmm_run_min;            /* ...this many bytes (large_map_run_pages, _min_bytes) */
   bool vmm_forget;               /* an explicit release is unmapping */
   uint64_t vmm_maps, vmm_unmaps; /* pages mapped and unmapped so far */
   uint64_t req;

@@ -23,12 +23,14 @@
  * PyTorch's 20 MiB handle. A run goes back only whole, so a longer one could
  * strand nearly all of itself under one small live block at a real
  * out-of-memory; 16 pages bound that to 30 MiB and still map a 1 GiB
- * request in 32 calls instead of 512. */
-#define MAP_RUN_PAGES 16
+ * request in 32 calls instead of 512. A request of at least vmm_run_min
+ * bytes takes runs of at most vmm_run_pages (large_map_run_pages): smaller
+ * handles in the large blocks, whose holes a stitched range then maps. */
+#define MAP_RUN_PAGES AA_LARGE_MAP_RUN_MAX
 
 /* A mapping is one backend handle behind pages [first, first + n) of a
  * reservation: one page, or (pool->large->vmm_runs) a run of the unmapped pages one
- * request needed, at most MAP_RUN_PAGES, mapped by one call (a CUDA map call
+ * request needed, at most MAP_RUN_PAGES (vmm_run_pages for a large request), mapped by one call (a CUDA map call
  * costs about the same for 2 MiB as for 20). Every page of the run points at the same record,
  * whose span covers the run; the run is unmapped whole, once no live chunk
  * needs any of its pages. */
@@ -218,6 +220,7 @@ int aa__lg_ensure_mapped(aa_pool *pool, aa__chunk *c) {
   /* Without a limit, each run of unmapped pages in one call (vmm_runs); under
    * one, page by page, so that pages can move between chunks later. */
   bool runs = pool->large->vmm_runs && lim == 0;
+  size_t run_max = c->size >= pool->large->vmm_run_min ? pool->large->vmm_run_pages : MAP_RUN_PAGES;
   /* With stitching, a page the chunk shares with a neighbour is a handle of
    * its own, so that the whole pages inside the chunk are whole handles a
    * stitched range can map again once it is a hole (cuMemMap maps a handle
@@ -247,7 +250,7 @@ int aa__lg_ensure_mapped(aa_pool *pool, aa__chunk *c) {
       continue;
     }
     size_t j = i + 1;
-    while (runs && j < i1 && s->pages[j] == NULL && j - i < MAP_RUN_PAGES && j != cut_lo &&
+    while (runs && j < i1 && s->pages[j] == NULL && j - i < run_max && j != cut_lo &&
            j != cut_hi && (cut == NULL || !cut[j - i0]))
       j++;
     int rc = run_map(pool, s, i, j - i);

@@ -322,7 +322,22 @@ typedef struct aa_pool_config {
                               default) off; AA_LARGE_PLAN_SYNC on, planned on the
                               allocating thread. Fixed while the pool lives. Policy:
                               large.plan. Docs: docs/core.md "The learned plan" */
+
+  /* With large_map_runs: the most pages one run (one handle) covers for a
+   * request of at least large_map_run_min_bytes; 0 = AA_LARGE_MAP_RUN_MAX (the
+   * default), else 1 to AA_LARGE_MAP_RUN_MAX (more: AA_EINVAL). A stitched
+   * range maps whole handles, so smaller ones in large blocks are holes it can
+   * map (BENCHMARKS.md "Shorter runs for large requests"), at one map call per
+   * run. Policy: large.map_run_pages. Fixed while the pool lives. */
+  int large_map_run_pages;
+  /* The requests below it keep runs of AA_LARGE_MAP_RUN_MAX; 0 (the default):
+   * every request. Policy: large.map_run_min_bytes. */
+  size_t large_map_run_min_bytes;
 } aa_pool_config;
+
+/* The most pages one mapping of large_map_runs covers: 32 MiB of 2 MiB pages
+ * (aa_pool_config.large_map_run_pages: 1 to this). */
+#define AA_LARGE_MAP_RUN_MAX 16
 
 /* aa_pool_config.large_plan: on (1), a plan is made on a helper thread of the
  * pool (started at the first plan, joined by aa_pool_destroy) from a copy of
