@@ -239,10 +239,11 @@ typedef struct aa_trace_event {
 typedef void (*aa_trace_fn)(void *user, const aa_trace_event *ev);
 
 /* Bumped whenever aa_pool_config changes (2: region, large_page_bytes,
- * large_map_runs):
+ * large_map_runs; 3: large_stitch, large_plan, large_map_run_pages,
+ * large_map_run_min_bytes):
  * aa_pool_new refuses a config of another version (AA_EINVAL) rather than
  * read fields its caller's struct does not have. */
-#define AA_POOL_CONFIG_VERSION 2
+#define AA_POOL_CONFIG_VERSION 3
 
 /* The defaults of aa_pool_config, in one place: the pool, the policy module
  * and the replay tuner all take them from here. */
