@@ -95,6 +95,23 @@ static void assert_no_call_since(fx *f, calls then) {
   assert_int_equal(now.unaliases, then.unaliases);
 }
 
+/* A 10 MiB request on stream s served by a stitched range from the holes,
+ * then freed behind the kernel that uses it: s is busy (not yet run). */
+static void stitched_freed_behind_kernel(fx *f, aa_stream s) {
+  char *p = aa_alloc(f->p, 10 * MiB, s);
+  assert_non_null(p);
+  assert_int_equal(stats(f).large_stitches, 1);
+  assert_int_equal(aa_backend_host_stream_busy(f->b, s, true), AA_OK);
+  assert_int_equal(aa_free(f->p, p, 10 * MiB, s), AA_OK);
+}
+
+/* A release with nothing running: every alias made so far is undone. */
+static void release_undoes_every_alias(fx *f) {
+  (void)aa_pool_release(f->p);
+  calls c = calls_now(f);
+  assert_int_equal(c.unaliases, c.aliases);
+}
+
 typedef struct lent_walk {
   uintptr_t lent[16];
   size_t lent_size[16];
@@ -546,20 +563,14 @@ static void test_core_stitch_release_waits_for_stream(void **state) {
   const aa_stream sa = (aa_stream)0x10;
   fx *f = make_stitch(0, 1);
   layout l = holes(f);
-  char *p = aa_alloc(f->p, 10 * MiB, sa);
-  assert_non_null(p);
-  assert_int_equal(stats(f).large_stitches, 1);
-  assert_int_equal(aa_backend_host_stream_busy(f->b, sa, true), AA_OK);
-  assert_int_equal(aa_free(f->p, p, 10 * MiB, sa), AA_OK);
+  stitched_freed_behind_kernel(f, sa);
   (void)aa_pool_release(f->p);
   uint64_t al, unal;
   aa_backend_host_alias_counts(f->b, &al, &unal);
   assert_int_equal(unal, 0); /* a kernel on sa may still read it */
   assert_int_equal(stats(f).large_stitched_ranges + stats(f).large_stitch_dormant, 1);
   assert_int_equal(aa_backend_host_stream_busy(f->b, sa, false), AA_OK);
-  (void)aa_pool_release(f->p);
-  aa_backend_host_alias_counts(f->b, &al, &unal);
-  assert_int_equal(unal, al);
+  release_undoes_every_alias(f);
   assert_int_equal(stats(f).large_stitched_ranges + stats(f).large_stitch_dormant, 0);
   free_keep(f, &l);
   fx_done(f);
@@ -580,12 +591,7 @@ static void test_core_stitch_retired_while_stream_runs_ahead(void **state) {
   fx *f = make_stitch(0, 1);
   layout l = holes_on(f, sa);
   uint64_t reserved = stats(f).large_bytes_reserved;
-  char *p = aa_alloc(f->p, 10 * MiB, sa);
-  assert_non_null(p);
-  assert_int_equal(stats(f).large_stitches, 1);
-  /* the kernel that uses p is queued, p freed behind it */
-  assert_int_equal(aa_backend_host_stream_busy(f->b, sa, true), AA_OK);
-  assert_int_equal(aa_free(f->p, p, 10 * MiB, sa), AA_OK);
+  stitched_freed_behind_kernel(f, sa);
   /* it ran; the host has queued later work on sa since */
   assert_int_equal(aa_backend_host_stream_busy(f->b, sa, false), AA_OK);
   assert_int_equal(aa_backend_host_stream_busy(f->b, sa, true), AA_OK);
@@ -619,12 +625,7 @@ static void test_core_stitch_retired_while_range_busy(void **state) {
   fx *f = make_stitch(0, 1);
   layout l = holes_on(f, sa);
   uint64_t reserved = stats(f).large_bytes_reserved;
-  char *p = aa_alloc(f->p, 10 * MiB, sa);
-  assert_non_null(p);
-  assert_int_equal(stats(f).large_stitches, 1);
-  /* the kernel that uses p is queued, p freed behind it; it has not run */
-  assert_int_equal(aa_backend_host_stream_busy(f->b, sa, true), AA_OK);
-  assert_int_equal(aa_free(f->p, p, 10 * MiB, sa), AA_OK);
+  stitched_freed_behind_kernel(f, sa);
   char *r = aa_alloc(f->p, 7 * MiB, sa);
   assert_non_null(r);
   aa_pool_stats st = stats(f);
@@ -638,9 +639,7 @@ static void test_core_stitch_retired_while_range_busy(void **state) {
   aa_backend_host_alias_counts(f->b, &al, &unal);
   assert_int_equal(unal, 0); /* a kernel on sa may still use either address */
   assert_int_equal(aa_backend_host_stream_busy(f->b, sa, false), AA_OK);
-  (void)aa_pool_release(f->p);
-  aa_backend_host_alias_counts(f->b, &al, &unal);
-  assert_int_equal(unal, al);
+  release_undoes_every_alias(f);
   st = stats(f);
   assert_int_equal(st.large_stitched_ranges + st.large_stitch_dormant, 0);
   free_keep_on(f, &l, sa);
@@ -682,10 +681,7 @@ static void test_core_stitch_retired_bounded_while_busy(void **state) {
   }
   assert_true(stats(f).large_stitches > 64); /* busy ones retired up to the bound */
   assert_int_equal(aa_backend_host_stream_busy(f->b, sa, false), AA_OK);
-  (void)aa_pool_release(f->p);
-  uint64_t al, unal;
-  aa_backend_host_alias_counts(f->b, &al, &unal);
-  assert_int_equal(unal, al);
+  release_undoes_every_alias(f);
   for (int i = 0; i < nh; i++)
     assert_int_equal(aa_free(f->p, keep[i], 3 * MiB, sa), AA_OK);
   fx_done(f);
@@ -743,10 +739,7 @@ static void revive_short(int fail, bool busy) {
   assert_int_equal(aa_free(f->p, q, 10 * MiB, sa), AA_OK);
   if (busy)
     assert_int_equal(aa_backend_host_stream_busy(f->b, sa, false), AA_OK);
-  (void)aa_pool_release(f->p);
-  uint64_t al, unal;
-  aa_backend_host_alias_counts(f->b, &al, &unal);
-  assert_int_equal(unal, al);
+  release_undoes_every_alias(f);
   st = stats(f);
   assert_int_equal(st.large_stitched_ranges + st.large_stitch_dormant, 0);
   free_keep_on(f, &l, sa);

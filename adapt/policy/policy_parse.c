@@ -344,18 +344,14 @@ static int pool_from(vctx *v, const cJSON *obj, const char *path,
     rc = aa__pv_opt_bool(v, it, p1, "map_runs", &pp->large_map_runs);
     if (rc != AA_OK)
       return rc;
-    f = FIELD(it, "map_run_pages", p2, p1);
-    if (f != NULL) {
-      rc = aa__pv_get_uint(v, f, p2, 1, AA_LARGE_MAP_RUN_MAX, &pp->large_map_run_pages);
-      if (rc != AA_OK)
-        return rc;
-    }
-    f = FIELD(it, "map_run_min_bytes", p2, p1);
-    if (f != NULL) {
-      rc = aa__pv_get_uint(v, f, p2, 0, MAX_U53, &pp->large_map_run_min_bytes);
-      if (rc != AA_OK)
-        return rc;
-    }
+    rc = aa__pv_opt_uint(v, it, p1, "map_run_pages", 1, AA_LARGE_MAP_RUN_MAX,
+                         &pp->large_map_run_pages);
+    if (rc != AA_OK)
+      return rc;
+    rc = aa__pv_opt_uint(v, it, p1, "map_run_min_bytes", 0, MAX_U53,
+                         &pp->large_map_run_min_bytes);
+    if (rc != AA_OK)
+      return rc;
     rc = aa__pv_opt_bool(v, it, p1, "stream_wait", &pp->large_stream_wait);
     if (rc != AA_OK)
       return rc;
