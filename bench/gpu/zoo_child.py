@@ -160,9 +160,12 @@ def alloc_cost_us(torch, dev, n=20000, budget_s=0.05):
 
 def _backend_counts(doc):
     """adaptalloc's device pools, summed: time in backend calls (ms; 0 from
-    a library without the figure), page maps and unmaps, backend calls."""
+    a library without the figure), page maps and unmaps, backend calls,
+    stitching's alias calls, and the cross-stream waits (a free chunk still
+    pending on another stream served once the request's stream was ordered
+    after that work: a cudaStreamWaitEvent, no backend call)."""
     out = {"backend_ms": 0.0, "pages_mapped": 0, "pages_unmapped": 0, "backend_calls": 0,
-           "alias_calls": 0}
+           "alias_calls": 0, "stream_waits": 0}
     for p in doc.get("pools", []):
         if p.get("backend") != "cuda" and not str(p.get("name", "")).startswith("device"):
             continue
@@ -173,6 +176,7 @@ def _backend_counts(doc):
         # stitching's alias map/unmap calls (cuMemMap of an existing handle):
         # device calls too, though PyTorch's num_device_alloc does not count them
         out["alias_calls"] += p.get("large_alias_maps", 0) + p.get("large_alias_unmaps", 0)
+        out["stream_waits"] += p.get("large_stream_waits", 0)
     return out
 
 

@@ -202,9 +202,13 @@ def test_backend_time_of_native_runs_is_tabled(capsys):
                      {"name": "host", "backend": "host", "backend_ns": 10 ** 9}]}
     assert bench_zoo._backend_counts(doc) == {"backend_ms": 2.5, "pages_mapped": 5,
                                               "pages_unmapped": 1, "backend_calls": 7,
-                                              "alias_calls": 0}
+                                              "alias_calls": 0, "stream_waits": 0}
     doc["pools"][0].update(large_alias_maps=4, large_alias_unmaps=3)  # stitching's calls
     assert bench_zoo._backend_counts(doc)["alias_calls"] == 7
+    doc["pools"][0]["large_stream_waits"] = 9  # cross-stream reuse: counted, not a backend call
+    doc["pools"][1]["large_stream_waits"] = 5  # the host pool's are not the device's
+    got = bench_zoo._backend_counts(doc)
+    assert got["stream_waits"] == 9 and got["backend_calls"] == 7
 
 
 def test_thread_cpu_sees_a_busy_thread():
