@@ -322,6 +322,54 @@ static void test_replay_sim_streams(void **state) {
   aa_replay_sim_free(s);
 }
 
+/* The simulated device right after a synchronize, as a GPU is then: idle
+ * (stream_query succeeds) and an event recorded then complete, until the
+ * trace clock moves on; without a delay an event is complete at once and
+ * the pool asks for one (stream_query says busy, as before). */
+static void test_replay_sim_idle_after_sync(void **state) {
+  aa_replay_config cfg;
+  aa_replay_sim *s = NULL;
+  aa_replay_event e[2];
+  char err[AA_REPLAY_ERR_CAP];
+  void *q = NULL;
+  (void)state;
+
+  aa_replay_config_init(&cfg);
+  cfg.event_delay_ns = 1000000;
+  assert_int_equal(aa_replay_sim_new(&cfg, &s, err, sizeof err), AA_OK);
+  e[0] = ev('a', 1000, 0x10, 4096, 1);
+  e[1] = ev('f', 2000, 0x10, 4096, 2);
+  assert_int_equal(aa_replay_sim_feed(s, e, 1), AA_OK);
+  aa_backend *b = aa_pool_backend(aa_replay_sim_pool(s));
+  assert_non_null(b->ops->stream_query);
+  assert_int_equal(b->ops->stream_query(b, NULL), AA_EAGAIN); /* work queued, a delay behind */
+  assert_int_equal(b->ops->event_record(b, NULL, &q), AA_OK);
+  assert_int_equal(b->ops->event_query(b, q), AA_EAGAIN);
+  assert_int_equal(b->ops->synchronize(b), AA_OK);
+  assert_int_equal(b->ops->event_query(b, q), AA_OK); /* recorded before: done */
+  b->ops->event_release(b, q);
+  assert_int_equal(b->ops->stream_query(b, NULL), AA_OK);
+  assert_int_equal(b->ops->event_record(b, NULL, &q), AA_OK);
+  assert_int_equal(b->ops->event_query(b, q), AA_OK); /* recorded after: nothing queued */
+  b->ops->event_release(b, q);
+  assert_int_equal(aa_replay_sim_feed(s, e + 1, 1), AA_OK); /* the clock moves: work again */
+  assert_int_equal(b->ops->stream_query(b, NULL), AA_EAGAIN);
+  assert_int_equal(b->ops->event_record(b, NULL, &q), AA_OK);
+  assert_int_equal(b->ops->event_query(b, q), AA_EAGAIN);
+  b->ops->event_release(b, q);
+  aa_replay_sim_free(s);
+
+  aa_replay_config_init(&cfg); /* no delay */
+  assert_int_equal(aa_replay_sim_new(&cfg, &s, err, sizeof err), AA_OK);
+  b = aa_pool_backend(aa_replay_sim_pool(s));
+  assert_int_equal(b->ops->synchronize(b), AA_OK);
+  assert_int_equal(b->ops->stream_query(b, NULL), AA_EAGAIN);
+  assert_int_equal(b->ops->event_record(b, NULL, &q), AA_OK);
+  assert_int_equal(b->ops->event_query(b, q), AA_OK);
+  b->ops->event_release(b, q);
+  aa_replay_sim_free(s);
+}
+
 /* One 8 MiB block used on stream 2 (record_stream, 'u'), freed on stream 1
  * while stream 2's work is pending, then 8 MiB asked for on stream 1:
  * returns the pool's peak reserved and its stream waits. */
@@ -695,6 +743,7 @@ int main(void) {
       cmocka_unit_test(test_replay_sim_stream_use_bad),
       cmocka_unit_test(test_replay_sim_bad_config),
       cmocka_unit_test(test_replay_sim_adapt_loop),
+      cmocka_unit_test(test_replay_sim_idle_after_sync),
       cmocka_unit_test(test_replay_sim_per_thread),
       cmocka_unit_test(test_replay_sim_account_at_peak),
       cmocka_unit_test(test_replay_sim_account_at_peak_in_use),
