@@ -567,6 +567,66 @@ static void test_adapt_loop_decide_trim(void **state) {
   free(f);
 }
 
+/* A trim the workload undoes is not repeated: 300 MiB above the recent
+ * peak is trimmed to 128, the pool maps it back for a peak no larger (its
+ * holes, not a cache), and from then on that gap is kept; a trim that gave
+ * nothing back teaches nothing; a shrunken working set is trimmed again. */
+static void test_adapt_loop_decide_trim_undone(void **state) {
+  fake *f = fake_new();
+  (void)state;
+  f->p.trim_cooldown = 2;
+  f->cur.bytes_reserved = 600 * MIB;
+  f->cur.bytes_in_use = 300 * MIB;
+  f->cur.window_peak_bytes_in_use = 300 * MIB;
+  assert_int_equal(step(f), 1);
+  assert_int_equal(f->d[0].kind, AA_ADAPT_TRIM);
+  assert_int_equal(f->d[0].amount, 128 * MIB);
+  /* applied, nothing given back: nothing to learn, the next one comes */
+  f->d[0].released = 0;
+  aa_adapt_state_note_trim(&f->st, &f->d[0]);
+  assert_int_equal(step(f), 0); /* cooldown */
+  assert_int_equal(step(f), 1);
+  assert_int_equal(f->d[0].amount, 128 * MIB);
+  /* this one gives back 172 MiB... */
+  f->d[0].released = 172 * MIB;
+  aa_adapt_state_note_trim(&f->st, &f->d[0]);
+  f->cur.bytes_reserved = 428 * MIB;
+  assert_int_equal(step(f), 0);
+  /* ...which the next peak, no larger, maps again: learned, never again */
+  f->cur.bytes_reserved = 600 * MIB;
+  for (int i = 0; i < 3 * AA_ADAPT_PEAK_INTERVALS; i++)
+    assert_int_equal(step(f), 0);
+  assert_int_equal(f->st.kept_gap, 300 * MIB);
+  /* more above the peak than the gap needs (and the threshold's quarter):
+   * trimmed down to the gap */
+  f->cur.bytes_reserved = 700 * MIB;
+  assert_int_equal(step(f), 1);
+  assert_int_equal(f->d[0].amount, 300 * MIB);
+  assert_non_null(strstr(f->d[0].reason, "and the 300.0 MiB its peaks needed after an "
+                                         "earlier trim; trim to 300.0 MiB above the peak"));
+  /* the working set shrinks to 100 MiB: while the 300 MiB peaks are
+   * recent, trimmed to them and the gap (200 + 300 above in use); once
+   * they have aged out, the gap learned for 300 holds no more than the
+   * working set itself (100), below half the threshold: 128 */
+  f->d[0].released = 0;
+  aa_adapt_state_note_trim(&f->st, &f->d[0]);
+  f->cur.bytes_in_use = 100 * MIB;
+  f->cur.window_peak_bytes_in_use = 100 * MIB;
+  uint64_t first = 0, last = 0;
+  for (int i = 0; i < AA_ADAPT_PEAK_INTERVALS + 3; i++) {
+    if (step(f) == 1) {
+      if (first == 0)
+        first = f->d[0].amount;
+      last = f->d[0].amount;
+      f->d[0].released = 0;
+      aa_adapt_state_note_trim(&f->st, &f->d[0]);
+    }
+  }
+  assert_int_equal(first, 500 * MIB);
+  assert_int_equal(last, 128 * MIB);
+  free(f);
+}
+
 static void test_adapt_loop_decide_order_and_determinism(void **state) {
   fake *f = with_added_class();
   aa_adapt_state st2;
@@ -628,6 +688,7 @@ int main(void) {
       cmocka_unit_test(test_adapt_loop_decide_flap_backoff),
       cmocka_unit_test(test_adapt_loop_decide_grow),
       cmocka_unit_test(test_adapt_loop_decide_trim),
+      cmocka_unit_test(test_adapt_loop_decide_trim_undone),
       cmocka_unit_test(test_adapt_loop_decide_order_and_determinism),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -499,6 +499,7 @@ static int step_locked(aa_adapt_loop *l) {
             l->counters.apply_failures++;
             aa_adapt_state_note_failure(lp->st, &l->decisions[k]);
           }
+          aa_adapt_state_note_trim(lp->st, &l->decisions[k]);
         }
       }
       for (size_t k = 0; k < nd; k++) {

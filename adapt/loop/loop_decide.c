@@ -514,9 +514,27 @@ static void trim_rule(const aa_adapt_params *p, aa_adapt_state *st,
   }
   uint64_t cached = reserved > working ? reserved - working : 0;
   uint64_t limit = cur->limit_bytes;
+  uint64_t thr = p->trim_threshold_bytes;
+  /* The last threshold trim undone: the pool mapped again at least half
+   * of what it gave back, for a peak no larger than then. What it trimmed
+   * were holes its peaks need, not a cache: trimming them again maps them
+   * again at the next peak (the replay's moe and phases traces with the
+   * loop stepping every 2,000 events: 9 and 15 trims, 4 and 3 with this
+   * rule, the same peak reserved; on the H100 moe's trim of 176 MiB was
+   * mapped back by 11 calls six steps later). */
+  if (st->trim_from > 0 && st->trim_low < st->trim_from &&
+      working <= st->trim_working + thr / 4 &&
+      reserved >= st->trim_low + (st->trim_from - st->trim_low) / 2) {
+    if (cached > st->kept_gap)
+      st->kept_gap = cached;
+    st->trim_from = 0;
+  }
+  /* a gap learned for a larger working set is no reason to hold more
+   * than that working set again */
+  uint64_t gap = st->kept_gap < working ? st->kept_gap : working;
   bool near_limit = limit > 0 && cached > 0 &&
                     (double)reserved >= 0.9 * (double)limit;
-  bool over = p->trim_threshold_bytes > 0 && cached > p->trim_threshold_bytes;
+  bool over = thr > 0 && cached > thr && cached > gap + thr / 4;
   aa_adapt_decision *d;
 
   if (!(near_limit || over) || *nd >= cap)
@@ -531,14 +549,26 @@ static void trim_rule(const aa_adapt_params *p, aa_adapt_state *st,
              "cached %.1f MiB, trim to 0",
              (double)reserved / MIB_D, (double)limit / MIB_D,
              (double)cached / MIB_D);
+    st->trim_from = 0;
   } else {
-    d->amount = (working - in_use) + p->trim_threshold_bytes / 2;
-    snprintf(d->reason, sizeof d->reason,
-             "cached %.1f MiB (reserved %.1f MiB - recent peak in use %.1f MiB) "
-             "is above trim_threshold_bytes %.1f MiB; trim to %.1f MiB above the peak",
-             (double)cached / MIB_D, (double)reserved / MIB_D,
-             (double)working / MIB_D, (double)p->trim_threshold_bytes / MIB_D,
-             (double)(p->trim_threshold_bytes / 2) / MIB_D);
+    uint64_t keep = gap > thr / 2 ? gap : thr / 2;
+    d->amount = (working - in_use) + keep;
+    if (gap > thr / 2)
+      snprintf(d->reason, sizeof d->reason,
+               "cached %.1f MiB (reserved %.1f MiB - recent peak in use %.1f MiB) "
+               "is above trim_threshold_bytes %.1f MiB and the %.1f MiB its peaks "
+               "needed after an earlier trim; trim to %.1f MiB above the peak",
+               (double)cached / MIB_D, (double)reserved / MIB_D, (double)working / MIB_D,
+               (double)thr / MIB_D, (double)gap / MIB_D, (double)keep / MIB_D);
+    else
+      snprintf(d->reason, sizeof d->reason,
+               "cached %.1f MiB (reserved %.1f MiB - recent peak in use %.1f MiB) "
+               "is above trim_threshold_bytes %.1f MiB; trim to %.1f MiB above the peak",
+               (double)cached / MIB_D, (double)reserved / MIB_D, (double)working / MIB_D,
+               (double)thr / MIB_D, (double)keep / MIB_D);
+    st->trim_from = reserved;
+    st->trim_working = working;
+    st->trim_low = reserved; /* until aa_adapt_state_note_trim says what went */
   }
   st->trimmed = 1;
   st->last_trim_at = now;
@@ -591,6 +621,15 @@ size_t aa_adapt_decide(const aa_adapt_params *params, aa_adapt_state *st,
   grow_rule(params, st, prev, cur, classes, n_classes, &eff, out, &nd, cap);
   trim_rule(params, st, cur, out, &nd, cap);
   return nd;
+}
+
+void aa_adapt_state_note_trim(aa_adapt_state *st, const aa_adapt_decision *d) {
+  if (st == NULL || d == NULL || d->kind != AA_ADAPT_TRIM || st->trim_from == 0)
+    return;
+  if (d->result != AA_OK || d->released == 0)
+    st->trim_from = 0; /* nothing went: nothing can come back */
+  else
+    st->trim_low = st->trim_from > d->released ? st->trim_from - d->released : 0;
 }
 
 void aa_adapt_state_note_failure(aa_adapt_state *st, const aa_adapt_decision *d) {

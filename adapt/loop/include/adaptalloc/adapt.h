@@ -37,7 +37,11 @@
  *   trim             cached bytes (reserved - in use) above
  *                    trim_threshold_bytes are trimmed to half of it, or to 0
  *                    when reserved is within 10% of the pool's limit; at most
- *                    once per trim_cooldown steps.
+ *                    once per trim_cooldown steps. A trim whose bytes the
+ *                    pool maps again for a peak no larger is not repeated:
+ *                    the gap between reserved and peak in use then is what
+ *                    the workload's peaks need (holes between live blocks),
+ *                    kept by every later trim.
  */
 #ifndef ADAPTALLOC_ADAPT_H
 #define ADAPTALLOC_ADAPT_H
@@ -150,6 +154,14 @@ typedef struct aa_adapt_state {
    * quiet interval between busy ones does not trim what they need. */
   uint64_t peaks[AA_ADAPT_PEAK_INTERVALS];
   uint32_t n_peaks, peak_at;
+  /* A trim the workload undoes: at the last threshold trim, the reserved
+   * bytes and the recent peak in use (trim_from 0: none pending), and the
+   * reserved bytes right after it; when the pool maps at least half of
+   * those bytes again for a peak no larger, the gap between its
+   * reserved bytes and that peak (the holes its peaks need, not a cache)
+   * is learned in kept_gap, and later trims keep it. */
+  uint64_t trim_from, trim_working, trim_low;
+  uint64_t kept_gap;
 } aa_adapt_state;
 
 AA_EXTERN void aa_adapt_state_init(aa_adapt_state *st);
@@ -171,6 +183,11 @@ AA_EXTERN size_t aa_adapt_decide(const aa_adapt_params *params,
  * failed retire keeps tracking the class. */
 AA_EXTERN void aa_adapt_state_note_failure(aa_adapt_state *st,
                                            const aa_adapt_decision *d);
+
+/* A trim decision of aa_adapt_decide applied (d->result, d->released):
+ * the bytes it gave back, against which the next steps tell whether the
+ * workload maps them again (aa_adapt_state.kept_gap). */
+AA_EXTERN void aa_adapt_state_note_trim(aa_adapt_state *st, const aa_adapt_decision *d);
 
 /* ------------------------------------------------------------ the loop */
 
