@@ -521,7 +521,7 @@ static void trim_rule(const aa_adapt_params *p, aa_adapt_state *st,
    * again at the next peak (the replay's moe and phases traces with the
    * loop stepping every 2,000 events: 9 and 15 trims, 4 and 3 with this
    * rule, the same peak reserved; on the H100 moe's trim of 176 MiB was
-   * mapped back by 11 calls six steps later). */
+   * mapped back by 11 calls within the same training step). */
   if (st->trim_from > 0 && st->trim_low < st->trim_from &&
       working <= st->trim_working + thr / 4 &&
       reserved >= st->trim_low + (st->trim_from - st->trim_low) / 2) {
