@@ -627,6 +627,76 @@ static void test_adapt_loop_decide_trim_undone(void **state) {
   free(f);
 }
 
+/* What is not the trim's bytes coming back teaches nothing: after a trim
+ * a burst maps more than the trim gave back, and once the burst's peak has
+ * aged out its reserve must not read as the trim undone. And a gap learned
+ * for one working set holds no more than the recent peak. */
+static void test_adapt_loop_decide_trim_not_undone(void **state) {
+  fake *f = fake_new();
+  (void)state;
+  f->p.trim_cooldown = 2;
+  f->cur.bytes_reserved = 600 * MIB;
+  f->cur.bytes_in_use = 300 * MIB;
+  f->cur.window_peak_bytes_in_use = 300 * MIB;
+  assert_int_equal(step(f), 1);
+  assert_int_equal(f->d[0].amount, 128 * MIB);
+  f->d[0].released = 172 * MIB;
+  aa_adapt_state_note_trim(&f->st, &f->d[0]);
+  f->cur.bytes_reserved = 428 * MIB;
+  assert_int_equal(step(f), 0);
+  /* a burst to 2000 MiB in use, then back to 300 (the pool keeps 2100) */
+  f->cur.bytes_reserved = 2100 * MIB;
+  f->cur.window_peak_bytes_in_use = 2000 * MIB;
+  assert_int_equal(step(f), 0);
+  f->cur.window_peak_bytes_in_use = 300 * MIB;
+  uint64_t amount = 0;
+  for (int i = 0; i < AA_ADAPT_PEAK_INTERVALS + 3 && amount == 0; i++)
+    if (step(f) == 1)
+      amount = f->d[0].amount;
+  assert_int_equal(f->st.kept_gap, 0);
+  assert_int_equal(amount, 128 * MIB); /* as without the earlier trim */
+  free(f);
+
+  /* learned at a 300 MiB peak (as in ..._trim_undone)... */
+  f = fake_new();
+  f->p.trim_cooldown = 2;
+  f->cur.bytes_reserved = 600 * MIB;
+  f->cur.bytes_in_use = 300 * MIB;
+  f->cur.window_peak_bytes_in_use = 300 * MIB;
+  assert_int_equal(step(f), 1);
+  f->d[0].released = 172 * MIB;
+  aa_adapt_state_note_trim(&f->st, &f->d[0]);
+  f->cur.bytes_reserved = 428 * MIB;
+  assert_int_equal(step(f), 0);
+  f->cur.bytes_reserved = 600 * MIB;
+  assert_int_equal(step(f), 0);
+  assert_int_equal(f->st.kept_gap, 300 * MIB);
+  /* ...kept while the peak grows (a larger gap is learned only when a
+   * trim is undone again)... */
+  f->cur.bytes_reserved = 1200 * MIB;
+  f->cur.bytes_in_use = 600 * MIB;
+  f->cur.window_peak_bytes_in_use = 600 * MIB;
+  assert_int_equal(step(f), 1);
+  assert_int_equal(f->st.kept_gap, 300 * MIB);
+  assert_int_equal(f->d[0].amount, 300 * MIB);
+  /* ...and, once the recent peaks have fallen to 20 MiB, holding no more
+   * than that peak: 20 MiB above it is below half the threshold, 128 */
+  f->d[0].released = 0;
+  aa_adapt_state_note_trim(&f->st, &f->d[0]);
+  f->cur.bytes_in_use = 20 * MIB;
+  f->cur.window_peak_bytes_in_use = 20 * MIB;
+  uint64_t last = 0;
+  for (int i = 0; i < AA_ADAPT_PEAK_INTERVALS + 3; i++) {
+    if (step(f) == 1) {
+      last = f->d[0].amount;
+      f->d[0].released = 0;
+      aa_adapt_state_note_trim(&f->st, &f->d[0]);
+    }
+  }
+  assert_int_equal(last, 128 * MIB);
+  free(f);
+}
+
 static void test_adapt_loop_decide_order_and_determinism(void **state) {
   fake *f = with_added_class();
   aa_adapt_state st2;
@@ -689,6 +759,7 @@ int main(void) {
       cmocka_unit_test(test_adapt_loop_decide_grow),
       cmocka_unit_test(test_adapt_loop_decide_trim),
       cmocka_unit_test(test_adapt_loop_decide_trim_undone),
+      cmocka_unit_test(test_adapt_loop_decide_trim_not_undone),
       cmocka_unit_test(test_adapt_loop_decide_order_and_determinism),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -522,15 +522,20 @@ static void trim_rule(const aa_adapt_params *p, aa_adapt_state *st,
    * loop stepping every 2,000 events: 9 and 15 trims, 4 and 3 with this
    * rule, the same peak reserved; on the H100 moe's trim of 176 MiB was
    * mapped back by 11 calls within the same training step). */
+  if (st->trim_from > 0 && (working > st->trim_working + thr / 4 ||
+                            now - st->last_trim_at > AA_ADAPT_PEAK_INTERVALS))
+    st->trim_from = 0; /* a larger peak, or long after: not the trim's bytes */
   if (st->trim_from > 0 && st->trim_low < st->trim_from &&
-      working <= st->trim_working + thr / 4 &&
       reserved >= st->trim_low + (st->trim_from - st->trim_low) / 2) {
     if (cached > st->kept_gap)
       st->kept_gap = cached;
     st->trim_from = 0;
   }
   /* a gap learned for a larger working set is no reason to hold more
-   * than that working set again */
+   * than that working set again. (Not forgotten when the peaks fall: a
+   * workload whose phases come back less often than the peaks' window,
+   * the replay's phases trace, trimmed and mapped again 10 times where it
+   * did 3 times with the gap kept.) */
   uint64_t gap = st->kept_gap < working ? st->kept_gap : working;
   bool near_limit = limit > 0 && cached > 0 &&
                     (double)reserved >= 0.9 * (double)limit;

@@ -157,9 +157,10 @@ typedef struct aa_adapt_state {
   /* A trim the workload undoes: at the last threshold trim, the reserved
    * bytes and the recent peak in use (trim_from 0: none pending), and the
    * reserved bytes right after it; when the pool maps at least half of
-   * those bytes again for a peak no larger, the gap between its
-   * reserved bytes and that peak (the holes its peaks need, not a cache)
-   * is learned in kept_gap, and later trims keep it. */
+   * those bytes again within AA_ADAPT_PEAK_INTERVALS steps, for a recent
+   * peak no larger, the gap between its reserved bytes and that peak (the
+   * holes its peaks need, not a cache) is learned in kept_gap, and later
+   * trims keep it (no more than the recent peak itself). */
   uint64_t trim_from, trim_working, trim_low;
   uint64_t kept_gap;
 } aa_adapt_state;
