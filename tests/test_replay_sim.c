@@ -324,8 +324,9 @@ static void test_replay_sim_streams(void **state) {
 
 /* The simulated device right after a synchronize, as a GPU is then: idle
  * (stream_query succeeds) and an event recorded then complete, until the
- * trace clock moves on; without a delay an event is complete at once and
- * the pool asks for one (stream_query says busy, as before). */
+ * trace's next event (even at the same time); without a delay an event is
+ * complete at once and the pool asks for one (stream_query says busy, as
+ * before). */
 static void test_replay_sim_idle_after_sync(void **state) {
   aa_replay_config cfg;
   aa_replay_sim *s = NULL;
@@ -338,7 +339,7 @@ static void test_replay_sim_idle_after_sync(void **state) {
   cfg.event_delay_ns = 1000000;
   assert_int_equal(aa_replay_sim_new(&cfg, &s, err, sizeof err), AA_OK);
   e[0] = ev('a', 1000, 0x10, 4096, 1);
-  e[1] = ev('f', 2000, 0x10, 4096, 2);
+  e[1] = ev('f', 1000, 0x10, 4096, 2); /* the same trace time */
   assert_int_equal(aa_replay_sim_feed(s, e, 1), AA_OK);
   aa_backend *b = aa_pool_backend(aa_replay_sim_pool(s));
   assert_non_null(b->ops->stream_query);
@@ -352,7 +353,7 @@ static void test_replay_sim_idle_after_sync(void **state) {
   assert_int_equal(b->ops->event_record(b, NULL, &q), AA_OK);
   assert_int_equal(b->ops->event_query(b, q), AA_OK); /* recorded after: nothing queued */
   b->ops->event_release(b, q);
-  assert_int_equal(aa_replay_sim_feed(s, e + 1, 1), AA_OK); /* the clock moves: work again */
+  assert_int_equal(aa_replay_sim_feed(s, e + 1, 1), AA_OK); /* the next event: work again */
   assert_int_equal(b->ops->stream_query(b, NULL), AA_EAGAIN);
   assert_int_equal(b->ops->event_record(b, NULL, &q), AA_OK);
   assert_int_equal(b->ops->event_query(b, q), AA_EAGAIN);

@@ -570,6 +570,10 @@ int aa__replay_feed_local(aa_replay_sim *s, const aa_replay_event *ev, size_t n)
       if (s->cfg.event_delay_ns != 0)
         atomic_store_explicit(&s->bk->now_ns, e->time_ns, memory_order_relaxed);
     }
+    /* a synchronize during the last event (the out-of-memory retry's)
+     * left the device idle until now: this event queues work again */
+    if (s->cfg.event_delay_ns != 0)
+      atomic_store_explicit(&s->bk->synced_at, UINT64_MAX, memory_order_relaxed);
     s->e_req += (double)s->requested;
     s->e_use += (double)s->in_use;
     s->e_res += (double)res;

@@ -43,9 +43,10 @@ typedef struct simbk {
   sim_event **all_events; /* every event ever made, for synchronize/teardown */
   size_t nall, capall;
   _Atomic uint64_t now_ns;
-  /* now_ns at the last synchronize (UINT64_MAX: none yet): until the trace
-   * clock moves on, nothing new is queued, so every stream is idle and an
-   * event recorded then is complete, as on a device just synchronized */
+  /* now_ns at the last synchronize (UINT64_MAX: none since the trace's
+   * last event began): until the next event, nothing new is queued, so
+   * every stream is idle and an event recorded then is complete, as on a
+   * device just synchronized */
   _Atomic uint64_t synced_at;
   _Atomic uint64_t held;
   _Atomic uint64_t allocs, frees, failures, alloc_bytes;

@@ -128,7 +128,8 @@ static void sim_free(aa_backend *be, void *ptr, size_t size) {
   pthread_mutex_unlock(&b->mu);
 }
 
-/* Whether the trace clock has not moved since the last synchronize. */
+/* Whether no event of the trace has begun since the last synchronize
+ * (replay_sim.c resets synced_at at each event). */
 static bool sim_synced_now(simbk *b) {
   return atomic_load_explicit(&b->synced_at, memory_order_relaxed) ==
          atomic_load_explicit(&b->now_ns, memory_order_relaxed);
@@ -229,7 +230,7 @@ static int sim_synchronize(aa_backend *be) {
 }
 
 /* A stream is idle (cudaStreamQuery's success) only right after a
- * synchronize, before the trace clock moves on: otherwise the recorded
+ * synchronize, before the trace's next event: otherwise the recorded
  * program keeps queueing work, which completes event_delay_ns behind it.
  * Without this, a block freed before an out-of-memory retry's synchronize
  * looked busy after it (the event asked for then completed a delay later),
