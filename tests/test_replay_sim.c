@@ -402,6 +402,9 @@ static uint64_t stream_use_peak(bool use, int stream_wait, uint64_t *waits) {
   st.size = sizeof st;
   assert_int_equal(aa_pool_stats_get(aa_replay_sim_pool(s), &st), AA_OK);
   *waits = st.large_stream_waits;
+  aa_replay_result r;
+  aa_replay_sim_result(s, &r);
+  assert_int_equal(r.stream_waits, st.large_stream_waits); /* the replay's figure */
   aa_replay_sim_free(s);
   return st.peak_bytes_reserved;
 }

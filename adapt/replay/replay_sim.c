@@ -657,6 +657,7 @@ void aa_replay_sim_result(aa_replay_sim *s, aa_replay_result *r) {
     r->plans_dropped = st->large_plans_dropped;
     r->plans_refused = st->large_plans_refused;
     r->plan_bytes = st->large_plan_bytes;
+    r->stream_waits = st->large_stream_waits;
   }
   free(st);
   if (r->cache_hits + r->cache_misses > 0)

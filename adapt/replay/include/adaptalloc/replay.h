@@ -241,6 +241,10 @@ typedef struct aa_replay_result {
    * their planned offsets and not, plans adopted, dropped and refused, and
    * the arena's bytes at the end */
   uint64_t plan_hits, plan_misses, plans_adopted, plans_dropped, plans_refused, plan_bytes;
+  /* free large blocks still pending on another stream that served a request
+   * once its stream was ordered after that work (large.stream_wait; on a
+   * GPU a cudaStreamWaitEvent, no backend call) */
+  uint64_t stream_waits;
 } aa_replay_result;
 
 typedef struct aa_replay_sim aa_replay_sim;
