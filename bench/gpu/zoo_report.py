@@ -483,23 +483,28 @@ def run_util(r):
 
 def run_calls_from5(r):
     """A run's backend calls per step from the fifth step on: (calls per step,
-    alias calls per step or None, source). adaptalloc's runs count their
-    device pools' own backend calls (creates, maps, unmaps, frees) plus
-    stitching's alias map and unmap calls; PyTorch's count cudaMalloc +
-    cudaFree (num_device_alloc + num_device_free; page maps for expandable
-    segments). None where the run has neither."""
+    alias calls per step or None, source, cross-stream waits per step or
+    None). adaptalloc's runs count their device pools' own backend calls
+    (creates, maps, unmaps, frees) plus stitching's alias map and unmap
+    calls, and apart from them the waits of stream-ordered reuse
+    (cudaStreamWaitEvent, no backend call; runs recorded before the figure
+    have none); PyTorch's count cudaMalloc + cudaFree (num_device_alloc +
+    num_device_free; page maps for expandable segments). None where the run
+    has neither."""
     fs = r.get("from_step") or {}
     n = fs.get("steps")
     bk = fs.get("backend")
     if n and bk:
         alias = bk.get("alias_calls", 0)
-        return (bk.get("backend_calls", 0) + alias) / n, alias / n, "pool"
+        waits = bk.get("stream_waits")
+        return ((bk.get("backend_calls", 0) + alias) / n, alias / n, "pool",
+                None if waits is None else waits / n)
     ts = fs.get("torch_stats") or {}
     if n and "num_device_alloc" in ts and "num_device_free" in ts:
-        return (ts["num_device_alloc"] + ts["num_device_free"]) / n, None, "memory_stats"
+        return (ts["num_device_alloc"] + ts["num_device_free"]) / n, None, "memory_stats", None
     v = (r.get("step_device_calls") or [])[4:]  # runs before "from_step" was kept
     if v and all(x is not None for x in v):
-        return sum(a + b for a, b in v) / len(v), None, "memory_stats"
+        return sum(a + b for a, b in v) / len(v), None, "memory_stats", None
     return None
 
 
@@ -528,6 +533,7 @@ def util_summary(runs):
                        "allocated_mib": _med(x[2] for x in u), "util": _med(x[3] for x in u),
                        "calls_per_step": _med(x[0] for x in c if x),
                        "alias_per_step": _med(x[1] for x in c if x),
+                       "waits_per_step": _med(x[3] for x in c if x),
                        "calls_source": next((x[2] for x in c if x), None),
                        "retries": _med(t.get("num_alloc_retries") for t in ts),
                        "segments_peak": _med(t.get("segment.all.peak") for t in ts),
@@ -582,12 +588,15 @@ def print_util_table(summary, out=None):
         "max_memory_allocated (MiB), utilisation; backend calls per step from the fifth step "
         "on (adaptalloc: its device pools' backend calls plus stitching's alias map/unmap "
         "calls, the alias calls in brackets; PyTorch: cudaMalloc + cudaFree, or page maps "
-        "and unmaps under expandable segments); and at the run's end the allocator's "
+        "and unmaps under expandable segments); adaptalloc's cross-stream waits per step "
+        "from the fifth step on (stream-ordered reuse: a cudaStreamWaitEvent, no backend "
+        "call); and at the run's end the allocator's "
         "num_alloc_retries and segments (segment.all.peak / segment.all.allocated); "
         "median over the repetitions.")
     say()
     cols = ["workload", "mode", "reps", "peak MiB", "reserved MiB", "allocated MiB", "util",
-            "backend calls / step, steps 5+ (alias)", "alloc retries", "segments peak / made"]
+            "backend calls / step, steps 5+ (alias)", "stream waits / step, steps 5+",
+            "alloc retries", "segments peak / made"]
     say("| " + " | ".join(cols) + " |")
     say("|---|---|" + "---:|" * (len(cols) - 2))
     for w, s in summary.items():
@@ -603,7 +612,8 @@ def print_util_table(summary, out=None):
                 seg = f"{f(x['segments_peak'], '.0f')} / {f(x['segments_made'], '.0f')}"
             say(f"| {w} | {m} | {x['reps']} | {f(x['peak_mib'], ',.0f')} | "
                 f"{f(x['reserved_mib'], ',.0f')} | {f(x['allocated_mib'], ',.0f')} | "
-                f"{f(x['util'], '.3f')} | {calls} | {f(x['retries'], '.0f')} | {seg} |")
+                f"{f(x['util'], '.3f')} | {calls} | {f(x['waits_per_step'], '.2f')} | "
+                f"{f(x['retries'], '.0f')} | {seg} |")
 
 
 def _outfile():

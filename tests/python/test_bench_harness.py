@@ -795,7 +795,8 @@ def test_util_table_from_json_and_result_lines(tmp_path):
     import zoo_report
 
     nat = _util_run("moe", "native", 5700, 5500, 5250,
-                    {"backend_calls": 12, "alias_calls": 0, "pages_mapped": 3})
+                    {"backend_calls": 12, "alias_calls": 0, "pages_mapped": 3,
+                     "stream_waits": 9})
     st = _util_run("moe", "native@st", 5600, 5400, 5250,
                    {"backend_calls": 0, "alias_calls": 6, "pages_mapped": 0})
     dfl = _util_run("moe", "default", 6900, 6700, 5250,
@@ -817,6 +818,8 @@ def test_util_table_from_json_and_result_lines(tmp_path):
     assert s["moe"]["modes"]["native@st"]["calls_per_step"] == 1.0
     assert s["moe"]["modes"]["native@st"]["alias_per_step"] == 1.0
     assert s["moe"]["modes"]["native"]["calls_per_step"] == 2.0
+    assert s["moe"]["modes"]["native"]["waits_per_step"] == 1.5  # not among the calls
+    assert s["moe"]["modes"]["native@st"]["waits_per_step"] is None  # a run without the figure
     assert s["moe"]["modes"]["default"]["calls_per_step"] == 1.0  # steps 5+ of step_device_calls
     assert s["moe"]["modes"]["default"]["util"] == pytest.approx(5250 / 6700)
     assert zoo_report.util_modes(s) == ["native", "native@st", "default", "expandable"]
@@ -828,8 +831,9 @@ def test_util_table_from_json_and_result_lines(tmp_path):
     out = r.stdout
     assert ("| moe | 5,700 | 5,600 | 6,900 | 5,800 | expandable 5,800 | 0.983 | 0.966 | "
             "0.955 | 0.972 | 0.784 | 0.941 |") in out, out
-    assert "| moe | native@st | 1 | 5,600 | 5,400 | 5,250 | 0.972 | 1.00 (1.00) | - | - |" in out
-    assert "| moe | default | 1 | 6,900 | 6,700 | 5,250 | 0.784 | 1.00 | 2 | 40 / 55 |" in out
+    assert "| moe | native@st | 1 | 5,600 | 5,400 | 5,250 | 0.972 | 1.00 (1.00) | - | - | - |" in out
+    assert "| moe | native | 1 | 5,700 | 5,500 | 5,250 | 0.955 | 2.00 (0.00) | 1.50 | - | - |" in out
+    assert "| moe | default | 1 | 6,900 | 6,700 | 5,250 | 0.784 | 1.00 | - | 2 | 40 / 55 |" in out
     assert "| gpt2 | - | - | 9,000 | - | default 9,000 | - | - | - | - | 0.820 | - |" in out
     assert json.loads((tmp_path / "util.json").read_text())["gpt2"]["best"] == "default"
     r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu", "zoo_report.py"),
