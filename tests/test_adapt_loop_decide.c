@@ -567,13 +567,11 @@ static void test_adapt_loop_decide_trim(void **state) {
   free(f);
 }
 
-/* A trim the workload undoes is not repeated: 300 MiB above the recent
- * peak is trimmed to 128, the pool maps it back for a peak no larger (its
- * holes, not a cache), and from then on that gap is kept; a trim that gave
- * nothing back teaches nothing; a shrunken working set is trimmed again. */
-static void test_adapt_loop_decide_trim_undone(void **state) {
+/* A pool 300 MiB above a 300 MiB peak, trimmed (128 MiB kept above the
+ * peak) and the trim noted as giving back `released` bytes, which leave the
+ * pool's reserved bytes. */
+static fake *trimmed_at_300(uint64_t released) {
   fake *f = fake_new();
-  (void)state;
   f->p.trim_cooldown = 2;
   f->cur.bytes_reserved = 600 * MIB;
   f->cur.bytes_in_use = 300 * MIB;
@@ -581,9 +579,35 @@ static void test_adapt_loop_decide_trim_undone(void **state) {
   assert_int_equal(step(f), 1);
   assert_int_equal(f->d[0].kind, AA_ADAPT_TRIM);
   assert_int_equal(f->d[0].amount, 128 * MIB);
-  /* applied, nothing given back: nothing to learn, the next one comes */
-  f->d[0].released = 0;
+  f->d[0].released = released;
   aa_adapt_state_note_trim(&f->st, &f->d[0]);
+  f->cur.bytes_reserved -= released;
+  return f;
+}
+
+/* Steps n times, each trim noted as giving nothing back; *first and *last
+ * the amounts of the first and last trims (0: none). */
+static void trims_giving_nothing(fake *f, int n, uint64_t *first, uint64_t *last) {
+  *first = *last = 0;
+  for (int i = 0; i < n; i++) {
+    if (step(f) == 1) {
+      if (*first == 0)
+        *first = f->d[0].amount;
+      *last = f->d[0].amount;
+      f->d[0].released = 0;
+      aa_adapt_state_note_trim(&f->st, &f->d[0]);
+    }
+  }
+}
+
+/* A trim the workload undoes is not repeated: 300 MiB above the recent
+ * peak is trimmed to 128, the pool maps it back for a peak no larger (its
+ * holes, not a cache), and from then on that gap is kept; a trim that gave
+ * nothing back teaches nothing; a shrunken working set is trimmed again. */
+static void test_adapt_loop_decide_trim_undone(void **state) {
+  /* applied, nothing given back: nothing to learn, the next one comes */
+  fake *f = trimmed_at_300(0);
+  (void)state;
   assert_int_equal(step(f), 0); /* cooldown */
   assert_int_equal(step(f), 1);
   assert_int_equal(f->d[0].amount, 128 * MIB);
@@ -612,16 +636,8 @@ static void test_adapt_loop_decide_trim_undone(void **state) {
   aa_adapt_state_note_trim(&f->st, &f->d[0]);
   f->cur.bytes_in_use = 100 * MIB;
   f->cur.window_peak_bytes_in_use = 100 * MIB;
-  uint64_t first = 0, last = 0;
-  for (int i = 0; i < AA_ADAPT_PEAK_INTERVALS + 3; i++) {
-    if (step(f) == 1) {
-      if (first == 0)
-        first = f->d[0].amount;
-      last = f->d[0].amount;
-      f->d[0].released = 0;
-      aa_adapt_state_note_trim(&f->st, &f->d[0]);
-    }
-  }
+  uint64_t first, last;
+  trims_giving_nothing(f, AA_ADAPT_PEAK_INTERVALS + 3, &first, &last);
   assert_int_equal(first, 500 * MIB);
   assert_int_equal(last, 128 * MIB);
   free(f);
@@ -632,17 +648,8 @@ static void test_adapt_loop_decide_trim_undone(void **state) {
  * aged out its reserve must not read as the trim undone. And a gap learned
  * for one working set holds no more than the recent peak. */
 static void test_adapt_loop_decide_trim_not_undone(void **state) {
-  fake *f = fake_new();
+  fake *f = trimmed_at_300(172 * MIB); /* 428 MiB left */
   (void)state;
-  f->p.trim_cooldown = 2;
-  f->cur.bytes_reserved = 600 * MIB;
-  f->cur.bytes_in_use = 300 * MIB;
-  f->cur.window_peak_bytes_in_use = 300 * MIB;
-  assert_int_equal(step(f), 1);
-  assert_int_equal(f->d[0].amount, 128 * MIB);
-  f->d[0].released = 172 * MIB;
-  aa_adapt_state_note_trim(&f->st, &f->d[0]);
-  f->cur.bytes_reserved = 428 * MIB;
   assert_int_equal(step(f), 0);
   /* a burst to 2000 MiB in use, then back to 300 (the pool keeps 2100) */
   f->cur.bytes_reserved = 2100 * MIB;
@@ -658,15 +665,7 @@ static void test_adapt_loop_decide_trim_not_undone(void **state) {
   free(f);
 
   /* learned at a 300 MiB peak (as in ..._trim_undone)... */
-  f = fake_new();
-  f->p.trim_cooldown = 2;
-  f->cur.bytes_reserved = 600 * MIB;
-  f->cur.bytes_in_use = 300 * MIB;
-  f->cur.window_peak_bytes_in_use = 300 * MIB;
-  assert_int_equal(step(f), 1);
-  f->d[0].released = 172 * MIB;
-  aa_adapt_state_note_trim(&f->st, &f->d[0]);
-  f->cur.bytes_reserved = 428 * MIB;
+  f = trimmed_at_300(172 * MIB);
   assert_int_equal(step(f), 0);
   f->cur.bytes_reserved = 600 * MIB;
   assert_int_equal(step(f), 0);
@@ -685,14 +684,8 @@ static void test_adapt_loop_decide_trim_not_undone(void **state) {
   aa_adapt_state_note_trim(&f->st, &f->d[0]);
   f->cur.bytes_in_use = 20 * MIB;
   f->cur.window_peak_bytes_in_use = 20 * MIB;
-  uint64_t last = 0;
-  for (int i = 0; i < AA_ADAPT_PEAK_INTERVALS + 3; i++) {
-    if (step(f) == 1) {
-      last = f->d[0].amount;
-      f->d[0].released = 0;
-      aa_adapt_state_note_trim(&f->st, &f->d[0]);
-    }
-  }
+  uint64_t first, last;
+  trims_giving_nothing(f, AA_ADAPT_PEAK_INTERVALS + 3, &first, &last);
   assert_int_equal(last, 128 * MIB);
   free(f);
 }

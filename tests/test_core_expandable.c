@@ -449,16 +449,23 @@ static void test_core_expandable_backend_time(void **state) {
   aa_backend_destroy(g_inner);
 }
 
+/* A pool config for the expandable large path over a new host backend,
+ * which is returned (the caller destroys it after its pools). */
+static aa_backend *host_expandable(aa_pool_config *cfg) {
+  aa_backend *b = NULL;
+  assert_int_equal(aa_backend_host_new(&b), AA_OK);
+  aa_pool_config_init(cfg);
+  cfg->backend = b;
+  cfg->large_mode = AA_LARGE_EXPANDABLE;
+  return b;
+}
+
 /* large_page_bytes: pages mapped and unmapped in units of 8 MiB, every byte
  * of a block usable; sizes that are not powers of two in range refused. */
 static void test_core_expandable_page_bytes(void **state) {
   (void)state;
-  aa_backend *b = NULL;
-  assert_int_equal(aa_backend_host_new(&b), AA_OK);
   aa_pool_config cfg;
-  aa_pool_config_init(&cfg);
-  cfg.backend = b;
-  cfg.large_mode = AA_LARGE_EXPANDABLE;
+  aa_backend *b = host_expandable(&cfg);
   aa_pool *p = NULL;
   static const size_t bad[] = {3 * MiB, 1 * MiB, (size_t)2 << 30, 12 * MiB};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -579,12 +586,8 @@ static void test_core_expandable_map_runs_capped(void **state) {
  * runs of that many pages, a smaller one in runs of 16; out of range refused. */
 static void test_core_expandable_map_run_pages(void **state) {
   (void)state;
-  aa_backend *b = NULL;
-  assert_int_equal(aa_backend_host_new(&b), AA_OK);
   aa_pool_config cfg;
-  aa_pool_config_init(&cfg);
-  cfg.backend = b;
-  cfg.large_mode = AA_LARGE_EXPANDABLE;
+  aa_backend *b = host_expandable(&cfg);
   cfg.large_map_runs = 1;
   aa_pool *p = NULL;
   static const int bad[] = {-1, AA_LARGE_MAP_RUN_MAX + 1};
