@@ -153,7 +153,8 @@ static void test_core_stitch_serves_from_holes(void **state) {
   assert_int_equal(mapped1, mapped0);
   aa_backend_host_alias_counts(f->b, &al0, &unal0);
   assert_int_equal(al0, st.large_alias_maps);
-  assert_true(al0 >= 5); /* 10 MiB of 2 MiB handles */
+  assert_true(al0 >= 5);                                 /* 10 MiB of 2 MiB handles */
+  assert_int_equal(aa_backend_host_alias_runs(f->b), 1); /* all of them in one call */
 
   /* the bytes: every page of p is one of the lent blocks' pages, seen
    * through their own addresses (lent in the order the holes were taken) */
@@ -770,6 +771,45 @@ static void test_core_stitch_under_limit(void **state) {
   fx_done(f);
 }
 
+/* The backend fails an alias in the middle of a new range's handles (the
+ * fail-th map call from the request on): the call leaves none of the range
+ * mapped, no range is made, and the request is served by new pages instead;
+ * the holes and the live blocks are untouched, and the next request of
+ * that size stitches. */
+static void test_core_stitch_alias_run_fails_midway(void **state) {
+  (void)state;
+  for (uint64_t fail = 1; fail <= 3; fail++) {
+    fx *f = make_stitch(0, 1);
+    layout l = holes(f);
+    uint64_t reserved = stats(f).large_bytes_reserved;
+    aa_backend_host_fail_nth(f->b, fail, false);
+    char *p = aa_alloc(f->p, 10 * MiB, NULL);
+    aa_backend_host_fail_nth(f->b, 0, false);
+    assert_non_null(p);
+    aa_pool_stats st = stats(f);
+    assert_int_equal(st.large_stitches, 0);
+    assert_int_equal(st.large_stitched_ranges, 0);
+    assert_int_equal(st.large_alias_maps, 0);
+    assert_true(st.large_bytes_reserved > reserved); /* new pages */
+    calls c = calls_now(f);
+    assert_int_equal(c.aliases, fail - 1);    /* the failed run mapped those first */
+    assert_int_equal(c.unaliases, c.aliases); /* and undid them */
+    assert_int_equal(aa_backend_host_alias_runs(f->b), 0);
+    memset(p, 0x6B, 10 * MiB);
+    char *q = aa_alloc(f->p, 10 * MiB, NULL); /* the holes: stitched now */
+    assert_non_null(q);
+    assert_int_equal(stats(f).large_stitches, 1);
+    assert_int_equal(aa_backend_host_alias_runs(f->b), 1);
+    memset(q, 0x6C, 10 * MiB);
+    assert_int_equal(((unsigned char *)p)[10 * MiB - 1], 0x6B);
+    assert_int_equal(aa_free(f->p, q, 10 * MiB, NULL), AA_OK);
+    assert_int_equal(aa_free(f->p, p, 10 * MiB, NULL), AA_OK);
+    free_keep(f, &l);
+    release_undoes_every_alias(f);
+    fx_done(f);
+  }
+}
+
 /* Randomized: blocks of 1-20 MiB allocated and freed at random with
  * stitching on; every live block carries its own byte, checked before its
  * free; no two live blocks overlap in the pages they touch; in use adds up. */
@@ -870,6 +910,7 @@ int main(void) {
       cmocka_unit_test(test_core_stitch_retired_bounded_while_busy),
       cmocka_unit_test(test_core_stitch_revive_memory_short),
       cmocka_unit_test(test_core_stitch_under_limit),
+      cmocka_unit_test(test_core_stitch_alias_run_fails_midway),
       cmocka_unit_test(test_core_stitch_random_shadow),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -573,6 +573,77 @@ static void test_cuda_backend_vm_alias(void **state) {
   aa_backend_destroy(b);
 }
 
+/* map_alias_run: three handles (mapped apart, the middle one at another
+ * reservation) side by side at a new address in one call, one access grant
+ * for the range: every page reads and writes through both addresses, a
+ * kernel writes the range whole (one cudaMemset across the handles), and
+ * bad arguments change nothing. */
+static void test_cuda_backend_vm_alias_run(void **state) {
+  aa_backend *b = NULL;
+  aa_cuda_counts c;
+  size_t g;
+  unsigned char *r1 = NULL, *r2 = NULL, *r3 = NULL, *buf = NULL;
+  void *h[3] = {NULL, NULL, NULL};
+  size_t sz[3];
+  (void)state;
+  NEED_GPU();
+  g = vm_backend_or_skip(&b);
+  assert_non_null(b->ops->map_alias_run);
+  buf = malloc(g);
+  assert_non_null(buf);
+  assert_int_equal(b->ops->va_reserve(b, 4 * g, (void **)&r1), AA_OK);
+  assert_int_equal(b->ops->va_reserve(b, 2 * g, (void **)&r2), AA_OK);
+  assert_int_equal(b->ops->va_reserve(b, 3 * g, (void **)&r3), AA_OK);
+  assert_int_equal(b->ops->map(b, r1, g, &h[0]), AA_OK);
+  assert_int_equal(b->ops->map(b, r2 + g, g, &h[1]), AA_OK);
+  assert_int_equal(b->ops->map(b, r1 + 3 * g, g, &h[2]), AA_OK);
+  for (int i = 0; i < 3; i++)
+    sz[i] = g;
+  /* bad arguments: nothing mapped (a valid call at the same place works) */
+  assert_int_equal(b->ops->map_alias_run(b, r3 + 1, h, sz, 3), AA_EINVAL);
+  assert_int_equal(b->ops->map_alias_run(b, r3, h, sz, 0), AA_EINVAL);
+  void *bad[3] = {h[0], NULL, h[2]};
+  assert_int_equal(b->ops->map_alias_run(b, r3, bad, sz, 3), AA_EINVAL);
+  assert_int_equal(b->ops->map_alias_run(b, r3, h, sz, 3), AA_OK);
+  assert_int_equal(aa_backend_cuda_counts(b, &c), AA_OK);
+  assert_int_equal(c.allocs, 3); /* the aliases made no memory */
+  assert_int_equal(c.bytes_mapped, 3 * g);
+  vm_fill_check(r1, g, 0x11u, buf);
+  vm_fill_check(r2 + g, g, 0x22u, buf);
+  vm_fill_check(r1 + 3 * g, g, 0x33u, buf);
+  vm_check(r3, g, 0x11u, buf); /* each handle at its place in the range */
+  vm_check(r3 + g, g, 0x22u, buf);
+  vm_check(r3 + 2 * g, g, 0x33u, buf);
+  vm_fill_check(r3 + g, g, 0x44u, buf); /* and writable through it */
+  vm_check(r2 + g, g, 0x44u, buf);
+  assert_int_equal(cudaMemset(r3, 0x5A, 3 * g), cudaSuccess); /* across the handles */
+  assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+  unsigned char probe[3];
+  assert_int_equal(cudaMemcpy(&probe[0], r1 + g - 1, 1, cudaMemcpyDeviceToHost), cudaSuccess);
+  assert_int_equal(cudaMemcpy(&probe[1], r2 + g, 1, cudaMemcpyDeviceToHost), cudaSuccess);
+  assert_int_equal(cudaMemcpy(&probe[2], r1 + 3 * g, 1, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(probe[i], 0x5A);
+  /* mapping the same place again fails and leaves the range as it was */
+  assert_true(b->ops->map_alias_run(b, r3, h, sz, 3) != AA_OK);
+  vm_fill_check(r3 + 2 * g, g, 0x66u, buf);
+  vm_check(r1 + 3 * g, g, 0x66u, buf);
+  for (int i = 0; i < 3; i++)
+    b->ops->unmap_alias(b, r3 + (size_t)i * g, g, h[i]);
+  vm_check(r2 + g, g, 0x44u, buf); /* the first mappings keep their data */
+  b->ops->unmap(b, r1, g, h[0]);
+  b->ops->unmap(b, r2 + g, g, h[1]);
+  b->ops->unmap(b, r1 + 3 * g, g, h[2]);
+  b->ops->va_release(b, r3, 3 * g);
+  b->ops->va_release(b, r2, 2 * g);
+  b->ops->va_release(b, r1, 4 * g);
+  assert_int_equal(aa_backend_cuda_counts(b, &c), AA_OK);
+  assert_int_equal(c.bytes_mapped, 0);
+  assert_int_equal(cudaGetLastError(), cudaSuccess);
+  free(buf);
+  aa_backend_destroy(b);
+}
+
 /* A stitched range on the device: holes' pages serve a request no hole
  * fits with no new memory; a kernel's writes (cudaMemset on a side stream)
  * through the stitched address are what the lent pages hold. */
@@ -821,6 +892,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_backend_vm_map_failures),
       cmocka_unit_test(test_cuda_backend_vm_fresh_thread),
       cmocka_unit_test(test_cuda_backend_vm_alias),
+      cmocka_unit_test(test_cuda_backend_vm_alias_run),
       cmocka_unit_test(test_cuda_pool_stitch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,6 +10,7 @@
  * stream_wait op: host memory has nothing to order, so it counts the calls),
  * aa_backend_host_counts, aa_backend_host_aliasable (shared pages and
  * map_alias, for stitching), aa_backend_host_alias_counts,
+ * aa_backend_host_alias_runs,
  * aa_backend_host_event_counts.
  */
 #include <errno.h>
@@ -46,6 +47,7 @@ typedef struct host_ctx {
   _Atomic bool fail_every;
   _Atomic uint64_t allocs, frees, bytes_mapped;
   _Atomic uint64_t aliases, unaliases; /* map_alias and unmap_alias calls */
+  _Atomic uint64_t alias_runs;         /* map_alias_run calls that mapped their range */
   bool shared;                         /* aliasable (aa_backend_host_aliasable): pages mapped shared */
   _Atomic uint64_t ev_recorded;
   _Atomic uint64_t queries;
@@ -291,6 +293,32 @@ static void host_unmap_alias(aa_backend *b, void *addr, size_t size, void *handl
   atomic_fetch_add(&h->unaliases, 1);
 }
 
+/* map_alias handle by handle (each counted, each a fault injection point);
+ * a failure undoes the ones this call made. Counted in alias_runs. */
+static int host_map_alias_run(aa_backend *b, void *addr, void *const *handles,
+                              const size_t *sizes, size_t n) {
+  host_ctx *h = b->ctx;
+  size_t off = 0, i;
+  int rc = AA_OK;
+  if (n == 0 || handles == NULL || sizes == NULL)
+    return AA_EINVAL;
+  for (i = 0; i < n; i++) {
+    rc = host_map_alias(b, (char *)addr + off, sizes[i], handles[i]);
+    if (rc != AA_OK)
+      break;
+    off += sizes[i];
+  }
+  if (rc != AA_OK) {
+    while (i-- > 0) {
+      off -= sizes[i];
+      host_unmap_alias(b, (char *)addr + off, sizes[i], handles[i]);
+    }
+    return rc;
+  }
+  atomic_fetch_add(&h->alias_runs, 1);
+  return AA_OK;
+}
+
 static int host_event_record(aa_backend *b, aa_stream stream, void **event_out) {
   host_ctx *h = b->ctx;
   (void)stream;
@@ -431,6 +459,7 @@ static void host_alias_ops_init(void) {
   host_alias_ops = host_ops;
   host_alias_ops.map_alias = host_map_alias;
   host_alias_ops.unmap_alias = host_unmap_alias;
+  host_alias_ops.map_alias_run = host_map_alias_run;
 }
 
 int aa_backend_host_new(aa_backend **out) {
@@ -594,6 +623,11 @@ void aa_backend_host_alias_counts(const aa_backend *b, uint64_t *aliases, uint64
   host_ctx *h = host_of(b);
   *aliases = h ? atomic_load(&h->aliases) : 0;
   *unaliases = h ? atomic_load(&h->unaliases) : 0;
+}
+
+uint64_t aa_backend_host_alias_runs(const aa_backend *b) {
+  host_ctx *h = host_of(b);
+  return h ? atomic_load(&h->alias_runs) : 0;
 }
 
 void aa_backend_host_event_counts(const aa_backend *b, uint64_t *recorded,

@@ -588,6 +588,45 @@ static bool revive(aa_pool *pool, aa__seg *s, aa_stream stream, bool any) {
   return true;
 }
 
+/* One part of a new range mapped at its address: its page held. */
+static void part_mapped(aa__large *L, aa__stitch_part *pt) {
+  aa__assert(pt->pg->nheld == 0);
+  pt->pg->nalias++;
+  pt->pg->nheld++;
+  L->alias_maps++;
+}
+
+/* Maps a new range's parts[0..n) at their addresses (side by side): in one
+ * map_alias_run call where the backend offers it (on CUDA one access grant
+ * for the range, not one per handle), else handle by handle. *mapped: the
+ * parts mapped, all of them or, on failure, those the caller undoes. */
+static bool map_parts(aa_pool *pool, aa__stitch_part *parts, size_t n, size_t *mapped) {
+  aa_backend *b = pool->backend;
+  aa__large *L = pool->large;
+  *mapped = 0;
+  if (b->ops->map_alias_run != NULL && n > 1) {
+    void *hs[AA__STITCH_PARTS];
+    size_t lens[AA__STITCH_PARTS];
+    aa__assert(n <= AA__STITCH_PARTS);
+    for (size_t i = 0; i < n; i++) {
+      hs[i] = parts[i].pg->handle;
+      lens[i] = parts[i].len;
+    }
+    if (b->ops->map_alias_run(b, (void *)parts[0].at, hs, lens, n) != AA_OK)
+      return false; /* nothing of it mapped */
+    for (; *mapped < n; (*mapped)++)
+      part_mapped(L, &parts[*mapped]);
+    return true;
+  }
+  for (; *mapped < n; (*mapped)++) {
+    aa__stitch_part *pt = &parts[*mapped];
+    if (b->ops->map_alias(b, (void *)pt->at, pt->len, pt->pg->handle) != AA_OK)
+      return false;
+    part_mapped(L, pt);
+  }
+  return true;
+}
+
 /* A new free range of at least `need` bytes from whole free handles usable
  * on `stream`, its chunk returned (not binned); NULL when the holes do not
  * hold enough, at the bound, or a backend call failed (nothing changed).
@@ -673,28 +712,23 @@ static aa__chunk *range_new(aa_pool *pool, size_t need, aa_stream stream, const 
     goto fail;
   }
   /* the aliases, in order */
-  size_t off = 0;
+  size_t off = 0, np = 0;
   for (size_t k = 0; k < nv; k++) {
     aa__seg *o = v[k].c->seg;
     for (size_t i = v[k].i0; i < v[k].i1;) {
       aa__seg *pg = o->pages[i];
       size_t len = pg->h.end - pg->h.base;
-      aa__stitch_part *pt = &s->st->parts[mapped];
+      aa__stitch_part *pt = &s->st->parts[np++];
       pt->pg = pg;
       pt->at = (uintptr_t)base + off;
       pt->len = len;
-      if (b->ops->map_alias(b, (void *)pt->at, len, pg->handle) != AA_OK)
-        goto fail;
-      aa__assert(pg->nheld == 0);
-      pg->nalias++;
-      pg->nheld++;
-      mapped++;
-      L->alias_maps++;
       off += len;
       i += len / ps;
     }
   }
-  aa__assert(off == got && mapped == nparts);
+  aa__assert(off == got && np == nparts);
+  if (!map_parts(pool, s->st->parts, nparts, &mapped))
+    goto fail;
   s->h.base = (uintptr_t)base;
   s->h.end = (uintptr_t)base + got;
   s->h.kind = AA__SPAN_LARGE;

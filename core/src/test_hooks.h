@@ -52,6 +52,9 @@ void aa_backend_host_counts(const aa_backend *b, uint64_t *allocs,
 int aa_backend_host_aliasable(aa_backend *b);
 /* map_alias and unmap_alias calls so far (stitching). */
 void aa_backend_host_alias_counts(const aa_backend *b, uint64_t *aliases, uint64_t *unaliases);
+/* map_alias_run calls that mapped their range so far (a stitched range's
+ * handles in one call; each handle is counted in aliases too). */
+uint64_t aa_backend_host_alias_runs(const aa_backend *b);
 /* Host events recorded so far, and those not yet released (outstanding) —
  * for leak checks in tests. */
 void aa_backend_host_event_counts(const aa_backend *b, uint64_t *recorded,

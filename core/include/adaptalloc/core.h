@@ -132,6 +132,15 @@ typedef struct aa_backend_ops {
   int (*map_alias)(aa_backend *b, void *addr, size_t size, void *handle);
   /* Undo one map_alias: the memory stays, mapped where map put it. */
   void (*unmap_alias)(aa_backend *b, void *addr, size_t size, void *handle);
+  /* Optional (NULL: map_alias handle by handle), with map_alias: n handles
+   * side by side from `addr` (handles[i] of sizes[i] bytes, each as
+   * map_alias takes it), the range made accessible with one call instead of
+   * one per handle (CUDA: a cuMemMap per handle, one cuMemSetAccess for the
+   * range). All or nothing: on error nothing of the range stays mapped.
+   * Undone handle by handle with unmap_alias. AA_EINVAL, AA_ENOMEM,
+   * AA_EBACKEND. */
+  int (*map_alias_run)(aa_backend *b, void *addr, void *const *handles, const size_t *sizes,
+                       size_t n);
 
   /* Optional (NULL: not offered), for sharing memory with another process
    * (aa_block_share, CUDA IPC): a POSIX file descriptor that another

@@ -442,16 +442,20 @@ static int vm_range_ok(aa_backend *b, const void *addr, size_t size) {
  * backend's device; a failed cuMemSetAccess unmaps it again (a failed
  * cuMemMap, the range already mapped say, must not unmap what was there).
  * Inside vm_enter. */
-static CUresult map_rw(aa_backend *b, void *addr, size_t size, CUmemGenericAllocationHandle h) {
+static CUresult set_rw(aa_backend *b, void *addr, size_t size) {
   CUmemAllocationProp prop;
   CUmemAccessDesc access;
   vm_prop(b, &prop);
   memset(&access, 0, sizeof access);
   access.location = prop.location;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return vm_api.set_access(vm_addr(addr), size, &access, 1);
+}
+
+static CUresult map_rw(aa_backend *b, void *addr, size_t size, CUmemGenericAllocationHandle h) {
   CUresult r = vm_api.map(vm_addr(addr), size, 0, h, 0);
   if (r == CUDA_SUCCESS) {
-    r = vm_api.set_access(vm_addr(addr), size, &access, 1);
+    r = set_rw(b, addr, size);
     if (r != CUDA_SUCCESS)
       (void)vm_api.unmap(vm_addr(addr), size);
   }
@@ -526,6 +530,47 @@ static int dev_map_alias(aa_backend *b, void *addr, size_t size, void *handle) {
   if (rc != AA_OK)
     return rc;
   CUresult r = map_rw(b, addr, size, (CUmemGenericAllocationHandle)(uintptr_t)handle);
+  aa__cuda_leave(b->device, prev);
+  return vm_err(r);
+}
+
+/* dev_map_alias for n handles side by side: a cuMemMap each, then one
+ * cuMemSetAccess over the whole range (the access call costs about as much
+ * for one handle as for many). A failure unmaps what this call mapped. */
+static int dev_map_alias_run(aa_backend *b, void *addr, void *const *handles,
+                             const size_t *sizes, size_t n) {
+  size_t total = 0, mapped = 0;
+  int prev = -1;
+  int rc;
+  CUresult r = CUDA_SUCCESS;
+  if (n == 0 || handles == NULL || sizes == NULL)
+    return AA_EINVAL;
+  for (size_t i = 0; i < n; i++) {
+    if (handles[i] == NULL || sizes[i] == 0 || sizes[i] > SIZE_MAX - total)
+      return AA_EINVAL;
+    rc = vm_range_ok(b, (char *)addr + total, sizes[i]);
+    if (rc != AA_OK)
+      return rc;
+    total += sizes[i];
+  }
+  rc = vm_enter(b, &prev);
+  if (rc != AA_OK)
+    return rc;
+  for (size_t off = 0; mapped < n; off += sizes[mapped], mapped++) {
+    r = vm_api.map(vm_addr((char *)addr + off), sizes[mapped], 0,
+                   (CUmemGenericAllocationHandle)(uintptr_t)handles[mapped], 0);
+    if (r != CUDA_SUCCESS)
+      break;
+  }
+  if (r == CUDA_SUCCESS)
+    r = set_rw(b, addr, total);
+  if (r != CUDA_SUCCESS) {
+    size_t off = 0;
+    for (size_t i = 0; i < mapped; i++) {
+      (void)vm_api.unmap(vm_addr((char *)addr + off), sizes[i]);
+      off += sizes[i];
+    }
+  }
   aa__cuda_leave(b->device, prev);
   return vm_err(r);
 }
@@ -792,6 +837,7 @@ static const aa_backend_ops dev_ops = {
     .unmap = dev_unmap,
     .map_alias = dev_map_alias,
     .unmap_alias = dev_unmap_alias,
+    .map_alias_run = dev_map_alias_run,
     .export_fd = dev_export_fd,
 };
 
