@@ -4,7 +4,7 @@ as adaptalloc's expandable large path makes them, against larger runs and
 against cuMemAlloc (what cudaMalloc, and so PyTorch's default allocator,
 pays per segment).
 
-    python3 bench/gpu/bench_vmm.py [--mib 520] [--reps 3] [--out vmm.json]
+    python3 bench/gpu/bench_vmm.py [--mib 520] [--reps 3] [--run-pages 8] [--out vmm.json]
 
 Each case backs --mib MiB of a fresh address reservation and gives it back,
 --reps times (median [min, max], us):
@@ -17,6 +17,12 @@ Each case backs --mib MiB of a fresh address reservation and gives it back,
               + map each, one cuMemSetAccess over the range
   one         a single handle of the whole size
   memalloc    cuMemAlloc + cuMemFree of 20 MiB pieces (cudaMalloc's cost)
+  alias       stitching's cost: 2 MiB handles already made and mapped at
+              one address, mapped again side by side at a second one, a
+              cuMemMap + cuMemSetAccess each (map_alias), then a cuMemUnmap
+              each (unmap_alias); only the second address timed
+  alias_run   the same with one cuMemSetAccess per range of --run-pages
+              handles (map_alias_run, a stitched range made in one call)
 Per case: us per 2 MiB of memory made usable, and of memory given back, so
 the rows compare directly. The driver calls go through ctypes to libcuda in
 the CUDA context torch made current; nothing else runs on the GPU.
@@ -129,6 +135,43 @@ def vmm_case(d, total, piece, one_access):
     return (t1 - t0) * 1e6, (t2 - t1) * 1e6
 
 
+def alias_case(d, total, per_range):
+    """2 MiB handles made and mapped at one address (not timed), then
+    mapped again at a second reservation: per_range 1 sets the access per
+    handle, else once per `per_range` handles. Returns (us to map the
+    aliases, us to unmap them)."""
+    first = d.reserve(total)
+    second = d.reserve(total)
+    hs = []
+    try:
+        for off in range(0, total, GRAN):
+            h = d.create(GRAN)
+            hs.append(h)
+            d.map(first + off, GRAN, h)
+        d.access(first, total)
+        t0 = time.perf_counter()
+        step = per_range * GRAN
+        for r in range(0, total, step):
+            n = min(step, total - r)
+            for off in range(r, r + n, GRAN):
+                d.map(second + off, GRAN, hs[off // GRAN])
+                if per_range == 1:
+                    d.access(second + off, GRAN)
+            if per_range > 1:
+                d.access(second + r, n)
+        t1 = time.perf_counter()
+        for off in range(0, total, GRAN):
+            d.ok("cuMemUnmap", second + off, GRAN)
+        t2 = time.perf_counter()
+        for i, h in enumerate(hs):
+            d.ok("cuMemUnmap", first + i * GRAN, GRAN)
+            d.ok("cuMemRelease", h)
+    finally:
+        d.ok("cuMemAddressFree", second, total)
+        d.ok("cuMemAddressFree", first, total)
+    return (t1 - t0) * 1e6, (t2 - t1) * 1e6
+
+
 def memalloc_case(d, total, piece):
     t0 = time.perf_counter()
     ps = []
@@ -148,11 +191,14 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mib", type=int, default=520, help="memory per case (a multiple of 20; default 520)")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--run-pages", type=int, default=8,
+                    help="handles per range in the alias_run case (default 8)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     total = a.mib * MIB
-    if a.mib <= 0 or total % (20 * MIB) or a.reps < 1:
-        sys.exit("bench_vmm: --mib must be a positive multiple of 20, --reps at least 1")
+    if a.mib <= 0 or total % (20 * MIB) or a.reps < 1 or a.run_pages < 2:
+        sys.exit("bench_vmm: --mib must be a positive multiple of 20, --reps at least 1, "
+                 "--run-pages at least 2")
     import torch
 
     torch.cuda.init()
@@ -163,7 +209,9 @@ def main():
              "page_1acc": lambda: vmm_case(d, total, GRAN, True),
              "run20": lambda: vmm_case(d, total, 20 * MIB, True),
              "one": lambda: vmm_case(d, total, total, True),
-             "memalloc": lambda: memalloc_case(d, total, 20 * MIB)}
+             "memalloc": lambda: memalloc_case(d, total, 20 * MIB),
+             "alias": lambda: alias_case(d, total, 1),
+             "alias_run": lambda: alias_case(d, total, a.run_pages)}
     for f in cases.values():  # warm the driver's paths once
         f()
     res = {k: {"map": [], "unmap": []} for k in cases}
