@@ -108,6 +108,17 @@ def _child(name, out):
         m = _load_native()
         m.install(torch.cuda.device_count())
         _stitch(m)
+    elif name in ("stitch_streams", "stitch_graph", "stitch_oom"):  # large.stitch on
+        m = _load_native()
+        m.install(torch.cuda.device_count())
+        {"stitch_streams": _stitch_streams, "stitch_graph": _stitch_graph,
+         "stitch_oom": _stitch_oom}[name](m)
+    elif name == "plan_change":  # large.plan on: the loop, then other shapes
+        m = _load_native()
+        m.install(torch.cuda.device_count())
+        _plan_change(m, out)
+    elif name == "plan_change_ref":
+        _plan_change(None, out)
     elif name == "plan":  # ADAPTALLOC_POLICY: a policy with large.plan on
         m = _load_native()
         m.install(torch.cuda.device_count())
@@ -139,11 +150,13 @@ def _child(name, out):
         _settings_applied()
 
 
-def _plan_steps(steps, side_every=0):
+def _plan_steps(steps, side_every=0, then=0, then_batch=24):
     """A fixed-shape training loop (the learned plan's case): a small
     transformer, AdamW, `steps` steps; every side_every-th step a copy of the
-    activations goes through a side stream (record_stream). Returns the
-    losses and the final parameters on the CPU."""
+    activations goes through a side stream (record_stream); then `then`
+    steps more at batch then_batch (every activation another size: a plan
+    learned on the first shapes stops matching). Returns the losses and the
+    final parameters on the CPU."""
     import torch
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(d_model=256, nhead=4, dim_feedforward=1024,
@@ -152,10 +165,11 @@ def _plan_steps(steps, side_every=0):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     g = torch.Generator(device="cpu").manual_seed(1)
     xs = [torch.randn(16, 128, 256, generator=g) for _ in range(4)]
+    xs2 = [torch.randn(then_batch, 128, 256, generator=g) for _ in range(4)] if then else []
     side = torch.cuda.Stream()
     losses = []
-    for step in range(steps):
-        x = xs[step % 4].cuda()
+    for step in range(steps + then):
+        x = (xs[step % 4] if step < steps else xs2[step % 4]).cuda()
         y = model(x)
         if side_every and step % side_every == 0:
             side.wait_stream(torch.cuda.current_stream())
@@ -200,12 +214,7 @@ def _stitch(m):
     import torch
     mib = 1 << 20
     u8 = dict(dtype=torch.uint8, device="cuda")
-    holes, keeps = [], []
-    for i in range(3):
-        holes.append(torch.empty(6 * mib, **u8))
-        keeps.append(torch.full((3 * mib,), 40 + i, **u8))
-    del holes
-    torch.cuda.synchronize()
+    keeps = _holes()
     reserved0 = torch.cuda.memory_reserved()
     side = torch.cuda.Stream()
     steps = {}  # reserved after each step: where it grew, when it does
@@ -231,7 +240,7 @@ def _stitch(m):
     seg_total = sum(sg["total_size"] for sg in snap["segments"])
     tiles_ok = all(sum(b["size"] for b in sg["blocks"]) == sg["total_size"]
                    for sg in snap["segments"])
-    keeps_ok = all(int(k.min()) == 40 + i and int(k.max()) == 40 + i for i, k in enumerate(keeps))
+    keeps_ok = _keeps_ok(keeps)
     x.record_stream(torch.cuda.current_stream())
     del x
     y = torch.empty(10 * mib, **u8)  # the kept range again, or its pages
@@ -243,6 +252,206 @@ def _stitch(m):
                       "reserved_snap": reserved_snap, "steps": steps,
                       "segments": seg_view,
                       "large": {k: v for k, v in st.items() if k.startswith("large_")}}))
+
+
+def _holes():
+    """Three 6 MiB holes between live 3 MiB tensors (filled with 40, 41,
+    42), the device synchronized: a 10 MiB request then fits no hole, and
+    with large.stitch on is served from the holes' pages. Returns the live
+    tensors."""
+    import torch
+    mib = 1 << 20
+    u8 = dict(dtype=torch.uint8, device="cuda")
+    holes, keeps = [], []
+    for i in range(3):
+        holes.append(torch.empty(6 * mib, **u8))
+        keeps.append(torch.full((3 * mib,), 40 + i, **u8))
+    del holes
+    torch.cuda.synchronize()
+    return keeps
+
+
+def _keeps_ok(keeps):
+    """Whether _holes' live tensors hold what they were filled with (checked
+    on the CPU: no device memory asked, so it holds under a cap too)."""
+    return all(bool((k.cpu() == 40 + i).all()) for i, k in enumerate(keeps))
+
+
+def _all_equal(t, v):
+    """Whether every byte of device tensor t is v, checked on the CPU."""
+    return bool((t.cpu() == v).all())
+
+
+def _warm_kernels():
+    """Every kernel the stream children launch, launched once: a first
+    launch loads its module, which may wait for the device and end a
+    torch.cuda._sleep early."""
+    import torch
+    t = torch.full((1024,), 3, dtype=torch.uint8, device="cuda")
+    t.sum(dtype=torch.int64)
+    t.fill_(7)
+    bool((t == 7).all())
+    torch.cuda._sleep(1000)
+    del t
+    torch.cuda.synchronize()
+
+
+def _stitch_streams(m):
+    """test_stitched_range_record_stream_and_side_streams's child: a
+    stitched 10 MiB tensor written on a side stream, read on the current
+    stream behind a long kernel (record_stream) and freed while that read
+    is queued; the side stream then asks for the holes' sizes and the
+    range's size again and writes them at once. The read must see the
+    stitched tensor's data, each new tensor its own, and the live tensors
+    beside the holes theirs. Prints what happened as JSON."""
+    import torch
+    mib = 1 << 20
+    u8 = dict(dtype=torch.uint8, device="cuda")
+    _warm_kernels()
+    keeps = _holes()
+    st0 = json.loads(m.stats_json(0))
+    side = torch.cuda.Stream()
+    cur = torch.cuda.current_stream()
+    side.wait_stream(cur)
+    with torch.cuda.stream(side):
+        x = torch.empty(10 * mib, **u8)
+        x.fill_(7)
+    st1 = json.loads(m.stats_json(0))
+    cur.wait_stream(side)
+    x.record_stream(cur)
+    torch.cuda._sleep(500_000_000)  # the current stream busy for a while
+    total = x.sum(dtype=torch.int64)  # queued behind the sleep
+    del x
+    with torch.cuda.stream(side):
+        ys = [torch.empty(6 * mib, **u8) for _ in range(3)]
+        z = torch.empty(10 * mib, **u8)
+        pending = not cur.query()  # the read still queued when they were taken
+        for i, y in enumerate(ys):
+            y.fill_(1 + i)
+        z.fill_(9)
+    torch.cuda.synchronize()
+    ys_ok = all(_all_equal(y, 1 + i) for i, y in enumerate(ys))
+    z_ok = _all_equal(z, 9)
+    del ys, z
+    torch.cuda.synchronize()
+    # the holes are back: a stitched request on the current stream, with the
+    # range's stream idle, must find memory without growing much
+    reserved = torch.cuda.memory_reserved()
+    w = torch.full((10 * mib,), 5, **u8)
+    w_ok = _all_equal(w, 5)
+    st2 = json.loads(m.stats_json(0))
+    print(json.dumps({"pending": pending, "read_ok": int(total) == 7 * 10 * mib,
+                      "ys_ok": ys_ok, "z_ok": z_ok, "w_ok": w_ok, "keeps_ok": _keeps_ok(keeps),
+                      "stitched": st1["large_stitches"] - st0["large_stitches"],
+                      "grown_last": torch.cuda.memory_reserved() - reserved,
+                      "large": {k: v for k, v in st2.items() if k.startswith("large_")}}))
+
+
+def _stitch_graph(m):
+    """test_stitch_refused_under_graph_capture's child: with the holes of
+    _holes in the device pool, a CUDA graph captures a step that allocates
+    10 MiB tensors (the capture's private pool serves them: no alias is
+    mapped under capture), its replays match eager, and after the capture
+    the device pool still stitches. Prints what happened as JSON."""
+    import torch
+    mib = 1 << 20
+    n = 10 * mib // 4
+    static_in = torch.full((n,), 1.0, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            (static_in * 2 + 1).sum()  # warm up on a side stream
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()  # the warm-up's free memory given back: only the holes stay
+    keeps = _holes()
+    st0 = json.loads(m.stats_json(0))
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        a = static_in * 2 + 1      # 10 MiB: no hole fits it
+        b = a * a                  # 10 MiB more
+        static_out = b.sum()
+    st1 = json.loads(m.stats_json(0))
+    replays_ok = True
+    for i in range(4):
+        static_in.fill_(float(i))
+        g.replay()
+        ref = float(((torch.full((n,), float(i), device="cuda") * 2 + 1) ** 2).sum())
+        replays_ok &= abs(float(static_out) - ref) <= 1e-6 * max(1.0, abs(ref))
+    del g, a, b, static_out
+    torch.cuda.synchronize()
+    st2 = json.loads(m.stats_json(0))
+    x = torch.full((10 * mib,), 3, dtype=torch.uint8, device="cuda")  # eager: stitched
+    x_ok = _all_equal(x, 3)
+    st3 = json.loads(m.stats_json(0))
+    print(json.dumps({"replays_ok": replays_ok, "x_ok": x_ok, "keeps_ok": _keeps_ok(keeps),
+                      "private_pools": m.private_pool_count(0),
+                      "alias_under_capture": st1["large_alias_maps"] - st0["large_alias_maps"],
+                      "stitches_under_capture": st1["large_stitches"] - st0["large_stitches"],
+                      "stitches_after": st3["large_stitches"] - st2["large_stitches"],
+                      "hits_after": st3["large_stitch_hits"] - st2["large_stitch_hits"]}))
+
+
+def _stitch_oom(m):
+    """test_stitch_before_oom_and_recovery's child: under a memory-fraction
+    cap a little above what the pool holds, a request that no hole fits is
+    served by stitching instead of failing; a request past the cap raises
+    torch.OutOfMemoryError (the out-of-memory retry undoes the stitched
+    ranges it may); then stitching and training go on, data intact. Prints
+    what happened as JSON."""
+    import torch
+    mib = 1 << 20
+    u8 = dict(dtype=torch.uint8, device="cuda")
+    keeps = _holes()
+    total_mem = torch.cuda.get_device_properties(0).total_memory
+    reserved0 = torch.cuda.memory_reserved()
+    cap = reserved0 + 4 * mib  # room for two pages, not for 10 MiB
+    torch.cuda.set_per_process_memory_fraction(cap / total_mem, 0)
+    res = {"reserved0": reserved0, "cap": cap}
+    try:
+        x = torch.full((10 * mib,), 7, **u8)
+        res["stitched_ok"] = _all_equal(x, 7)
+        del x
+    except torch.OutOfMemoryError as e:
+        res["stitched_ok"] = False
+        res["first_oom"] = str(e)
+    res["reserved_after_stitch"] = torch.cuda.memory_reserved()
+    try:
+        torch.empty(64 * mib, **u8)
+        res["caught"] = False
+    except torch.OutOfMemoryError as e:
+        res["caught"] = True
+        res["msg"] = str(e)
+    res["keeps_ok_after_oom"] = _keeps_ok(keeps)
+    try:  # the holes serve a stitched request again after the retry
+        y = torch.full((10 * mib,), 9, **u8)
+        res["again_ok"] = _all_equal(y, 9)
+        del y
+    except torch.OutOfMemoryError as e:
+        res["again_ok"] = False
+        res["again_oom"] = str(e)
+    torch.cuda.set_per_process_memory_fraction(1.0, 0)
+    outs, _ = _train(steps=3)
+    res["trained"] = all(bool(torch.isfinite(o).all()) for o in outs)
+    res["keeps_ok"] = _keeps_ok(keeps)
+    st = json.loads(m.stats_json(0))
+    res["large"] = {k: v for k, v in st.items() if k.startswith("large_")}
+    res["num_ooms"] = torch.cuda.memory_stats()["num_ooms"]
+    print(json.dumps(res))
+
+
+def _plan_change(m, out):
+    """test_plan_dropped_when_shapes_change's child: the plan's loop for 80
+    steps, then 30 at another batch; under adaptalloc, the pool's plan
+    figures printed as JSON."""
+    import torch
+    torch.save(_plan_steps(80, side_every=3, then=30), out)
+    if m is not None:
+        st = json.loads(m.stats_json(0))
+        print(json.dumps({k: st.get(k) for k in (
+            "large_plan_state", "large_plan_hits", "large_plan_misses", "large_plans_adopted",
+            "large_plans_dropped", "peak_bytes_reserved", "peak_bytes_in_use")}))
 
 
 def _stream_wait_reuse(m):
@@ -875,12 +1084,7 @@ def test_stitched_range_data_and_snapshot(tmp_path):
     holes' pages (reserved does not grow), kernels' writes through the
     stitched address are right, the live tensors beside the holes keep
     theirs, and the snapshot's segments add up to what is reserved."""
-    pol = json.load(open(os.path.join(os.path.dirname(HERE), "..", "..", "policies",
-                                      "default.json")))
-    pol["pools"]["device"]["large"]["stitch"] = True
-    path = tmp_path / "stitch.json"
-    path.write_text(json.dumps(pol))
-    _, stdout = _run_child("stitch", tmp_path, ADAPTALLOC_POLICY=str(path))
+    _, stdout = _run_child("stitch", tmp_path, ADAPTALLOC_POLICY=_stitch_policy(tmp_path))
     res = json.loads(stdout.strip().splitlines()[-1])
     mib = 1 << 20
     assert res["stitches"] >= 1, _show(res)
@@ -890,18 +1094,84 @@ def test_stitched_range_data_and_snapshot(tmp_path):
     assert res["seg_total"] == res["reserved_snap"] and res["tiles_ok"], _show(res)
 
 
+def _device_large_policy(tmp_path, key):
+    """The default policy with the device pool's large.KEY on, as a file;
+    its path."""
+    pol = json.load(open(os.path.join(os.path.dirname(HERE), "..", "..", "policies",
+                                      "default.json")))
+    pol["pools"]["device"]["large"][key] = True
+    path = tmp_path / ("%s.json" % key)
+    path.write_text(json.dumps(pol))
+    return str(path)
+
+
+def _stitch_policy(tmp_path):
+    return _device_large_policy(tmp_path, "stitch")
+
+
+def test_stitched_range_record_stream_and_side_streams(tmp_path):
+    """A stitched tensor written on a side stream, read on another stream
+    (record_stream) and freed while the read is queued: the side stream's
+    next requests for the holes' sizes and the range's size, written at
+    once, must not reach the pages under the pending read, and every
+    tensor keeps its own data."""
+    res = _child_json("stitch_streams", tmp_path, ADAPTALLOC_POLICY=_stitch_policy(tmp_path))
+    assert res["pending"], ("the read finished before the requests: lengthen the sleep",
+                            _show(res))
+    assert res["stitched"] >= 1, _show(res)
+    assert res["read_ok"], _show(res)
+    assert res["ys_ok"] and res["z_ok"] and res["w_ok"] and res["keeps_ok"], _show(res)
+
+
+def test_stitch_refused_under_graph_capture(tmp_path):
+    """Under CUDA graph capture no alias is mapped (the capture's private
+    pool serves its requests), the graph's replays match eager, and the
+    device pool stitches after the capture."""
+    res = _child_json("stitch_graph", tmp_path, ADAPTALLOC_POLICY=_stitch_policy(tmp_path))
+    assert res["alias_under_capture"] == 0 and res["stitches_under_capture"] == 0, _show(res)
+    assert res["replays_ok"] and res["x_ok"] and res["keeps_ok"], _show(res)
+    assert res["stitches_after"] + res["hits_after"] >= 1, _show(res)
+
+
+def test_stitch_before_oom_and_recovery(tmp_path):
+    """Under a cap that leaves no room for a 10 MiB request, stitching
+    serves it from the holes instead of failing; a request past the cap is
+    torch.OutOfMemoryError; afterwards the holes are stitched again, the
+    live tensors are intact and training goes on."""
+    res = _child_json("stitch_oom", tmp_path, ADAPTALLOC_POLICY=_stitch_policy(tmp_path))
+    assert res["stitched_ok"], _show(res)
+    assert res["reserved_after_stitch"] <= res["cap"], _show(res)
+    assert res["caught"] and "adaptalloc" in res["msg"], _show(res)
+    assert res["keeps_ok_after_oom"] and res["again_ok"], _show(res)
+    assert res["trained"] and res["keeps_ok"], _show(res)
+    assert res["large"]["large_stitches"] >= 1 and res["num_ooms"] >= 1, _show(res)
+
+
+def test_plan_dropped_when_shapes_change(tmp_path):
+    """large.plan on: the plan learned on a fixed-shape loop stops matching
+    when the batch changes; it is dropped, and the training computes what
+    it computes under PyTorch's allocator throughout."""
+    ref, _ = _run_child("plan_change_ref", tmp_path, PYTORCH_CUDA_ALLOC_CONF="")
+    path = _device_large_policy(tmp_path, "plan")
+    (tmp_path / "sub").mkdir()
+    out, stdout = _run_child("plan_change", tmp_path / "sub", ADAPTALLOC_POLICY=path)
+    res = json.loads(stdout.strip().splitlines()[-1])
+    ref_losses, ref_params = torch.load(ref)
+    losses, params = torch.load(out)
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=1e-5, atol=1e-6)
+    for a, b in zip(params, ref_params):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert res["large_plans_adopted"] >= 1 and res["large_plans_dropped"] >= 1, _show(res)
+
+
 def test_plan_same_training_and_adopted(tmp_path):
     """large.plan on: a fixed-shape training loop (with a side stream's
     record_stream every third step) computes what it computes under
     PyTorch's allocator, and the pool learned a plan and served from it."""
     ref, _ = _run_child("plan_ref", tmp_path, PYTORCH_CUDA_ALLOC_CONF="")
-    pol = json.load(open(os.path.join(os.path.dirname(HERE), "..", "..", "policies",
-                                      "default.json")))
-    pol["pools"]["device"]["large"]["plan"] = True
-    path = tmp_path / "plan.json"
-    path.write_text(json.dumps(pol))
+    path = _device_large_policy(tmp_path, "plan")
     (tmp_path / "sub").mkdir()
-    out, stdout = _run_child("plan", tmp_path / "sub", ADAPTALLOC_POLICY=str(path))
+    out, stdout = _run_child("plan", tmp_path / "sub", ADAPTALLOC_POLICY=path)
     res = json.loads(stdout.strip().splitlines()[-1])
     ref_losses, ref_params = torch.load(ref)
     losses, params = torch.load(out)
