@@ -374,11 +374,11 @@ def _stitch_graph(m):
         static_out = b.sum()
     st1 = json.loads(m.stats_json(0))
     replays_ok = True
-    for i in range(4):
+    for i in range(4):  # no eager request here: the stitch after the capture is x's
         static_in.fill_(float(i))
         g.replay()
-        ref = float(((torch.full((n,), float(i), device="cuda") * 2 + 1) ** 2).sum())
-        replays_ok &= abs(float(static_out) - ref) <= 1e-6 * max(1.0, abs(ref))
+        ref = float(n * (2 * i + 1) ** 2)
+        replays_ok &= abs(float(static_out) - ref) <= 1e-4 * ref
     del g, a, b, static_out
     torch.cuda.synchronize()
     st2 = json.loads(m.stats_json(0))
