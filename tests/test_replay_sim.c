@@ -112,6 +112,61 @@ static void test_replay_sim_hand_computed(void **state) {
   aa_replay_sim_free(s);
 }
 
+/* Stitching in the simulator: three 6 MiB holes between live 3 MiB blocks,
+ * then a 10 MiB request that no hole fits, served by a stitched range; the
+ * cost model prices the range's aliases (alias_us per handle mapped,
+ * unalias_us per alias undone) beside the backend's calls. */
+static void stitch_run(double alias_us, double unalias_us, aa_replay_result *r) {
+  aa_replay_config cfg;
+  aa_replay_sim *s = NULL;
+  char err[AA_REPLAY_ERR_CAP];
+  aa_replay_event e[16];
+  size_t n = 0;
+  uint64_t t = 0;
+
+  aa_replay_config_init(&cfg);
+  cfg.pool.large_mode = AA_LARGE_EXPANDABLE;
+  cfg.pool.large_stitch = 1;
+  cfg.costs.alias_us = alias_us;
+  cfg.costs.unalias_us = unalias_us;
+  assert_int_equal(aa_replay_sim_new(&cfg, &s, err, sizeof err), AA_OK);
+  for (uint64_t i = 0; i < 3; i++) {
+    e[n] = ev('a', t++, 0x100000 + i, 6 * MIB, n + 2);
+    n++;
+    e[n] = ev('a', t++, 0x200000 + i, 3 * MIB, n + 2);
+    n++;
+  }
+  for (uint64_t i = 0; i < 3; i++, n++)
+    e[n] = ev('f', t++, 0x100000 + i, 6 * MIB, n + 2);
+  e[n] = ev('a', t++, 0x300000, 10 * MIB, n + 2);
+  n++;
+  e[n] = ev('f', t++, 0x300000, 10 * MIB, n + 2);
+  n++;
+  for (uint64_t i = 0; i < 3; i++, n++)
+    e[n] = ev('f', t++, 0x200000 + i, 3 * MIB, n + 2);
+  assert_int_equal(aa_replay_sim_feed(s, e, n), AA_OK);
+  aa_replay_sim_result(s, r);
+  aa_replay_sim_free(s);
+}
+
+static void test_replay_sim_stitch_alias_costs(void **state) {
+  aa_replay_result r, free_aliases;
+  (void)state;
+  stitch_run(36.0, 24.0, &r);
+  assert_int_equal(r.failures, 0);
+  assert_int_equal(r.stitches, 1);
+  assert_true(r.alias_maps >= 5); /* 10 MiB of 2 MiB handles */
+  double want = (double)r.backend_allocs * 43.0 + (double)r.backend_frees * 43.0 +
+                (double)r.alias_maps * 36.0 + (double)r.alias_unmaps * 24.0;
+  assert_true(r.sim_backend_us > want - 0.01 && r.sim_backend_us < want + 0.01);
+  stitch_run(0.0, 0.0, &free_aliases); /* the same run, aliases free */
+  assert_int_equal(free_aliases.alias_maps, r.alias_maps);
+  assert_int_equal(free_aliases.backend_calls, r.backend_calls);
+  want -= (double)r.alias_maps * 36.0 + (double)r.alias_unmaps * 24.0;
+  assert_true(free_aliases.sim_backend_us > want - 0.01 &&
+              free_aliases.sim_backend_us < want + 0.01);
+}
+
 static void test_replay_sim_event_count_fallback(void **state) {
   aa_replay_sim *s = new_sim(AA_REPLAY_STOP, 0, false);
   aa_replay_event e[3];
@@ -735,6 +790,7 @@ static void test_replay_sim_account_at_peak_in_use(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_replay_sim_hand_computed),
+      cmocka_unit_test(test_replay_sim_stitch_alias_costs),
       cmocka_unit_test(test_replay_sim_event_count_fallback),
       cmocka_unit_test(test_replay_sim_bad_input_stop),
       cmocka_unit_test(test_replay_sim_bad_input_count),

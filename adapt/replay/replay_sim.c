@@ -132,6 +132,8 @@ void aa_replay_config_init(aa_replay_config *cfg) {
   cfg->costs.alloc_us_per_gib = 0.0;
   cfg->costs.hit_ns = 0.0;
   cfg->costs.event_ns = 0.0;
+  cfg->costs.alias_us = 36.0;
+  cfg->costs.unalias_us = 24.0;
   cfg->on_error = AA_REPLAY_STOP;
   cfg->position_name = "line";
   aa_adapt_params_default(&cfg->adapt_params);
@@ -683,7 +685,9 @@ void aa_replay_sim_result(aa_replay_sim *s, aa_replay_result *r) {
                       (double)atomic_load(&s->bk->alloc_bytes) /
                           (1024.0 * 1024.0 * 1024.0) * c->alloc_us_per_gib +
                       (double)r->cache_hits * c->hit_ns / 1000.0 +
-                      (double)r->event_records * c->event_ns / 1000.0;
+                      (double)r->event_records * c->event_ns / 1000.0 +
+                      (double)r->alias_maps * c->alias_us +
+                      (double)r->alias_unmaps * c->unalias_us;
   r->live_at_end = s->live.n - s->failed_live;
   r->live_bytes_at_end = s->requested;
   r->trace_span_ns = s->have_time ? s->last_time - s->first_time : 0;

@@ -107,6 +107,8 @@ enum {
   OPT_COST_GIB,
   OPT_COST_HIT,
   OPT_COST_EVENT,
+  OPT_COST_ALIAS,
+  OPT_COST_UNALIAS,
   OPT_CAPACITY,
   OPT_DELAY,
   OPT_IGNORE_STREAMS,
@@ -152,6 +154,8 @@ static const struct option long_opts[] = {
     {"cost-alloc-us-per-gib", required_argument, NULL, OPT_COST_GIB},
     {"cost-hit-ns", required_argument, NULL, OPT_COST_HIT},
     {"cost-event-ns", required_argument, NULL, OPT_COST_EVENT},
+    {"cost-alias-us", required_argument, NULL, OPT_COST_ALIAS},
+    {"cost-unalias-us", required_argument, NULL, OPT_COST_UNALIAS},
     {"capacity", required_argument, NULL, OPT_CAPACITY},
     {"event-delay-us", required_argument, NULL, OPT_DELAY},
     {"ignore-streams", no_argument, NULL, OPT_IGNORE_STREAMS},
@@ -296,7 +300,9 @@ int parse_args(int argc, char **argv, options *o) {
     case OPT_COST_FREE:
     case OPT_COST_GIB:
     case OPT_COST_HIT:
-    case OPT_COST_EVENT: {
+    case OPT_COST_EVENT:
+    case OPT_COST_ALIAS:
+    case OPT_COST_UNALIAS: {
       double d;
       if (!parse_double_arg(optarg, &d))
         return usage_error("cost: '%s' is not a non-negative number", optarg);
@@ -308,8 +314,12 @@ int parse_args(int argc, char **argv, options *o) {
         o->costs.alloc_us_per_gib = d;
       else if (c == OPT_COST_HIT)
         o->costs.hit_ns = d;
-      else
+      else if (c == OPT_COST_EVENT)
         o->costs.event_ns = d;
+      else if (c == OPT_COST_ALIAS)
+        o->costs.alias_us = d;
+      else
+        o->costs.unalias_us = d;
       break;
     }
     case OPT_CAPACITY:

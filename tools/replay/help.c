@@ -63,7 +63,9 @@ static const help_line option_help[] = {
                "  --cost-free-us X       of a backend free (43)\n"
                "  --cost-alloc-us-per-gib X  extra per GiB allocated (0)\n"
                "  --cost-hit-ns X        of a pool hit (0)\n"
-               "  --cost-event-ns X      of a stream event record (0)\n"},
+               "  --cost-event-ns X      of a stream event record (0)\n"
+               "  --cost-alias-us X      of a handle mapped at a stitched range (36)\n"
+               "  --cost-unalias-us X    of an alias undone (24)\n"},
     {C_REPLAY, "  --capacity BYTES       simulated device memory (K/M/G/T suffixes; 0 =\n"
                "                         unbounded)\n"},
     {C_REPLAY, "  --event-delay-us N     stream events complete N us of trace time after\n"

@@ -146,18 +146,23 @@ AA_EXTERN int aa_replay_synth(const aa_replay_hist *h,
 
 /* Costs of the simulated backend (docs/replay.md "Cost model"). Defaults
  * from measurements on an H200: cudaMalloc+cudaFree about 86 us a
- * pair, so 43 us each; a pool hit costs nothing. */
+ * pair, so 43 us each; a pool hit costs nothing. Stitching's aliases from
+ * an H100 (bench/gpu/bench_vmm.py, 2 MiB handles): 36 us to map one
+ * (cuMemMap, the range's access call shared), 24 us to unmap it. */
 typedef struct aa_replay_costs {
   double alloc_us;         /* per backend alloc call (default 43) */
   double free_us;          /* per backend free call (default 43) */
   double alloc_us_per_gib; /* extra per GiB allocated (default 0) */
   double hit_ns;           /* per pool hit (default 0) */
   double event_ns;         /* per event record (default 0) */
+  double alias_us;         /* per handle mapped at a stitched range (default 36) */
+  double unalias_us;       /* per alias undone (default 24) */
 } aa_replay_costs;
 
-/* Bumped whenever aa_replay_config changes (2: account_at_event):
+/* Bumped whenever aa_replay_config changes (2: account_at_event; 3: the
+ * alias costs):
  * aa_replay_sim_new refuses a config of another version (AA_EINVAL). */
-#define AA_REPLAY_CONFIG_VERSION 2
+#define AA_REPLAY_CONFIG_VERSION 3
 
 typedef struct aa_replay_config {
   uint32_t version;             /* AA_REPLAY_CONFIG_VERSION */
