@@ -145,6 +145,7 @@ def figures(run):
             "holes_mib": acc["holes"] / MIB if "holes" in acc else None,
             "backend_calls": res.get("backend_calls"),
             "alias_calls": (res.get("alias_maps") or 0) + (res.get("alias_unmaps") or 0),
+            "sim_backend_us": res.get("sim_backend_us"),
             "stitches": res.get("stitches"),
             "plan_hits": res.get("plan_hits"),
             "plans_adopted": res.get("plans_adopted"),
@@ -174,7 +175,8 @@ def print_table(rows, labels, out=sys.stdout):
              else []) +
             [f"{x} / best model" for x in ours if torch] +
             [f"holes at peak in use, {x} MiB" for x in ours] +
-            [f"backend calls / step {x} (alias)" for x in ours])
+            [f"backend calls / step {x} (alias)" for x in ours] +
+            [f"simulated backend ms / step {x}" for x in ours])
     say("| trace | " + " | ".join(cols) + " |")
     say("|---|" + "---:|" * len(cols))
     for name, events, side, fig in rows:
@@ -201,6 +203,14 @@ def print_table(rows, labels, out=sys.stdout):
                 cells.append(f"{(c + a) / steps:.2f} ({a / steps:.2f})")
             else:
                 cells.append(f"{c + a} ({a}) in all")
+        for x in ours:
+            us = fig[x]["sim_backend_us"]
+            if us is None:
+                cells.append("-")
+            elif steps:
+                cells.append(f"{us / 1000.0 / steps:.3f}")
+            else:
+                cells.append(f"{us / 1000.0:.1f} in all")
         say(f"| {name} | " + " | ".join(cells) + " |")
     say()
     say("Per trace and policy (MiB): peak reserved, peak in use (blocks), peak requested, "

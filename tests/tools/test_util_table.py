@@ -84,6 +84,10 @@ def main():
         check(hst["alias_calls"] > 0 and hdef["alias_calls"] == 0 and hst["stitches"] > 0,
               "alias calls and stitches only with stitching")
         check(hst["holes_mib"] < hdef["holes_mib"], "holes at peak in use fewer with stitching")
+        # the cost model prices the aliases: at least the unmap's 24 us each
+        check(hst["sim_backend_us"] >= 24.0 * hst["alias_calls"]
+              and hdef["sim_backend_us"] is not None,
+              f"simulated backend time {hdef['sim_backend_us']} -> {hst['sim_backend_us']}")
         check(set(doc["replay"]) == {"default", "stitch", "plan", "stitch+plan", "torch:default",
                                      "torch:expandable"}, "six policies")
         pl, sp = doc["replay"]["plan"], doc["replay"]["stitch+plan"]
@@ -103,7 +107,9 @@ def main():
         check(r.returncode == 0 and cells[2] == "20" and cells[7] == "0.800",
               f"sidecar: rc {r.returncode}, cells {cells}: {r.stderr}")
         check("torch:default" not in r.stdout, "--no-torch")
-        check(cells[-2].endswith(")") and "in all" not in cells[-2], "calls per step")
+        # four policies: their calls per step, then their simulated backend ms per step
+        check(cells[-6].endswith(")") and "in all" not in cells[-6], f"calls per step: {cells}")
+        check(all(float(c) >= 0.0 for c in cells[-4:]), f"simulated ms per step: {cells}")
         # a plain CSV replays the same as its gzip
         plain = os.path.join(tmp, "plain.csv")
         with gzip.open(TRACE, "rb") as a, open(plain, "wb") as b:
