@@ -1107,19 +1107,22 @@ def test_stitched_range_data_and_snapshot(tmp_path):
     assert res["seg_total"] == res["reserved_snap"] and res["tiles_ok"], _show(res)
 
 
-def _device_large_policy(tmp_path, key):
-    """The default policy with the device pool's large.KEY on, as a file;
-    its path."""
+def _device_large_policy(tmp_path, key, loop=True):
+    """The default policy with the device pool's large.KEY on (and with
+    loop False the adapt loop off, so that no trim lands between a child's
+    readings), as a file; its path."""
     pol = json.load(open(os.path.join(os.path.dirname(HERE), "..", "..", "policies",
                                       "default.json")))
     pol["pools"]["device"]["large"][key] = True
-    path = tmp_path / ("%s.json" % key)
+    if not loop:
+        pol["adapt"]["enabled"] = False
+    path = tmp_path / ("%s%s.json" % (key, "" if loop else "-noloop"))
     path.write_text(json.dumps(pol))
     return str(path)
 
 
-def _stitch_policy(tmp_path):
-    return _device_large_policy(tmp_path, "stitch")
+def _stitch_policy(tmp_path, loop=True):
+    return _device_large_policy(tmp_path, "stitch", loop)
 
 
 def test_stitched_range_record_stream_and_side_streams(tmp_path):
@@ -1128,7 +1131,8 @@ def test_stitched_range_record_stream_and_side_streams(tmp_path):
     next requests for the holes' sizes and the range's size, written at
     once, must not reach the pages under the pending read, and every
     tensor keeps its own data."""
-    res = _child_json("stitch_streams", tmp_path, ADAPTALLOC_POLICY=_stitch_policy(tmp_path))
+    res = _child_json("stitch_streams", tmp_path,
+                      ADAPTALLOC_POLICY=_stitch_policy(tmp_path, loop=False))
     assert res["pending"], ("the read finished before the requests: lengthen the sleep",
                             _show(res))
     assert res["stitched"] >= 1, _show(res)
@@ -1141,7 +1145,8 @@ def test_stitch_refused_under_graph_capture(tmp_path):
     """Under CUDA graph capture no alias is mapped (the capture's private
     pool serves its requests), the graph's replays match eager, and the
     device pool stitches after the capture."""
-    res = _child_json("stitch_graph", tmp_path, ADAPTALLOC_POLICY=_stitch_policy(tmp_path))
+    res = _child_json("stitch_graph", tmp_path,
+                      ADAPTALLOC_POLICY=_stitch_policy(tmp_path, loop=False))
     assert res["holes_kept"], ("the holes were given back before the capture", _show(res))
     assert res["alias_under_capture"] == 0 and res["stitches_under_capture"] == 0, _show(res)
     assert res["replays_ok"] and res["x_ok"] and res["keeps_ok"], _show(res)
@@ -1153,7 +1158,8 @@ def test_stitch_before_oom_and_recovery(tmp_path):
     serves it from the holes instead of failing; a request past the cap is
     torch.OutOfMemoryError; afterwards a 10 MiB request fits under the cap
     again, the live tensors are intact and training goes on."""
-    res = _child_json("stitch_oom", tmp_path, ADAPTALLOC_POLICY=_stitch_policy(tmp_path))
+    res = _child_json("stitch_oom", tmp_path,
+                      ADAPTALLOC_POLICY=_stitch_policy(tmp_path, loop=False))
     assert res["stitched_ok"] and res["stitched"] == 1, _show(res)
     assert res["reserved_after_stitch"] <= res["cap"], _show(res)
     assert res["caught"] and "adaptalloc" in res["msg"], _show(res)
