@@ -155,6 +155,7 @@ static void test_core_stitch_serves_from_holes(void **state) {
   assert_int_equal(al0, st.large_alias_maps);
   assert_true(al0 >= 5);                                 /* 10 MiB of 2 MiB handles */
   assert_int_equal(aa_backend_host_alias_runs(f->b), 1); /* all of them in one call */
+  assert_int_equal(st.large_alias_runs, 1);
 
   /* the bytes: every page of p is one of the lent blocks' pages, seen
    * through their own addresses (lent in the order the holes were taken) */
@@ -790,6 +791,7 @@ static void test_core_stitch_alias_run_fails_midway(void **state) {
     assert_int_equal(st.large_stitches, 0);
     assert_int_equal(st.large_stitched_ranges, 0);
     assert_int_equal(st.large_alias_maps, 0);
+    assert_int_equal(st.large_alias_runs, 0);
     assert_true(st.large_bytes_reserved > reserved); /* new pages */
     calls c = calls_now(f);
     assert_int_equal(c.aliases, fail - 1);    /* the failed run mapped those first */

@@ -484,6 +484,7 @@ void aa__large_stats_get(aa_pool *pool, bool account, aa__large_stats *out) {
   out->stitch_dissolved = L->stitch_dissolved;
   out->alias_maps = L->alias_maps;
   out->alias_unmaps = L->alias_unmaps;
+  out->alias_runs = L->alias_runs;
   aa__lg_plan_stats(pool, out);
   if (account)
     free_account(pool, &out->holes, &out->holds);

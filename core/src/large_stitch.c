@@ -616,6 +616,7 @@ static bool map_parts(aa_pool *pool, aa__stitch_part *parts, size_t n, size_t *m
       return false; /* nothing of it mapped */
     for (; *mapped < n; (*mapped)++)
       part_mapped(L, &parts[*mapped]);
+    L->alias_runs++;
     return true;
   }
   for (; *mapped < n; (*mapped)++) {

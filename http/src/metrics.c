@@ -140,8 +140,11 @@ static const family_t pool_families[] = {
        "Requests a kept stitched range served again, with no backend call.", COUNTER,
        large_stitch_hits),
     PF("adaptalloc_large_alias_maps_total",
-       "Backend alias map calls (a stitched range's handles mapped at its address).", COUNTER,
+       "Handles a stitched range mapped at its address (one backend map call each).", COUNTER,
        large_alias_maps),
+    PF("adaptalloc_large_alias_runs_total",
+       "Stitched ranges whose aliases were made in one backend call (one access grant each).",
+       COUNTER, large_alias_runs),
     PF("adaptalloc_large_plan_state",
        "The learned plan's state (policy large.plan): 0 off, 1 learning, 2 waiting for the "
        "period's start, 3 active, 4 draining.",

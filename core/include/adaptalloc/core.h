@@ -574,7 +574,7 @@ AA_EXTERN void aa_pool_classes_abort(aa_class_txn *txn);
 
 /* ------------------------------------------------------------------ stats */
 
-#define AA_STATS_VERSION 14
+#define AA_STATS_VERSION 15
 #define AA_HIST_BUCKETS 192 /* quarter doublings: bucket(size) below */
 #define AA_HH_MAX 32        /* heavy-hitter exact sizes reported */
 
@@ -715,6 +715,10 @@ typedef struct aa_pool_stats {
   uint64_t large_plan_stall_max_ns;
   uint64_t large_plans_inline;
   uint64_t large_plans_stale;
+  /* Stitched ranges whose aliases were made in one backend call (stats
+   * version 15; aa_backend_ops.map_alias_run: on CUDA one cuMemSetAccess
+   * for the range, where large_alias_maps counts its cuMemMap calls). */
+  uint64_t large_alias_runs;
 } aa_pool_stats;
 
 /* aa_pool_stats.large_plan_state */
