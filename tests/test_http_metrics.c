@@ -98,6 +98,8 @@ static void test_http_metrics_families_and_labels(void **state) {
   p[0].large_misses = 4;
   p[0].large_plan_ns = 250000000;
   p[0].large_plan_stall_max_ns = 120000;
+  p[0].large_alias_maps = 9;
+  p[0].large_alias_runs = 2;
   p[0].ooms = 3;
   p[0].last_oom_unix_ms = 1764930000042;
   p[0].class_count = 2;
@@ -122,6 +124,12 @@ static void test_http_metrics_families_and_labels(void **state) {
                                "backend=\"cuda\",device=\"0\"} 1.500000001\n"));
   assert_true(sample(text, "adaptalloc_large_misses_total{pool=\"device0\","
                            "backend=\"cuda\",device=\"0\"}") == 4);
+  /* stitching: handles aliased, and the ranges made in one call each */
+  assert_true(sample(text, "adaptalloc_large_alias_maps_total{pool=\"device0\","
+                           "backend=\"cuda\",device=\"0\"}") == 9);
+  assert_non_null(strstr(text, "# TYPE adaptalloc_large_alias_runs_total counter\n"));
+  assert_true(sample(text, "adaptalloc_large_alias_runs_total{pool=\"device0\","
+                           "backend=\"cuda\",device=\"0\"}") == 2);
   /* the learned plan's planning time and stall: gauges in seconds */
   assert_non_null(strstr(text, "# TYPE adaptalloc_large_plan_seconds gauge\n"));
   assert_non_null(strstr(text, "adaptalloc_large_plan_seconds{pool=\"device0\","
