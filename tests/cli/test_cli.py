@@ -474,15 +474,20 @@ class RuntimeTraceCli(Base):
         self.assertEqual(tr["max_events"], 200000)
         rc, out, err = self.cli("--url", self.url, "policy", "get")
         self.assertFalse(json.loads(out)["telemetry"]["trace"])
-        # the store has the sample: every traced free after its allocation
+        # the store has the sample: every traced free after its allocation.
+        # The writer commits in batches (within 100 ms each): wait until the
+        # count has stopped growing, not only until the first batch is in
+        # (under a sanitizer on a loaded machine the first read saw 2 rows)
         import sqlite3
-        for _ in range(40):  # the writer commits within 100 ms
+        last = -1
+        for _ in range(80):
             con = sqlite3.connect(self.db)
             n = con.execute("SELECT count(*) FROM trace_events").fetchone()[0]
             con.close()
-            if n:
+            if n and n == last:
                 break
-            time.sleep(0.1)
+            last = n
+            time.sleep(0.25)
         con = sqlite3.connect(self.db)
         rows = con.execute("SELECT op, ptr FROM trace_events ORDER BY seq").fetchall()
         src = con.execute("SELECT source FROM policy_changes ORDER BY id").fetchall()
