@@ -773,42 +773,55 @@ static void test_core_stitch_under_limit(void **state) {
 }
 
 /* The backend fails an alias in the middle of a new range's handles (the
- * fail-th map call from the request on): the call leaves none of the range
- * mapped, no range is made, and the request is served by new pages instead;
- * the holes and the live blocks are untouched, and the next request of
- * that size stitches. */
+ * fail-th map call from the request on), in one map_alias_run call or,
+ * `per_handle`, in the pool's own map_alias calls: none of the range stays
+ * mapped, no range is made, and the request is served by new pages
+ * instead; the holes and the live blocks are untouched, and the next
+ * request of that size stitches. */
+static void alias_fails_midway(uint64_t fail, bool per_handle) {
+  fx *f = make_stitch(0, 1);
+  if (per_handle)
+    assert_int_equal(aa_backend_host_alias_per_handle(f->b), AA_OK);
+  layout l = holes(f);
+  uint64_t reserved = stats(f).large_bytes_reserved;
+  aa_backend_host_fail_nth(f->b, fail, false);
+  char *p = aa_alloc(f->p, 10 * MiB, NULL);
+  aa_backend_host_fail_nth(f->b, 0, false);
+  assert_non_null(p);
+  aa_pool_stats st = stats(f);
+  assert_int_equal(st.large_stitches, 0);
+  assert_int_equal(st.large_stitched_ranges, 0);
+  /* handles mapped before the failure, and undone: counted by the pool
+   * only where it made the calls itself */
+  assert_int_equal(st.large_alias_maps, per_handle ? fail - 1 : 0);
+  assert_int_equal(st.large_alias_unmaps, st.large_alias_maps);
+  assert_int_equal(st.large_alias_runs, 0);
+  assert_true(st.large_bytes_reserved > reserved); /* new pages */
+  calls c = calls_now(f);
+  assert_int_equal(c.aliases, fail - 1);    /* the failed run mapped those first */
+  assert_int_equal(c.unaliases, c.aliases); /* and undid them */
+  assert_int_equal(aa_backend_host_alias_runs(f->b), 0);
+  memset(p, 0x6B, 10 * MiB);
+  char *q = aa_alloc(f->p, 10 * MiB, NULL); /* the holes: stitched now */
+  assert_non_null(q);
+  st = stats(f);
+  assert_int_equal(st.large_stitches, 1);
+  assert_int_equal(st.large_alias_runs, per_handle ? 0 : 1);
+  assert_int_equal(aa_backend_host_alias_runs(f->b), per_handle ? 0 : 1);
+  memset(q, 0x6C, 10 * MiB);
+  assert_int_equal(((unsigned char *)p)[10 * MiB - 1], 0x6B);
+  assert_int_equal(aa_free(f->p, q, 10 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, p, 10 * MiB, NULL), AA_OK);
+  free_keep(f, &l);
+  release_undoes_every_alias(f);
+  fx_done(f);
+}
+
 static void test_core_stitch_alias_run_fails_midway(void **state) {
   (void)state;
-  for (uint64_t fail = 1; fail <= 3; fail++) {
-    fx *f = make_stitch(0, 1);
-    layout l = holes(f);
-    uint64_t reserved = stats(f).large_bytes_reserved;
-    aa_backend_host_fail_nth(f->b, fail, false);
-    char *p = aa_alloc(f->p, 10 * MiB, NULL);
-    aa_backend_host_fail_nth(f->b, 0, false);
-    assert_non_null(p);
-    aa_pool_stats st = stats(f);
-    assert_int_equal(st.large_stitches, 0);
-    assert_int_equal(st.large_stitched_ranges, 0);
-    assert_int_equal(st.large_alias_maps, 0);
-    assert_int_equal(st.large_alias_runs, 0);
-    assert_true(st.large_bytes_reserved > reserved); /* new pages */
-    calls c = calls_now(f);
-    assert_int_equal(c.aliases, fail - 1);    /* the failed run mapped those first */
-    assert_int_equal(c.unaliases, c.aliases); /* and undid them */
-    assert_int_equal(aa_backend_host_alias_runs(f->b), 0);
-    memset(p, 0x6B, 10 * MiB);
-    char *q = aa_alloc(f->p, 10 * MiB, NULL); /* the holes: stitched now */
-    assert_non_null(q);
-    assert_int_equal(stats(f).large_stitches, 1);
-    assert_int_equal(aa_backend_host_alias_runs(f->b), 1);
-    memset(q, 0x6C, 10 * MiB);
-    assert_int_equal(((unsigned char *)p)[10 * MiB - 1], 0x6B);
-    assert_int_equal(aa_free(f->p, q, 10 * MiB, NULL), AA_OK);
-    assert_int_equal(aa_free(f->p, p, 10 * MiB, NULL), AA_OK);
-    free_keep(f, &l);
-    release_undoes_every_alias(f);
-    fx_done(f);
+  for (int per_handle = 0; per_handle < 2; per_handle++) {
+    for (uint64_t fail = 1; fail <= 3; fail++)
+      alias_fails_midway(fail, per_handle != 0);
   }
 }
 

@@ -178,6 +178,12 @@ static void test_replay_tool_usage(void **state) {
   assert_int_equal(sh(NULL, &err, "{BIN} run --bogus x.csv"), 2);
   assert_non_null(strstr(err, "unknown option '--bogus'"));
   free(err);
+  assert_int_equal(sh(NULL, &err, "{BIN} run --cost-alias-us -1 x.csv"), 2);
+  assert_non_null(strstr(err, "cost: '-1' is not a non-negative number"));
+  free(err);
+  assert_int_equal(sh(NULL, &err, "{BIN} run --cost-unalias-us lots x.csv"), 2);
+  assert_non_null(strstr(err, "cost: 'lots' is not a non-negative number"));
+  free(err);
   assert_int_equal(sh(NULL, &err, "{BIN} run --csv a.csv --csv b.csv"), 2);
   free(err);
   assert_int_equal(sh(NULL, &err, "{BIN} suggest {SRC}/tests/data/replay/small.csv"), 2);
@@ -720,6 +726,16 @@ static void test_replay_tool_run_small(void **state) {
   j = cJSON_Parse(out);
   assert_true(num(j, "result.sim_backend_us") > 1999.9 &&
               num(j, "result.sim_backend_us") < 2000.1);
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+  /* the alias costs are taken (no stitching here: the figure is the calls') */
+  assert_int_equal(sh(&out, &err, "{BIN} run --json --pool pinned --cost-alias-us 5 "
+                                  "--cost-unalias-us 7 {SRC}/tests/data/replay/small.csv"),
+                   0);
+  j = cJSON_Parse(out);
+  assert_true(num(j, "result.sim_backend_us") > 85.9 && num(j, "result.sim_backend_us") < 86.1);
+  assert_int_equal((int)num(j, "result.alias_maps"), 0);
   cJSON_Delete(j);
   free(out);
   free(err);

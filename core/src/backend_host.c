@@ -10,7 +10,7 @@
  * stream_wait op: host memory has nothing to order, so it counts the calls),
  * aa_backend_host_counts, aa_backend_host_aliasable (shared pages and
  * map_alias, for stitching), aa_backend_host_alias_counts,
- * aa_backend_host_alias_runs,
+ * aa_backend_host_alias_runs, aa_backend_host_alias_per_handle,
  * aa_backend_host_event_counts.
  */
 #include <errno.h>
@@ -453,6 +453,8 @@ static const aa_backend_ops host_ops = {
 /* The same with map_alias (aa_backend_host_aliasable: shared pages),
  * filled in once from host_ops. */
 static aa_backend_ops host_alias_ops;
+/* and without map_alias_run (aa_backend_host_alias_per_handle) */
+static aa_backend_ops host_alias1_ops;
 static pthread_once_t host_alias_once = PTHREAD_ONCE_INIT;
 
 static void host_alias_ops_init(void) {
@@ -460,6 +462,8 @@ static void host_alias_ops_init(void) {
   host_alias_ops.map_alias = host_map_alias;
   host_alias_ops.unmap_alias = host_unmap_alias;
   host_alias_ops.map_alias_run = host_map_alias_run;
+  host_alias1_ops = host_alias_ops;
+  host_alias1_ops.map_alias_run = NULL;
 }
 
 int aa_backend_host_new(aa_backend **out) {
@@ -491,7 +495,7 @@ fail:
 }
 
 static host_ctx *host_of(const aa_backend *b) {
-  if (b == NULL || (b->ops != &host_ops && b->ops != &host_alias_ops))
+  if (b == NULL || (b->ops != &host_ops && b->ops != &host_alias_ops && b->ops != &host_alias1_ops))
     return NULL;
   return b->ctx;
 }
@@ -616,6 +620,14 @@ int aa_backend_host_aliasable(aa_backend *b) {
   (void)pthread_once(&host_alias_once, host_alias_ops_init);
   h->shared = true;
   b->ops = &host_alias_ops;
+  return AA_OK;
+}
+
+int aa_backend_host_alias_per_handle(aa_backend *b) {
+  host_ctx *h = host_of(b);
+  if (h == NULL || b->ops != &host_alias_ops)
+    return AA_EINVAL;
+  b->ops = &host_alias1_ops;
   return AA_OK;
 }
 

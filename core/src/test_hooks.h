@@ -52,6 +52,11 @@ void aa_backend_host_counts(const aa_backend *b, uint64_t *allocs,
 int aa_backend_host_aliasable(aa_backend *b);
 /* map_alias and unmap_alias calls so far (stitching). */
 void aa_backend_host_alias_counts(const aa_backend *b, uint64_t *aliases, uint64_t *unaliases);
+/* Makes aliasable host backend b offer no map_alias_run, so that a pool
+ * over it maps a stitched range's handles one map_alias call at a time (as
+ * the replay's simulator does). AA_EINVAL when b is not an aliasable host
+ * backend. */
+int aa_backend_host_alias_per_handle(aa_backend *b);
 /* map_alias_run calls that mapped their range so far (a stitched range's
  * handles in one call; each handle is counted in aliases too). */
 uint64_t aa_backend_host_alias_runs(const aa_backend *b);
