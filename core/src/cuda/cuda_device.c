@@ -438,9 +438,8 @@ static int vm_range_ok(aa_backend *b, const void *addr, size_t size) {
   return AA_OK;
 }
 
-/* Maps handle h whole at addr and makes it readable and writable from the
- * backend's device; a failed cuMemSetAccess unmaps it again (a failed
- * cuMemMap, the range already mapped say, must not unmap what was there).
+/* Makes [addr, addr + size) readable and writable from the backend's
+ * device: one cuMemSetAccess, over one mapping or several side by side.
  * Inside vm_enter. */
 static CUresult set_rw(aa_backend *b, void *addr, size_t size) {
   CUmemAllocationProp prop;
@@ -452,6 +451,10 @@ static CUresult set_rw(aa_backend *b, void *addr, size_t size) {
   return vm_api.set_access(vm_addr(addr), size, &access, 1);
 }
 
+/* Maps handle h whole at addr and makes it readable and writable from the
+ * backend's device; a failed cuMemSetAccess unmaps it again (a failed
+ * cuMemMap, the range already mapped say, must not unmap what was there).
+ * Inside vm_enter. */
 static CUresult map_rw(aa_backend *b, void *addr, size_t size, CUmemGenericAllocationHandle h) {
   CUresult r = vm_api.map(vm_addr(addr), size, 0, h, 0);
   if (r == CUDA_SUCCESS) {
