@@ -157,6 +157,14 @@ def fmt(x, spec):
     return "-" if x is None else format(x, spec)
 
 
+def per_step(total, steps, each, whole):
+    """A per-step cell: '-' without a figure, each(steps) with the GPU run's
+    steps, else `whole` (the figure over the whole trace)."""
+    if total is None:
+        return "-"
+    return each(steps) if steps else whole
+
+
 def print_table(rows, labels, out=sys.stdout):
     """rows: [(name, events, sidecar, {label: figures})]."""
     def say(line=""):
@@ -197,20 +205,12 @@ def print_table(rows, labels, out=sys.stdout):
         cells += [fmt(fig[x]["holes_mib"], ",.1f") for x in ours]
         for x in ours:
             c, a = fig[x]["backend_calls"], fig[x]["alias_calls"]
-            if c is None:
-                cells.append("-")
-            elif steps:
-                cells.append(f"{(c + a) / steps:.2f} ({a / steps:.2f})")
-            else:
-                cells.append(f"{c + a} ({a}) in all")
+            cells.append(per_step(c, steps, lambda n: f"{(c + a) / n:.2f} ({a / n:.2f})",
+                                  f"{c + a} ({a}) in all" if c is not None else ""))
         for x in ours:
             us = fig[x]["sim_backend_us"]
-            if us is None:
-                cells.append("-")
-            elif steps:
-                cells.append(f"{us / 1000.0 / steps:.3f}")
-            else:
-                cells.append(f"{us / 1000.0:.1f} in all")
+            cells.append(per_step(us, steps, lambda n: f"{us / 1000.0 / n:.3f}",
+                                  f"{us / 1000.0:.1f} in all" if us is not None else ""))
         say(f"| {name} | " + " | ".join(cells) + " |")
     say()
     say("Per trace and policy (MiB): peak reserved, peak in use (blocks), peak requested, "

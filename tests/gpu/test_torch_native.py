@@ -1179,20 +1179,27 @@ def test_stitch_before_oom_and_recovery(tmp_path):
     assert res["num_ooms"] >= 1, _show(res)
 
 
-def test_plan_dropped_when_shapes_change(tmp_path):
-    """large.plan on: the plan learned on a fixed-shape loop stops matching
-    when the batch changes; it is dropped, and the training computes what
-    it computes under PyTorch's allocator throughout."""
-    ref, _ = _run_child("plan_change_ref", tmp_path, PYTORCH_CUDA_ALLOC_CONF="")
+def _plan_against_pytorch(tmp_path, child):
+    """Runs `child` (plan or plan_change) under PyTorch's allocator and under
+    adaptalloc with large.plan on; asserts that both computed the same
+    losses and weights; returns adaptalloc's plan figures."""
+    ref, _ = _run_child(child + "_ref", tmp_path, PYTORCH_CUDA_ALLOC_CONF="")
     path = _device_large_policy(tmp_path, "plan")
     (tmp_path / "sub").mkdir()
-    out, stdout = _run_child("plan_change", tmp_path / "sub", ADAPTALLOC_POLICY=path)
-    res = json.loads(stdout.strip().splitlines()[-1])
+    out, stdout = _run_child(child, tmp_path / "sub", ADAPTALLOC_POLICY=path)
     ref_losses, ref_params = torch.load(ref)
     losses, params = torch.load(out)
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=1e-5, atol=1e-6)
     for a, b in zip(params, ref_params):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def test_plan_dropped_when_shapes_change(tmp_path):
+    """large.plan on: the plan learned on a fixed-shape loop stops matching
+    when the batch changes; it is dropped, and the training computes what
+    it computes under PyTorch's allocator throughout."""
+    res = _plan_against_pytorch(tmp_path, "plan_change")
     b = res["before"]
     assert b["large_plans_adopted"] >= 1, ("no plan before the batch changed", _show(res))
     assert res["large_plans_dropped"] > b["large_plans_dropped"], _show(res)
@@ -1202,16 +1209,7 @@ def test_plan_same_training_and_adopted(tmp_path):
     """large.plan on: a fixed-shape training loop (with a side stream's
     record_stream every third step) computes what it computes under
     PyTorch's allocator, and the pool learned a plan and served from it."""
-    ref, _ = _run_child("plan_ref", tmp_path, PYTORCH_CUDA_ALLOC_CONF="")
-    path = _device_large_policy(tmp_path, "plan")
-    (tmp_path / "sub").mkdir()
-    out, stdout = _run_child("plan", tmp_path / "sub", ADAPTALLOC_POLICY=path)
-    res = json.loads(stdout.strip().splitlines()[-1])
-    ref_losses, ref_params = torch.load(ref)
-    losses, params = torch.load(out)
-    torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=1e-5, atol=1e-6)
-    for a, b in zip(params, ref_params):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    res = _plan_against_pytorch(tmp_path, "plan")
     assert res["large_plans_adopted"] >= 1 and res["large_plan_hits"] > 0, _show(res)
 
 
