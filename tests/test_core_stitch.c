@@ -207,6 +207,54 @@ static void test_core_stitch_serves_from_holes(void **state) {
   fx_done(f);
 }
 
+/* large_stitch 2 (policy large.stitch_grow): a request that the holes'
+ * whole pages leave short of a range gets the shortfall mapped as new pages
+ * and a range of the holes and those pages, so reserved grows by the
+ * shortfall, not by the request (with large_stitch 1 no range is made and
+ * it grows by about the request). The range's bytes are the holes' and the
+ * new pages' (written through it, the live blocks beside the holes keep
+ * theirs); it serves the next request of its size with no backend call;
+ * a release undoes every alias and gives the new pages back with the rest. */
+static void test_core_stitch_grow(void **state) {
+  (void)state;
+  for (int grow = 0; grow < 2; grow++) {
+    fx *f = make_stitch(0, grow ? 2 : 1);
+    layout l = holes(f); /* at most 16 MiB of whole pages in holes */
+    uint64_t r0 = stats(f).large_bytes_reserved;
+    char *p = aa_alloc(f->p, 24 * MiB, NULL);
+    assert_non_null(p);
+    aa_pool_stats st = stats(f);
+    uint64_t grew = st.large_bytes_reserved - r0;
+    if (grow) {
+      assert_int_equal(st.large_stitches, 1);
+      assert_true(st.large_stitch_new_bytes >= 8 * MiB);  /* what the holes lack */
+      assert_true(st.large_stitch_new_bytes <= 18 * MiB); /* the holes gave a quarter */
+      assert_int_equal(grew, st.large_stitch_new_bytes);
+      assert_true(st.large_alias_maps >= 12); /* 24 MiB of 2 MiB handles */
+    } else {
+      assert_int_equal(st.large_stitches, 0);
+      assert_int_equal(st.large_stitch_new_bytes, 0);
+      assert_true(grew >= 22 * MiB);
+    }
+    for (size_t i = 0; i < 24 * MiB; i += 4096)
+      p[i] = (char)(i / PAGE + 1);
+    for (size_t i = 0; i < 24 * MiB; i += 4096)
+      assert_int_equal(p[i], (char)(i / PAGE + 1));
+    assert_int_equal(aa_free(f->p, p, 24 * MiB, NULL), AA_OK);
+    calls c = calls_now(f);
+    char *q = aa_alloc(f->p, 24 * MiB, NULL);
+    assert_ptr_equal(q, p);
+    assert_no_call_since(f, c);
+    assert_int_equal(aa_free(f->p, q, 24 * MiB, NULL), AA_OK);
+    release_undoes_every_alias(f);
+    free_keep(f, &l);
+    st = stats(f);
+    assert_int_equal(st.large_bytes_in_use, 0);
+    assert_int_equal(st.large_stitched_ranges, 0);
+    fx_done(f);
+  }
+}
+
 /* The default host backend keeps its pages private: a forked child's
  * writes stay its own, and it offers no aliases, so a pool over it does not
  * stitch even when asked. */
@@ -857,9 +905,12 @@ static uint64_t rng(uint64_t *s) {
 
 static void test_core_stitch_random_shadow(void **state) {
   (void)state;
-  uint64_t made = 0, dissolved = 0;
-  for (int round = 0; round < 3; round++) {
-    fx *f = make_stitch(round == 2 ? 192 * MiB : 0, 1);
+  uint64_t made = 0, dissolved = 0, grown = 0;
+  /* rounds 3 and 4: large_stitch 2 (ranges of holes and new pages), with
+   * no limit and under one */
+  for (int round = 0; round < 5; round++) {
+    bool capped = round == 2 || round == 4;
+    fx *f = make_stitch(capped ? 192 * MiB : 0, round >= 3 ? 2 : 1);
     live v[48];
     memset(v, 0, sizeof v);
     uint64_t seed = 0x9E3779B97F4A7C15ull + (uint64_t)round;
@@ -876,7 +927,7 @@ static void test_core_stitch_random_shadow(void **state) {
       size_t n = (size_t)(1 + rng(&seed) % 20) * MiB - (rng(&seed) % 4) * 4096;
       e->p = aa_alloc(f->p, n, NULL);
       if (e->p == NULL) {
-        assert_true(round == 2); /* only under the limit */
+        assert_true(capped); /* only under the limit */
         continue;
       }
       e->n = n;
@@ -885,7 +936,7 @@ static void test_core_stitch_random_shadow(void **state) {
       in_use += n;
       aa_pool_stats st = stats(f);
       assert_true(st.bytes_in_use >= in_use);
-      if (round == 2)
+      if (capped)
         assert_true(st.bytes_reserved <= 192 * MiB);
     }
     for (int i = 0; i < 48; i++) {
@@ -899,16 +950,20 @@ static void test_core_stitch_random_shadow(void **state) {
     assert_int_equal(f->misuses, 0);
     made += st.large_stitches;
     dissolved += st.large_stitch_dissolved;
+    grown += st.large_stitch_new_bytes;
+    if (round < 3)
+      assert_int_equal(st.large_stitch_new_bytes, 0);
     (void)aa_pool_release(f->p);
     assert_int_equal(stats(f).large_stitched_ranges, 0);
     fx_done(f);
   }
-  assert_true(made > 0 && dissolved > 0); /* the paths under test ran */
+  assert_true(made > 0 && dissolved > 0 && grown > 0); /* the paths under test ran */
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_core_stitch_serves_from_holes),
+      cmocka_unit_test(test_core_stitch_grow),
       cmocka_unit_test(test_core_stitch_off_by_default),
       cmocka_unit_test(test_core_stitch_default_host_private),
       cmocka_unit_test(test_core_stitch_dissolved_for_another_size),

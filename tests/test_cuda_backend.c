@@ -656,9 +656,11 @@ static void test_cuda_backend_vm_alias_run(void **state) {
 }
 
 /* A stitched range on the device: holes' pages serve a request no hole
- * fits with no new memory; a kernel's writes (cudaMemset on a side stream)
- * through the stitched address are what the lent pages hold. */
-static void test_cuda_pool_stitch(void **state) {
+ * fits with no new memory (level 1; level 2, large.stitch_grow: with new
+ * pages for what the holes lack, and only those); a kernel's writes
+ * (cudaMemset on a side stream) through the stitched address read back,
+ * and the live blocks beside the holes keep theirs. */
+static void pool_stitch_case(int level, size_t req_mib) {
   aa_backend *b = NULL;
   aa_pool *pool = NULL;
   aa_pool_config cfg;
@@ -666,8 +668,7 @@ static void test_cuda_pool_stitch(void **state) {
   cudaStream_t s1 = NULL;
   char *hole[3], *keep[3], *p;
   unsigned char *buf;
-  size_t mib = (size_t)1 << 20;
-  (void)state;
+  size_t mib = (size_t)1 << 20, n = req_mib * ((size_t)1 << 20);
   NEED_GPU();
   if (vm_backend_or_skip(&b) != ((size_t)2 << 20)) {
     aa_backend_destroy(b);
@@ -677,7 +678,7 @@ static void test_cuda_pool_stitch(void **state) {
   cfg.name = "test-cuda-stitch";
   cfg.backend = b;
   cfg.large_mode = AA_LARGE_EXPANDABLE;
-  cfg.large_stitch = 1;
+  cfg.large_stitch = level;
   assert_int_equal(aa_pool_new(&cfg, &pool), AA_OK);
   for (int i = 0; i < 3; i++) {
     hole[i] = aa_alloc(pool, 6 * mib, NULL);
@@ -692,24 +693,28 @@ static void test_cuda_pool_stitch(void **state) {
   assert_int_equal(aa_pool_stats_get(pool, &st), AA_OK);
   uint64_t reserved = st.large_bytes_reserved;
   assert_int_equal(cudaStreamCreate(&s1), cudaSuccess);
-  p = aa_alloc(pool, 10 * mib, (aa_stream)s1);
+  p = aa_alloc(pool, n, (aa_stream)s1);
   assert_non_null(p);
   assert_int_equal(aa_pool_stats_get(pool, &st), AA_OK);
-  assert_int_equal(st.large_bytes_reserved, reserved);
+  /* level 1: no new memory; level 2: only what the holes lack */
+  assert_int_equal(st.large_bytes_reserved, reserved + st.large_stitch_new_bytes);
+  assert_true(level == 2 ? st.large_stitch_new_bytes > 0 && st.large_stitch_new_bytes < n
+                         : st.large_stitch_new_bytes == 0);
   assert_int_equal(st.large_stitches, 1);
-  assert_int_equal(cudaMemsetAsync(p, 0x6B, 10 * mib, s1), cudaSuccess);
+  assert_int_equal(cudaMemsetAsync(p, 0x6B, n, s1), cudaSuccess);
   assert_int_equal(cudaStreamSynchronize(s1), cudaSuccess);
-  buf = malloc(10 * mib);
+  buf = malloc(n);
   assert_non_null(buf);
-  assert_int_equal(cudaMemcpy(buf, p, 10 * mib, cudaMemcpyDeviceToHost), cudaSuccess);
-  assert_int_equal(buf[0], 0x6B);
-  assert_int_equal(buf[10 * mib - 1], 0x6B);
+  assert_int_equal(cudaMemcpy(buf, p, n, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (size_t i = 0; i < n; i += 4096)
+    assert_int_equal(buf[i], 0x6B);
+  assert_int_equal(buf[n - 1], 0x6B);
   for (int i = 0; i < 3; i++) { /* the live blocks beside the holes untouched */
     assert_int_equal(cudaMemcpy(buf, keep[i], 3 * mib, cudaMemcpyDeviceToHost), cudaSuccess);
     assert_int_equal(buf[0], 0x30 + i);
     assert_int_equal(buf[3 * mib - 1], 0x30 + i);
   }
-  assert_int_equal(aa_free(pool, p, 10 * mib, (aa_stream)s1), AA_OK);
+  assert_int_equal(aa_free(pool, p, n, (aa_stream)s1), AA_OK);
   assert_int_equal(cudaStreamSynchronize(s1), cudaSuccess);
   for (int i = 0; i < 3; i++)
     assert_int_equal(aa_free(pool, keep[i], 3 * mib, NULL), AA_OK);
@@ -722,6 +727,19 @@ static void test_cuda_pool_stitch(void **state) {
   assert_int_equal(cudaStreamDestroy(s1), cudaSuccess);
   aa_pool_destroy(pool);
   aa_backend_destroy(b);
+}
+
+static void test_cuda_pool_stitch(void **state) {
+  (void)state;
+  pool_stitch_case(1, 10);
+}
+
+/* large_stitch 2 (policy large.stitch_grow): a 24 MiB request that the
+ * holes' 12-16 MiB of whole pages leave short, served by a range of those
+ * pages and new ones; the pool grows by the new ones only. */
+static void test_cuda_pool_stitch_grow(void **state) {
+  (void)state;
+  pool_stitch_case(2, 24);
 }
 
 /* Bad requests fail and map nothing: a misaligned address or size is
@@ -905,6 +923,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_backend_vm_alias),
       cmocka_unit_test(test_cuda_backend_vm_alias_run),
       cmocka_unit_test(test_cuda_pool_stitch),
+      cmocka_unit_test(test_cuda_pool_stitch_grow),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

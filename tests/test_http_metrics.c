@@ -100,6 +100,7 @@ static void test_http_metrics_families_and_labels(void **state) {
   p[0].large_plan_stall_max_ns = 120000;
   p[0].large_alias_maps = 9;
   p[0].large_alias_runs = 2;
+  p[0].large_stitch_new_bytes = 6291456;
   p[0].ooms = 3;
   p[0].last_oom_unix_ms = 1764930000042;
   p[0].class_count = 2;
@@ -130,6 +131,9 @@ static void test_http_metrics_families_and_labels(void **state) {
   assert_non_null(strstr(text, "# TYPE adaptalloc_large_alias_runs_total counter\n"));
   assert_true(sample(text, "adaptalloc_large_alias_runs_total{pool=\"device0\","
                            "backend=\"cuda\",device=\"0\"}") == 2);
+  assert_non_null(strstr(text, "# TYPE adaptalloc_large_stitch_new_bytes_total counter\n"));
+  assert_true(sample(text, "adaptalloc_large_stitch_new_bytes_total{pool=\"device0\","
+                           "backend=\"cuda\",device=\"0\"}") == 6291456);
   /* the learned plan's planning time and stall: gauges in seconds */
   assert_non_null(strstr(text, "# TYPE adaptalloc_large_plan_seconds gauge\n"));
   assert_non_null(strstr(text, "adaptalloc_large_plan_seconds{pool=\"device0\","

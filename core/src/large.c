@@ -309,6 +309,7 @@ int aa__large_new(aa_pool *pool) {
   pool->large = L;
   L->stitch_on = c->large_mode == AA_LARGE_EXPANDABLE && c->large_stitch > 0 &&
                  aa__lg_stitch_usable(pool);
+  L->stitch_grow = L->stitch_on && c->large_stitch > 1;
   L->plan_on = aa__lg_plan_usable(pool);
   return AA_OK;
 }
@@ -485,6 +486,7 @@ void aa__large_stats_get(aa_pool *pool, bool account, aa__large_stats *out) {
   out->alias_maps = L->alias_maps;
   out->alias_unmaps = L->alias_unmaps;
   out->alias_runs = L->alias_runs;
+  out->stitch_new_bytes = L->stitch_grown;
   aa__lg_plan_stats(pool, out);
   if (account)
     free_account(pool, &out->holes, &out->holds);

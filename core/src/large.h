@@ -94,7 +94,8 @@ typedef struct aa__large_stats {
   uint64_t stitched_ranges, stitched_bytes, stitches, stitch_hits, stitch_dissolved;
   uint64_t stitch_dormant, stitch_rests, stitch_wakes;
   uint64_t alias_maps, alias_unmaps;
-  uint64_t alias_runs; /* ranges whose aliases were made in one call (map_alias_run) */
+  uint64_t alias_runs;       /* ranges whose aliases were made in one call (map_alias_run) */
+  uint64_t stitch_new_bytes; /* mapped new for ranges the holes left short (stitch_grow) */
   /* the learned placement (large_plan.c): its state (AA_PLAN_*), requests
    * per period, arena bytes, bytes live in it, requests served at their
    * planned offsets and not, plans adopted, dropped and refused (the

@@ -206,6 +206,7 @@ struct aa__large {
                           * merges them at the next request */
   /* stitching (large_stitch.c): on when asked and the backend maps aliases */
   bool stitch_on;
+  bool stitch_grow;      /* large_stitch 2: a range of holes and new pages (stitch_premap) */
   aa__seg *stitches;     /* stitched ranges, newest first */
   size_t nstitch;        /* ranges, active and dormant */
   size_t ndormant;       /* of which dormant */
@@ -213,7 +214,8 @@ struct aa__large {
   uint64_t stitch_bytes; /* the active ones' bytes (the same memory as their lent parts) */
   uint64_t stitches_made, stitch_hits, stitch_dissolved, stitch_rests, stitch_wakes;
   uint64_t alias_maps, alias_unmaps, stitch_clock;
-  uint64_t alias_runs; /* ranges mapped with one map_alias_run call */
+  uint64_t alias_runs;   /* ranges mapped with one map_alias_run call */
+  uint64_t stitch_grown; /* bytes mapped new for ranges the holes left short (stitch_premap) */
   /* the learned placement (large_plan.c): on when asked (not passthrough);
    * the state, made at the first request; allocations numbered */
   bool plan_on;
@@ -535,6 +537,13 @@ bool aa__lg_stitch_usable(const aa_pool *pool);
  * unmapped pages a new range may take pages of. */
 aa__chunk *aa__lg_stitch_take(aa_pool *pool, size_t need, aa_stream stream,
                               const aa__chunk *grow);
+/* The bytes a new range for a `need`-byte request on `stream` lacks: what
+ * the whole free handles in holes (and `grow`'s mapped ones) leave short of
+ * it, to be mapped as new pages under `grow` first (aa__lg_take), so that
+ * the pool grows by the shortfall, not the request. 0 when a range can be
+ * made without new pages, when no hole would join it, or when none can be
+ * made at all. */
+size_t aa__lg_stitch_short(aa_pool *pool, size_t need, aa_stream stream, const aa__chunk *grow);
 /* A stitched range's chunk was freed (aa__lg_release_chunk): it stays. */
 void aa__lg_stitch_freed(aa_pool *pool, aa__chunk *c);
 /* Puts every free active range whose work is done to sleep (its parts free

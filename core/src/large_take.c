@@ -8,7 +8,6 @@
  * pool->large->mu.
  */
 #include <stddef.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "adaptalloc/cuda.h" /* AA_STREAM_HOST */
@@ -581,6 +580,45 @@ static bool plan_yield_refused(aa_pool *pool, bool *yielded, size_t need, aa_str
   return true;
 }
 
+/* Stitching with new pages (expandable): a request that the holes leave
+ * short of a stitched range gets the shortfall mapped as new pages at the
+ * start of the free end it would grow into, then a range of the holes and
+ * those pages (the caller asks aa__lg_stitch_take again), so that the pool
+ * grows by what the holes lack, not by the request. Only where the free
+ * end's pages below its segment's high-water mark are all mapped (the new
+ * pages are the next ones), and under a limit only within it. false when
+ * nothing was mapped (nothing changed). */
+static bool stitch_premap(aa_pool *pool, size_t need, aa_stream stream) {
+  aa__chunk *g = find_fit(pool, need, stream, false);
+  if (g == NULL || g->ev != NULL || g->nxev > 0)
+    return false;
+  size_t shortb = aa__lg_stitch_short(pool, need, stream, g);
+  if (shortb == 0)
+    return false;
+  aa__seg *s = g->seg;
+  size_t ps = pool->large->vmm_page;
+  uintptr_t top = s->h.base + s->hwm * ps, end = g->base + g->size;
+  if (end <= top || g->base > top)
+    return false; /* not the free end: pages given back inside it */
+  if (top > g->base && aa__lg_unmapped_under(pool, g, top - g->base, 0) > 0)
+    return false;
+  size_t len = top + shortb - g->base;
+  if (len >= g->size)
+    return false; /* the reservation's end: plain growth decides */
+  size_t lim = atomic_load_explicit(&pool->limit, AA__RLX);
+  if (lim != 0 && atomic_load_explicit(&pool->bytes_reserved, AA__RLX) + shortb > lim)
+    return false; /* under a limit the pages would come from the holes */
+  aa__lg_bin_remove(pool, g);
+  split(pool, g, len);
+  g->free = 0; /* taken while mapping, as aa__lg_take's own growth */
+  int rc = aa__lg_ensure_mapped(pool, g);
+  g->free = 1;
+  aa__lg_coalesce_insert(pool, g);
+  if (rc == AA_OK)
+    pool->large->stitch_grown += shortb;
+  return rc == AA_OK;
+}
+
 aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, aa_stream stream,
                        bool *retry) {
   bool passthrough = pool->cfg.large_mode == AA_LARGE_PASSTHROUGH;
@@ -589,7 +627,7 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
   bool fresh = false;    /* a new segment was made for this request */
   bool waited = false;   /* c came from wait_fit: c->stream == stream */
   bool stitched = false; /* c is a stitched range's (whole, never split) */
-  int stitch_pass = 0;   /* 1: free ranges put to sleep; 2: dormant ones destroyed */
+  int stitch_pass = 0;   /* 1: free ranges put to sleep; 2: dormant ones retired; 3: new pages mapped for a range */
   bool yielded = false;  /* the plan's arena was given to the path for this request */
   int other = 0;         /* 1: the backend refused, the other region's memory next; 2: taken */
   uint64_t maps0 = pool->large->vmm_maps;
@@ -654,6 +692,13 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
           stitched = c != NULL;
           if (c == NULL && stitch_pass < 2 && aa__lg_stitch_retire_dormant(pool) > 0) {
             stitch_pass = 2;
+            reclaimed = false;
+            continue;
+          }
+          /* ...and, the holes too few, a range of them and new pages */
+          if (c == NULL && stitch_pass < 3 && pool->large->stitch_grow &&
+              stitch_premap(pool, need, stream)) {
+            stitch_pass = 3;
             reclaimed = false;
             continue;
           }

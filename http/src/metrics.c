@@ -145,6 +145,9 @@ static const family_t pool_families[] = {
     PF("adaptalloc_large_alias_runs_total",
        "Stitched ranges whose aliases were made in one backend call (one access grant each).",
        COUNTER, large_alias_runs),
+    PF("adaptalloc_large_stitch_new_bytes_total",
+       "Bytes mapped new for stitched ranges the holes left short (policy large.stitch_grow).",
+       COUNTER, large_stitch_new_bytes),
     PF("adaptalloc_large_plan_state",
        "The learned plan's state (policy large.plan): 0 off, 1 learning, 2 waiting for the "
        "period's start, 3 active, 4 draining.",

@@ -447,7 +447,9 @@ static bool slot_make(slot *sl, unsigned k) {
   cfg.tcache_bytes = (k & 4) ? (256u << 10) : (4u << 20);
   cfg.telemetry = (k & 4) == 0;
   cfg.limit_bytes = 256u << 20; /* bounds what one input can reserve */
-  cfg.large_stitch = stitch ? 1 : 0;
+  /* with new pages for what the holes lack (large_stitch 2) where the
+   * slots have small thread caches: half the stitching ones */
+  cfg.large_stitch = stitch ? ((k & 4) ? 2 : 1) : 0;
   /* the learned plan in the cache and expandable slots with small thread
    * caches (a quarter of the slots, with and without stitching) */
   cfg.large_plan = !(k & 2) && (k & 4) ? AA_LARGE_PLAN_SYNC : 0; /* reproducible: inline */

@@ -574,7 +574,7 @@ AA_EXTERN void aa_pool_classes_abort(aa_class_txn *txn);
 
 /* ------------------------------------------------------------------ stats */
 
-#define AA_STATS_VERSION 15
+#define AA_STATS_VERSION 16
 #define AA_HIST_BUCKETS 192 /* quarter doublings: bucket(size) below */
 #define AA_HH_MAX 32        /* heavy-hitter exact sizes reported */
 
@@ -719,6 +719,10 @@ typedef struct aa_pool_stats {
    * version 15; aa_backend_ops.map_alias_run: on CUDA one cuMemSetAccess
    * for the range, where large_alias_maps counts its cuMemMap calls). */
   uint64_t large_alias_runs;
+  /* Bytes mapped new for stitched ranges that the holes left short of a
+   * request (stats version 16; policy large.stitch_grow: a range of the
+   * holes' pages and these), counted in the page maps too. */
+  uint64_t large_stitch_new_bytes;
 } aa_pool_stats;
 
 /* aa_pool_stats.large_plan_state */
