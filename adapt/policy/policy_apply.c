@@ -85,6 +85,7 @@ static const char *fixed_changed(const aa_pool_config *cur, const aa_pool_config
       {"large.cache_bytes", cur->large_cache_bytes, want->large_cache_bytes},
       {"large.page_bytes", cur->large_page_bytes, want->large_page_bytes},
       {"large.stitch", (size_t)(cur->large_stitch > 0), (size_t)(want->large_stitch > 0)},
+      {"large.stitch_grow", (size_t)(cur->large_stitch > 1), (size_t)(want->large_stitch > 1)},
       {"large.plan", (size_t)(cur->large_plan > 0), (size_t)(want->large_plan > 0)},
       {"large.map_run_pages", run_pages(cur), run_pages(want)},
       {"large.map_run_min_bytes", cur->large_map_run_min_bytes, want->large_map_run_min_bytes},

@@ -82,6 +82,8 @@ static void write_pool(aa__buf *b, const aa__pool_policy *pp) {
     aa__buf_printf(b, ", \"stream_wait\": false");
   if (pp->large_stitch) /* written only when on: off by default */
     aa__buf_printf(b, ", \"stitch\": true");
+  if (pp->large_stitch_grow) /* likewise (only with stitch) */
+    aa__buf_printf(b, ", \"stitch_grow\": true");
   if (pp->large_plan) /* likewise */
     aa__buf_printf(b, ", \"plan\": true");
   aa__buf_printf(b, "},\n      \"limit_bytes\": ");
