@@ -2,7 +2,9 @@
 """The utilisation table from committed traces, on any CPU (issue #36 item 5):
 each trace replayed through the real core on the simulated backend
 (adaptalloc-replay compare) under the default policy, the same with
-stitching on (pools.device.large.stitch), and the replay's models of
+stitching on (pools.device.large.stitch), with the learned plan
+(large.plan), with both, with stitching that also maps new pages
+(large.stitch_grow), and the replay's models of
 PyTorch's caching allocator and of its expandable segments; per trace the
 replay's peak reserved, peak in use and utilisation (peak in use / peak
 reserved, what max_memory_allocated / max_memory_reserved measures on the
@@ -40,9 +42,10 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MIB = 1 << 20
 # the policies, in the order of the table: label -> what `compare` is given
-ADAPTALLOC = ("default", "stitch", "plan", "stitch+plan")
+ADAPTALLOC = ("default", "stitch", "plan", "stitch+plan", "stitch+grow")
 # the device pool's large-path keys each adaptalloc variant turns on
-VARIANT_KEYS = {"stitch": ("stitch",), "plan": ("plan",), "stitch+plan": ("stitch", "plan")}
+VARIANT_KEYS = {"stitch": ("stitch",), "plan": ("plan",), "stitch+plan": ("stitch", "plan"),
+                "stitch+grow": ("stitch", "stitch_grow")}
 TORCH = ("torch:default", "torch:expandable")
 
 
@@ -80,7 +83,7 @@ def find_traces(args):
 
 def variant_policy(path, keys):
     """policies/default.json with the device pool's large.KEY true for each
-    of keys (stitch, plan), at path."""
+    of keys (stitch, stitch_grow, plan), at path."""
     with open(os.path.join(ROOT, "policies", "default.json")) as f:
         p = json.load(f)
     for k in keys:

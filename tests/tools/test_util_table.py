@@ -92,8 +92,8 @@ def main():
               and abs(hdef["sim_backend_us"] - 43.0 * hdef["backend_calls"]) < 0.01,
               f"simulated backend time {hdef['sim_backend_us']} -> {hst['sim_backend_us']}, "
               f"calls {hst['backend_calls']}, alias calls {hst['alias_calls']}")
-        check(set(doc["replay"]) == {"default", "stitch", "plan", "stitch+plan", "torch:default",
-                                     "torch:expandable"}, "six policies")
+        check(set(doc["replay"]) == {"default", "stitch", "plan", "stitch+plan", "stitch+grow",
+                                     "torch:default", "torch:expandable"}, "seven policies")
         pl, sp = doc["replay"]["plan"], doc["replay"]["stitch+plan"]
         check(pl["plans_adopted"] is not None and sp["plan_hits"] is not None,
               "the plan's figures")
@@ -108,12 +108,13 @@ def main():
                        "torch": {"max_reserved": 1000 << 20, "max_allocated": 800 << 20}}, f)
         r = run("--replay", replay, "--no-torch", tmp)
         cells = row(r.stdout, "w-default")
-        check(r.returncode == 0 and cells[2] == "20" and cells[7] == "0.800",
+        # five utilisation cells (one per policy), then the GPU's
+        check(r.returncode == 0 and cells[2] == "20" and cells[8] == "0.800",
               f"sidecar: rc {r.returncode}, cells {cells}: {r.stderr}")
         check("torch:default" not in r.stdout, "--no-torch")
-        # four policies: their calls per step, then their simulated backend ms per step
+        # five policies: their calls per step, then their simulated backend ms per step
         check(cells[-6].endswith(")") and "in all" not in cells[-6], f"calls per step: {cells}")
-        check(all(float(c) >= 0.0 for c in cells[-4:]), f"simulated ms per step, numbers: {cells}")
+        check(all(float(c) >= 0.0 for c in cells[-5:]), f"simulated ms per step, numbers: {cells}")
         # a plain CSV replays the same as its gzip
         plain = os.path.join(tmp, "plain.csv")
         with gzip.open(TRACE, "rb") as a, open(plain, "wb") as b:
