@@ -108,6 +108,10 @@ def _child(name, out):
         m = _load_native()
         m.install(torch.cuda.device_count())
         _stitch(m)
+    elif name == "stitch_grow":  # large.stitch and large.stitch_grow on
+        m = _load_native()
+        m.install(torch.cuda.device_count())
+        _stitch(m, 24)
     elif name in ("stitch_streams", "stitch_graph", "stitch_oom"):  # large.stitch on
         m = _load_native()
         m.install(torch.cuda.device_count())
@@ -210,10 +214,11 @@ def _plan(m, out):
             "large_plans_refused", "peak_bytes_reserved", "peak_bytes_in_use")}))
 
 
-def _stitch(m):
+def _stitch(m, n_mib=10):
     """test_stitched_range_data_and_snapshot's child: three 6 MiB holes
-    between live 3 MiB tensors, then a 10 MiB tensor that no hole fits,
-    written by kernels on a side stream; prints what happened as JSON."""
+    between live 3 MiB tensors, then a 10 MiB tensor that no hole fits
+    (n_mib: of another size), written by kernels on a side stream; prints
+    what happened as JSON."""
     import torch
     mib = 1 << 20
     u8 = dict(dtype=torch.uint8, device="cuda")
@@ -222,7 +227,7 @@ def _stitch(m):
     side = torch.cuda.Stream()
     steps = {}  # reserved after each step: where it grew, when it does
     with torch.cuda.stream(side):
-        x = torch.empty(10 * mib, **u8)
+        x = torch.empty(n_mib * mib, **u8)
         steps["alloc"] = torch.cuda.memory_reserved()
         x.fill_(7)
         steps["fill"] = torch.cuda.memory_reserved()
@@ -246,7 +251,7 @@ def _stitch(m):
     keeps_ok = _keeps_ok(keeps)
     x.record_stream(torch.cuda.current_stream())
     del x
-    y = torch.empty(10 * mib, **u8)  # the kept range again, or its pages
+    y = torch.empty(n_mib * mib, **u8)  # the kept range again, or its pages
     y.fill_(9)
     s2 = int(y.sum(dtype=torch.int64))
     print(json.dumps({"reserved0": reserved0, "reserved1": reserved1,
@@ -1117,13 +1122,32 @@ def test_stitched_range_data_and_snapshot(tmp_path):
     assert res["seg_total"] == res["reserved_snap"] and res["tiles_ok"], _show(res)
 
 
-def _device_large_policy(tmp_path, key, loop=True):
-    """The default policy with the device pool's large.KEY on (and with
-    loop False the adapt loop off, so that no trim lands between a child's
-    readings), as a file; its path."""
+def test_stitched_range_with_new_pages(tmp_path):
+    """large.stitch_grow on: a 24 MiB request that the holes' whole pages
+    (12-16 MiB) leave short is served by a range of those pages and new
+    ones; reserved grows by the new ones only (not by the request), the
+    kernels' writes through the range read back, and the live tensors
+    beside the holes keep theirs."""
+    pol = _device_large_policy(tmp_path, "stitch", also=("stitch_grow",))
+    _, stdout = _run_child("stitch_grow", tmp_path, ADAPTALLOC_POLICY=pol)
+    res = json.loads(stdout.strip().splitlines()[-1])
+    mib = 1 << 20
+    new = res["large"]["large_stitch_new_bytes"]
+    assert res["stitches"] >= 1, _show(res)
+    assert 0 < new < 24 * mib and res["reserved1"] - res["reserved0"] == new, _show(res)
+    assert res["sum1"] == 7 * 24 * mib and res["sum2"] == 9 * 24 * mib, _show(res)
+    assert res["keeps_ok"], _show(res)
+    assert res["seg_total"] == res["reserved_snap"] and res["tiles_ok"], _show(res)
+
+
+def _device_large_policy(tmp_path, key, loop=True, also=()):
+    """The default policy with the device pool's large.KEY on (and each key
+    of `also`; with loop False the adapt loop off, so that no trim lands
+    between a child's readings), as a file; its path."""
     pol = json.load(open(os.path.join(os.path.dirname(HERE), "..", "..", "policies",
                                       "default.json")))
-    pol["pools"]["device"]["large"][key] = True
+    for k in (key,) + tuple(also):
+        pol["pools"]["device"]["large"][k] = True
     if not loop:
         pol["adapt"]["enabled"] = False
     path = tmp_path / ("%s%s.json" % (key, "" if loop else "-noloop"))
