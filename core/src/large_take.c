@@ -586,11 +586,14 @@ static bool plan_yield_refused(aa_pool *pool, bool *yielded, size_t need, aa_str
  * those pages (the caller asks aa__lg_stitch_take again), so that the pool
  * grows by what the holes lack, not by the request. Only where the free
  * end's pages below its segment's high-water mark are all mapped (the new
- * pages are the next ones), and under a limit only within it. false when
- * nothing was mapped (nothing changed). */
+ * pages are the next ones), not in a room, not while a dissolved arena's
+ * pages are due to move (unmap_credit), and under a limit only within it.
+ * false when nothing was mapped (nothing changed). */
 static bool stitch_premap(aa_pool *pool, size_t need, aa_stream stream) {
+  if (pool->large->unmap_credit > 0)
+    return false; /* the growth would move free pages here, not map new ones */
   aa__chunk *g = find_fit(pool, need, stream, false);
-  if (g == NULL || g->ev != NULL || g->nxev > 0)
+  if (g == NULL || g->ev != NULL || g->nxev > 0 || g->room)
     return false;
   size_t shortb = aa__lg_stitch_short(pool, need, stream, g);
   if (shortb == 0)
@@ -603,13 +606,17 @@ static bool stitch_premap(aa_pool *pool, size_t need, aa_stream stream) {
   if (top > g->base && aa__lg_unmapped_under(pool, g, top - g->base, 0) > 0)
     return false;
   size_t len = top + shortb - g->base;
-  if (len >= g->size)
+  if (len + SPLIT_MIN > g->size)
     return false; /* the reservation's end: plain growth decides */
   size_t lim = atomic_load_explicit(&pool->limit, AA__RLX);
   if (lim != 0 && atomic_load_explicit(&pool->bytes_reserved, AA__RLX) + shortb > lim)
     return false; /* under a limit the pages would come from the holes */
   aa__lg_bin_remove(pool, g);
   split(pool, g, len);
+  if (g->size != len) { /* no chunk record for the rest: nothing mapped */
+    aa__lg_bin_insert(pool, g);
+    return false;
+  }
   g->free = 0; /* taken while mapping, as aa__lg_take's own growth */
   int rc = aa__lg_ensure_mapped(pool, g);
   g->free = 1;
