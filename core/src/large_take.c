@@ -8,6 +8,7 @@
  * pool->large->mu.
  */
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "adaptalloc/cuda.h" /* AA_STREAM_HOST */
@@ -634,7 +635,7 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
   bool fresh = false;    /* a new segment was made for this request */
   bool waited = false;   /* c came from wait_fit: c->stream == stream */
   bool stitched = false; /* c is a stitched range's (whole, never split) */
-  int stitch_pass = 0;   /* 1: free ranges put to sleep; 2: dormant ones retired; 3: new pages mapped for a range */
+  int stitch_pass = 0;   /* 1: free ranges asleep; 2: dormant ones retired; 3: new pages mapped */
   bool yielded = false;  /* the plan's arena was given to the path for this request */
   int other = 0;         /* 1: the backend refused, the other region's memory next; 2: taken */
   uint64_t maps0 = pool->large->vmm_maps;
