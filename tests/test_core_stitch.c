@@ -255,6 +255,48 @@ static void test_core_stitch_grow(void **state) {
   }
 }
 
+/* With map runs, the free end's mapped start can lie in a run it shares
+ * with the live block before it: plain growth uses those pages, a range
+ * cannot (not whole handles). Stitching with new pages then never maps
+ * more than plain growth would, and counts new bytes only for a range
+ * made. */
+static uint64_t grow_past_shared_run(int level, aa_pool_stats *out) {
+  fx *f = make_full(AA_LARGE_EXPANDABLE, 0, 1, true, level);
+  layout l = placed(f, NULL);
+  char *big = aa_alloc(f->p, 30 * MiB, NULL); /* the free end, mapped */
+  assert_non_null(big);
+  assert_int_equal(aa_free(f->p, big, 30 * MiB, NULL), AA_OK);
+  char *head = aa_alloc(f->p, 2 * MiB, NULL); /* at the free end's start */
+  assert_non_null(head);
+  free_holes(f, &l, NULL);
+  uint64_t r0 = stats(f).large_bytes_reserved;
+  char *p = aa_alloc(f->p, 40 * MiB, NULL);
+  assert_non_null(p);
+  memset(p, 0x33, 40 * MiB);
+  *out = stats(f);
+  uint64_t grew = out->large_bytes_reserved - r0;
+  assert_int_equal(aa_free(f->p, p, 40 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, head, 2 * MiB, NULL), AA_OK);
+  release_undoes_every_alias(f);
+  free_keep(f, &l);
+  assert_int_equal(stats(f).large_bytes_in_use, 0);
+  fx_done(f);
+  return grew;
+}
+
+static void test_core_stitch_grow_no_more_than_growth(void **state) {
+  (void)state;
+  aa_pool_stats st1, st2;
+  uint64_t g1 = grow_past_shared_run(1, &st1);
+  uint64_t g2 = grow_past_shared_run(2, &st2);
+  assert_true(g2 <= g1);
+  assert_int_equal(st1.large_stitch_new_bytes, 0);
+  if (st2.large_stitches == 0)
+    assert_int_equal(st2.large_stitch_new_bytes, 0);
+  else
+    assert_int_equal(g2, st2.large_stitch_new_bytes);
+}
+
 /* The default host backend keeps its pages private: a forked child's
  * writes stay its own, and it offers no aliases, so a pool over it does not
  * stitch even when asked. */
@@ -964,6 +1006,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_core_stitch_serves_from_holes),
       cmocka_unit_test(test_core_stitch_grow),
+      cmocka_unit_test(test_core_stitch_grow_no_more_than_growth),
       cmocka_unit_test(test_core_stitch_off_by_default),
       cmocka_unit_test(test_core_stitch_default_host_private),
       cmocka_unit_test(test_core_stitch_dissolved_for_another_size),

@@ -827,7 +827,9 @@ size_t aa__lg_stitch_short(aa_pool *pool, size_t need, aa_stream stream, const a
   if (got == 0 || got >= want)
     return 0;
   (void)collect(pool, want, stream, grow, NULL, &nv, &got, &nparts, NULL);
-  if (got >= want || nparts >= AA__STITCH_PARTS || got < want / AA__STITCH_GROW_DEN)
+  /* the new pages' handles too (one a page at most) within the bound */
+  if (got >= want || nparts + (want - got) / L->vmm_page > AA__STITCH_PARTS ||
+      got < want / AA__STITCH_GROW_DEN)
     return 0;
   return want - got;
 }

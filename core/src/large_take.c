@@ -588,43 +588,46 @@ static bool plan_yield_refused(aa_pool *pool, bool *yielded, size_t need, aa_str
  * grows by what the holes lack, not by the request. Only where the free
  * end's pages below its segment's high-water mark are all mapped (the new
  * pages are the next ones), not in a room, not while a dissolved arena's
- * pages are due to move (unmap_credit), and under a limit only within it.
- * false when nothing was mapped (nothing changed). */
-static bool stitch_premap(aa_pool *pool, size_t need, aa_stream stream) {
+ * pages are due to move (unmap_credit), not for more pages than plain
+ * growth there would map, and under a limit only within it. The bytes
+ * mapped; 0 when nothing was (nothing changed). */
+static size_t stitch_premap(aa_pool *pool, size_t need, aa_stream stream) {
   if (pool->large->unmap_credit > 0)
-    return false; /* the growth would move free pages here, not map new ones */
+    return 0; /* the growth would move free pages here, not map new ones */
   aa__chunk *g = find_fit(pool, need, stream, false);
   if (g == NULL || g->ev != NULL || g->nxev > 0 || g->room)
-    return false;
+    return 0;
   size_t shortb = aa__lg_stitch_short(pool, need, stream, g);
   if (shortb == 0)
-    return false;
+    return 0;
   aa__seg *s = g->seg;
   size_t ps = pool->large->vmm_page;
   uintptr_t top = s->h.base + s->hwm * ps, end = g->base + g->size;
   if (end <= top || g->base > top)
-    return false; /* not the free end: pages given back inside it */
+    return 0; /* not the free end: pages given back inside it */
   if (top > g->base && aa__lg_unmapped_under(pool, g, top - g->base, 0) > 0)
-    return false;
+    return 0;
+  if (shortb / ps >= aa__lg_unmapped_under(pool, g, need, SIZE_MAX))
+    return 0; /* no fewer new pages than placing it here (the free end's
+               * mapped start, in runs shared with its neighbour, counts
+               * there and not as whole handles) */
   size_t len = top + shortb - g->base;
   if (len + SPLIT_MIN > g->size)
-    return false; /* the reservation's end: plain growth decides */
+    return 0; /* the reservation's end: plain growth decides */
   size_t lim = atomic_load_explicit(&pool->limit, AA__RLX);
   if (lim != 0 && atomic_load_explicit(&pool->bytes_reserved, AA__RLX) + shortb > lim)
-    return false; /* under a limit the pages would come from the holes */
+    return 0; /* under a limit the pages would come from the holes */
   aa__lg_bin_remove(pool, g);
   split(pool, g, len);
   if (g->size != len) { /* no chunk record for the rest: nothing mapped */
     aa__lg_bin_insert(pool, g);
-    return false;
+    return 0;
   }
   g->free = 0; /* taken while mapping, as aa__lg_take's own growth */
   int rc = aa__lg_ensure_mapped(pool, g);
   g->free = 1;
   aa__lg_coalesce_insert(pool, g);
-  if (rc == AA_OK)
-    pool->large->stitch_grown += shortb;
-  return rc == AA_OK;
+  return rc == AA_OK ? shortb : 0;
 }
 
 aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, aa_stream stream,
@@ -636,6 +639,7 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
   bool waited = false;   /* c came from wait_fit: c->stream == stream */
   bool stitched = false; /* c is a stitched range's (whole, never split) */
   int stitch_pass = 0;   /* 1: free ranges asleep; 2: dormant ones retired; 3: new pages mapped */
+  size_t premapped = 0;  /* stitch_pass 3: the new pages' bytes */
   bool yielded = false;  /* the plan's arena was given to the path for this request */
   int other = 0;         /* 1: the backend refused, the other region's memory next; 2: taken */
   uint64_t maps0 = pool->large->vmm_maps;
@@ -698,14 +702,20 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
            * only one with unmapped pages a new range may take pages of */
           c = aa__lg_stitch_take(pool, need, stream, find_fit(pool, need, stream, false));
           stitched = c != NULL;
+          if (stitched && premapped > 0) /* counted once a range has them */
+            pool->large->stitch_grown += premapped;
           if (c == NULL && stitch_pass < 2 && aa__lg_stitch_retire_dormant(pool) > 0) {
             stitch_pass = 2;
             reclaimed = false;
             continue;
           }
-          /* ...and, the holes too few, a range of them and new pages */
+          /* ...and, the holes too few, a range of them and new pages (the
+           * plan's arena first, as for any growth: a plan never costs
+           * memory) */
           if (c == NULL && stitch_pass < 3 && pool->large->stitch_grow &&
-              stitch_premap(pool, need, stream)) {
+              (yielded || pool->large->yield == NULL ||
+               !pool->large->yield->can(pool, need, stream, false)) &&
+              (premapped = stitch_premap(pool, need, stream)) > 0) {
             stitch_pass = 3;
             reclaimed = false;
             continue;

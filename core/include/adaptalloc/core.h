@@ -309,8 +309,11 @@ typedef struct aa_pool_config {
                               chunk fits, while whole free pages lie in holes, is served by
                               mapping those pages again side by side at a new address (a
                               stitched range, kept for the next request of about its size)
-                              instead of new memory. 1 on, 0 (the default) off. Docs:
-                              docs/core.md "Stitching" */
+                              instead of new memory. 1 on, 0 (the default) off; 2 on, and a
+                              request that the holes leave short (they hold a quarter of it
+                              at least) gets the shortfall as new pages and a range of both,
+                              so the pool grows by the shortfall (policy large.stitch_grow).
+                              Docs: docs/core.md "Stitching" */
   int large_stream_wait;   /* before the large path grows, a free chunk whose last uses
                               on other streams are still pending serves a request on
                               `stream` by ordering `stream` after them (the backend's
