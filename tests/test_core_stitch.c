@@ -741,19 +741,19 @@ static void test_core_stitch_retired_while_range_busy(void **state) {
 /* The GPU far behind the host: every range a loop of growing requests on
  * one stream stitches is still in use by its kernel when the next request
  * needs its pages. A dormant range retires while its address is busy, but
- * the retired ones stay bounded (AA__STITCH_RETIRED, 64, beside at most
+ * the retired ones stay bounded (AA__STITCH_RETIRED, 128, beside at most
  * AA__STITCH_MAX, 16, not retired): at the bound a busy range stays dormant
  * (its pages held) and the request maps new pages, as before the rule.
  * Before, every request retired the last range and stitched a new one, the
  * retired ones kept with their aliases and address space until the stream
- * went idle (90 requests: 90 ranges). */
+ * went idle (170 requests: 170 ranges). */
 static void test_core_stitch_retired_bounded_while_busy(void **state) {
   (void)state;
   const aa_stream sa = (aa_stream)0x10;
-  const int nh = 48, nreq = 90;
+  const int nh = 96, nreq = 170;
   fx *f = make_stitch(0, 1);
-  char *hole[48], *keep[48];
-  for (int i = 0; i < nh; i++) { /* 48 holes of two whole pages each */
+  char *hole[96], *keep[96];
+  for (int i = 0; i < nh; i++) { /* 96 holes of two whole pages each */
     hole[i] = aa_alloc(f->p, 6 * MiB, sa);
     keep[i] = aa_alloc(f->p, 3 * MiB, sa);
     assert_non_null(hole[i]);
@@ -769,9 +769,9 @@ static void test_core_stitch_retired_bounded_while_busy(void **state) {
     assert_non_null(p);
     assert_int_equal(aa_free(f->p, p, n, sa), AA_OK);
     aa_pool_stats st = stats(f);
-    assert_true(st.large_stitched_ranges + st.large_stitch_dormant <= 16 + 64);
+    assert_true(st.large_stitched_ranges + st.large_stitch_dormant <= 16 + 128);
   }
-  assert_true(stats(f).large_stitches > 64); /* busy ones retired up to the bound */
+  assert_true(stats(f).large_stitches > 128); /* busy ones retired up to the bound */
   assert_int_equal(aa_backend_host_stream_busy(f->b, sa, false), AA_OK);
   release_undoes_every_alias(f);
   for (int i = 0; i < nh; i++)

@@ -46,15 +46,22 @@
 
 /* The most stitched ranges at once, not counting the retired ones, of
  * which at most AA__STITCH_KEPT are kept; and the handles one range joins
- * (map calls paid once each). */
+ * (map calls paid once each). A retired range holds no pages, only its
+ * aliases and address space, and revives with no call when a new range
+ * would map exactly its handles: keeping 64 rather than 16 cut the
+ * replay's alias calls by 8-40% with stitching and with new pages (serve
+ * 2,073 -> 1,290, sidepipe 918 -> 552, moe 395 -> 264) at the same
+ * reserved on every trace and delay; 128 or 256 saved no more, 32 and 48
+ * less (BENCHMARKS.md, "More retired ranges kept"). */
 #define AA__STITCH_MAX 16
-#define AA__STITCH_KEPT 16
+#define AA__STITCH_KEPT 64
 /* The most retired ranges at all: a retired range that work may still use
  * is not trimmed (its aliases wait for its address), so a dormant one that
- * is busy retires only below this (aa__lg_stitch_retire_dormant). The
+ * is busy retires only below this (aa__lg_stitch_retire_dormant), twice
+ * the kept ones so that the idle ones kept never block a busy one. The
  * replay's holes-k4096-s1 trace at --event-delay-us 5000 retires up to 34
  * at once (sidepipe and prefetch 18). */
-#define AA__STITCH_RETIRED 64
+#define AA__STITCH_RETIRED 128
 #define AA__STITCH_PARTS 256
 /* A free range serves a request down to this share of its size. */
 #define AA__STITCH_FIT_NUM 7
