@@ -297,6 +297,56 @@ static void test_core_stitch_grow_no_more_than_growth(void **state) {
     assert_int_equal(g2, st2.large_stitch_new_bytes);
 }
 
+/* Stitching with new pages when a chunk record is refused at the free
+ * end's cut (the first one asked for): nothing is mapped for a range, and
+ * the request is served as plain growth would serve it (about its size,
+ * not the whole free end); under a limit of many pages' handles (one a page)
+ * a range that would join more than its bound of handles is not started
+ * either. Either way new bytes are counted only for a range made. */
+static void test_core_stitch_grow_refused(void **state) {
+  (void)state;
+  fx *f = make_stitch(512 * MiB, 2);
+  layout l = holes(f);
+  uint64_t r0 = stats(f).large_bytes_reserved;
+  aa_test_chunk_fail_nth(1);
+  char *p = aa_alloc(f->p, 24 * MiB, NULL);
+  aa_test_chunk_fail_nth(0);
+  assert_non_null(p);
+  aa_pool_stats st = stats(f);
+  assert_true(st.large_bytes_reserved - r0 <= 24 * MiB);
+  if (st.large_stitches == 0)
+    assert_int_equal(st.large_stitch_new_bytes, 0);
+  assert_int_equal(aa_free(f->p, p, 24 * MiB, NULL), AA_OK);
+  release_undoes_every_alias(f);
+  free_keep(f, &l);
+  fx_done(f);
+
+  /* ten holes of 20 MiB between live blocks under a limit (pages map one
+   * by one), then 800 MiB: the holes and the new pages would be more
+   * handles than a range joins */
+  f = make_stitch((size_t)4 << 30, 2);
+  char *hole[10], *keep[10];
+  for (int i = 0; i < 10; i++) {
+    hole[i] = aa_alloc(f->p, 20 * MiB, NULL);
+    keep[i] = aa_alloc(f->p, 3 * MiB, NULL);
+    assert_non_null(hole[i]);
+    assert_non_null(keep[i]);
+  }
+  for (int i = 0; i < 10; i++)
+    assert_int_equal(aa_free(f->p, hole[i], 20 * MiB, NULL), AA_OK);
+  p = aa_alloc(f->p, 800 * MiB, NULL);
+  assert_non_null(p);
+  st = stats(f);
+  if (st.large_stitches == 0)
+    assert_int_equal(st.large_stitch_new_bytes, 0);
+  assert_int_equal(aa_free(f->p, p, 800 * MiB, NULL), AA_OK);
+  for (int i = 0; i < 10; i++)
+    assert_int_equal(aa_free(f->p, keep[i], 3 * MiB, NULL), AA_OK);
+  release_undoes_every_alias(f);
+  assert_int_equal(stats(f).large_bytes_in_use, 0);
+  fx_done(f);
+}
+
 /* The default host backend keeps its pages private: a forked child's
  * writes stay its own, and it offers no aliases, so a pool over it does not
  * stitch even when asked. */
@@ -1007,6 +1057,7 @@ int main(void) {
       cmocka_unit_test(test_core_stitch_serves_from_holes),
       cmocka_unit_test(test_core_stitch_grow),
       cmocka_unit_test(test_core_stitch_grow_no_more_than_growth),
+      cmocka_unit_test(test_core_stitch_grow_refused),
       cmocka_unit_test(test_core_stitch_off_by_default),
       cmocka_unit_test(test_core_stitch_default_host_private),
       cmocka_unit_test(test_core_stitch_dissolved_for_another_size),
