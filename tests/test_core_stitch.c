@@ -64,6 +64,21 @@ static layout holes_on(fx *f, aa_stream s) {
 
 static layout holes(fx *f) { return holes_on(f, NULL); }
 
+/* n holes of `hole` bytes between live blocks of `keep` bytes on stream s
+ * (the live ones in kept[0..n-1], freed by the caller). */
+static void holes_n(fx *f, int n, size_t hole, size_t keep, aa_stream s, char **kept) {
+  char *h[128];
+  assert_true(n <= 128);
+  for (int i = 0; i < n; i++) {
+    h[i] = aa_alloc(f->p, hole, s);
+    kept[i] = aa_alloc(f->p, keep, s);
+    assert_non_null(h[i]);
+    assert_non_null(kept[i]);
+  }
+  for (int i = 0; i < n; i++)
+    assert_int_equal(aa_free(f->p, h[i], hole, s), AA_OK);
+}
+
 static void free_keep_on(fx *f, layout *l, aa_stream s) {
   for (int i = 0; i < 3; i++) {
     const unsigned char *k = (const unsigned char *)l->keep[i];
@@ -325,15 +340,8 @@ static void test_core_stitch_grow_refused(void **state) {
    * by one), then 800 MiB: the holes and the new pages would be more
    * handles than a range joins */
   f = make_stitch((size_t)4 << 30, 2);
-  char *hole[10], *keep[10];
-  for (int i = 0; i < 10; i++) {
-    hole[i] = aa_alloc(f->p, 20 * MiB, NULL);
-    keep[i] = aa_alloc(f->p, 3 * MiB, NULL);
-    assert_non_null(hole[i]);
-    assert_non_null(keep[i]);
-  }
-  for (int i = 0; i < 10; i++)
-    assert_int_equal(aa_free(f->p, hole[i], 20 * MiB, NULL), AA_OK);
+  char *keep[10];
+  holes_n(f, 10, 20 * MiB, 3 * MiB, NULL, keep);
   p = aa_alloc(f->p, 800 * MiB, NULL);
   assert_non_null(p);
   st = stats(f);
@@ -802,15 +810,8 @@ static void test_core_stitch_retired_bounded_while_busy(void **state) {
   const aa_stream sa = (aa_stream)0x10;
   const int nh = 96, nreq = 170;
   fx *f = make_stitch(0, 1);
-  char *hole[96], *keep[96];
-  for (int i = 0; i < nh; i++) { /* 96 holes of two whole pages each */
-    hole[i] = aa_alloc(f->p, 6 * MiB, sa);
-    keep[i] = aa_alloc(f->p, 3 * MiB, sa);
-    assert_non_null(hole[i]);
-    assert_non_null(keep[i]);
-  }
-  for (int i = 0; i < nh; i++)
-    assert_int_equal(aa_free(f->p, hole[i], 6 * MiB, sa), AA_OK);
+  char *keep[96];
+  holes_n(f, nh, 6 * MiB, 3 * MiB, sa, keep); /* 96 holes of two whole pages each */
   /* the kernels queued from here on have not run */
   assert_int_equal(aa_backend_host_stream_busy(f->b, sa, true), AA_OK);
   for (int k = 0; k < nreq; k++) {

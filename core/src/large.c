@@ -486,7 +486,7 @@ void aa__large_stats_get(aa_pool *pool, bool account, aa__large_stats *out) {
   out->alias_maps = L->alias_maps;
   out->alias_unmaps = L->alias_unmaps;
   out->alias_runs = L->alias_runs;
-  out->stitch_new_bytes = L->stitch_grown;
+  out->stitch_new_bytes = L->stitch_new_bytes;
   aa__lg_plan_stats(pool, out);
   if (account)
     free_account(pool, &out->holes, &out->holds);

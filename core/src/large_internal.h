@@ -214,8 +214,8 @@ struct aa__large {
   uint64_t stitch_bytes; /* the active ones' bytes (the same memory as their lent parts) */
   uint64_t stitches_made, stitch_hits, stitch_dissolved, stitch_rests, stitch_wakes;
   uint64_t alias_maps, alias_unmaps, stitch_clock;
-  uint64_t alias_runs;   /* ranges mapped with one map_alias_run call */
-  uint64_t stitch_grown; /* bytes mapped new for ranges the holes left short (stitch_premap) */
+  uint64_t alias_runs;       /* ranges mapped with one map_alias_run call */
+  uint64_t stitch_new_bytes; /* bytes mapped new for ranges the holes left short (stitch_premap) */
   /* the learned placement (large_plan.c): on when asked (not passthrough);
    * the state, made at the first request; allocations numbered */
   bool plan_on;

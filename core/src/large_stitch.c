@@ -644,15 +644,16 @@ static bool map_parts(aa_pool *pool, aa__stitch_part *parts, size_t n, size_t *m
 /* The whole free handles a new range of `want` bytes on `stream` would
  * map: the holes, smallest bins first (the pieces least likely to serve
  * anything else), and of the free chunks with unmapped pages under them
- * only `grow` (range_new). With v NULL only counted (*got, *nv, *nparts);
- * else *v gets the candidates (the caller frees it). false when memory is
- * short for the list. */
+ * only `grow` (range_new). With v NULL only counted (*got, *nv, *nparts;
+ * *holes, when asked, the bytes of the chunks other than grow); else *v
+ * gets the candidates (the caller frees it). false when memory is short for
+ * the list. */
 static bool collect(aa_pool *pool, size_t want, aa_stream stream, const aa__chunk *grow, cand **pv,
-                    size_t *pnv, size_t *pgot, size_t *pnparts, bool *pall_any) {
+                    size_t *pnv, size_t *pgot, size_t *pnparts, bool *pall_any, size_t *pholes) {
   aa__large *L = pool->large;
   size_t ps = L->vmm_page;
   cand *v = NULL;
-  size_t nv = 0, capv = 0, got = 0, nparts = 0;
+  size_t nv = 0, capv = 0, got = 0, nparts = 0, holes = 0;
   bool all_any = true;
 
   for (unsigned bn = 0; bn < AA__LARGE_BINS && got < want; bn++) {
@@ -687,6 +688,8 @@ static bool collect(aa_pool *pool, size_t want, aa_stream stream, const aa__chun
         v[nv] = (cand){c, i0, i1};
       nv++;
       got += (i1 - i0) * ps;
+      if (c != grow)
+        holes += (i1 - i0) * ps;
       nparts += np;
       all_any &= c->any != 0;
     }
@@ -698,6 +701,8 @@ static bool collect(aa_pool *pool, size_t want, aa_stream stream, const aa__chun
   *pnparts = nparts;
   if (pall_any != NULL)
     *pall_any = all_any;
+  if (pholes != NULL)
+    *pholes = holes;
   return true;
 }
 
@@ -731,7 +736,7 @@ static aa__chunk *range_new(aa_pool *pool, size_t need, aa_stream stream, const 
     retire(pool, old);
     trim_retired(pool);
   }
-  if (!collect(pool, want, stream, grow, &v, &nv, &got, &nparts, &all_any))
+  if (!collect(pool, want, stream, grow, &v, &nv, &got, &nparts, &all_any, NULL))
     goto fail;
   if (got < want || nv < 2)
     goto fail; /* one chunk's handles alone: find_fit's business */
@@ -824,18 +829,15 @@ fail:
 size_t aa__lg_stitch_short(aa_pool *pool, size_t need, aa_stream stream, const aa__chunk *grow) {
   aa__large *L = pool->large;
   size_t want = aa__lg_round_up(need, L->vmm_page);
-  size_t nv, got, nparts;
+  size_t nv, got, nparts, holes;
   if (grow == NULL)
     return 0;
   if (L->nstitch - L->nretired >= AA__STITCH_MAX && lru_free(pool) == NULL)
     return 0; /* no range can be made */
-  /* at least one hole besides grow's pages: else it is plain growth */
-  (void)collect(pool, want, stream, NULL, NULL, &nv, &got, &nparts, NULL);
-  if (got == 0 || got >= want)
-    return 0;
-  (void)collect(pool, want, stream, grow, NULL, &nv, &got, &nparts, NULL);
-  /* the new pages' handles too (one a page at most) within the bound */
-  if (got >= want || nparts + (want - got) / L->vmm_page > AA__STITCH_PARTS ||
+  (void)collect(pool, want, stream, grow, NULL, &nv, &got, &nparts, NULL, &holes);
+  /* at least one hole besides grow's pages (else it is plain growth), and
+   * the new pages' handles too (one a page at most) within the bound */
+  if (holes == 0 || got >= want || nparts + (want - got) / L->vmm_page > AA__STITCH_PARTS ||
       got < want / AA__STITCH_GROW_DEN)
     return 0;
   return want - got;

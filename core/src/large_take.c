@@ -703,7 +703,7 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
           c = aa__lg_stitch_take(pool, need, stream, find_fit(pool, need, stream, false));
           stitched = c != NULL;
           if (stitched && premapped > 0) /* counted once a range has them */
-            pool->large->stitch_grown += premapped;
+            pool->large->stitch_new_bytes += premapped;
           if (c == NULL && stitch_pass < 2 && aa__lg_stitch_retire_dormant(pool) > 0) {
             stitch_pass = 2;
             reclaimed = false;
