@@ -78,6 +78,11 @@ int aa__config_normalise(const aa_pool_config *in, aa_pool_config *c) {
     return AA_EINVAL;
   if (c->large_map_run_pages < 0 || c->large_map_run_pages > AA_LARGE_MAP_RUN_MAX)
     return AA_EINVAL;
+  /* written so that a NaN fails too */
+  if (!(c->large_stitch_share >= 0.0 && c->large_stitch_share <= 1.0))
+    return AA_EINVAL;
+  if (c->large_stitch_share == 0.0)
+    c->large_stitch_share = AA_DEFAULT_STITCH_SHARE;
   return AA_OK;
 }
 

@@ -310,6 +310,7 @@ int aa__large_new(aa_pool *pool) {
   L->stitch_on = c->large_mode == AA_LARGE_EXPANDABLE && c->large_stitch > 0 &&
                  aa__lg_stitch_usable(pool);
   L->stitch_grow = L->stitch_on && c->large_stitch > 1;
+  aa__lg_stitch_budget_init(L, c->large_stitch_share);
   L->plan_on = aa__lg_plan_usable(pool);
   return AA_OK;
 }
@@ -351,6 +352,14 @@ void aa__large_set_map_runs(aa_pool *pool, bool on) {
 void aa__large_set_stream_wait(aa_pool *pool, bool on) {
   pthread_mutex_lock(&pool->large->mu); /* read under it by aa__large_alloc */
   pool->large->stream_wait = stream_wait_usable(pool, on);
+  pthread_mutex_unlock(&pool->large->mu);
+}
+
+void aa__large_set_clock(aa_pool *pool, uint64_t (*now)(void *user), void *user) {
+  pthread_mutex_lock(&pool->large->mu); /* read under it by large_stitch.c */
+  pool->large->clock = now;
+  pool->large->clock_user = user;
+  pool->large->stitch_budget_at = 0; /* another clock: the refill starts again */
   pthread_mutex_unlock(&pool->large->mu);
 }
 
@@ -487,6 +496,8 @@ void aa__large_stats_get(aa_pool *pool, bool account, aa__large_stats *out) {
   out->alias_unmaps = L->alias_unmaps;
   out->alias_runs = L->alias_runs;
   out->stitch_new_bytes = L->stitch_new_bytes;
+  out->alias_ns = L->alias_ns;
+  out->stitch_deferred = L->stitch_deferred;
   aa__lg_plan_stats(pool, out);
   if (account)
     free_account(pool, &out->holes, &out->holds);

@@ -96,6 +96,8 @@ typedef struct aa__large_stats {
   uint64_t alias_maps, alias_unmaps;
   uint64_t alias_runs;       /* ranges whose aliases were made in one call (map_alias_run) */
   uint64_t stitch_new_bytes; /* mapped new for ranges the holes left short (stitch_grow) */
+  uint64_t alias_ns;         /* time inside alias calls (the pool's clock) */
+  uint64_t stitch_deferred;  /* new ranges not made: the time budget spent */
   /* the learned placement (large_plan.c): its state (AA_PLAN_*), requests
    * per period, arena bytes, bytes live in it, requests served at their
    * planned offsets and not, plans adopted, dropped and refused (the
@@ -149,6 +151,8 @@ int aa__large_walk(aa_pool *pool, aa_walk_fn fn, void *user);
  * (ignored otherwise); stream_wait: used only when the backend can. */
 void aa__large_set_map_runs(aa_pool *pool, bool on);
 void aa__large_set_stream_wait(aa_pool *pool, bool on);
+/* aa_pool_set_clock's, under the large path's lock. */
+void aa__large_set_clock(aa_pool *pool, uint64_t (*now)(void *user), void *user);
 
 /* large_ltc.c: the thread's large-block cache: an exact-size reuse (NULL on
  * a miss), a lock-free free of a block this thread allocated (false: take

@@ -216,6 +216,19 @@ struct aa__large {
   uint64_t alias_maps, alias_unmaps, stitch_clock;
   uint64_t alias_runs;       /* ranges mapped with one map_alias_run call */
   uint64_t stitch_new_bytes; /* bytes mapped new for ranges the holes left short (stitch_premap) */
+  /* stitching's time budget (large_stitch.c, "budget"): the alias calls'
+   * share of the clock's time; tokens in ns, spent by each call's time and
+   * refilled at stitch_share of the time passed, up to AA__STITCH_BURST_NS
+   * (negative: overspent); budget_at: the clock at the last refill (0:
+   * none yet) */
+  double stitch_share;
+  int64_t stitch_tokens;
+  uint64_t stitch_budget_at;
+  uint64_t alias_ns;        /* time inside alias calls, by the clock */
+  uint64_t stitch_deferred; /* new ranges not made: the budget spent */
+  /* the clock (aa_pool_set_clock); NULL: aa_now_ns */
+  uint64_t (*clock)(void *user);
+  void *clock_user;
   /* the learned placement (large_plan.c): on when asked (not passthrough);
    * the state, made at the first request; allocations numbered */
   bool plan_on;
@@ -544,6 +557,12 @@ aa__chunk *aa__lg_stitch_take(aa_pool *pool, size_t need, aa_stream stream,
  * made without new pages, when no hole would join it, or when none can be
  * made at all. */
 size_t aa__lg_stitch_short(aa_pool *pool, size_t need, aa_stream stream, const aa__chunk *grow);
+/* Whether stitching's time budget allows a new range's alias calls now
+ * (aa_pool_config.large_stitch_share); when not, counts the range deferred
+ * (the request grows the pool instead). */
+bool aa__lg_stitch_budget_ok(aa_pool *pool);
+/* The budget at its start: share of the time (>= 1: no bound), a burst of tokens. */
+void aa__lg_stitch_budget_init(aa__large *L, double share);
 /* A stitched range's chunk was freed (aa__lg_release_chunk): it stays. */
 void aa__lg_stitch_freed(aa_pool *pool, aa__chunk *c);
 /* Puts every free active range whose work is done to sleep (its parts free

@@ -72,10 +72,66 @@
  * traces against 442 with no bound, 358 at three eighths (BENCHMARKS.md,
  * "Stitching with new pages") */
 #define AA__STITCH_GROW_DEN 4
+/* Stitching's time budget: the alias calls' time a pool may spend at once
+ * before the share (aa_pool_config.large_stitch_share) bounds them: a
+ * loop's first steps make most of its ranges. At 50 ms the replay's
+ * traces keep every figure of no bound (at 1% and 1 ms event delay too);
+ * at 10 ms serve reserved 876 MiB against 706, sidepipe 1,134 against 890
+ * (more than with no stitching: ranges made, then growth beside them). */
+#define AA__STITCH_BURST_NS ((int64_t)50 * 1000 * 1000)
 
 bool aa__lg_stitch_usable(const aa_pool *pool) {
   const aa_backend_ops *o = pool->backend->ops;
   return pool->large->vmm_page != 0 && o->map_alias != NULL && o->unmap_alias != NULL;
+}
+
+/* ------------------------------------------------------------ budget */
+
+/* Every alias call is timed by the pool's clock and paid from tokens that
+ * accrue at the share of the time passed (at most a burst ahead): a loop
+ * whose ranges are made again every step (sizes that change, streams
+ * behind the host) stops paying alias calls beyond its share, and its
+ * requests grow the pool as without stitching; one that makes its ranges
+ * once never meets the bound. On an H200 a side-stream pipeline with 6 ms
+ * steps and 34 alias calls a step ran at 0.64x with large.stitch_grow
+ * (BENCHMARKS.md, "Stitching's time budget"). */
+
+static uint64_t now_ns(const aa__large *L) {
+  return L->clock != NULL ? L->clock(L->clock_user) : aa_now_ns();
+}
+
+/* The time since t0 went into alias calls. */
+static void budget_spend(aa__large *L, uint64_t t0) {
+  uint64_t t = now_ns(L), d = t > t0 ? t - t0 : 0;
+  L->alias_ns += d;
+  L->stitch_tokens -= d > (uint64_t)INT64_MAX / 2 ? INT64_MAX / 2 : (int64_t)d;
+  if (L->stitch_tokens < -AA__STITCH_BURST_NS)
+    L->stitch_tokens = -AA__STITCH_BURST_NS; /* a release's many calls, a clock gone
+                                              * wild: a debt repaid within a burst's time */
+}
+
+bool aa__lg_stitch_budget_ok(aa_pool *pool) {
+  aa__large *L = pool->large;
+  if (L->stitch_share >= 1.0)
+    return true;
+  uint64_t t = now_ns(L);
+  if (L->stitch_budget_at == 0) {
+    L->stitch_budget_at = t;
+  } else if (t > L->stitch_budget_at) {
+    double add = (double)(t - L->stitch_budget_at) * L->stitch_share;
+    double room = (double)(AA__STITCH_BURST_NS - L->stitch_tokens);
+    L->stitch_tokens += add < room ? (int64_t)add : (int64_t)room;
+    L->stitch_budget_at = t;
+  }
+  if (L->stitch_tokens > 0)
+    return true;
+  L->stitch_deferred++;
+  return false;
+}
+
+void aa__lg_stitch_budget_init(aa__large *L, double share) {
+  L->stitch_share = share;
+  L->stitch_tokens = AA__STITCH_BURST_NS;
 }
 
 /* ------------------------------------------------------------ states */
@@ -157,6 +213,7 @@ static void range_destroy(aa_pool *pool, aa__seg *s, bool give) {
     L->ndormant--;
     L->nretired -= st->retired;
   }
+  uint64_t t0 = now_ns(L);
   for (size_t i = st->nparts; i-- > 0;) {
     aa__stitch_part *pt = &st->parts[i];
     b->ops->unmap_alias(b, (void *)pt->at, pt->len, pt->pg->handle);
@@ -164,6 +221,7 @@ static void range_destroy(aa_pool *pool, aa__seg *s, bool give) {
     pt->pg->nalias--;
     pt->pg->nheld -= !st->retired;
   }
+  budget_spend(L, t0);
   L->alias_unmaps += st->nparts;
   aa__pm_remove(pool, &s->h);
   b->ops->va_release(b, (void *)s->h.base, size);
@@ -613,7 +671,7 @@ static void part_mapped(aa__large *L, aa__stitch_part *pt) {
  * map_alias_run call where the backend offers it (on CUDA one access grant
  * for the range, not one per handle), else handle by handle. *mapped: the
  * parts mapped, all of them or, on failure, those the caller undoes. */
-static bool map_parts(aa_pool *pool, aa__stitch_part *parts, size_t n, size_t *mapped) {
+static bool map_parts_timed(aa_pool *pool, aa__stitch_part *parts, size_t n, size_t *mapped) {
   aa_backend *b = pool->backend;
   aa__large *L = pool->large;
   *mapped = 0;
@@ -639,6 +697,13 @@ static bool map_parts(aa_pool *pool, aa__stitch_part *parts, size_t n, size_t *m
     part_mapped(L, pt);
   }
   return true;
+}
+
+static bool map_parts(aa_pool *pool, aa__stitch_part *parts, size_t n, size_t *mapped) {
+  uint64_t t0 = now_ns(pool->large);
+  bool ok = map_parts_timed(pool, parts, n, mapped);
+  budget_spend(pool->large, t0);
+  return ok;
 }
 
 /* The whole free handles a new range of `want` bytes on `stream` would
@@ -745,6 +810,8 @@ static aa__chunk *range_new(aa_pool *pool, size_t need, aa_stream stream, const 
     free(v);
     return revive(pool, s, stream, all_any) ? s->first : NULL;
   }
+  if (!aa__lg_stitch_budget_ok(pool))
+    goto fail; /* its alias calls over the time budget: the pool grows instead */
   s = calloc(1, sizeof *s);
   if (s != NULL)
     s->st = calloc(1, sizeof *s->st);
@@ -804,11 +871,15 @@ static aa__chunk *range_new(aa_pool *pool, size_t need, aa_stream stream, const 
   L->stitches_made++;
   return sc;
 fail:
-  for (size_t i = mapped; i-- > 0;) {
-    aa__stitch_part *pt = &s->st->parts[i];
-    b->ops->unmap_alias(b, (void *)pt->at, pt->len, pt->pg->handle);
-    pt->pg->nalias--;
-    pt->pg->nheld--;
+  if (mapped > 0) {
+    uint64_t t0 = now_ns(L);
+    for (size_t i = mapped; i-- > 0;) {
+      aa__stitch_part *pt = &s->st->parts[i];
+      b->ops->unmap_alias(b, (void *)pt->at, pt->len, pt->pg->handle);
+      pt->pg->nalias--;
+      pt->pg->nheld--;
+    }
+    budget_spend(L, t0);
   }
   L->alias_unmaps += mapped;
   if (base != NULL)

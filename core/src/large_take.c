@@ -617,6 +617,8 @@ static size_t stitch_premap(aa_pool *pool, size_t need, aa_stream stream) {
   size_t lim = atomic_load_explicit(&pool->limit, AA__RLX);
   if (lim != 0 && atomic_load_explicit(&pool->bytes_reserved, AA__RLX) + shortb > lim)
     return 0; /* under a limit the pages would come from the holes */
+  if (!aa__lg_stitch_budget_ok(pool))
+    return 0; /* the range's alias calls over the time budget: plain growth */
   aa__lg_bin_remove(pool, g);
   split(pool, g, len);
   if (g->size != len) { /* no chunk record for the rest: nothing mapped */

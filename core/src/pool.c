@@ -254,6 +254,11 @@ void aa_pool_set_stream_wait(aa_pool *pool, bool on) {
     aa__large_set_stream_wait(pool, on);
 }
 
+void aa_pool_set_clock(aa_pool *pool, uint64_t (*now)(void *user), void *user) {
+  if (pool != NULL)
+    aa__large_set_clock(pool, now, user);
+}
+
 const char *aa_pool_name(const aa_pool *pool) { return pool ? pool->name : ""; }
 
 const char *aa_pool_region(const aa_pool *pool) { return pool ? pool->region : ""; }

@@ -134,6 +134,8 @@ int aa_pool_stats_get_opts(aa_pool *pool, aa_pool_stats *out, unsigned opts) {
   out->large_alias_unmaps = lg.alias_unmaps;
   out->large_alias_runs = lg.alias_runs;
   out->large_stitch_new_bytes = lg.stitch_new_bytes;
+  out->large_alias_ns = lg.alias_ns;
+  out->large_stitch_deferred = lg.stitch_deferred;
   out->stream_queries = atomic_load_explicit(&pool->stream_queries, AA__RLX);
   out->stream_idle = atomic_load_explicit(&pool->stream_idle, AA__RLX);
   out->window_peak_bytes_in_use = atomic_load(&pool->win_peak_out_bytes);
@@ -339,6 +341,8 @@ size_t aa_pool_stats_json(const aa_pool_stats *st, char *buf, size_t cap) {
   jw_u64(&w, "large_alias_unmaps", st->large_alias_unmaps);
   jw_u64(&w, "large_alias_runs", st->large_alias_runs);
   jw_u64(&w, "large_stitch_new_bytes", st->large_stitch_new_bytes);
+  jw_u64(&w, "large_alias_ns", st->large_alias_ns);
+  jw_u64(&w, "large_stitch_deferred", st->large_stitch_deferred);
   jw_u64(&w, "stream_queries", st->stream_queries);
   jw_u64(&w, "stream_idle", st->stream_idle);
   jw_u64(&w, "managed_device_bytes", st->managed_device_bytes);

@@ -249,10 +249,10 @@ typedef void (*aa_trace_fn)(void *user, const aa_trace_event *ev);
 
 /* Bumped whenever aa_pool_config changes (2: region, large_page_bytes,
  * large_map_runs; 3: large_stitch, large_plan, large_map_run_pages,
- * large_map_run_min_bytes):
+ * large_map_run_min_bytes; 4: large_stitch_share):
  * aa_pool_new refuses a config of another version (AA_EINVAL) rather than
  * read fields its caller's struct does not have. */
-#define AA_POOL_CONFIG_VERSION 3
+#define AA_POOL_CONFIG_VERSION 4
 
 /* The defaults of aa_pool_config, in one place: the pool, the policy module
  * and the replay tuner all take them from here. */
@@ -260,6 +260,9 @@ typedef void (*aa_trace_fn)(void *user, const aa_trace_event *ev);
 #define AA_DEFAULT_MIN_BLOCK ((size_t)512)
 #define AA_DEFAULT_MAX_SMALL ((size_t)1 << 20)
 #define AA_DEFAULT_PER_DOUBLING 4u
+/* aa_pool_config.large_stitch_share's default: stitching's alias calls may
+ * take 1% of the time (docs/core.md "Stitching's time budget") */
+#define AA_DEFAULT_STITCH_SHARE 0.01
 #define AA_DEFAULT_TCACHE_BLOCKS 32u
 /* Thread caches hold memory nobody else can use: plain host memory is cheap,
  * device, pinned and custom memory is scarce. */
@@ -346,6 +349,15 @@ typedef struct aa_pool_config {
   /* The requests below it keep runs of AA_LARGE_MAP_RUN_MAX; 0 (the default):
    * every request. Policy: large.map_run_min_bytes. */
   size_t large_map_run_min_bytes;
+  /* With large_stitch: the most of the time, by the pool's clock
+   * (aa_pool_set_clock), that stitching's alias calls (mapping a new range's
+   * handles, undoing a range's) may take, over a start of 50 ms of calls:
+   * past it a request that would make a new range grows the pool instead
+   * (kept ranges still serve, with no call). In (0, 1]; 0: the default,
+   * AA_DEFAULT_STITCH_SHARE; 1: no bound. Negative, above 1 or not a number:
+   * AA_EINVAL. Policy: large.stitch_share. Docs: docs/core.md "Stitching's
+   * time budget" */
+  double large_stitch_share;
 } aa_pool_config;
 
 /* The most pages one mapping of large_map_runs covers: 32 MiB of 2 MiB pages
@@ -515,6 +527,13 @@ AA_EXTERN void aa_pool_set_map_runs(aa_pool *pool, bool on);
 /* Turns large_stream_wait on or off for the allocations from now on (no
  * effect where the backend has no stream_wait). */
 AA_EXTERN void aa_pool_set_stream_wait(aa_pool *pool, bool on);
+/* The clock, in nanoseconds, of the pool's time-based decisions (the
+ * stitching time budget, aa_pool_config.large_stitch_share); NULL (the
+ * default): aa_now_ns. The replay's simulator sets the trace's time plus
+ * its simulated backend calls' costs, so that the budget is measured as on
+ * the device the trace came from. `now` is called under the large path's
+ * lock: it must not call into the pool. */
+AA_EXTERN void aa_pool_set_clock(aa_pool *pool, uint64_t (*now)(void *user), void *user);
 AA_EXTERN const char *aa_pool_name(const aa_pool *pool);
 /* The pool's region label ("" when none; see aa_pool_config.region). */
 AA_EXTERN const char *aa_pool_region(const aa_pool *pool);
@@ -577,7 +596,7 @@ AA_EXTERN void aa_pool_classes_abort(aa_class_txn *txn);
 
 /* ------------------------------------------------------------------ stats */
 
-#define AA_STATS_VERSION 16
+#define AA_STATS_VERSION 17
 #define AA_HIST_BUCKETS 192 /* quarter doublings: bucket(size) below */
 #define AA_HH_MAX 32        /* heavy-hitter exact sizes reported */
 
@@ -726,6 +745,12 @@ typedef struct aa_pool_stats {
    * request (stats version 16; policy large.stitch_grow: a range of the
    * holes' pages and these), counted in the page maps too. */
   uint64_t large_stitch_new_bytes;
+  /* Stitching's time budget (stats version 17; aa_pool_config.
+   * large_stitch_share): the time inside alias calls by the pool's clock,
+   * and the new ranges not made because the budget was spent (the request
+   * grew the pool instead). */
+  uint64_t large_alias_ns;
+  uint64_t large_stitch_deferred;
 } aa_pool_stats;
 
 /* aa_pool_stats.large_plan_state */
