@@ -191,6 +191,7 @@ int aa_replay_sim_new(const aa_replay_config *cfg, aa_replay_sim **out,
     rc = AA_ENOMEM;
     goto fail;
   }
+  aa__simbk_costs(s->bk, &cfg->costs);
   pc = cfg->pool;
   pc.backend = &s->bk->be;
   pc.name = s->name;
@@ -205,6 +206,7 @@ int aa_replay_sim_new(const aa_replay_config *cfg, aa_replay_sim **out,
              aa_strerror(rc));
     goto fail;
   }
+  aa_pool_set_clock(s->pool, aa__simbk_clock, s->bk);
   if (cfg->classes != NULL && cfg->nclasses > 0) {
     rc = aa_pool_set_classes(s->pool, cfg->classes, cfg->nclasses);
     if (rc != AA_OK) {
@@ -563,7 +565,9 @@ int aa__replay_feed_local(aa_replay_sim *s, const aa_replay_event *ev, size_t n)
       s->first_time = e->time_ns;
       s->last_time = e->time_ns;
       s->next_step_ns = e->time_ns + (uint64_t)s->cfg.adapt_params.interval_ms * 1000000ull;
+      atomic_store_explicit(&s->bk->clock_ns, e->time_ns, memory_order_relaxed);
     } else if (e->time_ns > s->last_time) {
+      atomic_store_explicit(&s->bk->clock_ns, e->time_ns, memory_order_relaxed);
       double dt = (double)(e->time_ns - s->last_time);
       s->t_req += (double)s->requested * dt;
       s->t_use += (double)s->in_use * dt;

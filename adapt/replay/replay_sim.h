@@ -52,6 +52,12 @@ typedef struct simbk {
   _Atomic uint64_t allocs, frees, failures, alloc_bytes;
   _Atomic uint64_t aliases, unaliases; /* map_alias / unmap_alias calls (stitching) */
   _Atomic uint64_t event_records;
+  /* the pool's clock (aa__simbk_clock, aa_pool_set_clock): the trace's time
+   * at the event being replayed plus the simulated costs of the backend
+   * calls made so far (cost_* in ns, from the replay's cost model), so that
+   * stitching's time budget sees its alias calls take time as on a device */
+  _Atomic uint64_t clock_ns, cost_ns;
+  uint64_t cost_alloc_ns, cost_free_ns, cost_alias_ns, cost_unalias_ns;
   /* requests refused because the fake address space ran out (not the
    * capacity): the simulator's limit, never a figure of the replay */
   _Atomic uint64_t space_exhausted;
@@ -162,6 +168,10 @@ int aa__replay_feed_local(aa_replay_sim *s, const aa_replay_event *ev, size_t n)
  * events complete delay_ns of trace time after they are recorded); NULL when
  * out of memory. aa__simbk_free takes NULL. */
 simbk *aa__simbk_new(uint64_t capacity, uint64_t delay_ns);
+/* The costs the clock adds per call (the replay's cost model). */
+void aa__simbk_costs(simbk *b, const aa_replay_costs *c);
+/* The pool's clock over simulated backend user (a simbk). */
+uint64_t aa__simbk_clock(void *user);
 void aa__simbk_free(simbk *b);
 
 /* replay_threads.c: hands each run of one recorded thread's events to that

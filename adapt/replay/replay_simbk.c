@@ -94,6 +94,7 @@ static int sim_alloc(aa_backend *be, size_t size, void **out) {
   atomic_fetch_add_explicit(&b->held, size, memory_order_relaxed);
   atomic_fetch_add_explicit(&b->allocs, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&b->alloc_bytes, size, memory_order_relaxed);
+  atomic_fetch_add_explicit(&b->cost_ns, b->cost_alloc_ns, memory_order_relaxed);
   *out = (void *)(uintptr_t)addr;
 out:
   if (rc != AA_OK)
@@ -111,6 +112,7 @@ static void sim_free(aa_backend *be, void *ptr, size_t size) {
   pthread_mutex_lock(&b->mu);
   atomic_fetch_sub_explicit(&b->held, size, memory_order_relaxed);
   atomic_fetch_add_explicit(&b->frees, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&b->cost_ns, b->cost_free_ns, memory_order_relaxed);
   st = stack_find(b, size, true);
   if (st != NULL) {
     if (st->n == st->cap) {
@@ -293,6 +295,7 @@ static int sim_map(aa_backend *be, void *addr, size_t size, void **handle) {
     atomic_fetch_add_explicit(&b->held, size, memory_order_relaxed);
     atomic_fetch_add_explicit(&b->allocs, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&b->alloc_bytes, size, memory_order_relaxed);
+    atomic_fetch_add_explicit(&b->cost_ns, b->cost_alloc_ns, memory_order_relaxed);
     *handle = addr;
   } else {
     atomic_fetch_add_explicit(&b->failures, 1, memory_order_relaxed);
@@ -307,6 +310,7 @@ static void sim_unmap(aa_backend *be, void *addr, size_t size, void *handle) {
   (void)addr, (void)handle;
   atomic_fetch_sub_explicit(&b->held, size, memory_order_relaxed);
   atomic_fetch_add_explicit(&b->frees, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&b->cost_ns, b->cost_free_ns, memory_order_relaxed);
 }
 
 /* An alias is the same memory at a second address: nothing held changes;
@@ -316,6 +320,7 @@ static int sim_map_alias(aa_backend *be, void *addr, size_t size, void *handle) 
   if (addr == NULL || size == 0 || (uintptr_t)addr % SIM_ALIGN != 0 || handle == NULL)
     return AA_EINVAL;
   atomic_fetch_add_explicit(&b->aliases, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&b->cost_ns, b->cost_alias_ns, memory_order_relaxed);
   return AA_OK;
 }
 
@@ -323,6 +328,7 @@ static void sim_unmap_alias(aa_backend *be, void *addr, size_t size, void *handl
   simbk *b = be->ctx;
   (void)addr, (void)size, (void)handle;
   atomic_fetch_add_explicit(&b->unaliases, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&b->cost_ns, b->cost_unalias_ns, memory_order_relaxed);
 }
 
 static const aa_backend_ops sim_ops = {
@@ -356,6 +362,23 @@ void aa__simbk_free(simbk *b) {
   free(b->all_events);
   pthread_mutex_destroy(&b->mu);
   free(b);
+}
+
+static uint64_t us_to_ns(double us) {
+  return us > 0 && us < 1e12 ? (uint64_t)(us * 1000.0 + 0.5) : 0;
+}
+
+void aa__simbk_costs(simbk *b, const aa_replay_costs *c) {
+  b->cost_alloc_ns = us_to_ns(c->alloc_us);
+  b->cost_free_ns = us_to_ns(c->free_us);
+  b->cost_alias_ns = us_to_ns(c->alias_us);
+  b->cost_unalias_ns = us_to_ns(c->unalias_us);
+}
+
+uint64_t aa__simbk_clock(void *user) {
+  simbk *b = user;
+  return atomic_load_explicit(&b->clock_ns, memory_order_relaxed) +
+         atomic_load_explicit(&b->cost_ns, memory_order_relaxed);
 }
 
 simbk *aa__simbk_new(uint64_t capacity, uint64_t delay_ns) {
