@@ -392,6 +392,7 @@ static bool pool_equal(const aa__pool_policy *a, const aa__pool_policy *b) {
       a->large_map_run_pages != b->large_map_run_pages ||
       a->large_map_run_min_bytes != b->large_map_run_min_bytes ||
       a->large_stitch != b->large_stitch || a->large_stitch_grow != b->large_stitch_grow ||
+      a->large_stitch_share != b->large_stitch_share ||
       a->large_plan != b->large_plan ||
       a->large_stream_wait != b->large_stream_wait ||
       a->limit_bytes != b->limit_bytes || a->managed != b->managed ||
@@ -531,6 +532,7 @@ int aa_policy_pool_config(const aa_policy *p, const char *pool,
     cfg->large_map_run_pages = (int)pp->large_map_run_pages;
     cfg->large_map_run_min_bytes = (size_t)pp->large_map_run_min_bytes;
     cfg->large_stitch = pp->large_stitch ? (pp->large_stitch_grow ? 2 : 1) : 0;
+    cfg->large_stitch_share = pp->large_stitch_share;
     cfg->large_plan = pp->large_plan ? 1 : 0;
     cfg->large_stream_wait = pp->large_stream_wait ? 1 : -1;
     cfg->limit_bytes = (size_t)pp->limit_bytes;

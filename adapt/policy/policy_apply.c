@@ -68,6 +68,13 @@ const char *aa_policy_pool_section(const aa_policy *p, const aa_pool *pool,
  * bounds are not among them: they are read when a pool is made, and a
  * region's pool that loses its section takes its backend's, whose bounds
  * differ (docs/policy.md). */
+/* large_stitch_share with its default (0) as the value it stands for, in
+ * millionths */
+static size_t stitch_share_ppm(const aa_pool_config *c) {
+  double s = c->large_stitch_share > 0 ? c->large_stitch_share : AA_DEFAULT_STITCH_SHARE;
+  return (size_t)(s * 1e6 + 0.5);
+}
+
 /* large_map_run_pages with its default (0) as the value it stands for */
 static size_t run_pages(const aa_pool_config *c) {
   return c->large_map_run_pages > 0 ? (size_t)c->large_map_run_pages : AA_LARGE_MAP_RUN_MAX;
@@ -86,6 +93,7 @@ static const char *fixed_changed(const aa_pool_config *cur, const aa_pool_config
       {"large.page_bytes", cur->large_page_bytes, want->large_page_bytes},
       {"large.stitch", (size_t)(cur->large_stitch > 0), (size_t)(want->large_stitch > 0)},
       {"large.stitch_grow", (size_t)(cur->large_stitch > 1), (size_t)(want->large_stitch > 1)},
+      {"large.stitch_share (millionths)", stitch_share_ppm(cur), stitch_share_ppm(want)},
       {"large.plan", (size_t)(cur->large_plan > 0), (size_t)(want->large_plan > 0)},
       {"large.map_run_pages", run_pages(cur), run_pages(want)},
       {"large.map_run_min_bytes", cur->large_map_run_min_bytes, want->large_map_run_min_bytes},

@@ -170,6 +170,7 @@ void aa__policy_defaults(aa_policy *p) {
      * (a CUDA map costs about 40 us for 2 MiB or 32); pools[0] is "device". */
     pp->large_map_runs = i == 0;
     pp->large_map_run_pages = AA_LARGE_MAP_RUN_MAX; /* every request: runs of 16 */
+    pp->large_stitch_share = AA_DEFAULT_STITCH_SHARE;
     pp->large_map_run_min_bytes = 0;
     /* Every pool: a pending block reused by a stream's wait before new memory */
     pp->large_stream_wait = true;

@@ -84,6 +84,10 @@ static void write_pool(aa__buf *b, const aa__pool_policy *pp) {
     aa__buf_printf(b, ", \"stitch\": true");
   if (pp->large_stitch_grow) /* likewise (only with stitch) */
     aa__buf_printf(b, ", \"stitch_grow\": true");
+  if (pp->large_stitch_share != AA_DEFAULT_STITCH_SHARE) { /* written only when set */
+    aa__buf_printf(b, ", \"stitch_share\": ");
+    sb_double(b, pp->large_stitch_share);
+  }
   if (pp->large_plan) /* likewise */
     aa__buf_printf(b, ", \"plan\": true");
   aa__buf_printf(b, "},\n      \"limit_bytes\": ");

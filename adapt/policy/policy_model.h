@@ -58,6 +58,8 @@ typedef struct aa__pool_policy {
   bool large_map_runs;       /* large.map_runs */
   bool large_stitch;         /* large.stitch (fixed while the pool lives) */
   bool large_stitch_grow;    /* large.stitch_grow (likewise; only with large.stitch) */
+  double large_stitch_share; /* large.stitch_share (likewise; what it bounds is
+                              * large.stitch's) */
   bool large_plan;           /* large.plan (likewise) */
   bool large_stream_wait;    /* large.stream_wait */
   /* large.map_run_pages (1..16) and large.map_run_min_bytes (fixed while the

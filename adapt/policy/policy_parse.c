@@ -245,7 +245,7 @@ static int pool_from(vctx *v, const cJSON *obj, const char *path,
   static const char *const tkeys[] = {"blocks", "bytes", NULL};
   static const char *const lkeys[] = {"mode", "cache_bytes", "page_bytes", "map_runs",
                                       "map_run_pages", "map_run_min_bytes", "stream_wait",
-                                      "stitch", "stitch_grow", "plan", NULL};
+                                      "stitch", "stitch_grow", "stitch_share", "plan", NULL};
   char p1[PATH_CAP], p2[PATH_CAP];
   const cJSON *it, *f;
   bool have_slab = false, have_max = false, have_lmax = false;
@@ -366,6 +366,9 @@ static int pool_from(vctx *v, const cJSON *obj, const char *path,
       return aa__pv_fail(v, p2, "needs large.stitch true (it widens stitching: a range of the "
                                 "holes and new pages)");
     }
+    rc = aa__pv_opt_frac(v, it, p1, "stitch_share", true, false, &pp->large_stitch_share);
+    if (rc != AA_OK)
+      return rc;
     rc = aa__pv_opt_bool(v, it, p1, "plan", &pp->large_plan);
     if (rc != AA_OK)
       return rc;
