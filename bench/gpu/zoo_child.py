@@ -29,6 +29,7 @@ def _pool_summary(doc):
             "large_held_reclaims", "backend_allocs", "backend_frees", "backend_ns",
             "large_page_bytes", "large_stitches", "large_stitch_hits", "large_stitch_wakes",
             "large_alias_maps", "large_alias_unmaps", "large_alias_runs", "large_stitch_new_bytes",
+            "large_alias_ns", "large_stitch_deferred",
             "large_plan_state",
             "large_plan_period", "large_plan_bytes", "large_plan_hits", "large_plan_misses",
             "large_plans_adopted", "large_plans_dropped", "large_plans_refused",

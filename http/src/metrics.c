@@ -148,6 +148,13 @@ static const family_t pool_families[] = {
     PF("adaptalloc_large_stitch_new_bytes_total",
        "Bytes mapped new for stitched ranges the holes left short (policy large.stitch_grow).",
        COUNTER, large_stitch_new_bytes),
+    PF("adaptalloc_large_alias_seconds_total",
+       "Time spent inside stitching's alias map and unmap calls (the pool's clock).", SECONDS,
+       large_alias_ns),
+    PF("adaptalloc_large_stitch_deferred_total",
+       "Stitched ranges not made because stitching's time budget was spent (policy "
+       "large.stitch_share): the request grew the pool instead.",
+       COUNTER, large_stitch_deferred),
     PF("adaptalloc_large_plan_state",
        "The learned plan's state (policy large.plan): 0 off, 1 learning, 2 waiting for the "
        "period's start, 3 active, 4 draining.",
