@@ -175,6 +175,12 @@ static const bad_doc bad_docs[] = {
      "pools.device.large.stitch_grow: needs large.stitch true"},
     {POOL("{\"large\": {\"stitch\": true, \"stitch_grow\": 1}}"), AA_EINVAL,
      "pools.device.large.stitch_grow: expected true or false, got a number"},
+    {POOL("{\"large\": {\"stitch\": true, \"stitch_share\": 0}}"), AA_EINVAL,
+     "pools.device.large.stitch_share: 0 is out of range (0, 1]"},
+    {POOL("{\"large\": {\"stitch\": true, \"stitch_share\": 1.5}}"), AA_EINVAL,
+     "pools.device.large.stitch_share: 1.5 is out of range (0, 1]"},
+    {POOL("{\"large\": {\"stitch\": true, \"stitch_share\": \"1%\"}}"), AA_EINVAL,
+     "pools.device.large.stitch_share: expected a number, got a string"},
     {POOL("{\"large\": {\"map_run_pages\": 0}}"), AA_EINVAL,
      "pools.device.large.map_run_pages: 0 is out of range [1, 16]"},
     {POOL("{\"large\": {\"map_run_pages\": 17}}"), AA_EINVAL,
@@ -668,7 +674,7 @@ static const char *full_doc =
     "                \"tcache\": {\"blocks\": 7, \"bytes\": 65536}, \"large\": "
     "{\"mode\": \"passthrough\", \"cache_bytes\": 123456789012345, \"page_bytes\": 8388608,\n"
     "                \"map_runs\": true, \"map_run_pages\": 2, \"map_run_min_bytes\": 67108864,\n"
-    "                \"stitch\": true, \"stitch_grow\": true},\n"
+    "                \"stitch\": true, \"stitch_grow\": true, \"stitch_share\": 0.25},\n"
     "                \"limit_bytes\": 9007199254740991},\n"
     "    \"pinned\": {\"max_small\": 262144, \"classes\": {\"min\": 1024, "
     "\"per_doubling\": 2}},\n"
@@ -701,7 +707,7 @@ static void test_adapt_policy_round_trip(void **state) {
   assert_non_null(
       strstr(j1, "\"cache_bytes\": 123456789012345, \"page_bytes\": 8388608, \"map_runs\": true, "
                  "\"map_run_pages\": 2, \"map_run_min_bytes\": 67108864, \"stitch\": true, "
-                 "\"stitch_grow\": true}"));
+                 "\"stitch_grow\": true, \"stitch_share\": 0.25}"));
   /* written only where set: the device pool's, not pinned's and host's */
   assert_null(strstr(strstr(j1, "\"map_run_pages\"") + 1, "\"map_run_pages\""));
   assert_non_null(strstr(j1, "\"hot_fraction\": 0.123456789"));
@@ -1179,13 +1185,13 @@ static void test_adapt_policy_schema_matches_parser(void **state) {
   checked = schema_walk(schema, schema, keys, 0, def);
   /* version; 3 pools x (slab_size, tcache.blocks, large.cache_bytes,
    * large.page_bytes, large.map_run_pages, large.map_run_min_bytes, large.stream_wait,
-   * large.stitch, large.stitch_grow, large.plan, limit_bytes, backend, advise's three, allow_oversubscribe;
+   * large.stitch, large.stitch_grow, large.stitch_share, large.plan, limit_bytes, backend, advise's three, allow_oversubscribe;
    * max_small, large.map_runs, classes, tcache.bytes
    * and large.mode have no schema default: they differ between pools);
    * 11 adapt + 4 hysteresis; 9 telemetry (4 of them live tracing's).
    * (Defaults under "oneOf" — class entries, ladder fields — are not
    * walked.) */
-  assert_int_equal(checked, 1 + 3 * 16 + 15 + 9);
+  assert_int_equal(checked, 1 + 3 * 17 + 15 + 9);
   {
     aa_policy *p = parse_ok(full_doc);
     char *j = aa_policy_to_json(p);

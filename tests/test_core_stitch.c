@@ -8,6 +8,7 @@
  * a stitch before a failure; and a randomized shadow-model stress that
  * checks every block's bytes and the accounting.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -387,6 +388,111 @@ static void test_core_stitch_default_host_private(void **state) {
 }
 
 /* Off by default: the same request maps new pages. */
+/* Every byte of p[0..n) is v. */
+static void check_bytes(const char *p, size_t n, unsigned char v) {
+  for (size_t i = 0; i < n; i += 4096)
+    assert_int_equal((unsigned char)p[i], v);
+  assert_int_equal((unsigned char)p[n - 1], v);
+}
+
+/* A clock for the time budget: each read moves it by g_tick, and the test
+ * moves it by hand too. */
+static uint64_t g_now, g_tick;
+static uint64_t fake_clock(void *user) {
+  (void)user;
+  g_now += g_tick;
+  return g_now;
+}
+
+/* Stitching's time budget (large_stitch_share): alias calls that take
+ * longer than the burst leave the next new range unmade, so the request
+ * grows the pool, while the range already made still serves with no call;
+ * time passing refills the budget and ranges are made again. With no bound
+ * (share 1) the same requests are all stitched. */
+static void budget_run(double share) {
+  aa_pool_config cfg;
+  aa_pool_config_init(&cfg);
+  cfg.large_mode = AA_LARGE_EXPANDABLE;
+  cfg.large_stitch = 1;
+  cfg.large_stitch_share = share;
+  fx *f = make_cfg(&cfg, true);
+  g_now = (uint64_t)1 << 40;
+  g_tick = 60 * 1000 * 1000; /* every read 60 ms later: a range's map calls "take" 60 ms */
+  aa_pool_set_clock(f->p, fake_clock, NULL);
+  layout l = holes(f);
+  uint64_t reserved = stats(f).large_bytes_reserved;
+  char *p = aa_alloc(f->p, 10 * MiB, NULL);
+  assert_non_null(p);
+  aa_pool_stats st = stats(f);
+  assert_int_equal(st.large_stitches, 1);
+  assert_int_equal(st.large_bytes_reserved, reserved);
+  assert_int_equal(st.large_alias_ns, 60 * 1000 * 1000); /* one map_alias_run, timed */
+  assert_int_equal(aa_free(f->p, p, 10 * MiB, NULL), AA_OK);
+  g_tick = 0;
+  /* the kept range serves again, budget or not: no call */
+  calls then = calls_now(f);
+  p = aa_alloc(f->p, 10 * MiB, NULL);
+  assert_non_null(p);
+  assert_no_call_since(f, then);
+  assert_int_equal(stats(f).large_stitch_hits, 1);
+  memset(p, 0x31, 10 * MiB);
+  assert_int_equal(aa_free(f->p, p, 10 * MiB, NULL), AA_OK);
+  /* 7 MiB: a new range (the kept one is too large for it), over the budget
+   * (60 ms spent against 50, 1% of 120 ms back): the pool grows instead */
+  char *q = aa_alloc(f->p, 7 * MiB, NULL);
+  assert_non_null(q);
+  memset(q, 0x32, 7 * MiB);
+  st = stats(f);
+  if (share < 1.0) {
+    assert_int_equal(st.large_stitch_deferred, 1);
+    assert_int_equal(st.large_stitches, 1);
+    assert_true(st.large_bytes_reserved > reserved); /* grown for it */
+  } else {
+    assert_int_equal(st.large_stitch_deferred, 0);
+    assert_int_equal(st.large_stitches, 2);
+    assert_int_equal(st.large_bytes_reserved, reserved);
+  }
+  /* a second later (1% of it: 10 ms back) a new range is made again: 12
+   * MiB from the six whole pages of the holes (with no bound, q's range
+   * holds four of them and 12 MiB grows the pool) */
+  g_now += (uint64_t)1000 * 1000 * 1000;
+  char *r = aa_alloc(f->p, 12 * MiB, NULL);
+  assert_non_null(r);
+  st = stats(f);
+  assert_int_equal(st.large_stitches, 2);
+  assert_int_equal(st.large_stitch_deferred, share < 1.0 ? 1 : 0);
+  memset(r, 0x33, 12 * MiB);
+  check_bytes(q, 7 * MiB, 0x32);
+  check_bytes(r, 12 * MiB, 0x33);
+  assert_int_equal(aa_free(f->p, q, 7 * MiB, NULL), AA_OK);
+  assert_int_equal(aa_free(f->p, r, 12 * MiB, NULL), AA_OK);
+  free_keep(f, &l);
+  release_undoes_every_alias(f);
+  fx_done(f);
+}
+
+static void test_core_stitch_time_budget(void **state) {
+  (void)state;
+  /* a share out of (0, 1] (0: the default) is refused, nothing made */
+  static const double bad[] = {-0.01, 1.5, NAN};
+  aa_backend *b = NULL;
+  assert_int_equal(aa_backend_host_new(&b), AA_OK);
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    aa_pool_config cfg;
+    aa_pool *p = NULL;
+    aa_pool_config_init(&cfg);
+    cfg.backend = b;
+    cfg.large_mode = AA_LARGE_EXPANDABLE;
+    cfg.large_stitch = 1;
+    cfg.large_stitch_share = bad[i];
+    assert_int_equal(aa_pool_new(&cfg, &p), AA_EINVAL);
+    assert_null(p);
+  }
+  aa_backend_destroy(b);
+  budget_run(AA_DEFAULT_STITCH_SHARE);
+  budget_run(1.0); /* no bound: every range made */
+}
+
 static void test_core_stitch_off_by_default(void **state) {
   (void)state;
   fx *f = make_stitch(0, 0);
@@ -1059,6 +1165,7 @@ int main(void) {
       cmocka_unit_test(test_core_stitch_grow),
       cmocka_unit_test(test_core_stitch_grow_no_more_than_growth),
       cmocka_unit_test(test_core_stitch_grow_refused),
+      cmocka_unit_test(test_core_stitch_time_budget),
       cmocka_unit_test(test_core_stitch_off_by_default),
       cmocka_unit_test(test_core_stitch_default_host_private),
       cmocka_unit_test(test_core_stitch_dissolved_for_another_size),

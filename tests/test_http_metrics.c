@@ -101,6 +101,8 @@ static void test_http_metrics_families_and_labels(void **state) {
   p[0].large_alias_maps = 9;
   p[0].large_alias_runs = 2;
   p[0].large_stitch_new_bytes = 6291456;
+  p[0].large_alias_ns = 1500000000;
+  p[0].large_stitch_deferred = 4;
   p[0].ooms = 3;
   p[0].last_oom_unix_ms = 1764930000042;
   p[0].class_count = 2;
@@ -134,6 +136,13 @@ static void test_http_metrics_families_and_labels(void **state) {
   assert_non_null(strstr(text, "# TYPE adaptalloc_large_stitch_new_bytes_total counter\n"));
   assert_true(sample(text, "adaptalloc_large_stitch_new_bytes_total{pool=\"device0\","
                            "backend=\"cuda\",device=\"0\"}") == 6291456);
+  /* stitching's time budget: its calls' time in seconds, the ranges deferred */
+  assert_non_null(strstr(text, "# TYPE adaptalloc_large_alias_seconds_total counter\n"));
+  assert_true(sample(text, "adaptalloc_large_alias_seconds_total{pool=\"device0\","
+                           "backend=\"cuda\",device=\"0\"}") == 1.5);
+  assert_non_null(strstr(text, "# TYPE adaptalloc_large_stitch_deferred_total counter\n"));
+  assert_true(sample(text, "adaptalloc_large_stitch_deferred_total{pool=\"device0\","
+                           "backend=\"cuda\",device=\"0\"}") == 4);
   /* the learned plan's planning time and stall: gauges in seconds */
   assert_non_null(strstr(text, "# TYPE adaptalloc_large_plan_seconds gauge\n"));
   assert_non_null(strstr(text, "adaptalloc_large_plan_seconds{pool=\"device0\","
