@@ -32,7 +32,13 @@ def main():
                          "the large path places apart from the activations; above 1 MiB they "
                          "share the activations' region: up to a sixth of an activation they "
                          "lie together in rooms, larger ones leave the holes between them)")
+    ap.add_argument("--event-us", type=float, default=1.0,
+                    help="microseconds between two events (1: the trace's clock as before; "
+                         "40: about 6 ms a step, a side-stream pipeline's, for stitching's "
+                         "time budget)")
     a = ap.parse_args()
+    if a.event_us <= 0:
+        sys.exit("holes_trace: --event-us must be above 0")
     if a.steps < 1 or a.experts < 1 or a.jitter < 0 or a.keep_jitter < 0 or a.keep_kib < 1:
         sys.exit("holes_trace: --steps and --experts must be at least 1, --jitter and "
                  "--keep-jitter at least 0, --keep-kib at least 1")
@@ -45,7 +51,7 @@ def main():
 
     def ev(action, p, size):
         nonlocal t
-        t += 1000
+        t += int(a.event_us * 1000)
         out.write("1,%d.%09d,%s,0x%x,%d,0x0\n" % (t // 10**9, t % 10**9, action, p, size))
 
     def alloc(size):
