@@ -1104,12 +1104,17 @@ static uint64_t rng(uint64_t *s) {
 
 static void test_core_stitch_random_shadow(void **state) {
   (void)state;
-  uint64_t made = 0, dissolved = 0, grown = 0;
+  uint64_t made = 0, dissolved = 0, grown = 0, deferred = 0;
   /* rounds 3 and 4: large_stitch 2 (ranges of holes and new pages), with
-   * no limit and under one */
-  for (int round = 0; round < 5; round++) {
+   * no limit and under one; 5 and 6: large_stitch 1 and 2 on a clock that
+   * moves 5 ms at every read, so that stitching's time budget runs out
+   * and refills over and over (ranges deferred and made in turn) */
+  for (int round = 0; round < 7; round++) {
     bool capped = round == 2 || round == 4;
-    fx *f = make_stitch(capped ? 192 * MiB : 0, round >= 3 ? 2 : 1);
+    fx *f = make_stitch(capped ? 192 * MiB : 0, round == 3 || round == 4 || round == 6 ? 2 : 1);
+    g_tick = 5 * 1000 * 1000;
+    if (round >= 5)
+      aa_pool_set_clock(f->p, fake_clock, NULL);
     live v[48];
     memset(v, 0, sizeof v);
     uint64_t seed = 0x9E3779B97F4A7C15ull + (uint64_t)round;
@@ -1150,13 +1155,15 @@ static void test_core_stitch_random_shadow(void **state) {
     made += st.large_stitches;
     dissolved += st.large_stitch_dissolved;
     grown += st.large_stitch_new_bytes;
-    if (round < 3)
+    deferred += st.large_stitch_deferred;
+    if (round < 3 || round == 5)
       assert_int_equal(st.large_stitch_new_bytes, 0);
     (void)aa_pool_release(f->p);
     assert_int_equal(stats(f).large_stitched_ranges, 0);
     fx_done(f);
   }
-  assert_true(made > 0 && dissolved > 0 && grown > 0); /* the paths under test ran */
+  /* the paths under test ran */
+  assert_true(made > 0 && dissolved > 0 && grown > 0 && deferred > 0);
 }
 
 int main(void) {
