@@ -897,6 +897,7 @@ static fx *make_plan_stitch(aa_large_mode mode, bool stitch) {
   cfg.large_mode = mode;
   cfg.large_plan = SYNC;
   cfg.large_stitch = stitch ? 1 : 0;
+  cfg.large_stitch_share = 1.0; /* no time budget: the figures hang on no machine's speed */
   cfg.large_cache_bytes = 0;
   cfg.on_error = on_error;
   cfg.on_error_user = f;

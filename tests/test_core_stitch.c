@@ -27,9 +27,19 @@
 
 #define PAGE (2 * MiB)
 
-/* An expandable pool over an aliasable host backend. */
+/* An expandable pool over an aliasable host backend, stitching with no
+ * time budget (large_stitch_share 1): what these tests count must not hang
+ * on how fast the machine maps (under TSan the 170 ranges of
+ * retired_bounded_while_busy took past the 50 ms start and some were
+ * deferred). The budget's own tests set a share and a clock. */
 static fx *make_stitch(size_t limit, int stitch) {
-  return make_full(AA_LARGE_EXPANDABLE, limit, 0, true, stitch);
+  aa_pool_config cfg;
+  aa_pool_config_init(&cfg);
+  cfg.large_mode = AA_LARGE_EXPANDABLE;
+  cfg.large_stitch = stitch;
+  cfg.large_stitch_share = 1.0;
+  cfg.limit_bytes = limit;
+  return make_cfg(&cfg, true);
 }
 
 /* Three 6 MiB holes between live 3 MiB blocks (each hole holds two whole
@@ -1111,7 +1121,13 @@ static void test_core_stitch_random_shadow(void **state) {
    * and refills over and over (ranges deferred and made in turn) */
   for (int round = 0; round < 7; round++) {
     bool capped = round == 2 || round == 4;
-    fx *f = make_stitch(capped ? 192 * MiB : 0, round == 3 || round == 4 || round == 6 ? 2 : 1);
+    aa_pool_config cfg;
+    aa_pool_config_init(&cfg);
+    cfg.large_mode = AA_LARGE_EXPANDABLE;
+    cfg.large_stitch = round == 3 || round == 4 || round == 6 ? 2 : 1;
+    cfg.large_stitch_share = round >= 5 ? AA_DEFAULT_STITCH_SHARE : 1.0;
+    cfg.limit_bytes = capped ? 192 * MiB : 0;
+    fx *f = make_cfg(&cfg, true);
     g_tick = 5 * 1000 * 1000;
     if (round >= 5)
       aa_pool_set_clock(f->p, fake_clock, NULL);
