@@ -359,7 +359,7 @@ void aa__large_set_clock(aa_pool *pool, uint64_t (*now)(void *user), void *user)
   pthread_mutex_lock(&pool->large->mu); /* read under it by large_stitch.c */
   pool->large->clock = now;
   pool->large->clock_user = user;
-  pool->large->stitch_budget_at = 0; /* another clock: the refill starts again */
+  pool->large->stitch_budget_started = false; /* another clock: the refill starts again */
   pthread_mutex_unlock(&pool->large->mu);
 }
 

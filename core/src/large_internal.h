@@ -219,13 +219,14 @@ struct aa__large {
   /* stitching's time budget (large_stitch.c, "budget"): the alias calls'
    * share of the clock's time; tokens in ns, spent by each call's time and
    * refilled at stitch_share of the time passed, up to AA__STITCH_BURST_NS
-   * (negative: overspent); budget_at: the clock at the last refill (0:
-   * none yet) */
+   * (negative: overspent); budget_at: the clock at the last refill */
   double stitch_share;
-  int64_t stitch_tokens;
+  double stitch_tokens;
   uint64_t stitch_budget_at;
-  uint64_t alias_ns;        /* time inside alias calls, by the clock */
-  uint64_t stitch_deferred; /* new ranges not made: the budget spent */
+  bool stitch_budget_started; /* stitch_budget_at read from the clock */
+  bool stitch_refused;        /* the request under way was refused a range (counted once) */
+  uint64_t alias_ns;          /* time inside alias calls, by the clock */
+  uint64_t stitch_deferred;   /* requests refused a new range: the budget spent */
   /* the clock (aa_pool_set_clock); NULL: aa_now_ns */
   uint64_t (*clock)(void *user);
   void *clock_user;
@@ -558,8 +559,9 @@ aa__chunk *aa__lg_stitch_take(aa_pool *pool, size_t need, aa_stream stream,
  * made at all. */
 size_t aa__lg_stitch_short(aa_pool *pool, size_t need, aa_stream stream, const aa__chunk *grow);
 /* Whether stitching's time budget allows a new range's alias calls now
- * (aa_pool_config.large_stitch_share); when not, counts the range deferred
- * (the request grows the pool instead). */
+ * (aa_pool_config.large_stitch_share); when not, counts the request under
+ * way deferred, once however often it asks (aa__lg_take clears
+ * stitch_refused at each request). */
 bool aa__lg_stitch_budget_ok(aa_pool *pool);
 /* The budget at its start: share of the time (>= 1: no bound), a burst of tokens. */
 void aa__lg_stitch_budget_init(aa__large *L, double share);

@@ -104,34 +104,44 @@ static uint64_t now_ns(const aa__large *L) {
 static void budget_spend(aa__large *L, uint64_t t0) {
   uint64_t t = now_ns(L), d = t > t0 ? t - t0 : 0;
   L->alias_ns += d;
-  L->stitch_tokens -= d > (uint64_t)INT64_MAX / 2 ? INT64_MAX / 2 : (int64_t)d;
-  if (L->stitch_tokens < -AA__STITCH_BURST_NS)
-    L->stitch_tokens = -AA__STITCH_BURST_NS; /* a release's many calls, a clock gone
-                                              * wild: a debt repaid within a burst's time */
+  L->stitch_tokens -= (double)d;
+  if (L->stitch_tokens < -(double)AA__STITCH_BURST_NS)
+    L->stitch_tokens = -(double)AA__STITCH_BURST_NS; /* a release's many calls, a clock gone
+                                                      * wild: a debt repaid within a burst's time */
+}
+
+/* The tokens refilled for the time passed; whether any are left. */
+static bool budget_left(aa__large *L) {
+  if (L->stitch_share >= 1.0)
+    return true;
+  uint64_t t = now_ns(L);
+  if (!L->stitch_budget_started) {
+    L->stitch_budget_started = true;
+    L->stitch_budget_at = t;
+  } else if (t > L->stitch_budget_at) {
+    double add = (double)(t - L->stitch_budget_at) * L->stitch_share;
+    L->stitch_tokens += add;
+    if (L->stitch_tokens > (double)AA__STITCH_BURST_NS)
+      L->stitch_tokens = (double)AA__STITCH_BURST_NS;
+    L->stitch_budget_at = t;
+  }
+  return L->stitch_tokens > 0;
 }
 
 bool aa__lg_stitch_budget_ok(aa_pool *pool) {
   aa__large *L = pool->large;
-  if (L->stitch_share >= 1.0)
+  if (budget_left(L))
     return true;
-  uint64_t t = now_ns(L);
-  if (L->stitch_budget_at == 0) {
-    L->stitch_budget_at = t;
-  } else if (t > L->stitch_budget_at) {
-    double add = (double)(t - L->stitch_budget_at) * L->stitch_share;
-    double room = (double)(AA__STITCH_BURST_NS - L->stitch_tokens);
-    L->stitch_tokens += add < room ? (int64_t)add : (int64_t)room;
-    L->stitch_budget_at = t;
+  if (!L->stitch_refused) {
+    L->stitch_refused = true;
+    L->stitch_deferred++;
   }
-  if (L->stitch_tokens > 0)
-    return true;
-  L->stitch_deferred++;
   return false;
 }
 
 void aa__lg_stitch_budget_init(aa__large *L, double share) {
   L->stitch_share = share;
-  L->stitch_tokens = AA__STITCH_BURST_NS;
+  L->stitch_tokens = (double)AA__STITCH_BURST_NS;
 }
 
 /* ------------------------------------------------------------ states */
@@ -795,6 +805,10 @@ static aa__chunk *range_new(aa_pool *pool, size_t need, aa_stream stream, const 
   bool all_any = true;
 
   if (L->nstitch - L->nretired >= AA__STITCH_MAX) {
+    /* no range retired for one that the budget would refuse: the kept
+     * ones serve later with no call, and a trim's unmaps cost time too */
+    if (!aa__lg_stitch_budget_ok(pool))
+      return NULL;
     aa__seg *old = lru_free(pool);
     if (old == NULL)
       return NULL;

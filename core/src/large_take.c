@@ -646,6 +646,7 @@ aa__chunk *aa__lg_take(aa_pool *pool, aa__tcache *tc, size_t size, size_t need, 
   int other = 0;         /* 1: the backend refused, the other region's memory next; 2: taken */
   uint64_t maps0 = pool->large->vmm_maps;
   *retry = false;
+  pool->large->stitch_refused = false; /* a deferral is counted once a request */
   if (!passthrough && pool->large->stream_wait)
     process_events(pool);
   for (;;) {

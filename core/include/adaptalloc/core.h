@@ -527,12 +527,14 @@ AA_EXTERN void aa_pool_set_map_runs(aa_pool *pool, bool on);
 /* Turns large_stream_wait on or off for the allocations from now on (no
  * effect where the backend has no stream_wait). */
 AA_EXTERN void aa_pool_set_stream_wait(aa_pool *pool, bool on);
-/* The clock, in nanoseconds, of the pool's time-based decisions (the
- * stitching time budget, aa_pool_config.large_stitch_share); NULL (the
- * default): aa_now_ns. The replay's simulator sets the trace's time plus
- * its simulated backend calls' costs, so that the budget is measured as on
- * the device the trace came from. `now` is called under the large path's
- * lock: it must not call into the pool. */
+/* The clock, in nanoseconds, of stitching's time budget
+ * (aa_pool_config.large_stitch_share; nothing else in the pool reads it);
+ * NULL (the default): aa_now_ns. The replay's simulator sets the trace's
+ * time plus its simulated backend calls' costs, so that the budget is
+ * measured as on the device the trace came from. `now` is called under the
+ * large path's lock, by allocations and by aa_pool_release, trims and
+ * aa_pool_destroy too (undoing ranges): it must not call into the pool, and
+ * `user` must outlive the pool or the next aa_pool_set_clock. */
 AA_EXTERN void aa_pool_set_clock(aa_pool *pool, uint64_t (*now)(void *user), void *user);
 AA_EXTERN const char *aa_pool_name(const aa_pool *pool);
 /* The pool's region label ("" when none; see aa_pool_config.region). */
@@ -747,8 +749,9 @@ typedef struct aa_pool_stats {
   uint64_t large_stitch_new_bytes;
   /* Stitching's time budget (stats version 17; aa_pool_config.
    * large_stitch_share): the time inside alias calls by the pool's clock,
-   * and the new ranges not made because the budget was spent (the request
-   * grew the pool instead). */
+   * and the requests refused a new range because the budget was spent
+   * (each counted once; it then took what stitching would have spared: a
+   * hole found after, or new memory). */
   uint64_t large_alias_ns;
   uint64_t large_stitch_deferred;
 } aa_pool_stats;
