@@ -170,6 +170,74 @@ static void test_replay_sim_stitch_alias_costs(void **state) {
               free_aliases.sim_backend_us < want + 0.01);
 }
 
+/* Stitching's time budget on the simulator's clock (the trace's time plus
+ * the costs of the calls made): a first range whose alias calls cost 30 ms
+ * each spends the 50 ms start, so a request for another size right after
+ * (1 ns of trace time later) is refused a range and the pool grows;
+ * alias_ns is the cost model's time of the calls. The same with free
+ * aliases stitches both; the figures are the same on every run and with a
+ * thread per recorded thread. */
+static void budget_sim(double alias_us, bool per_thread, aa_replay_result *r) {
+  aa_replay_config cfg;
+  aa_replay_sim *s = NULL;
+  char err[AA_REPLAY_ERR_CAP];
+  aa_replay_event e[24];
+  size_t n = 0;
+  uint64_t t = 1;
+
+  aa_replay_config_init(&cfg);
+  cfg.pool.large_mode = AA_LARGE_EXPANDABLE;
+  cfg.pool.large_stitch = 1;
+  cfg.costs.alias_us = alias_us;
+  cfg.costs.unalias_us = 0;
+  cfg.per_thread = per_thread;
+  assert_int_equal(aa_replay_sim_new(&cfg, &s, err, sizeof err), AA_OK);
+  for (uint64_t i = 0; i < 3; i++) {
+    e[n] = ev('a', t++, 0x100000 + i, 6 * MIB, n + 2);
+    n++;
+    e[n] = ev('a', t++, 0x200000 + i, 3 * MIB, n + 2);
+    n++;
+  }
+  for (uint64_t i = 0; i < 3; i++, n++)
+    e[n] = ev('f', t++, 0x100000 + i, 6 * MIB, n + 2);
+  e[n] = ev('a', t++, 0x300000, 10 * MIB, n + 2);
+  n++;
+  e[n] = ev('f', t++, 0x300000, 10 * MIB, n + 2);
+  n++;
+  e[n] = ev('a', t++, 0x400000, 7 * MIB, n + 2);
+  n++;
+  e[n] = ev('f', t++, 0x400000, 7 * MIB, n + 2);
+  n++;
+  for (uint64_t i = 0; i < 3; i++, n++)
+    e[n] = ev('f', t++, 0x200000 + i, 3 * MIB, n + 2);
+  assert_int_equal(aa_replay_sim_feed(s, e, n), AA_OK);
+  aa_replay_sim_result(s, r);
+  aa_replay_sim_free(s);
+}
+
+static void test_replay_sim_stitch_time_budget(void **state) {
+  aa_replay_result r, again, threads, free_aliases;
+  (void)state;
+  budget_sim(30000.0, false, &r);
+  assert_int_equal(r.failures, 0);
+  assert_int_equal(r.stitches, 1);
+  assert_int_equal(r.stitch_deferred, 1);
+  assert_int_equal(r.alias_ns, r.alias_maps * 30000000ull); /* each call its cost, no more */
+  budget_sim(30000.0, false, &again);
+  budget_sim(30000.0, true, &threads);
+  assert_int_equal(again.stitch_deferred, 1);
+  assert_int_equal(threads.stitch_deferred, 1);
+  assert_int_equal(again.alias_ns, r.alias_ns);
+  assert_int_equal(threads.alias_ns, r.alias_ns);
+  assert_int_equal(again.peak_reserved, r.peak_reserved);
+  assert_int_equal(threads.peak_reserved, r.peak_reserved);
+  budget_sim(0.0, false, &free_aliases);
+  assert_int_equal(free_aliases.stitches, 2);
+  assert_int_equal(free_aliases.stitch_deferred, 0);
+  assert_int_equal(free_aliases.alias_ns, 0);
+  assert_true(free_aliases.peak_reserved < r.peak_reserved); /* the refused range grew the pool */
+}
+
 static void test_replay_sim_event_count_fallback(void **state) {
   aa_replay_sim *s = new_sim(AA_REPLAY_STOP, 0, false);
   aa_replay_event e[3];
@@ -808,6 +876,7 @@ int main(void) {
       cmocka_unit_test(test_replay_sim_adapt_loop),
       cmocka_unit_test(test_replay_sim_idle_after_sync),
       cmocka_unit_test(test_replay_sim_per_thread),
+      cmocka_unit_test(test_replay_sim_stitch_time_budget),
       cmocka_unit_test(test_replay_sim_account_at_peak),
       cmocka_unit_test(test_replay_sim_account_at_peak_in_use),
   };

@@ -84,6 +84,8 @@ size_t aa_replay_result_json(const aa_replay_result *r, char *buf, size_t cap) {
   U(plans_refused);
   U(plan_bytes);
   U(stream_waits);
+  U(stitch_deferred);
+  U(alias_ns);
   jputf(&j, "\"adapt\":{\"steps\":%llu,\"decisions\":%llu,\"classes_added\":"
             "%llu,\"classes_retired\":%llu,\"grows\":%llu,\"trims\":%llu,"
             "\"bytes_trimmed\":%llu,\"apply_failures\":%llu,\"rejected\":%llu},",

@@ -664,6 +664,8 @@ void aa_replay_sim_result(aa_replay_sim *s, aa_replay_result *r) {
     r->plans_refused = st->large_plans_refused;
     r->plan_bytes = st->large_plan_bytes;
     r->stream_waits = st->large_stream_waits;
+    r->stitch_deferred = st->large_stitch_deferred;
+    r->alias_ns = st->large_alias_ns;
   }
   free(st);
   if (r->cache_hits + r->cache_misses > 0)

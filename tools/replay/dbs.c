@@ -243,6 +243,8 @@ void result_combine(const aa_replay_result *r, size_t n,
     out->plans_refused += x->plans_refused;
     out->plan_bytes += x->plan_bytes;
     out->stream_waits += x->stream_waits;
+    out->stitch_deferred += x->stitch_deferred;
+    out->alias_ns += x->alias_ns;
     out->sim_backend_us += x->sim_backend_us;
     out->live_at_end += x->live_at_end;
     out->live_bytes_at_end += x->live_bytes_at_end;

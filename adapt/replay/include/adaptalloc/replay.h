@@ -250,6 +250,11 @@ typedef struct aa_replay_result {
    * once its stream was ordered after that work (large.stream_wait; on a
    * GPU a cudaStreamWaitEvent, no backend call) */
   uint64_t stream_waits;
+  /* stitching's time budget (large.stitch_share; docs/core.md): requests
+   * refused a new range because the budget was spent, and the time inside
+   * alias calls by the pool's clock (the trace's time plus the simulated
+   * costs: each alias call takes its cost) */
+  uint64_t stitch_deferred, alias_ns;
 } aa_replay_result;
 
 typedef struct aa_replay_sim aa_replay_sim;
