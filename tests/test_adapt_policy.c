@@ -1210,6 +1210,43 @@ static void test_adapt_policy_schema_matches_parser(void **state) {
 /* pools.regions: sections start from pools.device, are sorted by name, round
  * trip through the writer and a merge patch, and are what
  * aa_policy_pool_config("regions.<name>") answers. */
+/* A region starts from pools.device: what it turns back off, or sets back
+ * to the default, survives a round trip (the writer compares a region's
+ * keys with the device pool's, not with the defaults). */
+static void test_adapt_policy_region_round_trip(void **state) {
+  const char *doc =
+      "{\"pools\": {\"device\": {\"large\": {\"mode\": \"expandable\", \"page_bytes\": 4194304,"
+      " \"map_run_pages\": 2, \"stream_wait\": false, \"stitch\": true, \"stitch_grow\": true,"
+      " \"stitch_share\": 0.05, \"plan\": true}},"
+      " \"regions\": {\"kv\": {\"large\": {\"page_bytes\": 0, \"map_run_pages\": 16,"
+      " \"stream_wait\": true, \"stitch\": false, \"stitch_grow\": false,"
+      " \"stitch_share\": 0.01, \"plan\": false}}}}}";
+  aa_policy *p = parse_ok(doc), *q;
+  aa_pool_config cfg;
+  char *j;
+  (void)state;
+  j = aa_policy_to_json(p);
+  assert_non_null(j);
+  q = parse_ok(j);
+  if (!aa_policy_equal(p, q))
+    print_error("%s\n", j);
+  assert_true(aa_policy_equal(p, q));
+  aa_pool_config_init(&cfg);
+  assert_int_equal(aa_policy_pool_config(q, "regions.kv", &cfg, NULL, 0, NULL), AA_OK);
+  assert_int_equal(cfg.large_stitch, 0);
+  assert_true(cfg.large_stitch_share == 0.01);
+  assert_int_equal(cfg.large_plan, 0);
+  assert_int_equal(cfg.large_map_run_pages, 16);
+  assert_int_equal(cfg.large_page_bytes, 0);
+  aa_pool_config_init(&cfg);
+  assert_int_equal(aa_policy_pool_config(q, "device", &cfg, NULL, 0, NULL), AA_OK);
+  assert_int_equal(cfg.large_stitch, 2);
+  assert_true(cfg.large_stitch_share == 0.05);
+  free(j);
+  aa_policy_free(p);
+  aa_policy_free(q);
+}
+
 static void test_adapt_policy_regions(void **state) {
   const char *doc =
       "{\"pools\": {\"device\": {\"max_small\": 65536, \"limit_bytes\": 33554432,"
@@ -1523,6 +1560,7 @@ int main(void) {
       cmocka_unit_test(test_adapt_policy_example_files),
       cmocka_unit_test(test_adapt_policy_schema_matches_parser),
       cmocka_unit_test(test_adapt_policy_regions),
+      cmocka_unit_test(test_adapt_policy_region_round_trip),
       cmocka_unit_test(test_adapt_policy_managed),
       cmocka_unit_test(test_adapt_policy_settings_rule_and_proposal),
   };

@@ -411,6 +411,10 @@ static void test_runtime_settings_conflict_409(void **state) {
                          sizeof err),
                    AA_ECONFLICT);
   assert_non_null(strstr(err, "large.stitch"));
+  assert_int_equal(patch(rt, "{\"pools\":{\"host\":{\"large\":{\"stitch_share\":0.5}}}}", err,
+                         sizeof err),
+                   AA_ECONFLICT);
+  assert_non_null(strstr(err, "large.stitch_share"));
   assert_int_equal(patch(rt, "{\"telemetry\":{\"trace\":true}}", err, sizeof err),
                    AA_ECONFLICT);
   assert_non_null(strstr(err, "telemetry.trace"));

@@ -33,7 +33,12 @@ static void sb_double(aa__buf *b, double d) {
   aa__buf_append(b, tmp, strlen(tmp));
 }
 
-static void write_pool(aa__buf *b, const aa__pool_policy *pp) {
+/* base: the section a region starts from (pools.device), whose values its
+ * keys written "only when set" are compared with; NULL for pools.device,
+ * pinned and host, compared with the defaults. A region that turned off
+ * what the device pool turned on (or set another share) kept the device's
+ * value through a round trip before. */
+static void write_pool(aa__buf *b, const aa__pool_policy *pp, const aa__pool_policy *base) {
   aa__buf_printf(b, "{\n      \"slab_size\": ");
   sb_u64(b, pp->slab_size);
   aa__buf_printf(b, ",\n      \"max_small\": ");
@@ -66,30 +71,33 @@ static void write_pool(aa__buf *b, const aa__pool_policy *pp) {
   aa__buf_printf(b, "},\n      \"large\": {\"mode\": \"%s\", \"cache_bytes\": ",
                  aa_large_mode_name(pp->large_mode));
   sb_u64(b, pp->large_cache_bytes);
-  if (pp->large_page_bytes != 0) { /* written only when set: a rare knob */
+  /* written only when set: unlike the default, or a region's unlike its base */
+#define SET(f, dflt) (base != NULL ? pp->f != base->f : pp->f != (dflt))
+  if (SET(large_page_bytes, 0)) { /* a rare knob */
     aa__buf_printf(b, ", \"page_bytes\": ");
     sb_u64(b, pp->large_page_bytes);
   }
   /* always: its default differs between pools */
   aa__buf_printf(b, ", \"map_runs\": %s", pp->large_map_runs ? "true" : "false");
-  if (pp->large_map_run_pages != AA_LARGE_MAP_RUN_MAX) /* written only when set */
+  if (SET(large_map_run_pages, AA_LARGE_MAP_RUN_MAX))
     aa__buf_printf(b, ", \"map_run_pages\": %llu", (unsigned long long)pp->large_map_run_pages);
-  if (pp->large_map_run_min_bytes != 0) {
+  if (SET(large_map_run_min_bytes, 0)) {
     aa__buf_printf(b, ", \"map_run_min_bytes\": ");
     sb_u64(b, pp->large_map_run_min_bytes);
   }
-  if (!pp->large_stream_wait) /* written only when off: the default is on everywhere */
-    aa__buf_printf(b, ", \"stream_wait\": false");
-  if (pp->large_stitch) /* written only when on: off by default */
-    aa__buf_printf(b, ", \"stitch\": true");
-  if (pp->large_stitch_grow) /* likewise (only with stitch) */
-    aa__buf_printf(b, ", \"stitch_grow\": true");
-  if (pp->large_stitch_share != AA_DEFAULT_STITCH_SHARE) { /* written only when set */
+  if (SET(large_stream_wait, true)) /* the default is on everywhere */
+    aa__buf_printf(b, ", \"stream_wait\": %s", pp->large_stream_wait ? "true" : "false");
+  if (SET(large_stitch, false)) /* off by default */
+    aa__buf_printf(b, ", \"stitch\": %s", pp->large_stitch ? "true" : "false");
+  if (SET(large_stitch_grow, false)) /* likewise (only with stitch) */
+    aa__buf_printf(b, ", \"stitch_grow\": %s", pp->large_stitch_grow ? "true" : "false");
+  if (SET(large_stitch_share, AA_DEFAULT_STITCH_SHARE)) {
     aa__buf_printf(b, ", \"stitch_share\": ");
     sb_double(b, pp->large_stitch_share);
   }
-  if (pp->large_plan) /* likewise */
-    aa__buf_printf(b, ", \"plan\": true");
+  if (SET(large_plan, false)) /* off by default */
+    aa__buf_printf(b, ", \"plan\": %s", pp->large_plan ? "true" : "false");
+#undef SET
   aa__buf_printf(b, "},\n      \"limit_bytes\": ");
   sb_u64(b, pp->limit_bytes);
   aa__buf_printf(b, ",\n      \"backend\": \"%s\"", pp->managed ? "managed" : "default");
@@ -130,7 +138,7 @@ char *aa_policy_to_json(const aa_policy *p) {
   aa__buf_printf(&b, ",\n  \"pools\": {");
   for (int i = 0; i < AA__POLICY_POOLS; i++) {
     aa__buf_printf(&b, "%s\n    \"%s\": ", i ? "," : "", aa__policy_pool_names[i]);
-    write_pool(&b, &p->pools[i]);
+    write_pool(&b, &p->pools[i], NULL);
   }
   if (p->n_regions > 0) {
     aa__buf_printf(&b, ",\n    \"regions\": {");
@@ -138,7 +146,7 @@ char *aa_policy_to_json(const aa_policy *p) {
       aa__buf_printf(&b, "%s\n    ", i ? "," : "");
       sb_str(&b, p->regions[i].name);
       aa__buf_printf(&b, ": ");
-      write_pool(&b, &p->regions[i].pool);
+      write_pool(&b, &p->regions[i].pool, &p->pools[0]); /* a region starts from pools.device */
     }
     aa__buf_printf(&b, "\n    }");
   }
