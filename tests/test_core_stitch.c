@@ -477,7 +477,11 @@ static void budget_run(double share) {
   assert_int_equal(aa_free(f->p, q, 7 * MiB, NULL), AA_OK);
   assert_int_equal(aa_free(f->p, r, 12 * MiB, NULL), AA_OK);
   free_keep(f, &l);
+  /* undoing the aliases is timed too (and never refused) */
+  uint64_t spent = stats(f).large_alias_ns;
+  g_tick = 1000 * 1000;
   release_undoes_every_alias(f);
+  assert_true(stats(f).large_alias_ns > spent);
   fx_done(f);
 }
 
@@ -1145,6 +1149,7 @@ static void test_core_stitch_random_shadow(void **state) {
         continue;
       }
       size_t n = (size_t)(1 + rng(&seed) % 20) * MiB - (rng(&seed) % 4) * 4096;
+      uint64_t was_deferred = stats(f).large_stitch_deferred;
       e->p = aa_alloc(f->p, n, NULL);
       if (e->p == NULL) {
         assert_true(capped); /* only under the limit */
@@ -1156,6 +1161,9 @@ static void test_core_stitch_random_shadow(void **state) {
       in_use += n;
       aa_pool_stats st = stats(f);
       assert_true(st.bytes_in_use >= in_use);
+      /* a request refused a range is counted once, however often it asked */
+      assert_true(st.large_stitch_deferred <= was_deferred + 1);
+      was_deferred = st.large_stitch_deferred;
       if (capped)
         assert_true(st.bytes_reserved <= 192 * MiB);
     }

@@ -152,8 +152,8 @@ static const family_t pool_families[] = {
        "Time spent inside stitching's alias map and unmap calls (the pool's clock).", SECONDS,
        large_alias_ns),
     PF("adaptalloc_large_stitch_deferred_total",
-       "Stitched ranges not made because stitching's time budget was spent (policy "
-       "large.stitch_share): the request grew the pool instead.",
+       "Requests refused a new stitched range because stitching's time budget was spent "
+       "(policy large.stitch_share): the request took new memory instead.",
        COUNTER, large_stitch_deferred),
     PF("adaptalloc_large_plan_state",
        "The learned plan's state (policy large.plan): 0 off, 1 learning, 2 waiting for the "
