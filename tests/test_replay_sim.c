@@ -113,23 +113,25 @@ static void test_replay_sim_hand_computed(void **state) {
 }
 
 /* Stitching in the simulator: three 6 MiB holes between live 3 MiB blocks,
- * then a 10 MiB request that no hole fits, served by a stitched range, and
- * at the end a release that undoes the range's aliases; the cost model
- * prices the aliases (alias_us per handle mapped, unalias_us per alias
- * undone) beside the backend's calls. */
-static void stitch_run(double alias_us, double unalias_us, aa_replay_result *r) {
+ * then a 10 MiB request that no hole fits, served by a stitched range, and,
+ * with `then7`, a 7 MiB request that the range is too large for; with
+ * `release`, at the end a release that undoes the ranges' aliases. The
+ * events are 1 ns apart from t0. */
+static void stitch_sim(const aa_replay_costs *costs, bool per_thread, bool then7, bool release,
+                       uint64_t t0, aa_replay_result *r) {
   aa_replay_config cfg;
   aa_replay_sim *s = NULL;
   char err[AA_REPLAY_ERR_CAP];
-  aa_replay_event e[16];
+  aa_replay_event e[24];
   size_t n = 0;
-  uint64_t t = 0;
+  uint64_t t = t0;
 
   aa_replay_config_init(&cfg);
   cfg.pool.large_mode = AA_LARGE_EXPANDABLE;
   cfg.pool.large_stitch = 1;
-  cfg.costs.alias_us = alias_us;
-  cfg.costs.unalias_us = unalias_us;
+  cfg.costs.alias_us = costs->alias_us;
+  cfg.costs.unalias_us = costs->unalias_us;
+  cfg.per_thread = per_thread;
   assert_int_equal(aa_replay_sim_new(&cfg, &s, err, sizeof err), AA_OK);
   for (uint64_t i = 0; i < 3; i++) {
     e[n] = ev('a', t++, 0x100000 + i, 6 * MIB, n + 2);
@@ -143,12 +145,26 @@ static void stitch_run(double alias_us, double unalias_us, aa_replay_result *r) 
   n++;
   e[n] = ev('f', t++, 0x300000, 10 * MIB, n + 2);
   n++;
+  if (then7) {
+    e[n] = ev('a', t++, 0x400000, 7 * MIB, n + 2);
+    n++;
+    e[n] = ev('f', t++, 0x400000, 7 * MIB, n + 2);
+    n++;
+  }
   for (uint64_t i = 0; i < 3; i++, n++)
     e[n] = ev('f', t++, 0x200000 + i, 3 * MIB, n + 2);
   assert_int_equal(aa_replay_sim_feed(s, e, n), AA_OK);
-  (void)aa_pool_release(aa_replay_sim_pool(s));
+  if (release)
+    (void)aa_pool_release(aa_replay_sim_pool(s));
   aa_replay_sim_result(s, r);
   aa_replay_sim_free(s);
+}
+
+/* The cost model prices the aliases (alias_us per handle mapped,
+ * unalias_us per alias undone) beside the backend's calls. */
+static void stitch_run(double alias_us, double unalias_us, aa_replay_result *r) {
+  aa_replay_costs c = {.alias_us = alias_us, .unalias_us = unalias_us};
+  stitch_sim(&c, false, false, true, 0, r);
 }
 
 static void test_replay_sim_stitch_alias_costs(void **state) {
@@ -178,41 +194,8 @@ static void test_replay_sim_stitch_alias_costs(void **state) {
  * aliases stitches both; the figures are the same on every run and with a
  * thread per recorded thread. */
 static void budget_sim(double alias_us, bool per_thread, aa_replay_result *r) {
-  aa_replay_config cfg;
-  aa_replay_sim *s = NULL;
-  char err[AA_REPLAY_ERR_CAP];
-  aa_replay_event e[24];
-  size_t n = 0;
-  uint64_t t = 1;
-
-  aa_replay_config_init(&cfg);
-  cfg.pool.large_mode = AA_LARGE_EXPANDABLE;
-  cfg.pool.large_stitch = 1;
-  cfg.costs.alias_us = alias_us;
-  cfg.costs.unalias_us = 0;
-  cfg.per_thread = per_thread;
-  assert_int_equal(aa_replay_sim_new(&cfg, &s, err, sizeof err), AA_OK);
-  for (uint64_t i = 0; i < 3; i++) {
-    e[n] = ev('a', t++, 0x100000 + i, 6 * MIB, n + 2);
-    n++;
-    e[n] = ev('a', t++, 0x200000 + i, 3 * MIB, n + 2);
-    n++;
-  }
-  for (uint64_t i = 0; i < 3; i++, n++)
-    e[n] = ev('f', t++, 0x100000 + i, 6 * MIB, n + 2);
-  e[n] = ev('a', t++, 0x300000, 10 * MIB, n + 2);
-  n++;
-  e[n] = ev('f', t++, 0x300000, 10 * MIB, n + 2);
-  n++;
-  e[n] = ev('a', t++, 0x400000, 7 * MIB, n + 2);
-  n++;
-  e[n] = ev('f', t++, 0x400000, 7 * MIB, n + 2);
-  n++;
-  for (uint64_t i = 0; i < 3; i++, n++)
-    e[n] = ev('f', t++, 0x200000 + i, 3 * MIB, n + 2);
-  assert_int_equal(aa_replay_sim_feed(s, e, n), AA_OK);
-  aa_replay_sim_result(s, r);
-  aa_replay_sim_free(s);
+  aa_replay_costs c = {.alias_us = alias_us};
+  stitch_sim(&c, per_thread, true, false, 1, r);
 }
 
 static void test_replay_sim_stitch_time_budget(void **state) {
