@@ -97,7 +97,7 @@ typedef struct aa__large_stats {
   uint64_t alias_runs;       /* ranges whose aliases were made in one call (map_alias_run) */
   uint64_t stitch_new_bytes; /* mapped new for ranges the holes left short (stitch_grow) */
   uint64_t alias_ns;         /* time inside alias calls (the pool's clock) */
-  uint64_t stitch_deferred;  /* new ranges not made: the time budget spent */
+  uint64_t stitch_deferred;  /* requests refused a new range: the time budget spent */
   /* the learned placement (large_plan.c): its state (AA_PLAN_*), requests
    * per period, arena bytes, bytes live in it, requests served at their
    * planned offsets and not, plans adopted, dropped and refused (the
