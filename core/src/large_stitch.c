@@ -94,7 +94,7 @@ bool aa__lg_stitch_usable(const aa_pool *pool) {
  * requests grow the pool as without stitching; one that makes its ranges
  * once never meets the bound. On an H200 a side-stream pipeline with 6 ms
  * steps and 34 alias calls a step ran at 0.64x with large.stitch_grow
- * (BENCHMARKS.md, "Stitching's time budget"). */
+ * (16 retired ranges kept then; BENCHMARKS.md, "Stitching's time budget"). */
 
 static uint64_t now_ns(const aa__large *L) {
   return L->clock != NULL ? L->clock(L->clock_user) : aa_now_ns();
