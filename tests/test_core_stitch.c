@@ -32,15 +32,17 @@
  * on how fast the machine maps (under TSan the 170 ranges of
  * retired_bounded_while_busy took past the 50 ms start and some were
  * deferred). The budget's own tests set a share and a clock. */
-static fx *make_stitch(size_t limit, int stitch) {
+static fx *make_stitch_share(size_t limit, int stitch, double share) {
   aa_pool_config cfg;
   aa_pool_config_init(&cfg);
   cfg.large_mode = AA_LARGE_EXPANDABLE;
   cfg.large_stitch = stitch;
-  cfg.large_stitch_share = 1.0;
+  cfg.large_stitch_share = share;
   cfg.limit_bytes = limit;
   return make_cfg(&cfg, true);
 }
+
+static fx *make_stitch(size_t limit, int stitch) { return make_stitch_share(limit, stitch, 1.0); }
 
 /* Three 6 MiB holes between live 3 MiB blocks (each hole holds two whole
  * pages), and the live blocks; `hole[i]` freed. */
@@ -420,12 +422,7 @@ static uint64_t fake_clock(void *user) {
  * time passing refills the budget and ranges are made again. With no bound
  * (share 1) the same requests are all stitched. */
 static void budget_run(double share) {
-  aa_pool_config cfg;
-  aa_pool_config_init(&cfg);
-  cfg.large_mode = AA_LARGE_EXPANDABLE;
-  cfg.large_stitch = 1;
-  cfg.large_stitch_share = share;
-  fx *f = make_cfg(&cfg, true);
+  fx *f = make_stitch_share(0, 1, share);
   g_now = (uint64_t)1 << 40;
   g_tick = 60 * 1000 * 1000; /* every read 60 ms later: a range's map calls "take" 60 ms */
   aa_pool_set_clock(f->p, fake_clock, NULL);
@@ -1125,13 +1122,8 @@ static void test_core_stitch_random_shadow(void **state) {
    * and refills over and over (ranges deferred and made in turn) */
   for (int round = 0; round < 7; round++) {
     bool capped = round == 2 || round == 4;
-    aa_pool_config cfg;
-    aa_pool_config_init(&cfg);
-    cfg.large_mode = AA_LARGE_EXPANDABLE;
-    cfg.large_stitch = round == 3 || round == 4 || round == 6 ? 2 : 1;
-    cfg.large_stitch_share = round >= 5 ? AA_DEFAULT_STITCH_SHARE : 1.0;
-    cfg.limit_bytes = capped ? 192 * MiB : 0;
-    fx *f = make_cfg(&cfg, true);
+    fx *f = make_stitch_share(capped ? 192 * MiB : 0, round == 3 || round == 4 || round == 6 ? 2 : 1,
+                              round >= 5 ? AA_DEFAULT_STITCH_SHARE : 1.0);
     g_tick = 5 * 1000 * 1000;
     if (round >= 5)
       aa_pool_set_clock(f->p, fake_clock, NULL);

@@ -565,16 +565,14 @@ int aa__replay_feed_local(aa_replay_sim *s, const aa_replay_event *ev, size_t n)
       s->first_time = e->time_ns;
       s->last_time = e->time_ns;
       s->next_step_ns = e->time_ns + (uint64_t)s->cfg.adapt_params.interval_ms * 1000000ull;
-      atomic_store_explicit(&s->bk->clock_ns, e->time_ns, memory_order_relaxed);
+      atomic_store_explicit(&s->bk->now_ns, e->time_ns, memory_order_relaxed);
     } else if (e->time_ns > s->last_time) {
-      atomic_store_explicit(&s->bk->clock_ns, e->time_ns, memory_order_relaxed);
       double dt = (double)(e->time_ns - s->last_time);
       s->t_req += (double)s->requested * dt;
       s->t_use += (double)s->in_use * dt;
       s->t_res += (double)res * dt;
       s->last_time = e->time_ns;
-      if (s->cfg.event_delay_ns != 0)
-        atomic_store_explicit(&s->bk->now_ns, e->time_ns, memory_order_relaxed);
+      atomic_store_explicit(&s->bk->now_ns, e->time_ns, memory_order_relaxed);
     }
     /* a synchronize during the last event (the out-of-memory retry's)
      * left the device idle until now: this event queues work again */

@@ -42,6 +42,8 @@ typedef struct simbk {
   sim_event *free_events;
   sim_event **all_events; /* every event ever made, for synchronize/teardown */
   size_t nall, capall;
+  /* the trace's time at the event being replayed (events complete delay_ns
+   * after it; with no delay it matters only to the pool's clock) */
   _Atomic uint64_t now_ns;
   /* now_ns at the last synchronize (UINT64_MAX: none since the trace's
    * last event began): until the next event, nothing new is queued, so
@@ -52,11 +54,11 @@ typedef struct simbk {
   _Atomic uint64_t allocs, frees, failures, alloc_bytes;
   _Atomic uint64_t aliases, unaliases; /* map_alias / unmap_alias calls (stitching) */
   _Atomic uint64_t event_records;
-  /* the pool's clock (aa__simbk_clock, aa_pool_set_clock): the trace's time
-   * at the event being replayed plus the simulated costs of the backend
-   * calls made so far (cost_* in ns, from the replay's cost model), so that
-   * stitching's time budget sees its alias calls take time as on a device */
-  _Atomic uint64_t clock_ns, cost_ns;
+  /* the pool's clock (aa__simbk_clock, aa_pool_set_clock): now_ns plus the
+   * simulated costs of the backend calls made so far (cost_* in ns, from the
+   * replay's cost model), so that stitching's time budget sees its alias
+   * calls take time as on a device */
+  _Atomic uint64_t cost_ns;
   uint64_t cost_alloc_ns, cost_free_ns, cost_alias_ns, cost_unalias_ns;
   /* requests refused because the fake address space ran out (not the
    * capacity): the simulator's limit, never a figure of the replay */

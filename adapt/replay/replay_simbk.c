@@ -377,7 +377,7 @@ void aa__simbk_costs(simbk *b, const aa_replay_costs *c) {
 
 uint64_t aa__simbk_clock(void *user) {
   simbk *b = user;
-  return atomic_load_explicit(&b->clock_ns, memory_order_relaxed) +
+  return atomic_load_explicit(&b->now_ns, memory_order_relaxed) +
          atomic_load_explicit(&b->cost_ns, memory_order_relaxed);
 }
 

@@ -210,6 +210,24 @@ static void link_range(aa_pool *pool, aa__seg *s) {
  * `give`, its aliases undone, page map, address space; its chunk record to
  * the spares. Without `give` (the pool is being destroyed) lent parts stay
  * as they are. */
+/* Undoes the aliases of parts[0..n), last first, timed for the budget:
+ * their pages no longer mapped there, and held no more where `held` (a
+ * range not retired). */
+static void unalias_parts(aa_pool *pool, aa__stitch_part *parts, size_t n, bool held) {
+  aa_backend *b = pool->backend;
+  aa__large *L = pool->large;
+  uint64_t t0 = now_ns(L);
+  for (size_t i = n; i-- > 0;) {
+    aa__stitch_part *pt = &parts[i];
+    b->ops->unmap_alias(b, (void *)pt->at, pt->len, pt->pg->handle);
+    aa__assert(pt->pg->nalias > 0 && (!held || pt->pg->nheld > 0));
+    pt->pg->nalias--;
+    pt->pg->nheld -= held;
+  }
+  budget_spend(L, t0);
+  L->alias_unmaps += n;
+}
+
 static void range_destroy(aa_pool *pool, aa__seg *s, bool give) {
   aa__large *L = pool->large;
   aa_backend *b = pool->backend;
@@ -223,16 +241,7 @@ static void range_destroy(aa_pool *pool, aa__seg *s, bool give) {
     L->ndormant--;
     L->nretired -= st->retired;
   }
-  uint64_t t0 = now_ns(L);
-  for (size_t i = st->nparts; i-- > 0;) {
-    aa__stitch_part *pt = &st->parts[i];
-    b->ops->unmap_alias(b, (void *)pt->at, pt->len, pt->pg->handle);
-    aa__assert(pt->pg->nalias > 0 && (st->retired || pt->pg->nheld > 0));
-    pt->pg->nalias--;
-    pt->pg->nheld -= !st->retired;
-  }
-  budget_spend(L, t0);
-  L->alias_unmaps += st->nparts;
+  unalias_parts(pool, st->parts, st->nparts, !st->retired);
   aa__pm_remove(pool, &s->h);
   b->ops->va_release(b, (void *)s->h.base, size);
   unlink_range(pool, s);
@@ -681,7 +690,7 @@ static void part_mapped(aa__large *L, aa__stitch_part *pt) {
  * map_alias_run call where the backend offers it (on CUDA one access grant
  * for the range, not one per handle), else handle by handle. *mapped: the
  * parts mapped, all of them or, on failure, those the caller undoes. */
-static bool map_parts_timed(aa_pool *pool, aa__stitch_part *parts, size_t n, size_t *mapped) {
+static bool map_parts_untimed(aa_pool *pool, aa__stitch_part *parts, size_t n, size_t *mapped) {
   aa_backend *b = pool->backend;
   aa__large *L = pool->large;
   *mapped = 0;
@@ -711,7 +720,7 @@ static bool map_parts_timed(aa_pool *pool, aa__stitch_part *parts, size_t n, siz
 
 static bool map_parts(aa_pool *pool, aa__stitch_part *parts, size_t n, size_t *mapped) {
   uint64_t t0 = now_ns(pool->large);
-  bool ok = map_parts_timed(pool, parts, n, mapped);
+  bool ok = map_parts_untimed(pool, parts, n, mapped);
   budget_spend(pool->large, t0);
   return ok;
 }
@@ -885,17 +894,8 @@ static aa__chunk *range_new(aa_pool *pool, size_t need, aa_stream stream, const 
   L->stitches_made++;
   return sc;
 fail:
-  if (mapped > 0) {
-    uint64_t t0 = now_ns(L);
-    for (size_t i = mapped; i-- > 0;) {
-      aa__stitch_part *pt = &s->st->parts[i];
-      b->ops->unmap_alias(b, (void *)pt->at, pt->len, pt->pg->handle);
-      pt->pg->nalias--;
-      pt->pg->nheld--;
-    }
-    budget_spend(L, t0);
-  }
-  L->alias_unmaps += mapped;
+  if (mapped > 0)
+    unalias_parts(pool, s->st->parts, mapped, true);
   if (base != NULL)
     b->ops->va_release(b, base, got);
   if (sc != NULL)
